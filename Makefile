@@ -1,0 +1,131 @@
+# pipegen — build, test and run.
+#   make            build/pipegen, the CPU runtime, piperun
+#   make run        generate, build and train the example pipeline on the CPU
+#   make test       the whole suite (installs missing Debian packages as root)
+#   make bench      benchmarks (bench/)
+#   make fuzz       fuzz the front end for FUZZ_SECONDS (default 600)
+#   make cuda       compile every CUDA file (nvcc); done by `make test` too
+# SAN=1 builds into build-san/ with ASan and UBSan.
+
+CC      ?= cc
+SAN     ?= 0
+ifeq ($(SAN),1)
+BUILD   ?= build-san
+SANFLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OPT      = -O1
+else
+BUILD   ?= build
+SANFLAGS =
+OPT      = -O2
+endif
+CSTD     = -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE
+WARN     = -Wall -Wextra -Werror
+CFLAGS  ?= $(OPT) -g
+ALLCFLAGS = $(CSTD) $(WARN) $(CFLAGS) $(SANFLAGS) -Idsl -Icodegen -Iruntime/core -Iruntime/cpu -I$(BUILD)/gen
+LDLIBS_RT = -lopenblas -lpthread -lm
+RE2C     ?= re2c
+LEMON    ?= lemon
+NVCC     ?= /usr/local/cuda/bin/nvcc
+PYTHON   ?= /usr/bin/python3
+
+# ---- the compiler: dsl/ + codegen/ -----------------------------------------
+DSL_SRC  := $(filter-out dsl/fuzz_%.c,$(wildcard dsl/*.c))
+CG_SRC   := $(wildcard codegen/*.c)
+GEN_SRC  := $(BUILD)/gen/lexer.c $(BUILD)/gen/pipe.c
+FE_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(DSL_SRC)) $(BUILD)/obj/gen/lexer.o $(BUILD)/obj/gen/pipe.o
+CG_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out codegen/main.c,$(CG_SRC)))
+
+# ---- the runtime: core + cpu ----------------------------------------------
+RT_CORE  := $(filter-out runtime/core/piperun.c,$(wildcard runtime/core/*.c))
+RT_CPU   := $(wildcard runtime/cpu/*.c)
+RT_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(RT_CORE) $(RT_CPU))
+CUDA_SRC := $(wildcard runtime/cuda/*.cu)
+
+EXAMPLES := $(wildcard examples/*.pipe)
+
+.PHONY: all deps test-deps run test bench fuzz cuda clean san-all
+.SUFFIXES:
+
+all: deps $(BUILD)/pipegen $(BUILD)/libpgrt_cpu.a $(BUILD)/piperun
+
+deps:
+	@tools/deps.sh build
+test-deps:
+	@tools/deps.sh test
+
+# re2c and lemon output is generated here, never committed; flags keep it
+# byte-stable (no dates, no versions).
+$(BUILD)/gen/lexer.c: dsl/lexer.re dsl/ast.h | $(BUILD)/gen/pipe.c
+	@mkdir -p $(dir $@)
+	$(RE2C) --no-generation-date --no-version -W --input-encoding ascii -o $@ $<
+
+$(BUILD)/gen/pipe.c: dsl/pipe.y
+	@mkdir -p $(dir $@)
+	cp dsl/pipe.y $(BUILD)/gen/pipe.y
+	cd $(BUILD)/gen && $(LEMON) -s -T/usr/share/lemon/lempar.c pipe.y >/dev/null
+	rm -f $(BUILD)/gen/pipe.y $(BUILD)/gen/pipe.out
+
+$(BUILD)/gen/pipe.h: $(BUILD)/gen/pipe.c
+
+$(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALLCFLAGS) -Wno-unused-parameter -Wno-unused-variable -Wno-sign-compare -MMD -MP -c -o $@ $<
+
+$(BUILD)/obj/%.o: %.c $(BUILD)/gen/pipe.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALLCFLAGS) -MMD -MP -c -o $@ $<
+
+$(BUILD)/libpgfront.a: $(FE_OBJ) $(CG_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/pipegen: $(BUILD)/obj/codegen/main.o $(BUILD)/libpgfront.a
+	$(CC) $(ALLCFLAGS) -o $@ $^ -lm
+
+$(BUILD)/libpgrt_cpu.a: $(RT_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/piperun: $(BUILD)/obj/runtime/core/piperun.o
+	$(CC) $(ALLCFLAGS) -o $@ $^
+
+# ---- stage binaries: build/<model>/stage<k> from generated/<model>/ --------
+# `make $(BUILD)/<model>/stages` links every generated stage of one model.
+$(BUILD)/%/stages: generated/%/plan.json $(BUILD)/libpgrt_cpu.a
+	@mkdir -p $(BUILD)/$*
+	@set -e; for f in generated/$*/stage*.c; do \
+	  k=$$(basename $$f .c); \
+	  echo "  CC $(BUILD)/$*/$$k"; \
+	  $(CC) $(ALLCFLAGS) -Igenerated/$* -o $(BUILD)/$*/$$k $$f $(BUILD)/libpgrt_cpu.a $(LDLIBS_RT); \
+	done; touch $@
+
+# ---- CUDA: every .cu compiles in every test run, GPU or not ---------------
+cuda:
+	@if [ ! -x $(NVCC) ]; then echo "nvcc not found at $(NVCC): cannot compile CUDA files"; exit 1; fi
+	@mkdir -p $(BUILD)/cuda
+	@set -e; for f in $(CUDA_SRC); do echo "  NVCC $$f"; \
+	  $(NVCC) -std=c++17 -O2 -arch=sm_90 -Xcompiler -Wall,-Wextra,-Werror -Iruntime/core -Iruntime/cuda \
+	    -c -o $(BUILD)/cuda/$$(basename $$f .cu).o $$f; done
+	@echo "cuda: compiled $(words $(CUDA_SRC)) files"
+
+# ---- the two commands -----------------------------------------------------
+run: all
+	@tools/run_example.sh
+
+# The suite runs pipegen and the runtime under ASan+UBSan (build-san/) and the
+# stage binaries of the long end-to-end runs from build/.
+test: test-deps all
+	@$(MAKE) --no-print-directory SAN=1 san-all
+	@$(MAKE) --no-print-directory cuda
+	@prove -f tests/*.t
+
+san-all: $(BUILD)/pipegen $(BUILD)/libpgrt_cpu.a $(BUILD)/piperun
+
+bench: all
+	@bench/run.sh
+
+fuzz: all
+	@tests/fuzz.sh $${FUZZ_SECONDS:-600}
+
+clean:
+	rm -rf build build-san
+
+-include $(shell find build build-san -name '*.d' 2>/dev/null)

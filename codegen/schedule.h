@@ -1,0 +1,101 @@
+/* codegen/schedule.h — a schedule is data: for each stage, the ordered list of
+ * actions it performs in one training step. Built-in schedules (gpipe, 1f1b,
+ * interleaved(v), zb1) and user CSV files produce the compute actions; a pass
+ * inserts the communication; the verifier simulates all stages together and
+ * rejects lists that would hang or leave a message unmatched.
+ *
+ * Communication semantics the verifier assumes and the runtimes honour:
+ *  - a SEND never blocks (the transport copies it into a buffer sized by the
+ *    plan for one step's traffic to that peer);
+ *  - a RECV blocks until the matching SEND has happened;
+ *  - messages between two stages arrive in the order they were sent, and the
+ *    n-th RECV from a peer must match the n-th SEND to it in kind, mb, chunk.
+ */
+#ifndef PG_SCHEDULE_H
+#define PG_SCHEDULE_H
+
+#include <stdio.h>
+#include "ir.h"
+#include "diag.h"
+
+typedef enum pg_act_kind {
+    A_FWD,            /* forward of (chunk, mb) */
+    A_BWD_B,          /* backward, input gradient (includes loss grad on the last chunk) */
+    A_BWD_W,          /* backward, weight gradient (accumulates) */
+    A_SEND_ACT,       /* chunk's output of mb to the stage holding chunk+1 */
+    A_RECV_ACT,       /* chunk's input of mb from the stage holding chunk-1 */
+    A_SEND_GRAD,      /* gradient of chunk's input of mb, to the stage holding chunk-1 */
+    A_RECV_GRAD,      /* gradient of chunk's output of mb, from the stage holding chunk+1 */
+    A_SEND_SKIP,      /* stashed tensor `skip` of mb, straight to the popping stage */
+    A_RECV_SKIP,
+    A_SEND_SKIP_GRAD, /* gradient of skip `skip` of mb, back to the stashing stage */
+    A_RECV_SKIP_GRAD,
+    A_TIE_REDUCE,     /* replicate: sum grads of tied param `param` over its stages, fixed order */
+    A_TIE_SEND,       /* transmit: owner sends the value of `param` to a user (peer) */
+    A_TIE_RECV,       /* transmit: user receives the value (peer = owner) */
+    A_TIE_GRAD_SEND,  /* transmit: user sends its grad of `param` to the owner */
+    A_TIE_GRAD_RECV,  /* transmit: owner receives and adds it, in stage order */
+    A_GRAD_NORM,      /* grad clipping: all stages exchange per-parameter sums of squares */
+    A_OPT_STEP,       /* optimizer step on this stage's parameters */
+    A__COUNT
+} pg_act_kind;
+
+typedef struct pg_act {
+    pg_act_kind kind;
+    int mb;      /* micro-batch, -1 for per-step actions */
+    int chunk;   /* model chunk, -1 for per-step actions */
+    int peer;    /* stage on the other end of a SEND/RECV, else -1 */
+    int skip;    /* skip index for *_SKIP*, else -1 */
+    int param;   /* tied param index for TIE_*, else -1 */
+    int slot;    /* activation slot of (chunk, mb) on this stage for FWD/BWD_*, else -1 */
+    int line;    /* line in pg_schedule.file it was read from; 0 when generated */
+} pg_act;
+
+typedef struct pg_stage_sched {
+    int n, cap;
+    pg_act *act;
+    int nslots_per_chunk[64]; /* activation slots needed per local chunk (set by pg_assign_slots) */
+} pg_stage_sched;
+
+typedef struct pg_schedule {
+    int nstages, nchunks, nmb;
+    pg_stage_sched *stage;  /* [nstages] */
+    char *file;             /* owned: the CSV the actions came from, NULL for built-ins */
+} pg_schedule;
+
+/* "FWD", "RECV_GRAD", ...; and a readable form "RECV_GRAD(mb 3, chunk 1) from stage 3". */
+const char *pg_act_name(pg_act_kind k);
+const char *pg_act_str(const pg_act *a, char *buf, size_t n);
+
+/* Compute actions of a built-in schedule (FWD/BWD_B/BWD_W only, no comms). */
+int pg_schedule_builtin(const ir_model *m, pg_schedule *s, pg_diag *d);
+/* Read compute actions from CSV (`stage,action,mb,chunk` per line, header line
+ * first), with located errors; write any schedule in the same format (all actions). */
+int pg_schedule_read_csv(const char *path, const ir_model *m, pg_schedule *s, pg_diag *d);
+void pg_schedule_write_csv(const pg_schedule *s, FILE *out);
+/* Insert activation/gradient/skip/tie/norm communication and OPT_STEP. */
+int pg_schedule_add_comms(const ir_model *m, pg_schedule *s);
+/* Give every FWD/BWD its activation slot (free list per stage and chunk). */
+void pg_assign_slots(pg_schedule *s);
+/* Simulate all stages together. 0 when every RECV meets its SEND and all stages
+ * finish; otherwise reports the unmatched actions or the wait cycle through d. */
+int pg_schedule_verify(const ir_model *m, const pg_schedule *s, pg_diag *d);
+
+/* Predicted timing from per-action costs (seconds): step time, and per stage
+ * its busy time and bubble fraction. costs[k] for compute actions per chunk. */
+typedef struct pg_sched_costs {
+    double fwd[64], bwd_b[64], bwd_w[64]; /* per chunk */
+    double send_latency, send_bytes_per_s;
+} pg_sched_costs;
+typedef struct pg_sched_prediction {
+    double step_time;
+    double busy[64], bubble[64];  /* per stage */
+} pg_sched_prediction;
+int pg_schedule_predict(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c,
+                        pg_sched_prediction *out);
+
+/* Build the whole schedule of m: builtin or CSV, comms, slots, verify. */
+int pg_schedule_build(const ir_model *m, pg_schedule *s, pg_diag *d);
+void pg_schedule_free(pg_schedule *s);
+
+#endif

@@ -1,0 +1,164 @@
+/* dsl/ir.h — the checked, expanded model: what the checker (dsl/check.c) hands to
+ * codegen. Blocks and repeats are expanded, names are qualified, every shape is
+ * known, every layer knows its chunk and stage, every parameter knows which
+ * stages use it. Codegen never looks at the AST.
+ *
+ * Shapes are per sample: the batch dimension is implicit. A tensor of shape
+ * [T, d] for one micro-batch of r rows is r*T*d contiguous floats, row-major. */
+#ifndef PG_IR_H
+#define PG_IR_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include "ast.h"
+#include "diag.h"
+
+#define PG_MAX_DIMS 4
+
+typedef enum pg_dtype { DT_F32, DT_BF16, DT_I32 } pg_dtype;
+
+typedef struct pg_shape {
+    int rank;
+    int64_t dim[PG_MAX_DIMS];
+} pg_shape;
+
+int64_t pg_shape_numel(const pg_shape *s);          /* product of dims (1 for rank 0) */
+int pg_shape_eq(const pg_shape *a, const pg_shape *b);
+/* "f32[512, 1024]" into buf; returns buf. */
+const char *pg_shape_str(pg_dtype dt, const pg_shape *s, char *buf, size_t n);
+const char *pg_dtype_name(pg_dtype dt);
+
+typedef enum ir_layer_kind {
+    LK_LINEAR,     /* y = x W^T + b over the last dim; W [out, in], b [out] */
+    LK_RELU,
+    LK_GELU,       /* GPT-2 tanh form */
+    LK_LAYERNORM,  /* over the last dim; weight [d], bias [d] */
+    LK_BATCHNORM,  /* over the batch, per feature (last dim); weight, bias [C]; running stats */
+    LK_EMBED,      /* i32[T] -> f32[T, d] by table [V, d] */
+    LK_POS_EMBED,  /* [T, d] + table [seq, d]   (T == seq) */
+    LK_ATTENTION,  /* [T, d] -> [T, d]; qkv W [3d, d], b [3d]; proj W [d, d], b [d] */
+    LK_LOGITS,     /* [.., d] -> [.., V] by table [V, d] transposed, no bias */
+    LK_DROPOUT,    /* deterministic: mask from (seed, step, sample index, element) */
+    LK_STASH,      /* save the current tensor under skip `skip`; tensor unchanged */
+    LK_POP,        /* combine skip `skip` into the current tensor (add | concat on last dim) */
+    LK__COUNT
+} ir_layer_kind;
+
+typedef enum ir_pop_mode { POP_ADD, POP_CONCAT } ir_pop_mode;
+typedef enum ir_tie_mode { TIE_NONE, TIE_REPLICATE, TIE_TRANSMIT } ir_tie_mode;
+
+/* How a parameter's first value is made: from (its name, the seed) only. */
+typedef enum ir_init {
+    INIT_ZEROS,
+    INIT_ONES,
+    INIT_UNIFORM, /* U(-scale, scale); linear uses scale = 1/sqrt(in) as PyTorch does */
+    INIT_NORMAL   /* N(0, scale^2); named params default to scale 0.02 */
+} ir_init;
+
+typedef struct ir_param {
+    const char *name;     /* safetensors name: "layer0.weight", "h.3.attn.qkv.weight", "wte" */
+    pg_loc loc;           /* the layer or `param` statement that made it */
+    pg_dtype dtype;
+    pg_shape shape;
+    ir_init init;
+    double init_scale;
+    int is_buffer;        /* 1: not trained (batchnorm running stats), no grad, no optimizer state */
+    int decay;            /* 1: weight decay applies (matrices); 0: biases, norms */
+    uint64_t stage_mask;  /* bit s set: stage s uses it (reads it in some layer) */
+    int owner_stage;      /* lowest stage that uses it: holds the master for TIE_TRANSMIT */
+    ir_tie_mode tie;      /* from `tie P mode`; TIE_NONE when used by one stage */
+    pg_loc tie_loc;
+} ir_param;
+
+typedef struct ir_layer {
+    ir_layer_kind kind;
+    const char *name;     /* unique qualified path: "layer0", "h.3.attn", "h.3.stash.res" */
+    pg_loc loc;
+    int chunk;            /* model chunk (split pieces, in order); = stage unless interleaved */
+    int stage;            /* chunk % nstages */
+    pg_dtype in_dtype;    /* DT_I32 for embed, else DT_F32 */
+    pg_shape in, out;     /* per-sample shapes of the current tensor before and after */
+    /* attributes (only the ones of this kind are meaningful) */
+    int64_t in_features, out_features; /* linear */
+    int bias;                          /* linear: 1 = has bias */
+    int64_t heads;                     /* attention */
+    int causal;                        /* attention */
+    double eps;                        /* layernorm, batchnorm */
+    double momentum;                   /* batchnorm running-stat momentum */
+    int deferred;                      /* batchnorm: running stats once per mini-batch */
+    double p;                          /* dropout probability */
+    int64_t vocab, dim, seq;           /* embed / logits (vocab, dim), pos_embed (seq, dim) */
+    int param[4];                      /* indices into model params, in the order above; -1 = none */
+    int nparam;
+    int buffer[2];                     /* batchnorm running_mean, running_var (param indices) */
+    int nbuffer;
+    int skip;                          /* stash / pop: index into skips, else -1 */
+} ir_layer;
+
+typedef struct ir_skip {
+    const char *name;     /* qualified: "h.3.res" */
+    int stash_layer, pop_layer;   /* layer indices */
+    ir_pop_mode mode;
+    pg_shape shape;       /* the stashed tensor's per-sample shape */
+    pg_loc stash_loc, pop_loc;
+} ir_skip;
+
+typedef enum ir_schedule { SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZB1, SCHED_FILE } ir_schedule;
+typedef enum ir_ckpt { CKPT_ALWAYS, CKPT_EXCEPT_LAST, CKPT_NEVER } ir_ckpt;
+typedef enum ir_loss { LOSS_MSE_SUM, LOSS_MSE_MEAN, LOSS_CROSS_ENTROPY } ir_loss;
+typedef enum ir_opt { OPT_SGD, OPT_ADAMW } ir_opt;
+typedef enum ir_lr_sched { LR_CONSTANT, LR_COSINE } ir_lr_sched;
+
+typedef struct ir_train {
+    int64_t batch;          /* default 32 */
+    int64_t microbatches;   /* default 1; first batch % m micro-batches get one more row */
+    ir_schedule schedule;   /* default 1f1b */
+    int interleave;         /* v for interleaved(v); 1 otherwise */
+    const char *schedule_file; /* file("x.csv"), resolved relative to the .pipe */
+    pg_loc schedule_loc;
+    ir_ckpt checkpoint;     /* default except_last */
+    ir_loss loss;           /* default mse(mean) */
+    ir_opt optimizer;       /* default sgd */
+    double lr;              /* sgd default 1e-2; adamw default 1e-3 */
+    double momentum;        /* sgd, default 0 */
+    double weight_decay;    /* default 0 (sgd), 0.01 (adamw) */
+    double beta1, beta2, adam_eps; /* adamw: 0.9, 0.999, 1e-8 */
+    ir_lr_sched lr_schedule;
+    int64_t warmup;         /* cosine: linear warm-up steps */
+    double lr_min;          /* cosine: floor */
+    int64_t steps;          /* default number of steps; the cosine horizon. default 100 */
+    double grad_clip;       /* global L2 norm clip; 0 = off */
+    uint64_t seed;          /* default 0 */
+    pg_dtype precision;     /* f32 | bf16 */
+    int stages;             /* `stages = N`; 0 when not given */
+    pg_loc stages_loc;
+} ir_train;
+
+typedef struct ir_model {
+    const char *name;
+    const char *source_path;
+    pg_loc loc;
+    const char *input_name;  pg_dtype input_dtype;  pg_shape input;
+    const char *target_name; pg_dtype target_dtype; pg_shape target;
+    ir_train train;
+    int nlayers;   ir_layer *layers;    /* in execution order */
+    int nparams;   ir_param *params;    /* in first-use order (then unused named params) */
+    int nskips;    ir_skip *skips;
+    int nchunks;   /* pieces between splits (or chosen by the balancer) */
+    int nstages;   /* nchunks / interleave */
+    pg_arena arena; /* everything above lives here */
+} ir_model;
+
+/* Check the tree and build the model. Reports every error it can through d and
+ * returns the error count; m is valid only when it returns 0. */
+int pg_check(const pg_ast *ast, ir_model *m, pg_diag *d);
+void pg_model_free(ir_model *m);
+
+/* Parameter counts (trainable elements) of the whole model and of one stage;
+ * a replicated tied parameter counts once in the model, once per using stage. */
+int64_t pg_model_param_count(const ir_model *m);
+int64_t pg_stage_param_count(const ir_model *m, int stage);
+/* `pipegen check` summary. */
+void pg_model_summary(const ir_model *m, FILE *out);
+
+#endif

@@ -1,0 +1,76 @@
+/* runtime/core/pg_io.h — files a stage reads and writes.
+ *
+ * Data files (.pgd): inputs and targets, documented in README.md:
+ *   offset 0  u8[4]  magic "PGD1"
+ *          4  u32    version (1)
+ *          8  u32    dtype (0 = f32, 2 = i32; pg_dtype numbering)
+ *         12  u32    rank r (1..5): dim 0 is the sample count
+ *         16  u64[r] dims
+ *   then numel * 4 bytes, little-endian, row-major. Nothing after.
+ *
+ * Checkpoints and weights: safetensors (8-byte LE header length, JSON header
+ * with dtype/shape/data_offsets per tensor and "__metadata__", raw data). */
+#ifndef PG_IO_H
+#define PG_IO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct pg_datafile {
+    int dtype;           /* 0 f32, 2 i32 */
+    int rank;
+    uint64_t dim[5];
+    uint64_t samples;    /* dim[0] */
+    uint64_t sample_elems; /* product of dim[1..] */
+    void *data;          /* mmap'd or read; samples*sample_elems*4 bytes */
+    size_t map_bytes;
+    int mapped;
+} pg_datafile;
+
+/* Open and validate against the expected dtype and per-sample shape
+ * (exp_dims[0..exp_rank-1]). -1 with a message naming the file and what differs. */
+int pg_data_open(pg_datafile *f, const char *path, int exp_dtype, int exp_rank,
+                 const int64_t *exp_dims, char *err, size_t errlen);
+void pg_data_close(pg_datafile *f);
+/* Write a data file atomically (tmp + rename). */
+int pg_data_write(const char *path, int dtype, int rank, const uint64_t *dims,
+                  const void *data, char *err, size_t errlen);
+
+/* Seeded synthetic batch: deterministic from (seed, step, sample index) only,
+ * so every stage that needs a sample makes the same one. f32 in [-1, 1);
+ * i32 in [0, vocab). */
+void pg_synth_f32(float *dst, uint64_t seed, uint64_t stream, int64_t first_sample,
+                  int64_t rows, int64_t per_row);
+void pg_synth_i32(int32_t *dst, uint64_t seed, uint64_t stream, int64_t first_sample,
+                  int64_t rows, int64_t per_row, int32_t vocab);
+
+/* safetensors */
+typedef struct pg_st_tensor {
+    const char *name;
+    int dtype;              /* 0 f32, 2 i32 */
+    int rank;
+    int64_t dim[5];
+    const void *data;       /* host memory */
+    size_t bytes;
+} pg_st_tensor;
+/* Write atomically: path.tmp, fsync, rename, fsync dir. metadata: NULL-terminated
+ * key, value pairs of strings. -1 with message on failure (old file untouched). */
+int pg_st_write(const char *path, const pg_st_tensor *t, int n, const char *const *metadata,
+                char *err, size_t errlen);
+/* Read: fills data of each expected tensor (by name), checking dtype and shape.
+ * -1 with a message on a missing tensor, wrong shape, truncated or malformed file. */
+typedef struct pg_st_want {
+    const char *name;
+    int dtype, rank;
+    int64_t dim[5];
+    void *dst;
+    size_t bytes;
+} pg_st_want;
+int pg_st_read(const char *path, pg_st_want *w, int n, char *err, size_t errlen);
+/* Value of a __metadata__ key after pg_st_read_meta; -1 if missing. */
+int pg_st_read_meta(const char *path, const char *key, char *val, size_t vallen, char *err, size_t errlen);
+
+/* FNV-1a 64 over bytes (plan hashes). */
+uint64_t pg_hash64(const void *p, size_t n, uint64_t h);
+
+#endif

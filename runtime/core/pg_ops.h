@@ -1,0 +1,159 @@
+/* runtime/core/pg_ops.h — the kernels the generated stage code calls.
+ *
+ * One interface, two backends: runtime/cpu (C + OpenBLAS) and runtime/cuda
+ * (CUDA kernels + cuBLAS). Pointers are backend memory (host on CPU, device on
+ * CUDA), always inside the stage's arena. Every op returns 0 or a non-zero
+ * error code after reporting `file:line: what` through pg_rt_error().
+ *
+ * Conventions
+ *  - n is the number of rows the op works on: micro-batch rows times every
+ *    per-sample dimension but the last (a [T, d] tensor of r rows has n = r*T).
+ *  - Forward ops overwrite their outputs. Backward-input ops (_bwd_in)
+ *    overwrite dx. Backward-weight ops (_bwd_w) ACCUMULATE (+=) into weight
+ *    gradients, so gradients sum over micro-batches in the order the schedule
+ *    calls them (index order): that order is what makes results bitwise equal
+ *    across stage counts and schedules.
+ *  - Every reduction has a fixed order: no float atomics, no thread-count-
+ *    dependent splits of a reduction. Same inputs, same bits.
+ *  - Weight layouts follow PyTorch: linear W is [out, in].
+ */
+#ifndef PG_OPS_H
+#define PG_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct pg_ctx pg_ctx; /* backend state: BLAS handle/stream, thread count */
+
+/* Backend lifetime. threads <= 0: backend default. */
+pg_ctx *pg_backend_init(int threads);
+void pg_backend_free(pg_ctx *c);
+const char *pg_backend_name(void);             /* "cpu" or "cuda" */
+/* The arena: one allocation made at start-up (zeroed). NULL + message when it cannot. */
+void *pg_arena_create(pg_ctx *c, size_t bytes);
+void pg_arena_destroy(pg_ctx *c, void *arena);
+/* Host <-> backend copies (identity memcpy on CPU). */
+int pg_copy_to_dev(pg_ctx *c, void *dst, const void *src, size_t bytes);
+int pg_copy_to_host(pg_ctx *c, void *dst, const void *src, size_t bytes);
+int pg_sync(pg_ctx *c);
+
+/* ---- elementwise / memory ---------------------------------------------- */
+int pg_zero(pg_ctx *c, float *x, int64_t count);
+int pg_copy(pg_ctx *c, float *dst, const float *src, int64_t count);
+int pg_axpy_inplace(pg_ctx *c, float *y, const float *x, int64_t count); /* y += x */
+
+/* ---- linear: y[n,out] = x[n,in] W[out,in]^T + b[out] --------------------- */
+int pg_linear_fwd(pg_ctx *c, int64_t n, int64_t in, int64_t out,
+                  const float *x, const float *w, const float *b /*NULL: no bias*/, float *y);
+int pg_linear_bwd_in(pg_ctx *c, int64_t n, int64_t in, int64_t out,
+                     const float *dy, const float *w, float *dx);          /* dx = dy W */
+int pg_linear_bwd_w(pg_ctx *c, int64_t n, int64_t in, int64_t out,
+                    const float *x, const float *dy, float *dw, float *db /*NULL*/); /* dw += dy^T x; db += sum dy */
+
+/* ---- activations --------------------------------------------------------- */
+int pg_relu_fwd(pg_ctx *c, int64_t count, const float *x, float *y);
+int pg_relu_bwd_in(pg_ctx *c, int64_t count, const float *x, const float *dy, float *dx);
+int pg_gelu_fwd(pg_ctx *c, int64_t count, const float *x, float *y);      /* tanh form */
+int pg_gelu_bwd_in(pg_ctx *c, int64_t count, const float *x, const float *dy, float *dx);
+
+/* ---- layernorm over the last dim d; saves mean[n], rstd[n] --------------- */
+int pg_layernorm_fwd(pg_ctx *c, int64_t n, int64_t d, float eps, const float *x,
+                     const float *w, const float *b, float *y, float *mean, float *rstd);
+int pg_layernorm_bwd_in(pg_ctx *c, int64_t n, int64_t d, const float *x, const float *w,
+                        const float *mean, const float *rstd, const float *dy, float *dx);
+int pg_layernorm_bwd_w(pg_ctx *c, int64_t n, int64_t d, const float *x,
+                       const float *mean, const float *rstd, const float *dy, float *dw, float *db);
+
+/* ---- batchnorm over n rows per feature (C features) ---------------------
+ * Training output uses this micro-batch's statistics (as torchgpipe's deferred
+ * batch norm does); mean/var of the micro-batch are saved for backward and for
+ * the deferred running-stat update. */
+int pg_batchnorm_fwd(pg_ctx *c, int64_t n, int64_t C, float eps, const float *x,
+                     const float *w, const float *b, float *y, float *mean, float *rstd);
+int pg_batchnorm_bwd_in(pg_ctx *c, int64_t n, int64_t C, const float *x, const float *w,
+                        const float *mean, const float *rstd, const float *dy, float *dx);
+int pg_batchnorm_bwd_w(pg_ctx *c, int64_t n, int64_t C, const float *x,
+                       const float *mean, const float *rstd, const float *dy, float *dw, float *db);
+/* Running stats from per-micro-batch sums: sum[C], sumsq[C] accumulated over all
+ * micro-batches of the step in index order (pg_batchnorm_stats_acc), then one
+ * update with the whole batch's count, equal to BatchNorm1d on the whole batch. */
+int pg_batchnorm_stats_acc(pg_ctx *c, int64_t n, int64_t C, const float *x, double *sum, double *sumsq);
+int pg_batchnorm_running_update(pg_ctx *c, int64_t total_n, int64_t C, float momentum,
+                                const double *sum, const double *sumsq, float *run_mean, float *run_var);
+
+/* ---- embeddings ----------------------------------------------------------- */
+/* y[n,d] = table[ids[i]]; ids checked < vocab (error names the bad id). */
+int pg_embed_fwd(pg_ctx *c, int64_t n, int64_t vocab, int64_t d, const int32_t *ids,
+                 const float *table, float *y);
+int pg_embed_bwd_w(pg_ctx *c, int64_t n, int64_t vocab, int64_t d, const int32_t *ids,
+                   const float *dy, float *dtable); /* rows in index order */
+/* y[r,T,d] = x + table[T,d] for each of r rows. */
+int pg_pos_embed_fwd(pg_ctx *c, int64_t r, int64_t T, int64_t d, const float *x,
+                     const float *table, float *y);
+int pg_pos_embed_bwd_w(pg_ctx *c, int64_t r, int64_t T, int64_t d, const float *dy, float *dtable);
+
+/* ---- logits by a table transposed: y[n,V] = x[n,d] table[V,d]^T --------- */
+int pg_logits_fwd(pg_ctx *c, int64_t n, int64_t d, int64_t V, const float *x, const float *table, float *y);
+int pg_logits_bwd_in(pg_ctx *c, int64_t n, int64_t d, int64_t V, const float *dy, const float *table, float *dx);
+int pg_logits_bwd_w(pg_ctx *c, int64_t n, int64_t d, int64_t V, const float *x, const float *dy, float *dtable);
+
+/* ---- attention: x[r,T,d], heads h ----------------------------------------
+ * Saved for backward: qkv[r,T,3d], att[r,h,T,T] (softmax probs), ctx[r,T,d]
+ * (heads merged, before the output projection). bwd_in also leaves dqkv[r,T,3d]
+ * and dctx for bwd_w. */
+int pg_attention_fwd(pg_ctx *c, int64_t r, int64_t T, int64_t d, int64_t h, int causal,
+                     const float *x, const float *wqkv, const float *bqkv,
+                     const float *wo, const float *bo,
+                     float *qkv, float *att, float *ctxbuf, float *y);
+int pg_attention_bwd_in(pg_ctx *c, int64_t r, int64_t T, int64_t d, int64_t h, int causal,
+                        const float *wqkv, const float *wo,
+                        const float *qkv, const float *att, const float *dy,
+                        float *dctx, float *dqkv, float *dx);
+int pg_attention_bwd_w(pg_ctx *c, int64_t r, int64_t T, int64_t d,
+                       const float *x, const float *ctxbuf, const float *dy, const float *dqkv,
+                       float *dwqkv, float *dbqkv, float *dwo, float *dbo);
+
+/* ---- dropout: keep with prob 1-p, scaled 1/(1-p); mask from a counter hash of
+ * (seed, sample index within the whole batch, element index), never from state. */
+int pg_dropout_fwd(pg_ctx *c, int64_t rows, int64_t per_row, float p, uint64_t seed,
+                   int64_t first_sample, const float *x, float *y);
+int pg_dropout_bwd_in(pg_ctx *c, int64_t rows, int64_t per_row, float p, uint64_t seed,
+                      int64_t first_sample, const float *dy, float *dx);
+
+/* ---- skips ---------------------------------------------------------------- */
+int pg_add_fwd(pg_ctx *c, int64_t count, const float *x, const float *s, float *y);
+/* concat on the last dim: y[n, a+b] = [x[n,a], s[n,b]]; backward splits dy. */
+int pg_concat_fwd(pg_ctx *c, int64_t n, int64_t a, int64_t b, const float *x, const float *s, float *y);
+int pg_concat_bwd(pg_ctx *c, int64_t n, int64_t a, int64_t b, const float *dy, float *dx, float *ds);
+
+/* ---- losses: value and gradient in one pass ------------------------------
+ * The loss of the whole batch is the sum over micro-batches of these partial
+ * losses, so each is already divided by the WHOLE batch's normaliser `denom`
+ * (mse(sum): 1; mse(mean): batch*features; cross_entropy: batch*positions).
+ * *loss receives this micro-batch's partial loss (summed rows in index order, double). */
+int pg_mse_fwd_bwd(pg_ctx *c, int64_t count, const float *y, const float *target,
+                   double denom, double *loss, float *dy);
+int pg_cross_entropy_fwd_bwd(pg_ctx *c, int64_t n, int64_t V, const float *logits,
+                             const int32_t *target, double denom, double *loss, float *dlogits);
+
+/* ---- optimizers (one parameter tensor at a time) ------------------------- */
+/* Sum of squares of g in a fixed order (for global-norm clipping). */
+int pg_sumsq(pg_ctx *c, int64_t count, const float *g, double *out);
+int pg_scale(pg_ctx *c, float *x, float a, int64_t count);
+/* PyTorch SGD: g += wd*w; buf = momentum*buf + g (buf = g on the first step); w -= lr*buf */
+int pg_sgd_step(pg_ctx *c, int64_t count, float *w, const float *g, float *buf,
+                float lr, float momentum, float weight_decay, int first_step);
+/* PyTorch AdamW: w *= 1 - lr*wd; m,v moments; bias correction with step t (1-based). */
+int pg_adamw_step(pg_ctx *c, int64_t count, float *w, const float *g, float *m, float *v,
+                  float lr, float beta1, float beta2, float eps, float weight_decay, int64_t t);
+
+/* ---- parameter init (host side, before upload): deterministic from
+ * (name, seed) only, so every stage that holds a copy makes the same bits. */
+void pg_init_param(float *dst, int64_t count, int init_kind, double scale,
+                   const char *name, uint64_t seed);
+
+/* Error reporting used by every backend. */
+void pg_rt_error(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+#define PG_RT_FAIL(...) (pg_rt_error(__FILE__, __LINE__, __VA_ARGS__), 1)
+
+#endif

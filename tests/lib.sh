@@ -1,0 +1,25 @@
+# tests/lib.sh — tiny TAP helpers for the shell tests (tests/*.t, run by prove).
+# Source it, call plan N (or done_testing at the end), then ok/is/like.
+TOP=$(cd "$(dirname "$0")/.." && pwd)
+PIPEGEN=${PIPEGEN:-$TOP/build-san/pipegen}
+[ -x "$PIPEGEN" ] || PIPEGEN=$TOP/build/pipegen
+_n=0; _fail=0
+plan() { echo "1..$1"; }
+ok() { # ok COND-EXIT-STATUS NAME
+    _n=$((_n + 1))
+    if [ "$1" = 0 ]; then echo "ok $_n - $2"; else echo "not ok $_n - $2"; _fail=$((_fail + 1)); fi
+}
+is() { # is GOT WANT NAME
+    _n=$((_n + 1))
+    if [ "$1" = "$2" ]; then echo "ok $_n - $3"; else
+        echo "not ok $_n - $3"; _fail=$((_fail + 1))
+        printf '%s\n' "# --- want" "$2" "# --- got" "$1" | sed 's/^/# /'
+    fi
+}
+like() { # like GOT REGEX NAME
+    _n=$((_n + 1))
+    if printf '%s' "$1" | grep -Eq -- "$2"; then echo "ok $_n - $3"; else
+        echo "not ok $_n - $3"; _fail=$((_fail + 1)); printf '%s\n' "$1" | sed 's/^/# got: /' | head -20
+    fi
+}
+done_testing() { echo "1..$_n"; [ "$_fail" = 0 ]; exit $?; }
