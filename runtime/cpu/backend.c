@@ -1,0 +1,123 @@
+/* runtime/cpu/backend.c — CPU backend lifetime, the arena, copies, errors.
+ * Host memory is backend memory here, so copies are memcpy and sync is a no-op. */
+#include <cblas.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_kernels.h"
+
+#define PG_ARENA_ALIGN 64 /* a cache line; AVX-512 loads like it too */
+
+struct pg_ctx {
+    int threads; /* OpenBLAS threads asked for; 0: OpenBLAS's own default */
+};
+
+pg_ctx *pg_backend_init(int threads)
+{
+    pg_ctx *c = calloc(1, sizeof *c);
+    if (!c) {
+        pg_rt_error(__FILE__, __LINE__, "cannot allocate the CPU backend context (%zu bytes)", sizeof *c);
+        return NULL;
+    }
+    c->threads = threads > 0 ? threads : 0;
+    /* With OpenBLAS 0.3.21's SkylakeX kernels sgemm bits do not depend on the
+     * thread count; with its Haswell/Zen kernels they do, so every stage of a
+     * run must use the same count (see runtime/cpu/README.md). */
+    if (threads > 0)
+        openblas_set_num_threads(threads);
+    return c;
+}
+
+void pg_backend_free(pg_ctx *c) { free(c); }
+
+const char *pg_backend_name(void) { return "cpu"; }
+
+void *pg_arena_create(pg_ctx *c, size_t bytes)
+{
+    (void)c;
+    size_t rounded = bytes ? bytes : 1;
+    if (rounded > SIZE_MAX - (PG_ARENA_ALIGN - 1)) {
+        pg_rt_error(__FILE__, __LINE__, "arena of %zu bytes is too large to allocate", bytes);
+        return NULL;
+    }
+    rounded = (rounded + PG_ARENA_ALIGN - 1) / PG_ARENA_ALIGN * PG_ARENA_ALIGN;
+    void *p = aligned_alloc(PG_ARENA_ALIGN, rounded);
+    if (!p) {
+        pg_rt_error(__FILE__, __LINE__,
+                    "cannot allocate the stage arena: %zu bytes (%.1f MiB); free memory or use more stages",
+                    bytes, (double)bytes / (1024.0 * 1024.0));
+        return NULL;
+    }
+    memset(p, 0, rounded);
+    return p;
+}
+
+void pg_arena_destroy(pg_ctx *c, void *arena)
+{
+    (void)c;
+    free(arena);
+}
+
+int pg_copy_to_dev(pg_ctx *c, void *dst, const void *src, size_t bytes)
+{
+    (void)c;
+    if (bytes)
+        memmove(dst, src, bytes);
+    return 0;
+}
+
+int pg_copy_to_host(pg_ctx *c, void *dst, const void *src, size_t bytes)
+{
+    (void)c;
+    if (bytes)
+        memmove(dst, src, bytes);
+    return 0;
+}
+
+int pg_sync(pg_ctx *c)
+{
+    (void)c;
+    return 0;
+}
+
+int pg_zero(pg_ctx *c, float *x, int64_t count)
+{
+    (void)c;
+    if (count < 0)
+        return PG_RT_FAIL("zero: negative count %lld", (long long)count);
+    if (count)
+        memset(x, 0, (size_t)count * sizeof *x);
+    return 0;
+}
+
+int pg_copy(pg_ctx *c, float *dst, const float *src, int64_t count)
+{
+    (void)c;
+    if (count < 0)
+        return PG_RT_FAIL("copy: negative count %lld", (long long)count);
+    if (count && dst != src)
+        memmove(dst, src, (size_t)count * sizeof *dst);
+    return 0;
+}
+
+int pg_axpy_inplace(pg_ctx *c, float *y, const float *x, int64_t count)
+{
+    (void)c;
+    if (count < 0)
+        return PG_RT_FAIL("axpy: negative count %lld", (long long)count);
+    for (int64_t i = 0; i < count; i++)
+        y[i] += x[i];
+    return 0;
+}
+
+void pg_rt_error(const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "%s:%d: error: ", file, line);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}

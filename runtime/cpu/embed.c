@@ -1,0 +1,103 @@
+/* runtime/cpu/embed.c — token embedding, learned position embedding, and
+ * logits by a table transposed (the tied output layer). */
+#include <string.h>
+
+#include "cpu_kernels.h"
+
+static int ids_ok(const char *op, int64_t n, int64_t vocab, const int32_t *ids)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= vocab)
+            return PG_RT_FAIL("%s: row %lld has token id %ld, outside the vocabulary [0, %lld); "
+                              "check the data file against the model's vocab size",
+                              op, (long long)i, (long)ids[i], (long long)vocab);
+    return 0;
+}
+
+/* y[n,d] = table[ids[i]] */
+int pg_embed_fwd(pg_ctx *c, int64_t n, int64_t vocab, int64_t d, const int32_t *ids,
+                 const float *table, float *y)
+{
+    (void)c;
+    if (n < 0 || vocab < 0 || d < 0)
+        return PG_RT_FAIL("embed_fwd: negative size n=%lld vocab=%lld d=%lld",
+                          (long long)n, (long long)vocab, (long long)d);
+    if (ids_ok("embed_fwd", n, vocab, ids))
+        return 1;
+    for (int64_t i = 0; i < n; i++)
+        memcpy(y + i * d, table + (int64_t)ids[i] * d, (size_t)d * sizeof *y);
+    return 0;
+}
+
+/* dtable[ids[i]] += dy[i], rows in index order (a repeated id sums in that order). */
+int pg_embed_bwd_w(pg_ctx *c, int64_t n, int64_t vocab, int64_t d, const int32_t *ids,
+                   const float *dy, float *dtable)
+{
+    (void)c;
+    if (n < 0 || vocab < 0 || d < 0)
+        return PG_RT_FAIL("embed_bwd_w: negative size n=%lld vocab=%lld d=%lld",
+                          (long long)n, (long long)vocab, (long long)d);
+    if (ids_ok("embed_bwd_w", n, vocab, ids))
+        return 1;
+    for (int64_t i = 0; i < n; i++) {
+        float *dst = dtable + (int64_t)ids[i] * d;
+        const float *src = dy + i * d;
+        for (int64_t j = 0; j < d; j++)
+            dst[j] += src[j];
+    }
+    return 0;
+}
+
+/* y[r,T,d] = x[r,T,d] + table[T,d]; y may alias x. */
+int pg_pos_embed_fwd(pg_ctx *c, int64_t r, int64_t T, int64_t d, const float *x,
+                     const float *table, float *y)
+{
+    (void)c;
+    if (r < 0 || T < 0 || d < 0)
+        return PG_RT_FAIL("pos_embed_fwd: negative size r=%lld T=%lld d=%lld",
+                          (long long)r, (long long)T, (long long)d);
+    int64_t td = T * d;
+    for (int64_t i = 0; i < r; i++)
+        for (int64_t k = 0; k < td; k++)
+            y[i * td + k] = x[i * td + k] + table[k];
+    return 0;
+}
+
+/* dtable[T,d] += sum over the r rows of dy[r,T,d]: rows in index order, in
+ * double per block of elements, one float add at the end. */
+int pg_pos_embed_bwd_w(pg_ctx *c, int64_t r, int64_t T, int64_t d, const float *dy, float *dtable)
+{
+    (void)c;
+    if (r < 0 || T < 0 || d < 0)
+        return PG_RT_FAIL("pos_embed_bwd_w: negative size r=%lld T=%lld d=%lld",
+                          (long long)r, (long long)T, (long long)d);
+    int64_t td = T * d;
+    double s[PG_CPU_COLBLK];
+    for (int64_t k0 = 0; k0 < td; k0 += PG_CPU_COLBLK) {
+        int64_t nb = td - k0 < PG_CPU_COLBLK ? td - k0 : PG_CPU_COLBLK;
+        for (int64_t k = 0; k < nb; k++)
+            s[k] = 0.0;
+        for (int64_t i = 0; i < r; i++)
+            for (int64_t k = 0; k < nb; k++)
+                s[k] += dy[i * td + k0 + k];
+        for (int64_t k = 0; k < nb; k++)
+            dtable[k0 + k] += (float)s[k];
+    }
+    return 0;
+}
+
+/* Logits by a table transposed are a bias-free linear layer with W = table[V,d]. */
+int pg_logits_fwd(pg_ctx *c, int64_t n, int64_t d, int64_t V, const float *x, const float *table, float *y)
+{
+    return pg_linear_fwd(c, n, d, V, x, table, NULL, y);
+}
+
+int pg_logits_bwd_in(pg_ctx *c, int64_t n, int64_t d, int64_t V, const float *dy, const float *table, float *dx)
+{
+    return pg_linear_bwd_in(c, n, d, V, dy, table, dx);
+}
+
+int pg_logits_bwd_w(pg_ctx *c, int64_t n, int64_t d, int64_t V, const float *x, const float *dy, float *dtable)
+{
+    return pg_linear_bwd_w(c, n, d, V, x, dy, dtable, NULL);
+}

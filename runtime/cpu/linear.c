@@ -1,0 +1,96 @@
+/* runtime/cpu/linear.c — linear layer and logits-by-table, all through sgemm.
+ * Row-major, W is [out, in] as PyTorch. No copies: every product is one
+ * cblas_sgemm call on the caller's buffers. */
+#include <cblas.h>
+
+#include "cpu_kernels.h"
+
+static int linear_dims_ok(const char *op, int64_t n, int64_t in, int64_t out)
+{
+    if (!pg_cpu_dim_ok(n) || !pg_cpu_dim_ok(in) || !pg_cpu_dim_ok(out))
+        return PG_RT_FAIL("%s: sizes n=%lld in=%lld out=%lld must be in [0, %d]", op,
+                          (long long)n, (long long)in, (long long)out, INT_MAX);
+    return 0;
+}
+
+/* y[n,out] = x[n,in] W[out,in]^T + b[out] */
+int pg_linear_fwd(pg_ctx *c, int64_t n, int64_t in, int64_t out,
+                  const float *x, const float *w, const float *b, float *y)
+{
+    (void)c;
+    if (linear_dims_ok("linear_fwd", n, in, out))
+        return 1;
+    if (n == 0 || out == 0)
+        return 0;
+    float beta = 0.0f;
+    if (b) { /* y starts as the bias, the product adds to it */
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < out; j++)
+                y[i * out + j] = b[j];
+        beta = 1.0f;
+    }
+    if (in == 0) {
+        if (!b)
+            for (int64_t i = 0; i < n * out; i++)
+                y[i] = 0.0f;
+        return 0;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)out, (int)in,
+                1.0f, x, (int)in, w, (int)in, beta, y, (int)out);
+    return 0;
+}
+
+/* dx[n,in] = dy[n,out] W[out,in] */
+int pg_linear_bwd_in(pg_ctx *c, int64_t n, int64_t in, int64_t out,
+                     const float *dy, const float *w, float *dx)
+{
+    (void)c;
+    if (linear_dims_ok("linear_bwd_in", n, in, out))
+        return 1;
+    if (n == 0 || in == 0)
+        return 0;
+    if (out == 0) {
+        for (int64_t i = 0; i < n * in; i++)
+            dx[i] = 0.0f;
+        return 0;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)in, (int)out,
+                1.0f, dy, (int)out, w, (int)in, 0.0f, dx, (int)in);
+    return 0;
+}
+
+/* Column sums of a[n, m] added to acc[m]: rows in index order, in double per
+ * block of columns, one float add into acc at the end. */
+static void colsum_acc(int64_t n, int64_t m, const float *a, float *acc)
+{
+    double s[PG_CPU_COLBLK];
+    for (int64_t j0 = 0; j0 < m; j0 += PG_CPU_COLBLK) {
+        int64_t nb = m - j0 < PG_CPU_COLBLK ? m - j0 : PG_CPU_COLBLK;
+        for (int64_t j = 0; j < nb; j++)
+            s[j] = 0.0;
+        for (int64_t i = 0; i < n; i++) {
+            const float *row = a + i * m + j0;
+            for (int64_t j = 0; j < nb; j++)
+                s[j] += row[j];
+        }
+        for (int64_t j = 0; j < nb; j++)
+            acc[j0 + j] += (float)s[j];
+    }
+}
+
+/* dw[out,in] += dy[n,out]^T x[n,in]; db[out] += column sums of dy */
+int pg_linear_bwd_w(pg_ctx *c, int64_t n, int64_t in, int64_t out,
+                    const float *x, const float *dy, float *dw, float *db)
+{
+    (void)c;
+    if (linear_dims_ok("linear_bwd_w", n, in, out))
+        return 1;
+    if (n == 0 || out == 0)
+        return 0;
+    if (in > 0)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)out, (int)in, (int)n,
+                    1.0f, dy, (int)out, x, (int)in, 1.0f, dw, (int)in);
+    if (db)
+        colsum_acc(n, out, dy, db);
+    return 0;
+}

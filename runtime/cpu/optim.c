@@ -1,0 +1,83 @@
+/* runtime/cpu/optim.c — gradient norms and optimizer steps, one tensor at a
+ * time, elementwise in float with the scalar factors computed in double, in
+ * the same operation order as torch.optim's single-tensor SGD and AdamW. */
+#include <math.h>
+
+#include "cpu_kernels.h"
+
+/* *out = sum g^2 over the elements in index order (double). */
+int pg_sumsq(pg_ctx *c, int64_t count, const float *g, double *out)
+{
+    (void)c;
+    if (count < 0)
+        return PG_RT_FAIL("sumsq: negative count %lld", (long long)count);
+    double s = 0.0;
+    for (int64_t i = 0; i < count; i++)
+        s += (double)g[i] * g[i];
+    *out = s;
+    return 0;
+}
+
+int pg_scale(pg_ctx *c, float *x, float a, int64_t count)
+{
+    (void)c;
+    if (count < 0)
+        return PG_RT_FAIL("scale: negative count %lld", (long long)count);
+    for (int64_t i = 0; i < count; i++)
+        x[i] *= a;
+    return 0;
+}
+
+/* torch.optim.SGD (dampening 0, no Nesterov):
+ *   d = g + wd w;  buf = d on the first step, else momentum buf + d;  w -= lr buf
+ * With momentum 0 the buffer is not touched (may be NULL). */
+int pg_sgd_step(pg_ctx *c, int64_t count, float *w, const float *g, float *buf,
+                float lr, float momentum, float weight_decay, int first_step)
+{
+    (void)c;
+    if (count < 0)
+        return PG_RT_FAIL("sgd_step: negative count %lld", (long long)count);
+    if (momentum != 0.0f && !buf)
+        return PG_RT_FAIL("sgd_step: momentum %g needs a momentum buffer", (double)momentum);
+    for (int64_t i = 0; i < count; i++) {
+        float d = g[i];
+        if (weight_decay != 0.0f)
+            d = d + weight_decay * w[i];
+        if (momentum != 0.0f) {
+            d = first_step ? d : buf[i] * momentum + d;
+            buf[i] = d;
+        }
+        w[i] = w[i] + (-lr) * d;
+    }
+    return 0;
+}
+
+/* torch.optim.AdamW (amsgrad off), step t >= 1:
+ *   w *= 1 - lr wd;  m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g g
+ *   w += -(lr / (1 - beta1^t)) m / (sqrt(v) / sqrt(1 - beta2^t) + eps) */
+int pg_adamw_step(pg_ctx *c, int64_t count, float *w, const float *g, float *m, float *v,
+                  float lr, float beta1, float beta2, float eps, float weight_decay, int64_t t)
+{
+    (void)c;
+    if (count < 0 || t < 1)
+        return PG_RT_FAIL("adamw_step: need count >= 0 and step t >= 1, got count=%lld t=%lld",
+                          (long long)count, (long long)t);
+    float decay = (float)(1.0 - (double)lr * (double)weight_decay);
+    float b1 = beta1, one_b1 = (float)(1.0 - (double)beta1);
+    float b2 = beta2, one_b2 = (float)(1.0 - (double)beta2);
+    double bc1 = 1.0 - pow((double)beta1, (double)t);
+    double bc2 = 1.0 - pow((double)beta2, (double)t);
+    float neg_step = (float)(-((double)lr / bc1));
+    float bc2_sqrt = (float)sqrt(bc2);
+    for (int64_t i = 0; i < count; i++) {
+        float gi = g[i];
+        float wi = w[i] * decay;
+        float mi = m[i] * b1 + one_b1 * gi;
+        float vi = v[i] * b2 + one_b2 * gi * gi;
+        float den = sqrtf(vi) / bc2_sqrt + eps;
+        w[i] = wi + neg_step * mi / den;
+        m[i] = mi;
+        v[i] = vi;
+    }
+    return 0;
+}
