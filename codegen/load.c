@@ -1,0 +1,25 @@
+/* codegen/load.c — source -> tree -> checked model, with every error path
+ * freeing what it made. The tree is dropped once checked: the model keeps
+ * copies of every name it needs. */
+#include <string.h>
+#include "load.h"
+
+int pg_load(pg_loaded *l, const char *path, FILE *diag_out) {
+    memset(l, 0, sizeof *l);
+    pg_diag_init(&l->diag, diag_out, NULL);
+    if (pg_source_read(&l->src, path, PG_SOURCE_LIMIT, &l->diag) != 0) return 1;
+    l->have_src = 1;
+    l->diag.src = &l->src;
+    pg_ast ast;
+    memset(&ast, 0, sizeof ast);
+    int rc = 1;
+    if (pg_parse(&l->src, &ast, &l->diag) == 0 && pg_check(&ast, &l->model, &l->diag) == 0) rc = 0;
+    pg_ast_free(&ast);
+    return rc;
+}
+
+void pg_unload(pg_loaded *l) {
+    pg_model_free(&l->model);
+    if (l->have_src) pg_source_free(&l->src);
+    memset(l, 0, sizeof *l);
+}

@@ -1,0 +1,96 @@
+/* codegen/main.c — the pipegen command line: a table of subcommands. To add
+ * one, declare `int cmd_NAME(int argc, char **argv)` in commands.h, write it in
+ * codegen/cmd_NAME.c and add a row to `commands` below.
+ * Exit status: 0 ok, 1 errors in the input, 2 usage errors. */
+#include <stdio.h>
+#include <string.h>
+#include "commands.h"
+
+#define PIPEGEN_VERSION "0.1.0"
+
+typedef struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *usage;   /* one line: the arguments */
+    const char *summary; /* one line: what it does */
+    const char *help;    /* more, for `pipegen help NAME`; may be NULL */
+    int hidden;          /* not listed by --help (debugging aids) */
+} command;
+
+static const command commands[] = {
+    {"check", cmd_check, "check FILE", "check a .pipe model and print its stages",
+     "Checks names, shapes, skips, ties, train settings and stages. On success prints\n"
+     "the model, each stage's layers with output shapes and parameter counts, the\n"
+     "skips that cross stages and the tied parameters. Errors go to stderr as\n"
+     "file:line:col: error: message, with the source line and a caret.\n",
+     0},
+    {"schedule", cmd_schedule, "schedule FILE [--csv]", "print each stage's action list (or the schedule as CSV)",
+     NULL, 0},
+    {"parse", cmd_parse, "parse FILE", "print the syntax tree (debugging)", NULL, 1},
+};
+#define NCOMMANDS ((int)(sizeof commands / sizeof commands[0]))
+
+static const command *find_command(const char *name) {
+    for (int i = 0; i < NCOMMANDS; i++)
+        if (strcmp(commands[i].name, name) == 0) return &commands[i];
+    return NULL;
+}
+
+static void print_usage(FILE *out) {
+    fprintf(out, "usage: pipegen COMMAND [ARGS]\n\n"
+                 "pipegen compiles a .pipe model into one C program per pipeline stage.\n\n"
+                 "commands:\n");
+    for (int i = 0; i < NCOMMANDS; i++)
+        if (!commands[i].hidden) fprintf(out, "  %-24s %s\n", commands[i].usage, commands[i].summary);
+    fprintf(out, "\n  pipegen help COMMAND     more about one command\n"
+                 "  pipegen --version        print the version\n\n"
+                 "exit status: 0 ok, 1 errors in the input, 2 usage errors\n");
+}
+
+static int help_command(const char *name) {
+    const command *c = find_command(name);
+    if (!c) {
+        fprintf(stderr, "pipegen: unknown command '%s' (see pipegen --help)\n", name);
+        return 2;
+    }
+    printf("usage: pipegen %s\n\n%s\n", c->usage, c->summary);
+    if (c->help) printf("\n%s", c->help);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        print_usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+        print_usage(stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "--version") == 0) {
+        printf("pipegen " PIPEGEN_VERSION "\n");
+        return 0;
+    }
+    if (strcmp(cmd, "help") == 0) {
+        if (argc == 2) {
+            print_usage(stdout);
+            return 0;
+        }
+        if (argc > 3) {
+            fprintf(stderr, "usage: pipegen help COMMAND\n");
+            return 2;
+        }
+        return help_command(argv[2]);
+    }
+    if (cmd[0] == '-') {
+        fprintf(stderr, "pipegen: unknown option '%s' (see pipegen --help)\n", cmd);
+        return 2;
+    }
+    const command *c = find_command(cmd);
+    if (!c) {
+        fprintf(stderr, "pipegen: unknown command '%s' (see pipegen --help)\n", cmd);
+        return 2;
+    }
+    return c->run(argc - 1, argv + 1);
+}

@@ -1,0 +1,172 @@
+/* dsl/stages.c — chunks and stages: the pieces between top-level splits, or a
+ * contiguous balance by a simple cost when only `stages = N` is given; then which
+ * stages use each parameter, and the ties that sharing across stages needs. */
+#include <stdlib.h>
+#include <string.h>
+#include "check_ctx.h"
+
+static int is_compute(const ir_layer *L) { return L->kind != LK_STASH && L->kind != LK_POP; }
+
+/* Cost of one layer for the balancer: its parameters plus its output elements. */
+static int64_t layer_cost(const chk *c, const ir_layer *L) {
+    int64_t s = pg_shape_numel(&L->out);
+    for (int i = 0; i < L->nparam; i++) s += pg_shape_numel(&c->params[L->param[i]].shape);
+    return s;
+}
+
+static int greedy_chunks(const int64_t *cost, int n, int64_t limit) {
+    int chunks = 1;
+    int64_t sum = 0;
+    for (int i = 0; i < n; i++) {
+        if (sum > 0 && sum + cost[i] > limit) {
+            chunks++;
+            sum = 0;
+        }
+        sum += cost[i];
+    }
+    return chunks;
+}
+
+/* Contiguous partition of n costs into k non-empty chunks minimising the
+ * largest chunk: binary search on the limit, then a greedy pass that cuts
+ * early only when the remaining layers are just enough for the remaining chunks. */
+static void balance(const int64_t *cost, int n, int k, int *chunk_of) {
+    int64_t lo = 0, hi = 0;
+    for (int i = 0; i < n; i++) {
+        if (cost[i] > lo) lo = cost[i];
+        hi = hi > INT64_MAX - cost[i] ? INT64_MAX : hi + cost[i];
+    }
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (greedy_chunks(cost, n, mid) <= k) hi = mid;
+        else lo = mid + 1;
+    }
+    int ch = 0;
+    int64_t sum = 0;
+    for (int i = 0; i < n; i++) {
+        int nonempty = i > 0 && chunk_of[i - 1] == ch;
+        if (nonempty && ch < k - 1 && (sum + cost[i] > lo || n - i <= k - 1 - ch)) {
+            ch++;
+            sum = 0;
+        }
+        chunk_of[i] = ch;
+        sum += cost[i];
+    }
+}
+
+static int check_empty_chunks(chk *c) {
+    int bad = 0, prev = 0;
+    for (int s = 0; s <= c->nsplits; s++) {
+        int end = s < c->nsplits ? c->splits[s].at_layer : c->nlayers, n = 0;
+        for (int i = prev; i < end; i++) n += is_compute(&c->layers[i]);
+        if (n == 0) {
+            bad = 1;
+            if (s == 0) chk_error(c, c->splits[0].loc, "split before the first layer leaves stage 0 empty");
+            else if (s == c->nsplits) chk_error(c, c->splits[s - 1].loc, "split after the last layer leaves the last stage empty");
+            else if (chk_error(c, c->splits[s].loc, "two splits with no layer between them leave a stage empty"))
+                chk_note(c, c->splits[s - 1].loc, "the previous split is here");
+        }
+        prev = end;
+    }
+    return bad;
+}
+
+void chk_stages(chk *c) {
+    ir_model *m = c->m;
+    ir_train *t = &m->train;
+    int v = t->interleave > 0 ? t->interleave : 1;
+    int ncompute = 0;
+    for (int i = 0; i < c->nlayers; i++) ncompute += is_compute(&c->layers[i]);
+    pg_loc at = t->schedule_loc.line ? t->schedule_loc : t->stages_loc;
+
+    if (c->nsplits > 0) {
+        if (check_empty_chunks(c)) return;
+        int nchunks = c->nsplits + 1;
+        if (nchunks % v != 0) {
+            chk_error(c, at, "interleaved(%d) needs a chunk count divisible by %d, but the splits make %d chunks",
+                      v, v, nchunks);
+            return;
+        }
+        int nstages = nchunks / v;
+        if (t->stages && t->stages != nstages) {
+            if (chk_error(c, t->stages_loc, "stages = %d, but the %d split%s make%s %d stage%s", t->stages, c->nsplits,
+                          c->nsplits == 1 ? "" : "s", c->nsplits == 1 ? "s" : "", nstages, nstages == 1 ? "" : "s"))
+                chk_note(c, c->splits[0].loc, "the first split is here");
+            return;
+        }
+        if (nstages > PG_MAX_STAGES) {
+            chk_error(c, c->splits[c->nsplits - 1].loc, "the splits make %d stages; at most %d are supported", nstages,
+                      PG_MAX_STAGES);
+            return;
+        }
+        m->nchunks = nchunks;
+        m->nstages = nstages;
+    } else {
+        int nstages = t->stages ? t->stages : 1;
+        int nchunks = nstages * v;
+        if (nchunks > ncompute) {
+            if (t->stages && v == 1)
+                chk_error(c, t->stages_loc, "stages = %d is more than the %d layers of the model", t->stages, ncompute);
+            else
+                chk_error(c, at, "%d stages of interleaved(%d) need %d chunks, more than the %d layers of the model",
+                          nstages, v, nchunks, ncompute);
+            return;
+        }
+        int64_t *cost = chk_xmalloc(sizeof *cost * (size_t)(ncompute + 1));
+        int *chunk_of = chk_xmalloc(sizeof *chunk_of * (size_t)(ncompute + 1));
+        for (int i = 0, j = 0; i < c->nlayers; i++)
+            if (is_compute(&c->layers[i])) cost[j++] = layer_cost(c, &c->layers[i]);
+        balance(cost, ncompute, nchunks, chunk_of);
+        for (int i = 0, j = 0; i < c->nlayers; i++) {
+            if (is_compute(&c->layers[i])) c->layers[i].chunk = chunk_of[j++];
+            else c->layers[i].chunk = j > 0 ? chunk_of[j - 1] : 0;
+        }
+        free(cost);
+        free(chunk_of);
+        m->nchunks = nchunks;
+        m->nstages = nstages;
+    }
+    for (int i = 0; i < c->nlayers; i++) c->layers[i].stage = c->layers[i].chunk % m->nstages;
+}
+
+void chk_ties(chk *c) {
+    for (int i = 0; i < c->nlayers; i++) {
+        const ir_layer *L = &c->layers[i];
+        for (int j = 0; j < L->nparam; j++) c->params[L->param[j]].stage_mask |= 1ull << L->stage;
+        for (int j = 0; j < L->nbuffer; j++) c->params[L->buffer[j]].stage_mask |= 1ull << L->stage;
+    }
+    for (int i = 0; i < c->nparams_; i++) {
+        ir_param *p = &c->params[i];
+        p->owner_stage = p->stage_mask ? __builtin_ctzll(p->stage_mask) : 0;
+    }
+    for (int k = 0; k < c->nnparams; k++) {
+        chk_nparam *np = &c->nparams[k];
+        if (np->index < 0) {
+            if (np->tie) chk_warning(c, np->tie->loc, "tie of '%s' has no effect: no layer uses it", np->st->name);
+            continue;
+        }
+        ir_param *p = &c->params[np->index];
+        int users = __builtin_popcountll(p->stage_mask);
+        if (users <= 1) {
+            if (np->tie)
+                chk_warning(c, np->tie->loc, "tie of '%s' has no effect: only stage %d uses it", np->st->name,
+                            p->owner_stage);
+            continue;
+        }
+        if (np->tie) {
+            p->tie = np->tie_mode;
+            p->tie_loc = np->tie->loc;
+            continue;
+        }
+        /* the first use outside the owning stage */
+        const ir_layer *first = &c->layers[np->first_user], *other = NULL;
+        for (int i = 0; i < c->nlayers && !other; i++)
+            for (int j = 0; j < c->layers[i].nparam; j++)
+                if (c->layers[i].param[j] == np->index && c->layers[i].stage != p->owner_stage) other = &c->layers[i];
+        if (other && chk_error(c, other->loc, "parameter '%s' is used in stages %d and %d but is not tied",
+                               np->st->name, first->stage, other->stage)) {
+            chk_note(c, first->loc, "'%s' is also used here, in stage %d", np->st->name, first->stage);
+            chk_note(c, np->st->loc, "add `tie %s replicate` or `tie %s transmit`", np->st->name, np->st->name);
+        }
+    }
+}

@@ -1,0 +1,151 @@
+/* dsl/summary.c — pg_model_summary: what `pipegen check` prints for a good model.
+ * The model line, then per stage its layers (name, kind and key attributes,
+ * output shape, parameters) and totals, then the skips that cross stages and the
+ * ties. Counts carry thousands separators; the output is byte-stable. */
+#include <stdlib.h>
+#include <string.h>
+#include "ir.h"
+
+static const char *count(int64_t v, char *buf, size_t n) {
+    char tmp[32];
+    int len = snprintf(tmp, sizeof tmp, "%lld", (long long)(v < 0 ? -v : v));
+    size_t o = 0;
+    if (v < 0 && o + 1 < n) buf[o++] = '-';
+    for (int i = 0; i < len && o + 1 < n; i++) {
+        if (i > 0 && (len - i) % 3 == 0 && o + 1 < n) buf[o++] = ',';
+        if (o + 1 < n) buf[o++] = tmp[i];
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+static const char *describe(const ir_model *m, const ir_layer *L, char *buf, size_t n) {
+    const char *tname = L->nparam > 0 && (L->kind == LK_EMBED || L->kind == LK_LOGITS) &&
+                                !strchr(m->params[L->param[0]].name, '.') ? m->params[L->param[0]].name : NULL;
+    switch (L->kind) {
+    case LK_LINEAR:
+        snprintf(buf, n, "linear(%lld -> %lld%s)", (long long)L->in_features, (long long)L->out_features,
+                 L->bias ? "" : ", bias = false");
+        break;
+    case LK_RELU: snprintf(buf, n, "relu"); break;
+    case LK_GELU: snprintf(buf, n, "gelu"); break;
+    case LK_LAYERNORM: snprintf(buf, n, "layernorm"); break;
+    case LK_BATCHNORM: snprintf(buf, n, "batchnorm%s", L->deferred ? "(deferred)" : ""); break;
+    case LK_EMBED:
+        if (tname) snprintf(buf, n, "embed(%s)", tname);
+        else snprintf(buf, n, "embed(%lld -> %lld)", (long long)L->vocab, (long long)L->dim);
+        break;
+    case LK_POS_EMBED: snprintf(buf, n, "pos_embed(%lld, %lld)", (long long)L->seq, (long long)L->dim); break;
+    case LK_ATTENTION:
+        snprintf(buf, n, "attention(heads = %lld%s)", (long long)L->heads, L->causal ? ", causal" : "");
+        break;
+    case LK_LOGITS:
+        if (tname) snprintf(buf, n, "logits(%s)", tname);
+        else snprintf(buf, n, "logits(%lld -> %lld)", (long long)L->dim, (long long)L->vocab);
+        break;
+    case LK_DROPOUT: snprintf(buf, n, "dropout(p = %g)", L->p); break;
+    case LK_STASH: snprintf(buf, n, "stash %s", L->skip >= 0 ? m->skips[L->skip].name : "?"); break;
+    case LK_POP:
+        snprintf(buf, n, "pop %s %s", L->skip >= 0 ? m->skips[L->skip].name : "?",
+                 L->skip >= 0 && m->skips[L->skip].mode == POP_CONCAT ? "concat" : "add");
+        break;
+    default: snprintf(buf, n, "?"); break;
+    }
+    return buf;
+}
+
+static const char *sched_name(const ir_train *t, char *buf, size_t n) {
+    switch (t->schedule) {
+    case SCHED_GPIPE: return "gpipe";
+    case SCHED_1F1B: return "1f1b";
+    case SCHED_ZB1: return "zb1";
+    case SCHED_INTERLEAVED: snprintf(buf, n, "interleaved(%d)", t->interleave); return buf;
+    case SCHED_FILE: snprintf(buf, n, "file(\"%s\")", t->schedule_file ? t->schedule_file : ""); return buf;
+    }
+    return "?";
+}
+
+static const char *const ckpt_names[] = {"always", "except_last", "never"};
+static const char *const loss_names[] = {"mse(sum)", "mse(mean)", "cross_entropy"};
+
+void pg_model_summary(const ir_model *m, FILE *out) {
+    const ir_train *t = &m->train;
+    char a[48], b[48], s[128];
+    int64_t total = pg_model_param_count(m);
+    fprintf(out, "model %s: %d stage%s, %s parameters (%s bytes in f32)\n", m->name ? m->name : "?", m->nstages,
+            m->nstages == 1 ? "" : "s", count(total, a, sizeof a), count(total * 4, b, sizeof b));
+    fprintf(out, "  batch %lld in %lld micro-batch%s, schedule %s, checkpoint %s\n", (long long)t->batch,
+            (long long)t->microbatches, t->microbatches == 1 ? "" : "es", sched_name(t, s, sizeof s),
+            ckpt_names[t->checkpoint]);
+    if (t->optimizer == OPT_SGD)
+        fprintf(out, "  loss %s, optimizer sgd(lr = %g, momentum = %g, weight_decay = %g)", loss_names[t->loss], t->lr,
+                t->momentum, t->weight_decay);
+    else
+        fprintf(out, "  loss %s, optimizer adamw(lr = %g, betas = (%g, %g), eps = %g, weight_decay = %g)",
+                loss_names[t->loss], t->lr, t->beta1, t->beta2, t->adam_eps, t->weight_decay);
+    fprintf(out, ", %s%s, precision %s\n", t->lr_schedule == LR_COSINE ? "cosine lr" : "constant lr",
+            t->grad_clip > 0 ? ", grad_clip" : "", pg_dtype_name(t->precision));
+    pg_shape_str(m->input_dtype, &m->input, a, sizeof a);
+    pg_shape_str(m->target_dtype, &m->target, b, sizeof b);
+    fprintf(out, "  input %s : %s, target %s : %s\n", m->input_name, a, m->target_name, b);
+
+    /* column widths over all layers */
+    int wn = 0, wd = 0, ws = 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        char d[128], sh[64];
+        int ln = (int)strlen(m->layers[i].name), ld = (int)strlen(describe(m, &m->layers[i], d, sizeof d));
+        int ls = (int)strlen(pg_shape_str(DT_F32, &m->layers[i].out, sh, sizeof sh));
+        if (ln > wn) wn = ln;
+        if (ld > wd) wd = ld;
+        if (ls > ws) ws = ls;
+    }
+    for (int st = 0; st < m->nstages; st++) {
+        int nl = 0;
+        for (int i = 0; i < m->nlayers; i++) nl += m->layers[i].stage == st;
+        int64_t pc = pg_stage_param_count(m, st);
+        fprintf(out, "stage %d: %d layer%s, %s parameters (%s bytes)\n", st, nl, nl == 1 ? "" : "s",
+                count(pc, a, sizeof a), count(pc * 4, b, sizeof b));
+        for (int i = 0; i < m->nlayers; i++) {
+            const ir_layer *L = &m->layers[i];
+            if (L->stage != st) continue;
+            char d[128], sh[64];
+            int64_t np = 0;
+            for (int j = 0; j < L->nparam; j++) np += pg_shape_numel(&m->params[L->param[j]].shape);
+            pg_dtype odt = L->kind == LK_STASH ? L->in_dtype : DT_F32;
+            char line[512];
+            size_t o = (size_t)snprintf(line, sizeof line, "  %-*s  %-*s  %-*s", wn, L->name, wd,
+                                        describe(m, L, d, sizeof d), ws, pg_shape_str(odt, &L->out, sh, sizeof sh));
+            if (m->nchunks != m->nstages && o < sizeof line)
+                o += (size_t)snprintf(line + o, sizeof line - o, "  chunk %d", L->chunk);
+            if (np && o < sizeof line) snprintf(line + o, sizeof line - o, "  %s", count(np, a, sizeof a));
+            size_t e = strlen(line);
+            while (e > 0 && line[e - 1] == ' ') line[--e] = '\0';
+            fputs(line, out);
+            fputc('\n', out);
+        }
+    }
+    int ncross = 0;
+    for (int i = 0; i < m->nskips; i++) {
+        const ir_skip *k = &m->skips[i];
+        if (k->pop_layer < 0 || m->layers[k->stash_layer].stage == m->layers[k->pop_layer].stage) continue;
+        if (!ncross++) fprintf(out, "skips crossing stages:\n");
+        pg_shape_str(DT_F32, &k->shape, a, sizeof a);
+        fprintf(out, "  %s: stage %d -> stage %d, %s, %s\n", k->name, m->layers[k->stash_layer].stage,
+                m->layers[k->pop_layer].stage, k->mode == POP_ADD ? "add" : "concat", a);
+    }
+    int nties = 0;
+    for (int i = 0; i < m->nparams; i++) {
+        const ir_param *p = &m->params[i];
+        if (p->tie == TIE_NONE) continue;
+        if (!nties++) fprintf(out, "ties:\n");
+        fprintf(out, "  %s: %s, stages", p->name, p->tie == TIE_REPLICATE ? "replicate" : "transmit");
+        int first = 1;
+        for (int st = 0; st < 64; st++)
+            if (p->stage_mask >> st & 1) {
+                fprintf(out, "%s %d", first ? "" : ",", st);
+                first = 0;
+            }
+        if (p->tie == TIE_TRANSMIT) fprintf(out, " (owner %d)", p->owner_stage);
+        fputc('\n', out);
+    }
+}

@@ -1,0 +1,267 @@
+/* dsl/train.c — the `train { ... }` settings: one handler per setting, defaults
+ * in check.c's train_defaults (as documented in ir.h), ranges checked here. */
+#include <stdlib.h>
+#include <string.h>
+#include "check_ctx.h"
+
+#define POSITIVE 1, 1, 0, 0, 1, 0
+#define NONNEG 1, 1, 0, 0, 0, 0
+#define GT0 1, 0, 0, 0, 0, 0
+#define UNIT_OPEN 1, 1, 1, 0, 0, 1
+#define NORANGE 0, 0, 0, 0, 0, 0
+
+static const attr_spec sgd_attrs[] = {
+    {"lr", AT_FLOAT, A_POS, GT0, NULL},
+    {"momentum", AT_FLOAT, A_POS, UNIT_OPEN, NULL},
+    {"weight_decay", AT_FLOAT, A_POS, NONNEG, NULL},
+    {0}};
+static const attr_spec adamw_attrs[] = {
+    {"lr", AT_FLOAT, A_POS, GT0, NULL},
+    {"betas", AT_PAIR, A_POS, UNIT_OPEN, NULL},
+    {"eps", AT_FLOAT, A_POS, GT0, NULL},
+    {"weight_decay", AT_FLOAT, A_POS, NONNEG, NULL},
+    {0}};
+static const attr_spec cosine_attrs[] = {
+    {"warmup", AT_INT, A_POS, NONNEG, NULL},
+    {"min", AT_FLOAT, A_POS, NONNEG, NULL},
+    {0}};
+static const attr_spec interleaved_attrs[] = {
+    {"v", AT_INT, A_POS | A_REQ, POSITIVE, NULL},
+    {0}};
+static const attr_spec file_attrs[] = {
+    {"path", AT_STRING, A_POS | A_REQ, NORANGE, NULL},
+    {0}};
+static const attr_spec mse_attrs[] = {
+    {"reduction", AT_WORD, A_POS, NORANGE, "sum|mean"},
+    {0}};
+
+/* `name` or `name(args)`: the name, its args and whether it had parens. */
+static const char *call_name(const ast_expr *e, const ast_arg **args) {
+    *args = NULL;
+    if (e->kind == EX_NAME) return e->str;
+    if (e->kind == EX_CALL) {
+        *args = e->args;
+        return e->str;
+    }
+    return NULL;
+}
+
+/* Pick one of names (NULL-terminated) for e; report with did-you-mean. */
+static int pick(chk *c, const char *setting, const ast_expr *e, const char *const *names, const ast_arg **args) {
+    const char *n = call_name(e, args);
+    int cnt = 0;
+    while (names[cnt]) cnt++;
+    for (int i = 0; n && i < cnt; i++)
+        if (strcmp(n, names[i]) == 0) return i;
+    char list[256] = "", dm[128] = "";
+    size_t o = 0;
+    for (int i = 0; i < cnt && o < sizeof list; i++)
+        o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? (i == cnt - 1 ? " or " : ", ") : "", names[i]);
+    if (n) chk_didyoumean(dm, sizeof dm, n, names, cnt);
+    chk_error(c, e->loc, "unknown %s '%s'%s (expected %s)", setting, n ? n : "value", dm, list);
+    return -1;
+}
+
+static int no_args(chk *c, const char *what, const ast_expr *e) {
+    if (e->kind == EX_CALL && e->args) {
+        chk_error(c, e->loc, "%s takes no arguments", what);
+        return -1;
+    }
+    return 0;
+}
+
+static int int_setting(chk *c, const ast_arg *a, int64_t lo, int64_t hi, int64_t *out) {
+    int64_t v;
+    if (chk_eval_int(c, NULL, a->value, a->key, &v, 0) != 0) return -1;
+    if (v < lo || v > hi) {
+        if (hi == INT64_MAX)
+            chk_error(c, a->value->loc, "%s = %lld is out of range: must be >= %lld", a->key, (long long)v, (long long)lo);
+        else
+            chk_error(c, a->value->loc, "%s = %lld is out of range: must be in [%lld, %lld]", a->key, (long long)v,
+                      (long long)lo, (long long)hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static void set_schedule(chk *c, const ast_arg *a, ir_train *t) {
+    static const char *const names[] = {"gpipe", "1f1b", "interleaved", "zb1", "file", NULL};
+    const ast_arg *args;
+    bound_attr b[PG_MAX_ATTRS];
+    int k = pick(c, "schedule", a->value, names, &args);
+    t->schedule_loc = a->value->loc;
+    switch (k) {
+    case 0: if (!no_args(c, "gpipe", a->value)) t->schedule = SCHED_GPIPE; break;
+    case 1: if (!no_args(c, "1f1b", a->value)) t->schedule = SCHED_1F1B; break;
+    case 3: if (!no_args(c, "zb1", a->value)) t->schedule = SCHED_ZB1; break;
+    case 2:
+        if (chk_bind_args(c, NULL, "interleaved", interleaved_attrs, args, a->value->loc, b) == 0) {
+            t->schedule = SCHED_INTERLEAVED;
+            t->interleave = (int)(b[0].i > PG_MAX_STAGES ? PG_MAX_STAGES + 1 : b[0].i);
+            if (b[0].i > PG_MAX_STAGES)
+                chk_error(c, b[0].loc, "interleaved: v = %lld is out of range: must be in [1, %d]",
+                          (long long)b[0].i, PG_MAX_STAGES);
+            else if (b[0].i == 1)
+                chk_warning(c, b[0].loc, "interleaved(1) has one chunk per stage: it is plain 1f1b");
+        }
+        break;
+    case 4:
+        if (chk_bind_args(c, NULL, "file", file_attrs, args, a->value->loc, b) == 0) {
+            const char *p = b[0].word, *src = c->m->source_path;
+            const char *slash = src ? strrchr(src, '/') : NULL;
+            t->schedule = SCHED_FILE;
+            if (p[0] == '/' || !slash) {
+                t->schedule_file = chk_strdup(c, p);
+            } else {
+                size_t ld = (size_t)(slash - src), lp = strlen(p);
+                char *r = pg_arena_alloc(c->a, ld + lp + 2);
+                if (!r) abort();
+                memcpy(r, src, ld);
+                r[ld] = '/';
+                memcpy(r + ld + 1, p, lp + 1);
+                t->schedule_file = r;
+            }
+        }
+        break;
+    default: break;
+    }
+}
+
+static void set_loss(chk *c, const ast_arg *a, ir_train *t) {
+    static const char *const names[] = {"mse", "cross_entropy", NULL};
+    const ast_arg *args;
+    bound_attr b[PG_MAX_ATTRS];
+    c->loss_loc = a->value->loc;
+    c->have_loss = 1;
+    int k = pick(c, "loss", a->value, names, &args);
+    if (k == 0 && chk_bind_args(c, NULL, "mse", mse_attrs, args, a->value->loc, b) == 0)
+        t->loss = b[0].set && strcmp(b[0].word, "sum") == 0 ? LOSS_MSE_SUM : LOSS_MSE_MEAN;
+    if (k == 1 && !no_args(c, "cross_entropy", a->value)) t->loss = LOSS_CROSS_ENTROPY;
+}
+
+static void set_optimizer(chk *c, const ast_arg *a, ir_train *t) {
+    static const char *const names[] = {"sgd", "adamw", NULL};
+    const ast_arg *args;
+    bound_attr b[PG_MAX_ATTRS];
+    int k = pick(c, "optimizer", a->value, names, &args);
+    if (k == 0 && chk_bind_args(c, NULL, "sgd", sgd_attrs, args, a->value->loc, b) == 0) {
+        t->optimizer = OPT_SGD;
+        t->lr = b[0].set ? b[0].f : 1e-2;
+        t->momentum = b[1].set ? b[1].f : 0;
+        t->weight_decay = b[2].set ? b[2].f : 0;
+    }
+    if (k == 1 && chk_bind_args(c, NULL, "adamw", adamw_attrs, args, a->value->loc, b) == 0) {
+        t->optimizer = OPT_ADAMW;
+        t->lr = b[0].set ? b[0].f : 1e-3;
+        t->beta1 = b[1].set ? b[1].f : 0.9;
+        t->beta2 = b[1].set ? b[1].f2 : 0.999;
+        t->adam_eps = b[2].set ? b[2].f : 1e-8;
+        t->weight_decay = b[3].set ? b[3].f : 0.01;
+    }
+}
+
+static void set_lr_schedule(chk *c, const ast_arg *a, ir_train *t, pg_loc *warmup_loc) {
+    static const char *const names[] = {"constant", "cosine", NULL};
+    const ast_arg *args;
+    bound_attr b[PG_MAX_ATTRS];
+    int k = pick(c, "lr_schedule", a->value, names, &args);
+    if (k == 0 && !no_args(c, "constant", a->value)) t->lr_schedule = LR_CONSTANT;
+    if (k == 1 && chk_bind_args(c, NULL, "cosine", cosine_attrs, args, a->value->loc, b) == 0) {
+        t->lr_schedule = LR_COSINE;
+        t->warmup = b[0].set ? b[0].i : 0;
+        t->lr_min = b[1].set ? b[1].f : 0;
+        *warmup_loc = b[0].set ? b[0].loc : a->value->loc;
+    }
+}
+
+static void set_word(chk *c, const ast_arg *a, const char *const *names, int *out) {
+    const ast_arg *args;
+    int k = pick(c, a->key, a->value, names, &args);
+    if (k >= 0 && !no_args(c, names[k], a->value)) *out = k;
+}
+
+static const char *const settings[] = {"batch", "microbatches", "schedule", "checkpoint", "loss", "optimizer",
+                                       "lr_schedule", "steps", "grad_clip", "seed", "precision", "stages"};
+#define NSETTINGS ((int)(sizeof settings / sizeof settings[0]))
+
+void chk_train(chk *c, const ast_stmt *st) {
+    ir_train *t = &c->m->train;
+    const ast_arg *seen[NSETTINGS] = {0};
+    pg_loc warmup_loc = {0};
+    for (const ast_arg *a = st->args; a; a = a->next) {
+        int k = -1;
+        for (int i = 0; a->key && i < NSETTINGS; i++)
+            if (strcmp(a->key, settings[i]) == 0) k = i;
+        if (k < 0) {
+            char dm[128];
+            chk_error(c, a->key_loc, "unknown train setting '%s'%s", a->key ? a->key : "?",
+                      a->key ? chk_didyoumean(dm, sizeof dm, a->key, settings, NSETTINGS) : "");
+            continue;
+        }
+        if (seen[k]) {
+            if (chk_error(c, a->key_loc, "duplicate train setting '%s'", a->key))
+                chk_note(c, seen[k]->key_loc, "'%s' is first set here", a->key);
+            continue;
+        }
+        seen[k] = a;
+        int64_t v;
+        switch (k) {
+        case 0:
+            c->batch_loc = a->value->loc;
+            if (!int_setting(c, a, 1, INT32_MAX, &v)) t->batch = v;
+            break;
+        case 1:
+            c->micro_loc = a->value->loc;
+            if (!int_setting(c, a, 1, INT32_MAX, &v)) t->microbatches = v;
+            break;
+        case 2: set_schedule(c, a, t); break;
+        case 3: {
+            static const char *const names[] = {"always", "except_last", "never", NULL};
+            int w = -1;
+            set_word(c, a, names, &w);
+            if (w >= 0) t->checkpoint = (ir_ckpt)w; /* enum order matches names */
+            break;
+        }
+        case 4: set_loss(c, a, t); break;
+        case 5: set_optimizer(c, a, t); break;
+        case 6: set_lr_schedule(c, a, t, &warmup_loc); break;
+        case 7:
+            if (!int_setting(c, a, 1, INT64_MAX, &v)) t->steps = v;
+            break;
+        case 8: {
+            pg_val fv;
+            if (chk_eval(c, NULL, a->value, &fv, 0) != 0) break;
+            if (!(fv.f >= 0)) chk_error(c, a->value->loc, "grad_clip = %g is out of range: must be >= 0 (0 = off)", fv.f);
+            else t->grad_clip = fv.f;
+            break;
+        }
+        case 9:
+            if (!int_setting(c, a, 0, INT64_MAX, &v)) t->seed = (uint64_t)v;
+            break;
+        case 10: {
+            static const char *const names[] = {"f32", "bf16", NULL};
+            int w = -1;
+            set_word(c, a, names, &w);
+            if (w >= 0) t->precision = w == 0 ? DT_F32 : DT_BF16;
+            break;
+        }
+        case 11:
+            t->stages_loc = a->value->loc;
+            if (!int_setting(c, a, 1, PG_MAX_STAGES, &v)) t->stages = (int)v;
+            break;
+        }
+    }
+    if (seen[1] && t->microbatches > t->batch) {
+        if (chk_error(c, c->micro_loc, "microbatches = %lld is more than batch = %lld: every micro-batch needs a row",
+                      (long long)t->microbatches, (long long)t->batch)) {
+            if (seen[0]) chk_note(c, c->batch_loc, "batch is set here");
+            else chk_note(c, c->micro_loc, "batch is not set and defaults to 32");
+        }
+    }
+    if (t->lr_schedule == LR_COSINE && t->warmup > t->steps)
+        chk_warning(c, warmup_loc, "warmup = %lld is longer than steps = %lld: the cosine decay never starts",
+                    (long long)t->warmup, (long long)t->steps);
+    if (t->lr_schedule == LR_COSINE && t->lr_min >= t->lr)
+        chk_warning(c, warmup_loc, "cosine min = %g is not below lr = %g: the schedule has no effect", t->lr_min, t->lr);
+}
