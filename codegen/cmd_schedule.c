@@ -1,0 +1,81 @@
+/* codegen/cmd_schedule.c — `pipegen schedule FILE [--csv]`: builds and
+ * verifies the model's schedule, then prints each stage's action list with
+ * its activation slots and the bubble predicted for equal unit costs, or
+ * (--csv) the whole schedule in the CSV format of schedule_csv.c, which
+ * `train { schedule = file("x.csv") }` reads back. */
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+#include "load.h"
+#include "schedule.h"
+
+static void print_schedule(const ir_model *m, const pg_schedule *s, FILE *out)
+{
+    const char *kinds[] = { "gpipe", "1f1b", "interleaved", "zb1", "file" };
+    char sa[160];
+    pg_sched_costs c;
+    pg_sched_prediction pr;
+    memset(&c, 0, sizeof c);
+    for (int i = 0; i < 64; i++)
+        c.fwd[i] = c.bwd_b[i] = c.bwd_w[i] = 1.0;
+    int have_pr = pg_schedule_predict(m, s, &c, &pr) == 0;
+    fprintf(out, "model %s: schedule %s", m->name ? m->name : "?", kinds[m->train.schedule]);
+    if (m->train.schedule == SCHED_INTERLEAVED)
+        fprintf(out, "(%d)", m->train.interleave);
+    fprintf(out, ", %d stage%s, %d chunk%s, %d micro-batch%s\n", s->nstages, s->nstages == 1 ? "" : "s",
+            s->nchunks, s->nchunks == 1 ? "" : "s", s->nmb, s->nmb == 1 ? "" : "es");
+    if (have_pr)
+        fprintf(out, "predicted with unit costs (F = B = W = 1, messages free): step %g\n", pr.step_time);
+    for (int st = 0; st < s->nstages; st++) {
+        const pg_stage_sched *ss = &s->stage[st];
+        fprintf(out, "\nstage %d: %d actions; activation slots", st, ss->n);
+        for (int c2 = st, lc = 0; c2 < s->nchunks && lc < 64; c2 += s->nstages, lc++)
+            fprintf(out, "%s chunk %d: %d", lc ? "," : "", c2, ss->nslots_per_chunk[lc]);
+        if (have_pr)
+            fprintf(out, "; bubble %.1f%%", 100.0 * pr.bubble[st]);
+        fputc('\n', out);
+        for (int i = 0; i < ss->n; i++) {
+            const pg_act *a = &ss->act[i];
+            fprintf(out, "  %4d  %s", i, pg_act_str(a, sa, sizeof sa));
+            if (a->slot >= 0)
+                fprintf(out, "  [slot %d]", a->slot);
+            fputc('\n', out);
+        }
+    }
+}
+
+int cmd_schedule(int argc, char **argv)
+{
+    const char *path = NULL;
+    int csv = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--csv") == 0)
+            csv = 1;
+        else if (argv[i][0] == '-' && argv[i][1] != '\0')
+            path = NULL, argc = -1;
+        else if (!path)
+            path = argv[i];
+        else
+            argc = -1;
+        if (argc < 0)
+            break;
+    }
+    if (argc < 0 || !path || !path[0]) {
+        fprintf(stderr, "usage: pipegen schedule FILE [--csv]\n");
+        return 2;
+    }
+    pg_loaded l;
+    pg_schedule s;
+    int rc = 1;
+    if (pg_load(&l, path, stderr) == 0 && pg_schedule_build(&l.model, &s, &l.diag) == 0) {
+        if (csv)
+            pg_schedule_write_csv(&s, stdout);
+        else
+            print_schedule(&l.model, &s, stdout);
+        pg_schedule_free(&s);
+        rc = 0;
+    }
+    pg_unload(&l);
+    return rc;
+}

@@ -1,0 +1,30 @@
+/* codegen/sched_internal.h — helpers shared by the schedule files (schedule.c,
+ * schedule_comms.c, schedule_csv.c, sched_sim.c, verify.c, predict.c); not
+ * part of the interface other phases code against (that is schedule.h). */
+#ifndef PG_SCHED_INTERNAL_H
+#define PG_SCHED_INTERNAL_H
+
+#include "schedule.h"
+
+#define PG_SCHED_MAX_STAGES 64
+#define PG_SCHED_MAX_CHUNKS 64
+
+/* An action with every optional field at -1. */
+pg_act pg_act_make(pg_act_kind k, int mb, int chunk);
+/* Append a to stage st; -1 when out of memory. */
+int pg_sched_push(pg_stage_sched *st, pg_act a);
+/* Allocate s->stage for nstages empty lists; -1 when out of memory. */
+int pg_sched_alloc(pg_schedule *s, int nstages, int nchunks, int nmb);
+/* 1 for FWD, BWD_B, BWD_W. */
+int pg_act_is_compute(pg_act_kind k);
+/* Stage that holds chunk c. */
+static inline int pg_chunk_stage(const pg_schedule *s, int c) { return c % s->nstages; }
+/* Chunk of layer i of m. */
+static inline int pg_layer_chunk(const ir_model *m, int i) { return m->layers[i].chunk; }
+/* Where a diagnostic about action a of the schedule points: its CSV line,
+ * else the model's `schedule =` setting, else the model file. */
+pg_loc pg_act_loc(const ir_model *m, const pg_schedule *s, const pg_act *a);
+/* Schedule name for messages: "1f1b", "interleaved(2)", "file(x.csv)". */
+const char *pg_schedule_kind_str(const ir_model *m, char *buf, size_t n);
+
+#endif

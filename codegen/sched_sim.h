@@ -1,0 +1,49 @@
+/* codegen/sched_sim.h — runs every stage's action list together, as the
+ * runtime would: a SEND appends to the FIFO of its (sender, receiver) pair and
+ * never blocks, a RECV waits for the head of the FIFO from its peer and must
+ * match it. TIE_REDUCE and GRAD_NORM are run as the messages they stand for
+ * (see schedule_comms.c). Used by the verifier (does it finish?) and by the
+ * predictor (when does it finish?). Assumes the static checks of verify.c
+ * passed: kinds, peers, params in range. */
+#ifndef PG_SCHED_SIM_H
+#define PG_SCHED_SIM_H
+
+#include "sched_internal.h"
+
+typedef enum pg_sim_status {
+    SIM_OK,          /* every stage finished, every message received */
+    SIM_MISMATCH,    /* a RECV met a message it does not match */
+    SIM_DEADLOCK,    /* some stages wait forever */
+    SIM_UNRECEIVED,  /* all finished but messages were left in a FIFO */
+    SIM_NOMEM
+} pg_sim_status;
+
+typedef struct pg_sim_ref {
+    int stage, idx;  /* action idx of stage */
+} pg_sim_ref;
+
+typedef struct pg_sim {
+    /* in */
+    const ir_model *m;
+    const pg_schedule *s;
+    double **dur;    /* optional [stage][action]: seconds a compute action takes, or a
+                        SEND's (and a collective message's) transfer time; NULL: untimed */
+    /* out */
+    pg_sim_status status;
+    pg_sim_ref recv, send;                 /* SIM_MISMATCH: the RECV and what it met */
+    int pc[PG_SCHED_MAX_STAGES];           /* where each stage stopped (n: finished) */
+    int wait_for[PG_SCHED_MAX_STAGES];     /* SIM_DEADLOCK: the stage it waits for, -1 finished */
+    int nleft;                             /* SIM_UNRECEIVED: sends nobody received */
+    pg_sim_ref *left;                      /* owned, [nleft] in stage, action order */
+    double clock[PG_SCHED_MAX_STAGES];     /* when each stage finished (timed runs) */
+    double busy[PG_SCHED_MAX_STAGES];      /* sum of its compute durations */
+} pg_sim;
+
+/* Returns sim->status. */
+pg_sim_status pg_sim_run(pg_sim *sim);
+void pg_sim_free(pg_sim *sim);
+
+/* 1 when recv (on its stage) accepts the message that send produced. */
+int pg_sim_match(const pg_act *send, const pg_act *recv);
+
+#endif

@@ -1,0 +1,366 @@
+/* codegen/schedule.c — the built-in compute schedules (gpipe, 1f1b,
+ * interleaved(v); zb1 is refused for now), activation slots, and the whole
+ * schedule pass (pg_schedule_build). Communication is added by
+ * schedule_comms.c, checked by verify.c; CSV lives in schedule_csv.c.
+ *
+ * Every built-in keeps the backward of one chunk in increasing micro-batch
+ * order, so weight gradients accumulate in index order (the determinism
+ * invariant of DESIGN.md); the verifier enforces that for every schedule. */
+#include <stdlib.h>
+#include <string.h>
+#include "sched_internal.h"
+
+static const char *const act_names[A__COUNT] = {
+    "FWD", "BWD_B", "BWD_W", "SEND_ACT", "RECV_ACT", "SEND_GRAD", "RECV_GRAD",
+    "SEND_SKIP", "RECV_SKIP", "SEND_SKIP_GRAD", "RECV_SKIP_GRAD", "TIE_REDUCE",
+    "TIE_SEND", "TIE_RECV", "TIE_GRAD_SEND", "TIE_GRAD_RECV", "GRAD_NORM", "OPT_STEP",
+};
+
+const char *pg_act_name(pg_act_kind k)
+{
+    return (unsigned)k < A__COUNT ? act_names[k] : "?";
+}
+
+int pg_act_is_compute(pg_act_kind k)
+{
+    return k == A_FWD || k == A_BWD_B || k == A_BWD_W;
+}
+
+const char *pg_act_str(const pg_act *a, char *buf, size_t n)
+{
+    const char *name = pg_act_name(a->kind);
+    int w;
+    switch (a->kind) {
+    case A_SEND_SKIP: case A_RECV_SKIP: case A_SEND_SKIP_GRAD: case A_RECV_SKIP_GRAD:
+        w = snprintf(buf, n, "%s(skip %d, mb %d, chunk %d)", name, a->skip, a->mb, a->chunk);
+        break;
+    case A_TIE_REDUCE: case A_TIE_SEND: case A_TIE_RECV: case A_TIE_GRAD_SEND: case A_TIE_GRAD_RECV:
+        w = snprintf(buf, n, "%s(param %d)", name, a->param);
+        break;
+    case A_GRAD_NORM: case A_OPT_STEP:
+        w = snprintf(buf, n, "%s", name);
+        break;
+    default:
+        w = snprintf(buf, n, "%s(mb %d, chunk %d)", name, a->mb, a->chunk);
+        break;
+    }
+    if (w < 0 || (size_t)w >= n)
+        return buf;
+    switch (a->kind) {
+    case A_SEND_ACT: case A_SEND_GRAD: case A_SEND_SKIP: case A_SEND_SKIP_GRAD:
+    case A_TIE_SEND: case A_TIE_GRAD_SEND:
+        snprintf(buf + w, n - (size_t)w, " to stage %d", a->peer);
+        break;
+    case A_RECV_ACT: case A_RECV_GRAD: case A_RECV_SKIP: case A_RECV_SKIP_GRAD:
+    case A_TIE_RECV: case A_TIE_GRAD_RECV:
+        snprintf(buf + w, n - (size_t)w, " from stage %d", a->peer);
+        break;
+    case A_TIE_REDUCE:
+        snprintf(buf + w, n - (size_t)w, " at stage %d", a->peer);
+        break;
+    default:
+        break;
+    }
+    return buf;
+}
+
+pg_act pg_act_make(pg_act_kind k, int mb, int chunk)
+{
+    pg_act a = { .kind = k, .mb = mb, .chunk = chunk, .peer = -1, .skip = -1,
+                 .param = -1, .slot = -1, .line = 0 };
+    return a;
+}
+
+int pg_sched_push(pg_stage_sched *st, pg_act a)
+{
+    if (st->n == st->cap) {
+        int cap = st->cap ? 2 * st->cap : 64;
+        pg_act *p = realloc(st->act, (size_t)cap * sizeof *p);
+        if (!p)
+            return -1;
+        st->act = p;
+        st->cap = cap;
+    }
+    st->act[st->n++] = a;
+    return 0;
+}
+
+int pg_sched_alloc(pg_schedule *s, int nstages, int nchunks, int nmb)
+{
+    memset(s, 0, sizeof *s);
+    s->stage = calloc((size_t)nstages, sizeof *s->stage);
+    if (!s->stage)
+        return -1;
+    s->nstages = nstages;
+    s->nchunks = nchunks;
+    s->nmb = nmb;
+    return 0;
+}
+
+void pg_schedule_free(pg_schedule *s)
+{
+    if (s->stage)
+        for (int i = 0; i < s->nstages; i++)
+            free(s->stage[i].act);
+    free(s->stage);
+    free(s->file);
+    memset(s, 0, sizeof *s);
+}
+
+pg_loc pg_act_loc(const ir_model *m, const pg_schedule *s, const pg_act *a)
+{
+    pg_loc loc = { 0 };
+    if (s->file && a && a->line > 0) {
+        loc.file = s->file;
+        loc.line = a->line;
+        loc.col = 1;
+    } else if (s->file) {
+        loc.file = s->file;
+    } else if (m->train.schedule_loc.line > 0) {
+        loc = m->train.schedule_loc;
+    } else {
+        loc.file = m->source_path ? m->source_path : (m->loc.file ? m->loc.file : "<model>");
+    }
+    return loc;
+}
+
+const char *pg_schedule_kind_str(const ir_model *m, char *buf, size_t n)
+{
+    switch (m->train.schedule) {
+    case SCHED_GPIPE: snprintf(buf, n, "gpipe"); break;
+    case SCHED_1F1B: snprintf(buf, n, "1f1b"); break;
+    case SCHED_INTERLEAVED: snprintf(buf, n, "interleaved(%d)", m->train.interleave); break;
+    case SCHED_ZB1: snprintf(buf, n, "zb1"); break;
+    case SCHED_FILE:
+        snprintf(buf, n, "file(%s)", m->train.schedule_file ? m->train.schedule_file : "?");
+        break;
+    }
+    return buf;
+}
+
+/* ---- built-in compute schedules -------------------------------------------- */
+
+/* Appends compute actions to one stage; remembers an allocation failure. */
+typedef struct sched_builder {
+    pg_stage_sched *st;
+    int failed;
+} sched_builder;
+
+static void put(sched_builder *b, pg_act_kind k, int mb, int chunk)
+{
+    if (!b->failed && pg_sched_push(b->st, pg_act_make(k, mb, chunk)) != 0)
+        b->failed = 1;
+}
+
+static void put_bw(sched_builder *b, int mb, int chunk)
+{
+    put(b, A_BWD_B, mb, chunk);
+    put(b, A_BWD_W, mb, chunk);
+}
+
+/* One stage: each micro-batch forward through every chunk, then backward. */
+static void build_single(sched_builder *b, int nchunks, int m)
+{
+    for (int mb = 0; mb < m; mb++) {
+        for (int c = 0; c < nchunks; c++)
+            put(b, A_FWD, mb, c);
+        for (int c = nchunks - 1; c >= 0; c--)
+            put_bw(b, mb, c);
+    }
+}
+
+/* Fill-drain: every forward of the stage's chunks, then every backward;
+ * backward in increasing micro-batch order (not reversed) for determinism. */
+static void build_gpipe(sched_builder *b, int s, int p, int v, int m)
+{
+    for (int lc = 0; lc < v; lc++)
+        for (int mb = 0; mb < m; mb++)
+            put(b, A_FWD, mb, lc * p + s);
+    for (int lc = v - 1; lc >= 0; lc--)
+        for (int mb = 0; mb < m; mb++)
+            put_bw(b, mb, lc * p + s);
+}
+
+/* PipeDream-flush: min(p-s-1, m) warm-up forwards, then one forward / one
+ * backward, then the remaining backwards. W follows its B immediately. */
+static void build_1f1b(sched_builder *b, int s, int p, int m)
+{
+    int warm = p - s - 1 < m ? p - s - 1 : m;
+    for (int i = 0; i < warm; i++)
+        put(b, A_FWD, i, s);
+    for (int i = 0; i < m - warm; i++) {
+        put(b, A_FWD, warm + i, s);
+        put_bw(b, i, s);
+    }
+    for (int i = m - warm; i < m; i++)
+        put_bw(b, i, s);
+}
+
+/* Megatron's interleaved 1F1B: the k-th forward of a stage is local chunk
+ * (k / p) % v of micro-batch (k / (p*v)) * p + k % p; backwards walk the
+ * chunks in reverse. Warm-up 2(p-s-1) + (v-1)p forwards. */
+static int inter_mb(int k, int p, int v)
+{
+    return (k / (p * v)) * p + k % p;
+}
+
+static void build_interleaved(sched_builder *b, int s, int p, int v, int m)
+{
+    int total = m * v;
+    int warm = 2 * (p - s - 1) + (v - 1) * p;
+    if (warm > total)
+        warm = total;
+    int nf = 0, nb = 0;
+    for (; nf < warm; nf++)
+        put(b, A_FWD, inter_mb(nf, p, v), ((nf / p) % v) * p + s);
+    for (; nf < total; nf++, nb++) {
+        put(b, A_FWD, inter_mb(nf, p, v), ((nf / p) % v) * p + s);
+        put_bw(b, inter_mb(nb, p, v), (v - 1 - (nb / p) % v) * p + s);
+    }
+    for (; nb < total; nb++)
+        put_bw(b, inter_mb(nb, p, v), (v - 1 - (nb / p) % v) * p + s);
+}
+
+int pg_schedule_builtin(const ir_model *m, pg_schedule *s, pg_diag *d)
+{
+    char kind[64];
+    pg_schedule tmp = { 0 };
+    pg_loc loc = pg_act_loc(m, &tmp, NULL);
+    int p = m->nstages, nc = m->nchunks;
+    int64_t mbs = m->train.microbatches;
+    pg_schedule_kind_str(m, kind, sizeof kind);
+    memset(s, 0, sizeof *s);
+    if (p < 1 || p > PG_SCHED_MAX_STAGES || nc < p || nc > PG_SCHED_MAX_CHUNKS || nc % p != 0) {
+        pg_error(d, loc, "cannot schedule %d chunks on %d stages (at most %d of each, "
+                 "and chunks a multiple of stages)", nc, p, PG_SCHED_MAX_CHUNKS);
+        return -1;
+    }
+    if (mbs < 1 || mbs > 1 << 20) {
+        pg_error(d, loc, "cannot schedule %lld micro-batches (1 to %d)", (long long)mbs, 1 << 20);
+        return -1;
+    }
+    int nmb = (int)mbs, v = nc / p;
+    if (m->train.schedule == SCHED_FILE) {
+        pg_error(d, loc, "schedule %s is read from its file, not built in", kind);
+        return -1;
+    }
+    if (m->train.schedule == SCHED_ZB1 && p > 1) {
+        /* a W-deferring order that keeps 1F1B's slots and beats its bubble
+         * (with W a pass of its own) is not found yet */
+        pg_error(d, loc, "schedule zb1 is not implemented yet; use 1f1b, gpipe or interleaved(v)");
+        return -1;
+    }
+    if (p > 1 && v > 1 && m->train.schedule == SCHED_1F1B) {
+        pg_error(d, loc, "schedule %s runs one chunk per stage, but the model has %d chunks "
+                 "on %d stages; use interleaved(%d) or gpipe", kind, nc, p, v);
+        return -1;
+    }
+    if (p > 1 && m->train.schedule == SCHED_INTERLEAVED && nmb % p != 0) {
+        pg_error(d, loc, "schedule %s needs the micro-batch count (%d) to be a multiple of "
+                 "the stage count (%d)", kind, nmb, p);
+        return -1;
+    }
+    if (pg_sched_alloc(s, p, nc, nmb) != 0)
+        goto oom;
+    for (int st = 0; st < p; st++) {
+        sched_builder b = { &s->stage[st], 0 };
+        if (p == 1)
+            build_single(&b, nc, nmb);
+        else if (m->train.schedule == SCHED_GPIPE)
+            build_gpipe(&b, st, p, v, nmb);
+        else if (m->train.schedule == SCHED_1F1B)
+            build_1f1b(&b, st, p, nmb);
+        else
+            build_interleaved(&b, st, p, v, nmb);
+        if (b.failed)
+            goto oom;
+    }
+    return 0;
+oom:
+    pg_schedule_free(s);
+    pg_error(d, loc, "out of memory building schedule %s", kind);
+    return -1;
+}
+
+/* ---- activation slots ------------------------------------------------------- */
+
+/* FWD takes the lowest free slot of its chunk on the stage, BWD_B uses it,
+ * BWD_W frees it: a micro-batch's activations live from its forward to its
+ * weight gradient. */
+void pg_assign_slots(pg_schedule *s)
+{
+    int p = s->nstages, nmb = s->nmb;
+    int *slot_of = malloc((size_t)(nmb > 0 ? nmb : 1) * sizeof *slot_of);
+    unsigned char *busy = malloc((size_t)(nmb > 0 ? nmb : 1) + 1);
+    for (int st = 0; st < p; st++) {
+        pg_stage_sched *ss = &s->stage[st];
+        memset(ss->nslots_per_chunk, 0, sizeof ss->nslots_per_chunk);
+        for (int lc = 0; lc * p + st < s->nchunks && lc < PG_SCHED_MAX_CHUNKS; lc++) {
+            int chunk = lc * p + st, live = 0, peak = 0;
+            if (!slot_of || !busy)
+                break;
+            for (int i = 0; i < nmb; i++)
+                slot_of[i] = -1;
+            memset(busy, 0, (size_t)nmb + 1);
+            for (int i = 0; i < ss->n; i++) {
+                pg_act *a = &ss->act[i];
+                if (!pg_act_is_compute(a->kind) || a->chunk != chunk || a->mb < 0 || a->mb >= nmb)
+                    continue;
+                if (a->kind == A_FWD) {
+                    int k = 0;
+                    while (k < nmb && busy[k])
+                        k++;
+                    busy[k] = 1;
+                    slot_of[a->mb] = k;
+                    if (++live > peak)
+                        peak = live;
+                    if (k + 1 > peak)
+                        peak = k + 1;
+                }
+                a->slot = slot_of[a->mb];
+                if (a->kind == A_BWD_W && slot_of[a->mb] >= 0) {
+                    busy[slot_of[a->mb]] = 0;
+                    slot_of[a->mb] = -1;
+                    live--;
+                }
+            }
+            ss->nslots_per_chunk[lc] = peak;
+        }
+    }
+    free(slot_of);
+    free(busy);
+}
+
+/* ---- the whole pass ------------------------------------------------------------ */
+
+static int has_comms(const pg_schedule *s)
+{
+    for (int st = 0; st < s->nstages; st++)
+        for (int i = 0; i < s->stage[st].n; i++)
+            if (!pg_act_is_compute(s->stage[st].act[i].kind))
+                return 1;
+    return 0;
+}
+
+int pg_schedule_build(const ir_model *m, pg_schedule *s, pg_diag *d)
+{
+    int rc;
+    if (m->train.schedule == SCHED_FILE)
+        rc = pg_schedule_read_csv(m->train.schedule_file, m, s, d);
+    else
+        rc = pg_schedule_builtin(m, s, d);
+    if (rc != 0)
+        return -1;
+    /* a CSV that lists its communication is taken as written */
+    if (!has_comms(s) && pg_schedule_add_comms(m, s) != 0) {
+        pg_error(d, pg_act_loc(m, s, NULL), "out of memory adding communication to the schedule");
+        pg_schedule_free(s);
+        return -1;
+    }
+    pg_assign_slots(s);
+    if (pg_schedule_verify(m, s, d) != 0) {
+        pg_schedule_free(s);
+        return -1;
+    }
+    return 0;
+}
