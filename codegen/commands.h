@@ -11,5 +11,9 @@ int cmd_check(int argc, char **argv);
 int cmd_parse(int argc, char **argv);
 /* `pipegen schedule FILE [--csv]`: each stage's action list, or the schedule as CSV. */
 int cmd_schedule(int argc, char **argv);
+/* `pipegen plan FILE`: bytes per stage in each memory category and the arena total. */
+int cmd_plan(int argc, char **argv);
+/* `pipegen gen FILE -o DIR`: stage<k>.c per stage, <model>.h and plan.json. */
+int cmd_gen(int argc, char **argv);
 
 #endif

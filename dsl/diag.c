@@ -1,0 +1,228 @@
+/* dsl/diag.c — located diagnostics (see diag.h): the message line, the source
+ * line it points into, and a caret under the column. Also reads source files
+ * and suggests near-miss names. */
+#include "diag.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* A quoted line longer than this is shown as a window of this many bytes that
+ * contains the column, with "..." marking the cut ends (a 1 MB line stays a
+ * readable diagnostic). */
+#define QUOTE_MAX 200
+
+void pg_diag_init(pg_diag *d, FILE *out, const pg_source *src)
+{
+    memset(d, 0, sizeof *d);
+    d->out = out;
+    d->src = src;
+}
+
+/* Start of line `line` (1-based) in src and its length without the newline;
+ * returns 0 when the file has no such line. */
+static int find_line(const pg_source *src, int line, const char **start, size_t *len)
+{
+    const char *p = src->text, *end = src->text + src->len;
+    for (int l = 1; l < line; l++) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        if (!nl) return 0;
+        p = nl + 1;
+    }
+    if (p == end && line > 1) return 0; /* past the last newline: no such line */
+    const char *nl = memchr(p, '\n', (size_t)(end - p));
+    *start = p;
+    *len = (size_t)((nl ? nl : end) - p);
+    return 1;
+}
+
+/* Print the line and the caret line. Control bytes other than tab are shown
+ * as '?' (a NUL or an escape must not reach the terminal); a trailing CR is
+ * dropped. One byte stays one column, so the caret lines up. */
+static void quote_line(FILE *out, const char *line, size_t len, int col)
+{
+    if (len && line[len - 1] == '\r') len--;
+    size_t at = col > 0 ? (size_t)col - 1 : 0; /* byte offset of the caret */
+    if (at > len) at = len;                     /* at most just past the end */
+    size_t from = 0, to = len;
+    if (len > QUOTE_MAX) {
+        from = at > QUOTE_MAX / 2 ? at - QUOTE_MAX / 2 : 0;
+        if (from + QUOTE_MAX > len) from = len > QUOTE_MAX ? len - QUOTE_MAX : 0;
+        to = from + QUOTE_MAX;
+    }
+    if (from > 0) fputs("...", out);
+    for (size_t i = from; i < to; i++) {
+        unsigned char c = (unsigned char)line[i];
+        fputc(c == '\t' || (c >= 0x20 && c != 0x7f) ? c : '?', out);
+    }
+    if (to < len) fputs("...", out);
+    fputc('\n', out);
+    if (from > 0) fputs("   ", out);
+    for (size_t i = from; i < at; i++) fputc(i < len && line[i] == '\t' ? '\t' : ' ', out);
+    fputs("^\n", out);
+}
+
+void pg_vdiag(pg_diag *d, const char *level, pg_loc loc, const char *fmt, va_list ap)
+{
+    int is_error = strcmp(level, "error") == 0;
+    if (is_error) d->errors++;
+    else if (strcmp(level, "warning") == 0) d->warnings++;
+    else d->notes++;
+    /* Past the cap, errors and whatever follows them are counted, not shown. */
+    if (d->max_errors > 0 && d->errors > d->max_errors) return;
+    if (!d->out) return;
+
+    const char *file = loc.file ? loc.file : d->src ? d->src->path : NULL;
+    if (file && loc.line > 0) fprintf(d->out, "%s:%d:%d: ", file, loc.line, loc.col);
+    else if (file) fprintf(d->out, "%s: ", file);
+    fprintf(d->out, "%s: ", level);
+    vfprintf(d->out, fmt, ap);
+    fputc('\n', d->out);
+
+    const char *line;
+    size_t len;
+    if (loc.line > 0 && d->src && d->src->text &&
+        (!loc.file || loc.file == d->src->path || strcmp(loc.file, d->src->path) == 0) &&
+        find_line(d->src, loc.line, &line, &len))
+        quote_line(d->out, line, len, loc.col);
+}
+
+void pg_error(pg_diag *d, pg_loc loc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    pg_vdiag(d, "error", loc, fmt, ap);
+    va_end(ap);
+}
+
+void pg_warning(pg_diag *d, pg_loc loc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    pg_vdiag(d, "warning", loc, fmt, ap);
+    va_end(ap);
+}
+
+void pg_note(pg_diag *d, pg_loc loc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    pg_vdiag(d, "note", loc, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- source files ------------------------------------------------------- */
+
+/* Report why path cannot be read (msg, or strerror(errno) when msg is NULL),
+ * release what was opened, return -1. */
+static int read_fail(pg_diag *d, const char *path, int fd, char *buf, const char *msg)
+{
+    pg_loc none = {path, 0, 0};
+    pg_error(d, none, "%s", msg ? msg : strerror(errno));
+    if (fd >= 0) close(fd);
+    free(buf);
+    return -1;
+}
+
+int pg_source_read(pg_source *s, const char *path, size_t limit, pg_diag *d)
+{
+    char msg[128];
+    memset(s, 0, sizeof *s);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return read_fail(d, path, -1, NULL, NULL);
+    struct stat st;
+    if (fstat(fd, &st) != 0) return read_fail(d, path, fd, NULL, NULL);
+    if (S_ISDIR(st.st_mode)) return read_fail(d, path, fd, NULL, "is a directory");
+    if (limit && S_ISREG(st.st_mode) && (unsigned long long)st.st_size > limit) {
+        snprintf(msg, sizeof msg, "file too large (%llu bytes, limit %llu)",
+                 (unsigned long long)st.st_size, (unsigned long long)limit);
+        return read_fail(d, path, fd, NULL, msg);
+    }
+
+    /* Read to EOF rather than trusting st_size: pipes and growing files too. */
+    size_t cap = S_ISREG(st.st_mode) && st.st_size > 0 ? (size_t)st.st_size + 1 : 4096, len = 0;
+    char *buf = malloc(cap);
+    if (!buf) return read_fail(d, path, fd, NULL, NULL);
+    for (;;) {
+        if (len + 1 >= cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) return read_fail(d, path, fd, buf, NULL);
+            buf = nb;
+            cap *= 2;
+        }
+        ssize_t n = read(fd, buf + len, cap - 1 - len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return read_fail(d, path, fd, buf, NULL);
+        if (n == 0) break;
+        len += (size_t)n;
+        if (limit && len > limit) {
+            snprintf(msg, sizeof msg, "file too large (more than %llu bytes, limit %llu)",
+                     (unsigned long long)limit, (unsigned long long)limit);
+            return read_fail(d, path, fd, buf, msg);
+        }
+    }
+    close(fd);
+    buf[len] = '\0'; /* the lexer's sentinel */
+    s->path = strdup(path);
+    if (!s->path) return read_fail(d, path, -1, buf, "out of memory");
+    s->text = buf;
+    s->len = len;
+    return 0;
+}
+
+void pg_source_free(pg_source *s)
+{
+    free(s->path);
+    free(s->text);
+    memset(s, 0, sizeof *s);
+}
+
+/* ---- "did you mean" ----------------------------------------------------- */
+
+/* Words longer than this get no suggestion (keeps the distance table small). */
+#define SUGGEST_MAX 64
+
+static size_t min3(size_t a, size_t b, size_t c)
+{
+    size_t m = a < b ? a : b;
+    return m < c ? m : c;
+}
+
+/* Levenshtein distance of a and b, both at most SUGGEST_MAX bytes. */
+static size_t edit_distance(const char *a, size_t na, const char *b, size_t nb)
+{
+    size_t row[SUGGEST_MAX + 1];
+    for (size_t j = 0; j <= nb; j++) row[j] = j;
+    for (size_t i = 1; i <= na; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= nb; j++) {
+            size_t up = row[j];
+            row[j] = min3(row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1]));
+            diag = up;
+        }
+    }
+    return row[nb];
+}
+
+const char *pg_suggest(const char *word, const char *const *candidates, int n)
+{
+    size_t len = strlen(word);
+    if (len > SUGGEST_MAX) return NULL;
+    size_t limit = len / 3 > 1 ? len / 3 : 1, best_d = limit + 1;
+    const char *best = NULL;
+    for (int i = 0; i < n; i++) {
+        if (!candidates[i]) continue;
+        size_t cl = strlen(candidates[i]);
+        if (cl > SUGGEST_MAX || (cl > len ? cl - len : len - cl) > limit) continue;
+        size_t dist = edit_distance(word, len, candidates[i], cl);
+        if (dist < best_d && strcmp(word, candidates[i]) != 0) {
+            best_d = dist;
+            best = candidates[i];
+        }
+    }
+    return best;
+}
