@@ -23,6 +23,7 @@ static int seen_before(chk *c, pg_loc loc, const char *level, const char *msg) {
 
 static int report(chk *c, const char *level, pg_loc loc, const char *fmt, va_list ap) {
     char msg[1024];
+    c->reports++;
     vsnprintf(msg, sizeof msg, fmt, ap);
     if (seen_before(c, loc, level, msg)) return 0;
     if (strcmp(level, "error") == 0) pg_error(c->d, loc, "%s", msg);

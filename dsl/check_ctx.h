@@ -89,6 +89,8 @@ typedef struct chk {
     int have_loss;
     int cur_chunk;
     int expand_stopped; /* set after a fatal expansion error (layer limit) */
+    long reports;       /* diagnostics attempted, duplicates included: a repeat stops
+                         * expanding instances once one of them reported something */
 } chk;
 
 /* ---- reporting (check.c) ------------------------------------------------- */

@@ -366,7 +366,9 @@ static void expand_repeat(chk *c, scope *sc, const ast_stmt *st, chain *ch) {
     /* `h = repeat 12 transformer(...)`: the instances are h.0 .. h.11 themselves */
     const ast_stmt *b = st->body;
     int bi = b && !b->next && b->kind == ST_LAYER && !b->name ? chk_find_block(c, b->callee) : -1;
-    for (int64_t i = 0; i < n && !c->expand_stopped; i++) {
+    long reports0 = c->reports;
+    /* instances are alike: once one has reported, the rest would only repeat it */
+    for (int64_t i = 0; i < n && !c->expand_stopped && c->reports == reports0; i++) {
         char num[24];
         snprintf(num, sizeof num, "%lld", (long long)i);
         const char *ip = chk_qualify(c, prefix, num);
