@@ -1,0 +1,797 @@
+/* runtime/core/net.c — the CPU transport of pg_net.h: TCP rendezvous through the
+ * master (rank 0), a full mesh of connections, one sender thread per peer that
+ * drains a byte ring filled by pg_net_send, and receives read straight into the
+ * caller's buffer with poll() and a deadline.
+ *
+ * Wire formats (all integers little-endian):
+ *   hello (peer -> master, 160 bytes): u32 magic "PGNH", u32 version, u32 rank,
+ *     u32 world, u64 plan_hash, u32 listen_port, u32 0, char model[128]
+ *   reply (master -> peer): u32 magic "PGNR", u32 status (0 ok, 1 refused), u32 n;
+ *     refused: n bytes of reason; ok: n == world entries of {char addr[64], u32 port}
+ *   mesh hello (rank j -> rank i, i < j): u32 magic "PGNM", u32 rank, u64 plan_hash
+ *   message: u32 magic "PGNS", u32 tag, u64 bytes, then the payload. */
+#include "pg_net.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define HELLO_MAGIC 0x484e4750u /* "PGNH" */
+#define REPLY_MAGIC 0x524e4750u /* "PGNR" */
+#define MESH_MAGIC 0x4d4e4750u  /* "PGNM" */
+#define MSG_MAGIC 0x534e4750u   /* "PGNS" */
+#define PROTO_VERSION 1u
+#define HELLO_BYTES 160
+#define MODEL_BYTES 128
+#define ADDR_BYTES 64
+#define MSG_HDR 16
+#define RING_SLACK (64u << 10) /* headroom for headers and links with no planned traffic */
+
+/* One connection to another stage. The ring is written by the main thread
+ * (pg_net_send) and drained by the sender thread; both under mu. */
+typedef struct peer {
+    int fd;                 /* -1: no link (self, or world 1) */
+    pthread_t thr;
+    int thr_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;      /* signalled on every change of used, dead or stop */
+    unsigned char *ring;    /* [cap] */
+    size_t cap, head, used; /* bytes [head, head+used) mod cap are queued */
+    int stop, dead;         /* dead: the sender thread saw a write error */
+    int dead_errno;
+    /* receive state, so a recv that timed out part-way can be resumed */
+    unsigned char rx_hdr[MSG_HDR];
+    size_t rx_hdr_got, rx_got;
+    int rx_broken;          /* stream out of step after a mismatch */
+    int rx_closed;
+} peer;
+
+struct pg_net {
+    int rank, world;
+    peer *p;                /* [world] */
+    char err[512];
+};
+
+/* ---- small helpers ------------------------------------------------------- */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void put32(unsigned char *b, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) b[i] = (unsigned char)(v >> (8 * i));
+}
+static void put64(unsigned char *b, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
+}
+static uint32_t get32(const unsigned char *b)
+{
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) v |= (uint32_t)b[i] << (8 * i);
+    return v;
+}
+static uint64_t get64(const unsigned char *b)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v |= (uint64_t)b[i] << (8 * i);
+    return v;
+}
+
+static void seterr(char *buf, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, len, fmt, ap);
+    va_end(ap);
+}
+
+static int ms_left(double deadline)
+{
+    double left = deadline - now_s();
+    if (left <= 0) return 0;
+    if (left > 1e6) return 1000000000;
+    return (int)(left * 1000.0) + 1;
+}
+
+static void tune_socket(int fd)
+{
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    fcntl(fd, F_SETFD, FD_CLOEXEC);
+}
+
+/* Write all of b; 0 ok, -1 with errno (EPIPE when the peer is gone). Blocking. */
+static int write_all(int fd, const void *b, size_t n)
+{
+    const unsigned char *p = b;
+    while (n) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Read exactly n bytes by deadline. 0 ok; -1 error (errno), -2 EOF, -3 timeout. */
+static int read_until(int fd, void *b, size_t n, double deadline, size_t *got)
+{
+    unsigned char *p = b;
+    size_t g = got ? *got : 0;
+    int rc = 0;
+    while (g < n) {
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        int pr = poll(&pf, 1, ms_left(deadline));
+        if (pr < 0) {
+            if (errno == EINTR) continue;
+            rc = -1;
+            break;
+        }
+        if (pr == 0) { rc = -3; break; }
+        ssize_t r = recv(fd, p + g, n - g, MSG_DONTWAIT);
+        if (r < 0) {
+            if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+            rc = -1;
+            break;
+        }
+        if (r == 0) { rc = -2; break; }
+        g += (size_t)r;
+    }
+    if (got) *got = g;
+    return rc;
+}
+
+/* Connect to host:port once, waiting at most until deadline. fd or -1 (errno). */
+static int connect_once(const char *host, int port, double deadline)
+{
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", port);
+    int gr = getaddrinfo(host, ps, &hints, &res);
+    if (gr != 0) {
+        errno = gr == EAI_SYSTEM ? errno : EHOSTUNREACH;
+        return -1;
+    }
+    int fd = socket(res->ai_family, SOCK_STREAM, 0);
+    if (fd < 0) { freeaddrinfo(res); return -1; }
+    int fl = fcntl(fd, F_GETFL);
+    fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+    int cr = connect(fd, res->ai_addr, res->ai_addrlen);
+    freeaddrinfo(res);
+    if (cr < 0 && errno != EINPROGRESS) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    if (cr < 0) {
+        struct pollfd pf = {.fd = fd, .events = POLLOUT};
+        int pr;
+        do pr = poll(&pf, 1, ms_left(deadline));
+        while (pr < 0 && errno == EINTR);
+        int soerr = 0;
+        socklen_t sl = sizeof soerr;
+        if (pr <= 0) soerr = pr == 0 ? ETIMEDOUT : errno;
+        else getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+        if (soerr) {
+            close(fd);
+            errno = soerr;
+            return -1;
+        }
+    }
+    fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    tune_socket(fd);
+    return fd;
+}
+
+/* Connect with retries and exponential back-off until timeout_s has passed. */
+static int connect_retry(const char *host, int port, double timeout_s, int *last_errno)
+{
+    double deadline = now_s() + timeout_s, wait = 0.01;
+    for (;;) {
+        int fd = connect_once(host, port, deadline);
+        if (fd >= 0) return fd;
+        *last_errno = errno;
+        double left = deadline - now_s();
+        if (left <= 0) return -1;
+        double s = wait < left ? wait : left;
+        struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+        nanosleep(&ts, NULL);
+        wait = wait * 2 > 1.0 ? 1.0 : wait * 2;
+    }
+}
+
+/* A listening socket on port (0: ephemeral); returns fd and the bound port. */
+static int listen_on(int port, int *bound, int *err_no)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) { *err_no = errno; return -1; }
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    fcntl(fd, F_SETFD, FD_CLOEXEC);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    a.sin_port = htons((uint16_t)port);
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || listen(fd, 128) < 0) {
+        *err_no = errno;
+        close(fd);
+        return -1;
+    }
+    socklen_t sl = sizeof a;
+    getsockname(fd, (struct sockaddr *)&a, &sl);
+    *bound = ntohs(a.sin_port);
+    return fd;
+}
+
+/* Accept one connection by deadline; fd, or -1 (errno; ETIMEDOUT on timeout). */
+static int accept_until(int lfd, double deadline, char *addr, size_t addrlen)
+{
+    for (;;) {
+        struct pollfd pf = {.fd = lfd, .events = POLLIN};
+        int pr = poll(&pf, 1, ms_left(deadline));
+        if (pr < 0 && errno == EINTR) continue;
+        if (pr < 0) return -1;
+        if (pr == 0) { errno = ETIMEDOUT; return -1; }
+        struct sockaddr_in a;
+        socklen_t sl = sizeof a;
+        int fd = accept(lfd, (struct sockaddr *)&a, &sl);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN) continue;
+            return -1;
+        }
+        tune_socket(fd);
+        if (addr) inet_ntop(AF_INET, &a.sin_addr, addr, (socklen_t)addrlen);
+        return fd;
+    }
+}
+
+/* ---- rendezvous ---------------------------------------------------------- */
+
+static void send_reply_refused(int fd, const char *reason)
+{
+    size_t n = strlen(reason);
+    unsigned char h[12];
+    put32(h, REPLY_MAGIC);
+    put32(h + 4, 1);
+    put32(h + 8, (uint32_t)n);
+    if (write_all(fd, h, sizeof h) == 0) write_all(fd, reason, n);
+}
+
+typedef struct hello {
+    uint32_t magic, version, rank, world, port;
+    uint64_t hash;
+    char model[MODEL_BYTES];
+} hello;
+
+static void hello_encode(unsigned char *b, const hello *h)
+{
+    memset(b, 0, HELLO_BYTES);
+    put32(b, h->magic);
+    put32(b + 4, h->version);
+    put32(b + 8, h->rank);
+    put32(b + 12, h->world);
+    put64(b + 16, h->hash);
+    put32(b + 24, h->port);
+    memcpy(b + 32, h->model, MODEL_BYTES);
+    b[32 + MODEL_BYTES - 1] = 0;
+}
+
+static void hello_decode(const unsigned char *b, hello *h)
+{
+    h->magic = get32(b);
+    h->version = get32(b + 4);
+    h->rank = get32(b + 8);
+    h->world = get32(b + 12);
+    h->hash = get64(b + 16);
+    h->port = get32(b + 24);
+    memcpy(h->model, b + 32, MODEL_BYTES);
+    h->model[MODEL_BYTES - 1] = 0;
+}
+
+/* Master side: accept world-1 hellos, check them, send the address table.
+ * On return 0, n->p[r].fd is the connection to rank r. */
+static int master_rendezvous(pg_net *n, const pg_launch *l, const pg_net_config *cfg,
+                             char *err, size_t errlen)
+{
+    int world = n->world, lfd, bound, e = 0;
+    lfd = listen_on(l->master_port, &bound, &e);
+    if (lfd < 0) {
+        seterr(err, errlen, "cannot listen on 0.0.0.0:%d: %s (another pipegen run? set PIPE_MASTER)",
+               l->master_port, strerror(e));
+        return -1;
+    }
+    char (*addr)[ADDR_BYTES] = calloc((size_t)world, ADDR_BYTES);
+    int *port = calloc((size_t)world, sizeof *port);
+    int rc = -1, joined = 0;
+    if (!addr || !port) {
+        seterr(err, errlen, "stage 0: out of memory during rendezvous");
+        goto out;
+    }
+    double deadline = now_s() + cfg->connect_timeout_s;
+    char reason[512] = "";
+    while (joined < world - 1) {
+        char a[ADDR_BYTES] = "";
+        int fd = accept_until(lfd, deadline, a, sizeof a);
+        if (fd < 0) {
+            if (errno == ETIMEDOUT) {
+                char miss[256] = "";
+                size_t m = 0;
+                for (int r = 1; r < world && m + 12 < sizeof miss; r++)
+                    if (n->p[r].fd < 0) m += (size_t)snprintf(miss + m, sizeof miss - m, "%s%d", m ? ", " : "", r);
+                seterr(reason, sizeof reason,
+                       "rendezvous: only %d of %d stages reached the master within %g s (missing stage %s)",
+                       joined + 1, world, cfg->connect_timeout_s, miss);
+            } else {
+                seterr(reason, sizeof reason, "rendezvous: accept failed: %s", strerror(errno));
+            }
+            break;
+        }
+        unsigned char hb[HELLO_BYTES];
+        hello h;
+        if (read_until(fd, hb, sizeof hb, now_s() + 10.0, NULL) != 0) {
+            close(fd); /* not one of ours (port scan, half-started peer): ignore it */
+            continue;
+        }
+        hello_decode(hb, &h);
+        if (h.magic != HELLO_MAGIC) {
+            close(fd);
+            continue;
+        }
+        if (h.version != PROTO_VERSION)
+            seterr(reason, sizeof reason,
+                   "a stage speaks rendezvous protocol %u but stage 0 speaks %u: rebuild all stages with the same pipegen",
+                   h.version, PROTO_VERSION);
+        else if ((int)h.world != world)
+            seterr(reason, sizeof reason,
+                   "stage %u was started with world size %u but stage 0 with world size %d: start every stage with the same PIPE_WORLD",
+                   h.rank, h.world, world);
+        else if (h.rank == 0 || (int)h.rank >= world)
+            seterr(reason, sizeof reason, "a process claims stage %u but stage 0 is the master of a world of %d",
+                   h.rank, world);
+        else if (n->p[h.rank].fd >= 0)
+            seterr(reason, sizeof reason, "two processes claim stage %u (duplicate rank): check PIPE_RANK of each", h.rank);
+        else if (strcmp(h.model, cfg->model ? cfg->model : "") != 0)
+            seterr(reason, sizeof reason,
+                   "stage %u was built from another model (model '%s', expected '%s'): rebuild all stages from the same pipegen output",
+                   h.rank, h.model, cfg->model ? cfg->model : "");
+        else if (h.hash != cfg->plan_hash)
+            seterr(reason, sizeof reason,
+                   "stage %u was built from another model or plan (hash %016llx, expected %016llx): rebuild all stages from the same pipegen output",
+                   h.rank, (unsigned long long)h.hash, (unsigned long long)cfg->plan_hash);
+        if (reason[0]) {
+            send_reply_refused(fd, reason);
+            close(fd);
+            break;
+        }
+        n->p[h.rank].fd = fd;
+        memcpy(addr[h.rank], a, ADDR_BYTES);
+        port[h.rank] = (int)h.port;
+        joined++;
+    }
+    if (reason[0]) {
+        char other[600];
+        seterr(other, sizeof other, "rendezvous failed at stage 0: %s", reason);
+        for (int r = 1; r < world; r++)
+            if (n->p[r].fd >= 0) {
+                send_reply_refused(n->p[r].fd, other);
+                close(n->p[r].fd);
+                n->p[r].fd = -1;
+            }
+        seterr(err, errlen, "%s", reason);
+        goto out;
+    }
+    size_t tb = 12 + (size_t)world * (ADDR_BYTES + 4);
+    unsigned char *tbl = calloc(1, tb);
+    if (!tbl) {
+        seterr(err, errlen, "stage 0: out of memory during rendezvous");
+        goto out;
+    }
+    put32(tbl, REPLY_MAGIC);
+    put32(tbl + 4, 0);
+    put32(tbl + 8, (uint32_t)world);
+    for (int r = 0; r < world; r++) {
+        memcpy(tbl + 12 + (size_t)r * (ADDR_BYTES + 4), addr[r], ADDR_BYTES);
+        put32(tbl + 12 + (size_t)r * (ADDR_BYTES + 4) + ADDR_BYTES, (uint32_t)port[r]);
+    }
+    rc = 0;
+    for (int r = 1; r < world; r++)
+        if (write_all(n->p[r].fd, tbl, tb) != 0) {
+            seterr(err, errlen, "rendezvous: cannot send the address table to stage %d: %s", r, strerror(errno));
+            rc = -1;
+            break;
+        }
+    free(tbl);
+out:
+    free(addr);
+    free(port);
+    close(lfd);
+    return rc;
+}
+
+/* Peer side: hello to the master, read the table, connect the mesh. */
+static int peer_rendezvous(pg_net *n, const pg_launch *l, const pg_net_config *cfg,
+                           char *err, size_t errlen)
+{
+    int world = n->world, me = n->rank, e = 0, lport = 0, rc = -1;
+    int lfd = listen_on(0, &lport, &e);
+    unsigned char *tbl = NULL;
+    if (lfd < 0) {
+        seterr(err, errlen, "stage %d: cannot open a listening socket: %s", me, strerror(e));
+        return -1;
+    }
+    int mfd = connect_retry(l->master_host, l->master_port, cfg->connect_timeout_s, &e);
+    if (mfd < 0) {
+        seterr(err, errlen, "stage %d: cannot reach master %s:%d after %g s: %s", me, l->master_host,
+               l->master_port, cfg->connect_timeout_s, strerror(e));
+        goto out;
+    }
+    n->p[0].fd = mfd;
+    hello h;
+    memset(&h, 0, sizeof h);
+    h.magic = HELLO_MAGIC;
+    h.version = PROTO_VERSION;
+    h.rank = (uint32_t)me;
+    h.world = (uint32_t)world;
+    h.hash = cfg->plan_hash;
+    h.port = (uint32_t)lport;
+    snprintf(h.model, sizeof h.model, "%s", cfg->model ? cfg->model : "");
+    unsigned char hb[HELLO_BYTES];
+    hello_encode(hb, &h);
+    if (write_all(mfd, hb, sizeof hb) != 0) {
+        seterr(err, errlen, "stage %d: cannot send hello to master %s:%d: %s", me, l->master_host,
+               l->master_port, strerror(errno));
+        goto out;
+    }
+    /* The master may wait up to its own timeout for the others: allow for that. */
+    double deadline = now_s() + 2 * cfg->connect_timeout_s + 10.0;
+    unsigned char rh[12];
+    int r = read_until(mfd, rh, sizeof rh, deadline, NULL);
+    if (r != 0 || get32(rh) != REPLY_MAGIC) {
+        seterr(err, errlen, "stage %d: master %s:%d %s during rendezvous", me, l->master_host, l->master_port,
+               r == -2 ? "closed the connection" : r == -3 ? "did not answer" : "sent garbage");
+        goto out;
+    }
+    uint32_t cnt = get32(rh + 8);
+    if (get32(rh + 4) != 0) {
+        char reason[600];
+        size_t len = cnt < sizeof reason - 1 ? cnt : sizeof reason - 1;
+        if (read_until(mfd, reason, len, deadline, NULL) != 0) len = 0;
+        reason[len] = 0;
+        seterr(err, errlen, "stage %d: rendezvous refused by master %s:%d: %s", me, l->master_host,
+               l->master_port, reason);
+        rc = -2;
+        goto out;
+    }
+    if ((int)cnt != world) {
+        seterr(err, errlen, "stage %d: master sent a table for %u stages, expected %d", me, cnt, world);
+        goto out;
+    }
+    size_t tb = (size_t)world * (ADDR_BYTES + 4);
+    tbl = malloc(tb);
+    if (!tbl || read_until(mfd, tbl, tb, deadline, NULL) != 0) {
+        seterr(err, errlen, "stage %d: lost the master while reading the address table", me);
+        goto out;
+    }
+    /* Lower ranks first: their listening sockets exist already, so connect()
+     * completes from the backlog even before they call accept(). */
+    for (int i = 1; i < me; i++) {
+        char a[ADDR_BYTES];
+        memcpy(a, tbl + (size_t)i * (ADDR_BYTES + 4), ADDR_BYTES);
+        a[ADDR_BYTES - 1] = 0;
+        int p = (int)get32(tbl + (size_t)i * (ADDR_BYTES + 4) + ADDR_BYTES);
+        int fd = connect_retry(a, p, cfg->connect_timeout_s, &e);
+        if (fd < 0) {
+            seterr(err, errlen, "stage %d: cannot connect to stage %d at %s:%d: %s", me, i, a, p, strerror(e));
+            goto out;
+        }
+        n->p[i].fd = fd;
+        unsigned char mh[16];
+        put32(mh, MESH_MAGIC);
+        put32(mh + 4, (uint32_t)me);
+        put64(mh + 8, cfg->plan_hash);
+        if (write_all(fd, mh, sizeof mh) != 0) {
+            seterr(err, errlen, "stage %d: cannot greet stage %d: %s", me, i, strerror(errno));
+            goto out;
+        }
+    }
+    double mdl = now_s() + cfg->connect_timeout_s + 10.0;
+    for (int k = me + 1; k < world; k++) {
+        int fd = accept_until(lfd, mdl, NULL, 0);
+        if (fd < 0) {
+            seterr(err, errlen, "stage %d: higher stages did not connect: %s", me, strerror(errno));
+            goto out;
+        }
+        unsigned char mh[16];
+        uint32_t who;
+        if (read_until(fd, mh, sizeof mh, mdl, NULL) != 0 || get32(mh) != MESH_MAGIC ||
+            (who = get32(mh + 4)) <= (uint32_t)me || (int)who >= world || n->p[who].fd >= 0 ||
+            get64(mh + 8) != cfg->plan_hash) {
+            close(fd);
+            k--; /* a stray connection; keep waiting for the real ones */
+            continue;
+        }
+        n->p[who].fd = fd;
+    }
+    rc = 0;
+out:
+    free(tbl);
+    close(lfd);
+    return rc;
+}
+
+/* ---- sender threads ------------------------------------------------------ */
+
+static void *sender_main(void *arg)
+{
+    peer *p = arg;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (p->used == 0 && !p->stop) pthread_cond_wait(&p->cv, &p->mu);
+        if (p->used == 0 || p->dead) break; /* stopped and drained */
+        size_t chunk = p->cap - p->head < p->used ? p->cap - p->head : p->used;
+        const unsigned char *src = p->ring + p->head;
+        pthread_mutex_unlock(&p->mu); /* never hold the lock while blocked in send */
+        int r = write_all(p->fd, src, chunk);
+        int e = errno;
+        pthread_mutex_lock(&p->mu);
+        if (r != 0) {
+            p->dead = 1;
+            p->dead_errno = e;
+            pthread_cond_broadcast(&p->cv);
+            break;
+        }
+        p->head = (p->head + chunk) % p->cap;
+        p->used -= chunk;
+        pthread_cond_broadcast(&p->cv);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+/* ---- public API ---------------------------------------------------------- */
+
+pg_net *pg_net_init(const pg_launch *l, const pg_net_config *cfg, char *err, size_t errlen)
+{
+    if (l->world < 1 || l->rank < 0 || l->rank >= l->world) {
+        seterr(err, errlen, "stage %d of world %d: rank must be in 0..world-1", l->rank, l->world);
+        return NULL;
+    }
+    if (cfg->stage != l->rank) {
+        seterr(err, errlen, "this binary is stage %d but was launched as rank %d (%s): start stage<k> with rank k",
+               cfg->stage, l->rank, l->source ? l->source : "environment");
+        return NULL;
+    }
+    pg_net *n = calloc(1, sizeof *n);
+    if (!n || !(n->p = calloc((size_t)l->world, sizeof *n->p))) {
+        free(n);
+        seterr(err, errlen, "stage %d: out of memory", l->rank);
+        return NULL;
+    }
+    n->rank = l->rank;
+    n->world = l->world;
+    for (int i = 0; i < n->world; i++) n->p[i].fd = -1;
+    if (n->world > 1) {
+        int r = n->rank == 0 ? master_rendezvous(n, l, cfg, err, errlen)
+                             : peer_rendezvous(n, l, cfg, err, errlen);
+        if (r != 0) goto fail;
+    }
+    for (int i = 0; i < n->world; i++) {
+        peer *p = &n->p[i];
+        if (p->fd < 0) continue;
+        size_t want = cfg->send_buf_bytes ? cfg->send_buf_bytes[i] : 0;
+        p->cap = want + RING_SLACK;
+        p->ring = malloc(p->cap);
+        if (!p->ring) {
+            seterr(err, errlen, "stage %d: cannot allocate a %zu-byte send buffer for stage %d", n->rank, p->cap, i);
+            goto fail;
+        }
+        pthread_mutex_init(&p->mu, NULL);
+        pthread_cond_init(&p->cv, NULL);
+        if (pthread_create(&p->thr, NULL, sender_main, p) != 0) {
+            pthread_cond_destroy(&p->cv);
+            pthread_mutex_destroy(&p->mu);
+            seterr(err, errlen, "stage %d: cannot start the sender thread for stage %d", n->rank, i);
+            goto fail;
+        }
+        p->thr_started = 1;
+    }
+    return n;
+fail:
+    pg_net_close(n);
+    return NULL;
+}
+
+static int bad_peer(pg_net *n, int peer_, const char *what)
+{
+    if (peer_ < 0 || peer_ >= n->world || n->p[peer_].fd < 0 || !n->p[peer_].thr_started) {
+        seterr(n->err, sizeof n->err, "stage %d: %s stage %d: no such link (world %d)", n->rank, what, peer_, n->world);
+        return 1;
+    }
+    return 0;
+}
+
+static pg_net_status dead_status(pg_net *n, int i, int e)
+{
+    if (e == EPIPE || e == ECONNRESET || e == 0)
+        seterr(n->err, sizeof n->err, "stage %d closed its connection (it exited or was killed)", i);
+    else
+        seterr(n->err, sizeof n->err, "stage %d: sending to stage %d failed: %s", n->rank, i, strerror(e));
+    return e == EPIPE || e == ECONNRESET || e == 0 ? PG_NET_CLOSED : PG_NET_ERROR;
+}
+
+pg_net_status pg_net_send(pg_net *n, int to, uint32_t tag, const void *buf, size_t bytes)
+{
+    if (bad_peer(n, to, "send to")) return PG_NET_ERROR;
+    peer *p = &n->p[to];
+    unsigned char h[MSG_HDR];
+    put32(h, MSG_MAGIC);
+    put32(h + 4, tag);
+    put64(h + 8, (uint64_t)bytes);
+    const unsigned char *parts[2] = {h, buf};
+    size_t lens[2] = {MSG_HDR, bytes};
+    pthread_mutex_lock(&p->mu);
+    for (int k = 0; k < 2; k++) {
+        const unsigned char *src = parts[k];
+        size_t left = lens[k];
+        while (left) {
+            while (p->used == p->cap && !p->dead) pthread_cond_wait(&p->cv, &p->mu);
+            if (p->dead) {
+                int e = p->dead_errno;
+                pthread_mutex_unlock(&p->mu);
+                return dead_status(n, to, e);
+            }
+            size_t tail = (p->head + p->used) % p->cap;
+            size_t room = p->cap - p->used, contig = p->cap - tail;
+            size_t c = left < room ? left : room;
+            if (c > contig) c = contig;
+            memcpy(p->ring + tail, src, c);
+            p->used += c;
+            src += c;
+            left -= c;
+            pthread_cond_broadcast(&p->cv);
+        }
+    }
+    pthread_mutex_unlock(&p->mu);
+    return PG_NET_OK;
+}
+
+pg_net_status pg_net_recv(pg_net *n, int from, uint32_t tag, void *buf, size_t bytes, double timeout_s)
+{
+    if (bad_peer(n, from, "receive from")) return PG_NET_ERROR;
+    peer *p = &n->p[from];
+    if (p->rx_closed) {
+        seterr(n->err, sizeof n->err, "stage %d closed its connection (it exited or was killed)", from);
+        return PG_NET_CLOSED;
+    }
+    if (p->rx_broken) {
+        seterr(n->err, sizeof n->err, "stage %d: the link from stage %d is out of step after an earlier mismatch",
+               n->rank, from);
+        return PG_NET_MISMATCH;
+    }
+    double deadline = now_s() + timeout_s;
+    int r = 0;
+    if (p->rx_hdr_got < MSG_HDR) {
+        r = read_until(p->fd, p->rx_hdr, MSG_HDR, deadline, &p->rx_hdr_got);
+        if (r == 0) {
+            uint32_t m = get32(p->rx_hdr), t = get32(p->rx_hdr + 4);
+            uint64_t b = get64(p->rx_hdr + 8);
+            if (m != MSG_MAGIC) {
+                p->rx_broken = 1;
+                seterr(n->err, sizeof n->err, "stage %d: garbage on the link from stage %d (bad message magic)",
+                       n->rank, from);
+                return PG_NET_MISMATCH;
+            }
+            if (t != tag || b != (uint64_t)bytes) {
+                p->rx_broken = 1;
+                seterr(n->err, sizeof n->err,
+                       "stage %d expected tag %u (%zu bytes) from stage %d but received tag %u (%llu bytes)",
+                       n->rank, tag, bytes, from, t, (unsigned long long)b);
+                return PG_NET_MISMATCH;
+            }
+            p->rx_got = 0;
+        }
+    }
+    if (r == 0) r = read_until(p->fd, buf, bytes, deadline, &p->rx_got);
+    if (r == 0) {
+        p->rx_hdr_got = 0;
+        p->rx_got = 0;
+        return PG_NET_OK;
+    }
+    if (r == -3) {
+        seterr(n->err, sizeof n->err, "stage %d: no message from stage %d within %g s (expected tag %u, %zu bytes)",
+               n->rank, from, timeout_s, tag, bytes);
+        return PG_NET_TIMEOUT;
+    }
+    if (r == -2 || errno == ECONNRESET || errno == EPIPE) {
+        p->rx_closed = 1;
+        seterr(n->err, sizeof n->err, "stage %d closed its connection (it exited or was killed)", from);
+        return PG_NET_CLOSED;
+    }
+    seterr(n->err, sizeof n->err, "stage %d: receiving from stage %d failed: %s", n->rank, from, strerror(errno));
+    return PG_NET_ERROR;
+}
+
+pg_net_status pg_net_flush(pg_net *n, double timeout_s)
+{
+    double deadline = now_s() + timeout_s;
+    for (int i = 0; i < n->world; i++) {
+        peer *p = &n->p[i];
+        if (!p->thr_started) continue;
+        pthread_mutex_lock(&p->mu);
+        while (p->used > 0 && !p->dead) {
+            double left = deadline - now_s();
+            if (left <= 0) {
+                size_t u = p->used;
+                pthread_mutex_unlock(&p->mu);
+                seterr(n->err, sizeof n->err, "stage %d: %zu bytes to stage %d still unsent after %g s", n->rank,
+                       u, i, timeout_s);
+                return PG_NET_TIMEOUT;
+            }
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            double s = left < 0.1 ? left : 0.1;
+            ts.tv_nsec += (long)(s * 1e9);
+            ts.tv_sec += ts.tv_nsec / 1000000000L;
+            ts.tv_nsec %= 1000000000L;
+            pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+        }
+        int dead = p->dead && p->used > 0, e = p->dead_errno;
+        pthread_mutex_unlock(&p->mu);
+        if (dead) return dead_status(n, i, e);
+    }
+    return PG_NET_OK;
+}
+
+const char *pg_net_error(const pg_net *n)
+{
+    return n ? n->err : "no network";
+}
+
+void pg_net_close(pg_net *n)
+{
+    if (!n) return;
+    pg_net_flush(n, 2.0); /* best effort: a peer that stopped reading must not hang us */
+    for (int i = 0; i < n->world; i++) {
+        peer *p = &n->p[i];
+        if (p->thr_started) {
+            pthread_mutex_lock(&p->mu);
+            p->stop = 1;
+            if (p->used) p->dead = 1; /* undrained: drop it */
+            pthread_cond_broadcast(&p->cv);
+            pthread_mutex_unlock(&p->mu);
+            if (p->fd >= 0) shutdown(p->fd, SHUT_RDWR); /* unblocks a send stuck on a full socket */
+            pthread_join(p->thr, NULL);
+            pthread_cond_destroy(&p->cv);
+            pthread_mutex_destroy(&p->mu);
+        }
+        if (p->fd >= 0) close(p->fd);
+        free(p->ring);
+    }
+    free(n->p);
+    free(n);
+}

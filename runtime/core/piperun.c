@@ -1,0 +1,446 @@
+/* runtime/core/piperun.c — start the stage binaries of one pipeline on this machine.
+ *
+ *   piperun DIR [--] [stage args...]
+ *
+ * Runs DIR/stage0, DIR/stage1, ... (consecutive numbers) with PIPE_RANK,
+ * PIPE_WORLD and PIPE_MASTER set (a free loopback port unless PIPE_MASTER is
+ * already set) and PIPE_LOCAL_WORLD (the stage count: they share this host's
+ * cores), relays every line they print prefixed "[stage k] ", forwards
+ * SIGINT/SIGTERM, and when one stage fails stops the others (SIGTERM, then
+ * SIGKILL after 5 s) and exits with the first failure's status (128+signal for
+ * a stage killed by a signal). Each stage runs in its own process group, so a
+ * stop reaches whatever it started, and dies with piperun (PR_SET_PDEATHSIG).
+ * A standalone program: not part of the runtime library. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_STAGES 256
+#define LINE_MAX_BYTES 65536
+#define STOP_GRACE_S 5.0
+
+/* Written by the signal handlers only: the signal to forward and a self-pipe
+ * that wakes poll(). The one piece of state a handler may touch. */
+static struct {
+    volatile sig_atomic_t forward; /* SIGINT or SIGTERM received, 0 if none */
+    int wake_w;                    /* write end of the self-pipe */
+} sigstate = {0, -1};
+
+static void on_signal(int sig)
+{
+    int e = errno;
+    if (sig == SIGINT || sig == SIGTERM) sigstate.forward = sig;
+    if (sigstate.wake_w >= 0) {
+        char c = 0;
+        ssize_t w = write(sigstate.wake_w, &c, 1);
+        (void)w;
+    }
+    errno = e;
+}
+
+typedef struct stream {
+    int fd;                 /* read end of the child's stdout/stderr pipe; -1 at EOF */
+    int out;                /* 1 or 2: where its lines go */
+    char buf[LINE_MAX_BYTES];
+    size_t len;
+} stream;
+
+typedef struct stage {
+    pid_t pid;              /* 0 once reaped */
+    int status;             /* wait status once reaped */
+    stream s[2];
+} stage;
+
+typedef struct piperun {
+    int n;
+    stage *st;              /* [n] */
+    int first_fail;         /* stage index of the first failure, -1 if none */
+    int exit_code;
+    double kill_at;         /* when to SIGKILL the survivors; 0: not stopping */
+} piperun;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void write_all(int fd, const char *p, size_t n)
+{
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return; /* our own output is gone: keep running the stages */
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+static void emit_line(int k, int out, const char *p, size_t n, int add_newline)
+{
+    char pre[32];
+    int pl = snprintf(pre, sizeof pre, "[stage %d] ", k);
+    /* one write per line where it fits, so lines from stages do not interleave */
+    char tmp[LINE_MAX_BYTES + 48];
+    if (n + (size_t)pl + 1 <= sizeof tmp) {
+        memcpy(tmp, pre, (size_t)pl);
+        memcpy(tmp + pl, p, n);
+        size_t t = (size_t)pl + n;
+        if (add_newline) tmp[t++] = '\n';
+        write_all(out, tmp, t);
+        return;
+    }
+    write_all(out, pre, (size_t)pl);
+    write_all(out, p, n);
+    if (add_newline) write_all(out, "\n", 1);
+}
+
+/* Emit every complete line in s; at EOF (or a full buffer) the rest too. */
+static void relay_lines(int k, stream *s, int final)
+{
+    size_t start = 0;
+    for (size_t i = 0; i < s->len; i++)
+        if (s->buf[i] == '\n') {
+            emit_line(k, s->out, s->buf + start, i + 1 - start, 0);
+            start = i + 1;
+        }
+    if (start < s->len && (final || (start == 0 && s->len == sizeof s->buf))) {
+        emit_line(k, s->out, s->buf + start, s->len - start, 1);
+        start = s->len;
+    }
+    memmove(s->buf, s->buf + start, s->len - start);
+    s->len -= start;
+}
+
+static void read_stream(int k, stream *s)
+{
+    ssize_t r = read(s->fd, s->buf + s->len, sizeof s->buf - s->len);
+    if (r < 0 && (errno == EINTR || errno == EAGAIN)) return;
+    if (r <= 0) {
+        relay_lines(k, s, 1);
+        close(s->fd);
+        s->fd = -1;
+        return;
+    }
+    s->len += (size_t)r;
+    relay_lines(k, s, 0);
+}
+
+static void signal_all(piperun *pr, int sig)
+{
+    for (int k = 0; k < pr->n; k++)
+        if (pr->st[k].pid > 0) kill(-pr->st[k].pid, sig); /* its process group */
+}
+
+static void start_stopping(piperun *pr)
+{
+    if (pr->kill_at == 0) {
+        signal_all(pr, SIGTERM);
+        pr->kill_at = now_s() + STOP_GRACE_S;
+    }
+}
+
+static void reap(piperun *pr)
+{
+    for (;;) {
+        int status;
+        pid_t pid = waitpid(-1, &status, WNOHANG);
+        if (pid <= 0) return;
+        for (int k = 0; k < pr->n; k++) {
+            if (pr->st[k].pid != pid) continue;
+            pr->st[k].pid = 0;
+            pr->st[k].status = status;
+            /* the rest of its group (whatever it started) goes with it */
+            kill(-pid, SIGKILL);
+            int failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+            if (failed && pr->first_fail < 0) {
+                pr->first_fail = k;
+                char msg[128];
+                int ml;
+                if (WIFEXITED(status)) {
+                    pr->exit_code = WEXITSTATUS(status);
+                    ml = snprintf(msg, sizeof msg, "piperun: stage %d exited with status %d\n", k, pr->exit_code);
+                } else {
+                    pr->exit_code = 128 + WTERMSIG(status);
+                    ml = snprintf(msg, sizeof msg, "piperun: stage %d killed by signal %d\n", k, WTERMSIG(status));
+                }
+                write_all(2, msg, (size_t)ml);
+                start_stopping(pr);
+            }
+        }
+    }
+}
+
+static int alive(const piperun *pr)
+{
+    for (int k = 0; k < pr->n; k++)
+        if (pr->st[k].pid > 0) return 1;
+    return 0;
+}
+
+static int open_streams(const piperun *pr)
+{
+    int c = 0;
+    for (int k = 0; k < pr->n; k++)
+        for (int j = 0; j < 2; j++) c += pr->st[k].s[j].fd >= 0;
+    return c;
+}
+
+/* pipe() with both ends close-on-exec (and optionally non-blocking). */
+static int pipe_cloexec(int fds[2], int nonblock)
+{
+    if (pipe(fds) != 0) return -1;
+    for (int i = 0; i < 2; i++) {
+        fcntl(fds[i], F_SETFD, FD_CLOEXEC);
+        if (nonblock) fcntl(fds[i], F_SETFL, fcntl(fds[i], F_GETFL) | O_NONBLOCK);
+    }
+    return 0;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: piperun DIR [--] [stage args...]\n"
+               "  Runs DIR/stage0, DIR/stage1, ... as one pipeline on this machine, with\n"
+               "  PIPE_RANK, PIPE_WORLD and PIPE_MASTER set (PIPE_MASTER: a free loopback\n"
+               "  port unless already set). Output lines are prefixed \"[stage k] \".\n"
+               "  When a stage fails the others are stopped and piperun exits with the\n"
+               "  first failure's status (128+N for a stage killed by signal N).\n");
+}
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t sl = sizeof a;
+    int port = -1;
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &sl) == 0)
+        port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+/* In the child: set up the environment and exec; never returns. */
+static void exec_stage(const char *path, int k, int n, const char *master, int out_w, int err_w,
+                       pid_t parent, char **extra, int nextra)
+{
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127); /* piperun died before prctl took effect */
+    signal(SIGPIPE, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    dup2(out_w, 1);
+    dup2(err_w, 2);
+    char v[32];
+    snprintf(v, sizeof v, "%d", k);
+    setenv("PIPE_RANK", v, 1);
+    snprintf(v, sizeof v, "%d", n);
+    setenv("PIPE_WORLD", v, 1);
+    setenv("PIPE_MASTER", master, 1);
+    setenv("PIPE_LOCAL_WORLD", v, 1); /* every stage is on this host: they share its cores */
+    char **argv = calloc((size_t)nextra + 2, sizeof *argv);
+    if (!argv) _exit(127);
+    argv[0] = (char *)path;
+    for (int i = 0; i < nextra; i++) argv[i + 1] = extra[i];
+    execv(path, argv);
+    fprintf(stderr, "piperun: cannot run %s: %s\n", path, strerror(errno));
+    _exit(127);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(stdout);
+        return 0;
+    }
+    if (argv[1][0] == '-') {
+        fprintf(stderr, "piperun: unknown option %s\n", argv[1]);
+        usage(stderr);
+        return 2;
+    }
+    const char *dir = argv[1];
+    int ai = 2;
+    if (ai < argc && !strcmp(argv[ai], "--")) ai++;
+    char **extra = argv + ai;
+    int nextra = argc - ai;
+
+    piperun pr = {.n = 0, .st = NULL, .first_fail = -1, .exit_code = 0, .kill_at = 0};
+    char (*paths)[PATH_MAX] = calloc(MAX_STAGES, PATH_MAX);
+    if (!paths) {
+        fprintf(stderr, "piperun: out of memory\n");
+        return 1;
+    }
+    for (int k = 0; k < MAX_STAGES; k++) {
+        struct stat sb;
+        snprintf(paths[k], PATH_MAX, "%s/stage%d", dir, k);
+        if (stat(paths[k], &sb) != 0) break;
+        if (!S_ISREG(sb.st_mode) || access(paths[k], X_OK) != 0) {
+            fprintf(stderr, "piperun: %s is not an executable file\n", paths[k]);
+            free(paths);
+            return 2;
+        }
+        pr.n++;
+    }
+    if (pr.n == 0) {
+        fprintf(stderr, "piperun: no stage binaries in %s (expected %s/stage0, %s/stage1, ...)\n", dir, dir, dir);
+        free(paths);
+        return 2;
+    }
+
+    char master[300];
+    const char *pm = getenv("PIPE_MASTER");
+    if (pm && *pm) {
+        snprintf(master, sizeof master, "%s", pm);
+    } else {
+        int port = free_port();
+        if (port < 0) {
+            fprintf(stderr, "piperun: cannot find a free loopback port: %s (set PIPE_MASTER)\n", strerror(errno));
+            free(paths);
+            return 1;
+        }
+        snprintf(master, sizeof master, "127.0.0.1:%d", port);
+    }
+
+    int wake[2];
+    if (pipe_cloexec(wake, 1) != 0) {
+        fprintf(stderr, "piperun: pipe: %s\n", strerror(errno));
+        free(paths);
+        return 1;
+    }
+    sigstate.wake_w = wake[1];
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    sigaction(SIGCHLD, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    pr.st = calloc((size_t)pr.n, sizeof *pr.st);
+    if (!pr.st) {
+        fprintf(stderr, "piperun: out of memory\n");
+        free(paths);
+        return 1;
+    }
+    for (int k = 0; k < pr.n; k++)
+        for (int j = 0; j < 2; j++) {
+            pr.st[k].s[j].fd = -1;
+            pr.st[k].s[j].out = j + 1;
+        }
+    pid_t self = getpid();
+    for (int k = 0; k < pr.n; k++) {
+        int po[2], pe[2];
+        if (pipe_cloexec(po, 0) != 0) { pr.exit_code = 1; break; }
+        if (pipe_cloexec(pe, 0) != 0) { close(po[0]); close(po[1]); pr.exit_code = 1; break; }
+        pid_t pid = fork();
+        if (pid < 0) {
+            fprintf(stderr, "piperun: cannot start stage %d: %s\n", k, strerror(errno));
+            close(po[0]); close(po[1]); close(pe[0]); close(pe[1]);
+            pr.exit_code = 1;
+            break;
+        }
+        if (pid == 0) exec_stage(paths[k], k, pr.n, master, po[1], pe[1], self, extra, nextra);
+        setpgid(pid, pid); /* also here, so the group exists before we might signal it */
+        close(po[1]);
+        close(pe[1]);
+        pr.st[k].pid = pid;
+        pr.st[k].s[0].fd = po[0];
+        pr.st[k].s[1].fd = pe[0];
+    }
+    free(paths);
+    if (pr.exit_code != 0) {
+        pr.first_fail = pr.n; /* not a stage: we failed to start them all */
+        start_stopping(&pr);
+    }
+
+    double drain_until = 0; /* after the last child: bounded wait for leftover output */
+    struct pollfd *pf = calloc((size_t)pr.n * 2 + 1, sizeof *pf);
+    int (*who)[2] = calloc((size_t)pr.n * 2 + 1, sizeof *who);
+    if (!pf || !who) {
+        fprintf(stderr, "piperun: out of memory\n");
+        signal_all(&pr, SIGKILL);
+        free(pf);
+        free(who);
+        free(pr.st);
+        return 1;
+    }
+    for (;;) {
+        int sig = sigstate.forward;
+        if (sig) {
+            sigstate.forward = 0;
+            signal_all(&pr, sig);
+            if (pr.kill_at == 0) pr.kill_at = now_s() + STOP_GRACE_S;
+        }
+        reap(&pr);
+        if (pr.kill_at && now_s() >= pr.kill_at) signal_all(&pr, SIGKILL);
+        if (!alive(&pr)) {
+            if (drain_until == 0) drain_until = now_s() + 1.0;
+            if (open_streams(&pr) == 0 || now_s() >= drain_until) break;
+        }
+        int np = 0;
+        pf[np].fd = wake[0];
+        pf[np].events = POLLIN;
+        np++;
+        for (int k = 0; k < pr.n; k++)
+            for (int j = 0; j < 2; j++)
+                if (pr.st[k].s[j].fd >= 0) {
+                    pf[np].fd = pr.st[k].s[j].fd;
+                    pf[np].events = POLLIN;
+                    who[np][0] = k;
+                    who[np][1] = j;
+                    np++;
+                }
+        double next = 1.0;
+        if (pr.kill_at) next = pr.kill_at - now_s();
+        if (drain_until) next = drain_until - now_s();
+        if (next > 1.0) next = 1.0;
+        if (next < 0) next = 0;
+        int r = poll(pf, (nfds_t)np, (int)(next * 1000) + 1);
+        if (r < 0 && errno != EINTR) break;
+        if (r <= 0) continue;
+        if (pf[0].revents) {
+            char b[64];
+            while (read(wake[0], b, sizeof b) > 0) {}
+        }
+        for (int i = 1; i < np; i++)
+            if (pf[i].revents) read_stream(who[i][0], &pr.st[who[i][0]].s[who[i][1]]);
+    }
+    for (int k = 0; k < pr.n; k++)
+        for (int j = 0; j < 2; j++)
+            if (pr.st[k].s[j].fd >= 0) {
+                relay_lines(k, &pr.st[k].s[j], 1);
+                close(pr.st[k].s[j].fd);
+            }
+    free(pf);
+    free(who);
+    free(pr.st);
+    close(wake[0]);
+    close(wake[1]);
+    return pr.exit_code;
+}

@@ -1,0 +1,553 @@
+/* runtime/core/safetensors.c — checkpoints and weights in the safetensors format:
+ *   u64 LE  N (header length, a multiple of 8 here: padded with spaces)
+ *   N bytes JSON {"name":{"dtype":"F32","shape":[..],"data_offsets":[b,e]},...,
+ *                 "__metadata__":{"key":"value",...}}
+ *   data    tensors back to back; offsets are relative to the data start.
+ * The reader is a strict parser for exactly that JSON subset: bounded, every
+ * error names the byte offset within the header. */
+#include "pg_io.h"
+#include "io_atomic.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define ST_MAX_HEADER (100u << 20)
+#define ST_MAX_RANK 8
+
+/* ---- writer -------------------------------------------------------------- */
+
+typedef struct sbuf {
+    char *p;
+    size_t len, cap;
+    int oom;
+} sbuf;
+
+static void sb_put(sbuf *b, const char *s, size_t n)
+{
+    if (b->oom) return;
+    if (b->len + n + 1 > b->cap) {
+        size_t c = b->cap ? b->cap : 256;
+        while (c < b->len + n + 1) c *= 2;
+        char *q = realloc(b->p, c);
+        if (!q) { b->oom = 1; return; }
+        b->p = q;
+        b->cap = c;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = 0;
+}
+
+static void sb_printf(sbuf *b, const char *fmt, ...)
+{
+    char t[128];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(t, sizeof t, fmt, ap);
+    va_end(ap);
+    if (n > 0) sb_put(b, t, (size_t)n < sizeof t ? (size_t)n : sizeof t - 1);
+}
+
+/* A JSON string literal: quotes, backslashes and control bytes escaped. */
+static void sb_json_str(sbuf *b, const char *s)
+{
+    sb_put(b, "\"", 1);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"') sb_put(b, "\\\"", 2);
+        else if (*p == '\\') sb_put(b, "\\\\", 2);
+        else if (*p == '\n') sb_put(b, "\\n", 2);
+        else if (*p == '\t') sb_put(b, "\\t", 2);
+        else if (*p == '\r') sb_put(b, "\\r", 2);
+        else if (*p < 0x20) sb_printf(b, "\\u%04x", *p);
+        else sb_put(b, (const char *)p, 1);
+    }
+    sb_put(b, "\"", 1);
+}
+
+static const char *st_dtype(int dt)
+{
+    return dt == 0 ? "F32" : dt == 2 ? "I32" : NULL;
+}
+
+int pg_st_write(const char *path, const pg_st_tensor *t, int n, const char *const *metadata,
+                char *err, size_t errlen)
+{
+    sbuf h = {0};
+    uint64_t off = 0;
+    sb_put(&h, "{", 1);
+    for (int i = 0; i < n; i++) {
+        const char *dt = st_dtype(t[i].dtype);
+        if (!dt || t[i].rank < 0 || t[i].rank > 5 || !t[i].name || !strcmp(t[i].name, "__metadata__")) {
+            snprintf(err, errlen, "cannot write %s: tensor %d ('%s') has an unsupported dtype, rank or name", path, i,
+                     t[i].name ? t[i].name : "(null)");
+            free(h.p);
+            return -1;
+        }
+        uint64_t numel = 1;
+        for (int d = 0; d < t[i].rank; d++) numel *= (uint64_t)t[i].dim[d];
+        if (numel * 4 != (uint64_t)t[i].bytes) {
+            snprintf(err, errlen, "cannot write %s: tensor '%s' has %llu elements but %zu bytes", path, t[i].name,
+                     (unsigned long long)numel, t[i].bytes);
+            free(h.p);
+            return -1;
+        }
+        if (i) sb_put(&h, ",", 1);
+        sb_json_str(&h, t[i].name);
+        sb_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[", dt);
+        for (int d = 0; d < t[i].rank; d++) sb_printf(&h, "%s%lld", d ? "," : "", (long long)t[i].dim[d]);
+        sb_printf(&h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
+                  (unsigned long long)(off + t[i].bytes));
+        off += t[i].bytes;
+    }
+    if (metadata && metadata[0]) {
+        sb_put(&h, n ? ",\"__metadata__\":{" : "\"__metadata__\":{", n ? 17 : 16);
+        for (int k = 0; metadata[k] && metadata[k + 1]; k += 2) {
+            if (k) sb_put(&h, ",", 1);
+            sb_json_str(&h, metadata[k]);
+            sb_put(&h, ":", 1);
+            sb_json_str(&h, metadata[k + 1]);
+        }
+        sb_put(&h, "}", 1);
+    }
+    sb_put(&h, "}", 1);
+    while (h.len % 8) sb_put(&h, " ", 1);
+    if (h.oom) {
+        free(h.p);
+        snprintf(err, errlen, "cannot write %s: out of memory", path);
+        return -1;
+    }
+    unsigned char lenb[8];
+    for (int i = 0; i < 8; i++) lenb[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
+    const void **parts = calloc((size_t)n + 2, sizeof *parts);
+    size_t *lens = calloc((size_t)n + 2, sizeof *lens);
+    int rc = -1;
+    if (parts && lens) {
+        parts[0] = lenb;
+        lens[0] = 8;
+        parts[1] = h.p;
+        lens[1] = h.len;
+        for (int i = 0; i < n; i++) {
+            parts[i + 2] = t[i].data;
+            lens[i + 2] = t[i].bytes;
+        }
+        rc = pg_io_write_atomic(path, (const void *const *)parts, lens, n + 2, err, errlen);
+    } else {
+        snprintf(err, errlen, "cannot write %s: out of memory", path);
+    }
+    free(parts);
+    free(lens);
+    free(h.p);
+    return rc;
+}
+
+/* ---- reader -------------------------------------------------------------- */
+
+typedef struct st_entry {
+    char *name;
+    char dtype[8];
+    int rank;
+    int64_t dim[ST_MAX_RANK];
+    uint64_t begin, end;
+} st_entry;
+
+typedef struct st_header {
+    const char *path;
+    const char *s;      /* [n] the JSON text */
+    size_t n, pos;
+    st_entry *e;
+    int ne, cap;
+    char **meta;        /* key, value, key, value ... */
+    int nmeta, metacap;
+    uint64_t data_bytes; /* bytes after the header */
+    char *err;
+    size_t errlen;
+} st_header;
+
+static int perr(st_header *h, const char *what)
+{
+    snprintf(h->err, h->errlen, "%s: malformed safetensors header at byte %zu: %s", h->path, h->pos, what);
+    return -1;
+}
+
+static void skip_ws(st_header *h)
+{
+    while (h->pos < h->n && (h->s[h->pos] == ' ' || h->s[h->pos] == '\n' || h->s[h->pos] == '\r' ||
+                             h->s[h->pos] == '\t'))
+        h->pos++;
+}
+
+static int expect(st_header *h, char c)
+{
+    skip_ws(h);
+    if (h->pos >= h->n || h->s[h->pos] != c) {
+        char m[32];
+        snprintf(m, sizeof m, "expected '%c'", c);
+        return perr(h, m);
+    }
+    h->pos++;
+    return 0;
+}
+
+static int peek(st_header *h, char c)
+{
+    skip_ws(h);
+    return h->pos < h->n && h->s[h->pos] == c;
+}
+
+/* Consume c if it comes next (after white space). */
+static int accept(st_header *h, char c)
+{
+    if (!peek(h, c)) return 0;
+    h->pos++;
+    return 1;
+}
+
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* A JSON string; the result (UTF-8, NUL-terminated) is malloc'd. */
+static int parse_str(st_header *h, char **out)
+{
+    if (expect(h, '"')) return -1;
+    size_t cap = 16, len = 0;
+    char *b = malloc(cap);
+    if (!b) return perr(h, "out of memory");
+    for (;;) {
+        if (h->pos >= h->n) { free(b); return perr(h, "unterminated string"); }
+        unsigned char c = (unsigned char)h->s[h->pos];
+        unsigned char tmp[4];
+        int tl = 1;
+        if (c == '"') { h->pos++; break; }
+        if (c < 0x20) { free(b); return perr(h, "control character in string"); }
+        if (c == '\\') {
+            if (h->pos + 1 >= h->n) { free(b); return perr(h, "unterminated escape"); }
+            char e = h->s[h->pos + 1];
+            h->pos += 2;
+            switch (e) {
+            case '"': tmp[0] = '"'; break;
+            case '\\': tmp[0] = '\\'; break;
+            case '/': tmp[0] = '/'; break;
+            case 'b': tmp[0] = '\b'; break;
+            case 'f': tmp[0] = '\f'; break;
+            case 'n': tmp[0] = '\n'; break;
+            case 'r': tmp[0] = '\r'; break;
+            case 't': tmp[0] = '\t'; break;
+            case 'u': {
+                unsigned cp = 0;
+                for (int i = 0; i < 4; i++) {
+                    int v = h->pos < h->n ? hexval(h->s[h->pos]) : -1;
+                    if (v < 0) { free(b); return perr(h, "bad \\u escape"); }
+                    cp = cp * 16 + (unsigned)v;
+                    h->pos++;
+                }
+                if (cp == 0 || (cp >= 0xd800 && cp <= 0xdfff)) { free(b); return perr(h, "unsupported \\u escape"); }
+                if (cp < 0x80) tmp[0] = (unsigned char)cp;
+                else if (cp < 0x800) { tmp[0] = (unsigned char)(0xc0 | cp >> 6); tmp[1] = (unsigned char)(0x80 | (cp & 63)); tl = 2; }
+                else { tmp[0] = (unsigned char)(0xe0 | cp >> 12); tmp[1] = (unsigned char)(0x80 | ((cp >> 6) & 63));
+                       tmp[2] = (unsigned char)(0x80 | (cp & 63)); tl = 3; }
+                break;
+            }
+            default: h->pos -= 2; free(b); return perr(h, "bad escape in string");
+            }
+        } else {
+            tmp[0] = c;
+            h->pos++;
+        }
+        if (len + (size_t)tl + 1 > cap) {
+            cap *= 2;
+            char *q = realloc(b, cap);
+            if (!q) { free(b); return perr(h, "out of memory"); }
+            b = q;
+        }
+        memcpy(b + len, tmp, (size_t)tl);
+        len += (size_t)tl;
+    }
+    b[len] = 0;
+    *out = b;
+    return 0;
+}
+
+static int parse_uint(st_header *h, uint64_t *v)
+{
+    skip_ws(h);
+    if (h->pos >= h->n || h->s[h->pos] < '0' || h->s[h->pos] > '9') return perr(h, "expected a non-negative integer");
+    uint64_t x = 0;
+    int digits = 0;
+    while (h->pos < h->n && h->s[h->pos] >= '0' && h->s[h->pos] <= '9') {
+        if (++digits > 18) return perr(h, "integer too large");
+        x = x * 10 + (uint64_t)(h->s[h->pos] - '0');
+        h->pos++;
+    }
+    *v = x;
+    return 0;
+}
+
+static int parse_entry(st_header *h, st_entry *e)
+{
+    int seen_dt = 0, seen_shape = 0, seen_off = 0;
+    if (expect(h, '{')) return -1;
+    if (peek(h, '}')) return perr(h, "empty tensor entry");
+    do {
+        char *key;
+        if (parse_str(h, &key)) return -1;
+        if (expect(h, ':')) { free(key); return -1; }
+        if (!strcmp(key, "dtype") && !seen_dt) {
+            char *v;
+            seen_dt = 1;
+            if (parse_str(h, &v)) { free(key); return -1; }
+            snprintf(e->dtype, sizeof e->dtype, "%s", v);
+            free(v);
+        } else if (!strcmp(key, "shape") && !seen_shape) {
+            seen_shape = 1;
+            if (expect(h, '[')) { free(key); return -1; }
+            if (!peek(h, ']')) {
+                do {
+                    uint64_t d;
+                    if (e->rank >= ST_MAX_RANK) { free(key); return perr(h, "too many dimensions"); }
+                    if (parse_uint(h, &d)) { free(key); return -1; }
+                    e->dim[e->rank++] = (int64_t)d;
+                } while (accept(h, ','));
+            }
+            if (expect(h, ']')) { free(key); return -1; }
+        } else if (!strcmp(key, "data_offsets") && !seen_off) {
+            seen_off = 1;
+            if (expect(h, '[') || parse_uint(h, &e->begin) || expect(h, ',') || parse_uint(h, &e->end) ||
+                expect(h, ']')) {
+                free(key);
+                return -1;
+            }
+        } else {
+            free(key);
+            return perr(h, "unknown or repeated key in tensor entry");
+        }
+        free(key);
+    } while (accept(h, ','));
+    if (expect(h, '}')) return -1;
+    if (!seen_dt || !seen_shape || !seen_off) return perr(h, "tensor entry lacks dtype, shape or data_offsets");
+    return 0;
+}
+
+static int parse_meta(st_header *h)
+{
+    if (expect(h, '{')) return -1;
+    if (peek(h, '}')) { h->pos++; return 0; }
+    do {
+        char *k, *v;
+        if (parse_str(h, &k)) return -1;
+        if (expect(h, ':') || parse_str(h, &v)) { free(k); return -1; }
+        if (h->nmeta + 2 > h->metacap) {
+            int c = h->metacap ? h->metacap * 2 : 8;
+            char **q = realloc(h->meta, (size_t)c * sizeof *q);
+            if (!q) { free(k); free(v); return perr(h, "out of memory"); }
+            h->meta = q;
+            h->metacap = c;
+        }
+        h->meta[h->nmeta++] = k;
+        h->meta[h->nmeta++] = v;
+    } while (accept(h, ','));
+    return expect(h, '}');
+}
+
+static int parse_header(st_header *h)
+{
+    int seen_meta = 0;
+    if (expect(h, '{')) return -1;
+    if (!peek(h, '}')) {
+        do {
+            size_t at = h->pos;
+            char *name;
+            if (parse_str(h, &name)) return -1;
+            if (expect(h, ':')) { free(name); return -1; }
+            if (!strcmp(name, "__metadata__")) {
+                free(name);
+                if (seen_meta) { h->pos = at; return perr(h, "repeated __metadata__"); }
+                seen_meta = 1;
+                if (parse_meta(h)) return -1;
+                continue;
+            }
+            for (int i = 0; i < h->ne; i++)
+                if (!strcmp(h->e[i].name, name)) {
+                    free(name);
+                    h->pos = at;
+                    return perr(h, "repeated tensor name");
+                }
+            if (h->ne == h->cap) {
+                int c = h->cap ? h->cap * 2 : 16;
+                st_entry *q = realloc(h->e, (size_t)c * sizeof *q);
+                if (!q) { free(name); return perr(h, "out of memory"); }
+                h->e = q;
+                h->cap = c;
+            }
+            st_entry *e = &h->e[h->ne++];
+            memset(e, 0, sizeof *e);
+            e->name = name;
+            if (parse_entry(h, e)) return -1;
+        } while (accept(h, ','));
+    }
+    if (expect(h, '}')) return -1;
+    skip_ws(h);
+    if (h->pos != h->n) return perr(h, "unexpected bytes after the header object");
+    return 0;
+}
+
+static void header_free(st_header *h)
+{
+    for (int i = 0; i < h->ne; i++) free(h->e[i].name);
+    for (int i = 0; i < h->nmeta; i++) free(h->meta[i]);
+    free(h->e);
+    free(h->meta);
+    free((char *)h->s);
+    h->e = NULL;
+    h->meta = NULL;
+    h->s = NULL;
+}
+
+/* Open path and parse its header; on 0 the fd is open and h must be freed. */
+static int header_load(const char *path, st_header *h, int *fdp, char *err, size_t errlen)
+{
+    memset(h, 0, sizeof *h);
+    h->path = path;
+    h->err = err;
+    h->errlen = errlen;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat sb;
+    unsigned char lb[8];
+    if (fstat(fd, &sb) != 0 || pread(fd, lb, 8, 0) != 8) {
+        snprintf(err, errlen, "%s is truncated: shorter than the 8-byte header length", path);
+        close(fd);
+        return -1;
+    }
+    uint64_t n = 0, fsize = (uint64_t)sb.st_size;
+    for (int i = 0; i < 8; i++) n |= (uint64_t)lb[i] << (8 * i);
+    if (n > fsize - 8 || n > ST_MAX_HEADER || n < 2) {
+        snprintf(err, errlen,
+                 "%s: header length %llu does not fit (file has %llu bytes, limit %u): truncated or not a safetensors file",
+                 path, (unsigned long long)n, (unsigned long long)fsize, ST_MAX_HEADER);
+        close(fd);
+        return -1;
+    }
+    char *s = malloc((size_t)n + 1);
+    if (!s || pread(fd, s, (size_t)n, 8) != (ssize_t)n) {
+        free(s);
+        snprintf(err, errlen, "cannot read the header of %s", path);
+        close(fd);
+        return -1;
+    }
+    s[n] = 0;
+    h->s = s;
+    h->n = (size_t)n;
+    h->data_bytes = fsize - 8 - n;
+    if (parse_header(h)) {
+        header_free(h);
+        close(fd);
+        return -1;
+    }
+    *fdp = fd;
+    return 0;
+}
+
+static void dims_str(char *b, size_t len, int rank, const int64_t *d)
+{
+    size_t o = (size_t)snprintf(b, len, "[");
+    for (int i = 0; i < rank && o < len; i++) o += (size_t)snprintf(b + o, len - o, "%s%lld", i ? ", " : "", (long long)d[i]);
+    if (o < len) snprintf(b + o, len - o, "]");
+}
+
+int pg_st_read(const char *path, pg_st_want *w, int n, char *err, size_t errlen)
+{
+    st_header h;
+    int fd, rc = -1;
+    if (header_load(path, &h, &fd, err, errlen)) return -1;
+    for (int i = 0; i < n; i++) {
+        st_entry *e = NULL;
+        for (int k = 0; k < h.ne; k++)
+            if (!strcmp(h.e[k].name, w[i].name)) e = &h.e[k];
+        if (!e) {
+            snprintf(err, errlen, "%s has no tensor '%s'", path, w[i].name);
+            goto out;
+        }
+        const char *dt = st_dtype(w[i].dtype);
+        if (!dt || strcmp(e->dtype, dt)) {
+            snprintf(err, errlen, "%s: tensor '%s' is %s but the model expects %s", path, w[i].name, e->dtype,
+                     dt ? dt : "?");
+            goto out;
+        }
+        int same = e->rank == w[i].rank;
+        for (int d = 0; same && d < e->rank; d++) same = e->dim[d] == w[i].dim[d];
+        if (!same) {
+            char a[128], b[128];
+            dims_str(a, sizeof a, e->rank, e->dim);
+            dims_str(b, sizeof b, w[i].rank < 0 ? 0 : w[i].rank > 5 ? 5 : w[i].rank, w[i].dim);
+            snprintf(err, errlen, "%s: tensor '%s' has shape %s but the model expects %s", path, w[i].name, a, b);
+            goto out;
+        }
+        uint64_t numel = 1;
+        for (int d = 0; d < e->rank; d++) numel *= (uint64_t)e->dim[d];
+        if (e->end < e->begin || e->end - e->begin != numel * 4) {
+            snprintf(err, errlen, "%s: tensor '%s' has data_offsets [%llu, %llu] but its shape needs %llu bytes", path,
+                     w[i].name, (unsigned long long)e->begin, (unsigned long long)e->end,
+                     (unsigned long long)(numel * 4));
+            goto out;
+        }
+        if (e->end > h.data_bytes) {
+            snprintf(err, errlen,
+                     "%s is truncated: tensor '%s' ends at data byte %llu but the file has %llu bytes of data", path,
+                     w[i].name, (unsigned long long)e->end, (unsigned long long)h.data_bytes);
+            goto out;
+        }
+        if (w[i].bytes != numel * 4) {
+            snprintf(err, errlen, "%s: tensor '%s': destination holds %zu bytes, the tensor %llu", path, w[i].name,
+                     w[i].bytes, (unsigned long long)(numel * 4));
+            goto out;
+        }
+        size_t got = 0;
+        while (got < w[i].bytes) {
+            ssize_t r = pread(fd, (char *)w[i].dst + got, w[i].bytes - got, (off_t)(8 + h.n + e->begin + got));
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) {
+                snprintf(err, errlen, "cannot read tensor '%s' from %s: %s", w[i].name, path,
+                         r < 0 ? strerror(errno) : "unexpected end of file");
+                goto out;
+            }
+            got += (size_t)r;
+        }
+    }
+    rc = 0;
+out:
+    header_free(&h);
+    close(fd);
+    return rc;
+}
+
+int pg_st_read_meta(const char *path, const char *key, char *val, size_t vallen, char *err, size_t errlen)
+{
+    st_header h;
+    int fd, rc = -1;
+    if (header_load(path, &h, &fd, err, errlen)) return -1;
+    snprintf(err, errlen, "%s has no metadata key '%s'", path, key);
+    for (int i = 0; i + 1 < h.nmeta; i += 2)
+        if (!strcmp(h.meta[i], key)) {
+            if (strlen(h.meta[i + 1]) >= vallen) {
+                snprintf(err, errlen, "%s: metadata '%s' is longer than %zu bytes", path, key, vallen - 1);
+            } else {
+                snprintf(val, vallen, "%s", h.meta[i + 1]);
+                rc = 0;
+            }
+            break;
+        }
+    header_free(&h);
+    close(fd);
+    return rc;
+}

@@ -1,0 +1,100 @@
+#!/bin/sh
+# tests/piperun.t — build/piperun with shell-script stand-ins for stage binaries:
+# output prefixing, exit status, stopping the rest, Ctrl-C, no orphans.
+. "$(dirname "$0")/lib.sh"
+cd "$TOP" || exit 1
+T=$(mktemp -d /tmp/pg_piperun_t.XXXXXX) || exit 1
+trap 'rm -rf "$T"' EXIT
+PR=$T/piperun
+if ! ${CC:-cc} -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Wall -Wextra -Werror -g -O1 \
+        -fsanitize=address,undefined -fno-omit-frame-pointer -o "$PR" runtime/core/piperun.c 2>"$T/cc.log"; then
+    echo "1..1"; echo "not ok 1 - piperun.c compiles"; sed 's/^/# /' "$T/cc.log"; exit 1
+fi
+# gone PID: no such process (or only a zombie left for init to reap)
+gone() { ! kill -0 "$1" 2>/dev/null || grep -q '^[0-9]* ([^)]*) Z' "/proc/$1/stat" 2>/dev/null; }
+stage() { # stage DIR K SCRIPT-BODY
+    mkdir -p "$1"; printf '#!/bin/sh\n%s\n' "$3" > "$1/stage$2"; chmod +x "$1/stage$2"; }
+
+# ---- prefixing, environment, extra args, partial last lines ----
+D=$T/ok
+stage "$D" 0 'echo "hello from $PIPE_RANK of $PIPE_WORLD at $PIPE_MASTER args: $*"; printf "no newline"'
+stage "$D" 1 'echo "to stderr" >&2; echo "line 2"; printf "partial err" >&2'
+out=$(timeout 20 "$PR" "$D" -- --steps 3 2>"$T/err"); rc=$?
+err=$(cat "$T/err")
+is "$rc" 0 "all stages succeed: exit 0"
+like "$out" '^\[stage 0\] hello from 0 of 2 at 127\.0\.0\.1:[0-9]+ args: --steps 3$' "stdout prefixed, PIPE_* set, args passed"
+like "$out" '\[stage 0\] no newline' "a partial last line is flushed at exit"
+like "$out" '^\[stage 1\] line 2$' "stage 1 stdout prefixed"
+like "$err" '^\[stage 1\] to stderr$' "stderr goes to stderr, prefixed"
+like "$err" '\[stage 1\] partial err' "partial stderr line flushed"
+out=$(PIPE_MASTER=10.1.2.3:4567 timeout 20 "$PR" "$D" 2>/dev/null)
+like "$out" 'at 10\.1\.2\.3:4567 args: $' "PIPE_MASTER from the environment is passed on"
+
+# ---- first failure: status propagates, the rest are stopped ----
+D=$T/fail
+stage "$D" 0 "echo \$\$ > $T/p0; sleep 30 & echo \$! > $T/g0; wait"
+stage "$D" 1 'sleep 0.3; echo "bye"; exit 3'
+stage "$D" 2 "echo \$\$ > $T/p2; exec sleep 30"
+start=$(date +%s)
+timeout 20 "$PR" "$D" >"$T/out" 2>"$T/err"; rc=$?
+el=$(( $(date +%s) - start ))
+is "$rc" 3 "exit status is the failing stage's status"
+like "$(cat "$T/err")" '^piperun: stage 1 exited with status 3$' "the failure is reported"
+gone "$(cat "$T/p0")" && gone "$(cat "$T/p2")"; ok $? "the other stages were stopped"
+gone "$(cat "$T/g0")"; ok $? "what a stage started was stopped too (its process group)"
+[ "$el" -le 3 ]; ok $? "stopped promptly (${el} s)"
+
+# ---- killed by a signal ----
+D=$T/sig
+stage "$D" 0 'exec sleep 30'
+stage "$D" 1 'kill -9 $$'
+timeout 20 "$PR" "$D" >/dev/null 2>"$T/err"; rc=$?
+is "$rc" 137 "a stage killed by signal 9: exit 128+9"
+like "$(cat "$T/err")" '^piperun: stage 1 killed by signal 9$' "the signal is reported"
+
+# ---- Ctrl-C is forwarded ----
+D=$T/int
+for k in 0 1; do stage "$D" $k "trap 'echo got INT; exit 130' INT; echo \$\$ > $T/i$k; sleep 30 & wait \$!"; done
+rm -f "$T/i0" "$T/i1"
+timeout 20 "$PR" "$D" >"$T/out" 2>"$T/err" & pid=$!
+n=0; while [ ! -s "$T/i0" ] || [ ! -s "$T/i1" ]; do sleep 0.1; n=$((n+1)); [ $n -gt 50 ] && break; done
+sleep 0.2
+# timeout(1) runs piperun as its child: signal piperun itself
+prpid=$(pgrep -P "$pid" -x piperun 2>/dev/null || ps -o pid= --ppid "$pid" | head -1)
+kill -INT $prpid
+wait $pid; rc=$?
+is "$rc" 130 "after Ctrl-C piperun exits 130"
+like "$(cat "$T/out")" '\[stage 0\] got INT' "stage 0 received SIGINT"
+like "$(cat "$T/out")" '\[stage 1\] got INT' "stage 1 received SIGINT"
+
+# ---- a stage that ignores SIGTERM is killed after the grace period ----
+D=$T/stubborn
+stage "$D" 0 "trap '' TERM; echo \$\$ > $T/s0; while :; do sleep 0.2; done"
+stage "$D" 1 'sleep 0.2; exit 1'
+start=$(date +%s)
+timeout 20 "$PR" "$D" >/dev/null 2>&1; rc=$?
+el=$(( $(date +%s) - start ))
+is "$rc" 1 "exit status 1 with a stubborn stage"
+gone "$(cat "$T/s0")" && [ "$el" -ge 4 ] && [ "$el" -le 8 ]; ok $? "a stage ignoring SIGTERM is killed after ~5 s (${el} s)"
+
+# ---- piperun killed outright: no orphans ----
+D=$T/orphan
+for k in 0 1; do stage "$D" $k "echo \$\$ > $T/o$k; exec sleep 30"; done
+rm -f "$T/o0" "$T/o1"
+"$PR" "$D" >/dev/null 2>&1 & pid=$!
+n=0; while [ ! -s "$T/o0" ] || [ ! -s "$T/o1" ]; do sleep 0.1; n=$((n+1)); [ $n -gt 50 ] && break; done
+kill -9 $pid; wait $pid 2>/dev/null
+sleep 0.5
+gone "$(cat "$T/o0")" && gone "$(cat "$T/o1")"; ok $? "stages die with piperun (no orphans)"
+
+# ---- usage ----
+"$PR" >/dev/null 2>&1; is "$?" 2 "no arguments: exit 2"
+out=$("$PR" --help); rc=$?
+is "$rc" 0 "--help exits 0"
+like "$out" '^usage: piperun DIR' "--help prints usage"
+"$PR" --bogus >/dev/null 2>&1; is "$?" 2 "unknown option: exit 2"
+mkdir -p "$T/empty"
+err=$("$PR" "$T/empty" 2>&1); rc=$?
+is "$rc" 2 "no stage binaries: exit 2"
+like "$err" "no stage binaries in $T/empty" "says where it looked"
+done_testing

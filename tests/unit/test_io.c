@@ -1,0 +1,319 @@
+/* tests/unit/test_io.c — .pgd data files, synthetic samples, pg_hash64 and
+ * safetensors: round trips and every rejection message.
+ *   usage: test_io DIR   (scratch directory; DIR/interop.safetensors is left
+ *   behind for the PyTorch check in tests/io.t) */
+#include "pg_io.h"
+#include "../tap.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char dir[512];
+static char err[1024];
+
+static const char *at(const char *name)
+{
+    static char b[4][700];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(b[k], sizeof b[k], "%s/%s", dir, name);
+    return b[k];
+}
+
+static void write_raw(const char *path, const void *p, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) exit(99);
+    fwrite(p, 1, n, f);
+    fclose(f);
+}
+
+static size_t read_raw(const char *path, void *p, size_t cap)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    size_t n = fread(p, 1, cap, f);
+    fclose(f);
+    return n;
+}
+
+/* A .pgd header by hand: magic, version, dtype, rank, dims. */
+static size_t pgd_header(unsigned char *b, const char *magic, uint32_t ver, uint32_t dt, uint32_t rank,
+                         const uint64_t *dims)
+{
+    memcpy(b, magic, 4);
+    memcpy(b + 4, &ver, 4);
+    memcpy(b + 8, &dt, 4);
+    memcpy(b + 12, &rank, 4);
+    memcpy(b + 16, dims, 8 * rank);
+    return 16 + 8 * rank;
+}
+
+static int tmp_files_left(void)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int c = 0;
+    while (d && (e = readdir(d)))
+        if (strstr(e->d_name, ".tmp.")) c++;
+    if (d) closedir(d);
+    return c;
+}
+
+static uint64_t mix64(uint64_t z) /* the documented formula, restated */
+{
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static void test_data(void)
+{
+    pg_datafile f;
+    /* round trip f32 [10, 4, 3] */
+    float v[120];
+    for (int i = 0; i < 120; i++) v[i] = (float)i * 0.25f - 3.0f;
+    uint64_t dims[3] = {10, 4, 3};
+    int64_t per[2] = {4, 3};
+    OK(pg_data_write(at("x.pgd"), 0, 3, dims, v, err, sizeof err) == 0, "pg_data_write f32 [10,4,3]: %s", err);
+    int r = pg_data_open(&f, at("x.pgd"), 0, 2, per, err, sizeof err);
+    OK(r == 0 && f.samples == 10 && f.sample_elems == 12 && f.rank == 3 && f.dtype == 0 &&
+           memcmp(f.data, v, sizeof v) == 0,
+       "f32 data file round trip: %s", r ? err : "");
+    if (r == 0) pg_data_close(&f);
+    int32_t iv[6] = {0, 5, 9, -1, 7, 2};
+    uint64_t idims[2] = {3, 2};
+    int64_t iper[1] = {2};
+    OK(pg_data_write(at("y.pgd"), 2, 2, idims, iv, err, sizeof err) == 0 &&
+           pg_data_open(&f, at("y.pgd"), 2, 1, iper, err, sizeof err) == 0 && f.samples == 3 &&
+           memcmp(f.data, iv, sizeof iv) == 0,
+       "i32 data file round trip: %s", err);
+    pg_data_close(&f);
+
+    unsigned char b[4096];
+    char want[900];
+    size_t h;
+    uint64_t d1[2] = {3, 2};
+    /* bad magic */
+    h = pgd_header(b, "PGDX", 1, 0, 2, d1);
+    memset(b + h, 0, 24);
+    write_raw(at("bad.pgd"), b, h + 24);
+    snprintf(want, sizeof want, "%s: not a pipegen data file (bad magic)", at("bad.pgd"));
+    OK(pg_data_open(&f, at("bad.pgd"), 0, 1, iper, err, sizeof err) == -1 && !strcmp(err, want), "bad magic: %s", err);
+    /* version */
+    h = pgd_header(b, "PGD1", 2, 0, 2, d1);
+    write_raw(at("bad.pgd"), b, h + 24);
+    snprintf(want, sizeof want, "%s: data file version 2, this build reads version 1", at("bad.pgd"));
+    OK(pg_data_open(&f, at("bad.pgd"), 0, 1, iper, err, sizeof err) == -1 && !strcmp(err, want), "bad version: %s", err);
+    /* dtype */
+    int64_t p512[1] = {512};
+    snprintf(want, sizeof want, "%s holds i32 but the model expects f32[512]", at("y.pgd"));
+    OK(pg_data_open(&f, at("y.pgd"), 0, 1, p512, err, sizeof err) == -1 && !strcmp(err, want), "dtype differs: %s", err);
+    /* shape */
+    int64_t p12[1] = {12};
+    snprintf(want, sizeof want, "%s holds samples of shape [4, 3] but the model expects [12]", at("x.pgd"));
+    OK(pg_data_open(&f, at("x.pgd"), 0, 1, p12, err, sizeof err) == -1 && !strcmp(err, want), "shape differs: %s", err);
+    /* truncated */
+    uint64_t d2[2] = {1000, 512};
+    h = pgd_header(b, "PGD1", 1, 0, 2, d2);
+    memset(b + h, 0, 1500);
+    write_raw(at("t.pgd"), b, h + 1500);
+    snprintf(want, sizeof want,
+             "%s is truncated: header says 1000 samples of 2048 bytes = 2048000 bytes, file has 1500 bytes", at("t.pgd"));
+    OK(pg_data_open(&f, at("t.pgd"), 0, 1, p512, err, sizeof err) == -1 && !strcmp(err, want), "truncated: %s", err);
+    /* trailing bytes */
+    h = pgd_header(b, "PGD1", 1, 2, 2, d1);
+    memset(b + h, 0, 24 + 3);
+    write_raw(at("t.pgd"), b, h + 27);
+    snprintf(want, sizeof want,
+             "%s has 3 bytes after its data: header says 3 samples of 8 bytes = 24 bytes, file has 27 bytes", at("t.pgd"));
+    OK(pg_data_open(&f, at("t.pgd"), 2, 1, iper, err, sizeof err) == -1 && !strcmp(err, want), "trailing bytes: %s", err);
+    /* header cut short */
+    write_raw(at("t.pgd"), b, 20);
+    OK(pg_data_open(&f, at("t.pgd"), 2, 1, iper, err, sizeof err) == -1 && strstr(err, "is truncated") &&
+           strstr(err, "shorter than its 32-byte header"),
+       "header cut short: %s", err);
+    /* rank out of range */
+    uint64_t d6[6] = {1, 1, 1, 1, 1, 1};
+    h = pgd_header(b, "PGD1", 1, 0, 6, d6);
+    write_raw(at("t.pgd"), b, h + 4);
+    OK(pg_data_open(&f, at("t.pgd"), 0, 1, iper, err, sizeof err) == -1 && strstr(err, "rank 6 out of range 1..5"),
+       "rank 6 refused: %s", err);
+    /* missing */
+    snprintf(want, sizeof want, "cannot open %s: No such file or directory", at("nope.pgd"));
+    OK(pg_data_open(&f, at("nope.pgd"), 0, 1, iper, err, sizeof err) == -1 && !strcmp(err, want), "missing file: %s", err);
+    /* a failed write leaves no temp file */
+    OK(pg_data_write(at("no/such/dir.pgd"), 0, 3, dims, v, err, sizeof err) == -1 && strstr(err, "no/such/dir.pgd") &&
+           strstr(err, "No such file or directory") && tmp_files_left() == 0,
+       "write into a missing directory fails cleanly: %s", err);
+}
+
+static void test_synth(void)
+{
+    float a[10 * 7], b[5 * 7], c[10 * 7];
+    pg_synth_f32(a, 1234, 1, 0, 10, 7);
+    pg_synth_f32(b, 1234, 1, 5, 5, 7);
+    pg_synth_f32(c, 1234, 2, 0, 10, 7);
+    OK(memcmp(a + 35, b, sizeof b) == 0, "synthetic samples depend on the sample index only, not the batch split");
+    OK(memcmp(a, c, sizeof a) != 0, "another stream gives other samples");
+    uint64_t key = mix64(mix64(mix64(1234) ^ 1) ^ 3);
+    float expect = (float)(mix64(key ^ 4) >> 40) * (1.0f / 8388608.0f) - 1.0f;
+    OK(a[3 * 7 + 4] == expect, "f32 sample follows the documented formula (%g vs %g)", a[3 * 7 + 4], expect);
+    float big[4096];
+    pg_synth_f32(big, 7, 0, 0, 64, 64);
+    double sum = 0;
+    int inrange = 1;
+    for (int i = 0; i < 4096; i++) {
+        sum += big[i];
+        inrange &= big[i] >= -1.0f && big[i] < 1.0f;
+    }
+    OK(inrange && fabs(sum / 4096) < 0.05, "f32 samples lie in [-1, 1) with mean %.3f", sum / 4096);
+    int32_t t[4096];
+    pg_synth_i32(t, 7, 3, 100, 64, 64, 1000);
+    int ok = 1, hit0 = 0, hitmax = 0;
+    for (int i = 0; i < 4096; i++) {
+        ok &= t[i] >= 0 && t[i] < 1000;
+        hit0 |= t[i] < 10;
+        hitmax |= t[i] >= 990;
+    }
+    key = mix64(mix64(mix64(7) ^ 3) ^ 100);
+    OK(ok && hit0 && hitmax && t[5] == (int32_t)(((mix64(key ^ 5) >> 32) * 1000) >> 32),
+       "i32 samples lie in [0, vocab), cover it, and follow the formula");
+}
+
+static void test_hash(void)
+{
+    const uint64_t basis = 0xcbf29ce484222325ull;
+    OK(pg_hash64("", 0, basis) == basis, "FNV-1a of nothing is the basis");
+    OK(pg_hash64("a", 1, basis) == 0xaf63dc4c8601ec8cull, "FNV-1a 64 of \"a\"");
+    OK(pg_hash64("foobar", 6, basis) == 0x85944171f73967e8ull, "FNV-1a 64 of \"foobar\"");
+    OK(pg_hash64("bar", 3, pg_hash64("foo", 3, basis)) == pg_hash64("foobar", 6, basis), "hashing can be chained");
+}
+
+static void test_safetensors(void)
+{
+    float w[6] = {-1.0f, -0.5f, 0.0f, 0.5f, 1.0f, 1.5f};
+    int32_t ids[4] = {3, -1, 7, 100000};
+    float s = 42.0f;
+    float q[2] = {1.0f, 2.0f};
+    pg_st_tensor t[4] = {
+        {.name = "layer1.w", .dtype = 0, .rank = 2, .dim = {2, 3}, .data = w, .bytes = sizeof w},
+        {.name = "ids", .dtype = 2, .rank = 1, .dim = {4}, .data = ids, .bytes = sizeof ids},
+        {.name = "scale", .dtype = 0, .rank = 0, .dim = {0}, .data = &s, .bytes = sizeof s},
+        {.name = "odd \"name\"\\x", .dtype = 0, .rank = 1, .dim = {2}, .data = q, .bytes = sizeof q},
+    };
+    const char *meta[] = {"step", "12", "model", "mlp \"v1\"", NULL};
+    const char *p = at("interop.safetensors");
+    OK(pg_st_write(p, t, 4, meta, err, sizeof err) == 0, "pg_st_write: %s", err);
+    unsigned char raw[4096];
+    size_t n = read_raw(p, raw, sizeof raw);
+    uint64_t hl = 0;
+    memcpy(&hl, raw, 8);
+    OK(n > 8 && hl % 8 == 0 && 8 + hl + 6 * 4 + 16 + 4 + 8 == n && raw[8] == '{' &&
+           (raw[8 + hl - 1] == ' ' || raw[8 + hl - 1] == '}'),
+       "header length is a multiple of 8 and the data follows it (%zu bytes)", n);
+    OK(tmp_files_left() == 0, "no temporary file is left behind");
+
+    float w2[6] = {0}, q2[2] = {0}, s2 = 0;
+    int32_t ids2[4] = {0};
+    pg_st_want want[4] = {
+        {.name = "ids", .dtype = 2, .rank = 1, .dim = {4}, .dst = ids2, .bytes = sizeof ids2},
+        {.name = "layer1.w", .dtype = 0, .rank = 2, .dim = {2, 3}, .dst = w2, .bytes = sizeof w2},
+        {.name = "scale", .dtype = 0, .rank = 0, .dst = &s2, .bytes = sizeof s2},
+        {.name = "odd \"name\"\\x", .dtype = 0, .rank = 1, .dim = {2}, .dst = q2, .bytes = sizeof q2},
+    };
+    OK(pg_st_read(p, want, 4, err, sizeof err) == 0 && !memcmp(w, w2, sizeof w) && !memcmp(ids, ids2, sizeof ids) &&
+           s2 == 42.0f && !memcmp(q, q2, sizeof q),
+       "safetensors round trip, any order, escaped names: %s", err);
+    char val[64];
+    OK(pg_st_read_meta(p, "step", val, sizeof val, err, sizeof err) == 0 && !strcmp(val, "12"), "metadata step = %s", val);
+    OK(pg_st_read_meta(p, "model", val, sizeof val, err, sizeof err) == 0 && !strcmp(val, "mlp \"v1\""),
+       "metadata with quotes = %s", val);
+    char m[900];
+    snprintf(m, sizeof m, "%s has no metadata key 'epoch'", p);
+    OK(pg_st_read_meta(p, "epoch", val, sizeof val, err, sizeof err) == -1 && !strcmp(err, m), "missing metadata: %s", err);
+
+    pg_st_want one = {.name = "layer2.w", .dtype = 0, .rank = 2, .dim = {2, 3}, .dst = w2, .bytes = sizeof w2};
+    snprintf(m, sizeof m, "%s has no tensor 'layer2.w'", p);
+    OK(pg_st_read(p, &one, 1, err, sizeof err) == -1 && !strcmp(err, m), "missing tensor: %s", err);
+    one.name = "layer1.w";
+    one.dim[0] = 3;
+    one.dim[1] = 2;
+    snprintf(m, sizeof m, "%s: tensor 'layer1.w' has shape [2, 3] but the model expects [3, 2]", p);
+    OK(pg_st_read(p, &one, 1, err, sizeof err) == -1 && !strcmp(err, m), "wrong shape: %s", err);
+    pg_st_want wi = {.name = "ids", .dtype = 0, .rank = 1, .dim = {4}, .dst = ids2, .bytes = sizeof ids2};
+    snprintf(m, sizeof m, "%s: tensor 'ids' is I32 but the model expects F32", p);
+    OK(pg_st_read(p, &wi, 1, err, sizeof err) == -1 && !strcmp(err, m), "wrong dtype: %s", err);
+
+    /* truncated: drop the last 4 bytes */
+    const char *tp = at("trunc.safetensors");
+    write_raw(tp, raw, n - 4);
+    OK(pg_st_read(tp, want, 4, err, sizeof err) == -1 && strstr(err, "is truncated: tensor 'odd \"name\"\\x' ends at data byte 52"),
+       "truncated file: %s", err);
+    /* header length past the end of the file */
+    write_raw(tp, raw, 8 + hl / 2);
+    OK(pg_st_read(tp, want, 4, err, sizeof err) == -1 && strstr(err, "does not fit") && strstr(err, "truncated or not a safetensors file"),
+       "header longer than the file: %s", err);
+    /* malformed JSON: a missing comma, reported at its byte */
+    const char *bad = "{\"a\":{\"dtype\":\"F32\" \"shape\":[1],\"data_offsets\":[0,4]}}    ";
+    size_t bl = strlen(bad);
+    unsigned char bb[256];
+    uint64_t bl64 = bl;
+    memcpy(bb, &bl64, 8);
+    memcpy(bb + 8, bad, bl);
+    memset(bb + 8 + bl, 0, 4);
+    write_raw(tp, bb, 8 + bl + 4);
+    snprintf(m, sizeof m, "%s: malformed safetensors header at byte %d: expected '}'", tp,
+             (int)(strstr(bad, "\"shape\"") - bad));
+    pg_st_want wa = {.name = "a", .dtype = 0, .rank = 1, .dim = {1}, .dst = &s2, .bytes = 4};
+    OK(pg_st_read(tp, &wa, 1, err, sizeof err) == -1 && !strcmp(err, m), "malformed header names the byte: %s", err);
+    const char *bad2 = "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,8]}}    ";
+    memcpy(bb + 8, bad2, bl);
+    write_raw(tp, bb, 8 + bl + 4);
+    OK(pg_st_read(tp, &wa, 1, err, sizeof err) == -1 && strstr(err, "has data_offsets [0, 8] but its shape needs 4 bytes"),
+       "offsets that disagree with the shape: %s", err);
+
+    /* atomic replace: a write that fails (file size limit -> EFBIG) leaves the old file */
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        signal(SIGXFSZ, SIG_IGN);
+        struct rlimit rl = {100, 100};
+        setrlimit(RLIMIT_FSIZE, &rl);
+        static float huge[1000];
+        pg_st_tensor ht = {.name = "huge", .dtype = 0, .rank = 1, .dim = {1000}, .data = huge, .bytes = sizeof huge};
+        char e2[1024];
+        int rc = pg_st_write(p, &ht, 1, NULL, e2, sizeof e2);
+        exit(rc == -1 && strstr(e2, "File too large") && strstr(e2, "untouched") ? 0 : 1);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    unsigned char raw2[4096];
+    size_t n2 = read_raw(p, raw2, sizeof raw2);
+    OK(WIFEXITED(st) && WEXITSTATUS(st) == 0 && n2 == n && !memcmp(raw, raw2, n) && tmp_files_left() == 0,
+       "a failed write (file too large) leaves the old file and no temp file");
+    OK(pg_st_write(at("no/dir/x.safetensors"), t, 1, NULL, err, sizeof err) == -1 && strstr(err, "No such file or directory"),
+       "write into a missing directory: %s", err);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_io DIR\n");
+        return 2;
+    }
+    snprintf(dir, sizeof dir, "%s", argv[1]);
+    test_data();
+    test_synth();
+    test_hash();
+    test_safetensors();
+    return DONE();
+}

@@ -1,0 +1,483 @@
+/* tests/unit/test_net.c — pg_net over loopback: each test forks one process per
+ * stage, which reports its outcome (status and message) through a pipe. */
+#include "pg_net.h"
+#include "../tap.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* What one forked stage does: fills out (<= 1000 bytes) and returns its exit code. */
+typedef int (*stage_fn)(pg_net *n, int rank, char *out, size_t outlen, void *arg);
+
+typedef struct spec {
+    int rank, world;
+    uint64_t hash;
+    const char *model;
+    double connect_timeout_s;
+    stage_fn fn;
+    void *arg;
+    size_t send_buf;
+} spec;
+
+typedef struct result {
+    pid_t pid;
+    int fd;
+    int status;
+    char text[1100];
+} result;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t sl = sizeof a;
+    bind(fd, (struct sockaddr *)&a, sizeof a);
+    getsockname(fd, (struct sockaddr *)&a, &sl);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static void start(result *r, const spec *s, int port)
+{
+    int p[2];
+    if (pipe(p) != 0) exit(99);
+    fflush(stdout);
+    r->pid = fork();
+    if (r->pid == 0) {
+        close(p[0]);
+        pg_launch l;
+        memset(&l, 0, sizeof l);
+        l.rank = s->rank;
+        l.world = s->world;
+        snprintf(l.master_host, sizeof l.master_host, "127.0.0.1");
+        l.master_port = port;
+        l.source = "test";
+        size_t bufs[16];
+        for (int i = 0; i < 16; i++) bufs[i] = s->send_buf;
+        pg_net_config c = {.model = s->model ? s->model : "mlp", .plan_hash = s->hash, .stage = s->rank,
+                           .send_buf_bytes = bufs,
+                           .connect_timeout_s = s->connect_timeout_s ? s->connect_timeout_s : 5.0};
+        char err[900] = "", out[1000] = "";
+        int code;
+        pg_net *n = pg_net_init(&l, &c, err, sizeof err);
+        if (!n) {
+            snprintf(out, sizeof out, "init: %s", err);
+            code = 3;
+        } else {
+            code = s->fn ? s->fn(n, s->rank, out, sizeof out, s->arg) : 0;
+            pg_net_close(n);
+        }
+        ssize_t w = write(p[1], out, strlen(out));
+        (void)w;
+        close(p[1]);
+        exit(code); /* not _exit: LeakSanitizer checks the stage too */
+    }
+    close(p[1]);
+    r->fd = p[0];
+}
+
+static void finish(result *r)
+{
+    size_t got = 0;
+    ssize_t k;
+    while (got < sizeof r->text - 1 && (k = read(r->fd, r->text + got, sizeof r->text - 1 - got)) > 0)
+        got += (size_t)k;
+    r->text[got] = 0;
+    close(r->fd);
+    waitpid(r->pid, &r->status, 0);
+}
+
+static int exited(const result *r, int code)
+{
+    return WIFEXITED(r->status) && WEXITSTATUS(r->status) == code;
+}
+
+/* Run n specs on one fresh port and wait for all. */
+static void run_all(result *r, spec *s, int n)
+{
+    int port = free_port();
+    for (int i = 0; i < n; i++) start(&r[i], &s[i], port);
+    for (int i = 0; i < n; i++) finish(&r[i]);
+}
+
+/* ---- stage bodies ---- */
+
+static int ring_body(pg_net *n, int rank, char *out, size_t outlen, void *arg)
+{
+    int world = *(int *)arg;
+    for (int round = 0; round < 20; round++) {
+        int32_t v = rank * 1000 + round, got = -1;
+        if (pg_net_send(n, (rank + 1) % world, 7, &v, sizeof v) != PG_NET_OK ||
+            pg_net_recv(n, (rank + world - 1) % world, 7, &got, sizeof got, 5.0) != PG_NET_OK) {
+            snprintf(out, outlen, "%s", pg_net_error(n));
+            return 1;
+        }
+        if (got != ((rank + world - 1) % world) * 1000 + round) {
+            snprintf(out, outlen, "round %d: got %d", round, got);
+            return 1;
+        }
+    }
+    return pg_net_flush(n, 5.0) == PG_NET_OK ? 0 : 1;
+}
+
+#define BIG (6u << 20)
+static int big_body(pg_net *n, int rank, char *out, size_t outlen, void *arg)
+{
+    (void)arg;
+    uint32_t *a = malloc(BIG), *b = malloc(BIG);
+    size_t cnt = BIG / 4;
+    for (size_t i = 0; i < cnt; i++) a[i] = (uint32_t)(i * 2654435761u + (uint32_t)rank);
+    int other = 1 - rank, code = 0;
+    /* both sides send several MB before either receives: must not deadlock */
+    for (int rep = 0; rep < 2 && !code; rep++) {
+        if (pg_net_send(n, other, 100 + (uint32_t)rep, a, BIG) != PG_NET_OK ||
+            pg_net_send(n, other, 200, a, 4) != PG_NET_OK) {
+            snprintf(out, outlen, "send: %s", pg_net_error(n));
+            code = 1;
+            break;
+        }
+        memset(b, 0, BIG);
+        if (pg_net_recv(n, other, 100 + (uint32_t)rep, b, BIG, 10.0) != PG_NET_OK ||
+            pg_net_recv(n, other, 200, b, 4, 10.0) != PG_NET_OK) {
+            snprintf(out, outlen, "recv: %s", pg_net_error(n));
+            code = 1;
+            break;
+        }
+        if (b[0] != (uint32_t)other) { snprintf(out, outlen, "small message corrupt"); code = 1; }
+    }
+    if (!code) {
+        pg_net_recv(n, other, 999, NULL, 0, 0.05); /* nothing more: a timeout */
+    }
+    free(a);
+    free(b);
+    return code;
+}
+
+static int big_check_body(pg_net *n, int rank, char *out, size_t outlen, void *arg)
+{
+    (void)arg;
+    uint32_t *a = malloc(BIG), *b = malloc(BIG);
+    size_t cnt = BIG / 4;
+    int other = 1 - rank, code = 0;
+    for (size_t i = 0; i < cnt; i++) a[i] = (uint32_t)(i * 2654435761u + (uint32_t)rank);
+    if (pg_net_send(n, other, 1, a, BIG) != PG_NET_OK || pg_net_recv(n, other, 1, b, BIG, 10.0) != PG_NET_OK) {
+        snprintf(out, outlen, "%s", pg_net_error(n));
+        code = 1;
+    } else {
+        for (size_t i = 0; i < cnt; i++)
+            if (b[i] != (uint32_t)(i * 2654435761u + (uint32_t)other)) {
+                snprintf(out, outlen, "byte mismatch at word %zu", i);
+                code = 1;
+                break;
+            }
+    }
+    free(a);
+    free(b);
+    return code;
+}
+
+static int mismatch_body(pg_net *n, int rank, char *out, size_t outlen, void *arg)
+{
+    (void)arg;
+    char buf[16] = {0};
+    if (rank == 1) {
+        pg_net_send(n, 0, 5, buf, 8);
+        pg_net_recv(n, 0, 1, buf, 1, 5.0); /* wait for the master to finish */
+        return 0;
+    }
+    pg_net_status s = pg_net_recv(n, 1, 6, buf, 16, 5.0);
+    snprintf(out, outlen, "%d %s", (int)s, pg_net_error(n));
+    pg_net_send(n, 1, 1, buf, 1);
+    return s == PG_NET_MISMATCH ? 0 : 1;
+}
+
+static int timeout_body(pg_net *n, int rank, char *out, size_t outlen, void *arg)
+{
+    (void)arg;
+    char b[4];
+    if (rank == 1) {
+        /* the first half-second: nothing; then the message the master retries for */
+        struct timespec ts = {0, 500000000L};
+        nanosleep(&ts, NULL);
+        pg_net_send(n, 0, 3, "abcd", 4);
+        pg_net_flush(n, 5.0);
+        pg_net_recv(n, 0, 1, b, 1, 5.0);
+        return 0;
+    }
+    double t0 = now_s();
+    pg_net_status s = pg_net_recv(n, 1, 3, b, 4, 0.2);
+    double dt = now_s() - t0;
+    int code = s == PG_NET_TIMEOUT && dt < 0.5 ? 0 : 1;
+    snprintf(out, outlen, "%d %.2f %s|", (int)s, dt, pg_net_error(n));
+    s = pg_net_recv(n, 1, 3, b, 4, 5.0); /* a timeout is retryable */
+    if (s != PG_NET_OK || memcmp(b, "abcd", 4) != 0) code = 1;
+    pg_net_send(n, 1, 1, b, 1);
+    return code;
+}
+
+/* Stage 2 waits to be killed; stage 1 waits on it; stage 0 just waits. */
+static int killed_body(pg_net *n, int rank, char *out, size_t outlen, void *arg)
+{
+    int *ready_w = arg;
+    char b[8];
+    if (rank == 2) {
+        ssize_t w = write(*ready_w, "r", 1);
+        (void)w;
+        pause();
+        return 0;
+    }
+    double t0 = now_s();
+    pg_net_status s = pg_net_recv(n, 2, 1, b, 8, 20.0);
+    double dt = now_s() - t0;
+    snprintf(out, outlen, "%d %.1f %s|", (int)s, dt, pg_net_error(n));
+    /* sending to the dead stage fails too, without hanging */
+    static char big[1 << 20];
+    pg_net_status ss = PG_NET_OK;
+    for (int i = 0; i < 64 && ss == PG_NET_OK; i++) ss = pg_net_send(n, 2, 2, big, sizeof big);
+    size_t l = strlen(out);
+    snprintf(out + l, outlen - l, "%d %s", (int)ss, pg_net_error(n));
+    return s == PG_NET_CLOSED && dt < 3.0 && ss == PG_NET_CLOSED ? 0 : 1;
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    /* ---- pg_launch_from_env ---- */
+    {
+        char err[256];
+        pg_launch l;
+        const char *vars[] = {"PIPE_RANK", "PIPE_WORLD", "PIPE_MASTER", "SLURM_PROCID", "SLURM_NTASKS",
+                              "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE",
+                              "MASTER_ADDR", "MASTER_PORT"};
+        for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
+        OK(pg_launch_from_env(&l, err, sizeof err) == 0 && l.rank == 0 && l.world == 1 &&
+               !strcmp(l.master_host, "127.0.0.1") && l.master_port == 29500,
+           "no variables: rank 0 of world 1, master 127.0.0.1:29500");
+        setenv("SLURM_PROCID", "2", 1);
+        setenv("SLURM_NTASKS", "4", 1);
+        setenv("MASTER_ADDR", "node7", 1);
+        setenv("MASTER_PORT", "1234", 1);
+        OK(pg_launch_from_env(&l, err, sizeof err) == 0 && l.rank == 2 && l.world == 4 &&
+               !strcmp(l.source, "SLURM_PROCID") && !strcmp(l.master_host, "node7") && l.master_port == 1234,
+           "Slurm variables and MASTER_ADDR/MASTER_PORT");
+        setenv("PIPE_RANK", "1", 1);
+        setenv("PIPE_WORLD", "3", 1);
+        setenv("PIPE_MASTER", "10.0.0.1:29501", 1);
+        OK(pg_launch_from_env(&l, err, sizeof err) == 0 && l.rank == 1 && l.world == 3 &&
+               !strcmp(l.master_host, "10.0.0.1") && l.master_port == 29501,
+           "PIPE_* wins over Slurm and MASTER_ADDR");
+        setenv("PIPE_RANK", "3", 1);
+        OK(pg_launch_from_env(&l, err, sizeof err) == -1 &&
+               !strcmp(err, "PIPE_RANK=3 but PIPE_WORLD=3: rank must be < world"),
+           "rank >= world refused: %s", err);
+        setenv("PIPE_RANK", "1x", 1);
+        OK(pg_launch_from_env(&l, err, sizeof err) == -1 && !strcmp(err, "PIPE_RANK=1x: expected a non-negative number"),
+           "non-numeric rank refused: %s", err);
+        setenv("PIPE_RANK", "0", 1);
+        setenv("PIPE_WORLD", "0", 1);
+        OK(pg_launch_from_env(&l, err, sizeof err) == -1 && !strcmp(err, "PIPE_WORLD=0: expected a number >= 1"),
+           "world 0 refused: %s", err);
+        setenv("PIPE_WORLD", "2", 1);
+        setenv("PIPE_MASTER", "10.0.0.1:70000", 1);
+        OK(pg_launch_from_env(&l, err, sizeof err) == -1 &&
+               !strcmp(err, "PIPE_MASTER=10.0.0.1:70000: port must be a number in 1..65535"),
+           "port out of range refused: %s", err);
+        setenv("PIPE_MASTER", "10.0.0.1", 1);
+        OK(pg_launch_from_env(&l, err, sizeof err) == -1 && strstr(err, "PIPE_MASTER=10.0.0.1: expected host:port"),
+           "master without port refused: %s", err);
+        unsetenv("PIPE_WORLD");
+        OK(pg_launch_from_env(&l, err, sizeof err) == -1 && !strcmp(err, "PIPE_RANK is set but PIPE_WORLD is not: set both"),
+           "rank without world refused: %s", err);
+        for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
+        setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+        setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+        setenv("MASTER_PORT", "0", 1);
+        OK(pg_launch_from_env(&l, err, sizeof err) == -1 && !strcmp(err, "MASTER_PORT=0: port must be a number in 1..65535"),
+           "MASTER_PORT 0 refused: %s", err);
+        unsetenv("MASTER_PORT");
+        OK(pg_launch_from_env(&l, err, sizeof err) == 0 && l.rank == 1 && l.world == 2, "Open MPI variables");
+        unsetenv("OMPI_COMM_WORLD_RANK");
+        unsetenv("OMPI_COMM_WORLD_SIZE");
+        setenv("PMI_RANK", "0", 1);
+        setenv("PMI_SIZE", "5", 1);
+        OK(pg_launch_from_env(&l, err, sizeof err) == 0 && l.rank == 0 && l.world == 5 && !strcmp(l.source, "PMI_RANK"),
+           "PMI variables");
+        unsetenv("PMI_RANK");
+        unsetenv("PMI_SIZE");
+    }
+
+    /* ---- world 1: no sockets ---- */
+    {
+        int w = 1;
+        result r[1];
+        spec s[1] = {{.rank = 0, .world = 1, .fn = NULL, .arg = &w}};
+        run_all(r, s, 1);
+        OK(exited(&r[0], 0), "world 1 initialises without a network: %s", r[0].text);
+    }
+    /* ---- rendezvous + ring of messages, 4 stages ---- */
+    {
+        int w = 4;
+        result r[4];
+        spec s[4];
+        for (int i = 0; i < 4; i++) s[i] = (spec){.rank = i, .world = 4, .hash = 42, .fn = ring_body, .arg = &w};
+        double t0 = now_s();
+        run_all(r, s, 4);
+        int all = 1;
+        for (int i = 0; i < 4; i++) all &= exited(&r[i], 0);
+        OK(all, "4 stages meet and pass 20 rounds around a ring (%.2f s) %s%s%s%s", now_s() - t0, r[0].text,
+           r[1].text, r[2].text, r[3].text);
+    }
+    /* ---- several MB both ways at once (the ring holds one step's traffic): no deadlock ---- */
+    {
+        result r[2];
+        spec s[2];
+        for (int i = 0; i < 2; i++)
+            s[i] = (spec){.rank = i, .world = 2, .hash = 1, .fn = big_body, .send_buf = BIG + 64};
+        double t0 = now_s();
+        run_all(r, s, 2);
+        OK(exited(&r[0], 0) && exited(&r[1], 0) && now_s() - t0 < 8,
+           "two stages each send 6 MB before receiving, twice: no deadlock (%.2f s) %s %s",
+           now_s() - t0, r[0].text, r[1].text);
+        for (int i = 0; i < 2; i++)
+            s[i] = (spec){.rank = i, .world = 2, .hash = 1, .fn = big_check_body, .send_buf = BIG};
+        run_all(r, s, 2);
+        OK(exited(&r[0], 0) && exited(&r[1], 0), "6 MB arrive intact both ways %s %s", r[0].text, r[1].text);
+    }
+    /* ---- tag/size mismatch ---- */
+    {
+        result r[2];
+        spec s[2];
+        for (int i = 0; i < 2; i++) s[i] = (spec){.rank = i, .world = 2, .hash = 1, .fn = mismatch_body};
+        run_all(r, s, 2);
+        OK(exited(&r[0], 0) && strstr(r[0].text, "stage 0 expected tag 6 (16 bytes) from stage 1 but received tag 5 (8 bytes)"),
+           "a receive expecting another tag and size names both: %s", r[0].text);
+    }
+    /* ---- timeout, then the same receive resumes ---- */
+    {
+        result r[2];
+        spec s[2];
+        for (int i = 0; i < 2; i++) s[i] = (spec){.rank = i, .world = 2, .hash = 1, .fn = timeout_body};
+        run_all(r, s, 2);
+        OK(exited(&r[0], 0) && strstr(r[0].text, "no message from stage 1 within 0.2 s (expected tag 3, 4 bytes)"),
+           "recv times out on time and can be retried: %s", r[0].text);
+    }
+    /* ---- world-size mismatch ---- */
+    {
+        result r[2];
+        spec s[2] = {{.rank = 0, .world = 2, .hash = 1}, {.rank = 1, .world = 3, .hash = 1}};
+        run_all(r, s, 2);
+        const char *want = "stage 1 was started with world size 3 but stage 0 with world size 2";
+        OK(exited(&r[0], 3) && strstr(r[0].text, want), "master refuses another world size: %s", r[0].text);
+        OK(exited(&r[1], 3) && strstr(r[1].text, "rendezvous refused by master") && strstr(r[1].text, want),
+           "the refused stage reports it too: %s", r[1].text);
+    }
+    /* ---- duplicate rank ---- */
+    {
+        result r[3];
+        spec s[3] = {{.rank = 0, .world = 3, .hash = 1}, {.rank = 1, .world = 3, .hash = 1}, {.rank = 1, .world = 3, .hash = 1}};
+        run_all(r, s, 3);
+        const char *want = "two processes claim stage 1 (duplicate rank)";
+        OK(exited(&r[0], 3) && strstr(r[0].text, want), "master refuses a duplicate rank: %s", r[0].text);
+        OK(exited(&r[1], 3) && exited(&r[2], 3) && strstr(r[1].text, want) && strstr(r[2].text, want),
+           "both claimants fail with the reason: %s | %s", r[1].text, r[2].text);
+    }
+    /* ---- plan hash / model mismatch ---- */
+    {
+        result r[2];
+        spec s[2] = {{.rank = 0, .world = 2, .hash = 0x1111}, {.rank = 1, .world = 2, .hash = 0x2222}};
+        run_all(r, s, 2);
+        const char *want = "stage 1 was built from another model or plan (hash 0000000000002222, expected "
+                           "0000000000001111): rebuild all stages from the same pipegen output";
+        OK(exited(&r[0], 3) && strstr(r[0].text, want), "master refuses another plan hash: %s", r[0].text);
+        OK(exited(&r[1], 3) && strstr(r[1].text, want), "the stage with the other hash reports it: %s", r[1].text);
+        spec m[2] = {{.rank = 0, .world = 2, .hash = 1}, {.rank = 1, .world = 2, .hash = 1, .model = "gpt"}};
+        run_all(r, m, 2);
+        OK(exited(&r[1], 3) && strstr(r[1].text, "stage 1 was built from another model (model 'gpt', expected 'mlp')"),
+           "another model name is refused: %s", r[1].text);
+    }
+    /* ---- unreachable master ---- */
+    {
+        result r[1];
+        spec s[1] = {{.rank = 1, .world = 2, .hash = 1, .connect_timeout_s = 0.3}};
+        int port = free_port();
+        double t0 = now_s();
+        start(&r[0], &s[0], port);
+        finish(&r[0]);
+        char want[128];
+        snprintf(want, sizeof want, "cannot reach master 127.0.0.1:%d after 0.3 s: Connection refused", port);
+        OK(exited(&r[0], 3) && strstr(r[0].text, want) && now_s() - t0 < 2.0,
+           "unreachable master: gives up after the timeout (%.2f s): %s", now_s() - t0, r[0].text);
+    }
+    /* ---- master port in use ---- */
+    {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a;
+        memset(&a, 0, sizeof a);
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_ANY);
+        socklen_t sl = sizeof a;
+        bind(fd, (struct sockaddr *)&a, sizeof a);
+        listen(fd, 1);
+        getsockname(fd, (struct sockaddr *)&a, &sl);
+        int port = ntohs(a.sin_port);
+        result r[1];
+        spec s[1] = {{.rank = 0, .world = 2, .hash = 1, .connect_timeout_s = 0.5}};
+        start(&r[0], &s[0], port);
+        finish(&r[0]);
+        close(fd);
+        char want[160];
+        snprintf(want, sizeof want,
+                 "cannot listen on 0.0.0.0:%d: Address already in use (another pipegen run? set PIPE_MASTER)", port);
+        OK(exited(&r[0], 3) && strstr(r[0].text, want), "master port in use: %s", r[0].text);
+    }
+    /* ---- a master that waits for a stage that never comes ---- */
+    {
+        result r[1];
+        spec s[1] = {{.rank = 0, .world = 3, .hash = 1, .connect_timeout_s = 0.3}};
+        run_all(r, s, 1);
+        OK(exited(&r[0], 3) && strstr(r[0].text, "only 1 of 3 stages reached the master within 0.3 s (missing stage 1, 2)"),
+           "master names the stages that never came: %s", r[0].text);
+    }
+    /* ---- a stage killed with SIGKILL ---- */
+    {
+        int ready[2];
+        if (pipe(ready) != 0) return 1;
+        result r[3];
+        spec s[3];
+        for (int i = 0; i < 3; i++)
+            s[i] = (spec){.rank = i, .world = 3, .hash = 1, .fn = killed_body, .arg = &ready[1], .send_buf = 1u << 16};
+        s[0].fn = NULL; /* stage 0 only takes part in the rendezvous */
+        int port = free_port();
+        for (int i = 0; i < 3; i++) start(&r[i], &s[i], port);
+        close(ready[1]);
+        char c;
+        ssize_t got = read(ready[0], &c, 1);
+        close(ready[0]);
+        struct timespec ts = {0, 200000000L};
+        nanosleep(&ts, NULL);
+        kill(r[2].pid, SIGKILL);
+        for (int i = 0; i < 3; i++) finish(&r[i]);
+        OK(got == 1 && exited(&r[1], 0) && strstr(r[1].text, "stage 2 closed its connection (it exited or was killed)"),
+           "a killed stage: recv and send on its link return PG_NET_CLOSED quickly: %s", r[1].text);
+        OK(WIFSIGNALED(r[2].status) && WTERMSIG(r[2].status) == SIGKILL, "stage 2 was killed");
+    }
+    return DONE();
+}
