@@ -26,6 +26,15 @@ static const command commands[] = {
      0},
     {"schedule", cmd_schedule, "schedule FILE [--csv]", "print each stage's action list (or the schedule as CSV)",
      NULL, 0},
+    {"plan", cmd_plan, "plan FILE", "print each stage's memory plan: bytes per category and the arena",
+     "Builds and verifies the schedule, plans one arena per stage and prints, per\n"
+     "stage, the bytes of parameters, gradients, optimizer state, activations in\n"
+     "flight, communication and skip buffers, workspace, and the arena total.\n",
+     0},
+    {"gen", cmd_gen, "gen FILE -o DIR", "generate the C of every stage, the header and plan.json into DIR",
+     "Writes DIR/stage<k>.c for every stage, DIR/<model>.h documenting every buffer\n"
+     "(STAGE<k>_ARENA_BYTES) and DIR/plan.json. Output is byte-stable.\n",
+     0},
     {"parse", cmd_parse, "parse FILE", "print the syntax tree (debugging)", NULL, 1},
 };
 #define NCOMMANDS ((int)(sizeof commands / sizeof commands[0]))

@@ -1,0 +1,1629 @@
+/* codegen/emit.c — the C emitter: per-stage layout (tensors, activation slots,
+ * frames, memory plan) and the generated files.
+ *
+ * Layout of one chunk on its stage, for the largest micro-batch (rmax rows):
+ *  - slot buffers, one per activation slot (micro-batch in flight): the chunk
+ *    input x (received), its output y (sent), the gradient dy of y (received),
+ *    the gradient dx of x (sent), and the skip tensors and skip gradients that
+ *    cross to/from other chunks;
+ *  - a frame: every interior tensor and its gradient plus saved statistics.
+ *    A micro-batch that is not checkpointed owns a frame until its BWD_W; the
+ *    checkpointed ones share one recompute frame (their BWD_B reruns the
+ *    forward from the slot's x), when the schedule runs each one's BWD_W before
+ *    the next checkpointed FWD/BWD_B of the chunk; otherwise every slot gets a
+ *    frame. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emit.h"
+
+enum { LOC_INPUT, LOC_SLOT, LOC_FRAME };
+
+typedef struct em_tensor {
+    pg_shape shape;
+    int dtype;
+    int64_t numel;         /* per sample */
+    int vloc, gloc;        /* LOC_*; gloc < 0: no gradient buffer */
+    int vslot, gslot;      /* slot buffer index when LOC_SLOT */
+    int64_t voff, goff;    /* frame offset per row... absolute frame offset for rmax rows */
+    int need_grad;         /* the gradient is needed upstream */
+    char what[128];
+} em_tensor;
+
+typedef struct em_slotbuf {
+    char macro[64];
+    char note[160];
+    pg_mp_cat cat;
+    int64_t stride;        /* bytes per slot */
+    int mp;                /* memplan index */
+} em_slotbuf;
+
+typedef struct em_aux { /* frame-only buffers of one layer */
+    int64_t off[5];
+    int64_t bytes[5];
+    int n;
+} em_aux;
+
+typedef struct em_chunk {
+    int chunk, stage, first, last, is_first, is_last;
+    int ntens;
+    em_tensor *tens;
+    int *lin, *lout;       /* per layer of the chunk: current tensor before/after */
+    em_aux *aux;
+    int x_slot, y_slot, dy_slot, dx_slot; /* slot buffer indices, -1 none */
+    int *skin, *skgout, *skout, *skgin;   /* per skip: slot buffer index, -1 none */
+    int *sktensor;         /* per skip: stash tensor when stashed in this chunk */
+    int64_t *skgframe;     /* per skip: frame offset of the skip gradient (same-chunk skips) */
+    int nsb;
+    em_slotbuf sb[64];
+    int64_t frame_bytes;
+    int nslots, nframes, shared_recompute, frames_per_slot;
+    int mp_frames, mp_recompute;
+    char (*frame_notes)[200];
+    int nframe_notes;
+} em_chunk;
+
+typedef struct em_stage {
+    int stage;
+    int nchunks;
+    em_chunk *ch;          /* chunks held by this stage, in chunk order */
+    pg_memplan mp;
+    int *param_mp, *grad_mp, *opt_mp[2]; /* per model param: memplan index or -1 */
+    int input_mp, target_mp;
+    int *act_slot;         /* per action: slot used (-1) */
+    int64_t *act_off, *act_bytes;
+    uint32_t *act_tag;
+    int64_t *send_bytes;   /* [nstages] */
+} em_stage;
+
+struct pg_gen {
+    const ir_model *m;
+    const pg_schedule *s;
+    int64_t rmax;
+    int64_t *mb_rows, *mb_first;
+    int *recompute;        /* per mb */
+    em_stage *st;
+    int nstages;
+};
+
+/* snprintf that truncates silently: names and notes are cosmetic and bounded */
+static void sfmt(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void sfmt(char *buf, size_t n, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, n, fmt, ap);
+    va_end(ap);
+}
+
+static int64_t al64(int64_t x) { return (x + 63) / 64 * 64; }
+
+static const char *layer_kind_name(ir_layer_kind k)
+{
+    static const char *const n[LK__COUNT] = {"linear", "relu", "gelu", "layernorm", "batchnorm", "embed",
+                                             "pos_embed", "attention", "logits", "dropout", "stash", "pop"};
+    return (unsigned)k < LK__COUNT ? n[k] : "?";
+}
+
+static void shape_rows(const pg_shape *s, char *buf, size_t n)
+{
+    size_t o = (size_t)snprintf(buf, n, "[r");
+    for (int i = 0; i < s->rank && o < n; i++)
+        o += (size_t)snprintf(buf + o, n - o, ", %" PRId64, s->dim[i]);
+    if (o < n)
+        sfmt(buf + o, n - o, "]");
+}
+
+static int64_t last_dim(const pg_shape *s) { return s->rank ? s->dim[s->rank - 1] : 1; }
+
+static int is_last_chunk(const pg_gen *g, int c) { return c == g->m->nchunks - 1; }
+
+/* ---- layout ---------------------------------------------------------------- */
+
+static int add_slotbuf(em_chunk *ch, const char *macro, const char *note, pg_mp_cat cat, int64_t stride)
+{
+    if (ch->nsb >= 64)
+        return -1;
+    em_slotbuf *b = &ch->sb[ch->nsb];
+    sfmt(b->macro, sizeof b->macro, "%s", macro);
+    sfmt(b->note, sizeof b->note, "%s", note);
+    b->cat = cat;
+    b->stride = al64(stride);
+    b->mp = -1;
+    return ch->nsb++;
+}
+
+static int64_t frame_alloc(em_chunk *ch, int64_t bytes, const char *note)
+{
+    int64_t off = ch->frame_bytes;
+    ch->frame_bytes += al64(bytes);
+    char (*nn)[200] = realloc(ch->frame_notes, (size_t)(ch->nframe_notes + 1) * sizeof *nn);
+    if (nn) {
+        ch->frame_notes = nn;
+        sfmt(ch->frame_notes[ch->nframe_notes++], 200, "+%-10" PRId64 " %10" PRId64 " bytes  %s", off, bytes, note);
+    }
+    return off;
+}
+
+static int new_tensor(em_chunk *ch, const pg_shape *sh, int dtype, const char *what)
+{
+    em_tensor *t = &ch->tens[ch->ntens];
+    memset(t, 0, sizeof *t);
+    t->shape = *sh;
+    t->dtype = dtype;
+    t->numel = pg_shape_numel(sh);
+    t->vloc = LOC_FRAME;
+    t->gloc = -1;
+    t->vslot = t->gslot = -1;
+    sfmt(t->what, sizeof t->what, "%s", what);
+    return ch->ntens++;
+}
+
+static int layout_chunk(pg_gen *g, em_chunk *ch, pg_diag *d)
+{
+    const ir_model *m = g->m;
+    int nl = ch->last - ch->first + 1, nsk = m->nskips;
+    char note[200], sh[96];
+    ch->tens = calloc((size_t)nl + 2, sizeof *ch->tens);
+    ch->lin = calloc((size_t)nl, sizeof(int));
+    ch->lout = calloc((size_t)nl, sizeof(int));
+    ch->aux = calloc((size_t)nl, sizeof *ch->aux);
+    ch->skin = malloc((size_t)(nsk + 1) * sizeof(int));
+    ch->skgout = malloc((size_t)(nsk + 1) * sizeof(int));
+    ch->skout = malloc((size_t)(nsk + 1) * sizeof(int));
+    ch->skgin = malloc((size_t)(nsk + 1) * sizeof(int));
+    ch->sktensor = malloc((size_t)(nsk + 1) * sizeof(int));
+    ch->skgframe = malloc((size_t)(nsk + 1) * sizeof(int64_t));
+    if (!ch->tens || !ch->lin || !ch->lout || !ch->aux || !ch->skin || !ch->skgout || !ch->skout || !ch->skgin ||
+        !ch->sktensor || !ch->skgframe) {
+        pg_error(d, m->loc, "out of memory laying out chunk %d", ch->chunk);
+        return -1;
+    }
+    for (int k = 0; k < nsk; k++)
+        ch->skin[k] = ch->skgout[k] = ch->skout[k] = ch->skgin[k] = ch->sktensor[k] = -1, ch->skgframe[k] = -1;
+    ch->x_slot = ch->y_slot = ch->dy_slot = ch->dx_slot = -1;
+    int64_t R = g->rmax;
+    const ir_layer *L0 = &m->layers[ch->first];
+    const ir_layer *LN = &m->layers[ch->last];
+    char mac[64];
+
+    /* the chunk input */
+    int t0 = new_tensor(ch, &L0->in, L0->in_dtype == DT_I32 ? 2 : 0, ch->is_first ? "model input" : "chunk input");
+    if (ch->is_first) {
+        ch->tens[t0].vloc = LOC_INPUT;
+    } else {
+        shape_rows(&L0->in, sh, sizeof sh);
+        sfmt(mac, sizeof mac, "C%d_X", ch->chunk);
+        sfmt(note, sizeof note, "chunk %d input x: %s, received", ch->chunk, sh);
+        ch->x_slot = add_slotbuf(ch, mac, note, MP_RECV, R * ch->tens[t0].numel * 4);
+        ch->tens[t0].vloc = LOC_SLOT;
+        ch->tens[t0].vslot = ch->x_slot;
+        ch->tens[t0].need_grad = 1;
+    }
+    /* walk the layers: one new tensor per computing layer */
+    int cur = t0;
+    for (int i = ch->first; i <= ch->last; i++) {
+        const ir_layer *L = &m->layers[i];
+        int li = i - ch->first;
+        ch->lin[li] = cur;
+        switch (L->kind) {
+        case LK_LINEAR: case LK_RELU: case LK_GELU: case LK_LAYERNORM: case LK_EMBED: case LK_POS_EMBED:
+        case LK_ATTENTION: case LK_LOGITS: case LK_DROPOUT: case LK_POP: break;
+        case LK_STASH: {
+            const ir_skip *sk = &m->skips[L->skip];
+            if (m->layers[sk->pop_layer].chunk == ch->chunk) {
+                ch->sktensor[L->skip] = cur;
+            } else {
+                shape_rows(&sk->shape, sh, sizeof sh);
+                sfmt(mac, sizeof mac, "C%d_SKIP%d_OUT", ch->chunk, L->skip);
+                sfmt(note, sizeof note, "skip %s stashed: %s, sent to chunk %d", sk->name, sh,
+                         m->layers[sk->pop_layer].chunk);
+                ch->skout[L->skip] = add_slotbuf(ch, mac, note, MP_SKIP, R * pg_shape_numel(&sk->shape) * 4);
+                sfmt(mac, sizeof mac, "C%d_SKIP%d_GRAD_IN", ch->chunk, L->skip);
+                sfmt(note, sizeof note, "gradient of skip %s: %s, received", sk->name, sh);
+                ch->skgin[L->skip] = add_slotbuf(ch, mac, note, MP_RECV, R * pg_shape_numel(&sk->shape) * 4);
+            }
+            ch->lout[li] = cur;
+            continue;
+        }
+        default:
+            pg_error(d, L->loc, "layer '%s' (%s) is not supported by the code generator yet", L->name,
+                     layer_kind_name(L->kind));
+            return -1;
+        }
+        if (L->kind == LK_POP) {
+            const ir_skip *sk = &m->skips[L->skip];
+            int sc = m->layers[sk->stash_layer].chunk;
+            if (sc != ch->chunk) {
+                if (m->layers[sk->stash_layer].stage == ch->stage) {
+                    pg_error(d, L->loc, "skip '%s' between two chunks of one stage is not supported by the code generator yet", sk->name);
+                    return -1;
+                }
+                shape_rows(&sk->shape, sh, sizeof sh);
+                sfmt(mac, sizeof mac, "C%d_SKIP%d_IN", ch->chunk, L->skip);
+                sfmt(note, sizeof note, "skip %s: %s, received from chunk %d", sk->name, sh, sc);
+                ch->skin[L->skip] = add_slotbuf(ch, mac, note, MP_RECV, R * pg_shape_numel(&sk->shape) * 4);
+                sfmt(mac, sizeof mac, "C%d_SKIP%d_GRAD_OUT", ch->chunk, L->skip);
+                sfmt(note, sizeof note, "gradient of skip %s: %s, sent back", sk->name, sh);
+                ch->skgout[L->skip] = add_slotbuf(ch, mac, note, MP_SKIP, R * pg_shape_numel(&sk->shape) * 4);
+            }
+        }
+        char what[128];
+        sfmt(what, sizeof what, "%s out", L->name);
+        int t = new_tensor(ch, &L->out, 0, what);
+        ch->tens[t].need_grad = 1;
+        ch->lout[li] = t;
+        cur = t;
+    }
+    if (cur == t0) {
+        pg_error(d, L0->loc, "chunk %d has no computing layer (only stash/pop); the code generator needs one", ch->chunk);
+        return -1;
+    }
+    /* The model input needs no gradient; everything else does. */
+    /* chunk output lives in the slot */
+    shape_rows(&LN->out, sh, sizeof sh);
+    sfmt(mac, sizeof mac, "C%d_Y", ch->chunk);
+    sfmt(note, sizeof note, "chunk %d output y: %s%s", ch->chunk, sh, ch->is_last ? ", the model output" : ", sent");
+    ch->y_slot = add_slotbuf(ch, mac, note, MP_ACTIVATIONS, R * ch->tens[cur].numel * 4);
+    ch->tens[cur].vloc = LOC_SLOT;
+    ch->tens[cur].vslot = ch->y_slot;
+    sfmt(mac, sizeof mac, "C%d_DY", ch->chunk);
+    sfmt(note, sizeof note, "gradient dy of the chunk output: %s%s", sh, ch->is_last ? ", from the loss" : ", received");
+    ch->dy_slot = add_slotbuf(ch, mac, note, ch->is_last ? MP_ACTIVATIONS : MP_RECV, R * ch->tens[cur].numel * 4);
+    ch->tens[cur].gloc = LOC_SLOT;
+    ch->tens[cur].gslot = ch->dy_slot;
+    if (!ch->is_first) {
+        shape_rows(&L0->in, sh, sizeof sh);
+        sfmt(mac, sizeof mac, "C%d_DX", ch->chunk);
+        sfmt(note, sizeof note, "gradient dx of the chunk input: %s, sent", sh);
+        ch->dx_slot = add_slotbuf(ch, mac, note, MP_ACTIVATIONS, R * ch->tens[t0].numel * 4);
+        ch->tens[t0].gloc = LOC_SLOT;
+        ch->tens[t0].gslot = ch->dx_slot;
+    }
+    /* frame: interior values and gradients */
+    for (int t = 0; t < ch->ntens; t++) {
+        em_tensor *T = &ch->tens[t];
+        shape_rows(&T->shape, sh, sizeof sh);
+        if (T->vloc == LOC_FRAME) {
+            sfmt(note, sizeof note, "%s: %s", T->what, sh);
+            T->voff = frame_alloc(ch, R * T->numel * 4, note);
+        }
+        if (T->gloc < 0 && T->dtype == 0) {
+            /* the model input has no gradient; a scratch buffer keeps ops that always write dx simple */
+            sfmt(note, sizeof note, "gradient of %s: %s%s", T->what, sh, T->vloc == LOC_INPUT ? " (scratch)" : "");
+            T->gloc = LOC_FRAME;
+            T->goff = frame_alloc(ch, R * T->numel * 4, note);
+        }
+    }
+    /* per-layer saved buffers and same-chunk skip gradients */
+    for (int i = ch->first; i <= ch->last; i++) {
+        const ir_layer *L = &m->layers[i];
+        int li = i - ch->first;
+        const em_tensor *in = &ch->tens[ch->lin[li]];
+        int64_t rowsn = R * (in->numel / last_dim(&in->shape)); /* n for rmax rows */
+        em_aux *ax = &ch->aux[li];
+        if (L->kind == LK_LAYERNORM) {
+            sfmt(note, sizeof note, "%s mean: [n]", L->name);
+            ax->off[0] = frame_alloc(ch, rowsn * 4, note);
+            sfmt(note, sizeof note, "%s rstd: [n]", L->name);
+            ax->off[1] = frame_alloc(ch, rowsn * 4, note);
+            ax->n = 2;
+        } else if (L->kind == LK_ATTENTION) {
+            int64_t T = in->shape.rank >= 2 ? in->shape.dim[in->shape.rank - 2] : 1, dd = last_dim(&in->shape);
+            const char *names[5] = {"qkv [r, T, 3d]", "att [r, h, T, T]", "ctx [r, T, d]", "dctx [r, T, d]", "dqkv [r, T, 3d]"};
+            int64_t sz[5] = {R * T * 3 * dd, R * L->heads * T * T, R * T * dd, R * T * dd, R * T * 3 * dd};
+            for (int k = 0; k < 5; k++) {
+                sfmt(note, sizeof note, "%s %s", L->name, names[k]);
+                ax->off[k] = frame_alloc(ch, sz[k] * 4, note);
+            }
+            ax->n = 5;
+        } else if (L->kind == LK_STASH && ch->sktensor[L->skip] >= 0) {
+            const ir_skip *sk = &m->skips[L->skip];
+            shape_rows(&sk->shape, sh, sizeof sh);
+            sfmt(note, sizeof note, "gradient of skip %s: %s", sk->name, sh);
+            ch->skgframe[L->skip] = frame_alloc(ch, R * pg_shape_numel(&sk->shape) * 4, note);
+        }
+    }
+    return 0;
+}
+
+/* Slots used per chunk, and whether checkpointed micro-batches can share one
+ * recompute frame (each one's BWD_W comes before the next checkpointed FWD or
+ * BWD_B of the chunk). */
+static int analyse_schedule(pg_gen *g, em_stage *S, pg_diag *d)
+{
+    const pg_stage_sched *ss = &g->s->stage[S->stage];
+    for (int ci = 0; ci < S->nchunks; ci++) {
+        em_chunk *ch = &S->ch[ci];
+        int pending = -1, safe = 1, maxslot = -1;
+        for (int a = 0; a < ss->n; a++) {
+            const pg_act *A = &ss->act[a];
+            if (A->chunk != ch->chunk || (A->kind != A_FWD && A->kind != A_BWD_B && A->kind != A_BWD_W))
+                continue;
+            if (A->slot < 0) {
+                pg_error(d, g->m->loc, "schedule: stage %d action %d has no activation slot", S->stage, a);
+                return -1;
+            }
+            if (A->slot > maxslot)
+                maxslot = A->slot;
+            if (!g->recompute[A->mb])
+                continue;
+            if (A->kind == A_FWD || A->kind == A_BWD_B) {
+                if (pending >= 0)
+                    safe = 0;
+                if (A->kind == A_BWD_B)
+                    pending = A->mb;
+            } else {
+                if (pending != A->mb)
+                    safe = 0;
+                pending = -1;
+            }
+        }
+        ch->nslots = maxslot + 1;
+        int nckpt = 0;
+        for (int mb = 0; mb < g->s->nmb; mb++)
+            nckpt += g->recompute[mb];
+        if (nckpt && safe) {
+            ch->shared_recompute = 1;
+            ch->frames_per_slot = nckpt < g->s->nmb && g->m->train.checkpoint == CKPT_NEVER;
+            /* except_last: one frame for the one micro-batch that keeps its activations */
+            ch->nframes = nckpt < g->s->nmb ? 1 : 0;
+            if (nckpt < g->s->nmb - 1)
+                ch->nframes = ch->nslots, ch->frames_per_slot = 1;
+        } else {
+            ch->shared_recompute = 0;
+            ch->nframes = ch->nslots;
+            ch->frames_per_slot = 1;
+        }
+    }
+    return 0;
+}
+
+static em_chunk *find_chunk(em_stage *S, int chunk)
+{
+    for (int i = 0; i < S->nchunks; i++)
+        if (S->ch[i].chunk == chunk)
+            return &S->ch[i];
+    return NULL;
+}
+
+static int slot_of(const pg_stage_sched *ss, pg_act_kind k, int chunk, int mb)
+{
+    for (int a = 0; a < ss->n; a++)
+        if (ss->act[a].kind == k && ss->act[a].chunk == chunk && ss->act[a].mb == mb)
+            return ss->act[a].slot;
+    return -1;
+}
+
+static int64_t slot_off(const pg_memplan *mp, const em_chunk *ch, int sb, int slot)
+{
+    return mp->buf[ch->sb[sb].mp].offset + (int64_t)slot * ch->sb[sb].stride;
+}
+
+/* SEND/RECV: arena offset, bytes and tag of every message of the stage. */
+static int plan_messages(pg_gen *g, em_stage *S, pg_diag *d)
+{
+    const ir_model *m = g->m;
+    const pg_stage_sched *ss = &g->s->stage[S->stage];
+    for (int a = 0; a < ss->n; a++) {
+        const pg_act *A = &ss->act[a];
+        S->act_slot[a] = A->slot;
+        S->act_off[a] = -1;
+        S->act_bytes[a] = 0;
+        S->act_tag[a] = 0;
+        int mb = A->mb, c = A->chunk, sb = -1, slot = -1, sendk = -1, x = 0;
+        int64_t numel = 0;
+        em_chunk *ch = NULL;
+        switch (A->kind) {
+        case A_SEND_ACT: case A_RECV_ACT: case A_SEND_GRAD: case A_RECV_GRAD:
+            ch = find_chunk(S, c);
+            if (!ch)
+                break;
+            slot = slot_of(ss, A_FWD, c, mb);
+            if (A->kind == A_SEND_ACT) sb = ch->y_slot, sendk = A_SEND_ACT, x = c, numel = ch->tens[ch->lout[ch->last - ch->first]].numel;
+            if (A->kind == A_RECV_ACT) sb = ch->x_slot, sendk = A_SEND_ACT, x = c - 1, numel = ch->tens[0].numel;
+            if (A->kind == A_SEND_GRAD) sb = ch->dx_slot, sendk = A_SEND_GRAD, x = c, numel = ch->tens[0].numel;
+            if (A->kind == A_RECV_GRAD) sb = ch->dy_slot, sendk = A_SEND_GRAD, x = c + 1, numel = ch->tens[ch->lout[ch->last - ch->first]].numel;
+            break;
+        case A_SEND_SKIP: case A_RECV_SKIP: case A_SEND_SKIP_GRAD: case A_RECV_SKIP_GRAD: {
+            if (A->skip < 0 || A->skip >= m->nskips)
+                break;
+            const ir_skip *sk = &m->skips[A->skip];
+            int sc = m->layers[sk->stash_layer].chunk, pc = m->layers[sk->pop_layer].chunk;
+            int own = (A->kind == A_SEND_SKIP || A->kind == A_RECV_SKIP_GRAD) ? sc : pc;
+            ch = find_chunk(S, own);
+            if (!ch)
+                break;
+            slot = slot_of(ss, A_FWD, own, mb);
+            x = A->skip;
+            numel = pg_shape_numel(&sk->shape);
+            if (A->kind == A_SEND_SKIP) sb = ch->skout[A->skip], sendk = A_SEND_SKIP;
+            if (A->kind == A_RECV_SKIP) sb = ch->skin[A->skip], sendk = A_SEND_SKIP;
+            if (A->kind == A_SEND_SKIP_GRAD) sb = ch->skgout[A->skip], sendk = A_SEND_SKIP_GRAD;
+            if (A->kind == A_RECV_SKIP_GRAD) sb = ch->skgin[A->skip], sendk = A_SEND_SKIP_GRAD;
+            break;
+        }
+        case A_TIE_REDUCE: case A_TIE_SEND: case A_TIE_RECV: case A_TIE_GRAD_SEND: case A_TIE_GRAD_RECV:
+            pg_error(d, m->loc, "tied parameters across stages are not supported by the code generator yet");
+            return -1;
+        default:
+            continue;
+        }
+        if (!ch || sb < 0 || slot < 0) {
+            char buf[160];
+            pg_error(d, m->loc, "schedule: stage %d action %d %s does not match the chunk layout", S->stage, a,
+                     pg_act_str(A, buf, sizeof buf));
+            return -1;
+        }
+        S->act_slot[a] = slot;
+        S->act_off[a] = slot_off(&S->mp, ch, sb, slot);
+        S->act_bytes[a] = g->mb_rows[mb] * numel * 4;
+        S->act_tag[a] = ((uint32_t)sendk << 24) | (((uint32_t)mb & 0xffffu) << 8) | ((uint32_t)x & 0xffu);
+        if (A->kind == A_SEND_ACT || A->kind == A_SEND_GRAD || A->kind == A_SEND_SKIP || A->kind == A_SEND_SKIP_GRAD) {
+            if (A->peer >= 0 && A->peer < g->nstages)
+                S->send_bytes[A->peer] += S->act_bytes[a];
+        } else {
+            /* a receive into a slot must not land while that slot still holds another micro-batch */
+            for (int b = a + 1; b < ss->n; b++) {
+                const pg_act *B = &ss->act[b];
+                if (B->chunk == ch->chunk && B->slot == slot && B->mb == mb && B->kind == A_FWD)
+                    break;
+                if (A->kind == A_RECV_ACT || A->kind == A_RECV_SKIP) {
+                    if ((B->kind == A_FWD || B->kind == A_BWD_B || B->kind == A_BWD_W) && B->chunk == ch->chunk &&
+                        B->slot == slot && B->mb != mb) {
+                        pg_error(d, m->loc, "schedule: stage %d receives micro-batch %d into slot %d while micro-batch %d still uses it",
+                                 S->stage, mb, slot, B->mb);
+                        return -1;
+                    }
+                } else {
+                    break;
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
+{
+    const ir_model *m = g->m;
+    int np = m->nparams;
+    char name[128], note[200], sh[96];
+    S->param_mp = malloc((size_t)(np + 1) * sizeof(int));
+    S->grad_mp = malloc((size_t)(np + 1) * sizeof(int));
+    S->opt_mp[0] = malloc((size_t)(np + 1) * sizeof(int));
+    S->opt_mp[1] = malloc((size_t)(np + 1) * sizeof(int));
+    S->send_bytes = calloc((size_t)g->nstages, sizeof(int64_t));
+    const pg_stage_sched *ss = &g->s->stage[S->stage];
+    int nact = ss->n + 1;
+    S->act_slot = malloc((size_t)nact * sizeof(int));
+    S->act_off = malloc((size_t)nact * sizeof(int64_t));
+    S->act_bytes = malloc((size_t)nact * sizeof(int64_t));
+    S->act_tag = malloc((size_t)nact * sizeof(uint32_t));
+    S->ch = calloc((size_t)m->nchunks, sizeof *S->ch);
+    if (!S->param_mp || !S->grad_mp || !S->opt_mp[0] || !S->opt_mp[1] || !S->send_bytes || !S->act_slot ||
+        !S->act_off || !S->act_bytes || !S->act_tag || !S->ch) {
+        pg_error(d, m->loc, "out of memory");
+        return -1;
+    }
+    /* parameters, gradients, optimizer state */
+    for (int p = 0; p < np; p++) {
+        const ir_param *P = &m->params[p];
+        S->param_mp[p] = S->grad_mp[p] = S->opt_mp[0][p] = S->opt_mp[1][p] = -1;
+        if (!(P->stage_mask >> S->stage & 1))
+            continue;
+        if (P->dtype != DT_F32) {
+            pg_error(d, P->loc, "parameter '%s': only f32 parameters are supported by the code generator yet", P->name);
+            return -1;
+        }
+        int64_t bytes = pg_shape_numel(&P->shape) * 4;
+        pg_shape_str(P->dtype, &P->shape, sh, sizeof sh);
+        sfmt(name, sizeof name, "param %s", P->name);
+        S->param_mp[p] = pg_mp_add(&S->mp, name, MP_PARAMS, bytes, PG_MP_WHOLE_STEP, PG_MP_WHOLE_STEP);
+        sfmt(S->mp.buf[S->param_mp[p]].note, sizeof S->mp.buf[0].note, "%s", sh);
+        if (P->is_buffer)
+            continue;
+        sfmt(name, sizeof name, "grad %s", P->name);
+        S->grad_mp[p] = pg_mp_add(&S->mp, name, MP_GRADS, bytes, PG_MP_WHOLE_STEP, PG_MP_WHOLE_STEP);
+        sfmt(S->mp.buf[S->grad_mp[p]].note, sizeof S->mp.buf[0].note, "%s", sh);
+        int nopt = m->train.optimizer == OPT_ADAMW ? 2 : (m->train.momentum > 0 ? 1 : 0);
+        static const char *const on[2][2] = {{"momentum", ""}, {"adam_m", "adam_v"}};
+        for (int k = 0; k < nopt; k++) {
+            sfmt(name, sizeof name, "%s %s", on[m->train.optimizer == OPT_ADAMW][k], P->name);
+            S->opt_mp[k][p] = pg_mp_add(&S->mp, name, MP_OPTSTATE, bytes, PG_MP_WHOLE_STEP, PG_MP_WHOLE_STEP);
+            sfmt(S->mp.buf[S->opt_mp[k][p]].note, sizeof S->mp.buf[0].note, "%s", sh);
+        }
+    }
+    /* chunks of this stage */
+    for (int c = 0; c < m->nchunks; c++) {
+        int first = -1, last = -1;
+        for (int i = 0; i < m->nlayers; i++)
+            if (m->layers[i].chunk == c) {
+                if (first < 0)
+                    first = i;
+                last = i;
+            }
+        if (first < 0) {
+            pg_error(d, m->loc, "chunk %d has no layers", c);
+            return -1;
+        }
+        if (m->layers[first].stage != S->stage)
+            continue;
+        em_chunk *ch = &S->ch[S->nchunks++];
+        ch->chunk = c;
+        ch->stage = S->stage;
+        ch->first = first;
+        ch->last = last;
+        ch->is_first = c == 0;
+        ch->is_last = is_last_chunk(g, c);
+        if (layout_chunk(g, ch, d))
+            return -1;
+    }
+    if (analyse_schedule(g, S, d))
+        return -1;
+    /* batch input / targets */
+    S->input_mp = S->target_mp = -1;
+    if (S->stage == m->layers[0].stage) {
+        int64_t es = 4;
+        S->input_mp = pg_mp_add(&S->mp, "input", MP_IO, m->train.batch * pg_shape_numel(&m->input) * es,
+                                PG_MP_WHOLE_STEP, PG_MP_WHOLE_STEP);
+        pg_shape_str(m->input_dtype, &m->input, sh, sizeof sh);
+        sfmt(S->mp.buf[S->input_mp].note, sizeof note, "%s %s per sample, the whole batch", m->input_name, sh);
+    }
+    if (S->stage == m->layers[m->nlayers - 1].stage) {
+        S->target_mp = pg_mp_add(&S->mp, "target", MP_IO, m->train.batch * pg_shape_numel(&m->target) * 4,
+                                 PG_MP_WHOLE_STEP, PG_MP_WHOLE_STEP);
+        pg_shape_str(m->target_dtype, &m->target, sh, sizeof sh);
+        sfmt(S->mp.buf[S->target_mp].note, sizeof note, "%s %s per sample, the whole batch", m->target_name, sh);
+    }
+    /* activation slots and frames */
+    for (int ci = 0; ci < S->nchunks; ci++) {
+        em_chunk *ch = &S->ch[ci];
+        for (int b = 0; b < ch->nsb; b++) {
+            sfmt(name, sizeof name, "c%d.%s", ch->chunk, ch->sb[b].macro);
+            for (char *q = name; *q; q++)
+                if (*q >= 'A' && *q <= 'Z')
+                    *q = (char)(*q - 'A' + 'a');
+            ch->sb[b].mp = pg_mp_add(&S->mp, name, ch->sb[b].cat, ch->sb[b].stride * ch->nslots, PG_MP_WHOLE_STEP,
+                                     PG_MP_WHOLE_STEP);
+            sfmt(S->mp.buf[ch->sb[b].mp].note, sizeof S->mp.buf[0].note, "%d slots x %" PRId64 " bytes: %s",
+                     ch->nslots, ch->sb[b].stride, ch->sb[b].note);
+        }
+        ch->mp_frames = ch->mp_recompute = -1;
+        if (ch->nframes && ch->frame_bytes) {
+            sfmt(name, sizeof name, "c%d.frames", ch->chunk);
+            ch->mp_frames = pg_mp_add(&S->mp, name, MP_ACTIVATIONS, ch->frame_bytes * ch->nframes, PG_MP_WHOLE_STEP,
+                                      PG_MP_WHOLE_STEP);
+            sfmt(S->mp.buf[ch->mp_frames].note, sizeof S->mp.buf[0].note,
+                     "%d frames x %" PRId64 " bytes: interior tensors of micro-batches that keep them", ch->nframes,
+                     ch->frame_bytes);
+        }
+        if (ch->shared_recompute && ch->frame_bytes) {
+            sfmt(name, sizeof name, "c%d.recompute", ch->chunk);
+            ch->mp_recompute = pg_mp_add(&S->mp, name, MP_RECOMPUTE, ch->frame_bytes, PG_MP_WHOLE_STEP, PG_MP_WHOLE_STEP);
+            sfmt(S->mp.buf[ch->mp_recompute].note, sizeof S->mp.buf[0].note,
+                     "1 frame x %" PRId64 " bytes: shared by checkpointed micro-batches", ch->frame_bytes);
+        }
+    }
+    pg_mp_solve(&S->mp);
+    if (plan_messages(g, S, d))
+        return -1;
+    /* the final gather of parameters to stage 0 */
+    if (S->stage != 0)
+        for (int p = 0; p < np; p++)
+            if (m->params[p].owner_stage == S->stage && m->params[p].stage_mask)
+                S->send_bytes[0] += pg_shape_numel(&m->params[p].shape) * 4;
+    if (m->train.grad_clip > 0)
+        for (int k = 0; k < g->nstages; k++)
+            if (k != S->stage)
+                S->send_bytes[k] += (int64_t)np * 8;
+    return 0;
+}
+
+int pg_gen_prepare(const ir_model *m, const pg_schedule *s, pg_gen **out, pg_diag *d)
+{
+    *out = NULL;
+    pg_gen *g = calloc(1, sizeof *g);
+    if (!g) {
+        pg_error(d, m->loc, "out of memory");
+        return -1;
+    }
+    g->m = m;
+    g->s = s;
+    g->nstages = m->nstages;
+    int64_t B = m->train.batch, M = m->train.microbatches;
+    if (M < 1 || B < M || s->nmb != M || s->nstages != m->nstages) {
+        pg_error(d, m->loc, "batch %" PRId64 " in %" PRId64 " micro-batches: every micro-batch needs a row", B, M);
+        pg_gen_free(g);
+        return -1;
+    }
+    if (m->nchunks != m->nstages) {
+        pg_error(d, m->train.schedule_loc, "interleaved schedules are not supported by the code generator yet");
+        pg_gen_free(g);
+        return -1;
+    }
+    g->mb_rows = malloc((size_t)M * sizeof(int64_t));
+    g->mb_first = malloc((size_t)M * sizeof(int64_t));
+    g->recompute = malloc((size_t)M * sizeof(int));
+    g->st = calloc((size_t)m->nstages, sizeof *g->st);
+    if (!g->mb_rows || !g->mb_first || !g->recompute || !g->st) {
+        pg_error(d, m->loc, "out of memory");
+        pg_gen_free(g);
+        return -1;
+    }
+    int64_t row = 0;
+    for (int64_t i = 0; i < M; i++) {
+        g->mb_rows[i] = B / M + (i < B % M);
+        g->mb_first[i] = row;
+        row += g->mb_rows[i];
+        g->recompute[i] = m->train.checkpoint == CKPT_ALWAYS || (m->train.checkpoint == CKPT_EXCEPT_LAST && i < M - 1);
+    }
+    g->rmax = g->mb_rows[0];
+    for (int k = 0; k < m->nstages; k++) {
+        g->st[k].stage = k;
+        if (build_stage(g, &g->st[k], d)) {
+            pg_gen_free(g);
+            return -1;
+        }
+    }
+    *out = g;
+    return 0;
+}
+
+void pg_gen_free(pg_gen *g)
+{
+    if (!g)
+        return;
+    for (int k = 0; g->st && k < g->nstages; k++) {
+        em_stage *S = &g->st[k];
+        for (int i = 0; S->ch && i < S->nchunks; i++) {
+            em_chunk *ch = &S->ch[i];
+            free(ch->tens); free(ch->lin); free(ch->lout); free(ch->aux);
+            free(ch->skin); free(ch->skgout); free(ch->skout); free(ch->skgin);
+            free(ch->sktensor); free(ch->skgframe); free(ch->frame_notes);
+        }
+        free(S->ch);
+        pg_mp_free(&S->mp);
+        free(S->param_mp); free(S->grad_mp); free(S->opt_mp[0]); free(S->opt_mp[1]);
+        free(S->act_slot); free(S->act_off); free(S->act_bytes); free(S->act_tag); free(S->send_bytes);
+    }
+    free(g->st);
+    free(g->mb_rows);
+    free(g->mb_first);
+    free(g->recompute);
+    free(g);
+}
+
+/* ---- pipegen plan ------------------------------------------------------------ */
+
+static void print_bytes(FILE *o, const char *what, int64_t b)
+{
+    fprintf(o, "  %-20s %12.3f MiB  %14" PRId64 " bytes\n", what, (double)b / (1024.0 * 1024.0), b);
+}
+
+void pg_gen_report(const pg_gen *g, FILE *o)
+{
+    const ir_model *m = g->m;
+    static const char *const ck[] = {"always", "except_last", "never"};
+    fprintf(o, "model %s: %d stages, %d chunks, batch %" PRId64 " in %" PRId64 " micro-batches (%" PRId64
+               " rows max), checkpoint %s\n",
+            m->name, m->nstages, m->nchunks, m->train.batch, m->train.microbatches, g->rmax, ck[m->train.checkpoint]);
+    int64_t total = 0;
+    for (int k = 0; k < g->nstages; k++) {
+        const em_stage *S = &g->st[k];
+        fprintf(o, "stage %d (", k);
+        for (int i = 0; i < S->nchunks; i++)
+            fprintf(o, "%schunk %d: %d slots%s", i ? ", " : "", S->ch[i].chunk, S->ch[i].nslots,
+                    S->ch[i].shared_recompute ? ", shared recompute frame" : "");
+        fprintf(o, ")\n");
+        for (int c = 0; c < MP__COUNT; c++) {
+            int64_t b = pg_mp_cat_bytes(&S->mp, (pg_mp_cat)c);
+            if (b)
+                print_bytes(o, pg_mp_cat_name((pg_mp_cat)c), b);
+        }
+        print_bytes(o, "arena", S->mp.total);
+        total += S->mp.total;
+    }
+    fprintf(o, "all stages\n");
+    print_bytes(o, "arenas", total);
+}
+
+/* ---- plan.json ---------------------------------------------------------------- */
+
+static void json_str(FILE *o, const char *s)
+{
+    fputc('"', o);
+    for (; s && *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            fprintf(o, "\\%c", ch);
+        else if (ch < 0x20)
+            fprintf(o, "\\u%04x", ch);
+        else
+            fputc(ch, o);
+    }
+    fputc('"', o);
+}
+
+static void json_shape(FILE *o, const pg_shape *s)
+{
+    fputc('[', o);
+    for (int i = 0; i < s->rank; i++)
+        fprintf(o, "%s%" PRId64, i ? ", " : "", s->dim[i]);
+    fputc(']', o);
+}
+
+static void json_num(FILE *o, double v) { fprintf(o, "%.17g", v); }
+
+static const char *base_name(const char *p)
+{
+    const char *b = p ? strrchr(p, '/') : NULL;
+    return b ? b + 1 : (p ? p : "");
+}
+
+static const char *const sched_names[] = {"gpipe", "1f1b", "interleaved", "zb1", "file"};
+static const char *const ckpt_names[] = {"always", "except_last", "never"};
+static const char *const loss_names[] = {"mse_sum", "mse_mean", "cross_entropy"};
+static const char *const init_names[] = {"zeros", "ones", "uniform", "normal"};
+static const char *const tie_names[] = {"none", "replicate", "transmit"};
+
+static void json_layer_attrs(FILE *o, const ir_model *m, const ir_layer *L)
+{
+    fprintf(o, "\"attrs\": {");
+    switch (L->kind) {
+    case LK_LINEAR:
+        fprintf(o, "\"in_features\": %" PRId64 ", \"out_features\": %" PRId64 ", \"bias\": %s", L->in_features,
+                L->out_features, L->bias ? "true" : "false");
+        break;
+    case LK_LAYERNORM: case LK_BATCHNORM:
+        fprintf(o, "\"eps\": ");
+        json_num(o, L->eps);
+        if (L->kind == LK_BATCHNORM) {
+            fprintf(o, ", \"momentum\": ");
+            json_num(o, L->momentum);
+            fprintf(o, ", \"deferred\": %s", L->deferred ? "true" : "false");
+        }
+        break;
+    case LK_ATTENTION:
+        fprintf(o, "\"heads\": %" PRId64 ", \"causal\": %s", L->heads, L->causal ? "true" : "false");
+        break;
+    case LK_DROPOUT:
+        fprintf(o, "\"p\": ");
+        json_num(o, L->p);
+        break;
+    case LK_EMBED: case LK_LOGITS:
+        fprintf(o, "\"vocab\": %" PRId64 ", \"dim\": %" PRId64, L->vocab, L->dim);
+        break;
+    case LK_POS_EMBED:
+        fprintf(o, "\"seq\": %" PRId64 ", \"dim\": %" PRId64, L->seq, L->dim);
+        break;
+    case LK_STASH: case LK_POP:
+        fprintf(o, "\"skip\": ");
+        json_str(o, m->skips[L->skip].name);
+        if (L->kind == LK_POP)
+            fprintf(o, ", \"mode\": \"%s\"", m->skips[L->skip].mode == POP_ADD ? "add" : "concat");
+        break;
+    default:
+        break;
+    }
+    fprintf(o, "}");
+}
+
+char *pg_gen_plan_json(const pg_gen *g, uint64_t *hash)
+{
+    const ir_model *m = g->m;
+    const ir_train *t = &m->train;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *o = open_memstream(&text, &len);
+    if (!o)
+        return NULL;
+    fprintf(o, "{\n  \"format\": \"pipegen-plan\",\n  \"version\": 1,\n  \"pipegen\": \"%s\",\n", PIPEGEN_VERSION);
+    fprintf(o, "  \"model\": ");
+    json_str(o, m->name);
+    fprintf(o, ",\n  \"source\": ");
+    json_str(o, base_name(m->source_path));
+    fprintf(o, ",\n  \"input\": {\"name\": ");
+    json_str(o, m->input_name);
+    fprintf(o, ", \"dtype\": \"%s\", \"shape\": ", pg_dtype_name(m->input_dtype));
+    json_shape(o, &m->input);
+    fprintf(o, "},\n  \"target\": {\"name\": ");
+    json_str(o, m->target_name);
+    fprintf(o, ", \"dtype\": \"%s\", \"shape\": ", pg_dtype_name(m->target_dtype));
+    json_shape(o, &m->target);
+    fprintf(o, "},\n  \"train\": {\"batch\": %" PRId64 ", \"microbatches\": %" PRId64 ", \"schedule\": \"%s\", "
+               "\"interleave\": %d, \"checkpoint\": \"%s\", \"loss\": \"%s\", \"optimizer\": \"%s\", \"lr\": ",
+            t->batch, t->microbatches, sched_names[t->schedule], t->interleave, ckpt_names[t->checkpoint],
+            loss_names[t->loss], t->optimizer == OPT_ADAMW ? "adamw" : "sgd");
+    json_num(o, t->lr);
+    fprintf(o, ", \"momentum\": ");
+    json_num(o, t->momentum);
+    fprintf(o, ", \"weight_decay\": ");
+    json_num(o, t->weight_decay);
+    fprintf(o, ", \"beta1\": ");
+    json_num(o, t->beta1);
+    fprintf(o, ", \"beta2\": ");
+    json_num(o, t->beta2);
+    fprintf(o, ", \"eps\": ");
+    json_num(o, t->adam_eps);
+    fprintf(o, ", \"lr_schedule\": \"%s\", \"warmup\": %" PRId64 ", \"lr_min\": ",
+            t->lr_schedule == LR_COSINE ? "cosine" : "constant", t->warmup);
+    json_num(o, t->lr_min);
+    fprintf(o, ", \"steps\": %" PRId64 ", \"grad_clip\": ", t->steps);
+    json_num(o, t->grad_clip);
+    fprintf(o, ", \"seed\": %" PRIu64 ", \"precision\": \"%s\"},\n", t->seed, pg_dtype_name(t->precision));
+    fprintf(o, "  \"microbatch_rows\": [");
+    for (int64_t i = 0; i < t->microbatches; i++)
+        fprintf(o, "%s%" PRId64, i ? ", " : "", g->mb_rows[i]);
+    fprintf(o, "],\n  \"layers\": [\n");
+    for (int i = 0; i < m->nlayers; i++) {
+        const ir_layer *L = &m->layers[i];
+        fprintf(o, "    {\"name\": ");
+        json_str(o, L->name);
+        fprintf(o, ", \"kind\": \"%s\", \"chunk\": %d, \"stage\": %d, \"in_dtype\": \"%s\", \"in\": ",
+                layer_kind_name(L->kind), L->chunk, L->stage, pg_dtype_name(L->in_dtype));
+        json_shape(o, &L->in);
+        fprintf(o, ", \"out\": ");
+        json_shape(o, &L->out);
+        fprintf(o, ", ");
+        json_layer_attrs(o, m, L);
+        fprintf(o, ", \"params\": [");
+        for (int k = 0; k < L->nparam; k++) {
+            fprintf(o, "%s", k ? ", " : "");
+            if (L->param[k] >= 0)
+                json_str(o, m->params[L->param[k]].name);
+            else
+                fprintf(o, "null");
+        }
+        fprintf(o, "], \"buffers\": [");
+        for (int k = 0; k < L->nbuffer; k++) {
+            fprintf(o, "%s", k ? ", " : "");
+            json_str(o, m->params[L->buffer[k]].name);
+        }
+        fprintf(o, "]}%s\n", i + 1 < m->nlayers ? "," : "");
+    }
+    fprintf(o, "  ],\n  \"params\": [\n");
+    for (int p = 0; p < m->nparams; p++) {
+        const ir_param *P = &m->params[p];
+        fprintf(o, "    {\"name\": ");
+        json_str(o, P->name);
+        fprintf(o, ", \"shape\": ");
+        json_shape(o, &P->shape);
+        fprintf(o, ", \"dtype\": \"%s\", \"init\": \"%s\", \"scale\": ", pg_dtype_name(P->dtype), init_names[P->init]);
+        json_num(o, P->init_scale);
+        fprintf(o, ", \"decay\": %s, \"buffer\": %s, \"stages\": [", P->decay ? "true" : "false",
+                P->is_buffer ? "true" : "false");
+        int first = 1;
+        for (int k = 0; k < 64; k++)
+            if (P->stage_mask >> k & 1) {
+                fprintf(o, "%s%d", first ? "" : ", ", k);
+                first = 0;
+            }
+        fprintf(o, "], \"owner\": %d, \"tie\": \"%s\"}%s\n", P->owner_stage, tie_names[P->tie],
+                p + 1 < m->nparams ? "," : "");
+    }
+    fprintf(o, "  ],\n  \"skips\": [\n");
+    for (int k = 0; k < m->nskips; k++) {
+        const ir_skip *sk = &m->skips[k];
+        fprintf(o, "    {\"name\": ");
+        json_str(o, sk->name);
+        fprintf(o, ", \"stash\": ");
+        json_str(o, m->layers[sk->stash_layer].name);
+        fprintf(o, ", \"pop\": ");
+        json_str(o, m->layers[sk->pop_layer].name);
+        fprintf(o, ", \"mode\": \"%s\", \"shape\": ", sk->mode == POP_ADD ? "add" : "concat");
+        json_shape(o, &sk->shape);
+        fprintf(o, "}%s\n", k + 1 < m->nskips ? "," : "");
+    }
+    fprintf(o, "  ],\n  \"partition\": {\"nchunks\": %d, \"nstages\": %d, \"chunks\": [", m->nchunks, m->nstages);
+    for (int c = 0; c < m->nchunks; c++) {
+        int first = -1, last = -1;
+        for (int i = 0; i < m->nlayers; i++)
+            if (m->layers[i].chunk == c) {
+                if (first < 0)
+                    first = i;
+                last = i;
+            }
+        fprintf(o, "%s{\"chunk\": %d, \"stage\": %d, \"first_layer\": %d, \"last_layer\": %d}", c ? ", " : "", c,
+                first >= 0 ? m->layers[first].stage : -1, first, last);
+    }
+    fprintf(o, "]},\n  \"stages\": [\n");
+    for (int k = 0; k < g->nstages; k++) {
+        const em_stage *S = &g->st[k];
+        const pg_stage_sched *ss = &g->s->stage[k];
+        fprintf(o, "    {\"stage\": %d, \"arena_bytes\": %" PRId64 ",\n      \"memory\": {", k, S->mp.total);
+        for (int c = 0; c < MP__COUNT; c++)
+            fprintf(o, "%s\"%s\": %" PRId64, c ? ", " : "", pg_mp_cat_name((pg_mp_cat)c),
+                    pg_mp_cat_bytes(&S->mp, (pg_mp_cat)c));
+        fprintf(o, "},\n      \"buffers\": [\n");
+        for (int b = 0; b < S->mp.n; b++) {
+            fprintf(o, "        {\"name\": ");
+            json_str(o, S->mp.buf[b].name);
+            fprintf(o, ", \"category\": \"%s\", \"offset\": %" PRId64 ", \"bytes\": %" PRId64 "}%s\n",
+                    pg_mp_cat_name(S->mp.buf[b].cat), S->mp.buf[b].offset, S->mp.buf[b].bytes,
+                    b + 1 < S->mp.n ? "," : "");
+        }
+        fprintf(o, "      ],\n      \"schedule\": [\n");
+        for (int a = 0; a < ss->n; a++) {
+            const pg_act *A = &ss->act[a];
+            fprintf(o, "        {\"action\": \"%s\", \"mb\": %d, \"chunk\": %d, \"slot\": %d, \"peer\": %d, \"skip\": %d, "
+                       "\"param\": %d, \"bytes\": %" PRId64 "}%s\n",
+                    pg_act_name(A->kind), A->mb, A->chunk, S->act_slot[a], A->peer, A->skip, A->param, S->act_bytes[a],
+                    a + 1 < ss->n ? "," : "");
+        }
+        fprintf(o, "      ]}%s\n", k + 1 < g->nstages ? "," : "");
+    }
+    fprintf(o, "  ],\n");
+    fflush(o);
+    /* FNV-1a 64 over everything before the hash line (= pg_hash64 with the FNV offset basis) */
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < len; i++) {
+        h ^= (unsigned char)text[i];
+        h *= 0x100000001b3ull;
+    }
+    fprintf(o, "  \"hash\": \"%016" PRIx64 "\"\n}\n", h);
+    if (fclose(o)) {
+        free(text);
+        return NULL;
+    }
+    *hash = h;
+    return text;
+}
+
+/* ---- stage<k>.c ------------------------------------------------------------------ */
+
+typedef struct em_out {
+    FILE *o;
+    const pg_gen *g;
+    const em_stage *S;
+    const em_chunk *ch;
+} em_out;
+
+static void cident(const char *s, char *buf, size_t n)
+{
+    size_t i = 0;
+    for (; *s && i + 1 < n; s++, i++) {
+        char c = *s;
+        if (c >= 'a' && c <= 'z')
+            c = (char)(c - 'a' + 'A');
+        else if (!((c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')))
+            c = '_';
+        buf[i] = c;
+    }
+    buf[i] = 0;
+}
+
+static void pmacro(const ir_model *m, int p, int grad, char *buf, size_t n)
+{
+    char id[96];
+    cident(m->params[p].name, id, sizeof id);
+    sfmt(buf, n, "%s%d_%s", grad ? "GP" : "P", p, id);
+}
+
+/* value / gradient of tensor t as a C expression */
+static void tval(const em_chunk *ch, int t, char *buf, size_t n)
+{
+    const em_tensor *T = &ch->tens[t];
+    if (T->vloc == LOC_INPUT)
+        sfmt(buf, n, "INPUT_ROWS");
+    else if (T->vloc == LOC_SLOT)
+        sfmt(buf, n, "%s", ch->sb[T->vslot].macro);
+    else
+        sfmt(buf, n, "C%d_T%d", ch->chunk, t);
+}
+
+static void tgrad(const em_chunk *ch, int t, char *buf, size_t n)
+{
+    const em_tensor *T = &ch->tens[t];
+    if (T->gloc == LOC_SLOT)
+        sfmt(buf, n, "%s", ch->sb[T->gslot].macro);
+    else
+        sfmt(buf, n, "C%d_DT%d", ch->chunk, t);
+}
+
+/* n for a layer input: rows * every dim but the last */
+static void nexpr(const em_tensor *T, char *buf, size_t sz)
+{
+    int64_t per = T->numel / last_dim(&T->shape);
+    if (per == 1)
+        sfmt(buf, sz, "r");
+    else
+        sfmt(buf, sz, "r * %" PRId64, per);
+}
+
+static void cexpr(const em_tensor *T, char *buf, size_t sz) { sfmt(buf, sz, "r * %" PRId64, T->numel); }
+
+static void emit_layer_fwd(em_out *e, int i)
+{
+    FILE *o = e->o;
+    const ir_model *m = e->g->m;
+    const em_chunk *ch = e->ch;
+    const ir_layer *L = &m->layers[i];
+    int li = i - ch->first;
+    const em_tensor *TI = &ch->tens[ch->lin[li]], *TO = &ch->tens[ch->lout[li]];
+    char x[64], y[64], n[64], cnt[64], p0[128], p1[128], p2[128], p3[128], shi[96], sho[96];
+    tval(ch, ch->lin[li], x, sizeof x);
+    tval(ch, ch->lout[li], y, sizeof y);
+    nexpr(TI, n, sizeof n);
+    cexpr(TI, cnt, sizeof cnt);
+    shape_rows(&TI->shape, shi, sizeof shi);
+    shape_rows(&TO->shape, sho, sizeof sho);
+    if (L->nparam > 0) pmacro(m, L->param[0], 0, p0, sizeof p0);
+    if (L->nparam > 1) pmacro(m, L->param[1], 0, p1, sizeof p1);
+    if (L->nparam > 2) pmacro(m, L->param[2], 0, p2, sizeof p2);
+    if (L->nparam > 3) pmacro(m, L->param[3], 0, p3, sizeof p3);
+    if (L->kind != LK_STASH)
+        fprintf(o, "    /* %s: %s %s -> %s */\n", L->name, layer_kind_name(L->kind), shi, sho);
+    switch (L->kind) {
+    case LK_LINEAR:
+        fprintf(o, "    PG_TRY(pg_linear_fwd(c, %s, %" PRId64 ", %" PRId64 ", %s, %s, %s, %s));\n", n, L->in_features,
+                L->out_features, x, p0, L->bias ? p1 : "NULL", y);
+        break;
+    case LK_RELU:
+        fprintf(o, "    PG_TRY(pg_relu_fwd(c, %s, %s, %s));\n", cnt, x, y);
+        break;
+    case LK_GELU:
+        fprintf(o, "    PG_TRY(pg_gelu_fwd(c, %s, %s, %s));\n", cnt, x, y);
+        break;
+    case LK_LAYERNORM:
+        fprintf(o, "    PG_TRY(pg_layernorm_fwd(c, %s, %" PRId64 ", %.9gf, %s, %s, %s, %s, (float *)(F + %" PRId64
+                   "), (float *)(F + %" PRId64 ")));\n",
+                n, last_dim(&TI->shape), L->eps, x, p0, p1, y, ch->aux[li].off[0], ch->aux[li].off[1]);
+        break;
+    case LK_EMBED:
+        fprintf(o, "    PG_TRY(pg_embed_fwd(c, %s, %" PRId64 ", %" PRId64 ", (const int32_t *)%s, %s, %s));\n", cnt,
+                L->vocab, L->dim, x, p0, y);
+        break;
+    case LK_POS_EMBED:
+        fprintf(o, "    PG_TRY(pg_pos_embed_fwd(c, r, %" PRId64 ", %" PRId64 ", %s, %s, %s));\n", L->seq, L->dim, x,
+                p0, y);
+        break;
+    case LK_LOGITS:
+        fprintf(o, "    PG_TRY(pg_logits_fwd(c, %s, %" PRId64 ", %" PRId64 ", %s, %s, %s));\n", n, L->dim, L->vocab,
+                x, p0, y);
+        break;
+    case LK_ATTENTION: {
+        int64_t T = TI->shape.rank >= 2 ? TI->shape.dim[TI->shape.rank - 2] : 1;
+        const int64_t *a = ch->aux[li].off;
+        fprintf(o, "    PG_TRY(pg_attention_fwd(c, r, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %s, %s, %s, %s, %s,\n"
+                   "                            (float *)(F + %" PRId64 "), (float *)(F + %" PRId64 "), (float *)(F + %" PRId64 "), %s));\n",
+                T, last_dim(&TI->shape), L->heads, L->causal, x, p0, p1, p2, p3, a[0], a[1], a[2], y);
+        break;
+    }
+    case LK_DROPOUT:
+        fprintf(o, "    PG_TRY(pg_dropout_fwd(c, r, %" PRId64 ", %.9gf, DROPOUT_SEED(io, %d), io->first_row, %s, %s));\n",
+                TI->numel, L->p, i, x, y);
+        break;
+    case LK_STASH: {
+        const ir_skip *sk = &m->skips[L->skip];
+        if (ch->skout[L->skip] >= 0) {
+            fprintf(o, "    /* stash %s: %s, sent to chunk %d */\n", sk->name, shi, m->layers[sk->pop_layer].chunk);
+            fprintf(o, "    PG_TRY(pg_copy(c, %s, %s, %s));\n", ch->sb[ch->skout[L->skip]].macro, x, cnt);
+        } else {
+            fprintf(o, "    /* stash %s: %s stays in %s */\n", sk->name, shi, x);
+        }
+        break;
+    }
+    case LK_POP: {
+        const ir_skip *sk = &m->skips[L->skip];
+        char s[64];
+        if (ch->skin[L->skip] >= 0)
+            sfmt(s, sizeof s, "%s", ch->sb[ch->skin[L->skip]].macro);
+        else
+            tval(ch, ch->sktensor[L->skip], s, sizeof s);
+        if (sk->mode == POP_ADD)
+            fprintf(o, "    PG_TRY(pg_add_fwd(c, %s, %s, %s, %s));\n", cnt, x, s, y);
+        else
+            fprintf(o, "    PG_TRY(pg_concat_fwd(c, %s, %" PRId64 ", %" PRId64 ", %s, %s, %s));\n", n,
+                    last_dim(&TI->shape), last_dim(&sk->shape), x, s, y);
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+static void emit_layer_bwd_b(em_out *e, int i)
+{
+    FILE *o = e->o;
+    const ir_model *m = e->g->m;
+    const em_chunk *ch = e->ch;
+    const ir_layer *L = &m->layers[i];
+    int li = i - ch->first;
+    const em_tensor *TI = &ch->tens[ch->lin[li]];
+    int dx_wanted = TI->need_grad;
+    char x[64], dx[64], dy[64], n[64], cnt[64], p0[128], p2[128];
+    tval(ch, ch->lin[li], x, sizeof x);
+    tgrad(ch, ch->lin[li], dx, sizeof dx);
+    tgrad(ch, ch->lout[li], dy, sizeof dy);
+    nexpr(TI, n, sizeof n);
+    cexpr(TI, cnt, sizeof cnt);
+    if (L->nparam > 0) pmacro(m, L->param[0], 0, p0, sizeof p0);
+    if (L->nparam > 2) pmacro(m, L->param[2], 0, p2, sizeof p2);
+    switch (L->kind) {
+    case LK_LINEAR:
+        if (dx_wanted)
+            fprintf(o, "    PG_TRY(pg_linear_bwd_in(c, %s, %" PRId64 ", %" PRId64 ", %s, %s, %s)); /* %s */\n", n,
+                    L->in_features, L->out_features, dy, p0, dx, L->name);
+        break;
+    case LK_RELU:
+        if (dx_wanted)
+            fprintf(o, "    PG_TRY(pg_relu_bwd_in(c, %s, %s, %s, %s)); /* %s */\n", cnt, x, dy, dx, L->name);
+        break;
+    case LK_GELU:
+        if (dx_wanted)
+            fprintf(o, "    PG_TRY(pg_gelu_bwd_in(c, %s, %s, %s, %s)); /* %s */\n", cnt, x, dy, dx, L->name);
+        break;
+    case LK_LAYERNORM:
+        if (dx_wanted)
+            fprintf(o, "    PG_TRY(pg_layernorm_bwd_in(c, %s, %" PRId64 ", %s, %s, (float *)(F + %" PRId64
+                       "), (float *)(F + %" PRId64 "), %s, %s)); /* %s */\n",
+                    n, last_dim(&TI->shape), x, p0, ch->aux[li].off[0], ch->aux[li].off[1], dy, dx, L->name);
+        break;
+    case LK_POS_EMBED:
+        if (dx_wanted)
+            fprintf(o, "    PG_TRY(pg_copy(c, %s, %s, %s)); /* %s */\n", dx, dy, cnt, L->name);
+        break;
+    case LK_LOGITS:
+        if (dx_wanted)
+            fprintf(o, "    PG_TRY(pg_logits_bwd_in(c, %s, %" PRId64 ", %" PRId64 ", %s, %s, %s)); /* %s */\n", n,
+                    L->dim, L->vocab, dy, p0, dx, L->name);
+        break;
+    case LK_ATTENTION: {
+        int64_t T = TI->shape.rank >= 2 ? TI->shape.dim[TI->shape.rank - 2] : 1;
+        const int64_t *a = ch->aux[li].off;
+        /* always run: it also leaves dqkv for the weight gradient */
+        fprintf(o, "    PG_TRY(pg_attention_bwd_in(c, r, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %s, %s,\n"
+                   "                               (float *)(F + %" PRId64 "), (float *)(F + %" PRId64 "), %s, (float *)(F + %" PRId64
+                   "), (float *)(F + %" PRId64 "), %s)); /* %s */\n",
+                T, last_dim(&TI->shape), L->heads, L->causal, p0, p2, a[0], a[1], dy, a[3], a[4], dx, L->name);
+        break;
+    }
+    case LK_DROPOUT:
+        if (dx_wanted)
+            fprintf(o, "    PG_TRY(pg_dropout_bwd_in(c, r, %" PRId64 ", %.9gf, DROPOUT_SEED(io, %d), io->first_row, %s, %s)); /* %s */\n",
+                    TI->numel, L->p, i, dy, dx, L->name);
+        break;
+    case LK_STASH: {
+        const ir_skip *sk = &m->skips[L->skip];
+        if (!dx_wanted)
+            break;
+        if (ch->skgin[L->skip] >= 0)
+            fprintf(o, "    PG_TRY(pg_axpy_inplace(c, %s, %s, %s)); /* + gradient of skip %s from chunk %d */\n", dx,
+                    ch->sb[ch->skgin[L->skip]].macro, cnt, sk->name, m->layers[sk->pop_layer].chunk);
+        else
+            fprintf(o, "    PG_TRY(pg_axpy_inplace(c, %s, (float *)(F + %" PRId64 "), %s)); /* + gradient of skip %s */\n",
+                    dx, ch->skgframe[L->skip], cnt, sk->name);
+        break;
+    }
+    case LK_POP: {
+        const ir_skip *sk = &m->skips[L->skip];
+        char ds[64];
+        int ds_wanted = 1;
+        if (ch->skgout[L->skip] >= 0)
+            sfmt(ds, sizeof ds, "%s", ch->sb[ch->skgout[L->skip]].macro);
+        else {
+            sfmt(ds, sizeof ds, "(float *)(F + %" PRId64 ")", ch->skgframe[L->skip]);
+            ds_wanted = ch->tens[ch->sktensor[L->skip]].need_grad;
+        }
+        if (sk->mode == POP_ADD) {
+            if (dx_wanted)
+                fprintf(o, "    PG_TRY(pg_copy(c, %s, %s, %s)); /* %s */\n", dx, dy, cnt, L->name);
+            if (ds_wanted)
+                fprintf(o, "    PG_TRY(pg_copy(c, %s, %s, r * %" PRId64 ")); /* gradient of skip %s */\n", ds, dy,
+                        pg_shape_numel(&sk->shape), sk->name);
+        } else {
+            fprintf(o, "    PG_TRY(pg_concat_bwd(c, %s, %" PRId64 ", %" PRId64 ", %s, %s, %s)); /* %s */\n", n,
+                    last_dim(&TI->shape), last_dim(&sk->shape), dy, dx, ds, L->name);
+        }
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+static void emit_layer_bwd_w(em_out *e, int i)
+{
+    FILE *o = e->o;
+    const ir_model *m = e->g->m;
+    const em_chunk *ch = e->ch;
+    const ir_layer *L = &m->layers[i];
+    int li = i - ch->first;
+    const em_tensor *TI = &ch->tens[ch->lin[li]];
+    char x[64], dy[64], n[64], cnt[64], g[4][128];
+    tval(ch, ch->lin[li], x, sizeof x);
+    tgrad(ch, ch->lout[li], dy, sizeof dy);
+    nexpr(TI, n, sizeof n);
+    cexpr(TI, cnt, sizeof cnt);
+    for (int k = 0; k < L->nparam && k < 4; k++)
+        pmacro(m, L->param[k], 1, g[k], sizeof g[k]);
+    switch (L->kind) {
+    case LK_LINEAR:
+        fprintf(o, "    PG_TRY(pg_linear_bwd_w(c, %s, %" PRId64 ", %" PRId64 ", %s, %s, %s, %s)); /* %s */\n", n,
+                L->in_features, L->out_features, x, dy, g[0], L->bias ? g[1] : "NULL", L->name);
+        break;
+    case LK_LAYERNORM:
+        fprintf(o, "    PG_TRY(pg_layernorm_bwd_w(c, %s, %" PRId64 ", %s, (float *)(F + %" PRId64 "), (float *)(F + %" PRId64
+                   "), %s, %s, %s)); /* %s */\n",
+                n, last_dim(&TI->shape), x, ch->aux[li].off[0], ch->aux[li].off[1], dy, g[0], g[1], L->name);
+        break;
+    case LK_EMBED:
+        fprintf(o, "    PG_TRY(pg_embed_bwd_w(c, %s, %" PRId64 ", %" PRId64 ", (const int32_t *)%s, %s, %s)); /* %s */\n",
+                cnt, L->vocab, L->dim, x, dy, g[0], L->name);
+        break;
+    case LK_POS_EMBED:
+        fprintf(o, "    PG_TRY(pg_pos_embed_bwd_w(c, r, %" PRId64 ", %" PRId64 ", %s, %s)); /* %s */\n", L->seq, L->dim,
+                dy, g[0], L->name);
+        break;
+    case LK_LOGITS:
+        fprintf(o, "    PG_TRY(pg_logits_bwd_w(c, %s, %" PRId64 ", %" PRId64 ", %s, %s, %s)); /* %s */\n", n, L->dim,
+                L->vocab, x, dy, g[0], L->name);
+        break;
+    case LK_ATTENTION: {
+        int64_t T = TI->shape.rank >= 2 ? TI->shape.dim[TI->shape.rank - 2] : 1;
+        const int64_t *a = ch->aux[li].off;
+        fprintf(o, "    PG_TRY(pg_attention_bwd_w(c, r, %" PRId64 ", %" PRId64 ", %s, (float *)(F + %" PRId64 "), %s, (float *)(F + %" PRId64
+                   "),\n                              %s, %s, %s, %s)); /* %s */\n",
+                T, last_dim(&TI->shape), x, a[2], dy, a[4], g[0], g[1], g[2], g[3], L->name);
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+static void emit_chunk_fns(em_out *e)
+{
+    FILE *o = e->o;
+    const pg_gen *g = e->g;
+    const ir_model *m = g->m;
+    const em_chunk *ch = e->ch;
+    const em_stage *S = e->S;
+    int c = ch->chunk;
+    char sh[96];
+
+    fprintf(o, "/* ---- chunk %d: layers %s .. %s ---- */\n\n", c, m->layers[ch->first].name, m->layers[ch->last].name);
+    /* buffer macros: slots */
+    for (int b = 0; b < ch->nsb; b++)
+        fprintf(o, "#define %s ((float *)(A + %" PRId64 " + (int64_t)io->slot * %" PRId64 ")) /* %s */\n",
+                ch->sb[b].macro, S->mp.buf[ch->sb[b].mp].offset, ch->sb[b].stride, ch->sb[b].note);
+    /* frame tensors */
+    for (int t = 0; t < ch->ntens; t++) {
+        const em_tensor *T = &ch->tens[t];
+        shape_rows(&T->shape, sh, sizeof sh);
+        if (T->vloc == LOC_FRAME)
+            fprintf(o, "#define C%d_T%d ((float *)(F + %" PRId64 ")) /* %s: %s */\n", c, t, T->voff, T->what, sh);
+        if (T->gloc == LOC_FRAME)
+            fprintf(o, "#define C%d_DT%d ((float *)(F + %" PRId64 ")) /* gradient of %s: %s */\n", c, t, T->goff,
+                    T->what, sh);
+    }
+    fprintf(o, "\n/* Where this micro-batch's interior tensors live: ");
+    if (ch->shared_recompute)
+        fprintf(o, "checkpointed micro-batches share one recompute frame, the others own %s. */\n",
+                ch->frames_per_slot ? "the frame of their slot" : "the one keep frame");
+    else
+        fprintf(o, "the frame of its slot. */\n");
+    fprintf(o, "static unsigned char *frame_c%d(unsigned char *A, const pg_mb_io *io)\n{\n", c);
+    int64_t fo = ch->mp_frames >= 0 ? S->mp.buf[ch->mp_frames].offset : 0;
+    int64_t ro = ch->mp_recompute >= 0 ? S->mp.buf[ch->mp_recompute].offset : 0;
+    if (!ch->frame_bytes)
+        fprintf(o, "    (void)io;\n    return A; /* empty frame */\n}\n\n");
+    else if (ch->shared_recompute) {
+        fprintf(o, "    if (io->recompute)\n        return A + %" PRId64 ";\n", ro);
+        if (ch->nframes == 0)
+            fprintf(o, "    return A + %" PRId64 "; /* unreachable: every micro-batch is checkpointed */\n}\n\n", ro);
+        else if (ch->frames_per_slot)
+            fprintf(o, "    return A + %" PRId64 " + (int64_t)io->slot * %" PRId64 ";\n}\n\n", fo, ch->frame_bytes);
+        else
+            fprintf(o, "    return A + %" PRId64 ";\n}\n\n", fo);
+    } else {
+        fprintf(o, "    return A + %" PRId64 " + (int64_t)io->slot * %" PRId64 ";\n}\n\n", fo, ch->frame_bytes);
+    }
+
+    /* forward */
+    fprintf(o, "static int fwd_c%d(pg_ctx *c, unsigned char *A, pg_mb_io *io)\n{\n", c);
+    fprintf(o, "    const int64_t r = io->rows;\n    unsigned char *F = frame_c%d(A, io);\n    (void)F;\n", c);
+    for (int i = ch->first; i <= ch->last; i++)
+        emit_layer_fwd(e, i);
+    if (ch->is_last) {
+        int tl = ch->lout[ch->last - ch->first];
+        const em_tensor *TL = &ch->tens[tl];
+        char y[64], dy[64];
+        tval(ch, tl, y, sizeof y);
+        tgrad(ch, tl, dy, sizeof dy);
+        const ir_train *t = &m->train;
+        if (t->loss == LOSS_CROSS_ENTROPY) {
+            int64_t V = last_dim(&TL->shape);
+            fprintf(o, "    /* loss: cross_entropy, partial over this micro-batch, divided by batch * positions */\n");
+            fprintf(o, "    PG_TRY(pg_cross_entropy_fwd_bwd(c, r * %" PRId64 ", %" PRId64 ", %s, (const int32_t *)TARGET_ROWS, %" PRId64
+                       ".0, &io->loss, %s));\n",
+                    TL->numel / V, V, y, t->batch * pg_shape_numel(&m->target), dy);
+        } else {
+            int64_t denom = t->loss == LOSS_MSE_MEAN ? t->batch * pg_shape_numel(&m->target) : 1;
+            fprintf(o, "    /* loss: mse(%s), partial over this micro-batch */\n", t->loss == LOSS_MSE_MEAN ? "mean" : "sum");
+            fprintf(o, "    PG_TRY(pg_mse_fwd_bwd(c, r * %" PRId64 ", %s, (const float *)TARGET_ROWS, %" PRId64
+                       ".0, &io->loss, %s));\n",
+                    TL->numel, y, denom, dy);
+        }
+    }
+    fprintf(o, "    return 0;\n}\n\n");
+
+    /* backward-input */
+    fprintf(o, "static int bwd_b_c%d(pg_ctx *c, unsigned char *A, pg_mb_io *io)\n{\n", c);
+    fprintf(o, "    const int64_t r = io->rows;\n    unsigned char *F = frame_c%d(A, io);\n    (void)F; (void)r;\n", c);
+    fprintf(o, "    if (io->recompute) /* checkpointed: rebuild the interior from the stage input */\n"
+               "        PG_TRY(fwd_c%d(c, A, io));\n", c);
+    for (int i = ch->last; i >= ch->first; i--)
+        emit_layer_bwd_b(e, i);
+    fprintf(o, "    return 0;\n}\n\n");
+
+    /* backward-weight */
+    fprintf(o, "static int bwd_w_c%d(pg_ctx *c, unsigned char *A, pg_mb_io *io)\n{\n", c);
+    fprintf(o, "    const int64_t r = io->rows;\n    unsigned char *F = frame_c%d(A, io);\n    (void)F; (void)r;\n", c);
+    for (int i = ch->last; i >= ch->first; i--)
+        emit_layer_bwd_w(e, i);
+    fprintf(o, "    return 0;\n}\n\n");
+    for (int b = 0; b < ch->nsb; b++)
+        fprintf(o, "#undef %s\n", ch->sb[b].macro);
+    for (int t = 0; t < ch->ntens; t++) {
+        if (ch->tens[t].vloc == LOC_FRAME)
+            fprintf(o, "#undef C%d_T%d\n", c, t);
+        if (ch->tens[t].gloc == LOC_FRAME)
+            fprintf(o, "#undef C%d_DT%d\n", c, t);
+    }
+    fprintf(o, "\n");
+}
+
+static void emit_param_entry(FILE *o, const ir_model *m, int p, const em_stage *S)
+{
+    const ir_param *P = &m->params[p];
+    fprintf(o, "    {");
+    json_str(o, P->name); /* a C string literal too: names have no control characters */
+    fprintf(o, ", %d, %d, {", p, P->shape.rank);
+    for (int k = 0; k < 4; k++)
+        fprintf(o, "%s%" PRId64, k ? ", " : "", k < P->shape.rank ? P->shape.dim[k] : 0);
+    fprintf(o, "}, %" PRId64 ", %d, %.17g, %d, %d, %d, %d, UINT64_C(0x%" PRIx64 "), ", pg_shape_numel(&P->shape),
+            (int)P->init, P->init_scale, P->decay, P->is_buffer, (int)P->tie, P->owner_stage, P->stage_mask);
+    if (S)
+        fprintf(o, "%" PRId64 ", %" PRId64 ", {%" PRId64 ", %" PRId64 "}},\n", S->mp.buf[S->param_mp[p]].offset,
+                S->grad_mp[p] >= 0 ? S->mp.buf[S->grad_mp[p]].offset : -1,
+                S->opt_mp[0][p] >= 0 ? S->mp.buf[S->opt_mp[0][p]].offset : -1,
+                S->opt_mp[1][p] >= 0 ? S->mp.buf[S->opt_mp[1][p]].offset : -1);
+    else
+        fprintf(o, "-1, -1, {-1, -1}},\n");
+}
+
+static const char *const step_kind_names[] = {
+    "PG_FWD", "PG_BWD_B", "PG_BWD_W", "PG_SEND_ACT", "PG_RECV_ACT", "PG_SEND_GRAD", "PG_RECV_GRAD",
+    "PG_SEND_SKIP", "PG_RECV_SKIP", "PG_SEND_SKIP_GRAD", "PG_RECV_SKIP_GRAD", "PG_TIE_REDUCE", "PG_TIE_SEND",
+    "PG_TIE_RECV", "PG_TIE_GRAD_SEND", "PG_TIE_GRAD_RECV", "PG_GRAD_NORM", "PG_OPT_STEP"};
+
+static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
+{
+    const ir_model *m = g->m;
+    const em_stage *S = &g->st[k];
+    const pg_stage_sched *ss = &g->s->stage[k];
+    const ir_train *t = &m->train;
+    char sh[96], mac[128];
+
+    fprintf(o, "/* stage%d.c — generated by pipegen %s from %s: model %s, stage %d of %d.\n"
+               " * Generated — do not edit; run `pipegen gen` again instead. Plan hash %016" PRIx64 ".\n"
+               " * Buffers, offsets and sizes are documented in %s.h; r is the micro-batch's rows. */\n",
+            k, PIPEGEN_VERSION, base_name(m->source_path), m->name, k, m->nstages, hash, m->name);
+    fprintf(o, "#include <stddef.h>\n#include <stdint.h>\n\n#include \"pg_ops.h\"\n#include \"pg_stage.h\"\n#include \"%s.h\"\n\n",
+            m->name);
+    fprintf(o, "/* parameters and their gradients */\n");
+    for (int p = 0; p < m->nparams; p++) {
+        if (S->param_mp[p] < 0)
+            continue;
+        pg_shape_str(m->params[p].dtype, &m->params[p].shape, sh, sizeof sh);
+        pmacro(m, p, 0, mac, sizeof mac);
+        fprintf(o, "#define %s ((float *)(A + %" PRId64 ")) /* %s: %s */\n", mac, S->mp.buf[S->param_mp[p]].offset,
+                m->params[p].name, sh);
+        if (S->grad_mp[p] >= 0) {
+            pmacro(m, p, 1, mac, sizeof mac);
+            fprintf(o, "#define %s ((float *)(A + %" PRId64 ")) /* gradient of %s: %s */\n", mac,
+                    S->mp.buf[S->grad_mp[p]].offset, m->params[p].name, sh);
+        }
+    }
+    if (S->input_mp >= 0) {
+        pg_shape_str(m->input_dtype, &m->input, sh, sizeof sh);
+        fprintf(o, "/* this micro-batch's rows of the batch input %s %s */\n", m->input_name, sh);
+        fprintf(o, "#define INPUT_ROWS ((float *)(A + %" PRId64 " + io->first_row * %" PRId64 "))\n",
+                S->mp.buf[S->input_mp].offset, pg_shape_numel(&m->input) * 4);
+    }
+    if (S->target_mp >= 0) {
+        pg_shape_str(m->target_dtype, &m->target, sh, sizeof sh);
+        fprintf(o, "/* this micro-batch's rows of the batch target %s %s */\n", m->target_name, sh);
+        fprintf(o, "#define TARGET_ROWS (A + %" PRId64 " + io->first_row * %" PRId64 ")\n",
+                S->mp.buf[S->target_mp].offset, pg_shape_numel(&m->target) * 4);
+    }
+    fprintf(o, "/* dropout masks depend on (seed, step, layer, sample, element) only */\n"
+               "#define DROPOUT_SEED(io, layer) ((io)->seed ^ (UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)((io)->step * 4096 + (layer) + 1)))\n\n");
+    for (int i = 0; i < S->nchunks; i++) {
+        em_out e = {o, g, S, &S->ch[i]};
+        emit_chunk_fns(&e);
+    }
+    /* tables */
+    fprintf(o, "/* ---- tables ---- */\n\n");
+    fprintf(o, "static const pg_param_desc stage_params[] = {\n");
+    int nsp = 0;
+    for (int p = 0; p < m->nparams; p++)
+        if (S->param_mp[p] >= 0) {
+            emit_param_entry(o, m, p, S);
+            nsp++;
+        }
+    if (!nsp)
+        fprintf(o, "    {NULL, -1, 0, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, {-1, -1}},\n");
+    fprintf(o, "};\n\n/* every parameter of the model, in plan order: stage 0 gathers them for --save */\n");
+    fprintf(o, "static const pg_param_desc model_params[] = {\n");
+    for (int p = 0; p < m->nparams; p++)
+        emit_param_entry(o, m, p, NULL);
+    if (!m->nparams)
+        fprintf(o, "    {NULL, -1, 0, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, {-1, -1}},\n");
+    fprintf(o, "};\n\nstatic const pg_chunk_desc chunks[] = {\n");
+    for (int i = 0; i < S->nchunks; i++)
+        fprintf(o, "    {%d, fwd_c%d, bwd_b_c%d, bwd_w_c%d},\n", S->ch[i].chunk, S->ch[i].chunk, S->ch[i].chunk,
+                S->ch[i].chunk);
+    fprintf(o, "};\n\n/* the step: {kind, mb, chunk, slot, peer, skip, param, tag, arena offset, bytes} */\n");
+    fprintf(o, "static const pg_step_action step[] = {\n");
+    for (int a = 0; a < ss->n; a++) {
+        const pg_act *A = &ss->act[a];
+        char buf[160];
+        fprintf(o, "    {%s, %d, %d, %d, %d, %d, %d, 0x%08" PRIx32 "u, %" PRId64 ", %" PRId64 "}, /* %d: %s */\n",
+                step_kind_names[A->kind], A->mb, A->chunk, S->act_slot[a], A->peer, A->skip, A->param, S->act_tag[a],
+                S->act_off[a], S->act_bytes[a], a, pg_act_str(A, buf, sizeof buf));
+    }
+    if (!ss->n)
+        fprintf(o, "    {PG_OPT_STEP, -1, -1, -1, -1, -1, -1, 0, -1, 0},\n");
+    fprintf(o, "};\n\nstatic const int64_t mb_rows[] = {");
+    for (int i = 0; i < g->s->nmb; i++)
+        fprintf(o, "%s%" PRId64, i ? ", " : "", g->mb_rows[i]);
+    fprintf(o, "};\nstatic const int64_t mb_first_row[] = {");
+    for (int i = 0; i < g->s->nmb; i++)
+        fprintf(o, "%s%" PRId64, i ? ", " : "", g->mb_first[i]);
+    fprintf(o, "};\nstatic const int mb_recompute[] = {");
+    for (int i = 0; i < g->s->nmb; i++)
+        fprintf(o, "%s%d", i ? ", " : "", g->recompute[i]);
+    fprintf(o, "};\nstatic const int64_t send_bytes[] = {");
+    for (int i = 0; i < g->nstages; i++)
+        fprintf(o, "%s%" PRId64, i ? ", " : "", S->send_bytes[i]);
+    fprintf(o, "};\n\n");
+
+    int64_t in_vocab = 0, tg_vocab = 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        if (m->layers[i].kind == LK_EMBED && in_vocab == 0)
+            in_vocab = m->layers[i].vocab;
+    }
+    if (m->target_dtype == DT_I32)
+        tg_vocab = last_dim(&m->layers[m->nlayers - 1].out);
+    fprintf(o, "const pg_stage_desc pg_stage = {\n");
+    fprintf(o, "    .pipegen_version = \"%s\",\n    .model = ", PIPEGEN_VERSION);
+    json_str(o, m->name);
+    fprintf(o, ",\n    .source = ");
+    json_str(o, base_name(m->source_path));
+    fprintf(o, ",\n    .stage = %d, .nstages = %d, .nchunks = %d, .nmb = %d,\n", k, m->nstages, m->nchunks, g->s->nmb);
+    fprintf(o, "    .plan_hash = UINT64_C(0x%016" PRIx64 "),\n", hash);
+    fprintf(o, "    .arena_bytes = STAGE%d_ARENA_BYTES,\n", k);
+    fprintf(o, "    .train = {.batch = %" PRId64 ", .microbatches = %" PRId64 ", .steps = %" PRId64 ", .optimizer = %s,\n",
+            t->batch, t->microbatches, t->steps, t->optimizer == OPT_ADAMW ? "PG_OPTIM_ADAMW" : "PG_OPTIM_SGD");
+    fprintf(o, "              .lr = %.17g, .momentum = %.17g, .weight_decay = %.17g,\n", t->lr, t->momentum,
+            t->weight_decay);
+    fprintf(o, "              .beta1 = %.17g, .beta2 = %.17g, .adam_eps = %.17g,\n", t->beta1, t->beta2, t->adam_eps);
+    fprintf(o, "              .lr_schedule = %s, .warmup = %" PRId64 ", .lr_min = %.17g, .grad_clip = %.17g,\n",
+            t->lr_schedule == LR_COSINE ? "PG_LR_COSINE" : "PG_LR_CONSTANT", t->warmup, t->lr_min, t->grad_clip);
+    fprintf(o, "              .seed = UINT64_C(%" PRIu64 "), .loss = %d},\n", t->seed, (int)t->loss);
+    fprintf(o, "    .nparams = %d, .params = stage_params,\n", nsp);
+    fprintf(o, "    .nmodel_params = %d, .model_params = model_params,\n", m->nparams);
+    fprintf(o, "    .nchunk_fns = %d, .chunks = chunks,\n", S->nchunks);
+    fprintf(o, "    .nactions = %d, .actions = step,\n", ss->n);
+    fprintf(o, "    .mb_rows = mb_rows, .mb_first_row = mb_first_row, .mb_recompute = mb_recompute,\n");
+    fprintf(o, "    .has_input = %d, .input_off = %" PRId64 ", .input_dtype = %d, .input_rank = %d,\n", S->input_mp >= 0,
+            S->input_mp >= 0 ? S->mp.buf[S->input_mp].offset : -1, m->input_dtype == DT_I32 ? 2 : 0, m->input.rank);
+    fprintf(o, "    .input_dim = {%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "}, .input_per_sample = %" PRId64
+               ", .input_vocab = %" PRId64 ",\n",
+            m->input.dim[0], m->input.dim[1], m->input.dim[2], m->input.dim[3], pg_shape_numel(&m->input), in_vocab);
+    fprintf(o, "    .has_loss = %d, .target_off = %" PRId64 ", .target_dtype = %d, .target_rank = %d,\n",
+            S->target_mp >= 0, S->target_mp >= 0 ? S->mp.buf[S->target_mp].offset : -1,
+            m->target_dtype == DT_I32 ? 2 : 0, m->target.rank);
+    fprintf(o, "    .target_dim = {%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "}, .target_per_sample = %" PRId64
+               ", .target_vocab = %" PRId64 ",\n",
+            m->target.dim[0], m->target.dim[1], m->target.dim[2], m->target.dim[3], pg_shape_numel(&m->target), tg_vocab);
+    fprintf(o, "    .send_bytes = send_bytes,\n    .ws_off = -1, .ws_bytes = 0,\n};\n");
+    return 0;
+}
+
+static int emit_header(const pg_gen *g, uint64_t hash, FILE *o)
+{
+    const ir_model *m = g->m;
+    char guard[128];
+    cident(m->name, guard, sizeof guard);
+    fprintf(o, "/* %s.h — generated by pipegen %s from %s: the buffers of every stage of model %s.\n"
+               " * Generated — do not edit. Plan hash %016" PRIx64 ".\n"
+               " * Offsets are bytes into the stage's arena (64-byte aligned); shapes are per\n"
+               " * micro-batch of r rows (at most %" PRId64 "). */\n",
+            m->name, PIPEGEN_VERSION, base_name(m->source_path), m->name, hash, g->rmax);
+    fprintf(o, "#ifndef PG_GEN_%s_H\n#define PG_GEN_%s_H\n\n", guard, guard);
+    fprintf(o, "#define %s_PLAN_HASH UINT64_C(0x%016" PRIx64 ")\n#define %s_NSTAGES %d\n\n", guard, hash, guard,
+            m->nstages);
+    for (int k = 0; k < g->nstages; k++) {
+        const em_stage *S = &g->st[k];
+        fprintf(o, "/* ---- stage %d ----\n *  %-12s %-12s  %-18s  %s\n", k, "offset", "bytes", "category", "buffer");
+        for (int b = 0; b < S->mp.n; b++) {
+            const pg_mp_buf *B = &S->mp.buf[b];
+            fprintf(o, " *  %-12" PRId64 " %-12" PRId64 "  %-18s  %s: %s\n", B->offset, B->bytes, pg_mp_cat_name(B->cat),
+                    B->name, B->note);
+        }
+        for (int i = 0; i < S->nchunks; i++) {
+            const em_chunk *ch = &S->ch[i];
+            if (!ch->nframe_notes)
+                continue;
+            fprintf(o, " *  frame of chunk %d (%" PRId64 " bytes), offsets from the frame's start:\n", ch->chunk,
+                    ch->frame_bytes);
+            for (int k2 = 0; k2 < ch->nframe_notes; k2++)
+                fprintf(o, " *    %s\n", ch->frame_notes[k2]);
+        }
+        fprintf(o, " */\n#define STAGE%d_ARENA_BYTES INT64_C(%" PRId64 ")\n\n", k, S->mp.total);
+    }
+    fprintf(o, "#endif\n");
+    return 0;
+}
+
+static int write_file(const char *dir, const char *name, const char *text, size_t len, pg_diag *d, pg_loc loc)
+{
+    char path[4096];
+    sfmt(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        pg_error(d, loc, "cannot write %s: %s", path, strerror(errno));
+        return -1;
+    }
+    int bad = fwrite(text, 1, len, f) != len;
+    bad |= fclose(f) != 0;
+    if (bad) {
+        pg_error(d, loc, "cannot write %s: %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int pg_gen_write(const pg_gen *g, const char *dir, pg_diag *d)
+{
+    pg_loc none = {g->m->source_path, 0, 0};
+    uint64_t hash = 0;
+    char *plan = pg_gen_plan_json(g, &hash);
+    if (!plan) {
+        pg_error(d, none, "out of memory writing plan.json");
+        return -1;
+    }
+    int rc = write_file(dir, "plan.json", plan, strlen(plan), d, none);
+    free(plan);
+    for (int k = -1; k < g->nstages && !rc; k++) {
+        char *text = NULL, name[300];
+        size_t len = 0;
+        FILE *o = open_memstream(&text, &len);
+        if (!o) {
+            pg_error(d, none, "out of memory");
+            return -1;
+        }
+        if (k < 0) {
+            emit_header(g, hash, o);
+            sfmt(name, sizeof name, "%s.h", g->m->name);
+        } else {
+            emit_stage_c(g, k, hash, o);
+            sfmt(name, sizeof name, "stage%d.c", k);
+        }
+        if (fclose(o)) {
+            free(text);
+            pg_error(d, none, "out of memory");
+            return -1;
+        }
+        rc = write_file(dir, name, text, len, d, none);
+        free(text);
+    }
+    return rc;
+}

@@ -1,0 +1,32 @@
+/* codegen/emit.h — from a checked model and its verified schedule to the
+ * generated files of one model: stage<k>.c per stage, <model>.h documenting
+ * every buffer, plan.json describing model, partition, schedule and memory.
+ * Also `pipegen plan`'s report. Output is byte-stable: no dates, no absolute paths. */
+#ifndef PG_EMIT_H
+#define PG_EMIT_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include "diag.h"
+#include "ir.h"
+#include "memplan.h"
+#include "schedule.h"
+
+#ifndef PIPEGEN_VERSION
+#define PIPEGEN_VERSION "0.1.0"
+#endif
+
+typedef struct pg_gen pg_gen;
+
+/* Lay out every stage (tensors, slots, frames, memory plan). Refuses layers and
+ * features the code generator does not do yet with a located error. 0 on success. */
+int pg_gen_prepare(const ir_model *m, const pg_schedule *s, pg_gen **out, pg_diag *d);
+/* `pipegen plan`: bytes per stage per category and the arena total. */
+void pg_gen_report(const pg_gen *g, FILE *out);
+/* Write stage<k>.c, <model>.h and plan.json into dir (which must exist). */
+int pg_gen_write(const pg_gen *g, const char *dir, pg_diag *d);
+/* plan.json text (malloc'd) and its hash; NULL on out of memory. */
+char *pg_gen_plan_json(const pg_gen *g, uint64_t *hash);
+void pg_gen_free(pg_gen *g);
+
+#endif

@@ -1,0 +1,43 @@
+/* codegen/memplan.h — the static memory planner: sizes + lifetimes -> offsets
+ * in one arena per stage (TVM USMP's interface, so the algorithm can change
+ * without touching the emitter). Buffers whose lifetimes overlap never share
+ * bytes; every offset is 64-byte aligned. */
+#ifndef PG_MEMPLAN_H
+#define PG_MEMPLAN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#define PG_MP_ALIGN 64
+#define PG_MP_WHOLE_STEP (-1) /* first_use/last_use: alive during the whole step */
+
+typedef enum pg_mp_cat {
+    MP_PARAMS, MP_GRADS, MP_OPTSTATE, MP_ACTIVATIONS, MP_RECOMPUTE,
+    MP_RECV, MP_SKIP, MP_IO, MP_WORKSPACE, MP__COUNT
+} pg_mp_cat;
+
+typedef struct pg_mp_buf {
+    char name[96];
+    pg_mp_cat cat;
+    int64_t bytes;
+    int first_use, last_use; /* action indices (inclusive), or PG_MP_WHOLE_STEP */
+    int64_t offset;          /* out */
+    char note[160];          /* what it holds, for the generated header (shape, per-slot stride) */
+} pg_mp_buf;
+
+typedef struct pg_memplan {
+    int n, cap;
+    pg_mp_buf *buf;
+    int64_t total;           /* arena bytes (aligned) */
+} pg_memplan;
+
+const char *pg_mp_cat_name(pg_mp_cat c);
+/* Add a buffer; returns its index, or -1 when out of memory. */
+int pg_mp_add(pg_memplan *p, const char *name, pg_mp_cat cat, int64_t bytes, int first_use, int last_use);
+/* Assign offsets: greedy by size (largest first, ties by insertion order),
+ * each at the lowest aligned offset free over its lifetime. Deterministic. */
+void pg_mp_solve(pg_memplan *p);
+int64_t pg_mp_cat_bytes(const pg_memplan *p, pg_mp_cat c);
+void pg_mp_free(pg_memplan *p);
+
+#endif

@@ -1,0 +1,328 @@
+/* runtime/core/main.c — the stage program: options, start-up (launch
+ * environment, rendezvous, arena, parameter init), the training loop, the
+ * final parameter gather and save, and the timing report. The model itself
+ * comes from the generated stage<k>.c through `pg_stage` (pg_stage.h).
+ * Exit status: 0 ok, 1 runtime failure, 2 usage. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "stage_run.h"
+
+static void usage(FILE *o, const pg_stage_desc *d)
+{
+    fprintf(o,
+            "usage: stage%d [options]    (stage %d of %d of model %s, from %s)\n"
+            "  --steps N       training steps (default %" PRId64 ", train.steps)\n"
+            "  --log-every N   print the loss every N steps (default 1)\n"
+            "  --data FILE     inputs (.pgd), read by stage 0; default: synthetic data\n"
+            "  --targets FILE  targets (.pgd), read by the stage holding the loss\n"
+            "  --save FILE     after training, stage 0 gathers every parameter and writes\n"
+            "                  one safetensors file (--steps 0: the initial weights)\n"
+            "  --threads N     OpenBLAS threads (default: cores / PIPE_LOCAL_WORLD, at least 1;\n"
+            "                  PIPE_LOCAL_WORLD is the number of stages on this host, 1 if unset)\n"
+            "  --timeout S     give up a receive after S seconds (default 300)\n"
+            "  --help          this text\n"
+            "Where this process sits comes from PIPE_RANK, PIPE_WORLD, PIPE_MASTER (or Slurm,\n"
+            "Open MPI, PMI variables); piperun sets them.\n",
+            d->stage, d->stage, d->nstages, d->model, d->source, d->train.steps);
+}
+
+static int parse_int(const char *s, int64_t lo, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* 0 ok, 1 --help printed, 2 usage error (printed) */
+static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts *o)
+{
+    o->steps = d->train.steps;
+    o->log_every = 1;
+    o->threads = 0;
+    o->timeout_s = 300.0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int64_t n;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout, d);
+            return 1;
+        }
+        int takes = !strcmp(a, "--steps") || !strcmp(a, "--log-every") || !strcmp(a, "--data") ||
+                    !strcmp(a, "--targets") || !strcmp(a, "--save") || !strcmp(a, "--threads") || !strcmp(a, "--timeout");
+        if (!takes) {
+            fprintf(stderr, "stage %d: unknown option '%s' (see --help)\n", d->stage, a);
+            return 2;
+        }
+        if (!v) {
+            fprintf(stderr, "stage %d: %s needs a value (see --help)\n", d->stage, a);
+            return 2;
+        }
+        i++;
+        if (!strcmp(a, "--data")) o->data = v;
+        else if (!strcmp(a, "--targets")) o->targets = v;
+        else if (!strcmp(a, "--save")) o->save = v;
+        else if (!strcmp(a, "--timeout")) {
+            char *end;
+            double t = strtod(v, &end);
+            if (end == v || *end || !(t > 0)) {
+                fprintf(stderr, "stage %d: --timeout wants seconds > 0, not '%s'\n", d->stage, v);
+                return 2;
+            }
+            o->timeout_s = t;
+        } else {
+            int64_t lo = !strcmp(a, "--steps") ? 0 : 1;
+            if (parse_int(v, lo, &n)) {
+                fprintf(stderr, "stage %d: %s wants an integer >= %" PRId64 ", not '%s'\n", d->stage, a, lo, v);
+                return 2;
+            }
+            if (!strcmp(a, "--steps")) o->steps = n;
+            else if (!strcmp(a, "--log-every")) o->log_every = n;
+            else o->threads = n > 1024 ? 1024 : (int)n;
+        }
+    }
+    if (o->threads <= 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        const char *lw = getenv("PIPE_LOCAL_WORLD");
+        long local = lw ? strtol(lw, NULL, 10) : 1;
+        if (local < 1)
+            local = 1;
+        o->threads = cores > 0 ? (int)(cores / local) : 1;
+        if (o->threads < 1)
+            o->threads = 1;
+    }
+    return 0;
+}
+
+static int open_data(pg_run *r)
+{
+    const pg_stage_desc *d = r->d;
+    char err[512];
+    if (d->has_input && r->opt.data) {
+        if (pg_data_open(&r->in, r->opt.data, d->input_dtype, d->input_rank, d->input_dim, err, sizeof err)) {
+            fprintf(stderr, "stage %d: %s\n", d->stage, err);
+            return 1;
+        }
+        r->have_in = 1;
+    }
+    if (d->has_loss && r->opt.targets) {
+        if (pg_data_open(&r->tg, r->opt.targets, d->target_dtype, d->target_rank, d->target_dim, err, sizeof err)) {
+            fprintf(stderr, "stage %d: %s\n", d->stage, err);
+            return 1;
+        }
+        r->have_tg = 1;
+    }
+    return 0;
+}
+
+static int init_params(pg_run *r)
+{
+    const pg_stage_desc *d = r->d;
+    for (int i = 0; i < d->nparams; i++) {
+        const pg_param_desc *p = &d->params[i];
+        pg_init_param(r->host, p->numel, p->init, p->init_scale, p->name, d->train.seed);
+        if (pg_copy_to_dev(r->ctx, r->A + p->off, r->host, (size_t)p->numel * 4))
+            return 1;
+    }
+    return 0;
+}
+
+/* Stage 0 gathers every parameter once (tied ones from their owner), in plan
+ * order, and writes one safetensors file; the others send what they own. */
+static int save_params(pg_run *r, int64_t steps)
+{
+    const pg_stage_desc *d = r->d;
+    int np = d->nmodel_params;
+    if (d->stage != 0) {
+        for (int i = 0; i < d->nparams; i++) {
+            const pg_param_desc *p = &d->params[i];
+            if (p->owner != d->stage)
+                continue;
+            pg_net_status st = pg_net_send(r->net, 0, PG_TAG(PG_TAG_SAVE, p->index, 0), r->A + p->off, (size_t)p->numel * 4);
+            if (st) {
+                fprintf(stderr, "stage %d: sending %s to stage 0 for --save failed: %s\n", d->stage, p->name,
+                        pg_net_error(r->net));
+                return 1;
+            }
+        }
+        return 0;
+    }
+    size_t total = 0;
+    for (int p = 0; p < np; p++)
+        total += (size_t)d->model_params[p].numel * 4;
+    char *all = malloc(total ? total : 1);
+    pg_st_tensor *t = calloc((size_t)(np ? np : 1), sizeof *t);
+    if (!all || !t) {
+        fprintf(stderr, "stage 0: cannot allocate %zu bytes to gather the parameters for --save\n", total);
+        free(all);
+        free(t);
+        return 1;
+    }
+    size_t off = 0;
+    int rc = 0;
+    for (int p = 0; p < np && !rc; p++) {
+        const pg_param_desc *m = &d->model_params[p];
+        size_t bytes = (size_t)m->numel * 4;
+        float *dst = (float *)(all + off);
+        const pg_param_desc *local = NULL;
+        for (int i = 0; i < d->nparams; i++)
+            if (d->params[i].index == p)
+                local = &d->params[i];
+        if (!m->stage_mask) {
+            pg_init_param(dst, m->numel, m->init, m->init_scale, m->name, d->train.seed); /* unused: its initial value */
+        } else if (m->owner == 0 && local) {
+            rc = pg_copy_to_host(r->ctx, dst, r->A + local->off, bytes);
+        } else {
+            pg_net_status st = pg_net_recv(r->net, m->owner, PG_TAG(PG_TAG_SAVE, p, 0), dst, bytes, r->opt.timeout_s);
+            if (st) {
+                fprintf(stderr, "stage 0: receiving %s from stage %d for --save failed: %s\n", m->name, m->owner,
+                        pg_net_error(r->net));
+                rc = 1;
+            }
+        }
+        t[p].name = m->name;
+        t[p].dtype = 0;
+        t[p].rank = m->rank;
+        for (int k = 0; k < m->rank && k < 4; k++)
+            t[p].dim[k] = m->dim[k];
+        t[p].data = dst;
+        t[p].bytes = bytes;
+        off += bytes;
+    }
+    if (!rc) {
+        char stepbuf[32], err[512];
+        snprintf(stepbuf, sizeof stepbuf, "%" PRId64, steps);
+        const char *meta[] = {"model", d->model, "steps", stepbuf, "format", "pt", NULL};
+        if (pg_st_write(r->opt.save, t, np, meta, err, sizeof err)) {
+            fprintf(stderr, "stage 0: %s\n", err);
+            rc = 1;
+        } else {
+            printf("saved %d parameters to %s\n", np, r->opt.save);
+        }
+    }
+    free(all);
+    free(t);
+    return rc;
+}
+
+static int run(pg_run *r)
+{
+    const pg_stage_desc *d = r->d;
+    char err[1024];
+    pg_launch l;
+    if (pg_launch_from_env(&l, err, sizeof err)) {
+        fprintf(stderr, "stage %d: %s\n", d->stage, err);
+        return 1;
+    }
+    if (l.world != d->nstages || l.rank != d->stage) {
+        fprintf(stderr, "stage %d of model %s (%d stages) was started as rank %d of %d (%s): start stage k as rank k of %d\n",
+                d->stage, d->model, d->nstages, l.rank, l.world, l.source ? l.source : "environment", d->nstages);
+        return 1;
+    }
+    r->ctx = pg_backend_init(r->opt.threads);
+    if (!r->ctx)
+        return 1;
+    r->A = pg_arena_create(r->ctx, (size_t)d->arena_bytes);
+    if (!r->A) {
+        fprintf(stderr, "stage %d: cannot get its arena of %" PRId64 " bytes (%.1f MiB); see `pipegen plan`\n", d->stage,
+                d->arena_bytes, (double)d->arena_bytes / 1048576.0);
+        return 1;
+    }
+    /* host staging for data and parameter init */
+    size_t hb = (size_t)(d->train.batch * (d->input_per_sample > d->target_per_sample ? d->input_per_sample : d->target_per_sample)) * 4;
+    for (int i = 0; i < d->nparams; i++)
+        if ((size_t)d->params[i].numel * 4 > hb)
+            hb = (size_t)d->params[i].numel * 4;
+    r->host = malloc(hb ? hb : 1);
+    r->loss = calloc((size_t)d->nmb, sizeof(double));
+    r->norms = calloc((size_t)(d->nmodel_params ? d->nmodel_params : 1), sizeof(double));
+    r->norm_in = calloc((size_t)(d->nmodel_params ? d->nmodel_params : 1), sizeof(double));
+    if (!r->host || !r->loss || !r->norms || !r->norm_in) {
+        fprintf(stderr, "stage %d: out of memory for %zu bytes of staging\n", d->stage, hb);
+        return 1;
+    }
+    if (open_data(r) || init_params(r))
+        return 1;
+    size_t *sb = calloc((size_t)d->nstages, sizeof *sb);
+    if (!sb)
+        return 1;
+    for (int k = 0; k < d->nstages; k++)
+        sb[k] = (size_t)d->send_bytes[k];
+    pg_net_config cfg = {d->model, d->plan_hash, d->stage, sb, 60.0};
+    r->net = pg_net_init(&l, &cfg, err, sizeof err);
+    free(sb);
+    if (!r->net) {
+        fprintf(stderr, "stage %d: %s\n", d->stage, err);
+        return 1;
+    }
+    int last = d->has_loss;
+    double samples_s = 0.0;
+    for (int64_t s = 0; s < r->opt.steps; s++) {
+        double t0 = pg_run_now(), loss = 0.0;
+        if (pg_run_step(r, s, &loss))
+            return 1;
+        double dt = pg_run_now() - t0;
+        if (s > 0)
+            r->wall_s += dt;
+        else
+            r->first_wall_s = dt;
+        if (last && ((s + 1) % r->opt.log_every == 0 || s + 1 == r->opt.steps)) {
+            printf("step %" PRId64 "/%" PRId64 "  loss %.9f  %.1f samples/s\n", s + 1, r->opt.steps, loss,
+                   dt > 0 ? (double)d->train.batch / dt : 0.0);
+            fflush(stdout);
+        }
+        if (last && s + 1 == r->opt.steps)
+            printf("final loss %.17g\n", loss);
+    }
+    if (r->opt.save && save_params(r, r->opt.steps))
+        return 1;
+    pg_net_status st = pg_net_flush(r->net, r->opt.timeout_s);
+    if (st) {
+        fprintf(stderr, "stage %d: flushing the last messages failed: %s\n", d->stage, pg_net_error(r->net));
+        return 1;
+    }
+    if (r->opt.steps > 1 && r->wall_s > 0) {
+        printf("stage %d: bubble %.1f%% (compute %.3f s of %.3f s over steps 2..%" PRId64 ")\n", d->stage,
+               100.0 * (1.0 - r->compute_s / r->wall_s), r->compute_s, r->wall_s, r->opt.steps);
+        samples_s = (double)d->train.batch * (double)(r->opt.steps - 1) / r->wall_s;
+        if (last)
+            printf("throughput: %.1f samples/s (mean over steps 2..%" PRId64 ")\n", samples_s, r->opt.steps);
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    pg_run r;
+    memset(&r, 0, sizeof r);
+    r.d = &pg_stage;
+    int a = parse_args(argc, argv, r.d, &r.opt);
+    if (a)
+        return a == 1 ? 0 : 2;
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    int rc = run(&r);
+    if (r.net)
+        pg_net_close(r.net);
+    if (r.have_in)
+        pg_data_close(&r.in);
+    if (r.have_tg)
+        pg_data_close(&r.tg);
+    if (r.A)
+        pg_arena_destroy(r.ctx, r.A);
+    if (r.ctx)
+        pg_backend_free(r.ctx);
+    free(r.host);
+    free(r.loss);
+    free(r.norms);
+    free(r.norm_in);
+    return rc;
+}
