@@ -5,6 +5,7 @@
 #   make bench      benchmarks (bench/)
 #   make fuzz       fuzz the front end for FUZZ_SECONDS (default 600)
 #   make cuda       compile every CUDA file (nvcc); done by `make test` too
+#   make test-gpu   build and run the CUDA kernel tests (needs a GPU)
 # SAN=1 builds into build-san/ with ASan and UBSan.
 
 CC      ?= cc
@@ -40,10 +41,14 @@ RT_CORE  := $(filter-out runtime/core/piperun.c,$(wildcard runtime/core/*.c))
 RT_CPU   := $(wildcard runtime/cpu/*.c)
 RT_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(RT_CORE) $(RT_CPU))
 CUDA_SRC := $(wildcard runtime/cuda/*.cu)
+CUDA_OBJ := $(patsubst runtime/cuda/%.cu,$(BUILD)/cuda/%.o,$(CUDA_SRC))
+CUDA_TEST_OBJ := $(patsubst tests/gpu/%.cu,$(BUILD)/cuda-tests/%.o,$(wildcard tests/gpu/*.cu))
+NVCCFLAGS = -std=c++17 -O2 -arch=sm_90 -Xcompiler -Wall,-Wextra,-Werror -Iruntime/core -Iruntime/cuda
+NVCC_FOUND = @[ -x $(NVCC) ] || { echo "nvcc not found at $(NVCC): cannot compile CUDA files"; exit 1; }
 
 EXAMPLES := $(wildcard examples/*.pipe)
 
-.PHONY: all deps test-deps run test bench fuzz cuda clean san-all
+.PHONY: all deps test-deps run test bench fuzz cuda test-gpu clean san-all
 .SUFFIXES:
 
 all: deps $(BUILD)/pipegen $(BUILD)/libpgrt_cpu.a $(BUILD)/piperun
@@ -98,13 +103,29 @@ $(BUILD)/%/stages: generated/%/plan.json $(BUILD)/libpgrt_cpu.a
 	done; touch $@
 
 # ---- CUDA: every .cu compiles in every test run, GPU or not ---------------
-cuda:
-	@if [ ! -x $(NVCC) ]; then echo "nvcc not found at $(NVCC): cannot compile CUDA files"; exit 1; fi
-	@mkdir -p $(BUILD)/cuda
-	@set -e; for f in $(CUDA_SRC); do echo "  NVCC $$f"; \
-	  $(NVCC) -std=c++17 -O2 -arch=sm_90 -Xcompiler -Wall,-Wextra,-Werror -Iruntime/core -Iruntime/cuda \
-	    -c -o $(BUILD)/cuda/$$(basename $$f .cu).o $$f; done
-	@echo "cuda: compiled $(words $(CUDA_SRC)) files"
+# Objects are real targets with nvcc -MMD dependencies: only changed files recompile.
+cuda: $(CUDA_OBJ) $(CUDA_TEST_OBJ)
+	@echo "cuda: $(words $(CUDA_OBJ) $(CUDA_TEST_OBJ)) files compiled and up to date"
+
+$(BUILD)/cuda/%.o: runtime/cuda/%.cu
+	$(NVCC_FOUND)
+	@mkdir -p $(dir $@)
+	@echo "  NVCC $<"
+	@$(NVCC) $(NVCCFLAGS) -MMD -MP -c -o $@ $<
+
+$(BUILD)/cuda-tests/%.o: tests/gpu/%.cu
+	$(NVCC_FOUND)
+	@mkdir -p $(dir $@)
+	@echo "  NVCC $<"
+	@$(NVCC) $(NVCCFLAGS) -MMD -MP -c -o $@ $<
+
+# GPU kernel tests (tests/gpu/): every op against host references; needs a GPU
+# ("no GPU found" and a failure without one).
+$(BUILD)/cuda-tests/test_ops_gpu: $(BUILD)/cuda-tests/test_ops_gpu.o $(CUDA_OBJ)
+	$(NVCC) -arch=sm_90 -o $@ $^ -lcublas
+
+test-gpu: $(BUILD)/cuda-tests/test_ops_gpu
+	$(BUILD)/cuda-tests/test_ops_gpu
 
 # ---- the two commands -----------------------------------------------------
 run: all

@@ -1,0 +1,94 @@
+/* runtime/cuda/activation.cu — relu and gelu (tanh form, as GPT-2 and
+ * torch.nn.GELU(approximate="tanh")). Elementwise grid-stride kernels; y may
+ * alias x, dx may alias dy. Same formulas as runtime/cpu/activation.c; relu is
+ * bitwise equal to the CPU, gelu differs by the device's tanhf (a few ulp). */
+#include "cuda_common.h"
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_C 0.044715f
+
+__global__ void relu_fwd_kernel(int64_t count, const float *x, float *y)
+{
+    PG_GRID_STRIDE(i, count) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+/* PyTorch's threshold backward: the gradient passes where x > 0. */
+__global__ void relu_bwd_in_kernel(int64_t count, const float *x, const float *dy, float *dx)
+{
+    PG_GRID_STRIDE(i, count) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+/* y = 0.5 x (1 + tanh(k (x + c x^3))) */
+__global__ void gelu_fwd_kernel(int64_t count, const float *x, float *y)
+{
+    PG_GRID_STRIDE(i, count) {
+        float v = x[i];
+        float inner = GELU_K * (v + GELU_C * v * v * v);
+        y[i] = 0.5f * v * (1.0f + tanhf(inner));
+    }
+}
+
+/* dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2), t = tanh(inner) */
+__global__ void gelu_bwd_in_kernel(int64_t count, const float *x, const float *dy, float *dx)
+{
+    PG_GRID_STRIDE(i, count) {
+        float v = x[i];
+        float t = tanhf(GELU_K * (v + GELU_C * v * v * v));
+        float dinner = GELU_K * (1.0f + 3.0f * GELU_C * v * v);
+        float g = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * dinner;
+        dx[i] = g * dy[i];
+    }
+}
+
+static int count_ok(const char *op, int64_t count)
+{
+    if (count < 0)
+        return PG_RT_FAIL("%s: negative count %lld", op, (long long)count);
+    return 0;
+}
+
+#define GRID(count) pg_cuda_blocks(count, PG_CUDA_THREADS), PG_CUDA_THREADS, 0, c->stream
+
+int pg_relu_fwd(pg_ctx *c, int64_t count, const float *x, float *y)
+{
+    if (count_ok("relu_fwd", count))
+        return 1;
+    if (!count)
+        return 0;
+    relu_fwd_kernel<<<GRID(count)>>>(count, x, y);
+    LAUNCH_CHECK("relu_fwd_kernel");
+    return 0;
+}
+
+int pg_relu_bwd_in(pg_ctx *c, int64_t count, const float *x, const float *dy, float *dx)
+{
+    if (count_ok("relu_bwd_in", count))
+        return 1;
+    if (!count)
+        return 0;
+    relu_bwd_in_kernel<<<GRID(count)>>>(count, x, dy, dx);
+    LAUNCH_CHECK("relu_bwd_in_kernel");
+    return 0;
+}
+
+int pg_gelu_fwd(pg_ctx *c, int64_t count, const float *x, float *y)
+{
+    if (count_ok("gelu_fwd", count))
+        return 1;
+    if (!count)
+        return 0;
+    gelu_fwd_kernel<<<GRID(count)>>>(count, x, y);
+    LAUNCH_CHECK("gelu_fwd_kernel");
+    return 0;
+}
+
+int pg_gelu_bwd_in(pg_ctx *c, int64_t count, const float *x, const float *dy, float *dx)
+{
+    if (count_ok("gelu_bwd_in", count))
+        return 1;
+    if (!count)
+        return 0;
+    gelu_bwd_in_kernel<<<GRID(count)>>>(count, x, dy, dx);
+    LAUNCH_CHECK("gelu_bwd_in_kernel");
+    return 0;
+}

@@ -1,0 +1,183 @@
+/* runtime/cuda/attention.cu — multi-head self-attention, x[r,T,d], h heads of
+ * hd = d/h, as runtime/cpu/attention.c:
+ *   qkv = x Wqkv^T + bqkv               [r,T,3d]: q, k, v in columns [0,d) [d,2d) [2d,3d)
+ *   att = softmax(q k^T / sqrt(hd))     [r,h,T,T]: per head, causal mask j > i -> 0
+ *   ctx = att v, heads merged           [r,T,d]
+ *   y   = ctx Wo^T + bo                 [r,T,d]
+ * Per-head products are cublasSgemmStridedBatched calls on strided views (no
+ * copies), one call per sample batched over the h heads (head h+1's q/k/v/ctx
+ * start hd floats later, its att/score block T*T later), so a call's shape
+ * never depends on r and a sample's bits do not depend on how many samples
+ * share the micro-batch. Softmax forward/backward are row kernels (one block
+ * per row, fixed tree). The backward needs one sample's score gradients
+ * [h,T,T], kept in the context's scratch workspace.
+ *
+ * Row-major <-> column-major (see linear.cu): a row-major M[R,C] with ld L is
+ * the column-major M^T[C,R] with ld L; each mapping is derived at its call. */
+#include <math.h>
+
+#include "cuda_common.h"
+
+static int attn_dims_ok(const char *op, int64_t r, int64_t T, int64_t d, int64_t h)
+{
+    if (r < 0 || T <= 0 || d <= 0 || h <= 0 || d % h != 0 || !pg_cuda_dim_ok(3 * d) ||
+        !pg_cuda_dim_ok(T) || !pg_cuda_dim_ok(r * T))
+        return PG_RT_FAIL("%s: bad sizes r=%lld T=%lld d=%lld heads=%lld (need T, d, heads > 0 "
+                          "and d divisible by heads)", op, (long long)r, (long long)T,
+                          (long long)d, (long long)h);
+    return 0;
+}
+
+static unsigned row_blocks(int64_t rows) { return (unsigned)(rows < PG_CUDA_MAX_BLOCKS ? rows : PG_CUDA_MAX_BLOCKS); }
+
+/* Softmax of each score row a[row, 0..len) in place (len = i + 1 when causal,
+ * i = row % T), entries [len, T) become 0. Max in float, exponentials in
+ * float, their sum in double, one float reciprocal: the CPU's formula. */
+__global__ void softmax_rows_kernel(int64_t rows, int64_t T, int causal, float *att)
+{
+    __shared__ double shd[PG_CUDA_RED_THREADS];
+    __shared__ float shf[PG_CUDA_RED_THREADS];
+    for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+        float *a = att + row * T;
+        int64_t len = causal ? row % T + 1 : T;
+        float m = -INFINITY;
+        for (int64_t j = threadIdx.x; j < len; j += PG_CUDA_RED_THREADS)
+            m = fmaxf(m, a[j]);
+        m = pg_block_max(m, shf);
+        double s = 0.0;
+        for (int64_t j = threadIdx.x; j < len; j += PG_CUDA_RED_THREADS) {
+            float e = expf(a[j] - m);
+            a[j] = e;
+            s += e;
+        }
+        s = pg_block_sum(s, shd);
+        float inv = (float)(1.0 / s);
+        for (int64_t j = threadIdx.x; j < T; j += PG_CUDA_RED_THREADS)
+            a[j] = j < len ? a[j] * inv : 0.0f;
+    }
+}
+
+/* Softmax backward per row, in place on the score gradients g = datt:
+ * D = sum_j att_j g_j (double, fixed tree); ds_j = att_j (g_j - D) scale for
+ * j < len (0 where the probability underflowed to 0, as the CPU), 0 beyond. */
+__global__ void softmax_bwd_rows_kernel(int64_t rows, int64_t T, int causal, float scale,
+                                        const float *att, float *g)
+{
+    __shared__ double sh[PG_CUDA_RED_THREADS];
+    for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+        const float *a = att + row * T;
+        float *gr = g + row * T;
+        int64_t len = causal ? row % T + 1 : T;
+        double D = 0.0;
+        for (int64_t j = threadIdx.x; j < len; j += PG_CUDA_RED_THREADS)
+            D += (double)a[j] * gr[j];
+        float Df = (float)pg_block_sum(D, sh);
+        for (int64_t j = threadIdx.x; j < T; j += PG_CUDA_RED_THREADS) {
+            float aj = a[j];
+            gr[j] = (j < len && aj != 0.0f) ? aj * (gr[j] - Df) * scale : 0.0f;
+        }
+    }
+}
+
+int pg_attention_fwd(pg_ctx *c, int64_t r, int64_t T, int64_t d, int64_t h, int causal,
+                     const float *x, const float *wqkv, const float *bqkv,
+                     const float *wo, const float *bo,
+                     float *qkv, float *att, float *ctxbuf, float *y)
+{
+    if (attn_dims_ok("attention_fwd", r, T, d, h))
+        return 1;
+    int64_t hd = d / h, d3 = 3 * d;
+    float scale = (float)(1.0 / sqrt((double)hd));
+    const float one = 1.0f, zero = 0.0f;
+    if (pg_linear_fwd(c, r * T, d, d3, x, wqkv, bqkv, qkv))
+        return 1;
+    if (r == 0)
+        return pg_linear_fwd(c, 0, d, d, ctxbuf, wo, bo, y);
+    /* S[T,T] = scale q[T,hd] k[T,hd]^T (q, k with ld 3d), per head.
+     * Column-major S^T = k q^T: A = k (read as k^T[hd,T], op T), B = q (read
+     * as q^T[hd,T], op N), C = S (read as S^T, ld T); m = n = T, kdim = hd. */
+    for (int64_t b = 0; b < r; b++) {
+        const float *q = qkv + b * T * d3, *k = q + d;
+        CUBLAS_CHECK(cublasSgemmStridedBatched(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)T, (int)T, (int)hd,
+                                               &scale, k, (int)d3, hd, q, (int)d3, hd,
+                                               &zero, att + b * h * T * T, (int)T, T * T, (int)h));
+    }
+    int64_t rows = r * h * T;
+    softmax_rows_kernel<<<row_blocks(rows), PG_CUDA_RED_THREADS, 0, c->stream>>>(rows, T, causal, att);
+    LAUNCH_CHECK("softmax_rows_kernel");
+    /* ctx[T,hd] (ld d) = att[T,T] v[T,hd] (v with ld 3d), per head.
+     * Column-major ctx^T = v^T att^T: A = v (read as v^T[hd,T], op N), B = att
+     * (read as att^T, op N), C = ctx (read as ctx^T[hd,T], ld d); m = hd, n = kdim = T. */
+    for (int64_t b = 0; b < r; b++) {
+        const float *v = qkv + b * T * d3 + 2 * d;
+        CUBLAS_CHECK(cublasSgemmStridedBatched(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)hd, (int)T, (int)T,
+                                               &one, v, (int)d3, hd, att + b * h * T * T, (int)T, T * T,
+                                               &zero, ctxbuf + b * T * d, (int)d, hd, (int)h));
+    }
+    return pg_linear_fwd(c, r * T, d, d, ctxbuf, wo, bo, y);
+}
+
+/* dctx = dy Wo; per head: dv = att^T dctx, datt = dctx v^T,
+ * ds = att (datt - rowsum(att datt)) / sqrt(hd), dq = ds k, dk = ds^T q;
+ * dx = dqkv Wqkv. */
+int pg_attention_bwd_in(pg_ctx *c, int64_t r, int64_t T, int64_t d, int64_t h, int causal,
+                        const float *wqkv, const float *wo,
+                        const float *qkv, const float *att, const float *dy,
+                        float *dctx, float *dqkv, float *dx)
+{
+    if (attn_dims_ok("attention_bwd_in", r, T, d, h))
+        return 1;
+    int64_t hd = d / h, d3 = 3 * d;
+    float scale = (float)(1.0 / sqrt((double)hd));
+    const float one = 1.0f, zero = 0.0f;
+    if (pg_linear_bwd_in(c, r * T, d, d, dy, wo, dctx))
+        return 1;
+    void *ws = NULL;
+    if (r > 0 && pg_cuda_scratch(c, (size_t)(h * T * T) * sizeof(float), &ws))
+        return 1;
+    float *ds = (float *)ws; /* [h,T,T]: one sample's score gradients */
+    for (int64_t b = 0; b < r; b++) {
+        const float *q = qkv + b * T * d3, *k = q + d, *v = q + 2 * d;
+        float *dq = dqkv + b * T * d3, *dk = dq + d, *dv = dq + 2 * d;
+        const float *a = att + b * h * T * T;
+        const float *dc = dctx + b * T * d;
+        /* dv[T,hd] (ld 3d) = att^T dctx. Column-major dv^T = dctx^T att:
+         * A = dctx (read as dctx^T[hd,T], ld d, op N), B = att (read as att^T,
+         * op T gives att), C = dv (read as dv^T, ld 3d); m = hd, n = kdim = T. */
+        CUBLAS_CHECK(cublasSgemmStridedBatched(c->blas, CUBLAS_OP_N, CUBLAS_OP_T, (int)hd, (int)T, (int)T,
+                                               &one, dc, (int)d, hd, a, (int)T, T * T,
+                                               &zero, dv, (int)d3, hd, (int)h));
+        /* datt[T,T] = dctx[T,hd] v[T,hd]^T. Column-major datt^T = v dctx^T:
+         * A = v (read as v^T, op T), B = dctx (read as dctx^T, op N), C = datt
+         * (read as datt^T, ld T); m = n = T, kdim = hd. */
+        CUBLAS_CHECK(cublasSgemmStridedBatched(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)T, (int)T, (int)hd,
+                                               &one, v, (int)d3, hd, dc, (int)d, hd,
+                                               &zero, ds, (int)T, T * T, (int)h));
+        softmax_bwd_rows_kernel<<<row_blocks(h * T), PG_CUDA_RED_THREADS, 0, c->stream>>>(h * T, T, causal, scale, a, ds);
+        LAUNCH_CHECK("softmax_bwd_rows_kernel");
+        /* dq[T,hd] (ld 3d) = ds[T,T] k[T,hd]. Column-major dq^T = k^T ds^T:
+         * A = k (read as k^T, op N), B = ds (read as ds^T, op N), C = dq (ld 3d). */
+        CUBLAS_CHECK(cublasSgemmStridedBatched(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)hd, (int)T, (int)T,
+                                               &one, k, (int)d3, hd, ds, (int)T, T * T,
+                                               &zero, dq, (int)d3, hd, (int)h));
+        /* dk[T,hd] (ld 3d) = ds^T q. Column-major dk^T = q^T ds:
+         * A = q (read as q^T, op N), B = ds (read as ds^T, op T gives ds), C = dk. */
+        CUBLAS_CHECK(cublasSgemmStridedBatched(c->blas, CUBLAS_OP_N, CUBLAS_OP_T, (int)hd, (int)T, (int)T,
+                                               &one, q, (int)d3, hd, ds, (int)T, T * T,
+                                               &zero, dk, (int)d3, hd, (int)h));
+    }
+    return pg_linear_bwd_in(c, r * T, d, d3, dqkv, wqkv, dx);
+}
+
+/* dWo += dy^T ctx, dbo += sum dy; dWqkv += dqkv^T x, dbqkv += sum dqkv. */
+int pg_attention_bwd_w(pg_ctx *c, int64_t r, int64_t T, int64_t d,
+                       const float *x, const float *ctxbuf, const float *dy, const float *dqkv,
+                       float *dwqkv, float *dbqkv, float *dwo, float *dbo)
+{
+    if (r < 0 || T <= 0 || d <= 0)
+        return PG_RT_FAIL("attention_bwd_w: bad sizes r=%lld T=%lld d=%lld",
+                          (long long)r, (long long)T, (long long)d);
+    if (pg_linear_bwd_w(c, r * T, d, d, ctxbuf, dy, dwo, dbo))
+        return 1;
+    return pg_linear_bwd_w(c, r * T, d, 3 * d, x, dqkv, dwqkv, dbqkv);
+}

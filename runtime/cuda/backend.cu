@@ -1,0 +1,280 @@
+/* runtime/cuda/backend.cu — CUDA backend lifetime (device, stream, cuBLAS
+ * handle), the arena (one cudaMalloc), host <-> device copies, the scratch
+ * workspace, device-side id checks, the fixed-order final sum, pg_rt_error.
+ * Everything runs on the context's one stream, so ops are ordered as called. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cuda_common.h"
+
+/* Frees what init made so far; safe on a partly built context. */
+static void ctx_release(pg_ctx *c)
+{
+    if (!c)
+        return;
+    if (c->stream)
+        cudaStreamSynchronize(c->stream);
+    if (c->scratch)
+        cudaFree(c->scratch);
+    if (c->flag)
+        cudaFree(c->flag);
+    if (c->host_ret)
+        cudaFreeHost(c->host_ret);
+    if (c->blas)
+        cublasDestroy(c->blas);
+    if (c->stream)
+        cudaStreamDestroy(c->stream);
+    free(c);
+}
+
+static int ctx_setup(pg_ctx *c)
+{
+    int ndev = 0;
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess || ndev == 0) {
+        pg_rt_error(__FILE__, __LINE__, "no GPU found (cudaGetDeviceCount: %s); "
+                    "build the stages with the CPU runtime or run on a machine with a CUDA GPU",
+                    e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        return 1;
+    }
+    CUDA_CHECK(cudaGetDevice(&c->device));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    CUBLAS_CHECK(cublasCreate(&c->blas));
+    CUBLAS_CHECK(cublasSetStream(c->blas, c->stream));
+    /* Full fp32 products (no TF32), and no atomics inside cuBLAS: with one
+     * stream this makes every GEMM bitwise reproducible on a given GPU model. */
+    CUBLAS_CHECK(cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH));
+    CUBLAS_CHECK(cublasSetAtomicsMode(c->blas, CUBLAS_ATOMICS_NOT_ALLOWED));
+    CUBLAS_CHECK(cublasSetPointerMode(c->blas, CUBLAS_POINTER_MODE_HOST));
+    CUDA_CHECK(cudaMalloc((void **)&c->flag, sizeof *c->flag));
+    CUDA_CHECK(cudaMallocHost((void **)&c->host_ret, 4 * sizeof *c->host_ret));
+    return 0;
+}
+
+pg_ctx *pg_backend_init(int threads)
+{
+    (void)threads; /* host threads do not matter here: the GPU does the work */
+    pg_ctx *c = (pg_ctx *)calloc(1, sizeof *c);
+    if (!c) {
+        pg_rt_error(__FILE__, __LINE__, "cannot allocate the CUDA backend context (%zu bytes)", sizeof *c);
+        return NULL;
+    }
+    if (ctx_setup(c)) {
+        ctx_release(c);
+        return NULL;
+    }
+    return c;
+}
+
+void pg_backend_free(pg_ctx *c) { ctx_release(c); }
+
+const char *pg_backend_name(void) { return "cuda"; }
+
+void *pg_arena_create(pg_ctx *c, size_t bytes)
+{
+    void *p = NULL;
+    size_t want = bytes ? bytes : 1;
+    cudaError_t e = cudaMalloc(&p, want);
+    if (e != cudaSuccess) {
+        cudaGetLastError(); /* clear the (non-sticky) allocation error */
+        size_t fr = 0, tot = 0;
+        if (cudaMemGetInfo(&fr, &tot) != cudaSuccess)
+            fr = tot = 0;
+        pg_rt_error(__FILE__, __LINE__,
+                    "cannot allocate %zu bytes of GPU memory (free %zu of %zu) for the stage arena "
+                    "(%.1f MiB): %s; use more stages or smaller micro-batches",
+                    bytes, fr, tot, (double)bytes / (1024.0 * 1024.0), cudaGetErrorString(e));
+        return NULL;
+    }
+    e = cudaMemsetAsync(p, 0, want, c->stream);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(c->stream);
+    if (e != cudaSuccess) {
+        pg_cuda_fail(__FILE__, __LINE__, "cudaMemsetAsync(arena, 0)", e);
+        cudaFree(p);
+        return NULL;
+    }
+    return p;
+}
+
+void pg_arena_destroy(pg_ctx *c, void *arena)
+{
+    if (!arena)
+        return;
+    if (c)
+        cudaStreamSynchronize(c->stream);
+    cudaFree(arena);
+}
+
+/* The host buffer may be reused as soon as this returns, so wait for the copy. */
+int pg_copy_to_dev(pg_ctx *c, void *dst, const void *src, size_t bytes)
+{
+    if (!bytes)
+        return 0;
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream));
+    CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    return 0;
+}
+
+int pg_copy_to_host(pg_ctx *c, void *dst, const void *src, size_t bytes)
+{
+    if (!bytes)
+        return 0;
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream));
+    CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    return 0;
+}
+
+int pg_sync(pg_ctx *c)
+{
+    CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    CUDA_CHECK(cudaGetLastError());
+    return 0;
+}
+
+int pg_zero(pg_ctx *c, float *x, int64_t count)
+{
+    if (count < 0)
+        return PG_RT_FAIL("zero: negative count %lld", (long long)count);
+    if (count)
+        CUDA_CHECK(cudaMemsetAsync(x, 0, (size_t)count * sizeof *x, c->stream));
+    return 0;
+}
+
+/* memmove semantics like the CPU backend: overlapping ranges are copied in
+ * chunks no longer than the distance, walking away from the overlap. */
+int pg_copy(pg_ctx *c, float *dst, const float *src, int64_t count)
+{
+    if (count < 0)
+        return PG_RT_FAIL("copy: negative count %lld", (long long)count);
+    if (!count || dst == src)
+        return 0;
+    int64_t dist = dst > src ? dst - src : src - dst;
+    if (dist >= count) {
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, (size_t)count * sizeof *dst, cudaMemcpyDeviceToDevice, c->stream));
+        return 0;
+    }
+    if (dst < src) {
+        for (int64_t k = 0; k < count; k += dist) {
+            int64_t len = count - k < dist ? count - k : dist;
+            CUDA_CHECK(cudaMemcpyAsync(dst + k, src + k, (size_t)len * sizeof *dst,
+                                       cudaMemcpyDeviceToDevice, c->stream));
+        }
+    } else {
+        for (int64_t end = count; end > 0; end -= dist) {
+            int64_t k = end - dist > 0 ? end - dist : 0;
+            CUDA_CHECK(cudaMemcpyAsync(dst + k, src + k, (size_t)(end - k) * sizeof *dst,
+                                       cudaMemcpyDeviceToDevice, c->stream));
+        }
+    }
+    return 0;
+}
+
+__global__ void axpy_inplace_kernel(int64_t count, float *y, const float *x)
+{
+    PG_GRID_STRIDE(i, count) y[i] = y[i] + x[i];
+}
+
+int pg_axpy_inplace(pg_ctx *c, float *y, const float *x, int64_t count)
+{
+    if (count < 0)
+        return PG_RT_FAIL("axpy: negative count %lld", (long long)count);
+    if (!count)
+        return 0;
+    axpy_inplace_kernel<<<pg_cuda_blocks(count, PG_CUDA_THREADS), PG_CUDA_THREADS, 0, c->stream>>>(count, y, x);
+    LAUNCH_CHECK("axpy_inplace_kernel");
+    return 0;
+}
+
+/* ---- scratch, id checks, final sums --------------------------------------- */
+
+int pg_cuda_scratch(pg_ctx *c, size_t bytes, void **out)
+{
+    if (bytes > c->scratch_bytes) {
+        /* Growing happens on the first call of the largest op, i.e. in the
+         * first step; after that the workspace stays put. */
+        size_t want = bytes < ((size_t)1 << 20) ? ((size_t)1 << 20) : bytes;
+        CUDA_CHECK(cudaStreamSynchronize(c->stream));
+        if (c->scratch) {
+            CUDA_CHECK(cudaFree(c->scratch));
+            c->scratch = NULL;
+            c->scratch_bytes = 0;
+        }
+        cudaError_t e = cudaMalloc(&c->scratch, want);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            c->scratch = NULL;
+            size_t fr = 0, tot = 0;
+            if (cudaMemGetInfo(&fr, &tot) != cudaSuccess)
+                fr = tot = 0;
+            return PG_RT_FAIL("cannot allocate %zu bytes of GPU memory (free %zu of %zu) for the "
+                              "kernel workspace: %s", want, fr, tot, cudaGetErrorString(e));
+        }
+        c->scratch_bytes = want;
+    }
+    *out = c->scratch;
+    return 0;
+}
+
+/* flag = min bad row; integer atomicMin gives the same answer in any order. */
+__global__ void find_bad_id_kernel(int64_t n, int64_t limit, const int32_t *ids, unsigned long long *flag)
+{
+    PG_GRID_STRIDE(i, n) {
+        int32_t v = ids[i];
+        if (v < 0 || (int64_t)v >= limit)
+            atomicMin(flag, (unsigned long long)i);
+    }
+}
+
+int pg_cuda_check_ids(pg_ctx *c, const char *op, const char *what, const char *range_what,
+                      const char *hint, int64_t n, int64_t limit, const int32_t *ids)
+{
+    if (n <= 0)
+        return 0;
+    CUDA_CHECK(cudaMemsetAsync(c->flag, 0xff, sizeof *c->flag, c->stream));
+    find_bad_id_kernel<<<pg_cuda_blocks(n, PG_CUDA_THREADS), PG_CUDA_THREADS, 0, c->stream>>>(n, limit, ids, c->flag);
+    LAUNCH_CHECK("find_bad_id_kernel");
+    unsigned long long row = 0;
+    CUDA_CHECK(cudaMemcpyAsync(&row, c->flag, sizeof row, cudaMemcpyDeviceToHost, c->stream));
+    CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    if (row == ~0ull)
+        return 0;
+    int32_t bad = 0;
+    CUDA_CHECK(cudaMemcpyAsync(&bad, ids + row, sizeof bad, cudaMemcpyDeviceToHost, c->stream));
+    CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    return PG_RT_FAIL("%s: row %lld has %s id %ld, outside the %s [0, %lld); %s", op, (long long)row,
+                      what, (long)bad, range_what, (long long)limit, hint);
+}
+
+/* One block: thread t sums partial[t], partial[t + B], ... in order, then the tree. */
+__global__ void sum_partials_kernel(int64_t np, const double *partial, double *out)
+{
+    __shared__ double sh[PG_CUDA_RED_THREADS];
+    double s = 0.0;
+    for (int64_t i = threadIdx.x; i < np; i += PG_CUDA_RED_THREADS)
+        s += partial[i];
+    s = pg_block_sum(s, sh);
+    if (threadIdx.x == 0)
+        *out = s;
+}
+
+int pg_cuda_sum_to_host(pg_ctx *c, const double *partial, int64_t np, double *out)
+{
+    sum_partials_kernel<<<1, PG_CUDA_RED_THREADS, 0, c->stream>>>(np, partial, (double *)c->flag);
+    LAUNCH_CHECK("sum_partials_kernel");
+    CUDA_CHECK(cudaMemcpyAsync(c->host_ret, c->flag, sizeof(double), cudaMemcpyDeviceToHost, c->stream));
+    CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    *out = c->host_ret[0];
+    return 0;
+}
+
+void pg_rt_error(const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "%s:%d: error: ", file, line);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}

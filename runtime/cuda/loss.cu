@@ -1,0 +1,93 @@
+/* runtime/cuda/loss.cu — losses, value and gradient in one pass, as
+ * runtime/cpu/loss.c: each call sees one micro-batch and divides by the WHOLE
+ * batch's normaliser `denom`. `loss` is a HOST double (the generated code
+ * passes &io->loss); the op reads it back, so it synchronises the stream.
+ * Sums are in double with a fixed order (see pg_cuda_reduce_to_host); the
+ * cross-entropy row losses are summed over rows by one fixed tree. */
+#include <math.h>
+
+#include "cuda_common.h"
+
+/* dy = 2 (y - t) / denom (the CPU's double product, so the same bits); returns (y - t)^2. */
+struct mse_term {
+    const float *y, *t;
+    float *dy;
+    double g;
+    __device__ double operator()(int64_t i) const
+    {
+        float diff = y[i] - t[i];
+        dy[i] = (float)(g * diff);
+        return (double)diff * diff;
+    }
+};
+
+int pg_mse_fwd_bwd(pg_ctx *c, int64_t count, const float *y, const float *target,
+                   double denom, double *loss, float *dy)
+{
+    if (count < 0 || !(denom > 0.0))
+        return PG_RT_FAIL("mse: need count >= 0 and denom > 0, got count=%lld denom=%g",
+                          (long long)count, denom);
+    mse_term f = {y, target, dy, 2.0 / denom};
+    double s = 0.0;
+    if (pg_cuda_reduce_to_host(c, count, f, &s))
+        return 1;
+    *loss = s / denom;
+    return 0;
+}
+
+/* One block per row: logp = x - max - log(sum exp(x - max)) in double;
+ * rowloss[i] = -logp[target]; dlogits = (softmax - onehot(target)) * inv. */
+__global__ void cross_entropy_rows_kernel(int64_t n, int64_t V, const float *logits, const int32_t *target,
+                                          double inv, double *rowloss, float *dlogits)
+{
+    __shared__ double shd[PG_CUDA_RED_THREADS];
+    __shared__ float shf[PG_CUDA_RED_THREADS];
+    for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
+        const float *x = logits + i * V;
+        float *dx = dlogits + i * V;
+        float m = -INFINITY;
+        for (int64_t j = threadIdx.x; j < V; j += PG_CUDA_RED_THREADS)
+            m = fmaxf(m, x[j]);
+        m = pg_block_max(m, shf);
+        double s = 0.0;
+        for (int64_t j = threadIdx.x; j < V; j += PG_CUDA_RED_THREADS)
+            s += exp((double)x[j] - m);
+        double lse = log(pg_block_sum(s, shd));
+        int64_t t = target[i];
+        for (int64_t j = threadIdx.x; j < V; j += PG_CUDA_RED_THREADS) {
+            double p = exp((double)x[j] - m - lse);
+            dx[j] = (float)((j == t ? p - 1.0 : p) * inv);
+        }
+        if (threadIdx.x == 0)
+            rowloss[i] = lse - ((double)x[t] - m);
+    }
+}
+
+int pg_cross_entropy_fwd_bwd(pg_ctx *c, int64_t n, int64_t V, const float *logits,
+                             const int32_t *target, double denom, double *loss, float *dlogits)
+{
+    if (n < 0 || V <= 0 || !(denom > 0.0))
+        return PG_RT_FAIL("cross_entropy: need n >= 0, V > 0 and denom > 0, got n=%lld V=%lld denom=%g",
+                          (long long)n, (long long)V, denom);
+    if (pg_cuda_check_ids(c, "cross_entropy", "target", "classes",
+                          "check the target data against the model's output size", n, V, target))
+        return 1;
+    double inv = 1.0 / denom;
+    if (n == 0) {
+        *loss = 0.0;
+        return 0;
+    }
+    void *ws = NULL;
+    if (pg_cuda_scratch(c, (size_t)n * sizeof(double), &ws))
+        return 1;
+    double *rowloss = (double *)ws; /* [n] */
+    unsigned blocks = (unsigned)(n < PG_CUDA_MAX_BLOCKS ? n : PG_CUDA_MAX_BLOCKS);
+    cross_entropy_rows_kernel<<<blocks, PG_CUDA_RED_THREADS, 0, c->stream>>>(n, V, logits, target, inv,
+                                                                             rowloss, dlogits);
+    LAUNCH_CHECK("cross_entropy_rows_kernel");
+    double total = 0.0;
+    if (pg_cuda_sum_to_host(c, rowloss, n, &total))
+        return 1;
+    *loss = total * inv;
+    return 0;
+}

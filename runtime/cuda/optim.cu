@@ -1,0 +1,110 @@
+/* runtime/cuda/optim.cu — gradient norms and optimizer steps, one tensor at a
+ * time, as runtime/cpu/optim.c: elementwise in float with the scalar factors
+ * computed on the host in double, in torch.optim's single-tensor operation
+ * order. The _rn intrinsics stop nvcc from fusing multiply-adds, so the steps
+ * are bitwise equal to the CPU's. pg_sumsq's `out` is a HOST double (the step
+ * driver passes &norms[i]); it synchronises the stream. */
+#include <math.h>
+
+#include "cuda_common.h"
+
+#define GRID(count) pg_cuda_blocks(count, PG_CUDA_THREADS), PG_CUDA_THREADS, 0, c->stream
+
+struct sq_term {
+    const float *g;
+    __device__ double operator()(int64_t i) const { return (double)g[i] * g[i]; }
+};
+
+/* *out = sum g^2 in a fixed order (double). */
+int pg_sumsq(pg_ctx *c, int64_t count, const float *g, double *out)
+{
+    if (count < 0)
+        return PG_RT_FAIL("sumsq: negative count %lld", (long long)count);
+    sq_term f = {g};
+    return pg_cuda_reduce_to_host(c, count, f, out);
+}
+
+__global__ void scale_kernel(int64_t count, float *x, float a)
+{
+    PG_GRID_STRIDE(i, count) x[i] = x[i] * a;
+}
+
+int pg_scale(pg_ctx *c, float *x, float a, int64_t count)
+{
+    if (count < 0)
+        return PG_RT_FAIL("scale: negative count %lld", (long long)count);
+    if (!count)
+        return 0;
+    scale_kernel<<<GRID(count)>>>(count, x, a);
+    LAUNCH_CHECK("scale_kernel");
+    return 0;
+}
+
+/* d = g + wd w;  buf = d (first step) or momentum buf + d;  w += -lr d */
+__global__ void sgd_step_kernel(int64_t count, float *w, const float *g, float *buf, float lr,
+                                float momentum, float weight_decay, int first_step)
+{
+    PG_GRID_STRIDE(i, count) {
+        float d = g[i];
+        if (weight_decay != 0.0f)
+            d = __fadd_rn(d, __fmul_rn(weight_decay, w[i]));
+        if (momentum != 0.0f) {
+            d = first_step ? d : __fadd_rn(__fmul_rn(buf[i], momentum), d);
+            buf[i] = d;
+        }
+        w[i] = __fadd_rn(w[i], __fmul_rn(-lr, d));
+    }
+}
+
+int pg_sgd_step(pg_ctx *c, int64_t count, float *w, const float *g, float *buf,
+                float lr, float momentum, float weight_decay, int first_step)
+{
+    if (count < 0)
+        return PG_RT_FAIL("sgd_step: negative count %lld", (long long)count);
+    if (momentum != 0.0f && !buf)
+        return PG_RT_FAIL("sgd_step: momentum %g needs a momentum buffer", (double)momentum);
+    if (!count)
+        return 0;
+    sgd_step_kernel<<<GRID(count)>>>(count, w, g, buf, lr, momentum, weight_decay, first_step);
+    LAUNCH_CHECK("sgd_step_kernel");
+    return 0;
+}
+
+/* w *= decay; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g g;
+ * w += neg_step m / (sqrt(v) / sqrt(bc2) + eps) */
+__global__ void adamw_step_kernel(int64_t count, float *w, const float *g, float *m, float *v, float decay,
+                                  float b1, float one_b1, float b2, float one_b2, float eps,
+                                  float neg_step, float bc2_sqrt)
+{
+    PG_GRID_STRIDE(i, count) {
+        float gi = g[i];
+        float wi = __fmul_rn(w[i], decay);
+        float mi = __fadd_rn(__fmul_rn(m[i], b1), __fmul_rn(one_b1, gi));
+        float vi = __fadd_rn(__fmul_rn(v[i], b2), __fmul_rn(__fmul_rn(one_b2, gi), gi));
+        float den = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), bc2_sqrt), eps);
+        w[i] = __fadd_rn(wi, __fdiv_rn(__fmul_rn(neg_step, mi), den));
+        m[i] = mi;
+        v[i] = vi;
+    }
+}
+
+int pg_adamw_step(pg_ctx *c, int64_t count, float *w, const float *g, float *m, float *v,
+                  float lr, float beta1, float beta2, float eps, float weight_decay, int64_t t)
+{
+    if (count < 0 || t < 1)
+        return PG_RT_FAIL("adamw_step: need count >= 0 and step t >= 1, got count=%lld t=%lld",
+                          (long long)count, (long long)t);
+    if (!count)
+        return 0;
+    float decay = (float)(1.0 - (double)lr * (double)weight_decay);
+    float one_b1 = (float)(1.0 - (double)beta1);
+    float one_b2 = (float)(1.0 - (double)beta2);
+    double bc1 = 1.0 - pow((double)beta1, (double)t);
+    double bc2 = 1.0 - pow((double)beta2, (double)t);
+    float neg_step = (float)(-((double)lr / bc1));
+    float bc2_sqrt = (float)sqrt(bc2);
+    adamw_step_kernel<<<GRID(count)>>>(count, w, g, m, v, decay, beta1, one_b1, beta2, one_b2, eps,
+                                       neg_step, bc2_sqrt);
+    LAUNCH_CHECK("adamw_step_kernel");
+    return 0;
+}

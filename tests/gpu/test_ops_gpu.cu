@@ -1,0 +1,814 @@
+/* tests/gpu/test_ops_gpu.cu — every pg_ops.h op of the CUDA backend on random
+ * inputs against naive host references (double unless the CPU backend's
+ * float formula is the contract, as for dropout and the optimizer steps, where
+ * the GPU must match bit for bit), the += semantics of every _bwd_w, bitwise
+ * reproducibility of the reductions run twice, and the error paths.
+ * Links only the CUDA backend objects (build/cuda/). Run by `make test-gpu`; needs
+ * a GPU and says "no GPU found" (exit 1) without one. Host code only. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <vector>
+
+extern "C" {
+#include "pg_ops.h"
+}
+#include "../../runtime/cpu/cpu_kernels.h" /* the CPU's dropout hash, the reference */
+#include "../tap.h"
+
+/* Built with -DPG_TEST_ON_CPU (g++, linked with runtime/cpu) the same checks
+ * run against the CPU backend, which shares the contract: that validates the
+ * references and tolerances on machines without a GPU (tests/gpu_ops_on_cpu.t). */
+#ifdef PG_TEST_ON_CPU
+#define EXPECT_BACKEND "cpu"
+static int device_count(const char **why)
+{
+    *why = "";
+    return 1;
+}
+#else
+#include <cuda_runtime.h>
+#define EXPECT_BACKEND "cuda"
+static int device_count(const char **why)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    *why = e != cudaSuccess ? cudaGetErrorString(e) : "0 devices";
+    return e == cudaSuccess ? n : 0;
+}
+#endif
+
+typedef std::vector<float> fvec;
+typedef std::vector<double> dvec;
+
+/* ---- test state: one arena, bump-allocated ------------------------------- */
+
+struct gpu {
+    pg_ctx *c;
+    char *arena;
+    size_t used, size;
+    uint64_t rng;
+};
+
+static gpu G;
+
+static double unit(void) /* [0, 1) */
+{
+    G.rng = G.rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(G.rng >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static fvec rnd(int64_t n, double lo = -1.0, double hi = 1.0)
+{
+    fvec v((size_t)n);
+    for (auto &x : v)
+        x = (float)(lo + (hi - lo) * unit());
+    return v;
+}
+
+static void *dalloc(size_t bytes)
+{
+    size_t at = (G.used + 255) / 256 * 256;
+    if (at + bytes > G.size) {
+        fprintf(stderr, "test arena exhausted\n");
+        exit(2);
+    }
+    G.used = at + bytes;
+    return G.arena + at;
+}
+
+static float *up(const fvec &h)
+{
+    float *d = (float *)dalloc(h.size() * sizeof(float) + 4);
+    if (pg_copy_to_dev(G.c, d, h.data(), h.size() * sizeof(float)))
+        exit(2);
+    return d;
+}
+
+static int32_t *up_ids(const std::vector<int32_t> &h)
+{
+    int32_t *d = (int32_t *)dalloc(h.size() * sizeof(int32_t) + 4);
+    if (pg_copy_to_dev(G.c, d, h.data(), h.size() * sizeof(int32_t)))
+        exit(2);
+    return d;
+}
+
+static double *up_d(const dvec &h)
+{
+    double *d = (double *)dalloc(h.size() * sizeof(double) + 8);
+    if (pg_copy_to_dev(G.c, d, h.data(), h.size() * sizeof(double)))
+        exit(2);
+    return d;
+}
+
+static float *dzeros(int64_t n) { return up(fvec((size_t)n, 0.0f)); }
+
+static fvec down(const float *d, int64_t n)
+{
+    fvec h((size_t)n);
+    if (pg_copy_to_host(G.c, h.data(), d, (size_t)n * sizeof(float)))
+        exit(2);
+    return h;
+}
+
+static dvec down_d(const double *d, int64_t n)
+{
+    dvec h((size_t)n);
+    if (pg_copy_to_host(G.c, h.data(), d, (size_t)n * sizeof(double)))
+        exit(2);
+    return h;
+}
+
+/* max |got - ref| / max(1, max |ref|): scale-free for sums of many terms. */
+static double err(const fvec &got, const dvec &ref)
+{
+    double worst = 0.0, mag = 1.0;
+    for (size_t i = 0; i < ref.size(); i++)
+        mag = fmax(mag, fabs(ref[i]));
+    for (size_t i = 0; i < ref.size(); i++) {
+        double d = fabs((double)got[i] - ref[i]);
+        if (!(d <= worst)) /* NaN counts as the worst */
+            worst = isnan(d) ? INFINITY : d;
+    }
+    return worst / mag;
+}
+
+#define TOL 2e-5
+
+static void close_to(const char *what, const fvec &got, const dvec &ref, double tol = TOL)
+{
+    double e = err(got, ref);
+    OK(got.size() == ref.size() && e <= tol, "%s (err %.2e, tol %.0e)", what, e, tol);
+}
+
+static bool same_bits(const fvec &a, const fvec &b)
+{
+    return a.size() == b.size() && memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+static dvec dv(const fvec &f) { return dvec(f.begin(), f.end()); }
+
+/* ---- naive references ---------------------------------------------------- */
+
+/* y[n,out] = x[n,in] w[out,in]^T (+ b) */
+static dvec ref_linear(int64_t n, int64_t in, int64_t out, const dvec &x, const dvec &w, const dvec *b)
+{
+    dvec y((size_t)(n * out));
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t o = 0; o < out; o++) {
+            double s = b ? (*b)[o] : 0.0;
+            for (int64_t k = 0; k < in; k++)
+                s += x[i * in + k] * w[o * in + k];
+            y[i * out + o] = s;
+        }
+    return y;
+}
+
+/* dx[n,in] = dy[n,out] w[out,in] */
+static dvec ref_linear_bwd_in(int64_t n, int64_t in, int64_t out, const dvec &dy, const dvec &w)
+{
+    dvec dx((size_t)(n * in), 0.0);
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t o = 0; o < out; o++)
+            for (int64_t k = 0; k < in; k++)
+                dx[i * in + k] += dy[i * out + o] * w[o * in + k];
+    return dx;
+}
+
+/* dw0 + dy^T x */
+static dvec ref_linear_bwd_w(int64_t n, int64_t in, int64_t out, const dvec &x, const dvec &dy, const dvec &dw0)
+{
+    dvec dw = dw0;
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t o = 0; o < out; o++)
+            for (int64_t k = 0; k < in; k++)
+                dw[o * in + k] += dy[i * out + o] * x[i * in + k];
+    return dw;
+}
+
+static dvec ref_colsum(int64_t n, int64_t m, const dvec &a, const dvec &acc0)
+{
+    dvec acc = acc0;
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < m; j++)
+            acc[j] += a[i * m + j];
+    return acc;
+}
+
+/* ---- tests --------------------------------------------------------------- */
+
+static void test_memory(void)
+{
+    fvec a = rnd(1000), b = rnd(1000);
+    float *da = up(a), *db = up(b);
+    OK(pg_axpy_inplace(G.c, da, db, 1000) == 0, "axpy_inplace runs");
+    dvec r(1000);
+    for (int i = 0; i < 1000; i++)
+        r[i] = (double)a[i] + b[i];
+    close_to("axpy_inplace: y += x", down(da, 1000), r, 1e-7);
+    OK(pg_copy(G.c, db, da, 1000) == 0 && same_bits(down(db, 1000), down(da, 1000)), "copy");
+    /* overlapping copies behave as memmove */
+    fvec m = rnd(100);
+    float *dm = up(m);
+    OK(pg_copy(G.c, dm + 3, dm, 90) == 0, "overlapping copy forward runs");
+    fvec got = down(dm, 100), want = m;
+    memmove(want.data() + 3, m.data(), 90 * sizeof(float));
+    OK(same_bits(got, want), "overlapping copy to a higher address is memmove");
+    dm = up(m);
+    OK(pg_copy(G.c, dm, dm + 7, 90) == 0, "overlapping copy backward runs");
+    want = m;
+    memmove(want.data(), m.data() + 7, 90 * sizeof(float));
+    OK(same_bits(down(dm, 100), want), "overlapping copy to a lower address is memmove");
+    OK(pg_zero(G.c, da, 1000) == 0 && err(down(da, 1000), dvec(1000, 0.0)) == 0.0, "zero");
+    OK(pg_zero(G.c, da, -1) != 0, "zero rejects a negative count");
+}
+
+static void test_linear(void)
+{
+    const int64_t n = 37, in = 29, out = 45;
+    fvec x = rnd(n * in), w = rnd(out * in), b = rnd(out), dy = rnd(n * out);
+    float *dx_ = up(x), *dw_ = up(w), *db_ = up(b), *y = dzeros(n * out);
+    dvec bd = dv(b);
+    OK(pg_linear_fwd(G.c, n, in, out, dx_, dw_, db_, y) == 0, "linear_fwd runs");
+    close_to("linear_fwd with bias", down(y, n * out), ref_linear(n, in, out, dv(x), dv(w), &bd));
+    OK(pg_linear_fwd(G.c, n, in, out, dx_, dw_, NULL, y) == 0, "linear_fwd without bias runs");
+    close_to("linear_fwd without bias", down(y, n * out), ref_linear(n, in, out, dv(x), dv(w), NULL));
+    float *ddy = up(dy), *gx = dzeros(n * in);
+    OK(pg_linear_bwd_in(G.c, n, in, out, ddy, dw_, gx) == 0, "linear_bwd_in runs");
+    close_to("linear_bwd_in: dx = dy W", down(gx, n * in), ref_linear_bwd_in(n, in, out, dv(dy), dv(w)));
+    fvec gw0 = rnd(out * in), gb0 = rnd(out);
+    float *gw = up(gw0), *gb = up(gb0);
+    OK(pg_linear_bwd_w(G.c, n, in, out, dx_, ddy, gw, gb) == 0, "linear_bwd_w runs");
+    close_to("linear_bwd_w: dW += dy^T x", down(gw, out * in), ref_linear_bwd_w(n, in, out, dv(x), dv(dy), dv(gw0)));
+    /* db: the column sums in row order in double, one float add: the CPU's bits */
+    fvec gbv = down(gb, out);
+    bool exact = true;
+    for (int64_t j = 0; j < out; j++) {
+        double s = 0.0;
+        for (int64_t i = 0; i < n; i++)
+            s += dy[i * out + j];
+        exact = exact && gbv[j] == gb0[j] + (float)s;
+    }
+    OK(exact, "linear_bwd_w: db += column sums, bitwise the CPU's order");
+    /* determinism: the same call twice from the same start gives the same bits */
+    float *gw2 = up(gw0), *gb2 = up(gb0);
+    pg_linear_bwd_w(G.c, n, in, out, dx_, ddy, gw2, gb2);
+    OK(same_bits(down(gw, out * in), down(gw2, out * in)) && same_bits(gbv, down(gb2, out)),
+       "linear_bwd_w is bitwise reproducible");
+    OK(pg_linear_fwd(G.c, -1, in, out, dx_, dw_, NULL, y) != 0, "linear_fwd rejects a negative size");
+    /* logits by a table are a bias-free linear */
+    OK(pg_logits_fwd(G.c, n, in, out, dx_, dw_, y) == 0, "logits_fwd runs");
+    close_to("logits_fwd = x table^T", down(y, n * out), ref_linear(n, in, out, dv(x), dv(w), NULL));
+    OK(pg_logits_bwd_in(G.c, n, in, out, ddy, dw_, gx) == 0, "logits_bwd_in runs");
+    close_to("logits_bwd_in", down(gx, n * in), ref_linear_bwd_in(n, in, out, dv(dy), dv(w)));
+    gw = up(gw0);
+    OK(pg_logits_bwd_w(G.c, n, in, out, dx_, ddy, gw) == 0, "logits_bwd_w runs");
+    close_to("logits_bwd_w accumulates", down(gw, out * in), ref_linear_bwd_w(n, in, out, dv(x), dv(dy), dv(gw0)));
+}
+
+static void test_activations(void)
+{
+    const int64_t n = 5000;
+    fvec x = rnd(n, -4, 4), dy = rnd(n);
+    float *dx_ = up(x), *ddy = up(dy), *y = dzeros(n);
+    dvec r(n), g(n);
+    pg_relu_fwd(G.c, n, dx_, y);
+    for (int64_t i = 0; i < n; i++)
+        r[i] = x[i] > 0 ? x[i] : 0.0;
+    close_to("relu_fwd", down(y, n), r, 0.0);
+    pg_relu_bwd_in(G.c, n, dx_, ddy, y);
+    for (int64_t i = 0; i < n; i++)
+        r[i] = x[i] > 0 ? dy[i] : 0.0;
+    close_to("relu_bwd_in", down(y, n), r, 0.0);
+    const double k = sqrt(2.0 / M_PI), cc = 0.044715;
+    pg_gelu_fwd(G.c, n, dx_, y);
+    for (int64_t i = 0; i < n; i++) {
+        double v = x[i], t = tanh(k * (v + cc * v * v * v));
+        r[i] = 0.5 * v * (1 + t);
+        g[i] = (0.5 * (1 + t) + 0.5 * v * (1 - t * t) * k * (1 + 3 * cc * v * v)) * dy[i];
+    }
+    close_to("gelu_fwd (tanh form)", down(y, n), r, 1e-6);
+    pg_gelu_bwd_in(G.c, n, dx_, ddy, y);
+    close_to("gelu_bwd_in", down(y, n), g, 1e-5);
+    OK(pg_relu_fwd(G.c, -5, dx_, y) != 0, "relu_fwd rejects a negative count");
+}
+
+/* Normalisation references over groups: layernorm normalises rows (stride 1
+ * within a row), batchnorm normalises columns; `get(i, j)` indexes group i, element j. */
+static void ref_norm(int64_t groups, int64_t len, double eps, const fvec &x, const fvec &w, const fvec &b,
+                     const fvec &dy, int rows_are_groups, int64_t C, dvec &y, dvec &mean, dvec &rstd,
+                     dvec &dx, dvec &dw, dvec &db)
+{
+    auto at = [&](int64_t gi, int64_t j) { return rows_are_groups ? gi * len + j : j * C + gi; };
+    y.assign(x.size(), 0);
+    dx.assign(x.size(), 0);
+    mean.assign(groups, 0);
+    rstd.assign(groups, 0);
+    int64_t nw = rows_are_groups ? len : groups;
+    dw.assign(nw, 0);
+    db.assign(nw, 0);
+    for (int64_t gi = 0; gi < groups; gi++) {
+        double s = 0, ss = 0;
+        for (int64_t j = 0; j < len; j++)
+            s += x[at(gi, j)];
+        double mu = s / len;
+        for (int64_t j = 0; j < len; j++)
+            ss += (x[at(gi, j)] - mu) * (x[at(gi, j)] - mu);
+        double rs = 1.0 / sqrt(ss / len + eps);
+        mean[gi] = mu;
+        rstd[gi] = rs;
+        double sg = 0, sgx = 0;
+        for (int64_t j = 0; j < len; j++) {
+            int64_t k = at(gi, j), wi = rows_are_groups ? j : gi;
+            double xh = (x[k] - mu) * rs;
+            y[k] = xh * w[wi] + b[wi];
+            double gg = dy[k] * w[wi];
+            sg += gg;
+            sgx += gg * xh;
+            dw[wi] += dy[k] * xh;
+            db[wi] += dy[k];
+        }
+        for (int64_t j = 0; j < len; j++) {
+            int64_t k = at(gi, j), wi = rows_are_groups ? j : gi;
+            double xh = (x[k] - mu) * rs;
+            dx[k] = rs * (dy[k] * w[wi] - sg / len - xh * sgx / len);
+        }
+    }
+}
+
+static void test_layernorm(void)
+{
+    const int64_t n = 19, d = 300;
+    fvec x = rnd(n * d, -2, 3), w = rnd(d), b = rnd(d), dy = rnd(n * d);
+    dvec y, mean, rstd, dx, dw, db;
+    ref_norm(n, d, 1e-5, x, w, b, dy, 1, d, y, mean, rstd, dx, dw, db);
+    float *X = up(x), *W = up(w), *B = up(b), *DY = up(dy), *Y = dzeros(n * d), *M = dzeros(n), *R = dzeros(n);
+    OK(pg_layernorm_fwd(G.c, n, d, 1e-5f, X, W, B, Y, M, R) == 0, "layernorm_fwd runs");
+    close_to("layernorm_fwd y", down(Y, n * d), y, 1e-5);
+    close_to("layernorm_fwd mean", down(M, n), mean, 1e-6);
+    close_to("layernorm_fwd rstd", down(R, n), rstd, 1e-5);
+    float *DX = dzeros(n * d);
+    OK(pg_layernorm_bwd_in(G.c, n, d, X, W, M, R, DY, DX) == 0, "layernorm_bwd_in runs");
+    close_to("layernorm_bwd_in", down(DX, n * d), dx, 1e-5);
+    fvec dw0 = rnd(d), db0 = rnd(d);
+    float *DW = up(dw0), *DB = up(db0);
+    OK(pg_layernorm_bwd_w(G.c, n, d, X, M, R, DY, DW, DB) == 0, "layernorm_bwd_w runs");
+    for (int64_t j = 0; j < d; j++) {
+        dw[j] += dw0[j];
+        db[j] += db0[j];
+    }
+    close_to("layernorm_bwd_w dw accumulates", down(DW, d), dw, 1e-5);
+    close_to("layernorm_bwd_w db accumulates", down(DB, d), db, 1e-6);
+    /* no affine: w = 1, b = 0 */
+    fvec ones(d, 1.0f), zeros(d, 0.0f);
+    ref_norm(n, d, 1e-5, x, ones, zeros, dy, 1, d, y, mean, rstd, dx, dw, db);
+    pg_layernorm_fwd(G.c, n, d, 1e-5f, X, NULL, NULL, Y, M, R);
+    close_to("layernorm_fwd without affine", down(Y, n * d), y, 1e-5);
+    pg_layernorm_bwd_in(G.c, n, d, X, NULL, M, R, DY, DX);
+    close_to("layernorm_bwd_in without affine", down(DX, n * d), dx, 1e-5);
+    OK(pg_layernorm_fwd(G.c, n, 0, 1e-5f, X, W, B, Y, M, R) != 0, "layernorm_fwd rejects d = 0");
+}
+
+static void test_batchnorm(void)
+{
+    const int64_t n = 57, C = 70;
+    fvec x = rnd(n * C, -1, 2), w = rnd(C), b = rnd(C), dy = rnd(n * C);
+    dvec y, mean, rstd, dx, dw, db;
+    ref_norm(C, n, 1e-5, x, w, b, dy, 0, C, y, mean, rstd, dx, dw, db);
+    float *X = up(x), *W = up(w), *B = up(b), *DY = up(dy), *Y = dzeros(n * C), *M = dzeros(C), *R = dzeros(C);
+    OK(pg_batchnorm_fwd(G.c, n, C, 1e-5f, X, W, B, Y, M, R) == 0, "batchnorm_fwd runs");
+    close_to("batchnorm_fwd y", down(Y, n * C), y, 1e-5);
+    close_to("batchnorm_fwd mean", down(M, C), mean, 1e-6);
+    close_to("batchnorm_fwd rstd", down(R, C), rstd, 1e-5);
+    float *DX = dzeros(n * C);
+    OK(pg_batchnorm_bwd_in(G.c, n, C, X, W, M, R, DY, DX) == 0, "batchnorm_bwd_in runs");
+    close_to("batchnorm_bwd_in", down(DX, n * C), dx, 1e-5);
+    fvec dw0 = rnd(C), db0 = rnd(C);
+    float *DW = up(dw0), *DB = up(db0);
+    OK(pg_batchnorm_bwd_w(G.c, n, C, X, M, R, DY, DW, DB) == 0, "batchnorm_bwd_w runs");
+    for (int64_t j = 0; j < C; j++) {
+        dw[j] += dw0[j];
+        db[j] += db0[j];
+    }
+    close_to("batchnorm_bwd_w dw accumulates", down(DW, C), dw, 1e-5);
+    close_to("batchnorm_bwd_w db accumulates", down(DB, C), db, 1e-6);
+    /* running stats: two micro-batches accumulated, then one update */
+    double *S = up_d(dvec(C, 0.0)), *SS = up_d(dvec(C, 0.0));
+    OK(pg_batchnorm_stats_acc(G.c, 20, C, X, S, SS) == 0 && pg_batchnorm_stats_acc(G.c, n - 20, C, X + 20 * C, S, SS) == 0,
+       "batchnorm_stats_acc runs twice");
+    fvec rm0 = rnd(C), rv0 = rnd(C, 0.5, 1.5);
+    float *RM = up(rm0), *RV = up(rv0);
+    OK(pg_batchnorm_running_update(G.c, n, C, 0.1f, S, SS, RM, RV) == 0, "batchnorm_running_update runs");
+    dvec wm(C), wv(C);
+    for (int64_t j = 0; j < C; j++) {
+        double var = 0;
+        for (int64_t i = 0; i < n; i++)
+            var += (x[i * C + j] - mean[j]) * (x[i * C + j] - mean[j]);
+        var /= (double)(n - 1);
+        wm[j] = 0.9 * rm0[j] + 0.1 * mean[j];
+        wv[j] = 0.9 * rv0[j] + 0.1 * var;
+    }
+    close_to("batchnorm running mean", down(RM, C), wm, 1e-6);
+    close_to("batchnorm running var (unbiased)", down(RV, C), wv, 1e-5);
+    dvec sum = down_d(S, C);
+    double e = 0;
+    for (int64_t j = 0; j < C; j++) {
+        double s = 0;
+        for (int64_t i = 0; i < n; i++)
+            s += x[i * C + j];
+        e = fmax(e, fabs(s - sum[j]));
+    }
+    OK(e < 1e-9, "batchnorm_stats_acc sums in double (err %.1e)", e);
+    OK(pg_batchnorm_running_update(G.c, 1, C, 0.1f, S, SS, RM, RV) != 0, "running_update rejects a batch of 1");
+}
+
+static void test_embed(void)
+{
+    const int64_t n = 300, V = 50, d = 33;
+    std::vector<int32_t> ids(n);
+    for (auto &v : ids)
+        v = (int32_t)(unit() * 10) * 5; /* few distinct ids: many repeats */
+    fvec table = rnd(V * d), dy = rnd(n * d), dt0 = rnd(V * d);
+    int32_t *I = up_ids(ids);
+    float *TB = up(table), *Y = dzeros(n * d), *DY = up(dy), *DT = up(dt0);
+    OK(pg_embed_fwd(G.c, n, V, d, I, TB, Y) == 0, "embed_fwd runs");
+    fvec y = down(Y, n * d);
+    bool ok = true;
+    for (int64_t i = 0; i < n; i++)
+        ok = ok && memcmp(&y[i * d], &table[ids[i] * d], d * sizeof(float)) == 0;
+    OK(ok, "embed_fwd gathers the rows");
+    OK(pg_embed_bwd_w(G.c, n, V, d, I, DY, DT) == 0, "embed_bwd_w runs");
+    fvec want = dt0; /* float adds in token order: the CPU's exact bits */
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < d; j++)
+            want[ids[i] * d + j] += dy[i * d + j];
+    OK(same_bits(down(DT, V * d), want), "embed_bwd_w adds rows in token order (bitwise)");
+    std::vector<int32_t> bad = ids;
+    bad[123] = (int32_t)V;
+    int32_t *BI = up_ids(bad);
+    OK(pg_embed_fwd(G.c, n, V, d, BI, TB, Y) != 0, "embed_fwd rejects id == vocab (error names row 123)");
+    bad[123] = -1;
+    BI = up_ids(bad);
+    OK(pg_embed_bwd_w(G.c, n, V, d, BI, DY, DT) != 0, "embed_bwd_w rejects a negative id");
+    /* position embedding */
+    const int64_t r = 7, T = 11;
+    fvec x = rnd(r * T * d), pt = rnd(T * d), pdy = rnd(r * T * d), pt0 = rnd(T * d);
+    float *X = up(x), *PT = up(pt), *PY = dzeros(r * T * d), *PDY = up(pdy), *PG = up(pt0);
+    OK(pg_pos_embed_fwd(G.c, r, T, d, X, PT, PY) == 0, "pos_embed_fwd runs");
+    dvec ry(r * T * d), rg(T * d);
+    for (int64_t i = 0; i < r * T * d; i++)
+        ry[i] = (double)(x[i] + pt[i % (T * d)]);
+    close_to("pos_embed_fwd adds the table", down(PY, r * T * d), ry, 0.0);
+    OK(pg_pos_embed_bwd_w(G.c, r, T, d, PDY, PG) == 0, "pos_embed_bwd_w runs");
+    for (int64_t k = 0; k < T * d; k++) {
+        double s = 0;
+        for (int64_t i = 0; i < r; i++)
+            s += pdy[i * T * d + k];
+        rg[k] = (double)(pt0[k] + (float)s);
+    }
+    close_to("pos_embed_bwd_w accumulates (bitwise)", down(PG, T * d), rg, 0.0);
+}
+
+/* Attention reference in double: qkv, att, ctx, y and the backward. */
+struct attn_ref {
+    dvec qkv, att, ctx, y, dctx, dqkv, dx;
+};
+
+static attn_ref ref_attention(int64_t r, int64_t T, int64_t d, int64_t h, int causal, const fvec &x,
+                              const fvec &wqkv, const fvec &bqkv, const fvec &wo, const fvec &bo, const fvec &dy)
+{
+    attn_ref R;
+    int64_t hd = d / h, d3 = 3 * d;
+    double sc = 1.0 / sqrt((double)hd);
+    dvec bq = dv(bqkv), bod = dv(bo);
+    R.qkv = ref_linear(r * T, d, d3, dv(x), dv(wqkv), &bq);
+    R.att.assign(r * h * T * T, 0.0);
+    R.ctx.assign(r * T * d, 0.0);
+    R.dqkv.assign(r * T * d3, 0.0);
+    for (int64_t b = 0; b < r; b++)
+        for (int64_t hh = 0; hh < h; hh++) {
+            double *a = &R.att[(b * h + hh) * T * T];
+            auto Q = [&](int64_t i, int64_t e) { return R.qkv[(b * T + i) * d3 + hh * hd + e]; };
+            auto K = [&](int64_t i, int64_t e) { return R.qkv[(b * T + i) * d3 + d + hh * hd + e]; };
+            auto Vv = [&](int64_t i, int64_t e) { return R.qkv[(b * T + i) * d3 + 2 * d + hh * hd + e]; };
+            for (int64_t i = 0; i < T; i++) {
+                int64_t len = causal ? i + 1 : T;
+                double m = -INFINITY, s = 0;
+                for (int64_t j = 0; j < len; j++) {
+                    double v = 0;
+                    for (int64_t e = 0; e < hd; e++)
+                        v += Q(i, e) * K(j, e);
+                    a[i * T + j] = v * sc;
+                    m = fmax(m, v * sc);
+                }
+                for (int64_t j = 0; j < len; j++)
+                    s += (a[i * T + j] = exp(a[i * T + j] - m));
+                for (int64_t j = 0; j < len; j++)
+                    a[i * T + j] /= s;
+                for (int64_t e = 0; e < hd; e++) {
+                    double cx = 0;
+                    for (int64_t j = 0; j < len; j++)
+                        cx += a[i * T + j] * Vv(j, e);
+                    R.ctx[(b * T + i) * d + hh * hd + e] = cx;
+                }
+            }
+        }
+    R.y = ref_linear(r * T, d, d, R.ctx, dv(wo), &bod);
+    R.dctx = ref_linear_bwd_in(r * T, d, d, dv(dy), dv(wo));
+    for (int64_t b = 0; b < r; b++)
+        for (int64_t hh = 0; hh < h; hh++) {
+            const double *a = &R.att[(b * h + hh) * T * T];
+            auto at = [&](int64_t i, int64_t e, int64_t part) { return (b * T + i) * d3 + part * d + hh * hd + e; };
+            auto DC = [&](int64_t i, int64_t e) { return R.dctx[(b * T + i) * d + hh * hd + e]; };
+            for (int64_t i = 0; i < T; i++) {
+                int64_t len = causal ? i + 1 : T;
+                dvec datt(len);
+                double D = 0;
+                for (int64_t j = 0; j < len; j++) {
+                    double s = 0;
+                    for (int64_t e = 0; e < hd; e++)
+                        s += DC(i, e) * R.qkv[at(j, e, 2)];
+                    datt[j] = s;
+                    D += a[i * T + j] * s;
+                }
+                for (int64_t j = 0; j < len; j++) {
+                    double ds = a[i * T + j] * (datt[j] - D) * sc;
+                    for (int64_t e = 0; e < hd; e++) {
+                        R.dqkv[at(i, e, 0)] += ds * R.qkv[at(j, e, 1)];
+                        R.dqkv[at(j, e, 1)] += ds * R.qkv[at(i, e, 0)];
+                        R.dqkv[at(j, e, 2)] += a[i * T + j] * DC(i, e);
+                    }
+                }
+            }
+        }
+    R.dx = ref_linear_bwd_in(r * T, d, d3, R.dqkv, dv(wqkv));
+    return R;
+}
+
+static void test_attention(int causal)
+{
+    const int64_t r = 3, T = 13, d = 24, h = 3, d3 = 3 * d;
+    const char *mode = causal ? "causal" : "full";
+    fvec x = rnd(r * T * d), wqkv = rnd(d3 * d, -0.5, 0.5), bqkv = rnd(d3), wo = rnd(d * d, -0.5, 0.5),
+         bo = rnd(d), dy = rnd(r * T * d);
+    attn_ref R = ref_attention(r, T, d, h, causal, x, wqkv, bqkv, wo, bo, dy);
+    float *X = up(x), *WQ = up(wqkv), *BQ = up(bqkv), *WO = up(wo), *BO = up(bo), *DY = up(dy);
+    float *QKV = dzeros(r * T * d3), *ATT = dzeros(r * h * T * T), *CTX = dzeros(r * T * d), *Y = dzeros(r * T * d);
+    OK(pg_attention_fwd(G.c, r, T, d, h, causal, X, WQ, BQ, WO, BO, QKV, ATT, CTX, Y) == 0, "attention_fwd (%s) runs", mode);
+    close_to("attention_fwd qkv", down(QKV, r * T * d3), R.qkv, 1e-5);
+    close_to("attention_fwd att (softmax, masked)", down(ATT, r * h * T * T), R.att, 1e-5);
+    close_to("attention_fwd ctx", down(CTX, r * T * d), R.ctx, 1e-5);
+    close_to("attention_fwd y", down(Y, r * T * d), R.y, 1e-5);
+    float *DCTX = dzeros(r * T * d), *DQKV = dzeros(r * T * d3), *DX = dzeros(r * T * d);
+    OK(pg_attention_bwd_in(G.c, r, T, d, h, causal, WQ, WO, QKV, ATT, DY, DCTX, DQKV, DX) == 0,
+       "attention_bwd_in (%s) runs", mode);
+    close_to("attention_bwd_in dctx", down(DCTX, r * T * d), R.dctx, 1e-5);
+    close_to("attention_bwd_in dqkv", down(DQKV, r * T * d3), R.dqkv, 1e-5);
+    close_to("attention_bwd_in dx", down(DX, r * T * d), R.dx, 1e-5);
+    fvec dx1 = down(DX, r * T * d);
+    pg_attention_bwd_in(G.c, r, T, d, h, causal, WQ, WO, QKV, ATT, DY, DCTX, DQKV, DX);
+    OK(same_bits(dx1, down(DX, r * T * d)), "attention_bwd_in (%s) is bitwise reproducible", mode);
+    /* a sample's bits do not depend on how many samples share the call */
+    float *Y1 = dzeros(T * d);
+    pg_attention_fwd(G.c, 1, T, d, h, causal, X + T * d, WQ, BQ, WO, BO, QKV, ATT, CTX, Y1);
+    fvec yall = down(Y, r * T * d);
+    fvec y1 = down(Y1, T * d);
+    bool bitwise = memcmp(y1.data(), &yall[T * d], T * d * sizeof(float)) == 0;
+    printf("# attention_fwd (%s): sample 1 alone is %sbitwise equal to its row in the batch\n", mode,
+           bitwise ? "" : "NOT ");
+    close_to("attention_fwd: sample 1 alone matches the reference", y1, dvec(&R.y[T * d], &R.y[2 * T * d]), 1e-5);
+    fvec gwq0 = rnd(d3 * d), gbq0 = rnd(d3), gwo0 = rnd(d * d), gbo0 = rnd(d);
+    float *GWQ = up(gwq0), *GBQ = up(gbq0), *GWO = up(gwo0), *GBO = up(gbo0);
+    /* recompute the forward for the full batch (QKV/CTX were overwritten) */
+    pg_attention_fwd(G.c, r, T, d, h, causal, X, WQ, BQ, WO, BO, QKV, ATT, CTX, Y);
+    pg_attention_bwd_in(G.c, r, T, d, h, causal, WQ, WO, QKV, ATT, DY, DCTX, DQKV, DX);
+    OK(pg_attention_bwd_w(G.c, r, T, d, X, CTX, DY, DQKV, GWQ, GBQ, GWO, GBO) == 0, "attention_bwd_w (%s) runs", mode);
+    close_to("attention_bwd_w dWo", down(GWO, d * d), ref_linear_bwd_w(r * T, d, d, R.ctx, dv(dy), dv(gwo0)), 1e-5);
+    close_to("attention_bwd_w dbo", down(GBO, d), ref_colsum(r * T, d, dv(dy), dv(gbo0)), 1e-5);
+    close_to("attention_bwd_w dWqkv", down(GWQ, d3 * d), ref_linear_bwd_w(r * T, d, d3, dv(x), R.dqkv, dv(gwq0)), 1e-5);
+    close_to("attention_bwd_w dbqkv", down(GBQ, d3), ref_colsum(r * T, d3, R.dqkv, dv(gbq0)), 1e-5);
+    OK(pg_attention_fwd(G.c, r, T, 25, h, causal, X, WQ, BQ, WO, BO, QKV, ATT, CTX, Y) != 0,
+       "attention_fwd rejects d not divisible by heads");
+}
+
+static void test_dropout(void)
+{
+    const int64_t rows = 9, per = 1000;
+    const float p = 0.3f;
+    const uint64_t seed = 12345;
+    const int64_t first = 17;
+    fvec x = rnd(rows * per);
+    float *X = up(x), *Y = dzeros(rows * per);
+    OK(pg_dropout_fwd(G.c, rows, per, p, seed, first, X, Y) == 0, "dropout_fwd runs");
+    fvec want(rows * per);
+    float scale = 1.0f / (1.0f - p);
+    uint64_t key = pg_cpu_splitmix64(seed);
+    int64_t kept = 0;
+    for (int64_t i = 0; i < rows; i++) {
+        uint64_t rk = pg_cpu_splitmix64(key + (uint64_t)(first + i));
+        for (int64_t j = 0; j < per; j++) {
+            float u = pg_cpu_unit24(pg_cpu_splitmix64(rk + (uint64_t)j));
+            want[i * per + j] = u >= p ? x[i * per + j] * scale : 0.0f;
+            kept += u >= p;
+        }
+    }
+    OK(same_bits(down(Y, rows * per), want), "dropout_fwd equals the CPU's mask and scale bitwise");
+    OK(kept > 0.65 * rows * per && kept < 0.75 * rows * per, "dropout keeps about 1 - p (%lld of %lld)",
+       (long long)kept, (long long)(rows * per));
+    OK(pg_dropout_bwd_in(G.c, rows, per, p, seed, first, X, Y) == 0 && same_bits(down(Y, rows * per), want),
+       "dropout_bwd_in applies the same mask");
+    /* micro-batch split: rows 3.. with first_sample + 3 give the same values */
+    float *Y2 = dzeros(rows * per);
+    pg_dropout_fwd(G.c, rows - 3, per, p, seed, first + 3, X + 3 * per, Y2);
+    OK(memcmp(down(Y2, (rows - 3) * per).data(), &want[3 * per], (rows - 3) * per * sizeof(float)) == 0,
+       "dropout mask depends on the sample index, not the call");
+    OK(pg_dropout_fwd(G.c, rows, per, 1.5f, seed, first, X, Y) != 0, "dropout rejects p > 1");
+}
+
+static void test_skip(void)
+{
+    const int64_t n = 31, a = 7, b = 12;
+    fvec x = rnd(n * a), s = rnd(n * b);
+    float *X = up(x), *S = up(s), *Y = dzeros(n * (a + b)), *DX = dzeros(n * a), *DS = dzeros(n * b);
+    OK(pg_add_fwd(G.c, n * a, X, X, DX) == 0, "add_fwd runs");
+    dvec r(n * a);
+    for (int64_t i = 0; i < n * a; i++)
+        r[i] = (double)(x[i] + x[i]);
+    close_to("add_fwd", down(DX, n * a), r, 0.0);
+    OK(pg_concat_fwd(G.c, n, a, b, X, S, Y) == 0, "concat_fwd runs");
+    fvec y = down(Y, n * (a + b));
+    bool ok = true;
+    for (int64_t i = 0; i < n; i++)
+        ok = ok && !memcmp(&y[i * (a + b)], &x[i * a], a * 4) && !memcmp(&y[i * (a + b) + a], &s[i * b], b * 4);
+    OK(ok, "concat_fwd lays out [x, s] per row");
+    OK(pg_concat_bwd(G.c, n, a, b, Y, DX, DS) == 0, "concat_bwd runs");
+    OK(same_bits(down(DX, n * a), x) && same_bits(down(DS, n * b), s), "concat_bwd splits dy");
+    OK(pg_concat_bwd(G.c, n, a, b, Y, NULL, DS) == 0, "concat_bwd accepts a NULL output");
+}
+
+static void test_losses(void)
+{
+    const int64_t n = 1000;
+    fvec y = rnd(n), t = rnd(n);
+    float *Y = up(y), *TT = up(t), *DY = dzeros(n);
+    double loss = -1, denom = 250.0;
+    OK(pg_mse_fwd_bwd(G.c, n, Y, TT, denom, &loss, DY) == 0, "mse runs");
+    double s = 0;
+    dvec g(n);
+    for (int64_t i = 0; i < n; i++) {
+        float diff = y[i] - t[i];
+        s += (double)diff * diff;
+        g[i] = (float)(2.0 / denom * diff);
+    }
+    OK(fabs(loss - s / denom) < 1e-12 * fmax(1.0, s), "mse loss (%.17g vs %.17g)", loss, s / denom);
+    close_to("mse gradient (bitwise)", down(DY, n), g, 0.0);
+    double loss2 = -1;
+    pg_mse_fwd_bwd(G.c, n, Y, TT, denom, &loss2, DY);
+    OK(memcmp(&loss, &loss2, sizeof loss) == 0, "mse loss is bitwise reproducible");
+
+    const int64_t rows = 77, V = 1031;
+    fvec lg = rnd(rows * V, -5, 5);
+    std::vector<int32_t> tg(rows);
+    for (auto &v : tg)
+        v = (int32_t)(unit() * V);
+    float *LG = up(lg), *DL = dzeros(rows * V);
+    int32_t *TG = up_ids(tg);
+    double ce = -1, dn = 2.0; /* gradients of order 1: the absolute tolerance bites */
+    OK(pg_cross_entropy_fwd_bwd(G.c, rows, V, LG, TG, dn, &ce, DL) == 0, "cross_entropy runs");
+    double tot = 0;
+    dvec dl(rows * V);
+    for (int64_t i = 0; i < rows; i++) {
+        double m = -INFINITY, z = 0;
+        for (int64_t j = 0; j < V; j++)
+            m = fmax(m, lg[i * V + j]);
+        for (int64_t j = 0; j < V; j++)
+            z += exp(lg[i * V + j] - m);
+        tot += log(z) - (lg[i * V + tg[i]] - m);
+        for (int64_t j = 0; j < V; j++)
+            dl[i * V + j] = (exp(lg[i * V + j] - m) / z - (j == tg[i])) / dn;
+    }
+    OK(fabs(ce - tot / dn) < 1e-10, "cross_entropy loss (%.17g vs %.17g)", ce, tot / dn);
+    close_to("cross_entropy gradient", down(DL, rows * V), dl, 1e-6);
+    double ce2 = -1;
+    pg_cross_entropy_fwd_bwd(G.c, rows, V, LG, TG, dn, &ce2, DL);
+    OK(memcmp(&ce, &ce2, sizeof ce) == 0, "cross_entropy loss is bitwise reproducible");
+    tg[40] = (int32_t)V;
+    TG = up_ids(tg);
+    OK(pg_cross_entropy_fwd_bwd(G.c, rows, V, LG, TG, dn, &ce, DL) != 0, "cross_entropy rejects target == V");
+}
+
+static void test_optim(void)
+{
+    const int64_t n = 3001;
+    fvec g = rnd(n), w = rnd(n), m = rnd(n), v = rnd(n, 0, 1), buf = rnd(n);
+    float *Gd = up(g);
+    double ss = -1, want = 0;
+    for (int64_t i = 0; i < n; i++)
+        want += (double)g[i] * g[i];
+    OK(pg_sumsq(G.c, n, Gd, &ss) == 0 && fabs(ss - want) < 1e-12 * want, "sumsq (%.17g vs %.17g)", ss, want);
+    double ss2 = -1;
+    pg_sumsq(G.c, n, Gd, &ss2);
+    OK(memcmp(&ss, &ss2, sizeof ss) == 0, "sumsq is bitwise reproducible");
+    float *Wd = up(w);
+    pg_scale(G.c, Wd, 0.37f, n);
+    fvec ws = w;
+    for (auto &e : ws)
+        e *= 0.37f;
+    OK(same_bits(down(Wd, n), ws), "scale (bitwise)");
+    /* SGD with momentum and weight decay, second step: the CPU's float formula */
+    const float lr = 0.01f, mom = 0.9f, wd = 0.05f;
+    Wd = up(w);
+    float *Bd = up(buf);
+    OK(pg_sgd_step(G.c, n, Wd, Gd, Bd, lr, mom, wd, 0) == 0, "sgd_step runs");
+    fvec we = w, be = buf;
+    for (int64_t i = 0; i < n; i++) {
+        float d = g[i];
+        d = d + wd * we[i];
+        d = be[i] * mom + d;
+        be[i] = d;
+        we[i] = we[i] + (-lr) * d;
+    }
+    OK(same_bits(down(Wd, n), we) && same_bits(down(Bd, n), be), "sgd_step equals the CPU's formula bitwise");
+    /* AdamW step 3 */
+    const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, awd = 0.1f;
+    Wd = up(w);
+    float *Md = up(m), *Vd = up(v);
+    OK(pg_adamw_step(G.c, n, Wd, Gd, Md, Vd, lr, b1, b2, eps, awd, 3) == 0, "adamw_step runs");
+    float decay = (float)(1.0 - (double)lr * (double)awd);
+    float one_b1 = (float)(1.0 - (double)b1), one_b2 = (float)(1.0 - (double)b2);
+    double bc1 = 1.0 - pow((double)b1, 3.0), bc2 = 1.0 - pow((double)b2, 3.0);
+    float neg_step = (float)(-((double)lr / bc1)), bc2_sqrt = (float)sqrt(bc2);
+    fvec wa = w, ma = m, va = v;
+    for (int64_t i = 0; i < n; i++) {
+        float gi = g[i];
+        float wi = wa[i] * decay;
+        float mi = ma[i] * b1 + one_b1 * gi;
+        float vi = va[i] * b2 + one_b2 * gi * gi;
+        float den = sqrtf(vi) / bc2_sqrt + eps;
+        wa[i] = wi + neg_step * mi / den;
+        ma[i] = mi;
+        va[i] = vi;
+    }
+    OK(same_bits(down(Wd, n), wa) && same_bits(down(Md, n), ma) && same_bits(down(Vd, n), va),
+       "adamw_step equals the CPU's formula bitwise");
+    OK(pg_adamw_step(G.c, n, Wd, Gd, Md, Vd, lr, b1, b2, eps, awd, 0) != 0, "adamw_step rejects t = 0");
+    OK(pg_sgd_step(G.c, n, Wd, Gd, NULL, lr, mom, wd, 0) != 0, "sgd_step with momentum needs a buffer");
+}
+
+static void test_init(void)
+{
+    fvec a(1000), b(1000);
+    pg_init_param(a.data(), 1000, 3, 0.02, "wte", 7);
+    pg_init_param(b.data(), 1000, 3, 0.02, "wte", 7);
+    double s = 0;
+    for (float e : a)
+        s += (double)e * e;
+    OK(same_bits(a, b) && sqrt(s / 1000) > 0.015 && sqrt(s / 1000) < 0.025, "init: normal, deterministic (std %.4f)",
+       sqrt(s / 1000));
+}
+
+int main(void)
+{
+    const char *why = "";
+    if (device_count(&why) == 0) {
+        fprintf(stderr, "test_ops_gpu: no GPU found (cudaGetDeviceCount: %s); run on a machine with a CUDA GPU\n", why);
+        printf("1..0 # SKIP no GPU found\n");
+        return 1;
+    }
+    OK(strcmp(pg_backend_name(), EXPECT_BACKEND) == 0, "backend name is %s", EXPECT_BACKEND);
+    G.c = pg_backend_init(0);
+    if (!G.c) {
+        printf("not ok 1 - pg_backend_init\n1..1\n");
+        return 1;
+    }
+    G.size = (size_t)64 << 20;
+    G.arena = (char *)pg_arena_create(G.c, G.size);
+    G.rng = 42;
+    OK(G.arena != NULL, "arena of 64 MiB");
+    if (!G.arena)
+        return DONE();
+    fvec z = down((float *)G.arena, 4096);
+    OK(err(z, dvec(4096, 0.0)) == 0.0, "arena starts zeroed");
+    OK(pg_arena_create(G.c, (size_t)1 << 60) == NULL, "an impossible arena fails with a message");
+    test_memory();
+    test_linear();
+    test_activations();
+    test_layernorm();
+    test_batchnorm();
+    test_embed();
+    test_attention(1);
+    test_attention(0);
+    test_dropout();
+    test_skip();
+    test_losses();
+    test_optim();
+    test_init();
+    OK(pg_sync(G.c) == 0, "no asynchronous errors at the end");
+    pg_arena_destroy(G.c, G.arena);
+    pg_backend_free(G.c);
+    return DONE();
+}
