@@ -195,16 +195,17 @@ ast_expr *ast_binop(pg_parse_ctx *ctx, ast_expr *l, const pg_token *op, ast_expr
     ast_expr *e = expr_new(ctx, EX_BINOP, l ? l->loc : op->loc);
     if (!e) return NULL;
     e->op = op->text[0];
+    e->op_loc = op->loc;
     e->lhs = l;
     e->rhs = r;
     return expr_depth(ctx, e, depth_of(l) > depth_of(r) ? depth_of(l) : depth_of(r));
 }
 
-ast_expr *ast_arrow(pg_parse_ctx *ctx, ast_expr *l, ast_expr *r)
+ast_expr *ast_arrow(pg_parse_ctx *ctx, ast_expr *l, const pg_token *arrow, ast_expr *r)
 {
-    pg_loc none = {0};
-    ast_expr *e = expr_new(ctx, EX_ARROW, l ? l->loc : r ? r->loc : none);
+    ast_expr *e = expr_new(ctx, EX_ARROW, l ? l->loc : arrow->loc);
     if (!e) return NULL;
+    e->op_loc = arrow->loc;
     e->lhs = l;
     e->rhs = r;
     return expr_depth(ctx, e, depth_of(l) > depth_of(r) ? depth_of(l) : depth_of(r));
@@ -213,7 +214,10 @@ ast_expr *ast_arrow(pg_parse_ctx *ctx, ast_expr *l, ast_expr *r)
 ast_expr *ast_neg(pg_parse_ctx *ctx, const pg_token *minus, ast_expr *x)
 {
     ast_expr *e = expr_new(ctx, EX_NEG, minus->loc);
-    if (e) e->lhs = x;
+    if (e) {
+        e->op_loc = minus->loc;
+        e->lhs = x;
+    }
     return expr_depth(ctx, e, depth_of(x));
 }
 

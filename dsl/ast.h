@@ -47,6 +47,7 @@ typedef struct ast_expr {
     double fval;
     const char *str;
     char op; /* '+', '-', '*', '/', '%' for EX_BINOP */
+    pg_loc op_loc; /* EX_BINOP, EX_ARROW, EX_NEG: the operator token (errors point here) */
     struct ast_expr *lhs, *rhs;
     ast_arg *args; /* EX_CALL, EX_TUPLE */
 } ast_expr;

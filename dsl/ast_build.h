@@ -32,7 +32,7 @@ void ast_top_add(pg_parse_ctx *ctx, ast_stmt *s);
 /* ---- expressions and arguments ----------------------------------------- */
 ast_expr *ast_literal(pg_parse_ctx *ctx, const pg_token *t); /* INT FLOAT STRING WORD IDENT */
 ast_expr *ast_binop(pg_parse_ctx *ctx, ast_expr *l, const pg_token *op, ast_expr *r);
-ast_expr *ast_arrow(pg_parse_ctx *ctx, ast_expr *l, ast_expr *r);
+ast_expr *ast_arrow(pg_parse_ctx *ctx, ast_expr *l, const pg_token *arrow, ast_expr *r);
 ast_expr *ast_neg(pg_parse_ctx *ctx, const pg_token *minus, ast_expr *e);
 ast_expr *ast_call(pg_parse_ctx *ctx, const pg_token *name, ast_arg_list args);
 ast_expr *ast_tuple(pg_parse_ctx *ctx, const pg_token *lparen, ast_expr *first, ast_arg_list rest);

@@ -10,24 +10,41 @@
 
 /* ---- reporting ----------------------------------------------------------- */
 
+/* Was this exact message (level, place, text) reported before? Remembers it if not. */
 static int seen_before(chk *c, pg_loc loc, const char *level, const char *msg) {
     char key[1200];
     snprintf(key, sizeof key, "%s:%d:%d:%s:%s", loc.file ? loc.file : "", loc.line, loc.col, level, msg);
-    for (int i = 0; i < c->nseen; i++)
-        if (strcmp(c->seen[i], key) == 0) return 1;
+    if (chk_index_get(&c->seen_ix, key) >= 0) return 1;
     c->seen = chk_grow(c->seen, &c->capseen, c->nseen + 1, sizeof *c->seen);
     c->seen[c->nseen] = chk_xmalloc(strlen(key) + 1);
-    strcpy(c->seen[c->nseen++], key);
+    strcpy(c->seen[c->nseen], key);
+    chk_index_put(&c->seen_ix, c->seen[c->nseen], c->nseen);
+    c->nseen++;
     return 0;
 }
 
+/* Print unless already printed; past CHK_MAX_ERRORS errors the checker stops:
+ * nothing more is printed and expansion ends (pg_check adds a final note). */
 static int report(chk *c, const char *level, pg_loc loc, const char *fmt, va_list ap) {
     char msg[1024];
+    int is_error = strcmp(level, "error") == 0;
     c->reports++;
+    if (c->too_many) return 0;
+    if (is_error && c->d->errors - c->errors0 >= CHK_MAX_ERRORS) {
+        c->too_many = 1;
+        c->expand_stopped = 1;
+        return 0;
+    }
     vsnprintf(msg, sizeof msg, fmt, ap);
     if (seen_before(c, loc, level, msg)) return 0;
-    if (strcmp(level, "error") == 0) pg_error(c->d, loc, "%s", msg);
-    else pg_warning(c->d, loc, "%s", msg);
+    if (is_error) {
+        pg_error(c->d, loc, "%s", msg);
+    } else if (c->d->warnings >= CHK_MAX_WARNINGS) {
+        c->warnings_hidden++;
+        return 0;
+    } else {
+        pg_warning(c->d, loc, "%s", msg);
+    }
     return 1;
 }
 
@@ -61,6 +78,73 @@ const char *chk_didyoumean(char *buf, size_t n, const char *word, const char *co
     if (s) snprintf(buf, n, "; did you mean '%s'?", s);
     else if (n) buf[0] = '\0';
     return buf;
+}
+
+/* ---- string index ------------------------------------------------------- */
+
+/* FNV-1a, then a final mix: the tables take the low bits, and without the mix
+ * those depend only on the low bits of each byte (h.0.fc, h.1.fc collide). */
+static size_t name_hash(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    return (size_t)h;
+}
+
+int chk_index_get(const chk_index *ix, const char *key) {
+    if (ix->cap == 0) return -1;
+    for (size_t j = name_hash(key) & (ix->cap - 1); ix->keys[j]; j = (j + 1) & (ix->cap - 1))
+        if (strcmp(ix->keys[j], key) == 0) return ix->vals[j];
+    return -1;
+}
+
+int chk_index_put(chk_index *ix, const char *key, int val) {
+    int old = chk_index_get(ix, key);
+    if (old >= 0) return old;
+    if (2 * (ix->count + 1) > ix->cap) {
+        size_t nc = ix->cap ? ix->cap * 2 : 64;
+        const char **nk = calloc(nc, sizeof *nk);
+        int *nv = calloc(nc, sizeof *nv);
+        if (!nk || !nv) {
+            fputs("pipegen: out of memory\n", stderr);
+            abort();
+        }
+        for (size_t i = 0; i < ix->cap; i++) {
+            if (!ix->keys[i]) continue;
+            size_t j = name_hash(ix->keys[i]) & (nc - 1);
+            while (nk[j]) j = (j + 1) & (nc - 1);
+            nk[j] = ix->keys[i];
+            nv[j] = ix->vals[i];
+        }
+        free(ix->keys);
+        free(ix->vals);
+        ix->keys = nk;
+        ix->vals = nv;
+        ix->cap = nc;
+    }
+    size_t j = name_hash(key) & (ix->cap - 1);
+    while (ix->keys[j]) j = (j + 1) & (ix->cap - 1);
+    ix->keys[j] = key;
+    ix->vals[j] = val;
+    ix->count++;
+    return -1;
+}
+
+void chk_index_set(chk_index *ix, const char *key, int val) {
+    if (chk_index_put(ix, key, val) < 0) return;
+    for (size_t j = name_hash(key) & (ix->cap - 1); ix->keys[j]; j = (j + 1) & (ix->cap - 1))
+        if (strcmp(ix->keys[j], key) == 0) {
+            ix->vals[j] = val;
+            return;
+        }
+}
+
+void chk_index_free(chk_index *ix) {
+    free(ix->keys);
+    free(ix->vals);
+    memset(ix, 0, sizeof *ix);
 }
 
 /* ---- memory -------------------------------------------------------------- */
@@ -127,12 +211,6 @@ const char *chk_fmt_count(int64_t v, char *buf, size_t n) {
 
 /* ---- qualified names ----------------------------------------------------- */
 
-static size_t name_hash(const char *s) {
-    size_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
-
 int chk_name_define(chk *c, const char *name, pg_loc loc, const char *what) {
     if (2 * (c->namecount + 1) > c->namecap) {
         size_t nc = c->namecap ? c->namecap * 2 : 256;
@@ -166,23 +244,9 @@ int chk_name_define(chk *c, const char *name, pg_loc loc, const char *what) {
     return 0;
 }
 
-int chk_find_block(const chk *c, const char *name) {
-    for (int i = 0; i < c->nblocks; i++)
-        if (strcmp(c->blocks[i].st->name, name) == 0) return i;
-    return -1;
-}
-
-int chk_find_nparam(const chk *c, const char *name) {
-    for (int i = 0; i < c->nnparams; i++)
-        if (strcmp(c->nparams[i].st->name, name) == 0) return i;
-    return -1;
-}
-
-int chk_find_const(const chk *c, const char *name) {
-    for (int i = 0; i < c->nconsts; i++)
-        if (strcmp(c->consts[i].name, name) == 0) return i;
-    return -1;
-}
+int chk_find_block(const chk *c, const char *name) { return chk_index_get(&c->block_ix, name); }
+int chk_find_nparam(const chk *c, const char *name) { return chk_index_get(&c->nparam_ix, name); }
+int chk_find_const(const chk *c, const char *name) { return chk_index_get(&c->const_ix, name); }
 
 /* ---- declarations -------------------------------------------------------- */
 
@@ -196,6 +260,7 @@ static void declare_const(chk *c, const ast_stmt *st) {
     pg_val v;
     if (chk_eval(c, NULL, st->value, &v, 0) != 0) return;
     c->consts = chk_grow(c->consts, &c->capconsts, c->nconsts + 1, sizeof *c->consts);
+    chk_index_put(&c->const_ix, st->name, c->nconsts);
     c->consts[c->nconsts++] = (chk_const){st->name, st->name_loc, v};
 }
 
@@ -294,11 +359,8 @@ static void declare_param(chk *c, const ast_stmt *st) {
     }
     if (chk_eval_dims(c, &st->dims, st->loc, &p.shape) != 0) p.ok = 0;
     param_options(c, st, &p);
-    c->nparams = realloc(c->nparams, (size_t)(c->nnparams + 1) * sizeof *c->nparams);
-    if (!c->nparams) {
-        fputs("pipegen: out of memory\n", stderr);
-        abort();
-    }
+    c->nparams = chk_grow(c->nparams, &c->capnparams, c->nnparams + 1, sizeof *c->nparams);
+    chk_index_put(&c->nparam_ix, st->name, c->nnparams);
     c->nparams[c->nnparams++] = p;
 }
 
@@ -313,17 +375,15 @@ static void declare_block(chk *c, const ast_stmt *st) {
         chk_error(c, st->name_loc, "block '%s' has the name of a layer kind", st->name);
         return;
     }
-    for (int i = 0; i < st->nformals; i++)
-        for (int j = 0; j < i; j++)
-            if (strcmp(st->formals[i], st->formals[j]) == 0 &&
-                chk_error(c, st->formal_locs[i], "duplicate block parameter '%s'", st->formals[i]))
-                chk_note(c, st->formal_locs[j], "'%s' is first declared here", st->formals[i]);
-    c->blocks = realloc(c->blocks, (size_t)(c->nblocks + 1) * sizeof *c->blocks);
-    if (!c->blocks) {
-        fputs("pipegen: out of memory\n", stderr);
-        abort();
+    chk_block b = {st, 0, {0}};
+    for (int i = 0; i < st->nformals; i++) {
+        int j = chk_index_put(&b.formals, st->formals[i], i);
+        if (j >= 0 && chk_error(c, st->formal_locs[i], "duplicate block parameter '%s'", st->formals[i]))
+            chk_note(c, st->formal_locs[j], "'%s' is first declared here", st->formals[i]);
     }
-    c->blocks[c->nblocks++] = (chk_block){st, 0};
+    c->blocks = chk_grow(c->blocks, &c->capblocks, c->nblocks + 1, sizeof *c->blocks);
+    chk_index_put(&c->block_ix, st->name, c->nblocks);
+    c->blocks[c->nblocks++] = b;
 }
 
 static void declare_tie(chk *c, const ast_stmt *st) {
@@ -398,6 +458,11 @@ static void *arena_copy(chk *c, const void *p, size_t n) {
 }
 
 static void chk_free(chk *c) {
+    for (int i = 0; i < c->nblocks; i++) chk_index_free(&c->blocks[i].formals);
+    chk_index_free(&c->const_ix);
+    chk_index_free(&c->block_ix);
+    chk_index_free(&c->nparam_ix);
+    chk_index_free(&c->seen_ix);
     free(c->consts);
     free(c->blocks);
     free(c->nparams);
@@ -432,11 +497,12 @@ int pg_check(const pg_ast *ast, ir_model *m, pg_diag *d) {
     memset(m, 0, sizeof *m);
     chk c = {.d = d, .m = m, .ast = ast, .a = &m->arena};
     int errors0 = d->errors;
+    c.errors0 = errors0;
     train_defaults(&m->train);
     if (d->src && d->src->path) m->source_path = chk_strdup(&c, d->src->path);
 
     const ast_stmt *model = NULL, *input = NULL, *target = NULL, *train = NULL;
-    for (const ast_stmt *st = ast->first; st; st = st->next) {
+    for (const ast_stmt *st = ast->first; st && !c.too_many; st = st->next) {
         switch (st->kind) {
         case ST_MODEL:
             if (model) {
@@ -467,7 +533,7 @@ int pg_check(const pg_ast *ast, ir_model *m, pg_diag *d) {
     }
     /* train settings may name constants declared anywhere at the top */
     if (train) chk_train(&c, train);
-    for (const ast_stmt *st = ast->first; st; st = st->next)
+    for (const ast_stmt *st = ast->first; st && !c.too_many; st = st->next)
         if (st->kind == ST_TIE) declare_tie(&c, st);
 
     pg_loc fileloc = {d->src ? d->src->path : NULL, 0, 0};
@@ -475,7 +541,7 @@ int pg_check(const pg_ast *ast, ir_model *m, pg_diag *d) {
     if (!input) chk_error(&c, fileloc, "no `input NAME : dtype[dims]` statement");
     if (!target) chk_error(&c, fileloc, "no `target NAME : dtype[dims]` statement");
 
-    chk_skips_static(&c);
+    if (!c.too_many) chk_skips_static(&c);
     chain ch = {0};
     if (input && m->input_name) {
         ch.known = 1;
@@ -495,6 +561,10 @@ int pg_check(const pg_ast *ast, ir_model *m, pg_diag *d) {
         if (c.nparams[i].index < 0 && c.nparams[i].ok && d->errors == errors0)
             chk_warning(&c, c.nparams[i].st->name_loc, "parameter '%s' is never used", c.nparams[i].st->name);
 
+    if (c.too_many)
+        pg_note(d, fileloc, "too many errors (%d), stopping here", CHK_MAX_ERRORS);
+    if (c.warnings_hidden)
+        pg_note(d, fileloc, "%d more warning%s not shown", c.warnings_hidden, c.warnings_hidden == 1 ? "" : "s");
     int nerr = d->errors - errors0;
     if (nerr == 0) {
         m->nlayers = c.nlayers;

@@ -11,6 +11,23 @@
 
 #define PG_MAX_LAYERS 1000000 /* a model expanding past this is refused */
 #define PG_MAX_STAGES 64      /* stage_mask is a uint64_t */
+#define PG_MAX_CALL_DEPTH 100 /* block calls nest at most this deep */
+#define CHK_MAX_ERRORS 50     /* the checker stops after this many errors */
+#define CHK_MAX_WARNINGS 50   /* ...and shows at most this many warnings */
+
+/* A string -> int map (open addressing, grows at half load) for the names of
+ * constants, blocks, params, block formals and reported messages, so lookups
+ * stay O(1) in files with 100,000 declarations. Keys are not owned. */
+typedef struct chk_index {
+    const char **keys;
+    int *vals;
+    size_t cap, count;
+} chk_index;
+
+int chk_index_get(const chk_index *ix, const char *key);    /* the value, or -1 */
+int chk_index_put(chk_index *ix, const char *key, int val); /* -1 when added, else the value already there */
+void chk_index_set(chk_index *ix, const char *key, int val); /* add or overwrite */
+void chk_index_free(chk_index *ix);
 
 /* ---- values of constant expressions -------------------------------------- */
 typedef enum val_kind { V_INT, V_FLOAT } val_kind;
@@ -25,6 +42,7 @@ typedef struct chk_env {
     const char *const *names;
     const pg_val *vals;
     int n;
+    const chk_index *idx; /* names -> position, or NULL (then a linear search) */
 } chk_env;
 
 /* ---- declarations -------------------------------------------------------- */
@@ -37,6 +55,7 @@ typedef struct chk_const {
 typedef struct chk_block {
     const ast_stmt *st;
     int recursive; /* part of a call cycle: reported once, never expanded */
+    chk_index formals; /* formal name -> position */
 } chk_block;
 
 typedef struct chk_nparam { /* a `param NAME : f32[...]` statement */
@@ -71,8 +90,9 @@ typedef struct chk {
     pg_arena *a; /* = &m->arena: everything the model keeps */
 
     chk_const *consts;   int nconsts, capconsts;
-    chk_block *blocks;   int nblocks;
-    chk_nparam *nparams; int nnparams;
+    chk_block *blocks;   int nblocks, capblocks;
+    chk_nparam *nparams; int nnparams, capnparams;
+    chk_index const_ix, block_ix, nparam_ix; /* name -> index in the arrays above */
 
     ir_layer *layers;    int nlayers, caplayers;
     ir_param *params;    int nparams_, capparams;
@@ -83,6 +103,10 @@ typedef struct chk {
     /* messages already reported (loc + text), so a block expanded 12 times
      * reports its error once */
     char **seen;         int nseen, capseen;
+    chk_index seen_ix;
+    int errors0;        /* d->errors when the check began */
+    int too_many;       /* CHK_MAX_ERRORS reached: report nothing more, expand no further */
+    int warnings_hidden; /* warnings past CHK_MAX_WARNINGS */
 
     /* where train settings were written, for errors that point at them */
     pg_loc loss_loc, batch_loc, micro_loc, train_loc;

@@ -22,12 +22,25 @@ void pg_diag_init(pg_diag *d, FILE *out, const pg_source *src)
     d->src = src;
 }
 
-/* Start of line `line` (1-based) in src and its length without the newline;
- * returns 0 when the file has no such line. */
-static int find_line(const pg_source *src, int line, const char **start, size_t *len)
+/* Start of line `line` (1-based) in d->src and its length without the
+ * newline; returns 0 when the file has no such line. Resumes from the line
+ * found last time (forwards, or backwards when that is nearer than the top). */
+static int find_line(pg_diag *d, int line, const char **start, size_t *len)
 {
-    const char *p = src->text, *end = src->text + src->len;
-    for (int l = 1; l < line; l++) {
+    const pg_source *src = d->src;
+    const char *text = src->text, *end = src->text + src->len, *p = text;
+    int l = 1;
+    if (d->line_src == src && d->line_no > 0 && d->line_off <= src->len &&
+        (d->line_off == 0 || text[d->line_off - 1] == '\n') && (line >= d->line_no || line > d->line_no - line)) {
+        p = text + d->line_off;
+        l = d->line_no;
+        while (l > line) { /* back to the start of the previous line */
+            p--;               /* the newline that ends the previous line */
+            while (p > text && p[-1] != '\n') p--;
+            l--;
+        }
+    }
+    for (; l < line; l++) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         if (!nl) return 0;
         p = nl + 1;
@@ -36,6 +49,9 @@ static int find_line(const pg_source *src, int line, const char **start, size_t 
     const char *nl = memchr(p, '\n', (size_t)(end - p));
     *start = p;
     *len = (size_t)((nl ? nl : end) - p);
+    d->line_src = src;
+    d->line_no = line;
+    d->line_off = (size_t)(p - text);
     return 1;
 }
 
@@ -86,7 +102,7 @@ void pg_vdiag(pg_diag *d, const char *level, pg_loc loc, const char *fmt, va_lis
     size_t len;
     if (loc.line > 0 && d->src && d->src->text &&
         (!loc.file || loc.file == d->src->path || strcmp(loc.file, d->src->path) == 0) &&
-        find_line(d->src, loc.line, &line, &len))
+        find_line(d, loc.line, &line, &len))
         quote_line(d->out, line, len, loc.col);
 }
 
@@ -191,21 +207,29 @@ static size_t min3(size_t a, size_t b, size_t c)
     return m < c ? m : c;
 }
 
-/* Levenshtein distance of a and b, both at most SUGGEST_MAX bytes. */
+/* Optimal string alignment distance of a and b, both at most SUGGEST_MAX
+ * bytes: insertions, deletions, substitutions and swaps of two adjacent
+ * letters each count one edit (`bais` is one edit from `bias`). Three rows of
+ * the table: the one before last (for swaps), the last, the current. */
 static size_t edit_distance(const char *a, size_t na, const char *b, size_t nb)
 {
-    size_t row[SUGGEST_MAX + 1];
-    for (size_t j = 0; j <= nb; j++) row[j] = j;
+    size_t rows[3][SUGGEST_MAX + 1];
+    size_t *pp = rows[0], *prev = rows[1], *cur = rows[2];
+    for (size_t j = 0; j <= nb; j++) prev[j] = j;
     for (size_t i = 1; i <= na; i++) {
-        size_t diag = row[0];
-        row[0] = i;
+        cur[0] = i;
         for (size_t j = 1; j <= nb; j++) {
-            size_t up = row[j];
-            row[j] = min3(row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1]));
-            diag = up;
+            size_t d = min3(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1]));
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && pp[j - 2] + 1 < d)
+                d = pp[j - 2] + 1;
+            cur[j] = d;
         }
+        size_t *t = pp;
+        pp = prev;
+        prev = cur;
+        cur = t;
     }
-    return row[nb];
+    return prev[nb];
 }
 
 const char *pg_suggest(const char *word, const char *const *candidates, int n)

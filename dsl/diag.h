@@ -26,6 +26,12 @@ typedef struct pg_diag {
     const pg_source *src; /* for quoting lines; may be NULL */
     int errors, warnings, notes;
     int max_errors;       /* stop reporting after this many (0 = unlimited) */
+    /* The line last quoted and where it starts in line_src->text: the next
+     * quote scans from there, so reporting in source order costs O(1)
+     * amortised per message instead of a scan from the top of the file. */
+    const pg_source *line_src;
+    int line_no;
+    size_t line_off;
 } pg_diag;
 
 void pg_diag_init(pg_diag *d, FILE *out, const pg_source *src);

@@ -7,9 +7,13 @@
 #include "check_ctx.h"
 
 const pg_val *chk_lookup(const chk *c, const chk_env *env, const char *name) {
-    if (env)
+    if (env && env->idx) {
+        int i = chk_index_get(env->idx, name);
+        if (i >= 0 && i < env->n) return &env->vals[i];
+    } else if (env) {
         for (int i = 0; i < env->n; i++)
             if (strcmp(env->names[i], name) == 0) return &env->vals[i];
+    }
     int k = chk_find_const(c, name);
     return k >= 0 ? &c->consts[k].v : NULL;
 }
@@ -40,19 +44,21 @@ static int eval_binop(chk *c, const ast_expr *e, pg_val a, pg_val b, pg_val *out
         case '/':
         case '%':
             if (b.i == 0) {
-                if (!quiet) chk_error(c, e->loc, "division by zero in '%c'", e->op);
+                if (!quiet)
+                    chk_error(c, e->op_loc, "division by zero in %lld %c %lld", (long long)a.i, e->op, (long long)b.i);
                 return -1;
             }
             if (a.i == INT64_MIN && b.i == -1) ovf = 1;
             else r = e->op == '/' ? a.i / b.i : a.i % b.i;
             break;
         default:
-            if (!quiet) chk_error(c, e->loc, "unknown operator '%c'", e->op);
+            if (!quiet) chk_error(c, e->op_loc, "unknown operator '%c'", e->op);
             return -1;
         }
         if (ovf) {
             if (!quiet)
-                chk_error(c, e->loc, "integer overflow in %lld %c %lld", (long long)a.i, e->op, (long long)b.i);
+                chk_error(c, e->op_loc, "integer overflow in %lld %c %lld: the result does not fit in 64 bits",
+                          (long long)a.i, e->op, (long long)b.i);
             return -1;
         }
         *out = vint(r);
@@ -65,13 +71,13 @@ static int eval_binop(chk *c, const ast_expr *e, pg_val a, pg_val b, pg_val *out
     case '*': r = a.f * b.f; break;
     case '/':
         if (b.f == 0) {
-            if (!quiet) chk_error(c, e->loc, "division by zero in '/'");
+            if (!quiet) chk_error(c, e->op_loc, "division by zero in %g / %g", a.f, b.f);
             return -1;
         }
         r = a.f / b.f;
         break;
     default:
-        if (!quiet) chk_error(c, e->loc, "'%c' needs integers", e->op);
+        if (!quiet) chk_error(c, e->op_loc, "'%c' needs integers, but gets %g %c %g", e->op, a.f, e->op, b.f);
         return -1;
     }
     *out = vflt(r);
@@ -106,7 +112,9 @@ int chk_eval(chk *c, const chk_env *env, const ast_expr *e, pg_val *out, int qui
         if (chk_eval(c, env, e->lhs, &a, quiet) != 0) return -1;
         if (a.k == V_INT) {
             if (a.i == INT64_MIN) {
-                if (!quiet) chk_error(c, e->loc, "integer overflow in -(%lld)", (long long)a.i);
+                if (!quiet)
+                    chk_error(c, e->op_loc, "integer overflow in -(%lld): the result does not fit in 64 bits",
+                              (long long)a.i);
                 return -1;
             }
             *out = vint(-a.i);

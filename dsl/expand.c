@@ -14,21 +14,47 @@
 
 typedef struct skip_ref {
     const ast_stmt *st;
-    int list; /* which statement list (namespace) it is in */
+    int list;  /* which statement list (namespace) it is in */
+    int order; /* position in the walk: source order within a list */
 } skip_ref;
+
+/* A statement list, i.e. a skip namespace: the model's top level, a block's
+ * body or a repeat's body. */
+typedef struct ns_info {
+    const ast_stmt *block;  /* the enclosing block, or NULL */
+    const ast_stmt *repeat; /* the repeat whose body this is, or NULL */
+} ns_info;
 
 typedef struct walk {
     skip_ref *refs;
-    int n, cap, nlists;
+    int n, cap;
+    ns_info *lists;
+    int nlists, caplists;
 } walk;
 
 static const char *list_kind(int top, int in_block) {
     return top ? "the model" : in_block ? "a block" : "a repeat";
 }
 
-static void walk_list(chk *c, walk *w, const ast_stmt *list, int top, int in_block) {
+/* "the model", "block 'transformer'", "the repeat at line 5 (in block 'b')" */
+static const char *ns_text(const ns_info *ns, char *buf, size_t n) {
+    if (ns->repeat && ns->block)
+        snprintf(buf, n, "the repeat at line %d of block '%.64s'", ns->repeat->loc.line, ns->block->name);
+    else if (ns->repeat)
+        snprintf(buf, n, "the repeat at line %d", ns->repeat->loc.line);
+    else if (ns->block)
+        snprintf(buf, n, "block '%.64s'", ns->block->name);
+    else
+        snprintf(buf, n, "the model");
+    return buf;
+}
+
+static void walk_list(chk *c, walk *w, const ast_stmt *list, const ast_stmt *block, const ast_stmt *repeat) {
+    int top = !block && !repeat, in_block = block != NULL;
+    w->lists = chk_grow(w->lists, &w->caplists, w->nlists + 1, sizeof *w->lists);
     int id = w->nlists++;
-    for (const ast_stmt *st = list; st; st = st->next) {
+    w->lists[id] = (ns_info){block, repeat};
+    for (const ast_stmt *st = list; st && !c->too_many; st = st->next) {
         switch (st->kind) {
         case ST_SPLIT:
             if (!top)
@@ -47,9 +73,10 @@ static void walk_list(chk *c, walk *w, const ast_stmt *list, int top, int in_blo
             /* fall through */
         case ST_STASH:
             w->refs = chk_grow(w->refs, &w->cap, w->n + 1, sizeof *w->refs);
-            w->refs[w->n++] = (skip_ref){st, id};
+            w->refs[w->n] = (skip_ref){st, id, w->n};
+            w->n++;
             break;
-        case ST_REPEAT: walk_list(c, w, st->body, 0, in_block); break;
+        case ST_REPEAT: walk_list(c, w, st->body, block, st); break;
         default: break;
         }
     }
@@ -63,46 +90,116 @@ static const ast_stmt *elsewhere(const walk *w, const char *name, int list, ast_
     return NULL;
 }
 
-static void check_pairs(chk *c, const walk *w) {
-    for (int i = 0; i < w->n; i++) {
-        const skip_ref *r = &w->refs[i];
-        int first = 1;
-        for (int j = 0; j < i; j++)
-            if (w->refs[j].list == r->list && strcmp(w->refs[j].st->name, r->st->name) == 0) first = 0;
-        if (!first) continue;
-        const ast_stmt *stash[2] = {0}, *pop[2] = {0};
-        for (int j = i; j < w->n; j++) {
-            const ast_stmt *s = w->refs[j].st;
-            if (w->refs[j].list != r->list || strcmp(s->name, r->st->name) != 0) continue;
-            const ast_stmt **slot = s->kind == ST_STASH ? stash : pop;
-            if (!slot[0]) slot[0] = s;
-            else if (!slot[1]) slot[1] = s;
+/* Order by namespace, name, then source order: each name's refs in one
+ * namespace become one run. */
+static int ref_cmp(const void *pa, const void *pb) {
+    const skip_ref *a = pa, *b = pb;
+    if (a->list != b->list) return a->list < b->list ? -1 : 1;
+    int r = strcmp(a->st->name, b->st->name);
+    if (r) return r;
+    return a->order < b->order ? -1 : a->order > b->order;
+}
+
+/* By the source order of their first ref, so errors come out top to bottom. */
+static int run_cmp(const void *pa, const void *pb) {
+    const skip_ref *const *a = pa, *const *b = pb;
+    return (*a)->order < (*b)->order ? -1 : (*a)->order > (*b)->order;
+}
+
+/* A name for the second skip that this namespace does not use yet: res2, res3, ... */
+static void fresh_name(const walk *w, const skip_ref *sorted, int n, int list, const char *base, char *buf, size_t bn) {
+    for (int k = 2;; k++) {
+        snprintf(buf, bn, "%.64s%d", base, k);
+        int used = 0;
+        for (int i = 0; i < n && !used; i++)
+            used = sorted[i].list == list && strcmp(sorted[i].st->name, buf) == 0;
+        if (!used || k > 1000) return;
+    }
+    (void)w;
+}
+
+/* One name in one namespace: its refs in source order, run[0..len). */
+static void check_pair(chk *c, const walk *w, const skip_ref *sorted, const skip_ref *run, int len) {
+    const ast_stmt *stash[2] = {0}, *pop[2] = {0};
+    for (int j = 0; j < len; j++) {
+        const ast_stmt **slot = run[j].st->kind == ST_STASH ? stash : pop;
+        if (!slot[0]) slot[0] = run[j].st;
+        else if (!slot[1]) slot[1] = run[j].st;
+    }
+    const char *n = run[0].st->name;
+    int list = run[0].list;
+    char where[160];
+    ns_text(&w->lists[list], where, sizeof where);
+    int stash_after_pop = stash[1] && pop[0] && (pop[0]->loc.line < stash[1]->loc.line ||
+                          (pop[0]->loc.line == stash[1]->loc.line && pop[0]->loc.col < stash[1]->loc.col));
+    if (stash_after_pop) {
+        char fresh[96];
+        fresh_name(w, sorted, w->n, list, n, fresh, sizeof fresh);
+        if (chk_error(c, stash[1]->loc, "skip '%s' is stashed again after its pop in %s: each name is stashed "
+                      "and popped once per namespace; use another name for the second skip, e.g. '%s'",
+                      n, where, fresh)) {
+            chk_note(c, stash[0]->loc, "'%s' is first stashed here", n);
+            chk_note(c, pop[0]->loc, "'%s' is popped here", n);
         }
-        const char *n = r->st->name;
-        if (stash[1] && chk_error(c, stash[1]->loc, "skip '%s' is stashed twice in one namespace", n))
-            chk_note(c, stash[0]->loc, "first stashed here");
-        if (pop[1] && chk_error(c, pop[1]->loc, "skip '%s' is popped twice in one namespace", n))
-            chk_note(c, pop[0]->loc, "first popped here");
-        if (stash[0] && pop[0] && pop[0] == r->st) {
-            if (chk_error(c, pop[0]->loc, "skip '%s' is popped before it is stashed", n))
-                chk_note(c, stash[0]->loc, "'%s' is stashed here, later", n);
-        } else if (stash[0] && !pop[0]) {
-            if (chk_error(c, stash[0]->loc, "skip '%s' is stashed but never popped", n)) {
-                const ast_stmt *o = elsewhere(w, n, r->list, ST_POP);
-                if (o) chk_note(c, o->loc, "this pop of '%s' is in another namespace: every repeat instance and "
-                                "block call is isolated", n);
-            }
-        } else if (pop[0] && !stash[0]) {
-            if (chk_error(c, pop[0]->loc, "skip '%s' is popped but never stashed", n)) {
-                const ast_stmt *o = elsewhere(w, n, r->list, ST_STASH);
-                if (o) chk_note(c, o->loc, "this stash of '%s' is in another namespace: every repeat instance and "
-                                "block call is isolated", n);
-            }
+        return; /* a second pop, if any, is part of the same mistake */
+    }
+    if (stash[1] && chk_error(c, stash[1]->loc, "skip '%s' is stashed twice in %s: each name is stashed once per "
+                              "namespace", n, where))
+        chk_note(c, stash[0]->loc, "'%s' is first stashed here", n);
+    if (pop[1] && chk_error(c, pop[1]->loc, "skip '%s' is popped twice in %s: each stash is popped once",
+                            n, where))
+        chk_note(c, pop[0]->loc, "'%s' is first popped here", n);
+    if (stash[0] && pop[0] && pop[0] == run[0].st) {
+        if (chk_error(c, pop[0]->loc, "skip '%s' is popped before it is stashed", n))
+            chk_note(c, stash[0]->loc, "'%s' is stashed here, later: stash it before the pop", n);
+    } else if (stash[0] && !pop[0]) {
+        const ast_stmt *o = elsewhere(w, n, list, ST_POP);
+        if (o && chk_error(c, stash[0]->loc, "skip '%s' is stashed but never popped in %s", n, where))
+            chk_note(c, o->loc, "this pop of '%s' is in another namespace: every repeat instance and "
+                     "block call is isolated", n);
+        if (!o)
+            chk_error(c, stash[0]->loc, "skip '%s' is stashed but never popped in %s; add `pop %s add` or "
+                      "`pop %s concat` where the skip ends", n, where, n, n);
+    } else if (pop[0] && !stash[0]) {
+        if (chk_error(c, pop[0]->loc, "skip '%s' is popped but never stashed in %s", n, where)) {
+            const ast_stmt *o = elsewhere(w, n, list, ST_STASH);
+            if (o) chk_note(c, o->loc, "this stash of '%s' is in another namespace: every repeat instance and "
+                            "block call is isolated", n);
         }
     }
 }
 
-/* Recursive blocks: depth-first over block calls, color 1 = on the stack. */
+static void check_pairs(chk *c, const walk *w) {
+    if (w->n == 0) return;
+    skip_ref *sorted = chk_xmalloc(sizeof *sorted * (size_t)w->n);
+    const skip_ref **runs = chk_xmalloc(sizeof *runs * (size_t)w->n);
+    int *lens = chk_xmalloc(sizeof *lens * (size_t)w->n);
+    memcpy(sorted, w->refs, sizeof *sorted * (size_t)w->n);
+    qsort(sorted, (size_t)w->n, sizeof *sorted, ref_cmp);
+    int nruns = 0;
+    for (int i = 0; i < w->n;) {
+        int j = i + 1;
+        while (j < w->n && sorted[j].list == sorted[i].list && strcmp(sorted[j].st->name, sorted[i].st->name) == 0) j++;
+        runs[nruns++] = &sorted[i];
+        i = j;
+    }
+    qsort(runs, (size_t)nruns, sizeof *runs, run_cmp);
+    /* lengths: a run ends where the next one (in sorted order) begins */
+    for (int r = 0; r < nruns; r++) {
+        const skip_ref *a = runs[r];
+        int k = (int)(a - sorted), j = k + 1;
+        while (j < w->n && sorted[j].list == a->list && strcmp(sorted[j].st->name, a->st->name) == 0) j++;
+        lens[r] = j - k;
+    }
+    for (int r = 0; r < nruns && !c->too_many; r++) check_pair(c, w, sorted, runs[r], lens[r]);
+    free(sorted);
+    free(runs);
+    free(lens);
+}
+
+/* Recursive blocks: depth-first over block calls, color 1 = on the stack.
+ * The walk goes at most PG_MAX_CALL_DEPTH calls deep (what lies deeper is
+ * reached again from the loop over all blocks); expansion reports the depth. */
 static void find_calls(chk *c, const ast_stmt *list, int b, int *color, int *stack, int depth);
 
 static void visit_block(chk *c, int b, int *color, int *stack, int depth) {
@@ -113,7 +210,7 @@ static void visit_block(chk *c, int b, int *color, int *stack, int depth) {
 }
 
 static void find_calls(chk *c, const ast_stmt *list, int b, int *color, int *stack, int depth) {
-    for (const ast_stmt *st = list; st; st = st->next) {
+    for (const ast_stmt *st = list; st && !c->too_many; st = st->next) {
         if (st->kind == ST_REPEAT) find_calls(c, st->body, b, color, stack, depth);
         if (st->kind != ST_LAYER) continue;
         int callee = chk_find_block(c, st->callee);
@@ -123,13 +220,14 @@ static void find_calls(chk *c, const ast_stmt *list, int b, int *color, int *sta
             size_t o = 0;
             int start = 0;
             while (stack[start] != callee) start++;
-            for (int i = start; i < depth && o < sizeof chain; i++) {
-                o += (size_t)snprintf(chain + o, sizeof chain - o, "%s -> ", c->blocks[stack[i]].st->name);
+            for (int i = start; i < depth; i++) {
+                if (o < sizeof chain - 1)
+                    o += (size_t)snprintf(chain + o, sizeof chain - o, "%.64s -> ", c->blocks[stack[i]].st->name);
                 c->blocks[stack[i]].recursive = 1;
             }
-            if (o < sizeof chain) snprintf(chain + o, sizeof chain - o, "%s", st->callee);
-            chk_error(c, st->callee_loc, "recursive block: %s", chain);
-        } else if (color[callee] == 0) {
+            if (o < sizeof chain - 1) snprintf(chain + o, sizeof chain - o, "%.64s", st->callee);
+            chk_error(c, st->callee_loc, "recursive block call: %s (a block cannot call itself, directly or through others)", chain);
+        } else if (color[callee] == 0 && depth < PG_MAX_CALL_DEPTH) {
             visit_block(c, callee, color, stack, depth);
         }
     }
@@ -137,13 +235,14 @@ static void find_calls(chk *c, const ast_stmt *list, int b, int *color, int *sta
 
 void chk_skips_static(chk *c) {
     walk w = {0};
-    walk_list(c, &w, c->ast->first, 1, 0);
-    for (int b = 0; b < c->nblocks; b++) walk_list(c, &w, c->blocks[b].st->body, 0, 1);
+    walk_list(c, &w, c->ast->first, NULL, NULL);
+    for (int b = 0; b < c->nblocks; b++) walk_list(c, &w, c->blocks[b].st->body, c->blocks[b].st, NULL);
     check_pairs(c, &w);
     free(w.refs);
+    free(w.lists);
 
     int *color = calloc((size_t)c->nblocks + 1, sizeof *color);
-    int *stack = calloc((size_t)c->nblocks + 1, sizeof *stack);
+    int *stack = calloc((size_t)PG_MAX_CALL_DEPTH + 2, sizeof *stack);
     if (!color || !stack) abort();
     for (int b = 0; b < c->nblocks; b++)
         if (color[b] == 0) visit_block(c, b, color, stack, 0);
@@ -165,9 +264,11 @@ static int64_t sat_mul(int64_t a, int64_t b) {
 
 static int bind_block_args(chk *c, const chk_env *env, const ast_stmt *st, const ast_stmt *blk, pg_val *vals, int quiet);
 
-static int64_t count_list(chk *c, const ast_stmt *list, const chk_env *env, int depth, pg_loc *over) {
+/* Layers that list expands to, saturating past PG_MAX_LAYERS; *over is set to
+ * the innermost repeat or block call whose expansion crossed the limit. */
+static int64_t count_list(chk *c, const ast_stmt *list, const chk_env *env, int depth, const ast_stmt **over) {
     int64_t total = 0;
-    if (depth > 64) return 0;
+    if (depth > PG_MAX_CALL_DEPTH) return 0; /* expansion stops there with an error */
     for (const ast_stmt *st = list; st; st = st->next) {
         int64_t n = 0;
         if (st->kind == ST_LAYER || st->kind == ST_STASH || st->kind == ST_POP) {
@@ -178,17 +279,25 @@ static int64_t count_list(chk *c, const ast_stmt *list, const chk_env *env, int 
                 pg_val *vals = calloc((size_t)blk->nformals + 1, sizeof *vals);
                 if (!vals) abort();
                 int ok = bind_block_args(c, env, st, blk, vals, 1) == 0;
-                chk_env inner = {(const char *const *)blk->formals, vals, ok ? blk->nformals : 0};
+                chk_env inner = {(const char *const *)blk->formals, vals, ok ? blk->nformals : 0,
+                                 &c->blocks[b].formals};
                 n = count_list(c, blk->body, &inner, depth + 1, over);
+                if (n < 1) n = 1; /* an empty block still costs a call */
+                if (n > PG_MAX_LAYERS && !*over) *over = st;
                 free(vals);
             }
         } else if (st->kind == ST_REPEAT) {
             int64_t times = 1;
             if (chk_eval_int(c, env, st->value, "repeat count", &times, 1) != 0 || times < 1) times = 1;
-            n = sat_mul(times, count_list(c, st->body, env, depth, over));
-            if (n > PG_MAX_LAYERS && over->line == 0) *over = st->loc;
+            int64_t body = count_list(c, st->body, env, depth, over);
+            n = sat_mul(times, body > 0 ? body : 1); /* an empty instance still costs a scope */
+            if (n > PG_MAX_LAYERS && !*over) *over = st;
         }
         total = sat_add(total, n);
+        if (total > PG_MAX_LAYERS && !*over && (st->kind == ST_REPEAT || st->kind == ST_LAYER)) *over = st;
+        /* past the limit the answer is known: stop (a block that calls another
+         * twice, 100 levels down, would otherwise take 2^100 steps) */
+        if (total > PG_MAX_LAYERS) return total;
     }
     return total;
 }
@@ -204,8 +313,9 @@ typedef struct scope {
     const char *prefix; /* "" at the top, "h.3" inside */
     const chk_env *env;
     int top;
+    int depth;          /* block calls around this scope */
     int kind_count[LK__COUNT];
-    int *block_count;   /* per block, for `transformer<k>` */
+    chk_index block_count; /* block name -> calls so far, for `transformer<k>` */
     int repeat_count;
     scope_skip *skips;
     int nskips, capskips;
@@ -216,12 +326,25 @@ static void scope_init(chk *c, scope *s, const char *prefix, const chk_env *env,
     s->prefix = prefix;
     s->env = env;
     s->top = top;
-    s->block_count = calloc((size_t)c->nblocks + 1, sizeof *s->block_count);
-    if (!s->block_count) abort();
+    (void)c;
+}
+
+/* How many calls of block bi this scope made before; counts this one. */
+static int next_call_number(chk *c, scope *s, int bi) {
+    const char *name = c->blocks[bi].st->name;
+    int k = chk_index_get(&s->block_count, name);
+    if (k < 0) k = 0;
+    chk_index_set(&s->block_count, name, k + 1);
+    return k;
+}
+
+static void unnumber_call(chk *c, scope *s, int bi) {
+    const char *name = c->blocks[bi].st->name;
+    chk_index_set(&s->block_count, name, chk_index_get(&s->block_count, name) - 1);
 }
 
 static void scope_free(scope *s) {
-    free(s->block_count);
+    chk_index_free(&s->block_count);
     free(s->skips);
 }
 
@@ -284,6 +407,7 @@ static void expand_layer(chk *c, scope *sc, const ast_stmt *st, ir_layer_kind ki
 
 static int bind_block_args(chk *c, const chk_env *env, const ast_stmt *st, const ast_stmt *blk, pg_val *vals, int quiet) {
     int nargs = 0, errs = 0;
+    const chk_index *formals = &c->blocks[chk_find_block(c, blk->name)].formals;
     int *set = calloc((size_t)blk->nformals + 1, sizeof *set);
     if (!set) abort();
     for (const ast_arg *a = st->args; a; a = a->next) nargs++;
@@ -298,8 +422,7 @@ static int bind_block_args(chk *c, const chk_env *env, const ast_stmt *st, const
     for (const ast_arg *a = st->args; a; a = a->next) {
         int k = -1;
         if (a->key) {
-            for (int i = 0; i < blk->nformals; i++)
-                if (strcmp(blk->formals[i], a->key) == 0) k = i;
+            k = chk_index_get(formals, a->key);
             if (k < 0) {
                 char dm[128];
                 if (!quiet)
@@ -313,7 +436,9 @@ static int bind_block_args(chk *c, const chk_env *env, const ast_stmt *st, const
             k = pos;
         }
         if (k >= blk->nformals || set[k]) {
-            if (!quiet) chk_error(c, a->loc, "block '%s': parameter given twice", blk->name);
+            if (!quiet)
+                chk_error(c, a->loc, "block '%s': parameter '%s' is given twice", blk->name,
+                          blk->formals[k < blk->nformals ? k : blk->nformals - 1]);
             errs++;
             continue;
         }
@@ -326,13 +451,20 @@ static int bind_block_args(chk *c, const chk_env *env, const ast_stmt *st, const
 
 static void expand_call(chk *c, scope *sc, const ast_stmt *st, int bi, const char *prefix, chain *ch) {
     const ast_stmt *blk = c->blocks[bi].st;
-    int k = sc->block_count[bi]++;
+    int k = next_call_number(c, sc, bi);
     if (!prefix) {
         prefix = chk_qualify(c, sc->prefix, st->name ? st->name : auto_name(c, blk->name, k));
         chk_name_define(c, prefix, st->name ? st->name_loc : st->loc, "block call");
     }
     if (c->blocks[bi].recursive) {
         ch->known = 0;
+        return;
+    }
+    if (sc->depth >= PG_MAX_CALL_DEPTH) {
+        chk_error(c, st->callee_loc, "block calls nest too deeply: this call of '%s' is %d levels down; at most %d "
+                  "are supported", blk->name, sc->depth + 1, PG_MAX_CALL_DEPTH);
+        ch->known = 0;
+        c->expand_stopped = 1;
         return;
     }
     pg_val *vals = calloc((size_t)blk->nformals + 1, sizeof *vals);
@@ -342,9 +474,10 @@ static void expand_call(chk *c, scope *sc, const ast_stmt *st, int bi, const cha
         free(vals);
         return;
     }
-    chk_env env = {(const char *const *)blk->formals, vals, blk->nformals};
+    chk_env env = {(const char *const *)blk->formals, vals, blk->nformals, &c->blocks[bi].formals};
     scope inner;
     scope_init(c, &inner, prefix, &env, 0);
+    inner.depth = sc->depth + 1;
     expand_list(c, &inner, blk->body, ch);
     scope_free(&inner);
     free(vals);
@@ -374,11 +507,12 @@ static void expand_repeat(chk *c, scope *sc, const ast_stmt *st, chain *ch) {
         const char *ip = chk_qualify(c, prefix, num);
         if (bi >= 0) {
             expand_call(c, sc, b, bi, ip, ch);
-            sc->block_count[bi]--;
+            unnumber_call(c, sc, bi);
             continue;
         }
         scope inner;
         scope_init(c, &inner, ip, sc->env, 0);
+        inner.depth = sc->depth;
         expand_list(c, &inner, b, ch);
         scope_free(&inner);
     }
@@ -505,12 +639,13 @@ static void expand_list(chk *c, scope *sc, const ast_stmt *list, chain *ch) {
 }
 
 void chk_expand(chk *c, chain *ch) {
-    pg_loc over = {0};
+    const ast_stmt *over = NULL;
     int64_t n = count_list(c, c->ast->first, NULL, 0, &over);
     if (n > PG_MAX_LAYERS) {
         char lim[32];
-        chk_error(c, over.line ? over : c->m->loc, "this repeat expands the model to more than %s layers",
-                  chk_fmt_count(PG_MAX_LAYERS, lim, sizeof lim));
+        chk_error(c, over ? over->loc : c->m->loc, "this %s takes the model past %s layers, the most pipegen expands",
+                  !over || over->kind == ST_REPEAT ? "repeat" : chk_find_block(c, over->callee) >= 0 ? "block call"
+                  : "layer", chk_fmt_count(PG_MAX_LAYERS, lim, sizeof lim));
         c->expand_stopped = 1;
         return;
     }

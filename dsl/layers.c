@@ -197,7 +197,15 @@ static int bind_value(chk *c, const chk_env *env, const char *what, const attr_s
                 p = bar ? bar + 1 : NULL;
             }
         }
-        chk_error(c, e->loc, "%s: %s must be one of %s", what, s->name, s->words);
+        char list[128];
+        size_t o = 0;
+        for (const char *p = s->words; *p && o + 8 < sizeof list; p++) {
+            if (*p != '|') list[o++] = *p;
+            else if (strchr(p + 1, '|')) o += (size_t)snprintf(list + o, sizeof list - o, ", ");
+            else o += (size_t)snprintf(list + o, sizeof list - o, " or ");
+        }
+        list[o] = '\0';
+        chk_error(c, e->loc, "%s: %s must be %s", what, s->name, list);
         return 1;
     }
     case AT_STRING:

@@ -111,6 +111,18 @@ static int lex_bad_byte(pg_lexer *lx, pg_token *tok)
     return lex_error(tok, tok->loc, lx->msg);
 }
 
+/* Names longer than this are refused: every message that quotes a name stays
+ * readable, and the checker's tables stay small. */
+#define NAME_MAX_BYTES 255
+
+static int lex_name(pg_lexer *lx, pg_token *tok)
+{
+    if (tok->len <= NAME_MAX_BYTES) return tok->type;
+    snprintf(lx->msg, sizeof lx->msg, "name '%.24s...' is too long (%zu bytes; at most %d)", tok->text, tok->len,
+             NAME_MAX_BYTES);
+    return lex_error(tok, tok->loc, lx->msg); /* the parser goes on with the name */
+}
+
 static int lex_bad_number(pg_lexer *lx, pg_token *tok, const char *what)
 {
     int n = tok->len > 40 ? 40 : (int)tok->len;
@@ -164,9 +176,9 @@ int pg_lex_next(pg_lexer *lx, pg_token *tok)
         digit+                 { TOKEN(TK_INT); return lex_int(tok); }
         float                  { TOKEN(TK_FLOAT); return lex_float(tok); }
         badexp                 { TOKEN(TK_FLOAT); return lex_bad_number(lx, tok, "exponent has no digits in"); }
-        word                   { TOKEN(TK_WORD); return tok->type; }
+        word                   { TOKEN(TK_WORD); return lex_name(lx, tok); }
         junk                   { TOKEN(TK_FLOAT); return lex_bad_number(lx, tok, "invalid number"); }
-        letter (letter|digit)* { TOKEN(TK_IDENT); return tok->type; }
+        letter (letter|digit)* { TOKEN(TK_IDENT); return lex_name(lx, tok); }
         ["] strch* ["]         { TOKEN(TK_STRING); return lex_string(lx, tok); }
         ["] strch* [\\]?       { TOKEN(TK_ILLEGAL); return lex_error(tok, tok->loc, "unterminated string (strings end on the same line)"); }
 

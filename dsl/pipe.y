@@ -106,7 +106,7 @@ arg(A) ::= IDENT(K) EQ expr(E).                   { A = ast_arg_new(ctx, &K, E);
 
 %type expr {ast_expr *}
 %type exprs {ast_arg_list}
-expr(A) ::= expr(L) ARROW expr(R).                { A = ast_arrow(ctx, L, R); }
+expr(A) ::= expr(L) ARROW(O) expr(R).             { A = ast_arrow(ctx, L, &O, R); }
 expr(A) ::= expr(L) PLUS(O) expr(R).              { A = ast_binop(ctx, L, &O, R); }
 expr(A) ::= expr(L) MINUS(O) expr(R).             { A = ast_binop(ctx, L, &O, R); }
 expr(A) ::= expr(L) STAR(O) expr(R).              { A = ast_binop(ctx, L, &O, R); }

@@ -106,7 +106,7 @@ void chk_stages(chk *c) {
         int nchunks = nstages * v;
         if (nchunks > ncompute) {
             if (t->stages && v == 1)
-                chk_error(c, t->stages_loc, "stages = %d is more than the %d layers of the model", t->stages, ncompute);
+                chk_error(c, t->stages_loc, "stages = %d is more than the %d layers of the model: each stage needs a layer", t->stages, ncompute);
             else
                 chk_error(c, at, "%d stages of interleaved(%d) need %d chunks, more than the %d layers of the model",
                           nstages, v, nchunks, ncompute);

@@ -194,9 +194,15 @@ void chk_train(chk *c, const ast_stmt *st) {
         for (int i = 0; a->key && i < NSETTINGS; i++)
             if (strcmp(a->key, settings[i]) == 0) k = i;
         if (k < 0) {
-            char dm[128];
-            chk_error(c, a->key_loc, "unknown train setting '%s'%s", a->key ? a->key : "?",
-                      a->key ? chk_didyoumean(dm, sizeof dm, a->key, settings, NSETTINGS) : "");
+            char dm[128], list[256];
+            size_t o = 0;
+            for (int i = 0; i < NSETTINGS; i++)
+                o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", settings[i]);
+            if (a->key && *chk_didyoumean(dm, sizeof dm, a->key, settings, NSETTINGS))
+                chk_error(c, a->key_loc, "unknown train setting '%s'%s", a->key, dm);
+            else
+                chk_error(c, a->key_loc, "unknown train setting '%s' (the settings are: %s)", a->key ? a->key : "?",
+                          list);
             continue;
         }
         if (seen[k]) {

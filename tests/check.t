@@ -73,6 +73,109 @@ run missing check "$tmp/missing.pipe"
 is "$(cat "$tmp/missing.got")" "$tmp/missing.pipe: error: No such file or directory
 [exit 1]" "a missing file is an input error (exit 1)"
 
+# ---- pathological inputs, generated: each ends fast with exit 1 and a located error
+# timed NAME FILE: `pipegen check FILE` with a 10 s hard limit; the seconds it took
+# go to $tmp/NAME.secs (the test then asks for under 2 s; ASan builds included)
+timed() {
+    start=$(date +%s.%N)
+    run "$1" check "$2"
+    end=$(date +%s.%N)
+    awk -v a="$start" -v b="$end" 'BEGIN { printf "%.2f\n", b - a }' >"$tmp/$1.secs"
+}
+fast() { awk -v s="$(cat "$tmp/$1.secs")" 'BEGIN { exit !(s < 2) }'; ok $? "$2 takes under 2 s ($(cat "$tmp/$1.secs") s)"; }
+hdr() { echo "model big"; echo "input x : f32[16]"; echo "target y : f32[16]"; }
+
+# repeat 1,000,000 of a block holding repeat 1000: refused by counting, before expanding
+{ hdr; echo "block inner() { repeat 1000 relu }"; echo "repeat 1000000 inner()"; } >"$tmp/nested_repeat.pipe"
+timed nested_repeat "$tmp/nested_repeat.pipe"
+is "$(head -n 1 "$tmp/nested_repeat.got")" \
+    "$tmp/nested_repeat.pipe:5:1: error: this repeat takes the model past 1,000,000 layers, the most pipegen expands" \
+    "repeat 1000000 of a block with repeat 1000: the layer limit, at the outer repeat"
+is "$(tail -n 1 "$tmp/nested_repeat.got")" "[exit 1]" "...exit 1"
+fast nested_repeat "repeat 1000000 of repeat 1000"
+
+# empty bodies still count: a billion empty instances are refused, not expanded
+{ hdr; echo "block e() { }"; echo "repeat 1000000000 { e() }"; } >"$tmp/empty_repeat.pipe"
+timed empty_repeat "$tmp/empty_repeat.pipe"
+is "$(head -n 1 "$tmp/empty_repeat.got")" \
+    "$tmp/empty_repeat.pipe:5:1: error: this repeat takes the model past 1,000,000 layers, the most pipegen expands" \
+    "repeat 1000000000 of an empty block: the layer limit"
+fast empty_repeat "a billion empty repeat instances"
+
+# block b0 calls b1 calls ... b200: at most 100 levels, then a located error
+{ hdr; i=0; while [ $i -lt 200 ]; do echo "block b$i() { b$((i + 1))() }"; i=$((i + 1)); done
+  echo "block b200() { relu }"; echo "b0()"; } >"$tmp/deep_calls.pipe"
+timed deep_calls "$tmp/deep_calls.pipe"
+is "$(head -n 1 "$tmp/deep_calls.got")" \
+    "$tmp/deep_calls.pipe:103:15: error: block calls nest too deeply: this call of 'b100' is 101 levels down; at most 100 are supported" \
+    "block calls 200 deep: an error at the call one level too deep"
+is "$(grep -c 'error:' "$tmp/deep_calls.got")" 1 "...reported once"
+is "$(tail -n 1 "$tmp/deep_calls.got")" "[exit 1]" "...exit 1"
+fast deep_calls "block calls 200 deep"
+{ hdr; i=0; while [ $i -lt 99 ]; do echo "block b$i() { b$((i + 1))() }"; i=$((i + 1)); done
+  echo "block b99() { linear(16 -> 16) }"; echo "b0()"; } >"$tmp/deep_ok.pipe"
+run deep_ok check "$tmp/deep_ok.pipe"
+is "$(tail -n 1 "$tmp/deep_ok.got")" "[exit 0]" "block calls 100 deep are fine"
+like "$(cat "$tmp/deep_ok.got")" ' b00\.b10\.b20\.[.b0-9]+\.b990\.linear0 ' "...and named along the whole chain"
+
+# a block with 10,000 parameters, called with every one by name, and one wrong
+{ hdr; printf 'block wide('; awk 'BEGIN { for (i = 0; i < 10000; i++) printf "%sp%d", i ? ", " : "", i }'
+  echo ') { linear(p0 -> p9999) }'; printf 'wide('
+  awk 'BEGIN { for (i = 0; i < 10000; i++) printf "%sp%d = %d", i ? ", " : "", i, i == 0 ? 16 : 8 }'; echo ')'
+} >"$tmp/wide.pipe"
+timed wide "$tmp/wide.pipe"
+like "$(head -n 1 "$tmp/wide.got")" "wide.pipe:4:[0-9]+: error: mse\\(mean\\) needs the model output and the target to have one shape, but the output is f32\\[8\\] and the target is f32\\[16\\]$" \
+    "a block with 10,000 parameters binds them by name"
+fast wide "a block with 10,000 parameters"
+
+# 100,000 statements, the last one wrong
+{ hdr; awk 'BEGIN { for (i = 0; i < 100000; i++) print "c" i " = relu" }'; echo "linear(8 -> 16)"; } >"$tmp/many.pipe"
+timed many "$tmp/many.pipe"
+is "$(head -n 1 "$tmp/many.got")" "$tmp/many.pipe:100004:1: error: linear(8 -> 16) expects input f32[8] but gets f32[16]" \
+    "100,000 statements: the error in the last one, located"
+fast many "100,000 statements"
+
+# 100,000 constants (lookups are hashed), the last one unknown
+{ hdr; awk 'BEGIN { for (i = 0; i < 100000; i++) print "const c" i " = " i % 16 + 1 }'; echo "linear(16 -> c99999 + nope)"; } >"$tmp/consts.pipe"
+timed consts "$tmp/consts.pipe"
+is "$(head -n 1 "$tmp/consts.got")" "$tmp/consts.pipe:100004:23: error: unknown name 'nope'" \
+    "100,000 constants: an unknown name, located"
+fast consts "100,000 constants"
+
+# a 1 MB identifier: refused by the lexer with a short message
+{ hdr; printf 'linear(16 -> '; awk 'BEGIN { for (i = 0; i < 16384; i++) printf "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" }'; echo ')'; } >"$tmp/ident.pipe"
+timed ident "$tmp/ident.pipe"
+is "$(head -n 1 "$tmp/ident.got")" "$tmp/ident.pipe:4:14: error: name 'aaaaaaaaaaaaaaaaaaaaaaaa...' is too long (1048576 bytes; at most 255)" \
+    "a 1 MB identifier: a short located error"
+is "$(tail -n 1 "$tmp/ident.got")" "[exit 1]" "...exit 1"
+fast ident "a 1 MB identifier"
+
+# an error on every one of 100,000 lines: the first 50, then a final note
+{ hdr; awk 'BEGIN { for (i = 0; i < 100000; i++) print "lienar(16 -> 16)" }'; } >"$tmp/errors.pipe"
+timed errors "$tmp/errors.pipe"
+is "$(grep -c ': error: ' "$tmp/errors.got")" 50 "100,000 errors: the checker shows 50"
+is "$(sed -n 148p "$tmp/errors.got")" "$tmp/errors.pipe:53:1: error: unknown layer or block 'lienar'; did you mean 'linear'?" \
+    "...in source order, each located"
+is "$(tail -n 2 "$tmp/errors.got")" "$tmp/errors.pipe: note: too many errors (50), stopping here
+[exit 1]" "...then 'too many errors, stopping here' and exit 1"
+fast errors "an error on each of 100,000 lines"
+
+# a warning on every one of 30,000 lines: 50 shown, the rest counted
+{ hdr; awk 'BEGIN { for (i = 0; i < 30000; i++) print "dropout(0)" }'; echo "linear(16 -> 8)"; } >"$tmp/warnings.pipe"
+timed warnings "$tmp/warnings.pipe"
+is "$(grep -c ': warning: ' "$tmp/warnings.got")" 50 "30,000 warnings: 50 are shown"
+like "$(cat "$tmp/warnings.got")" "warnings.pipe: note: 29950 more warnings not shown" "...and the rest are counted"
+is "$(tail -n 1 "$tmp/warnings.got")" "[exit 1]" "...exit 1 for the error after them"
+fast warnings "a warning on each of 30,000 lines"
+
+# 100,000 stashes never popped (pairing is sorted, not quadratic)
+{ hdr; awk 'BEGIN { for (i = 0; i < 100000; i++) print "stash s" i }'; echo "relu"; } >"$tmp/stashes.pipe"
+timed stashes "$tmp/stashes.pipe"
+is "$(head -n 1 "$tmp/stashes.got")" "$tmp/stashes.pipe:4:1: error: skip 's0' is stashed but never popped in the model; add \`pop s0 add\` or \`pop s0 concat\` where the skip ends" \
+    "100,000 unpopped stashes: the first is reported first"
+is "$(grep -c ': error: ' "$tmp/stashes.got")" 50 "...and the checker stops at 50"
+fast stashes "100,000 stashes"
+
 # ---- many errors in a large expansion are reported once each, quickly -------
 { echo "model big"; echo "input x : f32[8]"; echo "target y : f32[8]"
   echo "block b(w) { linear(w -> w) linear(9 -> w) }"

@@ -7,6 +7,8 @@
 # it is left as build/fuzz/crash-*). `make fuzz` runs it.
 #   FUZZ_CORPUS=DIR   corpus folder (default build/fuzz/corpus, kept between runs)
 #   FUZZ_SEED=N       libFuzzer's random seed (default: libFuzzer picks one)
+#   FUZZ_TIMEOUT=S    an input running longer than S seconds is a failure (default 10;
+#                     the front end should take well under 1 s on anything)
 set -u
 TOP=$(cd "$(dirname "$0")/.." && pwd)
 SECONDS_TO_RUN=${1:-60}
@@ -43,7 +45,7 @@ done >"$OUT/front.dict"
 
 echo "fuzz.sh: fuzzing the front end for $SECONDS_TO_RUN s (corpus $CORPUS)"
 UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
-"$OUT/fuzz_front" -max_total_time="$SECONDS_TO_RUN" -max_len=65536 -timeout=10 \
+"$OUT/fuzz_front" -max_total_time="$SECONDS_TO_RUN" -max_len=65536 -timeout="${FUZZ_TIMEOUT:-10}" \
     -rss_limit_mb=2048 -print_final_stats=1 -dict="$OUT/front.dict" -artifact_prefix="$OUT/" ${FUZZ_SEED:+-seed="$FUZZ_SEED"} "$CORPUS" \
     >"$OUT/fuzz.log" 2>&1
 rc=$?

@@ -96,6 +96,29 @@ awk 'BEGIN { printf "repeat 2 {"; for (i = 0; i < 200; i++) printf " repeat 2 {"
 run ok_deep parse "$tmp/ok_deep.pipe"
 is "$(status ok_deep)" "[exit 0]" "200 nested repeat blocks are fine"
 
+# ---- a 1 MB identifier: one short error, the name cut in the message ------------
+awk 'BEGIN { printf "model "; for (i = 0; i < 16384; i++) printf "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"; printf "\n" }' >"$tmp/ident.pipe"
+run ident parse "$tmp/ident.pipe"
+is "$(first ident)" "$tmp/ident.pipe:1:7: error: name 'xxxxxxxxxxxxxxxxxxxxxxxx...' is too long (1048576 bytes; at most 255)" \
+    "a 1 MB identifier: a located error that does not quote it whole"
+is "$(status ident)" "[exit 1]" "a 1 MB identifier exits 1"
+awk 'BEGIN { printf "model "; for (i = 0; i < 255; i++) printf "x"; printf "\n" }' >"$tmp/ident255.pipe"
+run ident255 parse "$tmp/ident255.pipe"
+is "$(status ident255)" "[exit 0]" "a 255-byte name is fine"
+
+# ---- a syntax error on each of 100,000 lines: 20 shown, then a note, quickly ----
+# (lemon reports again once three tokens have been taken after an error)
+awk 'BEGIN { for (i = 0; i < 100000; i++) print "relu ) relu relu relu" }' >"$tmp/errlines.pipe"
+start=$(date +%s)
+run errlines parse "$tmp/errlines.pipe"
+secs=$(( $(date +%s) - start ))
+is "$(grep -c ': error: ' "$tmp/errlines.got")" 20 "100,000 syntax errors: 20 are shown"
+is "$(sed -n 58p "$tmp/errlines.got")" "$tmp/errlines.pipe:20:6: error: unexpected ')', expected a statement" \
+    "...each at its own line"
+is "$(tail -n 2 "$tmp/errlines.got")" "$tmp/errlines.pipe: note: too many errors (20), stopping here
+[exit 1]" "...then a note and exit 1"
+ok "$([ "$secs" -le 2 ]; echo $?)" "...in at most 2 s ($secs s)"
+
 # ---- random bytes from a fixed seed (Park-Miller, exact in awk's doubles) ------
 for seed in 1 7 12345; do
     printf '%b' "$(awk -v s=$seed 'BEGIN { x = s; for (i = 0; i < 4096; i++) {

@@ -70,6 +70,27 @@ static void test_diag(void)
     free(out);
     pg_source_free(&s);
 
+    /* One pg_diag quoting lines in any order: the remembered line start must
+     * give the right line forwards, backwards, and back at the top. */
+    {
+        const char *text = "l1\nl2\n\nl4\nl5\nl6";
+        pg_source src = mem_source("o.pipe", text, strlen(text));
+        char *b = NULL;
+        size_t bn = 0;
+        FILE *f = open_memstream(&b, &bn);
+        pg_diag d;
+        pg_diag_init(&d, f, &src);
+        static const int order[] = {5, 2, 6, 3, 1, 4, 4, 6, 1};
+        for (int i = 0; i < 9; i++) pg_error(&d, (pg_loc){src.path, order[i], 1}, "x");
+        fclose(f);
+        OK(strcmp(b, "o.pipe:5:1: error: x\nl5\n^\no.pipe:2:1: error: x\nl2\n^\no.pipe:6:1: error: x\nl6\n^\n"
+                     "o.pipe:3:1: error: x\n\n^\no.pipe:1:1: error: x\nl1\n^\no.pipe:4:1: error: x\nl4\n^\n"
+                     "o.pipe:4:1: error: x\nl4\n^\no.pipe:6:1: error: x\nl6\n^\no.pipe:1:1: error: x\nl1\n^\n") == 0,
+           "lines quoted out of order are the right lines");
+        free(b);
+        pg_source_free(&src);
+    }
+
     s = mem_source("c.pipe", "a\001b\033c", 5);
     out = capture_error(&s, (pg_loc){s.path, 1, 3}, "ctl");
     OK(strcmp(out, "c.pipe:1:3: error: ctl\na?b?c\n  ^\n") == 0, "control bytes are shown as '?'");
@@ -139,6 +160,13 @@ static void test_suggest(void)
        "a transposition within len/3");
     OK(pg_suggest("gelu", names, 6) == NULL || strcmp(pg_suggest("gelu", names, 6), "gelu") != 0,
        "the word itself is not suggested");
+    /* a swap of two adjacent letters is one edit, so short words get it too */
+    const char *const attrs[] = {"in", "out", "bias", "width", "sgd", "adamw"};
+    OK(pg_suggest("bais", attrs, 6) && strcmp(pg_suggest("bais", attrs, 6), "bias") == 0, "bais -> bias (one swap)");
+    OK(pg_suggest("widht", attrs, 6) && strcmp(pg_suggest("widht", attrs, 6), "width") == 0, "widht -> width");
+    OK(pg_suggest("sdg", attrs, 6) && strcmp(pg_suggest("sdg", attrs, 6), "sgd") == 0, "sdg -> sgd");
+    OK(pg_suggest("gleu", names, 6) && strcmp(pg_suggest("gleu", names, 6), "gelu") == 0, "gleu -> gelu");
+    OK(pg_suggest("abis", attrs, 6) == NULL, "two swaps in a short word are too far");
 }
 
 static void test_lexer(void)
