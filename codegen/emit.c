@@ -72,6 +72,8 @@ typedef struct em_stage {
     em_chunk *ch;          /* chunks held by this stage, in chunk order */
     pg_memplan mp;
     int *param_mp, *grad_mp, *opt_mp[2]; /* per model param: memplan index or -1 */
+    int *bnsum_mp;         /* per layer: batchnorm running-stat sums (2C doubles), -1 */
+    int ws_mp;             /* tie workspace: the largest gradient block received, -1 */
     int input_mp, target_mp;
     int *act_slot;         /* per action: slot used (-1) */
     int64_t *act_off, *act_bytes;
@@ -120,6 +122,50 @@ static void shape_rows(const pg_shape *s, char *buf, size_t n)
 static int64_t last_dim(const pg_shape *s) { return s->rank ? s->dim[s->rank - 1] : 1; }
 
 static int is_last_chunk(const pg_gen *g, int c) { return c == g->m->nchunks - 1; }
+
+static int layer_uses(const ir_layer *L, int p)
+{
+    for (int k = 0; k < L->nparam && k < 4; k++)
+        if (L->param[k] == p)
+            return 1;
+    return 0;
+}
+
+/* Gradient accumulators of param p on stage s: one per using layer, in layer
+ * order, so the gradient (their sum in layer order) is made by the same float
+ * operations whatever the stage count. `before` limits the count to layers
+ * before it (the accumulator index of layer `before`). */
+static int stage_nacc(const ir_model *m, int s, int p, int before)
+{
+    int n = 0;
+    for (int i = 0; i < m->nlayers && i < before; i++)
+        if (m->layers[i].stage == s && layer_uses(&m->layers[i], p))
+            n++;
+    return n;
+}
+
+static int nacc_of(const ir_model *m, int s, int p)
+{
+    int n = stage_nacc(m, s, p, m->nlayers);
+    return n ? n : 1;
+}
+
+/* cross-stage tie: a tie mode and two or more using stages */
+static int is_tied(const ir_param *P)
+{
+    return P->tie != TIE_NONE && P->stage_mask && (P->stage_mask & (P->stage_mask - 1));
+}
+
+/* the stage table needs nacc per stage: several uses somewhere, or tied */
+static int needs_nacc_table(const ir_model *m, int p)
+{
+    if (is_tied(&m->params[p]))
+        return 1;
+    for (int s = 0; s < m->nstages; s++)
+        if (stage_nacc(m, s, p, m->nlayers) > 1)
+            return 1;
+    return 0;
+}
 
 /* ---- layout ---------------------------------------------------------------- */
 
@@ -210,8 +256,8 @@ static int layout_chunk(pg_gen *g, em_chunk *ch, pg_diag *d)
         int li = i - ch->first;
         ch->lin[li] = cur;
         switch (L->kind) {
-        case LK_LINEAR: case LK_RELU: case LK_GELU: case LK_LAYERNORM: case LK_EMBED: case LK_POS_EMBED:
-        case LK_ATTENTION: case LK_LOGITS: case LK_DROPOUT: case LK_POP: break;
+        case LK_LINEAR: case LK_RELU: case LK_GELU: case LK_LAYERNORM: case LK_BATCHNORM: case LK_EMBED:
+        case LK_POS_EMBED: case LK_ATTENTION: case LK_LOGITS: case LK_DROPOUT: case LK_POP: break;
         case LK_STASH: {
             const ir_skip *sk = &m->skips[L->skip];
             if (m->layers[sk->pop_layer].chunk == ch->chunk) {
@@ -311,6 +357,12 @@ static int layout_chunk(pg_gen *g, em_chunk *ch, pg_diag *d)
             sfmt(note, sizeof note, "%s rstd: [n]", L->name);
             ax->off[1] = frame_alloc(ch, rowsn * 4, note);
             ax->n = 2;
+        } else if (L->kind == LK_BATCHNORM) {
+            sfmt(note, sizeof note, "%s mean of this micro-batch: [C]", L->name);
+            ax->off[0] = frame_alloc(ch, last_dim(&in->shape) * 4, note);
+            sfmt(note, sizeof note, "%s rstd of this micro-batch: [C]", L->name);
+            ax->off[1] = frame_alloc(ch, last_dim(&in->shape) * 4, note);
+            ax->n = 2;
         } else if (L->kind == LK_ATTENTION) {
             int64_t T = in->shape.rank >= 2 ? in->shape.dim[in->shape.rank - 2] : 1, dd = last_dim(&in->shape);
             const char *names[5] = {"qkv [r, T, 3d]", "att [r, h, T, T]", "ctx [r, T, d]", "dctx [r, T, d]", "dqkv [r, T, 3d]"};
@@ -403,6 +455,62 @@ static int64_t slot_off(const pg_memplan *mp, const em_chunk *ch, int sb, int sl
     return mp->buf[ch->sb[sb].mp].offset + (int64_t)slot * ch->sb[sb].stride;
 }
 
+/* A tie action of the stage: what it sends or receives (the runtime does the
+ * arithmetic; see runtime/core/step.c), and the bytes it adds to each link.
+ *  TIE_SEND/TIE_RECV: the value, owner -> user, into the user's copy;
+ *  TIE_GRAD_SEND/RECV: the user's nacc gradient accumulators -> the owner's workspace;
+ *  TIE_REDUCE (replicate): users send their accumulators to the owner, which sums
+ *  everything in layer order and sends the gradient back to each user; then, when
+ *  the tie check is on, each user sends a hash of its stepped copy (8 bytes). */
+static int plan_tie_message(pg_gen *g, em_stage *S, int a, pg_diag *d)
+{
+    const ir_model *m = g->m;
+    const pg_act *A = &g->s->stage[S->stage].act[a];
+    int p = A->param, s = S->stage;
+    if (p < 0 || p >= m->nparams || S->param_mp[p] < 0 || S->grad_mp[p] < 0 || A->peer < 0 || A->peer >= g->nstages) {
+        char buf[160];
+        pg_error(d, m->loc, "schedule: stage %d action %d %s names a parameter this stage does not train", s, a,
+                 pg_act_str(A, buf, sizeof buf));
+        return -1;
+    }
+    const ir_param *P = &m->params[p];
+    int64_t vb = pg_shape_numel(&P->shape) * 4;
+    int64_t poff = S->mp.buf[S->param_mp[p]].offset, goff = S->mp.buf[S->grad_mp[p]].offset;
+    /* the runtime's tags: PG_TAG(sending kind, param, 0) */
+    int sendk = A->kind == A_TIE_RECV ? A_TIE_SEND : A->kind == A_TIE_GRAD_RECV ? A_TIE_GRAD_SEND : A->kind;
+    uint32_t tag = ((uint32_t)sendk << 24) | (((uint32_t)p & 0xffffu) << 8);
+    S->act_tag[a] = tag;
+    switch (A->kind) {
+    case A_TIE_SEND:
+        S->act_off[a] = poff, S->act_bytes[a] = vb;
+        S->send_bytes[A->peer] += vb;
+        break;
+    case A_TIE_RECV:
+        S->act_off[a] = poff, S->act_bytes[a] = vb;
+        break;
+    case A_TIE_GRAD_SEND:
+        S->act_off[a] = goff, S->act_bytes[a] = vb * nacc_of(m, s, p);
+        S->send_bytes[A->peer] += S->act_bytes[a];
+        break;
+    case A_TIE_GRAD_RECV:
+        S->act_off[a] = S->ws_mp >= 0 ? S->mp.buf[S->ws_mp].offset : -1;
+        S->act_bytes[a] = vb * nacc_of(m, A->peer, p);
+        break;
+    default: /* A_TIE_REDUCE */
+        S->act_off[a] = goff;
+        S->act_bytes[a] = vb * nacc_of(m, s, p);
+        if (s != A->peer) {
+            S->send_bytes[A->peer] += S->act_bytes[a] + 8;
+        } else {
+            for (int u = 0; u < g->nstages && u < 64; u++)
+                if (u != s && (P->stage_mask >> u & 1))
+                    S->send_bytes[u] += vb;
+        }
+        break;
+    }
+    return 0;
+}
+
 /* SEND/RECV: arena offset, bytes and tag of every message of the stage. */
 static int plan_messages(pg_gen *g, em_stage *S, pg_diag *d)
 {
@@ -447,8 +555,9 @@ static int plan_messages(pg_gen *g, em_stage *S, pg_diag *d)
             break;
         }
         case A_TIE_REDUCE: case A_TIE_SEND: case A_TIE_RECV: case A_TIE_GRAD_SEND: case A_TIE_GRAD_RECV:
-            pg_error(d, m->loc, "tied parameters across stages are not supported by the code generator yet");
-            return -1;
+            if (plan_tie_message(g, S, a, d))
+                return -1;
+            continue;
         default:
             continue;
         }
@@ -497,6 +606,8 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
     S->opt_mp[0] = malloc((size_t)(np + 1) * sizeof(int));
     S->opt_mp[1] = malloc((size_t)(np + 1) * sizeof(int));
     S->send_bytes = calloc((size_t)g->nstages, sizeof(int64_t));
+    S->bnsum_mp = malloc((size_t)(m->nlayers + 1) * sizeof(int));
+    S->ws_mp = -1;
     const pg_stage_sched *ss = &g->s->stage[S->stage];
     int nact = ss->n + 1;
     S->act_slot = malloc((size_t)nact * sizeof(int));
@@ -505,7 +616,7 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
     S->act_tag = malloc((size_t)nact * sizeof(uint32_t));
     S->ch = calloc((size_t)m->nchunks, sizeof *S->ch);
     if (!S->param_mp || !S->grad_mp || !S->opt_mp[0] || !S->opt_mp[1] || !S->send_bytes || !S->act_slot ||
-        !S->act_off || !S->act_bytes || !S->act_tag || !S->ch) {
+        !S->act_off || !S->act_bytes || !S->act_tag || !S->ch || !S->bnsum_mp) {
         pg_error(d, m->loc, "out of memory");
         return -1;
     }
@@ -526,16 +637,50 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
         sfmt(S->mp.buf[S->param_mp[p]].note, sizeof S->mp.buf[0].note, "%s", sh);
         if (P->is_buffer)
             continue;
+        int nacc = nacc_of(m, S->stage, p);
         sfmt(name, sizeof name, "grad %s", P->name);
-        S->grad_mp[p] = pg_mp_add(&S->mp, name, MP_GRADS, bytes, PG_MP_WHOLE_STEP, PG_MP_WHOLE_STEP);
-        sfmt(S->mp.buf[S->grad_mp[p]].note, sizeof S->mp.buf[0].note, "%s", sh);
+        S->grad_mp[p] = pg_mp_add(&S->mp, name, MP_GRADS, bytes * nacc, PG_MP_WHOLE_STEP, PG_MP_WHOLE_STEP);
+        if (nacc > 1)
+            sfmt(S->mp.buf[S->grad_mp[p]].note, sizeof S->mp.buf[0].note,
+                 "%d x %s: one accumulator per using layer, summed in layer order", nacc, sh);
+        else
+            sfmt(S->mp.buf[S->grad_mp[p]].note, sizeof S->mp.buf[0].note, "%s", sh);
+        /* transmit: a user's copy is overwritten from the owner every step; only the owner steps */
         int nopt = m->train.optimizer == OPT_ADAMW ? 2 : (m->train.momentum > 0 ? 1 : 0);
+        if (is_tied(P) && P->tie == TIE_TRANSMIT && P->owner_stage != S->stage)
+            nopt = 0;
         static const char *const on[2][2] = {{"momentum", ""}, {"adam_m", "adam_v"}};
         for (int k = 0; k < nopt; k++) {
             sfmt(name, sizeof name, "%s %s", on[m->train.optimizer == OPT_ADAMW][k], P->name);
             S->opt_mp[k][p] = pg_mp_add(&S->mp, name, MP_OPTSTATE, bytes, PG_MP_WHOLE_STEP, PG_MP_WHOLE_STEP);
             sfmt(S->mp.buf[S->opt_mp[k][p]].note, sizeof S->mp.buf[0].note, "%s", sh);
         }
+    }
+    /* tie workspace on an owner: the largest gradient block one user sends */
+    int64_t ws = 0;
+    for (int p = 0; p < np; p++) {
+        const ir_param *P = &m->params[p];
+        if (!is_tied(P) || P->owner_stage != S->stage || P->is_buffer)
+            continue;
+        for (int u = 0; u < g->nstages && u < 64; u++)
+            if (u != S->stage && (P->stage_mask >> u & 1) && pg_shape_numel(&P->shape) * 4 * nacc_of(m, u, p) > ws)
+                ws = pg_shape_numel(&P->shape) * 4 * nacc_of(m, u, p);
+    }
+    if (ws) {
+        S->ws_mp = pg_mp_add(&S->mp, "tie workspace", MP_WORKSPACE, ws, PG_MP_WHOLE_STEP, PG_MP_WHOLE_STEP);
+        sfmt(S->mp.buf[S->ws_mp].note, sizeof S->mp.buf[0].note, "a tied parameter's gradient accumulators from one user");
+    }
+    /* batchnorm: sums and sums of squares over the step's micro-batches, for the running statistics */
+    for (int i = 0; i < m->nlayers; i++) {
+        const ir_layer *L = &m->layers[i];
+        S->bnsum_mp[i] = -1;
+        if (L->kind != LK_BATCHNORM || L->stage != S->stage)
+            continue;
+        int64_t C = last_dim(&L->in);
+        sfmt(name, sizeof name, "bn sums %s", L->name);
+        S->bnsum_mp[i] = pg_mp_add(&S->mp, name, MP_GRADS, 2 * C * 8, PG_MP_WHOLE_STEP, PG_MP_WHOLE_STEP);
+        sfmt(S->mp.buf[S->bnsum_mp[i]].note, sizeof S->mp.buf[0].note,
+             "double sum[%" PRId64 "], sumsq[%" PRId64 "] of the input over the step's micro-batches", C, C);
     }
     /* chunks of this stage */
     for (int c = 0; c < m->nchunks; c++) {
@@ -687,7 +832,7 @@ void pg_gen_free(pg_gen *g)
         }
         free(S->ch);
         pg_mp_free(&S->mp);
-        free(S->param_mp); free(S->grad_mp); free(S->opt_mp[0]); free(S->opt_mp[1]);
+        free(S->param_mp); free(S->grad_mp); free(S->opt_mp[0]); free(S->opt_mp[1]); free(S->bnsum_mp);
         free(S->act_slot); free(S->act_off); free(S->act_bytes); free(S->act_tag); free(S->send_bytes);
     }
     free(g->st);
@@ -1073,6 +1218,40 @@ static void emit_layer_fwd(em_out *e, int i)
                    "), (float *)(F + %" PRId64 ")));\n",
                 n, last_dim(&TI->shape), L->eps, x, p0, p1, y, ch->aux[li].off[0], ch->aux[li].off[1]);
         break;
+    case LK_BATCHNORM: {
+        int64_t C = last_dim(&TI->shape), per = TI->numel / C;
+        int64_t so = e->S->mp.buf[e->S->bnsum_mp[i]].offset;
+        char rm[128], rv[128];
+        pmacro(m, L->buffer[0], 0, rm, sizeof rm);
+        pmacro(m, L->buffer[1], 0, rv, sizeof rv);
+        fprintf(o, "    PG_TRY(pg_batchnorm_fwd(c, %s, %" PRId64 ", %.9gf, %s, %s, %s, %s, (float *)(F + %" PRId64
+                   "), (float *)(F + %" PRId64 ")));\n",
+                n, C, L->eps, x, L->nparam > 0 ? p0 : "NULL", L->nparam > 1 ? p1 : "NULL", y, ch->aux[li].off[0],
+                ch->aux[li].off[1]);
+        if (L->deferred) {
+            fprintf(o, "    if (first) { /* deferred: running statistics from the whole mini-batch, once per step;\n"
+                       "                  sums over the micro-batches in index order (not again when recomputing) */\n");
+            fprintf(o, "        if (io->mb == 0)\n            PG_TRY(pg_zero(c, (float *)(A + %" PRId64 "), %" PRId64
+                       ")); /* 2 x %" PRId64 " doubles */\n",
+                    so, 4 * C, C);
+            fprintf(o, "        PG_TRY(pg_batchnorm_stats_acc(c, %s, %" PRId64 ", %s, (double *)(A + %" PRId64
+                       "), (double *)(A + %" PRId64 ")));\n",
+                    n, C, x, so, so + 8 * C);
+            fprintf(o, "        if (io->mb == %d)\n            PG_TRY(pg_batchnorm_running_update(c, %" PRId64 ", %" PRId64
+                       ", %.9gf, (const double *)(A + %" PRId64 "), (const double *)(A + %" PRId64 "), %s, %s));\n    }\n",
+                    e->g->s->nmb - 1, m->train.batch * per, C, L->momentum, so, so + 8 * C, rm, rv);
+        } else {
+            fprintf(o, "    if (first) { /* running statistics from this micro-batch alone, in index order */\n");
+            fprintf(o, "        PG_TRY(pg_zero(c, (float *)(A + %" PRId64 "), %" PRId64 "));\n", so, 4 * C);
+            fprintf(o, "        PG_TRY(pg_batchnorm_stats_acc(c, %s, %" PRId64 ", %s, (double *)(A + %" PRId64
+                       "), (double *)(A + %" PRId64 ")));\n",
+                    n, C, x, so, so + 8 * C);
+            fprintf(o, "        PG_TRY(pg_batchnorm_running_update(c, %s, %" PRId64 ", %.9gf, (const double *)(A + %" PRId64
+                       "), (const double *)(A + %" PRId64 "), %s, %s));\n    }\n",
+                    n, C, L->momentum, so, so + 8 * C, rm, rv);
+        }
+        break;
+    }
     case LK_EMBED:
         fprintf(o, "    PG_TRY(pg_embed_fwd(c, %s, %" PRId64 ", %" PRId64 ", (const int32_t *)%s, %s, %s));\n", cnt,
                 L->vocab, L->dim, x, p0, y);
@@ -1163,6 +1342,13 @@ static void emit_layer_bwd_b(em_out *e, int i)
                        "), (float *)(F + %" PRId64 "), %s, %s)); /* %s */\n",
                     n, last_dim(&TI->shape), x, p0, ch->aux[li].off[0], ch->aux[li].off[1], dy, dx, L->name);
         break;
+    case LK_BATCHNORM:
+        if (dx_wanted)
+            fprintf(o, "    PG_TRY(pg_batchnorm_bwd_in(c, %s, %" PRId64 ", %s, %s, (float *)(F + %" PRId64
+                       "), (float *)(F + %" PRId64 "), %s, %s)); /* %s */\n",
+                    n, last_dim(&TI->shape), x, L->nparam > 0 ? p0 : "NULL", ch->aux[li].off[0], ch->aux[li].off[1], dy,
+                    dx, L->name);
+        break;
     case LK_POS_EMBED:
         if (dx_wanted)
             fprintf(o, "    PG_TRY(pg_copy(c, %s, %s, %s)); /* %s */\n", dx, dy, cnt, L->name);
@@ -1239,12 +1425,30 @@ static void emit_layer_bwd_w(em_out *e, int i)
     tgrad(ch, ch->lout[li], dy, sizeof dy);
     nexpr(TI, n, sizeof n);
     cexpr(TI, cnt, sizeof cnt);
-    for (int k = 0; k < L->nparam && k < 4; k++)
-        pmacro(m, L->param[k], 1, g[k], sizeof g[k]);
+    for (int k = 0; k < L->nparam && k < 4; k++) {
+        int p = L->param[k];
+        if (p < 0) {
+            sfmt(g[k], sizeof g[k], "NULL");
+            continue;
+        }
+        char gm[96];
+        pmacro(m, p, 1, gm, sizeof gm);
+        int j = stage_nacc(m, L->stage, p, i); /* this use's own accumulator */
+        if (j)
+            sfmt(g[k], sizeof g[k], "(%s + %d * %" PRId64 ")", gm, j, pg_shape_numel(&m->params[p].shape));
+        else
+            sfmt(g[k], sizeof g[k], "%s", gm);
+    }
     switch (L->kind) {
     case LK_LINEAR:
         fprintf(o, "    PG_TRY(pg_linear_bwd_w(c, %s, %" PRId64 ", %" PRId64 ", %s, %s, %s, %s)); /* %s */\n", n,
                 L->in_features, L->out_features, x, dy, g[0], L->bias ? g[1] : "NULL", L->name);
+        break;
+    case LK_BATCHNORM:
+        fprintf(o, "    PG_TRY(pg_batchnorm_bwd_w(c, %s, %" PRId64 ", %s, (float *)(F + %" PRId64 "), (float *)(F + %" PRId64
+                   "), %s, %s, %s)); /* %s */\n",
+                n, last_dim(&TI->shape), x, ch->aux[li].off[0], ch->aux[li].off[1], dy, L->nparam > 0 ? g[0] : "NULL",
+                L->nparam > 1 ? g[1] : "NULL", L->name);
         break;
     case LK_LAYERNORM:
         fprintf(o, "    PG_TRY(pg_layernorm_bwd_w(c, %s, %" PRId64 ", %s, (float *)(F + %" PRId64 "), (float *)(F + %" PRId64
@@ -1324,8 +1528,14 @@ static void emit_chunk_fns(em_out *e)
         fprintf(o, "    return A + %" PRId64 " + (int64_t)io->slot * %" PRId64 ";\n}\n\n", fo, ch->frame_bytes);
     }
 
-    /* forward */
-    fprintf(o, "static int fwd_c%d(pg_ctx *c, unsigned char *A, pg_mb_io *io)\n{\n", c);
+    /* forward; with batchnorm, `first` tells the step's forward from a recompute */
+    int has_bn = 0;
+    for (int i = ch->first; i <= ch->last; i++)
+        has_bn |= m->layers[i].kind == LK_BATCHNORM;
+    if (has_bn)
+        fprintf(o, "static int fwd_body_c%d(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)\n{\n", c);
+    else
+        fprintf(o, "static int fwd_c%d(pg_ctx *c, unsigned char *A, pg_mb_io *io)\n{\n", c);
     fprintf(o, "    const int64_t r = io->rows;\n    unsigned char *F = frame_c%d(A, io);\n    (void)F;\n", c);
     for (int i = ch->first; i <= ch->last; i++)
         emit_layer_fwd(e, i);
@@ -1351,12 +1561,19 @@ static void emit_chunk_fns(em_out *e)
         }
     }
     fprintf(o, "    return 0;\n}\n\n");
+    if (has_bn)
+        fprintf(o, "static int fwd_c%d(pg_ctx *c, unsigned char *A, pg_mb_io *io)\n{\n"
+                   "    return fwd_body_c%d(c, A, io, 1);\n}\n\n", c, c);
 
     /* backward-input */
     fprintf(o, "static int bwd_b_c%d(pg_ctx *c, unsigned char *A, pg_mb_io *io)\n{\n", c);
     fprintf(o, "    const int64_t r = io->rows;\n    unsigned char *F = frame_c%d(A, io);\n    (void)F; (void)r;\n", c);
-    fprintf(o, "    if (io->recompute) /* checkpointed: rebuild the interior from the stage input */\n"
-               "        PG_TRY(fwd_c%d(c, A, io));\n", c);
+    if (has_bn)
+        fprintf(o, "    if (io->recompute) /* checkpointed: rebuild the interior from the stage input */\n"
+                   "        PG_TRY(fwd_body_c%d(c, A, io, 0));\n", c);
+    else
+        fprintf(o, "    if (io->recompute) /* checkpointed: rebuild the interior from the stage input */\n"
+                   "        PG_TRY(fwd_c%d(c, A, io));\n", c);
     for (int i = ch->last; i >= ch->first; i--)
         emit_layer_bwd_b(e, i);
     fprintf(o, "    return 0;\n}\n\n");
@@ -1388,13 +1605,19 @@ static void emit_param_entry(FILE *o, const ir_model *m, int p, const em_stage *
         fprintf(o, "%s%" PRId64, k ? ", " : "", k < P->shape.rank ? P->shape.dim[k] : 0);
     fprintf(o, "}, %" PRId64 ", %d, %.17g, %d, %d, %d, %d, UINT64_C(0x%" PRIx64 "), ", pg_shape_numel(&P->shape),
             (int)P->init, P->init_scale, P->decay, P->is_buffer, (int)P->tie, P->owner_stage, P->stage_mask);
+    char tab[32];
+    if (needs_nacc_table(m, p))
+        sfmt(tab, sizeof tab, "nacc_p%d", p);
+    else
+        sfmt(tab, sizeof tab, "NULL");
     if (S)
-        fprintf(o, "%" PRId64 ", %" PRId64 ", {%" PRId64 ", %" PRId64 "}},\n", S->mp.buf[S->param_mp[p]].offset,
+        fprintf(o, "%" PRId64 ", %" PRId64 ", {%" PRId64 ", %" PRId64 "}, %d, %s},\n", S->mp.buf[S->param_mp[p]].offset,
                 S->grad_mp[p] >= 0 ? S->mp.buf[S->grad_mp[p]].offset : -1,
                 S->opt_mp[0][p] >= 0 ? S->mp.buf[S->opt_mp[0][p]].offset : -1,
-                S->opt_mp[1][p] >= 0 ? S->mp.buf[S->opt_mp[1][p]].offset : -1);
+                S->opt_mp[1][p] >= 0 ? S->mp.buf[S->opt_mp[1][p]].offset : -1, P->is_buffer ? 0 : nacc_of(m, S->stage, p),
+                tab);
     else
-        fprintf(o, "-1, -1, {-1, -1}},\n");
+        fprintf(o, "-1, -1, {-1, -1}, 0, %s},\n", tab);
 }
 
 static const char *const step_kind_names[] = {
@@ -1450,6 +1673,19 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
     }
     /* tables */
     fprintf(o, "/* ---- tables ---- */\n\n");
+    int ntab = 0;
+    for (int p = 0; p < m->nparams; p++) {
+        if (!needs_nacc_table(m, p))
+            continue;
+        if (!ntab++)
+            fprintf(o, "/* gradient accumulators per stage of parameters used by several layers or tied */\n");
+        fprintf(o, "static const int nacc_p%d[] = {", p);
+        for (int s = 0; s < m->nstages; s++)
+            fprintf(o, "%s%d", s ? ", " : "", stage_nacc(m, s, p, m->nlayers));
+        fprintf(o, "}; /* %s */\n", m->params[p].name);
+    }
+    if (ntab)
+        fprintf(o, "\n");
     fprintf(o, "static const pg_param_desc stage_params[] = {\n");
     int nsp = 0;
     for (int p = 0; p < m->nparams; p++)
@@ -1458,13 +1694,13 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
             nsp++;
         }
     if (!nsp)
-        fprintf(o, "    {NULL, -1, 0, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, {-1, -1}},\n");
+        fprintf(o, "    {NULL, -1, 0, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, {-1, -1}, 0, NULL},\n");
     fprintf(o, "};\n\n/* every parameter of the model, in plan order: stage 0 gathers them for --save */\n");
     fprintf(o, "static const pg_param_desc model_params[] = {\n");
     for (int p = 0; p < m->nparams; p++)
         emit_param_entry(o, m, p, NULL);
     if (!m->nparams)
-        fprintf(o, "    {NULL, -1, 0, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, {-1, -1}},\n");
+        fprintf(o, "    {NULL, -1, 0, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, {-1, -1}, 0, NULL},\n");
     fprintf(o, "};\n\nstatic const pg_chunk_desc chunks[] = {\n");
     for (int i = 0; i < S->nchunks; i++)
         fprintf(o, "    {%d, fwd_c%d, bwd_b_c%d, bwd_w_c%d},\n", S->ch[i].chunk, S->ch[i].chunk, S->ch[i].chunk,
@@ -1533,7 +1769,8 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
     fprintf(o, "    .target_dim = {%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "}, .target_per_sample = %" PRId64
                ", .target_vocab = %" PRId64 ",\n",
             m->target.dim[0], m->target.dim[1], m->target.dim[2], m->target.dim[3], pg_shape_numel(&m->target), tg_vocab);
-    fprintf(o, "    .send_bytes = send_bytes,\n    .ws_off = -1, .ws_bytes = 0,\n};\n");
+    fprintf(o, "    .send_bytes = send_bytes,\n    .ws_off = %" PRId64 ", .ws_bytes = %" PRId64 ",\n};\n",
+            S->ws_mp >= 0 ? S->mp.buf[S->ws_mp].offset : -1, S->ws_mp >= 0 ? S->mp.buf[S->ws_mp].bytes : 0);
     return 0;
 }
 

@@ -80,6 +80,13 @@ typedef struct pg_param_desc {
     int owner;               /* stage holding the master copy (lowest using stage) */
     uint64_t stage_mask;     /* stages using it */
     int64_t off, grad_off, opt_off[2];
+    /* Appended: a parameter used by several layers gives each use its own
+     * gradient accumulator, nacc consecutive [numel] buffers from grad_off in
+     * layer order (0 reads as 1); their sum in layer order, first into the
+     * first, is the gradient: the same float operations for any stage count.
+     * stage_nacc[s] is stage s's nacc (NULL: 1 on each using stage). */
+    int nacc;
+    const int *stage_nacc;
 } pg_param_desc;
 
 enum { PG_OPTIM_SGD = 0, PG_OPTIM_ADAMW = 1 };
@@ -137,7 +144,7 @@ typedef struct pg_stage_desc {
     int64_t target_vocab;
 
     const int64_t *send_bytes;         /* [nstages]: bytes sent to each peer in one step, plus the final gather */
-    int64_t ws_off, ws_bytes;          /* workspace for tie reductions (two buffers of ws_bytes/2) */
+    int64_t ws_off, ws_bytes;          /* workspace for tie reductions: one received gradient block */
 } pg_stage_desc;
 
 /* Defined by the generated stage<k>.c. */

@@ -4,6 +4,7 @@
  * then the optimizer. Every reduction has a fixed order. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -44,8 +45,50 @@ static void rows_from_file(const pg_datafile *f, int64_t step, int64_t batch, vo
     }
 }
 
-/* Synthetic data: a fixed set of 8 batches, cycled, so the loss visibly falls. */
+/* Synthetic data (no --data / --targets): SYNTH_BATCHES fixed batches, made
+ * once at start-up and cycled, so the loss visibly falls. Inputs are seeded
+ * (stream 0). An f32 target of an f32 input is a teacher of its sample, which
+ * the loss stage makes itself (pg_synth_f32 is a pure function of seed,
+ * stream and sample index), so a model can learn it:
+ *     t[j] = max(0, (x[j mod n] + x[(7j+3) mod n]) / 2),  n = input elements;
+ * any other target is seeded random (stream 1; i32: ids in [0, classes)). */
 #define SYNTH_BATCHES 8
+
+int pg_run_synth_init(pg_run *r)
+{
+    const pg_stage_desc *d = r->d;
+    int64_t N = SYNTH_BATCHES * d->train.batch, n = d->input_per_sample, m = d->target_per_sample;
+    int need_in = d->has_input && !r->have_in, need_tg = d->has_loss && !r->have_tg;
+    size_t in_bytes = (size_t)N * (size_t)n * 4, tg_bytes = (size_t)N * (size_t)m * 4;
+    float *x = NULL;
+    if ((need_in && !(r->synth_in = malloc(in_bytes ? in_bytes : 1))) ||
+        (need_tg && !(r->synth_tg = malloc(tg_bytes ? tg_bytes : 1))) || (need_tg && !(x = malloc(n > 0 ? (size_t)n * 4 : 1)))) {
+        fprintf(stderr, "stage %d: out of memory for %zu bytes of synthetic data\n", d->stage,
+                (need_in ? in_bytes : 0) + (need_tg ? tg_bytes : 0));
+        free(x);
+        return 1;
+    }
+    if (need_in && d->input_dtype == 2)
+        pg_synth_i32(r->synth_in, d->train.seed, 0, 0, N, n, (int32_t)d->input_vocab);
+    else if (need_in)
+        pg_synth_f32(r->synth_in, d->train.seed, 0, 0, N, n);
+    if (need_tg && d->target_dtype == 2) {
+        pg_synth_i32(r->synth_tg, d->train.seed, 1, 0, N, m, (int32_t)d->target_vocab);
+    } else if (need_tg && d->input_dtype == 0 && n > 0) {
+        float *t = r->synth_tg;
+        for (int64_t s = 0; s < N; s++) {
+            pg_synth_f32(x, d->train.seed, 0, s, 1, n);
+            for (int64_t j = 0; j < m; j++) {
+                float v = 0.5f * (x[j % n] + x[(7 * j + 3) % n]);
+                t[s * m + j] = v > 0.0f ? v : 0.0f;
+            }
+        }
+    } else if (need_tg) {
+        pg_synth_f32(r->synth_tg, d->train.seed, 1, 0, N, m);
+    }
+    free(x);
+    return 0;
+}
 
 static int load_batch(pg_run *r, int64_t step)
 {
@@ -53,24 +96,22 @@ static int load_batch(pg_run *r, int64_t step)
     int64_t B = d->train.batch, first = (step % SYNTH_BATCHES) * B;
     if (d->has_input) {
         size_t bytes = (size_t)(B * d->input_per_sample * 4);
+        const void *src = r->host;
         if (r->have_in)
             rows_from_file(&r->in, step, B, r->host);
-        else if (d->input_dtype == 2)
-            pg_synth_i32(r->host, d->train.seed, 0, first, B, d->input_per_sample, (int32_t)d->input_vocab);
         else
-            pg_synth_f32(r->host, d->train.seed, 0, first, B, d->input_per_sample);
-        if (pg_copy_to_dev(r->ctx, r->A + d->input_off, r->host, bytes))
+            src = (const char *)r->synth_in + (size_t)(first * d->input_per_sample * 4);
+        if (pg_copy_to_dev(r->ctx, r->A + d->input_off, src, bytes))
             return 1;
     }
     if (d->has_loss) {
         size_t bytes = (size_t)(B * d->target_per_sample * 4);
+        const void *src = r->host;
         if (r->have_tg)
             rows_from_file(&r->tg, step, B, r->host);
-        else if (d->target_dtype == 2)
-            pg_synth_i32(r->host, d->train.seed, 1, first, B, d->target_per_sample, (int32_t)d->target_vocab);
         else
-            pg_synth_f32(r->host, d->train.seed, 1, first, B, d->target_per_sample);
-        if (pg_copy_to_dev(r->ctx, r->A + d->target_off, r->host, bytes))
+            src = (const char *)r->synth_tg + (size_t)(first * d->target_per_sample * 4);
+        if (pg_copy_to_dev(r->ctx, r->A + d->target_off, src, bytes))
             return 1;
     }
     return 0;
@@ -159,7 +200,7 @@ static int opt_step(pg_run *r, int64_t step)
     float lr = (float)lr_at(t, step);
     for (int i = 0; i < d->nparams; i++) {
         const pg_param_desc *p = &d->params[i];
-        if (p->is_buffer)
+        if (p->is_buffer || (p->tie == 2 && p->owner != d->stage)) /* transmit: only the owner steps */
             continue;
         float *w = (float *)(r->A + p->off);
         const float *g = (const float *)(r->A + p->grad_off);
@@ -177,15 +218,217 @@ static int opt_step(pg_run *r, int64_t step)
     return 0;
 }
 
+/* ---- parameters used by several layers, tied parameters ------------------
+ * Each use of a parameter accumulates its gradient in its own buffer (nacc of
+ * them from grad_off, in layer order). The gradient is their sum in layer
+ * order, first into the first: on one stage by fold_uses; across stages the
+ * owner (the lowest using stage, so it holds the first uses) folds its own,
+ * then adds the other stages' accumulators in stage order. Both do the same
+ * float operations, so a tied model trains bitwise alike on any stage count. */
+
+static int nacc_at(const pg_param_desc *m, int stage)
+{
+    int n = m->stage_nacc ? m->stage_nacc[stage] : 1;
+    return n > 0 ? n : 1;
+}
+
+static int nacc_local(const pg_param_desc *p) { return p->nacc > 0 ? p->nacc : 1; }
+
+static const pg_param_desc *local_param(const pg_stage_desc *d, int index)
+{
+    for (int i = 0; i < d->nparams; i++)
+        if (d->params[i].index == index)
+            return &d->params[i];
+    return NULL;
+}
+
+static int is_cross_stage_tie(const pg_param_desc *p)
+{
+    return p->tie != 0 && p->stage_mask && (p->stage_mask & (p->stage_mask - 1));
+}
+
+static int fold_uses(pg_run *r, const pg_param_desc *p)
+{
+    float *g = (float *)(r->A + p->grad_off);
+    for (int j = 1; j < nacc_local(p); j++)
+        if (pg_axpy_inplace(r->ctx, g, g + (int64_t)j * p->numel, p->numel))
+            return 1;
+    return 0;
+}
+
+/* g += each of the n accumulators received into the workspace, in order */
+static int add_block(pg_run *r, const pg_param_desc *p, int n)
+{
+    float *g = (float *)(r->A + p->grad_off);
+    const float *ws = (const float *)(r->A + r->d->ws_off);
+    for (int j = 0; j < n; j++)
+        if (pg_axpy_inplace(r->ctx, g, ws + (int64_t)j * p->numel, p->numel))
+            return 1;
+    return 0;
+}
+
+static int tie_net(pg_run *r, int a, const pg_step_action *x, const pg_param_desc *p, int peer, const char *what,
+                   pg_net_status st)
+{
+    if (st == PG_NET_TIMEOUT)
+        fprintf(stderr, "stage %d waiting at action %d %s(%s) for %s from stage %d for %g s\n", r->d->stage, a,
+                kind_names[x->kind], p->name, what, peer, r->opt.timeout_s);
+    else
+        fprintf(stderr, "stage %d: action %d %s(%s): %s with stage %d failed: %s\n", r->d->stage, a,
+                kind_names[x->kind], p->name, what, peer, pg_net_error(r->net));
+    return 1;
+}
+
+/* Every tie action names a parameter this stage trains. */
+static const pg_param_desc *tie_param(pg_run *r, int a, const pg_step_action *x)
+{
+    const pg_stage_desc *d = r->d;
+    const pg_param_desc *p = x->param >= 0 && x->param < d->nmodel_params ? local_param(d, x->param) : NULL;
+    if (!p || p->grad_off < 0 || x->peer < 0 || x->peer >= d->nstages) {
+        fprintf(stderr, "stage %d: action %d %s names parameter %d, which this stage does not train\n", d->stage, a,
+                kind_names[x->kind], x->param);
+        return NULL;
+    }
+    return p;
+}
+
+/* replicate: users send their accumulators to the owner, which sums all of
+ * them in layer order and sends the gradient back, so every copy steps alike. */
+static int tie_reduce(pg_run *r, int a, const pg_step_action *x)
+{
+    const pg_stage_desc *d = r->d;
+    const pg_param_desc *p = tie_param(r, a, x);
+    if (!p)
+        return 1;
+    const pg_param_desc *m = &d->model_params[p->index];
+    size_t vb = (size_t)p->numel * 4;
+    unsigned char *g = r->A + p->grad_off;
+    pg_net_status st;
+    if (d->stage != x->peer) {
+        if ((st = pg_net_send(r->net, x->peer, PG_TAG(PG_TIE_REDUCE, p->index, 0), g, vb * (size_t)nacc_local(p))))
+            return tie_net(r, a, x, p, x->peer, "sending the gradient", st);
+        if ((st = pg_net_recv(r->net, x->peer, PG_TAG(PG_TIE_REDUCE, p->index, 1), g, vb, r->opt.timeout_s)))
+            return tie_net(r, a, x, p, x->peer, "receiving the summed gradient", st);
+        return 0;
+    }
+    if (fold_uses(r, p))
+        return 1;
+    for (int u = 0; u < d->nstages && u < 64; u++) {
+        if (u == d->stage || !(m->stage_mask >> u & 1))
+            continue;
+        int n = nacc_at(m, u);
+        if ((st = pg_net_recv(r->net, u, PG_TAG(PG_TIE_REDUCE, p->index, 0), r->A + d->ws_off, vb * (size_t)n,
+                              r->opt.timeout_s)))
+            return tie_net(r, a, x, p, u, "receiving the gradient", st);
+        if (add_block(r, p, n))
+            return 1;
+    }
+    for (int u = 0; u < d->nstages && u < 64; u++)
+        if (u != d->stage && (m->stage_mask >> u & 1) &&
+            (st = pg_net_send(r->net, u, PG_TAG(PG_TIE_REDUCE, p->index, 1), g, vb)))
+            return tie_net(r, a, x, p, u, "sending the summed gradient", st);
+    return 0;
+}
+
+/* transmit: the value out at the start, the users' accumulators back at the end */
+static int tie_transmit(pg_run *r, int a, const pg_step_action *x)
+{
+    const pg_stage_desc *d = r->d;
+    const pg_param_desc *p = tie_param(r, a, x);
+    if (!p)
+        return 1;
+    const pg_param_desc *m = &d->model_params[p->index];
+    size_t vb = (size_t)p->numel * 4;
+    pg_net_status st;
+    switch (x->kind) {
+    case PG_TIE_SEND:
+        if ((st = pg_net_send(r->net, x->peer, PG_TAG(PG_TIE_SEND, p->index, 0), r->A + p->off, vb)))
+            return tie_net(r, a, x, p, x->peer, "sending the value", st);
+        return 0;
+    case PG_TIE_RECV:
+        if ((st = pg_net_recv(r->net, x->peer, PG_TAG(PG_TIE_SEND, p->index, 0), r->A + p->off, vb, r->opt.timeout_s)))
+            return tie_net(r, a, x, p, x->peer, "receiving the value", st);
+        return 0;
+    case PG_TIE_GRAD_SEND:
+        if ((st = pg_net_send(r->net, x->peer, PG_TAG(PG_TIE_GRAD_SEND, p->index, 0), r->A + p->grad_off,
+                              vb * (size_t)nacc_local(p))))
+            return tie_net(r, a, x, p, x->peer, "sending the gradient", st);
+        return 0;
+    default: { /* PG_TIE_GRAD_RECV, one per user in stage order: the first one folds the owner's own uses */
+        int first = d->stage + 1;
+        while (first < d->nstages && first < 64 && !(m->stage_mask >> first & 1))
+            first++;
+        if (x->peer == first && fold_uses(r, p))
+            return 1;
+        int n = nacc_at(m, x->peer);
+        if ((st = pg_net_recv(r->net, x->peer, PG_TAG(PG_TIE_GRAD_SEND, p->index, 0), r->A + d->ws_off, vb * (size_t)n,
+                              r->opt.timeout_s)))
+            return tie_net(r, a, x, p, x->peer, "receiving the gradient", st);
+        return add_block(r, p, n);
+    }
+    }
+}
+
+/* Gradients of parameters used by several layers of this stage alone. */
+static int fold_local(pg_run *r)
+{
+    const pg_stage_desc *d = r->d;
+    for (int i = 0; i < d->nparams; i++) {
+        const pg_param_desc *p = &d->params[i];
+        if (!p->is_buffer && nacc_local(p) > 1 && !is_cross_stage_tie(p) && fold_uses(r, p))
+            return 1;
+    }
+    return 0;
+}
+
+/* PIPE_CHECK_TIES=1: after the optimizer, every user of a replicated parameter
+ * sends a hash of its copy to the owner, which fails loudly on a difference. */
+static int tie_check(pg_run *r, int a, const pg_step_action *x, int64_t step)
+{
+    const pg_stage_desc *d = r->d;
+    for (int i = 0; i < d->nparams; i++) {
+        const pg_param_desc *p = &d->params[i];
+        if (p->tie != 1 || !is_cross_stage_tie(p))
+            continue;
+        if (pg_copy_to_host(r->ctx, r->host, r->A + p->off, (size_t)p->numel * 4))
+            return 1;
+        uint64_t h = pg_hash64(r->host, (size_t)p->numel * 4, 0xcbf29ce484222325ull), hu = 0;
+        pg_net_status st;
+        if (d->stage != p->owner) {
+            if ((st = pg_net_send(r->net, p->owner, PG_TAG(PG_TIE_REDUCE, p->index, 2), &h, sizeof h)))
+                return tie_net(r, a, x, p, p->owner, "sending the copy's hash", st);
+            continue;
+        }
+        for (int u = 0; u < d->nstages && u < 64; u++) {
+            if (u == d->stage || !(p->stage_mask >> u & 1))
+                continue;
+            if ((st = pg_net_recv(r->net, u, PG_TAG(PG_TIE_REDUCE, p->index, 2), &hu, sizeof hu, r->opt.timeout_s)))
+                return tie_net(r, a, x, p, u, "receiving the copy's hash", st);
+            if (hu != h) {
+                fprintf(stderr, "stage %d: tied parameter %s: the copy on stage %d differs from stage %d's after step %lld "
+                                "(hash %016llx vs %016llx)\n",
+                        d->stage, p->name, u, d->stage, (long long)step + 1, (unsigned long long)hu,
+                        (unsigned long long)h);
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
 int pg_run_step(pg_run *r, int64_t step, double *loss_out)
 {
     const pg_stage_desc *d = r->d;
     for (int i = 0; i < d->nparams; i++)
-        if (!d->params[i].is_buffer && pg_zero(r->ctx, (float *)(r->A + d->params[i].grad_off), d->params[i].numel))
+        if (!d->params[i].is_buffer &&
+            pg_zero(r->ctx, (float *)(r->A + d->params[i].grad_off), d->params[i].numel * nacc_local(&d->params[i])))
             return 1;
     if (load_batch(r, step))
         return 1;
     double compute = 0.0;
+    int folded = 0; /* fold_local done: before the first GRAD_NORM or OPT_STEP */
+    const char *ct = getenv("PIPE_CHECK_TIES");
+    int check_ties = ct && *ct && strcmp(ct, "0") != 0;
     for (int a = 0; a < d->nactions; a++) {
         const pg_step_action *x = &d->actions[a];
         r->cur_action = a;
@@ -218,8 +461,15 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
         case PG_RECV_ACT: case PG_RECV_GRAD: case PG_RECV_SKIP: case PG_RECV_SKIP_GRAD:
             st = pg_net_recv(r->net, x->peer, x->tag, r->A + x->off, (size_t)x->bytes, r->opt.timeout_s);
             break;
+        case PG_TIE_REDUCE: case PG_TIE_SEND: case PG_TIE_RECV: case PG_TIE_GRAD_SEND: case PG_TIE_GRAD_RECV:
+            if (x->kind == PG_TIE_REDUCE ? tie_reduce(r, a, x) : tie_transmit(r, a, x))
+                return 1;
+            break;
         case PG_GRAD_NORM: {
             double t0 = pg_run_now();
+            if (!folded && fold_local(r))
+                return 1;
+            folded = 1;
             if (d->train.grad_clip > 0 && grad_norm_clip(r, a, x))
                 return 1;
             compute += pg_run_now() - t0;
@@ -227,9 +477,14 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
         }
         case PG_OPT_STEP: {
             double t0 = pg_run_now();
+            if (!folded && fold_local(r))
+                return 1;
+            folded = 1;
             if (opt_step(r, step))
                 return 1;
             compute += pg_run_now() - t0;
+            if (check_ties && tie_check(r, a, x, step))
+                return 1;
             break;
         }
         default:
