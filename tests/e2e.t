@@ -5,20 +5,9 @@
 #    across two splits) at 1..4 stages x gpipe/1f1b x always/except_last/never give
 #    the same final loss text and byte-identical saved weights.
 . "$(dirname "$0")/lib.sh"
-RTLIB=$TOP/build/libpgrt_cpu.a
-PIPERUN=$TOP/build/piperun
-CC=${CC:-cc}
+. "$TOP/tests/lib_e2e.sh"
 T=$(mktemp -d /tmp/pg-e2e.XXXXXX)
 trap 'rm -rf "$T"' EXIT
-
-# build DIR: compile every stage<k>.c in DIR into DIR/bin/stage<k>
-build() {
-    mkdir -p "$1/bin"
-    for f in "$1"/stage*.c; do
-        k=$(basename "$f" .c)
-        $CC -std=c11 -O1 -I"$TOP/runtime/core" -I"$1" -o "$1/bin/$k" "$f" "$RTLIB" -lopenblas -lpthread -lm || return 1
-    done
-}
 
 # --- the quickstart MLP on 3 stages -----------------------------------------
 "$PIPEGEN" gen "$TOP/examples/mlp.pipe" -o "$T/mlp" >"$T/gen.out" 2>&1

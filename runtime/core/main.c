@@ -22,10 +22,18 @@ static void usage(FILE *o, const pg_stage_desc *d)
             "  --targets FILE  targets (.pgd), read by the stage holding the loss\n"
             "  --save FILE     after training, stage 0 gathers every parameter and writes\n"
             "                  one safetensors file (--steps 0: the initial weights)\n"
+            "  --save-grads FILE  likewise the gradients of the last step, as the optimizer\n"
+            "                  saw them (tied copies summed, clipped), named as the parameters;\n"
+            "                  buffers are left out\n"
             "  --threads N     OpenBLAS threads (default: cores / PIPE_LOCAL_WORLD, at least 1;\n"
             "                  PIPE_LOCAL_WORLD is the number of stages on this host, 1 if unset)\n"
             "  --timeout S     give up a receive after S seconds (default 300)\n"
             "  --help          this text\n"
+            "Without --data/--targets the data are synthetic: 8 batches made once at start-up\n"
+            "and cycled. Inputs are seeded uniform in [-1, 1) (i32: ids in [0, vocab)). An f32\n"
+            "target of an f32 input is a fixed teacher of the sample, so a model can learn it:\n"
+            "t[j] = max(0, (x[j mod n] + x[(7j+3) mod n]) / 2) with n the input's elements;\n"
+            "other targets are seeded random (i32: class ids in [0, classes)).\n"
             "Where this process sits comes from PIPE_RANK, PIPE_WORLD, PIPE_MASTER (or Slurm,\n"
             "Open MPI, PMI variables); piperun sets them.\n",
             d->stage, d->stage, d->nstages, d->model, d->source, d->train.steps);
@@ -58,7 +66,7 @@ static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts
             return 1;
         }
         int takes = !strcmp(a, "--steps") || !strcmp(a, "--log-every") || !strcmp(a, "--data") ||
-                    !strcmp(a, "--targets") || !strcmp(a, "--save") || !strcmp(a, "--threads") || !strcmp(a, "--timeout");
+                    !strcmp(a, "--targets") || !strcmp(a, "--save") || !strcmp(a, "--save-grads") || !strcmp(a, "--threads") || !strcmp(a, "--timeout");
         if (!takes) {
             fprintf(stderr, "stage %d: unknown option '%s' (see --help)\n", d->stage, a);
             return 2;
@@ -71,6 +79,7 @@ static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts
         if (!strcmp(a, "--data")) o->data = v;
         else if (!strcmp(a, "--targets")) o->targets = v;
         else if (!strcmp(a, "--save")) o->save = v;
+        else if (!strcmp(a, "--save-grads")) o->save_grads = v;
         else if (!strcmp(a, "--timeout")) {
             char *end;
             double t = strtod(v, &end);
@@ -137,19 +146,23 @@ static int init_params(pg_run *r)
 }
 
 /* Stage 0 gathers every parameter once (tied ones from their owner), in plan
- * order, and writes one safetensors file; the others send what they own. */
-static int save_params(pg_run *r, int64_t steps)
+ * order, and writes one safetensors file to `path`; the others send what they
+ * own. grads: the gradients (grad_off) instead of the values, buffers left
+ * out, an unused parameter's gradient zero. */
+static int save_params(pg_run *r, int64_t steps, const char *path, int grads)
 {
     const pg_stage_desc *d = r->d;
     int np = d->nmodel_params;
+    const char *what = grads ? "--save-grads" : "--save";
     if (d->stage != 0) {
         for (int i = 0; i < d->nparams; i++) {
             const pg_param_desc *p = &d->params[i];
-            if (p->owner != d->stage)
+            if (p->owner != d->stage || (grads && p->is_buffer))
                 continue;
-            pg_net_status st = pg_net_send(r->net, 0, PG_TAG(PG_TAG_SAVE, p->index, 0), r->A + p->off, (size_t)p->numel * 4);
+            pg_net_status st = pg_net_send(r->net, 0, PG_TAG(PG_TAG_SAVE, p->index, grads),
+                                           r->A + (grads ? p->grad_off : p->off), (size_t)p->numel * 4);
             if (st) {
-                fprintf(stderr, "stage %d: sending %s to stage 0 for --save failed: %s\n", d->stage, p->name,
+                fprintf(stderr, "stage %d: sending %s to stage 0 for %s failed: %s\n", d->stage, p->name, what,
                         pg_net_error(r->net));
                 return 1;
             }
@@ -162,51 +175,57 @@ static int save_params(pg_run *r, int64_t steps)
     char *all = malloc(total ? total : 1);
     pg_st_tensor *t = calloc((size_t)(np ? np : 1), sizeof *t);
     if (!all || !t) {
-        fprintf(stderr, "stage 0: cannot allocate %zu bytes to gather the parameters for --save\n", total);
+        fprintf(stderr, "stage 0: cannot allocate %zu bytes to gather the parameters for %s\n", total, what);
         free(all);
         free(t);
         return 1;
     }
     size_t off = 0;
-    int rc = 0;
+    int rc = 0, nt = 0;
     for (int p = 0; p < np && !rc; p++) {
         const pg_param_desc *m = &d->model_params[p];
+        if (grads && m->is_buffer)
+            continue;
         size_t bytes = (size_t)m->numel * 4;
         float *dst = (float *)(all + off);
         const pg_param_desc *local = NULL;
         for (int i = 0; i < d->nparams; i++)
             if (d->params[i].index == p)
                 local = &d->params[i];
-        if (!m->stage_mask) {
+        if (!m->stage_mask && grads) {
+            memset(dst, 0, bytes); /* unused: no gradient */
+        } else if (!m->stage_mask) {
             pg_init_param(dst, m->numel, m->init, m->init_scale, m->name, d->train.seed); /* unused: its initial value */
         } else if (m->owner == 0 && local) {
-            rc = pg_copy_to_host(r->ctx, dst, r->A + local->off, bytes);
+            rc = pg_copy_to_host(r->ctx, dst, r->A + (grads ? local->grad_off : local->off), bytes);
         } else {
-            pg_net_status st = pg_net_recv(r->net, m->owner, PG_TAG(PG_TAG_SAVE, p, 0), dst, bytes, r->opt.timeout_s);
+            pg_net_status st = pg_net_recv(r->net, m->owner, PG_TAG(PG_TAG_SAVE, p, grads), dst, bytes, r->opt.timeout_s);
             if (st) {
-                fprintf(stderr, "stage 0: receiving %s from stage %d for --save failed: %s\n", m->name, m->owner,
+                fprintf(stderr, "stage 0: receiving %s from stage %d for %s failed: %s\n", m->name, m->owner, what,
                         pg_net_error(r->net));
                 rc = 1;
             }
         }
-        t[p].name = m->name;
-        t[p].dtype = 0;
-        t[p].rank = m->rank;
+        pg_st_tensor *ti = &t[nt++];
+        ti->name = m->name;
+        ti->dtype = 0;
+        ti->rank = m->rank;
         for (int k = 0; k < m->rank && k < 4; k++)
-            t[p].dim[k] = m->dim[k];
-        t[p].data = dst;
-        t[p].bytes = bytes;
+            ti->dim[k] = m->dim[k];
+        ti->data = dst;
+        ti->bytes = bytes;
         off += bytes;
     }
     if (!rc) {
         char stepbuf[32], err[512];
         snprintf(stepbuf, sizeof stepbuf, "%" PRId64, steps);
-        const char *meta[] = {"model", d->model, "steps", stepbuf, "format", "pt", NULL};
-        if (pg_st_write(r->opt.save, t, np, meta, err, sizeof err)) {
+        const char *meta[] = {"model", d->model, "steps", stepbuf, "format", "pt",
+                              grads ? "content" : NULL, "gradients", NULL};
+        if (pg_st_write(path, t, nt, meta, err, sizeof err)) {
             fprintf(stderr, "stage 0: %s\n", err);
             rc = 1;
         } else {
-            printf("saved %d parameters to %s\n", np, r->opt.save);
+            printf("saved %d %s to %s\n", nt, grads ? "gradients" : "parameters", path);
         }
     }
     free(all);
@@ -250,7 +269,7 @@ static int run(pg_run *r)
         fprintf(stderr, "stage %d: out of memory for %zu bytes of staging\n", d->stage, hb);
         return 1;
     }
-    if (open_data(r) || init_params(r))
+    if (open_data(r) || pg_run_synth_init(r) || init_params(r))
         return 1;
     size_t *sb = calloc((size_t)d->nstages, sizeof *sb);
     if (!sb)
@@ -283,7 +302,9 @@ static int run(pg_run *r)
         if (last && s + 1 == r->opt.steps)
             printf("final loss %.17g\n", loss);
     }
-    if (r->opt.save && save_params(r, r->opt.steps))
+    if (r->opt.save && save_params(r, r->opt.steps, r->opt.save, 0))
+        return 1;
+    if (r->opt.save_grads && save_params(r, r->opt.steps, r->opt.save_grads, 1))
         return 1;
     pg_net_status st = pg_net_flush(r->net, r->opt.timeout_s);
     if (st) {
@@ -324,5 +345,7 @@ int main(int argc, char **argv)
     free(r.loss);
     free(r.norms);
     free(r.norm_in);
+    free(r.synth_in);
+    free(r.synth_tg);
     return rc;
 }
