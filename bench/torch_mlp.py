@@ -12,7 +12,12 @@ torch-plain: ordinary eager training of the whole batch.
 torch-pipe:  torch.distributed.pipeline.sync.Pipe over 3 partitions, chunks =
              micro-batches, checkpoint='never' (the PyTorch pipeline the seeds
              describe), on the CPU device.
-usage: torch_mlp.py --threads N --batch B --chunks M --steps S
+Both use the .pipe's optimizer, SGD with --lr and --momentum (bench/run.sh
+passes examples/mlp.pipe's). Each step is timed
+whole (zero_grad, forward, loss, backward, optimizer step); the median is taken
+over the steps after the first `--warmup`.
+usage: torch_mlp.py --threads N --batch B --chunks M --steps S --warmup W
+                    [--lr LR --momentum MU]
 """
 import argparse, os, statistics, sys, time
 import torch
@@ -27,8 +32,8 @@ def model():
         nn.Sequential(nn.Linear(1024, 256), nn.ReLU()))
 
 
-def run(net, forward, steps, batch):
-    opt = torch.optim.SGD(net.parameters(), lr=1e-4, momentum=0.9)
+def run(net, forward, steps, batch, warmup, lr, momentum):
+    opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=momentum)
     g = torch.Generator().manual_seed(2)
     x = torch.rand(batch, 512, generator=g) * 2 - 1
     y = torch.rand(batch, 256, generator=g) * 2 - 1
@@ -41,7 +46,7 @@ def run(net, forward, steps, batch):
         loss.backward()
         opt.step()
         times.append(time.perf_counter() - t0)
-    return statistics.median(times[2:] if steps > 4 else times)
+    return statistics.median(times[warmup:] if steps > warmup else times)
 
 
 def main():
@@ -50,11 +55,14 @@ def main():
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--chunks", type=int, default=8)
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument("--momentum", type=float, default=0.9)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
 
     net = model()
-    t = run(net, net, a.steps, a.batch)
+    t = run(net, net, a.steps, a.batch, a.warmup, a.lr, a.momentum)
     print(f"torch-plain step_ms {t * 1e3:.3f}", flush=True)
 
     import torch.distributed.rpc as rpc
@@ -64,7 +72,7 @@ def main():
     rpc.init_rpc("bench", rank=0, world_size=1)
     try:
         pipe = Pipe(model(), chunks=a.chunks, checkpoint="never")
-        t = run(pipe, lambda x: pipe(x).local_value(), a.steps, a.batch)
+        t = run(pipe, lambda x: pipe(x).local_value(), a.steps, a.batch, a.warmup, a.lr, a.momentum)
         print(f"torch-pipe step_ms {t * 1e3:.3f}", flush=True)
     finally:
         rpc.shutdown()

@@ -70,8 +70,12 @@ static void colsum_acc(int64_t n, int64_t m, const float *a, float *acc)
             s[j] = 0.0;
         for (int64_t i = 0; i < n; i++) {
             const float *row = a + i * m + j0;
-            for (int64_t j = 0; j < nb; j++)
-                s[j] += row[j];
+            if (nb == PG_CPU_COLBLK) /* a fixed count: SIMD at -O2, same adds */
+                for (int64_t j = 0; j < PG_CPU_COLBLK; j++)
+                    s[j] += row[j];
+            else
+                for (int64_t j = 0; j < nb; j++)
+                    s[j] += row[j];
         }
         for (int64_t j = 0; j < nb; j++)
             acc[j0 + j] += (float)s[j];

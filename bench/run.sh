@@ -1,0 +1,171 @@
+#!/bin/sh
+# bench/run.sh — `make bench`: the quickstart MLP (examples/mlp.pipe, batch 512,
+# 8 micro-batches, checkpoint never) trained by pipegen on 1, 2 and 3 stages,
+# against PyTorch's torch.distributed.pipeline.sync.Pipe (same chunks,
+# checkpoint='never') and plain PyTorch training of the same model, all in one
+# go on the same 2 cores. Prints step times, samples/s and the ratios, then one
+# verdict line per target (see bench/README.md).
+#
+# Knobs (environment): BENCH_STEPS (30) steps per run, BENCH_WARMUP (3) first
+# steps left out of the median, BENCH_REPEAT (3) rounds (each config is run once
+# per round; the table shows the best round and the spread), BENCH_CPUS (0,1)
+# the cores everything is pinned to, BENCH_DIR (build/bench) the work folder.
+# Exit status: 0 when everything ran (whether or not a target is met: this is a
+# measurement), 1 when a build or run failed.
+set -u
+TOP=$(cd "$(dirname "$0")/.." && pwd)
+STEPS=${BENCH_STEPS:-30}
+WARMUP=${BENCH_WARMUP:-3}
+REPEAT=${BENCH_REPEAT:-3}
+CPUS=${BENCH_CPUS:-0,1}
+DIR=${BENCH_DIR:-$TOP/build/bench}
+PY=${PYTHON:-/usr/bin/python3}
+CORES=2          # threads in all, per config
+TARGET_PIPE=2.0  # at least 2x faster than torch Pipe
+TARGET_PLAIN=0.9 # at least 0.9x plain PyTorch's speed
+
+# pipegen configs: name stages threads-per-stage
+CONFIGS="pipegen-1stage 1 2
+pipegen-2stage 2 1
+pipegen-2stage-2t 2 2
+pipegen-3stage 3 1"
+
+fail() { echo "bench: $*" >&2; exit 1; }
+
+case $STEPS in *[!0-9]*|'') fail "BENCH_STEPS must be a number" ;; esac
+case $WARMUP in *[!0-9]*|'') fail "BENCH_WARMUP must be a number" ;; esac
+case $REPEAT in *[!0-9]*|''|0) fail "BENCH_REPEAT must be a number >= 1" ;; esac
+[ "$STEPS" -gt "$WARMUP" ] || fail "BENCH_STEPS ($STEPS) must exceed BENCH_WARMUP ($WARMUP)"
+for f in build/pipegen build/libpgrt_cpu.a build/piperun; do
+    [ -e "$TOP/$f" ] || fail "$f is missing: run \`make all\` first"
+done
+[ -x "$PY" ] || fail "no python at $PY (set PYTHON)"
+
+# The example's batch, micro-batches and SGD settings, for the torch anchors too.
+SRC=$TOP/examples/mlp.pipe
+pipe_num() { sed -n "s/.*[( ]$1 *= *\([0-9.eE+-]*\).*/\1/p" "$SRC" | head -1; }
+BATCH=$(pipe_num batch)
+CHUNKS=$(pipe_num microbatches)
+LR=$(pipe_num lr)
+MOMENTUM=$(pipe_num momentum)
+[ -n "$BATCH" ] && [ -n "$CHUNKS" ] && [ -n "$LR" ] && [ -n "$MOMENTUM" ] ||
+    fail "cannot read batch, microbatches, lr and momentum from $SRC"
+grep -q 'optimizer *= *sgd' "$SRC" || fail "$SRC no longer uses sgd: bench/torch_mlp.py needs updating"
+
+# Pin everything to the same cores when we can (children inherit the mask).
+PIN=""
+if command -v taskset >/dev/null 2>&1 && taskset -c "$CPUS" true 2>/dev/null; then
+    PIN="taskset -c $CPUS"
+else
+    echo "# note: cannot pin to cores $CPUS (no taskset or no such cores); running unpinned"
+    CPUS="unpinned"
+fi
+TMO=""
+command -v timeout >/dev/null 2>&1 && TMO="timeout 600"
+
+mkdir -p "$DIR/logs" || fail "cannot create $DIR"
+RES=$DIR/results.txt
+: >"$RES" || fail "cannot write $RES"
+
+# ---- build the 1-, 2- and 3-stage programs ------------------------------------
+for n in 1 2 3; do
+    "$TOP/bench/mlp_stages.sh" "$n" "$DIR/mlp-$n" || fail "building mlp on $n stages failed"
+done
+
+# median_ms LOG: the median step time (ms) of the steps after WARMUP, from the
+# last stage's "step S/N  loss L  X samples/s" lines (ms = batch / X * 1000)
+median_ms() {
+    awk -v w="$WARMUP" -v b="$BATCH" '
+        / step [0-9]+\/[0-9]+  loss / {
+            for (i = 1; i <= NF; i++) {
+                if ($i == "step") { split($(i + 1), p, "/"); s = p[1] + 0 }
+                if ($i == "samples/s" && $(i - 1) + 0 > 0 && s > w) v[n++] = b / ($(i - 1) + 0) * 1000
+            }
+        }
+        END {
+            if (n == 0) exit 1
+            for (i = 1; i < n; i++) { x = v[i]; for (j = i - 1; j >= 0 && v[j] > x; j--) v[j + 1] = v[j]; v[j + 1] = x }
+            printf "%.3f\n", n % 2 ? v[(n - 1) / 2] : (v[n / 2 - 1] + v[n / 2]) / 2
+        }' "$1"
+}
+
+# run_pipegen NAME STAGES THREADS ROUND
+run_pipegen() {
+    log=$DIR/logs/$1-r$4.log
+    if ! OPENBLAS_NUM_THREADS=$3 $TMO $PIN "$TOP/build/piperun" "$DIR/mlp-$2/bin" -- \
+            --steps "$STEPS" --threads "$3" >"$log" 2>&1; then
+        tail -20 "$log" >&2
+        fail "$1 (round $4) failed; log: $log"
+    fi
+    ms=$(median_ms "$log") || fail "$1 (round $4): no step lines in $log"
+    echo "$1 $4 $ms" >>"$RES"
+}
+
+# run_torch ROUND: both anchors, one python process
+run_torch() {
+    log=$DIR/logs/torch-r$1.log
+    if ! OMP_NUM_THREADS=$CORES $TMO $PIN "$PY" "$TOP/bench/torch_mlp.py" --threads "$CORES" \
+            --batch "$BATCH" --chunks "$CHUNKS" --steps "$STEPS" --warmup "$WARMUP" \
+            --lr "$LR" --momentum "$MOMENTUM" >"$log" 2>&1; then
+        tail -20 "$log" >&2
+        fail "torch anchors (round $1) failed; log: $log"
+    fi
+    for a in torch-plain torch-pipe; do
+        ms=$(awk -v a="$a" '$1 == a && $2 == "step_ms" { print $3 }' "$log")
+        [ -n "$ms" ] || fail "torch anchors (round $1): no '$a step_ms' line in $log"
+        echo "$a $1 $ms" >>"$RES"
+    done
+}
+
+echo "# pipegen bench: examples/mlp.pipe, batch $BATCH, $CHUNKS micro-batches, checkpoint never, sgd lr $LR momentum $MOMENTUM,"
+echo "# $STEPS steps per run (median of steps $((WARMUP + 1))..$STEPS), best of $REPEAT rounds, $CORES threads in all, cores $CPUS"
+LOAD0=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo 0)
+echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"
+awk -v l="$LOAD0" 'BEGIN { exit !(l + 0 > 0.5) }' &&
+    echo "# warning: load average $LOAD0 before the run: other work shares these cores; multi-threaded configs suffer most, numbers are noisy"
+r=1
+while [ "$r" -le "$REPEAT" ]; do
+    run_torch "$r"
+    echo "$CONFIGS" | while read -r name n t; do
+        run_pipegen "$name" "$n" "$t" "$r" || exit 1
+    done || exit 1
+    r=$((r + 1))
+done
+echo "# load after:  $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"
+
+# ---- the table and the verdicts ---------------------------------------------
+{
+    echo "$CONFIGS" | awk '{ print "cfg", $1, $2, $3 }'
+    cat "$RES"
+} | awk -v batch="$BATCH" -v tpipe="$TARGET_PIPE" -v tplain="$TARGET_PLAIN" -v cores="$CORES" -v rounds="$REPEAT" '
+    $1 == "cfg" { order[++nc] = $2; stages[$2] = $3; thr[$2] = $4; next }
+    {
+        ms = $3 + 0
+        if (!($1 in best) || ms < best[$1]) best[$1] = ms
+        if (!($1 in worst) || ms > worst[$1]) worst[$1] = ms
+    }
+    function row(name, st, th,    ms) {
+        ms = best[name]
+        printf "%-20s %6s %9s %9.2f %10.0f %9.2fx %9.2fx   %6.1f%% (%.2f..%.2f)\n", name, st, th, ms, batch / ms * 1000,
+               plain / ms, pipe / ms, (worst[name] - ms) / ms * 100, ms, worst[name]
+    }
+    END {
+        plain = best["torch-plain"]; pipe = best["torch-pipe"]
+        printf "%-20s %6s %9s %9s %10s %10s %10s   %s\n", "config", "stages", "threads", "step_ms", "samples/s",
+               "vs_plain", "vs_pipe", "spread over " rounds " rounds (min..max ms)"
+        row("torch-plain", 1, cores)
+        row("torch-pipe", 3, cores)
+        bname = ""
+        for (i = 1; i <= nc; i++) {
+            c = order[i]
+            row(c, stages[c], thr[c] == 1 ? "1/stage" : thr[c] "/stage")
+            if (bname == "" || best[c] < best[bname]) bname = c
+        }
+        printf "(vs_plain, vs_pipe: speed relative to the anchor = anchor step_ms / step_ms; higher is faster)\n"
+        b = best[bname]
+        printf "best pipegen config: %s (%d stage(s), %d thread(s) per stage), %.2f ms/step\n", bname, stages[bname], thr[bname], b
+        printf "target >= %.1fx torch Pipe:     %s  (%s %.2f ms vs torch-pipe %.2f ms: %.2fx)\n", tpipe,
+               (pipe / b >= tpipe) ? "MET" : "NOT MET", bname, b, pipe, pipe / b
+        printf "target >= %.1fx plain PyTorch: %s  (%s %.2f ms vs torch-plain %.2f ms: %.2fx)\n", tplain,
+               (plain / b >= tplain) ? "MET" : "NOT MET", bname, b, plain, plain / b
+    }'
