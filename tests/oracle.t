@@ -27,11 +27,12 @@ train() {
     OPENBLAS_NUM_THREADS=1 "$PIPERUN" "$dir/bin" -- --threads 1 --timeout 60 "$@"
 }
 
-# oracle MODEL SAMPLES: everything for one model; the oracle's lines become TAP lines
+# oracle MODEL SAMPLES [SOURCE]: everything for one model (tests/models/MODEL.pipe
+# unless SOURCE is given); the oracle's lines become TAP lines
 oracle() {
-    m=$1; d="$T/$m"
+    m=$1; d="$T/$m"; src=${3:-$TOP/tests/models/$m.pipe}
     mkdir -p "$d"
-    if ! "$PIPEGEN" gen "$TOP/tests/models/$m.pipe" -o "$d/gen" >"$d/gen.out" 2>&1 || ! build "$d/gen" >"$d/build.out" 2>&1; then
+    if ! "$PIPEGEN" gen "$src" -o "$d/gen" >"$d/gen.out" 2>&1 || ! build "$d/gen" >"$d/build.out" 2>&1; then
         ok 1 "$m: generate and build the stage programs"; sed 's/^/# /' "$d/gen.out" "$d/build.out" | head -20
         return
     fi
@@ -40,7 +41,7 @@ oracle() {
         train "$d/gen" --steps 1 --data "$d/x.pgd" --targets "$d/y.pgd" --save-grads "$d/g1.safetensors" >"$d/run1.out" 2>&1 &&
         train "$d/gen" --steps 10 --data "$d/x.pgd" --targets "$d/y.pgd" --save "$d/w10.safetensors" >"$d/run10.out" 2>&1
     rc=$?
-    ok $rc "$m: data, then 0, 1 and 10 training steps on 3 stages"
+    ok $rc "$m: data, then 0, 1 and 10 training steps"
     if [ $rc != 0 ]; then
         cat "$d"/run*.out | sed 's/^/# /' | tail -20
         return
@@ -68,4 +69,19 @@ oracle oracle_cls 40
 oracle oracle_res_add 20
 oracle oracle_res_concat 20
 oracle oracle_gpt 13
+
+# The tiny GPT again on 2 and 4 stages, and with `tie wte transmit` on 2, 3 and 4:
+# the tied embedding's gradient is summed over its stages in either mode.
+gpt_variant() { # NAME SED-SCRIPT
+    sed -e "$2" "$TOP/tests/models/oracle_gpt.pipe" >"$T/$1.pipe"
+    oracle "$1" 13 "$T/$1.pipe"
+}
+two='0,/^split$/{/^split$/d}'
+four='s/^fc = linear(d -> 4\*d) gelu$/&\nsplit/'
+transmit='s/^tie wte replicate$/tie wte transmit/'
+gpt_variant gpt_2stages_replicate "$two"
+gpt_variant gpt_4stages_replicate "$four"
+gpt_variant gpt_2stages_transmit "$two;$transmit"
+gpt_variant gpt_3stages_transmit "$transmit"
+gpt_variant gpt_4stages_transmit "$four;$transmit"
 done_testing
