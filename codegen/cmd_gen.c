@@ -1,4 +1,4 @@
-/* codegen/cmd_gen.c — `pipegen gen FILE -o DIR`: writes stage<k>.c per stage,
+/* codegen/cmd_gen.c — `pipegen gen FILE -o DIR [--balance PROFILE]`: writes stage<k>.c per stage,
  * <model>.h and plan.json into DIR (created if missing). Byte-stable output. */
 #include <errno.h>
 #include <stdio.h>
@@ -6,24 +6,27 @@
 #include <sys/stat.h>
 
 #include "commands.h"
+#include "cost.h"
 #include "emit.h"
 #include "load.h"
 #include "schedule.h"
 
 int cmd_gen(int argc, char **argv)
 {
-    const char *path = NULL, *dir = NULL;
+    const char *path = NULL, *dir = NULL, *balance = NULL;
     int bad = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-o") == 0 && i + 1 < argc)
             dir = argv[++i];
+        else if (strcmp(argv[i], "--balance") == 0 && i + 1 < argc && argv[i + 1][0])
+            balance = argv[++i]; /* stages = N split by measured layer times (dsl/cost.h) */
         else if (argv[i][0] == '-' || path)
             bad = 1;
         else
             path = argv[i];
     }
     if (bad || !path || !dir || !dir[0]) {
-        fprintf(stderr, "usage: pipegen gen FILE -o DIR\n");
+        fprintf(stderr, "usage: pipegen gen FILE -o DIR [--balance PROFILE]\n");
         return 2;
     }
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
@@ -33,8 +36,16 @@ int cmd_gen(int argc, char **argv)
     pg_loaded l;
     pg_schedule s;
     pg_gen *g = NULL;
+    pg_profile prof = { 0 };
     int rc = 1;
-    if (pg_load(&l, path, stderr) == 0 && pg_schedule_build(&l.model, &s, &l.diag) == 0) {
+    if (balance) {
+        pg_diag pd;
+        pg_diag_init(&pd, stderr, NULL);
+        if (pg_profile_read(balance, &prof, &pd) != 0)
+            return 1;
+    }
+    if (pg_load_profiled(&l, path, balance ? &prof : NULL, stderr) == 0 &&
+        pg_schedule_build(&l.model, &s, &l.diag) == 0) {
         if (pg_gen_prepare(&l.model, &s, &g, &l.diag) == 0) {
             rc = pg_gen_write(g, dir, &l.diag) == 0 ? 0 : 1;
             pg_gen_free(g);
@@ -42,5 +53,6 @@ int cmd_gen(int argc, char **argv)
         pg_schedule_free(&s);
     }
     pg_unload(&l);
+    pg_profile_free(&prof);
     return rc;
 }

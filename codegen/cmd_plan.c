@@ -1,31 +1,61 @@
-/* codegen/cmd_plan.c — `pipegen plan FILE`: the memory plan of every stage,
- * bytes per category and the arena total (MiB and exact bytes). */
+/* codegen/cmd_plan.c — `pipegen plan FILE [--svg OUT] [--balance PROFILE]`:
+ * the memory plan of every stage, bytes per category and the arena total
+ * (MiB and exact bytes); then the chosen splits with each stage's predicted
+ * compute, busy share and bubble (svg.c); --svg OUT draws the predicted
+ * timeline, --balance PROFILE balances `stages = N` by measured layer times
+ * (dsl/cost.h). */
 #include <stdio.h>
 #include <string.h>
 
 #include "commands.h"
+#include "cost.h"
 #include "emit.h"
 #include "load.h"
 #include "schedule.h"
+#include "svg.h"
 
 int cmd_plan(int argc, char **argv)
 {
-    if (argc != 2 || argv[1][0] == '-') {
-        fprintf(stderr, "usage: pipegen plan FILE\n");
+    const char *path = NULL, *svg = NULL, *balance = NULL;
+    int bad = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--svg") == 0 && i + 1 < argc && argv[i + 1][0])
+            svg = argv[++i];
+        else if (strcmp(argv[i], "--balance") == 0 && i + 1 < argc && argv[i + 1][0])
+            balance = argv[++i];
+        else if (argv[i][0] == '-' || path)
+            bad = 1;
+        else
+            path = argv[i];
+    }
+    if (bad || !path || !path[0]) {
+        fprintf(stderr, "usage: pipegen plan FILE [--svg OUT] [--balance PROFILE]\n");
         return 2;
     }
     pg_loaded l;
     pg_schedule s;
     pg_gen *g = NULL;
+    pg_profile prof = { 0 };
     int rc = 1;
-    if (pg_load(&l, argv[1], stderr) == 0 && pg_schedule_build(&l.model, &s, &l.diag) == 0) {
+    if (balance) {
+        pg_diag pd;
+        pg_diag_init(&pd, stderr, NULL);
+        if (pg_profile_read(balance, &prof, &pd) != 0)
+            return 1;
+    }
+    if (pg_load_profiled(&l, path, balance ? &prof : NULL, stderr) == 0 &&
+        pg_schedule_build(&l.model, &s, &l.diag) == 0) {
         if (pg_gen_prepare(&l.model, &s, &g, &l.diag) == 0) {
             pg_gen_report(g, stdout);
             pg_gen_free(g);
-            rc = 0;
+            pg_sched_costs c;
+            int seconds = pg_sched_costs_of_model(&l.model, balance ? &prof : NULL, &c);
+            pg_schedule_report(&l.model, &s, &c, seconds, stdout);
+            rc = svg && pg_schedule_svg_write(&l.model, &s, &c, seconds, svg, &l.diag) != 0 ? 1 : 0;
         }
         pg_schedule_free(&s);
     }
     pg_unload(&l);
+    pg_profile_free(&prof);
     return rc;
 }

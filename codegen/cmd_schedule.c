@@ -1,14 +1,16 @@
-/* codegen/cmd_schedule.c — `pipegen schedule FILE [--csv]`: builds and
- * verifies the model's schedule, then prints each stage's action list with
- * its activation slots and the bubble predicted for equal unit costs, or
- * (--csv) the whole schedule in the CSV format of schedule_csv.c, which
- * `train { schedule = file("x.csv") }` reads back. */
+/* codegen/cmd_schedule.c — `pipegen schedule FILE [--csv] [--svg OUT]`:
+ * builds and verifies the model's schedule, then prints each stage's action
+ * list with its activation slots and the bubble predicted for equal unit
+ * costs, or (--csv) the whole schedule in the CSV format of schedule_csv.c,
+ * which `train { schedule = file("x.csv") }` reads back; --svg OUT also draws
+ * the timeline predicted by the cost model (svg.c). */
 #include <stdio.h>
 #include <string.h>
 
 #include "commands.h"
 #include "load.h"
 #include "schedule.h"
+#include "svg.h"
 
 static void print_schedule(const ir_model *m, const pg_schedule *s, FILE *out)
 {
@@ -47,11 +49,13 @@ static void print_schedule(const ir_model *m, const pg_schedule *s, FILE *out)
 
 int cmd_schedule(int argc, char **argv)
 {
-    const char *path = NULL;
+    const char *path = NULL, *svg = NULL;
     int csv = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--csv") == 0)
             csv = 1;
+        else if (strcmp(argv[i], "--svg") == 0 && i + 1 < argc && argv[i + 1][0])
+            svg = argv[++i];
         else if (argv[i][0] == '-' && argv[i][1] != '\0')
             path = NULL, argc = -1;
         else if (!path)
@@ -62,7 +66,7 @@ int cmd_schedule(int argc, char **argv)
             break;
     }
     if (argc < 0 || !path || !path[0]) {
-        fprintf(stderr, "usage: pipegen schedule FILE [--csv]\n");
+        fprintf(stderr, "usage: pipegen schedule FILE [--csv] [--svg OUT]\n");
         return 2;
     }
     pg_loaded l;
@@ -73,8 +77,10 @@ int cmd_schedule(int argc, char **argv)
             pg_schedule_write_csv(&s, stdout);
         else
             print_schedule(&l.model, &s, stdout);
+        pg_sched_costs c;
+        int seconds = pg_sched_costs_of_model(&l.model, NULL, &c);
+        rc = svg && pg_schedule_svg_write(&l.model, &s, &c, seconds, svg, &l.diag) != 0 ? 1 : 0;
         pg_schedule_free(&s);
-        rc = 0;
     }
     pg_unload(&l);
     return rc;

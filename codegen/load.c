@@ -2,9 +2,12 @@
  * freeing what it made. The tree is dropped once checked: the model keeps
  * copies of every name it needs. */
 #include <string.h>
+#include "cost.h"
 #include "load.h"
 
-int pg_load(pg_loaded *l, const char *path, FILE *diag_out) {
+int pg_load(pg_loaded *l, const char *path, FILE *diag_out) { return pg_load_profiled(l, path, NULL, diag_out); }
+
+int pg_load_profiled(pg_loaded *l, const char *path, const pg_profile *profile, FILE *diag_out) {
     memset(l, 0, sizeof *l);
     pg_diag_init(&l->diag, diag_out, NULL);
     if (pg_source_read(&l->src, path, PG_SOURCE_LIMIT, &l->diag) != 0) return 1;
@@ -13,7 +16,7 @@ int pg_load(pg_loaded *l, const char *path, FILE *diag_out) {
     pg_ast ast;
     memset(&ast, 0, sizeof ast);
     int rc = 1;
-    if (pg_parse(&l->src, &ast, &l->diag) == 0 && pg_check(&ast, &l->model, &l->diag) == 0) rc = 0;
+    if (pg_parse(&l->src, &ast, &l->diag) == 0 && pg_check_profiled(&ast, &l->model, &l->diag, profile) == 0) rc = 0;
     pg_ast_free(&ast);
     return rc;
 }

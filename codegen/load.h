@@ -23,6 +23,10 @@ typedef struct pg_loaded {
  * the file could not be read or has errors (already reported). Always call
  * pg_unload afterwards. */
 int pg_load(pg_loaded *l, const char *path, FILE *diag_out);
+/* pg_load, with `stages = N` balanced by measured layer times (dsl/cost.h);
+ * profile NULL: as pg_load. */
+struct pg_profile;
+int pg_load_profiled(pg_loaded *l, const char *path, const struct pg_profile *profile, FILE *diag_out);
 void pg_unload(pg_loaded *l);
 
 #endif

@@ -24,14 +24,17 @@ static const command commands[] = {
      "skips that cross stages and the tied parameters. Errors go to stderr as\n"
      "file:line:col: error: message, with the source line and a caret.\n",
      0},
-    {"schedule", cmd_schedule, "schedule FILE [--csv]", "print each stage's action list (or the schedule as CSV)",
-     NULL, 0},
-    {"plan", cmd_plan, "plan FILE", "print each stage's memory plan: bytes per category and the arena",
+    {"schedule", cmd_schedule, "schedule FILE [--csv] [--svg OUT]", "print each stage's action list (or the schedule as CSV)",
+     "--svg OUT also draws the predicted timeline (cost model of dsl/cost.h) as SVG.\n", 0},
+    {"plan", cmd_plan, "plan FILE [--svg OUT] [--balance PROFILE]", "print each stage's memory plan: bytes per category and the arena",
      "Builds and verifies the schedule, plans one arena per stage and prints, per\n"
      "stage, the bytes of parameters, gradients, optimizer state, activations in\n"
-     "flight, communication and skip buffers, workspace, and the arena total.\n",
+     "flight, communication and skip buffers, workspace, and the arena total; then the\n"
+     "splits and each stage's predicted compute, busy share and bubble. --svg OUT draws\n"
+     "the predicted timeline; --balance PROFILE splits `stages = N` by measured layer\n"
+     "times ({\"layers\": [{\"name\": ..., \"fwd_s\": ..., \"bwd_s\": ...}]}).\n",
      0},
-    {"gen", cmd_gen, "gen FILE -o DIR", "generate the C of every stage, the header and plan.json into DIR",
+    {"gen", cmd_gen, "gen FILE -o DIR [--balance PROFILE]", "generate the C of every stage, the header and plan.json into DIR",
      "Writes DIR/stage<k>.c for every stage, DIR/<model>.h documenting every buffer\n"
      "(STAGE<k>_ARENA_BYTES) and DIR/plan.json. Output is byte-stable.\n",
      0},

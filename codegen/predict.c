@@ -58,7 +58,7 @@ static double msg_bytes(const ir_model *m, const pg_schedule *s, const pg_act *a
     }
 }
 
-static double act_seconds(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, const pg_act *a)
+double pg_act_cost(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, const pg_act *a)
 {
     int ch = a->chunk >= 0 && a->chunk < 64 ? a->chunk : 0;
     switch (a->kind) {
@@ -90,7 +90,7 @@ int pg_schedule_predict(const ir_model *m, const pg_schedule *s, const pg_sched_
         if (!dur[st])
             goto out;
         for (int i = 0; i < s->stage[st].n; i++)
-            dur[st][i] = act_seconds(m, s, c, &s->stage[st].act[i]);
+            dur[st][i] = pg_act_cost(m, s, c, &s->stage[st].act[i]);
     }
     pg_sim sim = { .m = m, .s = s, .dur = dur };
     if (pg_sim_run(&sim) == SIM_OK) {

@@ -27,4 +27,8 @@ pg_loc pg_act_loc(const ir_model *m, const pg_schedule *s, const pg_act *a);
 /* Schedule name for messages: "1f1b", "interleaved(2)", "file(x.csv)". */
 const char *pg_schedule_kind_str(const ir_model *m, char *buf, size_t n);
 
+/* What action a costs under c (predict.c): its chunk's F/B/W cost, a
+ * message's transfer time, 0 for OPT_STEP. */
+double pg_act_cost(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, const pg_act *a);
+
 #endif

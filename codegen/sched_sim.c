@@ -194,6 +194,8 @@ static int step(sim_ctx *c, int st)
         r = STEP_MOVED;
     }
     if (r == STEP_MOVED) {
+        if (sim->start)
+            sim->start[st][idx] = sim->clock[st] - (pg_act_is_compute(a->kind) ? dur_of(c, st, idx) : 0.0);
         sim->pc[st]++;
         c->sub[st] = 0;
         sim->wait_for[st] = -1;

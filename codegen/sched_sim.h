@@ -28,6 +28,8 @@ typedef struct pg_sim {
     const pg_schedule *s;
     double **dur;    /* optional [stage][action]: seconds a compute action takes, or a
                         SEND's (and a collective message's) transfer time; NULL: untimed */
+    double **start;  /* optional out [stage][action]: when the action began (its
+                        compute or transfer; a RECV: when its message arrived) */
     /* out */
     pg_sim_status status;
     pg_sim_ref recv, send;                 /* SIM_MISMATCH: the RECV and what it met */

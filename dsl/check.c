@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "check_ctx.h"
+#include "cost.h"
 
 /* ---- reporting ----------------------------------------------------------- */
 
@@ -493,9 +494,11 @@ static void train_defaults(ir_train *t) {
     t->precision = DT_F32;
 }
 
-int pg_check(const pg_ast *ast, ir_model *m, pg_diag *d) {
+int pg_check(const pg_ast *ast, ir_model *m, pg_diag *d) { return pg_check_profiled(ast, m, d, NULL); }
+
+int pg_check_profiled(const pg_ast *ast, ir_model *m, pg_diag *d, const pg_profile *prof) {
     memset(m, 0, sizeof *m);
-    chk c = {.d = d, .m = m, .ast = ast, .a = &m->arena};
+    chk c = {.d = d, .m = m, .ast = ast, .a = &m->arena, .profile = prof};
     int errors0 = d->errors;
     c.errors0 = errors0;
     train_defaults(&m->train);

@@ -87,6 +87,7 @@ typedef struct chk {
     pg_diag *d;
     ir_model *m;
     const pg_ast *ast;
+    const struct pg_profile *profile; /* measured layer times for `stages = N` (cost.h), or NULL */
     pg_arena *a; /* = &m->arena: everything the model keeps */
 
     chk_const *consts;   int nconsts, capconsts;

@@ -1,17 +1,37 @@
 /* dsl/stages.c — chunks and stages: the pieces between top-level splits, or a
- * contiguous balance by a simple cost when only `stages = N` is given; then which
+ * contiguous balance by the cost model (dsl/cost.c: estimated flops, or the
+ * measured times of a profile) when only `stages = N` is given; then which
  * stages use each parameter, and the ties that sharing across stages needs. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "check_ctx.h"
+#include "cost.h"
 
 static int is_compute(const ir_layer *L) { return L->kind != LK_STASH && L->kind != LK_POP; }
 
-/* Cost of one layer for the balancer: its parameters plus its output elements. */
+/* Cost of one layer for the balancer: F + B + W of the cost model, as an
+ * integer (flops per sample, or picoseconds per micro-batch when measured),
+ * at least 1 so that every layer counts and capped so sums cannot overflow. */
 static int64_t layer_cost(const chk *c, const ir_layer *L) {
-    int64_t s = pg_shape_numel(&L->out);
-    for (int i = 0; i < L->nparam; i++) s += pg_shape_numel(&c->params[L->param[i]].shape);
-    return s;
+    pg_layer_cost lc = pg_layer_cost_of(L, c->profile, 1.0);
+    double scale = c->profile ? 1e12 : 1.0, v = (lc.fwd + lc.bwd_b + lc.bwd_w) * scale;
+    if (!(v >= 1)) return 1;
+    if (v > 1e15) return (int64_t)1e15;
+    return (int64_t)llround(v);
+}
+
+/* With a profile, every compute layer must be in it; 0 when so. */
+static int check_profile_covers(chk *c) {
+    int missing = 0;
+    for (int i = 0; i < c->nlayers && missing < 5; i++) {
+        const ir_layer *L = &c->layers[i];
+        if (!is_compute(L) || pg_profile_find(c->profile, L->name)) continue;
+        if (chk_error(c, L->loc, "layer '%s' is not in the profile %s", L->name, c->profile->path ? c->profile->path : ""))
+            if (!missing) chk_note(c, L->loc, "profile again with the current model, or add the layer's fwd_s and bwd_s");
+        missing++;
+    }
+    return missing;
 }
 
 static int greedy_chunks(const int64_t *cost, int n, int64_t limit) {
@@ -81,6 +101,9 @@ void chk_stages(chk *c) {
 
     if (c->nsplits > 0) {
         if (check_empty_chunks(c)) return;
+        if (c->profile)
+            chk_warning(c, c->splits[0].loc, "the profile %s has no effect: the model's splits fix the stages",
+                        c->profile->path ? c->profile->path : "");
         int nchunks = c->nsplits + 1;
         if (nchunks % v != 0) {
             chk_error(c, at, "interleaved(%d) needs a chunk count divisible by %d, but the splits make %d chunks",
@@ -112,6 +135,7 @@ void chk_stages(chk *c) {
                           nstages, v, nchunks, ncompute);
             return;
         }
+        if (c->profile && check_profile_covers(c)) return;
         int64_t *cost = chk_xmalloc(sizeof *cost * (size_t)(ncompute + 1));
         int *chunk_of = chk_xmalloc(sizeof *chunk_of * (size_t)(ncompute + 1));
         for (int i = 0, j = 0; i < c->nlayers; i++)

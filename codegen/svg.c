@@ -1,0 +1,274 @@
+/* codegen/svg.c — the predicted timeline of a schedule as SVG, in the style
+ * of the GPipe and Zero Bubble papers' figures: time runs right, one row per
+ * stage, a box per F / B / W pass labelled with its micro-batch, idle time
+ * left white. Times come from the verifier's simulation (sched_sim.c) fed
+ * with the cost model's per-chunk costs. Every number is printed with a fixed
+ * format, so the same model gives the same bytes. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "sched_sim.h"
+#include "svg.h"
+
+int pg_sched_costs_of_model(const ir_model *m, const pg_profile *prof, pg_sched_costs *c)
+{
+    memset(c, 0, sizeof *c);
+    int covered = prof != NULL;
+    for (int i = 0; prof && i < m->nlayers; i++) {
+        const ir_layer *L = &m->layers[i];
+        if (L->kind != LK_STASH && L->kind != LK_POP && (!L->name || !pg_profile_find(prof, L->name)))
+            covered = 0;
+    }
+    double nmb = m->train.microbatches > 0 ? (double)m->train.microbatches : 1.0;
+    double rows = m->train.batch > 0 ? (double)m->train.batch / nmb : 1.0;
+    for (int i = 0; i < m->nlayers; i++) {
+        const ir_layer *L = &m->layers[i];
+        if (L->chunk < 0 || L->chunk >= 64)
+            continue;
+        pg_layer_cost lc = pg_layer_cost_of(L, covered ? prof : NULL, rows);
+        c->fwd[L->chunk] += lc.fwd;
+        c->bwd_b[L->chunk] += lc.bwd_b;
+        c->bwd_w[L->chunk] += lc.bwd_w;
+    }
+    return covered;
+}
+
+const char *pg_cost_unit(int seconds)
+{
+    return seconds ? "s" : "flop";
+}
+
+/* A value with an SI prefix and unit, 4 significant digits: "1.25 Gflop". */
+static void fmt_si(char *buf, size_t n, double v, const char *unit)
+{
+    static const char *const big[] = { "", "k", "M", "G", "T", "P" };
+    static const char *const small[] = { "", "m", "u", "n" };
+    int k = 0;
+    if (strcmp(unit, "s") == 0) {
+        while (v != 0 && fabs(v) < 1 && k < 3) {
+            v *= 1000;
+            k++;
+        }
+        snprintf(buf, n, "%.4g %s%s", v, small[k], unit);
+    } else {
+        while (fabs(v) >= 1000 && k < 5) {
+            v /= 1000;
+            k++;
+        }
+        snprintf(buf, n, "%.4g %s%s", v, big[k], unit);
+    }
+}
+
+void pg_schedule_report(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, int seconds, FILE *out)
+{
+    pg_sched_prediction pr;
+    char kind[64], v[48];
+    const char *unit = pg_cost_unit(seconds);
+    pg_schedule_kind_str(m, kind, sizeof kind);
+    if (pg_schedule_predict(m, s, c, &pr) != 0) {
+        fprintf(out, "prediction: the schedule cannot be simulated\n");
+        return;
+    }
+    double busy = 0;
+    for (int st = 0; st < s->nstages; st++)
+        busy += pr.busy[st];
+    fmt_si(v, sizeof v, pr.step_time, unit);
+    fprintf(out, "predicted step (%s, %s, messages free): %s, bubble %.1f%%\n", kind,
+            seconds ? "measured layer times" : "model units: estimated flops", v,
+            pr.step_time > 0 ? 100.0 * (1.0 - busy / (pr.step_time * s->nstages)) : 0.0);
+    for (int st = 0; st < s->nstages; st++) {
+        int first = -1, last = -1, n = 0;
+        for (int i = 0; i < m->nlayers; i++)
+            if (m->layers[i].stage == st && m->layers[i].kind != LK_STASH && m->layers[i].kind != LK_POP) {
+                if (first < 0)
+                    first = i;
+                last = i;
+                n++;
+            }
+        fmt_si(v, sizeof v, pr.busy[st], unit);
+        fprintf(out, "stage %d: %d layer%s", st, n, n == 1 ? "" : "s");
+        if (first >= 0 && m->nchunks == m->nstages && first == last)
+            fprintf(out, " (%s)", m->layers[first].name ? m->layers[first].name : "?");
+        else if (first >= 0 && m->nchunks == m->nstages)
+            fprintf(out, " (%s .. %s)", m->layers[first].name ? m->layers[first].name : "?",
+                    m->layers[last].name ? m->layers[last].name : "?");
+        fprintf(out, ", compute %s per step, busy %.1f%%, bubble %.1f%%\n", v,
+                pr.step_time > 0 ? 100.0 * pr.busy[st] / pr.step_time : 0.0, 100.0 * pr.bubble[st]);
+    }
+}
+
+/* A tick spacing of 1, 2 or 5 times a power of ten giving at most ~10 ticks. */
+static double tick_step(double span)
+{
+    if (!(span > 0))
+        return 1;
+    double raw = span / 10, p = pow(10, floor(log10(raw)));
+    double f = raw / p;
+    return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * p;
+}
+
+/* Layout in pixels. */
+enum { LEFT = 80, TOP = 48, ROW_H = 26, ROW_GAP = 6, PLOT_W = 960, RIGHT = 24 };
+
+static const char *const fill[3] = { "#4f81bd", "#f2a541", "#7cb85c" }; /* F, B, W */
+static const char *const label[3] = { "F  forward", "B  input gradient", "W  weight gradient" };
+
+static void xml_text(FILE *o, const char *s)
+{
+    for (; s && *s; s++) {
+        if (*s == '<')
+            fputs("&lt;", o);
+        else if (*s == '>')
+            fputs("&gt;", o);
+        else if (*s == '&')
+            fputs("&amp;", o);
+        else if (*s == '"')
+            fputs("&quot;", o);
+        else
+            fputc(*s, o);
+    }
+}
+
+static void draw(const ir_model *m, const pg_schedule *s, double **start, double **dur, const pg_sim *sim,
+                 int seconds, FILE *o)
+{
+    int p = s->nstages;
+    double step = 0, busy = 0;
+    for (int st = 0; st < p; st++) {
+        if (sim->clock[st] > step)
+            step = sim->clock[st];
+        busy += sim->busy[st];
+    }
+    double bubble = step > 0 ? 1.0 - busy / (step * p) : 0.0;
+    double scale = step > 0 ? PLOT_W / step : 0.0;
+    int plot_h = p * (ROW_H + ROW_GAP) - ROW_GAP;
+    int width = LEFT + PLOT_W + RIGHT, height = TOP + plot_h + 84;
+    char kind[64], sstep[48];
+    pg_schedule_kind_str(m, kind, sizeof kind);
+    fmt_si(sstep, sizeof sstep, step, pg_cost_unit(seconds));
+
+    fprintf(o, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+               "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n", width, height, width, height);
+    fprintf(o, "<rect x=\"0\" y=\"0\" width=\"%d\" height=\"%d\" fill=\"#ffffff\"/>\n", width, height);
+    fprintf(o, "<text x=\"%d\" y=\"22\" font-size=\"15\" font-weight=\"bold\">", LEFT);
+    xml_text(o, m->name ? m->name : "model");
+    fprintf(o, ": %s, %d stage%s, %d micro-batch%s - bubble %.1f%%, step %s (%s)</text>\n", kind, p,
+            p == 1 ? "" : "s", s->nmb, s->nmb == 1 ? "" : "es", 100.0 * bubble, sstep,
+            seconds ? "measured layer times" : "estimated flops, messages free");
+
+    /* rows: label, outline; idle time stays white */
+    for (int st = 0; st < p; st++) {
+        int y = TOP + st * (ROW_H + ROW_GAP);
+        double b = step > 0 ? 1.0 - sim->busy[st] / step : 0.0;
+        fprintf(o, "<text x=\"%d\" y=\"%d\" font-size=\"12\" text-anchor=\"end\">stage %d</text>\n", LEFT - 8,
+                y + ROW_H / 2 - 1, st);
+        fprintf(o, "<text x=\"%d\" y=\"%d\" font-size=\"9\" fill=\"#666666\" text-anchor=\"end\">idle %.1f%%</text>\n",
+                LEFT - 8, y + ROW_H / 2 + 10, 100.0 * b);
+        fprintf(o, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#ffffff\" stroke=\"#bbbbbb\" "
+                   "stroke-width=\"1\"/>\n", LEFT, y, PLOT_W, ROW_H);
+    }
+    /* the passes */
+    for (int st = 0; st < p; st++) {
+        int y = TOP + st * (ROW_H + ROW_GAP);
+        const pg_stage_sched *ss = &s->stage[st];
+        for (int i = 0; i < ss->n; i++) {
+            const pg_act *a = &ss->act[i];
+            if (!pg_act_is_compute(a->kind) || !(dur[st][i] > 0))
+                continue;
+            int k = a->kind == A_FWD ? 0 : a->kind == A_BWD_B ? 1 : 2;
+            double x = LEFT + start[st][i] * scale, w = dur[st][i] * scale;
+            fprintf(o, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" stroke=\"#ffffff\" "
+                       "stroke-width=\"0.75\"><title>%s mb %d chunk %d</title></rect>\n",
+                    x, y + 1, w, ROW_H - 2, fill[k], k == 0 ? "F" : k == 1 ? "B" : "W", a->mb, a->chunk);
+            int digits = a->mb >= 100 ? 3 : a->mb >= 10 ? 2 : 1;
+            if (w >= 7.0 * digits + 3)
+                fprintf(o, "<text x=\"%.2f\" y=\"%d\" font-size=\"11\" fill=\"#ffffff\" text-anchor=\"middle\">%d</text>\n",
+                        x + w / 2, y + ROW_H / 2 + 4, a->mb);
+        }
+    }
+    /* time axis */
+    int ay = TOP + plot_h + 8;
+    fprintf(o, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#333333\" stroke-width=\"1\"/>\n", LEFT, ay,
+            LEFT + PLOT_W, ay);
+    double dt = tick_step(step);
+    for (int t = 0; step > 0 && t * dt <= step * (1 + 1e-9) && t <= 100; t++) {
+        char lbl[48];
+        double x = LEFT + t * dt * scale;
+        fmt_si(lbl, sizeof lbl, t * dt, pg_cost_unit(seconds));
+        fprintf(o, "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"#333333\" stroke-width=\"1\"/>\n", x, ay,
+                x, ay + 4);
+        fprintf(o, "<text x=\"%.2f\" y=\"%d\" font-size=\"10\" text-anchor=\"middle\">%s</text>\n", x, ay + 16,
+                t == 0 ? "0" : lbl);
+    }
+    fprintf(o, "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"end\" fill=\"#666666\">time</text>\n",
+            LEFT + PLOT_W, ay + 30);
+    /* legend */
+    int ly = ay + 40;
+    for (int k = 0; k < 3; k++) {
+        int lx = LEFT + k * 190;
+        fprintf(o, "<rect x=\"%d\" y=\"%d\" width=\"16\" height=\"14\" fill=\"%s\"/>\n", lx, ly, fill[k]);
+        fprintf(o, "<text x=\"%d\" y=\"%d\" font-size=\"12\">%s</text>\n", lx + 22, ly + 11, label[k]);
+    }
+    fprintf(o, "<rect x=\"%d\" y=\"%d\" width=\"16\" height=\"14\" fill=\"#ffffff\" stroke=\"#bbbbbb\"/>\n",
+            LEFT + 3 * 190, ly);
+    fprintf(o, "<text x=\"%d\" y=\"%d\" font-size=\"12\">idle (bubble)</text>\n", LEFT + 3 * 190 + 22, ly + 11);
+    fprintf(o, "</svg>\n");
+}
+
+int pg_schedule_svg(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, int seconds, FILE *out)
+{
+    int p = s->nstages, rc = -1;
+    if (p < 1 || p > PG_SCHED_MAX_STAGES || !s->stage)
+        return -1;
+    double **start = calloc((size_t)p, sizeof *start), **dur = calloc((size_t)p, sizeof *dur);
+    if (!start || !dur)
+        goto out;
+    for (int st = 0; st < p; st++) {
+        size_t n = (size_t)(s->stage[st].n > 0 ? s->stage[st].n : 1);
+        start[st] = calloc(n, sizeof **start);
+        dur[st] = calloc(n, sizeof **dur);
+        if (!start[st] || !dur[st])
+            goto out;
+        for (int i = 0; i < s->stage[st].n; i++)
+            dur[st][i] = pg_act_cost(m, s, c, &s->stage[st].act[i]);
+    }
+    pg_sim sim = { .m = m, .s = s, .dur = dur, .start = start };
+    if (pg_sim_run(&sim) == SIM_OK) {
+        draw(m, s, start, dur, &sim, seconds, out);
+        rc = 0;
+    }
+    pg_sim_free(&sim);
+out:
+    for (int st = 0; st < p; st++) {
+        if (start)
+            free(start[st]);
+        if (dur)
+            free(dur[st]);
+    }
+    free(start);
+    free(dur);
+    return rc;
+}
+
+int pg_schedule_svg_write(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, int seconds,
+                          const char *path, pg_diag *d)
+{
+    pg_loc loc = { path, 0, 0 };
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        pg_error(d, loc, "cannot write the timeline: %s", strerror(errno));
+        return -1;
+    }
+    int bad = pg_schedule_svg(m, s, c, seconds, f) != 0;
+    if (ferror(f))
+        bad = 2;
+    if (fclose(f) != 0 && !bad)
+        bad = 2;
+    if (bad) {
+        pg_error(d, loc, "cannot write the timeline: %s",
+                 bad == 2 ? "write failed" : "the schedule cannot be simulated (or out of memory)");
+        return -1;
+    }
+    return 0;
+}
