@@ -1769,8 +1769,20 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
     fprintf(o, "    .target_dim = {%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "}, .target_per_sample = %" PRId64
                ", .target_vocab = %" PRId64 ",\n",
             m->target.dim[0], m->target.dim[1], m->target.dim[2], m->target.dim[3], pg_shape_numel(&m->target), tg_vocab);
-    fprintf(o, "    .send_bytes = send_bytes,\n    .ws_off = %" PRId64 ", .ws_bytes = %" PRId64 ",\n};\n",
+    fprintf(o, "    .send_bytes = send_bytes,\n    .ws_off = %" PRId64 ", .ws_bytes = %" PRId64 ",\n",
             S->ws_mp >= 0 ? S->mp.buf[S->ws_mp].offset : -1, S->ws_mp >= 0 ? S->mp.buf[S->ws_mp].bytes : 0);
+    /* the model output (logits) for --generate: slot 0 and the slot stride */
+    int64_t out_off = -1, out_stride = 0, out_numel = 0;
+    for (int i = 0; i < S->nchunks; i++) {
+        const em_chunk *ch = &S->ch[i];
+        if (!ch->is_last || ch->y_slot < 0)
+            continue;
+        out_off = slot_off(&S->mp, ch, ch->y_slot, 0);
+        out_stride = ch->sb[ch->y_slot].stride;
+        out_numel = ch->tens[ch->lout[ch->last - ch->first]].numel;
+    }
+    fprintf(o, "    .output_off = %" PRId64 ", .output_slot_bytes = %" PRId64 ", .output_per_sample = %" PRId64 ",\n};\n",
+            out_off, out_stride, out_numel);
     return 0;
 }
 

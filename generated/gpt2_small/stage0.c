@@ -610,4 +610,5 @@ const pg_stage_desc pg_stage = {
     .target_dim = {1024, 0, 0, 0}, .target_per_sample = 1024, .target_vocab = 50257,
     .send_bytes = send_bytes,
     .ws_off = 2681352192, .ws_bytes = 154389504,
+    .output_off = -1, .output_slot_bytes = 0, .output_per_sample = 0,
 };

@@ -620,4 +620,5 @@ const pg_stage_desc pg_stage = {
     .target_dim = {1024, 0, 0, 0}, .target_per_sample = 1024, .target_vocab = 50257,
     .send_bytes = send_bytes,
     .ws_off = -1, .ws_bytes = 0,
+    .output_off = 2063826944, .output_slot_bytes = 411705344, .output_per_sample = 51463168,
 };

@@ -167,4 +167,5 @@ const pg_stage_desc pg_stage = {
     .target_dim = {256, 0, 0, 0}, .target_per_sample = 256, .target_vocab = 0,
     .send_bytes = send_bytes,
     .ws_off = -1, .ws_bytes = 0,
+    .output_off = -1, .output_slot_bytes = 0, .output_per_sample = 0,
 };

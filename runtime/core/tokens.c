@@ -1,0 +1,139 @@
+/* runtime/core/tokens.c — `--data FILE` as a token stream for a language model.
+ *
+ * When the model's input and target are both i32[seq] and FILE is a rank-1
+ * i32 .pgd (dims [ntokens], as `pipedata text` writes), sample i of step s is
+ *     input  = tokens[o .. o+seq)      target = tokens[o+1 .. o+seq+1)
+ *     o      = mix(mix(mix(seed ^ K) ^ s) ^ i) mod (ntokens - seq)
+ * a pure function of (seed, step, sample index), so stage 0 (inputs) and the
+ * stage holding the loss (targets) cut the same windows without talking. */
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "stage_run.h"
+
+#define TOKENS_KEY UINT64_C(0x746f6b656e73) /* "tokens": keeps the windows apart from other seeded streams */
+
+static uint64_t mix64(uint64_t z)
+{
+    z += UINT64_C(0x9e3779b97f4a7c15);
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
+}
+
+static int lm_shaped(const pg_stage_desc *d)
+{
+    return d->input_dtype == 2 && d->target_dtype == 2 && d->input_rank == 1 && d->target_rank == 1 &&
+           d->input_dim[0] == d->target_dim[0] && d->input_dim[0] > 0;
+}
+
+/* The rank in a .pgd header, -1 if the file cannot be read as one (the
+ * ordinary reader then says what is wrong). */
+static int pgd_rank(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    unsigned char h[16];
+    ssize_t got = read(fd, h, sizeof h);
+    close(fd);
+    if (got != (ssize_t)sizeof h || memcmp(h, "PGD1", 4) != 0)
+        return -1;
+    return (int)((uint32_t)h[12] | (uint32_t)h[13] << 8 | (uint32_t)h[14] << 16 | (uint32_t)h[15] << 24);
+}
+
+static int64_t model_vocab(const pg_stage_desc *d)
+{
+    int64_t v = d->input_vocab;
+    if (d->target_vocab > 0 && (v <= 0 || d->target_vocab < v))
+        v = d->target_vocab;
+    return v;
+}
+
+/* Open and check one copy of the stream: every token in [0, vocab), at least seq+1 tokens. */
+static int open_stream(pg_run *r, pg_datafile *f)
+{
+    const pg_stage_desc *d = r->d;
+    char err[512];
+    if (pg_data_open(f, r->opt.data, 2, 0, NULL, err, sizeof err)) {
+        fprintf(stderr, "stage %d: %s\n", d->stage, err);
+        return -1;
+    }
+    int64_t seq = d->input_dim[0], vocab = model_vocab(d);
+    if (f->samples < (uint64_t)seq + 1) {
+        fprintf(stderr, "stage %d: %s holds %llu tokens, but one window of the model needs seq + 1 = %lld\n", d->stage,
+                r->opt.data, (unsigned long long)f->samples, (long long)seq + 1);
+        pg_data_close(f);
+        return -1;
+    }
+    const int32_t *t = f->data;
+    for (uint64_t i = 0; vocab > 0 && i < f->samples; i++)
+        if (t[i] < 0 || t[i] >= vocab) {
+            fprintf(stderr, "stage %d: %s: token %ld at position %llu is outside the model's vocabulary [0, %lld)\n",
+                    d->stage, r->opt.data, (long)t[i], (unsigned long long)i, (long long)vocab);
+            pg_data_close(f);
+            return -1;
+        }
+    return 0;
+}
+
+int pg_run_tokens_open(pg_run *r)
+{
+    const pg_stage_desc *d = r->d;
+    if (!r->opt.data || !lm_shaped(d) || !(d->has_input || d->has_loss) || pgd_rank(r->opt.data) != 1)
+        return 0;
+    if (r->opt.targets) {
+        fprintf(stderr, "stage %d: %s is a token stream, which holds the targets too: leave out --targets\n", d->stage,
+                r->opt.data);
+        return -1;
+    }
+    if (d->has_input) {
+        if (open_stream(r, &r->in))
+            return -1;
+        r->have_in = 1;
+    }
+    if (d->has_loss) {
+        if (open_stream(r, &r->tg))
+            return -1;
+        r->have_tg = 1;
+    }
+    r->tokens = 1;
+    return 1;
+}
+
+/* Offset of sample i's window in step `step`: in [0, ntokens - seq). */
+static uint64_t window(uint64_t seed, int64_t step, int64_t i, uint64_t ntokens, int64_t seq)
+{
+    uint64_t k = mix64(mix64(mix64(seed ^ TOKENS_KEY) ^ (uint64_t)step) ^ (uint64_t)i);
+    return k % (ntokens - (uint64_t)seq);
+}
+
+static void fill_windows(const pg_run *r, const pg_datafile *f, int64_t step, int shift, int32_t *dst)
+{
+    const pg_stage_desc *d = r->d;
+    int64_t B = d->train.batch, seq = d->input_dim[0];
+    const int32_t *t = f->data;
+    for (int64_t i = 0; i < B; i++) {
+        uint64_t o = window(d->train.seed, step, i, f->samples, seq) + (uint64_t)shift;
+        memcpy(dst + i * seq, t + o, (size_t)seq * 4);
+    }
+}
+
+int pg_run_tokens_load(pg_run *r, int64_t step)
+{
+    const pg_stage_desc *d = r->d;
+    size_t bytes = (size_t)(d->train.batch * d->input_dim[0]) * 4;
+    if (d->has_input) {
+        fill_windows(r, &r->in, step, 0, r->host);
+        if (pg_copy_to_dev(r->ctx, r->A + d->input_off, r->host, bytes))
+            return 1;
+    }
+    if (d->has_loss) {
+        fill_windows(r, &r->tg, step, 1, r->host);
+        if (pg_copy_to_dev(r->ctx, r->A + d->target_off, r->host, bytes))
+            return 1;
+    }
+    return 0;
+}

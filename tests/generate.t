@@ -1,0 +1,55 @@
+#!/bin/sh
+# tests/generate.t — --generate: after training, tests/models/lm_tiny.pipe
+# samples text forward-only through its stages, and the last stage prints it
+# after 'sample: ' with the prompt in front. The logits are the same bits on 1
+# and 2 stages, so the text is byte-identical for a fixed seed, with the tie
+# replicated or transmitted (the user's transmitted copy is refreshed after the
+# last update); greedy sampling is deterministic; --load of a --save file gives
+# the same text with --steps 0; bad options are usage errors.
+. "$(dirname "$0")/lib.sh"
+. "$TOP/tests/lib_lm.sh"
+T=$(mktemp -d /tmp/pg-generate.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+
+lm_build "$T/one" 1 replicate; ok $? "lm_tiny builds on 1 stage"
+lm_build "$T/two" 2 replicate; ok $? "lm_tiny builds on 2 stages (replicate)"
+lm_build "$T/twot" 2 transmit; ok $? "lm_tiny builds on 2 stages (transmit)"
+lm_text "$T/text.txt"
+"$PIPEDATA" text "$T/text.txt" -o "$T/text.pgd" >/dev/null
+
+sample() { grep -A100 '^\[stage [0-9]*\] sample: ' "$1" | grep -v 'bubble\|throughput' | sed 's/^\[stage [0-9]*\] //'; }
+G="--steps 40 --log-every 40 --data $T/text.pgd --generate 60 --prompt the"
+lm_run "$T/one" "$T/one.out" $G --save "$T/w.safetensors"; ok $? "1 stage trains and generates"
+lm_run "$T/two" "$T/two.out" $G; ok $? "2 stages train and generate"
+lm_run "$T/twot" "$T/twot.out" $G; ok $? "2 stages with a transmitted tie train and generate"
+s1=$(sample "$T/one.out"); s2=$(sample "$T/two.out"); s3=$(sample "$T/twot.out")
+like "$s1" "^sample: the" "the last stage prints 'sample: ' and the prompt"
+is "$(printf '%s' "$s1" | wc -c)" 71 "prompt (3) + 60 tokens, after 'sample: ' (8)"
+is "$s2" "$s1" "2 stages give byte-identical text"
+is "$s3" "$s1" "2 stages with tie transmit give byte-identical text"
+grep -q '^\[stage 0\] sample' "$T/two.out"; ok $((! $?)) "only the last stage prints it"
+
+GG="--steps 200 --log-every 200 --data $T/text.pgd --generate 60 --temperature 0"
+lm_run "$T/two" "$T/g1.out" $GG --prompt "the cat "; ok $? "greedy generation runs"
+lm_run "$T/two" "$T/g2.out" $GG --prompt "the cat "
+is "$(sample "$T/g2.out")" "$(sample "$T/g1.out")" "greedy generation is deterministic"
+lm_run "$T/one" "$T/g3.out" $GG --prompt "the cat "
+is "$(sample "$T/g3.out")" "$(sample "$T/g1.out")" "greedy text is the same on 1 stage"
+lm_run "$T/two" "$T/g4.out" $G --temperature 0
+[ "$(sample "$T/g4.out")" != "$s1" ]
+ok $? "temperature 0.8 samples differ from greedy ones"
+like "$(sample "$T/g1.out")" "^sample: the cat sat on the mat" "after 200 steps the greedy continuation of the regular text is the text"
+
+lm_run "$T/twot" "$T/ld.out" --steps 0 --load "$T/w.safetensors" --generate 60 --prompt the
+ok $? "--steps 0 --load FILE --generate runs"
+is "$(sample "$T/ld.out")" "$s1" "the loaded weights give the trained model's text"
+lm_run "$T/two" "$T/bad.out" --steps 0 --load "$T/nonexistent.safetensors"
+ok $((! $?)) "--load of a missing file fails"
+like "$(cat "$T/bad.out")" "--load: .*nonexistent" "naming the file"
+
+lm_run "$T/one" "$T/u.out" --generate x; is $? 2 "--generate x: usage error"
+lm_run "$T/one" "$T/u.out" --temperature -1; is $? 2 "--temperature -1: usage error"
+lm_run "$T/one" "$T/u.out" --steps 0 --generate 5 --prompt "$(printf 'a\200')"
+ok $((! $?)) "a prompt byte outside the vocabulary is refused"
+like "$(cat "$T/u.out")" "byte 128 at position 1 is outside the vocabulary" "with the byte and its position"
+done_testing
