@@ -10,6 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "checkpoint.h"
+#include "guard.h"
 #include "stage_run.h"
 
 static void usage(FILE *o, const pg_stage_desc *d)
@@ -28,7 +30,27 @@ static void usage(FILE *o, const pg_stage_desc *d)
             "  --threads N     OpenBLAS threads (default: cores / PIPE_LOCAL_WORLD, at least 1;\n"
             "                  PIPE_LOCAL_WORLD is the number of stages on this host, 1 if unset)\n"
             "  --timeout S     give up a receive after S seconds (default 300)\n"
+            "  --connect-timeout S  keep retrying the rendezvous for S seconds (default 60)\n"
+            "  --checkpoint-dir DIR  write checkpoints (every stage's weights and optimizer\n"
+            "                  state) to DIR/step-NNNNNNNN/, a MANIFEST last, DIR/LATEST; the 2\n"
+            "                  newest complete ones are kept; one after the last step\n"
+            "  --save-every N  also a checkpoint every N steps (needs --checkpoint-dir)\n"
+            "  --resume DIR    continue from the newest complete checkpoint in DIR that every\n"
+            "                  stage can use, bitwise as if never stopped (--steps is the total)\n"
+            "  --save-on-exit  on SIGINT/SIGTERM finish the step, write a checkpoint, exit 128+sig\n"
+            "  --skip-nonfinite  skip (on every stage) a step whose loss is NaN or Inf instead\n"
+            "                  of stopping\n"
+            "  --load FILE     start from the parameters in FILE (a --save file; each stage\n"
+            "                  reads its own by name) instead of the seeded initial values\n"
+            "  --generate N    after training, sample N tokens forward-only through the\n"
+            "                  stages (input and target i32[seq]); the last stage prints\n"
+            "                  'sample: ' and the prompt with its continuation\n"
+            "  --prompt TEXT   the text to continue (bytes as tokens; default a newline)\n"
+            "  --temperature T sample from softmax(logits / T) (default 0.8; 0: greedy)\n"
             "  --help          this text\n"
+            "A language model (input and target i32[seq]) also takes --data FILE holding one\n"
+            "token stream (rank 1, `pipedata text`): sample i of a step is the window of seq\n"
+            "tokens at a seeded offset, its target the window one token further.\n"
             "Without --data/--targets the data are synthetic: 8 batches made once at start-up\n"
             "and cycled. Inputs are seeded uniform in [-1, 1) (i32: ids in [0, vocab)). An f32\n"
             "target of an f32 input is a fixed teacher of the sample, so a model can learn it:\n"
@@ -57,6 +79,8 @@ static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts
     o->log_every = 1;
     o->threads = 0;
     o->timeout_s = 300.0;
+    o->connect_timeout_s = 60.0;
+    o->temperature = 0.8;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -65,8 +89,30 @@ static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts
             usage(stdout, d);
             return 1;
         }
+        if (!strcmp(a, "--save-on-exit") || !strcmp(a, "--skip-nonfinite")) {
+            *(!strcmp(a, "--save-on-exit") ? &o->save_on_exit : &o->skip_nonfinite) = 1;
+            continue;
+        }
+        if (!strcmp(a, "--checkpoint-dir") || !strcmp(a, "--save-every") || !strcmp(a, "--resume") ||
+            !strcmp(a, "--connect-timeout")) { /* reliability options (checkpoint.c, guard.c) */
+            char *end = NULL;
+            double t = v ? strtod(v, &end) : 0;
+            if (!v || (!strcmp(a, "--save-every") && parse_int(v, 1, &n)) ||
+                (!strcmp(a, "--connect-timeout") && (end == v || *end || !(t > 0)))) {
+                fprintf(stderr, "stage %d: %s wants %s (see --help)\n", d->stage, a,
+                        !strcmp(a, "--save-every") ? "a step count >= 1" : !strcmp(a, "--connect-timeout") ? "seconds > 0" : "a directory");
+                return 2;
+            }
+            i++;
+            if (!strcmp(a, "--checkpoint-dir")) o->ckpt_dir = v;
+            else if (!strcmp(a, "--resume")) o->resume = v;
+            else if (!strcmp(a, "--save-every")) o->save_every = n;
+            else o->connect_timeout_s = t;
+            continue;
+        }
         int takes = !strcmp(a, "--steps") || !strcmp(a, "--log-every") || !strcmp(a, "--data") ||
-                    !strcmp(a, "--targets") || !strcmp(a, "--save") || !strcmp(a, "--save-grads") || !strcmp(a, "--threads") || !strcmp(a, "--timeout");
+                    !strcmp(a, "--targets") || !strcmp(a, "--save") || !strcmp(a, "--save-grads") || !strcmp(a, "--threads") || !strcmp(a, "--timeout") ||
+                    !strcmp(a, "--load") || !strcmp(a, "--generate") || !strcmp(a, "--prompt") || !strcmp(a, "--temperature");
         if (!takes) {
             fprintf(stderr, "stage %d: unknown option '%s' (see --help)\n", d->stage, a);
             return 2;
@@ -80,6 +126,23 @@ static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts
         else if (!strcmp(a, "--targets")) o->targets = v;
         else if (!strcmp(a, "--save")) o->save = v;
         else if (!strcmp(a, "--save-grads")) o->save_grads = v;
+        else if (!strcmp(a, "--load")) o->load = v;
+        else if (!strcmp(a, "--prompt")) o->prompt = v;
+        else if (!strcmp(a, "--temperature")) {
+            char *end;
+            double t = strtod(v, &end);
+            if (end == v || *end || !(t >= 0) || t > 1e6) {
+                fprintf(stderr, "stage %d: --temperature wants a number >= 0, not '%s'\n", d->stage, v);
+                return 2;
+            }
+            o->temperature = t;
+        } else if (!strcmp(a, "--generate")) {
+            if (parse_int(v, 0, &n) || n > 100000000) {
+                fprintf(stderr, "stage %d: --generate wants a token count >= 0, not '%s'\n", d->stage, v);
+                return 2;
+            }
+            o->generate = n;
+        }
         else if (!strcmp(a, "--timeout")) {
             char *end;
             double t = strtod(v, &end);
@@ -99,6 +162,10 @@ static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts
             else o->threads = n > 1024 ? 1024 : (int)n;
         }
     }
+    if ((o->save_every || o->save_on_exit) && !o->ckpt_dir) {
+        fprintf(stderr, "stage %d: %s needs --checkpoint-dir DIR\n", d->stage, o->save_every ? "--save-every" : "--save-on-exit");
+        return 2;
+    }
     if (o->threads <= 0) {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         const char *lw = getenv("PIPE_LOCAL_WORLD");
@@ -116,12 +183,19 @@ static int open_data(pg_run *r)
 {
     const pg_stage_desc *d = r->d;
     char err[512];
+    int tk = pg_run_tokens_open(r); /* --data as a token stream (tokens.c) */
+    if (tk)
+        return tk < 0;
     if (d->has_input && r->opt.data) {
         if (pg_data_open(&r->in, r->opt.data, d->input_dtype, d->input_rank, d->input_dim, err, sizeof err)) {
             fprintf(stderr, "stage %d: %s\n", d->stage, err);
             return 1;
         }
         r->have_in = 1;
+        if (pg_guard_ids(&r->in, d->input_vocab, r->opt.data, "token id", "vocabulary size", err, sizeof err)) {
+            fprintf(stderr, "stage %d: %s\n", d->stage, err);
+            return 1;
+        }
     }
     if (d->has_loss && r->opt.targets) {
         if (pg_data_open(&r->tg, r->opt.targets, d->target_dtype, d->target_rank, d->target_dim, err, sizeof err)) {
@@ -129,6 +203,10 @@ static int open_data(pg_run *r)
             return 1;
         }
         r->have_tg = 1;
+        if (pg_guard_ids(&r->tg, d->target_vocab, r->opt.targets, "target id", "number of classes", err, sizeof err)) {
+            fprintf(stderr, "stage %d: %s\n", d->stage, err);
+            return 1;
+        }
     }
     return 0;
 }
@@ -250,6 +328,10 @@ static int run(pg_run *r)
     r->ctx = pg_backend_init(r->opt.threads);
     if (!r->ctx)
         return 1;
+    if (pg_guard_memory(d, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
     r->A = pg_arena_create(r->ctx, (size_t)d->arena_bytes);
     if (!r->A) {
         fprintf(stderr, "stage %d: cannot get its arena of %" PRId64 " bytes (%.1f MiB); see `pipegen plan`\n", d->stage,
@@ -269,23 +351,26 @@ static int run(pg_run *r)
         fprintf(stderr, "stage %d: out of memory for %zu bytes of staging\n", d->stage, hb);
         return 1;
     }
-    if (open_data(r) || pg_run_synth_init(r) || init_params(r))
+    if (open_data(r) || pg_run_synth_init(r) || init_params(r) || (r->opt.load && pg_run_load_params(r)))
         return 1;
     size_t *sb = calloc((size_t)d->nstages, sizeof *sb);
     if (!sb)
         return 1;
     for (int k = 0; k < d->nstages; k++)
         sb[k] = (size_t)d->send_bytes[k];
-    pg_net_config cfg = {d->model, d->plan_hash, d->stage, sb, 60.0};
+    pg_net_config cfg = {d->model, d->plan_hash, d->stage, sb, r->opt.connect_timeout_s};
     r->net = pg_net_init(&l, &cfg, err, sizeof err);
     free(sb);
     if (!r->net) {
         fprintf(stderr, "stage %d: %s\n", d->stage, err);
         return 1;
     }
+    int64_t start = 0;
+    if (pg_guard_init(r) || (r->opt.resume && pg_ckpt_resume(r, &start)))
+        return 1;
     int last = d->has_loss;
     double samples_s = 0.0;
-    for (int64_t s = 0; s < r->opt.steps; s++) {
+    for (int64_t s = start; s < r->opt.steps; s++) {
         double t0 = pg_run_now(), loss = 0.0;
         if (pg_run_step(r, s, &loss))
             return 1;
@@ -295,16 +380,29 @@ static int run(pg_run *r)
         else
             r->first_wall_s = dt;
         if (last && ((s + 1) % r->opt.log_every == 0 || s + 1 == r->opt.steps)) {
-            printf("step %" PRId64 "/%" PRId64 "  loss %.9f  %.1f samples/s\n", s + 1, r->opt.steps, loss,
-                   dt > 0 ? (double)d->train.batch / dt : 0.0);
+            printf("step %" PRId64 "/%" PRId64 "  loss %.9f  %.1f samples/s%s\n", s + 1, r->opt.steps, loss,
+                   dt > 0 ? (double)d->train.batch / dt : 0.0,
+                   r->step_verdict == PG_VERDICT_SKIP ? "  (skipped: loss not finite)" : "");
             fflush(stdout);
         }
         if (last && s + 1 == r->opt.steps)
             printf("final loss %.17g\n", loss);
+        int sig = 0; /* --save-on-exit: every stage stops after the same step */
+        if (r->opt.save_on_exit && pg_guard_stop_agree(r, s + 1, &sig))
+            return 1;
+        if (r->opt.ckpt_dir && (sig || s + 1 == r->opt.steps || (r->opt.save_every && (s + 1) % r->opt.save_every == 0)) &&
+            pg_ckpt_save(r, s + 1))
+            return 1;
+        if (sig) {
+            fprintf(stderr, "stage %d: stopped by signal %d after step %" PRId64 " (checkpoint saved)\n", d->stage, sig, s + 1);
+            return 128 + sig;
+        }
     }
     if (r->opt.save && save_params(r, r->opt.steps, r->opt.save, 0))
         return 1;
     if (r->opt.save_grads && save_params(r, r->opt.steps, r->opt.save_grads, 1))
+        return 1;
+    if (r->opt.generate > 0 && pg_run_generate(r))
         return 1;
     pg_net_status st = pg_net_flush(r->net, r->opt.timeout_s);
     if (st) {
@@ -330,6 +428,8 @@ int main(int argc, char **argv)
     if (a)
         return a == 1 ? 0 : 2;
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (r.opt.save_on_exit)
+        pg_guard_catch_signals();
     int rc = run(&r);
     if (r.net)
         pg_net_close(r.net);

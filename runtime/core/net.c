@@ -110,10 +110,26 @@ static int ms_left(double deadline)
     return (int)(left * 1000.0) + 1;
 }
 
+/* Keepalive and a user timeout, so a link that is cut (host down, cable or
+ * veth gone: no FIN, no RST) fails within ~8 s even while nothing is sent:
+ * probes after 2 s idle, every 1 s; unacknowledged data or probes for 6 s
+ * abort the connection (ETIMEDOUT). A live peer's kernel answers probes even
+ * while its process computes, so only a dead link trips them. */
+#define KEEPALIVE_IDLE_S 2
+#define KEEPALIVE_INTVL_S 1
+#define KEEPALIVE_CNT 4
+#define USER_TIMEOUT_MS 6000
+
 static void tune_socket(int fd)
 {
-    int one = 1;
+    int one = 1, idle = KEEPALIVE_IDLE_S, intvl = KEEPALIVE_INTVL_S, cnt = KEEPALIVE_CNT;
+    unsigned ut = USER_TIMEOUT_MS;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof ut);
     fcntl(fd, F_SETFD, FD_CLOEXEC);
 }
 
@@ -637,6 +653,12 @@ static int bad_peer(pg_net *n, int peer_, const char *what)
 
 static pg_net_status dead_status(pg_net *n, int i, int e)
 {
+    if (e == ETIMEDOUT || e == EHOSTUNREACH || e == ENETUNREACH) {
+        seterr(n->err, sizeof n->err,
+               "lost the connection to stage %d: %s (its host is down or the network between us is cut)", i,
+               strerror(e));
+        return PG_NET_CLOSED;
+    }
     if (e == EPIPE || e == ECONNRESET || e == 0)
         seterr(n->err, sizeof n->err, "stage %d closed its connection (it exited or was killed)", i);
     else
@@ -726,6 +748,13 @@ pg_net_status pg_net_recv(pg_net *n, int from, uint32_t tag, void *buf, size_t b
         seterr(n->err, sizeof n->err, "stage %d: no message from stage %d within %g s (expected tag %u, %zu bytes)",
                n->rank, from, timeout_s, tag, bytes);
         return PG_NET_TIMEOUT;
+    }
+    if (r == -1 && (errno == ETIMEDOUT || errno == EHOSTUNREACH || errno == ENETUNREACH)) {
+        p->rx_closed = 1;
+        seterr(n->err, sizeof n->err,
+               "lost the connection to stage %d: %s (its host is down or the network between us is cut)", from,
+               strerror(errno));
+        return PG_NET_CLOSED;
     }
     if (r == -2 || errno == ECONNRESET || errno == EPIPE) {
         p->rx_closed = 1;

@@ -145,6 +145,11 @@ typedef struct pg_stage_desc {
 
     const int64_t *send_bytes;         /* [nstages]: bytes sent to each peer in one step, plus the final gather */
     int64_t ws_off, ws_bytes;          /* workspace for tie reductions: one received gradient block */
+    /* Appended (--generate): on the stage holding the last chunk, the model
+     * output (logits) of activation slot s starts at output_off + s *
+     * output_slot_bytes, output_per_sample elements per row; output_per_sample
+     * is 0 on the other stages and in stage files generated before. */
+    int64_t output_off, output_slot_bytes, output_per_sample;
 } pg_stage_desc;
 
 /* Defined by the generated stage<k>.c. */

@@ -17,11 +17,23 @@ typedef struct pg_run_opts {
     const char *save_grads;   /* --save-grads: the last step's gradients */
     int threads;
     double timeout_s;
+    int64_t generate;         /* --generate N: sample N tokens after training (generate.c) */
+    const char *prompt;       /* --prompt TEXT */
+    double temperature;       /* --temperature T (0: greedy) */
+    const char *load;         /* --load FILE: parameters from a --save file (generate.c) */
+    const char *ckpt_dir;     /* --checkpoint-dir DIR (checkpoint.c) */
+    int64_t save_every;       /* --save-every N: a checkpoint every N steps (0: only the last) */
+    const char *resume;       /* --resume DIR */
+    int save_on_exit;         /* --save-on-exit: SIGINT/SIGTERM stop after a final checkpoint */
+    int skip_nonfinite;       /* --skip-nonfinite: skip a step whose loss is NaN/Inf (guard.c) */
+    double connect_timeout_s; /* --connect-timeout S: rendezvous retries */
 } pg_run_opts;
 
 typedef struct pg_run {
     const pg_stage_desc *d;
     pg_run_opts opt;
+    int step_verdict;         /* this step: 0 ok, 1 skipped (non-finite loss), 2 stop (guard.c) */
+    int loss_stage;           /* the stage holding the loss (pg_guard_init) */
     pg_ctx *ctx;
     unsigned char *A;         /* the arena */
     pg_net *net;
@@ -36,6 +48,7 @@ typedef struct pg_run {
     double wall_s;            /* wall time of the steps after the first */
     double first_wall_s;      /* wall time of the first step */
     int cur_action;
+    int tokens;               /* --data is a token stream: in/tg hold it (tokens.c) */
 } pg_run;
 
 double pg_run_now(void);
@@ -44,5 +57,15 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out);
 /* Allocate and fill the synthetic batches this stage reads (none when it reads
  * data files). 0 or 1 after printing the failure; main frees synth_in/_tg. */
 int pg_run_synth_init(pg_run *r);
+/* tokens.c: --data FILE holding a rank-1 i32 token stream, for a model whose
+ * input and target are both i32[seq]: sample i of a step is the window at a
+ * seeded offset o, target the window at o+1. open: 0 not a token stream (the
+ * caller goes on), 1 opened into in/tg, -1 failed (printed). */
+int pg_run_tokens_open(pg_run *r);
+int pg_run_tokens_load(pg_run *r, int64_t step);
+/* generate.c: --load (each stage reads its own parameters by name) and
+ * --generate (forward-only sampling through the stages). 0 or 1 (printed). */
+int pg_run_load_params(pg_run *r);
+int pg_run_generate(pg_run *r);
 
 #endif

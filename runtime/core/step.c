@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "guard.h"
 #include "stage_run.h"
 
 double pg_run_now(void)
@@ -94,6 +95,8 @@ static int load_batch(pg_run *r, int64_t step)
 {
     const pg_stage_desc *d = r->d;
     int64_t B = d->train.batch, first = (step % SYNTH_BATCHES) * B;
+    if (r->tokens) /* --data is a token stream: windows at seeded offsets (tokens.c) */
+        return pg_run_tokens_load(r, step);
     if (d->has_input) {
         size_t bytes = (size_t)(B * d->input_per_sample * 4);
         const void *src = r->host;
@@ -416,6 +419,17 @@ static int tie_check(pg_run *r, int a, const pg_step_action *x, int64_t step)
     return 0;
 }
 
+/* The loss stage's verdict on this step (guard.c), exchanged once before the
+ * optimizer touches anything: the loss stage sends it at its first GRAD_NORM
+ * or OPT_STEP, every other stage receives it at its own. */
+static int exchange_verdict(pg_run *r, int64_t step, int *known)
+{
+    if (*known)
+        return 0;
+    *known = 1;
+    return r->d->has_loss ? pg_guard_verdict_send(r, step) : pg_guard_verdict_recv(r, step);
+}
+
 int pg_run_step(pg_run *r, int64_t step, double *loss_out)
 {
     const pg_stage_desc *d = r->d;
@@ -427,6 +441,8 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
         return 1;
     double compute = 0.0;
     int folded = 0; /* fold_local done: before the first GRAD_NORM or OPT_STEP */
+    int verdict_known = 0;
+    r->step_verdict = PG_VERDICT_OK;
     const char *ct = getenv("PIPE_CHECK_TIES");
     int check_ties = ct && *ct && strcmp(ct, "0") != 0;
     for (int a = 0; a < d->nactions; a++) {
@@ -466,6 +482,10 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
                 return 1;
             break;
         case PG_GRAD_NORM: {
+            if (exchange_verdict(r, step, &verdict_known) || r->step_verdict == PG_VERDICT_STOP)
+                return 1;
+            if (r->step_verdict == PG_VERDICT_SKIP)
+                break;
             double t0 = pg_run_now();
             if (!folded && fold_local(r))
                 return 1;
@@ -476,6 +496,10 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
             break;
         }
         case PG_OPT_STEP: {
+            if (exchange_verdict(r, step, &verdict_known) || r->step_verdict == PG_VERDICT_STOP)
+                return 1;
+            if (r->step_verdict == PG_VERDICT_SKIP)
+                break;
             double t0 = pg_run_now();
             if (!folded && fold_local(r))
                 return 1;
@@ -497,6 +521,8 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
             return 1;
         }
     }
+    if (exchange_verdict(r, step, &verdict_known) || r->step_verdict == PG_VERDICT_STOP)
+        return 1;
     if (pg_sync(r->ctx))
         return 1;
     double sum = 0.0;

@@ -1,0 +1,41 @@
+/* runtime/core/guard.h — the stage program's defences against bad input and a
+ * bad environment: memory too small for the arena, token ids outside the
+ * vocabulary, a non-finite loss (stop, or skip the step on every stage:
+ * --skip-nonfinite), and SIGINT/SIGTERM stopping every stage at the same step
+ * after a final checkpoint (--save-on-exit). Messages go to stderr. */
+#ifndef PG_GUARD_H
+#define PG_GUARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "stage_run.h"
+
+/* Verdicts of the loss stage on one step (r->step_verdict). */
+enum { PG_VERDICT_OK = 0, PG_VERDICT_SKIP = 1, PG_VERDICT_STOP = 2 };
+
+/* 0 when the arena fits in the memory this process may use (MemAvailable,
+ * RLIMIT_AS, RLIMIT_DATA); -1 with both numbers in err. */
+int pg_guard_memory(const pg_stage_desc *d, char *err, size_t errlen);
+
+/* 0 when every i32 id of f is in [0, vocab); -1 naming the first bad sample. */
+int pg_guard_ids(const pg_datafile *f, int64_t vocab, const char *path, const char *what, const char *limit,
+                 char *err, size_t errlen);
+
+/* Collective, after pg_net_init: every stage learns which stage holds the loss. */
+int pg_guard_init(pg_run *r);
+
+/* The loss stage, once all its micro-batches' losses are in r->loss: decide
+ * (finite: ok; else skip with --skip-nonfinite, stop otherwise) and send the
+ * verdict to every stage. 0, or 1 after printing a network failure. */
+int pg_guard_verdict_send(pg_run *r, int64_t step);
+/* Every other stage, before its optimizer: receive the verdict into
+ * r->step_verdict. 0, or 1 after printing the failure. */
+int pg_guard_verdict_recv(pg_run *r, int64_t step);
+
+/* --save-on-exit: catch SIGINT and SIGTERM (the handler only records them). */
+void pg_guard_catch_signals(void);
+/* Collective after each step: stage 0 ORs every stage's caught signal and
+ * tells everyone, so all stop after the same step. *sig: 0 or the signal. */
+int pg_guard_stop_agree(pg_run *r, int64_t step, int *sig);
+
+#endif

@@ -1,0 +1,85 @@
+#!/bin/sh
+# tests/fault_checkpoint.t — checkpoints and resume (--checkpoint-dir, --save-every,
+# --resume): bitwise continuation, the 2 newest kept, and a corrupted, truncated,
+# half-written or mismatched checkpoint refused with a reason while the previous
+# complete one stays usable; a full disk (a small tmpfs) keeps the previous one.
+. "$(dirname "$0")/lib.sh"
+. "$TOP/tests/lib_e2e.sh"
+. "$TOP/tests/lib_fault.sh"
+T=$(mktemp -d /tmp/pg-fault-ck.XXXXXX)
+cleanup() { mountpoint -q "$T/full" 2>/dev/null && umount "$T/full"; rm -rf "$T"; }
+trap cleanup EXIT
+G=$T/m3
+gen_mlp "$G" 3
+ok $? "mlp_small on 3 stages builds"
+run() { timeout 60 "$PIPERUN" "$G/bin" -- --threads 1 "$@"; }
+final() { grep 'final loss' "$1" | sed 's/^\[stage [0-9]*\] //'; }
+
+# --- bitwise continuation ------------------------------------------------------
+run --steps 10 --save "$T/straight.st" >"$T/straight.out" 2>&1
+ok $? "10 steps straight"
+run --steps 5 --checkpoint-dir "$T/ck" --save-every 2 >"$T/first.out" 2>&1
+ok $? "5 steps with --checkpoint-dir --save-every 2"
+is "$(cat "$T/ck/LATEST" 2>/dev/null)" "step-00000005" "LATEST names the newest complete step"
+is "$(cd "$T/ck" && echo step-*)" "step-00000004 step-00000005" "the 2 newest complete checkpoints are kept, step 2 removed"
+[ -f "$T/ck/step-00000005/MANIFEST" ] && [ -f "$T/ck/step-00000005/stage2.safetensors" ]
+ok $? "a step holds MANIFEST and one file per stage"
+cp -a "$T/ck" "$T/ck.orig"
+run --steps 10 --resume "$T/ck" --save "$T/resumed.st" >"$T/resumed.out" 2>&1
+ok $? "resume and run to step 10"
+like "$(cat "$T/resumed.out")" 'resume: continuing from .*step-00000005 \(step 5\)' "resumes from step 5"
+is "$(final "$T/resumed.out")" "$(final "$T/straight.out")" "final loss text equals the uninterrupted run's"
+cmp -s "$T/straight.st" "$T/resumed.st"
+ok $? "saved weights are byte-identical to the uninterrupted run's"
+like "$(grep -c 'step [0-9]*/10  loss' "$T/resumed.out")" '^5$' "the resumed run prints steps 6..10 only"
+
+# --- refusals, each falling back to step 4 ----------------------------------------
+refuse() { # refuse NAME REGEX: resume from $T/ck, expect REGEX and a fall back to step 4 with equal weights
+    run --steps 10 --resume "$T/ck" --save "$T/fb.st" >"$T/fb.out" 2>&1
+    rc=$?
+    is "$rc" 0 "$1: the run goes on"
+    like "$(cat "$T/fb.out")" "$2" "$1: refused with the reason"
+    like "$(cat "$T/fb.out")" 'continuing from .*step-00000004' "$1: falls back to the previous complete checkpoint"
+    cmp -s "$T/straight.st" "$T/fb.st"; ok $? "$1: and still ends bitwise equal"
+    rm -rf "$T/ck"; cp -a "$T/ck.orig" "$T/ck"
+}
+f=$T/ck/step-00000005/stage1.safetensors
+sz=$(stat -c %s "$f")
+printf '\377' | dd of="$f" bs=1 seek=$((sz - 5)) conv=notrunc 2>/dev/null
+refuse "a corrupted byte in stage 1's tensors" 'stage1\.safetensors is corrupted: its tensors hash to'
+truncate -s $((sz / 2)) "$f"
+refuse "a truncated stage file" 'stage1\.safetensors is truncated'
+rm "$T/ck/step-00000005/MANIFEST"
+refuse "a step without MANIFEST (half-written)" 'has no MANIFEST \(a checkpoint that was never completed\)'
+sed -i 's/^stage 2 ./stage 2 0/' "$T/ck/step-00000005/MANIFEST"
+refuse "an edited manifest" 'MANIFEST is corrupted'
+
+# --- mismatches: nothing usable -> a clear refusal ---------------------------------
+G2=$T/m2
+gen_mlp "$G2" 2
+timeout 60 "$PIPERUN" "$G2/bin" -- --threads 1 --steps 10 --resume "$T/ck" >"$T/mm.out" 2>&1
+rc=$?
+[ "$rc" -ne 0 ]; ok $? "another plan (2 stages) refuses a 3-stage checkpoint (exit $rc)"
+like "$(cat "$T/mm.out")" "belongs to model 'mlp_small' \(plan hash [0-9a-f]+\) but this stage is model 'mlp_small' \(plan hash" "the message names both plan hashes"
+like "$(cat "$T/mm.out")" 'no complete checkpoint there is usable by every stage' "and says nothing is usable"
+timeout 60 "$PIPERUN" "$G/bin" -- --threads 1 --steps 10 --resume "$T/nothing" >"$T/none.out" 2>&1
+[ $? -ne 0 ] && grep -q 'no checkpoint there' "$T/none.out"; ok $? "--resume of an empty place: refused"
+
+# --- a full disk ------------------------------------------------------------------
+mkdir -p "$T/full"
+if ! mount -t tmpfs -o size=400k tmpfs "$T/full" 2>"$T/mount.err"; then
+    echo "ok $((_n + 1)) # SKIP cannot mount a tmpfs: $(cat "$T/mount.err")"; _n=$((_n + 1))
+else
+    run --steps 40 --checkpoint-dir "$T/full/ck" --save-every 2 >"$T/full.out" 2>&1
+    rc=$?
+    [ "$rc" -ne 0 ]; ok $? "a full disk stops the run (exit $rc)"
+    like "$(cat "$T/full.out")" 'No space left on device' "the disk-full error is named"
+    like "$(cat "$T/full.out")" 'the previous checkpoint is kept: step-[0-9]+ is intact' "and says the previous checkpoint is intact"
+    last=$(cat "$T/full/ck/LATEST")
+    n=${last#step-}; n=$(expr "$n" + 0)
+    run --steps "$n" --save "$T/full_ref.st" >/dev/null 2>&1
+    run --steps "$n" --resume "$T/full/ck" --save "$T/full_res.st" >"$T/full_res.out" 2>&1
+    ok $? "resume from the checkpoint left on the full disk ($last)"
+    cmp -s "$T/full_ref.st" "$T/full_res.st"; ok $? "it holds exactly the weights of step $n"
+fi
+done_testing

@@ -1,0 +1,59 @@
+#!/bin/sh
+# tests/fault_signals.t — SIGTERM or Ctrl-C to piperun with --save-on-exit: every
+# stage finishes the same step, a final checkpoint is written, all exit 128+sig,
+# and the run resumes from that checkpoint; resources: an arena larger than
+# the memory allowed fails at start with the numbers.
+. "$(dirname "$0")/lib.sh"
+. "$TOP/tests/lib_e2e.sh"
+. "$TOP/tests/lib_fault.sh"
+T=$(mktemp -d /tmp/pg-fault-sig.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+G=$T/m3
+gen_mlp "$G" 3
+ok $? "mlp_small on 3 stages builds"
+gone() { ! kill -0 "$1" 2>/dev/null || grep -q '^[0-9]* ([^)]*) Z' "/proc/$1/stat" 2>/dev/null; }
+
+for sig in TERM INT; do
+    num=$(kill -l "$sig" 2>/dev/null || echo 15); [ "$sig" = INT ] && num=2; [ "$sig" = TERM ] && num=15
+    rm -rf "$T/ck"
+    "$PIPERUN" "$G/bin" -- --threads 1 --steps 100000000 --log-every 500 --checkpoint-dir "$T/ck" --save-on-exit \
+        >"$T/$sig.out" 2>&1 &
+    pr=$!
+    wait_for "$T/$sig.out" 'step 500/' 20
+    pids=$(pgrep -f "$G/bin/stage" | tr '\n' ' ')
+    kill -$sig $pr
+    wait_exit $pr 10; rc=$WX
+    is "$rc" $((128 + num)) "SIG$sig to piperun: exit $((128 + num))"
+    n=$(grep -c "stopped by signal $num after step [0-9]* (checkpoint saved)" "$T/$sig.out")
+    is "$n" 3 "SIG$sig: every stage stops after a final checkpoint"
+    steps=$(sed -n "s/.*stopped by signal $num after step \([0-9]*\).*/\1/p" "$T/$sig.out" | sort -u)
+    is "$(echo "$steps" | wc -l)" 1 "SIG$sig: all stages stopped after the same step ($steps)"
+    is "$(cat "$T/ck/LATEST" 2>/dev/null)" "$(printf 'step-%08d' "$steps")" "SIG$sig: LATEST names that step"
+    left=0; for p in $pids; do gone "$p" || left=$((left + 1)); done
+    is "$left" 0 "SIG$sig: no stage process is left behind"
+done
+timeout 60 "$PIPERUN" "$G/bin" -- --threads 1 --steps $((steps + 2)) --resume "$T/ck" --save "$T/r.st" >"$T/r.out" 2>&1
+ok $? "the run resumes from the checkpoint written on exit"
+timeout 60 "$PIPERUN" "$G/bin" -- --threads 1 --steps $((steps + 2)) --save "$T/s.st" >/dev/null 2>&1
+cmp -s "$T/r.st" "$T/s.st"; ok $? "and ends bitwise equal to an uninterrupted run"
+
+# --- an arena larger than the memory allowed -----------------------------------------
+B=$T/big
+mkdir -p "$B"
+printf 'model big\ninput x : f32[60000]\ntarget y : f32[60000]\ntrain {\n batch = 2 microbatches = 1\n loss = mse(sum) optimizer = sgd(lr = 1e-3, momentum = 0.9) seed = 1\n}\nl = linear(60000 -> 60000)\n' >"$B/m.pipe"
+"$PIPEGEN" gen "$B/m.pipe" -o "$B" >"$B/gen.log" 2>&1 && build "$B"
+ok $? "a model with a 40 GB arena generates and builds"
+need=$(sed -n 's/^#define STAGE0_ARENA_BYTES INT64_C(\([0-9]*\)).*/\1/p' "$B"/*.h | head -1)
+avail=$(awk '/MemAvailable/ { print $2 * 1024 }' /proc/meminfo)
+if [ -n "$need" ] && awk -v n="$need" -v a="$avail" 'BEGIN { exit !(n > a) }'; then
+    out=$(PIPE_RANK=0 PIPE_WORLD=1 timeout 20 "$B/bin/stage0" --steps 1 --threads 1 2>&1); rc=$?
+    is "$rc" 1 "an arena larger than MemAvailable: exit 1 at start"
+    like "$out" "stage 0: its arena needs $need bytes \([0-9.]+ GiB\) but this machine has only [0-9]+ bytes \([0-9.]+ GiB\) available \(MemAvailable\)" "with both numbers"
+else
+    echo "ok $((_n + 1)) # SKIP this machine has more memory ($avail) than the big arena (${need:-?})"; _n=$((_n + 1))
+fi
+# the same through the address-space limit (checked after MemAvailable)
+out=$(sh -c "ulimit -v 400000; PIPE_RANK=0 PIPE_WORLD=1 timeout 20 '$B/bin/stage0' --steps 1 --threads 1" 2>&1); rc=$?
+is "$rc" 1 "ulimit -v 400 MB: exit 1 at start"
+like "$out" "stage 0: its arena needs $need bytes .* (available \(MemAvailable\)|RLIMIT_AS \(ulimit -v\) allows this process only [0-9]+ bytes)" "names the arena and the limit"
+done_testing
