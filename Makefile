@@ -5,11 +5,17 @@
 #   make bench      benchmarks (bench/)
 #   make fuzz       fuzz the front end for FUZZ_SECONDS (default 600)
 #   make cuda       compile every CUDA file (nvcc); done by `make test` too
-#   make test-gpu   build and run the CUDA kernel tests (needs a GPU)
+#   make test-gpu   build and run the CUDA kernel and stage tests (needs a GPU)
+# CUDA=1 builds into build-cuda/ with the CUDA runtime: `make CUDA=1
+# build-cuda/<model>/stages` links the generated stages for the GPU.
 # SAN=1 builds into build-san/ with ASan and UBSan.
 
 CC      ?= cc
 SAN     ?= 0
+CUDA    ?= 0
+ifeq ($(CUDA),1)
+BUILD   ?= build-cuda
+endif
 ifeq ($(SAN),1)
 BUILD   ?= build-san
 SANFLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -37,7 +43,7 @@ FE_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(DSL_SRC)) $(BUILD)/obj/gen/lexer.o
 CG_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out codegen/main.c,$(CG_SRC)))
 
 # ---- the runtime: core + cpu ----------------------------------------------
-RT_CORE  := $(filter-out runtime/core/piperun.c,$(wildcard runtime/core/*.c))
+RT_CORE  := $(filter-out runtime/core/piperun.c runtime/core/pipedata.c,$(wildcard runtime/core/*.c))
 RT_CPU   := $(wildcard runtime/cpu/*.c)
 RT_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(RT_CORE) $(RT_CPU))
 CUDA_SRC := $(wildcard runtime/cuda/*.cu)
@@ -51,7 +57,7 @@ EXAMPLES := $(wildcard examples/*.pipe)
 .PHONY: all deps test-deps run test bench fuzz cuda test-gpu clean san-all
 .SUFFIXES:
 
-all: deps $(BUILD)/pipegen $(BUILD)/libpgrt_cpu.a $(BUILD)/piperun
+all: deps $(BUILD)/pipegen $(BUILD)/libpgrt_cpu.a $(BUILD)/piperun $(BUILD)/pipedata
 
 deps:
 	@tools/deps.sh build
@@ -92,8 +98,22 @@ $(BUILD)/libpgrt_cpu.a: $(RT_OBJ)
 $(BUILD)/piperun: $(BUILD)/obj/runtime/core/piperun.o
 	$(CC) $(ALLCFLAGS) -o $@ $^
 
+# pipedata: .pgd files from plain files (text -> a token stream)
+$(BUILD)/pipedata: $(BUILD)/obj/runtime/core/pipedata.o $(BUILD)/libpgrt_cpu.a
+	$(CC) $(ALLCFLAGS) -o $@ $^
+
 # ---- stage binaries: build/<model>/stage<k> from generated/<model>/ --------
-# `make $(BUILD)/<model>/stages` links every generated stage of one model.
+# `make $(BUILD)/<model>/stages` links every generated stage of one model;
+# with CUDA=1 against the CUDA runtime (the same stage<k>.c).
+ifeq ($(CUDA),1)
+$(BUILD)/%/stages: generated/%/plan.json $(BUILD)/libpgrt_cuda.a
+	@mkdir -p $(BUILD)/$*
+	@set -e; for f in generated/$*/stage*.c; do \
+	  k=$$(basename $$f .c); \
+	  echo "  CC $(BUILD)/$*/$$k (cuda)"; \
+	  $(CC) $(ALLCFLAGS) -Igenerated/$* -o $(BUILD)/$*/$$k $$f $(BUILD)/libpgrt_cuda.a $(LDLIBS_CUDA); \
+	done; touch $@
+else
 $(BUILD)/%/stages: generated/%/plan.json $(BUILD)/libpgrt_cpu.a
 	@mkdir -p $(BUILD)/$*
 	@set -e; for f in generated/$*/stage*.c; do \
@@ -101,6 +121,23 @@ $(BUILD)/%/stages: generated/%/plan.json $(BUILD)/libpgrt_cpu.a
 	  echo "  CC $(BUILD)/$*/$$k"; \
 	  $(CC) $(ALLCFLAGS) -Igenerated/$* -o $(BUILD)/$*/$$k $$f $(BUILD)/libpgrt_cpu.a $(LDLIBS_RT); \
 	done; touch $@
+endif
+
+# ---- the CUDA stage runtime: libpgrt_cuda.a ---------------------------------
+# The core objects (not net.c), every CUDA object, and net.c once more with its
+# names renamed (runtime/cuda/net_rename.h) under the CUDA transport cuda_net.cu.
+CUDA_HOME ?= /usr/local/cuda
+LDLIBS_CUDA = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lnccl -lstdc++ -lpthread -lm
+CUDA_NET_OBJ := $(BUILD)/cuda/cuda_net.o
+RT_CUDA_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out runtime/core/net.c,$(RT_CORE))) \
+               $(BUILD)/cuda/net_tcp.o $(CUDA_OBJ)
+
+$(BUILD)/cuda/net_tcp.o: runtime/core/net.c runtime/cuda/net_rename.h runtime/cuda/pg_tcp_net.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALLCFLAGS) -Iruntime/cuda -include runtime/cuda/net_rename.h -MMD -MP -c -o $@ $<
+
+$(BUILD)/libpgrt_cuda.a: $(RT_CUDA_OBJ)
+	rm -f $@ && ar rcs $@ $^
 
 # ---- CUDA: every .cu compiles in every test run, GPU or not ---------------
 # Objects are real targets with nvcc -MMD dependencies: only changed files recompile.
@@ -121,11 +158,14 @@ $(BUILD)/cuda-tests/%.o: tests/gpu/%.cu
 
 # GPU kernel tests (tests/gpu/): every op against host references; needs a GPU
 # ("no GPU found" and a failure without one).
-$(BUILD)/cuda-tests/test_ops_gpu: $(BUILD)/cuda-tests/test_ops_gpu.o $(CUDA_OBJ)
+$(BUILD)/cuda-tests/test_ops_gpu: $(BUILD)/cuda-tests/test_ops_gpu.o $(filter-out $(CUDA_NET_OBJ),$(CUDA_OBJ))
 	$(NVCC) -arch=sm_90 -o $@ $^ -lcublas
 
-test-gpu: $(BUILD)/cuda-tests/test_ops_gpu
+# then the stage runtime on the GPU: tests/gpu/run_gpu_tests.sh (graph replay,
+# gpt_tiny on 1 and 4 stages against the CPU, a killed stage)
+test-gpu: all $(BUILD)/cuda-tests/test_ops_gpu
 	$(BUILD)/cuda-tests/test_ops_gpu
+	tests/gpu/run_gpu_tests.sh
 
 # ---- the two commands -----------------------------------------------------
 run: all
@@ -136,9 +176,10 @@ run: all
 test: test-deps all
 	@$(MAKE) --no-print-directory SAN=1 san-all
 	@$(MAKE) --no-print-directory cuda
+	@$(MAKE) --no-print-directory CUDA=1 build-cuda/mlp/stages build-cuda/gpt_char/stages
 	@prove -f tests/*.t
 
-san-all: $(BUILD)/pipegen $(BUILD)/libpgrt_cpu.a $(BUILD)/piperun
+san-all: $(BUILD)/pipegen $(BUILD)/libpgrt_cpu.a $(BUILD)/piperun $(BUILD)/pipedata
 
 bench: all
 	@bench/run.sh
@@ -149,4 +190,4 @@ fuzz: all
 clean:
 	rm -rf build build-san
 
--include $(shell find build build-san -name '*.d' 2>/dev/null)
+-include $(shell find build build-san build-cuda -name '*.d' 2>/dev/null)

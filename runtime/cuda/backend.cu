@@ -7,6 +7,15 @@
 #include <stdlib.h>
 
 #include "cuda_common.h"
+#include "cuda_backend.h"
+
+/* The one process-wide slot of the CUDA runtime (cuda_backend.h says why):
+ * the live backend context, for the transport (cuda_net.cu). */
+static struct {
+    pg_ctx *ctx;
+} pg_cuda_process;
+
+pg_ctx *pg_cuda_process_ctx(void) { return pg_cuda_process.ctx; }
 
 /* Frees what init made so far; safe on a partly built context. */
 static void ctx_release(pg_ctx *c)
@@ -64,10 +73,16 @@ pg_ctx *pg_backend_init(int threads)
         ctx_release(c);
         return NULL;
     }
+    pg_cuda_process.ctx = c;
     return c;
 }
 
-void pg_backend_free(pg_ctx *c) { ctx_release(c); }
+void pg_backend_free(pg_ctx *c)
+{
+    if (c && pg_cuda_process.ctx == c)
+        pg_cuda_process.ctx = NULL;
+    ctx_release(c);
+}
 
 const char *pg_backend_name(void) { return "cuda"; }
 

@@ -1,0 +1,48 @@
+/* runtime/cuda/cuda_backend.h — what the CUDA stage runtime adds to pg_ops.h,
+ * callable from C (runtime/core) and CUDA files alike.
+ *
+ * The process context. pg_net_init takes no pg_ctx (pg_net.h is shared with
+ * the CPU build and stays unchanged), yet the CUDA transport must enqueue its
+ * copies and NCCL calls on the backend's stream. pg_backend_init therefore
+ * records the context it made in one process-wide slot that
+ * pg_cuda_process_ctx returns (pg_backend_free clears it). This is the only
+ * process-wide state of the CUDA runtime; it is acceptable because a stage
+ * process has exactly one backend (main.c calls pg_backend_init once, before
+ * pg_net_init, and frees it after pg_net_close). A second live context
+ * replaces the slot (tests that make several see the newest).
+ *
+ * CUDA graphs (graph.cu): capture the step's work on the context's stream
+ * once, then replay it each step. Nothing may synchronise the stream or read
+ * device memory back while capturing (see runtime/cuda/README.md for what
+ * step.c must change before it can call these). */
+#ifndef PG_CUDA_BACKEND_H
+#define PG_CUDA_BACKEND_H
+
+#include "pg_ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The context pg_backend_init made in this process, NULL if none is live. */
+pg_ctx *pg_cuda_process_ctx(void);
+
+typedef struct pg_cuda_graph pg_cuda_graph;
+
+/* Start capturing every op enqueued on c's stream (thread-local capture mode:
+ * other threads' CUDA calls are unaffected). 0 or 1 after pg_rt_error. */
+int pg_cuda_graph_begin(pg_ctx *c);
+/* Stop capturing and instantiate what was captured: *out is a graph to launch
+ * any number of times (free it with pg_cuda_graph_free). On failure (e.g. a
+ * captured op synchronised) *out is NULL, the capture is ended and 1 is
+ * returned after pg_rt_error naming the cause. */
+int pg_cuda_graph_end(pg_ctx *c, pg_cuda_graph **out);
+/* Enqueue one replay on c's stream (asynchronous, like the ops). */
+int pg_cuda_graph_launch(pg_ctx *c, pg_cuda_graph *g);
+void pg_cuda_graph_free(pg_cuda_graph *g);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,62 @@
+#!/bin/sh
+# tests/cuda_link.t — the CUDA stage runtime links, GPU or not: `make CUDA=1`
+# builds build-cuda/libpgrt_cuda.a and links the generated mlp and gpt_char
+# stages against it; every binary exists, its dynamic libraries (cudart,
+# cuBLAS, NCCL) resolve, and it carries the CUDA transport over the renamed
+# TCP code (pg_tcp_net_*, ncclSend); tests/gpu/graph_smoke.c links from C; the
+# GPU test script parses (sh -n). Without a GPU a CUDA stage says "no GPU
+# found" and exits 1. Nothing here needs a GPU; tests/gpu/run_gpu_tests.sh
+# (make test-gpu) runs them on one.
+. "$(dirname "$0")/lib.sh"
+NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+if [ ! -x "$NVCC" ]; then
+    echo "1..0 # SKIP nvcc not found at $NVCC"
+    exit 0
+fi
+cd "$TOP" || exit 1
+T=$(mktemp -d /tmp/pg-cuda-link.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+log=$(make --no-print-directory CUDA=1 NVCC="$NVCC" build-cuda/mlp/stages build-cuda/gpt_char/stages 2>&1)
+st=$?
+ok $st "make CUDA=1 links the mlp and gpt_char stages against libpgrt_cuda.a"
+[ $st = 0 ] || printf '%s\n' "$log" | tail -20 | sed 's/^/# /'
+for m in mlp gpt_char; do
+    n=$(ls generated/$m/stage*.c 2>/dev/null | wc -l)
+    for f in generated/$m/stage*.c; do
+        b=build-cuda/$m/$(basename "$f" .c)
+        [ -x "$b" ]; ok $? "$b exists (one of $n)"
+        deps=$(ldd "$b" 2>&1)
+        ! printf '%s\n' "$deps" | grep -q 'not found' &&
+            printf '%s\n' "$deps" | grep -q 'libcudart\.so' &&
+            printf '%s\n' "$deps" | grep -q 'libcublas\.so' &&
+            printf '%s\n' "$deps" | grep -q 'libnccl\.so'
+        st=$?
+        ok $st "$b: cudart, cuBLAS and NCCL resolve (ldd)"
+        [ $st = 0 ] || printf '%s\n' "$deps" | sed 's/^/# /'
+        syms=$(nm "$b" 2>/dev/null)
+        printf '%s\n' "$syms" | grep -q ' T pg_tcp_net_init$' &&
+            printf '%s\n' "$syms" | grep -q ' T pg_net_send$' &&
+            printf '%s\n' "$syms" | grep -q ' U ncclSend' &&
+            printf '%s\n' "$syms" | grep -q ' T pg_backend_init$' &&
+            ! printf '%s\n' "$syms" | grep -q 'cblas_sgemm'
+        ok $? "$b: CUDA backend and transport over the renamed TCP code, no OpenBLAS"
+    done
+done
+cc -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Wall -Wextra -Werror -O2 -Iruntime/core -Iruntime/cuda \
+    -o "$T/graph_smoke" tests/gpu/graph_smoke.c build-cuda/libpgrt_cuda.a \
+    -L"$CUDA_HOME/lib64" -Wl,-rpath,"$CUDA_HOME/lib64" -lcudart -lcublas -lnccl -lstdc++ -lpthread -lm 2>"$T/cc.log"
+st=$?
+ok $st "tests/gpu/graph_smoke.c (graph capture/replay from C) links against libpgrt_cuda.a"
+[ $st = 0 ] || sed 's/^/# /' "$T/cc.log"
+sh -n tests/gpu/run_gpu_tests.sh 2>"$T/sh.log"
+st=$?
+ok $st "tests/gpu/run_gpu_tests.sh parses (sh -n)"
+[ $st = 0 ] || sed 's/^/# /' "$T/sh.log"
+if ! nvidia-smi -L >/dev/null 2>&1 && [ -x build-cuda/mlp/stage0 ]; then
+    out=$(PIPE_RANK=0 PIPE_WORLD=3 PIPE_MASTER=127.0.0.1:1 timeout 20 build-cuda/mlp/stage0 --steps 1 2>&1)
+    st=$?
+    [ $st = 1 ]; ok $? "no GPU: a CUDA stage exits 1 (status $st)"
+    like "$out" 'no GPU found' "no GPU: it says so"
+fi
+done_testing
