@@ -32,6 +32,15 @@ is "$(final "$T/resumed.out")" "$(final "$T/straight.out")" "final loss text equ
 cmp -s "$T/straight.st" "$T/resumed.st"
 ok $? "saved weights are byte-identical to the uninterrupted run's"
 like "$(grep -c 'step [0-9]*/10  loss' "$T/resumed.out")" '^5$' "the resumed run prints steps 6..10 only"
+run --steps 5 --save "$T/ck2" --save-every 2 >"$T/first2.out" 2>&1
+ok $? "the issue's spelling: --save DIR --save-every 2"
+is "$(cat "$T/ck2/LATEST" 2>/dev/null)" "step-00000005" "--save DIR with --save-every is the checkpoint directory"
+cmp -s "$T/ck/step-00000005/stage2.safetensors" "$T/ck2/step-00000005/stage2.safetensors"
+ok $? "and holds the same bytes as --checkpoint-dir"
+rm -rf "$T/ck2"
+run --steps 1 --save-every 2 >"$T/u.out" 2>&1
+is $? 2 "--save-every without a directory: usage error"
+like "$(cat "$T/u.out")" 'needs --checkpoint-dir DIR \(or --save DIR\)' "saying what it needs"
 
 # --- refusals, each falling back to step 4 ----------------------------------------
 refuse() { # refuse NAME REGEX: resume from $T/ck, expect REGEX and a fall back to step 4 with equal weights

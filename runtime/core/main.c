@@ -163,8 +163,15 @@ static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts
         }
     }
     if ((o->save_every || o->save_on_exit) && !o->ckpt_dir) {
-        fprintf(stderr, "stage %d: %s needs --checkpoint-dir DIR\n", d->stage, o->save_every ? "--save-every" : "--save-on-exit");
-        return 2;
+        if (!o->save) {
+            fprintf(stderr, "stage %d: %s needs --checkpoint-dir DIR (or --save DIR)\n", d->stage,
+                    o->save_every ? "--save-every" : "--save-on-exit");
+            return 2;
+        }
+        /* `--save DIR --save-every N`: with a checkpoint cadence and no
+         * --checkpoint-dir, --save names the checkpoint directory. */
+        o->ckpt_dir = o->save;
+        o->save = NULL;
     }
     if (o->threads <= 0) {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
