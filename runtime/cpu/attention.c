@@ -6,8 +6,8 @@
  *   y   = ctx Wo^T + bo                 [r,T,d]
  * The per-head products are sgemm calls on strided views (no copies), with
  * shapes that do not depend on r, so a sample's bits do not depend on how many
- * samples share the call. The softmax backward runs as fixed-order loops
- * because the interface gives no [T,T] workspace. */
+ * samples share the call. The softmax backward works on blocks of score rows
+ * in a bounded stack buffer, because the interface gives no [T,T] workspace. */
 #include <cblas.h>
 #include <math.h>
 
@@ -23,7 +23,9 @@ static int attn_dims_ok(const char *op, int64_t r, int64_t T, int64_t d, int64_t
     return 0;
 }
 
-/* Softmax of one score row in place over [0, len); entries [len, T) become 0. */
+/* Softmax of one score row in place over [0, len); entries [len, T) become 0.
+ * The exponentials go through pg_cpu_exp_blk in blocks (the last one padded),
+ * the sum in double in index order. */
 static void softmax_row(float *a, int64_t len, int64_t T)
 {
     float m = a[0];
@@ -31,10 +33,16 @@ static void softmax_row(float *a, int64_t len, int64_t T)
         if (a[j] > m)
             m = a[j];
     double s = 0.0;
-    for (int64_t j = 0; j < len; j++) {
-        float e = expf(a[j] - m);
-        a[j] = e;
-        s += e;
+    for (int64_t j0 = 0; j0 < len; j0 += PG_CPU_EXP_BLK) {
+        int64_t nb = len - j0 < PG_CPU_EXP_BLK ? len - j0 : PG_CPU_EXP_BLK;
+        float e[PG_CPU_EXP_BLK] = {0};
+        for (int64_t j = 0; j < nb; j++)
+            e[j] = a[j0 + j] - m;
+        pg_cpu_exp_blk(e);
+        for (int64_t j = 0; j < nb; j++) {
+            a[j0 + j] = e[j];
+            s += e[j];
+        }
     }
     float inv = (float)(1.0 / s);
     for (int64_t j = 0; j < len; j++)
@@ -70,45 +78,20 @@ int pg_attention_fwd(pg_ctx *c, int64_t r, int64_t T, int64_t d, int64_t h, int 
     return pg_linear_fwd(c, r * T, d, d, ctxbuf, wo, bo, y);
 }
 
-/* Dot product in a fixed order: 8 interleaved partial sums (so the compiler
- * can use vector lanes without reordering anything), then summed in order. */
-static float dot(const float *a, const float *b, int64_t n)
-{
-    float acc[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++)
-            acc[l] += a[i + l] * b[i + l];
-    for (; i < n; i++)
-        acc[0] += a[i] * b[i];
-    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
+/* The softmax backward works on blocks of score rows in ATT_WS_FLOATS floats
+ * of stack (64 KiB; no [T,T] workspace comes through the interface): a block
+ * holds rb = min(T, ATT_WS_FLOATS / T) rows of T scores (all of them for
+ * T <= 128). Block sizes depend on T alone, so a sample's bits do not depend on
+ * r or on its place in the micro-batch. */
+#define ATT_WS_FLOATS 16384
 
-/* D = dctx_i . ctx_i = sum_j att_ij (dctx_i . v_j), with ctx_i rebuilt from
- * att and v in chunks of the head dim (the interface passes no ctx here). */
-static double row_softmax_dot(const float *ai, int64_t len, const float *v, int64_t d3,
-                              const float *dci, int64_t hd)
-{
-    float cx[256];
-    double D = 0.0;
-    for (int64_t e0 = 0; e0 < hd; e0 += 256) {
-        int64_t ne = hd - e0 < 256 ? hd - e0 : 256;
-        for (int64_t e = 0; e < ne; e++)
-            cx[e] = 0.0f;
-        for (int64_t j = 0; j < len; j++) {
-            const float *vj = v + j * d3 + e0;
-            float a = ai[j];
-            for (int64_t e = 0; e < ne; e++)
-                cx[e] += a * vj[e];
-        }
-        D += dot(dci + e0, cx, ne);
-    }
-    return D;
-}
-
-/* dctx = dy Wo; per head: dv = att^T dctx, datt = dctx v^T,
- * ds = att (datt - rowsum(att datt)), dq = ds k / sqrt(hd), dk = ds^T q / sqrt(hd);
- * dx = dqkv Wqkv. */
+/* dctx = dy Wo; per head: dv = att^T dctx; per block of rows i:
+ *   S = dctx_i v^T,  D_i = sum_j att_ij S_ij (= dctx_i . ctx_i; double, j in order),
+ *   ds_ij = att_ij (S_ij - D_i) / sqrt(hd),  dq_i = ds_i k,  dk += ds_i^T q_i
+ * (ds is 0 past a row's causal limit; with a causal mask, the columns past the
+ * block's last row are left out of the products);
+ * then dx = dqkv Wqkv. Every product is one sgemm with shapes set by T, hd and
+ * the block alone. */
 int pg_attention_bwd_in(pg_ctx *c, int64_t r, int64_t T, int64_t d, int64_t h, int causal,
                         const float *wqkv, const float *wo,
                         const float *qkv, const float *att, const float *dy,
@@ -116,8 +99,13 @@ int pg_attention_bwd_in(pg_ctx *c, int64_t r, int64_t T, int64_t d, int64_t h, i
 {
     if (attn_dims_ok("attention_bwd_in", r, T, d, h))
         return 1;
+    if (T > ATT_WS_FLOATS)
+        return PG_RT_FAIL("attention_bwd_in: sequence length %lld is over the %d positions the "
+                          "CPU kernel supports", (long long)T, ATT_WS_FLOATS);
     int64_t hd = d / h, d3 = 3 * d;
+    int64_t rb = ATT_WS_FLOATS / T < T ? ATT_WS_FLOATS / T : T;
     float scale = (float)(1.0 / sqrt((double)hd));
+    float S[ATT_WS_FLOATS];
     if (pg_linear_bwd_in(c, r * T, d, d, dy, wo, dctx))
         return 1;
     for (int64_t b = 0; b < r; b++)
@@ -132,23 +120,29 @@ int pg_attention_bwd_in(pg_ctx *c, int64_t r, int64_t T, int64_t d, int64_t h, i
                         1.0f, a, (int)T, dc, (int)d, 0.0f, dv, (int)d3);
             for (int64_t i = 0; i < T; i++)
                 for (int64_t e = 0; e < hd; e++)
-                    dq[i * d3 + e] = dk[i * d3 + e] = 0.0f;
-            for (int64_t i = 0; i < T; i++) {
-                int64_t len = causal ? i + 1 : T;
-                const float *ai = a + i * T, *dci = dc + i * d, *qi = q + i * d3;
-                float *dqi = dq + i * d3;
-                float Df = (float)row_softmax_dot(ai, len, v, d3, dci, hd);
-                for (int64_t j = 0; j < len; j++) {
-                    if (ai[j] == 0.0f)
-                        continue; /* underflowed probability: no gradient */
-                    float ds = ai[j] * (dot(dci, v + j * d3, hd) - Df) * scale;
-                    const float *kj = k + j * d3;
-                    float *dkj = dk + j * d3;
-                    for (int64_t e = 0; e < hd; e++) {
-                        dqi[e] += ds * kj[e];
-                        dkj[e] += ds * qi[e];
-                    }
+                    dk[i * d3 + e] = 0.0f;
+            for (int64_t i0 = 0; i0 < T; i0 += rb) {
+                int64_t nr = T - i0 < rb ? T - i0 : rb;
+                int64_t nc = causal ? i0 + nr : T; /* columns that can be nonzero */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)nc, (int)hd,
+                            1.0f, dc + i0 * d, (int)d, v, (int)d3, 0.0f, S, (int)nc);
+                for (int64_t ii = 0; ii < nr; ii++) {
+                    int64_t len = causal ? i0 + ii + 1 : T;
+                    const float *ai = a + (i0 + ii) * T;
+                    float *si = S + ii * nc;
+                    double D = 0.0;
+                    for (int64_t j = 0; j < len; j++)
+                        D += (double)ai[j] * si[j];
+                    float Df = (float)D;
+                    for (int64_t j = 0; j < len; j++)
+                        si[j] = ai[j] * (si[j] - Df) * scale;
+                    for (int64_t j = len; j < nc; j++)
+                        si[j] = 0.0f;
                 }
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, (int)hd, (int)nc,
+                            1.0f, S, (int)nc, k, (int)d3, 0.0f, dq + i0 * d3, (int)d3);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nc, (int)hd, (int)nr,
+                            1.0f, S, (int)nc, q + i0 * d3, (int)d3, 1.0f, dk, (int)d3);
             }
         }
     return pg_linear_bwd_in(c, r * T, d, d3, dqkv, wqkv, dx);

@@ -29,4 +29,71 @@ static inline uint64_t pg_cpu_splitmix64(uint64_t x)
 /* Uniform in [0, 1) from the top 24 bits of a hash: exact in float. */
 static inline float pg_cpu_unit24(uint64_t h) { return (float)(h >> 40) * (1.0f / 16777216.0f); }
 
+/* e^a[j] in place for a block of PG_CPU_EXP_BLK floats, each a[j] clamped to
+ * [-87, 88] first (so e^a stays a normal float; NaN stays NaN), within ~2 ulp
+ * of expf. Written as fixed-count loops that -O2 turns into SIMD (libm's
+ * expf/tanhf are calls, one element at a time; the clamps are separate passes
+ * because gcc does not if-convert them inside the long one): a = n ln2 + r with
+ * n = round(a / ln2) by the 1.5 * 2^23 trick (n is then the low bits of t's
+ * mantissa, so 2^n is built with integer ops alone) and ln2 split in two
+ * (n ln2_hi is exact), e^r by its Taylor series to degree 7 (|r| <= 0.347:
+ * truncation < 1e-8 relative). Only IEEE add, mul, compare and integer ops, no
+ * FMA contraction under -std=c11: an element's bits do not depend on its lane,
+ * its block or the instruction set's vector width. */
+#define PG_CPU_EXP_BLK 16
+
+/* Block helpers are forced inline, so that a caller compiled for a wider
+ * instruction set (PG_CPU_AVX2 below) vectorizes their loops with it too. */
+#if defined(__GNUC__)
+#define PG_CPU_INLINE static inline __attribute__((always_inline))
+#else
+#define PG_CPU_INLINE static inline
+#endif
+
+/* On x86 with gcc or clang, the hottest elementwise loops are compiled twice:
+ * for the baseline (SSE2) and with __attribute__((target("avx2"))), picked at
+ * run time. Both run the same IEEE operations lane by lane (no FMA: avx2 alone
+ * does not enable it, and -std=c11 does not contract), so the bits are the
+ * same on either path; only the vector width differs. */
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define PG_CPU_AVX2 1
+#define PG_CPU_TARGET_AVX2 __attribute__((target("avx2")))
+static inline int pg_cpu_has_avx2(void)
+{
+    static int has = -1; /* the CPU does not change: asked once per file */
+    if (has < 0)
+        has = __builtin_cpu_supports("avx2") ? 1 : 0;
+    return has;
+}
+#endif
+
+PG_CPU_INLINE void pg_cpu_exp_blk(float *a)
+{
+    const float shift = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+    for (int j = 0; j < PG_CPU_EXP_BLK; j++) {
+        float v = a[j];
+        a[j] = v < -87.0f ? -87.0f : v;
+    }
+    for (int j = 0; j < PG_CPU_EXP_BLK; j++) {
+        float v = a[j];
+        a[j] = v > 88.0f ? 88.0f : v;
+    }
+    for (int j = 0; j < PG_CPU_EXP_BLK; j++) {
+        union { float f; uint32_t u; } t, s;
+        t.f = a[j] * 1.44269504088896341f + shift;
+        float n = t.f - shift;
+        float r = (a[j] - n * 0.693145751953125f) - n * 1.42860682030941723e-6f;
+        float p = 1.0f / 5040.0f;
+        p = p * r + 1.0f / 720.0f;
+        p = p * r + 1.0f / 120.0f;
+        p = p * r + 1.0f / 24.0f;
+        p = p * r + 1.0f / 6.0f;
+        p = p * r + 0.5f;
+        p = p * r + 1.0f;
+        p = p * r + 1.0f;
+        s.u = (t.u - 0x4B400000u + 127u) << 23; /* t.u = bits(1.5 * 2^23) + n */
+        a[j] = p * s.f;
+    }
+}
+
 #endif

@@ -2,6 +2,7 @@
  * Row-major, W is [out, in] as PyTorch. No copies: every product is one
  * cblas_sgemm call on the caller's buffers. */
 #include <cblas.h>
+#include <string.h>
 
 #include "cpu_kernels.h"
 
@@ -25,8 +26,7 @@ int pg_linear_fwd(pg_ctx *c, int64_t n, int64_t in, int64_t out,
     float beta = 0.0f;
     if (b) { /* y starts as the bias, the product adds to it */
         for (int64_t i = 0; i < n; i++)
-            for (int64_t j = 0; j < out; j++)
-                y[i * out + j] = b[j];
+            memcpy(y + i * out, b, (size_t)out * sizeof *y);
         beta = 1.0f;
     }
     if (in == 0) {

@@ -637,6 +637,44 @@ static void attn_reference(const attn_case *t, double *y)
     free(qkv), free(ctx), free(s);
 }
 
+/* dqkv of attention in double from the saved qkv, att and dctx:
+ * dv = att^T dctx, ds = att (dctx v^T - rowsum(att dctx v^T)) / sqrt(hd),
+ * dq = ds k, dk = ds^T q. */
+static void attn_dqkv_reference(const attn_case *t, const float *dctx, double *dqkv)
+{
+    int64_t T = t->T, d = t->d, h = t->h, hd = d / h, d3 = 3 * d;
+    double *ds = calloc((size_t)(T * T), sizeof *ds);
+    for (int64_t b = 0; b < t->r; b++)
+        for (int64_t hh = 0; hh < h; hh++) {
+            const float *q = t->qkv + b * T * d3 + hh * hd, *k = q + d, *v = q + 2 * d;
+            const float *a = t->att + (b * h + hh) * T * T, *dc = dctx + b * T * d + hh * hd;
+            double *dq = dqkv + b * T * d3 + hh * hd, *dk = dq + d, *dv = dq + 2 * d;
+            for (int64_t i = 0; i < T; i++) {
+                double D = 0.0;
+                for (int64_t j = 0; j < T; j++) {
+                    double s = 0.0;
+                    for (int64_t e = 0; e < hd; e++)
+                        s += (double)dc[i * d + e] * v[j * d3 + e];
+                    ds[i * T + j] = s;
+                    D += a[i * T + j] * s;
+                }
+                for (int64_t j = 0; j < T; j++)
+                    ds[i * T + j] = a[i * T + j] * (ds[i * T + j] - D) / sqrt((double)hd);
+            }
+            for (int64_t i = 0; i < T; i++)
+                for (int64_t e = 0; e < hd; e++) {
+                    double sq = 0.0, sk = 0.0, sv = 0.0;
+                    for (int64_t j = 0; j < T; j++) {
+                        sq += ds[i * T + j] * k[j * d3 + e];
+                        sk += ds[j * T + i] * q[j * d3 + e];
+                        sv += (double)a[j * T + i] * dc[j * d + e];
+                    }
+                    dq[i * d3 + e] = sq, dk[i * d3 + e] = sk, dv[i * d3 + e] = sv;
+                }
+        }
+    free(ds);
+}
+
 static void test_attention(pg_ctx *c, rng *g)
 {
     for (int causal = 1; causal >= 0; causal--) {
@@ -680,6 +718,24 @@ static void test_attention(pg_ctx *c, rng *g)
         for (int k = 0; k < 4; k++)
             free(g2[k]);
         free(ref), free(dctx), free(dqkv), free(dx), free(dwqkv), free(dbqkv), free(dwo), free(dbo);
+        attn_free(&t);
+    }
+
+    /* T over 128: the softmax backward works through several blocks of score
+     * rows (64 KiB of them: 81 rows of 200 here, so 3 blocks); dqkv against
+     * the formulas in double from the same saved qkv, att and dctx */
+    for (int causal = 1; causal >= 0; causal--) {
+        attn_case t;
+        int64_t r = 2, T = 200, d = 8, h = 2, n = r * T;
+        attn_alloc(&t, c, r, T, d, h, causal, g);
+        float *dctx = fa(n * d), *dqkv = fa(n * 3 * d), *dx = fa(n * d);
+        double *ref = calloc((size_t)(n * 3 * d), sizeof *ref);
+        attn_obj(&t);
+        int rc = pg_attention_bwd_in(c, r, T, d, h, causal, t.wqkv, t.wo, t.qkv, t.att, t.p, dctx, dqkv, dx);
+        attn_dqkv_reference(&t, dctx, ref);
+        OK(rc == 0 && max_rel_diff(dqkv, ref, n * 3 * d) < 1e-4,
+           "attention_bwd_in (%s, T = 200: 3 blocks of score rows) equals the formulas in double", causal ? "causal" : "full");
+        free(dctx), free(dqkv), free(dx), free(ref);
         attn_free(&t);
     }
 
