@@ -6,6 +6,7 @@
 #   make fuzz       fuzz the front end for FUZZ_SECONDS (default 600)
 #   make cuda       compile every CUDA file (nvcc); done by `make test` too
 #   make test-gpu   build and run the CUDA kernel and stage tests (needs a GPU)
+#   make bench-gpu  GPT-2 small on the GPU against PyTorch, MFU (bench/gpu/; needs a GPU)
 # CUDA=1 builds into build-cuda/ with the CUDA runtime: `make CUDA=1
 # build-cuda/<model>/stages` links the generated stages for the GPU.
 # SAN=1 builds into build-san/ with ASan and UBSan.
@@ -54,7 +55,7 @@ NVCC_FOUND = @[ -x $(NVCC) ] || { echo "nvcc not found at $(NVCC): cannot compil
 
 EXAMPLES := $(wildcard examples/*.pipe)
 
-.PHONY: all deps test-deps run test bench fuzz cuda test-gpu clean san-all
+.PHONY: all deps test-deps run test bench bench-gpu fuzz cuda test-gpu clean san-all
 .SUFFIXES:
 
 all: deps $(BUILD)/pipegen $(BUILD)/libpgrt_cpu.a $(BUILD)/piperun $(BUILD)/pipedata
@@ -161,10 +162,10 @@ $(BUILD)/cuda-tests/%.o: tests/gpu/%.cu
 $(BUILD)/cuda-tests/test_ops_gpu: $(BUILD)/cuda-tests/test_ops_gpu.o $(filter-out $(CUDA_NET_OBJ),$(CUDA_OBJ))
 	$(NVCC) -arch=sm_90 -o $@ $^ -lcublas
 
-# then the stage runtime on the GPU: tests/gpu/run_gpu_tests.sh (graph replay,
-# gpt_tiny on 1 and 4 stages against the CPU, a killed stage)
+# tests/gpu/run_gpu_tests.sh runs everything in one go: the op tests above,
+# graph replay, gpt_tiny on 1 and 4 stages with and without CUDA graphs, other
+# schedules, checkpoint modes, bf16, dropout, against the CPU, a killed stage.
 test-gpu: all $(BUILD)/cuda-tests/test_ops_gpu
-	$(BUILD)/cuda-tests/test_ops_gpu
 	tests/gpu/run_gpu_tests.sh
 
 # ---- the two commands -----------------------------------------------------
@@ -176,13 +177,22 @@ run: all
 test: test-deps all
 	@$(MAKE) --no-print-directory SAN=1 san-all
 	@$(MAKE) --no-print-directory cuda
-	@$(MAKE) --no-print-directory CUDA=1 build-cuda/mlp/stages build-cuda/gpt_char/stages
+	@$(MAKE) --no-print-directory CUDA=1 build-cuda/mlp/stages build-cuda/gpt_char/stages build-cuda/bench/gemm_peak
 	@prove -f tests/*.t
 
 san-all: $(BUILD)/pipegen $(BUILD)/libpgrt_cpu.a $(BUILD)/piperun $(BUILD)/pipedata
 
 bench: all
 	@bench/run.sh
+
+# GPU benchmark (bench/gpu/run.sh; needs a GPU). Its C part, the bf16 GEMM
+# peak timer, is compiled by `make test` too (tests/cuda_link.t checks it).
+$(BUILD)/bench/gemm_peak: bench/gpu/gemm_peak.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CSTD) $(WARN) $(CFLAGS) -I$(CUDA_HOME)/include -o $@ $< $(LDLIBS_CUDA)
+
+bench-gpu: all
+	@bench/gpu/run.sh
 
 fuzz: all
 	@tests/fuzz.sh $${FUZZ_SECONDS:-600}

@@ -3,8 +3,9 @@
 # builds build-cuda/libpgrt_cuda.a and links the generated mlp and gpt_char
 # stages against it; every binary exists, its dynamic libraries (cudart,
 # cuBLAS, NCCL) resolve, and it carries the CUDA transport over the renamed
-# TCP code (pg_tcp_net_*, ncclSend); tests/gpu/graph_smoke.c links from C; the
-# GPU test script parses (sh -n). Without a GPU a CUDA stage says "no GPU
+# TCP code (pg_tcp_net_*, ncclSend), the step hooks, graph capture and
+# cublasGemmEx (bf16); tests/gpu/graph_smoke.c links from C; the GPU test
+# script and the GPU benchmark parse, its gemm_peak timer links. Without a GPU a CUDA stage says "no GPU
 # found" and exits 1. Nothing here needs a GPU; tests/gpu/run_gpu_tests.sh
 # (make test-gpu) runs them on one.
 . "$(dirname "$0")/lib.sh"
@@ -49,6 +50,19 @@ cc -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Wall -Wextra -Werror -O
 st=$?
 ok $st "tests/gpu/graph_smoke.c (graph capture/replay from C) links against libpgrt_cuda.a"
 [ $st = 0 ] || sed 's/^/# /' "$T/cc.log"
+b=build-cuda/bench/gemm_peak
+[ -x "$b" ] || make --no-print-directory CUDA=1 "$b" >"$T/gp.log" 2>&1
+[ -x "$b" ] && ldd "$b" 2>&1 | grep -q 'libcublas\.so' && ! ldd "$b" 2>&1 | grep -q 'not found'
+ok $? "bench/gpu/gemm_peak.c (the bf16 GEMM peak timer of make bench-gpu) builds and links cuBLAS"
+sh -n bench/gpu/run.sh 2>"$T/bsh.log" &&
+    /usr/bin/python3 -c 'import ast, sys; ast.parse(open(sys.argv[1]).read())' bench/gpu/torch_gpt2.py 2>>"$T/bsh.log"
+st=$?
+ok $st "bench/gpu/run.sh and bench/gpu/torch_gpt2.py parse"
+[ $st = 0 ] || sed 's/^/# /' "$T/bsh.log"
+syms=$(nm build-cuda/gpt_char/stage0 2>/dev/null)
+printf '%s\n' "$syms" | grep -q ' T pg_backend_step_begin$' && printf '%s\n' "$syms" | grep -q ' U cublasGemmEx' &&
+    printf '%s\n' "$syms" | grep -q ' U cudaStreamBeginCapture'
+ok $? "the CUDA stages carry the step hooks, CUDA graph capture and the bf16 GEMM path"
 sh -n tests/gpu/run_gpu_tests.sh 2>"$T/sh.log"
 st=$?
 ok $st "tests/gpu/run_gpu_tests.sh parses (sh -n)"
@@ -58,5 +72,9 @@ if ! nvidia-smi -L >/dev/null 2>&1 && [ -x build-cuda/mlp/stage0 ]; then
     st=$?
     [ $st = 1 ]; ok $? "no GPU: a CUDA stage exits 1 (status $st)"
     like "$out" 'no GPU found' "no GPU: it says so"
+    out=$(timeout 20 build-cuda/bench/gemm_peak 2>&1)
+    st=$?
+    [ $st = 1 ]; ok $? "no GPU: gemm_peak exits 1 (status $st)"
+    like "$out" 'no GPU found' "no GPU: gemm_peak says so"
 fi
 done_testing

@@ -37,6 +37,41 @@ int pg_copy_to_dev(pg_ctx *c, void *dst, const void *src, size_t bytes);
 int pg_copy_to_host(pg_ctx *c, void *dst, const void *src, size_t bytes);
 int pg_sync(pg_ctx *c);
 
+/* ---- the step: CUDA graphs, device-side per-step values -------------------
+ * step.c (runtime/core) brackets each training step with step_begin/step_end
+ * and each run of consecutive compute calls (the gradient zeroing, the FWD /
+ * BWD_B / BWD_W actions between two messages, the optimizer) with
+ * pg_backend_compute ... pg_backend_compute_end. The CPU backend does nothing
+ * here (compute returns 0: make the calls; its ops write their results at
+ * once, as outside a step). The CUDA backend (runtime/cuda/
+ * step.cu) runs the first step eagerly, captures each run as a CUDA graph the
+ * first time it is met after that and replays it from then on; the values a
+ * captured op must not bake in (the learning rate, AdamW's step, a loss) live
+ * in device memory, written here at step start or read back here. */
+typedef struct pg_step_info {
+    int64_t step;       /* 0-based training step */
+    float lr;           /* the lr the optimizer ops get this step */
+    float beta1, beta2; /* AdamW's betas as the optimizer ops get them (SGD: 0) */
+    int graphs;         /* 1: the backend may capture and replay (0: --no-graph) */
+} pg_step_info;
+int pg_backend_step_begin(pg_ctx *c, const pg_step_info *s);
+/* Before a compute call (or group of calls) of the run `seg` (an id the same
+ * every step, unique within it). 0: make the calls; 1: the backend replayed
+ * them already, skip them; -1: failed (printed). A backend may defer the
+ * scalar ops (losses, pg_sumsq) inside a run: then their own `double *` is
+ * not written and the value goes to `scalar_dst` (a host double that outlives
+ * the step; NULL: dropped) by pg_backend_fetch at the latest, and its id
+ * checks are reported by pg_backend_step_end. So the caller copies the op's
+ * result to scalar_dst right after the call (what a non-deferring backend
+ * needs) and reads scalar_dst only after pg_backend_fetch. */
+int pg_backend_compute(pg_ctx *c, int seg, double *scalar_dst);
+int pg_backend_compute_end(pg_ctx *c);        /* the run is over (0 or 1) */
+int pg_backend_fetch(pg_ctx *c);              /* deliver deferred scalars now (synchronises) */
+int pg_backend_step_end(pg_ctx *c);           /* wait for the step, deliver, report id errors */
+/* train.precision: 0 f32, 1 bf16 (GEMM operands in bf16, f32 accumulation,
+ * f32 weights and gradients on CUDA; the CPU computes in f32 and says so). */
+int pg_backend_set_precision(pg_ctx *c, int precision);
+
 /* ---- elementwise / memory ---------------------------------------------- */
 int pg_zero(pg_ctx *c, float *x, int64_t count);
 int pg_copy(pg_ctx *c, float *dst, const float *src, int64_t count);

@@ -112,6 +112,53 @@ int pg_axpy_inplace(pg_ctx *c, float *y, const float *x, int64_t count)
     return 0;
 }
 
+/* The step hooks (pg_ops.h): the CPU runs every op eagerly and writes its
+ * results at once, so there is nothing to capture, defer or deliver. */
+int pg_backend_step_begin(pg_ctx *c, const pg_step_info *s)
+{
+    (void)c;
+    (void)s;
+    return 0;
+}
+
+int pg_backend_compute(pg_ctx *c, int seg, double *scalar_dst)
+{
+    (void)c;
+    (void)seg;
+    (void)scalar_dst;
+    return 0;
+}
+
+int pg_backend_compute_end(pg_ctx *c)
+{
+    (void)c;
+    return 0;
+}
+
+int pg_backend_fetch(pg_ctx *c)
+{
+    (void)c;
+    return 0;
+}
+
+int pg_backend_step_end(pg_ctx *c)
+{
+    (void)c;
+    return 0;
+}
+
+/* bf16 is a CUDA-runtime compute setting: the CPU computes in f32 (its
+ * results are then the f32 reference of the model) and says so once. */
+int pg_backend_set_precision(pg_ctx *c, int precision)
+{
+    (void)c;
+    if (precision == 1)
+        fprintf(stderr, "note: precision = bf16 applies to the CUDA runtime; the CPU runtime computes in f32\n");
+    else if (precision != 0)
+        return PG_RT_FAIL("unknown precision %d (0 f32, 1 bf16)", precision);
+    return 0;
+}
+
 void pg_rt_error(const char *file, int line, const char *fmt, ...)
 {
     va_list ap;

@@ -4,7 +4,7 @@
  *   att = softmax(q k^T / sqrt(hd))     [r,h,T,T]: per head, causal mask j > i -> 0
  *   ctx = att v, heads merged           [r,T,d]
  *   y   = ctx Wo^T + bo                 [r,T,d]
- * Per-head products are cublasSgemmStridedBatched calls on strided views (no
+ * Per-head products are strided-batched GEMMs (pg_cuda_gemm, linear.cu) on strided views (no
  * copies), one call per sample batched over the h heads (head h+1's q/k/v/ctx
  * start hd floats later, its att/score block T*T later), so a call's shape
  * never depends on r and a sample's bits do not depend on how many samples
@@ -98,9 +98,10 @@ int pg_attention_fwd(pg_ctx *c, int64_t r, int64_t T, int64_t d, int64_t h, int 
      * as q^T[hd,T], op N), C = S (read as S^T, ld T); m = n = T, kdim = hd. */
     for (int64_t b = 0; b < r; b++) {
         const float *q = qkv + b * T * d3, *k = q + d;
-        CUBLAS_CHECK(cublasSgemmStridedBatched(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)T, (int)T, (int)hd,
-                                               &scale, k, (int)d3, hd, q, (int)d3, hd,
-                                               &zero, att + b * h * T * T, (int)T, T * T, (int)h));
+        if (pg_cuda_gemm(c, CUBLAS_OP_T, CUBLAS_OP_N, (int)T, (int)T, (int)hd,
+                            &scale, k, (int)d3, hd, q, (int)d3, hd,
+                            &zero, att + b * h * T * T, (int)T, T * T, (int)h))
+            return 1;
     }
     int64_t rows = r * h * T;
     softmax_rows_kernel<<<row_blocks(rows), PG_CUDA_RED_THREADS, 0, c->stream>>>(rows, T, causal, att);
@@ -110,9 +111,10 @@ int pg_attention_fwd(pg_ctx *c, int64_t r, int64_t T, int64_t d, int64_t h, int 
      * (read as att^T, op N), C = ctx (read as ctx^T[hd,T], ld d); m = hd, n = kdim = T. */
     for (int64_t b = 0; b < r; b++) {
         const float *v = qkv + b * T * d3 + 2 * d;
-        CUBLAS_CHECK(cublasSgemmStridedBatched(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)hd, (int)T, (int)T,
-                                               &one, v, (int)d3, hd, att + b * h * T * T, (int)T, T * T,
-                                               &zero, ctxbuf + b * T * d, (int)d, hd, (int)h));
+        if (pg_cuda_gemm(c, CUBLAS_OP_N, CUBLAS_OP_N, (int)hd, (int)T, (int)T,
+                            &one, v, (int)d3, hd, att + b * h * T * T, (int)T, T * T,
+                            &zero, ctxbuf + b * T * d, (int)d, hd, (int)h))
+            return 1;
     }
     return pg_linear_fwd(c, r * T, d, d, ctxbuf, wo, bo, y);
 }
@@ -144,27 +146,31 @@ int pg_attention_bwd_in(pg_ctx *c, int64_t r, int64_t T, int64_t d, int64_t h, i
         /* dv[T,hd] (ld 3d) = att^T dctx. Column-major dv^T = dctx^T att:
          * A = dctx (read as dctx^T[hd,T], ld d, op N), B = att (read as att^T,
          * op T gives att), C = dv (read as dv^T, ld 3d); m = hd, n = kdim = T. */
-        CUBLAS_CHECK(cublasSgemmStridedBatched(c->blas, CUBLAS_OP_N, CUBLAS_OP_T, (int)hd, (int)T, (int)T,
-                                               &one, dc, (int)d, hd, a, (int)T, T * T,
-                                               &zero, dv, (int)d3, hd, (int)h));
+        if (pg_cuda_gemm(c, CUBLAS_OP_N, CUBLAS_OP_T, (int)hd, (int)T, (int)T,
+                            &one, dc, (int)d, hd, a, (int)T, T * T,
+                            &zero, dv, (int)d3, hd, (int)h))
+            return 1;
         /* datt[T,T] = dctx[T,hd] v[T,hd]^T. Column-major datt^T = v dctx^T:
          * A = v (read as v^T, op T), B = dctx (read as dctx^T, op N), C = datt
          * (read as datt^T, ld T); m = n = T, kdim = hd. */
-        CUBLAS_CHECK(cublasSgemmStridedBatched(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)T, (int)T, (int)hd,
-                                               &one, v, (int)d3, hd, dc, (int)d, hd,
-                                               &zero, ds, (int)T, T * T, (int)h));
+        if (pg_cuda_gemm(c, CUBLAS_OP_T, CUBLAS_OP_N, (int)T, (int)T, (int)hd,
+                            &one, v, (int)d3, hd, dc, (int)d, hd,
+                            &zero, ds, (int)T, T * T, (int)h))
+            return 1;
         softmax_bwd_rows_kernel<<<row_blocks(h * T), PG_CUDA_RED_THREADS, 0, c->stream>>>(h * T, T, causal, scale, a, ds);
         LAUNCH_CHECK("softmax_bwd_rows_kernel");
         /* dq[T,hd] (ld 3d) = ds[T,T] k[T,hd]. Column-major dq^T = k^T ds^T:
          * A = k (read as k^T, op N), B = ds (read as ds^T, op N), C = dq (ld 3d). */
-        CUBLAS_CHECK(cublasSgemmStridedBatched(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)hd, (int)T, (int)T,
-                                               &one, k, (int)d3, hd, ds, (int)T, T * T,
-                                               &zero, dq, (int)d3, hd, (int)h));
+        if (pg_cuda_gemm(c, CUBLAS_OP_N, CUBLAS_OP_N, (int)hd, (int)T, (int)T,
+                            &one, k, (int)d3, hd, ds, (int)T, T * T,
+                            &zero, dq, (int)d3, hd, (int)h))
+            return 1;
         /* dk[T,hd] (ld 3d) = ds^T q. Column-major dk^T = q^T ds:
          * A = q (read as q^T, op N), B = ds (read as ds^T, op T gives ds), C = dk. */
-        CUBLAS_CHECK(cublasSgemmStridedBatched(c->blas, CUBLAS_OP_N, CUBLAS_OP_T, (int)hd, (int)T, (int)T,
-                                               &one, q, (int)d3, hd, ds, (int)T, T * T,
-                                               &zero, dk, (int)d3, hd, (int)h));
+        if (pg_cuda_gemm(c, CUBLAS_OP_N, CUBLAS_OP_T, (int)hd, (int)T, (int)T,
+                            &one, q, (int)d3, hd, ds, (int)T, T * T,
+                            &zero, dk, (int)d3, hd, (int)h))
+            return 1;
     }
     return pg_linear_bwd_in(c, r * T, d, d3, dqkv, wqkv, dx);
 }

@@ -30,6 +30,17 @@ static void ctx_release(pg_ctx *c)
         cudaFree(c->flag);
     if (c->host_ret)
         cudaFreeHost(c->host_ret);
+    for (int i = 0; i < c->nsegs; i++)
+        pg_cuda_graph_free(c->segs[i].g);
+    free(c->segs);
+    if (c->sv_dev)
+        cudaFree(c->sv_dev); /* the step state block: sv_dev, slot_dev, step_flag */
+    if (c->sv_host)
+        cudaFreeHost(c->sv_host); /* pinned: sv_host, slot_host */
+    if (c->blas_ws)
+        cudaFree(c->blas_ws);
+    if (c->bf16_ws)
+        cudaFree(c->bf16_ws);
     if (c->blas)
         cublasDestroy(c->blas);
     if (c->stream)
@@ -58,6 +69,22 @@ static int ctx_setup(pg_ctx *c)
     CUBLAS_CHECK(cublasSetPointerMode(c->blas, CUBLAS_POINTER_MODE_HOST));
     CUDA_CHECK(cudaMalloc((void **)&c->flag, sizeof *c->flag));
     CUDA_CHECK(cudaMallocHost((void **)&c->host_ret, 4 * sizeof *c->host_ret));
+    /* A fixed cuBLAS workspace: cuBLAS then never allocates inside a graph
+     * capture, and its kernel choice (which may depend on the workspace size)
+     * is the same in every stage process. */
+    CUDA_CHECK(cudaMalloc(&c->blas_ws, PG_CUDA_BLAS_WS));
+    CUBLAS_CHECK(cublasSetWorkspace(c->blas, c->blas_ws, PG_CUDA_BLAS_WS));
+    /* The step state (step.cu): per-step values, deferred scalars, the id flag. */
+    size_t dev_bytes = sizeof(struct pg_cuda_stepvals) + PG_CUDA_SLOTS * sizeof(double) + sizeof(unsigned long long);
+    char *blk = NULL, *hblk = NULL;
+    CUDA_CHECK(cudaMalloc((void **)&blk, dev_bytes));
+    c->sv_dev = (struct pg_cuda_stepvals *)blk;
+    c->slot_dev = (double *)(blk + sizeof(struct pg_cuda_stepvals));
+    c->step_flag = (unsigned long long *)(c->slot_dev + PG_CUDA_SLOTS);
+    CUDA_CHECK(cudaMallocHost((void **)&hblk, sizeof(struct pg_cuda_stepvals) + PG_CUDA_SLOTS * sizeof(double)));
+    c->sv_host = (struct pg_cuda_stepvals *)hblk;
+    c->slot_host = (double *)(hblk + sizeof(struct pg_cuda_stepvals));
+    c->nslots = 1; /* slot 0: values nobody asked for */
     return 0;
 }
 
@@ -122,12 +149,21 @@ void pg_arena_destroy(pg_ctx *c, void *arena)
     cudaFree(arena);
 }
 
-/* The host buffer may be reused as soon as this returns, so wait for the copy. */
+/* The host buffer may be reused as soon as this returns, so wait for the copy;
+ * except inside a step from pageable memory (the step's data), where
+ * cudaMemcpyAsync has staged the bytes before it returns (CUDA's documented
+ * behaviour for pageable host memory), so the step need not wait. */
 int pg_copy_to_dev(pg_ctx *c, void *dst, const void *src, size_t bytes)
 {
     if (!bytes)
         return 0;
+    if (c->in_run)
+        return PG_RT_FAIL("copy_to_dev inside a run of compute (step %lld): not capturable", (long long)c->info.step);
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream));
+    cudaPointerAttributes at;
+    if (c->in_step && cudaPointerGetAttributes(&at, src) == cudaSuccess && at.type == cudaMemoryTypeUnregistered)
+        return 0;
+    cudaGetLastError(); /* older drivers report unregistered memory as an error */
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
     return 0;
 }
@@ -206,11 +242,16 @@ int pg_axpy_inplace(pg_ctx *c, float *y, const float *x, int64_t count)
 
 int pg_cuda_scratch(pg_ctx *c, size_t bytes, void **out)
 {
+    if (bytes > c->scratch_bytes && pg_cuda_capturing(c))
+        return PG_RT_FAIL("the kernel workspace must grow from %zu to %zu bytes while step %lld is captured "
+                          "as a CUDA graph (an op larger than in the first step); run with --no-graph",
+                          c->scratch_bytes, bytes, (long long)c->info.step);
     if (bytes > c->scratch_bytes) {
         /* Growing happens on the first call of the largest op, i.e. in the
          * first step; after that the workspace stays put. */
         size_t want = bytes < ((size_t)1 << 20) ? ((size_t)1 << 20) : bytes;
         CUDA_CHECK(cudaStreamSynchronize(c->stream));
+        pg_cuda_drop_graphs(c);
         if (c->scratch) {
             CUDA_CHECK(cudaFree(c->scratch));
             c->scratch = NULL;
@@ -242,11 +283,33 @@ __global__ void find_bad_id_kernel(int64_t n, int64_t limit, const int32_t *ids,
     }
 }
 
+/* Inside a run: flag = min of (site << 40 | row), read at the end of the step. */
+__global__ void find_bad_id_site_kernel(int64_t n, int64_t limit, const int32_t *ids, unsigned long long tag,
+                                        unsigned long long *flag)
+{
+    PG_GRID_STRIDE(i, n) {
+        int32_t v = ids[i];
+        if (v < 0 || (int64_t)v >= limit)
+            atomicMin(flag, tag | (unsigned long long)i);
+    }
+}
+
 int pg_cuda_check_ids(pg_ctx *c, const char *op, const char *what, const char *range_what,
                       const char *hint, int64_t n, int64_t limit, const int32_t *ids)
 {
     if (n <= 0)
         return 0;
+    if (c->in_run) { /* deferred: the ops' kernels skip bad ids, pg_backend_step_end reports them */
+        if (n >= ((int64_t)1 << 40))
+            return PG_RT_FAIL("%s: %lld ids are too many to check", op, (long long)n);
+        int site = pg_cuda_id_site(c, op, what, range_what, hint, n, limit, ids);
+        if (site < 0)
+            return 1;
+        find_bad_id_site_kernel<<<pg_cuda_blocks(n, PG_CUDA_THREADS), PG_CUDA_THREADS, 0, c->stream>>>(
+            n, limit, ids, (unsigned long long)site << 40, c->step_flag);
+        LAUNCH_CHECK("find_bad_id_site_kernel");
+        return 0;
+    }
     CUDA_CHECK(cudaMemsetAsync(c->flag, 0xff, sizeof *c->flag, c->stream));
     find_bad_id_kernel<<<pg_cuda_blocks(n, PG_CUDA_THREADS), PG_CUDA_THREADS, 0, c->stream>>>(n, limit, ids, c->flag);
     LAUNCH_CHECK("find_bad_id_kernel");
@@ -272,6 +335,13 @@ __global__ void sum_partials_kernel(int64_t np, const double *partial, double *o
     s = pg_block_sum(s, sh);
     if (threadIdx.x == 0)
         *out = s;
+}
+
+int pg_cuda_sum_to_dev(pg_ctx *c, const double *partial, int64_t np, double *dst)
+{
+    sum_partials_kernel<<<1, PG_CUDA_RED_THREADS, 0, c->stream>>>(np, partial, dst);
+    LAUNCH_CHECK("sum_partials_kernel");
+    return 0;
 }
 
 int pg_cuda_sum_to_host(pg_ctx *c, const double *partial, int64_t np, double *out)

@@ -13,8 +13,8 @@
  *
  * CUDA graphs (graph.cu): capture the step's work on the context's stream
  * once, then replay it each step. Nothing may synchronise the stream or read
- * device memory back while capturing (see runtime/cuda/README.md for what
- * step.c must change before it can call these). */
+ * device memory back while capturing; step.cu drives them from the step
+ * hooks of pg_ops.h (runtime/cuda/README.md, "CUDA graphs"). */
 #ifndef PG_CUDA_BACKEND_H
 #define PG_CUDA_BACKEND_H
 

@@ -19,6 +19,40 @@ extern "C" {
 #include "pg_ops.h"
 }
 
+/* The per-step values captured ops read from device memory (step.cu writes
+ * them at step start from pg_step_info, with the host formulas of optim.cu). */
+struct pg_cuda_stepvals {
+    double lr;       /* (double) of the step's float lr: AdamW decay 1 - lr*wd, SGD's lr */
+    float neg_step;  /* AdamW: (float)-(lr / (1 - beta1^t)) */
+    float bc2_sqrt;  /* AdamW: (float)sqrt(1 - beta2^t) */
+    int first_step;  /* SGD: step == 0 */
+    int pad;
+};
+
+/* A deferred scalar (step.cu): device slot k is delivered to dst as
+ * div != 0 ? raw / div : raw * mul, the host formula of the op. */
+struct pg_cuda_slot {
+    double *dst;
+    double mul, div;
+};
+
+/* An id check inside a run (step.cu): reported at the end of the step. */
+struct pg_cuda_site {
+    const char *op, *what, *range_what, *hint;
+    int64_t n, limit;
+    const int32_t *ids;
+};
+
+struct pg_cuda_graph;
+struct pg_cuda_seg {        /* a captured run of compute: its id, graph, call count */
+    int id, calls;
+    struct pg_cuda_graph *g;
+};
+
+#define PG_CUDA_BLAS_WS ((size_t)32 << 20) /* cuBLAS workspace: 32 MiB (NVIDIA's advice for Hopper) */
+#define PG_CUDA_SLOTS 1024  /* deferred scalars per stage (slot 0: dropped values) */
+#define PG_CUDA_SITES 1024  /* id-check sites per stage */
+
 /* The backend state behind pg_ctx (runtime/cuda/backend.cu owns its lifetime). */
 struct pg_ctx {
     int device;               /* the CUDA device this stage runs on */
@@ -28,6 +62,29 @@ struct pg_ctx {
     size_t scratch_bytes;     /* its size; grows on first need, then stays */
     unsigned long long *flag; /* device: first bad row of an id check (ULLONG_MAX: none) */
     double *host_ret;         /* pinned host: scalars read back (loss, sumsq) */
+    /* precision (linear.cu) */
+    int precision;            /* 0 f32 (cublasSgemm), 1 bf16 operands (cublasGemmEx, f32 accumulation) */
+    void *blas_ws;            /* cuBLAS workspace, fixed at init (no allocation while capturing) */
+    void *bf16_ws;            /* bf16 copies of GEMM operands; grows on first need, then stays */
+    size_t bf16_ws_bytes;
+    /* the step (step.cu): state between pg_backend_step_begin and _step_end */
+    int in_step, in_run;      /* inside a step; inside a run of compute */
+    int run_mode;             /* 0 eager, 1 capturing, 2 replayed */
+    int run_id, run_calls, run_seg;
+    pg_step_info info;        /* this step's values, as step.c passed them */
+    int64_t steps_done;       /* steps completed in this process (graphs start after one) */
+    const char *graph_block;  /* why graphs are off (dropout), NULL: they may be used */
+    int graph_note;           /* the note about graph_block was printed */
+    struct pg_cuda_stepvals *sv_dev, *sv_host; /* device / pinned host */
+    double *slot_dev, *slot_host;              /* [PG_CUDA_SLOTS] device / pinned host */
+    unsigned long long *step_flag;             /* device: (site << 40 | row) of the first bad id */
+    double *cur_dst;          /* the current run's scalar_dst */
+    struct pg_cuda_slot slots[PG_CUDA_SLOTS];
+    int nslots;
+    struct pg_cuda_site sites[PG_CUDA_SITES];
+    int nsites;
+    struct pg_cuda_seg *segs; /* captured runs */
+    int nsegs, segs_cap;
 };
 
 /* ---- located error checks -------------------------------------------------
@@ -147,6 +204,33 @@ int pg_cuda_check_ids(pg_ctx *c, const char *op, const char *what, const char *r
  * *out: one block, strided partials, fixed tree. Synchronous. */
 int pg_cuda_sum_to_host(pg_ctx *c, const double *partial, int64_t np, double *out);
 
+/* The same sum into the DEVICE double *dst (no read-back; capturable). */
+int pg_cuda_sum_to_dev(pg_ctx *c, const double *partial, int64_t np, double *dst);
+
+/* step.cu. Inside a run of compute (pg_backend_compute) a scalar op defers
+ * its result: pg_cuda_defer_scalar gives the device slot to write, delivered
+ * by pg_backend_fetch to the run's scalar_dst as raw / div (div != 0) or
+ * raw * mul. pg_cuda_capturing: a run is being captured (nothing may
+ * synchronise or allocate). pg_cuda_graph_blocker: an op whose by-value
+ * arguments change every step (dropout's seed) keeps graphs off. */
+int pg_cuda_defer_scalar(pg_ctx *c, double mul, double div, double **slot);
+int pg_cuda_capturing(const pg_ctx *c);
+int pg_cuda_graph_blocker(pg_ctx *c, const char *why);
+/* A workspace moved (it grew outside a capture): the graphs point into the
+ * old one, so they are freed and captured again when next met. */
+void pg_cuda_drop_graphs(pg_ctx *c);
+/* id checks inside a run: the site's index for the step flag (-1: failed). */
+int pg_cuda_id_site(pg_ctx *c, const char *op, const char *what, const char *range_what, const char *hint,
+                    int64_t n, int64_t limit, const int32_t *ids);
+
+/* C[m,n] = alpha op(A) op(B) + beta C (column-major, as cublasSgemm), batch
+ * 0: one product; batch >= 1: strided batched. f32 precision: cublasSgemm /
+ * cublasSgemmStridedBatched exactly; bf16: A and B rounded to bf16 into the
+ * operand workspace, cublasGemmEx with CUBLAS_COMPUTE_32F into the f32 C. */
+int pg_cuda_gemm(pg_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *alpha,
+                 const float *A, int lda, long long sA, const float *B, int ldb, long long sB, const float *beta,
+                 float *C, int ldc, long long sC, int batch);
+
 /* acc[m] += column sums of a[n,m], rows in index order in double (linear.cu). */
 int pg_cuda_colsum_acc(pg_ctx *c, int64_t n, int64_t m, const float *a, float *acc);
 
@@ -169,6 +253,21 @@ __global__ void pg_partial_sums_kernel(int64_t count, F f, double *partial)
     s = pg_block_sum(s, sh);
     if (threadIdx.x == 0)
         partial[blockIdx.x] = s;
+}
+
+/* Inside a run of compute (c->in_run): the same sum into a deferred slot
+ * (step.cu) instead of a read-back. mul/div: the op's host formula for its
+ * result (see pg_cuda_defer_scalar). 0 or 1. */
+template <typename F>
+static int pg_cuda_reduce_deferred(pg_ctx *c, int64_t count, F f, double mul, double div)
+{
+    double *slot = NULL;
+    void *ws = NULL;
+    if (pg_cuda_defer_scalar(c, mul, div, &slot) || pg_cuda_scratch(c, PG_CUDA_RED_BLOCKS * sizeof(double), &ws))
+        return 1;
+    pg_partial_sums_kernel<F><<<PG_CUDA_RED_BLOCKS, PG_CUDA_RED_THREADS, 0, c->stream>>>(count, f, (double *)ws);
+    LAUNCH_CHECK("pg_partial_sums_kernel");
+    return pg_cuda_sum_to_dev(c, (const double *)ws, PG_CUDA_RED_BLOCKS, slot);
 }
 
 template <typename F>

@@ -31,6 +31,10 @@ static int dropout_apply(pg_ctx *c, int64_t rows, int64_t per_row, float p, uint
                          int64_t first_sample, const float *x, float *y)
 {
     int64_t count = rows * per_row;
+    /* the generated code derives `seed` from the step on the host: a graph
+     * would replay one step's masks, so a step with dropout runs eagerly */
+    if (pg_cuda_graph_blocker(c, "dropout (its seed is a per-step host value)"))
+        return 1;
     if (!count)
         return 0;
     float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; /* host float division, as the CPU */

@@ -21,11 +21,14 @@ static int sizes_ok(const char *op, int64_t n, int64_t vocab, int64_t d)
 #define GRID(count) pg_cuda_blocks(count, PG_CUDA_THREADS), PG_CUDA_THREADS, 0, c->stream
 
 /* y[n,d] = table[ids[i]] */
-__global__ void embed_fwd_kernel(int64_t n, int64_t d, const int32_t *ids, const float *table, float *y)
+/* A bad id (reported by the id check, at once or at the end of the step)
+ * gives a zero row here, never a read outside the table. */
+__global__ void embed_fwd_kernel(int64_t n, int64_t d, int64_t vocab, const int32_t *ids, const float *table, float *y)
 {
     PG_GRID_STRIDE(k, n * d) {
         int64_t i = k / d, j = k - i * d;
-        y[k] = table[(int64_t)ids[i] * d + j];
+        int64_t v = ids[i];
+        y[k] = v >= 0 && v < vocab ? table[v * d + j] : 0.0f;
     }
 }
 
@@ -34,7 +37,8 @@ __global__ void embed_fwd_kernel(int64_t n, int64_t d, const int32_t *ids, const
  * owns column j of the vocabulary rows v with v % EMBED_BUCKETS == bucket and
  * scans all ids in order, adding the tokens that land in its rows. Threads of
  * a warp read the same id (one broadcast load) and adjacent dy columns. */
-__global__ void embed_bwd_w_kernel(int64_t n, int64_t d, const int32_t *ids, const float *dy, float *dtable)
+__global__ void embed_bwd_w_kernel(int64_t n, int64_t d, int64_t vocab, const int32_t *ids, const float *dy,
+                                   float *dtable)
 {
     int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     int32_t bucket = (int32_t)blockIdx.y;
@@ -42,7 +46,7 @@ __global__ void embed_bwd_w_kernel(int64_t n, int64_t d, const int32_t *ids, con
         return;
     for (int64_t i = 0; i < n; i++) {
         int32_t v = ids[i];
-        if (v % EMBED_BUCKETS != bucket)
+        if (v < 0 || (int64_t)v >= vocab || v % EMBED_BUCKETS != bucket)
             continue;
         float *dst = dtable + (int64_t)v * d + j;
         *dst = *dst + dy[i * d + j];
@@ -58,7 +62,7 @@ int pg_embed_fwd(pg_ctx *c, int64_t n, int64_t vocab, int64_t d, const int32_t *
         return 1;
     if (!n || !d)
         return 0;
-    embed_fwd_kernel<<<GRID(n * d)>>>(n, d, ids, table, y);
+    embed_fwd_kernel<<<GRID(n * d)>>>(n, d, vocab, ids, table, y);
     LAUNCH_CHECK("embed_fwd_kernel");
     return 0;
 }
@@ -75,7 +79,7 @@ int pg_embed_bwd_w(pg_ctx *c, int64_t n, int64_t vocab, int64_t d, const int32_t
     if (d > (int64_t)PG_CUDA_THREADS * 2147483647LL)
         return PG_RT_FAIL("embed_bwd_w: row size d=%lld too large", (long long)d);
     dim3 grid((unsigned)((d + PG_CUDA_THREADS - 1) / PG_CUDA_THREADS), EMBED_BUCKETS);
-    embed_bwd_w_kernel<<<grid, PG_CUDA_THREADS, 0, c->stream>>>(n, d, ids, dy, dtable);
+    embed_bwd_w_kernel<<<grid, PG_CUDA_THREADS, 0, c->stream>>>(n, d, vocab, ids, dy, dtable);
     LAUNCH_CHECK("embed_bwd_w_kernel");
     return 0;
 }

@@ -1,6 +1,6 @@
-/* runtime/cuda/graph.cu — CUDA-graph capture and replay of a stage's step on
- * the backend stream (cuda_backend.h). Not yet called by step.c: the README's
- * "CUDA graphs" section says where and what must change first. */
+/* runtime/cuda/graph.cu — CUDA-graph capture and replay on the backend stream
+ * (cuda_backend.h); step.cu uses them for the step's runs of compute (the
+ * README's "CUDA graphs" section). */
 #include <stdlib.h>
 
 #include "cuda_common.h"

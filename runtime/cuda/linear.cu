@@ -1,4 +1,5 @@
-/* runtime/cuda/linear.cu — linear layer through cublasSgemm, plus the bias
+/* runtime/cuda/linear.cu — linear layer through pg_cuda_gemm (cublasSgemm, or
+ * cublasGemmEx on bf16 operands with precision = bf16), plus the bias
  * broadcast and the fixed-order column sums for the bias gradient.
  *
  * Row-major <-> column-major: cuBLAS is column-major. A row-major matrix
@@ -6,7 +7,103 @@
  * M^T[C,R]. So every row-major product Z = A B is computed as the column-major
  * product Z^T = B^T A^T, where each operand's "free" view is already the
  * transpose of the row-major matrix; the mappings are derived per call below. */
+#include <cuda_bf16.h>
+
 #include "cuda_common.h"
+
+/* ---- the one GEMM entry (pg_cuda_gemm, cuda_common.h) ---------------------
+ * f32: exactly cublasSgemm / cublasSgemmStridedBatched. bf16 (precision =
+ * bf16): each operand's whole stored span (every batch, every column up to
+ * its leading dimension) is rounded to bf16 (round to nearest even) into the
+ * operand workspace, then cublasGemmEx / cublasGemmStridedBatchedEx with
+ * CUBLAS_COMPUTE_32F multiply the bf16 values exactly and accumulate in f32
+ * into the f32 C. Weights, gradients and every other op stay f32. The casts
+ * start at the workspace base (256-byte aligned), so operand alignment is the
+ * same in every stage process. */
+
+__global__ void f32_to_bf16_kernel(int64_t count, const float *x, __nv_bfloat16 *y)
+{
+    PG_GRID_STRIDE(i, count) y[i] = __float2bfloat16_rn(x[i]);
+}
+
+/* Elements a column-major operand of rows x cols (leading dimension ld)
+ * spans, over `batch` matrices `stride` apart (batch 0: one). */
+static int64_t operand_span(int64_t rows, int64_t cols, int64_t ld, int64_t stride, int batch)
+{
+    if (rows <= 0 || cols <= 0)
+        return 0;
+    return (batch > 1 ? (int64_t)(batch - 1) * stride : 0) + (cols - 1) * ld + rows;
+}
+
+static int bf16_workspace(pg_ctx *c, size_t bytes, void **out)
+{
+    if (bytes > c->bf16_ws_bytes) {
+        if (pg_cuda_capturing(c))
+            return PG_RT_FAIL("the bf16 operand workspace must grow from %zu to %zu bytes while step %lld is "
+                              "captured as a CUDA graph; run with --no-graph",
+                              c->bf16_ws_bytes, bytes, (long long)c->info.step);
+        CUDA_CHECK(cudaStreamSynchronize(c->stream));
+        pg_cuda_drop_graphs(c);
+        if (c->bf16_ws) {
+            CUDA_CHECK(cudaFree(c->bf16_ws));
+            c->bf16_ws = NULL;
+            c->bf16_ws_bytes = 0;
+        }
+        cudaError_t e = cudaMalloc(&c->bf16_ws, bytes);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            c->bf16_ws = NULL;
+            size_t fr = 0, tot = 0;
+            if (cudaMemGetInfo(&fr, &tot) != cudaSuccess)
+                fr = tot = 0;
+            return PG_RT_FAIL("cannot allocate %zu bytes of GPU memory (free %zu of %zu) for the bf16 GEMM "
+                              "operands: %s", bytes, fr, tot, cudaGetErrorString(e));
+        }
+        c->bf16_ws_bytes = bytes;
+    }
+    *out = c->bf16_ws;
+    return 0;
+}
+
+static int to_bf16(pg_ctx *c, int64_t count, const float *x, __nv_bfloat16 *y)
+{
+    if (count <= 0)
+        return 0;
+    f32_to_bf16_kernel<<<pg_cuda_blocks(count, PG_CUDA_THREADS), PG_CUDA_THREADS, 0, c->stream>>>(count, x, y);
+    LAUNCH_CHECK("f32_to_bf16_kernel");
+    return 0;
+}
+
+int pg_cuda_gemm(pg_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *alpha,
+                 const float *A, int lda, long long sA, const float *B, int ldb, long long sB, const float *beta,
+                 float *C, int ldc, long long sC, int batch)
+{
+    if (c->precision == 0) {
+        if (batch == 0)
+            CUBLAS_CHECK(cublasSgemm(c->blas, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc));
+        else
+            CUBLAS_CHECK(cublasSgemmStridedBatched(c->blas, ta, tb, m, n, k, alpha, A, lda, sA, B, ldb, sB, beta, C,
+                                                   ldc, sC, batch));
+        return 0;
+    }
+    int64_t spanA = ta == CUBLAS_OP_N ? operand_span(m, k, lda, sA, batch) : operand_span(k, m, lda, sA, batch);
+    int64_t spanB = tb == CUBLAS_OP_N ? operand_span(k, n, ldb, sB, batch) : operand_span(n, k, ldb, sB, batch);
+    size_t offB = ((size_t)spanA * sizeof(__nv_bfloat16) + 255) / 256 * 256;
+    void *ws = NULL;
+    if (bf16_workspace(c, offB + (size_t)spanB * sizeof(__nv_bfloat16), &ws))
+        return 1;
+    __nv_bfloat16 *a16 = (__nv_bfloat16 *)ws, *b16 = (__nv_bfloat16 *)((char *)ws + offB);
+    if (to_bf16(c, spanA, A, a16) || to_bf16(c, spanB, B, b16))
+        return 1;
+    if (batch == 0)
+        CUBLAS_CHECK(cublasGemmEx(c->blas, ta, tb, m, n, k, alpha, a16, CUDA_R_16BF, lda, b16, CUDA_R_16BF, ldb,
+                                  beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    else
+        CUBLAS_CHECK(cublasGemmStridedBatchedEx(c->blas, ta, tb, m, n, k, alpha, a16, CUDA_R_16BF, lda, sA, b16,
+                                                CUDA_R_16BF, ldb, sB, beta, C, CUDA_R_32F, ldc, sC, batch,
+                                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return 0;
+}
 
 static int linear_dims_ok(const char *op, int64_t n, int64_t in, int64_t out)
 {
@@ -69,9 +166,8 @@ int pg_linear_fwd(pg_ctx *c, int64_t n, int64_t in, int64_t out,
         return 0;
     }
     const float one = 1.0f;
-    CUBLAS_CHECK(cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, (int)n, (int)in,
-                             &one, w, (int)in, x, (int)in, &beta, y, (int)out));
-    return 0;
+    return pg_cuda_gemm(c, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, (int)n, (int)in, &one, w, (int)in, 0, x, (int)in, 0,
+                        &beta, y, (int)out, 0, 0);
 }
 
 /* dx[n,in] = dy[n,out] W[out,in]
@@ -91,9 +187,8 @@ int pg_linear_bwd_in(pg_ctx *c, int64_t n, int64_t in, int64_t out,
         return 0;
     }
     const float one = 1.0f, zero = 0.0f;
-    CUBLAS_CHECK(cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)in, (int)n, (int)out,
-                             &one, w, (int)in, dy, (int)out, &zero, dx, (int)in));
-    return 0;
+    return pg_cuda_gemm(c, CUBLAS_OP_N, CUBLAS_OP_N, (int)in, (int)n, (int)out, &one, w, (int)in, 0, dy, (int)out, 0,
+                        &zero, dx, (int)in, 0, 0);
 }
 
 /* dW[out,in] += dy[n,out]^T x[n,in]; db[out] += column sums of dy
@@ -111,8 +206,9 @@ int pg_linear_bwd_w(pg_ctx *c, int64_t n, int64_t in, int64_t out,
         return 0;
     if (in > 0) {
         const float one = 1.0f;
-        CUBLAS_CHECK(cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_T, (int)in, (int)out, (int)n,
-                                 &one, x, (int)in, dy, (int)out, &one, dw, (int)in));
+        if (pg_cuda_gemm(c, CUBLAS_OP_N, CUBLAS_OP_T, (int)in, (int)out, (int)n, &one, x, (int)in, 0, dy, (int)out, 0,
+                         &one, dw, (int)in, 0, 0))
+            return 1;
     }
     if (db)
         return pg_cuda_colsum_acc(c, n, out, dy, db);

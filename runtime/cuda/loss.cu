@@ -1,7 +1,9 @@
 /* runtime/cuda/loss.cu — losses, value and gradient in one pass, as
  * runtime/cpu/loss.c: each call sees one micro-batch and divides by the WHOLE
  * batch's normaliser `denom`. `loss` is a HOST double (the generated code
- * passes &io->loss); the op reads it back, so it synchronises the stream.
+ * passes &io->loss); the op reads it back, so it synchronises the stream,
+ * except inside a step's run of compute (step.cu), where the sum goes to a
+ * device slot that pg_backend_fetch delivers (`loss` is not written).
  * Sums are in double with a fixed order (see pg_cuda_reduce_to_host); the
  * cross-entropy row losses are summed over rows by one fixed tree. */
 #include <math.h>
@@ -28,6 +30,8 @@ int pg_mse_fwd_bwd(pg_ctx *c, int64_t count, const float *y, const float *target
         return PG_RT_FAIL("mse: need count >= 0 and denom > 0, got count=%lld denom=%g",
                           (long long)count, denom);
     mse_term f = {y, target, dy, 2.0 / denom};
+    if (c->in_run) /* inside a step's run of compute: deferred (step.cu) */
+        return pg_cuda_reduce_deferred(c, count, f, 1.0, denom);
     double s = 0.0;
     if (pg_cuda_reduce_to_host(c, count, f, &s))
         return 1;
@@ -53,13 +57,14 @@ __global__ void cross_entropy_rows_kernel(int64_t n, int64_t V, const float *log
         for (int64_t j = threadIdx.x; j < V; j += PG_CUDA_RED_THREADS)
             s += exp((double)x[j] - m);
         double lse = log(pg_block_sum(s, shd));
-        int64_t t = target[i];
+        int64_t t = target[i]; /* checked before (a bad one is reported; never read out of range) */
+        int tok = t >= 0 && t < V;
         for (int64_t j = threadIdx.x; j < V; j += PG_CUDA_RED_THREADS) {
             double p = exp((double)x[j] - m - lse);
             dx[j] = (float)((j == t ? p - 1.0 : p) * inv);
         }
         if (threadIdx.x == 0)
-            rowloss[i] = lse - ((double)x[t] - m);
+            rowloss[i] = tok ? lse - ((double)x[t] - m) : (double)NAN;
     }
 }
 
@@ -74,6 +79,13 @@ int pg_cross_entropy_fwd_bwd(pg_ctx *c, int64_t n, int64_t V, const float *logit
         return 1;
     double inv = 1.0 / denom;
     if (n == 0) {
+        if (c->in_run) { /* deferred: the slot must still say 0 */
+            double *slot = NULL;
+            if (pg_cuda_defer_scalar(c, inv, 0.0, &slot))
+                return 1;
+            CUDA_CHECK(cudaMemsetAsync(slot, 0, sizeof *slot, c->stream));
+            return 0;
+        }
         *loss = 0.0;
         return 0;
     }
@@ -85,6 +97,10 @@ int pg_cross_entropy_fwd_bwd(pg_ctx *c, int64_t n, int64_t V, const float *logit
     cross_entropy_rows_kernel<<<blocks, PG_CUDA_RED_THREADS, 0, c->stream>>>(n, V, logits, target, inv,
                                                                              rowloss, dlogits);
     LAUNCH_CHECK("cross_entropy_rows_kernel");
+    if (c->in_run) { /* inside a step's run of compute: deferred (step.cu) */
+        double *slot = NULL;
+        return pg_cuda_defer_scalar(c, inv, 0.0, &slot) || pg_cuda_sum_to_dev(c, rowloss, n, slot);
+    }
     double total = 0.0;
     if (pg_cuda_sum_to_host(c, rowloss, n, &total))
         return 1;

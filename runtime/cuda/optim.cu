@@ -21,6 +21,8 @@ int pg_sumsq(pg_ctx *c, int64_t count, const float *g, double *out)
     if (count < 0)
         return PG_RT_FAIL("sumsq: negative count %lld", (long long)count);
     sq_term f = {g};
+    if (c->in_run) /* inside a step's run of compute: deferred (step.cu) */
+        return pg_cuda_reduce_deferred(c, count, f, 1.0, 0.0);
     return pg_cuda_reduce_to_host(c, count, f, out);
 }
 
@@ -56,6 +58,31 @@ __global__ void sgd_step_kernel(int64_t count, float *w, const float *g, float *
     }
 }
 
+/* Inside a step: lr and the first-step flag from the step's device values. */
+__global__ void sgd_step_dev_kernel(int64_t count, float *w, const float *g, float *buf,
+                                    const pg_cuda_stepvals *sv, float momentum, float weight_decay)
+{
+    float lr = (float)sv->lr;
+    int first_step = sv->first_step;
+    PG_GRID_STRIDE(i, count) {
+        float d = g[i];
+        if (weight_decay != 0.0f)
+            d = __fadd_rn(d, __fmul_rn(weight_decay, w[i]));
+        if (momentum != 0.0f) {
+            d = first_step ? d : __fadd_rn(__fmul_rn(buf[i], momentum), d);
+            buf[i] = d;
+        }
+        w[i] = __fadd_rn(w[i], __fmul_rn(-lr, d));
+    }
+}
+
+/* The per-step values of this step (step.cu) are what the op was given. */
+static int step_values_match(const pg_ctx *c, float lr, float beta1, float beta2, int64_t t)
+{
+    return c->in_step && lr == c->info.lr && beta1 == c->info.beta1 && beta2 == c->info.beta2 &&
+           t == c->info.step + 1;
+}
+
 int pg_sgd_step(pg_ctx *c, int64_t count, float *w, const float *g, float *buf,
                 float lr, float momentum, float weight_decay, int first_step)
 {
@@ -65,6 +92,14 @@ int pg_sgd_step(pg_ctx *c, int64_t count, float *w, const float *g, float *buf,
         return PG_RT_FAIL("sgd_step: momentum %g needs a momentum buffer", (double)momentum);
     if (!count)
         return 0;
+    if (c->in_step && lr == c->info.lr && first_step == (c->info.step == 0)) {
+        sgd_step_dev_kernel<<<GRID(count)>>>(count, w, g, buf, c->sv_dev, momentum, weight_decay);
+        LAUNCH_CHECK("sgd_step_dev_kernel");
+        return 0;
+    }
+    if (pg_cuda_capturing(c))
+        return PG_RT_FAIL("sgd_step: lr %g / first_step %d are not this step's (step %lld): cannot be captured",
+                          (double)lr, first_step, (long long)c->info.step);
     sgd_step_kernel<<<GRID(count)>>>(count, w, g, buf, lr, momentum, weight_decay, first_step);
     LAUNCH_CHECK("sgd_step_kernel");
     return 0;
@@ -88,6 +123,26 @@ __global__ void adamw_step_kernel(int64_t count, float *w, const float *g, float
     }
 }
 
+/* Inside a step: decay, neg_step and bc2_sqrt from the step's device values;
+ * decay = (float)(1 - lr*wd) in double with _rn, the host's operations. */
+__global__ void adamw_step_dev_kernel(int64_t count, float *w, const float *g, float *m, float *v,
+                                      const pg_cuda_stepvals *sv, double weight_decay, float b1, float one_b1,
+                                      float b2, float one_b2, float eps)
+{
+    float decay = (float)__dsub_rn(1.0, __dmul_rn(sv->lr, weight_decay));
+    float neg_step = sv->neg_step, bc2_sqrt = sv->bc2_sqrt;
+    PG_GRID_STRIDE(i, count) {
+        float gi = g[i];
+        float wi = __fmul_rn(w[i], decay);
+        float mi = __fadd_rn(__fmul_rn(m[i], b1), __fmul_rn(one_b1, gi));
+        float vi = __fadd_rn(__fmul_rn(v[i], b2), __fmul_rn(__fmul_rn(one_b2, gi), gi));
+        float den = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), bc2_sqrt), eps);
+        w[i] = __fadd_rn(wi, __fdiv_rn(__fmul_rn(neg_step, mi), den));
+        m[i] = mi;
+        v[i] = vi;
+    }
+}
+
 int pg_adamw_step(pg_ctx *c, int64_t count, float *w, const float *g, float *m, float *v,
                   float lr, float beta1, float beta2, float eps, float weight_decay, int64_t t)
 {
@@ -99,6 +154,15 @@ int pg_adamw_step(pg_ctx *c, int64_t count, float *w, const float *g, float *m, 
     float decay = (float)(1.0 - (double)lr * (double)weight_decay);
     float one_b1 = (float)(1.0 - (double)beta1);
     float one_b2 = (float)(1.0 - (double)beta2);
+    if (step_values_match(c, lr, beta1, beta2, t)) {
+        adamw_step_dev_kernel<<<GRID(count)>>>(count, w, g, m, v, c->sv_dev, (double)weight_decay, beta1, one_b1,
+                                               beta2, one_b2, eps);
+        LAUNCH_CHECK("adamw_step_dev_kernel");
+        return 0;
+    }
+    if (pg_cuda_capturing(c))
+        return PG_RT_FAIL("adamw_step: lr %g / t %lld are not this step's (step %lld): cannot be captured",
+                          (double)lr, (long long)t, (long long)c->info.step);
     double bc1 = 1.0 - pow((double)beta1, (double)t);
     double bc2 = 1.0 - pow((double)beta2, (double)t);
     float neg_step = (float)(-((double)lr / bc1));
