@@ -4,7 +4,8 @@
 # against PyTorch's torch.distributed.pipeline.sync.Pipe (same chunks,
 # checkpoint='never') and plain PyTorch training of the same model, all in one
 # go on the same 2 cores. Prints step times, samples/s and the ratios, then one
-# verdict line per target (see bench/README.md).
+# verdict line per target (see bench/README.md). Then bench/gpt_char.sh: the
+# gpt_char example on 1 stage against PyTorch eager, and on 2 stages against 1.
 #
 # Knobs (environment): BENCH_STEPS (30) steps per run, BENCH_WARMUP (3) first
 # steps left out of the median, BENCH_REPEAT (3) rounds (each config is run once
@@ -169,3 +170,11 @@ echo "# load after:  $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"
         printf "target >= %.1fx plain PyTorch: %s  (%s %.2f ms vs torch-plain %.2f ms: %.2fx)\n", tplain,
                (plain / b >= tplain) ? "MET" : "NOT MET", bname, b, plain, plain / b
     }'
+
+# ---- gpt_char: 1 stage vs PyTorch eager, 2 stages vs 1 (bench/gpt_char.sh) ----
+echo
+BENCH_STEPS=$STEPS BENCH_WARMUP=$WARMUP BENCH_REPEAT=$REPEAT BENCH_CPUS=${BENCH_CPUS:-0,1} BENCH_DIR=$DIR PYTHON=$PY \
+    "$TOP/bench/gpt_char.sh" || exit 1
+
+# measured against predicted step time, 1f1b against zb1 and interleaved(2) (bench/sched.sh)
+"$TOP/bench/sched.sh" || exit 1

@@ -11,13 +11,24 @@
  *    checkpointed ones share one recompute frame (their BWD_B reruns the
  *    forward from the slot's x), when the schedule runs each one's BWD_W before
  *    the next checkpointed FWD/BWD_B of the chunk; otherwise every slot gets a
- *    frame. */
+ *    frame.
+ * A stage may hold several chunks (interleaved(v): chunk c on stage c mod p).
+ * What passes between two chunks of one stage is no message: chunk c copies
+ * its input from chunk c-1's y at c-1's slot of the micro-batch (in the step's
+ * FWD only; its own x must outlive c-1's slot, freed at c-1's BWD_W), writes
+ * its dx straight into chunk c-1's dy, and a pop reads a stash of an earlier
+ * chunk of the stage in place and writes the skip gradient into that chunk's
+ * buffer. Those buffers are the earlier chunk's, held from its FWD to its
+ * BWD_W, which the verifier orders after this chunk's BWD_B; the generated
+ * code finds that chunk's slot of the micro-batch in a static mb_slot_c<k>
+ * table. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cost.h"
 #include "emit.h"
 
 enum { LOC_INPUT, LOC_SLOT, LOC_FRAME };
@@ -39,6 +50,9 @@ typedef struct em_slotbuf {
     pg_mp_cat cat;
     int64_t stride;        /* bytes per slot */
     int mp;                /* memplan index */
+    /* >= 0: no buffer of its own; the slot buffer alias_sb of chunk
+     * alias_chunk on the same stage, at that chunk's slot of the micro-batch */
+    int alias_chunk, alias_sb;
 } em_slotbuf;
 
 typedef struct em_aux { /* frame-only buffers of one layer */
@@ -54,6 +68,8 @@ typedef struct em_chunk {
     int *lin, *lout;       /* per layer of the chunk: current tensor before/after */
     em_aux *aux;
     int x_slot, y_slot, dy_slot, dx_slot; /* slot buffer indices, -1 none */
+    int x_local;           /* chunk-1 is on this stage: FWD copies its output into x */
+    int slot_table;        /* another chunk of the stage reads this chunk's slot of a micro-batch */
     int *skin, *skgout, *skout, *skgin;   /* per skip: slot buffer index, -1 none */
     int *sktensor;         /* per skip: stash tensor when stashed in this chunk */
     int64_t *skgframe;     /* per skip: frame offset of the skip gradient (same-chunk skips) */
@@ -179,7 +195,23 @@ static int add_slotbuf(em_chunk *ch, const char *macro, const char *note, pg_mp_
     b->cat = cat;
     b->stride = al64(stride);
     b->mp = -1;
+    b->alias_chunk = b->alias_sb = -1;
     return ch->nsb++;
+}
+
+/* A slot buffer of ch that is buffer sb of chunk `to` (laid out before it, on
+ * the same stage) at to's slot of the micro-batch: a skip or a gradient that
+ * stays on the stage is written or read in place. */
+static int add_alias(em_chunk *ch, const char *macro, const char *note, em_chunk *to, int sb)
+{
+    int b = add_slotbuf(ch, macro, note, to->sb[sb].cat, 0);
+    if (b < 0)
+        return -1;
+    ch->sb[b].stride = to->sb[sb].stride;
+    ch->sb[b].alias_chunk = to->chunk;
+    ch->sb[b].alias_sb = sb;
+    to->slot_table = 1;
+    return b;
 }
 
 static int64_t frame_alloc(em_chunk *ch, int64_t bytes, const char *note)
@@ -208,7 +240,12 @@ static int new_tensor(em_chunk *ch, const pg_shape *sh, int dtype, const char *w
     return ch->ntens++;
 }
 
-static int layout_chunk(pg_gen *g, em_chunk *ch, pg_diag *d)
+static em_chunk *find_chunk(em_stage *S, int chunk);
+
+/* the stage holding chunk c (stages.c: chunk c runs on stage c mod nstages) */
+static int chunk_stage(const pg_gen *g, int c) { return c % g->nstages; }
+
+static int layout_chunk(pg_gen *g, em_stage *S, em_chunk *ch, pg_diag *d)
 {
     const ir_model *m = g->m;
     int nl = ch->last - ch->first + 1, nsk = m->nskips;
@@ -238,13 +275,29 @@ static int layout_chunk(pg_gen *g, em_chunk *ch, pg_diag *d)
 
     /* the chunk input */
     int t0 = new_tensor(ch, &L0->in, L0->in_dtype == DT_I32 ? 2 : 0, ch->is_first ? "model input" : "chunk input");
+    em_chunk *prev = NULL; /* chunk-1 when it is on this stage */
+    if (!ch->is_first && chunk_stage(g, ch->chunk - 1) == ch->stage) {
+        prev = find_chunk(S, ch->chunk - 1);
+        if (!prev || prev->y_slot < 0 || prev->dy_slot < 0) {
+            pg_error(d, L0->loc, "chunk %d: the chunk before it is not laid out", ch->chunk);
+            return -1;
+        }
+    }
     if (ch->is_first) {
         ch->tens[t0].vloc = LOC_INPUT;
     } else {
         shape_rows(&L0->in, sh, sizeof sh);
         sfmt(mac, sizeof mac, "C%d_X", ch->chunk);
-        sfmt(note, sizeof note, "chunk %d input x: %s, received", ch->chunk, sh);
-        ch->x_slot = add_slotbuf(ch, mac, note, MP_RECV, R * ch->tens[t0].numel * 4);
+        if (prev) {
+            /* a copy, not an alias: this chunk's BWD_W may come after chunk-1 frees its slot */
+            sfmt(note, sizeof note, "chunk %d input x: %s, copied from chunk %d's output on this stage", ch->chunk, sh,
+                 prev->chunk);
+            ch->x_local = 1;
+            prev->slot_table = 1;
+        } else {
+            sfmt(note, sizeof note, "chunk %d input x: %s, received", ch->chunk, sh);
+        }
+        ch->x_slot = add_slotbuf(ch, mac, note, prev ? MP_ACTIVATIONS : MP_RECV, R * ch->tens[t0].numel * 4);
         ch->tens[t0].vloc = LOC_SLOT;
         ch->tens[t0].vslot = ch->x_slot;
         ch->tens[t0].need_grad = 1;
@@ -263,14 +316,19 @@ static int layout_chunk(pg_gen *g, em_chunk *ch, pg_diag *d)
             if (m->layers[sk->pop_layer].chunk == ch->chunk) {
                 ch->sktensor[L->skip] = cur;
             } else {
+                int pc = m->layers[sk->pop_layer].chunk, here = m->layers[sk->pop_layer].stage == ch->stage;
                 shape_rows(&sk->shape, sh, sizeof sh);
                 sfmt(mac, sizeof mac, "C%d_SKIP%d_OUT", ch->chunk, L->skip);
-                sfmt(note, sizeof note, "skip %s stashed: %s, sent to chunk %d", sk->name, sh,
-                         m->layers[sk->pop_layer].chunk);
+                sfmt(note, sizeof note, "skip %s stashed: %s, %s chunk %d%s", sk->name, sh, here ? "read by" : "sent to",
+                     pc, here ? " on this stage" : "");
                 ch->skout[L->skip] = add_slotbuf(ch, mac, note, MP_SKIP, R * pg_shape_numel(&sk->shape) * 4);
                 sfmt(mac, sizeof mac, "C%d_SKIP%d_GRAD_IN", ch->chunk, L->skip);
-                sfmt(note, sizeof note, "gradient of skip %s: %s, received", sk->name, sh);
-                ch->skgin[L->skip] = add_slotbuf(ch, mac, note, MP_RECV, R * pg_shape_numel(&sk->shape) * 4);
+                if (here)
+                    sfmt(note, sizeof note, "gradient of skip %s: %s, written by chunk %d on this stage", sk->name, sh, pc);
+                else
+                    sfmt(note, sizeof note, "gradient of skip %s: %s, received", sk->name, sh);
+                ch->skgin[L->skip] = add_slotbuf(ch, mac, note, here ? MP_ACTIVATIONS : MP_RECV,
+                                                 R * pg_shape_numel(&sk->shape) * 4);
             }
             ch->lout[li] = cur;
             continue;
@@ -283,11 +341,28 @@ static int layout_chunk(pg_gen *g, em_chunk *ch, pg_diag *d)
         if (L->kind == LK_POP) {
             const ir_skip *sk = &m->skips[L->skip];
             int sc = m->layers[sk->stash_layer].chunk;
-            if (sc != ch->chunk) {
-                if (m->layers[sk->stash_layer].stage == ch->stage) {
-                    pg_error(d, L->loc, "skip '%s' between two chunks of one stage is not supported by the code generator yet", sk->name);
+            if (sc != ch->chunk && m->layers[sk->stash_layer].stage == ch->stage) {
+                /* stashed by an earlier chunk of this stage: read the stash in place (it lives
+                 * until that chunk's BWD_W, after this chunk's BWD_B) and write its gradient
+                 * straight into that chunk's buffer */
+                em_chunk *sch = find_chunk(S, sc);
+                if (!sch || sch->skout[L->skip] < 0 || sch->skgin[L->skip] < 0) {
+                    pg_error(d, L->loc, "skip '%s': the stashing chunk %d is not laid out", sk->name, sc);
                     return -1;
                 }
+                shape_rows(&sk->shape, sh, sizeof sh);
+                sfmt(mac, sizeof mac, "C%d_SKIP%d_IN", ch->chunk, L->skip);
+                sfmt(note, sizeof note, "skip %s: %s, chunk %d's stash on this stage, read in place", sk->name, sh, sc);
+                ch->skin[L->skip] = add_alias(ch, mac, note, sch, sch->skout[L->skip]);
+                sfmt(mac, sizeof mac, "C%d_SKIP%d_GRAD_OUT", ch->chunk, L->skip);
+                sfmt(note, sizeof note, "gradient of skip %s: %s, written into chunk %d's buffer on this stage",
+                     sk->name, sh, sc);
+                ch->skgout[L->skip] = add_alias(ch, mac, note, sch, sch->skgin[L->skip]);
+                if (ch->skin[L->skip] < 0 || ch->skgout[L->skip] < 0) {
+                    pg_error(d, L->loc, "chunk %d has too many buffers for the code generator", ch->chunk);
+                    return -1;
+                }
+            } else if (sc != ch->chunk) {
                 shape_rows(&sk->shape, sh, sizeof sh);
                 sfmt(mac, sizeof mac, "C%d_SKIP%d_IN", ch->chunk, L->skip);
                 sfmt(note, sizeof note, "skip %s: %s, received from chunk %d", sk->name, sh, sc);
@@ -317,15 +392,29 @@ static int layout_chunk(pg_gen *g, em_chunk *ch, pg_diag *d)
     ch->tens[cur].vloc = LOC_SLOT;
     ch->tens[cur].vslot = ch->y_slot;
     sfmt(mac, sizeof mac, "C%d_DY", ch->chunk);
-    sfmt(note, sizeof note, "gradient dy of the chunk output: %s%s", sh, ch->is_last ? ", from the loss" : ", received");
-    ch->dy_slot = add_slotbuf(ch, mac, note, ch->is_last ? MP_ACTIVATIONS : MP_RECV, R * ch->tens[cur].numel * 4);
+    int next_here = !ch->is_last && chunk_stage(g, ch->chunk + 1) == ch->stage;
+    if (next_here)
+        sfmt(note, sizeof note, "gradient dy of the chunk output: %s, written by chunk %d on this stage", sh,
+             ch->chunk + 1);
+    else
+        sfmt(note, sizeof note, "gradient dy of the chunk output: %s%s", sh,
+             ch->is_last ? ", from the loss" : ", received");
+    ch->dy_slot = add_slotbuf(ch, mac, note, ch->is_last || next_here ? MP_ACTIVATIONS : MP_RECV,
+                              R * ch->tens[cur].numel * 4);
     ch->tens[cur].gloc = LOC_SLOT;
     ch->tens[cur].gslot = ch->dy_slot;
     if (!ch->is_first) {
         shape_rows(&L0->in, sh, sizeof sh);
         sfmt(mac, sizeof mac, "C%d_DX", ch->chunk);
-        sfmt(note, sizeof note, "gradient dx of the chunk input: %s, sent", sh);
-        ch->dx_slot = add_slotbuf(ch, mac, note, MP_ACTIVATIONS, R * ch->tens[t0].numel * 4);
+        if (prev) {
+            /* chunk-1's dy of this micro-batch: its slot is held until its BWD_W, after this BWD_B */
+            sfmt(note, sizeof note, "gradient dx of the chunk input: %s, written into chunk %d's dy on this stage", sh,
+                 prev->chunk);
+            ch->dx_slot = add_alias(ch, mac, note, prev, prev->dy_slot);
+        } else {
+            sfmt(note, sizeof note, "gradient dx of the chunk input: %s, sent", sh);
+            ch->dx_slot = add_slotbuf(ch, mac, note, MP_ACTIVATIONS, R * ch->tens[t0].numel * 4);
+        }
         ch->tens[t0].gloc = LOC_SLOT;
         ch->tens[t0].gslot = ch->dx_slot;
     }
@@ -435,6 +524,14 @@ static int analyse_schedule(pg_gen *g, em_stage *S, pg_diag *d)
 }
 
 static em_chunk *find_chunk(em_stage *S, int chunk)
+{
+    for (int i = 0; i < S->nchunks; i++)
+        if (S->ch[i].chunk == chunk)
+            return &S->ch[i];
+    return NULL;
+}
+
+static const em_chunk *find_chunk_c(const em_stage *S, int chunk)
 {
     for (int i = 0; i < S->nchunks; i++)
         if (S->ch[i].chunk == chunk)
@@ -561,7 +658,7 @@ static int plan_messages(pg_gen *g, em_stage *S, pg_diag *d)
         default:
             continue;
         }
-        if (!ch || sb < 0 || slot < 0) {
+        if (!ch || sb < 0 || slot < 0 || ch->sb[sb].alias_chunk >= 0) {
             char buf[160];
             pg_error(d, m->loc, "schedule: stage %d action %d %s does not match the chunk layout", S->stage, a,
                      pg_act_str(A, buf, sizeof buf));
@@ -704,7 +801,7 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
         ch->last = last;
         ch->is_first = c == 0;
         ch->is_last = is_last_chunk(g, c);
-        if (layout_chunk(g, ch, d))
+        if (layout_chunk(g, S, ch, d))
             return -1;
     }
     if (analyse_schedule(g, S, d))
@@ -728,6 +825,8 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
     for (int ci = 0; ci < S->nchunks; ci++) {
         em_chunk *ch = &S->ch[ci];
         for (int b = 0; b < ch->nsb; b++) {
+            if (ch->sb[b].alias_chunk >= 0)
+                continue; /* another chunk's buffer */
             sfmt(name, sizeof name, "c%d.%s", ch->chunk, ch->sb[b].macro);
             for (char *q = name; *q; q++)
                 if (*q >= 'A' && *q <= 'Z')
@@ -768,6 +867,62 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
     return 0;
 }
 
+/* A tied parameter's gradient is summed by the runtime stage by stage: the
+ * owner's uses in layer order, then each other stage's, in stage order
+ * (runtime/core/step.c). That is the layer order whenever stages hold the model
+ * in order; with interleaved chunks it can differ, and a sum of three or more
+ * accumulators in another order is other bits than one stage's. Refused. */
+static int check_tie_order(const ir_model *m, pg_diag *d)
+{
+    int *byl = malloc((size_t)(m->nlayers + 1) * sizeof(int));
+    int *bys = malloc((size_t)(m->nlayers + 1) * sizeof(int));
+    int rc = 0;
+    if (!byl || !bys) {
+        pg_error(d, m->loc, "out of memory");
+        rc = -1;
+    }
+    for (int p = 0; p < m->nparams && !rc; p++) {
+        const ir_param *P = &m->params[p];
+        if (!is_tied(P) || P->is_buffer)
+            continue;
+        int n = 0, k = 0;
+        for (int i = 0; i < m->nlayers; i++)
+            if (layer_uses(&m->layers[i], p))
+                byl[n++] = i;
+        for (int st = 0; st < m->nstages; st++)
+            for (int j = 0; j < n; j++)
+                if (m->layers[byl[j]].stage == st)
+                    bys[k++] = byl[j];
+        /* the first two may trade places: a + b is b + a */
+        int bad = n >= 2 && !((byl[0] == bys[0] && byl[1] == bys[1]) || (byl[0] == bys[1] && byl[1] == bys[0]));
+        for (int j = 2; j < n && !bad; j++)
+            bad = byl[j] != bys[j];
+        if (!bad)
+            continue;
+        int at = 2;
+        while (at < n && byl[at] == bys[at])
+            at++;
+        if (at >= n)
+            at = 1;
+        const ir_layer *L = &m->layers[byl[at]], *E = NULL;
+        for (int j = 0; j < at && !E; j++)
+            if (m->layers[byl[j]].stage > L->stage)
+                E = &m->layers[byl[j]];
+        pg_error(d, L->loc, "parameter '%s' is used here on stage %d after a use on stage %d: with its %d uses spread "
+                 "over the stages out of layer order, the tied gradient would be summed in another order than on one "
+                 "stage (not bitwise reproducible)", P->name, L->stage, E ? E->stage : m->layers[byl[0]].stage, n);
+        if (E)
+            pg_note(d, E->loc, "the use on stage %d is here", E->stage);
+        if (P->tie_loc.line > 0)
+            pg_note(d, P->tie_loc, "tied here; move the splits so that the stages hold its uses in layer order, or "
+                    "use a schedule without interleaving");
+        rc = -1;
+    }
+    free(byl);
+    free(bys);
+    return rc;
+}
+
 int pg_gen_prepare(const ir_model *m, const pg_schedule *s, pg_gen **out, pg_diag *d)
 {
     *out = NULL;
@@ -785,8 +940,7 @@ int pg_gen_prepare(const ir_model *m, const pg_schedule *s, pg_gen **out, pg_dia
         pg_gen_free(g);
         return -1;
     }
-    if (m->nchunks != m->nstages) {
-        pg_error(d, m->train.schedule_loc, "interleaved schedules are not supported by the code generator yet");
+    if (check_tie_order(m, d)) {
         pg_gen_free(g);
         return -1;
     }
@@ -1491,10 +1645,18 @@ static void emit_chunk_fns(em_out *e)
     char sh[96];
 
     fprintf(o, "/* ---- chunk %d: layers %s .. %s ---- */\n\n", c, m->layers[ch->first].name, m->layers[ch->last].name);
-    /* buffer macros: slots */
-    for (int b = 0; b < ch->nsb; b++)
-        fprintf(o, "#define %s ((float *)(A + %" PRId64 " + (int64_t)io->slot * %" PRId64 ")) /* %s */\n",
-                ch->sb[b].macro, S->mp.buf[ch->sb[b].mp].offset, ch->sb[b].stride, ch->sb[b].note);
+    /* buffer macros: slots (another chunk's, at its slot of this micro-batch, for what stays on the stage) */
+    for (int b = 0; b < ch->nsb; b++) {
+        const em_slotbuf *B = &ch->sb[b];
+        if (B->alias_chunk >= 0) {
+            const em_chunk *to = find_chunk_c(S, B->alias_chunk);
+            fprintf(o, "#define %s ((float *)(A + %" PRId64 " + (int64_t)mb_slot_c%d[io->mb] * %" PRId64 ")) /* %s */\n",
+                    B->macro, to ? S->mp.buf[to->sb[B->alias_sb].mp].offset : 0, B->alias_chunk, B->stride, B->note);
+        } else {
+            fprintf(o, "#define %s ((float *)(A + %" PRId64 " + (int64_t)io->slot * %" PRId64 ")) /* %s */\n", B->macro,
+                    S->mp.buf[B->mp].offset, B->stride, B->note);
+        }
+    }
     /* frame tensors */
     for (int t = 0; t < ch->ntens; t++) {
         const em_tensor *T = &ch->tens[t];
@@ -1528,15 +1690,19 @@ static void emit_chunk_fns(em_out *e)
         fprintf(o, "    return A + %" PRId64 " + (int64_t)io->slot * %" PRId64 ";\n}\n\n", fo, ch->frame_bytes);
     }
 
-    /* forward; with batchnorm, `first` tells the step's forward from a recompute */
+    /* forward; with batchnorm, `first` tells the step's forward from a recompute; a chunk
+     * whose input comes from chunk-1 on this stage copies it in the step's forward only */
     int has_bn = 0;
     for (int i = ch->first; i <= ch->last; i++)
         has_bn |= m->layers[i].kind == LK_BATCHNORM;
-    if (has_bn)
+    int split_fwd = has_bn || ch->x_local;
+    if (split_fwd)
         fprintf(o, "static int fwd_body_c%d(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)\n{\n", c);
     else
         fprintf(o, "static int fwd_c%d(pg_ctx *c, unsigned char *A, pg_mb_io *io)\n{\n", c);
     fprintf(o, "    const int64_t r = io->rows;\n    unsigned char *F = frame_c%d(A, io);\n    (void)F;\n", c);
+    if (split_fwd && !has_bn)
+        fprintf(o, "    (void)first;\n");
     for (int i = ch->first; i <= ch->last; i++)
         emit_layer_fwd(e, i);
     if (ch->is_last) {
@@ -1561,14 +1727,23 @@ static void emit_chunk_fns(em_out *e)
         }
     }
     fprintf(o, "    return 0;\n}\n\n");
-    if (has_bn)
-        fprintf(o, "static int fwd_c%d(pg_ctx *c, unsigned char *A, pg_mb_io *io)\n{\n"
-                   "    return fwd_body_c%d(c, A, io, 1);\n}\n\n", c, c);
+    if (split_fwd) {
+        fprintf(o, "static int fwd_c%d(pg_ctx *c, unsigned char *A, pg_mb_io *io)\n{\n", c);
+        const em_chunk *pv = ch->x_local ? find_chunk_c(S, c - 1) : NULL;
+        if (pv) {
+            const em_slotbuf *Y = &pv->sb[pv->y_slot];
+            fprintf(o, "    /* the input: chunk %d's output of this micro-batch, on this stage */\n", c - 1);
+            fprintf(o, "    PG_TRY(pg_copy(c, %s, (float *)(A + %" PRId64 " + (int64_t)mb_slot_c%d[io->mb] * %" PRId64
+                       "), io->rows * %" PRId64 "));\n",
+                    ch->sb[ch->x_slot].macro, S->mp.buf[Y->mp].offset, c - 1, Y->stride, ch->tens[0].numel);
+        }
+        fprintf(o, "    return fwd_body_c%d(c, A, io, 1);\n}\n\n", c);
+    }
 
     /* backward-input */
     fprintf(o, "static int bwd_b_c%d(pg_ctx *c, unsigned char *A, pg_mb_io *io)\n{\n", c);
     fprintf(o, "    const int64_t r = io->rows;\n    unsigned char *F = frame_c%d(A, io);\n    (void)F; (void)r;\n", c);
-    if (has_bn)
+    if (split_fwd)
         fprintf(o, "    if (io->recompute) /* checkpointed: rebuild the interior from the stage input */\n"
                    "        PG_TRY(fwd_body_c%d(c, A, io, 0));\n", c);
     else
@@ -1581,8 +1756,11 @@ static void emit_chunk_fns(em_out *e)
     /* backward-weight */
     fprintf(o, "static int bwd_w_c%d(pg_ctx *c, unsigned char *A, pg_mb_io *io)\n{\n", c);
     fprintf(o, "    const int64_t r = io->rows;\n    unsigned char *F = frame_c%d(A, io);\n    (void)F; (void)r;\n", c);
+    long before = ftell(o);
     for (int i = ch->last; i >= ch->first; i--)
         emit_layer_bwd_w(e, i);
+    if (ftell(o) == before)
+        fprintf(o, "    (void)c; /* no weights in this chunk */\n");
     fprintf(o, "    return 0;\n}\n\n");
     for (int b = 0; b < ch->nsb; b++)
         fprintf(o, "#undef %s\n", ch->sb[b].macro);
@@ -1668,6 +1846,16 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
     fprintf(o, "/* dropout masks depend on (seed, step, layer, sample, element) only */\n"
                "#define DROPOUT_SEED(io, layer) ((io)->seed ^ (UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)((io)->step * 4096 + (layer) + 1)))\n\n");
     for (int i = 0; i < S->nchunks; i++) {
+        const em_chunk *ch = &S->ch[i];
+        if (!ch->slot_table)
+            continue;
+        fprintf(o, "/* chunk %d's activation slot of each micro-batch: another chunk of this stage reads it */\n"
+                   "static const int mb_slot_c%d[] = {", ch->chunk, ch->chunk);
+        for (int mb = 0; mb < g->s->nmb; mb++)
+            fprintf(o, "%s%d", mb ? ", " : "", slot_of(ss, A_FWD, ch->chunk, mb));
+        fprintf(o, "};\n\n");
+    }
+    for (int i = 0; i < S->nchunks; i++) {
         em_out e = {o, g, S, &S->ch[i]};
         emit_chunk_fns(&e);
     }
@@ -1729,6 +1917,22 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
     for (int i = 0; i < g->nstages; i++)
         fprintf(o, "%s%" PRId64, i ? ", " : "", S->send_bytes[i]);
     fprintf(o, "};\n\n");
+    /* this stage's layers for --profile (runtime/core/trace.c): a chunk's
+     * measured time is split among them by the estimated flops */
+    int nstage_layers = 0;
+    fprintf(o, "/* this stage's layers: {name, chunk, estimated flops per sample of F, B, W} (--profile) */\n"
+               "static const pg_layer_info stage_layers[] = {\n");
+    for (int i = 0; i < S->nchunks; i++)
+        for (int l = S->ch[i].first; l <= S->ch[i].last; l++) {
+            pg_layer_cost fl = pg_layer_flops(&m->layers[l]);
+            fprintf(o, "    {");
+            json_str(o, m->layers[l].name ? m->layers[l].name : "?");
+            fprintf(o, ", %d, %.17g, %.17g, %.17g},\n", S->ch[i].chunk, fl.fwd, fl.bwd_b, fl.bwd_w);
+            nstage_layers++;
+        }
+    if (!nstage_layers)
+        fprintf(o, "    {NULL, -1, 0, 0, 0},\n");
+    fprintf(o, "};\n\n");
 
     int64_t in_vocab = 0, tg_vocab = 0;
     for (int i = 0; i < m->nlayers; i++) {
@@ -1781,8 +1985,12 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
         out_stride = ch->sb[ch->y_slot].stride;
         out_numel = ch->tens[ch->lout[ch->last - ch->first]].numel;
     }
-    fprintf(o, "    .output_off = %" PRId64 ", .output_slot_bytes = %" PRId64 ", .output_per_sample = %" PRId64 ",\n};\n",
+    fprintf(o, "    .output_off = %" PRId64 ", .output_slot_bytes = %" PRId64 ", .output_per_sample = %" PRId64 ",\n",
             out_off, out_stride, out_numel);
+    fprintf(o, "    .nlayers = %d, .layers = stage_layers,\n", nstage_layers);
+    if (m->train.precision == DT_BF16) /* only then: f32 stage files stay as they were */
+        fprintf(o, "    .precision = 1, /* bf16 GEMM operands on the CUDA runtime (pg_backend_set_precision) */\n");
+    fprintf(o, "};\n");
     return 0;
 }
 

@@ -38,6 +38,16 @@ static const command commands[] = {
      "Writes DIR/stage<k>.c for every stage, DIR/<model>.h documenting every buffer\n"
      "(STAGE<k>_ARENA_BYTES) and DIR/plan.json. Output is byte-stable.\n",
      0},
+    {"trace", cmd_trace, "trace RUN.json [FILE [--balance PROFILE]] [--svg OUT] [--step N]",
+     "measured against predicted bubble and step time from a --trace file",
+     "Reads the Chrome-trace JSON a run wrote with the stage option --trace RUN.json and\n"
+     "prints the measured step time (mean over the traced steps, the run's first left\n"
+     "out, of each step's span over every stage) and each stage's measured bubble (1 -\n"
+     "its F/B/W time / the span). Given the model FILE it also prints what the\n"
+     "schedule's simulation predicts, by the cost model or, with --balance PROFILE\n"
+     "(a --profile file), by measured layer and message times. --svg OUT draws one\n"
+     "measured step (--step N, default the last) like `pipegen plan --svg`.\n",
+     0},
     {"parse", cmd_parse, "parse FILE", "print the syntax tree (debugging)", NULL, 1},
 };
 #define NCOMMANDS ((int)(sizeof commands / sizeof commands[0]))

@@ -58,12 +58,18 @@ static double msg_bytes(const ir_model *m, const pg_schedule *s, const pg_act *a
     }
 }
 
+int pg_mb_recomputes(const ir_model *m, int mb, int nmb)
+{
+    return m->train.checkpoint == CKPT_ALWAYS || (m->train.checkpoint == CKPT_EXCEPT_LAST && mb < nmb - 1);
+}
+
 double pg_act_cost(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, const pg_act *a)
 {
     int ch = a->chunk >= 0 && a->chunk < 64 ? a->chunk : 0;
     switch (a->kind) {
     case A_FWD: return c->fwd[ch];
-    case A_BWD_B: return c->bwd_b[ch];
+    case A_BWD_B: /* a checkpointed micro-batch first recomputes its forward (emit.c's rule) */
+        return c->bwd_b[ch] + (c->recompute && a->mb >= 0 && pg_mb_recomputes(m, a->mb, s->nmb) ? c->fwd[ch] : 0);
     case A_BWD_W: return c->bwd_w[ch];
     case A_OPT_STEP: return 0;
     default: {

@@ -30,5 +30,8 @@ const char *pg_schedule_kind_str(const ir_model *m, char *buf, size_t n);
 /* What action a costs under c (predict.c): its chunk's F/B/W cost, a
  * message's transfer time, 0 for OPT_STEP. */
 double pg_act_cost(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, const pg_act *a);
+/* 1 when micro-batch mb of nmb is checkpointed (its BWD_B recomputes the
+ * forward): the rule of emit.c's mb_recompute table. */
+int pg_mb_recomputes(const ir_model *m, int mb, int nmb);
 
 #endif

@@ -86,6 +86,7 @@ int pg_schedule_verify(const ir_model *m, const pg_schedule *s, pg_diag *d);
 typedef struct pg_sched_costs {
     double fwd[64], bwd_b[64], bwd_w[64]; /* per chunk */
     double send_latency, send_bytes_per_s;
+    int recompute;  /* 1: a checkpointed micro-batch's BWD_B also reruns its chunk's forward */
 } pg_sched_costs;
 typedef struct pg_sched_prediction {
     double step_time;

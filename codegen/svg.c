@@ -31,6 +31,11 @@ int pg_sched_costs_of_model(const ir_model *m, const pg_profile *prof, pg_sched_
         c->bwd_b[L->chunk] += lc.bwd_b;
         c->bwd_w[L->chunk] += lc.bwd_w;
     }
+    c->recompute = 1;
+    if (covered && prof->has_messages) { /* measured by --profile */
+        c->send_latency = prof->latency_s;
+        c->send_bytes_per_s = prof->bytes_per_s;
+    }
     return covered;
 }
 
@@ -74,8 +79,9 @@ void pg_schedule_report(const ir_model *m, const pg_schedule *s, const pg_sched_
     for (int st = 0; st < s->nstages; st++)
         busy += pr.busy[st];
     fmt_si(v, sizeof v, pr.step_time, unit);
-    fprintf(out, "predicted step (%s, %s, messages free): %s, bubble %.1f%%\n", kind,
-            seconds ? "measured layer times" : "model units: estimated flops", v,
+    fprintf(out, "predicted step (%s, %s, %s): %s, bubble %.1f%%\n", kind,
+            seconds ? "measured layer times" : "model units: estimated flops",
+            c->send_latency > 0 || c->send_bytes_per_s > 0 ? "measured messages" : "messages free", v,
             pr.step_time > 0 ? 100.0 * (1.0 - busy / (pr.step_time * s->nstages)) : 0.0);
     for (int st = 0; st < s->nstages; st++) {
         int first = -1, last = -1, n = 0;
@@ -130,37 +136,35 @@ static void xml_text(FILE *o, const char *s)
     }
 }
 
-static void draw(const ir_model *m, const pg_schedule *s, double **start, double **dur, const pg_sim *sim,
-                 int seconds, FILE *o)
+void pg_timeline_svg(const pg_timeline *t, FILE *o)
 {
-    int p = s->nstages;
-    double step = 0, busy = 0;
-    for (int st = 0; st < p; st++) {
-        if (sim->clock[st] > step)
-            step = sim->clock[st];
-        busy += sim->busy[st];
-    }
+    int p = t->nstages;
+    double step = t->step, busy = 0;
+    for (int st = 0; st < p; st++)
+        busy += t->busy[st];
     double bubble = step > 0 ? 1.0 - busy / (step * p) : 0.0;
     double scale = step > 0 ? PLOT_W / step : 0.0;
     int plot_h = p * (ROW_H + ROW_GAP) - ROW_GAP;
     int width = LEFT + PLOT_W + RIGHT, height = TOP + plot_h + 84;
-    char kind[64], sstep[48];
-    pg_schedule_kind_str(m, kind, sizeof kind);
-    fmt_si(sstep, sizeof sstep, step, pg_cost_unit(seconds));
+    char sstep[48];
+    fmt_si(sstep, sizeof sstep, step, pg_cost_unit(t->seconds));
 
     fprintf(o, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
                "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n", width, height, width, height);
     fprintf(o, "<rect x=\"0\" y=\"0\" width=\"%d\" height=\"%d\" fill=\"#ffffff\"/>\n", width, height);
     fprintf(o, "<text x=\"%d\" y=\"22\" font-size=\"15\" font-weight=\"bold\">", LEFT);
-    xml_text(o, m->name ? m->name : "model");
-    fprintf(o, ": %s, %d stage%s, %d micro-batch%s - bubble %.1f%%, step %s (%s)</text>\n", kind, p,
-            p == 1 ? "" : "s", s->nmb, s->nmb == 1 ? "" : "es", 100.0 * bubble, sstep,
-            seconds ? "measured layer times" : "estimated flops, messages free");
+    xml_text(o, t->model ? t->model : "model");
+    fprintf(o, ": ");
+    xml_text(o, t->schedule);
+    fprintf(o, ", %d stage%s, %d micro-batch%s - bubble %.1f%%, step %s (", p, p == 1 ? "" : "s", t->nmb,
+            t->nmb == 1 ? "" : "es", 100.0 * bubble, sstep);
+    xml_text(o, t->source);
+    fprintf(o, ")</text>\n");
 
     /* rows: label, outline; idle time stays white */
     for (int st = 0; st < p; st++) {
         int y = TOP + st * (ROW_H + ROW_GAP);
-        double b = step > 0 ? 1.0 - sim->busy[st] / step : 0.0;
+        double b = step > 0 ? 1.0 - t->busy[st] / step : 0.0;
         fprintf(o, "<text x=\"%d\" y=\"%d\" font-size=\"12\" text-anchor=\"end\">stage %d</text>\n", LEFT - 8,
                 y + ROW_H / 2 - 1, st);
         fprintf(o, "<text x=\"%d\" y=\"%d\" font-size=\"9\" fill=\"#666666\" text-anchor=\"end\">idle %.1f%%</text>\n",
@@ -169,37 +173,33 @@ static void draw(const ir_model *m, const pg_schedule *s, double **start, double
                    "stroke-width=\"1\"/>\n", LEFT, y, PLOT_W, ROW_H);
     }
     /* the passes */
-    for (int st = 0; st < p; st++) {
-        int y = TOP + st * (ROW_H + ROW_GAP);
-        const pg_stage_sched *ss = &s->stage[st];
-        for (int i = 0; i < ss->n; i++) {
-            const pg_act *a = &ss->act[i];
-            if (!pg_act_is_compute(a->kind) || !(dur[st][i] > 0))
-                continue;
-            int k = a->kind == A_FWD ? 0 : a->kind == A_BWD_B ? 1 : 2;
-            double x = LEFT + start[st][i] * scale, w = dur[st][i] * scale;
-            fprintf(o, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" stroke=\"#ffffff\" "
-                       "stroke-width=\"0.75\"><title>%s mb %d chunk %d</title></rect>\n",
-                    x, y + 1, w, ROW_H - 2, fill[k], k == 0 ? "F" : k == 1 ? "B" : "W", a->mb, a->chunk);
-            int digits = a->mb >= 100 ? 3 : a->mb >= 10 ? 2 : 1;
-            if (w >= 7.0 * digits + 3)
-                fprintf(o, "<text x=\"%.2f\" y=\"%d\" font-size=\"11\" fill=\"#ffffff\" text-anchor=\"middle\">%d</text>\n",
-                        x + w / 2, y + ROW_H / 2 + 4, a->mb);
-        }
+    for (int i = 0; i < t->nbox; i++) {
+        const pg_timeline_box *a = &t->box[i];
+        if (a->stage < 0 || a->stage >= p || a->kind < 0 || a->kind > 2 || !(a->dur > 0))
+            continue;
+        int y = TOP + a->stage * (ROW_H + ROW_GAP), k = a->kind;
+        double x = LEFT + a->start * scale, w = a->dur * scale;
+        fprintf(o, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" stroke=\"#ffffff\" "
+                   "stroke-width=\"0.75\"><title>%s mb %d chunk %d</title></rect>\n",
+                x, y + 1, w, ROW_H - 2, fill[k], k == 0 ? "F" : k == 1 ? "B" : "W", a->mb, a->chunk);
+        int digits = a->mb >= 100 ? 3 : a->mb >= 10 ? 2 : 1;
+        if (w >= 7.0 * digits + 3)
+            fprintf(o, "<text x=\"%.2f\" y=\"%d\" font-size=\"11\" fill=\"#ffffff\" text-anchor=\"middle\">%d</text>\n",
+                    x + w / 2, y + ROW_H / 2 + 4, a->mb);
     }
     /* time axis */
     int ay = TOP + plot_h + 8;
     fprintf(o, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#333333\" stroke-width=\"1\"/>\n", LEFT, ay,
             LEFT + PLOT_W, ay);
     double dt = tick_step(step);
-    for (int t = 0; step > 0 && t * dt <= step * (1 + 1e-9) && t <= 100; t++) {
+    for (int k = 0; step > 0 && k * dt <= step * (1 + 1e-9) && k <= 100; k++) {
         char lbl[48];
-        double x = LEFT + t * dt * scale;
-        fmt_si(lbl, sizeof lbl, t * dt, pg_cost_unit(seconds));
+        double x = LEFT + k * dt * scale;
+        fmt_si(lbl, sizeof lbl, k * dt, pg_cost_unit(t->seconds));
         fprintf(o, "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"#333333\" stroke-width=\"1\"/>\n", x, ay,
                 x, ay + 4);
         fprintf(o, "<text x=\"%.2f\" y=\"%d\" font-size=\"10\" text-anchor=\"middle\">%s</text>\n", x, ay + 16,
-                t == 0 ? "0" : lbl);
+                k == 0 ? "0" : lbl);
     }
     fprintf(o, "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"end\" fill=\"#666666\">time</text>\n",
             LEFT + PLOT_W, ay + 30);
@@ -214,6 +214,39 @@ static void draw(const ir_model *m, const pg_schedule *s, double **start, double
             LEFT + 3 * 190, ly);
     fprintf(o, "<text x=\"%d\" y=\"%d\" font-size=\"12\">idle (bubble)</text>\n", LEFT + 3 * 190 + 22, ly + 11);
     fprintf(o, "</svg>\n");
+}
+
+/* The simulated step as a timeline: the passes in stage and action order. */
+static int draw(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, double **start, double **dur,
+                const pg_sim *sim, int seconds, FILE *o)
+{
+    int p = s->nstages, n = 0;
+    for (int st = 0; st < p; st++)
+        n += s->stage[st].n;
+    pg_timeline_box *box = malloc((size_t)(n > 0 ? n : 1) * sizeof *box);
+    if (!box)
+        return -1;
+    char kind[64];
+    pg_schedule_kind_str(m, kind, sizeof kind);
+    pg_timeline t = { m->name, kind, p, s->nmb, 0, sim->busy, seconds,
+                      !seconds ? "estimated flops, messages free"
+                      : c->send_latency > 0 || c->send_bytes_per_s > 0 ? "measured layer and message times"
+                                                                       : "measured layer times", 0, box };
+    for (int st = 0; st < p; st++) {
+        if (sim->clock[st] > t.step)
+            t.step = sim->clock[st];
+        const pg_stage_sched *ss = &s->stage[st];
+        for (int i = 0; i < ss->n; i++) {
+            const pg_act *a = &ss->act[i];
+            if (!pg_act_is_compute(a->kind))
+                continue;
+            box[t.nbox++] = (pg_timeline_box){ st, a->kind == A_FWD ? 0 : a->kind == A_BWD_B ? 1 : 2, a->mb, a->chunk,
+                                               start[st][i], dur[st][i] };
+        }
+    }
+    pg_timeline_svg(&t, o);
+    free(box);
+    return 0;
 }
 
 int pg_schedule_svg(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, int seconds, FILE *out)
@@ -234,10 +267,8 @@ int pg_schedule_svg(const ir_model *m, const pg_schedule *s, const pg_sched_cost
             dur[st][i] = pg_act_cost(m, s, c, &s->stage[st].act[i]);
     }
     pg_sim sim = { .m = m, .s = s, .dur = dur, .start = start };
-    if (pg_sim_run(&sim) == SIM_OK) {
-        draw(m, s, start, dur, &sim, seconds, out);
-        rc = 0;
-    }
+    if (pg_sim_run(&sim) == SIM_OK)
+        rc = draw(m, s, c, start, dur, &sim, seconds, out);
     pg_sim_free(&sim);
 out:
     for (int st = 0; st < p; st++) {

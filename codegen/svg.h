@@ -11,8 +11,10 @@
 #include "schedule.h"
 
 /* Per-chunk F/B/W costs of one (average-sized) micro-batch: measured seconds
- * when prof covers the model's layers, else estimated flops. Messages are
- * free. Returns 1 when the costs are seconds, 0 when flops. */
+ * when prof covers the model's layers, else estimated flops; a checkpointed
+ * micro-batch's B adds the recomputed forward. Messages are free unless prof
+ * has measured them ("messages", --profile). Returns 1 when the costs are
+ * seconds, 0 when flops. */
 int pg_sched_costs_of_model(const ir_model *m, const pg_profile *prof, pg_sched_costs *c);
 
 /* "s" or "flop": the unit of a step time predicted with those costs. */
@@ -25,6 +27,24 @@ void pg_schedule_report(const ir_model *m, const pg_schedule *s, const pg_sched_
 /* Writes the picture; 0, or -1 when the schedule cannot be simulated or out
  * of memory. seconds: the costs are seconds (else flops). */
 int pg_schedule_svg(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, int seconds, FILE *out);
+
+/* One timeline, simulated or measured (pipegen trace): the same picture. */
+typedef struct pg_timeline_box {
+    int stage, kind;     /* kind 0 F, 1 B, 2 W */
+    int mb, chunk;
+    double start, dur;   /* from the step's start */
+} pg_timeline_box;
+typedef struct pg_timeline {
+    const char *model, *schedule; /* the title: "mlp: 1f1b, ..." */
+    int nstages, nmb;
+    double step;                  /* the time drawn: the step */
+    const double *busy;           /* [nstages]: compute time of each stage */
+    int seconds;                  /* times are seconds (else flops) */
+    const char *source;           /* where the times come from, for the title */
+    int nbox;
+    const pg_timeline_box *box;   /* drawn in this order */
+} pg_timeline;
+void pg_timeline_svg(const pg_timeline *t, FILE *out);
 
 /* pg_schedule_svg into the file path; errors (`path: error: ...`) through d. */
 int pg_schedule_svg_write(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, int seconds,

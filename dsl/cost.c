@@ -79,6 +79,10 @@ static int has_weights(const ir_layer *L)
 pg_layer_cost pg_layer_cost_of(const ir_layer *L, const pg_profile *prof, double rows)
 {
     const pg_profile_entry *e = prof && L->name ? pg_profile_find(prof, L->name) : NULL;
+    if (e && e->bwd_b_s >= 0 && e->bwd_w_s >= 0) { /* measured apart (--profile) */
+        pg_layer_cost c = { e->fwd_s, e->bwd_b_s, e->bwd_w_s };
+        return c;
+    }
     if (e) {
         pg_layer_cost c = { e->fwd_s, e->bwd_s, 0 };
         if (has_weights(L))
@@ -257,7 +261,7 @@ static void jskip(jcur *j, int depth)
 
 static void jlayer(jcur *j)
 {
-    pg_profile_entry e = { NULL, -1, -1 };
+    pg_profile_entry e = { NULL, -1, -1, -1, -1 };
     pg_loc at;
     jspace(j);
     at = jloc(j);
@@ -278,7 +282,8 @@ static void jlayer(jcur *j)
             if (strcmp(key, "name") == 0) {
                 free(e.name);
                 e.name = jstring(j);
-            } else if (strcmp(key, "fwd_s") == 0 || strcmp(key, "bwd_s") == 0) {
+            } else if (strcmp(key, "fwd_s") == 0 || strcmp(key, "bwd_s") == 0 || strcmp(key, "bwd_b_s") == 0 ||
+                       strcmp(key, "bwd_w_s") == 0) {
                 pg_loc nl;
                 jspace(j);
                 nl = jloc(j);
@@ -287,7 +292,8 @@ static void jlayer(jcur *j)
                     pg_error(j->d, nl, "profile: %s must not be negative", key);
                     j->failed = 1;
                 }
-                *(key[0] == 'f' ? &e.fwd_s : &e.bwd_s) = v;
+                *(key[0] == 'f' ? &e.fwd_s : strcmp(key, "bwd_s") == 0 ? &e.bwd_s
+                                  : strcmp(key, "bwd_b_s") == 0 ? &e.bwd_b_s : &e.bwd_w_s) = v;
             } else {
                 jskip(j, 1);
             }
@@ -321,6 +327,43 @@ static void jlayer(jcur *j)
     j->p->e[j->p->n++] = e;
 }
 
+/* "messages": {"latency_s": L, "bytes_per_s": R, ...}: what one message costs */
+static void jmessages(jcur *j)
+{
+    if (!jeat(j, '{')) {
+        jfail(j, "`{` (the messages object)");
+        return;
+    }
+    if (!jeat(j, '}'))
+        do {
+            char *key = jstring(j);
+            if (!key)
+                break;
+            if (!jeat(j, ':'))
+                jfail(j, "`:`");
+            else if (strcmp(key, "latency_s") == 0 || strcmp(key, "bytes_per_s") == 0) {
+                jspace(j);
+                pg_loc nl = jloc(j);
+                double v = jnumber(j);
+                if (!j->failed && v < 0) {
+                    pg_error(j->d, nl, "profile: %s must not be negative", key);
+                    j->failed = 1;
+                }
+                if (key[0] == 'l') {
+                    j->p->latency_s = v;
+                    j->p->has_messages = 1;
+                } else {
+                    j->p->bytes_per_s = v;
+                }
+            } else {
+                jskip(j, 1);
+            }
+            free(key);
+        } while (!j->failed && jeat(j, ','));
+    if (!j->failed && !jeat(j, '}'))
+        jfail(j, "`,` or `}`");
+}
+
 int pg_profile_read(const char *path, pg_profile *p, pg_diag *d)
 {
     memset(p, 0, sizeof *p);
@@ -351,6 +394,8 @@ int pg_profile_read(const char *path, pg_profile *p, pg_diag *d)
                     if (!j.failed && !jeat(&j, ']'))
                         jfail(&j, "`,` or `]`");
                 }
+            } else if (strcmp(key, "messages") == 0) {
+                jmessages(&j);
             } else {
                 jskip(&j, 1);
             }

@@ -13,7 +13,11 @@
  *
  *    `name` is the layer's qualified name as `pipegen check` prints it; bwd_s
  *    is B + W together (split evenly for layers with parameters, all B for
- *    the others). Other keys are ignored; every compute layer must appear. */
+ *    the others) unless the layer also gives "bwd_b_s" and "bwd_w_s" (B
+ *    without any recomputed forward, and W), as --profile writes. An optional
+ *    top-level "messages": {"latency_s": L, "bytes_per_s": R} times each
+ *    message L + bytes / R (R 0 or absent: L alone). Other keys are ignored;
+ *    every compute layer must appear. */
 #ifndef PG_COST_H
 #define PG_COST_H
 
@@ -28,12 +32,15 @@ typedef struct pg_layer_cost {
 typedef struct pg_profile_entry {
     char *name;          /* owned */
     double fwd_s, bwd_s;
+    double bwd_b_s, bwd_w_s; /* the measured split of bwd_s; -1 when not given */
 } pg_profile_entry;
 
 typedef struct pg_profile {
     int n;
     pg_profile_entry *e; /* owned, [n] */
     char *path;          /* owned, for messages */
+    int has_messages;    /* "messages" gave latency_s */
+    double latency_s, bytes_per_s;
 } pg_profile;
 
 /* Read a profile; located errors (file:line:col) through d. 0 or -1. */

@@ -587,6 +587,42 @@ static const int64_t mb_first_row[] = {0, 2, 4, 6};
 static const int mb_recompute[] = {1, 1, 1, 0};
 static const int64_t send_bytes[] = {0, 25167008, 1184, 154390688};
 
+/* this stage's layers: {name, chunk, estimated flops per sample of F, B, W} (--profile) */
+static const pg_layer_info stage_layers[] = {
+    {"wte_embed", 0, 786432, 0, 786432},
+    {"wpe", 0, 786432, 786432, 786432},
+    {"h.0.stash.res1", 0, 0, 0, 0},
+    {"h.0.ln_1", 0, 3932160, 3932160, 1572864},
+    {"h.0.attn", 0, 8053063680, 11274289152, 4831838208},
+    {"h.0.pop.res1", 0, 786432, 786432, 0},
+    {"h.0.stash.res2", 0, 0, 0, 0},
+    {"h.0.ln_2", 0, 3932160, 3932160, 1572864},
+    {"h.0.fc", 0, 4834983936, 4831838208, 4834983936},
+    {"h.0.gelu0", 0, 25165824, 25165824, 0},
+    {"h.0.proj", 0, 4832624640, 4831838208, 4832624640},
+    {"h.0.pop.res2", 0, 786432, 786432, 0},
+    {"h.1.stash.res1", 0, 0, 0, 0},
+    {"h.1.ln_1", 0, 3932160, 3932160, 1572864},
+    {"h.1.attn", 0, 8053063680, 11274289152, 4831838208},
+    {"h.1.pop.res1", 0, 786432, 786432, 0},
+    {"h.1.stash.res2", 0, 0, 0, 0},
+    {"h.1.ln_2", 0, 3932160, 3932160, 1572864},
+    {"h.1.fc", 0, 4834983936, 4831838208, 4834983936},
+    {"h.1.gelu0", 0, 25165824, 25165824, 0},
+    {"h.1.proj", 0, 4832624640, 4831838208, 4832624640},
+    {"h.1.pop.res2", 0, 786432, 786432, 0},
+    {"h.2.stash.res1", 0, 0, 0, 0},
+    {"h.2.ln_1", 0, 3932160, 3932160, 1572864},
+    {"h.2.attn", 0, 8053063680, 11274289152, 4831838208},
+    {"h.2.pop.res1", 0, 786432, 786432, 0},
+    {"h.2.stash.res2", 0, 0, 0, 0},
+    {"h.2.ln_2", 0, 3932160, 3932160, 1572864},
+    {"h.2.fc", 0, 4834983936, 4831838208, 4834983936},
+    {"h.2.gelu0", 0, 25165824, 25165824, 0},
+    {"h.2.proj", 0, 4832624640, 4831838208, 4832624640},
+    {"h.2.pop.res2", 0, 786432, 786432, 0},
+};
+
 const pg_stage_desc pg_stage = {
     .pipegen_version = "0.1.0",
     .model = "gpt2_small",
@@ -611,4 +647,6 @@ const pg_stage_desc pg_stage = {
     .send_bytes = send_bytes,
     .ws_off = 2681352192, .ws_bytes = 154389504,
     .output_off = -1, .output_slot_bytes = 0, .output_per_sample = 0,
+    .nlayers = 32, .layers = stage_layers,
+    .precision = 1, /* bf16 GEMM operands on the CUDA runtime (pg_backend_set_precision) */
 };

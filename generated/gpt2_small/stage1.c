@@ -575,6 +575,40 @@ static const int64_t mb_first_row[] = {0, 2, 4, 6};
 static const int mb_recompute[] = {1, 1, 1, 0};
 static const int64_t send_bytes[] = {110221472, 0, 25167008, 1184};
 
+/* this stage's layers: {name, chunk, estimated flops per sample of F, B, W} (--profile) */
+static const pg_layer_info stage_layers[] = {
+    {"h_1.0.stash.res1", 1, 0, 0, 0},
+    {"h_1.0.ln_1", 1, 3932160, 3932160, 1572864},
+    {"h_1.0.attn", 1, 8053063680, 11274289152, 4831838208},
+    {"h_1.0.pop.res1", 1, 786432, 786432, 0},
+    {"h_1.0.stash.res2", 1, 0, 0, 0},
+    {"h_1.0.ln_2", 1, 3932160, 3932160, 1572864},
+    {"h_1.0.fc", 1, 4834983936, 4831838208, 4834983936},
+    {"h_1.0.gelu0", 1, 25165824, 25165824, 0},
+    {"h_1.0.proj", 1, 4832624640, 4831838208, 4832624640},
+    {"h_1.0.pop.res2", 1, 786432, 786432, 0},
+    {"h_1.1.stash.res1", 1, 0, 0, 0},
+    {"h_1.1.ln_1", 1, 3932160, 3932160, 1572864},
+    {"h_1.1.attn", 1, 8053063680, 11274289152, 4831838208},
+    {"h_1.1.pop.res1", 1, 786432, 786432, 0},
+    {"h_1.1.stash.res2", 1, 0, 0, 0},
+    {"h_1.1.ln_2", 1, 3932160, 3932160, 1572864},
+    {"h_1.1.fc", 1, 4834983936, 4831838208, 4834983936},
+    {"h_1.1.gelu0", 1, 25165824, 25165824, 0},
+    {"h_1.1.proj", 1, 4832624640, 4831838208, 4832624640},
+    {"h_1.1.pop.res2", 1, 786432, 786432, 0},
+    {"h_1.2.stash.res1", 1, 0, 0, 0},
+    {"h_1.2.ln_1", 1, 3932160, 3932160, 1572864},
+    {"h_1.2.attn", 1, 8053063680, 11274289152, 4831838208},
+    {"h_1.2.pop.res1", 1, 786432, 786432, 0},
+    {"h_1.2.stash.res2", 1, 0, 0, 0},
+    {"h_1.2.ln_2", 1, 3932160, 3932160, 1572864},
+    {"h_1.2.fc", 1, 4834983936, 4831838208, 4834983936},
+    {"h_1.2.gelu0", 1, 25165824, 25165824, 0},
+    {"h_1.2.proj", 1, 4832624640, 4831838208, 4832624640},
+    {"h_1.2.pop.res2", 1, 786432, 786432, 0},
+};
+
 const pg_stage_desc pg_stage = {
     .pipegen_version = "0.1.0",
     .model = "gpt2_small",
@@ -599,4 +633,6 @@ const pg_stage_desc pg_stage = {
     .send_bytes = send_bytes,
     .ws_off = -1, .ws_bytes = 0,
     .output_off = -1, .output_slot_bytes = 0, .output_per_sample = 0,
+    .nlayers = 30, .layers = stage_layers,
+    .precision = 1, /* bf16 GEMM operands on the CUDA runtime (pg_backend_set_precision) */
 };

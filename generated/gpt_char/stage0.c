@@ -299,6 +299,22 @@ static const int64_t mb_first_row[] = {0, 4, 8, 12, 16, 20, 24, 28};
 static const int mb_recompute[] = {1, 1, 1, 1, 1, 1, 1, 0};
 static const int64_t send_bytes[] = {0, 1048992, 416, 131488};
 
+/* this stage's layers: {name, chunk, estimated flops per sample of F, B, W} (--profile) */
+static const pg_layer_info stage_layers[] = {
+    {"tok", 0, 8192, 0, 8192},
+    {"pos", 0, 8192, 8192, 8192},
+    {"h0.stash.res1", 0, 0, 0, 0},
+    {"h0.ln1", 0, 40960, 40960, 16384},
+    {"h0.attn", 0, 10485760, 12582912, 8388608},
+    {"h0.pop.res1", 0, 8192, 8192, 0},
+    {"h0.stash.res2", 0, 0, 0, 0},
+    {"h0.ln2", 0, 40960, 40960, 16384},
+    {"h0.fc", 0, 8421376, 8388608, 8421376},
+    {"h0.gelu0", 0, 262144, 262144, 0},
+    {"h0.proj", 0, 8396800, 8388608, 8396800},
+    {"h0.pop.res2", 0, 8192, 8192, 0},
+};
+
 const pg_stage_desc pg_stage = {
     .pipegen_version = "0.1.0",
     .model = "gpt_char",
@@ -323,4 +339,5 @@ const pg_stage_desc pg_stage = {
     .send_bytes = send_bytes,
     .ws_off = 15474688, .ws_bytes = 131072,
     .output_off = -1, .output_slot_bytes = 0, .output_per_sample = 0,
+    .nlayers = 12, .layers = stage_layers,
 };

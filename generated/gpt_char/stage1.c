@@ -295,6 +295,20 @@ static const int64_t mb_first_row[] = {0, 4, 8, 12, 16, 20, 24, 28};
 static const int mb_recompute[] = {1, 1, 1, 1, 1, 1, 1, 0};
 static const int64_t send_bytes[] = {1842080, 0, 1048992, 416};
 
+/* this stage's layers: {name, chunk, estimated flops per sample of F, B, W} (--profile) */
+static const pg_layer_info stage_layers[] = {
+    {"h1.stash.res1", 1, 0, 0, 0},
+    {"h1.ln1", 1, 40960, 40960, 16384},
+    {"h1.attn", 1, 10485760, 12582912, 8388608},
+    {"h1.pop.res1", 1, 8192, 8192, 0},
+    {"h1.stash.res2", 1, 0, 0, 0},
+    {"h1.ln2", 1, 40960, 40960, 16384},
+    {"h1.fc", 1, 8421376, 8388608, 8421376},
+    {"h1.gelu0", 1, 262144, 262144, 0},
+    {"h1.proj", 1, 8396800, 8388608, 8396800},
+    {"h1.pop.res2", 1, 8192, 8192, 0},
+};
+
 const pg_stage_desc pg_stage = {
     .pipegen_version = "0.1.0",
     .model = "gpt_char",
@@ -319,4 +333,5 @@ const pg_stage_desc pg_stage = {
     .send_bytes = send_bytes,
     .ws_off = -1, .ws_bytes = 0,
     .output_off = -1, .output_slot_bytes = 0, .output_per_sample = 0,
+    .nlayers = 10, .layers = stage_layers,
 };

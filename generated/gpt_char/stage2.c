@@ -295,6 +295,20 @@ static const int64_t mb_first_row[] = {0, 4, 8, 12, 16, 20, 24, 28};
 static const int mb_recompute[] = {1, 1, 1, 1, 1, 1, 1, 0};
 static const int64_t send_bytes[] = {793504, 1048992, 0, 1048992};
 
+/* this stage's layers: {name, chunk, estimated flops per sample of F, B, W} (--profile) */
+static const pg_layer_info stage_layers[] = {
+    {"h2.stash.res1", 2, 0, 0, 0},
+    {"h2.ln1", 2, 40960, 40960, 16384},
+    {"h2.attn", 2, 10485760, 12582912, 8388608},
+    {"h2.pop.res1", 2, 8192, 8192, 0},
+    {"h2.stash.res2", 2, 0, 0, 0},
+    {"h2.ln2", 2, 40960, 40960, 16384},
+    {"h2.fc", 2, 8421376, 8388608, 8421376},
+    {"h2.gelu0", 2, 262144, 262144, 0},
+    {"h2.proj", 2, 8396800, 8388608, 8396800},
+    {"h2.pop.res2", 2, 8192, 8192, 0},
+};
+
 const pg_stage_desc pg_stage = {
     .pipegen_version = "0.1.0",
     .model = "gpt_char",
@@ -319,4 +333,5 @@ const pg_stage_desc pg_stage = {
     .send_bytes = send_bytes,
     .ws_off = -1, .ws_bytes = 0,
     .output_off = -1, .output_slot_bytes = 0, .output_per_sample = 0,
+    .nlayers = 10, .layers = stage_layers,
 };

@@ -309,6 +309,22 @@ static const int64_t mb_first_row[] = {0, 4, 8, 12, 16, 20, 24, 28};
 static const int mb_recompute[] = {1, 1, 1, 1, 1, 1, 1, 0};
 static const int64_t send_bytes[] = {925608, 416, 1048992, 0};
 
+/* this stage's layers: {name, chunk, estimated flops per sample of F, B, W} (--profile) */
+static const pg_layer_info stage_layers[] = {
+    {"h3.stash.res1", 3, 0, 0, 0},
+    {"h3.ln1", 3, 40960, 40960, 16384},
+    {"h3.attn", 3, 10485760, 12582912, 8388608},
+    {"h3.pop.res1", 3, 8192, 8192, 0},
+    {"h3.stash.res2", 3, 0, 0, 0},
+    {"h3.ln2", 3, 40960, 40960, 16384},
+    {"h3.fc", 3, 8421376, 8388608, 8421376},
+    {"h3.gelu0", 3, 262144, 262144, 0},
+    {"h3.proj", 3, 8396800, 8388608, 8396800},
+    {"h3.pop.res2", 3, 8192, 8192, 0},
+    {"ln_f", 3, 40960, 40960, 16384},
+    {"head", 3, 4194304, 4194304, 4194304},
+};
+
 const pg_stage_desc pg_stage = {
     .pipegen_version = "0.1.0",
     .model = "gpt_char",
@@ -333,4 +349,5 @@ const pg_stage_desc pg_stage = {
     .send_bytes = send_bytes,
     .ws_off = -1, .ws_bytes = 0,
     .output_off = 13119488, .output_slot_bytes = 262144, .output_per_sample = 16384,
+    .nlayers = 12, .layers = stage_layers,
 };

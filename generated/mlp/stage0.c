@@ -143,6 +143,12 @@ static const int64_t mb_first_row[] = {0, 64, 128, 192, 256, 320, 384, 448};
 static const int mb_recompute[] = {1, 1, 1, 1, 1, 1, 1, 0};
 static const int64_t send_bytes[] = {0, 1048576, 0};
 
+/* this stage's layers: {name, chunk, estimated flops per sample of F, B, W} (--profile) */
+static const pg_layer_info stage_layers[] = {
+    {"layer0", 0, 524800, 524288, 524800},
+    {"relu0", 0, 512, 512, 0},
+};
+
 const pg_stage_desc pg_stage = {
     .pipegen_version = "0.1.0",
     .model = "mlp",
@@ -167,4 +173,5 @@ const pg_stage_desc pg_stage = {
     .send_bytes = send_bytes,
     .ws_off = -1, .ws_bytes = 0,
     .output_off = -1, .output_slot_bytes = 0, .output_per_sample = 0,
+    .nlayers = 2, .layers = stage_layers,
 };

@@ -148,6 +148,12 @@ static const int64_t mb_first_row[] = {0, 64, 128, 192, 256, 320, 384, 448};
 static const int mb_recompute[] = {1, 1, 1, 1, 1, 1, 1, 0};
 static const int64_t send_bytes[] = {1049600, 2097152, 0};
 
+/* this stage's layers: {name, chunk, estimated flops per sample of F, B, W} (--profile) */
+static const pg_layer_info stage_layers[] = {
+    {"layer2", 2, 524544, 524288, 524544},
+    {"relu2", 2, 256, 256, 0},
+};
+
 const pg_stage_desc pg_stage = {
     .pipegen_version = "0.1.0",
     .model = "mlp",
@@ -172,4 +178,5 @@ const pg_stage_desc pg_stage = {
     .send_bytes = send_bytes,
     .ws_off = -1, .ws_bytes = 0,
     .output_off = 4456448, .output_slot_bytes = 65536, .output_per_sample = 256,
+    .nlayers = 2, .layers = stage_layers,
 };

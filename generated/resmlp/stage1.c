@@ -144,6 +144,12 @@ static const int64_t mb_first_row[] = {0, 16, 32, 48};
 static const int mb_recompute[] = {1, 1, 1, 0};
 static const int64_t send_bytes[] = {591872, 0, 131072, 0};
 
+/* this stage's layers: {name, chunk, estimated flops per sample of F, B, W} (--profile) */
+static const pg_layer_info stage_layers[] = {
+    {"mid", 1, 262656, 262144, 262656},
+    {"relu1", 1, 512, 512, 0},
+};
+
 const pg_stage_desc pg_stage = {
     .pipegen_version = "0.1.0",
     .model = "resmlp",
@@ -168,4 +174,5 @@ const pg_stage_desc pg_stage = {
     .send_bytes = send_bytes,
     .ws_off = -1, .ws_bytes = 0,
     .output_off = -1, .output_slot_bytes = 0, .output_per_sample = 0,
+    .nlayers = 2, .layers = stage_layers,
 };

@@ -164,6 +164,13 @@ static const int64_t mb_first_row[] = {0, 16, 32, 48};
 static const int mb_recompute[] = {1, 1, 1, 0};
 static const int64_t send_bytes[] = {590848, 131072, 0, 65536};
 
+/* this stage's layers: {name, chunk, estimated flops per sample of F, B, W} (--profile) */
+static const pg_layer_info stage_layers[] = {
+    {"down", 2, 262400, 262144, 262400},
+    {"pop.long", 2, 256, 256, 0},
+    {"relu2", 2, 256, 256, 0},
+};
+
 const pg_stage_desc pg_stage = {
     .pipegen_version = "0.1.0",
     .model = "resmlp",
@@ -188,4 +195,5 @@ const pg_stage_desc pg_stage = {
     .send_bytes = send_bytes,
     .ws_off = -1, .ws_bytes = 0,
     .output_off = -1, .output_slot_bytes = 0, .output_per_sample = 0,
+    .nlayers = 3, .layers = stage_layers,
 };

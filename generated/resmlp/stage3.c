@@ -164,6 +164,15 @@ static const int64_t mb_first_row[] = {0, 16, 32, 48};
 static const int mb_recompute[] = {1, 1, 1, 0};
 static const int64_t send_bytes[] = {526336, 0, 65536, 0};
 
+/* this stage's layers: {name, chunk, estimated flops per sample of F, B, W} (--profile) */
+static const pg_layer_info stage_layers[] = {
+    {"stash.short", 3, 0, 0, 0},
+    {"head0", 3, 131328, 131072, 131328},
+    {"relu3", 3, 256, 256, 0},
+    {"pop.short", 3, 256, 256, 0},
+    {"out", 3, 131328, 131072, 131328},
+};
+
 const pg_stage_desc pg_stage = {
     .pipegen_version = "0.1.0",
     .model = "resmlp",
@@ -188,4 +197,5 @@ const pg_stage_desc pg_stage = {
     .send_bytes = send_bytes,
     .ws_off = -1, .ws_bytes = 0,
     .output_off = 1884160, .output_slot_bytes = 16384, .output_per_sample = 256,
+    .nlayers = 5, .layers = stage_layers,
 };

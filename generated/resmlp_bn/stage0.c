@@ -345,6 +345,26 @@ static const int64_t mb_first_row[] = {0, 16, 32, 48};
 static const int mb_recompute[] = {1, 1, 1, 1};
 static const int64_t send_bytes[] = {0, 131072};
 
+/* this stage's layers: {name, chunk, estimated flops per sample of F, B, W} (--profile) */
+static const pg_layer_info stage_layers[] = {
+    {"inp", 0, 131328, 131072, 131328},
+    {"bn0", 0, 1280, 1280, 512},
+    {"relu0", 0, 256, 256, 0},
+    {"stash.long", 0, 0, 0, 0},
+    {"a.0.stash.res", 0, 0, 0, 0},
+    {"a.0.fc1", 0, 131328, 131072, 131328},
+    {"a.0.bn", 0, 1280, 1280, 512},
+    {"a.0.relu0", 0, 256, 256, 0},
+    {"a.0.fc2", 0, 131328, 131072, 131328},
+    {"a.0.pop.res", 0, 256, 256, 0},
+    {"a.1.stash.res", 0, 0, 0, 0},
+    {"a.1.fc1", 0, 131328, 131072, 131328},
+    {"a.1.bn", 0, 1280, 1280, 512},
+    {"a.1.relu0", 0, 256, 256, 0},
+    {"a.1.fc2", 0, 131328, 131072, 131328},
+    {"a.1.pop.res", 0, 256, 256, 0},
+};
+
 const pg_stage_desc pg_stage = {
     .pipegen_version = "0.1.0",
     .model = "resmlp_bn",
@@ -369,4 +389,5 @@ const pg_stage_desc pg_stage = {
     .send_bytes = send_bytes,
     .ws_off = -1, .ws_bytes = 0,
     .output_off = -1, .output_slot_bytes = 0, .output_per_sample = 0,
+    .nlayers = 16, .layers = stage_layers,
 };

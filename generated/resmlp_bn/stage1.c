@@ -322,6 +322,24 @@ static const int64_t mb_first_row[] = {0, 16, 32, 48};
 static const int mb_recompute[] = {1, 1, 1, 1};
 static const int64_t send_bytes[] = {1455104, 0};
 
+/* this stage's layers: {name, chunk, estimated flops per sample of F, B, W} (--profile) */
+static const pg_layer_info stage_layers[] = {
+    {"b.0.stash.res", 1, 0, 0, 0},
+    {"b.0.fc1", 1, 131328, 131072, 131328},
+    {"b.0.bn", 1, 1280, 1280, 512},
+    {"b.0.relu0", 1, 256, 256, 0},
+    {"b.0.fc2", 1, 131328, 131072, 131328},
+    {"b.0.pop.res", 1, 256, 256, 0},
+    {"b.1.stash.res", 1, 0, 0, 0},
+    {"b.1.fc1", 1, 131328, 131072, 131328},
+    {"b.1.bn", 1, 1280, 1280, 512},
+    {"b.1.relu0", 1, 256, 256, 0},
+    {"b.1.fc2", 1, 131328, 131072, 131328},
+    {"b.1.pop.res", 1, 256, 256, 0},
+    {"pop.long", 1, 256, 256, 0},
+    {"out", 1, 131328, 131072, 131328},
+};
+
 const pg_stage_desc pg_stage = {
     .pipegen_version = "0.1.0",
     .model = "resmlp_bn",
@@ -346,4 +364,5 @@ const pg_stage_desc pg_stage = {
     .send_bytes = send_bytes,
     .ws_off = -1, .ws_bytes = 0,
     .output_off = 4591616, .output_slot_bytes = 16384, .output_per_sample = 256,
+    .nlayers = 14, .layers = stage_layers,
 };

@@ -47,6 +47,16 @@ static void usage(FILE *o, const pg_stage_desc *d)
             "                  'sample: ' and the prompt with its continuation\n"
             "  --prompt TEXT   the text to continue (bytes as tokens; default a newline)\n"
             "  --temperature T sample from softmax(logits / T) (default 0.8; 0: greedy)\n"
+            "  --trace FILE    record every action of the last --trace-steps steps on every\n"
+            "                  stage (one clock) and write them, gathered on stage 0, as one\n"
+            "                  Chrome-trace JSON file (Perfetto; `pipegen trace FILE`)\n"
+            "  --profile FILE  likewise measure each layer's forward, B and W time and the\n"
+            "                  message latency, written by stage 0 in the format that\n"
+            "                  `pipegen plan/gen --balance FILE` read\n"
+            "  --trace-steps N the last N steps are traced/profiled (default 10)\n"
+            "                  (give every stage the same --trace/--profile/--trace-steps)\n"
+            "  --no-graph      CUDA runtime: run every op eagerly instead of replaying each\n"
+            "                  step's compute as CUDA graphs (same results; no effect on the CPU)\n"
             "  --help          this text\n"
             "A language model (input and target i32[seq]) also takes --data FILE holding one\n"
             "token stream (rank 1, `pipedata text`): sample i of a step is the window of seq\n"
@@ -81,6 +91,7 @@ static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts
     o->timeout_s = 300.0;
     o->connect_timeout_s = 60.0;
     o->temperature = 0.8;
+    o->trace_steps = 10;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -88,6 +99,10 @@ static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout, d);
             return 1;
+        }
+        if (!strcmp(a, "--no-graph")) { /* CUDA runtime: run every op eagerly (no effect on the CPU) */
+            o->no_graph = 1;
+            continue;
         }
         if (!strcmp(a, "--save-on-exit") || !strcmp(a, "--skip-nonfinite")) {
             *(!strcmp(a, "--save-on-exit") ? &o->save_on_exit : &o->skip_nonfinite) = 1;
@@ -108,6 +123,20 @@ static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts
             else if (!strcmp(a, "--resume")) o->resume = v;
             else if (!strcmp(a, "--save-every")) o->save_every = n;
             else o->connect_timeout_s = t;
+            continue;
+        }
+        if (!strcmp(a, "--trace") || !strcmp(a, "--profile") || !strcmp(a, "--trace-steps")) { /* trace.c */
+            int steps = !strcmp(a, "--trace-steps");
+            if (!v || !v[0] || (steps && (parse_int(v, 1, &n) || n > 1000000))) {
+                fprintf(stderr, "stage %d: %s wants %s (see --help)\n", d->stage, a,
+                        steps ? "a step count in 1..1000000" : "a file name");
+                return 2;
+            }
+            i++;
+            if (steps)
+                o->trace_steps = n;
+            else
+                *(!strcmp(a, "--trace") ? &o->trace : &o->profile) = v;
             continue;
         }
         int takes = !strcmp(a, "--steps") || !strcmp(a, "--log-every") || !strcmp(a, "--data") ||
@@ -333,7 +362,7 @@ static int run(pg_run *r)
         return 1;
     }
     r->ctx = pg_backend_init(r->opt.threads);
-    if (!r->ctx)
+    if (!r->ctx || pg_backend_set_precision(r->ctx, d->precision))
         return 1;
     if (pg_guard_memory(d, err, sizeof err)) {
         fprintf(stderr, "%s\n", err);
@@ -360,6 +389,8 @@ static int run(pg_run *r)
     }
     if (open_data(r) || pg_run_synth_init(r) || init_params(r) || (r->opt.load && pg_run_load_params(r)))
         return 1;
+    if (pg_trace_init(r)) /* --trace / --profile: the event ring, before any step */
+        return 1;
     size_t *sb = calloc((size_t)d->nstages, sizeof *sb);
     if (!sb)
         return 1;
@@ -373,7 +404,7 @@ static int run(pg_run *r)
         return 1;
     }
     int64_t start = 0;
-    if (pg_guard_init(r) || (r->opt.resume && pg_ckpt_resume(r, &start)))
+    if (pg_guard_init(r) || (r->opt.resume && pg_ckpt_resume(r, &start)) || pg_trace_sync(r))
         return 1;
     int last = d->has_loss;
     double samples_s = 0.0;
@@ -405,6 +436,8 @@ static int run(pg_run *r)
             return 128 + sig;
         }
     }
+    if (pg_trace_finish(r)) /* every stage: the trace and profile gathered on stage 0 */
+        return 1;
     if (r->opt.save && save_params(r, r->opt.steps, r->opt.save, 0))
         return 1;
     if (r->opt.save_grads && save_params(r, r->opt.steps, r->opt.save_grads, 1))
@@ -454,5 +487,6 @@ int main(int argc, char **argv)
     free(r.norm_in);
     free(r.synth_in);
     free(r.synth_tg);
+    free(r.tr_ev);
     return rc;
 }

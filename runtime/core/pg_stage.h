@@ -104,6 +104,15 @@ typedef struct pg_train_desc {
     int loss;                          /* PG_LOSS_* */
 } pg_train_desc;
 
+/* One layer of a stage (--profile, runtime/core/trace.c): its qualified name,
+ * its chunk, and the cost model's estimated flops per sample of its F, B and W
+ * passes (dsl/cost.c), by which a chunk's measured time is split among its layers. */
+typedef struct pg_layer_info {
+    const char *name;
+    int chunk;
+    double fwd, bwd_b, bwd_w;
+} pg_layer_info;
+
 typedef struct pg_stage_desc {
     const char *pipegen_version;
     const char *model;
@@ -150,6 +159,13 @@ typedef struct pg_stage_desc {
      * output_slot_bytes, output_per_sample elements per row; output_per_sample
      * is 0 on the other stages and in stage files generated before. */
     int64_t output_off, output_slot_bytes, output_per_sample;
+    /* Appended (--profile): this stage's layers in chunk and layer order; 0 in
+     * stage files generated before (the profile then lists chunks only). */
+    int nlayers;
+    const pg_layer_info *layers;
+    /* Appended: train.precision, 0 f32 (the generator writes nothing then),
+     * 1 bf16 (main.c passes it to pg_backend_set_precision). */
+    int precision;
 } pg_stage_desc;
 
 /* Defined by the generated stage<k>.c. */

@@ -27,7 +27,19 @@ typedef struct pg_run_opts {
     int save_on_exit;         /* --save-on-exit: SIGINT/SIGTERM stop after a final checkpoint */
     int skip_nonfinite;       /* --skip-nonfinite: skip a step whose loss is NaN/Inf (guard.c) */
     double connect_timeout_s; /* --connect-timeout S: rendezvous retries */
+    const char *trace;        /* --trace FILE: Chrome-trace JSON of every action (trace.c) */
+    const char *profile;      /* --profile FILE: measured per-layer times, the --balance format */
+    int64_t trace_steps;      /* --trace-steps N: the last N steps are kept (default 10) */
+    int no_graph;             /* --no-graph: CUDA runtime, every op eagerly (pg_step_info.graphs) */
 } pg_run_opts;
+
+/* One traced action (or, action -1, a whole step) of this stage; also the
+ * wire format of the gather to stage 0, so fixed-width fields only. */
+typedef struct pg_trace_ev {
+    double t0, t1;            /* seconds, this stage's CLOCK_MONOTONIC (stage 0's after the gather) */
+    int64_t bytes;            /* message bytes of a SEND/RECV, else 0 */
+    int32_t step, action, kind, mb, chunk, peer; /* kind -1: the step */
+} pg_trace_ev;
 
 typedef struct pg_run {
     const pg_stage_desc *d;
@@ -49,6 +61,10 @@ typedef struct pg_run {
     double first_wall_s;      /* wall time of the first step */
     int cur_action;
     int tokens;               /* --data is a token stream: in/tg hold it (tokens.c) */
+    int tracing;              /* --trace or --profile: record every action (trace.c) */
+    pg_trace_ev *tr_ev;       /* [trace_steps * (nactions + 1)], made at start-up: a ring of steps */
+    int64_t tr_first, tr_last; /* first and last step recorded (-1: none) */
+    double tr_offset;         /* add to this stage's clock to get stage 0's */
 } pg_run;
 
 double pg_run_now(void);
@@ -67,5 +83,16 @@ int pg_run_tokens_load(pg_run *r, int64_t step);
  * --generate (forward-only sampling through the stages). 0 or 1 (printed). */
 int pg_run_load_params(pg_run *r);
 int pg_run_generate(pg_run *r);
+/* trace.c: --trace / --profile. init (start-up, before the network): the
+ * event ring; sync (after pg_guard_init, every stage): stage 0's clock offset
+ * (0 on the same host, else the best of a few pings); action/step (inside a
+ * step: store one event, never allocate); finish (every stage, after the last
+ * step): gather every stage's events on stage 0, which writes the trace and
+ * the profile. 0, or 1 after printing the failure. */
+int pg_trace_init(pg_run *r);
+int pg_trace_sync(pg_run *r);
+void pg_trace_action(pg_run *r, int64_t step, int a, double t0, double t1);
+void pg_trace_step(pg_run *r, int64_t step, double t0, double t1);
+int pg_trace_finish(pg_run *r);
 
 #endif

@@ -23,6 +23,11 @@ static const char *const kind_names[PG_STEP_KIND_COUNT] = {
     "SEND_SKIP_GRAD", "RECV_SKIP_GRAD", "TIE_REDUCE", "TIE_SEND", "TIE_RECV", "TIE_GRAD_SEND", "TIE_GRAD_RECV",
     "GRAD_NORM", "OPT_STEP"};
 
+const char *pg_step_kind_name(int kind)
+{
+    return (unsigned)kind < PG_STEP_KIND_COUNT ? kind_names[kind] : "?";
+}
+
 static void net_fail(pg_run *r, int a, const pg_step_action *x, pg_net_status st)
 {
     const pg_stage_desc *d = r->d;
@@ -426,18 +431,25 @@ static int exchange_verdict(pg_run *r, int64_t step, int *known)
 {
     if (*known)
         return 0;
-    *known = 1;
-    return r->d->has_loss ? pg_guard_verdict_send(r, step) : pg_guard_verdict_recv(r, step);
+    *known = 1; /* the loss stage's deferred losses arrive first (pg_backend_fetch) */
+    return r->d->has_loss ? pg_backend_fetch(r->ctx) || pg_guard_verdict_send(r, step) : pg_guard_verdict_recv(r, step);
 }
 
 int pg_run_step(pg_run *r, int64_t step, double *loss_out)
 {
     const pg_stage_desc *d = r->d;
-    for (int i = 0; i < d->nparams; i++)
+    double step_t0 = r->tracing ? pg_run_now() : 0.0; /* --trace / --profile (trace.c) */
+    /* step hooks (pg_ops.h): the backend may replay runs of compute as CUDA graphs */
+    int adamw = d->train.optimizer == PG_OPTIM_ADAMW, rep;
+    pg_step_info si = {step, (float)lr_at(&d->train, step), adamw ? (float)d->train.beta1 : 0.0f,
+                       adamw ? (float)d->train.beta2 : 0.0f, !r->opt.no_graph};
+    if (pg_backend_step_begin(r->ctx, &si) || (rep = pg_backend_compute(r->ctx, -1, NULL)) < 0)
+        return 1;
+    for (int i = 0; i < d->nparams && !rep; i++)
         if (!d->params[i].is_buffer &&
             pg_zero(r->ctx, (float *)(r->A + d->params[i].grad_off), d->params[i].numel * nacc_local(&d->params[i])))
             return 1;
-    if (load_batch(r, step))
+    if (pg_backend_compute_end(r->ctx) || load_batch(r, step))
         return 1;
     double compute = 0.0;
     int folded = 0; /* fold_local done: before the first GRAD_NORM or OPT_STEP */
@@ -449,6 +461,9 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
         const pg_step_action *x = &d->actions[a];
         r->cur_action = a;
         pg_net_status st = PG_NET_OK;
+        double act_t0 = r->tracing ? pg_run_now() : 0.0;
+        if (x->kind != PG_FWD && x->kind != PG_BWD_B && x->kind != PG_BWD_W && pg_backend_compute_end(r->ctx))
+            return 1;
         switch (x->kind) {
         case PG_FWD: case PG_BWD_B: case PG_BWD_W: {
             const pg_chunk_desc *cf = chunk_fns(d, x->chunk);
@@ -459,7 +474,9 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
             pg_mb_io io = {x->mb, x->slot, d->mb_recompute[x->mb], d->mb_rows[x->mb], d->mb_first_row[x->mb], step,
                            d->train.seed, 0.0};
             double t0 = pg_run_now();
-            int rc = x->kind == PG_FWD ? cf->fwd(r->ctx, r->A, &io)
+            int is_loss = x->kind == PG_FWD && d->has_loss && x->chunk == d->nchunks - 1;
+            rep = pg_backend_compute(r->ctx, a, is_loss ? &r->loss[x->mb] : NULL);
+            int rc = rep < 0 ? 1 : rep ? 0 : x->kind == PG_FWD ? cf->fwd(r->ctx, r->A, &io)
                    : x->kind == PG_BWD_B ? cf->bwd_b(r->ctx, r->A, &io) : cf->bwd_w(r->ctx, r->A, &io);
             compute += pg_run_now() - t0;
             if (rc) {
@@ -501,10 +518,10 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
             if (r->step_verdict == PG_VERDICT_SKIP)
                 break;
             double t0 = pg_run_now();
-            if (!folded && fold_local(r))
+            if ((rep = pg_backend_compute(r->ctx, a, NULL)) < 0 || (!rep && !folded && fold_local(r)))
                 return 1;
             folded = 1;
-            if (opt_step(r, step))
+            if ((!rep && opt_step(r, step)) || pg_backend_compute_end(r->ctx))
                 return 1;
             compute += pg_run_now() - t0;
             if (check_ties && tie_check(r, a, x, step))
@@ -520,10 +537,13 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
             net_fail(r, a, x, st);
             return 1;
         }
+        if (r->tracing)
+            pg_trace_action(r, step, a, act_t0, pg_run_now());
     }
-    if (exchange_verdict(r, step, &verdict_known) || r->step_verdict == PG_VERDICT_STOP)
+    if (pg_backend_compute_end(r->ctx) || exchange_verdict(r, step, &verdict_known) ||
+        r->step_verdict == PG_VERDICT_STOP)
         return 1;
-    if (pg_sync(r->ctx))
+    if (pg_sync(r->ctx) || pg_backend_step_end(r->ctx))
         return 1;
     double sum = 0.0;
     if (d->has_loss)
@@ -532,5 +552,7 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
     *loss_out = sum;
     if (step > 0)
         r->compute_s += compute;
+    if (r->tracing)
+        pg_trace_step(r, step, step_t0, pg_run_now());
     return 0;
 }

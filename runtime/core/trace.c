@@ -1,0 +1,643 @@
+/* runtime/core/trace.c — --trace FILE and --profile FILE of a stage program.
+ *
+ * Recording: at start-up every stage allocates a ring of --trace-steps N steps
+ * (default 10) of nactions + 1 events; inside a step each action stores its
+ * start and end (CLOCK_MONOTONIC) into its fixed place, and the step itself
+ * one more: no allocation, no I/O, two clock reads per action. The ring keeps
+ * the last N steps of the run.
+ *
+ * One clock: after the start-up exchange every stage learns its offset to
+ * stage 0's clock. Stages on the same host (same kernel boot id) share
+ * CLOCK_MONOTONIC, so the offset is exactly 0; a stage on another host pings
+ * stage 0 SYNC_PINGS times over its pg_net link and keeps the offset of the
+ * fastest round trip (error at most half of it).
+ *
+ * One file: after the last step every stage sends its events (already on
+ * stage 0's clock) and, with --profile, its per-layer text to stage 0 over the
+ * existing links; stage 0 alone writes FILE (to FILE.tmp, then renamed). So a
+ * run spread over several hosts still yields one file, on stage 0's host.
+ * Every stage must be given the same --trace/--profile/--trace-steps options
+ * (piperun passes the same options to all stages).
+ *
+ * The trace is Chrome-trace JSON (Perfetto, chrome://tracing): one "X" event
+ * per action and per step, pid = stage, tid 0, ts/dur in microseconds from
+ * the first event, names F3 / B3 / W3 (micro-batch 3) for compute, SEND_ACT 3,
+ * RECV_GRAD 3, ... for messages, args {step, action, kind, mb, chunk, peer,
+ * bytes}; otherData describes the run.
+ *
+ * The profile is the format `pipegen plan/gen --balance` read (dsl/cost.h):
+ * per layer fwd_s, bwd_s and its split bwd_b_s / bwd_w_s, seconds per
+ * micro-batch: the mean of its chunk's measured passes over the kept steps
+ * (the run's first step left out when there are others), split among the
+ * chunk's layers by their estimated flops. bwd_b_s excludes the forward that
+ * a checkpointed micro-batch recomputes (measured on a micro-batch that keeps
+ * its activations, else the recomputing B minus F). Plus per chunk and per
+ * stage summaries and the measured message latency. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "stage_run.h"
+
+#define PG_TAG_TRACE 26u /* kind of the trace messages: clock sync and the gather */
+#define SYNC_PINGS 16
+
+const char *pg_step_kind_name(int kind); /* step.c */
+
+static int per_step(const pg_run *r) { return r->d->nactions + 1; }
+
+int pg_trace_init(pg_run *r)
+{
+    r->tr_first = r->tr_last = -1;
+    r->tr_offset = 0.0;
+    r->tracing = r->opt.trace || r->opt.profile;
+    if (!r->tracing)
+        return 0;
+    size_t n = (size_t)r->opt.trace_steps * (size_t)per_step(r);
+    r->tr_ev = calloc(n, sizeof *r->tr_ev);
+    if (!r->tr_ev) {
+        fprintf(stderr, "stage %d: cannot allocate %zu bytes for the trace of %" PRId64 " steps (--trace-steps)\n",
+                r->d->stage, n * sizeof *r->tr_ev, r->opt.trace_steps);
+        return 1;
+    }
+    return 0;
+}
+
+void pg_trace_action(pg_run *r, int64_t step, int a, double t0, double t1)
+{
+    const pg_step_action *x = &r->d->actions[a];
+    pg_trace_ev *e = &r->tr_ev[(size_t)(step % r->opt.trace_steps) * (size_t)per_step(r) + (size_t)a];
+    e->t0 = t0;
+    e->t1 = t1;
+    e->bytes = x->bytes;
+    e->step = (int32_t)step;
+    e->action = a;
+    e->kind = x->kind;
+    e->mb = x->mb;
+    e->chunk = x->chunk;
+    e->peer = x->peer;
+}
+
+void pg_trace_step(pg_run *r, int64_t step, double t0, double t1)
+{
+    pg_trace_ev *e = &r->tr_ev[(size_t)(step % r->opt.trace_steps) * (size_t)per_step(r) + (size_t)r->d->nactions];
+    *e = (pg_trace_ev){t0, t1, 0, (int32_t)step, -1, -1, -1, -1, -1};
+    if (r->tr_first < 0)
+        r->tr_first = step;
+    r->tr_last = step;
+}
+
+/* ---- one clock ------------------------------------------------------------- */
+
+static void boot_id(char out[64])
+{
+    memset(out, 0, 64);
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (!fgets(out, 63, f))
+            out[0] = 0;
+        fclose(f);
+    }
+    if (!out[0]) /* unknown: never equal to another process's, so it pings */
+        snprintf(out, 64, "unknown boot id, pid %ld", (long)getpid());
+}
+
+static int sync_fail(pg_run *r, int peer)
+{
+    fprintf(stderr, "stage %d: trace clock exchange with stage %d failed: %s (give every stage the same --trace/--profile)\n",
+            r->d->stage, peer, pg_net_error(r->net));
+    return 1;
+}
+
+int pg_trace_sync(pg_run *r)
+{
+    const pg_stage_desc *d = r->d;
+    if (!r->tracing || d->nstages < 2)
+        return 0;
+    char mine[64], theirs[64];
+    boot_id(mine);
+    double tmo = r->opt.timeout_s;
+    if (d->stage == 0) {
+        for (int k = 1; k < d->nstages; k++) {
+            if (pg_net_recv(r->net, k, PG_TAG(PG_TAG_TRACE, 0, 0), theirs, sizeof theirs, tmo) ||
+                pg_net_send(r->net, k, PG_TAG(PG_TAG_TRACE, 0, 1), mine, sizeof mine))
+                return sync_fail(r, k);
+            if (!memcmp(mine, theirs, sizeof mine))
+                continue;
+            for (int i = 0; i < SYNC_PINGS; i++) {
+                double x;
+                if (pg_net_recv(r->net, k, PG_TAG(PG_TAG_TRACE, 0, 2), &x, sizeof x, tmo))
+                    return sync_fail(r, k);
+                x = pg_run_now();
+                if (pg_net_send(r->net, k, PG_TAG(PG_TAG_TRACE, 0, 3), &x, sizeof x))
+                    return sync_fail(r, k);
+            }
+        }
+        return 0;
+    }
+    if (pg_net_send(r->net, 0, PG_TAG(PG_TAG_TRACE, 0, 0), mine, sizeof mine) ||
+        pg_net_recv(r->net, 0, PG_TAG(PG_TAG_TRACE, 0, 1), theirs, sizeof theirs, tmo))
+        return sync_fail(r, 0);
+    if (!memcmp(mine, theirs, sizeof mine))
+        return 0; /* one kernel: one CLOCK_MONOTONIC */
+    double best = INFINITY;
+    for (int i = 0; i < SYNC_PINGS; i++) {
+        double t0 = pg_run_now(), t1;
+        if (pg_net_send(r->net, 0, PG_TAG(PG_TAG_TRACE, 0, 2), &t0, sizeof t0) ||
+            pg_net_recv(r->net, 0, PG_TAG(PG_TAG_TRACE, 0, 3), &t1, sizeof t1, tmo))
+            return sync_fail(r, 0);
+        double t2 = pg_run_now();
+        if (t2 - t0 < best) {
+            best = t2 - t0;
+            r->tr_offset = t1 - 0.5 * (t0 + t2);
+        }
+    }
+    return 0;
+}
+
+/* ---- the profile of one stage ------------------------------------------------ */
+
+static int is_compute(int k) { return k == PG_FWD || k == PG_BWD_B || k == PG_BWD_W; }
+
+static void json_name(FILE *o, const char *s)
+{
+    fputc('"', o);
+    for (; s && *s; s++) {
+        if (*s == '"' || *s == '\\')
+            fputc('\\', o);
+        if ((unsigned char)*s >= 0x20)
+            fputc(*s, o);
+    }
+    fputc('"', o);
+}
+
+typedef struct chunk_acc {
+    double f, b, brc, w;
+    int64_t nf, nb, nbrc, nw;
+} chunk_acc;
+
+static double mean(double s, int64_t n) { return n > 0 ? s / (double)n : 0.0; }
+
+/* This stage's three profile sections (layers, chunks, stage times) as JSON
+ * text into sec[0..2], from its nsteps * ps events in step order. */
+static int stage_profile(pg_run *r, const pg_trace_ev *ev, int64_t nsteps, int ps, char *sec[3], size_t len[3])
+{
+    const pg_stage_desc *d = r->d;
+    int nc = d->nchunk_fns > 0 ? d->nchunk_fns : 1;
+    chunk_acc *acc = calloc((size_t)nc, sizeof *acc);
+    FILE *o[3] = {NULL, NULL, NULL};
+    int rc = 1;
+    for (int i = 0; i < 3; i++) {
+        sec[i] = NULL;
+        len[i] = 0;
+    }
+    for (int i = 0; i < 3; i++)
+        if (!(o[i] = open_memstream(&sec[i], &len[i])))
+            goto out;
+    if (!acc)
+        goto out;
+    double opt = 0, norm = 0, other = 0, steps_s = 0;
+    int64_t nused = 0;
+    for (int64_t j = 0; j < nsteps; j++) {
+        const pg_trace_ev *e = ev + j * ps, *st = e + ps - 1;
+        if (nsteps > 1 && st->step == r->tr_first)
+            continue; /* the run's first step warms up */
+        nused++;
+        double inside = 0;
+        for (int a = 0; a < ps - 1; a++) {
+            double t = e[a].t1 - e[a].t0;
+            inside += t;
+            if (e[a].kind == PG_OPT_STEP)
+                opt += t;
+            else if (e[a].kind == PG_GRAD_NORM)
+                norm += t;
+            if (!is_compute(e[a].kind))
+                continue;
+            int ci = 0;
+            while (ci < d->nchunk_fns && d->chunks[ci].chunk != e[a].chunk)
+                ci++;
+            if (ci == d->nchunk_fns)
+                continue;
+            chunk_acc *c = &acc[ci];
+            if (e[a].kind == PG_FWD) {
+                c->f += t;
+                c->nf++;
+            } else if (e[a].kind == PG_BWD_W) {
+                c->w += t;
+                c->nw++;
+            } else if (e[a].mb >= 0 && e[a].mb < d->nmb && d->mb_recompute[e[a].mb]) {
+                c->brc += t;
+                c->nbrc++;
+            } else {
+                c->b += t;
+                c->nb++;
+            }
+        }
+        other += (st->t1 - st->t0) - inside;
+        steps_s += st->t1 - st->t0;
+    }
+    /* per chunk: F, pure B, W */
+    double *F = calloc((size_t)nc * 3, sizeof *F);
+    if (!F)
+        goto out;
+    for (int ci = 0; ci < d->nchunk_fns; ci++) {
+        chunk_acc *c = &acc[ci];
+        double f = mean(c->f, c->nf), b = c->nb ? mean(c->b, c->nb) : mean(c->brc, c->nbrc) - f;
+        F[3 * ci] = f;
+        F[3 * ci + 1] = b > 0 ? b : 0;
+        F[3 * ci + 2] = mean(c->w, c->nw);
+        fprintf(o[1], "%s    {\"chunk\": %d, \"stage\": %d, \"fwd_s\": %.6e, \"bwd_b_s\": %.6e, \"bwd_w_s\": %.6e, "
+                      "\"bwd_b_recompute_s\": %.6e, \"samples\": %" PRId64 "}",
+                ci ? ",\n" : "", d->chunks[ci].chunk, d->stage, F[3 * ci], F[3 * ci + 1], F[3 * ci + 2],
+                mean(c->brc, c->nbrc), c->nf);
+    }
+    /* per layer: its share of the chunk by estimated flops */
+    for (int l = 0; l < d->nlayers; l++) {
+        const pg_layer_info *L = &d->layers[l];
+        int ci = 0;
+        while (ci < d->nchunk_fns && d->chunks[ci].chunk != L->chunk)
+            ci++;
+        double share[3] = {0, 0, 0};
+        if (ci < d->nchunk_fns) {
+            double tot[3] = {0, 0, 0};
+            int n = 0;
+            for (int k = 0; k < d->nlayers; k++)
+                if (d->layers[k].chunk == L->chunk) {
+                    tot[0] += d->layers[k].fwd;
+                    tot[1] += d->layers[k].bwd_b;
+                    tot[2] += d->layers[k].bwd_w;
+                    n++;
+                }
+            const double own[3] = {L->fwd, L->bwd_b, L->bwd_w};
+            for (int p = 0; p < 3; p++)
+                share[p] = F[3 * ci + p] * (tot[p] > 0 ? own[p] / tot[p] : p == 2 ? 0.0 : 1.0 / n);
+        }
+        fprintf(o[0], "%s    {\"name\": ", l ? ",\n" : "");
+        json_name(o[0], L->name);
+        fprintf(o[0], ", \"stage\": %d, \"chunk\": %d, \"fwd_s\": %.6e, \"bwd_s\": %.6e, \"bwd_b_s\": %.6e, \"bwd_w_s\": %.6e}",
+                d->stage, L->chunk, share[0], share[1] + share[2], share[1], share[2]);
+    }
+    free(F);
+    fprintf(o[2], "    {\"stage\": %d, \"step_s\": %.6e, \"optimizer_s\": %.6e, \"grad_norm_s\": %.6e, \"outside_actions_s\": %.6e}",
+            d->stage, mean(steps_s, nused), mean(opt, nused), mean(norm, nused), mean(other, nused));
+    rc = 0;
+out:
+    for (int i = 0; i < 3; i++)
+        if (o[i] && fclose(o[i]))
+            rc = 1;
+    free(acc);
+    if (rc) {
+        for (int i = 0; i < 3; i++) {
+            free(sec[i]);
+            sec[i] = NULL;
+        }
+        fprintf(stderr, "stage %d: out of memory for the profile\n", d->stage);
+    }
+    return rc;
+}
+
+/* ---- stage 0: the files ------------------------------------------------------- */
+
+typedef struct stage_events {
+    int64_t nsteps, ps, lo;
+    double offset;
+    pg_trace_ev *ev;   /* [nsteps * ps] */
+    char *sec[3];
+    size_t len[3];
+} stage_events;
+
+static int is_msg_send(int k) { return k == PG_SEND_ACT || k == PG_SEND_GRAD || k == PG_SEND_SKIP || k == PG_SEND_SKIP_GRAD; }
+static int is_msg_recv(int k) { return k == PG_RECV_ACT || k == PG_RECV_GRAD || k == PG_RECV_SKIP || k == PG_RECV_SKIP_GRAD; }
+
+static const char *cat_of(int k)
+{
+    if (k < 0)
+        return "step";
+    if (is_compute(k))
+        return "compute";
+    return k == PG_OPT_STEP ? "optimizer" : "comm";
+}
+
+static long long ns_of(double t, double zero) { return llround((t - zero) * 1e9); }
+
+static void us(FILE *o, long long ns)
+{
+    fprintf(o, "%s%lld.%03lld", ns < 0 ? "-" : "", llabs(ns) / 1000, llabs(ns) % 1000);
+}
+
+static void write_event(FILE *o, int stage, const pg_trace_ev *e, double zero, int *first)
+{
+    char name[64];
+    if (e->kind < 0)
+        snprintf(name, sizeof name, "step %d", e->step + 1);
+    else if (is_compute(e->kind))
+        snprintf(name, sizeof name, "%c%d", e->kind == PG_FWD ? 'F' : e->kind == PG_BWD_B ? 'B' : 'W', e->mb);
+    else if (e->mb >= 0)
+        snprintf(name, sizeof name, "%s %d", pg_step_kind_name(e->kind), e->mb);
+    else
+        snprintf(name, sizeof name, "%s", pg_step_kind_name(e->kind));
+    long long t0 = ns_of(e->t0, zero), t1 = ns_of(e->t1, zero);
+    fprintf(o, "%s{\"ph\": \"X\", \"pid\": %d, \"tid\": 0, \"name\": \"%s\", \"cat\": \"%s\", \"ts\": ", *first ? "" : ",\n",
+            stage, name, cat_of(e->kind));
+    us(o, t0);
+    fprintf(o, ", \"dur\": ");
+    us(o, t1 - t0);
+    fprintf(o, ", \"args\": {\"step\": %d", e->step + 1);
+    if (e->kind >= 0)
+        fprintf(o, ", \"action\": %d, \"kind\": \"%s\", \"mb\": %d, \"chunk\": %d, \"peer\": %d, \"bytes\": %" PRId64,
+                e->action, pg_step_kind_name(e->kind), e->mb, e->chunk, e->peer, e->bytes);
+    fprintf(o, "}}");
+    *first = 0;
+}
+
+static void run_info(FILE *o, const pg_run *r, const stage_events *se)
+{
+    const pg_stage_desc *d = r->d;
+    fprintf(o, "\"model\": ");
+    json_name(o, d->model);
+    fprintf(o, ", \"source\": ");
+    json_name(o, d->source);
+    fprintf(o, ", \"plan_hash\": \"%016" PRIx64 "\", \"stages\": %d, \"chunks\": %d, \"microbatches\": %d, "
+               "\"batch\": %" PRId64 ", \"first_step\": %" PRId64 ", \"last_step\": %" PRId64,
+            d->plan_hash, d->nstages, d->nchunks, d->nmb, d->train.batch, se[0].lo + 1, se[0].lo + se[0].nsteps);
+}
+
+/* Open path.tmp; finish() renames it over path. */
+static FILE *open_tmp(const char *path, char *tmp, size_t n)
+{
+    snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
+    return fopen(tmp, "w");
+}
+
+static int finish_file(FILE *f, const char *tmp, const char *path, const char *what)
+{
+    int bad = ferror(f);
+    if (fclose(f) != 0)
+        bad = 1;
+    if (bad || rename(tmp, path) != 0) {
+        fprintf(stderr, "stage 0: cannot write the %s %s\n", what, path);
+        remove(tmp);
+        return 1;
+    }
+    return 0;
+}
+
+static int write_trace(pg_run *r, const stage_events *se)
+{
+    const pg_stage_desc *d = r->d;
+    char tmp[4096];
+    FILE *o = open_tmp(r->opt.trace, tmp, sizeof tmp);
+    if (!o) {
+        fprintf(stderr, "stage 0: cannot write the trace %s\n", r->opt.trace);
+        return 1;
+    }
+    double zero = INFINITY;
+    for (int k = 0; k < d->nstages; k++)
+        for (int64_t i = 0; i < se[k].nsteps * se[k].ps; i++)
+            if (se[k].ev[i].t0 < zero)
+                zero = se[k].ev[i].t0;
+    if (!isfinite(zero))
+        zero = 0;
+    fprintf(o, "{\"traceEvents\": [\n");
+    int first = 1;
+    for (int k = 0; k < d->nstages; k++) {
+        fprintf(o, "%s{\"ph\": \"M\", \"pid\": %d, \"tid\": 0, \"name\": \"process_name\", \"args\": {\"name\": \"stage %d\"}},\n"
+                   "{\"ph\": \"M\", \"pid\": %d, \"tid\": 0, \"name\": \"process_sort_index\", \"args\": {\"sort_index\": %d}}",
+                first ? "" : ",\n", k, k, k, k);
+        first = 0;
+        for (int64_t j = 0; j < se[k].nsteps; j++) {
+            const pg_trace_ev *e = se[k].ev + j * se[k].ps;
+            write_event(o, k, &e[se[k].ps - 1], zero, &first); /* the step, then its actions */
+            for (int64_t a = 0; a + 1 < se[k].ps; a++)
+                write_event(o, k, &e[a], zero, &first);
+        }
+    }
+    fprintf(o, "\n],\n\"displayTimeUnit\": \"ms\",\n\"otherData\": {\"format\": \"pipegen-trace\", \"version\": 1, ");
+    run_info(o, r, se);
+    fprintf(o, ", \"clock\": \"CLOCK_MONOTONIC of stage 0, microseconds from the first event; stages on other hosts "
+               "aligned by the fastest of %d pings\", \"clock_offset_us\": [", SYNC_PINGS);
+    for (int k = 0; k < d->nstages; k++)
+        fprintf(o, "%s%.3f", k ? ", " : "", se[k].offset * 1e6);
+    fprintf(o, "]}}\n");
+    return finish_file(o, tmp, r->opt.trace, "trace");
+}
+
+/* Messages: the n-th activation/gradient/skip SEND from s to t of a step
+ * meets the n-th such RECV on t from s. When the receiver was already waiting
+ * (its RECV began before the SEND), RECV end - SEND start is the transit
+ * time; latency + bytes / bandwidth is fitted to those by least squares. */
+static void message_stats(const pg_run *r, const stage_events *se, FILE *o)
+{
+    const pg_stage_desc *d = r->d;
+    double sx = 0, sy = 0, sxx = 0, sxy = 0, send_s = 0, bytes = 0;
+    int64_t n = 0, count = 0;
+    for (int s = 0; s < d->nstages; s++)
+        for (int t = 0; t < d->nstages; t++) {
+            if (s == t || se[s].nsteps != se[t].nsteps)
+                continue;
+            for (int64_t j = 0; j < se[s].nsteps; j++) {
+                if (se[s].nsteps > 1 && se[s].ev[j * se[s].ps + se[s].ps - 1].step == r->tr_first)
+                    continue;
+                const pg_trace_ev *es = se[s].ev + j * se[s].ps, *et = se[t].ev + j * se[t].ps;
+                int64_t a = 0, b = 0;
+                for (;;) {
+                    while (a < se[s].ps - 1 && !(is_msg_send(es[a].kind) && es[a].peer == t))
+                        a++;
+                    while (b < se[t].ps - 1 && !(is_msg_recv(et[b].kind) && et[b].peer == s))
+                        b++;
+                    if (a >= se[s].ps - 1 || b >= se[t].ps - 1)
+                        break;
+                    count++;
+                    send_s += es[a].t1 - es[a].t0;
+                    bytes += (double)es[a].bytes;
+                    if (et[b].t0 <= es[a].t0) {
+                        double x = (double)es[a].bytes, y = et[b].t1 - es[a].t0;
+                        sx += x;
+                        sy += y;
+                        sxx += x * x;
+                        sxy += x * y;
+                        n++;
+                    }
+                    a++;
+                    b++;
+                }
+            }
+        }
+    double lat = n ? sy / (double)n : 0, bw = 0, den = (double)n * sxx - sx * sx;
+    if (n >= 2 && den > 1e-9 * sxx * (double)n) {
+        double slope = ((double)n * sxy - sx * sy) / den;
+        if (slope > 0) {
+            bw = 1.0 / slope;
+            lat = (sy - slope * sx) / (double)n;
+            if (lat < 0)
+                lat = 0;
+        }
+    }
+    fprintf(o, "\"messages\": {\"count\": %" PRId64 ", \"waited\": %" PRId64 ", \"mean_bytes\": %.1f, "
+               "\"send_s\": %.6e, \"latency_s\": %.6e, \"bytes_per_s\": %.6e}",
+            count, n, count ? bytes / (double)count : 0.0, count ? send_s / (double)count : 0.0, lat, bw);
+}
+
+static int write_profile(pg_run *r, const stage_events *se)
+{
+    const pg_stage_desc *d = r->d;
+    char tmp[4096];
+    FILE *o = open_tmp(r->opt.profile, tmp, sizeof tmp);
+    if (!o) {
+        fprintf(stderr, "stage 0: cannot write the profile %s\n", r->opt.profile);
+        return 1;
+    }
+    fprintf(o, "{\"format\": \"pipegen-profile\", \"version\": 1, ");
+    run_info(o, r, se);
+    fprintf(o, ",\n\"note\": \"seconds per micro-batch, means over the steps kept (--trace-steps) but the run's first; "
+               "a chunk's time split among its layers by estimated flops; bwd_b_s without the recomputed forward\",\n");
+    static const char *const key[3] = {"layers", "chunks", "stage_times"};
+    for (int i = 0; i < 3; i++) {
+        fprintf(o, "\"%s\": [\n", key[i]);
+        int first = 1;
+        for (int k = 0; k < d->nstages; k++)
+            if (se[k].len[i]) {
+                fprintf(o, "%s", first ? "" : ",\n");
+                fwrite(se[k].sec[i], 1, se[k].len[i], o);
+                first = 0;
+            }
+        fprintf(o, "\n],\n");
+    }
+    message_stats(r, se, o);
+    fprintf(o, "\n}\n");
+    return finish_file(o, tmp, r->opt.profile, "profile");
+}
+
+static int gather_fail(pg_run *r, int peer)
+{
+    fprintf(stderr, "stage %d: gathering the trace %s stage %d failed: %s\n", r->d->stage,
+            r->d->stage ? "on" : "from", peer, pg_net_error(r->net));
+    return 1;
+}
+
+int pg_trace_finish(pg_run *r)
+{
+    const pg_stage_desc *d = r->d;
+    if (!r->tracing)
+        return 0;
+    int ps = per_step(r), np = d->nstages, rc = 1;
+    int64_t W = r->opt.trace_steps;
+    int64_t lo = r->tr_last < 0 ? 0 : (r->tr_last - W + 1 > r->tr_first ? r->tr_last - W + 1 : r->tr_first);
+    int64_t nsteps = r->tr_last < 0 ? 0 : r->tr_last - lo + 1;
+    stage_events *se = calloc((size_t)np, sizeof *se);
+    pg_trace_ev *mine = malloc((size_t)(nsteps > 0 ? nsteps : 1) * (size_t)ps * sizeof *mine);
+    if (!se || !mine) {
+        fprintf(stderr, "stage %d: out of memory for the trace\n", d->stage);
+        goto out;
+    }
+    /* this stage's events in step order, on stage 0's clock */
+    for (int64_t j = 0; j < nsteps; j++) {
+        memcpy(mine + j * ps, r->tr_ev + ((lo + j) % W) * ps, (size_t)ps * sizeof *mine);
+        for (int a = 0; a < ps; a++) {
+            mine[j * ps + a].t0 += r->tr_offset;
+            mine[j * ps + a].t1 += r->tr_offset;
+        }
+    }
+    stage_events *me = &se[d->stage];
+    *me = (stage_events){nsteps, ps, lo, r->tr_offset, mine, {NULL, NULL, NULL}, {0, 0, 0}};
+    mine = NULL;
+    if (r->opt.profile && stage_profile(r, me->ev, nsteps, ps, me->sec, me->len))
+        goto out;
+    uint32_t tag = PG_TAG(PG_TAG_TRACE, 1, 0);
+    if (d->stage != 0) {
+        int64_t hdr[4] = {nsteps, ps, lo, 0};
+        uint64_t lens[3] = {me->len[0], me->len[1], me->len[2]};
+        memcpy(&hdr[3], &r->tr_offset, sizeof(double));
+        if (pg_net_send(r->net, 0, tag, hdr, sizeof hdr)) {
+            gather_fail(r, 0);
+            goto out;
+        }
+        for (int64_t j = 0; j < nsteps; j++)
+            if (pg_net_send(r->net, 0, tag + 1, me->ev + j * ps, (size_t)ps * sizeof *me->ev)) {
+                gather_fail(r, 0);
+                goto out;
+            }
+        if (r->opt.profile) {
+            if (pg_net_send(r->net, 0, tag + 2, lens, sizeof lens)) {
+                gather_fail(r, 0);
+                goto out;
+            }
+            for (int i = 0; i < 3; i++)
+                if (lens[i] && pg_net_send(r->net, 0, tag + 3, me->sec[i], lens[i])) {
+                    gather_fail(r, 0);
+                    goto out;
+                }
+        }
+        rc = 0;
+        goto out;
+    }
+    for (int k = 1; k < np; k++) {
+        int64_t hdr[4];
+        stage_events *x = &se[k];
+        if (pg_net_recv(r->net, k, tag, hdr, sizeof hdr, r->opt.timeout_s)) {
+            gather_fail(r, k);
+            goto out;
+        }
+        x->nsteps = hdr[0];
+        x->ps = hdr[1];
+        x->lo = hdr[2];
+        memcpy(&x->offset, &hdr[3], sizeof(double));
+        if (x->nsteps < 0 || x->ps < 1 || x->nsteps > W || x->ps > (int64_t)1 << 24) {
+            fprintf(stderr, "stage 0: stage %d sent a trace of %" PRId64 " steps x %" PRId64 " events (bad header)\n", k,
+                    x->nsteps, x->ps);
+            goto out;
+        }
+        x->ev = malloc((size_t)(x->nsteps > 0 ? x->nsteps : 1) * (size_t)x->ps * sizeof *x->ev);
+        if (!x->ev) {
+            fprintf(stderr, "stage 0: out of memory for stage %d's trace\n", k);
+            goto out;
+        }
+        for (int64_t j = 0; j < x->nsteps; j++)
+            if (pg_net_recv(r->net, k, tag + 1, x->ev + j * x->ps, (size_t)x->ps * sizeof *x->ev, r->opt.timeout_s)) {
+                gather_fail(r, k);
+                goto out;
+            }
+        if (r->opt.profile) {
+            uint64_t lens[3];
+            if (pg_net_recv(r->net, k, tag + 2, lens, sizeof lens, r->opt.timeout_s)) {
+                gather_fail(r, k);
+                goto out;
+            }
+            for (int i = 0; i < 3; i++) {
+                if (!lens[i])
+                    continue;
+                if (lens[i] > ((uint64_t)1 << 30) || !(x->sec[i] = malloc((size_t)lens[i]))) {
+                    fprintf(stderr, "stage 0: stage %d's profile is too large (%" PRIu64 " bytes)\n", k, lens[i]);
+                    goto out;
+                }
+                x->len[i] = (size_t)lens[i];
+                if (pg_net_recv(r->net, k, tag + 3, x->sec[i], x->len[i], r->opt.timeout_s)) {
+                    gather_fail(r, k);
+                    goto out;
+                }
+            }
+        }
+    }
+    rc = 0;
+    if (r->opt.trace && write_trace(r, se))
+        rc = 1;
+    if (r->opt.profile && write_profile(r, se))
+        rc = 1;
+    if (!rc && r->opt.trace)
+        printf("trace: %" PRId64 " steps x %d stages written to %s\n", nsteps, np, r->opt.trace);
+    if (!rc && r->opt.profile)
+        printf("profile: written to %s\n", r->opt.profile);
+out:
+    free(mine);
+    if (se)
+        for (int k = 0; k < np; k++) {
+            free(se[k].ev);
+            for (int i = 0; i < 3; i++)
+                free(se[k].sec[i]);
+        }
+    free(se);
+    return rc;
+}

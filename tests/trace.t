@@ -1,0 +1,125 @@
+#!/bin/sh
+# tests/trace.t — the measured timeline: a stage program's --trace writes one
+# Chrome-trace JSON for every stage (valid JSON, steps x (actions + 1) events
+# per stage, nested in time, every RECV ending after its SEND began); its
+# --profile is accepted by `pipegen plan --balance`; `pipegen trace` draws the
+# measured step as SVG and prints measured against predicted bubble; bad and
+# truncated traces are refused with the file named.
+. "$(dirname "$0")/lib.sh"
+. "$TOP/tests/lib_e2e.sh"
+T=$(mktemp -d /tmp/pg-trace.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+PY=${PYTHON:-/usr/bin/python3}
+
+# the quickstart MLP on 2 stages (the second split dropped)
+awk '/^[[:space:]]*split[[:space:]]*$/ { if (++seen > 1) next } { print }' "$TOP/examples/mlp.pipe" >"$T/mlp.pipe"
+"$PIPEGEN" gen "$T/mlp.pipe" -o "$T/gen" >"$T/gen.out" 2>&1
+ok $? "pipegen gen mlp on 2 stages"
+build "$T/gen"
+ok $? "the 2 stage programs compile"
+OPENBLAS_NUM_THREADS=1 "$PIPERUN" "$T/gen/bin" -- --steps 6 --threads 1 --trace-steps 4 \
+    --trace "$T/run.json" --profile "$T/prof.json" >"$T/run.out" 2>&1
+ok $? "a run with --trace and --profile succeeds"
+like "$(cat "$T/run.out")" 'trace: 4 steps x 2 stages written to' "stage 0 reports the trace"
+
+# actions per stage, from the generated tables
+n0=$(grep -c '^    {PG_[A-Z_]*, .*}, /\* [0-9]*:' "$T/gen/stage0.c")
+n1=$(grep -c '^    {PG_[A-Z_]*, .*}, /\* [0-9]*:' "$T/gen/stage1.c")
+got=$("$PY" - "$T/run.json" "$n0" "$n1" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+acts = [int(sys.argv[2]), int(sys.argv[3])]
+ev = [e for e in d["traceEvents"] if e["ph"] == "X"]
+bad = []
+for st in (0, 1):
+    mine = [e for e in ev if e["pid"] == st]
+    steps = sorted({e["args"]["step"] for e in mine})
+    if steps != [3, 4, 5, 6]:
+        bad.append("stage %d steps %s" % (st, steps))
+    if len(mine) != len(steps) * (acts[st] + 1):
+        bad.append("stage %d: %d events, want %d" % (st, len(mine), len(steps) * (acts[st] + 1)))
+    # nesting: actions lie inside their step and do not overlap each other
+    for s in steps:
+        top = [e for e in mine if e["args"]["step"] == s and e["cat"] == "step"]
+        acts_s = sorted((e for e in mine if e["args"]["step"] == s and e["cat"] != "step"), key=lambda e: e["ts"])
+        if len(top) != 1:
+            bad.append("stage %d step %d: %d step events" % (st, s, len(top)))
+            continue
+        t0, t1 = top[0]["ts"], top[0]["ts"] + top[0]["dur"]
+        for a, b in zip(acts_s, acts_s[1:]):
+            if a["ts"] + a["dur"] > b["ts"] + 1e-6:
+                bad.append("stage %d: %s overlaps %s" % (st, a["name"], b["name"]))
+        for a in acts_s:
+            if a["ts"] < t0 - 1e-6 or a["ts"] + a["dur"] > t1 + 1e-6:
+                bad.append("stage %d: %s outside its step" % (st, a["name"]))
+        if [a["args"]["action"] for a in acts_s] != list(range(acts[st])):
+            bad.append("stage %d step %d: actions out of order" % (st, s))
+# the n-th RECV from a peer ends after the n-th SEND to it began (one clock)
+pairs = 0
+for s in (3, 4, 5, 6):
+    for src, dst in ((0, 1), (1, 0)):
+        sends = sorted((e for e in ev if e["pid"] == src and e["args"]["step"] == s and e["name"].startswith("SEND_")
+                        and e["args"]["peer"] == dst), key=lambda e: e["ts"])
+        recvs = sorted((e for e in ev if e["pid"] == dst and e["args"]["step"] == s and e["name"].startswith("RECV_")
+                        and e["args"]["peer"] == src), key=lambda e: e["ts"])
+        if len(sends) != len(recvs) or not sends:
+            bad.append("step %d %d->%d: %d sends, %d recvs" % (s, src, dst, len(sends), len(recvs)))
+        for a, b in zip(sends, recvs):
+            pairs += 1
+            if a["args"]["mb"] != b["args"]["mb"] or b["ts"] + b["dur"] < a["ts"]:
+                bad.append("step %d: %s on %d ends before %s on %d begins" % (s, b["name"], dst, a["name"], src))
+names = {e["name"] for e in ev}
+for want in ("F0", "B0", "W0", "OPT_STEP"):
+    if want not in names:
+        bad.append("no event %s" % want)
+if d["otherData"]["model"] != "mlp" or d["otherData"]["stages"] != 2:
+    bad.append("otherData %s" % d["otherData"])
+print("\n".join(bad) if bad else "ok %d pairs" % pairs)
+EOF
+)
+like "$got" '^ok [0-9]+ pairs$' "the trace is valid JSON: steps x (actions + 1) events per stage, nested, every RECV after its SEND"
+
+# the profile: valid JSON, every layer, and accepted by --balance
+"$PY" -c 'import json, sys; p = json.load(open(sys.argv[1])); assert [l["name"] for l in p["layers"]] == ["layer0", "relu0", "layer1", "relu1", "layer2", "relu2"]; assert all(l["fwd_s"] > 0 for l in p["layers"] if l["name"].startswith("layer"))' "$T/prof.json"
+ok $? "the profile lists every layer with measured times"
+got=$("$PIPEGEN" plan "$T/mlp.pipe" --balance "$T/prof.json" 2>&1); rc=$?
+ok $rc "pipegen plan --balance accepts the profile of a real run"
+like "$got" 'predicted step \(1f1b, measured layer times, measured messages\): [0-9.]+ m?s' "...and predicts the step in seconds"
+sed -e 's/^split$//' -e 's/checkpoint = except_last/checkpoint = except_last  stages = 2/' "$T/mlp.pipe" >"$T/auto.pipe"
+got=$("$PIPEGEN" gen "$T/auto.pipe" --balance "$T/prof.json" -o "$T/auto" 2>&1); rc=$?
+ok $rc "pipegen gen --balance splits stages = 2 by the measured profile"
+
+# pipegen trace: the measured timeline and measured against predicted
+got=$("$PIPEGEN" trace "$T/run.json" "$T/mlp.pipe" --balance "$T/prof.json" --svg "$T/m.svg" 2>&1); rc=$?
+ok $rc "pipegen trace RUN.json MODEL --balance PROFILE --svg succeeds"
+like "$got" 'measured step [0-9.]+ m?s \(mean over 4 steps from step 3\), predicted [0-9.]+ m?s \(measured profile\): measured/predicted [0-9.]+' \
+    "...prints measured against predicted step time"
+like "$got" 'stage 1: bubble measured [0-9.]+%, predicted [0-9.]+%' "...and measured against predicted bubble per stage"
+like "$(sed -n 3p "$T/m.svg")" 'mlp: 1f1b, 2 stages, 8 micro-batches - bubble [0-9.]+%, step [0-9.]+ ms \(measured: step 6 of the trace\)' \
+    "the measured timeline is drawn like plan --svg"
+is "$(grep -c '<title>F mb' "$T/m.svg")/$(grep -c '<title>B mb' "$T/m.svg")/$(grep -c '<title>W mb' "$T/m.svg")" "16/16/16" \
+    "...with every F, B and W pass of both stages"
+got=$("$PIPEGEN" trace "$T/run.json" 2>&1); rc=$?
+ok $rc "pipegen trace without a model prints the measured side"
+like "$got" 'stage 0: bubble measured [0-9.]+%' "...per stage"
+
+# bad input
+head -c 700 "$T/run.json" >"$T/cut.json"
+got=$("$PIPEGEN" trace "$T/cut.json" 2>&1); rc=$?
+is "$rc" 1 "a truncated trace is refused"
+like "$got" 'cut.json:[0-9]+:[0-9]+: error: trace: expected .*(the end of the file \(truncated\?\)|found)' "...naming the file and place"
+printf '{"traceEvents": [{"ph": "X", "pid": 0}]}\n' >"$T/bad.json"
+got=$("$PIPEGEN" trace "$T/bad.json" 2>&1); rc=$?
+is "$rc" 1 "an event without times is refused"
+like "$got" 'bad.json: error: trace: event 0 of traceEvents lacks' "...and says what it lacks"
+printf '{"layers": []}\n' >"$T/nottrace.json"
+got=$("$PIPEGEN" trace "$T/nottrace.json" 2>&1); rc=$?
+is "$rc" 1 "a file that is not a trace is refused"
+like "$got" 'nottrace.json: error: trace: no "traceEvents" list' "...and says so"
+got=$("$PIPEGEN" trace "$T/missing.json" 2>&1); rc=$?
+is "$rc" 1 "a missing trace is refused"
+got=$("$PIPEGEN" trace 2>&1); rc=$?
+is "$rc" 2 "pipegen trace without a file is a usage error"
+got=$("$T/gen/bin/stage0" --trace-steps 0 2>&1); rc=$?
+is "$rc" 2 "--trace-steps 0 is a usage error"
+done_testing
