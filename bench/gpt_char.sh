@@ -55,14 +55,10 @@ pipegen-2stage 2-never 1
 pipegen-2stage-ckpt 2-except_last 1"
 
 fail() { echo "bench/gpt_char: $*" >&2; exit 1; }
+. "$TOP/bench/lib.sh"
 
-case $STEPS in *[!0-9]*|'') fail "BENCH_STEPS must be a number" ;; esac
-case $WARMUP in *[!0-9]*|'') fail "BENCH_WARMUP must be a number" ;; esac
-case $REPEAT in *[!0-9]*|''|0) fail "BENCH_REPEAT must be a number >= 1" ;; esac
-[ "$STEPS" -gt "$WARMUP" ] || fail "BENCH_STEPS ($STEPS) must exceed BENCH_WARMUP ($WARMUP)"
-for f in build/pipegen build/libpgrt_cpu.a build/piperun build/pipedata; do
-    [ -e "$TOP/$f" ] || fail "$f is missing: run \`make all\` first"
-done
+bench_check_knobs
+bench_need build/pipegen build/libpgrt_cpu.a build/piperun build/pipedata
 [ -x "$PY" ] || fail "no python at $PY (set PYTHON)"
 BATCH=$(sed -n 's/.*[( ]batch *= *\([0-9]*\).*/\1/p' "$SRC" | head -1)
 CHUNKS=$(sed -n 's/.*[( ]microbatches *= *\([0-9]*\).*/\1/p' "$SRC" | head -1)
@@ -70,15 +66,7 @@ CHUNKS=$(sed -n 's/.*[( ]microbatches *= *\([0-9]*\).*/\1/p' "$SRC" | head -1)
 [ "$(grep -c '^[[:space:]]*split[[:space:]]*$' "$SRC")" = 3 ] ||
     fail "$SRC no longer has 3 split lines: update the stage variants here"
 
-PIN=""
-if command -v taskset >/dev/null 2>&1 && taskset -c "$CPUS" true 2>/dev/null; then
-    PIN="taskset -c $CPUS"
-else
-    echo "# note: cannot pin to cores $CPUS; running unpinned"
-    CPUS="unpinned"
-fi
-TMO=""
-command -v timeout >/dev/null 2>&1 && TMO="timeout 600"
+bench_pin
 mkdir -p "$DIR/logs" || fail "cannot create $DIR"
 RES=$DIR/gpt_char-results.txt
 : >"$RES" || fail "cannot write $RES"
@@ -95,31 +83,12 @@ build_variant() {
                        n == 1 && /^[[:space:]]*tie[[:space:]]/ { next } { print }' >"$d/gpt_char.pipe" || return 1
     "$TOP/build/pipegen" gen "$d/gpt_char.pipe" -o "$d/gen" >"$d/gen.log" 2>&1 || { cat "$d/gen.log" >&2; return 1; }
     [ "$(ls "$d/gen"/stage*.c | wc -l)" = "$n" ] || { echo "expected $n stage programs in $d/gen" >&2; return 1; }
-    for f in "$d/gen"/stage*.c; do
-        $CC -std=c11 -O2 -I"$TOP/runtime/core" -I"$d/gen" -o "$d/bin/$(basename "$f" .c)" "$f" \
-            "$TOP/build/libpgrt_cpu.a" -lopenblas -lpthread -lm || return 1
-    done
+    bench_cc_stages "$d/gen" "$d/bin"
 }
 for v in $(echo "$CONFIGS" | awk '{ print $2 }' | sort -u); do
     build_variant "$v" || fail "building gpt_char variant $v failed"
 done
 "$TOP/build/pipedata" text "$TEXT" -o "$DIR/tiny_text.pgd" >/dev/null || fail "pipedata text $TEXT failed"
-
-# median_ms LOG: median ms of the steps after WARMUP from "step S/N  loss L  X samples/s"
-median_ms() {
-    awk -v w="$WARMUP" -v b="$BATCH" '
-        / step [0-9]+\/[0-9]+  loss / {
-            for (i = 1; i <= NF; i++) {
-                if ($i == "step") { split($(i + 1), p, "/"); s = p[1] + 0 }
-                if ($i == "samples/s" && $(i - 1) + 0 > 0 && s > w) v[n++] = b / ($(i - 1) + 0) * 1000
-            }
-        }
-        END {
-            if (n == 0) exit 1
-            for (i = 1; i < n; i++) { x = v[i]; for (j = i - 1; j >= 0 && v[j] > x; j--) v[j + 1] = v[j]; v[j + 1] = x }
-            printf "%.3f\n", n % 2 ? v[(n - 1) / 2] : (v[n / 2 - 1] + v[n / 2]) / 2
-        }' "$1"
-}
 
 pipegen_cmd() { # VARIANT THREADS
     echo "OPENBLAS_NUM_THREADS=$2 $PIN build/piperun $DIR/gpt_char-$1/bin -- --steps $STEPS --threads $2 --data $DIR/tiny_text.pgd" |
@@ -131,14 +100,7 @@ torch_cmd() { # THREADS
 }
 
 run_pipegen() { # NAME VARIANT THREADS ROUND
-    log=$DIR/logs/gpt_char-$1-r$4.log
-    if ! OPENBLAS_NUM_THREADS=$3 $TMO $PIN "$TOP/build/piperun" "$DIR/gpt_char-$2/bin" -- --steps "$STEPS" \
-            --threads "$3" --data "$DIR/tiny_text.pgd" >"$log" 2>&1; then
-        tail -20 "$log" >&2
-        fail "$1 (round $4) failed; log: $log"
-    fi
-    ms=$(median_ms "$log") || fail "$1 (round $4): no step lines in $log"
-    echo "$1 $4 $ms" >>"$RES"
+    bench_pipegen "$1" "$4" "$DIR/logs/gpt_char-$1-r$4.log" "$3" "$DIR/gpt_char-$2/bin" --data "$DIR/tiny_text.pgd"
 }
 
 run_torch() { # NAME THREADS ROUND
@@ -156,20 +118,13 @@ run_torch() { # NAME THREADS ROUND
 echo "# gpt_char bench: examples/gpt_char.pipe (4 blocks, d 128, 4 heads, seq 64, vocab 256, tied wte, adamw),"
 echo "# batch $BATCH in $CHUNKS micro-batches (1f1b), data/tiny_text.txt; $STEPS steps per run (median of steps $((WARMUP + 1))..$STEPS),"
 echo "# best of $REPEAT interleaved rounds, cores $CPUS; pipegen checkpoint = never unless -ckpt (except_last)"
-LOAD0=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo 0)
-echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"
-awk -v l="$LOAD0" 'BEGIN { exit !(l + 0 > 0.5) }' &&
-    echo "# warning: load average $LOAD0 before the run: other work shares these cores; numbers are noisy"
-r=1
-while [ "$r" -le "$REPEAT" ]; do
-    run_torch torch-eager 2 "$r"
-    run_torch torch-eager-1t 1 "$r"
-    echo "$CONFIGS" | while read -r name v t; do
-        run_pipegen "$name" "$v" "$t" "$r" || exit 1
-    done || exit 1
-    r=$((r + 1))
-done
-echo "# load after:  $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"
+bench_load_before
+run_anchors() { # ROUND
+    run_torch torch-eager 2 "$1"
+    run_torch torch-eager-1t 1 "$1"
+}
+bench_rounds
+bench_load_after
 
 {
     echo "$CONFIGS" | awk '{ split($2, v, "-"); print "cfg", $1, v[1], $3 }'

@@ -17,6 +17,7 @@
 set -u
 TOP=$(cd "$(dirname "$0")/.." && pwd)
 CC=${CC:-cc}
+. "$TOP/bench/lib.sh"
 
 if [ $# -ne 2 ]; then
     echo "usage: $0 N DIR   (N = 1, 2 or 3 stages)" >&2
@@ -46,9 +47,5 @@ if [ "$got" -ne "$n" ]; then
     exit 1
 fi
 mkdir -p "$d/bin" || exit 1
-for f in "$d/gen"/stage*.c; do
-    k=$(basename "$f" .c)
-    $CC -std=c11 -O2 -I"$TOP/runtime/core" -I"$d/gen" -o "$d/bin/$k" "$f" \
-        "$TOP/build/libpgrt_cpu.a" -lopenblas -lpthread -lm || exit 1
-done
+bench_cc_stages "$d/gen" "$d/bin" || exit 1
 exit 0

@@ -32,14 +32,10 @@ pipegen-2stage-2t 2 2
 pipegen-3stage 3 1"
 
 fail() { echo "bench: $*" >&2; exit 1; }
+. "$TOP/bench/lib.sh"
 
-case $STEPS in *[!0-9]*|'') fail "BENCH_STEPS must be a number" ;; esac
-case $WARMUP in *[!0-9]*|'') fail "BENCH_WARMUP must be a number" ;; esac
-case $REPEAT in *[!0-9]*|''|0) fail "BENCH_REPEAT must be a number >= 1" ;; esac
-[ "$STEPS" -gt "$WARMUP" ] || fail "BENCH_STEPS ($STEPS) must exceed BENCH_WARMUP ($WARMUP)"
-for f in build/pipegen build/libpgrt_cpu.a build/piperun; do
-    [ -e "$TOP/$f" ] || fail "$f is missing: run \`make all\` first"
-done
+bench_check_knobs
+bench_need build/pipegen build/libpgrt_cpu.a build/piperun
 [ -x "$PY" ] || fail "no python at $PY (set PYTHON)"
 
 # The example's batch, micro-batches and SGD settings, for the torch anchors too.
@@ -54,15 +50,7 @@ MOMENTUM=$(pipe_num momentum)
 grep -q 'optimizer *= *sgd' "$SRC" || fail "$SRC no longer uses sgd: bench/torch_mlp.py needs updating"
 
 # Pin everything to the same cores when we can (children inherit the mask).
-PIN=""
-if command -v taskset >/dev/null 2>&1 && taskset -c "$CPUS" true 2>/dev/null; then
-    PIN="taskset -c $CPUS"
-else
-    echo "# note: cannot pin to cores $CPUS (no taskset or no such cores); running unpinned"
-    CPUS="unpinned"
-fi
-TMO=""
-command -v timeout >/dev/null 2>&1 && TMO="timeout 600"
+bench_pin
 
 mkdir -p "$DIR/logs" || fail "cannot create $DIR"
 RES=$DIR/results.txt
@@ -73,33 +61,9 @@ for n in 1 2 3; do
     "$TOP/bench/mlp_stages.sh" "$n" "$DIR/mlp-$n" || fail "building mlp on $n stages failed"
 done
 
-# median_ms LOG: the median step time (ms) of the steps after WARMUP, from the
-# last stage's "step S/N  loss L  X samples/s" lines (ms = batch / X * 1000)
-median_ms() {
-    awk -v w="$WARMUP" -v b="$BATCH" '
-        / step [0-9]+\/[0-9]+  loss / {
-            for (i = 1; i <= NF; i++) {
-                if ($i == "step") { split($(i + 1), p, "/"); s = p[1] + 0 }
-                if ($i == "samples/s" && $(i - 1) + 0 > 0 && s > w) v[n++] = b / ($(i - 1) + 0) * 1000
-            }
-        }
-        END {
-            if (n == 0) exit 1
-            for (i = 1; i < n; i++) { x = v[i]; for (j = i - 1; j >= 0 && v[j] > x; j--) v[j + 1] = v[j]; v[j + 1] = x }
-            printf "%.3f\n", n % 2 ? v[(n - 1) / 2] : (v[n / 2 - 1] + v[n / 2]) / 2
-        }' "$1"
-}
-
 # run_pipegen NAME STAGES THREADS ROUND
 run_pipegen() {
-    log=$DIR/logs/$1-r$4.log
-    if ! OPENBLAS_NUM_THREADS=$3 $TMO $PIN "$TOP/build/piperun" "$DIR/mlp-$2/bin" -- \
-            --steps "$STEPS" --threads "$3" >"$log" 2>&1; then
-        tail -20 "$log" >&2
-        fail "$1 (round $4) failed; log: $log"
-    fi
-    ms=$(median_ms "$log") || fail "$1 (round $4): no step lines in $log"
-    echo "$1 $4 $ms" >>"$RES"
+    bench_pipegen "$1" "$4" "$DIR/logs/$1-r$4.log" "$3" "$DIR/mlp-$2/bin"
 }
 
 # run_torch ROUND: both anchors, one python process
@@ -120,19 +84,10 @@ run_torch() {
 
 echo "# pipegen bench: examples/mlp.pipe, batch $BATCH, $CHUNKS micro-batches, checkpoint never, sgd lr $LR momentum $MOMENTUM,"
 echo "# $STEPS steps per run (median of steps $((WARMUP + 1))..$STEPS), best of $REPEAT rounds, $CORES threads in all, cores $CPUS"
-LOAD0=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo 0)
-echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"
-awk -v l="$LOAD0" 'BEGIN { exit !(l + 0 > 0.5) }' &&
-    echo "# warning: load average $LOAD0 before the run: other work shares these cores; multi-threaded configs suffer most, numbers are noisy"
-r=1
-while [ "$r" -le "$REPEAT" ]; do
-    run_torch "$r"
-    echo "$CONFIGS" | while read -r name n t; do
-        run_pipegen "$name" "$n" "$t" "$r" || exit 1
-    done || exit 1
-    r=$((r + 1))
-done
-echo "# load after:  $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"
+bench_load_before "multi-threaded configs suffer most, "
+run_anchors() { run_torch "$1"; }
+bench_rounds
+bench_load_after
 
 # ---- the table and the verdicts ---------------------------------------------
 {

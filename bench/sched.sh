@@ -29,11 +29,10 @@ PG=$TOP/build/pipegen
 TARGET=0.10 # |measured / predicted - 1| within 10%
 
 fail() { echo "bench/sched: $*" >&2; exit 1; }
+. "$TOP/bench/lib.sh"
 case $STEPS in *[!0-9]*|'') fail "BENCH_STEPS must be a number" ;; esac
 [ "$STEPS" -ge 4 ] || fail "BENCH_STEPS must be at least 4"
-for f in build/pipegen build/libpgrt_cpu.a build/piperun; do
-    [ -e "$TOP/$f" ] || fail "$f is missing: run \`make all\` first"
-done
+bench_need build/pipegen build/libpgrt_cpu.a build/piperun
 PIN=""
 if command -v taskset >/dev/null 2>&1 && taskset -c "$CPUS" true 2>/dev/null; then
     PIN="taskset -c $CPUS"
@@ -55,11 +54,7 @@ build() {
     if ! "$PG" gen "$2" -o "$d/gen" >"$d/gen.log" 2>&1; then
         return 3
     fi
-    for f in "$d/gen"/stage*.c; do
-        k=$(basename "$f" .c)
-        $CC -std=c11 -O2 -I"$TOP/runtime/core" -I"$d/gen" -o "$d/bin/$k" "$f" "$TOP/build/libpgrt_cpu.a" \
-            -lopenblas -lpthread -lm 2>>"$d/gen.log" || return 1
-    done
+    bench_cc_stages "$d/gen" "$d/bin" 2>>"$d/gen.log"
 }
 
 # run NAME OPTIONS...: train on 2 stages, 1 thread each

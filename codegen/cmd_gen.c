@@ -5,11 +5,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "cmd_common.h"
 #include "commands.h"
-#include "cost.h"
 #include "emit.h"
-#include "load.h"
-#include "schedule.h"
 
 int cmd_gen(int argc, char **argv)
 {
@@ -35,24 +33,15 @@ int cmd_gen(int argc, char **argv)
     }
     pg_loaded l;
     pg_schedule s;
+    pg_profile prof;
+    if (cmd_load_scheduled(path, balance, &prof, &l, &s) != 0)
+        return 1;
     pg_gen *g = NULL;
-    pg_profile prof = { 0 };
     int rc = 1;
-    if (balance) {
-        pg_diag pd;
-        pg_diag_init(&pd, stderr, NULL);
-        if (pg_profile_read(balance, &prof, &pd) != 0)
-            return 1;
+    if (pg_gen_prepare(&l.model, &s, &g, &l.diag) == 0) {
+        rc = pg_gen_write(g, dir, &l.diag) == 0 ? 0 : 1;
+        pg_gen_free(g);
     }
-    if (pg_load_profiled(&l, path, balance ? &prof : NULL, stderr) == 0 &&
-        pg_schedule_build(&l.model, &s, &l.diag) == 0) {
-        if (pg_gen_prepare(&l.model, &s, &g, &l.diag) == 0) {
-            rc = pg_gen_write(g, dir, &l.diag) == 0 ? 0 : 1;
-            pg_gen_free(g);
-        }
-        pg_schedule_free(&s);
-    }
-    pg_unload(&l);
-    pg_profile_free(&prof);
+    cmd_release_scheduled(&prof, &l, &s);
     return rc;
 }

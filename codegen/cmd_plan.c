@@ -7,11 +7,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cmd_common.h"
 #include "commands.h"
-#include "cost.h"
 #include "emit.h"
-#include "load.h"
-#include "schedule.h"
 #include "svg.h"
 
 int cmd_plan(int argc, char **argv)
@@ -34,28 +32,19 @@ int cmd_plan(int argc, char **argv)
     }
     pg_loaded l;
     pg_schedule s;
+    pg_profile prof;
+    if (cmd_load_scheduled(path, balance, &prof, &l, &s) != 0)
+        return 1;
     pg_gen *g = NULL;
-    pg_profile prof = { 0 };
     int rc = 1;
-    if (balance) {
-        pg_diag pd;
-        pg_diag_init(&pd, stderr, NULL);
-        if (pg_profile_read(balance, &prof, &pd) != 0)
-            return 1;
+    if (pg_gen_prepare(&l.model, &s, &g, &l.diag) == 0) {
+        pg_gen_report(g, stdout);
+        pg_gen_free(g);
+        pg_sched_costs c;
+        int seconds = pg_sched_costs_of_model(&l.model, balance ? &prof : NULL, &c);
+        pg_schedule_report(&l.model, &s, &c, seconds, stdout);
+        rc = svg && pg_schedule_svg_write(&l.model, &s, &c, seconds, svg, &l.diag) != 0 ? 1 : 0;
     }
-    if (pg_load_profiled(&l, path, balance ? &prof : NULL, stderr) == 0 &&
-        pg_schedule_build(&l.model, &s, &l.diag) == 0) {
-        if (pg_gen_prepare(&l.model, &s, &g, &l.diag) == 0) {
-            pg_gen_report(g, stdout);
-            pg_gen_free(g);
-            pg_sched_costs c;
-            int seconds = pg_sched_costs_of_model(&l.model, balance ? &prof : NULL, &c);
-            pg_schedule_report(&l.model, &s, &c, seconds, stdout);
-            rc = svg && pg_schedule_svg_write(&l.model, &s, &c, seconds, svg, &l.diag) != 0 ? 1 : 0;
-        }
-        pg_schedule_free(&s);
-    }
-    pg_unload(&l);
-    pg_profile_free(&prof);
+    cmd_release_scheduled(&prof, &l, &s);
     return rc;
 }

@@ -31,16 +31,7 @@ like "$(cat "$T/mlp.out")" 'throughput: [0-9.]+ samples/s' "the last stage repor
 variant() {
     m=$1; n=$2; s=$3; c=$4
     d="$T/$m-$n-$s-$c"
-    mkdir -p "$d"
-    case $n in
-        1) del='/# S[123]$/d' ;;
-        2) del='/# S[13]$/d' ;;
-        3) del='/# S2$/d' ;;
-        4) del='' ;;
-    esac
-    sed -e "$del" -e "s/schedule = .*/schedule = $s/" -e "s/checkpoint = .*/checkpoint = $c/" \
-        "$TOP/tests/models/$m.pipe" >"$d/$m.pipe"
-    "$PIPEGEN" gen "$d/$m.pipe" -o "$d/gen" >"$d/gen.out" 2>&1 || { cat "$d/gen.out"; return 1; }
+    e2e_gen "$d" "$m" "$(e2e_splits "$n")" "$s" "$c" || return 1
     [ "$(ls "$d/gen"/stage*.c | wc -l)" = "$n" ] || { echo "# expected $n stages"; return 1; }
     build "$d/gen" || return 1
     OPENBLAS_NUM_THREADS=1 "$PIPERUN" "$d/gen/bin" -- --steps 3 --threads 1 --save "$d/w.safetensors" >"$d/run.out" 2>&1 || { cat "$d/run.out"; return 1; }

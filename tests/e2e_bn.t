@@ -8,33 +8,19 @@
 #    1 and 2 stages x gpipe/1f1b x always/except_last/never: a recomputed
 #    forward does not count its micro-batch twice.
 . "$(dirname "$0")/lib.sh"
-RTLIB=$TOP/build/libpgrt_cpu.a
-PIPERUN=$TOP/build/piperun
+. "$TOP/tests/lib_e2e.sh"
 PY=/usr/bin/python3
-CC=${CC:-cc}
 T=$(mktemp -d /tmp/pg-e2e-bn.XXXXXX)
 trap 'rm -rf "$T"' EXIT
-
-build() {
-    mkdir -p "$1/bin"
-    for f in "$1"/stage*.c; do
-        k=$(basename "$f" .c)
-        $CC -std=c11 -O1 -Wall -Wextra -Werror -I"$TOP/runtime/core" -I"$1" -o "$1/bin/$k" "$f" "$RTLIB" \
-            -lopenblas -lpthread -lm || return 1
-    done
-}
 
 # variant STAGES SCHEDULE CKPT: gen and build
 variant() {
     n=$1; s=$2; c=$3
     d="$T/$n-$s-$c"
-    mkdir -p "$d"
     del='/# S1$/d'
     [ "$n" = 2 ] && del='/^$/d'
-    sed -e "$del" -e "s/schedule = .*/schedule = $s/" -e "s/checkpoint = .*/checkpoint = $c/" \
-        "$TOP/tests/models/bn_small.pipe" >"$d/bn_small.pipe"
-    "$PIPEGEN" gen "$d/bn_small.pipe" -o "$d/gen" >"$d/gen.out" 2>&1 || { cat "$d/gen.out"; return 1; }
-    build "$d/gen"
+    e2e_gen "$d" bn_small "$del" "$s" "$c" || return 1
+    build_strict "$d/gen"
 }
 
 # train DIR STEPS OUT: run DIR's stages on the data files, save to OUT

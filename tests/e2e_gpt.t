@@ -8,36 +8,17 @@
 #    after every step that replicated copies stay bitwise equal;
 #  - the loss of the same batch falls.
 . "$(dirname "$0")/lib.sh"
-RTLIB=$TOP/build/libpgrt_cpu.a
-PIPERUN=$TOP/build/piperun
-CC=${CC:-cc}
+. "$TOP/tests/lib_e2e.sh"
 T=$(mktemp -d /tmp/pg-e2e-gpt.XXXXXX)
 trap 'rm -rf "$T"' EXIT
-
-build() {
-    mkdir -p "$1/bin"
-    for f in "$1"/stage*.c; do
-        k=$(basename "$f" .c)
-        $CC -std=c11 -O1 -Wall -Wextra -Werror -I"$TOP/runtime/core" -I"$1" -o "$1/bin/$k" "$f" "$RTLIB" \
-            -lopenblas -lpthread -lm || return 1
-    done
-}
 
 # variant STAGES SCHEDULE CKPT TIE STEPS: gen, build, train, save
 variant() {
     n=$1; s=$2; c=$3; tie=$4; steps=$5
     d="$T/$n-$s-$c-$tie"
-    mkdir -p "$d"
-    case $n in
-        1) del='/# S[123]$/d' ;;
-        2) del='/# S[13]$/d' ;;
-        4) del='' ;;
-    esac
-    sed -e "$del" -e "s/schedule = .*/schedule = $s/" -e "s/checkpoint = .*/checkpoint = $c/" \
-        -e "s/^tie wte .*/tie wte $tie/" "$TOP/tests/models/gpt_tiny.pipe" >"$d/gpt_tiny.pipe"
-    "$PIPEGEN" gen "$d/gpt_tiny.pipe" -o "$d/gen" >"$d/gen.out" 2>&1 || { cat "$d/gen.out"; return 1; }
+    e2e_gen "$d" gpt_tiny "$(e2e_splits "$n")" "$s" "$c" -e "s/^tie wte .*/tie wte $tie/" || return 1
     [ "$(ls "$d/gen"/stage*.c | wc -l)" = "$n" ] || { echo "# expected $n stages"; return 1; }
-    build "$d/gen" || return 1
+    build_strict "$d/gen" || return 1
     PIPE_CHECK_TIES=1 OPENBLAS_NUM_THREADS=1 "$PIPERUN" "$d/gen/bin" -- --steps "$steps" --threads 1 \
         --save "$d/w.safetensors" >"$d/run.out" 2>&1 || { sed 's/^/# /' "$d/run.out" | tail -20; return 1; }
     grep 'final loss' "$d/run.out" | sed 's/^\[stage [0-9]*\] //' >"$d/loss"
@@ -83,7 +64,7 @@ ok $? "gpt_tiny on 4 stages: the loss on the same batch falls ($l1 -> $l17)"
 # the committed example: generated/gpt_char on 4 stage processes, wte replicated
 mkdir -p "$T/gpt_char"
 cp "$TOP"/generated/gpt_char/* "$T/gpt_char/"
-build "$T/gpt_char"
+build_strict "$T/gpt_char"
 ok $? "generated/gpt_char compiles"
 PIPE_CHECK_TIES=1 OPENBLAS_NUM_THREADS=1 "$PIPERUN" "$T/gpt_char/bin" -- --steps 9 --threads 1 >"$T/gpt_char.out" 2>&1
 ok $? "gpt_char trains 9 steps on 4 stages with the tie check on"

@@ -16,34 +16,16 @@
 T=$(mktemp -d /tmp/pg-e2e-sched.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 
-# build DIR: as lib_e2e.sh's, warnings as errors (the generated C must be clean)
-build() {
-    mkdir -p "$1/bin"
-    for f in "$1"/stage*.c; do
-        k=$(basename "$f" .c)
-        $CC -std=c11 -O1 -Wall -Wextra -Werror -I"$TOP/runtime/core" -I"$1" -o "$1/bin/$k" "$f" "$RTLIB" \
-            -lopenblas -lpthread -lm || return 1
-    done
-}
-
 # variant MODEL SPLITS SCHEDULE CKPT TIE: gen, build, train 3 steps, save.
 # SPLITS: 4 keeps every split (4 chunks), 3 all but S2, 2 only S2, 1 none.
 variant() {
     m=$1; n=$2; s=$3; c=$4; tie=$5
     d="$T/$m-$n-$s-$c-$tie"
-    mkdir -p "$d"
-    case $n in
-        1) del='/# S[123]$/d' ;;
-        2) del='/# S[13]$/d' ;;
-        3) del='/# S2$/d' ;;
-        4) del='' ;;
-    esac
-    sed -e "$del" -e "s/schedule = .*/schedule = $s/" -e "s/checkpoint = .*/checkpoint = $c/" \
+    e2e_gen "$d" "$m" "$(e2e_splits "$n")" "$s" "$c" \
         -e "s/batch = 24  microbatches = 5/batch = 22  microbatches = 4/" \
         -e "s/batch = 6  microbatches = 3/batch = 7  microbatches = 4/" \
-        -e "s/^tie wte .*/tie wte $tie/" "$TOP/tests/models/$m.pipe" >"$d/$m.pipe"
-    "$PIPEGEN" gen "$d/$m.pipe" -o "$d/gen" >"$d/gen.out" 2>&1 || { sed 's/^/# /' "$d/gen.out"; return 1; }
-    build "$d/gen" || return 1
+        -e "s/^tie wte .*/tie wte $tie/" || return 1
+    build_strict "$d/gen" || return 1
     extra=""
     [ "$m" = gpt_tiny ] && extra="--generate 6 --temperature 0"
     # shellcheck disable=SC2086

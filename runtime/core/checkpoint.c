@@ -62,6 +62,15 @@ static ck_item *ck_items(const pg_stage_desc *d, int *n, size_t *total)
     return it;
 }
 
+/* How a checkpoint file holds item it: f32, in its parameter's shape. */
+static void ck_shape(const ck_item *it, int *dtype, int *rank, int64_t dim[5])
+{
+    *dtype = 0;
+    *rank = it->p->rank;
+    for (int k = 0; k < it->p->rank && k < 4; k++)
+        dim[k] = it->p->dim[k];
+}
+
 static void step_dir(char *b, size_t len, const char *dir, int64_t step)
 {
     snprintf(b, len, "%s/step-%08" PRId64, dir, step);
@@ -270,10 +279,7 @@ static int stage_file_load(const pg_run *r, const char *sdir, int64_t step, cons
     size_t off = 0;
     for (int i = 0; i < n; i++) {
         w[i].name = it[i].name;
-        w[i].dtype = 0;
-        w[i].rank = it[i].p->rank;
-        for (int k = 0; k < it[i].p->rank && k < 4; k++)
-            w[i].dim[k] = it[i].p->dim[k];
+        ck_shape(&it[i], &w[i].dtype, &w[i].rank, w[i].dim);
         w[i].dst = buf + off;
         w[i].bytes = it[i].bytes;
         off += it[i].bytes;
@@ -352,10 +358,7 @@ int pg_ckpt_save(pg_run *r, int64_t step)
         for (int i = 0; i < n && !rc; i++) {
             rc = pg_copy_to_host(r->ctx, buf + off, r->A + it[i].off, it[i].bytes);
             t[i].name = it[i].name;
-            t[i].dtype = 0;
-            t[i].rank = it[i].p->rank;
-            for (int k = 0; k < it[i].p->rank && k < 4; k++)
-                t[i].dim[k] = it[i].p->dim[k];
+            ck_shape(&it[i], &t[i].dtype, &t[i].rank, t[i].dim);
             t[i].data = buf + off;
             t[i].bytes = it[i].bytes;
             off += it[i].bytes;

@@ -2,6 +2,7 @@
  * synthetic batches used when no data file is given, and pg_hash64. */
 #include "pg_io.h"
 #include "io_atomic.h"
+#include "pg_le.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,23 +15,6 @@
 
 #define PGD_VERSION 1u
 #define PGD_MAX_RANK 5
-
-static uint32_t rd32(const unsigned char *b)
-{
-    return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
-}
-static uint64_t rd64(const unsigned char *b)
-{
-    return (uint64_t)rd32(b) | (uint64_t)rd32(b + 4) << 32;
-}
-static void wr32(unsigned char *b, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) b[i] = (unsigned char)(v >> (8 * i));
-}
-static void wr64(unsigned char *b, uint64_t v)
-{
-    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
-}
 
 static const char *dtype_name(int dt)
 {
@@ -82,7 +66,7 @@ int pg_data_open(pg_datafile *f, const char *path, int exp_dtype, int exp_rank,
                  (unsigned long long)fsize);
         goto fail;
     }
-    uint32_t ver = rd32(h + 4), dt = rd32(h + 8), rank = rd32(h + 12);
+    uint32_t ver = pg_get32(h + 4), dt = pg_get32(h + 8), rank = pg_get32(h + 12);
     if (ver != PGD_VERSION) {
         snprintf(err, errlen, "%s: data file version %u, this build reads version %u", path, ver, PGD_VERSION);
         goto fail;
@@ -103,7 +87,7 @@ int pg_data_open(pg_datafile *f, const char *path, int exp_dtype, int exp_rank,
     }
     f->dtype = (int)dt;
     f->rank = (int)rank;
-    for (uint32_t i = 0; i < rank; i++) f->dim[i] = rd64(h + 16 + 8 * i);
+    for (uint32_t i = 0; i < rank; i++) f->dim[i] = pg_get64(h + 16 + 8 * i);
     char want[160], have[160];
     uint64_t wd[PGD_MAX_RANK] = {0};
     int wr = exp_rank < 0 ? 0 : exp_rank > PGD_MAX_RANK ? PGD_MAX_RANK : exp_rank;
@@ -190,12 +174,12 @@ int pg_data_write(const char *path, int dtype, int rank, const uint64_t *dims,
     }
     unsigned char h[16 + 8 * PGD_MAX_RANK];
     memcpy(h, "PGD1", 4);
-    wr32(h + 4, PGD_VERSION);
-    wr32(h + 8, (uint32_t)dtype);
-    wr32(h + 12, (uint32_t)rank);
+    pg_put32(h + 4, PGD_VERSION);
+    pg_put32(h + 8, (uint32_t)dtype);
+    pg_put32(h + 12, (uint32_t)rank);
     uint64_t numel = 1;
     for (int i = 0; i < rank; i++) {
-        wr64(h + 16 + 8 * i, dims[i]);
+        pg_put64(h + 16 + 8 * i, dims[i]);
         if (!mul_ok(numel, dims[i], &numel)) {
             snprintf(err, errlen, "cannot write %s: dims too large", path);
             return -1;

@@ -11,6 +11,7 @@
  *   mesh hello (rank j -> rank i, i < j): u32 magic "PGNM", u32 rank, u64 plan_hash
  *   message: u32 magic "PGNS", u32 tag, u64 bytes, then the payload. */
 #include "pg_net.h"
+#include "pg_le.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -71,27 +72,6 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void put32(unsigned char *b, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) b[i] = (unsigned char)(v >> (8 * i));
-}
-static void put64(unsigned char *b, uint64_t v)
-{
-    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
-}
-static uint32_t get32(const unsigned char *b)
-{
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++) v |= (uint32_t)b[i] << (8 * i);
-    return v;
-}
-static uint64_t get64(const unsigned char *b)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v |= (uint64_t)b[i] << (8 * i);
-    return v;
 }
 
 static void seterr(char *buf, size_t len, const char *fmt, ...)
@@ -292,9 +272,9 @@ static void send_reply_refused(int fd, const char *reason)
 {
     size_t n = strlen(reason);
     unsigned char h[12];
-    put32(h, REPLY_MAGIC);
-    put32(h + 4, 1);
-    put32(h + 8, (uint32_t)n);
+    pg_put32(h, REPLY_MAGIC);
+    pg_put32(h + 4, 1);
+    pg_put32(h + 8, (uint32_t)n);
     if (write_all(fd, h, sizeof h) == 0) write_all(fd, reason, n);
 }
 
@@ -307,24 +287,24 @@ typedef struct hello {
 static void hello_encode(unsigned char *b, const hello *h)
 {
     memset(b, 0, HELLO_BYTES);
-    put32(b, h->magic);
-    put32(b + 4, h->version);
-    put32(b + 8, h->rank);
-    put32(b + 12, h->world);
-    put64(b + 16, h->hash);
-    put32(b + 24, h->port);
+    pg_put32(b, h->magic);
+    pg_put32(b + 4, h->version);
+    pg_put32(b + 8, h->rank);
+    pg_put32(b + 12, h->world);
+    pg_put64(b + 16, h->hash);
+    pg_put32(b + 24, h->port);
     memcpy(b + 32, h->model, MODEL_BYTES);
     b[32 + MODEL_BYTES - 1] = 0;
 }
 
 static void hello_decode(const unsigned char *b, hello *h)
 {
-    h->magic = get32(b);
-    h->version = get32(b + 4);
-    h->rank = get32(b + 8);
-    h->world = get32(b + 12);
-    h->hash = get64(b + 16);
-    h->port = get32(b + 24);
+    h->magic = pg_get32(b);
+    h->version = pg_get32(b + 4);
+    h->rank = pg_get32(b + 8);
+    h->world = pg_get32(b + 12);
+    h->hash = pg_get64(b + 16);
+    h->port = pg_get32(b + 24);
     memcpy(h->model, b + 32, MODEL_BYTES);
     h->model[MODEL_BYTES - 1] = 0;
 }
@@ -427,12 +407,12 @@ static int master_rendezvous(pg_net *n, const pg_launch *l, const pg_net_config 
         seterr(err, errlen, "stage 0: out of memory during rendezvous");
         goto out;
     }
-    put32(tbl, REPLY_MAGIC);
-    put32(tbl + 4, 0);
-    put32(tbl + 8, (uint32_t)world);
+    pg_put32(tbl, REPLY_MAGIC);
+    pg_put32(tbl + 4, 0);
+    pg_put32(tbl + 8, (uint32_t)world);
     for (int r = 0; r < world; r++) {
         memcpy(tbl + 12 + (size_t)r * (ADDR_BYTES + 4), addr[r], ADDR_BYTES);
-        put32(tbl + 12 + (size_t)r * (ADDR_BYTES + 4) + ADDR_BYTES, (uint32_t)port[r]);
+        pg_put32(tbl + 12 + (size_t)r * (ADDR_BYTES + 4) + ADDR_BYTES, (uint32_t)port[r]);
     }
     rc = 0;
     for (int r = 1; r < world; r++)
@@ -487,13 +467,13 @@ static int peer_rendezvous(pg_net *n, const pg_launch *l, const pg_net_config *c
     double deadline = now_s() + 2 * cfg->connect_timeout_s + 10.0;
     unsigned char rh[12];
     int r = read_until(mfd, rh, sizeof rh, deadline, NULL);
-    if (r != 0 || get32(rh) != REPLY_MAGIC) {
+    if (r != 0 || pg_get32(rh) != REPLY_MAGIC) {
         seterr(err, errlen, "stage %d: master %s:%d %s during rendezvous", me, l->master_host, l->master_port,
                r == -2 ? "closed the connection" : r == -3 ? "did not answer" : "sent garbage");
         goto out;
     }
-    uint32_t cnt = get32(rh + 8);
-    if (get32(rh + 4) != 0) {
+    uint32_t cnt = pg_get32(rh + 8);
+    if (pg_get32(rh + 4) != 0) {
         char reason[600];
         size_t len = cnt < sizeof reason - 1 ? cnt : sizeof reason - 1;
         if (read_until(mfd, reason, len, deadline, NULL) != 0) len = 0;
@@ -519,7 +499,7 @@ static int peer_rendezvous(pg_net *n, const pg_launch *l, const pg_net_config *c
         char a[ADDR_BYTES];
         memcpy(a, tbl + (size_t)i * (ADDR_BYTES + 4), ADDR_BYTES);
         a[ADDR_BYTES - 1] = 0;
-        int p = (int)get32(tbl + (size_t)i * (ADDR_BYTES + 4) + ADDR_BYTES);
+        int p = (int)pg_get32(tbl + (size_t)i * (ADDR_BYTES + 4) + ADDR_BYTES);
         int fd = connect_retry(a, p, cfg->connect_timeout_s, &e);
         if (fd < 0) {
             seterr(err, errlen, "stage %d: cannot connect to stage %d at %s:%d: %s", me, i, a, p, strerror(e));
@@ -527,9 +507,9 @@ static int peer_rendezvous(pg_net *n, const pg_launch *l, const pg_net_config *c
         }
         n->p[i].fd = fd;
         unsigned char mh[16];
-        put32(mh, MESH_MAGIC);
-        put32(mh + 4, (uint32_t)me);
-        put64(mh + 8, cfg->plan_hash);
+        pg_put32(mh, MESH_MAGIC);
+        pg_put32(mh + 4, (uint32_t)me);
+        pg_put64(mh + 8, cfg->plan_hash);
         if (write_all(fd, mh, sizeof mh) != 0) {
             seterr(err, errlen, "stage %d: cannot greet stage %d: %s", me, i, strerror(errno));
             goto out;
@@ -544,9 +524,9 @@ static int peer_rendezvous(pg_net *n, const pg_launch *l, const pg_net_config *c
         }
         unsigned char mh[16];
         uint32_t who;
-        if (read_until(fd, mh, sizeof mh, mdl, NULL) != 0 || get32(mh) != MESH_MAGIC ||
-            (who = get32(mh + 4)) <= (uint32_t)me || (int)who >= world || n->p[who].fd >= 0 ||
-            get64(mh + 8) != cfg->plan_hash) {
+        if (read_until(fd, mh, sizeof mh, mdl, NULL) != 0 || pg_get32(mh) != MESH_MAGIC ||
+            (who = pg_get32(mh + 4)) <= (uint32_t)me || (int)who >= world || n->p[who].fd >= 0 ||
+            pg_get64(mh + 8) != cfg->plan_hash) {
             close(fd);
             k--; /* a stray connection; keep waiting for the real ones */
             continue;
@@ -671,9 +651,9 @@ pg_net_status pg_net_send(pg_net *n, int to, uint32_t tag, const void *buf, size
     if (bad_peer(n, to, "send to")) return PG_NET_ERROR;
     peer *p = &n->p[to];
     unsigned char h[MSG_HDR];
-    put32(h, MSG_MAGIC);
-    put32(h + 4, tag);
-    put64(h + 8, (uint64_t)bytes);
+    pg_put32(h, MSG_MAGIC);
+    pg_put32(h + 4, tag);
+    pg_put64(h + 8, (uint64_t)bytes);
     const unsigned char *parts[2] = {h, buf};
     size_t lens[2] = {MSG_HDR, bytes};
     pthread_mutex_lock(&p->mu);
@@ -720,8 +700,8 @@ pg_net_status pg_net_recv(pg_net *n, int from, uint32_t tag, void *buf, size_t b
     if (p->rx_hdr_got < MSG_HDR) {
         r = read_until(p->fd, p->rx_hdr, MSG_HDR, deadline, &p->rx_hdr_got);
         if (r == 0) {
-            uint32_t m = get32(p->rx_hdr), t = get32(p->rx_hdr + 4);
-            uint64_t b = get64(p->rx_hdr + 8);
+            uint32_t m = pg_get32(p->rx_hdr), t = pg_get32(p->rx_hdr + 4);
+            uint64_t b = pg_get64(p->rx_hdr + 8);
             if (m != MSG_MAGIC) {
                 p->rx_broken = 1;
                 seterr(n->err, sizeof n->err, "stage %d: garbage on the link from stage %d (bad message magic)",

@@ -7,6 +7,7 @@
  * error names the byte offset within the header. */
 #include "pg_io.h"
 #include "io_atomic.h"
+#include "pg_le.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -123,7 +124,7 @@ int pg_st_write(const char *path, const pg_st_tensor *t, int n, const char *cons
         return -1;
     }
     unsigned char lenb[8];
-    for (int i = 0; i < 8; i++) lenb[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
+    pg_put64(lenb, (uint64_t)h.len);
     const void **parts = calloc((size_t)n + 2, sizeof *parts);
     size_t *lens = calloc((size_t)n + 2, sizeof *lens);
     int rc = -1;
@@ -429,8 +430,7 @@ static int header_load(const char *path, st_header *h, int *fdp, char *err, size
         close(fd);
         return -1;
     }
-    uint64_t n = 0, fsize = (uint64_t)sb.st_size;
-    for (int i = 0; i < 8; i++) n |= (uint64_t)lb[i] << (8 * i);
+    uint64_t n = pg_get64(lb), fsize = (uint64_t)sb.st_size;
     if (n > fsize - 8 || n > ST_MAX_HEADER || n < 2) {
         snprintf(err, errlen,
                  "%s: header length %llu does not fit (file has %llu bytes, limit %u): truncated or not a safetensors file",

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "pg_le.h"
 #include "stage_run.h"
 
 #define TOKENS_KEY UINT64_C(0x746f6b656e73) /* "tokens": keeps the windows apart from other seeded streams */
@@ -41,7 +42,7 @@ static int pgd_rank(const char *path)
     close(fd);
     if (got != (ssize_t)sizeof h || memcmp(h, "PGD1", 4) != 0)
         return -1;
-    return (int)((uint32_t)h[12] | (uint32_t)h[13] << 8 | (uint32_t)h[14] << 16 | (uint32_t)h[15] << 24);
+    return (int)pg_get32(h + 12);
 }
 
 static int64_t model_vocab(const pg_stage_desc *d)

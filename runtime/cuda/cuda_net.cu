@@ -42,6 +42,7 @@
 #include "cuda_common.h"
 #include "cuda_backend.h"
 #include "pg_tcp_net.h"
+#include "pg_le.h"
 
 #define HDR_MAGIC 0x48434750u /* "PGCH" */
 #define HDR_BYTES 32
@@ -137,27 +138,6 @@ static void seterr(char *buf, size_t len, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, len, fmt, ap);
     va_end(ap);
-}
-
-static void put32(unsigned char *b, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) b[i] = (unsigned char)(v >> (8 * i));
-}
-static void put64(unsigned char *b, uint64_t v)
-{
-    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
-}
-static uint32_t get32(const unsigned char *b)
-{
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++) v |= (uint32_t)b[i] << (8 * i);
-    return v;
-}
-static uint64_t get64(const unsigned char *b)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v |= (uint64_t)b[i] << (8 * i);
-    return v;
 }
 
 static size_t align_up(size_t v) { return (v + RING_ALIGN - 1) / RING_ALIGN * RING_ALIGN; }
@@ -356,11 +336,11 @@ static pg_net_status send_header(pg_net *n, int to, uint32_t tag, uint32_t path,
                                  uint64_t seq)
 {
     unsigned char h[HDR_BYTES];
-    put32(h, HDR_MAGIC);
-    put32(h + 4, path);
-    put64(h + 8, (uint64_t)bytes);
-    put64(h + 16, (uint64_t)off);
-    put64(h + 24, seq);
+    pg_put32(h, HDR_MAGIC);
+    pg_put32(h + 4, path);
+    pg_put64(h + 8, (uint64_t)bytes);
+    pg_put64(h + 16, (uint64_t)off);
+    pg_put64(h + 24, seq);
     pg_net_status st = pg_tcp_net_send(n->tcp, to, tag, h, sizeof h);
     return st ? tcp_err(n, st) : PG_NET_OK;
 }
@@ -460,9 +440,9 @@ pg_net_status pg_net_recv(pg_net *n, int from, uint32_t tag, void *buf, size_t b
     }
     if (st)
         return tcp_err(n, st);
-    uint32_t path = get32(h + 4);
-    uint64_t got = get64(h + 8), off = get64(h + 16), seq = get64(h + 24);
-    if (get32(h) != HDR_MAGIC || path > PATH_IPC) {
+    uint32_t path = pg_get32(h + 4);
+    uint64_t got = pg_get64(h + 8), off = pg_get64(h + 16), seq = pg_get64(h + 24);
+    if (pg_get32(h) != HDR_MAGIC || path > PATH_IPC) {
         L->rbroken = 1;
         seterr(n->err, sizeof n->err, "stage %d: garbage on the link from stage %d (bad message header)", n->rank, from);
         return PG_NET_MISMATCH;
@@ -575,7 +555,7 @@ static int exchange_info(pg_net *n, const pg_net_config *cfg, char *err, size_t 
             continue;
         unsigned char m[32];
         memset(m, 0, sizeof m);
-        put64(m, (uint64_t)(cfg->send_buf_bytes ? cfg->send_buf_bytes[j] : 0));
+        pg_put64(m, (uint64_t)(cfg->send_buf_bytes ? cfg->send_buf_bytes[j] : 0));
         memcpy(m + 8, &prop.uuid, 16);
         if (pg_tcp_net_send(n->tcp, j, TAG_INIT_INFO, m, sizeof m)) {
             seterr(err, errlen, "stage %d: start-up exchange with stage %d: %s", n->rank, j, pg_tcp_net_error(n->tcp));
@@ -593,7 +573,7 @@ static int exchange_info(pg_net *n, const pg_net_config *cfg, char *err, size_t 
         dlink *L = &n->l[j];
         size_t mine = cfg->send_buf_bytes ? cfg->send_buf_bytes[j] : 0;
         L->send_cap = mine ? align_up(2 * mine + RING_SLACK) : 0; /* 2x: room for the wrap-around */
-        L->has_recv = get64(m) > 0;
+        L->has_recv = pg_get64(m) > 0;
         L->same_dev = memcmp(m + 8, &prop.uuid, 16) == 0;
     }
     return 0;

@@ -43,19 +43,23 @@ int pg_scale(pg_ctx *c, float *x, float a, int64_t count)
 }
 
 /* d = g + wd w;  buf = d (first step) or momentum buf + d;  w += -lr d */
+__device__ __forceinline__ void sgd_elem(int64_t i, float *w, const float *g, float *buf, float lr,
+                                         float momentum, float weight_decay, int first_step)
+{
+    float d = g[i];
+    if (weight_decay != 0.0f)
+        d = __fadd_rn(d, __fmul_rn(weight_decay, w[i]));
+    if (momentum != 0.0f) {
+        d = first_step ? d : __fadd_rn(__fmul_rn(buf[i], momentum), d);
+        buf[i] = d;
+    }
+    w[i] = __fadd_rn(w[i], __fmul_rn(-lr, d));
+}
+
 __global__ void sgd_step_kernel(int64_t count, float *w, const float *g, float *buf, float lr,
                                 float momentum, float weight_decay, int first_step)
 {
-    PG_GRID_STRIDE(i, count) {
-        float d = g[i];
-        if (weight_decay != 0.0f)
-            d = __fadd_rn(d, __fmul_rn(weight_decay, w[i]));
-        if (momentum != 0.0f) {
-            d = first_step ? d : __fadd_rn(__fmul_rn(buf[i], momentum), d);
-            buf[i] = d;
-        }
-        w[i] = __fadd_rn(w[i], __fmul_rn(-lr, d));
-    }
+    PG_GRID_STRIDE(i, count) sgd_elem(i, w, g, buf, lr, momentum, weight_decay, first_step);
 }
 
 /* Inside a step: lr and the first-step flag from the step's device values. */
@@ -64,16 +68,7 @@ __global__ void sgd_step_dev_kernel(int64_t count, float *w, const float *g, flo
 {
     float lr = (float)sv->lr;
     int first_step = sv->first_step;
-    PG_GRID_STRIDE(i, count) {
-        float d = g[i];
-        if (weight_decay != 0.0f)
-            d = __fadd_rn(d, __fmul_rn(weight_decay, w[i]));
-        if (momentum != 0.0f) {
-            d = first_step ? d : __fadd_rn(__fmul_rn(buf[i], momentum), d);
-            buf[i] = d;
-        }
-        w[i] = __fadd_rn(w[i], __fmul_rn(-lr, d));
-    }
+    PG_GRID_STRIDE(i, count) sgd_elem(i, w, g, buf, lr, momentum, weight_decay, first_step);
 }
 
 /* The per-step values of this step (step.cu) are what the op was given. */
@@ -107,20 +102,26 @@ int pg_sgd_step(pg_ctx *c, int64_t count, float *w, const float *g, float *buf,
 
 /* w *= decay; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g g;
  * w += neg_step m / (sqrt(v) / sqrt(bc2) + eps) */
+__device__ __forceinline__ void adamw_elem(int64_t i, float *w, const float *g, float *m, float *v, float decay,
+                                           float b1, float one_b1, float b2, float one_b2, float eps,
+                                           float neg_step, float bc2_sqrt)
+{
+    float gi = g[i];
+    float wi = __fmul_rn(w[i], decay);
+    float mi = __fadd_rn(__fmul_rn(m[i], b1), __fmul_rn(one_b1, gi));
+    float vi = __fadd_rn(__fmul_rn(v[i], b2), __fmul_rn(__fmul_rn(one_b2, gi), gi));
+    float den = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), bc2_sqrt), eps);
+    w[i] = __fadd_rn(wi, __fdiv_rn(__fmul_rn(neg_step, mi), den));
+    m[i] = mi;
+    v[i] = vi;
+}
+
 __global__ void adamw_step_kernel(int64_t count, float *w, const float *g, float *m, float *v, float decay,
                                   float b1, float one_b1, float b2, float one_b2, float eps,
                                   float neg_step, float bc2_sqrt)
 {
-    PG_GRID_STRIDE(i, count) {
-        float gi = g[i];
-        float wi = __fmul_rn(w[i], decay);
-        float mi = __fadd_rn(__fmul_rn(m[i], b1), __fmul_rn(one_b1, gi));
-        float vi = __fadd_rn(__fmul_rn(v[i], b2), __fmul_rn(__fmul_rn(one_b2, gi), gi));
-        float den = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), bc2_sqrt), eps);
-        w[i] = __fadd_rn(wi, __fdiv_rn(__fmul_rn(neg_step, mi), den));
-        m[i] = mi;
-        v[i] = vi;
-    }
+    PG_GRID_STRIDE(i, count)
+        adamw_elem(i, w, g, m, v, decay, b1, one_b1, b2, one_b2, eps, neg_step, bc2_sqrt);
 }
 
 /* Inside a step: decay, neg_step and bc2_sqrt from the step's device values;
@@ -131,16 +132,8 @@ __global__ void adamw_step_dev_kernel(int64_t count, float *w, const float *g, f
 {
     float decay = (float)__dsub_rn(1.0, __dmul_rn(sv->lr, weight_decay));
     float neg_step = sv->neg_step, bc2_sqrt = sv->bc2_sqrt;
-    PG_GRID_STRIDE(i, count) {
-        float gi = g[i];
-        float wi = __fmul_rn(w[i], decay);
-        float mi = __fadd_rn(__fmul_rn(m[i], b1), __fmul_rn(one_b1, gi));
-        float vi = __fadd_rn(__fmul_rn(v[i], b2), __fmul_rn(__fmul_rn(one_b2, gi), gi));
-        float den = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), bc2_sqrt), eps);
-        w[i] = __fadd_rn(wi, __fdiv_rn(__fmul_rn(neg_step, mi), den));
-        m[i] = mi;
-        v[i] = vi;
-    }
+    PG_GRID_STRIDE(i, count)
+        adamw_elem(i, w, g, m, v, decay, b1, one_b1, b2, one_b2, eps, neg_step, bc2_sqrt);
 }
 
 int pg_adamw_step(pg_ctx *c, int64_t count, float *w, const float *g, float *m, float *v,
