@@ -8,8 +8,11 @@
 # the model has 2 chunks per stage, interleaved(2)) is generated with the same
 # splits, run with --trace, and `pipegen trace RUN MODEL --balance PROFILE`
 # prints its measured step (mean span of the traced steps) against the step
-# the verifier's simulation predicts from the 1f1b profile. A schedule that
-# `pipegen gen` refuses is reported as such and skipped.
+# the verifier's simulation predicts from the 1f1b profile, and (column
+# `self`) against the prediction from that run's own --profile: the first
+# also carries how a schedule changes the compute itself (cache, memory
+# contention between the stages), the second only the simulation's error. A
+# schedule that `pipegen gen` refuses is reported as such and skipped.
 #
 #   mlp:      [layer0] | [layer1 layer2]           (the second split dropped)
 #   gpt_char: [tok pos h0 h1] | [h2 h3 ln_f head]  (the first and third dropped;
@@ -68,7 +71,7 @@ run() {
 echo "# bench/sched: measured (mean span of the traced steps, --trace) against predicted (the schedule's"
 echo "# simulation with the layer and message times of one 1f1b --profile run) on 2 stages, 1 thread each,"
 echo "# cores $CPUS, $STEPS steps per run (the last 10 traced)"
-printf "%-10s %-15s %12s %12s %9s %9s  %s\n" model schedule measured_ms predicted_ms ratio vs_1f1b bubble_measured/predicted
+printf "%-10s %-15s %12s %12s %9s %9s %9s  %s\n" model schedule measured_ms predicted_ms ratio self vs_1f1b bubble_measured/predicted
 for model in mlp gpt_char; do
     case $model in
         mlp) keep="1"; ikeep="" ;;
@@ -96,25 +99,32 @@ for model in mlp gpt_char; do
             continue
         fi
         [ $st = 0 ] || fail "$name: the build failed (see $DIR/$name/gen.log)"
-        run "$name" --steps "$STEPS" --trace "$DIR/$name.trace.json"
+        run "$name" --steps "$STEPS" --trace "$DIR/$name.trace.json" --profile "$DIR/$name.self.json"
         # a layer profile from other splits (interleaved) is still per layer: --balance applies
         "$PG" trace "$DIR/$name.trace.json" "$DIR/$name.pipe" --balance "$DIR/$model.profile.json" \
             --svg "$DIR/$name.svg" >"$DIR/$name.pred" 2>"$DIR/$name.pred.err" ||
             { cat "$DIR/$name.pred.err" >&2; fail "$name: pipegen trace failed"; }
+        # the same run predicted from its own profile: what is left is the simulation's error
+        "$PG" trace "$DIR/$name.trace.json" "$DIR/$name.pipe" --balance "$DIR/$name.self.json" \
+            >"$DIR/$name.self.pred" 2>>"$DIR/$name.pred.err" ||
+            { cat "$DIR/$name.pred.err" >&2; fail "$name: pipegen trace (own profile) failed"; }
         awk -v model="$model" -v sched="$sched" -v base="$base" '
+            function ms(v, u) { return v * (u == "s" ? 1000 : u == "us" ? 0.001 : 1) }
+            FNR == 1 { f++ }
             /^measured step/ {
-                m = $3 * ($4 == "s" ? 1000 : $4 == "us" ? 0.001 : 1)
-                for (i = 1; i <= NF; i++) if ($i == "predicted") { p = $(i + 1) * ($(i + 2) == "s" ? 1000 : $(i + 2) == "us" ? 0.001 : 1) }
+                if (f == 1) m = ms($3, $4)
+                for (i = 1; i <= NF; i++) if ($i == "predicted") { if (f == 1) p = ms($(i + 1), $(i + 2)); else q = ms($(i + 1), $(i + 2)) }
             }
-            /^stage [0-9]+: bubble measured/ { b = b sprintf("%s%s/%s", b == "" ? "" : " ", $5, $7) }
+            f == 1 && /^stage [0-9]+: bubble measured/ { b = b sprintf("%s%s/%s", b == "" ? "" : " ", $5, $7) }
             END {
                 gsub(/[,%]/, "", b)
-                printf "%-10s %-15s %12.2f %12.2f %9.3f %9s  %s\n", model, sched, m, p, m / p,
+                printf "%-10s %-15s %12.2f %12.2f %9.3f %9.3f %9s  %s\n", model, sched, m, p, m / p, (q > 0 ? m / q : 0),
                        base == "" ? "1.000" : sprintf("%.3f", m / base), b
                 print m > "/dev/stderr"
-            }' "$DIR/$name.pred" 2>"$DIR/$name.ms"
+            }' "$DIR/$name.pred" "$DIR/$name.self.pred" 2>"$DIR/$name.ms"
         [ -n "$base" ] || base=$(cat "$DIR/$name.ms")
     done
 done
-echo "(ratio: measured / predicted step; target within 10%: |ratio - 1| <= $TARGET; vs_1f1b: measured step / 1f1b's;"
+echo "(ratio: measured / predicted step; target within 10%: |ratio - 1| <= $TARGET; self: measured / predicted from"
+echo " the same run's own --profile (the simulation's error alone, without the 1f1b profile's); vs_1f1b: measured step / 1f1b's;"
 echo " bubble: per stage, measured/predicted %; timelines: $DIR/*.svg, traces: $DIR/*.trace.json)"

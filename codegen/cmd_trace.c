@@ -10,7 +10,8 @@
  * are others): a step's time is its span over every stage (latest end of a
  * stage's step minus earliest start); a stage's bubble is 1 - its F/B/W time
  * divided by the span, both summed over the steps: the definitions of the
- * prediction (predict.c), which starts every stage together. */
+ * prediction (predict.c), which starts every stage together (each after its
+ * measured time before the first action). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

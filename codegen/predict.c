@@ -1,7 +1,15 @@
 /* codegen/predict.c — pg_schedule_predict: the verifier's simulation with a
- * clock. A compute action takes its chunk's cost; a message arrives `latency +
- * bytes / bandwidth` after its SEND (the sender does not wait); a RECV waits
- * for the arrival. Message sizes come from the model: activations and their
+ * clock, in the emitted order of each stage's actions (a RECV blocks, as in
+ * the runtime). A compute action takes its chunk's cost; a message arrives
+ * `latency + bytes / bandwidth` after its SEND began, and the SEND keeps its
+ * sender busy `send_cost_latency + bytes / send_cost_bytes_per_s`; a RECV
+ * waits for the arrival, then keeps its receiver busy `recv_cost_latency +
+ * bytes / recv_cost_bytes_per_s`. OPT_STEP takes its stage's optimizer time; GRAD_NORM
+ * and TIE_REDUCE end their stage's measured time after the last stage
+ * arrived; with `verdict`, a stage without the loss waits at its first
+ * GRAD_NORM / OPT_STEP for the loss stage to reach its own (guard.c's verdict);
+ * each stage starts at its step_start and ends step_end after its last
+ * action. Message sizes come from the model: activations and their
  * gradients by the chunk's boundary shapes, skips by their shapes, tie
  * messages by the parameter's size, GRAD_NORM by 8 bytes per parameter.
  * Step time is the last stage's finish; a stage's bubble is the fraction of
@@ -63,15 +71,30 @@ int pg_mb_recomputes(const ir_model *m, int mb, int nmb)
     return m->train.checkpoint == CKPT_ALWAYS || (m->train.checkpoint == CKPT_EXCEPT_LAST && mb < nmb - 1);
 }
 
-double pg_act_cost(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, const pg_act *a)
+static int is_p2p_send(pg_act_kind k)
+{
+    return k == A_SEND_ACT || k == A_SEND_GRAD || k == A_SEND_SKIP || k == A_SEND_SKIP_GRAD || k == A_TIE_SEND ||
+           k == A_TIE_GRAD_SEND;
+}
+
+static int stage_ix(int st)
+{
+    return st >= 0 && st < 64 ? st : 0;
+}
+
+double pg_act_cost(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, int st, const pg_act *a)
 {
     int ch = a->chunk >= 0 && a->chunk < 64 ? a->chunk : 0;
     switch (a->kind) {
     case A_FWD: return c->fwd[ch];
     case A_BWD_B: /* a checkpointed micro-batch first recomputes its forward (emit.c's rule) */
-        return c->bwd_b[ch] + (c->recompute && a->mb >= 0 && pg_mb_recomputes(m, a->mb, s->nmb) ? c->fwd[ch] : 0);
+        return c->bwd_b[ch] + (c->recompute && a->mb >= 0 && pg_mb_recomputes(m, a->mb, s->nmb) ? c->rerun[ch] : 0);
     case A_BWD_W: return c->bwd_w[ch];
-    case A_OPT_STEP: return 0;
+    case A_OPT_STEP: return c->opt[stage_ix(st)];
+    case A_GRAD_NORM: case A_TIE_REDUCE:
+        if (c->sync_measured) /* the exchange is inside the stage's measured time */
+            return 0;
+        /* fall through */
     default: {
         double t = c->send_latency;
         if (c->send_bytes_per_s > 0)
@@ -81,28 +104,101 @@ double pg_act_cost(const ir_model *m, const pg_schedule *s, const pg_sched_costs
     }
 }
 
+/* The SEND that a point-to-point RECV meets, for its size. */
+static pg_act sender_of(const pg_act *a)
+{
+    pg_act x = *a;
+    switch (a->kind) {
+    case A_RECV_ACT: x.kind = A_SEND_ACT; x.chunk = a->chunk - 1; break;
+    case A_RECV_GRAD: x.kind = A_SEND_GRAD; x.chunk = a->chunk + 1; break;
+    case A_RECV_SKIP: x.kind = A_SEND_SKIP; break;
+    case A_RECV_SKIP_GRAD: x.kind = A_SEND_SKIP_GRAD; break;
+    case A_TIE_RECV: x.kind = A_TIE_SEND; break;
+    case A_TIE_GRAD_RECV: x.kind = A_TIE_GRAD_SEND; break;
+    default: break;
+    }
+    return x;
+}
+
+static int is_p2p_recv(pg_act_kind k)
+{
+    return k == A_RECV_ACT || k == A_RECV_GRAD || k == A_RECV_SKIP || k == A_RECV_SKIP_GRAD || k == A_TIE_RECV ||
+           k == A_TIE_GRAD_RECV;
+}
+
+double pg_act_own_cost(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, int st, const pg_act *a)
+{
+    if (is_p2p_send(a->kind)) {
+        double t = c->send_cost_latency;
+        if (c->send_cost_bytes_per_s > 0)
+            t += msg_bytes(m, s, a) / c->send_cost_bytes_per_s;
+        return t;
+    }
+    if (is_p2p_recv(a->kind)) {
+        pg_act x = sender_of(a);
+        double t = c->recv_cost_latency;
+        if (c->recv_cost_bytes_per_s > 0)
+            t += msg_bytes(m, s, &x) / c->recv_cost_bytes_per_s;
+        return t;
+    }
+    if (a->kind == A_GRAD_NORM)
+        return c->grad_norm[stage_ix(st)];
+    if (a->kind == A_TIE_REDUCE)
+        return c->tie_reduce[stage_ix(st)];
+    return 0;
+}
+
+void pg_sim_setup_timed(pg_sim *sim, const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, double **dur,
+                        double **own)
+{
+    for (int st = 0; st < s->nstages; st++)
+        for (int i = 0; i < s->stage[st].n; i++) {
+            dur[st][i] = pg_act_cost(m, s, c, st, &s->stage[st].act[i]);
+            own[st][i] = pg_act_own_cost(m, s, c, st, &s->stage[st].act[i]);
+        }
+    sim->m = m;
+    sim->s = s;
+    sim->dur = dur;
+    sim->own = own;
+    sim->clock0 = c->step_start;
+    sim->verdict = c->verdict;
+    sim->verdict_stage = pg_loss_stage(s);
+    /* a message of a few bytes; a measured OPT_STEP / GRAD_NORM time already
+     * runs from the loss stage's start (runtime/core/trace.c) */
+    sim->verdict_transit = c->sync_measured ? 0.0 : c->send_latency;
+}
+
+double pg_sim_step_time(const pg_sim *sim, const pg_sched_costs *c)
+{
+    double t = 0;
+    for (int st = 0; st < sim->s->nstages && st < 64; st++)
+        if (sim->clock[st] + c->step_end[st] > t)
+            t = sim->clock[st] + c->step_end[st];
+    return t;
+}
+
 int pg_schedule_predict(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c,
                         pg_sched_prediction *out)
 {
     memset(out, 0, sizeof *out);
     if (s->nstages < 1 || s->nstages > PG_SCHED_MAX_STAGES || !s->stage)
         return -1;
-    double **dur = calloc((size_t)s->nstages, sizeof *dur);
+    double **dur = calloc((size_t)s->nstages, sizeof *dur), **own = calloc((size_t)s->nstages, sizeof *own);
     int rc = -1;
-    if (!dur)
-        return -1;
+    if (!dur || !own)
+        goto out;
     for (int st = 0; st < s->nstages; st++) {
-        dur[st] = malloc((size_t)(s->stage[st].n > 0 ? s->stage[st].n : 1) * sizeof **dur);
-        if (!dur[st])
+        size_t n = (size_t)(s->stage[st].n > 0 ? s->stage[st].n : 1);
+        dur[st] = malloc(n * sizeof **dur);
+        own[st] = malloc(n * sizeof **own);
+        if (!dur[st] || !own[st])
             goto out;
-        for (int i = 0; i < s->stage[st].n; i++)
-            dur[st][i] = pg_act_cost(m, s, c, &s->stage[st].act[i]);
     }
-    pg_sim sim = { .m = m, .s = s, .dur = dur };
+    pg_sim sim;
+    memset(&sim, 0, sizeof sim);
+    pg_sim_setup_timed(&sim, m, s, c, dur, own);
     if (pg_sim_run(&sim) == SIM_OK) {
-        for (int st = 0; st < s->nstages; st++)
-            if (sim.clock[st] > out->step_time)
-                out->step_time = sim.clock[st];
+        out->step_time = pg_sim_step_time(&sim, c);
         for (int st = 0; st < s->nstages; st++) {
             out->busy[st] = sim.busy[st];
             out->bubble[st] = out->step_time > 0 ? 1.0 - sim.busy[st] / out->step_time : 0.0;
@@ -111,8 +207,13 @@ int pg_schedule_predict(const ir_model *m, const pg_schedule *s, const pg_sched_
     }
     pg_sim_free(&sim);
 out:
-    for (int st = 0; st < s->nstages; st++)
-        free(dur[st]);
+    for (int st = 0; st < s->nstages; st++) {
+        if (dur)
+            free(dur[st]);
+        if (own)
+            free(own[st]);
+    }
     free(dur);
+    free(own);
     return rc;
 }

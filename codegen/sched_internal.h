@@ -27,9 +27,16 @@ pg_loc pg_act_loc(const ir_model *m, const pg_schedule *s, const pg_act *a);
 /* Schedule name for messages: "1f1b", "interleaved(2)", "file(x.csv)". */
 const char *pg_schedule_kind_str(const ir_model *m, char *buf, size_t n);
 
-/* What action a costs under c (predict.c): its chunk's F/B/W cost, a
- * message's transfer time, 0 for OPT_STEP. */
-double pg_act_cost(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, const pg_act *a);
+/* What action a of stage st costs under c (predict.c): its chunk's F/B/W
+ * cost, a message's transit time, the stage's OPT_STEP time. */
+double pg_act_cost(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, int st, const pg_act *a);
+/* What action a keeps its own stage busy beyond that (sched_sim.h's own): a
+ * SEND's cost to its sender, a RECV's to its receiver once the message is
+ * there, a GRAD_NORM's or TIE_REDUCE's time after every stage arrived; 0 for
+ * the others. */
+double pg_act_own_cost(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, int st, const pg_act *a);
+/* The stage holding the loss: the last chunk's. */
+static inline int pg_loss_stage(const pg_schedule *s) { return s->nchunks > 0 ? (s->nchunks - 1) % s->nstages : s->nstages - 1; }
 /* 1 when micro-batch mb of nmb is checkpointed (its BWD_B recomputes the
  * forward): the rule of emit.c's mb_recompute table. */
 int pg_mb_recomputes(const ir_model *m, int mb, int nmb);

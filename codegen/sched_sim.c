@@ -22,6 +22,9 @@ typedef struct sim_ctx {
     sim_fifo *fifo;                 /* [src * p + dst] */
     int sub[PG_SCHED_MAX_STAGES];   /* progress inside a collective action */
     int pushed;                     /* a message was sent (progress even if the action blocks) */
+    int synced[PG_SCHED_MAX_STAGES];   /* passed its first GRAD_NORM / OPT_STEP (sim->verdict) */
+    int have_verdict;
+    double verdict_at;              /* when verdict_stage began its first GRAD_NORM / OPT_STEP */
 } sim_ctx;
 
 static int is_send(pg_act_kind k)
@@ -169,6 +172,31 @@ static int step_grad_norm(sim_ctx *c, int st, int idx)
     return STEP_MOVED;
 }
 
+/* sim->verdict: the wait of a stage's first GRAD_NORM / OPT_STEP for the
+ * loss stage's verdict. STEP_MOVED when it may go on (its clock advanced to
+ * the verdict's arrival), STEP_BLOCKED while the loss stage is not there. */
+static int verdict_wait(sim_ctx *c, int st, const pg_act *a)
+{
+    pg_sim *sim = c->sim;
+    if (!sim->verdict || c->synced[st] || (a->kind != A_GRAD_NORM && a->kind != A_OPT_STEP))
+        return STEP_MOVED;
+    if (st == sim->verdict_stage) {
+        if (!c->have_verdict) {
+            c->have_verdict = 1;
+            c->verdict_at = sim->clock[st];
+            c->pushed = 1;
+        }
+        return STEP_MOVED;
+    }
+    if (!c->have_verdict) {
+        sim->wait_for[st] = sim->verdict_stage;
+        return STEP_BLOCKED;
+    }
+    if (c->verdict_at + sim->verdict_transit > sim->clock[st])
+        sim->clock[st] = c->verdict_at + sim->verdict_transit;
+    return STEP_MOVED;
+}
+
 /* Try to complete the current action of stage st. -1: out of memory. */
 static int step(sim_ctx *c, int st)
 {
@@ -176,6 +204,8 @@ static int step(sim_ctx *c, int st)
     int idx = sim->pc[st];
     const pg_act *a = &sim->s->stage[st].act[idx];
     int r;
+    if (verdict_wait(c, st, a) == STEP_BLOCKED)
+        return STEP_BLOCKED;
     if (is_send(a->kind)) {
         if (push(c, st, a->peer, idx) != 0)
             return -1;
@@ -196,6 +226,10 @@ static int step(sim_ctx *c, int st)
     if (r == STEP_MOVED) {
         if (sim->start)
             sim->start[st][idx] = sim->clock[st] - (pg_act_is_compute(a->kind) ? dur_of(c, st, idx) : 0.0);
+        if (sim->own && !pg_act_is_compute(a->kind))
+            sim->clock[st] += sim->own[st][idx];
+        if (a->kind == A_GRAD_NORM || a->kind == A_OPT_STEP)
+            c->synced[st] = 1;
         sim->pc[st]++;
         c->sub[st] = 0;
         sim->wait_for[st] = -1;
@@ -253,6 +287,8 @@ pg_sim_status pg_sim_run(pg_sim *sim)
         sim->pc[st] = 0;
         sim->wait_for[st] = -1;
         sim->clock[st] = sim->busy[st] = 0;
+        if (sim->clock0 && st < s->nstages)
+            sim->clock[st] = sim->clock0[st];
     }
     if (c.p < 1 || c.p > PG_SCHED_MAX_STAGES)
         return sim->status = SIM_NOMEM;

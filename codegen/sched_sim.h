@@ -30,6 +30,16 @@ typedef struct pg_sim {
                         SEND's (and a collective message's) transfer time; NULL: untimed */
     double **start;  /* optional out [stage][action]: when the action began (its
                         compute or transfer; a RECV: when its message arrived) */
+    double **own;    /* optional [stage][action]: seconds a SEND keeps its sender busy
+                        (its message still arrives dur after the SEND began), a RECV
+                        its receiver once the message arrived, or a GRAD_NORM /
+                        TIE_REDUCE its stage once every message arrived */
+    const double *clock0; /* optional [nstages]: each stage's clock at the start */
+    int verdict;     /* 1: every stage but verdict_stage waits at its first GRAD_NORM or
+                        OPT_STEP until verdict_stage began its own, plus verdict_transit
+                        (the loss stage's verdict on the step, runtime/core/guard.c) */
+    int verdict_stage;
+    double verdict_transit;
     /* out */
     pg_sim_status status;
     pg_sim_ref recv, send;                 /* SIM_MISMATCH: the RECV and what it met */
@@ -44,6 +54,14 @@ typedef struct pg_sim {
 /* Returns sim->status. */
 pg_sim_status pg_sim_run(pg_sim *sim);
 void pg_sim_free(pg_sim *sim);
+
+/* A timed run by the costs c (predict.c): fills dur and own ([stage][action],
+ * allocated by the caller), and sim's clock0 and verdict fields. */
+void pg_sim_setup_timed(pg_sim *sim, const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, double **dur,
+                        double **own);
+/* The step of a finished timed run: the latest stage end, each stage's
+ * step_end included. */
+double pg_sim_step_time(const pg_sim *sim, const pg_sched_costs *c);
 
 /* 1 when recv (on its stage) accepts the message that send produced. */
 int pg_sim_match(const pg_act *send, const pg_act *recv);

@@ -85,8 +85,18 @@ int pg_schedule_verify(const ir_model *m, const pg_schedule *s, pg_diag *d);
  * its busy time and bubble fraction. costs[k] for compute actions per chunk. */
 typedef struct pg_sched_costs {
     double fwd[64], bwd_b[64], bwd_w[64]; /* per chunk */
-    double send_latency, send_bytes_per_s;
-    int recompute;  /* 1: a checkpointed micro-batch's BWD_B also reruns its chunk's forward */
+    double send_latency, send_bytes_per_s; /* a message's transit: latency + bytes / rate (rate 0: latency) */
+    int recompute;  /* 1: a checkpointed micro-batch's BWD_B also reruns its chunk's forward, rerun[chunk] */
+    double rerun[64]; /* per chunk: that rerun forward */
+    /* What the stages themselves spend outside F/B/W (all 0: the textbook model) */
+    double send_cost_latency, send_cost_bytes_per_s; /* a SEND keeps its sender busy latency + bytes / rate */
+    double recv_cost_latency, recv_cost_bytes_per_s; /* a RECV its receiver, once the message arrived */
+    double opt[64], grad_norm[64], tie_reduce[64]; /* per stage: OPT_STEP; GRAD_NORM and TIE_REDUCE
+                                                      once every stage arrived (their messages included) */
+    double step_start[64], step_end[64];           /* per stage: before the first, after the last action */
+    int sync_measured; /* 1: grad_norm/tie_reduce include the exchange (no transit added) */
+    int verdict;       /* 1: non-loss stages wait for the loss stage's verdict (runtime/core/guard.c)
+                          at their first GRAD_NORM / OPT_STEP */
 } pg_sched_costs;
 typedef struct pg_sched_prediction {
     double step_time;

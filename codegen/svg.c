@@ -30,13 +30,53 @@ int pg_sched_costs_of_model(const ir_model *m, const pg_profile *prof, pg_sched_
         c->fwd[L->chunk] += lc.fwd;
         c->bwd_b[L->chunk] += lc.bwd_b;
         c->bwd_w[L->chunk] += lc.bwd_w;
+        c->rerun[L->chunk] += lc.recompute;
     }
     c->recompute = 1;
-    if (covered && prof->has_messages) { /* measured by --profile */
+    c->verdict = 1;
+    if (!covered) /* model units (flops): messages and the optimizer are not priced */
+        return 0;
+    if (prof->has_messages) { /* measured by --profile */
         c->send_latency = prof->latency_s;
         c->send_bytes_per_s = prof->bytes_per_s;
+    } else { /* modelled: a message is there once its send returned */
+        c->send_latency = PG_SEND_DEFAULT_LATENCY_S;
+        c->send_bytes_per_s = PG_SEND_DEFAULT_BYTES_PER_S;
     }
-    return covered;
+    if (prof->has_send_cost) {
+        c->send_cost_latency = prof->send_latency_s;
+        c->send_cost_bytes_per_s = prof->send_bytes_per_s;
+    } else {
+        c->send_cost_latency = PG_SEND_DEFAULT_LATENCY_S;
+        c->send_cost_bytes_per_s = PG_SEND_DEFAULT_BYTES_PER_S;
+    }
+    if (prof->has_recv_cost) {
+        c->recv_cost_latency = prof->recv_latency_s;
+        c->recv_cost_bytes_per_s = prof->recv_bytes_per_s;
+    } else {
+        c->recv_cost_latency = PG_SEND_DEFAULT_LATENCY_S;
+        c->recv_cost_bytes_per_s = PG_SEND_DEFAULT_BYTES_PER_S;
+    }
+    for (int st = 0; st < m->nstages && st < 64 && st < PG_PROFILE_MAX_STAGES; st++) {
+        const pg_stage_cost *sc = &prof->stage[st];
+        c->opt[st] = sc->optimizer_s;
+        c->grad_norm[st] = sc->grad_norm_s;
+        c->tie_reduce[st] = sc->tie_reduce_s;
+        c->step_start[st] = sc->step_start_s;
+        c->step_end[st] = sc->step_end_s;
+    }
+    c->sync_measured = prof->has_stage_costs == 1;
+    return 1;
+}
+
+/* What the prediction's message costs are: "messages free" (model units),
+ * "measured messages" (--profile), "modelled messages" (a profile without). */
+static const char *msg_words(const pg_sched_costs *c, int seconds)
+{
+    if (!seconds)
+        return "messages free";
+    return c->send_latency == PG_SEND_DEFAULT_LATENCY_S && c->send_bytes_per_s == PG_SEND_DEFAULT_BYTES_PER_S
+               ? "modelled messages" : "measured messages";
 }
 
 const char *pg_cost_unit(int seconds)
@@ -81,7 +121,7 @@ void pg_schedule_report(const ir_model *m, const pg_schedule *s, const pg_sched_
     fmt_si(v, sizeof v, pr.step_time, unit);
     fprintf(out, "predicted step (%s, %s, %s): %s, bubble %.1f%%\n", kind,
             seconds ? "measured layer times" : "model units: estimated flops",
-            c->send_latency > 0 || c->send_bytes_per_s > 0 ? "measured messages" : "messages free", v,
+            msg_words(c, seconds), v,
             pr.step_time > 0 ? 100.0 * (1.0 - busy / (pr.step_time * s->nstages)) : 0.0);
     for (int st = 0; st < s->nstages; st++) {
         int first = -1, last = -1, n = 0;
@@ -230,11 +270,10 @@ static int draw(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c
     pg_schedule_kind_str(m, kind, sizeof kind);
     pg_timeline t = { m->name, kind, p, s->nmb, 0, sim->busy, seconds,
                       !seconds ? "estimated flops, messages free"
-                      : c->send_latency > 0 || c->send_bytes_per_s > 0 ? "measured layer and message times"
-                                                                       : "measured layer times", 0, box };
+                      : !strcmp(msg_words(c, seconds), "measured messages") ? "measured layer and message times"
+                                                        : "measured layer times, modelled messages", 0, box };
+    t.step = pg_sim_step_time(sim, c);
     for (int st = 0; st < p; st++) {
-        if (sim->clock[st] > t.step)
-            t.step = sim->clock[st];
         const pg_stage_sched *ss = &s->stage[st];
         for (int i = 0; i < ss->n; i++) {
             const pg_act *a = &ss->act[i];
@@ -255,18 +294,21 @@ int pg_schedule_svg(const ir_model *m, const pg_schedule *s, const pg_sched_cost
     if (p < 1 || p > PG_SCHED_MAX_STAGES || !s->stage)
         return -1;
     double **start = calloc((size_t)p, sizeof *start), **dur = calloc((size_t)p, sizeof *dur);
-    if (!start || !dur)
+    double **own = calloc((size_t)p, sizeof *own);
+    if (!start || !dur || !own)
         goto out;
     for (int st = 0; st < p; st++) {
         size_t n = (size_t)(s->stage[st].n > 0 ? s->stage[st].n : 1);
         start[st] = calloc(n, sizeof **start);
         dur[st] = calloc(n, sizeof **dur);
-        if (!start[st] || !dur[st])
+        own[st] = calloc(n, sizeof **own);
+        if (!start[st] || !dur[st] || !own[st])
             goto out;
-        for (int i = 0; i < s->stage[st].n; i++)
-            dur[st][i] = pg_act_cost(m, s, c, &s->stage[st].act[i]);
     }
-    pg_sim sim = { .m = m, .s = s, .dur = dur, .start = start };
+    pg_sim sim;
+    memset(&sim, 0, sizeof sim);
+    pg_sim_setup_timed(&sim, m, s, c, dur, own);
+    sim.start = start;
     if (pg_sim_run(&sim) == SIM_OK)
         rc = draw(m, s, c, start, dur, &sim, seconds, out);
     pg_sim_free(&sim);
@@ -276,9 +318,12 @@ out:
             free(start[st]);
         if (dur)
             free(dur[st]);
+        if (own)
+            free(own[st]);
     }
     free(start);
     free(dur);
+    free(own);
     return rc;
 }
 

@@ -24,7 +24,7 @@
  * profiles (pipegen --balance) correct that. */
 pg_layer_cost pg_layer_flops(const ir_layer *L)
 {
-    pg_layer_cost c = { 0, 0, 0 };
+    pg_layer_cost c = { 0, 0, 0, 0 };
     double out = (double)pg_shape_numel(&L->out), in = (double)pg_shape_numel(&L->in);
     switch (L->kind) {
     case LK_LINEAR: {
@@ -80,11 +80,11 @@ pg_layer_cost pg_layer_cost_of(const ir_layer *L, const pg_profile *prof, double
 {
     const pg_profile_entry *e = prof && L->name ? pg_profile_find(prof, L->name) : NULL;
     if (e && e->bwd_b_s >= 0 && e->bwd_w_s >= 0) { /* measured apart (--profile) */
-        pg_layer_cost c = { e->fwd_s, e->bwd_b_s, e->bwd_w_s };
+        pg_layer_cost c = { e->fwd_s, e->bwd_b_s, e->bwd_w_s, e->recompute_s >= 0 ? e->recompute_s : e->fwd_s };
         return c;
     }
     if (e) {
-        pg_layer_cost c = { e->fwd_s, e->bwd_s, 0 };
+        pg_layer_cost c = { e->fwd_s, e->bwd_s, 0, e->recompute_s >= 0 ? e->recompute_s : e->fwd_s };
         if (has_weights(L))
             c.bwd_b = c.bwd_w = e->bwd_s / 2;
         return c;
@@ -93,6 +93,7 @@ pg_layer_cost pg_layer_cost_of(const ir_layer *L, const pg_profile *prof, double
     c.fwd *= rows;
     c.bwd_b *= rows;
     c.bwd_w *= rows;
+    c.recompute = c.fwd;
     return c;
 }
 
@@ -261,7 +262,7 @@ static void jskip(jcur *j, int depth)
 
 static void jlayer(jcur *j)
 {
-    pg_profile_entry e = { NULL, -1, -1, -1, -1 };
+    pg_profile_entry e = { NULL, -1, -1, -1, -1, -1 };
     pg_loc at;
     jspace(j);
     at = jloc(j);
@@ -283,7 +284,7 @@ static void jlayer(jcur *j)
                 free(e.name);
                 e.name = jstring(j);
             } else if (strcmp(key, "fwd_s") == 0 || strcmp(key, "bwd_s") == 0 || strcmp(key, "bwd_b_s") == 0 ||
-                       strcmp(key, "bwd_w_s") == 0) {
+                       strcmp(key, "bwd_w_s") == 0 || strcmp(key, "recompute_s") == 0) {
                 pg_loc nl;
                 jspace(j);
                 nl = jloc(j);
@@ -292,7 +293,7 @@ static void jlayer(jcur *j)
                     pg_error(j->d, nl, "profile: %s must not be negative", key);
                     j->failed = 1;
                 }
-                *(key[0] == 'f' ? &e.fwd_s : strcmp(key, "bwd_s") == 0 ? &e.bwd_s
+                *(key[0] == 'f' ? &e.fwd_s : key[0] == 'r' ? &e.recompute_s : strcmp(key, "bwd_s") == 0 ? &e.bwd_s
                                   : strcmp(key, "bwd_b_s") == 0 ? &e.bwd_b_s : &e.bwd_w_s) = v;
             } else {
                 jskip(j, 1);
@@ -341,7 +342,10 @@ static void jmessages(jcur *j)
                 break;
             if (!jeat(j, ':'))
                 jfail(j, "`:`");
-            else if (strcmp(key, "latency_s") == 0 || strcmp(key, "bytes_per_s") == 0) {
+            else if (strcmp(key, "latency_s") == 0 || strcmp(key, "bytes_per_s") == 0 ||
+                     strcmp(key, "send_latency_s") == 0 || strcmp(key, "send_bytes_per_s") == 0 ||
+                     strcmp(key, "send_s") == 0 || strcmp(key, "recv_latency_s") == 0 ||
+                     strcmp(key, "recv_bytes_per_s") == 0) {
                 jspace(j);
                 pg_loc nl = jloc(j);
                 double v = jnumber(j);
@@ -349,11 +353,24 @@ static void jmessages(jcur *j)
                     pg_error(j->d, nl, "profile: %s must not be negative", key);
                     j->failed = 1;
                 }
-                if (key[0] == 'l') {
+                if (strcmp(key, "latency_s") == 0) {
                     j->p->latency_s = v;
                     j->p->has_messages = 1;
-                } else {
+                } else if (strcmp(key, "bytes_per_s") == 0) {
                     j->p->bytes_per_s = v;
+                } else if (strcmp(key, "recv_latency_s") == 0) {
+                    j->p->recv_latency_s = v;
+                    j->p->has_recv_cost = 1;
+                } else if (strcmp(key, "recv_bytes_per_s") == 0) {
+                    j->p->recv_bytes_per_s = v;
+                } else if (strcmp(key, "send_bytes_per_s") == 0) {
+                    j->p->send_bytes_per_s = v;
+                } else if (strcmp(key, "send_latency_s") == 0) {
+                    j->p->send_latency_s = v;
+                    j->p->has_send_cost = 2; /* the fit wins over the mean */
+                } else if (j->p->has_send_cost < 2) { /* send_s: the mean, no size term */
+                    j->p->send_latency_s = v;
+                    j->p->has_send_cost = 1;
                 }
             } else {
                 jskip(j, 1);
@@ -362,6 +379,85 @@ static void jmessages(jcur *j)
         } while (!j->failed && jeat(j, ','));
     if (!j->failed && !jeat(j, '}'))
         jfail(j, "`,` or `}`");
+}
+
+/* One object of "stage_costs" (costs = 1) or "stage_times" (costs = 0: only
+ * its optimizer_s, and only when no "stage_costs" came). */
+static void jstage_cost(jcur *j, int costs)
+{
+    pg_stage_cost c = { 0, 0, 0, 0, 0 };
+    int stage = -1;
+    pg_loc at;
+    jspace(j);
+    at = jloc(j);
+    if (!jeat(j, '{')) {
+        jfail(j, "a stage object `{\"stage\": ..., ...}`");
+        return;
+    }
+    static const char *const keys[] = { "optimizer_s", "grad_norm_s", "tie_reduce_s", "step_start_s", "step_end_s" };
+    double *slot[] = { &c.optimizer_s, &c.grad_norm_s, &c.tie_reduce_s, &c.step_start_s, &c.step_end_s };
+    if (!jeat(j, '}'))
+        do {
+            char *key = jstring(j);
+            if (!key)
+                break;
+            int k = 0;
+            while (k < 5 && strcmp(key, keys[k]) != 0)
+                k++;
+            if (!jeat(j, ':'))
+                jfail(j, "`:`");
+            else if (strcmp(key, "stage") == 0 || k < 5) {
+                jspace(j);
+                pg_loc nl = jloc(j);
+                double v = jnumber(j);
+                if (!j->failed && (v < 0 || (k == 5 && (v >= PG_PROFILE_MAX_STAGES || v != (int)v)))) {
+                    if (k == 5)
+                        pg_error(j->d, nl, "profile: stage must be 0 .. %d", PG_PROFILE_MAX_STAGES - 1);
+                    else
+                        pg_error(j->d, nl, "profile: %s must not be negative", key);
+                    j->failed = 1;
+                }
+                if (k == 5)
+                    stage = (int)v;
+                else
+                    *slot[k] = v;
+            } else {
+                jskip(j, 1);
+            }
+            free(key);
+        } while (!j->failed && jeat(j, ','));
+    if (!j->failed && !jeat(j, '}'))
+        jfail(j, "`,` or `}`");
+    if (!j->failed && stage < 0) {
+        pg_error(j->d, at, "profile: a stage entry needs \"stage\"");
+        j->failed = 1;
+    }
+    if (j->failed)
+        return;
+    if (costs) {
+        if (j->p->has_stage_costs != 1)
+            memset(j->p->stage, 0, sizeof j->p->stage);
+        j->p->has_stage_costs = 1;
+        j->p->stage[stage] = c;
+    } else if (j->p->has_stage_costs != 1) {
+        j->p->has_stage_costs = 2;
+        j->p->stage[stage].optimizer_s = c.optimizer_s;
+    }
+}
+
+static void jstage_list(jcur *j, int costs)
+{
+    if (!jeat(j, '[')) {
+        jfail(j, "`[` (a list of stages)");
+        return;
+    }
+    if (jeat(j, ']'))
+        return;
+    do
+        jstage_cost(j, costs);
+    while (!j->failed && jeat(j, ','));
+    if (!j->failed && !jeat(j, ']'))
+        jfail(j, "`,` or `]`");
 }
 
 int pg_profile_read(const char *path, pg_profile *p, pg_diag *d)
@@ -396,6 +492,8 @@ int pg_profile_read(const char *path, pg_profile *p, pg_diag *d)
                 }
             } else if (strcmp(key, "messages") == 0) {
                 jmessages(&j);
+            } else if (strcmp(key, "stage_costs") == 0 || strcmp(key, "stage_times") == 0) {
+                jstage_list(&j, key[6] == 'c');
             } else {
                 jskip(&j, 1);
             }

@@ -14,10 +14,20 @@
  *    `name` is the layer's qualified name as `pipegen check` prints it; bwd_s
  *    is B + W together (split evenly for layers with parameters, all B for
  *    the others) unless the layer also gives "bwd_b_s" and "bwd_w_s" (B
- *    without any recomputed forward, and W), as --profile writes. An optional
- *    top-level "messages": {"latency_s": L, "bytes_per_s": R} times each
- *    message L + bytes / R (R 0 or absent: L alone). Other keys are ignored;
- *    every compute layer must appear. */
+ *    without any recomputed forward, and W), as --profile writes; an optional
+ *    "recompute_s" is the forward a checkpointed micro-batch's B reruns, as
+ *    measured (absent: fwd_s). An optional top-level "messages":
+ *    {"latency_s": L, "bytes_per_s": R} times each message's transit L +
+ *    bytes / R (R 0 or absent: L alone); its optional "send_latency_s" and
+ *    "send_bytes_per_s" (or, older, "send_s") what a send costs its sender,
+ *    "recv_latency_s" / "recv_bytes_per_s" what a receive of a message
+ *    already there costs its receiver (absent: PG_SEND_DEFAULT_*). An optional top-level "stage_costs":
+ *    [{"stage": k, "optimizer_s": .., "grad_norm_s": .., "tie_reduce_s": ..,
+ *    "step_start_s": .., "step_end_s": ..}] gives what a stage's OPT_STEP,
+ *    GRAD_NORM and TIE_REDUCE cost the stage itself (waits left out) and its
+ *    time before the first and after the last action of a step; a profile
+ *    without it (older) gives only "stage_times"' "optimizer_s". Other keys
+ *    are ignored; every compute layer must appear. */
 #ifndef PG_COST_H
 #define PG_COST_H
 
@@ -27,13 +37,29 @@
 
 typedef struct pg_layer_cost {
     double fwd, bwd_b, bwd_w;
+    double recompute; /* the forward a checkpointed B reruns (measured, else fwd) */
 } pg_layer_cost;
 
 typedef struct pg_profile_entry {
     char *name;          /* owned */
     double fwd_s, bwd_s;
     double bwd_b_s, bwd_w_s; /* the measured split of bwd_s; -1 when not given */
+    double recompute_s;  /* -1 when not given */
 } pg_profile_entry;
+
+#define PG_PROFILE_MAX_STAGES 64
+
+/* What a send costs its sender (and a receive its receiver) when the profile
+ * does not say (a hand-written or older profile): one system call and a copy
+ * of the bytes into (out of) the socket buffer at memory speed. Modelled, not
+ * measured. */
+#define PG_SEND_DEFAULT_LATENCY_S 20e-6
+#define PG_SEND_DEFAULT_BYTES_PER_S 5e9
+
+typedef struct pg_stage_cost {
+    double optimizer_s, grad_norm_s, tie_reduce_s; /* the stage's own time, waits left out */
+    double step_start_s, step_end_s;               /* before the first / after the last action */
+} pg_stage_cost;
 
 typedef struct pg_profile {
     int n;
@@ -41,6 +67,12 @@ typedef struct pg_profile {
     char *path;          /* owned, for messages */
     int has_messages;    /* "messages" gave latency_s */
     double latency_s, bytes_per_s;
+    int has_send_cost;   /* "messages" gave send_latency_s (or send_s) */
+    double send_latency_s, send_bytes_per_s;
+    int has_recv_cost;   /* "messages" gave recv_latency_s */
+    double recv_latency_s, recv_bytes_per_s;
+    int has_stage_costs; /* 1: "stage_costs"; 2: only "stage_times"' optimizer_s */
+    pg_stage_cost stage[PG_PROFILE_MAX_STAGES]; /* by stage; zero where not given */
 } pg_profile;
 
 /* Read a profile; located errors (file:line:col) through d. 0 or -1. */

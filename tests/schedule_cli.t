@@ -76,7 +76,7 @@ like "$got" 'stage 0: 5 layers \(l0 \.\. up\),' "...the light layers before it s
 got=$("$PIPEGEN" plan $G/heavy.pipe --balance $G/heavy_profile.json 2>&1); rc=$?
 ok $rc "pipegen plan --balance PROFILE succeeds"
 like "$got" 'stage 2: 1 layer \(l3\),' "measured times move the split: the slowest measured layer is alone"
-like "$got" 'predicted step \(1f1b, measured layer times, messages free\): [0-9.]+ m?s,' "...and the step is in seconds"
+like "$got" 'predicted step \(1f1b, measured layer times, modelled messages\): [0-9.]+ m?s,' "...and the step is in seconds"
 "$PIPEGEN" gen $G/heavy.pipe --balance $G/heavy_profile.json -o "$T/heavy" >/dev/null 2>&1
 ok $? "pipegen gen --balance PROFILE succeeds"
 like "$(cat "$T/heavy/stage2.c" 2>/dev/null)" 'l3' "the generated last stage holds l3"

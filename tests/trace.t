@@ -82,6 +82,8 @@ like "$got" '^ok [0-9]+ pairs$' "the trace is valid JSON: steps x (actions + 1) 
 # the profile: valid JSON, every layer, and accepted by --balance
 "$PY" -c 'import json, sys; p = json.load(open(sys.argv[1])); assert [l["name"] for l in p["layers"]] == ["layer0", "relu0", "layer1", "relu1", "layer2", "relu2"]; assert all(l["fwd_s"] > 0 for l in p["layers"] if l["name"].startswith("layer"))' "$T/prof.json"
 ok $? "the profile lists every layer with measured times"
+"$PY" -c 'import json, sys; p = json.load(open(sys.argv[1])); c = p["stage_costs"]; m = p["messages"]; assert [s["stage"] for s in c] == [0, 1]; assert all(s["optimizer_s"] > 0 and s["step_start_s"] >= 0 for s in c); assert m["send_latency_s"] > 0 and "send_bytes_per_s" in m; assert all("recompute_s" in l for l in p["layers"] if l["name"].startswith("layer"))' "$T/prof.json"
+ok $? "...each stage's own optimizer and step overhead times, the send cost and the rerun forward"
 got=$("$PIPEGEN" plan "$T/mlp.pipe" --balance "$T/prof.json" 2>&1); rc=$?
 ok $rc "pipegen plan --balance accepts the profile of a real run"
 like "$got" 'predicted step \(1f1b, measured layer times, measured messages\): [0-9.]+ m?s' "...and predicts the step in seconds"

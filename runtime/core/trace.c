@@ -31,8 +31,13 @@
  * (the run's first step left out when there are others), split among the
  * chunk's layers by their estimated flops. bwd_b_s excludes the forward that
  * a checkpointed micro-batch recomputes (measured on a micro-batch that keeps
- * its activations, else the recomputing B minus F). Plus per chunk and per
- * stage summaries and the measured message latency. */
+ * its activations, else the recomputing B minus F) and, where both were
+ * measured, recompute_s: the forward that a checkpointed B reruns (split
+ * like the forward). Plus per chunk and per stage summaries, stage_costs
+ * (each stage's own OPT_STEP / GRAD_NORM / TIE_REDUCE time and its time
+ * before and after a step's actions; stage_costs() below) and the measured
+ * message transit, per-send cost to the sender and per-receive cost to the
+ * receiver (of a message already sent when the RECV began). */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -239,16 +244,19 @@ static int stage_profile(pg_run *r, const pg_trace_ev *ev, int64_t nsteps, int p
         other += (st->t1 - st->t0) - inside;
         steps_s += st->t1 - st->t0;
     }
-    /* per chunk: F, pure B, W */
-    double *F = calloc((size_t)nc * 3, sizeof *F);
+    /* per chunk: F, pure B, W, and the forward a checkpointed B reruns (its
+     * measured B minus the pure B; -1 when either was not measured) */
+    double *F = calloc((size_t)nc * 4, sizeof *F);
     if (!F)
         goto out;
     for (int ci = 0; ci < d->nchunk_fns; ci++) {
         chunk_acc *c = &acc[ci];
         double f = mean(c->f, c->nf), b = c->nb ? mean(c->b, c->nb) : mean(c->brc, c->nbrc) - f;
+        double rc = c->nb && c->nbrc ? mean(c->brc, c->nbrc) - b : -1.0;
         F[3 * ci] = f;
         F[3 * ci + 1] = b > 0 ? b : 0;
         F[3 * ci + 2] = mean(c->w, c->nw);
+        F[3 * nc + ci] = rc < 0 && c->nb && c->nbrc ? 0.0 : rc;
         fprintf(o[1], "%s    {\"chunk\": %d, \"stage\": %d, \"fwd_s\": %.6e, \"bwd_b_s\": %.6e, \"bwd_w_s\": %.6e, "
                       "\"bwd_b_recompute_s\": %.6e, \"samples\": %" PRId64 "}",
                 ci ? ",\n" : "", d->chunks[ci].chunk, d->stage, F[3 * ci], F[3 * ci + 1], F[3 * ci + 2],
@@ -260,7 +268,7 @@ static int stage_profile(pg_run *r, const pg_trace_ev *ev, int64_t nsteps, int p
         int ci = 0;
         while (ci < d->nchunk_fns && d->chunks[ci].chunk != L->chunk)
             ci++;
-        double share[3] = {0, 0, 0};
+        double share[3] = {0, 0, 0}, recompute = -1;
         if (ci < d->nchunk_fns) {
             double tot[3] = {0, 0, 0};
             int n = 0;
@@ -274,11 +282,16 @@ static int stage_profile(pg_run *r, const pg_trace_ev *ev, int64_t nsteps, int p
             const double own[3] = {L->fwd, L->bwd_b, L->bwd_w};
             for (int p = 0; p < 3; p++)
                 share[p] = F[3 * ci + p] * (tot[p] > 0 ? own[p] / tot[p] : p == 2 ? 0.0 : 1.0 / n);
+            if (F[3 * nc + ci] >= 0) /* the rerun forward, split like the forward */
+                recompute = F[3 * nc + ci] * (tot[0] > 0 ? own[0] / tot[0] : 1.0 / n);
         }
         fprintf(o[0], "%s    {\"name\": ", l ? ",\n" : "");
         json_name(o[0], L->name);
-        fprintf(o[0], ", \"stage\": %d, \"chunk\": %d, \"fwd_s\": %.6e, \"bwd_s\": %.6e, \"bwd_b_s\": %.6e, \"bwd_w_s\": %.6e}",
+        fprintf(o[0], ", \"stage\": %d, \"chunk\": %d, \"fwd_s\": %.6e, \"bwd_s\": %.6e, \"bwd_b_s\": %.6e, \"bwd_w_s\": %.6e",
                 d->stage, L->chunk, share[0], share[1] + share[2], share[1], share[2]);
+        if (recompute >= 0)
+            fprintf(o[0], ", \"recompute_s\": %.6e", recompute);
+        fputc('}', o[0]);
     }
     free(F);
     fprintf(o[2], "    {\"stage\": %d, \"step_s\": %.6e, \"optimizer_s\": %.6e, \"grad_norm_s\": %.6e, \"outside_actions_s\": %.6e}",
@@ -429,17 +442,147 @@ static int write_trace(pg_run *r, const stage_events *se)
  * meets the n-th such RECV on t from s. When the receiver was already waiting
  * (its RECV began before the SEND), RECV end - SEND start is the transit
  * time; latency + bytes / bandwidth is fitted to those by least squares. */
+/* Least squares y = lat + x / bw over n points given as sums: bw 0 (lat the
+ * mean) when the sizes do not vary or the slope is not positive. */
+static void fit_line(int64_t n, double sx, double sy, double sxx, double sxy, double *lat, double *bw)
+{
+    double den = (double)n * sxx - sx * sx;
+    *lat = n ? sy / (double)n : 0;
+    *bw = 0;
+    if (n >= 2 && den > 1e-9 * sxx * (double)n) {
+        double slope = ((double)n * sxy - sx * sy) / den;
+        if (slope > 0) {
+            *bw = 1.0 / slope;
+            *lat = (sy - slope * sx) / (double)n;
+            if (*lat < 0)
+                *lat = 0;
+        }
+    }
+}
+
+static int skip_step(const pg_run *r, const stage_events *x, int64_t j)
+{
+    return x->nsteps > 1 && x->ev[j * x->ps + x->ps - 1].step == r->tr_first; /* the run's first step warms up */
+}
+
+/* What a SEND costs its sender (the action's own duration: the stage does
+ * nothing else meanwhile), fitted like the transit: send_latency_s + bytes /
+ * send_bytes_per_s over every activation/gradient/skip send. */
+static void send_fit(const pg_run *r, const stage_events *se, double *lat, double *bw)
+{
+    double sx = 0, sy = 0, sxx = 0, sxy = 0;
+    int64_t n = 0;
+    for (int s = 0; s < r->d->nstages; s++)
+        for (int64_t j = 0; j < se[s].nsteps; j++) {
+            if (skip_step(r, &se[s], j))
+                continue;
+            for (int64_t a = 0; a + 1 < se[s].ps; a++) {
+                const pg_trace_ev *e = &se[s].ev[j * se[s].ps + a];
+                if (!is_msg_send(e->kind))
+                    continue;
+                double x = (double)e->bytes, y = e->t1 - e->t0;
+                sx += x;
+                sy += y;
+                sxx += x * x;
+                sxy += x * y;
+                n++;
+            }
+        }
+    fit_line(n, sx, sy, sxx, sxy, lat, bw);
+}
+
+/* Per stage, what the actions outside F/B/W cost the stage itself, waits left
+ * out (so the prediction can add the waits its simulation finds):
+ *  - OPT_STEP: its duration; where it is the stage's first GRAD_NORM/OPT_STEP of
+ *    the step on a stage without the loss, from when the loss stage began its
+ *    own first one (the verdict it waits for, guard.c) to its end;
+ *  - GRAD_NORM and TIE_REDUCE (collectives): from the last participant's
+ *    start to this stage's end (the local work and the exchange itself);
+ *  - step_start_s / step_end_s: the step's time before its first action and
+ *    after its last (batch loading, zeroing gradients, the loss sum).
+ * Means per step over the kept steps; needs every stage's events (stage 0). */
+static void stage_costs(const pg_run *r, const stage_events *se, FILE *o)
+{
+    const pg_stage_desc *d = r->d;
+    int np = d->nstages, L = r->loss_stage;
+    fprintf(o, "\"stage_costs\": [\n");
+    for (int k = 0; k < np; k++) {
+        double opt = 0, norm = 0, tie = 0, pre = 0, post = 0;
+        int64_t used = 0;
+        for (int64_t j = 0; j < se[k].nsteps; j++) {
+            if (skip_step(r, &se[k], j))
+                continue;
+            const pg_trace_ev *e = se[k].ev + j * se[k].ps, *stp = e + se[k].ps - 1;
+            int na = (int)se[k].ps - 1, first_sync = 1;
+            used++;
+            if (na > 0) {
+                pre += e[0].t0 - stp->t0;
+                post += stp->t1 - e[na - 1].t1;
+            }
+            /* the same step on another stage: j-th of its events when the rings agree */
+            double verdict = -INFINITY;
+            if (L >= 0 && L < np && L != k && se[L].nsteps == se[k].nsteps && se[L].lo == se[k].lo) {
+                const pg_trace_ev *el = se[L].ev + j * se[L].ps;
+                for (int64_t a = 0; a + 1 < se[L].ps; a++)
+                    if (el[a].kind == PG_GRAD_NORM || el[a].kind == PG_OPT_STEP) {
+                        verdict = el[a].t0;
+                        break;
+                    }
+            }
+            for (int a = 0; a < na; a++) {
+                const pg_trace_ev *x = &e[a];
+                if (x->kind == PG_OPT_STEP) {
+                    double from = first_sync && verdict > x->t0 ? verdict : x->t0;
+                    opt += x->t1 > from ? x->t1 - from : 0;
+                    first_sync = 0;
+                } else if (x->kind == PG_GRAD_NORM || x->kind == PG_TIE_REDUCE) {
+                    /* the matching action elsewhere: the n-th of its kind with the
+                     * same root (peer) and size */
+                    int nth = 0;
+                    for (int b = 0; b < a; b++)
+                        nth += e[b].kind == x->kind && e[b].peer == x->peer && e[b].bytes == x->bytes;
+                    double last = x->t0;
+                    for (int u = 0; u < np; u++) {
+                        if (u == k || se[u].nsteps != se[k].nsteps || se[u].lo != se[k].lo)
+                            continue;
+                        const pg_trace_ev *eu = se[u].ev + j * se[u].ps;
+                        for (int64_t b = 0, seen = 0; b + 1 < se[u].ps; b++)
+                            if (eu[b].kind == x->kind && eu[b].peer == x->peer && eu[b].bytes == x->bytes &&
+                                seen++ == nth) {
+                                if (eu[b].t0 > last)
+                                    last = eu[b].t0;
+                                break;
+                            }
+                    }
+                    double own = x->t1 > last ? x->t1 - last : 0;
+                    if (x->kind == PG_GRAD_NORM) {
+                        norm += own;
+                        first_sync = 0;
+                    } else {
+                        tie += own;
+                    }
+                }
+            }
+        }
+        fprintf(o, "%s    {\"stage\": %d, \"optimizer_s\": %.6e, \"grad_norm_s\": %.6e, \"tie_reduce_s\": %.6e, "
+                   "\"step_start_s\": %.6e, \"step_end_s\": %.6e}",
+                k ? ",\n" : "", k, mean(opt, used), mean(norm, used), mean(tie, used), mean(pre, used), mean(post, used));
+    }
+    fprintf(o, "\n],\n");
+}
+
 static void message_stats(const pg_run *r, const stage_events *se, FILE *o)
 {
     const pg_stage_desc *d = r->d;
     double sx = 0, sy = 0, sxx = 0, sxy = 0, send_s = 0, bytes = 0;
-    int64_t n = 0, count = 0;
+    double rx = 0, ry = 0, rxx = 0, rxy = 0; /* receives of messages already sent */
+    int64_t n = 0, count = 0, nr = 0;
     for (int s = 0; s < d->nstages; s++)
         for (int t = 0; t < d->nstages; t++) {
             if (s == t || se[s].nsteps != se[t].nsteps)
                 continue;
             for (int64_t j = 0; j < se[s].nsteps; j++) {
-                if (se[s].nsteps > 1 && se[s].ev[j * se[s].ps + se[s].ps - 1].step == r->tr_first)
+                if (skip_step(r, &se[s], j))
                     continue;
                 const pg_trace_ev *es = se[s].ev + j * se[s].ps, *et = se[t].ev + j * se[t].ps;
                 int64_t a = 0, b = 0;
@@ -453,6 +596,14 @@ static void message_stats(const pg_run *r, const stage_events *se, FILE *o)
                     count++;
                     send_s += es[a].t1 - es[a].t0;
                     bytes += (double)es[a].bytes;
+                    if (et[b].t0 >= es[a].t1) { /* sent before the RECV began: its cost alone */
+                        double x = (double)es[a].bytes, y = et[b].t1 - et[b].t0;
+                        rx += x;
+                        ry += y;
+                        rxx += x * x;
+                        rxy += x * y;
+                        nr++;
+                    }
                     if (et[b].t0 <= es[a].t0) {
                         double x = (double)es[a].bytes, y = et[b].t1 - es[a].t0;
                         sx += x;
@@ -466,19 +617,17 @@ static void message_stats(const pg_run *r, const stage_events *se, FILE *o)
                 }
             }
         }
-    double lat = n ? sy / (double)n : 0, bw = 0, den = (double)n * sxx - sx * sx;
-    if (n >= 2 && den > 1e-9 * sxx * (double)n) {
-        double slope = ((double)n * sxy - sx * sy) / den;
-        if (slope > 0) {
-            bw = 1.0 / slope;
-            lat = (sy - slope * sx) / (double)n;
-            if (lat < 0)
-                lat = 0;
-        }
-    }
+    double lat, bw, slat, sbw, rlat, rbw;
+    fit_line(n, sx, sy, sxx, sxy, &lat, &bw);
+    send_fit(r, se, &slat, &sbw);
+    fit_line(nr, rx, ry, rxx, rxy, &rlat, &rbw);
     fprintf(o, "\"messages\": {\"count\": %" PRId64 ", \"waited\": %" PRId64 ", \"mean_bytes\": %.1f, "
-               "\"send_s\": %.6e, \"latency_s\": %.6e, \"bytes_per_s\": %.6e}",
-            count, n, count ? bytes / (double)count : 0.0, count ? send_s / (double)count : 0.0, lat, bw);
+               "\"send_s\": %.6e, \"latency_s\": %.6e, \"bytes_per_s\": %.6e, "
+               "\"send_latency_s\": %.6e, \"send_bytes_per_s\": %.6e",
+            count, n, count ? bytes / (double)count : 0.0, count ? send_s / (double)count : 0.0, lat, bw, slat, sbw);
+    if (nr) /* else nothing to say: every receive waited */
+        fprintf(o, ", \"ready\": %" PRId64 ", \"recv_latency_s\": %.6e, \"recv_bytes_per_s\": %.6e", nr, rlat, rbw);
+    fprintf(o, "}");
 }
 
 static int write_profile(pg_run *r, const stage_events *se)
@@ -493,7 +642,8 @@ static int write_profile(pg_run *r, const stage_events *se)
     fprintf(o, "{\"format\": \"pipegen-profile\", \"version\": 1, ");
     run_info(o, r, se);
     fprintf(o, ",\n\"note\": \"seconds per micro-batch, means over the steps kept (--trace-steps) but the run's first; "
-               "a chunk's time split among its layers by estimated flops; bwd_b_s without the recomputed forward\",\n");
+               "a chunk's time split among its layers by estimated flops; bwd_b_s without the recomputed forward; "
+               "stage_costs without waits\",\n");
     static const char *const key[3] = {"layers", "chunks", "stage_times"};
     for (int i = 0; i < 3; i++) {
         fprintf(o, "\"%s\": [\n", key[i]);
@@ -506,6 +656,7 @@ static int write_profile(pg_run *r, const stage_events *se)
             }
         fprintf(o, "\n],\n");
     }
+    stage_costs(r, se, o);
     message_stats(r, se, o);
     fprintf(o, "\n}\n");
     return finish_file(o, tmp, r->opt.profile, "profile");

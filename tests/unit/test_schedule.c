@@ -747,6 +747,27 @@ static void test_predict(void)
         pg_schedule_predict(&f.m, &s, &cost, &p1);
         OK(p0.step_time == 8.0 && p1.step_time == 9.0, "2 stages, 2 micro-batches: step 8, with 0.5 s latency 9 "
            "(got %g, %g)", p0.step_time, p1.step_time);
+        /* the stages' own time outside F/B/W: OPT_STEP after the last pass,
+         * time before the first and after the last action; the verdict wait
+         * does not bind here (stage 1, the loss stage, reaches OPT_STEP first) */
+        pg_sched_costs own = cost;
+        own.send_latency = 0;
+        for (int st = 0; st < 2; st++) {
+            own.opt[st] = 0.5;
+            own.step_start[st] = 0.25;
+            own.step_end[st] = 0.125;
+        }
+        own.verdict = 1;
+        pg_schedule_predict(&f.m, &s, &own, &p1);
+        OK(p1.step_time == 8.875 && p1.busy[0] == 6.0, "...with OPT_STEP 0.5, 0.25 before and 0.125 after the actions: "
+           "8.875, busy unchanged (got %g, %g)", p1.step_time, p1.busy[0]);
+        /* a SEND keeps its sender busy: at most each of the 4 sends on the path */
+        own = cost;
+        own.send_latency = 0;
+        own.send_cost_latency = 0.25;
+        pg_schedule_predict(&f.m, &s, &own, &p1);
+        OK(p1.step_time > 8.0 && p1.step_time <= 9.0, "...with 0.25 per send charged to its sender: in (8, 9] (got %g)",
+           p1.step_time);
         pg_schedule_free(&s);
     }
     cap_close(&c);
