@@ -12,5 +12,5 @@ BUILD=${BUILD:-build}
 make --no-print-directory "$BUILD/gpt_char/stages" "$BUILD/piperun" "$BUILD/pipedata"
 "$BUILD/pipedata" text data/tiny_text.txt -o "$BUILD/tiny_text.pgd"
 echo "== training examples/gpt_char.pipe on 4 stages (generated/gpt_char) on data/tiny_text.txt"
-exec "$BUILD/piperun" "$BUILD/gpt_char" -- --data "$BUILD/tiny_text.pgd" --log-every 10 \
+exec "$BUILD/piperun" "$BUILD/gpt_char" -- --data "$BUILD/tiny_text.pgd" --log-every 25 \
     --generate 200 --prompt "The keeper of the light " "$@"
