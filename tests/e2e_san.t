@@ -1,0 +1,324 @@
+#!/bin/sh
+# tests/e2e_san.t — the stage runtime under ASan and UBSan. The other end-to-end
+# tests link the stage programs against build/libpgrt_cpu.a; here they are built
+# with -fsanitize=address,undefined -fno-sanitize-recover=undefined against
+# build-san/libpgrt_cpu.a and launched by build-san/piperun, a few steps each,
+# over as much of the runtime as fits in a short run (about 80% of its lines):
+#  - mlp_small on 3 stages (1f1b, checkpoint except_last, 5 uneven micro-batches)
+#    with --trace, --profile, --save and --save-grads: final loss, saved weights
+#    and gradients byte-identical to the plain build's (the sanitizers must not
+#    change the arithmetic); likewise a GPT with odd sizes below;
+#  - --checkpoint-dir/--save-every then --resume (bitwise equal to a straight
+#    run), a corrupted checkpoint refused, --load, --save-on-exit on SIGTERM;
+#  - resmlp_small with its skip across the splits (1f1b always with weight decay;
+#    zb1 never), a concat skip on gpipe, batch norm (deferred and per micro-batch)
+#    on interleaved(2), on 4 stages and with 1-row micro-batches;
+#  - gpt_tiny (dropout added) on interleaved(2) with its tie transmitted; on zb1
+#    with it replicated (PIPE_CHECK_TIES=1), a cosine schedule, trace and profile;
+#    with odd sizes (d 70, vocab 37, seq 5: every kernel's tail) on gpipe; all
+#    with --generate; lm_tiny on a token stream (pipedata text/bytes), --generate
+#    --prompt, --load --steps 0;
+#  - failures: a peer killed with SIGKILL (by hand and under piperun) or stopped
+#    (--timeout): the survivors exit 1; a stage of another model at the
+#    rendezvous; a bad PIPE_MASTER; bad data files (size, magic, shape, token
+#    ids, class ids, NaN targets with and without --skip-nonfinite, a stream
+#    shorter than a window); a missing, truncated or mismatched --load file; usage
+#    errors; piperun relaying a line longer than its buffer and a failing stage.
+# Every run must exit as expected and no output may hold "ERROR: AddressSanitizer",
+# "runtime error:" or "LeakSanitizer" (ASAN_OPTIONS=detect_leaks=1). LeakSanitizer
+# works in this container; the first test checks that it reports a leaking program
+# (it cannot run under ptrace, e.g. a debugger or strace: that test then fails).
+# Processes killed by a signal exit without a leak check. OpenBLAS runs with one
+# thread. ASan sees only the ends of a stage's arena: an overflow from one
+# tensor into its neighbour inside the arena is invisible here.
+. "$(dirname "$0")/lib.sh"
+. "$TOP/tests/lib_e2e.sh"
+. "$TOP/tests/lib_fault.sh"
+. "$TOP/tests/lib_lm.sh"
+T=$(mktemp -d /tmp/pg-e2e-san.XXXXXX)
+cleanup() {
+    for f in "$T"/*.pid; do [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null; done
+    rm -rf "$T"
+}
+trap cleanup EXIT
+SAN=$TOP/build-san
+SANFLAGS="-g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
+export UBSAN_OPTIONS=print_stacktrace=1
+export OPENBLAS_NUM_THREADS=1
+SPIPERUN=$SAN/piperun
+SPIPEDATA=$SAN/pipedata
+for f in "$SAN/libpgrt_cpu.a" "$SPIPERUN" "$SPIPEDATA"; do
+    [ -e "$f" ] || { echo "1..0 # SKIP $f missing: make SAN=1 san-all"; exit 0; }
+done
+SANRE='ERROR: AddressSanitizer|runtime error:|LeakSanitizer'
+
+# LeakSanitizer itself: a program that leaks must be reported here
+printf '#include <stdlib.h>\nint main(void) { void *volatile p = malloc(77); p = 0; return p != 0; }\n' >"$T/leak.c"
+# shellcheck disable=SC2086 # SANFLAGS is a list of flags
+$CC $SANFLAGS -o "$T/leak" "$T/leak.c" && "$T/leak" >"$T/leak.out" 2>&1
+grep -q 'ERROR: LeakSanitizer: detected memory leaks' "$T/leak.out"
+ok $? "LeakSanitizer reports a leak in this environment (if not: ptrace or the container blocks it)"
+
+# sbuild GEN: every stage of GEN built with the sanitizers against build-san's
+# runtime into GEN/bin (RTLIB restored after: the plain builds use build/'s)
+sbuild() {
+    _so=$RTLIB
+    RTLIB=$SAN/libpgrt_cpu.a
+    # shellcheck disable=SC2086 # SANFLAGS is a list of flags
+    build "$1" $SANFLAGS -Wall -Wextra -Werror
+    _sr=$?
+    RTLIB=$_so
+    return $_sr
+}
+# sgen DIR MODEL DEL SCHEDULE CKPT [SED-ARG...]: e2e_gen, then sbuild DIR/gen
+sgen() {
+    _sd=$1
+    e2e_gen "$@" && sbuild "$_sd/gen"
+}
+
+# srun NAME WANT BIN [stage args]: the sanitized stages of BIN under build-san's
+# piperun, output in $T/NAME.out; one test: exit status WANT and no sanitizer report
+srun() {
+    _sn=$1 _sw=$2 _sb=$3
+    shift 3
+    timeout 60 "$SPIPERUN" "$_sb" -- --threads 1 "$@" >"$T/$_sn.out" 2>&1
+    san_check "$_sn" "$?" "$_sw"
+}
+# san_check NAME RC WANT: the test that $T/NAME.out ended with status WANT, clean
+san_check() {
+    if [ "$2" = "$3" ] && ! grep -Eq "$SANRE" "$T/$1.out"; then
+        echo "ok $((_n + 1)) - $1: exit $3, no sanitizer report"
+    else
+        echo "not ok $((_n + 1)) - $1: exit $2 (want $3), no sanitizer report"
+        _fail=$((_fail + 1))
+        grep -E -A30 "$SANRE" "$T/$1.out" | head -60 | sed 's/^/# /'
+        tail -5 "$T/$1.out" | sed 's/^/# /'
+    fi
+    _n=$((_n + 1))
+}
+final() { grep 'final loss' "$1" | sed 's/^\[stage [0-9]*\] //'; }
+sample() { grep -A100 '^\[stage [0-9]*\] sample: ' "$1" | grep -v 'bubble\|throughput' | sed 's/^\[stage [0-9]*\] //'; }
+
+# --- mlp_small on 3 stages: trace, profile, save, save-grads; against the plain build --
+M=$T/mlp3
+sgen "$M" mlp_small '/# S2$/d' 1f1b except_last
+ok $? "mlp_small on 3 stages builds with the sanitizers"
+srun mlp3 0 "$M/gen/bin" --steps 5 --trace-steps 3 --trace "$T/mlp3.json" --profile "$T/mlp3.prof" \
+    --save "$T/mlp3.st" --save-grads "$T/mlp3.grads"
+[ -s "$T/mlp3.json" ] && [ -s "$T/mlp3.prof" ] && [ -s "$T/mlp3.st" ] && [ -s "$T/mlp3.grads" ]
+ok $? "mlp3: trace, profile, weights and gradients written"
+# plain NAME GEN [stage args]: GEN's stage programs built plainly against build/'s
+# runtime into $T/NAME, run by build/piperun ($PIPERUN), output in $T/NAME.out
+plain() {
+    _pn=$1 _pg=$2
+    shift 2
+    mkdir -p "$T/$_pn"
+    cp "$_pg"/*.c "$_pg"/*.h "$T/$_pn/" && build "$T/$_pn" -Wall -Wextra -Werror &&
+        timeout 60 "${PIPERUN:?}" "$T/$_pn/bin" -- --threads 1 "$@" >"$T/$_pn.out" 2>&1
+}
+plain plain "$M/gen" --steps 5 --save "$T/plain.st" --save-grads "$T/plain.grads"
+ok $? "the same stages from the plain build train"
+is "$(final "$T/mlp3.out")" "$(final "$T/plain.out")" "sanitized and plain final loss are the same text"
+cmp -s "$T/mlp3.st" "$T/plain.st" && cmp -s "$T/mlp3.grads" "$T/plain.grads"
+ok $? "sanitized and plain saved weights and gradients are byte-identical"
+
+# --- checkpoints: --save-every, --resume, --load, --save-on-exit -----------------------
+srun straight 0 "$M/gen/bin" --steps 6 --save "$T/straight.st"
+srun ck 0 "$M/gen/bin" --steps 3 --checkpoint-dir "$T/ck" --save-every 2
+srun resume 0 "$M/gen/bin" --steps 6 --resume "$T/ck" --save "$T/resumed.st"
+like "$(cat "$T/resume.out")" 'resume: continuing from .*step-00000003' "resume: from step 3"
+cmp -s "$T/straight.st" "$T/resumed.st"
+ok $? "resume: weights byte-identical to the straight run's"
+f=$T/ck/step-00000003/stage1.safetensors
+printf '\377' | dd of="$f" bs=1 seek=$(($(stat -c %s "$f") - 5)) conv=notrunc 2>/dev/null
+srun resumebad 0 "$M/gen/bin" --steps 6 --resume "$T/ck" --save "$T/resumed2.st"
+like "$(cat "$T/resumebad.out")" 'continuing from .*step-00000002' \
+    "resumebad: a corrupted checkpoint is refused, the previous one used"
+cmp -s "$T/straight.st" "$T/resumed2.st"
+ok $? "resumebad: weights still byte-identical to the straight run's"
+srun load 0 "$M/gen/bin" --steps 1 --load "$T/straight.st"
+srun loadmiss 1 "$M/gen/bin" --steps 0 --load "$T/nonexistent.st"
+head -c 300 "$T/straight.st" >"$T/trunc.st"
+srun loadtrunc 1 "$M/gen/bin" --steps 0 --load "$T/trunc.st"
+srun usage 2 "$M/gen/bin" --steps x
+srun help 0 "$M/gen/bin" --help
+PIPE_RANK=0 PIPE_WORLD=3 PIPE_MASTER=nohost "$M/gen/bin/stage0" --threads 1 >"$T/badenv.out" 2>&1
+san_check badenv "$?" 1
+"$SPIPERUN" "$M/gen/bin" -- --threads 1 --steps 100000000 --log-every 500 --checkpoint-dir "$T/ck2" --save-on-exit \
+    >"$T/sigterm.out" 2>&1 &
+pr=$!
+echo $pr >"$T/sigterm.pid"
+wait_for "$T/sigterm.out" 'step 500/' 30
+kill -TERM $pr
+wait_exit $pr 20
+san_check sigterm "$WX" 143
+rm -f "$T/sigterm.pid"
+is "$(grep -c 'stopped by signal 15 after step [0-9]* (checkpoint saved)' "$T/sigterm.out")" 3 \
+    "sigterm: every stage stops after a final checkpoint"
+
+# --- a killed peer ---------------------------------------------------------------------
+P=127.0.0.1:$(free_port)
+for k in 0 1 2; do start_stage "$M/gen/bin" $k 3 "$P" "$T/k$k.out" --steps 100000000 --log-every 1000; done
+wait_for "$T/k2.out" 'step 1000/' 30
+kill -9 "$(cat "$T/k1.out.pid")"
+wait_exit "$(cat "$T/k0.out.pid")" 20; san_check k0 "$WX" 1
+wait_exit "$(cat "$T/k2.out.pid")" 20; san_check k2 "$WX" 1
+wait "$(cat "$T/k1.out.pid")" 2>/dev/null
+rm -f "$T"/k?.out.pid
+timeout 60 "$SPIPERUN" "$M/gen/bin" -- --threads 1 --steps 100000000 --log-every 1000 >"$T/prkill.out" 2>&1 &
+pr=$!
+echo $pr >"$T/prkill.pid"
+wait_for "$T/prkill.out" 'step 1000/' 30
+kill -9 "$(pgrep -f "$M/gen/bin/stage2" | head -1)"
+wait $pr
+san_check prkill "$?" 137
+rm -f "$T/prkill.pid"
+# a stage that stops answering: the others give up after --timeout
+P=127.0.0.1:$(free_port)
+for k in 0 1 2; do start_stage "$M/gen/bin" $k 3 "$P" "$T/w$k.out" --steps 100000000 --log-every 1000 --timeout 1; done
+wait_for "$T/w2.out" 'step 1000/' 30
+kill -STOP "$(cat "$T/w1.out.pid")"
+wait_exit "$(cat "$T/w0.out.pid")" 20; san_check w0 "$WX" 1
+wait_exit "$(cat "$T/w2.out.pid")" 20; san_check w2 "$WX" 1
+kill -9 "$(cat "$T/w1.out.pid")"; kill -CONT "$(cat "$T/w1.out.pid")" 2>/dev/null
+wait "$(cat "$T/w1.out.pid")" 2>/dev/null
+rm -f "$T"/w?.out.pid
+
+# --- bad data ------------------------------------------------------------------------
+pgd() { # pgd FILE f32|i32 SAMPLES SHAPE(AxB..) [INDEX VALUE]: a .pgd file, one value replaced
+    /usr/bin/python3 - "$@" <<'PY'
+import struct, sys
+path, dt, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+dims = [int(v) for v in sys.argv[4].split("x")]
+per = 1
+for v in dims:
+    per *= v
+vals = [((i * 37) % 200) / 100.0 - 1.0 if dt == "f32" else (i * 7) % 32 for i in range(n * per)]
+if len(sys.argv) > 6:
+    vals[int(sys.argv[5])] = float(sys.argv[6]) if dt == "f32" else int(sys.argv[6])
+with open(path, "wb") as f:
+    f.write(b"PGD1" + struct.pack("<III", 1, 0 if dt == "f32" else 2, 1 + len(dims)))
+    f.write(struct.pack("<%dQ" % (1 + len(dims)), n, *dims))
+    f.write(struct.pack("<%d%s" % (len(vals), "f" if dt == "f32" else "i"), *vals))
+PY
+}
+pgd "$T/x.pgd" f32 48 64
+pgd "$T/y.pgd" f32 48 32
+pgd "$T/ynan.pgd" f32 48 32 100 nan
+srun data 0 "$M/gen/bin" --steps 3 --data "$T/x.pgd" --targets "$T/y.pgd"
+head -c 5000 "$T/x.pgd" >"$T/short.pgd"
+srun datashort 1 "$M/gen/bin" --steps 2 --data "$T/short.pgd"
+{ printf 'PGDX'; tail -c +5 "$T/x.pgd"; } >"$T/magic.pgd"
+srun datamagic 1 "$M/gen/bin" --steps 2 --data "$T/magic.pgd"
+pgd "$T/shape.pgd" f32 48 63
+srun datashape 1 "$M/gen/bin" --steps 2 --data "$T/shape.pgd"
+srun datanan 1 "$M/gen/bin" --steps 3 --data "$T/x.pgd" --targets "$T/ynan.pgd"
+srun datanan_skip 0 "$M/gen/bin" --steps 3 --data "$T/x.pgd" --targets "$T/ynan.pgd" --skip-nonfinite
+
+# --- skips, concat, batch norm ---------------------------------------------------------
+WD='s/momentum = 0.9)/momentum = 0.9, weight_decay = 0.01)/'
+R=$T/res4
+sgen "$R" resmlp_small '' 1f1b always -e "$WD"; ok $? "resmlp_small on 4 stages (checkpoint always) builds"
+srun res4 0 "$R/gen/bin" --steps 3
+R=$T/reszb
+sgen "$R" resmlp_small '/# S2$/d' zb1 never; ok $? "resmlp_small on 3 stages (zb1, never) builds"
+srun reszb 0 "$R/gen/bin" --steps 3
+# a stage of another model joins the rendezvous: refused, every stage exits 1
+P=127.0.0.1:$(free_port)
+start_stage "$M/gen/bin" 0 3 "$P" "$T/r0.out" --steps 3 --connect-timeout 3
+start_stage "$R/gen/bin" 1 3 "$P" "$T/r1.out" --steps 3 --connect-timeout 3
+start_stage "$M/gen/bin" 2 3 "$P" "$T/r2.out" --steps 3 --connect-timeout 3
+for k in 0 1 2; do wait_exit "$(cat "$T/r$k.out.pid")" 20; san_check r$k "$WX" 1; done
+rm -f "$T"/r?.out.pid
+R=$T/concat
+mkdir -p "$R"
+"$PIPEGEN" gen "$TOP/tests/models/oracle_res_concat.pipe" -o "$R/gen" >"$R/gen.out" 2>&1 &&
+    sbuild "$R/gen"
+ok $? "a concat skip on 3 stages (gpipe, cross entropy over classes) builds"
+srun concat 0 "$R/gen/bin" --steps 3
+pgd "$T/cx.pgd" f32 16 2x12
+pgd "$T/cy.pgd" i32 16 2
+srun concatbad 1 "$R/gen/bin" --steps 1 --data "$T/cx.pgd" --targets "$T/cy.pgd"
+like "$(cat "$T/concatbad.out")" 'target id' "concatbad: a class id outside the classes is named"
+B=$T/bni2
+sgen "$B" sched_bn '' 'interleaved(2)' except_last; ok $? "sched_bn on interleaved(2), 4 chunks, builds"
+srun bni2 0 "$B/gen/bin" --steps 3 --save "$T/bn.st"
+B=$T/bn4
+sgen "$B" sched_bn '' 1f1b always; ok $? "sched_bn on 4 stages builds"
+srun bn4 0 "$B/gen/bin" --steps 3
+B=$T/bn1row
+sgen "$B" sched_bn '' 1f1b never -e "s/batch = 10  microbatches = 4/batch = 5  microbatches = 4/" \
+    -e "s/bn2 = batchnorm(momentum = 0.2)/bn2 = batchnorm(deferred)/"
+ok $? "sched_bn (deferred) on 4 stages, micro-batches of 2, 1, 1, 1 rows, builds"
+srun bn1row 0 "$B/gen/bin" --steps 3
+srun bn1row0 0 "$B/gen/bin" --steps 0 --save "$T/bn0.st"
+
+# --- the GPT: tie transmit on interleaved(2), replicate on zb1, dropout, generate ------
+DROP='s/fc = linear(d -> 4\*d)  gelu/fc = linear(d -> 4*d)  gelu  dropout(p = 0.1)/'
+G=$T/gpti2
+sgen "$G" gpt_tiny '' 'interleaved(2)' except_last -e "s/^tie wte .*/tie wte transmit/" \
+    -e "s/batch = 6  microbatches = 3/batch = 7  microbatches = 4/" -e "$DROP"
+ok $? "gpt_tiny (dropout) on interleaved(2) with the tie transmitted builds"
+srun gpti2 0 "$G/gen/bin" --steps 3 --generate 6 --save "$T/gpt.st"
+like "$(sample "$T/gpti2.out")" '^sample: ' "gpti2: samples text"
+G=$T/gptzb
+sgen "$G" gpt_tiny '' zb1 never -e "s/^tie wte .*/tie wte replicate/" \
+    -e "s/batch = 6  microbatches = 3/batch = 8  microbatches = 4/" \
+    -e "s/grad_clip = 1.0  seed = 5/grad_clip = 1.0  seed = 5  steps = 4  lr_schedule = cosine(warmup = 2, min = 1e-3)/"
+ok $? "gpt_tiny on zb1 (4 stages) with the tie replicated and a cosine schedule builds"
+export PIPE_CHECK_TIES=1
+srun gptzb 0 "$G/gen/bin" --generate 6 --temperature 0 --trace "$T/gpt.json" --profile "$T/gpt.prof"
+unset PIPE_CHECK_TIES
+[ -s "$T/gpt.json" ] && [ -s "$T/gpt.prof" ]
+ok $? "gptzb: trace and profile written"
+# odd sizes: every kernel's tail and block paths (d = 70: a full column block of 64
+# and a tail; head size 35; 4d = 280 for gelu and dropout)
+G=$T/gptodd
+sgen "$G" gpt_tiny '/# S[13]$/d' gpipe always -e "s/^tie wte .*/tie wte transmit/" -e "$DROP" \
+    -e "s/const vocab = 32/const vocab = 37/" -e "s/const seq = 8/const seq = 5/" -e "s/const d = 16/const d = 70/"
+ok $? "gpt_tiny with odd sizes (vocab 37, seq 5, d 70) on 2 stages, gpipe, always, builds"
+srun gptodd 0 "$G/gen/bin" --steps 2 --generate 7 --save "$T/gptodd.st"
+plain gptodd_plain "$G/gen" --steps 2 --generate 7 --save "$T/gptodd_plain.st"
+ok $? "gptodd: the plain build trains"
+is "$(final "$T/gptodd.out"; sample "$T/gptodd.out")" "$(final "$T/gptodd_plain.out"; sample "$T/gptodd_plain.out")" \
+    "gptodd: sanitized and plain final loss and sample are the same text"
+cmp -s "$T/gptodd.st" "$T/gptodd_plain.st"
+ok $? "gptodd: sanitized and plain saved weights are byte-identical"
+L=$T/lm
+sgen "$L" lm_tiny '' 1f1b except_last -e "s/^tie wte .*/tie wte transmit/"
+ok $? "lm_tiny on 2 stages builds"
+lm_text "$T/text.txt"
+"$SPIPEDATA" text "$T/text.txt" -o "$T/text.pgd" >"$T/pipedata.out" 2>&1
+san_check pipedata "$?" 0
+"$SPIPEDATA" bytes "$T/text.pgd" -o "$T/back.txt" >"$T/pipedata3.out" 2>&1
+san_check pipedata3 "$?" 0
+cmp -s "$T/text.txt" "$T/back.txt"
+ok $? "pipedata: text -> bytes gives the text back"
+srun lm 0 "$L/gen/bin" --steps 4 --data "$T/text.pgd" --generate 20 --prompt the --save "$T/lm.st"
+like "$(sample "$T/lm.out")" '^sample: the' "lm: samples after the prompt"
+srun lmload 0 "$L/gen/bin" --steps 0 --load "$T/lm.st" --generate 20 --prompt the
+is "$(sample "$T/lmload.out")" "$(sample "$T/lm.out")" "lm: --load --steps 0 gives the same text"
+pgd "$T/ids.pgd" i32 12 16 21 200
+srun gptload 1 "$G/gen/bin" --steps 0 --load "$T/lm.st"
+like "$(cat "$T/gptload.out")" 'wte' "gptload: lm_tiny's weights do not fit gpt_tiny, the tensor named"
+printf 'tiny' >"$T/tiny.txt"
+"$SPIPEDATA" text "$T/tiny.txt" -o "$T/tiny.pgd" >"$T/pipedata2.out" 2>&1
+san_check pipedata2 "$?" 0
+srun lmshort 1 "$L/gen/bin" --steps 1 --data "$T/tiny.pgd"
+srun lmids 1 "$L/gen/bin" --steps 1 --data "$T/ids.pgd"
+srun lmprompt 1 "$L/gen/bin" --steps 0 --generate 5 --prompt "$(printf 'a\200')"
+# --- piperun's relay: a 150000-byte line (over its 64 KiB line buffer), a last line without a newline, a stage that
+# fails (its status passed on) while another is stopped -----------------------------
+F=$T/fake
+mkdir -p "$F"
+printf '#!/bin/sh\nhead -c 150000 /dev/zero | tr "\\0" x; echo; printf "no newline" >&2; exit 3\n' >"$F/stage0"
+printf '#!/bin/sh\nexec sleep 30\n' >"$F/stage1"
+chmod +x "$F/stage0" "$F/stage1"
+timeout 30 "$SPIPERUN" "$F" >"$T/relay.out" 2>&1
+san_check relay "$?" 3
+is "$(grep '^\[stage 0\] xx*$' "$T/relay.out" | tr -cd x | wc -c | tr -d ' ')" 150000 "relay: every byte of the long line comes through"
+like "$(cat "$T/relay.out")" '\[stage 0\] no newline' "relay: the last line without a newline too"
+timeout 10 "$SPIPERUN" "$T/nonexistent" >"$T/relay2.out" 2>&1
+san_check relay2 "$?" 2
+done_testing
