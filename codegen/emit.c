@@ -961,6 +961,26 @@ int pg_gen_prepare(const ir_model *m, const pg_schedule *s, pg_gen **out, pg_dia
         g->recompute[i] = m->train.checkpoint == CKPT_ALWAYS || (m->train.checkpoint == CKPT_EXCEPT_LAST && i < M - 1);
     }
     g->rmax = g->mb_rows[0];
+    /* Batch norm's running variance is unbiased (n - 1 in the denominator): a
+     * per-micro-batch update needs at least 2 values per feature in the
+     * smallest micro-batch, a deferred one in the whole batch. */
+    for (int i = 0; i < m->nlayers; i++) {
+        const ir_layer *L = &m->layers[i];
+        if (L->kind != LK_BATCHNORM || L->in.rank < 1)
+            continue;
+        int64_t per = pg_shape_numel(&L->in) / L->in.dim[L->in.rank - 1];
+        int64_t rows = L->deferred ? B : B / M;
+        if (rows * per < 2) {
+            pg_error(d, L->loc,
+                     "batchnorm needs at least 2 values per feature %s, but %s has %" PRId64
+                     " (batch %" PRId64 " in %" PRId64 " micro-batches)%s",
+                     L->deferred ? "in the batch" : "in every micro-batch",
+                     L->deferred ? "the batch" : "the smallest micro-batch", rows * per, B, M,
+                     L->deferred ? "" : "; use fewer micro-batches or batchnorm(deferred)");
+            pg_gen_free(g);
+            return -1;
+        }
+    }
     for (int k = 0; k < m->nstages; k++) {
         g->st[k].stage = k;
         if (build_stage(g, &g->st[k], d)) {

@@ -123,4 +123,13 @@ ok $? "bn_small on 2 stages trains 0, 1 and 2 steps"
 out=$($PY "$T/ref.py" check "$T" 2>&1)
 printf '%s\n' "$out" | grep '^#'
 is "$(printf '%s\n' "$out" | tail -1)" "ok" "running statistics equal BatchNorm1d on the whole mini-batch"
+# A per-micro-batch batch norm needs 2 values per feature in the smallest
+# micro-batch (unbiased running variance): refused at generation, located.
+sed 's/batch = 10  microbatches = 4/batch = 5  microbatches = 4/' "$TOP/tests/models/sched_bn.pipe" >"$T/bn1.pipe"
+"$PIPEGEN" gen "$T/bn1.pipe" -o "$T/bn1" >"$T/bn1.err" 2>&1
+is $? 1 "batch 5 in 4 micro-batches with a per-micro-batch batchnorm: error"
+like "$(cat "$T/bn1.err")" 'bn1\.pipe:20:1: error: batchnorm needs at least 2 values per feature in every micro-batch, but the smallest micro-batch has 1 \(batch 5 in 4 micro-batches\)' "naming the layer and the sizes"
+sed -e 's/batch = 10  microbatches = 4/batch = 5  microbatches = 4/' -e 's/bn2 = batchnorm(momentum = 0.2)/bn2 = batchnorm(deferred)/' "$TOP/tests/models/sched_bn.pipe" >"$T/bn1d.pipe"
+"$PIPEGEN" gen "$T/bn1d.pipe" -o "$T/bn1d" >/dev/null 2>&1
+ok $? "the same sizes with deferred batch norm generate"
 done_testing
