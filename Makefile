@@ -3,7 +3,7 @@
 #   make run        generate, build and train the example pipeline on the CPU
 #   make test       the whole suite (installs missing Debian packages as root)
 #   make bench      benchmarks (bench/)
-#   make fuzz       fuzz the front end for FUZZ_SECONDS (default 600)
+#   make fuzz       fuzz every parser of outside input (tests/fuzz.sh), FUZZ_SECONDS each (default 600)
 #   make cuda       compile every CUDA file (nvcc); done by `make test` too
 #   make test-gpu   build and run the CUDA kernel and stage tests (needs a GPU)
 #   make bench-gpu  GPT-2 small on the GPU against PyTorch, MFU (bench/gpu/; needs a GPU)

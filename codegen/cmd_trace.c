@@ -301,6 +301,11 @@ static int trace_read(const char *path, trace *t, pg_diag *d)
         int is_step = cat && cat->k == JV_STR && !strcmp(cat->str, "step");
         jv_num(args, "mb", &mb);
         jv_num(args, "chunk", &chunk);
+        if (mb < -1 || mb >= 1 << 20 || chunk < -1 || chunk >= PG_SCHED_MAX_CHUNKS) {
+            pg_error(d, whole, "trace: event %d of traceEvents has args.mb %g or args.chunk %g out of range "
+                     "(-1 .. %d, -1 .. %d)", i, mb, chunk, (1 << 20) - 1, PG_SCHED_MAX_CHUNKS - 1);
+            goto out;
+        }
         t->ev[t->n++] = (tev){ (int)pid, (int)step, is_step ? -1 : kind_of(kind && kind->k == JV_STR ? kind->str : NULL),
                                (int)mb, (int)chunk, ts * 1e-6, (ts + dur) * 1e-6 };
         if ((int)pid + 1 > t->nstages)
@@ -314,6 +319,11 @@ static int trace_read(const char *path, trace *t, pg_diag *d)
     }
     if (t->n == 0) {
         pg_error(d, whole, "trace: no events (\"ph\": \"X\") in traceEvents");
+        goto out;
+    }
+    if ((int64_t)t->last - t->first >= t->n) { /* --trace keeps consecutive steps, each with events */
+        pg_error(d, whole, "trace: steps %d..%d in only %d events: not the consecutive steps --trace writes",
+                 t->first, t->last, t->n);
         goto out;
     }
     const jv *other = jv_get(&root, "otherData"), *model = jv_get(other, "model");

@@ -125,6 +125,7 @@ typedef struct jcur {
     const char *path;
     int failed, cap;
     pg_profile *p;
+    pg_loc *at;    /* [cap]: where each layer's object starts (repeats are reported there) */
 } jcur;
 
 static pg_loc jloc(const jcur *j)
@@ -174,9 +175,11 @@ static char *jstring(jcur *j)
         jfail(j, "a string");
         return NULL;
     }
-    const char *start = ++j->s;
+    const char *start = ++j->s, *q = start;
     size_t n = 0;
-    char *out = malloc((size_t)(j->end - start) + 1);
+    while (q < j->end && *q != '"' && *q != '\n') /* its length bounds the copy: no allocation of the rest of the file */
+        q += *q == '\\' && q + 1 < j->end ? 2 : 1;
+    char *out = malloc((size_t)(q - start) + 1);
     if (!out) {
         jfail(j, "a shorter file (out of memory)");
         return NULL;
@@ -306,10 +309,6 @@ static void jlayer(jcur *j)
         pg_error(j->d, at, "profile: a layer needs \"name\", \"fwd_s\" and \"bwd_s\"");
         j->failed = 1;
     }
-    if (!j->failed && pg_profile_find(j->p, e.name)) {
-        pg_error(j->d, at, "profile: layer '%s' is listed twice", e.name);
-        j->failed = 1;
-    }
     if (j->failed) {
         free(e.name);
         return;
@@ -317,14 +316,19 @@ static void jlayer(jcur *j)
     if (j->p->n == j->cap) {
         int cap = j->cap ? 2 * j->cap : 16;
         pg_profile_entry *ne = realloc(j->p->e, (size_t)cap * sizeof *ne);
-        if (!ne) {
+        if (ne)
+            j->p->e = ne;
+        pg_loc *na = ne ? realloc(j->at, (size_t)cap * sizeof *na) : NULL;
+        if (na)
+            j->at = na;
+        if (!ne || !na) {
             free(e.name);
             jfail(j, "a smaller file (out of memory)");
             return;
         }
-        j->p->e = ne;
         j->cap = cap;
     }
+    j->at[j->p->n] = at;
     j->p->e[j->p->n++] = e;
 }
 
@@ -417,9 +421,9 @@ static void jstage_cost(jcur *j, int costs)
                         pg_error(j->d, nl, "profile: %s must not be negative", key);
                     j->failed = 1;
                 }
-                if (k == 5)
+                if (!j->failed && k == 5) /* (int) only of a checked stage */
                     stage = (int)v;
-                else
+                else if (!j->failed)
                     *slot[k] = v;
             } else {
                 jskip(j, 1);
@@ -460,6 +464,41 @@ static void jstage_list(jcur *j, int costs)
         jfail(j, "`,` or `]`");
 }
 
+static const pg_profile_entry *sort_base;
+
+static int by_name(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    int c = strcmp(sort_base[x].name, sort_base[y].name);
+    return c ? c : (x > y) - (x < y);
+}
+
+/* A layer listed twice, found by sorting the names (n log n: a 64 MiB
+ * profile holds millions of layers): reported at the first repeat in the file. */
+static void jrepeats(jcur *j)
+{
+    int n = j->p->n, rep = -1;
+    if (n < 2)
+        return;
+    int *ix = malloc((size_t)n * sizeof *ix);
+    if (!ix) {
+        jfail(j, "a smaller file (out of memory)");
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        ix[i] = i;
+    sort_base = j->p->e;
+    qsort(ix, (size_t)n, sizeof *ix, by_name);
+    for (int i = 1; i < n; i++)
+        if (!strcmp(j->p->e[ix[i - 1]].name, j->p->e[ix[i]].name) && (rep < 0 || ix[i] < rep))
+            rep = ix[i]; /* ix[i] > ix[i - 1]: the later of the two */
+    free(ix);
+    if (rep >= 0) {
+        pg_error(j->d, j->at[rep], "profile: layer '%s' is listed twice", j->p->e[rep].name);
+        j->failed = 1;
+    }
+}
+
 int pg_profile_read(const char *path, pg_profile *p, pg_diag *d)
 {
     memset(p, 0, sizeof *p);
@@ -468,7 +507,7 @@ int pg_profile_read(const char *path, pg_profile *p, pg_diag *d)
         return -1;
     const pg_source *saved = d->src;
     d->src = &src;
-    jcur j = { src.text, src.text + src.len, 1, src.text, d, src.path, 0, 0, p };
+    jcur j = { src.text, src.text + src.len, 1, src.text, d, src.path, 0, 0, p, NULL };
     int seen_layers = 0;
     if (!jeat(&j, '{'))
         jfail(&j, "`{` (a profile is {\"layers\": [...]})");
@@ -506,6 +545,9 @@ int pg_profile_read(const char *path, pg_profile *p, pg_diag *d)
         if (j.s < j.end)
             jfail(&j, "the end of the file");
     }
+    if (!j.failed)
+        jrepeats(&j);
+    free(j.at);
     if (!j.failed && !seen_layers) {
         pg_loc l = { src.path, 0, 0 };
         pg_error(d, l, "profile: no \"layers\" list");

@@ -112,7 +112,8 @@ int pg_data_open(pg_datafile *f, const char *path, int exp_dtype, int exp_rank,
     uint64_t per = 1, data_bytes;
     for (uint32_t i = 1; i < rank; i++)
         if (!mul_ok(per, f->dim[i], &per)) per = UINT64_MAX;
-    if (per == UINT64_MAX || !mul_ok(per * 4, f->dim[0], &data_bytes)) {
+    uint64_t per_bytes = 0;
+    if (per == UINT64_MAX || !mul_ok(per, 4, &per_bytes) || !mul_ok(per_bytes, f->dim[0], &data_bytes)) {
         snprintf(err, errlen, "%s: header dims are absurdly large", path);
         goto fail;
     }

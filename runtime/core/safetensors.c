@@ -151,6 +151,7 @@ int pg_st_write(const char *path, const pg_st_tensor *t, int n, const char *cons
 
 typedef struct st_entry {
     char *name;
+    size_t at;          /* byte of its name in the header (messages) */
     char dtype[8];
     int rank;
     int64_t dim[ST_MAX_RANK];
@@ -163,6 +164,7 @@ typedef struct st_header {
     size_t n, pos;
     st_entry *e;
     int ne, cap;
+    st_entry **byname;  /* [ne] sorted by name, after parse_header */
     char **meta;        /* key, value, key, value ... */
     int nmeta, metacap;
     uint64_t data_bytes; /* bytes after the header */
@@ -357,6 +359,13 @@ static int parse_meta(st_header *h)
     return expect(h, '}');
 }
 
+static int entry_cmp(const void *a, const void *b)
+{
+    const st_entry *x = *(const st_entry *const *)a, *y = *(const st_entry *const *)b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : x->at < y->at ? -1 : x->at > y->at;
+}
+
 static int parse_header(st_header *h)
 {
     int seen_meta = 0;
@@ -374,12 +383,6 @@ static int parse_header(st_header *h)
                 if (parse_meta(h)) return -1;
                 continue;
             }
-            for (int i = 0; i < h->ne; i++)
-                if (!strcmp(h->e[i].name, name)) {
-                    free(name);
-                    h->pos = at;
-                    return perr(h, "repeated tensor name");
-                }
             if (h->ne == h->cap) {
                 int c = h->cap ? h->cap * 2 : 16;
                 st_entry *q = realloc(h->e, (size_t)c * sizeof *q);
@@ -390,13 +393,43 @@ static int parse_header(st_header *h)
             st_entry *e = &h->e[h->ne++];
             memset(e, 0, sizeof *e);
             e->name = name;
+            e->at = at;
             if (parse_entry(h, e)) return -1;
         } while (accept(h, ','));
     }
     if (expect(h, '}')) return -1;
     skip_ws(h);
     if (h->pos != h->n) return perr(h, "unexpected bytes after the header object");
+    /* names sorted once: repeats found and tensors looked up in n log n, not
+     * n^2 (a 100 MB header holds millions of entries) */
+    h->byname = malloc((size_t)(h->ne ? h->ne : 1) * sizeof *h->byname);
+    if (!h->byname) return perr(h, "out of memory");
+    for (int i = 0; i < h->ne; i++) h->byname[i] = &h->e[i];
+    qsort(h->byname, (size_t)h->ne, sizeof *h->byname, entry_cmp);
+    size_t rep = SIZE_MAX;
+    for (int i = 1; i < h->ne; i++)
+        if (!strcmp(h->byname[i - 1]->name, h->byname[i]->name)) {
+            size_t later = h->byname[i - 1]->at > h->byname[i]->at ? h->byname[i - 1]->at : h->byname[i]->at;
+            if (later < rep) rep = later;
+        }
+    if (rep != SIZE_MAX) {
+        h->pos = rep; /* the first repeat in the file */
+        return perr(h, "repeated tensor name");
+    }
     return 0;
+}
+
+static const st_entry *find_entry(const st_header *h, const char *name)
+{
+    size_t lo = 0, hi = (size_t)h->ne;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(h->byname[mid]->name, name);
+        if (c == 0) return h->byname[mid];
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return NULL;
 }
 
 static void header_free(st_header *h)
@@ -404,9 +437,11 @@ static void header_free(st_header *h)
     for (int i = 0; i < h->ne; i++) free(h->e[i].name);
     for (int i = 0; i < h->nmeta; i++) free(h->meta[i]);
     free(h->e);
+    free(h->byname);
     free(h->meta);
     free((char *)h->s);
     h->e = NULL;
+    h->byname = NULL;
     h->meta = NULL;
     h->s = NULL;
 }
@@ -471,9 +506,7 @@ int pg_st_read(const char *path, pg_st_want *w, int n, char *err, size_t errlen)
     int fd, rc = -1;
     if (header_load(path, &h, &fd, err, errlen)) return -1;
     for (int i = 0; i < n; i++) {
-        st_entry *e = NULL;
-        for (int k = 0; k < h.ne; k++)
-            if (!strcmp(h.e[k].name, w[i].name)) e = &h.e[k];
+        const st_entry *e = find_entry(&h, w[i].name);
         if (!e) {
             snprintf(err, errlen, "%s has no tensor '%s'", path, w[i].name);
             goto out;

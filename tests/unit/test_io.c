@@ -147,6 +147,14 @@ static void test_data(void)
     write_raw(at("t.pgd"), b, h + 4);
     OK(pg_data_open(&f, at("t.pgd"), 0, 1, iper, err, sizeof err) == -1 && strstr(err, "rank 6 out of range 1..5"),
        "rank 6 refused: %s", err);
+    /* (fuzz) 2^62 elements per sample: their byte count wraps to 0, and a
+     * header-only file was taken as one sample of 2^62 elements */
+    uint64_t dhuge[2] = {1, UINT64_C(1) << 62};
+    int64_t phuge[1] = {INT64_C(1) << 62};
+    h = pgd_header(b, "PGD1", 1, 0, 2, dhuge);
+    write_raw(at("t.pgd"), b, h);
+    OK(pg_data_open(&f, at("t.pgd"), 0, 1, phuge, err, sizeof err) == -1 && strstr(err, "t.pgd: header dims are absurdly large"),
+       "a sample of 2^62 elements is refused: %s", err);
     /* missing */
     snprintf(want, sizeof want, "cannot open %s: No such file or directory", at("nope.pgd"));
     OK(pg_data_open(&f, at("nope.pgd"), 0, 1, iper, err, sizeof err) == -1 && !strcmp(err, want), "missing file: %s", err);
@@ -280,6 +288,23 @@ static void test_safetensors(void)
     write_raw(tp, bb, 8 + bl + 4);
     OK(pg_st_read(tp, &wa, 1, err, sizeof err) == -1 && strstr(err, "has data_offsets [0, 8] but its shape needs 4 bytes"),
        "offsets that disagree with the shape: %s", err);
+
+    /* (fuzz) a repeated tensor name, found by sorting: reported at the later
+     * one's byte, whichever pair comes first in the file */
+    const char *rep = "{\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                      "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                      "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                      "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
+    unsigned char rb[512];
+    size_t rl = strlen(rep);
+    uint64_t rl64 = rl;
+    memcpy(rb, &rl64, 8);
+    memcpy(rb + 8, rep, rl);
+    memset(rb + 8 + rl, 0, 4);
+    write_raw(tp, rb, 8 + rl + 4);
+    snprintf(m, sizeof m, "%s: malformed safetensors header at byte %d: repeated tensor name", tp,
+             (int)(strstr(strstr(rep, "\"b\"") + 1, "\"b\"") - rep));
+    OK(pg_st_read(tp, &wa, 1, err, sizeof err) == -1 && !strcmp(err, m), "a repeated tensor name, at its byte: %s", err);
 
     /* atomic replace: a write that fails (file size limit -> EFBIG) leaves the old file */
     fflush(stdout);
