@@ -37,7 +37,7 @@ int cmd_plan(int argc, char **argv)
         return 1;
     pg_gen *g = NULL;
     int rc = 1;
-    if (pg_gen_prepare(&l.model, &s, &g, &l.diag) == 0) {
+    if (pg_gen_prepare(&l.model, &s, 0, &g, &l.diag) == 0) {
         pg_gen_report(g, stdout);
         pg_gen_free(g);
         pg_sched_costs c;

@@ -19,8 +19,14 @@
 typedef struct pg_gen pg_gen;
 
 /* Lay out every stage (tensors, slots, frames, memory plan). Refuses layers and
- * features the code generator does not do yet with a located error. 0 on success. */
-int pg_gen_prepare(const ir_model *m, const pg_schedule *s, pg_gen **out, pg_diag *d);
+ * features the code generator does not do yet with a located error. 0 on success.
+ * guard_bytes > 0 (a multiple of 64): that many free bytes before the first arena
+ * buffer and after each, and the stage files list the buffers (pg_stage_desc's
+ * arena_bufs) so that a runtime built with AddressSanitizer poisons the gaps. The
+ * offsets, and with them plan.json and its hash, then differ from a packed plan:
+ * stages and --resume checkpoints of the two layouts do not mix (weight files
+ * do: --load matches tensors by name). 0: packed, as always. */
+int pg_gen_prepare(const ir_model *m, const pg_schedule *s, int64_t guard_bytes, pg_gen **out, pg_diag *d);
 /* `pipegen plan`: bytes per stage per category and the arena total. */
 void pg_gen_report(const pg_gen *g, FILE *out);
 /* Write stage<k>.c, <model>.h and plan.json into dir (which must exist). */

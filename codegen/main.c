@@ -34,9 +34,13 @@ static const command commands[] = {
      "the predicted timeline; --balance PROFILE splits `stages = N` by measured layer\n"
      "times ({\"layers\": [{\"name\": ..., \"fwd_s\": ..., \"bwd_s\": ...}]}).\n",
      0},
-    {"gen", cmd_gen, "gen FILE -o DIR [--balance PROFILE]", "generate the C of every stage, the header and plan.json into DIR",
+    {"gen", cmd_gen, "gen FILE -o DIR [--balance PROFILE] [--guard-bytes N]",
+     "generate the C of every stage, the header and plan.json into DIR",
      "Writes DIR/stage<k>.c for every stage, DIR/<model>.h documenting every buffer\n"
-     "(STAGE<k>_ARENA_BYTES) and DIR/plan.json. Output is byte-stable.\n",
+     "(STAGE<k>_ARENA_BYTES) and DIR/plan.json. Output is byte-stable. --guard-bytes N\n"
+     "(a multiple of 64) leaves N free bytes before the first arena buffer and after\n"
+     "each, which a runtime built with AddressSanitizer (make SAN=1) poisons: a kernel\n"
+     "running past one tensor into the next is then reported. Another plan hash.\n",
      0},
     {"trace", cmd_trace, "trace RUN.json [FILE [--balance PROFILE]] [--svg OUT] [--step N]",
      "measured against predicted bubble and step time from a --trace file",

@@ -46,11 +46,12 @@ void pg_mp_solve(pg_memplan *p)
     int n = p->n;
     int *order = malloc((size_t)(n ? n : 1) * sizeof *order);
     int *placed = malloc((size_t)(n ? n : 1) * sizeof *placed);
-    p->total = 0;
+    int64_t g = p->guard > 0 ? align_up(p->guard) : 0;
+    p->total = g;
     if (!order || !placed) { /* fall back to a bump allocator: still correct */
         for (int i = 0; i < n; i++) {
             p->buf[i].offset = p->total;
-            p->total += align_up(p->buf[i].bytes);
+            p->total += align_up(p->buf[i].bytes) + g;
         }
         free(order);
         free(placed);
@@ -70,7 +71,8 @@ void pg_mp_solve(pg_memplan *p)
     int nplaced = 0;
     for (int k = 0; k < n; k++) {
         pg_mp_buf *b = &p->buf[order[k]];
-        int64_t off = 0, size = align_up(b->bytes);
+        /* a buffer holds [off, off + size): its bytes and the guard gap after them */
+        int64_t off = g, size = align_up(b->bytes) + g;
         /* first fit: bump past every overlapping placed buffer that collides, until none does */
         for (int moved = 1; moved;) {
             moved = 0;
@@ -78,7 +80,7 @@ void pg_mp_solve(pg_memplan *p)
                 const pg_mp_buf *o = &p->buf[placed[j]];
                 if (!lifetimes_overlap(b, o))
                     continue;
-                int64_t oend = o->offset + align_up(o->bytes);
+                int64_t oend = o->offset + align_up(o->bytes) + g;
                 if (off < oend && o->offset < off + size) {
                     off = oend;
                     moved = 1;

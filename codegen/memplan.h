@@ -1,7 +1,10 @@
 /* codegen/memplan.h — the static memory planner: sizes + lifetimes -> offsets
  * in one arena per stage (TVM USMP's interface, so the algorithm can change
  * without touching the emitter). Buffers whose lifetimes overlap never share
- * bytes; every offset is 64-byte aligned. */
+ * bytes; every offset is 64-byte aligned. With guard bytes G (a multiple of
+ * 64; `pipegen gen --guard-bytes`), each buffer is followed by G free bytes and
+ * the arena starts with G free bytes, so no two buffers live at once are
+ * adjacent: a sanitizer build of the runtime poisons the gaps (pg_arena_guard). */
 #ifndef PG_MEMPLAN_H
 #define PG_MEMPLAN_H
 
@@ -29,6 +32,7 @@ typedef struct pg_memplan {
     int n, cap;
     pg_mp_buf *buf;
     int64_t total;           /* arena bytes (aligned) */
+    int64_t guard;           /* in: free bytes before the first buffer and after each (0: packed) */
 } pg_memplan;
 
 const char *pg_mp_cat_name(pg_mp_cat c);

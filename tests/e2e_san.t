@@ -29,8 +29,16 @@
 # works in this container; the first test checks that it reports a leaking program
 # (it cannot run under ptrace, e.g. a debugger or strace: that test then fails).
 # Processes killed by a signal exit without a leak check. OpenBLAS runs with one
-# thread. ASan sees only the ends of a stage's arena: an overflow from one
-# tensor into its neighbour inside the arena is invisible here.
+# thread.
+# Every model is generated with `pipegen gen --guard-bytes 64`: 64 free bytes
+# before the first arena buffer and after each, and the stage files list the
+# buffers, whose every other arena byte the sanitized runtime poisons. So a
+# kernel (or the runtime: data, messages, optimizer, checkpoints, --generate)
+# reading or writing past one tensor's buffer into the next is reported, to the
+# exact byte of its end; a test stores one float just past a buffer from the
+# generated code (reported) and just inside it (not). Not covered: overruns
+# inside one buffer (between the slots of a slot buffer, between the tensors of
+# a frame), and OpenBLAS (not instrumented: its sgemm accesses go unchecked).
 . "$(dirname "$0")/lib.sh"
 . "$TOP/tests/lib_e2e.sh"
 . "$TOP/tests/lib_fault.sh"
@@ -52,6 +60,8 @@ for f in "$SAN/libpgrt_cpu.a" "$SPIPERUN" "$SPIPEDATA"; do
     [ -e "$f" ] || { echo "1..0 # SKIP $f missing: make SAN=1 san-all"; exit 0; }
 done
 SANRE='ERROR: AddressSanitizer|runtime error:|LeakSanitizer'
+# every model below is generated with guard gaps between its arena buffers
+E2E_GEN_FLAGS="--guard-bytes 64"
 
 # LeakSanitizer itself: a program that leaks must be reported here
 printf '#include <stdlib.h>\nint main(void) { void *volatile p = malloc(77); p = 0; return p != 0; }\n' >"$T/leak.c"
@@ -122,6 +132,42 @@ ok $? "the same stages from the plain build train"
 is "$(final "$T/mlp3.out")" "$(final "$T/plain.out")" "sanitized and plain final loss are the same text"
 cmp -s "$T/mlp3.st" "$T/plain.st" && cmp -s "$T/mlp3.grads" "$T/plain.grads"
 ok $? "sanitized and plain saved weights and gradients are byte-identical"
+
+# --- guard gaps: a write one float past a buffer is reported ---------------------------
+# poke NAME GEN AT: GEN's stages into $T/NAME with a float stored at arena byte AT
+# at the start of stage 0's first forward, built with the sanitizers
+poke() {
+    mkdir -p "$T/$1"
+    cp "$2"/*.c "$2"/*.h "$T/$1/" &&
+        sed -i "/^static int fwd_c0(/{n;a\\
+    ((float *)(A + $3))[0] = 0.5f; /* tests/e2e_san.t: a stray write */
+}" "$T/$1/stage0.c" && grep -q 'a stray write' "$T/$1/stage0.c" && sbuild "$T/$1"
+}
+# stage 0's first arena buffer (parameter layer0.weight), {offset, bytes}
+# shellcheck disable=SC2046 # two numbers
+set -- $(sed -n '/^static const pg_arena_buf arena_bufs/{n;s/^ *{\([0-9]*\), \([0-9]*\)}.*/\1 \2/p;}' "$M/gen/stage0.c")
+[ $# = 2 ] && grep -q '\.guard_bytes = 64, \.narena_bufs = [1-9]' "$M/gen/stage0.c"
+ok $? "mlp3: stage 0 lists its arena buffers (first at $1, $2 bytes) with 64 guard bytes"
+END=$(($1 + $2))
+poke pokein "$M/gen" $((END - 4)) && srun pokein 0 "$T/pokein/bin" --steps 1
+poke pokeout "$M/gen" "$END" &&
+    timeout 60 "$SPIPERUN" "$T/pokeout/bin" -- --threads 1 --steps 1 >"$T/pokeout.out" 2>&1
+rc=$?
+grep -q 'ERROR: AddressSanitizer: use-after-poison' "$T/pokeout.out" && grep -q 'WRITE of size 4' "$T/pokeout.out" &&
+    grep -q 'in fwd_c0 .*stage0\.c' "$T/pokeout.out" && [ $rc != 0 ]
+ok $? "pokeout: a float stored just past the buffer's end is reported (use-after-poison in fwd_c0), exit $rc"
+# the same stray write in the packed layout lands in the next buffer unseen: the
+# gap --guard-bytes closes
+P=$T/packed
+E2E_GEN_FLAGS=
+e2e_gen "$P" mlp_small '/# S2$/d' 1f1b except_last
+E2E_GEN_FLAGS="--guard-bytes 64"
+# shellcheck disable=SC2046 # two numbers
+set -- $(sed -n 's/^ *{"name": "[^"]*", "category": "[^"]*", "offset": \([0-9]*\), "bytes": \([0-9]*\)}.*/\1 \2/p' \
+    "$P/gen/plan.json" | head -1)
+poke pokepacked "$P/gen" $(($1 + $2)) && srun pokepacked 0 "$T/pokepacked/bin" --steps 1
+! grep -q 'arena_bufs' "$P/gen/stage0.c"
+ok $? "pokepacked: without --guard-bytes no arena buffers are listed, the stray write goes unreported"
 
 # --- checkpoints: --save-every, --resume, --load, --save-on-exit -----------------------
 srun straight 0 "$M/gen/bin" --steps 6 --save "$T/straight.st"
@@ -233,7 +279,8 @@ for k in 0 1 2; do wait_exit "$(cat "$T/r$k.out.pid")" 20; san_check r$k "$WX" 1
 rm -f "$T"/r?.out.pid
 R=$T/concat
 mkdir -p "$R"
-"$PIPEGEN" gen "$TOP/tests/models/oracle_res_concat.pipe" -o "$R/gen" >"$R/gen.out" 2>&1 &&
+# shellcheck disable=SC2086 # E2E_GEN_FLAGS is a list of options
+"$PIPEGEN" gen $E2E_GEN_FLAGS "$TOP/tests/models/oracle_res_concat.pipe" -o "$R/gen" >"$R/gen.out" 2>&1 &&
     sbuild "$R/gen"
 ok $? "a concat skip on 3 stages (gpipe, cross entropy over classes) builds"
 srun concat 0 "$R/gen/bin" --steps 3

@@ -37,12 +37,15 @@ e2e_splits() {
 # e2e_gen DIR MODEL DEL SCHEDULE CKPT [SED-ARG...]: tests/models/MODEL.pipe with
 # the sed expression DEL, the schedule, the checkpoint mode and then the
 # SED-ARGs (-e EXPR ...) applied, into DIR/MODEL.pipe; generated into DIR/gen
-# (pipegen's output, as TAP comments, when it fails)
+# with the options in E2E_GEN_FLAGS, if any (pipegen's output, as TAP comments,
+# when it fails)
 e2e_gen() {
     _gd=$1 _gm=$2 _gdel=$3 _gs=$4 _gc=$5
     shift 5
     mkdir -p "$_gd"
     sed -e "$_gdel" -e "s/schedule = .*/schedule = $_gs/" -e "s/checkpoint = .*/checkpoint = $_gc/" "$@" \
         "$TOP/tests/models/$_gm.pipe" >"$_gd/$_gm.pipe"
-    "$PIPEGEN" gen "$_gd/$_gm.pipe" -o "$_gd/gen" >"$_gd/gen.out" 2>&1 || { sed 's/^/# /' "$_gd/gen.out"; return 1; }
+    # shellcheck disable=SC2086 # E2E_GEN_FLAGS is a list of options
+    "$PIPEGEN" gen ${E2E_GEN_FLAGS:-} "$_gd/$_gm.pipe" -o "$_gd/gen" >"$_gd/gen.out" 2>&1 ||
+        { sed 's/^/# /' "$_gd/gen.out"; return 1; }
 }

@@ -1,14 +1,14 @@
 #!/bin/sh
 # tests/schedule.t — unit tests of codegen's schedules, communication, slots,
-# verifier, CSV and predictor (tests/unit/test_schedule.c), built with ASan
-# and UBSan from the schedule sources alone (plus dsl/diag.c).
+# verifier, CSV, predictor and memory planner (tests/unit/test_schedule.c),
+# built with ASan and UBSan from those sources alone (plus dsl/diag.c).
 TOP=$(cd "$(dirname "$0")/.." && pwd)
 cd "$TOP" || exit 1
 OUT=${TMPDIR:-/tmp}/pg-test-schedule.$$
 mkdir -p "$OUT" || exit 1
 trap 'rm -rf "$OUT"' EXIT
 SRC="tests/unit/test_schedule.c dsl/diag.c codegen/schedule.c codegen/schedule_comms.c
-     codegen/schedule_csv.c codegen/sched_sim.c codegen/verify.c codegen/predict.c"
+     codegen/schedule_csv.c codegen/sched_sim.c codegen/verify.c codegen/predict.c codegen/memplan.c"
 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 if ! ${CC:-cc} -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Wall -Wextra -Werror -O1 -g $SAN \
         -Idsl -Icodegen -Itests -o "$OUT/test_schedule" $SRC 2>"$OUT/cc.log"; then

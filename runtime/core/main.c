@@ -374,6 +374,8 @@ static int run(pg_run *r)
                 d->arena_bytes, (double)d->arena_bytes / 1048576.0);
         return 1;
     }
+    /* --guard-bytes: under AddressSanitizer the gaps between buffers become unaddressable */
+    pg_arena_guard(r->ctx, r->A, (size_t)d->arena_bytes, d->arena_bufs, d->narena_bufs);
     /* host staging for data and parameter init */
     size_t hb = (size_t)(d->train.batch * (d->input_per_sample > d->target_per_sample ? d->input_per_sample : d->target_per_sample)) * 4;
     for (int i = 0; i < d->nparams; i++)

@@ -32,6 +32,15 @@ const char *pg_backend_name(void);             /* "cpu" or "cuda" */
 /* The arena: one allocation made at start-up (zeroed). NULL + message when it cannot. */
 void *pg_arena_create(pg_ctx *c, size_t bytes);
 void pg_arena_destroy(pg_ctx *c, void *arena);
+/* One buffer of the arena: [off, off + bytes). */
+typedef struct pg_arena_buf {
+    int64_t off, bytes;
+} pg_arena_buf;
+/* Right after pg_arena_create: on the CPU runtime built with AddressSanitizer,
+ * every byte of the arena's first `bytes` outside the n buffers is poisoned, so
+ * that an access into a gap between them (`pipegen gen --guard-bytes`) is
+ * reported; otherwise (and on CUDA) nothing. n = 0: nothing. */
+void pg_arena_guard(pg_ctx *c, void *arena, size_t bytes, const pg_arena_buf *bufs, int n);
 /* Host <-> backend copies (identity memcpy on CPU). */
 int pg_copy_to_dev(pg_ctx *c, void *dst, const void *src, size_t bytes);
 int pg_copy_to_host(pg_ctx *c, void *dst, const void *src, size_t bytes);

@@ -166,6 +166,14 @@ typedef struct pg_stage_desc {
     /* Appended: train.precision, 0 f32 (the generator writes nothing then),
      * 1 bf16 (main.c passes it to pg_backend_set_precision). */
     int precision;
+    /* Appended (`pipegen gen --guard-bytes N`): N free bytes precede the first
+     * arena buffer and follow each; arena_bufs lists every buffer {off, bytes}
+     * (narena_bufs of them), and main.c has a runtime built with AddressSanitizer
+     * poison every other byte of the arena (pg_arena_guard). 0 / NULL otherwise,
+     * and in stage files generated before. */
+    int64_t guard_bytes;
+    int narena_bufs;
+    const pg_arena_buf *arena_bufs;
 } pg_stage_desc;
 
 /* Defined by the generated stage<k>.c. */

@@ -8,6 +8,19 @@
 
 #include "cpu_kernels.h"
 
+/* AddressSanitizer: clang says so by __has_feature, gcc by __SANITIZE_ADDRESS__ */
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define PG_ASAN 1
+#endif
+#endif
+#if !defined(PG_ASAN) && defined(__SANITIZE_ADDRESS__)
+#define PG_ASAN 1
+#endif
+#ifdef PG_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
 #define PG_ARENA_ALIGN 64 /* a cache line; AVX-512 loads like it too */
 
 struct pg_ctx {
@@ -58,6 +71,33 @@ void pg_arena_destroy(pg_ctx *c, void *arena)
 {
     (void)c;
     free(arena);
+}
+
+/* Poison the whole arena, then unpoison each buffer: buffers of disjoint
+ * lifetimes may share bytes, and unpoisoning only ever widens what is
+ * addressable, so the order does not matter. ASan keeps one shadow byte per 8
+ * bytes that says how many of them, from the first, are addressable: a buffer
+ * of 4 * odd bytes still gets its exact end. OpenBLAS is not instrumented: its
+ * reads and writes (sgemm) go unchecked. */
+void pg_arena_guard(pg_ctx *c, void *arena, size_t bytes, const pg_arena_buf *bufs, int n)
+{
+    (void)c;
+#ifdef PG_ASAN
+    if (!arena || n <= 0)
+        return;
+    unsigned char *a = arena;
+    ASAN_POISON_MEMORY_REGION(a, bytes);
+    for (int i = 0; i < n; i++) {
+        if (bufs[i].off < 0 || bufs[i].bytes <= 0 || (uint64_t)bufs[i].off >= bytes)
+            continue;
+        size_t len = (size_t)bufs[i].bytes;
+        if (len > bytes - (size_t)bufs[i].off)
+            len = bytes - (size_t)bufs[i].off;
+        ASAN_UNPOISON_MEMORY_REGION(a + bufs[i].off, len);
+    }
+#else
+    (void)arena, (void)bytes, (void)bufs, (void)n;
+#endif
 }
 
 int pg_copy_to_dev(pg_ctx *c, void *dst, const void *src, size_t bytes)

@@ -1,10 +1,13 @@
 /* tests/unit/test_schedule.c — built-in schedules, communication, slots, the
- * verifier, CSV and the predictor, on models built by hand (no parser).
+ * verifier, CSV and the predictor, on models built by hand (no parser); the
+ * memory planner's guard gaps.
  * Run from the repository root (tests/schedule.t does). */
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "memplan.h"
 #include "schedule.h"
 #include "tap.h"
 
@@ -773,6 +776,49 @@ static void test_predict(void)
     cap_close(&c);
 }
 
+/* ---- the memory planner with guard bytes ------------------------------------ */
+
+/* The same buffers planned packed and with 128 guard bytes: with guards no two
+ * buffers live at once come closer than 128 bytes, the first starts at 128 or
+ * later and the arena ends 128 bytes or more after every buffer; disjoint
+ * lifetimes may still share bytes. Packed: the first buffer at 0. */
+static void test_memplan_guard(void)
+{
+    static const struct { int64_t bytes; int first, last; } in[] = {
+        {1000, PG_MP_WHOLE_STEP, PG_MP_WHOLE_STEP}, {4096, 0, 3}, {4096, 4, 7}, {12, 2, 5},
+        {300, PG_MP_WHOLE_STEP, PG_MP_WHOLE_STEP}, {64, 6, 6}, {4, 1, 1},
+    };
+    int n = (int)(sizeof in / sizeof in[0]);
+    for (int guard = 0; guard <= 128; guard += 128) {
+        pg_memplan p;
+        memset(&p, 0, sizeof p);
+        p.guard = guard;
+        for (int i = 0; i < n; i++)
+            pg_mp_add(&p, "b", MP_ACTIVATIONS, in[i].bytes, in[i].first, in[i].last);
+        pg_mp_solve(&p);
+        int bad = 0, shared = 0;
+        int64_t lo = INT64_MAX;
+        for (int i = 0; i < n; i++) {
+            const pg_mp_buf *a = &p.buf[i];
+            lo = a->offset < lo ? a->offset : lo;
+            bad |= a->offset % 64 != 0 || a->offset + a->bytes + guard > p.total;
+            for (int j = 0; j < n; j++) {
+                const pg_mp_buf *b = &p.buf[j];
+                int whole = a->first_use == PG_MP_WHOLE_STEP || b->first_use == PG_MP_WHOLE_STEP;
+                int live = whole || (a->first_use <= b->last_use && b->first_use <= a->last_use);
+                int near = a->offset < b->offset + b->bytes + guard && b->offset < a->offset + a->bytes + guard;
+                if (i != j && live && near)
+                    bad = 1;
+                if (i != j && !live && a->offset < b->offset + b->bytes && b->offset < a->offset + a->bytes)
+                    shared = 1;
+            }
+        }
+        OK(!bad && lo == guard && shared, "memplan, guard %d: live buffers %d bytes apart or more, the first at %" PRId64
+           ", disjoint lifetimes share bytes, arena %" PRId64, guard, guard, lo, p.total);
+        pg_mp_free(&p);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *tmp = argc > 1 ? argv[1] : "/tmp";
@@ -788,5 +834,6 @@ int main(int argc, char **argv)
     test_csv(tmp);
     test_hang_golden();
     test_predict();
+    test_memplan_guard();
     return DONE();
 }
