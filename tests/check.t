@@ -67,6 +67,9 @@ is "$(tail -n 1 "$tmp/badopt.got")" "[exit 2]" "an unknown option is a usage err
 run nofile check
 is "$(cat "$tmp/nofile.got")" "usage: pipegen check FILE
 [exit 2]" "check without FILE is a usage error"
+run badguard gen examples/mlp.pipe -o "$tmp/g" --guard-bytes 100
+is "$(cat "$tmp/badguard.got")" "pipegen: --guard-bytes 100: want a multiple of 64 from 0 to 1073741824
+[exit 2]" "gen --guard-bytes not a multiple of 64 is a usage error"
 run badhelp help frobnicate
 is "$(tail -n 1 "$tmp/badhelp.got")" "[exit 2]" "help for an unknown command is a usage error"
 run missing check "$tmp/missing.pipe"

@@ -193,8 +193,7 @@ int pg_data_write(const char *path, int dtype, int rank, const uint64_t *dims,
 
 /* ---- synthetic data ------------------------------------------------------ */
 
-/* splitmix64's finaliser: a bijective 64-bit mix. */
-static uint64_t mix64(uint64_t z)
+uint64_t pg_mix64(uint64_t z)
 {
     z += UINT64_C(0x9e3779b97f4a7c15);
     z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
@@ -204,15 +203,15 @@ static uint64_t mix64(uint64_t z)
 
 /* Element e of sample s of stream t under seed S is a pure function of the four
  * numbers (counter-based, no state carried between calls):
- *     key(S, t, s) = mix64(mix64(mix64(S) ^ t) ^ s)
- *     bits         = mix64(key ^ e)
+ *     key(S, t, s) = pg_mix64(pg_mix64(pg_mix64(S) ^ t) ^ s)
+ *     bits         = pg_mix64(key ^ e)
  *     f32: (bits >> 40) * 2^-23 - 1          (24 random bits -> [-1, 1), exact)
  *     i32: ((bits >> 32) * vocab) >> 32      (multiply-shift -> [0, vocab))
  * so stage 0 (inputs) and the loss stage (targets) make the same samples on
  * their own, for any batch split. */
 static uint64_t row_key(uint64_t seed, uint64_t stream, int64_t sample)
 {
-    return mix64(mix64(mix64(seed) ^ stream) ^ (uint64_t)sample);
+    return pg_mix64(pg_mix64(pg_mix64(seed) ^ stream) ^ (uint64_t)sample);
 }
 
 void pg_synth_f32(float *dst, uint64_t seed, uint64_t stream, int64_t first_sample,
@@ -221,7 +220,7 @@ void pg_synth_f32(float *dst, uint64_t seed, uint64_t stream, int64_t first_samp
     for (int64_t r = 0; r < rows; r++) {
         uint64_t key = row_key(seed, stream, first_sample + r);
         for (int64_t e = 0; e < per_row; e++) {
-            uint64_t bits = mix64(key ^ (uint64_t)e);
+            uint64_t bits = pg_mix64(key ^ (uint64_t)e);
             dst[r * per_row + e] = (float)(bits >> 40) * (1.0f / 8388608.0f) - 1.0f;
         }
     }
@@ -234,7 +233,7 @@ void pg_synth_i32(int32_t *dst, uint64_t seed, uint64_t stream, int64_t first_sa
     for (int64_t r = 0; r < rows; r++) {
         uint64_t key = row_key(seed, stream, first_sample + r);
         for (int64_t e = 0; e < per_row; e++) {
-            uint64_t bits = mix64(key ^ (uint64_t)e);
+            uint64_t bits = pg_mix64(key ^ (uint64_t)e);
             dst[r * per_row + e] = (int32_t)(((bits >> 32) * v) >> 32);
         }
     }

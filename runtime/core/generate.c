@@ -67,14 +67,6 @@ int pg_run_load_params(pg_run *r)
 
 /* ---- --generate ------------------------------------------------------------ */
 
-static uint64_t mix64(uint64_t z)
-{
-    z += UINT64_C(0x9e3779b97f4a7c15);
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
-}
-
 /* Token n of the sample: argmax (T <= 0, the first maximum) or a draw from
  * softmax(logits / T), summed in index order with a uniform of (seed, n). */
 static int32_t sample_token(const float *lg, int64_t V, double T, uint64_t seed, int64_t n)
@@ -88,21 +80,13 @@ static int32_t sample_token(const float *lg, int64_t V, double T, uint64_t seed,
     double mx = lg[best], sum = 0.0;
     for (int64_t j = 0; j < V; j++)
         sum += exp(((double)lg[j] - mx) / T);
-    double u = (double)(mix64(mix64(seed ^ SAMPLE_KEY) ^ (uint64_t)n) >> 11) * 0x1.0p-53 * sum, c = 0.0;
+    double u = (double)(pg_mix64(pg_mix64(seed ^ SAMPLE_KEY) ^ (uint64_t)n) >> 11) * 0x1.0p-53 * sum, c = 0.0;
     for (int64_t j = 0; j < V; j++) {
         c += exp(((double)lg[j] - mx) / T);
         if (u < c)
             return (int32_t)j;
     }
     return (int32_t)best;
-}
-
-static const pg_chunk_desc *chunk_fns(const pg_stage_desc *d, int chunk)
-{
-    for (int i = 0; i < d->nchunk_fns; i++)
-        if (d->chunks[i].chunk == chunk)
-            return &d->chunks[i];
-    return NULL;
 }
 
 static int is_fwd_action(const pg_step_action *x)
@@ -158,7 +142,7 @@ static int forward_row(pg_run *r, int64_t n)
         r->cur_action = a;
         pg_net_status st = PG_NET_OK;
         if (x->kind == PG_FWD) {
-            const pg_chunk_desc *cf = chunk_fns(d, x->chunk);
+            const pg_chunk_desc *cf = pg_run_chunk_fns(d, x->chunk);
             if (!cf) {
                 fprintf(stderr, "stage %d: action %d names chunk %d, which this stage does not hold\n", d->stage, a,
                         x->chunk);

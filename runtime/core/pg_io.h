@@ -72,5 +72,8 @@ int pg_st_read_meta(const char *path, const char *key, char *val, size_t vallen,
 
 /* FNV-1a 64 over bytes (plan hashes). */
 uint64_t pg_hash64(const void *p, size_t n, uint64_t h);
+/* splitmix64's finaliser, a bijective 64-bit mix: every seeded stream of the
+ * runtime (synthetic data, token windows, sampling) is built from it. */
+uint64_t pg_mix64(uint64_t z);
 
 #endif

@@ -68,6 +68,8 @@ typedef struct pg_run {
 } pg_run;
 
 double pg_run_now(void);
+/* The forward / B / W functions of one of this stage's chunks (NULL if not its). */
+const pg_chunk_desc *pg_run_chunk_fns(const pg_stage_desc *d, int chunk);
 /* One training step (0-based). Returns 0 or 1 after printing the failure. */
 int pg_run_step(pg_run *r, int64_t step, double *loss_out);
 /* Allocate and fill the synthetic batches this stage reads (none when it reads

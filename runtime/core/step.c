@@ -125,7 +125,7 @@ static int load_batch(pg_run *r, int64_t step)
     return 0;
 }
 
-static const pg_chunk_desc *chunk_fns(const pg_stage_desc *d, int chunk)
+const pg_chunk_desc *pg_run_chunk_fns(const pg_stage_desc *d, int chunk)
 {
     for (int i = 0; i < d->nchunk_fns; i++)
         if (d->chunks[i].chunk == chunk)
@@ -466,7 +466,7 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
             return 1;
         switch (x->kind) {
         case PG_FWD: case PG_BWD_B: case PG_BWD_W: {
-            const pg_chunk_desc *cf = chunk_fns(d, x->chunk);
+            const pg_chunk_desc *cf = pg_run_chunk_fns(d, x->chunk);
             if (!cf) {
                 fprintf(stderr, "stage %d: action %d names chunk %d, which this stage does not hold\n", d->stage, a, x->chunk);
                 return 1;

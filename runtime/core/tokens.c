@@ -16,14 +16,6 @@
 
 #define TOKENS_KEY UINT64_C(0x746f6b656e73) /* "tokens": keeps the windows apart from other seeded streams */
 
-static uint64_t mix64(uint64_t z)
-{
-    z += UINT64_C(0x9e3779b97f4a7c15);
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
-}
-
 static int lm_shaped(const pg_stage_desc *d)
 {
     return d->input_dtype == 2 && d->target_dtype == 2 && d->input_rank == 1 && d->target_rank == 1 &&
@@ -107,7 +99,7 @@ int pg_run_tokens_open(pg_run *r)
 /* Offset of sample i's window in step `step`: in [0, ntokens - seq). */
 static uint64_t window(uint64_t seed, int64_t step, int64_t i, uint64_t ntokens, int64_t seq)
 {
-    uint64_t k = mix64(mix64(mix64(seed ^ TOKENS_KEY) ^ (uint64_t)step) ^ (uint64_t)i);
+    uint64_t k = pg_mix64(pg_mix64(pg_mix64(seed ^ TOKENS_KEY) ^ (uint64_t)step) ^ (uint64_t)i);
     return k % (ntokens - (uint64_t)seq);
 }
 
