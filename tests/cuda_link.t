@@ -55,7 +55,7 @@ b=build-cuda/bench/gemm_peak
 [ -x "$b" ] && ldd "$b" 2>&1 | grep -q 'libcublas\.so' && ! ldd "$b" 2>&1 | grep -q 'not found'
 ok $? "bench/gpu/gemm_peak.c (the bf16 GEMM peak timer of make bench-gpu) builds and links cuBLAS"
 sh -n bench/gpu/run.sh 2>"$T/bsh.log" &&
-    /usr/bin/python3 -c 'import ast, sys; ast.parse(open(sys.argv[1]).read())' bench/gpu/torch_gpt2.py 2>>"$T/bsh.log"
+    "${PYTHON:-/usr/bin/python3}" -c 'import ast, sys; ast.parse(open(sys.argv[1]).read())' bench/gpu/torch_gpt2.py 2>>"$T/bsh.log"
 st=$?
 ok $st "bench/gpu/run.sh and bench/gpu/torch_gpt2.py parse"
 [ $st = 0 ] || sed 's/^/# /' "$T/bsh.log"

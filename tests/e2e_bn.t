@@ -9,7 +9,7 @@
 #    forward does not count its micro-batch twice.
 . "$(dirname "$0")/lib.sh"
 . "$TOP/tests/lib_e2e.sh"
-PY=/usr/bin/python3
+PY=${PYTHON:-/usr/bin/python3}
 T=$(mktemp -d /tmp/pg-e2e-bn.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 

@@ -233,7 +233,7 @@ rm -f "$T"/w?.out.pid
 
 # --- bad data ------------------------------------------------------------------------
 pgd() { # pgd FILE f32|i32 SAMPLES SHAPE(AxB..) [INDEX VALUE]: a .pgd file, one value replaced
-    /usr/bin/python3 - "$@" <<'PY'
+    "${PYTHON:-/usr/bin/python3}" - "$@" <<'PY'
 import struct, sys
 path, dt, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 dims = [int(v) for v in sys.argv[4].split("x")]

@@ -14,7 +14,7 @@ ok $? "mlp_small on 2 stages builds"
 run() { timeout 60 "$PIPERUN" "$G/bin" -- --threads 1 "$@"; }
 # pgd FILE DTYPE(f32|i32) SAMPLES PER [BADINDEX BADVALUE]: a .pgd data file
 pgd() {
-    /usr/bin/python3 - "$@" <<'PY'
+    "${PYTHON:-/usr/bin/python3}" - "$@" <<'PY'
 import struct, sys
 path, dt, n, per = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 vals = [((i * 37) % 200) / 100.0 - 1.0 if dt == "f32" else (i * 7) % 32 for i in range(n * per)]
@@ -75,7 +75,7 @@ like "$(cat "$T/o")" 'step 2/2  loss [0-9]' "step 2 has a finite loss"
 run --steps 1 --targets "$T/nan.pgd" --skip-nonfinite --save "$T/skip1.st" >/dev/null 2>&1
 run --steps 0 --save "$T/init.st" >/dev/null 2>&1
 # the files differ only in their "steps" metadata: compare the tensor bytes
-/usr/bin/python3 -c '
+"${PYTHON:-/usr/bin/python3}" -c '
 import struct, sys
 d = [open(p, "rb").read() for p in sys.argv[1:]]
 n = [struct.unpack("<Q", x[:8])[0] for x in d]

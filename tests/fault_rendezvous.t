@@ -61,7 +61,7 @@ awk -v e="$el" 'BEGIN { exit !(e >= 1.9 && e < 6) }'; ok $? "it retried for the 
 
 # --- the master's port is in use ---------------------------------------------------------
 P=$(free_port)
-/usr/bin/python3 -c "import socket, time; s = socket.socket(); s.bind(('0.0.0.0', $P)); s.listen(1); open('$T/held', 'w').close(); time.sleep(30)" &
+"${PYTHON:-/usr/bin/python3}" -c "import socket, time; s = socket.socket(); s.bind(('0.0.0.0', $P)); s.listen(1); open('$T/held', 'w').close(); time.sleep(30)" &
 echo $! >"$T/py.pid"
 while [ ! -f "$T/held" ]; do sleep 0.1; done
 PIPE_RANK=0 PIPE_WORLD=2 PIPE_MASTER=127.0.0.1:$P timeout 20 "$G/bin/stage0" --steps 2 >"$T/e0.log" 2>&1; r0=$?

@@ -18,7 +18,7 @@ rc=$?
 n=$(grep -c '^ok\|^not ok' "$out/tap")
 grep -v '^1\.\.' "$out/tap"
 k=$((n + 1))
-py=$(timeout 60 /usr/bin/python3 - "$out/d/interop.safetensors" <<'PY' 2>&1
+py=$(timeout 60 "${PYTHON:-/usr/bin/python3}" - "$out/d/interop.safetensors" <<'PY' 2>&1
 import json, struct, sys
 sys.path.insert(0, "tools")
 import torch

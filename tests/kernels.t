@@ -8,7 +8,9 @@ OUT=$TOP/build/tests
 mkdir -p "$OUT" || exit 1
 BIN=$OUT/test_kernels
 CFLAGS="-std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Wall -Wextra -Werror -O1 -g"
-INC="-I$TOP/runtime/core -I$TOP/runtime/cpu"
+BLAS_CFLAGS=${BLAS_CFLAGS-$("$TOP/tools/deps.sh" blas-cflags)}
+[ "$BLAS_CFLAGS" = none ] && BLAS_CFLAGS=""
+INC="-I$TOP/runtime/core -I$TOP/runtime/cpu $BLAS_CFLAGS"
 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 SRC="$TOP/tests/unit/test_kernels.c $TOP/runtime/cpu/*.c"
 # shellcheck disable=SC2086

@@ -13,7 +13,7 @@ gen_mlp() {
 
 # free_port: a loopback port nobody listens on right now
 free_port() {
-    /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+    "${PYTHON:-/usr/bin/python3}" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
 # start_stage BIN K WORLD MASTER LOG [args...]: run BIN/stageK by hand in the

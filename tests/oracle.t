@@ -11,7 +11,7 @@
 # One TAP line per comparison.
 . "$(dirname "$0")/lib.sh"
 . "$TOP/tests/lib_e2e.sh"
-PY=/usr/bin/python3
+PY=${PYTHON:-/usr/bin/python3}
 ORACLE=$TOP/tests/oracle.py
 T=$(mktemp -d /tmp/pg-oracle.XXXXXX)
 trap 'rm -rf "$T"' EXIT

@@ -1,29 +1,133 @@
 #!/bin/sh
-# tools/deps.sh — make sure the Debian packages pipegen needs are here.
-# As root: installs what is missing (apt-get, --no-install-recommends).
-# Otherwise: prints the one command to run and fails.
-#   usage: tools/deps.sh [build|test]   (test also needs python3-torch)
+# tools/deps.sh — make sure what pipegen's build and tests really use is here,
+# by probing for it the way the build uses it (never by a file that another
+# package could also provide: the reference BLAS's cblas.h is not OpenBLAS).
+#
+#   tools/deps.sh build        a C compiler, re2c, lemon and its lempar.c template,
+#                              OpenBLAS (its cblas.h and library: a compile, link
+#                              and run of openblas_set_num_threads + cblas_sgemm)
+#   tools/deps.sh test         build's, plus a Python that imports torch ($PYTHON,
+#                              default /usr/bin/python3) and the test suite's tools
+#   tools/deps.sh blas-cflags  print the compiler flags that find OpenBLAS's own
+#                              cblas.h, or "none" (and exit 1) when no OpenBLAS links
+#
+# As root, installs what is missing (apt-get --no-install-recommends) and probes
+# again; otherwise prints the one command to run and exits 1. CC, PYTHON and
+# BLAS_CFLAGS (skip the search, use these flags) are taken from the environment.
 set -u
 want="${1:-build}"
-missing=""
-command -v re2c >/dev/null 2>&1 || missing="$missing re2c"
-command -v lemon >/dev/null 2>&1 || missing="$missing lemon"
-[ -f /usr/share/lemon/lempar.c ] || case "$missing" in *lemon*) ;; *) missing="$missing lemon";; esac
-[ -f /usr/include/x86_64-linux-gnu/cblas.h ] || [ -f /usr/include/cblas.h ] || \
-    [ -n "$(ls /usr/include/*/cblas.h 2>/dev/null)" ] || missing="$missing libopenblas-dev"
-if [ "$want" = test ]; then
-    /usr/bin/python3 -c 'import torch' >/dev/null 2>&1 || missing="$missing python3-torch"
+CC=${CC:-cc}
+PYTHON=${PYTHON:-/usr/bin/python3}
+TMPD=""
+cleanup() { [ -n "$TMPD" ] && rm -rf "$TMPD"; }
+trap cleanup EXIT
+
+tmpdir() {
+    [ -n "$TMPD" ] || TMPD=$(mktemp -d "${TMPDIR:-/tmp}/pg-deps.XXXXXX") || exit 1
+}
+
+# blas_probe FLAGS: does a program that uses OpenBLAS the way runtime/cpu does
+# compile (no implicit declarations), link and run with these include flags?
+blas_probe() {
+    tmpdir
+    cat >"$TMPD/p.c" <<'EOF'
+#include <cblas.h>
+int main(void)
+{
+    float a[4] = {1, 2, 3, 4}, b[4] = {1, 0, 0, 1}, c[4] = {0};
+    openblas_set_num_threads(1);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2);
+    return !(c[0] == 1 && c[1] == 2 && c[2] == 3 && c[3] == 4);
+}
+EOF
+    # shellcheck disable=SC2086
+    "$CC" -std=c11 -Werror=implicit-function-declaration $1 -o "$TMPD/p" "$TMPD/p.c" \
+        -lopenblas -lpthread -lm >"$TMPD/p.log" 2>&1 && "$TMPD/p" >/dev/null 2>&1
+}
+
+# blas_cflags: the first include flags under which the probe passes. OpenBLAS's
+# own header directory comes before the default path, where /usr/include/<triplet>/cblas.h
+# may be any BLAS's (Debian's alternatives choose it).
+blas_cflags() {
+    if [ -n "${BLAS_CFLAGS+x}" ] && [ "$BLAS_CFLAGS" != none ]; then
+        blas_probe "$BLAS_CFLAGS" && { echo "$BLAS_CFLAGS"; return 0; }
+        return 1
+    fi
+    cands=""
+    if command -v pkg-config >/dev/null 2>&1; then
+        d=$(pkg-config --variable=includedir openblas 2>/dev/null) && [ -n "$d" ] && cands="$d"
+    fi
+    for d in /usr/include/*/openblas-pthread /usr/include/*/openblas-openmp /usr/include/*/openblas-serial \
+        /usr/include/openblas /usr/local/include/openblas /opt/OpenBLAS/include; do
+        [ -f "$d/cblas.h" ] && cands="$cands $d"
+    done
+    for d in $cands; do
+        d=${d%/}
+        blas_probe "-I$d" && { echo "-I$d"; return 0; }
+    done
+    blas_probe "" && { echo ""; return 0; }
+    return 1
+}
+
+if [ "$want" = blas-cflags ]; then
+    blas_cflags || { echo none; exit 1; }
+    exit 0
 fi
+case "$want" in
+build|test) ;;
+*) echo "usage: tools/deps.sh build|test|blas-cflags" >&2; exit 2 ;;
+esac
+
+# missing_now: the Debian packages whose probe fails, in $missing
+missing_now() {
+    missing=""
+    command -v "$CC" >/dev/null 2>&1 || missing="$missing build-essential"
+    command -v re2c >/dev/null 2>&1 || missing="$missing re2c"
+    { command -v lemon >/dev/null 2>&1 && [ -f /usr/share/lemon/lempar.c ]; } || missing="$missing lemon"
+    case "$missing" in
+    *build-essential*) missing="$missing libopenblas-dev" ;;
+    *) blas_cflags >/dev/null || missing="$missing libopenblas-dev" ;;
+    esac
+    [ "$want" = test ] || return 0
+    "$PYTHON" -c 'import torch' >/dev/null 2>&1 || missing="$missing python3-torch"
+    # the suite's own tools: prove (perl), ip for the cut-link test, gdb for the
+    # debugger test, nm (binutils)
+    command -v prove >/dev/null 2>&1 || missing="$missing perl"
+    command -v ip >/dev/null 2>&1 || missing="$missing iproute2"
+    command -v nm >/dev/null 2>&1 || missing="$missing binutils"
+    return 0
+}
+
+missing_now
 [ -z "$missing" ] && exit 0
+if [ "$want" = test ] && [ "$PYTHON" != /usr/bin/python3 ]; then
+    case "$missing" in *python3-torch*)
+        echo "pipegen: $PYTHON cannot import torch; Debian's python3-torch is for /usr/bin/python3 (unset PYTHON to use it)" >&2 ;;
+    esac
+fi
 cmd="apt-get install -y --no-install-recommends$missing"
 if [ "$(id -u)" = 0 ]; then
     echo "pipegen: installing missing Debian packages:$missing"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >/dev/null && $cmd >/dev/null || {
+    { apt-get update -qq >/dev/null && $cmd >/dev/null; } || {
         echo "pipegen: '$cmd' failed; run it by hand and look at its output" >&2; exit 1; }
+    before=$missing
+    missing_now
+    if [ -n "$missing" ]; then
+        echo "pipegen: installed$before, but still missing:$missing" >&2
+        case "$missing" in *libopenblas-dev*)
+            echo "pipegen: a program using OpenBLAS (cblas.h + -lopenblas) does not build and run; the probe says:" >&2
+            [ -n "$TMPD" ] && sed 's/^/    /' "$TMPD/p.log" >&2 ;;
+        esac
+        exit 1
+    fi
     exit 0
 fi
 echo "pipegen: missing Debian packages:$missing" >&2
+case "$missing" in *libopenblas-dev*)
+    echo "pipegen: (OpenBLAS: no cblas.h that declares openblas_set_num_threads links with -lopenblas here;" >&2
+    echo "pipegen:  the reference BLAS's libblas-dev is not enough)" >&2 ;;
+esac
 echo "pipegen: run this once as root, then try again:" >&2
 echo "    sudo apt-get update && sudo $cmd" >&2
 exit 1

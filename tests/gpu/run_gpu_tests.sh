@@ -190,7 +190,7 @@ same cuda1drop cuda1drope "CUDA, dropout: default vs --no-graph"
 # --- 6. two GPUs: NCCL between different devices ------------------------------------
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 free_port() {
-    /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+    "${PYTHON:-/usr/bin/python3}" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 # start K WORLD MASTER GPU LOG [args]: run $T/g4/cuda/stageK by hand on GPU
 start() {
