@@ -33,11 +33,12 @@ ALLCFLAGS = $(CSTD) $(WARN) $(CFLAGS) $(SANFLAGS) -Idsl -Icodegen -Iruntime/core
 LDLIBS_RT = -lopenblas -lpthread -lm
 RE2C     ?= re2c
 LEMON    ?= lemon
+LEMPAR   ?= /usr/share/lemon/lempar.c
 PYTHON   ?= /usr/bin/python3
 # The CUDA toolkit: CUDA_HOME, else /usr/local/cuda, else the nvcc on PATH.
 CUDA_HOME ?= $(or $(wildcard /usr/local/cuda),$(patsubst %/bin/nvcc,%,$(shell command -v nvcc 2>/dev/null)),/usr/local/cuda)
 NVCC     ?= $(CUDA_HOME)/bin/nvcc
-export PYTHON CUDA_HOME NVCC
+export PYTHON CUDA_HOME NVCC RE2C LEMON LEMPAR
 
 # OpenBLAS's own cblas.h (tools/deps.sh probes: compile, link and run of
 # openblas_set_num_threads + cblas_sgemm). Probed once per top-level make;
@@ -70,7 +71,7 @@ NVCC_FOUND = @[ -x $(NVCC) ] || { echo "nvcc not found at $(NVCC) (set CUDA_HOME
 
 EXAMPLES := $(wildcard examples/*.pipe)
 
-.PHONY: all deps test-deps run test bench bench-gpu fuzz cuda cuda-test-build test-gpu clean san-all binaries test-fresh
+.PHONY: all deps test-deps run test bench bench-gpu fuzz cuda cuda-if-found test-gpu clean san-all binaries test-fresh
 .SUFFIXES:
 
 # `all` checks (and as root installs) the dependencies, then builds in a
@@ -94,7 +95,7 @@ $(BUILD)/gen/lexer.c: dsl/lexer.re dsl/ast.h | $(BUILD)/gen/pipe.c
 $(BUILD)/gen/pipe.c: dsl/pipe.y
 	@mkdir -p $(dir $@)
 	cp dsl/pipe.y $(BUILD)/gen/pipe.y
-	cd $(BUILD)/gen && $(LEMON) -s -T/usr/share/lemon/lempar.c pipe.y >/dev/null
+	cd $(BUILD)/gen && $(LEMON) -s -T$(LEMPAR) pipe.y >/dev/null
 	rm -f $(BUILD)/gen/pipe.y $(BUILD)/gen/pipe.out
 
 $(BUILD)/gen/pipe.h: $(BUILD)/gen/pipe.c
@@ -144,6 +145,23 @@ $(BUILD)/%/stages: generated/%/plan.json $(BUILD)/libpgrt_cpu.a
 	  $(CC) $(ALLCFLAGS) -Igenerated/$* -o $(BUILD)/$*/$$k $$f $(BUILD)/libpgrt_cpu.a $(LDLIBS_RT); \
 	done; touch $@
 endif
+
+# ---- make run's model: generated from examples/<m>.pipe into build/run/<m>/c/ --
+# (not over generated/, the committed copy), linked into build/run/<m>/stage<k>.
+# A new generation replaces every stage binary of the old one, so a model cut
+# into fewer stages leaves no stale stage<k> for piperun to start.
+.PRECIOUS: $(BUILD)/run/%/c/plan.json
+$(BUILD)/run/%/c/plan.json: examples/%.pipe $(BUILD)/pipegen
+	@mkdir -p $(dir $@)
+	$(BUILD)/pipegen gen $< -o $(BUILD)/run/$*/c
+
+$(BUILD)/run/%/stages: $(BUILD)/run/%/c/plan.json $(BUILD)/libpgrt_cpu.a
+	@rm -f $(BUILD)/run/$*/stage[0-9]*
+	@set -e; for f in $(BUILD)/run/$*/c/stage*.c; do \
+	  k=$$(basename $$f .c); \
+	  echo "  CC $(BUILD)/run/$*/$$k"; \
+	  $(CC) $(ALLCFLAGS) -I$(BUILD)/run/$*/c -o $(BUILD)/run/$*/$$k $$f $(BUILD)/libpgrt_cpu.a $(LDLIBS_RT); \
+	done; touch $@
 
 # ---- the CUDA stage runtime: libpgrt_cuda.a ---------------------------------
 # The core objects (not net.c), every CUDA object, and net.c once more with its
@@ -201,12 +219,14 @@ run: all
 test: test-deps
 	@$(MAKE) --no-print-directory binaries
 	@$(MAKE) --no-print-directory SAN=1 binaries
-	@if [ -x "$(NVCC)" ]; then $(MAKE) --no-print-directory cuda-test-build; \
-	 else echo "make test: nvcc not found at $(NVCC): the CUDA files are not compiled (tests/cuda_*.t skip)"; fi
+	@$(MAKE) --no-print-directory cuda-if-found
 	@prove -f tests/*.t
 
-cuda-test-build: cuda
-	@$(MAKE) --no-print-directory CUDA=1 build-cuda/mlp/stages build-cuda/gpt_char/stages build-cuda/bench/gemm_peak
+# every CUDA file, the CUDA runtime and CUDA stage binaries, when nvcc is here
+cuda-if-found:
+	@if [ -x "$(NVCC)" ]; then $(MAKE) --no-print-directory cuda && \
+	   $(MAKE) --no-print-directory CUDA=1 build-cuda/mlp/stages build-cuda/gpt_char/stages build-cuda/bench/gemm_peak; \
+	 else echo "make test: SKIP the CUDA builds: nvcc not found at $(NVCC) (set CUDA_HOME or NVCC; tests/cuda_*.t skip)"; fi
 
 san-all: binaries
 

@@ -12,12 +12,17 @@
 #                              cblas.h, or "none" (and exit 1) when no OpenBLAS links
 #
 # As root, installs what is missing (apt-get --no-install-recommends) and probes
-# again; otherwise prints the one command to run and exits 1. CC, PYTHON and
-# BLAS_CFLAGS (skip the search, use these flags) are taken from the environment.
+# again; otherwise, or with --no-install, prints the one command to run and exits
+# 1. From the environment: CC, PYTHON, RE2C, LEMON, LEMPAR (lemon's template), BLAS_CFLAGS
+# (use these flags instead of searching) and PG_BLAS_DIRS (the directories
+# searched for OpenBLAS's cblas.h, instead of the usual ones).
 set -u
 want="${1:-build}"
+install=1
+[ "${2:-}" = --no-install ] && install=0
 CC=${CC:-cc}
 PYTHON=${PYTHON:-/usr/bin/python3}
+LEMPAR=${LEMPAR:-/usr/share/lemon/lempar.c}
 TMPD=""
 cleanup() { [ -n "$TMPD" ] && rm -rf "$TMPD"; }
 trap cleanup EXIT
@@ -54,11 +59,16 @@ blas_cflags() {
         return 1
     fi
     cands=""
-    if command -v pkg-config >/dev/null 2>&1; then
-        d=$(pkg-config --variable=includedir openblas 2>/dev/null) && [ -n "$d" ] && cands="$d"
+    if [ -n "${PG_BLAS_DIRS+x}" ]; then
+        dirs=$PG_BLAS_DIRS
+    else
+        if command -v pkg-config >/dev/null 2>&1; then
+            d=$(pkg-config --variable=includedir openblas 2>/dev/null) && [ -n "$d" ] && cands="$d"
+        fi
+        dirs="/usr/include/*/openblas-pthread /usr/include/*/openblas-openmp /usr/include/*/openblas-serial
+              /usr/include/openblas /usr/local/include/openblas /opt/OpenBLAS/include"
     fi
-    for d in /usr/include/*/openblas-pthread /usr/include/*/openblas-openmp /usr/include/*/openblas-serial \
-        /usr/include/openblas /usr/local/include/openblas /opt/OpenBLAS/include; do
+    for d in $dirs; do
         [ -f "$d/cblas.h" ] && cands="$cands $d"
     done
     for d in $cands; do
@@ -75,23 +85,22 @@ if [ "$want" = blas-cflags ]; then
 fi
 case "$want" in
 build|test) ;;
-*) echo "usage: tools/deps.sh build|test|blas-cflags" >&2; exit 2 ;;
+*) echo "usage: tools/deps.sh build|test [--no-install] | blas-cflags" >&2; exit 2 ;;
 esac
 
 # missing_now: the Debian packages whose probe fails, in $missing
 missing_now() {
     missing=""
     command -v "$CC" >/dev/null 2>&1 || missing="$missing build-essential"
-    command -v re2c >/dev/null 2>&1 || missing="$missing re2c"
-    { command -v lemon >/dev/null 2>&1 && [ -f /usr/share/lemon/lempar.c ]; } || missing="$missing lemon"
+    command -v "${RE2C:-re2c}" >/dev/null 2>&1 || missing="$missing re2c"
+    { command -v "${LEMON:-lemon}" >/dev/null 2>&1 && [ -f "$LEMPAR" ]; } || missing="$missing lemon"
     case "$missing" in
     *build-essential*) missing="$missing libopenblas-dev" ;;
     *) blas_cflags >/dev/null || missing="$missing libopenblas-dev" ;;
     esac
     [ "$want" = test ] || return 0
     "$PYTHON" -c 'import torch' >/dev/null 2>&1 || missing="$missing python3-torch"
-    # the suite's own tools: prove (perl), ip for the cut-link test, gdb for the
-    # debugger test, nm (binutils)
+    # the suite's own tools: prove (perl), ip for the cut-link test, nm (binutils)
     command -v prove >/dev/null 2>&1 || missing="$missing perl"
     command -v ip >/dev/null 2>&1 || missing="$missing iproute2"
     command -v nm >/dev/null 2>&1 || missing="$missing binutils"
@@ -106,7 +115,7 @@ if [ "$want" = test ] && [ "$PYTHON" != /usr/bin/python3 ]; then
     esac
 fi
 cmd="apt-get install -y --no-install-recommends$missing"
-if [ "$(id -u)" = 0 ]; then
+if [ "$(id -u)" = 0 ] && [ $install = 1 ]; then
     echo "pipegen: installing missing Debian packages:$missing"
     export DEBIAN_FRONTEND=noninteractive
     { apt-get update -qq >/dev/null && $cmd >/dev/null; } || {
@@ -128,6 +137,11 @@ case "$missing" in *libopenblas-dev*)
     echo "pipegen: (OpenBLAS: no cblas.h that declares openblas_set_num_threads links with -lopenblas here;" >&2
     echo "pipegen:  the reference BLAS's libblas-dev is not enough)" >&2 ;;
 esac
-echo "pipegen: run this once as root, then try again:" >&2
-echo "    sudo apt-get update && sudo $cmd" >&2
+if [ "$(id -u)" = 0 ]; then
+    echo "pipegen: install them, then try again:" >&2
+    echo "    apt-get update && $cmd" >&2
+else
+    echo "pipegen: run this once as root, then try again:" >&2
+    echo "    sudo apt-get update && sudo $cmd" >&2
+fi
 exit 1

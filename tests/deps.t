@@ -1,0 +1,91 @@
+#!/bin/sh
+# tests/deps.t — tools/deps.sh finds what the build really uses, and the build
+# uses what it found: a netlib-only cblas.h (the reference BLAS's, which has no
+# openblas_set_num_threads) first on the include path neither passes for
+# OpenBLAS nor breaks the runtime's compile; a missing re2c, lemon template or
+# torch is named with the one command to run; without nvcc, `make test`'s CUDA
+# step and the CUDA tests are visible skips that name the reason.
+. "$(dirname "$0")/lib.sh"
+T=$(mktemp -d /tmp/pg-deps.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+cd "$TOP" || exit 1
+DEPS=$TOP/tools/deps.sh
+# what the Makefile exported describes this machine; each case probes anew
+unset BLAS_CFLAGS PG_BLAS_OK
+
+# a netlib-only cblas.h: Debian's own when libblas-dev is here, else the same
+# shape written out (cblas_sgemm, no OpenBLAS extensions)
+mkdir -p "$T/netlib" "$T/none"
+if [ -f /usr/include/x86_64-linux-gnu/cblas-netlib.h ]; then
+    cp /usr/include/x86_64-linux-gnu/cblas-netlib.h "$T/netlib/cblas.h"
+else
+    cat >"$T/netlib/cblas.h" <<'H'
+enum CBLAS_ORDER { CblasRowMajor = 101, CblasColMajor = 102 };
+enum CBLAS_TRANSPOSE { CblasNoTrans = 111, CblasTrans = 112, CblasConjTrans = 113 };
+void cblas_sgemm(enum CBLAS_ORDER, enum CBLAS_TRANSPOSE, enum CBLAS_TRANSPOSE, int, int, int,
+                 float, const float *, int, const float *, int, float, float *, int);
+H
+fi
+grep -q openblas_set_num_threads "$T/netlib/cblas.h" && st=1 || st=0
+ok $st "the stand-in header is netlib-only (no openblas_set_num_threads)"
+
+flags=$("$DEPS" blas-cflags)
+st=$?
+ok $st "blas-cflags finds OpenBLAS here ($flags)"
+
+flags_n=$(CPATH="$T/netlib" "$DEPS" blas-cflags)
+st=$?
+[ $st = 0 ] && [ -n "$flags_n" ] && [ "$flags_n" != none ]
+ok $? "with a netlib cblas.h first on the default path, OpenBLAS's own header is still chosen ($flags_n)"
+
+out=$(CPATH="$T/netlib" PG_BLAS_DIRS="$T/none" "$DEPS" blas-cflags 2>&1)
+st=$?
+[ $st = 1 ] && [ "$out" = none ]
+ok $? "only a netlib cblas.h: blas-cflags says none (exit $st, '$out')"
+
+out=$(CPATH="$T/netlib" PG_BLAS_DIRS="$T/none" "$DEPS" build --no-install 2>&1)
+st=$?
+[ $st = 1 ]
+ok $? "only a netlib cblas.h: 'deps.sh build' fails (exit $st)"
+like "$out" "missing Debian packages:.* libopenblas-dev" "... and names libopenblas-dev"
+like "$out" "apt-get install -y --no-install-recommends .*libopenblas-dev" "... with the one command to run"
+like "$out" "reference BLAS" "... and says why the BLAS that is there is not enough"
+
+# the runtime compiles against OpenBLAS's header even when the default path
+# offers netlib's (what broke `make` on the fresh machine)
+CPATH="$T/netlib" make --no-print-directory BUILD="$T/b" "$T/b/obj/runtime/cpu/backend.o" >"$T/make.log" 2>&1
+st=$?
+ok $st "runtime/cpu/backend.c compiles with a netlib cblas.h first on the default include path"
+[ $st = 0 ] || tail -5 "$T/make.log" | sed 's/^/# /'
+
+out=$(RE2C=/nonexistent/re2c "$DEPS" build --no-install 2>&1)
+st=$?
+[ $st = 1 ]
+ok $? "no re2c: deps.sh build fails"
+like "$out" "missing Debian packages: re2c$" "... naming re2c alone"
+out=$(LEMPAR=/nonexistent/lempar.c "$DEPS" build --no-install 2>&1)
+like "$out" "missing Debian packages: lemon$" "no lemon template (lempar.c): lemon is named"
+
+printf '#!/bin/sh\nexit 1\n' >"$T/py" && chmod +x "$T/py"
+out=$(PYTHON="$T/py" "$DEPS" test --no-install 2>&1)
+st=$?
+[ $st = 1 ]
+ok $? "a Python without torch: deps.sh test fails"
+like "$out" "missing Debian packages: python3-torch" "... naming python3-torch"
+like "$out" "$T/py cannot import torch" "... and saying which Python could not import it"
+out=$(PYTHON="$T/py" "$DEPS" build --no-install 2>&1)
+ok $? "torch is not needed to build"
+
+"$DEPS" test --no-install >"$T/all.log" 2>&1
+ok $? "everything the suite needs is here"
+
+# no CUDA toolkit: make's CUDA step and the CUDA tests say so and skip
+out=$(make --no-print-directory NVCC=/nonexistent/bin/nvcc cuda-if-found 2>&1)
+st=$?
+ok $st "make cuda-if-found without nvcc succeeds"
+like "$out" "SKIP the CUDA builds: nvcc not found at /nonexistent/bin/nvcc" "... and says why it built nothing"
+for t in cuda_compile cuda_link; do
+    out=$(NVCC=/nonexistent/bin/nvcc sh "tests/$t.t" 2>&1)
+    like "$out" "^1\.\.0 # SKIP nvcc not found at /nonexistent/bin/nvcc" "tests/$t.t without nvcc is a skip naming the path"
+done
+done_testing
