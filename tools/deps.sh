@@ -8,6 +8,7 @@
 #                              and run of openblas_set_num_threads + cblas_sgemm)
 #   tools/deps.sh test         build's, plus a Python that imports torch ($PYTHON,
 #                              default /usr/bin/python3) and the test suite's tools
+#                              (prove, ip, nm, ps/pgrep, clang with libFuzzer)
 #   tools/deps.sh blas-cflags  print the compiler flags that find OpenBLAS's own
 #                              cblas.h, or "none" (and exit 1) when no OpenBLAS links
 #
@@ -100,11 +101,23 @@ missing_now() {
     esac
     [ "$want" = test ] || return 0
     "$PYTHON" -c 'import torch' >/dev/null 2>&1 || missing="$missing python3-torch"
-    # the suite's own tools: prove (perl), ip for the cut-link test, nm (binutils)
+    # the suite's own tools: prove (perl), ip for the cut-link test, nm
+    # (binutils), ps and pgrep (procps), clang with libFuzzer for tests/fuzz.t
     command -v prove >/dev/null 2>&1 || missing="$missing perl"
     command -v ip >/dev/null 2>&1 || missing="$missing iproute2"
     command -v nm >/dev/null 2>&1 || missing="$missing binutils"
+    { command -v ps && command -v pgrep; } >/dev/null 2>&1 || missing="$missing procps"
+    fuzzer_probe || missing="$missing clang libclang-rt-dev"
     return 0
+}
+
+# fuzzer_probe: does clang link a libFuzzer target under ASan/UBSan?
+fuzzer_probe() {
+    command -v "${CLANG:-clang}" >/dev/null 2>&1 || return 1
+    tmpdir
+    printf '%s\n' '#include <stddef.h>' '#include <stdint.h>' \
+        'int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; return 0; }' >"$TMPD/f.c"
+    "${CLANG:-clang}" -fsanitize=fuzzer,address,undefined -o "$TMPD/f" "$TMPD/f.c" >"$TMPD/f.log" 2>&1
 }
 
 missing_now

@@ -100,6 +100,8 @@ for mode in $modes; do
     cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null
     git clone -q --no-hardlinks "$TOP" "$root/root/pipegen" || die "cannot clone $TOP"
     for d in proc sys dev dev/pts; do mkdir -p "$root/$d"; done
+    # the root a mount point of its own, as / is on a machine (`ip netns` needs it)
+    mount --bind "$root" "$root" && MOUNTS="$root" || die "cannot bind-mount $root onto itself"
     mount -t proc proc "$root/proc" && MOUNTS="$root/proc $MOUNTS"
     mount -t sysfs sysfs "$root/sys" && MOUNTS="$root/sys $MOUNTS"
     mount --rbind /dev "$root/dev" && mount --make-rslave "$root/dev" && MOUNTS="$root/dev $MOUNTS"
