@@ -57,15 +57,29 @@ mkdir -p "$CACHE" || die "cannot create the cache directory $CACHE"
 WORK=${PIPEGEN_FRESH_WORK:-$(mktemp -d /tmp/pg-fresh.XXXXXX)}
 mkdir -p "$WORK" || die "cannot create $WORK"
 MOUNTS=""
+# mounts_under DIR: every mount point at or below DIR, deepest first
+mounts_under() {
+    awk -v r="$1" '$2 == r || index($2, r "/") == 1 { print $2 }' /proc/mounts | sort -r
+}
+# cleanup: unmount everything below each root we mounted into (what the tests
+# inside mounted too, e.g. ip netns), one mount point at a time, deepest first
 cleanup() {
-    for m in $MOUNTS; do umount -R "$m" 2>/dev/null || umount -R -l "$m" 2>/dev/null; done
+    for r in $MOUNTS; do
+        # processes left inside the root (a test's stray stage) keep mounts busy
+        for p in /proc/[0-9]*; do
+            [ "$(readlink "$p/root" 2>/dev/null)" = "$r" ] && kill -9 "${p#/proc/}" 2>/dev/null
+        done
+        for m in $(mounts_under "$r"); do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; done
+    done
     MOUNTS=""
 }
-# remove a root only when nothing is mounted below it (a bind of /dev must
-# never be deleted through)
+# remove a root only when nothing is mounted below it: never delete through a
+# mount (the host's files would go with it)
 remove_root() {
-    if awk -v r="$1/" 'index($2 "/", r) == 1 { found = 1 } END { exit !found }' /proc/mounts; then
-        echo "fresh_check: something is still mounted under $1; not removing it" >&2
+    [ -e "$1" ] || return 0
+    if [ -n "$(mounts_under "$1")" ]; then
+        echo "fresh_check: something is still mounted under $1; not removing it:" >&2
+        mounts_under "$1" | sed 's/^/    /' >&2
         return 1
     fi
     rm -rf "$1"
@@ -99,18 +113,22 @@ for mode in $modes; do
     tar -C "$root" -xzf "$TARBALL" || die "cannot unpack $TARBALL"
     cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null
     git clone -q --no-hardlinks "$TOP" "$root/root/pipegen" || die "cannot clone $TOP"
-    for d in proc sys dev dev/pts; do mkdir -p "$root/$d"; done
-    # the root a mount point of its own, as / is on a machine (`ip netns` needs it)
+    for d in proc sys dev/pts dev/shm; do mkdir -p "$root/$d"; done
+    # the root a mount point of its own, as / is on a machine (`ip netns` needs
+    # it); its own /dev nodes come from debootstrap: the host's /dev is never
+    # bound in, so nothing done inside (or to the tree afterwards) reaches it
     mount --bind "$root" "$root" && MOUNTS="$root" || die "cannot bind-mount $root onto itself"
-    mount -t proc proc "$root/proc" && MOUNTS="$root/proc $MOUNTS"
-    mount -t sysfs sysfs "$root/sys" && MOUNTS="$root/sys $MOUNTS"
-    mount --rbind /dev "$root/dev" && mount --make-rslave "$root/dev" && MOUNTS="$root/dev $MOUNTS"
+    mount -t proc proc "$root/proc" || die "cannot mount proc in $root"
+    mount -t sysfs sysfs "$root/sys" || die "cannot mount sysfs in $root"
+    mount -t tmpfs -o mode=1777 tmpfs "$root/dev/shm" || die "cannot mount a tmpfs on $root/dev/shm"
+    mount -t devpts -o newinstance,ptmxmode=0666 devpts "$root/dev/pts" 2>/dev/null ||
+        echo "fresh_check: no devpts in the root (pseudo-terminals unavailable there)"
     mkdir -p "$root/tmp" && chmod 1777 "$root/tmp"
     if [ "$mode" = cuda ]; then
         [ -n "$CUDA_DIR" ] && [ -x "$CUDA_DIR/bin/nvcc" ] || die "mode cuda: no toolkit at ${CUDA_HOME:-/usr/local/cuda}"
         mkdir -p "$root$CUDA_DIR"
-        mount --bind "$CUDA_DIR" "$root$CUDA_DIR" && mount -o remount,bind,ro "$root$CUDA_DIR" &&
-            MOUNTS="$root$CUDA_DIR $MOUNTS" || die "cannot bind-mount $CUDA_DIR read-only"
+        mount --bind "$CUDA_DIR" "$root$CUDA_DIR" && mount -o remount,bind,ro "$root$CUDA_DIR" ||
+            die "cannot bind-mount $CUDA_DIR read-only"
         [ "$CUDA_DIR" = /usr/local/cuda ] || ln -sfn "$CUDA_DIR" "$root/usr/local/cuda"
         label="with the CUDA toolkit ($CUDA_DIR, read-only)"
     else
