@@ -46,17 +46,10 @@ int cmd_gen(int argc, char **argv)
         fprintf(stderr, "pipegen: cannot create output directory %s: %s\n", dir, strerror(errno));
         return 1;
     }
-    pg_loaded l;
-    pg_schedule s;
-    pg_profile prof;
-    if (cmd_load_scheduled(path, balance, &prof, &l, &s) != 0)
+    cmd_model cm;
+    if (cmd_load_model(path, balance, guard, &cm) != 0)
         return 1;
-    pg_gen *g = NULL;
-    int rc = 1;
-    if (pg_gen_prepare(&l.model, &s, guard, &g, &l.diag) == 0) {
-        rc = pg_gen_write(g, dir, &l.diag) == 0 ? 0 : 1;
-        pg_gen_free(g);
-    }
-    cmd_release_scheduled(&prof, &l, &s);
+    int rc = pg_gen_write(cm.g, dir, &cm.l.diag) == 0 ? 0 : 1;
+    cmd_release_model(&cm);
     return rc;
 }

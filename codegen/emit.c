@@ -976,9 +976,9 @@ int pg_gen_prepare(const ir_model *m, const pg_schedule *s, int64_t guard_bytes,
         if (rows * per < 2) {
             pg_error(d, L->loc,
                      "batchnorm needs at least 2 values per feature %s, but %s has %" PRId64
-                     " (batch %" PRId64 " in %" PRId64 " micro-batches)%s",
+                     " (batch %" PRId64 " in %" PRId64 " micro-batch%s)%s",
                      L->deferred ? "in the batch" : "in every micro-batch",
-                     L->deferred ? "the batch" : "the smallest micro-batch", rows * per, B, M,
+                     L->deferred ? "the batch" : "the smallest micro-batch", rows * per, B, M, M == 1 ? "" : "es",
                      L->deferred ? "" : "; use fewer micro-batches or batchnorm(deferred)");
             pg_gen_free(g);
             return -1;

@@ -19,7 +19,9 @@ typedef struct command {
 
 static const command commands[] = {
     {"check", cmd_check, "check FILE", "check a .pipe model and print its stages",
-     "Checks names, shapes, skips, ties, train settings and stages. On success prints\n"
+     "Checks names, shapes, skips, ties, train settings and stages, builds and verifies\n"
+     "the schedule (or reads it from its file) and lays out every stage's memory: what\n"
+     "plan and gen check, no more and no less. On success prints\n"
      "the model, each stage's layers with output shapes and parameter counts, the\n"
      "skips that cross stages and the tied parameters. Errors go to stderr as\n"
      "file:line:col: error: message, with the source line and a caret.\n",
