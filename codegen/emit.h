@@ -12,9 +12,7 @@
 #include "memplan.h"
 #include "schedule.h"
 
-#ifndef PIPEGEN_VERSION
-#define PIPEGEN_VERSION "0.1.0"
-#endif
+#include "pg_version.h"
 
 typedef struct pg_gen pg_gen;
 

@@ -92,6 +92,13 @@ gone "$(cat "$T/o0")" && gone "$(cat "$T/o1")"; ok $? "stages die with piperun (
 out=$("$PR" --help); rc=$?
 is "$rc" 0 "--help exits 0"
 like "$out" '^usage: piperun DIR' "--help prints usage"
+like "$out" 'SIGINT and SIGTERM \(Ctrl-C\) are forwarded' "--help documents signal forwarding"
+like "$out" 'still running 5 s after' "--help documents the kill grace period"
+like "$out" 'cores of this machine divided by' "--help documents how threads are split"
+like "$out" 'Exit status: 0 when every stage exits 0' "--help documents the exit statuses"
+like "$out" 'DIR/stage0 --help' "--help says where the stage options are listed"
+out=$("$PR" --version); rc=$?
+is "$rc.$out" "0.piperun (pipegen 0.1.0)" "--version prints the version, exit 0"
 "$PR" --bogus >/dev/null 2>&1; is "$?" 2 "unknown option: exit 2"
 mkdir -p "$T/empty"
 err=$("$PR" "$T/empty" 2>&1); rc=$?

@@ -28,6 +28,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pg_version.h"
+
 #define MAX_STAGES 256
 #define LINE_MAX_BYTES 65536
 #define STOP_GRACE_S 5.0
@@ -213,12 +215,30 @@ static int pipe_cloexec(int fds[2], int nonblock)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: piperun DIR [--] [stage args...]\n"
-               "  Runs DIR/stage0, DIR/stage1, ... as one pipeline on this machine, with\n"
-               "  PIPE_RANK, PIPE_WORLD and PIPE_MASTER set (PIPE_MASTER: a free loopback\n"
-               "  port unless already set). Output lines are prefixed \"[stage k] \".\n"
-               "  When a stage fails the others are stopped and piperun exits with the\n"
-               "  first failure's status (128+N for a stage killed by signal N).\n");
+    fprintf(f, "usage: piperun DIR [--] [stage options...]\n"
+               "       piperun --help | --version\n"
+               "\n"
+               "Runs DIR/stage0, DIR/stage1, ... (consecutive numbers) as one pipeline on this\n"
+               "machine and passes every stage the same stage options. The stage options\n"
+               "(--steps, --data, --save, --checkpoint-dir, --trace, ...) are listed by\n"
+               "`DIR/stage0 --help` and in README.md, \"Launching\".\n"
+               "\n"
+               "Environment of each stage: PIPE_RANK=k, PIPE_WORLD=N, PIPE_MASTER (a free\n"
+               "loopback port, or PIPE_MASTER as set for piperun), PIPE_LOCAL_WORLD=N.\n"
+               "Threads: a stage's default --threads is the cores of this machine divided by\n"
+               "PIPE_LOCAL_WORLD (at least 1), so the stages share the cores; --threads T\n"
+               "gives every stage T threads instead.\n"
+               "Output: every line a stage prints is relayed prefixed \"[stage k] \" (stdout to\n"
+               "stdout, stderr to stderr).\n"
+               "Signals: SIGINT and SIGTERM (Ctrl-C) are forwarded to every stage (with\n"
+               "--save-on-exit they finish the step and write a checkpoint first). When a\n"
+               "stage fails, the others get SIGTERM. A stage still running %.0f s after a\n"
+               "forwarded signal or a SIGTERM is killed (SIGKILL).\n"
+               "Each stage runs in its own process group and dies with piperun.\n"
+               "Exit status: 0 when every stage exits 0; otherwise the first failing stage's\n"
+               "status (its exit code, or 128+N when killed by signal N); 1 when piperun\n"
+               "itself fails (cannot start a stage); 2 on a usage error.\n",
+            STOP_GRACE_S);
 }
 
 static int free_port(void)
@@ -274,6 +294,10 @@ int main(int argc, char **argv)
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("piperun (pipegen " PIPEGEN_VERSION ")\n");
         return 0;
     }
     if (argv[1][0] == '-') {
