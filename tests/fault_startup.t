@@ -1,10 +1,15 @@
 #!/bin/sh
 # tests/fault_startup.t — what a stage program says about itself and how it is
 # started, with real stage binaries: --help and --version; a stage started
-# alone; failure messages that name a stage once (never "stage 1: stage 1:").
+# alone; failure messages that name a stage once (never "stage 1: stage 1:");
+# everything that can be checked before the first step is (--generate/--prompt,
+# every output path, room for the weights), without leaving files behind; after
+# training the weights are written first; temporaries of killed checkpoint
+# writers are removed at the next start and when their step is pruned.
 . "$(dirname "$0")/lib.sh"
 . "$TOP/tests/lib_e2e.sh"
 . "$TOP/tests/lib_fault.sh"
+. "$TOP/tests/lib_lm.sh"
 fault_tmpdir fault-start
 G=$T/m2
 gen_mlp "$G" 2
@@ -53,4 +58,114 @@ is "$WX" 1 "a peer killed mid-run: the other stage exits 1"
 like "$(cat "$T/k0.log")" '^stage 0: action [0-9]+ [A-Z_]+\(mb [0-9]+\) (from|to) stage 1 failed: stage 1 closed its connection' \
     "...naming its own stage once and the dead peer"
 no_double "$T/k0.log"
+
+# --- refused before the first step, leaving nothing behind ---------------------------
+run() { timeout 60 "$PIPERUN" "$G/bin" -- --threads 1 "$@"; }
+O=$T/out
+mkdir -p "$O"
+: >"$O/afile"
+before=$(cd "$O" && find . | sort)
+# refused OUT-NAME REGEX LABEL [stage options]: exit 2, the message, no step run
+refused() {
+    rf_name=$1 rf_re=$2 rf_label=$3
+    shift 3
+    run --steps 100000 --log-every 1 "$@" >"$T/$rf_name.log" 2>&1
+    rf_rc=$?
+    is "$rf_rc" 2 "$rf_label: exit 2"
+    like "$(cat "$T/$rf_name.log")" "$rf_re" "...$(printf '%s' "$rf_re" | sed 's/\\//g' | cut -c1-70)"
+    ! grep -q 'step 1/' "$T/$rf_name.log"; ok $? "...before the first step"
+    no_double "$T/$rf_name.log"
+}
+refused gen_nonlm 'stage [01]: --generate needs a language model \(input and target both i32\[seq\]\); model mlp_small is not one; nothing was run' \
+    "--generate on a model that is not a language model" --generate 5
+refused save_nodir "stage 0: --save $O/nodir/w\.st cannot be written: the folder $O/nodir does not exist; nothing was run" \
+    "--save into a missing folder" --save "$O/nodir/w.st"
+refused grads_dir "stage 0: --save-grads $O cannot be written: $O exists and is a folder" \
+    "--save-grads naming a folder" --save-grads "$O"
+refused trace_notdir "stage 0: --trace $O/afile/run\.json cannot be written: $O/afile is not a folder" \
+    "--trace under a file" --trace "$O/afile/run.json"
+mkfifo "$T/fifo"  # (not /dev/null: a runtime that failed this test would rename its profile over it)
+refused profile_fifo "stage 0: --profile $T/fifo cannot be written: $T/fifo exists and is not a regular file \(a device, pipe or socket\)" \
+    "--profile naming a pipe" --profile "$T/fifo"
+refused ck_nodir "stage [01]: the checkpoint directory $O/nodir/ck cannot be used: the folder $O/nodir does not exist" \
+    "--checkpoint-dir in a missing folder" --checkpoint-dir "$O/nodir/ck" --save-every 10
+refused ck_file "stage [01]: the checkpoint directory $O/afile cannot be used: $O/afile is not a folder" \
+    "--save DIR --save-every naming a file" --save "$O/afile" --save-every 10
+is "$(cd "$O" && find . | sort)" "$before" "the refused starts left no file or folder behind"
+run --steps 3 --checkpoint-dir "$O/ck" --save-every 2 --save "$O/w.st" --save-grads "$O/g.st" --trace "$O/run.json" \
+    --profile "$O/prof.json" >"$T/good.log" 2>&1
+ok $? "the same options with good paths run ($(grep -c . "$T/good.log") lines)"
+[ -s "$O/w.st" ] && [ -s "$O/g.st" ] && [ -s "$O/run.json" ] && [ -s "$O/prof.json" ] && [ -f "$O/ck/LATEST" ]
+ok $? "...and write every file"
+is "$(find "$O" -name '*.tmp.*' -o -name '*probe*' | wc -l)" 0 "...and no temporary or probe file is left"
+
+# a --prompt outside a small vocabulary (lm_tiny: 128 tokens), long before any training
+L=$T/lm
+lm_build "$L" 1 replicate
+lm_text "$T/text.txt"
+"$PIPEDATA" text "$T/text.txt" -o "$T/text.pgd" >/dev/null 2>&1
+lm_run "$L" "$T/prompt.log" --steps 100000 --log-every 1 --data "$T/text.pgd" --generate 5 --prompt "$(printf 'ab\200')"
+is "$?" 2 "--prompt with a byte outside the vocabulary: exit 2"
+like "$(cat "$T/prompt.log")" 'stage 0: --prompt: byte 128 at position 2 is outside the vocabulary \[0, 128\) of model lm_tiny; nothing was run' \
+    "...naming the byte, its position and the vocabulary"
+! grep -q 'step 1/' "$T/prompt.log"; ok $? "...before the first step"
+
+# no room for the weights: a 16 KiB file system for mlp_small's 66 KB
+mkdir -p "$T/small"
+if ! mount -t tmpfs -o size=16k tmpfs "$T/small" 2>"$T/mount.err"; then
+    echo "ok $((_n + 1)) # SKIP cannot mount a tmpfs (the suite runs as root here): $(cat "$T/mount.err")"; _n=$((_n + 1))
+else
+    refused nospace "stage 0: --save $T/small/w\.st cannot be written: it needs [0-9]+ bytes but the file system of $T/small has only [0-9]+ free" \
+        "--save onto a file system without room for the weights" --save "$T/small/w.st"
+    is "$(ls -A "$T/small")" "" "...and leaves the file system empty"
+fi
+
+# --- after the last step the weights come first -----------------------------------
+# the --trace folder disappears during training: the trace fails, the weights are saved
+mkdir -p "$T/tr"
+M=127.0.0.1:$(free_port)
+start_stage "$G/bin" 0 2 "$M" "$T/t0.log" --steps 3000 --log-every 100 --trace "$T/tr/run.json" --save "$T/w_tr.st"
+start_stage "$G/bin" 1 2 "$M" "$T/t1.log" --steps 3000 --log-every 100 --trace "$T/tr/run.json" --save "$T/w_tr.st"
+wait_for "$T/t1.log" 'step 100/' 20
+kill -STOP "$(cat "$T/t0.log.pid")" "$(cat "$T/t1.log.pid")"
+rm -rf "$T/tr"
+kill -CONT "$(cat "$T/t0.log.pid")" "$(cat "$T/t1.log.pid")"
+wait_exit "$(cat "$T/t0.log.pid")" 30; r0=$WX
+wait_exit "$(cat "$T/t1.log.pid")" 30
+is "$r0" 1 "a trace that cannot be written after training: stage 0 exits 1"
+like "$(cat "$T/t0.log")" "stage 0: cannot write the trace $T/tr/run\.json" "...and says so"
+like "$(cat "$T/t0.log")" "saved [0-9]+ parameters to $T/w_tr\.st" "...after saving the weights"
+[ -s "$T/w_tr.st" ]; ok $? "the --save file is there"
+
+# --- temporaries of killed checkpoint writers ----------------------------------------
+sh -c 'exit 0' & dead=$!; wait $dead
+sleep 60 & echo $! >"$T/live.pid"
+live=$(cat "$T/live.pid")
+C=$T/ck
+mkdir -p "$C/step-00000004" "$C/step-00000099"
+: >"$C/step-00000004/stage1.safetensors.tmp.$dead"
+: >"$C/step-00000004/stage1.safetensors.tmp.$live"
+: >"$C/step-00000099/stage1.safetensors.tmp.$dead"
+: >"$C/step-00000099/MANIFEST.tmp.$dead"
+: >"$C/LATEST.tmp.$dead"
+run --steps 2 --checkpoint-dir "$C" >"$T/ck.log" 2>&1
+ok $? "a run into a checkpoint directory with temporaries left by killed writers"
+[ ! -e "$C/step-00000004/stage1.safetensors.tmp.$dead" ] && [ ! -e "$C/LATEST.tmp.$dead" ]
+ok $? "...removes those of dead writers at the start"
+[ -e "$C/step-00000004/stage1.safetensors.tmp.$live" ]; ok $? "...keeps the one of a writer still running"
+[ ! -e "$C/step-00000099" ]; ok $? "...and removes a step directory that held nothing else"
+# one appears in a step that is pruned later: the pruning removes it and the step
+C2=$T/ck2
+M=127.0.0.1:$(free_port)
+start_stage "$G/bin" 0 2 "$M" "$T/p0.log" --steps 1500 --log-every 1000 --checkpoint-dir "$C2" --save-every 300
+start_stage "$G/bin" 1 2 "$M" "$T/p1.log" --steps 1500 --log-every 1000 --checkpoint-dir "$C2" --save-every 300
+wait_for "$T/p0.log" 'checkpoint: step 300 saved' 20
+kill -STOP "$(cat "$T/p0.log.pid")" "$(cat "$T/p1.log.pid")"
+have=$(ls "$C2")
+: >"$C2/step-00000300/stage1.safetensors.tmp.$dead"
+kill -CONT "$(cat "$T/p0.log.pid")" "$(cat "$T/p1.log.pid")"
+wait_exit "$(cat "$T/p0.log.pid")" 30; r0=$WX
+wait_exit "$(cat "$T/p1.log.pid")" 30; r1=$WX
+[ "$r0" = 0 ] && [ "$r1" = 0 ]; ok $? "checkpoints every 300 steps ($r0, $r1; step 300 was there: $(echo $have))"
+is "$(ls "$C2" | tr '\n' ' ')" "LATEST step-00001200 step-00001500 " "a pruned step goes with a dead writer's temporary in it"
 done_testing

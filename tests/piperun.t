@@ -77,6 +77,19 @@ el=$(( $(date +%s) - start ))
 is "$rc" 1 "exit status 1 with a stubborn stage"
 gone "$(cat "$T/s0")" && [ "$el" -ge 4 ] && [ "$el" -le 8 ]; ok $? "a stage ignoring SIGTERM is killed after ~5 s (${el} s)"
 
+# ---- ...but never while it writes a file for the user (it said so on PIPE_CONTROL_FD) ----
+D=$T/writer
+# (bash: dash takes no fd numbers above 9 in a redirection)
+stage "$D" 0 "trap '' TERM; bash -c 'printf W >&\$PIPE_CONTROL_FD'; echo \$\$ > $T/w0
+sleep 7; echo done > $T/w0.file; bash -c 'printf D >&\$PIPE_CONTROL_FD'; sleep 30"
+stage "$D" 1 'sleep 0.3; exit 1'
+start=$(date +%s)
+timeout 30 "$PR" "$D" >/dev/null 2>&1; rc=$?
+el=$(( $(date +%s) - start ))
+is "$rc" 1 "a writing stage: the exit status is still the first failure's"
+[ -s "$T/w0.file" ]; ok $? "a stage writing a file for the user is not killed after the grace period: its file is complete"
+gone "$(cat "$T/w0")" && [ "$el" -ge 7 ] && [ "$el" -le 12 ]; ok $? "...and it is killed once it says it is done (${el} s)"
+
 # ---- piperun killed outright: no orphans ----
 D=$T/orphan
 for k in 0 1; do stage "$D" $k "echo \$\$ > $T/o$k; exec sleep 30"; done

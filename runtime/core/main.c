@@ -12,6 +12,7 @@
 
 #include "checkpoint.h"
 #include "guard.h"
+#include "io_atomic.h"
 #include "pg_version.h"
 #include "stage_run.h"
 
@@ -384,6 +385,9 @@ static int run(pg_run *r)
                 d->stage, d->model, d->nstages, l.rank, l.world, l.source ? l.source : "environment", d->nstages);
         return 1;
     }
+    int pf = pg_run_preflight(r); /* options that cannot work, outputs that cannot be written */
+    if (pf)
+        return pf;
     r->ctx = pg_backend_init(r->opt.threads);
     if (!r->ctx || pg_backend_set_precision(r->ctx, d->precision))
         return 1;
@@ -453,19 +457,26 @@ static int run(pg_run *r)
         int sig = 0; /* --save-on-exit: every stage stops after the same step */
         if (r->opt.save_on_exit && pg_guard_stop_agree(r, s + 1, &sig))
             return 1;
-        if (r->opt.ckpt_dir && (sig || s + 1 == r->opt.steps || (r->opt.save_every && (s + 1) % r->opt.save_every == 0)) &&
-            pg_ckpt_save(r, s + 1))
-            return 1;
+        if (r->opt.ckpt_dir && (sig || s + 1 == r->opt.steps || (r->opt.save_every && (s + 1) % r->opt.save_every == 0))) {
+            pg_io_protect_begin(); /* a signal waits until every stage's part is written */
+            int bad = pg_ckpt_save(r, s + 1);
+            pg_io_protect_end();
+            if (bad)
+                return 1;
+        }
         if (sig) {
             fprintf(stderr, "stage %d: stopped by signal %d after step %" PRId64 " (checkpoint saved)\n", d->stage, sig, s + 1);
             return 128 + sig;
         }
     }
-    if (pg_trace_finish(r)) /* every stage: the trace and profile gathered on stage 0 */
-        return 1;
-    if (r->opt.save && save_params(r, r->opt.steps, r->opt.save, 0))
-        return 1;
-    if (r->opt.save_grads && save_params(r, r->opt.steps, r->opt.save_grads, 1))
+    /* The user's files, the weights first: whatever fails later cannot lose
+     * them, and a signal (piperun stopping the run) waits until they are written. */
+    pg_io_protect_begin();
+    int bad = (r->opt.save && save_params(r, r->opt.steps, r->opt.save, 0)) ||
+              (r->opt.save_grads && save_params(r, r->opt.steps, r->opt.save_grads, 1)) ||
+              pg_trace_finish(r); /* every stage: the trace and profile gathered on stage 0 */
+    pg_io_protect_end();
+    if (bad)
         return 1;
     if (r->opt.generate > 0 && pg_run_generate(r))
         return 1;
