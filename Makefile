@@ -57,7 +57,8 @@ DSL_SRC  := $(filter-out dsl/fuzz_%.c,$(wildcard dsl/*.c))
 CG_SRC   := $(wildcard codegen/*.c)
 GEN_SRC  := $(BUILD)/gen/lexer.c $(BUILD)/gen/pipe.c
 FE_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(DSL_SRC)) $(BUILD)/obj/gen/lexer.o $(BUILD)/obj/gen/pipe.o
-CG_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out codegen/main.c,$(CG_SRC)))
+CG_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out codegen/main.c,$(CG_SRC))) \
+            $(BUILD)/obj/runtime/core/io_atomic.o   # gen writes its files atomically too
 
 # ---- the runtime: core + cpu ----------------------------------------------
 RT_CORE  := $(filter-out runtime/core/piperun.c runtime/core/pipedata.c,$(wildcard runtime/core/*.c))
@@ -126,25 +127,29 @@ $(BUILD)/pipedata: $(BUILD)/obj/runtime/core/pipedata.o $(BUILD)/libpgrt_cpu.a
 	$(CC) $(ALLCFLAGS) -o $@ $^
 
 # ---- stage binaries: build/<model>/stage<k> from generated/<model>/ --------
-# `make $(BUILD)/<model>/stages` links every generated stage of one model;
-# with CUDA=1 against the CUDA runtime (the same stage<k>.c).
+# `make $(BUILD)/<model>/stages` links every generated stage of one model
+# (any model `pipegen gen ... -o generated/<model>` wrote; GENERATED=DIR reads
+# DIR/<model>/ instead); with CUDA=1 against the CUDA runtime (the same
+# stage<k>.c). The stage binaries of an older generation go first: piperun
+# runs every stage<k> it finds.
+GENERATED ?= generated
 ifeq ($(CUDA),1)
-$(BUILD)/%/stages: generated/%/plan.json $(BUILD)/libpgrt_cuda.a
-	@mkdir -p $(BUILD)/$*
-	@set -e; for f in generated/$*/stage*.c; do \
-	  k=$$(basename $$f .c); \
-	  echo "  CC $(BUILD)/$*/$$k (cuda)"; \
-	  $(CC) $(ALLCFLAGS) -Igenerated/$* -o $(BUILD)/$*/$$k $$f $(BUILD)/libpgrt_cuda.a $(LDLIBS_CUDA); \
-	done; touch $@
+STAGE_RT = $(BUILD)/libpgrt_cuda.a
+STAGE_LIBS = $(LDLIBS_CUDA)
+STAGE_NOTE = " (cuda)"
 else
-$(BUILD)/%/stages: generated/%/plan.json $(BUILD)/libpgrt_cpu.a
-	@mkdir -p $(BUILD)/$*
-	@set -e; for f in generated/$*/stage*.c; do \
-	  k=$$(basename $$f .c); \
-	  echo "  CC $(BUILD)/$*/$$k"; \
-	  $(CC) $(ALLCFLAGS) -Igenerated/$* -o $(BUILD)/$*/$$k $$f $(BUILD)/libpgrt_cpu.a $(LDLIBS_RT); \
-	done; touch $@
+STAGE_RT = $(BUILD)/libpgrt_cpu.a
+STAGE_LIBS = $(LDLIBS_RT)
+STAGE_NOTE =
 endif
+$(BUILD)/%/stages: $(GENERATED)/%/plan.json $(STAGE_RT)
+	@mkdir -p $(BUILD)/$*
+	@rm -f $(BUILD)/$*/stage[0-9]*
+	@set -e; for f in $(GENERATED)/$*/stage*.c; do \
+	  k=$$(basename $$f .c); \
+	  echo "  CC $(BUILD)/$*/$$k"$(STAGE_NOTE); \
+	  $(CC) $(ALLCFLAGS) -I$(GENERATED)/$* -o $(BUILD)/$*/$$k $$f $(STAGE_RT) $(STAGE_LIBS); \
+	done; touch $@
 
 # ---- make run's model: generated from examples/<m>.pipe into build/run/<m>/c/ --
 # (not over generated/, the committed copy), linked into build/run/<m>/stage<k>.

@@ -1,28 +1,35 @@
 /* codegen/cmd_common.c — see cmd_common.h. */
 #include <stdio.h>
+#include <string.h>
 
 #include "cmd_common.h"
 
-int cmd_load_scheduled(const char *path, const char *balance, pg_profile *prof, pg_loaded *l, pg_schedule *s)
+int cmd_load_model(const char *path, const char *balance, int64_t guard_bytes, cmd_model *cm)
 {
-    *prof = (pg_profile){ 0 };
+    memset(cm, 0, sizeof *cm);
     if (balance) {
         pg_diag pd;
         pg_diag_init(&pd, stderr, NULL);
-        if (pg_profile_read(balance, prof, &pd) != 0)
+        if (pg_profile_read(balance, &cm->prof, &pd) != 0)
             return 1;
     }
-    if (pg_load_profiled(l, path, balance ? prof : NULL, stderr) == 0 &&
-        pg_schedule_build(&l->model, s, &l->diag) == 0)
-        return 0;
-    pg_unload(l);
-    pg_profile_free(prof);
+    if (pg_load_profiled(&cm->l, path, balance ? &cm->prof : NULL, stderr) == 0) {
+        if (pg_schedule_build(&cm->l.model, &cm->s, &cm->l.diag) == 0) {
+            if (pg_gen_prepare(&cm->l.model, &cm->s, guard_bytes, &cm->g, &cm->l.diag) == 0)
+                return 0;
+            pg_schedule_free(&cm->s);
+        }
+    }
+    pg_unload(&cm->l);
+    pg_profile_free(&cm->prof);
     return 1;
 }
 
-void cmd_release_scheduled(pg_profile *prof, pg_loaded *l, pg_schedule *s)
+void cmd_release_model(cmd_model *cm)
 {
-    pg_schedule_free(s);
-    pg_unload(l);
-    pg_profile_free(prof);
+    pg_gen_free(cm->g);
+    pg_schedule_free(&cm->s);
+    pg_unload(&cm->l);
+    pg_profile_free(&cm->prof);
+    memset(cm, 0, sizeof *cm);
 }

@@ -1,5 +1,7 @@
 /* codegen/cmd_gen.c — `pipegen gen FILE -o DIR [--balance PROFILE] [--guard-bytes N]`: writes
- * stage<k>.c per stage, <model>.h and plan.json into DIR (created if missing). Byte-stable output.
+ * stage<k>.c per stage, <model>.h and plan.json into DIR (created if missing) as one
+ * generation, all or nothing, removing what an older generation wrote there and this one does
+ * not (gen_files.h); nothing is written for a model with errors. Byte-stable output.
  * --guard-bytes N (a multiple of 64, default 0): N free bytes around every arena buffer, listed
  * in the stage files for a runtime built with AddressSanitizer to poison (codegen/emit.h). */
 #include <errno.h>
@@ -7,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "cmd_common.h"
 #include "commands.h"
@@ -42,21 +43,10 @@ int cmd_gen(int argc, char **argv)
         fprintf(stderr, "usage: pipegen gen FILE -o DIR [--balance PROFILE] [--guard-bytes N]\n");
         return 2;
     }
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
-        fprintf(stderr, "pipegen: cannot create output directory %s: %s\n", dir, strerror(errno));
+    cmd_model cm;
+    if (cmd_load_model(path, balance, guard, &cm) != 0)
         return 1;
-    }
-    pg_loaded l;
-    pg_schedule s;
-    pg_profile prof;
-    if (cmd_load_scheduled(path, balance, &prof, &l, &s) != 0)
-        return 1;
-    pg_gen *g = NULL;
-    int rc = 1;
-    if (pg_gen_prepare(&l.model, &s, guard, &g, &l.diag) == 0) {
-        rc = pg_gen_write(g, dir, &l.diag) == 0 ? 0 : 1;
-        pg_gen_free(g);
-    }
-    cmd_release_scheduled(&prof, &l, &s);
+    int rc = pg_gen_write(cm.g, dir, &cm.l.diag) == 0 ? 0 : 1;
+    cmd_release_model(&cm);
     return rc;
 }

@@ -30,21 +30,14 @@ int cmd_plan(int argc, char **argv)
         fprintf(stderr, "usage: pipegen plan FILE [--svg OUT] [--balance PROFILE]\n");
         return 2;
     }
-    pg_loaded l;
-    pg_schedule s;
-    pg_profile prof;
-    if (cmd_load_scheduled(path, balance, &prof, &l, &s) != 0)
+    cmd_model cm;
+    if (cmd_load_model(path, balance, 0, &cm) != 0)
         return 1;
-    pg_gen *g = NULL;
-    int rc = 1;
-    if (pg_gen_prepare(&l.model, &s, 0, &g, &l.diag) == 0) {
-        pg_gen_report(g, stdout);
-        pg_gen_free(g);
-        pg_sched_costs c;
-        int seconds = pg_sched_costs_of_model(&l.model, balance ? &prof : NULL, &c);
-        pg_schedule_report(&l.model, &s, &c, seconds, stdout);
-        rc = svg && pg_schedule_svg_write(&l.model, &s, &c, seconds, svg, &l.diag) != 0 ? 1 : 0;
-    }
-    cmd_release_scheduled(&prof, &l, &s);
+    pg_gen_report(cm.g, stdout);
+    pg_sched_costs c;
+    int seconds = pg_sched_costs_of_model(&cm.l.model, balance ? &cm.prof : NULL, &c);
+    pg_schedule_report(&cm.l.model, &cm.s, &c, seconds, stdout);
+    int rc = svg && pg_schedule_svg_write(&cm.l.model, &cm.s, &c, seconds, svg, &cm.l.diag) != 0 ? 1 : 0;
+    cmd_release_model(&cm);
     return rc;
 }

@@ -7,9 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cmd_common.h"
 #include "commands.h"
-#include "load.h"
-#include "schedule.h"
 #include "svg.h"
 
 static void print_schedule(const ir_model *m, const pg_schedule *s, FILE *out)
@@ -69,19 +68,16 @@ int cmd_schedule(int argc, char **argv)
         fprintf(stderr, "usage: pipegen schedule FILE [--csv] [--svg OUT]\n");
         return 2;
     }
-    pg_loaded l;
-    pg_schedule s;
-    int rc = 1;
-    if (pg_load(&l, path, stderr) == 0 && pg_schedule_build(&l.model, &s, &l.diag) == 0) {
-        if (csv)
-            pg_schedule_write_csv(&s, stdout);
-        else
-            print_schedule(&l.model, &s, stdout);
-        pg_sched_costs c;
-        int seconds = pg_sched_costs_of_model(&l.model, NULL, &c);
-        rc = svg && pg_schedule_svg_write(&l.model, &s, &c, seconds, svg, &l.diag) != 0 ? 1 : 0;
-        pg_schedule_free(&s);
-    }
-    pg_unload(&l);
+    cmd_model cm;
+    if (cmd_load_model(path, NULL, 0, &cm) != 0)
+        return 1;
+    if (csv)
+        pg_schedule_write_csv(&cm.s, stdout);
+    else
+        print_schedule(&cm.l.model, &cm.s, stdout);
+    pg_sched_costs c;
+    int seconds = pg_sched_costs_of_model(&cm.l.model, NULL, &c);
+    int rc = svg && pg_schedule_svg_write(&cm.l.model, &cm.s, &c, seconds, svg, &cm.l.diag) != 0 ? 1 : 0;
+    cmd_release_model(&cm);
     return rc;
 }

@@ -30,6 +30,7 @@
 
 #include "cost.h"
 #include "emit.h"
+#include "gen_files.h"
 
 enum { LOC_INPUT, LOC_SLOT, LOC_FRAME };
 
@@ -976,9 +977,9 @@ int pg_gen_prepare(const ir_model *m, const pg_schedule *s, int64_t guard_bytes,
         if (rows * per < 2) {
             pg_error(d, L->loc,
                      "batchnorm needs at least 2 values per feature %s, but %s has %" PRId64
-                     " (batch %" PRId64 " in %" PRId64 " micro-batches)%s",
+                     " (batch %" PRId64 " in %" PRId64 " micro-batch%s)%s",
                      L->deferred ? "in the batch" : "in every micro-batch",
-                     L->deferred ? "the batch" : "the smallest micro-batch", rows * per, B, M,
+                     L->deferred ? "the batch" : "the smallest micro-batch", rows * per, B, M, M == 1 ? "" : "es",
                      L->deferred ? "" : "; use fewer micro-batches or batchnorm(deferred)");
             pg_gen_free(g);
             return -1;
@@ -2074,57 +2075,43 @@ static int emit_header(const pg_gen *g, uint64_t hash, FILE *o)
     return 0;
 }
 
-static int write_file(const char *dir, const char *name, const char *text, size_t len, pg_diag *d, pg_loc loc)
-{
-    char path[4096];
-    sfmt(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "wb");
-    if (!f) {
-        pg_error(d, loc, "cannot write %s: %s", path, strerror(errno));
-        return -1;
-    }
-    int bad = fwrite(text, 1, len, f) != len;
-    bad |= fclose(f) != 0;
-    if (bad) {
-        pg_error(d, loc, "cannot write %s: %s", path, strerror(errno));
-        return -1;
-    }
-    return 0;
-}
-
 int pg_gen_write(const pg_gen *g, const char *dir, pg_diag *d)
 {
     pg_loc none = {g->m->source_path, 0, 0};
     uint64_t hash = 0;
-    char *plan = pg_gen_plan_json(g, &hash);
+    int nf = g->nstages + 2, rc = 0;
+    pg_gen_file *f = calloc((size_t)nf, sizeof *f);
+    char *plan = f ? pg_gen_plan_json(g, &hash) : NULL;
     if (!plan) {
         pg_error(d, none, "out of memory writing plan.json");
+        free(f);
         return -1;
     }
-    int rc = write_file(dir, "plan.json", plan, strlen(plan), d, none);
-    free(plan);
-    for (int k = -1; k < g->nstages && !rc; k++) {
-        char *text = NULL, name[300];
-        size_t len = 0;
-        FILE *o = open_memstream(&text, &len);
+    sfmt(f[0].name, sizeof f[0].name, "plan.json");
+    f[0].text = plan;
+    f[0].len = strlen(plan);
+    for (int k = -1; k < g->nstages && !rc; k++) { /* the header, then each stage */
+        pg_gen_file *x = &f[k + 2];
+        FILE *o = open_memstream(&x->text, &x->len);
         if (!o) {
-            pg_error(d, none, "out of memory");
-            return -1;
+            rc = -1;
+            break;
         }
         if (k < 0) {
             emit_header(g, hash, o);
-            sfmt(name, sizeof name, "%s.h", g->m->name);
+            sfmt(x->name, sizeof x->name, "%s.h", g->m->name);
         } else {
             emit_stage_c(g, k, hash, o);
-            sfmt(name, sizeof name, "stage%d.c", k);
+            sfmt(x->name, sizeof x->name, "stage%d.c", k);
         }
-        if (fclose(o)) {
-            free(text);
-            pg_error(d, none, "out of memory");
-            return -1;
-        }
-        rc = write_file(dir, name, text, len, d, none);
-        free(text);
+        rc = fclose(o) ? -1 : 0;
     }
+    if (rc)
+        pg_error(d, none, "out of memory");
+    else
+        rc = pg_gen_files_write(dir, f, nf, d, none);
+    for (int i = 0; i < nf; i++)
+        free(f[i].text);
+    free(f);
     return rc;
 }

@@ -12,9 +12,7 @@
 #include "memplan.h"
 #include "schedule.h"
 
-#ifndef PIPEGEN_VERSION
-#define PIPEGEN_VERSION "0.1.0"
-#endif
+#include "pg_version.h"
 
 typedef struct pg_gen pg_gen;
 
@@ -29,7 +27,9 @@ typedef struct pg_gen pg_gen;
 int pg_gen_prepare(const ir_model *m, const pg_schedule *s, int64_t guard_bytes, pg_gen **out, pg_diag *d);
 /* `pipegen plan`: bytes per stage per category and the arena total. */
 void pg_gen_report(const pg_gen *g, FILE *out);
-/* Write stage<k>.c, <model>.h and plan.json into dir (which must exist). */
+/* Write stage<k>.c, <model>.h and plan.json into dir (created if missing), as
+ * one generation: all or nothing, the files of an older generation that this
+ * one does not write removed (gen_files.h). */
 int pg_gen_write(const pg_gen *g, const char *dir, pg_diag *d);
 /* plan.json text (malloc'd) and its hash; NULL on out of memory. */
 char *pg_gen_plan_json(const pg_gen *g, uint64_t *hash);

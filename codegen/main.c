@@ -5,8 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "commands.h"
-
-#define PIPEGEN_VERSION "0.1.0"
+#include "pg_version.h"
 
 typedef struct command {
     const char *name;
@@ -19,10 +18,12 @@ typedef struct command {
 
 static const command commands[] = {
     {"check", cmd_check, "check FILE", "check a .pipe model and print its stages",
-     "Checks names, shapes, skips, ties, train settings and stages. On success prints\n"
-     "the model, each stage's layers with output shapes and parameter counts, the\n"
-     "skips that cross stages and the tied parameters. Errors go to stderr as\n"
-     "file:line:col: error: message, with the source line and a caret.\n",
+     "Checks names, shapes, skips, ties, train settings and stages, builds and verifies\n"
+     "the schedule (or reads it from its file) and lays out every stage's memory: what\n"
+     "plan and gen check, no more and no less. On success prints the model, each\n"
+     "stage's layers with output shapes and parameter counts, the skips that cross\n"
+     "stages and the tied parameters. Errors go to stderr as file:line:col: error:\n"
+     "message, with the source line and a caret.\n",
      0},
     {"schedule", cmd_schedule, "schedule FILE [--csv] [--svg OUT]", "print each stage's action list (or the schedule as CSV)",
      "--svg OUT also draws the predicted timeline (cost model of dsl/cost.h) as SVG.\n", 0},
@@ -68,7 +69,7 @@ static void print_usage(FILE *out) {
                  "commands:\n");
     for (int i = 0; i < NCOMMANDS; i++)
         if (!commands[i].hidden) fprintf(out, "  %-24s %s\n", commands[i].usage, commands[i].summary);
-    fprintf(out, "\n  pipegen help COMMAND     more about one command\n"
+    fprintf(out, "\n  pipegen help COMMAND     more about one command (or pipegen COMMAND --help)\n"
                  "  pipegen --version        print the version\n\n"
                  "exit status: 0 ok, 1 errors in the input, 2 usage errors\n");
 }
@@ -118,5 +119,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "pipegen: unknown command '%s' (see pipegen --help)\n", cmd);
         return 2;
     }
+    for (int i = 2; i < argc; i++) /* `pipegen gen --help`: that command's help, whatever else is given */
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+            return help_command(cmd);
     return c->run(argc - 1, argv + 1);
 }

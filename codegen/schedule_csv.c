@@ -253,8 +253,11 @@ int pg_schedule_read_csv(const char *path, const ir_model *m, pg_schedule *s, pg
                  m->nstages, (long long)m->train.microbatches);
         return -1;
     }
-    if (pg_source_read(&src, path, CSV_LIMIT, d) != 0)
+    if (pg_source_read(&src, path, CSV_LIMIT, d) != 0) {
+        pg_note(d, m->train.schedule_loc, "the schedule file is named here (a relative name is relative to the "
+                "folder of the .pipe file)");
         return -1;
+    }
     csv_ctx c = { .path = src.path, .m = m, .s = s, .d = d };
     const pg_source *saved = d->src;
     d->src = &src; /* quote the CSV's lines */

@@ -13,6 +13,7 @@ typedef struct pg_parse_ctx {
     pg_ast *ast;         /* the tree being built (its arena holds every node) */
     pg_diag *d;          /* where syntax errors go */
     pg_token tok;        /* the token being fed (for errors without one) */
+    pg_token prev[2];    /* the two tokens fed before it ([1] the latest), for errors that need them */
     int stop;            /* set on stack overflow or a full arena: feed no more */
     int oom;             /* the arena refused an allocation */
     ast_stmt *top_last;  /* tail of ast->first, for O(1) appends */

@@ -280,7 +280,10 @@ static void declare_io(chk *c, const ast_stmt *st, const ast_stmt **seen) {
         chk_error(c, st->dtype_loc, "%s dtype must be f32 or i32, not bf16 (use `precision = bf16` in train)", what);
         bad = 1;
     }
-    if (chk_eval_dims(c, &st->dims, st->loc, &s) != 0) bad = 1;
+    if (st->kind == ST_TARGET && st->dims.n == 0) /* `target y : i32` (or i32[]): one class index per sample */
+        memset(&s, 0, sizeof s);
+    else if (chk_eval_dims(c, &st->dims, st->loc, &s) != 0)
+        bad = 1;
     if (bad) return;
     if (st->kind == ST_INPUT) {
         c->m->input_name = chk_strdup(c, st->name);
@@ -432,8 +435,9 @@ static void check_loss(chk *c, const chain *ch) {
         if (ch->shape.rank < 1 || m->target_dtype != DT_I32 || !pg_shape_eq(&want, &m->target)) {
             char w[96];
             pg_shape_str(DT_I32, &want, w, sizeof w);
-            if (chk_error(c, at, "cross_entropy over the model output %s needs target %s (class indices), but the "
-                          "target is %s", a, ch->shape.rank >= 1 ? w : "i32[]", b))
+            if (chk_error(c, at, "cross_entropy over the model output %s needs target %s (%s), but the target is %s",
+                          a, ch->shape.rank >= 1 ? w : "i32[]",
+                          ch->shape.rank == 1 ? "one class index per sample: `target NAME : i32`" : "class indices", b))
                 chk_note(c, last->loc, "the last layer '%s' outputs %s", last->name, a);
         }
         return;

@@ -152,7 +152,7 @@ int chk_eval_dims(chk *c, const ast_dims *dims, pg_loc at, pg_shape *out) {
         return -1;
     }
     if (dims->n < 1) {
-        chk_error(c, at, "a shape needs at least one dimension");
+        chk_error(c, at, "a shape needs at least one dimension (only a target can be a scalar: `target y : i32`)");
         return -1;
     }
     int bad = 0;

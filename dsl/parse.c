@@ -72,9 +72,28 @@ static int is_operator(int t)
 /* "unexpected X" plus, when the parser can say it briefly, "expected Y".
  * expected[] holds every terminal the parser could have taken (operators are
  * left out of the list: after an expression they always could). */
+/* `pop NAME` or `tie NAME` cut short (only a mode could come next): say which
+ * modes there are, at the keyword. 1 if reported. */
+static int missing_mode(pg_parse_ctx *ctx, const int *expected, int nexpected)
+{
+    const pg_token *kw = &ctx->prev[0], *name = &ctx->prev[1];
+    if ((kw->type != TK_POP && kw->type != TK_TIE) || name->type != TK_IDENT || nexpected != 1 ||
+        expected[0] != TK_IDENT)
+        return 0;
+    int n = name->len > 64 ? 64 : (int)name->len;
+    if (kw->type == TK_POP)
+        pg_error(ctx->d, kw->loc, "`pop %.*s` needs a mode: `pop %.*s add` (sum) or `pop %.*s concat` (join the last "
+                 "dimensions)", n, name->text, n, name->text, n, name->text);
+    else
+        pg_error(ctx->d, kw->loc, "`tie %.*s` needs a mode: `tie %.*s replicate` (a copy on every using stage) or "
+                 "`tie %.*s transmit` (sent from its first stage)", n, name->text, n, name->text, n, name->text);
+    return 1;
+}
+
 void pg_parse_syntax_error(pg_parse_ctx *ctx, const pg_token *t, const int *expected, int nexpected)
 {
     if (t->type == TK_ILLEGAL) return; /* the lexer has said what is wrong */
+    if (missing_mode(ctx, expected, nexpected)) return;
     char what[80];
     int n = t->len > 32 ? 32 : (int)t->len;
     const char *more = t->len > 32 ? "..." : "";
@@ -88,7 +107,10 @@ void pg_parse_syntax_error(pg_parse_ctx *ctx, const pg_token *t, const int *expe
         if (!is_operator(expected[i])) list[nl++] = expected[i];
 
     char exp[160] = "";
-    if (has(list, nl, TK_MODEL)) snprintf(exp, sizeof exp, ", expected a statement");
+    /* after `NAME : DTYPE` the shape may follow (lemon has already reduced the scalar declaration) */
+    int after_dtype = ctx->prev[0].type == TK_COLON && ctx->prev[1].type == TK_IDENT;
+    if (has(list, nl, TK_MODEL) && after_dtype) snprintf(exp, sizeof exp, ", expected '[' or a statement");
+    else if (has(list, nl, TK_MODEL)) snprintf(exp, sizeof exp, ", expected a statement");
     else if (has(list, nl, TK_SPLIT) && has(list, nl, TK_RBRACE)) snprintf(exp, sizeof exp, ", expected a layer or '}'");
     else if (has(list, nl, TK_SPLIT)) snprintf(exp, sizeof exp, ", expected a layer");
     else if (has(list, nl, TK_INT) && nl > 4) snprintf(exp, sizeof exp, ", expected an expression");
@@ -130,6 +152,8 @@ int pg_parse(const pg_source *src, pg_ast *ast, pg_diag *d)
         if (ctx.tok.err) pg_error(d, ctx.tok.err_loc, "%s", ctx.tok.err);
         if (d->errors - errors0 >= PARSE_MAX_ERRORS) break;
         pgParse(parser, type, ctx.tok);
+        ctx.prev[0] = ctx.prev[1];
+        ctx.prev[1] = ctx.tok;
         if (ctx.oom) pg_error(d, ctx.tok.loc, "input too large: its syntax tree needs more than %zu MiB",
                               PARSE_ARENA_LIMIT >> 20);
         if (ctx.stop || type == 0 || d->errors - errors0 >= PARSE_MAX_ERRORS) break;

@@ -58,6 +58,9 @@ stmt(A) ::= item(A).
 
 %type decl {ast_stmt *}
 decl(A) ::= IDENT(N) COLON IDENT(T) LBRACKET dims(D) RBRACKET. { A = ast_decl(ctx, &N, &T, D); }
+/* a scalar per sample (a class index target): `y : i32` or `y : i32[]` */
+decl(A) ::= IDENT(N) COLON IDENT(T).              { A = ast_decl(ctx, &N, &T, ast_arg_list_empty()); }
+decl(A) ::= IDENT(N) COLON IDENT(T) LBRACKET RBRACKET. { A = ast_decl(ctx, &N, &T, ast_arg_list_empty()); }
 
 %type dims {ast_arg_list}
 dims(A) ::= expr(E).                              { A = ast_arg_list_add(ast_arg_list_empty(), ast_arg_new(ctx, NULL, E)); }

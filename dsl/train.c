@@ -58,6 +58,21 @@ static int pick(chk *c, const char *setting, const ast_expr *e, const char *cons
     for (int i = 0; i < cnt && o < sizeof list; i++)
         o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? (i == cnt - 1 ? " or " : ", ") : "", names[i]);
     if (n) chk_didyoumean(dm, sizeof dm, n, names, cnt);
+    if (e->kind == EX_STRING) {
+        /* `schedule = "1f1b"`: a name is written bare, as in `schedule = 1f1b` */
+        int known = -1;
+        for (int i = 0; i < cnt && known < 0; i++) {
+            size_t l = strlen(names[i]);
+            if (strncmp(e->str, names[i], l) == 0 && (e->str[l] == '\0' || e->str[l] == '(')) known = i;
+        }
+        if (known >= 0)
+            chk_error(c, e->loc, "%s = \"%.64s\" is a string; write it without quotes: %s = %.64s", setting, e->str,
+                      setting, e->str);
+        else
+            chk_error(c, e->loc, "%s = \"%.64s\" is a string; write one of %s without quotes (e.g. %s = %s)", setting,
+                      e->str, list, setting, names[0]);
+        return -1;
+    }
     chk_error(c, e->loc, "unknown %s '%s'%s (expected %s)", setting, n ? n : "value", dm, list);
     return -1;
 }

@@ -57,6 +57,13 @@ like "$(cat "$tmp/help.got")" 'check FILE' "--help lists check"
 is "$(tail -n 1 "$tmp/help.got")" "[exit 0]" "--help exits 0"
 run helpcheck help check
 like "$(head -n 1 "$tmp/helpcheck.got")" '^usage: pipegen check FILE$' "help check shows its usage"
+for c in check schedule plan gen trace; do
+    run "help_$c" "$c" --help
+    like "$(head -n 1 "$tmp/help_$c.got")" "^usage: pipegen $c " "pipegen $c --help prints the usage of $c"
+    is "$(tail -n 1 "$tmp/help_$c.got")" "[exit 0]" "...and exits 0"
+done
+run help_gen_args gen examples/mlp.pipe -h
+like "$(head -n 1 "$tmp/help_gen_args.got")" "^usage: pipegen gen " "pipegen gen FILE -h is help too"
 run nocmd
 is "$(tail -n 1 "$tmp/nocmd.got")" "[exit 2]" "no command is a usage error (exit 2)"
 run badcmd frobnicate

@@ -354,7 +354,7 @@ printf 'tiny' >"$T/tiny.txt"
 san_check pipedata2 "$?" 0
 srun lmshort 1 "$L/gen/bin" --steps 1 --data "$T/tiny.pgd"
 srun lmids 1 "$L/gen/bin" --steps 1 --data "$T/ids.pgd"
-srun lmprompt 1 "$L/gen/bin" --steps 0 --generate 5 --prompt "$(printf 'a\200')"
+srun lmprompt 2 "$L/gen/bin" --steps 0 --generate 5 --prompt "$(printf 'a\200')"
 # --- piperun's relay: a 150000-byte line (over its 64 KiB line buffer), a last line without a newline, a stage that
 # fails (its status passed on) while another is stopped -----------------------------
 F=$T/fake

@@ -5,12 +5,7 @@
 . "$(dirname "$0")/lib.sh"
 . "$TOP/tests/lib_e2e.sh"
 . "$TOP/tests/lib_fault.sh"
-T=$(mktemp -d /tmp/pg-fault-rdv.XXXXXX)
-cleanup() {
-    for f in "$T"/*.pid; do [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null; done
-    rm -rf "$T"
-}
-trap cleanup EXIT
+fault_tmpdir fault-rdv
 G=$T/m2
 gen_mlp "$G" 2
 ok $? "mlp_small on 2 stages builds"

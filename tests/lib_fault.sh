@@ -47,3 +47,16 @@ wait_for() {
 
 # elapsed_since T0 (from `date +%s.%N`)
 elapsed_since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
+
+# fault_tmpdir NAME: T becomes a new /tmp/pg-NAME.XXXXXX; at exit every process
+# named by a $T/*.pid file is killed, any file system mounted on a folder of T
+# unmounted, and T removed
+fault_tmpdir() {
+    T=$(mktemp -d "/tmp/pg-$1.XXXXXX") || exit 1
+    trap fault_cleanup EXIT
+}
+fault_cleanup() {
+    for f in "$T"/*.pid; do [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null; done
+    for d in "$T"/*/; do mountpoint -q "$d" 2>/dev/null && umount "$d"; done
+    rm -rf "$T"
+}

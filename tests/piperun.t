@@ -77,6 +77,19 @@ el=$(( $(date +%s) - start ))
 is "$rc" 1 "exit status 1 with a stubborn stage"
 gone "$(cat "$T/s0")" && [ "$el" -ge 4 ] && [ "$el" -le 8 ]; ok $? "a stage ignoring SIGTERM is killed after ~5 s (${el} s)"
 
+# ---- ...but never while it writes a file for the user (it said so on PIPE_CONTROL_FD) ----
+D=$T/writer
+# (bash: dash takes no fd numbers above 9 in a redirection)
+stage "$D" 0 "trap '' TERM; bash -c 'printf W >&\$PIPE_CONTROL_FD'; echo \$\$ > $T/w0
+sleep 7; echo done > $T/w0.file; bash -c 'printf D >&\$PIPE_CONTROL_FD'; sleep 30"
+stage "$D" 1 'sleep 0.3; exit 1'
+start=$(date +%s)
+timeout 30 "$PR" "$D" >/dev/null 2>&1; rc=$?
+el=$(( $(date +%s) - start ))
+is "$rc" 1 "a writing stage: the exit status is still the first failure's"
+[ -s "$T/w0.file" ]; ok $? "a stage writing a file for the user is not killed after the grace period: its file is complete"
+gone "$(cat "$T/w0")" && [ "$el" -ge 7 ] && [ "$el" -le 12 ]; ok $? "...and it is killed once it says it is done (${el} s)"
+
 # ---- piperun killed outright: no orphans ----
 D=$T/orphan
 for k in 0 1; do stage "$D" $k "echo \$\$ > $T/o$k; exec sleep 30"; done
@@ -92,6 +105,13 @@ gone "$(cat "$T/o0")" && gone "$(cat "$T/o1")"; ok $? "stages die with piperun (
 out=$("$PR" --help); rc=$?
 is "$rc" 0 "--help exits 0"
 like "$out" '^usage: piperun DIR' "--help prints usage"
+like "$out" 'SIGINT and SIGTERM \(Ctrl-C\) are forwarded' "--help documents signal forwarding"
+like "$out" 'still running 5 s after' "--help documents the kill grace period"
+like "$out" 'cores of this machine divided by' "--help documents how threads are split"
+like "$out" 'Exit status: 0 when every stage exits 0' "--help documents the exit statuses"
+like "$out" 'DIR/stage0 --help' "--help says where the stage options are listed"
+out=$("$PR" --version); rc=$?
+is "$rc.$out" "0.piperun (pipegen 0.1.0)" "--version prints the version, exit 0"
 "$PR" --bogus >/dev/null 2>&1; is "$?" 2 "unknown option: exit 2"
 mkdir -p "$T/empty"
 err=$("$PR" "$T/empty" 2>&1); rc=$?

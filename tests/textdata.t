@@ -14,6 +14,8 @@ trap 'rm -rf "$T"' EXIT
 "$PIPEDATA" --help >"$T/help" 2>&1
 ok $? "pipedata --help exits 0"
 like "$(cat "$T/help")" "pipedata text FILE -o OUT.pgd" "--help shows the text command"
+out=$("$PIPEDATA" --version 2>&1); rc=$?
+is "$rc.$out" "0.pipedata (pipegen 0.1.0)" "pipedata --version prints the version, exit 0"
 "$PIPEDATA" >/dev/null 2>&1; is $? 2 "no arguments: usage error, exit 2"
 "$PIPEDATA" frobnicate a -o b >"$T/e" 2>&1; is $? 2 "unknown command: exit 2"
 like "$(cat "$T/e")" "unknown command 'frobnicate'" "unknown command named"

@@ -317,8 +317,38 @@ static void remove_step(const pg_stage_desc *d, const char *sdir)
     rmdir(sdir); /* the last stage to get here removes it */
 }
 
+/* Remove this stage's temporaries in sdir whose writer died; how many. */
+static int clean_step_tmp(const pg_stage_desc *d, const char *sdir)
+{
+    char base[64];
+    snprintf(base, sizeof base, "stage%d.safetensors", d->stage);
+    return pg_io_remove_stale_tmp(sdir, base) + (d->stage == 0 ? pg_io_remove_stale_tmp(sdir, "MANIFEST") : 0);
+}
+
+int pg_ckpt_clean_stale(const pg_stage_desc *d, const char *dir)
+{
+    int removed = 0;
+    if (d->stage == 0)
+        removed += pg_io_remove_stale_tmp(dir, "LATEST");
+    DIR *dd = opendir(dir);
+    if (!dd)
+        return removed;
+    struct dirent *e;
+    while ((e = readdir(dd))) {
+        long long s;
+        char tail, sdir[CK_PATH];
+        if (sscanf(e->d_name, "step-%lld%c", &s, &tail) != 1 || s < 0)
+            continue;
+        ck_fmt(sdir, sizeof sdir, "%s/%s", dir, e->d_name);
+        removed += clean_step_tmp(d, sdir);
+        rmdir(sdir); /* only when that left it empty */
+    }
+    closedir(dd);
+    return removed;
+}
+
 /* Keep the PG_CKPT_KEEP newest complete checkpoints; remove this stage's part
- * of every older step directory. */
+ * of every older step directory (with its temporaries of dead writers). */
 static void prune(const pg_stage_desc *d, const char *dir, int64_t newest)
 {
     int64_t steps[64];
@@ -330,8 +360,10 @@ static void prune(const pg_stage_desc *d, const char *dir, int64_t newest)
         step_dir(sdir, sizeof sdir, dir, steps[i]);
         ck_fmt(p, sizeof p, "%s/MANIFEST", sdir);
         int has = access(p, F_OK) == 0;
-        if (complete >= PG_CKPT_KEEP)
+        if (complete >= PG_CKPT_KEEP) {
+            clean_step_tmp(d, sdir);
             remove_step(d, sdir);
+        }
         else if (has)
             complete++;
     }

@@ -37,4 +37,10 @@ int pg_ckpt_save(pg_run *r, int64_t step);
  * 0 with *start_step set, or 1 after printing why nothing is usable. */
 int pg_ckpt_resume(pg_run *r, int64_t *start_step);
 
+/* Not collective: remove from every DIR/step-* this stage's temporaries
+ * (stage<k>.safetensors.tmp.<pid>; stage 0 also MANIFEST's and DIR/LATEST's)
+ * whose writer died (a stage killed while it wrote a checkpoint), and a step
+ * directory left empty by that. Returns how many files were removed. */
+int pg_ckpt_clean_stale(const pg_stage_desc *d, const char *dir);
+
 #endif

@@ -1,16 +1,113 @@
-/* runtime/core/io_atomic.c — tmp file + fsync + rename + fsync(dir); see io_atomic.h. */
+/* runtime/core/io_atomic.c — tmp file + fsync + rename + fsync(dir); writes
+ * protected from signals; stale temporaries of dead writers; see io_atomic.h. */
 #include "io_atomic.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+void pg_io_tmp_name(char *tmp, size_t n, const char *path)
+{
+    snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
+}
+
+/* ---- protection from signals while a user's file is written -------------- */
+
+static const int protected_sigs[3] = {SIGINT, SIGTERM, SIGHUP};
+
+/* The one piece of state a signal handler touches, and the saved actions. */
+static struct {
+    int depth;                      /* nesting of begin/end */
+    volatile sig_atomic_t deferred; /* a signal that arrived meanwhile, 0 if none */
+    struct sigaction old[3];
+    int ctl;                        /* piperun's control socket; -1 none */
+} prot = {.ctl = -1};
+
+static void on_deferred(int sig)
+{
+    prot.deferred = sig;
+}
+
+/* Tell piperun 'W' (writing; looks up its control socket) or 'D' (done), when
+ * it gave us one. */
+static void tell_launcher(char c)
+{
+    if (c == 'W') {
+        const char *v = getenv("PIPE_CONTROL_FD");
+        struct stat st;
+        char *end;
+        long fd = v ? strtol(v, &end, 10) : -1;
+        prot.ctl = v && *v && !*end && fd > 2 && fd < 1024 && fstat((int)fd, &st) == 0 && S_ISSOCK(st.st_mode)
+                       ? (int)fd : -1;
+    }
+    if (prot.ctl >= 0 && send(prot.ctl, &c, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1)
+        prot.ctl = -1; /* piperun is gone or not listening: nobody to tell */
+}
+
+void pg_io_protect_begin(void)
+{
+    if (prot.depth++ > 0)
+        return;
+    tell_launcher('W');
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_deferred;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    for (int i = 0; i < 3; i++)
+        sigaction(protected_sigs[i], &sa, &prot.old[i]);
+}
+
+void pg_io_protect_end(void)
+{
+    if (prot.depth <= 0 || --prot.depth > 0)
+        return;
+    for (int i = 0; i < 3; i++)
+        sigaction(protected_sigs[i], &prot.old[i], NULL);
+    tell_launcher('D');
+    int sig = prot.deferred;
+    prot.deferred = 0;
+    if (sig)
+        raise(sig); /* now, with what the process had before: stop, or record (--save-on-exit) */
+}
+
+/* ---- stale temporaries ------------------------------------------------------- */
+
+int pg_io_remove_stale_tmp(const char *dir, const char *base)
+{
+    DIR *dd = opendir(dir);
+    if (!dd)
+        return 0;
+    size_t bl = strlen(base);
+    int removed = 0;
+    struct dirent *e;
+    while ((e = readdir(dd))) {
+        const char *n = e->d_name;
+        if (strncmp(n, base, bl) != 0 || strncmp(n + bl, ".tmp.", 5) != 0)
+            continue;
+        char *end;
+        long pid = strtol(n + bl + 5, &end, 10);
+        if (*end || end == n + bl + 5 || pid <= 0 || pid == (long)getpid())
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue; /* its writer may still be running */
+        char p[4096];
+        if (snprintf(p, sizeof p, "%s/%s", dir, n) < (int)sizeof p && unlink(p) == 0)
+            removed++;
+    }
+    closedir(dd);
+    return removed;
+}
+
 /* fsync the directory holding path, so the rename itself survives a crash. */
-static void sync_dir_of(const char *path)
+void pg_io_sync_dir_of(const char *path)
 {
     const char *slash = strrchr(path, '/');
     char dir[4096];
@@ -23,20 +120,13 @@ static void sync_dir_of(const char *path)
     close(fd);
 }
 
-int pg_io_write_atomic(const char *path, const void *const *parts, const size_t *lens, int n,
-                       char *err, size_t errlen)
+int pg_io_write_tmp(const char *path, const void *const *parts, const size_t *lens, int n, char *tmp, size_t tmplen,
+                    char *err, size_t errlen)
 {
-    size_t tl = strlen(path) + 32;
-    char *tmp = malloc(tl);
-    if (!tmp) {
-        snprintf(err, errlen, "%s: out of memory", path);
-        return -1;
-    }
-    snprintf(tmp, tl, "%s.tmp.%ld", path, (long)getpid());
+    pg_io_tmp_name(tmp, tmplen, path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         snprintf(err, errlen, "cannot write %s: cannot create %s: %s", path, tmp, strerror(errno));
-        free(tmp);
         return -1;
     }
     const char *what = "write";
@@ -57,15 +147,35 @@ int pg_io_write_atomic(const char *path, const void *const *parts, const size_t 
     }
     if (!e && fsync(fd) != 0) { e = errno; what = "fsync"; }
     if (close(fd) != 0 && !e) { e = errno; what = "close"; }
-    if (!e && rename(tmp, path) != 0) { e = errno; what = "rename"; }
     if (e) {
         unlink(tmp);
         snprintf(err, errlen, "cannot write %s: %s failed: %s (the previous file, if any, is untouched)", path,
                  what, strerror(e));
-        free(tmp);
         return -1;
     }
-    free(tmp);
-    sync_dir_of(path);
     return 0;
+}
+
+int pg_io_write_atomic(const char *path, const void *const *parts, const size_t *lens, int n,
+                       char *err, size_t errlen)
+{
+    size_t tl = strlen(path) + 32;
+    char *tmp = malloc(tl);
+    if (!tmp) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        return -1;
+    }
+    pg_io_protect_begin();
+    int rc = pg_io_write_tmp(path, parts, lens, n, tmp, tl, err, errlen);
+    if (rc == 0 && rename(tmp, path) != 0) {
+        snprintf(err, errlen, "cannot write %s: rename failed: %s (the previous file, if any, is untouched)", path,
+                 strerror(errno));
+        unlink(tmp);
+        rc = -1;
+    }
+    if (rc == 0)
+        pg_io_sync_dir_of(path);
+    free(tmp);
+    pg_io_protect_end();
+    return rc;
 }

@@ -325,7 +325,7 @@ static int master_rendezvous(pg_net *n, const pg_launch *l, const pg_net_config 
     int *port = calloc((size_t)world, sizeof *port);
     int rc = -1, joined = 0;
     if (!addr || !port) {
-        seterr(err, errlen, "stage 0: out of memory during rendezvous");
+        seterr(err, errlen, "out of memory during rendezvous");
         goto out;
     }
     double deadline = now_s() + cfg->connect_timeout_s;
@@ -404,7 +404,7 @@ static int master_rendezvous(pg_net *n, const pg_launch *l, const pg_net_config 
     size_t tb = 12 + (size_t)world * (ADDR_BYTES + 4);
     unsigned char *tbl = calloc(1, tb);
     if (!tbl) {
-        seterr(err, errlen, "stage 0: out of memory during rendezvous");
+        seterr(err, errlen, "out of memory during rendezvous");
         goto out;
     }
     pg_put32(tbl, REPLY_MAGIC);
@@ -437,12 +437,12 @@ static int peer_rendezvous(pg_net *n, const pg_launch *l, const pg_net_config *c
     int lfd = listen_on(0, &lport, &e);
     unsigned char *tbl = NULL;
     if (lfd < 0) {
-        seterr(err, errlen, "stage %d: cannot open a listening socket: %s", me, strerror(e));
+        seterr(err, errlen, "cannot open a listening socket: %s", strerror(e));
         return -1;
     }
     int mfd = connect_retry(l->master_host, l->master_port, cfg->connect_timeout_s, &e);
     if (mfd < 0) {
-        seterr(err, errlen, "stage %d: cannot reach master %s:%d after %g s: %s", me, l->master_host,
+        seterr(err, errlen, "cannot reach master %s:%d after %g s: %s", l->master_host,
                l->master_port, cfg->connect_timeout_s, strerror(e));
         goto out;
     }
@@ -459,7 +459,7 @@ static int peer_rendezvous(pg_net *n, const pg_launch *l, const pg_net_config *c
     unsigned char hb[HELLO_BYTES];
     hello_encode(hb, &h);
     if (write_all(mfd, hb, sizeof hb) != 0) {
-        seterr(err, errlen, "stage %d: cannot send hello to master %s:%d: %s", me, l->master_host,
+        seterr(err, errlen, "cannot send hello to master %s:%d: %s", l->master_host,
                l->master_port, strerror(errno));
         goto out;
     }
@@ -468,7 +468,7 @@ static int peer_rendezvous(pg_net *n, const pg_launch *l, const pg_net_config *c
     unsigned char rh[12];
     int r = read_until(mfd, rh, sizeof rh, deadline, NULL);
     if (r != 0 || pg_get32(rh) != REPLY_MAGIC) {
-        seterr(err, errlen, "stage %d: master %s:%d %s during rendezvous", me, l->master_host, l->master_port,
+        seterr(err, errlen, "master %s:%d %s during rendezvous", l->master_host, l->master_port,
                r == -2 ? "closed the connection" : r == -3 ? "did not answer" : "sent garbage");
         goto out;
     }
@@ -478,19 +478,19 @@ static int peer_rendezvous(pg_net *n, const pg_launch *l, const pg_net_config *c
         size_t len = cnt < sizeof reason - 1 ? cnt : sizeof reason - 1;
         if (read_until(mfd, reason, len, deadline, NULL) != 0) len = 0;
         reason[len] = 0;
-        seterr(err, errlen, "stage %d: rendezvous refused by master %s:%d: %s", me, l->master_host,
+        seterr(err, errlen, "rendezvous refused by master %s:%d: %s", l->master_host,
                l->master_port, reason);
         rc = -2;
         goto out;
     }
     if ((int)cnt != world) {
-        seterr(err, errlen, "stage %d: master sent a table for %u stages, expected %d", me, cnt, world);
+        seterr(err, errlen, "master sent a table for %u stages, expected %d", cnt, world);
         goto out;
     }
     size_t tb = (size_t)world * (ADDR_BYTES + 4);
     tbl = malloc(tb);
     if (!tbl || read_until(mfd, tbl, tb, deadline, NULL) != 0) {
-        seterr(err, errlen, "stage %d: lost the master while reading the address table", me);
+        seterr(err, errlen, "lost the master while reading the address table");
         goto out;
     }
     /* Lower ranks first: their listening sockets exist already, so connect()
@@ -502,7 +502,7 @@ static int peer_rendezvous(pg_net *n, const pg_launch *l, const pg_net_config *c
         int p = (int)pg_get32(tbl + (size_t)i * (ADDR_BYTES + 4) + ADDR_BYTES);
         int fd = connect_retry(a, p, cfg->connect_timeout_s, &e);
         if (fd < 0) {
-            seterr(err, errlen, "stage %d: cannot connect to stage %d at %s:%d: %s", me, i, a, p, strerror(e));
+            seterr(err, errlen, "cannot connect to stage %d at %s:%d: %s", i, a, p, strerror(e));
             goto out;
         }
         n->p[i].fd = fd;
@@ -511,7 +511,7 @@ static int peer_rendezvous(pg_net *n, const pg_launch *l, const pg_net_config *c
         pg_put32(mh + 4, (uint32_t)me);
         pg_put64(mh + 8, cfg->plan_hash);
         if (write_all(fd, mh, sizeof mh) != 0) {
-            seterr(err, errlen, "stage %d: cannot greet stage %d: %s", me, i, strerror(errno));
+            seterr(err, errlen, "cannot greet stage %d: %s", i, strerror(errno));
             goto out;
         }
     }
@@ -519,7 +519,7 @@ static int peer_rendezvous(pg_net *n, const pg_launch *l, const pg_net_config *c
     for (int k = me + 1; k < world; k++) {
         int fd = accept_until(lfd, mdl, NULL, 0);
         if (fd < 0) {
-            seterr(err, errlen, "stage %d: higher stages did not connect: %s", me, strerror(errno));
+            seterr(err, errlen, "higher stages did not connect: %s", strerror(errno));
             goto out;
         }
         unsigned char mh[16];
@@ -574,7 +574,7 @@ static void *sender_main(void *arg)
 pg_net *pg_net_init(const pg_launch *l, const pg_net_config *cfg, char *err, size_t errlen)
 {
     if (l->world < 1 || l->rank < 0 || l->rank >= l->world) {
-        seterr(err, errlen, "stage %d of world %d: rank must be in 0..world-1", l->rank, l->world);
+        seterr(err, errlen, "rank %d of a world of %d: the rank must be in 0..world-1", l->rank, l->world);
         return NULL;
     }
     if (cfg->stage != l->rank) {
@@ -585,7 +585,7 @@ pg_net *pg_net_init(const pg_launch *l, const pg_net_config *cfg, char *err, siz
     pg_net *n = calloc(1, sizeof *n);
     if (!n || !(n->p = calloc((size_t)l->world, sizeof *n->p))) {
         free(n);
-        seterr(err, errlen, "stage %d: out of memory", l->rank);
+        seterr(err, errlen, "out of memory");
         return NULL;
     }
     n->rank = l->rank;
@@ -603,7 +603,7 @@ pg_net *pg_net_init(const pg_launch *l, const pg_net_config *cfg, char *err, siz
         p->cap = want + RING_SLACK;
         p->ring = malloc(p->cap);
         if (!p->ring) {
-            seterr(err, errlen, "stage %d: cannot allocate a %zu-byte send buffer for stage %d", n->rank, p->cap, i);
+            seterr(err, errlen, "cannot allocate a %zu-byte send buffer for stage %d", p->cap, i);
             goto fail;
         }
         pthread_mutex_init(&p->mu, NULL);
@@ -611,7 +611,7 @@ pg_net *pg_net_init(const pg_launch *l, const pg_net_config *cfg, char *err, siz
         if (pthread_create(&p->thr, NULL, sender_main, p) != 0) {
             pthread_cond_destroy(&p->cv);
             pthread_mutex_destroy(&p->mu);
-            seterr(err, errlen, "stage %d: cannot start the sender thread for stage %d", n->rank, i);
+            seterr(err, errlen, "cannot start the sender thread for stage %d", i);
             goto fail;
         }
         p->thr_started = 1;
@@ -625,7 +625,7 @@ fail:
 static int bad_peer(pg_net *n, int peer_, const char *what)
 {
     if (peer_ < 0 || peer_ >= n->world || n->p[peer_].fd < 0 || !n->p[peer_].thr_started) {
-        seterr(n->err, sizeof n->err, "stage %d: %s stage %d: no such link (world %d)", n->rank, what, peer_, n->world);
+        seterr(n->err, sizeof n->err, "%s stage %d: no such link (world %d)", what, peer_, n->world);
         return 1;
     }
     return 0;
@@ -642,7 +642,7 @@ static pg_net_status dead_status(pg_net *n, int i, int e)
     if (e == EPIPE || e == ECONNRESET || e == 0)
         seterr(n->err, sizeof n->err, "stage %d closed its connection (it exited or was killed)", i);
     else
-        seterr(n->err, sizeof n->err, "stage %d: sending to stage %d failed: %s", n->rank, i, strerror(e));
+        seterr(n->err, sizeof n->err, "sending to stage %d failed: %s", i, strerror(e));
     return e == EPIPE || e == ECONNRESET || e == 0 ? PG_NET_CLOSED : PG_NET_ERROR;
 }
 
@@ -691,8 +691,7 @@ pg_net_status pg_net_recv(pg_net *n, int from, uint32_t tag, void *buf, size_t b
         return PG_NET_CLOSED;
     }
     if (p->rx_broken) {
-        seterr(n->err, sizeof n->err, "stage %d: the link from stage %d is out of step after an earlier mismatch",
-               n->rank, from);
+        seterr(n->err, sizeof n->err, "the link from stage %d is out of step after an earlier mismatch", from);
         return PG_NET_MISMATCH;
     }
     double deadline = now_s() + timeout_s;
@@ -704,15 +703,13 @@ pg_net_status pg_net_recv(pg_net *n, int from, uint32_t tag, void *buf, size_t b
             uint64_t b = pg_get64(p->rx_hdr + 8);
             if (m != MSG_MAGIC) {
                 p->rx_broken = 1;
-                seterr(n->err, sizeof n->err, "stage %d: garbage on the link from stage %d (bad message magic)",
-                       n->rank, from);
+                seterr(n->err, sizeof n->err, "garbage on the link from stage %d (bad message magic)", from);
                 return PG_NET_MISMATCH;
             }
             if (t != tag || b != (uint64_t)bytes) {
                 p->rx_broken = 1;
-                seterr(n->err, sizeof n->err,
-                       "stage %d expected tag %u (%zu bytes) from stage %d but received tag %u (%llu bytes)",
-                       n->rank, tag, bytes, from, t, (unsigned long long)b);
+                seterr(n->err, sizeof n->err, "expected tag %u (%zu bytes) from stage %d but received tag %u (%llu bytes)",
+                       tag, bytes, from, t, (unsigned long long)b);
                 return PG_NET_MISMATCH;
             }
             p->rx_got = 0;
@@ -725,8 +722,8 @@ pg_net_status pg_net_recv(pg_net *n, int from, uint32_t tag, void *buf, size_t b
         return PG_NET_OK;
     }
     if (r == -3) {
-        seterr(n->err, sizeof n->err, "stage %d: no message from stage %d within %g s (expected tag %u, %zu bytes)",
-               n->rank, from, timeout_s, tag, bytes);
+        seterr(n->err, sizeof n->err, "no message from stage %d within %g s (expected tag %u, %zu bytes)", from,
+               timeout_s, tag, bytes);
         return PG_NET_TIMEOUT;
     }
     if (r == -1 && (errno == ETIMEDOUT || errno == EHOSTUNREACH || errno == ENETUNREACH)) {
@@ -741,7 +738,7 @@ pg_net_status pg_net_recv(pg_net *n, int from, uint32_t tag, void *buf, size_t b
         seterr(n->err, sizeof n->err, "stage %d closed its connection (it exited or was killed)", from);
         return PG_NET_CLOSED;
     }
-    seterr(n->err, sizeof n->err, "stage %d: receiving from stage %d failed: %s", n->rank, from, strerror(errno));
+    seterr(n->err, sizeof n->err, "receiving from stage %d failed: %s", from, strerror(errno));
     return PG_NET_ERROR;
 }
 
@@ -757,7 +754,7 @@ pg_net_status pg_net_flush(pg_net *n, double timeout_s)
             if (left <= 0) {
                 size_t u = p->used;
                 pthread_mutex_unlock(&p->mu);
-                seterr(n->err, sizeof n->err, "stage %d: %zu bytes to stage %d still unsent after %g s", n->rank,
+                seterr(n->err, sizeof n->err, "%zu bytes to stage %d still unsent after %g s",
                        u, i, timeout_s);
                 return PG_NET_TIMEOUT;
             }

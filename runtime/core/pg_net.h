@@ -9,7 +9,9 @@
  *  - messages on one pair arrive in send order; each carries a tag and a byte
  *    count, and a receive whose expectation differs fails with both named.
  * Every failure returns a pg_net_status and leaves a readable message in
- * pg_net_error(n) that names the peer stage. */
+ * pg_net_error(n) that names the peer stage. These messages (and pg_net_init's)
+ * never name this process's own stage: the caller prints them after its own
+ * "stage k: ", so that no line says "stage 1: stage 1: ...". */
 #ifndef PG_NET_H
 #define PG_NET_H
 

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "pg_io.h"
+#include "pg_version.h"
 
 static void usage(FILE *o)
 {
@@ -18,7 +19,7 @@ static void usage(FILE *o)
             "usage: pipedata text FILE -o OUT.pgd   bytes of FILE as i32 tokens 0..255 (vocab 256),\n"
             "                                       one rank-1 stream (dims [ntokens]) for --data\n"
             "       pipedata bytes IN.pgd -o OUT    a token stream back to bytes (tokens 0..255)\n"
-            "       pipedata --help\n"
+            "       pipedata --help | --version\n"
             "A language model (input and target i32[seq]) reads the stream with --data: sample i\n"
             "is the window of seq tokens at a seeded offset, its target the window one further.\n");
 }
@@ -126,6 +127,10 @@ int main(int argc, char **argv)
 {
     if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         usage(stdout);
+        return 0;
+    }
+    if (argc == 2 && !strcmp(argv[1], "--version")) {
+        printf("pipedata (pipegen " PIPEGEN_VERSION ")\n");
         return 0;
     }
     if (argc != 5 || strcmp(argv[3], "-o") || (strcmp(argv[1], "text") && strcmp(argv[1], "bytes"))) {

@@ -7,9 +7,11 @@
  * already set) and PIPE_LOCAL_WORLD (the stage count: they share this host's
  * cores), relays every line they print prefixed "[stage k] ", forwards
  * SIGINT/SIGTERM, and when one stage fails stops the others (SIGTERM, then
- * SIGKILL after 5 s) and exits with the first failure's status (128+signal for
- * a stage killed by a signal). Each stage runs in its own process group, so a
- * stop reaches whatever it started, and dies with piperun (PR_SET_PDEATHSIG).
+ * SIGKILL after 5 s, but never while a stage says on its control socket,
+ * PIPE_CONTROL_FD, that it writes a file for the user) and exits with the
+ * first failure's status (128+signal for a stage killed by a signal). Each
+ * stage runs in its own process group, so a stop reaches whatever it started,
+ * and dies with piperun (PR_SET_PDEATHSIG).
  * A standalone program: not part of the runtime library. */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -27,6 +29,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "pg_version.h"
 
 #define MAX_STAGES 256
 #define LINE_MAX_BYTES 65536
@@ -62,6 +66,8 @@ typedef struct stage {
     pid_t pid;              /* 0 once reaped */
     int status;             /* wait status once reaped */
     stream s[2];
+    int ctl;                /* our end of its control socket (PIPE_CONTROL_FD); -1 when closed */
+    int writing;            /* it said 'W' (writing a file for the user) and not yet 'D' */
 } stage;
 
 typedef struct piperun {
@@ -146,6 +152,31 @@ static void signal_all(piperun *pr, int sig)
         if (pr->st[k].pid > 0) kill(-pr->st[k].pid, sig); /* its process group */
 }
 
+/* After the grace period: SIGKILL every stage that is not writing a file for
+ * the user (one that is gets it once it says it is done). */
+static void kill_idle(piperun *pr)
+{
+    for (int k = 0; k < pr->n; k++)
+        if (pr->st[k].pid > 0 && !pr->st[k].writing) kill(-pr->st[k].pid, SIGKILL);
+}
+
+/* A stage's control messages: 'W' it starts writing a file for the user
+ * (runtime/core/io_atomic.c), 'D' it is done; at EOF it is done too. */
+static void read_control(stage *st)
+{
+    char b[64];
+    ssize_t r = read(st->ctl, b, sizeof b);
+    if (r < 0 && (errno == EINTR || errno == EAGAIN)) return;
+    if (r <= 0) {
+        close(st->ctl);
+        st->ctl = -1;
+        st->writing = 0;
+        return;
+    }
+    for (ssize_t i = 0; i < r; i++)
+        if (b[i] == 'W' || b[i] == 'D') st->writing = b[i] == 'W';
+}
+
 static void start_stopping(piperun *pr)
 {
     if (pr->kill_at == 0) {
@@ -213,12 +244,32 @@ static int pipe_cloexec(int fds[2], int nonblock)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: piperun DIR [--] [stage args...]\n"
-               "  Runs DIR/stage0, DIR/stage1, ... as one pipeline on this machine, with\n"
-               "  PIPE_RANK, PIPE_WORLD and PIPE_MASTER set (PIPE_MASTER: a free loopback\n"
-               "  port unless already set). Output lines are prefixed \"[stage k] \".\n"
-               "  When a stage fails the others are stopped and piperun exits with the\n"
-               "  first failure's status (128+N for a stage killed by signal N).\n");
+    fprintf(f, "usage: piperun DIR [--] [stage options...]\n"
+               "       piperun --help | --version\n"
+               "\n"
+               "Runs DIR/stage0, DIR/stage1, ... (consecutive numbers) as one pipeline on this\n"
+               "machine and passes every stage the same stage options. The stage options\n"
+               "(--steps, --data, --save, --checkpoint-dir, --trace, ...) are listed by\n"
+               "`DIR/stage0 --help` and in README.md, \"Launching\".\n"
+               "\n"
+               "Environment of each stage: PIPE_RANK=k, PIPE_WORLD=N, PIPE_MASTER (a free\n"
+               "loopback port, or PIPE_MASTER as set for piperun), PIPE_LOCAL_WORLD=N.\n"
+               "Threads: a stage's default --threads is the cores of this machine divided by\n"
+               "PIPE_LOCAL_WORLD (at least 1), so the stages share the cores; --threads T\n"
+               "gives every stage T threads instead.\n"
+               "Output: every line a stage prints is relayed prefixed \"[stage k] \" (stdout to\n"
+               "stdout, stderr to stderr).\n"
+               "Signals: SIGINT and SIGTERM (Ctrl-C) are forwarded to every stage (with\n"
+               "--save-on-exit they finish the step and write a checkpoint first). When a\n"
+               "stage fails, the others get SIGTERM. A stage still running %.0f s after a\n"
+               "forwarded signal or a SIGTERM is killed (SIGKILL), except while it writes a\n"
+               "file for the user (--save, --save-grads, a checkpoint, a trace or profile):\n"
+               "that is never cut short, and the signal takes effect once the file is written.\n"
+               "Each stage runs in its own process group and dies with piperun.\n"
+               "Exit status: 0 when every stage exits 0; otherwise the first failing stage's\n"
+               "status (its exit code, or 128+N when killed by signal N); 1 when piperun\n"
+               "itself fails (cannot start a stage); 2 on a usage error.\n",
+            STOP_GRACE_S);
 }
 
 static int free_port(void)
@@ -238,7 +289,7 @@ static int free_port(void)
 }
 
 /* In the child: set up the environment and exec; never returns. */
-static void exec_stage(const char *path, int k, int n, const char *master, int out_w, int err_w,
+static void exec_stage(const char *path, int k, int n, const char *master, int out_w, int err_w, int ctl_w,
                        pid_t parent, char **extra, int nextra)
 {
     setpgid(0, 0);
@@ -257,6 +308,12 @@ static void exec_stage(const char *path, int k, int n, const char *master, int o
     setenv("PIPE_WORLD", v, 1);
     setenv("PIPE_MASTER", master, 1);
     setenv("PIPE_LOCAL_WORLD", v, 1); /* every stage is on this host: they share its cores */
+    if (ctl_w > 2 && fcntl(ctl_w, F_SETFD, 0) == 0) { /* kept across exec: the stage reports its writes */
+        snprintf(v, sizeof v, "%d", ctl_w);
+        setenv("PIPE_CONTROL_FD", v, 1);
+    } else {
+        unsetenv("PIPE_CONTROL_FD");
+    }
     char **argv = calloc((size_t)nextra + 2, sizeof *argv);
     if (!argv) _exit(127);
     argv[0] = (char *)path;
@@ -274,6 +331,10 @@ int main(int argc, char **argv)
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("piperun (pipegen " PIPEGEN_VERSION ")\n");
         return 0;
     }
     if (argv[1][0] == '-') {
@@ -348,30 +409,40 @@ int main(int argc, char **argv)
         free(paths);
         return 1;
     }
-    for (int k = 0; k < pr.n; k++)
+    for (int k = 0; k < pr.n; k++) {
+        pr.st[k].ctl = -1;
         for (int j = 0; j < 2; j++) {
             pr.st[k].s[j].fd = -1;
             pr.st[k].s[j].out = j + 1;
         }
+    }
     pid_t self = getpid();
     for (int k = 0; k < pr.n; k++) {
-        int po[2], pe[2];
+        int po[2], pe[2], pc[2];
         if (pipe_cloexec(po, 0) != 0) { pr.exit_code = 1; break; }
         if (pipe_cloexec(pe, 0) != 0) { close(po[0]); close(po[1]); pr.exit_code = 1; break; }
-        pid_t pid = fork();
-        if (pid < 0) {
-            fprintf(stderr, "piperun: cannot start stage %d: %s\n", k, strerror(errno));
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pc) != 0) {
             close(po[0]); close(po[1]); close(pe[0]); close(pe[1]);
             pr.exit_code = 1;
             break;
         }
-        if (pid == 0) exec_stage(paths[k], k, pr.n, master, po[1], pe[1], self, extra, nextra);
+        pid_t pid = fork();
+        if (pid < 0) {
+            fprintf(stderr, "piperun: cannot start stage %d: %s\n", k, strerror(errno));
+            close(po[0]); close(po[1]); close(pe[0]); close(pe[1]); close(pc[0]); close(pc[1]);
+            pr.exit_code = 1;
+            break;
+        }
+        if (pid == 0) exec_stage(paths[k], k, pr.n, master, po[1], pe[1], pc[1], self, extra, nextra);
         setpgid(pid, pid); /* also here, so the group exists before we might signal it */
         close(po[1]);
         close(pe[1]);
+        close(pc[1]);
+        fcntl(pc[0], F_SETFL, fcntl(pc[0], F_GETFL) | O_NONBLOCK);
         pr.st[k].pid = pid;
         pr.st[k].s[0].fd = po[0];
         pr.st[k].s[1].fd = pe[0];
+        pr.st[k].ctl = pc[0];
     }
     free(paths);
     if (pr.exit_code != 0) {
@@ -380,8 +451,8 @@ int main(int argc, char **argv)
     }
 
     double drain_until = 0; /* after the last child: bounded wait for leftover output */
-    struct pollfd *pf = calloc((size_t)pr.n * 2 + 1, sizeof *pf);
-    int (*who)[2] = calloc((size_t)pr.n * 2 + 1, sizeof *who);
+    struct pollfd *pf = calloc((size_t)pr.n * 3 + 1, sizeof *pf);
+    int (*who)[2] = calloc((size_t)pr.n * 3 + 1, sizeof *who);
     if (!pf || !who) {
         fprintf(stderr, "piperun: out of memory\n");
         signal_all(&pr, SIGKILL);
@@ -398,7 +469,7 @@ int main(int argc, char **argv)
             if (pr.kill_at == 0) pr.kill_at = now_s() + STOP_GRACE_S;
         }
         reap(&pr);
-        if (pr.kill_at && now_s() >= pr.kill_at) signal_all(&pr, SIGKILL);
+        if (pr.kill_at && now_s() >= pr.kill_at) kill_idle(&pr);
         if (!alive(&pr)) {
             if (drain_until == 0) drain_until = now_s() + 1.0;
             if (open_streams(&pr) == 0 || now_s() >= drain_until) break;
@@ -408,14 +479,16 @@ int main(int argc, char **argv)
         pf[np].events = POLLIN;
         np++;
         for (int k = 0; k < pr.n; k++)
-            for (int j = 0; j < 2; j++)
-                if (pr.st[k].s[j].fd >= 0) {
-                    pf[np].fd = pr.st[k].s[j].fd;
+            for (int j = 0; j < 3; j++) {
+                int fd = j < 2 ? pr.st[k].s[j].fd : pr.st[k].ctl;
+                if (fd >= 0) {
+                    pf[np].fd = fd;
                     pf[np].events = POLLIN;
                     who[np][0] = k;
                     who[np][1] = j;
                     np++;
                 }
+            }
         double next = 1.0;
         if (pr.kill_at) next = pr.kill_at - now_s();
         if (drain_until) next = drain_until - now_s();
@@ -429,14 +502,19 @@ int main(int argc, char **argv)
             while (read(wake[0], b, sizeof b) > 0) {}
         }
         for (int i = 1; i < np; i++)
-            if (pf[i].revents) read_stream(who[i][0], &pr.st[who[i][0]].s[who[i][1]]);
+            if (pf[i].revents && who[i][1] == 2)
+                read_control(&pr.st[who[i][0]]);
+            else if (pf[i].revents)
+                read_stream(who[i][0], &pr.st[who[i][0]].s[who[i][1]]);
     }
-    for (int k = 0; k < pr.n; k++)
+    for (int k = 0; k < pr.n; k++) {
         for (int j = 0; j < 2; j++)
             if (pr.st[k].s[j].fd >= 0) {
                 relay_lines(k, &pr.st[k].s[j], 1);
                 close(pr.st[k].s[j].fd);
             }
+        if (pr.st[k].ctl >= 0) close(pr.st[k].ctl);
+    }
     free(pf);
     free(who);
     free(pr.st);

@@ -85,6 +85,13 @@ int pg_run_tokens_load(pg_run *r, int64_t step);
  * --generate (forward-only sampling through the stages). 0 or 1 (printed). */
 int pg_run_load_params(pg_run *r);
 int pg_run_generate(pg_run *r);
+/* Can --generate/--prompt run on this model? 0, or -1 with the reason in err. */
+int pg_run_generate_check(const pg_run *r, char *err, size_t errlen);
+
+/* Before any work (preflight.c): --generate/--prompt fit the model and every
+ * file this stage will write can be written; removes temporaries of dead
+ * writers. 0, or 2 (a usage error) after printing each problem. */
+int pg_run_preflight(pg_run *r);
 /* trace.c: --trace / --profile. init (start-up, before the network): the
  * event ring; sync (after pg_guard_init, every stage): stage 0's clock offset
  * (0 on the same host, else the best of a few pings); action/step (inside a

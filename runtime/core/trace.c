@@ -38,6 +38,7 @@
  * before and after a step's actions; stage_costs() below) and the measured
  * message transit, per-send cost to the sender and per-receive cost to the
  * receiver (of a message already sent when the RECV began). */
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -45,6 +46,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "io_atomic.h"
 #include "stage_run.h"
 
 #define PG_TAG_TRACE 26u /* kind of the trace messages: clock sync and the gather */
@@ -381,7 +383,7 @@ static void run_info(FILE *o, const pg_run *r, const stage_events *se)
 /* Open path.tmp; finish() renames it over path. */
 static FILE *open_tmp(const char *path, char *tmp, size_t n)
 {
-    snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
+    pg_io_tmp_name(tmp, n, path);
     return fopen(tmp, "w");
 }
 
@@ -391,7 +393,7 @@ static int finish_file(FILE *f, const char *tmp, const char *path, const char *w
     if (fclose(f) != 0)
         bad = 1;
     if (bad || rename(tmp, path) != 0) {
-        fprintf(stderr, "stage 0: cannot write the %s %s\n", what, path);
+        fprintf(stderr, "stage 0: cannot write the %s %s: %s\n", what, path, strerror(errno));
         remove(tmp);
         return 1;
     }
@@ -404,7 +406,7 @@ static int write_trace(pg_run *r, const stage_events *se)
     char tmp[4096];
     FILE *o = open_tmp(r->opt.trace, tmp, sizeof tmp);
     if (!o) {
-        fprintf(stderr, "stage 0: cannot write the trace %s\n", r->opt.trace);
+        fprintf(stderr, "stage 0: cannot write the trace %s: %s\n", r->opt.trace, strerror(errno));
         return 1;
     }
     double zero = INFINITY;
@@ -636,7 +638,7 @@ static int write_profile(pg_run *r, const stage_events *se)
     char tmp[4096];
     FILE *o = open_tmp(r->opt.profile, tmp, sizeof tmp);
     if (!o) {
-        fprintf(stderr, "stage 0: cannot write the profile %s\n", r->opt.profile);
+        fprintf(stderr, "stage 0: cannot write the profile %s: %s\n", r->opt.profile, strerror(errno));
         return 1;
     }
     fprintf(o, "{\"format\": \"pipegen-profile\", \"version\": 1, ");

@@ -156,7 +156,7 @@ static int is_device(const void *p)
 /* A CUDA error on link `peer`: message in n->err, PG_NET_ERROR. */
 static pg_net_status cuda_err(pg_net *n, int peer, const char *what, cudaError_t e)
 {
-    seterr(n->err, sizeof n->err, "stage %d: %s with stage %d failed on the GPU: %s (%s)", n->rank, what, peer,
+    seterr(n->err, sizeof n->err, "%s with stage %d failed on the GPU: %s (%s)", what, peer,
            cudaGetErrorString(e), cudaGetErrorName(e));
     return PG_NET_ERROR;
 }
@@ -189,8 +189,7 @@ static pg_net_status nccl_settle(pg_net *n, dlink *L, int peer, ncclComm_t comm,
     while (rc == ncclInProgress) {
         if (now_s() > deadline) {
             link_abort(L);
-            seterr(n->err, sizeof n->err, "stage %d: %s with stage %d did not complete in time (NCCL link aborted)",
-                   n->rank, what, peer);
+            seterr(n->err, sizeof n->err, "%s with stage %d did not complete in time (NCCL link aborted)", what, peer);
             return PG_NET_TIMEOUT;
         }
         nap();
@@ -200,8 +199,8 @@ static pg_net_status nccl_settle(pg_net *n, dlink *L, int peer, ncclComm_t comm,
     if (rc != ncclSuccess) {
         const char *why = ncclGetErrorString(rc);
         link_abort(L);
-        seterr(n->err, sizeof n->err, "stage %d: %s with stage %d failed: %s (stage %d died or the link broke)",
-               n->rank, what, peer, why, peer);
+        seterr(n->err, sizeof n->err, "%s with stage %d failed: %s (stage %d died or the link broke)", what, peer, why,
+               peer);
         return PG_NET_CLOSED;
     }
     return PG_NET_OK;
@@ -223,7 +222,7 @@ static pg_net_status wait_event(pg_net *n, dlink *L, int peer, cudaEvent_t ev, n
             if (ncclCommGetAsyncError(comm, &ae) == ncclSuccess && ae != ncclSuccess && ae != ncclInProgress) {
                 link_abort(L);
                 seterr(n->err, sizeof n->err,
-                       "stage %d: the NCCL link with stage %d failed: %s (stage %d died or the link broke)", n->rank,
+                       "the NCCL link with stage %d failed: %s (stage %d died or the link broke)",
                        peer, ncclGetErrorString(ae), peer);
                 return PG_NET_CLOSED;
             }
@@ -244,7 +243,7 @@ static int grow_host(pg_net *n, size_t bytes)
         return 0;
     void *p = realloc(n->hstage, bytes);
     if (!p) {
-        seterr(n->err, sizeof n->err, "stage %d: cannot allocate %zu bytes of host staging", n->rank, bytes);
+        seterr(n->err, sizeof n->err, "cannot allocate %zu bytes of host staging", bytes);
         return 1;
     }
     n->hstage = p;
@@ -264,7 +263,7 @@ static int grow_dev(pg_net *n, size_t bytes)
     if (e != cudaSuccess) {
         cudaGetLastError();
         n->dstage = NULL;
-        seterr(n->err, sizeof n->err, "stage %d: cannot allocate %zu bytes of GPU staging: %s", n->rank, bytes,
+        seterr(n->err, sizeof n->err, "cannot allocate %zu bytes of GPU staging: %s", bytes,
                cudaGetErrorString(e));
         return 1;
     }
@@ -281,7 +280,7 @@ static pg_net_status retire_oldest(pg_net *n, int to, double deadline)
     const slot *o = &L->q[L->qhead];
     char late[256];
     seterr(late, sizeof late,
-           "stage %d: stage %d has not taken message %llu (%zu bytes) out of the send ring within %g s", n->rank, to,
+           "stage %d has not taken message %llu (%zu bytes) out of the send ring within %g s", to,
            (unsigned long long)o->seq, o->len, SEND_WAIT_S);
     if (L->same_dev) {
         unsigned long long *ctr = (unsigned long long *)(L->sring + L->send_cap);
@@ -348,7 +347,7 @@ static pg_net_status send_header(pg_net *n, int to, uint32_t tag, uint32_t path,
 static int bad_peer(pg_net *n, int peer, const char *what)
 {
     if (peer < 0 || peer >= n->world || peer == n->rank) {
-        seterr(n->err, sizeof n->err, "stage %d: %s stage %d: no such link (world %d)", n->rank, what, peer,
+        seterr(n->err, sizeof n->err, "%s stage %d: no such link (world %d)", what, peer,
                n->world);
         return 1;
     }
@@ -361,7 +360,7 @@ pg_net_status pg_net_send(pg_net *n, int to, uint32_t tag, const void *buf, size
         return PG_NET_ERROR;
     dlink *L = &n->l[to];
     if (L->dead) {
-        seterr(n->err, sizeof n->err, "stage %d: the link to stage %d failed earlier", n->rank, to);
+        seterr(n->err, sizeof n->err, "the link to stage %d failed earlier", to);
         return PG_NET_CLOSED;
     }
     int dev = bytes > 0 && is_device(buf);
@@ -421,12 +420,11 @@ pg_net_status pg_net_recv(pg_net *n, int from, uint32_t tag, void *buf, size_t b
         return PG_NET_ERROR;
     dlink *L = &n->l[from];
     if (L->rbroken) {
-        seterr(n->err, sizeof n->err, "stage %d: the link from stage %d is out of step after an earlier mismatch",
-               n->rank, from);
+        seterr(n->err, sizeof n->err, "the link from stage %d is out of step after an earlier mismatch", from);
         return PG_NET_MISMATCH;
     }
     if (L->dead) {
-        seterr(n->err, sizeof n->err, "stage %d: the link from stage %d failed earlier", n->rank, from);
+        seterr(n->err, sizeof n->err, "the link from stage %d failed earlier", from);
         return PG_NET_CLOSED;
     }
     double deadline = now_s() + timeout_s;
@@ -444,13 +442,12 @@ pg_net_status pg_net_recv(pg_net *n, int from, uint32_t tag, void *buf, size_t b
     uint64_t got = pg_get64(h + 8), off = pg_get64(h + 16), seq = pg_get64(h + 24);
     if (pg_get32(h) != HDR_MAGIC || path > PATH_IPC) {
         L->rbroken = 1;
-        seterr(n->err, sizeof n->err, "stage %d: garbage on the link from stage %d (bad message header)", n->rank, from);
+        seterr(n->err, sizeof n->err, "garbage on the link from stage %d (bad message header)", from);
         return PG_NET_MISMATCH;
     }
     if (got != (uint64_t)bytes) {
         L->rbroken = 1;
-        seterr(n->err, sizeof n->err,
-               "stage %d expected tag %u (%zu bytes) from stage %d but received tag %u (%llu bytes)", n->rank, tag,
+        seterr(n->err, sizeof n->err, "expected tag %u (%zu bytes) from stage %d but received tag %u (%llu bytes)", tag,
                bytes, from, tag, (unsigned long long)got);
         return PG_NET_MISMATCH;
     }
@@ -476,9 +473,9 @@ pg_net_status pg_net_recv(pg_net *n, int from, uint32_t tag, void *buf, size_t b
         (path == PATH_NCCL && !L->rcomm) || seq != L->rseq || (path == PATH_IPC && off + bytes > L->rcap)) {
         L->rbroken = 1;
         seterr(n->err, sizeof n->err,
-               "stage %d: stage %d sent message %llu (%zu bytes at %llu) by %s, which does not match the link set up "
+               "stage %d sent message %llu (%zu bytes at %llu) by %s, which does not match the link set up "
                "at start-up (expected message %llu)",
-               n->rank, from, (unsigned long long)seq, bytes, (unsigned long long)off, path == PATH_IPC ? "CUDA IPC" : "NCCL",
+               from, (unsigned long long)seq, bytes, (unsigned long long)off, path == PATH_IPC ? "CUDA IPC" : "NCCL",
                (unsigned long long)L->rseq);
         return PG_NET_MISMATCH;
     }
@@ -504,8 +501,8 @@ pg_net_status pg_net_recv(pg_net *n, int from, uint32_t tag, void *buf, size_t b
     L->rseq++;
     NET_CUDA(n, from, "recording a receive", cudaEventRecord(n->done, n->stream));
     char late[256];
-    seterr(late, sizeof late, "stage %d: no message from stage %d within %g s (expected tag %u, %zu bytes; header received, "
-           "payload by %s did not arrive)", n->rank, from, timeout_s, tag, bytes, path == PATH_IPC ? "CUDA IPC" : "NCCL");
+    seterr(late, sizeof late, "no message from stage %d within %g s (expected tag %u, %zu bytes; header received, "
+           "payload by %s did not arrive)", from, timeout_s, tag, bytes, path == PATH_IPC ? "CUDA IPC" : "NCCL");
     if ((st = wait_event(n, L, from, n->done, path == PATH_NCCL ? L->rcomm : NULL, deadline, late)))
         return st;
     if (!dev) {
@@ -536,7 +533,7 @@ const char *pg_net_error(const pg_net *n) { return n ? n->err : "no network"; }
     do {                                                                              \
         cudaError_t pg_e_ = (call);                                                   \
         if (pg_e_ != cudaSuccess) {                                                   \
-            seterr(err, errlen, "stage %d: %s failed: %s (%s)", n->rank, (what),       \
+            seterr(err, errlen, "%s failed: %s (%s)", (what),       \
                    cudaGetErrorString(pg_e_), cudaGetErrorName(pg_e_));               \
             return -1;                                                                \
         }                                                                             \
@@ -558,7 +555,7 @@ static int exchange_info(pg_net *n, const pg_net_config *cfg, char *err, size_t 
         pg_put64(m, (uint64_t)(cfg->send_buf_bytes ? cfg->send_buf_bytes[j] : 0));
         memcpy(m + 8, &prop.uuid, 16);
         if (pg_tcp_net_send(n->tcp, j, TAG_INIT_INFO, m, sizeof m)) {
-            seterr(err, errlen, "stage %d: start-up exchange with stage %d: %s", n->rank, j, pg_tcp_net_error(n->tcp));
+            seterr(err, errlen, "start-up exchange with stage %d: %s", j, pg_tcp_net_error(n->tcp));
             return -1;
         }
     }
@@ -567,7 +564,7 @@ static int exchange_info(pg_net *n, const pg_net_config *cfg, char *err, size_t 
             continue;
         unsigned char m[32];
         if (pg_tcp_net_recv(n->tcp, j, TAG_INIT_INFO, m, sizeof m, cfg->connect_timeout_s + 30.0)) {
-            seterr(err, errlen, "stage %d: start-up exchange with stage %d: %s", n->rank, j, pg_tcp_net_error(n->tcp));
+            seterr(err, errlen, "start-up exchange with stage %d: %s", j, pg_tcp_net_error(n->tcp));
             return -1;
         }
         dlink *L = &n->l[j];
@@ -584,7 +581,7 @@ static int setup_links(pg_net *n, const pg_net_config *cfg, char *err, size_t er
 {
     link_msg *m = (link_msg *)calloc(1, sizeof *m);
     if (!m) {
-        seterr(err, errlen, "stage %d: out of memory", n->rank);
+        seterr(err, errlen, "out of memory");
         return -1;
     }
     int rc = -1;
@@ -615,18 +612,18 @@ static int setup_links(pg_net *n, const pg_net_config *cfg, char *err, size_t er
                 e = cudaStreamCreateWithFlags(&L->sstream, cudaStreamNonBlocking);
             ncclResult_t r = e == cudaSuccess ? ncclGetUniqueId(&L->sid) : ncclSuccess;
             if (r != ncclSuccess) {
-                seterr(err, errlen, "stage %d: ncclGetUniqueId failed: %s", n->rank, ncclGetErrorString(r));
+                seterr(err, errlen, "ncclGetUniqueId failed: %s", ncclGetErrorString(r));
                 goto out;
             }
             m->id = L->sid;
         }
         if (e != cudaSuccess) {
-            seterr(err, errlen, "stage %d: setting up the %s link to stage %d (a %zu-byte ring): %s", n->rank,
+            seterr(err, errlen, "setting up the %s link to stage %d (a %zu-byte ring): %s",
                    L->same_dev ? "CUDA IPC" : "NCCL", j, L->send_cap, cudaGetErrorString(e));
             goto out;
         }
         if (pg_tcp_net_send(n->tcp, j, TAG_INIT_LINK, m, sizeof *m)) {
-            seterr(err, errlen, "stage %d: start-up exchange with stage %d: %s", n->rank, j, pg_tcp_net_error(n->tcp));
+            seterr(err, errlen, "start-up exchange with stage %d: %s", j, pg_tcp_net_error(n->tcp));
             goto out;
         }
     }
@@ -635,11 +632,11 @@ static int setup_links(pg_net *n, const pg_net_config *cfg, char *err, size_t er
         if (j == n->rank || !L->has_recv)
             continue;
         if (pg_tcp_net_recv(n->tcp, j, TAG_INIT_LINK, m, sizeof *m, cfg->connect_timeout_s + 30.0)) {
-            seterr(err, errlen, "stage %d: start-up exchange with stage %d: %s", n->rank, j, pg_tcp_net_error(n->tcp));
+            seterr(err, errlen, "start-up exchange with stage %d: %s", j, pg_tcp_net_error(n->tcp));
             goto out;
         }
         if (m->kind != (L->same_dev ? (uint32_t)PATH_IPC : (uint32_t)PATH_NCCL)) {
-            seterr(err, errlen, "stage %d: stage %d disagrees on whether we share a GPU", n->rank, j);
+            seterr(err, errlen, "stage %d disagrees on whether we share a GPU", j);
             goto out;
         }
         L->rkind = (int)m->kind;
@@ -655,7 +652,7 @@ static int setup_links(pg_net *n, const pg_net_config *cfg, char *err, size_t er
             if ((e = cudaIpcOpenEventHandle(&L->rev[i], m->ev[i])) == cudaSuccess)
                 L->nrev++;
         if (e != cudaSuccess) {
-            seterr(err, errlen, "stage %d: opening stage %d's CUDA IPC handles (same GPU): %s", n->rank, j,
+            seterr(err, errlen, "opening stage %d's CUDA IPC handles (same GPU): %s", j,
                    cudaGetErrorString(e));
             goto out;
         }
@@ -666,7 +663,7 @@ out:
     return rc;
 }
 
-static int comm_init(pg_net *n, int peer, ncclComm_t *comm, ncclUniqueId id, int rank, double timeout_s, char *err,
+static int comm_init(int peer, ncclComm_t *comm, ncclUniqueId id, int rank, double timeout_s, char *err,
                      size_t errlen)
 {
     ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
@@ -677,7 +674,7 @@ static int comm_init(pg_net *n, int peer, ncclComm_t *comm, ncclUniqueId id, int
         if (now_s() > deadline) {
             ncclCommAbort(*comm);
             *comm = NULL;
-            seterr(err, errlen, "stage %d: the NCCL link with stage %d did not come up within %g s", n->rank, peer,
+            seterr(err, errlen, "the NCCL link with stage %d did not come up within %g s", peer,
                    timeout_s);
             return -1;
         }
@@ -689,7 +686,7 @@ static int comm_init(pg_net *n, int peer, ncclComm_t *comm, ncclUniqueId id, int
         if (*comm)
             ncclCommAbort(*comm);
         *comm = NULL;
-        seterr(err, errlen, "stage %d: setting up the NCCL link with stage %d failed: %s", n->rank, peer,
+        seterr(err, errlen, "setting up the NCCL link with stage %d failed: %s", peer,
                ncclGetErrorString(r));
         return -1;
     }
@@ -707,10 +704,10 @@ static int init_comms(pg_net *n, const pg_net_config *cfg, char *err, size_t err
             if (s == r)
                 continue;
             if (s == n->rank && n->l[r].send_cap && !n->l[r].same_dev &&
-                comm_init(n, r, &n->l[r].scomm, n->l[r].sid, 0, t, err, errlen))
+                comm_init(r, &n->l[r].scomm, n->l[r].sid, 0, t, err, errlen))
                 return -1;
             if (r == n->rank && n->l[s].has_recv && !n->l[s].same_dev &&
-                comm_init(n, s, &n->l[s].rcomm, n->l[s].rid, 1, t, err, errlen))
+                comm_init(s, &n->l[s].rcomm, n->l[s].rid, 1, t, err, errlen))
                 return -1;
         }
     return 0;
@@ -773,13 +770,12 @@ pg_net *pg_net_init(const pg_launch *l, const pg_net_config *cfg, char *err, siz
 {
     pg_ctx *ctx = pg_cuda_process_ctx();
     if (!ctx) {
-        seterr(err, errlen, "stage %d: the CUDA transport needs the CUDA backend: call pg_backend_init first",
-               l->rank);
+        seterr(err, errlen, "the CUDA transport needs the CUDA backend: call pg_backend_init first");
         return NULL;
     }
     pg_net *n = (pg_net *)calloc(1, sizeof *n);
     if (!n) {
-        seterr(err, errlen, "stage %d: out of memory", l->rank);
+        seterr(err, errlen, "out of memory");
         return NULL;
     }
     n->tcp = pg_tcp_net_init(l, cfg, err, errlen);
@@ -792,7 +788,7 @@ pg_net *pg_net_init(const pg_launch *l, const pg_net_config *cfg, char *err, siz
     n->stream = ctx->stream;
     n->l = (dlink *)calloc((size_t)n->world, sizeof *n->l);
     if (!n->l) {
-        seterr(err, errlen, "stage %d: out of memory", n->rank);
+        seterr(err, errlen, "out of memory");
         release(n, 0);
         return NULL;
     }
@@ -802,7 +798,7 @@ pg_net *pg_net_init(const pg_launch *l, const pg_net_config *cfg, char *err, siz
     if (e == cudaSuccess)
         e = cudaMallocHost((void **)&n->poll_host, sizeof *n->poll_host);
     if (e != cudaSuccess) {
-        seterr(err, errlen, "stage %d: setting up the CUDA transport: %s", n->rank, cudaGetErrorString(e));
+        seterr(err, errlen, "setting up the CUDA transport: %s", cudaGetErrorString(e));
         release(n, 0);
         return NULL;
     }

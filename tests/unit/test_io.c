@@ -2,6 +2,7 @@
  * safetensors: round trips and every rejection message.
  *   usage: test_io DIR   (scratch directory; DIR/interop.safetensors is left
  *   behind for the PyTorch check in tests/io.t) */
+#include "io_atomic.h"
 #include "pg_io.h"
 #include "../tap.h"
 
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -329,6 +331,64 @@ static void test_safetensors(void)
        "write into a missing directory: %s", err);
 }
 
+/* A write for the user is not cut short by SIGTERM: the signal takes effect
+ * once the file is complete; piperun is told 'W' then 'D' on its socket. */
+static void test_protect(void)
+{
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) exit(99);
+    const char *p = at("protected.safetensors");
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char v[16];
+        snprintf(v, sizeof v, "%d", sv[1]);
+        setenv("PIPE_CONTROL_FD", v, 1);
+        static float w[4096];
+        pg_st_tensor t = {.name = "w", .dtype = 0, .rank = 1, .dim = {4096}, .data = w, .bytes = sizeof w};
+        char e2[1024];
+        pg_io_protect_begin();                  /* as main.c around the final --save */
+        kill(getpid(), SIGTERM);                /* piperun stopping the run */
+        int rc = pg_st_write(p, &t, 1, NULL, e2, sizeof e2);
+        if (rc == 0) write_raw(at("protected.written"), "1", 1);
+        pg_io_protect_end();                    /* SIGTERM takes effect here */
+        _exit(3);
+    }
+    close(sv[1]);
+    int st;
+    waitpid(pid, &st, 0);
+    char got[16] = "";
+    ssize_t n = read(sv[0], got, sizeof got - 1);
+    close(sv[0]);
+    got[n > 0 ? n : 0] = 0;
+    unsigned char raw[32];
+    OK(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM && read_raw(at("protected.written"), raw, 1) == 1 &&
+           read_raw(p, raw, 8) == 8 && tmp_files_left() == 0,
+       "SIGTERM during a protected write takes effect after the file is complete (status %d)", st);
+    OK(!strcmp(got, "WD"), "piperun is told 'W' (writing) and then 'D' (done) once, nested writes included: '%s'", got);
+
+    /* stale temporaries: a dead writer's go, a live writer's (ours: the parent of the child) stay */
+    fflush(stdout);
+    pid_t dead = fork();
+    if (dead == 0) _exit(0);
+    waitpid(dead, &st, 0);
+    char name[64];
+    snprintf(name, sizeof name, "stage1.safetensors.tmp.%ld", (long)dead);
+    write_raw(at(name), "x", 1);
+    snprintf(name, sizeof name, "stage1.safetensors.tmp.%ld", (long)getppid());
+    write_raw(at(name), "x", 1);
+    write_raw(at("stage1.safetensors.tmp.notapid"), "x", 1);
+    write_raw(at("stage2.safetensors.tmp.1"), "x", 1);
+    int removed = pg_io_remove_stale_tmp(dir, "stage1.safetensors");
+    OK(removed == 1 && tmp_files_left() == 3, "stale temporaries: only the dead writer's is removed (%d removed, %d left)",
+       removed, tmp_files_left());
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (strstr(e->d_name, ".tmp.")) unlink(at(e->d_name));
+    if (d) closedir(d);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -340,5 +400,6 @@ int main(int argc, char **argv)
     test_synth();
     test_hash();
     test_safetensors();
+    test_protect();
     return DONE();
 }
