@@ -21,7 +21,7 @@
 #include <sanitizer/asan_interface.h>
 #endif
 
-#define PG_ARENA_ALIGN 64 /* a cache line; AVX-512 loads like it too */
+#define PG_ARENA_ALIGN 256 /* the plan's offset alignment (codegen/memplan.h), as cudaMalloc gives */
 
 struct pg_ctx {
     int threads; /* OpenBLAS threads asked for; 0: OpenBLAS's own default */
