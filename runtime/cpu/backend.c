@@ -187,6 +187,18 @@ int pg_backend_step_end(pg_ctx *c)
     return 0;
 }
 
+/* Nothing runs asynchronously on the CPU, so nothing can be left waiting. */
+int pg_backend_poisoned(const pg_ctx *c)
+{
+    (void)c;
+    return 0;
+}
+
+void pg_backend_report(pg_ctx *c, int stage, int64_t arena_bytes, FILE *out)
+{
+    (void)c, (void)stage, (void)arena_bytes, (void)out;
+}
+
 /* bf16 is a CUDA-runtime compute setting: the CPU computes in f32 (its
  * results are then the f32 reference of the model) and says so once. */
 int pg_backend_set_precision(pg_ctx *c, int precision)
