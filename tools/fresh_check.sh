@@ -49,29 +49,16 @@ host_mirror() {
     echo http://deb.debian.org/debian
 }
 MIRROR=${DEBIAN_MIRROR:-$(host_mirror)}
-CACHE=${PIPEGEN_FRESH_CACHE:-${HOME:-/root}/.cache/pipegen}
-TARBALL=$CACHE/bookworm-fresh-v1.tar.gz
+. "$TOP/tools/fresh_root.sh"
+CACHE=$FR_CACHE
+TARBALL=$FR_TARBALL
 PKGS=build-essential,git,python3,ca-certificates,libblas-dev
 mkdir -p "$CACHE" || die "cannot create the cache directory $CACHE"
 
 WORK=${PIPEGEN_FRESH_WORK:-$(mktemp -d /tmp/pg-fresh.XXXXXX)}
 mkdir -p "$WORK" || die "cannot create $WORK"
-MOUNTS=""
-cleanup() {
-    for m in $MOUNTS; do umount -R "$m" 2>/dev/null || umount -R -l "$m" 2>/dev/null; done
-    MOUNTS=""
-}
-# remove a root only when nothing is mounted below it (a bind of /dev must
-# never be deleted through)
-remove_root() {
-    if awk -v r="$1/" 'index($2 "/", r) == 1 { found = 1 } END { exit !found }' /proc/mounts; then
-        echo "fresh_check: something is still mounted under $1; not removing it" >&2
-        return 1
-    fi
-    rm -rf "$1"
-}
-trap cleanup EXIT
-trap 'cleanup; exit 130' INT TERM
+trap fr_cleanup EXIT
+trap 'fr_cleanup; exit 130' INT TERM
 
 if [ ! -s "$TARBALL" ]; then
     echo "fresh_check: building the Debian 12 root once ($PKGS) from $MIRROR"
@@ -95,21 +82,13 @@ status=0
 summary=""
 for mode in $modes; do
     root=$WORK/root-$mode
-    remove_root "$root" && mkdir -p "$root" || die "cannot create $root"
-    tar -C "$root" -xzf "$TARBALL" || die "cannot unpack $TARBALL"
+    fr_unpack "$root" || die "cannot unpack $TARBALL into $root"
     cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null
     git clone -q --no-hardlinks "$TOP" "$root/root/pipegen" || die "cannot clone $TOP"
-    for d in proc sys dev dev/pts; do mkdir -p "$root/$d"; done
-    mount -t proc proc "$root/proc" && MOUNTS="$root/proc $MOUNTS"
-    mount -t sysfs sysfs "$root/sys" && MOUNTS="$root/sys $MOUNTS"
-    mount --rbind /dev "$root/dev" && mount --make-rslave "$root/dev" && MOUNTS="$root/dev $MOUNTS"
-    mkdir -p "$root/tmp" && chmod 1777 "$root/tmp"
+    fr_mount "$root" || die "cannot mount proc, sys and dev in $root"
     if [ "$mode" = cuda ]; then
         [ -n "$CUDA_DIR" ] && [ -x "$CUDA_DIR/bin/nvcc" ] || die "mode cuda: no toolkit at ${CUDA_HOME:-/usr/local/cuda}"
-        mkdir -p "$root$CUDA_DIR"
-        mount --bind "$CUDA_DIR" "$root$CUDA_DIR" && mount -o remount,bind,ro "$root$CUDA_DIR" &&
-            MOUNTS="$root$CUDA_DIR $MOUNTS" || die "cannot bind-mount $CUDA_DIR read-only"
-        [ "$CUDA_DIR" = /usr/local/cuda ] || ln -sfn "$CUDA_DIR" "$root/usr/local/cuda"
+        fr_bind_cuda "$root" "$CUDA_DIR" || die "cannot bind-mount $CUDA_DIR read-only"
         label="with the CUDA toolkit ($CUDA_DIR, read-only)"
     else
         label="without a CUDA toolkit"
@@ -119,8 +98,7 @@ for mode in $modes; do
         echo "fresh_check: [$mode] make $cmd $label ..."
         t0=$(date +%s)
         # a login-like environment: PATH as on Debian, no host variables
-        env -i HOME=/root TERM=dumb LANG=C.UTF-8 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-            chroot "$root" /bin/sh -c "cd /root/pipegen && make $cmd" >"$log" 2>&1
+        fr_run "$root" "cd /root/pipegen && make $cmd" >"$log" 2>&1
         rc=$?
         dt=$(($(date +%s) - t0))
         line="[$mode] make $cmd: exit $rc in ${dt} s ($(tail -n 1 "$log" | cut -c1-100))"
@@ -134,8 +112,8 @@ for mode in $modes; do
             break
         fi
     done
-    cleanup
-    [ "${KEEP:-0}" = 1 ] || [ $status != 0 ] || remove_root "$root"
+    fr_cleanup
+    [ "${KEEP:-0}" = 1 ] || [ $status != 0 ] || fr_remove_root "$root"
 done
 echo "fresh_check: summary (logs in $WORK)"
 printf '%s' "$summary"
