@@ -1921,13 +1921,13 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
             nsp++;
         }
     if (!nsp)
-        fprintf(o, "    {NULL, -1, 0, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, {-1, -1}, 0, NULL},\n");
+        fprintf(o, "    {NULL, -1, 0, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, {-1, -1}, 0, NULL, 0},\n");
     fprintf(o, "};\n\n/* every parameter of the model, in plan order: stage 0 gathers them for --save */\n");
     fprintf(o, "static const pg_param_desc model_params[] = {\n");
     for (int p = 0; p < m->nparams; p++)
         emit_param_entry(o, m, p, NULL);
     if (!m->nparams)
-        fprintf(o, "    {NULL, -1, 0, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, {-1, -1}, 0, NULL},\n");
+        fprintf(o, "    {NULL, -1, 0, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, {-1, -1}, 0, NULL, 0},\n");
     fprintf(o, "};\n\nstatic const pg_chunk_desc chunks[] = {\n");
     for (int i = 0; i < S->nchunks; i++)
         fprintf(o, "    {%d, fwd_c%d, bwd_b_c%d, bwd_w_c%d},\n", S->ch[i].chunk, S->ch[i].chunk, S->ch[i].chunk,

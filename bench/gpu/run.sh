@@ -31,9 +31,11 @@
 # WARMUP of the last stage's per-step "X samples/s" (timed around
 # pg_run_step) times seq. Knobs: BENCH_STEPS (15), BENCH_WARMUP (5),
 # BENCH_DIR (build-cuda/bench), BENCH_RUN_S (a pipegen run's time limit, 180),
-# BENCH_COMPILE_S (torch.compile's, 300), BENCH_MODEL (another .pipe GPT with
-# `split` lines and `const seq`), PG_GPU_FAKE=cpu (the CPU runtime stands in
-# and gemm_peak is left out: tests/gpu_scripts.t checks the script so). Uses what is built (build/pipegen,
+# BENCH_COMPILE_S (torch.compile's, 300), BENCH_DEADLINE (seconds since the
+# epoch: no run goes past it; those that cannot start are n/a), BENCH_MODEL (another .pipe GPT with
+# `split` lines and `const seq`), PG_GPU_FAKE=cpu (the CPU runtime stands in,
+# gemm_peak and the torch rows are left out: tests/gpu_scripts.t checks the
+# script so). Uses what is built (build/pipegen,
 # build/piperun, build-cuda/libpgrt_cuda.a, build-cuda/bench/gemm_peak.o),
 # never make; links with tools/gpu_env.sh's libraries (or LDLIBS_CUDA).
 # Exit 0 when every row ran, 1 when one failed (its log's tail is printed;
@@ -52,11 +54,17 @@ PIPEGEN=$TOP/build/pipegen
 PIPERUN=$TOP/build/piperun
 CUDALIB=${CUDALIB:-$TOP/build-cuda/libpgrt_cuda.a}
 GEMM_OBJ=${GEMM_OBJ:-$TOP/build-cuda/bench/gemm_peak.o}
-TMO_RUN=""; TMO_COMPILE=""
-if command -v timeout >/dev/null 2>&1; then
-    TMO_RUN="timeout ${BENCH_RUN_S:-180}"
-    TMO_COMPILE="timeout ${BENCH_COMPILE_S:-300}"
-fi
+# tmo LIMIT: "timeout N" with N = LIMIT, or the seconds left before
+# BENCH_DEADLINE (seconds since the epoch) when fewer; "timeout 0" past it
+tmo() {
+    t_n=$1
+    if [ -n "${BENCH_DEADLINE:-}" ]; then
+        t_left=$((BENCH_DEADLINE - $(date +%s)))
+        [ $t_left -lt "$t_n" ] && t_n=$t_left
+        [ "$t_n" -gt 0 ] || t_n=0
+    fi
+    if command -v timeout >/dev/null 2>&1; then echo "timeout $t_n"; elif [ "$t_n" -gt 0 ]; then echo env; else echo false; fi
+}
 
 fail() { echo "bench-gpu: $*" >&2; exit 1; }
 case $STEPS in *[!0-9]*|'') fail "BENCH_STEPS must be a number" ;; esac
@@ -116,8 +124,10 @@ ARENA=$(sed -n 's/^#define STAGE0_ARENA_BYTES INT64_C(\([0-9]*\)).*/\1/p' "$DIR/
 pipegen_run() {
     p_name=$1 p_d=$2
     shift 2
-    $TMO_RUN "$PIPERUN" "$p_d/bin" -- --steps "$STEPS" --log-every 1 --timeout 120 "$@" >"$DIR/$p_name.log" 2>&1 ||
-        { echo "$p_name failed:" >&2; tail -20 "$DIR/$p_name.log" >&2; return 1; }
+    p_tmo=$(tmo "${BENCH_RUN_S:-180}")
+    [ "$p_tmo" != "timeout 0" ] || { echo "$p_name: not run, out of time (BENCH_DEADLINE)" | tee "$DIR/$p_name.log" >&2; return 1; }
+    $p_tmo "$PIPERUN" "$p_d/bin" -- --steps "$STEPS" --log-every 1 --timeout 60 "$@" >"$DIR/$p_name.log" 2>&1 ||
+        { echo "$p_name failed (status $?; 124: over its time limit):" >&2; tail -20 "$DIR/$p_name.log" >&2; return 1; }
     sed -n 's/^.*step \([0-9]*\)\/[0-9]*  *loss \([^ ]*\) .*$/\1 \2/p; s/^.*\(final loss .*\)$/\1/p' "$DIR/$p_name.log" \
         >"$DIR/$p_name.loss"
     sed -n 's/^.*step \([0-9]*\)\/[0-9]*  *loss [^ ]*  *\([0-9.]*\) samples\/s.*$/\1 \2/p' "$DIR/$p_name.log" |
@@ -135,18 +145,21 @@ P4T=$(pipegen_run pipegen-4stage-traced "$DIR/gpt2-4" --trace "$DIR/p4.trace.jso
     --trace-steps "$TR_STEPS") || { rc=1; P4T=n/a; }
 torch_run() {
     [ -n "$PY" ] || { echo "torch-$1: no Python with torch found" >"$DIR/torch-$1.log"; echo n/a; return; }
-    t_tmo=$TMO_RUN
-    [ "$1" = compile ] && t_tmo=$TMO_COMPILE
+    [ "$FAKE" != cpu ] || { echo "torch-$1: left out (PG_GPU_FAKE=cpu)" >"$DIR/torch-$1.log"; echo n/a; return; }
+    t_tmo=$(tmo "${BENCH_RUN_S:-180}")
+    [ "$1" = compile ] && t_tmo=$(tmo "${BENCH_COMPILE_S:-300}")
+    [ "$t_tmo" != "timeout 0" ] || { echo "torch-$1: not run, out of time (BENCH_DEADLINE)" >"$DIR/torch-$1.log"; echo n/a; return 1; }
     $t_tmo "$PY" "$TOP/bench/gpu/torch_gpt2.py" --plan "$DIR/gpt2-1/gen/plan.json" --mode "$1" --steps "$STEPS" \
-        --warmup "$WARMUP" >"$DIR/torch-$1.log" 2>&1 || { tail -5 "$DIR/torch-$1.log" | sed 's/^/# /' >&2; echo n/a; return; }
+        --warmup "$WARMUP" >"$DIR/torch-$1.log" 2>&1 || { tail -5 "$DIR/torch-$1.log" | sed 's/^/# /' >&2; echo n/a; return 1; }
     sed -n 's/^.*tokens_per_s \([0-9.]*\).*$/\1/p' "$DIR/torch-$1.log"
 }
-TE=$(torch_run eager)
-TC=$(torch_run compile)
+# a torch row that fails counts (no Python with torch at all: n/a, noted)
+TE=$(torch_run eager) || rc=1
+TC=$(torch_run compile) || rc=1
 if [ "$FAKE" = cpu ]; then
     echo "gemm_peak: left out (PG_GPU_FAKE=cpu)" >"$DIR/gemm_peak.log"
 else
-    $TMO_RUN "$DIR/gemm_peak" >"$DIR/gemm_peak.log" 2>&1 || { cat "$DIR/gemm_peak.log" >&2; rc=1; }
+    $(tmo 60) "$DIR/gemm_peak" >"$DIR/gemm_peak.log" 2>&1 || { cat "$DIR/gemm_peak.log" >&2; rc=1; }
 fi
 PEAK=$(sed -n 's/^peak_tflops \([0-9.]*\)$/\1/p' "$DIR/gemm_peak.log")
 DEVICE=$(sed -n 's/^device //p' "$DIR/gemm_peak.log")

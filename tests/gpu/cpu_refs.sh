@@ -18,7 +18,6 @@ CUDALIB=""
 CC=${CC:-cc}
 STEPS=${STEPS:-20}
 GPU_MODEL=$TOP/tests/models/gpt_tiny.pipe
-TIMEOUT=""
 export OPENBLAS_NUM_THREADS=1
 . "$TOP/tests/gpu/lib_gpu.sh"
 for f in "$PIPEGEN" "$PIPERUN" "$CPULIB"; do

@@ -33,8 +33,10 @@
 # Every check needs its runs to have happened: nothing passes when nothing ran
 # (tests/gpu_scripts.t runs this script here with PG_GPU_FAKE=cpu, the CPU
 # runtime standing in for the CUDA one, both working and with nothing to run).
-# Knobs: STEPS (20), TOL (2e-3), TOL_BF16 (5e-2), KILL_S (30), RUN_TIMEOUT (180 s
-# per run), LOGDIR (copy every log there at the end), GPU_PIPEGEN, GPU_PIPERUN,
+# Knobs: STEPS (20), TOL (2e-3), TOL_BF16 (5e-2), KILL_S (30), RUN_TIMEOUT (120 s
+# per run; each stage gives up a receive after 20 s), TEST_DEADLINE (seconds
+# since the epoch: runs that would start later fail as "not run: out of
+# time"), LOGDIR (copy every log there at the end), GPU_PIPEGEN, GPU_PIPERUN,
 # CUDALIB, LDLIBS_CUDA, TEST_OPS_OBJ, GPU_REF, PG_GPU_FAKE=cpu.
 . "$(dirname "$0")/../lib.sh"
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
@@ -51,7 +53,7 @@ GPU_MODEL=$TOP/tests/models/gpt_tiny.pipe
 TEST_OPS_OBJ=${TEST_OPS_OBJ:-$TOP/build/cuda-tests/test_ops_gpu.o}
 export OPENBLAS_NUM_THREADS=1
 TIMEOUT=""
-command -v timeout >/dev/null 2>&1 && TIMEOUT="timeout ${RUN_TIMEOUT:-180}"
+command -v timeout >/dev/null 2>&1 && TIMEOUT="timeout ${RUN_TIMEOUT:-120}"
 T=$(mktemp -d /tmp/pg-gpu.XXXXXX)
 cleanup() {
     for f in "$T"/*.pid; do [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null; done

@@ -26,7 +26,9 @@
 # CUDART_LIB, CUBLAS_LIB, NCCL_LIB (full paths, to override the search);
 # PG_REBUILD_CUDA=1 (compile the CUDA sources here with nvcc for this GPU;
 # automatic when the GPU is older than the prebuilt sm_90 code);
-# STEPS, KILL_S (tests), BENCH_STEPS, BENCH_WARMUP (benchmark).
+# STEPS, KILL_S (tests), BENCH_STEPS, BENCH_WARMUP (benchmark); PG_TEST_BUDGET_S
+# (300: no test run starts later) and PG_BUDGET_S (465: no benchmark run goes
+# on later), counted from the start, so that `all` ends within 8 minutes.
 B=$(cd "$(dirname "$0")" && pwd)
 usage() { echo "usage: $0 OUTDIR [all|test|bench|check]" >&2; exit 2; }
 [ $# -ge 1 ] && [ $# -le 2 ] || usage
@@ -183,6 +185,11 @@ if [ "$MODE" = check ]; then
 fi
 
 # --- 4. the tests, then the benchmark -------------------------------------------------
+# time limits, so that `all` ends within 8 minutes even when runs hang: no test
+# run starts after T0 + 300 s, no benchmark run goes past T0 + 465 s
+TEST_DEADLINE=$((T0 + ${PG_TEST_BUDGET_S:-300}))
+BENCH_DEADLINE=$((T0 + ${PG_BUDGET_S:-465}))
+export TEST_DEADLINE BENCH_DEADLINE
 rc=0
 if [ "$MODE" = all ] || [ "$MODE" = test ]; then
     say "tests: tests/gpu/run_gpu_tests.sh > $OUT/tests.tap"
@@ -191,6 +198,7 @@ if [ "$MODE" = all ] || [ "$MODE" = test ]; then
     grep -E '^(not ok|1\.\.)' "$OUT/tests.tap" | tee -a "$OUT/run.log"
     say "tests: $(grep -c '^ok' "$OUT/tests.tap") ok, $(grep -c '^not ok' "$OUT/tests.tap") not ok (exit $t_rc, $(($(date +%s) - T0)) s)"
     [ $t_rc = 0 ] || rc=1
+    results_json "tests done" # in case the benchmark does not end
 fi
 if [ "$MODE" = all ] || [ "$MODE" = bench ]; then
     say "benchmark: bench/gpu/run.sh > $OUT/bench.log"
