@@ -5,8 +5,10 @@
 #   make bench      benchmarks (bench/)
 #   make fuzz       fuzz every parser of outside input (tests/fuzz.sh), FUZZ_SECONDS each (default 600)
 #   make cuda       compile every CUDA file (nvcc); done by `make test` too
-#   make test-gpu   build and run the CUDA kernel and stage tests (needs a GPU)
-#   make bench-gpu  GPT-2 small on the GPU against PyTorch, MFU (bench/gpu/; needs a GPU)
+#   make gpu-bundle the GPU bundle: build/gpu-bundle.tar.gz, everything a GPU host
+#                   needs beyond driver, toolkit, cuBLAS, NCCL and a C compiler
+#   make test-gpu   the GPU tests through the unpacked bundle (needs a GPU)
+#   make bench-gpu  GPT-2 small on the GPU against PyTorch, MFU (needs a GPU)
 # CUDA=1 builds into build-cuda/ with the CUDA runtime: `make CUDA=1
 # build-cuda/<model>/stages` links the generated stages for the GPU.
 # SAN=1 builds into build-san/ with ASan and UBSan.
@@ -72,7 +74,8 @@ NVCC_FOUND = @[ -x $(NVCC) ] || { echo "nvcc not found at $(NVCC) (set CUDA_HOME
 
 EXAMPLES := $(wildcard examples/*.pipe)
 
-.PHONY: all deps test-deps run test bench bench-gpu fuzz cuda cuda-if-found test-gpu clean san-all binaries test-fresh
+.PHONY: all deps test-deps run test bench bench-gpu fuzz cuda cuda-if-found test-gpu clean san-all binaries test-fresh \
+        gpu-bundle gpu-bundle-dir
 .SUFFIXES:
 
 # `all` checks (and as root installs) the dependencies, then builds in a
@@ -171,7 +174,15 @@ $(BUILD)/run/%/stages: $(BUILD)/run/%/c/plan.json $(BUILD)/libpgrt_cpu.a
 # ---- the CUDA stage runtime: libpgrt_cuda.a ---------------------------------
 # The core objects (not net.c), every CUDA object, and net.c once more with its
 # names renamed (runtime/cuda/net_rename.h) under the CUDA transport cuda_net.cu.
-LDLIBS_CUDA = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lnccl -lstdc++ -lpthread -lm
+# cudart, cuBLAS and NCCL as tools/gpu_env.sh finds them (the toolkit, the
+# system, or the NVIDIA Python wheels, versioned names only included), linked
+# through unversioned symlinks in $(BUILD)/cuda-libs with an rpath to each;
+# asked once per make that links CUDA code (CUDA=1).
+ifeq ($(CUDA),1)
+ifndef LDLIBS_CUDA
+LDLIBS_CUDA := $(shell tools/gpu_ldlibs.sh $(BUILD)/cuda-libs)
+endif
+endif
 CUDA_NET_OBJ := $(BUILD)/cuda/cuda_net.o
 RT_CUDA_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out runtime/core/net.c,$(RT_CORE))) \
                $(BUILD)/cuda/net_tcp.o $(CUDA_OBJ)
@@ -200,16 +211,29 @@ $(BUILD)/cuda-tests/%.o: tests/gpu/%.cu
 	@echo "  NVCC $<"
 	@$(NVCC) $(NVCCFLAGS) -MMD -MP -c -o $@ $<
 
-# GPU kernel tests (tests/gpu/): every op against host references; needs a GPU
-# ("no GPU found" and a failure without one).
-$(BUILD)/cuda-tests/test_ops_gpu: $(BUILD)/cuda-tests/test_ops_gpu.o $(filter-out $(CUDA_NET_OBJ),$(CUDA_OBJ))
-	$(NVCC) -arch=sm_90 -o $@ $^ -lcublas
+# ---- the GPU bundle: build here, run on a GPU host --------------------------
+# tools/gpu_bundle.sh assembles build/gpu-bundle/pipegen-gpu/ (static pipegen
+# and piperun, libpgrt_cuda.a, the op tests' object, headers, the scripts, the
+# CPU references computed here) and packs build/gpu-bundle.tar.gz. On the GPU
+# host: tar xzf, then pipegen-gpu/run.sh OUTDIR [all|test|bench|check].
+# make test-gpu / bench-gpu run that same run.sh from the unpacked directory.
+gpu-bundle: gpu-bundle-parts
+	@tools/gpu_bundle.sh build/gpu-bundle build/gpu-bundle.tar.gz
 
-# tests/gpu/run_gpu_tests.sh runs everything in one go: the op tests above,
+gpu-bundle-dir: gpu-bundle-parts
+	@tools/gpu_bundle.sh build/gpu-bundle
+
+.PHONY: gpu-bundle-parts
+gpu-bundle-parts: all
+	$(NVCC_FOUND)
+	@$(MAKE) --no-print-directory cuda
+	@$(MAKE) --no-print-directory CUDA=1 build-cuda/libpgrt_cuda.a build-cuda/bench/gemm_peak.o
+
+# tests/gpu/run_gpu_tests.sh runs everything in one go: the op tests,
 # graph replay, gpt_tiny on 1 and 4 stages with and without CUDA graphs, other
 # schedules, checkpoint modes, bf16, dropout, against the CPU, a killed stage.
-test-gpu: all $(BUILD)/cuda-tests/test_ops_gpu
-	tests/gpu/run_gpu_tests.sh
+test-gpu: gpu-bundle-dir
+	@build/gpu-bundle/pipegen-gpu/run.sh build/gpu-results test
 
 # ---- the two commands -----------------------------------------------------
 # make run: generate examples/gpt_char.pipe into build/run/gpt_char (so an edit
@@ -230,7 +254,8 @@ test: test-deps
 # every CUDA file, the CUDA runtime and CUDA stage binaries, when nvcc is here
 cuda-if-found:
 	@if [ -x "$(NVCC)" ]; then $(MAKE) --no-print-directory cuda && \
-	   $(MAKE) --no-print-directory CUDA=1 build-cuda/mlp/stages build-cuda/gpt_char/stages build-cuda/bench/gemm_peak; \
+	   $(MAKE) --no-print-directory CUDA=1 build-cuda/mlp/stages build-cuda/gpt_char/stages build-cuda/bench/gemm_peak \
+	     build-cuda/bench/gemm_peak.o; \
 	 else echo "make test: SKIP the CUDA builds: nvcc not found at $(NVCC) (set CUDA_HOME or NVCC; tests/cuda_*.t skip)"; fi
 
 san-all: binaries
@@ -245,12 +270,15 @@ bench: all
 
 # GPU benchmark (bench/gpu/run.sh; needs a GPU). Its C part, the bf16 GEMM
 # peak timer, is compiled by `make test` too (tests/cuda_link.t checks it).
-$(BUILD)/bench/gemm_peak: bench/gpu/gemm_peak.c
+$(BUILD)/bench/gemm_peak.o: bench/gpu/gemm_peak.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CSTD) $(WARN) $(CFLAGS) -I$(CUDA_HOME)/include -o $@ $< $(LDLIBS_CUDA)
+	$(CC) $(CSTD) $(WARN) $(CFLAGS) -I$(CUDA_HOME)/include -c -o $@ $<
 
-bench-gpu: all
-	@bench/gpu/run.sh
+$(BUILD)/bench/gemm_peak: $(BUILD)/bench/gemm_peak.o
+	$(CC) -o $@ $< $(LDLIBS_CUDA)
+
+bench-gpu: gpu-bundle-dir
+	@build/gpu-bundle/pipegen-gpu/run.sh build/gpu-results bench
 
 fuzz: all
 	@tests/fuzz.sh $${FUZZ_SECONDS:-600}

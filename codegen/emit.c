@@ -119,7 +119,19 @@ static void sfmt(char *buf, size_t n, const char *fmt, ...)
     va_end(ap);
 }
 
-static int64_t al64(int64_t x) { return (x + 63) / 64 * 64; }
+/* Every buffer, slot, frame tensor and gradient accumulator starts on a
+ * PG_MP_ALIGN (256) byte boundary: cuBLAS may pick its kernel by operand
+ * alignment, so an op must see the same alignment whatever the stage count. */
+static int64_t al_plan(int64_t x) { return (x + PG_MP_ALIGN - 1) / PG_MP_ALIGN * PG_MP_ALIGN; }
+
+/* Floats from one gradient accumulator of parameter p to the next. */
+static int64_t acc_numel(const ir_param *P) { return al_plan(pg_shape_numel(&P->shape) * 4) / 4; }
+
+/* Bytes of n consecutive accumulators of P (the last one unpadded): one tie message. */
+static int64_t acc_block_bytes(const ir_param *P, int n)
+{
+    return ((int64_t)(n - 1) * acc_numel(P) + pg_shape_numel(&P->shape)) * 4;
+}
 
 static const char *layer_kind_name(ir_layer_kind k)
 {
@@ -195,7 +207,7 @@ static int add_slotbuf(em_chunk *ch, const char *macro, const char *note, pg_mp_
     sfmt(b->macro, sizeof b->macro, "%s", macro);
     sfmt(b->note, sizeof b->note, "%s", note);
     b->cat = cat;
-    b->stride = al64(stride);
+    b->stride = al_plan(stride);
     b->mp = -1;
     b->alias_chunk = b->alias_sb = -1;
     return ch->nsb++;
@@ -219,7 +231,7 @@ static int add_alias(em_chunk *ch, const char *macro, const char *note, em_chunk
 static int64_t frame_alloc(em_chunk *ch, int64_t bytes, const char *note)
 {
     int64_t off = ch->frame_bytes;
-    ch->frame_bytes += al64(bytes);
+    ch->frame_bytes += al_plan(bytes);
     char (*nn)[200] = realloc(ch->frame_notes, (size_t)(ch->nframe_notes + 1) * sizeof *nn);
     if (nn) {
         ch->frame_notes = nn;
@@ -588,16 +600,16 @@ static int plan_tie_message(pg_gen *g, em_stage *S, int a, pg_diag *d)
         S->act_off[a] = poff, S->act_bytes[a] = vb;
         break;
     case A_TIE_GRAD_SEND:
-        S->act_off[a] = goff, S->act_bytes[a] = vb * nacc_of(m, s, p);
+        S->act_off[a] = goff, S->act_bytes[a] = acc_block_bytes(P, nacc_of(m, s, p));
         S->send_bytes[A->peer] += S->act_bytes[a];
         break;
     case A_TIE_GRAD_RECV:
         S->act_off[a] = S->ws_mp >= 0 ? S->mp.buf[S->ws_mp].offset : -1;
-        S->act_bytes[a] = vb * nacc_of(m, A->peer, p);
+        S->act_bytes[a] = acc_block_bytes(P, nacc_of(m, A->peer, p));
         break;
     default: /* A_TIE_REDUCE */
         S->act_off[a] = goff;
-        S->act_bytes[a] = vb * nacc_of(m, s, p);
+        S->act_bytes[a] = acc_block_bytes(P, nacc_of(m, s, p));
         if (s != A->peer) {
             S->send_bytes[A->peer] += S->act_bytes[a] + 8;
         } else {
@@ -738,10 +750,11 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
             continue;
         int nacc = nacc_of(m, S->stage, p);
         sfmt(name, sizeof name, "grad %s", P->name);
-        S->grad_mp[p] = pg_mp_add(&S->mp, name, MP_GRADS, bytes * nacc, PG_MP_WHOLE_STEP, PG_MP_WHOLE_STEP);
+        S->grad_mp[p] = pg_mp_add(&S->mp, name, MP_GRADS, acc_block_bytes(P, nacc), PG_MP_WHOLE_STEP, PG_MP_WHOLE_STEP);
         if (nacc > 1)
             sfmt(S->mp.buf[S->grad_mp[p]].note, sizeof S->mp.buf[0].note,
-                 "%d x %s: one accumulator per using layer, summed in layer order", nacc, sh);
+                 "%d x %s, every %" PRId64 " bytes: one accumulator per using layer, summed in layer order", nacc, sh,
+                 acc_numel(P) * 4);
         else
             sfmt(S->mp.buf[S->grad_mp[p]].note, sizeof S->mp.buf[0].note, "%s", sh);
         /* transmit: a user's copy is overwritten from the owner every step; only the owner steps */
@@ -762,8 +775,8 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
         if (!is_tied(P) || P->owner_stage != S->stage || P->is_buffer)
             continue;
         for (int u = 0; u < g->nstages && u < 64; u++)
-            if (u != S->stage && (P->stage_mask >> u & 1) && pg_shape_numel(&P->shape) * 4 * nacc_of(m, u, p) > ws)
-                ws = pg_shape_numel(&P->shape) * 4 * nacc_of(m, u, p);
+            if (u != S->stage && (P->stage_mask >> u & 1) && acc_block_bytes(P, nacc_of(m, u, p)) > ws)
+                ws = acc_block_bytes(P, nacc_of(m, u, p));
     }
     if (ws) {
         S->ws_mp = pg_mp_add(&S->mp, "tie workspace", MP_WORKSPACE, ws, PG_MP_WHOLE_STEP, PG_MP_WHOLE_STEP);
@@ -937,7 +950,7 @@ int pg_gen_prepare(const ir_model *m, const pg_schedule *s, int64_t guard_bytes,
     g->m = m;
     g->s = s;
     g->nstages = m->nstages;
-    g->guard = guard_bytes > 0 ? al64(guard_bytes) : 0;
+    g->guard = guard_bytes > 0 ? (guard_bytes + 63) / 64 * 64 : 0;
     int64_t B = m->train.batch, M = m->train.microbatches;
     if (M < 1 || B < M || s->nmb != M || s->nstages != m->nstages) {
         pg_error(d, m->loc, "batch %" PRId64 " in %" PRId64 " micro-batches: every micro-batch needs a row", B, M);
@@ -1616,7 +1629,7 @@ static void emit_layer_bwd_w(em_out *e, int i)
         pmacro(m, p, 1, gm, sizeof gm);
         int j = stage_nacc(m, L->stage, p, i); /* this use's own accumulator */
         if (j)
-            sfmt(g[k], sizeof g[k], "(%s + %d * %" PRId64 ")", gm, j, pg_shape_numel(&m->params[p].shape));
+            sfmt(g[k], sizeof g[k], "(%s + %d * %" PRId64 ")", gm, j, acc_numel(&m->params[p]));
         else
             sfmt(g[k], sizeof g[k], "%s", gm);
     }
@@ -1816,13 +1829,13 @@ static void emit_param_entry(FILE *o, const ir_model *m, int p, const em_stage *
     else
         sfmt(tab, sizeof tab, "NULL");
     if (S)
-        fprintf(o, "%" PRId64 ", %" PRId64 ", {%" PRId64 ", %" PRId64 "}, %d, %s},\n", S->mp.buf[S->param_mp[p]].offset,
-                S->grad_mp[p] >= 0 ? S->mp.buf[S->grad_mp[p]].offset : -1,
+        fprintf(o, "%" PRId64 ", %" PRId64 ", {%" PRId64 ", %" PRId64 "}, %d, %s, %" PRId64 "},\n",
+                S->mp.buf[S->param_mp[p]].offset, S->grad_mp[p] >= 0 ? S->mp.buf[S->grad_mp[p]].offset : -1,
                 S->opt_mp[0][p] >= 0 ? S->mp.buf[S->opt_mp[0][p]].offset : -1,
                 S->opt_mp[1][p] >= 0 ? S->mp.buf[S->opt_mp[1][p]].offset : -1, P->is_buffer ? 0 : nacc_of(m, S->stage, p),
-                tab);
+                tab, acc_numel(P));
     else
-        fprintf(o, "-1, -1, {-1, -1}, 0, %s},\n", tab);
+        fprintf(o, "-1, -1, {-1, -1}, 0, %s, %" PRId64 "},\n", tab, acc_numel(P));
 }
 
 static const char *const step_kind_names[] = {
@@ -1909,13 +1922,13 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
             nsp++;
         }
     if (!nsp)
-        fprintf(o, "    {NULL, -1, 0, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, {-1, -1}, 0, NULL},\n");
+        fprintf(o, "    {NULL, -1, 0, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, {-1, -1}, 0, NULL, 0},\n");
     fprintf(o, "};\n\n/* every parameter of the model, in plan order: stage 0 gathers them for --save */\n");
     fprintf(o, "static const pg_param_desc model_params[] = {\n");
     for (int p = 0; p < m->nparams; p++)
         emit_param_entry(o, m, p, NULL);
     if (!m->nparams)
-        fprintf(o, "    {NULL, -1, 0, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, {-1, -1}, 0, NULL},\n");
+        fprintf(o, "    {NULL, -1, 0, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, {-1, -1}, 0, NULL, 0},\n");
     fprintf(o, "};\n\nstatic const pg_chunk_desc chunks[] = {\n");
     for (int i = 0; i < S->nchunks; i++)
         fprintf(o, "    {%d, fwd_c%d, bwd_b_c%d, bwd_w_c%d},\n", S->ch[i].chunk, S->ch[i].chunk, S->ch[i].chunk,
@@ -2042,12 +2055,12 @@ static int emit_header(const pg_gen *g, uint64_t hash, FILE *o)
     cident(m->name, guard, sizeof guard);
     fprintf(o, "/* %s.h — generated by pipegen %s from %s: the buffers of every stage of model %s.\n"
                " * Generated — do not edit. Plan hash %016" PRIx64 ".\n"
-               " * Offsets are bytes into the stage's arena (64-byte aligned); shapes are per\n"
+               " * Offsets are bytes into the stage's arena (256-byte aligned); shapes are per\n"
                " * micro-batch of r rows (at most %" PRId64 ").",
             m->name, PIPEGEN_VERSION, base_name(m->source_path), m->name, hash, g->rmax);
     if (g->guard)
-        fprintf(o, "\n * Generated with --guard-bytes %" PRId64 ": the arena starts with that many free bytes\n"
-                   " * and each buffer is followed by as many (poisoned under AddressSanitizer).", g->guard);
+        fprintf(o, "\n * Generated with --guard-bytes %" PRId64 ": the arena starts with at least that many free\n"
+                   " * bytes and each buffer is followed by as many (poisoned under AddressSanitizer).", g->guard);
     fprintf(o, " */\n");
     fprintf(o, "#ifndef PG_GEN_%s_H\n#define PG_GEN_%s_H\n\n", guard, guard);
     fprintf(o, "#define %s_PLAN_HASH UINT64_C(0x%016" PRIx64 ")\n#define %s_NSTAGES %d\n\n", guard, hash, guard,

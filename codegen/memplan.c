@@ -46,12 +46,13 @@ void pg_mp_solve(pg_memplan *p)
     int n = p->n;
     int *order = malloc((size_t)(n ? n : 1) * sizeof *order);
     int *placed = malloc((size_t)(n ? n : 1) * sizeof *placed);
-    int64_t g = p->guard > 0 ? align_up(p->guard) : 0;
-    p->total = g;
+    /* guard gaps are at least g bytes; every offset stays aligned */
+    int64_t g = p->guard > 0 ? p->guard : 0;
+    p->total = align_up(g);
     if (!order || !placed) { /* fall back to a bump allocator: still correct */
         for (int i = 0; i < n; i++) {
             p->buf[i].offset = p->total;
-            p->total += align_up(p->buf[i].bytes) + g;
+            p->total = align_up(p->total + p->buf[i].bytes + g);
         }
         free(order);
         free(placed);
@@ -72,7 +73,7 @@ void pg_mp_solve(pg_memplan *p)
     for (int k = 0; k < n; k++) {
         pg_mp_buf *b = &p->buf[order[k]];
         /* a buffer holds [off, off + size): its bytes and the guard gap after them */
-        int64_t off = g, size = align_up(b->bytes) + g;
+        int64_t off = align_up(g), size = b->bytes + g;
         /* first fit: bump past every overlapping placed buffer that collides, until none does */
         for (int moved = 1; moved;) {
             moved = 0;
@@ -80,17 +81,17 @@ void pg_mp_solve(pg_memplan *p)
                 const pg_mp_buf *o = &p->buf[placed[j]];
                 if (!lifetimes_overlap(b, o))
                     continue;
-                int64_t oend = o->offset + align_up(o->bytes) + g;
+                int64_t oend = o->offset + o->bytes + g;
                 if (off < oend && o->offset < off + size) {
-                    off = oend;
+                    off = align_up(oend);
                     moved = 1;
                 }
             }
         }
         b->offset = off;
         placed[nplaced++] = order[k];
-        if (off + size > p->total)
-            p->total = off + size;
+        if (align_up(off + size) > p->total)
+            p->total = align_up(off + size);
     }
     free(order);
     free(placed);

@@ -1,17 +1,20 @@
 /* codegen/memplan.h — the static memory planner: sizes + lifetimes -> offsets
  * in one arena per stage (TVM USMP's interface, so the algorithm can change
  * without touching the emitter). Buffers whose lifetimes overlap never share
- * bytes; every offset is 64-byte aligned. With guard bytes G (a multiple of
- * 64; `pipegen gen --guard-bytes`), each buffer is followed by G free bytes and
- * the arena starts with G free bytes, so no two buffers live at once are
- * adjacent: a sanitizer build of the runtime poisons the gaps (pg_arena_guard). */
+ * bytes; every offset is PG_MP_ALIGN (256) byte aligned, so an operand's
+ * alignment (which cuBLAS may choose kernels by) is the same whatever the stage
+ * count. With guard bytes G (a multiple of 64; `pipegen gen --guard-bytes`),
+ * each buffer is followed by at least G free bytes (up to the next aligned
+ * offset) and the arena starts with G rounded up to the alignment, so no two
+ * buffers live at once are adjacent: a sanitizer build of the runtime poisons
+ * the gaps (pg_arena_guard). */
 #ifndef PG_MEMPLAN_H
 #define PG_MEMPLAN_H
 
 #include <stdint.h>
 #include <stdio.h>
 
-#define PG_MP_ALIGN 64
+#define PG_MP_ALIGN 256
 #define PG_MP_WHOLE_STEP (-1) /* first_use/last_use: alive during the whole step */
 
 typedef enum pg_mp_cat {

@@ -4,7 +4,7 @@
 # -Werror, GPU or not. Runs `make -k cuda` (incremental: `make test` has just
 # built the objects, so this is quick) and reports one line per file.
 . "$(dirname "$0")/lib.sh"
-NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
+NVCC=${NVCC:-${CUDA_HOME:-/usr/local/cuda}/bin/nvcc}
 if [ ! -x "$NVCC" ]; then
     echo "1..0 # SKIP nvcc not found at $NVCC"
     exit 0

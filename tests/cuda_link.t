@@ -9,8 +9,8 @@
 # found" and exits 1. Nothing here needs a GPU; tests/gpu/run_gpu_tests.sh
 # (make test-gpu) runs them on one.
 . "$(dirname "$0")/lib.sh"
-NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+NVCC=${NVCC:-$CUDA_HOME/bin/nvcc}
 if [ ! -x "$NVCC" ]; then
     echo "1..0 # SKIP nvcc not found at $NVCC"
     exit 0
@@ -44,9 +44,10 @@ for m in mlp gpt_char; do
         ok $? "$b: CUDA backend and transport over the renamed TCP code, no OpenBLAS"
     done
 done
+LDLIBS_CUDA=$(tools/gpu_ldlibs.sh "$T/libs")
+# shellcheck disable=SC2086
 cc -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Wall -Wextra -Werror -O2 -Iruntime/core -Iruntime/cuda \
-    -o "$T/graph_smoke" tests/gpu/graph_smoke.c build-cuda/libpgrt_cuda.a \
-    -L"$CUDA_HOME/lib64" -Wl,-rpath,"$CUDA_HOME/lib64" -lcudart -lcublas -lnccl -lstdc++ -lpthread -lm 2>"$T/cc.log"
+    -o "$T/graph_smoke" tests/gpu/graph_smoke.c build-cuda/libpgrt_cuda.a $LDLIBS_CUDA 2>"$T/cc.log"
 st=$?
 ok $st "tests/gpu/graph_smoke.c (graph capture/replay from C) links against libpgrt_cuda.a"
 [ $st = 0 ] || sed 's/^/# /' "$T/cc.log"

@@ -49,43 +49,16 @@ host_mirror() {
     echo http://deb.debian.org/debian
 }
 MIRROR=${DEBIAN_MIRROR:-$(host_mirror)}
-CACHE=${PIPEGEN_FRESH_CACHE:-${HOME:-/root}/.cache/pipegen}
-TARBALL=$CACHE/bookworm-fresh-v1.tar.gz
+. "$TOP/tools/fresh_root.sh"
+CACHE=$FR_CACHE
+TARBALL=$FR_TARBALL
 PKGS=build-essential,git,python3,ca-certificates,libblas-dev
 mkdir -p "$CACHE" || die "cannot create the cache directory $CACHE"
 
 WORK=${PIPEGEN_FRESH_WORK:-$(mktemp -d /tmp/pg-fresh.XXXXXX)}
 mkdir -p "$WORK" || die "cannot create $WORK"
-MOUNTS=""
-# mounts_under DIR: every mount point at or below DIR, deepest first
-mounts_under() {
-    awk -v r="$1" '$2 == r || index($2, r "/") == 1 { print $2 }' /proc/mounts | sort -r
-}
-# cleanup: unmount everything below each root we mounted into (what the tests
-# inside mounted too, e.g. ip netns), one mount point at a time, deepest first
-cleanup() {
-    for r in $MOUNTS; do
-        # processes left inside the root (a test's stray stage) keep mounts busy
-        for p in /proc/[0-9]*; do
-            [ "$(readlink "$p/root" 2>/dev/null)" = "$r" ] && kill -9 "${p#/proc/}" 2>/dev/null
-        done
-        for m in $(mounts_under "$r"); do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; done
-    done
-    MOUNTS=""
-}
-# remove a root only when nothing is mounted below it: never delete through a
-# mount (the host's files would go with it)
-remove_root() {
-    [ -e "$1" ] || return 0
-    if [ -n "$(mounts_under "$1")" ]; then
-        echo "fresh_check: something is still mounted under $1; not removing it:" >&2
-        mounts_under "$1" | sed 's/^/    /' >&2
-        return 1
-    fi
-    rm -rf "$1"
-}
-trap cleanup EXIT
-trap 'cleanup; exit 130' INT TERM
+trap fr_cleanup EXIT
+trap 'fr_cleanup; exit 130' INT TERM
 
 if [ ! -s "$TARBALL" ]; then
     echo "fresh_check: building the Debian 12 root once ($PKGS) from $MIRROR"
@@ -109,27 +82,13 @@ status=0
 summary=""
 for mode in $modes; do
     root=$WORK/root-$mode
-    remove_root "$root" && mkdir -p "$root" || die "cannot create $root"
-    tar -C "$root" -xzf "$TARBALL" || die "cannot unpack $TARBALL"
+    fr_unpack "$root" || die "cannot unpack $TARBALL into $root"
     cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null
     git clone -q --no-hardlinks "$TOP" "$root/root/pipegen" || die "cannot clone $TOP"
-    for d in proc sys dev/pts dev/shm; do mkdir -p "$root/$d"; done
-    # the root a mount point of its own, as / is on a machine (`ip netns` needs
-    # it); its own /dev nodes come from debootstrap: the host's /dev is never
-    # bound in, so nothing done inside (or to the tree afterwards) reaches it
-    mount --bind "$root" "$root" && MOUNTS="$root" || die "cannot bind-mount $root onto itself"
-    mount -t proc proc "$root/proc" || die "cannot mount proc in $root"
-    mount -t sysfs sysfs "$root/sys" || die "cannot mount sysfs in $root"
-    mount -t tmpfs -o mode=1777 tmpfs "$root/dev/shm" || die "cannot mount a tmpfs on $root/dev/shm"
-    mount -t devpts -o newinstance,ptmxmode=0666 devpts "$root/dev/pts" 2>/dev/null ||
-        echo "fresh_check: no devpts in the root (pseudo-terminals unavailable there)"
-    mkdir -p "$root/tmp" && chmod 1777 "$root/tmp"
+    fr_mount "$root" || die "cannot mount proc, sys and dev in $root"
     if [ "$mode" = cuda ]; then
         [ -n "$CUDA_DIR" ] && [ -x "$CUDA_DIR/bin/nvcc" ] || die "mode cuda: no toolkit at ${CUDA_HOME:-/usr/local/cuda}"
-        mkdir -p "$root$CUDA_DIR"
-        mount --bind "$CUDA_DIR" "$root$CUDA_DIR" && mount -o remount,bind,ro "$root$CUDA_DIR" ||
-            die "cannot bind-mount $CUDA_DIR read-only"
-        [ "$CUDA_DIR" = /usr/local/cuda ] || ln -sfn "$CUDA_DIR" "$root/usr/local/cuda"
+        fr_bind_cuda "$root" "$CUDA_DIR" || die "cannot bind-mount $CUDA_DIR read-only"
         label="with the CUDA toolkit ($CUDA_DIR, read-only)"
     else
         label="without a CUDA toolkit"
@@ -139,8 +98,7 @@ for mode in $modes; do
         echo "fresh_check: [$mode] make $cmd $label ..."
         t0=$(date +%s)
         # a login-like environment: PATH as on Debian, no host variables
-        env -i HOME=/root TERM=dumb LANG=C.UTF-8 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-            chroot "$root" /bin/sh -c "cd /root/pipegen && make $cmd" >"$log" 2>&1
+        fr_run "$root" "cd /root/pipegen && make $cmd" >"$log" 2>&1
         rc=$?
         dt=$(($(date +%s) - t0))
         line="[$mode] make $cmd: exit $rc in ${dt} s ($(tail -n 1 "$log" | cut -c1-100))"
@@ -154,8 +112,8 @@ for mode in $modes; do
             break
         fi
     done
-    cleanup
-    [ "${KEEP:-0}" = 1 ] || [ $status != 0 ] || remove_root "$root"
+    fr_cleanup
+    [ "${KEEP:-0}" = 1 ] || [ $status != 0 ] || fr_remove_root "$root"
 done
 echo "fresh_check: summary (logs in $WORK)"
 printf '%s' "$summary"

@@ -1,114 +1,229 @@
 #!/bin/sh
-# bench/gpu/run.sh — `make bench-gpu`: GPT-2 small (examples/gpt2_small.pipe,
+# bench/gpu/run.sh — the GPU benchmark (the GPU bundle's `run.sh OUT bench`,
+# `make bench-gpu` in a checkout): GPT-2 small (examples/gpt2_small.pipe,
 # precision = bf16, batch 8 x 1024 tokens, 4 micro-batches) on one CUDA GPU:
 #
-#   pipegen-1stage         the model cut to 1 stage, CUDA graphs (default)
-#   pipegen-1stage-nograph the same with --no-graph (every op eager)
-#   pipegen-4stage         the example's 4 stages as 4 processes sharing the GPU (CUDA IPC)
-#   torch-eager            bench/gpu/torch_gpt2.py: the same model in PyTorch, bf16 autocast
-#   torch-compile          the same under torch.compile
-#   gemm_peak              bench/gpu/gemm_peak.c: the measured bf16 cuBLAS GEMM peak
+#   pipegen-1stage          the model cut to 1 stage, CUDA graphs (default)
+#   pipegen-1stage-nograph  the same with --no-graph (every op eager)
+#   pipegen-4stage          the example's 4 stages as 4 processes sharing the GPU (CUDA IPC)
+#   pipegen-4stage-traced   the same with --trace and --profile: measured step
+#                           against `pipegen trace`'s prediction from that profile
+#   torch-eager             bench/gpu/torch_gpt2.py: the same model in PyTorch, bf16 autocast
+#   torch-compile           the same under torch.compile
+#   gemm_peak               bench/gpu/gemm_peak.c: the measured bf16 cuBLAS GEMM peak
 #
-# and prints tokens/s of each, the ratios (pipegen / torch-eager, pipegen /
-# torch-compile, 4 stages / 1 stage, graph / no-graph) and MFU = model FLOP/s /
-# measured bf16 GEMM peak, with model FLOPs per token = 6 N + 12 L T d (N every
-# trained parameter, the tied table included since it is also the logits GEMM;
-# recomputation of checkpointed micro-batches not counted, so MFU, not HFU).
+# It prints tokens/s of each and the figures of the issue's table, and writes
+# them to BENCH_DIR/bench.json:
+#   tokens_per_s.{pipegen_1stage, pipegen_1stage_nograph, pipegen_4stage, torch_eager, torch_compile}
+#   ratio_vs_torch_eager, ratio_vs_torch_compile (target >= 1.2), gemm_peak_tflops,
+#   mfu.{pipegen_1stage, pipegen_4stage, torch_eager, torch_compile} (target >= 0.40),
+#   step_4stage_over_1stage (target <= 1.05), graph_speedup (> 1) and
+#   graph_same_bits (the per-step and final losses of graph and --no-graph
+#   runs identical), trace_measured_ms / trace_predicted_ms / trace_ratio
+#   (target within 0.9..1.1), arena_bytes / peak_bytes / memory_ratio (the
+#   1-stage arena from the plan against the device memory the process used at
+#   its peak, cudaMemGetInfo; target within 1.02).
+# Model FLOPs per token = 6 N + 12 L T d (N every trained parameter, the tied
+# table included since it is also the logits GEMM; recomputation of
+# checkpointed micro-batches not counted, so MFU, not HFU).
 #
-# A pipegen run's tokens/s is the median over steps after the first WARMUP of
-# the last stage's per-step "X samples/s" (timed around pg_run_step) times
-# seq. Knobs: BENCH_STEPS (20), BENCH_WARMUP (5), BENCH_DIR (build-cuda/bench).
-# Exit 0 when everything ran, 1 when a build or run failed (the log's tail is
-# printed). Needs a CUDA GPU and python3-torch with CUDA for the torch rows
-# (without them those rows say "n/a" and their ratios are left out).
+# A pipegen run's tokens/s is the median over the steps after the first
+# WARMUP of the last stage's per-step "X samples/s" (timed around
+# pg_run_step) times seq. Knobs: BENCH_STEPS (15), BENCH_WARMUP (5),
+# BENCH_DIR (build-cuda/bench), BENCH_RUN_S (a pipegen run's time limit, 180),
+# BENCH_COMPILE_S (torch.compile's, 300), BENCH_DEADLINE (seconds since the
+# epoch: no run goes past it; those that cannot start are n/a), BENCH_MODEL (another .pipe GPT with
+# `split` lines and `const seq`), PG_GPU_FAKE=cpu (the CPU runtime stands in,
+# gemm_peak and the torch rows are left out: tests/gpu_scripts.t checks the
+# script so). Uses what is built (build/pipegen,
+# build/piperun, build-cuda/libpgrt_cuda.a, build-cuda/bench/gemm_peak.o),
+# never make; links with tools/gpu_env.sh's libraries (or LDLIBS_CUDA).
+# Exit 0 when every row ran, 1 when one failed (its log's tail is printed;
+# the torch rows are "n/a" without a Python that has torch with CUDA).
 set -u
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
-STEPS=${BENCH_STEPS:-20}
+. "$TOP/tools/gpu_env.sh"
+STEPS=${BENCH_STEPS:-15}
 WARMUP=${BENCH_WARMUP:-5}
 DIR=${BENCH_DIR:-$TOP/build-cuda/bench}
-PY=${PYTHON:-/usr/bin/python3}
 CC=${CC:-cc}
-CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-LDLIBS_CUDA="-L$CUDA_HOME/lib64 -Wl,-rpath,$CUDA_HOME/lib64 -lcudart -lcublas -lnccl -lstdc++ -lpthread -lm"
-CFLAGS_B="-std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -O2 -Wall -Wextra -Werror"
-MODEL=$TOP/examples/gpt2_small.pipe
+CFLAGS_B="-std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -O2 -Wall -Wextra"
+MODEL=${BENCH_MODEL:-$TOP/examples/gpt2_small.pipe}
+FAKE=${PG_GPU_FAKE:-}
+PIPEGEN=$TOP/build/pipegen
+PIPERUN=$TOP/build/piperun
+CUDALIB=${CUDALIB:-$TOP/build-cuda/libpgrt_cuda.a}
+GEMM_OBJ=${GEMM_OBJ:-$TOP/build-cuda/bench/gemm_peak.o}
+# tmo LIMIT: "timeout N" with N = LIMIT, or the seconds left before
+# BENCH_DEADLINE (seconds since the epoch) when fewer; "timeout 0" past it
+tmo() {
+    t_n=$1
+    if [ -n "${BENCH_DEADLINE:-}" ]; then
+        t_left=$((BENCH_DEADLINE - $(date +%s)))
+        [ $t_left -lt "$t_n" ] && t_n=$t_left
+        [ "$t_n" -gt 0 ] || t_n=0
+    fi
+    if command -v timeout >/dev/null 2>&1; then echo "timeout $t_n"; elif [ "$t_n" -gt 0 ]; then echo env; else echo false; fi
+}
 
 fail() { echo "bench-gpu: $*" >&2; exit 1; }
 case $STEPS in *[!0-9]*|'') fail "BENCH_STEPS must be a number" ;; esac
 case $WARMUP in *[!0-9]*|'') fail "BENCH_WARMUP must be a number" ;; esac
 [ "$STEPS" -gt "$WARMUP" ] || fail "BENCH_STEPS ($STEPS) must exceed BENCH_WARMUP ($WARMUP)"
 mkdir -p "$DIR" || fail "cannot make $DIR"
-cd "$TOP" || exit 1
+if [ "$FAKE" = cpu ]; then
+    CUDALIB=$TOP/build/libpgrt_cpu.a GEMM_OBJ=$CUDALIB LDLIBS_CUDA="-lopenblas -lpthread -lm"
+    echo "# PG_GPU_FAKE=cpu: the CPU runtime stands in for the CUDA one (this checks the script, not a GPU)"
+fi
+for f in "$PIPEGEN" "$PIPERUN" "$CUDALIB" "$GEMM_OBJ" "$MODEL"; do
+    [ -e "$f" ] || fail "$f is missing (in a checkout: make CUDA=1 build-cuda/libpgrt_cuda.a build-cuda/bench/gemm_peak.o; or use the GPU bundle)"
+done
+if [ -z "${LDLIBS_CUDA:-}" ]; then
+    gpu_env_find "$DIR/lib" "${BUILT_CUDA_MAJOR:-}"
+    printf '%s\n' "$GPU_ENV_REPORT" | sed 's/^/# /'
+    [ -z "$GPU_ENV_MISSING" ] || fail "not found:$GPU_ENV_MISSING"
+fi
+PY=${PY_TORCH:-}
+if [ -z "$PY" ]; then
+    for p in $(ge_pythons); do "$p" -c 'import torch' 2>/dev/null && { PY=$p; break; }; done
+fi
+PY_ANY=$PY
+[ -n "$PY_ANY" ] || PY_ANY=$(ge_pythons | head -n 1)
 
-make --no-print-directory build/pipegen build/piperun >"$DIR/make.log" 2>&1 &&
-    make --no-print-directory CUDA=1 build-cuda/libpgrt_cuda.a build-cuda/bench/gemm_peak >>"$DIR/make.log" 2>&1 ||
-    { tail -20 "$DIR/make.log"; fail "build failed"; }
-
-# variant N: gpt2_small on N stages (1: the split lines removed), linked for CUDA
+# variant N: the model on N stages (1: the split lines removed), linked for CUDA
 variant() {
     d=$DIR/gpt2-$1
     rm -rf "$d" && mkdir -p "$d/bin" || return 1
-    if [ "$1" = 1 ]; then sed -e '/^split *$/d' "$MODEL" >"$d/gpt2_small.pipe"; else cp "$MODEL" "$d/gpt2_small.pipe"; fi
-    build/pipegen gen "$d/gpt2_small.pipe" -o "$d/gen" >"$d/gen.log" 2>&1 || { cat "$d/gen.log"; return 1; }
+    if [ "$1" = 1 ]; then sed -e '/^split *$/d' "$MODEL" >"$d/model.pipe"; else cp "$MODEL" "$d/model.pipe"; fi
+    "$PIPEGEN" gen "$d/model.pipe" -o "$d/gen" >"$d/gen.log" 2>&1 || { cat "$d/gen.log"; return 1; }
     for f in "$d"/gen/stage*.c; do
-        $CC $CFLAGS_B -Iruntime/core -I"$d/gen" -o "$d/bin/$(basename "$f" .c)" "$f" build-cuda/libpgrt_cuda.a \
-            $LDLIBS_CUDA || return 1
+        # shellcheck disable=SC2086
+        $CC $CFLAGS_B -I"$TOP/runtime/core" -I"$d/gen" -o "$d/bin/$(basename "$f" .c)" "$f" "$CUDALIB" $LDLIBS_CUDA ||
+            return 1
     done
 }
-variant 1 || fail "gpt2_small, 1 stage: generate/link failed"
-variant 4 || fail "gpt2_small, 4 stages: generate/link failed"
-SEQ=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["input"]["shape"][0])' "$DIR/gpt2-1/gen/plan.json")
-FLOPS_TOK=$("$PY" -c '
+variant 1 || fail "$(basename "$MODEL"), 1 stage: generate/link failed"
+variant 4 || fail "$(basename "$MODEL"), 4 stages: generate/link failed"
+if [ "$FAKE" != cpu ]; then
+    # shellcheck disable=SC2086
+    $CC -o "$DIR/gemm_peak" "$GEMM_OBJ" $LDLIBS_CUDA || fail "gemm_peak does not link"
+fi
+SEQ=$(sed -n 's/^const seq = \([0-9]*\).*/\1/p' "$MODEL")
+FLOPS_TOK=""
+[ -n "$PY_ANY" ] && FLOPS_TOK=$("$PY_ANY" -c '
 import json, math, sys
 p = json.load(open(sys.argv[1]))
 n = sum(math.prod(q["shape"]) for q in p["params"] if not q["buffer"])
 att = [l for l in p["layers"] if l["kind"] == "attention"]
 T = p["input"]["shape"][0]; d = att[0]["in"][-1]
 print(6 * n + 12 * len(att) * T * d)' "$DIR/gpt2-1/gen/plan.json")
+ARENA=$(sed -n 's/^#define STAGE0_ARENA_BYTES INT64_C(\([0-9]*\)).*/\1/p' "$DIR/gpt2-1/gen/"*.h)
 
-# pipegen NAME DIR [args]: tokens/s of one run (median of the steps after WARMUP)
+# pipegen NAME DIR [args]: tokens/s of one run (median of the steps after
+# WARMUP); NAME.log is its output, NAME.loss its losses (per step, then final)
 pipegen_run() {
-    _name=$1 _d=$2
+    p_name=$1 p_d=$2
     shift 2
-    build/piperun "$_d/bin" -- --steps "$STEPS" --log-every 1 --timeout 120 "$@" >"$DIR/$_name.log" 2>&1 ||
-        { tail -20 "$DIR/$_name.log"; return 1; }
-    sed -n 's/^.*step \([0-9]*\)\/[0-9]*  *loss [^ ]*  *\([0-9.]*\) samples\/s.*$/\1 \2/p' "$DIR/$_name.log" |
+    p_tmo=$(tmo "${BENCH_RUN_S:-180}")
+    [ "$p_tmo" != "timeout 0" ] || { echo "$p_name: not run, out of time (BENCH_DEADLINE)" | tee "$DIR/$p_name.log" >&2; return 1; }
+    $p_tmo "$PIPERUN" "$p_d/bin" -- --steps "$STEPS" --log-every 1 --timeout 60 "$@" >"$DIR/$p_name.log" 2>&1 ||
+        { echo "$p_name failed (status $?; 124: over its time limit):" >&2; tail -20 "$DIR/$p_name.log" >&2; return 1; }
+    sed -n 's/^.*step \([0-9]*\)\/[0-9]*  *loss \([^ ]*\) .*$/\1 \2/p; s/^.*\(final loss .*\)$/\1/p' "$DIR/$p_name.log" \
+        >"$DIR/$p_name.loss"
+    sed -n 's/^.*step \([0-9]*\)\/[0-9]*  *loss [^ ]*  *\([0-9.]*\) samples\/s.*$/\1 \2/p' "$DIR/$p_name.log" |
         awk -v w="$WARMUP" -v seq="$SEQ" '$1 > w { v[n++] = $2 * seq }
             END { if (!n) exit 1; for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
                   printf "%.1f\n", n % 2 ? v[(n - 1) / 2] : (v[n / 2 - 1] + v[n / 2]) / 2 }'
 }
 
 rc=0
-P1=$(pipegen_run pipegen-1stage "$DIR/gpt2-1") || { echo "pipegen-1stage failed"; rc=1; P1=n/a; }
-P1N=$(pipegen_run pipegen-1stage-nograph "$DIR/gpt2-1" --no-graph) || { echo "pipegen-1stage-nograph failed"; rc=1; P1N=n/a; }
-P4=$(pipegen_run pipegen-4stage "$DIR/gpt2-4") || { echo "pipegen-4stage failed"; rc=1; P4=n/a; }
+P1=$(pipegen_run pipegen-1stage "$DIR/gpt2-1") || { rc=1; P1=n/a; }
+P1N=$(pipegen_run pipegen-1stage-nograph "$DIR/gpt2-1" --no-graph) || { rc=1; P1N=n/a; }
+P4=$(pipegen_run pipegen-4stage "$DIR/gpt2-4") || { rc=1; P4=n/a; }
+TR_STEPS=$((STEPS - WARMUP))
+P4T=$(pipegen_run pipegen-4stage-traced "$DIR/gpt2-4" --trace "$DIR/p4.trace.json" --profile "$DIR/p4.profile.json" \
+    --trace-steps "$TR_STEPS") || { rc=1; P4T=n/a; }
 torch_run() {
-    "$PY" bench/gpu/torch_gpt2.py --plan "$DIR/gpt2-1/gen/plan.json" --mode "$1" --steps "$STEPS" \
-        --warmup "$WARMUP" >"$DIR/torch-$1.log" 2>&1 || { tail -5 "$DIR/torch-$1.log" | sed 's/^/# /' >&2; echo n/a; return; }
+    [ -n "$PY" ] || { echo "torch-$1: no Python with torch found" >"$DIR/torch-$1.log"; echo n/a; return; }
+    [ "$FAKE" != cpu ] || { echo "torch-$1: left out (PG_GPU_FAKE=cpu)" >"$DIR/torch-$1.log"; echo n/a; return; }
+    t_tmo=$(tmo "${BENCH_RUN_S:-180}")
+    [ "$1" = compile ] && t_tmo=$(tmo "${BENCH_COMPILE_S:-300}")
+    [ "$t_tmo" != "timeout 0" ] || { echo "torch-$1: not run, out of time (BENCH_DEADLINE)" >"$DIR/torch-$1.log"; echo n/a; return 1; }
+    $t_tmo "$PY" "$TOP/bench/gpu/torch_gpt2.py" --plan "$DIR/gpt2-1/gen/plan.json" --mode "$1" --steps "$STEPS" \
+        --warmup "$WARMUP" >"$DIR/torch-$1.log" 2>&1 || { tail -5 "$DIR/torch-$1.log" | sed 's/^/# /' >&2; echo n/a; return 1; }
     sed -n 's/^.*tokens_per_s \([0-9.]*\).*$/\1/p' "$DIR/torch-$1.log"
 }
-TE=$(torch_run eager)
-TC=$(torch_run compile)
-build-cuda/bench/gemm_peak >"$DIR/gemm_peak.log" 2>&1 || { cat "$DIR/gemm_peak.log"; rc=1; }
+# a torch row that fails counts (no Python with torch at all: n/a, noted)
+TE=$(torch_run eager) || rc=1
+TC=$(torch_run compile) || rc=1
+if [ "$FAKE" = cpu ]; then
+    echo "gemm_peak: left out (PG_GPU_FAKE=cpu)" >"$DIR/gemm_peak.log"
+else
+    $(tmo 60) "$DIR/gemm_peak" >"$DIR/gemm_peak.log" 2>&1 || { cat "$DIR/gemm_peak.log" >&2; rc=1; }
+fi
 PEAK=$(sed -n 's/^peak_tflops \([0-9.]*\)$/\1/p' "$DIR/gemm_peak.log")
+DEVICE=$(sed -n 's/^device //p' "$DIR/gemm_peak.log")
 
-echo "GPT-2 small, bf16, batch 8 x $SEQ tokens, $STEPS steps (median after $WARMUP); $(sed -n 's/^device //p' "$DIR/gemm_peak.log")"
-printf '%-24s %14s\n' config tokens/s
-for row in "pipegen-1stage $P1" "pipegen-1stage-nograph $P1N" "pipegen-4stage $P4" "torch-eager $TE" "torch-compile $TC"; do
-    printf '%-24s %14s\n' $row
+# the prediction of the traced run from its own profile
+TRACE_M=""; TRACE_P=""
+if [ "$P4T" != n/a ] && "$PIPEGEN" trace "$DIR/p4.trace.json" "$DIR/gpt2-4/model.pipe" --balance "$DIR/p4.profile.json" \
+    --svg "$DIR/p4.svg" >"$DIR/p4.pred" 2>"$DIR/p4.pred.err"; then
+    set -- $(awk 'function ms(v, u) { return v * (u == "s" ? 1000 : u == "us" ? 0.001 : 1) }
+        /^measured step/ { m = ms($3, $4); for (i = 1; i <= NF; i++) if ($i == "predicted") p = ms($(i + 1), $(i + 2)) }
+        END { if (m > 0 && p > 0) print m, p }' "$DIR/p4.pred")
+    TRACE_M=${1:-}; TRACE_P=${2:-}
+else
+    echo "pipegen trace failed: $(cat "$DIR/p4.pred.err" 2>/dev/null | head -3)" >&2
+fi
+# graph vs --no-graph: the same losses, bit for bit (every step's and the final %.17g)
+SAME=false
+[ -s "$DIR/pipegen-1stage.loss" ] && cmp -s "$DIR/pipegen-1stage.loss" "$DIR/pipegen-1stage-nograph.loss" && SAME=true
+# memory: the 1-stage run's report line (pg_backend_report)
+PEAKB=$(sed -n 's/^.*GPU memory: arena [0-9]* bytes (the plan), \([0-9]*\) bytes in use.*$/\1/p' "$DIR/pipegen-1stage.log" | head -n 1)
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.4f", a / b; else printf "n/a" }'; }
+mfu() { awk -v t="$1" -v f="${FLOPS_TOK:-0}" -v p="${PEAK:-0}" 'BEGIN { if (t + 0 > 0 && f + 0 > 0 && p + 0 > 0) printf "%.4f", t * f / (p * 1e12); else printf "n/a" }'; }
+R_E=$(ratio "$P1" "$TE"); R_C=$(ratio "$P1" "$TC"); R_4=$(ratio "$P1" "$P4"); R_G=$(ratio "$P1" "$P1N")
+R_T=$(ratio "$TRACE_M" "$TRACE_P"); R_M=$(ratio "$PEAKB" "$ARENA")
+
+echo "$(basename "$MODEL"), seq $SEQ, $STEPS steps (median after $WARMUP); ${DEVICE:-unknown device}"
+printf '%-26s %14s\n' config tokens/s
+for row in "pipegen-1stage $P1" "pipegen-1stage-nograph $P1N" "pipegen-4stage $P4" "pipegen-4stage-traced $P4T" \
+    "torch-eager ${TE:-n/a}" "torch-compile ${TC:-n/a}"; do
+    printf '%-26s %14s\n' $row
 done
-echo "bf16 GEMM peak (cuBLAS, measured): ${PEAK:-n/a} TFLOP/s; model FLOPs per token: $FLOPS_TOK"
-# ratio NAME A B: A / B when both are numbers
-ratio() {
-    awk -v n="$1" -v a="$2" -v b="$3" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%-34s %.3f\n", n, a / b; else printf "%-34s n/a\n", n }'
-}
-ratio "pipegen-1stage / torch-eager" "$P1" "$TE"
-ratio "pipegen-1stage / torch-compile" "$P1" "$TC"
-ratio "pipegen-4stage / pipegen-1stage" "$P4" "$P1"
-ratio "graph / no-graph (1 stage)" "$P1" "$P1N"
-for row in "pipegen-1stage $P1" "pipegen-4stage $P4" "torch-eager $TE" "torch-compile $TC"; do
-    set -- $row
-    awk -v n="MFU $1" -v t="$2" -v f="$FLOPS_TOK" -v p="${PEAK:-0}" \
-        'BEGIN { if (t + 0 > 0 && p + 0 > 0) printf "%-34s %.1f%%\n", n, 100 * t * f / (p * 1e12); else printf "%-34s n/a\n", n }'
-done
+echo "bf16 GEMM peak (cuBLAS, measured): ${PEAK:-n/a} TFLOP/s; model FLOPs per token: ${FLOPS_TOK:-n/a}"
+printf '%-44s %10s  %s\n' measure value target \
+    "pipegen-1stage / torch-eager" "$R_E" "" \
+    "pipegen-1stage / torch-compile" "$R_C" ">= 1.2" \
+    "MFU pipegen-1stage (of the measured peak)" "$(mfu "$P1")" ">= 0.40" \
+    "MFU torch-compile" "$(mfu "$TC")" "" \
+    "step 4 stages / 1 stage (one GPU, CUDA IPC)" "$(ratio "$P1" "$P4")" "<= 1.05" \
+    "graphs speed-up (graph / --no-graph)" "$R_G" "> 1, same bits: $SAME" \
+    "measured / predicted step (4 stages, trace)" "$R_T" "0.9 .. 1.1 (${TRACE_M:-?} / ${TRACE_P:-?} ms)" \
+    "peak device memory / plan arena (1 stage)" "$R_M" "<= 1.02 (${PEAKB:-?} / ${ARENA:-?} bytes)"
+echo "note: CUDA stage traces time the host thread (runtime/cuda/README.md), which the prediction's profile also measures"
+
+{
+    echo "{"
+    printf '%s\n' "  \"device\": $(json_str "${DEVICE:-}"),"
+    printf '%s\n' "  \"model\": $(json_str "$(basename "$MODEL") on 1 and 4 stages, seq $SEQ"), \"steps\": $STEPS, \"warmup\": $WARMUP,"
+    printf '%s\n' "  \"tokens_per_s\": {\"pipegen_1stage\": $(json_num "$P1"), \"pipegen_1stage_nograph\": $(json_num "$P1N"),"
+    printf '%s\n' "    \"pipegen_4stage\": $(json_num "$P4"), \"pipegen_4stage_traced\": $(json_num "$P4T"),"
+    printf '%s\n' "    \"torch_eager\": $(json_num "${TE:-}"), \"torch_compile\": $(json_num "${TC:-}")},"
+    printf '%s\n' "  \"ratio_vs_torch_eager\": $(json_num "$R_E"), \"ratio_vs_torch_compile\": $(json_num "$R_C"),"
+    printf '%s\n' "  \"gemm_peak_tflops\": $(json_num "${PEAK:-}"), \"model_flops_per_token\": $(json_num "${FLOPS_TOK:-}"),"
+    printf '%s\n' "  \"mfu\": {\"pipegen_1stage\": $(json_num "$(mfu "$P1")"), \"pipegen_4stage\": $(json_num "$(mfu "$P4")"),"
+    printf '%s\n' "    \"torch_eager\": $(json_num "$(mfu "${TE:-}")"), \"torch_compile\": $(json_num "$(mfu "${TC:-}")")},"
+    printf '%s\n' "  \"step_4stage_over_1stage\": $(json_num "$R_4"),"
+    printf '%s\n' "  \"graph_speedup\": $(json_num "$R_G"), \"graph_same_bits\": $SAME,"
+    printf '%s\n' "  \"trace_measured_ms\": $(json_num "$TRACE_M"), \"trace_predicted_ms\": $(json_num "$TRACE_P"), \"trace_ratio\": $(json_num "$R_T"),"
+    printf '%s\n' "  \"arena_bytes\": $(json_num "${ARENA:-}"), \"peak_bytes\": $(json_num "${PEAKB:-}"), \"memory_ratio\": $(json_num "$R_M"),"
+    printf '%s\n' "  \"targets\": {\"ratio_vs_torch_compile\": \">= 1.2\", \"mfu_pipegen_1stage\": \">= 0.40\","
+    printf '%s\n' "    \"step_4stage_over_1stage\": \"<= 1.05\", \"graph_speedup\": \"> 1 with same bits\","
+    printf '%s\n' "    \"trace_ratio\": \"0.9 .. 1.1\", \"memory_ratio\": \"<= 1.02\"},"
+    printf '%s\n' "  \"complete\": $([ $rc = 0 ] && echo true || echo false)"
+    echo "}"
+} >"$DIR/bench.json"
+echo "bench-gpu: figures in $DIR/bench.json"
 exit $rc

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """bench/gpu/torch_gpt2.py — the PyTorch anchors of the GPU benchmark (bench/gpu/run.sh).
 
 The GPT of a pipegen plan.json (examples/gpt2_small.pipe by default: token

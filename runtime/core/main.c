@@ -492,6 +492,7 @@ static int run(pg_run *r)
         if (last)
             printf("throughput: %.1f samples/s (mean over steps 2..%" PRId64 ")\n", samples_s, r->opt.steps);
     }
+    pg_backend_report(r->ctx, d->stage, d->arena_bytes, stdout);
     return 0;
 }
 
@@ -509,6 +510,9 @@ int main(int argc, char **argv)
     int rc = run(&r);
     if (r.net)
         pg_net_close(r.net);
+    /* a device left waiting for a dead peer: free host state only, then leave
+     * without the CUDA runtime's exit handlers (pg_ops.h) */
+    int poisoned = r.ctx && pg_backend_poisoned(r.ctx);
     if (r.have_in)
         pg_data_close(&r.in);
     if (r.have_tg)
@@ -524,5 +528,10 @@ int main(int argc, char **argv)
     free(r.synth_in);
     free(r.synth_tg);
     free(r.tr_ev);
+    if (poisoned) {
+        fflush(stdout);
+        fflush(stderr);
+        _exit(rc);
+    }
     return rc;
 }

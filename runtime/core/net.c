@@ -778,6 +778,22 @@ const char *pg_net_error(const pg_net *n)
     return n ? n->err : "no network";
 }
 
+/* The kernel's view of the connection: anything but ESTABLISHED means the
+ * peer sent its FIN (CLOSE_WAIT) or the link was reset, whatever is unread. */
+int pg_net_peer_gone(pg_net *n, int peer_)
+{
+    if (!n || peer_ < 0 || peer_ >= n->world || n->p[peer_].fd < 0)
+        return 1;
+    peer *p = &n->p[peer_];
+    if (p->rx_closed)
+        return 1;
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    if (getsockopt(p->fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0)
+        return 0; /* cannot tell: the receive's own deadline still holds */
+    return ti.tcpi_state != TCP_ESTABLISHED;
+}
+
 void pg_net_close(pg_net *n)
 {
     if (!n) return;

@@ -57,6 +57,11 @@ pg_net_status pg_net_recv(pg_net *n, int peer, uint32_t tag, void *buf, size_t b
 /* Wait until every queued send has been written to its socket. */
 pg_net_status pg_net_flush(pg_net *n, double timeout_s);
 const char *pg_net_error(const pg_net *n);
+/* 1 when `peer` has closed its end of the link (it exited or was killed, or
+ * the link was reset), even while some of its messages are still unread; 0
+ * while it is up. Never blocks. The CUDA transport polls it while it waits for
+ * a payload that travels outside the link (NCCL, CUDA IPC). */
+int pg_net_peer_gone(pg_net *n, int peer);
 void pg_net_close(pg_net *n);
 
 #endif

@@ -22,6 +22,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 typedef struct pg_ctx pg_ctx; /* backend state: BLAS handle/stream, thread count */
 
@@ -80,6 +81,17 @@ int pg_backend_step_end(pg_ctx *c);           /* wait for the step, deliver, rep
 /* train.precision: 0 f32, 1 bf16 (GEMM operands in bf16, f32 accumulation,
  * f32 weights and gradients on CUDA; the CPU computes in f32 and says so). */
 int pg_backend_set_precision(pg_ctx *c, int precision);
+/* 1 when work queued on the device waits for something that will never come
+ * (a peer died with its message in flight): from then on the backend neither
+ * synchronises nor frees device memory (pg_arena_destroy and pg_backend_free
+ * only drop host state), and the process should leave with _exit() rather
+ * than through exit handlers that might wait for the device. Always 0 on the
+ * CPU. Ask before pg_backend_free. */
+int pg_backend_poisoned(const pg_ctx *c);
+/* After training, one line about the backend on `out` prefixed with "stage K: "
+ * (CUDA: graphs captured and launched, the arena against the device memory
+ * the process used at its peak); nothing on the CPU. */
+void pg_backend_report(pg_ctx *c, int stage, int64_t arena_bytes, FILE *out);
 
 /* ---- elementwise / memory ---------------------------------------------- */
 int pg_zero(pg_ctx *c, float *x, int64_t count);

@@ -81,12 +81,16 @@ typedef struct pg_param_desc {
     uint64_t stage_mask;     /* stages using it */
     int64_t off, grad_off, opt_off[2];
     /* Appended: a parameter used by several layers gives each use its own
-     * gradient accumulator, nacc consecutive [numel] buffers from grad_off in
-     * layer order (0 reads as 1); their sum in layer order, first into the
-     * first, is the gradient: the same float operations for any stage count.
-     * stage_nacc[s] is stage s's nacc (NULL: 1 on each using stage). */
+     * gradient accumulator, nacc [numel] buffers from grad_off in layer order,
+     * acc_numel floats apart (numel rounded up to the plan's 256-byte
+     * alignment; 0 reads as numel), nacc 0 reading as 1; their sum in layer
+     * order, first into the first, is the gradient: the same float operations
+     * for any stage count. stage_nacc[s] is stage s's nacc (NULL: 1 on each
+     * using stage). A tie message carries n accumulators as one block of
+     * (n - 1) * acc_numel + numel floats. */
     int nacc;
     const int *stage_nacc;
+    int64_t acc_numel;
 } pg_param_desc;
 
 enum { PG_OPTIM_SGD = 0, PG_OPTIM_ADAMW = 1 };

@@ -242,6 +242,13 @@ static int nacc_at(const pg_param_desc *m, int stage)
 
 static int nacc_local(const pg_param_desc *p) { return p->nacc > 0 ? p->nacc : 1; }
 
+/* Floats from one accumulator to the next (pg_stage.h), and n of them as bytes. */
+static int64_t acc_numel(const pg_param_desc *p) { return p->acc_numel > 0 ? p->acc_numel : p->numel; }
+static size_t acc_block_bytes(const pg_param_desc *p, int n)
+{
+    return (size_t)((int64_t)(n - 1) * acc_numel(p) + p->numel) * 4;
+}
+
 static const pg_param_desc *local_param(const pg_stage_desc *d, int index)
 {
     for (int i = 0; i < d->nparams; i++)
@@ -259,7 +266,7 @@ static int fold_uses(pg_run *r, const pg_param_desc *p)
 {
     float *g = (float *)(r->A + p->grad_off);
     for (int j = 1; j < nacc_local(p); j++)
-        if (pg_axpy_inplace(r->ctx, g, g + (int64_t)j * p->numel, p->numel))
+        if (pg_axpy_inplace(r->ctx, g, g + (int64_t)j * acc_numel(p), p->numel))
             return 1;
     return 0;
 }
@@ -270,7 +277,7 @@ static int add_block(pg_run *r, const pg_param_desc *p, int n)
     float *g = (float *)(r->A + p->grad_off);
     const float *ws = (const float *)(r->A + r->d->ws_off);
     for (int j = 0; j < n; j++)
-        if (pg_axpy_inplace(r->ctx, g, ws + (int64_t)j * p->numel, p->numel))
+        if (pg_axpy_inplace(r->ctx, g, ws + (int64_t)j * acc_numel(p), p->numel))
             return 1;
     return 0;
 }
@@ -313,7 +320,7 @@ static int tie_reduce(pg_run *r, int a, const pg_step_action *x)
     unsigned char *g = r->A + p->grad_off;
     pg_net_status st;
     if (d->stage != x->peer) {
-        if ((st = pg_net_send(r->net, x->peer, PG_TAG(PG_TIE_REDUCE, p->index, 0), g, vb * (size_t)nacc_local(p))))
+        if ((st = pg_net_send(r->net, x->peer, PG_TAG(PG_TIE_REDUCE, p->index, 0), g, acc_block_bytes(p, nacc_local(p)))))
             return tie_net(r, a, x, p, x->peer, "sending the gradient", st);
         if ((st = pg_net_recv(r->net, x->peer, PG_TAG(PG_TIE_REDUCE, p->index, 1), g, vb, r->opt.timeout_s)))
             return tie_net(r, a, x, p, x->peer, "receiving the summed gradient", st);
@@ -325,7 +332,7 @@ static int tie_reduce(pg_run *r, int a, const pg_step_action *x)
         if (u == d->stage || !(m->stage_mask >> u & 1))
             continue;
         int n = nacc_at(m, u);
-        if ((st = pg_net_recv(r->net, u, PG_TAG(PG_TIE_REDUCE, p->index, 0), r->A + d->ws_off, vb * (size_t)n,
+        if ((st = pg_net_recv(r->net, u, PG_TAG(PG_TIE_REDUCE, p->index, 0), r->A + d->ws_off, acc_block_bytes(p, n),
                               r->opt.timeout_s)))
             return tie_net(r, a, x, p, u, "receiving the gradient", st);
         if (add_block(r, p, n))
@@ -359,7 +366,7 @@ static int tie_transmit(pg_run *r, int a, const pg_step_action *x)
         return 0;
     case PG_TIE_GRAD_SEND:
         if ((st = pg_net_send(r->net, x->peer, PG_TAG(PG_TIE_GRAD_SEND, p->index, 0), r->A + p->grad_off,
-                              vb * (size_t)nacc_local(p))))
+                              acc_block_bytes(p, nacc_local(p)))))
             return tie_net(r, a, x, p, x->peer, "sending the gradient", st);
         return 0;
     default: { /* PG_TIE_GRAD_RECV, one per user in stage order: the first one folds the owner's own uses */
@@ -369,7 +376,7 @@ static int tie_transmit(pg_run *r, int a, const pg_step_action *x)
         if (x->peer == first && fold_uses(r, p))
             return 1;
         int n = nacc_at(m, x->peer);
-        if ((st = pg_net_recv(r->net, x->peer, PG_TAG(PG_TIE_GRAD_SEND, p->index, 0), r->A + d->ws_off, vb * (size_t)n,
+        if ((st = pg_net_recv(r->net, x->peer, PG_TAG(PG_TIE_GRAD_SEND, p->index, 0), r->A + d->ws_off, acc_block_bytes(p, n),
                               r->opt.timeout_s)))
             return tie_net(r, a, x, p, x->peer, "receiving the gradient", st);
         return add_block(r, p, n);
@@ -447,7 +454,7 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
         return 1;
     for (int i = 0; i < d->nparams && !rep; i++)
         if (!d->params[i].is_buffer &&
-            pg_zero(r->ctx, (float *)(r->A + d->params[i].grad_off), d->params[i].numel * nacc_local(&d->params[i])))
+            pg_zero(r->ctx, (float *)(r->A + d->params[i].grad_off), (int64_t)acc_block_bytes(&d->params[i], nacc_local(&d->params[i])) / 4))
             return 1;
     if (pg_backend_compute_end(r->ctx) || load_batch(r, step))
         return 1;

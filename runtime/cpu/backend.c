@@ -21,7 +21,7 @@
 #include <sanitizer/asan_interface.h>
 #endif
 
-#define PG_ARENA_ALIGN 64 /* a cache line; AVX-512 loads like it too */
+#define PG_ARENA_ALIGN 256 /* the plan's offset alignment (codegen/memplan.h), as cudaMalloc gives */
 
 struct pg_ctx {
     int threads; /* OpenBLAS threads asked for; 0: OpenBLAS's own default */
@@ -185,6 +185,18 @@ int pg_backend_step_end(pg_ctx *c)
 {
     (void)c;
     return 0;
+}
+
+/* Nothing runs asynchronously on the CPU, so nothing can be left waiting. */
+int pg_backend_poisoned(const pg_ctx *c)
+{
+    (void)c;
+    return 0;
+}
+
+void pg_backend_report(pg_ctx *c, int stage, int64_t arena_bytes, FILE *out)
+{
+    (void)c, (void)stage, (void)arena_bytes, (void)out;
 }
 
 /* bf16 is a CUDA-runtime compute setting: the CPU computes in f32 (its

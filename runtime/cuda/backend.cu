@@ -8,6 +8,7 @@
 
 #include "cuda_common.h"
 #include "cuda_backend.h"
+#include "cuda_caps.h"
 
 /* The one process-wide slot of the CUDA runtime (cuda_backend.h says why):
  * the live backend context, for the transport (cuda_net.cu). */
@@ -17,11 +18,56 @@ static struct {
 
 pg_ctx *pg_cuda_process_ctx(void) { return pg_cuda_process.ctx; }
 
-/* Frees what init made so far; safe on a partly built context. */
+/* ---- pinned staging of the step's host -> device copies (hstage.h) ------- */
+
+static int hstage_alloc(void *u, size_t bytes, void **out)
+{
+    (void)u;
+    CUDA_CHECK(cudaMallocHost(out, bytes));
+    return 0;
+}
+
+static void hstage_release(void *u, void *buf)
+{
+    (void)u;
+    cudaFreeHost(buf);
+}
+
+static int hstage_wait(void *u, int slot)
+{
+    pg_ctx *c = (pg_ctx *)u;
+    CUDA_CHECK(cudaEventSynchronize(c->hstage_ev[slot]));
+    return 0;
+}
+
+static int hstage_copy(void *u, int slot, void *dst, const void *src, size_t bytes)
+{
+    pg_ctx *c = (pg_ctx *)u;
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream));
+    CUDA_CHECK(cudaEventRecord(c->hstage_ev[slot], c->stream));
+    return 0;
+}
+
+static const pg_hstage_ops hstage_ops = {hstage_alloc, hstage_release, hstage_wait, hstage_copy};
+
+/* Frees what init made so far; safe on a partly built context. A poisoned
+ * context (pg_cuda_poison) has work that will never finish: waiting for it,
+ * or freeing device or pinned memory (which synchronises the device), would
+ * hang, so only host memory is freed and process exit does the rest. */
 static void ctx_release(pg_ctx *c)
 {
     if (!c)
         return;
+    if (c->poisoned) {
+        pg_hstage_free(&c->hstage, &hstage_ops, c, 1);
+        free(c->segs);
+        free(c);
+        return;
+    }
+    pg_hstage_free(&c->hstage, &hstage_ops, c, 0);
+    for (int i = 0; i < PG_HSTAGE_SLOTS; i++)
+        if (c->hstage_ev[i])
+            cudaEventDestroy(c->hstage_ev[i]);
     if (c->stream)
         cudaStreamSynchronize(c->stream);
     if (c->scratch)
@@ -59,7 +105,29 @@ static int ctx_setup(pg_ctx *c)
         return 1;
     }
     CUDA_CHECK(cudaGetDevice(&c->device));
+    /* the compute mode (nvidia-smi -c) can forbid this process the GPU: say so */
+    int mode = 0;
+    char why[512];
+    if (cudaDeviceGetAttribute(&mode, cudaDevAttrComputeMode, c->device) != cudaSuccess)
+        mode = PG_CUDA_MODE_DEFAULT, cudaGetLastError();
+    if (pg_cuda_mode_forbids(c->device, mode, why, sizeof why)) {
+        pg_rt_error(__FILE__, __LINE__, "%s", why);
+        return 1;
+    }
+    e = cudaFree(0); /* makes the context: where a GPU held by another process refuses us */
+    if (e == cudaErrorDevicesUnavailable) {
+        pg_cuda_busy_why(c->device, mode, why, sizeof why);
+        pg_rt_error(__FILE__, __LINE__, "cannot use GPU %d (%s): %s", c->device, cudaGetErrorName(e), why);
+        return 1;
+    }
+    if (e != cudaSuccess)
+        return pg_cuda_fail(__FILE__, __LINE__, "cudaFree(0) (making the CUDA context)", e);
+    size_t fr = 0, tot = 0;
+    CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
+    c->mem_base = c->mem_peak = tot - fr;
     CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    for (int i = 0; i < PG_HSTAGE_SLOTS; i++)
+        CUDA_CHECK(cudaEventCreateWithFlags(&c->hstage_ev[i], cudaEventDisableTiming));
     CUBLAS_CHECK(cublasCreate(&c->blas));
     CUBLAS_CHECK(cublasSetStream(c->blas, c->stream));
     /* Full fp32 products (no TF32), and no atomics inside cuBLAS: with one
@@ -111,6 +179,39 @@ void pg_backend_free(pg_ctx *c)
     ctx_release(c);
 }
 
+void pg_cuda_poison(pg_ctx *c, const char *why)
+{
+    if (c && !c->poisoned)
+        c->poisoned = why ? why : "a transfer that will never complete";
+}
+
+int pg_backend_poisoned(const pg_ctx *c) { return c && c->poisoned; }
+
+void pg_backend_report(pg_ctx *c, int stage, int64_t arena_bytes, FILE *out)
+{
+    if (!c || c->poisoned)
+        return;
+    size_t used = c->mem_peak > c->mem_base ? c->mem_peak - c->mem_base : 0;
+    fprintf(out,
+            "stage %d: CUDA graphs: %lld captured, %lld launched; GPU memory: arena %lld bytes (the plan), "
+            "%zu bytes in use at the peak of a step's end beyond the context (%.3f x the arena; cudaMemGetInfo: "
+            "every process on GPU %d counts)\n",
+            stage, c->graphs_captured, c->graph_launches, (long long)arena_bytes, used,
+            arena_bytes > 0 ? (double)used / (double)arena_bytes : 0.0, c->device);
+    fflush(out);
+}
+
+void pg_cuda_mem_sample(pg_ctx *c)
+{
+    size_t fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) {
+        cudaGetLastError();
+        return;
+    }
+    if (tot - fr > c->mem_peak)
+        c->mem_peak = tot - fr;
+}
+
 const char *pg_backend_name(void) { return "cuda"; }
 
 void *pg_arena_create(pg_ctx *c, size_t bytes)
@@ -148,28 +249,25 @@ void pg_arena_guard(pg_ctx *c, void *arena, size_t bytes, const pg_arena_buf *bu
 
 void pg_arena_destroy(pg_ctx *c, void *arena)
 {
-    if (!arena)
+    if (!arena || (c && c->poisoned))
         return;
     if (c)
         cudaStreamSynchronize(c->stream);
     cudaFree(arena);
 }
 
-/* The host buffer may be reused as soon as this returns, so wait for the copy;
- * except inside a step from pageable memory (the step's data), where
- * cudaMemcpyAsync has staged the bytes before it returns (CUDA's documented
- * behaviour for pageable host memory), so the step need not wait. */
+/* The host buffer may be reused as soon as this returns. Inside a step (the
+ * step's data) the bytes go through the pinned staging ring (hstage.h): the
+ * host does not wait for the copy; outside one, the copy is waited for. */
 int pg_copy_to_dev(pg_ctx *c, void *dst, const void *src, size_t bytes)
 {
     if (!bytes)
         return 0;
     if (c->in_run)
         return PG_RT_FAIL("copy_to_dev inside a run of compute (step %lld): not capturable", (long long)c->info.step);
+    if (c->in_step)
+        return pg_hstage_copy(&c->hstage, &hstage_ops, c, dst, src, bytes);
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream));
-    cudaPointerAttributes at;
-    if (c->in_step && cudaPointerGetAttributes(&at, src) == cudaSuccess && at.type == cudaMemoryTypeUnregistered)
-        return 0;
-    cudaGetLastError(); /* older drivers report unregistered memory as an error */
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
     return 0;
 }

@@ -27,6 +27,11 @@ extern "C" {
 /* The context pg_backend_init made in this process, NULL if none is live. */
 pg_ctx *pg_cuda_process_ctx(void);
 
+/* The transport left work on c's stream waiting for a peer that is gone
+ * (why: a static string for messages): from now on c is never synchronised and
+ * its device memory never freed (pg_backend_poisoned; process exit frees it). */
+void pg_cuda_poison(pg_ctx *c, const char *why);
+
 typedef struct pg_cuda_graph pg_cuda_graph;
 
 /* Start capturing every op enqueued on c's stream (thread-local capture mode:

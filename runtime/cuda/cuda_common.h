@@ -18,6 +18,7 @@
 extern "C" {
 #include "pg_ops.h"
 }
+#include "hstage.h"
 
 /* The per-step values captured ops read from device memory (step.cu writes
  * them at step start from pg_step_info, with the host formulas of optim.cu). */
@@ -85,6 +86,16 @@ struct pg_ctx {
     int nsites;
     struct pg_cuda_seg *segs; /* captured runs */
     int nsegs, segs_cap;
+    long long graphs_captured, graph_launches; /* for pg_backend_report */
+    /* the step's host -> device copies go through pinned buffers (hstage.h) */
+    pg_hstage hstage;
+    cudaEvent_t hstage_ev[PG_HSTAGE_SLOTS];
+    /* device memory in use (cudaMemGetInfo: total - free) when the context was
+     * made, and the most seen at a step's end since (pg_backend_report) */
+    size_t mem_base, mem_peak;
+    /* non-NULL: work on the stream waits for a peer that died (why); nothing
+     * may synchronise or free device memory any more (pg_backend_poisoned) */
+    const char *poisoned;
 };
 
 /* ---- located error checks -------------------------------------------------
@@ -194,6 +205,8 @@ __device__ __forceinline__ float pg_block_max(float v, float *sh)
 }
 
 /* ---- helpers implemented in backend.cu ------------------------------------ */
+/* Record the device memory in use now if it is the most so far (step ends). */
+void pg_cuda_mem_sample(pg_ctx *c);
 /* A device workspace of at least `bytes` (grown once, stream-ordered). */
 int pg_cuda_scratch(pg_ctx *c, size_t bytes, void **out);
 /* Checks ids[0..n) are in [0, limit) on the device; on the first bad row it

@@ -41,6 +41,7 @@
 
 #include "cuda_common.h"
 #include "cuda_backend.h"
+#include "cuda_caps.h"
 #include "pg_tcp_net.h"
 #include "pg_le.h"
 
@@ -48,10 +49,14 @@
 #define HDR_BYTES 32
 #define TAG_INIT_INFO ((29u << 24) | 1u) /* before any caller traffic, so no clash */
 #define TAG_INIT_LINK ((29u << 24) | 2u)
+#define TAG_CLOSED ((29u << 24) | 3u) /* at close: I no longer map your ring */
 #define NSLOTS 512                      /* device messages in flight per direction */
 #define RING_SLACK ((size_t)64 << 10)
 #define RING_ALIGN 256
 #define SEND_WAIT_S 300.0               /* a full staging ring waits this long for the peer */
+#define GONE_GRACE_S 2.0                /* a peer's link closed: its in-flight message may still land */
+#define GONE_POLL_S 0.01                /* how often a device wait looks at the peer's link */
+#define CLOSE_WAIT_S 10.0               /* at close: how long an exporter waits for its importers */
 
 enum { PATH_INLINE = 0, PATH_NCCL = 1, PATH_IPC = 2 };
 
@@ -99,10 +104,16 @@ typedef struct dlink {
     ncclComm_t rcomm;
     ncclUniqueId rid;
     int rkind;
+    /* CUDA IPC teardown (pg_net_close): an exporter may free its ring only
+     * after the importer closed its mapping (CUDA: freeing it earlier is
+     * undefined behaviour for the importer) */
+    int exported;        /* our ring's IPC handle went to this peer */
+    int unmapped;        /* the peer said it closed its mapping, or it exited */
 } dlink;
 
 struct pg_net {
     pg_tcp_net *tcp;
+    pg_ctx *ctx;                   /* the backend's; poisoned when a receive is left waiting */
     cudaStream_t stream;           /* the backend's: every copy and receive goes here */
     cudaStream_t poll;             /* private: reads of the consumed counters */
     cudaEvent_t done;              /* completion of a receive on the backend stream */
@@ -206,17 +217,60 @@ static pg_net_status nccl_settle(pg_net *n, dlink *L, int peer, ncclComm_t comm,
     return PG_NET_OK;
 }
 
+/* The peer's TCP link is closed (it exited or was killed) and has been for
+ * GONE_GRACE_S: whatever it had in flight has landed by now or never will.
+ * Polled every GONE_POLL_S from the device waits below; *since and *next
+ * carry the state between calls of one wait. */
+static int peer_gone_for_good(pg_net *n, int peer, double *since, double *next)
+{
+    double t = now_s();
+    if (t < *next)
+        return 0;
+    *next = t + GONE_POLL_S;
+    if (*since == 0.0 && pg_tcp_net_peer_gone(n->tcp, peer))
+        *since = t;
+    return *since != 0.0 && t - *since > GONE_GRACE_S;
+}
+
+static pg_net_status gone_err(pg_net *n, dlink *L, int peer, const char *what)
+{
+    link_abort(L);
+    seterr(n->err, sizeof n->err, "stage %d closed its connection (it exited or was killed) %s", peer, what);
+    return PG_NET_CLOSED;
+}
+
+/* The backend stream has work that waits for a peer that will never deliver:
+ * from now on nothing may wait for that stream (pg_backend_poisoned). */
+static void poison(pg_net *n, const char *why)
+{
+    if (n->ctx)
+        pg_cuda_poison(n->ctx, why);
+}
+
+static int is_poisoned(pg_net *n, int peer)
+{
+    if (!n->ctx || !pg_backend_poisoned(n->ctx))
+        return 0;
+    seterr(n->err, sizeof n->err,
+           "no transfer with stage %d: an earlier one left this GPU stream waiting for a stage that died", peer);
+    return 1;
+}
+
 /* Wait for ev by deadline, watching comm (may be NULL) for an asynchronous
- * error. On timeout the message is `late` (already formatted). */
+ * error and the peer's link for its death. On timeout the message is `late`
+ * (already formatted). */
 static pg_net_status wait_event(pg_net *n, dlink *L, int peer, cudaEvent_t ev, ncclComm_t comm, double deadline,
                                 const char *late)
 {
+    double gone_since = 0.0, gone_next = 0.0;
     for (;;) {
         cudaError_t e = cudaEventQuery(ev);
         if (e == cudaSuccess)
             return PG_NET_OK;
         if (e != cudaErrorNotReady)
             return cuda_err(n, peer, "waiting for a transfer", e);
+        if (peer_gone_for_good(n, peer, &gone_since, &gone_next))
+            return gone_err(n, L, peer, "while a GPU transfer with it was in flight");
         if (comm) {
             ncclResult_t ae = ncclSuccess;
             if (ncclCommGetAsyncError(comm, &ae) == ncclSuccess && ae != ncclSuccess && ae != ncclInProgress) {
@@ -284,12 +338,15 @@ static pg_net_status retire_oldest(pg_net *n, int to, double deadline)
            (unsigned long long)o->seq, o->len, SEND_WAIT_S);
     if (L->same_dev) {
         unsigned long long *ctr = (unsigned long long *)(L->sring + L->send_cap);
+        double gone_since = 0.0, gone_next = 0.0;
         for (;;) {
             NET_CUDA(n, to, "reading the ring counter",
                      cudaMemcpyAsync(n->poll_host, ctr, sizeof *ctr, cudaMemcpyDeviceToHost, n->poll));
             NET_CUDA(n, to, "reading the ring counter", cudaStreamSynchronize(n->poll));
             if (*n->poll_host >= o->seq + 1)
                 break;
+            if (peer_gone_for_good(n, to, &gone_since, &gone_next))
+                return gone_err(n, L, to, "before it took our message out of the send ring");
             if (now_s() > deadline) {
                 seterr(n->err, sizeof n->err, "%s", late);
                 return PG_NET_TIMEOUT;
@@ -363,6 +420,8 @@ pg_net_status pg_net_send(pg_net *n, int to, uint32_t tag, const void *buf, size
         seterr(n->err, sizeof n->err, "the link to stage %d failed earlier", to);
         return PG_NET_CLOSED;
     }
+    if (is_poisoned(n, to))
+        return PG_NET_ERROR;
     int dev = bytes > 0 && is_device(buf);
     if (!dev || bytes > L->send_cap) {
         /* inline: header then payload on TCP; device data through host memory */
@@ -383,10 +442,16 @@ pg_net_status pg_net_send(pg_net *n, int to, uint32_t tag, const void *buf, size
     pg_net_status st = ring_place(n, to, bytes, &start);
     if (st)
         return st;
-    NET_CUDA(n, to, "copying a message into the send ring",
-             cudaMemcpyAsync(L->sring + start, buf, bytes, cudaMemcpyDeviceToDevice, n->stream));
     uint64_t seq = L->sseq;
     cudaEvent_t ev = L->sev[seq % NSLOTS];
+    /* NCCL: the header goes first, so the receiver is already on its way to
+     * its ncclRecv while ours is enqueued (the links were connected at start-
+     * up, init_comms, so ncclSend itself never waits for the peer). IPC: the
+     * header must follow the event record it names. */
+    if (!L->same_dev && (st = send_header(n, to, tag, PATH_NCCL, bytes, start, seq)))
+        return st;
+    NET_CUDA(n, to, "copying a message into the send ring",
+             cudaMemcpyAsync(L->sring + start, buf, bytes, cudaMemcpyDeviceToDevice, n->stream));
     if (L->same_dev) {
         NET_CUDA(n, to, "recording a send", cudaEventRecord(ev, n->stream));
     } else {
@@ -403,7 +468,7 @@ pg_net_status pg_net_send(pg_net *n, int to, uint32_t tag, const void *buf, size
     q->len = bytes;
     L->qlen++;
     L->sseq++;
-    return send_header(n, to, tag, L->same_dev ? PATH_IPC : PATH_NCCL, bytes, start, seq);
+    return L->same_dev ? send_header(n, to, tag, PATH_IPC, bytes, start, seq) : PG_NET_OK;
 }
 
 /* ---- receiving ----------------------------------------------------------- */
@@ -427,6 +492,8 @@ pg_net_status pg_net_recv(pg_net *n, int from, uint32_t tag, void *buf, size_t b
         seterr(n->err, sizeof n->err, "the link from stage %d failed earlier", from);
         return PG_NET_CLOSED;
     }
+    if (is_poisoned(n, from))
+        return PG_NET_ERROR;
     double deadline = now_s() + timeout_s;
     unsigned char h[HDR_BYTES];
     pg_net_status st = pg_tcp_net_recv(n->tcp, from, tag, h, sizeof h, timeout_s);
@@ -485,26 +552,37 @@ pg_net_status pg_net_recv(pg_net *n, int from, uint32_t tag, void *buf, size_t b
             return PG_NET_ERROR;
         dst = n->dstage;
     }
+    /* from here the backend stream waits for the peer: if the payload never
+     * comes, that stream is stuck for good (poison) */
     if (path == PATH_IPC) {
-        NET_CUDA(n, from, "waiting for a message", cudaStreamWaitEvent(n->stream, L->rev[seq % NSLOTS], 0));
-        NET_CUDA(n, from, "copying a message out of the peer's ring",
-                 cudaMemcpyAsync(dst, L->rring + off, bytes, cudaMemcpyDeviceToDevice, n->stream));
-        set_u64_kernel<<<1, 1, 0, n->stream>>>(L->rconsumed, (unsigned long long)(seq + 1));
-        cudaError_t e = cudaGetLastError();
-        if (e != cudaSuccess)
-            return cuda_err(n, from, "launching set_u64_kernel", e);
+        cudaError_t e = cudaStreamWaitEvent(n->stream, L->rev[seq % NSLOTS], 0);
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(dst, L->rring + off, bytes, cudaMemcpyDeviceToDevice, n->stream);
+        if (e == cudaSuccess) {
+            set_u64_kernel<<<1, 1, 0, n->stream>>>(L->rconsumed, (unsigned long long)(seq + 1));
+            e = cudaGetLastError();
+        }
+        if (e != cudaSuccess) {
+            poison(n, "a CUDA IPC receive that failed half-way");
+            return cuda_err(n, from, "receiving a message by CUDA IPC", e);
+        }
     } else {
         ncclResult_t rc = ncclRecv(dst, bytes, ncclUint8, 0, L->rcomm, n->stream);
-        if ((st = nccl_settle(n, L, from, L->rcomm, rc, deadline, "ncclRecv")))
+        if ((st = nccl_settle(n, L, from, L->rcomm, rc, deadline, "ncclRecv"))) {
+            poison(n, "an NCCL receive that did not complete");
             return st;
+        }
     }
     L->rseq++;
     NET_CUDA(n, from, "recording a receive", cudaEventRecord(n->done, n->stream));
     char late[256];
     seterr(late, sizeof late, "no message from stage %d within %g s (expected tag %u, %zu bytes; header received, "
            "payload by %s did not arrive)", from, timeout_s, tag, bytes, path == PATH_IPC ? "CUDA IPC" : "NCCL");
-    if ((st = wait_event(n, L, from, n->done, path == PATH_NCCL ? L->rcomm : NULL, deadline, late)))
+    if ((st = wait_event(n, L, from, n->done, path == PATH_NCCL ? L->rcomm : NULL, deadline, late))) {
+        poison(n, path == PATH_IPC ? "a CUDA IPC receive whose sender never recorded its event"
+                                   : "an NCCL receive that did not complete");
         return st;
+    }
     if (!dev) {
         NET_CUDA(n, from, "copying a message to the host", cudaMemcpyAsync(buf, dst, bytes, cudaMemcpyDeviceToHost, n->stream));
         NET_CUDA(n, from, "copying a message to the host", cudaStreamSynchronize(n->stream));
@@ -572,6 +650,14 @@ static int exchange_info(pg_net *n, const pg_net_config *cfg, char *err, size_t 
         L->send_cap = mine ? align_up(2 * mine + RING_SLACK) : 0; /* 2x: room for the wrap-around */
         L->has_recv = pg_get64(m) > 0;
         L->same_dev = memcmp(m + 8, &prop.uuid, 16) == 0;
+        /* a device link on this GPU is CUDA IPC: can this device do it? */
+        if (L->same_dev && (L->send_cap || L->has_recv)) {
+            int ipc_ev = 0;
+            if (cudaDeviceGetAttribute(&ipc_ev, cudaDevAttrIpcEventSupport, dev) != cudaSuccess)
+                ipc_ev = 0, cudaGetLastError();
+            if (pg_cuda_ipc_unusable(n->rank, j, dev, ipc_ev, err, errlen))
+                return -1;
+        }
     }
     return 0;
 }
@@ -622,6 +708,7 @@ static int setup_links(pg_net *n, const pg_net_config *cfg, char *err, size_t er
                    L->same_dev ? "CUDA IPC" : "NCCL", j, L->send_cap, cudaGetErrorString(e));
             goto out;
         }
+        L->exported = L->same_dev; /* from here the peer may map our ring */
         if (pg_tcp_net_send(n->tcp, j, TAG_INIT_LINK, m, sizeof *m)) {
             seterr(err, errlen, "start-up exchange with stage %d: %s", j, pg_tcp_net_error(n->tcp));
             goto out;
@@ -693,9 +780,48 @@ static int comm_init(int peer, ncclComm_t *comm, ncclUniqueId id, int rank, doub
     return 0;
 }
 
-/* One communicator per direction, created in one global order (sender,
- * receiver) that every stage walks alike, so no two stages wait on each
- * other's second communicator first. */
+/* NCCL connects a send/recv pair at its first ncclSend/ncclRecv, and both
+ * ranks take part (the p2p "preconnect" of ncclGroupEnd: a non-blocking
+ * communicator's first ncclSend stays ncclInProgress until the peer's
+ * ncclRecv comes). A sender must never wait for its receiver (pg_net.h), so
+ * each link is connected here, right after its communicator is made, by one
+ * 1-byte transfer that both ends make at the same point of init_comms' order. */
+static int warm_up(pg_net *n, int peer, int sender, double timeout_s, char *err, size_t errlen)
+{
+    dlink *L = &n->l[peer];
+    double deadline = now_s() + timeout_s;
+    if (!sender && grow_dev(n, RING_ALIGN)) {
+        seterr(err, errlen, "%s", n->err);
+        return -1;
+    }
+    ncclComm_t comm = sender ? L->scomm : L->rcomm;
+    cudaStream_t st = sender ? L->sstream : n->stream;
+    cudaEvent_t ev = sender ? L->sready : n->done;
+    ncclResult_t r = sender ? ncclSend(L->sring, 1, ncclUint8, 1, comm, st)
+                            : ncclRecv(n->dstage, 1, ncclUint8, 0, comm, st);
+    const char *what = sender ? "connecting the NCCL link (first ncclSend)" : "connecting the NCCL link (first ncclRecv)";
+    pg_net_status s = nccl_settle(n, L, peer, comm, r, deadline, what);
+    if (s == PG_NET_OK) {
+        cudaError_t e = cudaEventRecord(ev, st);
+        if (e != cudaSuccess) {
+            seterr(err, errlen, "%s with stage %d: cudaEventRecord: %s", what, peer, cudaGetErrorString(e));
+            return -1;
+        }
+        char late[256];
+        seterr(late, sizeof late, "%s with stage %d did not complete within %g s", what, peer, timeout_s);
+        s = wait_event(n, L, peer, ev, comm, deadline, late);
+    }
+    if (s != PG_NET_OK) {
+        seterr(err, errlen, "%s", n->err);
+        return -1;
+    }
+    return 0;
+}
+
+/* One communicator per direction, created and connected in one global order
+ * (sender, receiver) that every stage walks alike, so no two stages wait on
+ * each other's second communicator first: the first pair in the order that is
+ * not done yet always has both its stages at it. */
 static int init_comms(pg_net *n, const pg_net_config *cfg, char *err, size_t errlen)
 {
     double t = cfg->connect_timeout_s + 30.0;
@@ -704,21 +830,58 @@ static int init_comms(pg_net *n, const pg_net_config *cfg, char *err, size_t err
             if (s == r)
                 continue;
             if (s == n->rank && n->l[r].send_cap && !n->l[r].same_dev &&
-                comm_init(r, &n->l[r].scomm, n->l[r].sid, 0, t, err, errlen))
+                (comm_init(r, &n->l[r].scomm, n->l[r].sid, 0, t, err, errlen) ||
+                 warm_up(n, r, 1, t, err, errlen)))
                 return -1;
             if (r == n->rank && n->l[s].has_recv && !n->l[s].same_dev &&
-                comm_init(s, &n->l[s].rcomm, n->l[s].rid, 1, t, err, errlen))
+                (comm_init(s, &n->l[s].rcomm, n->l[s].rid, 1, t, err, errlen) ||
+                 warm_up(n, s, 0, t, err, errlen)))
                 return -1;
         }
     return 0;
 }
 
-/* Releases everything; clean: peers are done with our rings (flushed). */
+/* CUDA IPC teardown, after a clean flush: close the mappings of the peers'
+ * rings and tell each exporter so (TAG_CLOSED); then, as an exporter, wait
+ * for each importer's word, or its exit, before our ring may be freed
+ * (release). Sends first, then waits: no two stages wait on each other. */
+static void ipc_teardown(pg_net *n)
+{
+    for (int j = 0; j < n->world; j++) {
+        dlink *L = &n->l[j];
+        if (!L->rring)
+            continue;
+        for (int k = 0; k < L->nrev; k++)
+            cudaEventDestroy(L->rev[k]);
+        L->nrev = 0;
+        cudaIpcCloseMemHandle(L->rring);
+        L->rring = NULL;
+        unsigned char b = 1;
+        pg_tcp_net_send(n->tcp, j, TAG_CLOSED, &b, 1); /* best effort: our exit tells it as well */
+    }
+    double deadline = now_s() + CLOSE_WAIT_S;
+    for (int j = 0; j < n->world; j++) {
+        dlink *L = &n->l[j];
+        if (!L->exported || L->unmapped)
+            continue;
+        unsigned char b = 0;
+        double left = deadline - now_s();
+        pg_net_status st = L->dead ? PG_NET_CLOSED : pg_tcp_net_recv(n->tcp, j, TAG_CLOSED, &b, 1, left > 0 ? left : 0);
+        L->unmapped = st == PG_NET_OK || st == PG_NET_CLOSED; /* closed: it exited, its mapping with it */
+    }
+}
+
+/* Releases everything. clean: every message left (flushed). A poisoned
+ * backend (a receive left waiting for a dead peer) gets no CUDA call at all:
+ * the communicators are aborted and the host side freed, the device side is
+ * left to process exit (main.c leaves by _exit). An exported ring whose
+ * importer has not unmapped it is never freed here either. */
 static void release(pg_net *n, int clean)
 {
+    int stuck = n->ctx && pg_backend_poisoned(n->ctx);
     for (int i = 0; n->l && i < n->world; i++) {
         dlink *L = &n->l[i];
-        if (!clean)
+        if (!clean || stuck)
             link_abort(L);
         ncclComm_t comms[2] = {L->scomm, L->rcomm};
         for (int k = 0; k < 2; k++) {
@@ -736,6 +899,8 @@ static void release(pg_net *n, int clean)
             else
                 ncclCommAbort(comms[k]);
         }
+        if (stuck)
+            continue;
         if (L->sstream) {
             if (clean)
                 cudaStreamSynchronize(L->sstream);
@@ -749,19 +914,21 @@ static void release(pg_net *n, int clean)
             cudaEventDestroy(L->rev[k]);
         if (L->rring)
             cudaIpcCloseMemHandle(L->rring);
-        if (L->sring)
+        if (L->sring && (!L->exported || L->unmapped))
             cudaFree(L->sring);
     }
     free(n->l);
     free(n->hstage);
-    if (n->dstage)
-        cudaFree(n->dstage);
-    if (n->done)
-        cudaEventDestroy(n->done);
-    if (n->poll)
-        cudaStreamDestroy(n->poll);
-    if (n->poll_host)
-        cudaFreeHost(n->poll_host);
+    if (!stuck) {
+        if (n->dstage)
+            cudaFree(n->dstage);
+        if (n->done)
+            cudaEventDestroy(n->done);
+        if (n->poll)
+            cudaStreamDestroy(n->poll);
+        if (n->poll_host)
+            cudaFreeHost(n->poll_host);
+    }
     pg_tcp_net_close(n->tcp);
     free(n);
 }
@@ -785,6 +952,7 @@ pg_net *pg_net_init(const pg_launch *l, const pg_net_config *cfg, char *err, siz
     }
     n->rank = l->rank;
     n->world = l->world;
+    n->ctx = ctx;
     n->stream = ctx->stream;
     n->l = (dlink *)calloc((size_t)n->world, sizeof *n->l);
     if (!n->l) {
@@ -810,11 +978,16 @@ pg_net *pg_net_init(const pg_launch *l, const pg_net_config *cfg, char *err, siz
     return n;
 }
 
+int pg_net_peer_gone(pg_net *n, int peer) { return !n || pg_tcp_net_peer_gone(n->tcp, peer); }
+
 void pg_net_close(pg_net *n)
 {
     if (!n)
         return;
-    /* best effort, as on the CPU: a peer that stopped reading must not hang us */
-    int clean = pg_net_flush(n, 2.0) == PG_NET_OK;
+    /* best effort, as on the CPU: a peer that stopped reading must not hang
+     * us; a poisoned stream is not waited for at all */
+    int clean = !pg_backend_poisoned(n->ctx) && pg_net_flush(n, 2.0) == PG_NET_OK;
+    if (clean)
+        ipc_teardown(n);
     release(n, clean);
 }

@@ -166,6 +166,7 @@ int pg_backend_compute(pg_ctx *c, int seg, double *scalar_dst)
             if (g) {
                 if (pg_cuda_graph_launch(c, g->g))
                     return -1;
+                c->graph_launches++;
                 c->run_mode = 2;
                 c->run_seg = (int)(g - c->segs);
             } else {
@@ -217,6 +218,8 @@ int pg_backend_compute_end(pg_ctx *c)
     s->id = c->run_id;
     s->calls = c->run_calls;
     s->g = g;
+    c->graphs_captured++;
+    c->graph_launches++;
     return pg_cuda_graph_launch(c, g); /* the capture ran nothing: this step's work */
 }
 
@@ -249,6 +252,7 @@ int pg_backend_step_end(pg_ctx *c)
     CUDA_CHECK(cudaGetLastError());
     int64_t step = c->info.step;
     c->in_step = 0;
+    pg_cuda_mem_sample(c); /* every workspace of the step is allocated by now */
     if (flag != ~0ull) {
         int site = (int)(flag >> 40);
         long long row = (long long)(flag & ((1ull << 40) - 1));

@@ -233,6 +233,33 @@ static int timeout_body(pg_net *n, int rank, char *out, size_t outlen, void *arg
     return code;
 }
 
+/* Stage 1 sends a message and exits; stage 0 sees it gone although that
+ * message is still unread, and can still read it. */
+static int gone_body(pg_net *n, int rank, char *out, size_t outlen, void *arg)
+{
+    (void)arg;
+    char b[4] = "ping";
+    if (rank == 1) {
+        if (pg_net_recv(n, 0, 1, b, 1, 5.0) != PG_NET_OK) /* stage 0 has seen us alive */
+            return 1;
+        pg_net_send(n, 0, 2, "late", 4);
+        pg_net_flush(n, 5.0);
+        return 0;
+    }
+    int alive = pg_net_peer_gone(n, 1) == 0;
+    pg_net_send(n, 1, 1, b, 1);
+    double t0 = now_s();
+    while (!pg_net_peer_gone(n, 1) && now_s() - t0 < 5.0) {
+        struct timespec ts = {0, 10000000L};
+        nanosleep(&ts, NULL);
+    }
+    double dt = now_s() - t0;
+    int gone = pg_net_peer_gone(n, 1);
+    pg_net_status s = pg_net_recv(n, 1, 2, b, 4, 1.0);
+    snprintf(out, outlen, "alive %d gone %d after %.2f s, recv %d '%.4s'", alive, gone, dt, (int)s, b);
+    return alive && gone && dt < 2.0 && s == PG_NET_OK && !memcmp(b, "late", 4) && pg_net_peer_gone(n, 9) ? 0 : 1;
+}
+
 /* Stage 2 waits to be killed; stage 1 waits on it; stage 0 just waits. */
 static int killed_body(pg_net *n, int rank, char *out, size_t outlen, void *arg)
 {
@@ -379,6 +406,16 @@ int main(void)
         run_all(r, s, 2);
         OK(exited(&r[0], 0) && strstr(r[0].text, "no message from stage 1 within 0.2 s (expected tag 3, 4 bytes)"),
            "recv times out on time and can be retried: %s", r[0].text);
+    }
+    /* ---- a peer that exits: pg_net_peer_gone sees it, unread messages stay readable ---- */
+    {
+        result r[2];
+        spec s[2];
+        for (int i = 0; i < 2; i++) s[i] = (spec){.rank = i, .world = 2, .hash = 1, .fn = gone_body};
+        run_all(r, s, 2);
+        OK(exited(&r[0], 0) && exited(&r[1], 0),
+           "pg_net_peer_gone: 0 while the peer is up, 1 soon after it exits, with its last message still readable; "
+           "1 for no such peer: %s", r[0].text);
     }
     /* ---- world-size mismatch ---- */
     {

@@ -778,9 +778,10 @@ static void test_predict(void)
 
 /* ---- the memory planner with guard bytes ------------------------------------ */
 
-/* The same buffers planned packed and with 128 guard bytes: with guards no two
- * buffers live at once come closer than 128 bytes, the first starts at 128 or
- * later and the arena ends 128 bytes or more after every buffer; disjoint
+/* The same buffers planned packed and with 128 guard bytes: every offset is
+ * PG_MP_ALIGN (256) aligned; with guards no two buffers live at once come
+ * closer than 128 bytes, the first starts at the guard rounded up to the
+ * alignment and the arena ends 128 bytes or more after every buffer; disjoint
  * lifetimes may still share bytes. Packed: the first buffer at 0. */
 static void test_memplan_guard(void)
 {
@@ -801,7 +802,7 @@ static void test_memplan_guard(void)
         for (int i = 0; i < n; i++) {
             const pg_mp_buf *a = &p.buf[i];
             lo = a->offset < lo ? a->offset : lo;
-            bad |= a->offset % 64 != 0 || a->offset + a->bytes + guard > p.total;
+            bad |= a->offset % PG_MP_ALIGN != 0 || a->offset + a->bytes + guard > p.total;
             for (int j = 0; j < n; j++) {
                 const pg_mp_buf *b = &p.buf[j];
                 int whole = a->first_use == PG_MP_WHOLE_STEP || b->first_use == PG_MP_WHOLE_STEP;
@@ -813,7 +814,9 @@ static void test_memplan_guard(void)
                     shared = 1;
             }
         }
-        OK(!bad && lo == guard && shared, "memplan, guard %d: live buffers %d bytes apart or more, the first at %" PRId64
+        int64_t first = (guard + PG_MP_ALIGN - 1) / PG_MP_ALIGN * PG_MP_ALIGN;
+        OK(!bad && lo == first && shared && PG_MP_ALIGN == 256,
+           "memplan, guard %d: offsets 256-aligned, live buffers %d bytes apart or more, the first at %" PRId64
            ", disjoint lifetimes share bytes, arena %" PRId64, guard, guard, lo, p.total);
         pg_mp_free(&p);
     }

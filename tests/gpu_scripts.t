@@ -1,0 +1,98 @@
+#!/bin/sh
+# tests/gpu_scripts.t — the GPU test and benchmark scripts, run here without a
+# GPU so that their first run on one is not their first run at all:
+#  - every script parses (sh -n);
+#  - the TAP counter: the variant helper leaves the test numbering alone
+#    (it used to overwrite lib.sh's counter);
+#  - tests/gpu/run_gpu_tests.sh with the CPU runtime standing in for the CUDA
+#    one (PG_GPU_FAKE=cpu): every check runs and passes, the numbering is
+#    sequential and matches the plan, each skip says why;
+#  - the same with nothing to run (pipegen fails): every check that needs a
+#    run fails, none passes by default, the killed-stage checks included;
+#  - bench/gpu/run.sh likewise on the CPU runtime with a small model: it
+#    measures, compares graph and --no-graph bits, predicts the traced step
+#    and writes bench.json that parses, numbers where it measured;
+#  - json_str and json_num (tools/gpu_env.sh) write valid JSON.
+. "$(dirname "$0")/lib.sh"
+cd "$TOP" || exit 1
+T=$(mktemp -d /tmp/pg-gpu-scripts.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+PY=${PYTHON:-/usr/bin/python3}
+
+for f in tests/gpu/run_gpu_tests.sh tests/gpu/lib_gpu.sh tests/gpu/cpu_refs.sh bench/gpu/run.sh tools/gpu_env.sh \
+    tools/gpu_ldlibs.sh tools/gpu_bundle.sh tools/gpu_bundle/run.sh tools/gpu_bundle_fresh.sh; do
+    sh -n "$f" 2>"$T/sh.log"; st=$?
+    ok $st "$f parses (sh -n)"
+    [ $st = 0 ] || sed 's/^/# /' "$T/sh.log"
+done
+
+# the TAP counter across variant (gpt_tiny linked for the CPU)
+(
+    . tests/lib.sh
+    TOP=$(pwd) PIPEGEN=$TOP/build/pipegen CPULIB=$TOP/build/libpgrt_cpu.a CUDALIB="" CC=${CC:-cc}
+    GPU_MODEL=$TOP/tests/models/gpt_tiny.pipe T=$T/counter
+    . tests/gpu/lib_gpu.sh
+    ok 0 first
+    variant v1 1; ok $? "after a 1-stage variant"
+    variant v4 4; ok $? "after a 4-stage variant"
+    done_testing
+) >"$T/counter.tap" 2>&1
+is "$(cat "$T/counter.tap")" "ok 1 - first
+ok 2 - after a 1-stage variant
+ok 3 - after a 4-stage variant
+1..3" "the variant helper keeps the TAP numbering (1, 2, 3 after two variants)"
+
+# tap_valid FILE: plan = number of lines, numbered 1..N in order, skips with a reason
+tap_valid() {
+    awk '/^(not )?ok / { n++; num = ($1 == "not") ? $3 : $2; if (num != n) bad = bad " " num "!=" n;
+                         if (/# SKIP/ && !/# SKIP [^ ]/) bad = bad " skip-without-reason:" n }
+         /^1\.\.[0-9]+$/ { split($0, p, "\\.\\."); plan = p[2] }
+         END { if (plan != n) bad = bad " plan " plan " for " n " tests"; print (bad ? bad : "ok") }' "$1"
+}
+
+# the GPU test script on the CPU runtime
+PG_GPU_FAKE=cpu STEPS=12 LOGDIR=$T/logs tests/gpu/run_gpu_tests.sh >"$T/fake.tap" 2>"$T/fake.err"
+st=$?
+ok $st "run_gpu_tests.sh on the CPU runtime (PG_GPU_FAKE=cpu): exit 0"
+[ $st = 0 ] || grep -v '^ok' "$T/fake.tap" | head -20 | sed 's/^/# /'
+is "$(tap_valid "$T/fake.tap")" ok "its TAP is numbered 1..N in order, matches its plan, and every skip says why"
+n_ok=$(grep -c '^ok [0-9]* - ' "$T/fake.tap")
+n_skip=$(grep -c '# SKIP' "$T/fake.tap")
+[ "$n_ok" -ge 50 ] && [ "$n_skip" -le 8 ] && ! grep -q '^not ok' "$T/fake.tap"
+ok $? "every check that the CPU runtime can answer ran and passed ($n_ok passed, $n_skip skipped)"
+[ -s "$T/logs/cuda1.loss" ] && [ -s "$T/logs/kill0.log" ]; ok $? "LOGDIR gets the runs' logs"
+
+# with nothing to run: every check that needs a run must fail
+GPU_PIPEGEN=/bin/false PG_GPU_FAKE=cpu STEPS=12 KILL_S=5 tests/gpu/run_gpu_tests.sh >"$T/none.tap" 2>&1
+st=$?
+passed=$(sed -n 's/^ok [0-9]* - //p' "$T/none.tap" |
+    grep -v '^pipegen, piperun, the runtime and its libraries are there\|^the CPU references are there\|^the CPU reference says it computed the bf16 model in f32')
+[ $st != 0 ] && [ -z "$passed" ] && [ "$(grep -c '^not ok' "$T/none.tap")" -ge 40 ]
+ok $? "nothing to run: no check that needs a run passes ($(grep -c '^not ok' "$T/none.tap") not ok, exit $st)"
+[ -z "$passed" ] || printf '%s\n' "$passed" | sed 's/^/# passed anyway: /'
+grep -q '^not ok .* stages 0, 2, 3 exit non-zero within' "$T/none.tap" && grep -q '^not ok .* four stages train' "$T/none.tap"
+ok $? "the killed-stage checks fail when no stage ran"
+
+# the benchmark on the CPU runtime with a small model
+PG_GPU_FAKE=cpu BENCH_MODEL=$TOP/examples/gpt_char.pipe BENCH_STEPS=4 BENCH_WARMUP=1 BENCH_DIR=$T/bench \
+    bench/gpu/run.sh >"$T/bench.out" 2>&1
+st=$?
+ok $st "bench/gpu/run.sh on the CPU runtime (gpt_char, 4 steps): exit 0"
+[ $st = 0 ] || tail -20 "$T/bench.out" | sed 's/^/# /'
+got=$("$PY" -c '
+import json, sys
+b = json.load(open(sys.argv[1]))
+t = b["tokens_per_s"]
+print(all(isinstance(t[k], float) and t[k] > 0 for k in ("pipegen_1stage", "pipegen_1stage_nograph", "pipegen_4stage")),
+      b["graph_same_bits"], isinstance(b["step_4stage_over_1stage"], float), isinstance(b["trace_ratio"], float),
+      t["torch_eager"], b["memory_ratio"], b["complete"])' "$T/bench/bench.json" 2>&1)
+is "$got" "True True True True None None True" \
+    "bench.json parses: tokens/s measured, graph and --no-graph bits equal, 4/1 step ratio, traced step vs prediction; no torch, no GPU memory: null"
+
+# JSON strings and numbers
+. tools/gpu_env.sh
+j=$(printf '[%s, %s, %s, %s, %s]' "$(json_str 'a"b\c')" "$(json_str "two
+lines	tab")" "$(json_str '')" "$(json_num 1.5e3)" "$(json_num n/a)")
+got=$("$PY" -c 'import json, sys; print(json.loads(sys.argv[1]))' "$j" 2>&1)
+is "$got" "['a\"b\\\\c', 'two\\nlines\\ttab', '', 1500.0, None]" "json_str and json_num write valid JSON (quotes, backslashes, newlines, tabs, empty, numbers, n/a)"
+done_testing
