@@ -81,6 +81,19 @@ int pg_backend_step_end(pg_ctx *c);           /* wait for the step, deliver, rep
  * f32 weights and gradients on CUDA; the CPU computes in f32 and says so). */
 int pg_backend_set_precision(pg_ctx *c, int precision);
 
+/* ---- bf16 shadow weights --------------------------------------------------
+ * With precision = bf16 the generator plans, for each weight a GEMM reads
+ * (linear, attention and logits weights), a bf16 copy of it in the arena
+ * (pg_stage_desc.shadows), and main.c registers each right after the arena
+ * is made. The CUDA backend keeps shadow = bf16(w) (round to nearest even):
+ * it rounds w when registered and after any pg_copy_to_dev into w, the
+ * optimizer steps write the shadow along with w, and pg_param_written says
+ * that something else (a tied weight received from its owner) wrote w. Its
+ * bf16 GEMMs then read the shadow instead of rounding w again. The CPU
+ * computes in f32: both are no-ops there. */
+int pg_shadow_register(pg_ctx *c, const float *w, int64_t count, void *shadow);
+int pg_param_written(pg_ctx *c, const float *w, int64_t count);
+
 /* ---- elementwise / memory ---------------------------------------------- */
 int pg_zero(pg_ctx *c, float *x, int64_t count);
 int pg_copy(pg_ctx *c, float *dst, const float *src, int64_t count);

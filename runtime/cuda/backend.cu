@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda_common.h"
 #include "cuda_backend.h"
@@ -16,6 +17,49 @@ static struct {
 } pg_cuda_process;
 
 pg_ctx *pg_cuda_process_ctx(void) { return pg_cuda_process.ctx; }
+
+/* ---- kernel paths (README "Kernel paths") ---------------------------------- */
+
+static const struct {
+    const char *name;
+    unsigned bit;
+} kpath_names[] = {
+    {"colsum", PG_CUDA_K_COLSUM}, {"pad", PG_CUDA_K_PAD}, {"shadow", PG_CUDA_K_SHADOW},
+    {"flash", PG_CUDA_K_FLASH},   {"lt", PG_CUDA_K_LT},
+};
+#define NKPATHS (int)(sizeof kpath_names / sizeof kpath_names[0])
+
+/* PIPE_CUDA_KERNELS: unset, empty or "fast": every fast path; "reference":
+ * none (the kernels before them); else a comma list of the fast paths to use. */
+static int parse_kernel_paths(const char *s, unsigned *out)
+{
+    *out = PG_CUDA_K_ALL;
+    if (!s || !*s || !strcmp(s, "fast"))
+        return 0;
+    *out = 0;
+    if (!strcmp(s, "reference"))
+        return 0;
+    for (const char *p = s; *p;) {
+        size_t len = strcspn(p, ",");
+        int k = 0;
+        while (k < NKPATHS && !(strlen(kpath_names[k].name) == len && !strncmp(p, kpath_names[k].name, len)))
+            k++;
+        if (k == NKPATHS) {
+            pg_rt_error(__FILE__, __LINE__, "PIPE_CUDA_KERNELS=%s: unknown kernel path '%.*s' (use fast, reference, "
+                        "or a comma list of colsum, pad, shadow, flash, lt)", s, (int)len, p);
+            return 1;
+        }
+        *out |= kpath_names[k].bit;
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    return 0;
+}
+
+unsigned pg_cuda_kernel_paths(const pg_ctx *c) { return c->kpaths; }
+
+void pg_cuda_set_kernel_paths(pg_ctx *c, unsigned paths) { c->kpaths = paths & PG_CUDA_K_ALL; }
 
 /* Frees what init made so far; safe on a partly built context. */
 static void ctx_release(pg_ctx *c)
@@ -41,6 +85,7 @@ static void ctx_release(pg_ctx *c)
         cudaFree(c->blas_ws);
     if (c->bf16_ws)
         cudaFree(c->bf16_ws);
+    free(c->shadows); /* the registry only: the shadows live in the arena */
     if (c->blas)
         cublasDestroy(c->blas);
     if (c->stream)
@@ -50,6 +95,15 @@ static void ctx_release(pg_ctx *c)
 
 static int ctx_setup(pg_ctx *c)
 {
+    const char *kp = getenv("PIPE_CUDA_KERNELS");
+    if (parse_kernel_paths(kp, &c->kpaths))
+        return 1;
+    if (kp && *kp) {
+        fprintf(stderr, "note: CUDA kernel paths (PIPE_CUDA_KERNELS=%s):", kp);
+        for (int k = 0; k < NKPATHS; k++)
+            fprintf(stderr, " %s %s", kpath_names[k].name, c->kpaths & kpath_names[k].bit ? "fast" : "reference");
+        fputc('\n', stderr);
+    }
     int ndev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
     if (e != cudaSuccess || ndev == 0) {
@@ -166,6 +220,8 @@ int pg_copy_to_dev(pg_ctx *c, void *dst, const void *src, size_t bytes)
     if (c->in_run)
         return PG_RT_FAIL("copy_to_dev inside a run of compute (step %lld): not capturable", (long long)c->info.step);
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream));
+    if (pg_cuda_shadow_touch(c, dst, bytes)) /* a weight loaded from the host: its bf16 shadow too */
+        return 1;
     cudaPointerAttributes at;
     if (c->in_step && cudaPointerGetAttributes(&at, src) == cudaSuccess && at.type == cudaMemoryTypeUnregistered)
         return 0;

@@ -27,6 +27,15 @@ extern "C" {
 /* The context pg_backend_init made in this process, NULL if none is live. */
 pg_ctx *pg_cuda_process_ctx(void);
 
+/* Kernel paths (runtime/cuda/README.md, "Kernel paths"): a mask of the fast
+ * paths in use, PG_CUDA_K_* of cuda_common.h (bit 0 colsum, 1 pad, 2 shadow,
+ * 3 flash, 4 lt); pg_backend_init takes it from PIPE_CUDA_KERNELS (default:
+ * all). The GPU tests switch it to compare each fast path with the reference
+ * path it replaced. A fused attention's backward must run under the paths its
+ * forward ran under (the saved statistics differ). */
+unsigned pg_cuda_kernel_paths(const pg_ctx *c);
+void pg_cuda_set_kernel_paths(pg_ctx *c, unsigned paths);
+
 typedef struct pg_cuda_graph pg_cuda_graph;
 
 /* Start capturing every op enqueued on c's stream (thread-local capture mode:

@@ -10,20 +10,39 @@
 #include <cuda_bf16.h>
 
 #include "cuda_common.h"
+#include "kernel_ref.h"
 
 /* ---- the one GEMM entry (pg_cuda_gemm, cuda_common.h) ---------------------
  * f32: exactly cublasSgemm / cublasSgemmStridedBatched. bf16 (precision =
- * bf16): each operand's whole stored span (every batch, every column up to
- * its leading dimension) is rounded to bf16 (round to nearest even) into the
- * operand workspace, then cublasGemmEx / cublasGemmStridedBatchedEx with
- * CUBLAS_COMPUTE_32F multiply the bf16 values exactly and accumulate in f32
- * into the f32 C. Weights, gradients and every other op stay f32. The casts
- * start at the workspace base (256-byte aligned), so operand alignment is the
- * same in every stage process. */
+ * bf16): each operand is rounded to bf16 (round to nearest even), then
+ * cublasGemmEx / cublasGemmStridedBatchedEx with CUBLAS_COMPUTE_32F multiply
+ * the bf16 values exactly and accumulate in f32 into the f32 C. Weights,
+ * gradients and every other op stay f32. Where a bf16 operand comes from:
+ *  - a weight with a bf16 shadow (shadow.cu, PG_CUDA_K_SHADOW): the shadow,
+ *    with the weight's own layout (no rounding pass);
+ *  - else a copy in the operand workspace, starting at its base (256-byte
+ *    aligned, so operand alignment is the same in every stage process): the
+ *    operand's whole stored span (every batch, every column up to its leading
+ *    dimension); except (PG_CUDA_K_PAD) a single matrix whose leading
+ *    dimension is not a multiple of 8 elements (the logits' 50257), copied
+ *    with its leading dimension padded to a multiple of 64 elements
+ *    (pg_bf16_padded_ld), zeros in the padding: tensor-core kernels need
+ *    16-byte aligned columns, and the copy is made anyway, so the padding
+ *    costs nothing. */
 
 __global__ void f32_to_bf16_kernel(int64_t count, const float *x, __nv_bfloat16 *y)
 {
     PG_GRID_STRIDE(i, count) y[i] = __float2bfloat16_rn(x[i]);
+}
+
+/* y[col * ldy + row] = bf16(x[col * ldx + row]) for row < rows, 0 for rows <= row < ldy */
+__global__ void f32_to_bf16_pitched_kernel(int64_t rows, int64_t cols, const float *x, int64_t ldx,
+                                           __nv_bfloat16 *y, int64_t ldy)
+{
+    for (int64_t col = blockIdx.y; col < cols; col += gridDim.y)
+        for (int64_t row = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; row < ldy;
+             row += (int64_t)gridDim.x * blockDim.x)
+            y[col * ldy + row] = row < rows ? __float2bfloat16_rn(x[col * ldx + row]) : __float2bfloat16_rn(0.0f);
 }
 
 /* Elements a column-major operand of rows x cols (leading dimension ld)
@@ -65,12 +84,47 @@ static int bf16_workspace(pg_ctx *c, size_t bytes, void **out)
     return 0;
 }
 
-static int to_bf16(pg_ctx *c, int64_t count, const float *x, __nv_bfloat16 *y)
+/* One bf16 operand of a GEMM: stored rows x cols (column-major, leading
+ * dimension ld, `batch` matrices `stride` apart) in f32 at src; what the GEMM
+ * reads: p with leading dimension ld16 (and the same stride), and the
+ * workspace elements its copy needs (0: a shadow, no copy). */
+struct bf16_operand {
+    const float *src;
+    int64_t rows, cols, ld, stride, span;
+    int batch;
+    const __nv_bfloat16 *p;
+    int64_t ld16, ws_elems;
+};
+
+static void bf16_operand_plan(const pg_ctx *c, struct bf16_operand *o)
 {
-    if (count <= 0)
+    o->span = operand_span(o->rows, o->cols, o->ld, o->stride, o->batch);
+    o->ld16 = o->ld;
+    o->ws_elems = o->span;
+    o->p = (const __nv_bfloat16 *)pg_cuda_shadow_of(c, o->src, o->span);
+    if (o->p)
+        o->ws_elems = 0;
+    else if (pg_cuda_fast(c, PG_CUDA_K_PAD) && o->batch == 0 && o->span > 0) {
+        o->ld16 = pg_bf16_padded_ld(o->rows, o->ld);
+        o->ws_elems = o->cols * o->ld16;
+    }
+}
+
+static int bf16_operand_fill(pg_ctx *c, struct bf16_operand *o, __nv_bfloat16 *dst)
+{
+    if (o->p || o->span <= 0) /* a shadow (or nothing to read) */
         return 0;
-    f32_to_bf16_kernel<<<pg_cuda_blocks(count, PG_CUDA_THREADS), PG_CUDA_THREADS, 0, c->stream>>>(count, x, y);
-    LAUNCH_CHECK("f32_to_bf16_kernel");
+    o->p = dst;
+    if (o->ld16 == o->ld) {
+        f32_to_bf16_kernel<<<pg_cuda_blocks(o->span, PG_CUDA_THREADS), PG_CUDA_THREADS, 0, c->stream>>>(o->span, o->src,
+                                                                                                        dst);
+        LAUNCH_CHECK("f32_to_bf16_kernel");
+        return 0;
+    }
+    int64_t xb = (o->ld16 + PG_CUDA_THREADS - 1) / PG_CUDA_THREADS;
+    dim3 grid((unsigned)(xb < 1024 ? xb : 1024), (unsigned)(o->cols < PG_CUDA_MAX_BLOCKS ? o->cols : PG_CUDA_MAX_BLOCKS));
+    f32_to_bf16_pitched_kernel<<<grid, PG_CUDA_THREADS, 0, c->stream>>>(o->rows, o->cols, o->src, o->ld, dst, o->ld16);
+    LAUNCH_CHECK("f32_to_bf16_pitched_kernel");
     return 0;
 }
 
@@ -86,21 +140,27 @@ int pg_cuda_gemm(pg_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, i
                                                    ldc, sC, batch));
         return 0;
     }
-    int64_t spanA = ta == CUBLAS_OP_N ? operand_span(m, k, lda, sA, batch) : operand_span(k, m, lda, sA, batch);
-    int64_t spanB = tb == CUBLAS_OP_N ? operand_span(k, n, ldb, sB, batch) : operand_span(n, k, ldb, sB, batch);
-    size_t offB = ((size_t)spanA * sizeof(__nv_bfloat16) + 255) / 256 * 256;
+    struct bf16_operand a = {A, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda, sA, 0, batch, NULL, 0, 0};
+    struct bf16_operand b = {B, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb, sB, 0, batch, NULL, 0, 0};
+    bf16_operand_plan(c, &a);
+    bf16_operand_plan(c, &b);
+    if (a.ld16 > 2147483647LL || b.ld16 > 2147483647LL)
+        return PG_RT_FAIL("a padded bf16 leading dimension (%lld, %lld) does not fit cuBLAS's int", (long long)a.ld16,
+                          (long long)b.ld16);
+    size_t offB = ((size_t)a.ws_elems * sizeof(__nv_bfloat16) + 255) / 256 * 256;
     void *ws = NULL;
-    if (bf16_workspace(c, offB + (size_t)spanB * sizeof(__nv_bfloat16), &ws))
+    if (a.ws_elems + b.ws_elems > 0 &&
+        bf16_workspace(c, offB + (size_t)b.ws_elems * sizeof(__nv_bfloat16), &ws))
         return 1;
-    __nv_bfloat16 *a16 = (__nv_bfloat16 *)ws, *b16 = (__nv_bfloat16 *)((char *)ws + offB);
-    if (to_bf16(c, spanA, A, a16) || to_bf16(c, spanB, B, b16))
+    if (bf16_operand_fill(c, &a, (__nv_bfloat16 *)ws) ||
+        bf16_operand_fill(c, &b, (__nv_bfloat16 *)((char *)ws + offB)))
         return 1;
     if (batch == 0)
-        CUBLAS_CHECK(cublasGemmEx(c->blas, ta, tb, m, n, k, alpha, a16, CUDA_R_16BF, lda, b16, CUDA_R_16BF, ldb,
-                                  beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        CUBLAS_CHECK(cublasGemmEx(c->blas, ta, tb, m, n, k, alpha, a.p, CUDA_R_16BF, (int)a.ld16, b.p, CUDA_R_16BF,
+                                  (int)b.ld16, beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     else
-        CUBLAS_CHECK(cublasGemmStridedBatchedEx(c->blas, ta, tb, m, n, k, alpha, a16, CUDA_R_16BF, lda, sA, b16,
-                                                CUDA_R_16BF, ldb, sB, beta, C, CUDA_R_32F, ldc, sC, batch,
+        CUBLAS_CHECK(cublasGemmStridedBatchedEx(c->blas, ta, tb, m, n, k, alpha, a.p, CUDA_R_16BF, (int)a.ld16, sA,
+                                                b.p, CUDA_R_16BF, (int)b.ld16, sB, beta, C, CUDA_R_32F, ldc, sC, batch,
                                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return 0;
 }
@@ -119,9 +179,10 @@ __global__ void bias_broadcast_kernel(int64_t n, int64_t out, const float *b, fl
     PG_GRID_STRIDE(k, n * out) y[k] = b[k % out];
 }
 
-/* acc[m] += sum over rows of a[n,m]: one thread per column walks the rows in
- * index order in double (the CPU backend's order, so the same bits); adjacent
- * threads read adjacent columns, so each row step is one coalesced load. */
+/* The reference path (PG_CUDA_K_COLSUM off): acc[m] += sum over rows of
+ * a[n,m], one thread per column walking the rows in index order in double
+ * (the CPU backend's order, so the same bits); adjacent threads read adjacent
+ * columns, so each row step is one coalesced load, but only m threads run. */
 __global__ void colsum_acc_kernel(int64_t n, int64_t m, const float *a, float *acc)
 {
     PG_GRID_STRIDE(j, m) {
@@ -136,6 +197,8 @@ int pg_cuda_colsum_acc(pg_ctx *c, int64_t n, int64_t m, const float *a, float *a
 {
     if (n <= 0 || m <= 0)
         return 0;
+    if (pg_cuda_fast(c, PG_CUDA_K_COLSUM))
+        return pg_cuda_colsum_chunked(c, n, m, a, acc);
     colsum_acc_kernel<<<pg_cuda_blocks(m, PG_CUDA_THREADS), PG_CUDA_THREADS, 0, c->stream>>>(n, m, a, acc);
     LAUNCH_CHECK("colsum_acc_kernel");
     return 0;
