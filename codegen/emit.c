@@ -1569,9 +1569,10 @@ static void emit_layer_bwd_b(em_out *e, int i)
         const int64_t *a = ch->aux[li].off;
         /* always run: it also leaves dqkv for the weight gradient */
         fprintf(o, "    PG_TRY(pg_attention_bwd_in(c, r, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %s, %s,\n"
-                   "                               (float *)(F + %" PRId64 "), (float *)(F + %" PRId64 "), %s, (float *)(F + %" PRId64
-                   "), (float *)(F + %" PRId64 "), %s)); /* %s */\n",
-                T, last_dim(&TI->shape), L->heads, L->causal, p0, p2, a[0], a[1], dy, a[3], a[4], dx, L->name);
+                   "                               (float *)(F + %" PRId64 "), (float *)(F + %" PRId64 "), (float *)(F + %" PRId64
+                   "), %s,\n                               (float *)(F + %" PRId64 "), (float *)(F + %" PRId64
+                   "), %s)); /* %s */\n",
+                T, last_dim(&TI->shape), L->heads, L->causal, p0, p2, a[0], a[1], a[2], dy, a[3], a[4], dx, L->name);
         break;
     }
     case LK_DROPOUT:

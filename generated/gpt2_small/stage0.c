@@ -239,7 +239,8 @@ static int bwd_b_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     PG_TRY(pg_copy(c, C0_DT20, C0_DT21, r * 786432)); /* h.2.pop.res1 */
     PG_TRY(pg_copy(c, (float *)(F + 868286464), C0_DT21, r * 786432)); /* gradient of skip h.2.res1 */
     PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, P28_H_2_ATTN_QKV_WEIGHT, P30_H_2_ATTN_PROJ_WEIGHT,
-                               (float *)(F + 874594304), (float *)(F + 893468672), C0_DT20, (float *)(F + 1000423424), (float *)(F + 1006714880), C0_DT19)); /* h.2.attn */
+                               (float *)(F + 874594304), (float *)(F + 893468672), (float *)(F + 994131968), C0_DT20,
+                               (float *)(F + 1000423424), (float *)(F + 1006714880), C0_DT19)); /* h.2.attn */
     PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, C0_T18, P26_H_2_LN_1_WEIGHT, (float *)(F + 874577920), (float *)(F + 874586112), C0_DT19, C0_DT18)); /* h.2.ln_1 */
     PG_TRY(pg_axpy_inplace(c, C0_DT18, (float *)(F + 868286464), r * 786432)); /* + gradient of skip h.2.res1 */
     PG_TRY(pg_copy(c, C0_DT17, C0_DT18, r * 786432)); /* h.1.pop.res2 */
@@ -252,7 +253,8 @@ static int bwd_b_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     PG_TRY(pg_copy(c, C0_DT12, C0_DT13, r * 786432)); /* h.1.pop.res1 */
     PG_TRY(pg_copy(c, (float *)(F + 704675840), C0_DT13, r * 786432)); /* gradient of skip h.1.res1 */
     PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, P16_H_1_ATTN_QKV_WEIGHT, P18_H_1_ATTN_PROJ_WEIGHT,
-                               (float *)(F + 710983680), (float *)(F + 729858048), C0_DT12, (float *)(F + 836812800), (float *)(F + 843104256), C0_DT11)); /* h.1.attn */
+                               (float *)(F + 710983680), (float *)(F + 729858048), (float *)(F + 830521344), C0_DT12,
+                               (float *)(F + 836812800), (float *)(F + 843104256), C0_DT11)); /* h.1.attn */
     PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, C0_T10, P14_H_1_LN_1_WEIGHT, (float *)(F + 710967296), (float *)(F + 710975488), C0_DT11, C0_DT10)); /* h.1.ln_1 */
     PG_TRY(pg_axpy_inplace(c, C0_DT10, (float *)(F + 704675840), r * 786432)); /* + gradient of skip h.1.res1 */
     PG_TRY(pg_copy(c, C0_DT9, C0_DT10, r * 786432)); /* h.0.pop.res2 */
@@ -265,7 +267,8 @@ static int bwd_b_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     PG_TRY(pg_copy(c, C0_DT4, C0_DT5, r * 786432)); /* h.0.pop.res1 */
     PG_TRY(pg_copy(c, (float *)(F + 541065216), C0_DT5, r * 786432)); /* gradient of skip h.0.res1 */
     PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, P4_H_0_ATTN_QKV_WEIGHT, P6_H_0_ATTN_PROJ_WEIGHT,
-                               (float *)(F + 547373056), (float *)(F + 566247424), C0_DT4, (float *)(F + 673202176), (float *)(F + 679493632), C0_DT3)); /* h.0.attn */
+                               (float *)(F + 547373056), (float *)(F + 566247424), (float *)(F + 666910720), C0_DT4,
+                               (float *)(F + 673202176), (float *)(F + 679493632), C0_DT3)); /* h.0.attn */
     PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, C0_T2, P2_H_0_LN_1_WEIGHT, (float *)(F + 547356672), (float *)(F + 547364864), C0_DT3, C0_DT2)); /* h.0.ln_1 */
     PG_TRY(pg_axpy_inplace(c, C0_DT2, (float *)(F + 541065216), r * 786432)); /* + gradient of skip h.0.res1 */
     PG_TRY(pg_copy(c, C0_DT1, C0_DT2, r * 786432)); /* wpe */

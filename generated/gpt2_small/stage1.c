@@ -227,7 +227,8 @@ static int bwd_b_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     PG_TRY(pg_copy(c, C1_DT18, C1_DT19, r * 786432)); /* h_1.2.pop.res1 */
     PG_TRY(pg_copy(c, (float *)(F + 843120640), C1_DT19, r * 786432)); /* gradient of skip h_1.2.res1 */
     PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, P64_H_1_2_ATTN_QKV_WEIGHT, P66_H_1_2_ATTN_PROJ_WEIGHT,
-                               (float *)(F + 849428480), (float *)(F + 868302848), C1_DT18, (float *)(F + 975257600), (float *)(F + 981549056), C1_DT17)); /* h_1.2.attn */
+                               (float *)(F + 849428480), (float *)(F + 868302848), (float *)(F + 968966144), C1_DT18,
+                               (float *)(F + 975257600), (float *)(F + 981549056), C1_DT17)); /* h_1.2.attn */
     PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, C1_T16, P62_H_1_2_LN_1_WEIGHT, (float *)(F + 849412096), (float *)(F + 849420288), C1_DT17, C1_DT16)); /* h_1.2.ln_1 */
     PG_TRY(pg_axpy_inplace(c, C1_DT16, (float *)(F + 843120640), r * 786432)); /* + gradient of skip h_1.2.res1 */
     PG_TRY(pg_copy(c, C1_DT15, C1_DT16, r * 786432)); /* h_1.1.pop.res2 */
@@ -240,7 +241,8 @@ static int bwd_b_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     PG_TRY(pg_copy(c, C1_DT10, C1_DT11, r * 786432)); /* h_1.1.pop.res1 */
     PG_TRY(pg_copy(c, (float *)(F + 679510016), C1_DT11, r * 786432)); /* gradient of skip h_1.1.res1 */
     PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, P52_H_1_1_ATTN_QKV_WEIGHT, P54_H_1_1_ATTN_PROJ_WEIGHT,
-                               (float *)(F + 685817856), (float *)(F + 704692224), C1_DT10, (float *)(F + 811646976), (float *)(F + 817938432), C1_DT9)); /* h_1.1.attn */
+                               (float *)(F + 685817856), (float *)(F + 704692224), (float *)(F + 805355520), C1_DT10,
+                               (float *)(F + 811646976), (float *)(F + 817938432), C1_DT9)); /* h_1.1.attn */
     PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, C1_T8, P50_H_1_1_LN_1_WEIGHT, (float *)(F + 685801472), (float *)(F + 685809664), C1_DT9, C1_DT8)); /* h_1.1.ln_1 */
     PG_TRY(pg_axpy_inplace(c, C1_DT8, (float *)(F + 679510016), r * 786432)); /* + gradient of skip h_1.1.res1 */
     PG_TRY(pg_copy(c, C1_DT7, C1_DT8, r * 786432)); /* h_1.0.pop.res2 */
@@ -253,7 +255,8 @@ static int bwd_b_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     PG_TRY(pg_copy(c, C1_DT2, C1_DT3, r * 786432)); /* h_1.0.pop.res1 */
     PG_TRY(pg_copy(c, (float *)(F + 515899392), C1_DT3, r * 786432)); /* gradient of skip h_1.0.res1 */
     PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, P40_H_1_0_ATTN_QKV_WEIGHT, P42_H_1_0_ATTN_PROJ_WEIGHT,
-                               (float *)(F + 522207232), (float *)(F + 541081600), C1_DT2, (float *)(F + 648036352), (float *)(F + 654327808), C1_DT1)); /* h_1.0.attn */
+                               (float *)(F + 522207232), (float *)(F + 541081600), (float *)(F + 641744896), C1_DT2,
+                               (float *)(F + 648036352), (float *)(F + 654327808), C1_DT1)); /* h_1.0.attn */
     PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, C1_X, P38_H_1_0_LN_1_WEIGHT, (float *)(F + 522190848), (float *)(F + 522199040), C1_DT1, C1_DX)); /* h_1.0.ln_1 */
     PG_TRY(pg_axpy_inplace(c, C1_DX, (float *)(F + 515899392), r * 786432)); /* + gradient of skip h_1.0.res1 */
     return 0;

@@ -227,7 +227,8 @@ static int bwd_b_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     PG_TRY(pg_copy(c, C2_DT18, C2_DT19, r * 786432)); /* h_2.2.pop.res1 */
     PG_TRY(pg_copy(c, (float *)(F + 843120640), C2_DT19, r * 786432)); /* gradient of skip h_2.2.res1 */
     PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, P100_H_2_2_ATTN_QKV_WEIGHT, P102_H_2_2_ATTN_PROJ_WEIGHT,
-                               (float *)(F + 849428480), (float *)(F + 868302848), C2_DT18, (float *)(F + 975257600), (float *)(F + 981549056), C2_DT17)); /* h_2.2.attn */
+                               (float *)(F + 849428480), (float *)(F + 868302848), (float *)(F + 968966144), C2_DT18,
+                               (float *)(F + 975257600), (float *)(F + 981549056), C2_DT17)); /* h_2.2.attn */
     PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, C2_T16, P98_H_2_2_LN_1_WEIGHT, (float *)(F + 849412096), (float *)(F + 849420288), C2_DT17, C2_DT16)); /* h_2.2.ln_1 */
     PG_TRY(pg_axpy_inplace(c, C2_DT16, (float *)(F + 843120640), r * 786432)); /* + gradient of skip h_2.2.res1 */
     PG_TRY(pg_copy(c, C2_DT15, C2_DT16, r * 786432)); /* h_2.1.pop.res2 */
@@ -240,7 +241,8 @@ static int bwd_b_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     PG_TRY(pg_copy(c, C2_DT10, C2_DT11, r * 786432)); /* h_2.1.pop.res1 */
     PG_TRY(pg_copy(c, (float *)(F + 679510016), C2_DT11, r * 786432)); /* gradient of skip h_2.1.res1 */
     PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, P88_H_2_1_ATTN_QKV_WEIGHT, P90_H_2_1_ATTN_PROJ_WEIGHT,
-                               (float *)(F + 685817856), (float *)(F + 704692224), C2_DT10, (float *)(F + 811646976), (float *)(F + 817938432), C2_DT9)); /* h_2.1.attn */
+                               (float *)(F + 685817856), (float *)(F + 704692224), (float *)(F + 805355520), C2_DT10,
+                               (float *)(F + 811646976), (float *)(F + 817938432), C2_DT9)); /* h_2.1.attn */
     PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, C2_T8, P86_H_2_1_LN_1_WEIGHT, (float *)(F + 685801472), (float *)(F + 685809664), C2_DT9, C2_DT8)); /* h_2.1.ln_1 */
     PG_TRY(pg_axpy_inplace(c, C2_DT8, (float *)(F + 679510016), r * 786432)); /* + gradient of skip h_2.1.res1 */
     PG_TRY(pg_copy(c, C2_DT7, C2_DT8, r * 786432)); /* h_2.0.pop.res2 */
@@ -253,7 +255,8 @@ static int bwd_b_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     PG_TRY(pg_copy(c, C2_DT2, C2_DT3, r * 786432)); /* h_2.0.pop.res1 */
     PG_TRY(pg_copy(c, (float *)(F + 515899392), C2_DT3, r * 786432)); /* gradient of skip h_2.0.res1 */
     PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, P76_H_2_0_ATTN_QKV_WEIGHT, P78_H_2_0_ATTN_PROJ_WEIGHT,
-                               (float *)(F + 522207232), (float *)(F + 541081600), C2_DT2, (float *)(F + 648036352), (float *)(F + 654327808), C2_DT1)); /* h_2.0.attn */
+                               (float *)(F + 522207232), (float *)(F + 541081600), (float *)(F + 641744896), C2_DT2,
+                               (float *)(F + 648036352), (float *)(F + 654327808), C2_DT1)); /* h_2.0.attn */
     PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, C2_X, P74_H_2_0_LN_1_WEIGHT, (float *)(F + 522190848), (float *)(F + 522199040), C2_DT1, C2_DX)); /* h_2.0.ln_1 */
     PG_TRY(pg_axpy_inplace(c, C2_DX, (float *)(F + 515899392), r * 786432)); /* + gradient of skip h_2.0.res1 */
     return 0;

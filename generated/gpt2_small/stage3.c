@@ -247,7 +247,8 @@ static int bwd_b_c3(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     PG_TRY(pg_copy(c, C3_DT18, C3_DT19, r * 786432)); /* h_3.2.pop.res1 */
     PG_TRY(pg_copy(c, (float *)(F + 868286464), C3_DT19, r * 786432)); /* gradient of skip h_3.2.res1 */
     PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, P136_H_3_2_ATTN_QKV_WEIGHT, P138_H_3_2_ATTN_PROJ_WEIGHT,
-                               (float *)(F + 874594304), (float *)(F + 893468672), C3_DT18, (float *)(F + 1000423424), (float *)(F + 1006714880), C3_DT17)); /* h_3.2.attn */
+                               (float *)(F + 874594304), (float *)(F + 893468672), (float *)(F + 994131968), C3_DT18,
+                               (float *)(F + 1000423424), (float *)(F + 1006714880), C3_DT17)); /* h_3.2.attn */
     PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, C3_T16, P134_H_3_2_LN_1_WEIGHT, (float *)(F + 874577920), (float *)(F + 874586112), C3_DT17, C3_DT16)); /* h_3.2.ln_1 */
     PG_TRY(pg_axpy_inplace(c, C3_DT16, (float *)(F + 868286464), r * 786432)); /* + gradient of skip h_3.2.res1 */
     PG_TRY(pg_copy(c, C3_DT15, C3_DT16, r * 786432)); /* h_3.1.pop.res2 */
@@ -260,7 +261,8 @@ static int bwd_b_c3(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     PG_TRY(pg_copy(c, C3_DT10, C3_DT11, r * 786432)); /* h_3.1.pop.res1 */
     PG_TRY(pg_copy(c, (float *)(F + 704675840), C3_DT11, r * 786432)); /* gradient of skip h_3.1.res1 */
     PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, P124_H_3_1_ATTN_QKV_WEIGHT, P126_H_3_1_ATTN_PROJ_WEIGHT,
-                               (float *)(F + 710983680), (float *)(F + 729858048), C3_DT10, (float *)(F + 836812800), (float *)(F + 843104256), C3_DT9)); /* h_3.1.attn */
+                               (float *)(F + 710983680), (float *)(F + 729858048), (float *)(F + 830521344), C3_DT10,
+                               (float *)(F + 836812800), (float *)(F + 843104256), C3_DT9)); /* h_3.1.attn */
     PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, C3_T8, P122_H_3_1_LN_1_WEIGHT, (float *)(F + 710967296), (float *)(F + 710975488), C3_DT9, C3_DT8)); /* h_3.1.ln_1 */
     PG_TRY(pg_axpy_inplace(c, C3_DT8, (float *)(F + 704675840), r * 786432)); /* + gradient of skip h_3.1.res1 */
     PG_TRY(pg_copy(c, C3_DT7, C3_DT8, r * 786432)); /* h_3.0.pop.res2 */
@@ -273,7 +275,8 @@ static int bwd_b_c3(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     PG_TRY(pg_copy(c, C3_DT2, C3_DT3, r * 786432)); /* h_3.0.pop.res1 */
     PG_TRY(pg_copy(c, (float *)(F + 541065216), C3_DT3, r * 786432)); /* gradient of skip h_3.0.res1 */
     PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, P112_H_3_0_ATTN_QKV_WEIGHT, P114_H_3_0_ATTN_PROJ_WEIGHT,
-                               (float *)(F + 547373056), (float *)(F + 566247424), C3_DT2, (float *)(F + 673202176), (float *)(F + 679493632), C3_DT1)); /* h_3.0.attn */
+                               (float *)(F + 547373056), (float *)(F + 566247424), (float *)(F + 666910720), C3_DT2,
+                               (float *)(F + 673202176), (float *)(F + 679493632), C3_DT1)); /* h_3.0.attn */
     PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, C3_X, P110_H_3_0_LN_1_WEIGHT, (float *)(F + 547356672), (float *)(F + 547364864), C3_DT1, C3_DX)); /* h_3.0.ln_1 */
     PG_TRY(pg_axpy_inplace(c, C3_DX, (float *)(F + 541065216), r * 786432)); /* + gradient of skip h_3.0.res1 */
     return 0;

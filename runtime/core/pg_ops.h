@@ -157,14 +157,16 @@ int pg_logits_bwd_w(pg_ctx *c, int64_t n, int64_t d, int64_t V, const float *x, 
 /* ---- attention: x[r,T,d], heads h ----------------------------------------
  * Saved for backward: qkv[r,T,3d], att[r,h,T,T] (softmax probs), ctx[r,T,d]
  * (heads merged, before the output projection). bwd_in also leaves dqkv[r,T,3d]
- * and dctx for bwd_w. */
+ * and dctx for bwd_w. A backend may keep something else in att (the CUDA
+ * runtime's fused bf16 attention keeps the log-sum-exp of each score row
+ * there, and reads ctx in bwd_in); only that backend's bwd_in reads it. */
 int pg_attention_fwd(pg_ctx *c, int64_t r, int64_t T, int64_t d, int64_t h, int causal,
                      const float *x, const float *wqkv, const float *bqkv,
                      const float *wo, const float *bo,
                      float *qkv, float *att, float *ctxbuf, float *y);
 int pg_attention_bwd_in(pg_ctx *c, int64_t r, int64_t T, int64_t d, int64_t h, int causal,
                         const float *wqkv, const float *wo,
-                        const float *qkv, const float *att, const float *dy,
+                        const float *qkv, const float *att, const float *ctxbuf, const float *dy,
                         float *dctx, float *dqkv, float *dx);
 int pg_attention_bwd_w(pg_ctx *c, int64_t r, int64_t T, int64_t d,
                        const float *x, const float *ctxbuf, const float *dy, const float *dqkv,

@@ -12,13 +12,15 @@
  *    GPU kernels do exactly these double additions (no FMA can apply to a sum
  *    of exact products), so they match these references bit for bit.
  *  - Fused attention (flash_attn.cu): the tiled online-softmax forward and the
- *    two-kernel deterministic backward, with the bf16 roundings where the
- *    kernels round (Q, K, V, dO, P and dS are bf16 tensor-core operands; every
- *    sum is f32). The tensor cores' summation order inside a 16x16x16 product
- *    is the hardware's, so the kernels match these references to rounding,
- *    not bit for bit; the references fix what can go wrong: tiling, masks,
- *    the running max and sum, the rescaling, the saved log-sum-exp, the
- *    backward's D = rowsum(dO o O) and where the scale applies. */
+ *    deterministic backward, with the bf16 roundings where the kernels round
+ *    (Q, K, V, dO, P and dS are bf16 tensor-core operands; every sum is f32).
+ *    The tensor cores' summation order inside a 16x8x16 product is the
+ *    hardware's, so the kernels match these references to rounding, not bit
+ *    for bit; the references fix what can go wrong: tiling, masks, the
+ *    running max and sum, the rescaling, the saved log-sum-exp, the
+ *    backward's D = rowsum(dO o O) and where the scale applies. With the
+ *    roundings off they are the f32 attention of runtime/cpu (to f32
+ *    rounding), which tests/gpu/test_ops_gpu.cu checks on every machine. */
 #ifndef PG_KERNEL_REF_H
 #define PG_KERNEL_REF_H
 
@@ -121,13 +123,14 @@ static inline int64_t pg_bf16_padded_ld(int64_t rows, int64_t ld)
 #define PG_FLASH_BQ 64    /* query rows per tile (and per block) */
 #define PG_FLASH_BK 64    /* key rows per tile */
 #define PG_FLASH_WARPS 4  /* 16 rows of the tile per warp */
-#define PG_FLASH_MAX_HD 128
+#define PG_FLASH_MAX_HD 64
 
 /* The head dimension the kernels compute with: hd padded with zeros to 16,
- * 32, 64 or 128 (0: hd > 128, the fused path does not apply). */
+ * 32 or 64 (0: hd > 64, the fused path does not apply; its register tiles
+ * would spill, see flash_attn.cu). */
 static inline int pg_flash_hdp(int64_t hd)
 {
-    return hd <= 0 ? 0 : hd <= 16 ? 16 : hd <= 32 ? 32 : hd <= 64 ? 64 : hd <= 128 ? 128 : 0;
+    return hd <= 0 ? 0 : hd <= 16 ? 16 : hd <= 32 ? 32 : hd <= 64 ? 64 : 0;
 }
 
 /* (float)(1/sqrt(hd)) and that times log2(e): scores are kept in base 2. */
@@ -137,17 +140,23 @@ static inline float pg_flash_scale_log2(int64_t hd) { return pg_flash_scale(hd) 
 /* Whether query i sees key j. */
 static inline int pg_flash_visible(int64_t i, int64_t j, int64_t T, int causal)
 {
-    return j < T && (!causal || j <= i);
+    return i < T && j < T && (!causal || j <= i);
 }
+
+/* bf16 rounding where the kernels round a tensor-core operand (bf16 = 1), or
+ * none (bf16 = 0: the same algorithm in f32, which must then agree with the
+ * unfused f32 attention to f32 rounding; that checks the algebra). */
+static inline float pg_ref_round(float x, int bf16) { return bf16 ? pg_ref_bf16(x) : x; }
 
 /* One head of one sample: q, k, v, o rows `ld` floats apart (q[i*ld + c],
  * c < hd). Writes o[T, hd] (same ld) and lse2[T] = the base-2 log-sum-exp of
  * the scaled scores (what the backward recomputes the probabilities from).
- * Per query tile, key tiles in order: S = bf16(q) bf16(k)^T (f32 sums), s2 =
- * S * scale_log2 (masked: -inf), m' = max(m, max s2), alpha = 2^(m - m'),
- * p = 2^(s2 - m'), l = l alpha + sum p, O = O alpha + bf16(p) bf16(v); at the
- * end o = O * (1/l), lse2 = m + log2(l). */
-static inline void pg_ref_flash_fwd_head(int64_t T, int64_t hd, int causal, int64_t ld, const float *q,
+ * Per query tile, key tiles in order (up to the diagonal tile when causal):
+ * S = q k^T (f32 sums of rounded operands), s2 = S * scale_log2 (masked:
+ * -inf), m' = max(m, max s2), alpha = 2^(m - m'), p = 2^(s2 - m'),
+ * l = l alpha + sum p, O = O alpha + p v (p and v rounded); at the end
+ * o = O * (1/l), lse2 = m + log2(l). */
+static inline void pg_ref_flash_fwd_head(int64_t T, int64_t hd, int causal, int bf16, int64_t ld, const float *q,
                                          const float *k, const float *v, float *o, float *lse2)
 {
     const float sl2 = pg_flash_scale_log2(hd);
@@ -167,15 +176,16 @@ static inline void pg_ref_flash_fwd_head(int64_t T, int64_t hd, int causal, int6
                     continue;
                 float s = 0.0f;
                 for (int64_t c = 0; c < hd; c++)
-                    s += pg_ref_bf16(q[i * ld + c]) * pg_ref_bf16(k[j * ld + c]);
+                    s += pg_ref_round(q[i * ld + c], bf16) * pg_ref_round(k[j * ld + c], bf16);
                 s2[jj] = s * sl2;
                 mt = fmaxf(mt, s2[jj]);
             }
             float mn = fmaxf(m, mt);
-            float alpha = m == -INFINITY ? 0.0f : exp2f(m - mn);
+            float base = mn == -INFINITY ? 0.0f : mn; /* nothing visible yet: 2^(-inf) = 0, never NaN */
+            float alpha = exp2f(m - base);
             float rs = 0.0f;
             for (int64_t jj = 0; jj < PG_FLASH_BK; jj++) {
-                p[jj] = s2[jj] == -INFINITY ? 0.0f : exp2f(s2[jj] - mn);
+                p[jj] = exp2f(s2[jj] - base);
                 rs += p[jj];
             }
             l = l * alpha + rs;
@@ -184,7 +194,7 @@ static inline void pg_ref_flash_fwd_head(int64_t T, int64_t hd, int causal, int6
                 for (int64_t jj = 0; jj < PG_FLASH_BK; jj++) {
                     int64_t j = kt * PG_FLASH_BK + jj;
                     if (j < T)
-                        s += pg_ref_bf16(p[jj]) * pg_ref_bf16(v[j * ld + c]);
+                        s += pg_ref_round(p[jj], bf16) * pg_ref_round(v[j * ld + c], bf16);
                 }
                 acc[c] = acc[c] * alpha + s;
             }
@@ -197,11 +207,21 @@ static inline void pg_ref_flash_fwd_head(int64_t T, int64_t hd, int causal, int6
     }
 }
 
-/* The backward of one head: D[i] = sum_c dO o (double, from the f32 o and
- * dO), P = 2^(S scale_log2 - lse2[i]) (0 where masked), dP = bf16(dO)
- * bf16(v)^T, dS = bf16(P (dP - D) scale); dv = bf16(P)^T bf16(dO),
- * dk = dS^T bf16(q), dq = dS bf16(k). Writes dq, dk, dv (rows ld apart). */
-static inline void pg_ref_flash_bwd_head(int64_t T, int64_t hd, int causal, int64_t ld, const float *q,
+/* D[i] = sum_c dO[i,c] o[i,c] in double, as a float: the row term of the
+ * softmax backward (equal to sum_j P_ij dP_ij). */
+static inline float pg_ref_flash_rowdot(int64_t hd, const float *dO, const float *o)
+{
+    double s = 0.0;
+    for (int64_t c = 0; c < hd; c++)
+        s += (double)dO[c] * o[c];
+    return (float)s;
+}
+
+/* The backward of one head: D[i] (pg_ref_flash_rowdot of the f32 o and dO),
+ * P = 2^(S scale_log2 - lse2[i]) (0 where masked), dP = dO v^T (rounded
+ * operands), dS = P (dP - D) scale (rounded); dv = P^T dO (P rounded),
+ * dk = dS^T q, dq = dS k. Writes dq, dk, dv (rows ld apart). */
+static inline void pg_ref_flash_bwd_head(int64_t T, int64_t hd, int causal, int bf16, int64_t ld, const float *q,
                                          const float *k, const float *v, const float *o, const float *dO,
                                          const float *lse2, float *dq, float *dk, float *dv)
 {
@@ -210,24 +230,21 @@ static inline void pg_ref_flash_bwd_head(int64_t T, int64_t hd, int causal, int6
         for (int64_t c = 0; c < hd; c++)
             dq[i * ld + c] = dk[i * ld + c] = dv[i * ld + c] = 0.0f;
     for (int64_t i = 0; i < T; i++) {
-        double Dd = 0.0;
-        for (int64_t c = 0; c < hd; c++)
-            Dd += (double)dO[i * ld + c] * o[i * ld + c];
-        float D = (float)Dd;
+        float D = pg_ref_flash_rowdot(hd, dO + i * ld, o + i * ld);
         for (int64_t j = 0; j < T; j++) {
             if (!pg_flash_visible(i, j, T, causal))
                 continue;
             float s = 0.0f, dp = 0.0f;
             for (int64_t c = 0; c < hd; c++) {
-                s += pg_ref_bf16(q[i * ld + c]) * pg_ref_bf16(k[j * ld + c]);
-                dp += pg_ref_bf16(dO[i * ld + c]) * pg_ref_bf16(v[j * ld + c]);
+                s += pg_ref_round(q[i * ld + c], bf16) * pg_ref_round(k[j * ld + c], bf16);
+                dp += pg_ref_round(dO[i * ld + c], bf16) * pg_ref_round(v[j * ld + c], bf16);
             }
             float p = exp2f(s * sl2 - lse2[i]);
-            float ds = pg_ref_bf16(p * (dp - D) * scale), pb = pg_ref_bf16(p);
+            float ds = pg_ref_round(p * (dp - D) * scale, bf16), pb = pg_ref_round(p, bf16);
             for (int64_t c = 0; c < hd; c++) {
-                dv[j * ld + c] += pb * pg_ref_bf16(dO[i * ld + c]);
-                dk[j * ld + c] += ds * pg_ref_bf16(q[i * ld + c]);
-                dq[i * ld + c] += ds * pg_ref_bf16(k[j * ld + c]);
+                dv[j * ld + c] += pb * pg_ref_round(dO[i * ld + c], bf16);
+                dk[j * ld + c] += ds * pg_ref_round(q[i * ld + c], bf16);
+                dq[i * ld + c] += ds * pg_ref_round(k[j * ld + c], bf16);
             }
         }
     }

@@ -564,13 +564,13 @@ static void test_attention(int causal)
     close_to("attention_fwd ctx", down(CTX, r * T * d), R.ctx, 1e-5);
     close_to("attention_fwd y", down(Y, r * T * d), R.y, 1e-5);
     float *DCTX = dzeros(r * T * d), *DQKV = dzeros(r * T * d3), *DX = dzeros(r * T * d);
-    OK(pg_attention_bwd_in(G.c, r, T, d, h, causal, WQ, WO, QKV, ATT, DY, DCTX, DQKV, DX) == 0,
+    OK(pg_attention_bwd_in(G.c, r, T, d, h, causal, WQ, WO, QKV, ATT, CTX, DY, DCTX, DQKV, DX) == 0,
        "attention_bwd_in (%s) runs", mode);
     close_to("attention_bwd_in dctx", down(DCTX, r * T * d), R.dctx, 1e-5);
     close_to("attention_bwd_in dqkv", down(DQKV, r * T * d3), R.dqkv, 1e-5);
     close_to("attention_bwd_in dx", down(DX, r * T * d), R.dx, 1e-5);
     fvec dx1 = down(DX, r * T * d);
-    pg_attention_bwd_in(G.c, r, T, d, h, causal, WQ, WO, QKV, ATT, DY, DCTX, DQKV, DX);
+    pg_attention_bwd_in(G.c, r, T, d, h, causal, WQ, WO, QKV, ATT, CTX, DY, DCTX, DQKV, DX);
     OK(same_bits(dx1, down(DX, r * T * d)), "attention_bwd_in (%s) is bitwise reproducible", mode);
     /* a sample's bits do not depend on how many samples share the call */
     float *Y1 = dzeros(T * d);
@@ -585,7 +585,7 @@ static void test_attention(int causal)
     float *GWQ = up(gwq0), *GBQ = up(gbq0), *GWO = up(gwo0), *GBO = up(gbo0);
     /* recompute the forward for the full batch (QKV/CTX were overwritten) */
     pg_attention_fwd(G.c, r, T, d, h, causal, X, WQ, BQ, WO, BO, QKV, ATT, CTX, Y);
-    pg_attention_bwd_in(G.c, r, T, d, h, causal, WQ, WO, QKV, ATT, DY, DCTX, DQKV, DX);
+    pg_attention_bwd_in(G.c, r, T, d, h, causal, WQ, WO, QKV, ATT, CTX, DY, DCTX, DQKV, DX);
     OK(pg_attention_bwd_w(G.c, r, T, d, X, CTX, DY, DQKV, GWQ, GBQ, GWO, GBO) == 0, "attention_bwd_w (%s) runs", mode);
     close_to("attention_bwd_w dWo", down(GWO, d * d), ref_linear_bwd_w(r * T, d, d, R.ctx, dv(dy), dv(gwo0)), 1e-5);
     close_to("attention_bwd_w dbo", down(GBO, d), ref_colsum(r * T, d, dv(dy), dv(gbo0)), 1e-5);
