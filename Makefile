@@ -148,7 +148,7 @@ endif
 # ---- the CUDA stage runtime: libpgrt_cuda.a ---------------------------------
 # The core objects (not net.c), every CUDA object, and net.c once more with its
 # names renamed (runtime/cuda/net_rename.h) under the CUDA transport cuda_net.cu.
-LDLIBS_CUDA = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lnccl -lstdc++ -lpthread -lm
+LDLIBS_CUDA = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt -lnccl -lstdc++ -lpthread -lm
 CUDA_NET_OBJ := $(BUILD)/cuda/cuda_net.o
 RT_CUDA_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out runtime/core/net.c,$(RT_CORE))) \
                $(BUILD)/cuda/net_tcp.o $(CUDA_OBJ)
@@ -180,7 +180,7 @@ $(BUILD)/cuda-tests/%.o: tests/gpu/%.cu
 # GPU kernel tests (tests/gpu/): every op against host references; needs a GPU
 # ("no GPU found" and a failure without one).
 $(BUILD)/cuda-tests/test_ops_gpu: $(BUILD)/cuda-tests/test_ops_gpu.o $(filter-out $(CUDA_NET_OBJ),$(CUDA_OBJ))
-	$(NVCC) -arch=sm_90 -o $@ $^ -lcublas
+	$(NVCC) -arch=sm_90 -o $@ $^ -lcublas -lcublasLt
 
 # tests/gpu/run_gpu_tests.sh runs everything in one go: the op tests above,
 # graph replay, gpt_tiny on 1 and 4 stages with and without CUDA graphs, other

@@ -46,7 +46,7 @@ for m in mlp gpt_char; do
 done
 cc -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Wall -Wextra -Werror -O2 -Iruntime/core -Iruntime/cuda \
     -o "$T/graph_smoke" tests/gpu/graph_smoke.c build-cuda/libpgrt_cuda.a \
-    -L"$CUDA_HOME/lib64" -Wl,-rpath,"$CUDA_HOME/lib64" -lcudart -lcublas -lnccl -lstdc++ -lpthread -lm 2>"$T/cc.log"
+    -L"$CUDA_HOME/lib64" -Wl,-rpath,"$CUDA_HOME/lib64" -lcudart -lcublas -lcublasLt -lnccl -lstdc++ -lpthread -lm 2>"$T/cc.log"
 st=$?
 ok $st "tests/gpu/graph_smoke.c (graph capture/replay from C) links against libpgrt_cuda.a"
 [ $st = 0 ] || sed 's/^/# /' "$T/cc.log"

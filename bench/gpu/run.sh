@@ -29,7 +29,7 @@ DIR=${BENCH_DIR:-$TOP/build-cuda/bench}
 PY=${PYTHON:-/usr/bin/python3}
 CC=${CC:-cc}
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-LDLIBS_CUDA="-L$CUDA_HOME/lib64 -Wl,-rpath,$CUDA_HOME/lib64 -lcudart -lcublas -lnccl -lstdc++ -lpthread -lm"
+LDLIBS_CUDA="-L$CUDA_HOME/lib64 -Wl,-rpath,$CUDA_HOME/lib64 -lcudart -lcublas -lcublasLt -lnccl -lstdc++ -lpthread -lm"
 CFLAGS_B="-std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -O2 -Wall -Wextra -Werror"
 MODEL=$TOP/examples/gpt2_small.pipe
 

@@ -61,6 +61,14 @@ unsigned pg_cuda_kernel_paths(const pg_ctx *c) { return c->kpaths; }
 
 void pg_cuda_set_kernel_paths(pg_ctx *c, unsigned paths) { c->kpaths = paths & PG_CUDA_K_ALL; }
 
+int pg_cuda_lt_shapes(const pg_ctx *c)
+{
+    int n = 0;
+    for (int i = 0; i < c->nlt_plans; i++)
+        n += c->lt_plans[i].ok;
+    return n;
+}
+
 /* Frees what init made so far; safe on a partly built context. */
 static void ctx_release(pg_ctx *c)
 {
@@ -86,6 +94,8 @@ static void ctx_release(pg_ctx *c)
     if (c->bf16_ws)
         cudaFree(c->bf16_ws);
     free(c->shadows); /* the registry only: the shadows live in the arena */
+    if (c->lt)
+        cublasLtDestroy(c->lt);
     if (c->blas)
         cublasDestroy(c->blas);
     if (c->stream)
@@ -128,6 +138,7 @@ static int ctx_setup(pg_ctx *c)
      * is the same in every stage process. */
     CUDA_CHECK(cudaMalloc(&c->blas_ws, PG_CUDA_BLAS_WS));
     CUBLAS_CHECK(cublasSetWorkspace(c->blas, c->blas_ws, PG_CUDA_BLAS_WS));
+    CUBLAS_CHECK(cublasLtCreate(&c->lt));
     /* The step state (step.cu): per-step values, deferred scalars, the id flag. */
     size_t dev_bytes = sizeof(struct pg_cuda_stepvals) + PG_CUDA_SLOTS * sizeof(double) + sizeof(unsigned long long);
     char *blk = NULL, *hblk = NULL;

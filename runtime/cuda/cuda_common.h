@@ -11,6 +11,7 @@
 #ifndef PG_CUDA_COMMON_H
 #define PG_CUDA_COMMON_H
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -18,6 +19,7 @@
 extern "C" {
 #include "pg_ops.h"
 }
+#include "cuda_backend.h" /* PG_CUDA_K_*: the kernel paths */
 
 /* The per-step values captured ops read from device memory (step.cu writes
  * them at step start from pg_step_info, with the host formulas of optim.cu). */
@@ -51,16 +53,14 @@ struct pg_cuda_seg {        /* a captured run of compute: its id, graph, call co
 
 #define PG_CUDA_BLAS_WS ((size_t)32 << 20) /* cuBLAS workspace: 32 MiB (NVIDIA's advice for Hopper) */
 
-/* Kernel paths (runtime/cuda/README.md, "Kernel paths"): the fast paths, each
- * of which can be turned off for the reference path it replaced, so a GPU
- * run can compare the two (PIPE_CUDA_KERNELS, pg_cuda_set_kernel_paths). */
-enum {
-    PG_CUDA_K_COLSUM = 1u << 0, /* chunked column sums: bias, layernorm, batchnorm weight gradients */
-    PG_CUDA_K_PAD = 1u << 1,    /* bf16 operand copies with an unaligned leading dimension padded */
-    PG_CUDA_K_SHADOW = 1u << 2, /* bf16 shadow weights, written by the optimizer step */
-    PG_CUDA_K_FLASH = 1u << 3,  /* fused attention (bf16 precision) */
-    PG_CUDA_K_LT = 1u << 4,     /* cuBLASLt: the bias added in the GEMM's epilogue */
-    PG_CUDA_K_ALL = (1u << 5) - 1
+/* A cuBLASLt algorithm chosen once per GEMM shape (linear.cu, the bias
+ * epilogue): key = {transa, transb, m, n, k, lda, ldb, ldc}; ok 0: cuBLASLt
+ * offered none, the reference path runs instead. */
+#define PG_CUDA_LT_PLANS 64
+struct pg_cuda_lt_plan {
+    int key[8];
+    int ok;
+    cublasLtMatmulAlgo_t algo;
 };
 
 /* A bf16 shadow of an f32 weight (shadow.cu): shadow[i] = bf16(w[i]). */
@@ -87,6 +87,9 @@ struct pg_ctx {
     void *bf16_ws;            /* bf16 copies of GEMM operands; grows on first need, then stays */
     size_t bf16_ws_bytes;
     unsigned kpaths;          /* PG_CUDA_K_* fast kernel paths in use (the rest: reference paths) */
+    cublasLtHandle_t lt;      /* cuBLASLt (the bias epilogue), sharing blas_ws on the same stream */
+    struct pg_cuda_lt_plan lt_plans[PG_CUDA_LT_PLANS];
+    int nlt_plans;
     struct pg_cuda_shadow *shadows; /* registered bf16 shadow weights (shadow.cu) */
     int nshadows, shadows_cap;
     /* the step (step.cu): state between pg_backend_step_begin and _step_end */

@@ -44,15 +44,16 @@ static inline int64_t pg_colsum_nchunks(int64_t n)
     return n > 0 ? (n + ch - 1) / ch : 0;
 }
 
-/* acc[m] += column sums of a[n,m] (the linear bias gradient). */
-static inline void pg_ref_colsum_acc(int64_t n, int64_t m, const float *a, float *acc)
+/* acc[m] += column sums of a[n,m], rows in chunks of ch rows: each chunk in
+ * row order in double, the chunk sums in chunk order in double, one float
+ * add. ch = n (one chunk) is the reference path's (and the CPU's) row order. */
+static inline void pg_ref_colsum_acc_ch(int64_t n, int64_t m, int64_t ch, const float *a, float *acc)
 {
-    int64_t ch = pg_colsum_chunk_rows(n), nc = pg_colsum_nchunks(n);
     for (int64_t j = 0; j < m; j++) {
         double total = 0.0;
-        for (int64_t c = 0; c < nc; c++) {
+        for (int64_t c0 = 0; c0 < n; c0 += ch) {
             double s = 0.0;
-            for (int64_t i = c * ch; i < n && i < (c + 1) * ch; i++)
+            for (int64_t i = c0; i < n && i < c0 + ch; i++)
                 s += a[i * m + j];
             total += s;
         }
@@ -60,19 +61,24 @@ static inline void pg_ref_colsum_acc(int64_t n, int64_t m, const float *a, float
     }
 }
 
-/* Normalisation weight gradients over n rows of x[n,m]: dw[j] += sum dy xhat,
- * db[j] += sum dy, xhat = (x - mean) rstd in float. Layer norm has per-row
- * statistics (mean[i], rstd[i]), batch norm per-column ones (mean[j], rstd[j]):
- * stats_per_row says which. dw or db may be NULL. */
-static inline void pg_ref_norm_bwd_w(int64_t n, int64_t m, int stats_per_row, const float *x, const float *mean,
-                                     const float *rstd, const float *dy, float *dw, float *db)
+/* The linear bias gradient as colsum.cu sums it. */
+static inline void pg_ref_colsum_acc(int64_t n, int64_t m, const float *a, float *acc)
 {
-    int64_t ch = pg_colsum_chunk_rows(n), nc = pg_colsum_nchunks(n);
+    pg_ref_colsum_acc_ch(n, m, pg_colsum_chunk_rows(n), a, acc);
+}
+
+/* Normalisation weight gradients over n rows of x[n,m] in chunks of ch rows:
+ * dw[j] += sum dy xhat, db[j] += sum dy, xhat = (x - mean) rstd in float.
+ * Layer norm has per-row statistics (mean[i], rstd[i]), batch norm per-column
+ * ones (mean[j], rstd[j]): stats_per_row says which. dw or db may be NULL. */
+static inline void pg_ref_norm_bwd_w_ch(int64_t n, int64_t m, int64_t ch, int stats_per_row, const float *x,
+                                        const float *mean, const float *rstd, const float *dy, float *dw, float *db)
+{
     for (int64_t j = 0; j < m; j++) {
         double tw = 0.0, tb = 0.0;
-        for (int64_t c = 0; c < nc; c++) {
+        for (int64_t c0 = 0; c0 < n; c0 += ch) {
             double sw = 0.0, sb = 0.0;
-            for (int64_t i = c * ch; i < n && i < (c + 1) * ch; i++) {
+            for (int64_t i = c0; i < n && i < c0 + ch; i++) {
                 int64_t k = i * m + j, st = stats_per_row ? i : j;
                 float xh = (x[k] - mean[st]) * rstd[st];
                 float g = dy[k];
@@ -87,6 +93,13 @@ static inline void pg_ref_norm_bwd_w(int64_t n, int64_t m, int stats_per_row, co
         if (db)
             db[j] += (float)tb;
     }
+}
+
+/* The layernorm / batchnorm weight gradients as colsum.cu sums them. */
+static inline void pg_ref_norm_bwd_w(int64_t n, int64_t m, int stats_per_row, const float *x, const float *mean,
+                                     const float *rstd, const float *dy, float *dw, float *db)
+{
+    pg_ref_norm_bwd_w_ch(n, m, pg_colsum_chunk_rows(n), stats_per_row, x, mean, rstd, dy, dw, db);
 }
 
 /* ---- bf16 ------------------------------------------------------------------- */
@@ -160,11 +173,11 @@ static inline void pg_ref_flash_fwd_head(int64_t T, int64_t hd, int causal, int 
                                          const float *k, const float *v, float *o, float *lse2)
 {
     const float sl2 = pg_flash_scale_log2(hd);
-    float s2[PG_FLASH_BK], p[PG_FLASH_BK], acc[PG_FLASH_MAX_HD];
+    float s2[PG_FLASH_BK], p[PG_FLASH_BK];
     int64_t nt = (T + PG_FLASH_BK - 1) / PG_FLASH_BK;
     for (int64_t i = 0; i < T; i++) {
         int64_t qt = i / PG_FLASH_BQ, last = causal ? qt : nt - 1;
-        float m = -INFINITY, l = 0.0f;
+        float m = -INFINITY, l = 0.0f, *acc = o + i * ld; /* the row's accumulator is its output */
         for (int64_t c = 0; c < hd; c++)
             acc[c] = 0.0f;
         for (int64_t kt = 0; kt <= last; kt++) {
@@ -202,7 +215,7 @@ static inline void pg_ref_flash_fwd_head(int64_t T, int64_t hd, int causal, int 
         }
         float inv = 1.0f / l;
         for (int64_t c = 0; c < hd; c++)
-            o[i * ld + c] = acc[c] * inv;
+            acc[c] *= inv;
         lse2[i] = m + log2f(l);
     }
 }

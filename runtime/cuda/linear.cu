@@ -1,6 +1,7 @@
 /* runtime/cuda/linear.cu — linear layer through pg_cuda_gemm (cublasSgemm, or
- * cublasGemmEx on bf16 operands with precision = bf16), plus the bias
- * broadcast and the fixed-order column sums for the bias gradient.
+ * cublasGemmEx on bf16 operands with precision = bf16), the bf16 forward
+ * with its bias in a cuBLASLt epilogue, the bias broadcast of the other
+ * cases, and the fixed-order column sums for the bias gradient.
  *
  * Row-major <-> column-major: cuBLAS is column-major. A row-major matrix
  * M[R,C] (leading dimension C) is, read column-major with ld C, the matrix
@@ -8,6 +9,7 @@
  * product Z^T = B^T A^T, where each operand's "free" view is already the
  * transpose of the row-major matrix; the mappings are derived per call below. */
 #include <cuda_bf16.h>
+#include <string.h>
 
 #include "cuda_common.h"
 #include "kernel_ref.h"
@@ -128,6 +130,28 @@ static int bf16_operand_fill(pg_ctx *c, struct bf16_operand *o, __nv_bfloat16 *d
     return 0;
 }
 
+/* The bf16 operands of op(A) op(B) (m x n, inner dimension k): a and b say
+ * where each is read (a shadow, or a copy made here on the stream). */
+static int bf16_operands(pg_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *A,
+                         int lda, long long sA, const float *B, int ldb, long long sB, int batch,
+                         struct bf16_operand *a, struct bf16_operand *b)
+{
+    *a = {A, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda, sA, 0, batch, NULL, 0, 0};
+    *b = {B, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb, sB, 0, batch, NULL, 0, 0};
+    bf16_operand_plan(c, a);
+    bf16_operand_plan(c, b);
+    if (a->ld16 > 2147483647LL || b->ld16 > 2147483647LL)
+        return PG_RT_FAIL("a padded bf16 leading dimension (%lld, %lld) does not fit cuBLAS's int", (long long)a->ld16,
+                          (long long)b->ld16);
+    size_t offB = ((size_t)a->ws_elems * sizeof(__nv_bfloat16) + 255) / 256 * 256;
+    void *ws = NULL;
+    if (a->ws_elems + b->ws_elems > 0 &&
+        bf16_workspace(c, offB + (size_t)b->ws_elems * sizeof(__nv_bfloat16), &ws))
+        return 1;
+    return bf16_operand_fill(c, a, (__nv_bfloat16 *)ws) ||
+           bf16_operand_fill(c, b, (__nv_bfloat16 *)((char *)ws + offB));
+}
+
 int pg_cuda_gemm(pg_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *alpha,
                  const float *A, int lda, long long sA, const float *B, int ldb, long long sB, const float *beta,
                  float *C, int ldc, long long sC, int batch)
@@ -140,20 +164,8 @@ int pg_cuda_gemm(pg_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, i
                                                    ldc, sC, batch));
         return 0;
     }
-    struct bf16_operand a = {A, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda, sA, 0, batch, NULL, 0, 0};
-    struct bf16_operand b = {B, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb, sB, 0, batch, NULL, 0, 0};
-    bf16_operand_plan(c, &a);
-    bf16_operand_plan(c, &b);
-    if (a.ld16 > 2147483647LL || b.ld16 > 2147483647LL)
-        return PG_RT_FAIL("a padded bf16 leading dimension (%lld, %lld) does not fit cuBLAS's int", (long long)a.ld16,
-                          (long long)b.ld16);
-    size_t offB = ((size_t)a.ws_elems * sizeof(__nv_bfloat16) + 255) / 256 * 256;
-    void *ws = NULL;
-    if (a.ws_elems + b.ws_elems > 0 &&
-        bf16_workspace(c, offB + (size_t)b.ws_elems * sizeof(__nv_bfloat16), &ws))
-        return 1;
-    if (bf16_operand_fill(c, &a, (__nv_bfloat16 *)ws) ||
-        bf16_operand_fill(c, &b, (__nv_bfloat16 *)((char *)ws + offB)))
+    struct bf16_operand a, b;
+    if (bf16_operands(c, ta, tb, m, n, k, A, lda, sA, B, ldb, sB, batch, &a, &b))
         return 1;
     if (batch == 0)
         CUBLAS_CHECK(cublasGemmEx(c->blas, ta, tb, m, n, k, alpha, a.p, CUDA_R_16BF, (int)a.ld16, b.p, CUDA_R_16BF,
@@ -163,6 +175,125 @@ int pg_cuda_gemm(pg_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, i
                                                 b.p, CUDA_R_16BF, (int)b.ld16, sB, beta, C, CUDA_R_32F, ldc, sC, batch,
                                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return 0;
+}
+
+/* ---- cuBLASLt: the bias in the epilogue (PG_CUDA_K_LT) ----------------------
+ * C[m,n] = op(A) op(B) + bias[m] on every column, bf16 operands, f32 C, f32
+ * bias, f32 accumulation (CUBLAS_COMPUTE_32F): the linear forward of precision
+ * = bf16 without the bias broadcast pass before it (which writes C and makes
+ * the GEMM read it back: two passes over [n, out] f32 saved). The algorithm is
+ * chosen once per shape by cublasLtMatmulAlgoGetHeuristic with the minimum
+ * alignment of A, B, C and D set to 16 bytes and a bias pointer that is
+ * exactly 16-byte aligned (the heuristic reads the bias pointer's alignment):
+ * so the choice depends on the shapes alone, never on where the arena plan
+ * put the buffers, and every stage process picks the same kernel (the real
+ * pointers are at least 16-byte aligned: checked, else the reference path).
+ * Split-K reduction schemes are cuBLASLt's own, sequential by design (INPLACE
+ * orders its parts with counters; the others reduce in a separate pass): no
+ * atomics. */
+
+/* 0: done; 1: failed (printed); 2: cuBLASLt offers nothing here, use the reference path. */
+#define LT_FALLBACK 2
+
+struct lt_objs { /* created per call (host-only), destroyed on every path */
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulPreference_t pref;
+};
+
+static void lt_objs_free(struct lt_objs *o)
+{
+    if (o->pref)
+        cublasLtMatmulPreferenceDestroy(o->pref);
+    if (o->lc)
+        cublasLtMatrixLayoutDestroy(o->lc);
+    if (o->lb)
+        cublasLtMatrixLayoutDestroy(o->lb);
+    if (o->la)
+        cublasLtMatrixLayoutDestroy(o->la);
+    if (o->op)
+        cublasLtMatmulDescDestroy(o->op);
+}
+
+/* The cached algorithm for this key (NULL: cuBLASLt offered none). */
+static int lt_algo(pg_ctx *c, const int key[8], struct lt_objs *o, const cublasLtMatmulAlgo_t **algo)
+{
+    for (int i = 0; i < c->nlt_plans; i++)
+        if (!memcmp(c->lt_plans[i].key, key, sizeof c->lt_plans[i].key)) {
+            *algo = c->lt_plans[i].ok ? &c->lt_plans[i].algo : NULL;
+            return 0;
+        }
+    uint64_t wsb = PG_CUDA_BLAS_WS;
+    uint32_t align = 16;
+    const void *canon_bias = (const char *)c->blas_ws + 16; /* 256-byte aligned base + 16: exactly 16 */
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&o->pref));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(o->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(o->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align, sizeof align));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(o->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align, sizeof align));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(o->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align, sizeof align));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(o->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align, sizeof align));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(o->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &canon_bias, sizeof canon_bias));
+    cublasLtMatmulHeuristicResult_t res;
+    memset(&res, 0, sizeof res);
+    int nres = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(c->lt, o->op, o->la, o->lb, o->lc, o->lc, o->pref, 1, &res, &nres);
+    if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED)
+        return pg_cublas_fail(__FILE__, __LINE__, "cublasLtMatmulAlgoGetHeuristic", st);
+    int ok = st == CUBLAS_STATUS_SUCCESS && nres > 0 && res.state == CUBLAS_STATUS_SUCCESS;
+    /* a full cache (more shapes than any model has) recycles its last entry */
+    struct pg_cuda_lt_plan *pl = &c->lt_plans[c->nlt_plans < PG_CUDA_LT_PLANS ? c->nlt_plans++ : PG_CUDA_LT_PLANS - 1];
+    memcpy(pl->key, key, sizeof pl->key);
+    pl->ok = ok;
+    pl->algo = res.algo;
+    *algo = ok ? &pl->algo : NULL;
+    return 0;
+}
+
+static int lt_gemm_bias(pg_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *A,
+                        int lda, const float *B, int ldb, const float *bias, float *C, int ldc)
+{
+    struct bf16_operand a, b;
+    if (bf16_operands(c, ta, tb, m, n, k, A, lda, 0, B, ldb, 0, 0, &a, &b))
+        return 1;
+    if (((uintptr_t)a.p | (uintptr_t)b.p | (uintptr_t)bias | (uintptr_t)C) % 16)
+        return LT_FALLBACK;
+    struct lt_objs o;
+    memset(&o, 0, sizeof o);
+    int key[8] = {(int)ta, (int)tb, m, n, k, (int)a.ld16, (int)b.ld16, ldc};
+    int32_t ta32 = ta, tb32 = tb;
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    int32_t bias_type = CUDA_R_32F;
+    const cublasLtMatmulAlgo_t *algo = NULL;
+    const float one = 1.0f, zero = 0.0f;
+    int rc = 1;
+    cublasStatus_t st;
+#define LT_TRY(call)                                                                                                  \
+    if ((st = (call)) != CUBLAS_STATUS_SUCCESS) {                                                                     \
+        pg_cublas_fail(__FILE__, __LINE__, #call, st);                                                                \
+        goto out;                                                                                                     \
+    }
+    LT_TRY(cublasLtMatmulDescCreate(&o.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    LT_TRY(cublasLtMatmulDescSetAttribute(o.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta32, sizeof ta32));
+    LT_TRY(cublasLtMatmulDescSetAttribute(o.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb32, sizeof tb32));
+    LT_TRY(cublasLtMatmulDescSetAttribute(o.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    LT_TRY(cublasLtMatmulDescSetAttribute(o.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type));
+    LT_TRY(cublasLtMatrixLayoutCreate(&o.la, CUDA_R_16BF, (uint64_t)a.rows, (uint64_t)a.cols, a.ld16));
+    LT_TRY(cublasLtMatrixLayoutCreate(&o.lb, CUDA_R_16BF, (uint64_t)b.rows, (uint64_t)b.cols, b.ld16));
+    LT_TRY(cublasLtMatrixLayoutCreate(&o.lc, CUDA_R_32F, (uint64_t)m, (uint64_t)n, ldc));
+    if (lt_algo(c, key, &o, &algo))
+        goto out;
+    if (!algo) {
+        rc = LT_FALLBACK;
+        goto out;
+    }
+    LT_TRY(cublasLtMatmulDescSetAttribute(o.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    LT_TRY(cublasLtMatmul(c->lt, o.op, &one, a.p, o.la, b.p, o.lb, &zero, C, o.lc, C, o.lc, algo, c->blas_ws,
+                          PG_CUDA_BLAS_WS, c->stream));
+#undef LT_TRY
+    rc = 0;
+out:
+    lt_objs_free(&o);
+    return rc;
 }
 
 static int linear_dims_ok(const char *op, int64_t n, int64_t in, int64_t out)
@@ -217,6 +348,12 @@ int pg_linear_fwd(pg_ctx *c, int64_t n, int64_t in, int64_t out,
         return 1;
     if (n == 0 || out == 0)
         return 0;
+    if (b && in > 0 && c->precision == 1 && pg_cuda_fast(c, PG_CUDA_K_LT)) { /* the bias in the epilogue */
+        int rc = lt_gemm_bias(c, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, (int)n, (int)in, w, (int)in, x, (int)in, b, y,
+                              (int)out);
+        if (rc != LT_FALLBACK)
+            return rc;
+    }
     float beta = 0.0f;
     if (b) { /* y starts as the bias, the product adds to it (as the CPU backend) */
         bias_broadcast_kernel<<<pg_cuda_blocks(n * out, PG_CUDA_THREADS), PG_CUDA_THREADS, 0, c->stream>>>(n, out, b, y);

@@ -30,7 +30,7 @@ TOL_BF16=${TOL_BF16:-5e-2}
 KILL_S=${KILL_S:-30}
 CC=${CC:-cc}
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-LDLIBS_CUDA="-L$CUDA_HOME/lib64 -Wl,-rpath,$CUDA_HOME/lib64 -lcudart -lcublas -lnccl -lstdc++ -lpthread -lm"
+LDLIBS_CUDA="-L$CUDA_HOME/lib64 -Wl,-rpath,$CUDA_HOME/lib64 -lcudart -lcublas -lcublasLt -lnccl -lstdc++ -lpthread -lm"
 CFLAGS_T="-std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -O2 -Wall -Wextra -Werror"
 export OPENBLAS_NUM_THREADS=1
 T=$(mktemp -d /tmp/pg-gpu.XXXXXX)
