@@ -13,6 +13,7 @@
 
 #include "../../runtime/cuda/flash_attn.cuh"
 #include "../tap.h"
+#include "flash_refs.h"
 
 #include <vector>
 
@@ -85,35 +86,9 @@ static void check(int T, int hd, int h, int r, int causal)
     else
         run_bwd<64>(T, d, h, r, causal, qkv.data(), ctx.data(), dctx.data(), lse2.data(), D.data(), dqkv.data());
 
-    /* the references, head by head, with the kernels' own forward outputs
-     * fed to the backward reference (so each error is located) */
-    fvec ctx_ref(ctx.size()), lse_ref(lse2.size()), D_ref(D.size()), dqkv_ref(dqkv.size());
-    fvec o((size_t)(T * ld)), oe((size_t)(T * ld)), dO((size_t)(T * ld)), g((size_t)(3 * T * ld));
-    for (int b = 0; b < r; b++)
-        for (int hh = 0; hh < h; hh++) {
-            const float *q = &qkv[(size_t)(b * T * ld + hh * hd)], *k = q + d, *v = q + 2 * d;
-            float *L = &lse_ref[(size_t)((b * h + hh) * T)];
-            pg_ref_flash_fwd_head(T, hd, causal, 1, ld, q, k, v, o.data(), L);
-            for (int i = 0; i < T; i++)
-                for (int c = 0; c < hd; c++) {
-                    size_t at = (size_t)((b * T + i) * d + hh * hd + c);
-                    ctx_ref[at] = o[(size_t)(i * ld + c)];
-                    oe[(size_t)(i * ld + c)] = ctx[at];
-                    dO[(size_t)(i * ld + c)] = dctx[at];
-                }
-            for (int i = 0; i < T; i++)
-                D_ref[(size_t)((b * h + hh) * T + i)] = pg_ref_flash_rowdot(hd, &dO[(size_t)(i * ld)], &oe[(size_t)(i * ld)]);
-            float *dq = g.data(), *dk = dq + T * ld, *dv = dk + T * ld;
-            pg_ref_flash_bwd_head(T, hd, causal, 1, ld, q, k, v, oe.data(), dO.data(), &lse2[(size_t)((b * h + hh) * T)],
-                                  dq, dk, dv);
-            for (int i = 0; i < T; i++)
-                for (int c = 0; c < hd; c++) {
-                    size_t row = (size_t)((b * T + i) * ld + hh * hd + c);
-                    dqkv_ref[row] = dq[(size_t)(i * ld + c)];
-                    dqkv_ref[row + (size_t)d] = dk[(size_t)(i * ld + c)];
-                    dqkv_ref[row + 2 * (size_t)d] = dv[(size_t)(i * ld + c)];
-                }
-        }
+    /* the references, fed with the kernels' own forward outputs for the backward (so each error is located) */
+    fvec ctx_ref, lse_ref, dqkv_ref, D_ref;
+    flash_refs(r, T, d, h, causal, 1, qkv, ctx, dctx, lse2.data(), ctx_ref, lse_ref, dqkv_ref, D_ref);
     char what[96];
     snprintf(what, sizeof what, "T=%d hd=%d heads=%d r=%d %s", T, hd, h, r, causal ? "causal" : "full");
     double e;

@@ -19,6 +19,7 @@ extern "C" {
 }
 #include "../../runtime/cpu/cpu_kernels.h" /* the CPU's dropout hash, the reference */
 #include "../../runtime/cuda/kernel_ref.h" /* host references of the CUDA fast paths */
+#include "flash_refs.h"
 #include "../tap.h"
 
 /* Built with -DPG_TEST_ON_CPU (g++, linked with runtime/cpu) the same checks
@@ -965,7 +966,7 @@ static void test_linear_bias_lt(void)
  * unfused on both backends), with them close to it. */
 static void test_flash_reference(int causal)
 {
-    const int64_t r = 2, T = 70, d = 48, h = 2, hd = d / h, d3 = 3 * d;
+    const int64_t r = 2, T = 70, d = 48, h = 2, d3 = 3 * d; /* head dim 24: padded to 32 */
     const char *mode = causal ? "causal" : "full";
     fvec x = rnd(r * T * d), wqkv = rnd(d3 * d, -0.5, 0.5), bqkv = rnd(d3), wo = rnd(d * d, -0.5, 0.5), bo = rnd(d),
          dy = rnd(r * T * d);
@@ -976,29 +977,8 @@ static void test_flash_reference(int causal)
     pg_attention_bwd_in(G.c, r, T, d, h, causal, WQ, WO, QKV, ATT, CTX, DY, DCTX, DQKV, DX);
     fvec qkv = down(QKV, r * T * d3), ctx = down(CTX, r * T * d), dctx = down(DCTX, r * T * d), dqkv = down(DQKV, r * T * d3);
     for (int bf = 0; bf < 2; bf++) {
-        fvec o((size_t)(T * d3)), dO((size_t)(T * d3)), lse((size_t)T), g((size_t)(3 * T * d3));
-        fvec ctx_ref(ctx.size()), dqkv_ref(dqkv.size());
-        for (int64_t b = 0; b < r; b++)
-            for (int64_t hh = 0; hh < h; hh++) {
-                const float *q = &qkv[(size_t)(b * T * d3 + hh * hd)];
-                pg_ref_flash_fwd_head(T, hd, causal, bf, d3, q, q + d, q + 2 * d, o.data(), lse.data());
-                for (int64_t i = 0; i < T; i++)
-                    for (int64_t c = 0; c < hd; c++) {
-                        size_t at = (size_t)((b * T + i) * d + hh * hd + c);
-                        ctx_ref[at] = o[(size_t)(i * d3 + c)];
-                        dO[(size_t)(i * d3 + c)] = dctx[at];
-                    }
-                float *dq = g.data(), *dk = dq + T * d3, *dvv = dk + T * d3;
-                pg_ref_flash_bwd_head(T, hd, causal, bf, d3, q, q + d, q + 2 * d, o.data(), dO.data(), lse.data(), dq,
-                                      dk, dvv);
-                for (int64_t i = 0; i < T; i++)
-                    for (int64_t c = 0; c < hd; c++) {
-                        size_t row = (size_t)((b * T + i) * d3 + hh * hd + c), hi = (size_t)(i * d3 + c);
-                        dqkv_ref[row] = dq[hi];
-                        dqkv_ref[row + (size_t)d] = dk[hi];
-                        dqkv_ref[row + 2 * (size_t)d] = dvv[hi];
-                    }
-            }
+        fvec ctx_ref, lse_ref, dqkv_ref, D_ref;
+        flash_refs(r, T, d, h, causal, bf, qkv, ctx, dctx, NULL, ctx_ref, lse_ref, dqkv_ref, D_ref);
         char what[160];
         snprintf(what, sizeof what, "fused attention reference (%s, %s) = the f32 attention op's ctx", mode,
                  bf ? "bf16 roundings" : "f32");
@@ -1031,32 +1011,9 @@ static void test_attention_bf16(int causal, int64_t hd)
        "bf16 attention (%s, hd %lld, %s) runs", causal ? "causal" : "full", (long long)hd, how);
     fvec qkv = down(QKV, r * T * d3), ctx = down(CTX, r * T * d), dctx = down(DCTX, r * T * d);
     fvec dqkv = down(DQKV, r * T * d3), lse_got = down(ATT, r * h * T);
-    fvec ctx_ref(ctx.size()), lse_ref(lse_got.size()), dqkv_ref(dqkv.size());
-    fvec o((size_t)(T * d3)), dO((size_t)(T * d3)), g((size_t)(3 * T * d3));
-    int bf = ON_GPU;
-    for (int64_t b = 0; b < r; b++)
-        for (int64_t hh = 0; hh < h; hh++) {
-            const float *q = &qkv[(size_t)(b * T * d3 + hh * hd)];
-            float *L = &lse_ref[(size_t)((b * h + hh) * T)];
-            pg_ref_flash_fwd_head(T, hd, causal, bf, d3, q, q + d, q + 2 * d, o.data(), L);
-            for (int64_t i = 0; i < T; i++)
-                for (int64_t c = 0; c < hd; c++) {
-                    size_t at = (size_t)((b * T + i) * d + hh * hd + c);
-                    ctx_ref[at] = o[(size_t)(i * d3 + c)];
-                    o[(size_t)(i * d3 + c)] = ctx[at]; /* the backward reference from the op's own forward */
-                    dO[(size_t)(i * d3 + c)] = dctx[at];
-                }
-            float *dq = g.data(), *dk = dq + T * d3, *dvv = dk + T * d3;
-            pg_ref_flash_bwd_head(T, hd, causal, bf, d3, q, q + d, q + 2 * d, o.data(), dO.data(),
-                                  fused ? &lse_got[(size_t)((b * h + hh) * T)] : L, dq, dk, dvv);
-            for (int64_t i = 0; i < T; i++)
-                for (int64_t c = 0; c < hd; c++) {
-                    size_t row = (size_t)((b * T + i) * d3 + hh * hd + c), hi = (size_t)(i * d3 + c);
-                    dqkv_ref[row] = dq[hi];
-                    dqkv_ref[row + (size_t)d] = dk[hi];
-                    dqkv_ref[row + 2 * (size_t)d] = dvv[hi];
-                }
-        }
+    fvec ctx_ref, lse_ref, dqkv_ref, D_ref;
+    flash_refs(r, T, d, h, causal, ON_GPU, qkv, ctx, dctx, fused ? lse_got.data() : NULL, ctx_ref, lse_ref, dqkv_ref,
+               D_ref);
     /* the fused kernels round where the reference rounds: only summation order differs */
     double tf = fused ? 2e-3 : ON_GPU ? 2e-2 : 1e-5, tb = fused ? 5e-3 : ON_GPU ? 3e-2 : 1e-4;
     snprintf(what, sizeof what, "bf16 attention (%s, hd %lld, %s): ctx = the fused attention reference",
