@@ -9,6 +9,7 @@
  * product Z^T = B^T A^T, where each operand's "free" view is already the
  * transpose of the row-major matrix; the mappings are derived per call below. */
 #include <cuda_bf16.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "cuda_common.h"
@@ -237,9 +238,13 @@ static int lt_algo(pg_ctx *c, const int key[8], struct lt_objs *o, const cublasL
     memset(&res, 0, sizeof res);
     int nres = 0;
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(c->lt, o->op, o->la, o->lb, o->lc, o->lc, o->pref, 1, &res, &nres);
-    if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED)
+    if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_INVALID_VALUE)
         return pg_cublas_fail(__FILE__, __LINE__, "cublasLtMatmulAlgoGetHeuristic", st);
     int ok = st == CUBLAS_STATUS_SUCCESS && nres > 0 && res.state == CUBLAS_STATUS_SUCCESS;
+    if (!ok) /* once per shape (the plan is cached): the same choice in every stage process */
+        fprintf(stderr, "note: cuBLASLt offers no bf16 GEMM with a bias epilogue for m=%d n=%d k=%d (%s): the bias is "
+                "broadcast before the GEMM instead (PIPE_CUDA_KERNELS without lt does this everywhere)\n",
+                key[2], key[3], key[4], st != CUBLAS_STATUS_SUCCESS ? pg_cublas_status_name(st) : "no algorithm");
     /* a full cache (more shapes than any model has) recycles its last entry */
     struct pg_cuda_lt_plan *pl = &c->lt_plans[c->nlt_plans < PG_CUDA_LT_PLANS ? c->nlt_plans++ : PG_CUDA_LT_PLANS - 1];
     memcpy(pl->key, key, sizeof pl->key);
