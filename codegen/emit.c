@@ -90,6 +90,7 @@ typedef struct em_stage {
     pg_memplan mp;
     int *param_mp, *grad_mp, *opt_mp[2]; /* per model param: memplan index or -1 */
     int *bnsum_mp;         /* per layer: batchnorm running-stat sums (2C doubles), -1 */
+    int *shadow_mp;        /* per model param: its bf16 shadow (precision = bf16 GEMM weights), -1 */
     int ws_mp;             /* tie workspace: the largest gradient block received, -1 */
     int input_mp, target_mp;
     int *act_slot;         /* per action: slot used (-1) */
@@ -718,6 +719,7 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
     S->opt_mp[1] = malloc((size_t)(np + 1) * sizeof(int));
     S->send_bytes = calloc((size_t)g->nstages, sizeof(int64_t));
     S->bnsum_mp = malloc((size_t)(m->nlayers + 1) * sizeof(int));
+    S->shadow_mp = malloc((size_t)(np + 1) * sizeof(int));
     S->ws_mp = -1;
     const pg_stage_sched *ss = &g->s->stage[S->stage];
     int nact = ss->n + 1;
@@ -727,7 +729,7 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
     S->act_tag = malloc((size_t)nact * sizeof(uint32_t));
     S->ch = calloc((size_t)m->nchunks, sizeof *S->ch);
     if (!S->param_mp || !S->grad_mp || !S->opt_mp[0] || !S->opt_mp[1] || !S->send_bytes || !S->act_slot ||
-        !S->act_off || !S->act_bytes || !S->act_tag || !S->ch || !S->bnsum_mp) {
+        !S->act_off || !S->act_bytes || !S->act_tag || !S->ch || !S->bnsum_mp || !S->shadow_mp) {
         pg_error(d, m->loc, "out of memory");
         return -1;
     }
@@ -766,6 +768,30 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
             sfmt(name, sizeof name, "%s %s", on[m->train.optimizer == OPT_ADAMW][k], P->name);
             S->opt_mp[k][p] = pg_mp_add(&S->mp, name, MP_OPTSTATE, bytes, PG_MP_WHOLE_STEP, PG_MP_WHOLE_STEP);
             sfmt(S->mp.buf[S->opt_mp[k][p]].note, sizeof S->mp.buf[0].note, "%s", sh);
+        }
+    }
+    /* bf16 shadows of the weights this stage's GEMMs read (pg_ops.h, "bf16 shadow weights") */
+    for (int p = 0; p < np; p++)
+        S->shadow_mp[p] = -1;
+    for (int i = 0; i < m->nlayers && m->train.precision == DT_BF16; i++) {
+        const ir_layer *L = &m->layers[i];
+        int w[2] = {-1, -1};
+        if (L->stage != S->stage)
+            continue;
+        if (L->kind == LK_LINEAR || L->kind == LK_LOGITS)
+            w[0] = L->param[0];
+        else if (L->kind == LK_ATTENTION)
+            w[0] = L->param[0], w[1] = L->param[2];
+        for (int k = 0; k < 2; k++) {
+            int p = w[k];
+            if (p < 0 || p >= np || S->shadow_mp[p] >= 0 || S->param_mp[p] < 0)
+                continue;
+            sfmt(name, sizeof name, "shadow %s", m->params[p].name);
+            S->shadow_mp[p] = pg_mp_add(&S->mp, name, MP_PARAMS, pg_shape_numel(&m->params[p].shape) * 2,
+                                        PG_MP_WHOLE_STEP, PG_MP_WHOLE_STEP);
+            pg_shape_str(DT_BF16, &m->params[p].shape, sh, sizeof sh);
+            sfmt(S->mp.buf[S->shadow_mp[p]].note, sizeof S->mp.buf[0].note,
+                 "%s: bf16 copy for the GEMMs, written with the weight", sh);
         }
     }
     /* tie workspace on an owner: the largest gradient block one user sends */
@@ -1023,7 +1049,7 @@ void pg_gen_free(pg_gen *g)
         }
         free(S->ch);
         pg_mp_free(&S->mp);
-        free(S->param_mp); free(S->grad_mp); free(S->opt_mp[0]); free(S->opt_mp[1]); free(S->bnsum_mp);
+        free(S->param_mp); free(S->grad_mp); free(S->opt_mp[0]); free(S->opt_mp[1]); free(S->bnsum_mp); free(S->shadow_mp);
         free(S->act_slot); free(S->act_off); free(S->act_bytes); free(S->act_tag); free(S->send_bytes);
     }
     free(g->st);
@@ -1557,9 +1583,10 @@ static void emit_layer_bwd_b(em_out *e, int i)
         const int64_t *a = ch->aux[li].off;
         /* always run: it also leaves dqkv for the weight gradient */
         fprintf(o, "    PG_TRY(pg_attention_bwd_in(c, r, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %s, %s,\n"
-                   "                               (float *)(F + %" PRId64 "), (float *)(F + %" PRId64 "), %s, (float *)(F + %" PRId64
-                   "), (float *)(F + %" PRId64 "), %s)); /* %s */\n",
-                T, last_dim(&TI->shape), L->heads, L->causal, p0, p2, a[0], a[1], dy, a[3], a[4], dx, L->name);
+                   "                               (float *)(F + %" PRId64 "), (float *)(F + %" PRId64 "), (float *)(F + %" PRId64
+                   "), %s,\n                               (float *)(F + %" PRId64 "), (float *)(F + %" PRId64
+                   "), %s)); /* %s */\n",
+                T, last_dim(&TI->shape), L->heads, L->causal, p0, p2, a[0], a[1], a[2], dy, a[3], a[4], dx, L->name);
         break;
     }
     case LK_DROPOUT:
@@ -1974,6 +2001,21 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
         fprintf(o, "    {NULL, -1, 0, 0, 0},\n");
     fprintf(o, "};\n\n");
 
+    int nshadow = 0; /* bf16 shadows {stage param index, offset}: only then, so f32 stage files stay as they were */
+    for (int p = 0, sp = 0; p < m->nparams; p++) {
+        if (S->param_mp[p] < 0)
+            continue;
+        if (S->shadow_mp[p] >= 0) {
+            if (!nshadow++)
+                fprintf(o, "/* bf16 shadows of the GEMM weights {stage parameter, offset} (pg_shadow_register) */\n"
+                           "static const pg_shadow_desc stage_shadows[] = {\n");
+            fprintf(o, "    {%d, %" PRId64 "}, /* %s */\n", sp, S->mp.buf[S->shadow_mp[p]].offset, m->params[p].name);
+        }
+        sp++;
+    }
+    if (nshadow)
+        fprintf(o, "};\n\n");
+
     if (g->guard) { /* only then: stage files without guard gaps stay as they were */
         fprintf(o, "/* the arena's buffers {offset, bytes}: every other byte is a guard gap (--guard-bytes %" PRId64
                    "),\n * poisoned by a runtime built with AddressSanitizer (pg_arena_guard) */\n"
@@ -2044,6 +2086,8 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
         fprintf(o, "    .precision = 1, /* bf16 GEMM operands on the CUDA runtime (pg_backend_set_precision) */\n");
     if (g->guard)
         fprintf(o, "    .guard_bytes = %" PRId64 ", .narena_bufs = %d, .arena_bufs = arena_bufs,\n", g->guard, S->mp.n);
+    if (nshadow)
+        fprintf(o, "    .nshadows = %d, .shadows = stage_shadows,\n", nshadow);
     fprintf(o, "};\n");
     return 0;
 }

@@ -12,7 +12,7 @@ gpu_env_find "${1:?usage: tools/gpu_ldlibs.sh LIBDIR}" "${BUILT_CUDA_MAJOR:-}"
 if [ -n "$GPU_ENV_MISSING" ] || [ -z "$LDLIBS_CUDA" ]; then
     echo "gpu_ldlibs: not found:$GPU_ENV_MISSING (set CUDA_HOME, CUDART_LIB, CUBLAS_LIB or NCCL_LIB)" >&2
     h=${CUDA_HOME:-/usr/local/cuda}
-    echo "-L$h/lib64 -Wl,-rpath,$h/lib64 -lcudart -lcublas -lnccl -lstdc++ -lpthread -lm"
+    echo "-L$h/lib64 -Wl,-rpath,$h/lib64 -lcudart -lcublas -lcublasLt -lnccl -lstdc++ -lpthread -lm"
 else
     echo "$LDLIBS_CUDA"
 fi

@@ -121,7 +121,8 @@ static int bwd_b_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     PG_TRY(pg_copy(c, C0_DT4, C0_DT5, r * 8192)); /* h0.pop.res1 */
     PG_TRY(pg_copy(c, (float *)(F + 3932160), C0_DT5, r * 8192)); /* gradient of skip h0.res1 */
     PG_TRY(pg_attention_bwd_in(c, r, 64, 128, 4, 1, P4_H0_ATTN_QKV_WEIGHT, P6_H0_ATTN_PROJ_WEIGHT,
-                               (float *)(F + 4065280), (float *)(F + 4458496), C0_DT4, (float *)(F + 4851712), (float *)(F + 4982784), C0_DT3)); /* h0.attn */
+                               (float *)(F + 4065280), (float *)(F + 4458496), (float *)(F + 4720640), C0_DT4,
+                               (float *)(F + 4851712), (float *)(F + 4982784), C0_DT3)); /* h0.attn */
     PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, C0_T2, P2_H0_LN1_WEIGHT, (float *)(F + 4063232), (float *)(F + 4064256), C0_DT3, C0_DT2)); /* h0.ln1 */
     PG_TRY(pg_axpy_inplace(c, C0_DT2, (float *)(F + 3932160), r * 8192)); /* + gradient of skip h0.res1 */
     PG_TRY(pg_copy(c, C0_DT1, C0_DT2, r * 8192)); /* pos */

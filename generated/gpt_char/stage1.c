@@ -109,7 +109,8 @@ static int bwd_b_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     PG_TRY(pg_copy(c, C1_DT2, C1_DT3, r * 8192)); /* h1.pop.res1 */
     PG_TRY(pg_copy(c, (float *)(F + 3407872), C1_DT3, r * 8192)); /* gradient of skip h1.res1 */
     PG_TRY(pg_attention_bwd_in(c, r, 64, 128, 4, 1, P16_H1_ATTN_QKV_WEIGHT, P18_H1_ATTN_PROJ_WEIGHT,
-                               (float *)(F + 3540992), (float *)(F + 3934208), C1_DT2, (float *)(F + 4327424), (float *)(F + 4458496), C1_DT1)); /* h1.attn */
+                               (float *)(F + 3540992), (float *)(F + 3934208), (float *)(F + 4196352), C1_DT2,
+                               (float *)(F + 4327424), (float *)(F + 4458496), C1_DT1)); /* h1.attn */
     PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, C1_X, P14_H1_LN1_WEIGHT, (float *)(F + 3538944), (float *)(F + 3539968), C1_DT1, C1_DX)); /* h1.ln1 */
     PG_TRY(pg_axpy_inplace(c, C1_DX, (float *)(F + 3407872), r * 8192)); /* + gradient of skip h1.res1 */
     return 0;

@@ -109,7 +109,8 @@ static int bwd_b_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     PG_TRY(pg_copy(c, C2_DT2, C2_DT3, r * 8192)); /* h2.pop.res1 */
     PG_TRY(pg_copy(c, (float *)(F + 3407872), C2_DT3, r * 8192)); /* gradient of skip h2.res1 */
     PG_TRY(pg_attention_bwd_in(c, r, 64, 128, 4, 1, P28_H2_ATTN_QKV_WEIGHT, P30_H2_ATTN_PROJ_WEIGHT,
-                               (float *)(F + 3540992), (float *)(F + 3934208), C2_DT2, (float *)(F + 4327424), (float *)(F + 4458496), C2_DT1)); /* h2.attn */
+                               (float *)(F + 3540992), (float *)(F + 3934208), (float *)(F + 4196352), C2_DT2,
+                               (float *)(F + 4327424), (float *)(F + 4458496), C2_DT1)); /* h2.attn */
     PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, C2_X, P26_H2_LN1_WEIGHT, (float *)(F + 3538944), (float *)(F + 3539968), C2_DT1, C2_DX)); /* h2.ln1 */
     PG_TRY(pg_axpy_inplace(c, C2_DX, (float *)(F + 3407872), r * 8192)); /* + gradient of skip h2.res1 */
     return 0;

@@ -129,7 +129,8 @@ static int bwd_b_c3(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     PG_TRY(pg_copy(c, C3_DT2, C3_DT3, r * 8192)); /* h3.pop.res1 */
     PG_TRY(pg_copy(c, (float *)(F + 3932160), C3_DT3, r * 8192)); /* gradient of skip h3.res1 */
     PG_TRY(pg_attention_bwd_in(c, r, 64, 128, 4, 1, P40_H3_ATTN_QKV_WEIGHT, P42_H3_ATTN_PROJ_WEIGHT,
-                               (float *)(F + 4065280), (float *)(F + 4458496), C3_DT2, (float *)(F + 4851712), (float *)(F + 4982784), C3_DT1)); /* h3.attn */
+                               (float *)(F + 4065280), (float *)(F + 4458496), (float *)(F + 4720640), C3_DT2,
+                               (float *)(F + 4851712), (float *)(F + 4982784), C3_DT1)); /* h3.attn */
     PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, C3_X, P38_H3_LN1_WEIGHT, (float *)(F + 4063232), (float *)(F + 4064256), C3_DT1, C3_DX)); /* h3.ln1 */
     PG_TRY(pg_axpy_inplace(c, C3_DX, (float *)(F + 3932160), r * 8192)); /* + gradient of skip h3.res1 */
     return 0;

@@ -121,6 +121,8 @@ static int refresh_transmitted(pg_run *r)
         if (p->owner != d->stage) {
             if ((st = pg_net_recv(r->net, p->owner, tag, r->A + p->off, vb, r->opt.timeout_s)))
                 return gen_net(r, "receiving a tied parameter's value", p->owner, st);
+            if (pg_param_written(r->ctx, (const float *)(r->A + p->off), p->numel)) /* its bf16 shadow */
+                return 1;
             continue;
         }
         for (int u = 0; u < d->nstages && u < 64; u++)

@@ -403,6 +403,18 @@ static int run(pg_run *r)
     }
     /* --guard-bytes: under AddressSanitizer the gaps between buffers become unaddressable */
     pg_arena_guard(r->ctx, r->A, (size_t)d->arena_bytes, d->arena_bufs, d->narena_bufs);
+    /* bf16 shadows of the GEMM weights: registered before any weight is written */
+    for (int i = 0; i < d->nshadows; i++) {
+        const pg_shadow_desc *sh = &d->shadows[i];
+        if (sh->param < 0 || sh->param >= d->nparams) {
+            fprintf(stderr, "stage %d: shadow %d names parameter %d of %d: the stage file is corrupt\n", d->stage, i,
+                    sh->param, d->nparams);
+            return 1;
+        }
+        const pg_param_desc *p = &d->params[sh->param];
+        if (pg_shadow_register(r->ctx, (const float *)(r->A + p->off), p->numel, r->A + sh->off))
+            return 1;
+    }
     /* host staging for data and parameter init */
     size_t hb = (size_t)(d->train.batch * (d->input_per_sample > d->target_per_sample ? d->input_per_sample : d->target_per_sample)) * 4;
     for (int i = 0; i < d->nparams; i++)

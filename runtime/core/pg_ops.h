@@ -93,6 +93,19 @@ int pg_backend_poisoned(const pg_ctx *c);
  * the process used at its peak); nothing on the CPU. */
 void pg_backend_report(pg_ctx *c, int stage, int64_t arena_bytes, FILE *out);
 
+/* ---- bf16 shadow weights --------------------------------------------------
+ * With precision = bf16 the generator plans, for each weight a GEMM reads
+ * (linear, attention and logits weights), a bf16 copy of it in the arena
+ * (pg_stage_desc.shadows), and main.c registers each right after the arena
+ * is made. The CUDA backend keeps shadow = bf16(w) (round to nearest even):
+ * it rounds w when registered and after any pg_copy_to_dev into w, the
+ * optimizer steps write the shadow along with w, and pg_param_written says
+ * that something else (a tied weight received from its owner) wrote w. Its
+ * bf16 GEMMs then read the shadow instead of rounding w again. The CPU
+ * computes in f32: both are no-ops there. */
+int pg_shadow_register(pg_ctx *c, const float *w, int64_t count, void *shadow);
+int pg_param_written(pg_ctx *c, const float *w, int64_t count);
+
 /* ---- elementwise / memory ---------------------------------------------- */
 int pg_zero(pg_ctx *c, float *x, int64_t count);
 int pg_copy(pg_ctx *c, float *dst, const float *src, int64_t count);
@@ -156,14 +169,16 @@ int pg_logits_bwd_w(pg_ctx *c, int64_t n, int64_t d, int64_t V, const float *x, 
 /* ---- attention: x[r,T,d], heads h ----------------------------------------
  * Saved for backward: qkv[r,T,3d], att[r,h,T,T] (softmax probs), ctx[r,T,d]
  * (heads merged, before the output projection). bwd_in also leaves dqkv[r,T,3d]
- * and dctx for bwd_w. */
+ * and dctx for bwd_w. A backend may keep something else in att (the CUDA
+ * runtime's fused bf16 attention keeps the log-sum-exp of each score row
+ * there, and reads ctx in bwd_in); only that backend's bwd_in reads it. */
 int pg_attention_fwd(pg_ctx *c, int64_t r, int64_t T, int64_t d, int64_t h, int causal,
                      const float *x, const float *wqkv, const float *bqkv,
                      const float *wo, const float *bo,
                      float *qkv, float *att, float *ctxbuf, float *y);
 int pg_attention_bwd_in(pg_ctx *c, int64_t r, int64_t T, int64_t d, int64_t h, int causal,
                         const float *wqkv, const float *wo,
-                        const float *qkv, const float *att, const float *dy,
+                        const float *qkv, const float *att, const float *ctxbuf, const float *dy,
                         float *dctx, float *dqkv, float *dx);
 int pg_attention_bwd_w(pg_ctx *c, int64_t r, int64_t T, int64_t d,
                        const float *x, const float *ctxbuf, const float *dy, const float *dqkv,

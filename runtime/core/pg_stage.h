@@ -108,6 +108,14 @@ typedef struct pg_train_desc {
     int loss;                          /* PG_LOSS_* */
 } pg_train_desc;
 
+/* A bf16 shadow of a GEMM weight (precision = bf16): the stage's parameter
+ * `param` (index into pg_stage_desc.params) has its numel bf16 values at arena
+ * offset `off` (pg_ops.h, "bf16 shadow weights"). */
+typedef struct pg_shadow_desc {
+    int param;
+    int64_t off;
+} pg_shadow_desc;
+
 /* One layer of a stage (--profile, runtime/core/trace.c): its qualified name,
  * its chunk, and the cost model's estimated flops per sample of its F, B and W
  * passes (dsl/cost.c), by which a chunk's measured time is split among its layers. */
@@ -178,6 +186,11 @@ typedef struct pg_stage_desc {
     int64_t guard_bytes;
     int narena_bufs;
     const pg_arena_buf *arena_bufs;
+    /* Appended: bf16 shadows of this stage's GEMM weights, planned when
+     * precision = bf16 (main.c registers them with pg_shadow_register); 0 /
+     * NULL otherwise, and in stage files generated before. */
+    int nshadows;
+    const pg_shadow_desc *shadows;
 } pg_stage_desc;
 
 /* Defined by the generated stage<k>.c. */

@@ -363,7 +363,7 @@ static int tie_transmit(pg_run *r, int a, const pg_step_action *x)
     case PG_TIE_RECV:
         if ((st = pg_net_recv(r->net, x->peer, PG_TAG(PG_TIE_SEND, p->index, 0), r->A + p->off, vb, r->opt.timeout_s)))
             return tie_net(r, a, x, p, x->peer, "receiving the value", st);
-        return 0;
+        return pg_param_written(r->ctx, (const float *)(r->A + p->off), p->numel); /* its bf16 shadow */
     case PG_TIE_GRAD_SEND:
         if ((st = pg_net_send(r->net, x->peer, PG_TAG(PG_TIE_GRAD_SEND, p->index, 0), r->A + p->grad_off,
                               acc_block_bytes(p, nacc_local(p)))))

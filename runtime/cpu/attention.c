@@ -94,9 +94,10 @@ int pg_attention_fwd(pg_ctx *c, int64_t r, int64_t T, int64_t d, int64_t h, int 
  * the block alone. */
 int pg_attention_bwd_in(pg_ctx *c, int64_t r, int64_t T, int64_t d, int64_t h, int causal,
                         const float *wqkv, const float *wo,
-                        const float *qkv, const float *att, const float *dy,
+                        const float *qkv, const float *att, const float *ctxbuf, const float *dy,
                         float *dctx, float *dqkv, float *dx)
 {
+    (void)ctxbuf; /* the probabilities are in att: ctx is for backends that recompute them */
     if (attn_dims_ok("attention_bwd_in", r, T, d, h))
         return 1;
     if (T > ATT_WS_FLOATS)

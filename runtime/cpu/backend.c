@@ -211,6 +211,25 @@ int pg_backend_set_precision(pg_ctx *c, int precision)
     return 0;
 }
 
+/* bf16 shadow weights are a CUDA-runtime copy: the CPU's GEMMs read the f32
+ * weights, so the planned shadows stay unused here. */
+int pg_shadow_register(pg_ctx *c, const float *w, int64_t count, void *shadow)
+{
+    (void)c;
+    if (!w || !shadow || count < 0)
+        return PG_RT_FAIL("shadow_register: bad weight %p, shadow %p or count %lld", (const void *)w, shadow,
+                          (long long)count);
+    return 0;
+}
+
+int pg_param_written(pg_ctx *c, const float *w, int64_t count)
+{
+    (void)c, (void)w;
+    if (count < 0)
+        return PG_RT_FAIL("param_written: negative count %lld", (long long)count);
+    return 0;
+}
+
 void pg_rt_error(const char *file, int line, const char *fmt, ...)
 {
     va_list ap;

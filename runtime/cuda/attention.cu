@@ -12,6 +12,11 @@
  * per row, fixed tree). The backward needs one sample's score gradients
  * [h,T,T], kept in the context's scratch workspace.
  *
+ * With precision = bf16 (and the PG_CUDA_K_FLASH path on, head dim <= 64)
+ * the middle of both passes is the fused attention of flash_attn.cu instead:
+ * no [T,T] scores in memory; `att` then holds only the base-2 log-sum-exp
+ * per row, lse2[r,h,T], in its first r*h*T floats, for the backward.
+ *
  * Row-major <-> column-major (see linear.cu): a row-major M[R,C] with ld L is
  * the column-major M^T[C,R] with ld L; each mapping is derived at its call. */
 #include <math.h>
@@ -93,6 +98,11 @@ int pg_attention_fwd(pg_ctx *c, int64_t r, int64_t T, int64_t d, int64_t h, int 
         return 1;
     if (r == 0)
         return pg_linear_fwd(c, 0, d, d, ctxbuf, wo, bo, y);
+    if (pg_cuda_flash_applies(c, d, h)) {
+        if (pg_cuda_flash_fwd(c, r, T, d, h, causal, qkv, ctxbuf, att))
+            return 1;
+        return pg_linear_fwd(c, r * T, d, d, ctxbuf, wo, bo, y);
+    }
     /* S[T,T] = scale q[T,hd] k[T,hd]^T (q, k with ld 3d), per head.
      * Column-major S^T = k q^T: A = k (read as k^T[hd,T], op T), B = q (read
      * as q^T[hd,T], op N), C = S (read as S^T, ld T); m = n = T, kdim = hd. */
@@ -124,7 +134,7 @@ int pg_attention_fwd(pg_ctx *c, int64_t r, int64_t T, int64_t d, int64_t h, int 
  * dx = dqkv Wqkv. */
 int pg_attention_bwd_in(pg_ctx *c, int64_t r, int64_t T, int64_t d, int64_t h, int causal,
                         const float *wqkv, const float *wo,
-                        const float *qkv, const float *att, const float *dy,
+                        const float *qkv, const float *att, const float *ctxbuf, const float *dy,
                         float *dctx, float *dqkv, float *dx)
 {
     if (attn_dims_ok("attention_bwd_in", r, T, d, h))
@@ -134,6 +144,11 @@ int pg_attention_bwd_in(pg_ctx *c, int64_t r, int64_t T, int64_t d, int64_t h, i
     const float one = 1.0f, zero = 0.0f;
     if (pg_linear_bwd_in(c, r * T, d, d, dy, wo, dctx))
         return 1;
+    if (pg_cuda_flash_applies(c, d, h)) { /* att holds lse2 (the forward took the same path) */
+        if (pg_cuda_flash_bwd(c, r, T, d, h, causal, qkv, ctxbuf, dctx, att, dqkv))
+            return 1;
+        return pg_linear_bwd_in(c, r * T, d, d3, dqkv, wqkv, dx);
+    }
     void *ws = NULL;
     if (r > 0 && pg_cuda_scratch(c, (size_t)(h * T * T) * sizeof(float), &ws))
         return 1;

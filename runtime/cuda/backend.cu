@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda_common.h"
 #include "cuda_backend.h"
@@ -17,6 +18,57 @@ static struct {
 } pg_cuda_process;
 
 pg_ctx *pg_cuda_process_ctx(void) { return pg_cuda_process.ctx; }
+
+/* ---- kernel paths (README "Kernel paths") ---------------------------------- */
+
+static const struct {
+    const char *name;
+    unsigned bit;
+} kpath_names[] = {
+    {"colsum", PG_CUDA_K_COLSUM}, {"pad", PG_CUDA_K_PAD}, {"shadow", PG_CUDA_K_SHADOW},
+    {"flash", PG_CUDA_K_FLASH},   {"lt", PG_CUDA_K_LT},
+};
+#define NKPATHS (int)(sizeof kpath_names / sizeof kpath_names[0])
+
+/* PIPE_CUDA_KERNELS: unset, empty or "fast": every fast path; "reference":
+ * none (the kernels before them); else a comma list of the fast paths to use. */
+static int parse_kernel_paths(const char *s, unsigned *out)
+{
+    *out = PG_CUDA_K_ALL;
+    if (!s || !*s || !strcmp(s, "fast"))
+        return 0;
+    *out = 0;
+    if (!strcmp(s, "reference"))
+        return 0;
+    for (const char *p = s; *p;) {
+        size_t len = strcspn(p, ",");
+        int k = 0;
+        while (k < NKPATHS && !(strlen(kpath_names[k].name) == len && !strncmp(p, kpath_names[k].name, len)))
+            k++;
+        if (k == NKPATHS) {
+            pg_rt_error(__FILE__, __LINE__, "PIPE_CUDA_KERNELS=%s: unknown kernel path '%.*s' (use fast, reference, "
+                        "or a comma list of colsum, pad, shadow, flash, lt)", s, (int)len, p);
+            return 1;
+        }
+        *out |= kpath_names[k].bit;
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    return 0;
+}
+
+unsigned pg_cuda_kernel_paths(const pg_ctx *c) { return c->kpaths; }
+
+void pg_cuda_set_kernel_paths(pg_ctx *c, unsigned paths) { c->kpaths = paths & PG_CUDA_K_ALL; }
+
+int pg_cuda_lt_shapes(const pg_ctx *c)
+{
+    int n = 0;
+    for (int i = 0; i < c->nlt_plans; i++)
+        n += c->lt_plans[i].ok;
+    return n;
+}
 
 /* ---- pinned staging of the step's host -> device copies (hstage.h) ------- */
 
@@ -87,6 +139,9 @@ static void ctx_release(pg_ctx *c)
         cudaFree(c->blas_ws);
     if (c->bf16_ws)
         cudaFree(c->bf16_ws);
+    free(c->shadows); /* the registry only: the shadows live in the arena */
+    if (c->lt)
+        cublasLtDestroy(c->lt);
     if (c->blas)
         cublasDestroy(c->blas);
     if (c->stream)
@@ -96,6 +151,15 @@ static void ctx_release(pg_ctx *c)
 
 static int ctx_setup(pg_ctx *c)
 {
+    const char *kp = getenv("PIPE_CUDA_KERNELS");
+    if (parse_kernel_paths(kp, &c->kpaths))
+        return 1;
+    if (kp && *kp) {
+        fprintf(stderr, "note: CUDA kernel paths (PIPE_CUDA_KERNELS=%s):", kp);
+        for (int k = 0; k < NKPATHS; k++)
+            fprintf(stderr, " %s %s", kpath_names[k].name, c->kpaths & kpath_names[k].bit ? "fast" : "reference");
+        fputc('\n', stderr);
+    }
     int ndev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
     if (e != cudaSuccess || ndev == 0) {
@@ -142,6 +206,7 @@ static int ctx_setup(pg_ctx *c)
      * is the same in every stage process. */
     CUDA_CHECK(cudaMalloc(&c->blas_ws, PG_CUDA_BLAS_WS));
     CUBLAS_CHECK(cublasSetWorkspace(c->blas, c->blas_ws, PG_CUDA_BLAS_WS));
+    CUBLAS_CHECK(cublasLtCreate(&c->lt));
     /* The step state (step.cu): per-step values, deferred scalars, the id flag. */
     size_t dev_bytes = sizeof(struct pg_cuda_stepvals) + PG_CUDA_SLOTS * sizeof(double) + sizeof(unsigned long long);
     char *blk = NULL, *hblk = NULL;
@@ -265,9 +330,15 @@ int pg_copy_to_dev(pg_ctx *c, void *dst, const void *src, size_t bytes)
         return 0;
     if (c->in_run)
         return PG_RT_FAIL("copy_to_dev inside a run of compute (step %lld): not capturable", (long long)c->info.step);
-    if (c->in_step)
-        return pg_hstage_copy(&c->hstage, &hstage_ops, c, dst, src, bytes);
+    /* a weight loaded from the host (--load, a tie message): its bf16 shadow too */
+    if (c->in_step) {
+        if (pg_hstage_copy(&c->hstage, &hstage_ops, c, dst, src, bytes))
+            return 1;
+        return pg_cuda_shadow_touch(c, dst, bytes);
+    }
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream));
+    if (pg_cuda_shadow_touch(c, dst, bytes))
+        return 1;
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
     return 0;
 }

@@ -4,7 +4,10 @@
  * from double sums over all micro-batches (sum, sumsq, run_mean, run_var are
  * device arrays). One thread per feature walks the rows in index order, in
  * double (the CPU's order, no workspace needed); adjacent threads touch
- * adjacent features, so every row step is a coalesced access. */
+ * adjacent features, so every row step is a coalesced access. The weight
+ * gradients take the chunked column sums of colsum.cu instead (many more
+ * threads; PG_CUDA_K_COLSUM); statistics and the input gradient keep the
+ * one-thread-per-feature walk (later work: the same chunking). */
 #include "cuda_common.h"
 
 static int bn_dims_ok(const char *op, int64_t n, int64_t C)
@@ -146,6 +149,8 @@ int pg_batchnorm_bwd_w(pg_ctx *c, int64_t n, int64_t C, const float *x,
         return 1;
     if (!dw && !db)
         return 0;
+    if (pg_cuda_fast(c, PG_CUDA_K_COLSUM))
+        return pg_cuda_norm_bwd_w_chunked(c, "batchnorm_bwd_w", n, C, 0, x, mean, rstd, dy, dw, db);
     batchnorm_bwd_w_kernel<<<GRID(C)>>>(n, C, x, mean, rstd, dy, dw, db);
     LAUNCH_CHECK("batchnorm_bwd_w_kernel");
     return 0;

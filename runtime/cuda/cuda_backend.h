@@ -31,6 +31,24 @@ pg_ctx *pg_cuda_process_ctx(void);
  * (why: a static string for messages): from now on c is never synchronised and
  * its device memory never freed (pg_backend_poisoned; process exit frees it). */
 void pg_cuda_poison(pg_ctx *c, const char *why);
+/* Kernel paths (runtime/cuda/README.md, "Kernel paths"): a mask of the fast
+ * paths in use; pg_backend_init takes it from PIPE_CUDA_KERNELS (default:
+ * all). Each can be turned off for the reference path it replaced, so the GPU
+ * tests compare the two. A fused attention's backward must run under the
+ * paths its forward ran under (what the forward saves in `att` differs). */
+enum {
+    PG_CUDA_K_COLSUM = 1u << 0, /* chunked column sums: bias, layernorm, batchnorm weight gradients */
+    PG_CUDA_K_PAD = 1u << 1,    /* bf16 operand copies with an unaligned leading dimension padded */
+    PG_CUDA_K_SHADOW = 1u << 2, /* bf16 shadow weights, written by the optimizer step */
+    PG_CUDA_K_FLASH = 1u << 3,  /* fused attention (bf16 precision, head dim <= 64) */
+    PG_CUDA_K_LT = 1u << 4,     /* cuBLASLt: the bias added in the bf16 GEMM's epilogue */
+    PG_CUDA_K_ALL = (1u << 5) - 1
+};
+unsigned pg_cuda_kernel_paths(const pg_ctx *c);
+void pg_cuda_set_kernel_paths(pg_ctx *c, unsigned paths);
+/* How many GEMM shapes cuBLASLt has offered a bias-epilogue algorithm for so
+ * far (the others ran the reference path): the GPU tests check it is used. */
+int pg_cuda_lt_shapes(const pg_ctx *c);
 
 typedef struct pg_cuda_graph pg_cuda_graph;
 

@@ -11,6 +11,7 @@
 #ifndef PG_CUDA_COMMON_H
 #define PG_CUDA_COMMON_H
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -19,6 +20,7 @@ extern "C" {
 #include "pg_ops.h"
 }
 #include "hstage.h"
+#include "cuda_backend.h" /* PG_CUDA_K_*: the kernel paths */
 
 /* The per-step values captured ops read from device memory (step.cu writes
  * them at step start from pg_step_info, with the host formulas of optim.cu). */
@@ -51,6 +53,23 @@ struct pg_cuda_seg {        /* a captured run of compute: its id, graph, call co
 };
 
 #define PG_CUDA_BLAS_WS ((size_t)32 << 20) /* cuBLAS workspace: 32 MiB (NVIDIA's advice for Hopper) */
+
+/* A cuBLASLt algorithm chosen once per GEMM shape (linear.cu, the bias
+ * epilogue): key = {transa, transb, m, n, k, lda, ldb, ldc}; ok 0: cuBLASLt
+ * offered none, the reference path runs instead. */
+#define PG_CUDA_LT_PLANS 64
+struct pg_cuda_lt_plan {
+    int key[8];
+    int ok;
+    cublasLtMatmulAlgo_t algo;
+};
+
+/* A bf16 shadow of an f32 weight (shadow.cu): shadow[i] = bf16(w[i]). */
+struct pg_cuda_shadow {
+    const float *w;
+    void *shadow;
+    int64_t count;
+};
 #define PG_CUDA_SLOTS 1024  /* deferred scalars per stage (slot 0: dropped values) */
 #define PG_CUDA_SITES 1024  /* id-check sites per stage */
 
@@ -68,6 +87,12 @@ struct pg_ctx {
     void *blas_ws;            /* cuBLAS workspace, fixed at init (no allocation while capturing) */
     void *bf16_ws;            /* bf16 copies of GEMM operands; grows on first need, then stays */
     size_t bf16_ws_bytes;
+    unsigned kpaths;          /* PG_CUDA_K_* fast kernel paths in use (the rest: reference paths) */
+    cublasLtHandle_t lt;      /* cuBLASLt (the bias epilogue), sharing blas_ws on the same stream */
+    struct pg_cuda_lt_plan lt_plans[PG_CUDA_LT_PLANS];
+    int nlt_plans;
+    struct pg_cuda_shadow *shadows; /* registered bf16 shadow weights (shadow.cu) */
+    int nshadows, shadows_cap;
     /* the step (step.cu): state between pg_backend_step_begin and _step_end */
     int in_step, in_run;      /* inside a step; inside a run of compute */
     int run_mode;             /* 0 eager, 1 capturing, 2 replayed */
@@ -244,8 +269,43 @@ int pg_cuda_gemm(pg_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, i
                  const float *A, int lda, long long sA, const float *B, int ldb, long long sB, const float *beta,
                  float *C, int ldc, long long sC, int batch);
 
-/* acc[m] += column sums of a[n,m], rows in index order in double (linear.cu). */
+/* Is the fast kernel path k (PG_CUDA_K_*) on? */
+static inline int pg_cuda_fast(const pg_ctx *c, unsigned k) { return (c->kpaths & k) != 0; }
+
+/* acc[m] += column sums of a[n,m] (linear.cu): with PG_CUDA_K_COLSUM the
+ * chunked sums of colsum.cu, else one thread per column walking the rows in
+ * index order in double. */
 int pg_cuda_colsum_acc(pg_ctx *c, int64_t n, int64_t m, const float *a, float *acc);
+
+/* colsum.cu: the chunked column sums of kernel_ref.h, on the device.
+ * acc[m] += column sums of a[n,m]: */
+int pg_cuda_colsum_chunked(pg_ctx *c, int64_t n, int64_t m, const float *a, float *acc);
+/* dw[j] += sum_i dy xhat, db[j] += sum_i dy over x[n,m], xhat = (x - mean) rstd
+ * with per-row (layernorm) or per-column (batchnorm) statistics; dw or db may
+ * be NULL. */
+int pg_cuda_norm_bwd_w_chunked(pg_ctx *c, const char *op, int64_t n, int64_t m, int stats_per_row, const float *x,
+                               const float *mean, const float *rstd, const float *dy, float *dw, float *db);
+
+/* shadow.cu. The bf16 shadow holding [p, p + span) of a registered weight
+ * (NULL: none, or the shadow path is off): what a bf16 GEMM reads instead of
+ * rounding the f32 operand again. */
+const void *pg_cuda_shadow_of(const pg_ctx *c, const float *p, int64_t span);
+/* The shadow of exactly w[count] that an optimizer step writes along with w
+ * (NULL: none). */
+void *pg_cuda_shadow_for_update(const pg_ctx *c, const float *w, int64_t count);
+/* [dst, dst + bytes) was written behind the ops' backs (a host copy): re-round
+ * every shadow it touches, on the stream. */
+int pg_cuda_shadow_touch(pg_ctx *c, const void *dst, size_t bytes);
+
+/* flash_attn.cu: the fused attention of kernel_ref.h for x[r,T,d], h heads,
+ * when it applies (bf16 precision, the path on, head dim <= 128). qkv[r,T,3d]
+ * in, ctx[r,T,d] out, lse2[r,h,T] (in `att`) saved for the backward. */
+int pg_cuda_flash_applies(const pg_ctx *c, int64_t d, int64_t h);
+int pg_cuda_flash_fwd(pg_ctx *c, int64_t r, int64_t T, int64_t d, int64_t h, int causal, const float *qkv,
+                      float *ctx, float *lse2);
+/* dqkv[r,T,3d] from qkv, ctx, dctx and lse2 (overwritten). */
+int pg_cuda_flash_bwd(pg_ctx *c, int64_t r, int64_t T, int64_t d, int64_t h, int causal, const float *qkv,
+                      const float *ctx, const float *dctx, const float *lse2, float *dqkv);
 
 /* ---- fixed-shape sums over many elements ----------------------------------
  * pg_cuda_reduce_to_host(c, count, f, &out): out = sum of f(i) for i in

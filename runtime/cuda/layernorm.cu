@@ -2,7 +2,8 @@
  * runtime/cpu/layernorm.c: saved mean[n], rstd[n] = 1/sqrt(biased var + eps),
  * statistics in double in two passes, w and b may be NULL.
  * Row ops: one block of PG_CUDA_RED_THREADS per row (strided partials + fixed
- * tree). Weight gradients: one thread per column walking rows in index order.
+ * tree). Weight gradients: the chunked column sums of colsum.cu, or (the
+ * reference path) one thread per column walking rows in index order.
  * Elementwise formulas use _rn intrinsics so nvcc cannot fuse them into FMAs:
  * given the same mean/rstd the outputs equal the CPU's bits. */
 #include "cuda_common.h"
@@ -127,6 +128,8 @@ int pg_layernorm_bwd_w(pg_ctx *c, int64_t n, int64_t d, const float *x,
         return 1;
     if (!n || (!dw && !db))
         return 0;
+    if (pg_cuda_fast(c, PG_CUDA_K_COLSUM))
+        return pg_cuda_norm_bwd_w_chunked(c, "layernorm_bwd_w", n, d, 1, x, mean, rstd, dy, dw, db);
     layernorm_bwd_w_kernel<<<pg_cuda_blocks(d, PG_CUDA_THREADS), PG_CUDA_THREADS, 0, c->stream>>>(n, d, x, mean, rstd, dy, dw, db);
     LAUNCH_CHECK("layernorm_bwd_w_kernel");
     return 0;

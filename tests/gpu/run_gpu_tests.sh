@@ -24,6 +24,8 @@
 #     memory): graph = --no-graph = 4 stages bitwise, within TOL of the CPU;
 #  4. precision = bf16: 1 and 4 stages and --no-graph bitwise alike, within
 #     TOL_BF16 of the CPU (which computes bf16 models in f32), the loss falls;
+#     with PIPE_CUDA_KERNELS=reference (the kernels before the fast paths)
+#     1 and 4 stages bitwise alike again, within TOL_BF16 of the fast paths;
 #  5. a model with dropout: graphs stay off with a note, the results equal --no-graph;
 #  6. with 2+ GPUs, stages 0-1 on GPU 0 and 2-3 on GPU 1 (NCCL between 1 and 2,
 #     IPC within each pair): bitwise the 1-stage result again;
@@ -187,6 +189,18 @@ else
     [ -s "$T/cuda1.loss" ] && [ -s "$T/cuda1bf.loss" ] && ! cmp -s "$T/cuda1.loss" "$T/cuda1bf.loss"
     ok $? "bf16 changes the losses (the bf16 GEMM path is taken)"
 fi
+
+# 4b. the fast kernel paths (runtime/cuda/README.md, "Kernel paths") against the
+# reference kernels they replaced: bitwise across stage counts either way, close
+# to each other, and different (so the fast paths are taken)
+export PIPE_CUDA_KERNELS=reference
+train "$T/g1bf/cuda" "$T/cuda1bfr"; ok $? "CUDA, bf16, PIPE_CUDA_KERNELS=reference, 1 stage: $STEPS steps"
+train "$T/g4bf/cuda" "$T/cuda4bfr"; ok $? "CUDA, bf16, PIPE_CUDA_KERNELS=reference, 4 stages: $STEPS steps"
+unset PIPE_CUDA_KERNELS
+same cuda1bfr cuda4bfr "CUDA, bf16, reference kernels: 4 stages vs 1"
+close cuda1bfr cuda1bf "$TOL_BF16" "CUDA bf16, fast kernel paths vs reference kernels (cpu = reference)"
+! cmp -s "$T/cuda1bfr.loss" "$T/cuda1bf.loss"
+ok $? "CUDA, bf16: the fast kernel paths change the bits (they are taken)"
 
 # 5. dropout: its seed is a per-step host value, graphs stay off
 train "$T/g1drop/cuda" "$T/cuda1drop"; ok $? "dropout, graphs requested: $STEPS steps"

@@ -18,6 +18,8 @@ extern "C" {
 #include "pg_ops.h"
 }
 #include "../../runtime/cpu/cpu_kernels.h" /* the CPU's dropout hash, the reference */
+#include "../../runtime/cuda/kernel_ref.h" /* host references of the CUDA fast paths */
+#include "flash_refs.h"
 #include "../tap.h"
 
 /* Built with -DPG_TEST_ON_CPU (g++, linked with runtime/cpu) the same checks
@@ -30,9 +32,19 @@ static int device_count(const char **why)
     *why = "";
     return 1;
 }
+/* the CPU backend has the reference formulas only: no kernel paths to switch */
+enum { PG_CUDA_K_COLSUM = 1, PG_CUDA_K_PAD = 2, PG_CUDA_K_SHADOW = 4, PG_CUDA_K_FLASH = 8, PG_CUDA_K_LT = 16,
+       PG_CUDA_K_ALL = 31 };
+#define ON_GPU 0
+static void set_paths(pg_ctx *c, unsigned paths) { (void)c, (void)paths; }
+static unsigned paths_on(const pg_ctx *c) { return (void)c, 0u; }
 #else
 #include <cuda_runtime.h>
+#include "cuda_backend.h"
 #define EXPECT_BACKEND "cuda"
+#define ON_GPU 1
+static void set_paths(pg_ctx *c, unsigned paths) { pg_cuda_set_kernel_paths(c, paths); }
+static unsigned paths_on(const pg_ctx *c) { return pg_cuda_kernel_paths(c); }
 static int device_count(const char **why)
 {
     int n = 0;
@@ -244,16 +256,12 @@ static void test_linear(void)
     float *gw = up(gw0), *gb = up(gb0);
     OK(pg_linear_bwd_w(G.c, n, in, out, dx_, ddy, gw, gb) == 0, "linear_bwd_w runs");
     close_to("linear_bwd_w: dW += dy^T x", down(gw, out * in), ref_linear_bwd_w(n, in, out, dv(x), dv(dy), dv(gw0)));
-    /* db: the column sums in row order in double, one float add: the CPU's bits */
-    fvec gbv = down(gb, out);
-    bool exact = true;
-    for (int64_t j = 0; j < out; j++) {
-        double s = 0.0;
-        for (int64_t i = 0; i < n; i++)
-            s += dy[i * out + j];
-        exact = exact && gbv[j] == gb0[j] + (float)s;
-    }
-    OK(exact, "linear_bwd_w: db += column sums, bitwise the CPU's order");
+    /* db: the column sums in row order in double, one float add (the CPU's
+     * bits), or with the chunked column sums those of kernel_ref.h */
+    fvec gbv = down(gb, out), want = gb0;
+    int chunked = (paths_on(G.c) & PG_CUDA_K_COLSUM) != 0;
+    pg_ref_colsum_acc_ch(n, out, chunked ? pg_colsum_chunk_rows(n) : n, dy.data(), want.data());
+    OK(same_bits(gbv, want), "linear_bwd_w: db += column sums, bitwise %s", chunked ? "the chunked sums" : "the CPU's order");
     /* determinism: the same call twice from the same start gives the same bits */
     float *gw2 = up(gw0), *gb2 = up(gb0);
     pg_linear_bwd_w(G.c, n, in, out, dx_, ddy, gw2, gb2);
@@ -564,13 +572,13 @@ static void test_attention(int causal)
     close_to("attention_fwd ctx", down(CTX, r * T * d), R.ctx, 1e-5);
     close_to("attention_fwd y", down(Y, r * T * d), R.y, 1e-5);
     float *DCTX = dzeros(r * T * d), *DQKV = dzeros(r * T * d3), *DX = dzeros(r * T * d);
-    OK(pg_attention_bwd_in(G.c, r, T, d, h, causal, WQ, WO, QKV, ATT, DY, DCTX, DQKV, DX) == 0,
+    OK(pg_attention_bwd_in(G.c, r, T, d, h, causal, WQ, WO, QKV, ATT, CTX, DY, DCTX, DQKV, DX) == 0,
        "attention_bwd_in (%s) runs", mode);
     close_to("attention_bwd_in dctx", down(DCTX, r * T * d), R.dctx, 1e-5);
     close_to("attention_bwd_in dqkv", down(DQKV, r * T * d3), R.dqkv, 1e-5);
     close_to("attention_bwd_in dx", down(DX, r * T * d), R.dx, 1e-5);
     fvec dx1 = down(DX, r * T * d);
-    pg_attention_bwd_in(G.c, r, T, d, h, causal, WQ, WO, QKV, ATT, DY, DCTX, DQKV, DX);
+    pg_attention_bwd_in(G.c, r, T, d, h, causal, WQ, WO, QKV, ATT, CTX, DY, DCTX, DQKV, DX);
     OK(same_bits(dx1, down(DX, r * T * d)), "attention_bwd_in (%s) is bitwise reproducible", mode);
     /* a sample's bits do not depend on how many samples share the call */
     float *Y1 = dzeros(T * d);
@@ -585,7 +593,7 @@ static void test_attention(int causal)
     float *GWQ = up(gwq0), *GBQ = up(gbq0), *GWO = up(gwo0), *GBO = up(gbo0);
     /* recompute the forward for the full batch (QKV/CTX were overwritten) */
     pg_attention_fwd(G.c, r, T, d, h, causal, X, WQ, BQ, WO, BO, QKV, ATT, CTX, Y);
-    pg_attention_bwd_in(G.c, r, T, d, h, causal, WQ, WO, QKV, ATT, DY, DCTX, DQKV, DX);
+    pg_attention_bwd_in(G.c, r, T, d, h, causal, WQ, WO, QKV, ATT, CTX, DY, DCTX, DQKV, DX);
     OK(pg_attention_bwd_w(G.c, r, T, d, X, CTX, DY, DQKV, GWQ, GBQ, GWO, GBO) == 0, "attention_bwd_w (%s) runs", mode);
     close_to("attention_bwd_w dWo", down(GWO, d * d), ref_linear_bwd_w(r * T, d, d, R.ctx, dv(dy), dv(gwo0)), 1e-5);
     close_to("attention_bwd_w dbo", down(GBO, d), ref_colsum(r * T, d, dv(dy), dv(gbo0)), 1e-5);
@@ -771,6 +779,274 @@ static void test_init(void)
        sqrt(s / 1000));
 }
 
+/* ---- the CUDA fast paths (runtime/cuda/README.md, "Kernel paths") ---------
+ * Each fast path against its host reference (kernel_ref.h) and against the
+ * reference path it replaced (PG_CUDA_K_* off). Built for the CPU the same
+ * code checks the references themselves against the CPU backend's ops. */
+
+static const char *path_word(int fast) { return fast ? "fast path" : "reference path"; }
+
+/* The chunked column sums: bias, layernorm and batchnorm weight gradients. */
+static void test_colsum_paths(void)
+{
+    /* the reference itself: one chunk is the row order, several are close to it */
+    const int64_t ns[3] = {20, 1000, 9000}, m = 37; /* 9000 rows: the n/256-row chunks */
+    for (int k = 0; k < 3; k++) {
+        int64_t n = ns[k];
+        fvec a = rnd(n * m), acc0 = rnd(m), chunk = acc0, rows = acc0;
+        pg_ref_colsum_acc(n, m, a.data(), chunk.data());
+        pg_ref_colsum_acc_ch(n, m, n, a.data(), rows.data());
+        if (n <= 32)
+            OK(same_bits(chunk, rows), "chunked column sums of %lld rows (one chunk) = the row order, bitwise", (long long)n);
+        else
+            close_to("chunked column sums = the row order, to rounding", chunk, dv(rows), 1e-6);
+        OK(pg_colsum_nchunks(n) <= 256 && pg_colsum_nchunks(n) * pg_colsum_chunk_rows(n) >= n,
+           "%lld rows: %lld chunks of %lld rows cover them, at most 256", (long long)n, (long long)pg_colsum_nchunks(n),
+           (long long)pg_colsum_chunk_rows(n));
+    }
+    /* the ops under each path */
+    const int64_t n = 1000, d = 300;
+    fvec x = rnd(n * d, -2, 2), dy = rnd(n * d), w = rnd(d), b = rnd(d), dw0 = rnd(d), db0 = rnd(d);
+    float *X = up(x), *DY = up(dy), *W = up(w), *B = up(b), *Y = dzeros(n * d), *M = dzeros(n), *R = dzeros(n);
+    float *BM = dzeros(d), *BR = dzeros(d);
+    for (int mode = 0; mode < 2; mode++) {
+        set_paths(G.c, mode ? PG_CUDA_K_ALL : PG_CUDA_K_ALL & ~PG_CUDA_K_COLSUM);
+        int fast = (paths_on(G.c) & PG_CUDA_K_COLSUM) != 0;
+        int64_t ch = fast ? pg_colsum_chunk_rows(n) : n;
+        /* bias gradient */
+        float *GB = up(db0), *GW = up(fvec((size_t)(d * d), 0.0f));
+        OK(pg_linear_bwd_w(G.c, n, d, d, X, DY, GW, GB) == 0, "linear_bwd_w runs (%s)", path_word(fast));
+        fvec want = db0;
+        pg_ref_colsum_acc_ch(n, d, ch, dy.data(), want.data());
+        OK(same_bits(down(GB, d), want), "bias gradient of %lld rows, %s: bitwise the host reference", (long long)n,
+           path_word(fast));
+        /* layer norm: per-row statistics from the op's own forward */
+        pg_layernorm_fwd(G.c, n, d, 1e-5f, X, W, B, Y, M, R);
+        fvec mean = down(M, n), rstd = down(R, n), ww = dw0, wb = db0;
+        float *DW = up(dw0), *DB = up(db0);
+        OK(pg_layernorm_bwd_w(G.c, n, d, X, M, R, DY, DW, DB) == 0, "layernorm_bwd_w runs (%s)", path_word(fast));
+        pg_ref_norm_bwd_w_ch(n, d, ch, 1, x.data(), mean.data(), rstd.data(), dy.data(), ww.data(), wb.data());
+        OK(same_bits(down(DW, d), ww) && same_bits(down(DB, d), wb),
+           "layernorm weight gradients, %s: bitwise the host reference", path_word(fast));
+        /* batch norm: per-column statistics; dw only (db NULL) */
+        pg_batchnorm_fwd(G.c, n, d, 1e-5f, X, W, B, Y, BM, BR);
+        fvec bmean = down(BM, d), brstd = down(BR, d), bw = dw0;
+        DW = up(dw0);
+        OK(pg_batchnorm_bwd_w(G.c, n, d, X, BM, BR, DY, DW, NULL) == 0, "batchnorm_bwd_w runs (%s)", path_word(fast));
+        pg_ref_norm_bwd_w_ch(n, d, ch, 0, x.data(), bmean.data(), brstd.data(), dy.data(), bw.data(), NULL);
+        OK(same_bits(down(DW, d), bw), "batchnorm weight gradient, %s: bitwise the host reference", path_word(fast));
+    }
+    set_paths(G.c, PG_CUDA_K_ALL);
+}
+
+static uint16_t bf16_bits(float f)
+{
+    float r = pg_ref_bf16(f);
+    uint32_t u;
+    memcpy(&u, &r, 4);
+    return (uint16_t)(u >> 16);
+}
+
+/* bf16 shadow weights: kept equal to bf16(w) by every writer of w, and what
+ * the bf16 GEMMs read. The CPU plans them but leaves them alone. */
+static void test_shadow(void)
+{
+    const int64_t n = 40, in = 64, out = 48, cnt = out * in;
+    fvec x = rnd(n * in), w = rnd(cnt, -0.5, 0.5);
+    float *X = up(x), *W = up(w), *Y = dzeros(n * out), *Y2 = dzeros(n * out);
+    uint16_t *S = (uint16_t *)dalloc((size_t)cnt * 2);
+    auto shadow_is = [&](const fvec &wv) {
+        std::vector<uint16_t> h((size_t)cnt);
+        if (pg_copy_to_host(G.c, h.data(), S, (size_t)cnt * 2))
+            exit(2);
+        for (int64_t i = 0; i < cnt; i++)
+            if (h[(size_t)i] != (ON_GPU ? bf16_bits(wv[(size_t)i]) : 0))
+                return false;
+        return true;
+    };
+    const char *kept = ON_GPU ? "holds bf16(w)" : "is left alone (CPU)";
+    OK(pg_shadow_register(G.c, W, cnt, S) == 0, "shadow_register runs");
+    OK(shadow_is(w), "a registered shadow %s", kept);
+    pg_backend_set_precision(G.c, 1);
+    set_paths(G.c, PG_CUDA_K_ALL);
+    pg_linear_fwd(G.c, n, in, out, X, W, NULL, Y);
+    set_paths(G.c, PG_CUDA_K_ALL & ~PG_CUDA_K_SHADOW);
+    pg_linear_fwd(G.c, n, in, out, X, W, NULL, Y2);
+    close_to("bf16 linear_fwd reading the shadow = rounding the weight again", down(Y, n * out), dv(down(Y2, n * out)), 1e-6);
+    set_paths(G.c, PG_CUDA_K_ALL);
+    fvec g = rnd(cnt);
+    float *Gd = up(g), *Md = dzeros(cnt), *Vd = dzeros(cnt), *Bd = dzeros(cnt);
+    OK(pg_adamw_step(G.c, cnt, W, Gd, Md, Vd, 0.05f, 0.9f, 0.999f, 1e-8f, 0.1f, 1) == 0 && shadow_is(down(W, cnt)),
+       "after adamw_step the shadow %s", kept);
+    OK(pg_sgd_step(G.c, cnt, W, Gd, Bd, 0.05f, 0.9f, 0.0f, 1) == 0 && shadow_is(down(W, cnt)),
+       "after sgd_step the shadow %s", kept);
+    fvec w2 = rnd(cnt, -0.5, 0.5);
+    OK(pg_copy_to_dev(G.c, W, w2.data(), (size_t)cnt * 4) == 0 && shadow_is(w2),
+       "after a host copy into w (init, --load, --resume) the shadow %s", kept);
+    fvec w3 = rnd(cnt, -0.5, 0.5);
+    float *W3 = up(w3);
+    OK(pg_copy(G.c, W, W3, cnt) == 0 && pg_param_written(G.c, W, cnt) == 0 && shadow_is(w3),
+       "after pg_param_written (a tied weight received) the shadow %s", kept);
+    if (ON_GPU) { /* spoil the shadow behind the runtime's back: the GEMM must see it */
+        std::vector<uint16_t> ones((size_t)cnt, 0x3f80); /* bf16 1.0 */
+        pg_copy_to_dev(G.c, S, ones.data(), (size_t)cnt * 2);
+        pg_linear_fwd(G.c, n, in, out, X, W, NULL, Y);
+        set_paths(G.c, PG_CUDA_K_ALL & ~PG_CUDA_K_SHADOW);
+        pg_linear_fwd(G.c, n, in, out, X, W, NULL, Y2);
+        set_paths(G.c, PG_CUDA_K_ALL);
+        OK(err(down(Y, n * out), dv(down(Y2, n * out))) > 1e-2, "the bf16 GEMM reads the shadow (a spoiled one shows)");
+        pg_param_written(G.c, W, cnt);
+        OK(shadow_is(w3), "pg_param_written repairs it");
+        OK(pg_shadow_register(G.c, W, cnt, S) != 0, "a weight has one shadow only");
+        OK(pg_shadow_register(G.c, X, n * in, (char *)S + 2) != 0, "a shadow must be 16-byte aligned");
+    }
+    pg_backend_set_precision(G.c, 0);
+    OK(pg_shadow_register(G.c, W, -1, S) != 0, "shadow_register rejects a negative count");
+}
+
+/* bf16 GEMMs whose operand has a leading dimension that is not a multiple of
+ * 8 (the logits' vocabulary): padded copies and plain ones give the same
+ * products; both close to the exact ones. */
+static void test_pad(void)
+{
+    const int64_t n = 37, d = 24, V = 1031;
+    fvec x = rnd(n * d), t = rnd(V * d, -0.5, 0.5), dy = rnd(n * V), gt0 = rnd(V * d);
+    float *X = up(x), *TB = up(t), *DY = up(dy), *DX = dzeros(n * d), *DX2 = dzeros(n * d);
+    float *GT = up(gt0), *GT2 = up(gt0);
+    pg_backend_set_precision(G.c, 1);
+    set_paths(G.c, PG_CUDA_K_ALL);
+    OK(pg_logits_bwd_in(G.c, n, d, V, DY, TB, DX) == 0 && pg_logits_bwd_w(G.c, n, d, V, X, DY, GT) == 0,
+       "bf16 logits backward with V = %lld runs (padded operand copies)", (long long)V);
+    set_paths(G.c, PG_CUDA_K_ALL & ~PG_CUDA_K_PAD);
+    pg_logits_bwd_in(G.c, n, d, V, DY, TB, DX2);
+    pg_logits_bwd_w(G.c, n, d, V, X, DY, GT2);
+    set_paths(G.c, PG_CUDA_K_ALL);
+    close_to("bf16 logits_bwd_in: padded = unpadded", down(DX, n * d), dv(down(DX2, n * d)), 1e-5);
+    close_to("bf16 logits_bwd_w: padded = unpadded", down(GT, V * d), dv(down(GT2, V * d)), 1e-5);
+    close_to("bf16 logits_bwd_in = exact, to bf16 rounding", down(DX, n * d), ref_linear_bwd_in(n, d, V, dv(dy), dv(t)), 2e-2);
+    close_to("bf16 logits_bwd_w = exact, to bf16 rounding", down(GT, V * d),
+             ref_linear_bwd_w(n, d, V, dv(x), dv(dy), dv(gt0)), 2e-2);
+    pg_backend_set_precision(G.c, 0);
+}
+
+/* bf16 linear forward with its bias in the cuBLASLt epilogue, against the
+ * bias broadcast + GEMM it replaced and the exact product; an unaligned width
+ * (29: padded operand copies) too. */
+static void test_linear_bias_lt(void)
+{
+    const int64_t n = 37, outs = 48, ins[2] = {64, 29};
+    pg_backend_set_precision(G.c, 1);
+    for (int k = 0; k < 2; k++) {
+        int64_t in = ins[k], out = outs;
+        fvec x = rnd(n * in), w = rnd(out * in, -0.5, 0.5), b = rnd(out);
+        float *X = up(x), *W = up(w), *B = up(b), *Y = dzeros(n * out), *Y1 = dzeros(n * out), *Y2 = dzeros(n * out);
+        dvec bd = dv(b);
+        set_paths(G.c, PG_CUDA_K_ALL);
+        OK(pg_linear_fwd(G.c, n, in, out, X, W, B, Y) == 0 && pg_linear_fwd(G.c, n, in, out, X, W, B, Y1) == 0,
+           "bf16 linear_fwd with bias, in = %lld, runs (bias in the epilogue)", (long long)in);
+        OK(same_bits(down(Y, n * out), down(Y1, n * out)), "bf16 linear_fwd with bias (in = %lld) is bitwise repeatable",
+           (long long)in);
+        close_to("bf16 linear_fwd with bias = exact, to bf16 rounding", down(Y, n * out),
+                 ref_linear(n, in, out, dv(x), dv(w), &bd), 1e-2);
+        set_paths(G.c, PG_CUDA_K_ALL & ~PG_CUDA_K_LT);
+        pg_linear_fwd(G.c, n, in, out, X, W, B, Y2);
+        close_to("bf16 linear_fwd: bias in the epilogue = bias broadcast first", down(Y, n * out),
+                 dv(down(Y2, n * out)), 1e-5);
+    }
+    set_paths(G.c, PG_CUDA_K_ALL);
+    pg_backend_set_precision(G.c, 0);
+#ifndef PG_TEST_ON_CPU
+    OK(pg_cuda_lt_shapes(G.c) >= 2, "cuBLASLt offered a bias-epilogue algorithm for both shapes (%d)",
+       pg_cuda_lt_shapes(G.c));
+#endif
+}
+
+/* The fused attention's reference (kernel_ref.h) on every machine: without
+ * its roundings it must be the backend's own f32 attention (f32 precision:
+ * unfused on both backends), with them close to it. */
+static void test_flash_reference(int causal)
+{
+    const int64_t r = 2, T = 70, d = 48, h = 2, d3 = 3 * d; /* head dim 24: padded to 32 */
+    const char *mode = causal ? "causal" : "full";
+    fvec x = rnd(r * T * d), wqkv = rnd(d3 * d, -0.5, 0.5), bqkv = rnd(d3), wo = rnd(d * d, -0.5, 0.5), bo = rnd(d),
+         dy = rnd(r * T * d);
+    float *X = up(x), *WQ = up(wqkv), *BQ = up(bqkv), *WO = up(wo), *BO = up(bo), *DY = up(dy);
+    float *QKV = dzeros(r * T * d3), *ATT = dzeros(r * h * T * T), *CTX = dzeros(r * T * d), *Y = dzeros(r * T * d);
+    float *DCTX = dzeros(r * T * d), *DQKV = dzeros(r * T * d3), *DX = dzeros(r * T * d);
+    pg_attention_fwd(G.c, r, T, d, h, causal, X, WQ, BQ, WO, BO, QKV, ATT, CTX, Y);
+    pg_attention_bwd_in(G.c, r, T, d, h, causal, WQ, WO, QKV, ATT, CTX, DY, DCTX, DQKV, DX);
+    fvec qkv = down(QKV, r * T * d3), ctx = down(CTX, r * T * d), dctx = down(DCTX, r * T * d), dqkv = down(DQKV, r * T * d3);
+    for (int bf = 0; bf < 2; bf++) {
+        fvec ctx_ref, lse_ref, dqkv_ref, D_ref;
+        flash_refs(r, T, d, h, causal, bf, qkv, ctx, dctx, NULL, ctx_ref, lse_ref, dqkv_ref, D_ref);
+        char what[160];
+        snprintf(what, sizeof what, "fused attention reference (%s, %s) = the f32 attention op's ctx", mode,
+                 bf ? "bf16 roundings" : "f32");
+        close_to(what, ctx_ref, dv(ctx), bf ? 2e-2 : 1e-5);
+        snprintf(what, sizeof what, "fused attention reference (%s, %s) backward = the f32 op's dq, dk, dv", mode,
+                 bf ? "bf16 roundings" : "f32");
+        close_to(what, dqkv_ref, dv(dqkv), bf ? 3e-2 : 1e-4);
+    }
+}
+
+/* precision = bf16 attention: on the GPU the fused kernels (flash_attn.cu)
+ * against their reference, repeatable bit for bit, close to the unfused bf16
+ * path; on the CPU the f32 computation against the same reference without
+ * roundings (what checks these tolerances on every machine). */
+static void test_attention_bf16(int causal, int64_t hd)
+{
+    const int64_t r = 2, T = 70, h = 2, d = h * hd, d3 = 3 * d;
+    char what[160];
+    fvec x = rnd(r * T * d), wqkv = rnd(d3 * d, -0.3, 0.3), bqkv = rnd(d3), wo = rnd(d * d, -0.3, 0.3), bo = rnd(d),
+         dy = rnd(r * T * d);
+    float *X = up(x), *WQ = up(wqkv), *BQ = up(bqkv), *WO = up(wo), *BO = up(bo), *DY = up(dy);
+    float *QKV = dzeros(r * T * d3), *ATT = dzeros(r * h * T * T), *CTX = dzeros(r * T * d), *Y = dzeros(r * T * d);
+    float *DCTX = dzeros(r * T * d), *DQKV = dzeros(r * T * d3), *DX = dzeros(r * T * d);
+    pg_backend_set_precision(G.c, 1);
+    set_paths(G.c, PG_CUDA_K_ALL);
+    int fused = ON_GPU && pg_flash_hdp(hd) != 0;
+    const char *how = fused ? "fused" : ON_GPU ? "unfused" : "CPU f32";
+    OK(pg_attention_fwd(G.c, r, T, d, h, causal, X, WQ, BQ, WO, BO, QKV, ATT, CTX, Y) == 0 &&
+           pg_attention_bwd_in(G.c, r, T, d, h, causal, WQ, WO, QKV, ATT, CTX, DY, DCTX, DQKV, DX) == 0,
+       "bf16 attention (%s, hd %lld, %s) runs", causal ? "causal" : "full", (long long)hd, how);
+    fvec qkv = down(QKV, r * T * d3), ctx = down(CTX, r * T * d), dctx = down(DCTX, r * T * d);
+    fvec dqkv = down(DQKV, r * T * d3), lse_got = down(ATT, r * h * T);
+    fvec ctx_ref, lse_ref, dqkv_ref, D_ref;
+    flash_refs(r, T, d, h, causal, ON_GPU, qkv, ctx, dctx, fused ? lse_got.data() : NULL, ctx_ref, lse_ref, dqkv_ref,
+               D_ref);
+    /* the fused kernels round where the reference rounds: only summation order differs */
+    double tf = fused ? 2e-3 : ON_GPU ? 2e-2 : 1e-5, tb = fused ? 5e-3 : ON_GPU ? 3e-2 : 1e-4;
+    snprintf(what, sizeof what, "bf16 attention (%s, hd %lld, %s): ctx = the fused attention reference",
+             causal ? "causal" : "full", (long long)hd, how);
+    close_to(what, ctx, dv(ctx_ref), tf);
+    if (fused) {
+        snprintf(what, sizeof what, "fused attention (%s, hd %lld) saves the rows' log-sum-exp in att",
+                 causal ? "causal" : "full", (long long)hd);
+        close_to(what, lse_got, dv(lse_ref), 1e-4);
+    }
+    snprintf(what, sizeof what, "bf16 attention (%s, hd %lld, %s): dq, dk, dv = the fused attention reference",
+             causal ? "causal" : "full", (long long)hd, how);
+    close_to(what, dqkv, dv(dqkv_ref), tb);
+    /* bits repeat: forward and backward again */
+    pg_attention_fwd(G.c, r, T, d, h, causal, X, WQ, BQ, WO, BO, QKV, ATT, CTX, Y);
+    pg_attention_bwd_in(G.c, r, T, d, h, causal, WQ, WO, QKV, ATT, CTX, DY, DCTX, DQKV, DX);
+    OK(same_bits(ctx, down(CTX, r * T * d)) && same_bits(dqkv, down(DQKV, r * T * d3)),
+       "bf16 attention (%s, hd %lld, %s) is bitwise repeatable", causal ? "causal" : "full", (long long)hd, how);
+    if (fused) { /* the unfused bf16 path on the same inputs */
+        set_paths(G.c, PG_CUDA_K_ALL & ~PG_CUDA_K_FLASH);
+        pg_attention_fwd(G.c, r, T, d, h, causal, X, WQ, BQ, WO, BO, QKV, ATT, CTX, Y);
+        pg_attention_bwd_in(G.c, r, T, d, h, causal, WQ, WO, QKV, ATT, CTX, DY, DCTX, DQKV, DX);
+        set_paths(G.c, PG_CUDA_K_ALL);
+        snprintf(what, sizeof what, "fused attention (%s, hd %lld) = the unfused bf16 path: ctx",
+                 causal ? "causal" : "full", (long long)hd);
+        close_to(what, ctx, dv(down(CTX, r * T * d)), 2e-2);
+        snprintf(what, sizeof what, "fused attention (%s, hd %lld) = the unfused bf16 path: dqkv",
+                 causal ? "causal" : "full", (long long)hd);
+        close_to(what, dqkv, dv(down(DQKV, r * T * d3)), 3e-2);
+    }
+    pg_backend_set_precision(G.c, 0);
+}
+
 int main(void)
 {
     const char *why = "";
@@ -794,7 +1070,38 @@ int main(void)
     fvec z = down((float *)G.arena, 4096);
     OK(err(z, dvec(4096, 0.0)) == 0.0, "arena starts zeroed");
     OK(pg_arena_create(G.c, (size_t)1 << 60) == NULL, "an impossible arena fails with a message");
+#ifndef PG_TEST_ON_CPU
+    OK(pg_cuda_kernel_paths(G.c) == PG_CUDA_K_ALL || getenv("PIPE_CUDA_KERNELS"),
+       "every fast kernel path is on by default (mask %#x)", pg_cuda_kernel_paths(G.c));
+    {
+        const char *saved = getenv("PIPE_CUDA_KERNELS");
+        setenv("PIPE_CUDA_KERNELS", "colsum,flash", 1);
+        pg_ctx *c2 = pg_backend_init(0);
+        OK(c2 && pg_cuda_kernel_paths(c2) == (PG_CUDA_K_COLSUM | PG_CUDA_K_FLASH),
+           "PIPE_CUDA_KERNELS=colsum,flash turns on just those two");
+        pg_backend_free(c2);
+        setenv("PIPE_CUDA_KERNELS", "colsum,bogus", 1);
+        c2 = pg_backend_init(0);
+        OK(c2 == NULL, "PIPE_CUDA_KERNELS with an unknown path fails with a message");
+        pg_backend_free(c2);
+        if (saved)
+            setenv("PIPE_CUDA_KERNELS", saved, 1);
+        else
+            unsetenv("PIPE_CUDA_KERNELS");
+    }
+#endif
     test_memory();
+    /* the fast kernel paths first: what a first GPU run most needs to see */
+    test_colsum_paths();
+    test_shadow();
+    test_pad();
+    test_linear_bias_lt();
+    test_flash_reference(1);
+    test_flash_reference(0);
+    test_attention_bf16(1, 64);
+    test_attention_bf16(0, 64);
+    test_attention_bf16(1, 24);
+    test_attention_bf16(1, 96); /* head dim over 64: the unfused path */
     test_linear();
     test_activations();
     test_layernorm();

@@ -696,7 +696,7 @@ static void test_attention(pg_ctx *c, rng *g)
         float *dctx = fa(n * d), *dqkv = fa(n * 3 * d), *dx = fa(n * d);
         float *dwqkv = fa(3 * d * d), *dbqkv = fa(3 * d), *dwo = fa(d * d), *dbo = fa(d);
         attn_obj(&t);
-        OK(pg_attention_bwd_in(c, r, T, d, h, causal, t.wqkv, t.wo, t.qkv, t.att, t.p, dctx, dqkv, dx) == 0 &&
+        OK(pg_attention_bwd_in(c, r, T, d, h, causal, t.wqkv, t.wo, t.qkv, t.att, t.ctx, t.p, dctx, dqkv, dx) == 0 &&
            pg_attention_bwd_w(c, r, T, d, t.x, t.ctx, t.p, dqkv, dwqkv, dbqkv, dwo, dbo) == 0,
            "attention (%s) backward calls succeed", kind);
         OK(fd_relerr(attn_obj, &t, t.x, n * d, dx) < FD_TOL, "attention_bwd_in (%s) matches finite differences (x)", kind);
@@ -731,7 +731,7 @@ static void test_attention(pg_ctx *c, rng *g)
         float *dctx = fa(n * d), *dqkv = fa(n * 3 * d), *dx = fa(n * d);
         double *ref = calloc((size_t)(n * 3 * d), sizeof *ref);
         attn_obj(&t);
-        int rc = pg_attention_bwd_in(c, r, T, d, h, causal, t.wqkv, t.wo, t.qkv, t.att, t.p, dctx, dqkv, dx);
+        int rc = pg_attention_bwd_in(c, r, T, d, h, causal, t.wqkv, t.wo, t.qkv, t.att, t.ctx, t.p, dctx, dqkv, dx);
         attn_dqkv_reference(&t, dctx, ref);
         OK(rc == 0 && max_rel_diff(dqkv, ref, n * 3 * d) < 1e-4,
            "attention_bwd_in (%s, T = 200: 3 blocks of score rows) equals the formulas in double", causal ? "causal" : "full");
@@ -750,8 +750,8 @@ static void test_attention(pg_ctx *c, rng *g)
     attn_obj(&big), attn_obj(&one);
     OK(memcmp(one.y, big.y + td, (size_t)td * 4) == 0, "attention_fwd of one sample equals it inside three, bitwise");
     float *dc3 = fa(3 * td), *dq3 = fa(9 * td), *dx3 = fa(3 * td), *dc1 = fa(td), *dq1 = fa(3 * td), *dx1 = fa(td);
-    pg_attention_bwd_in(c, 3, T, d, h, 1, big.wqkv, big.wo, big.qkv, big.att, big.p, dc3, dq3, dx3);
-    pg_attention_bwd_in(c, 1, T, d, h, 1, one.wqkv, one.wo, one.qkv, one.att, one.p, dc1, dq1, dx1);
+    pg_attention_bwd_in(c, 3, T, d, h, 1, big.wqkv, big.wo, big.qkv, big.att, big.ctx, big.p, dc3, dq3, dx3);
+    pg_attention_bwd_in(c, 1, T, d, h, 1, one.wqkv, one.wo, one.qkv, one.att, one.ctx, one.p, dc1, dq1, dx1);
     OK(memcmp(dx1, dx3 + td, (size_t)td * 4) == 0 && memcmp(dq1, dq3 + 3 * td, (size_t)(3 * td) * 4) == 0,
        "attention_bwd_in of one sample equals it inside three, bitwise");
     capture cap;
