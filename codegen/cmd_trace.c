@@ -479,7 +479,7 @@ int cmd_trace(int argc, char **argv)
                     t.model ? t.model : "?", t.nstages, model, l.model.name ? l.model.name : "?", l.model.nstages);
             goto out;
         }
-        pg_schedule_kind_str(&l.model, kind, sizeof kind);
+        pg_schedule_name(&l.model, kind, sizeof kind);
         pg_sched_costs c;
         seconds = pg_sched_costs_of_model(&l.model, balance ? &prof : NULL, &c);
         have_pr = pg_schedule_predict(&l.model, &s, &c, &pr) == 0;

@@ -110,7 +110,7 @@ void pg_schedule_report(const ir_model *m, const pg_schedule *s, const pg_sched_
     pg_sched_prediction pr;
     char kind[64], v[48];
     const char *unit = pg_cost_unit(seconds);
-    pg_schedule_kind_str(m, kind, sizeof kind);
+    pg_schedule_name(m, kind, sizeof kind);
     if (pg_schedule_predict(m, s, c, &pr) != 0) {
         fprintf(out, "prediction: the schedule cannot be simulated\n");
         return;
@@ -267,7 +267,7 @@ static int draw(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c
     if (!box)
         return -1;
     char kind[64];
-    pg_schedule_kind_str(m, kind, sizeof kind);
+    pg_schedule_name(m, kind, sizeof kind);
     pg_timeline t = { m->name, kind, p, s->nmb, 0, sim->busy, seconds,
                       !seconds ? "estimated flops, messages free"
                       : !strcmp(msg_words(c, seconds), "measured messages") ? "measured layer and message times"

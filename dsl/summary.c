@@ -59,6 +59,8 @@ static const char *sched_name(const ir_train *t, char *buf, size_t n) {
     case SCHED_GPIPE: return "gpipe";
     case SCHED_1F1B: return "1f1b";
     case SCHED_ZB1: return "zb1";
+    case SCHED_ZBV: return "zbv";
+    case SCHED_AUTO: return "auto";
     case SCHED_INTERLEAVED: snprintf(buf, n, "interleaved(%d)", t->interleave); return buf;
     case SCHED_FILE: snprintf(buf, n, "file(\"%s\")", t->schedule_file ? t->schedule_file : ""); return buf;
     }
