@@ -53,10 +53,16 @@ int cmd_gen(int argc, char **argv)
         return 1;
     pg_gen *g = NULL;
     int rc = 1;
-    if (pg_gen_prepare(&l.model, &s, guard, &g, &l.diag) == 0) {
+    char *auto_json = NULL;
+    if (l.have_auto && !(auto_json = pg_auto_json(&l.autosel))) {
+        pg_error(&l.diag, l.model.loc, "out of memory");
+    } else if (pg_gen_prepare(&l.model, &s, guard, &g, &l.diag) == 0) {
+        if (auto_json)
+            pg_gen_set_auto_json(g, auto_json); /* plan.json records the choice */
         rc = pg_gen_write(g, dir, &l.diag) == 0 ? 0 : 1;
         pg_gen_free(g);
     }
+    free(auto_json);
     cmd_release_scheduled(&prof, &l, &s);
     return rc;
 }

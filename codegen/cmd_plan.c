@@ -1,4 +1,5 @@
 /* codegen/cmd_plan.c — `pipegen plan FILE [--svg OUT] [--balance PROFILE]`:
+ * with `schedule = auto`, the candidates table and the choice (auto.c); then
  * the memory plan of every stage, bytes per category and the arena total
  * (MiB and exact bytes); then the chosen splits with each stage's predicted
  * compute, busy share and bubble (svg.c); --svg OUT draws the predicted
@@ -37,6 +38,8 @@ int cmd_plan(int argc, char **argv)
         return 1;
     pg_gen *g = NULL;
     int rc = 1;
+    if (l.have_auto)
+        pg_auto_report(&l.autosel, stdout);
     if (pg_gen_prepare(&l.model, &s, 0, &g, &l.diag) == 0) {
         pg_gen_report(g, stdout);
         pg_gen_free(g);

@@ -107,6 +107,7 @@ struct pg_gen {
     em_stage *st;
     int nstages;
     int64_t guard;         /* --guard-bytes: free bytes around every arena buffer (0: packed) */
+    const char *auto_json; /* schedule = auto's candidates for plan.json, or NULL */
 };
 
 /* snprintf that truncates silently: names and notes are cosmetic and bounded */
@@ -1007,6 +1008,16 @@ int pg_gen_prepare(const ir_model *m, const pg_schedule *s, int64_t guard_bytes,
     return 0;
 }
 
+int64_t pg_gen_arena_bytes(const pg_gen *g, int k)
+{
+    return k >= 0 && k < g->nstages ? g->st[k].mp.total : 0;
+}
+
+void pg_gen_set_auto_json(pg_gen *g, const char *json)
+{
+    g->auto_json = json;
+}
+
 void pg_gen_free(pg_gen *g)
 {
     if (!g)
@@ -1189,6 +1200,8 @@ char *pg_gen_plan_json(const pg_gen *g, uint64_t *hash)
     fprintf(o, ", \"steps\": %" PRId64 ", \"grad_clip\": ", t->steps);
     json_num(o, t->grad_clip);
     fprintf(o, ", \"seed\": %" PRIu64 ", \"precision\": \"%s\"},\n", t->seed, pg_dtype_name(t->precision));
+    if (g->auto_json) /* only then: other plans stay as they were */
+        fprintf(o, "  \"auto\": %s,\n", g->auto_json);
     fprintf(o, "  \"microbatch_rows\": [");
     for (int64_t i = 0; i < t->microbatches; i++)
         fprintf(o, "%s%" PRId64, i ? ", " : "", g->mb_rows[i]);

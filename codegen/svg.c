@@ -84,8 +84,7 @@ const char *pg_cost_unit(int seconds)
     return seconds ? "s" : "flop";
 }
 
-/* A value with an SI prefix and unit, 4 significant digits: "1.25 Gflop". */
-static void fmt_si(char *buf, size_t n, double v, const char *unit)
+void pg_fmt_si(char *buf, size_t n, double v, const char *unit)
 {
     static const char *const big[] = { "", "k", "M", "G", "T", "P" };
     static const char *const small[] = { "", "m", "u", "n" };
@@ -118,7 +117,7 @@ void pg_schedule_report(const ir_model *m, const pg_schedule *s, const pg_sched_
     double busy = 0;
     for (int st = 0; st < s->nstages; st++)
         busy += pr.busy[st];
-    fmt_si(v, sizeof v, pr.step_time, unit);
+    pg_fmt_si(v, sizeof v, pr.step_time, unit);
     fprintf(out, "predicted step (%s, %s, %s): %s, bubble %.1f%%\n", kind,
             seconds ? "measured layer times" : "model units: estimated flops",
             msg_words(c, seconds), v,
@@ -132,7 +131,7 @@ void pg_schedule_report(const ir_model *m, const pg_schedule *s, const pg_sched_
                 last = i;
                 n++;
             }
-        fmt_si(v, sizeof v, pr.busy[st], unit);
+        pg_fmt_si(v, sizeof v, pr.busy[st], unit);
         fprintf(out, "stage %d: %d layer%s", st, n, n == 1 ? "" : "s");
         if (first >= 0 && m->nchunks == m->nstages && first == last)
             fprintf(out, " (%s)", m->layers[first].name ? m->layers[first].name : "?");
@@ -187,7 +186,7 @@ void pg_timeline_svg(const pg_timeline *t, FILE *o)
     int plot_h = p * (ROW_H + ROW_GAP) - ROW_GAP;
     int width = LEFT + PLOT_W + RIGHT, height = TOP + plot_h + 84;
     char sstep[48];
-    fmt_si(sstep, sizeof sstep, step, pg_cost_unit(t->seconds));
+    pg_fmt_si(sstep, sizeof sstep, step, pg_cost_unit(t->seconds));
 
     fprintf(o, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
                "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n", width, height, width, height);
@@ -235,7 +234,7 @@ void pg_timeline_svg(const pg_timeline *t, FILE *o)
     for (int k = 0; step > 0 && k * dt <= step * (1 + 1e-9) && k <= 100; k++) {
         char lbl[48];
         double x = LEFT + k * dt * scale;
-        fmt_si(lbl, sizeof lbl, k * dt, pg_cost_unit(t->seconds));
+        pg_fmt_si(lbl, sizeof lbl, k * dt, pg_cost_unit(t->seconds));
         fprintf(o, "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"#333333\" stroke-width=\"1\"/>\n", x, ay,
                 x, ay + 4);
         fprintf(o, "<text x=\"%.2f\" y=\"%d\" font-size=\"10\" text-anchor=\"middle\">%s</text>\n", x, ay + 16,

@@ -19,6 +19,8 @@ int pg_sched_costs_of_model(const ir_model *m, const pg_profile *prof, pg_sched_
 
 /* "s" or "flop": the unit of a step time predicted with those costs. */
 const char *pg_cost_unit(int seconds);
+/* A value with an SI prefix and unit, 4 significant digits: "1.25 Gflop", "3.2 ms". */
+void pg_fmt_si(char *buf, size_t n, double v, const char *unit);
 
 /* `pipegen plan`'s prediction: the stages' layers (the chosen splits), each
  * stage's predicted compute per step, busy share and bubble, and the step. */

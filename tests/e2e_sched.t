@@ -174,13 +174,15 @@ sed -e "s/schedule = .*/schedule = 1f1b/" "$T/tie3.pipe" >"$T/tie3_1f1b.pipe"
 ok $? "the same model on 4 stages in order is generated"
 
 # --- plan and schedule on the examples ----------------------------------------------
-for e in resmlp gpt_char gpt2_small; do
+# resmlp and gpt_char have 4 split pieces (2 stages of 2 chunks), gpt2_small `stages = 4` (8 chunks)
+for e in resmlp:2 gpt_char:2 gpt2_small:4; do
+    p=${e#*:} e=${e%:*}
     sed -e "s/ schedule = [a-z0-9()]*/ schedule = $I2/" "$TOP/examples/$e.pipe" >"$T/$e-i2.pipe"
     got=$("$PIPEGEN" plan "$T/$e-i2.pipe" 2>&1)
-    like "$got" "^model $e: 2 stages, 4 chunks" "pipegen plan examples/$e.pipe as interleaved(2)"
-    like "$got" "stage 1 \(chunk 1: [0-9]+ slots.*, chunk 3: [0-9]+ slots" "... lists stage 1's two chunks"
+    like "$got" "^model $e: $p stages, $((2 * p)) chunks" "pipegen plan examples/$e.pipe as interleaved(2)"
+    like "$got" "stage 1 \(chunk 1: [0-9]+ slots.*, chunk $((p + 1)): [0-9]+ slots" "... lists stage 1's two chunks"
     got=$("$PIPEGEN" schedule "$T/$e-i2.pipe" 2>&1)
-    like "$got" "schedule interleaved\(2\), 2 stages, 4 chunks" "pipegen schedule examples/$e.pipe as interleaved(2)"
+    like "$got" "schedule interleaved\(2\), $p stages, $((2 * p)) chunks" "pipegen schedule examples/$e.pipe as interleaved(2)"
 done
 for e in mlp resmlp gpt_char resmlp_bn; do
     sed -e "s/ schedule = [a-z0-9()]*/ schedule = zb1/" "$TOP/examples/$e.pipe" >"$T/$e-zb1.pipe"
@@ -189,10 +191,12 @@ for e in mlp resmlp gpt_char resmlp_bn; do
     got=$("$PIPEGEN" schedule "$T/$e-zb1.pipe" 2>&1)
     like "$got" "schedule zb1, " "pipegen schedule examples/$e.pipe as zb1"
 done
-for e in resmlp gpt_char gpt2_small; do
+for e in resmlp:2 gpt_char:2 gpt2_small:4; do
+    p=${e#*:} e=${e%:*}
     sed -e "s/ schedule = [a-z0-9()]*/ schedule = zbv/" "$TOP/examples/$e.pipe" >"$T/$e-zbv.pipe"
     got=$("$PIPEGEN" plan "$T/$e-zbv.pipe" 2>&1)
-    like "$got" "^model $e: 2 stages, 4 chunks" "pipegen plan examples/$e.pipe as zbv"
-    like "$got" "stage 0 \(chunk 0: [0-9]+ slots.*, chunk 3: [0-9]+ slots" "... stage 0 holds chunks 0 and 3"
+    like "$got" "^model $e: $p stages, $((2 * p)) chunks" "pipegen plan examples/$e.pipe as zbv"
+    like "$got" "stage 0 \(chunk 0: [0-9]+ slots.*, chunk $((2 * p - 1)): [0-9]+ slots" \
+        "... stage 0 holds the first and the last chunk"
 done
 done_testing

@@ -44,11 +44,11 @@ make --no-print-directory build/pipegen build/piperun >"$DIR/make.log" 2>&1 &&
     make --no-print-directory CUDA=1 build-cuda/libpgrt_cuda.a build-cuda/bench/gemm_peak >>"$DIR/make.log" 2>&1 ||
     { tail -20 "$DIR/make.log"; fail "build failed"; }
 
-# variant N: gpt2_small on N stages (1: the split lines removed), linked for CUDA
+# variant N: gpt2_small on N stages (1: `stages = 1`, any split lines removed), linked for CUDA
 variant() {
     d=$DIR/gpt2-$1
     rm -rf "$d" && mkdir -p "$d/bin" || return 1
-    if [ "$1" = 1 ]; then sed -e '/^split *$/d' "$MODEL" >"$d/gpt2_small.pipe"; else cp "$MODEL" "$d/gpt2_small.pipe"; fi
+    if [ "$1" = 1 ]; then sed -e '/^split *$/d' -e 's/stages = [0-9]*/stages = 1/' "$MODEL" >"$d/gpt2_small.pipe"; else cp "$MODEL" "$d/gpt2_small.pipe"; fi
     build/pipegen gen "$d/gpt2_small.pipe" -o "$d/gen" >"$d/gen.log" 2>&1 || { cat "$d/gen.log"; return 1; }
     for f in "$d"/gen/stage*.c; do
         $CC $CFLAGS_B -Iruntime/core -I"$d/gen" -o "$d/bin/$(basename "$f" .c)" "$f" build-cuda/libpgrt_cuda.a \
