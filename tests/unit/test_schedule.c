@@ -375,6 +375,25 @@ static void test_zbv(void)
         pg_schedule_free(&sz);
         pg_schedule_free(&sv);
     }
+    /* placement = v under gpipe: fill-drain over a stage's two chunks in V placement */
+    int bad = 0, runs = 0;
+    char first[512] = "";
+    for (int p = 1; p <= 6; p++)
+        for (int nmb = 1; nmb <= 12; nmb++) {
+            fx_init(&f, p, 2, nmb, SCHED_ZBV);
+            f.m.train.schedule = SCHED_GPIPE;
+            cap_reset(&c);
+            runs++;
+            if (pg_schedule_build(&f.m, &s, &c.d) != 0) {
+                if (!bad++)
+                    snprintf(first, sizeof first, "p=%d m=%d: %s", p, nmb, line1(cap_text(&c)));
+                continue;
+            }
+            if (s.placement != PLACE_V && !bad++)
+                snprintf(first, sizeof first, "p=%d m=%d: placement %d", p, nmb, (int)s.placement);
+            pg_schedule_free(&s);
+        }
+    OK(bad == 0, "gpipe in V placement verifies for 1..6 stages x 1..12 micro-batches (%d runs) %s", runs, first);
     fx_init(&f, 2, 1, 4, SCHED_ZBV);
     cap_reset(&c);
     rc = pg_schedule_builtin(&f.m, &s, &c.d);
