@@ -5,7 +5,9 @@
 # checkpoint='never') and plain PyTorch training of the same model, all in one
 # go on the same 2 cores. Prints step times, samples/s and the ratios, then one
 # verdict line per target (see bench/README.md). Then bench/gpt_char.sh: the
-# gpt_char example on 1 stage against PyTorch eager, and on 2 stages against 1.
+# gpt_char example on 1 stage against PyTorch eager, and on 2 stages against 1;
+# bench/sched.sh: measured against predicted steps; bench/pippy.sh: pipegen's
+# 1f1b, interleaved(2), zb1 and zbv against torch.distributed.pipelining's.
 #
 # Knobs (environment): BENCH_STEPS (30) steps per run, BENCH_WARMUP (3) first
 # steps left out of the median, BENCH_REPEAT (3) rounds (each config is run once
@@ -131,5 +133,9 @@ echo
 BENCH_STEPS=$STEPS BENCH_WARMUP=$WARMUP BENCH_REPEAT=$REPEAT BENCH_CPUS=${BENCH_CPUS:-0,1} BENCH_DIR=$DIR PYTHON=$PY \
     "$TOP/bench/gpt_char.sh" || exit 1
 
-# measured against predicted step time, 1f1b against zb1 and interleaved(2) (bench/sched.sh)
+# measured against predicted step time, 1f1b against zb1, interleaved(2) and zbv (bench/sched.sh)
 "$TOP/bench/sched.sh" || exit 1
+
+# against torch.distributed.pipelining, schedule for schedule (bench/pippy.sh; skips itself without torch >= 2.6)
+echo
+BENCH_STEPS=$STEPS BENCH_REPEAT=$REPEAT BENCH_CPUS=${BENCH_CPUS:-0,1} BENCH_DIR=$DIR "$TOP/bench/pippy.sh" || exit 1

@@ -5,7 +5,7 @@
 #
 # For each model: a profile run (1f1b, --profile) measures every layer's F, B
 # and W time and the message latency; then each schedule (1f1b, zb1 and, where
-# the model has 2 chunks per stage, interleaved(2)) is generated with the same
+# the model has 2 chunks per stage, interleaved(2) and zbv) is generated with the same
 # splits, run with --trace, and `pipegen trace RUN MODEL --balance PROFILE`
 # prints its measured step (mean span of the traced steps) against the step
 # the verifier's simulation predicts from the 1f1b profile, and (column
@@ -16,8 +16,8 @@
 #
 #   mlp:      [layer0] | [layer1 layer2]           (the second split dropped)
 #   gpt_char: [tok pos h0 h1] | [h2 h3 ln_f head]  (the first and third dropped;
-#             interleaved(2) keeps all three: chunks h0 | h1 | h2 | h3+head,
-#             stage 0 holding chunks 0 and 2)
+#             interleaved(2) and zbv keep all three: chunks h0 | h1 | h2 | h3+head,
+#             stage 0 holding chunks 0 and 2, under zbv 0 and 3)
 #
 # Knobs: BENCH_STEPS (30) steps per timed run, BENCH_CPUS (0,1), BENCH_DIR
 # (build/bench/sched). Exit status: 0 when everything ran (a missed target is
@@ -81,10 +81,10 @@ for model in mlp gpt_char; do
     build "$model-prof" "$DIR/$model-1f1b.pipe" || fail "$model: building the profile run failed (see $DIR/$model-prof/gen.log)"
     run "$model-prof" --steps "$STEPS" --profile "$DIR/$model.profile.json"
     base=""
-    for sched in 1f1b zb1 "interleaved(2)"; do
+    for sched in 1f1b zb1 "interleaved(2)" zbv; do
         name=$model-$(echo "$sched" | tr -d '()')
         k=$keep
-        if [ "$sched" = "interleaved(2)" ]; then
+        if [ "$sched" = "interleaved(2)" ] || [ "$sched" = zbv ]; then
             if [ -z "$ikeep" ]; then
                 printf "%-10s %-15s %s\n" "$model" "$sched" "(skipped: 3 linear layers cannot make 2 chunks per stage)"
                 continue

@@ -46,7 +46,16 @@ int cmd_gen(int argc, char **argv)
     cmd_model cm;
     if (cmd_load_model(path, balance, guard, &cm) != 0)
         return 1;
-    int rc = pg_gen_write(cm.g, dir, &cm.l.diag) == 0 ? 0 : 1;
+    int rc = 1;
+    char *auto_json = NULL;
+    if (cm.l.have_auto && !(auto_json = pg_auto_json(&cm.l.autosel))) {
+        pg_error(&cm.l.diag, cm.l.model.loc, "out of memory");
+    } else {
+        if (auto_json)
+            pg_gen_set_auto_json(cm.g, auto_json); /* plan.json records the choice */
+        rc = pg_gen_write(cm.g, dir, &cm.l.diag) == 0 ? 0 : 1;
+    }
+    free(auto_json);
     cmd_release_model(&cm);
     return rc;
 }

@@ -1,4 +1,5 @@
 /* codegen/cmd_plan.c — `pipegen plan FILE [--svg OUT] [--balance PROFILE]`:
+ * with `schedule = auto`, the candidates table and the choice (auto.c); then
  * the memory plan of every stage, bytes per category and the arena total
  * (MiB and exact bytes); then the chosen splits with each stage's predicted
  * compute, busy share and bubble (svg.c); --svg OUT draws the predicted
@@ -33,6 +34,8 @@ int cmd_plan(int argc, char **argv)
     cmd_model cm;
     if (cmd_load_model(path, balance, 0, &cm) != 0)
         return 1;
+    if (cm.l.have_auto)
+        pg_auto_report(&cm.l.autosel, stdout);
     pg_gen_report(cm.g, stdout);
     pg_sched_costs c;
     int seconds = pg_sched_costs_of_model(&cm.l.model, balance ? &cm.prof : NULL, &c);

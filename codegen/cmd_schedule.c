@@ -1,7 +1,7 @@
 /* codegen/cmd_schedule.c — `pipegen schedule FILE [--csv] [--svg OUT]`:
- * builds and verifies the model's schedule, then prints each stage's action
- * list with its activation slots and the bubble predicted for equal unit
- * costs, or (--csv) the whole schedule in the CSV format of schedule_csv.c,
+ * builds and verifies the model's schedule, then prints its placement (which
+ * chunks each stage runs), each stage's action list with its activation
+ * slots and the bubble predicted for equal unit costs, or (--csv) the whole schedule in the CSV format of schedule_csv.c,
  * which `train { schedule = file("x.csv") }` reads back; --svg OUT also draws
  * the timeline predicted by the cost model (svg.c). */
 #include <stdio.h>
@@ -13,26 +13,32 @@
 
 static void print_schedule(const ir_model *m, const pg_schedule *s, FILE *out)
 {
-    const char *kinds[] = { "gpipe", "1f1b", "interleaved", "zb1", "file" };
-    char sa[160];
+    char sa[160], kind[64];
     pg_sched_costs c;
     pg_sched_prediction pr;
     memset(&c, 0, sizeof c);
     for (int i = 0; i < 64; i++)
         c.fwd[i] = c.bwd_b[i] = c.bwd_w[i] = 1.0;
     int have_pr = pg_schedule_predict(m, s, &c, &pr) == 0;
-    fprintf(out, "model %s: schedule %s", m->name ? m->name : "?", kinds[m->train.schedule]);
-    if (m->train.schedule == SCHED_INTERLEAVED)
-        fprintf(out, "(%d)", m->train.interleave);
+    fprintf(out, "model %s: schedule %s", m->name ? m->name : "?", pg_schedule_name(m, kind, sizeof kind));
     fprintf(out, ", %d stage%s, %d chunk%s, %d micro-batch%s\n", s->nstages, s->nstages == 1 ? "" : "s",
             s->nchunks, s->nchunks == 1 ? "" : "s", s->nmb, s->nmb == 1 ? "" : "es");
+    fprintf(out, "placement %s:", pg_placement_name(s->placement));
+    for (int st = 0; st < s->nstages; st++) {
+        int chunks[64], n = pg_stage_chunks(s, st, chunks);
+        fprintf(out, "%s stage %d runs chunk%s", st ? ";" : "", st, n == 1 ? "" : "s");
+        for (int j = 0; j < n; j++)
+            fprintf(out, "%s %d", j ? "," : "", chunks[j]);
+    }
+    fputc('\n', out);
     if (have_pr)
         fprintf(out, "predicted with unit costs (F = B = W = 1, messages free): step %g\n", pr.step_time);
     for (int st = 0; st < s->nstages; st++) {
         const pg_stage_sched *ss = &s->stage[st];
+        int chunks[64], n = pg_stage_chunks(s, st, chunks);
         fprintf(out, "\nstage %d: %d actions; activation slots", st, ss->n);
-        for (int c2 = st, lc = 0; c2 < s->nchunks && lc < 64; c2 += s->nstages, lc++)
-            fprintf(out, "%s chunk %d: %d", lc ? "," : "", c2, ss->nslots_per_chunk[lc]);
+        for (int lc = 0; lc < n; lc++)
+            fprintf(out, "%s chunk %d: %d", lc ? "," : "", chunks[lc], ss->nslots_per_chunk[lc]);
         if (have_pr)
             fprintf(out, "; bubble %.1f%%", 100.0 * pr.bubble[st]);
         fputc('\n', out);

@@ -239,7 +239,7 @@ static int jv_num(const jv *o, const char *key, double *out)
 /* ---- the trace ----------------------------------------------------------------- */
 
 typedef struct tev {
-    int stage, step, kind; /* kind: -1 step, 0 F, 1 B, 2 W, 3 other */
+    int stage, step, kind; /* kind: -1 step, else pg_act_kind (0 F, 1 B, 2 W, ...), A__COUNT unknown */
     int mb, chunk;
     double t0, t1;         /* seconds */
 } tev;
@@ -253,9 +253,10 @@ typedef struct trace {
 
 static int kind_of(const char *k)
 {
-    if (!k)
-        return 3;
-    return !strcmp(k, "FWD") ? 0 : !strcmp(k, "BWD_B") ? 1 : !strcmp(k, "BWD_W") ? 2 : 3;
+    for (int i = 0; k && i < A__COUNT; i++)
+        if (!strcmp(k, pg_act_name((pg_act_kind)i)))
+            return i;
+    return A__COUNT;
 }
 
 /* 0, or -1 after an error naming the file. */
@@ -399,10 +400,10 @@ static int trace_svg(const trace *t, const step_stat *ss, int step, const char *
     char src[64];
     snprintf(src, sizeof src, "measured: step %d of the trace", step);
     pg_timeline tl = { t->model, schedule, t->nstages, t->nmb, s->hi - s->lo, s->busy, 1, src, 0, box };
-    for (int st = 0; st < t->nstages; st++) /* stage by stage, in time order as recorded */
+    for (int st = 0; st < t->nstages; st++) /* stage by stage, in time order as recorded: every action */
         for (int i = 0; i < t->n; i++) {
             const tev *e = &t->ev[i];
-            if (e->stage == st && e->step == step && e->kind >= 0 && e->kind <= 2)
+            if (e->stage == st && e->step == step && e->kind >= 0 && e->kind < A__COUNT)
                 box[tl.nbox++] = (pg_timeline_box){ st, e->kind, e->mb, e->chunk, e->t0 - s->lo, e->t1 - e->t0 };
         }
     FILE *f = fopen(path, "w");
@@ -479,7 +480,7 @@ int cmd_trace(int argc, char **argv)
                     t.model ? t.model : "?", t.nstages, model, l.model.name ? l.model.name : "?", l.model.nstages);
             goto out;
         }
-        pg_schedule_kind_str(&l.model, kind, sizeof kind);
+        pg_schedule_name(&l.model, kind, sizeof kind);
         pg_sched_costs c;
         seconds = pg_sched_costs_of_model(&l.model, balance ? &prof : NULL, &c);
         have_pr = pg_schedule_predict(&l.model, &s, &c, &pr) == 0;

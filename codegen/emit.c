@@ -12,7 +12,8 @@
  *    forward from the slot's x), when the schedule runs each one's BWD_W before
  *    the next checkpointed FWD/BWD_B of the chunk; otherwise every slot gets a
  *    frame.
- * A stage may hold several chunks (interleaved(v): chunk c on stage c mod p).
+ * A stage may hold several chunks (interleaved(v): chunk c on stage c mod p;
+ * V placement: chunks s and 2p-1-s on stage s; the schedule's chunk_stage).
  * What passes between two chunks of one stage is no message: chunk c copies
  * its input from chunk c-1's y at c-1's slot of the micro-batch (in the step's
  * FWD only; its own x must outlive c-1's slot, freed at c-1's BWD_W), writes
@@ -108,6 +109,7 @@ struct pg_gen {
     em_stage *st;
     int nstages;
     int64_t guard;         /* --guard-bytes: free bytes around every arena buffer (0: packed) */
+    const char *auto_json; /* schedule = auto's candidates for plan.json, or NULL */
 };
 
 /* snprintf that truncates silently: names and notes are cosmetic and bounded */
@@ -257,8 +259,11 @@ static int new_tensor(em_chunk *ch, const pg_shape *sh, int dtype, const char *w
 
 static em_chunk *find_chunk(em_stage *S, int chunk);
 
-/* the stage holding chunk c (stages.c: chunk c runs on stage c mod nstages) */
-static int chunk_stage(const pg_gen *g, int c) { return c % g->nstages; }
+/* the stage holding chunk c: the schedule's placement (schedule.h) */
+static int chunk_stage(const pg_gen *g, int c)
+{
+    return c >= 0 && c < g->s->nchunks && c < 64 ? g->s->chunk_stage[c] : c % g->nstages;
+}
 
 static int layout_chunk(pg_gen *g, em_stage *S, em_chunk *ch, pg_diag *d)
 {
@@ -983,6 +988,14 @@ int pg_gen_prepare(const ir_model *m, const pg_schedule *s, int64_t guard_bytes,
         pg_gen_free(g);
         return -1;
     }
+    for (int i = 0; i < m->nlayers; i++)
+        if (m->layers[i].chunk < 0 || m->layers[i].chunk >= s->nchunks ||
+            chunk_stage(g, m->layers[i].chunk) != m->layers[i].stage) {
+            pg_error(d, m->layers[i].loc, "layer '%s' is on stage %d, but the schedule runs its chunk %d on stage %d",
+                     m->layers[i].name, m->layers[i].stage, m->layers[i].chunk, chunk_stage(g, m->layers[i].chunk));
+            pg_gen_free(g);
+            return -1;
+        }
     if (check_tie_order(m, d)) {
         pg_gen_free(g);
         return -1;
@@ -1033,6 +1046,16 @@ int pg_gen_prepare(const ir_model *m, const pg_schedule *s, int64_t guard_bytes,
     }
     *out = g;
     return 0;
+}
+
+int64_t pg_gen_arena_bytes(const pg_gen *g, int k)
+{
+    return k >= 0 && k < g->nstages ? g->st[k].mp.total : 0;
+}
+
+void pg_gen_set_auto_json(pg_gen *g, const char *json)
+{
+    g->auto_json = json;
 }
 
 void pg_gen_free(pg_gen *g)
@@ -1126,7 +1149,7 @@ static const char *base_name(const char *p)
     return b ? b + 1 : (p ? p : "");
 }
 
-static const char *const sched_names[] = {"gpipe", "1f1b", "interleaved", "zb1", "file"};
+static const char *const sched_names[] = {"gpipe", "1f1b", "interleaved", "zb1", "file", "zbv", "auto"};
 static const char *const ckpt_names[] = {"always", "except_last", "never"};
 static const char *const loss_names[] = {"mse_sum", "mse_mean", "cross_entropy"};
 static const char *const init_names[] = {"zeros", "ones", "uniform", "normal"};
@@ -1217,6 +1240,8 @@ char *pg_gen_plan_json(const pg_gen *g, uint64_t *hash)
     fprintf(o, ", \"steps\": %" PRId64 ", \"grad_clip\": ", t->steps);
     json_num(o, t->grad_clip);
     fprintf(o, ", \"seed\": %" PRIu64 ", \"precision\": \"%s\"},\n", t->seed, pg_dtype_name(t->precision));
+    if (g->auto_json) /* only then: other plans stay as they were */
+        fprintf(o, "  \"auto\": %s,\n", g->auto_json);
     fprintf(o, "  \"microbatch_rows\": [");
     for (int64_t i = 0; i < t->microbatches; i++)
         fprintf(o, "%s%" PRId64, i ? ", " : "", g->mb_rows[i]);
@@ -1280,7 +1305,8 @@ char *pg_gen_plan_json(const pg_gen *g, uint64_t *hash)
         json_shape(o, &sk->shape);
         fprintf(o, "}%s\n", k + 1 < m->nskips ? "," : "");
     }
-    fprintf(o, "  ],\n  \"partition\": {\"nchunks\": %d, \"nstages\": %d, \"chunks\": [", m->nchunks, m->nstages);
+    fprintf(o, "  ],\n  \"partition\": {\"nchunks\": %d, \"nstages\": %d, \"placement\": \"%s\", \"chunks\": [",
+            m->nchunks, m->nstages, pg_placement_name(g->s->placement));
     for (int c = 0; c < m->nchunks; c++) {
         int first = -1, last = -1;
         for (int i = 0; i < m->nlayers; i++)

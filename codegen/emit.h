@@ -25,6 +25,11 @@ typedef struct pg_gen pg_gen;
  * stages and --resume checkpoints of the two layouts do not mix (weight files
  * do: --load matches tensors by name). 0: packed, as always. */
 int pg_gen_prepare(const ir_model *m, const pg_schedule *s, int64_t guard_bytes, pg_gen **out, pg_diag *d);
+/* Stage k's arena bytes (the memory plan's total). */
+int64_t pg_gen_arena_bytes(const pg_gen *g, int k);
+/* plan.json also records `"auto": json` (schedule = auto's table, balance.h);
+ * json is not copied and must outlive g. */
+void pg_gen_set_auto_json(pg_gen *g, const char *json);
 /* `pipegen plan`: bytes per stage per category and the arena total. */
 void pg_gen_report(const pg_gen *g, FILE *out);
 /* Write stage<k>.c, <model>.h and plan.json into dir (created if missing), as

@@ -18,10 +18,18 @@ int pg_load_profiled(pg_loaded *l, const char *path, const pg_profile *profile, 
     int rc = 1;
     if (pg_parse(&l->src, &ast, &l->diag) == 0 && pg_check_profiled(&ast, &l->model, &l->diag, profile) == 0) rc = 0;
     pg_ast_free(&ast);
+    if (rc == 0 && l->model.train.schedule == SCHED_AUTO) {
+        l->have_auto = 1;
+        if (pg_auto_resolve(&l->model, profile, &l->autosel, &l->diag) != 0) rc = 1;
+    } else if (rc == 0 && pg_balance_split(&l->model, profile) != 0) {
+        pg_error(&l->diag, l->model.loc, "out of memory balancing the stages");
+        rc = 1;
+    }
     return rc;
 }
 
 void pg_unload(pg_loaded *l) {
+    if (l->have_auto) pg_auto_free(&l->autosel);
     pg_model_free(&l->model);
     if (l->have_src) pg_source_free(&l->src);
     memset(l, 0, sizeof *l);

@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 #include "ast.h"
+#include "balance.h"
 #include "diag.h"
 #include "ir.h"
 
@@ -17,16 +18,19 @@ typedef struct pg_loaded {
     pg_diag diag;
     ir_model model;
     int have_src;
+    int have_auto;   /* schedule = auto was resolved: autosel holds the candidates */
+    pg_auto autosel;
 } pg_loaded;
 
 /* Load path, reporting to diag_out. Returns 0 when the model is valid, 1 when
- * the file could not be read or has errors (already reported). Always call
- * pg_unload afterwards. */
+ * the file could not be read or has errors (already reported). `stages = N`
+ * without splits is split for the schedule's predicted step (balance.h), and
+ * `schedule = auto` resolved into a schedule and split. Always call pg_unload
+ * afterwards. */
 int pg_load(pg_loaded *l, const char *path, FILE *diag_out);
-/* pg_load, with `stages = N` balanced by measured layer times (dsl/cost.h);
- * profile NULL: as pg_load. */
-struct pg_profile;
-int pg_load_profiled(pg_loaded *l, const char *path, const struct pg_profile *profile, FILE *diag_out);
+/* pg_load, with `stages = N` balanced (and auto's steps predicted) by measured
+ * layer times (dsl/cost.h); profile NULL: as pg_load. */
+int pg_load_profiled(pg_loaded *l, const char *path, const pg_profile *profile, FILE *diag_out);
 void pg_unload(pg_loaded *l);
 
 #endif

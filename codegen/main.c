@@ -26,14 +26,19 @@ static const command commands[] = {
      "message, with the source line and a caret.\n",
      0},
     {"schedule", cmd_schedule, "schedule FILE [--csv] [--svg OUT]", "print each stage's action list (or the schedule as CSV)",
+     "Prints the placement (which chunks each stage runs: loop or v), then every stage's\n"
+     "actions with their activation slots and the bubble for equal unit costs.\n"
      "--svg OUT also draws the predicted timeline (cost model of dsl/cost.h) as SVG.\n", 0},
     {"plan", cmd_plan, "plan FILE [--svg OUT] [--balance PROFILE]", "print each stage's memory plan: bytes per category and the arena",
      "Builds and verifies the schedule, plans one arena per stage and prints, per\n"
      "stage, the bytes of parameters, gradients, optimizer state, activations in\n"
      "flight, communication and skip buffers, workspace, and the arena total; then the\n"
-     "splits and each stage's predicted compute, busy share and bubble. --svg OUT draws\n"
-     "the predicted timeline; --balance PROFILE splits `stages = N` by measured layer\n"
-     "times ({\"layers\": [{\"name\": ..., \"fwd_s\": ..., \"bwd_s\": ...}]}).\n",
+     "splits and each stage's predicted compute, busy share and bubble. With\n"
+     "`schedule = auto` it first prints every candidate (schedule, placement, split,\n"
+     "arena per stage, predicted step and bubble, fits the memory budget or not) and\n"
+     "the choice. --svg OUT draws the predicted timeline; --balance PROFILE splits\n"
+     "`stages = N` (and times auto's candidates) by measured layer times\n"
+     "({\"layers\": [{\"name\": ..., \"fwd_s\": ..., \"bwd_s\": ...}]}).\n",
      0},
     {"gen", cmd_gen, "gen FILE -o DIR [--balance PROFILE] [--guard-bytes N]",
      "generate the C of every stage, the header and plan.json into DIR",

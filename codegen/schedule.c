@@ -1,6 +1,6 @@
 /* codegen/schedule.c — the built-in compute schedules (gpipe, 1f1b,
- * interleaved(v), zb1), activation slots, and the whole
- * schedule pass (pg_schedule_build). Communication is added by
+ * interleaved(v), zb1, zbv), the chunk placement, activation slots, and the
+ * whole schedule pass (pg_schedule_build). Communication is added by
  * schedule_comms.c, checked by verify.c; CSV lives in schedule_csv.c.
  *
  * Every built-in keeps the backward of one chunk in increasing micro-batch
@@ -85,7 +85,7 @@ int pg_sched_push(pg_stage_sched *st, pg_act a)
     return 0;
 }
 
-int pg_sched_alloc(pg_schedule *s, int nstages, int nchunks, int nmb)
+int pg_sched_alloc(pg_schedule *s, int nstages, int nchunks, int nmb, ir_placement pl)
 {
     memset(s, 0, sizeof *s);
     s->stage = calloc((size_t)nstages, sizeof *s->stage);
@@ -94,7 +94,19 @@ int pg_sched_alloc(pg_schedule *s, int nstages, int nchunks, int nmb)
     s->nstages = nstages;
     s->nchunks = nchunks;
     s->nmb = nmb;
+    s->placement = pl == PLACE_V && nchunks == 2 * nstages ? PLACE_V : PLACE_LOOP;
+    for (int c = 0; c < nchunks && c < PG_SCHED_MAX_CHUNKS; c++)
+        s->chunk_stage[c] = pg_placement_stage(s->placement, c, nchunks, nstages);
     return 0;
+}
+
+int pg_stage_chunks(const pg_schedule *s, int st, int *out)
+{
+    int n = 0;
+    for (int c = 0; c < s->nchunks && c < PG_SCHED_MAX_CHUNKS; c++)
+        if (s->chunk_stage[c] == st)
+            out[n++] = c;
+    return n;
 }
 
 void pg_schedule_free(pg_schedule *s)
@@ -124,13 +136,15 @@ pg_loc pg_act_loc(const ir_model *m, const pg_schedule *s, const pg_act *a)
     return loc;
 }
 
-const char *pg_schedule_kind_str(const ir_model *m, char *buf, size_t n)
+const char *pg_schedule_name(const ir_model *m, char *buf, size_t n)
 {
     switch (m->train.schedule) {
     case SCHED_GPIPE: snprintf(buf, n, "gpipe"); break;
     case SCHED_1F1B: snprintf(buf, n, "1f1b"); break;
     case SCHED_INTERLEAVED: snprintf(buf, n, "interleaved(%d)", m->train.interleave); break;
     case SCHED_ZB1: snprintf(buf, n, "zb1"); break;
+    case SCHED_ZBV: snprintf(buf, n, "zbv"); break;
+    case SCHED_AUTO: snprintf(buf, n, "auto"); break;
     case SCHED_FILE:
         snprintf(buf, n, "file(%s)", m->train.schedule_file ? m->train.schedule_file : "?");
         break;
@@ -169,16 +183,17 @@ static void build_single(sched_builder *b, int nchunks, int m)
     }
 }
 
-/* Fill-drain: every forward of the stage's chunks, then every backward;
- * backward in increasing micro-batch order (not reversed) for determinism. */
-static void build_gpipe(sched_builder *b, int s, int p, int v, int m)
+/* Fill-drain: every forward of the stage's chunks (in chunk order, whatever
+ * the placement), then every backward; backward in increasing micro-batch
+ * order (not reversed) for determinism. */
+static void build_gpipe(sched_builder *b, const int *chunks, int v, int m)
 {
     for (int lc = 0; lc < v; lc++)
         for (int mb = 0; mb < m; mb++)
-            put(b, A_FWD, mb, lc * p + s);
+            put(b, A_FWD, mb, chunks[lc]);
     for (int lc = v - 1; lc >= 0; lc--)
         for (int mb = 0; mb < m; mb++)
-            put_bw(b, mb, lc * p + s);
+            put_bw(b, mb, chunks[lc]);
 }
 
 /* PipeDream-flush: min(p-s-1, m) warm-up forwards, then one forward / one
@@ -312,6 +327,154 @@ out:
     return rc;
 }
 
+/* ZBV (the zero-bubble V schedule): two chunks per stage in V placement,
+ * stage s holding chunk s ("down") and chunk 2p-1-s ("up"), so a micro-batch
+ * goes down the stages and comes back up, its loss on stage 0. Made, like
+ * zb1, by a list scheduler over a unit-cost simulation (F = B = W = 1 per
+ * chunk, messages free): the earliest free stage (lowest index on ties) runs
+ * the first ready pass in its priority order, B first (up chunk, then down)
+ * or F first (up chunk, then down), each chunk's passes in micro-batch order;
+ * when none is ready, a W: the one that makes room for a down-chunk F (below),
+ * else the down chunk's oldest; else it waits.
+ * Room: each chunk holds at most p micro-batches' activations (from F to W),
+ * and every micro-batch whose down-chunk F ran keeps a place in the up chunk,
+ * so a down-chunk F runs only while the down chunk holds fewer than p and the
+ * up chunk's held plus kept places are fewer than p. A stage then never needs
+ * more than 2 min(p, m) chunk activation slots: min(p, m) whole stages', the
+ * peak of 1F1B (its stage 0). Up-chunk F, B and W never wait for room, so the
+ * oldest micro-batch in flight always moves and the scheduler finishes.
+ * The four combinations of F-first or B-first and of the W choice (room, or
+ * always the down chunk's) are built and the one with the shortest unit-cost
+ * step is kept (the first on ties): the result is a fixed list per stage. */
+typedef struct zbv_chunk {
+    int nf, nb, nw;
+} zbv_chunk;
+
+typedef struct zbv_cand {
+    pg_act_kind kind;
+    int chunk;
+    long ready; /* when its input is there, -1 unknown */
+} zbv_cand;
+
+/* One variant into s (empty lists); its unit-cost step in *step. */
+static int build_zbv_variant(pg_schedule *s, int p, int m, int b_first, int w_room, long *step)
+{
+    int nc = 2 * p, rc = -1;
+    long *ff = malloc((size_t)nc * (size_t)m * sizeof *ff); /* finish of F(chunk, mb), -1 unknown */
+    long *fb = malloc((size_t)nc * (size_t)m * sizeof *fb);
+    zbv_chunk *k = calloc((size_t)nc, sizeof *k);
+    zb_stage *z = calloc((size_t)p, sizeof *z);
+    if (!ff || !fb || !k || !z)
+        goto out;
+    for (long i = 0; i < (long)nc * m; i++)
+        ff[i] = fb[i] = -1;
+#define FF(c, mb) ff[(size_t)(c) * (size_t)m + (size_t)(mb)]
+#define FB(c, mb) fb[(size_t)(c) * (size_t)m + (size_t)(mb)]
+    for (;;) {
+        int st = -1;
+        for (int q = 0; q < p; q++) {
+            int finished = k[q].nw == m && k[nc - 1 - q].nw == m;
+            if (!finished && !z[q].blocked && (st < 0 || z[q].free_at < z[st].free_at))
+                st = q;
+        }
+        if (st < 0)
+            break;
+        int down = st, up = nc - 1 - st;
+        long t = z[st].free_at, next = -1;
+        int kept = k[down].nf - k[up].nf;
+        int room = k[down].nf - k[down].nw < p && k[up].nf - k[up].nw + kept < p;
+        zbv_cand cand[4];
+        int ncand = 0, bc[2] = { up, down };
+        for (int pass = 0; pass < 2; pass++) {
+            int want_b = pass == 0 ? b_first : !b_first;
+            for (int i = 0; i < 2; i++) {
+                int c = bc[i];
+                if (want_b && k[c].nb < k[c].nf)
+                    cand[ncand++] = (zbv_cand){ A_BWD_B, c, c == nc - 1 ? FF(c, k[c].nb) : FB(c + 1, k[c].nb) };
+                if (!want_b && k[c].nf < m && (c == up || room))
+                    cand[ncand++] = (zbv_cand){ A_FWD, c, c == 0 ? 0 : FF(c - 1, k[c].nf) };
+            }
+        }
+        pg_act_kind kind = A__COUNT;
+        int chunk = -1;
+        for (int i = 0; i < ncand && kind == A__COUNT; i++) {
+            if (cand[i].ready >= 0 && cand[i].ready <= t)
+                kind = cand[i].kind, chunk = cand[i].chunk;
+            else if (cand[i].ready > t && (next < 0 || cand[i].ready < next))
+                next = cand[i].ready;
+        }
+        if (kind == A__COUNT) {
+            int wd = k[down].nw < k[down].nb, wu = k[up].nw < k[up].nb;
+            if (w_room && wu && k[up].nf - k[up].nw + kept >= p)
+                kind = A_BWD_W, chunk = up;
+            else if (wd)
+                kind = A_BWD_W, chunk = down;
+            else if (wu)
+                kind = A_BWD_W, chunk = up;
+        }
+        if (kind == A__COUNT) {
+            if (next >= 0)
+                z[st].free_at = next;
+            else
+                z[st].blocked = 1;
+            continue;
+        }
+        int mb = kind == A_FWD ? k[chunk].nf : kind == A_BWD_B ? k[chunk].nb : k[chunk].nw;
+        if (pg_sched_push(&s->stage[st], pg_act_make(kind, mb, chunk)) != 0)
+            goto out;
+        z[st].free_at = t + 1;
+        if (kind == A_FWD)
+            FF(chunk, k[chunk].nf++) = t + 1;
+        else if (kind == A_BWD_B)
+            FB(chunk, k[chunk].nb++) = t + 1;
+        else
+            k[chunk].nw++;
+        for (int o = 0; o < p; o++)
+            z[o].blocked = 0;
+    }
+#undef FF
+#undef FB
+    rc = 0;
+    *step = 0;
+    for (int q = 0; q < p; q++)
+        if (z[q].free_at > *step)
+            *step = z[q].free_at;
+    for (int c = 0; c < nc; c++)
+        if (k[c].nw != m)
+            rc = -1; /* a stage could not finish: a bug of the builder, caught here */
+out:
+    free(ff);
+    free(fb);
+    free(k);
+    free(z);
+    return rc;
+}
+
+static int build_zbv(pg_schedule *s, int p, int m)
+{
+    long best = -1;
+    for (int variant = 0; variant < 4; variant++) {
+        pg_schedule t;
+        long step;
+        if (pg_sched_alloc(&t, p, s->nchunks, m, s->placement) != 0)
+            return -1;
+        if (build_zbv_variant(&t, p, m, variant < 2, variant % 2 == 0, &step) != 0) {
+            pg_schedule_free(&t);
+            return -1;
+        }
+        if (best < 0 || step < best) {
+            best = step;
+            for (int st = 0; st < p; st++) {
+                pg_stage_sched x = s->stage[st];
+                s->stage[st] = t.stage[st];
+                t.stage[st] = x;
+            }
+        }
+        pg_schedule_free(&t);
+    }
+    return 0;
+}
+
 int pg_schedule_builtin(const ir_model *m, pg_schedule *s, pg_diag *d)
 {
     char kind[64];
@@ -319,7 +482,7 @@ int pg_schedule_builtin(const ir_model *m, pg_schedule *s, pg_diag *d)
     pg_loc loc = pg_act_loc(m, &tmp, NULL);
     int p = m->nstages, nc = m->nchunks;
     int64_t mbs = m->train.microbatches;
-    pg_schedule_kind_str(m, kind, sizeof kind);
+    pg_schedule_name(m, kind, sizeof kind);
     memset(s, 0, sizeof *s);
     if (p < 1 || p > PG_SCHED_MAX_STAGES || nc < p || nc > PG_SCHED_MAX_CHUNKS || nc % p != 0) {
         pg_error(d, loc, "cannot schedule %d chunks on %d stages (at most %d of each, "
@@ -345,19 +508,37 @@ int pg_schedule_builtin(const ir_model *m, pg_schedule *s, pg_diag *d)
                  "the stage count (%d)", kind, nmb, p);
         return -1;
     }
-    if (pg_sched_alloc(s, p, nc, nmb) != 0)
+    if (m->train.schedule == SCHED_AUTO) {
+        pg_error(d, loc, "schedule auto has not been resolved into a schedule (codegen/auto.c)");
+        return -1;
+    }
+    int is_v = m->placement == PLACE_V && nc == 2 * p;
+    if ((m->train.schedule == SCHED_ZBV && !is_v) ||
+        (m->placement == PLACE_V && m->train.schedule != SCHED_ZBV && m->train.schedule != SCHED_GPIPE)) {
+        pg_error(d, loc, "schedule %s cannot run %d chunks on %d stages in %s placement (zbv: two chunks per "
+                 "stage in V placement)", kind, nc, p, pg_placement_name(m->placement));
+        return -1;
+    }
+    if (pg_sched_alloc(s, p, nc, nmb, m->placement) != 0)
         goto oom;
     if (p > 1 && m->train.schedule == SCHED_ZB1) {
         if (build_zb1(s, p, nmb) != 0)
             goto oom;
         return 0;
     }
+    if (p > 1 && m->train.schedule == SCHED_ZBV) {
+        if (build_zbv(s, p, nmb) != 0)
+            goto oom;
+        return 0;
+    }
     for (int st = 0; st < p; st++) {
         sched_builder b = { &s->stage[st], 0 };
+        int chunks[PG_SCHED_MAX_CHUNKS];
+        int nlocal = pg_stage_chunks(s, st, chunks);
         if (p == 1)
             build_single(&b, nc, nmb);
         else if (m->train.schedule == SCHED_GPIPE)
-            build_gpipe(&b, st, p, v, nmb);
+            build_gpipe(&b, chunks, nlocal, nmb);
         else if (m->train.schedule == SCHED_1F1B)
             build_1f1b(&b, st, p, nmb);
         else
@@ -375,26 +556,42 @@ oom:
 /* ---- activation slots ------------------------------------------------------- */
 
 /* FWD takes the lowest free slot of its chunk on the stage, BWD_B uses it,
- * BWD_W frees it: a micro-batch's activations live from its forward to its
- * weight gradient. */
+ * and it is free again after the micro-batch's BWD_W and after every send
+ * that reads the chunk's buffers of that micro-batch (its output, input
+ * gradient, stashed skips and skip gradients: a send may come after BWD_W
+ * when its peer receives it late, see schedule_comms.c). */
+static int reads_slot(pg_act_kind k)
+{
+    return k == A_BWD_W || k == A_SEND_ACT || k == A_SEND_GRAD || k == A_SEND_SKIP || k == A_SEND_SKIP_GRAD;
+}
+
 void pg_assign_slots(pg_schedule *s)
 {
     int p = s->nstages, nmb = s->nmb;
-    int *slot_of = malloc((size_t)(nmb > 0 ? nmb : 1) * sizeof *slot_of);
-    unsigned char *busy = malloc((size_t)(nmb > 0 ? nmb : 1) + 1);
+    size_t n1 = (size_t)(nmb > 0 ? nmb : 1);
+    int *slot_of = malloc(n1 * sizeof *slot_of);
+    int *last = malloc(n1 * sizeof *last); /* per mb: the action after which its slot is free */
+    unsigned char *busy = malloc(n1 + 1);
     for (int st = 0; st < p; st++) {
         pg_stage_sched *ss = &s->stage[st];
+        int chunks[PG_SCHED_MAX_CHUNKS];
+        int nlocal = pg_stage_chunks(s, st, chunks);
         memset(ss->nslots_per_chunk, 0, sizeof ss->nslots_per_chunk);
-        for (int lc = 0; lc * p + st < s->nchunks && lc < PG_SCHED_MAX_CHUNKS; lc++) {
-            int chunk = lc * p + st, live = 0, peak = 0;
-            if (!slot_of || !busy)
+        for (int lc = 0; lc < nlocal; lc++) {
+            int chunk = chunks[lc], live = 0, peak = 0;
+            if (!slot_of || !busy || !last)
                 break;
             for (int i = 0; i < nmb; i++)
-                slot_of[i] = -1;
+                slot_of[i] = last[i] = -1;
             memset(busy, 0, (size_t)nmb + 1);
             for (int i = 0; i < ss->n; i++) {
+                const pg_act *a = &ss->act[i];
+                if (reads_slot(a->kind) && a->chunk == chunk && a->mb >= 0 && a->mb < nmb)
+                    last[a->mb] = i;
+            }
+            for (int i = 0; i < ss->n; i++) {
                 pg_act *a = &ss->act[i];
-                if (!pg_act_is_compute(a->kind) || a->chunk != chunk || a->mb < 0 || a->mb >= nmb)
+                if (a->chunk != chunk || a->mb < 0 || a->mb >= nmb)
                     continue;
                 if (a->kind == A_FWD) {
                     int k = 0;
@@ -407,8 +604,9 @@ void pg_assign_slots(pg_schedule *s)
                     if (k + 1 > peak)
                         peak = k + 1;
                 }
-                a->slot = slot_of[a->mb];
-                if (a->kind == A_BWD_W && slot_of[a->mb] >= 0) {
+                if (pg_act_is_compute(a->kind))
+                    a->slot = slot_of[a->mb];
+                if (i == last[a->mb] && slot_of[a->mb] >= 0) {
                     busy[slot_of[a->mb]] = 0;
                     slot_of[a->mb] = -1;
                     live--;
@@ -418,6 +616,7 @@ void pg_assign_slots(pg_schedule *s)
         }
     }
     free(slot_of);
+    free(last);
     free(busy);
 }
 

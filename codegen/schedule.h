@@ -10,6 +10,9 @@
  *  - a RECV blocks until the matching SEND has happened;
  *  - messages between two stages arrive in the order they were sent, and the
  *    n-th RECV from a peer must match the n-th SEND to it in kind, mb, chunk.
+ *    The communication pass pairs each RECV with its SEND by identity (kind,
+ *    micro-batch, chunk or skip) and orders every stage's sends to a peer as
+ *    that peer receives them, so the wire order is the receive order.
  */
 #ifndef PG_SCHEDULE_H
 #define PG_SCHEDULE_H
@@ -54,18 +57,28 @@ typedef struct pg_act {
 typedef struct pg_stage_sched {
     int n, cap;
     pg_act *act;
-    int nslots_per_chunk[64]; /* activation slots needed per local chunk (set by pg_assign_slots) */
+    int nslots_per_chunk[64]; /* activation slots needed per local chunk, the stage's
+                                 chunks in chunk order (set by pg_assign_slots) */
 } pg_stage_sched;
 
 typedef struct pg_schedule {
     int nstages, nchunks, nmb;
+    ir_placement placement;  /* how chunk_stage was made */
+    int chunk_stage[64];     /* [nchunks]: the stage that runs each chunk */
     pg_stage_sched *stage;  /* [nstages] */
     char *file;             /* owned: the CSV the actions came from, NULL for built-ins */
 } pg_schedule;
 
+/* The chunks stage st runs, in chunk order, into out[64]; returns how many. */
+int pg_stage_chunks(const pg_schedule *s, int st, int *out);
+
 /* "FWD", "RECV_GRAD", ...; and a readable form "RECV_GRAD(mb 3, chunk 1) from stage 3". */
 const char *pg_act_name(pg_act_kind k);
 const char *pg_act_str(const pg_act *a, char *buf, size_t n);
+
+/* The model's schedule for messages and listings: "1f1b", "interleaved(2)",
+ * "zbv", "file(x.csv)"; returns buf. */
+const char *pg_schedule_name(const ir_model *m, char *buf, size_t n);
 
 /* Compute actions of a built-in schedule (FWD/BWD_B/BWD_W only, no comms). */
 int pg_schedule_builtin(const ir_model *m, pg_schedule *s, pg_diag *d);
@@ -73,9 +86,12 @@ int pg_schedule_builtin(const ir_model *m, pg_schedule *s, pg_diag *d);
  * first), with located errors; write any schedule in the same format (all actions). */
 int pg_schedule_read_csv(const char *path, const ir_model *m, pg_schedule *s, pg_diag *d);
 void pg_schedule_write_csv(const pg_schedule *s, FILE *out);
-/* Insert activation/gradient/skip/tie/norm communication and OPT_STEP. */
+/* Insert activation/gradient/skip/tie/norm communication and OPT_STEP; then
+ * order each stage's sends to a peer as the peer receives them. */
 int pg_schedule_add_comms(const ir_model *m, pg_schedule *s);
-/* Give every FWD/BWD its activation slot (free list per stage and chunk). */
+/* Give every FWD/BWD its activation slot (free list per stage and chunk): a
+ * slot is taken at FWD and given back after the last of the micro-batch's
+ * BWD_W and the sends that read its buffers. */
 void pg_assign_slots(pg_schedule *s);
 /* Simulate all stages together. 0 when every RECV meets its SEND and all stages
  * finish; otherwise reports the unmatched actions or the wait cycle through d. */

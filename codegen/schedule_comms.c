@@ -24,7 +24,19 @@
  *              other user sends its gradient to the lowest one, which adds them
  *              in stage order and sends the sum back to each.
  * Then GRAD_NORM on every stage when grad_clip > 0 (all stages exchange their
- * sums of squares), then OPT_STEP. */
+ * sums of squares), then OPT_STEP.
+ *
+ * Messages between two stages travel in one ordered stream, and a stage may
+ * receive them in another order than its peer made them: with interleaved or
+ * V placement a skip stashed in chunk a and popped in chunk b of a later round
+ * is made with a's output of that micro-batch but received after b's input
+ * of later micro-batches. So, last, each RECV is paired with its SEND by
+ * identity (kind, micro-batch, chunk or skip) and each stage's sends to a peer
+ * are put in the order that peer receives them: a send waits in the list
+ * until the messages the peer takes before it are sent (never earlier than
+ * what it sends is made). Sends do not block, so the wait adds no dependency
+ * the receiver did not have; the slots keep what a late send reads alive
+ * (pg_assign_slots). */
 #include <stdlib.h>
 #include <string.h>
 #include "sched_internal.h"
@@ -158,6 +170,158 @@ static void emit_step_end(comms_builder *b, int st)
     emit(b, A_OPT_STEP, -1, -1, -1, -1, -1);
 }
 
+/* ---- sends in the order their peers receive them ---------------------------- */
+
+static int is_mb_send(pg_act_kind k)
+{
+    return k == A_SEND_ACT || k == A_SEND_GRAD || k == A_SEND_SKIP || k == A_SEND_SKIP_GRAD;
+}
+
+static int is_mb_recv(pg_act_kind k)
+{
+    return k == A_RECV_ACT || k == A_RECV_GRAD || k == A_RECV_SKIP || k == A_RECV_SKIP_GRAD;
+}
+
+/* A per-micro-batch message by what it is, the same at both ends: the send's
+ * kind, the micro-batch, the sending chunk (activations, gradients) or the skip. */
+typedef struct msg_id {
+    pg_act_kind kind;
+    int mb, x;
+} msg_id;
+
+static msg_id id_of_send(const pg_act *a)
+{
+    msg_id id = { a->kind, a->mb, a->kind == A_SEND_SKIP || a->kind == A_SEND_SKIP_GRAD ? a->skip : a->chunk };
+    return id;
+}
+
+static msg_id id_of_recv(const pg_act *a)
+{
+    msg_id id = { A_SEND_ACT, a->mb, a->chunk - 1 };
+    switch (a->kind) {
+    case A_RECV_GRAD: id.kind = A_SEND_GRAD, id.x = a->chunk + 1; break;
+    case A_RECV_SKIP: id.kind = A_SEND_SKIP, id.x = a->skip; break;
+    case A_RECV_SKIP_GRAD: id.kind = A_SEND_SKIP_GRAD, id.x = a->skip; break;
+    default: break;
+    }
+    return id;
+}
+
+static int id_eq(msg_id a, msg_id b)
+{
+    return a.kind == b.kind && a.mb == b.mb && a.x == b.x;
+}
+
+/* One stage's per-micro-batch sends to one peer: the order the peer receives
+ * them in (want), and the sends made but held back (held, indices into the
+ * stage's actions). */
+typedef struct send_queue {
+    msg_id *want;
+    int nwant, next;
+    int *held;
+    int nheld;
+} send_queue;
+
+/* Emit the held sends the peer takes next, as long as there are such. */
+static int release(send_queue *q, const pg_stage_sched *in, pg_stage_sched *out)
+{
+    for (int found = 1; found && q->next < q->nwant;) {
+        found = 0;
+        for (int h = 0; h < q->nheld; h++)
+            if (id_eq(id_of_send(&in->act[q->held[h]]), q->want[q->next])) {
+                if (pg_sched_push(out, in->act[q->held[h]]) != 0)
+                    return -1;
+                q->held[h] = q->held[--q->nheld];
+                q->next++;
+                found = 1;
+                break;
+            }
+    }
+    return 0;
+}
+
+/* Emit every held send, in the order they were made (what the peer never
+ * asks for, or asks for out of reach: the verifier reports it). */
+static int release_all(send_queue *q, const pg_stage_sched *in, pg_stage_sched *out)
+{
+    /* held[] lost its order when sends were taken out: sort by action index */
+    for (int i = 1; i < q->nheld; i++)
+        for (int j = i; j > 0 && q->held[j - 1] > q->held[j]; j--) {
+            int t = q->held[j];
+            q->held[j] = q->held[j - 1];
+            q->held[j - 1] = t;
+        }
+    for (int h = 0; h < q->nheld; h++)
+        if (pg_sched_push(out, in->act[q->held[h]]) != 0)
+            return -1;
+    q->nheld = 0;
+    return 0;
+}
+
+static int order_stage_sends(pg_schedule *s, int st)
+{
+    int p = s->nstages, rc = -1;
+    pg_stage_sched *in = &s->stage[st], out = { 0 };
+    send_queue *q = calloc((size_t)p, sizeof *q);
+    if (!q)
+        return -1;
+    for (int r = 0; r < p; r++) {
+        const pg_stage_sched *rs = &s->stage[r];
+        if (r == st)
+            continue;
+        q[r].want = malloc((size_t)(rs->n > 0 ? rs->n : 1) * sizeof *q[r].want);
+        q[r].held = malloc((size_t)(in->n > 0 ? in->n : 1) * sizeof *q[r].held);
+        if (!q[r].want || !q[r].held)
+            goto out;
+        for (int i = 0; i < rs->n; i++)
+            if (is_mb_recv(rs->act[i].kind) && rs->act[i].peer == st)
+                q[r].want[q[r].nwant++] = id_of_recv(&rs->act[i]);
+    }
+    for (int i = 0; i < in->n; i++) {
+        const pg_act *a = &in->act[i];
+        int r = a->peer;
+        if (is_mb_send(a->kind) && r >= 0 && r < p && r != st) {
+            q[r].held[q[r].nheld++] = i;
+            if (release(&q[r], in, &out) != 0)
+                goto out;
+            continue;
+        }
+        /* the step's end: nothing held may pass it */
+        if (a->kind == A_TIE_GRAD_SEND || a->kind == A_TIE_GRAD_RECV || a->kind == A_TIE_REDUCE ||
+            a->kind == A_GRAD_NORM || a->kind == A_OPT_STEP)
+            for (int r2 = 0; r2 < p; r2++)
+                if (r2 != st && release_all(&q[r2], in, &out) != 0)
+                    goto out;
+        if (pg_sched_push(&out, *a) != 0)
+            goto out;
+    }
+    for (int r = 0; r < p; r++)
+        if (r != st && release_all(&q[r], in, &out) != 0)
+            goto out;
+    free(in->act);
+    in->act = out.act;
+    in->n = out.n;
+    in->cap = out.cap;
+    out.act = NULL;
+    rc = 0;
+out:
+    free(out.act);
+    for (int r = 0; r < p; r++) {
+        free(q[r].want);
+        free(q[r].held);
+    }
+    free(q);
+    return rc;
+}
+
+static int order_sends(pg_schedule *s)
+{
+    for (int st = 0; st < s->nstages; st++)
+        if (order_stage_sends(s, st) != 0)
+            return -1;
+    return 0;
+}
+
 int pg_schedule_add_comms(const ir_model *m, pg_schedule *s)
 {
     for (int st = 0; st < s->nstages; st++) {
@@ -177,5 +341,5 @@ int pg_schedule_add_comms(const ir_model *m, pg_schedule *s)
         ss->n = b.out.n;
         ss->cap = b.out.cap;
     }
-    return 0;
+    return order_sends(s);
 }

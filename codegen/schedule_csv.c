@@ -261,7 +261,7 @@ int pg_schedule_read_csv(const char *path, const ir_model *m, pg_schedule *s, pg
     csv_ctx c = { .path = src.path, .m = m, .s = s, .d = d };
     const pg_source *saved = d->src;
     d->src = &src; /* quote the CSV's lines */
-    if (pg_sched_alloc(s, m->nstages, m->nchunks, (int)m->train.microbatches) != 0 ||
+    if (pg_sched_alloc(s, m->nstages, m->nchunks, (int)m->train.microbatches, m->placement) != 0 ||
         !(s->file = strdup(path)) ||
         !(c.seen = calloc((size_t)m->nchunks * (size_t)s->nmb * 3, sizeof *c.seen))) {
         c.path = s->file ? s->file : path;

@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
 #include "sched_sim.h"
 #include "svg.h"
 
@@ -84,8 +85,7 @@ const char *pg_cost_unit(int seconds)
     return seconds ? "s" : "flop";
 }
 
-/* A value with an SI prefix and unit, 4 significant digits: "1.25 Gflop". */
-static void fmt_si(char *buf, size_t n, double v, const char *unit)
+void pg_fmt_si(char *buf, size_t n, double v, const char *unit)
 {
     static const char *const big[] = { "", "k", "M", "G", "T", "P" };
     static const char *const small[] = { "", "m", "u", "n" };
@@ -110,7 +110,7 @@ void pg_schedule_report(const ir_model *m, const pg_schedule *s, const pg_sched_
     pg_sched_prediction pr;
     char kind[64], v[48];
     const char *unit = pg_cost_unit(seconds);
-    pg_schedule_kind_str(m, kind, sizeof kind);
+    pg_schedule_name(m, kind, sizeof kind);
     if (pg_schedule_predict(m, s, c, &pr) != 0) {
         fprintf(out, "prediction: the schedule cannot be simulated\n");
         return;
@@ -118,7 +118,7 @@ void pg_schedule_report(const ir_model *m, const pg_schedule *s, const pg_sched_
     double busy = 0;
     for (int st = 0; st < s->nstages; st++)
         busy += pr.busy[st];
-    fmt_si(v, sizeof v, pr.step_time, unit);
+    pg_fmt_si(v, sizeof v, pr.step_time, unit);
     fprintf(out, "predicted step (%s, %s, %s): %s, bubble %.1f%%\n", kind,
             seconds ? "measured layer times" : "model units: estimated flops",
             msg_words(c, seconds), v,
@@ -132,7 +132,7 @@ void pg_schedule_report(const ir_model *m, const pg_schedule *s, const pg_sched_
                 last = i;
                 n++;
             }
-        fmt_si(v, sizeof v, pr.busy[st], unit);
+        pg_fmt_si(v, sizeof v, pr.busy[st], unit);
         fprintf(out, "stage %d: %d layer%s", st, n, n == 1 ? "" : "s");
         if (first >= 0 && m->nchunks == m->nstages && first == last)
             fprintf(out, " (%s)", m->layers[first].name ? m->layers[first].name : "?");
@@ -154,11 +154,48 @@ static double tick_step(double span)
     return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * p;
 }
 
-/* Layout in pixels. */
+/* Layout in pixels; the plot and the canvas widen when their text needs it. */
 enum { LEFT = 80, TOP = 48, ROW_H = 26, ROW_GAP = 6, PLOT_W = 960, RIGHT = 24 };
 
-static const char *const fill[3] = { "#4f81bd", "#f2a541", "#7cb85c" }; /* F, B, W */
-static const char *const label[3] = { "F  forward", "B  input gradient", "W  weight gradient" };
+/* What a box is drawn as: compute passes full height, shaded by chunk;
+ * messages and per-step exchanges in their own colours, messages lower. */
+enum { CAT_F, CAT_B, CAT_W, CAT_SEND, CAT_RECV, CAT_TIE, CAT_NORM, CAT_OPT, CAT__COUNT };
+static const char *const cat_fill[CAT__COUNT] = { "#4f81bd", "#f2a541", "#7cb85c", "#8c8c8c", "#c8c8c8",
+                                                  "#c0504d", "#4bacc6", "#8064a2" };
+static const char *const cat_label[CAT__COUNT] = { "F  forward", "B  input gradient", "W  weight gradient", "send",
+                                                   "receive (and its wait)", "tie exchange", "grad-norm exchange",
+                                                   "optimizer" };
+
+static int category(int kind)
+{
+    switch (kind) {
+    case A_FWD: return CAT_F;
+    case A_BWD_B: return CAT_B;
+    case A_BWD_W: return CAT_W;
+    case A_SEND_ACT: case A_SEND_GRAD: case A_SEND_SKIP: case A_SEND_SKIP_GRAD: return CAT_SEND;
+    case A_RECV_ACT: case A_RECV_GRAD: case A_RECV_SKIP: case A_RECV_SKIP_GRAD: return CAT_RECV;
+    case A_TIE_REDUCE: case A_TIE_SEND: case A_TIE_RECV: case A_TIE_GRAD_SEND: case A_TIE_GRAD_RECV: return CAT_TIE;
+    case A_GRAD_NORM: return CAT_NORM;
+    case A_OPT_STEP: return CAT_OPT;
+    default: return -1;
+    }
+}
+
+/* Estimated text widths (DejaVu Sans): bold 15 px titles, 12 px legend, 11 px
+ * box labels, 10 px ticks; a middle dot is narrow. */
+static double text_w(const char *s, double per_char)
+{
+    double w = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == 0xc2 && p[1] == 0xb7) { /* U+00B7 MIDDLE DOT */
+            w += per_char * 0.5;
+            p++;
+        } else {
+            w += per_char;
+        }
+    }
+    return w;
+}
 
 static void xml_text(FILE *o, const char *s)
 {
@@ -176,30 +213,105 @@ static void xml_text(FILE *o, const char *s)
     }
 }
 
+/* A fill mixed toward white by t in [0, 1]: the later chunks of a stage. */
+static void shade(const char *hex, double t, char out[8])
+{
+    unsigned rgb = (unsigned)strtoul(hex + 1, NULL, 16);
+    int c[3] = { (int)(rgb >> 16 & 255), (int)(rgb >> 8 & 255), (int)(rgb & 255) };
+    for (int k = 0; k < 3; k++)
+        c[k] = (int)lround(c[k] + (255 - c[k]) * t);
+    snprintf(out, 8, "#%02x%02x%02x", c[0], c[1], c[2]);
+}
+
+/* Each chunk's place among the chunks its stage runs in the picture (0 the
+ * first), and the most chunks one stage runs. */
+static int chunk_places(const pg_timeline *t, int place[64])
+{
+    uint64_t on[64] = { 0 };
+    int most = 1;
+    for (int i = 0; i < t->nbox; i++) {
+        const pg_timeline_box *a = &t->box[i];
+        if (a->stage >= 0 && a->stage < 64 && a->chunk >= 0 && a->chunk < 64 && category(a->kind) <= CAT_W &&
+            category(a->kind) >= 0)
+            on[a->stage] |= 1ull << a->chunk;
+    }
+    for (int c = 0; c < 64; c++)
+        place[c] = 0;
+    for (int st = 0; st < 64; st++) {
+        int k = 0;
+        for (int c = 0; c < 64; c++)
+            if (on[st] >> c & 1)
+                place[c] = k++;
+        if (k > most)
+            most = k;
+    }
+    return most;
+}
+
+/* A pass's label: "3·c2" (micro-batch 3 of chunk 2) when stages run several
+ * chunks, else "3"; on a box too narrow for it, the micro-batch alone, else
+ * nothing: the same rule for every box. */
+static const char *box_label(const pg_timeline_box *a, int chunks, double w, char *buf, size_t n)
+{
+    if (chunks > 1) {
+        snprintf(buf, n, "%d\xc2\xb7" "c%d", a->mb, a->chunk);
+        if (text_w(buf, 6.6) + 4 <= w)
+            return buf;
+    }
+    snprintf(buf, n, "%d", a->mb);
+    return text_w(buf, 6.6) + 4 <= w ? buf : NULL;
+}
+
 void pg_timeline_svg(const pg_timeline *t, FILE *o)
 {
-    int p = t->nstages;
+    int p = t->nstages, place[64], used[CAT__COUNT] = { 0 };
+    int chunks = chunk_places(t, place);
     double step = t->step, busy = 0;
     for (int st = 0; st < p; st++)
         busy += t->busy[st];
+    for (int i = 0; i < t->nbox; i++)
+        if (category(t->box[i].kind) >= 0 && t->box[i].dur > 0)
+            used[category(t->box[i].kind)] = 1;
     double bubble = step > 0 ? 1.0 - busy / (step * p) : 0.0;
-    double scale = step > 0 ? PLOT_W / step : 0.0;
+    const char *unit = pg_cost_unit(t->seconds);
+    char sstep[48], title[1024], lbl[48];
+    pg_fmt_si(sstep, sizeof sstep, step, unit);
+    snprintf(title, sizeof title, "%s: %s, %d stage%s, %d micro-batch%s - bubble %.1f%%, step %s (%s)",
+             t->model ? t->model : "model", t->schedule, p, p == 1 ? "" : "s", t->nmb, t->nmb == 1 ? "" : "es",
+             100.0 * bubble, sstep, t->source);
+
+    /* the axis: ticks of 1, 2 or 5 x 10^k, the plot wide enough for their labels */
+    double dt = tick_step(step), widest = 0;
+    int nticks = 0;
+    for (int k = 0; step > 0 && k * dt <= step * (1 + 1e-9) && k <= 100; k++, nticks++) {
+        pg_fmt_si(lbl, sizeof lbl, k * dt, unit);
+        if (text_w(lbl, 6.0) > widest)
+            widest = text_w(lbl, 6.0);
+    }
+    int plot_w = PLOT_W;
+    if (nticks > 1 && (widest + 12) * (step / dt) > plot_w)
+        plot_w = (int)ceil((widest + 12) * (step / dt));
+    double scale = step > 0 ? plot_w / step : 0.0;
+    /* the legend, one line */
+    double legend_w = 0;
+    for (int k = 0; k < CAT__COUNT; k++)
+        if (k <= CAT_W || used[k])
+            legend_w += 22 + text_w(cat_label[k], 7.0) + 20;
+    legend_w += 22 + text_w("idle (bubble)", 7.0);
+    int width = LEFT + plot_w + RIGHT;
+    if (LEFT + text_w(title, 8.6) + RIGHT > width)
+        width = (int)ceil(LEFT + text_w(title, 8.6) + RIGHT);
+    if (LEFT + legend_w + RIGHT > width)
+        width = (int)ceil(LEFT + legend_w + RIGHT);
     int plot_h = p * (ROW_H + ROW_GAP) - ROW_GAP;
-    int width = LEFT + PLOT_W + RIGHT, height = TOP + plot_h + 84;
-    char sstep[48];
-    fmt_si(sstep, sizeof sstep, step, pg_cost_unit(t->seconds));
+    int height = TOP + plot_h + 84 + (chunks > 1 ? 16 : 0);
 
     fprintf(o, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
                "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n", width, height, width, height);
     fprintf(o, "<rect x=\"0\" y=\"0\" width=\"%d\" height=\"%d\" fill=\"#ffffff\"/>\n", width, height);
     fprintf(o, "<text x=\"%d\" y=\"22\" font-size=\"15\" font-weight=\"bold\">", LEFT);
-    xml_text(o, t->model ? t->model : "model");
-    fprintf(o, ": ");
-    xml_text(o, t->schedule);
-    fprintf(o, ", %d stage%s, %d micro-batch%s - bubble %.1f%%, step %s (", p, p == 1 ? "" : "s", t->nmb,
-            t->nmb == 1 ? "" : "es", 100.0 * bubble, sstep);
-    xml_text(o, t->source);
-    fprintf(o, ")</text>\n");
+    xml_text(o, title);
+    fprintf(o, "</text>\n");
 
     /* rows: label, outline; idle time stays white */
     for (int st = 0; st < p; st++) {
@@ -210,55 +322,72 @@ void pg_timeline_svg(const pg_timeline *t, FILE *o)
         fprintf(o, "<text x=\"%d\" y=\"%d\" font-size=\"9\" fill=\"#666666\" text-anchor=\"end\">idle %.1f%%</text>\n",
                 LEFT - 8, y + ROW_H / 2 + 10, 100.0 * b);
         fprintf(o, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#ffffff\" stroke=\"#bbbbbb\" "
-                   "stroke-width=\"1\"/>\n", LEFT, y, PLOT_W, ROW_H);
+                   "stroke-width=\"1\"/>\n", LEFT, y, plot_w, ROW_H);
     }
-    /* the passes */
+    /* the boxes */
     for (int i = 0; i < t->nbox; i++) {
         const pg_timeline_box *a = &t->box[i];
-        if (a->stage < 0 || a->stage >= p || a->kind < 0 || a->kind > 2 || !(a->dur > 0))
+        int cat = category(a->kind);
+        if (a->stage < 0 || a->stage >= p || cat < 0 || !(a->dur > 0))
             continue;
-        int y = TOP + a->stage * (ROW_H + ROW_GAP), k = a->kind;
+        int y = TOP + a->stage * (ROW_H + ROW_GAP), h = ROW_H - 2, y0 = y + 1;
         double x = LEFT + a->start * scale, w = a->dur * scale;
+        char fill[8], tip[160], txt[48];
+        double light = cat <= CAT_W && chunks > 1 && a->chunk >= 0 && a->chunk < 64
+                           ? 0.55 * place[a->chunk] / (chunks - 1) : 0.0;
+        shade(cat_fill[cat], light, fill);
+        if (cat == CAT_SEND || cat == CAT_RECV) { /* messages: the lower half of the row */
+            h = ROW_H / 2 - 1;
+            y0 = y + ROW_H / 2;
+        }
+        if (cat <= CAT_W)
+            snprintf(tip, sizeof tip, "%s mb %d chunk %d", cat == CAT_F ? "F" : cat == CAT_B ? "B" : "W", a->mb, a->chunk);
+        else if (a->mb >= 0)
+            snprintf(tip, sizeof tip, "%s mb %d chunk %d", pg_act_name((pg_act_kind)a->kind), a->mb, a->chunk);
+        else
+            snprintf(tip, sizeof tip, "%s", pg_act_name((pg_act_kind)a->kind));
         fprintf(o, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" stroke=\"#ffffff\" "
-                   "stroke-width=\"0.75\"><title>%s mb %d chunk %d</title></rect>\n",
-                x, y + 1, w, ROW_H - 2, fill[k], k == 0 ? "F" : k == 1 ? "B" : "W", a->mb, a->chunk);
-        int digits = a->mb >= 100 ? 3 : a->mb >= 10 ? 2 : 1;
-        if (w >= 7.0 * digits + 3)
-            fprintf(o, "<text x=\"%.2f\" y=\"%d\" font-size=\"11\" fill=\"#ffffff\" text-anchor=\"middle\">%d</text>\n",
-                    x + w / 2, y + ROW_H / 2 + 4, a->mb);
+                   "stroke-width=\"0.75\"><title>%s</title></rect>\n", x, y0, w, h, fill, tip);
+        const char *l = cat <= CAT_W ? box_label(a, chunks, w, txt, sizeof txt) : NULL;
+        if (l)
+            fprintf(o, "<text x=\"%.2f\" y=\"%d\" font-size=\"11\" fill=\"%s\" text-anchor=\"middle\">%s</text>\n",
+                    x + w / 2, y + ROW_H / 2 + 4, light > 0.25 ? "#222222" : "#ffffff", l);
     }
-    /* time axis */
+    /* the axis: time, or the cost model's flops */
     int ay = TOP + plot_h + 8;
     fprintf(o, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#333333\" stroke-width=\"1\"/>\n", LEFT, ay,
-            LEFT + PLOT_W, ay);
-    double dt = tick_step(step);
-    for (int k = 0; step > 0 && k * dt <= step * (1 + 1e-9) && k <= 100; k++) {
-        char lbl[48];
+            LEFT + plot_w, ay);
+    for (int k = 0; k < nticks; k++) {
         double x = LEFT + k * dt * scale;
-        fmt_si(lbl, sizeof lbl, k * dt, pg_cost_unit(t->seconds));
+        pg_fmt_si(lbl, sizeof lbl, k * dt, unit);
         fprintf(o, "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"#333333\" stroke-width=\"1\"/>\n", x, ay,
                 x, ay + 4);
         fprintf(o, "<text x=\"%.2f\" y=\"%d\" font-size=\"10\" text-anchor=\"middle\">%s</text>\n", x, ay + 16,
                 k == 0 ? "0" : lbl);
     }
-    fprintf(o, "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"end\" fill=\"#666666\">time</text>\n",
-            LEFT + PLOT_W, ay + 30);
-    /* legend */
+    fprintf(o, "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"end\" fill=\"#666666\">%s</text>\n",
+            LEFT + plot_w, ay + 30, t->seconds ? "time" : "estimated flops (the cost model's units, not time)");
+    /* the legend: F, B, W, what else is drawn, idle */
     int ly = ay + 40;
-    for (int k = 0; k < 3; k++) {
-        int lx = LEFT + k * 190;
-        fprintf(o, "<rect x=\"%d\" y=\"%d\" width=\"16\" height=\"14\" fill=\"%s\"/>\n", lx, ly, fill[k]);
-        fprintf(o, "<text x=\"%d\" y=\"%d\" font-size=\"12\">%s</text>\n", lx + 22, ly + 11, label[k]);
+    double lx = LEFT;
+    for (int k = 0; k < CAT__COUNT; k++) {
+        if (k > CAT_W && !used[k])
+            continue;
+        fprintf(o, "<rect x=\"%.0f\" y=\"%d\" width=\"16\" height=\"14\" fill=\"%s\"/>\n", lx, ly, cat_fill[k]);
+        fprintf(o, "<text x=\"%.0f\" y=\"%d\" font-size=\"12\">%s</text>\n", lx + 22, ly + 11, cat_label[k]);
+        lx += 22 + ceil(text_w(cat_label[k], 7.0)) + 20;
     }
-    fprintf(o, "<rect x=\"%d\" y=\"%d\" width=\"16\" height=\"14\" fill=\"#ffffff\" stroke=\"#bbbbbb\"/>\n",
-            LEFT + 3 * 190, ly);
-    fprintf(o, "<text x=\"%d\" y=\"%d\" font-size=\"12\">idle (bubble)</text>\n", LEFT + 3 * 190 + 22, ly + 11);
+    fprintf(o, "<rect x=\"%.0f\" y=\"%d\" width=\"16\" height=\"14\" fill=\"#ffffff\" stroke=\"#bbbbbb\"/>\n", lx, ly);
+    fprintf(o, "<text x=\"%.0f\" y=\"%d\" font-size=\"12\">idle (bubble)</text>\n", lx + 22, ly + 11);
+    if (chunks > 1)
+        fprintf(o, "<text x=\"%d\" y=\"%d\" font-size=\"11\" fill=\"#666666\">labels: micro-batch\xc2\xb7" "chunk; "
+                   "a stage's first chunk darkest, its later chunks lighter</text>\n", LEFT, ly + 30);
     fprintf(o, "</svg>\n");
 }
 
 /* The simulated step as a timeline: the passes in stage and action order. */
 static int draw(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, double **start, double **dur,
-                const pg_sim *sim, int seconds, FILE *o)
+                double **own, const pg_sim *sim, int seconds, FILE *o)
 {
     int p = s->nstages, n = 0;
     for (int st = 0; st < p; st++)
@@ -267,7 +396,7 @@ static int draw(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c
     if (!box)
         return -1;
     char kind[64];
-    pg_schedule_kind_str(m, kind, sizeof kind);
+    pg_schedule_name(m, kind, sizeof kind);
     pg_timeline t = { m->name, kind, p, s->nmb, 0, sim->busy, seconds,
                       !seconds ? "estimated flops, messages free"
                       : !strcmp(msg_words(c, seconds), "measured messages") ? "measured layer and message times"
@@ -277,10 +406,10 @@ static int draw(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c
         const pg_stage_sched *ss = &s->stage[st];
         for (int i = 0; i < ss->n; i++) {
             const pg_act *a = &ss->act[i];
-            if (!pg_act_is_compute(a->kind))
-                continue;
-            box[t.nbox++] = (pg_timeline_box){ st, a->kind == A_FWD ? 0 : a->kind == A_BWD_B ? 1 : 2, a->mb, a->chunk,
-                                               start[st][i], dur[st][i] };
+            /* compute for its cost; anything else for what it keeps its stage busy */
+            double d = pg_act_is_compute(a->kind) ? dur[st][i] : own[st][i];
+            if (d > 0)
+                box[t.nbox++] = (pg_timeline_box){ st, (int)a->kind, a->mb, a->chunk, start[st][i], d };
         }
     }
     pg_timeline_svg(&t, o);
@@ -310,7 +439,7 @@ int pg_schedule_svg(const ir_model *m, const pg_schedule *s, const pg_sched_cost
     pg_sim_setup_timed(&sim, m, s, c, dur, own);
     sim.start = start;
     if (pg_sim_run(&sim) == SIM_OK)
-        rc = draw(m, s, c, start, dur, &sim, seconds, out);
+        rc = draw(m, s, c, start, dur, own, &sim, seconds, out);
     pg_sim_free(&sim);
 out:
     for (int st = 0; st < p; st++) {

@@ -1,8 +1,12 @@
 /* codegen/svg.h — predicted timelines: the per-chunk costs a schedule is
  * timed with (from the cost model of dsl/cost.h), a per-stage summary, and
- * the SVG picture `pipegen plan --svg` and `pipegen schedule --svg` draw (one
- * row per stage, F / B / W boxes with their micro-batch, idle time left
- * empty, bubble in the title, a time axis and a legend). Byte-stable. */
+ * the SVG picture `pipegen plan --svg`, `pipegen schedule --svg` and `pipegen
+ * trace --svg` draw (one row per stage, F / B / W boxes labelled with their
+ * micro-batch, and their chunk when a stage runs several, shaded by the
+ * chunk's place on its stage; sends, receives, tie exchanges, the grad-norm
+ * exchange and the optimizer where they take time; idle time left empty;
+ * bubble in the title, an axis in seconds or flops and a legend; the width
+ * grows with the title, the axis labels and the legend). Byte-stable. */
 #ifndef PG_SVG_H
 #define PG_SVG_H
 
@@ -19,6 +23,8 @@ int pg_sched_costs_of_model(const ir_model *m, const pg_profile *prof, pg_sched_
 
 /* "s" or "flop": the unit of a step time predicted with those costs. */
 const char *pg_cost_unit(int seconds);
+/* A value with an SI prefix and unit, 4 significant digits: "1.25 Gflop", "3.2 ms". */
+void pg_fmt_si(char *buf, size_t n, double v, const char *unit);
 
 /* `pipegen plan`'s prediction: the stages' layers (the chosen splits), each
  * stage's predicted compute per step, busy share and bubble, and the step. */
@@ -30,8 +36,8 @@ int pg_schedule_svg(const ir_model *m, const pg_schedule *s, const pg_sched_cost
 
 /* One timeline, simulated or measured (pipegen trace): the same picture. */
 typedef struct pg_timeline_box {
-    int stage, kind;     /* kind 0 F, 1 B, 2 W */
-    int mb, chunk;
+    int stage, kind;     /* pg_act_kind: F, B, W, a send or receive, a tie or norm exchange, OPT_STEP */
+    int mb, chunk;       /* -1 for per-step actions */
     double start, dur;   /* from the step's start */
 } pg_timeline_box;
 typedef struct pg_timeline {

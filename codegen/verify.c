@@ -192,8 +192,9 @@ static int check_stage(verify_ctx *v, int st, unsigned char *cm, unsigned char *
     memset(cm, 0, (size_t)s->nchunks * (size_t)nmb);
     if (v->m->nskips)
         memset(km, 0, (size_t)v->m->nskips * (size_t)nmb);
-    for (int c = st; c <= last; c += s->nstages) {
-        lastw[c] = -1;
+    int mine[PG_SCHED_MAX_CHUNKS], nmine = pg_stage_chunks(s, st, mine);
+    for (int j = 0; j < nmine; j++) {
+        lastw[mine[j]] = -1;
         nw_total += nmb;
     }
 #define CM(c, mb) cm[(size_t)(c) * (size_t)nmb + (size_t)(mb)]
@@ -287,9 +288,9 @@ static int check_stage(verify_ctx *v, int st, unsigned char *cm, unsigned char *
             break;
         }
         case A_TIE_RECV:
-            for (int c2 = st; c2 <= last; c2 += s->nstages)
+            for (int j = 0; j < nmine; j++)
                 for (int m2 = 0; m2 < nmb; m2++)
-                    if (CM(c2, m2) & F_FWD) {
+                    if (CM(mine[j], m2) & F_FWD) {
                         report(v, 0, a, "stage %d action %d %s comes after a forward that may use it", st, i, sa);
                         return -1;
                     }
@@ -330,12 +331,12 @@ static int check_stage(verify_ctx *v, int st, unsigned char *cm, unsigned char *
             }
         }
     }
-    for (int c = st; c <= last; c += s->nstages)
+    for (int j = 0; j < nmine; j++)
         for (int mb = 0; mb < nmb; mb++)
             for (int k = 0; k < 3; k++) {
                 static const pg_act_kind kinds[3] = { A_FWD, A_BWD_B, A_BWD_W };
-                if (!(CM(c, mb) & (1u << k))) {
-                    pg_act want = pg_act_make(kinds[k], mb, c);
+                if (!(CM(mine[j], mb) & (1u << k))) {
+                    pg_act want = pg_act_make(kinds[k], mb, mine[j]);
                     report(v, 0, NULL, "stage %d has no %s", st, pg_act_str(&want, sb, sizeof sb));
                     return -1;
                 }

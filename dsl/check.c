@@ -486,6 +486,7 @@ static void train_defaults(ir_train *t) {
     t->microbatches = 1;
     t->schedule = SCHED_1F1B;
     t->interleave = 1;
+    t->placement = -1;
     t->checkpoint = CKPT_EXCEPT_LAST;
     t->loss = LOSS_MSE_MEAN;
     t->optimizer = OPT_SGD;

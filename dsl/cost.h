@@ -88,6 +88,12 @@ pg_layer_cost pg_layer_flops(const ir_layer *L);
  * else pg_layer_flops times rows (the rows of one micro-batch). */
 pg_layer_cost pg_layer_cost_of(const ir_layer *L, const pg_profile *prof, double rows);
 
+/* The contiguous split of m's compute layers (stash and pop excluded) into
+ * nchunks that minimises the largest chunk's F + B + W cost (by prof, NULL:
+ * the estimate): chunk_of[j] for compute layer j. -1 when nchunks is not in
+ * 1 .. the compute layer count, or out of memory. */
+int pg_balance_chunks(const ir_model *m, const pg_profile *prof, int nchunks, int *chunk_of);
+
 /* pg_check (ir.h), but `stages = N` without splits is balanced by the
  * measured times of prof (NULL: by the estimate, as pg_check). */
 int pg_check_profiled(const pg_ast *ast, ir_model *m, pg_diag *d, const pg_profile *prof);

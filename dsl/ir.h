@@ -67,6 +67,7 @@ typedef struct ir_param {
     uint64_t stage_mask;  /* bit s set: stage s uses it (reads it in some layer) */
     int owner_stage;      /* lowest stage that uses it: holds the master for TIE_TRANSMIT */
     ir_tie_mode tie;      /* from `tie P mode`; TIE_NONE when used by one stage */
+    ir_tie_mode tie_decl; /* the `tie P mode` as written (TIE_NONE: none), whatever the stages */
     pg_loc tie_loc;
 } ir_param;
 
@@ -75,7 +76,7 @@ typedef struct ir_layer {
     const char *name;     /* unique qualified path: "layer0", "h.3.attn", "h.3.stash.res" */
     pg_loc loc;
     int chunk;            /* model chunk (split pieces, in order); = stage unless interleaved */
-    int stage;            /* chunk % nstages */
+    int stage;            /* pg_placement_stage(model placement, chunk, ...) */
     pg_dtype in_dtype;    /* DT_I32 for embed, else DT_F32 */
     pg_shape in, out;     /* per-sample shapes of the current tensor before and after */
     /* attributes (only the ones of this kind are meaningful) */
@@ -103,7 +104,24 @@ typedef struct ir_skip {
     pg_loc stash_loc, pop_loc;
 } ir_skip;
 
-typedef enum ir_schedule { SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZB1, SCHED_FILE } ir_schedule;
+/* Order matters: plan.json and the listings name them through tables in this order. */
+typedef enum ir_schedule {
+    SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZB1, SCHED_FILE,
+    SCHED_ZBV,  /* zero-bubble V: two chunks per stage in V placement, B and W apart */
+    SCHED_AUTO  /* only before codegen/auto.c resolves it into one of the others */
+} ir_schedule;
+/* Where chunk c runs on P stages: PLACE_LOOP, stage c mod P (Megatron's
+ * interleaving; one chunk per stage is its special case); PLACE_V, two chunks
+ * per stage, stage s holding chunks s and 2P-1-s (ZBV, DualPipeV), so the first
+ * and the last chunk share stage 0. */
+typedef enum ir_placement { PLACE_LOOP, PLACE_V } ir_placement;
+/* The stage of chunk c of nchunks on nstages under placement pl. */
+static inline int pg_placement_stage(ir_placement pl, int c, int nchunks, int nstages) {
+    if (nstages < 1) return 0;
+    if (pl == PLACE_V && nchunks == 2 * nstages) return c < nstages ? c : 2 * nstages - 1 - c;
+    return c % nstages;
+}
+static inline const char *pg_placement_name(ir_placement pl) { return pl == PLACE_V ? "v" : "loop"; }
 typedef enum ir_ckpt { CKPT_ALWAYS, CKPT_EXCEPT_LAST, CKPT_NEVER } ir_ckpt;
 typedef enum ir_loss { LOSS_MSE_SUM, LOSS_MSE_MEAN, LOSS_CROSS_ENTROPY } ir_loss;
 typedef enum ir_opt { OPT_SGD, OPT_ADAMW } ir_opt;
@@ -132,6 +150,11 @@ typedef struct ir_train {
     pg_dtype precision;     /* f32 | bf16 */
     int stages;             /* `stages = N`; 0 when not given */
     pg_loc stages_loc;
+    int placement;          /* `placement = loop | v` (ir_placement), -1 when not given */
+    pg_loc placement_loc;
+    int64_t memory;         /* `memory = 40GiB`: bytes per stage for schedule = auto; 0 none */
+    pg_loc memory_loc;
+    int auto_chosen;        /* 1: schedule (and for stages = N the split) chosen by `schedule = auto` */
 } ir_train;
 
 typedef struct ir_model {
@@ -146,6 +169,8 @@ typedef struct ir_model {
     int nskips;    ir_skip *skips;
     int nchunks;   /* pieces between splits (or chosen by the balancer) */
     int nstages;   /* nchunks / interleave */
+    ir_placement placement; /* chunk -> stage (layers[i].stage follows it) */
+    int balanced;  /* 1: `stages = N` without splits: the split is pipegen's (dsl/stages.c, codegen/balance.c) */
     pg_arena arena; /* everything above lives here */
 } ir_model;
 
@@ -158,6 +183,13 @@ void pg_model_free(ir_model *m);
  * a replicated tied parameter counts once in the model, once per using stage. */
 int64_t pg_model_param_count(const ir_model *m);
 int64_t pg_stage_param_count(const ir_model *m, int stage);
+/* Another split of a checked model (codegen/balance.c, codegen/auto.c): compute
+ * layer j (stash and pop excluded, in layer order) into chunk chunk_of[j], of
+ * nchunks in order on nstages under placement pl; the stages that use each
+ * parameter and their ties follow. -1 when a parameter without a `tie` would be
+ * used on two stages (the model is left repartitioned all the same). */
+int pg_model_repartition(ir_model *m, int nchunks, int nstages, ir_placement pl, const int *chunk_of);
+
 /* `pipegen check` summary. */
 void pg_model_summary(const ir_model *m, FILE *out);
 

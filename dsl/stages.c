@@ -13,9 +13,9 @@ static int is_compute(const ir_layer *L) { return L->kind != LK_STASH && L->kind
 /* Cost of one layer for the balancer: F + B + W of the cost model, as an
  * integer (flops per sample, or picoseconds per micro-batch when measured),
  * at least 1 so that every layer counts and capped so sums cannot overflow. */
-static int64_t layer_cost(const chk *c, const ir_layer *L) {
-    pg_layer_cost lc = pg_layer_cost_of(L, c->profile, 1.0);
-    double scale = c->profile ? 1e12 : 1.0, v = (lc.fwd + lc.bwd_b + lc.bwd_w) * scale;
+static int64_t layer_cost(const pg_profile *prof, const ir_layer *L) {
+    pg_layer_cost lc = pg_layer_cost_of(L, prof, 1.0);
+    double scale = prof ? 1e12 : 1.0, v = (lc.fwd + lc.bwd_b + lc.bwd_w) * scale;
     if (!(v >= 1)) return 1;
     if (v > 1e15) return (int64_t)1e15;
     return (int64_t)llround(v);
@@ -74,6 +74,15 @@ static void balance(const int64_t *cost, int n, int k, int *chunk_of) {
     }
 }
 
+/* Layer i's chunk from chunk_of[j] of its compute layer j; stash and pop go
+ * with the compute layer before them (the first chunk before any). */
+static void assign_chunks(ir_layer *layers, int nlayers, const int *chunk_of) {
+    for (int i = 0, j = 0; i < nlayers; i++) {
+        if (is_compute(&layers[i])) layers[i].chunk = chunk_of[j++];
+        else layers[i].chunk = j > 0 ? chunk_of[j - 1] : 0;
+    }
+}
+
 static int check_empty_chunks(chk *c) {
     int bad = 0, prev = 0;
     for (int s = 0; s <= c->nsplits; s++) {
@@ -91,13 +100,44 @@ static int check_empty_chunks(chk *c) {
     return bad;
 }
 
+/* Chunks per stage and placement the schedule asks for: interleaved(v) v, zbv
+ * (and `placement = v`) two in V placement, everything else one in loop
+ * placement; schedule = auto starts from one chunk per stage (codegen/auto.c
+ * tries the others). 0, or -1 after reporting a placement the schedule
+ * cannot run. */
+static int chunks_per_stage(chk *c, int *v, ir_placement *pl) {
+    ir_train *t = &c->m->train;
+    *v = t->interleave > 0 ? t->interleave : 1;
+    *pl = PLACE_LOOP;
+    if (t->schedule == SCHED_ZBV) {
+        *v = 2;
+        *pl = PLACE_V;
+        if (t->placement == PLACE_LOOP) {
+            chk_error(c, t->placement_loc, "schedule zbv runs its two chunks per stage in V placement, not loop");
+            return -1;
+        }
+    } else if (t->placement == PLACE_V) {
+        if (t->schedule != SCHED_GPIPE && t->schedule != SCHED_FILE) {
+            chk_error(c, t->placement_loc, "placement = v holds two chunks per stage: it works with schedule zbv, "
+                                           "gpipe or file(...), not this schedule");
+            return -1;
+        }
+        *v = 2;
+        *pl = PLACE_V;
+    }
+    return 0;
+}
+
 void chk_stages(chk *c) {
     ir_model *m = c->m;
     ir_train *t = &m->train;
-    int v = t->interleave > 0 ? t->interleave : 1;
+    int v;
+    ir_placement pl;
     int ncompute = 0;
     for (int i = 0; i < c->nlayers; i++) ncompute += is_compute(&c->layers[i]);
     pg_loc at = t->schedule_loc.line ? t->schedule_loc : t->stages_loc;
+    if (chunks_per_stage(c, &v, &pl) != 0) return;
+    const char *what = t->schedule == SCHED_ZBV ? "zbv" : pl == PLACE_V ? "placement = v" : NULL;
 
     if (c->nsplits > 0) {
         if (check_empty_chunks(c)) return;
@@ -105,9 +145,22 @@ void chk_stages(chk *c) {
             chk_warning(c, c->splits[0].loc, "the profile %s has no effect: the model's splits fix the stages",
                         c->profile->path ? c->profile->path : "");
         int nchunks = c->nsplits + 1;
+        /* auto with splits keeps the stage count: `stages = N`, else one chunk per stage */
+        if (t->schedule == SCHED_AUTO && t->stages) {
+            if (nchunks % t->stages != 0) {
+                if (chk_error(c, t->stages_loc, "stages = %d, but the %d splits make %d chunks, not a multiple of %d",
+                              t->stages, c->nsplits, nchunks, t->stages))
+                    chk_note(c, c->splits[0].loc, "the first split is here");
+                return;
+            }
+            v = nchunks / t->stages;
+        }
         if (nchunks % v != 0) {
-            chk_error(c, at, "interleaved(%d) needs a chunk count divisible by %d, but the splits make %d chunks",
-                      v, v, nchunks);
+            if (what)
+                chk_error(c, at, "%s needs two chunks per stage, but the splits make %d chunks", what, nchunks);
+            else
+                chk_error(c, at, "interleaved(%d) needs a chunk count divisible by %d, but the splits make %d chunks",
+                          v, v, nchunks);
             return;
         }
         int nstages = nchunks / v;
@@ -130,6 +183,9 @@ void chk_stages(chk *c) {
         if (nchunks > ncompute) {
             if (t->stages && v == 1)
                 chk_error(c, t->stages_loc, "stages = %d is more than the %d layers of the model: each stage needs a layer", t->stages, ncompute);
+            else if (what)
+                chk_error(c, at, "%d stages of %s need %d chunks, more than the %d layers of the model", nstages, what,
+                          nchunks, ncompute);
             else
                 chk_error(c, at, "%d stages of interleaved(%d) need %d chunks, more than the %d layers of the model",
                           nstages, v, nchunks, ncompute);
@@ -139,18 +195,18 @@ void chk_stages(chk *c) {
         int64_t *cost = chk_xmalloc(sizeof *cost * (size_t)(ncompute + 1));
         int *chunk_of = chk_xmalloc(sizeof *chunk_of * (size_t)(ncompute + 1));
         for (int i = 0, j = 0; i < c->nlayers; i++)
-            if (is_compute(&c->layers[i])) cost[j++] = layer_cost(c, &c->layers[i]);
+            if (is_compute(&c->layers[i])) cost[j++] = layer_cost(c->profile, &c->layers[i]);
         balance(cost, ncompute, nchunks, chunk_of);
-        for (int i = 0, j = 0; i < c->nlayers; i++) {
-            if (is_compute(&c->layers[i])) c->layers[i].chunk = chunk_of[j++];
-            else c->layers[i].chunk = j > 0 ? chunk_of[j - 1] : 0;
-        }
+        assign_chunks(c->layers, c->nlayers, chunk_of);
         free(cost);
         free(chunk_of);
         m->nchunks = nchunks;
         m->nstages = nstages;
+        m->balanced = t->stages > 0;
     }
-    for (int i = 0; i < c->nlayers; i++) c->layers[i].stage = c->layers[i].chunk % m->nstages;
+    m->placement = pl;
+    for (int i = 0; i < c->nlayers; i++)
+        c->layers[i].stage = pg_placement_stage(pl, c->layers[i].chunk, m->nchunks, m->nstages);
 }
 
 void chk_ties(chk *c) {
@@ -171,8 +227,13 @@ void chk_ties(chk *c) {
         }
         ir_param *p = &c->params[np->index];
         int users = __builtin_popcountll(p->stage_mask);
+        if (np->tie) {
+            p->tie_decl = np->tie_mode;
+            p->tie_loc = np->tie->loc;
+        }
         if (users <= 1) {
-            if (np->tie)
+            /* a V placement (or auto's choice) may put both uses on one stage: no message then */
+            if (np->tie && c->m->placement != PLACE_V && c->m->train.schedule != SCHED_AUTO)
                 chk_warning(c, np->tie->loc, "tie of '%s' has no effect: only stage %d uses it", np->st->name,
                             p->owner_stage);
             continue;
@@ -193,4 +254,44 @@ void chk_ties(chk *c) {
             chk_note(c, np->st->loc, "add `tie %s replicate` or `tie %s transmit`", np->st->name, np->st->name);
         }
     }
+}
+
+/* ---- repartitioning a checked model (codegen/balance.c, codegen/auto.c) ---- */
+
+int pg_balance_chunks(const ir_model *m, const pg_profile *prof, int nchunks, int *chunk_of) {
+    int n = 0;
+    for (int i = 0; i < m->nlayers; i++) n += is_compute(&m->layers[i]);
+    if (nchunks < 1 || nchunks > n) return -1;
+    int64_t *cost = malloc(sizeof *cost * (size_t)(n + 1));
+    if (!cost) return -1;
+    for (int i = 0, j = 0; i < m->nlayers; i++)
+        if (is_compute(&m->layers[i])) cost[j++] = layer_cost(prof, &m->layers[i]);
+    balance(cost, n, nchunks, chunk_of);
+    free(cost);
+    return 0;
+}
+
+int pg_model_repartition(ir_model *m, int nchunks, int nstages, ir_placement pl, const int *chunk_of) {
+    assign_chunks(m->layers, m->nlayers, chunk_of);
+    m->nchunks = nchunks;
+    m->nstages = nstages;
+    m->placement = pl;
+    for (int i = 0; i < m->nlayers; i++)
+        m->layers[i].stage = pg_placement_stage(pl, m->layers[i].chunk, nchunks, nstages);
+    for (int k = 0; k < m->nparams; k++) m->params[k].stage_mask = 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        const ir_layer *L = &m->layers[i];
+        for (int j = 0; j < L->nparam; j++)
+            if (L->param[j] >= 0) m->params[L->param[j]].stage_mask |= 1ull << L->stage;
+        for (int j = 0; j < L->nbuffer; j++) m->params[L->buffer[j]].stage_mask |= 1ull << L->stage;
+    }
+    int ok = 0;
+    for (int k = 0; k < m->nparams; k++) {
+        ir_param *p = &m->params[k];
+        p->owner_stage = p->stage_mask ? __builtin_ctzll(p->stage_mask) : 0;
+        int users = __builtin_popcountll(p->stage_mask);
+        p->tie = users > 1 ? p->tie_decl : TIE_NONE;
+        if (users > 1 && p->tie_decl == TIE_NONE) ok = -1; /* needs a tie the model does not have */
+    }
+    return ok;
 }

@@ -59,6 +59,8 @@ static const char *sched_name(const ir_train *t, char *buf, size_t n) {
     case SCHED_GPIPE: return "gpipe";
     case SCHED_1F1B: return "1f1b";
     case SCHED_ZB1: return "zb1";
+    case SCHED_ZBV: return "zbv";
+    case SCHED_AUTO: return "auto";
     case SCHED_INTERLEAVED: snprintf(buf, n, "interleaved(%d)", t->interleave); return buf;
     case SCHED_FILE: snprintf(buf, n, "file(\"%s\")", t->schedule_file ? t->schedule_file : ""); return buf;
     }
@@ -74,8 +76,9 @@ void pg_model_summary(const ir_model *m, FILE *out) {
     int64_t total = pg_model_param_count(m);
     fprintf(out, "model %s: %d stage%s, %s parameters (%s bytes in f32)\n", m->name ? m->name : "?", m->nstages,
             m->nstages == 1 ? "" : "s", count(total, a, sizeof a), count(total * 4, b, sizeof b));
-    fprintf(out, "  batch %lld in %lld micro-batch%s, schedule %s, checkpoint %s\n", (long long)t->batch,
+    fprintf(out, "  batch %lld in %lld micro-batch%s, schedule %s%s%s, checkpoint %s\n", (long long)t->batch,
             (long long)t->microbatches, t->microbatches == 1 ? "" : "es", sched_name(t, s, sizeof s),
+            t->auto_chosen ? " (chosen by schedule = auto)" : "", m->placement == PLACE_V ? ", placement v" : "",
             ckpt_names[t->checkpoint]);
     if (t->optimizer == OPT_SGD)
         fprintf(out, "  loss %s, optimizer sgd(lr = %g, momentum = %g, weight_decay = %g)", loss_names[t->loss], t->lr,

@@ -101,7 +101,7 @@ static int int_setting(chk *c, const ast_arg *a, int64_t lo, int64_t hi, int64_t
 }
 
 static void set_schedule(chk *c, const ast_arg *a, ir_train *t) {
-    static const char *const names[] = {"gpipe", "1f1b", "interleaved", "zb1", "file", NULL};
+    static const char *const names[] = {"gpipe", "1f1b", "interleaved", "zb1", "file", "zbv", "auto", NULL};
     const ast_arg *args;
     bound_attr b[PG_MAX_ATTRS];
     int k = pick(c, "schedule", a->value, names, &args);
@@ -110,6 +110,8 @@ static void set_schedule(chk *c, const ast_arg *a, ir_train *t) {
     case 0: if (!no_args(c, "gpipe", a->value)) t->schedule = SCHED_GPIPE; break;
     case 1: if (!no_args(c, "1f1b", a->value)) t->schedule = SCHED_1F1B; break;
     case 3: if (!no_args(c, "zb1", a->value)) t->schedule = SCHED_ZB1; break;
+    case 5: if (!no_args(c, "zbv", a->value)) t->schedule = SCHED_ZBV; break;
+    case 6: if (!no_args(c, "auto", a->value)) t->schedule = SCHED_AUTO; break;
     case 2:
         if (chk_bind_args(c, NULL, "interleaved", interleaved_attrs, args, a->value->loc, b) == 0) {
             t->schedule = SCHED_INTERLEAVED;
@@ -141,6 +143,43 @@ static void set_schedule(chk *c, const ast_arg *a, ir_train *t) {
         break;
     default: break;
     }
+}
+
+/* `memory = 40GiB`: bytes per stage, a whole number with an optional binary
+ * suffix (KiB, MiB, GiB, TiB), or an integer expression of bytes. */
+static void set_memory(chk *c, const ast_arg *a, ir_train *t) {
+    static const char *const units[] = {"KiB", "MiB", "GiB", "TiB"};
+    const ast_expr *e = a->value;
+    t->memory_loc = e->loc;
+    if (e->kind == EX_NAME && e->str && e->str[0] >= '0' && e->str[0] <= '9') {
+        const char *p = e->str;
+        int64_t v = 0;
+        while (*p >= '0' && *p <= '9') {
+            if (v > (INT64_MAX - (*p - '0')) / 10) v = INT64_MAX / 2; /* caught by the range check below */
+            else v = v * 10 + (*p - '0');
+            p++;
+        }
+        int u = 0;
+        while (u < 4 && strcmp(p, units[u]) != 0) u++;
+        if (u == 4) {
+            chk_error(c, e->loc, "memory = %s: the unit must be KiB, MiB, GiB or TiB (or give bytes)", e->str);
+            return;
+        }
+        int shift = 10 * (u + 1);
+        if (v < 1 || v > (INT64_MAX >> shift)) {
+            chk_error(c, e->loc, "memory = %s is out of range: must be at least 1 byte and below 8 EiB", e->str);
+            return;
+        }
+        t->memory = v << shift;
+        return;
+    }
+    int64_t v;
+    if (chk_eval_int(c, NULL, e, "memory", &v, 0) != 0) return;
+    if (v < 1) {
+        chk_error(c, e->loc, "memory = %lld is out of range: must be at least 1 byte", (long long)v);
+        return;
+    }
+    t->memory = v;
 }
 
 static void set_loss(chk *c, const ast_arg *a, ir_train *t) {
@@ -197,7 +236,8 @@ static void set_word(chk *c, const ast_arg *a, const char *const *names, int *ou
 }
 
 static const char *const settings[] = {"batch", "microbatches", "schedule", "checkpoint", "loss", "optimizer",
-                                       "lr_schedule", "steps", "grad_clip", "seed", "precision", "stages"};
+                                       "lr_schedule", "steps", "grad_clip", "seed", "precision", "stages",
+                                       "memory", "placement"};
 #define NSETTINGS ((int)(sizeof settings / sizeof settings[0]))
 
 void chk_train(chk *c, const ast_stmt *st) {
@@ -271,8 +311,21 @@ void chk_train(chk *c, const ast_stmt *st) {
             t->stages_loc = a->value->loc;
             if (!int_setting(c, a, 1, PG_MAX_STAGES, &v)) t->stages = (int)v;
             break;
+        case 12: set_memory(c, a, t); break;
+        case 13: {
+            static const char *const names[] = {"loop", "v", NULL};
+            int w = -1;
+            t->placement_loc = a->value->loc;
+            set_word(c, a, names, &w);
+            if (w >= 0) t->placement = w == 0 ? PLACE_LOOP : PLACE_V;
+            break;
+        }
         }
     }
+    if (t->schedule == SCHED_AUTO && !seen[12])
+        chk_error(c, t->schedule_loc, "schedule = auto needs a per-stage memory budget: add `memory = 40GiB` (KiB, MiB, GiB)");
+    else if (seen[12] && t->schedule != SCHED_AUTO)
+        chk_warning(c, t->memory_loc, "memory has no effect: only schedule = auto chooses by memory");
     if (seen[1] && t->microbatches > t->batch) {
         if (chk_error(c, c->micro_loc, "microbatches = %lld is more than batch = %lld: every micro-batch needs a row",
                       (long long)t->microbatches, (long long)t->batch)) {

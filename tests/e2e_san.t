@@ -13,7 +13,8 @@
 #  - resmlp_small with its skip across the splits (1f1b always with weight decay;
 #    zb1 never), a concat skip on gpipe, batch norm (deferred and per micro-batch)
 #    on interleaved(2), on 4 stages and with 1-row micro-batches;
-#  - gpt_tiny (dropout added) on interleaved(2) with its tie transmitted; on zb1
+#  - skips_far on interleaved(2) over 3 stages (skips crossing rounds);
+#  - gpt_tiny (dropout added) on interleaved(2) with its tie transmitted; on zbv; on zb1
 #    with it replicated (PIPE_CHECK_TIES=1), a cosine schedule, trace and profile;
 #    with odd sizes (d 70, vocab 37, seq 5: every kernel's tail) on gpipe; all
 #    with --generate; lm_tiny on a token stream (pipedata text/bytes), --generate
@@ -319,6 +320,15 @@ srun gptzb 0 "$G/gen/bin" --generate 6 --temperature 0 --trace "$T/gpt.json" --p
 unset PIPE_CHECK_TIES
 [ -s "$T/gpt.json" ] && [ -s "$T/gpt.prof" ]
 ok $? "gptzb: trace and profile written"
+G=$T/gptzbv
+sgen "$G" gpt_tiny '' zbv except_last -e "s/batch = 6  microbatches = 3/batch = 8  microbatches = 4/"
+ok $? "gpt_tiny on zbv (2 stages in V placement: the loss and both uses of wte on stage 0) builds"
+srun gptzbv 0 "$G/gen/bin" --steps 3 --generate 6
+like "$(sample "$T/gptzbv.out")" '^sample: ' "gptzbv: samples text"
+S=$T/far
+sgen "$S" skips_far '' 'interleaved(2)' except_last
+ok $? "skips_far on interleaved(2), 3 stages (skips across rounds, late sends), builds"
+srun far 0 "$S/gen/bin" --steps 3
 # odd sizes: every kernel's tail and block paths (d = 70: a full column block of 64
 # and a tail; head size 35; 4d = 280 for gelu and dropout)
 G=$T/gptodd

@@ -2,9 +2,11 @@
 # tests/schedule_cli.t — `pipegen schedule`: the readable listing of
 # examples/mlp.pipe (golden), the CSV round trip through `schedule =
 # file(...)`, and a hanging hand-written CSV rejected with its cycle named;
-# zb1's listing and predicted timeline (SVG, golden, byte-stable); `pipegen
-# plan`'s prediction; `stages = N` balanced by the cost model and by a
-# measured profile (--balance).
+# zb1's and zbv's listings (placement table) and predicted timelines (SVG,
+# golden, byte-stable; chunks told apart, the axis in flops, the width growing
+# with a long title); zbv's CSV round trip under `placement = v`; `pipegen
+# plan`'s prediction; `stages = N` balanced by the cost model and by a measured
+# profile (--balance).
 . "$(dirname "$0")/lib.sh"
 cd "$TOP" || exit 1
 G=tests/golden/schedule
@@ -56,6 +58,60 @@ is "$(grep -c '<title>F mb' "$T/zb1.svg")/$(grep -c '<title>B mb' "$T/zb1.svg")/
    "18/18/18" "one box per F, B and W pass (3 stages x 6 micro-batches)"
 like "$svg" 'bubble [0-9.]+%' "the title states the bubble"
 like "$svg" 'weight gradient' "the legend names W"
+like "$svg" '>estimated flops \(the cost model.s units, not time\)</text>' "an axis in flops says so"
+like "$svg" '<svg [^>]* width="1064" ' "the usual width when the text fits"
+if printf '%s' "$svg" | grep -q 'c[0-9]*</text>'; then st=1; else st=0; fi
+ok $st "one chunk per stage: labels are micro-batches only"
+
+# zbv: the V placement in the listing, chunks in the picture
+got=$("$PIPEGEN" schedule $G/zbv_small.pipe --svg "$T/zbv.svg" 2>&1); rc=$?
+ok $rc "pipegen schedule zbv_small.pipe --svg succeeds"
+is "$got" "$(cat $G/zbv_small.txt)" "zbv listing matches $G/zbv_small.txt"
+like "$got" "placement v: stage 0 runs chunks 0, 3; stage 1 runs chunks 1, 2" "...with its placement table"
+cmp -s "$T/zbv.svg" $G/zbv_small.svg
+ok $? "the zbv timeline matches $G/zbv_small.svg byte for byte"
+svg=$(cat "$T/zbv.svg")
+like "$svg" '>[0-9]+·c3</text>' "boxes wide enough say micro-batch and chunk (3·c3)"
+like "$svg" 'fill="#4f81bd"[^>]*><title>F mb 0 chunk 0</title>' "a stage's first chunk in the full colour"
+like "$svg" 'fill="#[0-9a-f]{6}"[^>]*><title>F mb 0 chunk 3</title>' "...its later chunk in a shade of it"
+if printf '%s' "$svg" | grep -Eq 'fill="#4f81bd"[^>]*><title>F mb 0 chunk 3'; then st=1; else st=0; fi
+ok $st "...not the same colour"
+like "$svg" 'labels: micro-batch·chunk; a stage.s first chunk darkest' "the legend explains labels and shades"
+# a label is the micro-batch and chunk, else the micro-batch, by the box's width: boxes of one
+# width (the same kind and chunk cost) all get the same form
+awk -F'"' '/<rect x=.*<title>/ { w = $6 } /font-size="11" fill=.* text-anchor="middle"/ { print w, ($0 ~ /·c/ ? "long" : "short") }' \
+    "$T/zbv.svg" | sort -u | awk '{ n[$1]++ } END { for (w in n) if (n[w] > 1) bad++; exit bad > 0 }'
+ok $? "labels degrade consistently: one form per box width"
+sed -e 's/^model zbv_small$/model a_model_with_a_rather_long_name_that_does_not_fit_the_usual_width_of_the_picture/' \
+    $G/zbv_small.pipe >"$T/long.pipe"
+"$PIPEGEN" schedule "$T/long.pipe" --svg "$T/long.svg" >/dev/null 2>&1
+w=$(sed -n 's/^<svg [^>]* width="\([0-9]*\)".*/\1/p' "$T/long.svg")
+[ "${w:-0}" -gt 1064 ]
+ok $? "a long title widens the picture (width $w)"
+
+# zbv's schedule as CSV, read back with placement = v
+"$PIPEGEN" schedule $G/zbv_small.pipe --csv >"$T/zbv.csv" 2>&1
+sed -e 's|schedule = zbv|schedule = file("zbv.csv")  placement = v|' $G/zbv_small.pipe >"$T/zbvf.pipe"
+"$PIPEGEN" schedule "$T/zbvf.pipe" --csv >"$T/zbv2.csv" 2>"$T/err"
+ok $? "a zbv schedule read from CSV with placement = v verifies ($(head -1 "$T/err"))"
+is "$(cat "$T/zbv2.csv")" "$(cat "$T/zbv.csv")" "...and round-trips exactly"
+sed -e 's|schedule = zbv|schedule = file("zbv.csv")|' $G/zbv_small.pipe >"$T/zbvl.pipe"
+got=$("$PIPEGEN" schedule "$T/zbvl.pipe" 2>&1); rc=$?
+is "$rc" 1 "the same CSV without placement = v is refused"
+like "$got" "zbv.csv:[0-9]+:[0-9]+: error: chunk 3 runs on stage 3, not stage 0" \
+    "...where the model, one chunk per stage, runs a chunk on another stage"
+sed -e 's|schedule = zbv|schedule = 1f1b  placement = v|' $G/zbv_small.pipe >"$T/bad.pipe"
+like "$("$PIPEGEN" check "$T/bad.pipe" 2>&1)" "bad.pipe:8:68: error: placement = v holds two chunks per stage: it works with schedule zbv, gpipe or file\(...\), not this schedule" \
+    "placement = v with a one-chunk schedule is refused"
+sed -e 's|schedule = zbv|schedule = zbv  placement = loop|' $G/zbv_small.pipe >"$T/bad.pipe"
+like "$("$PIPEGEN" check "$T/bad.pipe" 2>&1)" "bad.pipe:8:67: error: schedule zbv runs its two chunks per stage in V placement, not loop" \
+    "zbv in loop placement is refused"
+sed -e '/^split$/d' -e 's|schedule = zbv|schedule = zbv  stages = 4|' $G/zbv_small.pipe >"$T/bad.pipe"
+like "$("$PIPEGEN" check "$T/bad.pipe" 2>&1)" "bad.pipe:8:50: error: 4 stages of zbv need 8 chunks, more than the 6 layers of the model" \
+    "zbv on more stages than half the layers is refused"
+sed -e '0,/^split$/{/^split$/d}' $G/zbv_small.pipe >"$T/bad.pipe"
+like "$("$PIPEGEN" check "$T/bad.pipe" 2>&1)" "bad.pipe:8:50: error: zbv needs two chunks per stage, but the splits make 3 chunks" \
+    "zbv over an odd chunk count is refused"
 
 got=$("$PIPEGEN" plan examples/mlp.pipe --svg "$T/mlp.svg" 2>&1); rc=$?
 ok $rc "pipegen plan --svg succeeds"

@@ -101,6 +101,20 @@ like "$(sed -n 3p "$T/m.svg")" 'mlp: 1f1b, 2 stages, 8 micro-batches - bubble [0
     "the measured timeline is drawn like plan --svg"
 is "$(grep -c '<title>F mb' "$T/m.svg")/$(grep -c '<title>B mb' "$T/m.svg")/$(grep -c '<title>W mb' "$T/m.svg")" "16/16/16" \
     "...with every F, B and W pass of both stages"
+is "$(grep -c '<title>SEND_ACT mb' "$T/m.svg")/$(grep -c '<title>RECV_ACT mb' "$T/m.svg")/$(grep -c '<title>SEND_GRAD mb' "$T/m.svg")/$(grep -c '<title>RECV_GRAD mb' "$T/m.svg")/$(grep -c '<title>OPT_STEP</title>' "$T/m.svg")" \
+    "8/8/8/8/2" "...and every send, receive and optimizer step, not white idle"
+like "$(cat "$T/m.svg")" '>send</text>.*' "...the legend names sends"
+like "$(tr -d '\n' <"$T/m.svg")" '>receive \(and its wait\)</text>.*>optimizer</text>' "...receives and the optimizer"
+like "$(cat "$T/m.svg")" '>time</text>' "...on an axis of time"
+
+# the tiny GPT on 2 stages under zb1: its tie and grad-norm exchanges in the measured picture
+e2e_gen "$T/gpt" gpt_tiny '/# S[13]$/d' zb1 except_last >/dev/null 2>&1 && build "$T/gpt/gen" &&
+    OPENBLAS_NUM_THREADS=1 "$PIPERUN" "$T/gpt/gen/bin" -- --steps 3 --threads 1 --trace "$T/gpt.json" \
+        >"$T/gpt.out" 2>&1 && "$PIPEGEN" trace "$T/gpt.json" --svg "$T/gpt.svg" >/dev/null 2>&1
+ok $? "the tiny GPT (tie replicate, grad_clip) runs traced on 2 stages and its step is drawn"
+is "$(grep -c '<title>TIE_REDUCE</title>' "$T/gpt.svg")/$(grep -c '<title>GRAD_NORM</title>' "$T/gpt.svg")" "2/2" \
+    "...with each stage's tie exchange and grad-norm exchange"
+like "$(tr -d '\n' <"$T/gpt.svg")" '>tie exchange</text>.*>grad-norm exchange</text>' "...named in the legend"
 got=$("$PIPEGEN" trace "$T/run.json" 2>&1); rc=$?
 ok $rc "pipegen trace without a model prints the measured side"
 like "$got" 'stage 0: bubble measured [0-9.]+%' "...per stage"

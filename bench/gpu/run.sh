@@ -90,11 +90,11 @@ fi
 PY_ANY=$PY
 [ -n "$PY_ANY" ] || PY_ANY=$(ge_pythons | head -n 1)
 
-# variant N: the model on N stages (1: the split lines removed), linked for CUDA
+# variant N: the model on N stages (1: `stages = 1`, any split lines removed), linked for CUDA
 variant() {
     d=$DIR/gpt2-$1
     rm -rf "$d" && mkdir -p "$d/bin" || return 1
-    if [ "$1" = 1 ]; then sed -e '/^split *$/d' "$MODEL" >"$d/model.pipe"; else cp "$MODEL" "$d/model.pipe"; fi
+    if [ "$1" = 1 ]; then sed -e '/^split *$/d' -e 's/stages = [0-9]*/stages = 1/' "$MODEL" >"$d/model.pipe"; else cp "$MODEL" "$d/model.pipe"; fi
     "$PIPEGEN" gen "$d/model.pipe" -o "$d/gen" >"$d/gen.log" 2>&1 || { cat "$d/gen.log"; return 1; }
     for f in "$d"/gen/stage*.c; do
         # shellcheck disable=SC2086

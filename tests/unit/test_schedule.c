@@ -42,6 +42,7 @@ static void fx_init(fixture *f, int p, int v, int nmb, ir_schedule sch)
     f->m.train.schedule = sch;
     f->m.train.interleave = v;
     f->m.nlayers = 2 * p * v;
+    f->m.placement = sch == SCHED_ZBV ? PLACE_V : PLACE_LOOP;
     f->m.layers = f->layers;
     f->m.skips = f->skips;
     f->m.params = f->params;
@@ -49,7 +50,7 @@ static void fx_init(fixture *f, int p, int v, int nmb, ir_schedule sch)
         ir_layer *l = &f->layers[i];
         l->kind = LK_RELU;
         l->chunk = i / 2;
-        l->stage = l->chunk % p;
+        l->stage = pg_placement_stage(f->m.placement, l->chunk, f->m.nchunks, p);
         l->in.rank = l->out.rank = 1;
         l->in.dim[0] = l->out.dim[0] = 8;
         l->skip = -1;
@@ -195,6 +196,15 @@ static void test_grid(ir_schedule sch, const char *name, int v)
                 continue;
             }
             cap_close(&c);
+            /* zbv: a stage's two chunks together hold at most 1f1b's peak, min(p, m)
+             * whole stages (2 chunk activations each) */
+            for (int st = 0; sch == SCHED_ZBV && st < p; st++) {
+                int held = s.stage[st].nslots_per_chunk[0] + s.stage[st].nslots_per_chunk[1];
+                int peak = 2 * (p < nmb ? p : nmb);
+                if (held > peak && !bad_slots++)
+                    snprintf(first, sizeof first, "p=%d m=%d stage %d: %d + %d slots, more than %d", p, nmb, st,
+                             s.stage[st].nslots_per_chunk[0], s.stage[st].nslots_per_chunk[1], peak);
+            }
             if (v == 1)
                 for (int st = 0; st < p; st++)
                     if (!slots_ok(sch, p, st, nmb, s.stage[st].nslots_per_chunk[0])) {
@@ -208,6 +218,8 @@ static void test_grid(ir_schedule sch, const char *name, int v)
        bad_verify ? first : "");
     if (v == 1)
         OK(bad_slots == 0, "%s needs the stated activation slots per stage %s", name, bad_slots ? first : "");
+    if (sch == SCHED_ZBV)
+        OK(bad_slots == 0, "%s holds at most 1f1b's peak activations on every stage %s", name, bad_slots ? first : "");
 }
 
 static void test_orders(void)
@@ -289,7 +301,165 @@ static void test_orders(void)
     cap_close(&c);
 }
 
+/* The compute order of one stage as "F0.1 B0.1 W0.1 ..." (kind, mb.chunk). */
+static const char *order_of(const pg_stage_sched *st, char *buf, size_t n)
+{
+    size_t o = 0;
+    buf[0] = 0;
+    for (int i = 0; i < st->n && o < n; i++) {
+        const pg_act *a = &st->act[i];
+        if (a->kind == A_FWD || a->kind == A_BWD_B || a->kind == A_BWD_W)
+            o += (size_t)snprintf(buf + o, n - o, "%s%c%d.%d", o ? " " : "", "FBW"[a->kind], a->mb, a->chunk);
+    }
+    return buf;
+}
+
+static void test_zbv(void)
+{
+    fixture f;
+    pg_schedule s;
+    capture c;
+    char got[1024];
+    cap_open(&c);
+    fx_init(&f, 2, 2, 4, SCHED_ZBV);
+    int rc = pg_schedule_builtin(&f.m, &s, &c.d);
+    OK(rc == 0, "zbv builds on 2 stages %s", line1(cap_text(&c)));
+    if (rc == 0) {
+        OK(s.placement == PLACE_V && s.chunk_stage[0] == 0 && s.chunk_stage[1] == 1 && s.chunk_stage[2] == 1 &&
+           s.chunk_stage[3] == 0, "zbv places chunks 0 and 3 on stage 0, 1 and 2 on stage 1");
+        /* each chunk holds at most p = 2 micro-batches; stage 0 makes room for
+         * micro-batch 2 with W, the rest of the Ws fill the end */
+        static const char *want[2] = {
+            "F0.0 F1.0 F0.3 B0.3 F1.3 B1.3 B0.0 W0.0 B1.0 W1.0 W0.3 F2.0 W1.3 F3.0 F2.3 B2.3 F3.3 B3.3 B2.0 W2.0 "
+            "B3.0 W3.0 W2.3 W3.3",
+            "F0.1 F0.2 F1.1 F1.2 B0.2 B0.1 B1.2 B1.1 W0.1 W1.1 W0.2 W1.2 F2.1 F2.2 F3.1 F3.2 B2.2 B2.1 B3.2 B3.1 "
+            "W2.1 W3.1 W2.2 W3.2",
+        };
+        for (int st = 0; st < 2; st++)
+            OK(strcmp(order_of(&s.stage[st], got, sizeof got), want[st]) == 0, "zbv stage %d of 2, 4 micro-batches: %s",
+               st, got);
+        pg_schedule_free(&s);
+    }
+    /* a bubble below zb1's at the same activation memory */
+    for (int p = 2; p <= 8; p *= 2) {
+        int m = 4 * p;
+        pg_sched_costs uc;
+        pg_sched_prediction pz, pv;
+        memset(&uc, 0, sizeof uc);
+        for (int i = 0; i < 64; i++)
+            uc.fwd[i] = uc.bwd_b[i] = uc.bwd_w[i] = 1.0;
+        fixture fz, fv;
+        pg_schedule sz, sv;
+        fx_init(&fz, p, 1, m, SCHED_ZB1);
+        fx_init(&fv, p, 2, m, SCHED_ZBV);
+        cap_reset(&c);
+        int ok = pg_schedule_build(&fz.m, &sz, &c.d) == 0;
+        if (ok && pg_schedule_build(&fv.m, &sv, &c.d) != 0) {
+            pg_schedule_free(&sz);
+            ok = 0;
+        }
+        if (!ok) {
+            OK(0, "zb1 and zbv build on %d stages: %s", p, line1(cap_text(&c)));
+            continue;
+        }
+        /* a zbv chunk is half a zb1 stage: its costs are halves */
+        pg_sched_costs hc = uc;
+        for (int i = 0; i < 64; i++)
+            hc.fwd[i] = hc.bwd_b[i] = hc.bwd_w[i] = 0.5;
+        ok = pg_schedule_predict(&fz.m, &sz, &uc, &pz) == 0 && pg_schedule_predict(&fv.m, &sv, &hc, &pv) == 0;
+        double bz = 0, bv = 0;
+        for (int st = 0; st < p; st++)
+            bz += pz.bubble[st] / p, bv += pv.bubble[st] / p;
+        OK(ok && bv < bz, "zbv on %d stages, %d micro-batches: bubble %.1f%% below zb1's %.1f%%", p, m, 100 * bv,
+           100 * bz);
+        pg_schedule_free(&sz);
+        pg_schedule_free(&sv);
+    }
+    /* placement = v under gpipe: fill-drain over a stage's two chunks in V placement */
+    int bad = 0, runs = 0;
+    char first[512] = "";
+    for (int p = 1; p <= 6; p++)
+        for (int nmb = 1; nmb <= 12; nmb++) {
+            fx_init(&f, p, 2, nmb, SCHED_ZBV);
+            f.m.train.schedule = SCHED_GPIPE;
+            cap_reset(&c);
+            runs++;
+            if (pg_schedule_build(&f.m, &s, &c.d) != 0) {
+                if (!bad++)
+                    snprintf(first, sizeof first, "p=%d m=%d: %s", p, nmb, line1(cap_text(&c)));
+                continue;
+            }
+            if (s.placement != PLACE_V && !bad++)
+                snprintf(first, sizeof first, "p=%d m=%d: placement %d", p, nmb, (int)s.placement);
+            pg_schedule_free(&s);
+        }
+    OK(bad == 0, "gpipe in V placement verifies for 1..6 stages x 1..12 micro-batches (%d runs) %s", runs, first);
+    fx_init(&f, 2, 1, 4, SCHED_ZBV);
+    cap_reset(&c);
+    rc = pg_schedule_builtin(&f.m, &s, &c.d);
+    OK(rc != 0 && strstr(cap_text(&c), "two chunks per stage in V placement"),
+       "zbv refuses one chunk per stage: %s", line1(cap_text(&c)));
+    if (rc == 0)
+        pg_schedule_free(&s);
+    cap_close(&c);
+}
+
 /* ---- communication ------------------------------------------------------------ */
+
+/* Every stage's per-micro-batch sends to a peer, in list order, name the
+ * messages that peer's receives from it name, in its list order. */
+static int sends_in_receive_order(const pg_schedule *s)
+{
+    for (int a = 0; a < s->nstages; a++)
+        for (int b = 0; b < s->nstages; b++) {
+            const pg_stage_sched *sa = &s->stage[a], *sb = &s->stage[b];
+            int i = 0, j = 0;
+            for (;;) {
+                while (i < sa->n && !(sa->act[i].peer == b && (sa->act[i].kind == A_SEND_ACT ||
+                       sa->act[i].kind == A_SEND_GRAD || sa->act[i].kind == A_SEND_SKIP ||
+                       sa->act[i].kind == A_SEND_SKIP_GRAD)))
+                    i++;
+                while (j < sb->n && !(sb->act[j].peer == a && (sb->act[j].kind == A_RECV_ACT ||
+                       sb->act[j].kind == A_RECV_GRAD || sb->act[j].kind == A_RECV_SKIP ||
+                       sb->act[j].kind == A_RECV_SKIP_GRAD)))
+                    j++;
+                if (i == sa->n || j == sb->n) {
+                    if (i != sa->n || j != sb->n)
+                        return 0;
+                    break;
+                }
+                const pg_act *x = &sa->act[i++], *y = &sb->act[j++];
+                if (x->mb != y->mb || x->kind + 1 != y->kind || x->skip != y->skip)
+                    return 0;
+            }
+        }
+    return 1;
+}
+
+/* A send reads its micro-batch's buffers in the chunk's slot: no other
+ * micro-batch's FWD takes that slot between the FWD and the send. Returns the
+ * number of sends that would read another micro-batch's data. */
+static int sends_read_overwritten_slots(const pg_schedule *s)
+{
+    int bad = 0;
+    for (int st = 0; st < s->nstages; st++) {
+        const pg_stage_sched *ss = &s->stage[st];
+        for (int i = 0; i < ss->n; i++) {
+            const pg_act *a = &ss->act[i];
+            if (a->kind != A_SEND_ACT && a->kind != A_SEND_GRAD && a->kind != A_SEND_SKIP &&
+                a->kind != A_SEND_SKIP_GRAD)
+                continue;
+            int f = -1;
+            for (int j = 0; j < i && f < 0; j++)
+                if (ss->act[j].kind == A_FWD && ss->act[j].chunk == a->chunk && ss->act[j].mb == a->mb)
+                    f = j;
+            for (int j = f + 1; f >= 0 && j < i; j++)
+                if (ss->act[j].kind == A_FWD && ss->act[j].chunk == a->chunk && ss->act[j].slot == ss->act[f].slot)
+                    bad++;
+        }
+    }
+    return bad;
+}
 
 static void test_comms(void)
 {
@@ -352,11 +522,11 @@ static void test_comms(void)
         OK(ok, "GRAD_NORM then OPT_STEP end every stage");
         pg_schedule_free(&s);
     }
-    for (int sch = SCHED_GPIPE; sch <= SCHED_INTERLEAVED; sch++) {
-        fx_init(&f, 4, sch == SCHED_INTERLEAVED ? 2 : 1, 8, (ir_schedule)sch);
-        /* interleaved: a skip between non-neighbouring chunks would share a
-         * FIFO with activations in another order (not supported yet) */
-        fx_skip(&f, 0, sch == SCHED_INTERLEAVED ? 1 : f.m.nchunks - 1);
+    static const ir_schedule kinds[] = { SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZB1, SCHED_ZBV };
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        ir_schedule sch = kinds[k];
+        fx_init(&f, 4, sch == SCHED_INTERLEAVED || sch == SCHED_ZBV ? 2 : 1, 8, sch);
+        fx_skip(&f, 0, f.m.nchunks - 1);
         fx_param(&f, 0x9, TIE_TRANSMIT);
         fx_param(&f, 0x6, TIE_REPLICATE);
         f.m.train.grad_clip = 0.5;
@@ -365,6 +535,30 @@ static void test_comms(void)
         if (rc == 0)
             pg_schedule_free(&s);
     }
+    /* skips stashed in one round and popped in a later round on another stage:
+     * their messages share a stream with activations the peer takes first */
+    static const struct { int p, stash, pop; ir_schedule sch; } far[] = {
+        { 2, 0, 3, SCHED_INTERLEAVED }, { 3, 0, 4, SCHED_INTERLEAVED }, { 3, 1, 5, SCHED_INTERLEAVED },
+        { 2, 0, 2, SCHED_ZBV },         { 3, 0, 4, SCHED_ZBV },         { 3, 1, 3, SCHED_ZBV },
+        { 4, 0, 6, SCHED_ZBV },         { 4, 2, 7, SCHED_INTERLEAVED },
+    };
+    for (size_t k = 0; k < sizeof far / sizeof far[0]; k++)
+        for (int nmb = far[k].p; nmb <= 4 * far[k].p; nmb += far[k].p) {
+            fx_init(&f, far[k].p, 2, nmb, far[k].sch);
+            fx_skip(&f, far[k].stash, far[k].pop);
+            fx_skip(&f, 0, 2 * far[k].p - 1);
+            cap_reset(&c);
+            rc = pg_schedule_build(&f.m, &s, &c.d);
+            int in_order = 1;
+            if (rc == 0) {
+                in_order = sends_in_receive_order(&s) && sends_read_overwritten_slots(&s) == 0;
+                pg_schedule_free(&s);
+            }
+            if (nmb == far[k].p || rc != 0)
+                OK(rc == 0 && in_order, "%s on %d stages, a skip from chunk %d to chunk %d, %d micro-batches: "
+                   "builds, verifies, sends in receive order from live slots %s", far[k].sch == SCHED_ZBV ? "zbv" : "interleaved(2)", far[k].p,
+                   far[k].stash, far[k].pop, nmb, line1(cap_text(&c)));
+        }
     cap_close(&c);
 }
 
@@ -831,6 +1025,8 @@ int main(int argc, char **argv)
     test_grid(SCHED_INTERLEAVED, "interleaved(2)", 2);
     test_grid(SCHED_INTERLEAVED, "interleaved(3)", 3);
     test_grid(SCHED_GPIPE, "gpipe with 2 chunks per stage", 2);
+    test_grid(SCHED_ZBV, "zbv", 2);
+    test_zbv();
     test_orders();
     test_comms();
     test_verify_rejects();
