@@ -23,7 +23,7 @@ l1=$(sed -n 's/.*step 1\/20  loss \([0-9.]*\).*/\1/p' "$T/mlp.out")
 l17=$(sed -n 's/.*step 17\/20  loss \([0-9.]*\).*/\1/p' "$T/mlp.out")
 awk -v a="$l1" -v b="$l17" 'BEGIN { exit !(b < a) }'
 ok $? "the loss on the same batch falls ($l1 -> $l17)"
-like "$(cat "$T/mlp.out")" 'stage 0: bubble [0-9.]+%' "each stage reports its bubble fraction"
+like "$(cat "$T/mlp.out")" '\[stage 0\] bubble [0-9.]+%' "each stage reports its bubble fraction"
 like "$(cat "$T/mlp.out")" 'throughput: [0-9.]+ samples/s' "the last stage reports the mean throughput"
 
 # --- the invariance matrix ------------------------------------------------------

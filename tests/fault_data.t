@@ -66,8 +66,8 @@ like "$(cat "$T/o")" 'neg\.pgd: sample 0, element 0 is target id -1, outside \[0
 pgd "$T/nan.pgd" f32 48 32 200 nan  # a NaN target: relu would hide a NaN input
 run --steps 3 --targets "$T/nan.pgd" >"$T/o" 2>&1; rc=$?
 is "$rc" 1 "a NaN loss stops the run: exit 1"
-like "$(cat "$T/o")" 'stage 1: the loss of step 1 is not finite \(nan in micro-batch [0-9]+\): stopping before the optimizer' "the loss stage names the step"
-like "$(cat "$T/o")" 'stage 0: stopping: stage 1 found the loss of step 1 not finite' "every stage says why it stops"
+like "$(cat "$T/o")" '\[stage 1\] the loss of step 1 is not finite \(nan in micro-batch [0-9]+\): stopping before the optimizer' "the loss stage names the step"
+like "$(cat "$T/o")" '\[stage 0\] stopping: stage 1 found the loss of step 1 not finite' "every stage says why it stops"
 run --steps 2 --targets "$T/nan.pgd" --skip-nonfinite --save "$T/skip.st" >"$T/o" 2>&1; rc=$?
 is "$rc" 0 "--skip-nonfinite: the run goes on"
 like "$(cat "$T/o")" 'step 1/2  loss nan .*\(skipped: loss not finite\)' "step 1 is reported skipped"

@@ -76,20 +76,20 @@ refused() {
     ! grep -q 'step 1/' "$T/$rf_name.log"; ok $? "...before the first step"
     no_double "$T/$rf_name.log"
 }
-refused gen_nonlm 'stage [01]: --generate needs a language model \(input and target both i32\[seq\]\); model mlp_small is not one; nothing was run' \
+refused gen_nonlm '\[stage [01]\] --generate needs a language model \(input and target both i32\[seq\]\); model mlp_small is not one; nothing was run' \
     "--generate on a model that is not a language model" --generate 5
-refused save_nodir "stage 0: --save $O/nodir/w\.st cannot be written: the folder $O/nodir does not exist; nothing was run" \
+refused save_nodir "\[stage 0\] --save $O/nodir/w\.st cannot be written: the folder $O/nodir does not exist; nothing was run" \
     "--save into a missing folder" --save "$O/nodir/w.st"
-refused grads_dir "stage 0: --save-grads $O cannot be written: $O exists and is a folder" \
+refused grads_dir "\[stage 0\] --save-grads $O cannot be written: $O exists and is a folder" \
     "--save-grads naming a folder" --save-grads "$O"
-refused trace_notdir "stage 0: --trace $O/afile/run\.json cannot be written: $O/afile is not a folder" \
+refused trace_notdir "\[stage 0\] --trace $O/afile/run\.json cannot be written: $O/afile is not a folder" \
     "--trace under a file" --trace "$O/afile/run.json"
 mkfifo "$T/fifo"  # (not /dev/null: a runtime that failed this test would rename its profile over it)
-refused profile_fifo "stage 0: --profile $T/fifo cannot be written: $T/fifo exists and is not a regular file \(a device, pipe or socket\)" \
+refused profile_fifo "\[stage 0\] --profile $T/fifo cannot be written: $T/fifo exists and is not a regular file \(a device, pipe or socket\)" \
     "--profile naming a pipe" --profile "$T/fifo"
-refused ck_nodir "stage [01]: the checkpoint directory $O/nodir/ck cannot be used: the folder $O/nodir does not exist" \
+refused ck_nodir "\[stage [01]\] the checkpoint directory $O/nodir/ck cannot be used: the folder $O/nodir does not exist" \
     "--checkpoint-dir in a missing folder" --checkpoint-dir "$O/nodir/ck" --save-every 10
-refused ck_file "stage [01]: the checkpoint directory $O/afile cannot be used: $O/afile is not a folder" \
+refused ck_file "\[stage [01]\] the checkpoint directory $O/afile cannot be used: $O/afile is not a folder" \
     "--save DIR --save-every naming a file" --save "$O/afile" --save-every 10
 is "$(cd "$O" && find . | sort)" "$before" "the refused starts left no file or folder behind"
 run --steps 3 --checkpoint-dir "$O/ck" --save-every 2 --save "$O/w.st" --save-grads "$O/g.st" --trace "$O/run.json" \
@@ -106,7 +106,7 @@ lm_text "$T/text.txt"
 "$PIPEDATA" text "$T/text.txt" -o "$T/text.pgd" >/dev/null 2>&1
 lm_run "$L" "$T/prompt.log" --steps 100000 --log-every 1 --data "$T/text.pgd" --generate 5 --prompt "$(printf 'ab\200')"
 is "$?" 2 "--prompt with a byte outside the vocabulary: exit 2"
-like "$(cat "$T/prompt.log")" 'stage 0: --prompt: byte 128 at position 2 is outside the vocabulary \[0, 128\) of model lm_tiny; nothing was run' \
+like "$(cat "$T/prompt.log")" '\[stage 0\] --prompt: byte 128 at position 2 is outside the vocabulary \[0, 128\) of model lm_tiny; nothing was run' \
     "...naming the byte, its position and the vocabulary"
 ! grep -q 'step 1/' "$T/prompt.log"; ok $? "...before the first step"
 
@@ -115,7 +115,7 @@ mkdir -p "$T/small"
 if ! mount -t tmpfs -o size=16k tmpfs "$T/small" 2>"$T/mount.err"; then
     echo "ok $((_n + 1)) # SKIP cannot mount a tmpfs (the suite runs as root here): $(cat "$T/mount.err")"; _n=$((_n + 1))
 else
-    refused nospace "stage 0: --save $T/small/w\.st cannot be written: it needs [0-9]+ bytes but the file system of $T/small has only [0-9]+ free" \
+    refused nospace "\[stage 0\] --save $T/small/w\.st cannot be written: it needs [0-9]+ bytes but the file system of $T/small has only [0-9]+ free" \
         "--save onto a file system without room for the weights" --save "$T/small/w.st"
     is "$(ls -A "$T/small")" "" "...and leaves the file system empty"
 fi

@@ -27,6 +27,16 @@ like "$out" '\[stage 0\] no newline' "a partial last line is flushed at exit"
 like "$out" '^\[stage 1\] line 2$' "stage 1 stdout prefixed"
 like "$err" '^\[stage 1\] to stderr$' "stderr goes to stderr, prefixed"
 like "$err" '\[stage 1\] partial err' "partial stderr line flushed"
+# a stage's own name is not repeated: "stage 1: x" from stage 1 is "[stage 1] x",
+# but a line naming another stage keeps it
+D2=$T/own
+stage "$D2" 0 'echo "stage 0: bubble 12%"; echo "stage 1: is late"; echo "stage 0 x"'
+stage "$D2" 1 'echo "stage 1: lost the link" >&2'
+out=$(timeout 20 "$PR" "$D2" 2>"$T/err2")
+like "$out" '^\[stage 0\] bubble 12%$' "a stage naming itself is relayed without repeating its name"
+like "$out" '^\[stage 0\] stage 1: is late$' "a line naming another stage is kept whole"
+like "$out" '^\[stage 0\] stage 0 x$' "only the exact 'stage k: ' prefix is dropped"
+like "$(cat "$T/err2")" '^\[stage 1\] lost the link$' "on stderr too"
 out=$(PIPE_MASTER=10.1.2.3:4567 timeout 20 "$PR" "$D" 2>/dev/null)
 like "$out" 'at 10\.1\.2\.3:4567 args: $' "PIPE_MASTER from the environment is passed on"
 

@@ -100,6 +100,14 @@ static void emit_line(int k, int out, const char *p, size_t n, int add_newline)
 {
     char pre[32];
     int pl = snprintf(pre, sizeof pre, "[stage %d] ", k);
+    /* A stage names itself ("stage k: ...") so that its lines say who wrote
+     * them when it runs alone; here the prefix says so already. */
+    char own[32];
+    int ol = snprintf(own, sizeof own, "stage %d: ", k);
+    if (n >= (size_t)ol && memcmp(p, own, (size_t)ol) == 0) {
+        p += ol;
+        n -= (size_t)ol;
+    }
     /* one write per line where it fits, so lines from stages do not interleave */
     char tmp[LINE_MAX_BYTES + 48];
     if (n + (size_t)pl + 1 <= sizeof tmp) {
@@ -258,7 +266,8 @@ static void usage(FILE *f)
                "PIPE_LOCAL_WORLD (at least 1), so the stages share the cores; --threads T\n"
                "gives every stage T threads instead.\n"
                "Output: every line a stage prints is relayed prefixed \"[stage k] \" (stdout to\n"
-               "stdout, stderr to stderr).\n"
+               "stdout, stderr to stderr); a line that starts \"stage k: \" (the stage naming\n"
+               "itself) loses those words, so the name is not said twice.\n"
                "Signals: SIGINT and SIGTERM (Ctrl-C) are forwarded to every stage (with\n"
                "--save-on-exit they finish the step and write a checkpoint first). When a\n"
                "stage fails, the others get SIGTERM. A stage still running %.0f s after a\n"
