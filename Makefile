@@ -67,8 +67,10 @@ RT_CORE  := $(filter-out runtime/core/piperun.c runtime/core/pipedata.c,$(wildca
 RT_CPU   := $(wildcard runtime/cpu/*.c)
 RT_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(RT_CORE) $(RT_CPU))
 CUDA_SRC := $(wildcard runtime/cuda/*.cu)
-CUDA_OBJ := $(patsubst runtime/cuda/%.cu,$(BUILD)/cuda/%.o,$(CUDA_SRC))
-CUDA_TEST_OBJ := $(patsubst tests/gpu/%.cu,$(BUILD)/cuda-tests/%.o,$(wildcard tests/gpu/*.cu))
+# nvcc's objects live in build-cuda/ whatever BUILD is, so `make cuda` and
+# `make CUDA=1` (and so `make test`) compile each .cu file once
+CUDA_OBJ := $(patsubst runtime/cuda/%.cu,build-cuda/cuda/%.o,$(CUDA_SRC))
+CUDA_TEST_OBJ := $(patsubst tests/gpu/%.cu,build-cuda/cuda-tests/%.o,$(wildcard tests/gpu/*.cu))
 NVCCFLAGS = -std=c++17 -O2 -arch=sm_90 -Xcompiler -Wall,-Wextra,-Werror -Iruntime/core -Iruntime/cuda
 NVCC_FOUND = @[ -x $(NVCC) ] || { echo "nvcc not found at $(NVCC) (set CUDA_HOME or NVCC): cannot compile CUDA files"; exit 1; }
 
@@ -183,7 +185,7 @@ ifndef LDLIBS_CUDA
 LDLIBS_CUDA := $(shell tools/gpu_ldlibs.sh $(BUILD)/cuda-libs)
 endif
 endif
-CUDA_NET_OBJ := $(BUILD)/cuda/cuda_net.o
+CUDA_NET_OBJ := build-cuda/cuda/cuda_net.o
 RT_CUDA_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out runtime/core/net.c,$(RT_CORE))) \
                $(BUILD)/cuda/net_tcp.o $(CUDA_OBJ)
 
@@ -199,13 +201,13 @@ $(BUILD)/libpgrt_cuda.a: $(RT_CUDA_OBJ)
 cuda: $(CUDA_OBJ) $(CUDA_TEST_OBJ)
 	@echo "cuda: $(words $(CUDA_OBJ) $(CUDA_TEST_OBJ)) files compiled and up to date"
 
-$(BUILD)/cuda/%.o: runtime/cuda/%.cu
+build-cuda/cuda/%.o: runtime/cuda/%.cu
 	$(NVCC_FOUND)
 	@mkdir -p $(dir $@)
 	@echo "  NVCC $<"
 	@$(NVCC) $(NVCCFLAGS) -MMD -MP -c -o $@ $<
 
-$(BUILD)/cuda-tests/%.o: tests/gpu/%.cu
+build-cuda/cuda-tests/%.o: tests/gpu/%.cu
 	$(NVCC_FOUND)
 	@mkdir -p $(dir $@)
 	@echo "  NVCC $<"

@@ -15,8 +15,8 @@ rc=$?
 for f in runtime/cuda/*.cu tests/gpu/*.cu; do
     [ -f "$f" ] || continue
     case $f in
-    runtime/cuda/*) o=build/cuda/$(basename "$f" .cu).o ;;
-    *) o=build/cuda-tests/$(basename "$f" .cu).o ;;
+    runtime/cuda/*) o=build-cuda/cuda/$(basename "$f" .cu).o ;;
+    *) o=build-cuda/cuda-tests/$(basename "$f" .cu).o ;;
     esac
     if [ -f "$o" ] && ! printf '%s\n' "$log" | grep -q "\[.*$o\] Error"; then
         ok 0 "$f compiles"

@@ -19,7 +19,7 @@ if [ ! -x "$NVCC" ]; then
     exit 0
 fi
 cd "$TOP" || exit 1
-for f in build-cuda/libpgrt_cuda.a build/cuda-tests/test_ops_gpu.o build-cuda/bench/gemm_peak.o; do
+for f in build-cuda/libpgrt_cuda.a build-cuda/cuda-tests/test_ops_gpu.o build-cuda/bench/gemm_peak.o; do
     [ -f "$f" ] || make --no-print-directory CUDA=1 build-cuda/libpgrt_cuda.a build-cuda/bench/gemm_peak.o >/dev/null 2>&1
     [ -f "$f" ] || make --no-print-directory cuda >/dev/null 2>&1
 done

@@ -9,13 +9,13 @@
 #   build-cuda/libpgrt_cuda.a        the CUDA stage runtime (nvcc -arch=sm_90:
 #                                    sm_90 code and compute_90 PTX for newer GPUs)
 #   build-cuda/rt-c/*.o              its C objects (to relink after a rebuild)
-#   build/cuda-tests/test_ops_gpu.o  the op tests; build-cuda/bench/gemm_peak.o
+#   build-cuda/cuda-tests/test_ops_gpu.o  the op tests; build-cuda/bench/gemm_peak.o
 #   runtime/, tests/gpu, bench/gpu   headers, CUDA sources (for PG_REBUILD_CUDA),
 #                                    the test and benchmark scripts and models
 #   tests/gpu/ref/                   the CPU references, computed here
 #                                    (tests/gpu/cpu_refs.sh: the host needs no OpenBLAS)
 # Needs what `make gpu-bundle` builds first: build/ (pipegen objects, the CPU
-# runtime), build-cuda/ (CUDA=1), build/cuda-tests/test_ops_gpu.o. Exit 0 or 1.
+# runtime), build-cuda/ (CUDA=1), build-cuda/cuda-tests/test_ops_gpu.o. Exit 0 or 1.
 TOP=$(cd "$(dirname "$0")/.." && pwd)
 die() { echo "gpu-bundle: $*" >&2; exit 1; }
 [ $# -ge 1 ] && [ $# -le 2 ] || die "usage: tools/gpu_bundle.sh DIR [TARBALL]"
@@ -26,7 +26,7 @@ CC=${CC:-cc}
 NVCC=${NVCC:-${CUDA_HOME:-/usr/local/cuda}/bin/nvcc}
 cd "$TOP" || exit 1
 for f in build/obj/codegen/main.o build/libpgfront.a build/obj/runtime/core/piperun.o build/libpgrt_cpu.a \
-    build-cuda/libpgrt_cuda.a build-cuda/cuda/net_tcp.o build/cuda-tests/test_ops_gpu.o build-cuda/bench/gemm_peak.o; do
+    build-cuda/libpgrt_cuda.a build-cuda/cuda/net_tcp.o build-cuda/cuda-tests/test_ops_gpu.o build-cuda/bench/gemm_peak.o; do
     [ -f "$f" ] || die "$f is missing: run make gpu-bundle (it builds everything first)"
 done
 D=$DIR/pipegen-gpu
@@ -47,7 +47,7 @@ for o in build-cuda/obj/runtime/core/*.o; do
     case $(basename "$o") in net.o | piperun.o | pipedata.o) continue ;; esac
     cp "$o" "$D/build-cuda/rt-c/"
 done
-cp build-cuda/cuda/net_tcp.o "$D/build-cuda/rt-c/" && cp build/cuda-tests/test_ops_gpu.o "$D/build/cuda-tests/" &&
+cp build-cuda/cuda/net_tcp.o "$D/build-cuda/rt-c/" && cp build-cuda/cuda-tests/test_ops_gpu.o "$D/build/cuda-tests/" &&
     cp build-cuda/bench/gemm_peak.o "$D/build-cuda/bench/" || die "copy failed"
 
 # headers, CUDA sources, scripts, models

@@ -6,7 +6,7 @@
 # has the same layout):
 #   build/pipegen, build/piperun             the compiler and the launcher
 #   build-cuda/libpgrt_cuda.a                the CUDA stage runtime
-#   build/cuda-tests/test_ops_gpu.o          the op tests (nvcc-compiled object)
+#   build-cuda/cuda-tests/test_ops_gpu.o        the op tests (nvcc-compiled object)
 #   tests/gpu/ref/                           the CPU references (tests/gpu/cpu_refs.sh;
 #                                            made here when missing and build/libpgrt_cpu.a exists)
 # and links the stages with the C compiler against the cuBLAS, NCCL and CUDA
@@ -52,7 +52,7 @@ KILL_S=${KILL_S:-30}
 CC=${CC:-cc}
 FAKE=${PG_GPU_FAKE:-}
 GPU_MODEL=$TOP/tests/models/gpt_tiny.pipe
-TEST_OPS_OBJ=${TEST_OPS_OBJ:-$TOP/build/cuda-tests/test_ops_gpu.o}
+TEST_OPS_OBJ=${TEST_OPS_OBJ:-$TOP/build-cuda/cuda-tests/test_ops_gpu.o}
 export OPENBLAS_NUM_THREADS=1
 TIMEOUT=""
 command -v timeout >/dev/null 2>&1 && TIMEOUT="timeout ${RUN_TIMEOUT:-120}"

@@ -3,7 +3,7 @@
  * float formula is the contract, as for dropout and the optimizer steps, where
  * the GPU must match bit for bit), the += semantics of every _bwd_w, bitwise
  * reproducibility of the reductions run twice, and the error paths.
- * Links only the CUDA backend objects (build/cuda/). Run by `make test-gpu`; needs
+ * Links only the CUDA backend objects (build-cuda/cuda/). Run by `make test-gpu`; needs
  * a GPU and says "no GPU found" (exit 1) without one. Host code only. */
 #include <math.h>
 #include <stdint.h>
