@@ -1470,12 +1470,16 @@ static void emit_layer_fwd(em_out *e, int i)
         char rm[128], rv[128];
         pmacro(m, L->buffer[0], 0, rm, sizeof rm);
         pmacro(m, L->buffer[1], 0, rv, sizeof rv);
-        fprintf(o, "    PG_TRY(pg_batchnorm_fwd(c, %s, %" PRId64 ", %.9gf, %s, %s, %s, %s, (float *)(F + %" PRId64
+        fprintf(o, "    if (io->infer) /* inference: the running statistics, nothing updated */\n"
+                   "        PG_TRY(pg_batchnorm_eval_fwd(c, %s, %" PRId64 ", %.9gf, %s, %s, %s, %s, %s, %s));\n"
+                   "    else\n",
+                n, C, L->eps, x, L->nparam > 0 ? p0 : "NULL", L->nparam > 1 ? p1 : "NULL", rm, rv, y);
+        fprintf(o, "        PG_TRY(pg_batchnorm_fwd(c, %s, %" PRId64 ", %.9gf, %s, %s, %s, %s, (float *)(F + %" PRId64
                    "), (float *)(F + %" PRId64 ")));\n",
                 n, C, L->eps, x, L->nparam > 0 ? p0 : "NULL", L->nparam > 1 ? p1 : "NULL", y, ch->aux[li].off[0],
                 ch->aux[li].off[1]);
         if (L->deferred) {
-            fprintf(o, "    if (first) { /* deferred: running statistics from the whole mini-batch, once per step;\n"
+            fprintf(o, "    if (first && !io->infer) { /* deferred: running statistics from the whole mini-batch, once per step;\n"
                        "                  sums over the micro-batches in index order (not again when recomputing) */\n");
             fprintf(o, "        if (io->mb == 0)\n            PG_TRY(pg_zero(c, (float *)(A + %" PRId64 "), %" PRId64
                        ")); /* 2 x %" PRId64 " doubles */\n",
@@ -1487,7 +1491,7 @@ static void emit_layer_fwd(em_out *e, int i)
                        ", %.9gf, (const double *)(A + %" PRId64 "), (const double *)(A + %" PRId64 "), %s, %s));\n    }\n",
                     e->g->s->nmb - 1, m->train.batch * per, C, L->momentum, so, so + 8 * C, rm, rv);
         } else {
-            fprintf(o, "    if (first) { /* running statistics from this micro-batch alone, in index order */\n");
+            fprintf(o, "    if (first && !io->infer) { /* running statistics from this micro-batch alone, in index order */\n");
             fprintf(o, "        PG_TRY(pg_zero(c, (float *)(A + %" PRId64 "), %" PRId64 "));\n", so, 4 * C);
             fprintf(o, "        PG_TRY(pg_batchnorm_stats_acc(c, %s, %" PRId64 ", %s, (double *)(A + %" PRId64
                        "), (double *)(A + %" PRId64 ")));\n",
@@ -1519,7 +1523,8 @@ static void emit_layer_fwd(em_out *e, int i)
         break;
     }
     case LK_DROPOUT:
-        fprintf(o, "    PG_TRY(pg_dropout_fwd(c, r, %" PRId64 ", %.9gf, DROPOUT_SEED(io, %d), io->first_row, %s, %s));\n",
+        fprintf(o, "    PG_TRY(pg_dropout_fwd(c, r, %" PRId64 ", io->infer ? 0.0f : %.9gf, DROPOUT_SEED(io, %d), io->first_row, "
+                   "%s, %s)); /* none in inference */\n",
                 TI->numel, L->p, i, x, y);
         break;
     case LK_STASH: {

@@ -47,6 +47,30 @@ lm_run "$T/two" "$T/bad.out" --steps 0 --load "$T/nonexistent.safetensors"
 ok $((! $?)) "--load of a missing file fails"
 like "$(cat "$T/bad.out")" "--load: .*nonexistent" "naming the file"
 
+# Inference is not training: dropout is off and batch norm uses its running
+# statistics (untrained: mean 0, variance 1, so about the identity) and updates
+# nothing. So at initialisation a model with a dropout or a batchnorm layer
+# after the embeddings continues a prompt as the same model without it does
+# (the layers hold no parameters that would shift the others' initial values).
+for v in drop bn; do
+    case $v in drop) L='drop = dropout(0.5)' ;; bn) L='bn = batchnorm' ;; esac
+    mkdir -p "$T/$v"
+    sed -e '/# S1$/d' -e "s/^pos = pos_embed(seq, d)\$/&\\
+$L/" "$TOP/tests/models/lm_tiny.pipe" >"$T/$v/lm_tiny.pipe"
+    grep -q "^$L\$" "$T/$v/lm_tiny.pipe"; ok $? "$v: the model has the layer"
+    "$PIPEGEN" gen "$T/$v/lm_tiny.pipe" -o "$T/$v/gen" >"$T/$v/gen.out" 2>&1 && mkdir -p "$T/$v/bin" &&
+        $CC -std=c11 -O1 -I"$TOP/runtime/core" -I"$T/$v/gen" -o "$T/$v/bin/stage0" "$T/$v/gen/stage0.c" "$RTLIB" \
+            -lopenblas -lpthread -lm
+    ok $? "$v: builds"
+done
+GI="--steps 0 --generate 40 --temperature 0 --prompt the"
+lm_run "$T/one" "$T/i0.out" $GI; ok $? "greedy generation from the initial weights"
+lm_run "$T/drop" "$T/i1.out" $GI; ok $? "... with a dropout(0.5) layer"
+lm_run "$T/bn" "$T/i2.out" $GI; ok $? "... with a batchnorm layer"
+like "$(sample "$T/i0.out")" "^sample: the.{40}" "the plain model's sample"
+is "$(sample "$T/i1.out")" "$(sample "$T/i0.out")" "dropout is off in generation"
+is "$(sample "$T/i2.out")" "$(sample "$T/i0.out")" "batch norm generates from its running statistics"
+
 lm_run "$T/one" "$T/u.out" --generate x; is $? 2 "--generate x: usage error"
 lm_run "$T/one" "$T/u.out" --temperature -1; is $? 2 "--temperature -1: usage error"
 lm_run "$T/one" "$T/u.out" --steps 0 --generate 5 --prompt "$(printf 'a\200')"

@@ -100,8 +100,11 @@ static int fwd_body_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
     /* inp: linear [r, 256] -> [r, 256] */
     PG_TRY(pg_linear_fwd(c, r, 256, 256, INPUT_ROWS, P0_INP_WEIGHT, P1_INP_BIAS, C0_T1));
     /* bn0: batchnorm [r, 256] -> [r, 256] */
-    PG_TRY(pg_batchnorm_fwd(c, r, 256, 1e-05f, C0_T1, P2_BN0_WEIGHT, P3_BN0_BIAS, C0_T2, (float *)(F + 409600), (float *)(F + 410624)));
-    if (first) { /* deferred: running statistics from the whole mini-batch, once per step;
+    if (io->infer) /* inference: the running statistics, nothing updated */
+        PG_TRY(pg_batchnorm_eval_fwd(c, r, 256, 1e-05f, C0_T1, P2_BN0_WEIGHT, P3_BN0_BIAS, P4_BN0_RUNNING_MEAN, P5_BN0_RUNNING_VAR, C0_T2));
+    else
+        PG_TRY(pg_batchnorm_fwd(c, r, 256, 1e-05f, C0_T1, P2_BN0_WEIGHT, P3_BN0_BIAS, C0_T2, (float *)(F + 409600), (float *)(F + 410624)));
+    if (first && !io->infer) { /* deferred: running statistics from the whole mini-batch, once per step;
                   sums over the micro-batches in index order (not again when recomputing) */
         if (io->mb == 0)
             PG_TRY(pg_zero(c, (float *)(A + 4708352), 1024)); /* 2 x 256 doubles */
@@ -117,8 +120,11 @@ static int fwd_body_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
     /* a.0.fc1: linear [r, 256] -> [r, 256] */
     PG_TRY(pg_linear_fwd(c, r, 256, 256, C0_T3, P6_A_0_FC1_WEIGHT, P7_A_0_FC1_BIAS, C0_T4));
     /* a.0.bn: batchnorm [r, 256] -> [r, 256] */
-    PG_TRY(pg_batchnorm_fwd(c, r, 256, 1e-05f, C0_T4, P8_A_0_BN_WEIGHT, P9_A_0_BN_BIAS, C0_T5, (float *)(F + 428032), (float *)(F + 429056)));
-    if (first) { /* deferred: running statistics from the whole mini-batch, once per step;
+    if (io->infer) /* inference: the running statistics, nothing updated */
+        PG_TRY(pg_batchnorm_eval_fwd(c, r, 256, 1e-05f, C0_T4, P8_A_0_BN_WEIGHT, P9_A_0_BN_BIAS, P10_A_0_BN_RUNNING_MEAN, P11_A_0_BN_RUNNING_VAR, C0_T5));
+    else
+        PG_TRY(pg_batchnorm_fwd(c, r, 256, 1e-05f, C0_T4, P8_A_0_BN_WEIGHT, P9_A_0_BN_BIAS, C0_T5, (float *)(F + 428032), (float *)(F + 429056)));
+    if (first && !io->infer) { /* deferred: running statistics from the whole mini-batch, once per step;
                   sums over the micro-batches in index order (not again when recomputing) */
         if (io->mb == 0)
             PG_TRY(pg_zero(c, (float *)(A + 4712448), 1024)); /* 2 x 256 doubles */
@@ -136,8 +142,11 @@ static int fwd_body_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
     /* a.1.fc1: linear [r, 256] -> [r, 256] */
     PG_TRY(pg_linear_fwd(c, r, 256, 256, C0_T8, P14_A_1_FC1_WEIGHT, P15_A_1_FC1_BIAS, C0_T9));
     /* a.1.bn: batchnorm [r, 256] -> [r, 256] */
-    PG_TRY(pg_batchnorm_fwd(c, r, 256, 1e-05f, C0_T9, P16_A_1_BN_WEIGHT, P17_A_1_BN_BIAS, C0_T10, (float *)(F + 446464), (float *)(F + 447488)));
-    if (first) { /* deferred: running statistics from the whole mini-batch, once per step;
+    if (io->infer) /* inference: the running statistics, nothing updated */
+        PG_TRY(pg_batchnorm_eval_fwd(c, r, 256, 1e-05f, C0_T9, P16_A_1_BN_WEIGHT, P17_A_1_BN_BIAS, P18_A_1_BN_RUNNING_MEAN, P19_A_1_BN_RUNNING_VAR, C0_T10));
+    else
+        PG_TRY(pg_batchnorm_fwd(c, r, 256, 1e-05f, C0_T9, P16_A_1_BN_WEIGHT, P17_A_1_BN_BIAS, C0_T10, (float *)(F + 446464), (float *)(F + 447488)));
+    if (first && !io->infer) { /* deferred: running statistics from the whole mini-batch, once per step;
                   sums over the micro-batches in index order (not again when recomputing) */
         if (io->mb == 0)
             PG_TRY(pg_zero(c, (float *)(A + 4716544), 1024)); /* 2 x 256 doubles */

@@ -94,8 +94,11 @@ static int fwd_body_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
     /* b.0.fc1: linear [r, 256] -> [r, 256] */
     PG_TRY(pg_linear_fwd(c, r, 256, 256, C1_X, P22_B_0_FC1_WEIGHT, P23_B_0_FC1_BIAS, C1_T1));
     /* b.0.bn: batchnorm [r, 256] -> [r, 256] */
-    PG_TRY(pg_batchnorm_fwd(c, r, 256, 1e-05f, C1_T1, P24_B_0_BN_WEIGHT, P25_B_0_BN_BIAS, C1_T2, (float *)(F + 376832), (float *)(F + 377856)));
-    if (first) { /* deferred: running statistics from the whole mini-batch, once per step;
+    if (io->infer) /* inference: the running statistics, nothing updated */
+        PG_TRY(pg_batchnorm_eval_fwd(c, r, 256, 1e-05f, C1_T1, P24_B_0_BN_WEIGHT, P25_B_0_BN_BIAS, P26_B_0_BN_RUNNING_MEAN, P27_B_0_BN_RUNNING_VAR, C1_T2));
+    else
+        PG_TRY(pg_batchnorm_fwd(c, r, 256, 1e-05f, C1_T1, P24_B_0_BN_WEIGHT, P25_B_0_BN_BIAS, C1_T2, (float *)(F + 376832), (float *)(F + 377856)));
+    if (first && !io->infer) { /* deferred: running statistics from the whole mini-batch, once per step;
                   sums over the micro-batches in index order (not again when recomputing) */
         if (io->mb == 0)
             PG_TRY(pg_zero(c, (float *)(A + 4788224), 1024)); /* 2 x 256 doubles */
@@ -113,8 +116,11 @@ static int fwd_body_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
     /* b.1.fc1: linear [r, 256] -> [r, 256] */
     PG_TRY(pg_linear_fwd(c, r, 256, 256, C1_T5, P30_B_1_FC1_WEIGHT, P31_B_1_FC1_BIAS, C1_T6));
     /* b.1.bn: batchnorm [r, 256] -> [r, 256] */
-    PG_TRY(pg_batchnorm_fwd(c, r, 256, 1e-05f, C1_T6, P32_B_1_BN_WEIGHT, P33_B_1_BN_BIAS, C1_T7, (float *)(F + 395264), (float *)(F + 396288)));
-    if (first) { /* deferred: running statistics from the whole mini-batch, once per step;
+    if (io->infer) /* inference: the running statistics, nothing updated */
+        PG_TRY(pg_batchnorm_eval_fwd(c, r, 256, 1e-05f, C1_T6, P32_B_1_BN_WEIGHT, P33_B_1_BN_BIAS, P34_B_1_BN_RUNNING_MEAN, P35_B_1_BN_RUNNING_VAR, C1_T7));
+    else
+        PG_TRY(pg_batchnorm_fwd(c, r, 256, 1e-05f, C1_T6, P32_B_1_BN_WEIGHT, P33_B_1_BN_BIAS, C1_T7, (float *)(F + 395264), (float *)(F + 396288)));
+    if (first && !io->infer) { /* deferred: running statistics from the whole mini-batch, once per step;
                   sums over the micro-batches in index order (not again when recomputing) */
         if (io->mb == 0)
             PG_TRY(pg_zero(c, (float *)(A + 4792320), 1024)); /* 2 x 256 doubles */

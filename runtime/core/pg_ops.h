@@ -143,6 +143,11 @@ int pg_batchnorm_bwd_in(pg_ctx *c, int64_t n, int64_t C, const float *x, const f
                         const float *mean, const float *rstd, const float *dy, float *dx);
 int pg_batchnorm_bwd_w(pg_ctx *c, int64_t n, int64_t C, const float *x,
                        const float *mean, const float *rstd, const float *dy, float *dw, float *db);
+/* Inference (the stage's --generate): y = (x - run_mean) / sqrt(run_var + eps)
+ * w + b per feature, in double, rounded once; nothing is updated. w, b may be
+ * NULL (no affine). */
+int pg_batchnorm_eval_fwd(pg_ctx *c, int64_t n, int64_t C, float eps, const float *x, const float *w,
+                          const float *b, const float *run_mean, const float *run_var, float *y);
 /* Running stats from per-micro-batch sums: sum[C], sumsq[C] accumulated over all
  * micro-batches of the step in index order (pg_batchnorm_stats_acc), then one
  * update with the whole batch's count, equal to BatchNorm1d on the whole batch. */

@@ -55,6 +55,7 @@ typedef struct pg_mb_io {
     int64_t step;        /* 0-based training step */
     uint64_t seed;       /* train.seed */
     double loss;         /* out (FWD of the loss chunk): this micro-batch's partial loss */
+    int infer;           /* 1: inference (--generate): no dropout, batch norm by its running statistics, nothing updated */
 } pg_mb_io;
 
 typedef int (*pg_chunk_fn)(pg_ctx *c, unsigned char *A, pg_mb_io *io);

@@ -479,7 +479,7 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
                 return 1;
             }
             pg_mb_io io = {x->mb, x->slot, d->mb_recompute[x->mb], d->mb_rows[x->mb], d->mb_first_row[x->mb], step,
-                           d->train.seed, 0.0};
+                           d->train.seed, 0.0, 0};
             double t0 = pg_run_now();
             int is_loss = x->kind == PG_FWD && d->has_loss && x->chunk == d->nchunks - 1;
             rep = pg_backend_compute(r->ctx, a, is_loss ? &r->loss[x->mb] : NULL);

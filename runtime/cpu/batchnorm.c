@@ -57,6 +57,24 @@ int pg_batchnorm_fwd(pg_ctx *c, int64_t n, int64_t C, float eps, const float *x,
     return 0;
 }
 
+int pg_batchnorm_eval_fwd(pg_ctx *c, int64_t n, int64_t C, float eps, const float *x, const float *w,
+                          const float *b, const float *run_mean, const float *run_var, float *y)
+{
+    (void)c;
+    if (bn_dims_ok("batchnorm_eval_fwd", n, C))
+        return 1;
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < C; j++) {
+            double v = ((double)x[i * C + j] - run_mean[j]) / sqrt((double)run_var[j] + (double)eps);
+            if (w)
+                v *= w[j];
+            if (b)
+                v += b[j];
+            y[i * C + j] = (float)v;
+        }
+    return 0;
+}
+
 /* dx = rstd (g - mean_rows(g) - xhat mean_rows(g xhat)), g = dy w */
 int pg_batchnorm_bwd_in(pg_ctx *c, int64_t n, int64_t C, const float *x, const float *w,
                         const float *mean, const float *rstd, const float *dy, float *dx)

@@ -122,6 +122,32 @@ __global__ void batchnorm_running_update_kernel(int64_t total_n, int64_t C, floa
     }
 }
 
+/* Inference: the running statistics; _rn intrinsics keep the CPU's rounding. */
+__global__ void batchnorm_eval_fwd_kernel(int64_t n, int64_t C, float eps, const float *x, const float *w,
+                                          const float *b, const float *run_mean, const float *run_var, float *y)
+{
+    PG_GRID_STRIDE(k, n * C) {
+        int64_t j = k % C;
+        double v = __ddiv_rn(__dsub_rn((double)x[k], (double)run_mean[j]),
+                             __dsqrt_rn(__dadd_rn((double)run_var[j], (double)eps)));
+        if (w)
+            v = __dmul_rn(v, (double)w[j]);
+        if (b)
+            v = __dadd_rn(v, (double)b[j]);
+        y[k] = (float)v;
+    }
+}
+
+int pg_batchnorm_eval_fwd(pg_ctx *c, int64_t n, int64_t C, float eps, const float *x, const float *w,
+                          const float *b, const float *run_mean, const float *run_var, float *y)
+{
+    if (bn_dims_ok("batchnorm_eval_fwd", n, C))
+        return 1;
+    batchnorm_eval_fwd_kernel<<<GRID(n * C)>>>(n, C, eps, x, w, b, run_mean, run_var, y);
+    LAUNCH_CHECK("batchnorm_eval_fwd_kernel");
+    return 0;
+}
+
 int pg_batchnorm_fwd(pg_ctx *c, int64_t n, int64_t C, float eps, const float *x,
                      const float *w, const float *b, float *y, float *mean, float *rstd)
 {

@@ -432,6 +432,23 @@ static void test_batchnorm(void)
     }
     OK(e < 1e-9, "batchnorm_stats_acc sums in double (err %.1e)", e);
     OK(pg_batchnorm_running_update(G.c, 1, C, 0.1f, S, SS, RM, RV) != 0, "running_update rejects a batch of 1");
+    /* inference: normalised by the running statistics, which stay as they were */
+    fvec rm1 = rnd(C), rv1 = rnd(C, 0.25, 2.0);
+    float *RM1 = up(rm1), *RV1 = up(rv1), *YE = dzeros(n * C), *YN = dzeros(n * C);
+    OK(pg_batchnorm_eval_fwd(G.c, n, C, 1e-5f, X, W, B, RM1, RV1, YE) == 0, "batchnorm_eval_fwd runs");
+    OK(pg_batchnorm_eval_fwd(G.c, n, C, 1e-5f, X, NULL, NULL, RM1, RV1, YN) == 0, "batchnorm_eval_fwd runs without affine");
+    dvec ye(n * C), yn(n * C);
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < C; j++) {
+            double v = ((double)x[i * C + j] - rm1[j]) / sqrt((double)rv1[j] + 1e-5);
+            yn[i * C + j] = v;
+            ye[i * C + j] = v * w[j] + b[j];
+        }
+    close_to("batchnorm_eval_fwd y", down(YE, n * C), ye, 1e-6);
+    close_to("batchnorm_eval_fwd y without affine", down(YN, n * C), yn, 1e-6);
+    fvec rm2 = down(RM1, C), rv2 = down(RV1, C);
+    OK(rm2 == rm1 && rv2 == rv1, "batchnorm_eval_fwd leaves the running statistics alone");
+    OK(pg_batchnorm_eval_fwd(G.c, 0, C, 1e-5f, X, W, B, RM1, RV1, YE) != 0, "batchnorm_eval_fwd rejects n = 0");
 }
 
 static void test_embed(void)
