@@ -20,7 +20,7 @@ run --steps 10 --save "$T/straight.st" >"$T/straight.out" 2>&1
 ok $? "10 steps straight"
 run --steps 5 --checkpoint-dir "$T/ck" --save-every 2 >"$T/first.out" 2>&1
 ok $? "5 steps with --checkpoint-dir --save-every 2"
-is "$(cat "$T/ck/LATEST" 2>/dev/null)" "step-00000005" "LATEST names the newest complete step"
+is "$(head -1 "$T/ck/LATEST" 2>/dev/null)" "step-00000005" "LATEST names the newest complete step"
 is "$(cd "$T/ck" && echo step-*)" "step-00000004 step-00000005" "the 2 newest complete checkpoints are kept, step 2 removed"
 [ -f "$T/ck/step-00000005/MANIFEST" ] && [ -f "$T/ck/step-00000005/stage2.safetensors" ]
 ok $? "a step holds MANIFEST and one file per stage"
@@ -34,7 +34,7 @@ ok $? "saved weights are byte-identical to the uninterrupted run's"
 like "$(grep -c 'step [0-9]*/10  loss' "$T/resumed.out")" '^5$' "the resumed run prints steps 6..10 only"
 run --steps 5 --save "$T/ck2" --save-every 2 >"$T/first2.out" 2>&1
 ok $? "the issue's spelling: --save DIR --save-every 2"
-is "$(cat "$T/ck2/LATEST" 2>/dev/null)" "step-00000005" "--save DIR with --save-every is the checkpoint directory"
+is "$(head -1 "$T/ck2/LATEST" 2>/dev/null)" "step-00000005" "--save DIR with --save-every is the checkpoint directory"
 cmp -s "$T/ck/step-00000005/stage2.safetensors" "$T/ck2/step-00000005/stage2.safetensors"
 ok $? "and holds the same bytes as --checkpoint-dir"
 rm -rf "$T/ck2"
@@ -84,7 +84,7 @@ else
     [ "$rc" -ne 0 ]; ok $? "a full disk stops the run (exit $rc)"
     like "$(cat "$T/full.out")" 'No space left on device' "the disk-full error is named"
     like "$(cat "$T/full.out")" 'the previous checkpoint is kept: step-[0-9]+ is intact' "and says the previous checkpoint is intact"
-    last=$(cat "$T/full/ck/LATEST")
+    last=$(head -1 "$T/full/ck/LATEST")
     n=${last#step-}; n=$(expr "$n" + 0)
     run --steps "$n" --save "$T/full_ref.st" >/dev/null 2>&1
     run --steps "$n" --resume "$T/full/ck" --save "$T/full_res.st" >"$T/full_res.out" 2>&1

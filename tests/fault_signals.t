@@ -28,7 +28,7 @@ for sig in TERM INT; do
     is "$n" 3 "SIG$sig: every stage stops after a final checkpoint"
     steps=$(sed -n "s/.*stopped by signal $num after step \([0-9]*\).*/\1/p" "$T/$sig.out" | sort -u)
     is "$(echo "$steps" | wc -l)" 1 "SIG$sig: all stages stopped after the same step ($steps)"
-    is "$(cat "$T/ck/LATEST" 2>/dev/null)" "$(printf 'step-%08d' "$steps")" "SIG$sig: LATEST names that step"
+    is "$(head -1 "$T/ck/LATEST" 2>/dev/null)" "$(printf 'step-%08d' "$steps")" "SIG$sig: LATEST names that step"
     left=0; for p in $pids; do gone "$p" || left=$((left + 1)); done
     is "$left" 0 "SIG$sig: no stage process is left behind"
 done
