@@ -230,10 +230,13 @@ static int fits(const pg_run *r, const char *ka, const char *va, int ra, const c
                  ra, rb, opt_of(ka), ba, ha, ra, bb, hb, rb);
         return -1;
     }
+    int flag = 0;
+    for (size_t i = 0; i < sizeof agreed / sizeof agreed[0]; i++)
+        flag |= !strcmp(agreed[i].name, ka) && agreed[i].kind == AG_FLAG;
     char wa[300], wb[300];
-    if (va[0]) snprintf(wa, sizeof wa, "with %s %s", ka, va);
+    if (va[0]) snprintf(wa, sizeof wa, "with %s%s%s", ka, flag ? "" : " ", flag ? "" : va);
     else snprintf(wa, sizeof wa, "without %s", ka);
-    if (vb[0]) snprintf(wb, sizeof wb, "with %s %s", kb, vb);
+    if (vb[0]) snprintf(wb, sizeof wb, "with %s%s%s", kb, flag ? "" : " ", flag ? "" : vb);
     else snprintf(wb, sizeof wb, "without %s", kb);
     snprintf(why, wl, "stage %d was started %s but stage %d %s: give every stage the same %s", ra, wa, rb, wb, ka);
     return -1;
@@ -269,7 +272,7 @@ int pg_agree_check(void *arg, int rank, const char *text, size_t len, char *why,
     }
     for (int i = 0; i < mine.n && !rc; i++)
         for (int j = 0; j < st->n && !rc; j++)
-            rc = fits(r, st->e[j].key, st->e[j].val, st->e[j].rank, mine.e[i].key, mine.e[i].val, rank, why, whylen);
+            rc = fits(r, mine.e[i].key, mine.e[i].val, rank, st->e[j].key, st->e[j].val, st->e[j].rank, why, whylen);
     if (!rc) { /* accepted: its entries join */
         for (int i = 0; i < mine.n; i++)
             if (add(st, mine.e[i].key, mine.e[i].val, rank)) {

@@ -405,32 +405,28 @@ int pg_ckpt_clean_stale(const pg_stage_desc *d, const char *dir)
     return removed;
 }
 
-/* After a checkpoint of run `run` at step `newest` is complete: keep the
- * PG_CKPT_KEEP newest complete checkpoints of this run and remove this
- * stage's part of every older step directory (with its temporaries of dead
- * writers); with --replace-checkpoints also of every step of another run,
- * newer ones too. A step whose run this stage cannot read (no MANIFEST here)
- * counts as incomplete. */
-static void prune(const pg_run *r, const char *dir, int64_t newest, const char *run)
+/* After a checkpoint at step `newest` is complete: keep the PG_CKPT_KEEP
+ * newest complete checkpoints at or below it and remove this stage's part of
+ * every older step directory (with its temporaries of dead writers); the
+ * complete checkpoints of another run (`run` is this one's) are left alone.
+ * A run that replaces another's checkpoints (--replace-checkpoints) removes
+ * every step directory it did not write: those below its first checkpoint
+ * (first) and above `newest`. */
+static void prune(const pg_run *r, const char *dir, int64_t newest, int64_t first, const char *run)
 {
     const pg_stage_desc *d = r->d;
     int64_t *steps;
     int n = list_steps(dir, &steps), complete = 0;
     for (int i = 0; i < n; i++) {
         char sdir[CK_PATH], sr[RUN_BYTES];
-        int has = step_run(dir, steps[i], sr, sizeof sr);
-        int foreign = has && run[0] && strcmp(sr, run) != 0;
         step_dir(sdir, sizeof sdir, dir, steps[i]);
-        if (foreign) {
-            if (r->opt.replace_ckpt && steps[i] != newest) {
-                clean_step_tmp(d, sdir);
-                remove_step(d, sdir);
-            }
+        int theirs = r->ck_replace && (steps[i] > newest || steps[i] < first);
+        if (!theirs && steps[i] > newest)
             continue;
-        }
-        if (steps[i] > newest)
-            continue;
-        if (complete >= PG_CKPT_KEEP) {
+        int has = step_run(dir, steps[i], sr, sizeof sr);
+        if (!theirs && has && run[0] && strcmp(sr, run) != 0)
+            continue; /* another run's checkpoint, kept (and not counted) */
+        if (theirs || complete >= PG_CKPT_KEEP) {
             clean_step_tmp(d, sdir);
             remove_step(d, sdir);
         } else if (has) {
@@ -569,12 +565,14 @@ int pg_ckpt_save(pg_run *r, int64_t step)
                 d->stage, step, dir, who, prevs);
         return 1;
     }
+    if (r->ck_first < 0)
+        r->ck_first = step;
     char run[RUN_BYTES];
     if (d->stage == 0)
         snprintf(run, sizeof run, "%s", r->ck_run);
     else if (!step_run(dir, step, run, sizeof run)) /* the manifest stage 0 just wrote names it */
         run[0] = 0;
-    prune(r, dir, step, run);
+    prune(r, dir, step, r->ck_first, run);
     if (d->stage == 0)
         printf("checkpoint: step %" PRId64 " saved to %s\n", step, sdir);
     return 0;
@@ -588,11 +586,16 @@ static int same_dir(const char *a, const char *b)
     return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
 }
 
-int pg_ckpt_check_owner(const pg_run *r, char *err, size_t errlen)
+int pg_ckpt_check_owner(pg_run *r, char *err, size_t errlen)
 {
     const char *dir = r->opt.ckpt_dir;
-    if (!dir || r->opt.replace_ckpt || (r->opt.resume && same_dir(r->opt.resume, dir)))
+    r->ck_first = -1;
+    if (!dir || (r->opt.resume && same_dir(r->opt.resume, dir)))
         return 0;
+    if (r->opt.replace_ckpt) { /* whatever is there goes once this run's first checkpoint is complete */
+        r->ck_replace = 1;
+        return 0;
+    }
     /* the run this one continues: the one LATEST of the --resume directory names */
     char want[RUN_BYTES] = "", lrun[RUN_BYTES], run[RUN_BYTES];
     int known = r->opt.resume && read_latest(r->opt.resume, want, sizeof want) >= 0 && want[0];

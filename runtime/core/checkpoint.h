@@ -46,7 +46,7 @@ void pg_ckpt_new_run(pg_run *r);
  * into r->opt.ckpt_dir? Not when it holds another run's complete checkpoints
  * (a fresh run, or one resumed from elsewhere), unless --replace-checkpoints.
  * 0, or -1 with the reason in err. */
-int pg_ckpt_check_owner(const pg_run *r, char *err, size_t errlen);
+int pg_ckpt_check_owner(pg_run *r, char *err, size_t errlen);
 
 /* Not collective: remove from every DIR/step-* this stage's temporaries
  * (stage<k>.safetensors.tmp.<pid>; stage 0 also MANIFEST's and DIR/LATEST's)

@@ -560,6 +560,7 @@ int main(int argc, char **argv)
     pg_run r;
     memset(&r, 0, sizeof r);
     r.d = &pg_stage;
+    r.ck_first = -1;
     int a = parse_args(argc, argv, r.d, &r.opt);
     if (a)
         return a == 1 ? 0 : 2;
