@@ -37,6 +37,63 @@ ok $? "the run resumes from the checkpoint written on exit"
 timeout 60 "$PIPERUN" "$G/bin" -- --threads 1 --steps $((steps + 2)) --save "$T/s.st" >/dev/null 2>&1
 cmp -s "$T/r.st" "$T/s.st"; ok $? "and ends bitwise equal to an uninterrupted run"
 
+# --- Ctrl-Z: the whole run stops, longer than --timeout, and goes on --------------------
+"$PIPERUN" "$G/bin" -- --threads 1 --steps 100000000 --log-every 500 --timeout 2 --checkpoint-dir "$T/ckz" --save-on-exit \
+    >"$T/tstp.out" 2>&1 &
+pr=$!
+wait_for "$T/tstp.out" 'step 500/' 20
+pids=$(pgrep -f "$G/bin/stage" | tr '\n' ' ')
+kill -TSTP $pr
+sleep 0.5
+states=$(for p in $pr $pids; do sed 's/^[0-9]* ([^)]*) \(.\).*/\1/' "/proc/$p/stat"; done | sort -u | tr -d '\n')
+is "$states" "T" "SIGTSTP to piperun: piperun and all 3 stages are stopped"
+before=$(grep -c 'step [0-9]*/' "$T/tstp.out")
+sleep 4   # twice --timeout
+is "$(grep -c 'step [0-9]*/' "$T/tstp.out")" "$before" "...and make no progress while stopped"
+kill -CONT $pr
+n=$((before + 2))
+t=0; while [ "$(grep -c 'step [0-9]*/' "$T/tstp.out")" -lt "$n" ] && [ $t -lt 100 ]; do sleep 0.1; t=$((t + 1)); done
+[ "$(grep -c 'step [0-9]*/' "$T/tstp.out")" -ge "$n" ]; ok $? "SIGCONT: the run goes on after 4 s stopped with --timeout 2"
+! grep -q 'waiting at\|for 2 s' "$T/tstp.out"; ok $? "...no stage counted the stopped time as waiting for a peer"
+kill -TERM $pr
+wait_exit $pr 20
+is "$WX" 143 "...and stops on SIGTERM as usual, after a final checkpoint"
+
+# --- a second Ctrl-C does not wait for a stuck stage ------------------------------------------
+"$PIPERUN" "$G/bin" -- --threads 1 --steps 100000000 --log-every 500 --checkpoint-dir "$T/ck2c" --save-on-exit \
+    >"$T/int2.out" 2>&1 &
+pr=$!
+wait_for "$T/int2.out" 'step 500/' 20
+stuck=$(pgrep -f "$G/bin/stage2" | head -1)
+kill -STOP "$stuck"   # a stage that stopped answering: the others wait for it to agree on a stop
+sleep 0.2
+kill -INT $pr
+sleep 1
+ls "$T/ck2c" >"$T/ck2c.before" 2>/dev/null
+t0=$(date +%s.%N)
+kill -INT $pr
+wait_exit $pr 20; rc=$WX
+el=$(elapsed_since "$t0")
+is "$rc" 130 "a second SIGINT: exit 130"
+awk -v e="$el" 'BEGIN { exit !(e < 3) }'; ok $? "...at once (${el} s), not after the grace period or --timeout"
+like "$(cat "$T/int2.out")" 'stage [01]: a second interrupt: stopping at once \(no checkpoint' "...the stages say they stop at once, without a checkpoint"
+like "$(cat "$T/int2.out")" 'piperun: second interrupt: stopping every stage at once' "...and so does piperun"
+is "$(ls "$T/ck2c" 2>/dev/null)" "$(cat "$T/ck2c.before")" "...no checkpoint was written"
+gone "$stuck"; ok $? "...and the stuck stage is gone too"
+
+# --- the first failure is reported, not the stages that lost it as a peer ------------------
+for i in 1 2 3; do
+    "$PIPERUN" "$G/bin" -- --threads 1 --steps 100000000 --log-every 500 >"$T/kill$i.out" 2>&1 &
+    pr=$!
+    wait_for "$T/kill$i.out" 'step 500/' 20
+    kill -9 "$(pgrep -f "$G/bin/stage1" | head -1)"
+    wait_exit $pr 20
+    printf '%s ' "$WX" >>"$T/kills"
+    grep '^piperun:' "$T/kill$i.out" >>"$T/killmsg"
+done
+is "$(cat "$T/kills")" "137 137 137 " "stage 1 killed mid-run, three times: piperun exits 137 each time"
+is "$(sort -u "$T/killmsg")" "piperun: stage 1 killed by signal 9" "...reporting stage 1, never a stage that lost it"
+
 # --- an arena larger than the memory allowed -----------------------------------------
 B=$T/big
 mkdir -p "$B"
