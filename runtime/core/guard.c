@@ -28,6 +28,22 @@ static uint64_t mem_available(void)
     return (uint64_t)kb * 1024u;
 }
 
+/* A "Key: N kB" line of /proc/self/status in bytes, or 0. */
+static uint64_t proc_status_bytes(const char *key)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f)
+        return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    size_t kl = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, kl) && sscanf(line + kl, " %llu kB", &kb) == 1)
+            break;
+    fclose(f);
+    return (uint64_t)kb * 1024u;
+}
+
 static double gib(uint64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
 
 int pg_guard_memory(const pg_stage_desc *d, char *err, size_t errlen)
@@ -41,15 +57,22 @@ int pg_guard_memory(const pg_stage_desc *d, char *err, size_t errlen)
                  d->stage, need, gib(need), avail, gib(avail));
         return -1;
     }
+    /* what the limits leave: the limit minus what is mapped already (code,
+     * libraries, the BLAS's buffers, set up before this check) */
     static const int lims[2] = {RLIMIT_AS, RLIMIT_DATA};
     static const char *const names[2] = {"RLIMIT_AS (ulimit -v)", "RLIMIT_DATA (ulimit -d)"};
+    static const char *const keys[2] = {"VmSize:", "VmData:"};
     for (int i = 0; i < 2; i++) {
         struct rlimit rl;
-        if (getrlimit(lims[i], &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && need > (uint64_t)rl.rlim_cur) {
+        if (getrlimit(lims[i], &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+            continue;
+        uint64_t used = proc_status_bytes(keys[i]), lim = (uint64_t)rl.rlim_cur, left = lim > used ? lim - used : 0;
+        if (need > left) {
             snprintf(err, errlen,
                      "stage %d: its arena needs %" PRIu64 " bytes (%.2f GiB) but %s allows this process only %" PRIu64
-                     " bytes (%.2f GiB)",
-                     d->stage, need, gib(need), names[i], (uint64_t)rl.rlim_cur, gib((uint64_t)rl.rlim_cur));
+                     " bytes (%.2f GiB), of which %" PRIu64 " are in use already (code, libraries, the BLAS's "
+                     "buffers): raise the limit, or use more stages, a smaller batch or more micro-batches",
+                     d->stage, need, gib(need), names[i], lim, gib(lim), used);
             return -1;
         }
     }

@@ -425,7 +425,11 @@ static int run(pg_run *r)
     if (pf)
         return pf;
     r->ctx = pg_backend_init(r->opt.threads);
-    if (!r->ctx || pg_backend_set_precision(r->ctx, d->precision))
+    if (!r->ctx) {
+        fprintf(stderr, "stage %d: the %s backend could not start\n", d->stage, pg_backend_name());
+        return 1;
+    }
+    if (pg_backend_set_precision(r->ctx, d->precision))
         return 1;
     if (pg_guard_memory(d, err, sizeof err)) {
         fprintf(stderr, "%s\n", err);
