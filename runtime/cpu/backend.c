@@ -92,6 +92,7 @@ static void say_no_room(int t, const char *what)
                 what, used >> 20);
 }
 
+#ifndef PG_ASAN
 /* Bytes of the anonymous mappings that look like OpenBLAS's buffers (whole
  * multiples of BLAS_BUFFER_BYTES; adjacent buffers merge into one mapping). */
 static unsigned long long blas_reserved(void)
@@ -113,6 +114,7 @@ static unsigned long long blas_reserved(void)
     fclose(f);
     return sum;
 }
+#endif
 
 static int blas_buffers(int threads)
 {
