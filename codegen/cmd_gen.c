@@ -13,6 +13,7 @@
 #include "cmd_common.h"
 #include "commands.h"
 #include "emit.h"
+#include "progress.h"
 
 int cmd_gen(int argc, char **argv)
 {
@@ -47,6 +48,8 @@ int cmd_gen(int argc, char **argv)
     if (cmd_load_model(path, balance, guard, &cm) != 0)
         return 1;
     int rc = pg_gen_write(cm.g, dir, &cm.l.diag) == 0 ? 0 : 1;
+    if (!rc)
+        pg_progress("written to %s", dir);
     cmd_release_model(&cm);
     return rc;
 }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "commands.h"
+#include "progress.h"
 #include "pg_version.h"
 
 typedef struct command {
@@ -86,6 +87,7 @@ static int help_command(const char *name) {
 }
 
 int main(int argc, char **argv) {
+    pg_progress_start();
     if (argc < 2) {
         print_usage(stderr);
         return 2;
