@@ -72,6 +72,8 @@ static void print_usage(FILE *out) {
         if (!commands[i].hidden) fprintf(out, "  %-24s %s\n", commands[i].usage, commands[i].summary);
     fprintf(out, "\n  pipegen help COMMAND     more about one command (or pipegen COMMAND --help)\n"
                  "  pipegen --version        print the version\n\n"
+                 "On a terminal a run that lasts over a second shows its phases on stderr;\n"
+                 "PIPEGEN_PROGRESS=1 always shows them, PIPEGEN_PROGRESS=0 never.\n"
                  "exit status: 0 ok, 1 errors in the input, 2 usage errors\n");
 }
 
