@@ -118,6 +118,7 @@ for k in 0 1; do stage "$D" $k "trap 'echo got INT' INT; trap '' TERM; echo \$\$
 stage "$D" 2 "bash -c 'printf W >&\$PIPE_CONTROL_FD'; trap '' INT TERM; echo \$\$ > $T/t2; while :; do sleep 0.1; done"
 rm -f "$T/t0" "$T/t1" "$T/t2"
 "$PR" "$D" >"$T/out" 2>"$T/err" & pid=$!
+(sleep 30; kill -9 $pid "$(cat "$T/t0")" "$(cat "$T/t1")" "$(cat "$T/t2")") 2>/dev/null & dog=$! # a piperun that never stops them
 n=0; while [ ! -s "$T/t0" ] || [ ! -s "$T/t1" ] || [ ! -s "$T/t2" ]; do sleep 0.1; n=$((n+1)); [ $n -gt 50 ] && break; done
 sleep 0.3
 kill -INT $pid
@@ -129,12 +130,14 @@ el=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
 like "$(cat "$T/err")" 'piperun: second interrupt: stopping every stage at once \(no checkpoint\)' "a second Ctrl-C: piperun says it stops every stage at once"
 awk -v e="$el" 'BEGIN { exit !(e < 3) }'; ok $? "...and does, within the second (${el} s; the grace period is 5 s), a stage writing a file included"
 gone "$(cat "$T/t0")" && gone "$(cat "$T/t1")" && gone "$(cat "$T/t2")"; ok $? "...no stage is left ($rc)"
+kill $(ps -o pid= --ppid $dog) $dog 2>/dev/null
 
 # ---- Ctrl-Z suspends the whole run, fg resumes it ----
 D=$T/tstp
 for k in 0 1; do stage "$D" $k "echo \$\$ > $T/z$k; i=0; while [ \$i -lt 60 ]; do echo \$i > $T/c$k; i=\$((i+1)); sleep 0.1; done"; done
 rm -f "$T/z0" "$T/z1"
 "$PR" "$D" >/dev/null 2>&1 & pid=$!
+(sleep 30; kill -9 $pid) 2>/dev/null & dog=$!
 n=0; while [ ! -s "$T/z0" ] || [ ! -s "$T/z1" ]; do sleep 0.1; n=$((n+1)); [ $n -gt 50 ] && break; done
 sleep 0.3
 kill -TSTP $pid
@@ -148,6 +151,7 @@ sleep 0.5
 is "$(st $pid) $(st "$(cat "$T/z0")") $(st "$(cat "$T/z1")")" "S S S" "SIGCONT (fg): they all run again"
 wait $pid; rc=$?
 is "$rc" 0 "...and the run completes (exit $rc)"
+kill $(ps -o pid= --ppid $dog) $dog 2>/dev/null
 
 # ---- too small a ulimit -n: a clear message before any stage starts ----
 D=$T/nofile
