@@ -215,12 +215,18 @@ rm -f "$T/sigterm.pid"
 is "$(grep -c 'stopped by signal 15 after step [0-9]* (checkpoint saved)' "$T/sigterm.out")" 3 \
     "sigterm: every stage stops after a final checkpoint"
 
+# bg NAME [stage args]: the sanitized mlp3 under build-san's piperun in the
+# background, until it logged step 500; its pid in pr and $T/NAME.pid
+bg() {
+    _bn=$1
+    shift
+    "$SPIPERUN" "$M/gen/bin" -- --threads 1 --steps 100000000 --log-every 500 "$@" >"$T/$_bn.out" 2>&1 &
+    pr=$!
+    echo $pr >"$T/$_bn.pid"
+    wait_for "$T/$_bn.out" 'step 500/' 30
+}
 # a second SIGINT while a stage is stuck: every stage stops at once
-"$SPIPERUN" "$M/gen/bin" -- --threads 1 --steps 100000000 --log-every 500 --checkpoint-dir "$T/ck4" --save-on-exit \
-    >"$T/int2.out" 2>&1 &
-pr=$!
-echo $pr >"$T/int2.pid"
-wait_for "$T/int2.out" 'step 500/' 30
+bg int2 --checkpoint-dir "$T/ck4" --save-on-exit
 kill -STOP "$(pgrep -f "$M/gen/bin/stage2" | head -1)"
 kill -INT $pr
 sleep 1
@@ -229,11 +235,7 @@ wait_exit $pr 20
 san_check int2 "$WX" 130
 rm -f "$T/int2.pid"
 # Ctrl-Z: every stage stops; SIGCONT: they go on (past --timeout)
-"$SPIPERUN" "$M/gen/bin" -- --threads 1 --steps 100000000 --log-every 500 --timeout 2 --checkpoint-dir "$T/ck5" \
-    --save-on-exit >"$T/tstp.out" 2>&1 &
-pr=$!
-echo $pr >"$T/tstp.pid"
-wait_for "$T/tstp.out" 'step 500/' 30
+bg tstp --timeout 2 --checkpoint-dir "$T/ck5" --save-on-exit
 kill -TSTP $pr
 sleep 3
 kill -CONT $pr
@@ -349,21 +351,26 @@ srun res4 0 "$R/gen/bin" --steps 3
 R=$T/reszb
 sgen "$R" resmlp_small '/# S2$/d' zb1 never; ok $? "resmlp_small on 3 stages (zb1, never) builds"
 srun reszb 0 "$R/gen/bin" --steps 3
+# trio NAME WANT BIN1 ARGS0 ARGS1 ARGS2: mlp3's stages 0 and 2 and BIN1's stage 1,
+# started by hand on one port; each must exit WANT, with no sanitizer report
+trio() {
+    _tn=$1 _tw=$2 _tb=$3
+    P=127.0.0.1:$(free_port)
+    # shellcheck disable=SC2086 # lists of options
+    start_stage "$M/gen/bin" 0 3 "$P" "$T/${_tn}0.out" $4
+    # shellcheck disable=SC2086
+    start_stage "$_tb" 1 3 "$P" "$T/${_tn}1.out" $5
+    # shellcheck disable=SC2086
+    start_stage "$M/gen/bin" 2 3 "$P" "$T/${_tn}2.out" $6
+    for k in 0 1 2; do wait_exit "$(cat "$T/$_tn$k.out.pid")" 30; san_check "$_tn$k" "$WX" "$_tw"; done
+    rm -f "$T/$_tn"?.out.pid
+}
 # a stage of another model joins the rendezvous: refused, every stage exits 1
-P=127.0.0.1:$(free_port)
-start_stage "$M/gen/bin" 0 3 "$P" "$T/r0.out" --steps 3 --connect-timeout 3
-start_stage "$R/gen/bin" 1 3 "$P" "$T/r1.out" --steps 3 --connect-timeout 3
-start_stage "$M/gen/bin" 2 3 "$P" "$T/r2.out" --steps 3 --connect-timeout 3
-for k in 0 1 2; do wait_exit "$(cat "$T/r$k.out.pid")" 20; san_check r$k "$WX" 1; done
-rm -f "$T"/r?.out.pid
+A="--steps 3 --connect-timeout 3"
+trio r 1 "$R/gen/bin" "$A" "$A" "$A"
 # options that differ (one run id): refused at the rendezvous; a stranger of another run: refused alone
 export PIPE_RUN_ID=san-run
-P=127.0.0.1:$(free_port)
-start_stage "$M/gen/bin" 0 3 "$P" "$T/o0.out" --steps 3 --connect-timeout 10
-start_stage "$M/gen/bin" 1 3 "$P" "$T/o1.out" --steps 4 --connect-timeout 10
-start_stage "$M/gen/bin" 2 3 "$P" "$T/o2.out" --steps 3 --connect-timeout 10
-for k in 0 1 2; do wait_exit "$(cat "$T/o$k.out.pid")" 20; san_check o$k "$WX" 1; done
-rm -f "$T"/o?.out.pid
+trio o 1 "$M/gen/bin" "--steps 3 --connect-timeout 10" "--steps 4 --connect-timeout 10" "--steps 3 --connect-timeout 10"
 like "$(cat "$T/o0.out")" 'stage 1 was started with --steps 4 but stage 0 with --steps 3' "o0: the differing option named"
 P=127.0.0.1:$(free_port)
 start_stage "$M/gen/bin" 0 3 "$P" "$T/s0.out" --steps 3 --connect-timeout 10

@@ -163,23 +163,22 @@ lm_text "$T/text.txt"
 "$PIPEDATA" text "$T/text.txt" -o "$T/h0/tokens.pgd" >/dev/null 2>&1
 sed 's/cat/cow/' "$T/text.txt" >"$T/text2.txt"
 "$PIPEDATA" text "$T/text2.txt" -o "$T/h1/tokens.pgd" >/dev/null 2>&1
-M=127.0.0.1:$(free_port)
-(cd "$T/h0" && PIPE_RUN_ID=tok PIPE_RANK=0 PIPE_WORLD=2 PIPE_MASTER=$M "$LM/bin/stage0" --threads 1 --steps 2 \
-    --data tokens.pgd >"$T/t0.log" 2>&1) & echo $! >"$T/t0.pid"
-(cd "$T/h1" && PIPE_RUN_ID=tok PIPE_RANK=1 PIPE_WORLD=2 PIPE_MASTER=$M "$LM/bin/stage1" --threads 1 --steps 2 \
-    --data tokens.pgd >"$T/t1.log" 2>&1) & echo $! >"$T/t1.pid"
-wait_exit "$(cat "$T/t0.pid")" 30; r0=$WX
-wait_exit "$(cat "$T/t1.pid")" 30; r1=$WX
+# by_folder RUN-ID: stage k started in $T/hk with --data tokens.pgd; r0 and r1 their statuses
+by_folder() {
+    M=127.0.0.1:$(free_port)
+    for k in 0 1; do
+        (cd "$T/h$k" && PIPE_RUN_ID=$1 PIPE_RANK=$k PIPE_WORLD=2 PIPE_MASTER=$M "$LM/bin/stage$k" --threads 1 --steps 2 \
+            --data tokens.pgd >"$T/t$k.log" 2>&1) & echo $! >"$T/t$k.pid"
+    done
+    wait_exit "$(cat "$T/t0.pid")" 30; r0=$WX
+    wait_exit "$(cat "$T/t1.pid")" 30; r1=$WX
+}
+by_folder tok
 [ "$r0" = 1 ] && [ "$r1" = 1 ]; ok $? "two different token streams under one name: both stages exit 1 ($r0, $r1)"
-like "$(cat "$T/t0.log" "$T/t1.log")" 'stage 0 and stage 1 read different files as --data \([0-9]+ bytes, hash [0-9a-f]{16} on stage 0; [0-9]+ bytes, hash [0-9a-f]{16} on stage 1\): give every stage the same file' \
+like "$(cat "$T/t0.log" "$T/t1.log")" 'stage 1 and stage 0 read different files as --data \([0-9]+ bytes, hash [0-9a-f]{16} on stage 1; [0-9]+ bytes, hash [0-9a-f]{16} on stage 0\): give every stage the same file' \
     "...the stages compared name, size and hash at the rendezvous"
 cp "$T/h0/tokens.pgd" "$T/h1/tokens.pgd"
-(cd "$T/h0" && PIPE_RUN_ID=tok2 PIPE_RANK=0 PIPE_WORLD=2 PIPE_MASTER=$M "$LM/bin/stage0" --threads 1 --steps 2 \
-    --data tokens.pgd >"$T/t0.log" 2>&1) & echo $! >"$T/t0.pid"
-(cd "$T/h1" && PIPE_RUN_ID=tok2 PIPE_RANK=1 PIPE_WORLD=2 PIPE_MASTER=$M "$LM/bin/stage1" --threads 1 --steps 2 \
-    --data tokens.pgd >"$T/t1.log" 2>&1) & echo $! >"$T/t1.pid"
-wait_exit "$(cat "$T/t0.pid")" 30; r0=$WX
-wait_exit "$(cat "$T/t1.pid")" 30; r1=$WX
+by_folder tok2
 [ "$r0" = 0 ] && [ "$r1" = 0 ]; ok $? "...the same bytes in both folders train ($r0, $r1)"
 
 # --- a FIFO where a regular file is meant: refused at once, never waited on -------------

@@ -50,37 +50,14 @@ typedef struct ag_state {
 
 /* ---- text form ------------------------------------------------------------- */
 
-typedef struct ag_buf {
-    char *p;
-    size_t len, cap;
-    int oom;
-} ag_buf;
-
-static void put(ag_buf *b, const char *s, size_t n)
+static void entry(FILE *o, const char *key, const char *val)
 {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t c = b->cap ? b->cap * 2 : 512;
-        while (c < b->len + n + 1) c *= 2;
-        char *q = realloc(b->p, c);
-        if (!q) { b->oom = 1; return; }
-        b->p = q;
-        b->cap = c;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-}
-
-static void entry(ag_buf *b, const char *key, const char *val)
-{
-    put(b, key, strlen(key));
-    put(b, "\t", 1);
+    fprintf(o, "%s\t", key);
     for (const char *v = val; *v; v++)
-        if (*v == '\\') put(b, "\\\\", 2);
-        else if (*v == '\n') put(b, "\\n", 2);
-        else put(b, v, 1);
-    put(b, "\n", 1);
+        if (*v == '\\') fputs("\\\\", o);
+        else if (*v == '\n') fputs("\\n", o);
+        else fputc(*v, o);
+    fputc('\n', o);
 }
 
 /* Split one "KEY\tVALUE\n" at *pos of text[len]: malloc'd key and value
@@ -109,7 +86,7 @@ static int next_entry(const char *t, size_t len, size_t *pos, char **key, char *
 
 /* ---- this stage's entries --------------------------------------------------- */
 
-static void file_entry(ag_buf *b, const char *opt, const pg_datafile *f)
+static void file_entry(FILE *b, const char *opt, const pg_datafile *f)
 {
     char key[64], val[64];
     snprintf(key, sizeof key, "file %s", opt);
@@ -119,7 +96,13 @@ static void file_entry(ag_buf *b, const char *opt, const pg_datafile *f)
 
 int pg_agree_build(pg_run *r)
 {
-    ag_buf b = {0};
+    char *text = NULL;
+    size_t len = 0;
+    FILE *b = open_memstream(&text, &len);
+    if (!b) {
+        fprintf(stderr, "stage %d: out of memory\n", r->d->stage);
+        return 1;
+    }
     for (size_t i = 0; i < sizeof agreed / sizeof agreed[0]; i++) {
         const char *base = (const char *)&r->opt + agreed[i].off;
         char v[64];
@@ -150,34 +133,34 @@ int pg_agree_build(pg_run *r)
             break;
         }
         }
-        entry(&b, agreed[i].name, val);
+        entry(b, agreed[i].name, val);
     }
     /* the files this stage read, as it read them */
     if (r->have_in)
-        file_entry(&b, "--data", &r->in);
+        file_entry(b, "--data", &r->in);
     if (r->have_tg)
-        file_entry(&b, r->tokens ? "--data" : "--targets", &r->tg);
+        file_entry(b, r->tokens ? "--data" : "--targets", &r->tg);
     char n[32];
     if (r->have_in && !r->tokens) {
         snprintf(n, sizeof n, "%" PRIu64, r->in.samples);
-        entry(&b, "samples inputs", n);
+        entry(b, "samples inputs", n);
     }
     if (r->have_tg && !r->tokens) {
         snprintf(n, sizeof n, "%" PRIu64, r->tg.samples);
-        entry(&b, "samples targets", n);
+        entry(b, "samples targets", n);
     }
     if (r->load_bytes) {
         char val[64];
         snprintf(val, sizeof val, "%" PRIu64 " %016" PRIx64, r->load_bytes, r->load_hash);
-        entry(&b, "file --load", val);
+        entry(b, "file --load", val);
     }
-    if (b.oom) {
-        free(b.p);
+    if (fclose(b) != 0) {
+        free(text);
         fprintf(stderr, "stage %d: out of memory\n", r->d->stage);
         return 1;
     }
-    r->agree = b.p;
-    r->agree_len = b.len;
+    r->agree = text;
+    r->agree_len = len;
     return 0;
 }
 

@@ -93,7 +93,7 @@ static int mkdir_ok(const char *path, char *err, size_t errlen)
 static ssize_t read_small(const char *path, char *buf, size_t n)
 {
     char err[CK_PATH + 64];
-    int fd = pg_io_open_regular(path, err, sizeof err);
+    int fd = pg_io_open_regular(path, NULL, err, sizeof err);
     if (fd < 0) {
         struct stat st;
         errno = stat(path, &st) == 0 ? EINVAL : ENOENT;

@@ -163,16 +163,11 @@ static void hash_all(void *arg)
 
 int pg_data_file_hash(const char *path, uint64_t *bytes, uint64_t *hash, char *err, size_t errlen)
 {
-    int fd = pg_io_open_regular(path, err, errlen);
+    uint64_t size = 0;
+    int fd = pg_io_open_regular(path, &size, err, errlen);
     if (fd < 0)
         return -1;
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
-        close(fd);
-        return -1;
-    }
-    size_t n = (size_t)sb.st_size;
+    size_t n = (size_t)size;
     void *m = n ? mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
     close(fd);
     if (n && m == MAP_FAILED) {
@@ -231,16 +226,10 @@ int pg_data_open(pg_datafile *f, const char *path, int exp_dtype, int exp_rank,
                  const int64_t *exp_dims, char *err, size_t errlen)
 {
     memset(f, 0, sizeof *f);
-    int fd = pg_io_open_regular(path, err, errlen);
+    uint64_t fsize = 0;
+    int fd = pg_io_open_regular(path, &fsize, err, errlen);
     if (fd < 0)
         return -1;
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
-        close(fd);
-        return -1;
-    }
-    uint64_t fsize = (uint64_t)sb.st_size;
     unsigned char h[16 + 8 * PGD_MAX_RANK];
     ssize_t got = pread(fd, h, sizeof h, 0);
     if (got < 0) got = 0;

@@ -2,6 +2,7 @@
 #include "guard.h"
 #include "checkpoint.h"
 #include "io_atomic.h"
+#include "pg_proc.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -13,42 +14,11 @@
 
 /* ---- memory ---------------------------------------------------------------- */
 
-/* MemAvailable in bytes, or 0 when unknown. */
-static uint64_t mem_available(void)
-{
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f)
-        return 0;
-    char line[256];
-    unsigned long long kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
-            break;
-    fclose(f);
-    return (uint64_t)kb * 1024u;
-}
-
-/* A "Key: N kB" line of /proc/self/status in bytes, or 0. */
-static uint64_t proc_status_bytes(const char *key)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f)
-        return 0;
-    char line[256];
-    unsigned long long kb = 0;
-    size_t kl = strlen(key);
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, key, kl) && sscanf(line + kl, " %llu kB", &kb) == 1)
-            break;
-    fclose(f);
-    return (uint64_t)kb * 1024u;
-}
-
 static double gib(uint64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
 
 int pg_guard_memory(const pg_stage_desc *d, char *err, size_t errlen)
 {
-    uint64_t need = (uint64_t)d->arena_bytes, avail = mem_available();
+    uint64_t need = (uint64_t)d->arena_bytes, avail = pg_proc_bytes("/proc/meminfo", "MemAvailable:");
     if (avail && need > avail) {
         snprintf(err, errlen,
                  "stage %d: its arena needs %" PRIu64 " bytes (%.2f GiB) but this machine has only %" PRIu64
@@ -66,7 +36,7 @@ int pg_guard_memory(const pg_stage_desc *d, char *err, size_t errlen)
         struct rlimit rl;
         if (getrlimit(lims[i], &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
             continue;
-        uint64_t used = proc_status_bytes(keys[i]), lim = (uint64_t)rl.rlim_cur, left = lim > used ? lim - used : 0;
+        uint64_t used = pg_proc_bytes("/proc/self/status", keys[i]), lim = (uint64_t)rl.rlim_cur, left = lim > used ? lim - used : 0;
         if (need > left) {
             snprintf(err, errlen,
                      "stage %d: its arena needs %" PRIu64 " bytes (%.2f GiB) but %s allows this process only %" PRIu64

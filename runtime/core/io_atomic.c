@@ -109,7 +109,7 @@ const char *pg_io_kind(unsigned mode)
          : S_ISCHR(mode) ? "a character device" : S_ISBLK(mode) ? "a block device" : "not a regular file";
 }
 
-int pg_io_open_regular(const char *path, char *err, size_t errlen)
+int pg_io_open_regular(const char *path, uint64_t *bytes, char *err, size_t errlen)
 {
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
@@ -128,6 +128,8 @@ int pg_io_open_regular(const char *path, char *err, size_t errlen)
         return -1;
     }
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    if (bytes)
+        *bytes = (uint64_t)st.st_size;
     return fd;
 }
 

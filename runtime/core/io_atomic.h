@@ -5,6 +5,7 @@
 #define PG_IO_ATOMIC_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Write the n parts one after another to path.tmp.<pid>, fsync it, rename it
  * over path and fsync the directory. On any failure (ENOSPC, EFBIG, a missing
@@ -43,9 +44,10 @@ void pg_io_set_stage(int stage);
 
 /* Open path for reading, refusing anything but a regular file (a FIFO would
  * block the open or the read forever, a device never ends): the open itself
- * does not block (O_NONBLOCK, cleared after the check). fd, or -1 with
- * "cannot open P: ..." / "P is not a regular file (a pipe)" in err. */
-int pg_io_open_regular(const char *path, char *err, size_t errlen);
+ * does not block (O_NONBLOCK, cleared after the check). fd (and its size in
+ * *bytes, if not NULL), or -1 with "cannot open P: ..." / "P is not a
+ * regular file (it is a pipe (FIFO))" in err. */
+int pg_io_open_regular(const char *path, uint64_t *bytes, char *err, size_t errlen);
 /* What kind of file mode is, for messages: "a folder", "a pipe (FIFO)", ... */
 const char *pg_io_kind(unsigned mode);
 

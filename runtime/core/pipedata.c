@@ -30,7 +30,7 @@ static void usage(FILE *o)
 static unsigned char *slurp(const char *path, size_t *len)
 {
     char err[600];
-    int fd = pg_io_open_regular(path, err, sizeof err); /* a FIFO is refused, not waited on */
+    int fd = pg_io_open_regular(path, NULL, err, sizeof err); /* a FIFO is refused, not waited on */
     FILE *f = fd < 0 ? NULL : fdopen(fd, "rb");
     if (!f) {
         fprintf(stderr, "pipedata: %s\n", fd < 0 ? err : strerror(errno));

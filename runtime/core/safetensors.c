@@ -563,17 +563,17 @@ static int header_load(const char *path, st_header *h, int *fdp, char *err, size
     h->path = path;
     h->err = err;
     h->errlen = errlen;
-    int fd = pg_io_open_regular(path, err, errlen);
+    uint64_t fsize = 0;
+    int fd = pg_io_open_regular(path, &fsize, err, errlen);
     if (fd < 0)
         return -1;
-    struct stat sb;
     unsigned char lb[8];
-    if (fstat(fd, &sb) != 0 || pread(fd, lb, 8, 0) != 8) {
+    if (pread(fd, lb, 8, 0) != 8) {
         snprintf(err, errlen, "%s is truncated: shorter than the 8-byte header length", path);
         close(fd);
         return -1;
     }
-    uint64_t n = pg_get64(lb), fsize = (uint64_t)sb.st_size;
+    uint64_t n = pg_get64(lb);
     if (n > fsize - 8 || n > ST_MAX_HEADER || n < 2) {
         snprintf(err, errlen,
                  "%s: header length %llu does not fit (file has %llu bytes, limit %u): truncated or not a safetensors file",

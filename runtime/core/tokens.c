@@ -28,7 +28,7 @@ static int lm_shaped(const pg_stage_desc *d)
 static int pgd_rank(const char *path)
 {
     char err[512];
-    int fd = pg_io_open_regular(path, err, sizeof err);
+    int fd = pg_io_open_regular(path, NULL, err, sizeof err);
     if (fd < 0)
         return -1;
     unsigned char h[16];

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cpu_kernels.h"
+#include "pg_proc.h"
 
 /* AddressSanitizer: clang says so by __has_feature, gcc by __SANITIZE_ADDRESS__ */
 #if defined(__has_feature)
@@ -34,16 +35,7 @@ struct pg_ctx {
 /* Bytes of address space this process has mapped (VmSize), or 0 if unknown. */
 static unsigned long long vm_size(void)
 {
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f)
-        return 0;
-    char line[256];
-    unsigned long long kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmSize: %llu kB", &kb) == 1)
-            break;
-    fclose(f);
-    return kb * 1024u;
+    return pg_proc_bytes("/proc/self/status", "VmSize:");
 }
 
 /* OpenBLAS reserves an address-space buffer (BUFFER_SIZE: 128 MiB in the

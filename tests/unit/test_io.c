@@ -467,7 +467,7 @@ static void test_hostile(void)
     pg_datafile f;
     pg_st_want w = {.name = "a", .dtype = 0, .rank = 1, .dim = {1}, .dst = NULL, .bytes = 4};
     alarm(10); /* a blocking open would hang here: fail instead */
-    OK(pg_io_open_regular(fifo, err, sizeof err) == -1 && !strcmp(err, want), "a FIFO is refused, not opened: %s", err);
+    OK(pg_io_open_regular(fifo, NULL, err, sizeof err) == -1 && !strcmp(err, want), "a FIFO is refused, not opened: %s", err);
     OK(pg_data_open(&f, fifo, 0, 1, per, err, sizeof err) == -1 && !strcmp(err, want), "a FIFO as a data file: %s", err);
     OK(pg_st_read(fifo, &w, 1, err, sizeof err) == -1 && !strcmp(err, want), "a FIFO as a safetensors file: %s", err);
     snprintf(want, sizeof want, "%s is not a regular file (it is a folder)", dir);
