@@ -62,6 +62,11 @@ rm "$T/ck/step-00000005/MANIFEST"
 refuse "a step without MANIFEST (half-written)" 'has no MANIFEST \(a checkpoint that was never completed\)'
 sed -i 's/^stage 2 ./stage 2 0/' "$T/ck/step-00000005/MANIFEST"
 refuse "an edited manifest" 'MANIFEST is corrupted'
+rm "$T/ck/step-00000005/stage1.safetensors"; mkfifo "$T/ck/step-00000005/stage1.safetensors"
+refuse "a FIFO in place of a stage file (never waited on)" 'stage1\.safetensors is not a regular file \(it is a pipe \(FIFO\)\)'
+rm "$T/ck/step-00000005/MANIFEST"; mkfifo "$T/ck/step-00000005/MANIFEST"
+rm "$T/ck/LATEST"; mkfifo "$T/ck/LATEST"
+refuse "a FIFO as MANIFEST and as LATEST" 'step-00000005 has no MANIFEST \(a checkpoint that was never completed\): not a regular file'
 
 # --- every step directory is examined ----------------------------------------------------
 # without LATEST, ten newer step directories that never completed (a stage's
