@@ -212,8 +212,9 @@ int pg_guard_verdict(pg_run *r, int64_t step)
             continue;
         pg_net_status st = pg_net_recv(r->net, k, tag, &w, sizeof w, r->opt.timeout_s);
         if (st == PG_NET_TIMEOUT) {
-            fprintf(stderr, "stage %d waiting for the verdict on step %" PRId64 " from stage %d for %g s\n", d->stage,
-                    step + 1, k, r->opt.timeout_s);
+            fprintf(stderr, "stage %d waiting for the verdict on step %" PRId64 " from stage %d for %g s (stage %d has "
+                            "not finished the step: its own message says what it waits for)\n",
+                    d->stage, step + 1, k, r->opt.timeout_s, k);
             return 1;
         }
         if (st) {

@@ -333,6 +333,8 @@ static int greet_loop(int lfd, double deadline, const greeter *g)
     pending pd[MAX_PENDING];
     struct pollfd pf[MAX_PENDING + 1];
     for (int i = 0; i < MAX_PENDING; i++) { memset(&pd[i], 0, sizeof pd[i]); pd[i].fd = -1; }
+    /* a connection poll() saw may be gone by accept(): never block there */
+    fcntl(lfd, F_SETFL, fcntl(lfd, F_GETFL) | O_NONBLOCK);
     int rc = -3;
     for (;;) {
         double now = now_s(), wake = deadline;

@@ -587,9 +587,7 @@ int main(int argc, char **argv)
             /* Ctrl-Z: stop every stage, then ourselves; on SIGCONT all go on together */
             sigstate.tstp = 0;
             signal_all(&pr, SIGSTOP);
-            signal(SIGTSTP, SIG_DFL);
-            raise(SIGTSTP); /* stopped here until continued */
-            sigaction(SIGTSTP, &sa, NULL);
+            raise(SIGSTOP); /* stopped here until continued (SIGTSTP would be dropped in an orphaned process group) */
             sigstate.cont = 1;
         }
         if (sigstate.cont) {
