@@ -4,8 +4,8 @@
  * comes from the generated stage<k>.c through `pg_stage` (pg_stage.h).
  * Exit status: 0 ok, 1 runtime failure, 2 usage. */
 #include <errno.h>
-#include <signal.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -367,13 +367,14 @@ static int save_params(pg_run *r, int64_t steps, const char *path, int grads)
         ti->bytes = bytes;
         off += bytes;
     }
-    if (!rc && !grads) {
-        char err[600], what[400];
+    if (!rc && !grads) { /* weights that are not finite are never saved */
+        char err[600], tname[400];
         size_t at = 0;
         for (int i = 0; i < nt && !rc; at += t[i].bytes, i++) {
-            snprintf(what, sizeof what, "parameter %s", t[i].name);
-            if (pg_guard_finite_msg((const float *)(all + at), t[i].bytes / 4, what, err, sizeof err)) {
-                fprintf(stderr, "stage 0: %s %s: after step %" PRId64 " %s; not written\n", what, path, steps, err);
+            snprintf(tname, sizeof tname, "parameter %s", t[i].name);
+            if (pg_guard_finite_msg((const float *)(all + at), t[i].bytes / 4, tname, err, sizeof err)) {
+                fprintf(stderr, "stage 0: %s %s: after step %" PRId64 " %s: not finite; not written\n", what, path,
+                        steps, err);
                 rc = 1;
             }
         }
@@ -416,7 +417,6 @@ static int run(pg_run *r)
                 d->stage, d->model, d->nstages, l.rank, l.world, l.source ? l.source : "environment", d->nstages);
         return 1;
     }
-    snprintf(r->run_id, sizeof r->run_id, "%s", l.run_id);
     if (pg_guard_files(d, err, sizeof err)) { /* ulimit -n: the links and files this stage needs */
         fprintf(stderr, "%s\n", err);
         return 1;

@@ -72,7 +72,6 @@ typedef struct pg_run {
     size_t agree_len;
     void *agree_state;        /* stage 0: the accepted peers' entries */
     uint64_t load_bytes, load_hash; /* the --load file as this stage read it */
-    char run_id[64];          /* the run's identity (pg_launch.run_id) */
     char ck_run[80];          /* the checkpoint run this run writes (checkpoint.c): kept across resumes */
     int ck_replace;           /* --replace-checkpoints in effect: step directories this run did not write go */
     int64_t ck_first;         /* the first step this run checkpointed (-1: none yet) */
