@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cmd_common.h"
+#include "progress.h"
 
 int cmd_load_model(const char *path, const char *balance, int64_t guard_bytes, cmd_model *cm)
 {
@@ -14,7 +15,10 @@ int cmd_load_model(const char *path, const char *balance, int64_t guard_bytes, c
             return 1;
     }
     if (pg_load_profiled(&cm->l, path, balance ? &cm->prof : NULL, stderr) == 0) {
+        pg_progress("%d layers and %d parameters checked on %d stages", cm->l.model.nlayers, cm->l.model.nparams,
+                    cm->l.model.nstages);
         if (pg_schedule_build(&cm->l.model, &cm->s, &cm->l.diag) == 0) {
+            pg_progress("the schedule built and verified");
             if (pg_gen_prepare(&cm->l.model, &cm->s, guard_bytes, &cm->g, &cm->l.diag) == 0)
                 return 0;
             pg_schedule_free(&cm->s);

@@ -13,6 +13,7 @@
 #include "cmd_common.h"
 #include "commands.h"
 #include "emit.h"
+#include "progress.h"
 
 int cmd_gen(int argc, char **argv)
 {
@@ -56,6 +57,8 @@ int cmd_gen(int argc, char **argv)
         rc = pg_gen_write(cm.g, dir, &cm.l.diag) == 0 ? 0 : 1;
     }
     free(auto_json);
+    if (!rc)
+        pg_progress("written to %s", dir);
     cmd_release_model(&cm);
     return rc;
 }

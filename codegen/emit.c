@@ -32,6 +32,7 @@
 #include "cost.h"
 #include "emit.h"
 #include "gen_files.h"
+#include "progress.h"
 
 enum { LOC_INPUT, LOC_SLOT, LOC_FRAME };
 
@@ -81,7 +82,7 @@ typedef struct em_chunk {
     int nslots, nframes, shared_recompute, frames_per_slot;
     int mp_frames, mp_recompute;
     char (*frame_notes)[200];
-    int nframe_notes;
+    int nframe_notes, frame_notes_cap;
 } em_chunk;
 
 typedef struct em_stage {
@@ -110,6 +111,8 @@ struct pg_gen {
     int nstages;
     int64_t guard;         /* --guard-bytes: free bytes around every arena buffer (0: packed) */
     const char *auto_json; /* schedule = auto's candidates for plan.json, or NULL */
+    int *nacc;             /* [nparams * nstages]: layers of stage s using param p (count_uses) */
+    int *acc_at;           /* [nlayers * 4]: layer i's k-th param: its accumulator index on its stage */
 };
 
 /* snprintf that truncates silently: names and notes are cosmetic and bounded */
@@ -166,20 +169,38 @@ static int layer_uses(const ir_layer *L, int p)
 
 /* Gradient accumulators of param p on stage s: one per using layer, in layer
  * order, so the gradient (their sum in layer order) is made by the same float
- * operations whatever the stage count. `before` limits the count to layers
- * before it (the accumulator index of layer `before`). */
-static int stage_nacc(const ir_model *m, int s, int p, int before)
+ * operations whatever the stage count. Counted once for the model, in one
+ * pass over the layers (g->nacc), with each use's own index (g->acc_at). */
+static int count_uses(pg_gen *g)
 {
-    int n = 0;
-    for (int i = 0; i < m->nlayers && i < before; i++)
-        if (m->layers[i].stage == s && layer_uses(&m->layers[i], p))
-            n++;
-    return n;
+    const ir_model *m = g->m;
+    g->nacc = calloc((size_t)(m->nparams ? m->nparams : 1) * (size_t)m->nstages, sizeof *g->nacc);
+    g->acc_at = calloc((size_t)(m->nlayers ? m->nlayers : 1) * 4, sizeof *g->acc_at);
+    if (!g->nacc || !g->acc_at)
+        return -1;
+    for (int i = 0; i < m->nlayers; i++) {
+        const ir_layer *L = &m->layers[i];
+        for (int k = 0; k < L->nparam && k < 4; k++) {
+            int p = L->param[k], seen = -1;
+            for (int j = 0; j < k; j++) /* a layer counts once per parameter */
+                if (L->param[j] == p)
+                    seen = j;
+            if (p < 0 || p >= m->nparams || L->stage < 0 || L->stage >= m->nstages)
+                continue;
+            g->acc_at[i * 4 + k] = seen >= 0 ? g->acc_at[i * 4 + seen] : g->nacc[p * m->nstages + L->stage]++;
+        }
+    }
+    return 0;
 }
 
-static int nacc_of(const ir_model *m, int s, int p)
+static int stage_nacc(const pg_gen *g, int s, int p)
 {
-    int n = stage_nacc(m, s, p, m->nlayers);
+    return g->nacc[p * g->m->nstages + s];
+}
+
+static int nacc_of(const pg_gen *g, int s, int p)
+{
+    int n = stage_nacc(g, s, p);
     return n ? n : 1;
 }
 
@@ -190,12 +211,13 @@ static int is_tied(const ir_param *P)
 }
 
 /* the stage table needs nacc per stage: several uses somewhere, or tied */
-static int needs_nacc_table(const ir_model *m, int p)
+static int needs_nacc_table(const pg_gen *g, int p)
 {
+    const ir_model *m = g->m;
     if (is_tied(&m->params[p]))
         return 1;
     for (int s = 0; s < m->nstages; s++)
-        if (stage_nacc(m, s, p, m->nlayers) > 1)
+        if (stage_nacc(g, s, p) > 1)
             return 1;
     return 0;
 }
@@ -235,11 +257,15 @@ static int64_t frame_alloc(em_chunk *ch, int64_t bytes, const char *note)
 {
     int64_t off = ch->frame_bytes;
     ch->frame_bytes += al_plan(bytes);
-    char (*nn)[200] = realloc(ch->frame_notes, (size_t)(ch->nframe_notes + 1) * sizeof *nn);
-    if (nn) {
+    if (ch->nframe_notes == ch->frame_notes_cap) { /* doubling: thousands of layers stay linear */
+        int cap = ch->frame_notes_cap ? 2 * ch->frame_notes_cap : 16;
+        char (*nn)[200] = realloc(ch->frame_notes, (size_t)cap * sizeof *nn);
+        if (!nn)
+            return off; /* the note is cosmetic */
         ch->frame_notes = nn;
-        sfmt(ch->frame_notes[ch->nframe_notes++], 200, "+%-10" PRId64 " %10" PRId64 " bytes  %s", off, bytes, note);
+        ch->frame_notes_cap = cap;
     }
+    sfmt(ch->frame_notes[ch->nframe_notes++], 200, "+%-10" PRId64 " %10" PRId64 " bytes  %s", off, bytes, note);
     return off;
 }
 
@@ -606,16 +632,16 @@ static int plan_tie_message(pg_gen *g, em_stage *S, int a, pg_diag *d)
         S->act_off[a] = poff, S->act_bytes[a] = vb;
         break;
     case A_TIE_GRAD_SEND:
-        S->act_off[a] = goff, S->act_bytes[a] = acc_block_bytes(P, nacc_of(m, s, p));
+        S->act_off[a] = goff, S->act_bytes[a] = acc_block_bytes(P, nacc_of(g, s, p));
         S->send_bytes[A->peer] += S->act_bytes[a];
         break;
     case A_TIE_GRAD_RECV:
         S->act_off[a] = S->ws_mp >= 0 ? S->mp.buf[S->ws_mp].offset : -1;
-        S->act_bytes[a] = acc_block_bytes(P, nacc_of(m, A->peer, p));
+        S->act_bytes[a] = acc_block_bytes(P, nacc_of(g, A->peer, p));
         break;
     default: /* A_TIE_REDUCE */
         S->act_off[a] = goff;
-        S->act_bytes[a] = acc_block_bytes(P, nacc_of(m, s, p));
+        S->act_bytes[a] = acc_block_bytes(P, nacc_of(g, s, p));
         if (s != A->peer) {
             S->send_bytes[A->peer] += S->act_bytes[a] + 8;
         } else {
@@ -755,7 +781,7 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
         sfmt(S->mp.buf[S->param_mp[p]].note, sizeof S->mp.buf[0].note, "%s", sh);
         if (P->is_buffer)
             continue;
-        int nacc = nacc_of(m, S->stage, p);
+        int nacc = nacc_of(g, S->stage, p);
         sfmt(name, sizeof name, "grad %s", P->name);
         S->grad_mp[p] = pg_mp_add(&S->mp, name, MP_GRADS, acc_block_bytes(P, nacc), PG_MP_WHOLE_STEP, PG_MP_WHOLE_STEP);
         if (nacc > 1)
@@ -806,8 +832,8 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
         if (!is_tied(P) || P->owner_stage != S->stage || P->is_buffer)
             continue;
         for (int u = 0; u < g->nstages && u < 64; u++)
-            if (u != S->stage && (P->stage_mask >> u & 1) && acc_block_bytes(P, nacc_of(m, u, p)) > ws)
-                ws = acc_block_bytes(P, nacc_of(m, u, p));
+            if (u != S->stage && (P->stage_mask >> u & 1) && acc_block_bytes(P, nacc_of(g, u, p)) > ws)
+                ws = acc_block_bytes(P, nacc_of(g, u, p));
     }
     if (ws) {
         S->ws_mp = pg_mp_add(&S->mp, "tie workspace", MP_WORKSPACE, ws, PG_MP_WHOLE_STEP, PG_MP_WHOLE_STEP);
@@ -1000,6 +1026,11 @@ int pg_gen_prepare(const ir_model *m, const pg_schedule *s, int64_t guard_bytes,
         pg_gen_free(g);
         return -1;
     }
+    if (count_uses(g)) {
+        pg_error(d, m->loc, "out of memory");
+        pg_gen_free(g);
+        return -1;
+    }
     g->mb_rows = malloc((size_t)M * sizeof(int64_t));
     g->mb_first = malloc((size_t)M * sizeof(int64_t));
     g->recompute = malloc((size_t)M * sizeof(int));
@@ -1043,6 +1074,7 @@ int pg_gen_prepare(const ir_model *m, const pg_schedule *s, int64_t guard_bytes,
             pg_gen_free(g);
             return -1;
         }
+        pg_progress("stage %d of %d laid out (buffers, memory plan)", k + 1, g->nstages);
     }
     *out = g;
     return 0;
@@ -1076,6 +1108,8 @@ void pg_gen_free(pg_gen *g)
         free(S->act_slot); free(S->act_off); free(S->act_bytes); free(S->act_tag); free(S->send_bytes);
     }
     free(g->st);
+    free(g->nacc);
+    free(g->acc_at);
     free(g->mb_rows);
     free(g->mb_first);
     free(g->recompute);
@@ -1685,7 +1719,7 @@ static void emit_layer_bwd_w(em_out *e, int i)
         }
         char gm[96];
         pmacro(m, p, 1, gm, sizeof gm);
-        int j = stage_nacc(m, L->stage, p, i); /* this use's own accumulator */
+        int j = e->g->acc_at[i * 4 + k]; /* this use's own accumulator */
         if (j)
             sfmt(g[k], sizeof g[k], "(%s + %d * %" PRId64 ")", gm, j, acc_numel(&m->params[p]));
         else
@@ -1871,8 +1905,9 @@ static void emit_chunk_fns(em_out *e)
     fprintf(o, "\n");
 }
 
-static void emit_param_entry(FILE *o, const ir_model *m, int p, const em_stage *S)
+static void emit_param_entry(FILE *o, const pg_gen *g, int p, const em_stage *S)
 {
+    const ir_model *m = g->m;
     const ir_param *P = &m->params[p];
     fprintf(o, "    {");
     json_str(o, P->name); /* a C string literal too: names have no control characters */
@@ -1882,7 +1917,7 @@ static void emit_param_entry(FILE *o, const ir_model *m, int p, const em_stage *
     fprintf(o, "}, %" PRId64 ", %d, %.17g, %d, %d, %d, %d, UINT64_C(0x%" PRIx64 "), ", pg_shape_numel(&P->shape),
             (int)P->init, P->init_scale, P->decay, P->is_buffer, (int)P->tie, P->owner_stage, P->stage_mask);
     char tab[32];
-    if (needs_nacc_table(m, p))
+    if (needs_nacc_table(g, p))
         sfmt(tab, sizeof tab, "nacc_p%d", p);
     else
         sfmt(tab, sizeof tab, "NULL");
@@ -1890,7 +1925,7 @@ static void emit_param_entry(FILE *o, const ir_model *m, int p, const em_stage *
         fprintf(o, "%" PRId64 ", %" PRId64 ", {%" PRId64 ", %" PRId64 "}, %d, %s, %" PRId64 "},\n",
                 S->mp.buf[S->param_mp[p]].offset, S->grad_mp[p] >= 0 ? S->mp.buf[S->grad_mp[p]].offset : -1,
                 S->opt_mp[0][p] >= 0 ? S->mp.buf[S->opt_mp[0][p]].offset : -1,
-                S->opt_mp[1][p] >= 0 ? S->mp.buf[S->opt_mp[1][p]].offset : -1, P->is_buffer ? 0 : nacc_of(m, S->stage, p),
+                S->opt_mp[1][p] >= 0 ? S->mp.buf[S->opt_mp[1][p]].offset : -1, P->is_buffer ? 0 : nacc_of(g, S->stage, p),
                 tab, acc_numel(P));
     else
         fprintf(o, "-1, -1, {-1, -1}, 0, %s, %" PRId64 "},\n", tab, acc_numel(P));
@@ -1961,13 +1996,13 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
     fprintf(o, "/* ---- tables ---- */\n\n");
     int ntab = 0;
     for (int p = 0; p < m->nparams; p++) {
-        if (!needs_nacc_table(m, p))
+        if (!needs_nacc_table(g, p))
             continue;
         if (!ntab++)
             fprintf(o, "/* gradient accumulators per stage of parameters used by several layers or tied */\n");
         fprintf(o, "static const int nacc_p%d[] = {", p);
         for (int s = 0; s < m->nstages; s++)
-            fprintf(o, "%s%d", s ? ", " : "", stage_nacc(m, s, p, m->nlayers));
+            fprintf(o, "%s%d", s ? ", " : "", stage_nacc(g, s, p));
         fprintf(o, "}; /* %s */\n", m->params[p].name);
     }
     if (ntab)
@@ -1976,7 +2011,7 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
     int nsp = 0;
     for (int p = 0; p < m->nparams; p++)
         if (S->param_mp[p] >= 0) {
-            emit_param_entry(o, m, p, S);
+            emit_param_entry(o, g, p, S);
             nsp++;
         }
     if (!nsp)
@@ -1984,7 +2019,7 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
     fprintf(o, "};\n\n/* every parameter of the model, in plan order: stage 0 gathers them for --save */\n");
     fprintf(o, "static const pg_param_desc model_params[] = {\n");
     for (int p = 0; p < m->nparams; p++)
-        emit_param_entry(o, m, p, NULL);
+        emit_param_entry(o, g, p, NULL);
     if (!m->nparams)
         fprintf(o, "    {NULL, -1, 0, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, {-1, -1}, 0, NULL, 0},\n");
     fprintf(o, "};\n\nstatic const pg_chunk_desc chunks[] = {\n");
@@ -2191,6 +2226,7 @@ int pg_gen_write(const pg_gen *g, const char *dir, pg_diag *d)
         } else {
             emit_stage_c(g, k, hash, o);
             sfmt(x->name, sizeof x->name, "stage%d.c", k);
+            pg_progress("stage%d.c emitted (%d of %d)", k, k + 1, g->nstages);
         }
         rc = fclose(o) ? -1 : 0;
     }

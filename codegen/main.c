@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "commands.h"
+#include "progress.h"
 #include "pg_version.h"
 
 typedef struct command {
@@ -76,6 +77,8 @@ static void print_usage(FILE *out) {
         if (!commands[i].hidden) fprintf(out, "  %-24s %s\n", commands[i].usage, commands[i].summary);
     fprintf(out, "\n  pipegen help COMMAND     more about one command (or pipegen COMMAND --help)\n"
                  "  pipegen --version        print the version\n\n"
+                 "On a terminal a run that lasts over a second shows its phases on stderr;\n"
+                 "PIPEGEN_PROGRESS=1 always shows them, PIPEGEN_PROGRESS=0 never.\n"
                  "exit status: 0 ok, 1 errors in the input, 2 usage errors\n");
 }
 
@@ -91,6 +94,7 @@ static int help_command(const char *name) {
 }
 
 int main(int argc, char **argv) {
+    pg_progress_start();
     if (argc < 2) {
         print_usage(stderr);
         return 2;

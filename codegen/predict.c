@@ -6,8 +6,9 @@
  * waits for the arrival, then keeps its receiver busy `recv_cost_latency +
  * bytes / recv_cost_bytes_per_s`. OPT_STEP takes its stage's optimizer time; GRAD_NORM
  * and TIE_REDUCE end their stage's measured time after the last stage
- * arrived; with `verdict`, a stage without the loss waits at its first
- * GRAD_NORM / OPT_STEP for the loss stage to reach its own (guard.c's verdict);
+ * arrived; with `verdict`, every stage waits at its first GRAD_NORM /
+ * OPT_STEP until every stage has reached its own (guard.c's verdict on the
+ * loss and the gradients, exchanged among all stages);
  * each stage starts at its step_start and ends step_end after its last
  * action. Message sizes come from the model: activations and their
  * gradients by the chunk's boundary shapes, skips by their shapes, tie

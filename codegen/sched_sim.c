@@ -23,8 +23,9 @@ typedef struct sim_ctx {
     int sub[PG_SCHED_MAX_STAGES];   /* progress inside a collective action */
     int pushed;                     /* a message was sent (progress even if the action blocks) */
     int synced[PG_SCHED_MAX_STAGES];   /* passed its first GRAD_NORM / OPT_STEP (sim->verdict) */
-    int have_verdict;
-    double verdict_at;              /* when verdict_stage began its first GRAD_NORM / OPT_STEP */
+    int arrived[PG_SCHED_MAX_STAGES];  /* reached its first GRAD_NORM / OPT_STEP */
+    double arrive_at[PG_SCHED_MAX_STAGES]; /* when */
+    int narrived;
 } sim_ctx;
 
 static int is_send(pg_act_kind k)
@@ -172,28 +173,37 @@ static int step_grad_norm(sim_ctx *c, int st, int idx)
     return STEP_MOVED;
 }
 
-/* sim->verdict: the wait of a stage's first GRAD_NORM / OPT_STEP for the
- * loss stage's verdict. STEP_MOVED when it may go on (its clock advanced to
- * the verdict's arrival), STEP_BLOCKED while the loss stage is not there. */
+/* sim->verdict: the step's verdict (runtime/core/guard.c) is an exchange
+ * among all stages at each one's first GRAD_NORM / OPT_STEP: a stage goes on
+ * once every stage has arrived at its own, the last to arrive at once, the
+ * others verdict_transit after it. STEP_MOVED when it may go on (its clock
+ * advanced), STEP_BLOCKED while a stage has not arrived. */
 static int verdict_wait(sim_ctx *c, int st, const pg_act *a)
 {
     pg_sim *sim = c->sim;
     if (!sim->verdict || c->synced[st] || (a->kind != A_GRAD_NORM && a->kind != A_OPT_STEP))
         return STEP_MOVED;
-    if (st == sim->verdict_stage) {
-        if (!c->have_verdict) {
-            c->have_verdict = 1;
-            c->verdict_at = sim->clock[st];
-            c->pushed = 1;
-        }
-        return STEP_MOVED;
+    if (!c->arrived[st]) {
+        c->arrived[st] = 1;
+        c->arrive_at[st] = sim->clock[st];
+        c->narrived++;
+        c->pushed = 1;
     }
-    if (!c->have_verdict) {
-        sim->wait_for[st] = sim->verdict_stage;
+    if (c->narrived < c->p) {
+        for (int o = 0; o < c->p; o++)
+            if (!c->arrived[o]) {
+                sim->wait_for[st] = o;
+                break;
+            }
         return STEP_BLOCKED;
     }
-    if (c->verdict_at + sim->verdict_transit > sim->clock[st])
-        sim->clock[st] = c->verdict_at + sim->verdict_transit;
+    int last = 0;
+    for (int o = 1; o < c->p; o++)
+        if (c->arrive_at[o] > c->arrive_at[last])
+            last = o;
+    double t = c->arrive_at[last] + (st == last ? 0.0 : sim->verdict_transit);
+    if (t > sim->clock[st])
+        sim->clock[st] = t;
     return STEP_MOVED;
 }
 

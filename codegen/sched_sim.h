@@ -35,9 +35,10 @@ typedef struct pg_sim {
                         its receiver once the message arrived, or a GRAD_NORM /
                         TIE_REDUCE its stage once every message arrived */
     const double *clock0; /* optional [nstages]: each stage's clock at the start */
-    int verdict;     /* 1: every stage but verdict_stage waits at its first GRAD_NORM or
-                        OPT_STEP until verdict_stage began its own, plus verdict_transit
-                        (the loss stage's verdict on the step, runtime/core/guard.c) */
+    int verdict;     /* 1: every stage waits at its first GRAD_NORM or OPT_STEP until
+                        every stage has reached its own, plus verdict_transit (but the
+                        last to arrive): the step's verdict, exchanged among all stages
+                        (runtime/core/guard.c); verdict_stage is the loss stage */
     int verdict_stage;
     double verdict_transit;
     /* out */

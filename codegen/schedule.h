@@ -111,7 +111,7 @@ typedef struct pg_sched_costs {
                                                       once every stage arrived (their messages included) */
     double step_start[64], step_end[64];           /* per stage: before the first, after the last action */
     int sync_measured; /* 1: grad_norm/tie_reduce include the exchange (no transit added) */
-    int verdict;       /* 1: non-loss stages wait for the loss stage's verdict (runtime/core/guard.c)
+    int verdict;       /* 1: the stages wait for each other's verdict on the step (runtime/core/guard.c)
                           at their first GRAD_NORM / OPT_STEP */
 } pg_sched_costs;
 typedef struct pg_sched_prediction {

@@ -147,19 +147,26 @@ int pg_source_read(pg_source *s, const char *path, size_t limit, pg_diag *d)
 {
     char msg[128];
     memset(s, 0, sizeof *s);
-    int fd = open(path, O_RDONLY);
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer; anything but a
+     * regular file is refused (a FIFO or a device may never end) */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return read_fail(d, path, -1, NULL, NULL);
     struct stat st;
     if (fstat(fd, &st) != 0) return read_fail(d, path, fd, NULL, NULL);
     if (S_ISDIR(st.st_mode)) return read_fail(d, path, fd, NULL, "is a directory");
-    if (limit && S_ISREG(st.st_mode) && (unsigned long long)st.st_size > limit) {
+    if (!S_ISREG(st.st_mode))
+        return read_fail(d, path, fd, NULL,
+                         S_ISFIFO(st.st_mode) ? "is not a regular file (it is a pipe (FIFO)); give the file itself"
+                                              : "is not a regular file (a device or a socket)");
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    if (limit && (unsigned long long)st.st_size > limit) {
         snprintf(msg, sizeof msg, "file too large (%llu bytes, limit %llu)",
                  (unsigned long long)st.st_size, (unsigned long long)limit);
         return read_fail(d, path, fd, NULL, msg);
     }
 
-    /* Read to EOF rather than trusting st_size: pipes and growing files too. */
-    size_t cap = S_ISREG(st.st_mode) && st.st_size > 0 ? (size_t)st.st_size + 1 : 4096, len = 0;
+    /* Read to EOF rather than trusting st_size: a file that grows meanwhile too. */
+    size_t cap = st.st_size > 0 ? (size_t)st.st_size + 1 : 4096, len = 0;
     char *buf = malloc(cap);
     if (!buf) return read_fail(d, path, fd, NULL, NULL);
     for (;;) {

@@ -83,6 +83,17 @@ run missing check "$tmp/missing.pipe"
 is "$(cat "$tmp/missing.got")" "$tmp/missing.pipe: error: No such file or directory
 [exit 1]" "a missing file is an input error (exit 1)"
 
+mkfifo "$tmp/fifo.pipe"
+start=$(date +%s)
+run fifo check "$tmp/fifo.pipe"
+is "$(cat "$tmp/fifo.got")" "$tmp/fifo.pipe: error: is not a regular file (it is a pipe (FIFO)); give the file itself
+[exit 1]" "a FIFO is refused at once, not waited on ($(( $(date +%s) - start )) s)"
+mkdir -p "$tmp/fifo_sched"
+printf 'model f\ninput x : f32[4]\ntarget y : f32[4]\ntrain { schedule = file("s.csv") }\nl = linear(4 -> 4)\n' >"$tmp/fifo_sched/m.pipe"
+mkfifo "$tmp/fifo_sched/s.csv"
+run fifosched check "$tmp/fifo_sched/m.pipe"
+like "$(cat "$tmp/fifosched.got")" 's\.csv: error: is not a regular file \(it is a pipe \(FIFO\)\)' "a FIFO as a schedule file: refused too"
+
 # ---- pathological inputs, generated: each ends fast with exit 1 and a located error
 # timed NAME FILE: `pipegen check FILE` with a 10 s hard limit; the seconds it took
 # go to $tmp/NAME.secs (the test then asks for under 2 s; ASan builds included)

@@ -20,11 +20,17 @@
 #    with --generate; lm_tiny on a token stream (pipedata text/bytes), --generate
 #    --prompt, --load --steps 0;
 #  - failures: a peer killed with SIGKILL (by hand and under piperun) or stopped
-#    (--timeout): the survivors exit 1; a stage of another model at the
-#    rendezvous; a bad PIPE_MASTER; bad data files (size, magic, shape, token
-#    ids, class ids, NaN targets with and without --skip-nonfinite, a stream
-#    shorter than a window); a missing, truncated or mismatched --load file; usage
-#    errors; piperun relaying a line longer than its buffer and a failing stage.
+#    (--timeout): the survivors exit 1; a second SIGINT while a stage is stuck;
+#    Ctrl-Z then SIGCONT past --timeout; a stage of another model at the
+#    rendezvous, options that differ, a stranger of another run; a bad
+#    PIPE_MASTER; bad data files (size, magic, shape, token ids, class ids, NaN
+#    targets, --data alone, unpaired sample counts, a FIFO, a file truncated
+#    during the run; values near the float limit stopped or skipped by the
+#    gradient verdict, a stream shorter than a window); a missing, truncated,
+#    mismatched, overlapping or FIFO --load file; --resume past --steps, a fresh
+#    run into another run's checkpoints, --replace-checkpoints, LATEST first;
+#    usage errors; piperun relaying a line longer than its buffer and a failing
+#    stage.
 # Every run must exit as expected and no output may hold "ERROR: AddressSanitizer",
 # "runtime error:" or "LeakSanitizer" (ASAN_OPTIONS=detect_leaks=1). LeakSanitizer
 # works in this container; the first test checks that it reports a leaking program
@@ -184,6 +190,12 @@ like "$(cat "$T/resumebad.out")" 'continuing from .*step-00000002' \
     "resumebad: a corrupted checkpoint is refused, the previous one used"
 cmp -s "$T/straight.st" "$T/resumed2.st"
 ok $? "resumebad: weights still byte-identical to the straight run's"
+srun resumebelow 2 "$M/gen/bin" --steps 1 --resume "$T/ck"
+srun ckforeign 2 "$M/gen/bin" --steps 3 --checkpoint-dir "$T/ck"
+srun ckreplace 0 "$M/gen/bin" --steps 4 --checkpoint-dir "$T/ck" --save-every 2 --replace-checkpoints
+cp -a "$T/ck" "$T/ck3"
+srun resumelatest 0 "$M/gen/bin" --steps 5 --resume "$T/ck3" --checkpoint-dir "$T/ck3"
+like "$(cat "$T/resumelatest.out")" 'continuing from .*step-00000004' "resumelatest: from LATEST"
 srun load 0 "$M/gen/bin" --steps 1 --load "$T/straight.st"
 srun loadmiss 1 "$M/gen/bin" --steps 0 --load "$T/nonexistent.st"
 head -c 300 "$T/straight.st" >"$T/trunc.st"
@@ -203,6 +215,37 @@ san_check sigterm "$WX" 143
 rm -f "$T/sigterm.pid"
 is "$(grep -c 'stopped by signal 15 after step [0-9]* (checkpoint saved)' "$T/sigterm.out")" 3 \
     "sigterm: every stage stops after a final checkpoint"
+
+# bg NAME [stage args]: the sanitized mlp3 under build-san's piperun in the
+# background, until it logged step 500; its pid in pr and $T/NAME.pid
+bg() {
+    _bn=$1
+    shift
+    "$SPIPERUN" "$M/gen/bin" -- --threads 1 --steps 100000000 --log-every 500 "$@" >"$T/$_bn.out" 2>&1 &
+    pr=$!
+    echo $pr >"$T/$_bn.pid"
+    wait_for "$T/$_bn.out" 'step 500/' 30
+}
+# a second SIGINT while a stage is stuck: every stage stops at once
+bg int2 --checkpoint-dir "$T/ck4" --save-on-exit
+kill -STOP "$(pgrep -f "$M/gen/bin/stage2" | head -1)"
+kill -INT $pr
+sleep 1
+kill -INT $pr
+wait_exit $pr 20
+san_check int2 "$WX" 130
+rm -f "$T/int2.pid"
+# Ctrl-Z: every stage stops; SIGCONT: they go on (past --timeout)
+bg tstp --timeout 2 --checkpoint-dir "$T/ck5" --save-on-exit
+kill -TSTP $pr
+sleep 3
+kill -CONT $pr
+n=$(grep -c 'step [0-9]*/' "$T/tstp.out")
+t=0; while [ "$(grep -c 'step [0-9]*/' "$T/tstp.out")" -le "$n" ] && [ $t -lt 300 ]; do sleep 0.1; t=$((t + 1)); done
+kill -TERM $pr
+wait_exit $pr 20
+san_check tstp "$WX" 143
+rm -f "$T/tstp.pid"
 
 # --- a killed peer ---------------------------------------------------------------------
 P=127.0.0.1:$(free_port)
@@ -255,13 +298,51 @@ pgd "$T/y.pgd" f32 48 32
 pgd "$T/ynan.pgd" f32 48 32 100 nan
 srun data 0 "$M/gen/bin" --steps 3 --data "$T/x.pgd" --targets "$T/y.pgd"
 head -c 5000 "$T/x.pgd" >"$T/short.pgd"
-srun datashort 1 "$M/gen/bin" --steps 2 --data "$T/short.pgd"
+srun datashort 1 "$M/gen/bin" --steps 2 --data "$T/short.pgd" --targets "$T/y.pgd"
 { printf 'PGDX'; tail -c +5 "$T/x.pgd"; } >"$T/magic.pgd"
-srun datamagic 1 "$M/gen/bin" --steps 2 --data "$T/magic.pgd"
+srun datamagic 1 "$M/gen/bin" --steps 2 --data "$T/magic.pgd" --targets "$T/y.pgd"
 pgd "$T/shape.pgd" f32 48 63
-srun datashape 1 "$M/gen/bin" --steps 2 --data "$T/shape.pgd"
+srun datashape 1 "$M/gen/bin" --steps 2 --data "$T/shape.pgd" --targets "$T/y.pgd"
 srun datanan 1 "$M/gen/bin" --steps 3 --data "$T/x.pgd" --targets "$T/ynan.pgd"
-srun datanan_skip 0 "$M/gen/bin" --steps 3 --data "$T/x.pgd" --targets "$T/ynan.pgd" --skip-nonfinite
+like "$(cat "$T/datanan.out")" 'ynan\.pgd: sample 3, element 4 is nan' "datanan: refused when read"
+srun dataalone 2 "$M/gen/bin" --steps 3 --data "$T/x.pgd"
+pgd "$T/y40.pgd" f32 40 32
+srun datapairs 1 "$M/gen/bin" --steps 3 --data "$T/x.pgd" --targets "$T/y40.pgd"
+# finite but near the float limit: the gradients overflow; the verdict stops or skips
+pgd "$T/xbig.pgd" f32 48 64 100 3e38
+srun databig 1 "$M/gen/bin" --steps 3 --data "$T/xbig.pgd" --targets "$T/y.pgd"
+like "$(cat "$T/databig.out")" 'the gradient of layer0\.weight in step 1 is not finite' "databig: stopped by the gradient verdict"
+srun databig_skip 0 "$M/gen/bin" --steps 3 --data "$T/xbig.pgd" --targets "$T/y.pgd" --skip-nonfinite
+mkfifo "$T/fifo"
+srun datafifo 1 "$M/gen/bin" --steps 1 --data "$T/fifo" --targets "$T/y.pgd"
+srun loadfifo 1 "$M/gen/bin" --steps 1 --load "$T/fifo"
+# a --load file whose tensors overlap (the first tensor's offsets doubled)
+"${PYTHON:-/usr/bin/python3}" - "$T/straight.st" "$T/overlap.st" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+k = [x for x in h if x != "__metadata__"][1]
+h[k]["data_offsets"] = [0, h[k]["data_offsets"][1] - h[k]["data_offsets"][0]]
+t = json.dumps(h).encode()
+t += b" " * ((8 - len(t) % 8) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(t)) + t + b[8 + n:])
+PY
+srun loadoverlap 1 "$M/gen/bin" --steps 1 --load "$T/overlap.st"
+like "$(cat "$T/loadoverlap.out")" 'overlap' "loadoverlap: tensors that overlap are refused"
+# a data file truncated while the stages read it
+pgd "$T/long.pgd" f32 4800 64
+pgd "$T/ylong.pgd" f32 4800 32
+timeout 60 "$SPIPERUN" "$M/gen/bin" -- --threads 1 --steps 100000000 --log-every 1000 --data "$T/long.pgd" \
+    --targets "$T/ylong.pgd" >"$T/datatrunc.out" 2>&1 &
+pr=$!
+echo $pr >"$T/datatrunc.pid"
+wait_for "$T/datatrunc.out" 'step 1000/' 30
+truncate -s 4096 "$T/long.pgd"
+wait_exit $pr 30
+san_check datatrunc "$WX" 1
+rm -f "$T/datatrunc.pid"
+like "$(cat "$T/datatrunc.out")" 'long\.pgd was truncated or changed while this stage read it' "datatrunc: SIGBUS turned into a message"
 
 # --- skips, concat, batch norm ---------------------------------------------------------
 WD='s/momentum = 0.9)/momentum = 0.9, weight_decay = 0.01)/'
@@ -271,13 +352,36 @@ srun res4 0 "$R/gen/bin" --steps 3
 R=$T/reszb
 sgen "$R" resmlp_small '/# S2$/d' zb1 never; ok $? "resmlp_small on 3 stages (zb1, never) builds"
 srun reszb 0 "$R/gen/bin" --steps 3
+# trio NAME WANT BIN1 ARGS0 ARGS1 ARGS2: mlp3's stages 0 and 2 and BIN1's stage 1,
+# started by hand on one port; each must exit WANT, with no sanitizer report
+trio() {
+    _tn=$1 _tw=$2 _tb=$3
+    P=127.0.0.1:$(free_port)
+    # shellcheck disable=SC2086 # lists of options
+    start_stage "$M/gen/bin" 0 3 "$P" "$T/${_tn}0.out" $4
+    # shellcheck disable=SC2086
+    start_stage "$_tb" 1 3 "$P" "$T/${_tn}1.out" $5
+    # shellcheck disable=SC2086
+    start_stage "$M/gen/bin" 2 3 "$P" "$T/${_tn}2.out" $6
+    for k in 0 1 2; do wait_exit "$(cat "$T/$_tn$k.out.pid")" 30; san_check "$_tn$k" "$WX" "$_tw"; done
+    rm -f "$T/$_tn"?.out.pid
+}
 # a stage of another model joins the rendezvous: refused, every stage exits 1
+A="--steps 3 --connect-timeout 3"
+trio r 1 "$R/gen/bin" "$A" "$A" "$A"
+# options that differ (one run id): refused at the rendezvous; a stranger of another run: refused alone
+export PIPE_RUN_ID=san-run
+trio o 1 "$M/gen/bin" "--steps 3 --connect-timeout 10" "--steps 4 --connect-timeout 10" "--steps 3 --connect-timeout 10"
+like "$(cat "$T/o0.out")" 'stage 1 was started with --steps 4 but stage 0 with --steps 3' "o0: the differing option named"
 P=127.0.0.1:$(free_port)
-start_stage "$M/gen/bin" 0 3 "$P" "$T/r0.out" --steps 3 --connect-timeout 3
-start_stage "$R/gen/bin" 1 3 "$P" "$T/r1.out" --steps 3 --connect-timeout 3
-start_stage "$M/gen/bin" 2 3 "$P" "$T/r2.out" --steps 3 --connect-timeout 3
-for k in 0 1 2; do wait_exit "$(cat "$T/r$k.out.pid")" 20; san_check r$k "$WX" 1; done
-rm -f "$T"/r?.out.pid
+start_stage "$M/gen/bin" 0 3 "$P" "$T/s0.out" --steps 3 --connect-timeout 10
+PIPE_RUN_ID=other PIPE_RANK=1 PIPE_WORLD=3 PIPE_MASTER=$P "$M/gen/bin/stage1" --threads 1 --steps 3 >"$T/stranger.out" 2>&1
+san_check stranger "$?" 1
+start_stage "$M/gen/bin" 1 3 "$P" "$T/s1.out" --steps 3 --connect-timeout 10
+start_stage "$M/gen/bin" 2 3 "$P" "$T/s2.out" --steps 3 --connect-timeout 10
+for k in 0 1 2; do wait_exit "$(cat "$T/s$k.out.pid")" 30; san_check s$k "$WX" 0; done
+rm -f "$T"/s?.out.pid
+unset PIPE_RUN_ID
 R=$T/concat
 mkdir -p "$R"
 # shellcheck disable=SC2086 # E2E_GEN_FLAGS is a list of options
@@ -363,7 +467,7 @@ printf 'tiny' >"$T/tiny.txt"
 "$SPIPEDATA" text "$T/tiny.txt" -o "$T/tiny.pgd" >"$T/pipedata2.out" 2>&1
 san_check pipedata2 "$?" 0
 srun lmshort 1 "$L/gen/bin" --steps 1 --data "$T/tiny.pgd"
-srun lmids 1 "$L/gen/bin" --steps 1 --data "$T/ids.pgd"
+srun lmids 1 "$L/gen/bin" --steps 1 --data "$T/ids.pgd" --targets "$T/ids.pgd"
 srun lmprompt 2 "$L/gen/bin" --steps 0 --generate 5 --prompt "$(printf 'a\200')"
 # --- piperun's relay: a 150000-byte line (over its 64 KiB line buffer), a last line without a newline, a stage that
 # fails (its status passed on) while another is stopped -----------------------------

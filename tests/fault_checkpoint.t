@@ -20,7 +20,7 @@ run --steps 10 --save "$T/straight.st" >"$T/straight.out" 2>&1
 ok $? "10 steps straight"
 run --steps 5 --checkpoint-dir "$T/ck" --save-every 2 >"$T/first.out" 2>&1
 ok $? "5 steps with --checkpoint-dir --save-every 2"
-is "$(cat "$T/ck/LATEST" 2>/dev/null)" "step-00000005" "LATEST names the newest complete step"
+is "$(head -1 "$T/ck/LATEST" 2>/dev/null)" "step-00000005" "LATEST names the newest complete step"
 is "$(cd "$T/ck" && echo step-*)" "step-00000004 step-00000005" "the 2 newest complete checkpoints are kept, step 2 removed"
 [ -f "$T/ck/step-00000005/MANIFEST" ] && [ -f "$T/ck/step-00000005/stage2.safetensors" ]
 ok $? "a step holds MANIFEST and one file per stage"
@@ -34,7 +34,7 @@ ok $? "saved weights are byte-identical to the uninterrupted run's"
 like "$(grep -c 'step [0-9]*/10  loss' "$T/resumed.out")" '^5$' "the resumed run prints steps 6..10 only"
 run --steps 5 --save "$T/ck2" --save-every 2 >"$T/first2.out" 2>&1
 ok $? "the issue's spelling: --save DIR --save-every 2"
-is "$(cat "$T/ck2/LATEST" 2>/dev/null)" "step-00000005" "--save DIR with --save-every is the checkpoint directory"
+is "$(head -1 "$T/ck2/LATEST" 2>/dev/null)" "step-00000005" "--save DIR with --save-every is the checkpoint directory"
 cmp -s "$T/ck/step-00000005/stage2.safetensors" "$T/ck2/step-00000005/stage2.safetensors"
 ok $? "and holds the same bytes as --checkpoint-dir"
 rm -rf "$T/ck2"
@@ -62,6 +62,65 @@ rm "$T/ck/step-00000005/MANIFEST"
 refuse "a step without MANIFEST (half-written)" 'has no MANIFEST \(a checkpoint that was never completed\)'
 sed -i 's/^stage 2 ./stage 2 0/' "$T/ck/step-00000005/MANIFEST"
 refuse "an edited manifest" 'MANIFEST is corrupted'
+rm "$T/ck/step-00000005/stage1.safetensors"; mkfifo "$T/ck/step-00000005/stage1.safetensors"
+refuse "a FIFO in place of a stage file (never waited on)" 'stage1\.safetensors is not a regular file \(it is a pipe \(FIFO\)\)'
+rm "$T/ck/step-00000005/MANIFEST"; mkfifo "$T/ck/step-00000005/MANIFEST"
+rm "$T/ck/LATEST"; mkfifo "$T/ck/LATEST"
+refuse "a FIFO as MANIFEST and as LATEST" 'step-00000005 has no MANIFEST \(a checkpoint that was never completed\): not a regular file'
+
+# --- every step directory is examined ----------------------------------------------------
+# without LATEST, ten newer step directories that never completed (a stage's
+# file, no MANIFEST) stand before the complete ones
+rm "$T/ck/LATEST"
+for i in 11 12 13 14 15 16 17 18 19 20; do
+    mkdir -p "$T/ck/step-000000$i"
+    cp "$T/ck/step-00000005/stage0.safetensors" "$T/ck/step-000000$i/"
+done
+run --steps 10 --resume "$T/ck" --save "$T/many.st" >"$T/many.out" 2>&1
+ok $? "10 incomplete newer steps and no LATEST: the resume still finds a complete one"
+like "$(cat "$T/many.out")" 'continuing from .*step-00000005' "...step 5, behind all ten"
+cmp -s "$T/straight.st" "$T/many.st"; ok $? "...and ends bitwise equal"
+rm -rf "$T/ck"; cp -a "$T/ck.orig" "$T/ck"
+
+# --- --steps below the checkpoint: nothing to do is an error, and says so --------------
+run --steps 3 --resume "$T/ck" --save "$T/below.st" >"$T/below.out" 2>&1; rc=$?
+is "$rc" 2 "--resume from step 5 with --steps 3: exit 2, not 0"
+like "$(cat "$T/below.out")" 'the checkpoint to continue from is at step 5, past --steps 3 \(the total, not a number of further steps\): nothing to train and nothing written' \
+    "...saying what happened"
+[ ! -e "$T/below.st" ]; ok $? "...and no --save file claims otherwise"
+run --steps 5 --resume "$T/ck" --save "$T/at5.st" >"$T/at5.out" 2>&1
+ok $? "--steps equal to the checkpoint's step: nothing left to train, the weights are saved"
+run --steps 5 --save "$T/five.st" >/dev/null 2>&1
+cmp -s "$T/at5.st" "$T/five.st"; ok $? "...and they are step 5's"
+
+# --- a checkpoint directory belongs to one run ---------------------------------------------
+run --steps 4 --checkpoint-dir "$T/ck" --save-every 2 >"$T/fresh.out" 2>&1; rc=$?
+is "$rc" 2 "a fresh run into a directory holding another run's checkpoints: exit 2"
+like "$(cat "$T/fresh.out")" "the checkpoint directory $T/ck cannot be used: it holds the checkpoints of another run \(step-00000005 of run [0-9a-f]+\).*--replace-checkpoints" \
+    "...naming the step, the run and the way out"
+! grep -q 'step 1/' "$T/fresh.out"; ok $? "...before any step"
+cmp -s "$T/ck/step-00000005/stage1.safetensors" "$T/ck.orig/step-00000005/stage1.safetensors"; ok $? "...the old checkpoints untouched"
+run --steps 4 --save "$T/b4.st" >/dev/null 2>&1
+run --steps 4 --checkpoint-dir "$T/ck" --save-every 2 --replace-checkpoints >"$T/repl.out" 2>&1
+ok $? "--replace-checkpoints: the fresh run goes on"
+is "$(cd "$T/ck" && echo step-*)" "step-00000002 step-00000004" "...and its checkpoints replace the other run's (steps 4 and 5 gone)"
+runb=$(sed -n 's/^run //p' "$T/ck/LATEST")
+orun=$(sed -n 's/^run //p' "$T/ck.orig/LATEST")
+[ -n "$runb" ] && [ -n "$orun" ] && [ "$runb" != "$orun" ]; ok $? "LATEST and the manifests record the new run ($runb, was $orun)"
+# an older run's higher step left in the directory: LATEST (valid) is taken
+cp -a "$T/ck.orig/step-00000005" "$T/ck/"
+run --steps 6 --resume "$T/ck" --checkpoint-dir "$T/ck" --save "$T/latest.st" >"$T/latest.out" 2>&1
+ok $? "resume with another run's higher step-00000005 beside this run's LATEST (step 4)"
+like "$(cat "$T/latest.out")" 'continuing from .*step-00000004 \(step 4\)' "...LATEST is authoritative: step 4, not the other run's step 5"
+run --steps 6 --save "$T/b6.st" >/dev/null 2>&1
+cmp -s "$T/latest.st" "$T/b6.st"; ok $? "...and it ends bitwise equal to this run uninterrupted"
+# LATEST's step corrupted: the fall back stays within its run
+f=$T/ck/step-00000006/stage1.safetensors
+printf '\377' | dd of="$f" bs=1 seek=$(($(stat -c %s "$f") - 5)) conv=notrunc 2>/dev/null
+run --steps 6 --resume "$T/ck" --save "$T/fb6.st" >"$T/fb6.out" 2>&1
+like "$(cat "$T/fb6.out")" 'passing over .*step-00000005: it belongs to another run' "LATEST unusable: the other run's step is passed over"
+like "$(cat "$T/fb6.out")" 'continuing from .*step-00000004' "...and this run's previous checkpoint taken"
+rm -rf "$T/ck"; cp -a "$T/ck.orig" "$T/ck"
 
 # --- mismatches: nothing usable -> a clear refusal ---------------------------------
 G2=$T/m2
@@ -84,7 +143,7 @@ else
     [ "$rc" -ne 0 ]; ok $? "a full disk stops the run (exit $rc)"
     like "$(cat "$T/full.out")" 'No space left on device' "the disk-full error is named"
     like "$(cat "$T/full.out")" 'the previous checkpoint is kept: step-[0-9]+ is intact' "and says the previous checkpoint is intact"
-    last=$(cat "$T/full/ck/LATEST")
+    last=$(head -1 "$T/full/ck/LATEST")
     n=${last#step-}; n=$(expr "$n" + 0)
     run --steps "$n" --save "$T/full_ref.st" >/dev/null 2>&1
     run --steps "$n" --resume "$T/full/ck" --save "$T/full_res.st" >"$T/full_res.out" 2>&1

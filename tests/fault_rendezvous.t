@@ -1,7 +1,10 @@
 #!/bin/sh
 # tests/fault_rendezvous.t — rendezvous errors with real stage binaries started by
 # hand: stages of two different models, a wrong world size, two processes
-# claiming one rank, an unreachable master, the master's port in use.
+# claiming one rank, options that differ between stages, an unreachable master,
+# the master's port in use; and strangers that must not harm a run: a stage of
+# another run (another run id) on the same master port, a forged hello, silent
+# connections; the master listening on loopback only when PIPE_MASTER says so.
 . "$(dirname "$0")/lib.sh"
 . "$TOP/tests/lib_e2e.sh"
 . "$TOP/tests/lib_fault.sh"
@@ -16,50 +19,146 @@ sed -e '/# S[13]$/d' -e 's/^model mlp_small/model mlp_other/' "$TOP/tests/models
 ok $? "a second model (mlp_other) on 2 stages builds"
 G3=$T/m3
 gen_mlp "$G3" 3
+PY=${PYTHON:-/usr/bin/python3}
 
 # --- two models against one master -------------------------------------------
+# one run (one PIPE_RUN_ID): the misfit fails the run at once, every stage told why
 M=127.0.0.1:$(free_port)
+export PIPE_RUN_ID=run-a
 start_stage "$G/bin" 0 2 "$M" "$T/a0.log" --steps 2 --connect-timeout 10
 start_stage "$O/bin" 1 2 "$M" "$T/a1.log" --steps 2 --connect-timeout 10
-wait_exit "$(cat "$T/a0.log.pid")" 15; r0=$WX
-wait_exit "$(cat "$T/a1.log.pid")" 15; r1=$WX
-[ "$r0" = 1 ] && [ "$r1" = 1 ]; ok $? "stages of different models: both exit 1 ($r0, $r1)"
+wait_exit "$(cat "$T/a0.log.pid")" 8; r0=$WX
+wait_exit "$(cat "$T/a1.log.pid")" 8; r1=$WX
+[ "$r0" = 1 ] && [ "$r1" = 1 ]; ok $? "stages of different models in one run: both exit 1 at once ($r0, $r1)"
 like "$(cat "$T/a0.log")" "stage 1 was built from another model \(model 'mlp_other', expected 'mlp_small'\)" "the master names both models"
 like "$(cat "$T/a1.log")" "rendezvous refused by master .*another model" "the other stage is told why"
+unset PIPE_RUN_ID
+# no run id at all: the misfit cannot be told from a stranger, so it alone is
+# refused and the master waits for its stage 1 (and says what it refused)
+M=127.0.0.1:$(free_port)
+start_stage "$G/bin" 0 2 "$M" "$T/b0.log" --steps 2 --connect-timeout 3
+start_stage "$O/bin" 1 2 "$M" "$T/b1.log" --steps 2 --connect-timeout 3
+wait_exit "$(cat "$T/b1.log.pid")" 8; r1=$WX
+wait_exit "$(cat "$T/b0.log.pid")" 10; r0=$WX
+[ "$r0" = 1 ] && [ "$r1" = 1 ]; ok $? "without a run id: the misfit is refused, the master times out ($r0, $r1)"
+like "$(cat "$T/b0.log")" "only 1 of 2 stages reached the master within 3 s \(missing stage 1\); refused: stage 1 was built from another model \(model 'mlp_other'" \
+    "...naming what it refused"
 
 # --- wrong world size ------------------------------------------------------------
 M=127.0.0.1:$(free_port)
-start_stage "$G/bin" 0 2 "$M" "$T/b0.log" --steps 2 --connect-timeout 2
-PIPE_RANK=1 PIPE_WORLD=3 PIPE_MASTER=$M "$G/bin/stage1" --steps 2 >"$T/b1.log" 2>&1; r1=$?
-wait_exit "$(cat "$T/b0.log.pid")" 10; r0=$WX
+start_stage "$G/bin" 0 2 "$M" "$T/c0.log" --steps 2 --connect-timeout 2
+PIPE_RANK=1 PIPE_WORLD=3 PIPE_MASTER=$M "$G/bin/stage1" --steps 2 >"$T/c1.log" 2>&1; r1=$?
+wait_exit "$(cat "$T/c0.log.pid")" 10; r0=$WX
 [ "$r0" = 1 ] && [ "$r1" = 1 ]; ok $? "wrong world size: exit 1 ($r0, $r1)"
-like "$(cat "$T/b1.log")" 'was started as rank 1 of 3 .*start stage k as rank k of 2' "the stage says what it was started as"
-like "$(cat "$T/b0.log")" 'only 1 of 2 stages reached the master within 2 s \(missing stage 1\)' "the master names the missing stage"
+like "$(cat "$T/c1.log")" 'was started as rank 1 of 3 .*start stage k as rank k of 2' "the stage says what it was started as"
+like "$(cat "$T/c0.log")" 'only 1 of 2 stages reached the master within 2 s \(missing stage 1\)' "the master names the missing stage"
 
 # --- two processes claim one rank ---------------------------------------------------
 M=127.0.0.1:$(free_port)
-start_stage "$G3/bin" 0 3 "$M" "$T/c0.log" --steps 2 --connect-timeout 10
-start_stage "$G3/bin" 1 3 "$M" "$T/c1.log" --steps 2 --connect-timeout 10
-start_stage "$G3/bin" 1 3 "$M" "$T/c2.log" --steps 2 --connect-timeout 10
-for f in c0 c1 c2; do wait_exit "$(cat "$T/$f.log.pid")" 15; eval "r_$f=\$WX"; done
-[ "$r_c0" = 1 ] && [ "$r_c1" = 1 ] && [ "$r_c2" = 1 ]; ok $? "duplicate rank: every process exits 1 ($r_c0, $r_c1, $r_c2)"
-like "$(cat "$T/c0.log")" 'two processes claim stage 1 \(duplicate rank\)' "the master says two processes claim stage 1"
+export PIPE_RUN_ID=run-d
+start_stage "$G3/bin" 0 3 "$M" "$T/d0.log" --steps 2 --connect-timeout 10
+start_stage "$G3/bin" 1 3 "$M" "$T/d1.log" --steps 2 --connect-timeout 10
+start_stage "$G3/bin" 1 3 "$M" "$T/d2.log" --steps 2 --connect-timeout 10
+for f in d0 d1 d2; do wait_exit "$(cat "$T/$f.log.pid")" 15; eval "r_$f=\$WX"; done
+[ "$r_d0" = 1 ] && [ "$r_d1" = 1 ] && [ "$r_d2" = 1 ]; ok $? "duplicate rank in one run: every process exits 1 ($r_d0, $r_d1, $r_d2)"
+like "$(cat "$T/d0.log")" 'two processes claim stage 1 \(duplicate rank\)' "the master says two processes claim stage 1"
+unset PIPE_RUN_ID
+# without run ids the second claimant alone is refused and the run goes on
+M=127.0.0.1:$(free_port)
+start_stage "$G3/bin" 0 3 "$M" "$T/e0.log" --steps 2 --connect-timeout 10
+start_stage "$G3/bin" 1 3 "$M" "$T/e1.log" --steps 2 --connect-timeout 10
+sleep 1
+start_stage "$G3/bin" 1 3 "$M" "$T/e2.log" --steps 2 --connect-timeout 10
+wait_exit "$(cat "$T/e2.log.pid")" 10; r2=$WX
+start_stage "$G3/bin" 2 3 "$M" "$T/e3.log" --steps 2 --connect-timeout 10
+for f in e0 e1 e3; do wait_exit "$(cat "$T/$f.log.pid")" 15; eval "r_$f=\$WX"; done
+[ "$r2" = 1 ] && [ "$r_e0" = 0 ] && [ "$r_e1" = 0 ] && [ "$r_e3" = 0 ]
+ok $? "no run id: a second process claiming stage 1 is refused ($r2), the run completes ($r_e0, $r_e1, $r_e3)"
+like "$(cat "$T/e2.log")" 'rendezvous refused by master .*two processes claim stage 1' "...and the refused one is told why"
+
+# --- options that differ between stages ---------------------------------------------
+# mismatch START-ARGS-0 START-ARGS-1 REGEX LABEL: one run started by hand
+mismatch() {
+    M=127.0.0.1:$(free_port)
+    export PIPE_RUN_ID=run-m
+    # shellcheck disable=SC2086 # lists of options
+    start_stage "$G/bin" 0 2 "$M" "$T/m0.log" --connect-timeout 10 $1
+    # shellcheck disable=SC2086
+    start_stage "$G/bin" 1 2 "$M" "$T/m1.log" --connect-timeout 10 $2
+    unset PIPE_RUN_ID
+    wait_exit "$(cat "$T/m0.log.pid")" 15; m0=$WX
+    wait_exit "$(cat "$T/m1.log.pid")" 15; m1=$WX
+    [ "$m0" = 1 ] && [ "$m1" = 1 ] && ! grep -q 'step 1/' "$T/m1.log"; ok $? "$4: both stages exit 1 before any step ($m0, $m1)"
+    like "$(cat "$T/m0.log" "$T/m1.log")" "$3" "...$4 named with both values"
+}
+mismatch "--steps 5" "--steps 6" 'stage 1 was started with --steps 6 but stage 0 with --steps 5: give every stage the same --steps' \
+    "different --steps"
+mismatch "--steps 5 --checkpoint-dir $T/ck --save-every 2" "--steps 5" \
+    "stage 1 was started without --checkpoint-dir but stage 0 with --checkpoint-dir $T/ck" "--checkpoint-dir on one stage only"
+mismatch "--steps 5 --skip-nonfinite --trace $T/t.json" "--steps 5 --trace $T/t.json" \
+    'stage 1 was started without --skip-nonfinite but stage 0 with --skip-nonfinite:' "--skip-nonfinite on one stage only"
+mismatch "--steps 5 --trace $T/t.json" "--steps 5 --trace $T/u.json" \
+    "stage 1 was started with --trace $T/u\\.json but stage 0 with --trace $T/t\\.json" "different --trace files"
 
 # --- unreachable master --------------------------------------------------------------
 M=127.0.0.1:$(free_port)
 t0=$(date +%s.%N)
-PIPE_RANK=1 PIPE_WORLD=2 PIPE_MASTER=$M timeout 20 "$G/bin/stage1" --steps 2 --connect-timeout 2 >"$T/d1.log" 2>&1; r1=$?
+PIPE_RANK=1 PIPE_WORLD=2 PIPE_MASTER=$M timeout 20 "$G/bin/stage1" --steps 2 --connect-timeout 2 >"$T/f1.log" 2>&1; r1=$?
 el=$(elapsed_since "$t0")
 is "$r1" 1 "unreachable master: exit 1"
-like "$(cat "$T/d1.log")" "cannot reach master $M after 2 s: Connection refused" "retries, then names the master and the error"
+like "$(cat "$T/f1.log")" "cannot reach master $M after 2 s: Connection refused" "retries, then names the master and the error"
 awk -v e="$el" 'BEGIN { exit !(e >= 1.9 && e < 6) }'; ok $? "it retried for the connect timeout (${el} s)"
 
 # --- the master's port is in use ---------------------------------------------------------
 P=$(free_port)
-"${PYTHON:-/usr/bin/python3}" -c "import socket, time; s = socket.socket(); s.bind(('0.0.0.0', $P)); s.listen(1); open('$T/held', 'w').close(); time.sleep(30)" &
+"$PY" -c "import socket, time; s = socket.socket(); s.bind(('0.0.0.0', $P)); s.listen(1); open('$T/held', 'w').close(); time.sleep(30)" &
 echo $! >"$T/py.pid"
 while [ ! -f "$T/held" ]; do sleep 0.1; done
-PIPE_RANK=0 PIPE_WORLD=2 PIPE_MASTER=127.0.0.1:$P timeout 20 "$G/bin/stage0" --steps 2 >"$T/e0.log" 2>&1; r0=$?
+PIPE_RANK=0 PIPE_WORLD=2 PIPE_MASTER=127.0.0.1:$P timeout 20 "$G/bin/stage0" --steps 2 >"$T/g0.log" 2>&1; r0=$?
 is "$r0" 1 "port in use: exit 1"
-like "$(cat "$T/e0.log")" "cannot listen on 0\.0\.0\.0:$P: Address already in use" "names the port and the error"
+like "$(cat "$T/g0.log")" "cannot listen on 127\\.0\\.0\\.1:$P: Address already in use" "names the address, the port and the error"
+kill "$(cat "$T/py.pid")" 2>/dev/null
+
+# --- strangers do not harm a run -------------------------------------------------------
+# run A's stage 0 (started by hand with its id) waits at its master; meanwhile
+# run B (piperun, its own random id) is started on the same PIPE_MASTER
+P=$(free_port)
+M=127.0.0.1:$P
+export PIPE_RUN_ID=run-A
+start_stage "$G/bin" 0 2 "$M" "$T/A0.log" --steps 3 --connect-timeout 30
+unset PIPE_RUN_ID
+while ! ss -Hltn "sport = :$P" 2>/dev/null | grep -q .; do sleep 0.1; done
+is "$(ss -Hltn "sport = :$P" | awk '{ print $4 }')" "127.0.0.1:$P" "the master listens on the loopback address PIPE_MASTER names, not on every interface"
+PIPE_MASTER=$M timeout 60 "$PIPERUN" "$G/bin" -- --threads 1 --steps 3 --connect-timeout 5 >"$T/B.log" 2>&1; rb=$?
+[ "$rb" != 0 ]; ok $? "run B (piperun) on run A's master port fails ($rb)"
+like "$(cat "$T/B.log")" "stage 0: cannot listen on 127\\.0\\.0\\.1:$P: Address already in use" "...its stage 0 cannot listen there"
+PIPE_RUN_ID=run-B PIPE_RANK=1 PIPE_WORLD=2 PIPE_MASTER=$M timeout 20 "$G/bin/stage1" --threads 1 --steps 3 >"$T/B1.log" 2>&1; rb=$?
+is "$rb" 1 "a stage 1 of run B that reaches run A's master: exit 1"
+like "$(cat "$T/B1.log")" "stage 1: rendezvous refused by master $M: stage 0 at this address belongs to run run-A, but this stage to run run-B: two runs share the master port $P" \
+    "...refused as a stranger, saying why"
+like "$(cat "$T/A0.log")" "stage 0: refused a process at 127\\.0\\.0\\.1 claiming stage 1 of another run .*this run goes on" \
+    "run A's master says what it refused"
+# a forged hello (protocol 2, no run id, claiming stage 1) and ten silent connections
+"$PY" - "$P" <<'PY' &
+import socket, struct, sys, time
+port = int(sys.argv[1])
+idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(10)]
+h = struct.pack("<IIIIQII", 0x484e4750, 2, 1, 2, 0, 1, 0) + b"mlp_small".ljust(128, b"\0") + b"".ljust(64, b"\0")
+f = socket.create_connection(("127.0.0.1", port))
+f.sendall(h)
+f.recv(1000)
+time.sleep(8)
+PY
+echo $! >"$T/forge.pid"
+sleep 1
+t0=$(date +%s.%N)
+export PIPE_RUN_ID=run-A
+start_stage "$G/bin" 1 2 "$M" "$T/A1.log" --steps 3 --connect-timeout 30
+unset PIPE_RUN_ID
+wait_exit "$(cat "$T/A1.log.pid")" 30; a1=$WX
+el=$(elapsed_since "$t0")
+wait_exit "$(cat "$T/A0.log.pid")" 30; a0=$WX
+[ "$a0" = 0 ] && [ "$a1" = 0 ]; ok $? "run A completes after run B, a forged hello and ten silent connections ($a0, $a1)"
+awk -v e="$el" 'BEGIN { exit !(e < 4.5) }'; ok $? "...its stage 1 was not held up by the silent connections (${el} s; each is dropped after 5 s)"
+like "$(cat "$T/A1.log")" 'final loss' "...and trains"
 done_testing

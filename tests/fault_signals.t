@@ -28,7 +28,7 @@ for sig in TERM INT; do
     is "$n" 3 "SIG$sig: every stage stops after a final checkpoint"
     steps=$(sed -n "s/.*stopped by signal $num after step \([0-9]*\).*/\1/p" "$T/$sig.out" | sort -u)
     is "$(echo "$steps" | wc -l)" 1 "SIG$sig: all stages stopped after the same step ($steps)"
-    is "$(cat "$T/ck/LATEST" 2>/dev/null)" "$(printf 'step-%08d' "$steps")" "SIG$sig: LATEST names that step"
+    is "$(head -1 "$T/ck/LATEST" 2>/dev/null)" "$(printf 'step-%08d' "$steps")" "SIG$sig: LATEST names that step"
     left=0; for p in $pids; do gone "$p" || left=$((left + 1)); done
     is "$left" 0 "SIG$sig: no stage process is left behind"
 done
@@ -36,6 +36,63 @@ timeout 60 "$PIPERUN" "$G/bin" -- --threads 1 --steps $((steps + 2)) --resume "$
 ok $? "the run resumes from the checkpoint written on exit"
 timeout 60 "$PIPERUN" "$G/bin" -- --threads 1 --steps $((steps + 2)) --save "$T/s.st" >/dev/null 2>&1
 cmp -s "$T/r.st" "$T/s.st"; ok $? "and ends bitwise equal to an uninterrupted run"
+
+# --- Ctrl-Z: the whole run stops, longer than --timeout, and goes on --------------------
+"$PIPERUN" "$G/bin" -- --threads 1 --steps 100000000 --log-every 500 --timeout 2 --checkpoint-dir "$T/ckz" --save-on-exit \
+    >"$T/tstp.out" 2>&1 &
+pr=$!
+wait_for "$T/tstp.out" 'step 500/' 20
+pids=$(pgrep -f "$G/bin/stage" | tr '\n' ' ')
+kill -TSTP $pr
+sleep 0.5
+states=$(for p in $pr $pids; do sed 's/^[0-9]* ([^)]*) \(.\).*/\1/' "/proc/$p/stat"; done | sort -u | tr -d '\n')
+is "$states" "T" "SIGTSTP to piperun: piperun and all 3 stages are stopped"
+before=$(grep -c 'step [0-9]*/' "$T/tstp.out")
+sleep 4   # twice --timeout
+is "$(grep -c 'step [0-9]*/' "$T/tstp.out")" "$before" "...and make no progress while stopped"
+kill -CONT $pr
+n=$((before + 2))
+t=0; while [ "$(grep -c 'step [0-9]*/' "$T/tstp.out")" -lt "$n" ] && [ $t -lt 100 ]; do sleep 0.1; t=$((t + 1)); done
+[ "$(grep -c 'step [0-9]*/' "$T/tstp.out")" -ge "$n" ]; ok $? "SIGCONT: the run goes on after 4 s stopped with --timeout 2"
+! grep -q 'waiting at\|for 2 s' "$T/tstp.out"; ok $? "...no stage counted the stopped time as waiting for a peer"
+kill -TERM $pr
+wait_exit $pr 20
+is "$WX" 143 "...and stops on SIGTERM as usual, after a final checkpoint"
+
+# --- a second Ctrl-C does not wait for a stuck stage ------------------------------------------
+"$PIPERUN" "$G/bin" -- --threads 1 --steps 100000000 --log-every 500 --checkpoint-dir "$T/ck2c" --save-on-exit \
+    >"$T/int2.out" 2>&1 &
+pr=$!
+wait_for "$T/int2.out" 'step 500/' 20
+stuck=$(pgrep -f "$G/bin/stage2" | head -1)
+kill -STOP "$stuck"   # a stage that stopped answering: the others wait for it to agree on a stop
+sleep 0.2
+kill -INT $pr
+sleep 1
+ls "$T/ck2c" >"$T/ck2c.before" 2>/dev/null
+t0=$(date +%s.%N)
+kill -INT $pr
+wait_exit $pr 20; rc=$WX
+el=$(elapsed_since "$t0")
+is "$rc" 130 "a second SIGINT: exit 130"
+awk -v e="$el" 'BEGIN { exit !(e < 3) }'; ok $? "...at once (${el} s), not after the grace period or --timeout"
+like "$(cat "$T/int2.out")" 'stage [01]: a second interrupt: stopping at once \(no checkpoint' "...the stages say they stop at once, without a checkpoint"
+like "$(cat "$T/int2.out")" 'piperun: second interrupt: stopping every stage at once' "...and so does piperun"
+is "$(ls "$T/ck2c" 2>/dev/null)" "$(cat "$T/ck2c.before")" "...no checkpoint was written"
+gone "$stuck"; ok $? "...and the stuck stage is gone too"
+
+# --- the first failure is reported, not the stages that lost it as a peer ------------------
+for i in 1 2 3; do
+    "$PIPERUN" "$G/bin" -- --threads 1 --steps 100000000 --log-every 500 >"$T/kill$i.out" 2>&1 &
+    pr=$!
+    wait_for "$T/kill$i.out" 'step 500/' 20
+    kill -9 "$(pgrep -f "$G/bin/stage1" | head -1)"
+    wait_exit $pr 20
+    printf '%s ' "$WX" >>"$T/kills"
+    grep '^piperun:' "$T/kill$i.out" >>"$T/killmsg"
+done
+is "$(cat "$T/kills")" "137 137 137 " "stage 1 killed mid-run, three times: piperun exits 137 each time"
+is "$(sort -u "$T/killmsg")" "piperun: stage 1 killed by signal 9" "...reporting stage 1, never a stage that lost it"
 
 # --- an arena larger than the memory allowed -----------------------------------------
 B=$T/big
@@ -56,4 +113,20 @@ fi
 out=$(sh -c "ulimit -v 400000; PIPE_RANK=0 PIPE_WORLD=1 timeout 20 '$B/bin/stage0' --steps 1 --threads 1" 2>&1); rc=$?
 is "$rc" 1 "ulimit -v 400 MB: exit 1 at start"
 like "$out" "stage 0: its arena needs $need bytes .* (available \(MemAvailable\)|RLIMIT_AS \(ulimit -v\) allows this process only [0-9]+ bytes)" "names the arena and the limit"
+# room for the arena but not for OpenBLAS's buffers (128 MiB of address space
+# each): OpenBLAS would wait for a buffer forever at the first large GEMM
+X=$T/mlp1
+mkdir -p "$X"
+sed -e '/^split/d' "$TOP/examples/mlp.pipe" >"$X/m.pipe"
+"$PIPEGEN" gen "$X/m.pipe" -o "$X" >"$X/gen.log" 2>&1 && build "$X"
+ok $? "examples/mlp.pipe on one stage (512-wide GEMMs) builds"
+t0=$(date +%s.%N)
+out=$(sh -c "ulimit -v 300000; PIPE_RANK=0 PIPE_WORLD=1 OPENBLAS_NUM_THREADS=2 timeout 60 '$X/bin/stage0' --steps 2 --threads 2" 2>&1); rc=$?
+el=$(elapsed_since "$t0")
+is "$rc" 1 "ulimit -v 300 MB with 2 BLAS threads: exit 1 (not a silent spin)"
+like "$out" 'stage 0: OpenBLAS cannot reserve its buffers \([0-9]+ MiB more\): RLIMIT_AS \(ulimit -v\) allows [0-9]+ MiB and [0-9]+ MiB are mapped; OpenBLAS takes 128 MiB of address space per thread' \
+    "...saying what OpenBLAS needs and what the limit leaves"
+awk -v e="$el" 'BEGIN { exit !(e < 10) }'; ok $? "...at start (${el} s)"
+out=$(sh -c "ulimit -v 700000; PIPE_RANK=0 PIPE_WORLD=1 timeout 60 '$X/bin/stage0' --steps 2 --threads 2" 2>&1); rc=$?
+is "$rc" 0 "with room for the buffers (ulimit -v 700 MB) it trains"
 done_testing

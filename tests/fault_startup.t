@@ -42,6 +42,13 @@ is "$?" 1 "a stage of a 2-stage model started alone: exit 1, at once"
 like "$(cat "$T/alone.log")" '^stage 1 of model mlp_small \(2 stages\) was started alone: start every stage with `piperun DIR`, or set PIPE_RANK=1 PIPE_WORLD=2 PIPE_MASTER=host:port' \
     "...and says to use piperun or set PIPE_RANK/PIPE_WORLD"
 
+# --- too small a ulimit -n: said at start, with the number needed -------------------
+M=127.0.0.1:$(free_port)
+sh -c "ulimit -n 12; PIPE_RANK=0 PIPE_WORLD=2 PIPE_MASTER=$M timeout 20 '$G/bin/stage0' --steps 1 --threads 1" >"$T/nofile.log" 2>&1
+is "$?" 1 "a stage under ulimit -n 12: exit 1 at start"
+like "$(cat "$T/nofile.log")" '^stage 0: ulimit -n allows 12 open files but a stage of this 2-stage pipeline needs about 26 .*raise it \(ulimit -n 26\)' \
+    "...saying how many it needs"
+
 # --- one stage prefix per message ----------------------------------------------------------
 M=127.0.0.1:$(free_port)
 PIPE_RANK=1 PIPE_WORLD=2 PIPE_MASTER=$M timeout 20 "$G/bin/stage1" --steps 2 --connect-timeout 1 >"$T/nomaster.log" 2>&1

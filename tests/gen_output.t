@@ -4,6 +4,9 @@
 # stage<k>.c files of an older, larger one (those pipegen listed in
 # DIR/pipegen-files.txt) and no other file; a full disk leaves the old
 # generation intact and exits 1 saying so; temporaries of a killed pipegen go.
+# Thousands of transformer blocks: gen's time grows near-linearly with the layer
+# count (a ratio in one run, not a timed target), and with PIPEGEN_PROGRESS=1
+# (or on a terminal after a second) it shows its phases on stderr.
 # Then `make build/<m>/stages` builds whatever was generated into
 # generated/<m>/ (GENERATED=DIR here) and drops the binaries of the older one.
 . "$(dirname "$0")/lib.sh"
@@ -83,4 +86,33 @@ is "$(ls "$TOP/build/$m" | tr '\n' ' ')" "stage0 stage1 stages " "...the binarie
 OPENBLAS_NUM_THREADS=1 timeout 60 "$TOP/build/piperun" "$TOP/build/$m" -- --threads 1 --steps 2 >"$T/run.log" 2>&1
 ok $? "...and piperun runs the 2 stages"
 rm -rf "${TOP:?}/build/$m"
+
+# --- many layers: near-linear, with progress ------------------------------------------
+# blocks N: examples/gpt_char.pipe with N transformer blocks on 4 balanced stages
+blocks() {
+    sed -e "s/^h0 = transformer(d, heads)/h = repeat $1 transformer(d, heads)/" -e '/^split/d' \
+        -e '/^h[123] = transformer/d' -e 's/seed = 42/seed = 42  stages = 4/' "$TOP/examples/gpt_char.pipe" >"$T/b$1.pipe"
+}
+# secs CMD...: the seconds CMD takes
+secs() {
+    _s0=$(date +%s.%N)
+    "$@" >/dev/null 2>&1
+    awk -v a="$_s0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.3f", b - a }'
+}
+blocks 300
+blocks 1200
+t1=$(secs "$PIPEGEN" gen "$T/b300.pipe" -o "$T/b300")
+t4=$(secs "$PIPEGEN" gen "$T/b1200.pipe" -o "$T/b1200")
+awk -v a="$t1" -v b="$t4" 'BEGIN { exit !(b < 8 * a + 0.5) }'
+ok $? "gen: 4x the blocks (1200, 12004 layers) takes less than 8x the time of 300 ($t4 s vs $t1 s; quadratic would be 16x)"
+t4p=$(secs "$PIPEGEN" plan "$T/b1200.pipe")
+t1p=$(secs "$PIPEGEN" plan "$T/b300.pipe")
+awk -v a="$t1p" -v b="$t4p" 'BEGIN { exit !(b < 8 * a + 0.5) }'; ok $? "plan likewise ($t4p s vs $t1p s)"
+PIPEGEN_PROGRESS=1 "$PIPEGEN" gen "$T/b300.pipe" -o "$T/b300p" 2>"$T/progress.err" >/dev/null
+like "$(cat "$T/progress.err")" '^pipegen: 3004 layers and 3604 parameters checked on 4 stages, [0-9.]+ s$' "PIPEGEN_PROGRESS=1: the check is reported"
+like "$(cat "$T/progress.err")" '^pipegen: stage 4 of 4 laid out \(buffers, memory plan\), [0-9.]+ s$' "...each stage's layout"
+like "$(cat "$T/progress.err")" '^pipegen: stage3\.c emitted \(4 of 4\), [0-9.]+ s$' "...each stage's C"
+diff -r "$T/b300" "$T/b300p" >/dev/null; ok $? "...and the output is the same"
+"$PIPEGEN" gen "$T/b300.pipe" -o "$T/b300q" 2>"$T/quiet.err" >/dev/null
+is "$(cat "$T/quiet.err")" "" "without a terminal or PIPEGEN_PROGRESS, nothing on stderr"
 done_testing

@@ -100,6 +100,86 @@ is "$rc" 1 "a writing stage: the exit status is still the first failure's"
 [ -s "$T/w0.file" ]; ok $? "a stage writing a file for the user is not killed after the grace period: its file is complete"
 gone "$(cat "$T/w0")" && [ "$el" -ge 7 ] && [ "$el" -le 12 ]; ok $? "...and it is killed once it says it is done (${el} s)"
 
+# ---- the first failure, not a stage that died because its peer did ----
+# stage 0 loses its link first ('P' on its control socket) and exits at once;
+# stage 1, the cause, exits a little later: stage 1 is reported
+D=$T/cause
+stage "$D" 0 "bash -c 'printf P >&\$PIPE_CONTROL_FD'; sleep 0.1; exit 1"
+stage "$D" 1 'sleep 0.6; echo "bad input" >&2; exit 3'
+stage "$D" 2 "bash -c 'printf P >&\$PIPE_CONTROL_FD'; sleep 0.2; exit 1"
+timeout 20 "$PR" "$D" >/dev/null 2>"$T/err"; rc=$?
+is "$rc" 3 "a stage failing after its peer's link ended gives way to the peer that failed first: exit 3"
+like "$(cat "$T/err")" '^piperun: stage 1 exited with status 3$' "...and that stage is the one reported"
+! grep -q 'stage [02] exited' "$T/err"; ok $? "...the followers are not"
+# only followers: the first of them is reported once the others are gone (or after 2 s)
+D=$T/follow
+stage "$D" 0 "bash -c 'printf P >&\$PIPE_CONTROL_FD'; exit 1"
+stage "$D" 1 'exec sleep 30'
+start=$(date +%s)
+timeout 20 "$PR" "$D" >/dev/null 2>"$T/err"; rc=$?
+el=$(( $(date +%s) - start ))
+is "$rc" 1 "only a follower fails: its status"
+like "$(cat "$T/err")" '^piperun: stage 0 exited with status 1$' "...it is reported after a short wait for the cause"
+[ "$el" -le 5 ]; ok $? "...which does not hold the run up for long (${el} s)"
+
+# ---- a second interrupt stops every stage at once ----
+D=$T/twice
+for k in 0 1; do stage "$D" $k "trap 'echo got INT' INT; trap '' TERM; echo \$\$ > $T/t$k; while :; do sleep 0.1; done"; done
+stage "$D" 2 "bash -c 'printf W >&\$PIPE_CONTROL_FD'; trap '' INT TERM; echo \$\$ > $T/t2; while :; do sleep 0.1; done"
+rm -f "$T/t0" "$T/t1" "$T/t2"
+"$PR" "$D" >"$T/out" 2>"$T/err" & pid=$!
+(sleep 30; kill -9 $pid "$(cat "$T/t0")" "$(cat "$T/t1")" "$(cat "$T/t2")") 2>/dev/null & dog=$! # a piperun that never stops them
+n=0; while [ ! -s "$T/t0" ] || [ ! -s "$T/t1" ] || [ ! -s "$T/t2" ]; do sleep 0.1; n=$((n+1)); [ $n -gt 50 ] && break; done
+sleep 0.3
+kill -INT $pid
+sleep 0.5
+start=$(date +%s.%N)
+kill -INT $pid
+wait $pid; rc=$?
+el=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+like "$(cat "$T/err")" 'piperun: second interrupt: stopping every stage at once \(no checkpoint\)' "a second Ctrl-C: piperun says it stops every stage at once"
+awk -v e="$el" 'BEGIN { exit !(e < 3) }'; ok $? "...and does, within the second (${el} s; the grace period is 5 s), a stage writing a file included"
+gone "$(cat "$T/t0")" && gone "$(cat "$T/t1")" && gone "$(cat "$T/t2")"; ok $? "...no stage is left ($rc)"
+kill $(ps -o pid= --ppid $dog) $dog 2>/dev/null
+
+# ---- Ctrl-Z suspends the whole run, fg resumes it ----
+D=$T/tstp
+for k in 0 1; do stage "$D" $k "echo \$\$ > $T/z$k; i=0; while [ \$i -lt 60 ]; do echo \$i > $T/c$k; i=\$((i+1)); sleep 0.1; done"; done
+rm -f "$T/z0" "$T/z1"
+"$PR" "$D" >/dev/null 2>&1 & pid=$!
+(sleep 30; kill -9 $pid) 2>/dev/null & dog=$!
+n=0; while [ ! -s "$T/z0" ] || [ ! -s "$T/z1" ]; do sleep 0.1; n=$((n+1)); [ $n -gt 50 ] && break; done
+sleep 0.3
+kill -TSTP $pid
+sleep 0.5
+st() { sed 's/^[0-9]* ([^)]*) \(.\).*/\1/' "/proc/$1/stat" 2>/dev/null; }
+is "$(st $pid) $(st "$(cat "$T/z0")") $(st "$(cat "$T/z1")")" "T T T" "SIGTSTP (Ctrl-Z): piperun and every stage are stopped"
+c0=$(cat "$T/c0"); sleep 0.6
+is "$(cat "$T/c0")" "$c0" "...and make no progress"
+kill -CONT $pid
+sleep 0.5
+is "$(st $pid) $(st "$(cat "$T/z0")") $(st "$(cat "$T/z1")")" "S S S" "SIGCONT (fg): they all run again"
+wait $pid; rc=$?
+is "$rc" 0 "...and the run completes (exit $rc)"
+kill $(ps -o pid= --ppid $dog) $dog 2>/dev/null
+
+# ---- too small a ulimit -n: a clear message before any stage starts ----
+D=$T/nofile
+for k in 0 1 2 3; do stage "$D" $k "echo started > $T/nf$k"; done
+rm -f "$T"/nf?
+sh -c "ulimit -n 14; exec '$PR' '$D'" >/dev/null 2>"$T/err"; rc=$?
+is "$rc" 1 "ulimit -n 14 for 4 stages: exit 1"
+like "$(cat "$T/err")" '^piperun: 4 stages need about 28 open files but ulimit -n allows 14: raise it \(ulimit -n 28\)$' "...saying how many it needs"
+[ ! -e "$T/nf0" ]; ok $? "...before starting any stage"
+
+# ---- the run's identity ----
+D=$T/rid
+stage "$D" 0 'echo "id=$PIPE_RUN_ID"'
+a=$("$PR" "$D" 2>/dev/null); b=$("$PR" "$D" 2>/dev/null)
+like "$a" '^\[stage 0\] id=[0-9a-f]{24}$' "every run gets a random PIPE_RUN_ID"
+[ "$a" != "$b" ]; ok $? "...a different one each time"
+is "$(PIPE_RUN_ID=mine "$PR" "$D" 2>/dev/null)" "[stage 0] id=mine" "...or the one PIPE_RUN_ID gives"
+
 # ---- piperun killed outright: no orphans ----
 D=$T/orphan
 for k in 0 1; do stage "$D" $k "echo \$\$ > $T/o$k; exec sleep 30"; done

@@ -2,6 +2,7 @@
  * the rules are in checkpoint.h. Every file is written atomically
  * (io_atomic.c); the manifest is the commit point, LATEST a hint. */
 #include "checkpoint.h"
+#include "guard.h"
 #include "io_atomic.h"
 
 #include <dirent.h>
@@ -11,12 +12,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define CK_FORMAT "pipegen-checkpoint-1"
-#define CK_MAX_CAND 8          /* candidate steps looked at on resume */
 #define CK_PATH 4096
+#define RUN_BYTES 80           /* sizeof pg_run.ck_run */
 
 /* snprintf whose truncation is accepted (long paths give clipped messages). */
 static void ck_fmt(char *b, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -84,55 +87,104 @@ static int mkdir_ok(const char *path, char *err, size_t errlen)
     return -1;
 }
 
-/* The step LATEST names, or -1. */
-static int64_t read_latest(const char *dir)
+/* A small text file of the checkpoint directory (LATEST, MANIFEST) into buf
+ * (NUL-terminated, at most n-1 bytes); a FIFO or other non-regular file is
+ * refused, never waited on. Bytes read, or -1 with errno set. */
+static ssize_t read_small(const char *path, char *buf, size_t n)
 {
-    char p[CK_PATH], buf[64];
+    char err[CK_PATH + 64];
+    int fd = pg_io_open_regular(path, NULL, err, sizeof err);
+    if (fd < 0) {
+        struct stat st;
+        errno = stat(path, &st) == 0 ? EINVAL : ENOENT;
+        return -1;
+    }
+    size_t got = 0;
+    while (got < n - 1) {
+        ssize_t r = read(fd, buf + got, n - 1 - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    close(fd);
+    buf[got] = 0;
+    return (ssize_t)got;
+}
+
+/* The step LATEST names and its run ("" when it names none), or -1. */
+static int64_t read_latest(const char *dir, char *run, size_t rl)
+{
+    char p[CK_PATH], buf[256];
     ck_fmt(p, sizeof p, "%s/LATEST", dir);
-    FILE *f = fopen(p, "r");
-    if (!f)
+    if (run && rl) run[0] = 0;
+    if (read_small(p, buf, sizeof buf) < 0)
         return -1;
     long long s = -1;
-    if (!fgets(buf, sizeof buf, f) || sscanf(buf, "step-%lld", &s) != 1)
-        s = -1;
-    fclose(f);
+    if (sscanf(buf, "step-%lld", &s) != 1)
+        return -1;
+    const char *r = strstr(buf, "\nrun ");
+    if (r && run && rl)
+        sscanf(r + 5, "%79[^\n ]", run); /* RUN_BYTES - 1 */
     return s;
 }
 
-/* Steps of DIR/step-* directories, newest first (at most max). */
-static int list_steps(const char *dir, int64_t *out, int max)
+static int cmp_desc(const void *a, const void *b)
 {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Every DIR/step-* directory's step, newest first (malloc'd into *out). */
+static int list_steps(const char *dir, int64_t **out)
+{
+    *out = NULL;
     DIR *dd = opendir(dir);
     if (!dd)
         return 0;
-    int n = 0;
+    int n = 0, cap = 0;
     struct dirent *e;
     while ((e = readdir(dd))) {
         long long s;
         char tail;
         if (sscanf(e->d_name, "step-%lld%c", &s, &tail) != 1 || s < 0)
             continue;
-        /* insertion into a descending list, keeping the newest max */
-        int at = n;
-        while (at > 0 && out[at - 1] < s)
-            at--;
-        if (at >= max)
-            continue;
-        if (n < max)
-            n++;
-        memmove(out + at + 1, out + at, (size_t)(n - 1 - at) * sizeof *out);
-        out[at] = s;
+        if (n == cap) {
+            int c = cap ? cap * 2 : 64;
+            int64_t *q = realloc(*out, (size_t)c * sizeof *q);
+            if (!q)
+                break;
+            *out = q;
+            cap = c;
+        }
+        (*out)[n++] = s;
     }
     closedir(dd);
+    if (n)
+        qsort(*out, (size_t)n, sizeof **out, cmp_desc);
     return n;
+}
+
+/* The run a complete step belongs to (its MANIFEST's "run" line) into run;
+ * 1 complete (run "" for a checkpoint older than run ids), 0 no manifest. */
+static int step_run(const char *dir, int64_t step, char *run, size_t rl)
+{
+    char p[CK_PATH], buf[8192];
+    ck_fmt(p, sizeof p, "%s/step-%08" PRId64 "/MANIFEST", dir, step);
+    run[0] = 0;
+    if (read_small(p, buf, sizeof buf) < 0)
+        return 0;
+    const char *r = strstr(buf, "\nrun ");
+    if (r && rl >= RUN_BYTES)
+        sscanf(r + 5, "%79[^\n ]", run);
+    return 1;
 }
 
 /* ---- the manifest ------------------------------------------------------ */
 
 static int manifest_write(const pg_stage_desc *d, const char *sdir, int64_t step, const uint64_t *sums,
-                          char *err, size_t errlen)
+                          const char *run, char *err, size_t errlen)
 {
-    size_t cap = 256 + (size_t)d->nstages * 64 + strlen(d->model);
+    size_t cap = 256 + (size_t)d->nstages * 64 + strlen(d->model) + strlen(run);
     char *t = malloc(cap);
     if (!t) {
         ck_fmt(err, errlen, "out of memory writing the manifest");
@@ -142,6 +194,8 @@ static int manifest_write(const pg_stage_desc *d, const char *sdir, int64_t step
                                 CK_FORMAT, d->model, d->plan_hash, d->nstages, step);
     for (int k = 0; k < d->nstages && o < cap; k++)
         o += (size_t)snprintf(t + o, cap - o, "stage %d %016" PRIx64 "\n", k, sums[k]);
+    if (o < cap)
+        o += (size_t)snprintf(t + o, cap - o, "run %s\n", run);
     if (o < cap)
         o += (size_t)snprintf(t + o, cap - o, "manifest_hash %016" PRIx64 "\n",
                               pg_hash64(t, o, UINT64_C(0xcbf29ce484222325)));
@@ -160,16 +214,12 @@ static int manifest_check(const pg_stage_desc *d, const char *sdir, int64_t step
 {
     char p[CK_PATH];
     ck_fmt(p, sizeof p, "%s/MANIFEST", sdir);
-    FILE *f = fopen(p, "rb");
-    if (!f) {
+    char buf[8192];
+    if (read_small(p, buf, sizeof buf) < 0) {
         ck_fmt(err, errlen, "%s has no MANIFEST (a checkpoint that was never completed): %s", sdir,
-                 strerror(errno));
+               errno == ENOENT ? strerror(errno) : "not a regular file");
         return -1;
     }
-    char buf[8192];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
     char *mh = strstr(buf, "manifest_hash ");
     unsigned long long want = 0;
     if (!mh || sscanf(mh, "manifest_hash %llx", &want) != 1 || !strchr(mh, '\n')) {
@@ -291,6 +341,14 @@ static int stage_file_load(const pg_run *r, const char *sdir, int64_t step, cons
         return -1;
     }
     uint64_t sum = pg_hash64(buf, total, UINT64_C(0xcbf29ce484222325));
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        char what[CK_PATH + 400];
+        ck_fmt(what, sizeof what, "%s: tensor '%s'", p, it[i].name);
+        if (sum == fsum && sum == msum && pg_guard_finite_msg((const float *)(buf + at), it[i].bytes / 4, what, err, errlen))
+            return -1;
+        at += it[i].bytes;
+    }
     if (sum != fsum || sum != msum) {
         ck_fmt(err, errlen,
                  "%s is corrupted: its tensors hash to %016" PRIx64 " but its metadata says %016" PRIx64
@@ -347,26 +405,35 @@ int pg_ckpt_clean_stale(const pg_stage_desc *d, const char *dir)
     return removed;
 }
 
-/* Keep the PG_CKPT_KEEP newest complete checkpoints; remove this stage's part
- * of every older step directory (with its temporaries of dead writers). */
-static void prune(const pg_stage_desc *d, const char *dir, int64_t newest)
+/* After a checkpoint at step `newest` is complete: keep the PG_CKPT_KEEP
+ * newest complete checkpoints at or below it and remove this stage's part of
+ * every older step directory (with its temporaries of dead writers); the
+ * complete checkpoints of another run (`run` is this one's) are left alone.
+ * A run that replaces another's checkpoints (--replace-checkpoints) removes
+ * every step directory it did not write: those below its first checkpoint
+ * (first) and above `newest`. */
+static void prune(const pg_run *r, const char *dir, int64_t newest, int64_t first, const char *run)
 {
-    int64_t steps[64];
-    int n = list_steps(dir, steps, 64), complete = 0;
+    const pg_stage_desc *d = r->d;
+    int64_t *steps;
+    int n = list_steps(dir, &steps), complete = 0;
     for (int i = 0; i < n; i++) {
-        char sdir[CK_PATH], p[CK_PATH];
-        if (steps[i] > newest)
-            continue;
+        char sdir[CK_PATH], sr[RUN_BYTES];
         step_dir(sdir, sizeof sdir, dir, steps[i]);
-        ck_fmt(p, sizeof p, "%s/MANIFEST", sdir);
-        int has = access(p, F_OK) == 0;
-        if (complete >= PG_CKPT_KEEP) {
+        int theirs = r->ck_replace && (steps[i] > newest || steps[i] < first);
+        if (!theirs && steps[i] > newest)
+            continue;
+        int has = step_run(dir, steps[i], sr, sizeof sr);
+        if (!theirs && has && run[0] && strcmp(sr, run) != 0)
+            continue; /* another run's checkpoint, kept (and not counted) */
+        if (theirs || complete >= PG_CKPT_KEEP) {
             clean_step_tmp(d, sdir);
             remove_step(d, sdir);
-        }
-        else if (has)
+        } else if (has) {
             complete++;
+        }
     }
+    free(steps);
 }
 
 int pg_ckpt_save(pg_run *r, int64_t step)
@@ -396,6 +463,13 @@ int pg_ckpt_save(pg_run *r, int64_t step)
             off += it[i].bytes;
         }
         sum = pg_hash64(buf, total, UINT64_C(0xcbf29ce484222325));
+        size_t at = 0;
+        for (int i = 0; i < n && !rc; at += it[i].bytes / 4, i++) {
+            char what[400];
+            snprintf(what, sizeof what, "tensor '%s'", it[i].name);
+            if (pg_guard_finite_msg((const float *)buf + at, it[i].bytes / 4, what, err, sizeof err))
+                rc = 2;
+        }
         char sstep[32], sst[16], sns[16], sph[32], ssum[32], sseed[32];
         snprintf(sstep, sizeof sstep, "%" PRId64, step);
         snprintf(sst, sizeof sst, "%d", d->stage);
@@ -406,7 +480,9 @@ int pg_ckpt_save(pg_run *r, int64_t step)
         const char *meta[] = {"format", CK_FORMAT, "model", d->model, "plan_hash", sph, "stage", sst,
                               "nstages", sns, "step", sstep, "data_position", sstep, "seed", sseed,
                               "checksum", ssum, NULL};
-        if (rc)
+        if (rc == 2)
+            ck_fmt(err + strlen(err), sizeof err - strlen(err), ": the weights are not finite; not written");
+        else if (rc)
             ck_fmt(err, sizeof err, "cannot copy the parameters to the host");
         else if (!pg_st_write(path, t, n, meta, err, sizeof err))
             ok = 1;
@@ -452,16 +528,18 @@ int pg_ckpt_save(pg_run *r, int64_t step)
             }
             sums[k] = rk[1];
         }
-        if (all && manifest_write(d, sdir, step, sums, err, sizeof err)) {
+        if (!r->ck_run[0])
+            pg_ckpt_new_run(r);
+        if (all && manifest_write(d, sdir, step, sums, r->ck_run, err, sizeof err)) {
             fprintf(stderr, "stage 0: checkpoint of step %" PRId64 ": %s\n", step, err);
             all = 0;
             failed_stage = 0;
         }
         free(sums);
         if (all) {
-            char lp[CK_PATH], txt[64];
+            char lp[CK_PATH], txt[160];
             ck_fmt(lp, sizeof lp, "%s/LATEST", dir);
-            int tl = snprintf(txt, sizeof txt, "step-%08" PRId64 "\n", step);
+            int tl = snprintf(txt, sizeof txt, "step-%08" PRId64 "\nrun %s\n", step, r->ck_run);
             const void *parts[1] = {txt};
             size_t lens[1] = {(size_t)tl};
             if (pg_io_write_atomic(lp, parts, lens, 1, err, sizeof err)) /* the manifest is what counts */
@@ -476,7 +554,7 @@ int pg_ckpt_save(pg_run *r, int64_t step)
             }
     }
     if (!(verdict & 1)) {
-        int64_t prev = read_latest(dir);
+        int64_t prev = read_latest(dir, NULL, 0);
         int who = (int)(verdict >> 8) - 1;
         remove_step(d, sdir); /* free the space the incomplete step holds */
         char prevs[64] = "there is no earlier complete checkpoint";
@@ -487,82 +565,192 @@ int pg_ckpt_save(pg_run *r, int64_t step)
                 d->stage, step, dir, who, prevs);
         return 1;
     }
-    prune(d, dir, step);
+    if (r->ck_first < 0)
+        r->ck_first = step;
+    char run[RUN_BYTES];
+    if (d->stage == 0)
+        snprintf(run, sizeof run, "%s", r->ck_run);
+    else if (!step_run(dir, step, run, sizeof run)) /* the manifest stage 0 just wrote names it */
+        run[0] = 0;
+    prune(r, dir, step, r->ck_first, run);
     if (d->stage == 0)
         printf("checkpoint: step %" PRId64 " saved to %s\n", step, sdir);
     return 0;
 }
 
-/* ---- resume ---------------------------------------------------------------- */
+/* ---- whose directory ------------------------------------------------------- */
+
+static int same_dir(const char *a, const char *b)
+{
+    struct stat x, y;
+    return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
+int pg_ckpt_check_owner(pg_run *r, char *err, size_t errlen)
+{
+    const char *dir = r->opt.ckpt_dir;
+    r->ck_first = -1;
+    if (!dir || (r->opt.resume && same_dir(r->opt.resume, dir)))
+        return 0;
+    if (r->opt.replace_ckpt) { /* whatever is there goes once this run's first checkpoint is complete */
+        r->ck_replace = 1;
+        return 0;
+    }
+    /* the run this one continues: the one LATEST of the --resume directory names */
+    char want[RUN_BYTES] = "", lrun[RUN_BYTES], run[RUN_BYTES];
+    int known = r->opt.resume && read_latest(r->opt.resume, want, sizeof want) >= 0 && want[0];
+    int64_t latest = read_latest(dir, lrun, sizeof lrun), *steps, found = -1;
+    const char *frun = "";
+    if (latest >= 0 && !(known && !strcmp(lrun, want))) {
+        found = latest;
+        frun = lrun;
+    }
+    int n = list_steps(dir, &steps);
+    for (int i = 0; i < n && found < 0; i++)
+        if (step_run(dir, steps[i], run, sizeof run) && !(known && !strcmp(run, want))) {
+            found = steps[i];
+            frun = run;
+        }
+    if (found >= 0)
+        ck_fmt(err, errlen,
+               "it holds the checkpoints of another run (step-%08" PRId64 " of run %s): a %s run would mix its "
+               "checkpoints with them and a later --resume could take theirs; %s write to another directory, or pass "
+               "--replace-checkpoints to replace them",
+               found, frun[0] ? frun : "(older than run ids)", r->opt.resume ? "resumed" : "fresh",
+               r->opt.resume ? "resume from this directory itself," : "resume that run (--resume DIR),");
+    free(steps);
+    return found >= 0 ? -1 : 0;
+}
+
+/* ---- resume ----------------------------------------------------------------
+ * Stage 0 proposes steps one at a time: the one LATEST names first (it is
+ * authoritative when every stage can use it), then every other step
+ * directory, newest first, of the same run as LATEST (all of them when there
+ * is no LATEST). A step stage 0 cannot use itself is passed over at once;
+ * otherwise every stage checks its own file and answers; the first step every
+ * stage can use is taken. Messages (two i64): {CHECK, step}, answered by one
+ * i64 (1 usable), then {USE, step} or {NONE, -1}. */
+enum { RS_CHECK = 1, RS_USE = 2, RS_NONE = 3 };
+
+void pg_ckpt_new_run(pg_run *r)
+{
+    unsigned char b[8];
+    uint64_t x;
+    if (getrandom(b, sizeof b, 0) == (ssize_t)sizeof b) {
+        memcpy(&x, b, sizeof x);
+    } else {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        x = pg_mix64((uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 30 ^ (uint64_t)getpid());
+    }
+    snprintf(r->ck_run, sizeof r->ck_run, "%016" PRIx64, x);
+}
+
+/* Stage 0: the next step to propose after index *i of steps[n] (LATEST's
+ * first), or -1 when none is left. */
+static int64_t next_candidate(const char *dir, const int64_t *steps, int n, int *i, int64_t latest,
+                              const char *latest_run, int *latest_done)
+{
+    char sdir[CK_PATH], p[CK_PATH];
+    if (!*latest_done) {
+        *latest_done = 1;
+        step_dir(sdir, sizeof sdir, dir, latest);
+        if (latest >= 0 && access(sdir, F_OK) == 0)
+            return latest;
+    }
+    while (*i < n) {
+        int64_t s = steps[(*i)++];
+        char run[RUN_BYTES];
+        if (s == latest)
+            continue;
+        if (latest_run[0] && step_run(dir, s, run, sizeof run) && strcmp(run, latest_run) != 0) {
+            step_dir(sdir, sizeof sdir, dir, s);
+            ck_fmt(p, sizeof p, "%s", sdir);
+            printf("resume: passing over %s: it belongs to another run (%s, not %s, which LATEST names)\n", p,
+                   run[0] ? run : "one older than run ids", latest_run);
+            continue;
+        }
+        return s;
+    }
+    return -1;
+}
 
 int pg_ckpt_resume(pg_run *r, int64_t *start_step)
 {
     const pg_stage_desc *d = r->d;
     const char *dir = r->opt.resume;
-    int64_t cand[CK_MAX_CAND + 1], valid[CK_MAX_CAND];
-    int nc = list_steps(dir, cand, CK_MAX_CAND), nv = 0;
-    int64_t latest = read_latest(dir);
     int n = 0;
     size_t total = 0;
     ck_item *it = ck_items(d, &n, &total);
     unsigned char *buf = malloc(total ? total : 1);
-    char err[1024];
+    char err[1024], latest_run[RUN_BYTES];
     if (!it || !buf) {
         fprintf(stderr, "stage %d: out of memory for a %zu-byte checkpoint\n", d->stage, total);
         free(it);
         free(buf);
         return 1;
     }
-    if (nc == 0)
-        fprintf(stderr, "stage %d: --resume %s: no checkpoint there (no step-* directories)\n", d->stage, dir);
-    int64_t loaded = -1; /* buf holds this step (the last one validated) */
-    for (int i = 0; i < nc; i++) {
-        char sdir[CK_PATH];
-        step_dir(sdir, sizeof sdir, dir, cand[i]);
-        if (stage_file_load(r, sdir, cand[i], it, n, total, buf, err, sizeof err)) {
-            fprintf(stderr, "stage %d: cannot resume from %s: %s\n", d->stage, sdir, err);
-            continue;
-        }
-        loaded = cand[i];
-        valid[nv++] = cand[i];
-        if (nv >= 2)
-            break; /* the newest two valid ones are enough to agree on */
-    }
-    (void)latest;
-    /* agree: every stage sends its valid steps to stage 0, which picks the
-     * newest step valid everywhere and tells everyone (-1: none) */
-    int64_t msg[CK_MAX_CAND], pick = -1;
-    for (int i = 0; i < CK_MAX_CAND; i++)
-        msg[i] = i < nv ? valid[i] : -1;
-    uint32_t tag = PG_TAG(PG_TAG_CKPT, 1, 0), tag2 = PG_TAG(PG_TAG_CKPT, 1, 1);
+    int64_t latest = read_latest(dir, latest_run, sizeof latest_run), pick = -1, loaded = -1;
+    uint32_t down = PG_TAG(PG_TAG_CKPT, 1, 0), up = PG_TAG(PG_TAG_CKPT, 1, 1);
     pg_net_status st = PG_NET_OK;
-    if (d->stage != 0) {
-        if ((st = pg_net_send(r->net, 0, tag, msg, sizeof msg)) == PG_NET_OK)
-            st = pg_net_recv(r->net, 0, tag2, &pick, sizeof pick, r->opt.timeout_s);
-    } else {
-        int64_t common[CK_MAX_CAND];
-        memcpy(common, msg, sizeof common);
-        for (int k = 1; k < d->nstages && !st; k++) {
-            int64_t mk[CK_MAX_CAND];
-            if ((st = pg_net_recv(r->net, k, tag, mk, sizeof mk, r->opt.timeout_s)))
+    int peer = 0;
+    if (d->stage == 0) {
+        int64_t *steps;
+        int ns = list_steps(dir, &steps), i = 0, latest_done = 0;
+        if (ns == 0)
+            fprintf(stderr, "stage 0: --resume %s: no checkpoint there (no step-* directories)\n", dir);
+        for (;;) {
+            int64_t c = next_candidate(dir, steps, ns, &i, latest, latest_run, &latest_done);
+            if (c < 0)
                 break;
-            for (int i = 0; i < CK_MAX_CAND; i++) {
-                int found = 0;
-                for (int j = 0; j < CK_MAX_CAND; j++)
-                    found |= common[i] >= 0 && mk[j] == common[i];
-                if (!found)
-                    common[i] = -1;
+            char sdir[CK_PATH];
+            step_dir(sdir, sizeof sdir, dir, c);
+            if (stage_file_load(r, sdir, c, it, n, total, buf, err, sizeof err)) {
+                fprintf(stderr, "stage 0: cannot resume from %s: %s\n", sdir, err);
+                loaded = -1;
+                continue;
+            }
+            loaded = c;
+            int all = 1;
+            int64_t msg[2] = {RS_CHECK, c};
+            for (int k = 1; k < d->nstages && !st; k++)
+                st = pg_net_send(r->net, peer = k, down, msg, sizeof msg);
+            for (int k = 1; k < d->nstages && !st; k++) {
+                int64_t ok = 0;
+                if (!(st = pg_net_recv(r->net, peer = k, up, &ok, sizeof ok, r->opt.timeout_s)) && !ok)
+                    all = 0;
+            }
+            if (st || all) {
+                pick = st ? -1 : c;
+                break;
             }
         }
-        for (int i = 0; i < CK_MAX_CAND; i++)
-            if (common[i] > pick)
-                pick = common[i];
+        free(steps);
+        int64_t fin[2] = {pick >= 0 ? RS_USE : RS_NONE, pick};
         for (int k = 1; k < d->nstages && !st; k++)
-            st = pg_net_send(r->net, k, tag2, &pick, sizeof pick);
+            st = pg_net_send(r->net, peer = k, down, fin, sizeof fin);
+    } else {
+        for (;;) {
+            int64_t msg[2];
+            if ((st = pg_net_recv(r->net, 0, down, msg, sizeof msg, r->opt.timeout_s)))
+                break;
+            if (msg[0] != RS_CHECK) {
+                pick = msg[0] == RS_USE ? msg[1] : -1;
+                break;
+            }
+            char sdir[CK_PATH];
+            step_dir(sdir, sizeof sdir, dir, msg[1]);
+            int64_t ok = stage_file_load(r, sdir, msg[1], it, n, total, buf, err, sizeof err) == 0;
+            if (!ok)
+                fprintf(stderr, "stage %d: cannot resume from %s: %s\n", d->stage, sdir, err);
+            loaded = ok ? msg[1] : -1;
+            if ((st = pg_net_send(r->net, 0, up, &ok, sizeof ok)))
+                break;
+        }
     }
     if (st) {
-        fprintf(stderr, "stage %d: agreeing on the checkpoint to resume from failed: %s\n", d->stage,
-                pg_net_error(r->net));
+        fprintf(stderr, "stage %d: agreeing on the checkpoint to resume from failed (with stage %d): %s\n", d->stage,
+                peer, pg_net_error(r->net));
         free(it);
         free(buf);
         return 1;
@@ -576,6 +764,15 @@ int pg_ckpt_resume(pg_run *r, int64_t *start_step)
     }
     char sdir[CK_PATH];
     step_dir(sdir, sizeof sdir, dir, pick);
+    if (pick > r->opt.steps) {
+        fprintf(stderr, "stage %d: --resume %s: the checkpoint to continue from is at step %" PRId64
+                        ", past --steps %" PRId64 " (the total, not a number of further steps): nothing to train and "
+                        "nothing written; pass --steps above %" PRId64 "\n",
+                d->stage, dir, pick, r->opt.steps, pick);
+        free(it);
+        free(buf);
+        return 2;
+    }
     if (pick != loaded && stage_file_load(r, sdir, pick, it, n, total, buf, err, sizeof err)) {
         fprintf(stderr, "stage %d: cannot resume from %s: %s\n", d->stage, sdir, err);
         free(it);
@@ -593,6 +790,9 @@ int pg_ckpt_resume(pg_run *r, int64_t *start_step)
     if (rc)
         return 1;
     if (d->stage == 0) {
+        char run[RUN_BYTES];
+        if (step_run(dir, pick, run, sizeof run) && run[0])
+            snprintf(r->ck_run, sizeof r->ck_run, "%s", run); /* this run continues that one */
         if (latest >= 0 && latest != pick)
             printf("resume: LATEST names step %" PRId64 " but not every stage can use it; falling back\n", latest);
         printf("resume: continuing from %s (step %" PRId64 ")\n", sdir, pick);

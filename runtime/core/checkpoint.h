@@ -8,8 +8,10 @@
  *       checksum (FNV-1a 64 over every tensor's bytes in file order)
  *   DIR/step-00000120/MANIFEST  written by stage 0 only after every stage has
  *       reported (over the network) that its file is durable: the model, plan
- *       hash, stage count, step and each stage's checksum, then its own hash
- *   DIR/LATEST  "step-00000120", replaced atomically after the manifest
+ *       hash, stage count, step, each stage's checksum and the run the
+ *       checkpoint belongs to (a random id made by a fresh run and carried on
+ *       by every resume of it), then its own hash
+ *   DIR/LATEST  "step-00000120\nrun ID\n", replaced atomically after the manifest
  * A step without a MANIFEST is never used. The data position and the random
  * streams are pure functions of (seed, step), so the step restores them.
  * Both calls are collective: every stage calls them at the same point. */
@@ -32,10 +34,19 @@
  * previous complete checkpoint is left as it was). */
 int pg_ckpt_save(pg_run *r, int64_t step);
 
-/* Load the newest checkpoint in r->opt.resume that every stage can use (each
- * validates its own file; stage 0 picks the newest step valid everywhere).
- * 0 with *start_step set, or 1 after printing why nothing is usable. */
+/* Load the checkpoint in r->opt.resume to continue from: the one LATEST names
+ * when every stage can use it, else the newest of the same run that every
+ * stage can use (every step directory is looked at; each stage validates its
+ * own file). 0 with *start_step set; 1 after printing why nothing is usable;
+ * 2 when that checkpoint lies past --steps (nothing to train). */
 int pg_ckpt_resume(pg_run *r, int64_t *start_step);
+/* Stage 0: a new checkpoint run id into r->ck_run (a fresh run). */
+void pg_ckpt_new_run(pg_run *r);
+/* Before any work, every stage (preflight.c): may this run write checkpoints
+ * into r->opt.ckpt_dir? Not when it holds another run's complete checkpoints
+ * (a fresh run, or one resumed from elsewhere), unless --replace-checkpoints.
+ * 0, or -1 with the reason in err. */
+int pg_ckpt_check_owner(pg_run *r, char *err, size_t errlen);
 
 /* Not collective: remove from every DIR/step-* this stage's temporaries
  * (stage<k>.safetensors.tmp.<pid>; stage 0 also MANIFEST's and DIR/LATEST's)

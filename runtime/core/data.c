@@ -6,6 +6,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,22 +41,195 @@ static int mul_ok(uint64_t a, uint64_t b, uint64_t *out)
     return 1;
 }
 
+/* ---- guarded mappings ------------------------------------------------------
+ * A mapped file that shrinks under us (truncated, or replaced in place) makes
+ * the next read of a vanished page raise SIGBUS. The handler finds the mapping
+ * the faulting address lies in: inside pg_data_guarded it jumps back, which
+ * returns an error; anywhere else it writes a message naming the file and
+ * exits 1. A SIGBUS outside every mapping is not ours: default action. */
+#define MAX_MAPS 16
+static struct {
+    const unsigned char *base[MAX_MAPS];
+    size_t len[MAX_MAPS];
+    const char *path[MAX_MAPS];
+    sigjmp_buf *armed;                /* set while pg_data_guarded runs fn */
+    volatile sig_atomic_t hit;        /* the mapping that faulted */
+    int installed;
+} bus = {.hit = -1};
+
+static void bus_say(const char *s)
+{
+    ssize_t w = write(2, s, strlen(s));
+    (void)w;
+}
+
+static void on_sigbus(int sig, siginfo_t *si, void *uc)
+{
+    (void)uc;
+    const unsigned char *a = si ? (const unsigned char *)si->si_addr : NULL;
+    for (int i = 0; i < MAX_MAPS; i++) {
+        if (!bus.base[i] || a < bus.base[i] || a >= bus.base[i] + bus.len[i])
+            continue;
+        bus.hit = i;
+        if (bus.armed)
+            siglongjmp(*bus.armed, 1);
+        bus_say("data file ");
+        bus_say(bus.path[i] ? bus.path[i] : "?");
+        bus_say(" was truncated or changed while this stage read it (SIGBUS on its mapping): "
+                "leave data files unchanged while a run uses them\n");
+        _exit(1);
+    }
+    signal(sig, SIG_DFL); /* not a data file: die of it as before */
+    raise(sig);
+}
+
+static void map_register(const void *base, size_t len, const char *path)
+{
+    if (!bus.installed) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_sigbus;
+        sa.sa_flags = SA_SIGINFO;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGBUS, &sa, NULL);
+        bus.installed = 1;
+    }
+    for (int i = 0; i < MAX_MAPS; i++)
+        if (!bus.base[i]) {
+            bus.len[i] = len;
+            bus.path[i] = path;
+            bus.base[i] = base;
+            return;
+        }
+}
+
+static void map_forget(const void *base)
+{
+    for (int i = 0; i < MAX_MAPS; i++)
+        if (bus.base[i] == base)
+            bus.base[i] = NULL;
+}
+
+int pg_data_guarded(const pg_datafile *f, void (*fn)(void *arg), void *arg, char *err, size_t errlen)
+{
+    sigjmp_buf jb;
+    sigjmp_buf *volatile outer = bus.armed;
+    if (sigsetjmp(jb, 1)) {
+        bus.armed = outer;
+        struct stat st;
+        char now[64] = "it is gone";
+        if (f->path && stat(f->path, &st) == 0)
+            snprintf(now, sizeof now, "it now has %llu bytes", (unsigned long long)st.st_size);
+        snprintf(err, errlen,
+                 "%s was truncated or changed while this stage read it (%s, it had %llu at the start): leave data "
+                 "files unchanged while a run uses them",
+                 f->path ? f->path : "a data file", now, (unsigned long long)f->file_bytes);
+        return -1;
+    }
+    bus.armed = &jb;
+    fn(arg);
+    bus.armed = outer;
+    return 0;
+}
+
+uint64_t pg_data_hash(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    uint64_t h = UINT64_C(0x70676468617368), w; /* "pgdhash" */
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&w, b + i, 8);
+        h = pg_mix64(h ^ pg_get64((const unsigned char *)&w));
+    }
+    if (i < n) {
+        unsigned char t[8] = {0};
+        memcpy(t, b + i, n - i);
+        h = pg_mix64(h ^ pg_get64(t));
+    }
+    return pg_mix64(h ^ (uint64_t)n);
+}
+
+typedef struct hash_job {
+    const void *p;
+    size_t n;
+    uint64_t h;
+} hash_job;
+
+static void hash_all(void *arg)
+{
+    hash_job *j = arg;
+    j->h = pg_data_hash(j->p, j->n);
+}
+
+int pg_data_file_hash(const char *path, uint64_t *bytes, uint64_t *hash, char *err, size_t errlen)
+{
+    uint64_t size = 0;
+    int fd = pg_io_open_regular(path, &size, err, errlen);
+    if (fd < 0)
+        return -1;
+    size_t n = (size_t)size;
+    void *m = n ? mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
+    close(fd);
+    if (n && m == MAP_FAILED) {
+        snprintf(err, errlen, "cannot map %s: %s", path, strerror(errno));
+        return -1;
+    }
+    pg_datafile f;
+    memset(&f, 0, sizeof f);
+    f.path = path;
+    f.file_bytes = n;
+    hash_job j = {m, n, 0};
+    int rc = 0;
+    if (n) {
+        map_register(m, n, path);
+        rc = pg_data_guarded(&f, hash_all, &j, err, errlen);
+        map_forget(m);
+        munmap(m, n);
+    } else {
+        j.h = pg_data_hash("", 0);
+    }
+    *bytes = n;
+    *hash = j.h;
+    return rc;
+}
+
+/* The checks over every value, in one pass under the SIGBUS guard: the hash of
+ * the whole file and (f32) the first value that is not finite. */
+typedef struct scan_job {
+    const unsigned char *file;  /* the mapping, from byte 0 */
+    uint64_t bytes, hdr;
+    int f32;
+    uint64_t hash, bad;         /* bad: index of the first non-finite value, or UINT64_MAX */
+    float badv;
+} scan_job;
+
+static void scan_values(void *arg)
+{
+    scan_job *j = arg;
+    j->hash = pg_data_hash(j->file, (size_t)j->bytes);
+    j->bad = UINT64_MAX;
+    if (!j->f32)
+        return;
+    const unsigned char *v = j->file + j->hdr;
+    uint64_t n = (j->bytes - j->hdr) / 4;
+    for (uint64_t i = 0; i < n; i++) {
+        uint32_t u = pg_get32(v + 4 * i);
+        if ((u & 0x7f800000u) == 0x7f800000u) { /* exponent all ones: inf or nan */
+            memcpy(&j->badv, &u, 4);
+            j->bad = i;
+            return;
+        }
+    }
+}
+
 int pg_data_open(pg_datafile *f, const char *path, int exp_dtype, int exp_rank,
                  const int64_t *exp_dims, char *err, size_t errlen)
 {
     memset(f, 0, sizeof *f);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+    uint64_t fsize = 0;
+    int fd = pg_io_open_regular(path, &fsize, err, errlen);
+    if (fd < 0)
         return -1;
-    }
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        snprintf(err, errlen, "%s: not a regular file", path);
-        close(fd);
-        return -1;
-    }
-    uint64_t fsize = (uint64_t)sb.st_size;
     unsigned char h[16 + 8 * PGD_MAX_RANK];
     ssize_t got = pread(fd, h, sizeof h, 0);
     if (got < 0) got = 0;
@@ -139,13 +315,30 @@ int pg_data_open(pg_datafile *f, const char *path, int exp_dtype, int exp_rank,
         goto fail;
     }
     close(fd);
+    fd = -1;
     f->map_bytes = (size_t)fsize;
     f->mapped = 1;
     f->data = (unsigned char *)m + hdr;
+    f->path = path;
+    f->file_bytes = fsize;
+    map_register(m, (size_t)fsize, path);
+    scan_job j = {m, fsize, hdr, dt == 0, 0, 0, 0.0f};
+    if (pg_data_guarded(f, scan_values, &j, err, errlen))
+        goto fail;
+    f->hash = j.hash;
+    if (j.bad != UINT64_MAX) {
+        snprintf(err, errlen,
+                 "%s: sample %llu, element %llu is %s: a data file must hold finite values (it would train to "
+                 "garbage, or to NaN weights)",
+                 path, (unsigned long long)(j.bad / per), (unsigned long long)(j.bad % per),
+                 isnan(j.badv) ? "nan" : j.badv > 0 ? "inf" : "-inf");
+        goto fail;
+    }
     return 0;
 fail:
-    close(fd);
-    memset(f, 0, sizeof *f);
+    if (fd >= 0)
+        close(fd);
+    pg_data_close(f);
     return -1;
 }
 
@@ -155,6 +348,7 @@ void pg_data_close(pg_datafile *f)
     if (f->mapped && f->data) {
         /* data points past the header; the mapping starts at the file's first byte */
         size_t hdr = 16 + 8 * (size_t)f->rank;
+        map_forget((unsigned char *)f->data - hdr);
         munmap((unsigned char *)f->data - hdr, f->map_bytes);
     } else {
         free(f->data);

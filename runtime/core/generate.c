@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "guard.h"
 #include "stage_run.h"
 
 #define PG_TAG_GEN 29u                       /* kind of the sampled-token message, last stage -> stage 0 */
@@ -57,6 +58,14 @@ int pg_run_load_params(pg_run *r)
     if (pg_st_read(r->opt.load, w, n, err, sizeof err)) {
         fprintf(stderr, "stage %d: --load: %s\n", d->stage, err);
         rc = 1;
+    }
+    for (int i = 0; i < n && !rc; i++) {
+        char what[400];
+        snprintf(what, sizeof what, "%s: tensor '%s'", r->opt.load, w[i].name);
+        if (pg_guard_finite_msg(w[i].dst, w[i].bytes / 4, what, err, sizeof err)) {
+            fprintf(stderr, "stage %d: --load: %s: refusing weights that are not finite\n", d->stage, err);
+            rc = 1;
+        }
     }
     for (int i = 0; i < n && !rc; i++)
         rc = pg_copy_to_dev(r->ctx, r->A + d->params[i].off, w[i].dst, w[i].bytes);

@@ -1,6 +1,8 @@
 /* runtime/core/guard.c — see guard.h. */
 #include "guard.h"
 #include "checkpoint.h"
+#include "io_atomic.h"
+#include "pg_proc.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -12,26 +14,11 @@
 
 /* ---- memory ---------------------------------------------------------------- */
 
-/* MemAvailable in bytes, or 0 when unknown. */
-static uint64_t mem_available(void)
-{
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f)
-        return 0;
-    char line[256];
-    unsigned long long kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
-            break;
-    fclose(f);
-    return (uint64_t)kb * 1024u;
-}
-
 static double gib(uint64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
 
 int pg_guard_memory(const pg_stage_desc *d, char *err, size_t errlen)
 {
-    uint64_t need = (uint64_t)d->arena_bytes, avail = mem_available();
+    uint64_t need = (uint64_t)d->arena_bytes, avail = pg_proc_bytes("/proc/meminfo", "MemAvailable:");
     if (avail && need > avail) {
         snprintf(err, errlen,
                  "stage %d: its arena needs %" PRIu64 " bytes (%.2f GiB) but this machine has only %" PRIu64
@@ -40,19 +27,49 @@ int pg_guard_memory(const pg_stage_desc *d, char *err, size_t errlen)
                  d->stage, need, gib(need), avail, gib(avail));
         return -1;
     }
+    /* what the limits leave: the limit minus what is mapped already (code,
+     * libraries, the BLAS's buffers, set up before this check) */
     static const int lims[2] = {RLIMIT_AS, RLIMIT_DATA};
     static const char *const names[2] = {"RLIMIT_AS (ulimit -v)", "RLIMIT_DATA (ulimit -d)"};
+    static const char *const keys[2] = {"VmSize:", "VmData:"};
     for (int i = 0; i < 2; i++) {
         struct rlimit rl;
-        if (getrlimit(lims[i], &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && need > (uint64_t)rl.rlim_cur) {
+        if (getrlimit(lims[i], &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+            continue;
+        uint64_t used = pg_proc_bytes("/proc/self/status", keys[i]), lim = (uint64_t)rl.rlim_cur, left = lim > used ? lim - used : 0;
+        if (need > left) {
             snprintf(err, errlen,
                      "stage %d: its arena needs %" PRIu64 " bytes (%.2f GiB) but %s allows this process only %" PRIu64
-                     " bytes (%.2f GiB)",
-                     d->stage, need, gib(need), names[i], (uint64_t)rl.rlim_cur, gib((uint64_t)rl.rlim_cur));
+                     " bytes (%.2f GiB), of which %" PRIu64 " are in use already (code, libraries, the BLAS's "
+                     "buffers): raise the limit, or use more stages, a smaller batch or more micro-batches",
+                     d->stage, need, gib(need), names[i], lim, gib(lim), used);
             return -1;
         }
     }
     return 0;
+}
+
+/* ---- open files ------------------------------------------------------------ */
+
+int pg_guard_files(const pg_stage_desc *d, char *err, size_t errlen)
+{
+    /* a link to every other stage, two listening sockets during the
+     * rendezvous, data files, a checkpoint, stdio and the launcher's socket */
+    rlim_t need = (rlim_t)d->nstages + 24;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need)
+        return 0;
+    if (rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need) { /* the soft limit may rise to the hard one */
+        rl.rlim_cur = need;
+        if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+            return 0;
+    }
+    snprintf(err, errlen,
+             "stage %d: ulimit -n allows %llu open files but a stage of this %d-stage pipeline needs about %llu "
+             "(a connection to every other stage, data and checkpoint files): raise it (ulimit -n %llu)",
+             d->stage, (unsigned long long)rl.rlim_cur, d->nstages, (unsigned long long)need,
+             (unsigned long long)need);
+    return -1;
 }
 
 /* ---- token ids ----------------------------------------------------------- */
@@ -106,53 +123,121 @@ int pg_guard_init(pg_run *r)
     return 0;
 }
 
-/* ---- non-finite loss -------------------------------------------------------- */
+/* ---- the step's verdict: non-finite loss or gradients ------------------------ */
 
-int pg_guard_verdict_send(pg_run *r, int64_t step)
+int pg_guard_finite(const float *v, size_t n, size_t *bad)
 {
-    const pg_stage_desc *d = r->d;
-    int bad = -1;
-    for (int mb = 0; mb < d->nmb && bad < 0; mb++)
-        if (!isfinite(r->loss[mb]))
-            bad = mb;
-    r->step_verdict = bad < 0 ? PG_VERDICT_OK : r->opt.skip_nonfinite ? PG_VERDICT_SKIP : PG_VERDICT_STOP;
-    if (bad >= 0 && r->step_verdict == PG_VERDICT_STOP)
-        fprintf(stderr,
-                "stage %d: the loss of step %" PRId64 " is not finite (%g in micro-batch %d): stopping before the "
-                "optimizer; check the data and the learning rate, or pass --skip-nonfinite to skip such steps\n",
-                d->stage, step + 1, r->loss[bad], bad);
-    else if (bad >= 0)
-        fprintf(stderr, "stage %d: the loss of step %" PRId64 " is not finite (%g in micro-batch %d): skipping the "
-                        "step on every stage (--skip-nonfinite)\n",
-                d->stage, step + 1, r->loss[bad], bad);
-    uint64_t v = (uint64_t)r->step_verdict;
-    for (int k = 0; k < d->nstages; k++)
-        if (k != d->stage && pg_net_send(r->net, k, PG_TAG(PG_TAG_VERDICT, 0, 0), &v, sizeof v)) {
-            fprintf(stderr, "stage %d: sending the loss verdict of step %" PRId64 " to stage %d failed: %s\n", d->stage,
-                    step + 1, k, pg_net_error(r->net));
-            return 1;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &v[i], 4);
+        if ((u & 0x7f800000u) == 0x7f800000u) {
+            *bad = i;
+            return -1;
         }
+    }
     return 0;
 }
 
-int pg_guard_verdict_recv(pg_run *r, int64_t step)
+int pg_guard_finite_msg(const float *v, size_t n, const char *what, char *err, size_t errlen)
+{
+    size_t bad;
+    if (!pg_guard_finite(v, n, &bad))
+        return 0;
+    snprintf(err, errlen, "%s, element %zu is %s", what, bad, v[bad] != v[bad] ? "nan" : v[bad] > 0 ? "inf" : "-inf");
+    return -1;
+}
+
+/* The verdict word each stage sends: what it found, and where. */
+#define V_LOSS 1u      /* the loss of a micro-batch is not finite (loss stage) */
+#define V_GRAD 2u      /* the gradient of a parameter this stage owns is not finite */
+
+/* This stage's own findings: bits V_LOSS / V_GRAD; what names the first. */
+static uint32_t local_findings(pg_run *r, int64_t step, char *what, size_t wl)
 {
     const pg_stage_desc *d = r->d;
-    uint64_t v = 0;
-    pg_net_status st = pg_net_recv(r->net, r->loss_stage, PG_TAG(PG_TAG_VERDICT, 0, 0), &v, sizeof v, r->opt.timeout_s);
-    if (st) {
-        if (st == PG_NET_TIMEOUT)
-            fprintf(stderr, "stage %d waiting for the loss verdict of step %" PRId64 " from stage %d for %g s\n",
-                    d->stage, step + 1, r->loss_stage, r->opt.timeout_s);
-        else
-            fprintf(stderr, "stage %d: receiving the loss verdict of step %" PRId64 " from stage %d failed: %s\n",
-                    d->stage, step + 1, r->loss_stage, pg_net_error(r->net));
-        return 1;
+    uint32_t f = 0;
+    what[0] = 0;
+    for (int mb = 0; d->has_loss && mb < d->nmb; mb++)
+        if (!isfinite(r->loss[mb])) {
+            snprintf(what, wl, "the loss of step %" PRId64 " is not finite (%g in micro-batch %d)", step + 1,
+                     r->loss[mb], mb);
+            f |= V_LOSS;
+            break;
+        }
+    for (int i = 0; i < d->nparams; i++) {
+        const pg_param_desc *p = &d->params[i];
+        if (p->is_buffer || p->owner != d->stage)
+            continue;
+        double s = r->norms[p->index];
+        if (!isfinite(s)) {
+            if (!f)
+                snprintf(what, wl, "the gradient of %s in step %" PRId64 " is not finite (its sum of squares is %g)",
+                         p->name, step + 1, s);
+            f |= V_GRAD;
+            break;
+        }
     }
-    r->step_verdict = v <= PG_VERDICT_STOP ? (int)v : PG_VERDICT_STOP;
-    if (r->step_verdict == PG_VERDICT_STOP)
-        fprintf(stderr, "stage %d: stopping: stage %d found the loss of step %" PRId64 " not finite\n", d->stage,
-                r->loss_stage, step + 1);
+    return f;
+}
+
+int pg_guard_verdict(pg_run *r, int64_t step)
+{
+    const pg_stage_desc *d = r->d;
+    char msg[480];
+    memset(r->norms, 0, (size_t)d->nmodel_params * sizeof(double));
+    for (int i = 0; i < d->nparams; i++) {
+        const pg_param_desc *p = &d->params[i];
+        if (p->is_buffer || p->owner != d->stage)
+            continue;
+        if (pg_sumsq(r->ctx, p->numel, (const float *)(r->A + p->grad_off), &r->norms[p->index]))
+            return 1;
+    }
+    r->norms_ready = 1;
+    uint32_t mine = local_findings(r, step, msg, sizeof msg);
+    /* every stage tells every other (one word), so all decide alike before
+     * any optimizer commits: the first stage in stage order that found
+     * something is named */
+    uint64_t v = mine, all = mine;
+    int who = mine ? d->stage : -1;
+    uint32_t tag = PG_TAG(PG_TAG_VERDICT, 0, 0);
+    for (int k = 0; k < d->nstages; k++)
+        if (k != d->stage && pg_net_send(r->net, k, tag, &v, sizeof v)) {
+            fprintf(stderr, "stage %d: sending the verdict on step %" PRId64 " to stage %d failed: %s\n", d->stage,
+                    step + 1, k, pg_net_error(r->net));
+            return 1;
+        }
+    for (int k = 0; k < d->nstages; k++) {
+        uint64_t w = 0;
+        if (k == d->stage)
+            continue;
+        pg_net_status st = pg_net_recv(r->net, k, tag, &w, sizeof w, r->opt.timeout_s);
+        if (st == PG_NET_TIMEOUT) {
+            fprintf(stderr, "stage %d waiting for the verdict on step %" PRId64 " from stage %d for %g s (stage %d has "
+                            "not finished the step: its own message says what it waits for)\n",
+                    d->stage, step + 1, k, r->opt.timeout_s, k);
+            return 1;
+        }
+        if (st) {
+            fprintf(stderr, "stage %d: receiving the verdict on step %" PRId64 " from stage %d failed: %s\n",
+                    d->stage, step + 1, k, pg_net_error(r->net));
+            return 1;
+        }
+        if (w && (who < 0 || k < who))
+            who = k;
+        all |= w;
+    }
+    r->step_verdict = !all ? PG_VERDICT_OK : r->opt.skip_nonfinite ? PG_VERDICT_SKIP : PG_VERDICT_STOP;
+    r->step_bad = (int)all;
+    if (mine && r->step_verdict == PG_VERDICT_STOP)
+        fprintf(stderr,
+                "stage %d: %s: stopping before the optimizer; check the data and the learning rate, or pass "
+                "--skip-nonfinite to skip such steps\n",
+                d->stage, msg);
+    else if (mine)
+        fprintf(stderr, "stage %d: %s: skipping the step on every stage (--skip-nonfinite)\n", d->stage, msg);
+    else if (r->step_verdict == PG_VERDICT_STOP)
+        fprintf(stderr, "stage %d: stopping: stage %d found the %s of step %" PRId64 " not finite\n", d->stage, who,
+                all & V_LOSS ? "loss" : "gradients", step + 1);
     return 0;
 }
 
@@ -165,6 +250,8 @@ static struct {
 
 static void on_stop_signal(int sig)
 {
+    if (sigstate.caught)
+        pg_io_stop_now(sig); /* a second one: the user will not wait for the checkpoint */
     sigstate.caught = sig;
 }
 

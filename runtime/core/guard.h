@@ -1,7 +1,7 @@
 /* runtime/core/guard.h — the stage program's defences against bad input and a
  * bad environment: memory too small for the arena, token ids outside the
- * vocabulary, a non-finite loss (stop, or skip the step on every stage:
- * --skip-nonfinite), and SIGINT/SIGTERM stopping every stage at the same step
+ * vocabulary, a non-finite loss or gradient (stop, or skip the step on every
+ * stage: --skip-nonfinite), and SIGINT/SIGTERM stopping every stage at the same step
  * after a final checkpoint (--save-on-exit). Messages go to stderr. */
 #ifndef PG_GUARD_H
 #define PG_GUARD_H
@@ -10,12 +10,17 @@
 #include <stdint.h>
 #include "stage_run.h"
 
-/* Verdicts of the loss stage on one step (r->step_verdict). */
+/* The verdict on one step (r->step_verdict). */
 enum { PG_VERDICT_OK = 0, PG_VERDICT_SKIP = 1, PG_VERDICT_STOP = 2 };
 
 /* 0 when the arena fits in the memory this process may use (MemAvailable,
  * RLIMIT_AS, RLIMIT_DATA); -1 with both numbers in err. */
 int pg_guard_memory(const pg_stage_desc *d, char *err, size_t errlen);
+
+/* 0 when RLIMIT_NOFILE (ulimit -n) leaves room for the connections and files
+ * a stage needs (raising the soft limit up to the hard one if it must); -1
+ * with both numbers in err. */
+int pg_guard_files(const pg_stage_desc *d, char *err, size_t errlen);
 
 /* 0 when every i32 id of f is in [0, vocab); -1 naming the first bad sample. */
 int pg_guard_ids(const pg_datafile *f, int64_t vocab, const char *path, const char *what, const char *limit,
@@ -24,13 +29,19 @@ int pg_guard_ids(const pg_datafile *f, int64_t vocab, const char *path, const ch
 /* Collective, after pg_net_init: every stage learns which stage holds the loss. */
 int pg_guard_init(pg_run *r);
 
-/* The loss stage, once all its micro-batches' losses are in r->loss: decide
- * (finite: ok; else skip with --skip-nonfinite, stop otherwise) and send the
- * verdict to every stage. 0, or 1 after printing a network failure. */
-int pg_guard_verdict_send(pg_run *r, int64_t step);
-/* Every other stage, before its optimizer: receive the verdict into
- * r->step_verdict. 0, or 1 after printing the failure. */
-int pg_guard_verdict_recv(pg_run *r, int64_t step);
+/* Every stage, at its first GRAD_NORM or OPT_STEP of a step, before its
+ * optimizer touches anything (collective): the sums of squares of the
+ * gradients it owns into r->norms (r->norms_ready; GRAD_NORM reuses them), a
+ * word of what it found (the loss stage: a non-finite loss; every stage: a
+ * non-finite gradient) to every other stage, and from every other stage
+ * theirs; all decide alike into r->step_verdict: ok, or on any finding stop
+ * (skip with --skip-nonfinite). The finder says what it found. 0, or 1 after
+ * printing a network failure. */
+int pg_guard_verdict(pg_run *r, int64_t step);
+/* 0 when the n floats at v are finite; -1 with the first other one's index. */
+int pg_guard_finite(const float *v, size_t n, size_t *bad);
+/* The same, -1 with "WHAT, element I is nan" (inf, -inf) in err. */
+int pg_guard_finite_msg(const float *v, size_t n, const char *what, char *err, size_t errlen);
 
 /* --save-on-exit: catch SIGINT and SIGTERM (the handler only records them). */
 void pg_guard_catch_signals(void);

@@ -30,8 +30,26 @@ static struct {
     int ctl;                        /* piperun's control socket; -1 none */
 } prot = {.ctl = -1};
 
+static char stop_msg[160] = "a second interrupt: stopping at once (no checkpoint)\n";
+
+void pg_io_set_stage(int stage)
+{
+    snprintf(stop_msg, sizeof stop_msg,
+             "stage %d: a second interrupt: stopping at once (no checkpoint; a file being written is left as it "
+             "was)\n", stage);
+}
+
+void pg_io_stop_now(int sig)
+{
+    ssize_t w = write(2, stop_msg, strlen(stop_msg));
+    (void)w;
+    _exit(128 + sig);
+}
+
 static void on_deferred(int sig)
 {
+    if (prot.deferred)
+        pg_io_stop_now(sig);
     prot.deferred = sig;
 }
 
@@ -39,7 +57,7 @@ static void on_deferred(int sig)
  * it gave us one. */
 static void tell_launcher(char c)
 {
-    if (c == 'W') {
+    if (c == 'W' || prot.ctl < 0) {
         const char *v = getenv("PIPE_CONTROL_FD");
         struct stat st;
         char *end;
@@ -49,6 +67,11 @@ static void tell_launcher(char c)
     }
     if (prot.ctl >= 0 && send(prot.ctl, &c, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1)
         prot.ctl = -1; /* piperun is gone or not listening: nobody to tell */
+}
+
+void pg_io_tell_launcher(char c)
+{
+    tell_launcher(c);
 }
 
 void pg_io_protect_begin(void)
@@ -76,6 +99,38 @@ void pg_io_protect_end(void)
     prot.deferred = 0;
     if (sig)
         raise(sig); /* now, with what the process had before: stop, or record (--save-on-exit) */
+}
+
+/* ---- reading only regular files ---------------------------------------------- */
+
+const char *pg_io_kind(unsigned mode)
+{
+    return S_ISDIR(mode) ? "a folder" : S_ISFIFO(mode) ? "a pipe (FIFO)" : S_ISSOCK(mode) ? "a socket"
+         : S_ISCHR(mode) ? "a character device" : S_ISBLK(mode) ? "a block device" : "not a regular file";
+}
+
+int pg_io_open_regular(const char *path, uint64_t *bytes, char *err, size_t errlen)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s is not a regular file (it is %s)", path, pg_io_kind(st.st_mode));
+        close(fd);
+        return -1;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    if (bytes)
+        *bytes = (uint64_t)st.st_size;
+    return fd;
 }
 
 /* ---- stale temporaries ------------------------------------------------------- */

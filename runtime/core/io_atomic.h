@@ -5,6 +5,7 @@
 #define PG_IO_ATOMIC_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Write the n parts one after another to path.tmp.<pid>, fsync it, rename it
  * over path and fsync the directory. On any failure (ENOSPC, EFBIG, a missing
@@ -30,6 +31,25 @@ void pg_io_sync_dir_of(const char *path);
  * by itself; a caller wraps a whole gather-and-write in it. */
 void pg_io_protect_begin(void);
 void pg_io_protect_end(void);
+/* Tell piperun one byte on PIPE_CONTROL_FD, if it gave one: 'W'/'D' (above),
+ * 'P' (this stage fails after a link to a peer ended: its failure may only
+ * follow the peer's, so piperun reports another stage's if one fails too). */
+void pg_io_tell_launcher(char c);
+/* From a signal handler, on a second SIGINT/SIGTERM: say so and _exit(128 +
+ * sig) at once, no checkpoint (a file being written stays a temporary, which
+ * the next start removes; the previous file is untouched). */
+void pg_io_stop_now(int sig);
+/* The stage that message names. */
+void pg_io_set_stage(int stage);
+
+/* Open path for reading, refusing anything but a regular file (a FIFO would
+ * block the open or the read forever, a device never ends): the open itself
+ * does not block (O_NONBLOCK, cleared after the check). fd (and its size in
+ * *bytes, if not NULL), or -1 with "cannot open P: ..." / "P is not a
+ * regular file (it is a pipe (FIFO))" in err. */
+int pg_io_open_regular(const char *path, uint64_t *bytes, char *err, size_t errlen);
+/* What kind of file mode is, for messages: "a folder", "a pipe (FIFO)", ... */
+const char *pg_io_kind(unsigned mode);
 
 /* Remove DIR/<base>.tmp.<pid> left by writers that died (their pid no longer
  * runs on this host); a live writer's temporary is kept. Returns how many were

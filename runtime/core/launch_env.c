@@ -44,6 +44,34 @@ static int parse_master(const char *var, const char *v, pg_launch *l, char *err,
     return 0;
 }
 
+/* The run's identity from the launcher that gave the rank (pg_net.h). */
+static void run_identity(pg_launch *l)
+{
+    static const char *const by_source[][3] = {
+        {"PIPE_RANK", "PIPE_RUN_ID", NULL},
+        {"SLURM_PROCID", "SLURM_JOB_ID", "SLURM_STEP_ID"},
+        {"OMPI_COMM_WORLD_RANK", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"},
+        {"PMI_RANK", "PMIX_NAMESPACE", NULL},
+    };
+    l->run_id[0] = 0;
+    l->run_id_source = NULL;
+    for (size_t i = 0; i < sizeof by_source / sizeof by_source[0]; i++) {
+        if (strcmp(l->source, by_source[i][0]) != 0)
+            continue;
+        const char *a = getenv(by_source[i][1]), *b = by_source[i][2] ? getenv(by_source[i][2]) : NULL;
+        if (a && *a && !strcmp(by_source[i][0], "SLURM_PROCID")) { /* one job step: job id and step id */
+            snprintf(l->run_id, sizeof l->run_id, "slurm-%s.%s", a, b && *b ? b : "0");
+            l->run_id_source = by_source[i][1];
+        } else if (a && *a) {
+            snprintf(l->run_id, sizeof l->run_id, "%s", a);
+            l->run_id_source = by_source[i][1];
+        } else if (b && *b) {
+            snprintf(l->run_id, sizeof l->run_id, "%s", b);
+            l->run_id_source = by_source[i][2];
+        }
+    }
+}
+
 int pg_launch_from_env(pg_launch *l, char *err, size_t errlen)
 {
     static const char *const pairs[][2] = {
@@ -83,6 +111,7 @@ int pg_launch_from_env(pg_launch *l, char *err, size_t errlen)
         l->source = pairs[i][0];
         break;
     }
+    run_identity(l);
     snprintf(l->master_host, sizeof l->master_host, "127.0.0.1");
     l->master_port = 29500;
     const char *pm = getenv("PIPE_MASTER");

@@ -5,11 +5,13 @@
  * Exit status: 0 ok, 1 runtime failure, 2 usage. */
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "agree.h"
 #include "checkpoint.h"
 #include "guard.h"
 #include "io_atomic.h"
@@ -44,8 +46,12 @@ static void usage(FILE *o, const pg_stage_desc *d)
             "                  stage can use, bitwise as if never stopped (--steps is the total)\n"
             "  --save-on-exit  on SIGINT/SIGTERM finish the step, write a checkpoint, exit 128+sig\n"
             "                  (into --checkpoint-dir DIR, or --save DIR)\n"
-            "  --skip-nonfinite  skip (on every stage) a step whose loss is NaN or Inf instead\n"
-            "                  of stopping\n"
+            "  --replace-checkpoints  a fresh run (no --resume) into a checkpoint directory\n"
+            "                  holding another run's checkpoints replaces them (they are removed\n"
+            "                  once this run's first checkpoint is complete); without it such a\n"
+            "                  start is refused\n"
+            "  --skip-nonfinite  skip (on every stage) a step whose loss or gradients are NaN or\n"
+            "                  Inf instead of stopping\n"
             "  --load FILE     start from the parameters in FILE (a --save file; each stage\n"
             "                  reads its own by name) instead of the seeded initial values\n"
             "  --generate N    after training, sample N tokens forward-only through the\n"
@@ -121,8 +127,9 @@ static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts
             o->no_graph = 1;
             continue;
         }
-        if (!strcmp(a, "--save-on-exit") || !strcmp(a, "--skip-nonfinite")) {
-            *(!strcmp(a, "--save-on-exit") ? &o->save_on_exit : &o->skip_nonfinite) = 1;
+        if (!strcmp(a, "--save-on-exit") || !strcmp(a, "--skip-nonfinite") || !strcmp(a, "--replace-checkpoints")) {
+            *(!strcmp(a, "--save-on-exit") ? &o->save_on_exit : !strcmp(a, "--skip-nonfinite") ? &o->skip_nonfinite
+                                                                                                 : &o->replace_ckpt) = 1;
             continue;
         }
         if (!strcmp(a, "--checkpoint-dir") || !strcmp(a, "--save-every") || !strcmp(a, "--resume") ||
@@ -232,6 +239,7 @@ static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts
     return 0;
 }
 
+/* 0, 1 (a bad file, printed) or 2 (a bad combination of options, printed). */
 static int open_data(pg_run *r)
 {
     const pg_stage_desc *d = r->d;
@@ -239,6 +247,18 @@ static int open_data(pg_run *r)
     int tk = pg_run_tokens_open(r); /* --data as a token stream (tokens.c) */
     if (tk)
         return tk < 0;
+    if ((d->has_input || d->has_loss) && !r->opt.data != !r->opt.targets) {
+        /* real inputs with synthetic targets (or the other way round) train to garbage */
+        if (r->opt.data)
+            fprintf(stderr, "stage %d: --data %s without --targets: its inputs would be paired with synthetic "
+                            "targets; give the targets too (--targets FILE)%s; nothing was run\n", d->stage,
+                    r->opt.data, d->input_dtype == 2 && d->target_dtype == 2
+                    ? ", or a token stream (rank 1, `pipedata text`) as --data" : "");
+        else
+            fprintf(stderr, "stage %d: --targets %s without --data: its targets would be paired with synthetic "
+                            "inputs; give the inputs too (--data FILE); nothing was run\n", d->stage, r->opt.targets);
+        return 2;
+    }
     if (d->has_input && r->opt.data) {
         if (pg_data_open(&r->in, r->opt.data, d->input_dtype, d->input_rank, d->input_dim, err, sizeof err)) {
             fprintf(stderr, "stage %d: %s\n", d->stage, err);
@@ -347,6 +367,18 @@ static int save_params(pg_run *r, int64_t steps, const char *path, int grads)
         ti->bytes = bytes;
         off += bytes;
     }
+    if (!rc && !grads) { /* weights that are not finite are never saved */
+        char err[600], tname[400];
+        size_t at = 0;
+        for (int i = 0; i < nt && !rc; at += t[i].bytes, i++) {
+            snprintf(tname, sizeof tname, "parameter %s", t[i].name);
+            if (pg_guard_finite_msg((const float *)(all + at), t[i].bytes / 4, tname, err, sizeof err)) {
+                fprintf(stderr, "stage 0: %s %s: after step %" PRId64 " %s: not finite; not written\n", what, path,
+                        steps, err);
+                rc = 1;
+            }
+        }
+    }
     if (!rc) {
         char stepbuf[32], err[512];
         snprintf(stepbuf, sizeof stepbuf, "%" PRId64, steps);
@@ -385,11 +417,19 @@ static int run(pg_run *r)
                 d->stage, d->model, d->nstages, l.rank, l.world, l.source ? l.source : "environment", d->nstages);
         return 1;
     }
+    if (pg_guard_files(d, err, sizeof err)) { /* ulimit -n: the links and files this stage needs */
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
     int pf = pg_run_preflight(r); /* options that cannot work, outputs that cannot be written */
     if (pf)
         return pf;
     r->ctx = pg_backend_init(r->opt.threads);
-    if (!r->ctx || pg_backend_set_precision(r->ctx, d->precision))
+    if (!r->ctx) {
+        fprintf(stderr, "stage %d: the %s backend could not start\n", d->stage, pg_backend_name());
+        return 1;
+    }
+    if (pg_backend_set_precision(r->ctx, d->precision))
         return 1;
     if (pg_guard_memory(d, err, sizeof err)) {
         fprintf(stderr, "%s\n", err);
@@ -428,8 +468,24 @@ static int run(pg_run *r)
         fprintf(stderr, "stage %d: out of memory for %zu bytes of staging\n", d->stage, hb);
         return 1;
     }
-    if (open_data(r) || pg_run_synth_init(r) || init_params(r) || (r->opt.load && pg_run_load_params(r)))
+    int od = open_data(r);
+    if (od)
+        return od;
+    if (pg_run_synth_init(r) || init_params(r) || (r->opt.load && pg_run_load_params(r)))
         return 1;
+    if (r->opt.load && pg_data_file_hash(r->opt.load, &r->load_bytes, &r->load_hash, err, sizeof err)) {
+        fprintf(stderr, "stage %d: --load: %s\n", d->stage, err);
+        return 1;
+    }
+    if (pg_agree_build(r))
+        return 1;
+    { /* a stage holding both inputs and targets (one stage, or a V placement) checks them itself */
+        char why[1024];
+        if (pg_agree_check(r, d->stage, r->agree, r->agree_len, why, sizeof why)) {
+            fprintf(stderr, "stage %d: %s\n", d->stage, why);
+            return 1;
+        }
+    }
     if (pg_trace_init(r)) /* --trace / --profile: the event ring, before any step */
         return 1;
     size_t *sb = calloc((size_t)d->nstages, sizeof *sb);
@@ -437,7 +493,9 @@ static int run(pg_run *r)
         return 1;
     for (int k = 0; k < d->nstages; k++)
         sb[k] = (size_t)d->send_bytes[k];
-    pg_net_config cfg = {d->model, d->plan_hash, d->stage, sb, r->opt.connect_timeout_s};
+    pg_net_config cfg = {.model = d->model, .plan_hash = d->plan_hash, .stage = d->stage, .send_buf_bytes = sb,
+                         .connect_timeout_s = r->opt.connect_timeout_s, .run_id = l.run_id, .agree = r->agree,
+                         .agree_len = r->agree_len, .agree_check = pg_agree_check, .agree_arg = r};
     r->net = pg_net_init(&l, &cfg, err, sizeof err);
     free(sb);
     if (!r->net) {
@@ -445,7 +503,12 @@ static int run(pg_run *r)
         return 1;
     }
     int64_t start = 0;
-    if (pg_guard_init(r) || (r->opt.resume && pg_ckpt_resume(r, &start)) || pg_trace_sync(r))
+    if (pg_guard_init(r))
+        return 1;
+    int rs = r->opt.resume ? pg_ckpt_resume(r, &start) : 0;
+    if (rs)
+        return rs;
+    if (pg_trace_sync(r))
         return 1;
     int last = d->has_loss;
     double samples_s = 0.0;
@@ -461,7 +524,8 @@ static int run(pg_run *r)
         if (last && ((s + 1) % r->opt.log_every == 0 || s + 1 == r->opt.steps)) {
             printf("step %" PRId64 "/%" PRId64 "  loss %.9f  %.1f samples/s%s\n", s + 1, r->opt.steps, loss,
                    dt > 0 ? (double)d->train.batch / dt : 0.0,
-                   r->step_verdict == PG_VERDICT_SKIP ? "  (skipped: loss not finite)" : "");
+                   r->step_verdict != PG_VERDICT_SKIP ? ""
+                   : r->step_bad & 1 ? "  (skipped: loss not finite)" : "  (skipped: gradients not finite)");
             fflush(stdout);
         }
         if (last && s + 1 == r->opt.steps)
@@ -513,13 +577,21 @@ int main(int argc, char **argv)
     pg_run r;
     memset(&r, 0, sizeof r);
     r.d = &pg_stage;
+    r.ck_first = -1;
     int a = parse_args(argc, argv, r.d, &r.opt);
     if (a)
         return a == 1 ? 0 : 2;
     setvbuf(stdout, NULL, _IOLBF, 0);
+    /* a file-size limit (ulimit -f) makes a write fail with EFBIG, which every
+     * writer reports with the file's name, instead of killing the stage */
+    signal(SIGXFSZ, SIG_IGN);
+    pg_io_set_stage(r.d->stage);
     if (r.opt.save_on_exit)
         pg_guard_catch_signals();
     int rc = run(&r);
+    if (rc == 1 && pg_net_peer_lost(r.net))
+        pg_io_tell_launcher('P'); /* this failure may follow a peer's: piperun reports the first one */
+    pg_agree_free(&r);
     if (r.net)
         pg_net_close(r.net);
     /* a device left waiting for a dead peer: free host state only, then leave

@@ -4,11 +4,13 @@
  * caller's buffer with poll() and a deadline.
  *
  * Wire formats (all integers little-endian):
- *   hello (peer -> master, 160 bytes): u32 magic "PGNH", u32 version, u32 rank,
- *     u32 world, u64 plan_hash, u32 listen_port, u32 0, char model[128]
+ *   hello (peer -> master, 224 bytes + n): u32 magic "PGNH", u32 version (2),
+ *     u32 rank, u32 world, u64 plan_hash, u32 listen_port, u32 n, char model[128],
+ *     char run_id[64], then n bytes of the agreement text (pg_net_config.agree)
  *   reply (master -> peer): u32 magic "PGNR", u32 status (0 ok, 1 refused), u32 n;
  *     refused: n bytes of reason; ok: n == world entries of {char addr[64], u32 port}
- *   mesh hello (rank j -> rank i, i < j): u32 magic "PGNM", u32 rank, u64 plan_hash
+ *   mesh hello (rank j -> rank i, i < j, 80 bytes): u32 magic "PGNM", u32 rank,
+ *     u64 plan_hash, char run_id[64]
  *   message: u32 magic "PGNS", u32 tag, u64 bytes, then the payload. */
 #include "pg_net.h"
 #include "pg_le.h"
@@ -21,6 +23,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,9 +36,11 @@
 #define REPLY_MAGIC 0x524e4750u /* "PGNR" */
 #define MESH_MAGIC 0x4d4e4750u  /* "PGNM" */
 #define MSG_MAGIC 0x534e4750u   /* "PGNS" */
-#define PROTO_VERSION 1u
-#define HELLO_BYTES 160
+#define PROTO_VERSION 2u
 #define MODEL_BYTES 128
+#define RUNID_BYTES 64
+#define HELLO_BYTES (32 + MODEL_BYTES + RUNID_BYTES)
+#define MESH_BYTES (16 + RUNID_BYTES)
 #define ADDR_BYTES 64
 #define MSG_HDR 16
 #define RING_SLACK (64u << 10) /* headroom for headers and links with no planned traffic */
@@ -62,10 +67,36 @@ typedef struct peer {
 struct pg_net {
     int rank, world;
     peer *p;                /* [world] */
+    int lost;               /* a link ended (pg_net_peer_lost) */
     char err[512];
 };
 
 /* ---- small helpers ------------------------------------------------------- */
+
+/* SIGCONT after a stop (Ctrl-Z to piperun suspends the whole run): the time
+ * a stage spent stopped is not time a peer kept it waiting, so a receive
+ * whose deadline passed meanwhile starts its wait afresh. The handler only
+ * counts. */
+static volatile sig_atomic_t cont_gen;
+
+static void on_cont(int sig)
+{
+    (void)sig;
+    cont_gen++;
+}
+
+static void catch_cont(void)
+{
+    struct sigaction old;
+    if (sigaction(SIGCONT, NULL, &old) != 0 || old.sa_handler != SIG_DFL || (old.sa_flags & SA_SIGINFO))
+        return; /* the program handles it itself */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_cont;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGCONT, &sa, NULL);
+}
 
 static double now_s(void)
 {
@@ -220,8 +251,9 @@ static int connect_retry(const char *host, int port, double timeout_s, int *last
     }
 }
 
-/* A listening socket on port (0: ephemeral); returns fd and the bound port. */
-static int listen_on(int port, int *bound, int *err_no)
+/* A listening socket on addr:port (port 0: ephemeral; addr in network order,
+ * INADDR_LOOPBACK stays loopback); fd and the bound port, or -1 (errno). */
+static int listen_on(in_addr_t addr, int port, int *bound, int *err_no)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) { *err_no = errno; return -1; }
@@ -231,7 +263,7 @@ static int listen_on(int port, int *bound, int *err_no)
     struct sockaddr_in a;
     memset(&a, 0, sizeof a);
     a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    a.sin_addr.s_addr = addr;
     a.sin_port = htons((uint16_t)port);
     if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || listen(fd, 128) < 0) {
         *err_no = errno;
@@ -244,26 +276,123 @@ static int listen_on(int port, int *bound, int *err_no)
     return fd;
 }
 
-/* Accept one connection by deadline; fd, or -1 (errno; ETIMEDOUT on timeout). */
-static int accept_until(int lfd, double deadline, char *addr, size_t addrlen)
+/* host -> its IPv4 address (network order); -1 when it does not resolve. */
+static int resolve4(const char *host, in_addr_t *out)
 {
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res)
+        return -1;
+    *out = ((struct sockaddr_in *)res->ai_addr)->sin_addr.s_addr;
+    freeaddrinfo(res);
+    return 0;
+}
+
+/* ---- accepting greetings, each connection on its own clock -------------------
+ * A listening socket and the connections accepted on it are polled together;
+ * each connection must deliver its greeting within HELLO_TIMEOUT_S of being
+ * accepted or it is closed, without holding up the others (a port scan, an
+ * idle client, a half-started process). At most MAX_PENDING wait at once:
+ * beyond that the oldest is dropped. */
+#define HELLO_TIMEOUT_S 5.0
+#define MAX_PENDING 64
+#define MAX_AGREE_BYTES (1u << 20)
+
+typedef struct pending {
+    int fd;
+    double deadline;
+    char addr[ADDR_BYTES];
+    unsigned char *buf;
+    size_t got, cap;
+} pending;
+
+/* What the caller does with the bytes of one connection: need() says how many
+ * bytes the greeting has so far as it is known (0: drop it, not ours);
+ * done() takes a complete one and owns fd from then on: 0 go on, 1 finished,
+ * -1 failed (err set). */
+typedef struct greeter {
+    size_t (*need)(void *arg, const unsigned char *b, size_t got);
+    int (*done)(void *arg, int fd, const char *addr, const unsigned char *b, size_t len);
+    void *arg;
+} greeter;
+
+static void pending_drop(pending *p)
+{
+    if (p->fd >= 0) close(p->fd);
+    free(p->buf);
+    memset(p, 0, sizeof *p);
+    p->fd = -1;
+}
+
+/* Run the greeting loop on lfd until done() says finished (0), fails (-1) or
+ * the deadline passes (-3). */
+static int greet_loop(int lfd, double deadline, const greeter *g)
+{
+    pending pd[MAX_PENDING];
+    struct pollfd pf[MAX_PENDING + 1];
+    for (int i = 0; i < MAX_PENDING; i++) { memset(&pd[i], 0, sizeof pd[i]); pd[i].fd = -1; }
+    /* a connection poll() saw may be gone by accept(): never block there */
+    fcntl(lfd, F_SETFL, fcntl(lfd, F_GETFL) | O_NONBLOCK);
+    int rc = -3;
     for (;;) {
-        struct pollfd pf = {.fd = lfd, .events = POLLIN};
-        int pr = poll(&pf, 1, ms_left(deadline));
-        if (pr < 0 && errno == EINTR) continue;
-        if (pr < 0) return -1;
-        if (pr == 0) { errno = ETIMEDOUT; return -1; }
-        struct sockaddr_in a;
-        socklen_t sl = sizeof a;
-        int fd = accept(lfd, (struct sockaddr *)&a, &sl);
-        if (fd < 0) {
-            if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN) continue;
-            return -1;
+        double now = now_s(), wake = deadline;
+        for (int i = 0; i < MAX_PENDING; i++) {
+            if (pd[i].fd >= 0 && pd[i].deadline <= now) pending_drop(&pd[i]); /* silent too long */
+            else if (pd[i].fd >= 0 && pd[i].deadline < wake) wake = pd[i].deadline;
         }
-        tune_socket(fd);
-        if (addr) inet_ntop(AF_INET, &a.sin_addr, addr, (socklen_t)addrlen);
-        return fd;
+        if (now >= deadline) break;
+        int np = 0, idx[MAX_PENDING + 1];
+        pf[np].fd = lfd; pf[np].events = POLLIN; idx[np++] = -1;
+        for (int i = 0; i < MAX_PENDING; i++)
+            if (pd[i].fd >= 0) { pf[np].fd = pd[i].fd; pf[np].events = POLLIN; idx[np++] = i; }
+        int pr = poll(pf, (nfds_t)np, ms_left(wake));
+        if (pr < 0 && errno == EINTR) continue;
+        if (pr < 0) { rc = -1; break; }
+        int finished = 0;
+        for (int j = 1; j < np && !finished; j++) {
+            if (!pf[j].revents) continue;
+            pending *p = &pd[idx[j]];
+            size_t want = g->need(g->arg, p->buf, p->got);
+            if (want == 0 || want > p->cap + MAX_AGREE_BYTES + 4096) { pending_drop(p); continue; }
+            if (want > p->cap) {
+                unsigned char *nb = realloc(p->buf, want);
+                if (!nb) { pending_drop(p); continue; }
+                p->buf = nb;
+                p->cap = want;
+            }
+            ssize_t r = recv(p->fd, p->buf + p->got, want - p->got, MSG_DONTWAIT);
+            if (r < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+            if (r <= 0) { pending_drop(p); continue; }
+            p->got += (size_t)r;
+            if (p->got < want || g->need(g->arg, p->buf, p->got) > p->got) continue;
+            int fd = p->fd, d;
+            p->fd = -1;
+            d = g->done(g->arg, fd, p->addr, p->buf, p->got);
+            pending_drop(p);
+            if (d != 0) { rc = d > 0 ? 0 : -1; finished = 1; }
+        }
+        if (finished) break;
+        if (pf[0].revents) {
+            struct sockaddr_in a;
+            socklen_t sl = sizeof a;
+            int fd = accept(lfd, (struct sockaddr *)&a, &sl);
+            if (fd < 0) continue; /* EINTR, ECONNABORTED, EAGAIN: try again */
+            tune_socket(fd);
+            int slot = -1;
+            double oldest = 0;
+            for (int i = 0; i < MAX_PENDING; i++)
+                if (pd[i].fd < 0) { slot = i; break; }
+                else if (slot < 0 || pd[i].deadline < oldest) { slot = i; oldest = pd[i].deadline; }
+            if (pd[slot].fd >= 0) pending_drop(&pd[slot]); /* full: the oldest goes */
+            pd[slot].fd = fd;
+            pd[slot].deadline = now_s() + HELLO_TIMEOUT_S;
+            inet_ntop(AF_INET, &a.sin_addr, pd[slot].addr, sizeof pd[slot].addr);
+        }
     }
+    for (int i = 0; i < MAX_PENDING; i++) pending_drop(&pd[i]);
+    return rc;
 }
 
 /* ---- rendezvous ---------------------------------------------------------- */
@@ -279,9 +408,11 @@ static void send_reply_refused(int fd, const char *reason)
 }
 
 typedef struct hello {
-    uint32_t magic, version, rank, world, port;
+    uint32_t magic, version, rank, world, port, agree_len;
     uint64_t hash;
     char model[MODEL_BYTES];
+    char run_id[RUNID_BYTES];
+    const char *agree;          /* agree_len bytes after the fixed part */
 } hello;
 
 static void hello_encode(unsigned char *b, const hello *h)
@@ -293,8 +424,11 @@ static void hello_encode(unsigned char *b, const hello *h)
     pg_put32(b + 12, h->world);
     pg_put64(b + 16, h->hash);
     pg_put32(b + 24, h->port);
+    pg_put32(b + 28, h->agree_len);
     memcpy(b + 32, h->model, MODEL_BYTES);
     b[32 + MODEL_BYTES - 1] = 0;
+    memcpy(b + 32 + MODEL_BYTES, h->run_id, RUNID_BYTES);
+    b[HELLO_BYTES - 1] = 0;
 }
 
 static void hello_decode(const unsigned char *b, hello *h)
@@ -305,8 +439,121 @@ static void hello_decode(const unsigned char *b, hello *h)
     h->world = pg_get32(b + 12);
     h->hash = pg_get64(b + 16);
     h->port = pg_get32(b + 24);
+    h->agree_len = pg_get32(b + 28);
     memcpy(h->model, b + 32, MODEL_BYTES);
     h->model[MODEL_BYTES - 1] = 0;
+    memcpy(h->run_id, b + 32 + MODEL_BYTES, RUNID_BYTES);
+    h->run_id[RUNID_BYTES - 1] = 0;
+    h->agree = (const char *)b + HELLO_BYTES;
+}
+
+/* The master's state while the stages greet it. */
+typedef struct master_ctx {
+    pg_net *n;
+    const pg_launch *l;
+    const pg_net_config *cfg;
+    char (*addr)[ADDR_BYTES];
+    int *port;
+    int joined;
+    char reason[700];          /* why the run fails (an authenticated peer's mismatch) */
+    char refused[700];         /* the last stranger or unauthenticated peer refused (for the timeout message) */
+    int nrefused;
+} master_ctx;
+
+static size_t hello_need(void *arg, const unsigned char *b, size_t got)
+{
+    (void)arg;
+    if (got < 8) return 8;
+    if (pg_get32(b) != HELLO_MAGIC) return 0; /* not one of ours */
+    if (pg_get32(b + 4) != PROTO_VERSION) return got; /* complete: refused by its version */
+    if (got < HELLO_BYTES) return HELLO_BYTES;
+    uint32_t al = pg_get32(b + 28);
+    return al > MAX_AGREE_BYTES ? 0 : HELLO_BYTES + al;
+}
+
+static const char *id_text(const char *id)
+{
+    return id[0] ? id : "(none)";
+}
+
+/* One complete hello at the master: accept it, refuse the peer alone, or (a
+ * peer of this very run, authenticated by its run id, that does not fit) fail
+ * the run. */
+static int hello_done(void *arg, int fd, const char *addr, const unsigned char *b, size_t len)
+{
+    master_ctx *m = arg;
+    const pg_net_config *cfg = m->cfg;
+    pg_net *n = m->n;
+    int world = n->world;
+    const char *mine = cfg->run_id ? cfg->run_id : "";
+    char reason[600] = "";
+    hello h;
+    memset(&h, 0, sizeof h);
+    if (len >= 8 && pg_get32(b + 4) != PROTO_VERSION) {
+        seterr(reason, sizeof reason,
+               "a stage speaks rendezvous protocol %u but stage 0 speaks %u: rebuild all stages with the same pipegen",
+               pg_get32(b + 4), PROTO_VERSION);
+        send_reply_refused(fd, reason);
+        close(fd);
+        seterr(m->refused, sizeof m->refused, "%s (from %s)", reason, addr);
+        m->nrefused++;
+        return 0;
+    }
+    hello_decode(b, &h);
+    if (strcmp(h.run_id, mine) != 0) { /* another run on this port */
+        seterr(reason, sizeof reason,
+               "stage 0 at this address belongs to run %s, but this stage to run %s: two runs share the master "
+               "port %d; give each its own (PIPE_MASTER)",
+               id_text(mine), id_text(h.run_id), m->l->master_port);
+        send_reply_refused(fd, reason);
+        close(fd);
+        fprintf(stderr, "stage 0: refused a process at %s claiming stage %u of another run (%s; this is run %s): "
+                        "two runs share the master port %d; this run goes on\n",
+                addr, h.rank, id_text(h.run_id), id_text(mine), m->l->master_port);
+        seterr(m->refused, sizeof m->refused, "a process of another run (%s) claiming stage %u, from %s",
+               id_text(h.run_id), h.rank, addr);
+        m->nrefused++;
+        return 0;
+    }
+    if ((int)h.world != world)
+        seterr(reason, sizeof reason,
+               "stage %u was started with world size %u but stage 0 with world size %d: start every stage with the same PIPE_WORLD",
+               h.rank, h.world, world);
+    else if (h.rank == 0 || (int)h.rank >= world)
+        seterr(reason, sizeof reason, "a process claims stage %u but stage 0 is the master of a world of %d",
+               h.rank, world);
+    else if (n->p[h.rank].fd >= 0)
+        seterr(reason, sizeof reason, "two processes claim stage %u (duplicate rank): check PIPE_RANK of each", h.rank);
+    else if (strcmp(h.model, cfg->model ? cfg->model : "") != 0)
+        seterr(reason, sizeof reason,
+               "stage %u was built from another model (model '%s', expected '%s'): rebuild all stages from the same pipegen output",
+               h.rank, h.model, cfg->model ? cfg->model : "");
+    else if (h.hash != cfg->plan_hash)
+        seterr(reason, sizeof reason,
+               "stage %u was built from another model or plan (hash %016llx, expected %016llx): rebuild all stages from the same pipegen output",
+               h.rank, (unsigned long long)h.hash, (unsigned long long)cfg->plan_hash);
+    else if (cfg->agree_check &&
+             cfg->agree_check(cfg->agree_arg, (int)h.rank, h.agree, h.agree_len, reason, sizeof reason) != 0 &&
+             !reason[0])
+        seterr(reason, sizeof reason, "stage %u does not agree with stage 0", h.rank);
+    if (reason[0]) {
+        send_reply_refused(fd, reason);
+        close(fd);
+        if (mine[0]) { /* one of this run (its id): the run cannot work */
+            seterr(m->reason, sizeof m->reason, "%s", reason);
+            return -1;
+        }
+        /* no run id to tell ours from a stranger: refuse it alone, never end the run for it */
+        fprintf(stderr, "stage 0: refused a process at %s: %s; still waiting for the stages of this run "
+                        "(set PIPE_RUN_ID to tell runs apart)\n", addr, reason);
+        seterr(m->refused, sizeof m->refused, "%s (from %s)", reason, addr);
+        m->nrefused++;
+        return 0;
+    }
+    n->p[h.rank].fd = fd;
+    memcpy(m->addr[h.rank], addr, ADDR_BYTES);
+    m->port[h.rank] = (int)h.port;
+    return ++m->joined == world - 1;
 }
 
 /* Master side: accept world-1 hellos, check them, send the address table.
@@ -315,90 +562,57 @@ static int master_rendezvous(pg_net *n, const pg_launch *l, const pg_net_config 
                              char *err, size_t errlen)
 {
     int world = n->world, lfd, bound, e = 0;
-    lfd = listen_on(l->master_port, &bound, &e);
-    if (lfd < 0) {
-        seterr(err, errlen, "cannot listen on 0.0.0.0:%d: %s (another pipegen run? set PIPE_MASTER)",
-               l->master_port, strerror(e));
+    in_addr_t ip;
+    if (resolve4(l->master_host, &ip) != 0) {
+        seterr(err, errlen, "cannot listen on %s:%d: the host name does not resolve (PIPE_MASTER must name this host)",
+               l->master_host, l->master_port);
         return -1;
     }
-    char (*addr)[ADDR_BYTES] = calloc((size_t)world, ADDR_BYTES);
-    int *port = calloc((size_t)world, sizeof *port);
-    int rc = -1, joined = 0;
-    if (!addr || !port) {
+    char ips[INET_ADDRSTRLEN] = "?";
+    inet_ntop(AF_INET, &ip, ips, sizeof ips);
+    lfd = listen_on(ip, l->master_port, &bound, &e);
+    if (lfd < 0) {
+        seterr(err, errlen, "cannot listen on %s:%d: %s (%s)", strcmp(ips, l->master_host) ? l->master_host : ips,
+               l->master_port, strerror(e),
+               e == EADDRINUSE ? "another pipegen run? set PIPE_MASTER"
+               : e == EADDRNOTAVAIL ? "PIPE_MASTER must name an address of stage 0's own host" : "check PIPE_MASTER");
+        return -1;
+    }
+    master_ctx m;
+    memset(&m, 0, sizeof m);
+    m.n = n;
+    m.l = l;
+    m.cfg = cfg;
+    m.addr = calloc((size_t)world, ADDR_BYTES);
+    m.port = calloc((size_t)world, sizeof *m.port);
+    int rc = -1;
+    if (!m.addr || !m.port) {
         seterr(err, errlen, "out of memory during rendezvous");
         goto out;
     }
-    double deadline = now_s() + cfg->connect_timeout_s;
-    char reason[512] = "";
-    while (joined < world - 1) {
-        char a[ADDR_BYTES] = "";
-        int fd = accept_until(lfd, deadline, a, sizeof a);
-        if (fd < 0) {
-            if (errno == ETIMEDOUT) {
-                char miss[256] = "";
-                size_t m = 0;
-                for (int r = 1; r < world && m + 12 < sizeof miss; r++)
-                    if (n->p[r].fd < 0) m += (size_t)snprintf(miss + m, sizeof miss - m, "%s%d", m ? ", " : "", r);
-                seterr(reason, sizeof reason,
-                       "rendezvous: only %d of %d stages reached the master within %g s (missing stage %s)",
-                       joined + 1, world, cfg->connect_timeout_s, miss);
-            } else {
-                seterr(reason, sizeof reason, "rendezvous: accept failed: %s", strerror(errno));
-            }
-            break;
-        }
-        unsigned char hb[HELLO_BYTES];
-        hello h;
-        if (read_until(fd, hb, sizeof hb, now_s() + 10.0, NULL) != 0) {
-            close(fd); /* not one of ours (port scan, half-started peer): ignore it */
-            continue;
-        }
-        hello_decode(hb, &h);
-        if (h.magic != HELLO_MAGIC) {
-            close(fd);
-            continue;
-        }
-        if (h.version != PROTO_VERSION)
-            seterr(reason, sizeof reason,
-                   "a stage speaks rendezvous protocol %u but stage 0 speaks %u: rebuild all stages with the same pipegen",
-                   h.version, PROTO_VERSION);
-        else if ((int)h.world != world)
-            seterr(reason, sizeof reason,
-                   "stage %u was started with world size %u but stage 0 with world size %d: start every stage with the same PIPE_WORLD",
-                   h.rank, h.world, world);
-        else if (h.rank == 0 || (int)h.rank >= world)
-            seterr(reason, sizeof reason, "a process claims stage %u but stage 0 is the master of a world of %d",
-                   h.rank, world);
-        else if (n->p[h.rank].fd >= 0)
-            seterr(reason, sizeof reason, "two processes claim stage %u (duplicate rank): check PIPE_RANK of each", h.rank);
-        else if (strcmp(h.model, cfg->model ? cfg->model : "") != 0)
-            seterr(reason, sizeof reason,
-                   "stage %u was built from another model (model '%s', expected '%s'): rebuild all stages from the same pipegen output",
-                   h.rank, h.model, cfg->model ? cfg->model : "");
-        else if (h.hash != cfg->plan_hash)
-            seterr(reason, sizeof reason,
-                   "stage %u was built from another model or plan (hash %016llx, expected %016llx): rebuild all stages from the same pipegen output",
-                   h.rank, (unsigned long long)h.hash, (unsigned long long)cfg->plan_hash);
-        if (reason[0]) {
-            send_reply_refused(fd, reason);
-            close(fd);
-            break;
-        }
-        n->p[h.rank].fd = fd;
-        memcpy(addr[h.rank], a, ADDR_BYTES);
-        port[h.rank] = (int)h.port;
-        joined++;
+    greeter g = {hello_need, hello_done, &m};
+    int r = greet_loop(lfd, now_s() + cfg->connect_timeout_s, &g);
+    if (r == -3) {
+        char miss[256] = "";
+        size_t k = 0;
+        for (int s = 1; s < world && k + 12 < sizeof miss; s++)
+            if (n->p[s].fd < 0) k += (size_t)snprintf(miss + k, sizeof miss - k, "%s%d", k ? ", " : "", s);
+        seterr(m.reason, sizeof m.reason,
+               "rendezvous: only %d of %d stages reached the master within %g s (missing stage %s)%s%s",
+               m.joined + 1, world, cfg->connect_timeout_s, miss, m.nrefused ? "; refused: " : "", m.refused);
+    } else if (r < 0 && !m.reason[0]) {
+        seterr(m.reason, sizeof m.reason, "rendezvous: accept failed: %s", strerror(errno));
     }
-    if (reason[0]) {
-        char other[600];
-        seterr(other, sizeof other, "rendezvous failed at stage 0: %s", reason);
-        for (int r = 1; r < world; r++)
-            if (n->p[r].fd >= 0) {
-                send_reply_refused(n->p[r].fd, other);
-                close(n->p[r].fd);
-                n->p[r].fd = -1;
+    if (r != 0) {
+        char other[800];
+        seterr(other, sizeof other, "rendezvous failed at stage 0: %s", m.reason);
+        for (int s = 1; s < world; s++)
+            if (n->p[s].fd >= 0) {
+                send_reply_refused(n->p[s].fd, other);
+                close(n->p[s].fd);
+                n->p[s].fd = -1;
             }
-        seterr(err, errlen, "%s", reason);
+        seterr(err, errlen, "%s", m.reason);
         goto out;
     }
     size_t tb = 12 + (size_t)world * (ADDR_BYTES + 4);
@@ -410,43 +624,82 @@ static int master_rendezvous(pg_net *n, const pg_launch *l, const pg_net_config 
     pg_put32(tbl, REPLY_MAGIC);
     pg_put32(tbl + 4, 0);
     pg_put32(tbl + 8, (uint32_t)world);
-    for (int r = 0; r < world; r++) {
-        memcpy(tbl + 12 + (size_t)r * (ADDR_BYTES + 4), addr[r], ADDR_BYTES);
-        pg_put32(tbl + 12 + (size_t)r * (ADDR_BYTES + 4) + ADDR_BYTES, (uint32_t)port[r]);
+    for (int s = 0; s < world; s++) {
+        memcpy(tbl + 12 + (size_t)s * (ADDR_BYTES + 4), m.addr[s], ADDR_BYTES);
+        pg_put32(tbl + 12 + (size_t)s * (ADDR_BYTES + 4) + ADDR_BYTES, (uint32_t)m.port[s]);
     }
     rc = 0;
-    for (int r = 1; r < world; r++)
-        if (write_all(n->p[r].fd, tbl, tb) != 0) {
-            seterr(err, errlen, "rendezvous: cannot send the address table to stage %d: %s", r, strerror(errno));
+    for (int s = 1; s < world; s++)
+        if (write_all(n->p[s].fd, tbl, tb) != 0) {
+            seterr(err, errlen, "rendezvous: cannot send the address table to stage %d: %s", s, strerror(errno));
             rc = -1;
             break;
         }
     free(tbl);
 out:
-    free(addr);
-    free(port);
+    free(m.addr);
+    free(m.port);
     close(lfd);
     return rc;
+}
+
+/* A lower rank's side of the mesh: the higher ranks greet it (rank, plan
+ * hash, run id); anything else is dropped without holding them up. */
+typedef struct mesh_ctx {
+    pg_net *n;
+    const pg_net_config *cfg;
+    int left;
+} mesh_ctx;
+
+static size_t mesh_need(void *arg, const unsigned char *b, size_t got)
+{
+    (void)arg;
+    if (got >= 4 && pg_get32(b) != MESH_MAGIC) return 0;
+    return MESH_BYTES;
+}
+
+static int mesh_done(void *arg, int fd, const char *addr, const unsigned char *b, size_t len)
+{
+    mesh_ctx *m = arg;
+    (void)addr;
+    uint32_t who = pg_get32(b + 4);
+    char id[RUNID_BYTES];
+    memcpy(id, b + 16, RUNID_BYTES);
+    id[RUNID_BYTES - 1] = 0;
+    if (len != MESH_BYTES || who <= (uint32_t)m->n->rank || (int)who >= m->n->world || m->n->p[who].fd >= 0 ||
+        pg_get64(b + 8) != m->cfg->plan_hash || strcmp(id, m->cfg->run_id ? m->cfg->run_id : "") != 0) {
+        close(fd); /* a stray connection; keep waiting for the real ones */
+        return 0;
+    }
+    m->n->p[who].fd = fd;
+    return --m->left == 0;
 }
 
 /* Peer side: hello to the master, read the table, connect the mesh. */
 static int peer_rendezvous(pg_net *n, const pg_launch *l, const pg_net_config *cfg,
                            char *err, size_t errlen)
 {
-    int world = n->world, me = n->rank, e = 0, lport = 0, rc = -1;
-    int lfd = listen_on(0, &lport, &e);
-    unsigned char *tbl = NULL;
-    if (lfd < 0) {
-        seterr(err, errlen, "cannot open a listening socket: %s", strerror(e));
-        return -1;
-    }
+    int world = n->world, me = n->rank, e = 0, lport = 0, rc = -1, lfd = -1;
+    unsigned char *tbl = NULL, *hb = NULL;
     int mfd = connect_retry(l->master_host, l->master_port, cfg->connect_timeout_s, &e);
     if (mfd < 0) {
         seterr(err, errlen, "cannot reach master %s:%d after %g s: %s", l->master_host,
                l->master_port, cfg->connect_timeout_s, strerror(e));
-        goto out;
+        return -1;
     }
     n->p[0].fd = mfd;
+    /* listen where the master sees us: the address of this end of the link
+     * (loopback stays loopback) */
+    struct sockaddr_in me_a;
+    socklen_t sl = sizeof me_a;
+    in_addr_t my_ip = htonl(INADDR_ANY);
+    if (getsockname(mfd, (struct sockaddr *)&me_a, &sl) == 0)
+        my_ip = me_a.sin_addr.s_addr;
+    lfd = listen_on(my_ip, 0, &lport, &e);
+    if (lfd < 0) {
+        seterr(err, errlen, "cannot open a listening socket: %s", strerror(e));
+        goto out;
+    }
     hello h;
     memset(&h, 0, sizeof h);
     h.magic = HELLO_MAGIC;
@@ -455,10 +708,17 @@ static int peer_rendezvous(pg_net *n, const pg_launch *l, const pg_net_config *c
     h.world = (uint32_t)world;
     h.hash = cfg->plan_hash;
     h.port = (uint32_t)lport;
+    h.agree_len = cfg->agree ? (uint32_t)cfg->agree_len : 0;
     snprintf(h.model, sizeof h.model, "%s", cfg->model ? cfg->model : "");
-    unsigned char hb[HELLO_BYTES];
+    snprintf(h.run_id, sizeof h.run_id, "%s", cfg->run_id ? cfg->run_id : "");
+    hb = malloc(HELLO_BYTES + (size_t)h.agree_len);
+    if (!hb) {
+        seterr(err, errlen, "out of memory during rendezvous");
+        goto out;
+    }
     hello_encode(hb, &h);
-    if (write_all(mfd, hb, sizeof hb) != 0) {
+    if (h.agree_len) memcpy(hb + HELLO_BYTES, cfg->agree, h.agree_len);
+    if (write_all(mfd, hb, HELLO_BYTES + (size_t)h.agree_len) != 0) {
         seterr(err, errlen, "cannot send hello to master %s:%d: %s", l->master_host,
                l->master_port, strerror(errno));
         goto out;
@@ -474,7 +734,7 @@ static int peer_rendezvous(pg_net *n, const pg_launch *l, const pg_net_config *c
     }
     uint32_t cnt = pg_get32(rh + 8);
     if (pg_get32(rh + 4) != 0) {
-        char reason[600];
+        char reason[900];
         size_t len = cnt < sizeof reason - 1 ? cnt : sizeof reason - 1;
         if (read_until(mfd, reason, len, deadline, NULL) != 0) len = 0;
         reason[len] = 0;
@@ -506,37 +766,30 @@ static int peer_rendezvous(pg_net *n, const pg_launch *l, const pg_net_config *c
             goto out;
         }
         n->p[i].fd = fd;
-        unsigned char mh[16];
+        unsigned char mh[MESH_BYTES];
+        memset(mh, 0, sizeof mh);
         pg_put32(mh, MESH_MAGIC);
         pg_put32(mh + 4, (uint32_t)me);
         pg_put64(mh + 8, cfg->plan_hash);
+        snprintf((char *)mh + 16, RUNID_BYTES, "%s", cfg->run_id ? cfg->run_id : "");
         if (write_all(fd, mh, sizeof mh) != 0) {
             seterr(err, errlen, "cannot greet stage %d: %s", i, strerror(errno));
             goto out;
         }
     }
-    double mdl = now_s() + cfg->connect_timeout_s + 10.0;
-    for (int k = me + 1; k < world; k++) {
-        int fd = accept_until(lfd, mdl, NULL, 0);
-        if (fd < 0) {
-            seterr(err, errlen, "higher stages did not connect: %s", strerror(errno));
+    if (me + 1 < world) {
+        mesh_ctx mc = {n, cfg, world - 1 - me};
+        greeter g = {mesh_need, mesh_done, &mc};
+        if (greet_loop(lfd, now_s() + cfg->connect_timeout_s + 10.0, &g) != 0) {
+            seterr(err, errlen, "higher stages did not connect within %g s", cfg->connect_timeout_s + 10.0);
             goto out;
         }
-        unsigned char mh[16];
-        uint32_t who;
-        if (read_until(fd, mh, sizeof mh, mdl, NULL) != 0 || pg_get32(mh) != MESH_MAGIC ||
-            (who = pg_get32(mh + 4)) <= (uint32_t)me || (int)who >= world || n->p[who].fd >= 0 ||
-            pg_get64(mh + 8) != cfg->plan_hash) {
-            close(fd);
-            k--; /* a stray connection; keep waiting for the real ones */
-            continue;
-        }
-        n->p[who].fd = fd;
     }
     rc = 0;
 out:
+    free(hb);
     free(tbl);
-    close(lfd);
+    if (lfd >= 0) close(lfd);
     return rc;
 }
 
@@ -591,6 +844,7 @@ pg_net *pg_net_init(const pg_launch *l, const pg_net_config *cfg, char *err, siz
     n->rank = l->rank;
     n->world = l->world;
     for (int i = 0; i < n->world; i++) n->p[i].fd = -1;
+    catch_cont();
     if (n->world > 1) {
         int r = n->rank == 0 ? master_rendezvous(n, l, cfg, err, errlen)
                              : peer_rendezvous(n, l, cfg, err, errlen);
@@ -633,6 +887,7 @@ static int bad_peer(pg_net *n, int peer_, const char *what)
 
 static pg_net_status dead_status(pg_net *n, int i, int e)
 {
+    n->lost = 1;
     if (e == ETIMEDOUT || e == EHOSTUNREACH || e == ENETUNREACH) {
         seterr(n->err, sizeof n->err,
                "lost the connection to stage %d: %s (its host is down or the network between us is cut)", i,
@@ -687,6 +942,7 @@ pg_net_status pg_net_recv(pg_net *n, int from, uint32_t tag, void *buf, size_t b
     if (bad_peer(n, from, "receive from")) return PG_NET_ERROR;
     peer *p = &n->p[from];
     if (p->rx_closed) {
+        n->lost = 1;
         seterr(n->err, sizeof n->err, "stage %d closed its connection (it exited or was killed)", from);
         return PG_NET_CLOSED;
     }
@@ -696,6 +952,8 @@ pg_net_status pg_net_recv(pg_net *n, int from, uint32_t tag, void *buf, size_t b
     }
     double deadline = now_s() + timeout_s;
     int r = 0;
+    sig_atomic_t gen = cont_gen;
+again:
     if (p->rx_hdr_got < MSG_HDR) {
         r = read_until(p->fd, p->rx_hdr, MSG_HDR, deadline, &p->rx_hdr_got);
         if (r == 0) {
@@ -721,6 +979,12 @@ pg_net_status pg_net_recv(pg_net *n, int from, uint32_t tag, void *buf, size_t b
         p->rx_got = 0;
         return PG_NET_OK;
     }
+    if (r == -3 && gen != cont_gen) { /* stopped and continued meanwhile: wait afresh */
+        gen = cont_gen;
+        deadline = now_s() + timeout_s;
+        r = 0;
+        goto again;
+    }
     if (r == -3) {
         seterr(n->err, sizeof n->err, "no message from stage %d within %g s (expected tag %u, %zu bytes)", from,
                timeout_s, tag, bytes);
@@ -728,6 +992,7 @@ pg_net_status pg_net_recv(pg_net *n, int from, uint32_t tag, void *buf, size_t b
     }
     if (r == -1 && (errno == ETIMEDOUT || errno == EHOSTUNREACH || errno == ENETUNREACH)) {
         p->rx_closed = 1;
+        n->lost = 1;
         seterr(n->err, sizeof n->err,
                "lost the connection to stage %d: %s (its host is down or the network between us is cut)", from,
                strerror(errno));
@@ -735,6 +1000,7 @@ pg_net_status pg_net_recv(pg_net *n, int from, uint32_t tag, void *buf, size_t b
     }
     if (r == -2 || errno == ECONNRESET || errno == EPIPE) {
         p->rx_closed = 1;
+        n->lost = 1;
         seterr(n->err, sizeof n->err, "stage %d closed its connection (it exited or was killed)", from);
         return PG_NET_CLOSED;
     }
@@ -792,6 +1058,11 @@ int pg_net_peer_gone(pg_net *n, int peer_)
     if (getsockopt(p->fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0)
         return 0; /* cannot tell: the receive's own deadline still holds */
     return ti.tcpi_state != TCP_ESTABLISHED;
+}
+
+int pg_net_peer_lost(const pg_net *n)
+{
+    return n && n->lost;
 }
 
 void pg_net_close(pg_net *n)

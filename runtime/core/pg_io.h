@@ -25,13 +25,31 @@ typedef struct pg_datafile {
     void *data;          /* mmap'd or read; samples*sample_elems*4 bytes */
     size_t map_bytes;
     int mapped;
+    const char *path;    /* as given to pg_data_open (the caller keeps it alive) */
+    uint64_t file_bytes; /* the whole file */
+    uint64_t hash;       /* pg_data_hash of the whole file, made while it was checked */
 } pg_datafile;
 
 /* Open and validate against the expected dtype and per-sample shape
- * (exp_dims[0..exp_rank-1]). -1 with a message naming the file and what differs. */
+ * (exp_dims[0..exp_rank-1]): a regular file (a FIFO is refused, never waited
+ * on), magic, version, dtype, shape, the exact size, and for f32 every value
+ * finite. -1 with a message naming the file and what differs. The mapping is
+ * guarded: a file truncated while it is mapped gives SIGBUS on a read, which
+ * pg_data_copy turns into an error and any other read into a message naming
+ * the file and exit status 1, never a silent signal death. */
 int pg_data_open(pg_datafile *f, const char *path, int exp_dtype, int exp_rank,
                  const int64_t *exp_dims, char *err, size_t errlen);
 void pg_data_close(pg_datafile *f);
+/* Run fn(arg), which reads f's mapping; 0, or -1 with "P was truncated or
+ * changed while this stage read it ..." in err when a read faulted. */
+int pg_data_guarded(const pg_datafile *f, void (*fn)(void *arg), void *arg, char *err, size_t errlen);
+/* The 64-bit hash of n bytes the stages compare data files by (word-wise,
+ * fast): h' = pg_mix64(h ^ word) per little-endian 8 bytes, the tail padded
+ * with zeros, then the length mixed in. */
+uint64_t pg_data_hash(const void *p, size_t n);
+/* pg_data_hash of a whole regular file and its size (a --load file, so the
+ * stages can compare what they read). 0, or -1 with the reason in err. */
+int pg_data_file_hash(const char *path, uint64_t *bytes, uint64_t *hash, char *err, size_t errlen);
 /* Write a data file atomically (tmp + rename). */
 int pg_data_write(const char *path, int dtype, int rank, const uint64_t *dims,
                   const void *data, char *err, size_t errlen);

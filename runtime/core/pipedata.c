@@ -9,7 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "io_atomic.h"
 #include "pg_io.h"
 #include "pg_version.h"
 
@@ -27,9 +29,13 @@ static void usage(FILE *o)
 /* The whole of a file; NULL with a message. */
 static unsigned char *slurp(const char *path, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
+    char err[600];
+    int fd = pg_io_open_regular(path, NULL, err, sizeof err); /* a FIFO is refused, not waited on */
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "rb");
     if (!f) {
-        fprintf(stderr, "pipedata: cannot open %s: %s\n", path, strerror(errno));
+        fprintf(stderr, "pipedata: %s\n", fd < 0 ? err : strerror(errno));
+        if (fd >= 0)
+            close(fd);
         return NULL;
     }
     size_t cap = 1 << 16, n = 0;

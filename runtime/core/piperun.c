@@ -20,10 +20,13 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -40,13 +43,21 @@
  * that wakes poll(). The one piece of state a handler may touch. */
 static struct {
     volatile sig_atomic_t forward; /* SIGINT or SIGTERM received, 0 if none */
+    volatile sig_atomic_t nforward; /* how many of them so far */
+    volatile sig_atomic_t tstp;    /* SIGTSTP (Ctrl-Z): suspend the whole run */
+    volatile sig_atomic_t cont;    /* SIGCONT: resume the stages */
     int wake_w;                    /* write end of the self-pipe */
-} sigstate = {0, -1};
+} sigstate = {0, 0, 0, 0, -1};
 
 static void on_signal(int sig)
 {
     int e = errno;
-    if (sig == SIGINT || sig == SIGTERM) sigstate.forward = sig;
+    if (sig == SIGINT || sig == SIGTERM) {
+        sigstate.forward = sig;
+        sigstate.nforward++;
+    }
+    if (sig == SIGTSTP) sigstate.tstp = 1;
+    if (sig == SIGCONT) sigstate.cont = 1;
     if (sigstate.wake_w >= 0) {
         char c = 0;
         ssize_t w = write(sigstate.wake_w, &c, 1);
@@ -68,6 +79,7 @@ typedef struct stage {
     stream s[2];
     int ctl;                /* our end of its control socket (PIPE_CONTROL_FD); -1 when closed */
     int writing;            /* it said 'W' (writing a file for the user) and not yet 'D' */
+    int peer_lost;          /* it said 'P': its failure follows a link to a peer ending */
 } stage;
 
 typedef struct piperun {
@@ -76,6 +88,10 @@ typedef struct piperun {
     int first_fail;         /* stage index of the first failure, -1 if none */
     int exit_code;
     double kill_at;         /* when to SIGKILL the survivors; 0: not stopping */
+    int hard;               /* a second interrupt: kill even a stage writing a file */
+    int follower;           /* the first stage that failed after a peer's link ended, -1 if none */
+    int follower_status;
+    double hold_until;      /* until then a primary failure may still come (follower set) */
 } piperun;
 
 static double now_s(void)
@@ -165,7 +181,7 @@ static void signal_all(piperun *pr, int sig)
 static void kill_idle(piperun *pr)
 {
     for (int k = 0; k < pr->n; k++)
-        if (pr->st[k].pid > 0 && !pr->st[k].writing) kill(-pr->st[k].pid, SIGKILL);
+        if (pr->st[k].pid > 0 && (!pr->st[k].writing || pr->hard)) kill(-pr->st[k].pid, SIGKILL);
 }
 
 /* A stage's control messages: 'W' it starts writing a file for the user
@@ -183,6 +199,7 @@ static void read_control(stage *st)
     }
     for (ssize_t i = 0; i < r; i++)
         if (b[i] == 'W' || b[i] == 'D') st->writing = b[i] == 'W';
+        else if (b[i] == 'P') st->peer_lost = 1;
 }
 
 static void start_stopping(piperun *pr)
@@ -193,12 +210,34 @@ static void start_stopping(piperun *pr)
     }
 }
 
+/* Report stage k's failure (wait status) as the run's and stop the rest. */
+static void report_failure(piperun *pr, int k, int status)
+{
+    pr->first_fail = k;
+    char msg[160];
+    int ml;
+    if (WIFEXITED(status)) {
+        pr->exit_code = WEXITSTATUS(status);
+        ml = snprintf(msg, sizeof msg, "piperun: stage %d exited with status %d\n", k, pr->exit_code);
+    } else {
+        pr->exit_code = 128 + WTERMSIG(status);
+        ml = snprintf(msg, sizeof msg, "piperun: stage %d killed by signal %d\n", k, WTERMSIG(status));
+    }
+    write_all(2, msg, (size_t)ml);
+    start_stopping(pr);
+}
+
+/* A failure that followed a link to a peer ending ('P') is held back for a
+ * moment: the peer that failed first (the cause) is reported instead when it
+ * fails too. */
+#define HOLD_S 2.0
+
 static void reap(piperun *pr)
 {
     for (;;) {
         int status;
         pid_t pid = waitpid(-1, &status, WNOHANG);
-        if (pid <= 0) return;
+        if (pid <= 0) break;
         for (int k = 0; k < pr->n; k++) {
             if (pr->st[k].pid != pid) continue;
             pr->st[k].pid = 0;
@@ -206,21 +245,28 @@ static void reap(piperun *pr)
             /* the rest of its group (whatever it started) goes with it */
             kill(-pid, SIGKILL);
             int failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-            if (failed && pr->first_fail < 0) {
-                pr->first_fail = k;
-                char msg[128];
-                int ml;
-                if (WIFEXITED(status)) {
-                    pr->exit_code = WEXITSTATUS(status);
-                    ml = snprintf(msg, sizeof msg, "piperun: stage %d exited with status %d\n", k, pr->exit_code);
-                } else {
-                    pr->exit_code = 128 + WTERMSIG(status);
-                    ml = snprintf(msg, sizeof msg, "piperun: stage %d killed by signal %d\n", k, WTERMSIG(status));
-                }
-                write_all(2, msg, (size_t)ml);
-                start_stopping(pr);
+            /* what it said before it exited is in its control socket already */
+            while (pr->st[k].ctl >= 0) {
+                char c;
+                if (recv(pr->st[k].ctl, &c, 1, MSG_PEEK | MSG_DONTWAIT) < 0) break; /* nothing waiting */
+                read_control(&pr->st[k]); /* its bytes, or EOF (then closed) */
             }
+            if (!failed || pr->first_fail >= 0) continue;
+            if (pr->st[k].peer_lost && pr->kill_at == 0) { /* maybe only a consequence: wait for the cause */
+                if (pr->follower < 0) {
+                    pr->follower = k;
+                    pr->follower_status = status;
+                    pr->hold_until = now_s() + HOLD_S;
+                }
+                continue;
+            }
+            report_failure(pr, k, status);
         }
+    }
+    if (pr->first_fail < 0 && pr->follower >= 0) {
+        int any = 0;
+        for (int k = 0; k < pr->n; k++) any |= pr->st[k].pid > 0;
+        if (!any || now_s() >= pr->hold_until) report_failure(pr, pr->follower, pr->follower_status);
     }
 }
 
@@ -261,7 +307,9 @@ static void usage(FILE *f)
                "`DIR/stage0 --help` and in README.md, \"Launching\".\n"
                "\n"
                "Environment of each stage: PIPE_RANK=k, PIPE_WORLD=N, PIPE_MASTER (a free\n"
-               "loopback port, or PIPE_MASTER as set for piperun), PIPE_LOCAL_WORLD=N.\n"
+               "loopback port, or PIPE_MASTER as set for piperun), PIPE_LOCAL_WORLD=N,\n"
+               "PIPE_RUN_ID (a random token per run, or PIPE_RUN_ID as set for piperun: a\n"
+               "stage of another run that reaches this run's master is refused).\n"
                "Threads: a stage's default --threads is the cores of this machine divided by\n"
                "PIPE_LOCAL_WORLD (at least 1), so the stages share the cores; --threads T\n"
                "gives every stage T threads instead.\n"
@@ -274,11 +322,16 @@ static void usage(FILE *f)
                "forwarded signal or a SIGTERM is killed (SIGKILL), except while it writes a\n"
                "file for the user (--save, --save-grads, a checkpoint, a trace or profile):\n"
                "that is never cut short, and the signal takes effect once the file is written.\n"
+               "A second SIGINT or SIGTERM stops every stage at once (no checkpoint), writing\n"
+               "or not. SIGTSTP (Ctrl-Z) stops every stage and then piperun; SIGCONT (fg)\n"
+               "continues them all (a stage's --timeout does not count the stopped time).\n"
                "Each stage runs in its own process group and dies with piperun.\n"
                "Exit status: 0 when every stage exits 0; otherwise the first failing stage's\n"
-               "status (its exit code, or 128+N when killed by signal N); 1 when piperun\n"
-               "itself fails (cannot start a stage); 2 on a usage error.\n",
-            STOP_GRACE_S);
+               "status (its exit code, or 128+N when killed by signal N), where a stage that\n"
+               "failed because a link to a peer ended gives way, for %.0f s, to a stage that\n"
+               "fails for its own reason; 1 when piperun itself fails (cannot start a stage,\n"
+               "too small a ulimit -n); 2 on a usage error.\n",
+            STOP_GRACE_S, HOLD_S);
 }
 
 static int free_port(void)
@@ -295,6 +348,28 @@ static int free_port(void)
         port = ntohs(a.sin_port);
     close(fd);
     return port;
+}
+
+/* Enough open files for n stages (ulimit -n): piperun holds 3 per stage
+ * (output, errors, control) and briefly 6 while it starts one; each stage
+ * needs a connection to every other stage and a few files (runtime/core/
+ * guard.c). The soft limit is raised up to the hard one if it must (the
+ * stages inherit it); 0, or -1 after saying what to do. */
+static int check_files(int n)
+{
+    rlim_t need = (rlim_t)3 * (rlim_t)n + 16, stage_need = (rlim_t)n + 24;
+    if (stage_need > need) need = stage_need;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need)
+        return 0;
+    if (rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need) {
+        rl.rlim_cur = need;
+        if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+            return 0;
+    }
+    fprintf(stderr, "piperun: %d stages need about %llu open files but ulimit -n allows %llu: raise it (ulimit -n %llu)\n",
+            n, (unsigned long long)need, (unsigned long long)rl.rlim_cur, (unsigned long long)need);
+    return -1;
 }
 
 /* In the child: set up the environment and exec; never returns. */
@@ -357,7 +432,7 @@ int main(int argc, char **argv)
     char **extra = argv + ai;
     int nextra = argc - ai;
 
-    piperun pr = {.n = 0, .st = NULL, .first_fail = -1, .exit_code = 0, .kill_at = 0};
+    piperun pr = {.n = 0, .st = NULL, .first_fail = -1, .exit_code = 0, .kill_at = 0, .follower = -1};
     char (*paths)[PATH_MAX] = calloc(MAX_STAGES, PATH_MAX);
     if (!paths) {
         fprintf(stderr, "piperun: out of memory\n");
@@ -394,6 +469,26 @@ int main(int argc, char **argv)
         snprintf(master, sizeof master, "127.0.0.1:%d", port);
     }
 
+    /* the run's identity: every stage's hello carries it, so a stage of
+     * another run knocking at this run's master is refused without harm */
+    const char *rid = getenv("PIPE_RUN_ID");
+    if (!rid || !*rid) {
+        unsigned char rb[12];
+        char hex[32];
+        if (getrandom(rb, sizeof rb, 0) != (ssize_t)sizeof rb) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            for (size_t i = 0; i < sizeof rb; i++)
+                rb[i] = (unsigned char)(((uint64_t)ts.tv_nsec * 2654435761u + (uint64_t)getpid() * 40503u) >> (i % 8 * 8));
+        }
+        for (size_t i = 0; i < sizeof rb; i++) snprintf(hex + 2 * i, 3, "%02x", rb[i]);
+        setenv("PIPE_RUN_ID", hex, 1);
+    }
+    if (check_files(pr.n) != 0) {
+        free(paths);
+        return 1;
+    }
+
     int wake[2];
     if (pipe_cloexec(wake, 1) != 0) {
         fprintf(stderr, "piperun: pipe: %s\n", strerror(errno));
@@ -410,6 +505,8 @@ int main(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
     sigaction(SIGCHLD, &sa, NULL);
+    sigaction(SIGTSTP, &sa, NULL);
+    sigaction(SIGCONT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
     pr.st = calloc((size_t)pr.n, sizeof *pr.st);
@@ -428,9 +525,17 @@ int main(int argc, char **argv)
     pid_t self = getpid();
     for (int k = 0; k < pr.n; k++) {
         int po[2], pe[2], pc[2];
-        if (pipe_cloexec(po, 0) != 0) { pr.exit_code = 1; break; }
-        if (pipe_cloexec(pe, 0) != 0) { close(po[0]); close(po[1]); pr.exit_code = 1; break; }
+        if (pipe_cloexec(po, 0) != 0) {
+            fprintf(stderr, "piperun: cannot start stage %d: pipe: %s\n", k, strerror(errno));
+            pr.exit_code = 1;
+            break;
+        }
+        if (pipe_cloexec(pe, 0) != 0) {
+            fprintf(stderr, "piperun: cannot start stage %d: pipe: %s\n", k, strerror(errno));
+            close(po[0]); close(po[1]); pr.exit_code = 1; break;
+        }
         if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pc) != 0) {
+            fprintf(stderr, "piperun: cannot start stage %d: socketpair: %s\n", k, strerror(errno));
             close(po[0]); close(po[1]); close(pe[0]); close(pe[1]);
             pr.exit_code = 1;
             break;
@@ -470,12 +575,33 @@ int main(int argc, char **argv)
         free(pr.st);
         return 1;
     }
+    int handled = 0; /* interrupts forwarded so far */
     for (;;) {
         int sig = sigstate.forward;
-        if (sig) {
-            sigstate.forward = 0;
+        if (sig && sigstate.nforward != handled) {
+            int second = handled > 0;
+            handled = sigstate.nforward;
             signal_all(&pr, sig);
-            if (pr.kill_at == 0) pr.kill_at = now_s() + STOP_GRACE_S;
+            if (second && !pr.hard) {
+                /* the user insists: every stage stops now, a checkpoint or not */
+                const char *m = "piperun: second interrupt: stopping every stage at once (no checkpoint)\n";
+                write_all(2, m, strlen(m));
+                pr.hard = 1;
+                pr.kill_at = now_s() + 1.0;
+            } else if (pr.kill_at == 0) {
+                pr.kill_at = now_s() + STOP_GRACE_S;
+            }
+        }
+        if (sigstate.tstp) {
+            /* Ctrl-Z: stop every stage, then ourselves; on SIGCONT all go on together */
+            sigstate.tstp = 0;
+            signal_all(&pr, SIGSTOP);
+            raise(SIGSTOP); /* stopped here until continued (SIGTSTP would be dropped in an orphaned process group) */
+            sigstate.cont = 1;
+        }
+        if (sigstate.cont) {
+            sigstate.cont = 0;
+            signal_all(&pr, SIGCONT);
         }
         reap(&pr);
         if (pr.kill_at && now_s() >= pr.kill_at) kill_idle(&pr);
@@ -500,6 +626,7 @@ int main(int argc, char **argv)
             }
         double next = 1.0;
         if (pr.kill_at) next = pr.kill_at - now_s();
+        if (pr.follower >= 0 && pr.first_fail < 0 && pr.hold_until - now_s() < next) next = pr.hold_until - now_s();
         if (drain_until) next = drain_until - now_s();
         if (next > 1.0) next = 1.0;
         if (next < 0) next = 0;

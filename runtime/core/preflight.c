@@ -130,7 +130,7 @@ int pg_run_preflight(pg_run *r)
 {
     const pg_stage_desc *d = r->d;
     const pg_run_opts *o = &r->opt;
-    char err[512];
+    char err[1024];
     int bad = 0;
     if (o->generate > 0 && pg_run_generate_check(r, err, sizeof err)) {
         fprintf(stderr, "stage %d: %s; nothing was run\n", d->stage, err);
@@ -144,6 +144,11 @@ int pg_run_preflight(pg_run *r)
     }
     if (o->ckpt_dir) {
         bad |= check_ckpt_dir(d, o->ckpt_dir) != 0;
+        if (!bad && pg_ckpt_check_owner(r, err, sizeof err)) {
+            fprintf(stderr, "stage %d: the checkpoint directory %s cannot be used: %s; nothing was run\n", d->stage,
+                    o->ckpt_dir, err);
+            bad = 1;
+        }
         if (!bad)
             pg_ckpt_clean_stale(d, o->ckpt_dir);
     }

@@ -4,7 +4,13 @@
  *                 "__metadata__":{"key":"value",...}}
  *   data    tensors back to back; offsets are relative to the data start.
  * The reader is a strict parser for exactly that JSON subset: bounded, every
- * error names the byte offset within the header. */
+ * error names the byte offset within the header. It then validates the layout
+ * as the reference implementation (huggingface/safetensors, Metadata::validate
+ * and read_metadata) does: the header is UTF-8 of at most 100,000,000 bytes;
+ * sorted by their data_offsets, the tensors cover the data exactly, each
+ * beginning where the one before it ends (no overlap, no gap), each exactly
+ * shape x dtype size bytes (no overflow), and the last one ending at the end of
+ * the file (no trailing bytes). */
 #include "pg_io.h"
 #include "io_atomic.h"
 #include "pg_le.h"
@@ -18,7 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define ST_MAX_HEADER (100u << 20)
+#define ST_MAX_HEADER 100000000u /* the reference implementation's limit (MAX_HEADER_SIZE) */
 #define ST_MAX_RANK 8
 
 /* ---- writer -------------------------------------------------------------- */
@@ -446,6 +452,110 @@ static void header_free(st_header *h)
     h->s = NULL;
 }
 
+/* Bytes per element of a safetensors dtype name; 0 for a name the format does
+ * not define. */
+static unsigned dtype_bytes(const char *dt)
+{
+    static const struct { const char *name; unsigned bytes; } t[] = {
+        {"BOOL", 1}, {"U8", 1}, {"I8", 1}, {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"I16", 2}, {"U16", 2},
+        {"F16", 2}, {"BF16", 2}, {"I32", 4}, {"U32", 4}, {"F32", 4}, {"F64", 8}, {"I64", 8}, {"U64", 8}};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (!strcmp(dt, t[i].name)) return t[i].bytes;
+    return 0;
+}
+
+/* 0 when s[0..n) is well-formed UTF-8 (no overlong forms, no surrogates). */
+static int utf8_ok(const unsigned char *s, size_t n, size_t *bad)
+{
+    for (size_t i = 0; i < n;) {
+        unsigned c = s[i], len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+        unsigned cp = len == 1 ? c : len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
+        if (!len || i + len > n) { *bad = i; return -1; }
+        for (unsigned k = 1; k < len; k++) {
+            if ((s[i + k] & 0xc0) != 0x80) { *bad = i; return -1; }
+            cp = cp << 6 | (s[i + k] & 0x3f);
+        }
+        if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+            (cp >= 0xd800 && cp <= 0xdfff)) { *bad = i; return -1; }
+        i += len;
+    }
+    return 0;
+}
+
+static int by_offsets(const void *a, const void *b)
+{
+    const st_entry *x = *(const st_entry *const *)a, *y = *(const st_entry *const *)b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return x->at < y->at ? -1 : x->at > y->at;
+}
+
+/* The layout rules of the reference implementation (see the top of the file). */
+static int validate_layout(st_header *h)
+{
+    st_entry **o = malloc((size_t)(h->ne ? h->ne : 1) * sizeof *o);
+    if (!o) return perr(h, "out of memory");
+    for (int i = 0; i < h->ne; i++) o[i] = &h->e[i];
+    qsort(o, (size_t)h->ne, sizeof *o, by_offsets);
+    uint64_t at = 0;
+    int rc = -1;
+    for (int i = 0; i < h->ne; i++) {
+        const st_entry *e = o[i];
+        unsigned eb = dtype_bytes(e->dtype);
+        uint64_t numel = 1;
+        int over = 0;
+        for (int d = 0; d < e->rank; d++) {
+            uint64_t dim = (uint64_t)e->dim[d];
+            if (dim && numel > UINT64_MAX / dim) over = 1;
+            else numel *= dim;
+        }
+        if (!eb) {
+            snprintf(h->err, h->errlen, "%s: tensor '%s' has dtype '%s', which safetensors does not define", h->path,
+                     e->name, e->dtype);
+            goto out;
+        }
+        if (over || numel > UINT64_MAX / eb) {
+            snprintf(h->err, h->errlen, "%s: tensor '%s': its shape overflows a 64-bit byte count", h->path, e->name);
+            goto out;
+        }
+        if (e->end < e->begin || e->end - e->begin != numel * eb) {
+            snprintf(h->err, h->errlen,
+                     "%s: tensor '%s' has data_offsets [%llu, %llu] but its shape needs %llu bytes (%llu elements of %s)",
+                     h->path, e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
+                     (unsigned long long)(numel * eb), (unsigned long long)numel, e->dtype);
+            goto out;
+        }
+        if (e->begin != at) {
+            if (e->begin < at)
+                snprintf(h->err, h->errlen,
+                         "%s: tensors '%s' and '%s' overlap: '%s' begins at data byte %llu, before '%s' ends at %llu",
+                         h->path, o[i - 1]->name, e->name, e->name, (unsigned long long)e->begin, o[i - 1]->name,
+                         (unsigned long long)at);
+            else
+                snprintf(h->err, h->errlen, "%s: a gap of %llu bytes before tensor '%s' (data bytes %llu..%llu belong to no tensor)",
+                         h->path, (unsigned long long)(e->begin - at), e->name, (unsigned long long)at,
+                         (unsigned long long)e->begin);
+            goto out;
+        }
+        at = e->end;
+    }
+    if (at != h->data_bytes) {
+        if (at < h->data_bytes)
+            snprintf(h->err, h->errlen, "%s has %llu bytes after its last tensor (the tensors end at data byte %llu of %llu)",
+                     h->path, (unsigned long long)(h->data_bytes - at), (unsigned long long)at,
+                     (unsigned long long)h->data_bytes);
+        else
+            snprintf(h->err, h->errlen,
+                     "%s is truncated: its tensors end at data byte %llu but the file has %llu bytes of data", h->path,
+                     (unsigned long long)at, (unsigned long long)h->data_bytes);
+        goto out;
+    }
+    rc = 0;
+out:
+    free(o);
+    return rc;
+}
+
 /* Open path and parse its header; on 0 the fd is open and h must be freed. */
 static int header_load(const char *path, st_header *h, int *fdp, char *err, size_t errlen)
 {
@@ -453,19 +563,17 @@ static int header_load(const char *path, st_header *h, int *fdp, char *err, size
     h->path = path;
     h->err = err;
     h->errlen = errlen;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+    uint64_t fsize = 0;
+    int fd = pg_io_open_regular(path, &fsize, err, errlen);
+    if (fd < 0)
         return -1;
-    }
-    struct stat sb;
     unsigned char lb[8];
-    if (fstat(fd, &sb) != 0 || pread(fd, lb, 8, 0) != 8) {
+    if (pread(fd, lb, 8, 0) != 8) {
         snprintf(err, errlen, "%s is truncated: shorter than the 8-byte header length", path);
         close(fd);
         return -1;
     }
-    uint64_t n = pg_get64(lb), fsize = (uint64_t)sb.st_size;
+    uint64_t n = pg_get64(lb);
     if (n > fsize - 8 || n > ST_MAX_HEADER || n < 2) {
         snprintf(err, errlen,
                  "%s: header length %llu does not fit (file has %llu bytes, limit %u): truncated or not a safetensors file",
@@ -484,7 +592,15 @@ static int header_load(const char *path, st_header *h, int *fdp, char *err, size
     h->s = s;
     h->n = (size_t)n;
     h->data_bytes = fsize - 8 - n;
-    if (parse_header(h)) {
+    size_t bad;
+    if (utf8_ok((const unsigned char *)s, (size_t)n, &bad)) {
+        h->pos = bad;
+        perr(h, "the header is not valid UTF-8");
+        header_free(h);
+        close(fd);
+        return -1;
+    }
+    if (parse_header(h) || validate_layout(h)) {
         header_free(h);
         close(fd);
         return -1;

@@ -25,7 +25,8 @@ typedef struct pg_run_opts {
     int64_t save_every;       /* --save-every N: a checkpoint every N steps (0: only the last) */
     const char *resume;       /* --resume DIR */
     int save_on_exit;         /* --save-on-exit: SIGINT/SIGTERM stop after a final checkpoint */
-    int skip_nonfinite;       /* --skip-nonfinite: skip a step whose loss is NaN/Inf (guard.c) */
+    int skip_nonfinite;       /* --skip-nonfinite: skip a step whose loss or gradients are NaN/Inf (guard.c) */
+    int replace_ckpt;         /* --replace-checkpoints: a fresh run may replace another run's checkpoints */
     double connect_timeout_s; /* --connect-timeout S: rendezvous retries */
     const char *trace;        /* --trace FILE: Chrome-trace JSON of every action (trace.c) */
     const char *profile;      /* --profile FILE: measured per-layer times, the --balance format */
@@ -44,7 +45,9 @@ typedef struct pg_trace_ev {
 typedef struct pg_run {
     const pg_stage_desc *d;
     pg_run_opts opt;
-    int step_verdict;         /* this step: 0 ok, 1 skipped (non-finite loss), 2 stop (guard.c) */
+    int step_verdict;         /* this step: 0 ok, 1 skipped (non-finite loss or gradient), 2 stop (guard.c) */
+    int step_bad;             /* what the verdict found: 1 a loss, 2 a gradient (both: 3) */
+    int norms_ready;          /* norms holds this step's owned sums of squares (pg_guard_verdict) */
     int loss_stage;           /* the stage holding the loss (pg_guard_init) */
     pg_ctx *ctx;
     unsigned char *A;         /* the arena */
@@ -65,6 +68,13 @@ typedef struct pg_run {
     pg_trace_ev *tr_ev;       /* [trace_steps * (nactions + 1)], made at start-up: a ring of steps */
     int64_t tr_first, tr_last; /* first and last step recorded (-1: none) */
     double tr_offset;         /* add to this stage's clock to get stage 0's */
+    char *agree;              /* what the stages must agree on, as text (agree.c) */
+    size_t agree_len;
+    void *agree_state;        /* stage 0: the accepted peers' entries */
+    uint64_t load_bytes, load_hash; /* the --load file as this stage read it */
+    char ck_run[80];          /* the checkpoint run this run writes (checkpoint.c): kept across resumes */
+    int ck_replace;           /* --replace-checkpoints in effect: step directories this run did not write go */
+    int64_t ck_first;         /* the first step this run checkpointed (-1: none yet) */
 } pg_run;
 
 double pg_run_now(void);

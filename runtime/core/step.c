@@ -41,14 +41,32 @@ static void net_fail(pg_run *r, int a, const pg_step_action *x, pg_net_status st
                 recv ? "from" : "to", x->peer, pg_net_error(r->net));
 }
 
-/* Rows [first, first+rows) of the batch of `step` from a data file, cycling. */
-static void rows_from_file(const pg_datafile *f, int64_t step, int64_t batch, void *dst)
+/* The rows of the batch of `step` from a data file, cycling. */
+typedef struct rows_job {
+    const pg_datafile *f;
+    int64_t step, batch;
+    void *dst;
+} rows_job;
+
+static void copy_rows(void *arg)
 {
-    size_t rb = (size_t)f->sample_elems * 4;
-    for (int64_t i = 0; i < batch; i++) {
-        uint64_t s = ((uint64_t)step * (uint64_t)batch + (uint64_t)i) % f->samples;
-        memcpy((char *)dst + (size_t)i * rb, (const char *)f->data + s * rb, rb);
+    const rows_job *j = arg;
+    size_t rb = (size_t)j->f->sample_elems * 4;
+    for (int64_t i = 0; i < j->batch; i++) {
+        uint64_t s = ((uint64_t)j->step * (uint64_t)j->batch + (uint64_t)i) % j->f->samples;
+        memcpy((char *)j->dst + (size_t)i * rb, (const char *)j->f->data + s * rb, rb);
     }
+}
+
+/* 0, or 1 after printing that the file changed under the run (SIGBUS). */
+static int rows_from_file(const pg_run *r, const pg_datafile *f, int64_t step, void *dst)
+{
+    rows_job j = {f, step, r->d->train.batch, dst};
+    char err[512];
+    if (pg_data_guarded(f, copy_rows, &j, err, sizeof err) == 0)
+        return 0;
+    fprintf(stderr, "stage %d: step %lld: %s\n", r->d->stage, (long long)step + 1, err);
+    return 1;
 }
 
 /* Synthetic data (no --data / --targets): SYNTH_BATCHES fixed batches, made
@@ -105,9 +123,9 @@ static int load_batch(pg_run *r, int64_t step)
     if (d->has_input) {
         size_t bytes = (size_t)(B * d->input_per_sample * 4);
         const void *src = r->host;
-        if (r->have_in)
-            rows_from_file(&r->in, step, B, r->host);
-        else
+        if (r->have_in && rows_from_file(r, &r->in, step, r->host))
+            return 1;
+        if (!r->have_in)
             src = (const char *)r->synth_in + (size_t)(first * d->input_per_sample * 4);
         if (pg_copy_to_dev(r->ctx, r->A + d->input_off, src, bytes))
             return 1;
@@ -115,9 +133,9 @@ static int load_batch(pg_run *r, int64_t step)
     if (d->has_loss) {
         size_t bytes = (size_t)(B * d->target_per_sample * 4);
         const void *src = r->host;
-        if (r->have_tg)
-            rows_from_file(&r->tg, step, B, r->host);
-        else
+        if (r->have_tg && rows_from_file(r, &r->tg, step, r->host))
+            return 1;
+        if (!r->have_tg)
             src = (const char *)r->synth_tg + (size_t)(first * d->target_per_sample * 4);
         if (pg_copy_to_dev(r->ctx, r->A + d->target_off, src, bytes))
             return 1;
@@ -155,14 +173,8 @@ static int grad_norm_clip(pg_run *r, int a, const pg_step_action *x)
 {
     const pg_stage_desc *d = r->d;
     int np = d->nmodel_params;
-    memset(r->norms, 0, (size_t)np * sizeof(double));
-    for (int i = 0; i < d->nparams; i++) {
-        const pg_param_desc *p = &d->params[i];
-        if (p->is_buffer || p->owner != d->stage)
-            continue;
-        if (pg_sumsq(r->ctx, p->numel, (const float *)(r->A + p->grad_off), &r->norms[p->index]))
-            return 1;
-    }
+    /* r->norms holds this step's sums of squares of the owned gradients,
+     * made for the verdict (pg_guard_verdict) just before */
     uint32_t tag = PG_TAG(PG_TAG_NORM, 0, 0);
     for (int k = 0; k < d->nstages; k++) {
         if (k == d->stage)
@@ -431,15 +443,17 @@ static int tie_check(pg_run *r, int a, const pg_step_action *x, int64_t step)
     return 0;
 }
 
-/* The loss stage's verdict on this step (guard.c), exchanged once before the
- * optimizer touches anything: the loss stage sends it at its first GRAD_NORM
- * or OPT_STEP, every other stage receives it at its own. */
+/* The verdict on this step (guard.c), made once before the optimizer touches
+ * anything, at the first GRAD_NORM or OPT_STEP of every stage (after the local
+ * gradient folds, so it sees the gradients the optimizer would): every stage
+ * tells every other whether its loss (the loss stage) and the gradients it owns
+ * are finite. */
 static int exchange_verdict(pg_run *r, int64_t step, int *known)
 {
     if (*known)
         return 0;
-    *known = 1; /* the loss stage's deferred losses arrive first (pg_backend_fetch) */
-    return r->d->has_loss ? pg_backend_fetch(r->ctx) || pg_guard_verdict_send(r, step) : pg_guard_verdict_recv(r, step);
+    *known = 1; /* deferred losses and sums of squares arrive first (pg_backend_fetch) */
+    return fold_local(r) || pg_backend_fetch(r->ctx) || pg_guard_verdict(r, step) || pg_backend_fetch(r->ctx);
 }
 
 int pg_run_step(pg_run *r, int64_t step, double *loss_out)
@@ -459,7 +473,6 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
     if (pg_backend_compute_end(r->ctx) || load_batch(r, step))
         return 1;
     double compute = 0.0;
-    int folded = 0; /* fold_local done: before the first GRAD_NORM or OPT_STEP */
     int verdict_known = 0;
     r->step_verdict = PG_VERDICT_OK;
     const char *ct = getenv("PIPE_CHECK_TIES");
@@ -511,9 +524,6 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
             if (r->step_verdict == PG_VERDICT_SKIP)
                 break;
             double t0 = pg_run_now();
-            if (!folded && fold_local(r))
-                return 1;
-            folded = 1;
             if (d->train.grad_clip > 0 && grad_norm_clip(r, a, x))
                 return 1;
             compute += pg_run_now() - t0;
@@ -525,9 +535,8 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
             if (r->step_verdict == PG_VERDICT_SKIP)
                 break;
             double t0 = pg_run_now();
-            if ((rep = pg_backend_compute(r->ctx, a, NULL)) < 0 || (!rep && !folded && fold_local(r)))
+            if ((rep = pg_backend_compute(r->ctx, a, NULL)) < 0)
                 return 1;
-            folded = 1;
             if ((!rep && opt_step(r, step)) || pg_backend_compute_end(r->ctx))
                 return 1;
             compute += pg_run_now() - t0;

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "io_atomic.h"
 #include "pg_le.h"
 #include "stage_run.h"
 
@@ -26,7 +27,8 @@ static int lm_shaped(const pg_stage_desc *d)
  * ordinary reader then says what is wrong). */
 static int pgd_rank(const char *path)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    char err[512];
+    int fd = pg_io_open_regular(path, NULL, err, sizeof err);
     if (fd < 0)
         return -1;
     unsigned char h[16];
@@ -103,15 +105,35 @@ static uint64_t window(uint64_t seed, int64_t step, int64_t i, uint64_t ntokens,
     return k % (ntokens - (uint64_t)seq);
 }
 
-static void fill_windows(const pg_run *r, const pg_datafile *f, int64_t step, int shift, int32_t *dst)
+typedef struct win_job {
+    const pg_run *r;
+    const pg_datafile *f;
+    int64_t step;
+    int shift;
+    int32_t *dst;
+} win_job;
+
+static void copy_windows(void *arg)
 {
-    const pg_stage_desc *d = r->d;
+    const win_job *j = arg;
+    const pg_stage_desc *d = j->r->d;
     int64_t B = d->train.batch, seq = d->input_dim[0];
-    const int32_t *t = f->data;
+    const int32_t *t = j->f->data;
     for (int64_t i = 0; i < B; i++) {
-        uint64_t o = window(d->train.seed, step, i, f->samples, seq) + (uint64_t)shift;
-        memcpy(dst + i * seq, t + o, (size_t)seq * 4);
+        uint64_t o = window(d->train.seed, j->step, i, j->f->samples, seq) + (uint64_t)j->shift;
+        memcpy(j->dst + i * seq, t + o, (size_t)seq * 4);
     }
+}
+
+/* 0, or 1 after printing that the stream changed under the run (SIGBUS). */
+static int fill_windows(const pg_run *r, const pg_datafile *f, int64_t step, int shift, int32_t *dst)
+{
+    win_job j = {r, f, step, shift, dst};
+    char err[512];
+    if (pg_data_guarded(f, copy_windows, &j, err, sizeof err) == 0)
+        return 0;
+    fprintf(stderr, "stage %d: step %lld: %s\n", r->d->stage, (long long)step + 1, err);
+    return 1;
 }
 
 int pg_run_tokens_load(pg_run *r, int64_t step)
@@ -119,13 +141,11 @@ int pg_run_tokens_load(pg_run *r, int64_t step)
     const pg_stage_desc *d = r->d;
     size_t bytes = (size_t)(d->train.batch * d->input_dim[0]) * 4;
     if (d->has_input) {
-        fill_windows(r, &r->in, step, 0, r->host);
-        if (pg_copy_to_dev(r->ctx, r->A + d->input_off, r->host, bytes))
+        if (fill_windows(r, &r->in, step, 0, r->host) || pg_copy_to_dev(r->ctx, r->A + d->input_off, r->host, bytes))
             return 1;
     }
     if (d->has_loss) {
-        fill_windows(r, &r->tg, step, 1, r->host);
-        if (pg_copy_to_dev(r->ctx, r->A + d->target_off, r->host, bytes))
+        if (fill_windows(r, &r->tg, step, 1, r->host) || pg_copy_to_dev(r->ctx, r->A + d->target_off, r->host, bytes))
             return 1;
     }
     return 0;

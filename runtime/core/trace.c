@@ -496,8 +496,8 @@ static void send_fit(const pg_run *r, const stage_events *se, double *lat, doubl
 /* Per stage, what the actions outside F/B/W cost the stage itself, waits left
  * out (so the prediction can add the waits its simulation finds):
  *  - OPT_STEP: its duration; where it is the stage's first GRAD_NORM/OPT_STEP of
- *    the step on a stage without the loss, from when the loss stage began its
- *    own first one (the verdict it waits for, guard.c) to its end;
+ *    the step, from when the last other stage began its own first one (the
+ *    verdict on the step is exchanged among all stages, guard.c) to its end;
  *  - GRAD_NORM and TIE_REDUCE (collectives): from the last participant's
  *    start to this stage's end (the local work and the exchange itself);
  *  - step_start_s / step_end_s: the step's time before its first action and
@@ -506,7 +506,7 @@ static void send_fit(const pg_run *r, const stage_events *se, double *lat, doubl
 static void stage_costs(const pg_run *r, const stage_events *se, FILE *o)
 {
     const pg_stage_desc *d = r->d;
-    int np = d->nstages, L = r->loss_stage;
+    int np = d->nstages;
     fprintf(o, "\"stage_costs\": [\n");
     for (int k = 0; k < np; k++) {
         double opt = 0, norm = 0, tie = 0, pre = 0, post = 0;
@@ -521,13 +521,17 @@ static void stage_costs(const pg_run *r, const stage_events *se, FILE *o)
                 pre += e[0].t0 - stp->t0;
                 post += stp->t1 - e[na - 1].t1;
             }
-            /* the same step on another stage: j-th of its events when the rings agree */
+            /* the same step on the other stages: j-th of their events when the rings
+             * agree; the verdict comes when the last of them reaches it */
             double verdict = -INFINITY;
-            if (L >= 0 && L < np && L != k && se[L].nsteps == se[k].nsteps && se[L].lo == se[k].lo) {
-                const pg_trace_ev *el = se[L].ev + j * se[L].ps;
-                for (int64_t a = 0; a + 1 < se[L].ps; a++)
+            for (int u = 0; u < np; u++) {
+                if (u == k || se[u].nsteps != se[k].nsteps || se[u].lo != se[k].lo)
+                    continue;
+                const pg_trace_ev *el = se[u].ev + j * se[u].ps;
+                for (int64_t a = 0; a + 1 < se[u].ps; a++)
                     if (el[a].kind == PG_GRAD_NORM || el[a].kind == PG_OPT_STEP) {
-                        verdict = el[a].t0;
+                        if (el[a].t0 > verdict)
+                            verdict = el[a].t0;
                         break;
                     }
             }

@@ -605,6 +605,8 @@ pg_net_status pg_net_flush(pg_net *n, double timeout_s)
 
 const char *pg_net_error(const pg_net *n) { return n ? n->err : "no network"; }
 
+int pg_net_peer_lost(const pg_net *n) { return n && pg_tcp_net_peer_lost(n->tcp); }
+
 /* ---- start-up ------------------------------------------------------------ */
 
 #define INIT_CUDA(call, what)                                                         \

@@ -14,6 +14,7 @@
 #define pg_net_error pg_tcp_net_error
 #define pg_net_close pg_tcp_net_close
 #define pg_net_peer_gone pg_tcp_net_peer_gone
+#define pg_net_peer_lost pg_tcp_net_peer_lost
 
 #include "pg_tcp_net.h"
 

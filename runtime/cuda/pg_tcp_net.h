@@ -28,6 +28,7 @@ pg_net_status pg_tcp_net_flush(pg_tcp_net *n, double timeout_s);
 const char *pg_tcp_net_error(const pg_tcp_net *n);
 int pg_tcp_net_peer_gone(pg_tcp_net *n, int peer);
 void pg_tcp_net_close(pg_tcp_net *n);
+int pg_tcp_net_peer_lost(const pg_tcp_net *n);
 
 #ifdef __cplusplus
 }

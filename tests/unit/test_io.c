@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -266,7 +267,7 @@ static void test_safetensors(void)
     /* truncated: drop the last 4 bytes */
     const char *tp = at("trunc.safetensors");
     write_raw(tp, raw, n - 4);
-    OK(pg_st_read(tp, want, 4, err, sizeof err) == -1 && strstr(err, "is truncated: tensor 'odd \"name\"\\x' ends at data byte 52"),
+    OK(pg_st_read(tp, want, 4, err, sizeof err) == -1 && strstr(err, "is truncated: its tensors end at data byte 52 but the file has 48 bytes of data"),
        "truncated file: %s", err);
     /* header length past the end of the file */
     write_raw(tp, raw, 8 + hl / 2);
@@ -290,6 +291,63 @@ static void test_safetensors(void)
     write_raw(tp, bb, 8 + bl + 4);
     OK(pg_st_read(tp, &wa, 1, err, sizeof err) == -1 && strstr(err, "has data_offsets [0, 8] but its shape needs 4 bytes"),
        "offsets that disagree with the shape: %s", err);
+
+    /* the layout rules of the reference implementation: sorted by offsets,
+     * the tensors cover the data exactly (no overlap, no gap, no trailing
+     * bytes); the header is UTF-8; dtypes are the format's */
+    static const struct { const char *hdr; size_t data; const char *want; } lay[] = {
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+         "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12,
+         "tensors 'a' and 'b' overlap: 'b' begins at data byte 4, before 'a' ends at 8"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+         "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}", 12,
+         "a gap of 4 bytes before tensor 'b' (data bytes 4..8 belong to no tensor)"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8,
+         "a gap of 4 bytes before tensor 'a'"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 12,
+         "has 8 bytes after its last tensor (the tensors end at data byte 4 of 12)"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+         "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+         "tensors 'a' and 'b' overlap"},
+        {"{\"a\":{\"dtype\":\"Q7\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+         "tensor 'a' has dtype 'Q7', which safetensors does not define"},
+        {"{\"a\":{\"dtype\":\"F16\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,4]}}", 4,
+         "tensor 'a': its shape overflows a 64-bit byte count"},
+        {"{\"\xc3\x28\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+         "malformed safetensors header at byte 2: the header is not valid UTF-8"},
+    };
+    for (size_t i = 0; i < sizeof lay / sizeof lay[0]; i++) {
+        unsigned char lb[512] = {0};
+        size_t hl2 = strlen(lay[i].hdr), pad = (8 - hl2 % 8) % 8;
+        uint64_t h64 = hl2 + pad;
+        memcpy(lb, &h64, 8);
+        memcpy(lb + 8, lay[i].hdr, hl2);
+        memset(lb + 8 + hl2, ' ', pad);
+        write_raw(tp, lb, 8 + h64 + lay[i].data);
+        char v[32];
+        OK(pg_st_read(tp, &wa, 0, err, sizeof err) == -1 && strstr(err, lay[i].want) &&
+               pg_st_read_meta(tp, "k", v, sizeof v, err, sizeof err) == -1 && strstr(err, lay[i].want),
+           "layout refused (as the reference implementation does): %s", err);
+    }
+    {   /* tensors listed out of offset order, exactly covering the data: fine */
+        const char *ok = "{\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]},"
+                         "\"a\":{\"dtype\":\"I8\",\"shape\":[4],\"data_offsets\":[0,4]},"
+                         "\"e\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[8,8]}}";
+        unsigned char lb[512] = {0};
+        size_t hl2 = strlen(ok), pad = (8 - hl2 % 8) % 8;
+        uint64_t h64 = hl2 + pad;
+        memcpy(lb, &h64, 8);
+        memcpy(lb + 8, ok, hl2);
+        memset(lb + 8 + hl2, ' ', pad);
+        float fb = 2.5f;
+        memcpy(lb + 8 + h64 + 4, &fb, 4);
+        write_raw(tp, lb, 8 + h64 + 8);
+        float got = 0;
+        pg_st_want wb = {.name = "b", .dtype = 0, .rank = 1, .dim = {1}, .dst = &got, .bytes = 4};
+        OK(pg_st_read(tp, &wb, 1, err, sizeof err) == 0 && got == 2.5f,
+           "tensors out of offset order, a byte tensor and an empty one, covering the data exactly, are read: %s",
+           err);
+    }
 
     /* (fuzz) a repeated tensor name, found by sorting: reported at the later
      * one's byte, whichever pair comes first in the file */
@@ -389,6 +447,76 @@ static void test_protect(void)
     if (d) closedir(d);
 }
 
+/* Reads the last value of f's mapping (the arg is {f, sum}). */
+static void sum_last(void *arg)
+{
+    struct { const pg_datafile *f; volatile float sum; } *j = arg;
+    const float *v = j->f->data;
+    j->sum += v[j->f->samples * j->f->sample_elems - 1];
+}
+
+/* Files that are not regular (a FIFO would block the open), non-finite
+ * values in a data file, a data file truncated under its mapping. */
+static void test_hostile(void)
+{
+    const char *fifo = at("fifo");
+    mkfifo(fifo, 0600);
+    char want[900];
+    snprintf(want, sizeof want, "%s is not a regular file (it is a pipe (FIFO))", fifo);
+    int64_t per[1] = {2};
+    pg_datafile f;
+    pg_st_want w = {.name = "a", .dtype = 0, .rank = 1, .dim = {1}, .dst = NULL, .bytes = 4};
+    alarm(10); /* a blocking open would hang here: fail instead */
+    OK(pg_io_open_regular(fifo, NULL, err, sizeof err) == -1 && !strcmp(err, want), "a FIFO is refused, not opened: %s", err);
+    OK(pg_data_open(&f, fifo, 0, 1, per, err, sizeof err) == -1 && !strcmp(err, want), "a FIFO as a data file: %s", err);
+    OK(pg_st_read(fifo, &w, 1, err, sizeof err) == -1 && !strcmp(err, want), "a FIFO as a safetensors file: %s", err);
+    snprintf(want, sizeof want, "%s is not a regular file (it is a folder)", dir);
+    OK(pg_data_open(&f, dir, 0, 1, per, err, sizeof err) == -1 && !strcmp(err, want), "a folder: %s", err);
+    alarm(0);
+    unlink(fifo);
+
+    /* non-finite values in an f32 data file */
+    unsigned char b[256];
+    uint64_t dims[2] = {3, 2};
+    size_t h = pgd_header(b, "PGD1", 1, 0, 2, dims);
+    float v[6] = {0, 1, 2, 3, INFINITY, 5};
+    memcpy(b + h, v, sizeof v);
+    write_raw(at("inf.pgd"), b, h + sizeof v);
+    snprintf(want, sizeof want, "%s: sample 2, element 0 is inf: a data file must hold finite values", at("inf.pgd"));
+    OK(pg_data_open(&f, at("inf.pgd"), 0, 1, per, err, sizeof err) == -1 && strstr(err, want), "an Inf value: %s", err);
+    v[4] = 4;
+    v[1] = -NAN;
+    memcpy(b + h, v, sizeof v);
+    write_raw(at("nan.pgd"), b, h + sizeof v);
+    OK(pg_data_open(&f, at("nan.pgd"), 0, 1, per, err, sizeof err) == -1 && strstr(err, "sample 0, element 1 is nan"),
+       "a NaN value: %s", err);
+    v[1] = 3.0e38f;
+    memcpy(b + h, v, sizeof v);
+    write_raw(at("big.pgd"), b, h + sizeof v);
+    OK(pg_data_open(&f, at("big.pgd"), 0, 1, per, err, sizeof err) == 0 && f.file_bytes == h + sizeof v &&
+           f.hash == pg_data_hash(b, h + sizeof v),
+       "finite values are read, the whole file hashed: %s", err);
+    pg_data_close(&f);
+
+    /* a mapped file truncated under its reader: SIGBUS becomes an error */
+    static float many[4096 * 4];
+    uint64_t d2[2] = {4096 * 2, 2};
+    unsigned char hb[64];
+    size_t hl = pgd_header(hb, "PGD1", 1, 0, 2, d2);
+    FILE *fp = fopen(at("long.pgd"), "wb");
+    fwrite(hb, 1, hl, fp);
+    fwrite(many, 1, sizeof many, fp);
+    fclose(fp);
+    OK(pg_data_open(&f, at("long.pgd"), 0, 1, per, err, sizeof err) == 0, "a 64 KiB data file opens: %s", err);
+    truncate(at("long.pgd"), 100);
+    struct { const pg_datafile *f; volatile float sum; } job = {&f, 0};
+    int rc = pg_data_guarded(&f, sum_last, &job, err, sizeof err);
+    snprintf(want, sizeof want, "%s was truncated or changed while this stage read it (it now has 100 bytes, it had %zu at the start)",
+             at("long.pgd"), hl + sizeof many);
+    OK(rc == -1 && strstr(err, want), "a read past the new end of a truncated data file: an error, not SIGBUS: %s", err);
+    pg_data_close(&f);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -401,5 +529,6 @@ int main(int argc, char **argv)
     test_hash();
     test_safetensors();
     test_protect();
+    test_hostile();
     return DONE();
 }

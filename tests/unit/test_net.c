@@ -25,6 +25,8 @@ typedef struct spec {
     stage_fn fn;
     void *arg;
     size_t send_buf;
+    const char *run_id;       /* NULL: none (stages started by hand without PIPE_RUN_ID) */
+    int start_delay_ms;       /* sleep before pg_net_init */
 } spec;
 
 typedef struct result {
@@ -74,7 +76,12 @@ static void start(result *r, const spec *s, int port)
         for (int i = 0; i < 16; i++) bufs[i] = s->send_buf;
         pg_net_config c = {.model = s->model ? s->model : "mlp", .plan_hash = s->hash, .stage = s->rank,
                            .send_buf_bytes = bufs,
-                           .connect_timeout_s = s->connect_timeout_s ? s->connect_timeout_s : 5.0};
+                           .connect_timeout_s = s->connect_timeout_s ? s->connect_timeout_s : 5.0,
+                           .run_id = s->run_id};
+        if (s->start_delay_ms) {
+            struct timespec d = {s->start_delay_ms / 1000, (long)(s->start_delay_ms % 1000) * 1000000L};
+            nanosleep(&d, NULL);
+        }
         char err[900] = "", out[1000] = "";
         int code;
         pg_net *n = pg_net_init(&l, &c, err, sizeof err);
@@ -420,7 +427,7 @@ int main(void)
     /* ---- world-size mismatch ---- */
     {
         result r[2];
-        spec s[2] = {{.rank = 0, .world = 2, .hash = 1}, {.rank = 1, .world = 3, .hash = 1}};
+        spec s[2] = {{.rank = 0, .world = 2, .hash = 1, .run_id = "R"}, {.rank = 1, .world = 3, .hash = 1, .run_id = "R"}};
         run_all(r, s, 2);
         const char *want = "stage 1 was started with world size 3 but stage 0 with world size 2";
         OK(exited(&r[0], 3) && strstr(r[0].text, want), "master refuses another world size: %s", r[0].text);
@@ -430,23 +437,34 @@ int main(void)
     /* ---- duplicate rank ---- */
     {
         result r[3];
-        spec s[3] = {{.rank = 0, .world = 3, .hash = 1}, {.rank = 1, .world = 3, .hash = 1}, {.rank = 1, .world = 3, .hash = 1}};
+        spec s[3] = {{.rank = 0, .world = 3, .hash = 1, .run_id = "R"}, {.rank = 1, .world = 3, .hash = 1, .run_id = "R"},
+                     {.rank = 1, .world = 3, .hash = 1, .run_id = "R"}};
         run_all(r, s, 3);
         const char *want = "two processes claim stage 1 (duplicate rank)";
-        OK(exited(&r[0], 3) && strstr(r[0].text, want), "master refuses a duplicate rank: %s", r[0].text);
+        OK(exited(&r[0], 3) && strstr(r[0].text, want), "master refuses a duplicate rank of its own run: %s", r[0].text);
         OK(exited(&r[1], 3) && exited(&r[2], 3) && strstr(r[1].text, want) && strstr(r[2].text, want),
            "both claimants fail with the reason: %s | %s", r[1].text, r[2].text);
+        /* no run id: a second claimant cannot be told from a stranger, so it
+         * alone is refused and the run goes on with the first */
+        for (int i = 0; i < 3; i++) s[i].run_id = NULL;
+        s[0].connect_timeout_s = 1.0;
+        s[2].start_delay_ms = 300;
+        run_all(r, s, 3);
+        OK(exited(&r[2], 3) && strstr(r[2].text, want) && strstr(r[1].text, "rendezvous failed at stage 0: rendezvous: only 2 of 3") &&
+               strstr(r[0].text, "only 2 of 3 stages reached the master within 1 s (missing stage 2); refused: two processes claim stage 1"),
+           "without run ids a duplicate is refused alone and the master goes on waiting: %s | %s | %s", r[0].text,
+           r[1].text, r[2].text);
     }
     /* ---- plan hash / model mismatch ---- */
     {
         result r[2];
-        spec s[2] = {{.rank = 0, .world = 2, .hash = 0x1111}, {.rank = 1, .world = 2, .hash = 0x2222}};
+        spec s[2] = {{.rank = 0, .world = 2, .hash = 0x1111, .run_id = "R"}, {.rank = 1, .world = 2, .hash = 0x2222, .run_id = "R"}};
         run_all(r, s, 2);
         const char *want = "stage 1 was built from another model or plan (hash 0000000000002222, expected "
                            "0000000000001111): rebuild all stages from the same pipegen output";
         OK(exited(&r[0], 3) && strstr(r[0].text, want), "master refuses another plan hash: %s", r[0].text);
         OK(exited(&r[1], 3) && strstr(r[1].text, want), "the stage with the other hash reports it: %s", r[1].text);
-        spec m[2] = {{.rank = 0, .world = 2, .hash = 1}, {.rank = 1, .world = 2, .hash = 1, .model = "gpt"}};
+        spec m[2] = {{.rank = 0, .world = 2, .hash = 1, .run_id = "R"}, {.rank = 1, .world = 2, .hash = 1, .model = "gpt", .run_id = "R"}};
         run_all(r, m, 2);
         OK(exited(&r[1], 3) && strstr(r[1].text, "stage 1 was built from another model (model 'gpt', expected 'mlp')"),
            "another model name is refused: %s", r[1].text);
@@ -484,8 +502,99 @@ int main(void)
         close(fd);
         char want[160];
         snprintf(want, sizeof want,
-                 "cannot listen on 0.0.0.0:%d: Address already in use (another pipegen run? set PIPE_MASTER)", port);
+                 "cannot listen on 127.0.0.1:%d: Address already in use (another pipegen run? set PIPE_MASTER)", port);
         OK(exited(&r[0], 3) && strstr(r[0].text, want), "master port in use: %s", r[0].text);
+    }
+    /* ---- strangers: another run, a forged hello, idle connections ---- */
+    {
+        /* a stage of another run (another id) greets first: refused alone;
+         * this run's own stage 1 then joins and the run works */
+        int w = 2;
+        result r[3];
+        spec s[3] = {{.rank = 0, .world = 2, .hash = 1, .run_id = "run-A", .fn = ring_body, .arg = &w},
+                     {.rank = 1, .world = 2, .hash = 1, .run_id = "run-B"},
+                     {.rank = 1, .world = 2, .hash = 1, .run_id = "run-A", .fn = ring_body, .arg = &w,
+                      .start_delay_ms = 300}};
+        run_all(r, s, 3);
+        OK(exited(&r[1], 3) && strstr(r[1].text, "belongs to run run-A, but this stage to run run-B: two runs share the master port"),
+           "a stage of another run is refused: %s", r[1].text);
+        OK(exited(&r[0], 0) && exited(&r[2], 0), "...and the run it knocked at goes on unharmed: %s | %s", r[0].text,
+           r[2].text);
+        /* a hello with no run id, a mismatching plan and the same rank: also a stranger */
+        spec f[3] = {{.rank = 0, .world = 2, .hash = 1, .run_id = "run-A", .fn = ring_body, .arg = &w},
+                     {.rank = 1, .world = 3, .hash = 7},
+                     {.rank = 1, .world = 2, .hash = 1, .run_id = "run-A", .fn = ring_body, .arg = &w,
+                      .start_delay_ms = 300}};
+        run_all(r, f, 3);
+        OK(exited(&r[1], 3) && exited(&r[0], 0) && exited(&r[2], 0),
+           "a forged hello (no run id) cannot end a run: %s | %s | %s", r[1].text, r[0].text, r[2].text);
+    }
+    {
+        /* 20 connections that never say anything, then the real stage 1: it
+         * joins at once (each silent one is dropped on its own clock) */
+        int port = free_port(), w = 2;
+        result r[2];
+        spec s[2] = {{.rank = 0, .world = 2, .hash = 1, .run_id = "R", .fn = ring_body, .arg = &w},
+                     {.rank = 1, .world = 2, .hash = 1, .run_id = "R", .fn = ring_body, .arg = &w,
+                      .start_delay_ms = 500}};
+        double t0 = now_s();
+        start(&r[0], &s[0], port);
+        int idle[20], n = 0;
+        for (int tries = 0; tries < 200 && n < 20; tries++) {
+            int fd = socket(AF_INET, SOCK_STREAM, 0);
+            struct sockaddr_in a;
+            memset(&a, 0, sizeof a);
+            a.sin_family = AF_INET;
+            a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+            a.sin_port = htons((uint16_t)port);
+            if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0) {
+                idle[n++] = fd;
+            } else {
+                close(fd);
+                struct timespec d = {0, 20000000L};
+                nanosleep(&d, NULL);
+            }
+        }
+        start(&r[1], &s[1], port);
+        finish(&r[1]);
+        double el = now_s() - t0;
+        finish(&r[0]);
+        for (int i = 0; i < n; i++) close(idle[i]);
+        OK(n == 20 && exited(&r[0], 0) && exited(&r[1], 0) && el < 4.0,
+           "20 silent connections do not hold up the rendezvous (%d held, stage 1 done after %.2f s): %s | %s", n, el,
+           r[0].text, r[1].text);
+    }
+    /* ---- the master listens on the address PIPE_MASTER names ---- */
+    {
+        int port = free_port();
+        result r[1];
+        spec s[1] = {{.rank = 0, .world = 2, .hash = 1, .connect_timeout_s = 1.0}};
+        start(&r[0], &s[0], port);
+        /* while it listens on 127.0.0.1:port, 127.0.0.2:port is free (not so
+         * for a socket bound to every address) */
+        int bound = -1;
+        for (int tries = 0; tries < 50; tries++) {
+            int probe = socket(AF_INET, SOCK_STREAM, 0), busy = 0;
+            struct sockaddr_in a;
+            memset(&a, 0, sizeof a);
+            a.sin_family = AF_INET;
+            a.sin_port = htons((uint16_t)port);
+            a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+            busy = connect(probe, (struct sockaddr *)&a, sizeof a) == 0; /* the master is up */
+            close(probe);
+            if (!busy) {
+                struct timespec d = {0, 20000000L};
+                nanosleep(&d, NULL);
+                continue;
+            }
+            int other = socket(AF_INET, SOCK_STREAM, 0);
+            a.sin_addr.s_addr = htonl(0x7f000002);
+            bound = bind(other, (struct sockaddr *)&a, sizeof a) == 0;
+            close(other);
+            break;
+        }
+        finish(&r[0]);
+        OK(bound == 1, "a master at 127.0.0.1 listens on loopback only (127.0.0.2:%d was free: %d)", port, bound);
     }
     /* ---- a master that waits for a stage that never comes ---- */
     {
