@@ -8,7 +8,6 @@
  * shapes that do not depend on r, so a sample's bits do not depend on how many
  * samples share the call. The softmax backward works on blocks of score rows
  * in a bounded stack buffer, because the interface gives no [T,T] workspace. */
-#include <cblas.h>
 #include <math.h>
 
 #include "cpu_kernels.h"
@@ -68,12 +67,10 @@ int pg_attention_fwd(pg_ctx *c, int64_t r, int64_t T, int64_t d, int64_t h, int 
             const float *k = q + d, *v = q + 2 * d;
             float *a = att + (b * h + hh) * T * T;       /* [T, T] */
             float *cx = ctxbuf + b * T * d + hh * hd;    /* [T, hd], row stride d */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)T, (int)hd,
-                        scale, q, (int)d3, k, (int)d3, 0.0f, a, (int)T);
+            pg_cpu_gemm(c, 0, 1, T, T, hd, scale, q, d3, k, d3, 0, a, T);
             for (int64_t i = 0; i < T; i++)
                 softmax_row(a + i * T, causal ? i + 1 : T, T);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)hd, (int)T,
-                        1.0f, a, (int)T, v, (int)d3, 0.0f, cx, (int)d);
+            pg_cpu_gemm(c, 0, 0, T, hd, T, 1.0f, a, T, v, d3, 0, cx, d);
         }
     return pg_linear_fwd(c, r * T, d, d, ctxbuf, wo, bo, y);
 }
@@ -116,16 +113,14 @@ int pg_attention_bwd_in(pg_ctx *c, int64_t r, int64_t T, int64_t d, int64_t h, i
             float *dk = dq + d, *dv = dq + 2 * d;
             const float *a = att + (b * h + hh) * T * T;
             const float *dc = dctx + b * T * d + hh * hd;
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)T, (int)hd, (int)T,
-                        1.0f, a, (int)T, dc, (int)d, 0.0f, dv, (int)d3);
+            pg_cpu_gemm(c, 1, 0, T, hd, T, 1.0f, a, T, dc, d, 0, dv, d3);
             for (int64_t i = 0; i < T; i++)
                 for (int64_t e = 0; e < hd; e++)
                     dk[i * d3 + e] = 0.0f;
             for (int64_t i0 = 0; i0 < T; i0 += rb) {
                 int64_t nr = T - i0 < rb ? T - i0 : rb;
                 int64_t nc = causal ? i0 + nr : T; /* columns that can be nonzero */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)nc, (int)hd,
-                            1.0f, dc + i0 * d, (int)d, v, (int)d3, 0.0f, S, (int)nc);
+                pg_cpu_gemm(c, 0, 1, nr, nc, hd, 1.0f, dc + i0 * d, d, v, d3, 0, S, nc);
                 for (int64_t ii = 0; ii < nr; ii++) {
                     int64_t len = causal ? i0 + ii + 1 : T;
                     const float *ai = a + (i0 + ii) * T;
@@ -139,10 +134,8 @@ int pg_attention_bwd_in(pg_ctx *c, int64_t r, int64_t T, int64_t d, int64_t h, i
                     for (int64_t j = len; j < nc; j++)
                         si[j] = 0.0f;
                 }
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, (int)hd, (int)nc,
-                            1.0f, S, (int)nc, k, (int)d3, 0.0f, dq + i0 * d3, (int)d3);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nc, (int)hd, (int)nr,
-                            1.0f, S, (int)nc, q + i0 * d3, (int)d3, 1.0f, dk, (int)d3);
+                pg_cpu_gemm(c, 0, 0, nr, hd, nc, 1.0f, S, nc, k, d3, 0, dq + i0 * d3, d3);
+                pg_cpu_gemm(c, 1, 0, nc, hd, nr, 1.0f, S, nc, q + i0 * d3, d3, 1, dk, d3);
             }
         }
     return pg_linear_bwd_in(c, r * T, d, d3, dqkv, wqkv, dx);

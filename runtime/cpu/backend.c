@@ -1,10 +1,10 @@
 /* runtime/cpu/backend.c — CPU backend lifetime, the arena, copies, errors.
  * Host memory is backend memory here, so copies are memcpy and sync is a no-op. */
-#include <cblas.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cpu_kernels.h"
 
@@ -23,10 +23,6 @@
 
 #define PG_ARENA_ALIGN 64 /* a cache line; AVX-512 loads like it too */
 
-struct pg_ctx {
-    int threads; /* OpenBLAS threads asked for; 0: OpenBLAS's own default */
-};
-
 pg_ctx *pg_backend_init(int threads)
 {
     pg_ctx *c = calloc(1, sizeof *c);
@@ -34,16 +30,27 @@ pg_ctx *pg_backend_init(int threads)
         pg_rt_error(__FILE__, __LINE__, "cannot allocate the CPU backend context (%zu bytes)", sizeof *c);
         return NULL;
     }
-    c->threads = threads > 0 ? threads : 0;
-    /* With OpenBLAS 0.3.21's SkylakeX kernels sgemm bits do not depend on the
-     * thread count; with its Haswell/Zen kernels they do, so every stage of a
-     * run must use the same count (see runtime/cpu/README.md). */
-    if (threads > 0)
-        openblas_set_num_threads(threads);
+    if (threads <= 0) { /* the default: every online core */
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
+    }
+    c->threads = threads;
+    /* The GEMMs (gemm.c) give the same bits for any thread count. */
+    c->gemm = pg_cpu_gemm_pool_new(threads);
+    if (!c->gemm) {
+        free(c);
+        return NULL;
+    }
     return c;
 }
 
-void pg_backend_free(pg_ctx *c) { free(c); }
+void pg_backend_free(pg_ctx *c)
+{
+    if (!c)
+        return;
+    pg_cpu_gemm_pool_free(c->gemm);
+    free(c);
+}
 
 const char *pg_backend_name(void) { return "cpu"; }
 

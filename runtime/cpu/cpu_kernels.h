@@ -9,6 +9,26 @@
 
 #include "pg_ops.h"
 
+/* The backend's state (pg_ops.h's opaque pg_ctx): the GEMM's threads. */
+typedef struct pg_cpu_gemm_pool pg_cpu_gemm_pool;
+struct pg_ctx {
+    int threads;            /* GEMM threads, the caller's included (>= 1) */
+    pg_cpu_gemm_pool *gemm; /* gemm.c: the workers, their buffers, the kernel */
+};
+
+/* gemm.c: C[M,N] = (beta ? C : 0) + alpha * op(A) op(B), row-major, where
+ * op(A) is A[M,K] (row stride lda) or, with ta, A stored as [K,M]; op(B) is
+ * B[K,N] (ldb) or, with tb, B stored as [N,K]. Each element is one FMA chain
+ * over k in index order from 0, then times alpha, then (beta) added to C: its
+ * bits do not depend on M, N, its place, the thread count or the kernel. */
+void pg_cpu_gemm(pg_ctx *c, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float *A, int64_t lda, const float *B, int64_t ldb, int beta, float *C, int64_t ldc);
+/* threads >= 1 (the caller's included); the kernel from the CPU or
+ * PIPE_CPU_GEMM. NULL + message when it cannot. */
+pg_cpu_gemm_pool *pg_cpu_gemm_pool_new(int threads);
+void pg_cpu_gemm_pool_free(pg_cpu_gemm_pool *p);
+const char *pg_cpu_gemm_kernel(const pg_cpu_gemm_pool *p); /* "avx512", "avx2", "portable" */
+
 /* Column blocks for fixed-order column sums: a row-major walk over [n, BLK]
  * with double accumulators on the stack, so no workspace is needed. */
 #define PG_CPU_COLBLK 64
