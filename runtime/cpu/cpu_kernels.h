@@ -23,6 +23,11 @@ struct pg_ctx {
  * bits do not depend on M, N, its place, the thread count or the kernel. */
 void pg_cpu_gemm(pg_ctx *c, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
                  const float *A, int64_t lda, const float *B, int64_t ldb, int beta, float *C, int64_t ldc);
+/* fn(arg, t) for every t in [0, n), spread over the GEMM threads in any
+ * order; returns when all are done. Inside fn, pg_cpu_gemm runs on the
+ * thread that calls it (so the tasks must write disjoint outputs, and each
+ * task's bits are the same on any thread). */
+void pg_cpu_parallel(pg_ctx *c, int64_t n, void (*fn)(void *arg, int64_t t), void *arg);
 /* threads >= 1 (the caller's included); the kernel from the CPU or
  * PIPE_CPU_GEMM. NULL + message when it cannot. */
 pg_cpu_gemm_pool *pg_cpu_gemm_pool_new(int threads);

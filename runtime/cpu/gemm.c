@@ -61,10 +61,14 @@
 /* A product of fewer multiply-adds than this runs on the calling thread alone:
  * waking the others would cost more than it saves. */
 #define PAR_MIN_FMAS (1 << 18)
+#define TASKS_PER_THREAD 4
 
 /* ---- one call ------------------------------------------------------------- */
 
+typedef struct gemm_kern gemm_kern;
+
 typedef struct gemm_job {
+    const gemm_kern *kern;
     int ta, tb;           /* A is [K,M] (ta) or [M,K]; B is [N,K] (tb) or [K,N] */
     int64_t M, N, K;
     float alpha;
@@ -92,12 +96,12 @@ typedef void gemm_tile_fn(const gemm_job *g, int mr, const float *a, int64_t lda
 /* Packs B for columns [j0, j0+nbw), k in [k0, k0+kc), into panels of nr (below). */
 typedef void gemm_pack_fn(const gemm_job *g, int nr, float *bp, int64_t j0, int64_t nbw, int64_t k0, int64_t kc);
 
-typedef struct gemm_kern {
+struct gemm_kern {
     const char *name;
     int mr, nr;
     gemm_tile_fn *tile;
     gemm_pack_fn *pack;
-} gemm_kern;
+};
 
 /* A(i, k) of the call */
 static inline const float *a_at(const gemm_job *g, int64_t i, int64_t k)
@@ -441,8 +445,10 @@ static void run_block(const gemm_kern *kr, const gemm_job *g, const float *bp, f
 /* ---- tasks ----------------------------------------------------------------- */
 
 /* Task t: column block t mod ncb, row block t / ncb; every chunk of k. */
-static void run_task(const gemm_kern *kr, const gemm_job *g, float *scratch, int64_t t)
+static void run_task(void *arg, int64_t t, float *scratch)
 {
+    const gemm_job *g = arg;
+    const gemm_kern *kr = g->kern;
     float *bp = scratch, *part = scratch + PACK_B_FLOATS, *ap = part + PART_FLOATS;
     int64_t cb = t % g->ncb, rb = t / g->ncb;
     int64_t j0 = cb * g->nb, i0 = rb * g->mb;
@@ -459,14 +465,27 @@ static void run_task(const gemm_kern *kr, const gemm_job *g, float *scratch, int
 }
 
 /* ---- the threads -----------------------------------------------------------
- * The caller publishes a job (bumps gen) and takes tasks like any worker;
- * workers and caller then wait for each other by spinning a little (the next
- * product usually follows within microseconds) and then sleeping on a
- * condition variable. The sleeper announces itself (sleepers, caller_sleeps)
- * before it checks the condition, the waker changes the condition before it
- * checks for sleepers; both sequentially consistent, so no wake-up is lost. */
+ * A job is ntasks calls fn(arg, t, scratch) for t in [0, ntasks); the caller
+ * publishes it and takes tasks like any worker. Tasks are claimed through one
+ * 64-bit ticket, (ntasks << 32) | next, by compare-and-swap: a claim succeeds
+ * only while the current job has tasks left, so a worker that wakes late, or
+ * was preempted between two looks, can never take a task of a job that is
+ * over or run one twice; the job's fn and arg are read after a successful
+ * claim (they cannot change until every task is done). The caller returns
+ * when done == ntasks: it never waits for a worker that took no task, so a
+ * sleeping or descheduled worker only means less help. Waiting threads spin
+ * a little (the next product usually follows within microseconds), then sleep
+ * on a condition variable; the sleeper announces itself (sleepers,
+ * caller_sleeps) before it checks, the waker changes the state before it
+ * checks for sleepers, all sequentially consistent, so no wake-up is lost. */
 
 #define SPIN_NS 100000 /* how long a waiting thread spins before it sleeps */
+
+/* Set while this thread runs a task of pg_cpu_parallel: its buffers, for a
+ * pg_cpu_gemm inside the task, which then runs on this thread alone. */
+static _Thread_local float *task_scratch;
+
+typedef void task_fn(void *arg, int64_t t, float *scratch);
 
 struct pg_cpu_gemm_pool {
     const gemm_kern *kern;
@@ -475,15 +494,15 @@ struct pg_cpu_gemm_pool {
     pthread_t *tid;           /* [n - 1] workers */
     int started;              /* workers running */
     pthread_mutex_t mu;
-    pthread_cond_t wake;      /* a new job or stop, for sleeping workers */
-    pthread_cond_t done;      /* busy reached 0, for a sleeping caller */
-    const gemm_job *job;      /* written before gen is bumped */
-    atomic_ullong gen;        /* bumped per job */
-    atomic_int busy;          /* workers not yet through the current job */
+    pthread_cond_t wake;      /* tasks to take, or stop: for sleeping workers */
+    pthread_cond_t done_cv;   /* done reached ntasks: for a sleeping caller */
+    task_fn *fn;              /* the job, written before the ticket */
+    void *arg;
+    atomic_ullong ticket;     /* (ntasks << 32) | next task */
+    atomic_long done;         /* tasks finished */
     atomic_int sleepers;      /* workers asleep on wake */
-    atomic_int caller_sleeps; /* the caller asleep on done */
+    atomic_int caller_sleeps; /* the caller asleep on done_cv */
     atomic_int stop;
-    atomic_long next;         /* the next task to take */
 };
 
 typedef struct worker_arg {
@@ -491,14 +510,30 @@ typedef struct worker_arg {
     int idx;
 } worker_arg;
 
-static void take_tasks(pg_cpu_gemm_pool *p, const gemm_job *g, float *scratch)
+static int tasks_left(pg_cpu_gemm_pool *p)
 {
-    for (;;) {
-        long t = atomic_fetch_add(&p->next, 1);
-        if (t >= g->ntasks)
-            return;
-        run_task(p->kern, g, scratch, t);
+    uint64_t v = atomic_load(&p->ticket);
+    return (v & 0xFFFFFFFFu) < (v >> 32);
+}
+
+/* Claims and runs tasks while the current job has any; 1 if it ran one. */
+static int take_tasks(pg_cpu_gemm_pool *p, float *scratch)
+{
+    int ran = 0;
+    uint64_t v = atomic_load(&p->ticket);
+    while ((v & 0xFFFFFFFFu) < (v >> 32)) {
+        if (!atomic_compare_exchange_weak(&p->ticket, &v, v + 1))
+            continue; /* v now holds the ticket as it is */
+        p->fn(p->arg, (int64_t)(v & 0xFFFFFFFFu), scratch);
+        ran = 1;
+        if (atomic_fetch_add(&p->done, 1) + 1 == (long)(v >> 32) && atomic_load(&p->caller_sleeps)) {
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_signal(&p->done_cv);
+            pthread_mutex_unlock(&p->mu);
+        }
+        v = atomic_load(&p->ticket);
     }
+    return ran;
 }
 
 static int64_t now_ns(void)
@@ -515,8 +550,19 @@ static inline void cpu_relax(void)
 #endif
 }
 
+static int idle(pg_cpu_gemm_pool *p, long unused)
+{
+    (void)unused;
+    return !tasks_left(p) && !atomic_load(&p->stop);
+}
+
+static int unfinished(pg_cpu_gemm_pool *p, long ntasks)
+{
+    return atomic_load(&p->done) < ntasks;
+}
+
 /* Spins up to SPIN_NS while cond(p, arg) holds; 1 if it stopped holding. */
-static int spin_while(int (*cond)(pg_cpu_gemm_pool *, uint64_t), pg_cpu_gemm_pool *p, uint64_t arg)
+static int spin_while(int (*cond)(pg_cpu_gemm_pool *, long), pg_cpu_gemm_pool *p, long arg)
 {
     int64_t t0 = now_ns();
     for (int i = 1;; i++) {
@@ -528,63 +574,44 @@ static int spin_while(int (*cond)(pg_cpu_gemm_pool *, uint64_t), pg_cpu_gemm_poo
     }
 }
 
-static int no_new_job(pg_cpu_gemm_pool *p, uint64_t seen)
-{
-    return atomic_load(&p->gen) == seen && !atomic_load(&p->stop);
-}
-
-static int workers_busy(pg_cpu_gemm_pool *p, uint64_t unused)
-{
-    (void)unused;
-    return atomic_load(&p->busy) > 0;
-}
-
 static void *worker_main(void *v)
 {
     worker_arg *wa = v;
     pg_cpu_gemm_pool *p = wa->p;
     float *scratch = p->scratch[wa->idx];
     free(wa);
-    uint64_t seen = 0;
-    for (;;) {
-        if (!spin_while(no_new_job, p, seen)) {
-            pthread_mutex_lock(&p->mu);
-            atomic_fetch_add(&p->sleepers, 1);
-            while (no_new_job(p, seen))
-                pthread_cond_wait(&p->wake, &p->mu);
-            atomic_fetch_sub(&p->sleepers, 1);
-            pthread_mutex_unlock(&p->mu);
-        }
-        if (atomic_load(&p->stop))
-            return NULL;
-        seen = atomic_load(&p->gen);
-        take_tasks(p, p->job, scratch);
-        if (atomic_fetch_sub(&p->busy, 1) == 1 && atomic_load(&p->caller_sleeps)) {
-            pthread_mutex_lock(&p->mu);
-            pthread_cond_signal(&p->done);
-            pthread_mutex_unlock(&p->mu);
-        }
+    while (!atomic_load(&p->stop)) {
+        if (take_tasks(p, scratch) || spin_while(idle, p, 0))
+            continue;
+        pthread_mutex_lock(&p->mu);
+        atomic_fetch_add(&p->sleepers, 1);
+        while (idle(p, 0))
+            pthread_cond_wait(&p->wake, &p->mu);
+        atomic_fetch_sub(&p->sleepers, 1);
+        pthread_mutex_unlock(&p->mu);
     }
+    return NULL;
 }
 
-/* Runs g on every thread; returns when all its tasks are done. */
-static void run_parallel(pg_cpu_gemm_pool *p, const gemm_job *g)
+/* fn(arg, t, scratch) for every t in [0, ntasks) (ntasks < 2^31), on every
+ * thread; returns when all are done. */
+static void run_parallel(pg_cpu_gemm_pool *p, int64_t ntasks, task_fn *fn, void *arg)
 {
-    p->job = g;
-    atomic_store(&p->next, 0);
-    atomic_store(&p->busy, p->started);
-    atomic_fetch_add(&p->gen, 1);
+    p->fn = fn;
+    p->arg = arg;
+    atomic_store(&p->done, 0);
+    atomic_store(&p->ticket, (uint64_t)ntasks << 32);
     if (atomic_load(&p->sleepers) > 0) {
         pthread_mutex_lock(&p->mu);
         pthread_cond_broadcast(&p->wake);
         pthread_mutex_unlock(&p->mu);
     }
-    take_tasks(p, g, p->scratch[0]);
-    if (!spin_while(workers_busy, p, 0)) {
+    take_tasks(p, p->scratch[0]);
+    if (!spin_while(unfinished, p, (long)ntasks)) {
         pthread_mutex_lock(&p->mu);
         atomic_store(&p->caller_sleeps, 1);
-        while (atomic_load(&p->busy) > 0)
-            pthread_cond_wait(&p->done, &p->mu);
+        while (unfinished(p, (long)ntasks))
+            pthread_cond_wait(&p->done_cv, &p->mu);
         atomic_store(&p->caller_sleeps, 0);
         pthread_mutex_unlock(&p->mu);
     }
@@ -647,15 +674,14 @@ pg_cpu_gemm_pool *pg_cpu_gemm_pool_new(int threads)
     }
     p->kern = kern;
     p->n = threads;
-    atomic_init(&p->next, 0);
-    atomic_init(&p->gen, 0);
-    atomic_init(&p->busy, 0);
+    atomic_init(&p->ticket, 0);
+    atomic_init(&p->done, 0);
     atomic_init(&p->sleepers, 0);
     atomic_init(&p->caller_sleeps, 0);
     atomic_init(&p->stop, 0);
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->wake, NULL);
-    pthread_cond_init(&p->done, NULL);
+    pthread_cond_init(&p->done_cv, NULL);
     size_t bytes = (size_t)(PACK_B_FLOATS + PART_FLOATS + PACK_A_FLOATS) * sizeof(float);
     for (int i = 0; i < threads; i++)
         if (!(p->scratch[i] = aligned_alloc(64, bytes))) {
@@ -707,7 +733,7 @@ void pg_cpu_gemm_pool_free(pg_cpu_gemm_pool *p)
     }
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->wake);
-    pthread_cond_destroy(&p->done);
+    pthread_cond_destroy(&p->done_cv);
     for (int i = 0; i < p->n; i++)
         free(p->scratch[i]);
     free(p->scratch);
@@ -726,32 +752,76 @@ void pg_cpu_gemm(pg_ctx *c, int ta, int tb, int64_t M, int64_t N, int64_t K, flo
         return;
     pg_cpu_gemm_pool *p = c->gemm;
     const gemm_kern *kr = p->kern;
-    gemm_job g = {ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 0, 0, 0, 0, 0};
+    gemm_job g = {kr, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 0, 0, 0, 0, 0};
     int chunks = K > KC_MAX;
     g.kc = chunks ? KC_MAX : (K > 0 ? K : 1);
     if (chunks)
-        g.nb = PACK_B_FLOATS / KC_MAX; /* 32: a multiple of every kernel's NR */
+        g.nb = PACK_B_FLOATS / KC_MAX; /* a multiple of every kernel's NR */
     else {
         g.nb = PACK_B_FLOATS / g.kc / kr->nr * kr->nr;
         if (g.nb > NB_MAX)
             g.nb = NB_MAX;
     }
-    g.ncb = (N + g.nb - 1) / g.nb;
     int par = p->n > 1 && (double)M * (double)N * (double)K >= PAR_MIN_FMAS;
-    /* rows per task: all of them, unless more tasks are needed to keep every
-     * thread busy (two per thread) or the partial sums must fit */
+    /* Every thread gets several tasks (TASKS_PER_THREAD: a thread that is
+     * preempted then holds up a small share): narrower column blocks first,
+     * down to one panel, then blocks of rows too (each task packs its own B,
+     * so splitting rows packs B again) */
+    int64_t want = par ? (int64_t)TASKS_PER_THREAD * p->n : 1;
+    if ((N + g.nb - 1) / g.nb < want) {
+        int64_t nb = (N + want - 1) / want;
+        nb = (nb + kr->nr - 1) / kr->nr * kr->nr;
+        if (nb < g.nb)
+            g.nb = nb;
+    }
+    g.ncb = (N + g.nb - 1) / g.nb;
+    /* rows per task: all of them, unless more tasks are still needed or the
+     * partial sums must fit */
     int64_t nrb = 1;
-    if (par && g.ncb < 2 * p->n)
-        nrb = (2 * p->n + g.ncb - 1) / g.ncb;
+    if (g.ncb < want)
+        nrb = (want + g.ncb - 1) / g.ncb;
     g.mb = (M + nrb - 1) / nrb;
+    if (g.mb < 4 * kr->mr) /* not thinner than that: each task packs its B */
+        g.mb = 4 * kr->mr;
     g.mb = (g.mb + kr->mr - 1) / kr->mr * kr->mr;
     if (chunks && g.mb > MB_PART / kr->mr * kr->mr)
         g.mb = MB_PART / kr->mr * kr->mr;
     g.ntasks = ((M + g.mb - 1) / g.mb) * g.ncb;
-    if (!par || g.ntasks == 1) {
+    while (g.ntasks >= ((int64_t)1 << 31)) { /* the ticket counts tasks in 32 bits */
+        g.mb *= 2;
+        g.ntasks = ((M + g.mb - 1) / g.mb) * g.ncb;
+    }
+    if (!par || g.ntasks == 1 || task_scratch) {
         for (int64_t t = 0; t < g.ntasks; t++)
-            run_task(kr, &g, p->scratch[0], t);
+            run_task(&g, t, task_scratch ? task_scratch : p->scratch[0]);
         return;
     }
-    run_parallel(p, &g);
+    run_parallel(p, g.ntasks, run_task, &g);
+}
+
+/* ---- pg_cpu_parallel ------------------------------------------------------- */
+
+typedef struct par_job {
+    void (*fn)(void *arg, int64_t t);
+    void *arg;
+} par_job;
+
+static void par_task(void *arg, int64_t t, float *scratch)
+{
+    const par_job *j = arg;
+    task_scratch = scratch;
+    j->fn(j->arg, t);
+    task_scratch = NULL;
+}
+
+void pg_cpu_parallel(pg_ctx *c, int64_t n, void (*fn)(void *arg, int64_t t), void *arg)
+{
+    pg_cpu_gemm_pool *p = c->gemm;
+    if (p->n == 1 || n < 2 || task_scratch || n >= ((int64_t)1 << 31)) {
+        for (int64_t t = 0; t < n; t++)
+            fn(arg, t);
+        return;
+    }
+    par_job j = {fn, arg};
+    run_parallel(p, n, par_task, &j);
 }
