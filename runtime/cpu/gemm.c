@@ -412,6 +412,22 @@ static const gemm_kern kern_avx512 = {"avx512", Z_MR, Z_NR, tile_avx512, pack_av
 static const gemm_kern kern_avx2 = {"avx2", Y_MR, Y_NR, tile_avx2, pack_avx};
 #endif
 
+/* dst[k*mrmax + r] = src[k*lda + r] for r < mr, k < kc: a strip of A stored
+ * [K,M], its rows adjacent at each k (copies of a constant size, inlined). */
+static void copy_strip(float *dst, int mrmax, const float *src, int64_t lda, int mr, int64_t kc)
+{
+#define COPY_STRIP_CASE(n)                                                                  \
+    case n:                                                                                 \
+        for (int64_t k = 0; k < kc; k++)                                                    \
+            memcpy(dst + k * mrmax, src + k * lda, n * sizeof *dst);                        \
+        break;
+    switch (mr) {
+        COPY_STRIP_CASE(8) COPY_STRIP_CASE(7) COPY_STRIP_CASE(6) COPY_STRIP_CASE(5)
+        COPY_STRIP_CASE(4) COPY_STRIP_CASE(3) COPY_STRIP_CASE(2) COPY_STRIP_CASE(1)
+    }
+#undef COPY_STRIP_CASE
+}
+
 /* Rows [i0, i0+mb) x columns [j0, j0+nbw) for k in [k0, k0+kc), from the
  * packed bp, tile by tile: each MR-row strip of A (in L1) against every
  * NR-column panel of bp (in L2). part: the block's partial sums, tile by
@@ -428,8 +444,7 @@ static void run_block(const gemm_kern *kr, const gemm_job *g, const float *bp, f
         const float *a = a_at(g, i0 + ir, k0);
         int64_t lda = g->lda;
         if (g->ta) {
-            for (int64_t k = 0; k < kc; k++)
-                memcpy(ap + k * kr->mr, a + k * g->lda, (size_t)mr * sizeof *ap);
+            copy_strip(ap, kr->mr, a, g->lda, mr, kc);
             a = ap;
             lda = kr->mr;
         }
