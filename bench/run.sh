@@ -5,7 +5,8 @@
 # checkpoint='never') and plain PyTorch training of the same model, all in one
 # go on the same 2 cores. Prints step times, samples/s and the ratios, then one
 # verdict line per target (see bench/README.md). Then bench/gpt_char.sh: the
-# gpt_char example on 1 stage against PyTorch eager, and on 2 stages against 1.
+# gpt_char example on 1 stage against PyTorch eager, and on 2 stages against 1;
+# bench/sched.sh; bench/gemm.sh: the runtime's GEMM against OpenBLAS.
 #
 # Knobs (environment): BENCH_STEPS (30) steps per run, BENCH_WARMUP (3) first
 # steps left out of the median, BENCH_REPEAT (3) rounds (each config is run once
@@ -133,3 +134,7 @@ BENCH_STEPS=$STEPS BENCH_WARMUP=$WARMUP BENCH_REPEAT=$REPEAT BENCH_CPUS=${BENCH_
 
 # measured against predicted step time, 1f1b against zb1 and interleaved(2) (bench/sched.sh)
 "$TOP/bench/sched.sh" || exit 1
+
+# the CPU runtime's GEMM against OpenBLAS at the examples' products (bench/gemm.sh)
+echo
+BENCH_CPUS=${BENCH_CPUS:-0,1} BENCH_DIR=$DIR "$TOP/bench/gemm.sh" || exit 1
