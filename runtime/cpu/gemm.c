@@ -527,7 +527,7 @@ typedef struct worker_arg {
 
 static int tasks_left(pg_cpu_gemm_pool *p)
 {
-    uint64_t v = atomic_load(&p->ticket);
+    unsigned long long v = atomic_load(&p->ticket);
     return (v & 0xFFFFFFFFu) < (v >> 32);
 }
 
@@ -535,7 +535,7 @@ static int tasks_left(pg_cpu_gemm_pool *p)
 static int take_tasks(pg_cpu_gemm_pool *p, float *scratch)
 {
     int ran = 0;
-    uint64_t v = atomic_load(&p->ticket);
+    unsigned long long v = atomic_load(&p->ticket);
     while ((v & 0xFFFFFFFFu) < (v >> 32)) {
         if (!atomic_compare_exchange_weak(&p->ticket, &v, v + 1))
             continue; /* v now holds the ticket as it is */
@@ -615,7 +615,7 @@ static void run_parallel(pg_cpu_gemm_pool *p, int64_t ntasks, task_fn *fn, void 
     p->fn = fn;
     p->arg = arg;
     atomic_store(&p->done, 0);
-    atomic_store(&p->ticket, (uint64_t)ntasks << 32);
+    atomic_store(&p->ticket, (unsigned long long)ntasks << 32);
     if (atomic_load(&p->sleepers) > 0) {
         pthread_mutex_lock(&p->mu);
         pthread_cond_broadcast(&p->wake);
@@ -783,8 +783,12 @@ void pg_cpu_gemm(pg_ctx *c, int ta, int tb, int64_t M, int64_t N, int64_t K, flo
      * down to one panel, then blocks of rows too (each task packs its own B,
      * so splitting rows packs B again) */
     int64_t want = par ? (int64_t)TASKS_PER_THREAD * p->n : 1;
-    if ((N + g.nb - 1) / g.nb < want) {
-        int64_t nb = (N + want - 1) / want;
+    /* ... unless rows outnumber columns: then splitting the rows (each task
+     * packing B again, K x nb) costs less than splitting the columns (each
+     * task reading all of A again, M x K) */
+    int64_t rows_first = M > N ? (want + 1) / 2 : 1;
+    if ((N + g.nb - 1) / g.nb * rows_first < want) {
+        int64_t nb = (N * rows_first + want - 1) / want;
         nb = (nb + kr->nr - 1) / kr->nr * kr->nr;
         if (nb < g.nb)
             g.nb = nb;
