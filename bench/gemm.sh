@@ -5,7 +5,7 @@
 # threads, pinned to the benchmark's cores (bench/gemm_vs_openblas.c). A
 # ratio above 1 means ours is faster. Part of `make bench` (bench/run.sh).
 #
-# Knobs: BENCH_REPEAT (5 here: interleaved rounds per product, best kept),
+# Knobs: BENCH_REPEAT (5 here: rounds, best kept),
 # BENCH_CPUS (0,1), BENCH_DIR (build/bench). Exit status 0 when it ran, 1 when
 # the build or a run failed.
 set -u
@@ -29,10 +29,37 @@ $CC -std=c11 -D_POSIX_C_SOURCE=200809L -O2 -Wall -Wextra -Werror -I"$TOP/runtime
     -lopenblas -lpthread -lm || fail "building bench/gemm_vs_openblas.c failed"
 
 echo "# GEMM: runtime/cpu/gemm.c (the same bits for any rows, threads, kernel) against OpenBLAS"
-echo "# cblas_sgemm at the examples' products, best of $REPEAT interleaved rounds, cores $CPUS"
+echo "# cblas_sgemm at the examples' products, best of $REPEAT rounds (one process per side, alternating), cores $CPUS"
 bench_load_before
-for t in 1 2; do
-    # shellcheck disable=SC2086 # PIN and TMO are command prefixes
-    OPENBLAS_NUM_THREADS=$t $TMO $PIN "$DIR/gemm_vs_openblas" "$t" "$REPEAT" || fail "gemm_vs_openblas $t failed"
+RES=$DIR/gemm-results.txt
+: >"$RES" || fail "cannot write $RES"
+r=1
+while [ "$r" -le "$REPEAT" ]; do
+    for t in 1 2; do
+        for side in openblas ours; do
+            # shellcheck disable=SC2086 # PIN and TMO are command prefixes
+            OPENBLAS_NUM_THREADS=$t $TMO $PIN "$DIR/gemm_vs_openblas" $side $t >"$DIR/gemm-$side-$t.out" ||
+                fail "gemm_vs_openblas $side $t failed"
+            [ "$r" = 1 ] && grep '^#' "$DIR/gemm-$side-$t.out"
+            grep -v '^#' "$DIR/gemm-$side-$t.out" | sed "s/^/$t|$side|/" >>"$RES"
+        done
+    done
+    r=$((r + 1))
 done
 bench_load_after
+awk -F'|' '
+    { k = $1 "|" $3 "|" $4; if (!(k in seen)) { seen[k] = 1; order[++n] = k }
+      if ($5 + 0 > best[k "|" $2]) best[k "|" $2] = $5 + 0 }
+    END {
+        t = ""
+        for (i = 1; i <= n; i++) {
+            split(order[i], f, "|")
+            if (f[1] != t) {
+                t = f[1]
+                printf "%s thread(s)\n%-22s %16s %10s %10s %8s\n", t, "product", "M N K", "ours GF/s", "OpenBLAS", "ratio"
+            }
+            o = best[order[i] "|ours"]; b = best[order[i] "|openblas"]
+            printf "%-22s %16s %10.1f %10.1f %7.2fx\n", f[2], f[3], o, b, o / b
+        }
+        print "(ratio: ours / OpenBLAS GFLOP/s; higher is faster)"
+    }' "$RES"

@@ -1,15 +1,14 @@
 /* bench/gemm_vs_openblas.c — what the fixed accumulation order costs: the CPU
  * runtime's GEMM (runtime/cpu/gemm.c, one FMA chain per element, the same bits
- * for any row count, thread count and kernel) against OpenBLAS's cblas_sgemm
- * (the anchor, measured in the same run) at the products the examples'
- * layers make, with the same thread count. Run by bench/gemm.sh.
+ * for any row count, thread count and kernel) or OpenBLAS's cblas_sgemm (the
+ * anchor) at the products the examples' layers make. Run by bench/gemm.sh,
+ * one side per process (OpenBLAS's idle workers keep spinning after a call
+ * and would take the cores from ours), alternately, several rounds.
  *
- *   gemm_vs_openblas THREADS REPEAT
+ *   gemm_vs_openblas ours|openblas THREADS
  *
- * For each product: REPEAT interleaved rounds, each timing a batch of calls of
- * either side (enough for ~20 ms); the best round of each side is kept (the
- * machine is shared: contention only slows a run down). One line per product:
- * name, M N K, GFLOP/s of both and ours / OpenBLAS (higher is faster). */
+ * One line per product: name, M N K and GFLOP/s of the best of 3 batches of
+ * calls (each ~20 ms at 100 GFLOP/s), after one batch to warm up. */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,18 +54,20 @@ static void call(int ours, pg_ctx *c, const product *p, const float *A, const fl
 
 int main(int argc, char **argv)
 {
-    int threads = argc > 1 ? atoi(argv[1]) : 1, repeat = argc > 2 ? atoi(argv[2]) : 5;
-    if (threads < 1 || repeat < 1) {
-        fprintf(stderr, "usage: gemm_vs_openblas THREADS REPEAT\n");
+    int ours = argc > 1 && !strcmp(argv[1], "ours"), threads = argc > 2 ? atoi(argv[2]) : 0;
+    if (argc != 3 || (!ours && strcmp(argv[1], "openblas")) || threads < 1) {
+        fprintf(stderr, "usage: gemm_vs_openblas ours|openblas THREADS\n");
         return 2;
     }
-    openblas_set_num_threads(threads);
-    pg_ctx *c = pg_backend_init(threads);
-    if (!c)
-        return 1;
-    printf("# %d thread(s); ours: the %s kernel; OpenBLAS: %s\n", threads, pg_cpu_gemm_kernel(c->gemm),
-           openblas_get_config());
-    printf("%-22s %5s %5s %5s %10s %10s %8s\n", "product", "M", "N", "K", "ours GF/s", "OpenBLAS", "ratio");
+    pg_ctx *c = NULL;
+    if (ours) {
+        if (!(c = pg_backend_init(threads)))
+            return 1;
+        printf("# ours: the %s kernel, %d thread(s)\n", pg_cpu_gemm_kernel(c->gemm), threads);
+    } else {
+        openblas_set_num_threads(threads);
+        printf("# %s, %d thread(s)\n", openblas_get_config(), threads);
+    }
     for (size_t i = 0; i < sizeof products / sizeof products[0]; i++) {
         const product *p = &products[i];
         size_t na = (size_t)p->M * p->K, nb = (size_t)p->N * p->K, nc = (size_t)p->M * p->N;
@@ -78,20 +79,18 @@ int main(int argc, char **argv)
         for (size_t j = 0; j < nb; j++)
             B[j] = (float)(j % 5) * 0.1f - 0.2f;
         memset(C, 0, nc * 4);
-        double flops = 2.0 * p->M * p->N * p->K, best[2] = {1e30, 1e30};
+        double flops = 2.0 * p->M * p->N * p->K;
         int calls = (int)(2e9 * 0.01 / flops) + 1; /* ~20 ms at 100 GFLOP/s */
-        for (int r = 0; r < repeat; r++)
-            for (int ours = 0; ours < 2; ours++) {
-                call(ours, c, p, A, B, C); /* warm */
-                double t0 = now_s();
-                for (int k = 0; k < calls; k++)
-                    call(ours, c, p, A, B, C);
-                double t = (now_s() - t0) / calls;
-                if (t < best[ours])
-                    best[ours] = t;
-            }
-        printf("%-22s %5d %5d %5d %10.1f %10.1f %7.2fx\n", p->name, p->M, p->N, p->K, flops / best[1] * 1e-9,
-               flops / best[0] * 1e-9, best[0] / best[1]);
+        double t = 1e30;
+        for (int batch = 0; batch < 4; batch++) { /* the first one warms up */
+            double t0 = now_s();
+            for (int k = 0; k < calls; k++)
+                call(ours, c, p, A, B, C);
+            double tb = (now_s() - t0) / calls;
+            if (batch > 0 && tb < t)
+                t = tb;
+        }
+        printf("%s|%d %d %d|%.2f\n", p->name, p->M, p->N, p->K, flops / t * 1e-9);
         free(A), free(B), free(C);
     }
     pg_backend_free(c);
