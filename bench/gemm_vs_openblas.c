@@ -15,7 +15,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cpu_kernels.h"
+#include "cpu_ctx.h"
 
 static double now_s(void)
 {

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cpu_kernels.h"
+#include "cpu_ctx.h"
 
 /* AddressSanitizer: clang says so by __has_feature, gcc by __SANITIZE_ADDRESS__ */
 #if defined(__has_feature)

@@ -9,12 +9,9 @@
 
 #include "pg_ops.h"
 
-/* The backend's state (pg_ops.h's opaque pg_ctx): the GEMM's threads. */
+/* gemm.c's threads, buffers and kernel; the backend's pg_ctx holds one
+ * (cpu_ctx.h). */
 typedef struct pg_cpu_gemm_pool pg_cpu_gemm_pool;
-struct pg_ctx {
-    int threads;            /* GEMM threads, the caller's included (>= 1) */
-    pg_cpu_gemm_pool *gemm; /* gemm.c: the workers, their buffers, the kernel */
-};
 
 /* gemm.c: C[M,N] = (beta ? C : 0) + alpha * op(A) op(B), row-major, where
  * op(A) is A[M,K] (row stride lda) or, with ta, A stored as [K,M]; op(B) is

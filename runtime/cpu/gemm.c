@@ -38,7 +38,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cpu_kernels.h"
+#include "cpu_ctx.h"
 
 #ifdef PG_CPU_AVX2
 #include <immintrin.h>

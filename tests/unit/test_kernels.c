@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cpu_kernels.h" /* pg_cpu_gemm, the backend's GEMM, and struct pg_ctx */
+#include "cpu_ctx.h" /* pg_cpu_gemm, the backend's GEMM, and struct pg_ctx */
 #include "pg_ops.h"
 #include "../tap.h"
 
