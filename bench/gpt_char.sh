@@ -5,7 +5,7 @@
 #   torch-eager        bench/torch_gpt_char.py, the same model in PyTorch eager,
 #                      whole batch, torch.set_num_threads(2)
 #   torch-eager-1t     the same with 1 thread (for reference)
-#   pipegen-1stage     pipegen, 1 stage process, --threads 2 (OpenBLAS threads)
+#   pipegen-1stage     pipegen, 1 stage process, --threads 2 (GEMM threads)
 #   pipegen-1stage-1t  the same with --threads 1 (for reference)
 #   pipegen-2stage     pipegen, 2 stage processes [tok pos h0 h1] [h2 h3 ln_f head],
 #                      --threads 1 each

@@ -7,7 +7,8 @@
 # verdict line per target (see bench/README.md). Then bench/gpt_char.sh: the
 # gpt_char example on 1 stage against PyTorch eager, and on 2 stages against 1;
 # bench/sched.sh: measured against predicted steps; bench/pippy.sh: pipegen's
-# 1f1b, interleaved(2), zb1 and zbv against torch.distributed.pipelining's.
+# 1f1b, interleaved(2), zb1 and zbv against torch.distributed.pipelining's;
+# bench/gemm.sh: the runtime's GEMM against OpenBLAS.
 #
 # Knobs (environment): BENCH_STEPS (30) steps per run, BENCH_WARMUP (3) first
 # steps left out of the median, BENCH_REPEAT (3) rounds (each config is run once
@@ -139,3 +140,7 @@ BENCH_STEPS=$STEPS BENCH_WARMUP=$WARMUP BENCH_REPEAT=$REPEAT BENCH_CPUS=${BENCH_
 # against torch.distributed.pipelining, schedule for schedule (bench/pippy.sh; skips itself without torch >= 2.6)
 echo
 BENCH_STEPS=$STEPS BENCH_REPEAT=$REPEAT BENCH_CPUS=${BENCH_CPUS:-0,1} BENCH_DIR=$DIR "$TOP/bench/pippy.sh" || exit 1
+
+# the CPU runtime's GEMM against OpenBLAS at the examples' products (bench/gemm.sh)
+echo
+BENCH_CPUS=${BENCH_CPUS:-0,1} BENCH_DIR=$DIR "$TOP/bench/gemm.sh" || exit 1

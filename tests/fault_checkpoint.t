@@ -54,13 +54,16 @@ refuse() { # refuse NAME REGEX: resume from $T/ck, expect REGEX and a fall back 
 }
 f=$T/ck/step-00000005/stage1.safetensors
 sz=$(stat -c %s "$f")
-printf '\377' | dd of="$f" bs=1 seek=$((sz - 5)) conv=notrunc 2>/dev/null
+b=$(od -An -tu1 -j $((sz - 5)) -N1 "$f" | tr -d ' ') # flip every bit of that byte: it always changes
+printf "\\$(printf %o $((255 - b)))" | dd of="$f" bs=1 seek=$((sz - 5)) conv=notrunc 2>/dev/null
 refuse "a corrupted byte in stage 1's tensors" 'stage1\.safetensors is corrupted: its tensors hash to'
 truncate -s $((sz / 2)) "$f"
 refuse "a truncated stage file" 'stage1\.safetensors is truncated'
 rm "$T/ck/step-00000005/MANIFEST"
 refuse "a step without MANIFEST (half-written)" 'has no MANIFEST \(a checkpoint that was never completed\)'
-sed -i 's/^stage 2 ./stage 2 0/' "$T/ck/step-00000005/MANIFEST"
+# another first digit of stage 2's checksum (0 -> 1, anything else -> 0: it always changes)
+sed -i -e 's/^stage 2 0/stage 2 X/' -e 's/^stage 2 [^X]/stage 2 0/' -e 's/^stage 2 X/stage 2 1/' "$T/ck/step-00000005/MANIFEST"
+! cmp -s "$T/ck/step-00000005/MANIFEST" "$T/ck.orig/step-00000005/MANIFEST"; ok $? "the manifest was edited"
 refuse "an edited manifest" 'MANIFEST is corrupted'
 rm "$T/ck/step-00000005/stage1.safetensors"; mkfifo "$T/ck/step-00000005/stage1.safetensors"
 refuse "a FIFO in place of a stage file (never waited on)" 'stage1\.safetensors is not a regular file \(it is a pipe \(FIFO\)\)'

@@ -1,17 +1,12 @@
 /* runtime/cpu/backend.c — CPU backend lifetime, the arena, copies, errors.
  * Host memory is backend memory here, so copies are memcpy and sync is a no-op. */
-#include <cblas.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "cpu_kernels.h"
-#include "pg_proc.h"
+#include "cpu_ctx.h"
 
 /* AddressSanitizer: clang says so by __has_feature, gcc by __SANITIZE_ADDRESS__ */
 #if defined(__has_feature)
@@ -28,129 +23,6 @@
 
 #define PG_ARENA_ALIGN 256 /* the plan's offset alignment (codegen/memplan.h), as cudaMalloc gives */
 
-struct pg_ctx {
-    int threads; /* OpenBLAS threads asked for; 0: OpenBLAS's own default */
-};
-
-/* Bytes of address space this process has mapped (VmSize), or 0 if unknown. */
-static unsigned long long vm_size(void)
-{
-    return pg_proc_bytes("/proc/self/status", "VmSize:");
-}
-
-/* OpenBLAS reserves an address-space buffer (BUFFER_SIZE: 128 MiB in the
- * x86_64 builds, Debian's among them) for each thread that runs a GEMM the
- * first time it needs one, and when the reservation fails (ulimit -v) the
- * GEMM waits for a free buffer forever, silently. So at start one GEMM runs on
- * every thread, which reserves them all now, where a failure can be reported:
- * first the room RLIMIT_AS leaves is compared with what the buffers need; then
- * the GEMM runs on a helper thread, and if it has not finished within
- * BLAS_SETUP_S (it takes milliseconds) the stage says why and exits 1. */
-#define BLAS_BUFFER_BYTES (128ull << 20)
-#define BLAS_SETUP_S 20
-
-typedef struct blas_setup {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int done;
-} blas_setup;
-
-static void *blas_warm(void *arg)
-{
-    blas_setup *b = arg;
-    enum { N = 384 }; /* large enough that every thread takes part */
-    static float m[3][N * N];
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, N, N, 1.0f, m[0], N, m[1], N, 0.0f, m[2], N);
-    pthread_mutex_lock(&b->mu);
-    b->done = 1;
-    pthread_cond_signal(&b->cv);
-    pthread_mutex_unlock(&b->mu);
-    return NULL;
-}
-
-static void say_no_room(int t, const char *what)
-{
-    struct rlimit rl;
-    unsigned long long used = vm_size(), lim = getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
-                                                 ? (unsigned long long)rl.rlim_cur : 0;
-    if (lim)
-        fprintf(stderr, "stage %s: OpenBLAS %s: RLIMIT_AS (ulimit -v) allows %llu MiB and %llu MiB are mapped; "
-                        "OpenBLAS takes %llu MiB of address space per thread (at least two buffers) before the "
-                        "arena: raise ulimit -v or use fewer --threads (now %d)\n",
-                getenv("PIPE_RANK") ? getenv("PIPE_RANK") : "0", what, lim >> 20, used >> 20, BLAS_BUFFER_BYTES >> 20,
-                t);
-    else
-        fprintf(stderr, "stage %s: OpenBLAS %s (%llu MiB mapped)\n", getenv("PIPE_RANK") ? getenv("PIPE_RANK") : "0",
-                what, used >> 20);
-}
-
-#ifndef PG_ASAN
-/* Bytes of the anonymous mappings that look like OpenBLAS's buffers (whole
- * multiples of BLAS_BUFFER_BYTES; adjacent buffers merge into one mapping). */
-static unsigned long long blas_reserved(void)
-{
-    FILE *f = fopen("/proc/self/maps", "r");
-    if (!f)
-        return 0;
-    char line[512];
-    unsigned long long sum = 0;
-    while (fgets(line, sizeof line, f)) {
-        unsigned long long a, b, inode;
-        char perm[8], name[8] = "";
-        if (sscanf(line, "%llx-%llx %7s %*s %*s %llu %7s", &a, &b, perm, &inode, name) < 4)
-            continue;
-        if (inode == 0 && !name[0] && !strcmp(perm, "rw-p") && b - a >= BLAS_BUFFER_BYTES &&
-            (b - a) % BLAS_BUFFER_BYTES == 0)
-            sum += b - a;
-    }
-    fclose(f);
-    return sum;
-}
-#endif
-
-static int blas_buffers(int threads)
-{
-    int t = threads > 0 ? threads : openblas_get_num_threads();
-#ifndef PG_ASAN /* (AddressSanitizer maps terabytes of shadow and runs under no RLIMIT_AS) */
-    /* measured with OpenBLAS 0.3.21: max(2, threads) buffers in all, some
-     * reserved already when the threads were made */
-    struct rlimit rl;
-    unsigned long long used = vm_size(), all = (unsigned long long)(t > 2 ? t : 2) * BLAS_BUFFER_BYTES,
-                       have = blas_reserved(), more = all > have ? all - have : 0;
-    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-        used + more + (16ull << 20) > (unsigned long long)rl.rlim_cur) {
-        char what[96];
-        snprintf(what, sizeof what, "cannot reserve its buffers (%llu MiB more)", more >> 20);
-        say_no_room(t, what);
-        fflush(stderr);
-        _exit(1); /* (an orderly exit runs OpenBLAS's shutdown, which can wait forever here) */
-    }
-#endif
-    blas_setup b = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
-    pthread_t th;
-    if (pthread_create(&th, NULL, blas_warm, &b) != 0) {
-        blas_warm(&b); /* no thread to spare: on this one */
-        return 0;
-    }
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += BLAS_SETUP_S;
-    pthread_mutex_lock(&b.mu);
-    while (!b.done && pthread_cond_timedwait(&b.cv, &b.mu, &until) == 0) {
-    }
-    int done = b.done;
-    pthread_mutex_unlock(&b.mu);
-    if (!done) { /* it waits for a buffer it will never get: say why and go */
-        char what[64];
-        snprintf(what, sizeof what, "could not reserve its buffers within %d s", BLAS_SETUP_S);
-        say_no_room(t, what);
-        fflush(stderr);
-        _exit(1); /* (the helper is stuck inside OpenBLAS: no orderly exit) */
-    }
-    pthread_join(th, NULL);
-    return 0;
-}
-
 pg_ctx *pg_backend_init(int threads)
 {
     pg_ctx *c = calloc(1, sizeof *c);
@@ -158,20 +30,27 @@ pg_ctx *pg_backend_init(int threads)
         pg_rt_error(__FILE__, __LINE__, "cannot allocate the CPU backend context (%zu bytes)", sizeof *c);
         return NULL;
     }
-    c->threads = threads > 0 ? threads : 0;
-    /* With OpenBLAS 0.3.21's SkylakeX kernels sgemm bits do not depend on the
-     * thread count; with its Haswell/Zen kernels they do, so every stage of a
-     * run must use the same count (see runtime/cpu/README.md). */
-    if (threads > 0)
-        openblas_set_num_threads(threads);
-    if (blas_buffers(threads)) {
+    if (threads <= 0) { /* the default: every online core */
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
+    }
+    c->threads = threads;
+    /* The GEMMs (gemm.c) give the same bits for any thread count. */
+    c->gemm = pg_cpu_gemm_pool_new(threads);
+    if (!c->gemm) {
         free(c);
         return NULL;
     }
     return c;
 }
 
-void pg_backend_free(pg_ctx *c) { free(c); }
+void pg_backend_free(pg_ctx *c)
+{
+    if (!c)
+        return;
+    pg_cpu_gemm_pool_free(c->gemm);
+    free(c);
+}
 
 const char *pg_backend_name(void) { return "cpu"; }
 
@@ -315,18 +194,6 @@ int pg_backend_step_end(pg_ctx *c)
     return 0;
 }
 
-/* Nothing runs asynchronously on the CPU, so nothing can be left waiting. */
-int pg_backend_poisoned(const pg_ctx *c)
-{
-    (void)c;
-    return 0;
-}
-
-void pg_backend_report(pg_ctx *c, int stage, int64_t arena_bytes, FILE *out)
-{
-    (void)c, (void)stage, (void)arena_bytes, (void)out;
-}
-
 /* bf16 is a CUDA-runtime compute setting: the CPU computes in f32 (its
  * results are then the f32 reference of the model) and says so once. */
 int pg_backend_set_precision(pg_ctx *c, int precision)
@@ -336,25 +203,6 @@ int pg_backend_set_precision(pg_ctx *c, int precision)
         fprintf(stderr, "note: precision = bf16 applies to the CUDA runtime; the CPU runtime computes in f32\n");
     else if (precision != 0)
         return PG_RT_FAIL("unknown precision %d (0 f32, 1 bf16)", precision);
-    return 0;
-}
-
-/* bf16 shadow weights are a CUDA-runtime copy: the CPU's GEMMs read the f32
- * weights, so the planned shadows stay unused here. */
-int pg_shadow_register(pg_ctx *c, const float *w, int64_t count, void *shadow)
-{
-    (void)c;
-    if (!w || !shadow || count < 0)
-        return PG_RT_FAIL("shadow_register: bad weight %p, shadow %p or count %lld", (const void *)w, shadow,
-                          (long long)count);
-    return 0;
-}
-
-int pg_param_written(pg_ctx *c, const float *w, int64_t count)
-{
-    (void)c, (void)w;
-    if (count < 0)
-        return PG_RT_FAIL("param_written: negative count %lld", (long long)count);
     return 0;
 }
 

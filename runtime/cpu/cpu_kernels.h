@@ -9,6 +9,28 @@
 
 #include "pg_ops.h"
 
+/* gemm.c's threads, buffers and kernel; the backend's pg_ctx holds one
+ * (cpu_ctx.h). */
+typedef struct pg_cpu_gemm_pool pg_cpu_gemm_pool;
+
+/* gemm.c: C[M,N] = (beta ? C : 0) + alpha * op(A) op(B), row-major, where
+ * op(A) is A[M,K] (row stride lda) or, with ta, A stored as [K,M]; op(B) is
+ * B[K,N] (ldb) or, with tb, B stored as [N,K]. Each element is one FMA chain
+ * over k in index order from 0, then times alpha, then (beta) added to C: its
+ * bits do not depend on M, N, its place, the thread count or the kernel. */
+void pg_cpu_gemm(pg_ctx *c, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float *A, int64_t lda, const float *B, int64_t ldb, int beta, float *C, int64_t ldc);
+/* fn(arg, t) for every t in [0, n), spread over the GEMM threads in any
+ * order; returns when all are done. Inside fn, pg_cpu_gemm runs on the
+ * thread that calls it (so the tasks must write disjoint outputs, and each
+ * task's bits are the same on any thread). */
+void pg_cpu_parallel(pg_ctx *c, int64_t n, void (*fn)(void *arg, int64_t t), void *arg);
+/* threads >= 1 (the caller's included); the kernel from the CPU or
+ * PIPE_CPU_GEMM. NULL + message when it cannot. */
+pg_cpu_gemm_pool *pg_cpu_gemm_pool_new(int threads);
+void pg_cpu_gemm_pool_free(pg_cpu_gemm_pool *p);
+const char *pg_cpu_gemm_kernel(const pg_cpu_gemm_pool *p); /* "avx512", "avx2", "portable" */
+
 /* Column blocks for fixed-order column sums: a row-major walk over [n, BLK]
  * with double accumulators on the stack, so no workspace is needed. */
 #define PG_CPU_COLBLK 64

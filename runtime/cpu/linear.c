@@ -1,7 +1,7 @@
-/* runtime/cpu/linear.c — linear layer and logits-by-table, all through sgemm.
- * Row-major, W is [out, in] as PyTorch. No copies: every product is one
- * cblas_sgemm call on the caller's buffers. */
-#include <cblas.h>
+/* runtime/cpu/linear.c — linear layer and logits-by-table, all through the
+ * backend's GEMM (gemm.c). Row-major, W is [out, in] as PyTorch. No copies:
+ * every product is one pg_cpu_gemm call on the caller's buffers, so a row's
+ * bits do not depend on how many rows share the call or on the threads. */
 #include <string.h>
 
 #include "cpu_kernels.h"
@@ -18,25 +18,20 @@ static int linear_dims_ok(const char *op, int64_t n, int64_t in, int64_t out)
 int pg_linear_fwd(pg_ctx *c, int64_t n, int64_t in, int64_t out,
                   const float *x, const float *w, const float *b, float *y)
 {
-    (void)c;
     if (linear_dims_ok("linear_fwd", n, in, out))
         return 1;
     if (n == 0 || out == 0)
         return 0;
-    float beta = 0.0f;
-    if (b) { /* y starts as the bias, the product adds to it */
+    if (b) /* y starts as the bias, the product adds to it */
         for (int64_t i = 0; i < n; i++)
             memcpy(y + i * out, b, (size_t)out * sizeof *y);
-        beta = 1.0f;
-    }
     if (in == 0) {
         if (!b)
             for (int64_t i = 0; i < n * out; i++)
                 y[i] = 0.0f;
         return 0;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)out, (int)in,
-                1.0f, x, (int)in, w, (int)in, beta, y, (int)out);
+    pg_cpu_gemm(c, 0, 1, n, out, in, 1.0f, x, in, w, in, b != NULL, y, out);
     return 0;
 }
 
@@ -44,7 +39,6 @@ int pg_linear_fwd(pg_ctx *c, int64_t n, int64_t in, int64_t out,
 int pg_linear_bwd_in(pg_ctx *c, int64_t n, int64_t in, int64_t out,
                      const float *dy, const float *w, float *dx)
 {
-    (void)c;
     if (linear_dims_ok("linear_bwd_in", n, in, out))
         return 1;
     if (n == 0 || in == 0)
@@ -54,8 +48,7 @@ int pg_linear_bwd_in(pg_ctx *c, int64_t n, int64_t in, int64_t out,
             dx[i] = 0.0f;
         return 0;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)in, (int)out,
-                1.0f, dy, (int)out, w, (int)in, 0.0f, dx, (int)in);
+    pg_cpu_gemm(c, 0, 0, n, in, out, 1.0f, dy, out, w, in, 0, dx, in);
     return 0;
 }
 
@@ -86,14 +79,12 @@ static void colsum_acc(int64_t n, int64_t m, const float *a, float *acc)
 int pg_linear_bwd_w(pg_ctx *c, int64_t n, int64_t in, int64_t out,
                     const float *x, const float *dy, float *dw, float *db)
 {
-    (void)c;
     if (linear_dims_ok("linear_bwd_w", n, in, out))
         return 1;
     if (n == 0 || out == 0)
         return 0;
     if (in > 0)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)out, (int)in, (int)n,
-                    1.0f, dy, (int)out, x, (int)in, 1.0f, dw, (int)in);
+        pg_cpu_gemm(c, 1, 0, out, in, n, 1.0f, dy, out, x, in, 1, dw, in);
     if (db)
         colsum_acc(n, out, dy, db);
     return 0;

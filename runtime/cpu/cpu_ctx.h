@@ -1,0 +1,14 @@
+/* runtime/cpu/cpu_ctx.h — the CPU backend's state, pg_ops.h's opaque pg_ctx.
+ * Apart from cpu_kernels.h, which the CUDA runtime includes too (for the
+ * counter hashes) and which must not define a pg_ctx of its own there. */
+#ifndef PG_CPU_CTX_H
+#define PG_CPU_CTX_H
+
+#include "cpu_kernels.h"
+
+struct pg_ctx {
+    int threads;            /* GEMM threads, the caller's included (>= 1) */
+    pg_cpu_gemm_pool *gemm; /* gemm.c: the workers, their buffers, the kernel */
+};
+
+#endif
