@@ -38,7 +38,7 @@ bench_pin() {
 bench_cc_stages() {
     for b_f in "$1"/stage*.c; do
         $CC -std=c11 -O2 -I"$TOP/runtime/core" -I"$1" -o "$2/$(basename "$b_f" .c)" "$b_f" \
-            "$TOP/build/libpgrt_cpu.a" -lopenblas -lpthread -lm || return 1
+            "$TOP/build/libpgrt_cpu.a" -lpthread -lm || return 1
     done
 }
 

@@ -35,8 +35,7 @@
 # "runtime error:" or "LeakSanitizer" (ASAN_OPTIONS=detect_leaks=1). LeakSanitizer
 # works in this container; the first test checks that it reports a leaking program
 # (it cannot run under ptrace, e.g. a debugger or strace: that test then fails).
-# Processes killed by a signal exit without a leak check. OpenBLAS runs with one
-# thread.
+# Processes killed by a signal exit without a leak check.
 # Every model is generated with `pipegen gen --guard-bytes 64`: 64 free bytes
 # before the first arena buffer and after each, and the stage files list the
 # buffers, whose every other arena byte the sanitized runtime poisons. So a
@@ -45,7 +44,7 @@
 # exact byte of its end; a test stores one float just past a buffer from the
 # generated code (reported) and just inside it (not). Not covered: overruns
 # inside one buffer (between the slots of a slot buffer, between the tensors of
-# a frame), and OpenBLAS (not instrumented: its sgemm accesses go unchecked).
+# a frame). The GEMM (runtime/cpu/gemm.c) is instrumented like every kernel.
 . "$(dirname "$0")/lib.sh"
 . "$TOP/tests/lib_e2e.sh"
 . "$TOP/tests/lib_fault.sh"

@@ -45,7 +45,7 @@ make -s -j"$JOBS" BUILD=build/fuzz/b CC="$CLANG" CFLAGS="-O1 -g" SANFLAGS="-fsan
 FLAGS="-std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer $SAN -Wall -Wextra -Werror
        -Idsl -Icodegen -Iruntime/core -Iruntime/cpu -Ibuild/fuzz/b/gen"
 FRONT_LIB="build/fuzz/b/libpgfront.a -lm"
-RT_LIB="build/fuzz/b/libpgrt_cpu.a -lopenblas -lpthread -lm"
+RT_LIB="build/fuzz/b/libpgrt_cpu.a -lpthread -lm"
 for t in $TARGETS; do
     case $t in
     front) src=dsl/fuzz_front.c; libs=$FRONT_LIB ;;

@@ -60,7 +60,7 @@ $L/" "$TOP/tests/models/lm_tiny.pipe" >"$T/$v/lm_tiny.pipe"
     grep -q "^$L\$" "$T/$v/lm_tiny.pipe"; ok $? "$v: the model has the layer"
     "$PIPEGEN" gen "$T/$v/lm_tiny.pipe" -o "$T/$v/gen" >"$T/$v/gen.out" 2>&1 && mkdir -p "$T/$v/bin" &&
         $CC -std=c11 -O1 -I"$TOP/runtime/core" -I"$T/$v/gen" -o "$T/$v/bin/stage0" "$T/$v/gen/stage0.c" "$RTLIB" \
-            -lopenblas -lpthread -lm
+            -lpthread -lm
     ok $? "$v: builds"
 done
 GI="--steps 0 --generate 40 --temperature 0 --prompt the"

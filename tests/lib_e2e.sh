@@ -14,7 +14,7 @@ build() {
     for f in "$_bd"/stage*.c; do
         k=$(basename "$f" .c)
         $CC -std=c11 -O1 "$@" -I"$TOP/runtime/core" -I"$_bd" -o "$_bd/bin/$k" "$f" "$RTLIB" \
-            -lopenblas -lpthread -lm || return 1
+            -lpthread -lm || return 1
     done
 }
 

@@ -16,7 +16,7 @@ lm_build() {
     mkdir -p "$_ld/bin"
     for _lf in "$_ld/gen"/stage*.c; do
         $CC -std=c11 -O1 -Wall -Wextra -Werror -I"$TOP/runtime/core" -I"$_ld/gen" -o "$_ld/bin/$(basename "$_lf" .c)" "$_lf" \
-            "$RTLIB" -lopenblas -lpthread -lm || return 1
+            "$RTLIB" -lpthread -lm || return 1
     done
     [ "$(ls "$_ld/bin" | wc -l)" = "$_ln" ]
 }

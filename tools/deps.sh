@@ -3,12 +3,15 @@
 # by probing for it the way the build uses it (never by a file that another
 # package could also provide: the reference BLAS's cblas.h is not OpenBLAS).
 #
-#   tools/deps.sh build        a C compiler, re2c, lemon and its lempar.c template,
-#                              OpenBLAS (its cblas.h and library: a compile, link
-#                              and run of openblas_set_num_threads + cblas_sgemm)
+#   tools/deps.sh build        a C compiler, re2c, lemon and its lempar.c template
+#                              (the runtime has its own GEMM: no BLAS is needed)
 #   tools/deps.sh test         build's, plus a Python that imports torch ($PYTHON,
 #                              default /usr/bin/python3) and the test suite's tools
 #                              (prove, ip, nm, ps/pgrep, clang with libFuzzer)
+#   tools/deps.sh bench        test's, plus OpenBLAS, the anchor bench/gemm.sh times
+#                              the runtime's GEMM against (its cblas.h and library: a
+#                              compile, link and run of openblas_set_num_threads +
+#                              cblas_sgemm)
 #   tools/deps.sh blas-cflags  print the compiler flags that find OpenBLAS's own
 #                              cblas.h, or "none" (and exit 1) when no OpenBLAS links
 #
@@ -32,7 +35,7 @@ tmpdir() {
     [ -n "$TMPD" ] || TMPD=$(mktemp -d "${TMPDIR:-/tmp}/pg-deps.XXXXXX") || exit 1
 }
 
-# blas_probe FLAGS: does a program that uses OpenBLAS the way runtime/cpu does
+# blas_probe FLAGS: does a program that uses OpenBLAS the way bench/gemm.sh does
 # compile (no implicit declarations), link and run with these include flags?
 blas_probe() {
     tmpdir
@@ -85,8 +88,8 @@ if [ "$want" = blas-cflags ]; then
     exit 0
 fi
 case "$want" in
-build|test) ;;
-*) echo "usage: tools/deps.sh build|test [--no-install] | blas-cflags" >&2; exit 2 ;;
+build|test|bench) ;;
+*) echo "usage: tools/deps.sh build|test|bench [--no-install] | blas-cflags" >&2; exit 2 ;;
 esac
 
 # missing_now: the Debian packages whose probe fails, in $missing
@@ -95,11 +98,7 @@ missing_now() {
     command -v "$CC" >/dev/null 2>&1 || missing="$missing build-essential"
     command -v "${RE2C:-re2c}" >/dev/null 2>&1 || missing="$missing re2c"
     { command -v "${LEMON:-lemon}" >/dev/null 2>&1 && [ -f "$LEMPAR" ]; } || missing="$missing lemon"
-    case "$missing" in
-    *build-essential*) missing="$missing libopenblas-dev" ;;
-    *) blas_cflags >/dev/null || missing="$missing libopenblas-dev" ;;
-    esac
-    [ "$want" = test ] || return 0
+    [ "$want" = build ] && return 0
     "$PYTHON" -c 'import torch' >/dev/null 2>&1 || missing="$missing python3-torch"
     # the suite's own tools: prove (perl), ip for the cut-link test, nm
     # (binutils), ps and pgrep (procps), clang with libFuzzer for tests/fuzz.t
@@ -108,6 +107,11 @@ missing_now() {
     command -v nm >/dev/null 2>&1 || missing="$missing binutils"
     { command -v ps && command -v pgrep; } >/dev/null 2>&1 || missing="$missing procps"
     fuzzer_probe || missing="$missing clang libclang-rt-dev"
+    [ "$want" = bench ] || return 0
+    case "$missing" in
+    *build-essential*) missing="$missing libopenblas-dev" ;;
+    *) blas_cflags >/dev/null || missing="$missing libopenblas-dev" ;;
+    esac
     return 0
 }
 
@@ -122,7 +126,7 @@ fuzzer_probe() {
 
 missing_now
 [ -z "$missing" ] && exit 0
-if [ "$want" = test ] && [ "$PYTHON" != /usr/bin/python3 ]; then
+if [ "$want" != build ] && [ "$PYTHON" != /usr/bin/python3 ]; then
     case "$missing" in *python3-torch*)
         echo "pipegen: $PYTHON cannot import torch; Debian's python3-torch is for /usr/bin/python3 (unset PYTHON to use it)" >&2 ;;
     esac

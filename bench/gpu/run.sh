@@ -72,7 +72,7 @@ case $WARMUP in *[!0-9]*|'') fail "BENCH_WARMUP must be a number" ;; esac
 [ "$STEPS" -gt "$WARMUP" ] || fail "BENCH_STEPS ($STEPS) must exceed BENCH_WARMUP ($WARMUP)"
 mkdir -p "$DIR" || fail "cannot make $DIR"
 if [ "$FAKE" = cpu ]; then
-    CUDALIB=$TOP/build/libpgrt_cpu.a GEMM_OBJ=$CUDALIB LDLIBS_CUDA="-lopenblas -lpthread -lm"
+    CUDALIB=$TOP/build/libpgrt_cpu.a GEMM_OBJ=$CUDALIB LDLIBS_CUDA="-lpthread -lm"
     echo "# PG_GPU_FAKE=cpu: the CPU runtime stands in for the CUDA one (this checks the script, not a GPU)"
 fi
 for f in "$PIPEGEN" "$PIPERUN" "$CUDALIB" "$GEMM_OBJ" "$MODEL"; do

@@ -1,6 +1,6 @@
 /* runtime/core/pg_ops.h — the kernels the generated stage code calls.
  *
- * One interface, two backends: runtime/cpu (C + OpenBLAS) and runtime/cuda
+ * One interface, two backends: runtime/cpu (C, its own GEMM) and runtime/cuda
  * (CUDA kernels + cuBLAS). Pointers are backend memory (host on CPU, device on
  * CUDA), always inside the stage's arena. Every op returns 0 or a non-zero
  * error code after reporting `file:line: what` through pg_rt_error().

@@ -1,8 +1,6 @@
 /* runtime/core/pg_proc.h — one number from a /proc file of "Key: N kB" lines
  * (/proc/meminfo's MemAvailable, /proc/self/status's VmSize), for the checks
- * that compare memory with what a stage needs (guard.c, the CPU backend's
- * OpenBLAS buffers). Header-only: the CPU kernels' tests link the backend
- * without the core library. */
+ * that compare memory with what a stage needs (guard.c). Header-only. */
 #ifndef PG_PROC_H
 #define PG_PROC_H
 

@@ -84,8 +84,8 @@ void pg_arena_destroy(pg_ctx *c, void *arena)
  * lifetimes may share bytes, and unpoisoning only ever widens what is
  * addressable, so the order does not matter. ASan keeps one shadow byte per 8
  * bytes that says how many of them, from the first, are addressable: a buffer
- * of 4 * odd bytes still gets its exact end. OpenBLAS is not instrumented: its
- * reads and writes (sgemm) go unchecked. */
+ * of 4 * odd bytes still gets its exact end; the GEMM (gemm.c) is compiled
+ * with the sanitizers like every other kernel. */
 void pg_arena_guard(pg_ctx *c, void *arena, size_t bytes, const pg_arena_buf *bufs, int n)
 {
     (void)c;

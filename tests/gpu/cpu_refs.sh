@@ -5,7 +5,7 @@
 # CPU computes in f32), STEPS steps each. Writes OUTDIR/NAME.loss (per-step
 # losses, then the final loss), NAME.out (the run's output) and NAME.hash (the
 # variant's plan hash, so a reference for another model is recognised).
-# Needs build/pipegen, build/piperun and build/libpgrt_cpu.a (OpenBLAS): run
+# Needs build/pipegen, build/piperun and build/libpgrt_cpu.a: run
 # where the project builds (`make gpu-bundle` does), so a GPU host needs none.
 # Exit 0 when every reference was made.
 . "$(dirname "$0")/../lib.sh"

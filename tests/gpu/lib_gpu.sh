@@ -1,6 +1,6 @@
 # tests/gpu/lib_gpu.sh — the model variants and checks shared by the GPU test
 # script (tests/gpu/run_gpu_tests.sh) and the CPU references it compares
-# against (tests/gpu/cpu_refs.sh, run where OpenBLAS is, e.g. by `make
+# against (tests/gpu/cpu_refs.sh, run where the CPU runtime builds, e.g. by `make
 # gpu-bundle`). POSIX sh, sourced after tests/lib.sh. The caller sets T (a work
 # directory), PIPEGEN, PIPERUN, STEPS, CC, and for linking: CPULIB (the CPU
 # runtime, empty: no CPU build) and CUDALIB with LDLIBS_CUDA (empty: no CUDA
@@ -35,7 +35,7 @@ variant() {
         if [ -n "${CPULIB:-}" ]; then
             mkdir -p "$v_d/cpu"
             # shellcheck disable=SC2086
-            $CC $CFLAGS_T -I"$TOP/runtime/core" -I"$v_d/gen" -o "$v_d/cpu/$v_k" "$v_f" "$CPULIB" -lopenblas -lpthread -lm \
+            $CC $CFLAGS_T -I"$TOP/runtime/core" -I"$v_d/gen" -o "$v_d/cpu/$v_k" "$v_f" "$CPULIB" -lpthread -lm \
                 >"$v_d/cc.log" 2>&1 || { sed 's/^/# /' "$v_d/cc.log" | head -20; return 1; }
         fi
         if [ -n "${CUDALIB:-}" ]; then
