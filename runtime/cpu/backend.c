@@ -194,6 +194,18 @@ int pg_backend_step_end(pg_ctx *c)
     return 0;
 }
 
+/* Nothing runs asynchronously on the CPU, so nothing can be left waiting. */
+int pg_backend_poisoned(const pg_ctx *c)
+{
+    (void)c;
+    return 0;
+}
+
+void pg_backend_report(pg_ctx *c, int stage, int64_t arena_bytes, FILE *out)
+{
+    (void)c, (void)stage, (void)arena_bytes, (void)out;
+}
+
 /* bf16 is a CUDA-runtime compute setting: the CPU computes in f32 (its
  * results are then the f32 reference of the model) and says so once. */
 int pg_backend_set_precision(pg_ctx *c, int precision)
@@ -203,6 +215,25 @@ int pg_backend_set_precision(pg_ctx *c, int precision)
         fprintf(stderr, "note: precision = bf16 applies to the CUDA runtime; the CPU runtime computes in f32\n");
     else if (precision != 0)
         return PG_RT_FAIL("unknown precision %d (0 f32, 1 bf16)", precision);
+    return 0;
+}
+
+/* bf16 shadow weights are a CUDA-runtime copy: the CPU's GEMMs read the f32
+ * weights, so the planned shadows stay unused here. */
+int pg_shadow_register(pg_ctx *c, const float *w, int64_t count, void *shadow)
+{
+    (void)c;
+    if (!w || !shadow || count < 0)
+        return PG_RT_FAIL("shadow_register: bad weight %p, shadow %p or count %lld", (const void *)w, shadow,
+                          (long long)count);
+    return 0;
+}
+
+int pg_param_written(pg_ctx *c, const float *w, int64_t count)
+{
+    (void)c, (void)w;
+    if (count < 0)
+        return PG_RT_FAIL("param_written: negative count %lld", (long long)count);
     return 0;
 }
 
