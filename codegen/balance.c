@@ -108,36 +108,63 @@ static void enumerate_splits(split_eval *e, int *start, int b, double *best, int
     }
 }
 
+/* A boundary tries every place in its range when the range holds at most
+ * BALANCE_SCAN_ONE of them (every model the examples hold); a wider range (a
+ * model of thousands of layers) is tried at an even stride first and then at
+ * every place within a stride of the best, so a pass costs a bounded number of
+ * predictions whatever the layer count (each is linear in it). Pairs of
+ * boundaries likewise with BALANCE_SCAN_TWO places along each. */
+#define BALANCE_SCAN_ONE 256
+#define BALANCE_SCAN_TWO 64
+
+/* Time start[] with boundary b at pos (pos == keep: skipped, it is *best);
+ * 1 when it beats *best, which it then becomes. */
+static int try_place(split_eval *e, int *start, int b, int pos, int keep, double *best)
+{
+    if (pos == keep)
+        return 0;
+    start[b] = pos;
+    double t = eval_split(e, start);
+    if (t < *best * (1 - 1e-12)) {
+        *best = t;
+        return 1;
+    }
+    return 0;
+}
+
 /* The best place of boundary b between its neighbours (the others fixed);
  * 1 when it moved (best improved). */
 static int move_one(split_eval *e, int *start, int b, double *best)
 {
     int lo = start[b - 1] + 1, hi = b + 1 < e->nchunks ? start[b + 1] - 1 : e->n - 1;
     int keep = start[b], at = keep;
-    for (int pos = lo; pos <= hi; pos++) {
-        if (pos == keep)
-            continue;
-        start[b] = pos;
-        double t = eval_split(e, start);
-        if (t < *best * (1 - 1e-12)) {
-            *best = t;
+    int stride = (hi - lo) / BALANCE_SCAN_ONE + 1;
+    for (int pos = lo; pos <= hi; pos += stride)
+        if (try_place(e, start, b, pos, keep, best))
             at = pos;
-        }
+    if (stride > 1) { /* every place within a stride of the coarse best */
+        int c = at, from = c - stride + 1 > lo ? c - stride + 1 : lo, to = c + stride - 1 < hi ? c + stride - 1 : hi;
+        for (int pos = from; pos <= to; pos++)
+            if ((pos - lo) % stride && try_place(e, start, b, pos, keep, best))
+                at = pos;
     }
     start[b] = at;
     return at != keep;
 }
 
 /* The best places of boundaries b < c together, each between its neighbours
- * (c's lower neighbour being b when they are adjacent); 1 when they moved. */
+ * (c's lower neighbour being b when they are adjacent), at strides when the
+ * ranges are wide (the single moves that follow refine them); 1 when they
+ * moved. */
 static int move_two(split_eval *e, int *start, int b, int c, double *best)
 {
     int kb = start[b], kc = start[c], ab = kb, ac = kc;
     int chi = c + 1 < e->nchunks ? start[c + 1] - 1 : e->n - 1;
-    int bhi = c == b + 1 ? chi - 1 : start[b + 1] - 1;
-    for (int pb = start[b - 1] + 1; pb <= bhi; pb++) {
+    int blo = start[b - 1] + 1, bhi = c == b + 1 ? chi - 1 : start[b + 1] - 1;
+    int sb = (bhi - blo) / BALANCE_SCAN_TWO + 1, sc = (chi - blo) / BALANCE_SCAN_TWO + 1;
+    for (int pb = blo; pb <= bhi; pb += sb) {
         start[b] = pb;
-        for (int pc = (c == b + 1 ? pb : start[c - 1]) + 1; pc <= chi; pc++) {
+        for (int pc = (c == b + 1 ? pb : start[c - 1]) + 1; pc <= chi; pc += sc) {
             if (pb == kb && pc == kc)
                 continue;
             start[c] = pc;
