@@ -83,13 +83,13 @@ like "$(cat "$T/o")" 'neg\.pgd: sample 0, element 0 is target id -1, outside \[0
 pgd "$T/xnan.pgd" f32 48 64 100 nan
 run --steps 3 --data "$T/xnan.pgd" --targets "$T/y.pgd" >"$T/o" 2>&1; rc=$?
 is "$rc" 1 "a NaN in --data: exit 1"
-like "$(cat "$T/o")" 'stage 0: .*xnan\.pgd: sample 1, element 36 is nan: a data file must hold finite values' \
+like "$(cat "$T/o")" '\[stage 0\] .*xnan\.pgd: sample 1, element 36 is nan: a data file must hold finite values' \
     "...refused when read, naming the file, the sample and the element"
 ! grep -q 'step 1/' "$T/o"; ok $? "...before any step"
 pgd "$T/yinf.pgd" f32 48 32 70 -inf
 run --steps 3 --data "$T/good.pgd" --targets "$T/yinf.pgd" >"$T/o" 2>&1; rc=$?
 is "$rc" 1 "an -Inf in --targets: exit 1"
-like "$(cat "$T/o")" 'stage 1: .*yinf\.pgd: sample 2, element 6 is -inf: a data file must hold finite values' "...refused when read"
+like "$(cat "$T/o")" '\[stage 1\] .*yinf\.pgd: sample 2, element 6 is -inf: a data file must hold finite values' "...refused when read"
 run --steps 0 --save "$T/init.st" >/dev/null 2>&1
 "${PYTHON:-/usr/bin/python3}" - "$T/init.st" "$T/wnan.st" <<'PY'
 import struct, sys
@@ -100,14 +100,14 @@ open(sys.argv[2], "wb").write(b)
 PY
 run --steps 1 --load "$T/wnan.st" >"$T/o" 2>&1; rc=$?
 is "$rc" 1 "a NaN weight in a --load file: exit 1"
-like "$(cat "$T/o")" "stage 0: --load: .*wnan\\.st: tensor 'layer0\\.weight', element 7 is nan: refusing weights that are not finite" \
+like "$(cat "$T/o")" "\[stage 0\] --load: .*wnan\\.st: tensor 'layer0\\.weight', element 7 is nan: refusing weights that are not finite" \
     "...refused, naming the tensor and the element"
 
 # --- finite values near the float limit: the gradients overflow -----------------------
 pgd "$T/xbig.pgd" f32 48 64 100 3e38   # relu hides it from the loss, not from the gradients
 run --steps 3 --data "$T/xbig.pgd" --targets "$T/y.pgd" --save "$T/big.st" >"$T/o" 2>&1; rc=$?
 is "$rc" 1 "an input of 3e38: exit 1, not a run that ends with NaN weights"
-like "$(cat "$T/o")" 'stage 0: the gradient of layer0\.weight in step 1 is not finite \(its sum of squares is (inf|nan)\): stopping before the optimizer' \
+like "$(cat "$T/o")" '\[stage 0\] the gradient of layer0\.weight in step 1 is not finite \(its sum of squares is (inf|nan)\): stopping before the optimizer' \
     "...the stage holding the gradient names it and the step"
 [ ! -e "$T/big.st" ]; ok $? "...and no weights are written"
 run --steps 1 --data "$T/xbig.pgd" --targets "$T/y.pgd" --skip-nonfinite --save "$T/bigskip.st" >"$T/o" 2>&1; rc=$?
@@ -127,8 +127,8 @@ ok $? "mlp_small without its last relu on 2 stages builds"
 pgd "$T/xall.pgd" f32 48 64 $(i=0; while [ $i -lt 64 ]; do printf '%d 3e38 ' $i; i=$((i + 1)); done)
 timeout 60 "$PIPERUN" "$N/bin" -- --threads 1 --steps 3 --data "$T/xall.pgd" --targets "$T/y.pgd" >"$T/o" 2>&1; rc=$?
 is "$rc" 1 "a loss that is not finite stops the run: exit 1"
-like "$(cat "$T/o")" 'stage 1: the loss of step 1 is not finite \(-?(inf|nan) in micro-batch 0\): stopping before the optimizer' "the loss stage names the step"
-[ "$(grep -c 'stage [01]: .*step 1 .*not finite\|stage [01]: stopping: stage 1 found' "$T/o")" = 2 ]
+like "$(cat "$T/o")" '\[stage 1\] the loss of step 1 is not finite \(-?(inf|nan) in micro-batch 0\): stopping before the optimizer' "the loss stage names the step"
+[ "$(grep -c '\[stage [01]\] .*step 1 .*not finite\|\[stage [01]\] stopping: stage 1 found' "$T/o")" = 2 ]
 ok $? "every stage says why it stops"
 timeout 60 "$PIPERUN" "$N/bin" -- --threads 1 --steps 2 --data "$T/xall.pgd" --targets "$T/y.pgd" --skip-nonfinite >"$T/o" 2>&1; rc=$?
 is "$rc" 0 "--skip-nonfinite: the run goes on"
@@ -138,11 +138,11 @@ like "$(cat "$T/o")" 'step 2/2  loss [0-9]' "step 2 has a finite loss"
 # --- inputs and targets that do not belong together --------------------------------------
 run --steps 2 --data "$T/good.pgd" >"$T/o" 2>&1; rc=$?
 is "$rc" 2 "--data without --targets: exit 2"
-like "$(cat "$T/o")" 'stage [01]: --data .*good\.pgd without --targets: its inputs would be paired with synthetic targets' \
+like "$(cat "$T/o")" '\[stage [01]\] --data .*good\.pgd without --targets: its inputs would be paired with synthetic targets' \
     "...it would pair real inputs with synthetic targets"
 run --steps 2 --targets "$T/y.pgd" >"$T/o" 2>&1; rc=$?
 is "$rc" 2 "--targets without --data: exit 2"
-like "$(cat "$T/o")" 'stage [01]: --targets .*y\.pgd without --data' "...named"
+like "$(cat "$T/o")" '\[stage [01]\] --targets .*y\.pgd without --data' "...named"
 pgd "$T/y40.pgd" f32 40 32
 run --steps 2 --data "$T/good.pgd" --targets "$T/y40.pgd" >"$T/o" 2>&1; rc=$?
 is "$rc" 1 "48 inputs, 40 targets: exit 1"

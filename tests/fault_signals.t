@@ -76,7 +76,7 @@ wait_exit $pr 20; rc=$WX
 el=$(elapsed_since "$t0")
 is "$rc" 130 "a second SIGINT: exit 130"
 awk -v e="$el" 'BEGIN { exit !(e < 3) }'; ok $? "...at once (${el} s), not after the grace period or --timeout"
-like "$(cat "$T/int2.out")" 'stage [01]: a second interrupt: stopping at once \(no checkpoint' "...the stages say they stop at once, without a checkpoint"
+like "$(cat "$T/int2.out")" '\[stage [01]\] a second interrupt: stopping at once \(no checkpoint' "...the stages say they stop at once, without a checkpoint"
 like "$(cat "$T/int2.out")" 'piperun: second interrupt: stopping every stage at once' "...and so does piperun"
 is "$(ls "$T/ck2c" 2>/dev/null)" "$(cat "$T/ck2c.before")" "...no checkpoint was written"
 gone "$stuck"; ok $? "...and the stuck stage is gone too"
