@@ -1187,7 +1187,7 @@ static void bundle_run(pg_ctx *c, gemm_bundle *bd)
     attn_obj(&t);
     memcpy(bundle_add(bd, an * d), t.y, (size_t)(an * d) * 4);
     float *dctx = fa(an * d), *dqkv = bundle_add(bd, an * 3 * d), *dx = bundle_add(bd, an * d);
-    pg_attention_bwd_in(c, ar, T, d, h, 1, t.wqkv, t.wo, t.qkv, t.att, t.p, dctx, dqkv, dx);
+    pg_attention_bwd_in(c, ar, T, d, h, 1, t.wqkv, t.wo, t.qkv, t.att, t.ctx, t.p, dctx, dqkv, dx);
     pg_attention_bwd_w(c, ar, T, d, t.x, t.ctx, t.p, dqkv, bundle_add(bd, 3 * d * d), bundle_add(bd, 3 * d),
                        bundle_add(bd, d * d), bundle_add(bd, d));
     attn_free(&t);
