@@ -227,17 +227,7 @@ static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts
         o->ckpt_dir = o->save;
         o->save = NULL;
     }
-    if (o->threads <= 0) {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        const char *lw = getenv("PIPE_LOCAL_WORLD");
-        long local = lw ? strtol(lw, NULL, 10) : 1;
-        if (local < 1)
-            local = 1;
-        o->threads = cores > 0 ? (int)(cores / local) : 1;
-        if (o->threads < 1)
-            o->threads = 1;
-    }
-    return 0;
+    return 0; /* --threads 0 (not given): the launch decides (pg_launch_threads) */
 }
 
 /* 0, 1 (a bad file, printed) or 2 (a bad combination of options, printed). */
@@ -418,6 +408,15 @@ static int run(pg_run *r)
                 d->stage, d->model, d->nstages, l.rank, l.world, l.source ? l.source : "environment", d->nstages);
         return 1;
     }
+    char why[128];
+    int threads = pg_launch_threads(&l, r->opt.threads, why, sizeof why, err, sizeof err);
+    if (threads < 0) {
+        fprintf(stderr, "stage %d: %s\n", d->stage, err);
+        return 1;
+    }
+    r->opt.threads = threads;
+    pg_launch_describe(&l, threads, why, err, sizeof err);
+    fprintf(stderr, "stage %d: %s\n", d->stage, err);
     if (pg_guard_files(d, err, sizeof err)) { /* ulimit -n: the links and files this stage needs */
         fprintf(stderr, "%s\n", err);
         return 1;
