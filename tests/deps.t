@@ -90,6 +90,17 @@ like "$out" "$T/py cannot import torch" "... and saying which Python could not i
 out=$(PYTHON="$T/py" "$DEPS" build --no-install 2>&1)
 ok $? "torch is not needed to build"
 
+out=$(MPIRUN=/nonexistent/mpirun "$DEPS" test --no-install 2>&1)
+st=$?
+[ $st = 1 ]
+ok $? "no mpirun: deps.sh test fails (exit $st)"
+like "$out" "missing Debian packages: openmpi-bin$" "... naming openmpi-bin alone"
+printf '#!/bin/sh\necho "HYDRA build details:"\n' >"$T/mpich" && chmod +x "$T/mpich"
+out=$(MPIRUN="$T/mpich" "$DEPS" test --no-install 2>&1)
+like "$out" "missing Debian packages: openmpi-bin$" "an mpirun that is not Open MPI's: openmpi-bin is named"
+out=$(MPIRUN=/nonexistent/mpirun "$DEPS" build --no-install 2>&1)
+ok $? "mpirun is not needed to build"
+
 "$DEPS" test --no-install >"$T/all.log" 2>&1
 ok $? "everything the suite needs is here"
 

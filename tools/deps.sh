@@ -7,7 +7,8 @@
 #                              (the runtime has its own GEMM: no BLAS is needed)
 #   tools/deps.sh test         build's, plus a Python that imports torch ($PYTHON,
 #                              default /usr/bin/python3) and the test suite's tools
-#                              (prove, ip, nm, ps/pgrep, clang with libFuzzer)
+#                              (prove, ip, nm, ps/pgrep, clang with libFuzzer,
+#                              Open MPI's mpirun)
 #   tools/deps.sh bench        test's, plus OpenBLAS, the anchor bench/gemm.sh times
 #                              the runtime's GEMM against (its cblas.h and library: a
 #                              compile, link and run of openblas_set_num_threads +
@@ -17,7 +18,7 @@
 #
 # As root, installs what is missing (apt-get --no-install-recommends) and probes
 # again; otherwise, or with --no-install, prints the one command to run and exits
-# 1. From the environment: CC, PYTHON, RE2C, LEMON, LEMPAR (lemon's template), BLAS_CFLAGS
+# 1. From the environment: CC, PYTHON, RE2C, LEMON, LEMPAR (lemon's template), MPIRUN, BLAS_CFLAGS
 # (use these flags instead of searching) and PG_BLAS_DIRS (the directories
 # searched for OpenBLAS's cblas.h, instead of the usual ones).
 set -u
@@ -106,6 +107,8 @@ missing_now() {
     command -v ip >/dev/null 2>&1 || missing="$missing iproute2"
     command -v nm >/dev/null 2>&1 || missing="$missing binutils"
     { command -v ps && command -v pgrep; } >/dev/null 2>&1 || missing="$missing procps"
+    # Open MPI's mpirun for tests/launchers.t (MPICH's takes other options)
+    "${MPIRUN:-mpirun}" --version 2>/dev/null | grep -q 'Open MPI' || missing="$missing openmpi-bin"
     fuzzer_probe || missing="$missing clang libclang-rt-dev"
     [ "$want" = bench ] || return 0
     case "$missing" in

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Parse a decimal non-negative integer that fills the whole string. */
 static int parse_uint(const char *s, long *out)
@@ -16,6 +17,156 @@ static int parse_uint(const char *s, long *out)
         if (*p < '0' || *p > '9') return -1;
     *out = strtol(s, NULL, 10);
     return 0;
+}
+
+/* ---- Slurm's compressed host lists ------------------------------------------
+ * list  := name (',' name)*         name  := (text | '[' range (',' range)* ']')+
+ * range := number ['-' number]      text  := [A-Za-z0-9._-]+
+ * A range's numbers are printed with the width of its first ("01-10": 01..10);
+ * with several bracket groups in a name the last varies fastest. */
+#define HL_MAX_HOSTS 10000000L
+#define HL_MAX_GROUPS 16
+
+static int hl_fail(const char *list, const char *at, const char *what, char *err, size_t errlen)
+{
+    snprintf(err, errlen, "'%s' at character %d: %s", list, (int)(at - list) + 1, what);
+    return -1;
+}
+
+/* One range "lo[-hi]" at *p (advanced past it): its bounds and print width. */
+static int hl_range(const char *list, const char **p, long *lo, long *hi, int *width, char *err, size_t errlen)
+{
+    const char *s = *p;
+    long v[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        const char *d = s;
+        while (*s >= '0' && *s <= '9') s++;
+        if (s == d)
+            return hl_fail(list, s, k ? "expected a number after '-'" : "expected a number in '[...]'", err, errlen);
+        if (s - d > 9)
+            return hl_fail(list, d, "number too long (at most 9 digits)", err, errlen);
+        v[k] = strtol(d, NULL, 10);
+        if (k == 0) *width = (int)(s - d);
+        if (k == 0 && *s != '-') { v[1] = v[0]; break; }
+        if (k == 0) s++;
+    }
+    if (v[1] < v[0])
+        return hl_fail(list, *p, "range goes down (the first number must not exceed the second)", err, errlen);
+    *lo = v[0];
+    *hi = v[1];
+    *p = s;
+    return 0;
+}
+
+/* The bracket group at p ('[' ... ']'): how many numbers it names, and the
+ * idx-th of them (value and width) when idx >= 0. Returns the count, -1 bad. */
+static long hl_group(const char *list, const char *p, long idx, long *val, int *width, const char **end, char *err,
+                     size_t errlen)
+{
+    long count = 0;
+    p++; /* '[' */
+    for (;;) {
+        long lo, hi;
+        int w;
+        if (hl_range(list, &p, &lo, &hi, &w, err, errlen))
+            return -1;
+        if (idx >= count && idx <= count + (hi - lo)) {
+            *val = lo + (idx - count);
+            *width = w;
+        }
+        count += hi - lo + 1;
+        if (count > HL_MAX_HOSTS)
+            return hl_fail(list, p, "names too many hosts", err, errlen);
+        if (*p == ']') break;
+        if (*p != ',')
+            return hl_fail(list, p, *p ? "expected ',', '-' or ']' in '[...]'" : "'[' is not closed", err, errlen);
+        p++;
+    }
+    *end = p + 1;
+    return count;
+}
+
+static int hl_namechar(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
+           c == '_';
+}
+
+long pg_hostlist_nth(const char *list, long n, char *host, size_t hostlen, char *err, size_t errlen)
+{
+    long total = 0;
+    const char *p = list;
+    if (hostlen) host[0] = 0;
+    if (!*list) {
+        snprintf(err, errlen, "the host list is empty");
+        return -1;
+    }
+    for (;;) { /* one name per turn */
+        const char *start = p, *groups[HL_MAX_GROUPS];
+        long sizes[HL_MAX_GROUPS], count = 1;
+        int ng = 0;
+        while (*p && *p != ',') {
+            if (*p == '[') {
+                long v;
+                int w;
+                if (ng == HL_MAX_GROUPS)
+                    return hl_fail(list, p, "too many '[...]' groups in one name", err, errlen);
+                groups[ng] = p;
+                sizes[ng] = hl_group(list, p, -1, &v, &w, &p, err, errlen);
+                if (sizes[ng] < 0)
+                    return -1;
+                count *= sizes[ng++];
+                if (count > HL_MAX_HOSTS)
+                    return hl_fail(list, start, "names too many hosts", err, errlen);
+            } else if (*p == ']') {
+                return hl_fail(list, p, "']' without '['", err, errlen);
+            } else if (!hl_namechar(*p)) {
+                return hl_fail(list, p, "not a host name character (letters, digits, '-', '.', '_')", err, errlen);
+            } else {
+                p++;
+            }
+        }
+        if (p == start)
+            return hl_fail(list, p, "empty host name", err, errlen);
+        if (n >= total && n < total + count) { /* write this name's (n - total)-th host */
+            long idx[HL_MAX_GROUPS], rest = n - total;
+            for (int g = ng - 1; g >= 0; g--) {
+                idx[g] = rest % sizes[g];
+                rest /= sizes[g];
+            }
+            size_t len = 0;
+            int g = 0;
+            for (const char *q = start; q < p;) {
+                char piece[32];
+                size_t pl;
+                const char *from = piece;
+                if (*q == '[') {
+                    long v = 0;
+                    int w = 1;
+                    hl_group(list, groups[g], idx[g], &v, &w, &q, err, errlen);
+                    g++;
+                    pl = (size_t)snprintf(piece, sizeof piece, "%0*ld", w, v);
+                } else {
+                    from = q;
+                    pl = 1;
+                    q++;
+                }
+                if (len + pl >= hostlen)
+                    return hl_fail(list, start, "host name too long", err, errlen);
+                memcpy(host + len, from, pl);
+                len += pl;
+            }
+            host[len] = 0;
+        }
+        total += count;
+        if (total > HL_MAX_HOSTS)
+            return hl_fail(list, start, "names too many hosts", err, errlen);
+        if (!*p)
+            return total;
+        p++; /* ',' */
+        if (!*p)
+            return hl_fail(list, p, "empty host name after ','", err, errlen);
+    }
 }
 
 /* "host:port" -> host, port; the host may be bracketed ("[::1]:29500"). */
@@ -72,18 +223,107 @@ static void run_identity(pg_launch *l)
     }
 }
 
+/* A number variable that may be unset (*out untouched, 0) or must parse (-1, err). */
+static int env_uint(const char *var, long lo, long *out, char *err, size_t errlen)
+{
+    const char *v = getenv(var);
+    if (!v) return 0;
+    long x;
+    if (parse_uint(v, &x) || x < lo) {
+        snprintf(err, errlen, "%s=%s: expected a number >= %ld", var, v, lo);
+        return -1;
+    }
+    *out = x;
+    return 1;
+}
+
+/* How many processes of this run share this host, from the launcher that gave
+ * the rank (l->local_world 0 when it does not say). */
+static int local_world(pg_launch *l, char *err, size_t errlen)
+{
+    static const char *const by_source[][3] = {
+        {"PIPE_RANK", "PIPE_LOCAL_WORLD", NULL},
+        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", NULL},
+        {"PMI_RANK", "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE"},
+        {"SLURM_PROCID", "SLURM_NTASKS_PER_NODE", NULL},
+    };
+    for (size_t i = 0; i < sizeof by_source / sizeof by_source[0]; i++) {
+        if (strcmp(l->source, by_source[i][0]) != 0) continue;
+        for (int k = 1; k < 3 && by_source[i][k]; k++) {
+            long v;
+            int got = env_uint(by_source[i][k], 1, &v, err, errlen);
+            if (got < 0) return -1;
+            if (got) {
+                l->local_world = v < l->world ? (int)v : l->world;
+                l->local_source = by_source[i][k];
+                return 0;
+            }
+        }
+    }
+    if (!strcmp(l->source, "SLURM_PROCID")) { /* a step on one node: every task is here */
+        long nodes;
+        int got = env_uint("SLURM_STEP_NUM_NODES", 1, &nodes, err, errlen);
+        if (got < 0) return -1;
+        if (got && nodes == 1) {
+            l->local_world = l->world;
+            l->local_source = "SLURM_STEP_NUM_NODES";
+        }
+    }
+    return 0;
+}
+
+/* The master under Slurm: the node list's first host (loopback when every
+ * process is on this host) and a port derived from the job id. 1 when set,
+ * 0 when Slurm says nothing, -1 on a bad variable. srun's tasks read their
+ * step's list and job.step; an MPI launch inside an allocation reads the
+ * allocation's list and the job alone (mpirun's own host runs outside any
+ * step, its remote daemons inside one: only the job is the same for all). */
+static int slurm_master(pg_launch *l, int spans, char *err, size_t errlen)
+{
+    int srun = !strcmp(l->source, "SLURM_PROCID");
+    const char *var = srun ? "SLURM_STEP_NODELIST" : "SLURM_JOB_NODELIST";
+    const char *list = getenv(var);
+    if (!list && srun) list = getenv(var = "SLURM_JOB_NODELIST");
+    long job = 0, step = 0;
+    if (!list)
+        return 0;
+    int got = env_uint("SLURM_JOB_ID", 0, &job, err, errlen);
+    if (got <= 0) /* a node list without a job id is not Slurm's */
+        return got;
+    if (srun && env_uint("SLURM_STEP_ID", 0, &step, err, errlen) < 0)
+        return -1;
+    char first[sizeof l->master_host], why[256];
+    long hosts = pg_hostlist_nth(list, 0, first, sizeof first, why, sizeof why);
+    if (hosts < 0) {
+        snprintf(err, errlen, "%s: %s", var, why);
+        return -1;
+    }
+    if (spans == 0 || (spans < 0 && hosts == 1))
+        snprintf(l->master_host, sizeof l->master_host, "127.0.0.1");
+    else
+        snprintf(l->master_host, sizeof l->master_host, "%s", first);
+    /* 20000..39999: below Linux's ephemeral ports (32768 up) for most jobs,
+     * and two steps of one job running at once get two ports */
+    l->master_port = 20000 + (int)((job * 8 + step % 8) % 20000);
+    l->master_source = var;
+    return 1;
+}
+
 int pg_launch_from_env(pg_launch *l, char *err, size_t errlen)
 {
     static const char *const pairs[][2] = {
         {"PIPE_RANK", "PIPE_WORLD"},
-        {"SLURM_PROCID", "SLURM_NTASKS"},
         {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
         {"PMI_RANK", "PMI_SIZE"},
+        {"SLURM_PROCID", "SLURM_NTASKS"}, /* last: mpirun's ranks in an allocation inherit SLURM_PROCID=0 */
     };
     memset(l, 0, sizeof *l);
     l->rank = 0;
     l->world = 1;
+    l->replica = 0;
+    l->replicas = 1;
     l->source = "default";
+    l->world_source = "default";
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
         const char *rv = getenv(pairs[i][0]), *wv = getenv(pairs[i][1]);
         if (!rv && !wv) continue;
@@ -109,13 +349,27 @@ int pg_launch_from_env(pg_launch *l, char *err, size_t errlen)
         l->rank = (int)r;
         l->world = (int)w;
         l->source = pairs[i][0];
+        l->world_source = pairs[i][1];
+        for (size_t k = i + 1; k < sizeof pairs / sizeof pairs[0] && !l->ignored[0]; k++) {
+            const char *o = getenv(pairs[k][0]); /* say what was passed over when it differs */
+            if (o && strcmp(o, rv) != 0)
+                snprintf(l->ignored, sizeof l->ignored, "%s=%.40s", pairs[k][0], o);
+        }
         break;
     }
     run_identity(l);
+    if (local_world(l, err, errlen))
+        return -1;
+    /* Do the processes span several hosts? 1 yes, 0 no, -1 nobody says. */
+    int spans = l->world == 1 ? 0 : l->local_world > 0 ? l->local_world < l->world : -1;
     snprintf(l->master_host, sizeof l->master_host, "127.0.0.1");
     l->master_port = 29500;
+    l->master_source = "default";
     const char *pm = getenv("PIPE_MASTER");
-    if (pm) return parse_master("PIPE_MASTER", pm, l, err, errlen);
+    if (pm) {
+        l->master_source = "PIPE_MASTER";
+        return parse_master("PIPE_MASTER", pm, l, err, errlen);
+    }
     const char *ma = getenv("MASTER_ADDR"), *mp = getenv("MASTER_PORT");
     if (ma) {
         if (!*ma || strlen(ma) >= sizeof l->master_host) {
@@ -123,6 +377,7 @@ int pg_launch_from_env(pg_launch *l, char *err, size_t errlen)
             return -1;
         }
         snprintf(l->master_host, sizeof l->master_host, "%s", ma);
+        l->master_source = "MASTER_ADDR";
     }
     if (mp) {
         long port;
@@ -131,6 +386,77 @@ int pg_launch_from_env(pg_launch *l, char *err, size_t errlen)
             return -1;
         }
         l->master_port = (int)port;
+        if (!ma) l->master_source = "MASTER_PORT";
+    }
+    if (ma)
+        return 0;
+    int sm = slurm_master(l, spans, err, errlen);
+    if (sm < 0)
+        return -1;
+    if (sm > 0 && mp) /* MASTER_PORT still names the port */
+        l->master_port = (int)strtol(mp, NULL, 10);
+    if (sm == 0 && spans == 1) {
+        snprintf(err, errlen,
+                 "the %d processes run on several hosts (%s=%d of %s=%d) and nothing names the master: set "
+                 "PIPE_MASTER=host:port to rank 0's host and a free port (or MASTER_ADDR and MASTER_PORT) in "
+                 "every process's environment",
+                 l->world, l->local_source, l->local_world, l->world_source, l->world);
+        return -1;
     }
     return 0;
+}
+
+int pg_launch_threads(const pg_launch *l, int requested, char *why, size_t whylen, char *err, size_t errlen)
+{
+    if (requested > 0) {
+        snprintf(why, whylen, "--threads");
+        return requested;
+    }
+    long v;
+    int got = env_uint("SLURM_CPUS_PER_TASK", 1, &v, err, errlen);
+    if (got < 0) return -1;
+    if (got && !strcmp(l->source, "PIPE_RANK") && l->local_world > 1) { /* piperun as one Slurm task */
+        snprintf(why, whylen, "SLURM_CPUS_PER_TASK=%ld / %d processes on this host, %s", v, l->local_world,
+                 l->local_source);
+        v /= l->local_world;
+        return v < 1 ? 1 : v > 1024 ? 1024 : (int)v;
+    }
+    if (got) {
+        snprintf(why, whylen, "SLURM_CPUS_PER_TASK");
+        return v > 1024 ? 1024 : (int)v;
+    }
+    const char *omp = getenv("OMP_NUM_THREADS");
+    if (omp) { /* "4" or a nested list "4,2": the first level is ours */
+        char first[16];
+        size_t n = strcspn(omp, ",");
+        if (n < sizeof first) {
+            memcpy(first, omp, n);
+            first[n] = 0;
+        }
+        if (n >= sizeof first || parse_uint(first, &v) || v < 1) {
+            snprintf(err, errlen, "OMP_NUM_THREADS=%s: expected a number >= 1", omp);
+            return -1;
+        }
+        snprintf(why, whylen, "OMP_NUM_THREADS");
+        return v > 1024 ? 1024 : (int)v;
+    }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores < 1) cores = 1;
+    int local = l->local_world > 0 ? l->local_world : 1;
+    long t = cores / local;
+    if (l->local_world > 0)
+        snprintf(why, whylen, "%ld cores / %d processes on this host, %s", cores, local, l->local_source);
+    else
+        snprintf(why, whylen, "%ld cores", cores);
+    return t < 1 ? 1 : t > 1024 ? 1024 : (int)t;
+}
+
+void pg_launch_describe(const pg_launch *l, int threads, const char *threads_why, char *out, size_t outlen)
+{
+    char host[256] = "?";
+    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
+    host[sizeof host - 1] = 0;
+    snprintf(out, outlen, "started as replica %d/%d, rank %d/%d from %s%s%s%s, host %s, master %s:%d (%s), threads %d (%s)",
+             l->replica, l->replicas, l->rank, l->world, l->source, l->ignored[0] ? " (not " : "", l->ignored,
+             l->ignored[0] ? ")" : "", host, l->master_host, l->master_port, l->master_source, threads, threads_why);
 }

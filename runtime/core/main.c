@@ -34,8 +34,9 @@ static void usage(FILE *o, const pg_stage_desc *d)
             "                  saw them (tied copies summed, clipped), named as the parameters;\n"
             "                  buffers are left out\n"
             "  --threads N     threads for the matrix products, the same bits for any N\n"
-            "                  (default: cores / PIPE_LOCAL_WORLD, at least 1;\n"
-            "                  PIPE_LOCAL_WORLD is the number of stages on this host, 1 if unset)\n"
+            "                  (default: SLURM_CPUS_PER_TASK, else OMP_NUM_THREADS, else the\n"
+            "                  cores / the processes of this run on this host (PIPE_LOCAL_WORLD,\n"
+            "                  OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, ...), at least 1)\n"
             "  --timeout S     give up a receive after S seconds (default 300)\n"
             "  --connect-timeout S  keep retrying the rendezvous for S seconds (default 60)\n"
             "  --checkpoint-dir DIR  write checkpoints (every stage's weights and optimizer\n"
@@ -227,17 +228,7 @@ static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts
         o->ckpt_dir = o->save;
         o->save = NULL;
     }
-    if (o->threads <= 0) {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        const char *lw = getenv("PIPE_LOCAL_WORLD");
-        long local = lw ? strtol(lw, NULL, 10) : 1;
-        if (local < 1)
-            local = 1;
-        o->threads = cores > 0 ? (int)(cores / local) : 1;
-        if (o->threads < 1)
-            o->threads = 1;
-    }
-    return 0;
+    return 0; /* --threads 0 (not given): the launch decides (pg_launch_threads) */
 }
 
 /* 0, 1 (a bad file, printed) or 2 (a bad combination of options, printed). */
@@ -418,6 +409,15 @@ static int run(pg_run *r)
                 d->stage, d->model, d->nstages, l.rank, l.world, l.source ? l.source : "environment", d->nstages);
         return 1;
     }
+    char why[128];
+    int threads = pg_launch_threads(&l, r->opt.threads, why, sizeof why, err, sizeof err);
+    if (threads < 0) {
+        fprintf(stderr, "stage %d: %s\n", d->stage, err);
+        return 1;
+    }
+    r->opt.threads = threads;
+    pg_launch_describe(&l, threads, why, err, sizeof err);
+    fprintf(stderr, "stage %d: %s\n", d->stage, err);
     if (pg_guard_files(d, err, sizeof err)) { /* ulimit -n: the links and files this stage needs */
         fprintf(stderr, "%s\n", err);
         return 1;

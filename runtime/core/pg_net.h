@@ -18,24 +18,59 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Where this process sits: from PIPE_RANK/PIPE_WORLD/PIPE_MASTER, or Slurm
- * (SLURM_PROCID/SLURM_NTASKS), Open MPI (OMPI_COMM_WORLD_RANK/SIZE), PMI
- * (PMI_RANK/PMI_SIZE). The master address comes from PIPE_MASTER (host:port),
- * else defaults to 127.0.0.1:29500 (MASTER_ADDR/MASTER_PORT are honoured too). */
+/* Where this process sits, read from the environment of whatever launched it.
+ * The rank and world, first found of: PIPE_RANK/PIPE_WORLD (piperun, by hand),
+ * Open MPI's OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/PMI_SIZE (MPICH's and Intel
+ * MPI's Hydra, Slurm's pmi2), Slurm's SLURM_PROCID/SLURM_NTASKS last: ranks
+ * that mpirun starts inside an sbatch allocation inherit SLURM_PROCID=0.
+ * The master address: PIPE_MASTER (host:port), else MASTER_ADDR/MASTER_PORT,
+ * else under Slurm the first host of the node list (SLURM_STEP_NODELIST for
+ * srun's tasks, SLURM_JOB_NODELIST for an MPI launch inside an allocation,
+ * whose first host runs the batch script and mpirun) with a port derived from
+ * the job id, or loopback when every process is on one host; default
+ * 127.0.0.1:29500. Processes on several hosts with none of these: an error. */
 typedef struct pg_launch {
     int rank, world;
     char master_host[256];
     int master_port;
-    const char *source; /* "PIPE_RANK", "SLURM_PROCID", ... for messages */
+    const char *source;       /* "PIPE_RANK", "SLURM_PROCID", ... for messages */
+    const char *world_source; /* its pair: "PIPE_WORLD", "SLURM_NTASKS", ... */
     /* The run's identity, from the launcher that gave the rank: PIPE_RUN_ID
      * (piperun makes a random one per run), Slurm's SLURM_JOB_ID.SLURM_STEP_ID,
      * Open MPI's PMIX_NAMESPACE or OMPI_MCA_ess_base_jobid; "" when there is
      * none (stages started by hand without PIPE_RUN_ID). */
     char run_id[64];
     const char *run_id_source; /* the variable it came from, or NULL */
+    /* Processes of this run on this host (0: unknown) and the variable that
+     * said so (PIPE_LOCAL_WORLD, OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS,
+     * SLURM_NTASKS_PER_NODE, or the world itself when Slurm's step has one node). */
+    int local_world;
+    const char *local_source;
+    const char *master_source; /* "PIPE_MASTER", "MASTER_ADDR", "SLURM_STEP_NODELIST", ..., "default" */
+    /* A variable of another launcher that names another rank, e.g.
+     * "SLURM_PROCID=0" inherited by mpirun's ranks from the allocation ("" none). */
+    char ignored[64];
+    /* This process's pipeline replica and the replica count (issue 13 item 1:
+     * filled by the data-parallel split of rank and world; 0 and 1 until then). */
+    int replica, replicas;
 } pg_launch;
 /* 0 ok; -1 with err filled (e.g. "PIPE_RANK=3 but PIPE_WORLD=3: rank must be < world"). */
 int pg_launch_from_env(pg_launch *l, char *err, size_t errlen);
+/* Threads for this process: `requested` when > 0 (--threads), else
+ * SLURM_CPUS_PER_TASK, else OMP_NUM_THREADS (its first number), else the
+ * host's online cores divided by l->local_world (at least 1). *why gets where
+ * it came from ("--threads", "SLURM_CPUS_PER_TASK", "2 cores / 2 local
+ * processes (OMPI_COMM_WORLD_LOCAL_SIZE)"). -1 with err on a bad variable. */
+int pg_launch_threads(const pg_launch *l, int requested, char *why, size_t whylen, char *err, size_t errlen);
+/* The one start-up line every process prints (without the newline): replica,
+ * rank/world and where the rank came from, host, master and where it came from,
+ * threads and why. */
+void pg_launch_describe(const pg_launch *l, int threads, const char *threads_why, char *out, size_t outlen);
+/* Slurm's compressed host list ("node[01-04,07],gpu-a[1-2]", ranges padded to
+ * the width of their first number, several bracket groups in one name): the
+ * number of hosts it names (>= 1), with the n-th (from 0) written to host
+ * ("" when n is past the end). -1 with err saying where the list is bad. */
+long pg_hostlist_nth(const char *list, long n, char *host, size_t hostlen, char *err, size_t errlen);
 
 typedef enum pg_net_status {
     PG_NET_OK = 0,

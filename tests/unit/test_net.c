@@ -300,7 +300,10 @@ int main(void)
         pg_launch l;
         const char *vars[] = {"PIPE_RANK", "PIPE_WORLD", "PIPE_MASTER", "SLURM_PROCID", "SLURM_NTASKS",
                               "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE",
-                              "MASTER_ADDR", "MASTER_PORT"};
+                              "MASTER_ADDR", "MASTER_PORT", "PIPE_LOCAL_WORLD", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                              "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE", "SLURM_STEP_NUM_NODES",
+                              "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_JOB_ID", "SLURM_STEP_ID",
+                              "SLURM_CPUS_PER_TASK", "OMP_NUM_THREADS"};
         for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
         OK(pg_launch_from_env(&l, err, sizeof err) == 0 && l.rank == 0 && l.world == 1 &&
                !strcmp(l.master_host, "127.0.0.1") && l.master_port == 29500,
@@ -356,6 +359,197 @@ int main(void)
            "PMI variables");
         unsetenv("PMI_RANK");
         unsetenv("PMI_SIZE");
+
+        /* mpirun inside an sbatch allocation: every rank inherits SLURM_PROCID=0
+         * and SLURM_NTASKS; the MPI variables name the real rank */
+        for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
+        setenv("SLURM_PROCID", "0", 1);
+        setenv("SLURM_NTASKS", "1", 1);
+        setenv("SLURM_JOB_ID", "4242", 1);
+        setenv("SLURM_JOB_NODELIST", "c[07-08]", 1);
+        setenv("SLURM_STEP_NODELIST", "c08", 1);
+        setenv("OMPI_COMM_WORLD_RANK", "3", 1);
+        setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+        setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
+        OK(pg_launch_from_env(&l, err, sizeof err) == 0 && l.rank == 3 && l.world == 4 &&
+               !strcmp(l.source, "OMPI_COMM_WORLD_RANK") && !strcmp(l.ignored, "SLURM_PROCID=0") &&
+               l.local_world == 2,
+           "sbatch + mpirun: the rank is Open MPI's (3 of 4), SLURM_PROCID=0 passed over (%s, %s)", l.source,
+           l.ignored);
+        OK(!strcmp(l.master_host, "c07") && !strcmp(l.master_source, "SLURM_JOB_NODELIST") &&
+               l.master_port == 20000 + (4242 * 8) % 20000,
+           "... two hosts: the master is the allocation's first host (%s:%d from %s)", l.master_host, l.master_port,
+           l.master_source);
+        setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "4", 1);
+        OK(pg_launch_from_env(&l, err, sizeof err) == 0 && !strcmp(l.master_host, "127.0.0.1") &&
+               l.master_port == 20000 + (4242 * 8) % 20000,
+           "... every rank on this host: loopback, the job's port (%s:%d)", l.master_host, l.master_port);
+        unsetenv("SLURM_JOB_NODELIST");
+        unsetenv("SLURM_STEP_NODELIST");
+        unsetenv("SLURM_JOB_ID");
+        setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
+        OK(pg_launch_from_env(&l, err, sizeof err) == -1 &&
+               strstr(err, "the 4 processes run on several hosts (OMPI_COMM_WORLD_LOCAL_SIZE=2 of "
+                           "OMPI_COMM_WORLD_SIZE=4) and nothing names the master: set PIPE_MASTER=host:port"),
+           "several hosts and no master anywhere: refused at once, saying what to set: %s", err);
+        setenv("MASTER_ADDR", "head", 1);
+        OK(pg_launch_from_env(&l, err, sizeof err) == 0 && !strcmp(l.master_host, "head") && l.master_port == 29500 &&
+               !strcmp(l.master_source, "MASTER_ADDR"),
+           "... MASTER_ADDR alone names it (port 29500)");
+        unsetenv("MASTER_ADDR");
+        unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+        OK(pg_launch_from_env(&l, err, sizeof err) == 0 && !strcmp(l.master_host, "127.0.0.1"),
+           "nobody says how many are on this host: the old default (%s)", err);
+        for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
+
+        /* Hydra (MPICH, Intel MPI): PMI_RANK/PMI_SIZE with MPI_LOCALNRANKS */
+        setenv("SLURM_PROCID", "0", 1);
+        setenv("SLURM_NTASKS", "1", 1);
+        setenv("PMI_RANK", "1", 1);
+        setenv("PMI_SIZE", "2", 1);
+        setenv("MPI_LOCALNRANKS", "2", 1);
+        OK(pg_launch_from_env(&l, err, sizeof err) == 0 && l.rank == 1 && !strcmp(l.source, "PMI_RANK") &&
+               l.local_world == 2 && !strcmp(l.local_source, "MPI_LOCALNRANKS"),
+           "Hydra's PMI_RANK over SLURM_PROCID, MPI_LOCALNRANKS for the host");
+        for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
+
+        /* srun: SLURM_PROCID, the step's node list and job.step's port */
+        setenv("SLURM_PROCID", "5", 1);
+        setenv("SLURM_NTASKS", "8", 1);
+        setenv("SLURM_JOB_ID", "77", 1);
+        setenv("SLURM_STEP_ID", "3", 1);
+        setenv("SLURM_JOB_NODELIST", "a[1-9]", 1);
+        setenv("SLURM_STEP_NODELIST", "gpu-b[003-004,010],gpu-a1", 1);
+        OK(pg_launch_from_env(&l, err, sizeof err) == 0 && l.rank == 5 && !strcmp(l.master_host, "gpu-b003") &&
+               l.master_port == 20000 + 77 * 8 + 3 && !strcmp(l.master_source, "SLURM_STEP_NODELIST") &&
+               !strcmp(l.run_id, "slurm-77.3"),
+           "srun: master = first host of SLURM_STEP_NODELIST, port from job 77 step 3 (%s:%d, %s)", l.master_host,
+           l.master_port, err);
+        setenv("SLURM_STEP_NUM_NODES", "1", 1);
+        setenv("SLURM_STEP_NODELIST", "gpu-b003", 1);
+        OK(pg_launch_from_env(&l, err, sizeof err) == 0 && !strcmp(l.master_host, "127.0.0.1") && l.local_world == 8,
+           "srun on one node: loopback, all 8 tasks local");
+        setenv("MASTER_PORT", "4000", 1);
+        OK(pg_launch_from_env(&l, err, sizeof err) == 0 && l.master_port == 4000,
+           "MASTER_PORT still names the port under Slurm");
+        unsetenv("MASTER_PORT");
+        setenv("SLURM_STEP_NODELIST", "gpu-b[003", 1);
+        OK(pg_launch_from_env(&l, err, sizeof err) == -1 &&
+               !strcmp(err, "SLURM_STEP_NODELIST: 'gpu-b[003' at character 10: '[' is not closed"),
+           "a bad node list is refused naming the variable: %s", err);
+        setenv("PIPE_MASTER", "10.0.0.1:29501", 1);
+        OK(pg_launch_from_env(&l, err, sizeof err) == 0 && !strcmp(l.master_host, "10.0.0.1") &&
+               !strcmp(l.master_source, "PIPE_MASTER"),
+           "PIPE_MASTER wins over the node list (which is then not read)");
+        for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
+
+        /* threads: --threads, SLURM_CPUS_PER_TASK, OMP_NUM_THREADS, cores / local */
+        char why[128];
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        setenv("PIPE_RANK", "0", 1);
+        setenv("PIPE_WORLD", "2", 1);
+        setenv("PIPE_LOCAL_WORLD", "2", 1);
+        OK(pg_launch_from_env(&l, err, sizeof err) == 0, "piperun's variables");
+        OK(pg_launch_threads(&l, 0, why, sizeof why, err, sizeof err) == (cores / 2 > 0 ? cores / 2 : 1) &&
+               strstr(why, "processes on this host, PIPE_LOCAL_WORLD"),
+           "threads: the cores shared by piperun's count (%s)", why);
+        setenv("OMP_NUM_THREADS", "3,2", 1);
+        OK(pg_launch_threads(&l, 0, why, sizeof why, err, sizeof err) == 3 && !strcmp(why, "OMP_NUM_THREADS"),
+           "OMP_NUM_THREADS's first level");
+        setenv("SLURM_CPUS_PER_TASK", "5", 1);
+        setenv("PIPE_LOCAL_WORLD", "1", 1);
+        setenv("PIPE_MASTER", "127.0.0.1:29600", 1);
+        OK(pg_launch_from_env(&l, err, sizeof err) == 0, "one of two stages on this host: %s", err);
+        OK(pg_launch_threads(&l, 0, why, sizeof why, err, sizeof err) == 5 && !strcmp(why, "SLURM_CPUS_PER_TASK"),
+           "SLURM_CPUS_PER_TASK before OMP_NUM_THREADS");
+        OK(pg_launch_threads(&l, 7, why, sizeof why, err, sizeof err) == 7 && !strcmp(why, "--threads"),
+           "--threads before both");
+        setenv("SLURM_CPUS_PER_TASK", "8", 1);
+        setenv("PIPE_LOCAL_WORLD", "3", 1);
+        setenv("PIPE_WORLD", "3", 1);
+        OK(pg_launch_from_env(&l, err, sizeof err) == 0 &&
+               pg_launch_threads(&l, 0, why, sizeof why, err, sizeof err) == 2 &&
+               !strcmp(why, "SLURM_CPUS_PER_TASK=8 / 3 processes on this host, PIPE_LOCAL_WORLD"),
+           "piperun as one Slurm task: its CPUs shared by the stages (%s)", why);
+        setenv("SLURM_CPUS_PER_TASK", "x", 1);
+        OK(pg_launch_threads(&l, 0, why, sizeof why, err, sizeof err) == -1 &&
+               !strcmp(err, "SLURM_CPUS_PER_TASK=x: expected a number >= 1"),
+           "a bad SLURM_CPUS_PER_TASK is refused: %s", err);
+        unsetenv("SLURM_CPUS_PER_TASK");
+        setenv("OMP_NUM_THREADS", "0", 1);
+        OK(pg_launch_threads(&l, 0, why, sizeof why, err, sizeof err) == -1 &&
+               !strcmp(err, "OMP_NUM_THREADS=0: expected a number >= 1"),
+           "OMP_NUM_THREADS=0 is refused: %s", err);
+        for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
+        char line[512];
+        setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+        setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+        setenv("SLURM_PROCID", "0", 1);
+        setenv("SLURM_NTASKS", "1", 1);
+        OK(pg_launch_from_env(&l, err, sizeof err) == 0, "Open MPI again");
+        pg_launch_describe(&l, 4, "--threads", line, sizeof line);
+        OK(strstr(line, "started as replica 0/1, rank 1/2 from OMPI_COMM_WORLD_RANK (not SLURM_PROCID=0), host ") &&
+               strstr(line, ", master 127.0.0.1:29500 (default), threads 4 (--threads)"),
+           "the start-up line: %s", line);
+        for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
+    }
+
+    /* ---- Slurm's compressed host lists ---- */
+    {
+        static const struct {
+            const char *list;
+            long count;
+            const char *hosts; /* every host, space-separated */
+        } good[] = {
+            {"node1", 1, "node1"},
+            {"a,b,c", 3, "a b c"},
+            {"node[01-04,07],gpu-a[1-2]", 7, "node01 node02 node03 node04 node07 gpu-a1 gpu-a2"},
+            {"n[8-11]", 4, "n8 n9 n10 n11"},
+            {"n[008-010]", 3, "n008 n009 n010"},
+            {"n[09-10]x", 2, "n09x n10x"},
+            {"r[1-2]-c[0-1]", 4, "r1-c0 r1-c1 r2-c0 r2-c1"},
+            {"[1-2]", 2, "1 2"},
+            {"h.example.org,h_2", 2, "h.example.org h_2"},
+            {"n[5]", 1, "n5"},
+        };
+        for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+            char host[64], all[256] = "", err[256] = "";
+            long c = pg_hostlist_nth(good[i].list, 0, host, sizeof host, err, sizeof err);
+            for (long k = 0; k < c && k < 20; k++) {
+                pg_hostlist_nth(good[i].list, k, host, sizeof host, err, sizeof err);
+                snprintf(all + strlen(all), sizeof all - strlen(all), "%s%s", k ? " " : "", host);
+            }
+            long past = pg_hostlist_nth(good[i].list, c, host, sizeof host, err, sizeof err);
+            OK(c == good[i].count && !strcmp(all, good[i].hosts) && past == c && host[0] == 0,
+               "hostlist '%s': %ld hosts '%s' %s", good[i].list, c, all, err);
+        }
+        static const struct {
+            const char *list, *err;
+        } bad[] = {
+            {"", "the host list is empty"},
+            {"n[1-", "'n[1-' at character 5: expected a number after '-'"},
+            {"n[1-3", "'n[1-3' at character 6: '[' is not closed"},
+            {"n[3-1]", "'n[3-1]' at character 3: range goes down (the first number must not exceed the second)"},
+            {"n[]", "'n[]' at character 3: expected a number in '[...]'"},
+            {"n[a]", "'n[a]' at character 3: expected a number in '[...]'"},
+            {"n[1[2]]", "'n[1[2]]' at character 4: expected ',', '-' or ']' in '[...]'"},
+            {"n1]", "'n1]' at character 3: ']' without '['"},
+            {"a,,b", "'a,,b' at character 3: empty host name"},
+            {"a,", "'a,' at character 3: empty host name after ','"},
+            {"a b", "'a b' at character 2: not a host name character (letters, digits, '-', '.', '_')"},
+            {"n[1234567890]", "'n[1234567890]' at character 3: number too long (at most 9 digits)"},
+            {"n[0-99999999]", "'n[0-99999999]' at character 13: names too many hosts"},
+            {"a[0-9999]b[0-9999]", "'a[0-9999]b[0-9999]' at character 1: names too many hosts"},
+        };
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            char host[64], err[256] = "";
+            long c = pg_hostlist_nth(bad[i].list, 0, host, sizeof host, err, sizeof err);
+            OK(c == -1 && !strcmp(err, bad[i].err), "bad hostlist '%s' refused: %s", bad[i].list, err);
+        }
+        char tiny[4], err[256];
+        OK(pg_hostlist_nth("node[1-2]", 1, tiny, sizeof tiny, err, sizeof err) == -1 &&
+               strstr(err, "host name too long"),
+           "a host longer than the buffer is refused: %s", err);
     }
 
     /* ---- world 1: no sockets ---- */
