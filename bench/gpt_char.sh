@@ -162,15 +162,15 @@ bench_load_after
                one1 / two, ts, (one1 / two >= ts) ? "MET" : "NOT MET", two, one1
     }'
 # Where the 2-stage step goes, from the best 2-stage round's own lines
-# "stage k: bubble X% (compute A s of B s over steps 2..N)": with no idle time the
+# "[stage k] bubble X% (compute A s of B s over steps 2..N)" (piperun's prefix): with no idle time the
 # step would be the busier stage's compute; 1f1b over m micro-batches on p = 2
 # stages idles each stage (p-1)/(m+p-1) of the step at best.
 best2=$(awk '$1 == "pipegen-2stage" && (b == "" || $3 + 0 < b) { b = $3 + 0; r = $2 } END { print r }' "$RES")
 one=$(awk '$1 == "pipegen-1stage" && (b == "" || $3 + 0 < b) { b = $3 + 0 } END { print b }' "$RES")
 awk -v one="$one" -v m="$CHUNKS" -v ts="$TARGET_STAGES" '
-    /stage [0-9]+: bubble / {
+    /stage [0-9]+(:|\]) bubble / {
         for (i = 1; i <= NF; i++) {
-            if ($i == "bubble") { k = $(i - 1); sub(":", "", k); bub[k] = $(i + 1) }
+            if ($i == "bubble") { k = $(i - 1); sub(/[:\]]/, "", k); bub[k] = $(i + 1) }
             if ($i == "(compute") comp[k] = $(i + 1)
             if ($i == "steps") { split($(i + 1), p, "\\.\\."); n = p[2] - p[1] + 1 }
         }

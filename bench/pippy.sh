@@ -116,7 +116,7 @@ run_pipegen() {
     : >"$b_res"
     RES=$b_res bench_pipegen "pipegen-$1-$2" "$3" "$r_log" 1 "$r_d/bin" --log-every 1 || exit 1
     r_ms=$(awk '{ print $3 }' "$b_res")
-    r_bub=$(sed -n 's/.*stage [0-9]*: bubble \([0-9.]*\)% (compute.*/\1/p' "$r_log" |
+    r_bub=$(sed -n -E 's/.*stage [0-9]+(:|\]) bubble ([0-9.]+)% \(compute.*/\2/p' "$r_log" |
         awk '{ s += $1; n++ } END { if (n) printf "%.1f", s / n }')
     echo "pipegen $1 $2 $3 $r_ms ${r_bub:-?}" >>"$RES"
 }
