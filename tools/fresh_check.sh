@@ -84,6 +84,10 @@ for mode in $modes; do
     root=$WORK/root-$mode
     fr_unpack "$root" || die "cannot unpack $TARBALL into $root"
     cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null
+    # what Debian's installer (and every cloud image) writes and debootstrap
+    # does not: without it `localhost` does not resolve in the root
+    [ -f "$root/etc/hosts" ] || printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' \
+        >"$root/etc/hosts"
     git clone -q --no-hardlinks "$TOP" "$root/root/pipegen" || die "cannot clone $TOP"
     fr_mount "$root" || die "cannot mount proc, sys and dev in $root"
     if [ "$mode" = cuda ]; then
