@@ -239,7 +239,7 @@ static int jv_num(const jv *o, const char *key, double *out)
 /* ---- the trace ----------------------------------------------------------------- */
 
 typedef struct tev {
-    int stage, step, kind; /* kind: -1 step, else pg_act_kind (0 F, 1 B, 2 W, ...), A__COUNT unknown */
+    int stage, step, kind; /* kind: -1 step, else pg_act_kind (0 F, 1 B, 2 W, ...), PG_STEP_KIND_COUNT unknown */
     int mb, chunk;
     double t0, t1;         /* seconds */
 } tev;
@@ -253,10 +253,10 @@ typedef struct trace {
 
 static int kind_of(const char *k)
 {
-    for (int i = 0; k && i < A__COUNT; i++)
+    for (int i = 0; k && i < PG_STEP_KIND_COUNT; i++)
         if (!strcmp(k, pg_act_name((pg_act_kind)i)))
             return i;
-    return A__COUNT;
+    return PG_STEP_KIND_COUNT;
 }
 
 /* 0, or -1 after an error naming the file. */
@@ -403,7 +403,7 @@ static int trace_svg(const trace *t, const step_stat *ss, int step, const char *
     for (int st = 0; st < t->nstages; st++) /* stage by stage, in time order as recorded: every action */
         for (int i = 0; i < t->n; i++) {
             const tev *e = &t->ev[i];
-            if (e->stage == st && e->step == step && e->kind >= 0 && e->kind < A__COUNT)
+            if (e->stage == st && e->step == step && e->kind >= 0 && e->kind < PG_STEP_KIND_COUNT)
                 box[tl.nbox++] = (pg_timeline_box){ st, e->kind, e->mb, e->chunk, e->t0 - s->lo, e->t1 - e->t0 };
         }
     FILE *f = fopen(path, "w");
