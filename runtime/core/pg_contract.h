@@ -88,10 +88,29 @@ enum {
 };
 
 /* ---- random streams -------------------------------------------------------
- * A dropout layer's mask seed: a function of (train.seed, step, layer index)
+ * splitmix64's output function applied to x + the golden ratio: a bijective,
+ * well-mixed 64-bit hash (Steele, Lea, Flood 2014). Every random stream of a
+ * run is built from it (parameter initial values, dropout masks, synthetic
+ * data), on the host and in CUDA kernels alike, so it is written once, here. */
+#ifdef __CUDACC__
+#define PG_CONTRACT_FN static inline __host__ __device__
+#else
+#define PG_CONTRACT_FN static inline
+#endif
+PG_CONTRACT_FN uint64_t pg_splitmix64(uint64_t x)
+{
+    uint64_t z = x + UINT64_C(0x9E3779B97F4A7C15);
+    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return z ^ (z >> 31);
+}
+/* Uniform in [0, 1) from the top 24 bits of a hash: exact in float. */
+PG_CONTRACT_FN float pg_unit24(uint64_t h) { return (float)(h >> 40) * (1.0f / 16777216.0f); }
+
+/* A dropout layer's mask seed: a function of (train.seed, step, layer index)
  * only, so masks do not depend on the stage count, the schedule or the
  * recomputation; the kernels draw element (sample, i) from it. */
-static inline uint64_t pg_dropout_seed(uint64_t seed, int64_t step, int layer)
+PG_CONTRACT_FN uint64_t pg_dropout_seed(uint64_t seed, int64_t step, int layer)
 {
     return seed ^ (UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)(step * 4096 + layer + 1));
 }
@@ -100,7 +119,7 @@ static inline uint64_t pg_dropout_seed(uint64_t seed, int64_t step, int layer)
 typedef enum pg_optim { PG_OPTIM_SGD = 0, PG_OPTIM_ADAMW = 1 } pg_optim;
 typedef enum pg_lr_schedule { PG_LR_CONSTANT = 0, PG_LR_COSINE = 1 } pg_lr_schedule;
 typedef enum pg_loss_kind { PG_LOSS_MSE_SUM = 0, PG_LOSS_MSE_MEAN = 1, PG_LOSS_CROSS_ENTROPY = 2 } pg_loss_kind;
-/* a parameter's initial values (runtime/cpu/init.c has the formulas) */
+/* a parameter's initial values (runtime/core/init.c has the formulas) */
 typedef enum pg_init_kind { PG_INIT_ZEROS = 0, PG_INIT_ONES = 1, PG_INIT_UNIFORM = 2, PG_INIT_NORMAL = 3 } pg_init_kind;
 /* a parameter used by several stages: each holds a copy and the gradients are
  * summed (replicate), or the owner sends the value and receives the gradients

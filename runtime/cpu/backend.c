@@ -237,12 +237,3 @@ int pg_param_written(pg_ctx *c, const float *w, int64_t count)
     return 0;
 }
 
-void pg_rt_error(const char *file, int line, const char *fmt, ...)
-{
-    va_list ap;
-    fprintf(stderr, "%s:%d: error: ", file, line);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-}

@@ -20,11 +20,11 @@ static void dropout_apply(int64_t rows, int64_t per_row, float p, uint64_t seed,
                           int64_t first_sample, const float *x, float *y)
 {
     float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
-    uint64_t key = pg_cpu_splitmix64(seed);
+    uint64_t key = pg_splitmix64(seed);
     for (int64_t i = 0; i < rows; i++) {
-        uint64_t rowkey = pg_cpu_splitmix64(key + (uint64_t)(first_sample + i));
+        uint64_t rowkey = pg_splitmix64(key + (uint64_t)(first_sample + i));
         for (int64_t j = 0; j < per_row; j++) {
-            float u = pg_cpu_unit24(pg_cpu_splitmix64(rowkey + (uint64_t)j));
+            float u = pg_unit24(pg_splitmix64(rowkey + (uint64_t)j));
             int64_t k = i * per_row + j;
             y[k] = u >= p ? x[k] * scale : 0.0f;
         }

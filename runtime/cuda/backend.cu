@@ -529,12 +529,3 @@ int pg_cuda_sum_to_host(pg_ctx *c, const double *partial, int64_t np, double *ou
     return 0;
 }
 
-void pg_rt_error(const char *file, int line, const char *fmt, ...)
-{
-    va_list ap;
-    fprintf(stderr, "%s:%d: error: ", file, line);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-}

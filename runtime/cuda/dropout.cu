@@ -21,8 +21,8 @@ __global__ void dropout_apply_kernel(int64_t rows, int64_t per_row, float p, flo
 {
     PG_GRID_STRIDE(k, rows * per_row) {
         int64_t i = k / per_row, j = k - i * per_row;
-        uint64_t rowkey = pg_cuda_splitmix64(key + (uint64_t)(first_sample + i));
-        float u = pg_cuda_unit24(pg_cuda_splitmix64(rowkey + (uint64_t)j));
+        uint64_t rowkey = pg_splitmix64(key + (uint64_t)(first_sample + i));
+        float u = pg_unit24(pg_splitmix64(rowkey + (uint64_t)j));
         y[k] = u >= p ? x[k] * scale : 0.0f;
     }
 }
@@ -38,7 +38,7 @@ static int dropout_apply(pg_ctx *c, int64_t rows, int64_t per_row, float p, uint
     if (!count)
         return 0;
     float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; /* host float division, as the CPU */
-    uint64_t key = pg_cuda_splitmix64(seed);
+    uint64_t key = pg_splitmix64(seed);
     dropout_apply_kernel<<<pg_cuda_blocks(count, PG_CUDA_THREADS), PG_CUDA_THREADS, 0, c->stream>>>(
         rows, per_row, p, scale, key, first_sample, x, y);
     LAUNCH_CHECK("dropout_apply_kernel");
