@@ -43,7 +43,7 @@ NVCC     ?= $(CUDA_HOME)/bin/nvcc
 export PYTHON CUDA_HOME NVCC RE2C LEMON LEMPAR
 
 # ---- the compiler: dsl/ + codegen/ -----------------------------------------
-DSL_SRC  := $(filter-out dsl/fuzz_%.c,$(wildcard dsl/*.c))
+DSL_SRC  := $(wildcard dsl/*.c)
 CG_SRC   := $(wildcard codegen/*.c)
 GEN_SRC  := $(BUILD)/gen/lexer.c $(BUILD)/gen/pipe.c
 FE_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(DSL_SRC)) $(BUILD)/obj/gen/lexer.o $(BUILD)/obj/gen/pipe.o

@@ -1,21 +1,9 @@
-/* runtime/core/ops_common.c — the parts of pg_ops.h that are the same on every
- * backend, written once: the error report every op's failure goes through, and
- * the logits-by-table ops, which are the backend's own linear ops. (The initial
- * values, pg_init_param, are in init.c.) */
-#include <stdarg.h>
-#include <stdio.h>
+/* runtime/core/ops_common.c — the ops of pg_ops.h that are the same on every
+ * backend, written once: the logits-by-table ops, which are the backend's own
+ * linear ops. (The error report every op's failure goes through is
+ * rt_error.c's; the initial values, pg_init_param, are init.c's.) */
 
 #include "pg_ops.h"
-
-void pg_rt_error(const char *file, int line, const char *fmt, ...)
-{
-    va_list ap;
-    fprintf(stderr, "%s:%d: error: ", file, line);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-}
 
 /* Logits by a table transposed are a bias-free linear layer with W = table[V,d]. */
 int pg_logits_fwd(pg_ctx *c, int64_t n, int64_t d, int64_t V, const float *x, const float *table, float *y)

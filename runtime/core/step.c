@@ -11,12 +11,6 @@
 #include "guard.h"
 #include "stage_run.h"
 
-double pg_run_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void net_fail(pg_run *r, int a, const pg_step_action *x, pg_net_status st)
 {
