@@ -35,8 +35,7 @@ const char *pg_cpu_gemm_kernel(const pg_cpu_gemm_pool *p); /* "avx512", "avx2", 
  * with double accumulators on the stack, so no workspace is needed. */
 #define PG_CPU_COLBLK 64
 
-/* Sizes must be >= 0 and fit the 32-bit ints cblas takes. */
-static inline int pg_cpu_dim_ok(int64_t v) { return v >= 0 && v <= INT_MAX; }
+/* Argument rules (sizes >= 0, within 32-bit ints, ...): runtime/core/op_args.h. */
 
 /* pg_splitmix64 and pg_unit24: pg_contract.h (through pg_ops.h). */
 

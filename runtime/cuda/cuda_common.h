@@ -354,9 +354,8 @@ static int pg_cuda_reduce_to_host(pg_ctx *c, int64_t count, F f, double *out)
     return pg_cuda_sum_to_host(c, (const double *)ws, PG_CUDA_RED_BLOCKS, out);
 }
 
-/* ---- sizes ---------------------------------------------------------------- */
-/* cuBLAS takes int sizes: every dimension must fit. */
-static inline int pg_cuda_dim_ok(int64_t v) { return v >= 0 && v <= 2147483647; }
+/* ---- sizes: the ops' argument rules are runtime/core/op_args.h's (cuBLAS
+ * takes int sizes: pg_args_dim_ok) ------------------------------------------ */
 
 /* the dropout counter hash: pg_splitmix64 and pg_unit24 (pg_contract.h) */
 
