@@ -43,12 +43,13 @@ NVCC     ?= $(CUDA_HOME)/bin/nvcc
 export PYTHON CUDA_HOME NVCC RE2C LEMON LEMPAR
 
 # ---- the compiler: dsl/ + codegen/ -----------------------------------------
-DSL_SRC  := $(filter-out dsl/fuzz_%.c,$(wildcard dsl/*.c))
+DSL_SRC  := $(wildcard dsl/*.c)
 CG_SRC   := $(wildcard codegen/*.c)
 GEN_SRC  := $(BUILD)/gen/lexer.c $(BUILD)/gen/pipe.c
 FE_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(DSL_SRC)) $(BUILD)/obj/gen/lexer.o $(BUILD)/obj/gen/pipe.o
 CG_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out codegen/main.c,$(CG_SRC))) \
-            $(BUILD)/obj/runtime/core/io_atomic.o   # gen writes its files atomically too
+            $(BUILD)/obj/runtime/core/io_atomic.o \
+            $(BUILD)/obj/runtime/core/json.o        # gen writes its files atomically too; one JSON reader
 
 # ---- the runtime: core + cpu ----------------------------------------------
 RT_CORE  := $(filter-out runtime/core/piperun.c runtime/core/pipedata.c,$(wildcard runtime/core/*.c))

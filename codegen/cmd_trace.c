@@ -18,228 +18,17 @@
 #include <string.h>
 
 #include "commands.h"
+#include "json.h"
 #include "cost.h"
 #include "load.h"
 #include "sched_internal.h"
 #include "schedule.h"
 #include "svg.h"
 
-/* ---- a small JSON reader: the whole document as a tree --------------------- */
-
-typedef enum { JV_NULL, JV_BOOL, JV_NUM, JV_STR, JV_ARR, JV_OBJ } jv_kind;
-
-typedef struct jv {
-    jv_kind k;
-    double num;
-    char *str;          /* JV_STR */
-    int n;              /* JV_ARR, JV_OBJ: members */
-    struct jv *kid;     /* [n] */
-    char **key;         /* JV_OBJ: [n] */
-} jv;
-
-typedef struct jparse {
-    const char *s, *end, *line_start;
-    int line, failed;
-    pg_diag *d;
-    const char *path;
-} jparse;
-
-static void jv_free(jv *v)
-{
-    if (v->k == JV_ARR || v->k == JV_OBJ) {
-        for (int i = 0; i < v->n; i++) {
-            jv_free(&v->kid[i]);
-            if (v->key)
-                free(v->key[i]);
-        }
-        free(v->kid);
-        free(v->key);
-    }
-    free(v->str);
-    memset(v, 0, sizeof *v);
-}
-
-static void jp_fail(jparse *p, const char *what)
-{
-    if (p->failed)
-        return;
-    p->failed = 1;
-    pg_loc l = { p->path, p->line, (int)(p->s - p->line_start) + 1 };
-    if (p->s >= p->end)
-        pg_error(p->d, l, "trace: expected %s, found the end of the file (truncated?)", what);
-    else
-        pg_error(p->d, l, "trace: expected %s, found `%c`", what, *p->s);
-}
-
-static void jp_space(jparse *p)
-{
-    while (p->s < p->end && (*p->s == ' ' || *p->s == '\t' || *p->s == '\r' || *p->s == '\n')) {
-        if (*p->s == '\n') {
-            p->line++;
-            p->line_start = p->s + 1;
-        }
-        p->s++;
-    }
-}
-
-static int jp_eat(jparse *p, char c)
-{
-    jp_space(p);
-    if (p->s < p->end && *p->s == c) {
-        p->s++;
-        return 1;
-    }
-    return 0;
-}
-
-/* A string; escapes kept simple: \" \\ \/ \b \f \n \r \t, \uXXXX as '?'. */
-static char *jp_string(jparse *p)
-{
-    jp_space(p);
-    if (p->s >= p->end || *p->s != '"') {
-        jp_fail(p, "a string");
-        return NULL;
-    }
-    p->s++;
-    const char *q = p->s;
-    while (q < p->end && *q != '"' && *q != '\n')
-        q += *q == '\\' && q + 1 < p->end ? 2 : 1;
-    if (q >= p->end || *q != '"') {
-        p->s = q;
-        jp_fail(p, "the closing `\"` of a string");
-        return NULL;
-    }
-    char *out = malloc((size_t)(q - p->s) + 1);
-    size_t n = 0;
-    if (!out) {
-        jp_fail(p, "a smaller file (out of memory)");
-        return NULL;
-    }
-    while (p->s < q) {
-        char c = *p->s++;
-        if (c == '\\') {
-            char e = *p->s++;
-            c = e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e == 'b' ? '\b' : e == 'f' ? '\f' : e;
-            if (e == 'u') {
-                c = '?';
-                for (int i = 0; i < 4 && p->s < q; i++)
-                    p->s++;
-            }
-        }
-        out[n++] = c;
-    }
-    out[n] = 0;
-    p->s = q + 1;
-    return out;
-}
-
-static int jp_value(jparse *p, jv *v, int depth)
-{
-    memset(v, 0, sizeof *v);
-    jp_space(p);
-    if (depth > 64) {
-        jp_fail(p, "less nesting");
-        return -1;
-    }
-    if (p->s >= p->end) {
-        jp_fail(p, "a value");
-        return -1;
-    }
-    char c = *p->s;
-    if (c == '"') {
-        v->k = JV_STR;
-        return (v->str = jp_string(p)) ? 0 : -1;
-    }
-    if (c == '{' || c == '[') {
-        char close = c == '{' ? '}' : ']';
-        int cap = 0;
-        v->k = c == '{' ? JV_OBJ : JV_ARR;
-        p->s++;
-        if (jp_eat(p, close))
-            return 0;
-        do {
-            if (v->n == cap) {
-                cap = cap ? 2 * cap : 8;
-                jv *nk = realloc(v->kid, (size_t)cap * sizeof *nk);
-                char **nkey = v->k == JV_OBJ ? realloc(v->key, (size_t)cap * sizeof *nkey) : NULL;
-                if (nk)
-                    v->kid = nk;
-                if (nkey)
-                    v->key = nkey;
-                if (!nk || (v->k == JV_OBJ && !nkey)) {
-                    jp_fail(p, "a smaller file (out of memory)");
-                    return -1;
-                }
-            }
-            char *key = NULL;
-            if (v->k == JV_OBJ) {
-                if (!(key = jp_string(p)))
-                    return -1;
-                if (!jp_eat(p, ':')) {
-                    free(key);
-                    jp_fail(p, "`:`");
-                    return -1;
-                }
-                v->key[v->n] = key;
-            }
-            int rc = jp_value(p, &v->kid[v->n], depth + 1);
-            v->n++; /* counted even when it failed: jv_free frees what it holds */
-            if (rc)
-                return -1;
-        } while (jp_eat(p, ','));
-        if (!jp_eat(p, close)) {
-            jp_fail(p, close == '}' ? "`,` or `}`" : "`,` or `]`");
-            return -1;
-        }
-        return 0;
-    }
-    if (!strncmp(p->s, "true", 4) || !strncmp(p->s, "null", 4) || !strncmp(p->s, "false", 5)) {
-        v->k = *p->s == 'n' ? JV_NULL : JV_BOOL;
-        v->num = *p->s == 't';
-        p->s += *p->s == 'f' ? 5 : 4;
-        return 0;
-    }
-    char buf[64];
-    size_t n = 0;
-    while (p->s + n < p->end && n < sizeof buf - 1 && strchr("+-.0123456789eE", p->s[n]))
-        n++;
-    memcpy(buf, p->s, n);
-    buf[n] = 0;
-    char *e;
-    double x = n ? strtod(buf, &e) : 0;
-    if (!n || *e || !isfinite(x)) {
-        jp_fail(p, "a value");
-        return -1;
-    }
-    p->s += n;
-    v->k = JV_NUM;
-    v->num = x;
-    return 0;
-}
-
-static const jv *jv_get(const jv *o, const char *key)
-{
-    if (!o || o->k != JV_OBJ)
-        return NULL;
-    for (int i = 0; i < o->n; i++)
-        if (!strcmp(o->key[i], key))
-            return &o->kid[i];
-    return NULL;
-}
-
-static int jv_num(const jv *o, const char *key, double *out)
-{
-    const jv *v = jv_get(o, key);
-    if (!v || v->k != JV_NUM)
-        return -1;
-    *out = v->num;
-    return 0;
-}
-
 /* ---- the trace ----------------------------------------------------------------- */
 
 typedef struct tev {
-    int stage, step, kind; /* kind: -1 step, else pg_act_kind (0 F, 1 B, 2 W, ...), A__COUNT unknown */
+    int stage, step, kind; /* kind: -1 step, else pg_act_kind (0 F, 1 B, 2 W, ...), PG_STEP_KIND_COUNT unknown */
     int mb, chunk;
     double t0, t1;         /* seconds */
 } tev;
@@ -253,70 +42,204 @@ typedef struct trace {
 
 static int kind_of(const char *k)
 {
-    for (int i = 0; k && i < A__COUNT; i++)
+    for (int i = 0; k && i < PG_STEP_KIND_COUNT; i++)
         if (!strcmp(k, pg_act_name((pg_act_kind)i)))
             return i;
-    return A__COUNT;
+    return PG_STEP_KIND_COUNT;
 }
 
-/* 0, or -1 after an error naming the file. */
+/* One event object of traceEvents; its fields as read (NaN: absent). */
+typedef struct rev {
+    int is_x, is_step, kind;
+    double pid, ts, dur, step, mb, chunk;
+} rev;
+
+/* A number field, or NaN when it is another kind of value (skipped). */
+static double num_or_nan(pg_json *j)
+{
+    double v = NAN;
+    if (pg_json_peek(j) == PG_JSON_NUMBER)
+        pg_json_number(j, &v);
+    else
+        pg_json_skip(j);
+    return v;
+}
+
+/* A string field into *out (malloc'd), or NULL when it is another kind. */
+static void str_or_null(pg_json *j, char **out)
+{
+    free(*out);
+    *out = NULL;
+    if (pg_json_peek(j) == PG_JSON_STRING)
+        pg_json_string(j, out);
+    else
+        pg_json_skip(j);
+}
+
+static void read_args(pg_json *j, rev *e)
+{
+    char *key, *kind = NULL;
+    if (pg_json_peek(j) != PG_JSON_OBJECT) {
+        pg_json_skip(j);
+        return;
+    }
+    pg_json_object(j);
+    while (pg_json_member(j, &key)) {
+        if (!strcmp(key, "step"))
+            e->step = num_or_nan(j);
+        else if (!strcmp(key, "mb"))
+            e->mb = num_or_nan(j);
+        else if (!strcmp(key, "chunk"))
+            e->chunk = num_or_nan(j);
+        else if (!strcmp(key, "kind"))
+            str_or_null(j, &kind);
+        else
+            pg_json_skip(j);
+        free(key);
+    }
+    e->kind = kind_of(kind);
+    free(kind);
+}
+
+static void read_event(pg_json *j, rev *e)
+{
+    char *key, *s = NULL;
+    *e = (rev){ 0, 0, PG_STEP_KIND_COUNT, NAN, NAN, NAN, NAN, -1, -1 };
+    if (pg_json_peek(j) != PG_JSON_OBJECT) {
+        pg_json_skip(j); /* not an event: ignored, as other phases are */
+        return;
+    }
+    pg_json_object(j);
+    while (pg_json_member(j, &key)) {
+        if (!strcmp(key, "ph")) {
+            str_or_null(j, &s);
+            e->is_x = s && !strcmp(s, "X");
+        } else if (!strcmp(key, "cat")) {
+            str_or_null(j, &s);
+            e->is_step = s && !strcmp(s, "step");
+        } else if (!strcmp(key, "pid")) {
+            e->pid = num_or_nan(j);
+        } else if (!strcmp(key, "ts")) {
+            e->ts = num_or_nan(j);
+        } else if (!strcmp(key, "dur")) {
+            e->dur = num_or_nan(j);
+        } else if (!strcmp(key, "args")) {
+            read_args(j, e);
+        } else {
+            pg_json_skip(j);
+        }
+        free(key);
+    }
+    free(s);
+}
+
+/* Adds event i (already read) to t; 0, or -1 after an error. */
+static int add_event(trace *t, const rev *e, int i, int *cap, pg_diag *d, pg_loc whole)
+{
+    if (!e->is_x)
+        return 0; /* metadata and other phases */
+    if (!(e->pid >= 0 && e->pid < PG_SCHED_MAX_STAGES && isfinite(e->ts) && e->dur >= 0 && isfinite(e->dur) &&
+          e->step >= 1 && e->step <= 2e9)) {
+        pg_error(d, whole, "trace: event %d of traceEvents lacks a stage (pid 0..63), ts, dur >= 0 or args.step >= 1", i);
+        return -1;
+    }
+    double mb = isnan(e->mb) ? -1 : e->mb, chunk = isnan(e->chunk) ? -1 : e->chunk;
+    if (!(mb >= -1 && mb < 1 << 20 && chunk >= -1 && chunk < PG_SCHED_MAX_CHUNKS)) {
+        pg_error(d, whole, "trace: event %d of traceEvents has args.mb %g or args.chunk %g out of range "
+                 "(-1 .. %d, -1 .. %d)", i, mb, chunk, (1 << 20) - 1, PG_SCHED_MAX_CHUNKS - 1);
+        return -1;
+    }
+    if (t->n == *cap) {
+        int nc = *cap ? 2 * *cap : 1024;
+        tev *ne = realloc(t->ev, (size_t)nc * sizeof *ne);
+        if (!ne) {
+            pg_error(d, whole, "trace: out of memory");
+            return -1;
+        }
+        t->ev = ne;
+        *cap = nc;
+    }
+    int pid = (int)e->pid, step = (int)e->step;
+    t->ev[t->n++] = (tev){ pid, step, e->is_step ? -1 : e->kind, (int)mb, (int)chunk, e->ts * 1e-6,
+                           (e->ts + e->dur) * 1e-6 };
+    if (pid + 1 > t->nstages)
+        t->nstages = pid + 1;
+    if (t->first < 0 || step < t->first)
+        t->first = step;
+    if (step > t->last)
+        t->last = step;
+    if ((int)mb + 1 > t->nmb)
+        t->nmb = (int)mb + 1;
+    return 0;
+}
+
+/* "otherData": the stage and micro-batch counts and the model's name */
+static void read_other(pg_json *j, double *stages, double *mbs, char **model)
+{
+    char *key;
+    if (pg_json_peek(j) != PG_JSON_OBJECT) {
+        pg_json_skip(j);
+        return;
+    }
+    pg_json_object(j);
+    while (pg_json_member(j, &key)) {
+        if (!strcmp(key, "stages"))
+            *stages = num_or_nan(j);
+        else if (!strcmp(key, "microbatches"))
+            *mbs = num_or_nan(j);
+        else if (!strcmp(key, "model"))
+            str_or_null(j, model);
+        else
+            pg_json_skip(j);
+        free(key);
+    }
+}
+
+/* 0, or -1 after an error naming the file. Read as it streams: a trace of
+ * many steps is large, and only the events' times are kept. */
 static int trace_read(const char *path, trace *t, pg_diag *d)
 {
     memset(t, 0, sizeof *t);
     pg_source src;
     if (pg_source_read(&src, path, (size_t)1 << 30, d) != 0)
         return -1;
-    jparse p = { src.text, src.text + src.len, src.text, 1, 0, d, path };
-    jv root;
-    int rc = -1;
+    pg_json j;
+    pg_json_init(&j, src.text, src.len);
     pg_loc whole = { path, 0, 0 };
-    if (jp_value(&p, &root, 0) == 0) {
-        jp_space(&p);
-        if (p.s < p.end)
-            jp_fail(&p, "the end of the file");
+    double stages = NAN, mbs = NAN;
+    char *model = NULL, *key;
+    int rc = -1, cap = 0, seen_events = 0, bad = 0;
+    t->first = -1;
+    if (pg_json_peek(&j) != PG_JSON_OBJECT)
+        pg_json_fail(&j, "expected `{` (a Chrome trace is {\"traceEvents\": [...], ...})");
+    else
+        pg_json_object(&j);
+    while (!bad && pg_json_member(&j, &key)) {
+        if (!strcmp(key, "traceEvents") && pg_json_peek(&j) == PG_JSON_ARRAY) {
+            seen_events = 1;
+            pg_json_array(&j);
+            for (int i = 0; !bad && pg_json_item(&j); i++) {
+                rev e;
+                read_event(&j, &e);
+                bad = !j.failed && add_event(t, &e, i, &cap, d, whole);
+            }
+        } else if (!strcmp(key, "otherData")) {
+            read_other(&j, &stages, &mbs, &model);
+        } else {
+            pg_json_skip(&j);
+        }
+        free(key);
     }
-    if (p.failed)
+    if (bad)
         goto out;
-    const jv *evs = jv_get(&root, "traceEvents");
-    if (!evs || evs->k != JV_ARR) {
+    if (pg_json_end(&j)) {
+        pg_loc l = { path, j.err_line, j.err_col };
+        pg_error(d, l, "trace: %s", j.err);
+        goto out;
+    }
+    if (!seen_events) {
         pg_error(d, whole, "trace: no \"traceEvents\" list (not a Chrome trace written by --trace)");
         goto out;
-    }
-    t->ev = malloc((size_t)(evs->n > 0 ? evs->n : 1) * sizeof *t->ev);
-    if (!t->ev) {
-        pg_error(d, whole, "trace: out of memory");
-        goto out;
-    }
-    t->first = -1;
-    for (int i = 0; i < evs->n; i++) {
-        const jv *e = &evs->kid[i], *ph = jv_get(e, "ph"), *args = jv_get(e, "args");
-        if (!ph || ph->k != JV_STR || strcmp(ph->str, "X"))
-            continue; /* metadata and other phases */
-        double pid, ts, dur, step, mb = -1, chunk = -1;
-        const jv *cat = jv_get(e, "cat"), *kind = jv_get(args, "kind");
-        if (jv_num(e, "pid", &pid) || jv_num(e, "ts", &ts) || jv_num(e, "dur", &dur) || jv_num(args, "step", &step) ||
-            pid < 0 || pid >= PG_SCHED_MAX_STAGES || dur < 0 || step < 1 || step > 2e9) {
-            pg_error(d, whole, "trace: event %d of traceEvents lacks a stage (pid 0..63), ts, dur >= 0 or args.step >= 1", i);
-            goto out;
-        }
-        int is_step = cat && cat->k == JV_STR && !strcmp(cat->str, "step");
-        jv_num(args, "mb", &mb);
-        jv_num(args, "chunk", &chunk);
-        if (mb < -1 || mb >= 1 << 20 || chunk < -1 || chunk >= PG_SCHED_MAX_CHUNKS) {
-            pg_error(d, whole, "trace: event %d of traceEvents has args.mb %g or args.chunk %g out of range "
-                     "(-1 .. %d, -1 .. %d)", i, mb, chunk, (1 << 20) - 1, PG_SCHED_MAX_CHUNKS - 1);
-            goto out;
-        }
-        t->ev[t->n++] = (tev){ (int)pid, (int)step, is_step ? -1 : kind_of(kind && kind->k == JV_STR ? kind->str : NULL),
-                               (int)mb, (int)chunk, ts * 1e-6, (ts + dur) * 1e-6 };
-        if ((int)pid + 1 > t->nstages)
-            t->nstages = (int)pid + 1;
-        if (t->first < 0 || (int)step < t->first)
-            t->first = (int)step;
-        if ((int)step > t->last)
-            t->last = (int)step;
-        if ((int)mb + 1 > t->nmb)
-            t->nmb = (int)mb + 1;
     }
     if (t->n == 0) {
         pg_error(d, whole, "trace: no events (\"ph\": \"X\") in traceEvents");
@@ -327,23 +250,19 @@ static int trace_read(const char *path, trace *t, pg_diag *d)
                  t->first, t->last, t->n);
         goto out;
     }
-    const jv *other = jv_get(&root, "otherData"), *model = jv_get(other, "model");
-    double x;
-    if (!jv_num(other, "stages", &x) && x > t->nstages && x <= PG_SCHED_MAX_STAGES)
-        t->nstages = (int)x;
-    if (!jv_num(other, "microbatches", &x) && x > t->nmb && x < 1e6)
-        t->nmb = (int)x;
-    if (model && model->k == JV_STR && !(t->model = strdup(model->str))) {
-        pg_error(d, whole, "trace: out of memory");
-        goto out;
-    }
+    if (stages > t->nstages && stages <= PG_SCHED_MAX_STAGES)
+        t->nstages = (int)stages;
+    if (mbs > t->nmb && mbs < 1e6)
+        t->nmb = (int)mbs;
+    t->model = model;
+    model = NULL;
     rc = 0;
 out:
     if (rc) {
         free(t->ev);
         t->ev = NULL;
     }
-    jv_free(&root);
+    free(model);
     pg_source_free(&src);
     return rc;
 }
@@ -403,7 +322,7 @@ static int trace_svg(const trace *t, const step_stat *ss, int step, const char *
     for (int st = 0; st < t->nstages; st++) /* stage by stage, in time order as recorded: every action */
         for (int i = 0; i < t->n; i++) {
             const tev *e = &t->ev[i];
-            if (e->stage == st && e->step == step && e->kind >= 0 && e->kind < A__COUNT)
+            if (e->stage == st && e->step == step && e->kind >= 0 && e->kind < PG_STEP_KIND_COUNT)
                 box[tl.nbox++] = (pg_timeline_box){ st, e->kind, e->mb, e->chunk, e->t0 - s->lo, e->t1 - e->t0 };
         }
     FILE *f = fopen(path, "w");

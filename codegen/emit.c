@@ -528,7 +528,7 @@ static int analyse_schedule(pg_gen *g, em_stage *S, pg_diag *d)
         int pending = -1, safe = 1, maxslot = -1;
         for (int a = 0; a < ss->n; a++) {
             const pg_act *A = &ss->act[a];
-            if (A->chunk != ch->chunk || (A->kind != A_FWD && A->kind != A_BWD_B && A->kind != A_BWD_W))
+            if (A->chunk != ch->chunk || (A->kind != PG_FWD && A->kind != PG_BWD_B && A->kind != PG_BWD_W))
                 continue;
             if (A->slot < 0) {
                 pg_error(d, g->m->loc, "schedule: stage %d action %d has no activation slot", S->stage, a);
@@ -538,10 +538,10 @@ static int analyse_schedule(pg_gen *g, em_stage *S, pg_diag *d)
                 maxslot = A->slot;
             if (!g->recompute[A->mb])
                 continue;
-            if (A->kind == A_FWD || A->kind == A_BWD_B) {
+            if (A->kind == PG_FWD || A->kind == PG_BWD_B) {
                 if (pending >= 0)
                     safe = 0;
-                if (A->kind == A_BWD_B)
+                if (A->kind == PG_BWD_B)
                     pending = A->mb;
             } else {
                 if (pending != A->mb)
@@ -620,26 +620,25 @@ static int plan_tie_message(pg_gen *g, em_stage *S, int a, pg_diag *d)
     int64_t vb = pg_shape_numel(&P->shape) * 4;
     int64_t poff = S->mp.buf[S->param_mp[p]].offset, goff = S->mp.buf[S->grad_mp[p]].offset;
     /* the runtime's tags: PG_TAG(sending kind, param, 0) */
-    int sendk = A->kind == A_TIE_RECV ? A_TIE_SEND : A->kind == A_TIE_GRAD_RECV ? A_TIE_GRAD_SEND : A->kind;
-    uint32_t tag = ((uint32_t)sendk << 24) | (((uint32_t)p & 0xffffu) << 8);
-    S->act_tag[a] = tag;
+    int sendk = A->kind == PG_TIE_RECV ? PG_TIE_SEND : A->kind == PG_TIE_GRAD_RECV ? PG_TIE_GRAD_SEND : A->kind;
+    S->act_tag[a] = PG_TAG(sendk, p, 0);
     switch (A->kind) {
-    case A_TIE_SEND:
+    case PG_TIE_SEND:
         S->act_off[a] = poff, S->act_bytes[a] = vb;
         S->send_bytes[A->peer] += vb;
         break;
-    case A_TIE_RECV:
+    case PG_TIE_RECV:
         S->act_off[a] = poff, S->act_bytes[a] = vb;
         break;
-    case A_TIE_GRAD_SEND:
+    case PG_TIE_GRAD_SEND:
         S->act_off[a] = goff, S->act_bytes[a] = acc_block_bytes(P, nacc_of(g, s, p));
         S->send_bytes[A->peer] += S->act_bytes[a];
         break;
-    case A_TIE_GRAD_RECV:
+    case PG_TIE_GRAD_RECV:
         S->act_off[a] = S->ws_mp >= 0 ? S->mp.buf[S->ws_mp].offset : -1;
         S->act_bytes[a] = acc_block_bytes(P, nacc_of(g, A->peer, p));
         break;
-    default: /* A_TIE_REDUCE */
+    default: /* PG_TIE_REDUCE */
         S->act_off[a] = goff;
         S->act_bytes[a] = acc_block_bytes(P, nacc_of(g, s, p));
         if (s != A->peer) {
@@ -669,35 +668,35 @@ static int plan_messages(pg_gen *g, em_stage *S, pg_diag *d)
         int64_t numel = 0;
         em_chunk *ch = NULL;
         switch (A->kind) {
-        case A_SEND_ACT: case A_RECV_ACT: case A_SEND_GRAD: case A_RECV_GRAD:
+        case PG_SEND_ACT: case PG_RECV_ACT: case PG_SEND_GRAD: case PG_RECV_GRAD:
             ch = find_chunk(S, c);
             if (!ch)
                 break;
-            slot = slot_of(ss, A_FWD, c, mb);
-            if (A->kind == A_SEND_ACT) sb = ch->y_slot, sendk = A_SEND_ACT, x = c, numel = ch->tens[ch->lout[ch->last - ch->first]].numel;
-            if (A->kind == A_RECV_ACT) sb = ch->x_slot, sendk = A_SEND_ACT, x = c - 1, numel = ch->tens[0].numel;
-            if (A->kind == A_SEND_GRAD) sb = ch->dx_slot, sendk = A_SEND_GRAD, x = c, numel = ch->tens[0].numel;
-            if (A->kind == A_RECV_GRAD) sb = ch->dy_slot, sendk = A_SEND_GRAD, x = c + 1, numel = ch->tens[ch->lout[ch->last - ch->first]].numel;
+            slot = slot_of(ss, PG_FWD, c, mb);
+            if (A->kind == PG_SEND_ACT) sb = ch->y_slot, sendk = PG_SEND_ACT, x = c, numel = ch->tens[ch->lout[ch->last - ch->first]].numel;
+            if (A->kind == PG_RECV_ACT) sb = ch->x_slot, sendk = PG_SEND_ACT, x = c - 1, numel = ch->tens[0].numel;
+            if (A->kind == PG_SEND_GRAD) sb = ch->dx_slot, sendk = PG_SEND_GRAD, x = c, numel = ch->tens[0].numel;
+            if (A->kind == PG_RECV_GRAD) sb = ch->dy_slot, sendk = PG_SEND_GRAD, x = c + 1, numel = ch->tens[ch->lout[ch->last - ch->first]].numel;
             break;
-        case A_SEND_SKIP: case A_RECV_SKIP: case A_SEND_SKIP_GRAD: case A_RECV_SKIP_GRAD: {
+        case PG_SEND_SKIP: case PG_RECV_SKIP: case PG_SEND_SKIP_GRAD: case PG_RECV_SKIP_GRAD: {
             if (A->skip < 0 || A->skip >= m->nskips)
                 break;
             const ir_skip *sk = &m->skips[A->skip];
             int sc = m->layers[sk->stash_layer].chunk, pc = m->layers[sk->pop_layer].chunk;
-            int own = (A->kind == A_SEND_SKIP || A->kind == A_RECV_SKIP_GRAD) ? sc : pc;
+            int own = (A->kind == PG_SEND_SKIP || A->kind == PG_RECV_SKIP_GRAD) ? sc : pc;
             ch = find_chunk(S, own);
             if (!ch)
                 break;
-            slot = slot_of(ss, A_FWD, own, mb);
+            slot = slot_of(ss, PG_FWD, own, mb);
             x = A->skip;
             numel = pg_shape_numel(&sk->shape);
-            if (A->kind == A_SEND_SKIP) sb = ch->skout[A->skip], sendk = A_SEND_SKIP;
-            if (A->kind == A_RECV_SKIP) sb = ch->skin[A->skip], sendk = A_SEND_SKIP;
-            if (A->kind == A_SEND_SKIP_GRAD) sb = ch->skgout[A->skip], sendk = A_SEND_SKIP_GRAD;
-            if (A->kind == A_RECV_SKIP_GRAD) sb = ch->skgin[A->skip], sendk = A_SEND_SKIP_GRAD;
+            if (A->kind == PG_SEND_SKIP) sb = ch->skout[A->skip], sendk = PG_SEND_SKIP;
+            if (A->kind == PG_RECV_SKIP) sb = ch->skin[A->skip], sendk = PG_SEND_SKIP;
+            if (A->kind == PG_SEND_SKIP_GRAD) sb = ch->skgout[A->skip], sendk = PG_SEND_SKIP_GRAD;
+            if (A->kind == PG_RECV_SKIP_GRAD) sb = ch->skgin[A->skip], sendk = PG_SEND_SKIP_GRAD;
             break;
         }
-        case A_TIE_REDUCE: case A_TIE_SEND: case A_TIE_RECV: case A_TIE_GRAD_SEND: case A_TIE_GRAD_RECV:
+        case PG_TIE_REDUCE: case PG_TIE_SEND: case PG_TIE_RECV: case PG_TIE_GRAD_SEND: case PG_TIE_GRAD_RECV:
             if (plan_tie_message(g, S, a, d))
                 return -1;
             continue;
@@ -713,18 +712,18 @@ static int plan_messages(pg_gen *g, em_stage *S, pg_diag *d)
         S->act_slot[a] = slot;
         S->act_off[a] = slot_off(&S->mp, ch, sb, slot);
         S->act_bytes[a] = g->mb_rows[mb] * numel * 4;
-        S->act_tag[a] = ((uint32_t)sendk << 24) | (((uint32_t)mb & 0xffffu) << 8) | ((uint32_t)x & 0xffu);
-        if (A->kind == A_SEND_ACT || A->kind == A_SEND_GRAD || A->kind == A_SEND_SKIP || A->kind == A_SEND_SKIP_GRAD) {
+        S->act_tag[a] = PG_TAG(sendk, mb, x);
+        if (A->kind == PG_SEND_ACT || A->kind == PG_SEND_GRAD || A->kind == PG_SEND_SKIP || A->kind == PG_SEND_SKIP_GRAD) {
             if (A->peer >= 0 && A->peer < g->nstages)
                 S->send_bytes[A->peer] += S->act_bytes[a];
         } else {
             /* a receive into a slot must not land while that slot still holds another micro-batch */
             for (int b = a + 1; b < ss->n; b++) {
                 const pg_act *B = &ss->act[b];
-                if (B->chunk == ch->chunk && B->slot == slot && B->mb == mb && B->kind == A_FWD)
+                if (B->chunk == ch->chunk && B->slot == slot && B->mb == mb && B->kind == PG_FWD)
                     break;
-                if (A->kind == A_RECV_ACT || A->kind == A_RECV_SKIP) {
-                    if ((B->kind == A_FWD || B->kind == A_BWD_B || B->kind == A_BWD_W) && B->chunk == ch->chunk &&
+                if (A->kind == PG_RECV_ACT || A->kind == PG_RECV_SKIP) {
+                    if ((B->kind == PG_FWD || B->kind == PG_BWD_B || B->kind == PG_BWD_W) && B->chunk == ch->chunk &&
                         B->slot == slot && B->mb != mb) {
                         pg_error(d, m->loc, "schedule: stage %d receives micro-batch %d into slot %d while micro-batch %d still uses it",
                                  S->stage, mb, slot, B->mb);
@@ -1557,7 +1556,7 @@ static void emit_layer_fwd(em_out *e, int i)
         break;
     }
     case LK_DROPOUT:
-        fprintf(o, "    PG_TRY(pg_dropout_fwd(c, r, %" PRId64 ", io->infer ? 0.0f : %.9gf, DROPOUT_SEED(io, %d), io->first_row, "
+        fprintf(o, "    PG_TRY(pg_dropout_fwd(c, r, %" PRId64 ", io->infer ? 0.0f : %.9gf, pg_dropout_seed(io->seed, io->step, %d), io->first_row, "
                    "%s, %s)); /* none in inference */\n",
                 TI->numel, L->p, i, x, y);
         break;
@@ -1656,7 +1655,7 @@ static void emit_layer_bwd_b(em_out *e, int i)
     }
     case LK_DROPOUT:
         if (dx_wanted)
-            fprintf(o, "    PG_TRY(pg_dropout_bwd_in(c, r, %" PRId64 ", %.9gf, DROPOUT_SEED(io, %d), io->first_row, %s, %s)); /* %s */\n",
+            fprintf(o, "    PG_TRY(pg_dropout_bwd_in(c, r, %" PRId64 ", %.9gf, pg_dropout_seed(io->seed, io->step, %d), io->first_row, %s, %s)); /* %s */\n",
                     TI->numel, L->p, i, dy, dx, L->name);
         break;
     case LK_STASH: {
@@ -1905,36 +1904,52 @@ static void emit_chunk_fns(em_out *e)
     fprintf(o, "\n");
 }
 
+/* The contract's names (pg_contract.h) of the IR's numbered settings. */
+static const char *init_name(ir_init k)
+{
+    static const char *const n[] = {[INIT_ZEROS] = "PG_INIT_ZEROS", [INIT_ONES] = "PG_INIT_ONES",
+                                    [INIT_UNIFORM] = "PG_INIT_UNIFORM", [INIT_NORMAL] = "PG_INIT_NORMAL"};
+    return n[k];
+}
+static const char *tie_name(ir_tie_mode k)
+{
+    static const char *const n[] = {[TIE_NONE] = "PG_TIE_NONE", [TIE_REPLICATE] = "PG_TIE_REPLICATE",
+                                    [TIE_TRANSMIT] = "PG_TIE_TRANSMIT"};
+    return n[k];
+}
+static const char *loss_name(ir_loss k)
+{
+    static const char *const n[] = {[LOSS_MSE_SUM] = "PG_LOSS_MSE_SUM", [LOSS_MSE_MEAN] = "PG_LOSS_MSE_MEAN",
+                                    [LOSS_CROSS_ENTROPY] = "PG_LOSS_CROSS_ENTROPY"};
+    return n[k];
+}
+
+/* One row of a parameter table, designated: the model table's (S NULL: no
+ * offsets) or stage S's. */
 static void emit_param_entry(FILE *o, const pg_gen *g, int p, const em_stage *S)
 {
     const ir_model *m = g->m;
     const ir_param *P = &m->params[p];
-    fprintf(o, "    {");
+    fprintf(o, "    {.name = ");
     json_str(o, P->name); /* a C string literal too: names have no control characters */
-    fprintf(o, ", %d, %d, {", p, P->shape.rank);
-    for (int k = 0; k < 4; k++)
-        fprintf(o, "%s%" PRId64, k ? ", " : "", k < P->shape.rank ? P->shape.dim[k] : 0);
-    fprintf(o, "}, %" PRId64 ", %d, %.17g, %d, %d, %d, %d, UINT64_C(0x%" PRIx64 "), ", pg_shape_numel(&P->shape),
-            (int)P->init, P->init_scale, P->decay, P->is_buffer, (int)P->tie, P->owner_stage, P->stage_mask);
-    char tab[32];
-    if (needs_nacc_table(g, p))
-        sfmt(tab, sizeof tab, "nacc_p%d", p);
-    else
-        sfmt(tab, sizeof tab, "NULL");
+    fprintf(o, ", .index = %d, .rank = %d, .dim = {", p, P->shape.rank);
+    for (int k = 0; k < P->shape.rank; k++)
+        fprintf(o, "%s%" PRId64, k ? ", " : "", P->shape.dim[k]);
+    fprintf(o, "}, .numel = %" PRId64 ", .init = %s, .init_scale = %.17g, .decay = %d,%s .tie = %s, .owner = %d, "
+               ".stage_mask = UINT64_C(0x%" PRIx64 "),\n     ",
+            pg_shape_numel(&P->shape), init_name(P->init), P->init_scale, P->decay, P->is_buffer ? " .is_buffer = 1," : "",
+            tie_name(P->tie), P->owner_stage, P->stage_mask);
     if (S)
-        fprintf(o, "%" PRId64 ", %" PRId64 ", {%" PRId64 ", %" PRId64 "}, %d, %s, %" PRId64 "},\n",
+        fprintf(o, ".off = %" PRId64 ", .grad_off = %" PRId64 ", .opt_off = {%" PRId64 ", %" PRId64 "}, .nacc = %d",
                 S->mp.buf[S->param_mp[p]].offset, S->grad_mp[p] >= 0 ? S->mp.buf[S->grad_mp[p]].offset : -1,
                 S->opt_mp[0][p] >= 0 ? S->mp.buf[S->opt_mp[0][p]].offset : -1,
-                S->opt_mp[1][p] >= 0 ? S->mp.buf[S->opt_mp[1][p]].offset : -1, P->is_buffer ? 0 : nacc_of(g, S->stage, p),
-                tab, acc_numel(P));
+                S->opt_mp[1][p] >= 0 ? S->mp.buf[S->opt_mp[1][p]].offset : -1, P->is_buffer ? 0 : nacc_of(g, S->stage, p));
     else
-        fprintf(o, "-1, -1, {-1, -1}, 0, %s, %" PRId64 "},\n", tab, acc_numel(P));
+        fprintf(o, ".off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0");
+    if (needs_nacc_table(g, p))
+        fprintf(o, ", .stage_nacc = pg_nacc_p%d", p);
+    fprintf(o, ", .acc_numel = %" PRId64 "},\n", acc_numel(P));
 }
-
-static const char *const step_kind_names[] = {
-    "PG_FWD", "PG_BWD_B", "PG_BWD_W", "PG_SEND_ACT", "PG_RECV_ACT", "PG_SEND_GRAD", "PG_RECV_GRAD",
-    "PG_SEND_SKIP", "PG_RECV_SKIP", "PG_SEND_SKIP_GRAD", "PG_RECV_SKIP_GRAD", "PG_TIE_REDUCE", "PG_TIE_SEND",
-    "PG_TIE_RECV", "PG_TIE_GRAD_SEND", "PG_TIE_GRAD_RECV", "PG_GRAD_NORM", "PG_OPT_STEP"};
 
 static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
 {
@@ -1976,8 +1991,7 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
         fprintf(o, "#define TARGET_ROWS (A + %" PRId64 " + io->first_row * %" PRId64 ")\n",
                 S->mp.buf[S->target_mp].offset, pg_shape_numel(&m->target) * 4);
     }
-    fprintf(o, "/* dropout masks depend on (seed, step, layer, sample, element) only */\n"
-               "#define DROPOUT_SEED(io, layer) ((io)->seed ^ (UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)((io)->step * 4096 + (layer) + 1)))\n\n");
+    fprintf(o, "\n");
     for (int i = 0; i < S->nchunks; i++) {
         const em_chunk *ch = &S->ch[i];
         if (!ch->slot_table)
@@ -1985,7 +1999,7 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
         fprintf(o, "/* chunk %d's activation slot of each micro-batch: another chunk of this stage reads it */\n"
                    "static const int mb_slot_c%d[] = {", ch->chunk, ch->chunk);
         for (int mb = 0; mb < g->s->nmb; mb++)
-            fprintf(o, "%s%d", mb ? ", " : "", slot_of(ss, A_FWD, ch->chunk, mb));
+            fprintf(o, "%s%d", mb ? ", " : "", slot_of(ss, PG_FWD, ch->chunk, mb));
         fprintf(o, "};\n\n");
     }
     for (int i = 0; i < S->nchunks; i++) {
@@ -1994,19 +2008,6 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
     }
     /* tables */
     fprintf(o, "/* ---- tables ---- */\n\n");
-    int ntab = 0;
-    for (int p = 0; p < m->nparams; p++) {
-        if (!needs_nacc_table(g, p))
-            continue;
-        if (!ntab++)
-            fprintf(o, "/* gradient accumulators per stage of parameters used by several layers or tied */\n");
-        fprintf(o, "static const int nacc_p%d[] = {", p);
-        for (int s = 0; s < m->nstages; s++)
-            fprintf(o, "%s%d", s ? ", " : "", stage_nacc(g, s, p));
-        fprintf(o, "}; /* %s */\n", m->params[p].name);
-    }
-    if (ntab)
-        fprintf(o, "\n");
     fprintf(o, "static const pg_param_desc stage_params[] = {\n");
     int nsp = 0;
     for (int p = 0; p < m->nparams; p++)
@@ -2015,28 +2016,24 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
             nsp++;
         }
     if (!nsp)
-        fprintf(o, "    {NULL, -1, 0, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, {-1, -1}, 0, NULL, 0},\n");
-    fprintf(o, "};\n\n/* every parameter of the model, in plan order: stage 0 gathers them for --save */\n");
-    fprintf(o, "static const pg_param_desc model_params[] = {\n");
-    for (int p = 0; p < m->nparams; p++)
-        emit_param_entry(o, g, p, NULL);
-    if (!m->nparams)
-        fprintf(o, "    {NULL, -1, 0, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, {-1, -1}, 0, NULL, 0},\n");
+        fprintf(o, "    {.name = NULL, .index = -1, .off = -1, .grad_off = -1, .opt_off = {-1, -1}},\n");
     fprintf(o, "};\n\nstatic const pg_chunk_desc chunks[] = {\n");
     for (int i = 0; i < S->nchunks; i++)
-        fprintf(o, "    {%d, fwd_c%d, bwd_b_c%d, bwd_w_c%d},\n", S->ch[i].chunk, S->ch[i].chunk, S->ch[i].chunk,
-                S->ch[i].chunk);
-    fprintf(o, "};\n\n/* the step: {kind, mb, chunk, slot, peer, skip, param, tag, arena offset, bytes} */\n");
+        fprintf(o, "    {.chunk = %d, .fwd = fwd_c%d, .bwd_b = bwd_b_c%d, .bwd_w = bwd_w_c%d},\n", S->ch[i].chunk,
+                S->ch[i].chunk, S->ch[i].chunk, S->ch[i].chunk);
+    fprintf(o, "};\n\n/* the step */\n");
     fprintf(o, "static const pg_step_action step[] = {\n");
     for (int a = 0; a < ss->n; a++) {
         const pg_act *A = &ss->act[a];
         char buf[160];
-        fprintf(o, "    {%s, %d, %d, %d, %d, %d, %d, 0x%08" PRIx32 "u, %" PRId64 ", %" PRId64 "}, /* %d: %s */\n",
-                step_kind_names[A->kind], A->mb, A->chunk, S->act_slot[a], A->peer, A->skip, A->param, S->act_tag[a],
+        fprintf(o, "    {.kind = PG_%s, .mb = %d, .chunk = %d, .slot = %d, .peer = %d, .skip = %d, .param = %d, "
+                   ".tag = 0x%08" PRIx32 "u, .off = %" PRId64 ", .bytes = %" PRId64 "}, /* %d: %s */\n",
+                pg_step_kind_name(A->kind), A->mb, A->chunk, S->act_slot[a], A->peer, A->skip, A->param, S->act_tag[a],
                 S->act_off[a], S->act_bytes[a], a, pg_act_str(A, buf, sizeof buf));
     }
     if (!ss->n)
-        fprintf(o, "    {PG_OPT_STEP, -1, -1, -1, -1, -1, -1, 0, -1, 0},\n");
+        fprintf(o, "    {.kind = PG_OPT_STEP, .mb = -1, .chunk = -1, .slot = -1, .peer = -1, .skip = -1, .param = -1, "
+                   ".tag = 0, .off = -1, .bytes = 0},\n");
     fprintf(o, "};\n\nstatic const int64_t mb_rows[] = {");
     for (int i = 0; i < g->s->nmb; i++)
         fprintf(o, "%s%" PRId64, i ? ", " : "", g->mb_rows[i]);
@@ -2102,6 +2099,7 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
     if (m->target_dtype == DT_I32)
         tg_vocab = last_dim(&m->layers[m->nlayers - 1].out);
     fprintf(o, "const pg_stage_desc pg_stage = {\n");
+    fprintf(o, "    .contract = PG_CONTRACT_TAG(%d),\n", PG_CONTRACT_VERSION);
     fprintf(o, "    .pipegen_version = \"%s\",\n    .model = ", PIPEGEN_VERSION);
     json_str(o, m->name);
     fprintf(o, ",\n    .source = ");
@@ -2116,20 +2114,21 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
     fprintf(o, "              .beta1 = %.17g, .beta2 = %.17g, .adam_eps = %.17g,\n", t->beta1, t->beta2, t->adam_eps);
     fprintf(o, "              .lr_schedule = %s, .warmup = %" PRId64 ", .lr_min = %.17g, .grad_clip = %.17g,\n",
             t->lr_schedule == LR_COSINE ? "PG_LR_COSINE" : "PG_LR_CONSTANT", t->warmup, t->lr_min, t->grad_clip);
-    fprintf(o, "              .seed = UINT64_C(%" PRIu64 "), .loss = %d},\n", t->seed, (int)t->loss);
+    fprintf(o, "              .seed = UINT64_C(%" PRIu64 "), .loss = %s},\n", t->seed, loss_name(t->loss));
     fprintf(o, "    .nparams = %d, .params = stage_params,\n", nsp);
-    fprintf(o, "    .nmodel_params = %d, .model_params = model_params,\n", m->nparams);
+    fprintf(o, "    .nmodel_params = %d, .model_params = pg_model_params,\n", m->nparams);
     fprintf(o, "    .nchunk_fns = %d, .chunks = chunks,\n", S->nchunks);
     fprintf(o, "    .nactions = %d, .actions = step,\n", ss->n);
     fprintf(o, "    .mb_rows = mb_rows, .mb_first_row = mb_first_row, .mb_recompute = mb_recompute,\n");
-    fprintf(o, "    .has_input = %d, .input_off = %" PRId64 ", .input_dtype = %d, .input_rank = %d,\n", S->input_mp >= 0,
-            S->input_mp >= 0 ? S->mp.buf[S->input_mp].offset : -1, m->input_dtype == DT_I32 ? 2 : 0, m->input.rank);
+    fprintf(o, "    .has_input = %d, .input_off = %" PRId64 ", .input_dtype = %s, .input_rank = %d,\n", S->input_mp >= 0,
+            S->input_mp >= 0 ? S->mp.buf[S->input_mp].offset : -1, m->input_dtype == DT_I32 ? "PG_DATA_I32" : "PG_DATA_F32",
+            m->input.rank);
     fprintf(o, "    .input_dim = {%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "}, .input_per_sample = %" PRId64
                ", .input_vocab = %" PRId64 ",\n",
             m->input.dim[0], m->input.dim[1], m->input.dim[2], m->input.dim[3], pg_shape_numel(&m->input), in_vocab);
-    fprintf(o, "    .has_loss = %d, .target_off = %" PRId64 ", .target_dtype = %d, .target_rank = %d,\n",
+    fprintf(o, "    .has_loss = %d, .target_off = %" PRId64 ", .target_dtype = %s, .target_rank = %d,\n",
             S->target_mp >= 0, S->target_mp >= 0 ? S->mp.buf[S->target_mp].offset : -1,
-            m->target_dtype == DT_I32 ? 2 : 0, m->target.rank);
+            m->target_dtype == DT_I32 ? "PG_DATA_I32" : "PG_DATA_F32", m->target.rank);
     fprintf(o, "    .target_dim = {%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "}, .target_per_sample = %" PRId64
                ", .target_vocab = %" PRId64 ",\n",
             m->target.dim[0], m->target.dim[1], m->target.dim[2], m->target.dim[3], pg_shape_numel(&m->target), tg_vocab);
@@ -2172,7 +2171,7 @@ static int emit_header(const pg_gen *g, uint64_t hash, FILE *o)
         fprintf(o, "\n * Generated with --guard-bytes %" PRId64 ": the arena starts with at least that many free\n"
                    " * bytes and each buffer is followed by as many (poisoned under AddressSanitizer).", g->guard);
     fprintf(o, " */\n");
-    fprintf(o, "#ifndef PG_GEN_%s_H\n#define PG_GEN_%s_H\n\n", guard, guard);
+    fprintf(o, "#ifndef PG_GEN_%s_H\n#define PG_GEN_%s_H\n\n#include <stdint.h>\n\n#include \"pg_contract.h\"\n\n", guard, guard);
     fprintf(o, "#define %s_PLAN_HASH UINT64_C(0x%016" PRIx64 ")\n#define %s_NSTAGES %d\n\n", guard, hash, guard,
             m->nstages);
     for (int k = 0; k < g->nstages; k++) {
@@ -2194,7 +2193,27 @@ static int emit_header(const pg_gen *g, uint64_t hash, FILE *o)
         }
         fprintf(o, " */\n#define STAGE%d_ARENA_BYTES INT64_C(%" PRId64 ")\n\n", k, S->mp.total);
     }
-    fprintf(o, "#endif\n");
+    /* the model's parameter table, once for every stage (pg_contract.h) */
+    int ntab = 0;
+    for (int p = 0; p < m->nparams; p++) {
+        if (!needs_nacc_table(g, p))
+            continue;
+        if (!ntab++)
+            fprintf(o, "/* gradient accumulators on each stage of the parameters used by several layers or tied */\n");
+        fprintf(o, "static const int pg_nacc_p%d[] = {", p);
+        for (int st = 0; st < m->nstages; st++)
+            fprintf(o, "%s%d", st ? ", " : "", stage_nacc(g, st, p));
+        fprintf(o, "}; /* %s */\n", m->params[p].name);
+    }
+    if (ntab)
+        fprintf(o, "\n");
+    fprintf(o, "/* every parameter of the model, in plan order: stage 0 gathers them for --save */\n"
+               "static const pg_param_desc pg_model_params[] = {\n");
+    for (int p = 0; p < m->nparams; p++)
+        emit_param_entry(o, g, p, NULL);
+    if (!m->nparams)
+        fprintf(o, "    {.name = NULL, .index = -1, .off = -1, .grad_off = -1, .opt_off = {-1, -1}},\n");
+    fprintf(o, "};\n\n#endif\n");
     return 0;
 }
 

@@ -37,30 +37,30 @@ static double msg_bytes(const ir_model *m, const pg_schedule *s, const pg_act *a
         return 0;
     double rows = a->mb >= 0 ? (double)rows_of(m, a->mb, s->nmb) : 1.0;
     switch (a->kind) {
-    case A_SEND_ACT: case A_SEND_GRAD: {
+    case PG_SEND_ACT: case PG_SEND_GRAD: {
         /* the chunk boundary: the last layer of chunk c (ACT) or the first layer
          * of chunk c (GRAD: gradient of its input) */
         const ir_layer *l = NULL;
         for (int i = 0; i < m->nlayers; i++)
             if (m->layers[i].chunk == a->chunk) {
-                if (a->kind == A_SEND_GRAD && !l)
+                if (a->kind == PG_SEND_GRAD && !l)
                     l = &m->layers[i];
-                if (a->kind == A_SEND_ACT)
+                if (a->kind == PG_SEND_ACT)
                     l = &m->layers[i];
             }
         if (!l)
             return 0;
-        return rows * (double)pg_shape_numel(a->kind == A_SEND_ACT ? &l->out : &l->in) * elem_bytes(m);
+        return rows * (double)pg_shape_numel(a->kind == PG_SEND_ACT ? &l->out : &l->in) * elem_bytes(m);
     }
-    case A_SEND_SKIP: case A_SEND_SKIP_GRAD:
+    case PG_SEND_SKIP: case PG_SEND_SKIP_GRAD:
         if (a->skip < 0 || a->skip >= m->nskips)
             return 0;
         return rows * (double)pg_shape_numel(&m->skips[a->skip].shape) * elem_bytes(m);
-    case A_TIE_SEND: case A_TIE_GRAD_SEND: case A_TIE_REDUCE:
+    case PG_TIE_SEND: case PG_TIE_GRAD_SEND: case PG_TIE_REDUCE:
         if (a->param < 0 || a->param >= m->nparams)
             return 0;
         return (double)pg_shape_numel(&m->params[a->param].shape) * 4.0;
-    case A_GRAD_NORM:
+    case PG_GRAD_NORM:
         return 8.0 * m->nparams;
     default:
         return 0;
@@ -74,8 +74,8 @@ int pg_mb_recomputes(const ir_model *m, int mb, int nmb)
 
 static int is_p2p_send(pg_act_kind k)
 {
-    return k == A_SEND_ACT || k == A_SEND_GRAD || k == A_SEND_SKIP || k == A_SEND_SKIP_GRAD || k == A_TIE_SEND ||
-           k == A_TIE_GRAD_SEND;
+    return k == PG_SEND_ACT || k == PG_SEND_GRAD || k == PG_SEND_SKIP || k == PG_SEND_SKIP_GRAD || k == PG_TIE_SEND ||
+           k == PG_TIE_GRAD_SEND;
 }
 
 static int stage_ix(int st)
@@ -87,12 +87,12 @@ double pg_act_cost(const ir_model *m, const pg_schedule *s, const pg_sched_costs
 {
     int ch = a->chunk >= 0 && a->chunk < 64 ? a->chunk : 0;
     switch (a->kind) {
-    case A_FWD: return c->fwd[ch];
-    case A_BWD_B: /* a checkpointed micro-batch first recomputes its forward (emit.c's rule) */
+    case PG_FWD: return c->fwd[ch];
+    case PG_BWD_B: /* a checkpointed micro-batch first recomputes its forward (emit.c's rule) */
         return c->bwd_b[ch] + (c->recompute && a->mb >= 0 && pg_mb_recomputes(m, a->mb, s->nmb) ? c->rerun[ch] : 0);
-    case A_BWD_W: return c->bwd_w[ch];
-    case A_OPT_STEP: return c->opt[stage_ix(st)];
-    case A_GRAD_NORM: case A_TIE_REDUCE:
+    case PG_BWD_W: return c->bwd_w[ch];
+    case PG_OPT_STEP: return c->opt[stage_ix(st)];
+    case PG_GRAD_NORM: case PG_TIE_REDUCE:
         if (c->sync_measured) /* the exchange is inside the stage's measured time */
             return 0;
         /* fall through */
@@ -110,12 +110,12 @@ static pg_act sender_of(const pg_act *a)
 {
     pg_act x = *a;
     switch (a->kind) {
-    case A_RECV_ACT: x.kind = A_SEND_ACT; x.chunk = a->chunk - 1; break;
-    case A_RECV_GRAD: x.kind = A_SEND_GRAD; x.chunk = a->chunk + 1; break;
-    case A_RECV_SKIP: x.kind = A_SEND_SKIP; break;
-    case A_RECV_SKIP_GRAD: x.kind = A_SEND_SKIP_GRAD; break;
-    case A_TIE_RECV: x.kind = A_TIE_SEND; break;
-    case A_TIE_GRAD_RECV: x.kind = A_TIE_GRAD_SEND; break;
+    case PG_RECV_ACT: x.kind = PG_SEND_ACT; x.chunk = a->chunk - 1; break;
+    case PG_RECV_GRAD: x.kind = PG_SEND_GRAD; x.chunk = a->chunk + 1; break;
+    case PG_RECV_SKIP: x.kind = PG_SEND_SKIP; break;
+    case PG_RECV_SKIP_GRAD: x.kind = PG_SEND_SKIP_GRAD; break;
+    case PG_TIE_RECV: x.kind = PG_TIE_SEND; break;
+    case PG_TIE_GRAD_RECV: x.kind = PG_TIE_GRAD_SEND; break;
     default: break;
     }
     return x;
@@ -123,8 +123,8 @@ static pg_act sender_of(const pg_act *a)
 
 static int is_p2p_recv(pg_act_kind k)
 {
-    return k == A_RECV_ACT || k == A_RECV_GRAD || k == A_RECV_SKIP || k == A_RECV_SKIP_GRAD || k == A_TIE_RECV ||
-           k == A_TIE_GRAD_RECV;
+    return k == PG_RECV_ACT || k == PG_RECV_GRAD || k == PG_RECV_SKIP || k == PG_RECV_SKIP_GRAD || k == PG_TIE_RECV ||
+           k == PG_TIE_GRAD_RECV;
 }
 
 double pg_act_own_cost(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, int st, const pg_act *a)
@@ -142,9 +142,9 @@ double pg_act_own_cost(const ir_model *m, const pg_schedule *s, const pg_sched_c
             t += msg_bytes(m, s, &x) / c->recv_cost_bytes_per_s;
         return t;
     }
-    if (a->kind == A_GRAD_NORM)
+    if (a->kind == PG_GRAD_NORM)
         return c->grad_norm[stage_ix(st)];
-    if (a->kind == A_TIE_REDUCE)
+    if (a->kind == PG_TIE_REDUCE)
         return c->tie_reduce[stage_ix(st)];
     return 0;
 }

@@ -30,35 +30,35 @@ typedef struct sim_ctx {
 
 static int is_send(pg_act_kind k)
 {
-    return k == A_SEND_ACT || k == A_SEND_GRAD || k == A_SEND_SKIP || k == A_SEND_SKIP_GRAD ||
-           k == A_TIE_SEND || k == A_TIE_GRAD_SEND;
+    return k == PG_SEND_ACT || k == PG_SEND_GRAD || k == PG_SEND_SKIP || k == PG_SEND_SKIP_GRAD ||
+           k == PG_TIE_SEND || k == PG_TIE_GRAD_SEND;
 }
 
 static int is_recv(pg_act_kind k)
 {
-    return k == A_RECV_ACT || k == A_RECV_GRAD || k == A_RECV_SKIP || k == A_RECV_SKIP_GRAD ||
-           k == A_TIE_RECV || k == A_TIE_GRAD_RECV;
+    return k == PG_RECV_ACT || k == PG_RECV_GRAD || k == PG_RECV_SKIP || k == PG_RECV_SKIP_GRAD ||
+           k == PG_TIE_RECV || k == PG_TIE_GRAD_RECV;
 }
 
 int pg_sim_match(const pg_act *send, const pg_act *recv)
 {
     switch (recv->kind) {
-    case A_RECV_ACT:
-        return send->kind == A_SEND_ACT && send->mb == recv->mb && send->chunk + 1 == recv->chunk;
-    case A_RECV_GRAD:
-        return send->kind == A_SEND_GRAD && send->mb == recv->mb && send->chunk - 1 == recv->chunk;
-    case A_RECV_SKIP:
-        return send->kind == A_SEND_SKIP && send->mb == recv->mb && send->skip == recv->skip;
-    case A_RECV_SKIP_GRAD:
-        return send->kind == A_SEND_SKIP_GRAD && send->mb == recv->mb && send->skip == recv->skip;
-    case A_TIE_RECV:
-        return send->kind == A_TIE_SEND && send->param == recv->param;
-    case A_TIE_GRAD_RECV:
-        return send->kind == A_TIE_GRAD_SEND && send->param == recv->param;
-    case A_TIE_REDUCE:
-        return send->kind == A_TIE_REDUCE && send->param == recv->param;
-    case A_GRAD_NORM:
-        return send->kind == A_GRAD_NORM;
+    case PG_RECV_ACT:
+        return send->kind == PG_SEND_ACT && send->mb == recv->mb && send->chunk + 1 == recv->chunk;
+    case PG_RECV_GRAD:
+        return send->kind == PG_SEND_GRAD && send->mb == recv->mb && send->chunk - 1 == recv->chunk;
+    case PG_RECV_SKIP:
+        return send->kind == PG_SEND_SKIP && send->mb == recv->mb && send->skip == recv->skip;
+    case PG_RECV_SKIP_GRAD:
+        return send->kind == PG_SEND_SKIP_GRAD && send->mb == recv->mb && send->skip == recv->skip;
+    case PG_TIE_RECV:
+        return send->kind == PG_TIE_SEND && send->param == recv->param;
+    case PG_TIE_GRAD_RECV:
+        return send->kind == PG_TIE_GRAD_SEND && send->param == recv->param;
+    case PG_TIE_REDUCE:
+        return send->kind == PG_TIE_REDUCE && send->param == recv->param;
+    case PG_GRAD_NORM:
+        return send->kind == PG_GRAD_NORM;
     default:
         return 0;
     }
@@ -181,7 +181,7 @@ static int step_grad_norm(sim_ctx *c, int st, int idx)
 static int verdict_wait(sim_ctx *c, int st, const pg_act *a)
 {
     pg_sim *sim = c->sim;
-    if (!sim->verdict || c->synced[st] || (a->kind != A_GRAD_NORM && a->kind != A_OPT_STEP))
+    if (!sim->verdict || c->synced[st] || (a->kind != PG_GRAD_NORM && a->kind != PG_OPT_STEP))
         return STEP_MOVED;
     if (!c->arrived[st]) {
         c->arrived[st] = 1;
@@ -222,9 +222,9 @@ static int step(sim_ctx *c, int st)
         r = STEP_MOVED;
     } else if (is_recv(a->kind)) {
         r = take(c, st, idx, a->peer);
-    } else if (a->kind == A_TIE_REDUCE) {
+    } else if (a->kind == PG_TIE_REDUCE) {
         r = step_tie_reduce(c, st, idx, a);
-    } else if (a->kind == A_GRAD_NORM) {
+    } else if (a->kind == PG_GRAD_NORM) {
         r = step_grad_norm(c, st, idx);
     } else {
         double d = dur_of(c, st, idx);
@@ -238,7 +238,7 @@ static int step(sim_ctx *c, int st)
             sim->start[st][idx] = sim->clock[st] - (pg_act_is_compute(a->kind) ? dur_of(c, st, idx) : 0.0);
         if (sim->own && !pg_act_is_compute(a->kind))
             sim->clock[st] += sim->own[st][idx];
-        if (a->kind == A_GRAD_NORM || a->kind == A_OPT_STEP)
+        if (a->kind == PG_GRAD_NORM || a->kind == PG_OPT_STEP)
             c->synced[st] = 1;
         sim->pc[st]++;
         c->sub[st] = 0;

@@ -1,7 +1,6 @@
 /* codegen/schedule.c — the built-in compute schedules (gpipe, 1f1b,
- * interleaved(v), zb1, zbv), the chunk placement, activation slots, and the
- * whole schedule pass (pg_schedule_build). Communication is added by
- * schedule_comms.c, checked by verify.c; CSV lives in schedule_csv.c.
+ * interleaved(v), zb1, zbv) and the activation slots. The actions and the
+ * schedule struct are sched_core.c's; the whole pass is sched_build.c's.
  *
  * Every built-in keeps the backward of one chunk in increasing micro-batch
  * order, so weight gradients accumulate in index order (the determinism
@@ -9,148 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include "sched_internal.h"
-
-static const char *const act_names[A__COUNT] = {
-    "FWD", "BWD_B", "BWD_W", "SEND_ACT", "RECV_ACT", "SEND_GRAD", "RECV_GRAD",
-    "SEND_SKIP", "RECV_SKIP", "SEND_SKIP_GRAD", "RECV_SKIP_GRAD", "TIE_REDUCE",
-    "TIE_SEND", "TIE_RECV", "TIE_GRAD_SEND", "TIE_GRAD_RECV", "GRAD_NORM", "OPT_STEP",
-};
-
-const char *pg_act_name(pg_act_kind k)
-{
-    return (unsigned)k < A__COUNT ? act_names[k] : "?";
-}
-
-int pg_act_is_compute(pg_act_kind k)
-{
-    return k == A_FWD || k == A_BWD_B || k == A_BWD_W;
-}
-
-const char *pg_act_str(const pg_act *a, char *buf, size_t n)
-{
-    const char *name = pg_act_name(a->kind);
-    int w;
-    switch (a->kind) {
-    case A_SEND_SKIP: case A_RECV_SKIP: case A_SEND_SKIP_GRAD: case A_RECV_SKIP_GRAD:
-        w = snprintf(buf, n, "%s(skip %d, mb %d, chunk %d)", name, a->skip, a->mb, a->chunk);
-        break;
-    case A_TIE_REDUCE: case A_TIE_SEND: case A_TIE_RECV: case A_TIE_GRAD_SEND: case A_TIE_GRAD_RECV:
-        w = snprintf(buf, n, "%s(param %d)", name, a->param);
-        break;
-    case A_GRAD_NORM: case A_OPT_STEP:
-        w = snprintf(buf, n, "%s", name);
-        break;
-    default:
-        w = snprintf(buf, n, "%s(mb %d, chunk %d)", name, a->mb, a->chunk);
-        break;
-    }
-    if (w < 0 || (size_t)w >= n)
-        return buf;
-    switch (a->kind) {
-    case A_SEND_ACT: case A_SEND_GRAD: case A_SEND_SKIP: case A_SEND_SKIP_GRAD:
-    case A_TIE_SEND: case A_TIE_GRAD_SEND:
-        snprintf(buf + w, n - (size_t)w, " to stage %d", a->peer);
-        break;
-    case A_RECV_ACT: case A_RECV_GRAD: case A_RECV_SKIP: case A_RECV_SKIP_GRAD:
-    case A_TIE_RECV: case A_TIE_GRAD_RECV:
-        snprintf(buf + w, n - (size_t)w, " from stage %d", a->peer);
-        break;
-    case A_TIE_REDUCE:
-        snprintf(buf + w, n - (size_t)w, " at stage %d", a->peer);
-        break;
-    default:
-        break;
-    }
-    return buf;
-}
-
-pg_act pg_act_make(pg_act_kind k, int mb, int chunk)
-{
-    pg_act a = { .kind = k, .mb = mb, .chunk = chunk, .peer = -1, .skip = -1,
-                 .param = -1, .slot = -1, .line = 0 };
-    return a;
-}
-
-int pg_sched_push(pg_stage_sched *st, pg_act a)
-{
-    if (st->n == st->cap) {
-        int cap = st->cap ? 2 * st->cap : 64;
-        pg_act *p = realloc(st->act, (size_t)cap * sizeof *p);
-        if (!p)
-            return -1;
-        st->act = p;
-        st->cap = cap;
-    }
-    st->act[st->n++] = a;
-    return 0;
-}
-
-int pg_sched_alloc(pg_schedule *s, int nstages, int nchunks, int nmb, ir_placement pl)
-{
-    memset(s, 0, sizeof *s);
-    s->stage = calloc((size_t)nstages, sizeof *s->stage);
-    if (!s->stage)
-        return -1;
-    s->nstages = nstages;
-    s->nchunks = nchunks;
-    s->nmb = nmb;
-    s->placement = pl == PLACE_V && nchunks == 2 * nstages ? PLACE_V : PLACE_LOOP;
-    for (int c = 0; c < nchunks && c < PG_SCHED_MAX_CHUNKS; c++)
-        s->chunk_stage[c] = pg_placement_stage(s->placement, c, nchunks, nstages);
-    return 0;
-}
-
-int pg_stage_chunks(const pg_schedule *s, int st, int *out)
-{
-    int n = 0;
-    for (int c = 0; c < s->nchunks && c < PG_SCHED_MAX_CHUNKS; c++)
-        if (s->chunk_stage[c] == st)
-            out[n++] = c;
-    return n;
-}
-
-void pg_schedule_free(pg_schedule *s)
-{
-    if (s->stage)
-        for (int i = 0; i < s->nstages; i++)
-            free(s->stage[i].act);
-    free(s->stage);
-    free(s->file);
-    memset(s, 0, sizeof *s);
-}
-
-pg_loc pg_act_loc(const ir_model *m, const pg_schedule *s, const pg_act *a)
-{
-    pg_loc loc = { 0 };
-    if (s->file && a && a->line > 0) {
-        loc.file = s->file;
-        loc.line = a->line;
-        loc.col = 1;
-    } else if (s->file) {
-        loc.file = s->file;
-    } else if (m->train.schedule_loc.line > 0) {
-        loc = m->train.schedule_loc;
-    } else {
-        loc.file = m->source_path ? m->source_path : (m->loc.file ? m->loc.file : "<model>");
-    }
-    return loc;
-}
-
-const char *pg_schedule_name(const ir_model *m, char *buf, size_t n)
-{
-    switch (m->train.schedule) {
-    case SCHED_GPIPE: snprintf(buf, n, "gpipe"); break;
-    case SCHED_1F1B: snprintf(buf, n, "1f1b"); break;
-    case SCHED_INTERLEAVED: snprintf(buf, n, "interleaved(%d)", m->train.interleave); break;
-    case SCHED_ZB1: snprintf(buf, n, "zb1"); break;
-    case SCHED_ZBV: snprintf(buf, n, "zbv"); break;
-    case SCHED_AUTO: snprintf(buf, n, "auto"); break;
-    case SCHED_FILE:
-        snprintf(buf, n, "file(%s)", m->train.schedule_file ? m->train.schedule_file : "?");
-        break;
-    }
-    return buf;
-}
 
 /* ---- built-in compute schedules -------------------------------------------- */
 
@@ -168,8 +25,8 @@ static void put(sched_builder *b, pg_act_kind k, int mb, int chunk)
 
 static void put_bw(sched_builder *b, int mb, int chunk)
 {
-    put(b, A_BWD_B, mb, chunk);
-    put(b, A_BWD_W, mb, chunk);
+    put(b, PG_BWD_B, mb, chunk);
+    put(b, PG_BWD_W, mb, chunk);
 }
 
 /* One stage: each micro-batch forward through every chunk, then backward. */
@@ -177,7 +34,7 @@ static void build_single(sched_builder *b, int nchunks, int m)
 {
     for (int mb = 0; mb < m; mb++) {
         for (int c = 0; c < nchunks; c++)
-            put(b, A_FWD, mb, c);
+            put(b, PG_FWD, mb, c);
         for (int c = nchunks - 1; c >= 0; c--)
             put_bw(b, mb, c);
     }
@@ -190,7 +47,7 @@ static void build_gpipe(sched_builder *b, const int *chunks, int v, int m)
 {
     for (int lc = 0; lc < v; lc++)
         for (int mb = 0; mb < m; mb++)
-            put(b, A_FWD, mb, chunks[lc]);
+            put(b, PG_FWD, mb, chunks[lc]);
     for (int lc = v - 1; lc >= 0; lc--)
         for (int mb = 0; mb < m; mb++)
             put_bw(b, mb, chunks[lc]);
@@ -202,9 +59,9 @@ static void build_1f1b(sched_builder *b, int s, int p, int m)
 {
     int warm = p - s - 1 < m ? p - s - 1 : m;
     for (int i = 0; i < warm; i++)
-        put(b, A_FWD, i, s);
+        put(b, PG_FWD, i, s);
     for (int i = 0; i < m - warm; i++) {
-        put(b, A_FWD, warm + i, s);
+        put(b, PG_FWD, warm + i, s);
         put_bw(b, i, s);
     }
     for (int i = m - warm; i < m; i++)
@@ -227,9 +84,9 @@ static void build_interleaved(sched_builder *b, int s, int p, int v, int m)
         warm = total;
     int nf = 0, nb = 0;
     for (; nf < warm; nf++)
-        put(b, A_FWD, inter_mb(nf, p, v), ((nf / p) % v) * p + s);
+        put(b, PG_FWD, inter_mb(nf, p, v), ((nf / p) % v) * p + s);
     for (; nf < total; nf++, nb++) {
-        put(b, A_FWD, inter_mb(nf, p, v), ((nf / p) % v) * p + s);
+        put(b, PG_FWD, inter_mb(nf, p, v), ((nf / p) % v) * p + s);
         put_bw(b, inter_mb(nb, p, v), (v - 1 - (nb / p) % v) * p + s);
     }
     for (; nb < total; nb++)
@@ -294,9 +151,9 @@ static int build_zb1(pg_schedule *s, int p, int m)
         }
         pg_act_kind k;
         if (mb >= 0 && ready >= 0 && ready <= t && (!fwd || c->nf - c->nw < limit)) {
-            k = fwd ? A_FWD : A_BWD_B;
+            k = fwd ? PG_FWD : PG_BWD_B;
         } else if (c->nw < c->nb) {
-            k = A_BWD_W, mb = c->nw;
+            k = PG_BWD_W, mb = c->nw;
         } else if (ready >= 0) {
             c->free_at = ready > t ? ready : t + 1; /* t + 1: cannot happen, but never spin */
             continue;
@@ -307,9 +164,9 @@ static int build_zb1(pg_schedule *s, int p, int m)
         if (pg_sched_push(&s->stage[st], pg_act_make(k, mb, st)) != 0)
             goto out;
         c->free_at = t + 1;
-        if (k == A_FWD)
+        if (k == PG_FWD)
             ff[(size_t)st * (size_t)m + (size_t)c->nf++] = t + 1;
-        else if (k == A_BWD_B)
+        else if (k == PG_BWD_B)
             fb[(size_t)st * (size_t)m + (size_t)c->nb++] = t + 1;
         else
             c->nw++;
@@ -390,42 +247,42 @@ static int build_zbv_variant(pg_schedule *s, int p, int m, int b_first, int w_ro
             for (int i = 0; i < 2; i++) {
                 int c = bc[i];
                 if (want_b && k[c].nb < k[c].nf)
-                    cand[ncand++] = (zbv_cand){ A_BWD_B, c, c == nc - 1 ? FF(c, k[c].nb) : FB(c + 1, k[c].nb) };
+                    cand[ncand++] = (zbv_cand){ PG_BWD_B, c, c == nc - 1 ? FF(c, k[c].nb) : FB(c + 1, k[c].nb) };
                 if (!want_b && k[c].nf < m && (c == up || room))
-                    cand[ncand++] = (zbv_cand){ A_FWD, c, c == 0 ? 0 : FF(c - 1, k[c].nf) };
+                    cand[ncand++] = (zbv_cand){ PG_FWD, c, c == 0 ? 0 : FF(c - 1, k[c].nf) };
             }
         }
-        pg_act_kind kind = A__COUNT;
+        pg_act_kind kind = PG_STEP_KIND_COUNT;
         int chunk = -1;
-        for (int i = 0; i < ncand && kind == A__COUNT; i++) {
+        for (int i = 0; i < ncand && kind == PG_STEP_KIND_COUNT; i++) {
             if (cand[i].ready >= 0 && cand[i].ready <= t)
                 kind = cand[i].kind, chunk = cand[i].chunk;
             else if (cand[i].ready > t && (next < 0 || cand[i].ready < next))
                 next = cand[i].ready;
         }
-        if (kind == A__COUNT) {
+        if (kind == PG_STEP_KIND_COUNT) {
             int wd = k[down].nw < k[down].nb, wu = k[up].nw < k[up].nb;
             if (w_room && wu && k[up].nf - k[up].nw + kept >= p)
-                kind = A_BWD_W, chunk = up;
+                kind = PG_BWD_W, chunk = up;
             else if (wd)
-                kind = A_BWD_W, chunk = down;
+                kind = PG_BWD_W, chunk = down;
             else if (wu)
-                kind = A_BWD_W, chunk = up;
+                kind = PG_BWD_W, chunk = up;
         }
-        if (kind == A__COUNT) {
+        if (kind == PG_STEP_KIND_COUNT) {
             if (next >= 0)
                 z[st].free_at = next;
             else
                 z[st].blocked = 1;
             continue;
         }
-        int mb = kind == A_FWD ? k[chunk].nf : kind == A_BWD_B ? k[chunk].nb : k[chunk].nw;
+        int mb = kind == PG_FWD ? k[chunk].nf : kind == PG_BWD_B ? k[chunk].nb : k[chunk].nw;
         if (pg_sched_push(&s->stage[st], pg_act_make(kind, mb, chunk)) != 0)
             goto out;
         z[st].free_at = t + 1;
-        if (kind == A_FWD)
+        if (kind == PG_FWD)
             FF(chunk, k[chunk].nf++) = t + 1;
-        else if (kind == A_BWD_B)
+        else if (kind == PG_BWD_B)
             FB(chunk, k[chunk].nb++) = t + 1;
         else
             k[chunk].nw++;
@@ -562,7 +419,7 @@ oom:
  * when its peer receives it late, see schedule_comms.c). */
 static int reads_slot(pg_act_kind k)
 {
-    return k == A_BWD_W || k == A_SEND_ACT || k == A_SEND_GRAD || k == A_SEND_SKIP || k == A_SEND_SKIP_GRAD;
+    return k == PG_BWD_W || k == PG_SEND_ACT || k == PG_SEND_GRAD || k == PG_SEND_SKIP || k == PG_SEND_SKIP_GRAD;
 }
 
 void pg_assign_slots(pg_schedule *s)
@@ -593,7 +450,7 @@ void pg_assign_slots(pg_schedule *s)
                 pg_act *a = &ss->act[i];
                 if (a->chunk != chunk || a->mb < 0 || a->mb >= nmb)
                     continue;
-                if (a->kind == A_FWD) {
+                if (a->kind == PG_FWD) {
                     int k = 0;
                     while (k < nmb && busy[k])
                         k++;
@@ -618,38 +475,4 @@ void pg_assign_slots(pg_schedule *s)
     free(slot_of);
     free(last);
     free(busy);
-}
-
-/* ---- the whole pass ------------------------------------------------------------ */
-
-static int has_comms(const pg_schedule *s)
-{
-    for (int st = 0; st < s->nstages; st++)
-        for (int i = 0; i < s->stage[st].n; i++)
-            if (!pg_act_is_compute(s->stage[st].act[i].kind))
-                return 1;
-    return 0;
-}
-
-int pg_schedule_build(const ir_model *m, pg_schedule *s, pg_diag *d)
-{
-    int rc;
-    if (m->train.schedule == SCHED_FILE)
-        rc = pg_schedule_read_csv(m->train.schedule_file, m, s, d);
-    else
-        rc = pg_schedule_builtin(m, s, d);
-    if (rc != 0)
-        return -1;
-    /* a CSV that lists its communication is taken as written */
-    if (!has_comms(s) && pg_schedule_add_comms(m, s) != 0) {
-        pg_error(d, pg_act_loc(m, s, NULL), "out of memory adding communication to the schedule");
-        pg_schedule_free(s);
-        return -1;
-    }
-    pg_assign_slots(s);
-    if (pg_schedule_verify(m, s, d) != 0) {
-        pg_schedule_free(s);
-        return -1;
-    }
-    return 0;
 }

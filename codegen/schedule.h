@@ -20,28 +20,11 @@
 #include <stdio.h>
 #include "ir.h"
 #include "diag.h"
+#include "pg_contract.h"
 
-typedef enum pg_act_kind {
-    A_FWD,            /* forward of (chunk, mb) */
-    A_BWD_B,          /* backward, input gradient (includes loss grad on the last chunk) */
-    A_BWD_W,          /* backward, weight gradient (accumulates) */
-    A_SEND_ACT,       /* chunk's output of mb to the stage holding chunk+1 */
-    A_RECV_ACT,       /* chunk's input of mb from the stage holding chunk-1 */
-    A_SEND_GRAD,      /* gradient of chunk's input of mb, to the stage holding chunk-1 */
-    A_RECV_GRAD,      /* gradient of chunk's output of mb, from the stage holding chunk+1 */
-    A_SEND_SKIP,      /* stashed tensor `skip` of mb, straight to the popping stage */
-    A_RECV_SKIP,
-    A_SEND_SKIP_GRAD, /* gradient of skip `skip` of mb, back to the stashing stage */
-    A_RECV_SKIP_GRAD,
-    A_TIE_REDUCE,     /* replicate: sum grads of tied param `param` over its stages, fixed order */
-    A_TIE_SEND,       /* transmit: owner sends the value of `param` to a user (peer) */
-    A_TIE_RECV,       /* transmit: user receives the value (peer = owner) */
-    A_TIE_GRAD_SEND,  /* transmit: user sends its grad of `param` to the owner */
-    A_TIE_GRAD_RECV,  /* transmit: owner receives and adds it, in stage order */
-    A_GRAD_NORM,      /* grad clipping: all stages exchange per-parameter sums of squares */
-    A_OPT_STEP,       /* optimizer step on this stage's parameters */
-    A__COUNT
-} pg_act_kind;
+/* The action kinds are the contract's (runtime/core/pg_contract.h: PG_FWD,
+ * PG_RECV_GRAD, ..., with what each does), shared with the runtime. */
+typedef pg_step_kind pg_act_kind;
 
 typedef struct pg_act {
     pg_act_kind kind;

@@ -88,40 +88,40 @@ static void emit_compute(comms_builder *b, int st, const pg_act *a)
     const ir_model *m = b->m;
     const pg_schedule *s = b->s;
     int c = a->chunk, mb = a->mb, last = s->nchunks - 1;
-    if (a->kind == A_FWD) {
+    if (a->kind == PG_FWD) {
         if (c > 0 && pg_chunk_stage(s, c - 1) != st)
-            emit(b, A_RECV_ACT, mb, c, pg_chunk_stage(s, c - 1), -1, -1);
+            emit(b, PG_RECV_ACT, mb, c, pg_chunk_stage(s, c - 1), -1, -1);
         for (int k = 0; k < m->nskips; k++) {
             int from = pg_chunk_stage(s, skip_stash_chunk(m, k));
             if (skip_pop_chunk(m, k) == c && from != st)
-                emit(b, A_RECV_SKIP, mb, c, from, k, -1);
+                emit(b, PG_RECV_SKIP, mb, c, from, k, -1);
         }
-    } else if (a->kind == A_BWD_B) {
+    } else if (a->kind == PG_BWD_B) {
         if (c < last && pg_chunk_stage(s, c + 1) != st)
-            emit(b, A_RECV_GRAD, mb, c, pg_chunk_stage(s, c + 1), -1, -1);
+            emit(b, PG_RECV_GRAD, mb, c, pg_chunk_stage(s, c + 1), -1, -1);
         for (int k = 0; k < m->nskips; k++) {
             int from = pg_chunk_stage(s, skip_pop_chunk(m, k));
             if (skip_stash_chunk(m, k) == c && from != st)
-                emit(b, A_RECV_SKIP_GRAD, mb, c, from, k, -1);
+                emit(b, PG_RECV_SKIP_GRAD, mb, c, from, k, -1);
         }
     }
     if (!b->failed && pg_sched_push(&b->out, *a) != 0)
         b->failed = 1;
-    if (a->kind == A_FWD) {
+    if (a->kind == PG_FWD) {
         if (c < last && pg_chunk_stage(s, c + 1) != st)
-            emit(b, A_SEND_ACT, mb, c, pg_chunk_stage(s, c + 1), -1, -1);
+            emit(b, PG_SEND_ACT, mb, c, pg_chunk_stage(s, c + 1), -1, -1);
         for (int k = 0; k < m->nskips; k++) {
             int to = pg_chunk_stage(s, skip_pop_chunk(m, k));
             if (skip_stash_chunk(m, k) == c && to != st)
-                emit(b, A_SEND_SKIP, mb, c, to, k, -1);
+                emit(b, PG_SEND_SKIP, mb, c, to, k, -1);
         }
-    } else if (a->kind == A_BWD_B) {
+    } else if (a->kind == PG_BWD_B) {
         if (c > 0 && pg_chunk_stage(s, c - 1) != st)
-            emit(b, A_SEND_GRAD, mb, c, pg_chunk_stage(s, c - 1), -1, -1);
+            emit(b, PG_SEND_GRAD, mb, c, pg_chunk_stage(s, c - 1), -1, -1);
         for (int k = 0; k < m->nskips; k++) {
             int to = pg_chunk_stage(s, skip_stash_chunk(m, k));
             if (skip_pop_chunk(m, k) == c && to != st)
-                emit(b, A_SEND_SKIP_GRAD, mb, c, to, k, -1);
+                emit(b, PG_SEND_SKIP_GRAD, mb, c, to, k, -1);
         }
     }
 }
@@ -137,9 +137,9 @@ static void emit_step_start(comms_builder *b, int st)
         if (st == owner) {
             for (int u = owner + 1; u < b->s->nstages && u < 64; u++)
                 if (p->stage_mask >> u & 1)
-                    emit(b, A_TIE_SEND, -1, -1, u, -1, i);
+                    emit(b, PG_TIE_SEND, -1, -1, u, -1, i);
         } else {
-            emit(b, A_TIE_RECV, -1, -1, owner, -1, i);
+            emit(b, PG_TIE_RECV, -1, -1, owner, -1, i);
         }
     }
 }
@@ -155,31 +155,31 @@ static void emit_step_end(comms_builder *b, int st)
         if (st == owner) {
             for (int u = owner + 1; u < b->s->nstages && u < 64; u++)
                 if (p->stage_mask >> u & 1)
-                    emit(b, A_TIE_GRAD_RECV, -1, -1, u, -1, i);
+                    emit(b, PG_TIE_GRAD_RECV, -1, -1, u, -1, i);
         } else {
-            emit(b, A_TIE_GRAD_SEND, -1, -1, owner, -1, i);
+            emit(b, PG_TIE_GRAD_SEND, -1, -1, owner, -1, i);
         }
     }
     for (int i = 0; i < m->nparams; i++) {
         const ir_param *p = &m->params[i];
         if (is_cross_stage_tie(p) && p->tie == TIE_REPLICATE && (p->stage_mask >> st & 1))
-            emit(b, A_TIE_REDUCE, -1, -1, lowest_stage(p->stage_mask), -1, i);
+            emit(b, PG_TIE_REDUCE, -1, -1, lowest_stage(p->stage_mask), -1, i);
     }
     if (m->train.grad_clip > 0)
-        emit(b, A_GRAD_NORM, -1, -1, -1, -1, -1);
-    emit(b, A_OPT_STEP, -1, -1, -1, -1, -1);
+        emit(b, PG_GRAD_NORM, -1, -1, -1, -1, -1);
+    emit(b, PG_OPT_STEP, -1, -1, -1, -1, -1);
 }
 
 /* ---- sends in the order their peers receive them ---------------------------- */
 
 static int is_mb_send(pg_act_kind k)
 {
-    return k == A_SEND_ACT || k == A_SEND_GRAD || k == A_SEND_SKIP || k == A_SEND_SKIP_GRAD;
+    return k == PG_SEND_ACT || k == PG_SEND_GRAD || k == PG_SEND_SKIP || k == PG_SEND_SKIP_GRAD;
 }
 
 static int is_mb_recv(pg_act_kind k)
 {
-    return k == A_RECV_ACT || k == A_RECV_GRAD || k == A_RECV_SKIP || k == A_RECV_SKIP_GRAD;
+    return k == PG_RECV_ACT || k == PG_RECV_GRAD || k == PG_RECV_SKIP || k == PG_RECV_SKIP_GRAD;
 }
 
 /* A per-micro-batch message by what it is, the same at both ends: the send's
@@ -191,17 +191,17 @@ typedef struct msg_id {
 
 static msg_id id_of_send(const pg_act *a)
 {
-    msg_id id = { a->kind, a->mb, a->kind == A_SEND_SKIP || a->kind == A_SEND_SKIP_GRAD ? a->skip : a->chunk };
+    msg_id id = { a->kind, a->mb, a->kind == PG_SEND_SKIP || a->kind == PG_SEND_SKIP_GRAD ? a->skip : a->chunk };
     return id;
 }
 
 static msg_id id_of_recv(const pg_act *a)
 {
-    msg_id id = { A_SEND_ACT, a->mb, a->chunk - 1 };
+    msg_id id = { PG_SEND_ACT, a->mb, a->chunk - 1 };
     switch (a->kind) {
-    case A_RECV_GRAD: id.kind = A_SEND_GRAD, id.x = a->chunk + 1; break;
-    case A_RECV_SKIP: id.kind = A_SEND_SKIP, id.x = a->skip; break;
-    case A_RECV_SKIP_GRAD: id.kind = A_SEND_SKIP_GRAD, id.x = a->skip; break;
+    case PG_RECV_GRAD: id.kind = PG_SEND_GRAD, id.x = a->chunk + 1; break;
+    case PG_RECV_SKIP: id.kind = PG_SEND_SKIP, id.x = a->skip; break;
+    case PG_RECV_SKIP_GRAD: id.kind = PG_SEND_SKIP_GRAD, id.x = a->skip; break;
     default: break;
     }
     return id;
@@ -287,8 +287,8 @@ static int order_stage_sends(pg_schedule *s, int st)
             continue;
         }
         /* the step's end: nothing held may pass it */
-        if (a->kind == A_TIE_GRAD_SEND || a->kind == A_TIE_GRAD_RECV || a->kind == A_TIE_REDUCE ||
-            a->kind == A_GRAD_NORM || a->kind == A_OPT_STEP)
+        if (a->kind == PG_TIE_GRAD_SEND || a->kind == PG_TIE_GRAD_RECV || a->kind == PG_TIE_REDUCE ||
+            a->kind == PG_GRAD_NORM || a->kind == PG_OPT_STEP)
             for (int r2 = 0; r2 < p; r2++)
                 if (r2 != st && release_all(&q[r2], in, &out) != 0)
                     goto out;

@@ -117,8 +117,8 @@ static int field_int(csv_ctx *c, const csv_field *f, const char *what, int allow
 
 static int parse_kind(csv_ctx *c, const csv_field *f, pg_act_kind *k)
 {
-    const char *names[A__COUNT];
-    for (int i = 0; i < A__COUNT; i++) {
+    const char *names[PG_STEP_KIND_COUNT];
+    for (int i = 0; i < PG_STEP_KIND_COUNT; i++) {
         names[i] = pg_act_name((pg_act_kind)i);
         if (field_is(f, names[i])) {
             *k = (pg_act_kind)i;
@@ -127,7 +127,7 @@ static int parse_kind(csv_ctx *c, const csv_field *f, pg_act_kind *k)
     }
     char word[64];
     snprintf(word, sizeof word, "%.*s", f->len < 60 ? f->len : 60, f->p);
-    const char *near = pg_suggest(word, names, A__COUNT);
+    const char *near = pg_suggest(word, names, PG_STEP_KIND_COUNT);
     if (near)
         csv_error(c, c->line, f->col, "unknown action `%s`; did you mean `%s`?", word, near);
     else
@@ -140,7 +140,7 @@ static void parse_action(csv_ctx *c, csv_field *f, int nf, int want_nf)
 {
     const ir_model *m = c->m;
     pg_schedule *s = c->s;
-    pg_act a = pg_act_make(A_FWD, -1, -1);
+    pg_act a = pg_act_make(PG_FWD, -1, -1);
     int st;
     a.line = c->line;
     if (nf != want_nf) {
@@ -156,7 +156,7 @@ static void parse_action(csv_ctx *c, csv_field *f, int nf, int want_nf)
                   s->nstages == 1 ? "" : "s");
         return;
     }
-    int per_mb = a.kind <= A_RECV_SKIP_GRAD;
+    int per_mb = a.kind <= PG_RECV_SKIP_GRAD;
     if (field_int(c, &f[2], "mb", !per_mb, &a.mb) != 0 || field_int(c, &f[3], "chunk", !per_mb, &a.chunk) != 0)
         return;
     if (want_nf == 7 && (field_int(c, &f[4], "peer", 1, &a.peer) != 0 ||

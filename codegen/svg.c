@@ -169,14 +169,14 @@ static const char *const cat_label[CAT__COUNT] = { "F  forward", "B  input gradi
 static int category(int kind)
 {
     switch (kind) {
-    case A_FWD: return CAT_F;
-    case A_BWD_B: return CAT_B;
-    case A_BWD_W: return CAT_W;
-    case A_SEND_ACT: case A_SEND_GRAD: case A_SEND_SKIP: case A_SEND_SKIP_GRAD: return CAT_SEND;
-    case A_RECV_ACT: case A_RECV_GRAD: case A_RECV_SKIP: case A_RECV_SKIP_GRAD: return CAT_RECV;
-    case A_TIE_REDUCE: case A_TIE_SEND: case A_TIE_RECV: case A_TIE_GRAD_SEND: case A_TIE_GRAD_RECV: return CAT_TIE;
-    case A_GRAD_NORM: return CAT_NORM;
-    case A_OPT_STEP: return CAT_OPT;
+    case PG_FWD: return CAT_F;
+    case PG_BWD_B: return CAT_B;
+    case PG_BWD_W: return CAT_W;
+    case PG_SEND_ACT: case PG_SEND_GRAD: case PG_SEND_SKIP: case PG_SEND_SKIP_GRAD: return CAT_SEND;
+    case PG_RECV_ACT: case PG_RECV_GRAD: case PG_RECV_SKIP: case PG_RECV_SKIP_GRAD: return CAT_RECV;
+    case PG_TIE_REDUCE: case PG_TIE_SEND: case PG_TIE_RECV: case PG_TIE_GRAD_SEND: case PG_TIE_GRAD_RECV: return CAT_TIE;
+    case PG_GRAD_NORM: return CAT_NORM;
+    case PG_OPT_STEP: return CAT_OPT;
     default: return -1;
     }
 }

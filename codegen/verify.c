@@ -45,7 +45,7 @@ static void report(verify_ctx *v, int note, const pg_act *a, const char *fmt, ..
 static const char *act_core(const pg_act *a, char *buf, size_t n)
 {
     pg_act b = *a;
-    if (b.kind != A_TIE_REDUCE)
+    if (b.kind != PG_TIE_REDUCE)
         b.peer = -1;
     pg_act_str(&b, buf, n);
     char *t = strstr(buf, " to stage -1");
@@ -82,12 +82,12 @@ static int check_fields(verify_ctx *v, int st, int i, const pg_act *a)
     const pg_schedule *s = v->s;
     char sa[160];
     int p = s->nstages, last = s->nchunks - 1;
-    if ((unsigned)a->kind >= A__COUNT) {
+    if ((unsigned)a->kind >= PG_STEP_KIND_COUNT) {
         report(v, 0, a, "stage %d action %d has an unknown kind %d", st, i, (int)a->kind);
         return -1;
     }
     pg_act_str(a, sa, sizeof sa);
-    int per_mb = a->kind <= A_RECV_SKIP_GRAD;
+    int per_mb = a->kind <= PG_RECV_SKIP_GRAD;
     if (per_mb) {
         if (a->chunk < 0 || a->chunk > last) {
             report(v, 0, a, "stage %d action %d %s: chunk %d out of range (0 to %d)", st, i, sa, a->chunk, last);
@@ -104,13 +104,13 @@ static int check_fields(verify_ctx *v, int st, int i, const pg_act *a)
             return -1;
         }
     }
-    if (a->kind >= A_SEND_ACT && a->kind != A_TIE_REDUCE && a->kind != A_GRAD_NORM && a->kind != A_OPT_STEP) {
+    if (a->kind >= PG_SEND_ACT && a->kind != PG_TIE_REDUCE && a->kind != PG_GRAD_NORM && a->kind != PG_OPT_STEP) {
         if (a->peer < 0 || a->peer >= p || a->peer == st) {
             report(v, 0, a, "stage %d action %d %s: peer must be another stage (0 to %d)", st, i, sa, p - 1);
             return -1;
         }
     }
-    if (a->kind >= A_SEND_SKIP && a->kind <= A_RECV_SKIP_GRAD &&
+    if (a->kind >= PG_SEND_SKIP && a->kind <= PG_RECV_SKIP_GRAD &&
         (a->skip < 0 || a->skip >= v->m->nskips)) {
         report(v, 0, a, "stage %d action %d %s: no skip %d (the model has %d)", st, i, sa, a->skip,
                v->m->nskips);
@@ -118,15 +118,15 @@ static int check_fields(verify_ctx *v, int st, int i, const pg_act *a)
     }
     int want_peer = -1, want_chunk = a->chunk;
     switch (a->kind) {
-    case A_SEND_ACT: want_peer = a->chunk < last ? stage_of(v, a->chunk + 1) : -1; break;
-    case A_RECV_ACT: want_peer = a->chunk > 0 ? stage_of(v, a->chunk - 1) : -1; break;
-    case A_SEND_GRAD: want_peer = a->chunk > 0 ? stage_of(v, a->chunk - 1) : -1; break;
-    case A_RECV_GRAD: want_peer = a->chunk < last ? stage_of(v, a->chunk + 1) : -1; break;
-    case A_SEND_SKIP: case A_RECV_SKIP_GRAD:
+    case PG_SEND_ACT: want_peer = a->chunk < last ? stage_of(v, a->chunk + 1) : -1; break;
+    case PG_RECV_ACT: want_peer = a->chunk > 0 ? stage_of(v, a->chunk - 1) : -1; break;
+    case PG_SEND_GRAD: want_peer = a->chunk > 0 ? stage_of(v, a->chunk - 1) : -1; break;
+    case PG_RECV_GRAD: want_peer = a->chunk < last ? stage_of(v, a->chunk + 1) : -1; break;
+    case PG_SEND_SKIP: case PG_RECV_SKIP_GRAD:
         want_chunk = stash_chunk(v, a->skip);
         want_peer = stage_of(v, pop_chunk(v, a->skip));
         break;
-    case A_RECV_SKIP: case A_SEND_SKIP_GRAD:
+    case PG_RECV_SKIP: case PG_SEND_SKIP_GRAD:
         want_chunk = pop_chunk(v, a->skip);
         want_peer = stage_of(v, stash_chunk(v, a->skip));
         break;
@@ -143,14 +143,14 @@ static int check_fields(verify_ctx *v, int st, int i, const pg_act *a)
             report(v, 0, a, "stage %d action %d %s: the peer must be stage %d", st, i, sa, want_peer);
         return -1;
     }
-    if (a->kind >= A_TIE_REDUCE && a->kind <= A_TIE_GRAD_RECV) {
+    if (a->kind >= PG_TIE_REDUCE && a->kind <= PG_TIE_GRAD_RECV) {
         if (a->param < 0 || a->param >= v->m->nparams || !tie_users(&v->m->params[a->param])) {
             report(v, 0, a, "stage %d action %d %s: param %d is not tied across stages", st, i, sa, a->param);
             return -1;
         }
         const ir_param *pr = &v->m->params[a->param];
         int owner = lowest(pr->stage_mask);
-        ir_tie_mode want = a->kind == A_TIE_REDUCE ? TIE_REPLICATE : TIE_TRANSMIT;
+        ir_tie_mode want = a->kind == PG_TIE_REDUCE ? TIE_REPLICATE : TIE_TRANSMIT;
         if (pr->tie != want) {
             report(v, 0, a, "stage %d action %d %s: %s is tied by %s", st, i, sa, pr->name ? pr->name : "param",
                    pr->tie == TIE_REPLICATE ? "replicate" : "transmit");
@@ -161,17 +161,17 @@ static int check_fields(verify_ctx *v, int st, int i, const pg_act *a)
                    pr->name ? pr->name : "the param");
             return -1;
         }
-        int owner_side = a->kind == A_TIE_SEND || a->kind == A_TIE_GRAD_RECV;
-        int user_side = a->kind == A_TIE_RECV || a->kind == A_TIE_GRAD_SEND;
+        int owner_side = a->kind == PG_TIE_SEND || a->kind == PG_TIE_GRAD_RECV;
+        int user_side = a->kind == PG_TIE_RECV || a->kind == PG_TIE_GRAD_SEND;
         if ((owner_side && (st != owner || !(pr->stage_mask >> a->peer & 1))) ||
             (user_side && (st == owner || a->peer != owner)) ||
-            (a->kind == A_TIE_REDUCE && a->peer != owner)) {
+            (a->kind == PG_TIE_REDUCE && a->peer != owner)) {
             report(v, 0, a, "stage %d action %d %s: the owner of %s is stage %d, its users stages with it", st,
                    i, sa, pr->name ? pr->name : "the param", owner);
             return -1;
         }
     }
-    if (a->kind == A_GRAD_NORM && !(v->m->train.grad_clip > 0)) {
+    if (a->kind == PG_GRAD_NORM && !(v->m->train.grad_clip > 0)) {
         report(v, 0, a, "stage %d action %d %s: the model does not clip gradients (grad_clip)", st, i, sa);
         return -1;
     }
@@ -212,74 +212,74 @@ static int check_stage(verify_ctx *v, int st, unsigned char *cm, unsigned char *
         }
         unsigned flag = 0;
         const char *need = NULL;
-        pg_act want = pg_act_make(A_FWD, -1, -1);
+        pg_act want = pg_act_make(PG_FWD, -1, -1);
         switch (a->kind) {
-        case A_FWD:
+        case PG_FWD:
             flag = F_FWD;
             if (c > 0 && stage_of(v, c - 1) == st && !(CM(c - 1, mb) & F_FWD))
-                want = pg_act_make(A_FWD, mb, c - 1), need = "input";
+                want = pg_act_make(PG_FWD, mb, c - 1), need = "input";
             else if (c > 0 && stage_of(v, c - 1) != st && !(CM(c, mb) & F_RACT))
-                want = pg_act_make(A_RECV_ACT, mb, c), want.peer = stage_of(v, c - 1), need = "input";
+                want = pg_act_make(PG_RECV_ACT, mb, c), want.peer = stage_of(v, c - 1), need = "input";
             for (int k = 0; !need && k < v->m->nskips; k++) {
                 int sc = stash_chunk(v, k);
                 if (pop_chunk(v, k) != c || sc == c) /* within one chunk: the forward itself */
                     continue;
                 if (stage_of(v, sc) == st && !(CM(sc, mb) & F_FWD))
-                    want = pg_act_make(A_FWD, mb, sc), need = "stashed skip";
+                    want = pg_act_make(PG_FWD, mb, sc), need = "stashed skip";
                 else if (stage_of(v, sc) != st && !(KM(k, mb) & K_RSKIP))
-                    want = pg_act_make(A_RECV_SKIP, mb, c), want.skip = k, want.peer = stage_of(v, sc),
+                    want = pg_act_make(PG_RECV_SKIP, mb, c), want.skip = k, want.peer = stage_of(v, sc),
                     need = "stashed skip";
             }
             break;
-        case A_BWD_B:
+        case PG_BWD_B:
             flag = F_B;
             if (!(CM(c, mb) & F_FWD))
-                want = pg_act_make(A_FWD, mb, c), need = "forward";
+                want = pg_act_make(PG_FWD, mb, c), need = "forward";
             else if (c < last && stage_of(v, c + 1) == st && !(CM(c + 1, mb) & F_B))
-                want = pg_act_make(A_BWD_B, mb, c + 1), need = "output gradient";
+                want = pg_act_make(PG_BWD_B, mb, c + 1), need = "output gradient";
             else if (c < last && stage_of(v, c + 1) != st && !(CM(c, mb) & F_RGRAD))
-                want = pg_act_make(A_RECV_GRAD, mb, c), want.peer = stage_of(v, c + 1), need = "output gradient";
+                want = pg_act_make(PG_RECV_GRAD, mb, c), want.peer = stage_of(v, c + 1), need = "output gradient";
             for (int k = 0; !need && k < v->m->nskips; k++) {
                 int pc = pop_chunk(v, k);
                 if (stash_chunk(v, k) != c || pc == c)
                     continue;
                 if (stage_of(v, pc) == st && !(CM(pc, mb) & F_B))
-                    want = pg_act_make(A_BWD_B, mb, pc), need = "skip gradient";
+                    want = pg_act_make(PG_BWD_B, mb, pc), need = "skip gradient";
                 else if (stage_of(v, pc) != st && !(KM(k, mb) & K_RSKIPGRAD))
-                    want = pg_act_make(A_RECV_SKIP_GRAD, mb, c), want.skip = k, want.peer = stage_of(v, pc),
+                    want = pg_act_make(PG_RECV_SKIP_GRAD, mb, c), want.skip = k, want.peer = stage_of(v, pc),
                     need = "skip gradient";
             }
             break;
-        case A_BWD_W:
+        case PG_BWD_W:
             flag = F_W;
             if (!(CM(c, mb) & F_B))
-                want = pg_act_make(A_BWD_B, mb, c), need = "input gradient pass";
+                want = pg_act_make(PG_BWD_B, mb, c), need = "input gradient pass";
             else if (lastw[c] > mb) {
                 report(v, 0, a, "stage %d action %d %s comes after BWD_W(mb %d, chunk %d): weight gradients "
                        "must accumulate in increasing micro-batch order", st, i, sa, lastw[c], c);
                 return -1;
             }
             break;
-        case A_RECV_ACT: flag = F_RACT; break;
-        case A_RECV_GRAD: flag = F_RGRAD; break;
-        case A_SEND_ACT:
+        case PG_RECV_ACT: flag = F_RACT; break;
+        case PG_RECV_GRAD: flag = F_RGRAD; break;
+        case PG_SEND_ACT:
             if (!(CM(c, mb) & F_FWD))
-                want = pg_act_make(A_FWD, mb, c), need = "forward";
+                want = pg_act_make(PG_FWD, mb, c), need = "forward";
             break;
-        case A_SEND_GRAD:
+        case PG_SEND_GRAD:
             if (!(CM(c, mb) & F_B))
-                want = pg_act_make(A_BWD_B, mb, c), need = "input gradient pass";
+                want = pg_act_make(PG_BWD_B, mb, c), need = "input gradient pass";
             break;
-        case A_SEND_SKIP:
+        case PG_SEND_SKIP:
             if (!(CM(c, mb) & F_FWD))
-                want = pg_act_make(A_FWD, mb, c), need = "forward";
+                want = pg_act_make(PG_FWD, mb, c), need = "forward";
             break;
-        case A_SEND_SKIP_GRAD:
+        case PG_SEND_SKIP_GRAD:
             if (!(CM(c, mb) & F_B))
-                want = pg_act_make(A_BWD_B, mb, c), need = "input gradient pass";
+                want = pg_act_make(PG_BWD_B, mb, c), need = "input gradient pass";
             break;
-        case A_RECV_SKIP: case A_RECV_SKIP_GRAD: {
-            unsigned kf = a->kind == A_RECV_SKIP ? K_RSKIP : K_RSKIPGRAD;
+        case PG_RECV_SKIP: case PG_RECV_SKIP_GRAD: {
+            unsigned kf = a->kind == PG_RECV_SKIP ? K_RSKIP : K_RSKIPGRAD;
             if (KM(a->skip, mb) & kf) {
                 report(v, 0, a, "stage %d action %d %s is a duplicate", st, i, sa);
                 return -1;
@@ -287,7 +287,7 @@ static int check_stage(verify_ctx *v, int st, unsigned char *cm, unsigned char *
             KM(a->skip, mb) |= (unsigned char)kf;
             break;
         }
-        case A_TIE_RECV:
+        case PG_TIE_RECV:
             for (int j = 0; j < nmine; j++)
                 for (int m2 = 0; m2 < nmb; m2++)
                     if (CM(mine[j], m2) & F_FWD) {
@@ -295,15 +295,15 @@ static int check_stage(verify_ctx *v, int st, unsigned char *cm, unsigned char *
                         return -1;
                     }
             break;
-        case A_TIE_GRAD_SEND: case A_TIE_GRAD_RECV: case A_TIE_REDUCE: case A_GRAD_NORM:
+        case PG_TIE_GRAD_SEND: case PG_TIE_GRAD_RECV: case PG_TIE_REDUCE: case PG_GRAD_NORM:
             if (nw_done < nw_total) {
                 report(v, 0, a, "stage %d action %d %s comes before the stage's last weight gradient pass",
                        st, i, sa);
                 return -1;
             }
-            nnorm += a->kind == A_GRAD_NORM;
+            nnorm += a->kind == PG_GRAD_NORM;
             break;
-        case A_OPT_STEP:
+        case PG_OPT_STEP:
             nopt = 1;
             if (nw_done < nw_total) {
                 report(v, 0, a, "stage %d action %d %s comes before the stage's last weight gradient pass",
@@ -334,7 +334,7 @@ static int check_stage(verify_ctx *v, int st, unsigned char *cm, unsigned char *
     for (int j = 0; j < nmine; j++)
         for (int mb = 0; mb < nmb; mb++)
             for (int k = 0; k < 3; k++) {
-                static const pg_act_kind kinds[3] = { A_FWD, A_BWD_B, A_BWD_W };
+                static const pg_act_kind kinds[3] = { PG_FWD, PG_BWD_B, PG_BWD_W };
                 if (!(CM(mine[j], mb) & (1u << k))) {
                     pg_act want = pg_act_make(kinds[k], mb, mine[j]);
                     report(v, 0, NULL, "stage %d has no %s", st, pg_act_str(&want, sb, sizeof sb));
@@ -361,7 +361,7 @@ static void describe_wait(const pg_sim *sim, const pg_schedule *s, int st, char 
     const pg_act *a = &s->stage[st].act[sim->pc[st]];
     char sa[160];
     pg_act_str(a, sa, sizeof sa);
-    if (a->kind == A_TIE_REDUCE || a->kind == A_GRAD_NORM)
+    if (a->kind == PG_TIE_REDUCE || a->kind == PG_GRAD_NORM)
         snprintf(buf, n, "stage %d waits at action %d %s for stage %d", st, sim->pc[st], sa, sim->wait_for[st]);
     else
         snprintf(buf, n, "stage %d waits at action %d %s", st, sim->pc[st], sa);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cost.h"
+#include "json.h"
 
 /* ---- estimated cost ---------------------------------------------------------- */
 
@@ -116,352 +117,212 @@ void pg_profile_free(pg_profile *p)
     memset(p, 0, sizeof *p);
 }
 
-/* A cursor over the JSON text with its line and column for messages. */
+/* The reader (runtime/core/json.h) and what the profile collects. Every
+ * error, the reader's or the profile's own, is reported once, as
+ * "FILE:LINE:COL: error: profile: ...", through report(). */
 typedef struct jcur {
-    const char *s, *end;
-    int line;
-    const char *line_start;
+    pg_json j;
     pg_diag *d;
     const char *path;
-    int failed, cap;
+    int reported, cap;
     pg_profile *p;
-    pg_loc *at;    /* [cap]: where each layer's object starts (repeats are reported there) */
+    size_t *at; /* [cap]: the byte where each layer's object starts (repeats are reported there) */
 } jcur;
 
-static pg_loc jloc(const jcur *j)
+static pg_loc jloc_at(const jcur *c, size_t at)
 {
-    pg_loc l = { j->path, j->line, (int)(j->s - j->line_start) + 1 };
+    pg_loc l = { c->path, 0, 0 };
+    pg_json_place(&c->j, at, &l.line, &l.col);
     return l;
 }
 
-static void jfail(jcur *j, const char *what)
+/* The reader's first error, reported once; 1 when there was one. */
+static int report(jcur *c)
 {
-    if (j->failed)
-        return;
-    j->failed = 1;
-    if (j->s >= j->end)
-        pg_error(j->d, jloc(j), "profile: expected %s, found the end of the file", what);
-    else
-        pg_error(j->d, jloc(j), "profile: expected %s, found `%c`", what, *j->s);
-}
-
-static void jspace(jcur *j)
-{
-    while (j->s < j->end && (*j->s == ' ' || *j->s == '\t' || *j->s == '\r' || *j->s == '\n')) {
-        if (*j->s == '\n') {
-            j->line++;
-            j->line_start = j->s + 1;
-        }
-        j->s++;
-    }
-}
-
-static int jeat(jcur *j, char c)
-{
-    jspace(j);
-    if (j->s < j->end && *j->s == c) {
-        j->s++;
-        return 1;
-    }
-    return 0;
-}
-
-/* A string without escapes other than \" \\ \/ (layer names need no more);
- * malloc'd, or NULL after reporting. */
-static char *jstring(jcur *j)
-{
-    jspace(j);
-    if (j->s >= j->end || *j->s != '"') {
-        jfail(j, "a string");
-        return NULL;
-    }
-    const char *start = ++j->s, *q = start;
-    size_t n = 0;
-    while (q < j->end && *q != '"' && *q != '\n') /* its length bounds the copy: no allocation of the rest of the file */
-        q += *q == '\\' && q + 1 < j->end ? 2 : 1;
-    char *out = malloc((size_t)(q - start) + 1);
-    if (!out) {
-        jfail(j, "a shorter file (out of memory)");
-        return NULL;
-    }
-    while (j->s < j->end && *j->s != '"' && *j->s != '\n') {
-        if (*j->s == '\\' && j->s + 1 < j->end && j->s[1] && strchr("\"\\/", j->s[1])) {
-            out[n++] = j->s[1];
-            j->s += 2;
-            continue;
-        }
-        if (*j->s == '\\') {
-            jfail(j, "no escape other than \\\" \\\\ \\/ in a name");
-            free(out);
-            return NULL;
-        }
-        out[n++] = *j->s++;
-    }
-    if (j->s >= j->end || *j->s != '"') {
-        jfail(j, "the closing `\"` of a string");
-        free(out);
-        return NULL;
-    }
-    j->s++;
-    out[n] = 0;
-    return out;
-}
-
-static double jnumber(jcur *j)
-{
-    jspace(j);
-    char buf[64];
-    size_t n = 0;
-    while (j->s + n < j->end && n < sizeof buf - 1 && j->s[n] && strchr("+-.0123456789eE", j->s[n]))
-        n++;
-    memcpy(buf, j->s, n);
-    buf[n] = 0;
-    char *e;
-    double v = n ? strtod(buf, &e) : 0;
-    if (!n || *e || !isfinite(v)) {
-        jfail(j, "a number");
+    if (!c->j.failed)
         return 0;
+    if (!c->reported) {
+        c->reported = 1;
+        pg_loc l = { c->path, c->j.err_line, c->j.err_col };
+        pg_error(c->d, l, "profile: %s", c->j.err);
     }
-    j->s += n;
+    return 1;
+}
+
+/* A seconds value at the current place, >= 0; -1 after an error. */
+static double jseconds(jcur *c, const char *key)
+{
+    size_t at = pg_json_here(&c->j);
+    double v;
+    if (pg_json_number(&c->j, &v))
+        return -1;
+    if (v < 0) {
+        pg_json_fail_at(&c->j, at, "%s must not be negative", key);
+        return -1;
+    }
     return v;
 }
 
-/* Skips any value (for keys the format does not use). */
-static void jskip(jcur *j, int depth)
-{
-    jspace(j);
-    if (depth > 64) {
-        jfail(j, "less nesting");
-        return;
-    }
-    if (j->s >= j->end) {
-        jfail(j, "a value");
-    } else if (*j->s == '"') {
-        free(jstring(j));
-    } else if (*j->s == '{' || *j->s == '[') {
-        char close = *j->s == '{' ? '}' : ']';
-        j->s++;
-        if (jeat(j, close))
-            return;
-        do {
-            if (close == '}') {
-                free(jstring(j));
-                if (!j->failed && !jeat(j, ':'))
-                    jfail(j, "`:`");
-            }
-            if (!j->failed)
-                jskip(j, depth + 1);
-        } while (!j->failed && jeat(j, ','));
-        if (!j->failed && !jeat(j, close))
-            jfail(j, close == '}' ? "`,` or `}`" : "`,` or `]`");
-    } else if (strncmp(j->s, "true", 4) == 0 || strncmp(j->s, "null", 4) == 0) {
-        j->s += 4;
-    } else if (strncmp(j->s, "false", 5) == 0) {
-        j->s += 5;
-    } else {
-        jnumber(j);
-    }
-}
-
-static void jlayer(jcur *j)
+static void jlayer(jcur *c)
 {
     pg_profile_entry e = { NULL, -1, -1, -1, -1, -1 };
-    pg_loc at;
-    jspace(j);
-    at = jloc(j);
-    if (!jeat(j, '{')) {
-        jfail(j, "a layer object `{\"name\": ..., \"fwd_s\": ..., \"bwd_s\": ...}`");
+    size_t at = pg_json_here(&c->j);
+    char *key;
+    if (pg_json_peek(&c->j) != PG_JSON_OBJECT) {
+        pg_json_fail(&c->j, "expected a layer object `{\"name\": ..., \"fwd_s\": ..., \"bwd_s\": ...}`");
         return;
     }
-    if (!jeat(j, '}'))
-        do {
-            char *key = jstring(j);
-            if (!key)
-                break;
-            if (!jeat(j, ':')) {
-                free(key);
-                jfail(j, "`:`");
-                break;
-            }
-            if (strcmp(key, "name") == 0) {
-                free(e.name);
-                e.name = jstring(j);
-            } else if (strcmp(key, "fwd_s") == 0 || strcmp(key, "bwd_s") == 0 || strcmp(key, "bwd_b_s") == 0 ||
-                       strcmp(key, "bwd_w_s") == 0 || strcmp(key, "recompute_s") == 0) {
-                pg_loc nl;
-                jspace(j);
-                nl = jloc(j);
-                double v = jnumber(j);
-                if (!j->failed && v < 0) {
-                    pg_error(j->d, nl, "profile: %s must not be negative", key);
-                    j->failed = 1;
-                }
-                *(key[0] == 'f' ? &e.fwd_s : key[0] == 'r' ? &e.recompute_s : strcmp(key, "bwd_s") == 0 ? &e.bwd_s
-                                  : strcmp(key, "bwd_b_s") == 0 ? &e.bwd_b_s : &e.bwd_w_s) = v;
-            } else {
-                jskip(j, 1);
-            }
-            free(key);
-        } while (!j->failed && jeat(j, ','));
-    if (!j->failed && !jeat(j, '}'))
-        jfail(j, "`,` or `}`");
-    if (!j->failed && (!e.name || e.fwd_s < 0 || e.bwd_s < 0)) {
-        pg_error(j->d, at, "profile: a layer needs \"name\", \"fwd_s\" and \"bwd_s\"");
-        j->failed = 1;
+    pg_json_object(&c->j);
+    while (pg_json_member(&c->j, &key)) {
+        if (strcmp(key, "name") == 0) {
+            free(e.name);
+            e.name = NULL;
+            pg_json_string(&c->j, &e.name);
+        } else if (strcmp(key, "fwd_s") == 0 || strcmp(key, "bwd_s") == 0 || strcmp(key, "bwd_b_s") == 0 ||
+                   strcmp(key, "bwd_w_s") == 0 || strcmp(key, "recompute_s") == 0) {
+            double v = jseconds(c, key);
+            *(key[0] == 'f' ? &e.fwd_s : key[0] == 'r' ? &e.recompute_s : strcmp(key, "bwd_s") == 0 ? &e.bwd_s
+                              : strcmp(key, "bwd_b_s") == 0 ? &e.bwd_b_s : &e.bwd_w_s) = v;
+        } else {
+            pg_json_skip(&c->j);
+        }
+        free(key);
     }
-    if (j->failed) {
+    if (!c->j.failed && (!e.name || e.fwd_s < 0 || e.bwd_s < 0))
+        pg_json_fail_at(&c->j, at, "a layer needs \"name\", \"fwd_s\" and \"bwd_s\"");
+    if (c->j.failed) {
         free(e.name);
         return;
     }
-    if (j->p->n == j->cap) {
-        int cap = j->cap ? 2 * j->cap : 16;
-        pg_profile_entry *ne = realloc(j->p->e, (size_t)cap * sizeof *ne);
+    if (c->p->n == c->cap) {
+        int cap = c->cap ? 2 * c->cap : 16;
+        pg_profile_entry *ne = realloc(c->p->e, (size_t)cap * sizeof *ne);
         if (ne)
-            j->p->e = ne;
-        pg_loc *na = ne ? realloc(j->at, (size_t)cap * sizeof *na) : NULL;
+            c->p->e = ne;
+        size_t *na = ne ? realloc(c->at, (size_t)cap * sizeof *na) : NULL;
         if (na)
-            j->at = na;
+            c->at = na;
         if (!ne || !na) {
             free(e.name);
-            jfail(j, "a smaller file (out of memory)");
+            pg_json_fail(&c->j, "out of memory (a smaller file?)");
             return;
         }
-        j->cap = cap;
+        c->cap = cap;
     }
-    j->at[j->p->n] = at;
-    j->p->e[j->p->n++] = e;
+    c->at[c->p->n] = at;
+    c->p->e[c->p->n++] = e;
 }
 
 /* "messages": {"latency_s": L, "bytes_per_s": R, ...}: what one message costs */
-static void jmessages(jcur *j)
+static void jmessages(jcur *c)
 {
-    if (!jeat(j, '{')) {
-        jfail(j, "`{` (the messages object)");
+    char *key;
+    if (pg_json_peek(&c->j) != PG_JSON_OBJECT) {
+        pg_json_fail(&c->j, "expected the messages object `{`");
         return;
     }
-    if (!jeat(j, '}'))
-        do {
-            char *key = jstring(j);
-            if (!key)
-                break;
-            if (!jeat(j, ':'))
-                jfail(j, "`:`");
-            else if (strcmp(key, "latency_s") == 0 || strcmp(key, "bytes_per_s") == 0 ||
-                     strcmp(key, "send_latency_s") == 0 || strcmp(key, "send_bytes_per_s") == 0 ||
-                     strcmp(key, "send_s") == 0 || strcmp(key, "recv_latency_s") == 0 ||
-                     strcmp(key, "recv_bytes_per_s") == 0) {
-                jspace(j);
-                pg_loc nl = jloc(j);
-                double v = jnumber(j);
-                if (!j->failed && v < 0) {
-                    pg_error(j->d, nl, "profile: %s must not be negative", key);
-                    j->failed = 1;
-                }
-                if (strcmp(key, "latency_s") == 0) {
-                    j->p->latency_s = v;
-                    j->p->has_messages = 1;
-                } else if (strcmp(key, "bytes_per_s") == 0) {
-                    j->p->bytes_per_s = v;
-                } else if (strcmp(key, "recv_latency_s") == 0) {
-                    j->p->recv_latency_s = v;
-                    j->p->has_recv_cost = 1;
-                } else if (strcmp(key, "recv_bytes_per_s") == 0) {
-                    j->p->recv_bytes_per_s = v;
-                } else if (strcmp(key, "send_bytes_per_s") == 0) {
-                    j->p->send_bytes_per_s = v;
-                } else if (strcmp(key, "send_latency_s") == 0) {
-                    j->p->send_latency_s = v;
-                    j->p->has_send_cost = 2; /* the fit wins over the mean */
-                } else if (j->p->has_send_cost < 2) { /* send_s: the mean, no size term */
-                    j->p->send_latency_s = v;
-                    j->p->has_send_cost = 1;
-                }
-            } else {
-                jskip(j, 1);
+    pg_json_object(&c->j);
+    while (pg_json_member(&c->j, &key)) {
+        if (strcmp(key, "latency_s") == 0 || strcmp(key, "bytes_per_s") == 0 || strcmp(key, "send_latency_s") == 0 ||
+            strcmp(key, "send_bytes_per_s") == 0 || strcmp(key, "send_s") == 0 ||
+            strcmp(key, "recv_latency_s") == 0 || strcmp(key, "recv_bytes_per_s") == 0) {
+            double v = jseconds(c, key);
+            if (strcmp(key, "latency_s") == 0) {
+                c->p->latency_s = v;
+                c->p->has_messages = 1;
+            } else if (strcmp(key, "bytes_per_s") == 0) {
+                c->p->bytes_per_s = v;
+            } else if (strcmp(key, "recv_latency_s") == 0) {
+                c->p->recv_latency_s = v;
+                c->p->has_recv_cost = 1;
+            } else if (strcmp(key, "recv_bytes_per_s") == 0) {
+                c->p->recv_bytes_per_s = v;
+            } else if (strcmp(key, "send_bytes_per_s") == 0) {
+                c->p->send_bytes_per_s = v;
+            } else if (strcmp(key, "send_latency_s") == 0) {
+                c->p->send_latency_s = v;
+                c->p->has_send_cost = 2; /* the fit wins over the mean */
+            } else if (c->p->has_send_cost < 2) { /* send_s: the mean, no size term */
+                c->p->send_latency_s = v;
+                c->p->has_send_cost = 1;
             }
-            free(key);
-        } while (!j->failed && jeat(j, ','));
-    if (!j->failed && !jeat(j, '}'))
-        jfail(j, "`,` or `}`");
+        } else {
+            pg_json_skip(&c->j);
+        }
+        free(key);
+    }
 }
 
 /* One object of "stage_costs" (costs = 1) or "stage_times" (costs = 0: only
  * its optimizer_s, and only when no "stage_costs" came). */
-static void jstage_cost(jcur *j, int costs)
+static void jstage_cost(jcur *c, int costs)
 {
-    pg_stage_cost c = { 0, 0, 0, 0, 0 };
+    pg_stage_cost sc = { 0, 0, 0, 0, 0 };
     int stage = -1;
-    pg_loc at;
-    jspace(j);
-    at = jloc(j);
-    if (!jeat(j, '{')) {
-        jfail(j, "a stage object `{\"stage\": ..., ...}`");
+    size_t at = pg_json_here(&c->j);
+    char *key;
+    if (pg_json_peek(&c->j) != PG_JSON_OBJECT) {
+        pg_json_fail(&c->j, "expected a stage object `{\"stage\": ..., ...}`");
         return;
     }
+    pg_json_object(&c->j);
     static const char *const keys[] = { "optimizer_s", "grad_norm_s", "tie_reduce_s", "step_start_s", "step_end_s" };
-    double *slot[] = { &c.optimizer_s, &c.grad_norm_s, &c.tie_reduce_s, &c.step_start_s, &c.step_end_s };
-    if (!jeat(j, '}'))
-        do {
-            char *key = jstring(j);
-            if (!key)
-                break;
-            int k = 0;
-            while (k < 5 && strcmp(key, keys[k]) != 0)
-                k++;
-            if (!jeat(j, ':'))
-                jfail(j, "`:`");
-            else if (strcmp(key, "stage") == 0 || k < 5) {
-                jspace(j);
-                pg_loc nl = jloc(j);
-                double v = jnumber(j);
-                if (!j->failed && (v < 0 || (k == 5 && (v >= PG_PROFILE_MAX_STAGES || v != (int)v)))) {
-                    if (k == 5)
-                        pg_error(j->d, nl, "profile: stage must be 0 .. %d", PG_PROFILE_MAX_STAGES - 1);
-                    else
-                        pg_error(j->d, nl, "profile: %s must not be negative", key);
-                    j->failed = 1;
-                }
-                if (!j->failed && k == 5) /* (int) only of a checked stage */
-                    stage = (int)v;
-                else if (!j->failed)
-                    *slot[k] = v;
-            } else {
-                jskip(j, 1);
+    double *slot[] = { &sc.optimizer_s, &sc.grad_norm_s, &sc.tie_reduce_s, &sc.step_start_s, &sc.step_end_s };
+    while (pg_json_member(&c->j, &key)) {
+        int k = 0;
+        while (k < 5 && strcmp(key, keys[k]) != 0)
+            k++;
+        if (k < 5) {
+            double v = jseconds(c, key);
+            if (!c->j.failed)
+                *slot[k] = v;
+        } else if (strcmp(key, "stage") == 0) {
+            size_t nat = pg_json_here(&c->j);
+            double v;
+            if (!pg_json_number(&c->j, &v)) {
+                if (v < 0 || v >= PG_PROFILE_MAX_STAGES || v != (int)v)
+                    pg_json_fail_at(&c->j, nat, "stage must be 0 .. %d", PG_PROFILE_MAX_STAGES - 1);
+                else
+                    stage = (int)v; /* (int) only of a checked stage */
             }
-            free(key);
-        } while (!j->failed && jeat(j, ','));
-    if (!j->failed && !jeat(j, '}'))
-        jfail(j, "`,` or `}`");
-    if (!j->failed && stage < 0) {
-        pg_error(j->d, at, "profile: a stage entry needs \"stage\"");
-        j->failed = 1;
+        } else {
+            pg_json_skip(&c->j);
+        }
+        free(key);
     }
-    if (j->failed)
+    if (!c->j.failed && stage < 0)
+        pg_json_fail_at(&c->j, at, "a stage entry needs \"stage\"");
+    if (c->j.failed)
         return;
     if (costs) {
-        if (j->p->has_stage_costs != 1)
-            memset(j->p->stage, 0, sizeof j->p->stage);
-        j->p->has_stage_costs = 1;
-        j->p->stage[stage] = c;
-    } else if (j->p->has_stage_costs != 1) {
-        j->p->has_stage_costs = 2;
-        j->p->stage[stage].optimizer_s = c.optimizer_s;
+        if (c->p->has_stage_costs != 1)
+            memset(c->p->stage, 0, sizeof c->p->stage);
+        c->p->has_stage_costs = 1;
+        c->p->stage[stage] = sc;
+    } else if (c->p->has_stage_costs != 1) {
+        c->p->has_stage_costs = 2;
+        c->p->stage[stage].optimizer_s = sc.optimizer_s;
     }
 }
 
-static void jstage_list(jcur *j, int costs)
+static void jlist(jcur *c, void (*each)(jcur *, int), int arg, const char *what)
 {
-    if (!jeat(j, '[')) {
-        jfail(j, "`[` (a list of stages)");
+    if (pg_json_peek(&c->j) != PG_JSON_ARRAY) {
+        pg_json_fail(&c->j, "expected `[` (%s)", what);
         return;
     }
-    if (jeat(j, ']'))
-        return;
-    do
-        jstage_cost(j, costs);
-    while (!j->failed && jeat(j, ','));
-    if (!j->failed && !jeat(j, ']'))
-        jfail(j, "`,` or `]`");
+    pg_json_array(&c->j);
+    while (pg_json_item(&c->j)) {
+        each(c, arg);
+        if (c->j.failed)
+            return;
+    }
+}
+
+static void jlayer_item(jcur *c, int unused)
+{
+    (void)unused;
+    jlayer(c);
 }
 
 static const pg_profile_entry *sort_base;
@@ -475,28 +336,30 @@ static int by_name(const void *a, const void *b)
 
 /* A layer listed twice, found by sorting the names (n log n: a 64 MiB
  * profile holds millions of layers): reported at the first repeat in the file. */
-static void jrepeats(jcur *j)
+static int jrepeats(jcur *c)
 {
-    int n = j->p->n, rep = -1;
+    int n = c->p->n, rep = -1;
     if (n < 2)
-        return;
+        return 0;
     int *ix = malloc((size_t)n * sizeof *ix);
     if (!ix) {
-        jfail(j, "a smaller file (out of memory)");
-        return;
+        pg_loc l = { c->path, 0, 0 };
+        pg_error(c->d, l, "profile: out of memory (a smaller file?)");
+        return -1;
     }
     for (int i = 0; i < n; i++)
         ix[i] = i;
-    sort_base = j->p->e;
+    sort_base = c->p->e;
     qsort(ix, (size_t)n, sizeof *ix, by_name);
     for (int i = 1; i < n; i++)
-        if (!strcmp(j->p->e[ix[i - 1]].name, j->p->e[ix[i]].name) && (rep < 0 || ix[i] < rep))
+        if (!strcmp(c->p->e[ix[i - 1]].name, c->p->e[ix[i]].name) && (rep < 0 || ix[i] < rep))
             rep = ix[i]; /* ix[i] > ix[i - 1]: the later of the two */
     free(ix);
     if (rep >= 0) {
-        pg_error(j->d, j->at[rep], "profile: layer '%s' is listed twice", j->p->e[rep].name);
-        j->failed = 1;
+        pg_error(c->d, jloc_at(c, c->at[rep]), "profile: layer '%s' is listed twice", c->p->e[rep].name);
+        return -1;
     }
+    return 0;
 }
 
 int pg_profile_read(const char *path, pg_profile *p, pg_diag *d)
@@ -507,59 +370,42 @@ int pg_profile_read(const char *path, pg_profile *p, pg_diag *d)
         return -1;
     const pg_source *saved = d->src;
     d->src = &src;
-    jcur j = { src.text, src.text + src.len, 1, src.text, d, src.path, 0, 0, p, NULL };
-    int seen_layers = 0;
-    if (!jeat(&j, '{'))
-        jfail(&j, "`{` (a profile is {\"layers\": [...]})");
-    if (!j.failed && !jeat(&j, '}'))
-        do {
-            char *key = jstring(&j);
-            if (!key)
-                break;
-            if (!jeat(&j, ':'))
-                jfail(&j, "`:`");
-            else if (strcmp(key, "layers") == 0) {
-                seen_layers = 1;
-                if (!jeat(&j, '['))
-                    jfail(&j, "`[` (the list of layers)");
-                else if (!jeat(&j, ']')) {
-                    do
-                        jlayer(&j);
-                    while (!j.failed && jeat(&j, ','));
-                    if (!j.failed && !jeat(&j, ']'))
-                        jfail(&j, "`,` or `]`");
-                }
-            } else if (strcmp(key, "messages") == 0) {
-                jmessages(&j);
-            } else if (strcmp(key, "stage_costs") == 0 || strcmp(key, "stage_times") == 0) {
-                jstage_list(&j, key[6] == 'c');
-            } else {
-                jskip(&j, 1);
-            }
-            free(key);
-        } while (!j.failed && jeat(&j, ','));
-    if (!j.failed && !jeat(&j, '}'))
-        jfail(&j, "`,` or `}`");
-    if (!j.failed) {
-        jspace(&j);
-        if (j.s < j.end)
-            jfail(&j, "the end of the file");
+    jcur c = { .d = d, .path = src.path, .p = p };
+    pg_json_init(&c.j, src.text, src.len);
+    int seen_layers = 0, failed;
+    char *key;
+    if (pg_json_peek(&c.j) != PG_JSON_OBJECT)
+        pg_json_fail(&c.j, "expected `{` (a profile is {\"layers\": [...]})");
+    else
+        pg_json_object(&c.j);
+    while (pg_json_member(&c.j, &key)) {
+        if (strcmp(key, "layers") == 0) {
+            seen_layers = 1;
+            jlist(&c, jlayer_item, 0, "the list of layers");
+        } else if (strcmp(key, "messages") == 0) {
+            jmessages(&c);
+        } else if (strcmp(key, "stage_costs") == 0 || strcmp(key, "stage_times") == 0) {
+            jlist(&c, jstage_cost, key[6] == 'c', "a list of stages");
+        } else {
+            pg_json_skip(&c.j);
+        }
+        free(key);
     }
-    if (!j.failed)
-        jrepeats(&j);
-    free(j.at);
-    if (!j.failed && !seen_layers) {
+    pg_json_end(&c.j);
+    failed = report(&c) || jrepeats(&c) < 0;
+    free(c.at);
+    if (!failed && !seen_layers) {
         pg_loc l = { src.path, 0, 0 };
         pg_error(d, l, "profile: no \"layers\" list");
-        j.failed = 1;
+        failed = 1;
     }
     d->src = saved;
-    if (!j.failed) {
+    if (!failed) {
         p->path = src.path; /* keep the path; the text goes */
         src.path = NULL;
     }
     pg_source_free(&src);
-    if (j.failed) {
+    if (failed) {
         pg_profile_free(p);
         return -1;
     }

@@ -22,7 +22,7 @@ trap 'rm -rf "$T"' EXIT
 LIB=$TOP/build-san/libpgfront.a SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 [ -f "$LIB" ] || { LIB=$TOP/build/libpgfront.a; SAN=""; }
 # shellcheck disable=SC2086
-if cc -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Wall -Wextra -Werror -O1 -g $SAN -Idsl -Icodegen \
+if cc -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Wall -Wextra -Werror -O1 -g $SAN -Idsl -Icodegen -Iruntime/core \
         -Ibuild/gen -Itests -o "$T/test_balance" tests/unit/test_balance.c "$LIB" -lm 2>"$T/cc.log"; then
     ok 0 "test_balance compiles"
     "$T/test_balance" tests/models/balance_mlp.pipe tests/models/balance_gpt.pipe tests/models/resmlp_small.pipe \

@@ -106,9 +106,9 @@ matrix skips_far "1:1f1b:except_last:- $list 6:gpipe:never:-"
 d="$T/gpt_tiny-4-zbv-except_last-replicate/gen"
 grep -q '"placement": "v"' "$d/plan.json"
 ok $? "zbv: plan.json records the V placement"
-is "$(grep -c 'TIE_' "$d/stage0.c" "$d/stage1.c" | sed 's/.*://' | tr '\n' ' ')" "0 0 " \
+is "$(grep -c '\.kind = PG_TIE_' "$d/stage0.c" "$d/stage1.c" | sed 's/.*://' | tr '\n' ' ')" "0 0 " \
     "zbv: wte, used by chunks 0 and 3 on stage 0, needs no tie message"
-is "$(grep -c '^    {[0-9], fwd_c' "$d/stage0.c")" 2 "zbv: stage 0 holds two chunks"
+is "$(grep -c '^    {\.chunk = [0-9]*, \.fwd = fwd_c' "$d/stage0.c")" 2 "zbv: stage 0 holds two chunks"
 grep -q 'has_loss = 1' "$d/stage0.c"
 ok $? "zbv: the loss is on stage 0, with the first chunk"
 got=$("$PIPEGEN" schedule "$T/skips_far-6-zbv-except_last--/skips_far.pipe" 2>&1)
@@ -121,7 +121,7 @@ like "$got" "placement loop: stage 0 runs chunks 0, 3; stage 1 runs chunks 1, 4;
 
 # the layouts are what the matrix claims: chunks per stage and what stays on a stage
 d="$T/resmlp_small-4-$I2-except_last--/gen"
-is "$(grep -c '^    {[0-9], fwd_c' "$d/stage0.c")" 2 "interleaved(2): stage 0 holds two chunks"
+is "$(grep -c '^    {\.chunk = [0-9]*, \.fwd = fwd_c' "$d/stage0.c")" 2 "interleaved(2): stage 0 holds two chunks"
 grep -q 'C2_SKIP0_IN .*mb_slot_c0\[io->mb\]' "$d/stage0.c"
 ok $? "interleaved(2): the skip from chunk 0 to chunk 2 is read in place on stage 0"
 d="$T/mlp_small-4-$I4-except_last--/gen"

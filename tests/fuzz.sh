@@ -1,7 +1,7 @@
 #!/bin/sh
 # tests/fuzz.sh SECONDS [TARGET...] — fuzz the parsers of outside input with
 # libFuzzer under ASan and UBSan, SECONDS (default 60) per target. Targets:
-#   front        the .pipe front end: lexer, parser, checker (dsl/fuzz_front.c)
+#   front        the .pipe front end: lexer, parser, checker (tests/fuzz/fuzz_front.c)
 #   profile      the profile JSON of --balance (dsl/cost.c)
 #   trace        `pipegen trace RUN.json --svg` (codegen/cmd_trace.c)
 #   csv          schedule CSV files through pg_schedule_build (codegen/schedule_csv.c)
@@ -48,8 +48,7 @@ FRONT_LIB="build/fuzz/b/libpgfront.a -lm"
 RT_LIB="build/fuzz/b/libpgrt_cpu.a -lpthread -lm"
 for t in $TARGETS; do
     case $t in
-    front) src=dsl/fuzz_front.c; libs=$FRONT_LIB ;;
-    profile | trace | csv) src=tests/fuzz/fuzz_$t.c; libs=$FRONT_LIB ;;
+    front | profile | trace | csv) src=tests/fuzz/fuzz_$t.c; libs=$FRONT_LIB ;;
     pgd | safetensors | ckpt) src=tests/fuzz/fuzz_$t.c; libs=$RT_LIB ;;
     *) echo "fuzz.sh: unknown target '$t'" >&2; exit 2 ;;
     esac

@@ -23,8 +23,8 @@ ok $? "a run with --trace and --profile succeeds"
 like "$(cat "$T/run.out")" 'trace: 4 steps x 2 stages written to' "stage 0 reports the trace"
 
 # actions per stage, from the generated tables
-n0=$(grep -c '^    {PG_[A-Z_]*, .*}, /\* [0-9]*:' "$T/gen/stage0.c")
-n1=$(grep -c '^    {PG_[A-Z_]*, .*}, /\* [0-9]*:' "$T/gen/stage1.c")
+n0=$(grep -c '^    {\.kind = PG_[A-Z_]*, .*}, /\* [0-9]*:' "$T/gen/stage0.c")
+n1=$(grep -c '^    {\.kind = PG_[A-Z_]*, .*}, /\* [0-9]*:' "$T/gen/stage1.c")
 got=$("$PY" - "$T/run.json" "$n0" "$n1" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))

@@ -52,7 +52,7 @@ cp build-cuda/cuda/net_tcp.o "$D/build-cuda/rt-c/" && cp build-cuda/cuda-tests/t
 
 # headers, CUDA sources, scripts, models
 cp runtime/core/*.h "$D/runtime/core/" && cp runtime/cuda/*.h runtime/cuda/*.cu "$D/runtime/cuda/" &&
-    cp runtime/cpu/init.c runtime/cpu/cpu_kernels.h "$D/runtime/cpu/" &&
+    cp runtime/cpu/cpu_kernels.h "$D/runtime/cpu/" &&
     cp tests/lib.sh tests/tap.h "$D/tests/" &&
     cp tests/gpu/run_gpu_tests.sh tests/gpu/lib_gpu.sh tests/gpu/graph_smoke.c tests/gpu/test_ops_gpu.cu "$D/tests/gpu/" &&
     cp tests/models/gpt_tiny.pipe "$D/tests/models/" &&

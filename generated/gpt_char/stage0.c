@@ -39,8 +39,6 @@
 #define GP13_H0_PROJ_BIAS ((float *)(A + 16032256)) /* gradient of h0.proj.bias: f32[128] */
 /* this micro-batch's rows of the batch input tokens i32[64] */
 #define INPUT_ROWS ((float *)(A + 15998976 + io->first_row * 256))
-/* dropout masks depend on (seed, step, layer, sample, element) only */
-#define DROPOUT_SEED(io, layer) ((io)->seed ^ (UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)((io)->step * 4096 + (layer) + 1)))
 
 /* ---- chunk 0: layers tok .. h0.pop.res2 ---- */
 
@@ -168,131 +166,86 @@ static int bwd_w_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 
 /* ---- tables ---- */
 
-/* gradient accumulators per stage of parameters used by several layers or tied */
-static const int nacc_p0[] = {1, 0, 0, 1}; /* wte */
-
 static const pg_param_desc stage_params[] = {
-    {"wte", 0, 2, {256, 128, 0, 0}, 32768, 3, 0.02, 1, 0, 1, 0, UINT64_C(0x9), 14950400, 15081472, {15212544, 15343616}, 1, nacc_p0, 32768},
-    {"pos.weight", 1, 2, {64, 128, 0, 0}, 8192, 3, 0.02, 1, 0, 0, 0, UINT64_C(0x1), 15867904, 15900672, {15933440, 15966208}, 1, NULL, 8192},
-    {"h0.ln1.weight", 2, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 0, UINT64_C(0x1), 16021504, 16022016, {16022528, 16023040}, 1, NULL, 128},
-    {"h0.ln1.bias", 3, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 0, UINT64_C(0x1), 16023552, 16024064, {16024576, 16025088}, 1, NULL, 128},
-    {"h0.attn.qkv.weight", 4, 2, {384, 128, 0, 0}, 49152, 2, 0.088388347648318433, 1, 0, 0, 0, UINT64_C(0x1), 14163968, 14360576, {14557184, 14753792}, 1, NULL, 49152},
-    {"h0.attn.qkv.bias", 5, 1, {384, 0, 0, 0}, 384, 2, 0.088388347648318433, 0, 0, 0, 0, UINT64_C(0x1), 16015360, 16016896, {16018432, 16019968}, 1, NULL, 384},
-    {"h0.attn.proj.weight", 6, 2, {128, 128, 0, 0}, 16384, 2, 0.088388347648318433, 1, 0, 0, 0, UINT64_C(0x1), 15605760, 15671296, {15736832, 15802368}, 1, NULL, 16384},
-    {"h0.attn.proj.bias", 7, 1, {128, 0, 0, 0}, 128, 2, 0.088388347648318433, 0, 0, 0, 0, UINT64_C(0x1), 16025600, 16026112, {16026624, 16027136}, 1, NULL, 128},
-    {"h0.ln2.weight", 8, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 0, UINT64_C(0x1), 16027648, 16028160, {16028672, 16029184}, 1, NULL, 128},
-    {"h0.ln2.bias", 9, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 0, UINT64_C(0x1), 16029696, 16030208, {16030720, 16031232}, 1, NULL, 128},
-    {"h0.fc.weight", 10, 2, {512, 128, 0, 0}, 65536, 2, 0.088388347648318433, 1, 0, 0, 0, UINT64_C(0x1), 12066816, 12328960, {12591104, 12853248}, 1, NULL, 65536},
-    {"h0.fc.bias", 11, 1, {512, 0, 0, 0}, 512, 2, 0.088388347648318433, 0, 0, 0, 0, UINT64_C(0x1), 16007168, 16009216, {16011264, 16013312}, 1, NULL, 512},
-    {"h0.proj.weight", 12, 2, {128, 512, 0, 0}, 65536, 2, 0.044194173824159216, 1, 0, 0, 0, UINT64_C(0x1), 13115392, 13377536, {13639680, 13901824}, 1, NULL, 65536},
-    {"h0.proj.bias", 13, 1, {128, 0, 0, 0}, 128, 2, 0.044194173824159216, 0, 0, 0, 0, UINT64_C(0x1), 16031744, 16032256, {16032768, 16033280}, 1, NULL, 128},
-};
-
-/* every parameter of the model, in plan order: stage 0 gathers them for --save */
-static const pg_param_desc model_params[] = {
-    {"wte", 0, 2, {256, 128, 0, 0}, 32768, 3, 0.02, 1, 0, 1, 0, UINT64_C(0x9), -1, -1, {-1, -1}, 0, nacc_p0, 32768},
-    {"pos.weight", 1, 2, {64, 128, 0, 0}, 8192, 3, 0.02, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 8192},
-    {"h0.ln1.weight", 2, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h0.ln1.bias", 3, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h0.attn.qkv.weight", 4, 2, {384, 128, 0, 0}, 49152, 2, 0.088388347648318433, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 49152},
-    {"h0.attn.qkv.bias", 5, 1, {384, 0, 0, 0}, 384, 2, 0.088388347648318433, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 384},
-    {"h0.attn.proj.weight", 6, 2, {128, 128, 0, 0}, 16384, 2, 0.088388347648318433, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 16384},
-    {"h0.attn.proj.bias", 7, 1, {128, 0, 0, 0}, 128, 2, 0.088388347648318433, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h0.ln2.weight", 8, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h0.ln2.bias", 9, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h0.fc.weight", 10, 2, {512, 128, 0, 0}, 65536, 2, 0.088388347648318433, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"h0.fc.bias", 11, 1, {512, 0, 0, 0}, 512, 2, 0.088388347648318433, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 512},
-    {"h0.proj.weight", 12, 2, {128, 512, 0, 0}, 65536, 2, 0.044194173824159216, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"h0.proj.bias", 13, 1, {128, 0, 0, 0}, 128, 2, 0.044194173824159216, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h1.ln1.weight", 14, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h1.ln1.bias", 15, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h1.attn.qkv.weight", 16, 2, {384, 128, 0, 0}, 49152, 2, 0.088388347648318433, 1, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 49152},
-    {"h1.attn.qkv.bias", 17, 1, {384, 0, 0, 0}, 384, 2, 0.088388347648318433, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 384},
-    {"h1.attn.proj.weight", 18, 2, {128, 128, 0, 0}, 16384, 2, 0.088388347648318433, 1, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 16384},
-    {"h1.attn.proj.bias", 19, 1, {128, 0, 0, 0}, 128, 2, 0.088388347648318433, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h1.ln2.weight", 20, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h1.ln2.bias", 21, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h1.fc.weight", 22, 2, {512, 128, 0, 0}, 65536, 2, 0.088388347648318433, 1, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"h1.fc.bias", 23, 1, {512, 0, 0, 0}, 512, 2, 0.088388347648318433, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 512},
-    {"h1.proj.weight", 24, 2, {128, 512, 0, 0}, 65536, 2, 0.044194173824159216, 1, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"h1.proj.bias", 25, 1, {128, 0, 0, 0}, 128, 2, 0.044194173824159216, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h2.ln1.weight", 26, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h2.ln1.bias", 27, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h2.attn.qkv.weight", 28, 2, {384, 128, 0, 0}, 49152, 2, 0.088388347648318433, 1, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 49152},
-    {"h2.attn.qkv.bias", 29, 1, {384, 0, 0, 0}, 384, 2, 0.088388347648318433, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 384},
-    {"h2.attn.proj.weight", 30, 2, {128, 128, 0, 0}, 16384, 2, 0.088388347648318433, 1, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 16384},
-    {"h2.attn.proj.bias", 31, 1, {128, 0, 0, 0}, 128, 2, 0.088388347648318433, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h2.ln2.weight", 32, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h2.ln2.bias", 33, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h2.fc.weight", 34, 2, {512, 128, 0, 0}, 65536, 2, 0.088388347648318433, 1, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"h2.fc.bias", 35, 1, {512, 0, 0, 0}, 512, 2, 0.088388347648318433, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 512},
-    {"h2.proj.weight", 36, 2, {128, 512, 0, 0}, 65536, 2, 0.044194173824159216, 1, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"h2.proj.bias", 37, 1, {128, 0, 0, 0}, 128, 2, 0.044194173824159216, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h3.ln1.weight", 38, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h3.ln1.bias", 39, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h3.attn.qkv.weight", 40, 2, {384, 128, 0, 0}, 49152, 2, 0.088388347648318433, 1, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 49152},
-    {"h3.attn.qkv.bias", 41, 1, {384, 0, 0, 0}, 384, 2, 0.088388347648318433, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 384},
-    {"h3.attn.proj.weight", 42, 2, {128, 128, 0, 0}, 16384, 2, 0.088388347648318433, 1, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 16384},
-    {"h3.attn.proj.bias", 43, 1, {128, 0, 0, 0}, 128, 2, 0.088388347648318433, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h3.ln2.weight", 44, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h3.ln2.bias", 45, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h3.fc.weight", 46, 2, {512, 128, 0, 0}, 65536, 2, 0.088388347648318433, 1, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"h3.fc.bias", 47, 1, {512, 0, 0, 0}, 512, 2, 0.088388347648318433, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 512},
-    {"h3.proj.weight", 48, 2, {128, 512, 0, 0}, 65536, 2, 0.044194173824159216, 1, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"h3.proj.bias", 49, 1, {128, 0, 0, 0}, 128, 2, 0.044194173824159216, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"ln_f.weight", 50, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"ln_f.bias", 51, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 128},
+    {.name = "wte", .index = 0, .rank = 2, .dim = {256, 128}, .numel = 32768, .init = PG_INIT_NORMAL, .init_scale = 0.02, .decay = 1, .tie = PG_TIE_REPLICATE, .owner = 0, .stage_mask = UINT64_C(0x9),
+     .off = 14950400, .grad_off = 15081472, .opt_off = {15212544, 15343616}, .nacc = 1, .stage_nacc = pg_nacc_p0, .acc_numel = 32768},
+    {.name = "pos.weight", .index = 1, .rank = 2, .dim = {64, 128}, .numel = 8192, .init = PG_INIT_NORMAL, .init_scale = 0.02, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 15867904, .grad_off = 15900672, .opt_off = {15933440, 15966208}, .nacc = 1, .acc_numel = 8192},
+    {.name = "h0.ln1.weight", .index = 2, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 16021504, .grad_off = 16022016, .opt_off = {16022528, 16023040}, .nacc = 1, .acc_numel = 128},
+    {.name = "h0.ln1.bias", .index = 3, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 16023552, .grad_off = 16024064, .opt_off = {16024576, 16025088}, .nacc = 1, .acc_numel = 128},
+    {.name = "h0.attn.qkv.weight", .index = 4, .rank = 2, .dim = {384, 128}, .numel = 49152, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 14163968, .grad_off = 14360576, .opt_off = {14557184, 14753792}, .nacc = 1, .acc_numel = 49152},
+    {.name = "h0.attn.qkv.bias", .index = 5, .rank = 1, .dim = {384}, .numel = 384, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 16015360, .grad_off = 16016896, .opt_off = {16018432, 16019968}, .nacc = 1, .acc_numel = 384},
+    {.name = "h0.attn.proj.weight", .index = 6, .rank = 2, .dim = {128, 128}, .numel = 16384, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 15605760, .grad_off = 15671296, .opt_off = {15736832, 15802368}, .nacc = 1, .acc_numel = 16384},
+    {.name = "h0.attn.proj.bias", .index = 7, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 16025600, .grad_off = 16026112, .opt_off = {16026624, 16027136}, .nacc = 1, .acc_numel = 128},
+    {.name = "h0.ln2.weight", .index = 8, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 16027648, .grad_off = 16028160, .opt_off = {16028672, 16029184}, .nacc = 1, .acc_numel = 128},
+    {.name = "h0.ln2.bias", .index = 9, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 16029696, .grad_off = 16030208, .opt_off = {16030720, 16031232}, .nacc = 1, .acc_numel = 128},
+    {.name = "h0.fc.weight", .index = 10, .rank = 2, .dim = {512, 128}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 12066816, .grad_off = 12328960, .opt_off = {12591104, 12853248}, .nacc = 1, .acc_numel = 65536},
+    {.name = "h0.fc.bias", .index = 11, .rank = 1, .dim = {512}, .numel = 512, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 16007168, .grad_off = 16009216, .opt_off = {16011264, 16013312}, .nacc = 1, .acc_numel = 512},
+    {.name = "h0.proj.weight", .index = 12, .rank = 2, .dim = {128, 512}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.044194173824159216, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 13115392, .grad_off = 13377536, .opt_off = {13639680, 13901824}, .nacc = 1, .acc_numel = 65536},
+    {.name = "h0.proj.bias", .index = 13, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_UNIFORM, .init_scale = 0.044194173824159216, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 16031744, .grad_off = 16032256, .opt_off = {16032768, 16033280}, .nacc = 1, .acc_numel = 128},
 };
 
 static const pg_chunk_desc chunks[] = {
-    {0, fwd_c0, bwd_b_c0, bwd_w_c0},
+    {.chunk = 0, .fwd = fwd_c0, .bwd_b = bwd_b_c0, .bwd_w = bwd_w_c0},
 };
 
-/* the step: {kind, mb, chunk, slot, peer, skip, param, tag, arena offset, bytes} */
+/* the step */
 static const pg_step_action step[] = {
-    {PG_FWD, 0, 0, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 0: FWD(mb 0, chunk 0) */
-    {PG_SEND_ACT, 0, 0, 0, 1, -1, -1, 0x03000000u, 11018240, 131072}, /* 1: SEND_ACT(mb 0, chunk 0) to stage 1 */
-    {PG_FWD, 1, 0, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 2: FWD(mb 1, chunk 0) */
-    {PG_SEND_ACT, 1, 0, 1, 1, -1, -1, 0x03000100u, 11149312, 131072}, /* 3: SEND_ACT(mb 1, chunk 0) to stage 1 */
-    {PG_FWD, 2, 0, 2, -1, -1, -1, 0x00000000u, -1, 0}, /* 4: FWD(mb 2, chunk 0) */
-    {PG_SEND_ACT, 2, 0, 2, 1, -1, -1, 0x03000200u, 11280384, 131072}, /* 5: SEND_ACT(mb 2, chunk 0) to stage 1 */
-    {PG_FWD, 3, 0, 3, -1, -1, -1, 0x00000000u, -1, 0}, /* 6: FWD(mb 3, chunk 0) */
-    {PG_SEND_ACT, 3, 0, 3, 1, -1, -1, 0x03000300u, 11411456, 131072}, /* 7: SEND_ACT(mb 3, chunk 0) to stage 1 */
-    {PG_RECV_GRAD, 0, 0, 0, 1, -1, -1, 0x05000001u, 11542528, 131072}, /* 8: RECV_GRAD(mb 0, chunk 0) from stage 1 */
-    {PG_BWD_B, 0, 0, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 9: BWD_B(mb 0, chunk 0) */
-    {PG_BWD_W, 0, 0, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 10: BWD_W(mb 0, chunk 0) */
-    {PG_FWD, 4, 0, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 11: FWD(mb 4, chunk 0) */
-    {PG_SEND_ACT, 4, 0, 0, 1, -1, -1, 0x03000400u, 11018240, 131072}, /* 12: SEND_ACT(mb 4, chunk 0) to stage 1 */
-    {PG_RECV_GRAD, 1, 0, 1, 1, -1, -1, 0x05000101u, 11673600, 131072}, /* 13: RECV_GRAD(mb 1, chunk 0) from stage 1 */
-    {PG_BWD_B, 1, 0, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 14: BWD_B(mb 1, chunk 0) */
-    {PG_BWD_W, 1, 0, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 15: BWD_W(mb 1, chunk 0) */
-    {PG_FWD, 5, 0, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 16: FWD(mb 5, chunk 0) */
-    {PG_SEND_ACT, 5, 0, 1, 1, -1, -1, 0x03000500u, 11149312, 131072}, /* 17: SEND_ACT(mb 5, chunk 0) to stage 1 */
-    {PG_RECV_GRAD, 2, 0, 2, 1, -1, -1, 0x05000201u, 11804672, 131072}, /* 18: RECV_GRAD(mb 2, chunk 0) from stage 1 */
-    {PG_BWD_B, 2, 0, 2, -1, -1, -1, 0x00000000u, -1, 0}, /* 19: BWD_B(mb 2, chunk 0) */
-    {PG_BWD_W, 2, 0, 2, -1, -1, -1, 0x00000000u, -1, 0}, /* 20: BWD_W(mb 2, chunk 0) */
-    {PG_FWD, 6, 0, 2, -1, -1, -1, 0x00000000u, -1, 0}, /* 21: FWD(mb 6, chunk 0) */
-    {PG_SEND_ACT, 6, 0, 2, 1, -1, -1, 0x03000600u, 11280384, 131072}, /* 22: SEND_ACT(mb 6, chunk 0) to stage 1 */
-    {PG_RECV_GRAD, 3, 0, 3, 1, -1, -1, 0x05000301u, 11935744, 131072}, /* 23: RECV_GRAD(mb 3, chunk 0) from stage 1 */
-    {PG_BWD_B, 3, 0, 3, -1, -1, -1, 0x00000000u, -1, 0}, /* 24: BWD_B(mb 3, chunk 0) */
-    {PG_BWD_W, 3, 0, 3, -1, -1, -1, 0x00000000u, -1, 0}, /* 25: BWD_W(mb 3, chunk 0) */
-    {PG_FWD, 7, 0, 3, -1, -1, -1, 0x00000000u, -1, 0}, /* 26: FWD(mb 7, chunk 0) */
-    {PG_SEND_ACT, 7, 0, 3, 1, -1, -1, 0x03000700u, 11411456, 131072}, /* 27: SEND_ACT(mb 7, chunk 0) to stage 1 */
-    {PG_RECV_GRAD, 4, 0, 0, 1, -1, -1, 0x05000401u, 11542528, 131072}, /* 28: RECV_GRAD(mb 4, chunk 0) from stage 1 */
-    {PG_BWD_B, 4, 0, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 29: BWD_B(mb 4, chunk 0) */
-    {PG_BWD_W, 4, 0, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 30: BWD_W(mb 4, chunk 0) */
-    {PG_RECV_GRAD, 5, 0, 1, 1, -1, -1, 0x05000501u, 11673600, 131072}, /* 31: RECV_GRAD(mb 5, chunk 0) from stage 1 */
-    {PG_BWD_B, 5, 0, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 32: BWD_B(mb 5, chunk 0) */
-    {PG_BWD_W, 5, 0, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 33: BWD_W(mb 5, chunk 0) */
-    {PG_RECV_GRAD, 6, 0, 2, 1, -1, -1, 0x05000601u, 11804672, 131072}, /* 34: RECV_GRAD(mb 6, chunk 0) from stage 1 */
-    {PG_BWD_B, 6, 0, 2, -1, -1, -1, 0x00000000u, -1, 0}, /* 35: BWD_B(mb 6, chunk 0) */
-    {PG_BWD_W, 6, 0, 2, -1, -1, -1, 0x00000000u, -1, 0}, /* 36: BWD_W(mb 6, chunk 0) */
-    {PG_RECV_GRAD, 7, 0, 3, 1, -1, -1, 0x05000701u, 11935744, 131072}, /* 37: RECV_GRAD(mb 7, chunk 0) from stage 1 */
-    {PG_BWD_B, 7, 0, 3, -1, -1, -1, 0x00000000u, -1, 0}, /* 38: BWD_B(mb 7, chunk 0) */
-    {PG_BWD_W, 7, 0, 3, -1, -1, -1, 0x00000000u, -1, 0}, /* 39: BWD_W(mb 7, chunk 0) */
-    {PG_TIE_REDUCE, -1, -1, -1, 0, -1, 0, 0x0b000000u, 15081472, 131072}, /* 40: TIE_REDUCE(param 0) at stage 0 */
-    {PG_GRAD_NORM, -1, -1, -1, -1, -1, -1, 0x00000000u, -1, 0}, /* 41: GRAD_NORM */
-    {PG_OPT_STEP, -1, -1, -1, -1, -1, -1, 0x00000000u, -1, 0}, /* 42: OPT_STEP */
+    {.kind = PG_FWD, .mb = 0, .chunk = 0, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 0: FWD(mb 0, chunk 0) */
+    {.kind = PG_SEND_ACT, .mb = 0, .chunk = 0, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000000u, .off = 11018240, .bytes = 131072}, /* 1: SEND_ACT(mb 0, chunk 0) to stage 1 */
+    {.kind = PG_FWD, .mb = 1, .chunk = 0, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 2: FWD(mb 1, chunk 0) */
+    {.kind = PG_SEND_ACT, .mb = 1, .chunk = 0, .slot = 1, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000100u, .off = 11149312, .bytes = 131072}, /* 3: SEND_ACT(mb 1, chunk 0) to stage 1 */
+    {.kind = PG_FWD, .mb = 2, .chunk = 0, .slot = 2, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 4: FWD(mb 2, chunk 0) */
+    {.kind = PG_SEND_ACT, .mb = 2, .chunk = 0, .slot = 2, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000200u, .off = 11280384, .bytes = 131072}, /* 5: SEND_ACT(mb 2, chunk 0) to stage 1 */
+    {.kind = PG_FWD, .mb = 3, .chunk = 0, .slot = 3, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 6: FWD(mb 3, chunk 0) */
+    {.kind = PG_SEND_ACT, .mb = 3, .chunk = 0, .slot = 3, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000300u, .off = 11411456, .bytes = 131072}, /* 7: SEND_ACT(mb 3, chunk 0) to stage 1 */
+    {.kind = PG_RECV_GRAD, .mb = 0, .chunk = 0, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000001u, .off = 11542528, .bytes = 131072}, /* 8: RECV_GRAD(mb 0, chunk 0) from stage 1 */
+    {.kind = PG_BWD_B, .mb = 0, .chunk = 0, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 9: BWD_B(mb 0, chunk 0) */
+    {.kind = PG_BWD_W, .mb = 0, .chunk = 0, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 10: BWD_W(mb 0, chunk 0) */
+    {.kind = PG_FWD, .mb = 4, .chunk = 0, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 11: FWD(mb 4, chunk 0) */
+    {.kind = PG_SEND_ACT, .mb = 4, .chunk = 0, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000400u, .off = 11018240, .bytes = 131072}, /* 12: SEND_ACT(mb 4, chunk 0) to stage 1 */
+    {.kind = PG_RECV_GRAD, .mb = 1, .chunk = 0, .slot = 1, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000101u, .off = 11673600, .bytes = 131072}, /* 13: RECV_GRAD(mb 1, chunk 0) from stage 1 */
+    {.kind = PG_BWD_B, .mb = 1, .chunk = 0, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 14: BWD_B(mb 1, chunk 0) */
+    {.kind = PG_BWD_W, .mb = 1, .chunk = 0, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 15: BWD_W(mb 1, chunk 0) */
+    {.kind = PG_FWD, .mb = 5, .chunk = 0, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 16: FWD(mb 5, chunk 0) */
+    {.kind = PG_SEND_ACT, .mb = 5, .chunk = 0, .slot = 1, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000500u, .off = 11149312, .bytes = 131072}, /* 17: SEND_ACT(mb 5, chunk 0) to stage 1 */
+    {.kind = PG_RECV_GRAD, .mb = 2, .chunk = 0, .slot = 2, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000201u, .off = 11804672, .bytes = 131072}, /* 18: RECV_GRAD(mb 2, chunk 0) from stage 1 */
+    {.kind = PG_BWD_B, .mb = 2, .chunk = 0, .slot = 2, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 19: BWD_B(mb 2, chunk 0) */
+    {.kind = PG_BWD_W, .mb = 2, .chunk = 0, .slot = 2, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 20: BWD_W(mb 2, chunk 0) */
+    {.kind = PG_FWD, .mb = 6, .chunk = 0, .slot = 2, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 21: FWD(mb 6, chunk 0) */
+    {.kind = PG_SEND_ACT, .mb = 6, .chunk = 0, .slot = 2, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000600u, .off = 11280384, .bytes = 131072}, /* 22: SEND_ACT(mb 6, chunk 0) to stage 1 */
+    {.kind = PG_RECV_GRAD, .mb = 3, .chunk = 0, .slot = 3, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000301u, .off = 11935744, .bytes = 131072}, /* 23: RECV_GRAD(mb 3, chunk 0) from stage 1 */
+    {.kind = PG_BWD_B, .mb = 3, .chunk = 0, .slot = 3, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 24: BWD_B(mb 3, chunk 0) */
+    {.kind = PG_BWD_W, .mb = 3, .chunk = 0, .slot = 3, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 25: BWD_W(mb 3, chunk 0) */
+    {.kind = PG_FWD, .mb = 7, .chunk = 0, .slot = 3, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 26: FWD(mb 7, chunk 0) */
+    {.kind = PG_SEND_ACT, .mb = 7, .chunk = 0, .slot = 3, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000700u, .off = 11411456, .bytes = 131072}, /* 27: SEND_ACT(mb 7, chunk 0) to stage 1 */
+    {.kind = PG_RECV_GRAD, .mb = 4, .chunk = 0, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000401u, .off = 11542528, .bytes = 131072}, /* 28: RECV_GRAD(mb 4, chunk 0) from stage 1 */
+    {.kind = PG_BWD_B, .mb = 4, .chunk = 0, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 29: BWD_B(mb 4, chunk 0) */
+    {.kind = PG_BWD_W, .mb = 4, .chunk = 0, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 30: BWD_W(mb 4, chunk 0) */
+    {.kind = PG_RECV_GRAD, .mb = 5, .chunk = 0, .slot = 1, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000501u, .off = 11673600, .bytes = 131072}, /* 31: RECV_GRAD(mb 5, chunk 0) from stage 1 */
+    {.kind = PG_BWD_B, .mb = 5, .chunk = 0, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 32: BWD_B(mb 5, chunk 0) */
+    {.kind = PG_BWD_W, .mb = 5, .chunk = 0, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 33: BWD_W(mb 5, chunk 0) */
+    {.kind = PG_RECV_GRAD, .mb = 6, .chunk = 0, .slot = 2, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000601u, .off = 11804672, .bytes = 131072}, /* 34: RECV_GRAD(mb 6, chunk 0) from stage 1 */
+    {.kind = PG_BWD_B, .mb = 6, .chunk = 0, .slot = 2, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 35: BWD_B(mb 6, chunk 0) */
+    {.kind = PG_BWD_W, .mb = 6, .chunk = 0, .slot = 2, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 36: BWD_W(mb 6, chunk 0) */
+    {.kind = PG_RECV_GRAD, .mb = 7, .chunk = 0, .slot = 3, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000701u, .off = 11935744, .bytes = 131072}, /* 37: RECV_GRAD(mb 7, chunk 0) from stage 1 */
+    {.kind = PG_BWD_B, .mb = 7, .chunk = 0, .slot = 3, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 38: BWD_B(mb 7, chunk 0) */
+    {.kind = PG_BWD_W, .mb = 7, .chunk = 0, .slot = 3, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 39: BWD_W(mb 7, chunk 0) */
+    {.kind = PG_TIE_REDUCE, .mb = -1, .chunk = -1, .slot = -1, .peer = 0, .skip = -1, .param = 0, .tag = 0x0b000000u, .off = 15081472, .bytes = 131072}, /* 40: TIE_REDUCE(param 0) at stage 0 */
+    {.kind = PG_GRAD_NORM, .mb = -1, .chunk = -1, .slot = -1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 41: GRAD_NORM */
+    {.kind = PG_OPT_STEP, .mb = -1, .chunk = -1, .slot = -1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 42: OPT_STEP */
 };
 
 static const int64_t mb_rows[] = {4, 4, 4, 4, 4, 4, 4, 4};
@@ -317,6 +270,7 @@ static const pg_layer_info stage_layers[] = {
 };
 
 const pg_stage_desc pg_stage = {
+    .contract = PG_CONTRACT_TAG(2),
     .pipegen_version = "0.1.0",
     .model = "gpt_char",
     .source = "gpt_char.pipe",
@@ -327,15 +281,15 @@ const pg_stage_desc pg_stage = {
               .lr = 0.002, .momentum = 0, .weight_decay = 0.10000000000000001,
               .beta1 = 0.90000000000000002, .beta2 = 0.94999999999999996, .adam_eps = 1e-08,
               .lr_schedule = PG_LR_COSINE, .warmup = 10, .lr_min = 0.0001, .grad_clip = 1,
-              .seed = UINT64_C(42), .loss = 2},
+              .seed = UINT64_C(42), .loss = PG_LOSS_CROSS_ENTROPY},
     .nparams = 14, .params = stage_params,
-    .nmodel_params = 52, .model_params = model_params,
+    .nmodel_params = 52, .model_params = pg_model_params,
     .nchunk_fns = 1, .chunks = chunks,
     .nactions = 43, .actions = step,
     .mb_rows = mb_rows, .mb_first_row = mb_first_row, .mb_recompute = mb_recompute,
-    .has_input = 1, .input_off = 15998976, .input_dtype = 2, .input_rank = 1,
+    .has_input = 1, .input_off = 15998976, .input_dtype = PG_DATA_I32, .input_rank = 1,
     .input_dim = {64, 0, 0, 0}, .input_per_sample = 64, .input_vocab = 256,
-    .has_loss = 0, .target_off = -1, .target_dtype = 2, .target_rank = 1,
+    .has_loss = 0, .target_off = -1, .target_dtype = PG_DATA_I32, .target_rank = 1,
     .target_dim = {64, 0, 0, 0}, .target_per_sample = 64, .target_vocab = 256,
     .send_bytes = send_bytes,
     .ws_off = 15474688, .ws_bytes = 131072,

@@ -33,8 +33,6 @@
 #define GP24_H1_PROJ_WEIGHT ((float *)(A + 12853248)) /* gradient of h1.proj.weight: f32[128, 512] */
 #define P25_H1_PROJ_BIAS ((float *)(A + 14712832)) /* h1.proj.bias: f32[128] */
 #define GP25_H1_PROJ_BIAS ((float *)(A + 14713344)) /* gradient of h1.proj.bias: f32[128] */
-/* dropout masks depend on (seed, step, layer, sample, element) only */
-#define DROPOUT_SEED(io, layer) ((io)->seed ^ (UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)((io)->step * 4096 + (layer) + 1)))
 
 /* ---- chunk 1: layers h1.stash.res1 .. h1.pop.res2 ---- */
 
@@ -151,144 +149,97 @@ static int bwd_w_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 
 /* ---- tables ---- */
 
-/* gradient accumulators per stage of parameters used by several layers or tied */
-static const int nacc_p0[] = {1, 0, 0, 1}; /* wte */
-
 static const pg_param_desc stage_params[] = {
-    {"h1.ln1.weight", 14, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 1, UINT64_C(0x2), 14702592, 14703104, {14703616, 14704128}, 1, NULL, 128},
-    {"h1.ln1.bias", 15, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 1, UINT64_C(0x2), 14704640, 14705152, {14705664, 14706176}, 1, NULL, 128},
-    {"h1.attn.qkv.weight", 16, 2, {384, 128, 0, 0}, 49152, 2, 0.088388347648318433, 1, 0, 0, 1, UINT64_C(0x2), 13639680, 13836288, {14032896, 14229504}, 1, NULL, 49152},
-    {"h1.attn.qkv.bias", 17, 1, {384, 0, 0, 0}, 384, 2, 0.088388347648318433, 0, 0, 0, 1, UINT64_C(0x2), 14696448, 14697984, {14699520, 14701056}, 1, NULL, 384},
-    {"h1.attn.proj.weight", 18, 2, {128, 128, 0, 0}, 16384, 2, 0.088388347648318433, 1, 0, 0, 1, UINT64_C(0x2), 14426112, 14491648, {14557184, 14622720}, 1, NULL, 16384},
-    {"h1.attn.proj.bias", 19, 1, {128, 0, 0, 0}, 128, 2, 0.088388347648318433, 0, 0, 0, 1, UINT64_C(0x2), 14706688, 14707200, {14707712, 14708224}, 1, NULL, 128},
-    {"h1.ln2.weight", 20, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 1, UINT64_C(0x2), 14708736, 14709248, {14709760, 14710272}, 1, NULL, 128},
-    {"h1.ln2.bias", 21, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 1, UINT64_C(0x2), 14710784, 14711296, {14711808, 14712320}, 1, NULL, 128},
-    {"h1.fc.weight", 22, 2, {512, 128, 0, 0}, 65536, 2, 0.088388347648318433, 1, 0, 0, 1, UINT64_C(0x2), 11542528, 11804672, {12066816, 12328960}, 1, NULL, 65536},
-    {"h1.fc.bias", 23, 1, {512, 0, 0, 0}, 512, 2, 0.088388347648318433, 0, 0, 0, 1, UINT64_C(0x2), 14688256, 14690304, {14692352, 14694400}, 1, NULL, 512},
-    {"h1.proj.weight", 24, 2, {128, 512, 0, 0}, 65536, 2, 0.044194173824159216, 1, 0, 0, 1, UINT64_C(0x2), 12591104, 12853248, {13115392, 13377536}, 1, NULL, 65536},
-    {"h1.proj.bias", 25, 1, {128, 0, 0, 0}, 128, 2, 0.044194173824159216, 0, 0, 0, 1, UINT64_C(0x2), 14712832, 14713344, {14713856, 14714368}, 1, NULL, 128},
-};
-
-/* every parameter of the model, in plan order: stage 0 gathers them for --save */
-static const pg_param_desc model_params[] = {
-    {"wte", 0, 2, {256, 128, 0, 0}, 32768, 3, 0.02, 1, 0, 1, 0, UINT64_C(0x9), -1, -1, {-1, -1}, 0, nacc_p0, 32768},
-    {"pos.weight", 1, 2, {64, 128, 0, 0}, 8192, 3, 0.02, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 8192},
-    {"h0.ln1.weight", 2, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h0.ln1.bias", 3, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h0.attn.qkv.weight", 4, 2, {384, 128, 0, 0}, 49152, 2, 0.088388347648318433, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 49152},
-    {"h0.attn.qkv.bias", 5, 1, {384, 0, 0, 0}, 384, 2, 0.088388347648318433, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 384},
-    {"h0.attn.proj.weight", 6, 2, {128, 128, 0, 0}, 16384, 2, 0.088388347648318433, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 16384},
-    {"h0.attn.proj.bias", 7, 1, {128, 0, 0, 0}, 128, 2, 0.088388347648318433, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h0.ln2.weight", 8, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h0.ln2.bias", 9, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h0.fc.weight", 10, 2, {512, 128, 0, 0}, 65536, 2, 0.088388347648318433, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"h0.fc.bias", 11, 1, {512, 0, 0, 0}, 512, 2, 0.088388347648318433, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 512},
-    {"h0.proj.weight", 12, 2, {128, 512, 0, 0}, 65536, 2, 0.044194173824159216, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"h0.proj.bias", 13, 1, {128, 0, 0, 0}, 128, 2, 0.044194173824159216, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h1.ln1.weight", 14, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h1.ln1.bias", 15, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h1.attn.qkv.weight", 16, 2, {384, 128, 0, 0}, 49152, 2, 0.088388347648318433, 1, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 49152},
-    {"h1.attn.qkv.bias", 17, 1, {384, 0, 0, 0}, 384, 2, 0.088388347648318433, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 384},
-    {"h1.attn.proj.weight", 18, 2, {128, 128, 0, 0}, 16384, 2, 0.088388347648318433, 1, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 16384},
-    {"h1.attn.proj.bias", 19, 1, {128, 0, 0, 0}, 128, 2, 0.088388347648318433, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h1.ln2.weight", 20, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h1.ln2.bias", 21, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h1.fc.weight", 22, 2, {512, 128, 0, 0}, 65536, 2, 0.088388347648318433, 1, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"h1.fc.bias", 23, 1, {512, 0, 0, 0}, 512, 2, 0.088388347648318433, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 512},
-    {"h1.proj.weight", 24, 2, {128, 512, 0, 0}, 65536, 2, 0.044194173824159216, 1, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"h1.proj.bias", 25, 1, {128, 0, 0, 0}, 128, 2, 0.044194173824159216, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h2.ln1.weight", 26, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h2.ln1.bias", 27, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h2.attn.qkv.weight", 28, 2, {384, 128, 0, 0}, 49152, 2, 0.088388347648318433, 1, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 49152},
-    {"h2.attn.qkv.bias", 29, 1, {384, 0, 0, 0}, 384, 2, 0.088388347648318433, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 384},
-    {"h2.attn.proj.weight", 30, 2, {128, 128, 0, 0}, 16384, 2, 0.088388347648318433, 1, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 16384},
-    {"h2.attn.proj.bias", 31, 1, {128, 0, 0, 0}, 128, 2, 0.088388347648318433, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h2.ln2.weight", 32, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h2.ln2.bias", 33, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h2.fc.weight", 34, 2, {512, 128, 0, 0}, 65536, 2, 0.088388347648318433, 1, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"h2.fc.bias", 35, 1, {512, 0, 0, 0}, 512, 2, 0.088388347648318433, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 512},
-    {"h2.proj.weight", 36, 2, {128, 512, 0, 0}, 65536, 2, 0.044194173824159216, 1, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"h2.proj.bias", 37, 1, {128, 0, 0, 0}, 128, 2, 0.044194173824159216, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h3.ln1.weight", 38, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h3.ln1.bias", 39, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h3.attn.qkv.weight", 40, 2, {384, 128, 0, 0}, 49152, 2, 0.088388347648318433, 1, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 49152},
-    {"h3.attn.qkv.bias", 41, 1, {384, 0, 0, 0}, 384, 2, 0.088388347648318433, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 384},
-    {"h3.attn.proj.weight", 42, 2, {128, 128, 0, 0}, 16384, 2, 0.088388347648318433, 1, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 16384},
-    {"h3.attn.proj.bias", 43, 1, {128, 0, 0, 0}, 128, 2, 0.088388347648318433, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h3.ln2.weight", 44, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h3.ln2.bias", 45, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h3.fc.weight", 46, 2, {512, 128, 0, 0}, 65536, 2, 0.088388347648318433, 1, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"h3.fc.bias", 47, 1, {512, 0, 0, 0}, 512, 2, 0.088388347648318433, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 512},
-    {"h3.proj.weight", 48, 2, {128, 512, 0, 0}, 65536, 2, 0.044194173824159216, 1, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"h3.proj.bias", 49, 1, {128, 0, 0, 0}, 128, 2, 0.044194173824159216, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"ln_f.weight", 50, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"ln_f.bias", 51, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 128},
+    {.name = "h1.ln1.weight", .index = 14, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = 14702592, .grad_off = 14703104, .opt_off = {14703616, 14704128}, .nacc = 1, .acc_numel = 128},
+    {.name = "h1.ln1.bias", .index = 15, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = 14704640, .grad_off = 14705152, .opt_off = {14705664, 14706176}, .nacc = 1, .acc_numel = 128},
+    {.name = "h1.attn.qkv.weight", .index = 16, .rank = 2, .dim = {384, 128}, .numel = 49152, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = 13639680, .grad_off = 13836288, .opt_off = {14032896, 14229504}, .nacc = 1, .acc_numel = 49152},
+    {.name = "h1.attn.qkv.bias", .index = 17, .rank = 1, .dim = {384}, .numel = 384, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = 14696448, .grad_off = 14697984, .opt_off = {14699520, 14701056}, .nacc = 1, .acc_numel = 384},
+    {.name = "h1.attn.proj.weight", .index = 18, .rank = 2, .dim = {128, 128}, .numel = 16384, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = 14426112, .grad_off = 14491648, .opt_off = {14557184, 14622720}, .nacc = 1, .acc_numel = 16384},
+    {.name = "h1.attn.proj.bias", .index = 19, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = 14706688, .grad_off = 14707200, .opt_off = {14707712, 14708224}, .nacc = 1, .acc_numel = 128},
+    {.name = "h1.ln2.weight", .index = 20, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = 14708736, .grad_off = 14709248, .opt_off = {14709760, 14710272}, .nacc = 1, .acc_numel = 128},
+    {.name = "h1.ln2.bias", .index = 21, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = 14710784, .grad_off = 14711296, .opt_off = {14711808, 14712320}, .nacc = 1, .acc_numel = 128},
+    {.name = "h1.fc.weight", .index = 22, .rank = 2, .dim = {512, 128}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = 11542528, .grad_off = 11804672, .opt_off = {12066816, 12328960}, .nacc = 1, .acc_numel = 65536},
+    {.name = "h1.fc.bias", .index = 23, .rank = 1, .dim = {512}, .numel = 512, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = 14688256, .grad_off = 14690304, .opt_off = {14692352, 14694400}, .nacc = 1, .acc_numel = 512},
+    {.name = "h1.proj.weight", .index = 24, .rank = 2, .dim = {128, 512}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.044194173824159216, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = 12591104, .grad_off = 12853248, .opt_off = {13115392, 13377536}, .nacc = 1, .acc_numel = 65536},
+    {.name = "h1.proj.bias", .index = 25, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_UNIFORM, .init_scale = 0.044194173824159216, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = 14712832, .grad_off = 14713344, .opt_off = {14713856, 14714368}, .nacc = 1, .acc_numel = 128},
 };
 
 static const pg_chunk_desc chunks[] = {
-    {1, fwd_c1, bwd_b_c1, bwd_w_c1},
+    {.chunk = 1, .fwd = fwd_c1, .bwd_b = bwd_b_c1, .bwd_w = bwd_w_c1},
 };
 
-/* the step: {kind, mb, chunk, slot, peer, skip, param, tag, arena offset, bytes} */
+/* the step */
 static const pg_step_action step[] = {
-    {PG_RECV_ACT, 0, 1, 0, 0, -1, -1, 0x03000000u, 9969664, 131072}, /* 0: RECV_ACT(mb 0, chunk 1) from stage 0 */
-    {PG_FWD, 0, 1, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 1: FWD(mb 0, chunk 1) */
-    {PG_SEND_ACT, 0, 1, 0, 2, -1, -1, 0x03000001u, 10362880, 131072}, /* 2: SEND_ACT(mb 0, chunk 1) to stage 2 */
-    {PG_RECV_ACT, 1, 1, 1, 0, -1, -1, 0x03000100u, 10100736, 131072}, /* 3: RECV_ACT(mb 1, chunk 1) from stage 0 */
-    {PG_FWD, 1, 1, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 4: FWD(mb 1, chunk 1) */
-    {PG_SEND_ACT, 1, 1, 1, 2, -1, -1, 0x03000101u, 10493952, 131072}, /* 5: SEND_ACT(mb 1, chunk 1) to stage 2 */
-    {PG_RECV_ACT, 2, 1, 2, 0, -1, -1, 0x03000200u, 10231808, 131072}, /* 6: RECV_ACT(mb 2, chunk 1) from stage 0 */
-    {PG_FWD, 2, 1, 2, -1, -1, -1, 0x00000000u, -1, 0}, /* 7: FWD(mb 2, chunk 1) */
-    {PG_SEND_ACT, 2, 1, 2, 2, -1, -1, 0x03000201u, 10625024, 131072}, /* 8: SEND_ACT(mb 2, chunk 1) to stage 2 */
-    {PG_RECV_GRAD, 0, 1, 0, 2, -1, -1, 0x05000002u, 10756096, 131072}, /* 9: RECV_GRAD(mb 0, chunk 1) from stage 2 */
-    {PG_BWD_B, 0, 1, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 10: BWD_B(mb 0, chunk 1) */
-    {PG_SEND_GRAD, 0, 1, 0, 0, -1, -1, 0x05000001u, 11149312, 131072}, /* 11: SEND_GRAD(mb 0, chunk 1) to stage 0 */
-    {PG_BWD_W, 0, 1, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 12: BWD_W(mb 0, chunk 1) */
-    {PG_RECV_ACT, 3, 1, 0, 0, -1, -1, 0x03000300u, 9969664, 131072}, /* 13: RECV_ACT(mb 3, chunk 1) from stage 0 */
-    {PG_FWD, 3, 1, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 14: FWD(mb 3, chunk 1) */
-    {PG_SEND_ACT, 3, 1, 0, 2, -1, -1, 0x03000301u, 10362880, 131072}, /* 15: SEND_ACT(mb 3, chunk 1) to stage 2 */
-    {PG_RECV_GRAD, 1, 1, 1, 2, -1, -1, 0x05000102u, 10887168, 131072}, /* 16: RECV_GRAD(mb 1, chunk 1) from stage 2 */
-    {PG_BWD_B, 1, 1, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 17: BWD_B(mb 1, chunk 1) */
-    {PG_SEND_GRAD, 1, 1, 1, 0, -1, -1, 0x05000101u, 11280384, 131072}, /* 18: SEND_GRAD(mb 1, chunk 1) to stage 0 */
-    {PG_BWD_W, 1, 1, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 19: BWD_W(mb 1, chunk 1) */
-    {PG_RECV_ACT, 4, 1, 1, 0, -1, -1, 0x03000400u, 10100736, 131072}, /* 20: RECV_ACT(mb 4, chunk 1) from stage 0 */
-    {PG_FWD, 4, 1, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 21: FWD(mb 4, chunk 1) */
-    {PG_SEND_ACT, 4, 1, 1, 2, -1, -1, 0x03000401u, 10493952, 131072}, /* 22: SEND_ACT(mb 4, chunk 1) to stage 2 */
-    {PG_RECV_GRAD, 2, 1, 2, 2, -1, -1, 0x05000202u, 11018240, 131072}, /* 23: RECV_GRAD(mb 2, chunk 1) from stage 2 */
-    {PG_BWD_B, 2, 1, 2, -1, -1, -1, 0x00000000u, -1, 0}, /* 24: BWD_B(mb 2, chunk 1) */
-    {PG_SEND_GRAD, 2, 1, 2, 0, -1, -1, 0x05000201u, 11411456, 131072}, /* 25: SEND_GRAD(mb 2, chunk 1) to stage 0 */
-    {PG_BWD_W, 2, 1, 2, -1, -1, -1, 0x00000000u, -1, 0}, /* 26: BWD_W(mb 2, chunk 1) */
-    {PG_RECV_ACT, 5, 1, 2, 0, -1, -1, 0x03000500u, 10231808, 131072}, /* 27: RECV_ACT(mb 5, chunk 1) from stage 0 */
-    {PG_FWD, 5, 1, 2, -1, -1, -1, 0x00000000u, -1, 0}, /* 28: FWD(mb 5, chunk 1) */
-    {PG_SEND_ACT, 5, 1, 2, 2, -1, -1, 0x03000501u, 10625024, 131072}, /* 29: SEND_ACT(mb 5, chunk 1) to stage 2 */
-    {PG_RECV_GRAD, 3, 1, 0, 2, -1, -1, 0x05000302u, 10756096, 131072}, /* 30: RECV_GRAD(mb 3, chunk 1) from stage 2 */
-    {PG_BWD_B, 3, 1, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 31: BWD_B(mb 3, chunk 1) */
-    {PG_SEND_GRAD, 3, 1, 0, 0, -1, -1, 0x05000301u, 11149312, 131072}, /* 32: SEND_GRAD(mb 3, chunk 1) to stage 0 */
-    {PG_BWD_W, 3, 1, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 33: BWD_W(mb 3, chunk 1) */
-    {PG_RECV_ACT, 6, 1, 0, 0, -1, -1, 0x03000600u, 9969664, 131072}, /* 34: RECV_ACT(mb 6, chunk 1) from stage 0 */
-    {PG_FWD, 6, 1, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 35: FWD(mb 6, chunk 1) */
-    {PG_SEND_ACT, 6, 1, 0, 2, -1, -1, 0x03000601u, 10362880, 131072}, /* 36: SEND_ACT(mb 6, chunk 1) to stage 2 */
-    {PG_RECV_GRAD, 4, 1, 1, 2, -1, -1, 0x05000402u, 10887168, 131072}, /* 37: RECV_GRAD(mb 4, chunk 1) from stage 2 */
-    {PG_BWD_B, 4, 1, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 38: BWD_B(mb 4, chunk 1) */
-    {PG_SEND_GRAD, 4, 1, 1, 0, -1, -1, 0x05000401u, 11280384, 131072}, /* 39: SEND_GRAD(mb 4, chunk 1) to stage 0 */
-    {PG_BWD_W, 4, 1, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 40: BWD_W(mb 4, chunk 1) */
-    {PG_RECV_ACT, 7, 1, 1, 0, -1, -1, 0x03000700u, 10100736, 131072}, /* 41: RECV_ACT(mb 7, chunk 1) from stage 0 */
-    {PG_FWD, 7, 1, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 42: FWD(mb 7, chunk 1) */
-    {PG_SEND_ACT, 7, 1, 1, 2, -1, -1, 0x03000701u, 10493952, 131072}, /* 43: SEND_ACT(mb 7, chunk 1) to stage 2 */
-    {PG_RECV_GRAD, 5, 1, 2, 2, -1, -1, 0x05000502u, 11018240, 131072}, /* 44: RECV_GRAD(mb 5, chunk 1) from stage 2 */
-    {PG_BWD_B, 5, 1, 2, -1, -1, -1, 0x00000000u, -1, 0}, /* 45: BWD_B(mb 5, chunk 1) */
-    {PG_SEND_GRAD, 5, 1, 2, 0, -1, -1, 0x05000501u, 11411456, 131072}, /* 46: SEND_GRAD(mb 5, chunk 1) to stage 0 */
-    {PG_BWD_W, 5, 1, 2, -1, -1, -1, 0x00000000u, -1, 0}, /* 47: BWD_W(mb 5, chunk 1) */
-    {PG_RECV_GRAD, 6, 1, 0, 2, -1, -1, 0x05000602u, 10756096, 131072}, /* 48: RECV_GRAD(mb 6, chunk 1) from stage 2 */
-    {PG_BWD_B, 6, 1, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 49: BWD_B(mb 6, chunk 1) */
-    {PG_SEND_GRAD, 6, 1, 0, 0, -1, -1, 0x05000601u, 11149312, 131072}, /* 50: SEND_GRAD(mb 6, chunk 1) to stage 0 */
-    {PG_BWD_W, 6, 1, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 51: BWD_W(mb 6, chunk 1) */
-    {PG_RECV_GRAD, 7, 1, 1, 2, -1, -1, 0x05000702u, 10887168, 131072}, /* 52: RECV_GRAD(mb 7, chunk 1) from stage 2 */
-    {PG_BWD_B, 7, 1, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 53: BWD_B(mb 7, chunk 1) */
-    {PG_SEND_GRAD, 7, 1, 1, 0, -1, -1, 0x05000701u, 11280384, 131072}, /* 54: SEND_GRAD(mb 7, chunk 1) to stage 0 */
-    {PG_BWD_W, 7, 1, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 55: BWD_W(mb 7, chunk 1) */
-    {PG_GRAD_NORM, -1, -1, -1, -1, -1, -1, 0x00000000u, -1, 0}, /* 56: GRAD_NORM */
-    {PG_OPT_STEP, -1, -1, -1, -1, -1, -1, 0x00000000u, -1, 0}, /* 57: OPT_STEP */
+    {.kind = PG_RECV_ACT, .mb = 0, .chunk = 1, .slot = 0, .peer = 0, .skip = -1, .param = -1, .tag = 0x03000000u, .off = 9969664, .bytes = 131072}, /* 0: RECV_ACT(mb 0, chunk 1) from stage 0 */
+    {.kind = PG_FWD, .mb = 0, .chunk = 1, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 1: FWD(mb 0, chunk 1) */
+    {.kind = PG_SEND_ACT, .mb = 0, .chunk = 1, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x03000001u, .off = 10362880, .bytes = 131072}, /* 2: SEND_ACT(mb 0, chunk 1) to stage 2 */
+    {.kind = PG_RECV_ACT, .mb = 1, .chunk = 1, .slot = 1, .peer = 0, .skip = -1, .param = -1, .tag = 0x03000100u, .off = 10100736, .bytes = 131072}, /* 3: RECV_ACT(mb 1, chunk 1) from stage 0 */
+    {.kind = PG_FWD, .mb = 1, .chunk = 1, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 4: FWD(mb 1, chunk 1) */
+    {.kind = PG_SEND_ACT, .mb = 1, .chunk = 1, .slot = 1, .peer = 2, .skip = -1, .param = -1, .tag = 0x03000101u, .off = 10493952, .bytes = 131072}, /* 5: SEND_ACT(mb 1, chunk 1) to stage 2 */
+    {.kind = PG_RECV_ACT, .mb = 2, .chunk = 1, .slot = 2, .peer = 0, .skip = -1, .param = -1, .tag = 0x03000200u, .off = 10231808, .bytes = 131072}, /* 6: RECV_ACT(mb 2, chunk 1) from stage 0 */
+    {.kind = PG_FWD, .mb = 2, .chunk = 1, .slot = 2, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 7: FWD(mb 2, chunk 1) */
+    {.kind = PG_SEND_ACT, .mb = 2, .chunk = 1, .slot = 2, .peer = 2, .skip = -1, .param = -1, .tag = 0x03000201u, .off = 10625024, .bytes = 131072}, /* 8: SEND_ACT(mb 2, chunk 1) to stage 2 */
+    {.kind = PG_RECV_GRAD, .mb = 0, .chunk = 1, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x05000002u, .off = 10756096, .bytes = 131072}, /* 9: RECV_GRAD(mb 0, chunk 1) from stage 2 */
+    {.kind = PG_BWD_B, .mb = 0, .chunk = 1, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 10: BWD_B(mb 0, chunk 1) */
+    {.kind = PG_SEND_GRAD, .mb = 0, .chunk = 1, .slot = 0, .peer = 0, .skip = -1, .param = -1, .tag = 0x05000001u, .off = 11149312, .bytes = 131072}, /* 11: SEND_GRAD(mb 0, chunk 1) to stage 0 */
+    {.kind = PG_BWD_W, .mb = 0, .chunk = 1, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 12: BWD_W(mb 0, chunk 1) */
+    {.kind = PG_RECV_ACT, .mb = 3, .chunk = 1, .slot = 0, .peer = 0, .skip = -1, .param = -1, .tag = 0x03000300u, .off = 9969664, .bytes = 131072}, /* 13: RECV_ACT(mb 3, chunk 1) from stage 0 */
+    {.kind = PG_FWD, .mb = 3, .chunk = 1, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 14: FWD(mb 3, chunk 1) */
+    {.kind = PG_SEND_ACT, .mb = 3, .chunk = 1, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x03000301u, .off = 10362880, .bytes = 131072}, /* 15: SEND_ACT(mb 3, chunk 1) to stage 2 */
+    {.kind = PG_RECV_GRAD, .mb = 1, .chunk = 1, .slot = 1, .peer = 2, .skip = -1, .param = -1, .tag = 0x05000102u, .off = 10887168, .bytes = 131072}, /* 16: RECV_GRAD(mb 1, chunk 1) from stage 2 */
+    {.kind = PG_BWD_B, .mb = 1, .chunk = 1, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 17: BWD_B(mb 1, chunk 1) */
+    {.kind = PG_SEND_GRAD, .mb = 1, .chunk = 1, .slot = 1, .peer = 0, .skip = -1, .param = -1, .tag = 0x05000101u, .off = 11280384, .bytes = 131072}, /* 18: SEND_GRAD(mb 1, chunk 1) to stage 0 */
+    {.kind = PG_BWD_W, .mb = 1, .chunk = 1, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 19: BWD_W(mb 1, chunk 1) */
+    {.kind = PG_RECV_ACT, .mb = 4, .chunk = 1, .slot = 1, .peer = 0, .skip = -1, .param = -1, .tag = 0x03000400u, .off = 10100736, .bytes = 131072}, /* 20: RECV_ACT(mb 4, chunk 1) from stage 0 */
+    {.kind = PG_FWD, .mb = 4, .chunk = 1, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 21: FWD(mb 4, chunk 1) */
+    {.kind = PG_SEND_ACT, .mb = 4, .chunk = 1, .slot = 1, .peer = 2, .skip = -1, .param = -1, .tag = 0x03000401u, .off = 10493952, .bytes = 131072}, /* 22: SEND_ACT(mb 4, chunk 1) to stage 2 */
+    {.kind = PG_RECV_GRAD, .mb = 2, .chunk = 1, .slot = 2, .peer = 2, .skip = -1, .param = -1, .tag = 0x05000202u, .off = 11018240, .bytes = 131072}, /* 23: RECV_GRAD(mb 2, chunk 1) from stage 2 */
+    {.kind = PG_BWD_B, .mb = 2, .chunk = 1, .slot = 2, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 24: BWD_B(mb 2, chunk 1) */
+    {.kind = PG_SEND_GRAD, .mb = 2, .chunk = 1, .slot = 2, .peer = 0, .skip = -1, .param = -1, .tag = 0x05000201u, .off = 11411456, .bytes = 131072}, /* 25: SEND_GRAD(mb 2, chunk 1) to stage 0 */
+    {.kind = PG_BWD_W, .mb = 2, .chunk = 1, .slot = 2, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 26: BWD_W(mb 2, chunk 1) */
+    {.kind = PG_RECV_ACT, .mb = 5, .chunk = 1, .slot = 2, .peer = 0, .skip = -1, .param = -1, .tag = 0x03000500u, .off = 10231808, .bytes = 131072}, /* 27: RECV_ACT(mb 5, chunk 1) from stage 0 */
+    {.kind = PG_FWD, .mb = 5, .chunk = 1, .slot = 2, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 28: FWD(mb 5, chunk 1) */
+    {.kind = PG_SEND_ACT, .mb = 5, .chunk = 1, .slot = 2, .peer = 2, .skip = -1, .param = -1, .tag = 0x03000501u, .off = 10625024, .bytes = 131072}, /* 29: SEND_ACT(mb 5, chunk 1) to stage 2 */
+    {.kind = PG_RECV_GRAD, .mb = 3, .chunk = 1, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x05000302u, .off = 10756096, .bytes = 131072}, /* 30: RECV_GRAD(mb 3, chunk 1) from stage 2 */
+    {.kind = PG_BWD_B, .mb = 3, .chunk = 1, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 31: BWD_B(mb 3, chunk 1) */
+    {.kind = PG_SEND_GRAD, .mb = 3, .chunk = 1, .slot = 0, .peer = 0, .skip = -1, .param = -1, .tag = 0x05000301u, .off = 11149312, .bytes = 131072}, /* 32: SEND_GRAD(mb 3, chunk 1) to stage 0 */
+    {.kind = PG_BWD_W, .mb = 3, .chunk = 1, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 33: BWD_W(mb 3, chunk 1) */
+    {.kind = PG_RECV_ACT, .mb = 6, .chunk = 1, .slot = 0, .peer = 0, .skip = -1, .param = -1, .tag = 0x03000600u, .off = 9969664, .bytes = 131072}, /* 34: RECV_ACT(mb 6, chunk 1) from stage 0 */
+    {.kind = PG_FWD, .mb = 6, .chunk = 1, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 35: FWD(mb 6, chunk 1) */
+    {.kind = PG_SEND_ACT, .mb = 6, .chunk = 1, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x03000601u, .off = 10362880, .bytes = 131072}, /* 36: SEND_ACT(mb 6, chunk 1) to stage 2 */
+    {.kind = PG_RECV_GRAD, .mb = 4, .chunk = 1, .slot = 1, .peer = 2, .skip = -1, .param = -1, .tag = 0x05000402u, .off = 10887168, .bytes = 131072}, /* 37: RECV_GRAD(mb 4, chunk 1) from stage 2 */
+    {.kind = PG_BWD_B, .mb = 4, .chunk = 1, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 38: BWD_B(mb 4, chunk 1) */
+    {.kind = PG_SEND_GRAD, .mb = 4, .chunk = 1, .slot = 1, .peer = 0, .skip = -1, .param = -1, .tag = 0x05000401u, .off = 11280384, .bytes = 131072}, /* 39: SEND_GRAD(mb 4, chunk 1) to stage 0 */
+    {.kind = PG_BWD_W, .mb = 4, .chunk = 1, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 40: BWD_W(mb 4, chunk 1) */
+    {.kind = PG_RECV_ACT, .mb = 7, .chunk = 1, .slot = 1, .peer = 0, .skip = -1, .param = -1, .tag = 0x03000700u, .off = 10100736, .bytes = 131072}, /* 41: RECV_ACT(mb 7, chunk 1) from stage 0 */
+    {.kind = PG_FWD, .mb = 7, .chunk = 1, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 42: FWD(mb 7, chunk 1) */
+    {.kind = PG_SEND_ACT, .mb = 7, .chunk = 1, .slot = 1, .peer = 2, .skip = -1, .param = -1, .tag = 0x03000701u, .off = 10493952, .bytes = 131072}, /* 43: SEND_ACT(mb 7, chunk 1) to stage 2 */
+    {.kind = PG_RECV_GRAD, .mb = 5, .chunk = 1, .slot = 2, .peer = 2, .skip = -1, .param = -1, .tag = 0x05000502u, .off = 11018240, .bytes = 131072}, /* 44: RECV_GRAD(mb 5, chunk 1) from stage 2 */
+    {.kind = PG_BWD_B, .mb = 5, .chunk = 1, .slot = 2, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 45: BWD_B(mb 5, chunk 1) */
+    {.kind = PG_SEND_GRAD, .mb = 5, .chunk = 1, .slot = 2, .peer = 0, .skip = -1, .param = -1, .tag = 0x05000501u, .off = 11411456, .bytes = 131072}, /* 46: SEND_GRAD(mb 5, chunk 1) to stage 0 */
+    {.kind = PG_BWD_W, .mb = 5, .chunk = 1, .slot = 2, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 47: BWD_W(mb 5, chunk 1) */
+    {.kind = PG_RECV_GRAD, .mb = 6, .chunk = 1, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x05000602u, .off = 10756096, .bytes = 131072}, /* 48: RECV_GRAD(mb 6, chunk 1) from stage 2 */
+    {.kind = PG_BWD_B, .mb = 6, .chunk = 1, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 49: BWD_B(mb 6, chunk 1) */
+    {.kind = PG_SEND_GRAD, .mb = 6, .chunk = 1, .slot = 0, .peer = 0, .skip = -1, .param = -1, .tag = 0x05000601u, .off = 11149312, .bytes = 131072}, /* 50: SEND_GRAD(mb 6, chunk 1) to stage 0 */
+    {.kind = PG_BWD_W, .mb = 6, .chunk = 1, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 51: BWD_W(mb 6, chunk 1) */
+    {.kind = PG_RECV_GRAD, .mb = 7, .chunk = 1, .slot = 1, .peer = 2, .skip = -1, .param = -1, .tag = 0x05000702u, .off = 10887168, .bytes = 131072}, /* 52: RECV_GRAD(mb 7, chunk 1) from stage 2 */
+    {.kind = PG_BWD_B, .mb = 7, .chunk = 1, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 53: BWD_B(mb 7, chunk 1) */
+    {.kind = PG_SEND_GRAD, .mb = 7, .chunk = 1, .slot = 1, .peer = 0, .skip = -1, .param = -1, .tag = 0x05000701u, .off = 11280384, .bytes = 131072}, /* 54: SEND_GRAD(mb 7, chunk 1) to stage 0 */
+    {.kind = PG_BWD_W, .mb = 7, .chunk = 1, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 55: BWD_W(mb 7, chunk 1) */
+    {.kind = PG_GRAD_NORM, .mb = -1, .chunk = -1, .slot = -1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 56: GRAD_NORM */
+    {.kind = PG_OPT_STEP, .mb = -1, .chunk = -1, .slot = -1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 57: OPT_STEP */
 };
 
 static const int64_t mb_rows[] = {4, 4, 4, 4, 4, 4, 4, 4};
@@ -311,6 +262,7 @@ static const pg_layer_info stage_layers[] = {
 };
 
 const pg_stage_desc pg_stage = {
+    .contract = PG_CONTRACT_TAG(2),
     .pipegen_version = "0.1.0",
     .model = "gpt_char",
     .source = "gpt_char.pipe",
@@ -321,15 +273,15 @@ const pg_stage_desc pg_stage = {
               .lr = 0.002, .momentum = 0, .weight_decay = 0.10000000000000001,
               .beta1 = 0.90000000000000002, .beta2 = 0.94999999999999996, .adam_eps = 1e-08,
               .lr_schedule = PG_LR_COSINE, .warmup = 10, .lr_min = 0.0001, .grad_clip = 1,
-              .seed = UINT64_C(42), .loss = 2},
+              .seed = UINT64_C(42), .loss = PG_LOSS_CROSS_ENTROPY},
     .nparams = 12, .params = stage_params,
-    .nmodel_params = 52, .model_params = model_params,
+    .nmodel_params = 52, .model_params = pg_model_params,
     .nchunk_fns = 1, .chunks = chunks,
     .nactions = 58, .actions = step,
     .mb_rows = mb_rows, .mb_first_row = mb_first_row, .mb_recompute = mb_recompute,
-    .has_input = 0, .input_off = -1, .input_dtype = 2, .input_rank = 1,
+    .has_input = 0, .input_off = -1, .input_dtype = PG_DATA_I32, .input_rank = 1,
     .input_dim = {64, 0, 0, 0}, .input_per_sample = 64, .input_vocab = 256,
-    .has_loss = 0, .target_off = -1, .target_dtype = 2, .target_rank = 1,
+    .has_loss = 0, .target_off = -1, .target_dtype = PG_DATA_I32, .target_rank = 1,
     .target_dim = {64, 0, 0, 0}, .target_per_sample = 64, .target_vocab = 256,
     .send_bytes = send_bytes,
     .ws_off = -1, .ws_bytes = 0,

@@ -33,8 +33,6 @@
 #define GP36_H2_PROJ_WEIGHT ((float *)(A + 11280384)) /* gradient of h2.proj.weight: f32[128, 512] */
 #define P37_H2_PROJ_BIAS ((float *)(A + 14188544)) /* h2.proj.bias: f32[128] */
 #define GP37_H2_PROJ_BIAS ((float *)(A + 14189056)) /* gradient of h2.proj.bias: f32[128] */
-/* dropout masks depend on (seed, step, layer, sample, element) only */
-#define DROPOUT_SEED(io, layer) ((io)->seed ^ (UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)((io)->step * 4096 + (layer) + 1)))
 
 /* ---- chunk 2: layers h2.stash.res1 .. h2.pop.res2 ---- */
 
@@ -151,144 +149,97 @@ static int bwd_w_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 
 /* ---- tables ---- */
 
-/* gradient accumulators per stage of parameters used by several layers or tied */
-static const int nacc_p0[] = {1, 0, 0, 1}; /* wte */
-
 static const pg_param_desc stage_params[] = {
-    {"h2.ln1.weight", 26, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 2, UINT64_C(0x4), 14178304, 14178816, {14179328, 14179840}, 1, NULL, 128},
-    {"h2.ln1.bias", 27, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 2, UINT64_C(0x4), 14180352, 14180864, {14181376, 14181888}, 1, NULL, 128},
-    {"h2.attn.qkv.weight", 28, 2, {384, 128, 0, 0}, 49152, 2, 0.088388347648318433, 1, 0, 0, 2, UINT64_C(0x4), 13115392, 13312000, {13508608, 13705216}, 1, NULL, 49152},
-    {"h2.attn.qkv.bias", 29, 1, {384, 0, 0, 0}, 384, 2, 0.088388347648318433, 0, 0, 0, 2, UINT64_C(0x4), 14172160, 14173696, {14175232, 14176768}, 1, NULL, 384},
-    {"h2.attn.proj.weight", 30, 2, {128, 128, 0, 0}, 16384, 2, 0.088388347648318433, 1, 0, 0, 2, UINT64_C(0x4), 13901824, 13967360, {14032896, 14098432}, 1, NULL, 16384},
-    {"h2.attn.proj.bias", 31, 1, {128, 0, 0, 0}, 128, 2, 0.088388347648318433, 0, 0, 0, 2, UINT64_C(0x4), 14182400, 14182912, {14183424, 14183936}, 1, NULL, 128},
-    {"h2.ln2.weight", 32, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 2, UINT64_C(0x4), 14184448, 14184960, {14185472, 14185984}, 1, NULL, 128},
-    {"h2.ln2.bias", 33, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 2, UINT64_C(0x4), 14186496, 14187008, {14187520, 14188032}, 1, NULL, 128},
-    {"h2.fc.weight", 34, 2, {512, 128, 0, 0}, 65536, 2, 0.088388347648318433, 1, 0, 0, 2, UINT64_C(0x4), 9969664, 10231808, {10493952, 10756096}, 1, NULL, 65536},
-    {"h2.fc.bias", 35, 1, {512, 0, 0, 0}, 512, 2, 0.088388347648318433, 0, 0, 0, 2, UINT64_C(0x4), 14163968, 14166016, {14168064, 14170112}, 1, NULL, 512},
-    {"h2.proj.weight", 36, 2, {128, 512, 0, 0}, 65536, 2, 0.044194173824159216, 1, 0, 0, 2, UINT64_C(0x4), 11018240, 11280384, {11542528, 11804672}, 1, NULL, 65536},
-    {"h2.proj.bias", 37, 1, {128, 0, 0, 0}, 128, 2, 0.044194173824159216, 0, 0, 0, 2, UINT64_C(0x4), 14188544, 14189056, {14189568, 14190080}, 1, NULL, 128},
-};
-
-/* every parameter of the model, in plan order: stage 0 gathers them for --save */
-static const pg_param_desc model_params[] = {
-    {"wte", 0, 2, {256, 128, 0, 0}, 32768, 3, 0.02, 1, 0, 1, 0, UINT64_C(0x9), -1, -1, {-1, -1}, 0, nacc_p0, 32768},
-    {"pos.weight", 1, 2, {64, 128, 0, 0}, 8192, 3, 0.02, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 8192},
-    {"h0.ln1.weight", 2, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h0.ln1.bias", 3, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h0.attn.qkv.weight", 4, 2, {384, 128, 0, 0}, 49152, 2, 0.088388347648318433, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 49152},
-    {"h0.attn.qkv.bias", 5, 1, {384, 0, 0, 0}, 384, 2, 0.088388347648318433, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 384},
-    {"h0.attn.proj.weight", 6, 2, {128, 128, 0, 0}, 16384, 2, 0.088388347648318433, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 16384},
-    {"h0.attn.proj.bias", 7, 1, {128, 0, 0, 0}, 128, 2, 0.088388347648318433, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h0.ln2.weight", 8, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h0.ln2.bias", 9, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h0.fc.weight", 10, 2, {512, 128, 0, 0}, 65536, 2, 0.088388347648318433, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"h0.fc.bias", 11, 1, {512, 0, 0, 0}, 512, 2, 0.088388347648318433, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 512},
-    {"h0.proj.weight", 12, 2, {128, 512, 0, 0}, 65536, 2, 0.044194173824159216, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"h0.proj.bias", 13, 1, {128, 0, 0, 0}, 128, 2, 0.044194173824159216, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h1.ln1.weight", 14, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h1.ln1.bias", 15, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h1.attn.qkv.weight", 16, 2, {384, 128, 0, 0}, 49152, 2, 0.088388347648318433, 1, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 49152},
-    {"h1.attn.qkv.bias", 17, 1, {384, 0, 0, 0}, 384, 2, 0.088388347648318433, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 384},
-    {"h1.attn.proj.weight", 18, 2, {128, 128, 0, 0}, 16384, 2, 0.088388347648318433, 1, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 16384},
-    {"h1.attn.proj.bias", 19, 1, {128, 0, 0, 0}, 128, 2, 0.088388347648318433, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h1.ln2.weight", 20, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h1.ln2.bias", 21, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h1.fc.weight", 22, 2, {512, 128, 0, 0}, 65536, 2, 0.088388347648318433, 1, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"h1.fc.bias", 23, 1, {512, 0, 0, 0}, 512, 2, 0.088388347648318433, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 512},
-    {"h1.proj.weight", 24, 2, {128, 512, 0, 0}, 65536, 2, 0.044194173824159216, 1, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"h1.proj.bias", 25, 1, {128, 0, 0, 0}, 128, 2, 0.044194173824159216, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h2.ln1.weight", 26, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h2.ln1.bias", 27, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h2.attn.qkv.weight", 28, 2, {384, 128, 0, 0}, 49152, 2, 0.088388347648318433, 1, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 49152},
-    {"h2.attn.qkv.bias", 29, 1, {384, 0, 0, 0}, 384, 2, 0.088388347648318433, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 384},
-    {"h2.attn.proj.weight", 30, 2, {128, 128, 0, 0}, 16384, 2, 0.088388347648318433, 1, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 16384},
-    {"h2.attn.proj.bias", 31, 1, {128, 0, 0, 0}, 128, 2, 0.088388347648318433, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h2.ln2.weight", 32, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h2.ln2.bias", 33, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h2.fc.weight", 34, 2, {512, 128, 0, 0}, 65536, 2, 0.088388347648318433, 1, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"h2.fc.bias", 35, 1, {512, 0, 0, 0}, 512, 2, 0.088388347648318433, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 512},
-    {"h2.proj.weight", 36, 2, {128, 512, 0, 0}, 65536, 2, 0.044194173824159216, 1, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"h2.proj.bias", 37, 1, {128, 0, 0, 0}, 128, 2, 0.044194173824159216, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h3.ln1.weight", 38, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h3.ln1.bias", 39, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h3.attn.qkv.weight", 40, 2, {384, 128, 0, 0}, 49152, 2, 0.088388347648318433, 1, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 49152},
-    {"h3.attn.qkv.bias", 41, 1, {384, 0, 0, 0}, 384, 2, 0.088388347648318433, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 384},
-    {"h3.attn.proj.weight", 42, 2, {128, 128, 0, 0}, 16384, 2, 0.088388347648318433, 1, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 16384},
-    {"h3.attn.proj.bias", 43, 1, {128, 0, 0, 0}, 128, 2, 0.088388347648318433, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h3.ln2.weight", 44, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h3.ln2.bias", 45, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h3.fc.weight", 46, 2, {512, 128, 0, 0}, 65536, 2, 0.088388347648318433, 1, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"h3.fc.bias", 47, 1, {512, 0, 0, 0}, 512, 2, 0.088388347648318433, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 512},
-    {"h3.proj.weight", 48, 2, {128, 512, 0, 0}, 65536, 2, 0.044194173824159216, 1, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"h3.proj.bias", 49, 1, {128, 0, 0, 0}, 128, 2, 0.044194173824159216, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"ln_f.weight", 50, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"ln_f.bias", 51, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 128},
+    {.name = "h2.ln1.weight", .index = 26, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
+     .off = 14178304, .grad_off = 14178816, .opt_off = {14179328, 14179840}, .nacc = 1, .acc_numel = 128},
+    {.name = "h2.ln1.bias", .index = 27, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
+     .off = 14180352, .grad_off = 14180864, .opt_off = {14181376, 14181888}, .nacc = 1, .acc_numel = 128},
+    {.name = "h2.attn.qkv.weight", .index = 28, .rank = 2, .dim = {384, 128}, .numel = 49152, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 1, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
+     .off = 13115392, .grad_off = 13312000, .opt_off = {13508608, 13705216}, .nacc = 1, .acc_numel = 49152},
+    {.name = "h2.attn.qkv.bias", .index = 29, .rank = 1, .dim = {384}, .numel = 384, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
+     .off = 14172160, .grad_off = 14173696, .opt_off = {14175232, 14176768}, .nacc = 1, .acc_numel = 384},
+    {.name = "h2.attn.proj.weight", .index = 30, .rank = 2, .dim = {128, 128}, .numel = 16384, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 1, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
+     .off = 13901824, .grad_off = 13967360, .opt_off = {14032896, 14098432}, .nacc = 1, .acc_numel = 16384},
+    {.name = "h2.attn.proj.bias", .index = 31, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
+     .off = 14182400, .grad_off = 14182912, .opt_off = {14183424, 14183936}, .nacc = 1, .acc_numel = 128},
+    {.name = "h2.ln2.weight", .index = 32, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
+     .off = 14184448, .grad_off = 14184960, .opt_off = {14185472, 14185984}, .nacc = 1, .acc_numel = 128},
+    {.name = "h2.ln2.bias", .index = 33, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
+     .off = 14186496, .grad_off = 14187008, .opt_off = {14187520, 14188032}, .nacc = 1, .acc_numel = 128},
+    {.name = "h2.fc.weight", .index = 34, .rank = 2, .dim = {512, 128}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 1, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
+     .off = 9969664, .grad_off = 10231808, .opt_off = {10493952, 10756096}, .nacc = 1, .acc_numel = 65536},
+    {.name = "h2.fc.bias", .index = 35, .rank = 1, .dim = {512}, .numel = 512, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
+     .off = 14163968, .grad_off = 14166016, .opt_off = {14168064, 14170112}, .nacc = 1, .acc_numel = 512},
+    {.name = "h2.proj.weight", .index = 36, .rank = 2, .dim = {128, 512}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.044194173824159216, .decay = 1, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
+     .off = 11018240, .grad_off = 11280384, .opt_off = {11542528, 11804672}, .nacc = 1, .acc_numel = 65536},
+    {.name = "h2.proj.bias", .index = 37, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_UNIFORM, .init_scale = 0.044194173824159216, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
+     .off = 14188544, .grad_off = 14189056, .opt_off = {14189568, 14190080}, .nacc = 1, .acc_numel = 128},
 };
 
 static const pg_chunk_desc chunks[] = {
-    {2, fwd_c2, bwd_b_c2, bwd_w_c2},
+    {.chunk = 2, .fwd = fwd_c2, .bwd_b = bwd_b_c2, .bwd_w = bwd_w_c2},
 };
 
-/* the step: {kind, mb, chunk, slot, peer, skip, param, tag, arena offset, bytes} */
+/* the step */
 static const pg_step_action step[] = {
-    {PG_RECV_ACT, 0, 2, 0, 1, -1, -1, 0x03000001u, 12066816, 131072}, /* 0: RECV_ACT(mb 0, chunk 2) from stage 1 */
-    {PG_FWD, 0, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 1: FWD(mb 0, chunk 2) */
-    {PG_SEND_ACT, 0, 2, 0, 3, -1, -1, 0x03000002u, 12328960, 131072}, /* 2: SEND_ACT(mb 0, chunk 2) to stage 3 */
-    {PG_RECV_ACT, 1, 2, 1, 1, -1, -1, 0x03000101u, 12197888, 131072}, /* 3: RECV_ACT(mb 1, chunk 2) from stage 1 */
-    {PG_FWD, 1, 2, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 4: FWD(mb 1, chunk 2) */
-    {PG_SEND_ACT, 1, 2, 1, 3, -1, -1, 0x03000102u, 12460032, 131072}, /* 5: SEND_ACT(mb 1, chunk 2) to stage 3 */
-    {PG_RECV_GRAD, 0, 2, 0, 3, -1, -1, 0x05000003u, 12591104, 131072}, /* 6: RECV_GRAD(mb 0, chunk 2) from stage 3 */
-    {PG_BWD_B, 0, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 7: BWD_B(mb 0, chunk 2) */
-    {PG_SEND_GRAD, 0, 2, 0, 1, -1, -1, 0x05000002u, 12853248, 131072}, /* 8: SEND_GRAD(mb 0, chunk 2) to stage 1 */
-    {PG_BWD_W, 0, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 9: BWD_W(mb 0, chunk 2) */
-    {PG_RECV_ACT, 2, 2, 0, 1, -1, -1, 0x03000201u, 12066816, 131072}, /* 10: RECV_ACT(mb 2, chunk 2) from stage 1 */
-    {PG_FWD, 2, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 11: FWD(mb 2, chunk 2) */
-    {PG_SEND_ACT, 2, 2, 0, 3, -1, -1, 0x03000202u, 12328960, 131072}, /* 12: SEND_ACT(mb 2, chunk 2) to stage 3 */
-    {PG_RECV_GRAD, 1, 2, 1, 3, -1, -1, 0x05000103u, 12722176, 131072}, /* 13: RECV_GRAD(mb 1, chunk 2) from stage 3 */
-    {PG_BWD_B, 1, 2, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 14: BWD_B(mb 1, chunk 2) */
-    {PG_SEND_GRAD, 1, 2, 1, 1, -1, -1, 0x05000102u, 12984320, 131072}, /* 15: SEND_GRAD(mb 1, chunk 2) to stage 1 */
-    {PG_BWD_W, 1, 2, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 16: BWD_W(mb 1, chunk 2) */
-    {PG_RECV_ACT, 3, 2, 1, 1, -1, -1, 0x03000301u, 12197888, 131072}, /* 17: RECV_ACT(mb 3, chunk 2) from stage 1 */
-    {PG_FWD, 3, 2, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 18: FWD(mb 3, chunk 2) */
-    {PG_SEND_ACT, 3, 2, 1, 3, -1, -1, 0x03000302u, 12460032, 131072}, /* 19: SEND_ACT(mb 3, chunk 2) to stage 3 */
-    {PG_RECV_GRAD, 2, 2, 0, 3, -1, -1, 0x05000203u, 12591104, 131072}, /* 20: RECV_GRAD(mb 2, chunk 2) from stage 3 */
-    {PG_BWD_B, 2, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 21: BWD_B(mb 2, chunk 2) */
-    {PG_SEND_GRAD, 2, 2, 0, 1, -1, -1, 0x05000202u, 12853248, 131072}, /* 22: SEND_GRAD(mb 2, chunk 2) to stage 1 */
-    {PG_BWD_W, 2, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 23: BWD_W(mb 2, chunk 2) */
-    {PG_RECV_ACT, 4, 2, 0, 1, -1, -1, 0x03000401u, 12066816, 131072}, /* 24: RECV_ACT(mb 4, chunk 2) from stage 1 */
-    {PG_FWD, 4, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 25: FWD(mb 4, chunk 2) */
-    {PG_SEND_ACT, 4, 2, 0, 3, -1, -1, 0x03000402u, 12328960, 131072}, /* 26: SEND_ACT(mb 4, chunk 2) to stage 3 */
-    {PG_RECV_GRAD, 3, 2, 1, 3, -1, -1, 0x05000303u, 12722176, 131072}, /* 27: RECV_GRAD(mb 3, chunk 2) from stage 3 */
-    {PG_BWD_B, 3, 2, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 28: BWD_B(mb 3, chunk 2) */
-    {PG_SEND_GRAD, 3, 2, 1, 1, -1, -1, 0x05000302u, 12984320, 131072}, /* 29: SEND_GRAD(mb 3, chunk 2) to stage 1 */
-    {PG_BWD_W, 3, 2, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 30: BWD_W(mb 3, chunk 2) */
-    {PG_RECV_ACT, 5, 2, 1, 1, -1, -1, 0x03000501u, 12197888, 131072}, /* 31: RECV_ACT(mb 5, chunk 2) from stage 1 */
-    {PG_FWD, 5, 2, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 32: FWD(mb 5, chunk 2) */
-    {PG_SEND_ACT, 5, 2, 1, 3, -1, -1, 0x03000502u, 12460032, 131072}, /* 33: SEND_ACT(mb 5, chunk 2) to stage 3 */
-    {PG_RECV_GRAD, 4, 2, 0, 3, -1, -1, 0x05000403u, 12591104, 131072}, /* 34: RECV_GRAD(mb 4, chunk 2) from stage 3 */
-    {PG_BWD_B, 4, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 35: BWD_B(mb 4, chunk 2) */
-    {PG_SEND_GRAD, 4, 2, 0, 1, -1, -1, 0x05000402u, 12853248, 131072}, /* 36: SEND_GRAD(mb 4, chunk 2) to stage 1 */
-    {PG_BWD_W, 4, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 37: BWD_W(mb 4, chunk 2) */
-    {PG_RECV_ACT, 6, 2, 0, 1, -1, -1, 0x03000601u, 12066816, 131072}, /* 38: RECV_ACT(mb 6, chunk 2) from stage 1 */
-    {PG_FWD, 6, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 39: FWD(mb 6, chunk 2) */
-    {PG_SEND_ACT, 6, 2, 0, 3, -1, -1, 0x03000602u, 12328960, 131072}, /* 40: SEND_ACT(mb 6, chunk 2) to stage 3 */
-    {PG_RECV_GRAD, 5, 2, 1, 3, -1, -1, 0x05000503u, 12722176, 131072}, /* 41: RECV_GRAD(mb 5, chunk 2) from stage 3 */
-    {PG_BWD_B, 5, 2, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 42: BWD_B(mb 5, chunk 2) */
-    {PG_SEND_GRAD, 5, 2, 1, 1, -1, -1, 0x05000502u, 12984320, 131072}, /* 43: SEND_GRAD(mb 5, chunk 2) to stage 1 */
-    {PG_BWD_W, 5, 2, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 44: BWD_W(mb 5, chunk 2) */
-    {PG_RECV_ACT, 7, 2, 1, 1, -1, -1, 0x03000701u, 12197888, 131072}, /* 45: RECV_ACT(mb 7, chunk 2) from stage 1 */
-    {PG_FWD, 7, 2, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 46: FWD(mb 7, chunk 2) */
-    {PG_SEND_ACT, 7, 2, 1, 3, -1, -1, 0x03000702u, 12460032, 131072}, /* 47: SEND_ACT(mb 7, chunk 2) to stage 3 */
-    {PG_RECV_GRAD, 6, 2, 0, 3, -1, -1, 0x05000603u, 12591104, 131072}, /* 48: RECV_GRAD(mb 6, chunk 2) from stage 3 */
-    {PG_BWD_B, 6, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 49: BWD_B(mb 6, chunk 2) */
-    {PG_SEND_GRAD, 6, 2, 0, 1, -1, -1, 0x05000602u, 12853248, 131072}, /* 50: SEND_GRAD(mb 6, chunk 2) to stage 1 */
-    {PG_BWD_W, 6, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 51: BWD_W(mb 6, chunk 2) */
-    {PG_RECV_GRAD, 7, 2, 1, 3, -1, -1, 0x05000703u, 12722176, 131072}, /* 52: RECV_GRAD(mb 7, chunk 2) from stage 3 */
-    {PG_BWD_B, 7, 2, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 53: BWD_B(mb 7, chunk 2) */
-    {PG_SEND_GRAD, 7, 2, 1, 1, -1, -1, 0x05000702u, 12984320, 131072}, /* 54: SEND_GRAD(mb 7, chunk 2) to stage 1 */
-    {PG_BWD_W, 7, 2, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 55: BWD_W(mb 7, chunk 2) */
-    {PG_GRAD_NORM, -1, -1, -1, -1, -1, -1, 0x00000000u, -1, 0}, /* 56: GRAD_NORM */
-    {PG_OPT_STEP, -1, -1, -1, -1, -1, -1, 0x00000000u, -1, 0}, /* 57: OPT_STEP */
+    {.kind = PG_RECV_ACT, .mb = 0, .chunk = 2, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000001u, .off = 12066816, .bytes = 131072}, /* 0: RECV_ACT(mb 0, chunk 2) from stage 1 */
+    {.kind = PG_FWD, .mb = 0, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 1: FWD(mb 0, chunk 2) */
+    {.kind = PG_SEND_ACT, .mb = 0, .chunk = 2, .slot = 0, .peer = 3, .skip = -1, .param = -1, .tag = 0x03000002u, .off = 12328960, .bytes = 131072}, /* 2: SEND_ACT(mb 0, chunk 2) to stage 3 */
+    {.kind = PG_RECV_ACT, .mb = 1, .chunk = 2, .slot = 1, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000101u, .off = 12197888, .bytes = 131072}, /* 3: RECV_ACT(mb 1, chunk 2) from stage 1 */
+    {.kind = PG_FWD, .mb = 1, .chunk = 2, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 4: FWD(mb 1, chunk 2) */
+    {.kind = PG_SEND_ACT, .mb = 1, .chunk = 2, .slot = 1, .peer = 3, .skip = -1, .param = -1, .tag = 0x03000102u, .off = 12460032, .bytes = 131072}, /* 5: SEND_ACT(mb 1, chunk 2) to stage 3 */
+    {.kind = PG_RECV_GRAD, .mb = 0, .chunk = 2, .slot = 0, .peer = 3, .skip = -1, .param = -1, .tag = 0x05000003u, .off = 12591104, .bytes = 131072}, /* 6: RECV_GRAD(mb 0, chunk 2) from stage 3 */
+    {.kind = PG_BWD_B, .mb = 0, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 7: BWD_B(mb 0, chunk 2) */
+    {.kind = PG_SEND_GRAD, .mb = 0, .chunk = 2, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000002u, .off = 12853248, .bytes = 131072}, /* 8: SEND_GRAD(mb 0, chunk 2) to stage 1 */
+    {.kind = PG_BWD_W, .mb = 0, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 9: BWD_W(mb 0, chunk 2) */
+    {.kind = PG_RECV_ACT, .mb = 2, .chunk = 2, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000201u, .off = 12066816, .bytes = 131072}, /* 10: RECV_ACT(mb 2, chunk 2) from stage 1 */
+    {.kind = PG_FWD, .mb = 2, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 11: FWD(mb 2, chunk 2) */
+    {.kind = PG_SEND_ACT, .mb = 2, .chunk = 2, .slot = 0, .peer = 3, .skip = -1, .param = -1, .tag = 0x03000202u, .off = 12328960, .bytes = 131072}, /* 12: SEND_ACT(mb 2, chunk 2) to stage 3 */
+    {.kind = PG_RECV_GRAD, .mb = 1, .chunk = 2, .slot = 1, .peer = 3, .skip = -1, .param = -1, .tag = 0x05000103u, .off = 12722176, .bytes = 131072}, /* 13: RECV_GRAD(mb 1, chunk 2) from stage 3 */
+    {.kind = PG_BWD_B, .mb = 1, .chunk = 2, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 14: BWD_B(mb 1, chunk 2) */
+    {.kind = PG_SEND_GRAD, .mb = 1, .chunk = 2, .slot = 1, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000102u, .off = 12984320, .bytes = 131072}, /* 15: SEND_GRAD(mb 1, chunk 2) to stage 1 */
+    {.kind = PG_BWD_W, .mb = 1, .chunk = 2, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 16: BWD_W(mb 1, chunk 2) */
+    {.kind = PG_RECV_ACT, .mb = 3, .chunk = 2, .slot = 1, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000301u, .off = 12197888, .bytes = 131072}, /* 17: RECV_ACT(mb 3, chunk 2) from stage 1 */
+    {.kind = PG_FWD, .mb = 3, .chunk = 2, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 18: FWD(mb 3, chunk 2) */
+    {.kind = PG_SEND_ACT, .mb = 3, .chunk = 2, .slot = 1, .peer = 3, .skip = -1, .param = -1, .tag = 0x03000302u, .off = 12460032, .bytes = 131072}, /* 19: SEND_ACT(mb 3, chunk 2) to stage 3 */
+    {.kind = PG_RECV_GRAD, .mb = 2, .chunk = 2, .slot = 0, .peer = 3, .skip = -1, .param = -1, .tag = 0x05000203u, .off = 12591104, .bytes = 131072}, /* 20: RECV_GRAD(mb 2, chunk 2) from stage 3 */
+    {.kind = PG_BWD_B, .mb = 2, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 21: BWD_B(mb 2, chunk 2) */
+    {.kind = PG_SEND_GRAD, .mb = 2, .chunk = 2, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000202u, .off = 12853248, .bytes = 131072}, /* 22: SEND_GRAD(mb 2, chunk 2) to stage 1 */
+    {.kind = PG_BWD_W, .mb = 2, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 23: BWD_W(mb 2, chunk 2) */
+    {.kind = PG_RECV_ACT, .mb = 4, .chunk = 2, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000401u, .off = 12066816, .bytes = 131072}, /* 24: RECV_ACT(mb 4, chunk 2) from stage 1 */
+    {.kind = PG_FWD, .mb = 4, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 25: FWD(mb 4, chunk 2) */
+    {.kind = PG_SEND_ACT, .mb = 4, .chunk = 2, .slot = 0, .peer = 3, .skip = -1, .param = -1, .tag = 0x03000402u, .off = 12328960, .bytes = 131072}, /* 26: SEND_ACT(mb 4, chunk 2) to stage 3 */
+    {.kind = PG_RECV_GRAD, .mb = 3, .chunk = 2, .slot = 1, .peer = 3, .skip = -1, .param = -1, .tag = 0x05000303u, .off = 12722176, .bytes = 131072}, /* 27: RECV_GRAD(mb 3, chunk 2) from stage 3 */
+    {.kind = PG_BWD_B, .mb = 3, .chunk = 2, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 28: BWD_B(mb 3, chunk 2) */
+    {.kind = PG_SEND_GRAD, .mb = 3, .chunk = 2, .slot = 1, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000302u, .off = 12984320, .bytes = 131072}, /* 29: SEND_GRAD(mb 3, chunk 2) to stage 1 */
+    {.kind = PG_BWD_W, .mb = 3, .chunk = 2, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 30: BWD_W(mb 3, chunk 2) */
+    {.kind = PG_RECV_ACT, .mb = 5, .chunk = 2, .slot = 1, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000501u, .off = 12197888, .bytes = 131072}, /* 31: RECV_ACT(mb 5, chunk 2) from stage 1 */
+    {.kind = PG_FWD, .mb = 5, .chunk = 2, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 32: FWD(mb 5, chunk 2) */
+    {.kind = PG_SEND_ACT, .mb = 5, .chunk = 2, .slot = 1, .peer = 3, .skip = -1, .param = -1, .tag = 0x03000502u, .off = 12460032, .bytes = 131072}, /* 33: SEND_ACT(mb 5, chunk 2) to stage 3 */
+    {.kind = PG_RECV_GRAD, .mb = 4, .chunk = 2, .slot = 0, .peer = 3, .skip = -1, .param = -1, .tag = 0x05000403u, .off = 12591104, .bytes = 131072}, /* 34: RECV_GRAD(mb 4, chunk 2) from stage 3 */
+    {.kind = PG_BWD_B, .mb = 4, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 35: BWD_B(mb 4, chunk 2) */
+    {.kind = PG_SEND_GRAD, .mb = 4, .chunk = 2, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000402u, .off = 12853248, .bytes = 131072}, /* 36: SEND_GRAD(mb 4, chunk 2) to stage 1 */
+    {.kind = PG_BWD_W, .mb = 4, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 37: BWD_W(mb 4, chunk 2) */
+    {.kind = PG_RECV_ACT, .mb = 6, .chunk = 2, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000601u, .off = 12066816, .bytes = 131072}, /* 38: RECV_ACT(mb 6, chunk 2) from stage 1 */
+    {.kind = PG_FWD, .mb = 6, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 39: FWD(mb 6, chunk 2) */
+    {.kind = PG_SEND_ACT, .mb = 6, .chunk = 2, .slot = 0, .peer = 3, .skip = -1, .param = -1, .tag = 0x03000602u, .off = 12328960, .bytes = 131072}, /* 40: SEND_ACT(mb 6, chunk 2) to stage 3 */
+    {.kind = PG_RECV_GRAD, .mb = 5, .chunk = 2, .slot = 1, .peer = 3, .skip = -1, .param = -1, .tag = 0x05000503u, .off = 12722176, .bytes = 131072}, /* 41: RECV_GRAD(mb 5, chunk 2) from stage 3 */
+    {.kind = PG_BWD_B, .mb = 5, .chunk = 2, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 42: BWD_B(mb 5, chunk 2) */
+    {.kind = PG_SEND_GRAD, .mb = 5, .chunk = 2, .slot = 1, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000502u, .off = 12984320, .bytes = 131072}, /* 43: SEND_GRAD(mb 5, chunk 2) to stage 1 */
+    {.kind = PG_BWD_W, .mb = 5, .chunk = 2, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 44: BWD_W(mb 5, chunk 2) */
+    {.kind = PG_RECV_ACT, .mb = 7, .chunk = 2, .slot = 1, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000701u, .off = 12197888, .bytes = 131072}, /* 45: RECV_ACT(mb 7, chunk 2) from stage 1 */
+    {.kind = PG_FWD, .mb = 7, .chunk = 2, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 46: FWD(mb 7, chunk 2) */
+    {.kind = PG_SEND_ACT, .mb = 7, .chunk = 2, .slot = 1, .peer = 3, .skip = -1, .param = -1, .tag = 0x03000702u, .off = 12460032, .bytes = 131072}, /* 47: SEND_ACT(mb 7, chunk 2) to stage 3 */
+    {.kind = PG_RECV_GRAD, .mb = 6, .chunk = 2, .slot = 0, .peer = 3, .skip = -1, .param = -1, .tag = 0x05000603u, .off = 12591104, .bytes = 131072}, /* 48: RECV_GRAD(mb 6, chunk 2) from stage 3 */
+    {.kind = PG_BWD_B, .mb = 6, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 49: BWD_B(mb 6, chunk 2) */
+    {.kind = PG_SEND_GRAD, .mb = 6, .chunk = 2, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000602u, .off = 12853248, .bytes = 131072}, /* 50: SEND_GRAD(mb 6, chunk 2) to stage 1 */
+    {.kind = PG_BWD_W, .mb = 6, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 51: BWD_W(mb 6, chunk 2) */
+    {.kind = PG_RECV_GRAD, .mb = 7, .chunk = 2, .slot = 1, .peer = 3, .skip = -1, .param = -1, .tag = 0x05000703u, .off = 12722176, .bytes = 131072}, /* 52: RECV_GRAD(mb 7, chunk 2) from stage 3 */
+    {.kind = PG_BWD_B, .mb = 7, .chunk = 2, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 53: BWD_B(mb 7, chunk 2) */
+    {.kind = PG_SEND_GRAD, .mb = 7, .chunk = 2, .slot = 1, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000702u, .off = 12984320, .bytes = 131072}, /* 54: SEND_GRAD(mb 7, chunk 2) to stage 1 */
+    {.kind = PG_BWD_W, .mb = 7, .chunk = 2, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 55: BWD_W(mb 7, chunk 2) */
+    {.kind = PG_GRAD_NORM, .mb = -1, .chunk = -1, .slot = -1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 56: GRAD_NORM */
+    {.kind = PG_OPT_STEP, .mb = -1, .chunk = -1, .slot = -1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 57: OPT_STEP */
 };
 
 static const int64_t mb_rows[] = {4, 4, 4, 4, 4, 4, 4, 4};
@@ -311,6 +262,7 @@ static const pg_layer_info stage_layers[] = {
 };
 
 const pg_stage_desc pg_stage = {
+    .contract = PG_CONTRACT_TAG(2),
     .pipegen_version = "0.1.0",
     .model = "gpt_char",
     .source = "gpt_char.pipe",
@@ -321,15 +273,15 @@ const pg_stage_desc pg_stage = {
               .lr = 0.002, .momentum = 0, .weight_decay = 0.10000000000000001,
               .beta1 = 0.90000000000000002, .beta2 = 0.94999999999999996, .adam_eps = 1e-08,
               .lr_schedule = PG_LR_COSINE, .warmup = 10, .lr_min = 0.0001, .grad_clip = 1,
-              .seed = UINT64_C(42), .loss = 2},
+              .seed = UINT64_C(42), .loss = PG_LOSS_CROSS_ENTROPY},
     .nparams = 12, .params = stage_params,
-    .nmodel_params = 52, .model_params = model_params,
+    .nmodel_params = 52, .model_params = pg_model_params,
     .nchunk_fns = 1, .chunks = chunks,
     .nactions = 58, .actions = step,
     .mb_rows = mb_rows, .mb_first_row = mb_first_row, .mb_recompute = mb_recompute,
-    .has_input = 0, .input_off = -1, .input_dtype = 2, .input_rank = 1,
+    .has_input = 0, .input_off = -1, .input_dtype = PG_DATA_I32, .input_rank = 1,
     .input_dim = {64, 0, 0, 0}, .input_per_sample = 64, .input_vocab = 256,
-    .has_loss = 0, .target_off = -1, .target_dtype = 2, .target_rank = 1,
+    .has_loss = 0, .target_off = -1, .target_dtype = PG_DATA_I32, .target_rank = 1,
     .target_dim = {64, 0, 0, 0}, .target_per_sample = 64, .target_vocab = 256,
     .send_bytes = send_bytes,
     .ws_off = -1, .ws_bytes = 0,

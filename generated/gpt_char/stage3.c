@@ -41,8 +41,6 @@
 #define GP51_LN_F_BIAS ((float *)(A + 15516160)) /* gradient of ln_f.bias: f32[128] */
 /* this micro-batch's rows of the batch target next i32[64] */
 #define TARGET_ROWS (A + 15478784 + io->first_row * 256)
-/* dropout masks depend on (seed, step, layer, sample, element) only */
-#define DROPOUT_SEED(io, layer) ((io)->seed ^ (UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)((io)->step * 4096 + (layer) + 1)))
 
 /* ---- chunk 3: layers h3.stash.res1 .. head ---- */
 
@@ -177,132 +175,88 @@ static int bwd_w_c3(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 
 /* ---- tables ---- */
 
-/* gradient accumulators per stage of parameters used by several layers or tied */
-static const int nacc_p0[] = {1, 0, 0, 1}; /* wte */
-
 static const pg_param_desc stage_params[] = {
-    {"wte", 0, 2, {256, 128, 0, 0}, 32768, 3, 0.02, 1, 0, 1, 0, UINT64_C(0x9), 14430208, 14561280, {14692352, 14823424}, 1, nacc_p0, 32768},
-    {"h3.ln1.weight", 38, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 3, UINT64_C(0x8), 15501312, 15501824, {15502336, 15502848}, 1, NULL, 128},
-    {"h3.ln1.bias", 39, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 3, UINT64_C(0x8), 15503360, 15503872, {15504384, 15504896}, 1, NULL, 128},
-    {"h3.attn.qkv.weight", 40, 2, {384, 128, 0, 0}, 49152, 2, 0.088388347648318433, 1, 0, 0, 3, UINT64_C(0x8), 13643776, 13840384, {14036992, 14233600}, 1, NULL, 49152},
-    {"h3.attn.qkv.bias", 41, 1, {384, 0, 0, 0}, 384, 2, 0.088388347648318433, 0, 0, 0, 3, UINT64_C(0x8), 15495168, 15496704, {15498240, 15499776}, 1, NULL, 384},
-    {"h3.attn.proj.weight", 42, 2, {128, 128, 0, 0}, 16384, 2, 0.088388347648318433, 1, 0, 0, 3, UINT64_C(0x8), 15216640, 15282176, {15347712, 15413248}, 1, NULL, 16384},
-    {"h3.attn.proj.bias", 43, 1, {128, 0, 0, 0}, 128, 2, 0.088388347648318433, 0, 0, 0, 3, UINT64_C(0x8), 15505408, 15505920, {15506432, 15506944}, 1, NULL, 128},
-    {"h3.ln2.weight", 44, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 3, UINT64_C(0x8), 15507456, 15507968, {15508480, 15508992}, 1, NULL, 128},
-    {"h3.ln2.bias", 45, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 3, UINT64_C(0x8), 15509504, 15510016, {15510528, 15511040}, 1, NULL, 128},
-    {"h3.fc.weight", 46, 2, {512, 128, 0, 0}, 65536, 2, 0.088388347648318433, 1, 0, 0, 3, UINT64_C(0x8), 11022336, 11284480, {11546624, 11808768}, 1, NULL, 65536},
-    {"h3.fc.bias", 47, 1, {512, 0, 0, 0}, 512, 2, 0.088388347648318433, 0, 0, 0, 3, UINT64_C(0x8), 15486976, 15489024, {15491072, 15493120}, 1, NULL, 512},
-    {"h3.proj.weight", 48, 2, {128, 512, 0, 0}, 65536, 2, 0.044194173824159216, 1, 0, 0, 3, UINT64_C(0x8), 12070912, 12333056, {12595200, 12857344}, 1, NULL, 65536},
-    {"h3.proj.bias", 49, 1, {128, 0, 0, 0}, 128, 2, 0.044194173824159216, 0, 0, 0, 3, UINT64_C(0x8), 15511552, 15512064, {15512576, 15513088}, 1, NULL, 128},
-    {"ln_f.weight", 50, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 3, UINT64_C(0x8), 15513600, 15514112, {15514624, 15515136}, 1, NULL, 128},
-    {"ln_f.bias", 51, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 3, UINT64_C(0x8), 15515648, 15516160, {15516672, 15517184}, 1, NULL, 128},
-};
-
-/* every parameter of the model, in plan order: stage 0 gathers them for --save */
-static const pg_param_desc model_params[] = {
-    {"wte", 0, 2, {256, 128, 0, 0}, 32768, 3, 0.02, 1, 0, 1, 0, UINT64_C(0x9), -1, -1, {-1, -1}, 0, nacc_p0, 32768},
-    {"pos.weight", 1, 2, {64, 128, 0, 0}, 8192, 3, 0.02, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 8192},
-    {"h0.ln1.weight", 2, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h0.ln1.bias", 3, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h0.attn.qkv.weight", 4, 2, {384, 128, 0, 0}, 49152, 2, 0.088388347648318433, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 49152},
-    {"h0.attn.qkv.bias", 5, 1, {384, 0, 0, 0}, 384, 2, 0.088388347648318433, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 384},
-    {"h0.attn.proj.weight", 6, 2, {128, 128, 0, 0}, 16384, 2, 0.088388347648318433, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 16384},
-    {"h0.attn.proj.bias", 7, 1, {128, 0, 0, 0}, 128, 2, 0.088388347648318433, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h0.ln2.weight", 8, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h0.ln2.bias", 9, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h0.fc.weight", 10, 2, {512, 128, 0, 0}, 65536, 2, 0.088388347648318433, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"h0.fc.bias", 11, 1, {512, 0, 0, 0}, 512, 2, 0.088388347648318433, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 512},
-    {"h0.proj.weight", 12, 2, {128, 512, 0, 0}, 65536, 2, 0.044194173824159216, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"h0.proj.bias", 13, 1, {128, 0, 0, 0}, 128, 2, 0.044194173824159216, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h1.ln1.weight", 14, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h1.ln1.bias", 15, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h1.attn.qkv.weight", 16, 2, {384, 128, 0, 0}, 49152, 2, 0.088388347648318433, 1, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 49152},
-    {"h1.attn.qkv.bias", 17, 1, {384, 0, 0, 0}, 384, 2, 0.088388347648318433, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 384},
-    {"h1.attn.proj.weight", 18, 2, {128, 128, 0, 0}, 16384, 2, 0.088388347648318433, 1, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 16384},
-    {"h1.attn.proj.bias", 19, 1, {128, 0, 0, 0}, 128, 2, 0.088388347648318433, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h1.ln2.weight", 20, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h1.ln2.bias", 21, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h1.fc.weight", 22, 2, {512, 128, 0, 0}, 65536, 2, 0.088388347648318433, 1, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"h1.fc.bias", 23, 1, {512, 0, 0, 0}, 512, 2, 0.088388347648318433, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 512},
-    {"h1.proj.weight", 24, 2, {128, 512, 0, 0}, 65536, 2, 0.044194173824159216, 1, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"h1.proj.bias", 25, 1, {128, 0, 0, 0}, 128, 2, 0.044194173824159216, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h2.ln1.weight", 26, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h2.ln1.bias", 27, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h2.attn.qkv.weight", 28, 2, {384, 128, 0, 0}, 49152, 2, 0.088388347648318433, 1, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 49152},
-    {"h2.attn.qkv.bias", 29, 1, {384, 0, 0, 0}, 384, 2, 0.088388347648318433, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 384},
-    {"h2.attn.proj.weight", 30, 2, {128, 128, 0, 0}, 16384, 2, 0.088388347648318433, 1, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 16384},
-    {"h2.attn.proj.bias", 31, 1, {128, 0, 0, 0}, 128, 2, 0.088388347648318433, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h2.ln2.weight", 32, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h2.ln2.bias", 33, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h2.fc.weight", 34, 2, {512, 128, 0, 0}, 65536, 2, 0.088388347648318433, 1, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"h2.fc.bias", 35, 1, {512, 0, 0, 0}, 512, 2, 0.088388347648318433, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 512},
-    {"h2.proj.weight", 36, 2, {128, 512, 0, 0}, 65536, 2, 0.044194173824159216, 1, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"h2.proj.bias", 37, 1, {128, 0, 0, 0}, 128, 2, 0.044194173824159216, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h3.ln1.weight", 38, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h3.ln1.bias", 39, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h3.attn.qkv.weight", 40, 2, {384, 128, 0, 0}, 49152, 2, 0.088388347648318433, 1, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 49152},
-    {"h3.attn.qkv.bias", 41, 1, {384, 0, 0, 0}, 384, 2, 0.088388347648318433, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 384},
-    {"h3.attn.proj.weight", 42, 2, {128, 128, 0, 0}, 16384, 2, 0.088388347648318433, 1, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 16384},
-    {"h3.attn.proj.bias", 43, 1, {128, 0, 0, 0}, 128, 2, 0.088388347648318433, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h3.ln2.weight", 44, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h3.ln2.bias", 45, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"h3.fc.weight", 46, 2, {512, 128, 0, 0}, 65536, 2, 0.088388347648318433, 1, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"h3.fc.bias", 47, 1, {512, 0, 0, 0}, 512, 2, 0.088388347648318433, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 512},
-    {"h3.proj.weight", 48, 2, {128, 512, 0, 0}, 65536, 2, 0.044194173824159216, 1, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"h3.proj.bias", 49, 1, {128, 0, 0, 0}, 128, 2, 0.044194173824159216, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"ln_f.weight", 50, 1, {128, 0, 0, 0}, 128, 1, 0, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 128},
-    {"ln_f.bias", 51, 1, {128, 0, 0, 0}, 128, 0, 0, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 128},
+    {.name = "wte", .index = 0, .rank = 2, .dim = {256, 128}, .numel = 32768, .init = PG_INIT_NORMAL, .init_scale = 0.02, .decay = 1, .tie = PG_TIE_REPLICATE, .owner = 0, .stage_mask = UINT64_C(0x9),
+     .off = 14430208, .grad_off = 14561280, .opt_off = {14692352, 14823424}, .nacc = 1, .stage_nacc = pg_nacc_p0, .acc_numel = 32768},
+    {.name = "h3.ln1.weight", .index = 38, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
+     .off = 15501312, .grad_off = 15501824, .opt_off = {15502336, 15502848}, .nacc = 1, .acc_numel = 128},
+    {.name = "h3.ln1.bias", .index = 39, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
+     .off = 15503360, .grad_off = 15503872, .opt_off = {15504384, 15504896}, .nacc = 1, .acc_numel = 128},
+    {.name = "h3.attn.qkv.weight", .index = 40, .rank = 2, .dim = {384, 128}, .numel = 49152, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 1, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
+     .off = 13643776, .grad_off = 13840384, .opt_off = {14036992, 14233600}, .nacc = 1, .acc_numel = 49152},
+    {.name = "h3.attn.qkv.bias", .index = 41, .rank = 1, .dim = {384}, .numel = 384, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 0, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
+     .off = 15495168, .grad_off = 15496704, .opt_off = {15498240, 15499776}, .nacc = 1, .acc_numel = 384},
+    {.name = "h3.attn.proj.weight", .index = 42, .rank = 2, .dim = {128, 128}, .numel = 16384, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 1, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
+     .off = 15216640, .grad_off = 15282176, .opt_off = {15347712, 15413248}, .nacc = 1, .acc_numel = 16384},
+    {.name = "h3.attn.proj.bias", .index = 43, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 0, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
+     .off = 15505408, .grad_off = 15505920, .opt_off = {15506432, 15506944}, .nacc = 1, .acc_numel = 128},
+    {.name = "h3.ln2.weight", .index = 44, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
+     .off = 15507456, .grad_off = 15507968, .opt_off = {15508480, 15508992}, .nacc = 1, .acc_numel = 128},
+    {.name = "h3.ln2.bias", .index = 45, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
+     .off = 15509504, .grad_off = 15510016, .opt_off = {15510528, 15511040}, .nacc = 1, .acc_numel = 128},
+    {.name = "h3.fc.weight", .index = 46, .rank = 2, .dim = {512, 128}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 1, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
+     .off = 11022336, .grad_off = 11284480, .opt_off = {11546624, 11808768}, .nacc = 1, .acc_numel = 65536},
+    {.name = "h3.fc.bias", .index = 47, .rank = 1, .dim = {512}, .numel = 512, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 0, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
+     .off = 15486976, .grad_off = 15489024, .opt_off = {15491072, 15493120}, .nacc = 1, .acc_numel = 512},
+    {.name = "h3.proj.weight", .index = 48, .rank = 2, .dim = {128, 512}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.044194173824159216, .decay = 1, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
+     .off = 12070912, .grad_off = 12333056, .opt_off = {12595200, 12857344}, .nacc = 1, .acc_numel = 65536},
+    {.name = "h3.proj.bias", .index = 49, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_UNIFORM, .init_scale = 0.044194173824159216, .decay = 0, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
+     .off = 15511552, .grad_off = 15512064, .opt_off = {15512576, 15513088}, .nacc = 1, .acc_numel = 128},
+    {.name = "ln_f.weight", .index = 50, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
+     .off = 15513600, .grad_off = 15514112, .opt_off = {15514624, 15515136}, .nacc = 1, .acc_numel = 128},
+    {.name = "ln_f.bias", .index = 51, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
+     .off = 15515648, .grad_off = 15516160, .opt_off = {15516672, 15517184}, .nacc = 1, .acc_numel = 128},
 };
 
 static const pg_chunk_desc chunks[] = {
-    {3, fwd_c3, bwd_b_c3, bwd_w_c3},
+    {.chunk = 3, .fwd = fwd_c3, .bwd_b = bwd_b_c3, .bwd_w = bwd_w_c3},
 };
 
-/* the step: {kind, mb, chunk, slot, peer, skip, param, tag, arena offset, bytes} */
+/* the step */
 static const pg_step_action step[] = {
-    {PG_RECV_ACT, 0, 3, 0, 2, -1, -1, 0x03000002u, 14954496, 131072}, /* 0: RECV_ACT(mb 0, chunk 3) from stage 2 */
-    {PG_FWD, 0, 3, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 1: FWD(mb 0, chunk 3) */
-    {PG_BWD_B, 0, 3, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 2: BWD_B(mb 0, chunk 3) */
-    {PG_SEND_GRAD, 0, 3, 0, 2, -1, -1, 0x05000003u, 15085568, 131072}, /* 3: SEND_GRAD(mb 0, chunk 3) to stage 2 */
-    {PG_BWD_W, 0, 3, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 4: BWD_W(mb 0, chunk 3) */
-    {PG_RECV_ACT, 1, 3, 0, 2, -1, -1, 0x03000102u, 14954496, 131072}, /* 5: RECV_ACT(mb 1, chunk 3) from stage 2 */
-    {PG_FWD, 1, 3, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 6: FWD(mb 1, chunk 3) */
-    {PG_BWD_B, 1, 3, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 7: BWD_B(mb 1, chunk 3) */
-    {PG_SEND_GRAD, 1, 3, 0, 2, -1, -1, 0x05000103u, 15085568, 131072}, /* 8: SEND_GRAD(mb 1, chunk 3) to stage 2 */
-    {PG_BWD_W, 1, 3, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 9: BWD_W(mb 1, chunk 3) */
-    {PG_RECV_ACT, 2, 3, 0, 2, -1, -1, 0x03000202u, 14954496, 131072}, /* 10: RECV_ACT(mb 2, chunk 3) from stage 2 */
-    {PG_FWD, 2, 3, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 11: FWD(mb 2, chunk 3) */
-    {PG_BWD_B, 2, 3, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 12: BWD_B(mb 2, chunk 3) */
-    {PG_SEND_GRAD, 2, 3, 0, 2, -1, -1, 0x05000203u, 15085568, 131072}, /* 13: SEND_GRAD(mb 2, chunk 3) to stage 2 */
-    {PG_BWD_W, 2, 3, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 14: BWD_W(mb 2, chunk 3) */
-    {PG_RECV_ACT, 3, 3, 0, 2, -1, -1, 0x03000302u, 14954496, 131072}, /* 15: RECV_ACT(mb 3, chunk 3) from stage 2 */
-    {PG_FWD, 3, 3, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 16: FWD(mb 3, chunk 3) */
-    {PG_BWD_B, 3, 3, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 17: BWD_B(mb 3, chunk 3) */
-    {PG_SEND_GRAD, 3, 3, 0, 2, -1, -1, 0x05000303u, 15085568, 131072}, /* 18: SEND_GRAD(mb 3, chunk 3) to stage 2 */
-    {PG_BWD_W, 3, 3, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 19: BWD_W(mb 3, chunk 3) */
-    {PG_RECV_ACT, 4, 3, 0, 2, -1, -1, 0x03000402u, 14954496, 131072}, /* 20: RECV_ACT(mb 4, chunk 3) from stage 2 */
-    {PG_FWD, 4, 3, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 21: FWD(mb 4, chunk 3) */
-    {PG_BWD_B, 4, 3, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 22: BWD_B(mb 4, chunk 3) */
-    {PG_SEND_GRAD, 4, 3, 0, 2, -1, -1, 0x05000403u, 15085568, 131072}, /* 23: SEND_GRAD(mb 4, chunk 3) to stage 2 */
-    {PG_BWD_W, 4, 3, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 24: BWD_W(mb 4, chunk 3) */
-    {PG_RECV_ACT, 5, 3, 0, 2, -1, -1, 0x03000502u, 14954496, 131072}, /* 25: RECV_ACT(mb 5, chunk 3) from stage 2 */
-    {PG_FWD, 5, 3, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 26: FWD(mb 5, chunk 3) */
-    {PG_BWD_B, 5, 3, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 27: BWD_B(mb 5, chunk 3) */
-    {PG_SEND_GRAD, 5, 3, 0, 2, -1, -1, 0x05000503u, 15085568, 131072}, /* 28: SEND_GRAD(mb 5, chunk 3) to stage 2 */
-    {PG_BWD_W, 5, 3, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 29: BWD_W(mb 5, chunk 3) */
-    {PG_RECV_ACT, 6, 3, 0, 2, -1, -1, 0x03000602u, 14954496, 131072}, /* 30: RECV_ACT(mb 6, chunk 3) from stage 2 */
-    {PG_FWD, 6, 3, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 31: FWD(mb 6, chunk 3) */
-    {PG_BWD_B, 6, 3, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 32: BWD_B(mb 6, chunk 3) */
-    {PG_SEND_GRAD, 6, 3, 0, 2, -1, -1, 0x05000603u, 15085568, 131072}, /* 33: SEND_GRAD(mb 6, chunk 3) to stage 2 */
-    {PG_BWD_W, 6, 3, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 34: BWD_W(mb 6, chunk 3) */
-    {PG_RECV_ACT, 7, 3, 0, 2, -1, -1, 0x03000702u, 14954496, 131072}, /* 35: RECV_ACT(mb 7, chunk 3) from stage 2 */
-    {PG_FWD, 7, 3, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 36: FWD(mb 7, chunk 3) */
-    {PG_BWD_B, 7, 3, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 37: BWD_B(mb 7, chunk 3) */
-    {PG_SEND_GRAD, 7, 3, 0, 2, -1, -1, 0x05000703u, 15085568, 131072}, /* 38: SEND_GRAD(mb 7, chunk 3) to stage 2 */
-    {PG_BWD_W, 7, 3, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 39: BWD_W(mb 7, chunk 3) */
-    {PG_TIE_REDUCE, -1, -1, -1, 0, -1, 0, 0x0b000000u, 14561280, 131072}, /* 40: TIE_REDUCE(param 0) at stage 0 */
-    {PG_GRAD_NORM, -1, -1, -1, -1, -1, -1, 0x00000000u, -1, 0}, /* 41: GRAD_NORM */
-    {PG_OPT_STEP, -1, -1, -1, -1, -1, -1, 0x00000000u, -1, 0}, /* 42: OPT_STEP */
+    {.kind = PG_RECV_ACT, .mb = 0, .chunk = 3, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x03000002u, .off = 14954496, .bytes = 131072}, /* 0: RECV_ACT(mb 0, chunk 3) from stage 2 */
+    {.kind = PG_FWD, .mb = 0, .chunk = 3, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 1: FWD(mb 0, chunk 3) */
+    {.kind = PG_BWD_B, .mb = 0, .chunk = 3, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 2: BWD_B(mb 0, chunk 3) */
+    {.kind = PG_SEND_GRAD, .mb = 0, .chunk = 3, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x05000003u, .off = 15085568, .bytes = 131072}, /* 3: SEND_GRAD(mb 0, chunk 3) to stage 2 */
+    {.kind = PG_BWD_W, .mb = 0, .chunk = 3, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 4: BWD_W(mb 0, chunk 3) */
+    {.kind = PG_RECV_ACT, .mb = 1, .chunk = 3, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x03000102u, .off = 14954496, .bytes = 131072}, /* 5: RECV_ACT(mb 1, chunk 3) from stage 2 */
+    {.kind = PG_FWD, .mb = 1, .chunk = 3, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 6: FWD(mb 1, chunk 3) */
+    {.kind = PG_BWD_B, .mb = 1, .chunk = 3, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 7: BWD_B(mb 1, chunk 3) */
+    {.kind = PG_SEND_GRAD, .mb = 1, .chunk = 3, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x05000103u, .off = 15085568, .bytes = 131072}, /* 8: SEND_GRAD(mb 1, chunk 3) to stage 2 */
+    {.kind = PG_BWD_W, .mb = 1, .chunk = 3, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 9: BWD_W(mb 1, chunk 3) */
+    {.kind = PG_RECV_ACT, .mb = 2, .chunk = 3, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x03000202u, .off = 14954496, .bytes = 131072}, /* 10: RECV_ACT(mb 2, chunk 3) from stage 2 */
+    {.kind = PG_FWD, .mb = 2, .chunk = 3, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 11: FWD(mb 2, chunk 3) */
+    {.kind = PG_BWD_B, .mb = 2, .chunk = 3, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 12: BWD_B(mb 2, chunk 3) */
+    {.kind = PG_SEND_GRAD, .mb = 2, .chunk = 3, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x05000203u, .off = 15085568, .bytes = 131072}, /* 13: SEND_GRAD(mb 2, chunk 3) to stage 2 */
+    {.kind = PG_BWD_W, .mb = 2, .chunk = 3, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 14: BWD_W(mb 2, chunk 3) */
+    {.kind = PG_RECV_ACT, .mb = 3, .chunk = 3, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x03000302u, .off = 14954496, .bytes = 131072}, /* 15: RECV_ACT(mb 3, chunk 3) from stage 2 */
+    {.kind = PG_FWD, .mb = 3, .chunk = 3, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 16: FWD(mb 3, chunk 3) */
+    {.kind = PG_BWD_B, .mb = 3, .chunk = 3, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 17: BWD_B(mb 3, chunk 3) */
+    {.kind = PG_SEND_GRAD, .mb = 3, .chunk = 3, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x05000303u, .off = 15085568, .bytes = 131072}, /* 18: SEND_GRAD(mb 3, chunk 3) to stage 2 */
+    {.kind = PG_BWD_W, .mb = 3, .chunk = 3, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 19: BWD_W(mb 3, chunk 3) */
+    {.kind = PG_RECV_ACT, .mb = 4, .chunk = 3, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x03000402u, .off = 14954496, .bytes = 131072}, /* 20: RECV_ACT(mb 4, chunk 3) from stage 2 */
+    {.kind = PG_FWD, .mb = 4, .chunk = 3, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 21: FWD(mb 4, chunk 3) */
+    {.kind = PG_BWD_B, .mb = 4, .chunk = 3, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 22: BWD_B(mb 4, chunk 3) */
+    {.kind = PG_SEND_GRAD, .mb = 4, .chunk = 3, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x05000403u, .off = 15085568, .bytes = 131072}, /* 23: SEND_GRAD(mb 4, chunk 3) to stage 2 */
+    {.kind = PG_BWD_W, .mb = 4, .chunk = 3, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 24: BWD_W(mb 4, chunk 3) */
+    {.kind = PG_RECV_ACT, .mb = 5, .chunk = 3, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x03000502u, .off = 14954496, .bytes = 131072}, /* 25: RECV_ACT(mb 5, chunk 3) from stage 2 */
+    {.kind = PG_FWD, .mb = 5, .chunk = 3, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 26: FWD(mb 5, chunk 3) */
+    {.kind = PG_BWD_B, .mb = 5, .chunk = 3, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 27: BWD_B(mb 5, chunk 3) */
+    {.kind = PG_SEND_GRAD, .mb = 5, .chunk = 3, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x05000503u, .off = 15085568, .bytes = 131072}, /* 28: SEND_GRAD(mb 5, chunk 3) to stage 2 */
+    {.kind = PG_BWD_W, .mb = 5, .chunk = 3, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 29: BWD_W(mb 5, chunk 3) */
+    {.kind = PG_RECV_ACT, .mb = 6, .chunk = 3, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x03000602u, .off = 14954496, .bytes = 131072}, /* 30: RECV_ACT(mb 6, chunk 3) from stage 2 */
+    {.kind = PG_FWD, .mb = 6, .chunk = 3, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 31: FWD(mb 6, chunk 3) */
+    {.kind = PG_BWD_B, .mb = 6, .chunk = 3, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 32: BWD_B(mb 6, chunk 3) */
+    {.kind = PG_SEND_GRAD, .mb = 6, .chunk = 3, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x05000603u, .off = 15085568, .bytes = 131072}, /* 33: SEND_GRAD(mb 6, chunk 3) to stage 2 */
+    {.kind = PG_BWD_W, .mb = 6, .chunk = 3, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 34: BWD_W(mb 6, chunk 3) */
+    {.kind = PG_RECV_ACT, .mb = 7, .chunk = 3, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x03000702u, .off = 14954496, .bytes = 131072}, /* 35: RECV_ACT(mb 7, chunk 3) from stage 2 */
+    {.kind = PG_FWD, .mb = 7, .chunk = 3, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 36: FWD(mb 7, chunk 3) */
+    {.kind = PG_BWD_B, .mb = 7, .chunk = 3, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 37: BWD_B(mb 7, chunk 3) */
+    {.kind = PG_SEND_GRAD, .mb = 7, .chunk = 3, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x05000703u, .off = 15085568, .bytes = 131072}, /* 38: SEND_GRAD(mb 7, chunk 3) to stage 2 */
+    {.kind = PG_BWD_W, .mb = 7, .chunk = 3, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 39: BWD_W(mb 7, chunk 3) */
+    {.kind = PG_TIE_REDUCE, .mb = -1, .chunk = -1, .slot = -1, .peer = 0, .skip = -1, .param = 0, .tag = 0x0b000000u, .off = 14561280, .bytes = 131072}, /* 40: TIE_REDUCE(param 0) at stage 0 */
+    {.kind = PG_GRAD_NORM, .mb = -1, .chunk = -1, .slot = -1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 41: GRAD_NORM */
+    {.kind = PG_OPT_STEP, .mb = -1, .chunk = -1, .slot = -1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 42: OPT_STEP */
 };
 
 static const int64_t mb_rows[] = {4, 4, 4, 4, 4, 4, 4, 4};
@@ -327,6 +281,7 @@ static const pg_layer_info stage_layers[] = {
 };
 
 const pg_stage_desc pg_stage = {
+    .contract = PG_CONTRACT_TAG(2),
     .pipegen_version = "0.1.0",
     .model = "gpt_char",
     .source = "gpt_char.pipe",
@@ -337,15 +292,15 @@ const pg_stage_desc pg_stage = {
               .lr = 0.002, .momentum = 0, .weight_decay = 0.10000000000000001,
               .beta1 = 0.90000000000000002, .beta2 = 0.94999999999999996, .adam_eps = 1e-08,
               .lr_schedule = PG_LR_COSINE, .warmup = 10, .lr_min = 0.0001, .grad_clip = 1,
-              .seed = UINT64_C(42), .loss = 2},
+              .seed = UINT64_C(42), .loss = PG_LOSS_CROSS_ENTROPY},
     .nparams = 15, .params = stage_params,
-    .nmodel_params = 52, .model_params = model_params,
+    .nmodel_params = 52, .model_params = pg_model_params,
     .nchunk_fns = 1, .chunks = chunks,
     .nactions = 43, .actions = step,
     .mb_rows = mb_rows, .mb_first_row = mb_first_row, .mb_recompute = mb_recompute,
-    .has_input = 0, .input_off = -1, .input_dtype = 2, .input_rank = 1,
+    .has_input = 0, .input_off = -1, .input_dtype = PG_DATA_I32, .input_rank = 1,
     .input_dim = {64, 0, 0, 0}, .input_per_sample = 64, .input_vocab = 256,
-    .has_loss = 1, .target_off = 15478784, .target_dtype = 2, .target_rank = 1,
+    .has_loss = 1, .target_off = 15478784, .target_dtype = PG_DATA_I32, .target_rank = 1,
     .target_dim = {64, 0, 0, 0}, .target_per_sample = 64, .target_vocab = 256,
     .send_bytes = send_bytes,
     .ws_off = -1, .ws_bytes = 0,

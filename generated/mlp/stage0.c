@@ -15,8 +15,6 @@
 #define GP1_LAYER0_BIAS ((float *)(A + 5769216)) /* gradient of layer0.bias: f32[512] */
 /* this micro-batch's rows of the batch input x f32[512] */
 #define INPUT_ROWS ((float *)(A + 3145728 + io->first_row * 2048))
-/* dropout masks depend on (seed, step, layer, sample, element) only */
-#define DROPOUT_SEED(io, layer) ((io)->seed ^ (UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)((io)->step * 4096 + (layer) + 1)))
 
 /* ---- chunk 0: layers layer0 .. relu0 ---- */
 
@@ -75,67 +73,59 @@ static int bwd_w_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 /* ---- tables ---- */
 
 static const pg_param_desc stage_params[] = {
-    {"layer0.weight", 0, 2, {512, 512, 0, 0}, 262144, 2, 0.044194173824159216, 1, 0, 0, 0, UINT64_C(0x1), 0, 1048576, {2097152, -1}, 1, NULL, 262144},
-    {"layer0.bias", 1, 1, {512, 0, 0, 0}, 512, 2, 0.044194173824159216, 0, 0, 0, 0, UINT64_C(0x1), 5767168, 5769216, {5771264, -1}, 1, NULL, 512},
-};
-
-/* every parameter of the model, in plan order: stage 0 gathers them for --save */
-static const pg_param_desc model_params[] = {
-    {"layer0.weight", 0, 2, {512, 512, 0, 0}, 262144, 2, 0.044194173824159216, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 262144},
-    {"layer0.bias", 1, 1, {512, 0, 0, 0}, 512, 2, 0.044194173824159216, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 512},
-    {"layer1.weight", 2, 2, {1024, 512, 0, 0}, 524288, 2, 0.044194173824159216, 1, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 524288},
-    {"layer1.bias", 3, 1, {1024, 0, 0, 0}, 1024, 2, 0.044194173824159216, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 1024},
-    {"layer2.weight", 4, 2, {256, 1024, 0, 0}, 262144, 2, 0.03125, 1, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 262144},
-    {"layer2.bias", 5, 1, {256, 0, 0, 0}, 256, 2, 0.03125, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 256},
+    {.name = "layer0.weight", .index = 0, .rank = 2, .dim = {512, 512}, .numel = 262144, .init = PG_INIT_UNIFORM, .init_scale = 0.044194173824159216, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 0, .grad_off = 1048576, .opt_off = {2097152, -1}, .nacc = 1, .acc_numel = 262144},
+    {.name = "layer0.bias", .index = 1, .rank = 1, .dim = {512}, .numel = 512, .init = PG_INIT_UNIFORM, .init_scale = 0.044194173824159216, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 5767168, .grad_off = 5769216, .opt_off = {5771264, -1}, .nacc = 1, .acc_numel = 512},
 };
 
 static const pg_chunk_desc chunks[] = {
-    {0, fwd_c0, bwd_b_c0, bwd_w_c0},
+    {.chunk = 0, .fwd = fwd_c0, .bwd_b = bwd_b_c0, .bwd_w = bwd_w_c0},
 };
 
-/* the step: {kind, mb, chunk, slot, peer, skip, param, tag, arena offset, bytes} */
+/* the step */
 static const pg_step_action step[] = {
-    {PG_FWD, 0, 0, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 0: FWD(mb 0, chunk 0) */
-    {PG_SEND_ACT, 0, 0, 0, 1, -1, -1, 0x03000000u, 4194304, 131072}, /* 1: SEND_ACT(mb 0, chunk 0) to stage 1 */
-    {PG_FWD, 1, 0, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 2: FWD(mb 1, chunk 0) */
-    {PG_SEND_ACT, 1, 0, 1, 1, -1, -1, 0x03000100u, 4325376, 131072}, /* 3: SEND_ACT(mb 1, chunk 0) to stage 1 */
-    {PG_FWD, 2, 0, 2, -1, -1, -1, 0x00000000u, -1, 0}, /* 4: FWD(mb 2, chunk 0) */
-    {PG_SEND_ACT, 2, 0, 2, 1, -1, -1, 0x03000200u, 4456448, 131072}, /* 5: SEND_ACT(mb 2, chunk 0) to stage 1 */
-    {PG_RECV_GRAD, 0, 0, 0, 1, -1, -1, 0x05000001u, 4587520, 131072}, /* 6: RECV_GRAD(mb 0, chunk 0) from stage 1 */
-    {PG_BWD_B, 0, 0, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 7: BWD_B(mb 0, chunk 0) */
-    {PG_BWD_W, 0, 0, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 8: BWD_W(mb 0, chunk 0) */
-    {PG_FWD, 3, 0, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 9: FWD(mb 3, chunk 0) */
-    {PG_SEND_ACT, 3, 0, 0, 1, -1, -1, 0x03000300u, 4194304, 131072}, /* 10: SEND_ACT(mb 3, chunk 0) to stage 1 */
-    {PG_RECV_GRAD, 1, 0, 1, 1, -1, -1, 0x05000101u, 4718592, 131072}, /* 11: RECV_GRAD(mb 1, chunk 0) from stage 1 */
-    {PG_BWD_B, 1, 0, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 12: BWD_B(mb 1, chunk 0) */
-    {PG_BWD_W, 1, 0, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 13: BWD_W(mb 1, chunk 0) */
-    {PG_FWD, 4, 0, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 14: FWD(mb 4, chunk 0) */
-    {PG_SEND_ACT, 4, 0, 1, 1, -1, -1, 0x03000400u, 4325376, 131072}, /* 15: SEND_ACT(mb 4, chunk 0) to stage 1 */
-    {PG_RECV_GRAD, 2, 0, 2, 1, -1, -1, 0x05000201u, 4849664, 131072}, /* 16: RECV_GRAD(mb 2, chunk 0) from stage 1 */
-    {PG_BWD_B, 2, 0, 2, -1, -1, -1, 0x00000000u, -1, 0}, /* 17: BWD_B(mb 2, chunk 0) */
-    {PG_BWD_W, 2, 0, 2, -1, -1, -1, 0x00000000u, -1, 0}, /* 18: BWD_W(mb 2, chunk 0) */
-    {PG_FWD, 5, 0, 2, -1, -1, -1, 0x00000000u, -1, 0}, /* 19: FWD(mb 5, chunk 0) */
-    {PG_SEND_ACT, 5, 0, 2, 1, -1, -1, 0x03000500u, 4456448, 131072}, /* 20: SEND_ACT(mb 5, chunk 0) to stage 1 */
-    {PG_RECV_GRAD, 3, 0, 0, 1, -1, -1, 0x05000301u, 4587520, 131072}, /* 21: RECV_GRAD(mb 3, chunk 0) from stage 1 */
-    {PG_BWD_B, 3, 0, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 22: BWD_B(mb 3, chunk 0) */
-    {PG_BWD_W, 3, 0, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 23: BWD_W(mb 3, chunk 0) */
-    {PG_FWD, 6, 0, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 24: FWD(mb 6, chunk 0) */
-    {PG_SEND_ACT, 6, 0, 0, 1, -1, -1, 0x03000600u, 4194304, 131072}, /* 25: SEND_ACT(mb 6, chunk 0) to stage 1 */
-    {PG_RECV_GRAD, 4, 0, 1, 1, -1, -1, 0x05000401u, 4718592, 131072}, /* 26: RECV_GRAD(mb 4, chunk 0) from stage 1 */
-    {PG_BWD_B, 4, 0, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 27: BWD_B(mb 4, chunk 0) */
-    {PG_BWD_W, 4, 0, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 28: BWD_W(mb 4, chunk 0) */
-    {PG_FWD, 7, 0, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 29: FWD(mb 7, chunk 0) */
-    {PG_SEND_ACT, 7, 0, 1, 1, -1, -1, 0x03000700u, 4325376, 131072}, /* 30: SEND_ACT(mb 7, chunk 0) to stage 1 */
-    {PG_RECV_GRAD, 5, 0, 2, 1, -1, -1, 0x05000501u, 4849664, 131072}, /* 31: RECV_GRAD(mb 5, chunk 0) from stage 1 */
-    {PG_BWD_B, 5, 0, 2, -1, -1, -1, 0x00000000u, -1, 0}, /* 32: BWD_B(mb 5, chunk 0) */
-    {PG_BWD_W, 5, 0, 2, -1, -1, -1, 0x00000000u, -1, 0}, /* 33: BWD_W(mb 5, chunk 0) */
-    {PG_RECV_GRAD, 6, 0, 0, 1, -1, -1, 0x05000601u, 4587520, 131072}, /* 34: RECV_GRAD(mb 6, chunk 0) from stage 1 */
-    {PG_BWD_B, 6, 0, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 35: BWD_B(mb 6, chunk 0) */
-    {PG_BWD_W, 6, 0, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 36: BWD_W(mb 6, chunk 0) */
-    {PG_RECV_GRAD, 7, 0, 1, 1, -1, -1, 0x05000701u, 4718592, 131072}, /* 37: RECV_GRAD(mb 7, chunk 0) from stage 1 */
-    {PG_BWD_B, 7, 0, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 38: BWD_B(mb 7, chunk 0) */
-    {PG_BWD_W, 7, 0, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 39: BWD_W(mb 7, chunk 0) */
-    {PG_OPT_STEP, -1, -1, -1, -1, -1, -1, 0x00000000u, -1, 0}, /* 40: OPT_STEP */
+    {.kind = PG_FWD, .mb = 0, .chunk = 0, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 0: FWD(mb 0, chunk 0) */
+    {.kind = PG_SEND_ACT, .mb = 0, .chunk = 0, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000000u, .off = 4194304, .bytes = 131072}, /* 1: SEND_ACT(mb 0, chunk 0) to stage 1 */
+    {.kind = PG_FWD, .mb = 1, .chunk = 0, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 2: FWD(mb 1, chunk 0) */
+    {.kind = PG_SEND_ACT, .mb = 1, .chunk = 0, .slot = 1, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000100u, .off = 4325376, .bytes = 131072}, /* 3: SEND_ACT(mb 1, chunk 0) to stage 1 */
+    {.kind = PG_FWD, .mb = 2, .chunk = 0, .slot = 2, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 4: FWD(mb 2, chunk 0) */
+    {.kind = PG_SEND_ACT, .mb = 2, .chunk = 0, .slot = 2, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000200u, .off = 4456448, .bytes = 131072}, /* 5: SEND_ACT(mb 2, chunk 0) to stage 1 */
+    {.kind = PG_RECV_GRAD, .mb = 0, .chunk = 0, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000001u, .off = 4587520, .bytes = 131072}, /* 6: RECV_GRAD(mb 0, chunk 0) from stage 1 */
+    {.kind = PG_BWD_B, .mb = 0, .chunk = 0, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 7: BWD_B(mb 0, chunk 0) */
+    {.kind = PG_BWD_W, .mb = 0, .chunk = 0, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 8: BWD_W(mb 0, chunk 0) */
+    {.kind = PG_FWD, .mb = 3, .chunk = 0, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 9: FWD(mb 3, chunk 0) */
+    {.kind = PG_SEND_ACT, .mb = 3, .chunk = 0, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000300u, .off = 4194304, .bytes = 131072}, /* 10: SEND_ACT(mb 3, chunk 0) to stage 1 */
+    {.kind = PG_RECV_GRAD, .mb = 1, .chunk = 0, .slot = 1, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000101u, .off = 4718592, .bytes = 131072}, /* 11: RECV_GRAD(mb 1, chunk 0) from stage 1 */
+    {.kind = PG_BWD_B, .mb = 1, .chunk = 0, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 12: BWD_B(mb 1, chunk 0) */
+    {.kind = PG_BWD_W, .mb = 1, .chunk = 0, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 13: BWD_W(mb 1, chunk 0) */
+    {.kind = PG_FWD, .mb = 4, .chunk = 0, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 14: FWD(mb 4, chunk 0) */
+    {.kind = PG_SEND_ACT, .mb = 4, .chunk = 0, .slot = 1, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000400u, .off = 4325376, .bytes = 131072}, /* 15: SEND_ACT(mb 4, chunk 0) to stage 1 */
+    {.kind = PG_RECV_GRAD, .mb = 2, .chunk = 0, .slot = 2, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000201u, .off = 4849664, .bytes = 131072}, /* 16: RECV_GRAD(mb 2, chunk 0) from stage 1 */
+    {.kind = PG_BWD_B, .mb = 2, .chunk = 0, .slot = 2, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 17: BWD_B(mb 2, chunk 0) */
+    {.kind = PG_BWD_W, .mb = 2, .chunk = 0, .slot = 2, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 18: BWD_W(mb 2, chunk 0) */
+    {.kind = PG_FWD, .mb = 5, .chunk = 0, .slot = 2, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 19: FWD(mb 5, chunk 0) */
+    {.kind = PG_SEND_ACT, .mb = 5, .chunk = 0, .slot = 2, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000500u, .off = 4456448, .bytes = 131072}, /* 20: SEND_ACT(mb 5, chunk 0) to stage 1 */
+    {.kind = PG_RECV_GRAD, .mb = 3, .chunk = 0, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000301u, .off = 4587520, .bytes = 131072}, /* 21: RECV_GRAD(mb 3, chunk 0) from stage 1 */
+    {.kind = PG_BWD_B, .mb = 3, .chunk = 0, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 22: BWD_B(mb 3, chunk 0) */
+    {.kind = PG_BWD_W, .mb = 3, .chunk = 0, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 23: BWD_W(mb 3, chunk 0) */
+    {.kind = PG_FWD, .mb = 6, .chunk = 0, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 24: FWD(mb 6, chunk 0) */
+    {.kind = PG_SEND_ACT, .mb = 6, .chunk = 0, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000600u, .off = 4194304, .bytes = 131072}, /* 25: SEND_ACT(mb 6, chunk 0) to stage 1 */
+    {.kind = PG_RECV_GRAD, .mb = 4, .chunk = 0, .slot = 1, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000401u, .off = 4718592, .bytes = 131072}, /* 26: RECV_GRAD(mb 4, chunk 0) from stage 1 */
+    {.kind = PG_BWD_B, .mb = 4, .chunk = 0, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 27: BWD_B(mb 4, chunk 0) */
+    {.kind = PG_BWD_W, .mb = 4, .chunk = 0, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 28: BWD_W(mb 4, chunk 0) */
+    {.kind = PG_FWD, .mb = 7, .chunk = 0, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 29: FWD(mb 7, chunk 0) */
+    {.kind = PG_SEND_ACT, .mb = 7, .chunk = 0, .slot = 1, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000700u, .off = 4325376, .bytes = 131072}, /* 30: SEND_ACT(mb 7, chunk 0) to stage 1 */
+    {.kind = PG_RECV_GRAD, .mb = 5, .chunk = 0, .slot = 2, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000501u, .off = 4849664, .bytes = 131072}, /* 31: RECV_GRAD(mb 5, chunk 0) from stage 1 */
+    {.kind = PG_BWD_B, .mb = 5, .chunk = 0, .slot = 2, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 32: BWD_B(mb 5, chunk 0) */
+    {.kind = PG_BWD_W, .mb = 5, .chunk = 0, .slot = 2, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 33: BWD_W(mb 5, chunk 0) */
+    {.kind = PG_RECV_GRAD, .mb = 6, .chunk = 0, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000601u, .off = 4587520, .bytes = 131072}, /* 34: RECV_GRAD(mb 6, chunk 0) from stage 1 */
+    {.kind = PG_BWD_B, .mb = 6, .chunk = 0, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 35: BWD_B(mb 6, chunk 0) */
+    {.kind = PG_BWD_W, .mb = 6, .chunk = 0, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 36: BWD_W(mb 6, chunk 0) */
+    {.kind = PG_RECV_GRAD, .mb = 7, .chunk = 0, .slot = 1, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000701u, .off = 4718592, .bytes = 131072}, /* 37: RECV_GRAD(mb 7, chunk 0) from stage 1 */
+    {.kind = PG_BWD_B, .mb = 7, .chunk = 0, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 38: BWD_B(mb 7, chunk 0) */
+    {.kind = PG_BWD_W, .mb = 7, .chunk = 0, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 39: BWD_W(mb 7, chunk 0) */
+    {.kind = PG_OPT_STEP, .mb = -1, .chunk = -1, .slot = -1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 40: OPT_STEP */
 };
 
 static const int64_t mb_rows[] = {64, 64, 64, 64, 64, 64, 64, 64};
@@ -150,6 +140,7 @@ static const pg_layer_info stage_layers[] = {
 };
 
 const pg_stage_desc pg_stage = {
+    .contract = PG_CONTRACT_TAG(2),
     .pipegen_version = "0.1.0",
     .model = "mlp",
     .source = "mlp.pipe",
@@ -160,15 +151,15 @@ const pg_stage_desc pg_stage = {
               .lr = 0.0001, .momentum = 0.90000000000000002, .weight_decay = 0,
               .beta1 = 0.90000000000000002, .beta2 = 0.999, .adam_eps = 1e-08,
               .lr_schedule = PG_LR_CONSTANT, .warmup = 0, .lr_min = 0, .grad_clip = 0,
-              .seed = UINT64_C(1), .loss = 0},
+              .seed = UINT64_C(1), .loss = PG_LOSS_MSE_SUM},
     .nparams = 2, .params = stage_params,
-    .nmodel_params = 6, .model_params = model_params,
+    .nmodel_params = 6, .model_params = pg_model_params,
     .nchunk_fns = 1, .chunks = chunks,
     .nactions = 41, .actions = step,
     .mb_rows = mb_rows, .mb_first_row = mb_first_row, .mb_recompute = mb_recompute,
-    .has_input = 1, .input_off = 3145728, .input_dtype = 0, .input_rank = 1,
+    .has_input = 1, .input_off = 3145728, .input_dtype = PG_DATA_F32, .input_rank = 1,
     .input_dim = {512, 0, 0, 0}, .input_per_sample = 512, .input_vocab = 0,
-    .has_loss = 0, .target_off = -1, .target_dtype = 0, .target_rank = 1,
+    .has_loss = 0, .target_off = -1, .target_dtype = PG_DATA_F32, .target_rank = 1,
     .target_dim = {256, 0, 0, 0}, .target_per_sample = 256, .target_vocab = 0,
     .send_bytes = send_bytes,
     .ws_off = -1, .ws_bytes = 0,

@@ -13,8 +13,6 @@
 #define GP2_LAYER1_WEIGHT ((float *)(A + 2097152)) /* gradient of layer1.weight: f32[1024, 512] */
 #define P3_LAYER1_BIAS ((float *)(A + 8912896)) /* layer1.bias: f32[1024] */
 #define GP3_LAYER1_BIAS ((float *)(A + 8916992)) /* gradient of layer1.bias: f32[1024] */
-/* dropout masks depend on (seed, step, layer, sample, element) only */
-#define DROPOUT_SEED(io, layer) ((io)->seed ^ (UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)((io)->step * 4096 + (layer) + 1)))
 
 /* ---- chunk 1: layers layer1 .. relu1 ---- */
 
@@ -76,83 +74,75 @@ static int bwd_w_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 /* ---- tables ---- */
 
 static const pg_param_desc stage_params[] = {
-    {"layer1.weight", 2, 2, {1024, 512, 0, 0}, 524288, 2, 0.044194173824159216, 1, 0, 0, 1, UINT64_C(0x2), 0, 2097152, {4194304, -1}, 1, NULL, 524288},
-    {"layer1.bias", 3, 1, {1024, 0, 0, 0}, 1024, 2, 0.044194173824159216, 0, 0, 0, 1, UINT64_C(0x2), 8912896, 8916992, {8921088, -1}, 1, NULL, 1024},
-};
-
-/* every parameter of the model, in plan order: stage 0 gathers them for --save */
-static const pg_param_desc model_params[] = {
-    {"layer0.weight", 0, 2, {512, 512, 0, 0}, 262144, 2, 0.044194173824159216, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 262144},
-    {"layer0.bias", 1, 1, {512, 0, 0, 0}, 512, 2, 0.044194173824159216, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 512},
-    {"layer1.weight", 2, 2, {1024, 512, 0, 0}, 524288, 2, 0.044194173824159216, 1, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 524288},
-    {"layer1.bias", 3, 1, {1024, 0, 0, 0}, 1024, 2, 0.044194173824159216, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 1024},
-    {"layer2.weight", 4, 2, {256, 1024, 0, 0}, 262144, 2, 0.03125, 1, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 262144},
-    {"layer2.bias", 5, 1, {256, 0, 0, 0}, 256, 2, 0.03125, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 256},
+    {.name = "layer1.weight", .index = 2, .rank = 2, .dim = {1024, 512}, .numel = 524288, .init = PG_INIT_UNIFORM, .init_scale = 0.044194173824159216, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = 0, .grad_off = 2097152, .opt_off = {4194304, -1}, .nacc = 1, .acc_numel = 524288},
+    {.name = "layer1.bias", .index = 3, .rank = 1, .dim = {1024}, .numel = 1024, .init = PG_INIT_UNIFORM, .init_scale = 0.044194173824159216, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = 8912896, .grad_off = 8916992, .opt_off = {8921088, -1}, .nacc = 1, .acc_numel = 1024},
 };
 
 static const pg_chunk_desc chunks[] = {
-    {1, fwd_c1, bwd_b_c1, bwd_w_c1},
+    {.chunk = 1, .fwd = fwd_c1, .bwd_b = bwd_b_c1, .bwd_w = bwd_w_c1},
 };
 
-/* the step: {kind, mb, chunk, slot, peer, skip, param, tag, arena offset, bytes} */
+/* the step */
 static const pg_step_action step[] = {
-    {PG_RECV_ACT, 0, 1, 0, 0, -1, -1, 0x03000000u, 8388608, 131072}, /* 0: RECV_ACT(mb 0, chunk 1) from stage 0 */
-    {PG_FWD, 0, 1, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 1: FWD(mb 0, chunk 1) */
-    {PG_SEND_ACT, 0, 1, 0, 2, -1, -1, 0x03000001u, 6291456, 262144}, /* 2: SEND_ACT(mb 0, chunk 1) to stage 2 */
-    {PG_RECV_ACT, 1, 1, 1, 0, -1, -1, 0x03000100u, 8519680, 131072}, /* 3: RECV_ACT(mb 1, chunk 1) from stage 0 */
-    {PG_FWD, 1, 1, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 4: FWD(mb 1, chunk 1) */
-    {PG_SEND_ACT, 1, 1, 1, 2, -1, -1, 0x03000101u, 6553600, 262144}, /* 5: SEND_ACT(mb 1, chunk 1) to stage 2 */
-    {PG_RECV_GRAD, 0, 1, 0, 2, -1, -1, 0x05000002u, 6815744, 262144}, /* 6: RECV_GRAD(mb 0, chunk 1) from stage 2 */
-    {PG_BWD_B, 0, 1, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 7: BWD_B(mb 0, chunk 1) */
-    {PG_SEND_GRAD, 0, 1, 0, 0, -1, -1, 0x05000001u, 8650752, 131072}, /* 8: SEND_GRAD(mb 0, chunk 1) to stage 0 */
-    {PG_BWD_W, 0, 1, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 9: BWD_W(mb 0, chunk 1) */
-    {PG_RECV_ACT, 2, 1, 0, 0, -1, -1, 0x03000200u, 8388608, 131072}, /* 10: RECV_ACT(mb 2, chunk 1) from stage 0 */
-    {PG_FWD, 2, 1, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 11: FWD(mb 2, chunk 1) */
-    {PG_SEND_ACT, 2, 1, 0, 2, -1, -1, 0x03000201u, 6291456, 262144}, /* 12: SEND_ACT(mb 2, chunk 1) to stage 2 */
-    {PG_RECV_GRAD, 1, 1, 1, 2, -1, -1, 0x05000102u, 7077888, 262144}, /* 13: RECV_GRAD(mb 1, chunk 1) from stage 2 */
-    {PG_BWD_B, 1, 1, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 14: BWD_B(mb 1, chunk 1) */
-    {PG_SEND_GRAD, 1, 1, 1, 0, -1, -1, 0x05000101u, 8781824, 131072}, /* 15: SEND_GRAD(mb 1, chunk 1) to stage 0 */
-    {PG_BWD_W, 1, 1, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 16: BWD_W(mb 1, chunk 1) */
-    {PG_RECV_ACT, 3, 1, 1, 0, -1, -1, 0x03000300u, 8519680, 131072}, /* 17: RECV_ACT(mb 3, chunk 1) from stage 0 */
-    {PG_FWD, 3, 1, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 18: FWD(mb 3, chunk 1) */
-    {PG_SEND_ACT, 3, 1, 1, 2, -1, -1, 0x03000301u, 6553600, 262144}, /* 19: SEND_ACT(mb 3, chunk 1) to stage 2 */
-    {PG_RECV_GRAD, 2, 1, 0, 2, -1, -1, 0x05000202u, 6815744, 262144}, /* 20: RECV_GRAD(mb 2, chunk 1) from stage 2 */
-    {PG_BWD_B, 2, 1, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 21: BWD_B(mb 2, chunk 1) */
-    {PG_SEND_GRAD, 2, 1, 0, 0, -1, -1, 0x05000201u, 8650752, 131072}, /* 22: SEND_GRAD(mb 2, chunk 1) to stage 0 */
-    {PG_BWD_W, 2, 1, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 23: BWD_W(mb 2, chunk 1) */
-    {PG_RECV_ACT, 4, 1, 0, 0, -1, -1, 0x03000400u, 8388608, 131072}, /* 24: RECV_ACT(mb 4, chunk 1) from stage 0 */
-    {PG_FWD, 4, 1, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 25: FWD(mb 4, chunk 1) */
-    {PG_SEND_ACT, 4, 1, 0, 2, -1, -1, 0x03000401u, 6291456, 262144}, /* 26: SEND_ACT(mb 4, chunk 1) to stage 2 */
-    {PG_RECV_GRAD, 3, 1, 1, 2, -1, -1, 0x05000302u, 7077888, 262144}, /* 27: RECV_GRAD(mb 3, chunk 1) from stage 2 */
-    {PG_BWD_B, 3, 1, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 28: BWD_B(mb 3, chunk 1) */
-    {PG_SEND_GRAD, 3, 1, 1, 0, -1, -1, 0x05000301u, 8781824, 131072}, /* 29: SEND_GRAD(mb 3, chunk 1) to stage 0 */
-    {PG_BWD_W, 3, 1, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 30: BWD_W(mb 3, chunk 1) */
-    {PG_RECV_ACT, 5, 1, 1, 0, -1, -1, 0x03000500u, 8519680, 131072}, /* 31: RECV_ACT(mb 5, chunk 1) from stage 0 */
-    {PG_FWD, 5, 1, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 32: FWD(mb 5, chunk 1) */
-    {PG_SEND_ACT, 5, 1, 1, 2, -1, -1, 0x03000501u, 6553600, 262144}, /* 33: SEND_ACT(mb 5, chunk 1) to stage 2 */
-    {PG_RECV_GRAD, 4, 1, 0, 2, -1, -1, 0x05000402u, 6815744, 262144}, /* 34: RECV_GRAD(mb 4, chunk 1) from stage 2 */
-    {PG_BWD_B, 4, 1, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 35: BWD_B(mb 4, chunk 1) */
-    {PG_SEND_GRAD, 4, 1, 0, 0, -1, -1, 0x05000401u, 8650752, 131072}, /* 36: SEND_GRAD(mb 4, chunk 1) to stage 0 */
-    {PG_BWD_W, 4, 1, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 37: BWD_W(mb 4, chunk 1) */
-    {PG_RECV_ACT, 6, 1, 0, 0, -1, -1, 0x03000600u, 8388608, 131072}, /* 38: RECV_ACT(mb 6, chunk 1) from stage 0 */
-    {PG_FWD, 6, 1, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 39: FWD(mb 6, chunk 1) */
-    {PG_SEND_ACT, 6, 1, 0, 2, -1, -1, 0x03000601u, 6291456, 262144}, /* 40: SEND_ACT(mb 6, chunk 1) to stage 2 */
-    {PG_RECV_GRAD, 5, 1, 1, 2, -1, -1, 0x05000502u, 7077888, 262144}, /* 41: RECV_GRAD(mb 5, chunk 1) from stage 2 */
-    {PG_BWD_B, 5, 1, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 42: BWD_B(mb 5, chunk 1) */
-    {PG_SEND_GRAD, 5, 1, 1, 0, -1, -1, 0x05000501u, 8781824, 131072}, /* 43: SEND_GRAD(mb 5, chunk 1) to stage 0 */
-    {PG_BWD_W, 5, 1, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 44: BWD_W(mb 5, chunk 1) */
-    {PG_RECV_ACT, 7, 1, 1, 0, -1, -1, 0x03000700u, 8519680, 131072}, /* 45: RECV_ACT(mb 7, chunk 1) from stage 0 */
-    {PG_FWD, 7, 1, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 46: FWD(mb 7, chunk 1) */
-    {PG_SEND_ACT, 7, 1, 1, 2, -1, -1, 0x03000701u, 6553600, 262144}, /* 47: SEND_ACT(mb 7, chunk 1) to stage 2 */
-    {PG_RECV_GRAD, 6, 1, 0, 2, -1, -1, 0x05000602u, 6815744, 262144}, /* 48: RECV_GRAD(mb 6, chunk 1) from stage 2 */
-    {PG_BWD_B, 6, 1, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 49: BWD_B(mb 6, chunk 1) */
-    {PG_SEND_GRAD, 6, 1, 0, 0, -1, -1, 0x05000601u, 8650752, 131072}, /* 50: SEND_GRAD(mb 6, chunk 1) to stage 0 */
-    {PG_BWD_W, 6, 1, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 51: BWD_W(mb 6, chunk 1) */
-    {PG_RECV_GRAD, 7, 1, 1, 2, -1, -1, 0x05000702u, 7077888, 262144}, /* 52: RECV_GRAD(mb 7, chunk 1) from stage 2 */
-    {PG_BWD_B, 7, 1, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 53: BWD_B(mb 7, chunk 1) */
-    {PG_SEND_GRAD, 7, 1, 1, 0, -1, -1, 0x05000701u, 8781824, 131072}, /* 54: SEND_GRAD(mb 7, chunk 1) to stage 0 */
-    {PG_BWD_W, 7, 1, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 55: BWD_W(mb 7, chunk 1) */
-    {PG_OPT_STEP, -1, -1, -1, -1, -1, -1, 0x00000000u, -1, 0}, /* 56: OPT_STEP */
+    {.kind = PG_RECV_ACT, .mb = 0, .chunk = 1, .slot = 0, .peer = 0, .skip = -1, .param = -1, .tag = 0x03000000u, .off = 8388608, .bytes = 131072}, /* 0: RECV_ACT(mb 0, chunk 1) from stage 0 */
+    {.kind = PG_FWD, .mb = 0, .chunk = 1, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 1: FWD(mb 0, chunk 1) */
+    {.kind = PG_SEND_ACT, .mb = 0, .chunk = 1, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x03000001u, .off = 6291456, .bytes = 262144}, /* 2: SEND_ACT(mb 0, chunk 1) to stage 2 */
+    {.kind = PG_RECV_ACT, .mb = 1, .chunk = 1, .slot = 1, .peer = 0, .skip = -1, .param = -1, .tag = 0x03000100u, .off = 8519680, .bytes = 131072}, /* 3: RECV_ACT(mb 1, chunk 1) from stage 0 */
+    {.kind = PG_FWD, .mb = 1, .chunk = 1, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 4: FWD(mb 1, chunk 1) */
+    {.kind = PG_SEND_ACT, .mb = 1, .chunk = 1, .slot = 1, .peer = 2, .skip = -1, .param = -1, .tag = 0x03000101u, .off = 6553600, .bytes = 262144}, /* 5: SEND_ACT(mb 1, chunk 1) to stage 2 */
+    {.kind = PG_RECV_GRAD, .mb = 0, .chunk = 1, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x05000002u, .off = 6815744, .bytes = 262144}, /* 6: RECV_GRAD(mb 0, chunk 1) from stage 2 */
+    {.kind = PG_BWD_B, .mb = 0, .chunk = 1, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 7: BWD_B(mb 0, chunk 1) */
+    {.kind = PG_SEND_GRAD, .mb = 0, .chunk = 1, .slot = 0, .peer = 0, .skip = -1, .param = -1, .tag = 0x05000001u, .off = 8650752, .bytes = 131072}, /* 8: SEND_GRAD(mb 0, chunk 1) to stage 0 */
+    {.kind = PG_BWD_W, .mb = 0, .chunk = 1, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 9: BWD_W(mb 0, chunk 1) */
+    {.kind = PG_RECV_ACT, .mb = 2, .chunk = 1, .slot = 0, .peer = 0, .skip = -1, .param = -1, .tag = 0x03000200u, .off = 8388608, .bytes = 131072}, /* 10: RECV_ACT(mb 2, chunk 1) from stage 0 */
+    {.kind = PG_FWD, .mb = 2, .chunk = 1, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 11: FWD(mb 2, chunk 1) */
+    {.kind = PG_SEND_ACT, .mb = 2, .chunk = 1, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x03000201u, .off = 6291456, .bytes = 262144}, /* 12: SEND_ACT(mb 2, chunk 1) to stage 2 */
+    {.kind = PG_RECV_GRAD, .mb = 1, .chunk = 1, .slot = 1, .peer = 2, .skip = -1, .param = -1, .tag = 0x05000102u, .off = 7077888, .bytes = 262144}, /* 13: RECV_GRAD(mb 1, chunk 1) from stage 2 */
+    {.kind = PG_BWD_B, .mb = 1, .chunk = 1, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 14: BWD_B(mb 1, chunk 1) */
+    {.kind = PG_SEND_GRAD, .mb = 1, .chunk = 1, .slot = 1, .peer = 0, .skip = -1, .param = -1, .tag = 0x05000101u, .off = 8781824, .bytes = 131072}, /* 15: SEND_GRAD(mb 1, chunk 1) to stage 0 */
+    {.kind = PG_BWD_W, .mb = 1, .chunk = 1, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 16: BWD_W(mb 1, chunk 1) */
+    {.kind = PG_RECV_ACT, .mb = 3, .chunk = 1, .slot = 1, .peer = 0, .skip = -1, .param = -1, .tag = 0x03000300u, .off = 8519680, .bytes = 131072}, /* 17: RECV_ACT(mb 3, chunk 1) from stage 0 */
+    {.kind = PG_FWD, .mb = 3, .chunk = 1, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 18: FWD(mb 3, chunk 1) */
+    {.kind = PG_SEND_ACT, .mb = 3, .chunk = 1, .slot = 1, .peer = 2, .skip = -1, .param = -1, .tag = 0x03000301u, .off = 6553600, .bytes = 262144}, /* 19: SEND_ACT(mb 3, chunk 1) to stage 2 */
+    {.kind = PG_RECV_GRAD, .mb = 2, .chunk = 1, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x05000202u, .off = 6815744, .bytes = 262144}, /* 20: RECV_GRAD(mb 2, chunk 1) from stage 2 */
+    {.kind = PG_BWD_B, .mb = 2, .chunk = 1, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 21: BWD_B(mb 2, chunk 1) */
+    {.kind = PG_SEND_GRAD, .mb = 2, .chunk = 1, .slot = 0, .peer = 0, .skip = -1, .param = -1, .tag = 0x05000201u, .off = 8650752, .bytes = 131072}, /* 22: SEND_GRAD(mb 2, chunk 1) to stage 0 */
+    {.kind = PG_BWD_W, .mb = 2, .chunk = 1, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 23: BWD_W(mb 2, chunk 1) */
+    {.kind = PG_RECV_ACT, .mb = 4, .chunk = 1, .slot = 0, .peer = 0, .skip = -1, .param = -1, .tag = 0x03000400u, .off = 8388608, .bytes = 131072}, /* 24: RECV_ACT(mb 4, chunk 1) from stage 0 */
+    {.kind = PG_FWD, .mb = 4, .chunk = 1, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 25: FWD(mb 4, chunk 1) */
+    {.kind = PG_SEND_ACT, .mb = 4, .chunk = 1, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x03000401u, .off = 6291456, .bytes = 262144}, /* 26: SEND_ACT(mb 4, chunk 1) to stage 2 */
+    {.kind = PG_RECV_GRAD, .mb = 3, .chunk = 1, .slot = 1, .peer = 2, .skip = -1, .param = -1, .tag = 0x05000302u, .off = 7077888, .bytes = 262144}, /* 27: RECV_GRAD(mb 3, chunk 1) from stage 2 */
+    {.kind = PG_BWD_B, .mb = 3, .chunk = 1, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 28: BWD_B(mb 3, chunk 1) */
+    {.kind = PG_SEND_GRAD, .mb = 3, .chunk = 1, .slot = 1, .peer = 0, .skip = -1, .param = -1, .tag = 0x05000301u, .off = 8781824, .bytes = 131072}, /* 29: SEND_GRAD(mb 3, chunk 1) to stage 0 */
+    {.kind = PG_BWD_W, .mb = 3, .chunk = 1, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 30: BWD_W(mb 3, chunk 1) */
+    {.kind = PG_RECV_ACT, .mb = 5, .chunk = 1, .slot = 1, .peer = 0, .skip = -1, .param = -1, .tag = 0x03000500u, .off = 8519680, .bytes = 131072}, /* 31: RECV_ACT(mb 5, chunk 1) from stage 0 */
+    {.kind = PG_FWD, .mb = 5, .chunk = 1, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 32: FWD(mb 5, chunk 1) */
+    {.kind = PG_SEND_ACT, .mb = 5, .chunk = 1, .slot = 1, .peer = 2, .skip = -1, .param = -1, .tag = 0x03000501u, .off = 6553600, .bytes = 262144}, /* 33: SEND_ACT(mb 5, chunk 1) to stage 2 */
+    {.kind = PG_RECV_GRAD, .mb = 4, .chunk = 1, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x05000402u, .off = 6815744, .bytes = 262144}, /* 34: RECV_GRAD(mb 4, chunk 1) from stage 2 */
+    {.kind = PG_BWD_B, .mb = 4, .chunk = 1, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 35: BWD_B(mb 4, chunk 1) */
+    {.kind = PG_SEND_GRAD, .mb = 4, .chunk = 1, .slot = 0, .peer = 0, .skip = -1, .param = -1, .tag = 0x05000401u, .off = 8650752, .bytes = 131072}, /* 36: SEND_GRAD(mb 4, chunk 1) to stage 0 */
+    {.kind = PG_BWD_W, .mb = 4, .chunk = 1, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 37: BWD_W(mb 4, chunk 1) */
+    {.kind = PG_RECV_ACT, .mb = 6, .chunk = 1, .slot = 0, .peer = 0, .skip = -1, .param = -1, .tag = 0x03000600u, .off = 8388608, .bytes = 131072}, /* 38: RECV_ACT(mb 6, chunk 1) from stage 0 */
+    {.kind = PG_FWD, .mb = 6, .chunk = 1, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 39: FWD(mb 6, chunk 1) */
+    {.kind = PG_SEND_ACT, .mb = 6, .chunk = 1, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x03000601u, .off = 6291456, .bytes = 262144}, /* 40: SEND_ACT(mb 6, chunk 1) to stage 2 */
+    {.kind = PG_RECV_GRAD, .mb = 5, .chunk = 1, .slot = 1, .peer = 2, .skip = -1, .param = -1, .tag = 0x05000502u, .off = 7077888, .bytes = 262144}, /* 41: RECV_GRAD(mb 5, chunk 1) from stage 2 */
+    {.kind = PG_BWD_B, .mb = 5, .chunk = 1, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 42: BWD_B(mb 5, chunk 1) */
+    {.kind = PG_SEND_GRAD, .mb = 5, .chunk = 1, .slot = 1, .peer = 0, .skip = -1, .param = -1, .tag = 0x05000501u, .off = 8781824, .bytes = 131072}, /* 43: SEND_GRAD(mb 5, chunk 1) to stage 0 */
+    {.kind = PG_BWD_W, .mb = 5, .chunk = 1, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 44: BWD_W(mb 5, chunk 1) */
+    {.kind = PG_RECV_ACT, .mb = 7, .chunk = 1, .slot = 1, .peer = 0, .skip = -1, .param = -1, .tag = 0x03000700u, .off = 8519680, .bytes = 131072}, /* 45: RECV_ACT(mb 7, chunk 1) from stage 0 */
+    {.kind = PG_FWD, .mb = 7, .chunk = 1, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 46: FWD(mb 7, chunk 1) */
+    {.kind = PG_SEND_ACT, .mb = 7, .chunk = 1, .slot = 1, .peer = 2, .skip = -1, .param = -1, .tag = 0x03000701u, .off = 6553600, .bytes = 262144}, /* 47: SEND_ACT(mb 7, chunk 1) to stage 2 */
+    {.kind = PG_RECV_GRAD, .mb = 6, .chunk = 1, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x05000602u, .off = 6815744, .bytes = 262144}, /* 48: RECV_GRAD(mb 6, chunk 1) from stage 2 */
+    {.kind = PG_BWD_B, .mb = 6, .chunk = 1, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 49: BWD_B(mb 6, chunk 1) */
+    {.kind = PG_SEND_GRAD, .mb = 6, .chunk = 1, .slot = 0, .peer = 0, .skip = -1, .param = -1, .tag = 0x05000601u, .off = 8650752, .bytes = 131072}, /* 50: SEND_GRAD(mb 6, chunk 1) to stage 0 */
+    {.kind = PG_BWD_W, .mb = 6, .chunk = 1, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 51: BWD_W(mb 6, chunk 1) */
+    {.kind = PG_RECV_GRAD, .mb = 7, .chunk = 1, .slot = 1, .peer = 2, .skip = -1, .param = -1, .tag = 0x05000702u, .off = 7077888, .bytes = 262144}, /* 52: RECV_GRAD(mb 7, chunk 1) from stage 2 */
+    {.kind = PG_BWD_B, .mb = 7, .chunk = 1, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 53: BWD_B(mb 7, chunk 1) */
+    {.kind = PG_SEND_GRAD, .mb = 7, .chunk = 1, .slot = 1, .peer = 0, .skip = -1, .param = -1, .tag = 0x05000701u, .off = 8781824, .bytes = 131072}, /* 54: SEND_GRAD(mb 7, chunk 1) to stage 0 */
+    {.kind = PG_BWD_W, .mb = 7, .chunk = 1, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 55: BWD_W(mb 7, chunk 1) */
+    {.kind = PG_OPT_STEP, .mb = -1, .chunk = -1, .slot = -1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 56: OPT_STEP */
 };
 
 static const int64_t mb_rows[] = {64, 64, 64, 64, 64, 64, 64, 64};
@@ -167,6 +157,7 @@ static const pg_layer_info stage_layers[] = {
 };
 
 const pg_stage_desc pg_stage = {
+    .contract = PG_CONTRACT_TAG(2),
     .pipegen_version = "0.1.0",
     .model = "mlp",
     .source = "mlp.pipe",
@@ -177,15 +168,15 @@ const pg_stage_desc pg_stage = {
               .lr = 0.0001, .momentum = 0.90000000000000002, .weight_decay = 0,
               .beta1 = 0.90000000000000002, .beta2 = 0.999, .adam_eps = 1e-08,
               .lr_schedule = PG_LR_CONSTANT, .warmup = 0, .lr_min = 0, .grad_clip = 0,
-              .seed = UINT64_C(1), .loss = 0},
+              .seed = UINT64_C(1), .loss = PG_LOSS_MSE_SUM},
     .nparams = 2, .params = stage_params,
-    .nmodel_params = 6, .model_params = model_params,
+    .nmodel_params = 6, .model_params = pg_model_params,
     .nchunk_fns = 1, .chunks = chunks,
     .nactions = 57, .actions = step,
     .mb_rows = mb_rows, .mb_first_row = mb_first_row, .mb_recompute = mb_recompute,
-    .has_input = 0, .input_off = -1, .input_dtype = 0, .input_rank = 1,
+    .has_input = 0, .input_off = -1, .input_dtype = PG_DATA_F32, .input_rank = 1,
     .input_dim = {512, 0, 0, 0}, .input_per_sample = 512, .input_vocab = 0,
-    .has_loss = 0, .target_off = -1, .target_dtype = 0, .target_rank = 1,
+    .has_loss = 0, .target_off = -1, .target_dtype = PG_DATA_F32, .target_rank = 1,
     .target_dim = {256, 0, 0, 0}, .target_per_sample = 256, .target_vocab = 0,
     .send_bytes = send_bytes,
     .ws_off = -1, .ws_bytes = 0,

@@ -15,8 +15,6 @@
 #define GP5_LAYER2_BIAS ((float *)(A + 4588544)) /* gradient of layer2.bias: f32[256] */
 /* this micro-batch's rows of the batch target y f32[256] */
 #define TARGET_ROWS (A + 3145728 + io->first_row * 1024)
-/* dropout masks depend on (seed, step, layer, sample, element) only */
-#define DROPOUT_SEED(io, layer) ((io)->seed ^ (UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)((io)->step * 4096 + (layer) + 1)))
 
 /* ---- chunk 2: layers layer2 .. relu2 ---- */
 
@@ -80,67 +78,59 @@ static int bwd_w_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 /* ---- tables ---- */
 
 static const pg_param_desc stage_params[] = {
-    {"layer2.weight", 4, 2, {256, 1024, 0, 0}, 262144, 2, 0.03125, 1, 0, 0, 2, UINT64_C(0x4), 0, 1048576, {2097152, -1}, 1, NULL, 262144},
-    {"layer2.bias", 5, 1, {256, 0, 0, 0}, 256, 2, 0.03125, 0, 0, 0, 2, UINT64_C(0x4), 4587520, 4588544, {4589568, -1}, 1, NULL, 256},
-};
-
-/* every parameter of the model, in plan order: stage 0 gathers them for --save */
-static const pg_param_desc model_params[] = {
-    {"layer0.weight", 0, 2, {512, 512, 0, 0}, 262144, 2, 0.044194173824159216, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 262144},
-    {"layer0.bias", 1, 1, {512, 0, 0, 0}, 512, 2, 0.044194173824159216, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 512},
-    {"layer1.weight", 2, 2, {1024, 512, 0, 0}, 524288, 2, 0.044194173824159216, 1, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 524288},
-    {"layer1.bias", 3, 1, {1024, 0, 0, 0}, 1024, 2, 0.044194173824159216, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 1024},
-    {"layer2.weight", 4, 2, {256, 1024, 0, 0}, 262144, 2, 0.03125, 1, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 262144},
-    {"layer2.bias", 5, 1, {256, 0, 0, 0}, 256, 2, 0.03125, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 256},
+    {.name = "layer2.weight", .index = 4, .rank = 2, .dim = {256, 1024}, .numel = 262144, .init = PG_INIT_UNIFORM, .init_scale = 0.03125, .decay = 1, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
+     .off = 0, .grad_off = 1048576, .opt_off = {2097152, -1}, .nacc = 1, .acc_numel = 262144},
+    {.name = "layer2.bias", .index = 5, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.03125, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
+     .off = 4587520, .grad_off = 4588544, .opt_off = {4589568, -1}, .nacc = 1, .acc_numel = 256},
 };
 
 static const pg_chunk_desc chunks[] = {
-    {2, fwd_c2, bwd_b_c2, bwd_w_c2},
+    {.chunk = 2, .fwd = fwd_c2, .bwd_b = bwd_b_c2, .bwd_w = bwd_w_c2},
 };
 
-/* the step: {kind, mb, chunk, slot, peer, skip, param, tag, arena offset, bytes} */
+/* the step */
 static const pg_step_action step[] = {
-    {PG_RECV_ACT, 0, 2, 0, 1, -1, -1, 0x03000001u, 3670016, 262144}, /* 0: RECV_ACT(mb 0, chunk 2) from stage 1 */
-    {PG_FWD, 0, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 1: FWD(mb 0, chunk 2) */
-    {PG_BWD_B, 0, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 2: BWD_B(mb 0, chunk 2) */
-    {PG_SEND_GRAD, 0, 2, 0, 1, -1, -1, 0x05000002u, 3932160, 262144}, /* 3: SEND_GRAD(mb 0, chunk 2) to stage 1 */
-    {PG_BWD_W, 0, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 4: BWD_W(mb 0, chunk 2) */
-    {PG_RECV_ACT, 1, 2, 0, 1, -1, -1, 0x03000101u, 3670016, 262144}, /* 5: RECV_ACT(mb 1, chunk 2) from stage 1 */
-    {PG_FWD, 1, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 6: FWD(mb 1, chunk 2) */
-    {PG_BWD_B, 1, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 7: BWD_B(mb 1, chunk 2) */
-    {PG_SEND_GRAD, 1, 2, 0, 1, -1, -1, 0x05000102u, 3932160, 262144}, /* 8: SEND_GRAD(mb 1, chunk 2) to stage 1 */
-    {PG_BWD_W, 1, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 9: BWD_W(mb 1, chunk 2) */
-    {PG_RECV_ACT, 2, 2, 0, 1, -1, -1, 0x03000201u, 3670016, 262144}, /* 10: RECV_ACT(mb 2, chunk 2) from stage 1 */
-    {PG_FWD, 2, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 11: FWD(mb 2, chunk 2) */
-    {PG_BWD_B, 2, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 12: BWD_B(mb 2, chunk 2) */
-    {PG_SEND_GRAD, 2, 2, 0, 1, -1, -1, 0x05000202u, 3932160, 262144}, /* 13: SEND_GRAD(mb 2, chunk 2) to stage 1 */
-    {PG_BWD_W, 2, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 14: BWD_W(mb 2, chunk 2) */
-    {PG_RECV_ACT, 3, 2, 0, 1, -1, -1, 0x03000301u, 3670016, 262144}, /* 15: RECV_ACT(mb 3, chunk 2) from stage 1 */
-    {PG_FWD, 3, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 16: FWD(mb 3, chunk 2) */
-    {PG_BWD_B, 3, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 17: BWD_B(mb 3, chunk 2) */
-    {PG_SEND_GRAD, 3, 2, 0, 1, -1, -1, 0x05000302u, 3932160, 262144}, /* 18: SEND_GRAD(mb 3, chunk 2) to stage 1 */
-    {PG_BWD_W, 3, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 19: BWD_W(mb 3, chunk 2) */
-    {PG_RECV_ACT, 4, 2, 0, 1, -1, -1, 0x03000401u, 3670016, 262144}, /* 20: RECV_ACT(mb 4, chunk 2) from stage 1 */
-    {PG_FWD, 4, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 21: FWD(mb 4, chunk 2) */
-    {PG_BWD_B, 4, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 22: BWD_B(mb 4, chunk 2) */
-    {PG_SEND_GRAD, 4, 2, 0, 1, -1, -1, 0x05000402u, 3932160, 262144}, /* 23: SEND_GRAD(mb 4, chunk 2) to stage 1 */
-    {PG_BWD_W, 4, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 24: BWD_W(mb 4, chunk 2) */
-    {PG_RECV_ACT, 5, 2, 0, 1, -1, -1, 0x03000501u, 3670016, 262144}, /* 25: RECV_ACT(mb 5, chunk 2) from stage 1 */
-    {PG_FWD, 5, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 26: FWD(mb 5, chunk 2) */
-    {PG_BWD_B, 5, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 27: BWD_B(mb 5, chunk 2) */
-    {PG_SEND_GRAD, 5, 2, 0, 1, -1, -1, 0x05000502u, 3932160, 262144}, /* 28: SEND_GRAD(mb 5, chunk 2) to stage 1 */
-    {PG_BWD_W, 5, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 29: BWD_W(mb 5, chunk 2) */
-    {PG_RECV_ACT, 6, 2, 0, 1, -1, -1, 0x03000601u, 3670016, 262144}, /* 30: RECV_ACT(mb 6, chunk 2) from stage 1 */
-    {PG_FWD, 6, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 31: FWD(mb 6, chunk 2) */
-    {PG_BWD_B, 6, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 32: BWD_B(mb 6, chunk 2) */
-    {PG_SEND_GRAD, 6, 2, 0, 1, -1, -1, 0x05000602u, 3932160, 262144}, /* 33: SEND_GRAD(mb 6, chunk 2) to stage 1 */
-    {PG_BWD_W, 6, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 34: BWD_W(mb 6, chunk 2) */
-    {PG_RECV_ACT, 7, 2, 0, 1, -1, -1, 0x03000701u, 3670016, 262144}, /* 35: RECV_ACT(mb 7, chunk 2) from stage 1 */
-    {PG_FWD, 7, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 36: FWD(mb 7, chunk 2) */
-    {PG_BWD_B, 7, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 37: BWD_B(mb 7, chunk 2) */
-    {PG_SEND_GRAD, 7, 2, 0, 1, -1, -1, 0x05000702u, 3932160, 262144}, /* 38: SEND_GRAD(mb 7, chunk 2) to stage 1 */
-    {PG_BWD_W, 7, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 39: BWD_W(mb 7, chunk 2) */
-    {PG_OPT_STEP, -1, -1, -1, -1, -1, -1, 0x00000000u, -1, 0}, /* 40: OPT_STEP */
+    {.kind = PG_RECV_ACT, .mb = 0, .chunk = 2, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000001u, .off = 3670016, .bytes = 262144}, /* 0: RECV_ACT(mb 0, chunk 2) from stage 1 */
+    {.kind = PG_FWD, .mb = 0, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 1: FWD(mb 0, chunk 2) */
+    {.kind = PG_BWD_B, .mb = 0, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 2: BWD_B(mb 0, chunk 2) */
+    {.kind = PG_SEND_GRAD, .mb = 0, .chunk = 2, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000002u, .off = 3932160, .bytes = 262144}, /* 3: SEND_GRAD(mb 0, chunk 2) to stage 1 */
+    {.kind = PG_BWD_W, .mb = 0, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 4: BWD_W(mb 0, chunk 2) */
+    {.kind = PG_RECV_ACT, .mb = 1, .chunk = 2, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000101u, .off = 3670016, .bytes = 262144}, /* 5: RECV_ACT(mb 1, chunk 2) from stage 1 */
+    {.kind = PG_FWD, .mb = 1, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 6: FWD(mb 1, chunk 2) */
+    {.kind = PG_BWD_B, .mb = 1, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 7: BWD_B(mb 1, chunk 2) */
+    {.kind = PG_SEND_GRAD, .mb = 1, .chunk = 2, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000102u, .off = 3932160, .bytes = 262144}, /* 8: SEND_GRAD(mb 1, chunk 2) to stage 1 */
+    {.kind = PG_BWD_W, .mb = 1, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 9: BWD_W(mb 1, chunk 2) */
+    {.kind = PG_RECV_ACT, .mb = 2, .chunk = 2, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000201u, .off = 3670016, .bytes = 262144}, /* 10: RECV_ACT(mb 2, chunk 2) from stage 1 */
+    {.kind = PG_FWD, .mb = 2, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 11: FWD(mb 2, chunk 2) */
+    {.kind = PG_BWD_B, .mb = 2, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 12: BWD_B(mb 2, chunk 2) */
+    {.kind = PG_SEND_GRAD, .mb = 2, .chunk = 2, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000202u, .off = 3932160, .bytes = 262144}, /* 13: SEND_GRAD(mb 2, chunk 2) to stage 1 */
+    {.kind = PG_BWD_W, .mb = 2, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 14: BWD_W(mb 2, chunk 2) */
+    {.kind = PG_RECV_ACT, .mb = 3, .chunk = 2, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000301u, .off = 3670016, .bytes = 262144}, /* 15: RECV_ACT(mb 3, chunk 2) from stage 1 */
+    {.kind = PG_FWD, .mb = 3, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 16: FWD(mb 3, chunk 2) */
+    {.kind = PG_BWD_B, .mb = 3, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 17: BWD_B(mb 3, chunk 2) */
+    {.kind = PG_SEND_GRAD, .mb = 3, .chunk = 2, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000302u, .off = 3932160, .bytes = 262144}, /* 18: SEND_GRAD(mb 3, chunk 2) to stage 1 */
+    {.kind = PG_BWD_W, .mb = 3, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 19: BWD_W(mb 3, chunk 2) */
+    {.kind = PG_RECV_ACT, .mb = 4, .chunk = 2, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000401u, .off = 3670016, .bytes = 262144}, /* 20: RECV_ACT(mb 4, chunk 2) from stage 1 */
+    {.kind = PG_FWD, .mb = 4, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 21: FWD(mb 4, chunk 2) */
+    {.kind = PG_BWD_B, .mb = 4, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 22: BWD_B(mb 4, chunk 2) */
+    {.kind = PG_SEND_GRAD, .mb = 4, .chunk = 2, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000402u, .off = 3932160, .bytes = 262144}, /* 23: SEND_GRAD(mb 4, chunk 2) to stage 1 */
+    {.kind = PG_BWD_W, .mb = 4, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 24: BWD_W(mb 4, chunk 2) */
+    {.kind = PG_RECV_ACT, .mb = 5, .chunk = 2, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000501u, .off = 3670016, .bytes = 262144}, /* 25: RECV_ACT(mb 5, chunk 2) from stage 1 */
+    {.kind = PG_FWD, .mb = 5, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 26: FWD(mb 5, chunk 2) */
+    {.kind = PG_BWD_B, .mb = 5, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 27: BWD_B(mb 5, chunk 2) */
+    {.kind = PG_SEND_GRAD, .mb = 5, .chunk = 2, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000502u, .off = 3932160, .bytes = 262144}, /* 28: SEND_GRAD(mb 5, chunk 2) to stage 1 */
+    {.kind = PG_BWD_W, .mb = 5, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 29: BWD_W(mb 5, chunk 2) */
+    {.kind = PG_RECV_ACT, .mb = 6, .chunk = 2, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000601u, .off = 3670016, .bytes = 262144}, /* 30: RECV_ACT(mb 6, chunk 2) from stage 1 */
+    {.kind = PG_FWD, .mb = 6, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 31: FWD(mb 6, chunk 2) */
+    {.kind = PG_BWD_B, .mb = 6, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 32: BWD_B(mb 6, chunk 2) */
+    {.kind = PG_SEND_GRAD, .mb = 6, .chunk = 2, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000602u, .off = 3932160, .bytes = 262144}, /* 33: SEND_GRAD(mb 6, chunk 2) to stage 1 */
+    {.kind = PG_BWD_W, .mb = 6, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 34: BWD_W(mb 6, chunk 2) */
+    {.kind = PG_RECV_ACT, .mb = 7, .chunk = 2, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000701u, .off = 3670016, .bytes = 262144}, /* 35: RECV_ACT(mb 7, chunk 2) from stage 1 */
+    {.kind = PG_FWD, .mb = 7, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 36: FWD(mb 7, chunk 2) */
+    {.kind = PG_BWD_B, .mb = 7, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 37: BWD_B(mb 7, chunk 2) */
+    {.kind = PG_SEND_GRAD, .mb = 7, .chunk = 2, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000702u, .off = 3932160, .bytes = 262144}, /* 38: SEND_GRAD(mb 7, chunk 2) to stage 1 */
+    {.kind = PG_BWD_W, .mb = 7, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 39: BWD_W(mb 7, chunk 2) */
+    {.kind = PG_OPT_STEP, .mb = -1, .chunk = -1, .slot = -1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 40: OPT_STEP */
 };
 
 static const int64_t mb_rows[] = {64, 64, 64, 64, 64, 64, 64, 64};
@@ -155,6 +145,7 @@ static const pg_layer_info stage_layers[] = {
 };
 
 const pg_stage_desc pg_stage = {
+    .contract = PG_CONTRACT_TAG(2),
     .pipegen_version = "0.1.0",
     .model = "mlp",
     .source = "mlp.pipe",
@@ -165,15 +156,15 @@ const pg_stage_desc pg_stage = {
               .lr = 0.0001, .momentum = 0.90000000000000002, .weight_decay = 0,
               .beta1 = 0.90000000000000002, .beta2 = 0.999, .adam_eps = 1e-08,
               .lr_schedule = PG_LR_CONSTANT, .warmup = 0, .lr_min = 0, .grad_clip = 0,
-              .seed = UINT64_C(1), .loss = 0},
+              .seed = UINT64_C(1), .loss = PG_LOSS_MSE_SUM},
     .nparams = 2, .params = stage_params,
-    .nmodel_params = 6, .model_params = model_params,
+    .nmodel_params = 6, .model_params = pg_model_params,
     .nchunk_fns = 1, .chunks = chunks,
     .nactions = 41, .actions = step,
     .mb_rows = mb_rows, .mb_first_row = mb_first_row, .mb_recompute = mb_recompute,
-    .has_input = 0, .input_off = -1, .input_dtype = 0, .input_rank = 1,
+    .has_input = 0, .input_off = -1, .input_dtype = PG_DATA_F32, .input_rank = 1,
     .input_dim = {512, 0, 0, 0}, .input_per_sample = 512, .input_vocab = 0,
-    .has_loss = 1, .target_off = 3145728, .target_dtype = 0, .target_rank = 1,
+    .has_loss = 1, .target_off = 3145728, .target_dtype = PG_DATA_F32, .target_rank = 1,
     .target_dim = {256, 0, 0, 0}, .target_per_sample = 256, .target_vocab = 0,
     .send_bytes = send_bytes,
     .ws_off = -1, .ws_bytes = 0,

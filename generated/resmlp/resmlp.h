@@ -5,6 +5,10 @@
 #ifndef PG_GEN_RESMLP_H
 #define PG_GEN_RESMLP_H
 
+#include <stdint.h>
+
+#include "pg_contract.h"
+
 #define RESMLP_PLAN_HASH UINT64_C(0x7811f09900bf5976)
 #define RESMLP_NSTAGES 4
 
@@ -147,5 +151,45 @@
  *    +98304           16384 bytes  gradient of skip short: [r, 256]
  */
 #define STAGE3_ARENA_BYTES INT64_C(1939456)
+
+/* every parameter of the model, in plan order: stage 0 gathers them for --save */
+static const pg_param_desc pg_model_params[] = {
+    {.name = "inp.weight", .index = 0, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 65536},
+    {.name = "inp.bias", .index = 1, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "body.0.fc1.weight", .index = 2, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 65536},
+    {.name = "body.0.fc1.bias", .index = 3, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "body.0.fc2.weight", .index = 4, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 65536},
+    {.name = "body.0.fc2.bias", .index = 5, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "body.1.fc1.weight", .index = 6, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 65536},
+    {.name = "body.1.fc1.bias", .index = 7, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "body.1.fc2.weight", .index = 8, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 65536},
+    {.name = "body.1.fc2.bias", .index = 9, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "mid.weight", .index = 10, .rank = 2, .dim = {512, 256}, .numel = 131072, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 131072},
+    {.name = "mid.bias", .index = 11, .rank = 1, .dim = {512}, .numel = 512, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 512},
+    {.name = "down.weight", .index = 12, .rank = 2, .dim = {256, 512}, .numel = 131072, .init = PG_INIT_UNIFORM, .init_scale = 0.044194173824159216, .decay = 1, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 131072},
+    {.name = "down.bias", .index = 13, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.044194173824159216, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "head0.weight", .index = 14, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 65536},
+    {.name = "head0.bias", .index = 15, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "out.weight", .index = 16, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 65536},
+    {.name = "out.bias", .index = 17, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+};
 
 #endif

@@ -31,8 +31,6 @@
 #define GP9_BODY_1_FC2_BIAS ((float *)(A + 4961280)) /* gradient of body.1.fc2.bias: f32[256] */
 /* this micro-batch's rows of the batch input x f32[256] */
 #define INPUT_ROWS ((float *)(A + 4620288 + io->first_row * 1024))
-/* dropout masks depend on (seed, step, layer, sample, element) only */
-#define DROPOUT_SEED(io, layer) ((io)->seed ^ (UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)((io)->step * 4096 + (layer) + 1)))
 
 /* ---- chunk 0: layers inp .. body.1.pop.res ---- */
 
@@ -164,75 +162,63 @@ static int bwd_w_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 /* ---- tables ---- */
 
 static const pg_param_desc stage_params[] = {
-    {"inp.weight", 0, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), 688128, 950272, {1212416, -1}, 1, NULL, 65536},
-    {"inp.bias", 1, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), 4947968, 4948992, {4950016, -1}, 1, NULL, 256},
-    {"body.0.fc1.weight", 2, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), 1474560, 1736704, {1998848, -1}, 1, NULL, 65536},
-    {"body.0.fc1.bias", 3, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), 4951040, 4952064, {4953088, -1}, 1, NULL, 256},
-    {"body.0.fc2.weight", 4, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), 2260992, 2523136, {2785280, -1}, 1, NULL, 65536},
-    {"body.0.fc2.bias", 5, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), 4954112, 4955136, {4956160, -1}, 1, NULL, 256},
-    {"body.1.fc1.weight", 6, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), 3047424, 3309568, {3571712, -1}, 1, NULL, 65536},
-    {"body.1.fc1.bias", 7, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), 4957184, 4958208, {4959232, -1}, 1, NULL, 256},
-    {"body.1.fc2.weight", 8, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), 3833856, 4096000, {4358144, -1}, 1, NULL, 65536},
-    {"body.1.fc2.bias", 9, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), 4960256, 4961280, {4962304, -1}, 1, NULL, 256},
-};
-
-/* every parameter of the model, in plan order: stage 0 gathers them for --save */
-static const pg_param_desc model_params[] = {
-    {"inp.weight", 0, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"inp.bias", 1, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"body.0.fc1.weight", 2, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"body.0.fc1.bias", 3, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"body.0.fc2.weight", 4, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"body.0.fc2.bias", 5, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"body.1.fc1.weight", 6, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"body.1.fc1.bias", 7, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"body.1.fc2.weight", 8, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"body.1.fc2.bias", 9, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"mid.weight", 10, 2, {512, 256, 0, 0}, 131072, 2, 0.0625, 1, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 131072},
-    {"mid.bias", 11, 1, {512, 0, 0, 0}, 512, 2, 0.0625, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 512},
-    {"down.weight", 12, 2, {256, 512, 0, 0}, 131072, 2, 0.044194173824159216, 1, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 131072},
-    {"down.bias", 13, 1, {256, 0, 0, 0}, 256, 2, 0.044194173824159216, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"head0.weight", 14, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"head0.bias", 15, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"out.weight", 16, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"out.bias", 17, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 256},
+    {.name = "inp.weight", .index = 0, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 688128, .grad_off = 950272, .opt_off = {1212416, -1}, .nacc = 1, .acc_numel = 65536},
+    {.name = "inp.bias", .index = 1, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 4947968, .grad_off = 4948992, .opt_off = {4950016, -1}, .nacc = 1, .acc_numel = 256},
+    {.name = "body.0.fc1.weight", .index = 2, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 1474560, .grad_off = 1736704, .opt_off = {1998848, -1}, .nacc = 1, .acc_numel = 65536},
+    {.name = "body.0.fc1.bias", .index = 3, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 4951040, .grad_off = 4952064, .opt_off = {4953088, -1}, .nacc = 1, .acc_numel = 256},
+    {.name = "body.0.fc2.weight", .index = 4, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 2260992, .grad_off = 2523136, .opt_off = {2785280, -1}, .nacc = 1, .acc_numel = 65536},
+    {.name = "body.0.fc2.bias", .index = 5, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 4954112, .grad_off = 4955136, .opt_off = {4956160, -1}, .nacc = 1, .acc_numel = 256},
+    {.name = "body.1.fc1.weight", .index = 6, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 3047424, .grad_off = 3309568, .opt_off = {3571712, -1}, .nacc = 1, .acc_numel = 65536},
+    {.name = "body.1.fc1.bias", .index = 7, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 4957184, .grad_off = 4958208, .opt_off = {4959232, -1}, .nacc = 1, .acc_numel = 256},
+    {.name = "body.1.fc2.weight", .index = 8, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 3833856, .grad_off = 4096000, .opt_off = {4358144, -1}, .nacc = 1, .acc_numel = 65536},
+    {.name = "body.1.fc2.bias", .index = 9, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 4960256, .grad_off = 4961280, .opt_off = {4962304, -1}, .nacc = 1, .acc_numel = 256},
 };
 
 static const pg_chunk_desc chunks[] = {
-    {0, fwd_c0, bwd_b_c0, bwd_w_c0},
+    {.chunk = 0, .fwd = fwd_c0, .bwd_b = bwd_b_c0, .bwd_w = bwd_w_c0},
 };
 
-/* the step: {kind, mb, chunk, slot, peer, skip, param, tag, arena offset, bytes} */
+/* the step */
 static const pg_step_action step[] = {
-    {PG_FWD, 0, 0, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 0: FWD(mb 0, chunk 0) */
-    {PG_SEND_ACT, 0, 0, 0, 1, -1, -1, 0x03000000u, 4816896, 16384}, /* 1: SEND_ACT(mb 0, chunk 0) to stage 1 */
-    {PG_SEND_SKIP, 0, 0, 0, 2, 0, -1, 0x07000000u, 4685824, 16384}, /* 2: SEND_SKIP(skip 0, mb 0, chunk 0) to stage 2 */
-    {PG_FWD, 1, 0, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 3: FWD(mb 1, chunk 0) */
-    {PG_SEND_ACT, 1, 0, 1, 1, -1, -1, 0x03000100u, 4833280, 16384}, /* 4: SEND_ACT(mb 1, chunk 0) to stage 1 */
-    {PG_SEND_SKIP, 1, 0, 1, 2, 0, -1, 0x07000100u, 4702208, 16384}, /* 5: SEND_SKIP(skip 0, mb 1, chunk 0) to stage 2 */
-    {PG_FWD, 2, 0, 2, -1, -1, -1, 0x00000000u, -1, 0}, /* 6: FWD(mb 2, chunk 0) */
-    {PG_SEND_ACT, 2, 0, 2, 1, -1, -1, 0x03000200u, 4849664, 16384}, /* 7: SEND_ACT(mb 2, chunk 0) to stage 1 */
-    {PG_SEND_SKIP, 2, 0, 2, 2, 0, -1, 0x07000200u, 4718592, 16384}, /* 8: SEND_SKIP(skip 0, mb 2, chunk 0) to stage 2 */
-    {PG_FWD, 3, 0, 3, -1, -1, -1, 0x00000000u, -1, 0}, /* 9: FWD(mb 3, chunk 0) */
-    {PG_SEND_ACT, 3, 0, 3, 1, -1, -1, 0x03000300u, 4866048, 16384}, /* 10: SEND_ACT(mb 3, chunk 0) to stage 1 */
-    {PG_SEND_SKIP, 3, 0, 3, 2, 0, -1, 0x07000300u, 4734976, 16384}, /* 11: SEND_SKIP(skip 0, mb 3, chunk 0) to stage 2 */
-    {PG_RECV_GRAD, 0, 0, 0, 1, -1, -1, 0x05000001u, 4882432, 16384}, /* 12: RECV_GRAD(mb 0, chunk 0) from stage 1 */
-    {PG_RECV_SKIP_GRAD, 0, 0, 0, 2, 0, -1, 0x09000000u, 4751360, 16384}, /* 13: RECV_SKIP_GRAD(skip 0, mb 0, chunk 0) from stage 2 */
-    {PG_BWD_B, 0, 0, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 14: BWD_B(mb 0, chunk 0) */
-    {PG_BWD_W, 0, 0, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 15: BWD_W(mb 0, chunk 0) */
-    {PG_RECV_GRAD, 1, 0, 1, 1, -1, -1, 0x05000101u, 4898816, 16384}, /* 16: RECV_GRAD(mb 1, chunk 0) from stage 1 */
-    {PG_RECV_SKIP_GRAD, 1, 0, 1, 2, 0, -1, 0x09000100u, 4767744, 16384}, /* 17: RECV_SKIP_GRAD(skip 0, mb 1, chunk 0) from stage 2 */
-    {PG_BWD_B, 1, 0, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 18: BWD_B(mb 1, chunk 0) */
-    {PG_BWD_W, 1, 0, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 19: BWD_W(mb 1, chunk 0) */
-    {PG_RECV_GRAD, 2, 0, 2, 1, -1, -1, 0x05000201u, 4915200, 16384}, /* 20: RECV_GRAD(mb 2, chunk 0) from stage 1 */
-    {PG_RECV_SKIP_GRAD, 2, 0, 2, 2, 0, -1, 0x09000200u, 4784128, 16384}, /* 21: RECV_SKIP_GRAD(skip 0, mb 2, chunk 0) from stage 2 */
-    {PG_BWD_B, 2, 0, 2, -1, -1, -1, 0x00000000u, -1, 0}, /* 22: BWD_B(mb 2, chunk 0) */
-    {PG_BWD_W, 2, 0, 2, -1, -1, -1, 0x00000000u, -1, 0}, /* 23: BWD_W(mb 2, chunk 0) */
-    {PG_RECV_GRAD, 3, 0, 3, 1, -1, -1, 0x05000301u, 4931584, 16384}, /* 24: RECV_GRAD(mb 3, chunk 0) from stage 1 */
-    {PG_RECV_SKIP_GRAD, 3, 0, 3, 2, 0, -1, 0x09000300u, 4800512, 16384}, /* 25: RECV_SKIP_GRAD(skip 0, mb 3, chunk 0) from stage 2 */
-    {PG_BWD_B, 3, 0, 3, -1, -1, -1, 0x00000000u, -1, 0}, /* 26: BWD_B(mb 3, chunk 0) */
-    {PG_BWD_W, 3, 0, 3, -1, -1, -1, 0x00000000u, -1, 0}, /* 27: BWD_W(mb 3, chunk 0) */
-    {PG_OPT_STEP, -1, -1, -1, -1, -1, -1, 0x00000000u, -1, 0}, /* 28: OPT_STEP */
+    {.kind = PG_FWD, .mb = 0, .chunk = 0, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 0: FWD(mb 0, chunk 0) */
+    {.kind = PG_SEND_ACT, .mb = 0, .chunk = 0, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000000u, .off = 4816896, .bytes = 16384}, /* 1: SEND_ACT(mb 0, chunk 0) to stage 1 */
+    {.kind = PG_SEND_SKIP, .mb = 0, .chunk = 0, .slot = 0, .peer = 2, .skip = 0, .param = -1, .tag = 0x07000000u, .off = 4685824, .bytes = 16384}, /* 2: SEND_SKIP(skip 0, mb 0, chunk 0) to stage 2 */
+    {.kind = PG_FWD, .mb = 1, .chunk = 0, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 3: FWD(mb 1, chunk 0) */
+    {.kind = PG_SEND_ACT, .mb = 1, .chunk = 0, .slot = 1, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000100u, .off = 4833280, .bytes = 16384}, /* 4: SEND_ACT(mb 1, chunk 0) to stage 1 */
+    {.kind = PG_SEND_SKIP, .mb = 1, .chunk = 0, .slot = 1, .peer = 2, .skip = 0, .param = -1, .tag = 0x07000100u, .off = 4702208, .bytes = 16384}, /* 5: SEND_SKIP(skip 0, mb 1, chunk 0) to stage 2 */
+    {.kind = PG_FWD, .mb = 2, .chunk = 0, .slot = 2, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 6: FWD(mb 2, chunk 0) */
+    {.kind = PG_SEND_ACT, .mb = 2, .chunk = 0, .slot = 2, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000200u, .off = 4849664, .bytes = 16384}, /* 7: SEND_ACT(mb 2, chunk 0) to stage 1 */
+    {.kind = PG_SEND_SKIP, .mb = 2, .chunk = 0, .slot = 2, .peer = 2, .skip = 0, .param = -1, .tag = 0x07000200u, .off = 4718592, .bytes = 16384}, /* 8: SEND_SKIP(skip 0, mb 2, chunk 0) to stage 2 */
+    {.kind = PG_FWD, .mb = 3, .chunk = 0, .slot = 3, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 9: FWD(mb 3, chunk 0) */
+    {.kind = PG_SEND_ACT, .mb = 3, .chunk = 0, .slot = 3, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000300u, .off = 4866048, .bytes = 16384}, /* 10: SEND_ACT(mb 3, chunk 0) to stage 1 */
+    {.kind = PG_SEND_SKIP, .mb = 3, .chunk = 0, .slot = 3, .peer = 2, .skip = 0, .param = -1, .tag = 0x07000300u, .off = 4734976, .bytes = 16384}, /* 11: SEND_SKIP(skip 0, mb 3, chunk 0) to stage 2 */
+    {.kind = PG_RECV_GRAD, .mb = 0, .chunk = 0, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000001u, .off = 4882432, .bytes = 16384}, /* 12: RECV_GRAD(mb 0, chunk 0) from stage 1 */
+    {.kind = PG_RECV_SKIP_GRAD, .mb = 0, .chunk = 0, .slot = 0, .peer = 2, .skip = 0, .param = -1, .tag = 0x09000000u, .off = 4751360, .bytes = 16384}, /* 13: RECV_SKIP_GRAD(skip 0, mb 0, chunk 0) from stage 2 */
+    {.kind = PG_BWD_B, .mb = 0, .chunk = 0, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 14: BWD_B(mb 0, chunk 0) */
+    {.kind = PG_BWD_W, .mb = 0, .chunk = 0, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 15: BWD_W(mb 0, chunk 0) */
+    {.kind = PG_RECV_GRAD, .mb = 1, .chunk = 0, .slot = 1, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000101u, .off = 4898816, .bytes = 16384}, /* 16: RECV_GRAD(mb 1, chunk 0) from stage 1 */
+    {.kind = PG_RECV_SKIP_GRAD, .mb = 1, .chunk = 0, .slot = 1, .peer = 2, .skip = 0, .param = -1, .tag = 0x09000100u, .off = 4767744, .bytes = 16384}, /* 17: RECV_SKIP_GRAD(skip 0, mb 1, chunk 0) from stage 2 */
+    {.kind = PG_BWD_B, .mb = 1, .chunk = 0, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 18: BWD_B(mb 1, chunk 0) */
+    {.kind = PG_BWD_W, .mb = 1, .chunk = 0, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 19: BWD_W(mb 1, chunk 0) */
+    {.kind = PG_RECV_GRAD, .mb = 2, .chunk = 0, .slot = 2, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000201u, .off = 4915200, .bytes = 16384}, /* 20: RECV_GRAD(mb 2, chunk 0) from stage 1 */
+    {.kind = PG_RECV_SKIP_GRAD, .mb = 2, .chunk = 0, .slot = 2, .peer = 2, .skip = 0, .param = -1, .tag = 0x09000200u, .off = 4784128, .bytes = 16384}, /* 21: RECV_SKIP_GRAD(skip 0, mb 2, chunk 0) from stage 2 */
+    {.kind = PG_BWD_B, .mb = 2, .chunk = 0, .slot = 2, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 22: BWD_B(mb 2, chunk 0) */
+    {.kind = PG_BWD_W, .mb = 2, .chunk = 0, .slot = 2, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 23: BWD_W(mb 2, chunk 0) */
+    {.kind = PG_RECV_GRAD, .mb = 3, .chunk = 0, .slot = 3, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000301u, .off = 4931584, .bytes = 16384}, /* 24: RECV_GRAD(mb 3, chunk 0) from stage 1 */
+    {.kind = PG_RECV_SKIP_GRAD, .mb = 3, .chunk = 0, .slot = 3, .peer = 2, .skip = 0, .param = -1, .tag = 0x09000300u, .off = 4800512, .bytes = 16384}, /* 25: RECV_SKIP_GRAD(skip 0, mb 3, chunk 0) from stage 2 */
+    {.kind = PG_BWD_B, .mb = 3, .chunk = 0, .slot = 3, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 26: BWD_B(mb 3, chunk 0) */
+    {.kind = PG_BWD_W, .mb = 3, .chunk = 0, .slot = 3, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 27: BWD_W(mb 3, chunk 0) */
+    {.kind = PG_OPT_STEP, .mb = -1, .chunk = -1, .slot = -1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 28: OPT_STEP */
 };
 
 static const int64_t mb_rows[] = {16, 16, 16, 16};
@@ -258,6 +244,7 @@ static const pg_layer_info stage_layers[] = {
 };
 
 const pg_stage_desc pg_stage = {
+    .contract = PG_CONTRACT_TAG(2),
     .pipegen_version = "0.1.0",
     .model = "resmlp",
     .source = "resmlp.pipe",
@@ -268,15 +255,15 @@ const pg_stage_desc pg_stage = {
               .lr = 0.01, .momentum = 0.90000000000000002, .weight_decay = 0,
               .beta1 = 0.90000000000000002, .beta2 = 0.999, .adam_eps = 1e-08,
               .lr_schedule = PG_LR_CONSTANT, .warmup = 0, .lr_min = 0, .grad_clip = 0,
-              .seed = UINT64_C(7), .loss = 1},
+              .seed = UINT64_C(7), .loss = PG_LOSS_MSE_MEAN},
     .nparams = 10, .params = stage_params,
-    .nmodel_params = 18, .model_params = model_params,
+    .nmodel_params = 18, .model_params = pg_model_params,
     .nchunk_fns = 1, .chunks = chunks,
     .nactions = 29, .actions = step,
     .mb_rows = mb_rows, .mb_first_row = mb_first_row, .mb_recompute = mb_recompute,
-    .has_input = 1, .input_off = 4620288, .input_dtype = 0, .input_rank = 1,
+    .has_input = 1, .input_off = 4620288, .input_dtype = PG_DATA_F32, .input_rank = 1,
     .input_dim = {256, 0, 0, 0}, .input_per_sample = 256, .input_vocab = 0,
-    .has_loss = 0, .target_off = -1, .target_dtype = 0, .target_rank = 1,
+    .has_loss = 0, .target_off = -1, .target_dtype = PG_DATA_F32, .target_rank = 1,
     .target_dim = {256, 0, 0, 0}, .target_per_sample = 256, .target_vocab = 0,
     .send_bytes = send_bytes,
     .ws_off = -1, .ws_bytes = 0,

@@ -13,8 +13,6 @@
 #define GP10_MID_WEIGHT ((float *)(A + 524288)) /* gradient of mid.weight: f32[512, 256] */
 #define P11_MID_BIAS ((float *)(A + 1998848)) /* mid.bias: f32[512] */
 #define GP11_MID_BIAS ((float *)(A + 2000896)) /* gradient of mid.bias: f32[512] */
-/* dropout masks depend on (seed, step, layer, sample, element) only */
-#define DROPOUT_SEED(io, layer) ((io)->seed ^ (UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)((io)->step * 4096 + (layer) + 1)))
 
 /* ---- chunk 1: layers mid .. relu1 ---- */
 
@@ -76,67 +74,47 @@ static int bwd_w_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 /* ---- tables ---- */
 
 static const pg_param_desc stage_params[] = {
-    {"mid.weight", 10, 2, {512, 256, 0, 0}, 131072, 2, 0.0625, 1, 0, 0, 1, UINT64_C(0x2), 0, 524288, {1048576, -1}, 1, NULL, 131072},
-    {"mid.bias", 11, 1, {512, 0, 0, 0}, 512, 2, 0.0625, 0, 0, 0, 1, UINT64_C(0x2), 1998848, 2000896, {2002944, -1}, 1, NULL, 512},
-};
-
-/* every parameter of the model, in plan order: stage 0 gathers them for --save */
-static const pg_param_desc model_params[] = {
-    {"inp.weight", 0, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"inp.bias", 1, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"body.0.fc1.weight", 2, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"body.0.fc1.bias", 3, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"body.0.fc2.weight", 4, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"body.0.fc2.bias", 5, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"body.1.fc1.weight", 6, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"body.1.fc1.bias", 7, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"body.1.fc2.weight", 8, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"body.1.fc2.bias", 9, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"mid.weight", 10, 2, {512, 256, 0, 0}, 131072, 2, 0.0625, 1, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 131072},
-    {"mid.bias", 11, 1, {512, 0, 0, 0}, 512, 2, 0.0625, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 512},
-    {"down.weight", 12, 2, {256, 512, 0, 0}, 131072, 2, 0.044194173824159216, 1, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 131072},
-    {"down.bias", 13, 1, {256, 0, 0, 0}, 256, 2, 0.044194173824159216, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"head0.weight", 14, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"head0.bias", 15, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"out.weight", 16, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"out.bias", 17, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 256},
+    {.name = "mid.weight", .index = 10, .rank = 2, .dim = {512, 256}, .numel = 131072, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = 0, .grad_off = 524288, .opt_off = {1048576, -1}, .nacc = 1, .acc_numel = 131072},
+    {.name = "mid.bias", .index = 11, .rank = 1, .dim = {512}, .numel = 512, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = 1998848, .grad_off = 2000896, .opt_off = {2002944, -1}, .nacc = 1, .acc_numel = 512},
 };
 
 static const pg_chunk_desc chunks[] = {
-    {1, fwd_c1, bwd_b_c1, bwd_w_c1},
+    {.chunk = 1, .fwd = fwd_c1, .bwd_b = bwd_b_c1, .bwd_w = bwd_w_c1},
 };
 
-/* the step: {kind, mb, chunk, slot, peer, skip, param, tag, arena offset, bytes} */
+/* the step */
 static const pg_step_action step[] = {
-    {PG_RECV_ACT, 0, 1, 0, 0, -1, -1, 0x03000000u, 1900544, 16384}, /* 0: RECV_ACT(mb 0, chunk 1) from stage 0 */
-    {PG_FWD, 0, 1, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 1: FWD(mb 0, chunk 1) */
-    {PG_SEND_ACT, 0, 1, 0, 2, -1, -1, 0x03000001u, 1572864, 32768}, /* 2: SEND_ACT(mb 0, chunk 1) to stage 2 */
-    {PG_RECV_ACT, 1, 1, 1, 0, -1, -1, 0x03000100u, 1916928, 16384}, /* 3: RECV_ACT(mb 1, chunk 1) from stage 0 */
-    {PG_FWD, 1, 1, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 4: FWD(mb 1, chunk 1) */
-    {PG_SEND_ACT, 1, 1, 1, 2, -1, -1, 0x03000101u, 1605632, 32768}, /* 5: SEND_ACT(mb 1, chunk 1) to stage 2 */
-    {PG_RECV_ACT, 2, 1, 2, 0, -1, -1, 0x03000200u, 1933312, 16384}, /* 6: RECV_ACT(mb 2, chunk 1) from stage 0 */
-    {PG_FWD, 2, 1, 2, -1, -1, -1, 0x00000000u, -1, 0}, /* 7: FWD(mb 2, chunk 1) */
-    {PG_SEND_ACT, 2, 1, 2, 2, -1, -1, 0x03000201u, 1638400, 32768}, /* 8: SEND_ACT(mb 2, chunk 1) to stage 2 */
-    {PG_RECV_GRAD, 0, 1, 0, 2, -1, -1, 0x05000002u, 1671168, 32768}, /* 9: RECV_GRAD(mb 0, chunk 1) from stage 2 */
-    {PG_BWD_B, 0, 1, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 10: BWD_B(mb 0, chunk 1) */
-    {PG_SEND_GRAD, 0, 1, 0, 0, -1, -1, 0x05000001u, 1949696, 16384}, /* 11: SEND_GRAD(mb 0, chunk 1) to stage 0 */
-    {PG_BWD_W, 0, 1, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 12: BWD_W(mb 0, chunk 1) */
-    {PG_RECV_ACT, 3, 1, 0, 0, -1, -1, 0x03000300u, 1900544, 16384}, /* 13: RECV_ACT(mb 3, chunk 1) from stage 0 */
-    {PG_FWD, 3, 1, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 14: FWD(mb 3, chunk 1) */
-    {PG_SEND_ACT, 3, 1, 0, 2, -1, -1, 0x03000301u, 1572864, 32768}, /* 15: SEND_ACT(mb 3, chunk 1) to stage 2 */
-    {PG_RECV_GRAD, 1, 1, 1, 2, -1, -1, 0x05000102u, 1703936, 32768}, /* 16: RECV_GRAD(mb 1, chunk 1) from stage 2 */
-    {PG_BWD_B, 1, 1, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 17: BWD_B(mb 1, chunk 1) */
-    {PG_SEND_GRAD, 1, 1, 1, 0, -1, -1, 0x05000101u, 1966080, 16384}, /* 18: SEND_GRAD(mb 1, chunk 1) to stage 0 */
-    {PG_BWD_W, 1, 1, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 19: BWD_W(mb 1, chunk 1) */
-    {PG_RECV_GRAD, 2, 1, 2, 2, -1, -1, 0x05000202u, 1736704, 32768}, /* 20: RECV_GRAD(mb 2, chunk 1) from stage 2 */
-    {PG_BWD_B, 2, 1, 2, -1, -1, -1, 0x00000000u, -1, 0}, /* 21: BWD_B(mb 2, chunk 1) */
-    {PG_SEND_GRAD, 2, 1, 2, 0, -1, -1, 0x05000201u, 1982464, 16384}, /* 22: SEND_GRAD(mb 2, chunk 1) to stage 0 */
-    {PG_BWD_W, 2, 1, 2, -1, -1, -1, 0x00000000u, -1, 0}, /* 23: BWD_W(mb 2, chunk 1) */
-    {PG_RECV_GRAD, 3, 1, 0, 2, -1, -1, 0x05000302u, 1671168, 32768}, /* 24: RECV_GRAD(mb 3, chunk 1) from stage 2 */
-    {PG_BWD_B, 3, 1, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 25: BWD_B(mb 3, chunk 1) */
-    {PG_SEND_GRAD, 3, 1, 0, 0, -1, -1, 0x05000301u, 1949696, 16384}, /* 26: SEND_GRAD(mb 3, chunk 1) to stage 0 */
-    {PG_BWD_W, 3, 1, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 27: BWD_W(mb 3, chunk 1) */
-    {PG_OPT_STEP, -1, -1, -1, -1, -1, -1, 0x00000000u, -1, 0}, /* 28: OPT_STEP */
+    {.kind = PG_RECV_ACT, .mb = 0, .chunk = 1, .slot = 0, .peer = 0, .skip = -1, .param = -1, .tag = 0x03000000u, .off = 1900544, .bytes = 16384}, /* 0: RECV_ACT(mb 0, chunk 1) from stage 0 */
+    {.kind = PG_FWD, .mb = 0, .chunk = 1, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 1: FWD(mb 0, chunk 1) */
+    {.kind = PG_SEND_ACT, .mb = 0, .chunk = 1, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x03000001u, .off = 1572864, .bytes = 32768}, /* 2: SEND_ACT(mb 0, chunk 1) to stage 2 */
+    {.kind = PG_RECV_ACT, .mb = 1, .chunk = 1, .slot = 1, .peer = 0, .skip = -1, .param = -1, .tag = 0x03000100u, .off = 1916928, .bytes = 16384}, /* 3: RECV_ACT(mb 1, chunk 1) from stage 0 */
+    {.kind = PG_FWD, .mb = 1, .chunk = 1, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 4: FWD(mb 1, chunk 1) */
+    {.kind = PG_SEND_ACT, .mb = 1, .chunk = 1, .slot = 1, .peer = 2, .skip = -1, .param = -1, .tag = 0x03000101u, .off = 1605632, .bytes = 32768}, /* 5: SEND_ACT(mb 1, chunk 1) to stage 2 */
+    {.kind = PG_RECV_ACT, .mb = 2, .chunk = 1, .slot = 2, .peer = 0, .skip = -1, .param = -1, .tag = 0x03000200u, .off = 1933312, .bytes = 16384}, /* 6: RECV_ACT(mb 2, chunk 1) from stage 0 */
+    {.kind = PG_FWD, .mb = 2, .chunk = 1, .slot = 2, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 7: FWD(mb 2, chunk 1) */
+    {.kind = PG_SEND_ACT, .mb = 2, .chunk = 1, .slot = 2, .peer = 2, .skip = -1, .param = -1, .tag = 0x03000201u, .off = 1638400, .bytes = 32768}, /* 8: SEND_ACT(mb 2, chunk 1) to stage 2 */
+    {.kind = PG_RECV_GRAD, .mb = 0, .chunk = 1, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x05000002u, .off = 1671168, .bytes = 32768}, /* 9: RECV_GRAD(mb 0, chunk 1) from stage 2 */
+    {.kind = PG_BWD_B, .mb = 0, .chunk = 1, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 10: BWD_B(mb 0, chunk 1) */
+    {.kind = PG_SEND_GRAD, .mb = 0, .chunk = 1, .slot = 0, .peer = 0, .skip = -1, .param = -1, .tag = 0x05000001u, .off = 1949696, .bytes = 16384}, /* 11: SEND_GRAD(mb 0, chunk 1) to stage 0 */
+    {.kind = PG_BWD_W, .mb = 0, .chunk = 1, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 12: BWD_W(mb 0, chunk 1) */
+    {.kind = PG_RECV_ACT, .mb = 3, .chunk = 1, .slot = 0, .peer = 0, .skip = -1, .param = -1, .tag = 0x03000300u, .off = 1900544, .bytes = 16384}, /* 13: RECV_ACT(mb 3, chunk 1) from stage 0 */
+    {.kind = PG_FWD, .mb = 3, .chunk = 1, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 14: FWD(mb 3, chunk 1) */
+    {.kind = PG_SEND_ACT, .mb = 3, .chunk = 1, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x03000301u, .off = 1572864, .bytes = 32768}, /* 15: SEND_ACT(mb 3, chunk 1) to stage 2 */
+    {.kind = PG_RECV_GRAD, .mb = 1, .chunk = 1, .slot = 1, .peer = 2, .skip = -1, .param = -1, .tag = 0x05000102u, .off = 1703936, .bytes = 32768}, /* 16: RECV_GRAD(mb 1, chunk 1) from stage 2 */
+    {.kind = PG_BWD_B, .mb = 1, .chunk = 1, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 17: BWD_B(mb 1, chunk 1) */
+    {.kind = PG_SEND_GRAD, .mb = 1, .chunk = 1, .slot = 1, .peer = 0, .skip = -1, .param = -1, .tag = 0x05000101u, .off = 1966080, .bytes = 16384}, /* 18: SEND_GRAD(mb 1, chunk 1) to stage 0 */
+    {.kind = PG_BWD_W, .mb = 1, .chunk = 1, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 19: BWD_W(mb 1, chunk 1) */
+    {.kind = PG_RECV_GRAD, .mb = 2, .chunk = 1, .slot = 2, .peer = 2, .skip = -1, .param = -1, .tag = 0x05000202u, .off = 1736704, .bytes = 32768}, /* 20: RECV_GRAD(mb 2, chunk 1) from stage 2 */
+    {.kind = PG_BWD_B, .mb = 2, .chunk = 1, .slot = 2, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 21: BWD_B(mb 2, chunk 1) */
+    {.kind = PG_SEND_GRAD, .mb = 2, .chunk = 1, .slot = 2, .peer = 0, .skip = -1, .param = -1, .tag = 0x05000201u, .off = 1982464, .bytes = 16384}, /* 22: SEND_GRAD(mb 2, chunk 1) to stage 0 */
+    {.kind = PG_BWD_W, .mb = 2, .chunk = 1, .slot = 2, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 23: BWD_W(mb 2, chunk 1) */
+    {.kind = PG_RECV_GRAD, .mb = 3, .chunk = 1, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x05000302u, .off = 1671168, .bytes = 32768}, /* 24: RECV_GRAD(mb 3, chunk 1) from stage 2 */
+    {.kind = PG_BWD_B, .mb = 3, .chunk = 1, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 25: BWD_B(mb 3, chunk 1) */
+    {.kind = PG_SEND_GRAD, .mb = 3, .chunk = 1, .slot = 0, .peer = 0, .skip = -1, .param = -1, .tag = 0x05000301u, .off = 1949696, .bytes = 16384}, /* 26: SEND_GRAD(mb 3, chunk 1) to stage 0 */
+    {.kind = PG_BWD_W, .mb = 3, .chunk = 1, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 27: BWD_W(mb 3, chunk 1) */
+    {.kind = PG_OPT_STEP, .mb = -1, .chunk = -1, .slot = -1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 28: OPT_STEP */
 };
 
 static const int64_t mb_rows[] = {16, 16, 16, 16};
@@ -151,6 +129,7 @@ static const pg_layer_info stage_layers[] = {
 };
 
 const pg_stage_desc pg_stage = {
+    .contract = PG_CONTRACT_TAG(2),
     .pipegen_version = "0.1.0",
     .model = "resmlp",
     .source = "resmlp.pipe",
@@ -161,15 +140,15 @@ const pg_stage_desc pg_stage = {
               .lr = 0.01, .momentum = 0.90000000000000002, .weight_decay = 0,
               .beta1 = 0.90000000000000002, .beta2 = 0.999, .adam_eps = 1e-08,
               .lr_schedule = PG_LR_CONSTANT, .warmup = 0, .lr_min = 0, .grad_clip = 0,
-              .seed = UINT64_C(7), .loss = 1},
+              .seed = UINT64_C(7), .loss = PG_LOSS_MSE_MEAN},
     .nparams = 2, .params = stage_params,
-    .nmodel_params = 18, .model_params = model_params,
+    .nmodel_params = 18, .model_params = pg_model_params,
     .nchunk_fns = 1, .chunks = chunks,
     .nactions = 29, .actions = step,
     .mb_rows = mb_rows, .mb_first_row = mb_first_row, .mb_recompute = mb_recompute,
-    .has_input = 0, .input_off = -1, .input_dtype = 0, .input_rank = 1,
+    .has_input = 0, .input_off = -1, .input_dtype = PG_DATA_F32, .input_rank = 1,
     .input_dim = {256, 0, 0, 0}, .input_per_sample = 256, .input_vocab = 0,
-    .has_loss = 0, .target_off = -1, .target_dtype = 0, .target_rank = 1,
+    .has_loss = 0, .target_off = -1, .target_dtype = PG_DATA_F32, .target_rank = 1,
     .target_dim = {256, 0, 0, 0}, .target_per_sample = 256, .target_vocab = 0,
     .send_bytes = send_bytes,
     .ws_off = -1, .ws_bytes = 0,

@@ -13,8 +13,6 @@
 #define GP12_DOWN_WEIGHT ((float *)(A + 524288)) /* gradient of down.weight: f32[256, 512] */
 #define P13_DOWN_BIAS ((float *)(A + 1966080)) /* down.bias: f32[256] */
 #define GP13_DOWN_BIAS ((float *)(A + 1967104)) /* gradient of down.bias: f32[256] */
-/* dropout masks depend on (seed, step, layer, sample, element) only */
-#define DROPOUT_SEED(io, layer) ((io)->seed ^ (UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)((io)->step * 4096 + (layer) + 1)))
 
 /* ---- chunk 2: layers down .. relu2 ---- */
 
@@ -88,75 +86,55 @@ static int bwd_w_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 /* ---- tables ---- */
 
 static const pg_param_desc stage_params[] = {
-    {"down.weight", 12, 2, {256, 512, 0, 0}, 131072, 2, 0.044194173824159216, 1, 0, 0, 2, UINT64_C(0x4), 0, 524288, {1048576, -1}, 1, NULL, 131072},
-    {"down.bias", 13, 1, {256, 0, 0, 0}, 256, 2, 0.044194173824159216, 0, 0, 0, 2, UINT64_C(0x4), 1966080, 1967104, {1968128, -1}, 1, NULL, 256},
-};
-
-/* every parameter of the model, in plan order: stage 0 gathers them for --save */
-static const pg_param_desc model_params[] = {
-    {"inp.weight", 0, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"inp.bias", 1, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"body.0.fc1.weight", 2, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"body.0.fc1.bias", 3, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"body.0.fc2.weight", 4, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"body.0.fc2.bias", 5, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"body.1.fc1.weight", 6, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"body.1.fc1.bias", 7, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"body.1.fc2.weight", 8, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"body.1.fc2.bias", 9, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"mid.weight", 10, 2, {512, 256, 0, 0}, 131072, 2, 0.0625, 1, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 131072},
-    {"mid.bias", 11, 1, {512, 0, 0, 0}, 512, 2, 0.0625, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 512},
-    {"down.weight", 12, 2, {256, 512, 0, 0}, 131072, 2, 0.044194173824159216, 1, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 131072},
-    {"down.bias", 13, 1, {256, 0, 0, 0}, 256, 2, 0.044194173824159216, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"head0.weight", 14, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"head0.bias", 15, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"out.weight", 16, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"out.bias", 17, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 256},
+    {.name = "down.weight", .index = 12, .rank = 2, .dim = {256, 512}, .numel = 131072, .init = PG_INIT_UNIFORM, .init_scale = 0.044194173824159216, .decay = 1, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
+     .off = 0, .grad_off = 524288, .opt_off = {1048576, -1}, .nacc = 1, .acc_numel = 131072},
+    {.name = "down.bias", .index = 13, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.044194173824159216, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
+     .off = 1966080, .grad_off = 1967104, .opt_off = {1968128, -1}, .nacc = 1, .acc_numel = 256},
 };
 
 static const pg_chunk_desc chunks[] = {
-    {2, fwd_c2, bwd_b_c2, bwd_w_c2},
+    {.chunk = 2, .fwd = fwd_c2, .bwd_b = bwd_b_c2, .bwd_w = bwd_w_c2},
 };
 
-/* the step: {kind, mb, chunk, slot, peer, skip, param, tag, arena offset, bytes} */
+/* the step */
 static const pg_step_action step[] = {
-    {PG_RECV_ACT, 0, 2, 0, 1, -1, -1, 0x03000001u, 1572864, 32768}, /* 0: RECV_ACT(mb 0, chunk 2) from stage 1 */
-    {PG_RECV_SKIP, 0, 2, 0, 0, 0, -1, 0x07000000u, 1835008, 16384}, /* 1: RECV_SKIP(skip 0, mb 0, chunk 2) from stage 0 */
-    {PG_FWD, 0, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 2: FWD(mb 0, chunk 2) */
-    {PG_SEND_ACT, 0, 2, 0, 3, -1, -1, 0x03000002u, 1900544, 16384}, /* 3: SEND_ACT(mb 0, chunk 2) to stage 3 */
-    {PG_RECV_ACT, 1, 2, 1, 1, -1, -1, 0x03000101u, 1605632, 32768}, /* 4: RECV_ACT(mb 1, chunk 2) from stage 1 */
-    {PG_RECV_SKIP, 1, 2, 1, 0, 0, -1, 0x07000100u, 1851392, 16384}, /* 5: RECV_SKIP(skip 0, mb 1, chunk 2) from stage 0 */
-    {PG_FWD, 1, 2, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 6: FWD(mb 1, chunk 2) */
-    {PG_SEND_ACT, 1, 2, 1, 3, -1, -1, 0x03000102u, 1916928, 16384}, /* 7: SEND_ACT(mb 1, chunk 2) to stage 3 */
-    {PG_RECV_GRAD, 0, 2, 0, 3, -1, -1, 0x05000003u, 1933312, 16384}, /* 8: RECV_GRAD(mb 0, chunk 2) from stage 3 */
-    {PG_BWD_B, 0, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 9: BWD_B(mb 0, chunk 2) */
-    {PG_SEND_GRAD, 0, 2, 0, 1, -1, -1, 0x05000002u, 1638400, 32768}, /* 10: SEND_GRAD(mb 0, chunk 2) to stage 1 */
-    {PG_SEND_SKIP_GRAD, 0, 2, 0, 0, 0, -1, 0x09000000u, 1867776, 16384}, /* 11: SEND_SKIP_GRAD(skip 0, mb 0, chunk 2) to stage 0 */
-    {PG_BWD_W, 0, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 12: BWD_W(mb 0, chunk 2) */
-    {PG_RECV_ACT, 2, 2, 0, 1, -1, -1, 0x03000201u, 1572864, 32768}, /* 13: RECV_ACT(mb 2, chunk 2) from stage 1 */
-    {PG_RECV_SKIP, 2, 2, 0, 0, 0, -1, 0x07000200u, 1835008, 16384}, /* 14: RECV_SKIP(skip 0, mb 2, chunk 2) from stage 0 */
-    {PG_FWD, 2, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 15: FWD(mb 2, chunk 2) */
-    {PG_SEND_ACT, 2, 2, 0, 3, -1, -1, 0x03000202u, 1900544, 16384}, /* 16: SEND_ACT(mb 2, chunk 2) to stage 3 */
-    {PG_RECV_GRAD, 1, 2, 1, 3, -1, -1, 0x05000103u, 1949696, 16384}, /* 17: RECV_GRAD(mb 1, chunk 2) from stage 3 */
-    {PG_BWD_B, 1, 2, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 18: BWD_B(mb 1, chunk 2) */
-    {PG_SEND_GRAD, 1, 2, 1, 1, -1, -1, 0x05000102u, 1671168, 32768}, /* 19: SEND_GRAD(mb 1, chunk 2) to stage 1 */
-    {PG_SEND_SKIP_GRAD, 1, 2, 1, 0, 0, -1, 0x09000100u, 1884160, 16384}, /* 20: SEND_SKIP_GRAD(skip 0, mb 1, chunk 2) to stage 0 */
-    {PG_BWD_W, 1, 2, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 21: BWD_W(mb 1, chunk 2) */
-    {PG_RECV_ACT, 3, 2, 1, 1, -1, -1, 0x03000301u, 1605632, 32768}, /* 22: RECV_ACT(mb 3, chunk 2) from stage 1 */
-    {PG_RECV_SKIP, 3, 2, 1, 0, 0, -1, 0x07000300u, 1851392, 16384}, /* 23: RECV_SKIP(skip 0, mb 3, chunk 2) from stage 0 */
-    {PG_FWD, 3, 2, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 24: FWD(mb 3, chunk 2) */
-    {PG_SEND_ACT, 3, 2, 1, 3, -1, -1, 0x03000302u, 1916928, 16384}, /* 25: SEND_ACT(mb 3, chunk 2) to stage 3 */
-    {PG_RECV_GRAD, 2, 2, 0, 3, -1, -1, 0x05000203u, 1933312, 16384}, /* 26: RECV_GRAD(mb 2, chunk 2) from stage 3 */
-    {PG_BWD_B, 2, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 27: BWD_B(mb 2, chunk 2) */
-    {PG_SEND_GRAD, 2, 2, 0, 1, -1, -1, 0x05000202u, 1638400, 32768}, /* 28: SEND_GRAD(mb 2, chunk 2) to stage 1 */
-    {PG_SEND_SKIP_GRAD, 2, 2, 0, 0, 0, -1, 0x09000200u, 1867776, 16384}, /* 29: SEND_SKIP_GRAD(skip 0, mb 2, chunk 2) to stage 0 */
-    {PG_BWD_W, 2, 2, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 30: BWD_W(mb 2, chunk 2) */
-    {PG_RECV_GRAD, 3, 2, 1, 3, -1, -1, 0x05000303u, 1949696, 16384}, /* 31: RECV_GRAD(mb 3, chunk 2) from stage 3 */
-    {PG_BWD_B, 3, 2, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 32: BWD_B(mb 3, chunk 2) */
-    {PG_SEND_GRAD, 3, 2, 1, 1, -1, -1, 0x05000302u, 1671168, 32768}, /* 33: SEND_GRAD(mb 3, chunk 2) to stage 1 */
-    {PG_SEND_SKIP_GRAD, 3, 2, 1, 0, 0, -1, 0x09000300u, 1884160, 16384}, /* 34: SEND_SKIP_GRAD(skip 0, mb 3, chunk 2) to stage 0 */
-    {PG_BWD_W, 3, 2, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 35: BWD_W(mb 3, chunk 2) */
-    {PG_OPT_STEP, -1, -1, -1, -1, -1, -1, 0x00000000u, -1, 0}, /* 36: OPT_STEP */
+    {.kind = PG_RECV_ACT, .mb = 0, .chunk = 2, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000001u, .off = 1572864, .bytes = 32768}, /* 0: RECV_ACT(mb 0, chunk 2) from stage 1 */
+    {.kind = PG_RECV_SKIP, .mb = 0, .chunk = 2, .slot = 0, .peer = 0, .skip = 0, .param = -1, .tag = 0x07000000u, .off = 1835008, .bytes = 16384}, /* 1: RECV_SKIP(skip 0, mb 0, chunk 2) from stage 0 */
+    {.kind = PG_FWD, .mb = 0, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 2: FWD(mb 0, chunk 2) */
+    {.kind = PG_SEND_ACT, .mb = 0, .chunk = 2, .slot = 0, .peer = 3, .skip = -1, .param = -1, .tag = 0x03000002u, .off = 1900544, .bytes = 16384}, /* 3: SEND_ACT(mb 0, chunk 2) to stage 3 */
+    {.kind = PG_RECV_ACT, .mb = 1, .chunk = 2, .slot = 1, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000101u, .off = 1605632, .bytes = 32768}, /* 4: RECV_ACT(mb 1, chunk 2) from stage 1 */
+    {.kind = PG_RECV_SKIP, .mb = 1, .chunk = 2, .slot = 1, .peer = 0, .skip = 0, .param = -1, .tag = 0x07000100u, .off = 1851392, .bytes = 16384}, /* 5: RECV_SKIP(skip 0, mb 1, chunk 2) from stage 0 */
+    {.kind = PG_FWD, .mb = 1, .chunk = 2, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 6: FWD(mb 1, chunk 2) */
+    {.kind = PG_SEND_ACT, .mb = 1, .chunk = 2, .slot = 1, .peer = 3, .skip = -1, .param = -1, .tag = 0x03000102u, .off = 1916928, .bytes = 16384}, /* 7: SEND_ACT(mb 1, chunk 2) to stage 3 */
+    {.kind = PG_RECV_GRAD, .mb = 0, .chunk = 2, .slot = 0, .peer = 3, .skip = -1, .param = -1, .tag = 0x05000003u, .off = 1933312, .bytes = 16384}, /* 8: RECV_GRAD(mb 0, chunk 2) from stage 3 */
+    {.kind = PG_BWD_B, .mb = 0, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 9: BWD_B(mb 0, chunk 2) */
+    {.kind = PG_SEND_GRAD, .mb = 0, .chunk = 2, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000002u, .off = 1638400, .bytes = 32768}, /* 10: SEND_GRAD(mb 0, chunk 2) to stage 1 */
+    {.kind = PG_SEND_SKIP_GRAD, .mb = 0, .chunk = 2, .slot = 0, .peer = 0, .skip = 0, .param = -1, .tag = 0x09000000u, .off = 1867776, .bytes = 16384}, /* 11: SEND_SKIP_GRAD(skip 0, mb 0, chunk 2) to stage 0 */
+    {.kind = PG_BWD_W, .mb = 0, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 12: BWD_W(mb 0, chunk 2) */
+    {.kind = PG_RECV_ACT, .mb = 2, .chunk = 2, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000201u, .off = 1572864, .bytes = 32768}, /* 13: RECV_ACT(mb 2, chunk 2) from stage 1 */
+    {.kind = PG_RECV_SKIP, .mb = 2, .chunk = 2, .slot = 0, .peer = 0, .skip = 0, .param = -1, .tag = 0x07000200u, .off = 1835008, .bytes = 16384}, /* 14: RECV_SKIP(skip 0, mb 2, chunk 2) from stage 0 */
+    {.kind = PG_FWD, .mb = 2, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 15: FWD(mb 2, chunk 2) */
+    {.kind = PG_SEND_ACT, .mb = 2, .chunk = 2, .slot = 0, .peer = 3, .skip = -1, .param = -1, .tag = 0x03000202u, .off = 1900544, .bytes = 16384}, /* 16: SEND_ACT(mb 2, chunk 2) to stage 3 */
+    {.kind = PG_RECV_GRAD, .mb = 1, .chunk = 2, .slot = 1, .peer = 3, .skip = -1, .param = -1, .tag = 0x05000103u, .off = 1949696, .bytes = 16384}, /* 17: RECV_GRAD(mb 1, chunk 2) from stage 3 */
+    {.kind = PG_BWD_B, .mb = 1, .chunk = 2, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 18: BWD_B(mb 1, chunk 2) */
+    {.kind = PG_SEND_GRAD, .mb = 1, .chunk = 2, .slot = 1, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000102u, .off = 1671168, .bytes = 32768}, /* 19: SEND_GRAD(mb 1, chunk 2) to stage 1 */
+    {.kind = PG_SEND_SKIP_GRAD, .mb = 1, .chunk = 2, .slot = 1, .peer = 0, .skip = 0, .param = -1, .tag = 0x09000100u, .off = 1884160, .bytes = 16384}, /* 20: SEND_SKIP_GRAD(skip 0, mb 1, chunk 2) to stage 0 */
+    {.kind = PG_BWD_W, .mb = 1, .chunk = 2, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 21: BWD_W(mb 1, chunk 2) */
+    {.kind = PG_RECV_ACT, .mb = 3, .chunk = 2, .slot = 1, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000301u, .off = 1605632, .bytes = 32768}, /* 22: RECV_ACT(mb 3, chunk 2) from stage 1 */
+    {.kind = PG_RECV_SKIP, .mb = 3, .chunk = 2, .slot = 1, .peer = 0, .skip = 0, .param = -1, .tag = 0x07000300u, .off = 1851392, .bytes = 16384}, /* 23: RECV_SKIP(skip 0, mb 3, chunk 2) from stage 0 */
+    {.kind = PG_FWD, .mb = 3, .chunk = 2, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 24: FWD(mb 3, chunk 2) */
+    {.kind = PG_SEND_ACT, .mb = 3, .chunk = 2, .slot = 1, .peer = 3, .skip = -1, .param = -1, .tag = 0x03000302u, .off = 1916928, .bytes = 16384}, /* 25: SEND_ACT(mb 3, chunk 2) to stage 3 */
+    {.kind = PG_RECV_GRAD, .mb = 2, .chunk = 2, .slot = 0, .peer = 3, .skip = -1, .param = -1, .tag = 0x05000203u, .off = 1933312, .bytes = 16384}, /* 26: RECV_GRAD(mb 2, chunk 2) from stage 3 */
+    {.kind = PG_BWD_B, .mb = 2, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 27: BWD_B(mb 2, chunk 2) */
+    {.kind = PG_SEND_GRAD, .mb = 2, .chunk = 2, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000202u, .off = 1638400, .bytes = 32768}, /* 28: SEND_GRAD(mb 2, chunk 2) to stage 1 */
+    {.kind = PG_SEND_SKIP_GRAD, .mb = 2, .chunk = 2, .slot = 0, .peer = 0, .skip = 0, .param = -1, .tag = 0x09000200u, .off = 1867776, .bytes = 16384}, /* 29: SEND_SKIP_GRAD(skip 0, mb 2, chunk 2) to stage 0 */
+    {.kind = PG_BWD_W, .mb = 2, .chunk = 2, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 30: BWD_W(mb 2, chunk 2) */
+    {.kind = PG_RECV_GRAD, .mb = 3, .chunk = 2, .slot = 1, .peer = 3, .skip = -1, .param = -1, .tag = 0x05000303u, .off = 1949696, .bytes = 16384}, /* 31: RECV_GRAD(mb 3, chunk 2) from stage 3 */
+    {.kind = PG_BWD_B, .mb = 3, .chunk = 2, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 32: BWD_B(mb 3, chunk 2) */
+    {.kind = PG_SEND_GRAD, .mb = 3, .chunk = 2, .slot = 1, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000302u, .off = 1671168, .bytes = 32768}, /* 33: SEND_GRAD(mb 3, chunk 2) to stage 1 */
+    {.kind = PG_SEND_SKIP_GRAD, .mb = 3, .chunk = 2, .slot = 1, .peer = 0, .skip = 0, .param = -1, .tag = 0x09000300u, .off = 1884160, .bytes = 16384}, /* 34: SEND_SKIP_GRAD(skip 0, mb 3, chunk 2) to stage 0 */
+    {.kind = PG_BWD_W, .mb = 3, .chunk = 2, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 35: BWD_W(mb 3, chunk 2) */
+    {.kind = PG_OPT_STEP, .mb = -1, .chunk = -1, .slot = -1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 36: OPT_STEP */
 };
 
 static const int64_t mb_rows[] = {16, 16, 16, 16};
@@ -172,6 +150,7 @@ static const pg_layer_info stage_layers[] = {
 };
 
 const pg_stage_desc pg_stage = {
+    .contract = PG_CONTRACT_TAG(2),
     .pipegen_version = "0.1.0",
     .model = "resmlp",
     .source = "resmlp.pipe",
@@ -182,15 +161,15 @@ const pg_stage_desc pg_stage = {
               .lr = 0.01, .momentum = 0.90000000000000002, .weight_decay = 0,
               .beta1 = 0.90000000000000002, .beta2 = 0.999, .adam_eps = 1e-08,
               .lr_schedule = PG_LR_CONSTANT, .warmup = 0, .lr_min = 0, .grad_clip = 0,
-              .seed = UINT64_C(7), .loss = 1},
+              .seed = UINT64_C(7), .loss = PG_LOSS_MSE_MEAN},
     .nparams = 2, .params = stage_params,
-    .nmodel_params = 18, .model_params = model_params,
+    .nmodel_params = 18, .model_params = pg_model_params,
     .nchunk_fns = 1, .chunks = chunks,
     .nactions = 37, .actions = step,
     .mb_rows = mb_rows, .mb_first_row = mb_first_row, .mb_recompute = mb_recompute,
-    .has_input = 0, .input_off = -1, .input_dtype = 0, .input_rank = 1,
+    .has_input = 0, .input_off = -1, .input_dtype = PG_DATA_F32, .input_rank = 1,
     .input_dim = {256, 0, 0, 0}, .input_per_sample = 256, .input_vocab = 0,
-    .has_loss = 0, .target_off = -1, .target_dtype = 0, .target_rank = 1,
+    .has_loss = 0, .target_off = -1, .target_dtype = PG_DATA_F32, .target_rank = 1,
     .target_dim = {256, 0, 0, 0}, .target_per_sample = 256, .target_vocab = 0,
     .send_bytes = send_bytes,
     .ws_off = -1, .ws_bytes = 0,

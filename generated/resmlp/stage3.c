@@ -19,8 +19,6 @@
 #define GP17_OUT_BIAS ((float *)(A + 1937408)) /* gradient of out.bias: f32[256] */
 /* this micro-batch's rows of the batch target y f32[256] */
 #define TARGET_ROWS (A + 1802240 + io->first_row * 1024)
-/* dropout masks depend on (seed, step, layer, sample, element) only */
-#define DROPOUT_SEED(io, layer) ((io)->seed ^ (UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)((io)->step * 4096 + (layer) + 1)))
 
 /* ---- chunk 3: layers stash.short .. out ---- */
 
@@ -102,61 +100,43 @@ static int bwd_w_c3(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 /* ---- tables ---- */
 
 static const pg_param_desc stage_params[] = {
-    {"head0.weight", 14, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 3, UINT64_C(0x8), 0, 262144, {524288, -1}, 1, NULL, 65536},
-    {"head0.bias", 15, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 3, UINT64_C(0x8), 1933312, 1934336, {1935360, -1}, 1, NULL, 256},
-    {"out.weight", 16, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 3, UINT64_C(0x8), 786432, 1048576, {1310720, -1}, 1, NULL, 65536},
-    {"out.bias", 17, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 3, UINT64_C(0x8), 1936384, 1937408, {1938432, -1}, 1, NULL, 256},
-};
-
-/* every parameter of the model, in plan order: stage 0 gathers them for --save */
-static const pg_param_desc model_params[] = {
-    {"inp.weight", 0, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"inp.bias", 1, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"body.0.fc1.weight", 2, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"body.0.fc1.bias", 3, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"body.0.fc2.weight", 4, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"body.0.fc2.bias", 5, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"body.1.fc1.weight", 6, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"body.1.fc1.bias", 7, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"body.1.fc2.weight", 8, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"body.1.fc2.bias", 9, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"mid.weight", 10, 2, {512, 256, 0, 0}, 131072, 2, 0.0625, 1, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 131072},
-    {"mid.bias", 11, 1, {512, 0, 0, 0}, 512, 2, 0.0625, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 512},
-    {"down.weight", 12, 2, {256, 512, 0, 0}, 131072, 2, 0.044194173824159216, 1, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 131072},
-    {"down.bias", 13, 1, {256, 0, 0, 0}, 256, 2, 0.044194173824159216, 0, 0, 0, 2, UINT64_C(0x4), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"head0.weight", 14, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"head0.bias", 15, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"out.weight", 16, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"out.bias", 17, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 3, UINT64_C(0x8), -1, -1, {-1, -1}, 0, NULL, 256},
+    {.name = "head0.weight", .index = 14, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
+     .off = 0, .grad_off = 262144, .opt_off = {524288, -1}, .nacc = 1, .acc_numel = 65536},
+    {.name = "head0.bias", .index = 15, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
+     .off = 1933312, .grad_off = 1934336, .opt_off = {1935360, -1}, .nacc = 1, .acc_numel = 256},
+    {.name = "out.weight", .index = 16, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
+     .off = 786432, .grad_off = 1048576, .opt_off = {1310720, -1}, .nacc = 1, .acc_numel = 65536},
+    {.name = "out.bias", .index = 17, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
+     .off = 1936384, .grad_off = 1937408, .opt_off = {1938432, -1}, .nacc = 1, .acc_numel = 256},
 };
 
 static const pg_chunk_desc chunks[] = {
-    {3, fwd_c3, bwd_b_c3, bwd_w_c3},
+    {.chunk = 3, .fwd = fwd_c3, .bwd_b = bwd_b_c3, .bwd_w = bwd_w_c3},
 };
 
-/* the step: {kind, mb, chunk, slot, peer, skip, param, tag, arena offset, bytes} */
+/* the step */
 static const pg_step_action step[] = {
-    {PG_RECV_ACT, 0, 3, 0, 2, -1, -1, 0x03000002u, 1867776, 16384}, /* 0: RECV_ACT(mb 0, chunk 3) from stage 2 */
-    {PG_FWD, 0, 3, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 1: FWD(mb 0, chunk 3) */
-    {PG_BWD_B, 0, 3, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 2: BWD_B(mb 0, chunk 3) */
-    {PG_SEND_GRAD, 0, 3, 0, 2, -1, -1, 0x05000003u, 1916928, 16384}, /* 3: SEND_GRAD(mb 0, chunk 3) to stage 2 */
-    {PG_BWD_W, 0, 3, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 4: BWD_W(mb 0, chunk 3) */
-    {PG_RECV_ACT, 1, 3, 0, 2, -1, -1, 0x03000102u, 1867776, 16384}, /* 5: RECV_ACT(mb 1, chunk 3) from stage 2 */
-    {PG_FWD, 1, 3, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 6: FWD(mb 1, chunk 3) */
-    {PG_BWD_B, 1, 3, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 7: BWD_B(mb 1, chunk 3) */
-    {PG_SEND_GRAD, 1, 3, 0, 2, -1, -1, 0x05000103u, 1916928, 16384}, /* 8: SEND_GRAD(mb 1, chunk 3) to stage 2 */
-    {PG_BWD_W, 1, 3, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 9: BWD_W(mb 1, chunk 3) */
-    {PG_RECV_ACT, 2, 3, 0, 2, -1, -1, 0x03000202u, 1867776, 16384}, /* 10: RECV_ACT(mb 2, chunk 3) from stage 2 */
-    {PG_FWD, 2, 3, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 11: FWD(mb 2, chunk 3) */
-    {PG_BWD_B, 2, 3, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 12: BWD_B(mb 2, chunk 3) */
-    {PG_SEND_GRAD, 2, 3, 0, 2, -1, -1, 0x05000203u, 1916928, 16384}, /* 13: SEND_GRAD(mb 2, chunk 3) to stage 2 */
-    {PG_BWD_W, 2, 3, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 14: BWD_W(mb 2, chunk 3) */
-    {PG_RECV_ACT, 3, 3, 0, 2, -1, -1, 0x03000302u, 1867776, 16384}, /* 15: RECV_ACT(mb 3, chunk 3) from stage 2 */
-    {PG_FWD, 3, 3, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 16: FWD(mb 3, chunk 3) */
-    {PG_BWD_B, 3, 3, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 17: BWD_B(mb 3, chunk 3) */
-    {PG_SEND_GRAD, 3, 3, 0, 2, -1, -1, 0x05000303u, 1916928, 16384}, /* 18: SEND_GRAD(mb 3, chunk 3) to stage 2 */
-    {PG_BWD_W, 3, 3, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 19: BWD_W(mb 3, chunk 3) */
-    {PG_OPT_STEP, -1, -1, -1, -1, -1, -1, 0x00000000u, -1, 0}, /* 20: OPT_STEP */
+    {.kind = PG_RECV_ACT, .mb = 0, .chunk = 3, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x03000002u, .off = 1867776, .bytes = 16384}, /* 0: RECV_ACT(mb 0, chunk 3) from stage 2 */
+    {.kind = PG_FWD, .mb = 0, .chunk = 3, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 1: FWD(mb 0, chunk 3) */
+    {.kind = PG_BWD_B, .mb = 0, .chunk = 3, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 2: BWD_B(mb 0, chunk 3) */
+    {.kind = PG_SEND_GRAD, .mb = 0, .chunk = 3, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x05000003u, .off = 1916928, .bytes = 16384}, /* 3: SEND_GRAD(mb 0, chunk 3) to stage 2 */
+    {.kind = PG_BWD_W, .mb = 0, .chunk = 3, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 4: BWD_W(mb 0, chunk 3) */
+    {.kind = PG_RECV_ACT, .mb = 1, .chunk = 3, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x03000102u, .off = 1867776, .bytes = 16384}, /* 5: RECV_ACT(mb 1, chunk 3) from stage 2 */
+    {.kind = PG_FWD, .mb = 1, .chunk = 3, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 6: FWD(mb 1, chunk 3) */
+    {.kind = PG_BWD_B, .mb = 1, .chunk = 3, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 7: BWD_B(mb 1, chunk 3) */
+    {.kind = PG_SEND_GRAD, .mb = 1, .chunk = 3, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x05000103u, .off = 1916928, .bytes = 16384}, /* 8: SEND_GRAD(mb 1, chunk 3) to stage 2 */
+    {.kind = PG_BWD_W, .mb = 1, .chunk = 3, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 9: BWD_W(mb 1, chunk 3) */
+    {.kind = PG_RECV_ACT, .mb = 2, .chunk = 3, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x03000202u, .off = 1867776, .bytes = 16384}, /* 10: RECV_ACT(mb 2, chunk 3) from stage 2 */
+    {.kind = PG_FWD, .mb = 2, .chunk = 3, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 11: FWD(mb 2, chunk 3) */
+    {.kind = PG_BWD_B, .mb = 2, .chunk = 3, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 12: BWD_B(mb 2, chunk 3) */
+    {.kind = PG_SEND_GRAD, .mb = 2, .chunk = 3, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x05000203u, .off = 1916928, .bytes = 16384}, /* 13: SEND_GRAD(mb 2, chunk 3) to stage 2 */
+    {.kind = PG_BWD_W, .mb = 2, .chunk = 3, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 14: BWD_W(mb 2, chunk 3) */
+    {.kind = PG_RECV_ACT, .mb = 3, .chunk = 3, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x03000302u, .off = 1867776, .bytes = 16384}, /* 15: RECV_ACT(mb 3, chunk 3) from stage 2 */
+    {.kind = PG_FWD, .mb = 3, .chunk = 3, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 16: FWD(mb 3, chunk 3) */
+    {.kind = PG_BWD_B, .mb = 3, .chunk = 3, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 17: BWD_B(mb 3, chunk 3) */
+    {.kind = PG_SEND_GRAD, .mb = 3, .chunk = 3, .slot = 0, .peer = 2, .skip = -1, .param = -1, .tag = 0x05000303u, .off = 1916928, .bytes = 16384}, /* 18: SEND_GRAD(mb 3, chunk 3) to stage 2 */
+    {.kind = PG_BWD_W, .mb = 3, .chunk = 3, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 19: BWD_W(mb 3, chunk 3) */
+    {.kind = PG_OPT_STEP, .mb = -1, .chunk = -1, .slot = -1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 20: OPT_STEP */
 };
 
 static const int64_t mb_rows[] = {16, 16, 16, 16};
@@ -174,6 +154,7 @@ static const pg_layer_info stage_layers[] = {
 };
 
 const pg_stage_desc pg_stage = {
+    .contract = PG_CONTRACT_TAG(2),
     .pipegen_version = "0.1.0",
     .model = "resmlp",
     .source = "resmlp.pipe",
@@ -184,15 +165,15 @@ const pg_stage_desc pg_stage = {
               .lr = 0.01, .momentum = 0.90000000000000002, .weight_decay = 0,
               .beta1 = 0.90000000000000002, .beta2 = 0.999, .adam_eps = 1e-08,
               .lr_schedule = PG_LR_CONSTANT, .warmup = 0, .lr_min = 0, .grad_clip = 0,
-              .seed = UINT64_C(7), .loss = 1},
+              .seed = UINT64_C(7), .loss = PG_LOSS_MSE_MEAN},
     .nparams = 4, .params = stage_params,
-    .nmodel_params = 18, .model_params = model_params,
+    .nmodel_params = 18, .model_params = pg_model_params,
     .nchunk_fns = 1, .chunks = chunks,
     .nactions = 21, .actions = step,
     .mb_rows = mb_rows, .mb_first_row = mb_first_row, .mb_recompute = mb_recompute,
-    .has_input = 0, .input_off = -1, .input_dtype = 0, .input_rank = 1,
+    .has_input = 0, .input_off = -1, .input_dtype = PG_DATA_F32, .input_rank = 1,
     .input_dim = {256, 0, 0, 0}, .input_per_sample = 256, .input_vocab = 0,
-    .has_loss = 1, .target_off = 1802240, .target_dtype = 0, .target_rank = 1,
+    .has_loss = 1, .target_off = 1802240, .target_dtype = PG_DATA_F32, .target_rank = 1,
     .target_dim = {256, 0, 0, 0}, .target_per_sample = 256, .target_vocab = 0,
     .send_bytes = send_bytes,
     .ws_off = -1, .ws_bytes = 0,

@@ -5,6 +5,10 @@
 #ifndef PG_GEN_RESMLP_BN_H
 #define PG_GEN_RESMLP_BN_H
 
+#include <stdint.h>
+
+#include "pg_contract.h"
+
 #define RESMLP_BN_PLAN_HASH UINT64_C(0x3fc5d20c9f087207)
 #define RESMLP_BN_NSTAGES 2
 
@@ -199,5 +203,89 @@
  *    +396288           1024 bytes  b.1.bn rstd of this micro-batch: [C]
  */
 #define STAGE1_ARENA_BYTES INT64_C(4828160)
+
+/* every parameter of the model, in plan order: stage 0 gathers them for --save */
+static const pg_param_desc pg_model_params[] = {
+    {.name = "inp.weight", .index = 0, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 65536},
+    {.name = "inp.bias", .index = 1, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "bn0.weight", .index = 2, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "bn0.bias", .index = 3, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "bn0.running_mean", .index = 4, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .is_buffer = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "bn0.running_var", .index = 5, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .is_buffer = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "a.0.fc1.weight", .index = 6, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 65536},
+    {.name = "a.0.fc1.bias", .index = 7, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "a.0.bn.weight", .index = 8, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "a.0.bn.bias", .index = 9, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "a.0.bn.running_mean", .index = 10, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .is_buffer = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "a.0.bn.running_var", .index = 11, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .is_buffer = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "a.0.fc2.weight", .index = 12, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 65536},
+    {.name = "a.0.fc2.bias", .index = 13, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "a.1.fc1.weight", .index = 14, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 65536},
+    {.name = "a.1.fc1.bias", .index = 15, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "a.1.bn.weight", .index = 16, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "a.1.bn.bias", .index = 17, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "a.1.bn.running_mean", .index = 18, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .is_buffer = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "a.1.bn.running_var", .index = 19, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .is_buffer = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "a.1.fc2.weight", .index = 20, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 65536},
+    {.name = "a.1.fc2.bias", .index = 21, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "b.0.fc1.weight", .index = 22, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 65536},
+    {.name = "b.0.fc1.bias", .index = 23, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "b.0.bn.weight", .index = 24, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "b.0.bn.bias", .index = 25, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "b.0.bn.running_mean", .index = 26, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .is_buffer = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "b.0.bn.running_var", .index = 27, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .is_buffer = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "b.0.fc2.weight", .index = 28, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 65536},
+    {.name = "b.0.fc2.bias", .index = 29, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "b.1.fc1.weight", .index = 30, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 65536},
+    {.name = "b.1.fc1.bias", .index = 31, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "b.1.bn.weight", .index = 32, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "b.1.bn.bias", .index = 33, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "b.1.bn.running_mean", .index = 34, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .is_buffer = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "b.1.bn.running_var", .index = 35, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .is_buffer = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "b.1.fc2.weight", .index = 36, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 65536},
+    {.name = "b.1.fc2.bias", .index = 37, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "out.weight", .index = 38, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 65536},
+    {.name = "out.bias", .index = 39, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+};
 
 #endif

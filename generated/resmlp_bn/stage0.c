@@ -49,8 +49,6 @@
 #define GP21_A_1_FC2_BIAS ((float *)(A + 4758528)) /* gradient of a.1.fc2.bias: f32[256] */
 /* this micro-batch's rows of the batch input x f32[256] */
 #define INPUT_ROWS ((float *)(A + 4380672 + io->first_row * 1024))
-/* dropout masks depend on (seed, step, layer, sample, element) only */
-#define DROPOUT_SEED(io, layer) ((io)->seed ^ (UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)((io)->step * 4096 + (layer) + 1)))
 
 /* ---- chunk 0: layers inp .. a.1.pop.res ---- */
 
@@ -244,109 +242,87 @@ static int bwd_w_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 /* ---- tables ---- */
 
 static const pg_param_desc stage_params[] = {
-    {"inp.weight", 0, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), 448512, 710656, {972800, -1}, 1, NULL, 65536},
-    {"inp.bias", 1, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), 4720640, 4721664, {4722688, -1}, 1, NULL, 256},
-    {"bn0.weight", 2, 1, {256, 0, 0, 0}, 256, 1, 0, 0, 0, 0, 0, UINT64_C(0x1), 4723712, 4724736, {4725760, -1}, 1, NULL, 256},
-    {"bn0.bias", 3, 1, {256, 0, 0, 0}, 256, 0, 0, 0, 0, 0, 0, UINT64_C(0x1), 4726784, 4727808, {4728832, -1}, 1, NULL, 256},
-    {"bn0.running_mean", 4, 1, {256, 0, 0, 0}, 256, 0, 0, 0, 1, 0, 0, UINT64_C(0x1), 4729856, -1, {-1, -1}, 0, NULL, 256},
-    {"bn0.running_var", 5, 1, {256, 0, 0, 0}, 256, 1, 0, 0, 1, 0, 0, UINT64_C(0x1), 4730880, -1, {-1, -1}, 0, NULL, 256},
-    {"a.0.fc1.weight", 6, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), 1234944, 1497088, {1759232, -1}, 1, NULL, 65536},
-    {"a.0.fc1.bias", 7, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), 4731904, 4732928, {4733952, -1}, 1, NULL, 256},
-    {"a.0.bn.weight", 8, 1, {256, 0, 0, 0}, 256, 1, 0, 0, 0, 0, 0, UINT64_C(0x1), 4734976, 4736000, {4737024, -1}, 1, NULL, 256},
-    {"a.0.bn.bias", 9, 1, {256, 0, 0, 0}, 256, 0, 0, 0, 0, 0, 0, UINT64_C(0x1), 4738048, 4739072, {4740096, -1}, 1, NULL, 256},
-    {"a.0.bn.running_mean", 10, 1, {256, 0, 0, 0}, 256, 0, 0, 0, 1, 0, 0, UINT64_C(0x1), 4741120, -1, {-1, -1}, 0, NULL, 256},
-    {"a.0.bn.running_var", 11, 1, {256, 0, 0, 0}, 256, 1, 0, 0, 1, 0, 0, UINT64_C(0x1), 4742144, -1, {-1, -1}, 0, NULL, 256},
-    {"a.0.fc2.weight", 12, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), 2021376, 2283520, {2545664, -1}, 1, NULL, 65536},
-    {"a.0.fc2.bias", 13, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), 4743168, 4744192, {4745216, -1}, 1, NULL, 256},
-    {"a.1.fc1.weight", 14, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), 2807808, 3069952, {3332096, -1}, 1, NULL, 65536},
-    {"a.1.fc1.bias", 15, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), 4746240, 4747264, {4748288, -1}, 1, NULL, 256},
-    {"a.1.bn.weight", 16, 1, {256, 0, 0, 0}, 256, 1, 0, 0, 0, 0, 0, UINT64_C(0x1), 4749312, 4750336, {4751360, -1}, 1, NULL, 256},
-    {"a.1.bn.bias", 17, 1, {256, 0, 0, 0}, 256, 0, 0, 0, 0, 0, 0, UINT64_C(0x1), 4752384, 4753408, {4754432, -1}, 1, NULL, 256},
-    {"a.1.bn.running_mean", 18, 1, {256, 0, 0, 0}, 256, 0, 0, 0, 1, 0, 0, UINT64_C(0x1), 4755456, -1, {-1, -1}, 0, NULL, 256},
-    {"a.1.bn.running_var", 19, 1, {256, 0, 0, 0}, 256, 1, 0, 0, 1, 0, 0, UINT64_C(0x1), 4756480, -1, {-1, -1}, 0, NULL, 256},
-    {"a.1.fc2.weight", 20, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), 3594240, 3856384, {4118528, -1}, 1, NULL, 65536},
-    {"a.1.fc2.bias", 21, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), 4757504, 4758528, {4759552, -1}, 1, NULL, 256},
-};
-
-/* every parameter of the model, in plan order: stage 0 gathers them for --save */
-static const pg_param_desc model_params[] = {
-    {"inp.weight", 0, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"inp.bias", 1, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"bn0.weight", 2, 1, {256, 0, 0, 0}, 256, 1, 0, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"bn0.bias", 3, 1, {256, 0, 0, 0}, 256, 0, 0, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"bn0.running_mean", 4, 1, {256, 0, 0, 0}, 256, 0, 0, 0, 1, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"bn0.running_var", 5, 1, {256, 0, 0, 0}, 256, 1, 0, 0, 1, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"a.0.fc1.weight", 6, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"a.0.fc1.bias", 7, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"a.0.bn.weight", 8, 1, {256, 0, 0, 0}, 256, 1, 0, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"a.0.bn.bias", 9, 1, {256, 0, 0, 0}, 256, 0, 0, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"a.0.bn.running_mean", 10, 1, {256, 0, 0, 0}, 256, 0, 0, 0, 1, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"a.0.bn.running_var", 11, 1, {256, 0, 0, 0}, 256, 1, 0, 0, 1, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"a.0.fc2.weight", 12, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"a.0.fc2.bias", 13, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"a.1.fc1.weight", 14, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"a.1.fc1.bias", 15, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"a.1.bn.weight", 16, 1, {256, 0, 0, 0}, 256, 1, 0, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"a.1.bn.bias", 17, 1, {256, 0, 0, 0}, 256, 0, 0, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"a.1.bn.running_mean", 18, 1, {256, 0, 0, 0}, 256, 0, 0, 0, 1, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"a.1.bn.running_var", 19, 1, {256, 0, 0, 0}, 256, 1, 0, 0, 1, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"a.1.fc2.weight", 20, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"a.1.fc2.bias", 21, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"b.0.fc1.weight", 22, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"b.0.fc1.bias", 23, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"b.0.bn.weight", 24, 1, {256, 0, 0, 0}, 256, 1, 0, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"b.0.bn.bias", 25, 1, {256, 0, 0, 0}, 256, 0, 0, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"b.0.bn.running_mean", 26, 1, {256, 0, 0, 0}, 256, 0, 0, 0, 1, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"b.0.bn.running_var", 27, 1, {256, 0, 0, 0}, 256, 1, 0, 0, 1, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"b.0.fc2.weight", 28, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"b.0.fc2.bias", 29, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"b.1.fc1.weight", 30, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"b.1.fc1.bias", 31, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"b.1.bn.weight", 32, 1, {256, 0, 0, 0}, 256, 1, 0, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"b.1.bn.bias", 33, 1, {256, 0, 0, 0}, 256, 0, 0, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"b.1.bn.running_mean", 34, 1, {256, 0, 0, 0}, 256, 0, 0, 0, 1, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"b.1.bn.running_var", 35, 1, {256, 0, 0, 0}, 256, 1, 0, 0, 1, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"b.1.fc2.weight", 36, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"b.1.fc2.bias", 37, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"out.weight", 38, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"out.bias", 39, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 256},
+    {.name = "inp.weight", .index = 0, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 448512, .grad_off = 710656, .opt_off = {972800, -1}, .nacc = 1, .acc_numel = 65536},
+    {.name = "inp.bias", .index = 1, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 4720640, .grad_off = 4721664, .opt_off = {4722688, -1}, .nacc = 1, .acc_numel = 256},
+    {.name = "bn0.weight", .index = 2, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 4723712, .grad_off = 4724736, .opt_off = {4725760, -1}, .nacc = 1, .acc_numel = 256},
+    {.name = "bn0.bias", .index = 3, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 4726784, .grad_off = 4727808, .opt_off = {4728832, -1}, .nacc = 1, .acc_numel = 256},
+    {.name = "bn0.running_mean", .index = 4, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .is_buffer = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 4729856, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "bn0.running_var", .index = 5, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .is_buffer = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 4730880, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "a.0.fc1.weight", .index = 6, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 1234944, .grad_off = 1497088, .opt_off = {1759232, -1}, .nacc = 1, .acc_numel = 65536},
+    {.name = "a.0.fc1.bias", .index = 7, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 4731904, .grad_off = 4732928, .opt_off = {4733952, -1}, .nacc = 1, .acc_numel = 256},
+    {.name = "a.0.bn.weight", .index = 8, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 4734976, .grad_off = 4736000, .opt_off = {4737024, -1}, .nacc = 1, .acc_numel = 256},
+    {.name = "a.0.bn.bias", .index = 9, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 4738048, .grad_off = 4739072, .opt_off = {4740096, -1}, .nacc = 1, .acc_numel = 256},
+    {.name = "a.0.bn.running_mean", .index = 10, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .is_buffer = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 4741120, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "a.0.bn.running_var", .index = 11, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .is_buffer = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 4742144, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "a.0.fc2.weight", .index = 12, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 2021376, .grad_off = 2283520, .opt_off = {2545664, -1}, .nacc = 1, .acc_numel = 65536},
+    {.name = "a.0.fc2.bias", .index = 13, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 4743168, .grad_off = 4744192, .opt_off = {4745216, -1}, .nacc = 1, .acc_numel = 256},
+    {.name = "a.1.fc1.weight", .index = 14, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 2807808, .grad_off = 3069952, .opt_off = {3332096, -1}, .nacc = 1, .acc_numel = 65536},
+    {.name = "a.1.fc1.bias", .index = 15, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 4746240, .grad_off = 4747264, .opt_off = {4748288, -1}, .nacc = 1, .acc_numel = 256},
+    {.name = "a.1.bn.weight", .index = 16, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 4749312, .grad_off = 4750336, .opt_off = {4751360, -1}, .nacc = 1, .acc_numel = 256},
+    {.name = "a.1.bn.bias", .index = 17, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 4752384, .grad_off = 4753408, .opt_off = {4754432, -1}, .nacc = 1, .acc_numel = 256},
+    {.name = "a.1.bn.running_mean", .index = 18, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .is_buffer = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 4755456, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "a.1.bn.running_var", .index = 19, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .is_buffer = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 4756480, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "a.1.fc2.weight", .index = 20, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 3594240, .grad_off = 3856384, .opt_off = {4118528, -1}, .nacc = 1, .acc_numel = 65536},
+    {.name = "a.1.fc2.bias", .index = 21, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
+     .off = 4757504, .grad_off = 4758528, .opt_off = {4759552, -1}, .nacc = 1, .acc_numel = 256},
 };
 
 static const pg_chunk_desc chunks[] = {
-    {0, fwd_c0, bwd_b_c0, bwd_w_c0},
+    {.chunk = 0, .fwd = fwd_c0, .bwd_b = bwd_b_c0, .bwd_w = bwd_w_c0},
 };
 
-/* the step: {kind, mb, chunk, slot, peer, skip, param, tag, arena offset, bytes} */
+/* the step */
 static const pg_step_action step[] = {
-    {PG_FWD, 0, 0, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 0: FWD(mb 0, chunk 0) */
-    {PG_SEND_ACT, 0, 0, 0, 1, -1, -1, 0x03000000u, 4577280, 16384}, /* 1: SEND_ACT(mb 0, chunk 0) to stage 1 */
-    {PG_SEND_SKIP, 0, 0, 0, 1, 0, -1, 0x07000000u, 4446208, 16384}, /* 2: SEND_SKIP(skip 0, mb 0, chunk 0) to stage 1 */
-    {PG_FWD, 1, 0, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 3: FWD(mb 1, chunk 0) */
-    {PG_SEND_ACT, 1, 0, 1, 1, -1, -1, 0x03000100u, 4593664, 16384}, /* 4: SEND_ACT(mb 1, chunk 0) to stage 1 */
-    {PG_SEND_SKIP, 1, 0, 1, 1, 0, -1, 0x07000100u, 4462592, 16384}, /* 5: SEND_SKIP(skip 0, mb 1, chunk 0) to stage 1 */
-    {PG_FWD, 2, 0, 2, -1, -1, -1, 0x00000000u, -1, 0}, /* 6: FWD(mb 2, chunk 0) */
-    {PG_SEND_ACT, 2, 0, 2, 1, -1, -1, 0x03000200u, 4610048, 16384}, /* 7: SEND_ACT(mb 2, chunk 0) to stage 1 */
-    {PG_SEND_SKIP, 2, 0, 2, 1, 0, -1, 0x07000200u, 4478976, 16384}, /* 8: SEND_SKIP(skip 0, mb 2, chunk 0) to stage 1 */
-    {PG_FWD, 3, 0, 3, -1, -1, -1, 0x00000000u, -1, 0}, /* 9: FWD(mb 3, chunk 0) */
-    {PG_SEND_ACT, 3, 0, 3, 1, -1, -1, 0x03000300u, 4626432, 16384}, /* 10: SEND_ACT(mb 3, chunk 0) to stage 1 */
-    {PG_SEND_SKIP, 3, 0, 3, 1, 0, -1, 0x07000300u, 4495360, 16384}, /* 11: SEND_SKIP(skip 0, mb 3, chunk 0) to stage 1 */
-    {PG_RECV_GRAD, 0, 0, 0, 1, -1, -1, 0x05000001u, 4642816, 16384}, /* 12: RECV_GRAD(mb 0, chunk 0) from stage 1 */
-    {PG_RECV_SKIP_GRAD, 0, 0, 0, 1, 0, -1, 0x09000000u, 4511744, 16384}, /* 13: RECV_SKIP_GRAD(skip 0, mb 0, chunk 0) from stage 1 */
-    {PG_BWD_B, 0, 0, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 14: BWD_B(mb 0, chunk 0) */
-    {PG_BWD_W, 0, 0, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 15: BWD_W(mb 0, chunk 0) */
-    {PG_RECV_GRAD, 1, 0, 1, 1, -1, -1, 0x05000101u, 4659200, 16384}, /* 16: RECV_GRAD(mb 1, chunk 0) from stage 1 */
-    {PG_RECV_SKIP_GRAD, 1, 0, 1, 1, 0, -1, 0x09000100u, 4528128, 16384}, /* 17: RECV_SKIP_GRAD(skip 0, mb 1, chunk 0) from stage 1 */
-    {PG_BWD_B, 1, 0, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 18: BWD_B(mb 1, chunk 0) */
-    {PG_BWD_W, 1, 0, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 19: BWD_W(mb 1, chunk 0) */
-    {PG_RECV_GRAD, 2, 0, 2, 1, -1, -1, 0x05000201u, 4675584, 16384}, /* 20: RECV_GRAD(mb 2, chunk 0) from stage 1 */
-    {PG_RECV_SKIP_GRAD, 2, 0, 2, 1, 0, -1, 0x09000200u, 4544512, 16384}, /* 21: RECV_SKIP_GRAD(skip 0, mb 2, chunk 0) from stage 1 */
-    {PG_BWD_B, 2, 0, 2, -1, -1, -1, 0x00000000u, -1, 0}, /* 22: BWD_B(mb 2, chunk 0) */
-    {PG_BWD_W, 2, 0, 2, -1, -1, -1, 0x00000000u, -1, 0}, /* 23: BWD_W(mb 2, chunk 0) */
-    {PG_RECV_GRAD, 3, 0, 3, 1, -1, -1, 0x05000301u, 4691968, 16384}, /* 24: RECV_GRAD(mb 3, chunk 0) from stage 1 */
-    {PG_RECV_SKIP_GRAD, 3, 0, 3, 1, 0, -1, 0x09000300u, 4560896, 16384}, /* 25: RECV_SKIP_GRAD(skip 0, mb 3, chunk 0) from stage 1 */
-    {PG_BWD_B, 3, 0, 3, -1, -1, -1, 0x00000000u, -1, 0}, /* 26: BWD_B(mb 3, chunk 0) */
-    {PG_BWD_W, 3, 0, 3, -1, -1, -1, 0x00000000u, -1, 0}, /* 27: BWD_W(mb 3, chunk 0) */
-    {PG_OPT_STEP, -1, -1, -1, -1, -1, -1, 0x00000000u, -1, 0}, /* 28: OPT_STEP */
+    {.kind = PG_FWD, .mb = 0, .chunk = 0, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 0: FWD(mb 0, chunk 0) */
+    {.kind = PG_SEND_ACT, .mb = 0, .chunk = 0, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000000u, .off = 4577280, .bytes = 16384}, /* 1: SEND_ACT(mb 0, chunk 0) to stage 1 */
+    {.kind = PG_SEND_SKIP, .mb = 0, .chunk = 0, .slot = 0, .peer = 1, .skip = 0, .param = -1, .tag = 0x07000000u, .off = 4446208, .bytes = 16384}, /* 2: SEND_SKIP(skip 0, mb 0, chunk 0) to stage 1 */
+    {.kind = PG_FWD, .mb = 1, .chunk = 0, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 3: FWD(mb 1, chunk 0) */
+    {.kind = PG_SEND_ACT, .mb = 1, .chunk = 0, .slot = 1, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000100u, .off = 4593664, .bytes = 16384}, /* 4: SEND_ACT(mb 1, chunk 0) to stage 1 */
+    {.kind = PG_SEND_SKIP, .mb = 1, .chunk = 0, .slot = 1, .peer = 1, .skip = 0, .param = -1, .tag = 0x07000100u, .off = 4462592, .bytes = 16384}, /* 5: SEND_SKIP(skip 0, mb 1, chunk 0) to stage 1 */
+    {.kind = PG_FWD, .mb = 2, .chunk = 0, .slot = 2, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 6: FWD(mb 2, chunk 0) */
+    {.kind = PG_SEND_ACT, .mb = 2, .chunk = 0, .slot = 2, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000200u, .off = 4610048, .bytes = 16384}, /* 7: SEND_ACT(mb 2, chunk 0) to stage 1 */
+    {.kind = PG_SEND_SKIP, .mb = 2, .chunk = 0, .slot = 2, .peer = 1, .skip = 0, .param = -1, .tag = 0x07000200u, .off = 4478976, .bytes = 16384}, /* 8: SEND_SKIP(skip 0, mb 2, chunk 0) to stage 1 */
+    {.kind = PG_FWD, .mb = 3, .chunk = 0, .slot = 3, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 9: FWD(mb 3, chunk 0) */
+    {.kind = PG_SEND_ACT, .mb = 3, .chunk = 0, .slot = 3, .peer = 1, .skip = -1, .param = -1, .tag = 0x03000300u, .off = 4626432, .bytes = 16384}, /* 10: SEND_ACT(mb 3, chunk 0) to stage 1 */
+    {.kind = PG_SEND_SKIP, .mb = 3, .chunk = 0, .slot = 3, .peer = 1, .skip = 0, .param = -1, .tag = 0x07000300u, .off = 4495360, .bytes = 16384}, /* 11: SEND_SKIP(skip 0, mb 3, chunk 0) to stage 1 */
+    {.kind = PG_RECV_GRAD, .mb = 0, .chunk = 0, .slot = 0, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000001u, .off = 4642816, .bytes = 16384}, /* 12: RECV_GRAD(mb 0, chunk 0) from stage 1 */
+    {.kind = PG_RECV_SKIP_GRAD, .mb = 0, .chunk = 0, .slot = 0, .peer = 1, .skip = 0, .param = -1, .tag = 0x09000000u, .off = 4511744, .bytes = 16384}, /* 13: RECV_SKIP_GRAD(skip 0, mb 0, chunk 0) from stage 1 */
+    {.kind = PG_BWD_B, .mb = 0, .chunk = 0, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 14: BWD_B(mb 0, chunk 0) */
+    {.kind = PG_BWD_W, .mb = 0, .chunk = 0, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 15: BWD_W(mb 0, chunk 0) */
+    {.kind = PG_RECV_GRAD, .mb = 1, .chunk = 0, .slot = 1, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000101u, .off = 4659200, .bytes = 16384}, /* 16: RECV_GRAD(mb 1, chunk 0) from stage 1 */
+    {.kind = PG_RECV_SKIP_GRAD, .mb = 1, .chunk = 0, .slot = 1, .peer = 1, .skip = 0, .param = -1, .tag = 0x09000100u, .off = 4528128, .bytes = 16384}, /* 17: RECV_SKIP_GRAD(skip 0, mb 1, chunk 0) from stage 1 */
+    {.kind = PG_BWD_B, .mb = 1, .chunk = 0, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 18: BWD_B(mb 1, chunk 0) */
+    {.kind = PG_BWD_W, .mb = 1, .chunk = 0, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 19: BWD_W(mb 1, chunk 0) */
+    {.kind = PG_RECV_GRAD, .mb = 2, .chunk = 0, .slot = 2, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000201u, .off = 4675584, .bytes = 16384}, /* 20: RECV_GRAD(mb 2, chunk 0) from stage 1 */
+    {.kind = PG_RECV_SKIP_GRAD, .mb = 2, .chunk = 0, .slot = 2, .peer = 1, .skip = 0, .param = -1, .tag = 0x09000200u, .off = 4544512, .bytes = 16384}, /* 21: RECV_SKIP_GRAD(skip 0, mb 2, chunk 0) from stage 1 */
+    {.kind = PG_BWD_B, .mb = 2, .chunk = 0, .slot = 2, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 22: BWD_B(mb 2, chunk 0) */
+    {.kind = PG_BWD_W, .mb = 2, .chunk = 0, .slot = 2, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 23: BWD_W(mb 2, chunk 0) */
+    {.kind = PG_RECV_GRAD, .mb = 3, .chunk = 0, .slot = 3, .peer = 1, .skip = -1, .param = -1, .tag = 0x05000301u, .off = 4691968, .bytes = 16384}, /* 24: RECV_GRAD(mb 3, chunk 0) from stage 1 */
+    {.kind = PG_RECV_SKIP_GRAD, .mb = 3, .chunk = 0, .slot = 3, .peer = 1, .skip = 0, .param = -1, .tag = 0x09000300u, .off = 4560896, .bytes = 16384}, /* 25: RECV_SKIP_GRAD(skip 0, mb 3, chunk 0) from stage 1 */
+    {.kind = PG_BWD_B, .mb = 3, .chunk = 0, .slot = 3, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 26: BWD_B(mb 3, chunk 0) */
+    {.kind = PG_BWD_W, .mb = 3, .chunk = 0, .slot = 3, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 27: BWD_W(mb 3, chunk 0) */
+    {.kind = PG_OPT_STEP, .mb = -1, .chunk = -1, .slot = -1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 28: OPT_STEP */
 };
 
 static const int64_t mb_rows[] = {16, 16, 16, 16};
@@ -375,6 +351,7 @@ static const pg_layer_info stage_layers[] = {
 };
 
 const pg_stage_desc pg_stage = {
+    .contract = PG_CONTRACT_TAG(2),
     .pipegen_version = "0.1.0",
     .model = "resmlp_bn",
     .source = "resmlp_bn.pipe",
@@ -385,15 +362,15 @@ const pg_stage_desc pg_stage = {
               .lr = 0.01, .momentum = 0.90000000000000002, .weight_decay = 0,
               .beta1 = 0.90000000000000002, .beta2 = 0.999, .adam_eps = 1e-08,
               .lr_schedule = PG_LR_CONSTANT, .warmup = 0, .lr_min = 0, .grad_clip = 0,
-              .seed = UINT64_C(3), .loss = 1},
+              .seed = UINT64_C(3), .loss = PG_LOSS_MSE_MEAN},
     .nparams = 22, .params = stage_params,
-    .nmodel_params = 40, .model_params = model_params,
+    .nmodel_params = 40, .model_params = pg_model_params,
     .nchunk_fns = 1, .chunks = chunks,
     .nactions = 29, .actions = step,
     .mb_rows = mb_rows, .mb_first_row = mb_first_row, .mb_recompute = mb_recompute,
-    .has_input = 1, .input_off = 4380672, .input_dtype = 0, .input_rank = 1,
+    .has_input = 1, .input_off = 4380672, .input_dtype = PG_DATA_F32, .input_rank = 1,
     .input_dim = {256, 0, 0, 0}, .input_per_sample = 256, .input_vocab = 0,
-    .has_loss = 0, .target_off = -1, .target_dtype = 0, .target_rank = 1,
+    .has_loss = 0, .target_off = -1, .target_dtype = PG_DATA_F32, .target_rank = 1,
     .target_dim = {256, 0, 0, 0}, .target_per_sample = 256, .target_vocab = 0,
     .send_bytes = send_bytes,
     .ws_off = -1, .ws_bytes = 0,

@@ -43,8 +43,6 @@
 #define GP39_OUT_BIAS ((float *)(A + 4826112)) /* gradient of out.bias: f32[256] */
 /* this micro-batch's rows of the batch target y f32[256] */
 #define TARGET_ROWS (A + 4329472 + io->first_row * 1024)
-/* dropout masks depend on (seed, step, layer, sample, element) only */
-#define DROPOUT_SEED(io, layer) ((io)->seed ^ (UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)((io)->step * 4096 + (layer) + 1)))
 
 /* ---- chunk 1: layers b.0.stash.res .. out ---- */
 
@@ -222,105 +220,79 @@ static int bwd_w_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 /* ---- tables ---- */
 
 static const pg_param_desc stage_params[] = {
-    {"b.0.fc1.weight", 22, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 1, UINT64_C(0x2), 397312, 659456, {921600, -1}, 1, NULL, 65536},
-    {"b.0.fc1.bias", 23, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 1, UINT64_C(0x2), 4796416, 4797440, {4798464, -1}, 1, NULL, 256},
-    {"b.0.bn.weight", 24, 1, {256, 0, 0, 0}, 256, 1, 0, 0, 0, 0, 1, UINT64_C(0x2), 4799488, 4800512, {4801536, -1}, 1, NULL, 256},
-    {"b.0.bn.bias", 25, 1, {256, 0, 0, 0}, 256, 0, 0, 0, 0, 0, 1, UINT64_C(0x2), 4802560, 4803584, {4804608, -1}, 1, NULL, 256},
-    {"b.0.bn.running_mean", 26, 1, {256, 0, 0, 0}, 256, 0, 0, 0, 1, 0, 1, UINT64_C(0x2), 4805632, -1, {-1, -1}, 0, NULL, 256},
-    {"b.0.bn.running_var", 27, 1, {256, 0, 0, 0}, 256, 1, 0, 0, 1, 0, 1, UINT64_C(0x2), 4806656, -1, {-1, -1}, 0, NULL, 256},
-    {"b.0.fc2.weight", 28, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 1, UINT64_C(0x2), 1183744, 1445888, {1708032, -1}, 1, NULL, 65536},
-    {"b.0.fc2.bias", 29, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 1, UINT64_C(0x2), 4807680, 4808704, {4809728, -1}, 1, NULL, 256},
-    {"b.1.fc1.weight", 30, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 1, UINT64_C(0x2), 1970176, 2232320, {2494464, -1}, 1, NULL, 65536},
-    {"b.1.fc1.bias", 31, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 1, UINT64_C(0x2), 4810752, 4811776, {4812800, -1}, 1, NULL, 256},
-    {"b.1.bn.weight", 32, 1, {256, 0, 0, 0}, 256, 1, 0, 0, 0, 0, 1, UINT64_C(0x2), 4813824, 4814848, {4815872, -1}, 1, NULL, 256},
-    {"b.1.bn.bias", 33, 1, {256, 0, 0, 0}, 256, 0, 0, 0, 0, 0, 1, UINT64_C(0x2), 4816896, 4817920, {4818944, -1}, 1, NULL, 256},
-    {"b.1.bn.running_mean", 34, 1, {256, 0, 0, 0}, 256, 0, 0, 0, 1, 0, 1, UINT64_C(0x2), 4819968, -1, {-1, -1}, 0, NULL, 256},
-    {"b.1.bn.running_var", 35, 1, {256, 0, 0, 0}, 256, 1, 0, 0, 1, 0, 1, UINT64_C(0x2), 4820992, -1, {-1, -1}, 0, NULL, 256},
-    {"b.1.fc2.weight", 36, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 1, UINT64_C(0x2), 2756608, 3018752, {3280896, -1}, 1, NULL, 65536},
-    {"b.1.fc2.bias", 37, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 1, UINT64_C(0x2), 4822016, 4823040, {4824064, -1}, 1, NULL, 256},
-    {"out.weight", 38, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 1, UINT64_C(0x2), 3543040, 3805184, {4067328, -1}, 1, NULL, 65536},
-    {"out.bias", 39, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 1, UINT64_C(0x2), 4825088, 4826112, {4827136, -1}, 1, NULL, 256},
-};
-
-/* every parameter of the model, in plan order: stage 0 gathers them for --save */
-static const pg_param_desc model_params[] = {
-    {"inp.weight", 0, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"inp.bias", 1, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"bn0.weight", 2, 1, {256, 0, 0, 0}, 256, 1, 0, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"bn0.bias", 3, 1, {256, 0, 0, 0}, 256, 0, 0, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"bn0.running_mean", 4, 1, {256, 0, 0, 0}, 256, 0, 0, 0, 1, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"bn0.running_var", 5, 1, {256, 0, 0, 0}, 256, 1, 0, 0, 1, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"a.0.fc1.weight", 6, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"a.0.fc1.bias", 7, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"a.0.bn.weight", 8, 1, {256, 0, 0, 0}, 256, 1, 0, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"a.0.bn.bias", 9, 1, {256, 0, 0, 0}, 256, 0, 0, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"a.0.bn.running_mean", 10, 1, {256, 0, 0, 0}, 256, 0, 0, 0, 1, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"a.0.bn.running_var", 11, 1, {256, 0, 0, 0}, 256, 1, 0, 0, 1, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"a.0.fc2.weight", 12, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"a.0.fc2.bias", 13, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"a.1.fc1.weight", 14, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"a.1.fc1.bias", 15, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"a.1.bn.weight", 16, 1, {256, 0, 0, 0}, 256, 1, 0, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"a.1.bn.bias", 17, 1, {256, 0, 0, 0}, 256, 0, 0, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"a.1.bn.running_mean", 18, 1, {256, 0, 0, 0}, 256, 0, 0, 0, 1, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"a.1.bn.running_var", 19, 1, {256, 0, 0, 0}, 256, 1, 0, 0, 1, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"a.1.fc2.weight", 20, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"a.1.fc2.bias", 21, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 0, UINT64_C(0x1), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"b.0.fc1.weight", 22, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"b.0.fc1.bias", 23, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"b.0.bn.weight", 24, 1, {256, 0, 0, 0}, 256, 1, 0, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"b.0.bn.bias", 25, 1, {256, 0, 0, 0}, 256, 0, 0, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"b.0.bn.running_mean", 26, 1, {256, 0, 0, 0}, 256, 0, 0, 0, 1, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"b.0.bn.running_var", 27, 1, {256, 0, 0, 0}, 256, 1, 0, 0, 1, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"b.0.fc2.weight", 28, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"b.0.fc2.bias", 29, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"b.1.fc1.weight", 30, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"b.1.fc1.bias", 31, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"b.1.bn.weight", 32, 1, {256, 0, 0, 0}, 256, 1, 0, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"b.1.bn.bias", 33, 1, {256, 0, 0, 0}, 256, 0, 0, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"b.1.bn.running_mean", 34, 1, {256, 0, 0, 0}, 256, 0, 0, 0, 1, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"b.1.bn.running_var", 35, 1, {256, 0, 0, 0}, 256, 1, 0, 0, 1, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"b.1.fc2.weight", 36, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"b.1.fc2.bias", 37, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 256},
-    {"out.weight", 38, 2, {256, 256, 0, 0}, 65536, 2, 0.0625, 1, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 65536},
-    {"out.bias", 39, 1, {256, 0, 0, 0}, 256, 2, 0.0625, 0, 0, 0, 1, UINT64_C(0x2), -1, -1, {-1, -1}, 0, NULL, 256},
+    {.name = "b.0.fc1.weight", .index = 22, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = 397312, .grad_off = 659456, .opt_off = {921600, -1}, .nacc = 1, .acc_numel = 65536},
+    {.name = "b.0.fc1.bias", .index = 23, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = 4796416, .grad_off = 4797440, .opt_off = {4798464, -1}, .nacc = 1, .acc_numel = 256},
+    {.name = "b.0.bn.weight", .index = 24, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = 4799488, .grad_off = 4800512, .opt_off = {4801536, -1}, .nacc = 1, .acc_numel = 256},
+    {.name = "b.0.bn.bias", .index = 25, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = 4802560, .grad_off = 4803584, .opt_off = {4804608, -1}, .nacc = 1, .acc_numel = 256},
+    {.name = "b.0.bn.running_mean", .index = 26, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .is_buffer = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = 4805632, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "b.0.bn.running_var", .index = 27, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .is_buffer = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = 4806656, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "b.0.fc2.weight", .index = 28, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = 1183744, .grad_off = 1445888, .opt_off = {1708032, -1}, .nacc = 1, .acc_numel = 65536},
+    {.name = "b.0.fc2.bias", .index = 29, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = 4807680, .grad_off = 4808704, .opt_off = {4809728, -1}, .nacc = 1, .acc_numel = 256},
+    {.name = "b.1.fc1.weight", .index = 30, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = 1970176, .grad_off = 2232320, .opt_off = {2494464, -1}, .nacc = 1, .acc_numel = 65536},
+    {.name = "b.1.fc1.bias", .index = 31, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = 4810752, .grad_off = 4811776, .opt_off = {4812800, -1}, .nacc = 1, .acc_numel = 256},
+    {.name = "b.1.bn.weight", .index = 32, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = 4813824, .grad_off = 4814848, .opt_off = {4815872, -1}, .nacc = 1, .acc_numel = 256},
+    {.name = "b.1.bn.bias", .index = 33, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = 4816896, .grad_off = 4817920, .opt_off = {4818944, -1}, .nacc = 1, .acc_numel = 256},
+    {.name = "b.1.bn.running_mean", .index = 34, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .is_buffer = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = 4819968, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "b.1.bn.running_var", .index = 35, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .is_buffer = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = 4820992, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+    {.name = "b.1.fc2.weight", .index = 36, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = 2756608, .grad_off = 3018752, .opt_off = {3280896, -1}, .nacc = 1, .acc_numel = 65536},
+    {.name = "b.1.fc2.bias", .index = 37, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = 4822016, .grad_off = 4823040, .opt_off = {4824064, -1}, .nacc = 1, .acc_numel = 256},
+    {.name = "out.weight", .index = 38, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = 3543040, .grad_off = 3805184, .opt_off = {4067328, -1}, .nacc = 1, .acc_numel = 65536},
+    {.name = "out.bias", .index = 39, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
+     .off = 4825088, .grad_off = 4826112, .opt_off = {4827136, -1}, .nacc = 1, .acc_numel = 256},
 };
 
 static const pg_chunk_desc chunks[] = {
-    {1, fwd_c1, bwd_b_c1, bwd_w_c1},
+    {.chunk = 1, .fwd = fwd_c1, .bwd_b = bwd_b_c1, .bwd_w = bwd_w_c1},
 };
 
-/* the step: {kind, mb, chunk, slot, peer, skip, param, tag, arena offset, bytes} */
+/* the step */
 static const pg_step_action step[] = {
-    {PG_RECV_ACT, 0, 1, 0, 0, -1, -1, 0x03000000u, 4395008, 16384}, /* 0: RECV_ACT(mb 0, chunk 1) from stage 0 */
-    {PG_RECV_SKIP, 0, 1, 0, 0, 0, -1, 0x07000000u, 4460544, 16384}, /* 1: RECV_SKIP(skip 0, mb 0, chunk 1) from stage 0 */
-    {PG_FWD, 0, 1, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 2: FWD(mb 0, chunk 1) */
-    {PG_RECV_ACT, 1, 1, 1, 0, -1, -1, 0x03000100u, 4411392, 16384}, /* 3: RECV_ACT(mb 1, chunk 1) from stage 0 */
-    {PG_RECV_SKIP, 1, 1, 1, 0, 0, -1, 0x07000100u, 4476928, 16384}, /* 4: RECV_SKIP(skip 0, mb 1, chunk 1) from stage 0 */
-    {PG_FWD, 1, 1, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 5: FWD(mb 1, chunk 1) */
-    {PG_RECV_ACT, 2, 1, 2, 0, -1, -1, 0x03000200u, 4427776, 16384}, /* 6: RECV_ACT(mb 2, chunk 1) from stage 0 */
-    {PG_RECV_SKIP, 2, 1, 2, 0, 0, -1, 0x07000200u, 4493312, 16384}, /* 7: RECV_SKIP(skip 0, mb 2, chunk 1) from stage 0 */
-    {PG_FWD, 2, 1, 2, -1, -1, -1, 0x00000000u, -1, 0}, /* 8: FWD(mb 2, chunk 1) */
-    {PG_RECV_ACT, 3, 1, 3, 0, -1, -1, 0x03000300u, 4444160, 16384}, /* 9: RECV_ACT(mb 3, chunk 1) from stage 0 */
-    {PG_RECV_SKIP, 3, 1, 3, 0, 0, -1, 0x07000300u, 4509696, 16384}, /* 10: RECV_SKIP(skip 0, mb 3, chunk 1) from stage 0 */
-    {PG_FWD, 3, 1, 3, -1, -1, -1, 0x00000000u, -1, 0}, /* 11: FWD(mb 3, chunk 1) */
-    {PG_BWD_B, 0, 1, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 12: BWD_B(mb 0, chunk 1) */
-    {PG_SEND_GRAD, 0, 1, 0, 0, -1, -1, 0x05000001u, 4722688, 16384}, /* 13: SEND_GRAD(mb 0, chunk 1) to stage 0 */
-    {PG_SEND_SKIP_GRAD, 0, 1, 0, 0, 0, -1, 0x09000000u, 4526080, 16384}, /* 14: SEND_SKIP_GRAD(skip 0, mb 0, chunk 1) to stage 0 */
-    {PG_BWD_W, 0, 1, 0, -1, -1, -1, 0x00000000u, -1, 0}, /* 15: BWD_W(mb 0, chunk 1) */
-    {PG_BWD_B, 1, 1, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 16: BWD_B(mb 1, chunk 1) */
-    {PG_SEND_GRAD, 1, 1, 1, 0, -1, -1, 0x05000101u, 4739072, 16384}, /* 17: SEND_GRAD(mb 1, chunk 1) to stage 0 */
-    {PG_SEND_SKIP_GRAD, 1, 1, 1, 0, 0, -1, 0x09000100u, 4542464, 16384}, /* 18: SEND_SKIP_GRAD(skip 0, mb 1, chunk 1) to stage 0 */
-    {PG_BWD_W, 1, 1, 1, -1, -1, -1, 0x00000000u, -1, 0}, /* 19: BWD_W(mb 1, chunk 1) */
-    {PG_BWD_B, 2, 1, 2, -1, -1, -1, 0x00000000u, -1, 0}, /* 20: BWD_B(mb 2, chunk 1) */
-    {PG_SEND_GRAD, 2, 1, 2, 0, -1, -1, 0x05000201u, 4755456, 16384}, /* 21: SEND_GRAD(mb 2, chunk 1) to stage 0 */
-    {PG_SEND_SKIP_GRAD, 2, 1, 2, 0, 0, -1, 0x09000200u, 4558848, 16384}, /* 22: SEND_SKIP_GRAD(skip 0, mb 2, chunk 1) to stage 0 */
-    {PG_BWD_W, 2, 1, 2, -1, -1, -1, 0x00000000u, -1, 0}, /* 23: BWD_W(mb 2, chunk 1) */
-    {PG_BWD_B, 3, 1, 3, -1, -1, -1, 0x00000000u, -1, 0}, /* 24: BWD_B(mb 3, chunk 1) */
-    {PG_SEND_GRAD, 3, 1, 3, 0, -1, -1, 0x05000301u, 4771840, 16384}, /* 25: SEND_GRAD(mb 3, chunk 1) to stage 0 */
-    {PG_SEND_SKIP_GRAD, 3, 1, 3, 0, 0, -1, 0x09000300u, 4575232, 16384}, /* 26: SEND_SKIP_GRAD(skip 0, mb 3, chunk 1) to stage 0 */
-    {PG_BWD_W, 3, 1, 3, -1, -1, -1, 0x00000000u, -1, 0}, /* 27: BWD_W(mb 3, chunk 1) */
-    {PG_OPT_STEP, -1, -1, -1, -1, -1, -1, 0x00000000u, -1, 0}, /* 28: OPT_STEP */
+    {.kind = PG_RECV_ACT, .mb = 0, .chunk = 1, .slot = 0, .peer = 0, .skip = -1, .param = -1, .tag = 0x03000000u, .off = 4395008, .bytes = 16384}, /* 0: RECV_ACT(mb 0, chunk 1) from stage 0 */
+    {.kind = PG_RECV_SKIP, .mb = 0, .chunk = 1, .slot = 0, .peer = 0, .skip = 0, .param = -1, .tag = 0x07000000u, .off = 4460544, .bytes = 16384}, /* 1: RECV_SKIP(skip 0, mb 0, chunk 1) from stage 0 */
+    {.kind = PG_FWD, .mb = 0, .chunk = 1, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 2: FWD(mb 0, chunk 1) */
+    {.kind = PG_RECV_ACT, .mb = 1, .chunk = 1, .slot = 1, .peer = 0, .skip = -1, .param = -1, .tag = 0x03000100u, .off = 4411392, .bytes = 16384}, /* 3: RECV_ACT(mb 1, chunk 1) from stage 0 */
+    {.kind = PG_RECV_SKIP, .mb = 1, .chunk = 1, .slot = 1, .peer = 0, .skip = 0, .param = -1, .tag = 0x07000100u, .off = 4476928, .bytes = 16384}, /* 4: RECV_SKIP(skip 0, mb 1, chunk 1) from stage 0 */
+    {.kind = PG_FWD, .mb = 1, .chunk = 1, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 5: FWD(mb 1, chunk 1) */
+    {.kind = PG_RECV_ACT, .mb = 2, .chunk = 1, .slot = 2, .peer = 0, .skip = -1, .param = -1, .tag = 0x03000200u, .off = 4427776, .bytes = 16384}, /* 6: RECV_ACT(mb 2, chunk 1) from stage 0 */
+    {.kind = PG_RECV_SKIP, .mb = 2, .chunk = 1, .slot = 2, .peer = 0, .skip = 0, .param = -1, .tag = 0x07000200u, .off = 4493312, .bytes = 16384}, /* 7: RECV_SKIP(skip 0, mb 2, chunk 1) from stage 0 */
+    {.kind = PG_FWD, .mb = 2, .chunk = 1, .slot = 2, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 8: FWD(mb 2, chunk 1) */
+    {.kind = PG_RECV_ACT, .mb = 3, .chunk = 1, .slot = 3, .peer = 0, .skip = -1, .param = -1, .tag = 0x03000300u, .off = 4444160, .bytes = 16384}, /* 9: RECV_ACT(mb 3, chunk 1) from stage 0 */
+    {.kind = PG_RECV_SKIP, .mb = 3, .chunk = 1, .slot = 3, .peer = 0, .skip = 0, .param = -1, .tag = 0x07000300u, .off = 4509696, .bytes = 16384}, /* 10: RECV_SKIP(skip 0, mb 3, chunk 1) from stage 0 */
+    {.kind = PG_FWD, .mb = 3, .chunk = 1, .slot = 3, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 11: FWD(mb 3, chunk 1) */
+    {.kind = PG_BWD_B, .mb = 0, .chunk = 1, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 12: BWD_B(mb 0, chunk 1) */
+    {.kind = PG_SEND_GRAD, .mb = 0, .chunk = 1, .slot = 0, .peer = 0, .skip = -1, .param = -1, .tag = 0x05000001u, .off = 4722688, .bytes = 16384}, /* 13: SEND_GRAD(mb 0, chunk 1) to stage 0 */
+    {.kind = PG_SEND_SKIP_GRAD, .mb = 0, .chunk = 1, .slot = 0, .peer = 0, .skip = 0, .param = -1, .tag = 0x09000000u, .off = 4526080, .bytes = 16384}, /* 14: SEND_SKIP_GRAD(skip 0, mb 0, chunk 1) to stage 0 */
+    {.kind = PG_BWD_W, .mb = 0, .chunk = 1, .slot = 0, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 15: BWD_W(mb 0, chunk 1) */
+    {.kind = PG_BWD_B, .mb = 1, .chunk = 1, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 16: BWD_B(mb 1, chunk 1) */
+    {.kind = PG_SEND_GRAD, .mb = 1, .chunk = 1, .slot = 1, .peer = 0, .skip = -1, .param = -1, .tag = 0x05000101u, .off = 4739072, .bytes = 16384}, /* 17: SEND_GRAD(mb 1, chunk 1) to stage 0 */
+    {.kind = PG_SEND_SKIP_GRAD, .mb = 1, .chunk = 1, .slot = 1, .peer = 0, .skip = 0, .param = -1, .tag = 0x09000100u, .off = 4542464, .bytes = 16384}, /* 18: SEND_SKIP_GRAD(skip 0, mb 1, chunk 1) to stage 0 */
+    {.kind = PG_BWD_W, .mb = 1, .chunk = 1, .slot = 1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 19: BWD_W(mb 1, chunk 1) */
+    {.kind = PG_BWD_B, .mb = 2, .chunk = 1, .slot = 2, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 20: BWD_B(mb 2, chunk 1) */
+    {.kind = PG_SEND_GRAD, .mb = 2, .chunk = 1, .slot = 2, .peer = 0, .skip = -1, .param = -1, .tag = 0x05000201u, .off = 4755456, .bytes = 16384}, /* 21: SEND_GRAD(mb 2, chunk 1) to stage 0 */
+    {.kind = PG_SEND_SKIP_GRAD, .mb = 2, .chunk = 1, .slot = 2, .peer = 0, .skip = 0, .param = -1, .tag = 0x09000200u, .off = 4558848, .bytes = 16384}, /* 22: SEND_SKIP_GRAD(skip 0, mb 2, chunk 1) to stage 0 */
+    {.kind = PG_BWD_W, .mb = 2, .chunk = 1, .slot = 2, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 23: BWD_W(mb 2, chunk 1) */
+    {.kind = PG_BWD_B, .mb = 3, .chunk = 1, .slot = 3, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 24: BWD_B(mb 3, chunk 1) */
+    {.kind = PG_SEND_GRAD, .mb = 3, .chunk = 1, .slot = 3, .peer = 0, .skip = -1, .param = -1, .tag = 0x05000301u, .off = 4771840, .bytes = 16384}, /* 25: SEND_GRAD(mb 3, chunk 1) to stage 0 */
+    {.kind = PG_SEND_SKIP_GRAD, .mb = 3, .chunk = 1, .slot = 3, .peer = 0, .skip = 0, .param = -1, .tag = 0x09000300u, .off = 4575232, .bytes = 16384}, /* 26: SEND_SKIP_GRAD(skip 0, mb 3, chunk 1) to stage 0 */
+    {.kind = PG_BWD_W, .mb = 3, .chunk = 1, .slot = 3, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 27: BWD_W(mb 3, chunk 1) */
+    {.kind = PG_OPT_STEP, .mb = -1, .chunk = -1, .slot = -1, .peer = -1, .skip = -1, .param = -1, .tag = 0x00000000u, .off = -1, .bytes = 0}, /* 28: OPT_STEP */
 };
 
 static const int64_t mb_rows[] = {16, 16, 16, 16};
@@ -347,6 +319,7 @@ static const pg_layer_info stage_layers[] = {
 };
 
 const pg_stage_desc pg_stage = {
+    .contract = PG_CONTRACT_TAG(2),
     .pipegen_version = "0.1.0",
     .model = "resmlp_bn",
     .source = "resmlp_bn.pipe",
@@ -357,15 +330,15 @@ const pg_stage_desc pg_stage = {
               .lr = 0.01, .momentum = 0.90000000000000002, .weight_decay = 0,
               .beta1 = 0.90000000000000002, .beta2 = 0.999, .adam_eps = 1e-08,
               .lr_schedule = PG_LR_CONSTANT, .warmup = 0, .lr_min = 0, .grad_clip = 0,
-              .seed = UINT64_C(3), .loss = 1},
+              .seed = UINT64_C(3), .loss = PG_LOSS_MSE_MEAN},
     .nparams = 18, .params = stage_params,
-    .nmodel_params = 40, .model_params = model_params,
+    .nmodel_params = 40, .model_params = pg_model_params,
     .nchunk_fns = 1, .chunks = chunks,
     .nactions = 29, .actions = step,
     .mb_rows = mb_rows, .mb_first_row = mb_first_row, .mb_recompute = mb_recompute,
-    .has_input = 0, .input_off = -1, .input_dtype = 0, .input_rank = 1,
+    .has_input = 0, .input_off = -1, .input_dtype = PG_DATA_F32, .input_rank = 1,
     .input_dim = {256, 0, 0, 0}, .input_per_sample = 256, .input_vocab = 0,
-    .has_loss = 1, .target_off = 4329472, .target_dtype = 0, .target_rank = 1,
+    .has_loss = 1, .target_off = 4329472, .target_dtype = PG_DATA_F32, .target_rank = 1,
     .target_dim = {256, 0, 0, 0}, .target_per_sample = 256, .target_vocab = 0,
     .send_bytes = send_bytes,
     .ws_off = -1, .ws_bytes = 0,

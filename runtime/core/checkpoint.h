@@ -21,10 +21,7 @@
 #include <stdint.h>
 #include "stage_run.h"
 
-/* Message kinds of the runtime's own exchanges (below PG_TAG_SAVE). */
-#define PG_TAG_CKPT 27u     /* checkpoint: reports, verdicts, the resume agreement */
-#define PG_TAG_VERDICT 28u  /* non-finite loss verdict (guard.c) */
-#define PG_TAG_STOP 29u     /* --save-on-exit stop agreement (guard.c) */
+/* Its messages use the tag kind PG_TAG_CKPT (pg_contract.h). */
 
 /* Keep this many complete checkpoints; older ones go once a newer one is complete. */
 #define PG_CKPT_KEEP 2

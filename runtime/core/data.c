@@ -3,6 +3,7 @@
 #include "pg_io.h"
 #include "io_atomic.h"
 #include "pg_le.h"
+#include "pg_contract.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -387,13 +388,7 @@ int pg_data_write(const char *path, int dtype, int rank, const uint64_t *dims,
 
 /* ---- synthetic data ------------------------------------------------------ */
 
-uint64_t pg_mix64(uint64_t z)
-{
-    z += UINT64_C(0x9e3779b97f4a7c15);
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
-}
+uint64_t pg_mix64(uint64_t z) { return pg_splitmix64(z); }
 
 /* Element e of sample s of stream t under seed S is a pure function of the four
  * numbers (counter-based, no state carried between calls):

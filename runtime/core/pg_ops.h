@@ -24,7 +24,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
-typedef struct pg_ctx pg_ctx; /* backend state: BLAS handle/stream, thread count */
+#include "pg_contract.h" /* pg_ctx, pg_arena_buf */
+
+/* pg_ctx: the backend's state (BLAS handle/stream, thread count) */
 
 /* Backend lifetime. threads <= 0: backend default. */
 pg_ctx *pg_backend_init(int threads);
@@ -33,10 +35,7 @@ const char *pg_backend_name(void);             /* "cpu" or "cuda" */
 /* The arena: one allocation made at start-up (zeroed). NULL + message when it cannot. */
 void *pg_arena_create(pg_ctx *c, size_t bytes);
 void pg_arena_destroy(pg_ctx *c, void *arena);
-/* One buffer of the arena: [off, off + bytes). */
-typedef struct pg_arena_buf {
-    int64_t off, bytes;
-} pg_arena_buf;
+/* pg_arena_buf: one buffer of the arena, [off, off + bytes). */
 /* Right after pg_arena_create: on the CPU runtime built with AddressSanitizer,
  * every byte of the arena's first `bytes` outside the n buffers is poisoned, so
  * that an access into a gap between them (`pipegen gen --guard-bytes`) is

@@ -14,6 +14,7 @@
 #include "pg_io.h"
 #include "io_atomic.h"
 #include "pg_le.h"
+#include "json.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -176,6 +177,7 @@ typedef struct st_header {
     uint64_t data_bytes; /* bytes after the header */
     char *err;
     size_t errlen;
+    pg_json j;
 } st_header;
 
 static int perr(st_header *h, const char *what)
@@ -184,174 +186,66 @@ static int perr(st_header *h, const char *what)
     return -1;
 }
 
-static void skip_ws(st_header *h)
+/* The JSON reader's first error, as perr's. */
+static int jerr(st_header *h)
 {
-    while (h->pos < h->n && (h->s[h->pos] == ' ' || h->s[h->pos] == '\n' || h->s[h->pos] == '\r' ||
-                             h->s[h->pos] == '\t'))
-        h->pos++;
-}
-
-static int expect(st_header *h, char c)
-{
-    skip_ws(h);
-    if (h->pos >= h->n || h->s[h->pos] != c) {
-        char m[32];
-        snprintf(m, sizeof m, "expected '%c'", c);
-        return perr(h, m);
-    }
-    h->pos++;
-    return 0;
-}
-
-static int peek(st_header *h, char c)
-{
-    skip_ws(h);
-    return h->pos < h->n && h->s[h->pos] == c;
-}
-
-/* Consume c if it comes next (after white space). */
-static int accept(st_header *h, char c)
-{
-    if (!peek(h, c)) return 0;
-    h->pos++;
-    return 1;
-}
-
-static int hexval(char c)
-{
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
-/* A JSON string; the result (UTF-8, NUL-terminated) is malloc'd. */
-static int parse_str(st_header *h, char **out)
-{
-    if (expect(h, '"')) return -1;
-    size_t cap = 16, len = 0;
-    char *b = malloc(cap);
-    if (!b) return perr(h, "out of memory");
-    for (;;) {
-        if (h->pos >= h->n) { free(b); return perr(h, "unterminated string"); }
-        unsigned char c = (unsigned char)h->s[h->pos];
-        unsigned char tmp[4];
-        int tl = 1;
-        if (c == '"') { h->pos++; break; }
-        if (c < 0x20) { free(b); return perr(h, "control character in string"); }
-        if (c == '\\') {
-            if (h->pos + 1 >= h->n) { free(b); return perr(h, "unterminated escape"); }
-            char e = h->s[h->pos + 1];
-            h->pos += 2;
-            switch (e) {
-            case '"': tmp[0] = '"'; break;
-            case '\\': tmp[0] = '\\'; break;
-            case '/': tmp[0] = '/'; break;
-            case 'b': tmp[0] = '\b'; break;
-            case 'f': tmp[0] = '\f'; break;
-            case 'n': tmp[0] = '\n'; break;
-            case 'r': tmp[0] = '\r'; break;
-            case 't': tmp[0] = '\t'; break;
-            case 'u': {
-                unsigned cp = 0;
-                for (int i = 0; i < 4; i++) {
-                    int v = h->pos < h->n ? hexval(h->s[h->pos]) : -1;
-                    if (v < 0) { free(b); return perr(h, "bad \\u escape"); }
-                    cp = cp * 16 + (unsigned)v;
-                    h->pos++;
-                }
-                if (cp == 0 || (cp >= 0xd800 && cp <= 0xdfff)) { free(b); return perr(h, "unsupported \\u escape"); }
-                if (cp < 0x80) tmp[0] = (unsigned char)cp;
-                else if (cp < 0x800) { tmp[0] = (unsigned char)(0xc0 | cp >> 6); tmp[1] = (unsigned char)(0x80 | (cp & 63)); tl = 2; }
-                else { tmp[0] = (unsigned char)(0xe0 | cp >> 12); tmp[1] = (unsigned char)(0x80 | ((cp >> 6) & 63));
-                       tmp[2] = (unsigned char)(0x80 | (cp & 63)); tl = 3; }
-                break;
-            }
-            default: h->pos -= 2; free(b); return perr(h, "bad escape in string");
-            }
-        } else {
-            tmp[0] = c;
-            h->pos++;
-        }
-        if (len + (size_t)tl + 1 > cap) {
-            cap *= 2;
-            char *q = realloc(b, cap);
-            if (!q) { free(b); return perr(h, "out of memory"); }
-            b = q;
-        }
-        memcpy(b + len, tmp, (size_t)tl);
-        len += (size_t)tl;
-    }
-    b[len] = 0;
-    *out = b;
-    return 0;
-}
-
-static int parse_uint(st_header *h, uint64_t *v)
-{
-    skip_ws(h);
-    if (h->pos >= h->n || h->s[h->pos] < '0' || h->s[h->pos] > '9') return perr(h, "expected a non-negative integer");
-    uint64_t x = 0;
-    int digits = 0;
-    while (h->pos < h->n && h->s[h->pos] >= '0' && h->s[h->pos] <= '9') {
-        if (++digits > 18) return perr(h, "integer too large");
-        x = x * 10 + (uint64_t)(h->s[h->pos] - '0');
-        h->pos++;
-    }
-    *v = x;
-    return 0;
+    h->pos = h->j.err_pos;
+    return perr(h, h->j.err);
 }
 
 static int parse_entry(st_header *h, st_entry *e)
 {
     int seen_dt = 0, seen_shape = 0, seen_off = 0;
-    if (expect(h, '{')) return -1;
-    if (peek(h, '}')) return perr(h, "empty tensor entry");
-    do {
-        char *key;
-        if (parse_str(h, &key)) return -1;
-        if (expect(h, ':')) { free(key); return -1; }
+    pg_json *j = &h->j;
+    char *key;
+    if (pg_json_object(j)) return jerr(h);
+    while (pg_json_member(j, &key)) {
+        size_t at = pg_json_here(j);
         if (!strcmp(key, "dtype") && !seen_dt) {
             char *v;
             seen_dt = 1;
-            if (parse_str(h, &v)) { free(key); return -1; }
+            if (pg_json_string(j, &v)) break;
             snprintf(e->dtype, sizeof e->dtype, "%s", v);
             free(v);
         } else if (!strcmp(key, "shape") && !seen_shape) {
             seen_shape = 1;
-            if (expect(h, '[')) { free(key); return -1; }
-            if (!peek(h, ']')) {
-                do {
-                    uint64_t d;
-                    if (e->rank >= ST_MAX_RANK) { free(key); return perr(h, "too many dimensions"); }
-                    if (parse_uint(h, &d)) { free(key); return -1; }
-                    e->dim[e->rank++] = (int64_t)d;
-                } while (accept(h, ','));
+            if (pg_json_array(j)) break;
+            while (pg_json_item(j)) {
+                uint64_t d;
+                if (e->rank >= ST_MAX_RANK) pg_json_fail(j, "too many dimensions");
+                if (pg_json_u64(j, &d)) break;
+                e->dim[e->rank++] = (int64_t)d;
             }
-            if (expect(h, ']')) { free(key); return -1; }
         } else if (!strcmp(key, "data_offsets") && !seen_off) {
             seen_off = 1;
-            if (expect(h, '[') || parse_uint(h, &e->begin) || expect(h, ',') || parse_uint(h, &e->end) ||
-                expect(h, ']')) {
-                free(key);
-                return -1;
+            int k = 0;
+            if (pg_json_array(j)) break;
+            while (pg_json_item(j)) {
+                if (k == 2) pg_json_fail(j, "data_offsets holds two numbers");
+                if (pg_json_u64(j, k ? &e->end : &e->begin)) break;
+                k++;
             }
+            if (!j->failed && k != 2) pg_json_fail_at(j, at, "data_offsets holds two numbers");
         } else {
-            free(key);
-            return perr(h, "unknown or repeated key in tensor entry");
+            pg_json_fail_at(j, at, "unknown or repeated key '%s' in tensor entry", key);
         }
         free(key);
-    } while (accept(h, ','));
-    if (expect(h, '}')) return -1;
+        key = NULL;
+        if (j->failed) break;
+    }
+    free(key);
+    if (j->failed) return jerr(h);
     if (!seen_dt || !seen_shape || !seen_off) return perr(h, "tensor entry lacks dtype, shape or data_offsets");
     return 0;
 }
 
 static int parse_meta(st_header *h)
 {
-    if (expect(h, '{')) return -1;
-    if (peek(h, '}')) { h->pos++; return 0; }
-    do {
-        char *k, *v;
-        if (parse_str(h, &k)) return -1;
-        if (expect(h, ':') || parse_str(h, &v)) { free(k); return -1; }
+    pg_json *j = &h->j;
+    char *k, *v;
+    if (pg_json_object(j)) return jerr(h);
+    while (pg_json_member(j, &k)) {
+        if (pg_json_string(j, &v)) { free(k); break; }
         if (h->nmeta + 2 > h->metacap) {
             int c = h->metacap ? h->metacap * 2 : 8;
             char **q = realloc(h->meta, (size_t)c * sizeof *q);
@@ -361,8 +255,8 @@ static int parse_meta(st_header *h)
         }
         h->meta[h->nmeta++] = k;
         h->meta[h->nmeta++] = v;
-    } while (accept(h, ','));
-    return expect(h, '}');
+    }
+    return j->failed ? jerr(h) : 0;
 }
 
 static int entry_cmp(const void *a, const void *b)
@@ -375,37 +269,36 @@ static int entry_cmp(const void *a, const void *b)
 static int parse_header(st_header *h)
 {
     int seen_meta = 0;
-    if (expect(h, '{')) return -1;
-    if (!peek(h, '}')) {
-        do {
-            size_t at = h->pos;
-            char *name;
-            if (parse_str(h, &name)) return -1;
-            if (expect(h, ':')) { free(name); return -1; }
-            if (!strcmp(name, "__metadata__")) {
-                free(name);
-                if (seen_meta) { h->pos = at; return perr(h, "repeated __metadata__"); }
-                seen_meta = 1;
-                if (parse_meta(h)) return -1;
-                continue;
-            }
-            if (h->ne == h->cap) {
-                int c = h->cap ? h->cap * 2 : 16;
-                st_entry *q = realloc(h->e, (size_t)c * sizeof *q);
-                if (!q) { free(name); return perr(h, "out of memory"); }
-                h->e = q;
-                h->cap = c;
-            }
-            st_entry *e = &h->e[h->ne++];
-            memset(e, 0, sizeof *e);
-            e->name = name;
-            e->at = at;
-            if (parse_entry(h, e)) return -1;
-        } while (accept(h, ','));
+    pg_json *j = &h->j;
+    char *name;
+    pg_json_init(j, h->s, h->n);
+    if (pg_json_object(j)) return jerr(h);
+    for (;;) {
+        size_t at = pg_json_here(j);
+        if (!pg_json_member(j, &name)) break;
+        at = j->s[at] == ',' ? at + 1 : at; /* the name, after the comma */
+        while (at < h->n && j->s[at] != '"') at++;
+        if (!strcmp(name, "__metadata__")) {
+            free(name);
+            if (seen_meta) { h->pos = at; return perr(h, "repeated __metadata__"); }
+            seen_meta = 1;
+            if (parse_meta(h)) return -1;
+            continue;
+        }
+        if (h->ne == h->cap) {
+            int c = h->cap ? h->cap * 2 : 16;
+            st_entry *q = realloc(h->e, (size_t)c * sizeof *q);
+            if (!q) { free(name); return perr(h, "out of memory"); }
+            h->e = q;
+            h->cap = c;
+        }
+        st_entry *e = &h->e[h->ne++];
+        memset(e, 0, sizeof *e);
+        e->name = name;
+        e->at = at;
+        if (parse_entry(h, e)) return -1;
     }
-    if (expect(h, '}')) return -1;
-    skip_ws(h);
-    if (h->pos != h->n) return perr(h, "unexpected bytes after the header object");
+    if (j->failed || pg_json_end(j)) return jerr(h);
     /* names sorted once: repeats found and tensors looked up in n log n, not
      * n^2 (a 100 MB header holds millions of entries) */
     h->byname = malloc((size_t)(h->ne ? h->ne : 1) * sizeof *h->byname);
@@ -467,18 +360,11 @@ static unsigned dtype_bytes(const char *dt)
 /* 0 when s[0..n) is well-formed UTF-8 (no overlong forms, no surrogates). */
 static int utf8_ok(const unsigned char *s, size_t n, size_t *bad)
 {
-    for (size_t i = 0; i < n;) {
-        unsigned c = s[i], len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
-        unsigned cp = len == 1 ? c : len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
-        if (!len || i + len > n) { *bad = i; return -1; }
-        for (unsigned k = 1; k < len; k++) {
-            if ((s[i + k] & 0xc0) != 0x80) { *bad = i; return -1; }
-            cp = cp << 6 | (s[i + k] & 0x3f);
+    for (size_t i = 0, l; i < n; i += l)
+        if (!(l = pg_json_utf8_len(s + i, n - i))) {
+            *bad = i;
+            return -1;
         }
-        if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-            (cp >= 0xd800 && cp <= 0xdfff)) { *bad = i; return -1; }
-        i += len;
-    }
     return 0;
 }
 

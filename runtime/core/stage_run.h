@@ -5,6 +5,7 @@
 #define PG_STAGE_RUN_H
 
 #include <stdint.h>
+#include <time.h>
 #include "pg_io.h"
 #include "pg_net.h"
 #include "pg_ops.h"
@@ -77,7 +78,13 @@ typedef struct pg_run {
     int64_t ck_first;         /* the first step this run checkpointed (-1: none yet) */
 } pg_run;
 
-double pg_run_now(void);
+/* Seconds on the monotonic clock (step times, traces, deadlines). */
+static inline double pg_run_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 /* The forward / B / W functions of one of this stage's chunks (NULL if not its). */
 const pg_chunk_desc *pg_run_chunk_fns(const pg_stage_desc *d, int chunk);
 /* One training step (0-based). Returns 0 or 1 after printing the failure. */

@@ -11,27 +11,11 @@
 #include "guard.h"
 #include "stage_run.h"
 
-double pg_run_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static const char *const kind_names[PG_STEP_KIND_COUNT] = {
-    "FWD", "BWD_B", "BWD_W", "SEND_ACT", "RECV_ACT", "SEND_GRAD", "RECV_GRAD", "SEND_SKIP", "RECV_SKIP",
-    "SEND_SKIP_GRAD", "RECV_SKIP_GRAD", "TIE_REDUCE", "TIE_SEND", "TIE_RECV", "TIE_GRAD_SEND", "TIE_GRAD_RECV",
-    "GRAD_NORM", "OPT_STEP"};
-
-const char *pg_step_kind_name(int kind)
-{
-    return (unsigned)kind < PG_STEP_KIND_COUNT ? kind_names[kind] : "?";
-}
 
 static void net_fail(pg_run *r, int a, const pg_step_action *x, pg_net_status st)
 {
     const pg_stage_desc *d = r->d;
-    const char *kn = (unsigned)x->kind < PG_STEP_KIND_COUNT ? kind_names[x->kind] : "?";
+    const char *kn = pg_step_kind_name(x->kind);
     int recv = x->kind == PG_RECV_ACT || x->kind == PG_RECV_GRAD || x->kind == PG_RECV_SKIP || x->kind == PG_RECV_SKIP_GRAD;
     if (st == PG_NET_TIMEOUT)
         fprintf(stderr, "stage %d waiting at action %d %s(mb %d) from stage %d for %g s\n", d->stage, a, kn, x->mb,
@@ -299,10 +283,10 @@ static int tie_net(pg_run *r, int a, const pg_step_action *x, const pg_param_des
 {
     if (st == PG_NET_TIMEOUT)
         fprintf(stderr, "stage %d waiting at action %d %s(%s) for %s from stage %d for %g s\n", r->d->stage, a,
-                kind_names[x->kind], p->name, what, peer, r->opt.timeout_s);
+                pg_step_kind_name(x->kind), p->name, what, peer, r->opt.timeout_s);
     else
         fprintf(stderr, "stage %d: action %d %s(%s): %s with stage %d failed: %s\n", r->d->stage, a,
-                kind_names[x->kind], p->name, what, peer, pg_net_error(r->net));
+                pg_step_kind_name(x->kind), p->name, what, peer, pg_net_error(r->net));
     return 1;
 }
 
@@ -313,7 +297,7 @@ static const pg_param_desc *tie_param(pg_run *r, int a, const pg_step_action *x)
     const pg_param_desc *p = x->param >= 0 && x->param < d->nmodel_params ? local_param(d, x->param) : NULL;
     if (!p || p->grad_off < 0 || x->peer < 0 || x->peer >= d->nstages) {
         fprintf(stderr, "stage %d: action %d %s names parameter %d, which this stage does not train\n", d->stage, a,
-                kind_names[x->kind], x->param);
+                pg_step_kind_name(x->kind), x->param);
         return NULL;
     }
     return p;
@@ -500,7 +484,7 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
                    : x->kind == PG_BWD_B ? cf->bwd_b(r->ctx, r->A, &io) : cf->bwd_w(r->ctx, r->A, &io);
             compute += pg_run_now() - t0;
             if (rc) {
-                fprintf(stderr, "stage %d: action %d %s(mb %d, chunk %d) failed\n", d->stage, a, kind_names[x->kind],
+                fprintf(stderr, "stage %d: action %d %s(mb %d, chunk %d) failed\n", d->stage, a, pg_step_kind_name(x->kind),
                         x->mb, x->chunk);
                 return 1;
             }
@@ -546,7 +530,7 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
         }
         default:
             fprintf(stderr, "stage %d: action %d: %s is not supported by this runtime yet\n", d->stage, a,
-                    (unsigned)x->kind < PG_STEP_KIND_COUNT ? kind_names[x->kind] : "?");
+                    pg_step_kind_name(x->kind));
             return 1;
         }
         if (st) {

@@ -52,7 +52,6 @@
 #define PG_TAG_TRACE 26u /* kind of the trace messages: clock sync and the gather */
 #define SYNC_PINGS 16
 
-const char *pg_step_kind_name(int kind); /* step.c */
 
 static int per_step(const pg_run *r) { return r->d->nactions + 1; }
 

@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "cpu_kernels.h"
+#include "op_args.h"
 
 /* relu runs in blocks of RELU_BLK: all loads of a block, then all its stores.
  * The fixed-count inner loops become branch-free SIMD selects at -O2 (a plain
@@ -16,8 +17,8 @@
 int pg_relu_fwd(pg_ctx *c, int64_t count, const float *x, float *y)
 {
     (void)c;
-    if (count < 0)
-        return PG_RT_FAIL("relu_fwd: negative count %lld", (long long)count);
+    if (pg_args_count("relu_fwd", count))
+        return 1;
     int64_t i = 0;
     for (; i + RELU_BLK <= count; i += RELU_BLK) {
         float v[RELU_BLK];
@@ -35,8 +36,8 @@ int pg_relu_fwd(pg_ctx *c, int64_t count, const float *x, float *y)
 int pg_relu_bwd_in(pg_ctx *c, int64_t count, const float *x, const float *dy, float *dx)
 {
     (void)c;
-    if (count < 0)
-        return PG_RT_FAIL("relu_bwd_in: negative count %lld", (long long)count);
+    if (pg_args_count("relu_bwd_in", count))
+        return 1;
     int64_t i = 0;
     for (; i + RELU_BLK <= count; i += RELU_BLK) {
         float v[RELU_BLK];
@@ -98,8 +99,8 @@ PG_CPU_TARGET_AVX2 static void gelu_fwd_run_avx2(int64_t n, const float *x, floa
 int pg_gelu_fwd(pg_ctx *c, int64_t count, const float *x, float *y)
 {
     (void)c;
-    if (count < 0)
-        return PG_RT_FAIL("gelu_fwd: negative count %lld", (long long)count);
+    if (pg_args_count("gelu_fwd", count))
+        return 1;
     int64_t i = count / GELU_BLK * GELU_BLK;
 #ifdef PG_CPU_AVX2
     if (pg_cpu_has_avx2())
@@ -150,8 +151,8 @@ PG_CPU_TARGET_AVX2 static void gelu_bwd_run_avx2(int64_t n, const float *x, cons
 int pg_gelu_bwd_in(pg_ctx *c, int64_t count, const float *x, const float *dy, float *dx)
 {
     (void)c;
-    if (count < 0)
-        return PG_RT_FAIL("gelu_bwd_in: negative count %lld", (long long)count);
+    if (pg_args_count("gelu_bwd_in", count))
+        return 1;
     int64_t i = count / GELU_BLK * GELU_BLK;
 #ifdef PG_CPU_AVX2
     if (pg_cpu_has_avx2())

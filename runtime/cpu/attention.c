@@ -13,16 +13,7 @@
 #include <math.h>
 
 #include "cpu_kernels.h"
-
-static int attn_dims_ok(const char *op, int64_t r, int64_t T, int64_t d, int64_t h)
-{
-    if (r < 0 || T <= 0 || d <= 0 || h <= 0 || d % h != 0 || !pg_cpu_dim_ok(3 * d) ||
-        !pg_cpu_dim_ok(T) || !pg_cpu_dim_ok(r * T))
-        return PG_RT_FAIL("%s: bad sizes r=%lld T=%lld d=%lld heads=%lld (need T, d, heads > 0 "
-                          "and d divisible by heads)", op, (long long)r, (long long)T,
-                          (long long)d, (long long)h);
-    return 0;
-}
+#include "op_args.h"
 
 /* Softmax of one score row in place over [0, len); entries [len, T) become 0.
  * The exponentials go through pg_cpu_exp_blk in blocks (the last one padded),
@@ -82,7 +73,7 @@ int pg_attention_fwd(pg_ctx *c, int64_t r, int64_t T, int64_t d, int64_t h, int 
                      const float *wo, const float *bo,
                      float *qkv, float *att, float *ctxbuf, float *y)
 {
-    if (attn_dims_ok("attention_fwd", r, T, d, h))
+    if (pg_args_attention("attention_fwd", r, T, d, h))
         return 1;
     int64_t d3 = 3 * d;
     if (pg_linear_fwd(c, r * T, d, d3, x, wqkv, bqkv, qkv))
@@ -159,7 +150,7 @@ int pg_attention_bwd_in(pg_ctx *c, int64_t r, int64_t T, int64_t d, int64_t h, i
                         float *dctx, float *dqkv, float *dx)
 {
     (void)ctxbuf; /* the probabilities are in att: ctx is for backends that recompute them */
-    if (attn_dims_ok("attention_bwd_in", r, T, d, h))
+    if (pg_args_attention("attention_bwd_in", r, T, d, h))
         return 1;
     if (T > ATT_WS_FLOATS)
         return PG_RT_FAIL("attention_bwd_in: sequence length %lld is over the %d positions the "

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cpu_ctx.h"
+#include "op_args.h"
 
 /* AddressSanitizer: clang says so by __has_feature, gcc by __SANITIZE_ADDRESS__ */
 #if defined(__has_feature)
@@ -132,8 +133,8 @@ int pg_sync(pg_ctx *c)
 int pg_zero(pg_ctx *c, float *x, int64_t count)
 {
     (void)c;
-    if (count < 0)
-        return PG_RT_FAIL("zero: negative count %lld", (long long)count);
+    if (pg_args_count("zero", count))
+        return 1;
     if (count)
         memset(x, 0, (size_t)count * sizeof *x);
     return 0;
@@ -142,8 +143,8 @@ int pg_zero(pg_ctx *c, float *x, int64_t count)
 int pg_copy(pg_ctx *c, float *dst, const float *src, int64_t count)
 {
     (void)c;
-    if (count < 0)
-        return PG_RT_FAIL("copy: negative count %lld", (long long)count);
+    if (pg_args_count("copy", count))
+        return 1;
     if (count && dst != src)
         memmove(dst, src, (size_t)count * sizeof *dst);
     return 0;
@@ -152,8 +153,8 @@ int pg_copy(pg_ctx *c, float *dst, const float *src, int64_t count)
 int pg_axpy_inplace(pg_ctx *c, float *y, const float *x, int64_t count)
 {
     (void)c;
-    if (count < 0)
-        return PG_RT_FAIL("axpy: negative count %lld", (long long)count);
+    if (pg_args_count("axpy", count))
+        return 1;
     for (int64_t i = 0; i < count; i++)
         y[i] += x[i];
     return 0;
@@ -232,17 +233,8 @@ int pg_shadow_register(pg_ctx *c, const float *w, int64_t count, void *shadow)
 int pg_param_written(pg_ctx *c, const float *w, int64_t count)
 {
     (void)c, (void)w;
-    if (count < 0)
-        return PG_RT_FAIL("param_written: negative count %lld", (long long)count);
+    if (pg_args_count("param_written", count))
+        return 1;
     return 0;
 }
 
-void pg_rt_error(const char *file, int line, const char *fmt, ...)
-{
-    va_list ap;
-    fprintf(stderr, "%s:%d: error: ", file, line);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-}

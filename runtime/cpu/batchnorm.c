@@ -6,16 +6,9 @@
 #include <math.h>
 
 #include "cpu_kernels.h"
+#include "op_args.h"
 
 #define BLK PG_CPU_COLBLK
-
-static int bn_dims_ok(const char *op, int64_t n, int64_t C)
-{
-    if (n <= 0 || C <= 0)
-        return PG_RT_FAIL("%s: need n > 0 rows and C > 0 features, got n=%lld C=%lld", op,
-                          (long long)n, (long long)C);
-    return 0;
-}
 
 static int64_t blk_len(int64_t C, int64_t j0) { return C - j0 < BLK ? C - j0 : BLK; }
 
@@ -23,7 +16,7 @@ int pg_batchnorm_fwd(pg_ctx *c, int64_t n, int64_t C, float eps, const float *x,
                      const float *w, const float *b, float *y, float *mean, float *rstd)
 {
     (void)c;
-    if (bn_dims_ok("batchnorm_fwd", n, C))
+    if (pg_args_batchnorm("batchnorm_fwd", n, C))
         return 1;
     double s[BLK], ss[BLK];
     for (int64_t j0 = 0; j0 < C; j0 += BLK) {
@@ -61,7 +54,7 @@ int pg_batchnorm_eval_fwd(pg_ctx *c, int64_t n, int64_t C, float eps, const floa
                           const float *b, const float *run_mean, const float *run_var, float *y)
 {
     (void)c;
-    if (bn_dims_ok("batchnorm_eval_fwd", n, C))
+    if (pg_args_batchnorm("batchnorm_eval_fwd", n, C))
         return 1;
     for (int64_t i = 0; i < n; i++)
         for (int64_t j = 0; j < C; j++) {
@@ -80,7 +73,7 @@ int pg_batchnorm_bwd_in(pg_ctx *c, int64_t n, int64_t C, const float *x, const f
                         const float *mean, const float *rstd, const float *dy, float *dx)
 {
     (void)c;
-    if (bn_dims_ok("batchnorm_bwd_in", n, C))
+    if (pg_args_batchnorm("batchnorm_bwd_in", n, C))
         return 1;
     double sg[BLK], sgx[BLK];
     for (int64_t j0 = 0; j0 < C; j0 += BLK) {
@@ -116,7 +109,7 @@ int pg_batchnorm_bwd_w(pg_ctx *c, int64_t n, int64_t C, const float *x,
                        const float *mean, const float *rstd, const float *dy, float *dw, float *db)
 {
     (void)c;
-    if (bn_dims_ok("batchnorm_bwd_w", n, C))
+    if (pg_args_batchnorm("batchnorm_bwd_w", n, C))
         return 1;
     double sw[BLK], sb[BLK];
     for (int64_t j0 = 0; j0 < C; j0 += BLK) {

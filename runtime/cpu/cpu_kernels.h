@@ -35,21 +35,9 @@ const char *pg_cpu_gemm_kernel(const pg_cpu_gemm_pool *p); /* "avx512", "avx2", 
  * with double accumulators on the stack, so no workspace is needed. */
 #define PG_CPU_COLBLK 64
 
-/* Sizes must be >= 0 and fit the 32-bit ints cblas takes. */
-static inline int pg_cpu_dim_ok(int64_t v) { return v >= 0 && v <= INT_MAX; }
+/* Argument rules (sizes >= 0, within 32-bit ints, ...): runtime/core/op_args.h. */
 
-/* splitmix64's output function applied to x + golden ratio: a bijective,
- * well-mixed 64-bit hash (Steele, Lea, Flood 2014). */
-static inline uint64_t pg_cpu_splitmix64(uint64_t x)
-{
-    uint64_t z = x + 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-/* Uniform in [0, 1) from the top 24 bits of a hash: exact in float. */
-static inline float pg_cpu_unit24(uint64_t h) { return (float)(h >> 40) * (1.0f / 16777216.0f); }
+/* pg_splitmix64 and pg_unit24: pg_contract.h (through pg_ops.h). */
 
 /* e^a[j] in place for a block of PG_CPU_EXP_BLK floats, each a[j] clamped to
  * [-87, 88] first (so e^a stays a normal float; NaN stays NaN), within ~2 ulp

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cpu_kernels.h"
+#include "op_args.h"
 
 static int ids_ok(const char *op, int64_t n, int64_t vocab, const int32_t *ids)
 {
@@ -19,9 +20,8 @@ int pg_embed_fwd(pg_ctx *c, int64_t n, int64_t vocab, int64_t d, const int32_t *
                  const float *table, float *y)
 {
     (void)c;
-    if (n < 0 || vocab < 0 || d < 0)
-        return PG_RT_FAIL("embed_fwd: negative size n=%lld vocab=%lld d=%lld",
-                          (long long)n, (long long)vocab, (long long)d);
+    if (pg_args_sizes("embed_fwd", "n", n, "vocab", vocab, "d", d))
+        return 1;
     if (ids_ok("embed_fwd", n, vocab, ids))
         return 1;
     for (int64_t i = 0; i < n; i++)
@@ -34,9 +34,8 @@ int pg_embed_bwd_w(pg_ctx *c, int64_t n, int64_t vocab, int64_t d, const int32_t
                    const float *dy, float *dtable)
 {
     (void)c;
-    if (n < 0 || vocab < 0 || d < 0)
-        return PG_RT_FAIL("embed_bwd_w: negative size n=%lld vocab=%lld d=%lld",
-                          (long long)n, (long long)vocab, (long long)d);
+    if (pg_args_sizes("embed_bwd_w", "n", n, "vocab", vocab, "d", d))
+        return 1;
     if (ids_ok("embed_bwd_w", n, vocab, ids))
         return 1;
     for (int64_t i = 0; i < n; i++) {
@@ -53,9 +52,8 @@ int pg_pos_embed_fwd(pg_ctx *c, int64_t r, int64_t T, int64_t d, const float *x,
                      const float *table, float *y)
 {
     (void)c;
-    if (r < 0 || T < 0 || d < 0)
-        return PG_RT_FAIL("pos_embed_fwd: negative size r=%lld T=%lld d=%lld",
-                          (long long)r, (long long)T, (long long)d);
+    if (pg_args_sizes("pos_embed_fwd", "r", r, "T", T, "d", d))
+        return 1;
     int64_t td = T * d;
     for (int64_t i = 0; i < r; i++)
         for (int64_t k = 0; k < td; k++)
@@ -68,9 +66,8 @@ int pg_pos_embed_fwd(pg_ctx *c, int64_t r, int64_t T, int64_t d, const float *x,
 int pg_pos_embed_bwd_w(pg_ctx *c, int64_t r, int64_t T, int64_t d, const float *dy, float *dtable)
 {
     (void)c;
-    if (r < 0 || T < 0 || d < 0)
-        return PG_RT_FAIL("pos_embed_bwd_w: negative size r=%lld T=%lld d=%lld",
-                          (long long)r, (long long)T, (long long)d);
+    if (pg_args_sizes("pos_embed_bwd_w", "r", r, "T", T, "d", d))
+        return 1;
     int64_t td = T * d;
     double s[PG_CPU_COLBLK];
     for (int64_t k0 = 0; k0 < td; k0 += PG_CPU_COLBLK) {
@@ -86,18 +83,3 @@ int pg_pos_embed_bwd_w(pg_ctx *c, int64_t r, int64_t T, int64_t d, const float *
     return 0;
 }
 
-/* Logits by a table transposed are a bias-free linear layer with W = table[V,d]. */
-int pg_logits_fwd(pg_ctx *c, int64_t n, int64_t d, int64_t V, const float *x, const float *table, float *y)
-{
-    return pg_linear_fwd(c, n, d, V, x, table, NULL, y);
-}
-
-int pg_logits_bwd_in(pg_ctx *c, int64_t n, int64_t d, int64_t V, const float *dy, const float *table, float *dx)
-{
-    return pg_linear_bwd_in(c, n, d, V, dy, table, dx);
-}
-
-int pg_logits_bwd_w(pg_ctx *c, int64_t n, int64_t d, int64_t V, const float *x, const float *dy, float *dtable)
-{
-    return pg_linear_bwd_w(c, n, d, V, x, dy, dtable, NULL);
-}

@@ -5,13 +5,7 @@
 #include <math.h>
 
 #include "cpu_kernels.h"
-
-static int ln_dims_ok(const char *op, int64_t n, int64_t d)
-{
-    if (n < 0 || d <= 0)
-        return PG_RT_FAIL("%s: need n >= 0 and d > 0, got n=%lld d=%lld", op, (long long)n, (long long)d);
-    return 0;
-}
+#include "op_args.h"
 
 /* Row sums in double over 8 lanes (lane l takes the elements j = l mod 8 in
  * index order), the lanes added in a fixed tree: an order set by d alone, and
@@ -84,7 +78,7 @@ int pg_layernorm_fwd(pg_ctx *c, int64_t n, int64_t d, float eps, const float *x,
                      const float *w, const float *b, float *y, float *mean, float *rstd)
 {
     (void)c;
-    if (ln_dims_ok("layernorm_fwd", n, d))
+    if (pg_args_layernorm("layernorm_fwd", n, d))
         return 1;
     for (int64_t i = 0; i < n; i++) {
         double mu, ss;
@@ -117,7 +111,7 @@ int pg_layernorm_bwd_in(pg_ctx *c, int64_t n, int64_t d, const float *x, const f
                         const float *mean, const float *rstd, const float *dy, float *dx)
 {
     (void)c;
-    if (ln_dims_ok("layernorm_bwd_in", n, d))
+    if (pg_args_layernorm("layernorm_bwd_in", n, d))
         return 1;
     for (int64_t i = 0; i < n; i++) {
         const float *xr = x + i * d, *dyr = dy + i * d;
@@ -161,7 +155,7 @@ int pg_layernorm_bwd_w(pg_ctx *c, int64_t n, int64_t d, const float *x,
                        const float *mean, const float *rstd, const float *dy, float *dw, float *db)
 {
     (void)c;
-    if (ln_dims_ok("layernorm_bwd_w", n, d))
+    if (pg_args_layernorm("layernorm_bwd_w", n, d))
         return 1;
     double sw[PG_CPU_COLBLK], sb[PG_CPU_COLBLK];
     for (int64_t j0 = 0; j0 < d; j0 += PG_CPU_COLBLK) {

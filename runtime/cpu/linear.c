@@ -5,20 +5,13 @@
 #include <string.h>
 
 #include "cpu_kernels.h"
-
-static int linear_dims_ok(const char *op, int64_t n, int64_t in, int64_t out)
-{
-    if (!pg_cpu_dim_ok(n) || !pg_cpu_dim_ok(in) || !pg_cpu_dim_ok(out))
-        return PG_RT_FAIL("%s: sizes n=%lld in=%lld out=%lld must be in [0, %d]", op,
-                          (long long)n, (long long)in, (long long)out, INT_MAX);
-    return 0;
-}
+#include "op_args.h"
 
 /* y[n,out] = x[n,in] W[out,in]^T + b[out] */
 int pg_linear_fwd(pg_ctx *c, int64_t n, int64_t in, int64_t out,
                   const float *x, const float *w, const float *b, float *y)
 {
-    if (linear_dims_ok("linear_fwd", n, in, out))
+    if (pg_args_linear("linear_fwd", n, in, out))
         return 1;
     if (n == 0 || out == 0)
         return 0;
@@ -39,7 +32,7 @@ int pg_linear_fwd(pg_ctx *c, int64_t n, int64_t in, int64_t out,
 int pg_linear_bwd_in(pg_ctx *c, int64_t n, int64_t in, int64_t out,
                      const float *dy, const float *w, float *dx)
 {
-    if (linear_dims_ok("linear_bwd_in", n, in, out))
+    if (pg_args_linear("linear_bwd_in", n, in, out))
         return 1;
     if (n == 0 || in == 0)
         return 0;
@@ -79,7 +72,7 @@ static void colsum_acc(int64_t n, int64_t m, const float *a, float *acc)
 int pg_linear_bwd_w(pg_ctx *c, int64_t n, int64_t in, int64_t out,
                     const float *x, const float *dy, float *dw, float *db)
 {
-    if (linear_dims_ok("linear_bwd_w", n, in, out))
+    if (pg_args_linear("linear_bwd_w", n, in, out))
         return 1;
     if (n == 0 || out == 0)
         return 0;

@@ -5,15 +5,15 @@
 #include <math.h>
 
 #include "cpu_kernels.h"
+#include "op_args.h"
 
 /* loss = sum (y - t)^2 / denom;  dy = 2 (y - t) / denom */
 int pg_mse_fwd_bwd(pg_ctx *c, int64_t count, const float *y, const float *target,
                    double denom, double *loss, float *dy)
 {
     (void)c;
-    if (count < 0 || !(denom > 0.0))
-        return PG_RT_FAIL("mse: need count >= 0 and denom > 0, got count=%lld denom=%g",
-                          (long long)count, denom);
+    if (pg_args_mse(count, denom))
+        return 1;
     double s = 0.0, g = 2.0 / denom;
     for (int64_t i = 0; i < count; i++) {
         float diff = y[i] - target[i];
@@ -30,9 +30,8 @@ int pg_cross_entropy_fwd_bwd(pg_ctx *c, int64_t n, int64_t V, const float *logit
                              const int32_t *target, double denom, double *loss, float *dlogits)
 {
     (void)c;
-    if (n < 0 || V <= 0 || !(denom > 0.0))
-        return PG_RT_FAIL("cross_entropy: need n >= 0, V > 0 and denom > 0, got n=%lld V=%lld denom=%g",
-                          (long long)n, (long long)V, denom);
+    if (pg_args_cross_entropy(n, V, denom))
+        return 1;
     for (int64_t i = 0; i < n; i++)
         if (target[i] < 0 || target[i] >= V)
             return PG_RT_FAIL("cross_entropy: row %lld has target id %ld, outside the classes [0, %lld); "

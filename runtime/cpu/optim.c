@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "cpu_kernels.h"
+#include "op_args.h"
 
 #define SGD_BLK 16 /* elements per block of pg_sgd_step's vectorizable passes */
 
@@ -11,8 +12,8 @@
 int pg_sumsq(pg_ctx *c, int64_t count, const float *g, double *out)
 {
     (void)c;
-    if (count < 0)
-        return PG_RT_FAIL("sumsq: negative count %lld", (long long)count);
+    if (pg_args_count("sumsq", count))
+        return 1;
     double s = 0.0;
     for (int64_t i = 0; i < count; i++)
         s += (double)g[i] * g[i];
@@ -23,8 +24,8 @@ int pg_sumsq(pg_ctx *c, int64_t count, const float *g, double *out)
 int pg_scale(pg_ctx *c, float *x, float a, int64_t count)
 {
     (void)c;
-    if (count < 0)
-        return PG_RT_FAIL("scale: negative count %lld", (long long)count);
+    if (pg_args_count("scale", count))
+        return 1;
     for (int64_t i = 0; i < count; i++)
         x[i] *= a;
     return 0;
@@ -37,8 +38,8 @@ int pg_sgd_step(pg_ctx *c, int64_t count, float *w, const float *g, float *buf,
                 float lr, float momentum, float weight_decay, int first_step)
 {
     (void)c;
-    if (count < 0)
-        return PG_RT_FAIL("sgd_step: negative count %lld", (long long)count);
+    if (pg_args_count("sgd_step", count))
+        return 1;
     if (momentum != 0.0f && !buf)
         return PG_RT_FAIL("sgd_step: momentum %g needs a momentum buffer", (double)momentum);
     /* Blocks of SGD_BLK, one pass per term with the tests hoisted out, so each
@@ -82,9 +83,8 @@ int pg_adamw_step(pg_ctx *c, int64_t count, float *w, const float *g, float *m, 
                   float lr, float beta1, float beta2, float eps, float weight_decay, int64_t t)
 {
     (void)c;
-    if (count < 0 || t < 1)
-        return PG_RT_FAIL("adamw_step: need count >= 0 and step t >= 1, got count=%lld t=%lld",
-                          (long long)count, (long long)t);
+    if (pg_args_adamw(count, t))
+        return 1;
     float decay = (float)(1.0 - (double)lr * (double)weight_decay);
     float b1 = beta1, one_b1 = (float)(1.0 - (double)beta1);
     float b2 = beta2, one_b2 = (float)(1.0 - (double)beta2);

@@ -4,13 +4,14 @@
 #include <string.h>
 
 #include "cpu_kernels.h"
+#include "op_args.h"
 
 /* y = x + s; y may alias x or s. */
 int pg_add_fwd(pg_ctx *c, int64_t count, const float *x, const float *s, float *y)
 {
     (void)c;
-    if (count < 0)
-        return PG_RT_FAIL("add_fwd: negative count %lld", (long long)count);
+    if (pg_args_count("add_fwd", count))
+        return 1;
     for (int64_t i = 0; i < count; i++)
         y[i] = x[i] + s[i];
     return 0;
@@ -20,9 +21,8 @@ int pg_add_fwd(pg_ctx *c, int64_t count, const float *x, const float *s, float *
 int pg_concat_fwd(pg_ctx *c, int64_t n, int64_t a, int64_t b, const float *x, const float *s, float *y)
 {
     (void)c;
-    if (n < 0 || a < 0 || b < 0)
-        return PG_RT_FAIL("concat_fwd: negative size n=%lld a=%lld b=%lld", (long long)n,
-                          (long long)a, (long long)b);
+    if (pg_args_sizes("concat_fwd", "n", n, "a", a, "b", b))
+        return 1;
     for (int64_t i = 0; i < n; i++) {
         if (a)
             memcpy(y + i * (a + b), x + i * a, (size_t)a * sizeof *y);
@@ -36,9 +36,8 @@ int pg_concat_fwd(pg_ctx *c, int64_t n, int64_t a, int64_t b, const float *x, co
 int pg_concat_bwd(pg_ctx *c, int64_t n, int64_t a, int64_t b, const float *dy, float *dx, float *ds)
 {
     (void)c;
-    if (n < 0 || a < 0 || b < 0)
-        return PG_RT_FAIL("concat_bwd: negative size n=%lld a=%lld b=%lld", (long long)n,
-                          (long long)a, (long long)b);
+    if (pg_args_sizes("concat_bwd", "n", n, "a", a, "b", b))
+        return 1;
     for (int64_t i = 0; i < n; i++) {
         if (dx && a)
             memcpy(dx + i * a, dy + i * (a + b), (size_t)a * sizeof *dx);

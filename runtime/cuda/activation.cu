@@ -3,6 +3,7 @@
  * alias x, dx may alias dy. Same formulas as runtime/cpu/activation.c; relu is
  * bitwise equal to the CPU, gelu differs by the device's tanhf (a few ulp). */
 #include "cuda_common.h"
+#include "op_args.h"
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_C 0.044715f
@@ -42,8 +43,8 @@ __global__ void gelu_bwd_in_kernel(int64_t count, const float *x, const float *d
 
 static int count_ok(const char *op, int64_t count)
 {
-    if (count < 0)
-        return PG_RT_FAIL("%s: negative count %lld", op, (long long)count);
+    if (pg_args_count(op, count))
+        return 1;
     return 0;
 }
 

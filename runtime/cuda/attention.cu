@@ -22,16 +22,7 @@
 #include <math.h>
 
 #include "cuda_common.h"
-
-static int attn_dims_ok(const char *op, int64_t r, int64_t T, int64_t d, int64_t h)
-{
-    if (r < 0 || T <= 0 || d <= 0 || h <= 0 || d % h != 0 || !pg_cuda_dim_ok(3 * d) ||
-        !pg_cuda_dim_ok(T) || !pg_cuda_dim_ok(r * T))
-        return PG_RT_FAIL("%s: bad sizes r=%lld T=%lld d=%lld heads=%lld (need T, d, heads > 0 "
-                          "and d divisible by heads)", op, (long long)r, (long long)T,
-                          (long long)d, (long long)h);
-    return 0;
-}
+#include "op_args.h"
 
 static unsigned row_blocks(int64_t rows) { return (unsigned)(rows < PG_CUDA_MAX_BLOCKS ? rows : PG_CUDA_MAX_BLOCKS); }
 
@@ -89,7 +80,7 @@ int pg_attention_fwd(pg_ctx *c, int64_t r, int64_t T, int64_t d, int64_t h, int 
                      const float *wo, const float *bo,
                      float *qkv, float *att, float *ctxbuf, float *y)
 {
-    if (attn_dims_ok("attention_fwd", r, T, d, h))
+    if (pg_args_attention("attention_fwd", r, T, d, h))
         return 1;
     int64_t hd = d / h, d3 = 3 * d;
     float scale = (float)(1.0 / sqrt((double)hd));
@@ -137,7 +128,7 @@ int pg_attention_bwd_in(pg_ctx *c, int64_t r, int64_t T, int64_t d, int64_t h, i
                         const float *qkv, const float *att, const float *ctxbuf, const float *dy,
                         float *dctx, float *dqkv, float *dx)
 {
-    if (attn_dims_ok("attention_bwd_in", r, T, d, h))
+    if (pg_args_attention("attention_bwd_in", r, T, d, h))
         return 1;
     int64_t hd = d / h, d3 = 3 * d;
     float scale = (float)(1.0 / sqrt((double)hd));

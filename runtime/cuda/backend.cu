@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cuda_common.h"
+#include "op_args.h"
 #include "cuda_backend.h"
 #include "cuda_caps.h"
 
@@ -361,8 +362,8 @@ int pg_sync(pg_ctx *c)
 
 int pg_zero(pg_ctx *c, float *x, int64_t count)
 {
-    if (count < 0)
-        return PG_RT_FAIL("zero: negative count %lld", (long long)count);
+    if (pg_args_count("zero", count))
+        return 1;
     if (count)
         CUDA_CHECK(cudaMemsetAsync(x, 0, (size_t)count * sizeof *x, c->stream));
     return 0;
@@ -372,8 +373,8 @@ int pg_zero(pg_ctx *c, float *x, int64_t count)
  * chunks no longer than the distance, walking away from the overlap. */
 int pg_copy(pg_ctx *c, float *dst, const float *src, int64_t count)
 {
-    if (count < 0)
-        return PG_RT_FAIL("copy: negative count %lld", (long long)count);
+    if (pg_args_count("copy", count))
+        return 1;
     if (!count || dst == src)
         return 0;
     int64_t dist = dst > src ? dst - src : src - dst;
@@ -404,8 +405,8 @@ __global__ void axpy_inplace_kernel(int64_t count, float *y, const float *x)
 
 int pg_axpy_inplace(pg_ctx *c, float *y, const float *x, int64_t count)
 {
-    if (count < 0)
-        return PG_RT_FAIL("axpy: negative count %lld", (long long)count);
+    if (pg_args_count("axpy", count))
+        return 1;
     if (!count)
         return 0;
     axpy_inplace_kernel<<<pg_cuda_blocks(count, PG_CUDA_THREADS), PG_CUDA_THREADS, 0, c->stream>>>(count, y, x);
@@ -529,12 +530,3 @@ int pg_cuda_sum_to_host(pg_ctx *c, const double *partial, int64_t np, double *ou
     return 0;
 }
 
-void pg_rt_error(const char *file, int line, const char *fmt, ...)
-{
-    va_list ap;
-    fprintf(stderr, "%s:%d: error: ", file, line);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-}

@@ -9,14 +9,7 @@
  * threads; PG_CUDA_K_COLSUM); statistics and the input gradient keep the
  * one-thread-per-feature walk (later work: the same chunking). */
 #include "cuda_common.h"
-
-static int bn_dims_ok(const char *op, int64_t n, int64_t C)
-{
-    if (n <= 0 || C <= 0)
-        return PG_RT_FAIL("%s: need n > 0 rows and C > 0 features, got n=%lld C=%lld", op,
-                          (long long)n, (long long)C);
-    return 0;
-}
+#include "op_args.h"
 
 #define GRID(count) pg_cuda_blocks(count, PG_CUDA_THREADS), PG_CUDA_THREADS, 0, c->stream
 
@@ -141,7 +134,7 @@ __global__ void batchnorm_eval_fwd_kernel(int64_t n, int64_t C, float eps, const
 int pg_batchnorm_eval_fwd(pg_ctx *c, int64_t n, int64_t C, float eps, const float *x, const float *w,
                           const float *b, const float *run_mean, const float *run_var, float *y)
 {
-    if (bn_dims_ok("batchnorm_eval_fwd", n, C))
+    if (pg_args_batchnorm("batchnorm_eval_fwd", n, C))
         return 1;
     batchnorm_eval_fwd_kernel<<<GRID(n * C)>>>(n, C, eps, x, w, b, run_mean, run_var, y);
     LAUNCH_CHECK("batchnorm_eval_fwd_kernel");
@@ -151,7 +144,7 @@ int pg_batchnorm_eval_fwd(pg_ctx *c, int64_t n, int64_t C, float eps, const floa
 int pg_batchnorm_fwd(pg_ctx *c, int64_t n, int64_t C, float eps, const float *x,
                      const float *w, const float *b, float *y, float *mean, float *rstd)
 {
-    if (bn_dims_ok("batchnorm_fwd", n, C))
+    if (pg_args_batchnorm("batchnorm_fwd", n, C))
         return 1;
     batchnorm_fwd_kernel<<<GRID(C)>>>(n, C, eps, x, w, b, y, mean, rstd);
     LAUNCH_CHECK("batchnorm_fwd_kernel");
@@ -161,7 +154,7 @@ int pg_batchnorm_fwd(pg_ctx *c, int64_t n, int64_t C, float eps, const float *x,
 int pg_batchnorm_bwd_in(pg_ctx *c, int64_t n, int64_t C, const float *x, const float *w,
                         const float *mean, const float *rstd, const float *dy, float *dx)
 {
-    if (bn_dims_ok("batchnorm_bwd_in", n, C))
+    if (pg_args_batchnorm("batchnorm_bwd_in", n, C))
         return 1;
     batchnorm_bwd_in_kernel<<<GRID(C)>>>(n, C, x, w, mean, rstd, dy, dx);
     LAUNCH_CHECK("batchnorm_bwd_in_kernel");
@@ -171,7 +164,7 @@ int pg_batchnorm_bwd_in(pg_ctx *c, int64_t n, int64_t C, const float *x, const f
 int pg_batchnorm_bwd_w(pg_ctx *c, int64_t n, int64_t C, const float *x,
                        const float *mean, const float *rstd, const float *dy, float *dw, float *db)
 {
-    if (bn_dims_ok("batchnorm_bwd_w", n, C))
+    if (pg_args_batchnorm("batchnorm_bwd_w", n, C))
         return 1;
     if (!dw && !db)
         return 0;

@@ -354,22 +354,9 @@ static int pg_cuda_reduce_to_host(pg_ctx *c, int64_t count, F f, double *out)
     return pg_cuda_sum_to_host(c, (const double *)ws, PG_CUDA_RED_BLOCKS, out);
 }
 
-/* ---- sizes ---------------------------------------------------------------- */
-/* cuBLAS takes int sizes: every dimension must fit. */
-static inline int pg_cuda_dim_ok(int64_t v) { return v >= 0 && v <= 2147483647; }
+/* ---- sizes: the ops' argument rules are runtime/core/op_args.h's (cuBLAS
+ * takes int sizes: pg_args_dim_ok) ------------------------------------------ */
 
-/* ---- the dropout counter hash (same formula as runtime/cpu/cpu_kernels.h) -- */
-__host__ __device__ __forceinline__ uint64_t pg_cuda_splitmix64(uint64_t x)
-{
-    uint64_t z = x + 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-__host__ __device__ __forceinline__ float pg_cuda_unit24(uint64_t h)
-{
-    return (float)(h >> 40) * (1.0f / 16777216.0f);
-}
+/* the dropout counter hash: pg_splitmix64 and pg_unit24 (pg_contract.h) */
 
 #endif

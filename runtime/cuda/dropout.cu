@@ -6,14 +6,7 @@
  *   u    = top 24 bits of splitmix64(splitmix64(key + sample) + element) / 2^24
  *   keep = u >= p;  y = keep ? x * (1 / (1 - p)) : 0 */
 #include "cuda_common.h"
-
-static int dropout_args_ok(const char *op, int64_t rows, int64_t per_row, float p)
-{
-    if (rows < 0 || per_row < 0 || !(p >= 0.0f && p <= 1.0f))
-        return PG_RT_FAIL("%s: need rows, per_row >= 0 and p in [0, 1], got rows=%lld per_row=%lld p=%g",
-                          op, (long long)rows, (long long)per_row, (double)p);
-    return 0;
-}
+#include "op_args.h"
 
 /* Applied the same way forward (x) and backward (dy); y may alias x. */
 __global__ void dropout_apply_kernel(int64_t rows, int64_t per_row, float p, float scale, uint64_t key,
@@ -21,8 +14,8 @@ __global__ void dropout_apply_kernel(int64_t rows, int64_t per_row, float p, flo
 {
     PG_GRID_STRIDE(k, rows * per_row) {
         int64_t i = k / per_row, j = k - i * per_row;
-        uint64_t rowkey = pg_cuda_splitmix64(key + (uint64_t)(first_sample + i));
-        float u = pg_cuda_unit24(pg_cuda_splitmix64(rowkey + (uint64_t)j));
+        uint64_t rowkey = pg_splitmix64(key + (uint64_t)(first_sample + i));
+        float u = pg_unit24(pg_splitmix64(rowkey + (uint64_t)j));
         y[k] = u >= p ? x[k] * scale : 0.0f;
     }
 }
@@ -38,7 +31,7 @@ static int dropout_apply(pg_ctx *c, int64_t rows, int64_t per_row, float p, uint
     if (!count)
         return 0;
     float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; /* host float division, as the CPU */
-    uint64_t key = pg_cuda_splitmix64(seed);
+    uint64_t key = pg_splitmix64(seed);
     dropout_apply_kernel<<<pg_cuda_blocks(count, PG_CUDA_THREADS), PG_CUDA_THREADS, 0, c->stream>>>(
         rows, per_row, p, scale, key, first_sample, x, y);
     LAUNCH_CHECK("dropout_apply_kernel");
@@ -48,7 +41,7 @@ static int dropout_apply(pg_ctx *c, int64_t rows, int64_t per_row, float p, uint
 int pg_dropout_fwd(pg_ctx *c, int64_t rows, int64_t per_row, float p, uint64_t seed,
                    int64_t first_sample, const float *x, float *y)
 {
-    if (dropout_args_ok("dropout_fwd", rows, per_row, p))
+    if (pg_args_dropout("dropout_fwd", rows, per_row, p))
         return 1;
     return dropout_apply(c, rows, per_row, p, seed, first_sample, x, y);
 }
@@ -56,7 +49,7 @@ int pg_dropout_fwd(pg_ctx *c, int64_t rows, int64_t per_row, float p, uint64_t s
 int pg_dropout_bwd_in(pg_ctx *c, int64_t rows, int64_t per_row, float p, uint64_t seed,
                       int64_t first_sample, const float *dy, float *dx)
 {
-    if (dropout_args_ok("dropout_bwd_in", rows, per_row, p))
+    if (pg_args_dropout("dropout_bwd_in", rows, per_row, p))
         return 1;
     return dropout_apply(c, rows, per_row, p, seed, first_sample, dy, dx);
 }

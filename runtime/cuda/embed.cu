@@ -3,6 +3,7 @@
  * Token ids live on the device; they are checked there before use (one small
  * read-back), so a bad id fails the op with its row and value. */
 #include "cuda_common.h"
+#include "op_args.h"
 
 /* Buckets of vocabulary rows in embed_bwd_w (see there). Any count gives the
  * same bits; 32 spreads the updates while keeping the id scans cheap. */
@@ -12,9 +13,8 @@
 
 static int sizes_ok(const char *op, int64_t n, int64_t vocab, int64_t d)
 {
-    if (n < 0 || vocab < 0 || d < 0)
-        return PG_RT_FAIL("%s: negative size n=%lld vocab=%lld d=%lld", op, (long long)n,
-                          (long long)vocab, (long long)d);
+    if (pg_args_sizes(op, "n", n, "vocab", vocab, "d", d))
+        return 1;
     return 0;
 }
 
@@ -104,9 +104,8 @@ __global__ void pos_embed_bwd_w_kernel(int64_t r, int64_t td, const float *dy, f
 int pg_pos_embed_fwd(pg_ctx *c, int64_t r, int64_t T, int64_t d, const float *x,
                      const float *table, float *y)
 {
-    if (r < 0 || T < 0 || d < 0)
-        return PG_RT_FAIL("pos_embed_fwd: negative size r=%lld T=%lld d=%lld",
-                          (long long)r, (long long)T, (long long)d);
+    if (pg_args_sizes("pos_embed_fwd", "r", r, "T", T, "d", d))
+        return 1;
     int64_t td = T * d;
     if (!r || !td)
         return 0;
@@ -117,9 +116,8 @@ int pg_pos_embed_fwd(pg_ctx *c, int64_t r, int64_t T, int64_t d, const float *x,
 
 int pg_pos_embed_bwd_w(pg_ctx *c, int64_t r, int64_t T, int64_t d, const float *dy, float *dtable)
 {
-    if (r < 0 || T < 0 || d < 0)
-        return PG_RT_FAIL("pos_embed_bwd_w: negative size r=%lld T=%lld d=%lld",
-                          (long long)r, (long long)T, (long long)d);
+    if (pg_args_sizes("pos_embed_bwd_w", "r", r, "T", T, "d", d))
+        return 1;
     int64_t td = T * d;
     if (!td)
         return 0;
@@ -128,18 +126,3 @@ int pg_pos_embed_bwd_w(pg_ctx *c, int64_t r, int64_t T, int64_t d, const float *
     return 0;
 }
 
-/* Logits by a table transposed are a bias-free linear layer with W = table[V,d]. */
-int pg_logits_fwd(pg_ctx *c, int64_t n, int64_t d, int64_t V, const float *x, const float *table, float *y)
-{
-    return pg_linear_fwd(c, n, d, V, x, table, NULL, y);
-}
-
-int pg_logits_bwd_in(pg_ctx *c, int64_t n, int64_t d, int64_t V, const float *dy, const float *table, float *dx)
-{
-    return pg_linear_bwd_in(c, n, d, V, dy, table, dx);
-}
-
-int pg_logits_bwd_w(pg_ctx *c, int64_t n, int64_t d, int64_t V, const float *x, const float *dy, float *dtable)
-{
-    return pg_linear_bwd_w(c, n, d, V, x, dy, dtable, NULL);
-}

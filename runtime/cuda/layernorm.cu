@@ -7,13 +7,7 @@
  * Elementwise formulas use _rn intrinsics so nvcc cannot fuse them into FMAs:
  * given the same mean/rstd the outputs equal the CPU's bits. */
 #include "cuda_common.h"
-
-static int ln_dims_ok(const char *op, int64_t n, int64_t d)
-{
-    if (n < 0 || d <= 0)
-        return PG_RT_FAIL("%s: need n >= 0 and d > 0, got n=%lld d=%lld", op, (long long)n, (long long)d);
-    return 0;
-}
+#include "op_args.h"
 
 static unsigned row_blocks(int64_t n) { return (unsigned)(n < PG_CUDA_MAX_BLOCKS ? n : PG_CUDA_MAX_BLOCKS); }
 
@@ -100,7 +94,7 @@ __global__ void layernorm_bwd_w_kernel(int64_t n, int64_t d, const float *x, con
 int pg_layernorm_fwd(pg_ctx *c, int64_t n, int64_t d, float eps, const float *x,
                      const float *w, const float *b, float *y, float *mean, float *rstd)
 {
-    if (ln_dims_ok("layernorm_fwd", n, d))
+    if (pg_args_layernorm("layernorm_fwd", n, d))
         return 1;
     if (!n)
         return 0;
@@ -112,7 +106,7 @@ int pg_layernorm_fwd(pg_ctx *c, int64_t n, int64_t d, float eps, const float *x,
 int pg_layernorm_bwd_in(pg_ctx *c, int64_t n, int64_t d, const float *x, const float *w,
                         const float *mean, const float *rstd, const float *dy, float *dx)
 {
-    if (ln_dims_ok("layernorm_bwd_in", n, d))
+    if (pg_args_layernorm("layernorm_bwd_in", n, d))
         return 1;
     if (!n)
         return 0;
@@ -124,7 +118,7 @@ int pg_layernorm_bwd_in(pg_ctx *c, int64_t n, int64_t d, const float *x, const f
 int pg_layernorm_bwd_w(pg_ctx *c, int64_t n, int64_t d, const float *x,
                        const float *mean, const float *rstd, const float *dy, float *dw, float *db)
 {
-    if (ln_dims_ok("layernorm_bwd_w", n, d))
+    if (pg_args_layernorm("layernorm_bwd_w", n, d))
         return 1;
     if (!n || (!dw && !db))
         return 0;

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cuda_common.h"
+#include "op_args.h"
 #include "kernel_ref.h"
 
 /* ---- the one GEMM entry (pg_cuda_gemm, cuda_common.h) ---------------------
@@ -301,14 +302,6 @@ out:
     return rc;
 }
 
-static int linear_dims_ok(const char *op, int64_t n, int64_t in, int64_t out)
-{
-    if (!pg_cuda_dim_ok(n) || !pg_cuda_dim_ok(in) || !pg_cuda_dim_ok(out))
-        return PG_RT_FAIL("%s: sizes n=%lld in=%lld out=%lld must be in [0, 2147483647]", op,
-                          (long long)n, (long long)in, (long long)out);
-    return 0;
-}
-
 /* y[n,out] = b[out] on every row */
 __global__ void bias_broadcast_kernel(int64_t n, int64_t out, const float *b, float *y)
 {
@@ -349,7 +342,7 @@ int pg_cuda_colsum_acc(pg_ctx *c, int64_t n, int64_t m, const float *a, float *a
 int pg_linear_fwd(pg_ctx *c, int64_t n, int64_t in, int64_t out,
                   const float *x, const float *w, const float *b, float *y)
 {
-    if (linear_dims_ok("linear_fwd", n, in, out))
+    if (pg_args_linear("linear_fwd", n, in, out))
         return 1;
     if (n == 0 || out == 0)
         return 0;
@@ -383,7 +376,7 @@ int pg_linear_fwd(pg_ctx *c, int64_t n, int64_t in, int64_t out,
 int pg_linear_bwd_in(pg_ctx *c, int64_t n, int64_t in, int64_t out,
                      const float *dy, const float *w, float *dx)
 {
-    if (linear_dims_ok("linear_bwd_in", n, in, out))
+    if (pg_args_linear("linear_bwd_in", n, in, out))
         return 1;
     if (n == 0 || in == 0)
         return 0;
@@ -405,7 +398,7 @@ int pg_linear_bwd_in(pg_ctx *c, int64_t n, int64_t in, int64_t out,
 int pg_linear_bwd_w(pg_ctx *c, int64_t n, int64_t in, int64_t out,
                     const float *x, const float *dy, float *dw, float *db)
 {
-    if (linear_dims_ok("linear_bwd_w", n, in, out))
+    if (pg_args_linear("linear_bwd_w", n, in, out))
         return 1;
     if (n == 0 || out == 0)
         return 0;

@@ -9,6 +9,7 @@
 #include <math.h>
 
 #include "cuda_common.h"
+#include "op_args.h"
 
 /* dy = 2 (y - t) / denom (the CPU's double product, so the same bits); returns (y - t)^2. */
 struct mse_term {
@@ -26,9 +27,8 @@ struct mse_term {
 int pg_mse_fwd_bwd(pg_ctx *c, int64_t count, const float *y, const float *target,
                    double denom, double *loss, float *dy)
 {
-    if (count < 0 || !(denom > 0.0))
-        return PG_RT_FAIL("mse: need count >= 0 and denom > 0, got count=%lld denom=%g",
-                          (long long)count, denom);
+    if (pg_args_mse(count, denom))
+        return 1;
     mse_term f = {y, target, dy, 2.0 / denom};
     if (c->in_run) /* inside a step's run of compute: deferred (step.cu) */
         return pg_cuda_reduce_deferred(c, count, f, 1.0, denom);
@@ -71,9 +71,8 @@ __global__ void cross_entropy_rows_kernel(int64_t n, int64_t V, const float *log
 int pg_cross_entropy_fwd_bwd(pg_ctx *c, int64_t n, int64_t V, const float *logits,
                              const int32_t *target, double denom, double *loss, float *dlogits)
 {
-    if (n < 0 || V <= 0 || !(denom > 0.0))
-        return PG_RT_FAIL("cross_entropy: need n >= 0, V > 0 and denom > 0, got n=%lld V=%lld denom=%g",
-                          (long long)n, (long long)V, denom);
+    if (pg_args_cross_entropy(n, V, denom))
+        return 1;
     if (pg_cuda_check_ids(c, "cross_entropy", "target", "classes",
                           "check the target data against the model's output size", n, V, target))
         return 1;

@@ -10,6 +10,7 @@
 #include <math.h>
 
 #include "cuda_common.h"
+#include "op_args.h"
 
 #define GRID(count) pg_cuda_blocks(count, PG_CUDA_THREADS), PG_CUDA_THREADS, 0, c->stream
 
@@ -21,8 +22,8 @@ struct sq_term {
 /* *out = sum g^2 in a fixed order (double). */
 int pg_sumsq(pg_ctx *c, int64_t count, const float *g, double *out)
 {
-    if (count < 0)
-        return PG_RT_FAIL("sumsq: negative count %lld", (long long)count);
+    if (pg_args_count("sumsq", count))
+        return 1;
     sq_term f = {g};
     if (c->in_run) /* inside a step's run of compute: deferred (step.cu) */
         return pg_cuda_reduce_deferred(c, count, f, 1.0, 0.0);
@@ -36,8 +37,8 @@ __global__ void scale_kernel(int64_t count, float *x, float a)
 
 int pg_scale(pg_ctx *c, float *x, float a, int64_t count)
 {
-    if (count < 0)
-        return PG_RT_FAIL("scale: negative count %lld", (long long)count);
+    if (pg_args_count("scale", count))
+        return 1;
     if (!count)
         return 0;
     scale_kernel<<<GRID(count)>>>(count, x, a);
@@ -88,8 +89,8 @@ static int step_values_match(const pg_ctx *c, float lr, float beta1, float beta2
 int pg_sgd_step(pg_ctx *c, int64_t count, float *w, const float *g, float *buf,
                 float lr, float momentum, float weight_decay, int first_step)
 {
-    if (count < 0)
-        return PG_RT_FAIL("sgd_step: negative count %lld", (long long)count);
+    if (pg_args_count("sgd_step", count))
+        return 1;
     if (momentum != 0.0f && !buf)
         return PG_RT_FAIL("sgd_step: momentum %g needs a momentum buffer", (double)momentum);
     if (!count)
@@ -150,9 +151,8 @@ __global__ void adamw_step_dev_kernel(int64_t count, float *w, const float *g, f
 int pg_adamw_step(pg_ctx *c, int64_t count, float *w, const float *g, float *m, float *v,
                   float lr, float beta1, float beta2, float eps, float weight_decay, int64_t t)
 {
-    if (count < 0 || t < 1)
-        return PG_RT_FAIL("adamw_step: need count >= 0 and step t >= 1, got count=%lld t=%lld",
-                          (long long)count, (long long)t);
+    if (pg_args_adamw(count, t))
+        return 1;
     if (!count)
         return 0;
     float decay = (float)(1.0 - (double)lr * (double)weight_decay);

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 
 #include "cuda_common.h"
+#include "op_args.h"
 
 __global__ void shadow_round_kernel(int64_t count, const float *w, __nv_bfloat16 *s)
 {
@@ -65,8 +66,8 @@ int pg_shadow_register(pg_ctx *c, const float *w, int64_t count, void *shadow)
 
 int pg_param_written(pg_ctx *c, const float *w, int64_t count)
 {
-    if (count < 0)
-        return PG_RT_FAIL("param_written: negative count %lld", (long long)count);
+    if (pg_args_count("param_written", count))
+        return 1;
     return pg_cuda_shadow_touch(c, w, (size_t)count * sizeof(float));
 }
 

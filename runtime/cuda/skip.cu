@@ -2,6 +2,7 @@
  * runtime/cpu/skip.c. add's backward is the identity for both inputs (the
  * generated code copies or shares dy), so only concat has a backward here. */
 #include "cuda_common.h"
+#include "op_args.h"
 
 /* y = x + s; y may alias x or s. */
 __global__ void add_fwd_kernel(int64_t count, const float *x, const float *s, float *y)
@@ -11,8 +12,8 @@ __global__ void add_fwd_kernel(int64_t count, const float *x, const float *s, fl
 
 int pg_add_fwd(pg_ctx *c, int64_t count, const float *x, const float *s, float *y)
 {
-    if (count < 0)
-        return PG_RT_FAIL("add_fwd: negative count %lld", (long long)count);
+    if (pg_args_count("add_fwd", count))
+        return 1;
     if (!count)
         return 0;
     add_fwd_kernel<<<pg_cuda_blocks(count, PG_CUDA_THREADS), PG_CUDA_THREADS, 0, c->stream>>>(count, x, s, y);
@@ -34,9 +35,8 @@ static int copy_block(pg_ctx *c, float *dst, int64_t dpitch, const float *src, i
 /* y[n, a+b] = [x[n,a], s[n,b]] */
 int pg_concat_fwd(pg_ctx *c, int64_t n, int64_t a, int64_t b, const float *x, const float *s, float *y)
 {
-    if (n < 0 || a < 0 || b < 0)
-        return PG_RT_FAIL("concat_fwd: negative size n=%lld a=%lld b=%lld", (long long)n,
-                          (long long)a, (long long)b);
+    if (pg_args_sizes("concat_fwd", "n", n, "a", a, "b", b))
+        return 1;
     if (copy_block(c, y, a + b, x, a, n, a))
         return 1;
     return copy_block(c, y + a, a + b, s, b, n, b);
@@ -45,9 +45,8 @@ int pg_concat_fwd(pg_ctx *c, int64_t n, int64_t a, int64_t b, const float *x, co
 /* dx[n,a] = dy[:, :a], ds[n,b] = dy[:, a:]; either output may be NULL. */
 int pg_concat_bwd(pg_ctx *c, int64_t n, int64_t a, int64_t b, const float *dy, float *dx, float *ds)
 {
-    if (n < 0 || a < 0 || b < 0)
-        return PG_RT_FAIL("concat_bwd: negative size n=%lld a=%lld b=%lld", (long long)n,
-                          (long long)a, (long long)b);
+    if (pg_args_sizes("concat_bwd", "n", n, "a", a, "b", b))
+        return 1;
     if (dx && copy_block(c, dx, a, dy, a + b, n, a))
         return 1;
     if (ds && copy_block(c, ds, b, dy + a, a + b, n, b))

@@ -631,12 +631,12 @@ static void test_dropout(void)
     OK(pg_dropout_fwd(G.c, rows, per, p, seed, first, X, Y) == 0, "dropout_fwd runs");
     fvec want(rows * per);
     float scale = 1.0f / (1.0f - p);
-    uint64_t key = pg_cpu_splitmix64(seed);
+    uint64_t key = pg_splitmix64(seed);
     int64_t kept = 0;
     for (int64_t i = 0; i < rows; i++) {
-        uint64_t rk = pg_cpu_splitmix64(key + (uint64_t)(first + i));
+        uint64_t rk = pg_splitmix64(key + (uint64_t)(first + i));
         for (int64_t j = 0; j < per; j++) {
-            float u = pg_cpu_unit24(pg_cpu_splitmix64(rk + (uint64_t)j));
+            float u = pg_unit24(pg_splitmix64(rk + (uint64_t)j));
             want[i * per + j] = u >= p ? x[i * per + j] * scale : 0.0f;
             kept += u >= p;
         }

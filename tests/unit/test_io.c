@@ -282,7 +282,7 @@ static void test_safetensors(void)
     memcpy(bb + 8, bad, bl);
     memset(bb + 8 + bl, 0, 4);
     write_raw(tp, bb, 8 + bl + 4);
-    snprintf(m, sizeof m, "%s: malformed safetensors header at byte %d: expected '}'", tp,
+    snprintf(m, sizeof m, "%s: malformed safetensors header at byte %d: expected `,` or `}`, found `\"`", tp,
              (int)(strstr(bad, "\"shape\"") - bad));
     pg_st_want wa = {.name = "a", .dtype = 0, .rank = 1, .dim = {1}, .dst = &s2, .bytes = 4};
     OK(pg_st_read(tp, &wa, 1, err, sizeof err) == -1 && !strcmp(err, m), "malformed header names the byte: %s", err);

@@ -937,7 +937,7 @@ static void test_init(void)
     int uni_ok = 1;
     for (int i = 0; i < 6; i++)
         uni_ok &= got[i] == (float)(0.125 * (2.0 * ((double)(ref_mix(key + (uint64_t)i) >> 40) / 16777216.0) - 1.0));
-    OK(uni_ok, "init uniform follows the formula documented in runtime/cpu/init.c");
+    OK(uni_ok, "init uniform follows the formula documented in runtime/core/init.c");
     pg_init_param(got, 6, 3, 0.02, "h.0.attn.qkv.weight", 99);
     int nrm_ok = 1;
     for (int i = 0; i < 6; i++) {
@@ -947,7 +947,7 @@ static void test_init(void)
         double rad = sqrt(-2.0 * log(u1)), ang = 6.283185307179586 * u2;
         nrm_ok &= got[i] == (float)(0.02 * rad * ((i & 1) ? sin(ang) : cos(ang)));
     }
-    OK(nrm_ok, "init normal follows the formula documented in runtime/cpu/init.c");
+    OK(nrm_ok, "init normal follows the formula documented in runtime/core/init.c");
     free(a), free(b), free(s);
 }
 

@@ -308,7 +308,7 @@ static const char *order_of(const pg_stage_sched *st, char *buf, size_t n)
     buf[0] = 0;
     for (int i = 0; i < st->n && o < n; i++) {
         const pg_act *a = &st->act[i];
-        if (a->kind == A_FWD || a->kind == A_BWD_B || a->kind == A_BWD_W)
+        if (a->kind == PG_FWD || a->kind == PG_BWD_B || a->kind == PG_BWD_W)
             o += (size_t)snprintf(buf + o, n - o, "%s%c%d.%d", o ? " " : "", "FBW"[a->kind], a->mb, a->chunk);
     }
     return buf;
@@ -415,13 +415,13 @@ static int sends_in_receive_order(const pg_schedule *s)
             const pg_stage_sched *sa = &s->stage[a], *sb = &s->stage[b];
             int i = 0, j = 0;
             for (;;) {
-                while (i < sa->n && !(sa->act[i].peer == b && (sa->act[i].kind == A_SEND_ACT ||
-                       sa->act[i].kind == A_SEND_GRAD || sa->act[i].kind == A_SEND_SKIP ||
-                       sa->act[i].kind == A_SEND_SKIP_GRAD)))
+                while (i < sa->n && !(sa->act[i].peer == b && (sa->act[i].kind == PG_SEND_ACT ||
+                       sa->act[i].kind == PG_SEND_GRAD || sa->act[i].kind == PG_SEND_SKIP ||
+                       sa->act[i].kind == PG_SEND_SKIP_GRAD)))
                     i++;
-                while (j < sb->n && !(sb->act[j].peer == a && (sb->act[j].kind == A_RECV_ACT ||
-                       sb->act[j].kind == A_RECV_GRAD || sb->act[j].kind == A_RECV_SKIP ||
-                       sb->act[j].kind == A_RECV_SKIP_GRAD)))
+                while (j < sb->n && !(sb->act[j].peer == a && (sb->act[j].kind == PG_RECV_ACT ||
+                       sb->act[j].kind == PG_RECV_GRAD || sb->act[j].kind == PG_RECV_SKIP ||
+                       sb->act[j].kind == PG_RECV_SKIP_GRAD)))
                     j++;
                 if (i == sa->n || j == sb->n) {
                     if (i != sa->n || j != sb->n)
@@ -446,15 +446,15 @@ static int sends_read_overwritten_slots(const pg_schedule *s)
         const pg_stage_sched *ss = &s->stage[st];
         for (int i = 0; i < ss->n; i++) {
             const pg_act *a = &ss->act[i];
-            if (a->kind != A_SEND_ACT && a->kind != A_SEND_GRAD && a->kind != A_SEND_SKIP &&
-                a->kind != A_SEND_SKIP_GRAD)
+            if (a->kind != PG_SEND_ACT && a->kind != PG_SEND_GRAD && a->kind != PG_SEND_SKIP &&
+                a->kind != PG_SEND_SKIP_GRAD)
                 continue;
             int f = -1;
             for (int j = 0; j < i && f < 0; j++)
-                if (ss->act[j].kind == A_FWD && ss->act[j].chunk == a->chunk && ss->act[j].mb == a->mb)
+                if (ss->act[j].kind == PG_FWD && ss->act[j].chunk == a->chunk && ss->act[j].mb == a->mb)
                     f = j;
             for (int j = f + 1; f >= 0 && j < i; j++)
-                if (ss->act[j].kind == A_FWD && ss->act[j].chunk == a->chunk && ss->act[j].slot == ss->act[f].slot)
+                if (ss->act[j].kind == PG_FWD && ss->act[j].chunk == a->chunk && ss->act[j].slot == ss->act[f].slot)
                     bad++;
         }
     }
@@ -469,7 +469,7 @@ static void test_comms(void)
     cap_open(&c);
     fx_init(&f, 1, 1, 4, SCHED_1F1B);
     int rc = pg_schedule_build(&f.m, &s, &c.d);
-    OK(rc == 0 && s.stage[0].n == 13 && count_kind(&s.stage[0], A_OPT_STEP) == 1,
+    OK(rc == 0 && s.stage[0].n == 13 && count_kind(&s.stage[0], PG_OPT_STEP) == 1,
        "one stage: 12 compute actions and OPT_STEP, no messages");
     if (rc == 0)
         pg_schedule_free(&s);
@@ -478,15 +478,15 @@ static void test_comms(void)
     rc = pg_schedule_build(&f.m, &s, &c.d);
     OK(rc == 0, "1f1b on 3 stages builds %s", line1(cap_text(&c)));
     if (rc == 0) {
-        OK(count_kind(&s.stage[0], A_RECV_ACT) == 0 && count_kind(&s.stage[0], A_SEND_ACT) == 5 &&
-           count_kind(&s.stage[0], A_RECV_GRAD) == 5 && count_kind(&s.stage[0], A_SEND_GRAD) == 0,
+        OK(count_kind(&s.stage[0], PG_RECV_ACT) == 0 && count_kind(&s.stage[0], PG_SEND_ACT) == 5 &&
+           count_kind(&s.stage[0], PG_RECV_GRAD) == 5 && count_kind(&s.stage[0], PG_SEND_GRAD) == 0,
            "first stage sends activations and receives gradients");
-        OK(count_kind(&s.stage[2], A_RECV_ACT) == 5 && count_kind(&s.stage[2], A_SEND_ACT) == 0 &&
-           count_kind(&s.stage[2], A_SEND_GRAD) == 5 && count_kind(&s.stage[2], A_RECV_GRAD) == 0,
+        OK(count_kind(&s.stage[2], PG_RECV_ACT) == 5 && count_kind(&s.stage[2], PG_SEND_ACT) == 0 &&
+           count_kind(&s.stage[2], PG_SEND_GRAD) == 5 && count_kind(&s.stage[2], PG_RECV_GRAD) == 0,
            "last stage receives activations and sends gradients");
         const pg_act *a = &s.stage[1].act[0];
-        OK(a->kind == A_RECV_ACT && a->peer == 0 && a->chunk == 1 && s.stage[1].act[1].kind == A_FWD &&
-           s.stage[1].act[2].kind == A_SEND_ACT && s.stage[1].act[2].peer == 2,
+        OK(a->kind == PG_RECV_ACT && a->peer == 0 && a->chunk == 1 && s.stage[1].act[1].kind == PG_FWD &&
+           s.stage[1].act[2].kind == PG_SEND_ACT && s.stage[1].act[2].peer == 2,
            "RECV_ACT right before FWD, SEND_ACT right after");
         char buf[128];
         OK(strcmp(pg_act_str(a, buf, sizeof buf), "RECV_ACT(mb 0, chunk 1) from stage 0") == 0,
@@ -505,19 +505,19 @@ static void test_comms(void)
     rc = pg_schedule_build(&f.m, &s, &c.d);
     OK(rc == 0, "skips, ties and grad clipping verify %s", line1(cap_text(&c)));
     if (rc == 0) {
-        OK(count_kind(&s.stage[0], A_SEND_SKIP) == 6 && count_kind(&s.stage[3], A_RECV_SKIP) == 6 &&
-           count_kind(&s.stage[1], A_RECV_SKIP) == 0 && count_kind(&s.stage[2], A_RECV_SKIP) == 6 &&
-           count_kind(&s.stage[3], A_SEND_SKIP_GRAD) == 6 && count_kind(&s.stage[0], A_RECV_SKIP_GRAD) == 6,
+        OK(count_kind(&s.stage[0], PG_SEND_SKIP) == 6 && count_kind(&s.stage[3], PG_RECV_SKIP) == 6 &&
+           count_kind(&s.stage[1], PG_RECV_SKIP) == 0 && count_kind(&s.stage[2], PG_RECV_SKIP) == 6 &&
+           count_kind(&s.stage[3], PG_SEND_SKIP_GRAD) == 6 && count_kind(&s.stage[0], PG_RECV_SKIP_GRAD) == 6,
            "skips travel straight between stash and pop stage, no relay");
-        OK(s.stage[0].act[0].kind == A_TIE_SEND && s.stage[0].act[0].peer == 3 &&
-           s.stage[3].act[0].kind == A_TIE_RECV && count_kind(&s.stage[3], A_TIE_GRAD_SEND) == 1 &&
-           count_kind(&s.stage[0], A_TIE_GRAD_RECV) == 1, "transmit: value out at the start, grads back at the end");
-        OK(count_kind(&s.stage[0], A_TIE_REDUCE) == 0 && count_kind(&s.stage[1], A_TIE_REDUCE) == 1 &&
-           count_kind(&s.stage[3], A_TIE_REDUCE) == 1, "replicate: one TIE_REDUCE on each using stage");
+        OK(s.stage[0].act[0].kind == PG_TIE_SEND && s.stage[0].act[0].peer == 3 &&
+           s.stage[3].act[0].kind == PG_TIE_RECV && count_kind(&s.stage[3], PG_TIE_GRAD_SEND) == 1 &&
+           count_kind(&s.stage[0], PG_TIE_GRAD_RECV) == 1, "transmit: value out at the start, grads back at the end");
+        OK(count_kind(&s.stage[0], PG_TIE_REDUCE) == 0 && count_kind(&s.stage[1], PG_TIE_REDUCE) == 1 &&
+           count_kind(&s.stage[3], PG_TIE_REDUCE) == 1, "replicate: one TIE_REDUCE on each using stage");
         int ok = 1;
         for (int st = 0; st < 4; st++) {
             int n = s.stage[st].n;
-            ok &= s.stage[st].act[n - 1].kind == A_OPT_STEP && s.stage[st].act[n - 2].kind == A_GRAD_NORM;
+            ok &= s.stage[st].act[n - 1].kind == PG_OPT_STEP && s.stage[st].act[n - 2].kind == PG_GRAD_NORM;
         }
         OK(ok, "GRAD_NORM then OPT_STEP end every stage");
         pg_schedule_free(&s);
@@ -584,9 +584,9 @@ static void test_verify_rejects(void)
     cap_open(&c);
     if (pg_schedule_build(&f.m, &s, &c.d) == 0) {
         pg_stage_sched *st0 = &s.stage[0];
-        pg_act extra = st0->act[find(st0, A_SEND_ACT, 1)];
+        pg_act extra = st0->act[find(st0, PG_SEND_ACT, 1)];
         st0->act[st0->n - 1] = extra; /* replaces OPT_STEP ... */
-        pg_act opt = { A_OPT_STEP, -1, -1, -1, -1, -1, -1, 0 };
+        pg_act opt = { PG_OPT_STEP, -1, -1, -1, -1, -1, -1, 0 };
         st0->n < st0->cap ? (void)(st0->act[st0->n++] = opt) : (void)0;
         int rc = pg_schedule_verify(&f.m, &s, &c.d);
         text = (char *)cap_text(&c);
@@ -602,7 +602,7 @@ static void test_verify_rejects(void)
     cap_open(&c);
     if (pg_schedule_build(&f.m, &s, &c.d) == 0) {
         pg_stage_sched *st1 = &s.stage[1];
-        int r = find(st1, A_RECV_ACT, 0), k = find(st1, A_RECV_SKIP, 0);
+        int r = find(st1, PG_RECV_ACT, 0), k = find(st1, PG_RECV_SKIP, 0);
         pg_act t = st1->act[r];
         st1->act[r] = st1->act[k];
         st1->act[k] = t;
@@ -620,7 +620,7 @@ static void test_verify_rejects(void)
     cap_open(&c);
     if (pg_schedule_build(&f.m, &s, &c.d) == 0) {
         pg_stage_sched *st1 = &s.stage[1];
-        int r = find(st1, A_RECV_ACT, 0);
+        int r = find(st1, PG_RECV_ACT, 0);
         pg_act t = st1->act[r];
         st1->act[r] = st1->act[r + 1];
         st1->act[r + 1] = t;
@@ -750,7 +750,7 @@ static void test_csv(const char *dir)
     cap_reset(&c);
     pg_schedule s2;
     int rc = pg_schedule_build(&f.m, &s2, &c.d);
-    OK(rc == 0 && count_kind(&s2.stage[1], A_RECV_ACT) == 2 && s2.stage[1].act[1].line == 3,
+    OK(rc == 0 && count_kind(&s2.stage[1], PG_RECV_ACT) == 2 && s2.stage[1].act[1].line == 3,
        "CSV: compute-only file gets its messages and keeps its line numbers %s", line1(cap_text(&c)));
     if (rc == 0)
         pg_schedule_free(&s2);
@@ -785,7 +785,7 @@ static void test_hang_golden(void)
     if (pg_schedule_build(&f.m, &s, &c.d) == 0) {
         /* stage 0 waits for the gradient before sending the activation */
         pg_stage_sched *st0 = &s.stage[0];
-        int snd = find(st0, A_SEND_ACT, 0), rcv = find(st0, A_RECV_GRAD, 0);
+        int snd = find(st0, PG_SEND_ACT, 0), rcv = find(st0, PG_RECV_GRAD, 0);
         pg_act t = st0->act[snd];
         memmove(&st0->act[snd], &st0->act[snd + 1], (size_t)(rcv - snd) * sizeof t);
         st0->act[rcv] = t;

@@ -1,4 +1,4 @@
-/* dsl/fuzz_front.c — libFuzzer target for the front end: any bytes go through
+/* tests/fuzz/fuzz_front.c — libFuzzer target for the front end: any bytes go through
  * the lexer, the parser and, when they parse, the checker (pg_check), with
  * every diagnostic formatted into a memory stream. A crash, a sanitizer
  * report or a leak is a bug; errors in the input are not. Built and run by

@@ -1,4 +1,4 @@
-/* runtime/cpu/init.c — parameter initial values, a pure function of
+/* runtime/core/init.c — parameter initial values (host code, both backends), a pure function of
  * (name, seed, element index). This formula is part of the checkpoint
  * contract: never change it (every stage that holds a replicated copy, and
  * every rerun, must make the same bits).
@@ -18,7 +18,7 @@
  * 0xcbf29ce484222325, prime 0x100000001b3). */
 #include <math.h>
 
-#include "cpu_kernels.h"
+#include "pg_ops.h"
 
 static uint64_t fnv1a64(const char *s)
 {
@@ -35,18 +35,18 @@ static double unit24d(uint64_t bits) { return (double)(bits >> 40) * (1.0 / 1677
 void pg_init_param(float *dst, int64_t count, int init_kind, double scale,
                    const char *name, uint64_t seed)
 {
-    uint64_t key = pg_cpu_splitmix64(fnv1a64(name) ^ pg_cpu_splitmix64(seed));
+    uint64_t key = pg_splitmix64(fnv1a64(name) ^ pg_splitmix64(seed));
     const double two_pi = 6.283185307179586;
     for (int64_t i = 0; i < count; i++) {
         double v;
         switch (init_kind) {
         case 0: v = 0.0; break;
         case 1: v = 1.0; break;
-        case 2: v = scale * (2.0 * unit24d(pg_cpu_splitmix64(key + (uint64_t)i)) - 1.0); break;
+        case 2: v = scale * (2.0 * unit24d(pg_splitmix64(key + (uint64_t)i)) - 1.0); break;
         case 3: {
             uint64_t p = (uint64_t)i / 2;
-            double u1 = ((double)(pg_cpu_splitmix64(key + 2 * p) >> 40) + 1.0) * (1.0 / 16777216.0);
-            double u2 = unit24d(pg_cpu_splitmix64(key + 2 * p + 1));
+            double u1 = ((double)(pg_splitmix64(key + 2 * p) >> 40) + 1.0) * (1.0 / 16777216.0);
+            double u2 = unit24d(pg_splitmix64(key + 2 * p + 1));
             double rad = sqrt(-2.0 * log(u1));
             v = scale * rad * ((i & 1) ? sin(two_pi * u2) : cos(two_pi * u2));
             break;

@@ -1,0 +1,95 @@
+/* runtime/core/op_args.h — the argument rules of pg_ops.h's ops, written once
+ * for every backend (runtime/cpu, runtime/cuda): each returns 0, or reports
+ * through pg_rt_error, naming the op and the values, and returns 1. Sizes a
+ * BLAS or cuBLAS call takes must fit a 32-bit int. */
+#ifndef PG_OP_ARGS_H
+#define PG_OP_ARGS_H
+
+#include <stdint.h>
+
+#include "pg_ops.h"
+
+static inline int pg_args_dim_ok(int64_t v) { return v >= 0 && v <= 2147483647; }
+
+/* An elementwise op over count values. */
+static inline int pg_args_count(const char *op, int64_t count)
+{
+    if (count < 0)
+        return PG_RT_FAIL("%s: negative count %lld", op, (long long)count);
+    return 0;
+}
+
+/* Three sizes that must not be negative, named as the op's documentation names them. */
+static inline int pg_args_sizes(const char *op, const char *na, int64_t a, const char *nb, int64_t b, const char *nc,
+                                int64_t c)
+{
+    if (a < 0 || b < 0 || c < 0)
+        return PG_RT_FAIL("%s: negative size %s=%lld %s=%lld %s=%lld", op, na, (long long)a, nb, (long long)b, nc,
+                          (long long)c);
+    return 0;
+}
+
+static inline int pg_args_linear(const char *op, int64_t n, int64_t in, int64_t out)
+{
+    if (!pg_args_dim_ok(n) || !pg_args_dim_ok(in) || !pg_args_dim_ok(out))
+        return PG_RT_FAIL("%s: sizes n=%lld in=%lld out=%lld must be in [0, 2147483647]", op, (long long)n,
+                          (long long)in, (long long)out);
+    return 0;
+}
+
+static inline int pg_args_attention(const char *op, int64_t r, int64_t T, int64_t d, int64_t h)
+{
+    if (r < 0 || T <= 0 || d <= 0 || h <= 0 || d % h != 0 || !pg_args_dim_ok(3 * d) || !pg_args_dim_ok(T) ||
+        !pg_args_dim_ok(r * T))
+        return PG_RT_FAIL("%s: bad sizes r=%lld T=%lld d=%lld heads=%lld (need T, d, heads > 0 "
+                          "and d divisible by heads)", op, (long long)r, (long long)T, (long long)d, (long long)h);
+    return 0;
+}
+
+static inline int pg_args_layernorm(const char *op, int64_t n, int64_t d)
+{
+    if (n < 0 || d <= 0)
+        return PG_RT_FAIL("%s: need n >= 0 and d > 0, got n=%lld d=%lld", op, (long long)n, (long long)d);
+    return 0;
+}
+
+static inline int pg_args_batchnorm(const char *op, int64_t n, int64_t C)
+{
+    if (n <= 0 || C <= 0)
+        return PG_RT_FAIL("%s: need n > 0 rows and C > 0 features, got n=%lld C=%lld", op, (long long)n,
+                          (long long)C);
+    return 0;
+}
+
+static inline int pg_args_dropout(const char *op, int64_t rows, int64_t per_row, float p)
+{
+    if (rows < 0 || per_row < 0 || !(p >= 0.0f && p <= 1.0f))
+        return PG_RT_FAIL("%s: need rows, per_row >= 0 and p in [0, 1], got rows=%lld per_row=%lld p=%g", op,
+                          (long long)rows, (long long)per_row, (double)p);
+    return 0;
+}
+
+static inline int pg_args_mse(int64_t count, double denom)
+{
+    if (count < 0 || !(denom > 0.0))
+        return PG_RT_FAIL("mse: need count >= 0 and denom > 0, got count=%lld denom=%g", (long long)count, denom);
+    return 0;
+}
+
+static inline int pg_args_cross_entropy(int64_t n, int64_t V, double denom)
+{
+    if (n < 0 || V <= 0 || !(denom > 0.0))
+        return PG_RT_FAIL("cross_entropy: need n >= 0, V > 0 and denom > 0, got n=%lld V=%lld denom=%g", (long long)n,
+                          (long long)V, denom);
+    return 0;
+}
+
+static inline int pg_args_adamw(int64_t count, int64_t t)
+{
+    if (count < 0 || t < 1)
+        return PG_RT_FAIL("adamw_step: need count >= 0 and step t >= 1, got count=%lld t=%lld", (long long)count,
+                          (long long)t);
+    return 0;
+}
+
+#endif

@@ -1,0 +1,298 @@
+/* runtime/core/pg_contract.h — the one contract between pipegen (codegen/)
+ * and the stage runtime (runtime/core, runtime/cpu, runtime/cuda).
+ *
+ * Everything the generated stage<k>.c and the runtime must agree on lives
+ * here and nowhere else: the action kinds and their names, the message-tag
+ * formula and the reserved tag kinds, the dropout seed formula, the numbered
+ * settings (optimizer, learning-rate schedule, loss, parameter init, tie mode,
+ * data type), and the descriptor structs a stage file fills in. pipegen
+ * includes this header to print enum names and designated initialisers; the
+ * runtime includes it (through pg_stage.h) to read them.
+ *
+ * Dependency-free on purpose: C11 (and C++17, for nvcc) with <stdint.h> only.
+ *
+ * PG_CONTRACT_VERSION counts incompatible changes of the structs below; a
+ * stage file records the version it was generated against as the first
+ * field of pg_stage_desc (PG_CONTRACT_TAG), and main.c refuses a stage whose
+ * tag differs before it reads anything else. Appending a field at the end of
+ * pg_stage_desc that reads as 0 when absent keeps the version; anything else
+ * (a field added in the middle, an enum renumbered) increments it. */
+#ifndef PG_CONTRACT_H
+#define PG_CONTRACT_H
+
+#include <stdint.h>
+
+#define PG_CONTRACT_VERSION 2
+/* "PGCTRC" in the high bytes and the version in the low ones: a stage file
+ * from before the contract had a pointer there, which never reads as this. */
+#define PG_CONTRACT_TAG(version) (UINT64_C(0x5047435452430000) | (uint64_t)(version))
+
+/* ---- the step: action kinds ---------------------------------------------
+ * One list, in the order of the enum: X(NAME, what it does). The schedule
+ * (codegen/schedule.c), the emitter, the runtime (step.c) and every message
+ * (`action 12 RECV_GRAD(mb 3) ...`) use these names. */
+#define PG_STEP_KINDS(X)                                                                                        \
+    X(FWD, "forward of (chunk, mb)")                                                                           \
+    X(BWD_B, "backward, input gradient (includes the loss gradient on the last chunk)")                       \
+    X(BWD_W, "backward, weight gradient (accumulates)")                                                       \
+    X(SEND_ACT, "chunk's output of mb, to the stage holding chunk + 1")                                       \
+    X(RECV_ACT, "chunk's input of mb, from the stage holding chunk - 1")                                      \
+    X(SEND_GRAD, "gradient of chunk's input of mb, to the stage holding chunk - 1")                           \
+    X(RECV_GRAD, "gradient of chunk's output of mb, from the stage holding chunk + 1")                        \
+    X(SEND_SKIP, "stashed tensor `skip` of mb, straight to the popping stage")                                \
+    X(RECV_SKIP, "stashed tensor `skip` of mb, from the stashing stage")                                      \
+    X(SEND_SKIP_GRAD, "gradient of skip `skip` of mb, back to the stashing stage")                            \
+    X(RECV_SKIP_GRAD, "gradient of skip `skip` of mb, from the popping stage")                                \
+    X(TIE_REDUCE, "replicate: sum the gradients of tied `param` over its stages, in stage order")            \
+    X(TIE_SEND, "transmit: the owner sends the value of `param` to a user (peer)")                            \
+    X(TIE_RECV, "transmit: a user receives the value (peer = owner)")                                         \
+    X(TIE_GRAD_SEND, "transmit: a user sends its gradient of `param` to the owner")                           \
+    X(TIE_GRAD_RECV, "transmit: the owner receives and adds it, in stage order")                              \
+    X(GRAD_NORM, "grad clipping: every stage exchanges per-parameter sums of squares")                        \
+    X(OPT_STEP, "optimizer step on this stage's parameters")
+
+typedef enum pg_step_kind {
+#define PG_STEP_KIND_ENUM_(name, what) PG_##name,
+    PG_STEP_KINDS(PG_STEP_KIND_ENUM_)
+#undef PG_STEP_KIND_ENUM_
+    PG_STEP_KIND_COUNT
+} pg_step_kind;
+
+/* "FWD", "RECV_GRAD", ...; "?" for a number that is no kind. */
+static inline const char *pg_step_kind_name(int kind)
+{
+    static const char *const names[] = {
+#define PG_STEP_KIND_NAME_(name, what) #name,
+        PG_STEP_KINDS(PG_STEP_KIND_NAME_)
+#undef PG_STEP_KIND_NAME_
+    };
+    return kind >= 0 && kind < (int)PG_STEP_KIND_COUNT ? names[kind] : "?";
+}
+
+/* ---- message tags ---------------------------------------------------------
+ * (kind << 24) | (mb << 8) | x: kind is the SEND's action kind (or a reserved
+ * kind below), mb the micro-batch (or a parameter index for tie messages), x
+ * the sending chunk for activations and gradients, the skip index for skips.
+ * The generator computes every table entry's tag with it, and the runtime
+ * every tag it sends outside the table, so a receive names what it expects. */
+#define PG_TAG(kind, mb, x) \
+    (((uint32_t)(kind) << 24) | (((uint32_t)(mb) & 0xffffu) << 8) | ((uint32_t)(x) & 0xffu))
+
+/* Tag kinds of the runtime's own exchanges, above every action kind. */
+enum {
+    PG_TAG_CKPT = 27,    /* checkpoint: reports, verdicts, the resume agreement */
+    PG_TAG_VERDICT = 28, /* the non-finite verdict on a step (guard.c) */
+    PG_TAG_STOP = 29,    /* the --save-on-exit stop agreement (guard.c) */
+    PG_TAG_SAVE = 30,    /* the final parameter gather (--save) */
+    PG_TAG_NORM = 31     /* the grad-norm exchange */
+};
+
+/* ---- random streams -------------------------------------------------------
+ * splitmix64's output function applied to x + the golden ratio: a bijective,
+ * well-mixed 64-bit hash (Steele, Lea, Flood 2014). Every random stream of a
+ * run is built from it (parameter initial values, dropout masks, synthetic
+ * data), on the host and in CUDA kernels alike, so it is written once, here. */
+#ifdef __CUDACC__
+#define PG_CONTRACT_FN static inline __host__ __device__
+#else
+#define PG_CONTRACT_FN static inline
+#endif
+PG_CONTRACT_FN uint64_t pg_splitmix64(uint64_t x)
+{
+    uint64_t z = x + UINT64_C(0x9E3779B97F4A7C15);
+    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return z ^ (z >> 31);
+}
+/* Uniform in [0, 1) from the top 24 bits of a hash: exact in float. */
+PG_CONTRACT_FN float pg_unit24(uint64_t h) { return (float)(h >> 40) * (1.0f / 16777216.0f); }
+
+/* A dropout layer's mask seed: a function of (train.seed, step, layer index)
+ * only, so masks do not depend on the stage count, the schedule or the
+ * recomputation; the kernels draw element (sample, i) from it. */
+PG_CONTRACT_FN uint64_t pg_dropout_seed(uint64_t seed, int64_t step, int layer)
+{
+    return seed ^ (UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)(step * 4096 + layer + 1));
+}
+
+/* ---- numbered settings ---------------------------------------------------- */
+typedef enum pg_optim { PG_OPTIM_SGD = 0, PG_OPTIM_ADAMW = 1 } pg_optim;
+typedef enum pg_lr_schedule { PG_LR_CONSTANT = 0, PG_LR_COSINE = 1 } pg_lr_schedule;
+typedef enum pg_loss_kind { PG_LOSS_MSE_SUM = 0, PG_LOSS_MSE_MEAN = 1, PG_LOSS_CROSS_ENTROPY = 2 } pg_loss_kind;
+/* a parameter's initial values (runtime/core/init.c has the formulas) */
+typedef enum pg_init_kind { PG_INIT_ZEROS = 0, PG_INIT_ONES = 1, PG_INIT_UNIFORM = 2, PG_INIT_NORMAL = 3 } pg_init_kind;
+/* a parameter used by several stages: each holds a copy and the gradients are
+ * summed (replicate), or the owner sends the value and receives the gradients
+ * (transmit) */
+typedef enum pg_tie_mode { PG_TIE_NONE = 0, PG_TIE_REPLICATE = 1, PG_TIE_TRANSMIT = 2 } pg_tie_mode;
+/* the element type of the model's input and target */
+typedef enum pg_data_type { PG_DATA_F32 = 0, PG_DATA_I32 = 2 } pg_data_type;
+
+/* ---- descriptors ------------------------------------------------------------ */
+typedef struct pg_ctx pg_ctx; /* the backend's state (pg_ops.h) */
+
+/* One action of a stage's step. */
+typedef struct pg_step_action {
+    int kind;       /* pg_step_kind */
+    int mb;         /* micro-batch, -1 for per-step actions */
+    int chunk;      /* model chunk, -1 for per-step actions */
+    int slot;       /* activation slot of (chunk, mb) on this stage, -1 if none */
+    int peer;       /* other stage of a SEND/RECV, -1 otherwise */
+    int skip;       /* skip index for *_SKIP*, else -1 */
+    int param;      /* model param index for TIE_*, else -1 */
+    uint32_t tag;   /* PG_TAG(...) for SEND/RECV, 0 otherwise */
+    int64_t off;    /* arena byte offset of the message (SEND/RECV), -1 otherwise */
+    int64_t bytes;  /* exact message bytes (SEND/RECV), 0 otherwise */
+} pg_step_action;
+
+/* What one call of a chunk function works on. */
+typedef struct pg_mb_io {
+    int mb;              /* micro-batch index */
+    int slot;            /* its activation slot on this chunk */
+    int recompute;       /* 1: checkpointed; BWD_B recomputes the forward first */
+    int64_t rows;        /* rows of this micro-batch */
+    int64_t first_row;   /* index of its first row within the batch */
+    int64_t step;        /* 0-based training step */
+    uint64_t seed;       /* train.seed */
+    double loss;         /* out (FWD of the loss chunk): this micro-batch's partial loss */
+    int infer;           /* 1: inference (--generate): no dropout, batch norm by its running statistics, nothing updated */
+} pg_mb_io;
+
+typedef int (*pg_chunk_fn)(pg_ctx *c, unsigned char *A, pg_mb_io *io);
+
+typedef struct pg_chunk_desc {
+    int chunk;
+    pg_chunk_fn fwd, bwd_b, bwd_w;
+} pg_chunk_desc;
+
+/* One parameter. In a stage's own table the offsets are arena byte offsets
+ * (-1 where a buffer does not exist); in the model table they are -1. */
+typedef struct pg_param_desc {
+    const char *name;        /* safetensors name, as in the .pipe */
+    int index;               /* index in the model's parameter list (plan order) */
+    int rank;
+    int64_t dim[4];
+    int64_t numel;
+    int init;                /* pg_init_kind */
+    double init_scale;
+    int decay;               /* weight decay applies */
+    int is_buffer;           /* not trained: no grad, no optimizer state */
+    int tie;                 /* pg_tie_mode */
+    int owner;               /* stage holding the master copy (lowest using stage) */
+    uint64_t stage_mask;     /* stages using it */
+    int64_t off, grad_off, opt_off[2];
+    /* A parameter used by several layers gives each use its own gradient
+     * accumulator, nacc [numel] buffers from grad_off in layer order,
+     * acc_numel floats apart (numel rounded up to the plan's 256-byte
+     * alignment; 0 reads as numel), nacc 0 reading as 1; their sum in layer
+     * order, first into the first, is the gradient: the same float operations
+     * for any stage count. stage_nacc[s] is stage s's nacc (NULL: 1 on each
+     * using stage). A tie message carries n accumulators as one block of
+     * (n - 1) * acc_numel + numel floats. */
+    int nacc;
+    const int *stage_nacc;
+    int64_t acc_numel;
+} pg_param_desc;
+
+typedef struct pg_train_desc {
+    int64_t batch, microbatches, steps;
+    int optimizer;                     /* pg_optim */
+    double lr, momentum, weight_decay, beta1, beta2, adam_eps;
+    int lr_schedule;                   /* pg_lr_schedule: cosine = linear warm-up then cosine to lr_min over `steps` */
+    int64_t warmup;
+    double lr_min, grad_clip;
+    uint64_t seed;
+    int loss;                          /* pg_loss_kind */
+} pg_train_desc;
+
+/* A bf16 shadow of a GEMM weight (precision = bf16): the stage's parameter
+ * `param` (index into pg_stage_desc.params) has its numel bf16 values at arena
+ * offset `off` (pg_ops.h, "bf16 shadow weights"). */
+typedef struct pg_shadow_desc {
+    int param;
+    int64_t off;
+} pg_shadow_desc;
+
+/* One layer of a stage (--profile, runtime/core/trace.c): its qualified name,
+ * its chunk, and the cost model's estimated flops per sample of its F, B and W
+ * passes (dsl/cost.c), by which a chunk's measured time is split among its layers. */
+typedef struct pg_layer_info {
+    const char *name;
+    int chunk;
+    double fwd, bwd_b, bwd_w;
+} pg_layer_info;
+
+/* One buffer of the arena {offset, bytes} (the guard-byte mode lists them). */
+typedef struct pg_arena_buf {
+    int64_t off, bytes;
+} pg_arena_buf;
+
+/* Everything the runtime needs from a generated stage<k>.c: its
+ * `const pg_stage_desc pg_stage`. */
+typedef struct pg_stage_desc {
+    uint64_t contract;                 /* PG_CONTRACT_TAG(PG_CONTRACT_VERSION): first, always */
+    const char *pipegen_version;
+    const char *model;
+    const char *source;                /* the .pipe file name (no directories) */
+    int stage, nstages, nchunks, nmb;
+    uint64_t plan_hash;                /* FNV-1a 64 of plan.json without its hash line */
+    int64_t arena_bytes;
+    pg_train_desc train;
+
+    int nparams;                       /* parameters held by this stage */
+    const pg_param_desc *params;
+    int nmodel_params;                 /* every parameter of the model, plan order (for --save) */
+    const pg_param_desc *model_params;
+
+    int nchunk_fns;
+    const pg_chunk_desc *chunks;
+    int nactions;
+    const pg_step_action *actions;
+    const int64_t *mb_rows;            /* [nmb] */
+    const int64_t *mb_first_row;       /* [nmb] */
+    const int *mb_recompute;           /* [nmb] 1: checkpointed on this stage */
+
+    /* Stage 0: the model input of the whole batch, loaded before each step. */
+    int has_input;
+    int64_t input_off;                 /* arena offset of [batch, ...] */
+    int input_dtype;                   /* pg_data_type */
+    int input_rank;                    /* per-sample rank */
+    int64_t input_dim[4];
+    int64_t input_per_sample;          /* elements */
+    int64_t input_vocab;               /* i32 input: ids in [0, vocab) for synthetic data */
+    /* The stage holding the loss: the targets of the whole batch. */
+    int has_loss;
+    int64_t target_off;
+    int target_dtype;                  /* pg_data_type */
+    int target_rank;
+    int64_t target_dim[4];
+    int64_t target_per_sample;
+    int64_t target_vocab;
+
+    const int64_t *send_bytes;         /* [nstages]: bytes sent to each peer in one step, plus the final gather */
+    int64_t ws_off, ws_bytes;          /* workspace for tie reductions: one received gradient block */
+    /* --generate: on the stage holding the last chunk, the model output
+     * (logits) of activation slot s starts at output_off + s *
+     * output_slot_bytes, output_per_sample elements per row; output_per_sample
+     * is 0 on the other stages. */
+    int64_t output_off, output_slot_bytes, output_per_sample;
+    /* --profile: this stage's layers in chunk and layer order. */
+    int nlayers;
+    const pg_layer_info *layers;
+    /* train.precision: 0 f32 (the generator writes nothing then), 1 bf16
+     * (main.c passes it to pg_backend_set_precision). */
+    int precision;
+    /* `pipegen gen --guard-bytes N`: N free bytes precede the first arena
+     * buffer and follow each; arena_bufs lists every buffer (narena_bufs of
+     * them), and a runtime built with AddressSanitizer poisons every other
+     * byte of the arena (pg_arena_guard). 0 / NULL otherwise. */
+    int64_t guard_bytes;
+    int narena_bufs;
+    const pg_arena_buf *arena_bufs;
+    /* bf16 shadows of this stage's GEMM weights, planned when precision =
+     * bf16 (main.c registers them with pg_shadow_register); 0 / NULL otherwise. */
+    int nshadows;
+    const pg_shadow_desc *shadows;
+} pg_stage_desc;
+
+#endif
