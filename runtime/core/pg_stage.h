@@ -192,6 +192,11 @@ typedef struct pg_stage_desc {
      * NULL otherwise, and in stage files generated before. */
     int nshadows;
     const pg_shadow_desc *shadows;
+    /* Appended: FNV-1a 64 of the model's input, target, layers and skips
+     * without their chunks and stages (codegen/emit.c, model_arch_hash): equal
+     * for every layout of one model. A checkpoint's model identity
+     * (checkpoint.c) includes it; 0 in stage files generated before. */
+    uint64_t arch_hash;
 } pg_stage_desc;
 
 /* Defined by the generated stage<k>.c. */
