@@ -5,8 +5,9 @@
 # as a run of the new layout started from the beginning (loss lines and --save
 # weights),
 # for mlp_small, resmlp_small (a skip across splits), gpt_tiny (the tied wte:
-# local on 1 stage, across stages on 3) and relayout_bn (AdamW's two moments, a
-# cosine learning rate, batch norm running statistics). Refused, naming what
+# local on 1 stage, across stages on 3; replicated or transmitted, and the one
+# resumed as the other) and relayout_bn (AdamW's two moments, a cosine learning
+# rate, batch norm running statistics). Refused, naming what
 # differs: another model (a training setting, a layer); a missing tensor, a
 # shape mismatch, a corrupted old stage file or disagreeing copies of a tied
 # parameter fall back to the newest usable checkpoint. Recorded replicas and
@@ -19,28 +20,33 @@ EDIT="$PY $TOP/tests/ckpt_edit.py"
 T=$(mktemp -d /tmp/pg-relayout.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 
-# gen MODEL N [SED-ARG...]: tests/models/MODEL.pipe on N stages, built into $T/MODEL.N/gen/bin
+# gen MODEL N: tests/models/MODEL.pipe on N stages, built into $T/MODEL.N/gen/bin;
+# MODEL gpt_tx is gpt_tiny with its tie transmitted
 gen() {
     _m=$1 _k=$2
-    shift 2
-    e2e_gen "$T/$_m.$_k" "$_m" "$(e2e_splits "$_k")" 1f1b except_last "$@" && build "$T/$_m.$_k/gen"
+    if [ "$_m" = gpt_tx ]; then
+        e2e_gen "$T/$_m.$_k" gpt_tiny "$(e2e_splits "$_k")" 1f1b except_last -e 's/tie wte replicate/tie wte transmit/'
+    else
+        e2e_gen "$T/$_m.$_k" "$_m" "$(e2e_splits "$_k")" 1f1b except_last
+    fi && build "$T/$_m.$_k/gen"
 }
 # run DIR ARGS...: piperun of DIR's stages, one thread each
 run() { _d=$1; shift; timeout 120 "$PIPERUN" "$_d" -- --threads 1 "$@"; }
 # losses OUT FIRST: the loss text of steps FIRST.. (no throughput)
 losses() { sed -n 's/^\[stage [0-9]*\] \(step \([0-9]*\)\/[0-9]*  loss [^ ]*\).*/\2 \1/p' "$1" | awk -v f="$2" '$1 >= f { $1 = ""; print }'; }
 
-# relayout MODEL A B: A stages write checkpoints for 5 steps; B stages resume to
-# step 8; equal to 8 steps straight on B
+# relayout MODEL A B [MODEL_B]: A stages of MODEL write checkpoints for 5 steps; B
+# stages (of MODEL_B, a variant: by default MODEL) resume to step 8; equal to 8
+# steps straight on them
 relayout() {
-    _m=$1 _a=$2 _b=$3
-    _w=$T/$_m.$_a-$_b
+    _m=$1 _a=$2 _b=$3 _mb=${4:-$1}
+    _w=$T/$_m.$_a-$_b${4:+-$4}
     mkdir -p "$_w"
-    run "$T/$_m.$_b/gen/bin" --steps 8 --log-every 1 --save "$_w/straight.st" >"$_w/straight.out" 2>&1
+    run "$T/$_mb.$_b/gen/bin" --steps 8 --log-every 1 --save "$_w/straight.st" >"$_w/straight.out" 2>&1
     run "$T/$_m.$_a/gen/bin" --steps 5 --log-every 1 --checkpoint-dir "$_w/ck" --save-every 2 >"$_w/first.out" 2>&1 &&
-        run "$T/$_m.$_b/gen/bin" --steps 8 --log-every 1 --resume "$_w/ck" --save "$_w/resumed.st" >"$_w/resumed.out" 2>&1
-    ok $? "$_m: $_a stages write a checkpoint at step 5, $_b stages resume it and train to step 8"
-    like "$(cat "$_w/resumed.out")" "continuing from .*step-00000005 \\(step 5\\), written by $_a stages? x 1 replica \\(this run: $_b stages? x 1 replica\\)" \
+        run "$T/$_mb.$_b/gen/bin" --steps 8 --log-every 1 --resume "$_w/ck" --save "$_w/resumed.st" >"$_w/resumed.out" 2>&1
+    ok $? "$_m: $_a stages write a checkpoint at step 5, $_b stages${4:+ of $4} resume it and train to step 8"
+    like "$(cat "$_w/resumed.out")" "continuing from .*step-00000005 \\(step 5\\), written by $_a stages? x 1 replica( of another plan)? \\(this run: $_b stages? x 1 replica\\)" \
         "$_m $_a -> $_b: the resume line names the old layout"
     _s=$(losses "$_w/straight.out" 6)
     [ -n "$_s" ] && [ "$(losses "$_w/resumed.out" 6)" = "$_s" ]
@@ -57,6 +63,14 @@ for m in mlp_small resmlp_small gpt_tiny relayout_bn; do
     relayout $m 1 3
     relayout $m 3 1
 done
+
+# --- another tie mode: gpt_tiny's wte transmitted (its users hold a copy sent each step) ---
+for k in 2 4; do
+    gen gpt_tx $k 2>/dev/null || echo "# gpt_tx on $k stages failed to build"
+done
+relayout gpt_tx 4 2
+relayout gpt_tx 4 2 gpt_tiny
+relayout gpt_tiny 4 4 gpt_tx
 
 # --- another split, schedule and checkpoint mode of the same stage count ------------
 # the 3-stage mlp_small split at S1 and S3 resumed onto one split at S2 and S3

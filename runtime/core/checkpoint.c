@@ -39,8 +39,13 @@ typedef struct ck_item {
     size_t bytes;
 } ck_item;
 
-/* The tensors this stage saves, in file order; *n of them (malloc'd). */
-static ck_item *ck_items(const pg_stage_desc *d, int *n, size_t *total)
+/* The tensors this stage saves (saving) or loads, in file order; *n of them
+ * (malloc'd). A user of a transmitted tie holds the value the owner sent at
+ * the start of the last step, not the stepped one, and receives it again
+ * before its next use: it does not save that copy (the owner's file holds
+ * the parameter; every copy a checkpoint holds is then current and equal) but
+ * loads the owner's. */
+static ck_item *ck_items(const pg_stage_desc *d, int saving, int *n, size_t *total)
 {
     ck_item *it = calloc((size_t)d->nparams * 3 + 1, sizeof *it);
     *n = 0;
@@ -52,7 +57,7 @@ static ck_item *ck_items(const pg_stage_desc *d, int *n, size_t *total)
         int64_t offs[3] = {p->off, p->opt_off[0], p->opt_off[1]};
         static const char *const pre[3] = {"w", "opt0", "opt1"};
         for (int j = 0; j < 3; j++) {
-            if (offs[j] < 0 || (j > 0 && p->is_buffer))
+            if (offs[j] < 0 || (j > 0 && p->is_buffer) || (saving && p->tie == 2 && p->owner != d->stage))
                 continue;
             ck_item *x = &it[(*n)++];
             snprintf(x->name, sizeof x->name, "%s:%s", pre[j], p->name);
@@ -645,6 +650,8 @@ static int stage_gather(const pg_run *r, const char *sdir, int64_t step, const c
     }
     for (int k = 0; k < P && n > 0; k++) { /* which file holds what: their headers */
         char p[CK_PATH];
+        if (!m->has_id && k != r->d->stage) /* an older checkpoint: its own plan, each stage its own file */
+            continue;
         ck_fmt(p, sizeof p, "%s/stage%d.safetensors", sdir, k);
         if (stage_meta_check(p, k, step, m, &fsum[k], err, errlen) || pg_st_names(p, &names[k], &nn[k], err, errlen))
             goto out;
@@ -779,7 +786,7 @@ int pg_ckpt_save(pg_run *r, int64_t step)
     ck_fmt(path, sizeof path, "%s/stage%d.safetensors", sdir, d->stage);
     int n = 0, ok = 0;
     size_t total = 0;
-    ck_item *it = ck_items(d, &n, &total);
+    ck_item *it = ck_items(d, 1, &n, &total);
     unsigned char *buf = malloc(total ? total : 1);
     pg_st_tensor *t = calloc((size_t)n + 1, sizeof *t);
     uint64_t sum = 0;
@@ -1020,7 +1027,7 @@ int pg_ckpt_resume(pg_run *r, int64_t *start_step)
     const char *dir = r->opt.resume;
     int n = 0;
     size_t total = 0;
-    ck_item *it = ck_items(d, &n, &total);
+    ck_item *it = ck_items(d, 0, &n, &total);
     unsigned char *buf = malloc(total ? total : 1);
     char err[CK_PATH + 1024], latest_run[RUN_BYTES];
     ck_manifest man = {0};

@@ -3,7 +3,8 @@
  *
  * Layout (README.md, "Checkpoints and resume"):
  *   DIR/step-00000120/stage<k>.safetensors  each stage's weights and optimizer
- *       state: tensors "w:<name>", "opt0:<name>", "opt1:<name>"; metadata
+ *       state: tensors "w:<name>", "opt0:<name>", "opt1:<name>" (not the copy
+ *       a user of a transmitted tie holds: its owner's is current); metadata
  *       format, model, model_id, plan_hash, stage, nstages, replicas, step,
  *       data_position, seed and checksum (FNV-1a 64 over every tensor's bytes
  *       in file order)
