@@ -100,9 +100,12 @@ cmp -s "$T/packed.st" "$T/guard.st"; ok $? "...and ends byte-identical to the pa
 
 # --- a resumed run with fewer stages prunes the old layout's files too ----------------
 cp -a "$W/ck" "$T/ckp"
+# a temporary of old stage 3 whose writer died (no such process: pids stay below 2^22)
+cp "$T/ckp/step-00000004/stage3.safetensors" "$T/ckp/step-00000004/stage3.safetensors.tmp.99999999"
 run "$T/mlp_small.2/gen/bin" --steps 10 --resume "$T/ckp" --checkpoint-dir "$T/ckp" --save-every 2 >"$T/prune.out" 2>&1
 ok $? "4-stage checkpoints resumed on 2 stages into the same directory"
-is "$(cd "$T/ckp" && echo *)" "LATEST step-00000008 step-00000010" "...the old steps (with the files of stages 2 and 3) are removed"
+is "$(cd "$T/ckp" && echo *)" "LATEST step-00000008 step-00000010" \
+    "...the old steps (with the files and dead temporaries of stages 2 and 3) are removed"
 
 # --- refusals: another model ----------------------------------------------------------
 refused() { # refused NAME OUT REGEX

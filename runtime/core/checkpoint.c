@@ -690,38 +690,56 @@ out:
 
 /* ---- save ------------------------------------------------------------------ */
 
-/* Remove sdir/stage<k>.safetensors (and MANIFEST first, on stage 0), then the
- * directory if it is empty. */
+/* Stage 0: remove the files in sdir of stages beyond this layout's, left by a
+ * run of more stages that this one resumed: with tmp 0 stage<k>.safetensors,
+ * with tmp 1 the temporaries stage<k>.safetensors.tmp.<pid> whose writer
+ * died. How many were removed. */
+static int clean_beyond(const pg_stage_desc *d, const char *sdir, int tmp)
+{
+    int removed = 0;
+    DIR *dd = opendir(sdir);
+    struct dirent *e;
+    while (dd && (e = readdir(dd))) {
+        int k, end = 0;
+        if (sscanf(e->d_name, "stage%d.safetensors%n", &k, &end) != 1 || !end || k < d->nstages)
+            continue;
+        char p[CK_PATH];
+        if (!tmp && !e->d_name[end]) {
+            ck_fmt(p, sizeof p, "%s/%s", sdir, e->d_name);
+            removed += unlink(p) == 0;
+        } else if (tmp && !strncmp(e->d_name + end, ".tmp.", 5)) {
+            snprintf(p, sizeof p, "stage%d.safetensors", k);
+            removed += pg_io_remove_stale_tmp(sdir, p);
+        }
+    }
+    if (dd)
+        closedir(dd);
+    return removed;
+}
+
+/* Remove sdir/stage<k>.safetensors (and MANIFEST first, on stage 0, with the
+ * files of stages beyond this layout's), then the directory if it is empty. */
 static void remove_step(const pg_stage_desc *d, const char *sdir)
 {
     char p[CK_PATH];
     if (d->stage == 0) {
         ck_fmt(p, sizeof p, "%s/MANIFEST", sdir);
         unlink(p);
-        DIR *dd = opendir(sdir); /* the files of stages beyond this layout's (a resume onto fewer stages) */
-        struct dirent *e;
-        while (dd && (e = readdir(dd))) {
-            int k, end = 0;
-            if (sscanf(e->d_name, "stage%d.safetensors%n", &k, &end) == 1 && end && !e->d_name[end] &&
-                k >= d->nstages) {
-                ck_fmt(p, sizeof p, "%s/%s", sdir, e->d_name);
-                unlink(p);
-            }
-        }
-        if (dd)
-            closedir(dd);
+        clean_beyond(d, sdir, 0);
     }
     ck_fmt(p, sizeof p, "%s/stage%d.safetensors", sdir, d->stage);
     unlink(p);
     rmdir(sdir); /* the last stage to get here removes it */
 }
 
-/* Remove this stage's temporaries in sdir whose writer died; how many. */
+/* Remove this stage's temporaries in sdir whose writer died (stage 0: also
+ * MANIFEST's and those of stages beyond this layout's); how many. */
 static int clean_step_tmp(const pg_stage_desc *d, const char *sdir)
 {
     char base[64];
     snprintf(base, sizeof base, "stage%d.safetensors", d->stage);
-    return pg_io_remove_stale_tmp(sdir, base) + (d->stage == 0 ? pg_io_remove_stale_tmp(sdir, "MANIFEST") : 0);
+    return pg_io_remove_stale_tmp(sdir, base) +
+           (d->stage == 0 ? pg_io_remove_stale_tmp(sdir, "MANIFEST") + clean_beyond(d, sdir, 1) : 0);
 }
 
 int pg_ckpt_clean_stale(const pg_stage_desc *d, const char *dir)
