@@ -1230,6 +1230,17 @@ static void json_layer_attrs(FILE *o, const ir_model *m, const ir_layer *L)
     fprintf(o, "}");
 }
 
+/* FNV-1a 64 (= the runtime's pg_hash64 from the FNV offset basis). */
+static uint64_t fnv1a64(const char *text, size_t len)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < len; i++) {
+        h ^= (unsigned char)text[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
 char *pg_gen_plan_json(const pg_gen *g, uint64_t *hash)
 {
     const ir_model *m = g->m;
@@ -1382,12 +1393,7 @@ char *pg_gen_plan_json(const pg_gen *g, uint64_t *hash)
     }
     fprintf(o, "  ],\n");
     fflush(o);
-    /* FNV-1a 64 over everything before the hash line (= pg_hash64 with the FNV offset basis) */
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < len; i++) {
-        h ^= (unsigned char)text[i];
-        h *= 0x100000001b3ull;
-    }
+    uint64_t h = fnv1a64(text, len); /* everything before the hash line */
     fprintf(o, "  \"hash\": \"%016" PRIx64 "\"\n}\n", h);
     if (fclose(o)) {
         free(text);
@@ -1951,6 +1957,57 @@ static void emit_param_entry(FILE *o, const pg_gen *g, int p, const em_stage *S)
     fprintf(o, ", .acc_numel = %" PRId64 "},\n", acc_numel(P));
 }
 
+/* The model's identity apart from its layout: FNV-1a 64 of its input, target,
+ * layers (kind, shapes, attributes, parameters) and skips as plan.json lists
+ * them, without chunks, stages, schedule or tie modes (none changes the
+ * numbers). A checkpoint resumes onto any plan of the same identity
+ * (runtime/core/checkpoint.c adds the parameters and training settings). */
+static uint64_t model_arch_hash(const pg_gen *g)
+{
+    const ir_model *m = g->m;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *o = open_memstream(&text, &len);
+    if (!o)
+        return 0;
+    fprintf(o, "input %s ", pg_dtype_name(m->input_dtype));
+    json_shape(o, &m->input);
+    fprintf(o, "\ntarget %s ", pg_dtype_name(m->target_dtype));
+    json_shape(o, &m->target);
+    fprintf(o, "\n");
+    for (int i = 0; i < m->nlayers; i++) {
+        const ir_layer *L = &m->layers[i];
+        json_str(o, L->name);
+        fprintf(o, " %s %s ", layer_kind_name(L->kind), pg_dtype_name(L->in_dtype));
+        json_shape(o, &L->in);
+        json_shape(o, &L->out);
+        json_layer_attrs(o, m, L);
+        for (int k = 0; k < L->nparam; k++)
+            json_str(o, L->param[k] >= 0 ? m->params[L->param[k]].name : "");
+        fprintf(o, " |");
+        for (int k = 0; k < L->nbuffer; k++)
+            json_str(o, m->params[L->buffer[k]].name);
+        fprintf(o, "\n");
+    }
+    for (int k = 0; k < m->nskips; k++) {
+        const ir_skip *sk = &m->skips[k];
+        fprintf(o, "skip ");
+        json_str(o, sk->name);
+        json_str(o, m->layers[sk->stash_layer].name);
+        json_str(o, m->layers[sk->pop_layer].name);
+        fprintf(o, " %s ", sk->mode == POP_ADD ? "add" : "concat");
+        json_shape(o, &sk->shape);
+        fprintf(o, "\n");
+    }
+    if (fclose(o)) {
+        free(text);
+        return 0;
+    }
+    uint64_t h = fnv1a64(text, len);
+    free(text);
+    return h;
+}
+
 static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
 {
     const ir_model *m = g->m;
@@ -2153,6 +2210,8 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
         fprintf(o, "    .guard_bytes = %" PRId64 ", .narena_bufs = %d, .arena_bufs = arena_bufs,\n", g->guard, S->mp.n);
     if (nshadow)
         fprintf(o, "    .nshadows = %d, .shadows = stage_shadows,\n", nshadow);
+    fprintf(o, "    .arch_hash = UINT64_C(0x%016" PRIx64 "), /* the layers, layout aside (checkpoint identity) */\n",
+            model_arch_hash(g));
     fprintf(o, "};\n");
     return 0;
 }

@@ -21,9 +21,9 @@ typedef struct pg_gen pg_gen;
  * guard_bytes > 0 (a multiple of 64): that many free bytes before the first arena
  * buffer and after each, and the stage files list the buffers (pg_stage_desc's
  * arena_bufs) so that a runtime built with AddressSanitizer poisons the gaps. The
- * offsets, and with them plan.json and its hash, then differ from a packed plan:
- * stages and --resume checkpoints of the two layouts do not mix (weight files
- * do: --load matches tensors by name). 0: packed, as always. */
+ * offsets, and with them plan.json and its hash, then differ from a packed plan;
+ * --resume checkpoints and weight files name tensors, so they still mix. 0:
+ * packed, as always. */
 int pg_gen_prepare(const ir_model *m, const pg_schedule *s, int64_t guard_bytes, pg_gen **out, pg_diag *d);
 /* Stage k's arena bytes (the memory plan's total). */
 int64_t pg_gen_arena_bytes(const pg_gen *g, int k);

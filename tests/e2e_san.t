@@ -9,7 +9,9 @@
 #    and gradients byte-identical to the plain build's (the sanitizers must not
 #    change the arithmetic); likewise a GPT with odd sizes below;
 #  - --checkpoint-dir/--save-every then --resume (bitwise equal to a straight
-#    run), a corrupted checkpoint refused, --load, --save-on-exit on SIGTERM;
+#    run), a corrupted checkpoint refused, the checkpoints resumed on 2 stages
+#    (bitwise equal to their straight run; a missing tensor and another model
+#    refused), --load, --save-on-exit on SIGTERM;
 #  - resmlp_small with its skip across the splits (1f1b always with weight decay;
 #    zb1 never), a concat skip on gpipe, batch norm (deferred and per micro-batch)
 #    on interleaved(2), on 4 stages and with 1-row micro-batches;
@@ -189,6 +191,26 @@ like "$(cat "$T/resumebad.out")" 'continuing from .*step-00000002' \
     "resumebad: a corrupted checkpoint is refused, the previous one used"
 cmp -s "$T/straight.st" "$T/resumed2.st"
 ok $? "resumebad: weights still byte-identical to the straight run's"
+# another layout of the same model: these 3-stage checkpoints resumed on 2 stages
+# (checkpoint.c reads each tensor from whichever old stage file holds it)
+M2=$T/mlp2
+sgen "$M2" mlp_small '/# S[13]$/d' 1f1b except_last
+ok $? "mlp_small on 2 stages builds with the sanitizers"
+srun straight2 0 "$M2/gen/bin" --steps 6 --save "$T/straight2.st"
+srun relayout 0 "$M2/gen/bin" --steps 6 --resume "$T/ck" --save "$T/relayout.st"
+like "$(cat "$T/relayout.out")" 'continuing from .*step-00000002 \(step 2\), written by 3 stages' \
+    "relayout: 3 -> 2 stages, past the corrupted step 3"
+cmp -s "$T/straight2.st" "$T/relayout.st"
+ok $? "relayout: weights byte-identical to the 2-stage straight run's"
+cp -a "$T/ck" "$T/ckmiss"
+perl -0777 -pi -e 's/"w:layer2\.bias"/"w:layer2.biaz"/' "$T/ckmiss/step-00000002/stage2.safetensors"
+srun relayoutmissing 1 "$M2/gen/bin" --steps 6 --resume "$T/ckmiss"
+like "$(cat "$T/relayoutmissing.out")" "holds tensor 'w:layer2.bias', which this stage needs" \
+    "relayoutmissing: a tensor no old file holds is named"
+sgen "$T/mlp2lr" mlp_small '/# S[13]$/d' 1f1b except_last -e 's/lr = 1e-3/lr = 2e-3/'
+srun relayoutother 1 "$T/mlp2lr/gen/bin" --steps 6 --resume "$T/ck"
+like "$(cat "$T/relayoutother.out")" 'its training settings differ: lr=0.001 there, lr=0.002 here' \
+    "relayoutother: another model is refused, naming what differs"
 srun resumebelow 2 "$M/gen/bin" --steps 1 --resume "$T/ck"
 srun ckforeign 2 "$M/gen/bin" --steps 3 --checkpoint-dir "$T/ck"
 srun ckreplace 0 "$M/gen/bin" --steps 4 --checkpoint-dir "$T/ck" --save-every 2 --replace-checkpoints

@@ -732,4 +732,5 @@ const pg_stage_desc pg_stage = {
     .nlayers = 44, .layers = stage_layers,
     .precision = 1, /* bf16 GEMM operands on the CUDA runtime (pg_backend_set_precision) */
     .nshadows = 17, .shadows = stage_shadows,
+    .arch_hash = UINT64_C(0x8746b2000a6ac786), /* the layers, layout aside (checkpoint identity) */
 };

@@ -287,4 +287,5 @@ const pg_stage_desc pg_stage = {
     .ws_off = -1, .ws_bytes = 0,
     .output_off = -1, .output_slot_bytes = 0, .output_per_sample = 0,
     .nlayers = 10, .layers = stage_layers,
+    .arch_hash = UINT64_C(0x2a6129222a7414af), /* the layers, layout aside (checkpoint identity) */
 };

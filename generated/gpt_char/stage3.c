@@ -306,4 +306,5 @@ const pg_stage_desc pg_stage = {
     .ws_off = -1, .ws_bytes = 0,
     .output_off = 13119488, .output_slot_bytes = 262144, .output_per_sample = 16384,
     .nlayers = 12, .layers = stage_layers,
+    .arch_hash = UINT64_C(0x2a6129222a7414af), /* the layers, layout aside (checkpoint identity) */
 };

@@ -165,4 +165,5 @@ const pg_stage_desc pg_stage = {
     .ws_off = -1, .ws_bytes = 0,
     .output_off = -1, .output_slot_bytes = 0, .output_per_sample = 0,
     .nlayers = 2, .layers = stage_layers,
+    .arch_hash = UINT64_C(0x36dd4e4b5f22700e), /* the layers, layout aside (checkpoint identity) */
 };

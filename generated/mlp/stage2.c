@@ -170,4 +170,5 @@ const pg_stage_desc pg_stage = {
     .ws_off = -1, .ws_bytes = 0,
     .output_off = 4456448, .output_slot_bytes = 65536, .output_per_sample = 256,
     .nlayers = 2, .layers = stage_layers,
+    .arch_hash = UINT64_C(0x36dd4e4b5f22700e), /* the layers, layout aside (checkpoint identity) */
 };

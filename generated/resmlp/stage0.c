@@ -269,4 +269,5 @@ const pg_stage_desc pg_stage = {
     .ws_off = -1, .ws_bytes = 0,
     .output_off = -1, .output_slot_bytes = 0, .output_per_sample = 0,
     .nlayers = 13, .layers = stage_layers,
+    .arch_hash = UINT64_C(0x7eee96c83bd747f0), /* the layers, layout aside (checkpoint identity) */
 };

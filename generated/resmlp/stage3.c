@@ -179,4 +179,5 @@ const pg_stage_desc pg_stage = {
     .ws_off = -1, .ws_bytes = 0,
     .output_off = 1884160, .output_slot_bytes = 16384, .output_per_sample = 256,
     .nlayers = 5, .layers = stage_layers,
+    .arch_hash = UINT64_C(0x7eee96c83bd747f0), /* the layers, layout aside (checkpoint identity) */
 };

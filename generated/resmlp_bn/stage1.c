@@ -344,4 +344,5 @@ const pg_stage_desc pg_stage = {
     .ws_off = -1, .ws_bytes = 0,
     .output_off = 4591616, .output_slot_bytes = 16384, .output_per_sample = 256,
     .nlayers = 14, .layers = stage_layers,
+    .arch_hash = UINT64_C(0xc7e26fe8998094b3), /* the layers, layout aside (checkpoint identity) */
 };

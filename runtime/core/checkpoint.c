@@ -39,8 +39,13 @@ typedef struct ck_item {
     size_t bytes;
 } ck_item;
 
-/* The tensors this stage saves, in file order; *n of them (malloc'd). */
-static ck_item *ck_items(const pg_stage_desc *d, int *n, size_t *total)
+/* The tensors this stage saves (saving) or loads, in file order; *n of them
+ * (malloc'd). A user of a transmitted tie holds the value the owner sent at
+ * the start of the last step, not the stepped one, and receives it again
+ * before its next use: it does not save that copy (the owner's file holds
+ * the parameter; every copy a checkpoint holds is then current and equal) but
+ * loads the owner's. */
+static ck_item *ck_items(const pg_stage_desc *d, int saving, int *n, size_t *total)
 {
     ck_item *it = calloc((size_t)d->nparams * 3 + 1, sizeof *it);
     *n = 0;
@@ -52,7 +57,7 @@ static ck_item *ck_items(const pg_stage_desc *d, int *n, size_t *total)
         int64_t offs[3] = {p->off, p->opt_off[0], p->opt_off[1]};
         static const char *const pre[3] = {"w", "opt0", "opt1"};
         for (int j = 0; j < 3; j++) {
-            if (offs[j] < 0 || (j > 0 && p->is_buffer))
+            if (offs[j] < 0 || (j > 0 && p->is_buffer) || (saving && p->tie == 2 && p->owner != d->stage))
                 continue;
             ck_item *x = &it[(*n)++];
             snprintf(x->name, sizeof x->name, "%s:%s", pre[j], p->name);
@@ -179,19 +184,146 @@ static int step_run(const char *dir, int64_t step, char *run, size_t rl)
     return 1;
 }
 
+/* The data-parallel replicas of this run (identical copies of the pipeline,
+ * one of which writes the checkpoint): 1 until runs have replicas. */
+static int run_replicas(const pg_run *r)
+{
+    (void)r;
+    return 1;
+}
+
+/* ---- the model identity ------------------------------------------------------
+ * What must agree between the run that wrote a checkpoint and the run that
+ * resumes it for the continuation to be bitwise the one an uninterrupted run of
+ * the new layout gives: the model (its name, its layers and skips, its
+ * parameters' names, shapes and initialisation) and every training setting
+ * that enters the arithmetic. The stage count, the split, the schedule, the
+ * checkpoint mode, the tie mode and the replica count do not (DESIGN.md:
+ * results do not depend on them) and may differ. */
+typedef struct ck_ident {
+    char train[640];   /* "batch=24 microbatches=5 loss=mse_sum ...", space-separated key=value */
+    uint64_t params;   /* every parameter's name, shape, initialisation, decay and buffer flag */
+    uint64_t arch;     /* pg_stage_desc.arch_hash: the layers and skips */
+    uint64_t id;       /* the model name and the three above */
+} ck_ident;
+
+static int by_param_name(const void *a, const void *b)
+{
+    return strcmp((*(const pg_param_desc *const *)a)->name, (*(const pg_param_desc *const *)b)->name);
+}
+
+static void ident_train(const pg_stage_desc *d, char *b, size_t n)
+{
+    static const char *const loss[] = {"mse_sum", "mse_mean", "cross_entropy"};
+    const pg_train_desc *t = &d->train;
+    int adamw = t->optimizer == PG_OPTIM_ADAMW, cosine = t->lr_schedule == PG_LR_COSINE;
+    size_t o = (size_t)snprintf(b, n, "batch=%" PRId64 " microbatches=%" PRId64 " loss=%s optimizer=%s lr=%.17g",
+                                t->batch, t->microbatches, t->loss >= 0 && t->loss < 3 ? loss[t->loss] : "?",
+                                adamw ? "adamw" : "sgd", t->lr);
+    if (o < n && adamw)
+        o += (size_t)snprintf(b + o, n - o, " beta1=%.17g beta2=%.17g eps=%.17g", t->beta1, t->beta2, t->adam_eps);
+    else if (o < n)
+        o += (size_t)snprintf(b + o, n - o, " momentum=%.17g", t->momentum);
+    if (o < n)
+        o += (size_t)snprintf(b + o, n - o, " weight_decay=%.17g grad_clip=%.17g lr_schedule=%s", t->weight_decay,
+                              t->grad_clip, cosine ? "cosine" : "constant");
+    if (o < n && cosine) /* the cosine's horizon is the .pipe's steps */
+        o += (size_t)snprintf(b + o, n - o, " warmup=%" PRId64 " lr_min=%.17g horizon=%" PRId64, t->warmup, t->lr_min,
+                              t->steps);
+    if (o < n)
+        snprintf(b + o, n - o, " seed=%" PRIu64 " precision=%s", t->seed, d->precision ? "bf16" : "f32");
+}
+
+/* This model's identity; -1 on out of memory. */
+static int ident_of(const pg_stage_desc *d, ck_ident *id)
+{
+    const pg_param_desc **ps = malloc((size_t)(d->nmodel_params + 1) * sizeof *ps);
+    if (!ps)
+        return -1;
+    for (int i = 0; i < d->nmodel_params; i++)
+        ps[i] = &d->model_params[i];
+    qsort(ps, (size_t)d->nmodel_params, sizeof *ps, by_param_name);
+    uint64_t h = UINT64_C(0xcbf29ce484222325);
+    for (int i = 0; i < d->nmodel_params; i++) {
+        const pg_param_desc *p = ps[i];
+        char line[512];
+        int l = snprintf(line, sizeof line, "%s %d %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 " %d %.17g %d %d\n",
+                         p->name, p->rank, p->dim[0], p->dim[1], p->dim[2], p->dim[3], p->init, p->init_scale,
+                         p->decay, p->is_buffer);
+        h = pg_hash64(line, (size_t)l < sizeof line ? (size_t)l : sizeof line - 1, h);
+    }
+    free(ps);
+    id->params = h;
+    id->arch = d->arch_hash;
+    ident_train(d, id->train, sizeof id->train);
+    char all[1024];
+    int l = snprintf(all, sizeof all, "model %s\narch %016" PRIx64 "\nparams %016" PRIx64 "\ntrain %s\n", d->model,
+                     id->arch, id->params, id->train);
+    id->id = pg_hash64(all, (size_t)l < sizeof all ? (size_t)l : sizeof all - 1, UINT64_C(0xcbf29ce484222325));
+    return 0;
+}
+
+/* The value of key in "k=v k=v" text into v ("" when absent). */
+static void train_value(const char *text, const char *key, char *v, size_t vl)
+{
+    size_t kl = strlen(key);
+    v[0] = 0;
+    for (const char *p = text; p && *p; p = strchr(p, ' ') ? strchr(p, ' ') + 1 : NULL)
+        if (!strncmp(p, key, kl) && p[kl] == '=') {
+            size_t e = strcspn(p + kl + 1, " ");
+            snprintf(v, vl, "%.*s", (int)e, p + kl + 1);
+            return;
+        }
+}
+
+/* "lr=0.001 there, lr=0.01 here; ..." for the training settings that differ. */
+static void train_diff(const char *there, const char *here, char *b, size_t n)
+{
+    size_t o = 0;
+    b[0] = 0;
+    for (int pass = 0; pass < 2; pass++) { /* every key of theirs, then the keys only this model has */
+        const char *text = pass ? here : there;
+        for (const char *p = text; p && *p; p = strchr(p, ' ') ? strchr(p, ' ') + 1 : NULL) {
+            char key[64], a[160], c[160];
+            snprintf(key, sizeof key, "%.*s", (int)strcspn(p, "= "), p);
+            train_value(there, key, a, sizeof a);
+            train_value(here, key, c, sizeof c);
+            if (!strcmp(a, c) || (pass && a[0]) || o >= n)
+                continue;
+            o += (size_t)snprintf(b + o, n - o, "%s%s%s%s there, %s%s%s here", o ? "; " : "", a[0] ? key : "no ",
+                                  a[0] ? "=" : key, a, c[0] ? key : "no ", c[0] ? "=" : key, c);
+        }
+    }
+}
+
 /* ---- the manifest ------------------------------------------------------ */
 
-static int manifest_write(const pg_stage_desc *d, const char *sdir, int64_t step, const uint64_t *sums,
+/* A checkpoint's MANIFEST, as read. */
+typedef struct ck_manifest {
+    char model[256];
+    uint64_t plan_hash;
+    int nstages, replicas;
+    int64_t step;
+    int has_id;          /* 0: written before checkpoints recorded a model identity */
+    ck_ident id;
+    uint64_t *sums;      /* [nstages] each stage file's checksum (malloc'd) */
+} ck_manifest;
+
+static int manifest_write(const pg_stage_desc *d, int replicas, const char *sdir, int64_t step, const uint64_t *sums,
                           const char *run, char *err, size_t errlen)
 {
-    size_t cap = 256 + (size_t)d->nstages * 64 + strlen(d->model) + strlen(run);
+    ck_ident id;
+    size_t cap = 1024 + sizeof id.train + (size_t)d->nstages * 64 + strlen(d->model) + strlen(run);
     char *t = malloc(cap);
-    if (!t) {
+    if (!t || ident_of(d, &id)) {
         ck_fmt(err, errlen, "out of memory writing the manifest");
+        free(t);
         return -1;
     }
     size_t o = (size_t)snprintf(t, cap, "%s\nmodel %s\nplan_hash %016" PRIx64 "\nnstages %d\nstep %" PRId64 "\n",
                                 CK_FORMAT, d->model, d->plan_hash, d->nstages, step);
+    o += (size_t)snprintf(t + o, cap - o, "replicas %d\nmodel_id %016" PRIx64 "\narch %016" PRIx64 "\nparams %016" PRIx64
+                          "\ntrain %s\n", replicas, id.id, id.arch, id.params, id.train);
     for (int k = 0; k < d->nstages && o < cap; k++)
         o += (size_t)snprintf(t + o, cap - o, "stage %d %016" PRIx64 "\n", k, sums[k]);
     if (o < cap)
@@ -208,179 +340,406 @@ static int manifest_write(const pg_stage_desc *d, const char *sdir, int64_t step
     return rc;
 }
 
-/* Read and check sdir/MANIFEST against this stage; *sum_out: this stage's checksum. */
-static int manifest_check(const pg_stage_desc *d, const char *sdir, int64_t step, uint64_t *sum_out, char *err,
-                          size_t errlen)
+/* The rest of the manifest line "\nKEY value" into v; 0, or -1 when absent. */
+static int manifest_field(const char *buf, const char *key, char *v, size_t vl)
+{
+    char k[40];
+    snprintf(k, sizeof k, "\n%s ", key);
+    const char *l = strstr(buf, k);
+    if (!l)
+        return -1;
+    l += strlen(k);
+    snprintf(v, vl, "%.*s", (int)strcspn(l, "\n"), l);
+    return 0;
+}
+
+/* Read and check sdir/MANIFEST (format, its own hash, the step, an entry for
+ * every stage) into *m; free m->sums. 0, or -1 with err. */
+static int manifest_read(const char *sdir, int64_t step, ck_manifest *m, char *err, size_t errlen)
 {
     char p[CK_PATH];
+    memset(m, 0, sizeof *m);
     ck_fmt(p, sizeof p, "%s/MANIFEST", sdir);
-    char buf[8192];
-    if (read_small(p, buf, sizeof buf) < 0) {
+    size_t cap = (size_t)1 << 20;
+    char *buf = malloc(cap);
+    int rc = -1;
+    if (!buf) {
+        ck_fmt(err, errlen, "out of memory reading %s", p);
+        return -1;
+    }
+    if (read_small(p, buf, cap) < 0) {
         ck_fmt(err, errlen, "%s has no MANIFEST (a checkpoint that was never completed): %s", sdir,
                errno == ENOENT ? strerror(errno) : "not a regular file");
-        return -1;
+        goto out;
     }
     char *mh = strstr(buf, "manifest_hash ");
     unsigned long long want = 0;
     if (!mh || sscanf(mh, "manifest_hash %llx", &want) != 1 || !strchr(mh, '\n')) {
         ck_fmt(err, errlen, "%s is truncated or malformed (no manifest_hash line)", p);
-        return -1;
+        goto out;
     }
     if (pg_hash64(buf, (size_t)(mh - buf), UINT64_C(0xcbf29ce484222325)) != want) {
         ck_fmt(err, errlen, "%s is corrupted (its hash does not match its contents)", p);
-        return -1;
+        goto out;
     }
-    char model[256] = "";
     unsigned long long ph = 0;
-    int ns = -1;
     long long st = -1;
     if (strncmp(buf, CK_FORMAT "\n", strlen(CK_FORMAT) + 1) != 0 ||
-        sscanf(buf + strlen(CK_FORMAT) + 1, "model %255s plan_hash %llx nstages %d step %lld", model, &ph, &ns, &st) != 4) {
+        sscanf(buf + strlen(CK_FORMAT) + 1, "model %255s plan_hash %llx nstages %d step %lld", m->model, &ph,
+               &m->nstages, &st) != 4 || m->nstages < 1 || m->nstages > 65536) {
         ck_fmt(err, errlen, "%s: not a %s manifest", p, CK_FORMAT);
-        return -1;
+        goto out;
     }
-    if (strcmp(model, d->model) != 0 || ph != d->plan_hash) {
-        ck_fmt(err, errlen, "%s belongs to model '%s' (plan hash %016llx) but this stage is model '%s' (plan hash %016" PRIx64 ")",
-                 p, model, ph, d->model, d->plan_hash);
-        return -1;
-    }
-    if (ns != d->nstages) {
-        ck_fmt(err, errlen, "%s was written by %d stages but this pipeline has %d", p, ns, d->nstages);
-        return -1;
-    }
+    m->plan_hash = ph;
+    m->step = st;
     if (st != step) {
         ck_fmt(err, errlen, "%s says step %lld but lies in the directory of step %" PRId64, p, st, step);
-        return -1;
+        goto out;
     }
-    char key[32];
-    snprintf(key, sizeof key, "\nstage %d ", d->stage);
-    char *line = strstr(buf, key);
-    unsigned long long sum;
-    if (!line || sscanf(line + strlen(key), "%llx", &sum) != 1) {
-        ck_fmt(err, errlen, "%s has no entry for stage %d", p, d->stage);
-        return -1;
+    char v[sizeof m->id.train];
+    m->replicas = 1; /* absent before replicas were recorded */
+    if (!manifest_field(buf, "replicas", v, sizeof v) && (sscanf(v, "%d", &m->replicas) != 1 || m->replicas < 1)) {
+        ck_fmt(err, errlen, "%s: replicas '%s' is not a count", p, v);
+        goto out;
     }
-    *sum_out = sum;
-    return 0;
+    if (!manifest_field(buf, "model_id", v, sizeof v)) { /* absent before model identities were recorded */
+        unsigned long long a = 0, b = 0, c = 0;
+        char a_s[40] = "", b_s[40] = "";
+        m->has_id = sscanf(v, "%llx", &a) == 1 && !manifest_field(buf, "arch", a_s, sizeof a_s) &&
+                    sscanf(a_s, "%llx", &b) == 1 && !manifest_field(buf, "params", b_s, sizeof b_s) &&
+                    sscanf(b_s, "%llx", &c) == 1 && !manifest_field(buf, "train", m->id.train, sizeof m->id.train);
+        if (!m->has_id) {
+            ck_fmt(err, errlen, "%s: its model identity (model_id, arch, params, train) is malformed", p);
+            goto out;
+        }
+        m->id.id = a;
+        m->id.arch = b;
+        m->id.params = c;
+    }
+    m->sums = calloc((size_t)m->nstages, sizeof *m->sums);
+    if (!m->sums) {
+        ck_fmt(err, errlen, "out of memory reading %s", p);
+        goto out;
+    }
+    for (int k = 0; k < m->nstages; k++) {
+        char key[32];
+        unsigned long long sum;
+        snprintf(key, sizeof key, "stage %d", k);
+        if (manifest_field(buf, key, v, sizeof v) || sscanf(v, "%llx", &sum) != 1) {
+            ck_fmt(err, errlen, "%s has no entry for stage %d (of %d)", p, k, m->nstages);
+            free(m->sums);
+            m->sums = NULL;
+            goto out;
+        }
+        m->sums[k] = sum;
+    }
+    rc = 0;
+out:
+    free(buf);
+    return rc;
 }
 
-/* ---- one stage's file ---------------------------------------------------- */
+/* May this stage resume from the checkpoint of manifest m (in sdir)? The same
+ * model identity; a checkpoint older than identities only onto its own plan. */
+static int ident_check(const pg_stage_desc *d, const ck_manifest *m, const char *sdir, char *err, size_t errlen)
+{
+    char p[CK_PATH];
+    ck_fmt(p, sizeof p, "%s/MANIFEST", sdir);
+    if (strcmp(m->model, d->model) != 0) {
+        ck_fmt(err, errlen, "%s belongs to model '%s' but this stage is model '%s'", p, m->model, d->model);
+        return -1;
+    }
+    if (!m->has_id) {
+        if (m->plan_hash == d->plan_hash && m->nstages == d->nstages)
+            return 0;
+        ck_fmt(err, errlen, "%s belongs to model '%s' (plan hash %016" PRIx64 ", %d stages) but this stage is model "
+                            "'%s' (plan hash %016" PRIx64 ", %d stages); it was written before checkpoints recorded "
+                            "a model identity, so it resumes only onto its own plan",
+               p, m->model, m->plan_hash, m->nstages, d->model, d->plan_hash, d->nstages);
+        return -1;
+    }
+    ck_ident mine;
+    if (ident_of(d, &mine)) {
+        ck_fmt(err, errlen, "out of memory");
+        return -1;
+    }
+    if (mine.id == m->id.id)
+        return 0;
+    char why[1024] = "", diff[640];
+    size_t o = 0;
+    if (mine.arch != m->id.arch)
+        o += (size_t)snprintf(why + o, sizeof why - o, "its layers differ (a layer's kind, shape or attributes, or a skip)");
+    if (o < sizeof why && mine.params != m->id.params)
+        o += (size_t)snprintf(why + o, sizeof why - o, "%sits parameters differ (a name, shape, initialisation or "
+                              "weight-decay flag)", o ? "; " : "");
+    if (o < sizeof why && strcmp(mine.train, m->id.train) != 0) {
+        train_diff(m->id.train, mine.train, diff, sizeof diff);
+        o += (size_t)snprintf(why + o, sizeof why - o, "%sits training settings differ: %s", o ? "; " : "", diff);
+    }
+    if (!o)
+        snprintf(why, sizeof why, "its identity differs");
+    ck_fmt(err, errlen, "%s was written by another model '%s' than this one (model identity %016" PRIx64 " there, %016"
+                        PRIx64 " here): %s; only the layout (stage count, split, schedule, checkpoint mode, tie mode, "
+                        "replicas) may differ on resume",
+           p, m->model, m->id.id, mine.id, why);
+    return -1;
+}
+
+/* ---- the stage files ------------------------------------------------------- */
 
 static int meta_is(const char *path, const char *key, char *val, size_t vl, char *err, size_t errlen)
 {
     return pg_st_read_meta(path, key, val, vl, err, errlen);
 }
 
-/* Validate sdir/stage<k>.safetensors and read its tensors into buf
- * ([total] bytes, items' order). 0 ok, -1 with err. */
-static int stage_file_load(const pg_run *r, const char *sdir, int64_t step, const ck_item *it, int n, size_t total,
-                           unsigned char *buf, char *err, size_t errlen)
+/* Check the metadata of the checkpoint's stage file k (path) against its
+ * manifest; *fsum: the checksum it records. 0, or -1 with err. */
+static int stage_meta_check(const char *path, int k, int64_t step, const ck_manifest *m, uint64_t *fsum, char *err,
+                            size_t errlen)
 {
-    const pg_stage_desc *d = r->d;
-    uint64_t msum;
-    if (manifest_check(d, sdir, step, &msum, err, errlen))
-        return -1;
-    char p[CK_PATH], v[256], e2[512];
-    ck_fmt(p, sizeof p, "%s/stage%d.safetensors", sdir, d->stage);
-    if (meta_is(p, "format", v, sizeof v, err, errlen))
+    char v[256], want[32];
+    if (meta_is(path, "format", v, sizeof v, err, errlen))
         return -1;
     if (strcmp(v, CK_FORMAT) != 0) {
-        ck_fmt(err, errlen, "%s is not a pipegen stage checkpoint (format '%s')", p, v);
+        ck_fmt(err, errlen, "%s is not a pipegen stage checkpoint (format '%s')", path, v);
         return -1;
     }
-    if (meta_is(p, "model", v, sizeof v, err, errlen))
+    if (meta_is(path, "model", v, sizeof v, err, errlen))
         return -1;
-    char ph[32];
-    snprintf(ph, sizeof ph, "%016" PRIx64, d->plan_hash);
-    char vh[256];
-    if (meta_is(p, "plan_hash", vh, sizeof vh, err, errlen))
-        return -1;
-    if (strcmp(v, d->model) != 0 || strcmp(vh, ph) != 0) {
-        ck_fmt(err, errlen, "%s belongs to model '%s' (plan hash %s) but this stage is model '%s' (plan hash %s)", p,
-                 v, vh, d->model, ph);
+    if (strcmp(v, m->model) != 0) {
+        ck_fmt(err, errlen, "%s belongs to model '%s' but its manifest to model '%s'", path, v, m->model);
         return -1;
     }
-    if (meta_is(p, "nstages", v, sizeof v, err, errlen))
+    snprintf(want, sizeof want, "%016" PRIx64, m->has_id ? m->id.id : m->plan_hash);
+    if (meta_is(path, m->has_id ? "model_id" : "plan_hash", v, sizeof v, err, errlen))
         return -1;
-    if (atoi(v) != d->nstages) {
-        ck_fmt(err, errlen, "%s was written by a pipeline of %s stages but this one has %d", p, v, d->nstages);
-        return -1;
-    }
-    if (meta_is(p, "stage", v, sizeof v, err, errlen))
-        return -1;
-    if (atoi(v) != d->stage) {
-        ck_fmt(err, errlen, "%s holds stage %s, not stage %d", p, v, d->stage);
+    if (strcmp(v, want) != 0) {
+        ck_fmt(err, errlen, "%s records %s %s but its manifest %s", path, m->has_id ? "model identity" : "plan hash", v,
+               want);
         return -1;
     }
-    if (meta_is(p, "step", v, sizeof v, err, errlen))
+    if (meta_is(path, "nstages", v, sizeof v, err, errlen))
+        return -1;
+    if (atoi(v) != m->nstages) {
+        ck_fmt(err, errlen, "%s was written by a pipeline of %s stages but its manifest says %d", path, v, m->nstages);
+        return -1;
+    }
+    if (meta_is(path, "stage", v, sizeof v, err, errlen))
+        return -1;
+    if (atoi(v) != k) {
+        ck_fmt(err, errlen, "%s holds stage %s, not stage %d", path, v, k);
+        return -1;
+    }
+    if (meta_is(path, "step", v, sizeof v, err, errlen))
         return -1;
     if (strtoll(v, NULL, 10) != step) {
-        ck_fmt(err, errlen, "%s holds step %s, not step %" PRId64 " of its directory", p, v, step);
+        ck_fmt(err, errlen, "%s holds step %s, not step %" PRId64 " of its directory", path, v, step);
         return -1;
     }
-    if (meta_is(p, "checksum", v, sizeof v, err, errlen))
+    if (meta_is(path, "checksum", v, sizeof v, err, errlen))
         return -1;
-    uint64_t fsum = strtoull(v, NULL, 16);
+    *fsum = strtoull(v, NULL, 16);
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Read from stage file k (path; data hash checked against its metadata, fsum,
+ * and the manifest) the items src[] assigns to it into buf (item i at off[i]),
+ * and compare those it also holds but another file supplied (a tied
+ * parameter's copies must be bitwise equal). 0, or -1 with err. */
+static int stage_file_read(const char *sdir, int k, const ck_manifest *m, uint64_t fsum, const ck_item *it, int n,
+                           const int *src, char **const *names, const int *nn, const size_t *off, unsigned char *buf,
+                           char *err, size_t errlen)
+{
+    char p[CK_PATH], e2[CK_PATH + 512];
+    ck_fmt(p, sizeof p, "%s/stage%d.safetensors", sdir, k);
+    uint64_t sum;
+    if (pg_st_data_hash(p, &sum, err, errlen))
+        return -1;
+    if (sum != fsum || sum != m->sums[k]) {
+        ck_fmt(err, errlen,
+               "%s is corrupted: its tensors hash to %016" PRIx64 " but its metadata says %016" PRIx64
+               " and the manifest %016" PRIx64,
+               p, sum, fsum, m->sums[k]);
+        return -1;
+    }
     pg_st_want *w = calloc((size_t)n + 1, sizeof *w);
-    if (!w) {
+    size_t dup = 0;
+    for (int i = 0; i < n; i++)
+        if (src[i] != k && bsearch(&(const char *){it[i].name}, names[k], (size_t)nn[k], sizeof *names[k], cmp_str))
+            dup += it[i].bytes;
+    unsigned char *tmp = malloc(dup ? dup : 1);
+    int nw = 0, rc = -1;
+    if (!w || !tmp) {
         ck_fmt(err, errlen, "out of memory reading %s", p);
-        return -1;
+        goto out;
     }
-    size_t off = 0;
-    for (int i = 0; i < n; i++) {
-        w[i].name = it[i].name;
-        ck_shape(&it[i], &w[i].dtype, &w[i].rank, w[i].dim);
-        w[i].dst = buf + off;
-        w[i].bytes = it[i].bytes;
-        off += it[i].bytes;
-    }
-    int rc = pg_st_read(p, w, n, e2, sizeof e2);
-    free(w);
-    if (rc) {
-        ck_fmt(err, errlen, "%s", e2);
-        return -1;
-    }
-    uint64_t sum = pg_hash64(buf, total, UINT64_C(0xcbf29ce484222325));
     size_t at = 0;
     for (int i = 0; i < n; i++) {
-        char what[CK_PATH + 400];
-        ck_fmt(what, sizeof what, "%s: tensor '%s'", p, it[i].name);
-        if (sum == fsum && sum == msum && pg_guard_finite_msg((const float *)(buf + at), it[i].bytes / 4, what, err, errlen))
-            return -1;
-        at += it[i].bytes;
+        int mine = src[i] == k;
+        if (!mine && !bsearch(&(const char *){it[i].name}, names[k], (size_t)nn[k], sizeof *names[k], cmp_str))
+            continue;
+        w[nw].name = it[i].name;
+        ck_shape(&it[i], &w[nw].dtype, &w[nw].rank, w[nw].dim);
+        w[nw].dst = mine ? buf + off[i] : tmp + at;
+        w[nw].bytes = it[i].bytes;
+        at += mine ? 0 : it[i].bytes;
+        nw++;
     }
-    if (sum != fsum || sum != msum) {
-        ck_fmt(err, errlen,
-                 "%s is corrupted: its tensors hash to %016" PRIx64 " but its metadata says %016" PRIx64
-                 " and the manifest %016" PRIx64,
-                 p, sum, fsum, msum);
+    if (pg_st_read(p, w, nw, e2, sizeof e2)) {
+        ck_fmt(err, errlen, "%s", e2);
+        goto out;
+    }
+    at = 0;
+    for (int i = 0; i < n; i++) {
+        if (src[i] == k) {
+            ck_fmt(e2, sizeof e2, "%s: tensor '%s'", p, it[i].name);
+            if (pg_guard_finite_msg((const float *)(buf + off[i]), it[i].bytes / 4, e2, err, errlen))
+                goto out;
+        } else if (bsearch(&(const char *){it[i].name}, names[k], (size_t)nn[k], sizeof *names[k], cmp_str)) {
+            if (memcmp(buf + off[i], tmp + at, it[i].bytes) != 0) {
+                ck_fmt(err, errlen, "tensor '%s' differs between %s/stage%d.safetensors and stage%d.safetensors: the "
+                                    "copies of a parameter held by several stages must be bitwise equal",
+                       it[i].name, sdir, src[i], k);
+                goto out;
+            }
+            at += it[i].bytes;
+        }
+    }
+    rc = 0;
+out:
+    free(w);
+    free(tmp);
+    return rc;
+}
+
+/* Validate the checkpoint in sdir for this stage and read its tensors (items
+ * it[n], into buf [total] bytes in items' order) from whichever of the
+ * checkpoint's stage files hold them: its own layout may differ from this
+ * pipeline's (another stage count, split or schedule of the same model). *m:
+ * its manifest (free m->sums). 0 ok, -1 with err. */
+static int stage_gather(const pg_run *r, const char *sdir, int64_t step, const ck_item *it, int n,
+                        unsigned char *buf, ck_manifest *m, char *err, size_t errlen)
+{
+    if (manifest_read(sdir, step, m, err, errlen))
+        return -1;
+    if (ident_check(r->d, m, sdir, err, errlen)) {
+        free(m->sums);
+        m->sums = NULL;
         return -1;
     }
-    return 0;
+    int P = m->nstages, rc = -1;
+    char ***names = calloc((size_t)P, sizeof *names);
+    int *nn = calloc((size_t)P, sizeof *nn), *src = malloc(((size_t)n + 1) * sizeof *src);
+    uint64_t *fsum = calloc((size_t)P, sizeof *fsum);
+    size_t *off = malloc(((size_t)n + 1) * sizeof *off);
+    unsigned char *used = calloc((size_t)P, 1);
+    if (!names || !nn || !src || !fsum || !off || !used) {
+        ck_fmt(err, errlen, "out of memory reading the checkpoint in %s", sdir);
+        goto out;
+    }
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        src[i] = -1;
+        off[i] = at;
+        at += it[i].bytes;
+    }
+    for (int k = 0; k < P && n > 0; k++) { /* which file holds what: their headers */
+        char p[CK_PATH];
+        if (!m->has_id && k != r->d->stage) /* an older checkpoint: its own plan, each stage its own file */
+            continue;
+        ck_fmt(p, sizeof p, "%s/stage%d.safetensors", sdir, k);
+        if (stage_meta_check(p, k, step, m, &fsum[k], err, errlen) || pg_st_names(p, &names[k], &nn[k], err, errlen))
+            goto out;
+        for (int i = 0; i < n; i++)
+            if (bsearch(&(const char *){it[i].name}, names[k], (size_t)nn[k], sizeof *names[k], cmp_str)) {
+                used[k] = 1;
+                if (src[i] < 0)
+                    src[i] = k;
+            }
+    }
+    for (int i = 0; i < n; i++)
+        if (src[i] < 0) {
+            ck_fmt(err, errlen, "no file of the checkpoint in %s (%d stage files) holds tensor '%s', which this stage "
+                                "needs", sdir, P, it[i].name);
+            goto out;
+        }
+    for (int k = 0; k < P; k++)
+        if (used[k] && stage_file_read(sdir, k, m, fsum[k], it, n, src, names, nn, off, buf, err, errlen))
+            goto out;
+    rc = 0;
+out:
+    for (int k = 0; names && k < P; k++)
+        free(names[k]);
+    free(names);
+    free(nn);
+    free(src);
+    free(fsum);
+    free(off);
+    free(used);
+    if (rc) {
+        free(m->sums);
+        m->sums = NULL;
+    }
+    return rc;
 }
 
 /* ---- save ------------------------------------------------------------------ */
 
-/* Remove sdir/stage<k>.safetensors (and MANIFEST first, on stage 0), then the
- * directory if it is empty. */
+/* Stage 0: remove the files in sdir of stages beyond this layout's, left by a
+ * run of more stages that this one resumed: with tmp 0 stage<k>.safetensors,
+ * with tmp 1 the temporaries stage<k>.safetensors.tmp.<pid> whose writer
+ * died. How many were removed. */
+static int clean_beyond(const pg_stage_desc *d, const char *sdir, int tmp)
+{
+    int removed = 0;
+    DIR *dd = opendir(sdir);
+    struct dirent *e;
+    while (dd && (e = readdir(dd))) {
+        int k, end = 0;
+        if (sscanf(e->d_name, "stage%d.safetensors%n", &k, &end) != 1 || !end || k < d->nstages)
+            continue;
+        char p[CK_PATH];
+        if (!tmp && !e->d_name[end]) {
+            ck_fmt(p, sizeof p, "%s/%s", sdir, e->d_name);
+            removed += unlink(p) == 0;
+        } else if (tmp && !strncmp(e->d_name + end, ".tmp.", 5)) {
+            snprintf(p, sizeof p, "stage%d.safetensors", k);
+            removed += pg_io_remove_stale_tmp(sdir, p);
+        }
+    }
+    if (dd)
+        closedir(dd);
+    return removed;
+}
+
+/* Remove sdir/stage<k>.safetensors (and MANIFEST first, on stage 0, with the
+ * files of stages beyond this layout's), then the directory if it is empty. */
 static void remove_step(const pg_stage_desc *d, const char *sdir)
 {
     char p[CK_PATH];
     if (d->stage == 0) {
         ck_fmt(p, sizeof p, "%s/MANIFEST", sdir);
         unlink(p);
+        clean_beyond(d, sdir, 0);
     }
     ck_fmt(p, sizeof p, "%s/stage%d.safetensors", sdir, d->stage);
     unlink(p);
     rmdir(sdir); /* the last stage to get here removes it */
 }
 
-/* Remove this stage's temporaries in sdir whose writer died; how many. */
+/* Remove this stage's temporaries in sdir whose writer died (stage 0: also
+ * MANIFEST's and those of stages beyond this layout's); how many. */
 static int clean_step_tmp(const pg_stage_desc *d, const char *sdir)
 {
     char base[64];
     snprintf(base, sizeof base, "stage%d.safetensors", d->stage);
-    return pg_io_remove_stale_tmp(sdir, base) + (d->stage == 0 ? pg_io_remove_stale_tmp(sdir, "MANIFEST") : 0);
+    return pg_io_remove_stale_tmp(sdir, base) +
+           (d->stage == 0 ? pg_io_remove_stale_tmp(sdir, "MANIFEST") + clean_beyond(d, sdir, 1) : 0);
 }
 
 int pg_ckpt_clean_stale(const pg_stage_desc *d, const char *dir)
@@ -445,7 +804,7 @@ int pg_ckpt_save(pg_run *r, int64_t step)
     ck_fmt(path, sizeof path, "%s/stage%d.safetensors", sdir, d->stage);
     int n = 0, ok = 0;
     size_t total = 0;
-    ck_item *it = ck_items(d, &n, &total);
+    ck_item *it = ck_items(d, 1, &n, &total);
     unsigned char *buf = malloc(total ? total : 1);
     pg_st_tensor *t = calloc((size_t)n + 1, sizeof *t);
     uint64_t sum = 0;
@@ -470,7 +829,12 @@ int pg_ckpt_save(pg_run *r, int64_t step)
             if (pg_guard_finite_msg((const float *)buf + at, it[i].bytes / 4, what, err, sizeof err))
                 rc = 2;
         }
-        char sstep[32], sst[16], sns[16], sph[32], ssum[32], sseed[32];
+        char sstep[32], sst[16], sns[16], sph[32], ssum[32], sseed[32], sid[32], srep[16];
+        ck_ident id;
+        if (!rc && ident_of(d, &id))
+            rc = 1;
+        snprintf(sid, sizeof sid, "%016" PRIx64, rc ? 0 : id.id);
+        snprintf(srep, sizeof srep, "%d", run_replicas(r));
         snprintf(sstep, sizeof sstep, "%" PRId64, step);
         snprintf(sst, sizeof sst, "%d", d->stage);
         snprintf(sns, sizeof sns, "%d", d->nstages);
@@ -478,12 +842,12 @@ int pg_ckpt_save(pg_run *r, int64_t step)
         snprintf(ssum, sizeof ssum, "%016" PRIx64, sum);
         snprintf(sseed, sizeof sseed, "%" PRIu64, d->train.seed);
         const char *meta[] = {"format", CK_FORMAT, "model", d->model, "plan_hash", sph, "stage", sst,
-                              "nstages", sns, "step", sstep, "data_position", sstep, "seed", sseed,
-                              "checksum", ssum, NULL};
+                              "nstages", sns, "replicas", srep, "model_id", sid, "step", sstep,
+                              "data_position", sstep, "seed", sseed, "checksum", ssum, NULL};
         if (rc == 2)
             ck_fmt(err + strlen(err), sizeof err - strlen(err), ": the weights are not finite; not written");
         else if (rc)
-            ck_fmt(err, sizeof err, "cannot copy the parameters to the host");
+            ck_fmt(err, sizeof err, "cannot copy the parameters to the host (or out of memory)");
         else if (!pg_st_write(path, t, n, meta, err, sizeof err))
             ok = 1;
     }
@@ -530,7 +894,7 @@ int pg_ckpt_save(pg_run *r, int64_t step)
         }
         if (!r->ck_run[0])
             pg_ckpt_new_run(r);
-        if (all && manifest_write(d, sdir, step, sums, r->ck_run, err, sizeof err)) {
+        if (all && manifest_write(d, run_replicas(r), sdir, step, sums, r->ck_run, err, sizeof err)) {
             fprintf(stderr, "stage 0: checkpoint of step %" PRId64 ": %s\n", step, err);
             all = 0;
             failed_stage = 0;
@@ -681,9 +1045,10 @@ int pg_ckpt_resume(pg_run *r, int64_t *start_step)
     const char *dir = r->opt.resume;
     int n = 0;
     size_t total = 0;
-    ck_item *it = ck_items(d, &n, &total);
+    ck_item *it = ck_items(d, 0, &n, &total);
     unsigned char *buf = malloc(total ? total : 1);
-    char err[1024], latest_run[RUN_BYTES];
+    char err[CK_PATH + 1024], latest_run[RUN_BYTES];
+    ck_manifest man = {0};
     if (!it || !buf) {
         fprintf(stderr, "stage %d: out of memory for a %zu-byte checkpoint\n", d->stage, total);
         free(it);
@@ -705,7 +1070,8 @@ int pg_ckpt_resume(pg_run *r, int64_t *start_step)
                 break;
             char sdir[CK_PATH];
             step_dir(sdir, sizeof sdir, dir, c);
-            if (stage_file_load(r, sdir, c, it, n, total, buf, err, sizeof err)) {
+            free(man.sums);
+            if (stage_gather(r, sdir, c, it, n, buf, &man, err, sizeof err)) {
                 fprintf(stderr, "stage 0: cannot resume from %s: %s\n", sdir, err);
                 loaded = -1;
                 continue;
@@ -740,7 +1106,8 @@ int pg_ckpt_resume(pg_run *r, int64_t *start_step)
             }
             char sdir[CK_PATH];
             step_dir(sdir, sizeof sdir, dir, msg[1]);
-            int64_t ok = stage_file_load(r, sdir, msg[1], it, n, total, buf, err, sizeof err) == 0;
+            free(man.sums);
+            int64_t ok = stage_gather(r, sdir, msg[1], it, n, buf, &man, err, sizeof err) == 0;
             if (!ok)
                 fprintf(stderr, "stage %d: cannot resume from %s: %s\n", d->stage, sdir, err);
             loaded = ok ? msg[1] : -1;
@@ -751,6 +1118,7 @@ int pg_ckpt_resume(pg_run *r, int64_t *start_step)
     if (st) {
         fprintf(stderr, "stage %d: agreeing on the checkpoint to resume from failed (with stage %d): %s\n", d->stage,
                 peer, pg_net_error(r->net));
+        free(man.sums);
         free(it);
         free(buf);
         return 1;
@@ -758,6 +1126,7 @@ int pg_ckpt_resume(pg_run *r, int64_t *start_step)
     if (pick < 0) {
         fprintf(stderr, "stage %d: --resume %s: no complete checkpoint there is usable by every stage%s\n", d->stage,
                 dir, d->stage == 0 ? " (see each stage's reasons above)" : "");
+        free(man.sums);
         free(it);
         free(buf);
         return 1;
@@ -769,16 +1138,21 @@ int pg_ckpt_resume(pg_run *r, int64_t *start_step)
                         ", past --steps %" PRId64 " (the total, not a number of further steps): nothing to train and "
                         "nothing written; pass --steps above %" PRId64 "\n",
                 d->stage, dir, pick, r->opt.steps, pick);
+        free(man.sums);
         free(it);
         free(buf);
         return 2;
     }
-    if (pick != loaded && stage_file_load(r, sdir, pick, it, n, total, buf, err, sizeof err)) {
-        fprintf(stderr, "stage %d: cannot resume from %s: %s\n", d->stage, sdir, err);
-        free(it);
-        free(buf);
-        return 1;
+    if (pick != loaded) {
+        free(man.sums);
+        if (stage_gather(r, sdir, pick, it, n, buf, &man, err, sizeof err)) {
+            fprintf(stderr, "stage %d: cannot resume from %s: %s\n", d->stage, sdir, err);
+            free(it);
+            free(buf);
+            return 1;
+        }
     }
+    free(man.sums);
     size_t off = 0;
     int rc = 0;
     for (int i = 0; i < n && !rc; i++) {
@@ -795,7 +1169,14 @@ int pg_ckpt_resume(pg_run *r, int64_t *start_step)
             snprintf(r->ck_run, sizeof r->ck_run, "%s", run); /* this run continues that one */
         if (latest >= 0 && latest != pick)
             printf("resume: LATEST names step %" PRId64 " but not every stage can use it; falling back\n", latest);
-        printf("resume: continuing from %s (step %" PRId64 ")\n", sdir, pick);
+        char layout[256] = ""; /* the layout that wrote it, when this run's differs */
+        int reps = run_replicas(r);
+        if (man.nstages != d->nstages || man.replicas != reps || man.plan_hash != d->plan_hash)
+            snprintf(layout, sizeof layout, ", written by %d stage%s x %d replica%s%s (this run: %d stage%s x %d replica%s)",
+                     man.nstages, man.nstages == 1 ? "" : "s", man.replicas, man.replicas == 1 ? "" : "s",
+                     man.nstages == d->nstages && man.replicas == reps ? " of another plan" : "", d->nstages,
+                     d->nstages == 1 ? "" : "s", reps, reps == 1 ? "" : "s");
+        printf("resume: continuing from %s (step %" PRId64 ")%s\n", sdir, pick, layout);
     }
     *start_step = pick;
     return 0;

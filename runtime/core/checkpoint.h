@@ -3,17 +3,28 @@
  *
  * Layout (README.md, "Checkpoints and resume"):
  *   DIR/step-00000120/stage<k>.safetensors  each stage's weights and optimizer
- *       state: tensors "w:<name>", "opt0:<name>", "opt1:<name>"; metadata
- *       format, model, plan_hash, stage, nstages, step, data_position, seed and
- *       checksum (FNV-1a 64 over every tensor's bytes in file order)
+ *       state: tensors "w:<name>", "opt0:<name>", "opt1:<name>" (not the copy
+ *       a user of a transmitted tie holds: its owner's is current); metadata
+ *       format, model, model_id, plan_hash, stage, nstages, replicas, step,
+ *       data_position, seed and checksum (FNV-1a 64 over every tensor's bytes
+ *       in file order)
  *   DIR/step-00000120/MANIFEST  written by stage 0 only after every stage has
  *       reported (over the network) that its file is durable: the model, plan
- *       hash, stage count, step, each stage's checksum and the run the
- *       checkpoint belongs to (a random id made by a fresh run and carried on
- *       by every resume of it), then its own hash
+ *       hash, stage count, step, replicas (the data-parallel count D of the
+ *       writer; one copy per stage is written), the model identity (model_id,
+ *       and its parts arch, params, train), each stage's checksum and the run
+ *       the checkpoint belongs to (a random id made by a fresh run and carried
+ *       on by every resume of it), then its own hash
  *   DIR/LATEST  "step-00000120\nrun ID\n", replaced atomically after the manifest
  * A step without a MANIFEST is never used. The data position and the random
  * streams are pure functions of (seed, step), so the step restores them.
+ *
+ * Resume reads a checkpoint of any layout (stage count, split, schedule,
+ * checkpoint mode, tie mode, replicas) of the same model identity: each stage
+ * reads the tensors it holds from whichever of the old stage files hold them,
+ * validating every file it reads, and takes a parameter several old stages
+ * hold (a tie) from the first once the copies agree bitwise. A checkpoint
+ * without a model identity (older) resumes only on its own plan.
  * Both calls are collective: every stage calls them at the same point. */
 #ifndef PG_CHECKPOINT_H
 #define PG_CHECKPOINT_H
@@ -33,9 +44,10 @@ int pg_ckpt_save(pg_run *r, int64_t step);
 
 /* Load the checkpoint in r->opt.resume to continue from: the one LATEST names
  * when every stage can use it, else the newest of the same run that every
- * stage can use (every step directory is looked at; each stage validates its
- * own file). 0 with *start_step set; 1 after printing why nothing is usable;
- * 2 when that checkpoint lies past --steps (nothing to train). */
+ * stage can use (every step directory is looked at; each stage validates the
+ * manifest and every old stage file it reads). 0 with *start_step set; 1
+ * after printing why nothing is usable; 2 when that checkpoint lies past
+ * --steps (nothing to train). */
 int pg_ckpt_resume(pg_run *r, int64_t *start_step);
 /* Stage 0: a new checkpoint run id into r->ck_run (a fresh run). */
 void pg_ckpt_new_run(pg_run *r);

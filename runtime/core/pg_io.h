@@ -85,6 +85,13 @@ typedef struct pg_st_want {
     size_t bytes;
 } pg_st_want;
 int pg_st_read(const char *path, pg_st_want *w, int n, char *err, size_t errlen);
+/* The names of a file's tensors, sorted (strcmp), after validating its header
+ * and layout: *names is one malloc'd block (free it), *n of them. -1 with a
+ * message. */
+int pg_st_names(const char *path, char ***names, int *n, char *err, size_t errlen);
+/* pg_hash64 (FNV-1a 64 from its offset basis) over every tensor's bytes in data
+ * order, i.e. the whole data section, read in bounded pieces. -1 with a message. */
+int pg_st_data_hash(const char *path, uint64_t *hash, char *err, size_t errlen);
 /* Value of a __metadata__ key after pg_st_read_meta; -1 if missing. */
 int pg_st_read_meta(const char *path, const char *key, char *val, size_t vallen, char *err, size_t errlen);
 

@@ -586,3 +586,65 @@ int pg_st_read_meta(const char *path, const char *key, char *val, size_t vallen,
     close(fd);
     return rc;
 }
+
+int pg_st_names(const char *path, char ***names, int *n, char *err, size_t errlen)
+{
+    st_header h;
+    int fd;
+    *names = NULL;
+    *n = 0;
+    if (header_load(path, &h, &fd, err, errlen)) return -1;
+    close(fd);
+    size_t bytes = (size_t)(h.ne + 1) * sizeof(char *);
+    for (int i = 0; i < h.ne; i++) bytes += strlen(h.e[i].name) + 1;
+    char **v = malloc(bytes);
+    if (!v) {
+        snprintf(err, errlen, "out of memory listing the tensors of %s", path);
+        header_free(&h);
+        return -1;
+    }
+    char *s = (char *)(v + h.ne + 1);
+    for (int i = 0; i < h.ne; i++) { /* h.byname is sorted by name */
+        size_t l = strlen(h.byname[i]->name) + 1;
+        memcpy(s, h.byname[i]->name, l);
+        v[i] = s;
+        s += l;
+    }
+    v[h.ne] = NULL;
+    *names = v;
+    *n = h.ne;
+    header_free(&h);
+    return 0;
+}
+
+int pg_st_data_hash(const char *path, uint64_t *hash, char *err, size_t errlen)
+{
+    st_header h;
+    int fd, rc = -1;
+    if (header_load(path, &h, &fd, err, errlen)) return -1;
+    size_t cap = 1u << 20;
+    unsigned char *b = malloc(cap);
+    uint64_t x = UINT64_C(0xcbf29ce484222325), at = 0;
+    if (!b) {
+        snprintf(err, errlen, "out of memory reading %s", path);
+        goto out;
+    }
+    while (at < h.data_bytes) { /* validate_layout: the data is the tensors back to back */
+        size_t want = h.data_bytes - at < cap ? (size_t)(h.data_bytes - at) : cap;
+        ssize_t r = pread(fd, b, want, (off_t)(8 + h.n + at));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            snprintf(err, errlen, "cannot read %s: %s", path, r < 0 ? strerror(errno) : "unexpected end of file");
+            goto out;
+        }
+        x = pg_hash64(b, (size_t)r, x);
+        at += (uint64_t)r;
+    }
+    *hash = x;
+    rc = 0;
+out:
+    free(b);
+    header_free(&h);
+    close(fd);
+    return rc;
+}
