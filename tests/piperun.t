@@ -7,7 +7,7 @@ T=$(mktemp -d /tmp/pg_piperun_t.XXXXXX) || exit 1
 trap 'rm -rf "$T"' EXIT
 PR=$T/piperun
 if ! ${CC:-cc} -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Wall -Wextra -Werror -g -O1 \
-        -fsanitize=address,undefined -fno-omit-frame-pointer -o "$PR" runtime/core/piperun.c 2>"$T/cc.log"; then
+        -fsanitize=address,undefined -fno-omit-frame-pointer -Iruntime/core -o "$PR" cmd/piperun.c 2>"$T/cc.log"; then
     echo "1..1"; echo "not ok 1 - piperun.c compiles"; sed 's/^/# /' "$T/cc.log"; exit 1
 fi
 # gone PID: no such process (or only a zombie left for init to reap)

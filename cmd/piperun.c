@@ -1,4 +1,4 @@
-/* runtime/core/piperun.c — start the stage binaries of one pipeline on this machine.
+/* cmd/piperun.c — start the stage binaries of one pipeline on this machine.
  *
  *   piperun DIR [--] [stage args...]
  *
