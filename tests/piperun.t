@@ -77,6 +77,18 @@ is "$rc" 130 "after Ctrl-C piperun exits 130"
 like "$(cat "$T/out")" '\[stage 0\] got INT' "stage 0 received SIGINT"
 like "$(cat "$T/out")" '\[stage 1\] got INT' "stage 1 received SIGINT"
 
+# ---- a second Ctrl-C with stages too slow to stop: killed, and the run's status is the interrupt's ----
+D=$T/int2
+for k in 0 1; do stage "$D" $k "trap '' INT; echo \$\$ > $T/j$k; sleep 30 & wait \$!"; done
+rm -f "$T/j0" "$T/j1"
+timeout 20 "$PR" "$D" >"$T/out2" 2>"$T/err2" & pid=$!
+n=0; while [ ! -s "$T/j0" ] || [ ! -s "$T/j1" ]; do sleep 0.1; n=$((n+1)); [ $n -gt 50 ] && break; done
+prpid=$(pgrep -P "$pid" -x piperun 2>/dev/null || ps -o pid= --ppid "$pid" | head -1)
+kill -INT $prpid; sleep 0.3; kill -INT $prpid
+wait $pid; rc=$?
+is "$rc" 130 "a second Ctrl-C kills stages that ignore it: piperun still exits 130, not 137"
+like "$(cat "$T/err2")" 'piperun: stage [01] did not stop after the interrupt: killed' "... saying the stage was killed for not stopping"
+
 # ---- a stage that ignores SIGTERM is killed after the grace period ----
 D=$T/stubborn
 stage "$D" 0 "trap '' TERM; echo \$\$ > $T/s0; while :; do sleep 0.2; done"
