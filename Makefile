@@ -52,7 +52,7 @@ CG_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out codegen/main.c,$(CG_SRC
             $(BUILD)/obj/runtime/core/json.o        # gen writes its files atomically too; one JSON reader
 
 # ---- the runtime: core + cpu ----------------------------------------------
-RT_CORE  := $(filter-out runtime/core/piperun.c runtime/core/pipedata.c,$(wildcard runtime/core/*.c))
+RT_CORE  := $(wildcard runtime/core/*.c)
 RT_CPU   := $(wildcard runtime/cpu/*.c)
 RT_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(RT_CORE) $(RT_CPU))
 CUDA_SRC := $(wildcard runtime/cuda/*.cu)
@@ -112,11 +112,11 @@ $(BUILD)/pipegen: $(BUILD)/obj/codegen/main.o $(BUILD)/libpgfront.a
 $(BUILD)/libpgrt_cpu.a: $(RT_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/piperun: $(BUILD)/obj/runtime/core/piperun.o
+$(BUILD)/piperun: $(BUILD)/obj/cmd/piperun.o
 	$(CC) $(ALLCFLAGS) -o $@ $^
 
 # pipedata: .pgd files from plain files (text -> a token stream)
-$(BUILD)/pipedata: $(BUILD)/obj/runtime/core/pipedata.o $(BUILD)/libpgrt_cpu.a
+$(BUILD)/pipedata: $(BUILD)/obj/cmd/pipedata.o $(BUILD)/libpgrt_cpu.a
 	$(CC) $(ALLCFLAGS) -o $@ $^
 
 # ---- stage binaries: build/<model>/stage<k> from generated/<model>/ --------

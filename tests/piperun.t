@@ -7,7 +7,7 @@ T=$(mktemp -d /tmp/pg_piperun_t.XXXXXX) || exit 1
 trap 'rm -rf "$T"' EXIT
 PR=$T/piperun
 if ! ${CC:-cc} -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Wall -Wextra -Werror -g -O1 \
-        -fsanitize=address,undefined -fno-omit-frame-pointer -o "$PR" runtime/core/piperun.c 2>"$T/cc.log"; then
+        -fsanitize=address,undefined -fno-omit-frame-pointer -Iruntime/core -o "$PR" cmd/piperun.c 2>"$T/cc.log"; then
     echo "1..1"; echo "not ok 1 - piperun.c compiles"; sed 's/^/# /' "$T/cc.log"; exit 1
 fi
 # gone PID: no such process (or only a zombie left for init to reap)
@@ -76,6 +76,18 @@ wait $pid; rc=$?
 is "$rc" 130 "after Ctrl-C piperun exits 130"
 like "$(cat "$T/out")" '\[stage 0\] got INT' "stage 0 received SIGINT"
 like "$(cat "$T/out")" '\[stage 1\] got INT' "stage 1 received SIGINT"
+
+# ---- a second Ctrl-C with stages too slow to stop: killed, and the run's status is the interrupt's ----
+D=$T/int2
+for k in 0 1; do stage "$D" $k "trap '' INT; echo \$\$ > $T/j$k; sleep 30 & wait \$!"; done
+rm -f "$T/j0" "$T/j1"
+timeout 20 "$PR" "$D" >"$T/out2" 2>"$T/err2" & pid=$!
+n=0; while [ ! -s "$T/j0" ] || [ ! -s "$T/j1" ]; do sleep 0.1; n=$((n+1)); [ $n -gt 50 ] && break; done
+prpid=$(pgrep -P "$pid" -x piperun 2>/dev/null || ps -o pid= --ppid "$pid" | head -1)
+kill -INT $prpid; sleep 0.3; kill -INT $prpid
+wait $pid; rc=$?
+is "$rc" 130 "a second Ctrl-C kills stages that ignore it: piperun still exits 130, not 137"
+like "$(cat "$T/err2")" 'piperun: stage [01] did not stop after the interrupt: killed' "... saying the stage was killed for not stopping"
 
 # ---- a stage that ignores SIGTERM is killed after the grace period ----
 D=$T/stubborn

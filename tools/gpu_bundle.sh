@@ -25,7 +25,7 @@ MAX_BYTES=$((20 * 1024 * 1024))
 CC=${CC:-cc}
 NVCC=${NVCC:-${CUDA_HOME:-/usr/local/cuda}/bin/nvcc}
 cd "$TOP" || exit 1
-for f in build/obj/codegen/main.o build/libpgfront.a build/obj/runtime/core/piperun.o build/libpgrt_cpu.a \
+for f in build/obj/codegen/main.o build/libpgfront.a build/obj/cmd/piperun.o build/libpgrt_cpu.a \
     build-cuda/libpgrt_cuda.a build-cuda/cuda/net_tcp.o build-cuda/cuda-tests/test_ops_gpu.o build-cuda/bench/gemm_peak.o; do
     [ -f "$f" ] || die "$f is missing: run make gpu-bundle (it builds everything first)"
 done
@@ -36,7 +36,7 @@ mkdir -p "$D/build/cuda-tests" "$D/build-cuda/rt-c" "$D/build-cuda/bench" "$D/ru
 
 # static executables: no shared library at all, so any x86-64 Linux runs them
 $CC -static -O2 -o "$D/build/pipegen" build/obj/codegen/main.o build/libpgfront.a -lm &&
-    $CC -static -O2 -o "$D/build/piperun" build/obj/runtime/core/piperun.o || die "static linking failed"
+    $CC -static -O2 -o "$D/build/piperun" build/obj/cmd/piperun.o || die "static linking failed"
 for b in pipegen piperun; do
     readelf -d "$D/build/$b" 2>/dev/null | grep -q NEEDED && die "build/$b is not static"
 done
@@ -44,7 +44,7 @@ done
 # the CUDA runtime and its parts
 cp build-cuda/libpgrt_cuda.a "$D/build-cuda/" || die "copy failed"
 for o in build-cuda/obj/runtime/core/*.o; do
-    case $(basename "$o") in net.o | piperun.o | pipedata.o) continue ;; esac
+    case $(basename "$o") in net.o) continue ;; esac
     cp "$o" "$D/build-cuda/rt-c/"
 done
 cp build-cuda/cuda/net_tcp.o "$D/build-cuda/rt-c/" && cp build-cuda/cuda-tests/test_ops_gpu.o "$D/build/cuda-tests/" &&

@@ -1,4 +1,4 @@
-/* runtime/core/pipedata.c — build/pipedata, a program of its own: makes .pgd
+/* cmd/pipedata.c — build/pipedata, a program of its own: makes .pgd
  * data files (format in pg_io.h) from plain files.
  *   pipedata text FILE -o OUT.pgd    every byte of FILE is one i32 token (vocab
  *                                    256): a rank-1 stream, dims [ntokens]

@@ -1,4 +1,4 @@
-/* runtime/core/piperun.c — start the stage binaries of one pipeline on this machine.
+/* cmd/piperun.c — start the stage binaries of one pipeline on this machine.
  *
  *   piperun DIR [--] [stage args...]
  *
@@ -80,6 +80,7 @@ typedef struct stage {
     int ctl;                /* our end of its control socket (PIPE_CONTROL_FD); -1 when closed */
     int writing;            /* it said 'W' (writing a file for the user) and not yet 'D' */
     int peer_lost;          /* it said 'P': its failure follows a link to a peer ending */
+    int killed;             /* we sent it SIGKILL (kill_idle): it did not stop in time */
 } stage;
 
 typedef struct piperun {
@@ -181,7 +182,10 @@ static void signal_all(piperun *pr, int sig)
 static void kill_idle(piperun *pr)
 {
     for (int k = 0; k < pr->n; k++)
-        if (pr->st[k].pid > 0 && (!pr->st[k].writing || pr->hard)) kill(-pr->st[k].pid, SIGKILL);
+        if (pr->st[k].pid > 0 && (!pr->st[k].writing || pr->hard)) {
+            kill(-pr->st[k].pid, SIGKILL);
+            pr->st[k].killed = 1;
+        }
 }
 
 /* A stage's control messages: 'W' it starts writing a file for the user
@@ -219,6 +223,11 @@ static void report_failure(piperun *pr, int k, int status)
     if (WIFEXITED(status)) {
         pr->exit_code = WEXITSTATUS(status);
         ml = snprintf(msg, sizeof msg, "piperun: stage %d exited with status %d\n", k, pr->exit_code);
+    } else if (pr->st[k].killed && WTERMSIG(status) == SIGKILL && sigstate.forward) {
+        /* the user's interrupt stopped the run; we killed a stage that was slow
+         * to follow it (stopped, or busy): the interrupt is the run's status */
+        pr->exit_code = 128 + sigstate.forward;
+        ml = snprintf(msg, sizeof msg, "piperun: stage %d did not stop after the interrupt: killed\n", k);
     } else {
         pr->exit_code = 128 + WTERMSIG(status);
         ml = snprintf(msg, sizeof msg, "piperun: stage %d killed by signal %d\n", k, WTERMSIG(status));
