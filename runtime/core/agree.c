@@ -35,6 +35,7 @@ static const struct {
     {"--generate", AG_INT, offsetof(pg_run_opts, generate)},
     {"--prompt", AG_STR, offsetof(pg_run_opts, prompt)},
     {"--temperature", AG_REAL, offsetof(pg_run_opts, temperature)},
+    {"--dp", AG_INT, offsetof(pg_run_opts, dp)},
 };
 
 /* The accepted entries (stage 0's and every accepted peer's). */

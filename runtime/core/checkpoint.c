@@ -181,7 +181,7 @@ static int step_run(const char *dir, int64_t step, char *run, size_t rl)
 
 /* ---- the manifest ------------------------------------------------------ */
 
-static int manifest_write(const pg_stage_desc *d, const char *sdir, int64_t step, const uint64_t *sums,
+static int manifest_write(const pg_stage_desc *d, int replicas, const char *sdir, int64_t step, const uint64_t *sums,
                           const char *run, char *err, size_t errlen)
 {
     size_t cap = 256 + (size_t)d->nstages * 64 + strlen(d->model) + strlen(run);
@@ -190,8 +190,10 @@ static int manifest_write(const pg_stage_desc *d, const char *sdir, int64_t step
         ck_fmt(err, errlen, "out of memory writing the manifest");
         return -1;
     }
-    size_t o = (size_t)snprintf(t, cap, "%s\nmodel %s\nplan_hash %016" PRIx64 "\nnstages %d\nstep %" PRId64 "\n",
-                                CK_FORMAT, d->model, d->plan_hash, d->nstages, step);
+    /* replicas: the data-parallel replica count of the run that wrote it (one
+     * copy of each stage is written, by replica 0: the replicas are identical) */
+    size_t o = (size_t)snprintf(t, cap, "%s\nmodel %s\nplan_hash %016" PRIx64 "\nnstages %d\nstep %" PRId64 "\nreplicas %d\n",
+                                CK_FORMAT, d->model, d->plan_hash, d->nstages, step, replicas);
     for (int k = 0; k < d->nstages && o < cap; k++)
         o += (size_t)snprintf(t + o, cap - o, "stage %d %016" PRIx64 "\n", k, sums[k]);
     if (o < cap)
@@ -530,7 +532,7 @@ int pg_ckpt_save(pg_run *r, int64_t step)
         }
         if (!r->ck_run[0])
             pg_ckpt_new_run(r);
-        if (all && manifest_write(d, sdir, step, sums, r->ck_run, err, sizeof err)) {
+        if (all && manifest_write(d, r->replicas, sdir, step, sums, r->ck_run, err, sizeof err)) {
             fprintf(stderr, "stage 0: checkpoint of step %" PRId64 ": %s\n", step, err);
             all = 0;
             failed_stage = 0;

@@ -1,0 +1,322 @@
+/* runtime/core/dp.c — data-parallel replicas of the pipeline (pp x dp).
+ *
+ * A run of P stages and D replicas is P x D processes of the same P stage
+ * binaries, rank = replica x P + stage. Replica q trains on rows
+ * [q B/D, (q+1) B/D) of every step's global batch B, split into its nmb
+ * micro-batches as the .pipe splits the batch; the rows keep their global
+ * index (inputs, targets, dropout masks), so a loss divided by B (mean) is the
+ * whole batch's.
+ *
+ * After a stage's last backward of a step (its gradient folds and tie
+ * reductions done), every gradient it trains is summed over the D copies of
+ * the stage: the stage's gradients, concatenated in parameter order, are cut
+ * into D contiguous shards; replica q receives shard q from every other
+ * replica and sums it as replica 0 + 1 + ... + D-1 for every element (the
+ * order never depends on which message came first), then sends the sum to
+ * every other replica (reduce-scatter + all-gather: each process sends
+ * 2 (D-1)/D of its gradient bytes). The verdict, the grad-norm clip and the
+ * optimizer then see the same gradients on every replica, so the replicas
+ * stay bitwise identical. Deferred batch norm's sums are summed the same way
+ * (pg_dp_stats, through the backend's stats hook) before the running
+ * statistics are updated. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pg_ops.h"
+#include "stage_run.h"
+
+#define PG_TAG_DP 24u /* kind of the replica messages: x 0 shard in, 1 shard summed, 2 loss, 3 batch-norm sums */
+
+struct pg_dp {
+    int n;                 /* parameters reduced */
+    int *param;            /* [n] index into d->params */
+    int64_t numel;         /* their elements in all */
+    float *flat;           /* [numel] this replica's gradients, then the sums */
+    float *in;             /* [(D-1) * shard_max] the other replicas' copies of this replica's shard */
+    float *sum;            /* [shard_max] */
+    int64_t shard_max;
+    double *stats;         /* [D * 2 * stats_max] batch-norm sums of every replica */
+    int64_t stats_max;
+};
+
+static int64_t shard_lo(int64_t n, int D, int q) { return n * q / D; }
+
+int pg_dp_layout(pg_run *r, pg_launch *l)
+{
+    const pg_stage_desc *d = r->d;
+    int P = d->nstages;
+    const char *src = l->source ? l->source : "environment";
+    if (l->world % P) {
+        fprintf(stderr, "stage %d of model %s (%d stages) was started in a world of %d processes (%s): a run is "
+                "%d x D processes, D data-parallel replicas of the %d stages (rank = replica x %d + stage)\n",
+                d->stage, d->model, P, l->world, src, P, P, P);
+        return 1;
+    }
+    int D = l->world / P;
+    if (r->opt.dp && r->opt.dp != D) {
+        fprintf(stderr, "stage %d: --dp %" PRId64 " but the world of %d processes (%s) holds %d replica%s of the %d "
+                "stages: start %" PRId64 " processes for --dp %" PRId64 "\n", d->stage, r->opt.dp, l->world, src, D,
+                D == 1 ? "" : "s", P, r->opt.dp * P, r->opt.dp);
+        return 1;
+    }
+    if (l->rank % P != d->stage) {
+        fprintf(stderr, "stage %d of model %s (%d stages) was started as rank %d of %d (%s): rank = replica x %d + "
+                "stage, so stage %d runs as rank %d", d->stage, d->model, P, l->rank, l->world, src, P, d->stage,
+                d->stage);
+        for (int q = 1; q < D && q < 4; q++)
+            fprintf(stderr, ", %d", q * P + d->stage);
+        fprintf(stderr, "%s\n", D > 4 ? ", ..." : "");
+        return 1;
+    }
+    int64_t B = d->train.batch;
+    if (B % D) {
+        fprintf(stderr, "stage %d: %d replicas do not divide the batch of %" PRId64 " rows (train.batch of %s): "
+                "choose a replica count that divides it\n", d->stage, D, B, d->source);
+        return 1;
+    }
+    if (B / D < d->nmb) {
+        fprintf(stderr, "stage %d: %d replicas leave %" PRId64 " rows each, fewer than the %d micro-batches of %s: "
+                "use at most %" PRId64 " replicas or fewer micro-batches\n", d->stage, D, B / D, d->nmb, d->source,
+                B / d->nmb);
+        return 1;
+    }
+    if (D > 1 && strcmp(pg_backend_name(), "cpu") != 0) {
+        fprintf(stderr, "stage %d: data-parallel replicas (%d) run on the CPU runtime only so far; start one "
+                "replica per run on the %s runtime\n", d->stage, D, pg_backend_name());
+        return 1;
+    }
+    if (D > 1 && r->opt.generate) {
+        fprintf(stderr, "stage %d: --generate runs with one replica only (%d were started): generate from the "
+                "weights it saved (--save, then --load with one replica)\n", d->stage, D);
+        return 1;
+    }
+    l->replica = l->rank / P;
+    l->replicas = D;
+    r->replica = l->replica;
+    r->replicas = D;
+    r->rows = B / D;
+    r->row0 = (int64_t)r->replica * r->rows;
+    r->mb_rows = malloc((size_t)d->nmb * sizeof *r->mb_rows);
+    r->mb_first = malloc((size_t)d->nmb * sizeof *r->mb_first);
+    if (!r->mb_rows || !r->mb_first) {
+        fprintf(stderr, "stage %d: out of memory\n", d->stage);
+        return 1;
+    }
+    int64_t row = r->row0; /* the split of the .pipe (codegen): the first rows mod nmb get one more */
+    for (int i = 0; i < d->nmb; i++) {
+        r->mb_rows[i] = r->rows / d->nmb + (i < r->rows % d->nmb);
+        r->mb_first[i] = row;
+        row += r->mb_rows[i];
+    }
+    return 0;
+}
+
+/* Does this stage reduce parameter p? Everything it trains; a transmitted
+ * tie's copy on a user is not stepped (its owner reduces the summed one). */
+static int reduced(const pg_stage_desc *d, const pg_param_desc *p)
+{
+    return !p->is_buffer && p->grad_off >= 0 && !(p->tie == 2 && p->owner != d->stage);
+}
+
+static int64_t grad_numel(const pg_stage_desc *d)
+{
+    int64_t n = 0;
+    for (int i = 0; i < d->nparams; i++)
+        if (reduced(d, &d->params[i]))
+            n += d->params[i].numel;
+    return n;
+}
+
+/* Batch-norm sums: 2 x C doubles per deferred batch norm, C at most the
+ * largest buffer (its running mean). */
+static int64_t stats_max(const pg_stage_desc *d)
+{
+    int64_t m = 0;
+    for (int i = 0; i < d->nparams; i++)
+        if (d->params[i].is_buffer && d->params[i].numel > m)
+            m = d->params[i].numel;
+    return m;
+}
+
+size_t pg_dp_link_bytes(const pg_run *r)
+{
+    const pg_stage_desc *d = r->d;
+    int64_t n = grad_numel(d), shard = (n + r->replicas - 1) / r->replicas, bufs = 0;
+    for (int i = 0; i < d->nparams; i++)
+        if (d->params[i].is_buffer)
+            bufs += d->params[i].numel;
+    /* two shards, every batch norm's sums (2 C doubles for 2 C buffer floats), the loss, headers */
+    return (size_t)(2 * shard * 4 + bufs * 8 + 4096);
+}
+
+static int dp_stats(void *arg, double *sum, double *sumsq, int64_t C);
+
+int pg_dp_init(pg_run *r)
+{
+    const pg_stage_desc *d = r->d;
+    int D = r->replicas;
+    if (D <= 1)
+        return 0;
+    struct pg_dp *p = calloc(1, sizeof *p);
+    if (!p) {
+        fprintf(stderr, "stage %d: out of memory\n", d->stage);
+        return 1;
+    }
+    r->dp = p;
+    p->param = malloc((size_t)(d->nparams ? d->nparams : 1) * sizeof *p->param);
+    for (int i = 0; p->param && i < d->nparams; i++)
+        if (reduced(d, &d->params[i]))
+            p->param[p->n++] = i;
+    p->numel = grad_numel(d);
+    p->shard_max = (p->numel + D - 1) / D + 1;
+    p->stats_max = stats_max(d);
+    p->flat = malloc((size_t)(p->numel ? p->numel : 1) * 4);
+    p->in = malloc((size_t)(D - 1) * (size_t)p->shard_max * 4);
+    p->sum = malloc((size_t)p->shard_max * 4);
+    p->stats = malloc((size_t)D * 2 * (size_t)(p->stats_max ? p->stats_max : 1) * sizeof(double));
+    if (!p->param || !p->flat || !p->in || !p->sum || !p->stats) {
+        fprintf(stderr, "stage %d: out of memory for the replicas' gradient reduction (%" PRId64 " floats)\n", d->stage,
+                p->numel);
+        return 1;
+    }
+    return pg_backend_set_stats_reduce(r->ctx, dp_stats, r);
+}
+
+void pg_dp_free(pg_run *r)
+{
+    struct pg_dp *p = r->dp;
+    if (!p)
+        return;
+    free(p->param);
+    free(p->flat);
+    free(p->in);
+    free(p->sum);
+    free(p->stats);
+    free(p);
+    r->dp = NULL;
+}
+
+static int rank_of(const pg_run *r, int q) { return q * r->d->nstages + r->d->stage; }
+
+static int dp_fail(const pg_run *r, const char *what, int q, int sending)
+{
+    fprintf(stderr, "stage %d of replica %d: %s %s %s stage %d of replica %d failed: %s\n", r->d->stage, r->replica,
+            sending ? "sending" : "receiving", what, sending ? "to" : "from", r->d->stage, q, pg_net_error(r->net));
+    return 1;
+}
+
+/* Every replica's n doubles of `mine` gathered into all[D][n], in replica order. */
+static int allgather_f64(pg_run *r, uint32_t tag, const double *mine, double *all, int64_t n, const char *what)
+{
+    int D = r->replicas, me = r->replica;
+    size_t bytes = (size_t)n * sizeof(double);
+    for (int q = 0; q < D; q++)
+        if (q != me && pg_net_send_rank(r->net, rank_of(r, q), tag, mine, bytes))
+            return dp_fail(r, what, q, 1);
+    if (all + (int64_t)me * n != mine)
+        memcpy(all + (int64_t)me * n, mine, bytes);
+    for (int q = 0; q < D; q++)
+        if (q != me && pg_net_recv_rank(r->net, rank_of(r, q), tag, all + (int64_t)q * n, bytes, r->opt.timeout_s))
+            return dp_fail(r, what, q, 0);
+    return 0;
+}
+
+/* The backend's stats hook (deferred batch norm, before its running update):
+ * sum and sumsq [C] become those of the whole global batch. */
+static int dp_stats(void *arg, double *sum, double *sumsq, int64_t C)
+{
+    pg_run *r = arg;
+    struct pg_dp *p = r->dp;
+    int D = r->replicas;
+    if (C > p->stats_max) {
+        fprintf(stderr, "stage %d: batch-norm sums of %" PRId64 " features, more than the %" PRId64 " planned\n",
+                r->d->stage, C, p->stats_max);
+        return 1;
+    }
+    double *mine = p->stats + (int64_t)r->replica * 2 * C; /* this replica's [sum | sumsq], in its own row */
+    memcpy(mine, sum, (size_t)C * sizeof(double));
+    memcpy(mine + C, sumsq, (size_t)C * sizeof(double));
+    if (allgather_f64(r, PG_TAG(PG_TAG_DP, 0, 3), mine, p->stats, 2 * C, "the batch-norm sums"))
+        return 1;
+    for (int64_t j = 0; j < 2 * C; j++) {
+        double v = p->stats[j];
+        for (int q = 1; q < D; q++)
+            v += p->stats[(int64_t)q * 2 * C + j];
+        (j < C ? sum : sumsq)[j < C ? j : j - C] = v;
+    }
+    return 0;
+}
+
+int pg_dp_reduce(pg_run *r, int64_t step)
+{
+    const pg_stage_desc *d = r->d;
+    double local = 0.0;
+    for (int mb = 0; d->has_loss && mb < d->nmb; mb++)
+        local += r->loss[mb];
+    r->loss_global = local;
+    struct pg_dp *p = r->dp;
+    if (!p)
+        return 0;
+    (void)step;
+    int D = r->replicas, me = r->replica;
+    int64_t at = 0;
+    for (int k = 0; k < p->n; k++) {
+        const pg_param_desc *q = &d->params[p->param[k]];
+        if (pg_copy_to_host(r->ctx, p->flat + at, r->A + q->grad_off, (size_t)q->numel * 4))
+            return 1;
+        at += q->numel;
+    }
+    int64_t n = p->numel, lo = shard_lo(n, D, me), len = shard_lo(n, D, me + 1) - lo;
+    /* reduce-scatter: shard q to replica q */
+    for (int q = 0; q < D; q++) {
+        int64_t ql = shard_lo(n, D, q), qn = shard_lo(n, D, q + 1) - ql;
+        if (q != me && pg_net_send_rank(r->net, rank_of(r, q), PG_TAG(PG_TAG_DP, 0, 0), p->flat + ql, (size_t)qn * 4))
+            return dp_fail(r, "a gradient shard", q, 1);
+    }
+    for (int q = 0, slot = 0; q < D; q++) {
+        if (q == me)
+            continue;
+        if (pg_net_recv_rank(r->net, rank_of(r, q), PG_TAG(PG_TAG_DP, 0, 0), p->in + (int64_t)slot++ * p->shard_max,
+                             (size_t)len * 4, r->opt.timeout_s))
+            return dp_fail(r, "a gradient shard", q, 0);
+    }
+    /* replica 0 + 1 + ... + D-1, for every element, whatever arrived first */
+    for (int q = 0; q < D; q++) {
+        const float *x = q == me ? p->flat + lo : p->in + (int64_t)(q < me ? q : q - 1) * p->shard_max;
+        if (q == 0)
+            memcpy(p->sum, x, (size_t)len * 4);
+        else
+            for (int64_t e = 0; e < len; e++)
+                p->sum[e] += x[e];
+    }
+    memcpy(p->flat + lo, p->sum, (size_t)len * 4);
+    /* all-gather: the summed shards */
+    for (int q = 0; q < D; q++)
+        if (q != me && pg_net_send_rank(r->net, rank_of(r, q), PG_TAG(PG_TAG_DP, 0, 1), p->sum, (size_t)len * 4))
+            return dp_fail(r, "a summed gradient shard", q, 1);
+    for (int q = 0; q < D; q++) {
+        int64_t ql = shard_lo(n, D, q), qn = shard_lo(n, D, q + 1) - ql;
+        if (q != me && pg_net_recv_rank(r->net, rank_of(r, q), PG_TAG(PG_TAG_DP, 0, 1), p->flat + ql, (size_t)qn * 4,
+                                        r->opt.timeout_s))
+            return dp_fail(r, "a summed gradient shard", q, 0);
+    }
+    at = 0;
+    for (int k = 0; k < p->n; k++) {
+        const pg_param_desc *q = &d->params[p->param[k]];
+        if (pg_copy_to_dev(r->ctx, r->A + q->grad_off, p->flat + at, (size_t)q->numel * 4))
+            return 1;
+        at += q->numel;
+    }
+    if (d->has_loss) { /* the loss of the whole batch: the replicas' sums, in replica order */
+        double *dst = p->stats; /* D doubles (it holds D x 2 x max(C, 1)); the batch-norm sums are done by now */
+        if (allgather_f64(r, PG_TAG(PG_TAG_DP, 0, 2), &local, dst, 1, "the loss"))
+            return 1;
+        double g = dst[0];
+        for (int q = 1; q < D; q++)
+            g += dst[q];
+        r->loss_global = g;
+    }
+    return 0;
+}

@@ -1,0 +1,170 @@
+#!/bin/sh
+# tests/ppdp.t — data-parallel replicas of the pipeline (pp x dp) on the CPU:
+#  - mlp_small, resmlp_small (skips across splits), gpt_tiny (wte tied across
+#    stages, checked after every step) and bn_small (deferred batch norm) at
+#    P in {1,2,3} stages x D in {1,2,4} replicas where the batch allows
+#    (`piperun --dp D`): each run twice gives the same bytes (loss and saved
+#    weights); for a fixed D, every P gives the same bytes; every D agrees with
+#    D = 1 on the same global batch: losses within 1e-6 relative, weights within
+#    1e-5 of each tensor's largest magnitude. Batch norm normalises by its
+#    micro-batch, so D replicas of m micro-batches are compared with one of
+#    D x m (the same micro-batches of rows); its running statistics are then
+#    the whole batch's;
+#  - resume: a D = 2 run stopped after step 3 and resumed equals the
+#    uninterrupted run bitwise; the checkpoint is written once, replicas 2;
+#  - refusals: a D that does not divide the batch or leaves fewer rows than
+#    micro-batches, a world that is not a multiple of the stage count, --dp
+#    against the world, --dp given to one process only, batch norm without
+#    `deferred`, piperun --dp without a count.
+. "$(dirname "$0")/lib.sh"
+. "$TOP/tests/lib_e2e.sh"
+. "$TOP/tests/lib_fault.sh"
+PY=${PYTHON:-/usr/bin/python3}
+T=$(mktemp -d /tmp/pg-ppdp.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+
+# gen_model NAME STAGES DEL [SED-ARG...]: tests/models/NAME.pipe into $T/NAME-STAGES, built
+gen_model() {
+    _n=$1 _p=$2 _del=$3
+    shift 3
+    e2e_gen "$T/$_n-$_p" "$_n" "$_del" 1f1b except_last "$@" || return 1
+    [ "$(ls "$T/$_n-$_p/gen"/stage*.c | wc -l)" = "$_p" ] || { echo "# $_n: expected $_p stages"; return 1; }
+    build_strict "$T/$_n-$_p/gen"
+}
+
+# train DIR D OUT [args...]: piperun --dp D, 3 steps, weights saved to OUT.st; the loss in OUT.loss
+train() {
+    _d=$1 _D=$2 _o=$3
+    shift 3
+    PIPE_CHECK_TIES=1 "$PIPERUN" --dp "$_D" "$_d/gen/bin" -- --steps 3 --threads 1 --save "$_o.st" "$@" \
+        >"$_o.out" 2>&1 || { sed 's/^/# /' "$_o.out" | tail -20; return 1; }
+    sed -n 's/^\[stage [0-9]*\( replica 0\)*\] final loss //p' "$_o.out" >"$_o.loss"
+    [ -s "$_o.loss" ]
+}
+
+# close A B: two losses within 1e-6 relative
+close() {
+    awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; m = a < 0 ? -a : a; exit !(d <= 1e-6 * m) }'
+}
+
+# matrix NAME DEL-FOR-P1 DEL-FOR-P2 DEL-FOR-P3 DS [SED-ARG...]: the checks above for one model
+matrix() {
+    name=$1 d1=$2 d2=$3 d3=$4 ds=$5
+    shift 5
+    fails=0 runs=0
+    exec 3>&1 1>&2 # diagnostics to stderr; the counts on the caller's stdout
+    for p in 1 2 3; do
+        eval "del=\$d$p"
+        [ "$del" = none ] && continue
+        gen_model "$name" "$p" "$del" "$@" || { echo "# $name: $p stages did not build"; fails=$((fails + 1)); continue; }
+        for D in $ds; do
+            o="$T/$name-$p/D$D"
+            runs=$((runs + 1))
+            if ! train "$T/$name-$p" "$D" "$o.a" || ! train "$T/$name-$p" "$D" "$o.b"; then
+                echo "# $name: $p stages x $D replicas failed"; fails=$((fails + 1)); continue
+            fi
+            if ! cmp -s "$o.a.loss" "$o.b.loss" || ! cmp -s "$o.a.st" "$o.b.st"; then
+                echo "# $name: $p stages x $D replicas: two runs differ"; fails=$((fails + 1))
+            fi
+            ref="$T/$name-1/D$D.a"
+            [ "$d1" = none ] && ref="$T/$name-2/D$D.a"
+            if [ "$o.a" != "$ref" ] && { ! cmp -s "$o.a.loss" "$ref.loss" || ! cmp -s "$o.a.st" "$ref.st"; }; then
+                echo "# $name: $D replicas: $p stages differ from $(basename "$(dirname "$ref")") ($(cat "$o.a.loss") vs $(cat "$ref.loss"))"
+                fails=$((fails + 1))
+            fi
+        done
+    done
+    echo "$fails $runs" >&3
+    exec 1>&3 3>&-
+}
+
+# vs_one NAME P D ONE-DIR [TOL]: D replicas of NAME-P against the run in ONE-DIR
+# (D = 1): the loss within 1e-6 relative, each weight tensor within TOL (1e-5)
+vs_one() {
+    a="$T/$1-$2/D$3.a" b=$4
+    close "$(cat "$a.loss")" "$(cat "$b.loss")" || { echo "# $1: $3 replicas: loss $(cat "$a.loss") vs $(cat "$b.loss")"; return 1; }
+    _w=$("$PY" "$TOP/tests/st_close.py" "$a.st" "$b.st" "${5:-1e-5}")
+    _s=$?
+    echo "# $1, $3 replicas: $_w"
+    return $_s
+}
+
+set -- $(matrix mlp_small "$(e2e_splits 1)" "$(e2e_splits 2)" "$(e2e_splits 3)" "1 2 4")
+is "$1" 0 "mlp_small: $2 layouts (1-3 stages x 1, 2, 4 replicas) each bitwise equal twice and across stage counts"
+fails=0
+for D in 2 4; do vs_one mlp_small 1 $D "$T/mlp_small-1/D1.a" || fails=$((fails + 1)); done
+is "$fails" 0 "mlp_small: 2 and 4 replicas agree with 1 (loss within 1e-6, weights within 1e-5)"
+
+set -- $(matrix resmlp_small "$(e2e_splits 1)" "$(e2e_splits 2)" "$(e2e_splits 3)" "1 2 4")
+is "$1" 0 "resmlp_small (skips across splits): $2 layouts bitwise equal twice and across stage counts"
+fails=0
+for D in 2 4; do vs_one resmlp_small 1 $D "$T/resmlp_small-1/D1.a" || fails=$((fails + 1)); done
+is "$fails" 0 "resmlp_small: 2 and 4 replicas agree with 1"
+
+# gpt_tiny: batch 12 in 3 micro-batches, so 4 replicas hold 3 rows each; wte tied (replicate) across stages
+set -- $(matrix gpt_tiny "$(e2e_splits 1)" "$(e2e_splits 2)" "$(e2e_splits 3)" "1 2 4" \
+    -e 's/batch = 6  microbatches = 3/batch = 12  microbatches = 3/')
+is "$1" 0 "gpt_tiny (tied wte, copies checked every step): $2 layouts bitwise equal twice and across stage counts"
+fails=0
+# AdamW divides by the root of its second moment: a gradient near zero (qkv's
+# bias) carries its rounding into the step almost undamped, so weights agree
+# to 1e-3 of their magnitude there after 3 steps, the loss still to 1e-6
+for D in 2 4; do vs_one gpt_tiny 1 $D "$T/gpt_tiny-1/D1.a" 1e-3 || fails=$((fails + 1)); done
+is "$fails" 0 "gpt_tiny: 2 and 4 replicas agree with 1 (weights within 1e-3: AdamW)"
+grep -q 'differs' "$T/gpt_tiny-3/D4.a.out" && st=1 || st=0
+ok $st "gpt_tiny: the tied copies stay bitwise equal on 3 stages x 4 replicas"
+
+# bn_small: batch 12; D replicas of 3 micro-batches against one replica of 3 x D
+set -- $(matrix bn_small '/# S1$/d' '/^$/d' none "1 2 4" -e 's/batch = 10  microbatches = 3/batch = 12  microbatches = 3/')
+is "$1" 0 "bn_small (deferred batch norm): $2 layouts bitwise equal twice and across stage counts"
+fails=0
+for D in 2 4; do
+    m=$((3 * D))
+    e2e_gen "$T/bn-one-$m" bn_small '/^$/d' 1f1b except_last -e "s/batch = 10  microbatches = 3/batch = 12  microbatches = $m/" &&
+        build_strict "$T/bn-one-$m/gen" && train "$T/bn-one-$m" 1 "$T/bn-one-$m/D1.a" &&
+        vs_one bn_small 2 $D "$T/bn-one-$m/D1.a" || fails=$((fails + 1))
+done
+is "$fails" 0 "bn_small: 2 and 4 replicas agree with one replica of the same micro-batches (running statistics included)"
+
+# resume: D = 2 on 2 stages, stopped after step 3, resumed to 6, against 6 straight
+g="$T/mlp_small-2/gen/bin"
+"$PIPERUN" --dp 2 "$g" -- --steps 6 --threads 1 --save "$T/straight.st" >"$T/straight.out" 2>&1
+"$PIPERUN" --dp 2 "$g" -- --steps 3 --threads 1 --checkpoint-dir "$T/ck" >"$T/first.out" 2>&1 &&
+    "$PIPERUN" --dp 2 "$g" -- --steps 6 --threads 1 --resume "$T/ck" --checkpoint-dir "$T/ck" --save "$T/resumed.st" \
+        >"$T/resumed.out" 2>&1
+ok $? "2 stages x 2 replicas: stopped after step 3 and resumed"
+cmp -s "$T/straight.st" "$T/resumed.st" && [ "$(grep 'final loss' "$T/straight.out")" = "$(grep 'final loss' "$T/resumed.out")" ]
+ok $? "the resumed run equals the uninterrupted one bitwise ($(sed -n 's/.*final loss //p' "$T/resumed.out"))"
+grep -qx 'replicas 2' "$T/ck/step-00000003/MANIFEST" && [ "$(ls "$T/ck/step-00000003" | grep -c safetensors)" = 2 ]
+ok $? "the checkpoint records 2 replicas and holds one file per stage"
+[ "$(grep -c 'final loss' "$T/straight.out")" = 1 ]
+ok $? "replica 0 alone reports the loss"
+
+# refusals
+out=$("$PIPERUN" --dp 5 "$g" -- --steps 1 2>&1)
+like "$out" '5 replicas do not divide the batch of 24 rows \(train.batch of mlp_small.pipe\)' "a replica count that does not divide the batch is refused"
+out=$("$PIPERUN" --dp 8 "$g" -- --steps 1 2>&1)
+like "$out" '8 replicas leave 3 rows each, fewer than the 5 micro-batches of mlp_small.pipe: use at most 4 replicas' "a replica count that leaves fewer rows than micro-batches is refused"
+M=127.0.0.1:$(free_port)
+out=$(PIPE_RANK=0 PIPE_WORLD=3 PIPE_MASTER=$M timeout 20 "$g/stage0" --steps 1 2>&1)
+like "$out" 'stage 0 of model mlp_small \(2 stages\) was started in a world of 3 processes \(PIPE_RANK\): a run is 2 x D processes' "a world that is not a multiple of the stage count is refused"
+out=$(PIPE_RANK=0 PIPE_WORLD=4 PIPE_MASTER=$M timeout 20 "$g/stage0" --steps 1 --dp 3 2>&1)
+like "$out" 'stage 0: --dp 3 but the world of 4 processes \(PIPE_RANK\) holds 2 replicas of the 2 stages: start 6 processes' "--dp against the world size is refused"
+out=$(PIPE_RANK=1 PIPE_WORLD=4 PIPE_MASTER=$M timeout 20 "$g/stage0" --steps 1 2>&1)
+like "$out" 'started as rank 1 of 4 \(PIPE_RANK\): rank = replica x 2 \+ stage, so stage 0 runs as rank 0, 2' "a stage at another stage's rank is refused"
+# --dp given to rank 0 only: refused at the rendezvous, naming the option
+M=127.0.0.1:$(free_port)
+for k in 1 2 3; do
+    PIPE_RANK=$k PIPE_WORLD=4 PIPE_MASTER=$M PIPE_RUN_ID=dp-mismatch timeout 30 "$g/stage$((k % 2))" --steps 1 \
+        --connect-timeout 20 >"$T/mm$k.out" 2>&1 &
+done
+out=$(PIPE_RANK=0 PIPE_WORLD=4 PIPE_MASTER=$M PIPE_RUN_ID=dp-mismatch timeout 30 "$g/stage0" --steps 1 --dp 2 2>&1)
+wait
+like "$out" 'stage [0-3] was started with --dp [02] but stage [0-3] with --dp [02]: give every stage the same --dp' "--dp given to one process only is refused at the rendezvous"
+e2e_gen "$T/bn-plain" bn_small '/# S1$/d' 1f1b except_last -e 's/batchnorm(deferred)/batchnorm/' \
+    -e 's/batch = 10  microbatches = 3/batch = 12  microbatches = 3/' && build_strict "$T/bn-plain/gen"
+out=$("$PIPERUN" --dp 2 "$T/bn-plain/gen/bin" -- --steps 1 --threads 1 2>&1)
+like "$out" 'batch norm without `deferred` cannot train with data-parallel replicas' "batch norm without deferred is refused with replicas"
+out=$("$PIPERUN" --dp 0 "$g" 2>&1)
+like "$out" "piperun: --dp wants a replica count in 1..256, not '0'" "piperun --dp 0 is refused"
+done_testing
