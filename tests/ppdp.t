@@ -147,7 +147,7 @@ out=$("$PIPERUN" --dp 8 "$g" -- --steps 1 2>&1)
 like "$out" '8 replicas leave 3 rows each, fewer than the 5 micro-batches of mlp_small.pipe: use at most 4 replicas' "a replica count that leaves fewer rows than micro-batches is refused"
 M=127.0.0.1:$(free_port)
 out=$(PIPE_RANK=0 PIPE_WORLD=3 PIPE_MASTER=$M timeout 20 "$g/stage0" --steps 1 2>&1)
-like "$out" 'stage 0 of model mlp_small \(2 stages\) was started in a world of 3 processes \(PIPE_RANK\): a run is 2 x D processes' "a world that is not a multiple of the stage count is refused"
+like "$out" 'stage 0 of model mlp_small \(2 stages\) was started as rank 0 of 3 \(PIPE_RANK\): the world must be 2 x D processes' "a world that is not a multiple of the stage count is refused"
 out=$(PIPE_RANK=0 PIPE_WORLD=4 PIPE_MASTER=$M timeout 20 "$g/stage0" --steps 1 --dp 3 2>&1)
 like "$out" 'stage 0: --dp 3 but the world of 4 processes \(PIPE_RANK\) holds 2 replicas of the 2 stages: start 6 processes' "--dp against the world size is refused"
 out=$(PIPE_RANK=1 PIPE_WORLD=4 PIPE_MASTER=$M timeout 20 "$g/stage0" --steps 1 2>&1)

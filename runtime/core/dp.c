@@ -33,12 +33,13 @@ struct pg_dp {
     int n;                 /* parameters reduced */
     int *param;            /* [n] index into d->params */
     int64_t numel;         /* their elements in all */
-    float *flat;           /* [numel] this replica's gradients, then the sums */
     float *in;             /* [(D-1) * shard_max] the other replicas' copies of this replica's shard */
-    float *sum;            /* [shard_max] */
     int64_t shard_max;
     double *stats;         /* [D * 2 * stats_max] batch-norm sums of every replica */
     int64_t stats_max;
+    size_t sent;           /* gradient bytes one reduction sends */
+    double red_s;          /* time in the reductions of steps 2.. (pg_dp_report) */
+    int64_t red_steps;
 };
 
 static int64_t shard_lo(int64_t n, int D, int q) { return n * q / D; }
@@ -49,9 +50,9 @@ int pg_dp_layout(pg_run *r, pg_launch *l)
     int P = d->nstages;
     const char *src = l->source ? l->source : "environment";
     if (l->world % P) {
-        fprintf(stderr, "stage %d of model %s (%d stages) was started in a world of %d processes (%s): a run is "
+        fprintf(stderr, "stage %d of model %s (%d stages) was started as rank %d of %d (%s): the world must be "
                 "%d x D processes, D data-parallel replicas of the %d stages (rank = replica x %d + stage)\n",
-                d->stage, d->model, P, l->world, src, P, P, P);
+                d->stage, d->model, P, l->rank, l->world, src, P, P, P);
         return 1;
     }
     int D = l->world / P;
@@ -172,11 +173,9 @@ int pg_dp_init(pg_run *r)
     p->numel = grad_numel(d);
     p->shard_max = (p->numel + D - 1) / D + 1;
     p->stats_max = stats_max(d);
-    p->flat = malloc((size_t)(p->numel ? p->numel : 1) * 4);
     p->in = malloc((size_t)(D - 1) * (size_t)p->shard_max * 4);
-    p->sum = malloc((size_t)p->shard_max * 4);
     p->stats = malloc((size_t)D * 2 * (size_t)(p->stats_max ? p->stats_max : 1) * sizeof(double));
-    if (!p->param || !p->flat || !p->in || !p->sum || !p->stats) {
+    if (!p->param || !p->in || !p->stats) {
         fprintf(stderr, "stage %d: out of memory for the replicas' gradient reduction (%" PRId64 " floats)\n", d->stage,
                 p->numel);
         return 1;
@@ -190,9 +189,7 @@ void pg_dp_free(pg_run *r)
     if (!p)
         return;
     free(p->param);
-    free(p->flat);
     free(p->in);
-    free(p->sum);
     free(p->stats);
     free(p);
     r->dp = NULL;
@@ -249,6 +246,86 @@ static int dp_stats(void *arg, double *sum, double *sumsq, int64_t C)
     return 0;
 }
 
+/* The stage's gradients as one vector of numel floats, in parameter order:
+ * fn(arg, piece, count, at) for each stretch of [lo, hi) inside one
+ * parameter's gradient (the arena's host memory: replicas run on the CPU
+ * runtime only), `at` its index in the vector. 0, or the first nonzero fn. */
+static int each_piece(pg_run *r, int64_t lo, int64_t hi, int (*fn)(pg_run *, float *, int64_t, int64_t, void *),
+                      void *arg)
+{
+    const struct pg_dp *p = r->dp;
+    int64_t at = 0;
+    for (int k = 0; k < p->n && at < hi; k++) {
+        const pg_param_desc *q = &r->d->params[p->param[k]];
+        int64_t a = lo > at ? lo : at, b = hi < at + q->numel ? hi : at + q->numel;
+        int rc = a < b ? fn(r, (float *)(r->A + q->grad_off) + (a - at), b - a, a, arg) : 0;
+        if (rc)
+            return rc;
+        at += q->numel;
+    }
+    return 0;
+}
+
+/* Messages carry at most DP_CHUNK floats: the sum of one chunk overlaps the
+ * arrival of the next, and the summed chunk leaves at once (both sides cut
+ * a shard at the same places: from its start, then at parameter ends). */
+#define DP_CHUNK ((int64_t)1 << 16)
+
+static int each_chunk(pg_run *r, int64_t lo, int64_t hi, int (*fn)(pg_run *, float *, int64_t, int64_t, void *),
+                      void *arg)
+{
+    for (int64_t c = lo; c < hi; c += DP_CHUNK) {
+        int rc = each_piece(r, c, hi - c < DP_CHUNK ? hi : c + DP_CHUNK, fn, arg);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+typedef struct xfer {
+    int q;          /* the other replica */
+    uint32_t tag;
+    float *buf;     /* receive into buf[at - base] instead of the piece (NULL: the piece) */
+    int64_t base;
+} xfer;
+
+static int send_piece(pg_run *r, float *piece, int64_t n, int64_t at, void *arg)
+{
+    const xfer *x = arg;
+    (void)at;
+    return pg_net_send_rank(r->net, rank_of(r, x->q), x->tag, piece, (size_t)n * 4) ? 1 : 0;
+}
+
+static int recv_piece(pg_run *r, float *piece, int64_t n, int64_t at, void *arg)
+{
+    const xfer *x = arg;
+    float *dst = x->buf ? x->buf + (at - x->base) : piece;
+    return pg_net_recv_rank(r->net, rank_of(r, x->q), x->tag, dst, (size_t)n * 4, r->opt.timeout_s) ? 1 : 0;
+}
+
+/* a[e] += b[e]: one addition per element, so vectorising it changes no bit */
+static void add_into(float *restrict a, const float *restrict b, int64_t n)
+{
+    for (int64_t e = 0; e < n; e++)
+        a[e] += b[e];
+}
+
+/* g = x_0 + x_1 + ... + x_{D-1} for each element of the piece, in replica
+ * order, x_me being the piece itself and the others the received copies
+ * (replica 0's copy accumulates when it is not this replica's) */
+static int sum_piece(pg_run *r, float *g, int64_t n, int64_t at, void *arg)
+{
+    const struct pg_dp *p = r->dp;
+    int64_t base = *(const int64_t *)arg;
+    int D = r->replicas, me = r->replica;
+    float *in = p->in + (at - base), *acc = me == 0 ? g : in; /* x_0 */
+    for (int q = 1; q < D; q++)
+        add_into(acc, q == me ? g : in + (int64_t)(q < me ? q : q - 1) * p->shard_max, n);
+    if (acc != g)
+        memcpy(g, acc, (size_t)n * 4);
+    return 0;
+}
+
 int pg_dp_reduce(pg_run *r, int64_t step)
 {
     const pg_stage_desc *d = r->d;
@@ -259,55 +336,49 @@ int pg_dp_reduce(pg_run *r, int64_t step)
     struct pg_dp *p = r->dp;
     if (!p)
         return 0;
-    (void)step;
     int D = r->replicas, me = r->replica;
-    int64_t at = 0;
-    for (int k = 0; k < p->n; k++) {
-        const pg_param_desc *q = &d->params[p->param[k]];
-        if (pg_copy_to_host(r->ctx, p->flat + at, r->A + q->grad_off, (size_t)q->numel * 4))
-            return 1;
-        at += q->numel;
-    }
-    int64_t n = p->numel, lo = shard_lo(n, D, me), len = shard_lo(n, D, me + 1) - lo;
-    /* reduce-scatter: shard q to replica q */
+    /* every copy of this stage is here: a word each way first, so that the
+     * time measured below is the reduction's, not the replicas' skew */
+    double word = 0.0, *words = p->stats; /* D doubles */
+    if (allgather_f64(r, PG_TAG(PG_TAG_DP, 0, 4), &word, words, 1, "the start word") || pg_sync(r->ctx))
+        return 1;
+    double t0 = pg_run_now();
+    int64_t n = p->numel, lo = shard_lo(n, D, me), hi = shard_lo(n, D, me + 1);
+    /* reduce-scatter: shard q of this replica's gradients to replica q (the
+     * send rings hold a step's traffic: pg_dp_link_bytes) */
     for (int q = 0; q < D; q++) {
-        int64_t ql = shard_lo(n, D, q), qn = shard_lo(n, D, q + 1) - ql;
-        if (q != me && pg_net_send_rank(r->net, rank_of(r, q), PG_TAG(PG_TAG_DP, 0, 0), p->flat + ql, (size_t)qn * 4))
+        xfer x = {q, PG_TAG(PG_TAG_DP, 0, 0), NULL, 0};
+        if (q != me && each_chunk(r, shard_lo(n, D, q), shard_lo(n, D, q + 1), send_piece, &x))
             return dp_fail(r, "a gradient shard", q, 1);
     }
-    for (int q = 0, slot = 0; q < D; q++) {
-        if (q == me)
-            continue;
-        if (pg_net_recv_rank(r->net, rank_of(r, q), PG_TAG(PG_TAG_DP, 0, 0), p->in + (int64_t)slot++ * p->shard_max,
-                             (size_t)len * 4, r->opt.timeout_s))
-            return dp_fail(r, "a gradient shard", q, 0);
+    /* chunk by chunk: every other replica's copy, the sum in replica order
+     * 0 + 1 + ... + D-1 (whatever arrived first), and the summed chunk out
+     * to every other replica (the all-gather) */
+    for (int64_t c = lo; c < hi; c += DP_CHUNK) {
+        int64_t ce = hi - c < DP_CHUNK ? hi : c + DP_CHUNK;
+        for (int q = 0, slot = 0; q < D; q++) {
+            if (q == me)
+                continue;
+            xfer x = {q, PG_TAG(PG_TAG_DP, 0, 0), p->in + (int64_t)slot++ * p->shard_max, lo};
+            if (each_piece(r, c, ce, recv_piece, &x))
+                return dp_fail(r, "a gradient shard", q, 0);
+        }
+        each_piece(r, c, ce, sum_piece, &lo);
+        for (int q = 0; q < D; q++) {
+            xfer x = {q, PG_TAG(PG_TAG_DP, 0, 1), NULL, 0};
+            if (q != me && each_piece(r, c, ce, send_piece, &x))
+                return dp_fail(r, "a summed gradient shard", q, 1);
+        }
     }
-    /* replica 0 + 1 + ... + D-1, for every element, whatever arrived first */
-    for (int q = 0; q < D; q++) {
-        const float *x = q == me ? p->flat + lo : p->in + (int64_t)(q < me ? q : q - 1) * p->shard_max;
-        if (q == 0)
-            memcpy(p->sum, x, (size_t)len * 4);
-        else
-            for (int64_t e = 0; e < len; e++)
-                p->sum[e] += x[e];
-    }
-    memcpy(p->flat + lo, p->sum, (size_t)len * 4);
-    /* all-gather: the summed shards */
-    for (int q = 0; q < D; q++)
-        if (q != me && pg_net_send_rank(r->net, rank_of(r, q), PG_TAG(PG_TAG_DP, 0, 1), p->sum, (size_t)len * 4))
-            return dp_fail(r, "a summed gradient shard", q, 1);
-    for (int q = 0; q < D; q++) {
-        int64_t ql = shard_lo(n, D, q), qn = shard_lo(n, D, q + 1) - ql;
-        if (q != me && pg_net_recv_rank(r->net, rank_of(r, q), PG_TAG(PG_TAG_DP, 0, 1), p->flat + ql, (size_t)qn * 4,
-                                        r->opt.timeout_s))
+    for (int q = 0; q < D; q++) { /* the other replicas' summed shards, into place */
+        xfer x = {q, PG_TAG(PG_TAG_DP, 0, 1), NULL, 0};
+        if (q != me && each_chunk(r, shard_lo(n, D, q), shard_lo(n, D, q + 1), recv_piece, &x))
             return dp_fail(r, "a summed gradient shard", q, 0);
     }
-    at = 0;
-    for (int k = 0; k < p->n; k++) {
-        const pg_param_desc *q = &d->params[p->param[k]];
-        if (pg_copy_to_dev(r->ctx, r->A + q->grad_off, p->flat + at, (size_t)q->numel * 4))
-            return 1;
-        at += q->numel;
+    p->sent = (size_t)(n - (hi - lo)) * 4 + (size_t)(D - 1) * (size_t)(hi - lo) * 4;
+    if (step > 0) {
+        p->red_s += pg_run_now() - t0;
+        p->red_steps++;
     }
     if (d->has_loss) { /* the loss of the whole batch: the replicas' sums, in replica order */
         double *dst = p->stats; /* D doubles (it holds D x 2 x max(C, 1)); the batch-norm sums are done by now */
@@ -319,4 +390,15 @@ int pg_dp_reduce(pg_run *r, int64_t step)
         r->loss_global = g;
     }
     return 0;
+}
+
+void pg_dp_report(const pg_run *r)
+{
+    const struct pg_dp *p = r->dp;
+    if (!p || !p->red_steps || !(p->red_s > 0))
+        return;
+    double per = p->red_s / (double)p->red_steps;
+    printf("stage %d: gradient reduction over %d replicas: %zu bytes sent per step in %.3f ms (%.1f MiB/s, mean over "
+           "steps 2..%" PRId64 ")\n", r->d->stage, r->replicas, p->sent, per * 1e3, (double)p->sent / per / 1048576.0,
+           p->red_steps + 1);
 }

@@ -578,8 +578,10 @@ static int run(pg_run *r)
         if (last)
             printf("throughput: %.1f samples/s (mean over steps 2..%" PRId64 ")\n", samples_s, r->opt.steps);
     }
-    if (r->replica == 0)
+    if (r->replica == 0) {
+        pg_dp_report(r);
         pg_backend_report(r->ctx, d->stage, d->arena_bytes, stdout);
+    }
     return 0;
 }
 

@@ -116,11 +116,14 @@ int pg_run_generate_check(const pg_run *r, char *err, size_t errlen);
  * step, after the local gradient folds and before the verdict): each
  * gradient summed over the replicas, replica 0 + 1 + ... + D-1 for every
  * element (reduce-scatter then all-gather), and the loss stage's loss of the
- * whole batch into loss_global. free: the buffers. */
+ * whole batch into loss_global (also with one replica). free: the buffers. */
 int pg_dp_layout(pg_run *r, pg_launch *l);
 size_t pg_dp_link_bytes(const pg_run *r);
 int pg_dp_init(pg_run *r);
 int pg_dp_reduce(pg_run *r, int64_t step);
+/* report (replica 0, after the last step): the bytes one reduction sends, its
+ * mean time over steps 2.. and the rate, one line on stdout (bench/dp.sh). */
+void pg_dp_report(const pg_run *r);
 void pg_dp_free(pg_run *r);
 
 /* Before any work (preflight.c): --generate/--prompt fit the model and every
