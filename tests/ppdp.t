@@ -12,6 +12,9 @@
 #    the whole batch's;
 #  - resume: a D = 2 run stopped after step 3 and resumed equals the
 #    uninterrupted run bitwise; the checkpoint is written once, replicas 2;
+#    SIGTERM with --save-on-exit stops every replica after the same step, and
+#    the run resumed from that checkpoint equals a straight one;
+#  - the replicas under ASan/UBSan/LSan (gpt_tiny, bn_small, with a resume);
 #  - refusals: a D that does not divide the batch or leaves fewer rows than
 #    micro-batches, a world that is not a multiple of the stage count, --dp
 #    against the world, --dp given to one process only, batch norm without
@@ -21,7 +24,11 @@
 . "$TOP/tests/lib_fault.sh"
 PY=${PYTHON:-/usr/bin/python3}
 T=$(mktemp -d /tmp/pg-ppdp.XXXXXX)
-trap 'rm -rf "$T"' EXIT
+cleanup() {
+    for f in "$T"/*.pid; do [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null; done
+    rm -rf "$T"
+}
+trap cleanup EXIT
 
 # gen_model NAME STAGES DEL [SED-ARG...]: tests/models/NAME.pipe into $T/NAME-STAGES, built
 gen_model() {
@@ -139,6 +146,54 @@ grep -qx 'replicas 2' "$T/ck/step-00000003/MANIFEST" && [ "$(ls "$T/ck/step-0000
 ok $? "the checkpoint records 2 replicas and holds one file per stage"
 [ "$(grep -c 'final loss' "$T/straight.out")" = 1 ]
 ok $? "replica 0 alone reports the loss"
+
+# --save-on-exit: SIGTERM to one process of replica 1 stops every replica after
+# the same step (replica 0's stage 0 decides for every replica), replica 0
+# writes the checkpoint, and the run resumed from it equals a straight one
+"$PIPERUN" --dp 2 "$g" -- --threads 1 --steps 100000000 --log-every 200 --checkpoint-dir "$T/ck2" \
+    --save-on-exit >"$T/sigterm.out" 2>&1 &
+pr=$!
+echo $pr >"$T/sigterm.pid"
+wait_for "$T/sigterm.out" 'step 200/' 60
+# the signal to one process only, replica 1's stage 1 (rank 3, started last):
+# replica 0 learns of it through the agreement alone
+kill -TERM "$(ps --ppid $pr -o pid= | sort -n | tail -1)"
+wait_exit $pr 30
+rm -f "$T/sigterm.pid"
+is "$WX" 143 "--save-on-exit with 2 replicas: SIGTERM to replica 1's stage 1 stops the run with 143"
+n=$(sed -n 's/.*stopped by signal 15 after step \([0-9]*\) (checkpoint saved)/\1/p' "$T/sigterm.out" | sort -u)
+is "$(grep -c 'stopped by signal 15 after step' "$T/sigterm.out") $(echo "$n" | wc -l)" "4 1" \
+    "every process of 2 stages x 2 replicas stops after the same step ($n)"
+"$PIPERUN" --dp 2 "$g" -- --threads 1 --steps $((n + 2)) --resume "$T/ck2" --checkpoint-dir "$T/ck2" \
+    --save "$T/after-term.st" >"$T/after-term.out" 2>&1 &&
+    "$PIPERUN" --dp 2 "$g" -- --threads 1 --steps $((n + 2)) --save "$T/straight-term.st" >"$T/straight-term.out" 2>&1 &&
+    cmp -s "$T/after-term.st" "$T/straight-term.st"
+ok $? "resumed after SIGTERM, 2 more steps equal a straight run of $((n + 2)) bitwise"
+
+# the replicas' code under AddressSanitizer, UndefinedBehaviorSanitizer and
+# LeakSanitizer: gpt_tiny (the tie) and bn_small (the batch-norm hook), 2 stages
+# x 2 replicas with a checkpoint and its resume; the bytes of the plain build
+SAN=$TOP/build-san
+if [ -e "$SAN/libpgrt_cpu.a" ] && [ -x "$SAN/piperun" ]; then
+    fails=0
+    for m in gpt_tiny bn_small; do
+        RTLIB=$SAN/libpgrt_cpu.a build "$T/$m-2/gen" -g -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+            -fno-omit-frame-pointer && mv "$T/$m-2/gen/bin" "$T/$m-2/san" && build "$T/$m-2/gen" -Wall -Wextra -Werror ||
+            { fails=$((fails + 1)); continue; }
+        ASAN_OPTIONS=detect_leaks=1 PIPE_CHECK_TIES=1 "$SAN/piperun" --dp 2 "$T/$m-2/san" -- --steps 2 --threads 1 \
+            --checkpoint-dir "$T/$m-sck" >"$T/$m-san1.out" 2>&1 &&
+            ASAN_OPTIONS=detect_leaks=1 PIPE_CHECK_TIES=1 "$SAN/piperun" --dp 2 "$T/$m-2/san" -- --steps 3 --threads 1 \
+                --resume "$T/$m-sck" --checkpoint-dir "$T/$m-sck" --save "$T/$m-san.st" >"$T/$m-san2.out" 2>&1 ||
+            { echo "# $m under the sanitizers failed:"; tail -20 "$T/$m-san1.out" "$T/$m-san2.out" | sed 's/^/# /'; fails=$((fails + 1)); continue; }
+        if grep -Eq 'ERROR: AddressSanitizer|runtime error:|LeakSanitizer' "$T/$m-san1.out" "$T/$m-san2.out" ||
+            ! cmp -s "$T/$m-san.st" "$T/$m-2/D2.a.st"; then
+            echo "# $m under the sanitizers: a report, or other bytes than the plain build's"; fails=$((fails + 1))
+        fi
+    done
+    is "$fails" 0 "gpt_tiny and bn_small, 2 stages x 2 replicas, checkpoint and resume: clean under ASan/UBSan/LSan, same bytes"
+else
+    skip "build-san/libpgrt_cpu.a or build-san/piperun missing (make SAN=1 san-all; make test builds them)"
+fi
 
 # refusals
 out=$("$PIPERUN" --dp 5 "$g" -- --steps 1 2>&1)

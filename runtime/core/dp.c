@@ -27,6 +27,7 @@
 #include "pg_ops.h"
 #include "stage_run.h"
 
+#define DP_TIMES 4096 /* reductions timed for pg_dp_report */
 #define PG_TAG_DP 24u /* kind of the replica messages: x 0 shard in, 1 shard summed, 2 loss, 3 batch-norm sums */
 
 struct pg_dp {
@@ -38,7 +39,7 @@ struct pg_dp {
     double *stats;         /* [D * 2 * stats_max] batch-norm sums of every replica */
     int64_t stats_max;
     size_t sent;           /* gradient bytes one reduction sends */
-    double red_s;          /* time in the reductions of steps 2.. (pg_dp_report) */
+    double red_t[DP_TIMES]; /* the reduction's time in steps 2.. (the first DP_TIMES of them: pg_dp_report) */
     int64_t red_steps;
 };
 
@@ -376,10 +377,8 @@ int pg_dp_reduce(pg_run *r, int64_t step)
             return dp_fail(r, "a summed gradient shard", q, 0);
     }
     p->sent = (size_t)(n - (hi - lo)) * 4 + (size_t)(D - 1) * (size_t)(hi - lo) * 4;
-    if (step > 0) {
-        p->red_s += pg_run_now() - t0;
-        p->red_steps++;
-    }
+    if (step > 0 && p->red_steps < DP_TIMES)
+        p->red_t[p->red_steps++] = pg_run_now() - t0;
     if (d->has_loss) { /* the loss of the whole batch: the replicas' sums, in replica order */
         double *dst = p->stats; /* D doubles (it holds D x 2 x max(C, 1)); the batch-norm sums are done by now */
         if (allgather_f64(r, PG_TAG(PG_TAG_DP, 0, 2), &local, dst, 1, "the loss"))
@@ -392,13 +391,22 @@ int pg_dp_reduce(pg_run *r, int64_t step)
     return 0;
 }
 
-void pg_dp_report(const pg_run *r)
+static int cmp_double(const void *a, const void *b)
 {
-    const struct pg_dp *p = r->dp;
-    if (!p || !p->red_steps || !(p->red_s > 0))
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+void pg_dp_report(pg_run *r)
+{
+    struct pg_dp *p = r->dp;
+    if (!p || !p->red_steps)
         return;
-    double per = p->red_s / (double)p->red_steps;
-    printf("stage %d: gradient reduction over %d replicas: %zu bytes sent per step in %.3f ms (%.1f MiB/s, mean over "
-           "steps 2..%" PRId64 ")\n", r->d->stage, r->replicas, p->sent, per * 1e3, (double)p->sent / per / 1048576.0,
+    qsort(p->red_t, (size_t)p->red_steps, sizeof p->red_t[0], cmp_double);
+    double med = p->red_t[p->red_steps / 2];
+    if (!(med > 0))
+        return;
+    printf("stage %d: gradient reduction over %d replicas: %zu bytes sent per step in %.3f ms (%.1f MiB/s, median "
+           "of steps 2..%" PRId64 ")\n", r->d->stage, r->replicas, p->sent, med * 1e3, (double)p->sent / med / 1048576.0,
            p->red_steps + 1);
 }

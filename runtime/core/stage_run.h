@@ -122,8 +122,8 @@ size_t pg_dp_link_bytes(const pg_run *r);
 int pg_dp_init(pg_run *r);
 int pg_dp_reduce(pg_run *r, int64_t step);
 /* report (replica 0, after the last step): the bytes one reduction sends, its
- * mean time over steps 2.. and the rate, one line on stdout (bench/dp.sh). */
-void pg_dp_report(const pg_run *r);
+ * median time over steps 2.. and the rate, one line on stdout (bench/dp.sh). */
+void pg_dp_report(pg_run *r);
 void pg_dp_free(pg_run *r);
 
 /* Before any work (preflight.c): --generate/--prompt fit the model and every
