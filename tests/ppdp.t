@@ -15,6 +15,8 @@
 #    SIGTERM with --save-on-exit stops every replica after the same step, and
 #    the run resumed from that checkpoint equals a straight one;
 #  - the replicas under ASan/UBSan/LSan (gpt_tiny, bn_small, with a resume);
+#  - piperun --dp 2 on the example mlp; Open MPI's mpirun MPMD of 2 stages x 2
+#    replicas, bitwise equal to piperun's;
 #  - refusals: a D that does not divide the batch or leaves fewer rows than
 #    micro-batches, a world that is not a multiple of the stage count, --dp
 #    against the world, --dp given to one process only, batch norm without
@@ -193,6 +195,37 @@ if [ -e "$SAN/libpgrt_cpu.a" ] && [ -x "$SAN/piperun" ]; then
     is "$fails" 0 "gpt_tiny and bn_small, 2 stages x 2 replicas, checkpoint and resume: clean under ASan/UBSan/LSan, same bytes"
 else
     skip "build-san/libpgrt_cpu.a or build-san/piperun missing (make SAN=1 san-all; make test builds them)"
+fi
+
+# the example itself (generated/mlp, 3 stages): piperun --dp 2 trains it, the
+# loss within 1e-6 of one replica's
+mkdir -p "$T/mlp" && cp "$TOP"/generated/mlp/stage*.c "$TOP"/generated/mlp/mlp.h "$T/mlp/" && build_strict "$T/mlp"
+"$PIPERUN" "$T/mlp/bin" -- --steps 2 --threads 1 >"$T/mlp1.out" 2>&1 &&
+    "$PIPERUN" --dp 2 "$T/mlp/bin" -- --steps 2 --threads 1 >"$T/mlp2.out" 2>&1 &&
+    close "$(sed -n 's/.*final loss //p' "$T/mlp2.out")" "$(sed -n 's/.*final loss //p' "$T/mlp1.out")"
+ok $? "piperun --dp 2 on examples/mlp.pipe's 3 stages: loss $(sed -n 's/.*final loss //p' "$T/mlp2.out") vs $(sed -n 's/.*final loss //p' "$T/mlp1.out") with one replica"
+
+# Open MPI's mpirun, MPMD: ranks in app-context order, replica 0's stage0 and
+# stage1, then replica 1's (rank = replica x 2 + stage): the bytes of piperun's run
+MPIRUN=${MPIRUN:-mpirun}
+if "$MPIRUN" --version 2>/dev/null | grep -q 'Open MPI'; then
+    [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    port=$(free_port)
+    x="-x PIPE_MASTER=127.0.0.1:$port"
+    a="--steps 3 --threads 1 --save $T/mpi.st"
+    # shellcheck disable=SC2086 # x and a are lists of words
+    env -u PIPE_RANK -u PIPE_WORLD -u PIPE_MASTER timeout 120 "$MPIRUN" --oversubscribe --bind-to none \
+        -np 1 $x "$g/stage0" $a : -np 1 $x "$g/stage1" $a : -np 1 $x "$g/stage0" $a : -np 1 $x "$g/stage1" $a \
+        >"$T/mpi.out" 2>&1
+    st=$?
+    [ $st = 0 ] || tail -20 "$T/mpi.out" | sed 's/^/# /'
+    [ $st = 0 ] && cmp -s "$T/mpi.st" "$T/mlp_small-2/D2.a.st" &&
+        [ "$(sed -n 's/.*final loss //p' "$T/mpi.out")" = "$(cat "$T/mlp_small-2/D2.a.loss")" ]
+    ok $? "mpirun MPMD of 2 stages x 2 replicas: the loss and weights of piperun --dp 2, bitwise"
+    like "$(cat "$T/mpi.out")" 'stage 0: started as replica 1/2, rank 2/4 from OMPI_COMM_WORLD_RANK' "... rank 2 is replica 1's stage 0"
+else
+    skip "no Open MPI mpirun (Debian's openmpi-bin: tools/deps.sh test installs it)"
+    skip "no Open MPI mpirun"
 fi
 
 # refusals
