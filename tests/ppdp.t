@@ -15,6 +15,8 @@
 #    SIGTERM with --save-on-exit stops every replica after the same step, and
 #    the run resumed from that checkpoint equals a straight one;
 #  - the replicas under ASan/UBSan/LSan (gpt_tiny, bn_small, with a resume);
+#  - the non-finite verdict over every replica (stop, --skip-nonfinite); --trace
+#    and --save-grads (the global gradients) with replicas;
 #  - piperun --dp 2 on the example mlp; Open MPI's mpirun MPMD of 2 stages x 2
 #    replicas, bitwise equal to piperun's;
 #  - refusals: a D that does not divide the batch or leaves fewer rows than
@@ -227,6 +229,38 @@ else
     skip "no Open MPI mpirun (Debian's openmpi-bin: tools/deps.sh test installs it)"
     skip "no Open MPI mpirun"
 fi
+
+# the non-finite verdict sees every replica: an input near the float limit in
+# replica 1's rows (sample 20 of 24) overflows only replica 1's loss; every
+# process stops before the optimizer, or with --skip-nonfinite every replica
+# skips the step and they go on alike
+"$PY" - "$T" <<'PYEOF'
+import struct, sys
+def pgd(path, rows, per, fill):
+    with open(path, "wb") as f:
+        f.write(b"PGD1" + struct.pack("<III", 1, 0, 2) + struct.pack("<2Q", rows, per))
+        for i in range(rows):
+            f.write(struct.pack("<%df" % per, *[fill(i, j) for j in range(per)]))
+pgd(sys.argv[1] + "/x.pgd", 24, 64, lambda i, j: 3e38 if (i, j) == (20, 5) else ((i * 7 + j * 3) % 11 - 5) / 10.0)
+pgd(sys.argv[1] + "/y.pgd", 24, 32, lambda i, j: ((i + j) % 5) / 10.0)
+PYEOF
+"$PIPERUN" --dp 2 "$g" -- --steps 2 --threads 1 --data "$T/x.pgd" --targets "$T/y.pgd" >"$T/nf.out" 2>&1
+st=$?
+is "$st $(grep -c 'stopping' "$T/nf.out")" "1 4" "an overflow from replica 1's rows (a value near the float limit) stops all 4 processes before the optimizer"
+like "$(cat "$T/nf.out")" '\[stage [01] replica 0\] the (gradient of [a-z0-9.]* in step 1|loss of step 1) is not finite' \
+    "... replica 0, whose rows are finite, finds it in the summed gradients (or the whole batch's loss)"
+"$PIPERUN" --dp 2 "$g" -- --steps 3 --threads 1 --data "$T/x.pgd" --targets "$T/y.pgd" --skip-nonfinite \
+    --save "$T/nf.st" >"$T/nfs.out" 2>&1 &&
+    grep -q 'step 1/3 .*(skipped: ' "$T/nfs.out" && grep -q 'step 3/3 .*(skipped: ' "$T/nfs.out" &&
+    [ -s "$T/nf.st" ]
+ok $? "--skip-nonfinite with 2 replicas: every replica skips the steps whose batch holds the value, and the run goes on"
+
+# --trace and --save-grads with replicas: replica 0 writes them
+"$PIPERUN" --dp 2 "$g" -- --steps 2 --threads 1 --trace "$T/tr.json" --save-grads "$T/g2.st" >"$T/tr.out" 2>&1 &&
+    "$PY" -c 'import json, sys; json.load(open(sys.argv[1]))' "$T/tr.json" &&
+    "$PIPERUN" "$g" -- --steps 2 --threads 1 --save-grads "$T/g1.st" >"$T/g1.out" 2>&1 &&
+    "$PY" "$TOP/tests/st_close.py" "$T/g2.st" "$T/g1.st" 1e-5 >/dev/null
+ok $? "--trace and --save-grads with 2 replicas: replica 0 writes them; the gradients are the whole batch's (within 1e-5 of one replica's)"
 
 # refusals
 out=$("$PIPERUN" --dp 5 "$g" -- --steps 1 2>&1)
