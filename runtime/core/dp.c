@@ -28,7 +28,12 @@
 #include "stage_run.h"
 
 #define DP_TIMES 4096 /* reductions timed for pg_dp_report */
-#define PG_TAG_DP 24u /* kind of the replica messages: x 0 shard in, 1 shard summed, 2 loss, 3 batch-norm sums */
+#define PG_TAG_DP 24u /* kind of the replica messages: x 0 shard in, 1 shard summed, 2 loss, 3 batch-norm sums, 4 start word */
+/* Messages carry at most DP_CHUNK floats: the sum of one chunk overlaps the
+ * arrival of the next, and the summed chunk leaves at once (both sides cut
+ * a shard at the same places: every DP_CHUNK from its start, and at the
+ * parameters' ends). */
+#define DP_CHUNK ((int64_t)1 << 16)
 
 struct pg_dp {
     int n;                 /* parameters reduced */
@@ -149,8 +154,10 @@ size_t pg_dp_link_bytes(const pg_run *r)
     for (int i = 0; i < d->nparams; i++)
         if (d->params[i].is_buffer)
             bufs += d->params[i].numel;
-    /* two shards, every batch norm's sums (2 C doubles for 2 C buffer floats), the loss, headers */
-    return (size_t)(2 * shard * 4 + bufs * 8 + 4096);
+    /* two shards, every batch norm's sums (2 C doubles for 2 C buffer floats), the
+     * loss, the start word and the headers: a message per chunk and per parameter end */
+    int64_t msgs = 2 * (shard / DP_CHUNK + d->nparams + 2) + d->nparams + 8;
+    return (size_t)(2 * shard * 4 + bufs * 8 + msgs * 16 + 4096);
 }
 
 static int dp_stats(void *arg, double *sum, double *sumsq, int64_t C);
@@ -267,10 +274,6 @@ static int each_piece(pg_run *r, int64_t lo, int64_t hi, int (*fn)(pg_run *, flo
     return 0;
 }
 
-/* Messages carry at most DP_CHUNK floats: the sum of one chunk overlaps the
- * arrival of the next, and the summed chunk leaves at once (both sides cut
- * a shard at the same places: from its start, then at parameter ends). */
-#define DP_CHUNK ((int64_t)1 << 16)
 
 static int each_chunk(pg_run *r, int64_t lo, int64_t hi, int (*fn)(pg_run *, float *, int64_t, int64_t, void *),
                       void *arg)

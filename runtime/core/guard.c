@@ -51,11 +51,12 @@ int pg_guard_memory(const pg_stage_desc *d, char *err, size_t errlen)
 
 /* ---- open files ------------------------------------------------------------ */
 
-int pg_guard_files(const pg_stage_desc *d, char *err, size_t errlen)
+int pg_guard_files(const pg_stage_desc *d, int world, char *err, size_t errlen)
 {
-    /* a link to every other stage, two listening sockets during the
-     * rendezvous, data files, a checkpoint, stdio and the launcher's socket */
-    rlim_t need = (rlim_t)d->nstages + 24;
+    /* a link to every other process (every stage of every replica), two
+     * listening sockets during the rendezvous, data files, a checkpoint,
+     * stdio and the launcher's socket */
+    rlim_t need = (rlim_t)(world > d->nstages ? world : d->nstages) + 24;
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need)
         return 0;

@@ -420,7 +420,7 @@ static int run(pg_run *r)
     r->opt.threads = threads;
     pg_launch_describe(&l, threads, why, err, sizeof err);
     fprintf(stderr, "stage %d: %s\n", d->stage, err);
-    if (pg_guard_files(d, err, sizeof err)) { /* ulimit -n: the links and files this stage needs */
+    if (pg_guard_files(d, l.world, err, sizeof err)) { /* ulimit -n: the links and files this stage needs */
         fprintf(stderr, "%s\n", err);
         return 1;
     }

@@ -86,7 +86,8 @@ typedef struct pg_net pg_net;
 typedef struct pg_net_config {
     const char *model;        /* model name, compared at rendezvous */
     uint64_t plan_hash;       /* hash of model + plan: peers must agree */
-    int stage;                /* must equal launch rank */
+    int stage;                /* must equal the launch rank mod P, rank = replica x P + stage
+                                 (P = world / l->replicas) */
     const size_t *send_buf_bytes; /* [world], by rank: one step's bytes to each peer (0: no link needed) */
     double connect_timeout_s; /* how long to keep retrying the master (back-off) */
     const char *run_id;       /* pg_launch.run_id: every hello carries it (NULL: "") */
