@@ -282,7 +282,7 @@ for k in 1 2 3; do
 done
 out=$(PIPE_RANK=0 PIPE_WORLD=4 PIPE_MASTER=$M PIPE_RUN_ID=dp-mismatch timeout 30 "$g/stage0" --steps 1 --dp 2 2>&1)
 wait
-like "$out" 'stage [0-3] was started with --dp [02] but stage [0-3] with --dp [02]: give every stage the same --dp' "--dp given to one process only is refused at the rendezvous"
+like "$out" 'stage [01] of replica [01] was started with --dp [02] but stage [01] of replica [01] with --dp [02]: give every stage the same --dp' "--dp given to one process only is refused at the rendezvous"
 e2e_gen "$T/bn-plain" bn_small '/# S1$/d' 1f1b except_last -e 's/batchnorm(deferred)/batchnorm/' \
     -e 's/batch = 10  microbatches = 3/batch = 12  microbatches = 3/' && build_strict "$T/bn-plain/gen"
 out=$("$PIPERUN" --dp 2 "$T/bn-plain/gen/bin" -- --steps 1 --threads 1 2>&1)

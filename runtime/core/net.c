@@ -480,6 +480,16 @@ static const char *id_text(const char *id)
 /* One complete hello at the master: accept it, refuse the peer alone, or (a
  * peer of this very run, authenticated by its run id, that does not fit) fail
  * the run. */
+/* A peer as messages name it: "stage 2", or "stage 2 of replica 1" with replicas. */
+static const char *pname(const pg_net *n, int rank, char *b, size_t bl)
+{
+    if (n->P >= n->world || rank < 0)
+        snprintf(b, bl, "stage %d", rank);
+    else
+        snprintf(b, bl, "stage %d of replica %d", rank % n->P, rank / n->P);
+    return b;
+}
+
 static int hello_done(void *arg, int fd, const char *addr, const unsigned char *b, size_t len)
 {
     master_ctx *m = arg;
@@ -487,7 +497,7 @@ static int hello_done(void *arg, int fd, const char *addr, const unsigned char *
     pg_net *n = m->n;
     int world = n->world;
     const char *mine = cfg->run_id ? cfg->run_id : "";
-    char reason[600] = "";
+    char reason[600] = "", nb[48];
     hello h;
     memset(&h, 0, sizeof h);
     if (len >= 8 && pg_get32(b + 4) != PROTO_VERSION) {
@@ -524,19 +534,20 @@ static int hello_done(void *arg, int fd, const char *addr, const unsigned char *
         seterr(reason, sizeof reason, "a process claims stage %u but stage 0 is the master of a world of %d",
                h.rank, world);
     else if (n->p[h.rank].fd >= 0)
-        seterr(reason, sizeof reason, "two processes claim stage %u (duplicate rank): check PIPE_RANK of each", h.rank);
+        seterr(reason, sizeof reason, "two processes claim %s (duplicate rank): check PIPE_RANK of each",
+               pname(n, (int)h.rank, nb, sizeof nb));
     else if (strcmp(h.model, cfg->model ? cfg->model : "") != 0)
         seterr(reason, sizeof reason,
-               "stage %u was built from another model (model '%s', expected '%s'): rebuild all stages from the same pipegen output",
-               h.rank, h.model, cfg->model ? cfg->model : "");
+               "%s was built from another model (model '%s', expected '%s'): rebuild all stages from the same pipegen output",
+               pname(n, (int)h.rank, nb, sizeof nb), h.model, cfg->model ? cfg->model : "");
     else if (h.hash != cfg->plan_hash)
         seterr(reason, sizeof reason,
-               "stage %u was built from another model or plan (hash %016llx, expected %016llx): rebuild all stages from the same pipegen output",
-               h.rank, (unsigned long long)h.hash, (unsigned long long)cfg->plan_hash);
+               "%s was built from another model or plan (hash %016llx, expected %016llx): rebuild all stages from the same pipegen output",
+               pname(n, (int)h.rank, nb, sizeof nb), (unsigned long long)h.hash, (unsigned long long)cfg->plan_hash);
     else if (cfg->agree_check &&
              cfg->agree_check(cfg->agree_arg, (int)h.rank, h.agree, h.agree_len, reason, sizeof reason) != 0 &&
              !reason[0])
-        seterr(reason, sizeof reason, "stage %u does not agree with stage 0", h.rank);
+        seterr(reason, sizeof reason, "%s does not agree with stage 0", pname(n, (int)h.rank, nb, sizeof nb));
     if (reason[0]) {
         send_reply_refused(fd, reason);
         close(fd);
@@ -879,16 +890,6 @@ pg_net *pg_net_init(const pg_launch *l, const pg_net_config *cfg, char *err, siz
 fail:
     pg_net_close(n);
     return NULL;
-}
-
-/* A peer as messages name it: "stage 2", or "stage 2 of replica 1" with replicas. */
-static const char *pname(const pg_net *n, int rank, char *b, size_t bl)
-{
-    if (n->P >= n->world || rank < 0)
-        snprintf(b, bl, "stage %d", rank);
-    else
-        snprintf(b, bl, "stage %d of replica %d", rank % n->P, rank / n->P);
-    return b;
 }
 
 static int bad_peer(pg_net *n, int peer_, const char *what)
