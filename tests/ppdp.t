@@ -246,7 +246,8 @@ pgd(sys.argv[1] + "/y.pgd", 24, 32, lambda i, j: ((i + j) % 5) / 10.0)
 PYEOF
 "$PIPERUN" --dp 2 "$g" -- --steps 2 --threads 1 --data "$T/x.pgd" --targets "$T/y.pgd" >"$T/nf.out" 2>&1
 st=$?
-is "$st $(grep -c 'stopping' "$T/nf.out")" "1 4" "an overflow from replica 1's rows (a value near the float limit) stops all 4 processes before the optimizer"
+# (piperun stops the others once one has exited, so not every process may get to say so)
+is "$st $(grep -c 'step 1/2' "$T/nf.out")" "1 0" "an overflow from replica 1's rows (a value near the float limit) stops the run before the optimizer"
 like "$(cat "$T/nf.out")" '\[stage [01] replica 0\] the (gradient of [a-z0-9.]* in step 1|loss of step 1) is not finite' \
     "... replica 0, whose rows are finite, finds it in the summed gradients (or the whole batch's loss)"
 "$PIPERUN" --dp 2 "$g" -- --steps 3 --threads 1 --data "$T/x.pgd" --targets "$T/y.pgd" --skip-nonfinite \
