@@ -8,7 +8,8 @@
 # gpt_char example on 1 stage against PyTorch eager, and on 2 stages against 1;
 # bench/sched.sh: measured against predicted steps; bench/pippy.sh: pipegen's
 # 1f1b, interleaved(2), zb1 and zbv against torch.distributed.pipelining's;
-# bench/gemm.sh: the runtime's GEMM against OpenBLAS.
+# bench/gemm.sh: the runtime's GEMM against OpenBLAS; bench/dp.sh: the data-parallel
+# replicas' gradient reduction against raw TCP on the same loopback path.
 #
 # Knobs (environment): BENCH_STEPS (30) steps per run, BENCH_WARMUP (3) first
 # steps left out of the median, BENCH_REPEAT (3) rounds (each config is run once
@@ -144,3 +145,7 @@ BENCH_STEPS=$STEPS BENCH_REPEAT=$REPEAT BENCH_CPUS=${BENCH_CPUS:-0,1} BENCH_DIR=
 # the CPU runtime's GEMM against OpenBLAS at the examples' products (bench/gemm.sh)
 echo
 BENCH_CPUS=${BENCH_CPUS:-0,1} BENCH_DIR=$DIR "$TOP/bench/gemm.sh" || exit 1
+
+# the replicas' gradient reduction against raw TCP on the same loopback path (bench/dp.sh)
+echo
+BENCH_STEPS=$STEPS BENCH_REPEAT=$REPEAT BENCH_CPUS=${BENCH_CPUS:-0,1} BENCH_DIR=$DIR "$TOP/bench/dp.sh" || exit 1

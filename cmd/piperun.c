@@ -113,14 +113,30 @@ static void write_all(int fd, const char *p, size_t n)
     }
 }
 
+/* The run's layout, set once in main before any stage starts: P stages x D
+ * replicas, process k = replica x P + stage. */
+static struct {
+    int P, D;
+} layout = {1, 1};
+
+/* Process k as messages name it: "stage 2", or "stage 2 replica 1" with replicas. */
+static const char *proc_name(int k, char *b, size_t bl)
+{
+    if (layout.D > 1)
+        snprintf(b, bl, "stage %d replica %d", k % layout.P, k / layout.P);
+    else
+        snprintf(b, bl, "stage %d", k);
+    return b;
+}
+
 static void emit_line(int k, int out, const char *p, size_t n, int add_newline)
 {
-    char pre[32];
-    int pl = snprintf(pre, sizeof pre, "[stage %d] ", k);
+    char pre[48], nm[40];
+    int pl = snprintf(pre, sizeof pre, "[%s] ", proc_name(k, nm, sizeof nm));
     /* A stage names itself ("stage k: ...") so that its lines say who wrote
      * them when it runs alone; here the prefix says so already. */
     char own[32];
-    int ol = snprintf(own, sizeof own, "stage %d: ", k);
+    int ol = snprintf(own, sizeof own, "stage %d: ", k % layout.P);
     if (n >= (size_t)ol && memcmp(p, own, (size_t)ol) == 0) {
         p += ol;
         n -= (size_t)ol;
@@ -218,19 +234,19 @@ static void start_stopping(piperun *pr)
 static void report_failure(piperun *pr, int k, int status)
 {
     pr->first_fail = k;
-    char msg[160];
+    char msg[160], nm[40];
     int ml;
     if (WIFEXITED(status)) {
         pr->exit_code = WEXITSTATUS(status);
-        ml = snprintf(msg, sizeof msg, "piperun: stage %d exited with status %d\n", k, pr->exit_code);
+        ml = snprintf(msg, sizeof msg, "piperun: %s exited with status %d\n", proc_name(k, nm, sizeof nm), pr->exit_code);
     } else if (pr->st[k].killed && WTERMSIG(status) == SIGKILL && sigstate.forward) {
         /* the user's interrupt stopped the run; we killed a stage that was slow
          * to follow it (stopped, or busy): the interrupt is the run's status */
         pr->exit_code = 128 + sigstate.forward;
-        ml = snprintf(msg, sizeof msg, "piperun: stage %d did not stop after the interrupt: killed\n", k);
+        ml = snprintf(msg, sizeof msg, "piperun: %s did not stop after the interrupt: killed\n", proc_name(k, nm, sizeof nm));
     } else {
         pr->exit_code = 128 + WTERMSIG(status);
-        ml = snprintf(msg, sizeof msg, "piperun: stage %d killed by signal %d\n", k, WTERMSIG(status));
+        ml = snprintf(msg, sizeof msg, "piperun: %s killed by signal %d\n", proc_name(k, nm, sizeof nm), WTERMSIG(status));
     }
     write_all(2, msg, (size_t)ml);
     start_stopping(pr);
@@ -307,13 +323,18 @@ static int pipe_cloexec(int fds[2], int nonblock)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: piperun DIR [--] [stage options...]\n"
+    fprintf(f, "usage: piperun [--dp D] DIR [--] [stage options...]\n"
                "       piperun --help | --version\n"
                "\n"
                "Runs DIR/stage0, DIR/stage1, ... (consecutive numbers) as one pipeline on this\n"
                "machine and passes every stage the same stage options. The stage options\n"
                "(--steps, --data, --save, --checkpoint-dir, --trace, ...) are listed by\n"
                "`DIR/stage0 --help` and in README.md, \"Launching\".\n"
+               "--dp D runs D data-parallel replicas of the pipeline: P x D processes of the P\n"
+               "stage binaries, rank = replica x P + stage, each given --dp D; replica r trains\n"
+               "on its contiguous batch / D rows of every step and the gradients are summed\n"
+               "over the replicas (README.md, \"Data-parallel replicas\"). Their lines are\n"
+               "prefixed \"[stage k replica r] \".\n"
                "\n"
                "Environment of each stage: PIPE_RANK=k, PIPE_WORLD=N, PIPE_MASTER (a free\n"
                "loopback port, or PIPE_MASTER as set for piperun), PIPE_LOCAL_WORLD=N,\n"
@@ -431,16 +452,41 @@ int main(int argc, char **argv)
         printf("piperun (pipegen " PIPEGEN_VERSION ")\n");
         return 0;
     }
-    if (argv[1][0] == '-') {
-        fprintf(stderr, "piperun: unknown option %s\n", argv[1]);
+    int ai = 1;
+    const char *dp = NULL;
+    if (!strcmp(argv[1], "--dp")) {
+        char *end = NULL;
+        long v = argc > 2 ? strtol(argv[2], &end, 10) : 0;
+        if (argc < 3 || end == argv[2] || *end || v < 1 || v > MAX_STAGES) {
+            fprintf(stderr, "piperun: --dp wants a replica count in 1..%d, not '%s'\n", MAX_STAGES,
+                    argc > 2 ? argv[2] : "");
+            return 2;
+        }
+        layout.D = (int)v;
+        dp = argv[2];
+        ai = 3;
+    }
+    if (ai >= argc || argv[ai][0] == '-') {
+        if (ai < argc)
+            fprintf(stderr, "piperun: unknown option %s\n", argv[ai]);
         usage(stderr);
         return 2;
     }
-    const char *dir = argv[1];
-    int ai = 2;
+    const char *dir = argv[ai++];
     if (ai < argc && !strcmp(argv[ai], "--")) ai++;
-    char **extra = argv + ai;
-    int nextra = argc - ai;
+    /* the stage options, with --dp D first when given (every stage checks it against its world) */
+    int nextra = argc - ai + (dp ? 2 : 0);
+    char **extra = calloc((size_t)nextra + 1, sizeof *extra);
+    if (!extra) {
+        fprintf(stderr, "piperun: out of memory\n");
+        return 1;
+    }
+    if (dp) {
+        extra[0] = "--dp";
+        extra[1] = (char *)dp;
+    }
+    for (int i = ai; i < argc; i++)
+        extra[i - ai + (dp ? 2 : 0)] = argv[i];
 
     piperun pr = {.n = 0, .st = NULL, .first_fail = -1, .exit_code = 0, .kill_at = 0, .follower = -1};
     char (*paths)[PATH_MAX] = calloc(MAX_STAGES, PATH_MAX);
@@ -455,6 +501,7 @@ int main(int argc, char **argv)
         if (!S_ISREG(sb.st_mode) || access(paths[k], X_OK) != 0) {
             fprintf(stderr, "piperun: %s is not an executable file\n", paths[k]);
             free(paths);
+            free(extra);
             return 2;
         }
         pr.n++;
@@ -462,8 +509,17 @@ int main(int argc, char **argv)
     if (pr.n == 0) {
         fprintf(stderr, "piperun: no stage binaries in %s (expected %s/stage0, %s/stage1, ...)\n", dir, dir, dir);
         free(paths);
+        free(extra);
         return 2;
     }
+    layout.P = pr.n;
+    if (pr.n * layout.D > MAX_STAGES) {
+        fprintf(stderr, "piperun: %d stages x %d replicas are more than %d processes\n", pr.n, layout.D, MAX_STAGES);
+        free(paths);
+        free(extra);
+        return 2;
+    }
+    pr.n *= layout.D; /* processes: rank = replica x P + stage */
 
     char master[300];
     const char *pm = getenv("PIPE_MASTER");
@@ -474,6 +530,7 @@ int main(int argc, char **argv)
         if (port < 0) {
             fprintf(stderr, "piperun: cannot find a free loopback port: %s (set PIPE_MASTER)\n", strerror(errno));
             free(paths);
+            free(extra);
             return 1;
         }
         snprintf(master, sizeof master, "127.0.0.1:%d", port);
@@ -496,6 +553,7 @@ int main(int argc, char **argv)
     }
     if (check_files(pr.n) != 0) {
         free(paths);
+        free(extra);
         return 1;
     }
 
@@ -503,6 +561,7 @@ int main(int argc, char **argv)
     if (pipe_cloexec(wake, 1) != 0) {
         fprintf(stderr, "piperun: pipe: %s\n", strerror(errno));
         free(paths);
+        free(extra);
         return 1;
     }
     sigstate.wake_w = wake[1];
@@ -523,6 +582,7 @@ int main(int argc, char **argv)
     if (!pr.st) {
         fprintf(stderr, "piperun: out of memory\n");
         free(paths);
+        free(extra);
         return 1;
     }
     for (int k = 0; k < pr.n; k++) {
@@ -557,7 +617,7 @@ int main(int argc, char **argv)
             pr.exit_code = 1;
             break;
         }
-        if (pid == 0) exec_stage(paths[k], k, pr.n, master, po[1], pe[1], pc[1], self, extra, nextra);
+        if (pid == 0) exec_stage(paths[k % layout.P], k, pr.n, master, po[1], pe[1], pc[1], self, extra, nextra);
         setpgid(pid, pid); /* also here, so the group exists before we might signal it */
         close(po[1]);
         close(pe[1]);
@@ -569,6 +629,7 @@ int main(int argc, char **argv)
         pr.st[k].ctl = pc[0];
     }
     free(paths);
+    free(extra);
     if (pr.exit_code != 0) {
         pr.first_fail = pr.n; /* not a stage: we failed to start them all */
         start_stopping(&pr);

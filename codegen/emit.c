@@ -1526,9 +1526,13 @@ static void emit_layer_fwd(em_out *e, int i)
             fprintf(o, "        PG_TRY(pg_batchnorm_stats_acc(c, %s, %" PRId64 ", %s, (double *)(A + %" PRId64
                        "), (double *)(A + %" PRId64 ")));\n",
                     n, C, x, so, so + 8 * C);
-            fprintf(o, "        if (io->mb == %d)\n            PG_TRY(pg_batchnorm_running_update(c, %" PRId64 ", %" PRId64
-                       ", %.9gf, (const double *)(A + %" PRId64 "), (const double *)(A + %" PRId64 "), %s, %s));\n    }\n",
-                    e->g->s->nmb - 1, m->train.batch * per, C, L->momentum, so, so + 8 * C, rm, rv);
+            fprintf(o, "        if (io->mb == %d) { /* the sums over every replica's rows, then the update */\n"
+                       "            PG_TRY(pg_batchnorm_stats_reduce(c, %" PRId64 ", (double *)(A + %" PRId64 "), (double *)(A + %" PRId64
+                       ")));\n",
+                    e->g->s->nmb - 1, C, so, so + 8 * C);
+            fprintf(o, "            PG_TRY(pg_batchnorm_running_update(c, %" PRId64 ", %" PRId64
+                       ", %.9gf, (const double *)(A + %" PRId64 "), (const double *)(A + %" PRId64 "), %s, %s));\n        }\n    }\n",
+                    m->train.batch * per, C, L->momentum, so, so + 8 * C, rm, rv);
         } else {
             fprintf(o, "    if (first && !io->infer) { /* running statistics from this micro-batch alone, in index order */\n");
             fprintf(o, "        PG_TRY(pg_zero(c, (float *)(A + %" PRId64 "), %" PRId64 "));\n", so, 4 * C);

@@ -50,7 +50,7 @@ start_stage "$G/bin" 0 2 "$M" "$T/c0.log" --steps 2 --connect-timeout 2
 PIPE_RANK=1 PIPE_WORLD=3 PIPE_MASTER=$M "$G/bin/stage1" --steps 2 >"$T/c1.log" 2>&1; r1=$?
 wait_exit "$(cat "$T/c0.log.pid")" 10; r0=$WX
 [ "$r0" = 1 ] && [ "$r1" = 1 ]; ok $? "wrong world size: exit 1 ($r0, $r1)"
-like "$(cat "$T/c1.log")" 'was started as rank 1 of 3 .*start stage k as rank k of 2' "the stage says what it was started as"
+like "$(cat "$T/c1.log")" 'was started as rank 1 of 3 \(PIPE_RANK\): the world must be 2 x D processes, D data-parallel replicas of the 2 stages' "the stage says what it was started as"
 like "$(cat "$T/c0.log")" 'only 1 of 2 stages reached the master within 2 s \(missing stage 1\)' "the master names the missing stage"
 
 # --- two processes claim one rank ---------------------------------------------------

@@ -206,7 +206,7 @@ gone "$(cat "$T/o0")" && gone "$(cat "$T/o1")"; ok $? "stages die with piperun (
 "$PR" >/dev/null 2>&1; is "$?" 2 "no arguments: exit 2"
 out=$("$PR" --help); rc=$?
 is "$rc" 0 "--help exits 0"
-like "$out" '^usage: piperun DIR' "--help prints usage"
+like "$out" '^usage: piperun \[--dp D\] DIR' "--help prints usage"
 like "$out" 'SIGINT and SIGTERM \(Ctrl-C\) are forwarded' "--help documents signal forwarding"
 like "$out" 'still running 5 s after' "--help documents the kill grace period"
 like "$out" 'cores of this machine divided by' "--help documents how threads are split"

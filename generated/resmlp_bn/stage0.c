@@ -107,8 +107,10 @@ static int fwd_body_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
         if (io->mb == 0)
             PG_TRY(pg_zero(c, (float *)(A + 4708352), 1024)); /* 2 x 256 doubles */
         PG_TRY(pg_batchnorm_stats_acc(c, r, 256, C0_T1, (double *)(A + 4708352), (double *)(A + 4710400)));
-        if (io->mb == 3)
+        if (io->mb == 3) { /* the sums over every replica's rows, then the update */
+            PG_TRY(pg_batchnorm_stats_reduce(c, 256, (double *)(A + 4708352), (double *)(A + 4710400)));
             PG_TRY(pg_batchnorm_running_update(c, 64, 256, 0.1f, (const double *)(A + 4708352), (const double *)(A + 4710400), P4_BN0_RUNNING_MEAN, P5_BN0_RUNNING_VAR));
+        }
     }
     /* relu0: relu [r, 256] -> [r, 256] */
     PG_TRY(pg_relu_fwd(c, r * 256, C0_T2, C0_T3));
@@ -127,8 +129,10 @@ static int fwd_body_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
         if (io->mb == 0)
             PG_TRY(pg_zero(c, (float *)(A + 4712448), 1024)); /* 2 x 256 doubles */
         PG_TRY(pg_batchnorm_stats_acc(c, r, 256, C0_T4, (double *)(A + 4712448), (double *)(A + 4714496)));
-        if (io->mb == 3)
+        if (io->mb == 3) { /* the sums over every replica's rows, then the update */
+            PG_TRY(pg_batchnorm_stats_reduce(c, 256, (double *)(A + 4712448), (double *)(A + 4714496)));
             PG_TRY(pg_batchnorm_running_update(c, 64, 256, 0.1f, (const double *)(A + 4712448), (const double *)(A + 4714496), P10_A_0_BN_RUNNING_MEAN, P11_A_0_BN_RUNNING_VAR));
+        }
     }
     /* a.0.relu0: relu [r, 256] -> [r, 256] */
     PG_TRY(pg_relu_fwd(c, r * 256, C0_T5, C0_T6));
@@ -149,8 +153,10 @@ static int fwd_body_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
         if (io->mb == 0)
             PG_TRY(pg_zero(c, (float *)(A + 4716544), 1024)); /* 2 x 256 doubles */
         PG_TRY(pg_batchnorm_stats_acc(c, r, 256, C0_T9, (double *)(A + 4716544), (double *)(A + 4718592)));
-        if (io->mb == 3)
+        if (io->mb == 3) { /* the sums over every replica's rows, then the update */
+            PG_TRY(pg_batchnorm_stats_reduce(c, 256, (double *)(A + 4716544), (double *)(A + 4718592)));
             PG_TRY(pg_batchnorm_running_update(c, 64, 256, 0.1f, (const double *)(A + 4716544), (const double *)(A + 4718592), P18_A_1_BN_RUNNING_MEAN, P19_A_1_BN_RUNNING_VAR));
+        }
     }
     /* a.1.relu0: relu [r, 256] -> [r, 256] */
     PG_TRY(pg_relu_fwd(c, r * 256, C0_T10, C0_T11));

@@ -101,8 +101,10 @@ static int fwd_body_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
         if (io->mb == 0)
             PG_TRY(pg_zero(c, (float *)(A + 4788224), 1024)); /* 2 x 256 doubles */
         PG_TRY(pg_batchnorm_stats_acc(c, r, 256, C1_T1, (double *)(A + 4788224), (double *)(A + 4790272)));
-        if (io->mb == 3)
+        if (io->mb == 3) { /* the sums over every replica's rows, then the update */
+            PG_TRY(pg_batchnorm_stats_reduce(c, 256, (double *)(A + 4788224), (double *)(A + 4790272)));
             PG_TRY(pg_batchnorm_running_update(c, 64, 256, 0.1f, (const double *)(A + 4788224), (const double *)(A + 4790272), P26_B_0_BN_RUNNING_MEAN, P27_B_0_BN_RUNNING_VAR));
+        }
     }
     /* b.0.relu0: relu [r, 256] -> [r, 256] */
     PG_TRY(pg_relu_fwd(c, r * 256, C1_T2, C1_T3));
@@ -123,8 +125,10 @@ static int fwd_body_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
         if (io->mb == 0)
             PG_TRY(pg_zero(c, (float *)(A + 4792320), 1024)); /* 2 x 256 doubles */
         PG_TRY(pg_batchnorm_stats_acc(c, r, 256, C1_T6, (double *)(A + 4792320), (double *)(A + 4794368)));
-        if (io->mb == 3)
+        if (io->mb == 3) { /* the sums over every replica's rows, then the update */
+            PG_TRY(pg_batchnorm_stats_reduce(c, 256, (double *)(A + 4792320), (double *)(A + 4794368)));
             PG_TRY(pg_batchnorm_running_update(c, 64, 256, 0.1f, (const double *)(A + 4792320), (const double *)(A + 4794368), P34_B_1_BN_RUNNING_MEAN, P35_B_1_BN_RUNNING_VAR));
+        }
     }
     /* b.1.relu0: relu [r, 256] -> [r, 256] */
     PG_TRY(pg_relu_fwd(c, r * 256, C1_T7, C1_T8));

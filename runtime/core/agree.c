@@ -35,6 +35,7 @@ static const struct {
     {"--generate", AG_INT, offsetof(pg_run_opts, generate)},
     {"--prompt", AG_STR, offsetof(pg_run_opts, prompt)},
     {"--temperature", AG_REAL, offsetof(pg_run_opts, temperature)},
+    {"--dp", AG_INT, offsetof(pg_run_opts, dp)},
 };
 
 /* The accepted entries (stage 0's and every accepted peer's). */
@@ -185,7 +186,19 @@ static const char *opt_of(const char *key)
     return !strncmp(key, "file ", 5) ? key + 5 : key;
 }
 
-/* Does entry a (of stage ra) fit entry b (of stage rb)? 0, or -1 with why. */
+/* Rank k as messages name it: "stage 2", or "stage 2 of replica 1" with
+ * replicas (rank = replica x stages + stage). */
+static const char *who(const pg_run *r, int rank, char *b, size_t bl)
+{
+    int P = r->d->nstages;
+    if (r->replicas > 1)
+        snprintf(b, bl, "stage %d of replica %d", rank % P, rank / P);
+    else
+        snprintf(b, bl, "stage %d", rank);
+    return b;
+}
+
+/* Does entry a (of rank ra) fit entry b (of rank rb)? 0, or -1 with why. */
 static int fits(const pg_run *r, const char *ka, const char *va, int ra, const char *kb, const char *vb, int rb,
                 char *why, size_t wl)
 {
@@ -193,11 +206,12 @@ static int fits(const pg_run *r, const char *ka, const char *va, int ra, const c
         if (!strcmp(ka, kb) || !strcmp(va, vb))
             return 0;
         int in_a = !strcmp(ka, "samples inputs");
+        char na[48], nb[48];
         snprintf(why, wl,
-                 "--data %s holds %s samples (stage %d) but --targets %s holds %s (stage %d): inputs and targets must "
+                 "--data %s holds %s samples (%s) but --targets %s holds %s (%s): inputs and targets must "
                  "pair one to one (give files with the same number of samples)",
-                 r->opt.data ? r->opt.data : "?", in_a ? va : vb, in_a ? ra : rb, r->opt.targets ? r->opt.targets : "?",
-                 in_a ? vb : va, in_a ? rb : ra);
+                 r->opt.data ? r->opt.data : "?", in_a ? va : vb, who(r, in_a ? ra : rb, na, sizeof na),
+                 r->opt.targets ? r->opt.targets : "?", in_a ? vb : va, who(r, in_a ? rb : ra, nb, sizeof nb));
         return -1;
     }
     if (strcmp(ka, kb) || !strcmp(va, vb))
@@ -207,10 +221,13 @@ static int fits(const pg_run *r, const char *ka, const char *va, int ra, const c
         char ha[32] = "?", hb[32] = "?";
         sscanf(va, "%llu %31s", &ba, ha);
         sscanf(vb, "%llu %31s", &bb, hb);
+        char na[48], nb[48];
+        who(r, ra, na, sizeof na);
+        who(r, rb, nb, sizeof nb);
         snprintf(why, wl,
-                 "stage %d and stage %d read different files as %s (%llu bytes, hash %s on stage %d; %llu bytes, "
-                 "hash %s on stage %d): give every stage the same file",
-                 ra, rb, opt_of(ka), ba, ha, ra, bb, hb, rb);
+                 "%s and %s read different files as %s (%llu bytes, hash %s on %s; %llu bytes, "
+                 "hash %s on %s): give every stage the same file",
+                 na, nb, opt_of(ka), ba, ha, na, bb, hb, nb);
         return -1;
     }
     int flag = 0;
@@ -221,7 +238,9 @@ static int fits(const pg_run *r, const char *ka, const char *va, int ra, const c
     else snprintf(wa, sizeof wa, "without %s", ka);
     if (vb[0]) snprintf(wb, sizeof wb, "with %s%s%s", kb, flag ? "" : " ", flag ? "" : vb);
     else snprintf(wb, sizeof wb, "without %s", kb);
-    snprintf(why, wl, "stage %d was started %s but stage %d %s: give every stage the same %s", ra, wa, rb, wb, ka);
+    char na[48], nb[48];
+    snprintf(why, wl, "%s was started %s but %s %s: give every stage the same %s", who(r, ra, na, sizeof na), wa,
+             who(r, rb, nb, sizeof nb), wb, ka);
     return -1;
 }
 
@@ -250,7 +269,8 @@ int pg_agree_check(void *arg, int rank, const char *text, size_t len, char *why,
     while ((e = next_entry(text, len, &pos, &k, &v)) == 0)
         if (add(&mine, k, v, rank)) { free(k); free(v); e = -1; break; }
     if (e < 0) {
-        snprintf(why, whylen, "stage %d sent a malformed list of its options (another pipegen version?)", rank);
+        char nb[48];
+        snprintf(why, whylen, "%s sent a malformed list of its options (another pipegen version?)", who(r, rank, nb, sizeof nb));
         rc = -1;
     }
     for (int i = 0; i < mine.n && !rc; i++)

@@ -184,13 +184,9 @@ static int step_run(const char *dir, int64_t step, char *run, size_t rl)
     return 1;
 }
 
-/* The data-parallel replicas of this run (identical copies of the pipeline,
- * one of which writes the checkpoint): 1 until runs have replicas. */
-static int run_replicas(const pg_run *r)
-{
-    (void)r;
-    return 1;
-}
+/* The data-parallel replicas of this run (identical copies of the pipeline;
+ * replica 0 writes the checkpoint). */
+static int run_replicas(const pg_run *r) { return r->replicas > 0 ? r->replicas : 1; }
 
 /* ---- the model identity ------------------------------------------------------
  * What must agree between the run that wrote a checkpoint and the run that

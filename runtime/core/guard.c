@@ -51,11 +51,12 @@ int pg_guard_memory(const pg_stage_desc *d, char *err, size_t errlen)
 
 /* ---- open files ------------------------------------------------------------ */
 
-int pg_guard_files(const pg_stage_desc *d, char *err, size_t errlen)
+int pg_guard_files(const pg_stage_desc *d, int world, char *err, size_t errlen)
 {
-    /* a link to every other stage, two listening sockets during the
-     * rendezvous, data files, a checkpoint, stdio and the launcher's socket */
-    rlim_t need = (rlim_t)d->nstages + 24;
+    /* a link to every other process (every stage of every replica), two
+     * listening sockets during the rendezvous, data files, a checkpoint,
+     * stdio and the launcher's socket */
+    rlim_t need = (rlim_t)(world > d->nstages ? world : d->nstages) + 24;
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need)
         return 0;
@@ -159,11 +160,16 @@ static uint32_t local_findings(pg_run *r, int64_t step, char *what, size_t wl)
     what[0] = 0;
     for (int mb = 0; d->has_loss && mb < d->nmb; mb++)
         if (!isfinite(r->loss[mb])) {
-            snprintf(what, wl, "the loss of step %" PRId64 " is not finite (%g in micro-batch %d)", step + 1,
-                     r->loss[mb], mb);
+            snprintf(what, wl, "the loss of step %" PRId64 " is not finite (%g in micro-batch %d%s)", step + 1,
+                     r->loss[mb], mb, r->replicas > 1 ? " of this replica" : "");
             f |= V_LOSS;
             break;
         }
+    if (d->has_loss && !f && !isfinite(r->loss_global)) { /* another replica's rows (dp.c) */
+        snprintf(what, wl, "the loss of step %" PRId64 " is not finite (%g over the %d replicas)", step + 1,
+                 r->loss_global, r->replicas);
+        f |= V_LOSS;
+    }
     for (int i = 0; i < d->nparams; i++) {
         const pg_param_desc *p = &d->params[i];
         if (p->is_buffer || p->owner != d->stage)
@@ -272,25 +278,41 @@ int pg_guard_stop_agree(pg_run *r, int64_t step, int *sig)
     uint64_t mine = (uint64_t)sigstate.caught, all = mine;
     uint32_t up = PG_TAG(PG_TAG_STOP, 0, 0), down = PG_TAG(PG_TAG_STOP, 0, 1);
     pg_net_status st = PG_NET_OK;
-    int peer = 0;
+    int base = r->replica * d->nstages, peer = base; /* ranks, for the message */
     if (d->stage != 0) {
         if ((st = pg_net_send(r->net, 0, up, &mine, sizeof mine)) == PG_NET_OK)
             st = pg_net_recv(r->net, 0, down, &all, sizeof all, r->opt.timeout_s);
     } else {
         for (int k = 1; k < d->nstages && !st; k++) {
             uint64_t v;
-            peer = k;
+            peer = base + k;
             if (!(st = pg_net_recv(r->net, k, up, &v, sizeof v, r->opt.timeout_s)) && v && !all)
                 all = v;
         }
+        /* replicas: replica 0's stage 0 decides for every replica, so all stop after the same step */
+        for (int q = 1; q < r->replicas && r->replica == 0 && !st; q++) {
+            uint64_t v;
+            peer = q * d->nstages;
+            if (!(st = pg_net_recv_rank(r->net, peer, up, &v, sizeof v, r->opt.timeout_s)) && v && !all)
+                all = v;
+        }
+        for (int q = 1; q < r->replicas && r->replica == 0 && !st; q++) {
+            peer = q * d->nstages;
+            st = pg_net_send_rank(r->net, peer, down, &all, sizeof all);
+        }
+        if (r->replica > 0 && !st) {
+            peer = 0;
+            if ((st = pg_net_send_rank(r->net, 0, up, &all, sizeof all)) == PG_NET_OK)
+                st = pg_net_recv_rank(r->net, 0, down, &all, sizeof all, r->opt.timeout_s);
+        }
         for (int k = 1; k < d->nstages && !st; k++) {
-            peer = k;
+            peer = base + k;
             st = pg_net_send(r->net, k, down, &all, sizeof all);
         }
     }
     if (st) {
-        fprintf(stderr, "stage %d: after step %" PRId64 ": the stop exchange with stage %d failed: %s\n", d->stage,
-                step, peer, pg_net_error(r->net));
+        fprintf(stderr, "stage %d: after step %" PRId64 ": the stop exchange with %s %d failed: %s\n", d->stage,
+                step, r->replicas > 1 ? "rank" : "stage", peer, pg_net_error(r->net));
         return 1;
     }
     *sig = (int)all;

@@ -18,9 +18,9 @@ enum { PG_VERDICT_OK = 0, PG_VERDICT_SKIP = 1, PG_VERDICT_STOP = 2 };
 int pg_guard_memory(const pg_stage_desc *d, char *err, size_t errlen);
 
 /* 0 when RLIMIT_NOFILE (ulimit -n) leaves room for the connections and files
- * a stage needs (raising the soft limit up to the hard one if it must); -1
- * with both numbers in err. */
-int pg_guard_files(const pg_stage_desc *d, char *err, size_t errlen);
+ * a stage needs in a world of `world` processes (raising the soft limit up to
+ * the hard one if it must); -1 with both numbers in err. */
+int pg_guard_files(const pg_stage_desc *d, int world, char *err, size_t errlen);
 
 /* 0 when every i32 id of f is in [0, vocab); -1 naming the first bad sample. */
 int pg_guard_ids(const pg_datafile *f, int64_t vocab, const char *path, const char *what, const char *limit,

@@ -69,6 +69,9 @@ static void usage(FILE *o, const pg_stage_desc *d)
             "                  `pipegen plan/gen --balance FILE` read\n"
             "  --trace-steps N the last N steps are traced/profiled (default 10)\n"
             "                  (give every stage the same --trace/--profile/--trace-steps)\n"
+            "  --dp D          D data-parallel replicas of the pipeline (default: the world size /\n"
+            "                  the stage count); rank = replica x stages + stage; each replica\n"
+            "                  trains on its contiguous batch / D rows of every step\n"
             "  --no-graph      CUDA runtime: run every op eagerly instead of replaying each\n"
             "                  step's compute as CUDA graphs (same results; no effect on the CPU)\n"
             "  --help          this text\n"
@@ -167,7 +170,8 @@ static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts
         }
         int takes = !strcmp(a, "--steps") || !strcmp(a, "--log-every") || !strcmp(a, "--data") ||
                     !strcmp(a, "--targets") || !strcmp(a, "--save") || !strcmp(a, "--save-grads") || !strcmp(a, "--threads") || !strcmp(a, "--timeout") ||
-                    !strcmp(a, "--load") || !strcmp(a, "--generate") || !strcmp(a, "--prompt") || !strcmp(a, "--temperature");
+                    !strcmp(a, "--load") || !strcmp(a, "--generate") || !strcmp(a, "--prompt") || !strcmp(a, "--temperature") ||
+                    !strcmp(a, "--dp");
         if (!takes) {
             fprintf(stderr, "stage %d: unknown option '%s' (see --help)\n", d->stage, a);
             return 2;
@@ -214,6 +218,7 @@ static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts
             }
             if (!strcmp(a, "--steps")) o->steps = n;
             else if (!strcmp(a, "--log-every")) o->log_every = n;
+            else if (!strcmp(a, "--dp")) o->dp = n;
             else o->threads = n > 1024 ? 1024 : (int)n;
         }
     }
@@ -404,11 +409,8 @@ static int run(pg_run *r)
                 d->stage, d->model, d->nstages, d->stage, d->nstages);
         return 1;
     }
-    if (l.world != d->nstages || l.rank != d->stage) {
-        fprintf(stderr, "stage %d of model %s (%d stages) was started as rank %d of %d (%s): start stage k as rank k of %d\n",
-                d->stage, d->model, d->nstages, l.rank, l.world, l.source ? l.source : "environment", d->nstages);
+    if (pg_dp_layout(r, &l)) /* replica and rows from rank and world (dp.c) */
         return 1;
-    }
     char why[128];
     int threads = pg_launch_threads(&l, r->opt.threads, why, sizeof why, err, sizeof err);
     if (threads < 0) {
@@ -418,7 +420,7 @@ static int run(pg_run *r)
     r->opt.threads = threads;
     pg_launch_describe(&l, threads, why, err, sizeof err);
     fprintf(stderr, "stage %d: %s\n", d->stage, err);
-    if (pg_guard_files(d, err, sizeof err)) { /* ulimit -n: the links and files this stage needs */
+    if (pg_guard_files(d, l.world, err, sizeof err)) { /* ulimit -n: the links and files this stage needs */
         fprintf(stderr, "%s\n", err);
         return 1;
     }
@@ -489,11 +491,14 @@ static int run(pg_run *r)
     }
     if (pg_trace_init(r)) /* --trace / --profile: the event ring, before any step */
         return 1;
-    size_t *sb = calloc((size_t)d->nstages, sizeof *sb);
+    size_t *sb = calloc((size_t)l.world, sizeof *sb);
     if (!sb)
         return 1;
-    for (int k = 0; k < d->nstages; k++)
-        sb[k] = (size_t)d->send_bytes[k];
+    for (int k = 0; k < d->nstages; k++) /* this replica's stages, then the same stage of the other replicas */
+        sb[r->replica * d->nstages + k] = (size_t)d->send_bytes[k];
+    for (int q = 0; q < r->replicas; q++)
+        if (q != r->replica)
+            sb[q * d->nstages + d->stage] = pg_dp_link_bytes(r);
     pg_net_config cfg = {.model = d->model, .plan_hash = d->plan_hash, .stage = d->stage, .send_buf_bytes = sb,
                          .connect_timeout_s = r->opt.connect_timeout_s, .run_id = l.run_id, .agree = r->agree,
                          .agree_len = r->agree_len, .agree_check = pg_agree_check, .agree_arg = r};
@@ -503,15 +508,19 @@ static int run(pg_run *r)
         fprintf(stderr, "stage %d: %s\n", d->stage, err);
         return 1;
     }
+    if (r->replica > 0) { /* replica 0 writes the trace and profile; the replicas run the same actions */
+        r->tracing = 0;
+        r->opt.trace = r->opt.profile = NULL;
+    }
     int64_t start = 0;
-    if (pg_guard_init(r))
+    if (pg_guard_init(r) || pg_dp_init(r))
         return 1;
     int rs = r->opt.resume ? pg_ckpt_resume(r, &start) : 0;
     if (rs)
         return rs;
     if (pg_trace_sync(r))
         return 1;
-    int last = d->has_loss;
+    int last = d->has_loss && r->replica == 0; /* replica 0 reports the loss of the whole batch */
     double samples_s = 0.0;
     for (int64_t s = start; s < r->opt.steps; s++) {
         double t0 = pg_run_now(), loss = 0.0;
@@ -534,7 +543,7 @@ static int run(pg_run *r)
         int sig = 0; /* --save-on-exit: every stage stops after the same step */
         if (r->opt.save_on_exit && pg_guard_stop_agree(r, s + 1, &sig))
             return 1;
-        if (r->opt.ckpt_dir && (sig || s + 1 == r->opt.steps || (r->opt.save_every && (s + 1) % r->opt.save_every == 0))) {
+        if (r->opt.ckpt_dir && r->replica == 0 && (sig || s + 1 == r->opt.steps || (r->opt.save_every && (s + 1) % r->opt.save_every == 0))) {
             pg_io_protect_begin(); /* a signal waits until every stage's part is written */
             int bad = pg_ckpt_save(r, s + 1);
             pg_io_protect_end();
@@ -549,8 +558,8 @@ static int run(pg_run *r)
     /* The user's files, the weights first: whatever fails later cannot lose
      * them, and a signal (piperun stopping the run) waits until they are written. */
     pg_io_protect_begin();
-    int bad = (r->opt.save && save_params(r, r->opt.steps, r->opt.save, 0)) ||
-              (r->opt.save_grads && save_params(r, r->opt.steps, r->opt.save_grads, 1)) ||
+    int bad = (r->replica == 0 && r->opt.save && save_params(r, r->opt.steps, r->opt.save, 0)) ||
+              (r->replica == 0 && r->opt.save_grads && save_params(r, r->opt.steps, r->opt.save_grads, 1)) ||
               pg_trace_finish(r); /* every stage: the trace and profile gathered on stage 0 */
     pg_io_protect_end();
     if (bad)
@@ -562,14 +571,17 @@ static int run(pg_run *r)
         fprintf(stderr, "stage %d: flushing the last messages failed: %s\n", d->stage, pg_net_error(r->net));
         return 1;
     }
-    if (r->opt.steps > 1 && r->wall_s > 0) {
+    if (r->opt.steps > 1 && r->wall_s > 0 && r->replica == 0) {
         printf("stage %d: bubble %.1f%% (compute %.3f s of %.3f s over steps 2..%" PRId64 ")\n", d->stage,
                100.0 * (1.0 - r->compute_s / r->wall_s), r->compute_s, r->wall_s, r->opt.steps);
         samples_s = (double)d->train.batch * (double)(r->opt.steps - 1) / r->wall_s;
         if (last)
             printf("throughput: %.1f samples/s (mean over steps 2..%" PRId64 ")\n", samples_s, r->opt.steps);
     }
-    pg_backend_report(r->ctx, d->stage, d->arena_bytes, stdout);
+    if (r->replica == 0) {
+        pg_dp_report(r);
+        pg_backend_report(r->ctx, d->stage, d->arena_bytes, stdout);
+    }
     return 0;
 }
 
@@ -624,6 +636,9 @@ int main(int argc, char **argv)
     free(r.loss);
     free(r.norms);
     free(r.norm_in);
+    free(r.mb_rows);
+    free(r.mb_first);
+    pg_dp_free(&r);
     free(r.synth_in);
     free(r.synth_tg);
     free(r.tr_ev);

@@ -66,6 +66,7 @@ typedef struct peer {
 
 struct pg_net {
     int rank, world;
+    int P, base;            /* stages per replica; rank of this replica's stage 0 (rank = replica x P + stage) */
     peer *p;                /* [world] */
     int lost;               /* a link ended (pg_net_peer_lost) */
     char err[512];
@@ -479,6 +480,16 @@ static const char *id_text(const char *id)
 /* One complete hello at the master: accept it, refuse the peer alone, or (a
  * peer of this very run, authenticated by its run id, that does not fit) fail
  * the run. */
+/* A peer as messages name it: "stage 2", or "stage 2 of replica 1" with replicas. */
+static const char *pname(const pg_net *n, int rank, char *b, size_t bl)
+{
+    if (n->P >= n->world || rank < 0)
+        snprintf(b, bl, "stage %d", rank);
+    else
+        snprintf(b, bl, "stage %d of replica %d", rank % n->P, rank / n->P);
+    return b;
+}
+
 static int hello_done(void *arg, int fd, const char *addr, const unsigned char *b, size_t len)
 {
     master_ctx *m = arg;
@@ -486,7 +497,7 @@ static int hello_done(void *arg, int fd, const char *addr, const unsigned char *
     pg_net *n = m->n;
     int world = n->world;
     const char *mine = cfg->run_id ? cfg->run_id : "";
-    char reason[600] = "";
+    char reason[600] = "", nb[48];
     hello h;
     memset(&h, 0, sizeof h);
     if (len >= 8 && pg_get32(b + 4) != PROTO_VERSION) {
@@ -523,19 +534,20 @@ static int hello_done(void *arg, int fd, const char *addr, const unsigned char *
         seterr(reason, sizeof reason, "a process claims stage %u but stage 0 is the master of a world of %d",
                h.rank, world);
     else if (n->p[h.rank].fd >= 0)
-        seterr(reason, sizeof reason, "two processes claim stage %u (duplicate rank): check PIPE_RANK of each", h.rank);
+        seterr(reason, sizeof reason, "two processes claim %s (duplicate rank): check PIPE_RANK of each",
+               pname(n, (int)h.rank, nb, sizeof nb));
     else if (strcmp(h.model, cfg->model ? cfg->model : "") != 0)
         seterr(reason, sizeof reason,
-               "stage %u was built from another model (model '%s', expected '%s'): rebuild all stages from the same pipegen output",
-               h.rank, h.model, cfg->model ? cfg->model : "");
+               "%s was built from another model (model '%s', expected '%s'): rebuild all stages from the same pipegen output",
+               pname(n, (int)h.rank, nb, sizeof nb), h.model, cfg->model ? cfg->model : "");
     else if (h.hash != cfg->plan_hash)
         seterr(reason, sizeof reason,
-               "stage %u was built from another model or plan (hash %016llx, expected %016llx): rebuild all stages from the same pipegen output",
-               h.rank, (unsigned long long)h.hash, (unsigned long long)cfg->plan_hash);
+               "%s was built from another model or plan (hash %016llx, expected %016llx): rebuild all stages from the same pipegen output",
+               pname(n, (int)h.rank, nb, sizeof nb), (unsigned long long)h.hash, (unsigned long long)cfg->plan_hash);
     else if (cfg->agree_check &&
              cfg->agree_check(cfg->agree_arg, (int)h.rank, h.agree, h.agree_len, reason, sizeof reason) != 0 &&
              !reason[0])
-        seterr(reason, sizeof reason, "stage %u does not agree with stage 0", h.rank);
+        seterr(reason, sizeof reason, "%s does not agree with stage 0", pname(n, (int)h.rank, nb, sizeof nb));
     if (reason[0]) {
         send_reply_refused(fd, reason);
         close(fd);
@@ -830,9 +842,11 @@ pg_net *pg_net_init(const pg_launch *l, const pg_net_config *cfg, char *err, siz
         seterr(err, errlen, "rank %d of a world of %d: the rank must be in 0..world-1", l->rank, l->world);
         return NULL;
     }
-    if (cfg->stage != l->rank) {
-        seterr(err, errlen, "this binary is stage %d but was launched as rank %d (%s): start stage<k> with rank k",
-               cfg->stage, l->rank, l->source ? l->source : "environment");
+    int D = l->replicas > 0 ? l->replicas : 1, P = l->world / D;
+    if (P < 1 || P * D != l->world || cfg->stage != l->rank % P) {
+        seterr(err, errlen, "this binary is stage %d but was launched as rank %d (%s) of %d replica%s: start stage<k> "
+               "with rank replica x %d + k", cfg->stage, l->rank, l->source ? l->source : "environment", D,
+               D == 1 ? "" : "s", P);
         return NULL;
     }
     pg_net *n = calloc(1, sizeof *n);
@@ -843,6 +857,8 @@ pg_net *pg_net_init(const pg_launch *l, const pg_net_config *cfg, char *err, siz
     }
     n->rank = l->rank;
     n->world = l->world;
+    n->P = P;
+    n->base = l->rank - l->rank % P;
     for (int i = 0; i < n->world; i++) n->p[i].fd = -1;
     catch_cont();
     if (n->world > 1) {
@@ -878,8 +894,9 @@ fail:
 
 static int bad_peer(pg_net *n, int peer_, const char *what)
 {
+    char nb[48];
     if (peer_ < 0 || peer_ >= n->world || n->p[peer_].fd < 0 || !n->p[peer_].thr_started) {
-        seterr(n->err, sizeof n->err, "%s stage %d: no such link (world %d)", what, peer_, n->world);
+        seterr(n->err, sizeof n->err, "%s %s: no such link (world %d)", what, pname(n, peer_, nb, sizeof nb), n->world);
         return 1;
     }
     return 0;
@@ -887,21 +904,22 @@ static int bad_peer(pg_net *n, int peer_, const char *what)
 
 static pg_net_status dead_status(pg_net *n, int i, int e)
 {
+    char nb[48];
     n->lost = 1;
     if (e == ETIMEDOUT || e == EHOSTUNREACH || e == ENETUNREACH) {
         seterr(n->err, sizeof n->err,
-               "lost the connection to stage %d: %s (its host is down or the network between us is cut)", i,
+               "lost the connection to %s: %s (its host is down or the network between us is cut)", pname(n, i, nb, sizeof nb),
                strerror(e));
         return PG_NET_CLOSED;
     }
     if (e == EPIPE || e == ECONNRESET || e == 0)
-        seterr(n->err, sizeof n->err, "stage %d closed its connection (it exited or was killed)", i);
+        seterr(n->err, sizeof n->err, "%s closed its connection (it exited or was killed)", pname(n, i, nb, sizeof nb));
     else
-        seterr(n->err, sizeof n->err, "sending to stage %d failed: %s", i, strerror(e));
+        seterr(n->err, sizeof n->err, "sending to %s failed: %s", pname(n, i, nb, sizeof nb), strerror(e));
     return e == EPIPE || e == ECONNRESET || e == 0 ? PG_NET_CLOSED : PG_NET_ERROR;
 }
 
-pg_net_status pg_net_send(pg_net *n, int to, uint32_t tag, const void *buf, size_t bytes)
+pg_net_status pg_net_send_rank(pg_net *n, int to, uint32_t tag, const void *buf, size_t bytes)
 {
     if (bad_peer(n, to, "send to")) return PG_NET_ERROR;
     peer *p = &n->p[to];
@@ -937,17 +955,18 @@ pg_net_status pg_net_send(pg_net *n, int to, uint32_t tag, const void *buf, size
     return PG_NET_OK;
 }
 
-pg_net_status pg_net_recv(pg_net *n, int from, uint32_t tag, void *buf, size_t bytes, double timeout_s)
+pg_net_status pg_net_recv_rank(pg_net *n, int from, uint32_t tag, void *buf, size_t bytes, double timeout_s)
 {
+    char nb[48];
     if (bad_peer(n, from, "receive from")) return PG_NET_ERROR;
     peer *p = &n->p[from];
     if (p->rx_closed) {
         n->lost = 1;
-        seterr(n->err, sizeof n->err, "stage %d closed its connection (it exited or was killed)", from);
+        seterr(n->err, sizeof n->err, "%s closed its connection (it exited or was killed)", pname(n, from, nb, sizeof nb));
         return PG_NET_CLOSED;
     }
     if (p->rx_broken) {
-        seterr(n->err, sizeof n->err, "the link from stage %d is out of step after an earlier mismatch", from);
+        seterr(n->err, sizeof n->err, "the link from %s is out of step after an earlier mismatch", pname(n, from, nb, sizeof nb));
         return PG_NET_MISMATCH;
     }
     double deadline = now_s() + timeout_s;
@@ -961,13 +980,13 @@ again:
             uint64_t b = pg_get64(p->rx_hdr + 8);
             if (m != MSG_MAGIC) {
                 p->rx_broken = 1;
-                seterr(n->err, sizeof n->err, "garbage on the link from stage %d (bad message magic)", from);
+                seterr(n->err, sizeof n->err, "garbage on the link from %s (bad message magic)", pname(n, from, nb, sizeof nb));
                 return PG_NET_MISMATCH;
             }
             if (t != tag || b != (uint64_t)bytes) {
                 p->rx_broken = 1;
-                seterr(n->err, sizeof n->err, "expected tag %u (%zu bytes) from stage %d but received tag %u (%llu bytes)",
-                       tag, bytes, from, t, (unsigned long long)b);
+                seterr(n->err, sizeof n->err, "expected tag %u (%zu bytes) from %s but received tag %u (%llu bytes)",
+                       tag, bytes, pname(n, from, nb, sizeof nb), t, (unsigned long long)b);
                 return PG_NET_MISMATCH;
             }
             p->rx_got = 0;
@@ -986,7 +1005,7 @@ again:
         goto again;
     }
     if (r == -3) {
-        seterr(n->err, sizeof n->err, "no message from stage %d within %g s (expected tag %u, %zu bytes)", from,
+        seterr(n->err, sizeof n->err, "no message from %s within %g s (expected tag %u, %zu bytes)", pname(n, from, nb, sizeof nb),
                timeout_s, tag, bytes);
         return PG_NET_TIMEOUT;
     }
@@ -994,22 +1013,36 @@ again:
         p->rx_closed = 1;
         n->lost = 1;
         seterr(n->err, sizeof n->err,
-               "lost the connection to stage %d: %s (its host is down or the network between us is cut)", from,
+               "lost the connection to %s: %s (its host is down or the network between us is cut)", pname(n, from, nb, sizeof nb),
                strerror(errno));
         return PG_NET_CLOSED;
     }
     if (r == -2 || errno == ECONNRESET || errno == EPIPE) {
         p->rx_closed = 1;
         n->lost = 1;
-        seterr(n->err, sizeof n->err, "stage %d closed its connection (it exited or was killed)", from);
+        seterr(n->err, sizeof n->err, "%s closed its connection (it exited or was killed)", pname(n, from, nb, sizeof nb));
         return PG_NET_CLOSED;
     }
-    seterr(n->err, sizeof n->err, "receiving from stage %d failed: %s", from, strerror(errno));
+    seterr(n->err, sizeof n->err, "receiving from %s failed: %s", pname(n, from, nb, sizeof nb), strerror(errno));
     return PG_NET_ERROR;
+}
+
+/* Stage-addressed: a stage of this process's own replica. */
+static int stage_rank(const pg_net *n, int stage) { return stage >= 0 && stage < n->P ? n->base + stage : -1; }
+
+pg_net_status pg_net_send(pg_net *n, int to, uint32_t tag, const void *buf, size_t bytes)
+{
+    return pg_net_send_rank(n, stage_rank(n, to), tag, buf, bytes);
+}
+
+pg_net_status pg_net_recv(pg_net *n, int from, uint32_t tag, void *buf, size_t bytes, double timeout_s)
+{
+    return pg_net_recv_rank(n, stage_rank(n, from), tag, buf, bytes, timeout_s);
 }
 
 pg_net_status pg_net_flush(pg_net *n, double timeout_s)
 {
+    char nb[48];
     double deadline = now_s() + timeout_s;
     for (int i = 0; i < n->world; i++) {
         peer *p = &n->p[i];
@@ -1020,8 +1053,8 @@ pg_net_status pg_net_flush(pg_net *n, double timeout_s)
             if (left <= 0) {
                 size_t u = p->used;
                 pthread_mutex_unlock(&p->mu);
-                seterr(n->err, sizeof n->err, "%zu bytes to stage %d still unsent after %g s",
-                       u, i, timeout_s);
+                seterr(n->err, sizeof n->err, "%zu bytes to %s still unsent after %g s",
+                       u, pname(n, i, nb, sizeof nb), timeout_s);
                 return PG_NET_TIMEOUT;
             }
             struct timespec ts;
@@ -1046,8 +1079,9 @@ const char *pg_net_error(const pg_net *n)
 
 /* The kernel's view of the connection: anything but ESTABLISHED means the
  * peer sent its FIN (CLOSE_WAIT) or the link was reset, whatever is unread. */
-int pg_net_peer_gone(pg_net *n, int peer_)
+int pg_net_peer_gone(pg_net *n, int stage)
 {
+    int peer_ = n ? stage_rank(n, stage) : -1;
     if (!n || peer_ < 0 || peer_ >= n->world || n->p[peer_].fd < 0)
         return 1;
     peer *p = &n->p[peer_];

@@ -86,8 +86,9 @@ typedef struct pg_net pg_net;
 typedef struct pg_net_config {
     const char *model;        /* model name, compared at rendezvous */
     uint64_t plan_hash;       /* hash of model + plan: peers must agree */
-    int stage;                /* must equal launch rank */
-    const size_t *send_buf_bytes; /* [world]: one step's bytes to each peer (0: no link needed) */
+    int stage;                /* must equal the launch rank mod P, rank = replica x P + stage
+                                 (P = world / l->replicas) */
+    const size_t *send_buf_bytes; /* [world], by rank: one step's bytes to each peer (0: no link needed) */
     double connect_timeout_s; /* how long to keep retrying the master (back-off) */
     const char *run_id;       /* pg_launch.run_id: every hello carries it (NULL: "") */
     /* What the stages must agree on (options, data files): an opaque text
@@ -112,6 +113,11 @@ typedef struct pg_net_config {
 pg_net *pg_net_init(const pg_launch *l, const pg_net_config *cfg, char *errbuf, size_t errlen);
 pg_net_status pg_net_send(pg_net *n, int peer, uint32_t tag, const void *buf, size_t bytes);
 pg_net_status pg_net_recv(pg_net *n, int peer, uint32_t tag, void *buf, size_t bytes, double timeout_s);
+/* The same between any two ranks (rank = replica x P + stage): pg_net_send and
+ * pg_net_recv name a stage of this process's own replica, these a rank, for
+ * the exchanges between replicas (runtime/core/dp.c). Host memory only. */
+pg_net_status pg_net_send_rank(pg_net *n, int rank, uint32_t tag, const void *buf, size_t bytes);
+pg_net_status pg_net_recv_rank(pg_net *n, int rank, uint32_t tag, void *buf, size_t bytes, double timeout_s);
 /* Wait until every queued send has been written to its socket. */
 pg_net_status pg_net_flush(pg_net *n, double timeout_s);
 const char *pg_net_error(const pg_net *n);

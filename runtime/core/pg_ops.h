@@ -153,6 +153,15 @@ int pg_batchnorm_eval_fwd(pg_ctx *c, int64_t n, int64_t C, float eps, const floa
 int pg_batchnorm_stats_acc(pg_ctx *c, int64_t n, int64_t C, const float *x, double *sum, double *sumsq);
 int pg_batchnorm_running_update(pg_ctx *c, int64_t total_n, int64_t C, float momentum,
                                 const double *sum, const double *sumsq, float *run_mean, float *run_var);
+/* Data-parallel replicas (runtime/core/dp.c): deferred batch norm calls this
+ * just before its running update, and the stats hook (when one is set) sums
+ * sum[C] and sumsq[C] over the replicas in place, so the running statistics
+ * are the whole global batch's. With a hook set, a running update that did
+ * not follow this call (batch norm without `deferred`, whose statistics
+ * would differ between the replicas) fails. No hook: nothing happens. */
+typedef int (*pg_stats_reduce_fn)(void *arg, double *sum, double *sumsq, int64_t C);
+int pg_backend_set_stats_reduce(pg_ctx *c, pg_stats_reduce_fn fn, void *arg);
+int pg_batchnorm_stats_reduce(pg_ctx *c, int64_t C, double *sum, double *sumsq);
 
 /* ---- embeddings ----------------------------------------------------------- */
 /* y[n,d] = table[ids[i]]; ids checked < vocab (error names the bad id). */

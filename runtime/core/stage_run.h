@@ -33,6 +33,7 @@ typedef struct pg_run_opts {
     const char *profile;      /* --profile FILE: measured per-layer times, the --balance format */
     int64_t trace_steps;      /* --trace-steps N: the last N steps are kept (default 10) */
     int no_graph;             /* --no-graph: CUDA runtime, every op eagerly (pg_step_info.graphs) */
+    int64_t dp;               /* --dp D: data-parallel replicas (0: not given, world / stages) */
 } pg_run_opts;
 
 /* One traced action (or, action -1, a whole step) of this stage; also the
@@ -76,6 +77,15 @@ typedef struct pg_run {
     char ck_run[80];          /* the checkpoint run this run writes (checkpoint.c): kept across resumes */
     int ck_replace;           /* --replace-checkpoints in effect: step directories this run did not write go */
     int64_t ck_first;         /* the first step this run checkpointed (-1: none yet) */
+    /* Data-parallel replicas (dp.c): rank = replica x nstages + stage. This
+     * replica's rows of every step are [row0, row0 + rows) of the global
+     * batch, its micro-batch i holds mb_rows[i] of them from global row
+     * mb_first[i] (the split of `rows` into nmb as the .pipe splits batch). */
+    int replica, replicas;
+    int64_t row0, rows;
+    int64_t *mb_rows, *mb_first;  /* [nmb] */
+    double loss_global;       /* the step's loss over every replica (the loss stage) */
+    struct pg_dp *dp;         /* the reduction's buffers (NULL with one replica) */
 } pg_run;
 
 /* Seconds on the monotonic clock (step times, traces, deadlines). */
@@ -104,6 +114,24 @@ int pg_run_load_params(pg_run *r);
 int pg_run_generate(pg_run *r);
 /* Can --generate/--prompt run on this model? 0, or -1 with the reason in err. */
 int pg_run_generate_check(const pg_run *r, char *err, size_t errlen);
+
+/* dp.c: data-parallel replicas. layout (after pg_launch_from_env): the
+ * replica and replica count from rank and world, this replica's rows; 0, or
+ * 1 after printing why the layout cannot run. link_bytes: what one step
+ * sends to the same stage of another replica (the send ring's size). init
+ * (after pg_net_init): the reduction's buffers. reduce (every stage, once per
+ * step, after the local gradient folds and before the verdict): each
+ * gradient summed over the replicas, replica 0 + 1 + ... + D-1 for every
+ * element (reduce-scatter then all-gather), and the loss stage's loss of the
+ * whole batch into loss_global (also with one replica). free: the buffers. */
+int pg_dp_layout(pg_run *r, pg_launch *l);
+size_t pg_dp_link_bytes(const pg_run *r);
+int pg_dp_init(pg_run *r);
+int pg_dp_reduce(pg_run *r, int64_t step);
+/* report (replica 0, after the last step): the bytes one reduction sends, its
+ * median time over steps 2.. and the rate, one line on stdout (bench/dp.sh). */
+void pg_dp_report(pg_run *r);
+void pg_dp_free(pg_run *r);
 
 /* Before any work (preflight.c): --generate/--prompt fit the model and every
  * file this stage will write can be written; removes temporaries of dead

@@ -25,10 +25,11 @@ static void net_fail(pg_run *r, int a, const pg_step_action *x, pg_net_status st
                 recv ? "from" : "to", x->peer, pg_net_error(r->net));
 }
 
-/* The rows of the batch of `step` from a data file, cycling. */
+/* This replica's rows [row0, row0 + rows) of the batch of `step` from a data
+ * file, cycling, each at its place in the batch. */
 typedef struct rows_job {
     const pg_datafile *f;
-    int64_t step, batch;
+    int64_t step, batch, row0, rows;
     void *dst;
 } rows_job;
 
@@ -36,7 +37,7 @@ static void copy_rows(void *arg)
 {
     const rows_job *j = arg;
     size_t rb = (size_t)j->f->sample_elems * 4;
-    for (int64_t i = 0; i < j->batch; i++) {
+    for (int64_t i = j->row0; i < j->row0 + j->rows; i++) {
         uint64_t s = ((uint64_t)j->step * (uint64_t)j->batch + (uint64_t)i) % j->f->samples;
         memcpy((char *)j->dst + (size_t)i * rb, (const char *)j->f->data + s * rb, rb);
     }
@@ -45,7 +46,7 @@ static void copy_rows(void *arg)
 /* 0, or 1 after printing that the file changed under the run (SIGBUS). */
 static int rows_from_file(const pg_run *r, const pg_datafile *f, int64_t step, void *dst)
 {
-    rows_job j = {f, step, r->d->train.batch, dst};
+    rows_job j = {f, step, r->d->train.batch, r->row0, r->rows, dst};
     char err[512];
     if (pg_data_guarded(f, copy_rows, &j, err, sizeof err) == 0)
         return 0;
@@ -101,30 +102,41 @@ int pg_run_synth_init(pg_run *r)
 static int load_batch(pg_run *r, int64_t step)
 {
     const pg_stage_desc *d = r->d;
-    int64_t B = d->train.batch, first = (step % SYNTH_BATCHES) * B;
+    int64_t B = d->train.batch, first = (step % SYNTH_BATCHES) * B + r->row0;
     if (r->tokens) /* --data is a token stream: windows at seeded offsets (tokens.c) */
         return pg_run_tokens_load(r, step);
+    /* this replica's rows only, at their places in the batch buffers */
     if (d->has_input) {
-        size_t bytes = (size_t)(B * d->input_per_sample * 4);
-        const void *src = r->host;
+        size_t at = (size_t)(r->row0 * d->input_per_sample * 4), bytes = (size_t)(r->rows * d->input_per_sample * 4);
+        const void *src = (const char *)r->host + at;
         if (r->have_in && rows_from_file(r, &r->in, step, r->host))
             return 1;
         if (!r->have_in)
             src = (const char *)r->synth_in + (size_t)(first * d->input_per_sample * 4);
-        if (pg_copy_to_dev(r->ctx, r->A + d->input_off, src, bytes))
+        if (pg_copy_to_dev(r->ctx, r->A + d->input_off + at, src, bytes))
             return 1;
     }
     if (d->has_loss) {
-        size_t bytes = (size_t)(B * d->target_per_sample * 4);
-        const void *src = r->host;
+        size_t at = (size_t)(r->row0 * d->target_per_sample * 4), bytes = (size_t)(r->rows * d->target_per_sample * 4);
+        const void *src = (const char *)r->host + at;
         if (r->have_tg && rows_from_file(r, &r->tg, step, r->host))
             return 1;
         if (!r->have_tg)
             src = (const char *)r->synth_tg + (size_t)(first * d->target_per_sample * 4);
-        if (pg_copy_to_dev(r->ctx, r->A + d->target_off, src, bytes))
+        if (pg_copy_to_dev(r->ctx, r->A + d->target_off + at, src, bytes))
             return 1;
     }
     return 0;
+}
+
+/* A message of micro-batch mb holds its rows: the table's bytes are for the
+ * .pipe's split of the batch, a replica's micro-batch holds r->mb_rows[mb]. */
+static size_t msg_bytes(const pg_run *r, const pg_step_action *x)
+{
+    const pg_stage_desc *d = r->d;
+    if (x->mb < 0 || x->mb >= d->nmb || r->mb_rows[x->mb] == d->mb_rows[x->mb])
+        return (size_t)x->bytes;
+    return (size_t)(x->bytes / d->mb_rows[x->mb] * r->mb_rows[x->mb]);
 }
 
 const pg_chunk_desc *pg_run_chunk_fns(const pg_stage_desc *d, int chunk)
@@ -436,8 +448,10 @@ static int exchange_verdict(pg_run *r, int64_t step, int *known)
 {
     if (*known)
         return 0;
-    *known = 1; /* deferred losses and sums of squares arrive first (pg_backend_fetch) */
-    return fold_local(r) || pg_backend_fetch(r->ctx) || pg_guard_verdict(r, step) || pg_backend_fetch(r->ctx);
+    *known = 1; /* deferred losses and sums of squares arrive first (pg_backend_fetch); the
+                   gradients and the loss are the whole batch's (every replica's: dp.c) first */
+    return fold_local(r) || pg_backend_fetch(r->ctx) || pg_dp_reduce(r, step) || pg_guard_verdict(r, step) ||
+           pg_backend_fetch(r->ctx);
 }
 
 int pg_run_step(pg_run *r, int64_t step, double *loss_out)
@@ -475,8 +489,8 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
                 fprintf(stderr, "stage %d: action %d names chunk %d, which this stage does not hold\n", d->stage, a, x->chunk);
                 return 1;
             }
-            pg_mb_io io = {x->mb, x->slot, d->mb_recompute[x->mb], d->mb_rows[x->mb], d->mb_first_row[x->mb], step,
-                           d->train.seed, 0.0, 0};
+            pg_mb_io io = {x->mb, x->slot, d->mb_recompute[x->mb], r->mb_rows[x->mb], r->mb_first[x->mb], step,
+                           d->train.seed, 0.0, 0}; /* this replica's rows (dp.c) */
             double t0 = pg_run_now();
             int is_loss = x->kind == PG_FWD && d->has_loss && x->chunk == d->nchunks - 1;
             rep = pg_backend_compute(r->ctx, a, is_loss ? &r->loss[x->mb] : NULL);
@@ -493,10 +507,10 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
             break;
         }
         case PG_SEND_ACT: case PG_SEND_GRAD: case PG_SEND_SKIP: case PG_SEND_SKIP_GRAD:
-            st = pg_net_send(r->net, x->peer, x->tag, r->A + x->off, (size_t)x->bytes);
+            st = pg_net_send(r->net, x->peer, x->tag, r->A + x->off, msg_bytes(r, x));
             break;
         case PG_RECV_ACT: case PG_RECV_GRAD: case PG_RECV_SKIP: case PG_RECV_SKIP_GRAD:
-            st = pg_net_recv(r->net, x->peer, x->tag, r->A + x->off, (size_t)x->bytes, r->opt.timeout_s);
+            st = pg_net_recv(r->net, x->peer, x->tag, r->A + x->off, msg_bytes(r, x), r->opt.timeout_s);
             break;
         case PG_TIE_REDUCE: case PG_TIE_SEND: case PG_TIE_RECV: case PG_TIE_GRAD_SEND: case PG_TIE_GRAD_RECV:
             if (x->kind == PG_TIE_REDUCE ? tie_reduce(r, a, x) : tie_transmit(r, a, x))
@@ -545,11 +559,7 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
         return 1;
     if (pg_sync(r->ctx) || pg_backend_step_end(r->ctx))
         return 1;
-    double sum = 0.0;
-    if (d->has_loss)
-        for (int mb = 0; mb < d->nmb; mb++)
-            sum += r->loss[mb];
-    *loss_out = sum;
+    *loss_out = r->loss_global; /* this replica's micro-batches in order, then the replicas in order (dp.c) */
     if (step > 0)
         r->compute_s += compute;
     if (r->tracing)

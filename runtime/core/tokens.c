@@ -117,9 +117,9 @@ static void copy_windows(void *arg)
 {
     const win_job *j = arg;
     const pg_stage_desc *d = j->r->d;
-    int64_t B = d->train.batch, seq = d->input_dim[0];
+    int64_t seq = d->input_dim[0];
     const int32_t *t = j->f->data;
-    for (int64_t i = 0; i < B; i++) {
+    for (int64_t i = j->r->row0; i < j->r->row0 + j->r->rows; i++) { /* this replica's rows (dp.c) */
         uint64_t o = window(d->train.seed, j->step, i, j->f->samples, seq) + (uint64_t)j->shift;
         memcpy(j->dst + i * seq, t + o, (size_t)seq * 4);
     }
@@ -139,13 +139,15 @@ static int fill_windows(const pg_run *r, const pg_datafile *f, int64_t step, int
 int pg_run_tokens_load(pg_run *r, int64_t step)
 {
     const pg_stage_desc *d = r->d;
-    size_t bytes = (size_t)(d->train.batch * d->input_dim[0]) * 4;
+    size_t at = (size_t)(r->row0 * d->input_dim[0]) * 4, bytes = (size_t)(r->rows * d->input_dim[0]) * 4;
     if (d->has_input) {
-        if (fill_windows(r, &r->in, step, 0, r->host) || pg_copy_to_dev(r->ctx, r->A + d->input_off, r->host, bytes))
+        if (fill_windows(r, &r->in, step, 0, r->host) ||
+            pg_copy_to_dev(r->ctx, r->A + d->input_off + at, (char *)r->host + at, bytes))
             return 1;
     }
     if (d->has_loss) {
-        if (fill_windows(r, &r->tg, step, 1, r->host) || pg_copy_to_dev(r->ctx, r->A + d->target_off, r->host, bytes))
+        if (fill_windows(r, &r->tg, step, 1, r->host) ||
+            pg_copy_to_dev(r->ctx, r->A + d->target_off + at, (char *)r->host + at, bytes))
             return 1;
     }
     return 0;

@@ -5,6 +5,7 @@
  * index order, in double, per block of features (no workspace needed). */
 #include <math.h>
 
+#include "cpu_ctx.h"
 #include "cpu_kernels.h"
 #include "op_args.h"
 
@@ -149,12 +150,33 @@ int pg_batchnorm_stats_acc(pg_ctx *c, int64_t n, int64_t C, const float *x, doub
     return 0;
 }
 
+int pg_backend_set_stats_reduce(pg_ctx *c, pg_stats_reduce_fn fn, void *arg)
+{
+    c->stats_fn = fn;
+    c->stats_arg = arg;
+    c->stats_reduced = 0;
+    return 0;
+}
+
+int pg_batchnorm_stats_reduce(pg_ctx *c, int64_t C, double *sum, double *sumsq)
+{
+    if (!c->stats_fn)
+        return 0;
+    if (C <= 0)
+        return PG_RT_FAIL("batchnorm_stats_reduce: need C > 0, got C=%lld", (long long)C);
+    c->stats_reduced = 1;
+    return c->stats_fn(c->stats_arg, sum, sumsq, C);
+}
+
 /* As BatchNorm1d on the whole batch: run = (1 - momentum) run + momentum stat,
  * with the unbiased variance; arithmetic in double as PyTorch's CPU kernel. */
 int pg_batchnorm_running_update(pg_ctx *c, int64_t total_n, int64_t C, float momentum,
                                 const double *sum, const double *sumsq, float *run_mean, float *run_var)
 {
-    (void)c;
+    if (c->stats_fn && !c->stats_reduced)
+        return PG_RT_FAIL("batch norm without `deferred` cannot train with data-parallel replicas: each replica "
+                          "would update its running statistics from its own rows; declare it batchnorm(deferred)");
+    c->stats_reduced = 0;
     if (total_n < 2 || C <= 0)
         return PG_RT_FAIL("batchnorm_running_update: need more than one value per feature "
                           "(batch %lld) and C > 0 (C=%lld)", (long long)total_n, (long long)C);

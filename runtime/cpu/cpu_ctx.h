@@ -9,6 +9,9 @@
 struct pg_ctx {
     int threads;            /* GEMM threads, the caller's included (>= 1) */
     pg_cpu_gemm_pool *gemm; /* gemm.c: the workers, their buffers, the kernel */
+    pg_stats_reduce_fn stats_fn; /* data-parallel replicas: batch-norm sums over the replicas (NULL: one) */
+    void *stats_arg;
+    int stats_reduced;      /* the next running update follows pg_batchnorm_stats_reduce */
 };
 
 #endif

@@ -187,6 +187,23 @@ int pg_batchnorm_stats_acc(pg_ctx *c, int64_t n, int64_t C, const float *x, doub
     return 0;
 }
 
+/* Data-parallel replicas run on the CPU runtime only so far (runtime/core/dp.c
+ * refuses them here first): no hook, and the sums stay this process's. */
+int pg_backend_set_stats_reduce(pg_ctx *c, pg_stats_reduce_fn fn, void *arg)
+{
+    (void)c;
+    (void)arg;
+    return fn ? PG_RT_FAIL("data-parallel replicas run on the CPU runtime only so far") : 0;
+}
+
+int pg_batchnorm_stats_reduce(pg_ctx *c, int64_t C, double *sum, double *sumsq)
+{
+    (void)c;
+    (void)sum;
+    (void)sumsq;
+    return C > 0 ? 0 : PG_RT_FAIL("batchnorm_stats_reduce: need C > 0, got C=%lld", (long long)C);
+}
+
 int pg_batchnorm_running_update(pg_ctx *c, int64_t total_n, int64_t C, float momentum,
                                 const double *sum, const double *sumsq, float *run_mean, float *run_var)
 {

@@ -605,6 +605,24 @@ pg_net_status pg_net_flush(pg_net *n, double timeout_s)
 
 const char *pg_net_error(const pg_net *n) { return n ? n->err : "no network"; }
 
+/* Host memory between ranks (data-parallel replicas, runtime/core/dp.c): the
+ * TCP link as it is. */
+pg_net_status pg_net_send_rank(pg_net *n, int rank, uint32_t tag, const void *buf, size_t bytes)
+{
+    pg_net_status st = pg_tcp_net_send_rank(n->tcp, rank, tag, buf, bytes);
+    if (st)
+        seterr(n->err, sizeof n->err, "%s", pg_tcp_net_error(n->tcp));
+    return st;
+}
+
+pg_net_status pg_net_recv_rank(pg_net *n, int rank, uint32_t tag, void *buf, size_t bytes, double timeout_s)
+{
+    pg_net_status st = pg_tcp_net_recv_rank(n->tcp, rank, tag, buf, bytes, timeout_s);
+    if (st)
+        seterr(n->err, sizeof n->err, "%s", pg_tcp_net_error(n->tcp));
+    return st;
+}
+
 int pg_net_peer_lost(const pg_net *n) { return n && pg_tcp_net_peer_lost(n->tcp); }
 
 /* ---- start-up ------------------------------------------------------------ */

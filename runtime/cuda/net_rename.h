@@ -10,6 +10,8 @@
 #define pg_net_init pg_tcp_net_init
 #define pg_net_send pg_tcp_net_send
 #define pg_net_recv pg_tcp_net_recv
+#define pg_net_send_rank pg_tcp_net_send_rank
+#define pg_net_recv_rank pg_tcp_net_recv_rank
 #define pg_net_flush pg_tcp_net_flush
 #define pg_net_error pg_tcp_net_error
 #define pg_net_close pg_tcp_net_close

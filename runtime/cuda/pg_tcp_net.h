@@ -24,6 +24,8 @@ typedef struct pg_tcp_net pg_tcp_net;
 pg_tcp_net *pg_tcp_net_init(const pg_launch *l, const pg_net_config *cfg, char *errbuf, size_t errlen);
 pg_net_status pg_tcp_net_send(pg_tcp_net *n, int peer, uint32_t tag, const void *buf, size_t bytes);
 pg_net_status pg_tcp_net_recv(pg_tcp_net *n, int peer, uint32_t tag, void *buf, size_t bytes, double timeout_s);
+pg_net_status pg_tcp_net_send_rank(pg_tcp_net *n, int rank, uint32_t tag, const void *buf, size_t bytes);
+pg_net_status pg_tcp_net_recv_rank(pg_tcp_net *n, int rank, uint32_t tag, void *buf, size_t bytes, double timeout_s);
 pg_net_status pg_tcp_net_flush(pg_tcp_net *n, double timeout_s);
 const char *pg_tcp_net_error(const pg_tcp_net *n);
 int pg_tcp_net_peer_gone(pg_tcp_net *n, int peer);
