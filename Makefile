@@ -65,7 +65,7 @@ NVCC_FOUND = @[ -x $(NVCC) ] || { echo "nvcc not found at $(NVCC) (set CUDA_HOME
 
 EXAMPLES := $(wildcard examples/*.pipe)
 
-.PHONY: all deps test-deps run test bench bench-gpu fuzz cuda cuda-if-found test-gpu clean san-all binaries test-fresh \
+.PHONY: all deps test-deps run test test-slurm bench bench-gpu fuzz cuda cuda-if-found test-gpu clean san-all binaries test-fresh \
         gpu-bundle gpu-bundle-dir
 .SUFFIXES:
 
@@ -240,6 +240,15 @@ test: test-deps
 	@$(MAKE) --no-print-directory SAN=1 binaries
 	@$(MAKE) --no-print-directory cuda-if-found
 	@prove -f tests/*.t
+
+# make test-slurm: a real Slurm on this host (slurmctld, slurmd, munged started
+# in a temporary folder, killed at the end): srun --multi-prog and the README's
+# sbatch script with a SIGTERM and a resubmission (tests/slurm.sh). Not in
+# `make test`: it installs packages and starts daemons as root.
+test-slurm:
+	@tools/deps.sh slurm
+	@$(MAKE) --no-print-directory binaries
+	@prove -v tests/slurm.sh
 
 # every CUDA file, the CUDA runtime and CUDA stage binaries, when nvcc is here
 cuda-if-found:

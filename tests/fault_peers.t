@@ -11,7 +11,7 @@ T=$(mktemp -d /tmp/pg-fault-peers.XXXXXX)
 NS=pgf$$
 cleanup() {
     for k in 0 1 2; do [ -f "$T/s$k.log.pid" ] && kill -9 "$(cat "$T/s$k.log.pid")" 2>/dev/null; done
-    ip netns del "${NS}a" 2>/dev/null; ip netns del "${NS}b" 2>/dev/null
+    ns_pair_del "$NS"
     rm -rf "$T"
 }
 trap cleanup EXIT
@@ -77,15 +77,7 @@ like "$(cat "$T/s2.log")" 'stage 2 waiting (at action [0-9]+ RECV_ACT\(mb [0-9]+
 # --- a network cut between two hosts (network namespaces + veth) -------------------
 G2=$T/m2
 gen_mlp "$G2" 2
-if ! ip netns add "${NS}a" 2>"$T/ns.err"; then
-    echo "ok $((_n + 1)) # SKIP network namespaces not permitted: $(cat "$T/ns.err")"; _n=$((_n + 1))
-else
-    ip netns add "${NS}b" && ip link add "${NS}va" type veth peer name "${NS}vb" &&
-        ip link set "${NS}va" netns "${NS}a" && ip link set "${NS}vb" netns "${NS}b" &&
-        ip -n "${NS}a" addr add 10.251.0.1/24 dev "${NS}va" && ip -n "${NS}b" addr add 10.251.0.2/24 dev "${NS}vb" &&
-        ip -n "${NS}a" link set "${NS}va" up && ip -n "${NS}b" link set "${NS}vb" up &&
-        ip -n "${NS}a" link set lo up && ip -n "${NS}b" link set lo up
-    ok $? "two namespaces joined by a veth pair"
+if ns_pair "$NS" 10.251.0.1 10.251.0.2; then
     M=10.251.0.1:29517
     PIPE_RANK=0 PIPE_WORLD=2 PIPE_MASTER=$M ip netns exec "${NS}a" "$G2/bin/stage0" --threads 1 --steps 100000000 \
         --log-every 1000 >"$T/n0.log" 2>&1 &

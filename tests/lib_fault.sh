@@ -60,3 +60,27 @@ fault_cleanup() {
     for d in "$T"/*/; do mountpoint -q "$d" 2>/dev/null && umount "$d"; done
     rm -rf "$T"
 }
+
+# ns_pair NS ADDR_A ADDR_B: two network namespaces NSa and NSb ("two hosts")
+# joined by a veth pair NSva/NSvb with ADDR_A and ADDR_B (/24), links and
+# loopbacks up; one TAP line says so (a skip where namespaces cannot be made
+# here at all: not root, no permission). Returns 0 when they are ready. Undo
+# with ns_pair_del NS (in the test's exit trap).
+ns_pair() {
+    if ! ip netns add "${1}a" 2>"$T/ns.err"; then
+        skip "network namespaces not permitted: $(cat "$T/ns.err")"
+        return 1
+    fi
+    ip netns add "${1}b" && ip link add "${1}va" type veth peer name "${1}vb" &&
+        ip link set "${1}va" netns "${1}a" && ip link set "${1}vb" netns "${1}b" &&
+        ip -n "${1}a" addr add "$2/24" dev "${1}va" && ip -n "${1}b" addr add "$3/24" dev "${1}vb" &&
+        ip -n "${1}a" link set "${1}va" up && ip -n "${1}b" link set "${1}vb" up &&
+        ip -n "${1}a" link set lo up && ip -n "${1}b" link set lo up
+    _st=$?
+    ok $_st "two namespaces (hosts $2 and $3) joined by a veth pair"
+    return $_st
+}
+ns_pair_del() {
+    ip netns del "${1}a" 2>/dev/null
+    ip netns del "${1}b" 2>/dev/null
+}

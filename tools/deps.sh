@@ -8,11 +8,15 @@
 #   tools/deps.sh test         build's, plus a Python that imports torch ($PYTHON,
 #                              default /usr/bin/python3) and the test suite's tools
 #                              (prove, ip, nm, ps/pgrep, clang with libFuzzer,
-#                              Open MPI's mpirun)
+#                              Open MPI's mpirun, MPICH's mpiexec.hydra)
 #   tools/deps.sh bench        test's, plus OpenBLAS, the anchor bench/gemm.sh times
 #                              the runtime's GEMM against (its cblas.h and library: a
 #                              compile, link and run of openblas_set_num_threads +
 #                              cblas_sgemm)
+#   tools/deps.sh slurm        test's, plus a single-host Slurm for `make test-slurm`
+#                              (slurmctld, slurmd, srun/sbatch/scancel, munged and
+#                              mungekey; the plugins it configures: auth and cred
+#                              munge, proctrack/linuxproc, task/none, select/cons_tres)
 #   tools/deps.sh blas-cflags  print the compiler flags that find OpenBLAS's own
 #                              cblas.h, or "none" (and exit 1) when no OpenBLAS links
 #
@@ -89,8 +93,8 @@ if [ "$want" = blas-cflags ]; then
     exit 0
 fi
 case "$want" in
-build|test|bench) ;;
-*) echo "usage: tools/deps.sh build|test|bench [--no-install] | blas-cflags" >&2; exit 2 ;;
+build|test|bench|slurm) ;;
+*) echo "usage: tools/deps.sh build|test|bench|slurm [--no-install] | blas-cflags" >&2; exit 2 ;;
 esac
 
 # missing_now: the Debian packages whose probe fails, in $missing
@@ -109,7 +113,24 @@ missing_now() {
     { command -v ps && command -v pgrep; } >/dev/null 2>&1 || missing="$missing procps"
     # Open MPI's mpirun for tests/launchers.t (MPICH's takes other options)
     "${MPIRUN:-mpirun}" --version 2>/dev/null | grep -q 'Open MPI' || missing="$missing openmpi-bin"
+    # MPICH's Hydra, by its own name: Debian's mpich registers /usr/bin/mpirun
+    # at priority 40, below Open MPI's 50, so mpirun stays Open MPI's
+    "${HYDRA:-mpiexec.hydra}" --version 2>/dev/null | grep -q 'HYDRA' || missing="$missing mpich"
     fuzzer_probe || missing="$missing clang libclang-rt-dev"
+    if [ "$want" = slurm ]; then
+        for p in slurmctld slurmd; do command -v $p >/dev/null 2>&1 || missing="$missing $p"; done
+        { command -v srun && command -v sbatch && command -v scancel && command -v squeue; } >/dev/null 2>&1 ||
+            missing="$missing slurm-client"
+        { command -v munged && command -v mungekey && command -v munge; } >/dev/null 2>&1 || missing="$missing munge"
+        for p in auth_munge cred_munge proctrack_linuxproc task_none select_cons_tres; do
+            found=0
+            for f in /usr/lib/*/slurm-wlm/$p.so /usr/lib/slurm/$p.so /usr/lib64/slurm/$p.so; do
+                [ -f "$f" ] && found=1
+            done
+            [ $found = 1 ] || { missing="$missing slurm-wlm-basic-plugins"; break; }
+        done
+        return 0
+    fi
     [ "$want" = bench ] || return 0
     case "$missing" in
     *build-essential*) missing="$missing libopenblas-dev" ;;
