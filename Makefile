@@ -162,8 +162,8 @@ $(BUILD)/run/%/stages: $(BUILD)/run/%/c/plan.json $(BUILD)/libpgrt_cpu.a
 	done; touch $@
 
 # ---- the CUDA stage runtime: libpgrt_cuda.a ---------------------------------
-# The core objects (not net.c), every CUDA object, and net.c once more with its
-# names renamed (runtime/cuda/net_rename.h) under the CUDA transport cuda_net.cu.
+# The core objects (the TCP transport runtime/core/tcp.c among them, under the
+# CUDA transport cuda_net.cu) and every CUDA object.
 # cudart, cuBLAS and NCCL as tools/gpu_env.sh finds them (the toolkit, the
 # system, or the NVIDIA Python wheels, versioned names only included), linked
 # through unversioned symlinks in $(BUILD)/cuda-libs with an rpath to each;
@@ -174,12 +174,7 @@ LDLIBS_CUDA := $(shell tools/gpu_ldlibs.sh $(BUILD)/cuda-libs)
 endif
 endif
 CUDA_NET_OBJ := build-cuda/cuda/cuda_net.o
-RT_CUDA_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out runtime/core/net.c,$(RT_CORE))) \
-               $(BUILD)/cuda/net_tcp.o $(CUDA_OBJ)
-
-$(BUILD)/cuda/net_tcp.o: runtime/core/net.c runtime/cuda/net_rename.h runtime/cuda/pg_tcp_net.h
-	@mkdir -p $(dir $@)
-	$(CC) $(ALLCFLAGS) -Iruntime/cuda -include runtime/cuda/net_rename.h -MMD -MP -c -o $@ $<
+RT_CUDA_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(RT_CORE)) $(CUDA_OBJ)
 
 $(BUILD)/libpgrt_cuda.a: $(RT_CUDA_OBJ)
 	rm -f $@ && ar rcs $@ $^

@@ -249,7 +249,16 @@ static void report_failure(piperun *pr, int k, int status)
         ml = snprintf(msg, sizeof msg, "piperun: %s killed by signal %d\n", proc_name(k, nm, sizeof nm), WTERMSIG(status));
     }
     write_all(2, msg, (size_t)ml);
-    start_stopping(pr);
+    if (WIFEXITED(status) && (pr->exit_code == 128 + SIGTERM || pr->exit_code == 128 + SIGINT)) {
+        /* it stopped for a signal of its own (one process signalled alone):
+         * with --save-on-exit the others stop after the same step by their
+         * agreement, and a SIGTERM from us now would be their second signal
+         * (stop at once, no checkpoint). They get the grace period first. */
+        if (pr->kill_at == 0)
+            pr->kill_at = now_s() + STOP_GRACE_S;
+    } else {
+        start_stopping(pr);
+    }
 }
 
 /* A failure that followed a link to a peer ending ('P') is held back for a

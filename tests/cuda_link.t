@@ -3,7 +3,7 @@
 # builds build-cuda/libpgrt_cuda.a and links the generated mlp and gpt_char
 # stages against it; every binary exists, its dynamic libraries (cudart,
 # cuBLAS, NCCL) resolve, and it carries the CUDA transport over the renamed
-# TCP code (pg_tcp_net_*, ncclSend), the step hooks, graph capture and
+# TCP code (pg_tcp_*, ncclSend), the step hooks, graph capture and
 # cublasGemmEx (bf16); tests/gpu/graph_smoke.c links from C; the GPU test
 # script and the GPU benchmark parse, its gemm_peak timer links. Without a GPU a CUDA stage says "no GPU
 # found" and exits 1. Nothing here needs a GPU; tests/gpu/run_gpu_tests.sh
@@ -36,12 +36,12 @@ for m in mlp gpt_char; do
         ok $st "$b: cudart, cuBLAS and NCCL resolve (ldd)"
         [ $st = 0 ] || printf '%s\n' "$deps" | sed 's/^/# /'
         syms=$(nm "$b" 2>/dev/null)
-        printf '%s\n' "$syms" | grep -q ' T pg_tcp_net_init$' &&
+        printf '%s\n' "$syms" | grep -q ' T pg_tcp_init$' &&
             printf '%s\n' "$syms" | grep -q ' T pg_net_send$' &&
             printf '%s\n' "$syms" | grep -q ' U ncclSend' &&
             printf '%s\n' "$syms" | grep -q ' T pg_backend_init$' &&
             ! printf '%s\n' "$syms" | grep -q 'cblas_sgemm'
-        ok $? "$b: CUDA backend and transport over the renamed TCP code, no OpenBLAS"
+        ok $? "$b: CUDA backend and transport over the TCP module (runtime/core/tcp.c), no OpenBLAS"
     done
 done
 LDLIBS_CUDA=$(tools/gpu_ldlibs.sh "$T/libs")

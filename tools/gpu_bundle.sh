@@ -26,7 +26,7 @@ CC=${CC:-cc}
 NVCC=${NVCC:-${CUDA_HOME:-/usr/local/cuda}/bin/nvcc}
 cd "$TOP" || exit 1
 for f in build/obj/codegen/main.o build/libpgfront.a build/obj/cmd/piperun.o build/libpgrt_cpu.a \
-    build-cuda/libpgrt_cuda.a build-cuda/cuda/net_tcp.o build-cuda/cuda-tests/test_ops_gpu.o build-cuda/bench/gemm_peak.o; do
+    build-cuda/libpgrt_cuda.a build-cuda/cuda-tests/test_ops_gpu.o build-cuda/bench/gemm_peak.o; do
     [ -f "$f" ] || die "$f is missing: run make gpu-bundle (it builds everything first)"
 done
 D=$DIR/pipegen-gpu
@@ -43,11 +43,10 @@ done
 
 # the CUDA runtime and its parts
 cp build-cuda/libpgrt_cuda.a "$D/build-cuda/" || die "copy failed"
-for o in build-cuda/obj/runtime/core/*.o; do
-    case $(basename "$o") in net.o) continue ;; esac
-    cp "$o" "$D/build-cuda/rt-c/"
+for f in runtime/core/*.c; do # the objects of today's sources (not a stale one of a removed file)
+    cp "build-cuda/obj/${f%.c}.o" "$D/build-cuda/rt-c/" || die "copy failed: build-cuda/obj/${f%.c}.o"
 done
-cp build-cuda/cuda/net_tcp.o "$D/build-cuda/rt-c/" && cp build-cuda/cuda-tests/test_ops_gpu.o "$D/build/cuda-tests/" &&
+cp build-cuda/cuda-tests/test_ops_gpu.o "$D/build/cuda-tests/" &&
     cp build-cuda/bench/gemm_peak.o "$D/build-cuda/bench/" || die "copy failed"
 
 # headers, CUDA sources, scripts, models

@@ -1,13 +1,13 @@
 /* runtime/cuda/cuda_net.cu — pg_net.h for the CUDA stage runtime: the same
- * semantics as runtime/core/net.c (rendezvous, tags and byte counts checked,
+ * semantics as the CPU's (runtime/cpu/net.c over runtime/core/tcp.c: rendezvous, tags and byte counts checked,
  * sends that do not wait for the peer, receives with a timeout that name the
  * peer), for device pointers in the arena as well as host pointers.
  *
  * Layers (runtime/cuda/README.md, "Transport", has the full story):
- *  - TCP: runtime/core/net.c itself, compiled with its names renamed
- *    (pg_tcp_net.h): rendezvous, the full mesh, and one small header per
+ *  - TCP: runtime/core/tcp.c, the same object the CPU runtime links
+ *    (pg_tcp.h): rendezvous, the full mesh, and one small header per
  *    message carrying the caller's tag, the byte count and how the payload
- *    travels. The receiver's pg_tcp_net_recv checks tag and size exactly as
+ *    travels. The receiver's pg_tcp_recv checks tag and size exactly as
  *    on the CPU, for every message, in every build.
  *  - Host payloads (norm exchange, verdicts, checkpoint votes) follow the
  *    header on TCP ("inline"); so do device payloads on a direction that
@@ -42,7 +42,7 @@
 #include "cuda_common.h"
 #include "cuda_backend.h"
 #include "cuda_caps.h"
-#include "pg_tcp_net.h"
+#include "pg_tcp.h"
 #include "pg_le.h"
 
 #define HDR_MAGIC 0x48434750u /* "PGCH" */
@@ -112,7 +112,7 @@ typedef struct dlink {
 } dlink;
 
 struct pg_net {
-    pg_tcp_net *tcp;
+    pg_tcp *tcp;
     pg_ctx *ctx;                   /* the backend's; poisoned when a receive is left waiting */
     cudaStream_t stream;           /* the backend's: every copy and receive goes here */
     cudaStream_t poll;             /* private: reads of the consumed counters */
@@ -181,7 +181,7 @@ static pg_net_status cuda_err(pg_net *n, int peer, const char *what, cudaError_t
 
 static pg_net_status tcp_err(pg_net *n, pg_net_status st)
 {
-    seterr(n->err, sizeof n->err, "%s", pg_tcp_net_error(n->tcp));
+    seterr(n->err, sizeof n->err, "%s", pg_tcp_error(n->tcp));
     return st;
 }
 
@@ -227,7 +227,7 @@ static int peer_gone_for_good(pg_net *n, int peer, double *since, double *next)
     if (t < *next)
         return 0;
     *next = t + GONE_POLL_S;
-    if (*since == 0.0 && pg_tcp_net_peer_gone(n->tcp, peer))
+    if (*since == 0.0 && pg_tcp_peer_gone(n->tcp, peer))
         *since = t;
     return *since != 0.0 && t - *since > GONE_GRACE_S;
 }
@@ -397,7 +397,7 @@ static pg_net_status send_header(pg_net *n, int to, uint32_t tag, uint32_t path,
     pg_put64(h + 8, (uint64_t)bytes);
     pg_put64(h + 16, (uint64_t)off);
     pg_put64(h + 24, seq);
-    pg_net_status st = pg_tcp_net_send(n->tcp, to, tag, h, sizeof h);
+    pg_net_status st = pg_tcp_send(n->tcp, to, tag, h, sizeof h);
     return st ? tcp_err(n, st) : PG_NET_OK;
 }
 
@@ -434,7 +434,7 @@ pg_net_status pg_net_send(pg_net *n, int to, uint32_t tag, const void *buf, size
             src = n->hstage;
         }
         pg_net_status st = send_header(n, to, tag, PATH_INLINE, bytes, 0, 0);
-        if (!st && (st = pg_tcp_net_send(n->tcp, to, tag, src, bytes)))
+        if (!st && (st = pg_tcp_send(n->tcp, to, tag, src, bytes)))
             return tcp_err(n, st);
         return st;
     }
@@ -496,11 +496,11 @@ pg_net_status pg_net_recv(pg_net *n, int from, uint32_t tag, void *buf, size_t b
         return PG_NET_ERROR;
     double deadline = now_s() + timeout_s;
     unsigned char h[HDR_BYTES];
-    pg_net_status st = pg_tcp_net_recv(n->tcp, from, tag, h, sizeof h, timeout_s);
+    pg_net_status st = pg_tcp_recv(n->tcp, from, tag, h, sizeof h, timeout_s);
     if (st == PG_NET_MISMATCH) {
         L->rbroken = 1;
         seterr(n->err, sizeof n->err, "%s [the header of a %zu-byte message; headers are %d bytes]",
-               pg_tcp_net_error(n->tcp), bytes, HDR_BYTES);
+               pg_tcp_error(n->tcp), bytes, HDR_BYTES);
         return st;
     }
     if (st)
@@ -527,7 +527,7 @@ pg_net_status pg_net_recv(pg_net *n, int from, uint32_t tag, void *buf, size_t b
             dst = n->hstage;
         }
         double left = deadline - now_s();
-        if ((st = pg_tcp_net_recv(n->tcp, from, tag, dst, bytes, left > 0 ? left : 0)))
+        if ((st = pg_tcp_recv(n->tcp, from, tag, dst, bytes, left > 0 ? left : 0)))
             return tcp_err(n, st);
         if (dev) {
             NET_CUDA(n, from, "unstaging a message", cudaMemcpyAsync(buf, n->hstage, bytes, cudaMemcpyHostToDevice, n->stream));
@@ -592,7 +592,7 @@ pg_net_status pg_net_recv(pg_net *n, int from, uint32_t tag, void *buf, size_t b
 
 pg_net_status pg_net_flush(pg_net *n, double timeout_s)
 {
-    pg_net_status st = pg_tcp_net_flush(n->tcp, timeout_s);
+    pg_net_status st = pg_tcp_flush(n->tcp, timeout_s);
     if (st)
         return tcp_err(n, st);
     double deadline = now_s() + timeout_s;
@@ -609,21 +609,21 @@ const char *pg_net_error(const pg_net *n) { return n ? n->err : "no network"; }
  * TCP link as it is. */
 pg_net_status pg_net_send_rank(pg_net *n, int rank, uint32_t tag, const void *buf, size_t bytes)
 {
-    pg_net_status st = pg_tcp_net_send_rank(n->tcp, rank, tag, buf, bytes);
+    pg_net_status st = pg_tcp_send_rank(n->tcp, rank, tag, buf, bytes);
     if (st)
-        seterr(n->err, sizeof n->err, "%s", pg_tcp_net_error(n->tcp));
+        seterr(n->err, sizeof n->err, "%s", pg_tcp_error(n->tcp));
     return st;
 }
 
 pg_net_status pg_net_recv_rank(pg_net *n, int rank, uint32_t tag, void *buf, size_t bytes, double timeout_s)
 {
-    pg_net_status st = pg_tcp_net_recv_rank(n->tcp, rank, tag, buf, bytes, timeout_s);
+    pg_net_status st = pg_tcp_recv_rank(n->tcp, rank, tag, buf, bytes, timeout_s);
     if (st)
-        seterr(n->err, sizeof n->err, "%s", pg_tcp_net_error(n->tcp));
+        seterr(n->err, sizeof n->err, "%s", pg_tcp_error(n->tcp));
     return st;
 }
 
-int pg_net_peer_lost(const pg_net *n) { return n && pg_tcp_net_peer_lost(n->tcp); }
+int pg_net_peer_lost(const pg_net *n) { return n && pg_tcp_peer_lost(n->tcp); }
 
 /* ---- start-up ------------------------------------------------------------ */
 
@@ -652,8 +652,8 @@ static int exchange_info(pg_net *n, const pg_net_config *cfg, char *err, size_t 
         memset(m, 0, sizeof m);
         pg_put64(m, (uint64_t)(cfg->send_buf_bytes ? cfg->send_buf_bytes[j] : 0));
         memcpy(m + 8, &prop.uuid, 16);
-        if (pg_tcp_net_send(n->tcp, j, TAG_INIT_INFO, m, sizeof m)) {
-            seterr(err, errlen, "start-up exchange with stage %d: %s", j, pg_tcp_net_error(n->tcp));
+        if (pg_tcp_send(n->tcp, j, TAG_INIT_INFO, m, sizeof m)) {
+            seterr(err, errlen, "start-up exchange with stage %d: %s", j, pg_tcp_error(n->tcp));
             return -1;
         }
     }
@@ -661,8 +661,8 @@ static int exchange_info(pg_net *n, const pg_net_config *cfg, char *err, size_t 
         if (j == n->rank)
             continue;
         unsigned char m[32];
-        if (pg_tcp_net_recv(n->tcp, j, TAG_INIT_INFO, m, sizeof m, cfg->connect_timeout_s + 30.0)) {
-            seterr(err, errlen, "start-up exchange with stage %d: %s", j, pg_tcp_net_error(n->tcp));
+        if (pg_tcp_recv(n->tcp, j, TAG_INIT_INFO, m, sizeof m, cfg->connect_timeout_s + 30.0)) {
+            seterr(err, errlen, "start-up exchange with stage %d: %s", j, pg_tcp_error(n->tcp));
             return -1;
         }
         dlink *L = &n->l[j];
@@ -729,8 +729,8 @@ static int setup_links(pg_net *n, const pg_net_config *cfg, char *err, size_t er
             goto out;
         }
         L->exported = L->same_dev; /* from here the peer may map our ring */
-        if (pg_tcp_net_send(n->tcp, j, TAG_INIT_LINK, m, sizeof *m)) {
-            seterr(err, errlen, "start-up exchange with stage %d: %s", j, pg_tcp_net_error(n->tcp));
+        if (pg_tcp_send(n->tcp, j, TAG_INIT_LINK, m, sizeof *m)) {
+            seterr(err, errlen, "start-up exchange with stage %d: %s", j, pg_tcp_error(n->tcp));
             goto out;
         }
     }
@@ -738,8 +738,8 @@ static int setup_links(pg_net *n, const pg_net_config *cfg, char *err, size_t er
         dlink *L = &n->l[j];
         if (j == n->rank || !L->has_recv)
             continue;
-        if (pg_tcp_net_recv(n->tcp, j, TAG_INIT_LINK, m, sizeof *m, cfg->connect_timeout_s + 30.0)) {
-            seterr(err, errlen, "start-up exchange with stage %d: %s", j, pg_tcp_net_error(n->tcp));
+        if (pg_tcp_recv(n->tcp, j, TAG_INIT_LINK, m, sizeof *m, cfg->connect_timeout_s + 30.0)) {
+            seterr(err, errlen, "start-up exchange with stage %d: %s", j, pg_tcp_error(n->tcp));
             goto out;
         }
         if (m->kind != (L->same_dev ? (uint32_t)PATH_IPC : (uint32_t)PATH_NCCL)) {
@@ -877,7 +877,7 @@ static void ipc_teardown(pg_net *n)
         cudaIpcCloseMemHandle(L->rring);
         L->rring = NULL;
         unsigned char b = 1;
-        pg_tcp_net_send(n->tcp, j, TAG_CLOSED, &b, 1); /* best effort: our exit tells it as well */
+        pg_tcp_send(n->tcp, j, TAG_CLOSED, &b, 1); /* best effort: our exit tells it as well */
     }
     double deadline = now_s() + CLOSE_WAIT_S;
     for (int j = 0; j < n->world; j++) {
@@ -886,7 +886,7 @@ static void ipc_teardown(pg_net *n)
             continue;
         unsigned char b = 0;
         double left = deadline - now_s();
-        pg_net_status st = L->dead ? PG_NET_CLOSED : pg_tcp_net_recv(n->tcp, j, TAG_CLOSED, &b, 1, left > 0 ? left : 0);
+        pg_net_status st = L->dead ? PG_NET_CLOSED : pg_tcp_recv(n->tcp, j, TAG_CLOSED, &b, 1, left > 0 ? left : 0);
         L->unmapped = st == PG_NET_OK || st == PG_NET_CLOSED; /* closed: it exited, its mapping with it */
     }
 }
@@ -949,7 +949,7 @@ static void release(pg_net *n, int clean)
         if (n->poll_host)
             cudaFreeHost(n->poll_host);
     }
-    pg_tcp_net_close(n->tcp);
+    pg_tcp_close(n->tcp);
     free(n);
 }
 
@@ -965,7 +965,7 @@ pg_net *pg_net_init(const pg_launch *l, const pg_net_config *cfg, char *err, siz
         seterr(err, errlen, "out of memory");
         return NULL;
     }
-    n->tcp = pg_tcp_net_init(l, cfg, err, errlen);
+    n->tcp = pg_tcp_init(l, cfg, err, errlen);
     if (!n->tcp) {
         free(n);
         return NULL;
@@ -998,7 +998,7 @@ pg_net *pg_net_init(const pg_launch *l, const pg_net_config *cfg, char *err, siz
     return n;
 }
 
-int pg_net_peer_gone(pg_net *n, int peer) { return !n || pg_tcp_net_peer_gone(n->tcp, peer); }
+int pg_net_peer_gone(pg_net *n, int peer) { return !n || pg_tcp_peer_gone(n->tcp, peer); }
 
 void pg_net_close(pg_net *n)
 {

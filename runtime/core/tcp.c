@@ -1,6 +1,6 @@
-/* runtime/core/net.c — the CPU transport of pg_net.h: TCP rendezvous through the
+/* runtime/core/tcp.c — the TCP transport (pg_tcp.h): rendezvous through the
  * master (rank 0), a full mesh of connections, one sender thread per peer that
- * drains a byte ring filled by pg_net_send, and receives read straight into the
+ * drains a byte ring filled by pg_tcp_send, and receives read straight into the
  * caller's buffer with poll() and a deadline.
  *
  * Wire formats (all integers little-endian):
@@ -12,7 +12,7 @@
  *   mesh hello (rank j -> rank i, i < j, 80 bytes): u32 magic "PGNM", u32 rank,
  *     u64 plan_hash, char run_id[64]
  *   message: u32 magic "PGNS", u32 tag, u64 bytes, then the payload. */
-#include "pg_net.h"
+#include "pg_tcp.h"
 #include "pg_le.h"
 
 #include <arpa/inet.h>
@@ -46,7 +46,7 @@
 #define RING_SLACK (64u << 10) /* headroom for headers and links with no planned traffic */
 
 /* One connection to another stage. The ring is written by the main thread
- * (pg_net_send) and drained by the sender thread; both under mu. */
+ * (pg_tcp_send) and drained by the sender thread; both under mu. */
 typedef struct peer {
     int fd;                 /* -1: no link (self, or world 1) */
     pthread_t thr;
@@ -64,11 +64,11 @@ typedef struct peer {
     int rx_closed;
 } peer;
 
-struct pg_net {
+struct pg_tcp {
     int rank, world;
     int P, base;            /* stages per replica; rank of this replica's stage 0 (rank = replica x P + stage) */
     peer *p;                /* [world] */
-    int lost;               /* a link ended (pg_net_peer_lost) */
+    int lost;               /* a link ended (pg_tcp_peer_lost) */
     char err[512];
 };
 
@@ -450,7 +450,7 @@ static void hello_decode(const unsigned char *b, hello *h)
 
 /* The master's state while the stages greet it. */
 typedef struct master_ctx {
-    pg_net *n;
+    pg_tcp *n;
     const pg_launch *l;
     const pg_net_config *cfg;
     char (*addr)[ADDR_BYTES];
@@ -481,7 +481,7 @@ static const char *id_text(const char *id)
  * peer of this very run, authenticated by its run id, that does not fit) fail
  * the run. */
 /* A peer as messages name it: "stage 2", or "stage 2 of replica 1" with replicas. */
-static const char *pname(const pg_net *n, int rank, char *b, size_t bl)
+static const char *pname(const pg_tcp *n, int rank, char *b, size_t bl)
 {
     if (n->P >= n->world || rank < 0)
         snprintf(b, bl, "stage %d", rank);
@@ -494,7 +494,7 @@ static int hello_done(void *arg, int fd, const char *addr, const unsigned char *
 {
     master_ctx *m = arg;
     const pg_net_config *cfg = m->cfg;
-    pg_net *n = m->n;
+    pg_tcp *n = m->n;
     int world = n->world;
     const char *mine = cfg->run_id ? cfg->run_id : "";
     char reason[600] = "", nb[48];
@@ -570,7 +570,7 @@ static int hello_done(void *arg, int fd, const char *addr, const unsigned char *
 
 /* Master side: accept world-1 hellos, check them, send the address table.
  * On return 0, n->p[r].fd is the connection to rank r. */
-static int master_rendezvous(pg_net *n, const pg_launch *l, const pg_net_config *cfg,
+static int master_rendezvous(pg_tcp *n, const pg_launch *l, const pg_net_config *cfg,
                              char *err, size_t errlen)
 {
     int world = n->world, lfd, bound, e = 0;
@@ -658,7 +658,7 @@ out:
 /* A lower rank's side of the mesh: the higher ranks greet it (rank, plan
  * hash, run id); anything else is dropped without holding them up. */
 typedef struct mesh_ctx {
-    pg_net *n;
+    pg_tcp *n;
     const pg_net_config *cfg;
     int left;
 } mesh_ctx;
@@ -688,7 +688,7 @@ static int mesh_done(void *arg, int fd, const char *addr, const unsigned char *b
 }
 
 /* Peer side: hello to the master, read the table, connect the mesh. */
-static int peer_rendezvous(pg_net *n, const pg_launch *l, const pg_net_config *cfg,
+static int peer_rendezvous(pg_tcp *n, const pg_launch *l, const pg_net_config *cfg,
                            char *err, size_t errlen)
 {
     int world = n->world, me = n->rank, e = 0, lport = 0, rc = -1, lfd = -1;
@@ -836,7 +836,7 @@ static void *sender_main(void *arg)
 
 /* ---- public API ---------------------------------------------------------- */
 
-pg_net *pg_net_init(const pg_launch *l, const pg_net_config *cfg, char *err, size_t errlen)
+pg_tcp *pg_tcp_init(const pg_launch *l, const pg_net_config *cfg, char *err, size_t errlen)
 {
     if (l->world < 1 || l->rank < 0 || l->rank >= l->world) {
         seterr(err, errlen, "rank %d of a world of %d: the rank must be in 0..world-1", l->rank, l->world);
@@ -849,7 +849,7 @@ pg_net *pg_net_init(const pg_launch *l, const pg_net_config *cfg, char *err, siz
                D == 1 ? "" : "s", P);
         return NULL;
     }
-    pg_net *n = calloc(1, sizeof *n);
+    pg_tcp *n = calloc(1, sizeof *n);
     if (!n || !(n->p = calloc((size_t)l->world, sizeof *n->p))) {
         free(n);
         seterr(err, errlen, "out of memory");
@@ -888,11 +888,11 @@ pg_net *pg_net_init(const pg_launch *l, const pg_net_config *cfg, char *err, siz
     }
     return n;
 fail:
-    pg_net_close(n);
+    pg_tcp_close(n);
     return NULL;
 }
 
-static int bad_peer(pg_net *n, int peer_, const char *what)
+static int bad_peer(pg_tcp *n, int peer_, const char *what)
 {
     char nb[48];
     if (peer_ < 0 || peer_ >= n->world || n->p[peer_].fd < 0 || !n->p[peer_].thr_started) {
@@ -902,7 +902,7 @@ static int bad_peer(pg_net *n, int peer_, const char *what)
     return 0;
 }
 
-static pg_net_status dead_status(pg_net *n, int i, int e)
+static pg_net_status dead_status(pg_tcp *n, int i, int e)
 {
     char nb[48];
     n->lost = 1;
@@ -919,7 +919,7 @@ static pg_net_status dead_status(pg_net *n, int i, int e)
     return e == EPIPE || e == ECONNRESET || e == 0 ? PG_NET_CLOSED : PG_NET_ERROR;
 }
 
-pg_net_status pg_net_send_rank(pg_net *n, int to, uint32_t tag, const void *buf, size_t bytes)
+pg_net_status pg_tcp_send_rank(pg_tcp *n, int to, uint32_t tag, const void *buf, size_t bytes)
 {
     if (bad_peer(n, to, "send to")) return PG_NET_ERROR;
     peer *p = &n->p[to];
@@ -955,7 +955,7 @@ pg_net_status pg_net_send_rank(pg_net *n, int to, uint32_t tag, const void *buf,
     return PG_NET_OK;
 }
 
-pg_net_status pg_net_recv_rank(pg_net *n, int from, uint32_t tag, void *buf, size_t bytes, double timeout_s)
+pg_net_status pg_tcp_recv_rank(pg_tcp *n, int from, uint32_t tag, void *buf, size_t bytes, double timeout_s)
 {
     char nb[48];
     if (bad_peer(n, from, "receive from")) return PG_NET_ERROR;
@@ -1028,19 +1028,19 @@ again:
 }
 
 /* Stage-addressed: a stage of this process's own replica. */
-static int stage_rank(const pg_net *n, int stage) { return stage >= 0 && stage < n->P ? n->base + stage : -1; }
+static int stage_rank(const pg_tcp *n, int stage) { return stage >= 0 && stage < n->P ? n->base + stage : -1; }
 
-pg_net_status pg_net_send(pg_net *n, int to, uint32_t tag, const void *buf, size_t bytes)
+pg_net_status pg_tcp_send(pg_tcp *n, int to, uint32_t tag, const void *buf, size_t bytes)
 {
-    return pg_net_send_rank(n, stage_rank(n, to), tag, buf, bytes);
+    return pg_tcp_send_rank(n, stage_rank(n, to), tag, buf, bytes);
 }
 
-pg_net_status pg_net_recv(pg_net *n, int from, uint32_t tag, void *buf, size_t bytes, double timeout_s)
+pg_net_status pg_tcp_recv(pg_tcp *n, int from, uint32_t tag, void *buf, size_t bytes, double timeout_s)
 {
-    return pg_net_recv_rank(n, stage_rank(n, from), tag, buf, bytes, timeout_s);
+    return pg_tcp_recv_rank(n, stage_rank(n, from), tag, buf, bytes, timeout_s);
 }
 
-pg_net_status pg_net_flush(pg_net *n, double timeout_s)
+pg_net_status pg_tcp_flush(pg_tcp *n, double timeout_s)
 {
     char nb[48];
     double deadline = now_s() + timeout_s;
@@ -1072,14 +1072,14 @@ pg_net_status pg_net_flush(pg_net *n, double timeout_s)
     return PG_NET_OK;
 }
 
-const char *pg_net_error(const pg_net *n)
+const char *pg_tcp_error(const pg_tcp *n)
 {
     return n ? n->err : "no network";
 }
 
 /* The kernel's view of the connection: anything but ESTABLISHED means the
  * peer sent its FIN (CLOSE_WAIT) or the link was reset, whatever is unread. */
-int pg_net_peer_gone(pg_net *n, int stage)
+int pg_tcp_peer_gone(pg_tcp *n, int stage)
 {
     int peer_ = n ? stage_rank(n, stage) : -1;
     if (!n || peer_ < 0 || peer_ >= n->world || n->p[peer_].fd < 0)
@@ -1094,15 +1094,15 @@ int pg_net_peer_gone(pg_net *n, int stage)
     return ti.tcpi_state != TCP_ESTABLISHED;
 }
 
-int pg_net_peer_lost(const pg_net *n)
+int pg_tcp_peer_lost(const pg_tcp *n)
 {
     return n && n->lost;
 }
 
-void pg_net_close(pg_net *n)
+void pg_tcp_close(pg_tcp *n)
 {
     if (!n) return;
-    pg_net_flush(n, 2.0); /* best effort: a peer that stopped reading must not hang us */
+    pg_tcp_flush(n, 2.0); /* best effort: a peer that stopped reading must not hang us */
     for (int i = 0; i < n->world; i++) {
         peer *p = &n->p[i];
         if (p->thr_started) {

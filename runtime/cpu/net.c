@@ -1,0 +1,64 @@
+/* runtime/cpu/net.c — pg_net.h on the CPU: the TCP transport of
+ * runtime/core/tcp.c, every message in host memory (the arena is host memory
+ * here). The CUDA runtime implements pg_net.h in runtime/cuda/cuda_net.cu on
+ * the same TCP code. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "pg_tcp.h"
+
+/* The CPU's pg_net is the TCP transport itself. */
+struct pg_net {
+    pg_tcp *tcp;
+};
+
+/* NULL for NULL: the TCP calls that accept no transport (a failed start) take NULL too */
+static pg_tcp *tcp_of(const pg_net *n) { return n ? n->tcp : NULL; }
+
+pg_net *pg_net_init(const pg_launch *l, const pg_net_config *cfg, char *errbuf, size_t errlen)
+{
+    pg_tcp *t = pg_tcp_init(l, cfg, errbuf, errlen);
+    if (!t)
+        return NULL;
+    pg_net *n = malloc(sizeof *n);
+    if (!n) {
+        snprintf(errbuf, errlen, "out of memory");
+        pg_tcp_close(t);
+        return NULL;
+    }
+    n->tcp = t;
+    return n;
+}
+
+pg_net_status pg_net_send(pg_net *n, int peer, uint32_t tag, const void *buf, size_t bytes)
+{
+    return pg_tcp_send(tcp_of(n), peer, tag, buf, bytes);
+}
+
+pg_net_status pg_net_recv(pg_net *n, int peer, uint32_t tag, void *buf, size_t bytes, double timeout_s)
+{
+    return pg_tcp_recv(tcp_of(n), peer, tag, buf, bytes, timeout_s);
+}
+
+pg_net_status pg_net_send_rank(pg_net *n, int rank, uint32_t tag, const void *buf, size_t bytes)
+{
+    return pg_tcp_send_rank(tcp_of(n), rank, tag, buf, bytes);
+}
+
+pg_net_status pg_net_recv_rank(pg_net *n, int rank, uint32_t tag, void *buf, size_t bytes, double timeout_s)
+{
+    return pg_tcp_recv_rank(tcp_of(n), rank, tag, buf, bytes, timeout_s);
+}
+
+pg_net_status pg_net_flush(pg_net *n, double timeout_s) { return pg_tcp_flush(tcp_of(n), timeout_s); }
+const char *pg_net_error(const pg_net *n) { return pg_tcp_error(tcp_of(n)); }
+int pg_net_peer_gone(pg_net *n, int peer) { return pg_tcp_peer_gone(tcp_of(n), peer); }
+int pg_net_peer_lost(const pg_net *n) { return pg_tcp_peer_lost(tcp_of(n)); }
+
+void pg_net_close(pg_net *n)
+{
+    if (!n)
+        return;
+    pg_tcp_close(tcp_of(n));
+    free(n);
+}
