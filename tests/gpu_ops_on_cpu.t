@@ -7,12 +7,14 @@
 TOP=$(cd "$(dirname "$0")/.." && pwd)
 OUT=$TOP/build/tests/gpu_on_cpu
 mkdir -p "$OUT" || exit 1
+rm -f "$OUT"/*.o # objects of files that are gone must not be linked
 CXX=${CXX:-c++}
 CC=${CC:-cc}
 LOG=$OUT/build.log
 : >"$LOG"
 fail_build() { echo "1..1"; echo "not ok 1 - $1"; sed 's/^/# /' "$LOG" | tail -30; exit 1; }
 for f in "$TOP"/runtime/cpu/*.c "$TOP"/runtime/core/ops_common.c "$TOP"/runtime/core/rt_error.c "$TOP"/runtime/core/init.c; do
+    [ "$f" = "$TOP/runtime/cpu/net.c" ] && continue # the transport: not an op
     $CC -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Wall -Wextra -Werror -O2 \
         -I"$TOP/runtime/core" -I"$TOP/runtime/cpu" -c -o "$OUT/$(basename "$f" .c).o" "$f" 2>>"$LOG" ||
         fail_build "CPU backend $f compiles"
