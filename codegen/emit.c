@@ -6,12 +6,17 @@
  *    input x (received), its output y (sent), the gradient dy of y (received),
  *    the gradient dx of x (sent), and the skip tensors and skip gradients that
  *    cross to/from other chunks;
- *  - a frame: every interior tensor and its gradient plus saved statistics.
- *    A micro-batch that is not checkpointed owns a frame until its BWD_W; the
- *    checkpointed ones share one recompute frame (their BWD_B reruns the
- *    forward from the slot's x), when the schedule runs each one's BWD_W before
- *    the next checkpointed FWD/BWD_B of the chunk; otherwise every slot gets a
- *    frame.
+ *  - frame buffers: every interior tensor and its gradient plus saved
+ *    statistics and attention's scratch. Each micro-batch has its own instance
+ *    of each, one memory-plan buffer alive from its first to its last use in
+ *    the stage's action order (the uses are recorded by emitting the chunk's
+ *    code once, layer step by layer step: plan_frames), so the planner shares
+ *    bytes between tensors that are never alive at once. A checkpointed
+ *    micro-batch has two instances: one for its step's forward (each tensor
+ *    alive from the layer that writes it to the last that reads it there) and
+ *    one from the recompute in its BWD_B to its BWD_W; the generated code finds
+ *    them in a static frame_c<k> table of offsets, a row per micro-batch and
+ *    pass.
  * A stage may hold several chunks (interleaved(v): chunk c on stage c mod p;
  * V placement: chunks s and 2p-1-s on stage s; the schedule's chunk_stage).
  * What passes between two chunks of one stage is no message: chunk c copies
@@ -58,11 +63,20 @@ typedef struct em_slotbuf {
     int alias_chunk, alias_sb;
 } em_slotbuf;
 
-typedef struct em_aux { /* frame-only buffers of one layer */
+typedef struct em_aux { /* frame-only buffers of one layer: frame buffer ids */
     int64_t off[5];
-    int64_t bytes[5];
     int n;
 } em_aux;
+
+/* A frame buffer: one per interior tensor, gradient or saved statistic of a
+ * chunk; each micro-batch has its own instance(s) in the memory plan. */
+enum { PASS_F, PASS_B, PASS_W, PASS__COUNT };
+typedef struct em_fbuf {
+    int64_t bytes;          /* for rmax rows */
+    char what[96];          /* "h.0.ln_1 out", "gradient of h.0.ln_1 out" */
+    char shape[64];
+    int lo[PASS__COUNT], hi[PASS__COUNT]; /* layer steps of the chunk using it per pass, -1: none */
+} em_fbuf;
 
 typedef struct em_chunk {
     int chunk, stage, first, last, is_first, is_last;
@@ -75,14 +89,14 @@ typedef struct em_chunk {
     int slot_table;        /* another chunk of the stage reads this chunk's slot of a micro-batch */
     int *skin, *skgout, *skout, *skgin;   /* per skip: slot buffer index, -1 none */
     int *sktensor;         /* per skip: stash tensor when stashed in this chunk */
-    int64_t *skgframe;     /* per skip: frame offset of the skip gradient (same-chunk skips) */
+    int64_t *skgframe;     /* per skip: frame buffer id of the skip gradient (same-chunk skips) */
     int nsb;
     em_slotbuf sb[64];
-    int64_t frame_bytes;
-    int nslots, nframes, shared_recompute, frames_per_slot;
-    int mp_frames, mp_recompute;
-    char (*frame_notes)[200];
-    int nframe_notes, frame_notes_cap;
+    int nslots;
+    em_fbuf *fb;           /* frame buffers */
+    int nfb, fbcap, fb_oom;
+    int *fb_mp;            /* [(2 * mb + row) * nfb + f]: memplan index of the instance, -1 unused;
+                            * row 0: the micro-batch's forward, 1: its backward (recompute, B, W) */
 } em_chunk;
 
 typedef struct em_stage {
@@ -96,6 +110,8 @@ typedef struct em_stage {
     int ws_mp;             /* tie workspace: the largest gradient block received, -1 */
     int input_mp, target_mp;
     int *act_slot;         /* per action: slot used (-1) */
+    int *act_tick;         /* per action: its first tick on the memory plan's timeline (plan_frames) */
+    int nticks;
     int64_t *act_off, *act_bytes;
     uint32_t *act_tag;
     int64_t *send_bytes;   /* [nstages] */
@@ -123,6 +139,40 @@ static void sfmt(char *buf, size_t n, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, n, fmt, ap);
     va_end(ap);
+}
+
+typedef struct em_out {
+    FILE *o;
+    const pg_gen *g;
+    const em_stage *S;
+    const em_chunk *ch;
+    em_fbuf *rec;          /* non-NULL: record each frame buffer's uses (plan_frames) */
+    int pass, step;        /* PASS_*, and the chunk's layer step being emitted */
+    char fx[8][48];        /* fa's expressions, used in turn (a few per statement) */
+    int nfx;
+} em_out;
+
+/* Note a use of frame buffer id in the current pass and layer step. */
+static void frame_use(em_out *e, int64_t id)
+{
+    if (!e->rec || id < 0)
+        return;
+    em_fbuf *f = &e->rec[id];
+    int k = e->pass;
+    if (f->lo[k] < 0 || e->step < f->lo[k])
+        f->lo[k] = e->step;
+    if (e->step > f->hi[k])
+        f->hi[k] = e->step;
+}
+
+/* Frame buffer id as a float pointer expression (F: the offsets of this
+ * micro-batch's instances, a row of frame_c<k>). */
+static const char *fa(em_out *e, int64_t id)
+{
+    char *b = e->fx[e->nfx++ % 8];
+    frame_use(e, id);
+    sfmt(b, sizeof e->fx[0], "(float *)(A + F[%" PRId64 "])", id);
+    return b;
 }
 
 /* Every buffer, slot, frame tensor and gradient accumulator starts on a
@@ -253,20 +303,27 @@ static int add_alias(em_chunk *ch, const char *macro, const char *note, em_chunk
     return b;
 }
 
-static int64_t frame_alloc(em_chunk *ch, int64_t bytes, const char *note)
+/* A new frame buffer of the chunk; its id, or -1 out of memory (fb_oom set). */
+static int64_t frame_alloc(em_chunk *ch, int64_t bytes, const char *what, const char *shape)
 {
-    int64_t off = ch->frame_bytes;
-    ch->frame_bytes += al_plan(bytes);
-    if (ch->nframe_notes == ch->frame_notes_cap) { /* doubling: thousands of layers stay linear */
-        int cap = ch->frame_notes_cap ? 2 * ch->frame_notes_cap : 16;
-        char (*nn)[200] = realloc(ch->frame_notes, (size_t)cap * sizeof *nn);
-        if (!nn)
-            return off; /* the note is cosmetic */
-        ch->frame_notes = nn;
-        ch->frame_notes_cap = cap;
+    if (ch->nfb == ch->fbcap) { /* doubling: thousands of layers stay linear */
+        int cap = ch->fbcap ? 2 * ch->fbcap : 16;
+        em_fbuf *nb = realloc(ch->fb, (size_t)cap * sizeof *nb);
+        if (!nb) {
+            ch->fb_oom = 1;
+            return -1;
+        }
+        ch->fb = nb;
+        ch->fbcap = cap;
     }
-    sfmt(ch->frame_notes[ch->nframe_notes++], 200, "+%-10" PRId64 " %10" PRId64 " bytes  %s", off, bytes, note);
-    return off;
+    em_fbuf *f = &ch->fb[ch->nfb];
+    memset(f, 0, sizeof *f);
+    f->bytes = bytes;
+    sfmt(f->what, sizeof f->what, "%s", what);
+    sfmt(f->shape, sizeof f->shape, "%s", shape);
+    for (int k = 0; k < PASS__COUNT; k++)
+        f->lo[k] = f->hi[k] = -1;
+    return ch->nfb++;
 }
 
 static int new_tensor(em_chunk *ch, const pg_shape *sh, int dtype, const char *what)
@@ -284,6 +341,7 @@ static int new_tensor(em_chunk *ch, const pg_shape *sh, int dtype, const char *w
 }
 
 static em_chunk *find_chunk(em_stage *S, int chunk);
+static int plan_frames(pg_gen *g, em_stage *S, pg_diag *d);
 
 /* the stage holding chunk c: the schedule's placement (schedule.h) */
 static int chunk_stage(const pg_gen *g, int c)
@@ -468,15 +526,13 @@ static int layout_chunk(pg_gen *g, em_stage *S, em_chunk *ch, pg_diag *d)
     for (int t = 0; t < ch->ntens; t++) {
         em_tensor *T = &ch->tens[t];
         shape_rows(&T->shape, sh, sizeof sh);
-        if (T->vloc == LOC_FRAME) {
-            sfmt(note, sizeof note, "%s: %s", T->what, sh);
-            T->voff = frame_alloc(ch, R * T->numel * 4, note);
-        }
+        if (T->vloc == LOC_FRAME)
+            T->voff = frame_alloc(ch, R * T->numel * 4, T->what, sh);
         if (T->gloc < 0 && T->dtype == 0) {
             /* the model input has no gradient; a scratch buffer keeps ops that always write dx simple */
-            sfmt(note, sizeof note, "gradient of %s: %s%s", T->what, sh, T->vloc == LOC_INPUT ? " (scratch)" : "");
+            sfmt(note, sizeof note, "gradient of %s%s", T->what, T->vloc == LOC_INPUT ? " (scratch)" : "");
             T->gloc = LOC_FRAME;
-            T->goff = frame_alloc(ch, R * T->numel * 4, note);
+            T->goff = frame_alloc(ch, R * T->numel * 4, note, sh);
         }
     }
     /* per-layer saved buffers and same-chunk skip gradients */
@@ -487,45 +543,48 @@ static int layout_chunk(pg_gen *g, em_stage *S, em_chunk *ch, pg_diag *d)
         int64_t rowsn = R * (in->numel / last_dim(&in->shape)); /* n for rmax rows */
         em_aux *ax = &ch->aux[li];
         if (L->kind == LK_LAYERNORM) {
-            sfmt(note, sizeof note, "%s mean: [n]", L->name);
-            ax->off[0] = frame_alloc(ch, rowsn * 4, note);
-            sfmt(note, sizeof note, "%s rstd: [n]", L->name);
-            ax->off[1] = frame_alloc(ch, rowsn * 4, note);
+            sfmt(note, sizeof note, "%s mean", L->name);
+            ax->off[0] = frame_alloc(ch, rowsn * 4, note, "[n]");
+            sfmt(note, sizeof note, "%s rstd", L->name);
+            ax->off[1] = frame_alloc(ch, rowsn * 4, note, "[n]");
             ax->n = 2;
         } else if (L->kind == LK_BATCHNORM) {
-            sfmt(note, sizeof note, "%s mean of this micro-batch: [C]", L->name);
-            ax->off[0] = frame_alloc(ch, last_dim(&in->shape) * 4, note);
-            sfmt(note, sizeof note, "%s rstd of this micro-batch: [C]", L->name);
-            ax->off[1] = frame_alloc(ch, last_dim(&in->shape) * 4, note);
+            sfmt(note, sizeof note, "%s mean of this micro-batch", L->name);
+            ax->off[0] = frame_alloc(ch, last_dim(&in->shape) * 4, note, "[C]");
+            sfmt(note, sizeof note, "%s rstd of this micro-batch", L->name);
+            ax->off[1] = frame_alloc(ch, last_dim(&in->shape) * 4, note, "[C]");
             ax->n = 2;
         } else if (L->kind == LK_ATTENTION) {
             int64_t T = in->shape.rank >= 2 ? in->shape.dim[in->shape.rank - 2] : 1, dd = last_dim(&in->shape);
-            const char *names[5] = {"qkv [r, T, 3d]", "att [r, h, T, T]", "ctx [r, T, d]", "dctx [r, T, d]", "dqkv [r, T, 3d]"};
+            const char *names[5] = {"qkv", "att", "ctx", "dctx", "dqkv"};
+            const char *shapes[5] = {"[r, T, 3d]", "[r, h, T, T]", "[r, T, d]", "[r, T, d]", "[r, T, 3d]"};
             int64_t sz[5] = {R * T * 3 * dd, R * L->heads * T * T, R * T * dd, R * T * dd, R * T * 3 * dd};
             for (int k = 0; k < 5; k++) {
                 sfmt(note, sizeof note, "%s %s", L->name, names[k]);
-                ax->off[k] = frame_alloc(ch, sz[k] * 4, note);
+                ax->off[k] = frame_alloc(ch, sz[k] * 4, note, shapes[k]);
             }
             ax->n = 5;
         } else if (L->kind == LK_STASH && ch->sktensor[L->skip] >= 0) {
             const ir_skip *sk = &m->skips[L->skip];
             shape_rows(&sk->shape, sh, sizeof sh);
-            sfmt(note, sizeof note, "gradient of skip %s: %s", sk->name, sh);
-            ch->skgframe[L->skip] = frame_alloc(ch, R * pg_shape_numel(&sk->shape) * 4, note);
+            sfmt(note, sizeof note, "gradient of skip %s", sk->name);
+            ch->skgframe[L->skip] = frame_alloc(ch, R * pg_shape_numel(&sk->shape) * 4, note, sh);
         }
+    }
+    if (ch->fb_oom) {
+        pg_error(d, m->loc, "out of memory laying out chunk %d", ch->chunk);
+        return -1;
     }
     return 0;
 }
 
-/* Slots used per chunk, and whether checkpointed micro-batches can share one
- * recompute frame (each one's BWD_W comes before the next checkpointed FWD or
- * BWD_B of the chunk). */
+/* Slots used per chunk. */
 static int analyse_schedule(pg_gen *g, em_stage *S, pg_diag *d)
 {
     const pg_stage_sched *ss = &g->s->stage[S->stage];
     for (int ci = 0; ci < S->nchunks; ci++) {
         em_chunk *ch = &S->ch[ci];
-        int pending = -1, safe = 1, maxslot = -1;
+        int maxslot = -1;
         for (int a = 0; a < ss->n; a++) {
             const pg_act *A = &ss->act[a];
             if (A->chunk != ch->chunk || (A->kind != A_FWD && A->kind != A_BWD_B && A->kind != A_BWD_W))
@@ -536,35 +595,8 @@ static int analyse_schedule(pg_gen *g, em_stage *S, pg_diag *d)
             }
             if (A->slot > maxslot)
                 maxslot = A->slot;
-            if (!g->recompute[A->mb])
-                continue;
-            if (A->kind == A_FWD || A->kind == A_BWD_B) {
-                if (pending >= 0)
-                    safe = 0;
-                if (A->kind == A_BWD_B)
-                    pending = A->mb;
-            } else {
-                if (pending != A->mb)
-                    safe = 0;
-                pending = -1;
-            }
         }
         ch->nslots = maxslot + 1;
-        int nckpt = 0;
-        for (int mb = 0; mb < g->s->nmb; mb++)
-            nckpt += g->recompute[mb];
-        if (nckpt && safe) {
-            ch->shared_recompute = 1;
-            ch->frames_per_slot = nckpt < g->s->nmb && g->m->train.checkpoint == CKPT_NEVER;
-            /* except_last: one frame for the one micro-batch that keeps its activations */
-            ch->nframes = nckpt < g->s->nmb ? 1 : 0;
-            if (nckpt < g->s->nmb - 1)
-                ch->nframes = ch->nslots, ch->frames_per_slot = 1;
-        } else {
-            ch->shared_recompute = 0;
-            ch->nframes = ch->nslots;
-            ch->frames_per_slot = 1;
-        }
     }
     return 0;
 }
@@ -739,6 +771,159 @@ static int plan_messages(pg_gen *g, em_stage *S, pg_diag *d)
     return 0;
 }
 
+static void emit_layer_fwd(em_out *e, int i);
+static void emit_layer_bwd_b(em_out *e, int i);
+static void emit_layer_bwd_w(em_out *e, int i);
+
+/* Which frame buffers each pass of the chunk uses, at which layer step: its
+ * code is emitted once into sink with recording on, so the lifetimes are
+ * those of the code that runs. */
+static void record_frame_uses(pg_gen *g, em_stage *S, em_chunk *ch, FILE *sink)
+{
+    em_out e;
+    memset(&e, 0, sizeof e);
+    e.o = sink, e.g = g, e.S = S, e.ch = ch, e.rec = ch->fb;
+    for (int i = ch->first; i <= ch->last; i++) {
+        e.pass = PASS_F, e.step = i - ch->first;
+        emit_layer_fwd(&e, i);
+        e.pass = PASS_B;
+        emit_layer_bwd_b(&e, i);
+        e.pass = PASS_W;
+        emit_layer_bwd_w(&e, i);
+    }
+}
+
+/* Ticks of a pass's layer step s in a chunk of nl layers: the forward runs
+ * its layers first to last; BWD_B recomputes (first to last) then runs them
+ * last to first; BWD_W last to first. */
+static int pass_tick(int base, int nl, int pass, int s)
+{
+    if (pass == PASS_F)
+        return base + s;
+    if (pass == PASS_B)
+        return base + nl + (nl - 1 - s);
+    return base + (nl - 1 - s);
+}
+
+/* Widen [lo, hi] by pass k of buffer f run by action a (-1: none). */
+static void widen(int *lo, int *hi, const em_fbuf *f, int k, int a, const int *tick, int nl)
+{
+    if (a < 0 || f->lo[k] < 0)
+        return;
+    int base = tick[a];
+    int t1 = pass_tick(base, nl, k, f->lo[k]), t2 = pass_tick(base, nl, k, f->hi[k]);
+    if (t1 > t2) {
+        int t = t1;
+        t1 = t2;
+        t2 = t;
+    }
+    if (*lo < 0 || t1 < *lo)
+        *lo = t1;
+    if (t2 > *hi)
+        *hi = t2;
+}
+
+/* The stage's timeline (ticks: one per layer step of FWD, BWD_B and BWD_W, one
+ * per other action) and one memory-plan buffer per frame buffer instance,
+ * alive from its first use to its last (module comment). */
+static int plan_frames(pg_gen *g, em_stage *S, pg_diag *d)
+{
+    const ir_model *m = g->m;
+    const pg_stage_sched *ss = &g->s->stage[S->stage];
+    int nmb = g->s->nmb, t = 0;
+    for (int a = 0; a < ss->n; a++) {
+        const pg_act *A = &ss->act[a];
+        const em_chunk *ch = (A->kind == A_FWD || A->kind == A_BWD_B || A->kind == A_BWD_W) ? find_chunk(S, A->chunk) : NULL;
+        int nl = ch ? ch->last - ch->first + 1 : 1;
+        S->act_tick[a] = t;
+        t += A->kind == A_BWD_B && ch ? 2 * nl : nl;
+    }
+    S->nticks = t;
+    /* the tie workspace holds one received gradient block within a TIE_REDUCE
+     * or TIE_GRAD_RECV action (runtime/core/step.c, add_block) */
+    if (S->ws_mp >= 0) {
+        int lo = -1, hi = -1;
+        for (int a = 0; a < ss->n; a++)
+            if (ss->act[a].kind == A_TIE_REDUCE || ss->act[a].kind == A_TIE_GRAD_RECV) {
+                if (lo < 0)
+                    lo = S->act_tick[a];
+                hi = S->act_tick[a];
+            }
+        if (lo >= 0)
+            S->mp.buf[S->ws_mp].first_use = lo, S->mp.buf[S->ws_mp].last_use = hi;
+    }
+    FILE *sink = fopen("/dev/null", "w");
+    if (!sink)
+        sink = tmpfile();
+    if (!sink) {
+        pg_error(d, m->loc, "cannot open a scratch stream to plan frame buffers: %s", strerror(errno));
+        return -1;
+    }
+    int rc = 0;
+    int *at = malloc((size_t)(3 * nmb + 1) * sizeof(int));
+    for (int ci = 0; ci < S->nchunks && !rc; ci++) {
+        em_chunk *ch = &S->ch[ci];
+        int nl = ch->last - ch->first + 1;
+        record_frame_uses(g, S, ch, sink);
+        ch->fb_mp = malloc((size_t)(2 * nmb * ch->nfb + 1) * sizeof(int));
+        if (!at || !ch->fb_mp) {
+            pg_error(d, m->loc, "out of memory planning the frame buffers of chunk %d", ch->chunk);
+            rc = -1;
+            break;
+        }
+        for (int k = 0; k < 3 * nmb; k++)
+            at[k] = -1;
+        for (int a = 0; a < ss->n; a++) {
+            const pg_act *A = &ss->act[a];
+            if (A->chunk != ch->chunk || A->mb < 0 || A->mb >= nmb)
+                continue;
+            if (A->kind == A_FWD) at[3 * A->mb] = a;
+            if (A->kind == A_BWD_B) at[3 * A->mb + 1] = a;
+            if (A->kind == A_BWD_W) at[3 * A->mb + 2] = a;
+        }
+        char name[96];
+        for (int mb = 0; mb < nmb && !rc; mb++) {
+            int aF = at[3 * mb], aB = at[3 * mb + 1], aW = at[3 * mb + 2], ck = g->recompute[mb];
+            for (int f = 0; f < ch->nfb && !rc; f++) {
+                const em_fbuf *F = &ch->fb[f];
+                int lo0 = -1, hi0 = -1, lo1 = -1, hi1 = -1;
+                int *r0 = &ch->fb_mp[2 * mb * ch->nfb + f], *r1 = &ch->fb_mp[(2 * mb + 1) * ch->nfb + f];
+                *r0 = *r1 = -1;
+                /* kept: one instance from its forward to its BWD_W; checkpointed: the
+                 * step's forward alone, then the recompute in BWD_B to BWD_W */
+                widen(ck ? &lo0 : &lo1, ck ? &hi0 : &hi1, F, PASS_F, aF, S->act_tick, nl);
+                if (ck && aB >= 0 && F->lo[PASS_F] >= 0) {
+                    int t1 = S->act_tick[aB] + F->lo[PASS_F], t2 = S->act_tick[aB] + F->hi[PASS_F];
+                    if (lo1 < 0 || t1 < lo1) lo1 = t1;
+                    if (t2 > hi1) hi1 = t2;
+                }
+                widen(&lo1, &hi1, F, PASS_B, aB, S->act_tick, nl);
+                widen(&lo1, &hi1, F, PASS_W, aW, S->act_tick, nl);
+                if (lo0 >= 0) {
+                    sfmt(name, sizeof name, "c%d mb%d fwd %s", ch->chunk, mb, F->what);
+                    *r0 = pg_mp_add(&S->mp, name, MP_RECOMPUTE, F->bytes, lo0, hi0);
+                    if (*r0 < 0) rc = -1;
+                    else sfmt(S->mp.buf[*r0].note, sizeof S->mp.buf[0].note, "%s, the step's forward of a checkpointed micro-batch", F->shape);
+                }
+                if (lo1 >= 0 && !rc) {
+                    sfmt(name, sizeof name, "c%d mb%d %s", ch->chunk, mb, F->what);
+                    *r1 = pg_mp_add(&S->mp, name, ck ? MP_RECOMPUTE : MP_ACTIVATIONS, F->bytes, lo1, hi1);
+                    if (*r1 < 0) rc = -1;
+                    else sfmt(S->mp.buf[*r1].note, sizeof S->mp.buf[0].note, "%s%s", F->shape,
+                              ck ? ", recomputed in BWD_B" : "");
+                    if (!ck)
+                        *r0 = *r1;
+                }
+                if (rc)
+                    pg_error(d, m->loc, "out of memory planning the frame buffers of chunk %d", ch->chunk);
+            }
+        }
+    }
+    free(at);
+    fclose(sink);
+    return rc;
+}
+
 static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
 {
     const ir_model *m = g->m;
@@ -755,11 +940,12 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
     const pg_stage_sched *ss = &g->s->stage[S->stage];
     int nact = ss->n + 1;
     S->act_slot = malloc((size_t)nact * sizeof(int));
+    S->act_tick = malloc((size_t)nact * sizeof(int));
     S->act_off = malloc((size_t)nact * sizeof(int64_t));
     S->act_bytes = malloc((size_t)nact * sizeof(int64_t));
     S->act_tag = malloc((size_t)nact * sizeof(uint32_t));
     S->ch = calloc((size_t)m->nchunks, sizeof *S->ch);
-    if (!S->param_mp || !S->grad_mp || !S->opt_mp[0] || !S->opt_mp[1] || !S->send_bytes || !S->act_slot ||
+    if (!S->param_mp || !S->grad_mp || !S->opt_mp[0] || !S->opt_mp[1] || !S->send_bytes || !S->act_slot || !S->act_tick ||
         !S->act_off || !S->act_bytes || !S->act_tag || !S->ch || !S->bnsum_mp || !S->shadow_mp) {
         pg_error(d, m->loc, "out of memory");
         return -1;
@@ -893,7 +1079,7 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
         pg_shape_str(m->target_dtype, &m->target, sh, sizeof sh);
         sfmt(S->mp.buf[S->target_mp].note, sizeof note, "%s %s per sample, the whole batch", m->target_name, sh);
     }
-    /* activation slots and frames */
+    /* activation slots; frame buffers with their lifetimes */
     for (int ci = 0; ci < S->nchunks; ci++) {
         em_chunk *ch = &S->ch[ci];
         for (int b = 0; b < ch->nsb; b++) {
@@ -908,24 +1094,16 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
             sfmt(S->mp.buf[ch->sb[b].mp].note, sizeof S->mp.buf[0].note, "%d slots x %" PRId64 " bytes: %s",
                      ch->nslots, ch->sb[b].stride, ch->sb[b].note);
         }
-        ch->mp_frames = ch->mp_recompute = -1;
-        if (ch->nframes && ch->frame_bytes) {
-            sfmt(name, sizeof name, "c%d.frames", ch->chunk);
-            ch->mp_frames = pg_mp_add(&S->mp, name, MP_ACTIVATIONS, ch->frame_bytes * ch->nframes, PG_MP_WHOLE_STEP,
-                                      PG_MP_WHOLE_STEP);
-            sfmt(S->mp.buf[ch->mp_frames].note, sizeof S->mp.buf[0].note,
-                     "%d frames x %" PRId64 " bytes: interior tensors of micro-batches that keep them", ch->nframes,
-                     ch->frame_bytes);
-        }
-        if (ch->shared_recompute && ch->frame_bytes) {
-            sfmt(name, sizeof name, "c%d.recompute", ch->chunk);
-            ch->mp_recompute = pg_mp_add(&S->mp, name, MP_RECOMPUTE, ch->frame_bytes, PG_MP_WHOLE_STEP, PG_MP_WHOLE_STEP);
-            sfmt(S->mp.buf[ch->mp_recompute].note, sizeof S->mp.buf[0].note,
-                     "1 frame x %" PRId64 " bytes: shared by checkpointed micro-batches", ch->frame_bytes);
-        }
     }
+    if (plan_frames(g, S, d))
+        return -1;
     S->mp.guard = g->guard;
     pg_mp_solve(&S->mp);
+    char err[600];
+    if (pg_mp_check(&S->mp, err, sizeof err)) {
+        pg_error(d, m->loc, "internal error: the memory plan of stage %d is wrong: %s", S->stage, err);
+        return -1;
+    }
     if (plan_messages(g, S, d))
         return -1;
     /* the final gather of parameters to stage 0 */
@@ -1100,12 +1278,12 @@ void pg_gen_free(pg_gen *g)
             em_chunk *ch = &S->ch[i];
             free(ch->tens); free(ch->lin); free(ch->lout); free(ch->aux);
             free(ch->skin); free(ch->skgout); free(ch->skout); free(ch->skgin);
-            free(ch->sktensor); free(ch->skgframe); free(ch->frame_notes);
+            free(ch->sktensor); free(ch->skgframe); free(ch->fb); free(ch->fb_mp);
         }
         free(S->ch);
         pg_mp_free(&S->mp);
         free(S->param_mp); free(S->grad_mp); free(S->opt_mp[0]); free(S->opt_mp[1]); free(S->bnsum_mp); free(S->shadow_mp);
-        free(S->act_slot); free(S->act_off); free(S->act_bytes); free(S->act_tag); free(S->send_bytes);
+        free(S->act_slot); free(S->act_tick); free(S->act_off); free(S->act_bytes); free(S->act_tag); free(S->send_bytes);
     }
     free(g->st);
     free(g->nacc);
@@ -1123,6 +1301,46 @@ static void print_bytes(FILE *o, const char *what, int64_t b)
     fprintf(o, "  %-20s %12.3f MiB  %14" PRId64 " bytes\n", what, (double)b / (1024.0 * 1024.0), b);
 }
 
+/* The tick at which the stage's live buffers take the most bytes; their bytes
+ * per category then in cat[MP__COUNT]. -1 when nothing is timed. */
+static int peak_tick(const em_stage *S, int64_t *cat)
+{
+    int n = S->nticks, best = -1;
+    int64_t *diff = calloc((size_t)n + 2, sizeof *diff), run = 0, max = -1;
+    for (int c = 0; c < MP__COUNT; c++)
+        cat[c] = 0;
+    if (!diff)
+        return -1;
+    for (int b = 0; b < S->mp.n; b++) {
+        const pg_mp_buf *B = &S->mp.buf[b];
+        if (B->first_use == PG_MP_WHOLE_STEP || B->first_use < 0 || B->last_use >= n)
+            continue;
+        diff[B->first_use] += al_plan(B->bytes);
+        diff[B->last_use + 1] -= al_plan(B->bytes);
+    }
+    for (int t = 0; t < n; t++) {
+        run += diff[t];
+        if (run > max)
+            max = run, best = t;
+    }
+    free(diff);
+    for (int b = 0; b < S->mp.n; b++) {
+        const pg_mp_buf *B = &S->mp.buf[b];
+        if (B->first_use == PG_MP_WHOLE_STEP || (best >= 0 && B->first_use <= best && best <= B->last_use))
+            cat[B->cat] += al_plan(B->bytes);
+    }
+    return best;
+}
+
+/* The action running at tick t. */
+static int action_at(const em_stage *S, int n, int t)
+{
+    int a = 0;
+    while (a + 1 < n && S->act_tick[a + 1] <= t)
+        a++;
+    return a;
+}
+
 void pg_gen_report(const pg_gen *g, FILE *o)
 {
     const ir_model *m = g->m;
@@ -1130,23 +1348,39 @@ void pg_gen_report(const pg_gen *g, FILE *o)
     fprintf(o, "model %s: %d stages, %d chunks, batch %" PRId64 " in %" PRId64 " micro-batches (%" PRId64
                " rows max), checkpoint %s\n",
             m->name, m->nstages, m->nchunks, m->train.batch, m->train.microbatches, g->rmax, ck[m->train.checkpoint]);
-    int64_t total = 0;
+    int64_t total = 0, unshared = 0;
     for (int k = 0; k < g->nstages; k++) {
         const em_stage *S = &g->st[k];
         fprintf(o, "stage %d (", k);
         for (int i = 0; i < S->nchunks; i++)
-            fprintf(o, "%schunk %d: %d slots%s", i ? ", " : "", S->ch[i].chunk, S->ch[i].nslots,
-                    S->ch[i].shared_recompute ? ", shared recompute frame" : "");
+            fprintf(o, "%schunk %d: %d slots", i ? ", " : "", S->ch[i].chunk, S->ch[i].nslots);
         fprintf(o, ")\n");
         for (int c = 0; c < MP__COUNT; c++) {
             int64_t b = pg_mp_cat_bytes(&S->mp, (pg_mp_cat)c);
             if (b)
                 print_bytes(o, pg_mp_cat_name((pg_mp_cat)c), b);
         }
+        int64_t before = pg_mp_unshared_bytes(&S->mp);
+        print_bytes(o, "before sharing", before);
         print_bytes(o, "arena", S->mp.total);
+        int64_t cat[MP__COUNT];
+        int t = peak_tick(S, cat);
+        if (t >= 0) {
+            const pg_stage_sched *ss = &g->s->stage[k];
+            char buf[160];
+            fprintf(o, "  at the peak (tick %d, %s):\n", t, pg_act_str(&ss->act[action_at(S, ss->n, t)], buf, sizeof buf));
+            for (int c = 0; c < MP__COUNT; c++)
+                if (cat[c]) {
+                    char what[64];
+                    sfmt(what, sizeof what, "  %s", pg_mp_cat_name((pg_mp_cat)c));
+                    print_bytes(o, what, cat[c]);
+                }
+        }
         total += S->mp.total;
+        unshared += before;
     }
     fprintf(o, "all stages\n");
+    print_bytes(o, "before sharing", unshared);
     print_bytes(o, "arenas", total);
 }
 
@@ -1400,13 +1634,6 @@ char *pg_gen_plan_json(const pg_gen *g, uint64_t *hash)
 
 /* ---- stage<k>.c ------------------------------------------------------------------ */
 
-typedef struct em_out {
-    FILE *o;
-    const pg_gen *g;
-    const em_stage *S;
-    const em_chunk *ch;
-} em_out;
-
 static void cident(const char *s, char *buf, size_t n)
 {
     size_t i = 0;
@@ -1429,24 +1656,26 @@ static void pmacro(const ir_model *m, int p, int grad, char *buf, size_t n)
 }
 
 /* value / gradient of tensor t as a C expression */
-static void tval(const em_chunk *ch, int t, char *buf, size_t n)
+static void tval(em_out *e, int t, char *buf, size_t n)
 {
+    const em_chunk *ch = e->ch;
     const em_tensor *T = &ch->tens[t];
     if (T->vloc == LOC_INPUT)
         sfmt(buf, n, "INPUT_ROWS");
     else if (T->vloc == LOC_SLOT)
         sfmt(buf, n, "%s", ch->sb[T->vslot].macro);
     else
-        sfmt(buf, n, "C%d_T%d", ch->chunk, t);
+        sfmt(buf, n, "C%d_T%d", ch->chunk, t), frame_use(e, T->voff);
 }
 
-static void tgrad(const em_chunk *ch, int t, char *buf, size_t n)
+static void tgrad(em_out *e, int t, char *buf, size_t n)
 {
+    const em_chunk *ch = e->ch;
     const em_tensor *T = &ch->tens[t];
     if (T->gloc == LOC_SLOT)
         sfmt(buf, n, "%s", ch->sb[T->gslot].macro);
     else
-        sfmt(buf, n, "C%d_DT%d", ch->chunk, t);
+        sfmt(buf, n, "C%d_DT%d", ch->chunk, t), frame_use(e, T->goff);
 }
 
 /* n for a layer input: rows * every dim but the last */
@@ -1470,8 +1699,8 @@ static void emit_layer_fwd(em_out *e, int i)
     int li = i - ch->first;
     const em_tensor *TI = &ch->tens[ch->lin[li]], *TO = &ch->tens[ch->lout[li]];
     char x[64], y[64], n[64], cnt[64], p0[128], p1[128], p2[128], p3[128], shi[96], sho[96];
-    tval(ch, ch->lin[li], x, sizeof x);
-    tval(ch, ch->lout[li], y, sizeof y);
+    tval(e, ch->lin[li], x, sizeof x);
+    tval(e, ch->lout[li], y, sizeof y);
     nexpr(TI, n, sizeof n);
     cexpr(TI, cnt, sizeof cnt);
     shape_rows(&TI->shape, shi, sizeof shi);
@@ -1494,9 +1723,9 @@ static void emit_layer_fwd(em_out *e, int i)
         fprintf(o, "    PG_TRY(pg_gelu_fwd(c, %s, %s, %s));\n", cnt, x, y);
         break;
     case LK_LAYERNORM:
-        fprintf(o, "    PG_TRY(pg_layernorm_fwd(c, %s, %" PRId64 ", %.9gf, %s, %s, %s, %s, (float *)(F + %" PRId64
-                   "), (float *)(F + %" PRId64 ")));\n",
-                n, last_dim(&TI->shape), L->eps, x, p0, p1, y, ch->aux[li].off[0], ch->aux[li].off[1]);
+        fprintf(o, "    PG_TRY(pg_layernorm_fwd(c, %s, %" PRId64 ", %.9gf, %s, %s, %s, %s, %s"
+                   ", %s));\n",
+                n, last_dim(&TI->shape), L->eps, x, p0, p1, y, fa(e, ch->aux[li].off[0]), fa(e, ch->aux[li].off[1]));
         break;
     case LK_BATCHNORM: {
         int64_t C = last_dim(&TI->shape), per = TI->numel / C;
@@ -1508,10 +1737,10 @@ static void emit_layer_fwd(em_out *e, int i)
                    "        PG_TRY(pg_batchnorm_eval_fwd(c, %s, %" PRId64 ", %.9gf, %s, %s, %s, %s, %s, %s));\n"
                    "    else\n",
                 n, C, L->eps, x, L->nparam > 0 ? p0 : "NULL", L->nparam > 1 ? p1 : "NULL", rm, rv, y);
-        fprintf(o, "        PG_TRY(pg_batchnorm_fwd(c, %s, %" PRId64 ", %.9gf, %s, %s, %s, %s, (float *)(F + %" PRId64
-                   "), (float *)(F + %" PRId64 ")));\n",
-                n, C, L->eps, x, L->nparam > 0 ? p0 : "NULL", L->nparam > 1 ? p1 : "NULL", y, ch->aux[li].off[0],
-                ch->aux[li].off[1]);
+        fprintf(o, "        PG_TRY(pg_batchnorm_fwd(c, %s, %" PRId64 ", %.9gf, %s, %s, %s, %s, %s"
+                   ", %s));\n",
+                n, C, L->eps, x, L->nparam > 0 ? p0 : "NULL", L->nparam > 1 ? p1 : "NULL", y, fa(e, ch->aux[li].off[0]),
+                fa(e, ch->aux[li].off[1]));
         if (L->deferred) {
             fprintf(o, "    if (first && !io->infer) { /* deferred: running statistics from the whole mini-batch, once per step;\n"
                        "                  sums over the micro-batches in index order (not again when recomputing) */\n");
@@ -1552,8 +1781,8 @@ static void emit_layer_fwd(em_out *e, int i)
         int64_t T = TI->shape.rank >= 2 ? TI->shape.dim[TI->shape.rank - 2] : 1;
         const int64_t *a = ch->aux[li].off;
         fprintf(o, "    PG_TRY(pg_attention_fwd(c, r, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %s, %s, %s, %s, %s,\n"
-                   "                            (float *)(F + %" PRId64 "), (float *)(F + %" PRId64 "), (float *)(F + %" PRId64 "), %s));\n",
-                T, last_dim(&TI->shape), L->heads, L->causal, x, p0, p1, p2, p3, a[0], a[1], a[2], y);
+                   "                            %s, %s, %s, %s));\n",
+                T, last_dim(&TI->shape), L->heads, L->causal, x, p0, p1, p2, p3, fa(e, a[0]), fa(e, a[1]), fa(e, a[2]), y);
         break;
     }
     case LK_DROPOUT:
@@ -1577,7 +1806,7 @@ static void emit_layer_fwd(em_out *e, int i)
         if (ch->skin[L->skip] >= 0)
             sfmt(s, sizeof s, "%s", ch->sb[ch->skin[L->skip]].macro);
         else
-            tval(ch, ch->sktensor[L->skip], s, sizeof s);
+            tval(e, ch->sktensor[L->skip], s, sizeof s);
         if (sk->mode == POP_ADD)
             fprintf(o, "    PG_TRY(pg_add_fwd(c, %s, %s, %s, %s));\n", cnt, x, s, y);
         else
@@ -1599,10 +1828,15 @@ static void emit_layer_bwd_b(em_out *e, int i)
     int li = i - ch->first;
     const em_tensor *TI = &ch->tens[ch->lin[li]];
     int dx_wanted = TI->need_grad;
-    char x[64], dx[64], dy[64], n[64], cnt[64], p0[128], p2[128];
-    tval(ch, ch->lin[li], x, sizeof x);
-    tgrad(ch, ch->lin[li], dx, sizeof dx);
-    tgrad(ch, ch->lout[li], dy, sizeof dy);
+    char x[64] = "", dx[64] = "", dy[64], n[64], cnt[64], p0[128], p2[128];
+    /* only what the code below reads or writes counts as a use (plan_frames) */
+    int reads_x = L->kind == LK_RELU || L->kind == LK_GELU || L->kind == LK_LAYERNORM || L->kind == LK_BATCHNORM;
+    int writes_dx = dx_wanted || L->kind == LK_ATTENTION || (L->kind == LK_POP && m->skips[L->skip].mode != POP_ADD);
+    if (reads_x)
+        tval(e, ch->lin[li], x, sizeof x);
+    if (writes_dx)
+        tgrad(e, ch->lin[li], dx, sizeof dx);
+    tgrad(e, ch->lout[li], dy, sizeof dy);
     nexpr(TI, n, sizeof n);
     cexpr(TI, cnt, sizeof cnt);
     if (L->nparam > 0) pmacro(m, L->param[0], 0, p0, sizeof p0);
@@ -1623,15 +1857,15 @@ static void emit_layer_bwd_b(em_out *e, int i)
         break;
     case LK_LAYERNORM:
         if (dx_wanted)
-            fprintf(o, "    PG_TRY(pg_layernorm_bwd_in(c, %s, %" PRId64 ", %s, %s, (float *)(F + %" PRId64
-                       "), (float *)(F + %" PRId64 "), %s, %s)); /* %s */\n",
-                    n, last_dim(&TI->shape), x, p0, ch->aux[li].off[0], ch->aux[li].off[1], dy, dx, L->name);
+            fprintf(o, "    PG_TRY(pg_layernorm_bwd_in(c, %s, %" PRId64 ", %s, %s, %s"
+                       ", %s, %s, %s)); /* %s */\n",
+                    n, last_dim(&TI->shape), x, p0, fa(e, ch->aux[li].off[0]), fa(e, ch->aux[li].off[1]), dy, dx, L->name);
         break;
     case LK_BATCHNORM:
         if (dx_wanted)
-            fprintf(o, "    PG_TRY(pg_batchnorm_bwd_in(c, %s, %" PRId64 ", %s, %s, (float *)(F + %" PRId64
-                       "), (float *)(F + %" PRId64 "), %s, %s)); /* %s */\n",
-                    n, last_dim(&TI->shape), x, L->nparam > 0 ? p0 : "NULL", ch->aux[li].off[0], ch->aux[li].off[1], dy,
+            fprintf(o, "    PG_TRY(pg_batchnorm_bwd_in(c, %s, %" PRId64 ", %s, %s, %s"
+                       ", %s, %s, %s)); /* %s */\n",
+                    n, last_dim(&TI->shape), x, L->nparam > 0 ? p0 : "NULL", fa(e, ch->aux[li].off[0]), fa(e, ch->aux[li].off[1]), dy,
                     dx, L->name);
         break;
     case LK_POS_EMBED:
@@ -1648,10 +1882,10 @@ static void emit_layer_bwd_b(em_out *e, int i)
         const int64_t *a = ch->aux[li].off;
         /* always run: it also leaves dqkv for the weight gradient */
         fprintf(o, "    PG_TRY(pg_attention_bwd_in(c, r, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %s, %s,\n"
-                   "                               (float *)(F + %" PRId64 "), (float *)(F + %" PRId64 "), (float *)(F + %" PRId64
-                   "), %s,\n                               (float *)(F + %" PRId64 "), (float *)(F + %" PRId64
-                   "), %s)); /* %s */\n",
-                T, last_dim(&TI->shape), L->heads, L->causal, p0, p2, a[0], a[1], a[2], dy, a[3], a[4], dx, L->name);
+                   "                               %s, %s, %s"
+                   ", %s,\n                               %s, %s"
+                   ", %s)); /* %s */\n",
+                T, last_dim(&TI->shape), L->heads, L->causal, p0, p2, fa(e, a[0]), fa(e, a[1]), fa(e, a[2]), dy, fa(e, a[3]), fa(e, a[4]), dx, L->name);
         break;
     }
     case LK_DROPOUT:
@@ -1667,8 +1901,8 @@ static void emit_layer_bwd_b(em_out *e, int i)
             fprintf(o, "    PG_TRY(pg_axpy_inplace(c, %s, %s, %s)); /* + gradient of skip %s from chunk %d */\n", dx,
                     ch->sb[ch->skgin[L->skip]].macro, cnt, sk->name, m->layers[sk->pop_layer].chunk);
         else
-            fprintf(o, "    PG_TRY(pg_axpy_inplace(c, %s, (float *)(F + %" PRId64 "), %s)); /* + gradient of skip %s */\n",
-                    dx, ch->skgframe[L->skip], cnt, sk->name);
+            fprintf(o, "    PG_TRY(pg_axpy_inplace(c, %s, %s, %s)); /* + gradient of skip %s */\n",
+                    dx, fa(e, ch->skgframe[L->skip]), cnt, sk->name);
         break;
     }
     case LK_POP: {
@@ -1678,7 +1912,7 @@ static void emit_layer_bwd_b(em_out *e, int i)
         if (ch->skgout[L->skip] >= 0)
             sfmt(ds, sizeof ds, "%s", ch->sb[ch->skgout[L->skip]].macro);
         else {
-            sfmt(ds, sizeof ds, "(float *)(F + %" PRId64 ")", ch->skgframe[L->skip]);
+            sfmt(ds, sizeof ds, "%s", fa(e, ch->skgframe[L->skip]));
             ds_wanted = ch->tens[ch->sktensor[L->skip]].need_grad;
         }
         if (sk->mode == POP_ADD) {
@@ -1706,9 +1940,14 @@ static void emit_layer_bwd_w(em_out *e, int i)
     const ir_layer *L = &m->layers[i];
     int li = i - ch->first;
     const em_tensor *TI = &ch->tens[ch->lin[li]];
-    char x[64], dy[64], n[64], cnt[64], g[4][128];
-    tval(ch, ch->lin[li], x, sizeof x);
-    tgrad(ch, ch->lout[li], dy, sizeof dy);
+    char x[64] = "", dy[64], n[64], cnt[64], g[4][128];
+    /* only layers with weights have code here: only what it reads counts as a use (plan_frames) */
+    if (L->kind != LK_LINEAR && L->kind != LK_BATCHNORM && L->kind != LK_LAYERNORM && L->kind != LK_EMBED &&
+        L->kind != LK_POS_EMBED && L->kind != LK_LOGITS && L->kind != LK_ATTENTION)
+        return;
+    if (L->kind != LK_POS_EMBED)
+        tval(e, ch->lin[li], x, sizeof x);
+    tgrad(e, ch->lout[li], dy, sizeof dy);
     nexpr(TI, n, sizeof n);
     cexpr(TI, cnt, sizeof cnt);
     for (int k = 0; k < L->nparam && k < 4; k++) {
@@ -1731,15 +1970,15 @@ static void emit_layer_bwd_w(em_out *e, int i)
                 L->in_features, L->out_features, x, dy, g[0], L->bias ? g[1] : "NULL", L->name);
         break;
     case LK_BATCHNORM:
-        fprintf(o, "    PG_TRY(pg_batchnorm_bwd_w(c, %s, %" PRId64 ", %s, (float *)(F + %" PRId64 "), (float *)(F + %" PRId64
-                   "), %s, %s, %s)); /* %s */\n",
-                n, last_dim(&TI->shape), x, ch->aux[li].off[0], ch->aux[li].off[1], dy, L->nparam > 0 ? g[0] : "NULL",
+        fprintf(o, "    PG_TRY(pg_batchnorm_bwd_w(c, %s, %" PRId64 ", %s, %s, %s"
+                   ", %s, %s, %s)); /* %s */\n",
+                n, last_dim(&TI->shape), x, fa(e, ch->aux[li].off[0]), fa(e, ch->aux[li].off[1]), dy, L->nparam > 0 ? g[0] : "NULL",
                 L->nparam > 1 ? g[1] : "NULL", L->name);
         break;
     case LK_LAYERNORM:
-        fprintf(o, "    PG_TRY(pg_layernorm_bwd_w(c, %s, %" PRId64 ", %s, (float *)(F + %" PRId64 "), (float *)(F + %" PRId64
-                   "), %s, %s, %s)); /* %s */\n",
-                n, last_dim(&TI->shape), x, ch->aux[li].off[0], ch->aux[li].off[1], dy, g[0], g[1], L->name);
+        fprintf(o, "    PG_TRY(pg_layernorm_bwd_w(c, %s, %" PRId64 ", %s, %s, %s"
+                   ", %s, %s, %s)); /* %s */\n",
+                n, last_dim(&TI->shape), x, fa(e, ch->aux[li].off[0]), fa(e, ch->aux[li].off[1]), dy, g[0], g[1], L->name);
         break;
     case LK_EMBED:
         fprintf(o, "    PG_TRY(pg_embed_bwd_w(c, %s, %" PRId64 ", %" PRId64 ", (const int32_t *)%s, %s, %s)); /* %s */\n",
@@ -1756,9 +1995,9 @@ static void emit_layer_bwd_w(em_out *e, int i)
     case LK_ATTENTION: {
         int64_t T = TI->shape.rank >= 2 ? TI->shape.dim[TI->shape.rank - 2] : 1;
         const int64_t *a = ch->aux[li].off;
-        fprintf(o, "    PG_TRY(pg_attention_bwd_w(c, r, %" PRId64 ", %" PRId64 ", %s, (float *)(F + %" PRId64 "), %s, (float *)(F + %" PRId64
-                   "),\n                              %s, %s, %s, %s)); /* %s */\n",
-                T, last_dim(&TI->shape), x, a[2], dy, a[4], g[0], g[1], g[2], g[3], L->name);
+        fprintf(o, "    PG_TRY(pg_attention_bwd_w(c, r, %" PRId64 ", %" PRId64 ", %s, %s, %s, %s"
+                   ",\n                              %s, %s, %s, %s)); /* %s */\n",
+                T, last_dim(&TI->shape), x, fa(e, a[2]), dy, fa(e, a[4]), g[0], g[1], g[2], g[3], L->name);
         break;
     }
     default:
@@ -1789,51 +2028,53 @@ static void emit_chunk_fns(em_out *e)
                     S->mp.buf[B->mp].offset, B->stride, B->note);
         }
     }
-    /* frame tensors */
+    /* frame tensors: offsets in this micro-batch's row of frame_c<k> */
     for (int t = 0; t < ch->ntens; t++) {
         const em_tensor *T = &ch->tens[t];
         shape_rows(&T->shape, sh, sizeof sh);
         if (T->vloc == LOC_FRAME)
-            fprintf(o, "#define C%d_T%d ((float *)(F + %" PRId64 ")) /* %s: %s */\n", c, t, T->voff, T->what, sh);
+            fprintf(o, "#define C%d_T%d ((float *)(A + F[%" PRId64 "])) /* %s: %s */\n", c, t, T->voff, T->what, sh);
         if (T->gloc == LOC_FRAME)
-            fprintf(o, "#define C%d_DT%d ((float *)(F + %" PRId64 ")) /* gradient of %s: %s */\n", c, t, T->goff,
+            fprintf(o, "#define C%d_DT%d ((float *)(A + F[%" PRId64 "])) /* gradient of %s: %s */\n", c, t, T->goff,
                     T->what, sh);
     }
-    fprintf(o, "\n/* Where this micro-batch's interior tensors live: ");
-    if (ch->shared_recompute)
-        fprintf(o, "checkpointed micro-batches share one recompute frame, the others own %s. */\n",
-                ch->frames_per_slot ? "the frame of their slot" : "the one keep frame");
-    else
-        fprintf(o, "the frame of its slot. */\n");
-    fprintf(o, "static unsigned char *frame_c%d(unsigned char *A, const pg_mb_io *io)\n{\n", c);
-    int64_t fo = ch->mp_frames >= 0 ? S->mp.buf[ch->mp_frames].offset : 0;
-    int64_t ro = ch->mp_recompute >= 0 ? S->mp.buf[ch->mp_recompute].offset : 0;
-    if (!ch->frame_bytes)
-        fprintf(o, "    (void)io;\n    return A; /* empty frame */\n}\n\n");
-    else if (ch->shared_recompute) {
-        fprintf(o, "    if (io->recompute)\n        return A + %" PRId64 ";\n", ro);
-        if (ch->nframes == 0)
-            fprintf(o, "    return A + %" PRId64 "; /* unreachable: every micro-batch is checkpointed */\n}\n\n", ro);
-        else if (ch->frames_per_slot)
-            fprintf(o, "    return A + %" PRId64 " + (int64_t)io->slot * %" PRId64 ";\n}\n\n", fo, ch->frame_bytes);
-        else
-            fprintf(o, "    return A + %" PRId64 ";\n}\n\n", fo);
-    } else {
-        fprintf(o, "    return A + %" PRId64 " + (int64_t)io->slot * %" PRId64 ";\n}\n\n", fo, ch->frame_bytes);
+    int uses[PASS__COUNT] = {0, 0, 0};
+    for (int f = 0; f < ch->nfb; f++)
+        for (int k = 0; k < PASS__COUNT; k++)
+            uses[k] |= ch->fb[f].lo[k] >= 0;
+    if (uses[PASS_F] || uses[PASS_B] || uses[PASS_W]) {
+        fprintf(o, "\n/* Arena offsets of this chunk's frame buffers (listed in %s.h): row 2 * mb is micro-batch mb's\n"
+                   " * forward, row 2 * mb + 1 its backward (the recompute of a checkpointed one, BWD_B, BWD_W);\n"
+                   " * -1 where that pass does not use the buffer. The memory plan shares bytes between buffers\n"
+                   " * that are never alive at once in this stage's action order. */\n",
+                m->name);
+        fprintf(o, "static const int64_t frame_c%d[%d][%d] = {\n", c, 2 * g->s->nmb, ch->nfb);
+        for (int row = 0; row < 2 * g->s->nmb; row++) {
+            fprintf(o, "    {");
+            for (int f = 0; f < ch->nfb; f++) {
+                int k = ch->fb_mp[row * ch->nfb + f];
+                fprintf(o, "%s%" PRId64, f ? ", " : "", k >= 0 ? S->mp.buf[k].offset : -1);
+            }
+            fprintf(o, "}, /* mb %d, %s */\n", row / 2, row % 2 ? "backward" : "forward");
+        }
+        fprintf(o, "};\n");
     }
+    fprintf(o, "\n");
 
     /* forward; with batchnorm, `first` tells the step's forward from a recompute; a chunk
      * whose input comes from chunk-1 on this stage copies it in the step's forward only */
     int has_bn = 0;
     for (int i = ch->first; i <= ch->last; i++)
         has_bn |= m->layers[i].kind == LK_BATCHNORM;
-    int split_fwd = has_bn || ch->x_local;
+    int split_fwd = has_bn || ch->x_local || uses[PASS_F];
     if (split_fwd)
         fprintf(o, "static int fwd_body_c%d(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)\n{\n", c);
     else
         fprintf(o, "static int fwd_c%d(pg_ctx *c, unsigned char *A, pg_mb_io *io)\n{\n", c);
-    fprintf(o, "    const int64_t r = io->rows;\n    unsigned char *F = frame_c%d(A, io);\n    (void)F;\n", c);
-    if (split_fwd && !has_bn)
+    fprintf(o, "    const int64_t r = io->rows;\n");
+    if (uses[PASS_F])
+        fprintf(o, "    const int64_t *F = frame_c%d[2 * io->mb + !first];\n", c);
+    else if (split_fwd && !has_bn)
         fprintf(o, "    (void)first;\n");
     for (int i = ch->first; i <= ch->last; i++)
         emit_layer_fwd(e, i);
@@ -1841,8 +2082,8 @@ static void emit_chunk_fns(em_out *e)
         int tl = ch->lout[ch->last - ch->first];
         const em_tensor *TL = &ch->tens[tl];
         char y[64], dy[64];
-        tval(ch, tl, y, sizeof y);
-        tgrad(ch, tl, dy, sizeof dy);
+        tval(e, tl, y, sizeof y);
+        tgrad(e, tl, dy, sizeof dy);
         const ir_train *t = &m->train;
         if (t->loss == LOSS_CROSS_ENTROPY) {
             int64_t V = last_dim(&TL->shape);
@@ -1874,7 +2115,9 @@ static void emit_chunk_fns(em_out *e)
 
     /* backward-input */
     fprintf(o, "static int bwd_b_c%d(pg_ctx *c, unsigned char *A, pg_mb_io *io)\n{\n", c);
-    fprintf(o, "    const int64_t r = io->rows;\n    unsigned char *F = frame_c%d(A, io);\n    (void)F; (void)r;\n", c);
+    fprintf(o, "    const int64_t r = io->rows;\n    (void)r;\n");
+    if (uses[PASS_B])
+        fprintf(o, "    const int64_t *F = frame_c%d[2 * io->mb + 1];\n", c);
     if (split_fwd)
         fprintf(o, "    if (io->recompute) /* checkpointed: rebuild the interior from the stage input */\n"
                    "        PG_TRY(fwd_body_c%d(c, A, io, 0));\n", c);
@@ -1887,12 +2130,14 @@ static void emit_chunk_fns(em_out *e)
 
     /* backward-weight */
     fprintf(o, "static int bwd_w_c%d(pg_ctx *c, unsigned char *A, pg_mb_io *io)\n{\n", c);
-    fprintf(o, "    const int64_t r = io->rows;\n    unsigned char *F = frame_c%d(A, io);\n    (void)F; (void)r;\n", c);
+    fprintf(o, "    const int64_t r = io->rows;\n    (void)r;\n");
+    if (uses[PASS_W])
+        fprintf(o, "    const int64_t *F = frame_c%d[2 * io->mb + 1];\n", c);
     long before = ftell(o);
     for (int i = ch->last; i >= ch->first; i--)
         emit_layer_bwd_w(e, i);
     if (ftell(o) == before)
-        fprintf(o, "    (void)c; /* no weights in this chunk */\n");
+        fprintf(o, "    (void)c; (void)A; /* no weights in this chunk */\n");
     fprintf(o, "    return 0;\n}\n\n");
     for (int b = 0; b < ch->nsb; b++)
         fprintf(o, "#undef %s\n", ch->sb[b].macro);
@@ -1989,7 +2234,9 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
         fprintf(o, "};\n\n");
     }
     for (int i = 0; i < S->nchunks; i++) {
-        em_out e = {o, g, S, &S->ch[i]};
+        em_out e;
+        memset(&e, 0, sizeof e);
+        e.o = o, e.g = g, e.S = S, e.ch = &S->ch[i];
         emit_chunk_fns(&e);
     }
     /* tables */
@@ -2180,18 +2427,24 @@ static int emit_header(const pg_gen *g, uint64_t hash, FILE *o)
         fprintf(o, "/* ---- stage %d ----\n *  %-12s %-12s  %-18s  %s\n", k, "offset", "bytes", "category", "buffer");
         for (int b = 0; b < S->mp.n; b++) {
             const pg_mp_buf *B = &S->mp.buf[b];
-            fprintf(o, " *  %-12" PRId64 " %-12" PRId64 "  %-18s  %s: %s\n", B->offset, B->bytes, pg_mp_cat_name(B->cat),
+            fprintf(o, " *  %-12" PRId64 " %-12" PRId64 "  %-18s  %s: %s", B->offset, B->bytes, pg_mp_cat_name(B->cat),
                     B->name, B->note);
+            if (B->first_use != PG_MP_WHOLE_STEP)
+                fprintf(o, " (ticks %d..%d)", B->first_use, B->last_use);
+            fprintf(o, "\n");
         }
         for (int i = 0; i < S->nchunks; i++) {
             const em_chunk *ch = &S->ch[i];
-            if (!ch->nframe_notes)
+            if (!ch->nfb)
                 continue;
-            fprintf(o, " *  frame of chunk %d (%" PRId64 " bytes), offsets from the frame's start:\n", ch->chunk,
-                    ch->frame_bytes);
-            for (int k2 = 0; k2 < ch->nframe_notes; k2++)
-                fprintf(o, " *    %s\n", ch->frame_notes[k2]);
+            fprintf(o, " *  frame buffers of chunk %d (columns of frame_c%d in stage%d.c), for %" PRId64 " rows:\n",
+                    ch->chunk, ch->chunk, k, g->rmax);
+            for (int f = 0; f < ch->nfb; f++)
+                fprintf(o, " *    F[%d] %12" PRId64 " bytes  %s: %s\n", f, ch->fb[f].bytes, ch->fb[f].what, ch->fb[f].shape);
         }
+        if (S->nticks)
+            fprintf(o, " *  ticks: the stage's actions in order, one per layer step of FWD, BWD_B (recompute,\n"
+                       " *  then backward) and BWD_W, one per other action; %d in all\n", S->nticks);
         fprintf(o, " */\n#define STAGE%d_ARENA_BYTES INT64_C(%" PRId64 ")\n\n", k, S->mp.total);
     }
     fprintf(o, "#endif\n");
