@@ -27,7 +27,10 @@
  * buffer. Those buffers are the earlier chunk's, held from its FWD to its
  * BWD_W, which the verifier orders after this chunk's BWD_B; the generated
  * code finds that chunk's slot of the micro-batch in a static mb_slot_c<k>
- * table. */
+ * table.
+ * Each chunk function declares the tensors it uses as named, typed locals with
+ * their shapes (float *const h0_ln1_out, const int32_t *const tokens), so a
+ * debugger's `info locals` shows them (emit_fn; tests/debug_gdb.t). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -53,7 +56,7 @@ typedef struct em_tensor {
 } em_tensor;
 
 typedef struct em_slotbuf {
-    char macro[64];
+    char local[64];        /* its local in the generated functions: c0_x, c0_skip6_out */
     char note[160];
     pg_mp_cat cat;
     int64_t stride;        /* bytes per slot */
@@ -75,6 +78,7 @@ typedef struct em_fbuf {
     int64_t bytes;          /* for rmax rows */
     char what[96];          /* "h.0.ln_1 out", "gradient of h.0.ln_1 out" */
     char shape[64];
+    char name[80];          /* its local in the generated functions: h_0_ln_1_out, d_h_0_ln_1_out */
     int lo[PASS__COUNT], hi[PASS__COUNT]; /* layer steps of the chunk using it per pass, -1: none */
 } em_fbuf;
 
@@ -152,6 +156,8 @@ typedef struct em_out {
     int nfx;
 } em_out;
 
+static void c_local(const char *what, char *buf, size_t n);
+
 /* Note a use of frame buffer id in the current pass and layer step. */
 static void frame_use(em_out *e, int64_t id)
 {
@@ -165,14 +171,33 @@ static void frame_use(em_out *e, int64_t id)
         f->hi[k] = e->step;
 }
 
-/* Frame buffer id as a float pointer expression (F: the offsets of this
- * micro-batch's instances, a row of frame_c<k>). */
+/* Frame buffer id's local (a float pointer at its offset in this
+ * micro-batch's row of frame_c<k>, declared where it is used). */
 static const char *fa(em_out *e, int64_t id)
 {
     char *b = e->fx[e->nfx++ % 8];
     frame_use(e, id);
-    sfmt(b, sizeof e->fx[0], "(float *)(A + F[%" PRId64 "])", id);
+    sfmt(b, sizeof e->fx[0], "%s", e->ch->fb[id].name);
     return b;
+}
+
+/* The local holding this micro-batch's rows of the model input: its name in
+ * the .pipe (in_<name> where that is one of the functions' own names). */
+static void input_local(const ir_model *m, char *buf, size_t n)
+{
+    static const char *const own[] = {"c", "A", "io", "r", "F", "first", "int", "float", "char", "double", "long",
+                                      "short", "const", "return", "if", "else", "for", "while", "do", "static",
+                                      "void", "unsigned", "signed", "struct", "union", "enum", "switch", "case",
+                                      "default", "break", "continue", "goto", "sizeof", "auto", "register",
+                                      "extern", "volatile", "typedef", "inline", "restrict"};
+    char id[72];
+    c_local(m->input_name, id, sizeof id);
+    for (size_t k = 0; k < sizeof own / sizeof own[0]; k++)
+        if (!strcmp(id, own[k]) || !strncmp(id, "pg_", 3) || !strncmp(id, "PG_", 3)) {
+            sfmt(buf, n, "in_%s", id);
+            return;
+        }
+    sfmt(buf, n, "%s", id);
 }
 
 /* Every buffer, slot, frame tensor and gradient accumulator starts on a
@@ -274,12 +299,12 @@ static int needs_nacc_table(const pg_gen *g, int p)
 
 /* ---- layout ---------------------------------------------------------------- */
 
-static int add_slotbuf(em_chunk *ch, const char *macro, const char *note, pg_mp_cat cat, int64_t stride)
+static int add_slotbuf(em_chunk *ch, const char *local, const char *note, pg_mp_cat cat, int64_t stride)
 {
     if (ch->nsb >= 64)
         return -1;
     em_slotbuf *b = &ch->sb[ch->nsb];
-    sfmt(b->macro, sizeof b->macro, "%s", macro);
+    sfmt(b->local, sizeof b->local, "%s", local);
     sfmt(b->note, sizeof b->note, "%s", note);
     b->cat = cat;
     b->stride = al_plan(stride);
@@ -291,9 +316,9 @@ static int add_slotbuf(em_chunk *ch, const char *macro, const char *note, pg_mp_
 /* A slot buffer of ch that is buffer sb of chunk `to` (laid out before it, on
  * the same stage) at to's slot of the micro-batch: a skip or a gradient that
  * stays on the stage is written or read in place. */
-static int add_alias(em_chunk *ch, const char *macro, const char *note, em_chunk *to, int sb)
+static int add_alias(em_chunk *ch, const char *local, const char *note, em_chunk *to, int sb)
 {
-    int b = add_slotbuf(ch, macro, note, to->sb[sb].cat, 0);
+    int b = add_slotbuf(ch, local, note, to->sb[sb].cat, 0);
     if (b < 0)
         return -1;
     ch->sb[b].stride = to->sb[sb].stride;
@@ -301,6 +326,57 @@ static int add_alias(em_chunk *ch, const char *macro, const char *note, em_chunk
     ch->sb[b].alias_sb = sb;
     to->slot_table = 1;
     return b;
+}
+
+/* A C identifier for a buffer described as `what`: "h.0.ln_1 out" ->
+ * h_0_ln_1_out, "gradient of h.0.ln_1 out" -> d_h_0_ln_1_out. */
+static void c_local(const char *what, char *buf, size_t n)
+{
+    size_t i = 0;
+    if (!strncmp(what, "gradient of ", 12)) {
+        what += 12;
+        sfmt(buf, n, "d_");
+        i = 2;
+    } else if (what[0] >= '0' && what[0] <= '9') {
+        sfmt(buf, n, "t_");
+        i = 2;
+    }
+    for (; *what && i + 1 < n; what++) {
+        char c = *what;
+        buf[i++] = (char)(((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) ? c : '_');
+    }
+    buf[i] = 0;
+}
+
+static const em_fbuf *name_sort_fb; /* qsort has no context argument */
+
+static int by_fb_name(const void *x, const void *y)
+{
+    int a = *(const int *)x, b = *(const int *)y;
+    int r = strcmp(name_sort_fb[a].name, name_sort_fb[b].name);
+    return r ? r : a - b;
+}
+
+/* Two frame buffers whose descriptions differ only in punctuation (h.0 and
+ * h_0) would get one name: the later ones get their id appended. */
+static int unique_fb_names(em_chunk *ch)
+{
+    int *ix = malloc((size_t)(ch->nfb + 1) * sizeof *ix);
+    if (!ix)
+        return -1;
+    for (int f = 0; f < ch->nfb; f++)
+        ix[f] = f;
+    name_sort_fb = ch->fb;
+    qsort(ix, (size_t)ch->nfb, sizeof *ix, by_fb_name);
+    name_sort_fb = NULL;
+    for (int k = 1; k < ch->nfb; k++)
+        if (!strcmp(ch->fb[ix[k]].name, ch->fb[ix[k - 1]].name)) {
+            char nm[80];
+            sfmt(nm, sizeof nm, "%.60s_%d", ch->fb[ix[k]].name, ix[k]);
+            sfmt(ch->fb[ix[k]].name, sizeof ch->fb[0].name, "%s", nm);
+        }
+    free(ix);
+    return 0;
 }
 
 /* A new frame buffer of the chunk; its id, or -1 out of memory (fb_oom set). */
@@ -321,6 +397,7 @@ static int64_t frame_alloc(em_chunk *ch, int64_t bytes, const char *what, const 
     f->bytes = bytes;
     sfmt(f->what, sizeof f->what, "%s", what);
     sfmt(f->shape, sizeof f->shape, "%s", shape);
+    c_local(what, f->name, sizeof f->name);
     for (int k = 0; k < PASS__COUNT; k++)
         f->lo[k] = f->hi[k] = -1;
     return ch->nfb++;
@@ -391,7 +468,7 @@ static int layout_chunk(pg_gen *g, em_stage *S, em_chunk *ch, pg_diag *d)
         ch->tens[t0].vloc = LOC_INPUT;
     } else {
         shape_rows(&L0->in, sh, sizeof sh);
-        sfmt(mac, sizeof mac, "C%d_X", ch->chunk);
+        sfmt(mac, sizeof mac, "c%d_x", ch->chunk);
         if (prev) {
             /* a copy, not an alias: this chunk's BWD_W may come after chunk-1 frees its slot */
             sfmt(note, sizeof note, "chunk %d input x: %s, copied from chunk %d's output on this stage", ch->chunk, sh,
@@ -422,11 +499,11 @@ static int layout_chunk(pg_gen *g, em_stage *S, em_chunk *ch, pg_diag *d)
             } else {
                 int pc = m->layers[sk->pop_layer].chunk, here = m->layers[sk->pop_layer].stage == ch->stage;
                 shape_rows(&sk->shape, sh, sizeof sh);
-                sfmt(mac, sizeof mac, "C%d_SKIP%d_OUT", ch->chunk, L->skip);
+                sfmt(mac, sizeof mac, "c%d_skip%d_out", ch->chunk, L->skip);
                 sfmt(note, sizeof note, "skip %s stashed: %s, %s chunk %d%s", sk->name, sh, here ? "read by" : "sent to",
                      pc, here ? " on this stage" : "");
                 ch->skout[L->skip] = add_slotbuf(ch, mac, note, MP_SKIP, R * pg_shape_numel(&sk->shape) * 4);
-                sfmt(mac, sizeof mac, "C%d_SKIP%d_GRAD_IN", ch->chunk, L->skip);
+                sfmt(mac, sizeof mac, "c%d_skip%d_grad_in", ch->chunk, L->skip);
                 if (here)
                     sfmt(note, sizeof note, "gradient of skip %s: %s, written by chunk %d on this stage", sk->name, sh, pc);
                 else
@@ -455,10 +532,10 @@ static int layout_chunk(pg_gen *g, em_stage *S, em_chunk *ch, pg_diag *d)
                     return -1;
                 }
                 shape_rows(&sk->shape, sh, sizeof sh);
-                sfmt(mac, sizeof mac, "C%d_SKIP%d_IN", ch->chunk, L->skip);
+                sfmt(mac, sizeof mac, "c%d_skip%d_in", ch->chunk, L->skip);
                 sfmt(note, sizeof note, "skip %s: %s, chunk %d's stash on this stage, read in place", sk->name, sh, sc);
                 ch->skin[L->skip] = add_alias(ch, mac, note, sch, sch->skout[L->skip]);
-                sfmt(mac, sizeof mac, "C%d_SKIP%d_GRAD_OUT", ch->chunk, L->skip);
+                sfmt(mac, sizeof mac, "c%d_skip%d_grad_out", ch->chunk, L->skip);
                 sfmt(note, sizeof note, "gradient of skip %s: %s, written into chunk %d's buffer on this stage",
                      sk->name, sh, sc);
                 ch->skgout[L->skip] = add_alias(ch, mac, note, sch, sch->skgin[L->skip]);
@@ -468,10 +545,10 @@ static int layout_chunk(pg_gen *g, em_stage *S, em_chunk *ch, pg_diag *d)
                 }
             } else if (sc != ch->chunk) {
                 shape_rows(&sk->shape, sh, sizeof sh);
-                sfmt(mac, sizeof mac, "C%d_SKIP%d_IN", ch->chunk, L->skip);
+                sfmt(mac, sizeof mac, "c%d_skip%d_in", ch->chunk, L->skip);
                 sfmt(note, sizeof note, "skip %s: %s, received from chunk %d", sk->name, sh, sc);
                 ch->skin[L->skip] = add_slotbuf(ch, mac, note, MP_RECV, R * pg_shape_numel(&sk->shape) * 4);
-                sfmt(mac, sizeof mac, "C%d_SKIP%d_GRAD_OUT", ch->chunk, L->skip);
+                sfmt(mac, sizeof mac, "c%d_skip%d_grad_out", ch->chunk, L->skip);
                 sfmt(note, sizeof note, "gradient of skip %s: %s, sent back", sk->name, sh);
                 ch->skgout[L->skip] = add_slotbuf(ch, mac, note, MP_SKIP, R * pg_shape_numel(&sk->shape) * 4);
             }
@@ -490,12 +567,12 @@ static int layout_chunk(pg_gen *g, em_stage *S, em_chunk *ch, pg_diag *d)
     /* The model input needs no gradient; everything else does. */
     /* chunk output lives in the slot */
     shape_rows(&LN->out, sh, sizeof sh);
-    sfmt(mac, sizeof mac, "C%d_Y", ch->chunk);
+    sfmt(mac, sizeof mac, "c%d_y", ch->chunk);
     sfmt(note, sizeof note, "chunk %d output y: %s%s", ch->chunk, sh, ch->is_last ? ", the model output" : ", sent");
     ch->y_slot = add_slotbuf(ch, mac, note, MP_ACTIVATIONS, R * ch->tens[cur].numel * 4);
     ch->tens[cur].vloc = LOC_SLOT;
     ch->tens[cur].vslot = ch->y_slot;
-    sfmt(mac, sizeof mac, "C%d_DY", ch->chunk);
+    sfmt(mac, sizeof mac, "c%d_dy", ch->chunk);
     int next_here = !ch->is_last && chunk_stage(g, ch->chunk + 1) == ch->stage;
     if (next_here)
         sfmt(note, sizeof note, "gradient dy of the chunk output: %s, written by chunk %d on this stage", sh,
@@ -509,7 +586,7 @@ static int layout_chunk(pg_gen *g, em_stage *S, em_chunk *ch, pg_diag *d)
     ch->tens[cur].gslot = ch->dy_slot;
     if (!ch->is_first) {
         shape_rows(&L0->in, sh, sizeof sh);
-        sfmt(mac, sizeof mac, "C%d_DX", ch->chunk);
+        sfmt(mac, sizeof mac, "c%d_dx", ch->chunk);
         if (prev) {
             /* chunk-1's dy of this micro-batch: its slot is held until its BWD_W, after this BWD_B */
             sfmt(note, sizeof note, "gradient dx of the chunk input: %s, written into chunk %d's dy on this stage", sh,
@@ -571,7 +648,7 @@ static int layout_chunk(pg_gen *g, em_stage *S, em_chunk *ch, pg_diag *d)
             ch->skgframe[L->skip] = frame_alloc(ch, R * pg_shape_numel(&sk->shape) * 4, note, sh);
         }
     }
-    if (ch->fb_oom) {
+    if (ch->fb_oom || unique_fb_names(ch)) {
         pg_error(d, m->loc, "out of memory laying out chunk %d", ch->chunk);
         return -1;
     }
@@ -1085,7 +1162,7 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
         for (int b = 0; b < ch->nsb; b++) {
             if (ch->sb[b].alias_chunk >= 0)
                 continue; /* another chunk's buffer */
-            sfmt(name, sizeof name, "c%d.%s", ch->chunk, ch->sb[b].macro);
+            sfmt(name, sizeof name, "c%d.%s", ch->chunk, ch->sb[b].local);
             for (char *q = name; *q; q++)
                 if (*q >= 'A' && *q <= 'Z')
                     *q = (char)(*q - 'A' + 'a');
@@ -1661,11 +1738,11 @@ static void tval(em_out *e, int t, char *buf, size_t n)
     const em_chunk *ch = e->ch;
     const em_tensor *T = &ch->tens[t];
     if (T->vloc == LOC_INPUT)
-        sfmt(buf, n, "INPUT_ROWS");
+        input_local(e->g->m, buf, n);
     else if (T->vloc == LOC_SLOT)
-        sfmt(buf, n, "%s", ch->sb[T->vslot].macro);
+        sfmt(buf, n, "%s", ch->sb[T->vslot].local);
     else
-        sfmt(buf, n, "C%d_T%d", ch->chunk, t), frame_use(e, T->voff);
+        sfmt(buf, n, "%s", ch->fb[T->voff].name), frame_use(e, T->voff);
 }
 
 static void tgrad(em_out *e, int t, char *buf, size_t n)
@@ -1673,9 +1750,9 @@ static void tgrad(em_out *e, int t, char *buf, size_t n)
     const em_chunk *ch = e->ch;
     const em_tensor *T = &ch->tens[t];
     if (T->gloc == LOC_SLOT)
-        sfmt(buf, n, "%s", ch->sb[T->gslot].macro);
+        sfmt(buf, n, "%s", ch->sb[T->gslot].local);
     else
-        sfmt(buf, n, "C%d_DT%d", ch->chunk, t), frame_use(e, T->goff);
+        sfmt(buf, n, "%s", ch->fb[T->goff].name), frame_use(e, T->goff);
 }
 
 /* n for a layer input: rows * every dim but the last */
@@ -1794,7 +1871,7 @@ static void emit_layer_fwd(em_out *e, int i)
         const ir_skip *sk = &m->skips[L->skip];
         if (ch->skout[L->skip] >= 0) {
             fprintf(o, "    /* stash %s: %s, sent to chunk %d */\n", sk->name, shi, m->layers[sk->pop_layer].chunk);
-            fprintf(o, "    PG_TRY(pg_copy(c, %s, %s, %s));\n", ch->sb[ch->skout[L->skip]].macro, x, cnt);
+            fprintf(o, "    PG_TRY(pg_copy(c, %s, %s, %s));\n", ch->sb[ch->skout[L->skip]].local, x, cnt);
         } else {
             fprintf(o, "    /* stash %s: %s stays in %s */\n", sk->name, shi, x);
         }
@@ -1804,7 +1881,7 @@ static void emit_layer_fwd(em_out *e, int i)
         const ir_skip *sk = &m->skips[L->skip];
         char s[64];
         if (ch->skin[L->skip] >= 0)
-            sfmt(s, sizeof s, "%s", ch->sb[ch->skin[L->skip]].macro);
+            sfmt(s, sizeof s, "%s", ch->sb[ch->skin[L->skip]].local);
         else
             tval(e, ch->sktensor[L->skip], s, sizeof s);
         if (sk->mode == POP_ADD)
@@ -1899,7 +1976,7 @@ static void emit_layer_bwd_b(em_out *e, int i)
             break;
         if (ch->skgin[L->skip] >= 0)
             fprintf(o, "    PG_TRY(pg_axpy_inplace(c, %s, %s, %s)); /* + gradient of skip %s from chunk %d */\n", dx,
-                    ch->sb[ch->skgin[L->skip]].macro, cnt, sk->name, m->layers[sk->pop_layer].chunk);
+                    ch->sb[ch->skgin[L->skip]].local, cnt, sk->name, m->layers[sk->pop_layer].chunk);
         else
             fprintf(o, "    PG_TRY(pg_axpy_inplace(c, %s, %s, %s)); /* + gradient of skip %s */\n",
                     dx, fa(e, ch->skgframe[L->skip]), cnt, sk->name);
@@ -1910,7 +1987,7 @@ static void emit_layer_bwd_b(em_out *e, int i)
         char ds[64];
         int ds_wanted = 1;
         if (ch->skgout[L->skip] >= 0)
-            sfmt(ds, sizeof ds, "%s", ch->sb[ch->skgout[L->skip]].macro);
+            sfmt(ds, sizeof ds, "%s", ch->sb[ch->skgout[L->skip]].local);
         else {
             sfmt(ds, sizeof ds, "%s", fa(e, ch->skgframe[L->skip]));
             ds_wanted = ch->tens[ch->sktensor[L->skip]].need_grad;
@@ -2005,45 +2082,248 @@ static void emit_layer_bwd_w(em_out *e, int i)
     }
 }
 
-static void emit_chunk_fns(em_out *e)
+/* ---- chunk functions: locals a debugger shows -------------------------------- */
+
+/* The identifiers of C text outside comments and string literals, sorted. */
+typedef struct em_idents {
+    char **v;
+    int n;
+    char *text;
+} em_idents;
+
+static int cmp_str(const void *x, const void *y) { return strcmp(*(char *const *)x, *(char *const *)y); }
+
+static int is_idch(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'; }
+
+static int collect_idents(const char *body, em_idents *s)
+{
+    size_t len = strlen(body);
+    s->text = malloc(len + 1);
+    s->v = malloc((len / 2 + 1) * sizeof *s->v);
+    s->n = 0;
+    if (!s->text || !s->v)
+        return -1;
+    memcpy(s->text, body, len + 1);
+    /* comments and string literals become blanks */
+    for (char *p = s->text; *p;) {
+        if (p[0] == '/' && p[1] == '*') {
+            char *q = strstr(p + 2, "*/");
+            char *end = q ? q + 2 : p + strlen(p);
+            memset(p, ' ', (size_t)(end - p));
+            p = end;
+        } else if (*p == '"') {
+            *p++ = ' ';
+            while (*p && *p != '"') {
+                if (*p == '\\' && p[1])
+                    *p++ = ' ';
+                *p++ = ' ';
+            }
+            if (*p)
+                *p++ = ' ';
+        } else {
+            p++;
+        }
+    }
+    for (char *p = s->text; *p;) {
+        if (!is_idch(*p)) {
+            p++;
+            continue;
+        }
+        char *st = p;
+        while (is_idch(*p))
+            p++;
+        int word = !(*st >= '0' && *st <= '9'); /* not a number */
+        if (*p)
+            *p++ = 0;
+        if (word)
+            s->v[s->n++] = st;
+    }
+    qsort(s->v, (size_t)s->n, sizeof *s->v, cmp_str);
+    return 0;
+}
+
+static int has_ident(const em_idents *s, const char *name)
+{
+    return bsearch(&name, s->v, (size_t)s->n, sizeof *s->v, cmp_str) != NULL;
+}
+
+static int has_ident_prefix(const em_idents *s, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    for (int i = 0; i < s->n; i++)
+        if (!strncmp(s->v[i], prefix, n) && s->v[i][n] >= '0' && s->v[i][n] <= '9')
+            return 1;
+    return 0;
+}
+
+/* One chunk function: its body (in text) decides which locals it declares:
+ * r, F (this micro-batch's row of frame_c<k>: frow), and each tensor it uses
+ * with its type and shape; a parameter it does not use is cast to void. */
+static int emit_fn(em_out *e, const char *sig, const char *frow, int has_first, const char *body)
 {
     FILE *o = e->o;
+    const em_chunk *ch = e->ch;
+    const em_stage *S = e->S;
+    const ir_model *m = e->g->m;
+    em_idents id;
+    if (collect_idents(body, &id)) {
+        free(id.text);
+        free(id.v);
+        return -1;
+    }
+    fprintf(o, "%s\n{\n", sig);
+    int uses_A = has_ident(&id, "A") || has_ident(&id, "INPUT_ROWS") || has_ident(&id, "TARGET_ROWS") ||
+                 has_ident_prefix(&id, "P") || has_ident_prefix(&id, "GP");
+    int uses_io = has_ident(&id, "io") || has_ident(&id, "INPUT_ROWS") || has_ident(&id, "TARGET_ROWS");
+    if (has_ident(&id, "r"))
+        fprintf(o, "    const int64_t r = io->rows;\n"), uses_io = 1;
+    int any_frame = 0;
+    for (int f = 0; f < ch->nfb && !any_frame; f++)
+        any_frame = has_ident(&id, ch->fb[f].name);
+    if (any_frame)
+        fprintf(o, "    const int64_t *const F = frame_c%d[%s]; /* this micro-batch's frame buffers */\n", ch->chunk,
+                frow), uses_A = uses_io = 1;
+    char in[72], sh[96];
+    input_local(m, in, sizeof in);
+    if (has_ident(&id, in)) {
+        pg_shape_str(m->input_dtype, &m->input, sh, sizeof sh);
+        if (m->input_dtype == DT_I32)
+            fprintf(o, "    const int32_t *const %s = (const int32_t *)INPUT_ROWS; /* %s per row */\n", in, sh);
+        else
+            fprintf(o, "    float *const %s = INPUT_ROWS; /* %s per row */\n", in, sh);
+        uses_A = uses_io = 1;
+    }
+    for (int b = 0; b < ch->nsb; b++) {
+        const em_slotbuf *B = &ch->sb[b];
+        if (!has_ident(&id, B->local))
+            continue;
+        if (B->alias_chunk >= 0) {
+            const em_chunk *to = find_chunk_c(S, B->alias_chunk);
+            fprintf(o, "    float *const %s = (float *)(A + %" PRId64 " + (int64_t)mb_slot_c%d[io->mb] * %" PRId64 "); /* %s */\n",
+                    B->local, to ? S->mp.buf[to->sb[B->alias_sb].mp].offset : 0, B->alias_chunk, B->stride, B->note);
+        } else {
+            fprintf(o, "    float *const %s = (float *)(A + %" PRId64 " + (int64_t)io->slot * %" PRId64 "); /* %s */\n",
+                    B->local, S->mp.buf[B->mp].offset, B->stride, B->note);
+        }
+        uses_A = uses_io = 1;
+    }
+    for (int f = 0; f < ch->nfb; f++)
+        if (has_ident(&id, ch->fb[f].name))
+            fprintf(o, "    float *const %s = (float *)(A + F[%d]); /* %s: %s */\n", ch->fb[f].name, f, ch->fb[f].what,
+                    ch->fb[f].shape);
+    if (!has_ident(&id, "c"))
+        fprintf(o, "    (void)c;\n");
+    if (!uses_A)
+        fprintf(o, "    (void)A;\n");
+    if (!uses_io)
+        fprintf(o, "    (void)io;\n");
+    if (has_first && !has_ident(&id, "first") && !(any_frame && strstr(frow, "first")))
+        fprintf(o, "    (void)first;\n");
+    fputs(body, o);
+    fprintf(o, "    return 0;\n}\n\n");
+    free(id.text);
+    free(id.v);
+    return 0;
+}
+
+enum { FN_FWD_BODY, FN_FWD, FN_BWD_B, FN_BWD_W };
+
+/* The statements of one chunk function (FN_*), into e->o. */
+static void write_body(em_out *e, int fn, int split_fwd)
+{
+    const ir_model *m = e->g->m;
+    const em_chunk *ch = e->ch;
+    const em_stage *S = e->S;
+    int c = ch->chunk;
+    if (fn == FN_FWD_BODY) {
+        for (int i = ch->first; i <= ch->last; i++)
+            emit_layer_fwd(e, i);
+        if (!ch->is_last)
+            return;
+        int tl = ch->lout[ch->last - ch->first];
+        const em_tensor *TL = &ch->tens[tl];
+        char y[80], dy[80];
+        tval(e, tl, y, sizeof y);
+        tgrad(e, tl, dy, sizeof dy);
+        const ir_train *t = &m->train;
+        if (t->loss == LOSS_CROSS_ENTROPY) {
+            int64_t V = last_dim(&TL->shape);
+            fprintf(e->o, "    /* loss: cross_entropy, partial over this micro-batch, divided by batch * positions */\n");
+            fprintf(e->o, "    PG_TRY(pg_cross_entropy_fwd_bwd(c, r * %" PRId64 ", %" PRId64 ", %s, (const int32_t *)TARGET_ROWS, %" PRId64
+                       ".0, &io->loss, %s));\n",
+                    TL->numel / V, V, y, t->batch * pg_shape_numel(&m->target), dy);
+        } else {
+            int64_t denom = t->loss == LOSS_MSE_MEAN ? t->batch * pg_shape_numel(&m->target) : 1;
+            fprintf(e->o, "    /* loss: mse(%s), partial over this micro-batch */\n", t->loss == LOSS_MSE_MEAN ? "mean" : "sum");
+            fprintf(e->o, "    PG_TRY(pg_mse_fwd_bwd(c, r * %" PRId64 ", %s, (const float *)TARGET_ROWS, %" PRId64
+                       ".0, &io->loss, %s));\n",
+                    TL->numel, y, denom, dy);
+        }
+    } else if (fn == FN_FWD) {
+        const em_chunk *pv = ch->x_local ? find_chunk_c(S, c - 1) : NULL;
+        if (pv) {
+            const em_slotbuf *Y = &pv->sb[pv->y_slot];
+            fprintf(e->o, "    /* the input: chunk %d's output of this micro-batch, on this stage */\n", c - 1);
+            fprintf(e->o, "    PG_TRY(pg_copy(c, %s, (float *)(A + %" PRId64 " + (int64_t)mb_slot_c%d[io->mb] * %" PRId64
+                       "), io->rows * %" PRId64 "));\n",
+                    ch->sb[ch->x_slot].local, S->mp.buf[Y->mp].offset, c - 1, Y->stride, ch->tens[0].numel);
+        }
+        fprintf(e->o, "    PG_TRY(fwd_body_c%d(c, A, io, 1));\n", c);
+    } else if (fn == FN_BWD_B) {
+        fprintf(e->o, "    if (io->recompute) /* checkpointed: rebuild the interior from the stage input */\n"
+                      "        PG_TRY(%s_c%d(c, A, io%s));\n", split_fwd ? "fwd_body" : "fwd", c, split_fwd ? ", 0" : "");
+        for (int i = ch->last; i >= ch->first; i--)
+            emit_layer_bwd_b(e, i);
+    } else {
+        long before = ftell(e->o);
+        for (int i = ch->last; i >= ch->first; i--)
+            emit_layer_bwd_w(e, i);
+        if (ftell(e->o) == before)
+            fprintf(e->o, "    /* no weights in this chunk */\n");
+    }
+}
+
+/* One chunk function: its statements into a string first, then emit_fn. */
+static int emit_chunk_fn(em_out *e, int fn, int split_fwd)
+{
+    static const char *const names[] = {"fwd_body", "fwd", "bwd_b", "bwd_w"};
+    static const char *const rows[] = {"2 * io->mb + !first", "2 * io->mb", "2 * io->mb + 1", "2 * io->mb + 1"};
+    FILE *saved = e->o;
+    char *buf = NULL, sig[160];
+    size_t len = 0;
+    e->o = open_memstream(&buf, &len);
+    if (!e->o) {
+        e->o = saved;
+        return -1;
+    }
+    write_body(e, fn, split_fwd);
+    int rc = fclose(e->o) ? -1 : 0;
+    e->o = saved;
+    int has_first = fn == FN_FWD_BODY && split_fwd;
+    sfmt(sig, sizeof sig, "static int %s_c%d(pg_ctx *c, unsigned char *A, pg_mb_io *io%s)",
+         fn == FN_FWD_BODY && !split_fwd ? "fwd" : names[fn], e->ch->chunk, has_first ? ", int first" : "");
+    if (!rc)
+        rc = emit_fn(e, sig, rows[fn], has_first, buf);
+    free(buf);
+    return rc;
+}
+
+static int emit_chunk_fns(em_out *e)
+{
     const pg_gen *g = e->g;
     const ir_model *m = g->m;
     const em_chunk *ch = e->ch;
     const em_stage *S = e->S;
     int c = ch->chunk;
-    char sh[96];
+    FILE *o = e->o;
 
     fprintf(o, "/* ---- chunk %d: layers %s .. %s ---- */\n\n", c, m->layers[ch->first].name, m->layers[ch->last].name);
-    /* buffer macros: slots (another chunk's, at its slot of this micro-batch, for what stays on the stage) */
-    for (int b = 0; b < ch->nsb; b++) {
-        const em_slotbuf *B = &ch->sb[b];
-        if (B->alias_chunk >= 0) {
-            const em_chunk *to = find_chunk_c(S, B->alias_chunk);
-            fprintf(o, "#define %s ((float *)(A + %" PRId64 " + (int64_t)mb_slot_c%d[io->mb] * %" PRId64 ")) /* %s */\n",
-                    B->macro, to ? S->mp.buf[to->sb[B->alias_sb].mp].offset : 0, B->alias_chunk, B->stride, B->note);
-        } else {
-            fprintf(o, "#define %s ((float *)(A + %" PRId64 " + (int64_t)io->slot * %" PRId64 ")) /* %s */\n", B->macro,
-                    S->mp.buf[B->mp].offset, B->stride, B->note);
-        }
-    }
-    /* frame tensors: offsets in this micro-batch's row of frame_c<k> */
-    for (int t = 0; t < ch->ntens; t++) {
-        const em_tensor *T = &ch->tens[t];
-        shape_rows(&T->shape, sh, sizeof sh);
-        if (T->vloc == LOC_FRAME)
-            fprintf(o, "#define C%d_T%d ((float *)(A + F[%" PRId64 "])) /* %s: %s */\n", c, t, T->voff, T->what, sh);
-        if (T->gloc == LOC_FRAME)
-            fprintf(o, "#define C%d_DT%d ((float *)(A + F[%" PRId64 "])) /* gradient of %s: %s */\n", c, t, T->goff,
-                    T->what, sh);
-    }
     int uses[PASS__COUNT] = {0, 0, 0};
     for (int f = 0; f < ch->nfb; f++)
         for (int k = 0; k < PASS__COUNT; k++)
             uses[k] |= ch->fb[f].lo[k] >= 0;
     if (uses[PASS_F] || uses[PASS_B] || uses[PASS_W]) {
-        fprintf(o, "\n/* Arena offsets of this chunk's frame buffers (listed in %s.h): row 2 * mb is micro-batch mb's\n"
+        fprintf(o, "/* Arena offsets of this chunk's frame buffers (listed in %s.h): row 2 * mb is micro-batch mb's\n"
                    " * forward, row 2 * mb + 1 its backward (the recompute of a checkpointed one, BWD_B, BWD_W);\n"
                    " * -1 where that pass does not use the buffer. The memory plan shares bytes between buffers\n"
                    " * that are never alive at once in this stage's action order. */\n",
@@ -2057,97 +2337,18 @@ static void emit_chunk_fns(em_out *e)
             }
             fprintf(o, "}, /* mb %d, %s */\n", row / 2, row % 2 ? "backward" : "forward");
         }
-        fprintf(o, "};\n");
+        fprintf(o, "};\n\n");
     }
-    fprintf(o, "\n");
-
     /* forward; with batchnorm, `first` tells the step's forward from a recompute; a chunk
      * whose input comes from chunk-1 on this stage copies it in the step's forward only */
     int has_bn = 0;
     for (int i = ch->first; i <= ch->last; i++)
         has_bn |= m->layers[i].kind == LK_BATCHNORM;
     int split_fwd = has_bn || ch->x_local || uses[PASS_F];
-    if (split_fwd)
-        fprintf(o, "static int fwd_body_c%d(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)\n{\n", c);
-    else
-        fprintf(o, "static int fwd_c%d(pg_ctx *c, unsigned char *A, pg_mb_io *io)\n{\n", c);
-    fprintf(o, "    const int64_t r = io->rows;\n");
-    if (uses[PASS_F])
-        fprintf(o, "    const int64_t *F = frame_c%d[2 * io->mb + !first];\n", c);
-    else if (split_fwd && !has_bn)
-        fprintf(o, "    (void)first;\n");
-    for (int i = ch->first; i <= ch->last; i++)
-        emit_layer_fwd(e, i);
-    if (ch->is_last) {
-        int tl = ch->lout[ch->last - ch->first];
-        const em_tensor *TL = &ch->tens[tl];
-        char y[64], dy[64];
-        tval(e, tl, y, sizeof y);
-        tgrad(e, tl, dy, sizeof dy);
-        const ir_train *t = &m->train;
-        if (t->loss == LOSS_CROSS_ENTROPY) {
-            int64_t V = last_dim(&TL->shape);
-            fprintf(o, "    /* loss: cross_entropy, partial over this micro-batch, divided by batch * positions */\n");
-            fprintf(o, "    PG_TRY(pg_cross_entropy_fwd_bwd(c, r * %" PRId64 ", %" PRId64 ", %s, (const int32_t *)TARGET_ROWS, %" PRId64
-                       ".0, &io->loss, %s));\n",
-                    TL->numel / V, V, y, t->batch * pg_shape_numel(&m->target), dy);
-        } else {
-            int64_t denom = t->loss == LOSS_MSE_MEAN ? t->batch * pg_shape_numel(&m->target) : 1;
-            fprintf(o, "    /* loss: mse(%s), partial over this micro-batch */\n", t->loss == LOSS_MSE_MEAN ? "mean" : "sum");
-            fprintf(o, "    PG_TRY(pg_mse_fwd_bwd(c, r * %" PRId64 ", %s, (const float *)TARGET_ROWS, %" PRId64
-                       ".0, &io->loss, %s));\n",
-                    TL->numel, y, denom, dy);
-        }
-    }
-    fprintf(o, "    return 0;\n}\n\n");
-    if (split_fwd) {
-        fprintf(o, "static int fwd_c%d(pg_ctx *c, unsigned char *A, pg_mb_io *io)\n{\n", c);
-        const em_chunk *pv = ch->x_local ? find_chunk_c(S, c - 1) : NULL;
-        if (pv) {
-            const em_slotbuf *Y = &pv->sb[pv->y_slot];
-            fprintf(o, "    /* the input: chunk %d's output of this micro-batch, on this stage */\n", c - 1);
-            fprintf(o, "    PG_TRY(pg_copy(c, %s, (float *)(A + %" PRId64 " + (int64_t)mb_slot_c%d[io->mb] * %" PRId64
-                       "), io->rows * %" PRId64 "));\n",
-                    ch->sb[ch->x_slot].macro, S->mp.buf[Y->mp].offset, c - 1, Y->stride, ch->tens[0].numel);
-        }
-        fprintf(o, "    return fwd_body_c%d(c, A, io, 1);\n}\n\n", c);
-    }
-
-    /* backward-input */
-    fprintf(o, "static int bwd_b_c%d(pg_ctx *c, unsigned char *A, pg_mb_io *io)\n{\n", c);
-    fprintf(o, "    const int64_t r = io->rows;\n    (void)r;\n");
-    if (uses[PASS_B])
-        fprintf(o, "    const int64_t *F = frame_c%d[2 * io->mb + 1];\n", c);
-    if (split_fwd)
-        fprintf(o, "    if (io->recompute) /* checkpointed: rebuild the interior from the stage input */\n"
-                   "        PG_TRY(fwd_body_c%d(c, A, io, 0));\n", c);
-    else
-        fprintf(o, "    if (io->recompute) /* checkpointed: rebuild the interior from the stage input */\n"
-                   "        PG_TRY(fwd_c%d(c, A, io));\n", c);
-    for (int i = ch->last; i >= ch->first; i--)
-        emit_layer_bwd_b(e, i);
-    fprintf(o, "    return 0;\n}\n\n");
-
-    /* backward-weight */
-    fprintf(o, "static int bwd_w_c%d(pg_ctx *c, unsigned char *A, pg_mb_io *io)\n{\n", c);
-    fprintf(o, "    const int64_t r = io->rows;\n    (void)r;\n");
-    if (uses[PASS_W])
-        fprintf(o, "    const int64_t *F = frame_c%d[2 * io->mb + 1];\n", c);
-    long before = ftell(o);
-    for (int i = ch->last; i >= ch->first; i--)
-        emit_layer_bwd_w(e, i);
-    if (ftell(o) == before)
-        fprintf(o, "    (void)c; (void)A; /* no weights in this chunk */\n");
-    fprintf(o, "    return 0;\n}\n\n");
-    for (int b = 0; b < ch->nsb; b++)
-        fprintf(o, "#undef %s\n", ch->sb[b].macro);
-    for (int t = 0; t < ch->ntens; t++) {
-        if (ch->tens[t].vloc == LOC_FRAME)
-            fprintf(o, "#undef C%d_T%d\n", c, t);
-        if (ch->tens[t].gloc == LOC_FRAME)
-            fprintf(o, "#undef C%d_DT%d\n", c, t);
-    }
-    fprintf(o, "\n");
+    if (emit_chunk_fn(e, FN_FWD_BODY, split_fwd) || (split_fwd && emit_chunk_fn(e, FN_FWD, split_fwd)) ||
+        emit_chunk_fn(e, FN_BWD_B, split_fwd) || emit_chunk_fn(e, FN_BWD_W, split_fwd))
+        return -1;
+    return 0;
 }
 
 static void emit_param_entry(FILE *o, const pg_gen *g, int p, const em_stage *S)
@@ -2221,6 +2422,10 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
         fprintf(o, "#define TARGET_ROWS (A + %" PRId64 " + io->first_row * %" PRId64 ")\n",
                 S->mp.buf[S->target_mp].offset, pg_shape_numel(&m->target) * 4);
     }
+    int has_dropout = 0;
+    for (int i = 0; i < m->nlayers; i++)
+        has_dropout |= m->layers[i].kind == LK_DROPOUT && m->layers[i].stage == k;
+    if (has_dropout)
     fprintf(o, "/* dropout masks depend on (seed, step, layer, sample, element) only */\n"
                "#define DROPOUT_SEED(io, layer) ((io)->seed ^ (UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)((io)->step * 4096 + (layer) + 1)))\n\n");
     for (int i = 0; i < S->nchunks; i++) {
@@ -2237,7 +2442,8 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
         em_out e;
         memset(&e, 0, sizeof e);
         e.o = o, e.g = g, e.S = S, e.ch = &S->ch[i];
-        emit_chunk_fns(&e);
+        if (emit_chunk_fns(&e))
+            return -1;
     }
     /* tables */
     fprintf(o, "/* ---- tables ---- */\n\n");
@@ -2469,6 +2675,7 @@ int pg_gen_write(const pg_gen *g, const char *dir, pg_diag *d)
     for (int k = -1; k < g->nstages && !rc; k++) { /* the header, then each stage */
         pg_gen_file *x = &f[k + 2];
         FILE *o = open_memstream(&x->text, &x->len);
+        int erc = 0;
         if (!o) {
             rc = -1;
             break;
@@ -2477,11 +2684,11 @@ int pg_gen_write(const pg_gen *g, const char *dir, pg_diag *d)
             emit_header(g, hash, o);
             sfmt(x->name, sizeof x->name, "%s.h", g->m->name);
         } else {
-            emit_stage_c(g, k, hash, o);
+            erc = emit_stage_c(g, k, hash, o);
             sfmt(x->name, sizeof x->name, "stage%d.c", k);
             pg_progress("stage%d.c emitted (%d of %d)", k, k + 1, g->nstages);
         }
-        rc = fclose(o) ? -1 : 0;
+        rc = fclose(o) || erc ? -1 : 0;
     }
     if (rc)
         pg_error(d, none, "out of memory");

@@ -91,67 +91,7 @@
 #define GP39_H_3_LN_1_BIAS ((float *)(A + 1113537536)) /* gradient of h.3.ln_1.bias: f32[768] */
 /* this micro-batch's rows of the batch input tokens i32[1024] */
 #define INPUT_ROWS ((float *)(A + 1113010176 + io->first_row * 4096))
-/* dropout masks depend on (seed, step, layer, sample, element) only */
-#define DROPOUT_SEED(io, layer) ((io)->seed ^ (UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)((io)->step * 4096 + (layer) + 1)))
-
 /* ---- chunk 0: layers wte_embed .. h.3.ln_1 ---- */
-
-#define C0_SKIP6_OUT ((float *)(A + 617558016 + (int64_t)io->slot * 6291456)) /* skip h.3.res1 stashed: [r, 1024, 768], sent to chunk 1 */
-#define C0_SKIP6_GRAD_IN ((float *)(A + 642723840 + (int64_t)io->slot * 6291456)) /* gradient of skip h.3.res1: [r, 1024, 768], received */
-#define C0_Y ((float *)(A + 667889664 + (int64_t)io->slot * 6291456)) /* chunk 0 output y: [r, 1024, 768], sent */
-#define C0_DY ((float *)(A + 693055488 + (int64_t)io->slot * 6291456)) /* gradient dy of the chunk output: [r, 1024, 768], received */
-#define C0_T1 ((float *)(A + F[0])) /* wte_embed out: [r, 1024, 768] */
-#define C0_DT1 ((float *)(A + F[1])) /* gradient of wte_embed out: [r, 1024, 768] */
-#define C0_T2 ((float *)(A + F[2])) /* wpe out: [r, 1024, 768] */
-#define C0_DT2 ((float *)(A + F[3])) /* gradient of wpe out: [r, 1024, 768] */
-#define C0_T3 ((float *)(A + F[4])) /* h.0.ln_1 out: [r, 1024, 768] */
-#define C0_DT3 ((float *)(A + F[5])) /* gradient of h.0.ln_1 out: [r, 1024, 768] */
-#define C0_T4 ((float *)(A + F[6])) /* h.0.attn out: [r, 1024, 768] */
-#define C0_DT4 ((float *)(A + F[7])) /* gradient of h.0.attn out: [r, 1024, 768] */
-#define C0_T5 ((float *)(A + F[8])) /* h.0.pop.res1 out: [r, 1024, 768] */
-#define C0_DT5 ((float *)(A + F[9])) /* gradient of h.0.pop.res1 out: [r, 1024, 768] */
-#define C0_T6 ((float *)(A + F[10])) /* h.0.ln_2 out: [r, 1024, 768] */
-#define C0_DT6 ((float *)(A + F[11])) /* gradient of h.0.ln_2 out: [r, 1024, 768] */
-#define C0_T7 ((float *)(A + F[12])) /* h.0.fc out: [r, 1024, 3072] */
-#define C0_DT7 ((float *)(A + F[13])) /* gradient of h.0.fc out: [r, 1024, 3072] */
-#define C0_T8 ((float *)(A + F[14])) /* h.0.gelu0 out: [r, 1024, 3072] */
-#define C0_DT8 ((float *)(A + F[15])) /* gradient of h.0.gelu0 out: [r, 1024, 3072] */
-#define C0_T9 ((float *)(A + F[16])) /* h.0.proj out: [r, 1024, 768] */
-#define C0_DT9 ((float *)(A + F[17])) /* gradient of h.0.proj out: [r, 1024, 768] */
-#define C0_T10 ((float *)(A + F[18])) /* h.0.pop.res2 out: [r, 1024, 768] */
-#define C0_DT10 ((float *)(A + F[19])) /* gradient of h.0.pop.res2 out: [r, 1024, 768] */
-#define C0_T11 ((float *)(A + F[20])) /* h.1.ln_1 out: [r, 1024, 768] */
-#define C0_DT11 ((float *)(A + F[21])) /* gradient of h.1.ln_1 out: [r, 1024, 768] */
-#define C0_T12 ((float *)(A + F[22])) /* h.1.attn out: [r, 1024, 768] */
-#define C0_DT12 ((float *)(A + F[23])) /* gradient of h.1.attn out: [r, 1024, 768] */
-#define C0_T13 ((float *)(A + F[24])) /* h.1.pop.res1 out: [r, 1024, 768] */
-#define C0_DT13 ((float *)(A + F[25])) /* gradient of h.1.pop.res1 out: [r, 1024, 768] */
-#define C0_T14 ((float *)(A + F[26])) /* h.1.ln_2 out: [r, 1024, 768] */
-#define C0_DT14 ((float *)(A + F[27])) /* gradient of h.1.ln_2 out: [r, 1024, 768] */
-#define C0_T15 ((float *)(A + F[28])) /* h.1.fc out: [r, 1024, 3072] */
-#define C0_DT15 ((float *)(A + F[29])) /* gradient of h.1.fc out: [r, 1024, 3072] */
-#define C0_T16 ((float *)(A + F[30])) /* h.1.gelu0 out: [r, 1024, 3072] */
-#define C0_DT16 ((float *)(A + F[31])) /* gradient of h.1.gelu0 out: [r, 1024, 3072] */
-#define C0_T17 ((float *)(A + F[32])) /* h.1.proj out: [r, 1024, 768] */
-#define C0_DT17 ((float *)(A + F[33])) /* gradient of h.1.proj out: [r, 1024, 768] */
-#define C0_T18 ((float *)(A + F[34])) /* h.1.pop.res2 out: [r, 1024, 768] */
-#define C0_DT18 ((float *)(A + F[35])) /* gradient of h.1.pop.res2 out: [r, 1024, 768] */
-#define C0_T19 ((float *)(A + F[36])) /* h.2.ln_1 out: [r, 1024, 768] */
-#define C0_DT19 ((float *)(A + F[37])) /* gradient of h.2.ln_1 out: [r, 1024, 768] */
-#define C0_T20 ((float *)(A + F[38])) /* h.2.attn out: [r, 1024, 768] */
-#define C0_DT20 ((float *)(A + F[39])) /* gradient of h.2.attn out: [r, 1024, 768] */
-#define C0_T21 ((float *)(A + F[40])) /* h.2.pop.res1 out: [r, 1024, 768] */
-#define C0_DT21 ((float *)(A + F[41])) /* gradient of h.2.pop.res1 out: [r, 1024, 768] */
-#define C0_T22 ((float *)(A + F[42])) /* h.2.ln_2 out: [r, 1024, 768] */
-#define C0_DT22 ((float *)(A + F[43])) /* gradient of h.2.ln_2 out: [r, 1024, 768] */
-#define C0_T23 ((float *)(A + F[44])) /* h.2.fc out: [r, 1024, 3072] */
-#define C0_DT23 ((float *)(A + F[45])) /* gradient of h.2.fc out: [r, 1024, 3072] */
-#define C0_T24 ((float *)(A + F[46])) /* h.2.gelu0 out: [r, 1024, 3072] */
-#define C0_DT24 ((float *)(A + F[47])) /* gradient of h.2.gelu0 out: [r, 1024, 3072] */
-#define C0_T25 ((float *)(A + F[48])) /* h.2.proj out: [r, 1024, 768] */
-#define C0_DT25 ((float *)(A + F[49])) /* gradient of h.2.proj out: [r, 1024, 768] */
-#define C0_T26 ((float *)(A + F[50])) /* h.2.pop.res2 out: [r, 1024, 768] */
-#define C0_DT26 ((float *)(A + F[51])) /* gradient of h.2.pop.res2 out: [r, 1024, 768] */
 
 /* Arena offsets of this chunk's frame buffers (listed in gpt2_small.h): row 2 * mb is micro-batch mb's
  * forward, row 2 * mb + 1 its backward (the recompute of a checkpointed one, BWD_B, BWD_W);
@@ -171,220 +111,342 @@ static const int64_t frame_c0[8][87] = {
 static int fwd_body_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
 {
     const int64_t r = io->rows;
-    const int64_t *F = frame_c0[2 * io->mb + !first];
+    const int64_t *const F = frame_c0[2 * io->mb + !first]; /* this micro-batch's frame buffers */
+    const int32_t *const tokens = (const int32_t *)INPUT_ROWS; /* i32[1024] per row */
+    float *const c0_skip6_out = (float *)(A + 617558016 + (int64_t)io->slot * 6291456); /* skip h.3.res1 stashed: [r, 1024, 768], sent to chunk 1 */
+    float *const c0_y = (float *)(A + 667889664 + (int64_t)io->slot * 6291456); /* chunk 0 output y: [r, 1024, 768], sent */
+    float *const wte_embed_out = (float *)(A + F[0]); /* wte_embed out: [r, 1024, 768] */
+    float *const wpe_out = (float *)(A + F[2]); /* wpe out: [r, 1024, 768] */
+    float *const h_0_ln_1_out = (float *)(A + F[4]); /* h.0.ln_1 out: [r, 1024, 768] */
+    float *const h_0_attn_out = (float *)(A + F[6]); /* h.0.attn out: [r, 1024, 768] */
+    float *const h_0_pop_res1_out = (float *)(A + F[8]); /* h.0.pop.res1 out: [r, 1024, 768] */
+    float *const h_0_ln_2_out = (float *)(A + F[10]); /* h.0.ln_2 out: [r, 1024, 768] */
+    float *const h_0_fc_out = (float *)(A + F[12]); /* h.0.fc out: [r, 1024, 3072] */
+    float *const h_0_gelu0_out = (float *)(A + F[14]); /* h.0.gelu0 out: [r, 1024, 3072] */
+    float *const h_0_proj_out = (float *)(A + F[16]); /* h.0.proj out: [r, 1024, 768] */
+    float *const h_0_pop_res2_out = (float *)(A + F[18]); /* h.0.pop.res2 out: [r, 1024, 768] */
+    float *const h_1_ln_1_out = (float *)(A + F[20]); /* h.1.ln_1 out: [r, 1024, 768] */
+    float *const h_1_attn_out = (float *)(A + F[22]); /* h.1.attn out: [r, 1024, 768] */
+    float *const h_1_pop_res1_out = (float *)(A + F[24]); /* h.1.pop.res1 out: [r, 1024, 768] */
+    float *const h_1_ln_2_out = (float *)(A + F[26]); /* h.1.ln_2 out: [r, 1024, 768] */
+    float *const h_1_fc_out = (float *)(A + F[28]); /* h.1.fc out: [r, 1024, 3072] */
+    float *const h_1_gelu0_out = (float *)(A + F[30]); /* h.1.gelu0 out: [r, 1024, 3072] */
+    float *const h_1_proj_out = (float *)(A + F[32]); /* h.1.proj out: [r, 1024, 768] */
+    float *const h_1_pop_res2_out = (float *)(A + F[34]); /* h.1.pop.res2 out: [r, 1024, 768] */
+    float *const h_2_ln_1_out = (float *)(A + F[36]); /* h.2.ln_1 out: [r, 1024, 768] */
+    float *const h_2_attn_out = (float *)(A + F[38]); /* h.2.attn out: [r, 1024, 768] */
+    float *const h_2_pop_res1_out = (float *)(A + F[40]); /* h.2.pop.res1 out: [r, 1024, 768] */
+    float *const h_2_ln_2_out = (float *)(A + F[42]); /* h.2.ln_2 out: [r, 1024, 768] */
+    float *const h_2_fc_out = (float *)(A + F[44]); /* h.2.fc out: [r, 1024, 3072] */
+    float *const h_2_gelu0_out = (float *)(A + F[46]); /* h.2.gelu0 out: [r, 1024, 3072] */
+    float *const h_2_proj_out = (float *)(A + F[48]); /* h.2.proj out: [r, 1024, 768] */
+    float *const h_2_pop_res2_out = (float *)(A + F[50]); /* h.2.pop.res2 out: [r, 1024, 768] */
+    float *const h_0_ln_1_mean = (float *)(A + F[53]); /* h.0.ln_1 mean: [n] */
+    float *const h_0_ln_1_rstd = (float *)(A + F[54]); /* h.0.ln_1 rstd: [n] */
+    float *const h_0_attn_qkv = (float *)(A + F[55]); /* h.0.attn qkv: [r, T, 3d] */
+    float *const h_0_attn_att = (float *)(A + F[56]); /* h.0.attn att: [r, h, T, T] */
+    float *const h_0_attn_ctx = (float *)(A + F[57]); /* h.0.attn ctx: [r, T, d] */
+    float *const h_0_ln_2_mean = (float *)(A + F[61]); /* h.0.ln_2 mean: [n] */
+    float *const h_0_ln_2_rstd = (float *)(A + F[62]); /* h.0.ln_2 rstd: [n] */
+    float *const h_1_ln_1_mean = (float *)(A + F[64]); /* h.1.ln_1 mean: [n] */
+    float *const h_1_ln_1_rstd = (float *)(A + F[65]); /* h.1.ln_1 rstd: [n] */
+    float *const h_1_attn_qkv = (float *)(A + F[66]); /* h.1.attn qkv: [r, T, 3d] */
+    float *const h_1_attn_att = (float *)(A + F[67]); /* h.1.attn att: [r, h, T, T] */
+    float *const h_1_attn_ctx = (float *)(A + F[68]); /* h.1.attn ctx: [r, T, d] */
+    float *const h_1_ln_2_mean = (float *)(A + F[72]); /* h.1.ln_2 mean: [n] */
+    float *const h_1_ln_2_rstd = (float *)(A + F[73]); /* h.1.ln_2 rstd: [n] */
+    float *const h_2_ln_1_mean = (float *)(A + F[75]); /* h.2.ln_1 mean: [n] */
+    float *const h_2_ln_1_rstd = (float *)(A + F[76]); /* h.2.ln_1 rstd: [n] */
+    float *const h_2_attn_qkv = (float *)(A + F[77]); /* h.2.attn qkv: [r, T, 3d] */
+    float *const h_2_attn_att = (float *)(A + F[78]); /* h.2.attn att: [r, h, T, T] */
+    float *const h_2_attn_ctx = (float *)(A + F[79]); /* h.2.attn ctx: [r, T, d] */
+    float *const h_2_ln_2_mean = (float *)(A + F[83]); /* h.2.ln_2 mean: [n] */
+    float *const h_2_ln_2_rstd = (float *)(A + F[84]); /* h.2.ln_2 rstd: [n] */
+    float *const h_3_ln_1_mean = (float *)(A + F[85]); /* h.3.ln_1 mean: [n] */
+    float *const h_3_ln_1_rstd = (float *)(A + F[86]); /* h.3.ln_1 rstd: [n] */
     /* wte_embed: embed [r, 1024] -> [r, 1024, 768] */
-    PG_TRY(pg_embed_fwd(c, r * 1024, 50257, 768, (const int32_t *)INPUT_ROWS, P0_WTE, C0_T1));
+    PG_TRY(pg_embed_fwd(c, r * 1024, 50257, 768, (const int32_t *)tokens, P0_WTE, wte_embed_out));
     /* wpe: pos_embed [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_pos_embed_fwd(c, r, 1024, 768, C0_T1, P1_WPE_WEIGHT, C0_T2));
-    /* stash h.0.res1: [r, 1024, 768] stays in C0_T2 */
+    PG_TRY(pg_pos_embed_fwd(c, r, 1024, 768, wte_embed_out, P1_WPE_WEIGHT, wpe_out));
+    /* stash h.0.res1: [r, 1024, 768] stays in wpe_out */
     /* h.0.ln_1: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, C0_T2, P2_H_0_LN_1_WEIGHT, P3_H_0_LN_1_BIAS, C0_T3, (float *)(A + F[53]), (float *)(A + F[54])));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, wpe_out, P2_H_0_LN_1_WEIGHT, P3_H_0_LN_1_BIAS, h_0_ln_1_out, h_0_ln_1_mean, h_0_ln_1_rstd));
     /* h.0.attn: attention [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, C0_T3, P4_H_0_ATTN_QKV_WEIGHT, P5_H_0_ATTN_QKV_BIAS, P6_H_0_ATTN_PROJ_WEIGHT, P7_H_0_ATTN_PROJ_BIAS,
-                            (float *)(A + F[55]), (float *)(A + F[56]), (float *)(A + F[57]), C0_T4));
+    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, h_0_ln_1_out, P4_H_0_ATTN_QKV_WEIGHT, P5_H_0_ATTN_QKV_BIAS, P6_H_0_ATTN_PROJ_WEIGHT, P7_H_0_ATTN_PROJ_BIAS,
+                            h_0_attn_qkv, h_0_attn_att, h_0_attn_ctx, h_0_attn_out));
     /* h.0.pop.res1: pop [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_add_fwd(c, r * 786432, C0_T4, C0_T2, C0_T5));
-    /* stash h.0.res2: [r, 1024, 768] stays in C0_T5 */
+    PG_TRY(pg_add_fwd(c, r * 786432, h_0_attn_out, wpe_out, h_0_pop_res1_out));
+    /* stash h.0.res2: [r, 1024, 768] stays in h_0_pop_res1_out */
     /* h.0.ln_2: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, C0_T5, P8_H_0_LN_2_WEIGHT, P9_H_0_LN_2_BIAS, C0_T6, (float *)(A + F[61]), (float *)(A + F[62])));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_0_pop_res1_out, P8_H_0_LN_2_WEIGHT, P9_H_0_LN_2_BIAS, h_0_ln_2_out, h_0_ln_2_mean, h_0_ln_2_rstd));
     /* h.0.fc: linear [r, 1024, 768] -> [r, 1024, 3072] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, C0_T6, P10_H_0_FC_WEIGHT, P11_H_0_FC_BIAS, C0_T7));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, h_0_ln_2_out, P10_H_0_FC_WEIGHT, P11_H_0_FC_BIAS, h_0_fc_out));
     /* h.0.gelu0: gelu [r, 1024, 3072] -> [r, 1024, 3072] */
-    PG_TRY(pg_gelu_fwd(c, r * 3145728, C0_T7, C0_T8));
+    PG_TRY(pg_gelu_fwd(c, r * 3145728, h_0_fc_out, h_0_gelu0_out));
     /* h.0.proj: linear [r, 1024, 3072] -> [r, 1024, 768] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, C0_T8, P12_H_0_PROJ_WEIGHT, P13_H_0_PROJ_BIAS, C0_T9));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, h_0_gelu0_out, P12_H_0_PROJ_WEIGHT, P13_H_0_PROJ_BIAS, h_0_proj_out));
     /* h.0.pop.res2: pop [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_add_fwd(c, r * 786432, C0_T9, C0_T5, C0_T10));
-    /* stash h.1.res1: [r, 1024, 768] stays in C0_T10 */
+    PG_TRY(pg_add_fwd(c, r * 786432, h_0_proj_out, h_0_pop_res1_out, h_0_pop_res2_out));
+    /* stash h.1.res1: [r, 1024, 768] stays in h_0_pop_res2_out */
     /* h.1.ln_1: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, C0_T10, P14_H_1_LN_1_WEIGHT, P15_H_1_LN_1_BIAS, C0_T11, (float *)(A + F[64]), (float *)(A + F[65])));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_0_pop_res2_out, P14_H_1_LN_1_WEIGHT, P15_H_1_LN_1_BIAS, h_1_ln_1_out, h_1_ln_1_mean, h_1_ln_1_rstd));
     /* h.1.attn: attention [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, C0_T11, P16_H_1_ATTN_QKV_WEIGHT, P17_H_1_ATTN_QKV_BIAS, P18_H_1_ATTN_PROJ_WEIGHT, P19_H_1_ATTN_PROJ_BIAS,
-                            (float *)(A + F[66]), (float *)(A + F[67]), (float *)(A + F[68]), C0_T12));
+    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, h_1_ln_1_out, P16_H_1_ATTN_QKV_WEIGHT, P17_H_1_ATTN_QKV_BIAS, P18_H_1_ATTN_PROJ_WEIGHT, P19_H_1_ATTN_PROJ_BIAS,
+                            h_1_attn_qkv, h_1_attn_att, h_1_attn_ctx, h_1_attn_out));
     /* h.1.pop.res1: pop [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_add_fwd(c, r * 786432, C0_T12, C0_T10, C0_T13));
-    /* stash h.1.res2: [r, 1024, 768] stays in C0_T13 */
+    PG_TRY(pg_add_fwd(c, r * 786432, h_1_attn_out, h_0_pop_res2_out, h_1_pop_res1_out));
+    /* stash h.1.res2: [r, 1024, 768] stays in h_1_pop_res1_out */
     /* h.1.ln_2: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, C0_T13, P20_H_1_LN_2_WEIGHT, P21_H_1_LN_2_BIAS, C0_T14, (float *)(A + F[72]), (float *)(A + F[73])));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_1_pop_res1_out, P20_H_1_LN_2_WEIGHT, P21_H_1_LN_2_BIAS, h_1_ln_2_out, h_1_ln_2_mean, h_1_ln_2_rstd));
     /* h.1.fc: linear [r, 1024, 768] -> [r, 1024, 3072] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, C0_T14, P22_H_1_FC_WEIGHT, P23_H_1_FC_BIAS, C0_T15));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, h_1_ln_2_out, P22_H_1_FC_WEIGHT, P23_H_1_FC_BIAS, h_1_fc_out));
     /* h.1.gelu0: gelu [r, 1024, 3072] -> [r, 1024, 3072] */
-    PG_TRY(pg_gelu_fwd(c, r * 3145728, C0_T15, C0_T16));
+    PG_TRY(pg_gelu_fwd(c, r * 3145728, h_1_fc_out, h_1_gelu0_out));
     /* h.1.proj: linear [r, 1024, 3072] -> [r, 1024, 768] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, C0_T16, P24_H_1_PROJ_WEIGHT, P25_H_1_PROJ_BIAS, C0_T17));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, h_1_gelu0_out, P24_H_1_PROJ_WEIGHT, P25_H_1_PROJ_BIAS, h_1_proj_out));
     /* h.1.pop.res2: pop [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_add_fwd(c, r * 786432, C0_T17, C0_T13, C0_T18));
-    /* stash h.2.res1: [r, 1024, 768] stays in C0_T18 */
+    PG_TRY(pg_add_fwd(c, r * 786432, h_1_proj_out, h_1_pop_res1_out, h_1_pop_res2_out));
+    /* stash h.2.res1: [r, 1024, 768] stays in h_1_pop_res2_out */
     /* h.2.ln_1: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, C0_T18, P26_H_2_LN_1_WEIGHT, P27_H_2_LN_1_BIAS, C0_T19, (float *)(A + F[75]), (float *)(A + F[76])));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_1_pop_res2_out, P26_H_2_LN_1_WEIGHT, P27_H_2_LN_1_BIAS, h_2_ln_1_out, h_2_ln_1_mean, h_2_ln_1_rstd));
     /* h.2.attn: attention [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, C0_T19, P28_H_2_ATTN_QKV_WEIGHT, P29_H_2_ATTN_QKV_BIAS, P30_H_2_ATTN_PROJ_WEIGHT, P31_H_2_ATTN_PROJ_BIAS,
-                            (float *)(A + F[77]), (float *)(A + F[78]), (float *)(A + F[79]), C0_T20));
+    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, h_2_ln_1_out, P28_H_2_ATTN_QKV_WEIGHT, P29_H_2_ATTN_QKV_BIAS, P30_H_2_ATTN_PROJ_WEIGHT, P31_H_2_ATTN_PROJ_BIAS,
+                            h_2_attn_qkv, h_2_attn_att, h_2_attn_ctx, h_2_attn_out));
     /* h.2.pop.res1: pop [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_add_fwd(c, r * 786432, C0_T20, C0_T18, C0_T21));
-    /* stash h.2.res2: [r, 1024, 768] stays in C0_T21 */
+    PG_TRY(pg_add_fwd(c, r * 786432, h_2_attn_out, h_1_pop_res2_out, h_2_pop_res1_out));
+    /* stash h.2.res2: [r, 1024, 768] stays in h_2_pop_res1_out */
     /* h.2.ln_2: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, C0_T21, P32_H_2_LN_2_WEIGHT, P33_H_2_LN_2_BIAS, C0_T22, (float *)(A + F[83]), (float *)(A + F[84])));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_2_pop_res1_out, P32_H_2_LN_2_WEIGHT, P33_H_2_LN_2_BIAS, h_2_ln_2_out, h_2_ln_2_mean, h_2_ln_2_rstd));
     /* h.2.fc: linear [r, 1024, 768] -> [r, 1024, 3072] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, C0_T22, P34_H_2_FC_WEIGHT, P35_H_2_FC_BIAS, C0_T23));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, h_2_ln_2_out, P34_H_2_FC_WEIGHT, P35_H_2_FC_BIAS, h_2_fc_out));
     /* h.2.gelu0: gelu [r, 1024, 3072] -> [r, 1024, 3072] */
-    PG_TRY(pg_gelu_fwd(c, r * 3145728, C0_T23, C0_T24));
+    PG_TRY(pg_gelu_fwd(c, r * 3145728, h_2_fc_out, h_2_gelu0_out));
     /* h.2.proj: linear [r, 1024, 3072] -> [r, 1024, 768] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, C0_T24, P36_H_2_PROJ_WEIGHT, P37_H_2_PROJ_BIAS, C0_T25));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, h_2_gelu0_out, P36_H_2_PROJ_WEIGHT, P37_H_2_PROJ_BIAS, h_2_proj_out));
     /* h.2.pop.res2: pop [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_add_fwd(c, r * 786432, C0_T25, C0_T21, C0_T26));
+    PG_TRY(pg_add_fwd(c, r * 786432, h_2_proj_out, h_2_pop_res1_out, h_2_pop_res2_out));
     /* stash h.3.res1: [r, 1024, 768], sent to chunk 1 */
-    PG_TRY(pg_copy(c, C0_SKIP6_OUT, C0_T26, r * 786432));
+    PG_TRY(pg_copy(c, c0_skip6_out, h_2_pop_res2_out, r * 786432));
     /* h.3.ln_1: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, C0_T26, P38_H_3_LN_1_WEIGHT, P39_H_3_LN_1_BIAS, C0_Y, (float *)(A + F[85]), (float *)(A + F[86])));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_2_pop_res2_out, P38_H_3_LN_1_WEIGHT, P39_H_3_LN_1_BIAS, c0_y, h_3_ln_1_mean, h_3_ln_1_rstd));
     return 0;
 }
 
 static int fwd_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
-    return fwd_body_c0(c, A, io, 1);
+    PG_TRY(fwd_body_c0(c, A, io, 1));
+    return 0;
 }
 
 static int bwd_b_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
     const int64_t r = io->rows;
-    (void)r;
-    const int64_t *F = frame_c0[2 * io->mb + 1];
+    const int64_t *const F = frame_c0[2 * io->mb + 1]; /* this micro-batch's frame buffers */
+    float *const c0_skip6_grad_in = (float *)(A + 642723840 + (int64_t)io->slot * 6291456); /* gradient of skip h.3.res1: [r, 1024, 768], received */
+    float *const c0_dy = (float *)(A + 693055488 + (int64_t)io->slot * 6291456); /* gradient dy of the chunk output: [r, 1024, 768], received */
+    float *const d_wte_embed_out = (float *)(A + F[1]); /* gradient of wte_embed out: [r, 1024, 768] */
+    float *const wpe_out = (float *)(A + F[2]); /* wpe out: [r, 1024, 768] */
+    float *const d_wpe_out = (float *)(A + F[3]); /* gradient of wpe out: [r, 1024, 768] */
+    float *const d_h_0_ln_1_out = (float *)(A + F[5]); /* gradient of h.0.ln_1 out: [r, 1024, 768] */
+    float *const d_h_0_attn_out = (float *)(A + F[7]); /* gradient of h.0.attn out: [r, 1024, 768] */
+    float *const h_0_pop_res1_out = (float *)(A + F[8]); /* h.0.pop.res1 out: [r, 1024, 768] */
+    float *const d_h_0_pop_res1_out = (float *)(A + F[9]); /* gradient of h.0.pop.res1 out: [r, 1024, 768] */
+    float *const d_h_0_ln_2_out = (float *)(A + F[11]); /* gradient of h.0.ln_2 out: [r, 1024, 768] */
+    float *const h_0_fc_out = (float *)(A + F[12]); /* h.0.fc out: [r, 1024, 3072] */
+    float *const d_h_0_fc_out = (float *)(A + F[13]); /* gradient of h.0.fc out: [r, 1024, 3072] */
+    float *const d_h_0_gelu0_out = (float *)(A + F[15]); /* gradient of h.0.gelu0 out: [r, 1024, 3072] */
+    float *const d_h_0_proj_out = (float *)(A + F[17]); /* gradient of h.0.proj out: [r, 1024, 768] */
+    float *const h_0_pop_res2_out = (float *)(A + F[18]); /* h.0.pop.res2 out: [r, 1024, 768] */
+    float *const d_h_0_pop_res2_out = (float *)(A + F[19]); /* gradient of h.0.pop.res2 out: [r, 1024, 768] */
+    float *const d_h_1_ln_1_out = (float *)(A + F[21]); /* gradient of h.1.ln_1 out: [r, 1024, 768] */
+    float *const d_h_1_attn_out = (float *)(A + F[23]); /* gradient of h.1.attn out: [r, 1024, 768] */
+    float *const h_1_pop_res1_out = (float *)(A + F[24]); /* h.1.pop.res1 out: [r, 1024, 768] */
+    float *const d_h_1_pop_res1_out = (float *)(A + F[25]); /* gradient of h.1.pop.res1 out: [r, 1024, 768] */
+    float *const d_h_1_ln_2_out = (float *)(A + F[27]); /* gradient of h.1.ln_2 out: [r, 1024, 768] */
+    float *const h_1_fc_out = (float *)(A + F[28]); /* h.1.fc out: [r, 1024, 3072] */
+    float *const d_h_1_fc_out = (float *)(A + F[29]); /* gradient of h.1.fc out: [r, 1024, 3072] */
+    float *const d_h_1_gelu0_out = (float *)(A + F[31]); /* gradient of h.1.gelu0 out: [r, 1024, 3072] */
+    float *const d_h_1_proj_out = (float *)(A + F[33]); /* gradient of h.1.proj out: [r, 1024, 768] */
+    float *const h_1_pop_res2_out = (float *)(A + F[34]); /* h.1.pop.res2 out: [r, 1024, 768] */
+    float *const d_h_1_pop_res2_out = (float *)(A + F[35]); /* gradient of h.1.pop.res2 out: [r, 1024, 768] */
+    float *const d_h_2_ln_1_out = (float *)(A + F[37]); /* gradient of h.2.ln_1 out: [r, 1024, 768] */
+    float *const d_h_2_attn_out = (float *)(A + F[39]); /* gradient of h.2.attn out: [r, 1024, 768] */
+    float *const h_2_pop_res1_out = (float *)(A + F[40]); /* h.2.pop.res1 out: [r, 1024, 768] */
+    float *const d_h_2_pop_res1_out = (float *)(A + F[41]); /* gradient of h.2.pop.res1 out: [r, 1024, 768] */
+    float *const d_h_2_ln_2_out = (float *)(A + F[43]); /* gradient of h.2.ln_2 out: [r, 1024, 768] */
+    float *const h_2_fc_out = (float *)(A + F[44]); /* h.2.fc out: [r, 1024, 3072] */
+    float *const d_h_2_fc_out = (float *)(A + F[45]); /* gradient of h.2.fc out: [r, 1024, 3072] */
+    float *const d_h_2_gelu0_out = (float *)(A + F[47]); /* gradient of h.2.gelu0 out: [r, 1024, 3072] */
+    float *const d_h_2_proj_out = (float *)(A + F[49]); /* gradient of h.2.proj out: [r, 1024, 768] */
+    float *const h_2_pop_res2_out = (float *)(A + F[50]); /* h.2.pop.res2 out: [r, 1024, 768] */
+    float *const d_h_2_pop_res2_out = (float *)(A + F[51]); /* gradient of h.2.pop.res2 out: [r, 1024, 768] */
+    float *const d_skip_h_0_res1 = (float *)(A + F[52]); /* gradient of skip h.0.res1: [r, 1024, 768] */
+    float *const h_0_ln_1_mean = (float *)(A + F[53]); /* h.0.ln_1 mean: [n] */
+    float *const h_0_ln_1_rstd = (float *)(A + F[54]); /* h.0.ln_1 rstd: [n] */
+    float *const h_0_attn_qkv = (float *)(A + F[55]); /* h.0.attn qkv: [r, T, 3d] */
+    float *const h_0_attn_att = (float *)(A + F[56]); /* h.0.attn att: [r, h, T, T] */
+    float *const h_0_attn_ctx = (float *)(A + F[57]); /* h.0.attn ctx: [r, T, d] */
+    float *const h_0_attn_dctx = (float *)(A + F[58]); /* h.0.attn dctx: [r, T, d] */
+    float *const h_0_attn_dqkv = (float *)(A + F[59]); /* h.0.attn dqkv: [r, T, 3d] */
+    float *const d_skip_h_0_res2 = (float *)(A + F[60]); /* gradient of skip h.0.res2: [r, 1024, 768] */
+    float *const h_0_ln_2_mean = (float *)(A + F[61]); /* h.0.ln_2 mean: [n] */
+    float *const h_0_ln_2_rstd = (float *)(A + F[62]); /* h.0.ln_2 rstd: [n] */
+    float *const d_skip_h_1_res1 = (float *)(A + F[63]); /* gradient of skip h.1.res1: [r, 1024, 768] */
+    float *const h_1_ln_1_mean = (float *)(A + F[64]); /* h.1.ln_1 mean: [n] */
+    float *const h_1_ln_1_rstd = (float *)(A + F[65]); /* h.1.ln_1 rstd: [n] */
+    float *const h_1_attn_qkv = (float *)(A + F[66]); /* h.1.attn qkv: [r, T, 3d] */
+    float *const h_1_attn_att = (float *)(A + F[67]); /* h.1.attn att: [r, h, T, T] */
+    float *const h_1_attn_ctx = (float *)(A + F[68]); /* h.1.attn ctx: [r, T, d] */
+    float *const h_1_attn_dctx = (float *)(A + F[69]); /* h.1.attn dctx: [r, T, d] */
+    float *const h_1_attn_dqkv = (float *)(A + F[70]); /* h.1.attn dqkv: [r, T, 3d] */
+    float *const d_skip_h_1_res2 = (float *)(A + F[71]); /* gradient of skip h.1.res2: [r, 1024, 768] */
+    float *const h_1_ln_2_mean = (float *)(A + F[72]); /* h.1.ln_2 mean: [n] */
+    float *const h_1_ln_2_rstd = (float *)(A + F[73]); /* h.1.ln_2 rstd: [n] */
+    float *const d_skip_h_2_res1 = (float *)(A + F[74]); /* gradient of skip h.2.res1: [r, 1024, 768] */
+    float *const h_2_ln_1_mean = (float *)(A + F[75]); /* h.2.ln_1 mean: [n] */
+    float *const h_2_ln_1_rstd = (float *)(A + F[76]); /* h.2.ln_1 rstd: [n] */
+    float *const h_2_attn_qkv = (float *)(A + F[77]); /* h.2.attn qkv: [r, T, 3d] */
+    float *const h_2_attn_att = (float *)(A + F[78]); /* h.2.attn att: [r, h, T, T] */
+    float *const h_2_attn_ctx = (float *)(A + F[79]); /* h.2.attn ctx: [r, T, d] */
+    float *const h_2_attn_dctx = (float *)(A + F[80]); /* h.2.attn dctx: [r, T, d] */
+    float *const h_2_attn_dqkv = (float *)(A + F[81]); /* h.2.attn dqkv: [r, T, 3d] */
+    float *const d_skip_h_2_res2 = (float *)(A + F[82]); /* gradient of skip h.2.res2: [r, 1024, 768] */
+    float *const h_2_ln_2_mean = (float *)(A + F[83]); /* h.2.ln_2 mean: [n] */
+    float *const h_2_ln_2_rstd = (float *)(A + F[84]); /* h.2.ln_2 rstd: [n] */
+    float *const h_3_ln_1_mean = (float *)(A + F[85]); /* h.3.ln_1 mean: [n] */
+    float *const h_3_ln_1_rstd = (float *)(A + F[86]); /* h.3.ln_1 rstd: [n] */
     if (io->recompute) /* checkpointed: rebuild the interior from the stage input */
         PG_TRY(fwd_body_c0(c, A, io, 0));
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, C0_T26, P38_H_3_LN_1_WEIGHT, (float *)(A + F[85]), (float *)(A + F[86]), C0_DY, C0_DT26)); /* h.3.ln_1 */
-    PG_TRY(pg_axpy_inplace(c, C0_DT26, C0_SKIP6_GRAD_IN, r * 786432)); /* + gradient of skip h.3.res1 from chunk 1 */
-    PG_TRY(pg_copy(c, C0_DT25, C0_DT26, r * 786432)); /* h.2.pop.res2 */
-    PG_TRY(pg_copy(c, (float *)(A + F[82]), C0_DT26, r * 786432)); /* gradient of skip h.2.res2 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, C0_DT25, P36_H_2_PROJ_WEIGHT, C0_DT24)); /* h.2.proj */
-    PG_TRY(pg_gelu_bwd_in(c, r * 3145728, C0_T23, C0_DT24, C0_DT23)); /* h.2.gelu0 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, C0_DT23, P34_H_2_FC_WEIGHT, C0_DT22)); /* h.2.fc */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, C0_T21, P32_H_2_LN_2_WEIGHT, (float *)(A + F[83]), (float *)(A + F[84]), C0_DT22, C0_DT21)); /* h.2.ln_2 */
-    PG_TRY(pg_axpy_inplace(c, C0_DT21, (float *)(A + F[82]), r * 786432)); /* + gradient of skip h.2.res2 */
-    PG_TRY(pg_copy(c, C0_DT20, C0_DT21, r * 786432)); /* h.2.pop.res1 */
-    PG_TRY(pg_copy(c, (float *)(A + F[74]), C0_DT21, r * 786432)); /* gradient of skip h.2.res1 */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_2_pop_res2_out, P38_H_3_LN_1_WEIGHT, h_3_ln_1_mean, h_3_ln_1_rstd, c0_dy, d_h_2_pop_res2_out)); /* h.3.ln_1 */
+    PG_TRY(pg_axpy_inplace(c, d_h_2_pop_res2_out, c0_skip6_grad_in, r * 786432)); /* + gradient of skip h.3.res1 from chunk 1 */
+    PG_TRY(pg_copy(c, d_h_2_proj_out, d_h_2_pop_res2_out, r * 786432)); /* h.2.pop.res2 */
+    PG_TRY(pg_copy(c, d_skip_h_2_res2, d_h_2_pop_res2_out, r * 786432)); /* gradient of skip h.2.res2 */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, d_h_2_proj_out, P36_H_2_PROJ_WEIGHT, d_h_2_gelu0_out)); /* h.2.proj */
+    PG_TRY(pg_gelu_bwd_in(c, r * 3145728, h_2_fc_out, d_h_2_gelu0_out, d_h_2_fc_out)); /* h.2.gelu0 */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, d_h_2_fc_out, P34_H_2_FC_WEIGHT, d_h_2_ln_2_out)); /* h.2.fc */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_2_pop_res1_out, P32_H_2_LN_2_WEIGHT, h_2_ln_2_mean, h_2_ln_2_rstd, d_h_2_ln_2_out, d_h_2_pop_res1_out)); /* h.2.ln_2 */
+    PG_TRY(pg_axpy_inplace(c, d_h_2_pop_res1_out, d_skip_h_2_res2, r * 786432)); /* + gradient of skip h.2.res2 */
+    PG_TRY(pg_copy(c, d_h_2_attn_out, d_h_2_pop_res1_out, r * 786432)); /* h.2.pop.res1 */
+    PG_TRY(pg_copy(c, d_skip_h_2_res1, d_h_2_pop_res1_out, r * 786432)); /* gradient of skip h.2.res1 */
     PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, P28_H_2_ATTN_QKV_WEIGHT, P30_H_2_ATTN_PROJ_WEIGHT,
-                               (float *)(A + F[77]), (float *)(A + F[78]), (float *)(A + F[79]), C0_DT20,
-                               (float *)(A + F[80]), (float *)(A + F[81]), C0_DT19)); /* h.2.attn */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, C0_T18, P26_H_2_LN_1_WEIGHT, (float *)(A + F[75]), (float *)(A + F[76]), C0_DT19, C0_DT18)); /* h.2.ln_1 */
-    PG_TRY(pg_axpy_inplace(c, C0_DT18, (float *)(A + F[74]), r * 786432)); /* + gradient of skip h.2.res1 */
-    PG_TRY(pg_copy(c, C0_DT17, C0_DT18, r * 786432)); /* h.1.pop.res2 */
-    PG_TRY(pg_copy(c, (float *)(A + F[71]), C0_DT18, r * 786432)); /* gradient of skip h.1.res2 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, C0_DT17, P24_H_1_PROJ_WEIGHT, C0_DT16)); /* h.1.proj */
-    PG_TRY(pg_gelu_bwd_in(c, r * 3145728, C0_T15, C0_DT16, C0_DT15)); /* h.1.gelu0 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, C0_DT15, P22_H_1_FC_WEIGHT, C0_DT14)); /* h.1.fc */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, C0_T13, P20_H_1_LN_2_WEIGHT, (float *)(A + F[72]), (float *)(A + F[73]), C0_DT14, C0_DT13)); /* h.1.ln_2 */
-    PG_TRY(pg_axpy_inplace(c, C0_DT13, (float *)(A + F[71]), r * 786432)); /* + gradient of skip h.1.res2 */
-    PG_TRY(pg_copy(c, C0_DT12, C0_DT13, r * 786432)); /* h.1.pop.res1 */
-    PG_TRY(pg_copy(c, (float *)(A + F[63]), C0_DT13, r * 786432)); /* gradient of skip h.1.res1 */
+                               h_2_attn_qkv, h_2_attn_att, h_2_attn_ctx, d_h_2_attn_out,
+                               h_2_attn_dctx, h_2_attn_dqkv, d_h_2_ln_1_out)); /* h.2.attn */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_1_pop_res2_out, P26_H_2_LN_1_WEIGHT, h_2_ln_1_mean, h_2_ln_1_rstd, d_h_2_ln_1_out, d_h_1_pop_res2_out)); /* h.2.ln_1 */
+    PG_TRY(pg_axpy_inplace(c, d_h_1_pop_res2_out, d_skip_h_2_res1, r * 786432)); /* + gradient of skip h.2.res1 */
+    PG_TRY(pg_copy(c, d_h_1_proj_out, d_h_1_pop_res2_out, r * 786432)); /* h.1.pop.res2 */
+    PG_TRY(pg_copy(c, d_skip_h_1_res2, d_h_1_pop_res2_out, r * 786432)); /* gradient of skip h.1.res2 */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, d_h_1_proj_out, P24_H_1_PROJ_WEIGHT, d_h_1_gelu0_out)); /* h.1.proj */
+    PG_TRY(pg_gelu_bwd_in(c, r * 3145728, h_1_fc_out, d_h_1_gelu0_out, d_h_1_fc_out)); /* h.1.gelu0 */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, d_h_1_fc_out, P22_H_1_FC_WEIGHT, d_h_1_ln_2_out)); /* h.1.fc */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_1_pop_res1_out, P20_H_1_LN_2_WEIGHT, h_1_ln_2_mean, h_1_ln_2_rstd, d_h_1_ln_2_out, d_h_1_pop_res1_out)); /* h.1.ln_2 */
+    PG_TRY(pg_axpy_inplace(c, d_h_1_pop_res1_out, d_skip_h_1_res2, r * 786432)); /* + gradient of skip h.1.res2 */
+    PG_TRY(pg_copy(c, d_h_1_attn_out, d_h_1_pop_res1_out, r * 786432)); /* h.1.pop.res1 */
+    PG_TRY(pg_copy(c, d_skip_h_1_res1, d_h_1_pop_res1_out, r * 786432)); /* gradient of skip h.1.res1 */
     PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, P16_H_1_ATTN_QKV_WEIGHT, P18_H_1_ATTN_PROJ_WEIGHT,
-                               (float *)(A + F[66]), (float *)(A + F[67]), (float *)(A + F[68]), C0_DT12,
-                               (float *)(A + F[69]), (float *)(A + F[70]), C0_DT11)); /* h.1.attn */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, C0_T10, P14_H_1_LN_1_WEIGHT, (float *)(A + F[64]), (float *)(A + F[65]), C0_DT11, C0_DT10)); /* h.1.ln_1 */
-    PG_TRY(pg_axpy_inplace(c, C0_DT10, (float *)(A + F[63]), r * 786432)); /* + gradient of skip h.1.res1 */
-    PG_TRY(pg_copy(c, C0_DT9, C0_DT10, r * 786432)); /* h.0.pop.res2 */
-    PG_TRY(pg_copy(c, (float *)(A + F[60]), C0_DT10, r * 786432)); /* gradient of skip h.0.res2 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, C0_DT9, P12_H_0_PROJ_WEIGHT, C0_DT8)); /* h.0.proj */
-    PG_TRY(pg_gelu_bwd_in(c, r * 3145728, C0_T7, C0_DT8, C0_DT7)); /* h.0.gelu0 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, C0_DT7, P10_H_0_FC_WEIGHT, C0_DT6)); /* h.0.fc */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, C0_T5, P8_H_0_LN_2_WEIGHT, (float *)(A + F[61]), (float *)(A + F[62]), C0_DT6, C0_DT5)); /* h.0.ln_2 */
-    PG_TRY(pg_axpy_inplace(c, C0_DT5, (float *)(A + F[60]), r * 786432)); /* + gradient of skip h.0.res2 */
-    PG_TRY(pg_copy(c, C0_DT4, C0_DT5, r * 786432)); /* h.0.pop.res1 */
-    PG_TRY(pg_copy(c, (float *)(A + F[52]), C0_DT5, r * 786432)); /* gradient of skip h.0.res1 */
+                               h_1_attn_qkv, h_1_attn_att, h_1_attn_ctx, d_h_1_attn_out,
+                               h_1_attn_dctx, h_1_attn_dqkv, d_h_1_ln_1_out)); /* h.1.attn */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_0_pop_res2_out, P14_H_1_LN_1_WEIGHT, h_1_ln_1_mean, h_1_ln_1_rstd, d_h_1_ln_1_out, d_h_0_pop_res2_out)); /* h.1.ln_1 */
+    PG_TRY(pg_axpy_inplace(c, d_h_0_pop_res2_out, d_skip_h_1_res1, r * 786432)); /* + gradient of skip h.1.res1 */
+    PG_TRY(pg_copy(c, d_h_0_proj_out, d_h_0_pop_res2_out, r * 786432)); /* h.0.pop.res2 */
+    PG_TRY(pg_copy(c, d_skip_h_0_res2, d_h_0_pop_res2_out, r * 786432)); /* gradient of skip h.0.res2 */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, d_h_0_proj_out, P12_H_0_PROJ_WEIGHT, d_h_0_gelu0_out)); /* h.0.proj */
+    PG_TRY(pg_gelu_bwd_in(c, r * 3145728, h_0_fc_out, d_h_0_gelu0_out, d_h_0_fc_out)); /* h.0.gelu0 */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, d_h_0_fc_out, P10_H_0_FC_WEIGHT, d_h_0_ln_2_out)); /* h.0.fc */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_0_pop_res1_out, P8_H_0_LN_2_WEIGHT, h_0_ln_2_mean, h_0_ln_2_rstd, d_h_0_ln_2_out, d_h_0_pop_res1_out)); /* h.0.ln_2 */
+    PG_TRY(pg_axpy_inplace(c, d_h_0_pop_res1_out, d_skip_h_0_res2, r * 786432)); /* + gradient of skip h.0.res2 */
+    PG_TRY(pg_copy(c, d_h_0_attn_out, d_h_0_pop_res1_out, r * 786432)); /* h.0.pop.res1 */
+    PG_TRY(pg_copy(c, d_skip_h_0_res1, d_h_0_pop_res1_out, r * 786432)); /* gradient of skip h.0.res1 */
     PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, P4_H_0_ATTN_QKV_WEIGHT, P6_H_0_ATTN_PROJ_WEIGHT,
-                               (float *)(A + F[55]), (float *)(A + F[56]), (float *)(A + F[57]), C0_DT4,
-                               (float *)(A + F[58]), (float *)(A + F[59]), C0_DT3)); /* h.0.attn */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, C0_T2, P2_H_0_LN_1_WEIGHT, (float *)(A + F[53]), (float *)(A + F[54]), C0_DT3, C0_DT2)); /* h.0.ln_1 */
-    PG_TRY(pg_axpy_inplace(c, C0_DT2, (float *)(A + F[52]), r * 786432)); /* + gradient of skip h.0.res1 */
-    PG_TRY(pg_copy(c, C0_DT1, C0_DT2, r * 786432)); /* wpe */
+                               h_0_attn_qkv, h_0_attn_att, h_0_attn_ctx, d_h_0_attn_out,
+                               h_0_attn_dctx, h_0_attn_dqkv, d_h_0_ln_1_out)); /* h.0.attn */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, wpe_out, P2_H_0_LN_1_WEIGHT, h_0_ln_1_mean, h_0_ln_1_rstd, d_h_0_ln_1_out, d_wpe_out)); /* h.0.ln_1 */
+    PG_TRY(pg_axpy_inplace(c, d_wpe_out, d_skip_h_0_res1, r * 786432)); /* + gradient of skip h.0.res1 */
+    PG_TRY(pg_copy(c, d_wte_embed_out, d_wpe_out, r * 786432)); /* wpe */
     return 0;
 }
 
 static int bwd_w_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
     const int64_t r = io->rows;
-    (void)r;
-    const int64_t *F = frame_c0[2 * io->mb + 1];
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, C0_T26, (float *)(A + F[85]), (float *)(A + F[86]), C0_DY, GP38_H_3_LN_1_WEIGHT, GP39_H_3_LN_1_BIAS)); /* h.3.ln_1 */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, C0_T24, C0_DT25, GP36_H_2_PROJ_WEIGHT, GP37_H_2_PROJ_BIAS)); /* h.2.proj */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, C0_T22, C0_DT23, GP34_H_2_FC_WEIGHT, GP35_H_2_FC_BIAS)); /* h.2.fc */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, C0_T21, (float *)(A + F[83]), (float *)(A + F[84]), C0_DT22, GP32_H_2_LN_2_WEIGHT, GP33_H_2_LN_2_BIAS)); /* h.2.ln_2 */
-    PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, C0_T19, (float *)(A + F[79]), C0_DT20, (float *)(A + F[81]),
+    const int64_t *const F = frame_c0[2 * io->mb + 1]; /* this micro-batch's frame buffers */
+    const int32_t *const tokens = (const int32_t *)INPUT_ROWS; /* i32[1024] per row */
+    float *const c0_dy = (float *)(A + 693055488 + (int64_t)io->slot * 6291456); /* gradient dy of the chunk output: [r, 1024, 768], received */
+    float *const d_wte_embed_out = (float *)(A + F[1]); /* gradient of wte_embed out: [r, 1024, 768] */
+    float *const wpe_out = (float *)(A + F[2]); /* wpe out: [r, 1024, 768] */
+    float *const d_wpe_out = (float *)(A + F[3]); /* gradient of wpe out: [r, 1024, 768] */
+    float *const h_0_ln_1_out = (float *)(A + F[4]); /* h.0.ln_1 out: [r, 1024, 768] */
+    float *const d_h_0_ln_1_out = (float *)(A + F[5]); /* gradient of h.0.ln_1 out: [r, 1024, 768] */
+    float *const d_h_0_attn_out = (float *)(A + F[7]); /* gradient of h.0.attn out: [r, 1024, 768] */
+    float *const h_0_pop_res1_out = (float *)(A + F[8]); /* h.0.pop.res1 out: [r, 1024, 768] */
+    float *const h_0_ln_2_out = (float *)(A + F[10]); /* h.0.ln_2 out: [r, 1024, 768] */
+    float *const d_h_0_ln_2_out = (float *)(A + F[11]); /* gradient of h.0.ln_2 out: [r, 1024, 768] */
+    float *const d_h_0_fc_out = (float *)(A + F[13]); /* gradient of h.0.fc out: [r, 1024, 3072] */
+    float *const h_0_gelu0_out = (float *)(A + F[14]); /* h.0.gelu0 out: [r, 1024, 3072] */
+    float *const d_h_0_proj_out = (float *)(A + F[17]); /* gradient of h.0.proj out: [r, 1024, 768] */
+    float *const h_0_pop_res2_out = (float *)(A + F[18]); /* h.0.pop.res2 out: [r, 1024, 768] */
+    float *const h_1_ln_1_out = (float *)(A + F[20]); /* h.1.ln_1 out: [r, 1024, 768] */
+    float *const d_h_1_ln_1_out = (float *)(A + F[21]); /* gradient of h.1.ln_1 out: [r, 1024, 768] */
+    float *const d_h_1_attn_out = (float *)(A + F[23]); /* gradient of h.1.attn out: [r, 1024, 768] */
+    float *const h_1_pop_res1_out = (float *)(A + F[24]); /* h.1.pop.res1 out: [r, 1024, 768] */
+    float *const h_1_ln_2_out = (float *)(A + F[26]); /* h.1.ln_2 out: [r, 1024, 768] */
+    float *const d_h_1_ln_2_out = (float *)(A + F[27]); /* gradient of h.1.ln_2 out: [r, 1024, 768] */
+    float *const d_h_1_fc_out = (float *)(A + F[29]); /* gradient of h.1.fc out: [r, 1024, 3072] */
+    float *const h_1_gelu0_out = (float *)(A + F[30]); /* h.1.gelu0 out: [r, 1024, 3072] */
+    float *const d_h_1_proj_out = (float *)(A + F[33]); /* gradient of h.1.proj out: [r, 1024, 768] */
+    float *const h_1_pop_res2_out = (float *)(A + F[34]); /* h.1.pop.res2 out: [r, 1024, 768] */
+    float *const h_2_ln_1_out = (float *)(A + F[36]); /* h.2.ln_1 out: [r, 1024, 768] */
+    float *const d_h_2_ln_1_out = (float *)(A + F[37]); /* gradient of h.2.ln_1 out: [r, 1024, 768] */
+    float *const d_h_2_attn_out = (float *)(A + F[39]); /* gradient of h.2.attn out: [r, 1024, 768] */
+    float *const h_2_pop_res1_out = (float *)(A + F[40]); /* h.2.pop.res1 out: [r, 1024, 768] */
+    float *const h_2_ln_2_out = (float *)(A + F[42]); /* h.2.ln_2 out: [r, 1024, 768] */
+    float *const d_h_2_ln_2_out = (float *)(A + F[43]); /* gradient of h.2.ln_2 out: [r, 1024, 768] */
+    float *const d_h_2_fc_out = (float *)(A + F[45]); /* gradient of h.2.fc out: [r, 1024, 3072] */
+    float *const h_2_gelu0_out = (float *)(A + F[46]); /* h.2.gelu0 out: [r, 1024, 3072] */
+    float *const d_h_2_proj_out = (float *)(A + F[49]); /* gradient of h.2.proj out: [r, 1024, 768] */
+    float *const h_2_pop_res2_out = (float *)(A + F[50]); /* h.2.pop.res2 out: [r, 1024, 768] */
+    float *const h_0_ln_1_mean = (float *)(A + F[53]); /* h.0.ln_1 mean: [n] */
+    float *const h_0_ln_1_rstd = (float *)(A + F[54]); /* h.0.ln_1 rstd: [n] */
+    float *const h_0_attn_ctx = (float *)(A + F[57]); /* h.0.attn ctx: [r, T, d] */
+    float *const h_0_attn_dqkv = (float *)(A + F[59]); /* h.0.attn dqkv: [r, T, 3d] */
+    float *const h_0_ln_2_mean = (float *)(A + F[61]); /* h.0.ln_2 mean: [n] */
+    float *const h_0_ln_2_rstd = (float *)(A + F[62]); /* h.0.ln_2 rstd: [n] */
+    float *const h_1_ln_1_mean = (float *)(A + F[64]); /* h.1.ln_1 mean: [n] */
+    float *const h_1_ln_1_rstd = (float *)(A + F[65]); /* h.1.ln_1 rstd: [n] */
+    float *const h_1_attn_ctx = (float *)(A + F[68]); /* h.1.attn ctx: [r, T, d] */
+    float *const h_1_attn_dqkv = (float *)(A + F[70]); /* h.1.attn dqkv: [r, T, 3d] */
+    float *const h_1_ln_2_mean = (float *)(A + F[72]); /* h.1.ln_2 mean: [n] */
+    float *const h_1_ln_2_rstd = (float *)(A + F[73]); /* h.1.ln_2 rstd: [n] */
+    float *const h_2_ln_1_mean = (float *)(A + F[75]); /* h.2.ln_1 mean: [n] */
+    float *const h_2_ln_1_rstd = (float *)(A + F[76]); /* h.2.ln_1 rstd: [n] */
+    float *const h_2_attn_ctx = (float *)(A + F[79]); /* h.2.attn ctx: [r, T, d] */
+    float *const h_2_attn_dqkv = (float *)(A + F[81]); /* h.2.attn dqkv: [r, T, 3d] */
+    float *const h_2_ln_2_mean = (float *)(A + F[83]); /* h.2.ln_2 mean: [n] */
+    float *const h_2_ln_2_rstd = (float *)(A + F[84]); /* h.2.ln_2 rstd: [n] */
+    float *const h_3_ln_1_mean = (float *)(A + F[85]); /* h.3.ln_1 mean: [n] */
+    float *const h_3_ln_1_rstd = (float *)(A + F[86]); /* h.3.ln_1 rstd: [n] */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_2_pop_res2_out, h_3_ln_1_mean, h_3_ln_1_rstd, c0_dy, GP38_H_3_LN_1_WEIGHT, GP39_H_3_LN_1_BIAS)); /* h.3.ln_1 */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_2_gelu0_out, d_h_2_proj_out, GP36_H_2_PROJ_WEIGHT, GP37_H_2_PROJ_BIAS)); /* h.2.proj */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_2_ln_2_out, d_h_2_fc_out, GP34_H_2_FC_WEIGHT, GP35_H_2_FC_BIAS)); /* h.2.fc */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_2_pop_res1_out, h_2_ln_2_mean, h_2_ln_2_rstd, d_h_2_ln_2_out, GP32_H_2_LN_2_WEIGHT, GP33_H_2_LN_2_BIAS)); /* h.2.ln_2 */
+    PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, h_2_ln_1_out, h_2_attn_ctx, d_h_2_attn_out, h_2_attn_dqkv,
                               GP28_H_2_ATTN_QKV_WEIGHT, GP29_H_2_ATTN_QKV_BIAS, GP30_H_2_ATTN_PROJ_WEIGHT, GP31_H_2_ATTN_PROJ_BIAS)); /* h.2.attn */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, C0_T18, (float *)(A + F[75]), (float *)(A + F[76]), C0_DT19, GP26_H_2_LN_1_WEIGHT, GP27_H_2_LN_1_BIAS)); /* h.2.ln_1 */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, C0_T16, C0_DT17, GP24_H_1_PROJ_WEIGHT, GP25_H_1_PROJ_BIAS)); /* h.1.proj */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, C0_T14, C0_DT15, GP22_H_1_FC_WEIGHT, GP23_H_1_FC_BIAS)); /* h.1.fc */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, C0_T13, (float *)(A + F[72]), (float *)(A + F[73]), C0_DT14, GP20_H_1_LN_2_WEIGHT, GP21_H_1_LN_2_BIAS)); /* h.1.ln_2 */
-    PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, C0_T11, (float *)(A + F[68]), C0_DT12, (float *)(A + F[70]),
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_1_pop_res2_out, h_2_ln_1_mean, h_2_ln_1_rstd, d_h_2_ln_1_out, GP26_H_2_LN_1_WEIGHT, GP27_H_2_LN_1_BIAS)); /* h.2.ln_1 */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_1_gelu0_out, d_h_1_proj_out, GP24_H_1_PROJ_WEIGHT, GP25_H_1_PROJ_BIAS)); /* h.1.proj */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_1_ln_2_out, d_h_1_fc_out, GP22_H_1_FC_WEIGHT, GP23_H_1_FC_BIAS)); /* h.1.fc */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_1_pop_res1_out, h_1_ln_2_mean, h_1_ln_2_rstd, d_h_1_ln_2_out, GP20_H_1_LN_2_WEIGHT, GP21_H_1_LN_2_BIAS)); /* h.1.ln_2 */
+    PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, h_1_ln_1_out, h_1_attn_ctx, d_h_1_attn_out, h_1_attn_dqkv,
                               GP16_H_1_ATTN_QKV_WEIGHT, GP17_H_1_ATTN_QKV_BIAS, GP18_H_1_ATTN_PROJ_WEIGHT, GP19_H_1_ATTN_PROJ_BIAS)); /* h.1.attn */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, C0_T10, (float *)(A + F[64]), (float *)(A + F[65]), C0_DT11, GP14_H_1_LN_1_WEIGHT, GP15_H_1_LN_1_BIAS)); /* h.1.ln_1 */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, C0_T8, C0_DT9, GP12_H_0_PROJ_WEIGHT, GP13_H_0_PROJ_BIAS)); /* h.0.proj */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, C0_T6, C0_DT7, GP10_H_0_FC_WEIGHT, GP11_H_0_FC_BIAS)); /* h.0.fc */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, C0_T5, (float *)(A + F[61]), (float *)(A + F[62]), C0_DT6, GP8_H_0_LN_2_WEIGHT, GP9_H_0_LN_2_BIAS)); /* h.0.ln_2 */
-    PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, C0_T3, (float *)(A + F[57]), C0_DT4, (float *)(A + F[59]),
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_0_pop_res2_out, h_1_ln_1_mean, h_1_ln_1_rstd, d_h_1_ln_1_out, GP14_H_1_LN_1_WEIGHT, GP15_H_1_LN_1_BIAS)); /* h.1.ln_1 */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_0_gelu0_out, d_h_0_proj_out, GP12_H_0_PROJ_WEIGHT, GP13_H_0_PROJ_BIAS)); /* h.0.proj */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_0_ln_2_out, d_h_0_fc_out, GP10_H_0_FC_WEIGHT, GP11_H_0_FC_BIAS)); /* h.0.fc */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_0_pop_res1_out, h_0_ln_2_mean, h_0_ln_2_rstd, d_h_0_ln_2_out, GP8_H_0_LN_2_WEIGHT, GP9_H_0_LN_2_BIAS)); /* h.0.ln_2 */
+    PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, h_0_ln_1_out, h_0_attn_ctx, d_h_0_attn_out, h_0_attn_dqkv,
                               GP4_H_0_ATTN_QKV_WEIGHT, GP5_H_0_ATTN_QKV_BIAS, GP6_H_0_ATTN_PROJ_WEIGHT, GP7_H_0_ATTN_PROJ_BIAS)); /* h.0.attn */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, C0_T2, (float *)(A + F[53]), (float *)(A + F[54]), C0_DT3, GP2_H_0_LN_1_WEIGHT, GP3_H_0_LN_1_BIAS)); /* h.0.ln_1 */
-    PG_TRY(pg_pos_embed_bwd_w(c, r, 1024, 768, C0_DT2, GP1_WPE_WEIGHT)); /* wpe */
-    PG_TRY(pg_embed_bwd_w(c, r * 1024, 50257, 768, (const int32_t *)INPUT_ROWS, C0_DT1, GP0_WTE)); /* wte_embed */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, wpe_out, h_0_ln_1_mean, h_0_ln_1_rstd, d_h_0_ln_1_out, GP2_H_0_LN_1_WEIGHT, GP3_H_0_LN_1_BIAS)); /* h.0.ln_1 */
+    PG_TRY(pg_pos_embed_bwd_w(c, r, 1024, 768, d_wpe_out, GP1_WPE_WEIGHT)); /* wpe */
+    PG_TRY(pg_embed_bwd_w(c, r * 1024, 50257, 768, (const int32_t *)tokens, d_wte_embed_out, GP0_WTE)); /* wte_embed */
     return 0;
 }
-
-#undef C0_SKIP6_OUT
-#undef C0_SKIP6_GRAD_IN
-#undef C0_Y
-#undef C0_DY
-#undef C0_T1
-#undef C0_DT1
-#undef C0_T2
-#undef C0_DT2
-#undef C0_T3
-#undef C0_DT3
-#undef C0_T4
-#undef C0_DT4
-#undef C0_T5
-#undef C0_DT5
-#undef C0_T6
-#undef C0_DT6
-#undef C0_T7
-#undef C0_DT7
-#undef C0_T8
-#undef C0_DT8
-#undef C0_T9
-#undef C0_DT9
-#undef C0_T10
-#undef C0_DT10
-#undef C0_T11
-#undef C0_DT11
-#undef C0_T12
-#undef C0_DT12
-#undef C0_T13
-#undef C0_DT13
-#undef C0_T14
-#undef C0_DT14
-#undef C0_T15
-#undef C0_DT15
-#undef C0_T16
-#undef C0_DT16
-#undef C0_T17
-#undef C0_DT17
-#undef C0_T18
-#undef C0_DT18
-#undef C0_T19
-#undef C0_DT19
-#undef C0_T20
-#undef C0_DT20
-#undef C0_T21
-#undef C0_DT21
-#undef C0_T22
-#undef C0_DT22
-#undef C0_T23
-#undef C0_DT23
-#undef C0_T24
-#undef C0_DT24
-#undef C0_T25
-#undef C0_DT25
-#undef C0_T26
-#undef C0_DT26
 
 /* ---- tables ---- */
 

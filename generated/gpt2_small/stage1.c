@@ -121,89 +121,7 @@
 #define GP94_H_7_FC_WEIGHT ((float *)(A + 575668224)) /* gradient of h.7.fc.weight: f32[3072, 768] */
 #define P95_H_7_FC_BIAS ((float *)(A + 858980352)) /* h.7.fc.bias: f32[3072] */
 #define GP95_H_7_FC_BIAS ((float *)(A + 858992640)) /* gradient of h.7.fc.bias: f32[3072] */
-/* dropout masks depend on (seed, step, layer, sample, element) only */
-#define DROPOUT_SEED(io, layer) ((io)->seed ^ (UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)((io)->step * 4096 + (layer) + 1)))
-
 /* ---- chunk 1: layers h.3.attn .. h.7.fc ---- */
-
-#define C1_X ((float *)(A + 150994944 + (int64_t)io->slot * 6291456)) /* chunk 1 input x: [r, 1024, 768], received */
-#define C1_SKIP6_IN ((float *)(A + 169869312 + (int64_t)io->slot * 6291456)) /* skip h.3.res1: [r, 1024, 768], received from chunk 0 */
-#define C1_SKIP6_GRAD_OUT ((float *)(A + 188743680 + (int64_t)io->slot * 6291456)) /* gradient of skip h.3.res1: [r, 1024, 768], sent back */
-#define C1_SKIP15_OUT ((float *)(A + 207618048 + (int64_t)io->slot * 6291456)) /* skip h.7.res2 stashed: [r, 1024, 768], sent to chunk 2 */
-#define C1_SKIP15_GRAD_IN ((float *)(A + 226492416 + (int64_t)io->slot * 6291456)) /* gradient of skip h.7.res2: [r, 1024, 768], received */
-#define C1_Y ((float *)(A + 0 + (int64_t)io->slot * 25165824)) /* chunk 1 output y: [r, 1024, 3072], sent */
-#define C1_DY ((float *)(A + 75497472 + (int64_t)io->slot * 25165824)) /* gradient dy of the chunk output: [r, 1024, 3072], received */
-#define C1_DX ((float *)(A + 245366784 + (int64_t)io->slot * 6291456)) /* gradient dx of the chunk input: [r, 1024, 768], sent */
-#define C1_T1 ((float *)(A + F[0])) /* h.3.attn out: [r, 1024, 768] */
-#define C1_DT1 ((float *)(A + F[1])) /* gradient of h.3.attn out: [r, 1024, 768] */
-#define C1_T2 ((float *)(A + F[2])) /* h.3.pop.res1 out: [r, 1024, 768] */
-#define C1_DT2 ((float *)(A + F[3])) /* gradient of h.3.pop.res1 out: [r, 1024, 768] */
-#define C1_T3 ((float *)(A + F[4])) /* h.3.ln_2 out: [r, 1024, 768] */
-#define C1_DT3 ((float *)(A + F[5])) /* gradient of h.3.ln_2 out: [r, 1024, 768] */
-#define C1_T4 ((float *)(A + F[6])) /* h.3.fc out: [r, 1024, 3072] */
-#define C1_DT4 ((float *)(A + F[7])) /* gradient of h.3.fc out: [r, 1024, 3072] */
-#define C1_T5 ((float *)(A + F[8])) /* h.3.gelu0 out: [r, 1024, 3072] */
-#define C1_DT5 ((float *)(A + F[9])) /* gradient of h.3.gelu0 out: [r, 1024, 3072] */
-#define C1_T6 ((float *)(A + F[10])) /* h.3.proj out: [r, 1024, 768] */
-#define C1_DT6 ((float *)(A + F[11])) /* gradient of h.3.proj out: [r, 1024, 768] */
-#define C1_T7 ((float *)(A + F[12])) /* h.3.pop.res2 out: [r, 1024, 768] */
-#define C1_DT7 ((float *)(A + F[13])) /* gradient of h.3.pop.res2 out: [r, 1024, 768] */
-#define C1_T8 ((float *)(A + F[14])) /* h.4.ln_1 out: [r, 1024, 768] */
-#define C1_DT8 ((float *)(A + F[15])) /* gradient of h.4.ln_1 out: [r, 1024, 768] */
-#define C1_T9 ((float *)(A + F[16])) /* h.4.attn out: [r, 1024, 768] */
-#define C1_DT9 ((float *)(A + F[17])) /* gradient of h.4.attn out: [r, 1024, 768] */
-#define C1_T10 ((float *)(A + F[18])) /* h.4.pop.res1 out: [r, 1024, 768] */
-#define C1_DT10 ((float *)(A + F[19])) /* gradient of h.4.pop.res1 out: [r, 1024, 768] */
-#define C1_T11 ((float *)(A + F[20])) /* h.4.ln_2 out: [r, 1024, 768] */
-#define C1_DT11 ((float *)(A + F[21])) /* gradient of h.4.ln_2 out: [r, 1024, 768] */
-#define C1_T12 ((float *)(A + F[22])) /* h.4.fc out: [r, 1024, 3072] */
-#define C1_DT12 ((float *)(A + F[23])) /* gradient of h.4.fc out: [r, 1024, 3072] */
-#define C1_T13 ((float *)(A + F[24])) /* h.4.gelu0 out: [r, 1024, 3072] */
-#define C1_DT13 ((float *)(A + F[25])) /* gradient of h.4.gelu0 out: [r, 1024, 3072] */
-#define C1_T14 ((float *)(A + F[26])) /* h.4.proj out: [r, 1024, 768] */
-#define C1_DT14 ((float *)(A + F[27])) /* gradient of h.4.proj out: [r, 1024, 768] */
-#define C1_T15 ((float *)(A + F[28])) /* h.4.pop.res2 out: [r, 1024, 768] */
-#define C1_DT15 ((float *)(A + F[29])) /* gradient of h.4.pop.res2 out: [r, 1024, 768] */
-#define C1_T16 ((float *)(A + F[30])) /* h.5.ln_1 out: [r, 1024, 768] */
-#define C1_DT16 ((float *)(A + F[31])) /* gradient of h.5.ln_1 out: [r, 1024, 768] */
-#define C1_T17 ((float *)(A + F[32])) /* h.5.attn out: [r, 1024, 768] */
-#define C1_DT17 ((float *)(A + F[33])) /* gradient of h.5.attn out: [r, 1024, 768] */
-#define C1_T18 ((float *)(A + F[34])) /* h.5.pop.res1 out: [r, 1024, 768] */
-#define C1_DT18 ((float *)(A + F[35])) /* gradient of h.5.pop.res1 out: [r, 1024, 768] */
-#define C1_T19 ((float *)(A + F[36])) /* h.5.ln_2 out: [r, 1024, 768] */
-#define C1_DT19 ((float *)(A + F[37])) /* gradient of h.5.ln_2 out: [r, 1024, 768] */
-#define C1_T20 ((float *)(A + F[38])) /* h.5.fc out: [r, 1024, 3072] */
-#define C1_DT20 ((float *)(A + F[39])) /* gradient of h.5.fc out: [r, 1024, 3072] */
-#define C1_T21 ((float *)(A + F[40])) /* h.5.gelu0 out: [r, 1024, 3072] */
-#define C1_DT21 ((float *)(A + F[41])) /* gradient of h.5.gelu0 out: [r, 1024, 3072] */
-#define C1_T22 ((float *)(A + F[42])) /* h.5.proj out: [r, 1024, 768] */
-#define C1_DT22 ((float *)(A + F[43])) /* gradient of h.5.proj out: [r, 1024, 768] */
-#define C1_T23 ((float *)(A + F[44])) /* h.5.pop.res2 out: [r, 1024, 768] */
-#define C1_DT23 ((float *)(A + F[45])) /* gradient of h.5.pop.res2 out: [r, 1024, 768] */
-#define C1_T24 ((float *)(A + F[46])) /* h.6.ln_1 out: [r, 1024, 768] */
-#define C1_DT24 ((float *)(A + F[47])) /* gradient of h.6.ln_1 out: [r, 1024, 768] */
-#define C1_T25 ((float *)(A + F[48])) /* h.6.attn out: [r, 1024, 768] */
-#define C1_DT25 ((float *)(A + F[49])) /* gradient of h.6.attn out: [r, 1024, 768] */
-#define C1_T26 ((float *)(A + F[50])) /* h.6.pop.res1 out: [r, 1024, 768] */
-#define C1_DT26 ((float *)(A + F[51])) /* gradient of h.6.pop.res1 out: [r, 1024, 768] */
-#define C1_T27 ((float *)(A + F[52])) /* h.6.ln_2 out: [r, 1024, 768] */
-#define C1_DT27 ((float *)(A + F[53])) /* gradient of h.6.ln_2 out: [r, 1024, 768] */
-#define C1_T28 ((float *)(A + F[54])) /* h.6.fc out: [r, 1024, 3072] */
-#define C1_DT28 ((float *)(A + F[55])) /* gradient of h.6.fc out: [r, 1024, 3072] */
-#define C1_T29 ((float *)(A + F[56])) /* h.6.gelu0 out: [r, 1024, 3072] */
-#define C1_DT29 ((float *)(A + F[57])) /* gradient of h.6.gelu0 out: [r, 1024, 3072] */
-#define C1_T30 ((float *)(A + F[58])) /* h.6.proj out: [r, 1024, 768] */
-#define C1_DT30 ((float *)(A + F[59])) /* gradient of h.6.proj out: [r, 1024, 768] */
-#define C1_T31 ((float *)(A + F[60])) /* h.6.pop.res2 out: [r, 1024, 768] */
-#define C1_DT31 ((float *)(A + F[61])) /* gradient of h.6.pop.res2 out: [r, 1024, 768] */
-#define C1_T32 ((float *)(A + F[62])) /* h.7.ln_1 out: [r, 1024, 768] */
-#define C1_DT32 ((float *)(A + F[63])) /* gradient of h.7.ln_1 out: [r, 1024, 768] */
-#define C1_T33 ((float *)(A + F[64])) /* h.7.attn out: [r, 1024, 768] */
-#define C1_DT33 ((float *)(A + F[65])) /* gradient of h.7.attn out: [r, 1024, 768] */
-#define C1_T34 ((float *)(A + F[66])) /* h.7.pop.res1 out: [r, 1024, 768] */
-#define C1_DT34 ((float *)(A + F[67])) /* gradient of h.7.pop.res1 out: [r, 1024, 768] */
-#define C1_T35 ((float *)(A + F[68])) /* h.7.ln_2 out: [r, 1024, 768] */
-#define C1_DT35 ((float *)(A + F[69])) /* gradient of h.7.ln_2 out: [r, 1024, 768] */
 
 /* Arena offsets of this chunk's frame buffers (listed in gpt2_small.h): row 2 * mb is micro-batch mb's
  * forward, row 2 * mb + 1 its backward (the recompute of a checkpointed one, BWD_B, BWD_W);
@@ -223,290 +141,459 @@ static const int64_t frame_c1[8][121] = {
 static int fwd_body_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
 {
     const int64_t r = io->rows;
-    const int64_t *F = frame_c1[2 * io->mb + !first];
+    const int64_t *const F = frame_c1[2 * io->mb + !first]; /* this micro-batch's frame buffers */
+    float *const c1_x = (float *)(A + 150994944 + (int64_t)io->slot * 6291456); /* chunk 1 input x: [r, 1024, 768], received */
+    float *const c1_skip6_in = (float *)(A + 169869312 + (int64_t)io->slot * 6291456); /* skip h.3.res1: [r, 1024, 768], received from chunk 0 */
+    float *const c1_skip15_out = (float *)(A + 207618048 + (int64_t)io->slot * 6291456); /* skip h.7.res2 stashed: [r, 1024, 768], sent to chunk 2 */
+    float *const c1_y = (float *)(A + 0 + (int64_t)io->slot * 25165824); /* chunk 1 output y: [r, 1024, 3072], sent */
+    float *const h_3_attn_out = (float *)(A + F[0]); /* h.3.attn out: [r, 1024, 768] */
+    float *const h_3_pop_res1_out = (float *)(A + F[2]); /* h.3.pop.res1 out: [r, 1024, 768] */
+    float *const h_3_ln_2_out = (float *)(A + F[4]); /* h.3.ln_2 out: [r, 1024, 768] */
+    float *const h_3_fc_out = (float *)(A + F[6]); /* h.3.fc out: [r, 1024, 3072] */
+    float *const h_3_gelu0_out = (float *)(A + F[8]); /* h.3.gelu0 out: [r, 1024, 3072] */
+    float *const h_3_proj_out = (float *)(A + F[10]); /* h.3.proj out: [r, 1024, 768] */
+    float *const h_3_pop_res2_out = (float *)(A + F[12]); /* h.3.pop.res2 out: [r, 1024, 768] */
+    float *const h_4_ln_1_out = (float *)(A + F[14]); /* h.4.ln_1 out: [r, 1024, 768] */
+    float *const h_4_attn_out = (float *)(A + F[16]); /* h.4.attn out: [r, 1024, 768] */
+    float *const h_4_pop_res1_out = (float *)(A + F[18]); /* h.4.pop.res1 out: [r, 1024, 768] */
+    float *const h_4_ln_2_out = (float *)(A + F[20]); /* h.4.ln_2 out: [r, 1024, 768] */
+    float *const h_4_fc_out = (float *)(A + F[22]); /* h.4.fc out: [r, 1024, 3072] */
+    float *const h_4_gelu0_out = (float *)(A + F[24]); /* h.4.gelu0 out: [r, 1024, 3072] */
+    float *const h_4_proj_out = (float *)(A + F[26]); /* h.4.proj out: [r, 1024, 768] */
+    float *const h_4_pop_res2_out = (float *)(A + F[28]); /* h.4.pop.res2 out: [r, 1024, 768] */
+    float *const h_5_ln_1_out = (float *)(A + F[30]); /* h.5.ln_1 out: [r, 1024, 768] */
+    float *const h_5_attn_out = (float *)(A + F[32]); /* h.5.attn out: [r, 1024, 768] */
+    float *const h_5_pop_res1_out = (float *)(A + F[34]); /* h.5.pop.res1 out: [r, 1024, 768] */
+    float *const h_5_ln_2_out = (float *)(A + F[36]); /* h.5.ln_2 out: [r, 1024, 768] */
+    float *const h_5_fc_out = (float *)(A + F[38]); /* h.5.fc out: [r, 1024, 3072] */
+    float *const h_5_gelu0_out = (float *)(A + F[40]); /* h.5.gelu0 out: [r, 1024, 3072] */
+    float *const h_5_proj_out = (float *)(A + F[42]); /* h.5.proj out: [r, 1024, 768] */
+    float *const h_5_pop_res2_out = (float *)(A + F[44]); /* h.5.pop.res2 out: [r, 1024, 768] */
+    float *const h_6_ln_1_out = (float *)(A + F[46]); /* h.6.ln_1 out: [r, 1024, 768] */
+    float *const h_6_attn_out = (float *)(A + F[48]); /* h.6.attn out: [r, 1024, 768] */
+    float *const h_6_pop_res1_out = (float *)(A + F[50]); /* h.6.pop.res1 out: [r, 1024, 768] */
+    float *const h_6_ln_2_out = (float *)(A + F[52]); /* h.6.ln_2 out: [r, 1024, 768] */
+    float *const h_6_fc_out = (float *)(A + F[54]); /* h.6.fc out: [r, 1024, 3072] */
+    float *const h_6_gelu0_out = (float *)(A + F[56]); /* h.6.gelu0 out: [r, 1024, 3072] */
+    float *const h_6_proj_out = (float *)(A + F[58]); /* h.6.proj out: [r, 1024, 768] */
+    float *const h_6_pop_res2_out = (float *)(A + F[60]); /* h.6.pop.res2 out: [r, 1024, 768] */
+    float *const h_7_ln_1_out = (float *)(A + F[62]); /* h.7.ln_1 out: [r, 1024, 768] */
+    float *const h_7_attn_out = (float *)(A + F[64]); /* h.7.attn out: [r, 1024, 768] */
+    float *const h_7_pop_res1_out = (float *)(A + F[66]); /* h.7.pop.res1 out: [r, 1024, 768] */
+    float *const h_7_ln_2_out = (float *)(A + F[68]); /* h.7.ln_2 out: [r, 1024, 768] */
+    float *const h_3_attn_qkv = (float *)(A + F[70]); /* h.3.attn qkv: [r, T, 3d] */
+    float *const h_3_attn_att = (float *)(A + F[71]); /* h.3.attn att: [r, h, T, T] */
+    float *const h_3_attn_ctx = (float *)(A + F[72]); /* h.3.attn ctx: [r, T, d] */
+    float *const h_3_ln_2_mean = (float *)(A + F[76]); /* h.3.ln_2 mean: [n] */
+    float *const h_3_ln_2_rstd = (float *)(A + F[77]); /* h.3.ln_2 rstd: [n] */
+    float *const h_4_ln_1_mean = (float *)(A + F[79]); /* h.4.ln_1 mean: [n] */
+    float *const h_4_ln_1_rstd = (float *)(A + F[80]); /* h.4.ln_1 rstd: [n] */
+    float *const h_4_attn_qkv = (float *)(A + F[81]); /* h.4.attn qkv: [r, T, 3d] */
+    float *const h_4_attn_att = (float *)(A + F[82]); /* h.4.attn att: [r, h, T, T] */
+    float *const h_4_attn_ctx = (float *)(A + F[83]); /* h.4.attn ctx: [r, T, d] */
+    float *const h_4_ln_2_mean = (float *)(A + F[87]); /* h.4.ln_2 mean: [n] */
+    float *const h_4_ln_2_rstd = (float *)(A + F[88]); /* h.4.ln_2 rstd: [n] */
+    float *const h_5_ln_1_mean = (float *)(A + F[90]); /* h.5.ln_1 mean: [n] */
+    float *const h_5_ln_1_rstd = (float *)(A + F[91]); /* h.5.ln_1 rstd: [n] */
+    float *const h_5_attn_qkv = (float *)(A + F[92]); /* h.5.attn qkv: [r, T, 3d] */
+    float *const h_5_attn_att = (float *)(A + F[93]); /* h.5.attn att: [r, h, T, T] */
+    float *const h_5_attn_ctx = (float *)(A + F[94]); /* h.5.attn ctx: [r, T, d] */
+    float *const h_5_ln_2_mean = (float *)(A + F[98]); /* h.5.ln_2 mean: [n] */
+    float *const h_5_ln_2_rstd = (float *)(A + F[99]); /* h.5.ln_2 rstd: [n] */
+    float *const h_6_ln_1_mean = (float *)(A + F[101]); /* h.6.ln_1 mean: [n] */
+    float *const h_6_ln_1_rstd = (float *)(A + F[102]); /* h.6.ln_1 rstd: [n] */
+    float *const h_6_attn_qkv = (float *)(A + F[103]); /* h.6.attn qkv: [r, T, 3d] */
+    float *const h_6_attn_att = (float *)(A + F[104]); /* h.6.attn att: [r, h, T, T] */
+    float *const h_6_attn_ctx = (float *)(A + F[105]); /* h.6.attn ctx: [r, T, d] */
+    float *const h_6_ln_2_mean = (float *)(A + F[109]); /* h.6.ln_2 mean: [n] */
+    float *const h_6_ln_2_rstd = (float *)(A + F[110]); /* h.6.ln_2 rstd: [n] */
+    float *const h_7_ln_1_mean = (float *)(A + F[112]); /* h.7.ln_1 mean: [n] */
+    float *const h_7_ln_1_rstd = (float *)(A + F[113]); /* h.7.ln_1 rstd: [n] */
+    float *const h_7_attn_qkv = (float *)(A + F[114]); /* h.7.attn qkv: [r, T, 3d] */
+    float *const h_7_attn_att = (float *)(A + F[115]); /* h.7.attn att: [r, h, T, T] */
+    float *const h_7_attn_ctx = (float *)(A + F[116]); /* h.7.attn ctx: [r, T, d] */
+    float *const h_7_ln_2_mean = (float *)(A + F[119]); /* h.7.ln_2 mean: [n] */
+    float *const h_7_ln_2_rstd = (float *)(A + F[120]); /* h.7.ln_2 rstd: [n] */
     /* h.3.attn: attention [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, C1_X, P40_H_3_ATTN_QKV_WEIGHT, P41_H_3_ATTN_QKV_BIAS, P42_H_3_ATTN_PROJ_WEIGHT, P43_H_3_ATTN_PROJ_BIAS,
-                            (float *)(A + F[70]), (float *)(A + F[71]), (float *)(A + F[72]), C1_T1));
+    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, c1_x, P40_H_3_ATTN_QKV_WEIGHT, P41_H_3_ATTN_QKV_BIAS, P42_H_3_ATTN_PROJ_WEIGHT, P43_H_3_ATTN_PROJ_BIAS,
+                            h_3_attn_qkv, h_3_attn_att, h_3_attn_ctx, h_3_attn_out));
     /* h.3.pop.res1: pop [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_add_fwd(c, r * 786432, C1_T1, C1_SKIP6_IN, C1_T2));
-    /* stash h.3.res2: [r, 1024, 768] stays in C1_T2 */
+    PG_TRY(pg_add_fwd(c, r * 786432, h_3_attn_out, c1_skip6_in, h_3_pop_res1_out));
+    /* stash h.3.res2: [r, 1024, 768] stays in h_3_pop_res1_out */
     /* h.3.ln_2: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, C1_T2, P44_H_3_LN_2_WEIGHT, P45_H_3_LN_2_BIAS, C1_T3, (float *)(A + F[76]), (float *)(A + F[77])));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_3_pop_res1_out, P44_H_3_LN_2_WEIGHT, P45_H_3_LN_2_BIAS, h_3_ln_2_out, h_3_ln_2_mean, h_3_ln_2_rstd));
     /* h.3.fc: linear [r, 1024, 768] -> [r, 1024, 3072] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, C1_T3, P46_H_3_FC_WEIGHT, P47_H_3_FC_BIAS, C1_T4));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, h_3_ln_2_out, P46_H_3_FC_WEIGHT, P47_H_3_FC_BIAS, h_3_fc_out));
     /* h.3.gelu0: gelu [r, 1024, 3072] -> [r, 1024, 3072] */
-    PG_TRY(pg_gelu_fwd(c, r * 3145728, C1_T4, C1_T5));
+    PG_TRY(pg_gelu_fwd(c, r * 3145728, h_3_fc_out, h_3_gelu0_out));
     /* h.3.proj: linear [r, 1024, 3072] -> [r, 1024, 768] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, C1_T5, P48_H_3_PROJ_WEIGHT, P49_H_3_PROJ_BIAS, C1_T6));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, h_3_gelu0_out, P48_H_3_PROJ_WEIGHT, P49_H_3_PROJ_BIAS, h_3_proj_out));
     /* h.3.pop.res2: pop [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_add_fwd(c, r * 786432, C1_T6, C1_T2, C1_T7));
-    /* stash h.4.res1: [r, 1024, 768] stays in C1_T7 */
+    PG_TRY(pg_add_fwd(c, r * 786432, h_3_proj_out, h_3_pop_res1_out, h_3_pop_res2_out));
+    /* stash h.4.res1: [r, 1024, 768] stays in h_3_pop_res2_out */
     /* h.4.ln_1: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, C1_T7, P50_H_4_LN_1_WEIGHT, P51_H_4_LN_1_BIAS, C1_T8, (float *)(A + F[79]), (float *)(A + F[80])));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_3_pop_res2_out, P50_H_4_LN_1_WEIGHT, P51_H_4_LN_1_BIAS, h_4_ln_1_out, h_4_ln_1_mean, h_4_ln_1_rstd));
     /* h.4.attn: attention [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, C1_T8, P52_H_4_ATTN_QKV_WEIGHT, P53_H_4_ATTN_QKV_BIAS, P54_H_4_ATTN_PROJ_WEIGHT, P55_H_4_ATTN_PROJ_BIAS,
-                            (float *)(A + F[81]), (float *)(A + F[82]), (float *)(A + F[83]), C1_T9));
+    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, h_4_ln_1_out, P52_H_4_ATTN_QKV_WEIGHT, P53_H_4_ATTN_QKV_BIAS, P54_H_4_ATTN_PROJ_WEIGHT, P55_H_4_ATTN_PROJ_BIAS,
+                            h_4_attn_qkv, h_4_attn_att, h_4_attn_ctx, h_4_attn_out));
     /* h.4.pop.res1: pop [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_add_fwd(c, r * 786432, C1_T9, C1_T7, C1_T10));
-    /* stash h.4.res2: [r, 1024, 768] stays in C1_T10 */
+    PG_TRY(pg_add_fwd(c, r * 786432, h_4_attn_out, h_3_pop_res2_out, h_4_pop_res1_out));
+    /* stash h.4.res2: [r, 1024, 768] stays in h_4_pop_res1_out */
     /* h.4.ln_2: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, C1_T10, P56_H_4_LN_2_WEIGHT, P57_H_4_LN_2_BIAS, C1_T11, (float *)(A + F[87]), (float *)(A + F[88])));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_4_pop_res1_out, P56_H_4_LN_2_WEIGHT, P57_H_4_LN_2_BIAS, h_4_ln_2_out, h_4_ln_2_mean, h_4_ln_2_rstd));
     /* h.4.fc: linear [r, 1024, 768] -> [r, 1024, 3072] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, C1_T11, P58_H_4_FC_WEIGHT, P59_H_4_FC_BIAS, C1_T12));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, h_4_ln_2_out, P58_H_4_FC_WEIGHT, P59_H_4_FC_BIAS, h_4_fc_out));
     /* h.4.gelu0: gelu [r, 1024, 3072] -> [r, 1024, 3072] */
-    PG_TRY(pg_gelu_fwd(c, r * 3145728, C1_T12, C1_T13));
+    PG_TRY(pg_gelu_fwd(c, r * 3145728, h_4_fc_out, h_4_gelu0_out));
     /* h.4.proj: linear [r, 1024, 3072] -> [r, 1024, 768] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, C1_T13, P60_H_4_PROJ_WEIGHT, P61_H_4_PROJ_BIAS, C1_T14));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, h_4_gelu0_out, P60_H_4_PROJ_WEIGHT, P61_H_4_PROJ_BIAS, h_4_proj_out));
     /* h.4.pop.res2: pop [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_add_fwd(c, r * 786432, C1_T14, C1_T10, C1_T15));
-    /* stash h.5.res1: [r, 1024, 768] stays in C1_T15 */
+    PG_TRY(pg_add_fwd(c, r * 786432, h_4_proj_out, h_4_pop_res1_out, h_4_pop_res2_out));
+    /* stash h.5.res1: [r, 1024, 768] stays in h_4_pop_res2_out */
     /* h.5.ln_1: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, C1_T15, P62_H_5_LN_1_WEIGHT, P63_H_5_LN_1_BIAS, C1_T16, (float *)(A + F[90]), (float *)(A + F[91])));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_4_pop_res2_out, P62_H_5_LN_1_WEIGHT, P63_H_5_LN_1_BIAS, h_5_ln_1_out, h_5_ln_1_mean, h_5_ln_1_rstd));
     /* h.5.attn: attention [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, C1_T16, P64_H_5_ATTN_QKV_WEIGHT, P65_H_5_ATTN_QKV_BIAS, P66_H_5_ATTN_PROJ_WEIGHT, P67_H_5_ATTN_PROJ_BIAS,
-                            (float *)(A + F[92]), (float *)(A + F[93]), (float *)(A + F[94]), C1_T17));
+    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, h_5_ln_1_out, P64_H_5_ATTN_QKV_WEIGHT, P65_H_5_ATTN_QKV_BIAS, P66_H_5_ATTN_PROJ_WEIGHT, P67_H_5_ATTN_PROJ_BIAS,
+                            h_5_attn_qkv, h_5_attn_att, h_5_attn_ctx, h_5_attn_out));
     /* h.5.pop.res1: pop [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_add_fwd(c, r * 786432, C1_T17, C1_T15, C1_T18));
-    /* stash h.5.res2: [r, 1024, 768] stays in C1_T18 */
+    PG_TRY(pg_add_fwd(c, r * 786432, h_5_attn_out, h_4_pop_res2_out, h_5_pop_res1_out));
+    /* stash h.5.res2: [r, 1024, 768] stays in h_5_pop_res1_out */
     /* h.5.ln_2: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, C1_T18, P68_H_5_LN_2_WEIGHT, P69_H_5_LN_2_BIAS, C1_T19, (float *)(A + F[98]), (float *)(A + F[99])));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_5_pop_res1_out, P68_H_5_LN_2_WEIGHT, P69_H_5_LN_2_BIAS, h_5_ln_2_out, h_5_ln_2_mean, h_5_ln_2_rstd));
     /* h.5.fc: linear [r, 1024, 768] -> [r, 1024, 3072] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, C1_T19, P70_H_5_FC_WEIGHT, P71_H_5_FC_BIAS, C1_T20));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, h_5_ln_2_out, P70_H_5_FC_WEIGHT, P71_H_5_FC_BIAS, h_5_fc_out));
     /* h.5.gelu0: gelu [r, 1024, 3072] -> [r, 1024, 3072] */
-    PG_TRY(pg_gelu_fwd(c, r * 3145728, C1_T20, C1_T21));
+    PG_TRY(pg_gelu_fwd(c, r * 3145728, h_5_fc_out, h_5_gelu0_out));
     /* h.5.proj: linear [r, 1024, 3072] -> [r, 1024, 768] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, C1_T21, P72_H_5_PROJ_WEIGHT, P73_H_5_PROJ_BIAS, C1_T22));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, h_5_gelu0_out, P72_H_5_PROJ_WEIGHT, P73_H_5_PROJ_BIAS, h_5_proj_out));
     /* h.5.pop.res2: pop [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_add_fwd(c, r * 786432, C1_T22, C1_T18, C1_T23));
-    /* stash h.6.res1: [r, 1024, 768] stays in C1_T23 */
+    PG_TRY(pg_add_fwd(c, r * 786432, h_5_proj_out, h_5_pop_res1_out, h_5_pop_res2_out));
+    /* stash h.6.res1: [r, 1024, 768] stays in h_5_pop_res2_out */
     /* h.6.ln_1: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, C1_T23, P74_H_6_LN_1_WEIGHT, P75_H_6_LN_1_BIAS, C1_T24, (float *)(A + F[101]), (float *)(A + F[102])));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_5_pop_res2_out, P74_H_6_LN_1_WEIGHT, P75_H_6_LN_1_BIAS, h_6_ln_1_out, h_6_ln_1_mean, h_6_ln_1_rstd));
     /* h.6.attn: attention [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, C1_T24, P76_H_6_ATTN_QKV_WEIGHT, P77_H_6_ATTN_QKV_BIAS, P78_H_6_ATTN_PROJ_WEIGHT, P79_H_6_ATTN_PROJ_BIAS,
-                            (float *)(A + F[103]), (float *)(A + F[104]), (float *)(A + F[105]), C1_T25));
+    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, h_6_ln_1_out, P76_H_6_ATTN_QKV_WEIGHT, P77_H_6_ATTN_QKV_BIAS, P78_H_6_ATTN_PROJ_WEIGHT, P79_H_6_ATTN_PROJ_BIAS,
+                            h_6_attn_qkv, h_6_attn_att, h_6_attn_ctx, h_6_attn_out));
     /* h.6.pop.res1: pop [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_add_fwd(c, r * 786432, C1_T25, C1_T23, C1_T26));
-    /* stash h.6.res2: [r, 1024, 768] stays in C1_T26 */
+    PG_TRY(pg_add_fwd(c, r * 786432, h_6_attn_out, h_5_pop_res2_out, h_6_pop_res1_out));
+    /* stash h.6.res2: [r, 1024, 768] stays in h_6_pop_res1_out */
     /* h.6.ln_2: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, C1_T26, P80_H_6_LN_2_WEIGHT, P81_H_6_LN_2_BIAS, C1_T27, (float *)(A + F[109]), (float *)(A + F[110])));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_6_pop_res1_out, P80_H_6_LN_2_WEIGHT, P81_H_6_LN_2_BIAS, h_6_ln_2_out, h_6_ln_2_mean, h_6_ln_2_rstd));
     /* h.6.fc: linear [r, 1024, 768] -> [r, 1024, 3072] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, C1_T27, P82_H_6_FC_WEIGHT, P83_H_6_FC_BIAS, C1_T28));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, h_6_ln_2_out, P82_H_6_FC_WEIGHT, P83_H_6_FC_BIAS, h_6_fc_out));
     /* h.6.gelu0: gelu [r, 1024, 3072] -> [r, 1024, 3072] */
-    PG_TRY(pg_gelu_fwd(c, r * 3145728, C1_T28, C1_T29));
+    PG_TRY(pg_gelu_fwd(c, r * 3145728, h_6_fc_out, h_6_gelu0_out));
     /* h.6.proj: linear [r, 1024, 3072] -> [r, 1024, 768] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, C1_T29, P84_H_6_PROJ_WEIGHT, P85_H_6_PROJ_BIAS, C1_T30));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, h_6_gelu0_out, P84_H_6_PROJ_WEIGHT, P85_H_6_PROJ_BIAS, h_6_proj_out));
     /* h.6.pop.res2: pop [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_add_fwd(c, r * 786432, C1_T30, C1_T26, C1_T31));
-    /* stash h.7.res1: [r, 1024, 768] stays in C1_T31 */
+    PG_TRY(pg_add_fwd(c, r * 786432, h_6_proj_out, h_6_pop_res1_out, h_6_pop_res2_out));
+    /* stash h.7.res1: [r, 1024, 768] stays in h_6_pop_res2_out */
     /* h.7.ln_1: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, C1_T31, P86_H_7_LN_1_WEIGHT, P87_H_7_LN_1_BIAS, C1_T32, (float *)(A + F[112]), (float *)(A + F[113])));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_6_pop_res2_out, P86_H_7_LN_1_WEIGHT, P87_H_7_LN_1_BIAS, h_7_ln_1_out, h_7_ln_1_mean, h_7_ln_1_rstd));
     /* h.7.attn: attention [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, C1_T32, P88_H_7_ATTN_QKV_WEIGHT, P89_H_7_ATTN_QKV_BIAS, P90_H_7_ATTN_PROJ_WEIGHT, P91_H_7_ATTN_PROJ_BIAS,
-                            (float *)(A + F[114]), (float *)(A + F[115]), (float *)(A + F[116]), C1_T33));
+    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, h_7_ln_1_out, P88_H_7_ATTN_QKV_WEIGHT, P89_H_7_ATTN_QKV_BIAS, P90_H_7_ATTN_PROJ_WEIGHT, P91_H_7_ATTN_PROJ_BIAS,
+                            h_7_attn_qkv, h_7_attn_att, h_7_attn_ctx, h_7_attn_out));
     /* h.7.pop.res1: pop [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_add_fwd(c, r * 786432, C1_T33, C1_T31, C1_T34));
+    PG_TRY(pg_add_fwd(c, r * 786432, h_7_attn_out, h_6_pop_res2_out, h_7_pop_res1_out));
     /* stash h.7.res2: [r, 1024, 768], sent to chunk 2 */
-    PG_TRY(pg_copy(c, C1_SKIP15_OUT, C1_T34, r * 786432));
+    PG_TRY(pg_copy(c, c1_skip15_out, h_7_pop_res1_out, r * 786432));
     /* h.7.ln_2: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, C1_T34, P92_H_7_LN_2_WEIGHT, P93_H_7_LN_2_BIAS, C1_T35, (float *)(A + F[119]), (float *)(A + F[120])));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_7_pop_res1_out, P92_H_7_LN_2_WEIGHT, P93_H_7_LN_2_BIAS, h_7_ln_2_out, h_7_ln_2_mean, h_7_ln_2_rstd));
     /* h.7.fc: linear [r, 1024, 768] -> [r, 1024, 3072] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, C1_T35, P94_H_7_FC_WEIGHT, P95_H_7_FC_BIAS, C1_Y));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, h_7_ln_2_out, P94_H_7_FC_WEIGHT, P95_H_7_FC_BIAS, c1_y));
     return 0;
 }
 
 static int fwd_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
-    return fwd_body_c1(c, A, io, 1);
+    PG_TRY(fwd_body_c1(c, A, io, 1));
+    return 0;
 }
 
 static int bwd_b_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
     const int64_t r = io->rows;
-    (void)r;
-    const int64_t *F = frame_c1[2 * io->mb + 1];
+    const int64_t *const F = frame_c1[2 * io->mb + 1]; /* this micro-batch's frame buffers */
+    float *const c1_skip6_grad_out = (float *)(A + 188743680 + (int64_t)io->slot * 6291456); /* gradient of skip h.3.res1: [r, 1024, 768], sent back */
+    float *const c1_skip15_grad_in = (float *)(A + 226492416 + (int64_t)io->slot * 6291456); /* gradient of skip h.7.res2: [r, 1024, 768], received */
+    float *const c1_dy = (float *)(A + 75497472 + (int64_t)io->slot * 25165824); /* gradient dy of the chunk output: [r, 1024, 3072], received */
+    float *const c1_dx = (float *)(A + 245366784 + (int64_t)io->slot * 6291456); /* gradient dx of the chunk input: [r, 1024, 768], sent */
+    float *const d_h_3_attn_out = (float *)(A + F[1]); /* gradient of h.3.attn out: [r, 1024, 768] */
+    float *const h_3_pop_res1_out = (float *)(A + F[2]); /* h.3.pop.res1 out: [r, 1024, 768] */
+    float *const d_h_3_pop_res1_out = (float *)(A + F[3]); /* gradient of h.3.pop.res1 out: [r, 1024, 768] */
+    float *const d_h_3_ln_2_out = (float *)(A + F[5]); /* gradient of h.3.ln_2 out: [r, 1024, 768] */
+    float *const h_3_fc_out = (float *)(A + F[6]); /* h.3.fc out: [r, 1024, 3072] */
+    float *const d_h_3_fc_out = (float *)(A + F[7]); /* gradient of h.3.fc out: [r, 1024, 3072] */
+    float *const d_h_3_gelu0_out = (float *)(A + F[9]); /* gradient of h.3.gelu0 out: [r, 1024, 3072] */
+    float *const d_h_3_proj_out = (float *)(A + F[11]); /* gradient of h.3.proj out: [r, 1024, 768] */
+    float *const h_3_pop_res2_out = (float *)(A + F[12]); /* h.3.pop.res2 out: [r, 1024, 768] */
+    float *const d_h_3_pop_res2_out = (float *)(A + F[13]); /* gradient of h.3.pop.res2 out: [r, 1024, 768] */
+    float *const d_h_4_ln_1_out = (float *)(A + F[15]); /* gradient of h.4.ln_1 out: [r, 1024, 768] */
+    float *const d_h_4_attn_out = (float *)(A + F[17]); /* gradient of h.4.attn out: [r, 1024, 768] */
+    float *const h_4_pop_res1_out = (float *)(A + F[18]); /* h.4.pop.res1 out: [r, 1024, 768] */
+    float *const d_h_4_pop_res1_out = (float *)(A + F[19]); /* gradient of h.4.pop.res1 out: [r, 1024, 768] */
+    float *const d_h_4_ln_2_out = (float *)(A + F[21]); /* gradient of h.4.ln_2 out: [r, 1024, 768] */
+    float *const h_4_fc_out = (float *)(A + F[22]); /* h.4.fc out: [r, 1024, 3072] */
+    float *const d_h_4_fc_out = (float *)(A + F[23]); /* gradient of h.4.fc out: [r, 1024, 3072] */
+    float *const d_h_4_gelu0_out = (float *)(A + F[25]); /* gradient of h.4.gelu0 out: [r, 1024, 3072] */
+    float *const d_h_4_proj_out = (float *)(A + F[27]); /* gradient of h.4.proj out: [r, 1024, 768] */
+    float *const h_4_pop_res2_out = (float *)(A + F[28]); /* h.4.pop.res2 out: [r, 1024, 768] */
+    float *const d_h_4_pop_res2_out = (float *)(A + F[29]); /* gradient of h.4.pop.res2 out: [r, 1024, 768] */
+    float *const d_h_5_ln_1_out = (float *)(A + F[31]); /* gradient of h.5.ln_1 out: [r, 1024, 768] */
+    float *const d_h_5_attn_out = (float *)(A + F[33]); /* gradient of h.5.attn out: [r, 1024, 768] */
+    float *const h_5_pop_res1_out = (float *)(A + F[34]); /* h.5.pop.res1 out: [r, 1024, 768] */
+    float *const d_h_5_pop_res1_out = (float *)(A + F[35]); /* gradient of h.5.pop.res1 out: [r, 1024, 768] */
+    float *const d_h_5_ln_2_out = (float *)(A + F[37]); /* gradient of h.5.ln_2 out: [r, 1024, 768] */
+    float *const h_5_fc_out = (float *)(A + F[38]); /* h.5.fc out: [r, 1024, 3072] */
+    float *const d_h_5_fc_out = (float *)(A + F[39]); /* gradient of h.5.fc out: [r, 1024, 3072] */
+    float *const d_h_5_gelu0_out = (float *)(A + F[41]); /* gradient of h.5.gelu0 out: [r, 1024, 3072] */
+    float *const d_h_5_proj_out = (float *)(A + F[43]); /* gradient of h.5.proj out: [r, 1024, 768] */
+    float *const h_5_pop_res2_out = (float *)(A + F[44]); /* h.5.pop.res2 out: [r, 1024, 768] */
+    float *const d_h_5_pop_res2_out = (float *)(A + F[45]); /* gradient of h.5.pop.res2 out: [r, 1024, 768] */
+    float *const d_h_6_ln_1_out = (float *)(A + F[47]); /* gradient of h.6.ln_1 out: [r, 1024, 768] */
+    float *const d_h_6_attn_out = (float *)(A + F[49]); /* gradient of h.6.attn out: [r, 1024, 768] */
+    float *const h_6_pop_res1_out = (float *)(A + F[50]); /* h.6.pop.res1 out: [r, 1024, 768] */
+    float *const d_h_6_pop_res1_out = (float *)(A + F[51]); /* gradient of h.6.pop.res1 out: [r, 1024, 768] */
+    float *const d_h_6_ln_2_out = (float *)(A + F[53]); /* gradient of h.6.ln_2 out: [r, 1024, 768] */
+    float *const h_6_fc_out = (float *)(A + F[54]); /* h.6.fc out: [r, 1024, 3072] */
+    float *const d_h_6_fc_out = (float *)(A + F[55]); /* gradient of h.6.fc out: [r, 1024, 3072] */
+    float *const d_h_6_gelu0_out = (float *)(A + F[57]); /* gradient of h.6.gelu0 out: [r, 1024, 3072] */
+    float *const d_h_6_proj_out = (float *)(A + F[59]); /* gradient of h.6.proj out: [r, 1024, 768] */
+    float *const h_6_pop_res2_out = (float *)(A + F[60]); /* h.6.pop.res2 out: [r, 1024, 768] */
+    float *const d_h_6_pop_res2_out = (float *)(A + F[61]); /* gradient of h.6.pop.res2 out: [r, 1024, 768] */
+    float *const d_h_7_ln_1_out = (float *)(A + F[63]); /* gradient of h.7.ln_1 out: [r, 1024, 768] */
+    float *const d_h_7_attn_out = (float *)(A + F[65]); /* gradient of h.7.attn out: [r, 1024, 768] */
+    float *const h_7_pop_res1_out = (float *)(A + F[66]); /* h.7.pop.res1 out: [r, 1024, 768] */
+    float *const d_h_7_pop_res1_out = (float *)(A + F[67]); /* gradient of h.7.pop.res1 out: [r, 1024, 768] */
+    float *const d_h_7_ln_2_out = (float *)(A + F[69]); /* gradient of h.7.ln_2 out: [r, 1024, 768] */
+    float *const h_3_attn_qkv = (float *)(A + F[70]); /* h.3.attn qkv: [r, T, 3d] */
+    float *const h_3_attn_att = (float *)(A + F[71]); /* h.3.attn att: [r, h, T, T] */
+    float *const h_3_attn_ctx = (float *)(A + F[72]); /* h.3.attn ctx: [r, T, d] */
+    float *const h_3_attn_dctx = (float *)(A + F[73]); /* h.3.attn dctx: [r, T, d] */
+    float *const h_3_attn_dqkv = (float *)(A + F[74]); /* h.3.attn dqkv: [r, T, 3d] */
+    float *const d_skip_h_3_res2 = (float *)(A + F[75]); /* gradient of skip h.3.res2: [r, 1024, 768] */
+    float *const h_3_ln_2_mean = (float *)(A + F[76]); /* h.3.ln_2 mean: [n] */
+    float *const h_3_ln_2_rstd = (float *)(A + F[77]); /* h.3.ln_2 rstd: [n] */
+    float *const d_skip_h_4_res1 = (float *)(A + F[78]); /* gradient of skip h.4.res1: [r, 1024, 768] */
+    float *const h_4_ln_1_mean = (float *)(A + F[79]); /* h.4.ln_1 mean: [n] */
+    float *const h_4_ln_1_rstd = (float *)(A + F[80]); /* h.4.ln_1 rstd: [n] */
+    float *const h_4_attn_qkv = (float *)(A + F[81]); /* h.4.attn qkv: [r, T, 3d] */
+    float *const h_4_attn_att = (float *)(A + F[82]); /* h.4.attn att: [r, h, T, T] */
+    float *const h_4_attn_ctx = (float *)(A + F[83]); /* h.4.attn ctx: [r, T, d] */
+    float *const h_4_attn_dctx = (float *)(A + F[84]); /* h.4.attn dctx: [r, T, d] */
+    float *const h_4_attn_dqkv = (float *)(A + F[85]); /* h.4.attn dqkv: [r, T, 3d] */
+    float *const d_skip_h_4_res2 = (float *)(A + F[86]); /* gradient of skip h.4.res2: [r, 1024, 768] */
+    float *const h_4_ln_2_mean = (float *)(A + F[87]); /* h.4.ln_2 mean: [n] */
+    float *const h_4_ln_2_rstd = (float *)(A + F[88]); /* h.4.ln_2 rstd: [n] */
+    float *const d_skip_h_5_res1 = (float *)(A + F[89]); /* gradient of skip h.5.res1: [r, 1024, 768] */
+    float *const h_5_ln_1_mean = (float *)(A + F[90]); /* h.5.ln_1 mean: [n] */
+    float *const h_5_ln_1_rstd = (float *)(A + F[91]); /* h.5.ln_1 rstd: [n] */
+    float *const h_5_attn_qkv = (float *)(A + F[92]); /* h.5.attn qkv: [r, T, 3d] */
+    float *const h_5_attn_att = (float *)(A + F[93]); /* h.5.attn att: [r, h, T, T] */
+    float *const h_5_attn_ctx = (float *)(A + F[94]); /* h.5.attn ctx: [r, T, d] */
+    float *const h_5_attn_dctx = (float *)(A + F[95]); /* h.5.attn dctx: [r, T, d] */
+    float *const h_5_attn_dqkv = (float *)(A + F[96]); /* h.5.attn dqkv: [r, T, 3d] */
+    float *const d_skip_h_5_res2 = (float *)(A + F[97]); /* gradient of skip h.5.res2: [r, 1024, 768] */
+    float *const h_5_ln_2_mean = (float *)(A + F[98]); /* h.5.ln_2 mean: [n] */
+    float *const h_5_ln_2_rstd = (float *)(A + F[99]); /* h.5.ln_2 rstd: [n] */
+    float *const d_skip_h_6_res1 = (float *)(A + F[100]); /* gradient of skip h.6.res1: [r, 1024, 768] */
+    float *const h_6_ln_1_mean = (float *)(A + F[101]); /* h.6.ln_1 mean: [n] */
+    float *const h_6_ln_1_rstd = (float *)(A + F[102]); /* h.6.ln_1 rstd: [n] */
+    float *const h_6_attn_qkv = (float *)(A + F[103]); /* h.6.attn qkv: [r, T, 3d] */
+    float *const h_6_attn_att = (float *)(A + F[104]); /* h.6.attn att: [r, h, T, T] */
+    float *const h_6_attn_ctx = (float *)(A + F[105]); /* h.6.attn ctx: [r, T, d] */
+    float *const h_6_attn_dctx = (float *)(A + F[106]); /* h.6.attn dctx: [r, T, d] */
+    float *const h_6_attn_dqkv = (float *)(A + F[107]); /* h.6.attn dqkv: [r, T, 3d] */
+    float *const d_skip_h_6_res2 = (float *)(A + F[108]); /* gradient of skip h.6.res2: [r, 1024, 768] */
+    float *const h_6_ln_2_mean = (float *)(A + F[109]); /* h.6.ln_2 mean: [n] */
+    float *const h_6_ln_2_rstd = (float *)(A + F[110]); /* h.6.ln_2 rstd: [n] */
+    float *const d_skip_h_7_res1 = (float *)(A + F[111]); /* gradient of skip h.7.res1: [r, 1024, 768] */
+    float *const h_7_ln_1_mean = (float *)(A + F[112]); /* h.7.ln_1 mean: [n] */
+    float *const h_7_ln_1_rstd = (float *)(A + F[113]); /* h.7.ln_1 rstd: [n] */
+    float *const h_7_attn_qkv = (float *)(A + F[114]); /* h.7.attn qkv: [r, T, 3d] */
+    float *const h_7_attn_att = (float *)(A + F[115]); /* h.7.attn att: [r, h, T, T] */
+    float *const h_7_attn_ctx = (float *)(A + F[116]); /* h.7.attn ctx: [r, T, d] */
+    float *const h_7_attn_dctx = (float *)(A + F[117]); /* h.7.attn dctx: [r, T, d] */
+    float *const h_7_attn_dqkv = (float *)(A + F[118]); /* h.7.attn dqkv: [r, T, 3d] */
+    float *const h_7_ln_2_mean = (float *)(A + F[119]); /* h.7.ln_2 mean: [n] */
+    float *const h_7_ln_2_rstd = (float *)(A + F[120]); /* h.7.ln_2 rstd: [n] */
     if (io->recompute) /* checkpointed: rebuild the interior from the stage input */
         PG_TRY(fwd_body_c1(c, A, io, 0));
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, C1_DY, P94_H_7_FC_WEIGHT, C1_DT35)); /* h.7.fc */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, C1_T34, P92_H_7_LN_2_WEIGHT, (float *)(A + F[119]), (float *)(A + F[120]), C1_DT35, C1_DT34)); /* h.7.ln_2 */
-    PG_TRY(pg_axpy_inplace(c, C1_DT34, C1_SKIP15_GRAD_IN, r * 786432)); /* + gradient of skip h.7.res2 from chunk 2 */
-    PG_TRY(pg_copy(c, C1_DT33, C1_DT34, r * 786432)); /* h.7.pop.res1 */
-    PG_TRY(pg_copy(c, (float *)(A + F[111]), C1_DT34, r * 786432)); /* gradient of skip h.7.res1 */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, c1_dy, P94_H_7_FC_WEIGHT, d_h_7_ln_2_out)); /* h.7.fc */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_7_pop_res1_out, P92_H_7_LN_2_WEIGHT, h_7_ln_2_mean, h_7_ln_2_rstd, d_h_7_ln_2_out, d_h_7_pop_res1_out)); /* h.7.ln_2 */
+    PG_TRY(pg_axpy_inplace(c, d_h_7_pop_res1_out, c1_skip15_grad_in, r * 786432)); /* + gradient of skip h.7.res2 from chunk 2 */
+    PG_TRY(pg_copy(c, d_h_7_attn_out, d_h_7_pop_res1_out, r * 786432)); /* h.7.pop.res1 */
+    PG_TRY(pg_copy(c, d_skip_h_7_res1, d_h_7_pop_res1_out, r * 786432)); /* gradient of skip h.7.res1 */
     PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, P88_H_7_ATTN_QKV_WEIGHT, P90_H_7_ATTN_PROJ_WEIGHT,
-                               (float *)(A + F[114]), (float *)(A + F[115]), (float *)(A + F[116]), C1_DT33,
-                               (float *)(A + F[117]), (float *)(A + F[118]), C1_DT32)); /* h.7.attn */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, C1_T31, P86_H_7_LN_1_WEIGHT, (float *)(A + F[112]), (float *)(A + F[113]), C1_DT32, C1_DT31)); /* h.7.ln_1 */
-    PG_TRY(pg_axpy_inplace(c, C1_DT31, (float *)(A + F[111]), r * 786432)); /* + gradient of skip h.7.res1 */
-    PG_TRY(pg_copy(c, C1_DT30, C1_DT31, r * 786432)); /* h.6.pop.res2 */
-    PG_TRY(pg_copy(c, (float *)(A + F[108]), C1_DT31, r * 786432)); /* gradient of skip h.6.res2 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, C1_DT30, P84_H_6_PROJ_WEIGHT, C1_DT29)); /* h.6.proj */
-    PG_TRY(pg_gelu_bwd_in(c, r * 3145728, C1_T28, C1_DT29, C1_DT28)); /* h.6.gelu0 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, C1_DT28, P82_H_6_FC_WEIGHT, C1_DT27)); /* h.6.fc */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, C1_T26, P80_H_6_LN_2_WEIGHT, (float *)(A + F[109]), (float *)(A + F[110]), C1_DT27, C1_DT26)); /* h.6.ln_2 */
-    PG_TRY(pg_axpy_inplace(c, C1_DT26, (float *)(A + F[108]), r * 786432)); /* + gradient of skip h.6.res2 */
-    PG_TRY(pg_copy(c, C1_DT25, C1_DT26, r * 786432)); /* h.6.pop.res1 */
-    PG_TRY(pg_copy(c, (float *)(A + F[100]), C1_DT26, r * 786432)); /* gradient of skip h.6.res1 */
+                               h_7_attn_qkv, h_7_attn_att, h_7_attn_ctx, d_h_7_attn_out,
+                               h_7_attn_dctx, h_7_attn_dqkv, d_h_7_ln_1_out)); /* h.7.attn */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_6_pop_res2_out, P86_H_7_LN_1_WEIGHT, h_7_ln_1_mean, h_7_ln_1_rstd, d_h_7_ln_1_out, d_h_6_pop_res2_out)); /* h.7.ln_1 */
+    PG_TRY(pg_axpy_inplace(c, d_h_6_pop_res2_out, d_skip_h_7_res1, r * 786432)); /* + gradient of skip h.7.res1 */
+    PG_TRY(pg_copy(c, d_h_6_proj_out, d_h_6_pop_res2_out, r * 786432)); /* h.6.pop.res2 */
+    PG_TRY(pg_copy(c, d_skip_h_6_res2, d_h_6_pop_res2_out, r * 786432)); /* gradient of skip h.6.res2 */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, d_h_6_proj_out, P84_H_6_PROJ_WEIGHT, d_h_6_gelu0_out)); /* h.6.proj */
+    PG_TRY(pg_gelu_bwd_in(c, r * 3145728, h_6_fc_out, d_h_6_gelu0_out, d_h_6_fc_out)); /* h.6.gelu0 */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, d_h_6_fc_out, P82_H_6_FC_WEIGHT, d_h_6_ln_2_out)); /* h.6.fc */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_6_pop_res1_out, P80_H_6_LN_2_WEIGHT, h_6_ln_2_mean, h_6_ln_2_rstd, d_h_6_ln_2_out, d_h_6_pop_res1_out)); /* h.6.ln_2 */
+    PG_TRY(pg_axpy_inplace(c, d_h_6_pop_res1_out, d_skip_h_6_res2, r * 786432)); /* + gradient of skip h.6.res2 */
+    PG_TRY(pg_copy(c, d_h_6_attn_out, d_h_6_pop_res1_out, r * 786432)); /* h.6.pop.res1 */
+    PG_TRY(pg_copy(c, d_skip_h_6_res1, d_h_6_pop_res1_out, r * 786432)); /* gradient of skip h.6.res1 */
     PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, P76_H_6_ATTN_QKV_WEIGHT, P78_H_6_ATTN_PROJ_WEIGHT,
-                               (float *)(A + F[103]), (float *)(A + F[104]), (float *)(A + F[105]), C1_DT25,
-                               (float *)(A + F[106]), (float *)(A + F[107]), C1_DT24)); /* h.6.attn */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, C1_T23, P74_H_6_LN_1_WEIGHT, (float *)(A + F[101]), (float *)(A + F[102]), C1_DT24, C1_DT23)); /* h.6.ln_1 */
-    PG_TRY(pg_axpy_inplace(c, C1_DT23, (float *)(A + F[100]), r * 786432)); /* + gradient of skip h.6.res1 */
-    PG_TRY(pg_copy(c, C1_DT22, C1_DT23, r * 786432)); /* h.5.pop.res2 */
-    PG_TRY(pg_copy(c, (float *)(A + F[97]), C1_DT23, r * 786432)); /* gradient of skip h.5.res2 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, C1_DT22, P72_H_5_PROJ_WEIGHT, C1_DT21)); /* h.5.proj */
-    PG_TRY(pg_gelu_bwd_in(c, r * 3145728, C1_T20, C1_DT21, C1_DT20)); /* h.5.gelu0 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, C1_DT20, P70_H_5_FC_WEIGHT, C1_DT19)); /* h.5.fc */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, C1_T18, P68_H_5_LN_2_WEIGHT, (float *)(A + F[98]), (float *)(A + F[99]), C1_DT19, C1_DT18)); /* h.5.ln_2 */
-    PG_TRY(pg_axpy_inplace(c, C1_DT18, (float *)(A + F[97]), r * 786432)); /* + gradient of skip h.5.res2 */
-    PG_TRY(pg_copy(c, C1_DT17, C1_DT18, r * 786432)); /* h.5.pop.res1 */
-    PG_TRY(pg_copy(c, (float *)(A + F[89]), C1_DT18, r * 786432)); /* gradient of skip h.5.res1 */
+                               h_6_attn_qkv, h_6_attn_att, h_6_attn_ctx, d_h_6_attn_out,
+                               h_6_attn_dctx, h_6_attn_dqkv, d_h_6_ln_1_out)); /* h.6.attn */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_5_pop_res2_out, P74_H_6_LN_1_WEIGHT, h_6_ln_1_mean, h_6_ln_1_rstd, d_h_6_ln_1_out, d_h_5_pop_res2_out)); /* h.6.ln_1 */
+    PG_TRY(pg_axpy_inplace(c, d_h_5_pop_res2_out, d_skip_h_6_res1, r * 786432)); /* + gradient of skip h.6.res1 */
+    PG_TRY(pg_copy(c, d_h_5_proj_out, d_h_5_pop_res2_out, r * 786432)); /* h.5.pop.res2 */
+    PG_TRY(pg_copy(c, d_skip_h_5_res2, d_h_5_pop_res2_out, r * 786432)); /* gradient of skip h.5.res2 */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, d_h_5_proj_out, P72_H_5_PROJ_WEIGHT, d_h_5_gelu0_out)); /* h.5.proj */
+    PG_TRY(pg_gelu_bwd_in(c, r * 3145728, h_5_fc_out, d_h_5_gelu0_out, d_h_5_fc_out)); /* h.5.gelu0 */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, d_h_5_fc_out, P70_H_5_FC_WEIGHT, d_h_5_ln_2_out)); /* h.5.fc */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_5_pop_res1_out, P68_H_5_LN_2_WEIGHT, h_5_ln_2_mean, h_5_ln_2_rstd, d_h_5_ln_2_out, d_h_5_pop_res1_out)); /* h.5.ln_2 */
+    PG_TRY(pg_axpy_inplace(c, d_h_5_pop_res1_out, d_skip_h_5_res2, r * 786432)); /* + gradient of skip h.5.res2 */
+    PG_TRY(pg_copy(c, d_h_5_attn_out, d_h_5_pop_res1_out, r * 786432)); /* h.5.pop.res1 */
+    PG_TRY(pg_copy(c, d_skip_h_5_res1, d_h_5_pop_res1_out, r * 786432)); /* gradient of skip h.5.res1 */
     PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, P64_H_5_ATTN_QKV_WEIGHT, P66_H_5_ATTN_PROJ_WEIGHT,
-                               (float *)(A + F[92]), (float *)(A + F[93]), (float *)(A + F[94]), C1_DT17,
-                               (float *)(A + F[95]), (float *)(A + F[96]), C1_DT16)); /* h.5.attn */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, C1_T15, P62_H_5_LN_1_WEIGHT, (float *)(A + F[90]), (float *)(A + F[91]), C1_DT16, C1_DT15)); /* h.5.ln_1 */
-    PG_TRY(pg_axpy_inplace(c, C1_DT15, (float *)(A + F[89]), r * 786432)); /* + gradient of skip h.5.res1 */
-    PG_TRY(pg_copy(c, C1_DT14, C1_DT15, r * 786432)); /* h.4.pop.res2 */
-    PG_TRY(pg_copy(c, (float *)(A + F[86]), C1_DT15, r * 786432)); /* gradient of skip h.4.res2 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, C1_DT14, P60_H_4_PROJ_WEIGHT, C1_DT13)); /* h.4.proj */
-    PG_TRY(pg_gelu_bwd_in(c, r * 3145728, C1_T12, C1_DT13, C1_DT12)); /* h.4.gelu0 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, C1_DT12, P58_H_4_FC_WEIGHT, C1_DT11)); /* h.4.fc */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, C1_T10, P56_H_4_LN_2_WEIGHT, (float *)(A + F[87]), (float *)(A + F[88]), C1_DT11, C1_DT10)); /* h.4.ln_2 */
-    PG_TRY(pg_axpy_inplace(c, C1_DT10, (float *)(A + F[86]), r * 786432)); /* + gradient of skip h.4.res2 */
-    PG_TRY(pg_copy(c, C1_DT9, C1_DT10, r * 786432)); /* h.4.pop.res1 */
-    PG_TRY(pg_copy(c, (float *)(A + F[78]), C1_DT10, r * 786432)); /* gradient of skip h.4.res1 */
+                               h_5_attn_qkv, h_5_attn_att, h_5_attn_ctx, d_h_5_attn_out,
+                               h_5_attn_dctx, h_5_attn_dqkv, d_h_5_ln_1_out)); /* h.5.attn */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_4_pop_res2_out, P62_H_5_LN_1_WEIGHT, h_5_ln_1_mean, h_5_ln_1_rstd, d_h_5_ln_1_out, d_h_4_pop_res2_out)); /* h.5.ln_1 */
+    PG_TRY(pg_axpy_inplace(c, d_h_4_pop_res2_out, d_skip_h_5_res1, r * 786432)); /* + gradient of skip h.5.res1 */
+    PG_TRY(pg_copy(c, d_h_4_proj_out, d_h_4_pop_res2_out, r * 786432)); /* h.4.pop.res2 */
+    PG_TRY(pg_copy(c, d_skip_h_4_res2, d_h_4_pop_res2_out, r * 786432)); /* gradient of skip h.4.res2 */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, d_h_4_proj_out, P60_H_4_PROJ_WEIGHT, d_h_4_gelu0_out)); /* h.4.proj */
+    PG_TRY(pg_gelu_bwd_in(c, r * 3145728, h_4_fc_out, d_h_4_gelu0_out, d_h_4_fc_out)); /* h.4.gelu0 */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, d_h_4_fc_out, P58_H_4_FC_WEIGHT, d_h_4_ln_2_out)); /* h.4.fc */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_4_pop_res1_out, P56_H_4_LN_2_WEIGHT, h_4_ln_2_mean, h_4_ln_2_rstd, d_h_4_ln_2_out, d_h_4_pop_res1_out)); /* h.4.ln_2 */
+    PG_TRY(pg_axpy_inplace(c, d_h_4_pop_res1_out, d_skip_h_4_res2, r * 786432)); /* + gradient of skip h.4.res2 */
+    PG_TRY(pg_copy(c, d_h_4_attn_out, d_h_4_pop_res1_out, r * 786432)); /* h.4.pop.res1 */
+    PG_TRY(pg_copy(c, d_skip_h_4_res1, d_h_4_pop_res1_out, r * 786432)); /* gradient of skip h.4.res1 */
     PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, P52_H_4_ATTN_QKV_WEIGHT, P54_H_4_ATTN_PROJ_WEIGHT,
-                               (float *)(A + F[81]), (float *)(A + F[82]), (float *)(A + F[83]), C1_DT9,
-                               (float *)(A + F[84]), (float *)(A + F[85]), C1_DT8)); /* h.4.attn */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, C1_T7, P50_H_4_LN_1_WEIGHT, (float *)(A + F[79]), (float *)(A + F[80]), C1_DT8, C1_DT7)); /* h.4.ln_1 */
-    PG_TRY(pg_axpy_inplace(c, C1_DT7, (float *)(A + F[78]), r * 786432)); /* + gradient of skip h.4.res1 */
-    PG_TRY(pg_copy(c, C1_DT6, C1_DT7, r * 786432)); /* h.3.pop.res2 */
-    PG_TRY(pg_copy(c, (float *)(A + F[75]), C1_DT7, r * 786432)); /* gradient of skip h.3.res2 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, C1_DT6, P48_H_3_PROJ_WEIGHT, C1_DT5)); /* h.3.proj */
-    PG_TRY(pg_gelu_bwd_in(c, r * 3145728, C1_T4, C1_DT5, C1_DT4)); /* h.3.gelu0 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, C1_DT4, P46_H_3_FC_WEIGHT, C1_DT3)); /* h.3.fc */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, C1_T2, P44_H_3_LN_2_WEIGHT, (float *)(A + F[76]), (float *)(A + F[77]), C1_DT3, C1_DT2)); /* h.3.ln_2 */
-    PG_TRY(pg_axpy_inplace(c, C1_DT2, (float *)(A + F[75]), r * 786432)); /* + gradient of skip h.3.res2 */
-    PG_TRY(pg_copy(c, C1_DT1, C1_DT2, r * 786432)); /* h.3.pop.res1 */
-    PG_TRY(pg_copy(c, C1_SKIP6_GRAD_OUT, C1_DT2, r * 786432)); /* gradient of skip h.3.res1 */
+                               h_4_attn_qkv, h_4_attn_att, h_4_attn_ctx, d_h_4_attn_out,
+                               h_4_attn_dctx, h_4_attn_dqkv, d_h_4_ln_1_out)); /* h.4.attn */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_3_pop_res2_out, P50_H_4_LN_1_WEIGHT, h_4_ln_1_mean, h_4_ln_1_rstd, d_h_4_ln_1_out, d_h_3_pop_res2_out)); /* h.4.ln_1 */
+    PG_TRY(pg_axpy_inplace(c, d_h_3_pop_res2_out, d_skip_h_4_res1, r * 786432)); /* + gradient of skip h.4.res1 */
+    PG_TRY(pg_copy(c, d_h_3_proj_out, d_h_3_pop_res2_out, r * 786432)); /* h.3.pop.res2 */
+    PG_TRY(pg_copy(c, d_skip_h_3_res2, d_h_3_pop_res2_out, r * 786432)); /* gradient of skip h.3.res2 */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, d_h_3_proj_out, P48_H_3_PROJ_WEIGHT, d_h_3_gelu0_out)); /* h.3.proj */
+    PG_TRY(pg_gelu_bwd_in(c, r * 3145728, h_3_fc_out, d_h_3_gelu0_out, d_h_3_fc_out)); /* h.3.gelu0 */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, d_h_3_fc_out, P46_H_3_FC_WEIGHT, d_h_3_ln_2_out)); /* h.3.fc */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_3_pop_res1_out, P44_H_3_LN_2_WEIGHT, h_3_ln_2_mean, h_3_ln_2_rstd, d_h_3_ln_2_out, d_h_3_pop_res1_out)); /* h.3.ln_2 */
+    PG_TRY(pg_axpy_inplace(c, d_h_3_pop_res1_out, d_skip_h_3_res2, r * 786432)); /* + gradient of skip h.3.res2 */
+    PG_TRY(pg_copy(c, d_h_3_attn_out, d_h_3_pop_res1_out, r * 786432)); /* h.3.pop.res1 */
+    PG_TRY(pg_copy(c, c1_skip6_grad_out, d_h_3_pop_res1_out, r * 786432)); /* gradient of skip h.3.res1 */
     PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, P40_H_3_ATTN_QKV_WEIGHT, P42_H_3_ATTN_PROJ_WEIGHT,
-                               (float *)(A + F[70]), (float *)(A + F[71]), (float *)(A + F[72]), C1_DT1,
-                               (float *)(A + F[73]), (float *)(A + F[74]), C1_DX)); /* h.3.attn */
+                               h_3_attn_qkv, h_3_attn_att, h_3_attn_ctx, d_h_3_attn_out,
+                               h_3_attn_dctx, h_3_attn_dqkv, c1_dx)); /* h.3.attn */
     return 0;
 }
 
 static int bwd_w_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
     const int64_t r = io->rows;
-    (void)r;
-    const int64_t *F = frame_c1[2 * io->mb + 1];
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, C1_T35, C1_DY, GP94_H_7_FC_WEIGHT, GP95_H_7_FC_BIAS)); /* h.7.fc */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, C1_T34, (float *)(A + F[119]), (float *)(A + F[120]), C1_DT35, GP92_H_7_LN_2_WEIGHT, GP93_H_7_LN_2_BIAS)); /* h.7.ln_2 */
-    PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, C1_T32, (float *)(A + F[116]), C1_DT33, (float *)(A + F[118]),
+    const int64_t *const F = frame_c1[2 * io->mb + 1]; /* this micro-batch's frame buffers */
+    float *const c1_x = (float *)(A + 150994944 + (int64_t)io->slot * 6291456); /* chunk 1 input x: [r, 1024, 768], received */
+    float *const c1_dy = (float *)(A + 75497472 + (int64_t)io->slot * 25165824); /* gradient dy of the chunk output: [r, 1024, 3072], received */
+    float *const d_h_3_attn_out = (float *)(A + F[1]); /* gradient of h.3.attn out: [r, 1024, 768] */
+    float *const h_3_pop_res1_out = (float *)(A + F[2]); /* h.3.pop.res1 out: [r, 1024, 768] */
+    float *const h_3_ln_2_out = (float *)(A + F[4]); /* h.3.ln_2 out: [r, 1024, 768] */
+    float *const d_h_3_ln_2_out = (float *)(A + F[5]); /* gradient of h.3.ln_2 out: [r, 1024, 768] */
+    float *const d_h_3_fc_out = (float *)(A + F[7]); /* gradient of h.3.fc out: [r, 1024, 3072] */
+    float *const h_3_gelu0_out = (float *)(A + F[8]); /* h.3.gelu0 out: [r, 1024, 3072] */
+    float *const d_h_3_proj_out = (float *)(A + F[11]); /* gradient of h.3.proj out: [r, 1024, 768] */
+    float *const h_3_pop_res2_out = (float *)(A + F[12]); /* h.3.pop.res2 out: [r, 1024, 768] */
+    float *const h_4_ln_1_out = (float *)(A + F[14]); /* h.4.ln_1 out: [r, 1024, 768] */
+    float *const d_h_4_ln_1_out = (float *)(A + F[15]); /* gradient of h.4.ln_1 out: [r, 1024, 768] */
+    float *const d_h_4_attn_out = (float *)(A + F[17]); /* gradient of h.4.attn out: [r, 1024, 768] */
+    float *const h_4_pop_res1_out = (float *)(A + F[18]); /* h.4.pop.res1 out: [r, 1024, 768] */
+    float *const h_4_ln_2_out = (float *)(A + F[20]); /* h.4.ln_2 out: [r, 1024, 768] */
+    float *const d_h_4_ln_2_out = (float *)(A + F[21]); /* gradient of h.4.ln_2 out: [r, 1024, 768] */
+    float *const d_h_4_fc_out = (float *)(A + F[23]); /* gradient of h.4.fc out: [r, 1024, 3072] */
+    float *const h_4_gelu0_out = (float *)(A + F[24]); /* h.4.gelu0 out: [r, 1024, 3072] */
+    float *const d_h_4_proj_out = (float *)(A + F[27]); /* gradient of h.4.proj out: [r, 1024, 768] */
+    float *const h_4_pop_res2_out = (float *)(A + F[28]); /* h.4.pop.res2 out: [r, 1024, 768] */
+    float *const h_5_ln_1_out = (float *)(A + F[30]); /* h.5.ln_1 out: [r, 1024, 768] */
+    float *const d_h_5_ln_1_out = (float *)(A + F[31]); /* gradient of h.5.ln_1 out: [r, 1024, 768] */
+    float *const d_h_5_attn_out = (float *)(A + F[33]); /* gradient of h.5.attn out: [r, 1024, 768] */
+    float *const h_5_pop_res1_out = (float *)(A + F[34]); /* h.5.pop.res1 out: [r, 1024, 768] */
+    float *const h_5_ln_2_out = (float *)(A + F[36]); /* h.5.ln_2 out: [r, 1024, 768] */
+    float *const d_h_5_ln_2_out = (float *)(A + F[37]); /* gradient of h.5.ln_2 out: [r, 1024, 768] */
+    float *const d_h_5_fc_out = (float *)(A + F[39]); /* gradient of h.5.fc out: [r, 1024, 3072] */
+    float *const h_5_gelu0_out = (float *)(A + F[40]); /* h.5.gelu0 out: [r, 1024, 3072] */
+    float *const d_h_5_proj_out = (float *)(A + F[43]); /* gradient of h.5.proj out: [r, 1024, 768] */
+    float *const h_5_pop_res2_out = (float *)(A + F[44]); /* h.5.pop.res2 out: [r, 1024, 768] */
+    float *const h_6_ln_1_out = (float *)(A + F[46]); /* h.6.ln_1 out: [r, 1024, 768] */
+    float *const d_h_6_ln_1_out = (float *)(A + F[47]); /* gradient of h.6.ln_1 out: [r, 1024, 768] */
+    float *const d_h_6_attn_out = (float *)(A + F[49]); /* gradient of h.6.attn out: [r, 1024, 768] */
+    float *const h_6_pop_res1_out = (float *)(A + F[50]); /* h.6.pop.res1 out: [r, 1024, 768] */
+    float *const h_6_ln_2_out = (float *)(A + F[52]); /* h.6.ln_2 out: [r, 1024, 768] */
+    float *const d_h_6_ln_2_out = (float *)(A + F[53]); /* gradient of h.6.ln_2 out: [r, 1024, 768] */
+    float *const d_h_6_fc_out = (float *)(A + F[55]); /* gradient of h.6.fc out: [r, 1024, 3072] */
+    float *const h_6_gelu0_out = (float *)(A + F[56]); /* h.6.gelu0 out: [r, 1024, 3072] */
+    float *const d_h_6_proj_out = (float *)(A + F[59]); /* gradient of h.6.proj out: [r, 1024, 768] */
+    float *const h_6_pop_res2_out = (float *)(A + F[60]); /* h.6.pop.res2 out: [r, 1024, 768] */
+    float *const h_7_ln_1_out = (float *)(A + F[62]); /* h.7.ln_1 out: [r, 1024, 768] */
+    float *const d_h_7_ln_1_out = (float *)(A + F[63]); /* gradient of h.7.ln_1 out: [r, 1024, 768] */
+    float *const d_h_7_attn_out = (float *)(A + F[65]); /* gradient of h.7.attn out: [r, 1024, 768] */
+    float *const h_7_pop_res1_out = (float *)(A + F[66]); /* h.7.pop.res1 out: [r, 1024, 768] */
+    float *const h_7_ln_2_out = (float *)(A + F[68]); /* h.7.ln_2 out: [r, 1024, 768] */
+    float *const d_h_7_ln_2_out = (float *)(A + F[69]); /* gradient of h.7.ln_2 out: [r, 1024, 768] */
+    float *const h_3_attn_ctx = (float *)(A + F[72]); /* h.3.attn ctx: [r, T, d] */
+    float *const h_3_attn_dqkv = (float *)(A + F[74]); /* h.3.attn dqkv: [r, T, 3d] */
+    float *const h_3_ln_2_mean = (float *)(A + F[76]); /* h.3.ln_2 mean: [n] */
+    float *const h_3_ln_2_rstd = (float *)(A + F[77]); /* h.3.ln_2 rstd: [n] */
+    float *const h_4_ln_1_mean = (float *)(A + F[79]); /* h.4.ln_1 mean: [n] */
+    float *const h_4_ln_1_rstd = (float *)(A + F[80]); /* h.4.ln_1 rstd: [n] */
+    float *const h_4_attn_ctx = (float *)(A + F[83]); /* h.4.attn ctx: [r, T, d] */
+    float *const h_4_attn_dqkv = (float *)(A + F[85]); /* h.4.attn dqkv: [r, T, 3d] */
+    float *const h_4_ln_2_mean = (float *)(A + F[87]); /* h.4.ln_2 mean: [n] */
+    float *const h_4_ln_2_rstd = (float *)(A + F[88]); /* h.4.ln_2 rstd: [n] */
+    float *const h_5_ln_1_mean = (float *)(A + F[90]); /* h.5.ln_1 mean: [n] */
+    float *const h_5_ln_1_rstd = (float *)(A + F[91]); /* h.5.ln_1 rstd: [n] */
+    float *const h_5_attn_ctx = (float *)(A + F[94]); /* h.5.attn ctx: [r, T, d] */
+    float *const h_5_attn_dqkv = (float *)(A + F[96]); /* h.5.attn dqkv: [r, T, 3d] */
+    float *const h_5_ln_2_mean = (float *)(A + F[98]); /* h.5.ln_2 mean: [n] */
+    float *const h_5_ln_2_rstd = (float *)(A + F[99]); /* h.5.ln_2 rstd: [n] */
+    float *const h_6_ln_1_mean = (float *)(A + F[101]); /* h.6.ln_1 mean: [n] */
+    float *const h_6_ln_1_rstd = (float *)(A + F[102]); /* h.6.ln_1 rstd: [n] */
+    float *const h_6_attn_ctx = (float *)(A + F[105]); /* h.6.attn ctx: [r, T, d] */
+    float *const h_6_attn_dqkv = (float *)(A + F[107]); /* h.6.attn dqkv: [r, T, 3d] */
+    float *const h_6_ln_2_mean = (float *)(A + F[109]); /* h.6.ln_2 mean: [n] */
+    float *const h_6_ln_2_rstd = (float *)(A + F[110]); /* h.6.ln_2 rstd: [n] */
+    float *const h_7_ln_1_mean = (float *)(A + F[112]); /* h.7.ln_1 mean: [n] */
+    float *const h_7_ln_1_rstd = (float *)(A + F[113]); /* h.7.ln_1 rstd: [n] */
+    float *const h_7_attn_ctx = (float *)(A + F[116]); /* h.7.attn ctx: [r, T, d] */
+    float *const h_7_attn_dqkv = (float *)(A + F[118]); /* h.7.attn dqkv: [r, T, 3d] */
+    float *const h_7_ln_2_mean = (float *)(A + F[119]); /* h.7.ln_2 mean: [n] */
+    float *const h_7_ln_2_rstd = (float *)(A + F[120]); /* h.7.ln_2 rstd: [n] */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_7_ln_2_out, c1_dy, GP94_H_7_FC_WEIGHT, GP95_H_7_FC_BIAS)); /* h.7.fc */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_7_pop_res1_out, h_7_ln_2_mean, h_7_ln_2_rstd, d_h_7_ln_2_out, GP92_H_7_LN_2_WEIGHT, GP93_H_7_LN_2_BIAS)); /* h.7.ln_2 */
+    PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, h_7_ln_1_out, h_7_attn_ctx, d_h_7_attn_out, h_7_attn_dqkv,
                               GP88_H_7_ATTN_QKV_WEIGHT, GP89_H_7_ATTN_QKV_BIAS, GP90_H_7_ATTN_PROJ_WEIGHT, GP91_H_7_ATTN_PROJ_BIAS)); /* h.7.attn */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, C1_T31, (float *)(A + F[112]), (float *)(A + F[113]), C1_DT32, GP86_H_7_LN_1_WEIGHT, GP87_H_7_LN_1_BIAS)); /* h.7.ln_1 */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, C1_T29, C1_DT30, GP84_H_6_PROJ_WEIGHT, GP85_H_6_PROJ_BIAS)); /* h.6.proj */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, C1_T27, C1_DT28, GP82_H_6_FC_WEIGHT, GP83_H_6_FC_BIAS)); /* h.6.fc */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, C1_T26, (float *)(A + F[109]), (float *)(A + F[110]), C1_DT27, GP80_H_6_LN_2_WEIGHT, GP81_H_6_LN_2_BIAS)); /* h.6.ln_2 */
-    PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, C1_T24, (float *)(A + F[105]), C1_DT25, (float *)(A + F[107]),
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_6_pop_res2_out, h_7_ln_1_mean, h_7_ln_1_rstd, d_h_7_ln_1_out, GP86_H_7_LN_1_WEIGHT, GP87_H_7_LN_1_BIAS)); /* h.7.ln_1 */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_6_gelu0_out, d_h_6_proj_out, GP84_H_6_PROJ_WEIGHT, GP85_H_6_PROJ_BIAS)); /* h.6.proj */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_6_ln_2_out, d_h_6_fc_out, GP82_H_6_FC_WEIGHT, GP83_H_6_FC_BIAS)); /* h.6.fc */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_6_pop_res1_out, h_6_ln_2_mean, h_6_ln_2_rstd, d_h_6_ln_2_out, GP80_H_6_LN_2_WEIGHT, GP81_H_6_LN_2_BIAS)); /* h.6.ln_2 */
+    PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, h_6_ln_1_out, h_6_attn_ctx, d_h_6_attn_out, h_6_attn_dqkv,
                               GP76_H_6_ATTN_QKV_WEIGHT, GP77_H_6_ATTN_QKV_BIAS, GP78_H_6_ATTN_PROJ_WEIGHT, GP79_H_6_ATTN_PROJ_BIAS)); /* h.6.attn */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, C1_T23, (float *)(A + F[101]), (float *)(A + F[102]), C1_DT24, GP74_H_6_LN_1_WEIGHT, GP75_H_6_LN_1_BIAS)); /* h.6.ln_1 */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, C1_T21, C1_DT22, GP72_H_5_PROJ_WEIGHT, GP73_H_5_PROJ_BIAS)); /* h.5.proj */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, C1_T19, C1_DT20, GP70_H_5_FC_WEIGHT, GP71_H_5_FC_BIAS)); /* h.5.fc */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, C1_T18, (float *)(A + F[98]), (float *)(A + F[99]), C1_DT19, GP68_H_5_LN_2_WEIGHT, GP69_H_5_LN_2_BIAS)); /* h.5.ln_2 */
-    PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, C1_T16, (float *)(A + F[94]), C1_DT17, (float *)(A + F[96]),
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_5_pop_res2_out, h_6_ln_1_mean, h_6_ln_1_rstd, d_h_6_ln_1_out, GP74_H_6_LN_1_WEIGHT, GP75_H_6_LN_1_BIAS)); /* h.6.ln_1 */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_5_gelu0_out, d_h_5_proj_out, GP72_H_5_PROJ_WEIGHT, GP73_H_5_PROJ_BIAS)); /* h.5.proj */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_5_ln_2_out, d_h_5_fc_out, GP70_H_5_FC_WEIGHT, GP71_H_5_FC_BIAS)); /* h.5.fc */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_5_pop_res1_out, h_5_ln_2_mean, h_5_ln_2_rstd, d_h_5_ln_2_out, GP68_H_5_LN_2_WEIGHT, GP69_H_5_LN_2_BIAS)); /* h.5.ln_2 */
+    PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, h_5_ln_1_out, h_5_attn_ctx, d_h_5_attn_out, h_5_attn_dqkv,
                               GP64_H_5_ATTN_QKV_WEIGHT, GP65_H_5_ATTN_QKV_BIAS, GP66_H_5_ATTN_PROJ_WEIGHT, GP67_H_5_ATTN_PROJ_BIAS)); /* h.5.attn */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, C1_T15, (float *)(A + F[90]), (float *)(A + F[91]), C1_DT16, GP62_H_5_LN_1_WEIGHT, GP63_H_5_LN_1_BIAS)); /* h.5.ln_1 */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, C1_T13, C1_DT14, GP60_H_4_PROJ_WEIGHT, GP61_H_4_PROJ_BIAS)); /* h.4.proj */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, C1_T11, C1_DT12, GP58_H_4_FC_WEIGHT, GP59_H_4_FC_BIAS)); /* h.4.fc */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, C1_T10, (float *)(A + F[87]), (float *)(A + F[88]), C1_DT11, GP56_H_4_LN_2_WEIGHT, GP57_H_4_LN_2_BIAS)); /* h.4.ln_2 */
-    PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, C1_T8, (float *)(A + F[83]), C1_DT9, (float *)(A + F[85]),
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_4_pop_res2_out, h_5_ln_1_mean, h_5_ln_1_rstd, d_h_5_ln_1_out, GP62_H_5_LN_1_WEIGHT, GP63_H_5_LN_1_BIAS)); /* h.5.ln_1 */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_4_gelu0_out, d_h_4_proj_out, GP60_H_4_PROJ_WEIGHT, GP61_H_4_PROJ_BIAS)); /* h.4.proj */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_4_ln_2_out, d_h_4_fc_out, GP58_H_4_FC_WEIGHT, GP59_H_4_FC_BIAS)); /* h.4.fc */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_4_pop_res1_out, h_4_ln_2_mean, h_4_ln_2_rstd, d_h_4_ln_2_out, GP56_H_4_LN_2_WEIGHT, GP57_H_4_LN_2_BIAS)); /* h.4.ln_2 */
+    PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, h_4_ln_1_out, h_4_attn_ctx, d_h_4_attn_out, h_4_attn_dqkv,
                               GP52_H_4_ATTN_QKV_WEIGHT, GP53_H_4_ATTN_QKV_BIAS, GP54_H_4_ATTN_PROJ_WEIGHT, GP55_H_4_ATTN_PROJ_BIAS)); /* h.4.attn */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, C1_T7, (float *)(A + F[79]), (float *)(A + F[80]), C1_DT8, GP50_H_4_LN_1_WEIGHT, GP51_H_4_LN_1_BIAS)); /* h.4.ln_1 */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, C1_T5, C1_DT6, GP48_H_3_PROJ_WEIGHT, GP49_H_3_PROJ_BIAS)); /* h.3.proj */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, C1_T3, C1_DT4, GP46_H_3_FC_WEIGHT, GP47_H_3_FC_BIAS)); /* h.3.fc */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, C1_T2, (float *)(A + F[76]), (float *)(A + F[77]), C1_DT3, GP44_H_3_LN_2_WEIGHT, GP45_H_3_LN_2_BIAS)); /* h.3.ln_2 */
-    PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, C1_X, (float *)(A + F[72]), C1_DT1, (float *)(A + F[74]),
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_3_pop_res2_out, h_4_ln_1_mean, h_4_ln_1_rstd, d_h_4_ln_1_out, GP50_H_4_LN_1_WEIGHT, GP51_H_4_LN_1_BIAS)); /* h.4.ln_1 */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_3_gelu0_out, d_h_3_proj_out, GP48_H_3_PROJ_WEIGHT, GP49_H_3_PROJ_BIAS)); /* h.3.proj */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_3_ln_2_out, d_h_3_fc_out, GP46_H_3_FC_WEIGHT, GP47_H_3_FC_BIAS)); /* h.3.fc */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_3_pop_res1_out, h_3_ln_2_mean, h_3_ln_2_rstd, d_h_3_ln_2_out, GP44_H_3_LN_2_WEIGHT, GP45_H_3_LN_2_BIAS)); /* h.3.ln_2 */
+    PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, c1_x, h_3_attn_ctx, d_h_3_attn_out, h_3_attn_dqkv,
                               GP40_H_3_ATTN_QKV_WEIGHT, GP41_H_3_ATTN_QKV_BIAS, GP42_H_3_ATTN_PROJ_WEIGHT, GP43_H_3_ATTN_PROJ_BIAS)); /* h.3.attn */
     return 0;
 }
-
-#undef C1_X
-#undef C1_SKIP6_IN
-#undef C1_SKIP6_GRAD_OUT
-#undef C1_SKIP15_OUT
-#undef C1_SKIP15_GRAD_IN
-#undef C1_Y
-#undef C1_DY
-#undef C1_DX
-#undef C1_T1
-#undef C1_DT1
-#undef C1_T2
-#undef C1_DT2
-#undef C1_T3
-#undef C1_DT3
-#undef C1_T4
-#undef C1_DT4
-#undef C1_T5
-#undef C1_DT5
-#undef C1_T6
-#undef C1_DT6
-#undef C1_T7
-#undef C1_DT7
-#undef C1_T8
-#undef C1_DT8
-#undef C1_T9
-#undef C1_DT9
-#undef C1_T10
-#undef C1_DT10
-#undef C1_T11
-#undef C1_DT11
-#undef C1_T12
-#undef C1_DT12
-#undef C1_T13
-#undef C1_DT13
-#undef C1_T14
-#undef C1_DT14
-#undef C1_T15
-#undef C1_DT15
-#undef C1_T16
-#undef C1_DT16
-#undef C1_T17
-#undef C1_DT17
-#undef C1_T18
-#undef C1_DT18
-#undef C1_T19
-#undef C1_DT19
-#undef C1_T20
-#undef C1_DT20
-#undef C1_T21
-#undef C1_DT21
-#undef C1_T22
-#undef C1_DT22
-#undef C1_T23
-#undef C1_DT23
-#undef C1_T24
-#undef C1_DT24
-#undef C1_T25
-#undef C1_DT25
-#undef C1_T26
-#undef C1_DT26
-#undef C1_T27
-#undef C1_DT27
-#undef C1_T28
-#undef C1_DT28
-#undef C1_T29
-#undef C1_DT29
-#undef C1_T30
-#undef C1_DT30
-#undef C1_T31
-#undef C1_DT31
-#undef C1_T32
-#undef C1_DT32
-#undef C1_T33
-#undef C1_DT33
-#undef C1_T34
-#undef C1_DT34
-#undef C1_T35
-#undef C1_DT35
 
 /* ---- tables ---- */
 

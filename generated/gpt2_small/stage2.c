@@ -113,87 +113,7 @@
 #define GP146_LN_F_WEIGHT ((float *)(A + 703724544)) /* gradient of ln_f.weight: f32[768] */
 #define P147_LN_F_BIAS ((float *)(A + 703733760)) /* ln_f.bias: f32[768] */
 #define GP147_LN_F_BIAS ((float *)(A + 703736832)) /* gradient of ln_f.bias: f32[768] */
-/* dropout masks depend on (seed, step, layer, sample, element) only */
-#define DROPOUT_SEED(io, layer) ((io)->seed ^ (UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)((io)->step * 4096 + (layer) + 1)))
-
 /* ---- chunk 2: layers h.7.gelu0 .. ln_f ---- */
-
-#define C2_X ((float *)(A + 0 + (int64_t)io->slot * 25165824)) /* chunk 2 input x: [r, 1024, 3072], received */
-#define C2_SKIP15_IN ((float *)(A + 100663296 + (int64_t)io->slot * 6291456)) /* skip h.7.res2: [r, 1024, 768], received from chunk 1 */
-#define C2_SKIP15_GRAD_OUT ((float *)(A + 113246208 + (int64_t)io->slot * 6291456)) /* gradient of skip h.7.res2: [r, 1024, 768], sent back */
-#define C2_Y ((float *)(A + 125829120 + (int64_t)io->slot * 6291456)) /* chunk 2 output y: [r, 1024, 768], sent */
-#define C2_DY ((float *)(A + 138412032 + (int64_t)io->slot * 6291456)) /* gradient dy of the chunk output: [r, 1024, 768], received */
-#define C2_DX ((float *)(A + 50331648 + (int64_t)io->slot * 25165824)) /* gradient dx of the chunk input: [r, 1024, 3072], sent */
-#define C2_T1 ((float *)(A + F[0])) /* h.7.gelu0 out: [r, 1024, 3072] */
-#define C2_DT1 ((float *)(A + F[1])) /* gradient of h.7.gelu0 out: [r, 1024, 3072] */
-#define C2_T2 ((float *)(A + F[2])) /* h.7.proj out: [r, 1024, 768] */
-#define C2_DT2 ((float *)(A + F[3])) /* gradient of h.7.proj out: [r, 1024, 768] */
-#define C2_T3 ((float *)(A + F[4])) /* h.7.pop.res2 out: [r, 1024, 768] */
-#define C2_DT3 ((float *)(A + F[5])) /* gradient of h.7.pop.res2 out: [r, 1024, 768] */
-#define C2_T4 ((float *)(A + F[6])) /* h.8.ln_1 out: [r, 1024, 768] */
-#define C2_DT4 ((float *)(A + F[7])) /* gradient of h.8.ln_1 out: [r, 1024, 768] */
-#define C2_T5 ((float *)(A + F[8])) /* h.8.attn out: [r, 1024, 768] */
-#define C2_DT5 ((float *)(A + F[9])) /* gradient of h.8.attn out: [r, 1024, 768] */
-#define C2_T6 ((float *)(A + F[10])) /* h.8.pop.res1 out: [r, 1024, 768] */
-#define C2_DT6 ((float *)(A + F[11])) /* gradient of h.8.pop.res1 out: [r, 1024, 768] */
-#define C2_T7 ((float *)(A + F[12])) /* h.8.ln_2 out: [r, 1024, 768] */
-#define C2_DT7 ((float *)(A + F[13])) /* gradient of h.8.ln_2 out: [r, 1024, 768] */
-#define C2_T8 ((float *)(A + F[14])) /* h.8.fc out: [r, 1024, 3072] */
-#define C2_DT8 ((float *)(A + F[15])) /* gradient of h.8.fc out: [r, 1024, 3072] */
-#define C2_T9 ((float *)(A + F[16])) /* h.8.gelu0 out: [r, 1024, 3072] */
-#define C2_DT9 ((float *)(A + F[17])) /* gradient of h.8.gelu0 out: [r, 1024, 3072] */
-#define C2_T10 ((float *)(A + F[18])) /* h.8.proj out: [r, 1024, 768] */
-#define C2_DT10 ((float *)(A + F[19])) /* gradient of h.8.proj out: [r, 1024, 768] */
-#define C2_T11 ((float *)(A + F[20])) /* h.8.pop.res2 out: [r, 1024, 768] */
-#define C2_DT11 ((float *)(A + F[21])) /* gradient of h.8.pop.res2 out: [r, 1024, 768] */
-#define C2_T12 ((float *)(A + F[22])) /* h.9.ln_1 out: [r, 1024, 768] */
-#define C2_DT12 ((float *)(A + F[23])) /* gradient of h.9.ln_1 out: [r, 1024, 768] */
-#define C2_T13 ((float *)(A + F[24])) /* h.9.attn out: [r, 1024, 768] */
-#define C2_DT13 ((float *)(A + F[25])) /* gradient of h.9.attn out: [r, 1024, 768] */
-#define C2_T14 ((float *)(A + F[26])) /* h.9.pop.res1 out: [r, 1024, 768] */
-#define C2_DT14 ((float *)(A + F[27])) /* gradient of h.9.pop.res1 out: [r, 1024, 768] */
-#define C2_T15 ((float *)(A + F[28])) /* h.9.ln_2 out: [r, 1024, 768] */
-#define C2_DT15 ((float *)(A + F[29])) /* gradient of h.9.ln_2 out: [r, 1024, 768] */
-#define C2_T16 ((float *)(A + F[30])) /* h.9.fc out: [r, 1024, 3072] */
-#define C2_DT16 ((float *)(A + F[31])) /* gradient of h.9.fc out: [r, 1024, 3072] */
-#define C2_T17 ((float *)(A + F[32])) /* h.9.gelu0 out: [r, 1024, 3072] */
-#define C2_DT17 ((float *)(A + F[33])) /* gradient of h.9.gelu0 out: [r, 1024, 3072] */
-#define C2_T18 ((float *)(A + F[34])) /* h.9.proj out: [r, 1024, 768] */
-#define C2_DT18 ((float *)(A + F[35])) /* gradient of h.9.proj out: [r, 1024, 768] */
-#define C2_T19 ((float *)(A + F[36])) /* h.9.pop.res2 out: [r, 1024, 768] */
-#define C2_DT19 ((float *)(A + F[37])) /* gradient of h.9.pop.res2 out: [r, 1024, 768] */
-#define C2_T20 ((float *)(A + F[38])) /* h.10.ln_1 out: [r, 1024, 768] */
-#define C2_DT20 ((float *)(A + F[39])) /* gradient of h.10.ln_1 out: [r, 1024, 768] */
-#define C2_T21 ((float *)(A + F[40])) /* h.10.attn out: [r, 1024, 768] */
-#define C2_DT21 ((float *)(A + F[41])) /* gradient of h.10.attn out: [r, 1024, 768] */
-#define C2_T22 ((float *)(A + F[42])) /* h.10.pop.res1 out: [r, 1024, 768] */
-#define C2_DT22 ((float *)(A + F[43])) /* gradient of h.10.pop.res1 out: [r, 1024, 768] */
-#define C2_T23 ((float *)(A + F[44])) /* h.10.ln_2 out: [r, 1024, 768] */
-#define C2_DT23 ((float *)(A + F[45])) /* gradient of h.10.ln_2 out: [r, 1024, 768] */
-#define C2_T24 ((float *)(A + F[46])) /* h.10.fc out: [r, 1024, 3072] */
-#define C2_DT24 ((float *)(A + F[47])) /* gradient of h.10.fc out: [r, 1024, 3072] */
-#define C2_T25 ((float *)(A + F[48])) /* h.10.gelu0 out: [r, 1024, 3072] */
-#define C2_DT25 ((float *)(A + F[49])) /* gradient of h.10.gelu0 out: [r, 1024, 3072] */
-#define C2_T26 ((float *)(A + F[50])) /* h.10.proj out: [r, 1024, 768] */
-#define C2_DT26 ((float *)(A + F[51])) /* gradient of h.10.proj out: [r, 1024, 768] */
-#define C2_T27 ((float *)(A + F[52])) /* h.10.pop.res2 out: [r, 1024, 768] */
-#define C2_DT27 ((float *)(A + F[53])) /* gradient of h.10.pop.res2 out: [r, 1024, 768] */
-#define C2_T28 ((float *)(A + F[54])) /* h.11.ln_1 out: [r, 1024, 768] */
-#define C2_DT28 ((float *)(A + F[55])) /* gradient of h.11.ln_1 out: [r, 1024, 768] */
-#define C2_T29 ((float *)(A + F[56])) /* h.11.attn out: [r, 1024, 768] */
-#define C2_DT29 ((float *)(A + F[57])) /* gradient of h.11.attn out: [r, 1024, 768] */
-#define C2_T30 ((float *)(A + F[58])) /* h.11.pop.res1 out: [r, 1024, 768] */
-#define C2_DT30 ((float *)(A + F[59])) /* gradient of h.11.pop.res1 out: [r, 1024, 768] */
-#define C2_T31 ((float *)(A + F[60])) /* h.11.ln_2 out: [r, 1024, 768] */
-#define C2_DT31 ((float *)(A + F[61])) /* gradient of h.11.ln_2 out: [r, 1024, 768] */
-#define C2_T32 ((float *)(A + F[62])) /* h.11.fc out: [r, 1024, 3072] */
-#define C2_DT32 ((float *)(A + F[63])) /* gradient of h.11.fc out: [r, 1024, 3072] */
-#define C2_T33 ((float *)(A + F[64])) /* h.11.gelu0 out: [r, 1024, 3072] */
-#define C2_DT33 ((float *)(A + F[65])) /* gradient of h.11.gelu0 out: [r, 1024, 3072] */
-#define C2_T34 ((float *)(A + F[66])) /* h.11.proj out: [r, 1024, 768] */
-#define C2_DT34 ((float *)(A + F[67])) /* gradient of h.11.proj out: [r, 1024, 768] */
-#define C2_T35 ((float *)(A + F[68])) /* h.11.pop.res2 out: [r, 1024, 768] */
-#define C2_DT35 ((float *)(A + F[69])) /* gradient of h.11.pop.res2 out: [r, 1024, 768] */
 
 /* Arena offsets of this chunk's frame buffers (listed in gpt2_small.h): row 2 * mb is micro-batch mb's
  * forward, row 2 * mb + 1 its backward (the recompute of a checkpointed one, BWD_B, BWD_W);
@@ -213,280 +133,438 @@ static const int64_t frame_c2[8][116] = {
 static int fwd_body_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
 {
     const int64_t r = io->rows;
-    const int64_t *F = frame_c2[2 * io->mb + !first];
+    const int64_t *const F = frame_c2[2 * io->mb + !first]; /* this micro-batch's frame buffers */
+    float *const c2_x = (float *)(A + 0 + (int64_t)io->slot * 25165824); /* chunk 2 input x: [r, 1024, 3072], received */
+    float *const c2_skip15_in = (float *)(A + 100663296 + (int64_t)io->slot * 6291456); /* skip h.7.res2: [r, 1024, 768], received from chunk 1 */
+    float *const c2_y = (float *)(A + 125829120 + (int64_t)io->slot * 6291456); /* chunk 2 output y: [r, 1024, 768], sent */
+    float *const h_7_gelu0_out = (float *)(A + F[0]); /* h.7.gelu0 out: [r, 1024, 3072] */
+    float *const h_7_proj_out = (float *)(A + F[2]); /* h.7.proj out: [r, 1024, 768] */
+    float *const h_7_pop_res2_out = (float *)(A + F[4]); /* h.7.pop.res2 out: [r, 1024, 768] */
+    float *const h_8_ln_1_out = (float *)(A + F[6]); /* h.8.ln_1 out: [r, 1024, 768] */
+    float *const h_8_attn_out = (float *)(A + F[8]); /* h.8.attn out: [r, 1024, 768] */
+    float *const h_8_pop_res1_out = (float *)(A + F[10]); /* h.8.pop.res1 out: [r, 1024, 768] */
+    float *const h_8_ln_2_out = (float *)(A + F[12]); /* h.8.ln_2 out: [r, 1024, 768] */
+    float *const h_8_fc_out = (float *)(A + F[14]); /* h.8.fc out: [r, 1024, 3072] */
+    float *const h_8_gelu0_out = (float *)(A + F[16]); /* h.8.gelu0 out: [r, 1024, 3072] */
+    float *const h_8_proj_out = (float *)(A + F[18]); /* h.8.proj out: [r, 1024, 768] */
+    float *const h_8_pop_res2_out = (float *)(A + F[20]); /* h.8.pop.res2 out: [r, 1024, 768] */
+    float *const h_9_ln_1_out = (float *)(A + F[22]); /* h.9.ln_1 out: [r, 1024, 768] */
+    float *const h_9_attn_out = (float *)(A + F[24]); /* h.9.attn out: [r, 1024, 768] */
+    float *const h_9_pop_res1_out = (float *)(A + F[26]); /* h.9.pop.res1 out: [r, 1024, 768] */
+    float *const h_9_ln_2_out = (float *)(A + F[28]); /* h.9.ln_2 out: [r, 1024, 768] */
+    float *const h_9_fc_out = (float *)(A + F[30]); /* h.9.fc out: [r, 1024, 3072] */
+    float *const h_9_gelu0_out = (float *)(A + F[32]); /* h.9.gelu0 out: [r, 1024, 3072] */
+    float *const h_9_proj_out = (float *)(A + F[34]); /* h.9.proj out: [r, 1024, 768] */
+    float *const h_9_pop_res2_out = (float *)(A + F[36]); /* h.9.pop.res2 out: [r, 1024, 768] */
+    float *const h_10_ln_1_out = (float *)(A + F[38]); /* h.10.ln_1 out: [r, 1024, 768] */
+    float *const h_10_attn_out = (float *)(A + F[40]); /* h.10.attn out: [r, 1024, 768] */
+    float *const h_10_pop_res1_out = (float *)(A + F[42]); /* h.10.pop.res1 out: [r, 1024, 768] */
+    float *const h_10_ln_2_out = (float *)(A + F[44]); /* h.10.ln_2 out: [r, 1024, 768] */
+    float *const h_10_fc_out = (float *)(A + F[46]); /* h.10.fc out: [r, 1024, 3072] */
+    float *const h_10_gelu0_out = (float *)(A + F[48]); /* h.10.gelu0 out: [r, 1024, 3072] */
+    float *const h_10_proj_out = (float *)(A + F[50]); /* h.10.proj out: [r, 1024, 768] */
+    float *const h_10_pop_res2_out = (float *)(A + F[52]); /* h.10.pop.res2 out: [r, 1024, 768] */
+    float *const h_11_ln_1_out = (float *)(A + F[54]); /* h.11.ln_1 out: [r, 1024, 768] */
+    float *const h_11_attn_out = (float *)(A + F[56]); /* h.11.attn out: [r, 1024, 768] */
+    float *const h_11_pop_res1_out = (float *)(A + F[58]); /* h.11.pop.res1 out: [r, 1024, 768] */
+    float *const h_11_ln_2_out = (float *)(A + F[60]); /* h.11.ln_2 out: [r, 1024, 768] */
+    float *const h_11_fc_out = (float *)(A + F[62]); /* h.11.fc out: [r, 1024, 3072] */
+    float *const h_11_gelu0_out = (float *)(A + F[64]); /* h.11.gelu0 out: [r, 1024, 3072] */
+    float *const h_11_proj_out = (float *)(A + F[66]); /* h.11.proj out: [r, 1024, 768] */
+    float *const h_11_pop_res2_out = (float *)(A + F[68]); /* h.11.pop.res2 out: [r, 1024, 768] */
+    float *const h_8_ln_1_mean = (float *)(A + F[71]); /* h.8.ln_1 mean: [n] */
+    float *const h_8_ln_1_rstd = (float *)(A + F[72]); /* h.8.ln_1 rstd: [n] */
+    float *const h_8_attn_qkv = (float *)(A + F[73]); /* h.8.attn qkv: [r, T, 3d] */
+    float *const h_8_attn_att = (float *)(A + F[74]); /* h.8.attn att: [r, h, T, T] */
+    float *const h_8_attn_ctx = (float *)(A + F[75]); /* h.8.attn ctx: [r, T, d] */
+    float *const h_8_ln_2_mean = (float *)(A + F[79]); /* h.8.ln_2 mean: [n] */
+    float *const h_8_ln_2_rstd = (float *)(A + F[80]); /* h.8.ln_2 rstd: [n] */
+    float *const h_9_ln_1_mean = (float *)(A + F[82]); /* h.9.ln_1 mean: [n] */
+    float *const h_9_ln_1_rstd = (float *)(A + F[83]); /* h.9.ln_1 rstd: [n] */
+    float *const h_9_attn_qkv = (float *)(A + F[84]); /* h.9.attn qkv: [r, T, 3d] */
+    float *const h_9_attn_att = (float *)(A + F[85]); /* h.9.attn att: [r, h, T, T] */
+    float *const h_9_attn_ctx = (float *)(A + F[86]); /* h.9.attn ctx: [r, T, d] */
+    float *const h_9_ln_2_mean = (float *)(A + F[90]); /* h.9.ln_2 mean: [n] */
+    float *const h_9_ln_2_rstd = (float *)(A + F[91]); /* h.9.ln_2 rstd: [n] */
+    float *const h_10_ln_1_mean = (float *)(A + F[93]); /* h.10.ln_1 mean: [n] */
+    float *const h_10_ln_1_rstd = (float *)(A + F[94]); /* h.10.ln_1 rstd: [n] */
+    float *const h_10_attn_qkv = (float *)(A + F[95]); /* h.10.attn qkv: [r, T, 3d] */
+    float *const h_10_attn_att = (float *)(A + F[96]); /* h.10.attn att: [r, h, T, T] */
+    float *const h_10_attn_ctx = (float *)(A + F[97]); /* h.10.attn ctx: [r, T, d] */
+    float *const h_10_ln_2_mean = (float *)(A + F[101]); /* h.10.ln_2 mean: [n] */
+    float *const h_10_ln_2_rstd = (float *)(A + F[102]); /* h.10.ln_2 rstd: [n] */
+    float *const h_11_ln_1_mean = (float *)(A + F[104]); /* h.11.ln_1 mean: [n] */
+    float *const h_11_ln_1_rstd = (float *)(A + F[105]); /* h.11.ln_1 rstd: [n] */
+    float *const h_11_attn_qkv = (float *)(A + F[106]); /* h.11.attn qkv: [r, T, 3d] */
+    float *const h_11_attn_att = (float *)(A + F[107]); /* h.11.attn att: [r, h, T, T] */
+    float *const h_11_attn_ctx = (float *)(A + F[108]); /* h.11.attn ctx: [r, T, d] */
+    float *const h_11_ln_2_mean = (float *)(A + F[112]); /* h.11.ln_2 mean: [n] */
+    float *const h_11_ln_2_rstd = (float *)(A + F[113]); /* h.11.ln_2 rstd: [n] */
+    float *const ln_f_mean = (float *)(A + F[114]); /* ln_f mean: [n] */
+    float *const ln_f_rstd = (float *)(A + F[115]); /* ln_f rstd: [n] */
     /* h.7.gelu0: gelu [r, 1024, 3072] -> [r, 1024, 3072] */
-    PG_TRY(pg_gelu_fwd(c, r * 3145728, C2_X, C2_T1));
+    PG_TRY(pg_gelu_fwd(c, r * 3145728, c2_x, h_7_gelu0_out));
     /* h.7.proj: linear [r, 1024, 3072] -> [r, 1024, 768] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, C2_T1, P96_H_7_PROJ_WEIGHT, P97_H_7_PROJ_BIAS, C2_T2));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, h_7_gelu0_out, P96_H_7_PROJ_WEIGHT, P97_H_7_PROJ_BIAS, h_7_proj_out));
     /* h.7.pop.res2: pop [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_add_fwd(c, r * 786432, C2_T2, C2_SKIP15_IN, C2_T3));
-    /* stash h.8.res1: [r, 1024, 768] stays in C2_T3 */
+    PG_TRY(pg_add_fwd(c, r * 786432, h_7_proj_out, c2_skip15_in, h_7_pop_res2_out));
+    /* stash h.8.res1: [r, 1024, 768] stays in h_7_pop_res2_out */
     /* h.8.ln_1: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, C2_T3, P98_H_8_LN_1_WEIGHT, P99_H_8_LN_1_BIAS, C2_T4, (float *)(A + F[71]), (float *)(A + F[72])));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_7_pop_res2_out, P98_H_8_LN_1_WEIGHT, P99_H_8_LN_1_BIAS, h_8_ln_1_out, h_8_ln_1_mean, h_8_ln_1_rstd));
     /* h.8.attn: attention [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, C2_T4, P100_H_8_ATTN_QKV_WEIGHT, P101_H_8_ATTN_QKV_BIAS, P102_H_8_ATTN_PROJ_WEIGHT, P103_H_8_ATTN_PROJ_BIAS,
-                            (float *)(A + F[73]), (float *)(A + F[74]), (float *)(A + F[75]), C2_T5));
+    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, h_8_ln_1_out, P100_H_8_ATTN_QKV_WEIGHT, P101_H_8_ATTN_QKV_BIAS, P102_H_8_ATTN_PROJ_WEIGHT, P103_H_8_ATTN_PROJ_BIAS,
+                            h_8_attn_qkv, h_8_attn_att, h_8_attn_ctx, h_8_attn_out));
     /* h.8.pop.res1: pop [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_add_fwd(c, r * 786432, C2_T5, C2_T3, C2_T6));
-    /* stash h.8.res2: [r, 1024, 768] stays in C2_T6 */
+    PG_TRY(pg_add_fwd(c, r * 786432, h_8_attn_out, h_7_pop_res2_out, h_8_pop_res1_out));
+    /* stash h.8.res2: [r, 1024, 768] stays in h_8_pop_res1_out */
     /* h.8.ln_2: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, C2_T6, P104_H_8_LN_2_WEIGHT, P105_H_8_LN_2_BIAS, C2_T7, (float *)(A + F[79]), (float *)(A + F[80])));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_8_pop_res1_out, P104_H_8_LN_2_WEIGHT, P105_H_8_LN_2_BIAS, h_8_ln_2_out, h_8_ln_2_mean, h_8_ln_2_rstd));
     /* h.8.fc: linear [r, 1024, 768] -> [r, 1024, 3072] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, C2_T7, P106_H_8_FC_WEIGHT, P107_H_8_FC_BIAS, C2_T8));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, h_8_ln_2_out, P106_H_8_FC_WEIGHT, P107_H_8_FC_BIAS, h_8_fc_out));
     /* h.8.gelu0: gelu [r, 1024, 3072] -> [r, 1024, 3072] */
-    PG_TRY(pg_gelu_fwd(c, r * 3145728, C2_T8, C2_T9));
+    PG_TRY(pg_gelu_fwd(c, r * 3145728, h_8_fc_out, h_8_gelu0_out));
     /* h.8.proj: linear [r, 1024, 3072] -> [r, 1024, 768] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, C2_T9, P108_H_8_PROJ_WEIGHT, P109_H_8_PROJ_BIAS, C2_T10));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, h_8_gelu0_out, P108_H_8_PROJ_WEIGHT, P109_H_8_PROJ_BIAS, h_8_proj_out));
     /* h.8.pop.res2: pop [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_add_fwd(c, r * 786432, C2_T10, C2_T6, C2_T11));
-    /* stash h.9.res1: [r, 1024, 768] stays in C2_T11 */
+    PG_TRY(pg_add_fwd(c, r * 786432, h_8_proj_out, h_8_pop_res1_out, h_8_pop_res2_out));
+    /* stash h.9.res1: [r, 1024, 768] stays in h_8_pop_res2_out */
     /* h.9.ln_1: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, C2_T11, P110_H_9_LN_1_WEIGHT, P111_H_9_LN_1_BIAS, C2_T12, (float *)(A + F[82]), (float *)(A + F[83])));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_8_pop_res2_out, P110_H_9_LN_1_WEIGHT, P111_H_9_LN_1_BIAS, h_9_ln_1_out, h_9_ln_1_mean, h_9_ln_1_rstd));
     /* h.9.attn: attention [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, C2_T12, P112_H_9_ATTN_QKV_WEIGHT, P113_H_9_ATTN_QKV_BIAS, P114_H_9_ATTN_PROJ_WEIGHT, P115_H_9_ATTN_PROJ_BIAS,
-                            (float *)(A + F[84]), (float *)(A + F[85]), (float *)(A + F[86]), C2_T13));
+    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, h_9_ln_1_out, P112_H_9_ATTN_QKV_WEIGHT, P113_H_9_ATTN_QKV_BIAS, P114_H_9_ATTN_PROJ_WEIGHT, P115_H_9_ATTN_PROJ_BIAS,
+                            h_9_attn_qkv, h_9_attn_att, h_9_attn_ctx, h_9_attn_out));
     /* h.9.pop.res1: pop [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_add_fwd(c, r * 786432, C2_T13, C2_T11, C2_T14));
-    /* stash h.9.res2: [r, 1024, 768] stays in C2_T14 */
+    PG_TRY(pg_add_fwd(c, r * 786432, h_9_attn_out, h_8_pop_res2_out, h_9_pop_res1_out));
+    /* stash h.9.res2: [r, 1024, 768] stays in h_9_pop_res1_out */
     /* h.9.ln_2: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, C2_T14, P116_H_9_LN_2_WEIGHT, P117_H_9_LN_2_BIAS, C2_T15, (float *)(A + F[90]), (float *)(A + F[91])));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_9_pop_res1_out, P116_H_9_LN_2_WEIGHT, P117_H_9_LN_2_BIAS, h_9_ln_2_out, h_9_ln_2_mean, h_9_ln_2_rstd));
     /* h.9.fc: linear [r, 1024, 768] -> [r, 1024, 3072] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, C2_T15, P118_H_9_FC_WEIGHT, P119_H_9_FC_BIAS, C2_T16));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, h_9_ln_2_out, P118_H_9_FC_WEIGHT, P119_H_9_FC_BIAS, h_9_fc_out));
     /* h.9.gelu0: gelu [r, 1024, 3072] -> [r, 1024, 3072] */
-    PG_TRY(pg_gelu_fwd(c, r * 3145728, C2_T16, C2_T17));
+    PG_TRY(pg_gelu_fwd(c, r * 3145728, h_9_fc_out, h_9_gelu0_out));
     /* h.9.proj: linear [r, 1024, 3072] -> [r, 1024, 768] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, C2_T17, P120_H_9_PROJ_WEIGHT, P121_H_9_PROJ_BIAS, C2_T18));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, h_9_gelu0_out, P120_H_9_PROJ_WEIGHT, P121_H_9_PROJ_BIAS, h_9_proj_out));
     /* h.9.pop.res2: pop [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_add_fwd(c, r * 786432, C2_T18, C2_T14, C2_T19));
-    /* stash h.10.res1: [r, 1024, 768] stays in C2_T19 */
+    PG_TRY(pg_add_fwd(c, r * 786432, h_9_proj_out, h_9_pop_res1_out, h_9_pop_res2_out));
+    /* stash h.10.res1: [r, 1024, 768] stays in h_9_pop_res2_out */
     /* h.10.ln_1: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, C2_T19, P122_H_10_LN_1_WEIGHT, P123_H_10_LN_1_BIAS, C2_T20, (float *)(A + F[93]), (float *)(A + F[94])));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_9_pop_res2_out, P122_H_10_LN_1_WEIGHT, P123_H_10_LN_1_BIAS, h_10_ln_1_out, h_10_ln_1_mean, h_10_ln_1_rstd));
     /* h.10.attn: attention [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, C2_T20, P124_H_10_ATTN_QKV_WEIGHT, P125_H_10_ATTN_QKV_BIAS, P126_H_10_ATTN_PROJ_WEIGHT, P127_H_10_ATTN_PROJ_BIAS,
-                            (float *)(A + F[95]), (float *)(A + F[96]), (float *)(A + F[97]), C2_T21));
+    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, h_10_ln_1_out, P124_H_10_ATTN_QKV_WEIGHT, P125_H_10_ATTN_QKV_BIAS, P126_H_10_ATTN_PROJ_WEIGHT, P127_H_10_ATTN_PROJ_BIAS,
+                            h_10_attn_qkv, h_10_attn_att, h_10_attn_ctx, h_10_attn_out));
     /* h.10.pop.res1: pop [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_add_fwd(c, r * 786432, C2_T21, C2_T19, C2_T22));
-    /* stash h.10.res2: [r, 1024, 768] stays in C2_T22 */
+    PG_TRY(pg_add_fwd(c, r * 786432, h_10_attn_out, h_9_pop_res2_out, h_10_pop_res1_out));
+    /* stash h.10.res2: [r, 1024, 768] stays in h_10_pop_res1_out */
     /* h.10.ln_2: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, C2_T22, P128_H_10_LN_2_WEIGHT, P129_H_10_LN_2_BIAS, C2_T23, (float *)(A + F[101]), (float *)(A + F[102])));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_10_pop_res1_out, P128_H_10_LN_2_WEIGHT, P129_H_10_LN_2_BIAS, h_10_ln_2_out, h_10_ln_2_mean, h_10_ln_2_rstd));
     /* h.10.fc: linear [r, 1024, 768] -> [r, 1024, 3072] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, C2_T23, P130_H_10_FC_WEIGHT, P131_H_10_FC_BIAS, C2_T24));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, h_10_ln_2_out, P130_H_10_FC_WEIGHT, P131_H_10_FC_BIAS, h_10_fc_out));
     /* h.10.gelu0: gelu [r, 1024, 3072] -> [r, 1024, 3072] */
-    PG_TRY(pg_gelu_fwd(c, r * 3145728, C2_T24, C2_T25));
+    PG_TRY(pg_gelu_fwd(c, r * 3145728, h_10_fc_out, h_10_gelu0_out));
     /* h.10.proj: linear [r, 1024, 3072] -> [r, 1024, 768] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, C2_T25, P132_H_10_PROJ_WEIGHT, P133_H_10_PROJ_BIAS, C2_T26));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, h_10_gelu0_out, P132_H_10_PROJ_WEIGHT, P133_H_10_PROJ_BIAS, h_10_proj_out));
     /* h.10.pop.res2: pop [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_add_fwd(c, r * 786432, C2_T26, C2_T22, C2_T27));
-    /* stash h.11.res1: [r, 1024, 768] stays in C2_T27 */
+    PG_TRY(pg_add_fwd(c, r * 786432, h_10_proj_out, h_10_pop_res1_out, h_10_pop_res2_out));
+    /* stash h.11.res1: [r, 1024, 768] stays in h_10_pop_res2_out */
     /* h.11.ln_1: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, C2_T27, P134_H_11_LN_1_WEIGHT, P135_H_11_LN_1_BIAS, C2_T28, (float *)(A + F[104]), (float *)(A + F[105])));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_10_pop_res2_out, P134_H_11_LN_1_WEIGHT, P135_H_11_LN_1_BIAS, h_11_ln_1_out, h_11_ln_1_mean, h_11_ln_1_rstd));
     /* h.11.attn: attention [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, C2_T28, P136_H_11_ATTN_QKV_WEIGHT, P137_H_11_ATTN_QKV_BIAS, P138_H_11_ATTN_PROJ_WEIGHT, P139_H_11_ATTN_PROJ_BIAS,
-                            (float *)(A + F[106]), (float *)(A + F[107]), (float *)(A + F[108]), C2_T29));
+    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, h_11_ln_1_out, P136_H_11_ATTN_QKV_WEIGHT, P137_H_11_ATTN_QKV_BIAS, P138_H_11_ATTN_PROJ_WEIGHT, P139_H_11_ATTN_PROJ_BIAS,
+                            h_11_attn_qkv, h_11_attn_att, h_11_attn_ctx, h_11_attn_out));
     /* h.11.pop.res1: pop [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_add_fwd(c, r * 786432, C2_T29, C2_T27, C2_T30));
-    /* stash h.11.res2: [r, 1024, 768] stays in C2_T30 */
+    PG_TRY(pg_add_fwd(c, r * 786432, h_11_attn_out, h_10_pop_res2_out, h_11_pop_res1_out));
+    /* stash h.11.res2: [r, 1024, 768] stays in h_11_pop_res1_out */
     /* h.11.ln_2: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, C2_T30, P140_H_11_LN_2_WEIGHT, P141_H_11_LN_2_BIAS, C2_T31, (float *)(A + F[112]), (float *)(A + F[113])));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_11_pop_res1_out, P140_H_11_LN_2_WEIGHT, P141_H_11_LN_2_BIAS, h_11_ln_2_out, h_11_ln_2_mean, h_11_ln_2_rstd));
     /* h.11.fc: linear [r, 1024, 768] -> [r, 1024, 3072] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, C2_T31, P142_H_11_FC_WEIGHT, P143_H_11_FC_BIAS, C2_T32));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, h_11_ln_2_out, P142_H_11_FC_WEIGHT, P143_H_11_FC_BIAS, h_11_fc_out));
     /* h.11.gelu0: gelu [r, 1024, 3072] -> [r, 1024, 3072] */
-    PG_TRY(pg_gelu_fwd(c, r * 3145728, C2_T32, C2_T33));
+    PG_TRY(pg_gelu_fwd(c, r * 3145728, h_11_fc_out, h_11_gelu0_out));
     /* h.11.proj: linear [r, 1024, 3072] -> [r, 1024, 768] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, C2_T33, P144_H_11_PROJ_WEIGHT, P145_H_11_PROJ_BIAS, C2_T34));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, h_11_gelu0_out, P144_H_11_PROJ_WEIGHT, P145_H_11_PROJ_BIAS, h_11_proj_out));
     /* h.11.pop.res2: pop [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_add_fwd(c, r * 786432, C2_T34, C2_T30, C2_T35));
+    PG_TRY(pg_add_fwd(c, r * 786432, h_11_proj_out, h_11_pop_res1_out, h_11_pop_res2_out));
     /* ln_f: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, C2_T35, P146_LN_F_WEIGHT, P147_LN_F_BIAS, C2_Y, (float *)(A + F[114]), (float *)(A + F[115])));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_11_pop_res2_out, P146_LN_F_WEIGHT, P147_LN_F_BIAS, c2_y, ln_f_mean, ln_f_rstd));
     return 0;
 }
 
 static int fwd_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
-    return fwd_body_c2(c, A, io, 1);
+    PG_TRY(fwd_body_c2(c, A, io, 1));
+    return 0;
 }
 
 static int bwd_b_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
     const int64_t r = io->rows;
-    (void)r;
-    const int64_t *F = frame_c2[2 * io->mb + 1];
+    const int64_t *const F = frame_c2[2 * io->mb + 1]; /* this micro-batch's frame buffers */
+    float *const c2_x = (float *)(A + 0 + (int64_t)io->slot * 25165824); /* chunk 2 input x: [r, 1024, 3072], received */
+    float *const c2_skip15_grad_out = (float *)(A + 113246208 + (int64_t)io->slot * 6291456); /* gradient of skip h.7.res2: [r, 1024, 768], sent back */
+    float *const c2_dy = (float *)(A + 138412032 + (int64_t)io->slot * 6291456); /* gradient dy of the chunk output: [r, 1024, 768], received */
+    float *const c2_dx = (float *)(A + 50331648 + (int64_t)io->slot * 25165824); /* gradient dx of the chunk input: [r, 1024, 3072], sent */
+    float *const d_h_7_gelu0_out = (float *)(A + F[1]); /* gradient of h.7.gelu0 out: [r, 1024, 3072] */
+    float *const d_h_7_proj_out = (float *)(A + F[3]); /* gradient of h.7.proj out: [r, 1024, 768] */
+    float *const h_7_pop_res2_out = (float *)(A + F[4]); /* h.7.pop.res2 out: [r, 1024, 768] */
+    float *const d_h_7_pop_res2_out = (float *)(A + F[5]); /* gradient of h.7.pop.res2 out: [r, 1024, 768] */
+    float *const d_h_8_ln_1_out = (float *)(A + F[7]); /* gradient of h.8.ln_1 out: [r, 1024, 768] */
+    float *const d_h_8_attn_out = (float *)(A + F[9]); /* gradient of h.8.attn out: [r, 1024, 768] */
+    float *const h_8_pop_res1_out = (float *)(A + F[10]); /* h.8.pop.res1 out: [r, 1024, 768] */
+    float *const d_h_8_pop_res1_out = (float *)(A + F[11]); /* gradient of h.8.pop.res1 out: [r, 1024, 768] */
+    float *const d_h_8_ln_2_out = (float *)(A + F[13]); /* gradient of h.8.ln_2 out: [r, 1024, 768] */
+    float *const h_8_fc_out = (float *)(A + F[14]); /* h.8.fc out: [r, 1024, 3072] */
+    float *const d_h_8_fc_out = (float *)(A + F[15]); /* gradient of h.8.fc out: [r, 1024, 3072] */
+    float *const d_h_8_gelu0_out = (float *)(A + F[17]); /* gradient of h.8.gelu0 out: [r, 1024, 3072] */
+    float *const d_h_8_proj_out = (float *)(A + F[19]); /* gradient of h.8.proj out: [r, 1024, 768] */
+    float *const h_8_pop_res2_out = (float *)(A + F[20]); /* h.8.pop.res2 out: [r, 1024, 768] */
+    float *const d_h_8_pop_res2_out = (float *)(A + F[21]); /* gradient of h.8.pop.res2 out: [r, 1024, 768] */
+    float *const d_h_9_ln_1_out = (float *)(A + F[23]); /* gradient of h.9.ln_1 out: [r, 1024, 768] */
+    float *const d_h_9_attn_out = (float *)(A + F[25]); /* gradient of h.9.attn out: [r, 1024, 768] */
+    float *const h_9_pop_res1_out = (float *)(A + F[26]); /* h.9.pop.res1 out: [r, 1024, 768] */
+    float *const d_h_9_pop_res1_out = (float *)(A + F[27]); /* gradient of h.9.pop.res1 out: [r, 1024, 768] */
+    float *const d_h_9_ln_2_out = (float *)(A + F[29]); /* gradient of h.9.ln_2 out: [r, 1024, 768] */
+    float *const h_9_fc_out = (float *)(A + F[30]); /* h.9.fc out: [r, 1024, 3072] */
+    float *const d_h_9_fc_out = (float *)(A + F[31]); /* gradient of h.9.fc out: [r, 1024, 3072] */
+    float *const d_h_9_gelu0_out = (float *)(A + F[33]); /* gradient of h.9.gelu0 out: [r, 1024, 3072] */
+    float *const d_h_9_proj_out = (float *)(A + F[35]); /* gradient of h.9.proj out: [r, 1024, 768] */
+    float *const h_9_pop_res2_out = (float *)(A + F[36]); /* h.9.pop.res2 out: [r, 1024, 768] */
+    float *const d_h_9_pop_res2_out = (float *)(A + F[37]); /* gradient of h.9.pop.res2 out: [r, 1024, 768] */
+    float *const d_h_10_ln_1_out = (float *)(A + F[39]); /* gradient of h.10.ln_1 out: [r, 1024, 768] */
+    float *const d_h_10_attn_out = (float *)(A + F[41]); /* gradient of h.10.attn out: [r, 1024, 768] */
+    float *const h_10_pop_res1_out = (float *)(A + F[42]); /* h.10.pop.res1 out: [r, 1024, 768] */
+    float *const d_h_10_pop_res1_out = (float *)(A + F[43]); /* gradient of h.10.pop.res1 out: [r, 1024, 768] */
+    float *const d_h_10_ln_2_out = (float *)(A + F[45]); /* gradient of h.10.ln_2 out: [r, 1024, 768] */
+    float *const h_10_fc_out = (float *)(A + F[46]); /* h.10.fc out: [r, 1024, 3072] */
+    float *const d_h_10_fc_out = (float *)(A + F[47]); /* gradient of h.10.fc out: [r, 1024, 3072] */
+    float *const d_h_10_gelu0_out = (float *)(A + F[49]); /* gradient of h.10.gelu0 out: [r, 1024, 3072] */
+    float *const d_h_10_proj_out = (float *)(A + F[51]); /* gradient of h.10.proj out: [r, 1024, 768] */
+    float *const h_10_pop_res2_out = (float *)(A + F[52]); /* h.10.pop.res2 out: [r, 1024, 768] */
+    float *const d_h_10_pop_res2_out = (float *)(A + F[53]); /* gradient of h.10.pop.res2 out: [r, 1024, 768] */
+    float *const d_h_11_ln_1_out = (float *)(A + F[55]); /* gradient of h.11.ln_1 out: [r, 1024, 768] */
+    float *const d_h_11_attn_out = (float *)(A + F[57]); /* gradient of h.11.attn out: [r, 1024, 768] */
+    float *const h_11_pop_res1_out = (float *)(A + F[58]); /* h.11.pop.res1 out: [r, 1024, 768] */
+    float *const d_h_11_pop_res1_out = (float *)(A + F[59]); /* gradient of h.11.pop.res1 out: [r, 1024, 768] */
+    float *const d_h_11_ln_2_out = (float *)(A + F[61]); /* gradient of h.11.ln_2 out: [r, 1024, 768] */
+    float *const h_11_fc_out = (float *)(A + F[62]); /* h.11.fc out: [r, 1024, 3072] */
+    float *const d_h_11_fc_out = (float *)(A + F[63]); /* gradient of h.11.fc out: [r, 1024, 3072] */
+    float *const d_h_11_gelu0_out = (float *)(A + F[65]); /* gradient of h.11.gelu0 out: [r, 1024, 3072] */
+    float *const d_h_11_proj_out = (float *)(A + F[67]); /* gradient of h.11.proj out: [r, 1024, 768] */
+    float *const h_11_pop_res2_out = (float *)(A + F[68]); /* h.11.pop.res2 out: [r, 1024, 768] */
+    float *const d_h_11_pop_res2_out = (float *)(A + F[69]); /* gradient of h.11.pop.res2 out: [r, 1024, 768] */
+    float *const d_skip_h_8_res1 = (float *)(A + F[70]); /* gradient of skip h.8.res1: [r, 1024, 768] */
+    float *const h_8_ln_1_mean = (float *)(A + F[71]); /* h.8.ln_1 mean: [n] */
+    float *const h_8_ln_1_rstd = (float *)(A + F[72]); /* h.8.ln_1 rstd: [n] */
+    float *const h_8_attn_qkv = (float *)(A + F[73]); /* h.8.attn qkv: [r, T, 3d] */
+    float *const h_8_attn_att = (float *)(A + F[74]); /* h.8.attn att: [r, h, T, T] */
+    float *const h_8_attn_ctx = (float *)(A + F[75]); /* h.8.attn ctx: [r, T, d] */
+    float *const h_8_attn_dctx = (float *)(A + F[76]); /* h.8.attn dctx: [r, T, d] */
+    float *const h_8_attn_dqkv = (float *)(A + F[77]); /* h.8.attn dqkv: [r, T, 3d] */
+    float *const d_skip_h_8_res2 = (float *)(A + F[78]); /* gradient of skip h.8.res2: [r, 1024, 768] */
+    float *const h_8_ln_2_mean = (float *)(A + F[79]); /* h.8.ln_2 mean: [n] */
+    float *const h_8_ln_2_rstd = (float *)(A + F[80]); /* h.8.ln_2 rstd: [n] */
+    float *const d_skip_h_9_res1 = (float *)(A + F[81]); /* gradient of skip h.9.res1: [r, 1024, 768] */
+    float *const h_9_ln_1_mean = (float *)(A + F[82]); /* h.9.ln_1 mean: [n] */
+    float *const h_9_ln_1_rstd = (float *)(A + F[83]); /* h.9.ln_1 rstd: [n] */
+    float *const h_9_attn_qkv = (float *)(A + F[84]); /* h.9.attn qkv: [r, T, 3d] */
+    float *const h_9_attn_att = (float *)(A + F[85]); /* h.9.attn att: [r, h, T, T] */
+    float *const h_9_attn_ctx = (float *)(A + F[86]); /* h.9.attn ctx: [r, T, d] */
+    float *const h_9_attn_dctx = (float *)(A + F[87]); /* h.9.attn dctx: [r, T, d] */
+    float *const h_9_attn_dqkv = (float *)(A + F[88]); /* h.9.attn dqkv: [r, T, 3d] */
+    float *const d_skip_h_9_res2 = (float *)(A + F[89]); /* gradient of skip h.9.res2: [r, 1024, 768] */
+    float *const h_9_ln_2_mean = (float *)(A + F[90]); /* h.9.ln_2 mean: [n] */
+    float *const h_9_ln_2_rstd = (float *)(A + F[91]); /* h.9.ln_2 rstd: [n] */
+    float *const d_skip_h_10_res1 = (float *)(A + F[92]); /* gradient of skip h.10.res1: [r, 1024, 768] */
+    float *const h_10_ln_1_mean = (float *)(A + F[93]); /* h.10.ln_1 mean: [n] */
+    float *const h_10_ln_1_rstd = (float *)(A + F[94]); /* h.10.ln_1 rstd: [n] */
+    float *const h_10_attn_qkv = (float *)(A + F[95]); /* h.10.attn qkv: [r, T, 3d] */
+    float *const h_10_attn_att = (float *)(A + F[96]); /* h.10.attn att: [r, h, T, T] */
+    float *const h_10_attn_ctx = (float *)(A + F[97]); /* h.10.attn ctx: [r, T, d] */
+    float *const h_10_attn_dctx = (float *)(A + F[98]); /* h.10.attn dctx: [r, T, d] */
+    float *const h_10_attn_dqkv = (float *)(A + F[99]); /* h.10.attn dqkv: [r, T, 3d] */
+    float *const d_skip_h_10_res2 = (float *)(A + F[100]); /* gradient of skip h.10.res2: [r, 1024, 768] */
+    float *const h_10_ln_2_mean = (float *)(A + F[101]); /* h.10.ln_2 mean: [n] */
+    float *const h_10_ln_2_rstd = (float *)(A + F[102]); /* h.10.ln_2 rstd: [n] */
+    float *const d_skip_h_11_res1 = (float *)(A + F[103]); /* gradient of skip h.11.res1: [r, 1024, 768] */
+    float *const h_11_ln_1_mean = (float *)(A + F[104]); /* h.11.ln_1 mean: [n] */
+    float *const h_11_ln_1_rstd = (float *)(A + F[105]); /* h.11.ln_1 rstd: [n] */
+    float *const h_11_attn_qkv = (float *)(A + F[106]); /* h.11.attn qkv: [r, T, 3d] */
+    float *const h_11_attn_att = (float *)(A + F[107]); /* h.11.attn att: [r, h, T, T] */
+    float *const h_11_attn_ctx = (float *)(A + F[108]); /* h.11.attn ctx: [r, T, d] */
+    float *const h_11_attn_dctx = (float *)(A + F[109]); /* h.11.attn dctx: [r, T, d] */
+    float *const h_11_attn_dqkv = (float *)(A + F[110]); /* h.11.attn dqkv: [r, T, 3d] */
+    float *const d_skip_h_11_res2 = (float *)(A + F[111]); /* gradient of skip h.11.res2: [r, 1024, 768] */
+    float *const h_11_ln_2_mean = (float *)(A + F[112]); /* h.11.ln_2 mean: [n] */
+    float *const h_11_ln_2_rstd = (float *)(A + F[113]); /* h.11.ln_2 rstd: [n] */
+    float *const ln_f_mean = (float *)(A + F[114]); /* ln_f mean: [n] */
+    float *const ln_f_rstd = (float *)(A + F[115]); /* ln_f rstd: [n] */
     if (io->recompute) /* checkpointed: rebuild the interior from the stage input */
         PG_TRY(fwd_body_c2(c, A, io, 0));
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, C2_T35, P146_LN_F_WEIGHT, (float *)(A + F[114]), (float *)(A + F[115]), C2_DY, C2_DT35)); /* ln_f */
-    PG_TRY(pg_copy(c, C2_DT34, C2_DT35, r * 786432)); /* h.11.pop.res2 */
-    PG_TRY(pg_copy(c, (float *)(A + F[111]), C2_DT35, r * 786432)); /* gradient of skip h.11.res2 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, C2_DT34, P144_H_11_PROJ_WEIGHT, C2_DT33)); /* h.11.proj */
-    PG_TRY(pg_gelu_bwd_in(c, r * 3145728, C2_T32, C2_DT33, C2_DT32)); /* h.11.gelu0 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, C2_DT32, P142_H_11_FC_WEIGHT, C2_DT31)); /* h.11.fc */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, C2_T30, P140_H_11_LN_2_WEIGHT, (float *)(A + F[112]), (float *)(A + F[113]), C2_DT31, C2_DT30)); /* h.11.ln_2 */
-    PG_TRY(pg_axpy_inplace(c, C2_DT30, (float *)(A + F[111]), r * 786432)); /* + gradient of skip h.11.res2 */
-    PG_TRY(pg_copy(c, C2_DT29, C2_DT30, r * 786432)); /* h.11.pop.res1 */
-    PG_TRY(pg_copy(c, (float *)(A + F[103]), C2_DT30, r * 786432)); /* gradient of skip h.11.res1 */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_11_pop_res2_out, P146_LN_F_WEIGHT, ln_f_mean, ln_f_rstd, c2_dy, d_h_11_pop_res2_out)); /* ln_f */
+    PG_TRY(pg_copy(c, d_h_11_proj_out, d_h_11_pop_res2_out, r * 786432)); /* h.11.pop.res2 */
+    PG_TRY(pg_copy(c, d_skip_h_11_res2, d_h_11_pop_res2_out, r * 786432)); /* gradient of skip h.11.res2 */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, d_h_11_proj_out, P144_H_11_PROJ_WEIGHT, d_h_11_gelu0_out)); /* h.11.proj */
+    PG_TRY(pg_gelu_bwd_in(c, r * 3145728, h_11_fc_out, d_h_11_gelu0_out, d_h_11_fc_out)); /* h.11.gelu0 */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, d_h_11_fc_out, P142_H_11_FC_WEIGHT, d_h_11_ln_2_out)); /* h.11.fc */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_11_pop_res1_out, P140_H_11_LN_2_WEIGHT, h_11_ln_2_mean, h_11_ln_2_rstd, d_h_11_ln_2_out, d_h_11_pop_res1_out)); /* h.11.ln_2 */
+    PG_TRY(pg_axpy_inplace(c, d_h_11_pop_res1_out, d_skip_h_11_res2, r * 786432)); /* + gradient of skip h.11.res2 */
+    PG_TRY(pg_copy(c, d_h_11_attn_out, d_h_11_pop_res1_out, r * 786432)); /* h.11.pop.res1 */
+    PG_TRY(pg_copy(c, d_skip_h_11_res1, d_h_11_pop_res1_out, r * 786432)); /* gradient of skip h.11.res1 */
     PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, P136_H_11_ATTN_QKV_WEIGHT, P138_H_11_ATTN_PROJ_WEIGHT,
-                               (float *)(A + F[106]), (float *)(A + F[107]), (float *)(A + F[108]), C2_DT29,
-                               (float *)(A + F[109]), (float *)(A + F[110]), C2_DT28)); /* h.11.attn */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, C2_T27, P134_H_11_LN_1_WEIGHT, (float *)(A + F[104]), (float *)(A + F[105]), C2_DT28, C2_DT27)); /* h.11.ln_1 */
-    PG_TRY(pg_axpy_inplace(c, C2_DT27, (float *)(A + F[103]), r * 786432)); /* + gradient of skip h.11.res1 */
-    PG_TRY(pg_copy(c, C2_DT26, C2_DT27, r * 786432)); /* h.10.pop.res2 */
-    PG_TRY(pg_copy(c, (float *)(A + F[100]), C2_DT27, r * 786432)); /* gradient of skip h.10.res2 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, C2_DT26, P132_H_10_PROJ_WEIGHT, C2_DT25)); /* h.10.proj */
-    PG_TRY(pg_gelu_bwd_in(c, r * 3145728, C2_T24, C2_DT25, C2_DT24)); /* h.10.gelu0 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, C2_DT24, P130_H_10_FC_WEIGHT, C2_DT23)); /* h.10.fc */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, C2_T22, P128_H_10_LN_2_WEIGHT, (float *)(A + F[101]), (float *)(A + F[102]), C2_DT23, C2_DT22)); /* h.10.ln_2 */
-    PG_TRY(pg_axpy_inplace(c, C2_DT22, (float *)(A + F[100]), r * 786432)); /* + gradient of skip h.10.res2 */
-    PG_TRY(pg_copy(c, C2_DT21, C2_DT22, r * 786432)); /* h.10.pop.res1 */
-    PG_TRY(pg_copy(c, (float *)(A + F[92]), C2_DT22, r * 786432)); /* gradient of skip h.10.res1 */
+                               h_11_attn_qkv, h_11_attn_att, h_11_attn_ctx, d_h_11_attn_out,
+                               h_11_attn_dctx, h_11_attn_dqkv, d_h_11_ln_1_out)); /* h.11.attn */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_10_pop_res2_out, P134_H_11_LN_1_WEIGHT, h_11_ln_1_mean, h_11_ln_1_rstd, d_h_11_ln_1_out, d_h_10_pop_res2_out)); /* h.11.ln_1 */
+    PG_TRY(pg_axpy_inplace(c, d_h_10_pop_res2_out, d_skip_h_11_res1, r * 786432)); /* + gradient of skip h.11.res1 */
+    PG_TRY(pg_copy(c, d_h_10_proj_out, d_h_10_pop_res2_out, r * 786432)); /* h.10.pop.res2 */
+    PG_TRY(pg_copy(c, d_skip_h_10_res2, d_h_10_pop_res2_out, r * 786432)); /* gradient of skip h.10.res2 */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, d_h_10_proj_out, P132_H_10_PROJ_WEIGHT, d_h_10_gelu0_out)); /* h.10.proj */
+    PG_TRY(pg_gelu_bwd_in(c, r * 3145728, h_10_fc_out, d_h_10_gelu0_out, d_h_10_fc_out)); /* h.10.gelu0 */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, d_h_10_fc_out, P130_H_10_FC_WEIGHT, d_h_10_ln_2_out)); /* h.10.fc */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_10_pop_res1_out, P128_H_10_LN_2_WEIGHT, h_10_ln_2_mean, h_10_ln_2_rstd, d_h_10_ln_2_out, d_h_10_pop_res1_out)); /* h.10.ln_2 */
+    PG_TRY(pg_axpy_inplace(c, d_h_10_pop_res1_out, d_skip_h_10_res2, r * 786432)); /* + gradient of skip h.10.res2 */
+    PG_TRY(pg_copy(c, d_h_10_attn_out, d_h_10_pop_res1_out, r * 786432)); /* h.10.pop.res1 */
+    PG_TRY(pg_copy(c, d_skip_h_10_res1, d_h_10_pop_res1_out, r * 786432)); /* gradient of skip h.10.res1 */
     PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, P124_H_10_ATTN_QKV_WEIGHT, P126_H_10_ATTN_PROJ_WEIGHT,
-                               (float *)(A + F[95]), (float *)(A + F[96]), (float *)(A + F[97]), C2_DT21,
-                               (float *)(A + F[98]), (float *)(A + F[99]), C2_DT20)); /* h.10.attn */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, C2_T19, P122_H_10_LN_1_WEIGHT, (float *)(A + F[93]), (float *)(A + F[94]), C2_DT20, C2_DT19)); /* h.10.ln_1 */
-    PG_TRY(pg_axpy_inplace(c, C2_DT19, (float *)(A + F[92]), r * 786432)); /* + gradient of skip h.10.res1 */
-    PG_TRY(pg_copy(c, C2_DT18, C2_DT19, r * 786432)); /* h.9.pop.res2 */
-    PG_TRY(pg_copy(c, (float *)(A + F[89]), C2_DT19, r * 786432)); /* gradient of skip h.9.res2 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, C2_DT18, P120_H_9_PROJ_WEIGHT, C2_DT17)); /* h.9.proj */
-    PG_TRY(pg_gelu_bwd_in(c, r * 3145728, C2_T16, C2_DT17, C2_DT16)); /* h.9.gelu0 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, C2_DT16, P118_H_9_FC_WEIGHT, C2_DT15)); /* h.9.fc */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, C2_T14, P116_H_9_LN_2_WEIGHT, (float *)(A + F[90]), (float *)(A + F[91]), C2_DT15, C2_DT14)); /* h.9.ln_2 */
-    PG_TRY(pg_axpy_inplace(c, C2_DT14, (float *)(A + F[89]), r * 786432)); /* + gradient of skip h.9.res2 */
-    PG_TRY(pg_copy(c, C2_DT13, C2_DT14, r * 786432)); /* h.9.pop.res1 */
-    PG_TRY(pg_copy(c, (float *)(A + F[81]), C2_DT14, r * 786432)); /* gradient of skip h.9.res1 */
+                               h_10_attn_qkv, h_10_attn_att, h_10_attn_ctx, d_h_10_attn_out,
+                               h_10_attn_dctx, h_10_attn_dqkv, d_h_10_ln_1_out)); /* h.10.attn */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_9_pop_res2_out, P122_H_10_LN_1_WEIGHT, h_10_ln_1_mean, h_10_ln_1_rstd, d_h_10_ln_1_out, d_h_9_pop_res2_out)); /* h.10.ln_1 */
+    PG_TRY(pg_axpy_inplace(c, d_h_9_pop_res2_out, d_skip_h_10_res1, r * 786432)); /* + gradient of skip h.10.res1 */
+    PG_TRY(pg_copy(c, d_h_9_proj_out, d_h_9_pop_res2_out, r * 786432)); /* h.9.pop.res2 */
+    PG_TRY(pg_copy(c, d_skip_h_9_res2, d_h_9_pop_res2_out, r * 786432)); /* gradient of skip h.9.res2 */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, d_h_9_proj_out, P120_H_9_PROJ_WEIGHT, d_h_9_gelu0_out)); /* h.9.proj */
+    PG_TRY(pg_gelu_bwd_in(c, r * 3145728, h_9_fc_out, d_h_9_gelu0_out, d_h_9_fc_out)); /* h.9.gelu0 */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, d_h_9_fc_out, P118_H_9_FC_WEIGHT, d_h_9_ln_2_out)); /* h.9.fc */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_9_pop_res1_out, P116_H_9_LN_2_WEIGHT, h_9_ln_2_mean, h_9_ln_2_rstd, d_h_9_ln_2_out, d_h_9_pop_res1_out)); /* h.9.ln_2 */
+    PG_TRY(pg_axpy_inplace(c, d_h_9_pop_res1_out, d_skip_h_9_res2, r * 786432)); /* + gradient of skip h.9.res2 */
+    PG_TRY(pg_copy(c, d_h_9_attn_out, d_h_9_pop_res1_out, r * 786432)); /* h.9.pop.res1 */
+    PG_TRY(pg_copy(c, d_skip_h_9_res1, d_h_9_pop_res1_out, r * 786432)); /* gradient of skip h.9.res1 */
     PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, P112_H_9_ATTN_QKV_WEIGHT, P114_H_9_ATTN_PROJ_WEIGHT,
-                               (float *)(A + F[84]), (float *)(A + F[85]), (float *)(A + F[86]), C2_DT13,
-                               (float *)(A + F[87]), (float *)(A + F[88]), C2_DT12)); /* h.9.attn */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, C2_T11, P110_H_9_LN_1_WEIGHT, (float *)(A + F[82]), (float *)(A + F[83]), C2_DT12, C2_DT11)); /* h.9.ln_1 */
-    PG_TRY(pg_axpy_inplace(c, C2_DT11, (float *)(A + F[81]), r * 786432)); /* + gradient of skip h.9.res1 */
-    PG_TRY(pg_copy(c, C2_DT10, C2_DT11, r * 786432)); /* h.8.pop.res2 */
-    PG_TRY(pg_copy(c, (float *)(A + F[78]), C2_DT11, r * 786432)); /* gradient of skip h.8.res2 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, C2_DT10, P108_H_8_PROJ_WEIGHT, C2_DT9)); /* h.8.proj */
-    PG_TRY(pg_gelu_bwd_in(c, r * 3145728, C2_T8, C2_DT9, C2_DT8)); /* h.8.gelu0 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, C2_DT8, P106_H_8_FC_WEIGHT, C2_DT7)); /* h.8.fc */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, C2_T6, P104_H_8_LN_2_WEIGHT, (float *)(A + F[79]), (float *)(A + F[80]), C2_DT7, C2_DT6)); /* h.8.ln_2 */
-    PG_TRY(pg_axpy_inplace(c, C2_DT6, (float *)(A + F[78]), r * 786432)); /* + gradient of skip h.8.res2 */
-    PG_TRY(pg_copy(c, C2_DT5, C2_DT6, r * 786432)); /* h.8.pop.res1 */
-    PG_TRY(pg_copy(c, (float *)(A + F[70]), C2_DT6, r * 786432)); /* gradient of skip h.8.res1 */
+                               h_9_attn_qkv, h_9_attn_att, h_9_attn_ctx, d_h_9_attn_out,
+                               h_9_attn_dctx, h_9_attn_dqkv, d_h_9_ln_1_out)); /* h.9.attn */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_8_pop_res2_out, P110_H_9_LN_1_WEIGHT, h_9_ln_1_mean, h_9_ln_1_rstd, d_h_9_ln_1_out, d_h_8_pop_res2_out)); /* h.9.ln_1 */
+    PG_TRY(pg_axpy_inplace(c, d_h_8_pop_res2_out, d_skip_h_9_res1, r * 786432)); /* + gradient of skip h.9.res1 */
+    PG_TRY(pg_copy(c, d_h_8_proj_out, d_h_8_pop_res2_out, r * 786432)); /* h.8.pop.res2 */
+    PG_TRY(pg_copy(c, d_skip_h_8_res2, d_h_8_pop_res2_out, r * 786432)); /* gradient of skip h.8.res2 */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, d_h_8_proj_out, P108_H_8_PROJ_WEIGHT, d_h_8_gelu0_out)); /* h.8.proj */
+    PG_TRY(pg_gelu_bwd_in(c, r * 3145728, h_8_fc_out, d_h_8_gelu0_out, d_h_8_fc_out)); /* h.8.gelu0 */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, d_h_8_fc_out, P106_H_8_FC_WEIGHT, d_h_8_ln_2_out)); /* h.8.fc */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_8_pop_res1_out, P104_H_8_LN_2_WEIGHT, h_8_ln_2_mean, h_8_ln_2_rstd, d_h_8_ln_2_out, d_h_8_pop_res1_out)); /* h.8.ln_2 */
+    PG_TRY(pg_axpy_inplace(c, d_h_8_pop_res1_out, d_skip_h_8_res2, r * 786432)); /* + gradient of skip h.8.res2 */
+    PG_TRY(pg_copy(c, d_h_8_attn_out, d_h_8_pop_res1_out, r * 786432)); /* h.8.pop.res1 */
+    PG_TRY(pg_copy(c, d_skip_h_8_res1, d_h_8_pop_res1_out, r * 786432)); /* gradient of skip h.8.res1 */
     PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, P100_H_8_ATTN_QKV_WEIGHT, P102_H_8_ATTN_PROJ_WEIGHT,
-                               (float *)(A + F[73]), (float *)(A + F[74]), (float *)(A + F[75]), C2_DT5,
-                               (float *)(A + F[76]), (float *)(A + F[77]), C2_DT4)); /* h.8.attn */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, C2_T3, P98_H_8_LN_1_WEIGHT, (float *)(A + F[71]), (float *)(A + F[72]), C2_DT4, C2_DT3)); /* h.8.ln_1 */
-    PG_TRY(pg_axpy_inplace(c, C2_DT3, (float *)(A + F[70]), r * 786432)); /* + gradient of skip h.8.res1 */
-    PG_TRY(pg_copy(c, C2_DT2, C2_DT3, r * 786432)); /* h.7.pop.res2 */
-    PG_TRY(pg_copy(c, C2_SKIP15_GRAD_OUT, C2_DT3, r * 786432)); /* gradient of skip h.7.res2 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, C2_DT2, P96_H_7_PROJ_WEIGHT, C2_DT1)); /* h.7.proj */
-    PG_TRY(pg_gelu_bwd_in(c, r * 3145728, C2_X, C2_DT1, C2_DX)); /* h.7.gelu0 */
+                               h_8_attn_qkv, h_8_attn_att, h_8_attn_ctx, d_h_8_attn_out,
+                               h_8_attn_dctx, h_8_attn_dqkv, d_h_8_ln_1_out)); /* h.8.attn */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_7_pop_res2_out, P98_H_8_LN_1_WEIGHT, h_8_ln_1_mean, h_8_ln_1_rstd, d_h_8_ln_1_out, d_h_7_pop_res2_out)); /* h.8.ln_1 */
+    PG_TRY(pg_axpy_inplace(c, d_h_7_pop_res2_out, d_skip_h_8_res1, r * 786432)); /* + gradient of skip h.8.res1 */
+    PG_TRY(pg_copy(c, d_h_7_proj_out, d_h_7_pop_res2_out, r * 786432)); /* h.7.pop.res2 */
+    PG_TRY(pg_copy(c, c2_skip15_grad_out, d_h_7_pop_res2_out, r * 786432)); /* gradient of skip h.7.res2 */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, d_h_7_proj_out, P96_H_7_PROJ_WEIGHT, d_h_7_gelu0_out)); /* h.7.proj */
+    PG_TRY(pg_gelu_bwd_in(c, r * 3145728, c2_x, d_h_7_gelu0_out, c2_dx)); /* h.7.gelu0 */
     return 0;
 }
 
 static int bwd_w_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
     const int64_t r = io->rows;
-    (void)r;
-    const int64_t *F = frame_c2[2 * io->mb + 1];
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, C2_T35, (float *)(A + F[114]), (float *)(A + F[115]), C2_DY, GP146_LN_F_WEIGHT, GP147_LN_F_BIAS)); /* ln_f */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, C2_T33, C2_DT34, GP144_H_11_PROJ_WEIGHT, GP145_H_11_PROJ_BIAS)); /* h.11.proj */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, C2_T31, C2_DT32, GP142_H_11_FC_WEIGHT, GP143_H_11_FC_BIAS)); /* h.11.fc */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, C2_T30, (float *)(A + F[112]), (float *)(A + F[113]), C2_DT31, GP140_H_11_LN_2_WEIGHT, GP141_H_11_LN_2_BIAS)); /* h.11.ln_2 */
-    PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, C2_T28, (float *)(A + F[108]), C2_DT29, (float *)(A + F[110]),
+    const int64_t *const F = frame_c2[2 * io->mb + 1]; /* this micro-batch's frame buffers */
+    float *const c2_dy = (float *)(A + 138412032 + (int64_t)io->slot * 6291456); /* gradient dy of the chunk output: [r, 1024, 768], received */
+    float *const h_7_gelu0_out = (float *)(A + F[0]); /* h.7.gelu0 out: [r, 1024, 3072] */
+    float *const d_h_7_proj_out = (float *)(A + F[3]); /* gradient of h.7.proj out: [r, 1024, 768] */
+    float *const h_7_pop_res2_out = (float *)(A + F[4]); /* h.7.pop.res2 out: [r, 1024, 768] */
+    float *const h_8_ln_1_out = (float *)(A + F[6]); /* h.8.ln_1 out: [r, 1024, 768] */
+    float *const d_h_8_ln_1_out = (float *)(A + F[7]); /* gradient of h.8.ln_1 out: [r, 1024, 768] */
+    float *const d_h_8_attn_out = (float *)(A + F[9]); /* gradient of h.8.attn out: [r, 1024, 768] */
+    float *const h_8_pop_res1_out = (float *)(A + F[10]); /* h.8.pop.res1 out: [r, 1024, 768] */
+    float *const h_8_ln_2_out = (float *)(A + F[12]); /* h.8.ln_2 out: [r, 1024, 768] */
+    float *const d_h_8_ln_2_out = (float *)(A + F[13]); /* gradient of h.8.ln_2 out: [r, 1024, 768] */
+    float *const d_h_8_fc_out = (float *)(A + F[15]); /* gradient of h.8.fc out: [r, 1024, 3072] */
+    float *const h_8_gelu0_out = (float *)(A + F[16]); /* h.8.gelu0 out: [r, 1024, 3072] */
+    float *const d_h_8_proj_out = (float *)(A + F[19]); /* gradient of h.8.proj out: [r, 1024, 768] */
+    float *const h_8_pop_res2_out = (float *)(A + F[20]); /* h.8.pop.res2 out: [r, 1024, 768] */
+    float *const h_9_ln_1_out = (float *)(A + F[22]); /* h.9.ln_1 out: [r, 1024, 768] */
+    float *const d_h_9_ln_1_out = (float *)(A + F[23]); /* gradient of h.9.ln_1 out: [r, 1024, 768] */
+    float *const d_h_9_attn_out = (float *)(A + F[25]); /* gradient of h.9.attn out: [r, 1024, 768] */
+    float *const h_9_pop_res1_out = (float *)(A + F[26]); /* h.9.pop.res1 out: [r, 1024, 768] */
+    float *const h_9_ln_2_out = (float *)(A + F[28]); /* h.9.ln_2 out: [r, 1024, 768] */
+    float *const d_h_9_ln_2_out = (float *)(A + F[29]); /* gradient of h.9.ln_2 out: [r, 1024, 768] */
+    float *const d_h_9_fc_out = (float *)(A + F[31]); /* gradient of h.9.fc out: [r, 1024, 3072] */
+    float *const h_9_gelu0_out = (float *)(A + F[32]); /* h.9.gelu0 out: [r, 1024, 3072] */
+    float *const d_h_9_proj_out = (float *)(A + F[35]); /* gradient of h.9.proj out: [r, 1024, 768] */
+    float *const h_9_pop_res2_out = (float *)(A + F[36]); /* h.9.pop.res2 out: [r, 1024, 768] */
+    float *const h_10_ln_1_out = (float *)(A + F[38]); /* h.10.ln_1 out: [r, 1024, 768] */
+    float *const d_h_10_ln_1_out = (float *)(A + F[39]); /* gradient of h.10.ln_1 out: [r, 1024, 768] */
+    float *const d_h_10_attn_out = (float *)(A + F[41]); /* gradient of h.10.attn out: [r, 1024, 768] */
+    float *const h_10_pop_res1_out = (float *)(A + F[42]); /* h.10.pop.res1 out: [r, 1024, 768] */
+    float *const h_10_ln_2_out = (float *)(A + F[44]); /* h.10.ln_2 out: [r, 1024, 768] */
+    float *const d_h_10_ln_2_out = (float *)(A + F[45]); /* gradient of h.10.ln_2 out: [r, 1024, 768] */
+    float *const d_h_10_fc_out = (float *)(A + F[47]); /* gradient of h.10.fc out: [r, 1024, 3072] */
+    float *const h_10_gelu0_out = (float *)(A + F[48]); /* h.10.gelu0 out: [r, 1024, 3072] */
+    float *const d_h_10_proj_out = (float *)(A + F[51]); /* gradient of h.10.proj out: [r, 1024, 768] */
+    float *const h_10_pop_res2_out = (float *)(A + F[52]); /* h.10.pop.res2 out: [r, 1024, 768] */
+    float *const h_11_ln_1_out = (float *)(A + F[54]); /* h.11.ln_1 out: [r, 1024, 768] */
+    float *const d_h_11_ln_1_out = (float *)(A + F[55]); /* gradient of h.11.ln_1 out: [r, 1024, 768] */
+    float *const d_h_11_attn_out = (float *)(A + F[57]); /* gradient of h.11.attn out: [r, 1024, 768] */
+    float *const h_11_pop_res1_out = (float *)(A + F[58]); /* h.11.pop.res1 out: [r, 1024, 768] */
+    float *const h_11_ln_2_out = (float *)(A + F[60]); /* h.11.ln_2 out: [r, 1024, 768] */
+    float *const d_h_11_ln_2_out = (float *)(A + F[61]); /* gradient of h.11.ln_2 out: [r, 1024, 768] */
+    float *const d_h_11_fc_out = (float *)(A + F[63]); /* gradient of h.11.fc out: [r, 1024, 3072] */
+    float *const h_11_gelu0_out = (float *)(A + F[64]); /* h.11.gelu0 out: [r, 1024, 3072] */
+    float *const d_h_11_proj_out = (float *)(A + F[67]); /* gradient of h.11.proj out: [r, 1024, 768] */
+    float *const h_11_pop_res2_out = (float *)(A + F[68]); /* h.11.pop.res2 out: [r, 1024, 768] */
+    float *const h_8_ln_1_mean = (float *)(A + F[71]); /* h.8.ln_1 mean: [n] */
+    float *const h_8_ln_1_rstd = (float *)(A + F[72]); /* h.8.ln_1 rstd: [n] */
+    float *const h_8_attn_ctx = (float *)(A + F[75]); /* h.8.attn ctx: [r, T, d] */
+    float *const h_8_attn_dqkv = (float *)(A + F[77]); /* h.8.attn dqkv: [r, T, 3d] */
+    float *const h_8_ln_2_mean = (float *)(A + F[79]); /* h.8.ln_2 mean: [n] */
+    float *const h_8_ln_2_rstd = (float *)(A + F[80]); /* h.8.ln_2 rstd: [n] */
+    float *const h_9_ln_1_mean = (float *)(A + F[82]); /* h.9.ln_1 mean: [n] */
+    float *const h_9_ln_1_rstd = (float *)(A + F[83]); /* h.9.ln_1 rstd: [n] */
+    float *const h_9_attn_ctx = (float *)(A + F[86]); /* h.9.attn ctx: [r, T, d] */
+    float *const h_9_attn_dqkv = (float *)(A + F[88]); /* h.9.attn dqkv: [r, T, 3d] */
+    float *const h_9_ln_2_mean = (float *)(A + F[90]); /* h.9.ln_2 mean: [n] */
+    float *const h_9_ln_2_rstd = (float *)(A + F[91]); /* h.9.ln_2 rstd: [n] */
+    float *const h_10_ln_1_mean = (float *)(A + F[93]); /* h.10.ln_1 mean: [n] */
+    float *const h_10_ln_1_rstd = (float *)(A + F[94]); /* h.10.ln_1 rstd: [n] */
+    float *const h_10_attn_ctx = (float *)(A + F[97]); /* h.10.attn ctx: [r, T, d] */
+    float *const h_10_attn_dqkv = (float *)(A + F[99]); /* h.10.attn dqkv: [r, T, 3d] */
+    float *const h_10_ln_2_mean = (float *)(A + F[101]); /* h.10.ln_2 mean: [n] */
+    float *const h_10_ln_2_rstd = (float *)(A + F[102]); /* h.10.ln_2 rstd: [n] */
+    float *const h_11_ln_1_mean = (float *)(A + F[104]); /* h.11.ln_1 mean: [n] */
+    float *const h_11_ln_1_rstd = (float *)(A + F[105]); /* h.11.ln_1 rstd: [n] */
+    float *const h_11_attn_ctx = (float *)(A + F[108]); /* h.11.attn ctx: [r, T, d] */
+    float *const h_11_attn_dqkv = (float *)(A + F[110]); /* h.11.attn dqkv: [r, T, 3d] */
+    float *const h_11_ln_2_mean = (float *)(A + F[112]); /* h.11.ln_2 mean: [n] */
+    float *const h_11_ln_2_rstd = (float *)(A + F[113]); /* h.11.ln_2 rstd: [n] */
+    float *const ln_f_mean = (float *)(A + F[114]); /* ln_f mean: [n] */
+    float *const ln_f_rstd = (float *)(A + F[115]); /* ln_f rstd: [n] */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_11_pop_res2_out, ln_f_mean, ln_f_rstd, c2_dy, GP146_LN_F_WEIGHT, GP147_LN_F_BIAS)); /* ln_f */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_11_gelu0_out, d_h_11_proj_out, GP144_H_11_PROJ_WEIGHT, GP145_H_11_PROJ_BIAS)); /* h.11.proj */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_11_ln_2_out, d_h_11_fc_out, GP142_H_11_FC_WEIGHT, GP143_H_11_FC_BIAS)); /* h.11.fc */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_11_pop_res1_out, h_11_ln_2_mean, h_11_ln_2_rstd, d_h_11_ln_2_out, GP140_H_11_LN_2_WEIGHT, GP141_H_11_LN_2_BIAS)); /* h.11.ln_2 */
+    PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, h_11_ln_1_out, h_11_attn_ctx, d_h_11_attn_out, h_11_attn_dqkv,
                               GP136_H_11_ATTN_QKV_WEIGHT, GP137_H_11_ATTN_QKV_BIAS, GP138_H_11_ATTN_PROJ_WEIGHT, GP139_H_11_ATTN_PROJ_BIAS)); /* h.11.attn */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, C2_T27, (float *)(A + F[104]), (float *)(A + F[105]), C2_DT28, GP134_H_11_LN_1_WEIGHT, GP135_H_11_LN_1_BIAS)); /* h.11.ln_1 */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, C2_T25, C2_DT26, GP132_H_10_PROJ_WEIGHT, GP133_H_10_PROJ_BIAS)); /* h.10.proj */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, C2_T23, C2_DT24, GP130_H_10_FC_WEIGHT, GP131_H_10_FC_BIAS)); /* h.10.fc */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, C2_T22, (float *)(A + F[101]), (float *)(A + F[102]), C2_DT23, GP128_H_10_LN_2_WEIGHT, GP129_H_10_LN_2_BIAS)); /* h.10.ln_2 */
-    PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, C2_T20, (float *)(A + F[97]), C2_DT21, (float *)(A + F[99]),
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_10_pop_res2_out, h_11_ln_1_mean, h_11_ln_1_rstd, d_h_11_ln_1_out, GP134_H_11_LN_1_WEIGHT, GP135_H_11_LN_1_BIAS)); /* h.11.ln_1 */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_10_gelu0_out, d_h_10_proj_out, GP132_H_10_PROJ_WEIGHT, GP133_H_10_PROJ_BIAS)); /* h.10.proj */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_10_ln_2_out, d_h_10_fc_out, GP130_H_10_FC_WEIGHT, GP131_H_10_FC_BIAS)); /* h.10.fc */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_10_pop_res1_out, h_10_ln_2_mean, h_10_ln_2_rstd, d_h_10_ln_2_out, GP128_H_10_LN_2_WEIGHT, GP129_H_10_LN_2_BIAS)); /* h.10.ln_2 */
+    PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, h_10_ln_1_out, h_10_attn_ctx, d_h_10_attn_out, h_10_attn_dqkv,
                               GP124_H_10_ATTN_QKV_WEIGHT, GP125_H_10_ATTN_QKV_BIAS, GP126_H_10_ATTN_PROJ_WEIGHT, GP127_H_10_ATTN_PROJ_BIAS)); /* h.10.attn */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, C2_T19, (float *)(A + F[93]), (float *)(A + F[94]), C2_DT20, GP122_H_10_LN_1_WEIGHT, GP123_H_10_LN_1_BIAS)); /* h.10.ln_1 */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, C2_T17, C2_DT18, GP120_H_9_PROJ_WEIGHT, GP121_H_9_PROJ_BIAS)); /* h.9.proj */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, C2_T15, C2_DT16, GP118_H_9_FC_WEIGHT, GP119_H_9_FC_BIAS)); /* h.9.fc */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, C2_T14, (float *)(A + F[90]), (float *)(A + F[91]), C2_DT15, GP116_H_9_LN_2_WEIGHT, GP117_H_9_LN_2_BIAS)); /* h.9.ln_2 */
-    PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, C2_T12, (float *)(A + F[86]), C2_DT13, (float *)(A + F[88]),
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_9_pop_res2_out, h_10_ln_1_mean, h_10_ln_1_rstd, d_h_10_ln_1_out, GP122_H_10_LN_1_WEIGHT, GP123_H_10_LN_1_BIAS)); /* h.10.ln_1 */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_9_gelu0_out, d_h_9_proj_out, GP120_H_9_PROJ_WEIGHT, GP121_H_9_PROJ_BIAS)); /* h.9.proj */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_9_ln_2_out, d_h_9_fc_out, GP118_H_9_FC_WEIGHT, GP119_H_9_FC_BIAS)); /* h.9.fc */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_9_pop_res1_out, h_9_ln_2_mean, h_9_ln_2_rstd, d_h_9_ln_2_out, GP116_H_9_LN_2_WEIGHT, GP117_H_9_LN_2_BIAS)); /* h.9.ln_2 */
+    PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, h_9_ln_1_out, h_9_attn_ctx, d_h_9_attn_out, h_9_attn_dqkv,
                               GP112_H_9_ATTN_QKV_WEIGHT, GP113_H_9_ATTN_QKV_BIAS, GP114_H_9_ATTN_PROJ_WEIGHT, GP115_H_9_ATTN_PROJ_BIAS)); /* h.9.attn */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, C2_T11, (float *)(A + F[82]), (float *)(A + F[83]), C2_DT12, GP110_H_9_LN_1_WEIGHT, GP111_H_9_LN_1_BIAS)); /* h.9.ln_1 */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, C2_T9, C2_DT10, GP108_H_8_PROJ_WEIGHT, GP109_H_8_PROJ_BIAS)); /* h.8.proj */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, C2_T7, C2_DT8, GP106_H_8_FC_WEIGHT, GP107_H_8_FC_BIAS)); /* h.8.fc */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, C2_T6, (float *)(A + F[79]), (float *)(A + F[80]), C2_DT7, GP104_H_8_LN_2_WEIGHT, GP105_H_8_LN_2_BIAS)); /* h.8.ln_2 */
-    PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, C2_T4, (float *)(A + F[75]), C2_DT5, (float *)(A + F[77]),
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_8_pop_res2_out, h_9_ln_1_mean, h_9_ln_1_rstd, d_h_9_ln_1_out, GP110_H_9_LN_1_WEIGHT, GP111_H_9_LN_1_BIAS)); /* h.9.ln_1 */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_8_gelu0_out, d_h_8_proj_out, GP108_H_8_PROJ_WEIGHT, GP109_H_8_PROJ_BIAS)); /* h.8.proj */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_8_ln_2_out, d_h_8_fc_out, GP106_H_8_FC_WEIGHT, GP107_H_8_FC_BIAS)); /* h.8.fc */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_8_pop_res1_out, h_8_ln_2_mean, h_8_ln_2_rstd, d_h_8_ln_2_out, GP104_H_8_LN_2_WEIGHT, GP105_H_8_LN_2_BIAS)); /* h.8.ln_2 */
+    PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, h_8_ln_1_out, h_8_attn_ctx, d_h_8_attn_out, h_8_attn_dqkv,
                               GP100_H_8_ATTN_QKV_WEIGHT, GP101_H_8_ATTN_QKV_BIAS, GP102_H_8_ATTN_PROJ_WEIGHT, GP103_H_8_ATTN_PROJ_BIAS)); /* h.8.attn */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, C2_T3, (float *)(A + F[71]), (float *)(A + F[72]), C2_DT4, GP98_H_8_LN_1_WEIGHT, GP99_H_8_LN_1_BIAS)); /* h.8.ln_1 */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, C2_T1, C2_DT2, GP96_H_7_PROJ_WEIGHT, GP97_H_7_PROJ_BIAS)); /* h.7.proj */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_7_pop_res2_out, h_8_ln_1_mean, h_8_ln_1_rstd, d_h_8_ln_1_out, GP98_H_8_LN_1_WEIGHT, GP99_H_8_LN_1_BIAS)); /* h.8.ln_1 */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_7_gelu0_out, d_h_7_proj_out, GP96_H_7_PROJ_WEIGHT, GP97_H_7_PROJ_BIAS)); /* h.7.proj */
     return 0;
 }
-
-#undef C2_X
-#undef C2_SKIP15_IN
-#undef C2_SKIP15_GRAD_OUT
-#undef C2_Y
-#undef C2_DY
-#undef C2_DX
-#undef C2_T1
-#undef C2_DT1
-#undef C2_T2
-#undef C2_DT2
-#undef C2_T3
-#undef C2_DT3
-#undef C2_T4
-#undef C2_DT4
-#undef C2_T5
-#undef C2_DT5
-#undef C2_T6
-#undef C2_DT6
-#undef C2_T7
-#undef C2_DT7
-#undef C2_T8
-#undef C2_DT8
-#undef C2_T9
-#undef C2_DT9
-#undef C2_T10
-#undef C2_DT10
-#undef C2_T11
-#undef C2_DT11
-#undef C2_T12
-#undef C2_DT12
-#undef C2_T13
-#undef C2_DT13
-#undef C2_T14
-#undef C2_DT14
-#undef C2_T15
-#undef C2_DT15
-#undef C2_T16
-#undef C2_DT16
-#undef C2_T17
-#undef C2_DT17
-#undef C2_T18
-#undef C2_DT18
-#undef C2_T19
-#undef C2_DT19
-#undef C2_T20
-#undef C2_DT20
-#undef C2_T21
-#undef C2_DT21
-#undef C2_T22
-#undef C2_DT22
-#undef C2_T23
-#undef C2_DT23
-#undef C2_T24
-#undef C2_DT24
-#undef C2_T25
-#undef C2_DT25
-#undef C2_T26
-#undef C2_DT26
-#undef C2_T27
-#undef C2_DT27
-#undef C2_T28
-#undef C2_DT28
-#undef C2_T29
-#undef C2_DT29
-#undef C2_T30
-#undef C2_DT30
-#undef C2_T31
-#undef C2_DT31
-#undef C2_T32
-#undef C2_DT32
-#undef C2_T33
-#undef C2_DT33
-#undef C2_T34
-#undef C2_DT34
-#undef C2_T35
-#undef C2_DT35
 
 /* ---- tables ---- */
 

@@ -13,48 +13,40 @@
 #define GP0_WTE ((float *)(A + 977800192)) /* gradient of wte: f32[50257, 768] */
 /* this micro-batch's rows of the batch target next i32[1024] */
 #define TARGET_ROWS (A + 1530746368 + io->first_row * 4096)
-/* dropout masks depend on (seed, step, layer, sample, element) only */
-#define DROPOUT_SEED(io, layer) ((io)->seed ^ (UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)((io)->step * 4096 + (layer) + 1)))
-
 /* ---- chunk 3: layers lm_head .. lm_head ---- */
-
-#define C3_X ((float *)(A + 1518163456 + (int64_t)io->slot * 6291456)) /* chunk 3 input x: [r, 1024, 768], received */
-#define C3_Y ((float *)(A + 0 + (int64_t)io->slot * 411705344)) /* chunk 3 output y: [r, 1024, 50257], the model output */
-#define C3_DY ((float *)(A + 411705344 + (int64_t)io->slot * 411705344)) /* gradient dy of the chunk output: [r, 1024, 50257], from the loss */
-#define C3_DX ((float *)(A + 1524454912 + (int64_t)io->slot * 6291456)) /* gradient dx of the chunk input: [r, 1024, 768], sent */
 
 static int fwd_c3(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
     const int64_t r = io->rows;
+    float *const c3_x = (float *)(A + 1518163456 + (int64_t)io->slot * 6291456); /* chunk 3 input x: [r, 1024, 768], received */
+    float *const c3_y = (float *)(A + 0 + (int64_t)io->slot * 411705344); /* chunk 3 output y: [r, 1024, 50257], the model output */
+    float *const c3_dy = (float *)(A + 411705344 + (int64_t)io->slot * 411705344); /* gradient dy of the chunk output: [r, 1024, 50257], from the loss */
     /* lm_head: logits [r, 1024, 768] -> [r, 1024, 50257] */
-    PG_TRY(pg_logits_fwd(c, r * 1024, 768, 50257, C3_X, P0_WTE, C3_Y));
+    PG_TRY(pg_logits_fwd(c, r * 1024, 768, 50257, c3_x, P0_WTE, c3_y));
     /* loss: cross_entropy, partial over this micro-batch, divided by batch * positions */
-    PG_TRY(pg_cross_entropy_fwd_bwd(c, r * 1024, 50257, C3_Y, (const int32_t *)TARGET_ROWS, 8192.0, &io->loss, C3_DY));
+    PG_TRY(pg_cross_entropy_fwd_bwd(c, r * 1024, 50257, c3_y, (const int32_t *)TARGET_ROWS, 8192.0, &io->loss, c3_dy));
     return 0;
 }
 
 static int bwd_b_c3(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
     const int64_t r = io->rows;
-    (void)r;
+    float *const c3_dy = (float *)(A + 411705344 + (int64_t)io->slot * 411705344); /* gradient dy of the chunk output: [r, 1024, 50257], from the loss */
+    float *const c3_dx = (float *)(A + 1524454912 + (int64_t)io->slot * 6291456); /* gradient dx of the chunk input: [r, 1024, 768], sent */
     if (io->recompute) /* checkpointed: rebuild the interior from the stage input */
         PG_TRY(fwd_c3(c, A, io));
-    PG_TRY(pg_logits_bwd_in(c, r * 1024, 768, 50257, C3_DY, P0_WTE, C3_DX)); /* lm_head */
+    PG_TRY(pg_logits_bwd_in(c, r * 1024, 768, 50257, c3_dy, P0_WTE, c3_dx)); /* lm_head */
     return 0;
 }
 
 static int bwd_w_c3(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
     const int64_t r = io->rows;
-    (void)r;
-    PG_TRY(pg_logits_bwd_w(c, r * 1024, 768, 50257, C3_X, C3_DY, GP0_WTE)); /* lm_head */
+    float *const c3_x = (float *)(A + 1518163456 + (int64_t)io->slot * 6291456); /* chunk 3 input x: [r, 1024, 768], received */
+    float *const c3_dy = (float *)(A + 411705344 + (int64_t)io->slot * 411705344); /* gradient dy of the chunk output: [r, 1024, 50257], from the loss */
+    PG_TRY(pg_logits_bwd_w(c, r * 1024, 768, 50257, c3_x, c3_dy, GP0_WTE)); /* lm_head */
     return 0;
 }
-
-#undef C3_X
-#undef C3_Y
-#undef C3_DY
-#undef C3_DX
 
 /* ---- tables ---- */
 

@@ -39,31 +39,7 @@
 #define GP13_H0_PROJ_BIAS ((float *)(A + 4882944)) /* gradient of h0.proj.bias: f32[128] */
 /* this micro-batch's rows of the batch input tokens i32[64] */
 #define INPUT_ROWS ((float *)(A + 4849664 + io->first_row * 256))
-/* dropout masks depend on (seed, step, layer, sample, element) only */
-#define DROPOUT_SEED(io, layer) ((io)->seed ^ (UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)((io)->step * 4096 + (layer) + 1)))
-
 /* ---- chunk 0: layers tok .. h0.pop.res2 ---- */
-
-#define C0_Y ((float *)(A + 0 + (int64_t)io->slot * 131072)) /* chunk 0 output y: [r, 64, 128], sent */
-#define C0_DY ((float *)(A + 524288 + (int64_t)io->slot * 131072)) /* gradient dy of the chunk output: [r, 64, 128], received */
-#define C0_T1 ((float *)(A + F[0])) /* tok out: [r, 64, 128] */
-#define C0_DT1 ((float *)(A + F[1])) /* gradient of tok out: [r, 64, 128] */
-#define C0_T2 ((float *)(A + F[2])) /* pos out: [r, 64, 128] */
-#define C0_DT2 ((float *)(A + F[3])) /* gradient of pos out: [r, 64, 128] */
-#define C0_T3 ((float *)(A + F[4])) /* h0.ln1 out: [r, 64, 128] */
-#define C0_DT3 ((float *)(A + F[5])) /* gradient of h0.ln1 out: [r, 64, 128] */
-#define C0_T4 ((float *)(A + F[6])) /* h0.attn out: [r, 64, 128] */
-#define C0_DT4 ((float *)(A + F[7])) /* gradient of h0.attn out: [r, 64, 128] */
-#define C0_T5 ((float *)(A + F[8])) /* h0.pop.res1 out: [r, 64, 128] */
-#define C0_DT5 ((float *)(A + F[9])) /* gradient of h0.pop.res1 out: [r, 64, 128] */
-#define C0_T6 ((float *)(A + F[10])) /* h0.ln2 out: [r, 64, 128] */
-#define C0_DT6 ((float *)(A + F[11])) /* gradient of h0.ln2 out: [r, 64, 128] */
-#define C0_T7 ((float *)(A + F[12])) /* h0.fc out: [r, 64, 512] */
-#define C0_DT7 ((float *)(A + F[13])) /* gradient of h0.fc out: [r, 64, 512] */
-#define C0_T8 ((float *)(A + F[14])) /* h0.gelu0 out: [r, 64, 512] */
-#define C0_DT8 ((float *)(A + F[15])) /* gradient of h0.gelu0 out: [r, 64, 512] */
-#define C0_T9 ((float *)(A + F[16])) /* h0.proj out: [r, 64, 128] */
-#define C0_DT9 ((float *)(A + F[17])) /* gradient of h0.proj out: [r, 64, 128] */
 
 /* Arena offsets of this chunk's frame buffers (listed in gpt_char.h): row 2 * mb is micro-batch mb's
  * forward, row 2 * mb + 1 its backward (the recompute of a checkpointed one, BWD_B, BWD_W);
@@ -91,99 +67,138 @@ static const int64_t frame_c0[16][29] = {
 static int fwd_body_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
 {
     const int64_t r = io->rows;
-    const int64_t *F = frame_c0[2 * io->mb + !first];
+    const int64_t *const F = frame_c0[2 * io->mb + !first]; /* this micro-batch's frame buffers */
+    const int32_t *const tokens = (const int32_t *)INPUT_ROWS; /* i32[64] per row */
+    float *const c0_y = (float *)(A + 0 + (int64_t)io->slot * 131072); /* chunk 0 output y: [r, 64, 128], sent */
+    float *const tok_out = (float *)(A + F[0]); /* tok out: [r, 64, 128] */
+    float *const pos_out = (float *)(A + F[2]); /* pos out: [r, 64, 128] */
+    float *const h0_ln1_out = (float *)(A + F[4]); /* h0.ln1 out: [r, 64, 128] */
+    float *const h0_attn_out = (float *)(A + F[6]); /* h0.attn out: [r, 64, 128] */
+    float *const h0_pop_res1_out = (float *)(A + F[8]); /* h0.pop.res1 out: [r, 64, 128] */
+    float *const h0_ln2_out = (float *)(A + F[10]); /* h0.ln2 out: [r, 64, 128] */
+    float *const h0_fc_out = (float *)(A + F[12]); /* h0.fc out: [r, 64, 512] */
+    float *const h0_gelu0_out = (float *)(A + F[14]); /* h0.gelu0 out: [r, 64, 512] */
+    float *const h0_proj_out = (float *)(A + F[16]); /* h0.proj out: [r, 64, 128] */
+    float *const h0_ln1_mean = (float *)(A + F[19]); /* h0.ln1 mean: [n] */
+    float *const h0_ln1_rstd = (float *)(A + F[20]); /* h0.ln1 rstd: [n] */
+    float *const h0_attn_qkv = (float *)(A + F[21]); /* h0.attn qkv: [r, T, 3d] */
+    float *const h0_attn_att = (float *)(A + F[22]); /* h0.attn att: [r, h, T, T] */
+    float *const h0_attn_ctx = (float *)(A + F[23]); /* h0.attn ctx: [r, T, d] */
+    float *const h0_ln2_mean = (float *)(A + F[27]); /* h0.ln2 mean: [n] */
+    float *const h0_ln2_rstd = (float *)(A + F[28]); /* h0.ln2 rstd: [n] */
     /* tok: embed [r, 64] -> [r, 64, 128] */
-    PG_TRY(pg_embed_fwd(c, r * 64, 256, 128, (const int32_t *)INPUT_ROWS, P0_WTE, C0_T1));
+    PG_TRY(pg_embed_fwd(c, r * 64, 256, 128, (const int32_t *)tokens, P0_WTE, tok_out));
     /* pos: pos_embed [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_pos_embed_fwd(c, r, 64, 128, C0_T1, P1_POS_WEIGHT, C0_T2));
-    /* stash h0.res1: [r, 64, 128] stays in C0_T2 */
+    PG_TRY(pg_pos_embed_fwd(c, r, 64, 128, tok_out, P1_POS_WEIGHT, pos_out));
+    /* stash h0.res1: [r, 64, 128] stays in pos_out */
     /* h0.ln1: layernorm [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_layernorm_fwd(c, r * 64, 128, 1e-05f, C0_T2, P2_H0_LN1_WEIGHT, P3_H0_LN1_BIAS, C0_T3, (float *)(A + F[19]), (float *)(A + F[20])));
+    PG_TRY(pg_layernorm_fwd(c, r * 64, 128, 1e-05f, pos_out, P2_H0_LN1_WEIGHT, P3_H0_LN1_BIAS, h0_ln1_out, h0_ln1_mean, h0_ln1_rstd));
     /* h0.attn: attention [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_attention_fwd(c, r, 64, 128, 4, 1, C0_T3, P4_H0_ATTN_QKV_WEIGHT, P5_H0_ATTN_QKV_BIAS, P6_H0_ATTN_PROJ_WEIGHT, P7_H0_ATTN_PROJ_BIAS,
-                            (float *)(A + F[21]), (float *)(A + F[22]), (float *)(A + F[23]), C0_T4));
+    PG_TRY(pg_attention_fwd(c, r, 64, 128, 4, 1, h0_ln1_out, P4_H0_ATTN_QKV_WEIGHT, P5_H0_ATTN_QKV_BIAS, P6_H0_ATTN_PROJ_WEIGHT, P7_H0_ATTN_PROJ_BIAS,
+                            h0_attn_qkv, h0_attn_att, h0_attn_ctx, h0_attn_out));
     /* h0.pop.res1: pop [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_add_fwd(c, r * 8192, C0_T4, C0_T2, C0_T5));
-    /* stash h0.res2: [r, 64, 128] stays in C0_T5 */
+    PG_TRY(pg_add_fwd(c, r * 8192, h0_attn_out, pos_out, h0_pop_res1_out));
+    /* stash h0.res2: [r, 64, 128] stays in h0_pop_res1_out */
     /* h0.ln2: layernorm [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_layernorm_fwd(c, r * 64, 128, 1e-05f, C0_T5, P8_H0_LN2_WEIGHT, P9_H0_LN2_BIAS, C0_T6, (float *)(A + F[27]), (float *)(A + F[28])));
+    PG_TRY(pg_layernorm_fwd(c, r * 64, 128, 1e-05f, h0_pop_res1_out, P8_H0_LN2_WEIGHT, P9_H0_LN2_BIAS, h0_ln2_out, h0_ln2_mean, h0_ln2_rstd));
     /* h0.fc: linear [r, 64, 128] -> [r, 64, 512] */
-    PG_TRY(pg_linear_fwd(c, r * 64, 128, 512, C0_T6, P10_H0_FC_WEIGHT, P11_H0_FC_BIAS, C0_T7));
+    PG_TRY(pg_linear_fwd(c, r * 64, 128, 512, h0_ln2_out, P10_H0_FC_WEIGHT, P11_H0_FC_BIAS, h0_fc_out));
     /* h0.gelu0: gelu [r, 64, 512] -> [r, 64, 512] */
-    PG_TRY(pg_gelu_fwd(c, r * 32768, C0_T7, C0_T8));
+    PG_TRY(pg_gelu_fwd(c, r * 32768, h0_fc_out, h0_gelu0_out));
     /* h0.proj: linear [r, 64, 512] -> [r, 64, 128] */
-    PG_TRY(pg_linear_fwd(c, r * 64, 512, 128, C0_T8, P12_H0_PROJ_WEIGHT, P13_H0_PROJ_BIAS, C0_T9));
+    PG_TRY(pg_linear_fwd(c, r * 64, 512, 128, h0_gelu0_out, P12_H0_PROJ_WEIGHT, P13_H0_PROJ_BIAS, h0_proj_out));
     /* h0.pop.res2: pop [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_add_fwd(c, r * 8192, C0_T9, C0_T5, C0_Y));
+    PG_TRY(pg_add_fwd(c, r * 8192, h0_proj_out, h0_pop_res1_out, c0_y));
     return 0;
 }
 
 static int fwd_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
-    return fwd_body_c0(c, A, io, 1);
+    PG_TRY(fwd_body_c0(c, A, io, 1));
+    return 0;
 }
 
 static int bwd_b_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
     const int64_t r = io->rows;
-    (void)r;
-    const int64_t *F = frame_c0[2 * io->mb + 1];
+    const int64_t *const F = frame_c0[2 * io->mb + 1]; /* this micro-batch's frame buffers */
+    float *const c0_dy = (float *)(A + 524288 + (int64_t)io->slot * 131072); /* gradient dy of the chunk output: [r, 64, 128], received */
+    float *const d_tok_out = (float *)(A + F[1]); /* gradient of tok out: [r, 64, 128] */
+    float *const pos_out = (float *)(A + F[2]); /* pos out: [r, 64, 128] */
+    float *const d_pos_out = (float *)(A + F[3]); /* gradient of pos out: [r, 64, 128] */
+    float *const d_h0_ln1_out = (float *)(A + F[5]); /* gradient of h0.ln1 out: [r, 64, 128] */
+    float *const d_h0_attn_out = (float *)(A + F[7]); /* gradient of h0.attn out: [r, 64, 128] */
+    float *const h0_pop_res1_out = (float *)(A + F[8]); /* h0.pop.res1 out: [r, 64, 128] */
+    float *const d_h0_pop_res1_out = (float *)(A + F[9]); /* gradient of h0.pop.res1 out: [r, 64, 128] */
+    float *const d_h0_ln2_out = (float *)(A + F[11]); /* gradient of h0.ln2 out: [r, 64, 128] */
+    float *const h0_fc_out = (float *)(A + F[12]); /* h0.fc out: [r, 64, 512] */
+    float *const d_h0_fc_out = (float *)(A + F[13]); /* gradient of h0.fc out: [r, 64, 512] */
+    float *const d_h0_gelu0_out = (float *)(A + F[15]); /* gradient of h0.gelu0 out: [r, 64, 512] */
+    float *const d_h0_proj_out = (float *)(A + F[17]); /* gradient of h0.proj out: [r, 64, 128] */
+    float *const d_skip_h0_res1 = (float *)(A + F[18]); /* gradient of skip h0.res1: [r, 64, 128] */
+    float *const h0_ln1_mean = (float *)(A + F[19]); /* h0.ln1 mean: [n] */
+    float *const h0_ln1_rstd = (float *)(A + F[20]); /* h0.ln1 rstd: [n] */
+    float *const h0_attn_qkv = (float *)(A + F[21]); /* h0.attn qkv: [r, T, 3d] */
+    float *const h0_attn_att = (float *)(A + F[22]); /* h0.attn att: [r, h, T, T] */
+    float *const h0_attn_ctx = (float *)(A + F[23]); /* h0.attn ctx: [r, T, d] */
+    float *const h0_attn_dctx = (float *)(A + F[24]); /* h0.attn dctx: [r, T, d] */
+    float *const h0_attn_dqkv = (float *)(A + F[25]); /* h0.attn dqkv: [r, T, 3d] */
+    float *const d_skip_h0_res2 = (float *)(A + F[26]); /* gradient of skip h0.res2: [r, 64, 128] */
+    float *const h0_ln2_mean = (float *)(A + F[27]); /* h0.ln2 mean: [n] */
+    float *const h0_ln2_rstd = (float *)(A + F[28]); /* h0.ln2 rstd: [n] */
     if (io->recompute) /* checkpointed: rebuild the interior from the stage input */
         PG_TRY(fwd_body_c0(c, A, io, 0));
-    PG_TRY(pg_copy(c, C0_DT9, C0_DY, r * 8192)); /* h0.pop.res2 */
-    PG_TRY(pg_copy(c, (float *)(A + F[26]), C0_DY, r * 8192)); /* gradient of skip h0.res2 */
-    PG_TRY(pg_linear_bwd_in(c, r * 64, 512, 128, C0_DT9, P12_H0_PROJ_WEIGHT, C0_DT8)); /* h0.proj */
-    PG_TRY(pg_gelu_bwd_in(c, r * 32768, C0_T7, C0_DT8, C0_DT7)); /* h0.gelu0 */
-    PG_TRY(pg_linear_bwd_in(c, r * 64, 128, 512, C0_DT7, P10_H0_FC_WEIGHT, C0_DT6)); /* h0.fc */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, C0_T5, P8_H0_LN2_WEIGHT, (float *)(A + F[27]), (float *)(A + F[28]), C0_DT6, C0_DT5)); /* h0.ln2 */
-    PG_TRY(pg_axpy_inplace(c, C0_DT5, (float *)(A + F[26]), r * 8192)); /* + gradient of skip h0.res2 */
-    PG_TRY(pg_copy(c, C0_DT4, C0_DT5, r * 8192)); /* h0.pop.res1 */
-    PG_TRY(pg_copy(c, (float *)(A + F[18]), C0_DT5, r * 8192)); /* gradient of skip h0.res1 */
+    PG_TRY(pg_copy(c, d_h0_proj_out, c0_dy, r * 8192)); /* h0.pop.res2 */
+    PG_TRY(pg_copy(c, d_skip_h0_res2, c0_dy, r * 8192)); /* gradient of skip h0.res2 */
+    PG_TRY(pg_linear_bwd_in(c, r * 64, 512, 128, d_h0_proj_out, P12_H0_PROJ_WEIGHT, d_h0_gelu0_out)); /* h0.proj */
+    PG_TRY(pg_gelu_bwd_in(c, r * 32768, h0_fc_out, d_h0_gelu0_out, d_h0_fc_out)); /* h0.gelu0 */
+    PG_TRY(pg_linear_bwd_in(c, r * 64, 128, 512, d_h0_fc_out, P10_H0_FC_WEIGHT, d_h0_ln2_out)); /* h0.fc */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, h0_pop_res1_out, P8_H0_LN2_WEIGHT, h0_ln2_mean, h0_ln2_rstd, d_h0_ln2_out, d_h0_pop_res1_out)); /* h0.ln2 */
+    PG_TRY(pg_axpy_inplace(c, d_h0_pop_res1_out, d_skip_h0_res2, r * 8192)); /* + gradient of skip h0.res2 */
+    PG_TRY(pg_copy(c, d_h0_attn_out, d_h0_pop_res1_out, r * 8192)); /* h0.pop.res1 */
+    PG_TRY(pg_copy(c, d_skip_h0_res1, d_h0_pop_res1_out, r * 8192)); /* gradient of skip h0.res1 */
     PG_TRY(pg_attention_bwd_in(c, r, 64, 128, 4, 1, P4_H0_ATTN_QKV_WEIGHT, P6_H0_ATTN_PROJ_WEIGHT,
-                               (float *)(A + F[21]), (float *)(A + F[22]), (float *)(A + F[23]), C0_DT4,
-                               (float *)(A + F[24]), (float *)(A + F[25]), C0_DT3)); /* h0.attn */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, C0_T2, P2_H0_LN1_WEIGHT, (float *)(A + F[19]), (float *)(A + F[20]), C0_DT3, C0_DT2)); /* h0.ln1 */
-    PG_TRY(pg_axpy_inplace(c, C0_DT2, (float *)(A + F[18]), r * 8192)); /* + gradient of skip h0.res1 */
-    PG_TRY(pg_copy(c, C0_DT1, C0_DT2, r * 8192)); /* pos */
+                               h0_attn_qkv, h0_attn_att, h0_attn_ctx, d_h0_attn_out,
+                               h0_attn_dctx, h0_attn_dqkv, d_h0_ln1_out)); /* h0.attn */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, pos_out, P2_H0_LN1_WEIGHT, h0_ln1_mean, h0_ln1_rstd, d_h0_ln1_out, d_pos_out)); /* h0.ln1 */
+    PG_TRY(pg_axpy_inplace(c, d_pos_out, d_skip_h0_res1, r * 8192)); /* + gradient of skip h0.res1 */
+    PG_TRY(pg_copy(c, d_tok_out, d_pos_out, r * 8192)); /* pos */
     return 0;
 }
 
 static int bwd_w_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
     const int64_t r = io->rows;
-    (void)r;
-    const int64_t *F = frame_c0[2 * io->mb + 1];
-    PG_TRY(pg_linear_bwd_w(c, r * 64, 512, 128, C0_T8, C0_DT9, GP12_H0_PROJ_WEIGHT, GP13_H0_PROJ_BIAS)); /* h0.proj */
-    PG_TRY(pg_linear_bwd_w(c, r * 64, 128, 512, C0_T6, C0_DT7, GP10_H0_FC_WEIGHT, GP11_H0_FC_BIAS)); /* h0.fc */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, C0_T5, (float *)(A + F[27]), (float *)(A + F[28]), C0_DT6, GP8_H0_LN2_WEIGHT, GP9_H0_LN2_BIAS)); /* h0.ln2 */
-    PG_TRY(pg_attention_bwd_w(c, r, 64, 128, C0_T3, (float *)(A + F[23]), C0_DT4, (float *)(A + F[25]),
+    const int64_t *const F = frame_c0[2 * io->mb + 1]; /* this micro-batch's frame buffers */
+    const int32_t *const tokens = (const int32_t *)INPUT_ROWS; /* i32[64] per row */
+    float *const d_tok_out = (float *)(A + F[1]); /* gradient of tok out: [r, 64, 128] */
+    float *const pos_out = (float *)(A + F[2]); /* pos out: [r, 64, 128] */
+    float *const d_pos_out = (float *)(A + F[3]); /* gradient of pos out: [r, 64, 128] */
+    float *const h0_ln1_out = (float *)(A + F[4]); /* h0.ln1 out: [r, 64, 128] */
+    float *const d_h0_ln1_out = (float *)(A + F[5]); /* gradient of h0.ln1 out: [r, 64, 128] */
+    float *const d_h0_attn_out = (float *)(A + F[7]); /* gradient of h0.attn out: [r, 64, 128] */
+    float *const h0_pop_res1_out = (float *)(A + F[8]); /* h0.pop.res1 out: [r, 64, 128] */
+    float *const h0_ln2_out = (float *)(A + F[10]); /* h0.ln2 out: [r, 64, 128] */
+    float *const d_h0_ln2_out = (float *)(A + F[11]); /* gradient of h0.ln2 out: [r, 64, 128] */
+    float *const d_h0_fc_out = (float *)(A + F[13]); /* gradient of h0.fc out: [r, 64, 512] */
+    float *const h0_gelu0_out = (float *)(A + F[14]); /* h0.gelu0 out: [r, 64, 512] */
+    float *const d_h0_proj_out = (float *)(A + F[17]); /* gradient of h0.proj out: [r, 64, 128] */
+    float *const h0_ln1_mean = (float *)(A + F[19]); /* h0.ln1 mean: [n] */
+    float *const h0_ln1_rstd = (float *)(A + F[20]); /* h0.ln1 rstd: [n] */
+    float *const h0_attn_ctx = (float *)(A + F[23]); /* h0.attn ctx: [r, T, d] */
+    float *const h0_attn_dqkv = (float *)(A + F[25]); /* h0.attn dqkv: [r, T, 3d] */
+    float *const h0_ln2_mean = (float *)(A + F[27]); /* h0.ln2 mean: [n] */
+    float *const h0_ln2_rstd = (float *)(A + F[28]); /* h0.ln2 rstd: [n] */
+    PG_TRY(pg_linear_bwd_w(c, r * 64, 512, 128, h0_gelu0_out, d_h0_proj_out, GP12_H0_PROJ_WEIGHT, GP13_H0_PROJ_BIAS)); /* h0.proj */
+    PG_TRY(pg_linear_bwd_w(c, r * 64, 128, 512, h0_ln2_out, d_h0_fc_out, GP10_H0_FC_WEIGHT, GP11_H0_FC_BIAS)); /* h0.fc */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, h0_pop_res1_out, h0_ln2_mean, h0_ln2_rstd, d_h0_ln2_out, GP8_H0_LN2_WEIGHT, GP9_H0_LN2_BIAS)); /* h0.ln2 */
+    PG_TRY(pg_attention_bwd_w(c, r, 64, 128, h0_ln1_out, h0_attn_ctx, d_h0_attn_out, h0_attn_dqkv,
                               GP4_H0_ATTN_QKV_WEIGHT, GP5_H0_ATTN_QKV_BIAS, GP6_H0_ATTN_PROJ_WEIGHT, GP7_H0_ATTN_PROJ_BIAS)); /* h0.attn */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, C0_T2, (float *)(A + F[19]), (float *)(A + F[20]), C0_DT3, GP2_H0_LN1_WEIGHT, GP3_H0_LN1_BIAS)); /* h0.ln1 */
-    PG_TRY(pg_pos_embed_bwd_w(c, r, 64, 128, C0_DT2, GP1_POS_WEIGHT)); /* pos */
-    PG_TRY(pg_embed_bwd_w(c, r * 64, 256, 128, (const int32_t *)INPUT_ROWS, C0_DT1, GP0_WTE)); /* tok */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, pos_out, h0_ln1_mean, h0_ln1_rstd, d_h0_ln1_out, GP2_H0_LN1_WEIGHT, GP3_H0_LN1_BIAS)); /* h0.ln1 */
+    PG_TRY(pg_pos_embed_bwd_w(c, r, 64, 128, d_pos_out, GP1_POS_WEIGHT)); /* pos */
+    PG_TRY(pg_embed_bwd_w(c, r * 64, 256, 128, (const int32_t *)tokens, d_tok_out, GP0_WTE)); /* tok */
     return 0;
 }
-
-#undef C0_Y
-#undef C0_DY
-#undef C0_T1
-#undef C0_DT1
-#undef C0_T2
-#undef C0_DT2
-#undef C0_T3
-#undef C0_DT3
-#undef C0_T4
-#undef C0_DT4
-#undef C0_T5
-#undef C0_DT5
-#undef C0_T6
-#undef C0_DT6
-#undef C0_T7
-#undef C0_DT7
-#undef C0_T8
-#undef C0_DT8
-#undef C0_T9
-#undef C0_DT9
 
 /* ---- tables ---- */
 

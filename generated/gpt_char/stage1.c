@@ -33,29 +33,7 @@
 #define GP24_H1_PROJ_WEIGHT ((float *)(A + 2883584)) /* gradient of h1.proj.weight: f32[128, 512] */
 #define P25_H1_PROJ_BIAS ((float *)(A + 4743168)) /* h1.proj.bias: f32[128] */
 #define GP25_H1_PROJ_BIAS ((float *)(A + 4743680)) /* gradient of h1.proj.bias: f32[128] */
-/* dropout masks depend on (seed, step, layer, sample, element) only */
-#define DROPOUT_SEED(io, layer) ((io)->seed ^ (UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)((io)->step * 4096 + (layer) + 1)))
-
 /* ---- chunk 1: layers h1.stash.res1 .. h1.pop.res2 ---- */
-
-#define C1_X ((float *)(A + 0 + (int64_t)io->slot * 131072)) /* chunk 1 input x: [r, 64, 128], received */
-#define C1_Y ((float *)(A + 393216 + (int64_t)io->slot * 131072)) /* chunk 1 output y: [r, 64, 128], sent */
-#define C1_DY ((float *)(A + 786432 + (int64_t)io->slot * 131072)) /* gradient dy of the chunk output: [r, 64, 128], received */
-#define C1_DX ((float *)(A + 1179648 + (int64_t)io->slot * 131072)) /* gradient dx of the chunk input: [r, 64, 128], sent */
-#define C1_T1 ((float *)(A + F[0])) /* h1.ln1 out: [r, 64, 128] */
-#define C1_DT1 ((float *)(A + F[1])) /* gradient of h1.ln1 out: [r, 64, 128] */
-#define C1_T2 ((float *)(A + F[2])) /* h1.attn out: [r, 64, 128] */
-#define C1_DT2 ((float *)(A + F[3])) /* gradient of h1.attn out: [r, 64, 128] */
-#define C1_T3 ((float *)(A + F[4])) /* h1.pop.res1 out: [r, 64, 128] */
-#define C1_DT3 ((float *)(A + F[5])) /* gradient of h1.pop.res1 out: [r, 64, 128] */
-#define C1_T4 ((float *)(A + F[6])) /* h1.ln2 out: [r, 64, 128] */
-#define C1_DT4 ((float *)(A + F[7])) /* gradient of h1.ln2 out: [r, 64, 128] */
-#define C1_T5 ((float *)(A + F[8])) /* h1.fc out: [r, 64, 512] */
-#define C1_DT5 ((float *)(A + F[9])) /* gradient of h1.fc out: [r, 64, 512] */
-#define C1_T6 ((float *)(A + F[10])) /* h1.gelu0 out: [r, 64, 512] */
-#define C1_DT6 ((float *)(A + F[11])) /* gradient of h1.gelu0 out: [r, 64, 512] */
-#define C1_T7 ((float *)(A + F[12])) /* h1.proj out: [r, 64, 128] */
-#define C1_DT7 ((float *)(A + F[13])) /* gradient of h1.proj out: [r, 64, 128] */
 
 /* Arena offsets of this chunk's frame buffers (listed in gpt_char.h): row 2 * mb is micro-batch mb's
  * forward, row 2 * mb + 1 its backward (the recompute of a checkpointed one, BWD_B, BWD_W);
@@ -83,90 +61,125 @@ static const int64_t frame_c1[16][25] = {
 static int fwd_body_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
 {
     const int64_t r = io->rows;
-    const int64_t *F = frame_c1[2 * io->mb + !first];
-    /* stash h1.res1: [r, 64, 128] stays in C1_X */
+    const int64_t *const F = frame_c1[2 * io->mb + !first]; /* this micro-batch's frame buffers */
+    float *const c1_x = (float *)(A + 0 + (int64_t)io->slot * 131072); /* chunk 1 input x: [r, 64, 128], received */
+    float *const c1_y = (float *)(A + 393216 + (int64_t)io->slot * 131072); /* chunk 1 output y: [r, 64, 128], sent */
+    float *const h1_ln1_out = (float *)(A + F[0]); /* h1.ln1 out: [r, 64, 128] */
+    float *const h1_attn_out = (float *)(A + F[2]); /* h1.attn out: [r, 64, 128] */
+    float *const h1_pop_res1_out = (float *)(A + F[4]); /* h1.pop.res1 out: [r, 64, 128] */
+    float *const h1_ln2_out = (float *)(A + F[6]); /* h1.ln2 out: [r, 64, 128] */
+    float *const h1_fc_out = (float *)(A + F[8]); /* h1.fc out: [r, 64, 512] */
+    float *const h1_gelu0_out = (float *)(A + F[10]); /* h1.gelu0 out: [r, 64, 512] */
+    float *const h1_proj_out = (float *)(A + F[12]); /* h1.proj out: [r, 64, 128] */
+    float *const h1_ln1_mean = (float *)(A + F[15]); /* h1.ln1 mean: [n] */
+    float *const h1_ln1_rstd = (float *)(A + F[16]); /* h1.ln1 rstd: [n] */
+    float *const h1_attn_qkv = (float *)(A + F[17]); /* h1.attn qkv: [r, T, 3d] */
+    float *const h1_attn_att = (float *)(A + F[18]); /* h1.attn att: [r, h, T, T] */
+    float *const h1_attn_ctx = (float *)(A + F[19]); /* h1.attn ctx: [r, T, d] */
+    float *const h1_ln2_mean = (float *)(A + F[23]); /* h1.ln2 mean: [n] */
+    float *const h1_ln2_rstd = (float *)(A + F[24]); /* h1.ln2 rstd: [n] */
+    /* stash h1.res1: [r, 64, 128] stays in c1_x */
     /* h1.ln1: layernorm [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_layernorm_fwd(c, r * 64, 128, 1e-05f, C1_X, P14_H1_LN1_WEIGHT, P15_H1_LN1_BIAS, C1_T1, (float *)(A + F[15]), (float *)(A + F[16])));
+    PG_TRY(pg_layernorm_fwd(c, r * 64, 128, 1e-05f, c1_x, P14_H1_LN1_WEIGHT, P15_H1_LN1_BIAS, h1_ln1_out, h1_ln1_mean, h1_ln1_rstd));
     /* h1.attn: attention [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_attention_fwd(c, r, 64, 128, 4, 1, C1_T1, P16_H1_ATTN_QKV_WEIGHT, P17_H1_ATTN_QKV_BIAS, P18_H1_ATTN_PROJ_WEIGHT, P19_H1_ATTN_PROJ_BIAS,
-                            (float *)(A + F[17]), (float *)(A + F[18]), (float *)(A + F[19]), C1_T2));
+    PG_TRY(pg_attention_fwd(c, r, 64, 128, 4, 1, h1_ln1_out, P16_H1_ATTN_QKV_WEIGHT, P17_H1_ATTN_QKV_BIAS, P18_H1_ATTN_PROJ_WEIGHT, P19_H1_ATTN_PROJ_BIAS,
+                            h1_attn_qkv, h1_attn_att, h1_attn_ctx, h1_attn_out));
     /* h1.pop.res1: pop [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_add_fwd(c, r * 8192, C1_T2, C1_X, C1_T3));
-    /* stash h1.res2: [r, 64, 128] stays in C1_T3 */
+    PG_TRY(pg_add_fwd(c, r * 8192, h1_attn_out, c1_x, h1_pop_res1_out));
+    /* stash h1.res2: [r, 64, 128] stays in h1_pop_res1_out */
     /* h1.ln2: layernorm [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_layernorm_fwd(c, r * 64, 128, 1e-05f, C1_T3, P20_H1_LN2_WEIGHT, P21_H1_LN2_BIAS, C1_T4, (float *)(A + F[23]), (float *)(A + F[24])));
+    PG_TRY(pg_layernorm_fwd(c, r * 64, 128, 1e-05f, h1_pop_res1_out, P20_H1_LN2_WEIGHT, P21_H1_LN2_BIAS, h1_ln2_out, h1_ln2_mean, h1_ln2_rstd));
     /* h1.fc: linear [r, 64, 128] -> [r, 64, 512] */
-    PG_TRY(pg_linear_fwd(c, r * 64, 128, 512, C1_T4, P22_H1_FC_WEIGHT, P23_H1_FC_BIAS, C1_T5));
+    PG_TRY(pg_linear_fwd(c, r * 64, 128, 512, h1_ln2_out, P22_H1_FC_WEIGHT, P23_H1_FC_BIAS, h1_fc_out));
     /* h1.gelu0: gelu [r, 64, 512] -> [r, 64, 512] */
-    PG_TRY(pg_gelu_fwd(c, r * 32768, C1_T5, C1_T6));
+    PG_TRY(pg_gelu_fwd(c, r * 32768, h1_fc_out, h1_gelu0_out));
     /* h1.proj: linear [r, 64, 512] -> [r, 64, 128] */
-    PG_TRY(pg_linear_fwd(c, r * 64, 512, 128, C1_T6, P24_H1_PROJ_WEIGHT, P25_H1_PROJ_BIAS, C1_T7));
+    PG_TRY(pg_linear_fwd(c, r * 64, 512, 128, h1_gelu0_out, P24_H1_PROJ_WEIGHT, P25_H1_PROJ_BIAS, h1_proj_out));
     /* h1.pop.res2: pop [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_add_fwd(c, r * 8192, C1_T7, C1_T3, C1_Y));
+    PG_TRY(pg_add_fwd(c, r * 8192, h1_proj_out, h1_pop_res1_out, c1_y));
     return 0;
 }
 
 static int fwd_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
-    return fwd_body_c1(c, A, io, 1);
+    PG_TRY(fwd_body_c1(c, A, io, 1));
+    return 0;
 }
 
 static int bwd_b_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
     const int64_t r = io->rows;
-    (void)r;
-    const int64_t *F = frame_c1[2 * io->mb + 1];
+    const int64_t *const F = frame_c1[2 * io->mb + 1]; /* this micro-batch's frame buffers */
+    float *const c1_x = (float *)(A + 0 + (int64_t)io->slot * 131072); /* chunk 1 input x: [r, 64, 128], received */
+    float *const c1_dy = (float *)(A + 786432 + (int64_t)io->slot * 131072); /* gradient dy of the chunk output: [r, 64, 128], received */
+    float *const c1_dx = (float *)(A + 1179648 + (int64_t)io->slot * 131072); /* gradient dx of the chunk input: [r, 64, 128], sent */
+    float *const d_h1_ln1_out = (float *)(A + F[1]); /* gradient of h1.ln1 out: [r, 64, 128] */
+    float *const d_h1_attn_out = (float *)(A + F[3]); /* gradient of h1.attn out: [r, 64, 128] */
+    float *const h1_pop_res1_out = (float *)(A + F[4]); /* h1.pop.res1 out: [r, 64, 128] */
+    float *const d_h1_pop_res1_out = (float *)(A + F[5]); /* gradient of h1.pop.res1 out: [r, 64, 128] */
+    float *const d_h1_ln2_out = (float *)(A + F[7]); /* gradient of h1.ln2 out: [r, 64, 128] */
+    float *const h1_fc_out = (float *)(A + F[8]); /* h1.fc out: [r, 64, 512] */
+    float *const d_h1_fc_out = (float *)(A + F[9]); /* gradient of h1.fc out: [r, 64, 512] */
+    float *const d_h1_gelu0_out = (float *)(A + F[11]); /* gradient of h1.gelu0 out: [r, 64, 512] */
+    float *const d_h1_proj_out = (float *)(A + F[13]); /* gradient of h1.proj out: [r, 64, 128] */
+    float *const d_skip_h1_res1 = (float *)(A + F[14]); /* gradient of skip h1.res1: [r, 64, 128] */
+    float *const h1_ln1_mean = (float *)(A + F[15]); /* h1.ln1 mean: [n] */
+    float *const h1_ln1_rstd = (float *)(A + F[16]); /* h1.ln1 rstd: [n] */
+    float *const h1_attn_qkv = (float *)(A + F[17]); /* h1.attn qkv: [r, T, 3d] */
+    float *const h1_attn_att = (float *)(A + F[18]); /* h1.attn att: [r, h, T, T] */
+    float *const h1_attn_ctx = (float *)(A + F[19]); /* h1.attn ctx: [r, T, d] */
+    float *const h1_attn_dctx = (float *)(A + F[20]); /* h1.attn dctx: [r, T, d] */
+    float *const h1_attn_dqkv = (float *)(A + F[21]); /* h1.attn dqkv: [r, T, 3d] */
+    float *const d_skip_h1_res2 = (float *)(A + F[22]); /* gradient of skip h1.res2: [r, 64, 128] */
+    float *const h1_ln2_mean = (float *)(A + F[23]); /* h1.ln2 mean: [n] */
+    float *const h1_ln2_rstd = (float *)(A + F[24]); /* h1.ln2 rstd: [n] */
     if (io->recompute) /* checkpointed: rebuild the interior from the stage input */
         PG_TRY(fwd_body_c1(c, A, io, 0));
-    PG_TRY(pg_copy(c, C1_DT7, C1_DY, r * 8192)); /* h1.pop.res2 */
-    PG_TRY(pg_copy(c, (float *)(A + F[22]), C1_DY, r * 8192)); /* gradient of skip h1.res2 */
-    PG_TRY(pg_linear_bwd_in(c, r * 64, 512, 128, C1_DT7, P24_H1_PROJ_WEIGHT, C1_DT6)); /* h1.proj */
-    PG_TRY(pg_gelu_bwd_in(c, r * 32768, C1_T5, C1_DT6, C1_DT5)); /* h1.gelu0 */
-    PG_TRY(pg_linear_bwd_in(c, r * 64, 128, 512, C1_DT5, P22_H1_FC_WEIGHT, C1_DT4)); /* h1.fc */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, C1_T3, P20_H1_LN2_WEIGHT, (float *)(A + F[23]), (float *)(A + F[24]), C1_DT4, C1_DT3)); /* h1.ln2 */
-    PG_TRY(pg_axpy_inplace(c, C1_DT3, (float *)(A + F[22]), r * 8192)); /* + gradient of skip h1.res2 */
-    PG_TRY(pg_copy(c, C1_DT2, C1_DT3, r * 8192)); /* h1.pop.res1 */
-    PG_TRY(pg_copy(c, (float *)(A + F[14]), C1_DT3, r * 8192)); /* gradient of skip h1.res1 */
+    PG_TRY(pg_copy(c, d_h1_proj_out, c1_dy, r * 8192)); /* h1.pop.res2 */
+    PG_TRY(pg_copy(c, d_skip_h1_res2, c1_dy, r * 8192)); /* gradient of skip h1.res2 */
+    PG_TRY(pg_linear_bwd_in(c, r * 64, 512, 128, d_h1_proj_out, P24_H1_PROJ_WEIGHT, d_h1_gelu0_out)); /* h1.proj */
+    PG_TRY(pg_gelu_bwd_in(c, r * 32768, h1_fc_out, d_h1_gelu0_out, d_h1_fc_out)); /* h1.gelu0 */
+    PG_TRY(pg_linear_bwd_in(c, r * 64, 128, 512, d_h1_fc_out, P22_H1_FC_WEIGHT, d_h1_ln2_out)); /* h1.fc */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, h1_pop_res1_out, P20_H1_LN2_WEIGHT, h1_ln2_mean, h1_ln2_rstd, d_h1_ln2_out, d_h1_pop_res1_out)); /* h1.ln2 */
+    PG_TRY(pg_axpy_inplace(c, d_h1_pop_res1_out, d_skip_h1_res2, r * 8192)); /* + gradient of skip h1.res2 */
+    PG_TRY(pg_copy(c, d_h1_attn_out, d_h1_pop_res1_out, r * 8192)); /* h1.pop.res1 */
+    PG_TRY(pg_copy(c, d_skip_h1_res1, d_h1_pop_res1_out, r * 8192)); /* gradient of skip h1.res1 */
     PG_TRY(pg_attention_bwd_in(c, r, 64, 128, 4, 1, P16_H1_ATTN_QKV_WEIGHT, P18_H1_ATTN_PROJ_WEIGHT,
-                               (float *)(A + F[17]), (float *)(A + F[18]), (float *)(A + F[19]), C1_DT2,
-                               (float *)(A + F[20]), (float *)(A + F[21]), C1_DT1)); /* h1.attn */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, C1_X, P14_H1_LN1_WEIGHT, (float *)(A + F[15]), (float *)(A + F[16]), C1_DT1, C1_DX)); /* h1.ln1 */
-    PG_TRY(pg_axpy_inplace(c, C1_DX, (float *)(A + F[14]), r * 8192)); /* + gradient of skip h1.res1 */
+                               h1_attn_qkv, h1_attn_att, h1_attn_ctx, d_h1_attn_out,
+                               h1_attn_dctx, h1_attn_dqkv, d_h1_ln1_out)); /* h1.attn */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, c1_x, P14_H1_LN1_WEIGHT, h1_ln1_mean, h1_ln1_rstd, d_h1_ln1_out, c1_dx)); /* h1.ln1 */
+    PG_TRY(pg_axpy_inplace(c, c1_dx, d_skip_h1_res1, r * 8192)); /* + gradient of skip h1.res1 */
     return 0;
 }
 
 static int bwd_w_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
     const int64_t r = io->rows;
-    (void)r;
-    const int64_t *F = frame_c1[2 * io->mb + 1];
-    PG_TRY(pg_linear_bwd_w(c, r * 64, 512, 128, C1_T6, C1_DT7, GP24_H1_PROJ_WEIGHT, GP25_H1_PROJ_BIAS)); /* h1.proj */
-    PG_TRY(pg_linear_bwd_w(c, r * 64, 128, 512, C1_T4, C1_DT5, GP22_H1_FC_WEIGHT, GP23_H1_FC_BIAS)); /* h1.fc */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, C1_T3, (float *)(A + F[23]), (float *)(A + F[24]), C1_DT4, GP20_H1_LN2_WEIGHT, GP21_H1_LN2_BIAS)); /* h1.ln2 */
-    PG_TRY(pg_attention_bwd_w(c, r, 64, 128, C1_T1, (float *)(A + F[19]), C1_DT2, (float *)(A + F[21]),
+    const int64_t *const F = frame_c1[2 * io->mb + 1]; /* this micro-batch's frame buffers */
+    float *const c1_x = (float *)(A + 0 + (int64_t)io->slot * 131072); /* chunk 1 input x: [r, 64, 128], received */
+    float *const h1_ln1_out = (float *)(A + F[0]); /* h1.ln1 out: [r, 64, 128] */
+    float *const d_h1_ln1_out = (float *)(A + F[1]); /* gradient of h1.ln1 out: [r, 64, 128] */
+    float *const d_h1_attn_out = (float *)(A + F[3]); /* gradient of h1.attn out: [r, 64, 128] */
+    float *const h1_pop_res1_out = (float *)(A + F[4]); /* h1.pop.res1 out: [r, 64, 128] */
+    float *const h1_ln2_out = (float *)(A + F[6]); /* h1.ln2 out: [r, 64, 128] */
+    float *const d_h1_ln2_out = (float *)(A + F[7]); /* gradient of h1.ln2 out: [r, 64, 128] */
+    float *const d_h1_fc_out = (float *)(A + F[9]); /* gradient of h1.fc out: [r, 64, 512] */
+    float *const h1_gelu0_out = (float *)(A + F[10]); /* h1.gelu0 out: [r, 64, 512] */
+    float *const d_h1_proj_out = (float *)(A + F[13]); /* gradient of h1.proj out: [r, 64, 128] */
+    float *const h1_ln1_mean = (float *)(A + F[15]); /* h1.ln1 mean: [n] */
+    float *const h1_ln1_rstd = (float *)(A + F[16]); /* h1.ln1 rstd: [n] */
+    float *const h1_attn_ctx = (float *)(A + F[19]); /* h1.attn ctx: [r, T, d] */
+    float *const h1_attn_dqkv = (float *)(A + F[21]); /* h1.attn dqkv: [r, T, 3d] */
+    float *const h1_ln2_mean = (float *)(A + F[23]); /* h1.ln2 mean: [n] */
+    float *const h1_ln2_rstd = (float *)(A + F[24]); /* h1.ln2 rstd: [n] */
+    PG_TRY(pg_linear_bwd_w(c, r * 64, 512, 128, h1_gelu0_out, d_h1_proj_out, GP24_H1_PROJ_WEIGHT, GP25_H1_PROJ_BIAS)); /* h1.proj */
+    PG_TRY(pg_linear_bwd_w(c, r * 64, 128, 512, h1_ln2_out, d_h1_fc_out, GP22_H1_FC_WEIGHT, GP23_H1_FC_BIAS)); /* h1.fc */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, h1_pop_res1_out, h1_ln2_mean, h1_ln2_rstd, d_h1_ln2_out, GP20_H1_LN2_WEIGHT, GP21_H1_LN2_BIAS)); /* h1.ln2 */
+    PG_TRY(pg_attention_bwd_w(c, r, 64, 128, h1_ln1_out, h1_attn_ctx, d_h1_attn_out, h1_attn_dqkv,
                               GP16_H1_ATTN_QKV_WEIGHT, GP17_H1_ATTN_QKV_BIAS, GP18_H1_ATTN_PROJ_WEIGHT, GP19_H1_ATTN_PROJ_BIAS)); /* h1.attn */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, C1_X, (float *)(A + F[15]), (float *)(A + F[16]), C1_DT1, GP14_H1_LN1_WEIGHT, GP15_H1_LN1_BIAS)); /* h1.ln1 */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, c1_x, h1_ln1_mean, h1_ln1_rstd, d_h1_ln1_out, GP14_H1_LN1_WEIGHT, GP15_H1_LN1_BIAS)); /* h1.ln1 */
     return 0;
 }
-
-#undef C1_X
-#undef C1_Y
-#undef C1_DY
-#undef C1_DX
-#undef C1_T1
-#undef C1_DT1
-#undef C1_T2
-#undef C1_DT2
-#undef C1_T3
-#undef C1_DT3
-#undef C1_T4
-#undef C1_DT4
-#undef C1_T5
-#undef C1_DT5
-#undef C1_T6
-#undef C1_DT6
-#undef C1_T7
-#undef C1_DT7
 
 /* ---- tables ---- */
 

@@ -33,29 +33,7 @@
 #define GP36_H2_PROJ_WEIGHT ((float *)(A + 1310720)) /* gradient of h2.proj.weight: f32[128, 512] */
 #define P37_H2_PROJ_BIAS ((float *)(A + 4218880)) /* h2.proj.bias: f32[128] */
 #define GP37_H2_PROJ_BIAS ((float *)(A + 4219392)) /* gradient of h2.proj.bias: f32[128] */
-/* dropout masks depend on (seed, step, layer, sample, element) only */
-#define DROPOUT_SEED(io, layer) ((io)->seed ^ (UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)((io)->step * 4096 + (layer) + 1)))
-
 /* ---- chunk 2: layers h2.stash.res1 .. h2.pop.res2 ---- */
-
-#define C2_X ((float *)(A + 2097152 + (int64_t)io->slot * 131072)) /* chunk 2 input x: [r, 64, 128], received */
-#define C2_Y ((float *)(A + 2359296 + (int64_t)io->slot * 131072)) /* chunk 2 output y: [r, 64, 128], sent */
-#define C2_DY ((float *)(A + 2621440 + (int64_t)io->slot * 131072)) /* gradient dy of the chunk output: [r, 64, 128], received */
-#define C2_DX ((float *)(A + 2883584 + (int64_t)io->slot * 131072)) /* gradient dx of the chunk input: [r, 64, 128], sent */
-#define C2_T1 ((float *)(A + F[0])) /* h2.ln1 out: [r, 64, 128] */
-#define C2_DT1 ((float *)(A + F[1])) /* gradient of h2.ln1 out: [r, 64, 128] */
-#define C2_T2 ((float *)(A + F[2])) /* h2.attn out: [r, 64, 128] */
-#define C2_DT2 ((float *)(A + F[3])) /* gradient of h2.attn out: [r, 64, 128] */
-#define C2_T3 ((float *)(A + F[4])) /* h2.pop.res1 out: [r, 64, 128] */
-#define C2_DT3 ((float *)(A + F[5])) /* gradient of h2.pop.res1 out: [r, 64, 128] */
-#define C2_T4 ((float *)(A + F[6])) /* h2.ln2 out: [r, 64, 128] */
-#define C2_DT4 ((float *)(A + F[7])) /* gradient of h2.ln2 out: [r, 64, 128] */
-#define C2_T5 ((float *)(A + F[8])) /* h2.fc out: [r, 64, 512] */
-#define C2_DT5 ((float *)(A + F[9])) /* gradient of h2.fc out: [r, 64, 512] */
-#define C2_T6 ((float *)(A + F[10])) /* h2.gelu0 out: [r, 64, 512] */
-#define C2_DT6 ((float *)(A + F[11])) /* gradient of h2.gelu0 out: [r, 64, 512] */
-#define C2_T7 ((float *)(A + F[12])) /* h2.proj out: [r, 64, 128] */
-#define C2_DT7 ((float *)(A + F[13])) /* gradient of h2.proj out: [r, 64, 128] */
 
 /* Arena offsets of this chunk's frame buffers (listed in gpt_char.h): row 2 * mb is micro-batch mb's
  * forward, row 2 * mb + 1 its backward (the recompute of a checkpointed one, BWD_B, BWD_W);
@@ -83,90 +61,125 @@ static const int64_t frame_c2[16][25] = {
 static int fwd_body_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
 {
     const int64_t r = io->rows;
-    const int64_t *F = frame_c2[2 * io->mb + !first];
-    /* stash h2.res1: [r, 64, 128] stays in C2_X */
+    const int64_t *const F = frame_c2[2 * io->mb + !first]; /* this micro-batch's frame buffers */
+    float *const c2_x = (float *)(A + 2097152 + (int64_t)io->slot * 131072); /* chunk 2 input x: [r, 64, 128], received */
+    float *const c2_y = (float *)(A + 2359296 + (int64_t)io->slot * 131072); /* chunk 2 output y: [r, 64, 128], sent */
+    float *const h2_ln1_out = (float *)(A + F[0]); /* h2.ln1 out: [r, 64, 128] */
+    float *const h2_attn_out = (float *)(A + F[2]); /* h2.attn out: [r, 64, 128] */
+    float *const h2_pop_res1_out = (float *)(A + F[4]); /* h2.pop.res1 out: [r, 64, 128] */
+    float *const h2_ln2_out = (float *)(A + F[6]); /* h2.ln2 out: [r, 64, 128] */
+    float *const h2_fc_out = (float *)(A + F[8]); /* h2.fc out: [r, 64, 512] */
+    float *const h2_gelu0_out = (float *)(A + F[10]); /* h2.gelu0 out: [r, 64, 512] */
+    float *const h2_proj_out = (float *)(A + F[12]); /* h2.proj out: [r, 64, 128] */
+    float *const h2_ln1_mean = (float *)(A + F[15]); /* h2.ln1 mean: [n] */
+    float *const h2_ln1_rstd = (float *)(A + F[16]); /* h2.ln1 rstd: [n] */
+    float *const h2_attn_qkv = (float *)(A + F[17]); /* h2.attn qkv: [r, T, 3d] */
+    float *const h2_attn_att = (float *)(A + F[18]); /* h2.attn att: [r, h, T, T] */
+    float *const h2_attn_ctx = (float *)(A + F[19]); /* h2.attn ctx: [r, T, d] */
+    float *const h2_ln2_mean = (float *)(A + F[23]); /* h2.ln2 mean: [n] */
+    float *const h2_ln2_rstd = (float *)(A + F[24]); /* h2.ln2 rstd: [n] */
+    /* stash h2.res1: [r, 64, 128] stays in c2_x */
     /* h2.ln1: layernorm [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_layernorm_fwd(c, r * 64, 128, 1e-05f, C2_X, P26_H2_LN1_WEIGHT, P27_H2_LN1_BIAS, C2_T1, (float *)(A + F[15]), (float *)(A + F[16])));
+    PG_TRY(pg_layernorm_fwd(c, r * 64, 128, 1e-05f, c2_x, P26_H2_LN1_WEIGHT, P27_H2_LN1_BIAS, h2_ln1_out, h2_ln1_mean, h2_ln1_rstd));
     /* h2.attn: attention [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_attention_fwd(c, r, 64, 128, 4, 1, C2_T1, P28_H2_ATTN_QKV_WEIGHT, P29_H2_ATTN_QKV_BIAS, P30_H2_ATTN_PROJ_WEIGHT, P31_H2_ATTN_PROJ_BIAS,
-                            (float *)(A + F[17]), (float *)(A + F[18]), (float *)(A + F[19]), C2_T2));
+    PG_TRY(pg_attention_fwd(c, r, 64, 128, 4, 1, h2_ln1_out, P28_H2_ATTN_QKV_WEIGHT, P29_H2_ATTN_QKV_BIAS, P30_H2_ATTN_PROJ_WEIGHT, P31_H2_ATTN_PROJ_BIAS,
+                            h2_attn_qkv, h2_attn_att, h2_attn_ctx, h2_attn_out));
     /* h2.pop.res1: pop [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_add_fwd(c, r * 8192, C2_T2, C2_X, C2_T3));
-    /* stash h2.res2: [r, 64, 128] stays in C2_T3 */
+    PG_TRY(pg_add_fwd(c, r * 8192, h2_attn_out, c2_x, h2_pop_res1_out));
+    /* stash h2.res2: [r, 64, 128] stays in h2_pop_res1_out */
     /* h2.ln2: layernorm [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_layernorm_fwd(c, r * 64, 128, 1e-05f, C2_T3, P32_H2_LN2_WEIGHT, P33_H2_LN2_BIAS, C2_T4, (float *)(A + F[23]), (float *)(A + F[24])));
+    PG_TRY(pg_layernorm_fwd(c, r * 64, 128, 1e-05f, h2_pop_res1_out, P32_H2_LN2_WEIGHT, P33_H2_LN2_BIAS, h2_ln2_out, h2_ln2_mean, h2_ln2_rstd));
     /* h2.fc: linear [r, 64, 128] -> [r, 64, 512] */
-    PG_TRY(pg_linear_fwd(c, r * 64, 128, 512, C2_T4, P34_H2_FC_WEIGHT, P35_H2_FC_BIAS, C2_T5));
+    PG_TRY(pg_linear_fwd(c, r * 64, 128, 512, h2_ln2_out, P34_H2_FC_WEIGHT, P35_H2_FC_BIAS, h2_fc_out));
     /* h2.gelu0: gelu [r, 64, 512] -> [r, 64, 512] */
-    PG_TRY(pg_gelu_fwd(c, r * 32768, C2_T5, C2_T6));
+    PG_TRY(pg_gelu_fwd(c, r * 32768, h2_fc_out, h2_gelu0_out));
     /* h2.proj: linear [r, 64, 512] -> [r, 64, 128] */
-    PG_TRY(pg_linear_fwd(c, r * 64, 512, 128, C2_T6, P36_H2_PROJ_WEIGHT, P37_H2_PROJ_BIAS, C2_T7));
+    PG_TRY(pg_linear_fwd(c, r * 64, 512, 128, h2_gelu0_out, P36_H2_PROJ_WEIGHT, P37_H2_PROJ_BIAS, h2_proj_out));
     /* h2.pop.res2: pop [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_add_fwd(c, r * 8192, C2_T7, C2_T3, C2_Y));
+    PG_TRY(pg_add_fwd(c, r * 8192, h2_proj_out, h2_pop_res1_out, c2_y));
     return 0;
 }
 
 static int fwd_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
-    return fwd_body_c2(c, A, io, 1);
+    PG_TRY(fwd_body_c2(c, A, io, 1));
+    return 0;
 }
 
 static int bwd_b_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
     const int64_t r = io->rows;
-    (void)r;
-    const int64_t *F = frame_c2[2 * io->mb + 1];
+    const int64_t *const F = frame_c2[2 * io->mb + 1]; /* this micro-batch's frame buffers */
+    float *const c2_x = (float *)(A + 2097152 + (int64_t)io->slot * 131072); /* chunk 2 input x: [r, 64, 128], received */
+    float *const c2_dy = (float *)(A + 2621440 + (int64_t)io->slot * 131072); /* gradient dy of the chunk output: [r, 64, 128], received */
+    float *const c2_dx = (float *)(A + 2883584 + (int64_t)io->slot * 131072); /* gradient dx of the chunk input: [r, 64, 128], sent */
+    float *const d_h2_ln1_out = (float *)(A + F[1]); /* gradient of h2.ln1 out: [r, 64, 128] */
+    float *const d_h2_attn_out = (float *)(A + F[3]); /* gradient of h2.attn out: [r, 64, 128] */
+    float *const h2_pop_res1_out = (float *)(A + F[4]); /* h2.pop.res1 out: [r, 64, 128] */
+    float *const d_h2_pop_res1_out = (float *)(A + F[5]); /* gradient of h2.pop.res1 out: [r, 64, 128] */
+    float *const d_h2_ln2_out = (float *)(A + F[7]); /* gradient of h2.ln2 out: [r, 64, 128] */
+    float *const h2_fc_out = (float *)(A + F[8]); /* h2.fc out: [r, 64, 512] */
+    float *const d_h2_fc_out = (float *)(A + F[9]); /* gradient of h2.fc out: [r, 64, 512] */
+    float *const d_h2_gelu0_out = (float *)(A + F[11]); /* gradient of h2.gelu0 out: [r, 64, 512] */
+    float *const d_h2_proj_out = (float *)(A + F[13]); /* gradient of h2.proj out: [r, 64, 128] */
+    float *const d_skip_h2_res1 = (float *)(A + F[14]); /* gradient of skip h2.res1: [r, 64, 128] */
+    float *const h2_ln1_mean = (float *)(A + F[15]); /* h2.ln1 mean: [n] */
+    float *const h2_ln1_rstd = (float *)(A + F[16]); /* h2.ln1 rstd: [n] */
+    float *const h2_attn_qkv = (float *)(A + F[17]); /* h2.attn qkv: [r, T, 3d] */
+    float *const h2_attn_att = (float *)(A + F[18]); /* h2.attn att: [r, h, T, T] */
+    float *const h2_attn_ctx = (float *)(A + F[19]); /* h2.attn ctx: [r, T, d] */
+    float *const h2_attn_dctx = (float *)(A + F[20]); /* h2.attn dctx: [r, T, d] */
+    float *const h2_attn_dqkv = (float *)(A + F[21]); /* h2.attn dqkv: [r, T, 3d] */
+    float *const d_skip_h2_res2 = (float *)(A + F[22]); /* gradient of skip h2.res2: [r, 64, 128] */
+    float *const h2_ln2_mean = (float *)(A + F[23]); /* h2.ln2 mean: [n] */
+    float *const h2_ln2_rstd = (float *)(A + F[24]); /* h2.ln2 rstd: [n] */
     if (io->recompute) /* checkpointed: rebuild the interior from the stage input */
         PG_TRY(fwd_body_c2(c, A, io, 0));
-    PG_TRY(pg_copy(c, C2_DT7, C2_DY, r * 8192)); /* h2.pop.res2 */
-    PG_TRY(pg_copy(c, (float *)(A + F[22]), C2_DY, r * 8192)); /* gradient of skip h2.res2 */
-    PG_TRY(pg_linear_bwd_in(c, r * 64, 512, 128, C2_DT7, P36_H2_PROJ_WEIGHT, C2_DT6)); /* h2.proj */
-    PG_TRY(pg_gelu_bwd_in(c, r * 32768, C2_T5, C2_DT6, C2_DT5)); /* h2.gelu0 */
-    PG_TRY(pg_linear_bwd_in(c, r * 64, 128, 512, C2_DT5, P34_H2_FC_WEIGHT, C2_DT4)); /* h2.fc */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, C2_T3, P32_H2_LN2_WEIGHT, (float *)(A + F[23]), (float *)(A + F[24]), C2_DT4, C2_DT3)); /* h2.ln2 */
-    PG_TRY(pg_axpy_inplace(c, C2_DT3, (float *)(A + F[22]), r * 8192)); /* + gradient of skip h2.res2 */
-    PG_TRY(pg_copy(c, C2_DT2, C2_DT3, r * 8192)); /* h2.pop.res1 */
-    PG_TRY(pg_copy(c, (float *)(A + F[14]), C2_DT3, r * 8192)); /* gradient of skip h2.res1 */
+    PG_TRY(pg_copy(c, d_h2_proj_out, c2_dy, r * 8192)); /* h2.pop.res2 */
+    PG_TRY(pg_copy(c, d_skip_h2_res2, c2_dy, r * 8192)); /* gradient of skip h2.res2 */
+    PG_TRY(pg_linear_bwd_in(c, r * 64, 512, 128, d_h2_proj_out, P36_H2_PROJ_WEIGHT, d_h2_gelu0_out)); /* h2.proj */
+    PG_TRY(pg_gelu_bwd_in(c, r * 32768, h2_fc_out, d_h2_gelu0_out, d_h2_fc_out)); /* h2.gelu0 */
+    PG_TRY(pg_linear_bwd_in(c, r * 64, 128, 512, d_h2_fc_out, P34_H2_FC_WEIGHT, d_h2_ln2_out)); /* h2.fc */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, h2_pop_res1_out, P32_H2_LN2_WEIGHT, h2_ln2_mean, h2_ln2_rstd, d_h2_ln2_out, d_h2_pop_res1_out)); /* h2.ln2 */
+    PG_TRY(pg_axpy_inplace(c, d_h2_pop_res1_out, d_skip_h2_res2, r * 8192)); /* + gradient of skip h2.res2 */
+    PG_TRY(pg_copy(c, d_h2_attn_out, d_h2_pop_res1_out, r * 8192)); /* h2.pop.res1 */
+    PG_TRY(pg_copy(c, d_skip_h2_res1, d_h2_pop_res1_out, r * 8192)); /* gradient of skip h2.res1 */
     PG_TRY(pg_attention_bwd_in(c, r, 64, 128, 4, 1, P28_H2_ATTN_QKV_WEIGHT, P30_H2_ATTN_PROJ_WEIGHT,
-                               (float *)(A + F[17]), (float *)(A + F[18]), (float *)(A + F[19]), C2_DT2,
-                               (float *)(A + F[20]), (float *)(A + F[21]), C2_DT1)); /* h2.attn */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, C2_X, P26_H2_LN1_WEIGHT, (float *)(A + F[15]), (float *)(A + F[16]), C2_DT1, C2_DX)); /* h2.ln1 */
-    PG_TRY(pg_axpy_inplace(c, C2_DX, (float *)(A + F[14]), r * 8192)); /* + gradient of skip h2.res1 */
+                               h2_attn_qkv, h2_attn_att, h2_attn_ctx, d_h2_attn_out,
+                               h2_attn_dctx, h2_attn_dqkv, d_h2_ln1_out)); /* h2.attn */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, c2_x, P26_H2_LN1_WEIGHT, h2_ln1_mean, h2_ln1_rstd, d_h2_ln1_out, c2_dx)); /* h2.ln1 */
+    PG_TRY(pg_axpy_inplace(c, c2_dx, d_skip_h2_res1, r * 8192)); /* + gradient of skip h2.res1 */
     return 0;
 }
 
 static int bwd_w_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
     const int64_t r = io->rows;
-    (void)r;
-    const int64_t *F = frame_c2[2 * io->mb + 1];
-    PG_TRY(pg_linear_bwd_w(c, r * 64, 512, 128, C2_T6, C2_DT7, GP36_H2_PROJ_WEIGHT, GP37_H2_PROJ_BIAS)); /* h2.proj */
-    PG_TRY(pg_linear_bwd_w(c, r * 64, 128, 512, C2_T4, C2_DT5, GP34_H2_FC_WEIGHT, GP35_H2_FC_BIAS)); /* h2.fc */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, C2_T3, (float *)(A + F[23]), (float *)(A + F[24]), C2_DT4, GP32_H2_LN2_WEIGHT, GP33_H2_LN2_BIAS)); /* h2.ln2 */
-    PG_TRY(pg_attention_bwd_w(c, r, 64, 128, C2_T1, (float *)(A + F[19]), C2_DT2, (float *)(A + F[21]),
+    const int64_t *const F = frame_c2[2 * io->mb + 1]; /* this micro-batch's frame buffers */
+    float *const c2_x = (float *)(A + 2097152 + (int64_t)io->slot * 131072); /* chunk 2 input x: [r, 64, 128], received */
+    float *const h2_ln1_out = (float *)(A + F[0]); /* h2.ln1 out: [r, 64, 128] */
+    float *const d_h2_ln1_out = (float *)(A + F[1]); /* gradient of h2.ln1 out: [r, 64, 128] */
+    float *const d_h2_attn_out = (float *)(A + F[3]); /* gradient of h2.attn out: [r, 64, 128] */
+    float *const h2_pop_res1_out = (float *)(A + F[4]); /* h2.pop.res1 out: [r, 64, 128] */
+    float *const h2_ln2_out = (float *)(A + F[6]); /* h2.ln2 out: [r, 64, 128] */
+    float *const d_h2_ln2_out = (float *)(A + F[7]); /* gradient of h2.ln2 out: [r, 64, 128] */
+    float *const d_h2_fc_out = (float *)(A + F[9]); /* gradient of h2.fc out: [r, 64, 512] */
+    float *const h2_gelu0_out = (float *)(A + F[10]); /* h2.gelu0 out: [r, 64, 512] */
+    float *const d_h2_proj_out = (float *)(A + F[13]); /* gradient of h2.proj out: [r, 64, 128] */
+    float *const h2_ln1_mean = (float *)(A + F[15]); /* h2.ln1 mean: [n] */
+    float *const h2_ln1_rstd = (float *)(A + F[16]); /* h2.ln1 rstd: [n] */
+    float *const h2_attn_ctx = (float *)(A + F[19]); /* h2.attn ctx: [r, T, d] */
+    float *const h2_attn_dqkv = (float *)(A + F[21]); /* h2.attn dqkv: [r, T, 3d] */
+    float *const h2_ln2_mean = (float *)(A + F[23]); /* h2.ln2 mean: [n] */
+    float *const h2_ln2_rstd = (float *)(A + F[24]); /* h2.ln2 rstd: [n] */
+    PG_TRY(pg_linear_bwd_w(c, r * 64, 512, 128, h2_gelu0_out, d_h2_proj_out, GP36_H2_PROJ_WEIGHT, GP37_H2_PROJ_BIAS)); /* h2.proj */
+    PG_TRY(pg_linear_bwd_w(c, r * 64, 128, 512, h2_ln2_out, d_h2_fc_out, GP34_H2_FC_WEIGHT, GP35_H2_FC_BIAS)); /* h2.fc */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, h2_pop_res1_out, h2_ln2_mean, h2_ln2_rstd, d_h2_ln2_out, GP32_H2_LN2_WEIGHT, GP33_H2_LN2_BIAS)); /* h2.ln2 */
+    PG_TRY(pg_attention_bwd_w(c, r, 64, 128, h2_ln1_out, h2_attn_ctx, d_h2_attn_out, h2_attn_dqkv,
                               GP28_H2_ATTN_QKV_WEIGHT, GP29_H2_ATTN_QKV_BIAS, GP30_H2_ATTN_PROJ_WEIGHT, GP31_H2_ATTN_PROJ_BIAS)); /* h2.attn */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, C2_X, (float *)(A + F[15]), (float *)(A + F[16]), C2_DT1, GP26_H2_LN1_WEIGHT, GP27_H2_LN1_BIAS)); /* h2.ln1 */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, c2_x, h2_ln1_mean, h2_ln1_rstd, d_h2_ln1_out, GP26_H2_LN1_WEIGHT, GP27_H2_LN1_BIAS)); /* h2.ln1 */
     return 0;
 }
-
-#undef C2_X
-#undef C2_Y
-#undef C2_DY
-#undef C2_DX
-#undef C2_T1
-#undef C2_DT1
-#undef C2_T2
-#undef C2_DT2
-#undef C2_T3
-#undef C2_DT3
-#undef C2_T4
-#undef C2_DT4
-#undef C2_T5
-#undef C2_DT5
-#undef C2_T6
-#undef C2_DT6
-#undef C2_T7
-#undef C2_DT7
 
 /* ---- tables ---- */
 

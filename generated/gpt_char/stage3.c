@@ -41,33 +41,7 @@
 #define GP51_LN_F_BIAS ((float *)(A + 4493824)) /* gradient of ln_f.bias: f32[128] */
 /* this micro-batch's rows of the batch target next i32[64] */
 #define TARGET_ROWS (A + 4456448 + io->first_row * 256)
-/* dropout masks depend on (seed, step, layer, sample, element) only */
-#define DROPOUT_SEED(io, layer) ((io)->seed ^ (UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)((io)->step * 4096 + (layer) + 1)))
-
 /* ---- chunk 3: layers h3.stash.res1 .. head ---- */
-
-#define C3_X ((float *)(A + 3932160 + (int64_t)io->slot * 131072)) /* chunk 3 input x: [r, 64, 128], received */
-#define C3_Y ((float *)(A + 2097152 + (int64_t)io->slot * 262144)) /* chunk 3 output y: [r, 64, 256], the model output */
-#define C3_DY ((float *)(A + 2359296 + (int64_t)io->slot * 262144)) /* gradient dy of the chunk output: [r, 64, 256], from the loss */
-#define C3_DX ((float *)(A + 4063232 + (int64_t)io->slot * 131072)) /* gradient dx of the chunk input: [r, 64, 128], sent */
-#define C3_T1 ((float *)(A + F[0])) /* h3.ln1 out: [r, 64, 128] */
-#define C3_DT1 ((float *)(A + F[1])) /* gradient of h3.ln1 out: [r, 64, 128] */
-#define C3_T2 ((float *)(A + F[2])) /* h3.attn out: [r, 64, 128] */
-#define C3_DT2 ((float *)(A + F[3])) /* gradient of h3.attn out: [r, 64, 128] */
-#define C3_T3 ((float *)(A + F[4])) /* h3.pop.res1 out: [r, 64, 128] */
-#define C3_DT3 ((float *)(A + F[5])) /* gradient of h3.pop.res1 out: [r, 64, 128] */
-#define C3_T4 ((float *)(A + F[6])) /* h3.ln2 out: [r, 64, 128] */
-#define C3_DT4 ((float *)(A + F[7])) /* gradient of h3.ln2 out: [r, 64, 128] */
-#define C3_T5 ((float *)(A + F[8])) /* h3.fc out: [r, 64, 512] */
-#define C3_DT5 ((float *)(A + F[9])) /* gradient of h3.fc out: [r, 64, 512] */
-#define C3_T6 ((float *)(A + F[10])) /* h3.gelu0 out: [r, 64, 512] */
-#define C3_DT6 ((float *)(A + F[11])) /* gradient of h3.gelu0 out: [r, 64, 512] */
-#define C3_T7 ((float *)(A + F[12])) /* h3.proj out: [r, 64, 128] */
-#define C3_DT7 ((float *)(A + F[13])) /* gradient of h3.proj out: [r, 64, 128] */
-#define C3_T8 ((float *)(A + F[14])) /* h3.pop.res2 out: [r, 64, 128] */
-#define C3_DT8 ((float *)(A + F[15])) /* gradient of h3.pop.res2 out: [r, 64, 128] */
-#define C3_T9 ((float *)(A + F[16])) /* ln_f out: [r, 64, 128] */
-#define C3_DT9 ((float *)(A + F[17])) /* gradient of ln_f out: [r, 64, 128] */
 
 /* Arena offsets of this chunk's frame buffers (listed in gpt_char.h): row 2 * mb is micro-batch mb's
  * forward, row 2 * mb + 1 its backward (the recompute of a checkpointed one, BWD_B, BWD_W);
@@ -95,104 +69,151 @@ static const int64_t frame_c3[16][31] = {
 static int fwd_body_c3(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
 {
     const int64_t r = io->rows;
-    const int64_t *F = frame_c3[2 * io->mb + !first];
-    /* stash h3.res1: [r, 64, 128] stays in C3_X */
+    const int64_t *const F = frame_c3[2 * io->mb + !first]; /* this micro-batch's frame buffers */
+    float *const c3_x = (float *)(A + 3932160 + (int64_t)io->slot * 131072); /* chunk 3 input x: [r, 64, 128], received */
+    float *const c3_y = (float *)(A + 2097152 + (int64_t)io->slot * 262144); /* chunk 3 output y: [r, 64, 256], the model output */
+    float *const c3_dy = (float *)(A + 2359296 + (int64_t)io->slot * 262144); /* gradient dy of the chunk output: [r, 64, 256], from the loss */
+    float *const h3_ln1_out = (float *)(A + F[0]); /* h3.ln1 out: [r, 64, 128] */
+    float *const h3_attn_out = (float *)(A + F[2]); /* h3.attn out: [r, 64, 128] */
+    float *const h3_pop_res1_out = (float *)(A + F[4]); /* h3.pop.res1 out: [r, 64, 128] */
+    float *const h3_ln2_out = (float *)(A + F[6]); /* h3.ln2 out: [r, 64, 128] */
+    float *const h3_fc_out = (float *)(A + F[8]); /* h3.fc out: [r, 64, 512] */
+    float *const h3_gelu0_out = (float *)(A + F[10]); /* h3.gelu0 out: [r, 64, 512] */
+    float *const h3_proj_out = (float *)(A + F[12]); /* h3.proj out: [r, 64, 128] */
+    float *const h3_pop_res2_out = (float *)(A + F[14]); /* h3.pop.res2 out: [r, 64, 128] */
+    float *const ln_f_out = (float *)(A + F[16]); /* ln_f out: [r, 64, 128] */
+    float *const h3_ln1_mean = (float *)(A + F[19]); /* h3.ln1 mean: [n] */
+    float *const h3_ln1_rstd = (float *)(A + F[20]); /* h3.ln1 rstd: [n] */
+    float *const h3_attn_qkv = (float *)(A + F[21]); /* h3.attn qkv: [r, T, 3d] */
+    float *const h3_attn_att = (float *)(A + F[22]); /* h3.attn att: [r, h, T, T] */
+    float *const h3_attn_ctx = (float *)(A + F[23]); /* h3.attn ctx: [r, T, d] */
+    float *const h3_ln2_mean = (float *)(A + F[27]); /* h3.ln2 mean: [n] */
+    float *const h3_ln2_rstd = (float *)(A + F[28]); /* h3.ln2 rstd: [n] */
+    float *const ln_f_mean = (float *)(A + F[29]); /* ln_f mean: [n] */
+    float *const ln_f_rstd = (float *)(A + F[30]); /* ln_f rstd: [n] */
+    /* stash h3.res1: [r, 64, 128] stays in c3_x */
     /* h3.ln1: layernorm [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_layernorm_fwd(c, r * 64, 128, 1e-05f, C3_X, P38_H3_LN1_WEIGHT, P39_H3_LN1_BIAS, C3_T1, (float *)(A + F[19]), (float *)(A + F[20])));
+    PG_TRY(pg_layernorm_fwd(c, r * 64, 128, 1e-05f, c3_x, P38_H3_LN1_WEIGHT, P39_H3_LN1_BIAS, h3_ln1_out, h3_ln1_mean, h3_ln1_rstd));
     /* h3.attn: attention [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_attention_fwd(c, r, 64, 128, 4, 1, C3_T1, P40_H3_ATTN_QKV_WEIGHT, P41_H3_ATTN_QKV_BIAS, P42_H3_ATTN_PROJ_WEIGHT, P43_H3_ATTN_PROJ_BIAS,
-                            (float *)(A + F[21]), (float *)(A + F[22]), (float *)(A + F[23]), C3_T2));
+    PG_TRY(pg_attention_fwd(c, r, 64, 128, 4, 1, h3_ln1_out, P40_H3_ATTN_QKV_WEIGHT, P41_H3_ATTN_QKV_BIAS, P42_H3_ATTN_PROJ_WEIGHT, P43_H3_ATTN_PROJ_BIAS,
+                            h3_attn_qkv, h3_attn_att, h3_attn_ctx, h3_attn_out));
     /* h3.pop.res1: pop [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_add_fwd(c, r * 8192, C3_T2, C3_X, C3_T3));
-    /* stash h3.res2: [r, 64, 128] stays in C3_T3 */
+    PG_TRY(pg_add_fwd(c, r * 8192, h3_attn_out, c3_x, h3_pop_res1_out));
+    /* stash h3.res2: [r, 64, 128] stays in h3_pop_res1_out */
     /* h3.ln2: layernorm [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_layernorm_fwd(c, r * 64, 128, 1e-05f, C3_T3, P44_H3_LN2_WEIGHT, P45_H3_LN2_BIAS, C3_T4, (float *)(A + F[27]), (float *)(A + F[28])));
+    PG_TRY(pg_layernorm_fwd(c, r * 64, 128, 1e-05f, h3_pop_res1_out, P44_H3_LN2_WEIGHT, P45_H3_LN2_BIAS, h3_ln2_out, h3_ln2_mean, h3_ln2_rstd));
     /* h3.fc: linear [r, 64, 128] -> [r, 64, 512] */
-    PG_TRY(pg_linear_fwd(c, r * 64, 128, 512, C3_T4, P46_H3_FC_WEIGHT, P47_H3_FC_BIAS, C3_T5));
+    PG_TRY(pg_linear_fwd(c, r * 64, 128, 512, h3_ln2_out, P46_H3_FC_WEIGHT, P47_H3_FC_BIAS, h3_fc_out));
     /* h3.gelu0: gelu [r, 64, 512] -> [r, 64, 512] */
-    PG_TRY(pg_gelu_fwd(c, r * 32768, C3_T5, C3_T6));
+    PG_TRY(pg_gelu_fwd(c, r * 32768, h3_fc_out, h3_gelu0_out));
     /* h3.proj: linear [r, 64, 512] -> [r, 64, 128] */
-    PG_TRY(pg_linear_fwd(c, r * 64, 512, 128, C3_T6, P48_H3_PROJ_WEIGHT, P49_H3_PROJ_BIAS, C3_T7));
+    PG_TRY(pg_linear_fwd(c, r * 64, 512, 128, h3_gelu0_out, P48_H3_PROJ_WEIGHT, P49_H3_PROJ_BIAS, h3_proj_out));
     /* h3.pop.res2: pop [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_add_fwd(c, r * 8192, C3_T7, C3_T3, C3_T8));
+    PG_TRY(pg_add_fwd(c, r * 8192, h3_proj_out, h3_pop_res1_out, h3_pop_res2_out));
     /* ln_f: layernorm [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_layernorm_fwd(c, r * 64, 128, 1e-05f, C3_T8, P50_LN_F_WEIGHT, P51_LN_F_BIAS, C3_T9, (float *)(A + F[29]), (float *)(A + F[30])));
+    PG_TRY(pg_layernorm_fwd(c, r * 64, 128, 1e-05f, h3_pop_res2_out, P50_LN_F_WEIGHT, P51_LN_F_BIAS, ln_f_out, ln_f_mean, ln_f_rstd));
     /* head: logits [r, 64, 128] -> [r, 64, 256] */
-    PG_TRY(pg_logits_fwd(c, r * 64, 128, 256, C3_T9, P0_WTE, C3_Y));
+    PG_TRY(pg_logits_fwd(c, r * 64, 128, 256, ln_f_out, P0_WTE, c3_y));
     /* loss: cross_entropy, partial over this micro-batch, divided by batch * positions */
-    PG_TRY(pg_cross_entropy_fwd_bwd(c, r * 64, 256, C3_Y, (const int32_t *)TARGET_ROWS, 2048.0, &io->loss, C3_DY));
+    PG_TRY(pg_cross_entropy_fwd_bwd(c, r * 64, 256, c3_y, (const int32_t *)TARGET_ROWS, 2048.0, &io->loss, c3_dy));
     return 0;
 }
 
 static int fwd_c3(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
-    return fwd_body_c3(c, A, io, 1);
+    PG_TRY(fwd_body_c3(c, A, io, 1));
+    return 0;
 }
 
 static int bwd_b_c3(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
     const int64_t r = io->rows;
-    (void)r;
-    const int64_t *F = frame_c3[2 * io->mb + 1];
+    const int64_t *const F = frame_c3[2 * io->mb + 1]; /* this micro-batch's frame buffers */
+    float *const c3_x = (float *)(A + 3932160 + (int64_t)io->slot * 131072); /* chunk 3 input x: [r, 64, 128], received */
+    float *const c3_dy = (float *)(A + 2359296 + (int64_t)io->slot * 262144); /* gradient dy of the chunk output: [r, 64, 256], from the loss */
+    float *const c3_dx = (float *)(A + 4063232 + (int64_t)io->slot * 131072); /* gradient dx of the chunk input: [r, 64, 128], sent */
+    float *const d_h3_ln1_out = (float *)(A + F[1]); /* gradient of h3.ln1 out: [r, 64, 128] */
+    float *const d_h3_attn_out = (float *)(A + F[3]); /* gradient of h3.attn out: [r, 64, 128] */
+    float *const h3_pop_res1_out = (float *)(A + F[4]); /* h3.pop.res1 out: [r, 64, 128] */
+    float *const d_h3_pop_res1_out = (float *)(A + F[5]); /* gradient of h3.pop.res1 out: [r, 64, 128] */
+    float *const d_h3_ln2_out = (float *)(A + F[7]); /* gradient of h3.ln2 out: [r, 64, 128] */
+    float *const h3_fc_out = (float *)(A + F[8]); /* h3.fc out: [r, 64, 512] */
+    float *const d_h3_fc_out = (float *)(A + F[9]); /* gradient of h3.fc out: [r, 64, 512] */
+    float *const d_h3_gelu0_out = (float *)(A + F[11]); /* gradient of h3.gelu0 out: [r, 64, 512] */
+    float *const d_h3_proj_out = (float *)(A + F[13]); /* gradient of h3.proj out: [r, 64, 128] */
+    float *const h3_pop_res2_out = (float *)(A + F[14]); /* h3.pop.res2 out: [r, 64, 128] */
+    float *const d_h3_pop_res2_out = (float *)(A + F[15]); /* gradient of h3.pop.res2 out: [r, 64, 128] */
+    float *const d_ln_f_out = (float *)(A + F[17]); /* gradient of ln_f out: [r, 64, 128] */
+    float *const d_skip_h3_res1 = (float *)(A + F[18]); /* gradient of skip h3.res1: [r, 64, 128] */
+    float *const h3_ln1_mean = (float *)(A + F[19]); /* h3.ln1 mean: [n] */
+    float *const h3_ln1_rstd = (float *)(A + F[20]); /* h3.ln1 rstd: [n] */
+    float *const h3_attn_qkv = (float *)(A + F[21]); /* h3.attn qkv: [r, T, 3d] */
+    float *const h3_attn_att = (float *)(A + F[22]); /* h3.attn att: [r, h, T, T] */
+    float *const h3_attn_ctx = (float *)(A + F[23]); /* h3.attn ctx: [r, T, d] */
+    float *const h3_attn_dctx = (float *)(A + F[24]); /* h3.attn dctx: [r, T, d] */
+    float *const h3_attn_dqkv = (float *)(A + F[25]); /* h3.attn dqkv: [r, T, 3d] */
+    float *const d_skip_h3_res2 = (float *)(A + F[26]); /* gradient of skip h3.res2: [r, 64, 128] */
+    float *const h3_ln2_mean = (float *)(A + F[27]); /* h3.ln2 mean: [n] */
+    float *const h3_ln2_rstd = (float *)(A + F[28]); /* h3.ln2 rstd: [n] */
+    float *const ln_f_mean = (float *)(A + F[29]); /* ln_f mean: [n] */
+    float *const ln_f_rstd = (float *)(A + F[30]); /* ln_f rstd: [n] */
     if (io->recompute) /* checkpointed: rebuild the interior from the stage input */
         PG_TRY(fwd_body_c3(c, A, io, 0));
-    PG_TRY(pg_logits_bwd_in(c, r * 64, 128, 256, C3_DY, P0_WTE, C3_DT9)); /* head */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, C3_T8, P50_LN_F_WEIGHT, (float *)(A + F[29]), (float *)(A + F[30]), C3_DT9, C3_DT8)); /* ln_f */
-    PG_TRY(pg_copy(c, C3_DT7, C3_DT8, r * 8192)); /* h3.pop.res2 */
-    PG_TRY(pg_copy(c, (float *)(A + F[26]), C3_DT8, r * 8192)); /* gradient of skip h3.res2 */
-    PG_TRY(pg_linear_bwd_in(c, r * 64, 512, 128, C3_DT7, P48_H3_PROJ_WEIGHT, C3_DT6)); /* h3.proj */
-    PG_TRY(pg_gelu_bwd_in(c, r * 32768, C3_T5, C3_DT6, C3_DT5)); /* h3.gelu0 */
-    PG_TRY(pg_linear_bwd_in(c, r * 64, 128, 512, C3_DT5, P46_H3_FC_WEIGHT, C3_DT4)); /* h3.fc */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, C3_T3, P44_H3_LN2_WEIGHT, (float *)(A + F[27]), (float *)(A + F[28]), C3_DT4, C3_DT3)); /* h3.ln2 */
-    PG_TRY(pg_axpy_inplace(c, C3_DT3, (float *)(A + F[26]), r * 8192)); /* + gradient of skip h3.res2 */
-    PG_TRY(pg_copy(c, C3_DT2, C3_DT3, r * 8192)); /* h3.pop.res1 */
-    PG_TRY(pg_copy(c, (float *)(A + F[18]), C3_DT3, r * 8192)); /* gradient of skip h3.res1 */
+    PG_TRY(pg_logits_bwd_in(c, r * 64, 128, 256, c3_dy, P0_WTE, d_ln_f_out)); /* head */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, h3_pop_res2_out, P50_LN_F_WEIGHT, ln_f_mean, ln_f_rstd, d_ln_f_out, d_h3_pop_res2_out)); /* ln_f */
+    PG_TRY(pg_copy(c, d_h3_proj_out, d_h3_pop_res2_out, r * 8192)); /* h3.pop.res2 */
+    PG_TRY(pg_copy(c, d_skip_h3_res2, d_h3_pop_res2_out, r * 8192)); /* gradient of skip h3.res2 */
+    PG_TRY(pg_linear_bwd_in(c, r * 64, 512, 128, d_h3_proj_out, P48_H3_PROJ_WEIGHT, d_h3_gelu0_out)); /* h3.proj */
+    PG_TRY(pg_gelu_bwd_in(c, r * 32768, h3_fc_out, d_h3_gelu0_out, d_h3_fc_out)); /* h3.gelu0 */
+    PG_TRY(pg_linear_bwd_in(c, r * 64, 128, 512, d_h3_fc_out, P46_H3_FC_WEIGHT, d_h3_ln2_out)); /* h3.fc */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, h3_pop_res1_out, P44_H3_LN2_WEIGHT, h3_ln2_mean, h3_ln2_rstd, d_h3_ln2_out, d_h3_pop_res1_out)); /* h3.ln2 */
+    PG_TRY(pg_axpy_inplace(c, d_h3_pop_res1_out, d_skip_h3_res2, r * 8192)); /* + gradient of skip h3.res2 */
+    PG_TRY(pg_copy(c, d_h3_attn_out, d_h3_pop_res1_out, r * 8192)); /* h3.pop.res1 */
+    PG_TRY(pg_copy(c, d_skip_h3_res1, d_h3_pop_res1_out, r * 8192)); /* gradient of skip h3.res1 */
     PG_TRY(pg_attention_bwd_in(c, r, 64, 128, 4, 1, P40_H3_ATTN_QKV_WEIGHT, P42_H3_ATTN_PROJ_WEIGHT,
-                               (float *)(A + F[21]), (float *)(A + F[22]), (float *)(A + F[23]), C3_DT2,
-                               (float *)(A + F[24]), (float *)(A + F[25]), C3_DT1)); /* h3.attn */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, C3_X, P38_H3_LN1_WEIGHT, (float *)(A + F[19]), (float *)(A + F[20]), C3_DT1, C3_DX)); /* h3.ln1 */
-    PG_TRY(pg_axpy_inplace(c, C3_DX, (float *)(A + F[18]), r * 8192)); /* + gradient of skip h3.res1 */
+                               h3_attn_qkv, h3_attn_att, h3_attn_ctx, d_h3_attn_out,
+                               h3_attn_dctx, h3_attn_dqkv, d_h3_ln1_out)); /* h3.attn */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, c3_x, P38_H3_LN1_WEIGHT, h3_ln1_mean, h3_ln1_rstd, d_h3_ln1_out, c3_dx)); /* h3.ln1 */
+    PG_TRY(pg_axpy_inplace(c, c3_dx, d_skip_h3_res1, r * 8192)); /* + gradient of skip h3.res1 */
     return 0;
 }
 
 static int bwd_w_c3(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
     const int64_t r = io->rows;
-    (void)r;
-    const int64_t *F = frame_c3[2 * io->mb + 1];
-    PG_TRY(pg_logits_bwd_w(c, r * 64, 128, 256, C3_T9, C3_DY, GP0_WTE)); /* head */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, C3_T8, (float *)(A + F[29]), (float *)(A + F[30]), C3_DT9, GP50_LN_F_WEIGHT, GP51_LN_F_BIAS)); /* ln_f */
-    PG_TRY(pg_linear_bwd_w(c, r * 64, 512, 128, C3_T6, C3_DT7, GP48_H3_PROJ_WEIGHT, GP49_H3_PROJ_BIAS)); /* h3.proj */
-    PG_TRY(pg_linear_bwd_w(c, r * 64, 128, 512, C3_T4, C3_DT5, GP46_H3_FC_WEIGHT, GP47_H3_FC_BIAS)); /* h3.fc */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, C3_T3, (float *)(A + F[27]), (float *)(A + F[28]), C3_DT4, GP44_H3_LN2_WEIGHT, GP45_H3_LN2_BIAS)); /* h3.ln2 */
-    PG_TRY(pg_attention_bwd_w(c, r, 64, 128, C3_T1, (float *)(A + F[23]), C3_DT2, (float *)(A + F[25]),
+    const int64_t *const F = frame_c3[2 * io->mb + 1]; /* this micro-batch's frame buffers */
+    float *const c3_x = (float *)(A + 3932160 + (int64_t)io->slot * 131072); /* chunk 3 input x: [r, 64, 128], received */
+    float *const c3_dy = (float *)(A + 2359296 + (int64_t)io->slot * 262144); /* gradient dy of the chunk output: [r, 64, 256], from the loss */
+    float *const h3_ln1_out = (float *)(A + F[0]); /* h3.ln1 out: [r, 64, 128] */
+    float *const d_h3_ln1_out = (float *)(A + F[1]); /* gradient of h3.ln1 out: [r, 64, 128] */
+    float *const d_h3_attn_out = (float *)(A + F[3]); /* gradient of h3.attn out: [r, 64, 128] */
+    float *const h3_pop_res1_out = (float *)(A + F[4]); /* h3.pop.res1 out: [r, 64, 128] */
+    float *const h3_ln2_out = (float *)(A + F[6]); /* h3.ln2 out: [r, 64, 128] */
+    float *const d_h3_ln2_out = (float *)(A + F[7]); /* gradient of h3.ln2 out: [r, 64, 128] */
+    float *const d_h3_fc_out = (float *)(A + F[9]); /* gradient of h3.fc out: [r, 64, 512] */
+    float *const h3_gelu0_out = (float *)(A + F[10]); /* h3.gelu0 out: [r, 64, 512] */
+    float *const d_h3_proj_out = (float *)(A + F[13]); /* gradient of h3.proj out: [r, 64, 128] */
+    float *const h3_pop_res2_out = (float *)(A + F[14]); /* h3.pop.res2 out: [r, 64, 128] */
+    float *const ln_f_out = (float *)(A + F[16]); /* ln_f out: [r, 64, 128] */
+    float *const d_ln_f_out = (float *)(A + F[17]); /* gradient of ln_f out: [r, 64, 128] */
+    float *const h3_ln1_mean = (float *)(A + F[19]); /* h3.ln1 mean: [n] */
+    float *const h3_ln1_rstd = (float *)(A + F[20]); /* h3.ln1 rstd: [n] */
+    float *const h3_attn_ctx = (float *)(A + F[23]); /* h3.attn ctx: [r, T, d] */
+    float *const h3_attn_dqkv = (float *)(A + F[25]); /* h3.attn dqkv: [r, T, 3d] */
+    float *const h3_ln2_mean = (float *)(A + F[27]); /* h3.ln2 mean: [n] */
+    float *const h3_ln2_rstd = (float *)(A + F[28]); /* h3.ln2 rstd: [n] */
+    float *const ln_f_mean = (float *)(A + F[29]); /* ln_f mean: [n] */
+    float *const ln_f_rstd = (float *)(A + F[30]); /* ln_f rstd: [n] */
+    PG_TRY(pg_logits_bwd_w(c, r * 64, 128, 256, ln_f_out, c3_dy, GP0_WTE)); /* head */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, h3_pop_res2_out, ln_f_mean, ln_f_rstd, d_ln_f_out, GP50_LN_F_WEIGHT, GP51_LN_F_BIAS)); /* ln_f */
+    PG_TRY(pg_linear_bwd_w(c, r * 64, 512, 128, h3_gelu0_out, d_h3_proj_out, GP48_H3_PROJ_WEIGHT, GP49_H3_PROJ_BIAS)); /* h3.proj */
+    PG_TRY(pg_linear_bwd_w(c, r * 64, 128, 512, h3_ln2_out, d_h3_fc_out, GP46_H3_FC_WEIGHT, GP47_H3_FC_BIAS)); /* h3.fc */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, h3_pop_res1_out, h3_ln2_mean, h3_ln2_rstd, d_h3_ln2_out, GP44_H3_LN2_WEIGHT, GP45_H3_LN2_BIAS)); /* h3.ln2 */
+    PG_TRY(pg_attention_bwd_w(c, r, 64, 128, h3_ln1_out, h3_attn_ctx, d_h3_attn_out, h3_attn_dqkv,
                               GP40_H3_ATTN_QKV_WEIGHT, GP41_H3_ATTN_QKV_BIAS, GP42_H3_ATTN_PROJ_WEIGHT, GP43_H3_ATTN_PROJ_BIAS)); /* h3.attn */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, C3_X, (float *)(A + F[19]), (float *)(A + F[20]), C3_DT1, GP38_H3_LN1_WEIGHT, GP39_H3_LN1_BIAS)); /* h3.ln1 */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, c3_x, h3_ln1_mean, h3_ln1_rstd, d_h3_ln1_out, GP38_H3_LN1_WEIGHT, GP39_H3_LN1_BIAS)); /* h3.ln1 */
     return 0;
 }
-
-#undef C3_X
-#undef C3_Y
-#undef C3_DY
-#undef C3_DX
-#undef C3_T1
-#undef C3_DT1
-#undef C3_T2
-#undef C3_DT2
-#undef C3_T3
-#undef C3_DT3
-#undef C3_T4
-#undef C3_DT4
-#undef C3_T5
-#undef C3_DT5
-#undef C3_T6
-#undef C3_DT6
-#undef C3_T7
-#undef C3_DT7
-#undef C3_T8
-#undef C3_DT8
-#undef C3_T9
-#undef C3_DT9
 
 /* ---- tables ---- */
 

@@ -15,16 +15,7 @@
 #define GP1_LAYER0_BIAS ((float *)(A + 4982784)) /* gradient of layer0.bias: f32[512] */
 /* this micro-batch's rows of the batch input x f32[512] */
 #define INPUT_ROWS ((float *)(A + 3145728 + io->first_row * 2048))
-/* dropout masks depend on (seed, step, layer, sample, element) only */
-#define DROPOUT_SEED(io, layer) ((io)->seed ^ (UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)((io)->step * 4096 + (layer) + 1)))
-
 /* ---- chunk 0: layers layer0 .. relu0 ---- */
-
-#define C0_Y ((float *)(A + 4194304 + (int64_t)io->slot * 131072)) /* chunk 0 output y: [r, 512], sent */
-#define C0_DY ((float *)(A + 4587520 + (int64_t)io->slot * 131072)) /* gradient dy of the chunk output: [r, 512], received */
-#define C0_DT0 ((float *)(A + F[0])) /* gradient of model input: [r, 512] */
-#define C0_T1 ((float *)(A + F[1])) /* layer0 out: [r, 512] */
-#define C0_DT1 ((float *)(A + F[2])) /* gradient of layer0 out: [r, 512] */
 
 /* Arena offsets of this chunk's frame buffers (listed in mlp.h): row 2 * mb is micro-batch mb's
  * forward, row 2 * mb + 1 its backward (the recompute of a checkpointed one, BWD_B, BWD_W);
@@ -52,44 +43,45 @@ static const int64_t frame_c0[16][3] = {
 static int fwd_body_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
 {
     const int64_t r = io->rows;
-    const int64_t *F = frame_c0[2 * io->mb + !first];
+    const int64_t *const F = frame_c0[2 * io->mb + !first]; /* this micro-batch's frame buffers */
+    float *const x = INPUT_ROWS; /* f32[512] per row */
+    float *const c0_y = (float *)(A + 4194304 + (int64_t)io->slot * 131072); /* chunk 0 output y: [r, 512], sent */
+    float *const layer0_out = (float *)(A + F[1]); /* layer0 out: [r, 512] */
     /* layer0: linear [r, 512] -> [r, 512] */
-    PG_TRY(pg_linear_fwd(c, r, 512, 512, INPUT_ROWS, P0_LAYER0_WEIGHT, P1_LAYER0_BIAS, C0_T1));
+    PG_TRY(pg_linear_fwd(c, r, 512, 512, x, P0_LAYER0_WEIGHT, P1_LAYER0_BIAS, layer0_out));
     /* relu0: relu [r, 512] -> [r, 512] */
-    PG_TRY(pg_relu_fwd(c, r * 512, C0_T1, C0_Y));
+    PG_TRY(pg_relu_fwd(c, r * 512, layer0_out, c0_y));
     return 0;
 }
 
 static int fwd_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
-    return fwd_body_c0(c, A, io, 1);
+    PG_TRY(fwd_body_c0(c, A, io, 1));
+    return 0;
 }
 
 static int bwd_b_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
     const int64_t r = io->rows;
-    (void)r;
-    const int64_t *F = frame_c0[2 * io->mb + 1];
+    const int64_t *const F = frame_c0[2 * io->mb + 1]; /* this micro-batch's frame buffers */
+    float *const c0_dy = (float *)(A + 4587520 + (int64_t)io->slot * 131072); /* gradient dy of the chunk output: [r, 512], received */
+    float *const layer0_out = (float *)(A + F[1]); /* layer0 out: [r, 512] */
+    float *const d_layer0_out = (float *)(A + F[2]); /* gradient of layer0 out: [r, 512] */
     if (io->recompute) /* checkpointed: rebuild the interior from the stage input */
         PG_TRY(fwd_body_c0(c, A, io, 0));
-    PG_TRY(pg_relu_bwd_in(c, r * 512, C0_T1, C0_DY, C0_DT1)); /* relu0 */
+    PG_TRY(pg_relu_bwd_in(c, r * 512, layer0_out, c0_dy, d_layer0_out)); /* relu0 */
     return 0;
 }
 
 static int bwd_w_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
     const int64_t r = io->rows;
-    (void)r;
-    const int64_t *F = frame_c0[2 * io->mb + 1];
-    PG_TRY(pg_linear_bwd_w(c, r, 512, 512, INPUT_ROWS, C0_DT1, GP0_LAYER0_WEIGHT, GP1_LAYER0_BIAS)); /* layer0 */
+    const int64_t *const F = frame_c0[2 * io->mb + 1]; /* this micro-batch's frame buffers */
+    float *const x = INPUT_ROWS; /* f32[512] per row */
+    float *const d_layer0_out = (float *)(A + F[2]); /* gradient of layer0 out: [r, 512] */
+    PG_TRY(pg_linear_bwd_w(c, r, 512, 512, x, d_layer0_out, GP0_LAYER0_WEIGHT, GP1_LAYER0_BIAS)); /* layer0 */
     return 0;
 }
-
-#undef C0_Y
-#undef C0_DY
-#undef C0_DT0
-#undef C0_T1
-#undef C0_DT1
 
 /* ---- tables ---- */
 

@@ -13,17 +13,7 @@
 #define GP2_LAYER1_WEIGHT ((float *)(A + 2097152)) /* gradient of layer1.weight: f32[1024, 512] */
 #define P3_LAYER1_BIAS ((float *)(A + 7864320)) /* layer1.bias: f32[1024] */
 #define GP3_LAYER1_BIAS ((float *)(A + 7868416)) /* gradient of layer1.bias: f32[1024] */
-/* dropout masks depend on (seed, step, layer, sample, element) only */
-#define DROPOUT_SEED(io, layer) ((io)->seed ^ (UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)((io)->step * 4096 + (layer) + 1)))
-
 /* ---- chunk 1: layers layer1 .. relu1 ---- */
-
-#define C1_X ((float *)(A + 7340032 + (int64_t)io->slot * 131072)) /* chunk 1 input x: [r, 512], received */
-#define C1_Y ((float *)(A + 6291456 + (int64_t)io->slot * 262144)) /* chunk 1 output y: [r, 1024], sent */
-#define C1_DY ((float *)(A + 6815744 + (int64_t)io->slot * 262144)) /* gradient dy of the chunk output: [r, 1024], received */
-#define C1_DX ((float *)(A + 7602176 + (int64_t)io->slot * 131072)) /* gradient dx of the chunk input: [r, 512], sent */
-#define C1_T1 ((float *)(A + F[0])) /* layer1 out: [r, 1024] */
-#define C1_DT1 ((float *)(A + F[1])) /* gradient of layer1 out: [r, 1024] */
 
 /* Arena offsets of this chunk's frame buffers (listed in mlp.h): row 2 * mb is micro-batch mb's
  * forward, row 2 * mb + 1 its backward (the recompute of a checkpointed one, BWD_B, BWD_W);
@@ -51,46 +41,47 @@ static const int64_t frame_c1[16][2] = {
 static int fwd_body_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
 {
     const int64_t r = io->rows;
-    const int64_t *F = frame_c1[2 * io->mb + !first];
+    const int64_t *const F = frame_c1[2 * io->mb + !first]; /* this micro-batch's frame buffers */
+    float *const c1_x = (float *)(A + 7340032 + (int64_t)io->slot * 131072); /* chunk 1 input x: [r, 512], received */
+    float *const c1_y = (float *)(A + 6291456 + (int64_t)io->slot * 262144); /* chunk 1 output y: [r, 1024], sent */
+    float *const layer1_out = (float *)(A + F[0]); /* layer1 out: [r, 1024] */
     /* layer1: linear [r, 512] -> [r, 1024] */
-    PG_TRY(pg_linear_fwd(c, r, 512, 1024, C1_X, P2_LAYER1_WEIGHT, P3_LAYER1_BIAS, C1_T1));
+    PG_TRY(pg_linear_fwd(c, r, 512, 1024, c1_x, P2_LAYER1_WEIGHT, P3_LAYER1_BIAS, layer1_out));
     /* relu1: relu [r, 1024] -> [r, 1024] */
-    PG_TRY(pg_relu_fwd(c, r * 1024, C1_T1, C1_Y));
+    PG_TRY(pg_relu_fwd(c, r * 1024, layer1_out, c1_y));
     return 0;
 }
 
 static int fwd_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
-    return fwd_body_c1(c, A, io, 1);
+    PG_TRY(fwd_body_c1(c, A, io, 1));
+    return 0;
 }
 
 static int bwd_b_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
     const int64_t r = io->rows;
-    (void)r;
-    const int64_t *F = frame_c1[2 * io->mb + 1];
+    const int64_t *const F = frame_c1[2 * io->mb + 1]; /* this micro-batch's frame buffers */
+    float *const c1_dy = (float *)(A + 6815744 + (int64_t)io->slot * 262144); /* gradient dy of the chunk output: [r, 1024], received */
+    float *const c1_dx = (float *)(A + 7602176 + (int64_t)io->slot * 131072); /* gradient dx of the chunk input: [r, 512], sent */
+    float *const layer1_out = (float *)(A + F[0]); /* layer1 out: [r, 1024] */
+    float *const d_layer1_out = (float *)(A + F[1]); /* gradient of layer1 out: [r, 1024] */
     if (io->recompute) /* checkpointed: rebuild the interior from the stage input */
         PG_TRY(fwd_body_c1(c, A, io, 0));
-    PG_TRY(pg_relu_bwd_in(c, r * 1024, C1_T1, C1_DY, C1_DT1)); /* relu1 */
-    PG_TRY(pg_linear_bwd_in(c, r, 512, 1024, C1_DT1, P2_LAYER1_WEIGHT, C1_DX)); /* layer1 */
+    PG_TRY(pg_relu_bwd_in(c, r * 1024, layer1_out, c1_dy, d_layer1_out)); /* relu1 */
+    PG_TRY(pg_linear_bwd_in(c, r, 512, 1024, d_layer1_out, P2_LAYER1_WEIGHT, c1_dx)); /* layer1 */
     return 0;
 }
 
 static int bwd_w_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
     const int64_t r = io->rows;
-    (void)r;
-    const int64_t *F = frame_c1[2 * io->mb + 1];
-    PG_TRY(pg_linear_bwd_w(c, r, 512, 1024, C1_X, C1_DT1, GP2_LAYER1_WEIGHT, GP3_LAYER1_BIAS)); /* layer1 */
+    const int64_t *const F = frame_c1[2 * io->mb + 1]; /* this micro-batch's frame buffers */
+    float *const c1_x = (float *)(A + 7340032 + (int64_t)io->slot * 131072); /* chunk 1 input x: [r, 512], received */
+    float *const d_layer1_out = (float *)(A + F[1]); /* gradient of layer1 out: [r, 1024] */
+    PG_TRY(pg_linear_bwd_w(c, r, 512, 1024, c1_x, d_layer1_out, GP2_LAYER1_WEIGHT, GP3_LAYER1_BIAS)); /* layer1 */
     return 0;
 }
-
-#undef C1_X
-#undef C1_Y
-#undef C1_DY
-#undef C1_DX
-#undef C1_T1
-#undef C1_DT1
 
 /* ---- tables ---- */
 

@@ -15,17 +15,7 @@
 #define GP5_LAYER2_BIAS ((float *)(A + 4326400)) /* gradient of layer2.bias: f32[256] */
 /* this micro-batch's rows of the batch target y f32[256] */
 #define TARGET_ROWS (A + 3145728 + io->first_row * 1024)
-/* dropout masks depend on (seed, step, layer, sample, element) only */
-#define DROPOUT_SEED(io, layer) ((io)->seed ^ (UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)((io)->step * 4096 + (layer) + 1)))
-
 /* ---- chunk 2: layers layer2 .. relu2 ---- */
-
-#define C2_X ((float *)(A + 3670016 + (int64_t)io->slot * 262144)) /* chunk 2 input x: [r, 1024], received */
-#define C2_Y ((float *)(A + 4194304 + (int64_t)io->slot * 65536)) /* chunk 2 output y: [r, 256], the model output */
-#define C2_DY ((float *)(A + 4259840 + (int64_t)io->slot * 65536)) /* gradient dy of the chunk output: [r, 256], from the loss */
-#define C2_DX ((float *)(A + 3932160 + (int64_t)io->slot * 262144)) /* gradient dx of the chunk input: [r, 1024], sent */
-#define C2_T1 ((float *)(A + F[0])) /* layer2 out: [r, 256] */
-#define C2_DT1 ((float *)(A + F[1])) /* gradient of layer2 out: [r, 256] */
 
 /* Arena offsets of this chunk's frame buffers (listed in mlp.h): row 2 * mb is micro-batch mb's
  * forward, row 2 * mb + 1 its backward (the recompute of a checkpointed one, BWD_B, BWD_W);
@@ -53,48 +43,50 @@ static const int64_t frame_c2[16][2] = {
 static int fwd_body_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
 {
     const int64_t r = io->rows;
-    const int64_t *F = frame_c2[2 * io->mb + !first];
+    const int64_t *const F = frame_c2[2 * io->mb + !first]; /* this micro-batch's frame buffers */
+    float *const c2_x = (float *)(A + 3670016 + (int64_t)io->slot * 262144); /* chunk 2 input x: [r, 1024], received */
+    float *const c2_y = (float *)(A + 4194304 + (int64_t)io->slot * 65536); /* chunk 2 output y: [r, 256], the model output */
+    float *const c2_dy = (float *)(A + 4259840 + (int64_t)io->slot * 65536); /* gradient dy of the chunk output: [r, 256], from the loss */
+    float *const layer2_out = (float *)(A + F[0]); /* layer2 out: [r, 256] */
     /* layer2: linear [r, 1024] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 1024, 256, C2_X, P4_LAYER2_WEIGHT, P5_LAYER2_BIAS, C2_T1));
+    PG_TRY(pg_linear_fwd(c, r, 1024, 256, c2_x, P4_LAYER2_WEIGHT, P5_LAYER2_BIAS, layer2_out));
     /* relu2: relu [r, 256] -> [r, 256] */
-    PG_TRY(pg_relu_fwd(c, r * 256, C2_T1, C2_Y));
+    PG_TRY(pg_relu_fwd(c, r * 256, layer2_out, c2_y));
     /* loss: mse(sum), partial over this micro-batch */
-    PG_TRY(pg_mse_fwd_bwd(c, r * 256, C2_Y, (const float *)TARGET_ROWS, 1.0, &io->loss, C2_DY));
+    PG_TRY(pg_mse_fwd_bwd(c, r * 256, c2_y, (const float *)TARGET_ROWS, 1.0, &io->loss, c2_dy));
     return 0;
 }
 
 static int fwd_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
-    return fwd_body_c2(c, A, io, 1);
+    PG_TRY(fwd_body_c2(c, A, io, 1));
+    return 0;
 }
 
 static int bwd_b_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
     const int64_t r = io->rows;
-    (void)r;
-    const int64_t *F = frame_c2[2 * io->mb + 1];
+    const int64_t *const F = frame_c2[2 * io->mb + 1]; /* this micro-batch's frame buffers */
+    float *const c2_dy = (float *)(A + 4259840 + (int64_t)io->slot * 65536); /* gradient dy of the chunk output: [r, 256], from the loss */
+    float *const c2_dx = (float *)(A + 3932160 + (int64_t)io->slot * 262144); /* gradient dx of the chunk input: [r, 1024], sent */
+    float *const layer2_out = (float *)(A + F[0]); /* layer2 out: [r, 256] */
+    float *const d_layer2_out = (float *)(A + F[1]); /* gradient of layer2 out: [r, 256] */
     if (io->recompute) /* checkpointed: rebuild the interior from the stage input */
         PG_TRY(fwd_body_c2(c, A, io, 0));
-    PG_TRY(pg_relu_bwd_in(c, r * 256, C2_T1, C2_DY, C2_DT1)); /* relu2 */
-    PG_TRY(pg_linear_bwd_in(c, r, 1024, 256, C2_DT1, P4_LAYER2_WEIGHT, C2_DX)); /* layer2 */
+    PG_TRY(pg_relu_bwd_in(c, r * 256, layer2_out, c2_dy, d_layer2_out)); /* relu2 */
+    PG_TRY(pg_linear_bwd_in(c, r, 1024, 256, d_layer2_out, P4_LAYER2_WEIGHT, c2_dx)); /* layer2 */
     return 0;
 }
 
 static int bwd_w_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
     const int64_t r = io->rows;
-    (void)r;
-    const int64_t *F = frame_c2[2 * io->mb + 1];
-    PG_TRY(pg_linear_bwd_w(c, r, 1024, 256, C2_X, C2_DT1, GP4_LAYER2_WEIGHT, GP5_LAYER2_BIAS)); /* layer2 */
+    const int64_t *const F = frame_c2[2 * io->mb + 1]; /* this micro-batch's frame buffers */
+    float *const c2_x = (float *)(A + 3670016 + (int64_t)io->slot * 262144); /* chunk 2 input x: [r, 1024], received */
+    float *const d_layer2_out = (float *)(A + F[1]); /* gradient of layer2 out: [r, 256] */
+    PG_TRY(pg_linear_bwd_w(c, r, 1024, 256, c2_x, d_layer2_out, GP4_LAYER2_WEIGHT, GP5_LAYER2_BIAS)); /* layer2 */
     return 0;
 }
-
-#undef C2_X
-#undef C2_Y
-#undef C2_DY
-#undef C2_DX
-#undef C2_T1
-#undef C2_DT1
 
 /* ---- tables ---- */
 

@@ -31,34 +31,7 @@
 #define GP9_BODY_1_FC2_BIAS ((float *)(A + 4273152)) /* gradient of body.1.fc2.bias: f32[256] */
 /* this micro-batch's rows of the batch input x f32[256] */
 #define INPUT_ROWS ((float *)(A + 3932160 + io->first_row * 1024))
-/* dropout masks depend on (seed, step, layer, sample, element) only */
-#define DROPOUT_SEED(io, layer) ((io)->seed ^ (UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)((io)->step * 4096 + (layer) + 1)))
-
 /* ---- chunk 0: layers inp .. body.1.pop.res ---- */
-
-#define C0_SKIP0_OUT ((float *)(A + 3997696 + (int64_t)io->slot * 16384)) /* skip long stashed: [r, 256], sent to chunk 2 */
-#define C0_SKIP0_GRAD_IN ((float *)(A + 4063232 + (int64_t)io->slot * 16384)) /* gradient of skip long: [r, 256], received */
-#define C0_Y ((float *)(A + 4128768 + (int64_t)io->slot * 16384)) /* chunk 0 output y: [r, 256], sent */
-#define C0_DY ((float *)(A + 4194304 + (int64_t)io->slot * 16384)) /* gradient dy of the chunk output: [r, 256], received */
-#define C0_DT0 ((float *)(A + F[0])) /* gradient of model input: [r, 256] */
-#define C0_T1 ((float *)(A + F[1])) /* inp out: [r, 256] */
-#define C0_DT1 ((float *)(A + F[2])) /* gradient of inp out: [r, 256] */
-#define C0_T2 ((float *)(A + F[3])) /* relu0 out: [r, 256] */
-#define C0_DT2 ((float *)(A + F[4])) /* gradient of relu0 out: [r, 256] */
-#define C0_T3 ((float *)(A + F[5])) /* body.0.fc1 out: [r, 256] */
-#define C0_DT3 ((float *)(A + F[6])) /* gradient of body.0.fc1 out: [r, 256] */
-#define C0_T4 ((float *)(A + F[7])) /* body.0.relu0 out: [r, 256] */
-#define C0_DT4 ((float *)(A + F[8])) /* gradient of body.0.relu0 out: [r, 256] */
-#define C0_T5 ((float *)(A + F[9])) /* body.0.fc2 out: [r, 256] */
-#define C0_DT5 ((float *)(A + F[10])) /* gradient of body.0.fc2 out: [r, 256] */
-#define C0_T6 ((float *)(A + F[11])) /* body.0.pop.res out: [r, 256] */
-#define C0_DT6 ((float *)(A + F[12])) /* gradient of body.0.pop.res out: [r, 256] */
-#define C0_T7 ((float *)(A + F[13])) /* body.1.fc1 out: [r, 256] */
-#define C0_DT7 ((float *)(A + F[14])) /* gradient of body.1.fc1 out: [r, 256] */
-#define C0_T8 ((float *)(A + F[15])) /* body.1.relu0 out: [r, 256] */
-#define C0_DT8 ((float *)(A + F[16])) /* gradient of body.1.relu0 out: [r, 256] */
-#define C0_T9 ((float *)(A + F[17])) /* body.1.fc2 out: [r, 256] */
-#define C0_DT9 ((float *)(A + F[18])) /* gradient of body.1.fc2 out: [r, 256] */
 
 /* Arena offsets of this chunk's frame buffers (listed in resmlp.h): row 2 * mb is micro-batch mb's
  * forward, row 2 * mb + 1 its backward (the recompute of a checkpointed one, BWD_B, BWD_W);
@@ -78,99 +51,112 @@ static const int64_t frame_c0[8][21] = {
 static int fwd_body_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
 {
     const int64_t r = io->rows;
-    const int64_t *F = frame_c0[2 * io->mb + !first];
+    const int64_t *const F = frame_c0[2 * io->mb + !first]; /* this micro-batch's frame buffers */
+    float *const x = INPUT_ROWS; /* f32[256] per row */
+    float *const c0_skip0_out = (float *)(A + 3997696 + (int64_t)io->slot * 16384); /* skip long stashed: [r, 256], sent to chunk 2 */
+    float *const c0_y = (float *)(A + 4128768 + (int64_t)io->slot * 16384); /* chunk 0 output y: [r, 256], sent */
+    float *const inp_out = (float *)(A + F[1]); /* inp out: [r, 256] */
+    float *const relu0_out = (float *)(A + F[3]); /* relu0 out: [r, 256] */
+    float *const body_0_fc1_out = (float *)(A + F[5]); /* body.0.fc1 out: [r, 256] */
+    float *const body_0_relu0_out = (float *)(A + F[7]); /* body.0.relu0 out: [r, 256] */
+    float *const body_0_fc2_out = (float *)(A + F[9]); /* body.0.fc2 out: [r, 256] */
+    float *const body_0_pop_res_out = (float *)(A + F[11]); /* body.0.pop.res out: [r, 256] */
+    float *const body_1_fc1_out = (float *)(A + F[13]); /* body.1.fc1 out: [r, 256] */
+    float *const body_1_relu0_out = (float *)(A + F[15]); /* body.1.relu0 out: [r, 256] */
+    float *const body_1_fc2_out = (float *)(A + F[17]); /* body.1.fc2 out: [r, 256] */
     /* inp: linear [r, 256] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 256, INPUT_ROWS, P0_INP_WEIGHT, P1_INP_BIAS, C0_T1));
+    PG_TRY(pg_linear_fwd(c, r, 256, 256, x, P0_INP_WEIGHT, P1_INP_BIAS, inp_out));
     /* relu0: relu [r, 256] -> [r, 256] */
-    PG_TRY(pg_relu_fwd(c, r * 256, C0_T1, C0_T2));
+    PG_TRY(pg_relu_fwd(c, r * 256, inp_out, relu0_out));
     /* stash long: [r, 256], sent to chunk 2 */
-    PG_TRY(pg_copy(c, C0_SKIP0_OUT, C0_T2, r * 256));
-    /* stash body.0.res: [r, 256] stays in C0_T2 */
+    PG_TRY(pg_copy(c, c0_skip0_out, relu0_out, r * 256));
+    /* stash body.0.res: [r, 256] stays in relu0_out */
     /* body.0.fc1: linear [r, 256] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 256, C0_T2, P2_BODY_0_FC1_WEIGHT, P3_BODY_0_FC1_BIAS, C0_T3));
+    PG_TRY(pg_linear_fwd(c, r, 256, 256, relu0_out, P2_BODY_0_FC1_WEIGHT, P3_BODY_0_FC1_BIAS, body_0_fc1_out));
     /* body.0.relu0: relu [r, 256] -> [r, 256] */
-    PG_TRY(pg_relu_fwd(c, r * 256, C0_T3, C0_T4));
+    PG_TRY(pg_relu_fwd(c, r * 256, body_0_fc1_out, body_0_relu0_out));
     /* body.0.fc2: linear [r, 256] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 256, C0_T4, P4_BODY_0_FC2_WEIGHT, P5_BODY_0_FC2_BIAS, C0_T5));
+    PG_TRY(pg_linear_fwd(c, r, 256, 256, body_0_relu0_out, P4_BODY_0_FC2_WEIGHT, P5_BODY_0_FC2_BIAS, body_0_fc2_out));
     /* body.0.pop.res: pop [r, 256] -> [r, 256] */
-    PG_TRY(pg_add_fwd(c, r * 256, C0_T5, C0_T2, C0_T6));
-    /* stash body.1.res: [r, 256] stays in C0_T6 */
+    PG_TRY(pg_add_fwd(c, r * 256, body_0_fc2_out, relu0_out, body_0_pop_res_out));
+    /* stash body.1.res: [r, 256] stays in body_0_pop_res_out */
     /* body.1.fc1: linear [r, 256] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 256, C0_T6, P6_BODY_1_FC1_WEIGHT, P7_BODY_1_FC1_BIAS, C0_T7));
+    PG_TRY(pg_linear_fwd(c, r, 256, 256, body_0_pop_res_out, P6_BODY_1_FC1_WEIGHT, P7_BODY_1_FC1_BIAS, body_1_fc1_out));
     /* body.1.relu0: relu [r, 256] -> [r, 256] */
-    PG_TRY(pg_relu_fwd(c, r * 256, C0_T7, C0_T8));
+    PG_TRY(pg_relu_fwd(c, r * 256, body_1_fc1_out, body_1_relu0_out));
     /* body.1.fc2: linear [r, 256] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 256, C0_T8, P8_BODY_1_FC2_WEIGHT, P9_BODY_1_FC2_BIAS, C0_T9));
+    PG_TRY(pg_linear_fwd(c, r, 256, 256, body_1_relu0_out, P8_BODY_1_FC2_WEIGHT, P9_BODY_1_FC2_BIAS, body_1_fc2_out));
     /* body.1.pop.res: pop [r, 256] -> [r, 256] */
-    PG_TRY(pg_add_fwd(c, r * 256, C0_T9, C0_T6, C0_Y));
+    PG_TRY(pg_add_fwd(c, r * 256, body_1_fc2_out, body_0_pop_res_out, c0_y));
     return 0;
 }
 
 static int fwd_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
-    return fwd_body_c0(c, A, io, 1);
+    PG_TRY(fwd_body_c0(c, A, io, 1));
+    return 0;
 }
 
 static int bwd_b_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
     const int64_t r = io->rows;
-    (void)r;
-    const int64_t *F = frame_c0[2 * io->mb + 1];
+    const int64_t *const F = frame_c0[2 * io->mb + 1]; /* this micro-batch's frame buffers */
+    float *const c0_skip0_grad_in = (float *)(A + 4063232 + (int64_t)io->slot * 16384); /* gradient of skip long: [r, 256], received */
+    float *const c0_dy = (float *)(A + 4194304 + (int64_t)io->slot * 16384); /* gradient dy of the chunk output: [r, 256], received */
+    float *const inp_out = (float *)(A + F[1]); /* inp out: [r, 256] */
+    float *const d_inp_out = (float *)(A + F[2]); /* gradient of inp out: [r, 256] */
+    float *const d_relu0_out = (float *)(A + F[4]); /* gradient of relu0 out: [r, 256] */
+    float *const body_0_fc1_out = (float *)(A + F[5]); /* body.0.fc1 out: [r, 256] */
+    float *const d_body_0_fc1_out = (float *)(A + F[6]); /* gradient of body.0.fc1 out: [r, 256] */
+    float *const d_body_0_relu0_out = (float *)(A + F[8]); /* gradient of body.0.relu0 out: [r, 256] */
+    float *const d_body_0_fc2_out = (float *)(A + F[10]); /* gradient of body.0.fc2 out: [r, 256] */
+    float *const d_body_0_pop_res_out = (float *)(A + F[12]); /* gradient of body.0.pop.res out: [r, 256] */
+    float *const body_1_fc1_out = (float *)(A + F[13]); /* body.1.fc1 out: [r, 256] */
+    float *const d_body_1_fc1_out = (float *)(A + F[14]); /* gradient of body.1.fc1 out: [r, 256] */
+    float *const d_body_1_relu0_out = (float *)(A + F[16]); /* gradient of body.1.relu0 out: [r, 256] */
+    float *const d_body_1_fc2_out = (float *)(A + F[18]); /* gradient of body.1.fc2 out: [r, 256] */
+    float *const d_skip_body_0_res = (float *)(A + F[19]); /* gradient of skip body.0.res: [r, 256] */
+    float *const d_skip_body_1_res = (float *)(A + F[20]); /* gradient of skip body.1.res: [r, 256] */
     if (io->recompute) /* checkpointed: rebuild the interior from the stage input */
         PG_TRY(fwd_body_c0(c, A, io, 0));
-    PG_TRY(pg_copy(c, C0_DT9, C0_DY, r * 256)); /* body.1.pop.res */
-    PG_TRY(pg_copy(c, (float *)(A + F[20]), C0_DY, r * 256)); /* gradient of skip body.1.res */
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, C0_DT9, P8_BODY_1_FC2_WEIGHT, C0_DT8)); /* body.1.fc2 */
-    PG_TRY(pg_relu_bwd_in(c, r * 256, C0_T7, C0_DT8, C0_DT7)); /* body.1.relu0 */
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, C0_DT7, P6_BODY_1_FC1_WEIGHT, C0_DT6)); /* body.1.fc1 */
-    PG_TRY(pg_axpy_inplace(c, C0_DT6, (float *)(A + F[20]), r * 256)); /* + gradient of skip body.1.res */
-    PG_TRY(pg_copy(c, C0_DT5, C0_DT6, r * 256)); /* body.0.pop.res */
-    PG_TRY(pg_copy(c, (float *)(A + F[19]), C0_DT6, r * 256)); /* gradient of skip body.0.res */
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, C0_DT5, P4_BODY_0_FC2_WEIGHT, C0_DT4)); /* body.0.fc2 */
-    PG_TRY(pg_relu_bwd_in(c, r * 256, C0_T3, C0_DT4, C0_DT3)); /* body.0.relu0 */
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, C0_DT3, P2_BODY_0_FC1_WEIGHT, C0_DT2)); /* body.0.fc1 */
-    PG_TRY(pg_axpy_inplace(c, C0_DT2, (float *)(A + F[19]), r * 256)); /* + gradient of skip body.0.res */
-    PG_TRY(pg_axpy_inplace(c, C0_DT2, C0_SKIP0_GRAD_IN, r * 256)); /* + gradient of skip long from chunk 2 */
-    PG_TRY(pg_relu_bwd_in(c, r * 256, C0_T1, C0_DT2, C0_DT1)); /* relu0 */
+    PG_TRY(pg_copy(c, d_body_1_fc2_out, c0_dy, r * 256)); /* body.1.pop.res */
+    PG_TRY(pg_copy(c, d_skip_body_1_res, c0_dy, r * 256)); /* gradient of skip body.1.res */
+    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_body_1_fc2_out, P8_BODY_1_FC2_WEIGHT, d_body_1_relu0_out)); /* body.1.fc2 */
+    PG_TRY(pg_relu_bwd_in(c, r * 256, body_1_fc1_out, d_body_1_relu0_out, d_body_1_fc1_out)); /* body.1.relu0 */
+    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_body_1_fc1_out, P6_BODY_1_FC1_WEIGHT, d_body_0_pop_res_out)); /* body.1.fc1 */
+    PG_TRY(pg_axpy_inplace(c, d_body_0_pop_res_out, d_skip_body_1_res, r * 256)); /* + gradient of skip body.1.res */
+    PG_TRY(pg_copy(c, d_body_0_fc2_out, d_body_0_pop_res_out, r * 256)); /* body.0.pop.res */
+    PG_TRY(pg_copy(c, d_skip_body_0_res, d_body_0_pop_res_out, r * 256)); /* gradient of skip body.0.res */
+    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_body_0_fc2_out, P4_BODY_0_FC2_WEIGHT, d_body_0_relu0_out)); /* body.0.fc2 */
+    PG_TRY(pg_relu_bwd_in(c, r * 256, body_0_fc1_out, d_body_0_relu0_out, d_body_0_fc1_out)); /* body.0.relu0 */
+    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_body_0_fc1_out, P2_BODY_0_FC1_WEIGHT, d_relu0_out)); /* body.0.fc1 */
+    PG_TRY(pg_axpy_inplace(c, d_relu0_out, d_skip_body_0_res, r * 256)); /* + gradient of skip body.0.res */
+    PG_TRY(pg_axpy_inplace(c, d_relu0_out, c0_skip0_grad_in, r * 256)); /* + gradient of skip long from chunk 2 */
+    PG_TRY(pg_relu_bwd_in(c, r * 256, inp_out, d_relu0_out, d_inp_out)); /* relu0 */
     return 0;
 }
 
 static int bwd_w_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
     const int64_t r = io->rows;
-    (void)r;
-    const int64_t *F = frame_c0[2 * io->mb + 1];
-    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, C0_T8, C0_DT9, GP8_BODY_1_FC2_WEIGHT, GP9_BODY_1_FC2_BIAS)); /* body.1.fc2 */
-    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, C0_T6, C0_DT7, GP6_BODY_1_FC1_WEIGHT, GP7_BODY_1_FC1_BIAS)); /* body.1.fc1 */
-    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, C0_T4, C0_DT5, GP4_BODY_0_FC2_WEIGHT, GP5_BODY_0_FC2_BIAS)); /* body.0.fc2 */
-    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, C0_T2, C0_DT3, GP2_BODY_0_FC1_WEIGHT, GP3_BODY_0_FC1_BIAS)); /* body.0.fc1 */
-    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, INPUT_ROWS, C0_DT1, GP0_INP_WEIGHT, GP1_INP_BIAS)); /* inp */
+    const int64_t *const F = frame_c0[2 * io->mb + 1]; /* this micro-batch's frame buffers */
+    float *const x = INPUT_ROWS; /* f32[256] per row */
+    float *const d_inp_out = (float *)(A + F[2]); /* gradient of inp out: [r, 256] */
+    float *const relu0_out = (float *)(A + F[3]); /* relu0 out: [r, 256] */
+    float *const d_body_0_fc1_out = (float *)(A + F[6]); /* gradient of body.0.fc1 out: [r, 256] */
+    float *const body_0_relu0_out = (float *)(A + F[7]); /* body.0.relu0 out: [r, 256] */
+    float *const d_body_0_fc2_out = (float *)(A + F[10]); /* gradient of body.0.fc2 out: [r, 256] */
+    float *const body_0_pop_res_out = (float *)(A + F[11]); /* body.0.pop.res out: [r, 256] */
+    float *const d_body_1_fc1_out = (float *)(A + F[14]); /* gradient of body.1.fc1 out: [r, 256] */
+    float *const body_1_relu0_out = (float *)(A + F[15]); /* body.1.relu0 out: [r, 256] */
+    float *const d_body_1_fc2_out = (float *)(A + F[18]); /* gradient of body.1.fc2 out: [r, 256] */
+    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, body_1_relu0_out, d_body_1_fc2_out, GP8_BODY_1_FC2_WEIGHT, GP9_BODY_1_FC2_BIAS)); /* body.1.fc2 */
+    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, body_0_pop_res_out, d_body_1_fc1_out, GP6_BODY_1_FC1_WEIGHT, GP7_BODY_1_FC1_BIAS)); /* body.1.fc1 */
+    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, body_0_relu0_out, d_body_0_fc2_out, GP4_BODY_0_FC2_WEIGHT, GP5_BODY_0_FC2_BIAS)); /* body.0.fc2 */
+    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, relu0_out, d_body_0_fc1_out, GP2_BODY_0_FC1_WEIGHT, GP3_BODY_0_FC1_BIAS)); /* body.0.fc1 */
+    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, x, d_inp_out, GP0_INP_WEIGHT, GP1_INP_BIAS)); /* inp */
     return 0;
 }
-
-#undef C0_SKIP0_OUT
-#undef C0_SKIP0_GRAD_IN
-#undef C0_Y
-#undef C0_DY
-#undef C0_DT0
-#undef C0_T1
-#undef C0_DT1
-#undef C0_T2
-#undef C0_DT2
-#undef C0_T3
-#undef C0_DT3
-#undef C0_T4
-#undef C0_DT4
-#undef C0_T5
-#undef C0_DT5
-#undef C0_T6
-#undef C0_DT6
-#undef C0_T7
-#undef C0_DT7
-#undef C0_T8
-#undef C0_DT8
-#undef C0_T9
-#undef C0_DT9
 
 /* ---- tables ---- */
 

@@ -13,17 +13,7 @@
 #define GP10_MID_WEIGHT ((float *)(A + 524288)) /* gradient of mid.weight: f32[512, 256] */
 #define P11_MID_BIAS ((float *)(A + 1867776)) /* mid.bias: f32[512] */
 #define GP11_MID_BIAS ((float *)(A + 1869824)) /* gradient of mid.bias: f32[512] */
-/* dropout masks depend on (seed, step, layer, sample, element) only */
-#define DROPOUT_SEED(io, layer) ((io)->seed ^ (UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)((io)->step * 4096 + (layer) + 1)))
-
 /* ---- chunk 1: layers mid .. relu1 ---- */
-
-#define C1_X ((float *)(A + 1769472 + (int64_t)io->slot * 16384)) /* chunk 1 input x: [r, 256], received */
-#define C1_Y ((float *)(A + 1572864 + (int64_t)io->slot * 32768)) /* chunk 1 output y: [r, 512], sent */
-#define C1_DY ((float *)(A + 1671168 + (int64_t)io->slot * 32768)) /* gradient dy of the chunk output: [r, 512], received */
-#define C1_DX ((float *)(A + 1818624 + (int64_t)io->slot * 16384)) /* gradient dx of the chunk input: [r, 256], sent */
-#define C1_T1 ((float *)(A + F[0])) /* mid out: [r, 512] */
-#define C1_DT1 ((float *)(A + F[1])) /* gradient of mid out: [r, 512] */
 
 /* Arena offsets of this chunk's frame buffers (listed in resmlp.h): row 2 * mb is micro-batch mb's
  * forward, row 2 * mb + 1 its backward (the recompute of a checkpointed one, BWD_B, BWD_W);
@@ -43,46 +33,47 @@ static const int64_t frame_c1[8][2] = {
 static int fwd_body_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
 {
     const int64_t r = io->rows;
-    const int64_t *F = frame_c1[2 * io->mb + !first];
+    const int64_t *const F = frame_c1[2 * io->mb + !first]; /* this micro-batch's frame buffers */
+    float *const c1_x = (float *)(A + 1769472 + (int64_t)io->slot * 16384); /* chunk 1 input x: [r, 256], received */
+    float *const c1_y = (float *)(A + 1572864 + (int64_t)io->slot * 32768); /* chunk 1 output y: [r, 512], sent */
+    float *const mid_out = (float *)(A + F[0]); /* mid out: [r, 512] */
     /* mid: linear [r, 256] -> [r, 512] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 512, C1_X, P10_MID_WEIGHT, P11_MID_BIAS, C1_T1));
+    PG_TRY(pg_linear_fwd(c, r, 256, 512, c1_x, P10_MID_WEIGHT, P11_MID_BIAS, mid_out));
     /* relu1: relu [r, 512] -> [r, 512] */
-    PG_TRY(pg_relu_fwd(c, r * 512, C1_T1, C1_Y));
+    PG_TRY(pg_relu_fwd(c, r * 512, mid_out, c1_y));
     return 0;
 }
 
 static int fwd_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
-    return fwd_body_c1(c, A, io, 1);
+    PG_TRY(fwd_body_c1(c, A, io, 1));
+    return 0;
 }
 
 static int bwd_b_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
     const int64_t r = io->rows;
-    (void)r;
-    const int64_t *F = frame_c1[2 * io->mb + 1];
+    const int64_t *const F = frame_c1[2 * io->mb + 1]; /* this micro-batch's frame buffers */
+    float *const c1_dy = (float *)(A + 1671168 + (int64_t)io->slot * 32768); /* gradient dy of the chunk output: [r, 512], received */
+    float *const c1_dx = (float *)(A + 1818624 + (int64_t)io->slot * 16384); /* gradient dx of the chunk input: [r, 256], sent */
+    float *const mid_out = (float *)(A + F[0]); /* mid out: [r, 512] */
+    float *const d_mid_out = (float *)(A + F[1]); /* gradient of mid out: [r, 512] */
     if (io->recompute) /* checkpointed: rebuild the interior from the stage input */
         PG_TRY(fwd_body_c1(c, A, io, 0));
-    PG_TRY(pg_relu_bwd_in(c, r * 512, C1_T1, C1_DY, C1_DT1)); /* relu1 */
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 512, C1_DT1, P10_MID_WEIGHT, C1_DX)); /* mid */
+    PG_TRY(pg_relu_bwd_in(c, r * 512, mid_out, c1_dy, d_mid_out)); /* relu1 */
+    PG_TRY(pg_linear_bwd_in(c, r, 256, 512, d_mid_out, P10_MID_WEIGHT, c1_dx)); /* mid */
     return 0;
 }
 
 static int bwd_w_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
     const int64_t r = io->rows;
-    (void)r;
-    const int64_t *F = frame_c1[2 * io->mb + 1];
-    PG_TRY(pg_linear_bwd_w(c, r, 256, 512, C1_X, C1_DT1, GP10_MID_WEIGHT, GP11_MID_BIAS)); /* mid */
+    const int64_t *const F = frame_c1[2 * io->mb + 1]; /* this micro-batch's frame buffers */
+    float *const c1_x = (float *)(A + 1769472 + (int64_t)io->slot * 16384); /* chunk 1 input x: [r, 256], received */
+    float *const d_mid_out = (float *)(A + F[1]); /* gradient of mid out: [r, 512] */
+    PG_TRY(pg_linear_bwd_w(c, r, 256, 512, c1_x, d_mid_out, GP10_MID_WEIGHT, GP11_MID_BIAS)); /* mid */
     return 0;
 }
-
-#undef C1_X
-#undef C1_Y
-#undef C1_DY
-#undef C1_DX
-#undef C1_T1
-#undef C1_DT1
 
 /* ---- tables ---- */
 

@@ -13,21 +13,7 @@
 #define GP12_DOWN_WEIGHT ((float *)(A + 524288)) /* gradient of down.weight: f32[256, 512] */
 #define P13_DOWN_BIAS ((float *)(A + 1835008)) /* down.bias: f32[256] */
 #define GP13_DOWN_BIAS ((float *)(A + 1836032)) /* gradient of down.bias: f32[256] */
-/* dropout masks depend on (seed, step, layer, sample, element) only */
-#define DROPOUT_SEED(io, layer) ((io)->seed ^ (UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)((io)->step * 4096 + (layer) + 1)))
-
 /* ---- chunk 2: layers down .. relu2 ---- */
-
-#define C2_X ((float *)(A + 1572864 + (int64_t)io->slot * 32768)) /* chunk 2 input x: [r, 512], received */
-#define C2_SKIP0_IN ((float *)(A + 1703936 + (int64_t)io->slot * 16384)) /* skip long: [r, 256], received from chunk 0 */
-#define C2_SKIP0_GRAD_OUT ((float *)(A + 1736704 + (int64_t)io->slot * 16384)) /* gradient of skip long: [r, 256], sent back */
-#define C2_Y ((float *)(A + 1769472 + (int64_t)io->slot * 16384)) /* chunk 2 output y: [r, 256], sent */
-#define C2_DY ((float *)(A + 1802240 + (int64_t)io->slot * 16384)) /* gradient dy of the chunk output: [r, 256], received */
-#define C2_DX ((float *)(A + 1638400 + (int64_t)io->slot * 32768)) /* gradient dx of the chunk input: [r, 512], sent */
-#define C2_T1 ((float *)(A + F[0])) /* down out: [r, 256] */
-#define C2_DT1 ((float *)(A + F[1])) /* gradient of down out: [r, 256] */
-#define C2_T2 ((float *)(A + F[2])) /* pop.long out: [r, 256] */
-#define C2_DT2 ((float *)(A + F[3])) /* gradient of pop.long out: [r, 256] */
 
 /* Arena offsets of this chunk's frame buffers (listed in resmlp.h): row 2 * mb is micro-batch mb's
  * forward, row 2 * mb + 1 its backward (the recompute of a checkpointed one, BWD_B, BWD_W);
@@ -47,54 +33,55 @@ static const int64_t frame_c2[8][4] = {
 static int fwd_body_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
 {
     const int64_t r = io->rows;
-    const int64_t *F = frame_c2[2 * io->mb + !first];
+    const int64_t *const F = frame_c2[2 * io->mb + !first]; /* this micro-batch's frame buffers */
+    float *const c2_x = (float *)(A + 1572864 + (int64_t)io->slot * 32768); /* chunk 2 input x: [r, 512], received */
+    float *const c2_skip0_in = (float *)(A + 1703936 + (int64_t)io->slot * 16384); /* skip long: [r, 256], received from chunk 0 */
+    float *const c2_y = (float *)(A + 1769472 + (int64_t)io->slot * 16384); /* chunk 2 output y: [r, 256], sent */
+    float *const down_out = (float *)(A + F[0]); /* down out: [r, 256] */
+    float *const pop_long_out = (float *)(A + F[2]); /* pop.long out: [r, 256] */
     /* down: linear [r, 512] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 512, 256, C2_X, P12_DOWN_WEIGHT, P13_DOWN_BIAS, C2_T1));
+    PG_TRY(pg_linear_fwd(c, r, 512, 256, c2_x, P12_DOWN_WEIGHT, P13_DOWN_BIAS, down_out));
     /* pop.long: pop [r, 256] -> [r, 256] */
-    PG_TRY(pg_add_fwd(c, r * 256, C2_T1, C2_SKIP0_IN, C2_T2));
+    PG_TRY(pg_add_fwd(c, r * 256, down_out, c2_skip0_in, pop_long_out));
     /* relu2: relu [r, 256] -> [r, 256] */
-    PG_TRY(pg_relu_fwd(c, r * 256, C2_T2, C2_Y));
+    PG_TRY(pg_relu_fwd(c, r * 256, pop_long_out, c2_y));
     return 0;
 }
 
 static int fwd_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
-    return fwd_body_c2(c, A, io, 1);
+    PG_TRY(fwd_body_c2(c, A, io, 1));
+    return 0;
 }
 
 static int bwd_b_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
     const int64_t r = io->rows;
-    (void)r;
-    const int64_t *F = frame_c2[2 * io->mb + 1];
+    const int64_t *const F = frame_c2[2 * io->mb + 1]; /* this micro-batch's frame buffers */
+    float *const c2_skip0_grad_out = (float *)(A + 1736704 + (int64_t)io->slot * 16384); /* gradient of skip long: [r, 256], sent back */
+    float *const c2_dy = (float *)(A + 1802240 + (int64_t)io->slot * 16384); /* gradient dy of the chunk output: [r, 256], received */
+    float *const c2_dx = (float *)(A + 1638400 + (int64_t)io->slot * 32768); /* gradient dx of the chunk input: [r, 512], sent */
+    float *const d_down_out = (float *)(A + F[1]); /* gradient of down out: [r, 256] */
+    float *const pop_long_out = (float *)(A + F[2]); /* pop.long out: [r, 256] */
+    float *const d_pop_long_out = (float *)(A + F[3]); /* gradient of pop.long out: [r, 256] */
     if (io->recompute) /* checkpointed: rebuild the interior from the stage input */
         PG_TRY(fwd_body_c2(c, A, io, 0));
-    PG_TRY(pg_relu_bwd_in(c, r * 256, C2_T2, C2_DY, C2_DT2)); /* relu2 */
-    PG_TRY(pg_copy(c, C2_DT1, C2_DT2, r * 256)); /* pop.long */
-    PG_TRY(pg_copy(c, C2_SKIP0_GRAD_OUT, C2_DT2, r * 256)); /* gradient of skip long */
-    PG_TRY(pg_linear_bwd_in(c, r, 512, 256, C2_DT1, P12_DOWN_WEIGHT, C2_DX)); /* down */
+    PG_TRY(pg_relu_bwd_in(c, r * 256, pop_long_out, c2_dy, d_pop_long_out)); /* relu2 */
+    PG_TRY(pg_copy(c, d_down_out, d_pop_long_out, r * 256)); /* pop.long */
+    PG_TRY(pg_copy(c, c2_skip0_grad_out, d_pop_long_out, r * 256)); /* gradient of skip long */
+    PG_TRY(pg_linear_bwd_in(c, r, 512, 256, d_down_out, P12_DOWN_WEIGHT, c2_dx)); /* down */
     return 0;
 }
 
 static int bwd_w_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
     const int64_t r = io->rows;
-    (void)r;
-    const int64_t *F = frame_c2[2 * io->mb + 1];
-    PG_TRY(pg_linear_bwd_w(c, r, 512, 256, C2_X, C2_DT1, GP12_DOWN_WEIGHT, GP13_DOWN_BIAS)); /* down */
+    const int64_t *const F = frame_c2[2 * io->mb + 1]; /* this micro-batch's frame buffers */
+    float *const c2_x = (float *)(A + 1572864 + (int64_t)io->slot * 32768); /* chunk 2 input x: [r, 512], received */
+    float *const d_down_out = (float *)(A + F[1]); /* gradient of down out: [r, 256] */
+    PG_TRY(pg_linear_bwd_w(c, r, 512, 256, c2_x, d_down_out, GP12_DOWN_WEIGHT, GP13_DOWN_BIAS)); /* down */
     return 0;
 }
-
-#undef C2_X
-#undef C2_SKIP0_IN
-#undef C2_SKIP0_GRAD_OUT
-#undef C2_Y
-#undef C2_DY
-#undef C2_DX
-#undef C2_T1
-#undef C2_DT1
-#undef C2_T2
-#undef C2_DT2
 
 /* ---- tables ---- */
 

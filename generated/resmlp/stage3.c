@@ -19,21 +19,7 @@
 #define GP17_OUT_BIAS ((float *)(A + 1708032)) /* gradient of out.bias: f32[256] */
 /* this micro-batch's rows of the batch target y f32[256] */
 #define TARGET_ROWS (A + 1572864 + io->first_row * 1024)
-/* dropout masks depend on (seed, step, layer, sample, element) only */
-#define DROPOUT_SEED(io, layer) ((io)->seed ^ (UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)((io)->step * 4096 + (layer) + 1)))
-
 /* ---- chunk 3: layers stash.short .. out ---- */
-
-#define C3_X ((float *)(A + 1638400 + (int64_t)io->slot * 16384)) /* chunk 3 input x: [r, 256], received */
-#define C3_Y ((float *)(A + 1654784 + (int64_t)io->slot * 16384)) /* chunk 3 output y: [r, 256], the model output */
-#define C3_DY ((float *)(A + 1671168 + (int64_t)io->slot * 16384)) /* gradient dy of the chunk output: [r, 256], from the loss */
-#define C3_DX ((float *)(A + 1687552 + (int64_t)io->slot * 16384)) /* gradient dx of the chunk input: [r, 256], sent */
-#define C3_T1 ((float *)(A + F[0])) /* head0 out: [r, 256] */
-#define C3_DT1 ((float *)(A + F[1])) /* gradient of head0 out: [r, 256] */
-#define C3_T2 ((float *)(A + F[2])) /* relu3 out: [r, 256] */
-#define C3_DT2 ((float *)(A + F[3])) /* gradient of relu3 out: [r, 256] */
-#define C3_T3 ((float *)(A + F[4])) /* pop.short out: [r, 256] */
-#define C3_DT3 ((float *)(A + F[5])) /* gradient of pop.short out: [r, 256] */
 
 /* Arena offsets of this chunk's frame buffers (listed in resmlp.h): row 2 * mb is micro-batch mb's
  * forward, row 2 * mb + 1 its backward (the recompute of a checkpointed one, BWD_B, BWD_W);
@@ -53,62 +39,67 @@ static const int64_t frame_c3[8][7] = {
 static int fwd_body_c3(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
 {
     const int64_t r = io->rows;
-    const int64_t *F = frame_c3[2 * io->mb + !first];
-    /* stash short: [r, 256] stays in C3_X */
+    const int64_t *const F = frame_c3[2 * io->mb + !first]; /* this micro-batch's frame buffers */
+    float *const c3_x = (float *)(A + 1638400 + (int64_t)io->slot * 16384); /* chunk 3 input x: [r, 256], received */
+    float *const c3_y = (float *)(A + 1654784 + (int64_t)io->slot * 16384); /* chunk 3 output y: [r, 256], the model output */
+    float *const c3_dy = (float *)(A + 1671168 + (int64_t)io->slot * 16384); /* gradient dy of the chunk output: [r, 256], from the loss */
+    float *const head0_out = (float *)(A + F[0]); /* head0 out: [r, 256] */
+    float *const relu3_out = (float *)(A + F[2]); /* relu3 out: [r, 256] */
+    float *const pop_short_out = (float *)(A + F[4]); /* pop.short out: [r, 256] */
+    /* stash short: [r, 256] stays in c3_x */
     /* head0: linear [r, 256] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 256, C3_X, P14_HEAD0_WEIGHT, P15_HEAD0_BIAS, C3_T1));
+    PG_TRY(pg_linear_fwd(c, r, 256, 256, c3_x, P14_HEAD0_WEIGHT, P15_HEAD0_BIAS, head0_out));
     /* relu3: relu [r, 256] -> [r, 256] */
-    PG_TRY(pg_relu_fwd(c, r * 256, C3_T1, C3_T2));
+    PG_TRY(pg_relu_fwd(c, r * 256, head0_out, relu3_out));
     /* pop.short: pop [r, 256] -> [r, 256] */
-    PG_TRY(pg_add_fwd(c, r * 256, C3_T2, C3_X, C3_T3));
+    PG_TRY(pg_add_fwd(c, r * 256, relu3_out, c3_x, pop_short_out));
     /* out: linear [r, 256] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 256, C3_T3, P16_OUT_WEIGHT, P17_OUT_BIAS, C3_Y));
+    PG_TRY(pg_linear_fwd(c, r, 256, 256, pop_short_out, P16_OUT_WEIGHT, P17_OUT_BIAS, c3_y));
     /* loss: mse(mean), partial over this micro-batch */
-    PG_TRY(pg_mse_fwd_bwd(c, r * 256, C3_Y, (const float *)TARGET_ROWS, 16384.0, &io->loss, C3_DY));
+    PG_TRY(pg_mse_fwd_bwd(c, r * 256, c3_y, (const float *)TARGET_ROWS, 16384.0, &io->loss, c3_dy));
     return 0;
 }
 
 static int fwd_c3(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
-    return fwd_body_c3(c, A, io, 1);
+    PG_TRY(fwd_body_c3(c, A, io, 1));
+    return 0;
 }
 
 static int bwd_b_c3(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
     const int64_t r = io->rows;
-    (void)r;
-    const int64_t *F = frame_c3[2 * io->mb + 1];
+    const int64_t *const F = frame_c3[2 * io->mb + 1]; /* this micro-batch's frame buffers */
+    float *const c3_dy = (float *)(A + 1671168 + (int64_t)io->slot * 16384); /* gradient dy of the chunk output: [r, 256], from the loss */
+    float *const c3_dx = (float *)(A + 1687552 + (int64_t)io->slot * 16384); /* gradient dx of the chunk input: [r, 256], sent */
+    float *const head0_out = (float *)(A + F[0]); /* head0 out: [r, 256] */
+    float *const d_head0_out = (float *)(A + F[1]); /* gradient of head0 out: [r, 256] */
+    float *const d_relu3_out = (float *)(A + F[3]); /* gradient of relu3 out: [r, 256] */
+    float *const d_pop_short_out = (float *)(A + F[5]); /* gradient of pop.short out: [r, 256] */
+    float *const d_skip_short = (float *)(A + F[6]); /* gradient of skip short: [r, 256] */
     if (io->recompute) /* checkpointed: rebuild the interior from the stage input */
         PG_TRY(fwd_body_c3(c, A, io, 0));
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, C3_DY, P16_OUT_WEIGHT, C3_DT3)); /* out */
-    PG_TRY(pg_copy(c, C3_DT2, C3_DT3, r * 256)); /* pop.short */
-    PG_TRY(pg_copy(c, (float *)(A + F[6]), C3_DT3, r * 256)); /* gradient of skip short */
-    PG_TRY(pg_relu_bwd_in(c, r * 256, C3_T1, C3_DT2, C3_DT1)); /* relu3 */
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, C3_DT1, P14_HEAD0_WEIGHT, C3_DX)); /* head0 */
-    PG_TRY(pg_axpy_inplace(c, C3_DX, (float *)(A + F[6]), r * 256)); /* + gradient of skip short */
+    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, c3_dy, P16_OUT_WEIGHT, d_pop_short_out)); /* out */
+    PG_TRY(pg_copy(c, d_relu3_out, d_pop_short_out, r * 256)); /* pop.short */
+    PG_TRY(pg_copy(c, d_skip_short, d_pop_short_out, r * 256)); /* gradient of skip short */
+    PG_TRY(pg_relu_bwd_in(c, r * 256, head0_out, d_relu3_out, d_head0_out)); /* relu3 */
+    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_head0_out, P14_HEAD0_WEIGHT, c3_dx)); /* head0 */
+    PG_TRY(pg_axpy_inplace(c, c3_dx, d_skip_short, r * 256)); /* + gradient of skip short */
     return 0;
 }
 
 static int bwd_w_c3(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
     const int64_t r = io->rows;
-    (void)r;
-    const int64_t *F = frame_c3[2 * io->mb + 1];
-    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, C3_T3, C3_DY, GP16_OUT_WEIGHT, GP17_OUT_BIAS)); /* out */
-    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, C3_X, C3_DT1, GP14_HEAD0_WEIGHT, GP15_HEAD0_BIAS)); /* head0 */
+    const int64_t *const F = frame_c3[2 * io->mb + 1]; /* this micro-batch's frame buffers */
+    float *const c3_x = (float *)(A + 1638400 + (int64_t)io->slot * 16384); /* chunk 3 input x: [r, 256], received */
+    float *const c3_dy = (float *)(A + 1671168 + (int64_t)io->slot * 16384); /* gradient dy of the chunk output: [r, 256], from the loss */
+    float *const d_head0_out = (float *)(A + F[1]); /* gradient of head0 out: [r, 256] */
+    float *const pop_short_out = (float *)(A + F[4]); /* pop.short out: [r, 256] */
+    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, pop_short_out, c3_dy, GP16_OUT_WEIGHT, GP17_OUT_BIAS)); /* out */
+    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, c3_x, d_head0_out, GP14_HEAD0_WEIGHT, GP15_HEAD0_BIAS)); /* head0 */
     return 0;
 }
-
-#undef C3_X
-#undef C3_Y
-#undef C3_DY
-#undef C3_DX
-#undef C3_T1
-#undef C3_DT1
-#undef C3_T2
-#undef C3_DT2
-#undef C3_T3
-#undef C3_DT3
 
 /* ---- tables ---- */
 

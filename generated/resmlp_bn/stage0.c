@@ -49,40 +49,7 @@
 #define GP21_A_1_FC2_BIAS ((float *)(A + 4310016)) /* gradient of a.1.fc2.bias: f32[256] */
 /* this micro-batch's rows of the batch input x f32[256] */
 #define INPUT_ROWS ((float *)(A + 3932160 + io->first_row * 1024))
-/* dropout masks depend on (seed, step, layer, sample, element) only */
-#define DROPOUT_SEED(io, layer) ((io)->seed ^ (UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)((io)->step * 4096 + (layer) + 1)))
-
 /* ---- chunk 0: layers inp .. a.1.pop.res ---- */
-
-#define C0_SKIP0_OUT ((float *)(A + 3997696 + (int64_t)io->slot * 16384)) /* skip long stashed: [r, 256], sent to chunk 1 */
-#define C0_SKIP0_GRAD_IN ((float *)(A + 4063232 + (int64_t)io->slot * 16384)) /* gradient of skip long: [r, 256], received */
-#define C0_Y ((float *)(A + 4128768 + (int64_t)io->slot * 16384)) /* chunk 0 output y: [r, 256], sent */
-#define C0_DY ((float *)(A + 4194304 + (int64_t)io->slot * 16384)) /* gradient dy of the chunk output: [r, 256], received */
-#define C0_DT0 ((float *)(A + F[0])) /* gradient of model input: [r, 256] */
-#define C0_T1 ((float *)(A + F[1])) /* inp out: [r, 256] */
-#define C0_DT1 ((float *)(A + F[2])) /* gradient of inp out: [r, 256] */
-#define C0_T2 ((float *)(A + F[3])) /* bn0 out: [r, 256] */
-#define C0_DT2 ((float *)(A + F[4])) /* gradient of bn0 out: [r, 256] */
-#define C0_T3 ((float *)(A + F[5])) /* relu0 out: [r, 256] */
-#define C0_DT3 ((float *)(A + F[6])) /* gradient of relu0 out: [r, 256] */
-#define C0_T4 ((float *)(A + F[7])) /* a.0.fc1 out: [r, 256] */
-#define C0_DT4 ((float *)(A + F[8])) /* gradient of a.0.fc1 out: [r, 256] */
-#define C0_T5 ((float *)(A + F[9])) /* a.0.bn out: [r, 256] */
-#define C0_DT5 ((float *)(A + F[10])) /* gradient of a.0.bn out: [r, 256] */
-#define C0_T6 ((float *)(A + F[11])) /* a.0.relu0 out: [r, 256] */
-#define C0_DT6 ((float *)(A + F[12])) /* gradient of a.0.relu0 out: [r, 256] */
-#define C0_T7 ((float *)(A + F[13])) /* a.0.fc2 out: [r, 256] */
-#define C0_DT7 ((float *)(A + F[14])) /* gradient of a.0.fc2 out: [r, 256] */
-#define C0_T8 ((float *)(A + F[15])) /* a.0.pop.res out: [r, 256] */
-#define C0_DT8 ((float *)(A + F[16])) /* gradient of a.0.pop.res out: [r, 256] */
-#define C0_T9 ((float *)(A + F[17])) /* a.1.fc1 out: [r, 256] */
-#define C0_DT9 ((float *)(A + F[18])) /* gradient of a.1.fc1 out: [r, 256] */
-#define C0_T10 ((float *)(A + F[19])) /* a.1.bn out: [r, 256] */
-#define C0_DT10 ((float *)(A + F[20])) /* gradient of a.1.bn out: [r, 256] */
-#define C0_T11 ((float *)(A + F[21])) /* a.1.relu0 out: [r, 256] */
-#define C0_DT11 ((float *)(A + F[22])) /* gradient of a.1.relu0 out: [r, 256] */
-#define C0_T12 ((float *)(A + F[23])) /* a.1.fc2 out: [r, 256] */
-#define C0_DT12 ((float *)(A + F[24])) /* gradient of a.1.fc2 out: [r, 256] */
 
 /* Arena offsets of this chunk's frame buffers (listed in resmlp_bn.h): row 2 * mb is micro-batch mb's
  * forward, row 2 * mb + 1 its backward (the recompute of a checkpointed one, BWD_B, BWD_W);
@@ -102,150 +69,190 @@ static const int64_t frame_c0[8][33] = {
 static int fwd_body_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
 {
     const int64_t r = io->rows;
-    const int64_t *F = frame_c0[2 * io->mb + !first];
+    const int64_t *const F = frame_c0[2 * io->mb + !first]; /* this micro-batch's frame buffers */
+    float *const x = INPUT_ROWS; /* f32[256] per row */
+    float *const c0_skip0_out = (float *)(A + 3997696 + (int64_t)io->slot * 16384); /* skip long stashed: [r, 256], sent to chunk 1 */
+    float *const c0_y = (float *)(A + 4128768 + (int64_t)io->slot * 16384); /* chunk 0 output y: [r, 256], sent */
+    float *const inp_out = (float *)(A + F[1]); /* inp out: [r, 256] */
+    float *const bn0_out = (float *)(A + F[3]); /* bn0 out: [r, 256] */
+    float *const relu0_out = (float *)(A + F[5]); /* relu0 out: [r, 256] */
+    float *const a_0_fc1_out = (float *)(A + F[7]); /* a.0.fc1 out: [r, 256] */
+    float *const a_0_bn_out = (float *)(A + F[9]); /* a.0.bn out: [r, 256] */
+    float *const a_0_relu0_out = (float *)(A + F[11]); /* a.0.relu0 out: [r, 256] */
+    float *const a_0_fc2_out = (float *)(A + F[13]); /* a.0.fc2 out: [r, 256] */
+    float *const a_0_pop_res_out = (float *)(A + F[15]); /* a.0.pop.res out: [r, 256] */
+    float *const a_1_fc1_out = (float *)(A + F[17]); /* a.1.fc1 out: [r, 256] */
+    float *const a_1_bn_out = (float *)(A + F[19]); /* a.1.bn out: [r, 256] */
+    float *const a_1_relu0_out = (float *)(A + F[21]); /* a.1.relu0 out: [r, 256] */
+    float *const a_1_fc2_out = (float *)(A + F[23]); /* a.1.fc2 out: [r, 256] */
+    float *const bn0_mean_of_this_micro_batch = (float *)(A + F[25]); /* bn0 mean of this micro-batch: [C] */
+    float *const bn0_rstd_of_this_micro_batch = (float *)(A + F[26]); /* bn0 rstd of this micro-batch: [C] */
+    float *const a_0_bn_mean_of_this_micro_batch = (float *)(A + F[28]); /* a.0.bn mean of this micro-batch: [C] */
+    float *const a_0_bn_rstd_of_this_micro_batch = (float *)(A + F[29]); /* a.0.bn rstd of this micro-batch: [C] */
+    float *const a_1_bn_mean_of_this_micro_batch = (float *)(A + F[31]); /* a.1.bn mean of this micro-batch: [C] */
+    float *const a_1_bn_rstd_of_this_micro_batch = (float *)(A + F[32]); /* a.1.bn rstd of this micro-batch: [C] */
     /* inp: linear [r, 256] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 256, INPUT_ROWS, P0_INP_WEIGHT, P1_INP_BIAS, C0_T1));
+    PG_TRY(pg_linear_fwd(c, r, 256, 256, x, P0_INP_WEIGHT, P1_INP_BIAS, inp_out));
     /* bn0: batchnorm [r, 256] -> [r, 256] */
     if (io->infer) /* inference: the running statistics, nothing updated */
-        PG_TRY(pg_batchnorm_eval_fwd(c, r, 256, 1e-05f, C0_T1, P2_BN0_WEIGHT, P3_BN0_BIAS, P4_BN0_RUNNING_MEAN, P5_BN0_RUNNING_VAR, C0_T2));
+        PG_TRY(pg_batchnorm_eval_fwd(c, r, 256, 1e-05f, inp_out, P2_BN0_WEIGHT, P3_BN0_BIAS, P4_BN0_RUNNING_MEAN, P5_BN0_RUNNING_VAR, bn0_out));
     else
-        PG_TRY(pg_batchnorm_fwd(c, r, 256, 1e-05f, C0_T1, P2_BN0_WEIGHT, P3_BN0_BIAS, C0_T2, (float *)(A + F[25]), (float *)(A + F[26])));
+        PG_TRY(pg_batchnorm_fwd(c, r, 256, 1e-05f, inp_out, P2_BN0_WEIGHT, P3_BN0_BIAS, bn0_out, bn0_mean_of_this_micro_batch, bn0_rstd_of_this_micro_batch));
     if (first && !io->infer) { /* deferred: running statistics from the whole mini-batch, once per step;
                   sums over the micro-batches in index order (not again when recomputing) */
         if (io->mb == 0)
             PG_TRY(pg_zero(c, (float *)(A + 4259840), 1024)); /* 2 x 256 doubles */
-        PG_TRY(pg_batchnorm_stats_acc(c, r, 256, C0_T1, (double *)(A + 4259840), (double *)(A + 4261888)));
+        PG_TRY(pg_batchnorm_stats_acc(c, r, 256, inp_out, (double *)(A + 4259840), (double *)(A + 4261888)));
         if (io->mb == 3)
             PG_TRY(pg_batchnorm_running_update(c, 64, 256, 0.1f, (const double *)(A + 4259840), (const double *)(A + 4261888), P4_BN0_RUNNING_MEAN, P5_BN0_RUNNING_VAR));
     }
     /* relu0: relu [r, 256] -> [r, 256] */
-    PG_TRY(pg_relu_fwd(c, r * 256, C0_T2, C0_T3));
+    PG_TRY(pg_relu_fwd(c, r * 256, bn0_out, relu0_out));
     /* stash long: [r, 256], sent to chunk 1 */
-    PG_TRY(pg_copy(c, C0_SKIP0_OUT, C0_T3, r * 256));
-    /* stash a.0.res: [r, 256] stays in C0_T3 */
+    PG_TRY(pg_copy(c, c0_skip0_out, relu0_out, r * 256));
+    /* stash a.0.res: [r, 256] stays in relu0_out */
     /* a.0.fc1: linear [r, 256] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 256, C0_T3, P6_A_0_FC1_WEIGHT, P7_A_0_FC1_BIAS, C0_T4));
+    PG_TRY(pg_linear_fwd(c, r, 256, 256, relu0_out, P6_A_0_FC1_WEIGHT, P7_A_0_FC1_BIAS, a_0_fc1_out));
     /* a.0.bn: batchnorm [r, 256] -> [r, 256] */
     if (io->infer) /* inference: the running statistics, nothing updated */
-        PG_TRY(pg_batchnorm_eval_fwd(c, r, 256, 1e-05f, C0_T4, P8_A_0_BN_WEIGHT, P9_A_0_BN_BIAS, P10_A_0_BN_RUNNING_MEAN, P11_A_0_BN_RUNNING_VAR, C0_T5));
+        PG_TRY(pg_batchnorm_eval_fwd(c, r, 256, 1e-05f, a_0_fc1_out, P8_A_0_BN_WEIGHT, P9_A_0_BN_BIAS, P10_A_0_BN_RUNNING_MEAN, P11_A_0_BN_RUNNING_VAR, a_0_bn_out));
     else
-        PG_TRY(pg_batchnorm_fwd(c, r, 256, 1e-05f, C0_T4, P8_A_0_BN_WEIGHT, P9_A_0_BN_BIAS, C0_T5, (float *)(A + F[28]), (float *)(A + F[29])));
+        PG_TRY(pg_batchnorm_fwd(c, r, 256, 1e-05f, a_0_fc1_out, P8_A_0_BN_WEIGHT, P9_A_0_BN_BIAS, a_0_bn_out, a_0_bn_mean_of_this_micro_batch, a_0_bn_rstd_of_this_micro_batch));
     if (first && !io->infer) { /* deferred: running statistics from the whole mini-batch, once per step;
                   sums over the micro-batches in index order (not again when recomputing) */
         if (io->mb == 0)
             PG_TRY(pg_zero(c, (float *)(A + 4263936), 1024)); /* 2 x 256 doubles */
-        PG_TRY(pg_batchnorm_stats_acc(c, r, 256, C0_T4, (double *)(A + 4263936), (double *)(A + 4265984)));
+        PG_TRY(pg_batchnorm_stats_acc(c, r, 256, a_0_fc1_out, (double *)(A + 4263936), (double *)(A + 4265984)));
         if (io->mb == 3)
             PG_TRY(pg_batchnorm_running_update(c, 64, 256, 0.1f, (const double *)(A + 4263936), (const double *)(A + 4265984), P10_A_0_BN_RUNNING_MEAN, P11_A_0_BN_RUNNING_VAR));
     }
     /* a.0.relu0: relu [r, 256] -> [r, 256] */
-    PG_TRY(pg_relu_fwd(c, r * 256, C0_T5, C0_T6));
+    PG_TRY(pg_relu_fwd(c, r * 256, a_0_bn_out, a_0_relu0_out));
     /* a.0.fc2: linear [r, 256] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 256, C0_T6, P12_A_0_FC2_WEIGHT, P13_A_0_FC2_BIAS, C0_T7));
+    PG_TRY(pg_linear_fwd(c, r, 256, 256, a_0_relu0_out, P12_A_0_FC2_WEIGHT, P13_A_0_FC2_BIAS, a_0_fc2_out));
     /* a.0.pop.res: pop [r, 256] -> [r, 256] */
-    PG_TRY(pg_add_fwd(c, r * 256, C0_T7, C0_T3, C0_T8));
-    /* stash a.1.res: [r, 256] stays in C0_T8 */
+    PG_TRY(pg_add_fwd(c, r * 256, a_0_fc2_out, relu0_out, a_0_pop_res_out));
+    /* stash a.1.res: [r, 256] stays in a_0_pop_res_out */
     /* a.1.fc1: linear [r, 256] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 256, C0_T8, P14_A_1_FC1_WEIGHT, P15_A_1_FC1_BIAS, C0_T9));
+    PG_TRY(pg_linear_fwd(c, r, 256, 256, a_0_pop_res_out, P14_A_1_FC1_WEIGHT, P15_A_1_FC1_BIAS, a_1_fc1_out));
     /* a.1.bn: batchnorm [r, 256] -> [r, 256] */
     if (io->infer) /* inference: the running statistics, nothing updated */
-        PG_TRY(pg_batchnorm_eval_fwd(c, r, 256, 1e-05f, C0_T9, P16_A_1_BN_WEIGHT, P17_A_1_BN_BIAS, P18_A_1_BN_RUNNING_MEAN, P19_A_1_BN_RUNNING_VAR, C0_T10));
+        PG_TRY(pg_batchnorm_eval_fwd(c, r, 256, 1e-05f, a_1_fc1_out, P16_A_1_BN_WEIGHT, P17_A_1_BN_BIAS, P18_A_1_BN_RUNNING_MEAN, P19_A_1_BN_RUNNING_VAR, a_1_bn_out));
     else
-        PG_TRY(pg_batchnorm_fwd(c, r, 256, 1e-05f, C0_T9, P16_A_1_BN_WEIGHT, P17_A_1_BN_BIAS, C0_T10, (float *)(A + F[31]), (float *)(A + F[32])));
+        PG_TRY(pg_batchnorm_fwd(c, r, 256, 1e-05f, a_1_fc1_out, P16_A_1_BN_WEIGHT, P17_A_1_BN_BIAS, a_1_bn_out, a_1_bn_mean_of_this_micro_batch, a_1_bn_rstd_of_this_micro_batch));
     if (first && !io->infer) { /* deferred: running statistics from the whole mini-batch, once per step;
                   sums over the micro-batches in index order (not again when recomputing) */
         if (io->mb == 0)
             PG_TRY(pg_zero(c, (float *)(A + 4268032), 1024)); /* 2 x 256 doubles */
-        PG_TRY(pg_batchnorm_stats_acc(c, r, 256, C0_T9, (double *)(A + 4268032), (double *)(A + 4270080)));
+        PG_TRY(pg_batchnorm_stats_acc(c, r, 256, a_1_fc1_out, (double *)(A + 4268032), (double *)(A + 4270080)));
         if (io->mb == 3)
             PG_TRY(pg_batchnorm_running_update(c, 64, 256, 0.1f, (const double *)(A + 4268032), (const double *)(A + 4270080), P18_A_1_BN_RUNNING_MEAN, P19_A_1_BN_RUNNING_VAR));
     }
     /* a.1.relu0: relu [r, 256] -> [r, 256] */
-    PG_TRY(pg_relu_fwd(c, r * 256, C0_T10, C0_T11));
+    PG_TRY(pg_relu_fwd(c, r * 256, a_1_bn_out, a_1_relu0_out));
     /* a.1.fc2: linear [r, 256] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 256, C0_T11, P20_A_1_FC2_WEIGHT, P21_A_1_FC2_BIAS, C0_T12));
+    PG_TRY(pg_linear_fwd(c, r, 256, 256, a_1_relu0_out, P20_A_1_FC2_WEIGHT, P21_A_1_FC2_BIAS, a_1_fc2_out));
     /* a.1.pop.res: pop [r, 256] -> [r, 256] */
-    PG_TRY(pg_add_fwd(c, r * 256, C0_T12, C0_T8, C0_Y));
+    PG_TRY(pg_add_fwd(c, r * 256, a_1_fc2_out, a_0_pop_res_out, c0_y));
     return 0;
 }
 
 static int fwd_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
-    return fwd_body_c0(c, A, io, 1);
+    PG_TRY(fwd_body_c0(c, A, io, 1));
+    return 0;
 }
 
 static int bwd_b_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
     const int64_t r = io->rows;
-    (void)r;
-    const int64_t *F = frame_c0[2 * io->mb + 1];
+    const int64_t *const F = frame_c0[2 * io->mb + 1]; /* this micro-batch's frame buffers */
+    float *const c0_skip0_grad_in = (float *)(A + 4063232 + (int64_t)io->slot * 16384); /* gradient of skip long: [r, 256], received */
+    float *const c0_dy = (float *)(A + 4194304 + (int64_t)io->slot * 16384); /* gradient dy of the chunk output: [r, 256], received */
+    float *const inp_out = (float *)(A + F[1]); /* inp out: [r, 256] */
+    float *const d_inp_out = (float *)(A + F[2]); /* gradient of inp out: [r, 256] */
+    float *const bn0_out = (float *)(A + F[3]); /* bn0 out: [r, 256] */
+    float *const d_bn0_out = (float *)(A + F[4]); /* gradient of bn0 out: [r, 256] */
+    float *const d_relu0_out = (float *)(A + F[6]); /* gradient of relu0 out: [r, 256] */
+    float *const a_0_fc1_out = (float *)(A + F[7]); /* a.0.fc1 out: [r, 256] */
+    float *const d_a_0_fc1_out = (float *)(A + F[8]); /* gradient of a.0.fc1 out: [r, 256] */
+    float *const a_0_bn_out = (float *)(A + F[9]); /* a.0.bn out: [r, 256] */
+    float *const d_a_0_bn_out = (float *)(A + F[10]); /* gradient of a.0.bn out: [r, 256] */
+    float *const d_a_0_relu0_out = (float *)(A + F[12]); /* gradient of a.0.relu0 out: [r, 256] */
+    float *const d_a_0_fc2_out = (float *)(A + F[14]); /* gradient of a.0.fc2 out: [r, 256] */
+    float *const d_a_0_pop_res_out = (float *)(A + F[16]); /* gradient of a.0.pop.res out: [r, 256] */
+    float *const a_1_fc1_out = (float *)(A + F[17]); /* a.1.fc1 out: [r, 256] */
+    float *const d_a_1_fc1_out = (float *)(A + F[18]); /* gradient of a.1.fc1 out: [r, 256] */
+    float *const a_1_bn_out = (float *)(A + F[19]); /* a.1.bn out: [r, 256] */
+    float *const d_a_1_bn_out = (float *)(A + F[20]); /* gradient of a.1.bn out: [r, 256] */
+    float *const d_a_1_relu0_out = (float *)(A + F[22]); /* gradient of a.1.relu0 out: [r, 256] */
+    float *const d_a_1_fc2_out = (float *)(A + F[24]); /* gradient of a.1.fc2 out: [r, 256] */
+    float *const bn0_mean_of_this_micro_batch = (float *)(A + F[25]); /* bn0 mean of this micro-batch: [C] */
+    float *const bn0_rstd_of_this_micro_batch = (float *)(A + F[26]); /* bn0 rstd of this micro-batch: [C] */
+    float *const d_skip_a_0_res = (float *)(A + F[27]); /* gradient of skip a.0.res: [r, 256] */
+    float *const a_0_bn_mean_of_this_micro_batch = (float *)(A + F[28]); /* a.0.bn mean of this micro-batch: [C] */
+    float *const a_0_bn_rstd_of_this_micro_batch = (float *)(A + F[29]); /* a.0.bn rstd of this micro-batch: [C] */
+    float *const d_skip_a_1_res = (float *)(A + F[30]); /* gradient of skip a.1.res: [r, 256] */
+    float *const a_1_bn_mean_of_this_micro_batch = (float *)(A + F[31]); /* a.1.bn mean of this micro-batch: [C] */
+    float *const a_1_bn_rstd_of_this_micro_batch = (float *)(A + F[32]); /* a.1.bn rstd of this micro-batch: [C] */
     if (io->recompute) /* checkpointed: rebuild the interior from the stage input */
         PG_TRY(fwd_body_c0(c, A, io, 0));
-    PG_TRY(pg_copy(c, C0_DT12, C0_DY, r * 256)); /* a.1.pop.res */
-    PG_TRY(pg_copy(c, (float *)(A + F[30]), C0_DY, r * 256)); /* gradient of skip a.1.res */
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, C0_DT12, P20_A_1_FC2_WEIGHT, C0_DT11)); /* a.1.fc2 */
-    PG_TRY(pg_relu_bwd_in(c, r * 256, C0_T10, C0_DT11, C0_DT10)); /* a.1.relu0 */
-    PG_TRY(pg_batchnorm_bwd_in(c, r, 256, C0_T9, P16_A_1_BN_WEIGHT, (float *)(A + F[31]), (float *)(A + F[32]), C0_DT10, C0_DT9)); /* a.1.bn */
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, C0_DT9, P14_A_1_FC1_WEIGHT, C0_DT8)); /* a.1.fc1 */
-    PG_TRY(pg_axpy_inplace(c, C0_DT8, (float *)(A + F[30]), r * 256)); /* + gradient of skip a.1.res */
-    PG_TRY(pg_copy(c, C0_DT7, C0_DT8, r * 256)); /* a.0.pop.res */
-    PG_TRY(pg_copy(c, (float *)(A + F[27]), C0_DT8, r * 256)); /* gradient of skip a.0.res */
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, C0_DT7, P12_A_0_FC2_WEIGHT, C0_DT6)); /* a.0.fc2 */
-    PG_TRY(pg_relu_bwd_in(c, r * 256, C0_T5, C0_DT6, C0_DT5)); /* a.0.relu0 */
-    PG_TRY(pg_batchnorm_bwd_in(c, r, 256, C0_T4, P8_A_0_BN_WEIGHT, (float *)(A + F[28]), (float *)(A + F[29]), C0_DT5, C0_DT4)); /* a.0.bn */
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, C0_DT4, P6_A_0_FC1_WEIGHT, C0_DT3)); /* a.0.fc1 */
-    PG_TRY(pg_axpy_inplace(c, C0_DT3, (float *)(A + F[27]), r * 256)); /* + gradient of skip a.0.res */
-    PG_TRY(pg_axpy_inplace(c, C0_DT3, C0_SKIP0_GRAD_IN, r * 256)); /* + gradient of skip long from chunk 1 */
-    PG_TRY(pg_relu_bwd_in(c, r * 256, C0_T2, C0_DT3, C0_DT2)); /* relu0 */
-    PG_TRY(pg_batchnorm_bwd_in(c, r, 256, C0_T1, P2_BN0_WEIGHT, (float *)(A + F[25]), (float *)(A + F[26]), C0_DT2, C0_DT1)); /* bn0 */
+    PG_TRY(pg_copy(c, d_a_1_fc2_out, c0_dy, r * 256)); /* a.1.pop.res */
+    PG_TRY(pg_copy(c, d_skip_a_1_res, c0_dy, r * 256)); /* gradient of skip a.1.res */
+    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_a_1_fc2_out, P20_A_1_FC2_WEIGHT, d_a_1_relu0_out)); /* a.1.fc2 */
+    PG_TRY(pg_relu_bwd_in(c, r * 256, a_1_bn_out, d_a_1_relu0_out, d_a_1_bn_out)); /* a.1.relu0 */
+    PG_TRY(pg_batchnorm_bwd_in(c, r, 256, a_1_fc1_out, P16_A_1_BN_WEIGHT, a_1_bn_mean_of_this_micro_batch, a_1_bn_rstd_of_this_micro_batch, d_a_1_bn_out, d_a_1_fc1_out)); /* a.1.bn */
+    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_a_1_fc1_out, P14_A_1_FC1_WEIGHT, d_a_0_pop_res_out)); /* a.1.fc1 */
+    PG_TRY(pg_axpy_inplace(c, d_a_0_pop_res_out, d_skip_a_1_res, r * 256)); /* + gradient of skip a.1.res */
+    PG_TRY(pg_copy(c, d_a_0_fc2_out, d_a_0_pop_res_out, r * 256)); /* a.0.pop.res */
+    PG_TRY(pg_copy(c, d_skip_a_0_res, d_a_0_pop_res_out, r * 256)); /* gradient of skip a.0.res */
+    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_a_0_fc2_out, P12_A_0_FC2_WEIGHT, d_a_0_relu0_out)); /* a.0.fc2 */
+    PG_TRY(pg_relu_bwd_in(c, r * 256, a_0_bn_out, d_a_0_relu0_out, d_a_0_bn_out)); /* a.0.relu0 */
+    PG_TRY(pg_batchnorm_bwd_in(c, r, 256, a_0_fc1_out, P8_A_0_BN_WEIGHT, a_0_bn_mean_of_this_micro_batch, a_0_bn_rstd_of_this_micro_batch, d_a_0_bn_out, d_a_0_fc1_out)); /* a.0.bn */
+    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_a_0_fc1_out, P6_A_0_FC1_WEIGHT, d_relu0_out)); /* a.0.fc1 */
+    PG_TRY(pg_axpy_inplace(c, d_relu0_out, d_skip_a_0_res, r * 256)); /* + gradient of skip a.0.res */
+    PG_TRY(pg_axpy_inplace(c, d_relu0_out, c0_skip0_grad_in, r * 256)); /* + gradient of skip long from chunk 1 */
+    PG_TRY(pg_relu_bwd_in(c, r * 256, bn0_out, d_relu0_out, d_bn0_out)); /* relu0 */
+    PG_TRY(pg_batchnorm_bwd_in(c, r, 256, inp_out, P2_BN0_WEIGHT, bn0_mean_of_this_micro_batch, bn0_rstd_of_this_micro_batch, d_bn0_out, d_inp_out)); /* bn0 */
     return 0;
 }
 
 static int bwd_w_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
     const int64_t r = io->rows;
-    (void)r;
-    const int64_t *F = frame_c0[2 * io->mb + 1];
-    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, C0_T11, C0_DT12, GP20_A_1_FC2_WEIGHT, GP21_A_1_FC2_BIAS)); /* a.1.fc2 */
-    PG_TRY(pg_batchnorm_bwd_w(c, r, 256, C0_T9, (float *)(A + F[31]), (float *)(A + F[32]), C0_DT10, GP16_A_1_BN_WEIGHT, GP17_A_1_BN_BIAS)); /* a.1.bn */
-    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, C0_T8, C0_DT9, GP14_A_1_FC1_WEIGHT, GP15_A_1_FC1_BIAS)); /* a.1.fc1 */
-    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, C0_T6, C0_DT7, GP12_A_0_FC2_WEIGHT, GP13_A_0_FC2_BIAS)); /* a.0.fc2 */
-    PG_TRY(pg_batchnorm_bwd_w(c, r, 256, C0_T4, (float *)(A + F[28]), (float *)(A + F[29]), C0_DT5, GP8_A_0_BN_WEIGHT, GP9_A_0_BN_BIAS)); /* a.0.bn */
-    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, C0_T3, C0_DT4, GP6_A_0_FC1_WEIGHT, GP7_A_0_FC1_BIAS)); /* a.0.fc1 */
-    PG_TRY(pg_batchnorm_bwd_w(c, r, 256, C0_T1, (float *)(A + F[25]), (float *)(A + F[26]), C0_DT2, GP2_BN0_WEIGHT, GP3_BN0_BIAS)); /* bn0 */
-    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, INPUT_ROWS, C0_DT1, GP0_INP_WEIGHT, GP1_INP_BIAS)); /* inp */
+    const int64_t *const F = frame_c0[2 * io->mb + 1]; /* this micro-batch's frame buffers */
+    float *const x = INPUT_ROWS; /* f32[256] per row */
+    float *const inp_out = (float *)(A + F[1]); /* inp out: [r, 256] */
+    float *const d_inp_out = (float *)(A + F[2]); /* gradient of inp out: [r, 256] */
+    float *const d_bn0_out = (float *)(A + F[4]); /* gradient of bn0 out: [r, 256] */
+    float *const relu0_out = (float *)(A + F[5]); /* relu0 out: [r, 256] */
+    float *const a_0_fc1_out = (float *)(A + F[7]); /* a.0.fc1 out: [r, 256] */
+    float *const d_a_0_fc1_out = (float *)(A + F[8]); /* gradient of a.0.fc1 out: [r, 256] */
+    float *const d_a_0_bn_out = (float *)(A + F[10]); /* gradient of a.0.bn out: [r, 256] */
+    float *const a_0_relu0_out = (float *)(A + F[11]); /* a.0.relu0 out: [r, 256] */
+    float *const d_a_0_fc2_out = (float *)(A + F[14]); /* gradient of a.0.fc2 out: [r, 256] */
+    float *const a_0_pop_res_out = (float *)(A + F[15]); /* a.0.pop.res out: [r, 256] */
+    float *const a_1_fc1_out = (float *)(A + F[17]); /* a.1.fc1 out: [r, 256] */
+    float *const d_a_1_fc1_out = (float *)(A + F[18]); /* gradient of a.1.fc1 out: [r, 256] */
+    float *const d_a_1_bn_out = (float *)(A + F[20]); /* gradient of a.1.bn out: [r, 256] */
+    float *const a_1_relu0_out = (float *)(A + F[21]); /* a.1.relu0 out: [r, 256] */
+    float *const d_a_1_fc2_out = (float *)(A + F[24]); /* gradient of a.1.fc2 out: [r, 256] */
+    float *const bn0_mean_of_this_micro_batch = (float *)(A + F[25]); /* bn0 mean of this micro-batch: [C] */
+    float *const bn0_rstd_of_this_micro_batch = (float *)(A + F[26]); /* bn0 rstd of this micro-batch: [C] */
+    float *const a_0_bn_mean_of_this_micro_batch = (float *)(A + F[28]); /* a.0.bn mean of this micro-batch: [C] */
+    float *const a_0_bn_rstd_of_this_micro_batch = (float *)(A + F[29]); /* a.0.bn rstd of this micro-batch: [C] */
+    float *const a_1_bn_mean_of_this_micro_batch = (float *)(A + F[31]); /* a.1.bn mean of this micro-batch: [C] */
+    float *const a_1_bn_rstd_of_this_micro_batch = (float *)(A + F[32]); /* a.1.bn rstd of this micro-batch: [C] */
+    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, a_1_relu0_out, d_a_1_fc2_out, GP20_A_1_FC2_WEIGHT, GP21_A_1_FC2_BIAS)); /* a.1.fc2 */
+    PG_TRY(pg_batchnorm_bwd_w(c, r, 256, a_1_fc1_out, a_1_bn_mean_of_this_micro_batch, a_1_bn_rstd_of_this_micro_batch, d_a_1_bn_out, GP16_A_1_BN_WEIGHT, GP17_A_1_BN_BIAS)); /* a.1.bn */
+    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, a_0_pop_res_out, d_a_1_fc1_out, GP14_A_1_FC1_WEIGHT, GP15_A_1_FC1_BIAS)); /* a.1.fc1 */
+    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, a_0_relu0_out, d_a_0_fc2_out, GP12_A_0_FC2_WEIGHT, GP13_A_0_FC2_BIAS)); /* a.0.fc2 */
+    PG_TRY(pg_batchnorm_bwd_w(c, r, 256, a_0_fc1_out, a_0_bn_mean_of_this_micro_batch, a_0_bn_rstd_of_this_micro_batch, d_a_0_bn_out, GP8_A_0_BN_WEIGHT, GP9_A_0_BN_BIAS)); /* a.0.bn */
+    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, relu0_out, d_a_0_fc1_out, GP6_A_0_FC1_WEIGHT, GP7_A_0_FC1_BIAS)); /* a.0.fc1 */
+    PG_TRY(pg_batchnorm_bwd_w(c, r, 256, inp_out, bn0_mean_of_this_micro_batch, bn0_rstd_of_this_micro_batch, d_bn0_out, GP2_BN0_WEIGHT, GP3_BN0_BIAS)); /* bn0 */
+    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, x, d_inp_out, GP0_INP_WEIGHT, GP1_INP_BIAS)); /* inp */
     return 0;
 }
-
-#undef C0_SKIP0_OUT
-#undef C0_SKIP0_GRAD_IN
-#undef C0_Y
-#undef C0_DY
-#undef C0_DT0
-#undef C0_T1
-#undef C0_DT1
-#undef C0_T2
-#undef C0_DT2
-#undef C0_T3
-#undef C0_DT3
-#undef C0_T4
-#undef C0_DT4
-#undef C0_T5
-#undef C0_DT5
-#undef C0_T6
-#undef C0_DT6
-#undef C0_T7
-#undef C0_DT7
-#undef C0_T8
-#undef C0_DT8
-#undef C0_T9
-#undef C0_DT9
-#undef C0_T10
-#undef C0_DT10
-#undef C0_T11
-#undef C0_DT11
-#undef C0_T12
-#undef C0_DT12
 
 /* ---- tables ---- */
 

@@ -43,39 +43,7 @@
 #define GP39_OUT_BIAS ((float *)(A + 4428800)) /* gradient of out.bias: f32[256] */
 /* this micro-batch's rows of the batch target y f32[256] */
 #define TARGET_ROWS (A + 3932160 + io->first_row * 1024)
-/* dropout masks depend on (seed, step, layer, sample, element) only */
-#define DROPOUT_SEED(io, layer) ((io)->seed ^ (UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)((io)->step * 4096 + (layer) + 1)))
-
 /* ---- chunk 1: layers b.0.stash.res .. out ---- */
-
-#define C1_X ((float *)(A + 3997696 + (int64_t)io->slot * 16384)) /* chunk 1 input x: [r, 256], received */
-#define C1_SKIP0_IN ((float *)(A + 4063232 + (int64_t)io->slot * 16384)) /* skip long: [r, 256], received from chunk 0 */
-#define C1_SKIP0_GRAD_OUT ((float *)(A + 4128768 + (int64_t)io->slot * 16384)) /* gradient of skip long: [r, 256], sent back */
-#define C1_Y ((float *)(A + 4194304 + (int64_t)io->slot * 16384)) /* chunk 1 output y: [r, 256], the model output */
-#define C1_DY ((float *)(A + 4259840 + (int64_t)io->slot * 16384)) /* gradient dy of the chunk output: [r, 256], from the loss */
-#define C1_DX ((float *)(A + 4325376 + (int64_t)io->slot * 16384)) /* gradient dx of the chunk input: [r, 256], sent */
-#define C1_T1 ((float *)(A + F[0])) /* b.0.fc1 out: [r, 256] */
-#define C1_DT1 ((float *)(A + F[1])) /* gradient of b.0.fc1 out: [r, 256] */
-#define C1_T2 ((float *)(A + F[2])) /* b.0.bn out: [r, 256] */
-#define C1_DT2 ((float *)(A + F[3])) /* gradient of b.0.bn out: [r, 256] */
-#define C1_T3 ((float *)(A + F[4])) /* b.0.relu0 out: [r, 256] */
-#define C1_DT3 ((float *)(A + F[5])) /* gradient of b.0.relu0 out: [r, 256] */
-#define C1_T4 ((float *)(A + F[6])) /* b.0.fc2 out: [r, 256] */
-#define C1_DT4 ((float *)(A + F[7])) /* gradient of b.0.fc2 out: [r, 256] */
-#define C1_T5 ((float *)(A + F[8])) /* b.0.pop.res out: [r, 256] */
-#define C1_DT5 ((float *)(A + F[9])) /* gradient of b.0.pop.res out: [r, 256] */
-#define C1_T6 ((float *)(A + F[10])) /* b.1.fc1 out: [r, 256] */
-#define C1_DT6 ((float *)(A + F[11])) /* gradient of b.1.fc1 out: [r, 256] */
-#define C1_T7 ((float *)(A + F[12])) /* b.1.bn out: [r, 256] */
-#define C1_DT7 ((float *)(A + F[13])) /* gradient of b.1.bn out: [r, 256] */
-#define C1_T8 ((float *)(A + F[14])) /* b.1.relu0 out: [r, 256] */
-#define C1_DT8 ((float *)(A + F[15])) /* gradient of b.1.relu0 out: [r, 256] */
-#define C1_T9 ((float *)(A + F[16])) /* b.1.fc2 out: [r, 256] */
-#define C1_DT9 ((float *)(A + F[17])) /* gradient of b.1.fc2 out: [r, 256] */
-#define C1_T10 ((float *)(A + F[18])) /* b.1.pop.res out: [r, 256] */
-#define C1_DT10 ((float *)(A + F[19])) /* gradient of b.1.pop.res out: [r, 256] */
-#define C1_T11 ((float *)(A + F[20])) /* pop.long out: [r, 256] */
-#define C1_DT11 ((float *)(A + F[21])) /* gradient of pop.long out: [r, 256] */
 
 /* Arena offsets of this chunk's frame buffers (listed in resmlp_bn.h): row 2 * mb is micro-batch mb's
  * forward, row 2 * mb + 1 its backward (the recompute of a checkpointed one, BWD_B, BWD_W);
@@ -95,135 +63,166 @@ static const int64_t frame_c1[8][28] = {
 static int fwd_body_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
 {
     const int64_t r = io->rows;
-    const int64_t *F = frame_c1[2 * io->mb + !first];
-    /* stash b.0.res: [r, 256] stays in C1_X */
+    const int64_t *const F = frame_c1[2 * io->mb + !first]; /* this micro-batch's frame buffers */
+    float *const c1_x = (float *)(A + 3997696 + (int64_t)io->slot * 16384); /* chunk 1 input x: [r, 256], received */
+    float *const c1_skip0_in = (float *)(A + 4063232 + (int64_t)io->slot * 16384); /* skip long: [r, 256], received from chunk 0 */
+    float *const c1_y = (float *)(A + 4194304 + (int64_t)io->slot * 16384); /* chunk 1 output y: [r, 256], the model output */
+    float *const c1_dy = (float *)(A + 4259840 + (int64_t)io->slot * 16384); /* gradient dy of the chunk output: [r, 256], from the loss */
+    float *const b_0_fc1_out = (float *)(A + F[0]); /* b.0.fc1 out: [r, 256] */
+    float *const b_0_bn_out = (float *)(A + F[2]); /* b.0.bn out: [r, 256] */
+    float *const b_0_relu0_out = (float *)(A + F[4]); /* b.0.relu0 out: [r, 256] */
+    float *const b_0_fc2_out = (float *)(A + F[6]); /* b.0.fc2 out: [r, 256] */
+    float *const b_0_pop_res_out = (float *)(A + F[8]); /* b.0.pop.res out: [r, 256] */
+    float *const b_1_fc1_out = (float *)(A + F[10]); /* b.1.fc1 out: [r, 256] */
+    float *const b_1_bn_out = (float *)(A + F[12]); /* b.1.bn out: [r, 256] */
+    float *const b_1_relu0_out = (float *)(A + F[14]); /* b.1.relu0 out: [r, 256] */
+    float *const b_1_fc2_out = (float *)(A + F[16]); /* b.1.fc2 out: [r, 256] */
+    float *const b_1_pop_res_out = (float *)(A + F[18]); /* b.1.pop.res out: [r, 256] */
+    float *const pop_long_out = (float *)(A + F[20]); /* pop.long out: [r, 256] */
+    float *const b_0_bn_mean_of_this_micro_batch = (float *)(A + F[23]); /* b.0.bn mean of this micro-batch: [C] */
+    float *const b_0_bn_rstd_of_this_micro_batch = (float *)(A + F[24]); /* b.0.bn rstd of this micro-batch: [C] */
+    float *const b_1_bn_mean_of_this_micro_batch = (float *)(A + F[26]); /* b.1.bn mean of this micro-batch: [C] */
+    float *const b_1_bn_rstd_of_this_micro_batch = (float *)(A + F[27]); /* b.1.bn rstd of this micro-batch: [C] */
+    /* stash b.0.res: [r, 256] stays in c1_x */
     /* b.0.fc1: linear [r, 256] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 256, C1_X, P22_B_0_FC1_WEIGHT, P23_B_0_FC1_BIAS, C1_T1));
+    PG_TRY(pg_linear_fwd(c, r, 256, 256, c1_x, P22_B_0_FC1_WEIGHT, P23_B_0_FC1_BIAS, b_0_fc1_out));
     /* b.0.bn: batchnorm [r, 256] -> [r, 256] */
     if (io->infer) /* inference: the running statistics, nothing updated */
-        PG_TRY(pg_batchnorm_eval_fwd(c, r, 256, 1e-05f, C1_T1, P24_B_0_BN_WEIGHT, P25_B_0_BN_BIAS, P26_B_0_BN_RUNNING_MEAN, P27_B_0_BN_RUNNING_VAR, C1_T2));
+        PG_TRY(pg_batchnorm_eval_fwd(c, r, 256, 1e-05f, b_0_fc1_out, P24_B_0_BN_WEIGHT, P25_B_0_BN_BIAS, P26_B_0_BN_RUNNING_MEAN, P27_B_0_BN_RUNNING_VAR, b_0_bn_out));
     else
-        PG_TRY(pg_batchnorm_fwd(c, r, 256, 1e-05f, C1_T1, P24_B_0_BN_WEIGHT, P25_B_0_BN_BIAS, C1_T2, (float *)(A + F[23]), (float *)(A + F[24])));
+        PG_TRY(pg_batchnorm_fwd(c, r, 256, 1e-05f, b_0_fc1_out, P24_B_0_BN_WEIGHT, P25_B_0_BN_BIAS, b_0_bn_out, b_0_bn_mean_of_this_micro_batch, b_0_bn_rstd_of_this_micro_batch));
     if (first && !io->infer) { /* deferred: running statistics from the whole mini-batch, once per step;
                   sums over the micro-batches in index order (not again when recomputing) */
         if (io->mb == 0)
             PG_TRY(pg_zero(c, (float *)(A + 4390912), 1024)); /* 2 x 256 doubles */
-        PG_TRY(pg_batchnorm_stats_acc(c, r, 256, C1_T1, (double *)(A + 4390912), (double *)(A + 4392960)));
+        PG_TRY(pg_batchnorm_stats_acc(c, r, 256, b_0_fc1_out, (double *)(A + 4390912), (double *)(A + 4392960)));
         if (io->mb == 3)
             PG_TRY(pg_batchnorm_running_update(c, 64, 256, 0.1f, (const double *)(A + 4390912), (const double *)(A + 4392960), P26_B_0_BN_RUNNING_MEAN, P27_B_0_BN_RUNNING_VAR));
     }
     /* b.0.relu0: relu [r, 256] -> [r, 256] */
-    PG_TRY(pg_relu_fwd(c, r * 256, C1_T2, C1_T3));
+    PG_TRY(pg_relu_fwd(c, r * 256, b_0_bn_out, b_0_relu0_out));
     /* b.0.fc2: linear [r, 256] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 256, C1_T3, P28_B_0_FC2_WEIGHT, P29_B_0_FC2_BIAS, C1_T4));
+    PG_TRY(pg_linear_fwd(c, r, 256, 256, b_0_relu0_out, P28_B_0_FC2_WEIGHT, P29_B_0_FC2_BIAS, b_0_fc2_out));
     /* b.0.pop.res: pop [r, 256] -> [r, 256] */
-    PG_TRY(pg_add_fwd(c, r * 256, C1_T4, C1_X, C1_T5));
-    /* stash b.1.res: [r, 256] stays in C1_T5 */
+    PG_TRY(pg_add_fwd(c, r * 256, b_0_fc2_out, c1_x, b_0_pop_res_out));
+    /* stash b.1.res: [r, 256] stays in b_0_pop_res_out */
     /* b.1.fc1: linear [r, 256] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 256, C1_T5, P30_B_1_FC1_WEIGHT, P31_B_1_FC1_BIAS, C1_T6));
+    PG_TRY(pg_linear_fwd(c, r, 256, 256, b_0_pop_res_out, P30_B_1_FC1_WEIGHT, P31_B_1_FC1_BIAS, b_1_fc1_out));
     /* b.1.bn: batchnorm [r, 256] -> [r, 256] */
     if (io->infer) /* inference: the running statistics, nothing updated */
-        PG_TRY(pg_batchnorm_eval_fwd(c, r, 256, 1e-05f, C1_T6, P32_B_1_BN_WEIGHT, P33_B_1_BN_BIAS, P34_B_1_BN_RUNNING_MEAN, P35_B_1_BN_RUNNING_VAR, C1_T7));
+        PG_TRY(pg_batchnorm_eval_fwd(c, r, 256, 1e-05f, b_1_fc1_out, P32_B_1_BN_WEIGHT, P33_B_1_BN_BIAS, P34_B_1_BN_RUNNING_MEAN, P35_B_1_BN_RUNNING_VAR, b_1_bn_out));
     else
-        PG_TRY(pg_batchnorm_fwd(c, r, 256, 1e-05f, C1_T6, P32_B_1_BN_WEIGHT, P33_B_1_BN_BIAS, C1_T7, (float *)(A + F[26]), (float *)(A + F[27])));
+        PG_TRY(pg_batchnorm_fwd(c, r, 256, 1e-05f, b_1_fc1_out, P32_B_1_BN_WEIGHT, P33_B_1_BN_BIAS, b_1_bn_out, b_1_bn_mean_of_this_micro_batch, b_1_bn_rstd_of_this_micro_batch));
     if (first && !io->infer) { /* deferred: running statistics from the whole mini-batch, once per step;
                   sums over the micro-batches in index order (not again when recomputing) */
         if (io->mb == 0)
             PG_TRY(pg_zero(c, (float *)(A + 4395008), 1024)); /* 2 x 256 doubles */
-        PG_TRY(pg_batchnorm_stats_acc(c, r, 256, C1_T6, (double *)(A + 4395008), (double *)(A + 4397056)));
+        PG_TRY(pg_batchnorm_stats_acc(c, r, 256, b_1_fc1_out, (double *)(A + 4395008), (double *)(A + 4397056)));
         if (io->mb == 3)
             PG_TRY(pg_batchnorm_running_update(c, 64, 256, 0.1f, (const double *)(A + 4395008), (const double *)(A + 4397056), P34_B_1_BN_RUNNING_MEAN, P35_B_1_BN_RUNNING_VAR));
     }
     /* b.1.relu0: relu [r, 256] -> [r, 256] */
-    PG_TRY(pg_relu_fwd(c, r * 256, C1_T7, C1_T8));
+    PG_TRY(pg_relu_fwd(c, r * 256, b_1_bn_out, b_1_relu0_out));
     /* b.1.fc2: linear [r, 256] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 256, C1_T8, P36_B_1_FC2_WEIGHT, P37_B_1_FC2_BIAS, C1_T9));
+    PG_TRY(pg_linear_fwd(c, r, 256, 256, b_1_relu0_out, P36_B_1_FC2_WEIGHT, P37_B_1_FC2_BIAS, b_1_fc2_out));
     /* b.1.pop.res: pop [r, 256] -> [r, 256] */
-    PG_TRY(pg_add_fwd(c, r * 256, C1_T9, C1_T5, C1_T10));
+    PG_TRY(pg_add_fwd(c, r * 256, b_1_fc2_out, b_0_pop_res_out, b_1_pop_res_out));
     /* pop.long: pop [r, 256] -> [r, 256] */
-    PG_TRY(pg_add_fwd(c, r * 256, C1_T10, C1_SKIP0_IN, C1_T11));
+    PG_TRY(pg_add_fwd(c, r * 256, b_1_pop_res_out, c1_skip0_in, pop_long_out));
     /* out: linear [r, 256] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 256, C1_T11, P38_OUT_WEIGHT, P39_OUT_BIAS, C1_Y));
+    PG_TRY(pg_linear_fwd(c, r, 256, 256, pop_long_out, P38_OUT_WEIGHT, P39_OUT_BIAS, c1_y));
     /* loss: mse(mean), partial over this micro-batch */
-    PG_TRY(pg_mse_fwd_bwd(c, r * 256, C1_Y, (const float *)TARGET_ROWS, 16384.0, &io->loss, C1_DY));
+    PG_TRY(pg_mse_fwd_bwd(c, r * 256, c1_y, (const float *)TARGET_ROWS, 16384.0, &io->loss, c1_dy));
     return 0;
 }
 
 static int fwd_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
-    return fwd_body_c1(c, A, io, 1);
+    PG_TRY(fwd_body_c1(c, A, io, 1));
+    return 0;
 }
 
 static int bwd_b_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
     const int64_t r = io->rows;
-    (void)r;
-    const int64_t *F = frame_c1[2 * io->mb + 1];
+    const int64_t *const F = frame_c1[2 * io->mb + 1]; /* this micro-batch's frame buffers */
+    float *const c1_skip0_grad_out = (float *)(A + 4128768 + (int64_t)io->slot * 16384); /* gradient of skip long: [r, 256], sent back */
+    float *const c1_dy = (float *)(A + 4259840 + (int64_t)io->slot * 16384); /* gradient dy of the chunk output: [r, 256], from the loss */
+    float *const c1_dx = (float *)(A + 4325376 + (int64_t)io->slot * 16384); /* gradient dx of the chunk input: [r, 256], sent */
+    float *const b_0_fc1_out = (float *)(A + F[0]); /* b.0.fc1 out: [r, 256] */
+    float *const d_b_0_fc1_out = (float *)(A + F[1]); /* gradient of b.0.fc1 out: [r, 256] */
+    float *const b_0_bn_out = (float *)(A + F[2]); /* b.0.bn out: [r, 256] */
+    float *const d_b_0_bn_out = (float *)(A + F[3]); /* gradient of b.0.bn out: [r, 256] */
+    float *const d_b_0_relu0_out = (float *)(A + F[5]); /* gradient of b.0.relu0 out: [r, 256] */
+    float *const d_b_0_fc2_out = (float *)(A + F[7]); /* gradient of b.0.fc2 out: [r, 256] */
+    float *const d_b_0_pop_res_out = (float *)(A + F[9]); /* gradient of b.0.pop.res out: [r, 256] */
+    float *const b_1_fc1_out = (float *)(A + F[10]); /* b.1.fc1 out: [r, 256] */
+    float *const d_b_1_fc1_out = (float *)(A + F[11]); /* gradient of b.1.fc1 out: [r, 256] */
+    float *const b_1_bn_out = (float *)(A + F[12]); /* b.1.bn out: [r, 256] */
+    float *const d_b_1_bn_out = (float *)(A + F[13]); /* gradient of b.1.bn out: [r, 256] */
+    float *const d_b_1_relu0_out = (float *)(A + F[15]); /* gradient of b.1.relu0 out: [r, 256] */
+    float *const d_b_1_fc2_out = (float *)(A + F[17]); /* gradient of b.1.fc2 out: [r, 256] */
+    float *const d_b_1_pop_res_out = (float *)(A + F[19]); /* gradient of b.1.pop.res out: [r, 256] */
+    float *const d_pop_long_out = (float *)(A + F[21]); /* gradient of pop.long out: [r, 256] */
+    float *const d_skip_b_0_res = (float *)(A + F[22]); /* gradient of skip b.0.res: [r, 256] */
+    float *const b_0_bn_mean_of_this_micro_batch = (float *)(A + F[23]); /* b.0.bn mean of this micro-batch: [C] */
+    float *const b_0_bn_rstd_of_this_micro_batch = (float *)(A + F[24]); /* b.0.bn rstd of this micro-batch: [C] */
+    float *const d_skip_b_1_res = (float *)(A + F[25]); /* gradient of skip b.1.res: [r, 256] */
+    float *const b_1_bn_mean_of_this_micro_batch = (float *)(A + F[26]); /* b.1.bn mean of this micro-batch: [C] */
+    float *const b_1_bn_rstd_of_this_micro_batch = (float *)(A + F[27]); /* b.1.bn rstd of this micro-batch: [C] */
     if (io->recompute) /* checkpointed: rebuild the interior from the stage input */
         PG_TRY(fwd_body_c1(c, A, io, 0));
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, C1_DY, P38_OUT_WEIGHT, C1_DT11)); /* out */
-    PG_TRY(pg_copy(c, C1_DT10, C1_DT11, r * 256)); /* pop.long */
-    PG_TRY(pg_copy(c, C1_SKIP0_GRAD_OUT, C1_DT11, r * 256)); /* gradient of skip long */
-    PG_TRY(pg_copy(c, C1_DT9, C1_DT10, r * 256)); /* b.1.pop.res */
-    PG_TRY(pg_copy(c, (float *)(A + F[25]), C1_DT10, r * 256)); /* gradient of skip b.1.res */
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, C1_DT9, P36_B_1_FC2_WEIGHT, C1_DT8)); /* b.1.fc2 */
-    PG_TRY(pg_relu_bwd_in(c, r * 256, C1_T7, C1_DT8, C1_DT7)); /* b.1.relu0 */
-    PG_TRY(pg_batchnorm_bwd_in(c, r, 256, C1_T6, P32_B_1_BN_WEIGHT, (float *)(A + F[26]), (float *)(A + F[27]), C1_DT7, C1_DT6)); /* b.1.bn */
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, C1_DT6, P30_B_1_FC1_WEIGHT, C1_DT5)); /* b.1.fc1 */
-    PG_TRY(pg_axpy_inplace(c, C1_DT5, (float *)(A + F[25]), r * 256)); /* + gradient of skip b.1.res */
-    PG_TRY(pg_copy(c, C1_DT4, C1_DT5, r * 256)); /* b.0.pop.res */
-    PG_TRY(pg_copy(c, (float *)(A + F[22]), C1_DT5, r * 256)); /* gradient of skip b.0.res */
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, C1_DT4, P28_B_0_FC2_WEIGHT, C1_DT3)); /* b.0.fc2 */
-    PG_TRY(pg_relu_bwd_in(c, r * 256, C1_T2, C1_DT3, C1_DT2)); /* b.0.relu0 */
-    PG_TRY(pg_batchnorm_bwd_in(c, r, 256, C1_T1, P24_B_0_BN_WEIGHT, (float *)(A + F[23]), (float *)(A + F[24]), C1_DT2, C1_DT1)); /* b.0.bn */
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, C1_DT1, P22_B_0_FC1_WEIGHT, C1_DX)); /* b.0.fc1 */
-    PG_TRY(pg_axpy_inplace(c, C1_DX, (float *)(A + F[22]), r * 256)); /* + gradient of skip b.0.res */
+    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, c1_dy, P38_OUT_WEIGHT, d_pop_long_out)); /* out */
+    PG_TRY(pg_copy(c, d_b_1_pop_res_out, d_pop_long_out, r * 256)); /* pop.long */
+    PG_TRY(pg_copy(c, c1_skip0_grad_out, d_pop_long_out, r * 256)); /* gradient of skip long */
+    PG_TRY(pg_copy(c, d_b_1_fc2_out, d_b_1_pop_res_out, r * 256)); /* b.1.pop.res */
+    PG_TRY(pg_copy(c, d_skip_b_1_res, d_b_1_pop_res_out, r * 256)); /* gradient of skip b.1.res */
+    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_b_1_fc2_out, P36_B_1_FC2_WEIGHT, d_b_1_relu0_out)); /* b.1.fc2 */
+    PG_TRY(pg_relu_bwd_in(c, r * 256, b_1_bn_out, d_b_1_relu0_out, d_b_1_bn_out)); /* b.1.relu0 */
+    PG_TRY(pg_batchnorm_bwd_in(c, r, 256, b_1_fc1_out, P32_B_1_BN_WEIGHT, b_1_bn_mean_of_this_micro_batch, b_1_bn_rstd_of_this_micro_batch, d_b_1_bn_out, d_b_1_fc1_out)); /* b.1.bn */
+    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_b_1_fc1_out, P30_B_1_FC1_WEIGHT, d_b_0_pop_res_out)); /* b.1.fc1 */
+    PG_TRY(pg_axpy_inplace(c, d_b_0_pop_res_out, d_skip_b_1_res, r * 256)); /* + gradient of skip b.1.res */
+    PG_TRY(pg_copy(c, d_b_0_fc2_out, d_b_0_pop_res_out, r * 256)); /* b.0.pop.res */
+    PG_TRY(pg_copy(c, d_skip_b_0_res, d_b_0_pop_res_out, r * 256)); /* gradient of skip b.0.res */
+    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_b_0_fc2_out, P28_B_0_FC2_WEIGHT, d_b_0_relu0_out)); /* b.0.fc2 */
+    PG_TRY(pg_relu_bwd_in(c, r * 256, b_0_bn_out, d_b_0_relu0_out, d_b_0_bn_out)); /* b.0.relu0 */
+    PG_TRY(pg_batchnorm_bwd_in(c, r, 256, b_0_fc1_out, P24_B_0_BN_WEIGHT, b_0_bn_mean_of_this_micro_batch, b_0_bn_rstd_of_this_micro_batch, d_b_0_bn_out, d_b_0_fc1_out)); /* b.0.bn */
+    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_b_0_fc1_out, P22_B_0_FC1_WEIGHT, c1_dx)); /* b.0.fc1 */
+    PG_TRY(pg_axpy_inplace(c, c1_dx, d_skip_b_0_res, r * 256)); /* + gradient of skip b.0.res */
     return 0;
 }
 
 static int bwd_w_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 {
     const int64_t r = io->rows;
-    (void)r;
-    const int64_t *F = frame_c1[2 * io->mb + 1];
-    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, C1_T11, C1_DY, GP38_OUT_WEIGHT, GP39_OUT_BIAS)); /* out */
-    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, C1_T8, C1_DT9, GP36_B_1_FC2_WEIGHT, GP37_B_1_FC2_BIAS)); /* b.1.fc2 */
-    PG_TRY(pg_batchnorm_bwd_w(c, r, 256, C1_T6, (float *)(A + F[26]), (float *)(A + F[27]), C1_DT7, GP32_B_1_BN_WEIGHT, GP33_B_1_BN_BIAS)); /* b.1.bn */
-    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, C1_T5, C1_DT6, GP30_B_1_FC1_WEIGHT, GP31_B_1_FC1_BIAS)); /* b.1.fc1 */
-    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, C1_T3, C1_DT4, GP28_B_0_FC2_WEIGHT, GP29_B_0_FC2_BIAS)); /* b.0.fc2 */
-    PG_TRY(pg_batchnorm_bwd_w(c, r, 256, C1_T1, (float *)(A + F[23]), (float *)(A + F[24]), C1_DT2, GP24_B_0_BN_WEIGHT, GP25_B_0_BN_BIAS)); /* b.0.bn */
-    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, C1_X, C1_DT1, GP22_B_0_FC1_WEIGHT, GP23_B_0_FC1_BIAS)); /* b.0.fc1 */
+    const int64_t *const F = frame_c1[2 * io->mb + 1]; /* this micro-batch's frame buffers */
+    float *const c1_x = (float *)(A + 3997696 + (int64_t)io->slot * 16384); /* chunk 1 input x: [r, 256], received */
+    float *const c1_dy = (float *)(A + 4259840 + (int64_t)io->slot * 16384); /* gradient dy of the chunk output: [r, 256], from the loss */
+    float *const b_0_fc1_out = (float *)(A + F[0]); /* b.0.fc1 out: [r, 256] */
+    float *const d_b_0_fc1_out = (float *)(A + F[1]); /* gradient of b.0.fc1 out: [r, 256] */
+    float *const d_b_0_bn_out = (float *)(A + F[3]); /* gradient of b.0.bn out: [r, 256] */
+    float *const b_0_relu0_out = (float *)(A + F[4]); /* b.0.relu0 out: [r, 256] */
+    float *const d_b_0_fc2_out = (float *)(A + F[7]); /* gradient of b.0.fc2 out: [r, 256] */
+    float *const b_0_pop_res_out = (float *)(A + F[8]); /* b.0.pop.res out: [r, 256] */
+    float *const b_1_fc1_out = (float *)(A + F[10]); /* b.1.fc1 out: [r, 256] */
+    float *const d_b_1_fc1_out = (float *)(A + F[11]); /* gradient of b.1.fc1 out: [r, 256] */
+    float *const d_b_1_bn_out = (float *)(A + F[13]); /* gradient of b.1.bn out: [r, 256] */
+    float *const b_1_relu0_out = (float *)(A + F[14]); /* b.1.relu0 out: [r, 256] */
+    float *const d_b_1_fc2_out = (float *)(A + F[17]); /* gradient of b.1.fc2 out: [r, 256] */
+    float *const pop_long_out = (float *)(A + F[20]); /* pop.long out: [r, 256] */
+    float *const b_0_bn_mean_of_this_micro_batch = (float *)(A + F[23]); /* b.0.bn mean of this micro-batch: [C] */
+    float *const b_0_bn_rstd_of_this_micro_batch = (float *)(A + F[24]); /* b.0.bn rstd of this micro-batch: [C] */
+    float *const b_1_bn_mean_of_this_micro_batch = (float *)(A + F[26]); /* b.1.bn mean of this micro-batch: [C] */
+    float *const b_1_bn_rstd_of_this_micro_batch = (float *)(A + F[27]); /* b.1.bn rstd of this micro-batch: [C] */
+    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, pop_long_out, c1_dy, GP38_OUT_WEIGHT, GP39_OUT_BIAS)); /* out */
+    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, b_1_relu0_out, d_b_1_fc2_out, GP36_B_1_FC2_WEIGHT, GP37_B_1_FC2_BIAS)); /* b.1.fc2 */
+    PG_TRY(pg_batchnorm_bwd_w(c, r, 256, b_1_fc1_out, b_1_bn_mean_of_this_micro_batch, b_1_bn_rstd_of_this_micro_batch, d_b_1_bn_out, GP32_B_1_BN_WEIGHT, GP33_B_1_BN_BIAS)); /* b.1.bn */
+    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, b_0_pop_res_out, d_b_1_fc1_out, GP30_B_1_FC1_WEIGHT, GP31_B_1_FC1_BIAS)); /* b.1.fc1 */
+    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, b_0_relu0_out, d_b_0_fc2_out, GP28_B_0_FC2_WEIGHT, GP29_B_0_FC2_BIAS)); /* b.0.fc2 */
+    PG_TRY(pg_batchnorm_bwd_w(c, r, 256, b_0_fc1_out, b_0_bn_mean_of_this_micro_batch, b_0_bn_rstd_of_this_micro_batch, d_b_0_bn_out, GP24_B_0_BN_WEIGHT, GP25_B_0_BN_BIAS)); /* b.0.bn */
+    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, c1_x, d_b_0_fc1_out, GP22_B_0_FC1_WEIGHT, GP23_B_0_FC1_BIAS)); /* b.0.fc1 */
     return 0;
 }
-
-#undef C1_X
-#undef C1_SKIP0_IN
-#undef C1_SKIP0_GRAD_OUT
-#undef C1_Y
-#undef C1_DY
-#undef C1_DX
-#undef C1_T1
-#undef C1_DT1
-#undef C1_T2
-#undef C1_DT2
-#undef C1_T3
-#undef C1_DT3
-#undef C1_T4
-#undef C1_DT4
-#undef C1_T5
-#undef C1_DT5
-#undef C1_T6
-#undef C1_DT6
-#undef C1_T7
-#undef C1_DT7
-#undef C1_T8
-#undef C1_DT8
-#undef C1_T9
-#undef C1_DT9
-#undef C1_T10
-#undef C1_DT10
-#undef C1_T11
-#undef C1_DT11
 
 /* ---- tables ---- */
 
