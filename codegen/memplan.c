@@ -1,6 +1,7 @@
 /* codegen/memplan.c — placement over lifetimes: greedy by size (linear scan
  * for very many buffers), and the checker of a solved plan. */
 #include <inttypes.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -306,7 +307,18 @@ void pg_mp_solve(pg_memplan *p)
     free(u);
 }
 
-static const pg_memplan *check_plan; /* qsort has no context argument */
+static const pg_memplan *check_plan; /* qsort and bsearch have no context argument */
+
+/* a buffer alive the whole step sorts before every other */
+static int first_tick(const pg_mp_buf *b) { return b->first_use == PG_MP_WHOLE_STEP ? INT_MIN : b->first_use; }
+
+static int by_first_tick(const void *x, const void *y)
+{
+    const pg_mp_buf *a = &check_plan->buf[*(const int *)x], *b = &check_plan->buf[*(const int *)y];
+    if (first_tick(a) != first_tick(b))
+        return first_tick(a) < first_tick(b) ? -1 : 1;
+    return *(const int *)x - *(const int *)y;
+}
 
 static int by_offset(const void *x, const void *y)
 {
@@ -324,41 +336,112 @@ static void lifetime_str(const pg_mp_buf *b, char *buf, size_t n)
         snprintf(buf, n, "ticks %d..%d", b->first_use, b->last_use);
 }
 
+/* A sweep over time: the buffers alive at once, kept sorted by offset, each at
+ * least the guard apart from its neighbours; a new one needs checking against
+ * its two neighbours only (anything further is further still). */
 int pg_mp_check(const pg_memplan *p, char *err, size_t errlen)
 {
     int64_t g = p->guard > 0 ? p->guard : 0;
-    int *ix = malloc((size_t)(p->n ? p->n : 1) * sizeof *ix);
-    if (!ix) {
+    int n = p->n, na = 0, rc = 0, bad = -1, with = -1;
+    int *ord = malloc((size_t)(n ? n : 1) * sizeof *ord), *act = malloc((size_t)(n ? n : 1) * sizeof *act);
+    if (!ord || !act) {
+        free(ord);
+        free(act);
         snprintf(err, errlen, "out of memory checking the memory plan");
         return -1;
     }
-    for (int i = 0; i < p->n; i++)
-        ix[i] = i;
-    check_plan = p;
-    qsort(ix, (size_t)p->n, sizeof *ix, by_offset);
-    check_plan = NULL;
-    int rc = 0;
-    for (int k = 0; k < p->n && !rc; k++) {
-        const pg_mp_buf *a = &p->buf[ix[k]];
+    for (int i = 0; i < n; i++) {
+        const pg_mp_buf *a = &p->buf[i];
+        if (a->first_use != PG_MP_WHOLE_STEP && (a->first_use < 0 || a->last_use < a->first_use)) {
+            snprintf(err, errlen, "buffer '%s' has no lifetime (ticks %d..%d)", a->name, a->first_use, a->last_use);
+            free(ord);
+            free(act);
+            return -1;
+        }
         if (a->offset < align_up(g) || a->offset % PG_MP_ALIGN || a->offset + a->bytes + g > p->total) {
             snprintf(err, errlen, "buffer '%s' at %" PRId64 " (%" PRId64 " bytes) is misaligned or outside the "
                      "arena of %" PRId64 " bytes", a->name, a->offset, a->bytes, p->total);
-            rc = -1;
+            free(ord);
+            free(act);
+            return -1;
         }
-        for (int j = k + 1; j < p->n && !rc && p->buf[ix[j]].offset < a->offset + a->bytes + g; j++) {
-            const pg_mp_buf *b = &p->buf[ix[j]];
-            if (!lifetimes_overlap(a, b) || (a->bytes == 0 && g == 0))
-                continue;
-            char la[64], lb[64];
-            lifetime_str(a, la, sizeof la);
-            lifetime_str(b, lb, sizeof lb);
-            snprintf(err, errlen, "buffers '%s' (%" PRId64 " + %" PRId64 " bytes, %s) and '%s' (%" PRId64
-                     " + %" PRId64 " bytes, %s) are alive at once and closer than %" PRId64 " guard bytes",
-                     a->name, a->offset, a->bytes, la, b->name, b->offset, b->bytes, lb, g);
-            rc = -1;
+        ord[i] = i;
+    }
+    check_plan = p;
+    qsort(ord, (size_t)n, sizeof *ord, by_first_tick);
+    /* the buffers alive the whole step come first (INT_MIN) and stay: apart,
+     * sorted by offset, they are ws[0..nw); the others sweep through act */
+    int nw = 0;
+    while (nw < n && p->buf[ord[nw]].first_use == PG_MP_WHOLE_STEP)
+        nw++;
+    int *ws = malloc((size_t)(nw ? nw : 1) * sizeof *ws);
+    mp_heap h = {malloc((size_t)(n ? n : 1) * sizeof(int)), 0, p->buf};
+    if (!ws || !h.v) {
+        free(ws);
+        free(h.v);
+        free(ord);
+        free(act);
+        check_plan = NULL;
+        snprintf(err, errlen, "out of memory checking the memory plan");
+        return -1;
+    }
+    memcpy(ws, ord, (size_t)nw * sizeof *ws);
+    qsort(ws, (size_t)nw, sizeof *ws, by_offset);
+    for (int k = 1; k < nw && bad < 0; k++)
+        if (p->buf[ws[k - 1]].offset + p->buf[ws[k - 1]].bytes + g > p->buf[ws[k]].offset &&
+            (p->buf[ws[k - 1]].bytes || g))
+            bad = ws[k], with = ws[k - 1];
+    for (int k = nw; k < n && bad < 0; k++) {
+        int i = ord[k];
+        const pg_mp_buf *b = &p->buf[i];
+        if (b->bytes == 0 && g == 0)
+            continue; /* no bytes: meets nothing */
+        while (h.n && p->buf[h.v[0]].last_use < b->first_use) { /* ended before this one starts */
+            int e = heap_pop(&h), lo = 0, hi = na;
+            while (lo < hi) {
+                int mid = (lo + hi) / 2;
+                if (by_offset(&act[mid], &e) < 0) lo = mid + 1;
+                else hi = mid;
+            }
+            memmove(act + lo, act + lo + 1, (size_t)(na - lo - 1) * sizeof *act);
+            na--;
+        }
+        for (int pass = 0; pass < 2 && bad < 0; pass++) { /* its neighbours among ws, then among act */
+            const int *arr = pass ? act : ws;
+            int cnt = pass ? na : nw, lo = 0, hi = cnt;
+            while (lo < hi) {
+                int mid = (lo + hi) / 2;
+                if (by_offset(&arr[mid], &i) < 0) lo = mid + 1;
+                else hi = mid;
+            }
+            const pg_mp_buf *l = lo > 0 ? &p->buf[arr[lo - 1]] : NULL, *r = lo < cnt ? &p->buf[arr[lo]] : NULL;
+            if (l && l->offset + l->bytes + g > b->offset)
+                bad = i, with = arr[lo - 1];
+            else if (r && b->offset + b->bytes + g > r->offset)
+                bad = i, with = arr[lo];
+            if (pass) {
+                memmove(act + lo + 1, act + lo, (size_t)(na - lo) * sizeof *act);
+                act[lo] = i;
+                na++;
+                heap_push(&h, i);
+            }
         }
     }
-    free(ix);
+    free(ws);
+    free(h.v);
+    check_plan = NULL;
+    if (bad >= 0) {
+        const pg_mp_buf *a = &p->buf[with < bad ? with : bad], *b = &p->buf[with < bad ? bad : with];
+        char la[64], lb[64];
+        lifetime_str(a, la, sizeof la);
+        lifetime_str(b, lb, sizeof lb);
+        snprintf(err, errlen, "buffers '%s' (%" PRId64 " + %" PRId64 " bytes, %s) and '%s' (%" PRId64
+                 " + %" PRId64 " bytes, %s) are alive at once and closer than %" PRId64 " guard bytes",
+                 a->name, a->offset, a->bytes, la, b->name, b->offset, b->bytes, lb, g);
+        rc = -1;
+    }
+    free(ord);
+    free(act);
     return rc;
 }
 

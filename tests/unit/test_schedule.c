@@ -1033,7 +1033,7 @@ static void test_memplan_check(void)
             char name[32];
             for (int i = 0; i < n; i++) {
                 x = x * 6364136223846793005ull + 1442695040888963407ull;
-                int first = (int)(x >> 33) % 5000, len = (int)(x >> 20) % 200;
+                int first = (int)((x >> 33) % 5000), len = (int)((x >> 20) % 200);
                 int64_t bytes = 1 + (int64_t)((x >> 8) % 100000);
                 snprintf(name, sizeof name, "t%d", i);
                 if (i % 97 == 0)
@@ -1052,6 +1052,18 @@ static void test_memplan_check(void)
             rc = pg_mp_check(&p, err, sizeof err);
             OK(rc != 0 && strstr(err, "'t0'") && strstr(err, "'t1'") && strstr(err, "alive at once"),
                "memplan check, %d buffers, guard %d: two live buffers on each other are refused: %s", n, guard, err);
+            /* two timed buffers alive at once, one moved to just inside the other's guard gap */
+            pg_mp_solve(&p); /* undo the move above */
+            int i = 1, j = -1;
+            for (int k = 2; k < n && j < 0; k++)
+                if (k % 97 && p.buf[k].first_use <= p.buf[i].last_use && p.buf[i].first_use <= p.buf[k].last_use)
+                    j = k;
+            int64_t keep = p.buf[j].offset;
+            p.buf[j].offset = p.buf[i].offset + (p.buf[i].bytes + guard) / 256 * 256;
+            rc = j > 0 ? pg_mp_check(&p, err, sizeof err) : 0;
+            p.buf[j].offset = keep;
+            OK(rc != 0 && strstr(err, "alive at once"), "memplan check, %d buffers, guard %d: a timed buffer inside "
+               "another's bytes or guard is refused: %s", n, guard, err);
             pg_mp_free(&p);
         }
     }
