@@ -89,9 +89,9 @@ $(BUILD)/gen/lexer.c: dsl/lexer.re dsl/ast.h | $(BUILD)/gen/pipe.c
 
 $(BUILD)/gen/pipe.c: dsl/pipe.y
 	@mkdir -p $(dir $@)
-	cp dsl/pipe.y $(BUILD)/gen/pipe.y
-	cd $(BUILD)/gen && $(LEMON) -s -T$(LEMPAR) pipe.y >/dev/null
-	rm -f $(BUILD)/gen/pipe.y $(BUILD)/gen/pipe.out
+	# run on dsl/pipe.y itself, so its #line directives name dsl/pipe.y: a debugger lands in the grammar
+	$(LEMON) -s -T$(LEMPAR) -d$(BUILD)/gen dsl/pipe.y >/dev/null
+	rm -f $(BUILD)/gen/pipe.out
 
 $(BUILD)/gen/pipe.h: $(BUILD)/gen/pipe.c
 

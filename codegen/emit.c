@@ -6,12 +6,17 @@
  *    input x (received), its output y (sent), the gradient dy of y (received),
  *    the gradient dx of x (sent), and the skip tensors and skip gradients that
  *    cross to/from other chunks;
- *  - a frame: every interior tensor and its gradient plus saved statistics.
- *    A micro-batch that is not checkpointed owns a frame until its BWD_W; the
- *    checkpointed ones share one recompute frame (their BWD_B reruns the
- *    forward from the slot's x), when the schedule runs each one's BWD_W before
- *    the next checkpointed FWD/BWD_B of the chunk; otherwise every slot gets a
- *    frame.
+ *  - frame buffers: every interior tensor and its gradient plus saved
+ *    statistics and attention's scratch. Each micro-batch has its own instance
+ *    of each, one memory-plan buffer alive from its first to its last use in
+ *    the stage's action order (the uses are recorded by emitting the chunk's
+ *    code once, layer step by layer step: plan_frames), so the planner shares
+ *    bytes between tensors that are never alive at once. A checkpointed
+ *    micro-batch has two instances: one for its step's forward (each tensor
+ *    alive from the layer that writes it to the last that reads it there) and
+ *    one from the recompute in its BWD_B to its BWD_W; the generated code finds
+ *    them in a static frame_c<k> table of offsets, a row per micro-batch and
+ *    pass.
  * A stage may hold several chunks (interleaved(v): chunk c on stage c mod p;
  * V placement: chunks s and 2p-1-s on stage s; the schedule's chunk_stage).
  * What passes between two chunks of one stage is no message: chunk c copies
@@ -22,7 +27,10 @@
  * buffer. Those buffers are the earlier chunk's, held from its FWD to its
  * BWD_W, which the verifier orders after this chunk's BWD_B; the generated
  * code finds that chunk's slot of the micro-batch in a static mb_slot_c<k>
- * table. */
+ * table.
+ * Each chunk function declares the tensors it uses as named, typed locals with
+ * their shapes (float *const h0_ln1_out, const int32_t *const tokens), so a
+ * debugger's `info locals` shows them (emit_fn; tests/debug_gdb.t). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -48,7 +56,7 @@ typedef struct em_tensor {
 } em_tensor;
 
 typedef struct em_slotbuf {
-    char macro[64];
+    char local[64];        /* its local in the generated functions: c0_x, c0_skip6_out */
     char note[160];
     pg_mp_cat cat;
     int64_t stride;        /* bytes per slot */
@@ -58,11 +66,21 @@ typedef struct em_slotbuf {
     int alias_chunk, alias_sb;
 } em_slotbuf;
 
-typedef struct em_aux { /* frame-only buffers of one layer */
+typedef struct em_aux { /* frame-only buffers of one layer: frame buffer ids */
     int64_t off[5];
-    int64_t bytes[5];
     int n;
 } em_aux;
+
+/* A frame buffer: one per interior tensor, gradient or saved statistic of a
+ * chunk; each micro-batch has its own instance(s) in the memory plan. */
+enum { PASS_F, PASS_B, PASS_W, PASS__COUNT };
+typedef struct em_fbuf {
+    int64_t bytes;          /* for rmax rows */
+    char what[96];          /* "h.0.ln_1 out", "gradient of h.0.ln_1 out" */
+    char shape[64];
+    char name[80];          /* its local in the generated functions: h_0_ln_1_out, d_h_0_ln_1_out */
+    int lo[PASS__COUNT], hi[PASS__COUNT]; /* layer steps of the chunk using it per pass, -1: none */
+} em_fbuf;
 
 typedef struct em_chunk {
     int chunk, stage, first, last, is_first, is_last;
@@ -75,14 +93,14 @@ typedef struct em_chunk {
     int slot_table;        /* another chunk of the stage reads this chunk's slot of a micro-batch */
     int *skin, *skgout, *skout, *skgin;   /* per skip: slot buffer index, -1 none */
     int *sktensor;         /* per skip: stash tensor when stashed in this chunk */
-    int64_t *skgframe;     /* per skip: frame offset of the skip gradient (same-chunk skips) */
+    int64_t *skgframe;     /* per skip: frame buffer id of the skip gradient (same-chunk skips) */
     int nsb;
     em_slotbuf sb[64];
-    int64_t frame_bytes;
-    int nslots, nframes, shared_recompute, frames_per_slot;
-    int mp_frames, mp_recompute;
-    char (*frame_notes)[200];
-    int nframe_notes, frame_notes_cap;
+    int nslots;
+    em_fbuf *fb;           /* frame buffers */
+    int nfb, fbcap, fb_oom;
+    int *fb_mp;            /* [(2 * mb + row) * nfb + f]: memplan index of the instance, -1 unused;
+                            * row 0: the micro-batch's forward, 1: its backward (recompute, B, W) */
 } em_chunk;
 
 typedef struct em_stage {
@@ -96,6 +114,8 @@ typedef struct em_stage {
     int ws_mp;             /* tie workspace: the largest gradient block received, -1 */
     int input_mp, target_mp;
     int *act_slot;         /* per action: slot used (-1) */
+    int *act_tick;         /* per action: its first tick on the memory plan's timeline (plan_frames) */
+    int nticks;
     int64_t *act_off, *act_bytes;
     uint32_t *act_tag;
     int64_t *send_bytes;   /* [nstages] */
@@ -123,6 +143,61 @@ static void sfmt(char *buf, size_t n, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, n, fmt, ap);
     va_end(ap);
+}
+
+typedef struct em_out {
+    FILE *o;
+    const pg_gen *g;
+    const em_stage *S;
+    const em_chunk *ch;
+    em_fbuf *rec;          /* non-NULL: record each frame buffer's uses (plan_frames) */
+    int pass, step;        /* PASS_*, and the chunk's layer step being emitted */
+    char fx[8][48];        /* fa's expressions, used in turn (a few per statement) */
+    int nfx;
+} em_out;
+
+static void c_local(const char *what, char *buf, size_t n);
+
+/* Note a use of frame buffer id in the current pass and layer step. */
+static void frame_use(em_out *e, int64_t id)
+{
+    if (!e->rec || id < 0)
+        return;
+    em_fbuf *f = &e->rec[id];
+    int k = e->pass;
+    if (f->lo[k] < 0 || e->step < f->lo[k])
+        f->lo[k] = e->step;
+    if (e->step > f->hi[k])
+        f->hi[k] = e->step;
+}
+
+/* Frame buffer id's local (a float pointer at its offset in this
+ * micro-batch's row of frame_c<k>, declared where it is used). */
+static const char *fa(em_out *e, int64_t id)
+{
+    char *b = e->fx[e->nfx++ % 8];
+    frame_use(e, id);
+    sfmt(b, sizeof e->fx[0], "%s", e->ch->fb[id].name);
+    return b;
+}
+
+/* The local holding this micro-batch's rows of the model input: its name in
+ * the .pipe (in_<name> where that is one of the functions' own names). */
+static void input_local(const ir_model *m, char *buf, size_t n)
+{
+    static const char *const own[] = {"c", "A", "io", "r", "F", "first", "int", "float", "char", "double", "long",
+                                      "short", "const", "return", "if", "else", "for", "while", "do", "static",
+                                      "void", "unsigned", "signed", "struct", "union", "enum", "switch", "case",
+                                      "default", "break", "continue", "goto", "sizeof", "auto", "register",
+                                      "extern", "volatile", "typedef", "inline", "restrict"};
+    char id[72];
+    c_local(m->input_name, id, sizeof id);
+    for (size_t k = 0; k < sizeof own / sizeof own[0]; k++)
+        if (!strcmp(id, own[k]) || !strncmp(id, "pg_", 3) || !strncmp(id, "PG_", 3)) {
+            sfmt(buf, n, "in_%s", id);
+            return;
+        }
+    sfmt(buf, n, "%s", id);
 }
 
 /* Every buffer, slot, frame tensor and gradient accumulator starts on a
@@ -224,12 +299,12 @@ static int needs_nacc_table(const pg_gen *g, int p)
 
 /* ---- layout ---------------------------------------------------------------- */
 
-static int add_slotbuf(em_chunk *ch, const char *macro, const char *note, pg_mp_cat cat, int64_t stride)
+static int add_slotbuf(em_chunk *ch, const char *local, const char *note, pg_mp_cat cat, int64_t stride)
 {
     if (ch->nsb >= 64)
         return -1;
     em_slotbuf *b = &ch->sb[ch->nsb];
-    sfmt(b->macro, sizeof b->macro, "%s", macro);
+    sfmt(b->local, sizeof b->local, "%s", local);
     sfmt(b->note, sizeof b->note, "%s", note);
     b->cat = cat;
     b->stride = al_plan(stride);
@@ -241,9 +316,9 @@ static int add_slotbuf(em_chunk *ch, const char *macro, const char *note, pg_mp_
 /* A slot buffer of ch that is buffer sb of chunk `to` (laid out before it, on
  * the same stage) at to's slot of the micro-batch: a skip or a gradient that
  * stays on the stage is written or read in place. */
-static int add_alias(em_chunk *ch, const char *macro, const char *note, em_chunk *to, int sb)
+static int add_alias(em_chunk *ch, const char *local, const char *note, em_chunk *to, int sb)
 {
-    int b = add_slotbuf(ch, macro, note, to->sb[sb].cat, 0);
+    int b = add_slotbuf(ch, local, note, to->sb[sb].cat, 0);
     if (b < 0)
         return -1;
     ch->sb[b].stride = to->sb[sb].stride;
@@ -253,20 +328,79 @@ static int add_alias(em_chunk *ch, const char *macro, const char *note, em_chunk
     return b;
 }
 
-static int64_t frame_alloc(em_chunk *ch, int64_t bytes, const char *note)
+/* A C identifier for a buffer described as `what`: "h.0.ln_1 out" ->
+ * h_0_ln_1_out, "gradient of h.0.ln_1 out" -> d_h_0_ln_1_out. */
+static void c_local(const char *what, char *buf, size_t n)
 {
-    int64_t off = ch->frame_bytes;
-    ch->frame_bytes += al_plan(bytes);
-    if (ch->nframe_notes == ch->frame_notes_cap) { /* doubling: thousands of layers stay linear */
-        int cap = ch->frame_notes_cap ? 2 * ch->frame_notes_cap : 16;
-        char (*nn)[200] = realloc(ch->frame_notes, (size_t)cap * sizeof *nn);
-        if (!nn)
-            return off; /* the note is cosmetic */
-        ch->frame_notes = nn;
-        ch->frame_notes_cap = cap;
+    size_t i = 0;
+    if (!strncmp(what, "gradient of ", 12)) {
+        what += 12;
+        sfmt(buf, n, "d_");
+        i = 2;
+    } else if (what[0] >= '0' && what[0] <= '9') {
+        sfmt(buf, n, "t_");
+        i = 2;
     }
-    sfmt(ch->frame_notes[ch->nframe_notes++], 200, "+%-10" PRId64 " %10" PRId64 " bytes  %s", off, bytes, note);
-    return off;
+    for (; *what && i + 1 < n; what++) {
+        char c = *what;
+        buf[i++] = (char)(((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) ? c : '_');
+    }
+    buf[i] = 0;
+}
+
+static const em_fbuf *name_sort_fb; /* qsort has no context argument */
+
+static int by_fb_name(const void *x, const void *y)
+{
+    int a = *(const int *)x, b = *(const int *)y;
+    int r = strcmp(name_sort_fb[a].name, name_sort_fb[b].name);
+    return r ? r : a - b;
+}
+
+/* Two frame buffers whose descriptions differ only in punctuation (h.0 and
+ * h_0) would get one name: the later ones get their id appended. */
+static int unique_fb_names(em_chunk *ch)
+{
+    int *ix = malloc((size_t)(ch->nfb + 1) * sizeof *ix);
+    if (!ix)
+        return -1;
+    for (int f = 0; f < ch->nfb; f++)
+        ix[f] = f;
+    name_sort_fb = ch->fb;
+    qsort(ix, (size_t)ch->nfb, sizeof *ix, by_fb_name);
+    name_sort_fb = NULL;
+    for (int k = 1; k < ch->nfb; k++)
+        if (!strcmp(ch->fb[ix[k]].name, ch->fb[ix[k - 1]].name)) {
+            char nm[80];
+            sfmt(nm, sizeof nm, "%.60s_%d", ch->fb[ix[k]].name, ix[k]);
+            sfmt(ch->fb[ix[k]].name, sizeof ch->fb[0].name, "%s", nm);
+        }
+    free(ix);
+    return 0;
+}
+
+/* A new frame buffer of the chunk; its id, or -1 out of memory (fb_oom set). */
+static int64_t frame_alloc(em_chunk *ch, int64_t bytes, const char *what, const char *shape)
+{
+    if (ch->nfb == ch->fbcap) { /* doubling: thousands of layers stay linear */
+        int cap = ch->fbcap ? 2 * ch->fbcap : 16;
+        em_fbuf *nb = realloc(ch->fb, (size_t)cap * sizeof *nb);
+        if (!nb) {
+            ch->fb_oom = 1;
+            return -1;
+        }
+        ch->fb = nb;
+        ch->fbcap = cap;
+    }
+    em_fbuf *f = &ch->fb[ch->nfb];
+    memset(f, 0, sizeof *f);
+    f->bytes = bytes;
+    sfmt(f->what, sizeof f->what, "%s", what);
+    sfmt(f->shape, sizeof f->shape, "%s", shape);
+    c_local(what, f->name, sizeof f->name);
+    for (int k = 0; k < PASS__COUNT; k++)
+        f->lo[k] = f->hi[k] = -1;
+    return ch->nfb++;
 }
 
 static int new_tensor(em_chunk *ch, const pg_shape *sh, int dtype, const char *what)
@@ -284,6 +418,7 @@ static int new_tensor(em_chunk *ch, const pg_shape *sh, int dtype, const char *w
 }
 
 static em_chunk *find_chunk(em_stage *S, int chunk);
+static int plan_frames(pg_gen *g, em_stage *S, pg_diag *d);
 
 /* the stage holding chunk c: the schedule's placement (schedule.h) */
 static int chunk_stage(const pg_gen *g, int c)
@@ -333,7 +468,7 @@ static int layout_chunk(pg_gen *g, em_stage *S, em_chunk *ch, pg_diag *d)
         ch->tens[t0].vloc = LOC_INPUT;
     } else {
         shape_rows(&L0->in, sh, sizeof sh);
-        sfmt(mac, sizeof mac, "C%d_X", ch->chunk);
+        sfmt(mac, sizeof mac, "c%d_x", ch->chunk);
         if (prev) {
             /* a copy, not an alias: this chunk's BWD_W may come after chunk-1 frees its slot */
             sfmt(note, sizeof note, "chunk %d input x: %s, copied from chunk %d's output on this stage", ch->chunk, sh,
@@ -364,11 +499,11 @@ static int layout_chunk(pg_gen *g, em_stage *S, em_chunk *ch, pg_diag *d)
             } else {
                 int pc = m->layers[sk->pop_layer].chunk, here = m->layers[sk->pop_layer].stage == ch->stage;
                 shape_rows(&sk->shape, sh, sizeof sh);
-                sfmt(mac, sizeof mac, "C%d_SKIP%d_OUT", ch->chunk, L->skip);
+                sfmt(mac, sizeof mac, "c%d_skip%d_out", ch->chunk, L->skip);
                 sfmt(note, sizeof note, "skip %s stashed: %s, %s chunk %d%s", sk->name, sh, here ? "read by" : "sent to",
                      pc, here ? " on this stage" : "");
                 ch->skout[L->skip] = add_slotbuf(ch, mac, note, MP_SKIP, R * pg_shape_numel(&sk->shape) * 4);
-                sfmt(mac, sizeof mac, "C%d_SKIP%d_GRAD_IN", ch->chunk, L->skip);
+                sfmt(mac, sizeof mac, "c%d_skip%d_grad_in", ch->chunk, L->skip);
                 if (here)
                     sfmt(note, sizeof note, "gradient of skip %s: %s, written by chunk %d on this stage", sk->name, sh, pc);
                 else
@@ -397,10 +532,10 @@ static int layout_chunk(pg_gen *g, em_stage *S, em_chunk *ch, pg_diag *d)
                     return -1;
                 }
                 shape_rows(&sk->shape, sh, sizeof sh);
-                sfmt(mac, sizeof mac, "C%d_SKIP%d_IN", ch->chunk, L->skip);
+                sfmt(mac, sizeof mac, "c%d_skip%d_in", ch->chunk, L->skip);
                 sfmt(note, sizeof note, "skip %s: %s, chunk %d's stash on this stage, read in place", sk->name, sh, sc);
                 ch->skin[L->skip] = add_alias(ch, mac, note, sch, sch->skout[L->skip]);
-                sfmt(mac, sizeof mac, "C%d_SKIP%d_GRAD_OUT", ch->chunk, L->skip);
+                sfmt(mac, sizeof mac, "c%d_skip%d_grad_out", ch->chunk, L->skip);
                 sfmt(note, sizeof note, "gradient of skip %s: %s, written into chunk %d's buffer on this stage",
                      sk->name, sh, sc);
                 ch->skgout[L->skip] = add_alias(ch, mac, note, sch, sch->skgin[L->skip]);
@@ -410,10 +545,10 @@ static int layout_chunk(pg_gen *g, em_stage *S, em_chunk *ch, pg_diag *d)
                 }
             } else if (sc != ch->chunk) {
                 shape_rows(&sk->shape, sh, sizeof sh);
-                sfmt(mac, sizeof mac, "C%d_SKIP%d_IN", ch->chunk, L->skip);
+                sfmt(mac, sizeof mac, "c%d_skip%d_in", ch->chunk, L->skip);
                 sfmt(note, sizeof note, "skip %s: %s, received from chunk %d", sk->name, sh, sc);
                 ch->skin[L->skip] = add_slotbuf(ch, mac, note, MP_RECV, R * pg_shape_numel(&sk->shape) * 4);
-                sfmt(mac, sizeof mac, "C%d_SKIP%d_GRAD_OUT", ch->chunk, L->skip);
+                sfmt(mac, sizeof mac, "c%d_skip%d_grad_out", ch->chunk, L->skip);
                 sfmt(note, sizeof note, "gradient of skip %s: %s, sent back", sk->name, sh);
                 ch->skgout[L->skip] = add_slotbuf(ch, mac, note, MP_SKIP, R * pg_shape_numel(&sk->shape) * 4);
             }
@@ -432,12 +567,12 @@ static int layout_chunk(pg_gen *g, em_stage *S, em_chunk *ch, pg_diag *d)
     /* The model input needs no gradient; everything else does. */
     /* chunk output lives in the slot */
     shape_rows(&LN->out, sh, sizeof sh);
-    sfmt(mac, sizeof mac, "C%d_Y", ch->chunk);
+    sfmt(mac, sizeof mac, "c%d_y", ch->chunk);
     sfmt(note, sizeof note, "chunk %d output y: %s%s", ch->chunk, sh, ch->is_last ? ", the model output" : ", sent");
     ch->y_slot = add_slotbuf(ch, mac, note, MP_ACTIVATIONS, R * ch->tens[cur].numel * 4);
     ch->tens[cur].vloc = LOC_SLOT;
     ch->tens[cur].vslot = ch->y_slot;
-    sfmt(mac, sizeof mac, "C%d_DY", ch->chunk);
+    sfmt(mac, sizeof mac, "c%d_dy", ch->chunk);
     int next_here = !ch->is_last && chunk_stage(g, ch->chunk + 1) == ch->stage;
     if (next_here)
         sfmt(note, sizeof note, "gradient dy of the chunk output: %s, written by chunk %d on this stage", sh,
@@ -451,7 +586,7 @@ static int layout_chunk(pg_gen *g, em_stage *S, em_chunk *ch, pg_diag *d)
     ch->tens[cur].gslot = ch->dy_slot;
     if (!ch->is_first) {
         shape_rows(&L0->in, sh, sizeof sh);
-        sfmt(mac, sizeof mac, "C%d_DX", ch->chunk);
+        sfmt(mac, sizeof mac, "c%d_dx", ch->chunk);
         if (prev) {
             /* chunk-1's dy of this micro-batch: its slot is held until its BWD_W, after this BWD_B */
             sfmt(note, sizeof note, "gradient dx of the chunk input: %s, written into chunk %d's dy on this stage", sh,
@@ -468,15 +603,13 @@ static int layout_chunk(pg_gen *g, em_stage *S, em_chunk *ch, pg_diag *d)
     for (int t = 0; t < ch->ntens; t++) {
         em_tensor *T = &ch->tens[t];
         shape_rows(&T->shape, sh, sizeof sh);
-        if (T->vloc == LOC_FRAME) {
-            sfmt(note, sizeof note, "%s: %s", T->what, sh);
-            T->voff = frame_alloc(ch, R * T->numel * 4, note);
-        }
+        if (T->vloc == LOC_FRAME)
+            T->voff = frame_alloc(ch, R * T->numel * 4, T->what, sh);
         if (T->gloc < 0 && T->dtype == 0) {
             /* the model input has no gradient; a scratch buffer keeps ops that always write dx simple */
-            sfmt(note, sizeof note, "gradient of %s: %s%s", T->what, sh, T->vloc == LOC_INPUT ? " (scratch)" : "");
+            sfmt(note, sizeof note, "gradient of %s%s", T->what, T->vloc == LOC_INPUT ? " (scratch)" : "");
             T->gloc = LOC_FRAME;
-            T->goff = frame_alloc(ch, R * T->numel * 4, note);
+            T->goff = frame_alloc(ch, R * T->numel * 4, note, sh);
         }
     }
     /* per-layer saved buffers and same-chunk skip gradients */
@@ -487,45 +620,48 @@ static int layout_chunk(pg_gen *g, em_stage *S, em_chunk *ch, pg_diag *d)
         int64_t rowsn = R * (in->numel / last_dim(&in->shape)); /* n for rmax rows */
         em_aux *ax = &ch->aux[li];
         if (L->kind == LK_LAYERNORM) {
-            sfmt(note, sizeof note, "%s mean: [n]", L->name);
-            ax->off[0] = frame_alloc(ch, rowsn * 4, note);
-            sfmt(note, sizeof note, "%s rstd: [n]", L->name);
-            ax->off[1] = frame_alloc(ch, rowsn * 4, note);
+            sfmt(note, sizeof note, "%s mean", L->name);
+            ax->off[0] = frame_alloc(ch, rowsn * 4, note, "[n]");
+            sfmt(note, sizeof note, "%s rstd", L->name);
+            ax->off[1] = frame_alloc(ch, rowsn * 4, note, "[n]");
             ax->n = 2;
         } else if (L->kind == LK_BATCHNORM) {
-            sfmt(note, sizeof note, "%s mean of this micro-batch: [C]", L->name);
-            ax->off[0] = frame_alloc(ch, last_dim(&in->shape) * 4, note);
-            sfmt(note, sizeof note, "%s rstd of this micro-batch: [C]", L->name);
-            ax->off[1] = frame_alloc(ch, last_dim(&in->shape) * 4, note);
+            sfmt(note, sizeof note, "%s mean of this micro-batch", L->name);
+            ax->off[0] = frame_alloc(ch, last_dim(&in->shape) * 4, note, "[C]");
+            sfmt(note, sizeof note, "%s rstd of this micro-batch", L->name);
+            ax->off[1] = frame_alloc(ch, last_dim(&in->shape) * 4, note, "[C]");
             ax->n = 2;
         } else if (L->kind == LK_ATTENTION) {
             int64_t T = in->shape.rank >= 2 ? in->shape.dim[in->shape.rank - 2] : 1, dd = last_dim(&in->shape);
-            const char *names[5] = {"qkv [r, T, 3d]", "att [r, h, T, T]", "ctx [r, T, d]", "dctx [r, T, d]", "dqkv [r, T, 3d]"};
+            const char *names[5] = {"qkv", "att", "ctx", "dctx", "dqkv"};
+            const char *shapes[5] = {"[r, T, 3d]", "[r, h, T, T]", "[r, T, d]", "[r, T, d]", "[r, T, 3d]"};
             int64_t sz[5] = {R * T * 3 * dd, R * L->heads * T * T, R * T * dd, R * T * dd, R * T * 3 * dd};
             for (int k = 0; k < 5; k++) {
                 sfmt(note, sizeof note, "%s %s", L->name, names[k]);
-                ax->off[k] = frame_alloc(ch, sz[k] * 4, note);
+                ax->off[k] = frame_alloc(ch, sz[k] * 4, note, shapes[k]);
             }
             ax->n = 5;
         } else if (L->kind == LK_STASH && ch->sktensor[L->skip] >= 0) {
             const ir_skip *sk = &m->skips[L->skip];
             shape_rows(&sk->shape, sh, sizeof sh);
-            sfmt(note, sizeof note, "gradient of skip %s: %s", sk->name, sh);
-            ch->skgframe[L->skip] = frame_alloc(ch, R * pg_shape_numel(&sk->shape) * 4, note);
+            sfmt(note, sizeof note, "gradient of skip %s", sk->name);
+            ch->skgframe[L->skip] = frame_alloc(ch, R * pg_shape_numel(&sk->shape) * 4, note, sh);
         }
+    }
+    if (ch->fb_oom || unique_fb_names(ch)) {
+        pg_error(d, m->loc, "out of memory laying out chunk %d", ch->chunk);
+        return -1;
     }
     return 0;
 }
 
-/* Slots used per chunk, and whether checkpointed micro-batches can share one
- * recompute frame (each one's BWD_W comes before the next checkpointed FWD or
- * BWD_B of the chunk). */
+/* Slots used per chunk. */
 static int analyse_schedule(pg_gen *g, em_stage *S, pg_diag *d)
 {
     const pg_stage_sched *ss = &g->s->stage[S->stage];
     for (int ci = 0; ci < S->nchunks; ci++) {
         em_chunk *ch = &S->ch[ci];
-        int pending = -1, safe = 1, maxslot = -1;
+        int maxslot = -1;
         for (int a = 0; a < ss->n; a++) {
             const pg_act *A = &ss->act[a];
             if (A->chunk != ch->chunk || (A->kind != PG_FWD && A->kind != PG_BWD_B && A->kind != PG_BWD_W))
@@ -536,35 +672,8 @@ static int analyse_schedule(pg_gen *g, em_stage *S, pg_diag *d)
             }
             if (A->slot > maxslot)
                 maxslot = A->slot;
-            if (!g->recompute[A->mb])
-                continue;
-            if (A->kind == PG_FWD || A->kind == PG_BWD_B) {
-                if (pending >= 0)
-                    safe = 0;
-                if (A->kind == PG_BWD_B)
-                    pending = A->mb;
-            } else {
-                if (pending != A->mb)
-                    safe = 0;
-                pending = -1;
-            }
         }
         ch->nslots = maxslot + 1;
-        int nckpt = 0;
-        for (int mb = 0; mb < g->s->nmb; mb++)
-            nckpt += g->recompute[mb];
-        if (nckpt && safe) {
-            ch->shared_recompute = 1;
-            ch->frames_per_slot = nckpt < g->s->nmb && g->m->train.checkpoint == CKPT_NEVER;
-            /* except_last: one frame for the one micro-batch that keeps its activations */
-            ch->nframes = nckpt < g->s->nmb ? 1 : 0;
-            if (nckpt < g->s->nmb - 1)
-                ch->nframes = ch->nslots, ch->frames_per_slot = 1;
-        } else {
-            ch->shared_recompute = 0;
-            ch->nframes = ch->nslots;
-            ch->frames_per_slot = 1;
-        }
     }
     return 0;
 }
@@ -738,6 +847,159 @@ static int plan_messages(pg_gen *g, em_stage *S, pg_diag *d)
     return 0;
 }
 
+static void emit_layer_fwd(em_out *e, int i);
+static void emit_layer_bwd_b(em_out *e, int i);
+static void emit_layer_bwd_w(em_out *e, int i);
+
+/* Which frame buffers each pass of the chunk uses, at which layer step: its
+ * code is emitted once into sink with recording on, so the lifetimes are
+ * those of the code that runs. */
+static void record_frame_uses(pg_gen *g, em_stage *S, em_chunk *ch, FILE *sink)
+{
+    em_out e;
+    memset(&e, 0, sizeof e);
+    e.o = sink, e.g = g, e.S = S, e.ch = ch, e.rec = ch->fb;
+    for (int i = ch->first; i <= ch->last; i++) {
+        e.pass = PASS_F, e.step = i - ch->first;
+        emit_layer_fwd(&e, i);
+        e.pass = PASS_B;
+        emit_layer_bwd_b(&e, i);
+        e.pass = PASS_W;
+        emit_layer_bwd_w(&e, i);
+    }
+}
+
+/* Ticks of a pass's layer step s in a chunk of nl layers: the forward runs
+ * its layers first to last; BWD_B recomputes (first to last) then runs them
+ * last to first; BWD_W last to first. */
+static int pass_tick(int base, int nl, int pass, int s)
+{
+    if (pass == PASS_F)
+        return base + s;
+    if (pass == PASS_B)
+        return base + nl + (nl - 1 - s);
+    return base + (nl - 1 - s);
+}
+
+/* Widen [lo, hi] by pass k of buffer f run by action a (-1: none). */
+static void widen(int *lo, int *hi, const em_fbuf *f, int k, int a, const int *tick, int nl)
+{
+    if (a < 0 || f->lo[k] < 0)
+        return;
+    int base = tick[a];
+    int t1 = pass_tick(base, nl, k, f->lo[k]), t2 = pass_tick(base, nl, k, f->hi[k]);
+    if (t1 > t2) {
+        int t = t1;
+        t1 = t2;
+        t2 = t;
+    }
+    if (*lo < 0 || t1 < *lo)
+        *lo = t1;
+    if (t2 > *hi)
+        *hi = t2;
+}
+
+/* The stage's timeline (ticks: one per layer step of FWD, BWD_B and BWD_W, one
+ * per other action) and one memory-plan buffer per frame buffer instance,
+ * alive from its first use to its last (module comment). */
+static int plan_frames(pg_gen *g, em_stage *S, pg_diag *d)
+{
+    const ir_model *m = g->m;
+    const pg_stage_sched *ss = &g->s->stage[S->stage];
+    int nmb = g->s->nmb, t = 0;
+    for (int a = 0; a < ss->n; a++) {
+        const pg_act *A = &ss->act[a];
+        const em_chunk *ch = (A->kind == PG_FWD || A->kind == PG_BWD_B || A->kind == PG_BWD_W) ? find_chunk(S, A->chunk) : NULL;
+        int nl = ch ? ch->last - ch->first + 1 : 1;
+        S->act_tick[a] = t;
+        t += A->kind == PG_BWD_B && ch ? 2 * nl : nl;
+    }
+    S->nticks = t;
+    /* the tie workspace holds one received gradient block within a TIE_REDUCE
+     * or TIE_GRAD_RECV action (runtime/core/step.c, add_block) */
+    if (S->ws_mp >= 0) {
+        int lo = -1, hi = -1;
+        for (int a = 0; a < ss->n; a++)
+            if (ss->act[a].kind == PG_TIE_REDUCE || ss->act[a].kind == PG_TIE_GRAD_RECV) {
+                if (lo < 0)
+                    lo = S->act_tick[a];
+                hi = S->act_tick[a];
+            }
+        if (lo >= 0)
+            S->mp.buf[S->ws_mp].first_use = lo, S->mp.buf[S->ws_mp].last_use = hi;
+    }
+    FILE *sink = fopen("/dev/null", "w");
+    if (!sink)
+        sink = tmpfile();
+    if (!sink) {
+        pg_error(d, m->loc, "cannot open a scratch stream to plan frame buffers: %s", strerror(errno));
+        return -1;
+    }
+    int rc = 0;
+    int *at = malloc((size_t)(3 * nmb + 1) * sizeof(int));
+    for (int ci = 0; ci < S->nchunks && !rc; ci++) {
+        em_chunk *ch = &S->ch[ci];
+        int nl = ch->last - ch->first + 1;
+        record_frame_uses(g, S, ch, sink);
+        ch->fb_mp = malloc((size_t)(2 * nmb * ch->nfb + 1) * sizeof(int));
+        if (!at || !ch->fb_mp) {
+            pg_error(d, m->loc, "out of memory planning the frame buffers of chunk %d", ch->chunk);
+            rc = -1;
+            break;
+        }
+        for (int k = 0; k < 3 * nmb; k++)
+            at[k] = -1;
+        for (int a = 0; a < ss->n; a++) {
+            const pg_act *A = &ss->act[a];
+            if (A->chunk != ch->chunk || A->mb < 0 || A->mb >= nmb)
+                continue;
+            if (A->kind == PG_FWD) at[3 * A->mb] = a;
+            if (A->kind == PG_BWD_B) at[3 * A->mb + 1] = a;
+            if (A->kind == PG_BWD_W) at[3 * A->mb + 2] = a;
+        }
+        char name[96];
+        for (int mb = 0; mb < nmb && !rc; mb++) {
+            int aF = at[3 * mb], aB = at[3 * mb + 1], aW = at[3 * mb + 2], ck = g->recompute[mb];
+            for (int f = 0; f < ch->nfb && !rc; f++) {
+                const em_fbuf *F = &ch->fb[f];
+                int lo0 = -1, hi0 = -1, lo1 = -1, hi1 = -1;
+                int *r0 = &ch->fb_mp[2 * mb * ch->nfb + f], *r1 = &ch->fb_mp[(2 * mb + 1) * ch->nfb + f];
+                *r0 = *r1 = -1;
+                /* kept: one instance from its forward to its BWD_W; checkpointed: the
+                 * step's forward alone, then the recompute in BWD_B to BWD_W */
+                widen(ck ? &lo0 : &lo1, ck ? &hi0 : &hi1, F, PASS_F, aF, S->act_tick, nl);
+                if (ck && aB >= 0 && F->lo[PASS_F] >= 0) {
+                    int t1 = S->act_tick[aB] + F->lo[PASS_F], t2 = S->act_tick[aB] + F->hi[PASS_F];
+                    if (lo1 < 0 || t1 < lo1) lo1 = t1;
+                    if (t2 > hi1) hi1 = t2;
+                }
+                widen(&lo1, &hi1, F, PASS_B, aB, S->act_tick, nl);
+                widen(&lo1, &hi1, F, PASS_W, aW, S->act_tick, nl);
+                if (lo0 >= 0) {
+                    sfmt(name, sizeof name, "c%d mb%d fwd %s", ch->chunk, mb, F->what);
+                    *r0 = pg_mp_add(&S->mp, name, MP_RECOMPUTE, F->bytes, lo0, hi0);
+                    if (*r0 < 0) rc = -1;
+                    else sfmt(S->mp.buf[*r0].note, sizeof S->mp.buf[0].note, "%s, the step's forward of a checkpointed micro-batch", F->shape);
+                }
+                if (lo1 >= 0 && !rc) {
+                    sfmt(name, sizeof name, "c%d mb%d %s", ch->chunk, mb, F->what);
+                    *r1 = pg_mp_add(&S->mp, name, ck ? MP_RECOMPUTE : MP_ACTIVATIONS, F->bytes, lo1, hi1);
+                    if (*r1 < 0) rc = -1;
+                    else sfmt(S->mp.buf[*r1].note, sizeof S->mp.buf[0].note, "%s%s", F->shape,
+                              ck ? ", recomputed in BWD_B" : "");
+                    if (!ck)
+                        *r0 = *r1;
+                }
+                if (rc)
+                    pg_error(d, m->loc, "out of memory planning the frame buffers of chunk %d", ch->chunk);
+            }
+        }
+    }
+    free(at);
+    fclose(sink);
+    return rc;
+}
+
 static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
 {
     const ir_model *m = g->m;
@@ -754,11 +1016,12 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
     const pg_stage_sched *ss = &g->s->stage[S->stage];
     int nact = ss->n + 1;
     S->act_slot = malloc((size_t)nact * sizeof(int));
+    S->act_tick = malloc((size_t)nact * sizeof(int));
     S->act_off = malloc((size_t)nact * sizeof(int64_t));
     S->act_bytes = malloc((size_t)nact * sizeof(int64_t));
     S->act_tag = malloc((size_t)nact * sizeof(uint32_t));
     S->ch = calloc((size_t)m->nchunks, sizeof *S->ch);
-    if (!S->param_mp || !S->grad_mp || !S->opt_mp[0] || !S->opt_mp[1] || !S->send_bytes || !S->act_slot ||
+    if (!S->param_mp || !S->grad_mp || !S->opt_mp[0] || !S->opt_mp[1] || !S->send_bytes || !S->act_slot || !S->act_tick ||
         !S->act_off || !S->act_bytes || !S->act_tag || !S->ch || !S->bnsum_mp || !S->shadow_mp) {
         pg_error(d, m->loc, "out of memory");
         return -1;
@@ -892,13 +1155,13 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
         pg_shape_str(m->target_dtype, &m->target, sh, sizeof sh);
         sfmt(S->mp.buf[S->target_mp].note, sizeof note, "%s %s per sample, the whole batch", m->target_name, sh);
     }
-    /* activation slots and frames */
+    /* activation slots; frame buffers with their lifetimes */
     for (int ci = 0; ci < S->nchunks; ci++) {
         em_chunk *ch = &S->ch[ci];
         for (int b = 0; b < ch->nsb; b++) {
             if (ch->sb[b].alias_chunk >= 0)
                 continue; /* another chunk's buffer */
-            sfmt(name, sizeof name, "c%d.%s", ch->chunk, ch->sb[b].macro);
+            sfmt(name, sizeof name, "c%d.%s", ch->chunk, ch->sb[b].local);
             for (char *q = name; *q; q++)
                 if (*q >= 'A' && *q <= 'Z')
                     *q = (char)(*q - 'A' + 'a');
@@ -907,24 +1170,16 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
             sfmt(S->mp.buf[ch->sb[b].mp].note, sizeof S->mp.buf[0].note, "%d slots x %" PRId64 " bytes: %s",
                      ch->nslots, ch->sb[b].stride, ch->sb[b].note);
         }
-        ch->mp_frames = ch->mp_recompute = -1;
-        if (ch->nframes && ch->frame_bytes) {
-            sfmt(name, sizeof name, "c%d.frames", ch->chunk);
-            ch->mp_frames = pg_mp_add(&S->mp, name, MP_ACTIVATIONS, ch->frame_bytes * ch->nframes, PG_MP_WHOLE_STEP,
-                                      PG_MP_WHOLE_STEP);
-            sfmt(S->mp.buf[ch->mp_frames].note, sizeof S->mp.buf[0].note,
-                     "%d frames x %" PRId64 " bytes: interior tensors of micro-batches that keep them", ch->nframes,
-                     ch->frame_bytes);
-        }
-        if (ch->shared_recompute && ch->frame_bytes) {
-            sfmt(name, sizeof name, "c%d.recompute", ch->chunk);
-            ch->mp_recompute = pg_mp_add(&S->mp, name, MP_RECOMPUTE, ch->frame_bytes, PG_MP_WHOLE_STEP, PG_MP_WHOLE_STEP);
-            sfmt(S->mp.buf[ch->mp_recompute].note, sizeof S->mp.buf[0].note,
-                     "1 frame x %" PRId64 " bytes: shared by checkpointed micro-batches", ch->frame_bytes);
-        }
     }
+    if (plan_frames(g, S, d))
+        return -1;
     S->mp.guard = g->guard;
     pg_mp_solve(&S->mp);
+    char err[600];
+    if (pg_mp_check(&S->mp, err, sizeof err)) {
+        pg_error(d, m->loc, "internal error: the memory plan of stage %d is wrong: %s", S->stage, err);
+        return -1;
+    }
     if (plan_messages(g, S, d))
         return -1;
     /* the final gather of parameters to stage 0 */
@@ -1099,12 +1354,12 @@ void pg_gen_free(pg_gen *g)
             em_chunk *ch = &S->ch[i];
             free(ch->tens); free(ch->lin); free(ch->lout); free(ch->aux);
             free(ch->skin); free(ch->skgout); free(ch->skout); free(ch->skgin);
-            free(ch->sktensor); free(ch->skgframe); free(ch->frame_notes);
+            free(ch->sktensor); free(ch->skgframe); free(ch->fb); free(ch->fb_mp);
         }
         free(S->ch);
         pg_mp_free(&S->mp);
         free(S->param_mp); free(S->grad_mp); free(S->opt_mp[0]); free(S->opt_mp[1]); free(S->bnsum_mp); free(S->shadow_mp);
-        free(S->act_slot); free(S->act_off); free(S->act_bytes); free(S->act_tag); free(S->send_bytes);
+        free(S->act_slot); free(S->act_tick); free(S->act_off); free(S->act_bytes); free(S->act_tag); free(S->send_bytes);
     }
     free(g->st);
     free(g->nacc);
@@ -1122,6 +1377,46 @@ static void print_bytes(FILE *o, const char *what, int64_t b)
     fprintf(o, "  %-20s %12.3f MiB  %14" PRId64 " bytes\n", what, (double)b / (1024.0 * 1024.0), b);
 }
 
+/* The tick at which the stage's live buffers take the most bytes; their bytes
+ * per category then in cat[MP__COUNT]. -1 when nothing is timed. */
+static int peak_tick(const em_stage *S, int64_t *cat)
+{
+    int n = S->nticks, best = -1;
+    int64_t *diff = calloc((size_t)n + 2, sizeof *diff), run = 0, max = -1;
+    for (int c = 0; c < MP__COUNT; c++)
+        cat[c] = 0;
+    if (!diff)
+        return -1;
+    for (int b = 0; b < S->mp.n; b++) {
+        const pg_mp_buf *B = &S->mp.buf[b];
+        if (B->first_use == PG_MP_WHOLE_STEP || B->first_use < 0 || B->last_use >= n)
+            continue;
+        diff[B->first_use] += al_plan(B->bytes);
+        diff[B->last_use + 1] -= al_plan(B->bytes);
+    }
+    for (int t = 0; t < n; t++) {
+        run += diff[t];
+        if (run > max)
+            max = run, best = t;
+    }
+    free(diff);
+    for (int b = 0; b < S->mp.n; b++) {
+        const pg_mp_buf *B = &S->mp.buf[b];
+        if (B->first_use == PG_MP_WHOLE_STEP || (best >= 0 && B->first_use <= best && best <= B->last_use))
+            cat[B->cat] += al_plan(B->bytes);
+    }
+    return best;
+}
+
+/* The action running at tick t. */
+static int action_at(const em_stage *S, int n, int t)
+{
+    int a = 0;
+    while (a + 1 < n && S->act_tick[a + 1] <= t)
+        a++;
+    return a;
+}
+
 void pg_gen_report(const pg_gen *g, FILE *o)
 {
     const ir_model *m = g->m;
@@ -1129,23 +1424,39 @@ void pg_gen_report(const pg_gen *g, FILE *o)
     fprintf(o, "model %s: %d stages, %d chunks, batch %" PRId64 " in %" PRId64 " micro-batches (%" PRId64
                " rows max), checkpoint %s\n",
             m->name, m->nstages, m->nchunks, m->train.batch, m->train.microbatches, g->rmax, ck[m->train.checkpoint]);
-    int64_t total = 0;
+    int64_t total = 0, unshared = 0;
     for (int k = 0; k < g->nstages; k++) {
         const em_stage *S = &g->st[k];
         fprintf(o, "stage %d (", k);
         for (int i = 0; i < S->nchunks; i++)
-            fprintf(o, "%schunk %d: %d slots%s", i ? ", " : "", S->ch[i].chunk, S->ch[i].nslots,
-                    S->ch[i].shared_recompute ? ", shared recompute frame" : "");
+            fprintf(o, "%schunk %d: %d slots", i ? ", " : "", S->ch[i].chunk, S->ch[i].nslots);
         fprintf(o, ")\n");
         for (int c = 0; c < MP__COUNT; c++) {
             int64_t b = pg_mp_cat_bytes(&S->mp, (pg_mp_cat)c);
             if (b)
                 print_bytes(o, pg_mp_cat_name((pg_mp_cat)c), b);
         }
+        int64_t before = pg_mp_unshared_bytes(&S->mp);
+        print_bytes(o, "before sharing", before);
         print_bytes(o, "arena", S->mp.total);
+        int64_t cat[MP__COUNT];
+        int t = peak_tick(S, cat);
+        if (t >= 0) {
+            const pg_stage_sched *ss = &g->s->stage[k];
+            char buf[160];
+            fprintf(o, "  at the peak (tick %d, %s):\n", t, pg_act_str(&ss->act[action_at(S, ss->n, t)], buf, sizeof buf));
+            for (int c = 0; c < MP__COUNT; c++)
+                if (cat[c]) {
+                    char what[64];
+                    sfmt(what, sizeof what, "  %s", pg_mp_cat_name((pg_mp_cat)c));
+                    print_bytes(o, what, cat[c]);
+                }
+        }
         total += S->mp.total;
+        unshared += before;
     }
     fprintf(o, "all stages\n");
+    print_bytes(o, "before sharing", unshared);
     print_bytes(o, "arenas", total);
 }
 
@@ -1405,13 +1716,6 @@ char *pg_gen_plan_json(const pg_gen *g, uint64_t *hash)
 
 /* ---- stage<k>.c ------------------------------------------------------------------ */
 
-typedef struct em_out {
-    FILE *o;
-    const pg_gen *g;
-    const em_stage *S;
-    const em_chunk *ch;
-} em_out;
-
 static void cident(const char *s, char *buf, size_t n)
 {
     size_t i = 0;
@@ -1434,24 +1738,26 @@ static void pmacro(const ir_model *m, int p, int grad, char *buf, size_t n)
 }
 
 /* value / gradient of tensor t as a C expression */
-static void tval(const em_chunk *ch, int t, char *buf, size_t n)
+static void tval(em_out *e, int t, char *buf, size_t n)
 {
+    const em_chunk *ch = e->ch;
     const em_tensor *T = &ch->tens[t];
     if (T->vloc == LOC_INPUT)
-        sfmt(buf, n, "INPUT_ROWS");
+        input_local(e->g->m, buf, n);
     else if (T->vloc == LOC_SLOT)
-        sfmt(buf, n, "%s", ch->sb[T->vslot].macro);
+        sfmt(buf, n, "%s", ch->sb[T->vslot].local);
     else
-        sfmt(buf, n, "C%d_T%d", ch->chunk, t);
+        sfmt(buf, n, "%s", ch->fb[T->voff].name), frame_use(e, T->voff);
 }
 
-static void tgrad(const em_chunk *ch, int t, char *buf, size_t n)
+static void tgrad(em_out *e, int t, char *buf, size_t n)
 {
+    const em_chunk *ch = e->ch;
     const em_tensor *T = &ch->tens[t];
     if (T->gloc == LOC_SLOT)
-        sfmt(buf, n, "%s", ch->sb[T->gslot].macro);
+        sfmt(buf, n, "%s", ch->sb[T->gslot].local);
     else
-        sfmt(buf, n, "C%d_DT%d", ch->chunk, t);
+        sfmt(buf, n, "%s", ch->fb[T->goff].name), frame_use(e, T->goff);
 }
 
 /* n for a layer input: rows * every dim but the last */
@@ -1475,8 +1781,8 @@ static void emit_layer_fwd(em_out *e, int i)
     int li = i - ch->first;
     const em_tensor *TI = &ch->tens[ch->lin[li]], *TO = &ch->tens[ch->lout[li]];
     char x[64], y[64], n[64], cnt[64], p0[128], p1[128], p2[128], p3[128], shi[96], sho[96];
-    tval(ch, ch->lin[li], x, sizeof x);
-    tval(ch, ch->lout[li], y, sizeof y);
+    tval(e, ch->lin[li], x, sizeof x);
+    tval(e, ch->lout[li], y, sizeof y);
     nexpr(TI, n, sizeof n);
     cexpr(TI, cnt, sizeof cnt);
     shape_rows(&TI->shape, shi, sizeof shi);
@@ -1499,9 +1805,9 @@ static void emit_layer_fwd(em_out *e, int i)
         fprintf(o, "    PG_TRY(pg_gelu_fwd(c, %s, %s, %s));\n", cnt, x, y);
         break;
     case LK_LAYERNORM:
-        fprintf(o, "    PG_TRY(pg_layernorm_fwd(c, %s, %" PRId64 ", %.9gf, %s, %s, %s, %s, (float *)(F + %" PRId64
-                   "), (float *)(F + %" PRId64 ")));\n",
-                n, last_dim(&TI->shape), L->eps, x, p0, p1, y, ch->aux[li].off[0], ch->aux[li].off[1]);
+        fprintf(o, "    PG_TRY(pg_layernorm_fwd(c, %s, %" PRId64 ", %.9gf, %s, %s, %s, %s, %s"
+                   ", %s));\n",
+                n, last_dim(&TI->shape), L->eps, x, p0, p1, y, fa(e, ch->aux[li].off[0]), fa(e, ch->aux[li].off[1]));
         break;
     case LK_BATCHNORM: {
         int64_t C = last_dim(&TI->shape), per = TI->numel / C;
@@ -1513,10 +1819,10 @@ static void emit_layer_fwd(em_out *e, int i)
                    "        PG_TRY(pg_batchnorm_eval_fwd(c, %s, %" PRId64 ", %.9gf, %s, %s, %s, %s, %s, %s));\n"
                    "    else\n",
                 n, C, L->eps, x, L->nparam > 0 ? p0 : "NULL", L->nparam > 1 ? p1 : "NULL", rm, rv, y);
-        fprintf(o, "        PG_TRY(pg_batchnorm_fwd(c, %s, %" PRId64 ", %.9gf, %s, %s, %s, %s, (float *)(F + %" PRId64
-                   "), (float *)(F + %" PRId64 ")));\n",
-                n, C, L->eps, x, L->nparam > 0 ? p0 : "NULL", L->nparam > 1 ? p1 : "NULL", y, ch->aux[li].off[0],
-                ch->aux[li].off[1]);
+        fprintf(o, "        PG_TRY(pg_batchnorm_fwd(c, %s, %" PRId64 ", %.9gf, %s, %s, %s, %s, %s"
+                   ", %s));\n",
+                n, C, L->eps, x, L->nparam > 0 ? p0 : "NULL", L->nparam > 1 ? p1 : "NULL", y, fa(e, ch->aux[li].off[0]),
+                fa(e, ch->aux[li].off[1]));
         if (L->deferred) {
             fprintf(o, "    if (first && !io->infer) { /* deferred: running statistics from the whole mini-batch, once per step;\n"
                        "                  sums over the micro-batches in index order (not again when recomputing) */\n");
@@ -1561,8 +1867,8 @@ static void emit_layer_fwd(em_out *e, int i)
         int64_t T = TI->shape.rank >= 2 ? TI->shape.dim[TI->shape.rank - 2] : 1;
         const int64_t *a = ch->aux[li].off;
         fprintf(o, "    PG_TRY(pg_attention_fwd(c, r, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %s, %s, %s, %s, %s,\n"
-                   "                            (float *)(F + %" PRId64 "), (float *)(F + %" PRId64 "), (float *)(F + %" PRId64 "), %s));\n",
-                T, last_dim(&TI->shape), L->heads, L->causal, x, p0, p1, p2, p3, a[0], a[1], a[2], y);
+                   "                            %s, %s, %s, %s));\n",
+                T, last_dim(&TI->shape), L->heads, L->causal, x, p0, p1, p2, p3, fa(e, a[0]), fa(e, a[1]), fa(e, a[2]), y);
         break;
     }
     case LK_DROPOUT:
@@ -1574,7 +1880,7 @@ static void emit_layer_fwd(em_out *e, int i)
         const ir_skip *sk = &m->skips[L->skip];
         if (ch->skout[L->skip] >= 0) {
             fprintf(o, "    /* stash %s: %s, sent to chunk %d */\n", sk->name, shi, m->layers[sk->pop_layer].chunk);
-            fprintf(o, "    PG_TRY(pg_copy(c, %s, %s, %s));\n", ch->sb[ch->skout[L->skip]].macro, x, cnt);
+            fprintf(o, "    PG_TRY(pg_copy(c, %s, %s, %s));\n", ch->sb[ch->skout[L->skip]].local, x, cnt);
         } else {
             fprintf(o, "    /* stash %s: %s stays in %s */\n", sk->name, shi, x);
         }
@@ -1584,9 +1890,9 @@ static void emit_layer_fwd(em_out *e, int i)
         const ir_skip *sk = &m->skips[L->skip];
         char s[64];
         if (ch->skin[L->skip] >= 0)
-            sfmt(s, sizeof s, "%s", ch->sb[ch->skin[L->skip]].macro);
+            sfmt(s, sizeof s, "%s", ch->sb[ch->skin[L->skip]].local);
         else
-            tval(ch, ch->sktensor[L->skip], s, sizeof s);
+            tval(e, ch->sktensor[L->skip], s, sizeof s);
         if (sk->mode == POP_ADD)
             fprintf(o, "    PG_TRY(pg_add_fwd(c, %s, %s, %s, %s));\n", cnt, x, s, y);
         else
@@ -1608,10 +1914,15 @@ static void emit_layer_bwd_b(em_out *e, int i)
     int li = i - ch->first;
     const em_tensor *TI = &ch->tens[ch->lin[li]];
     int dx_wanted = TI->need_grad;
-    char x[64], dx[64], dy[64], n[64], cnt[64], p0[128], p2[128];
-    tval(ch, ch->lin[li], x, sizeof x);
-    tgrad(ch, ch->lin[li], dx, sizeof dx);
-    tgrad(ch, ch->lout[li], dy, sizeof dy);
+    char x[64] = "", dx[64] = "", dy[64], n[64], cnt[64], p0[128], p2[128];
+    /* only what the code below reads or writes counts as a use (plan_frames) */
+    int reads_x = L->kind == LK_RELU || L->kind == LK_GELU || L->kind == LK_LAYERNORM || L->kind == LK_BATCHNORM;
+    int writes_dx = dx_wanted || L->kind == LK_ATTENTION || (L->kind == LK_POP && m->skips[L->skip].mode != POP_ADD);
+    if (reads_x)
+        tval(e, ch->lin[li], x, sizeof x);
+    if (writes_dx)
+        tgrad(e, ch->lin[li], dx, sizeof dx);
+    tgrad(e, ch->lout[li], dy, sizeof dy);
     nexpr(TI, n, sizeof n);
     cexpr(TI, cnt, sizeof cnt);
     if (L->nparam > 0) pmacro(m, L->param[0], 0, p0, sizeof p0);
@@ -1632,15 +1943,15 @@ static void emit_layer_bwd_b(em_out *e, int i)
         break;
     case LK_LAYERNORM:
         if (dx_wanted)
-            fprintf(o, "    PG_TRY(pg_layernorm_bwd_in(c, %s, %" PRId64 ", %s, %s, (float *)(F + %" PRId64
-                       "), (float *)(F + %" PRId64 "), %s, %s)); /* %s */\n",
-                    n, last_dim(&TI->shape), x, p0, ch->aux[li].off[0], ch->aux[li].off[1], dy, dx, L->name);
+            fprintf(o, "    PG_TRY(pg_layernorm_bwd_in(c, %s, %" PRId64 ", %s, %s, %s"
+                       ", %s, %s, %s)); /* %s */\n",
+                    n, last_dim(&TI->shape), x, p0, fa(e, ch->aux[li].off[0]), fa(e, ch->aux[li].off[1]), dy, dx, L->name);
         break;
     case LK_BATCHNORM:
         if (dx_wanted)
-            fprintf(o, "    PG_TRY(pg_batchnorm_bwd_in(c, %s, %" PRId64 ", %s, %s, (float *)(F + %" PRId64
-                       "), (float *)(F + %" PRId64 "), %s, %s)); /* %s */\n",
-                    n, last_dim(&TI->shape), x, L->nparam > 0 ? p0 : "NULL", ch->aux[li].off[0], ch->aux[li].off[1], dy,
+            fprintf(o, "    PG_TRY(pg_batchnorm_bwd_in(c, %s, %" PRId64 ", %s, %s, %s"
+                       ", %s, %s, %s)); /* %s */\n",
+                    n, last_dim(&TI->shape), x, L->nparam > 0 ? p0 : "NULL", fa(e, ch->aux[li].off[0]), fa(e, ch->aux[li].off[1]), dy,
                     dx, L->name);
         break;
     case LK_POS_EMBED:
@@ -1657,10 +1968,10 @@ static void emit_layer_bwd_b(em_out *e, int i)
         const int64_t *a = ch->aux[li].off;
         /* always run: it also leaves dqkv for the weight gradient */
         fprintf(o, "    PG_TRY(pg_attention_bwd_in(c, r, %" PRId64 ", %" PRId64 ", %" PRId64 ", %d, %s, %s,\n"
-                   "                               (float *)(F + %" PRId64 "), (float *)(F + %" PRId64 "), (float *)(F + %" PRId64
-                   "), %s,\n                               (float *)(F + %" PRId64 "), (float *)(F + %" PRId64
-                   "), %s)); /* %s */\n",
-                T, last_dim(&TI->shape), L->heads, L->causal, p0, p2, a[0], a[1], a[2], dy, a[3], a[4], dx, L->name);
+                   "                               %s, %s, %s"
+                   ", %s,\n                               %s, %s"
+                   ", %s)); /* %s */\n",
+                T, last_dim(&TI->shape), L->heads, L->causal, p0, p2, fa(e, a[0]), fa(e, a[1]), fa(e, a[2]), dy, fa(e, a[3]), fa(e, a[4]), dx, L->name);
         break;
     }
     case LK_DROPOUT:
@@ -1674,10 +1985,10 @@ static void emit_layer_bwd_b(em_out *e, int i)
             break;
         if (ch->skgin[L->skip] >= 0)
             fprintf(o, "    PG_TRY(pg_axpy_inplace(c, %s, %s, %s)); /* + gradient of skip %s from chunk %d */\n", dx,
-                    ch->sb[ch->skgin[L->skip]].macro, cnt, sk->name, m->layers[sk->pop_layer].chunk);
+                    ch->sb[ch->skgin[L->skip]].local, cnt, sk->name, m->layers[sk->pop_layer].chunk);
         else
-            fprintf(o, "    PG_TRY(pg_axpy_inplace(c, %s, (float *)(F + %" PRId64 "), %s)); /* + gradient of skip %s */\n",
-                    dx, ch->skgframe[L->skip], cnt, sk->name);
+            fprintf(o, "    PG_TRY(pg_axpy_inplace(c, %s, %s, %s)); /* + gradient of skip %s */\n",
+                    dx, fa(e, ch->skgframe[L->skip]), cnt, sk->name);
         break;
     }
     case LK_POP: {
@@ -1685,9 +1996,9 @@ static void emit_layer_bwd_b(em_out *e, int i)
         char ds[64];
         int ds_wanted = 1;
         if (ch->skgout[L->skip] >= 0)
-            sfmt(ds, sizeof ds, "%s", ch->sb[ch->skgout[L->skip]].macro);
+            sfmt(ds, sizeof ds, "%s", ch->sb[ch->skgout[L->skip]].local);
         else {
-            sfmt(ds, sizeof ds, "(float *)(F + %" PRId64 ")", ch->skgframe[L->skip]);
+            sfmt(ds, sizeof ds, "%s", fa(e, ch->skgframe[L->skip]));
             ds_wanted = ch->tens[ch->sktensor[L->skip]].need_grad;
         }
         if (sk->mode == POP_ADD) {
@@ -1715,9 +2026,14 @@ static void emit_layer_bwd_w(em_out *e, int i)
     const ir_layer *L = &m->layers[i];
     int li = i - ch->first;
     const em_tensor *TI = &ch->tens[ch->lin[li]];
-    char x[64], dy[64], n[64], cnt[64], g[4][128];
-    tval(ch, ch->lin[li], x, sizeof x);
-    tgrad(ch, ch->lout[li], dy, sizeof dy);
+    char x[64] = "", dy[64], n[64], cnt[64], g[4][128];
+    /* only layers with weights have code here: only what it reads counts as a use (plan_frames) */
+    if (L->kind != LK_LINEAR && L->kind != LK_BATCHNORM && L->kind != LK_LAYERNORM && L->kind != LK_EMBED &&
+        L->kind != LK_POS_EMBED && L->kind != LK_LOGITS && L->kind != LK_ATTENTION)
+        return;
+    if (L->kind != LK_POS_EMBED)
+        tval(e, ch->lin[li], x, sizeof x);
+    tgrad(e, ch->lout[li], dy, sizeof dy);
     nexpr(TI, n, sizeof n);
     cexpr(TI, cnt, sizeof cnt);
     for (int k = 0; k < L->nparam && k < 4; k++) {
@@ -1740,15 +2056,15 @@ static void emit_layer_bwd_w(em_out *e, int i)
                 L->in_features, L->out_features, x, dy, g[0], L->bias ? g[1] : "NULL", L->name);
         break;
     case LK_BATCHNORM:
-        fprintf(o, "    PG_TRY(pg_batchnorm_bwd_w(c, %s, %" PRId64 ", %s, (float *)(F + %" PRId64 "), (float *)(F + %" PRId64
-                   "), %s, %s, %s)); /* %s */\n",
-                n, last_dim(&TI->shape), x, ch->aux[li].off[0], ch->aux[li].off[1], dy, L->nparam > 0 ? g[0] : "NULL",
+        fprintf(o, "    PG_TRY(pg_batchnorm_bwd_w(c, %s, %" PRId64 ", %s, %s, %s"
+                   ", %s, %s, %s)); /* %s */\n",
+                n, last_dim(&TI->shape), x, fa(e, ch->aux[li].off[0]), fa(e, ch->aux[li].off[1]), dy, L->nparam > 0 ? g[0] : "NULL",
                 L->nparam > 1 ? g[1] : "NULL", L->name);
         break;
     case LK_LAYERNORM:
-        fprintf(o, "    PG_TRY(pg_layernorm_bwd_w(c, %s, %" PRId64 ", %s, (float *)(F + %" PRId64 "), (float *)(F + %" PRId64
-                   "), %s, %s, %s)); /* %s */\n",
-                n, last_dim(&TI->shape), x, ch->aux[li].off[0], ch->aux[li].off[1], dy, g[0], g[1], L->name);
+        fprintf(o, "    PG_TRY(pg_layernorm_bwd_w(c, %s, %" PRId64 ", %s, %s, %s"
+                   ", %s, %s, %s)); /* %s */\n",
+                n, last_dim(&TI->shape), x, fa(e, ch->aux[li].off[0]), fa(e, ch->aux[li].off[1]), dy, g[0], g[1], L->name);
         break;
     case LK_EMBED:
         fprintf(o, "    PG_TRY(pg_embed_bwd_w(c, %s, %" PRId64 ", %" PRId64 ", (const int32_t *)%s, %s, %s)); /* %s */\n",
@@ -1765,9 +2081,9 @@ static void emit_layer_bwd_w(em_out *e, int i)
     case LK_ATTENTION: {
         int64_t T = TI->shape.rank >= 2 ? TI->shape.dim[TI->shape.rank - 2] : 1;
         const int64_t *a = ch->aux[li].off;
-        fprintf(o, "    PG_TRY(pg_attention_bwd_w(c, r, %" PRId64 ", %" PRId64 ", %s, (float *)(F + %" PRId64 "), %s, (float *)(F + %" PRId64
-                   "),\n                              %s, %s, %s, %s)); /* %s */\n",
-                T, last_dim(&TI->shape), x, a[2], dy, a[4], g[0], g[1], g[2], g[3], L->name);
+        fprintf(o, "    PG_TRY(pg_attention_bwd_w(c, r, %" PRId64 ", %" PRId64 ", %s, %s, %s, %s"
+                   ",\n                              %s, %s, %s, %s)); /* %s */\n",
+                T, last_dim(&TI->shape), x, fa(e, a[2]), dy, fa(e, a[4]), g[0], g[1], g[2], g[3], L->name);
         break;
     }
     default:
@@ -1775,143 +2091,273 @@ static void emit_layer_bwd_w(em_out *e, int i)
     }
 }
 
-static void emit_chunk_fns(em_out *e)
+/* ---- chunk functions: locals a debugger shows -------------------------------- */
+
+/* The identifiers of C text outside comments and string literals, sorted. */
+typedef struct em_idents {
+    char **v;
+    int n;
+    char *text;
+} em_idents;
+
+static int cmp_str(const void *x, const void *y) { return strcmp(*(char *const *)x, *(char *const *)y); }
+
+static int is_idch(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'; }
+
+static int collect_idents(const char *body, em_idents *s)
+{
+    size_t len = strlen(body);
+    s->text = malloc(len + 1);
+    s->v = malloc((len / 2 + 1) * sizeof *s->v);
+    s->n = 0;
+    if (!s->text || !s->v)
+        return -1;
+    memcpy(s->text, body, len + 1);
+    /* comments and string literals become blanks */
+    for (char *p = s->text; *p;) {
+        if (p[0] == '/' && p[1] == '*') {
+            char *q = strstr(p + 2, "*/");
+            char *end = q ? q + 2 : p + strlen(p);
+            memset(p, ' ', (size_t)(end - p));
+            p = end;
+        } else if (*p == '"') {
+            *p++ = ' ';
+            while (*p && *p != '"') {
+                if (*p == '\\' && p[1])
+                    *p++ = ' ';
+                *p++ = ' ';
+            }
+            if (*p)
+                *p++ = ' ';
+        } else {
+            p++;
+        }
+    }
+    for (char *p = s->text; *p;) {
+        if (!is_idch(*p)) {
+            p++;
+            continue;
+        }
+        char *st = p;
+        while (is_idch(*p))
+            p++;
+        int word = !(*st >= '0' && *st <= '9'); /* not a number */
+        if (*p)
+            *p++ = 0;
+        if (word)
+            s->v[s->n++] = st;
+    }
+    qsort(s->v, (size_t)s->n, sizeof *s->v, cmp_str);
+    return 0;
+}
+
+static int has_ident(const em_idents *s, const char *name)
+{
+    return bsearch(&name, s->v, (size_t)s->n, sizeof *s->v, cmp_str) != NULL;
+}
+
+static int has_ident_prefix(const em_idents *s, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    for (int i = 0; i < s->n; i++)
+        if (!strncmp(s->v[i], prefix, n) && s->v[i][n] >= '0' && s->v[i][n] <= '9')
+            return 1;
+    return 0;
+}
+
+/* One chunk function: its body (in text) decides which locals it declares:
+ * r, F (this micro-batch's row of frame_c<k>: frow), and each tensor it uses
+ * with its type and shape; a parameter it does not use is cast to void. */
+static int emit_fn(em_out *e, const char *sig, const char *frow, int has_first, const char *body)
 {
     FILE *o = e->o;
+    const em_chunk *ch = e->ch;
+    const em_stage *S = e->S;
+    const ir_model *m = e->g->m;
+    em_idents id;
+    if (collect_idents(body, &id)) {
+        free(id.text);
+        free(id.v);
+        return -1;
+    }
+    fprintf(o, "%s\n{\n", sig);
+    int uses_A = has_ident(&id, "A") || has_ident(&id, "INPUT_ROWS") || has_ident(&id, "TARGET_ROWS") ||
+                 has_ident_prefix(&id, "P") || has_ident_prefix(&id, "GP");
+    int uses_io = has_ident(&id, "io") || has_ident(&id, "INPUT_ROWS") || has_ident(&id, "TARGET_ROWS");
+    if (has_ident(&id, "r"))
+        fprintf(o, "    const int64_t r = io->rows;\n"), uses_io = 1;
+    int any_frame = 0;
+    for (int f = 0; f < ch->nfb && !any_frame; f++)
+        any_frame = has_ident(&id, ch->fb[f].name);
+    if (any_frame)
+        fprintf(o, "    const int64_t *const F = frame_c%d[%s]; /* this micro-batch's frame buffers */\n", ch->chunk,
+                frow), uses_A = uses_io = 1;
+    char in[72], sh[96];
+    input_local(m, in, sizeof in);
+    if (has_ident(&id, in)) {
+        pg_shape_str(m->input_dtype, &m->input, sh, sizeof sh);
+        if (m->input_dtype == DT_I32)
+            fprintf(o, "    const int32_t *const %s = (const int32_t *)INPUT_ROWS; /* %s per row */\n", in, sh);
+        else
+            fprintf(o, "    float *const %s = INPUT_ROWS; /* %s per row */\n", in, sh);
+        uses_A = uses_io = 1;
+    }
+    for (int b = 0; b < ch->nsb; b++) {
+        const em_slotbuf *B = &ch->sb[b];
+        if (!has_ident(&id, B->local))
+            continue;
+        if (B->alias_chunk >= 0) {
+            const em_chunk *to = find_chunk_c(S, B->alias_chunk);
+            fprintf(o, "    float *const %s = (float *)(A + %" PRId64 " + (int64_t)mb_slot_c%d[io->mb] * %" PRId64 "); /* %s */\n",
+                    B->local, to ? S->mp.buf[to->sb[B->alias_sb].mp].offset : 0, B->alias_chunk, B->stride, B->note);
+        } else {
+            fprintf(o, "    float *const %s = (float *)(A + %" PRId64 " + (int64_t)io->slot * %" PRId64 "); /* %s */\n",
+                    B->local, S->mp.buf[B->mp].offset, B->stride, B->note);
+        }
+        uses_A = uses_io = 1;
+    }
+    for (int f = 0; f < ch->nfb; f++)
+        if (has_ident(&id, ch->fb[f].name))
+            fprintf(o, "    float *const %s = (float *)(A + F[%d]); /* %s: %s */\n", ch->fb[f].name, f, ch->fb[f].what,
+                    ch->fb[f].shape);
+    if (!has_ident(&id, "c"))
+        fprintf(o, "    (void)c;\n");
+    if (!uses_A)
+        fprintf(o, "    (void)A;\n");
+    if (!uses_io)
+        fprintf(o, "    (void)io;\n");
+    if (has_first && !has_ident(&id, "first") && !(any_frame && strstr(frow, "first")))
+        fprintf(o, "    (void)first;\n");
+    fputs(body, o);
+    fprintf(o, "    return 0;\n}\n\n");
+    free(id.text);
+    free(id.v);
+    return 0;
+}
+
+enum { FN_FWD_BODY, FN_FWD, FN_BWD_B, FN_BWD_W };
+
+/* The statements of one chunk function (FN_*), into e->o. */
+static void write_body(em_out *e, int fn, int split_fwd)
+{
+    const ir_model *m = e->g->m;
+    const em_chunk *ch = e->ch;
+    const em_stage *S = e->S;
+    int c = ch->chunk;
+    if (fn == FN_FWD_BODY) {
+        for (int i = ch->first; i <= ch->last; i++)
+            emit_layer_fwd(e, i);
+        if (!ch->is_last)
+            return;
+        int tl = ch->lout[ch->last - ch->first];
+        const em_tensor *TL = &ch->tens[tl];
+        char y[80], dy[80];
+        tval(e, tl, y, sizeof y);
+        tgrad(e, tl, dy, sizeof dy);
+        const ir_train *t = &m->train;
+        if (t->loss == LOSS_CROSS_ENTROPY) {
+            int64_t V = last_dim(&TL->shape);
+            fprintf(e->o, "    /* loss: cross_entropy, partial over this micro-batch, divided by batch * positions */\n");
+            fprintf(e->o, "    PG_TRY(pg_cross_entropy_fwd_bwd(c, r * %" PRId64 ", %" PRId64 ", %s, (const int32_t *)TARGET_ROWS, %" PRId64
+                       ".0, &io->loss, %s));\n",
+                    TL->numel / V, V, y, t->batch * pg_shape_numel(&m->target), dy);
+        } else {
+            int64_t denom = t->loss == LOSS_MSE_MEAN ? t->batch * pg_shape_numel(&m->target) : 1;
+            fprintf(e->o, "    /* loss: mse(%s), partial over this micro-batch */\n", t->loss == LOSS_MSE_MEAN ? "mean" : "sum");
+            fprintf(e->o, "    PG_TRY(pg_mse_fwd_bwd(c, r * %" PRId64 ", %s, (const float *)TARGET_ROWS, %" PRId64
+                       ".0, &io->loss, %s));\n",
+                    TL->numel, y, denom, dy);
+        }
+    } else if (fn == FN_FWD) {
+        const em_chunk *pv = ch->x_local ? find_chunk_c(S, c - 1) : NULL;
+        if (pv) {
+            const em_slotbuf *Y = &pv->sb[pv->y_slot];
+            fprintf(e->o, "    /* the input: chunk %d's output of this micro-batch, on this stage */\n", c - 1);
+            fprintf(e->o, "    PG_TRY(pg_copy(c, %s, (float *)(A + %" PRId64 " + (int64_t)mb_slot_c%d[io->mb] * %" PRId64
+                       "), io->rows * %" PRId64 "));\n",
+                    ch->sb[ch->x_slot].local, S->mp.buf[Y->mp].offset, c - 1, Y->stride, ch->tens[0].numel);
+        }
+        fprintf(e->o, "    PG_TRY(fwd_body_c%d(c, A, io, 1));\n", c);
+    } else if (fn == FN_BWD_B) {
+        fprintf(e->o, "    if (io->recompute) /* checkpointed: rebuild the interior from the stage input */\n"
+                      "        PG_TRY(%s_c%d(c, A, io%s));\n", split_fwd ? "fwd_body" : "fwd", c, split_fwd ? ", 0" : "");
+        for (int i = ch->last; i >= ch->first; i--)
+            emit_layer_bwd_b(e, i);
+    } else {
+        long before = ftell(e->o);
+        for (int i = ch->last; i >= ch->first; i--)
+            emit_layer_bwd_w(e, i);
+        if (ftell(e->o) == before)
+            fprintf(e->o, "    /* no weights in this chunk */\n");
+    }
+}
+
+/* One chunk function: its statements into a string first, then emit_fn. */
+static int emit_chunk_fn(em_out *e, int fn, int split_fwd)
+{
+    static const char *const names[] = {"fwd_body", "fwd", "bwd_b", "bwd_w"};
+    static const char *const rows[] = {"2 * io->mb + !first", "2 * io->mb", "2 * io->mb + 1", "2 * io->mb + 1"};
+    FILE *saved = e->o;
+    char *buf = NULL, sig[160];
+    size_t len = 0;
+    e->o = open_memstream(&buf, &len);
+    if (!e->o) {
+        e->o = saved;
+        return -1;
+    }
+    write_body(e, fn, split_fwd);
+    int rc = fclose(e->o) ? -1 : 0;
+    e->o = saved;
+    int has_first = fn == FN_FWD_BODY && split_fwd;
+    sfmt(sig, sizeof sig, "static int %s_c%d(pg_ctx *c, unsigned char *A, pg_mb_io *io%s)",
+         fn == FN_FWD_BODY && !split_fwd ? "fwd" : names[fn], e->ch->chunk, has_first ? ", int first" : "");
+    if (!rc)
+        rc = emit_fn(e, sig, rows[fn], has_first, buf);
+    free(buf);
+    return rc;
+}
+
+static int emit_chunk_fns(em_out *e)
+{
     const pg_gen *g = e->g;
     const ir_model *m = g->m;
     const em_chunk *ch = e->ch;
     const em_stage *S = e->S;
     int c = ch->chunk;
-    char sh[96];
+    FILE *o = e->o;
 
     fprintf(o, "/* ---- chunk %d: layers %s .. %s ---- */\n\n", c, m->layers[ch->first].name, m->layers[ch->last].name);
-    /* buffer macros: slots (another chunk's, at its slot of this micro-batch, for what stays on the stage) */
-    for (int b = 0; b < ch->nsb; b++) {
-        const em_slotbuf *B = &ch->sb[b];
-        if (B->alias_chunk >= 0) {
-            const em_chunk *to = find_chunk_c(S, B->alias_chunk);
-            fprintf(o, "#define %s ((float *)(A + %" PRId64 " + (int64_t)mb_slot_c%d[io->mb] * %" PRId64 ")) /* %s */\n",
-                    B->macro, to ? S->mp.buf[to->sb[B->alias_sb].mp].offset : 0, B->alias_chunk, B->stride, B->note);
-        } else {
-            fprintf(o, "#define %s ((float *)(A + %" PRId64 " + (int64_t)io->slot * %" PRId64 ")) /* %s */\n", B->macro,
-                    S->mp.buf[B->mp].offset, B->stride, B->note);
+    int uses[PASS__COUNT] = {0, 0, 0};
+    for (int f = 0; f < ch->nfb; f++)
+        for (int k = 0; k < PASS__COUNT; k++)
+            uses[k] |= ch->fb[f].lo[k] >= 0;
+    if (uses[PASS_F] || uses[PASS_B] || uses[PASS_W]) {
+        fprintf(o, "/* Arena offsets of this chunk's frame buffers (listed in %s.h): row 2 * mb is micro-batch mb's\n"
+                   " * forward, row 2 * mb + 1 its backward (the recompute of a checkpointed one, BWD_B, BWD_W);\n"
+                   " * -1 where that pass does not use the buffer. The memory plan shares bytes between buffers\n"
+                   " * that are never alive at once in this stage's action order. */\n",
+                m->name);
+        fprintf(o, "static const int64_t frame_c%d[%d][%d] = {\n", c, 2 * g->s->nmb, ch->nfb);
+        for (int row = 0; row < 2 * g->s->nmb; row++) {
+            fprintf(o, "    {");
+            for (int f = 0; f < ch->nfb; f++) {
+                int k = ch->fb_mp[row * ch->nfb + f];
+                fprintf(o, "%s%" PRId64, f ? ", " : "", k >= 0 ? S->mp.buf[k].offset : -1);
+            }
+            fprintf(o, "}, /* mb %d, %s */\n", row / 2, row % 2 ? "backward" : "forward");
         }
+        fprintf(o, "};\n\n");
     }
-    /* frame tensors */
-    for (int t = 0; t < ch->ntens; t++) {
-        const em_tensor *T = &ch->tens[t];
-        shape_rows(&T->shape, sh, sizeof sh);
-        if (T->vloc == LOC_FRAME)
-            fprintf(o, "#define C%d_T%d ((float *)(F + %" PRId64 ")) /* %s: %s */\n", c, t, T->voff, T->what, sh);
-        if (T->gloc == LOC_FRAME)
-            fprintf(o, "#define C%d_DT%d ((float *)(F + %" PRId64 ")) /* gradient of %s: %s */\n", c, t, T->goff,
-                    T->what, sh);
-    }
-    fprintf(o, "\n/* Where this micro-batch's interior tensors live: ");
-    if (ch->shared_recompute)
-        fprintf(o, "checkpointed micro-batches share one recompute frame, the others own %s. */\n",
-                ch->frames_per_slot ? "the frame of their slot" : "the one keep frame");
-    else
-        fprintf(o, "the frame of its slot. */\n");
-    fprintf(o, "static unsigned char *frame_c%d(unsigned char *A, const pg_mb_io *io)\n{\n", c);
-    int64_t fo = ch->mp_frames >= 0 ? S->mp.buf[ch->mp_frames].offset : 0;
-    int64_t ro = ch->mp_recompute >= 0 ? S->mp.buf[ch->mp_recompute].offset : 0;
-    if (!ch->frame_bytes)
-        fprintf(o, "    (void)io;\n    return A; /* empty frame */\n}\n\n");
-    else if (ch->shared_recompute) {
-        fprintf(o, "    if (io->recompute)\n        return A + %" PRId64 ";\n", ro);
-        if (ch->nframes == 0)
-            fprintf(o, "    return A + %" PRId64 "; /* unreachable: every micro-batch is checkpointed */\n}\n\n", ro);
-        else if (ch->frames_per_slot)
-            fprintf(o, "    return A + %" PRId64 " + (int64_t)io->slot * %" PRId64 ";\n}\n\n", fo, ch->frame_bytes);
-        else
-            fprintf(o, "    return A + %" PRId64 ";\n}\n\n", fo);
-    } else {
-        fprintf(o, "    return A + %" PRId64 " + (int64_t)io->slot * %" PRId64 ";\n}\n\n", fo, ch->frame_bytes);
-    }
-
     /* forward; with batchnorm, `first` tells the step's forward from a recompute; a chunk
      * whose input comes from chunk-1 on this stage copies it in the step's forward only */
     int has_bn = 0;
     for (int i = ch->first; i <= ch->last; i++)
         has_bn |= m->layers[i].kind == LK_BATCHNORM;
-    int split_fwd = has_bn || ch->x_local;
-    if (split_fwd)
-        fprintf(o, "static int fwd_body_c%d(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)\n{\n", c);
-    else
-        fprintf(o, "static int fwd_c%d(pg_ctx *c, unsigned char *A, pg_mb_io *io)\n{\n", c);
-    fprintf(o, "    const int64_t r = io->rows;\n    unsigned char *F = frame_c%d(A, io);\n    (void)F;\n", c);
-    if (split_fwd && !has_bn)
-        fprintf(o, "    (void)first;\n");
-    for (int i = ch->first; i <= ch->last; i++)
-        emit_layer_fwd(e, i);
-    if (ch->is_last) {
-        int tl = ch->lout[ch->last - ch->first];
-        const em_tensor *TL = &ch->tens[tl];
-        char y[64], dy[64];
-        tval(ch, tl, y, sizeof y);
-        tgrad(ch, tl, dy, sizeof dy);
-        const ir_train *t = &m->train;
-        if (t->loss == LOSS_CROSS_ENTROPY) {
-            int64_t V = last_dim(&TL->shape);
-            fprintf(o, "    /* loss: cross_entropy, partial over this micro-batch, divided by batch * positions */\n");
-            fprintf(o, "    PG_TRY(pg_cross_entropy_fwd_bwd(c, r * %" PRId64 ", %" PRId64 ", %s, (const int32_t *)TARGET_ROWS, %" PRId64
-                       ".0, &io->loss, %s));\n",
-                    TL->numel / V, V, y, t->batch * pg_shape_numel(&m->target), dy);
-        } else {
-            int64_t denom = t->loss == LOSS_MSE_MEAN ? t->batch * pg_shape_numel(&m->target) : 1;
-            fprintf(o, "    /* loss: mse(%s), partial over this micro-batch */\n", t->loss == LOSS_MSE_MEAN ? "mean" : "sum");
-            fprintf(o, "    PG_TRY(pg_mse_fwd_bwd(c, r * %" PRId64 ", %s, (const float *)TARGET_ROWS, %" PRId64
-                       ".0, &io->loss, %s));\n",
-                    TL->numel, y, denom, dy);
-        }
-    }
-    fprintf(o, "    return 0;\n}\n\n");
-    if (split_fwd) {
-        fprintf(o, "static int fwd_c%d(pg_ctx *c, unsigned char *A, pg_mb_io *io)\n{\n", c);
-        const em_chunk *pv = ch->x_local ? find_chunk_c(S, c - 1) : NULL;
-        if (pv) {
-            const em_slotbuf *Y = &pv->sb[pv->y_slot];
-            fprintf(o, "    /* the input: chunk %d's output of this micro-batch, on this stage */\n", c - 1);
-            fprintf(o, "    PG_TRY(pg_copy(c, %s, (float *)(A + %" PRId64 " + (int64_t)mb_slot_c%d[io->mb] * %" PRId64
-                       "), io->rows * %" PRId64 "));\n",
-                    ch->sb[ch->x_slot].macro, S->mp.buf[Y->mp].offset, c - 1, Y->stride, ch->tens[0].numel);
-        }
-        fprintf(o, "    return fwd_body_c%d(c, A, io, 1);\n}\n\n", c);
-    }
-
-    /* backward-input */
-    fprintf(o, "static int bwd_b_c%d(pg_ctx *c, unsigned char *A, pg_mb_io *io)\n{\n", c);
-    fprintf(o, "    const int64_t r = io->rows;\n    unsigned char *F = frame_c%d(A, io);\n    (void)F; (void)r;\n", c);
-    if (split_fwd)
-        fprintf(o, "    if (io->recompute) /* checkpointed: rebuild the interior from the stage input */\n"
-                   "        PG_TRY(fwd_body_c%d(c, A, io, 0));\n", c);
-    else
-        fprintf(o, "    if (io->recompute) /* checkpointed: rebuild the interior from the stage input */\n"
-                   "        PG_TRY(fwd_c%d(c, A, io));\n", c);
-    for (int i = ch->last; i >= ch->first; i--)
-        emit_layer_bwd_b(e, i);
-    fprintf(o, "    return 0;\n}\n\n");
-
-    /* backward-weight */
-    fprintf(o, "static int bwd_w_c%d(pg_ctx *c, unsigned char *A, pg_mb_io *io)\n{\n", c);
-    fprintf(o, "    const int64_t r = io->rows;\n    unsigned char *F = frame_c%d(A, io);\n    (void)F; (void)r;\n", c);
-    long before = ftell(o);
-    for (int i = ch->last; i >= ch->first; i--)
-        emit_layer_bwd_w(e, i);
-    if (ftell(o) == before)
-        fprintf(o, "    (void)c; /* no weights in this chunk */\n");
-    fprintf(o, "    return 0;\n}\n\n");
-    for (int b = 0; b < ch->nsb; b++)
-        fprintf(o, "#undef %s\n", ch->sb[b].macro);
-    for (int t = 0; t < ch->ntens; t++) {
-        if (ch->tens[t].vloc == LOC_FRAME)
-            fprintf(o, "#undef C%d_T%d\n", c, t);
-        if (ch->tens[t].gloc == LOC_FRAME)
-            fprintf(o, "#undef C%d_DT%d\n", c, t);
-    }
-    fprintf(o, "\n");
+    int split_fwd = has_bn || ch->x_local || uses[PASS_F];
+    if (emit_chunk_fn(e, FN_FWD_BODY, split_fwd) || (split_fwd && emit_chunk_fn(e, FN_FWD, split_fwd)) ||
+        emit_chunk_fn(e, FN_BWD_B, split_fwd) || emit_chunk_fn(e, FN_BWD_W, split_fwd))
+        return -1;
+    return 0;
 }
 
 /* The contract's names (pg_contract.h) of the IR's numbered settings. */
@@ -2064,8 +2510,11 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
         fprintf(o, "};\n\n");
     }
     for (int i = 0; i < S->nchunks; i++) {
-        em_out e = {o, g, S, &S->ch[i]};
-        emit_chunk_fns(&e);
+        em_out e;
+        memset(&e, 0, sizeof e);
+        e.o = o, e.g = g, e.S = S, e.ch = &S->ch[i];
+        if (emit_chunk_fns(&e))
+            return -1;
     }
     /* tables */
     fprintf(o, "/* ---- tables ---- */\n\n");
@@ -2242,18 +2691,24 @@ static int emit_header(const pg_gen *g, uint64_t hash, FILE *o)
         fprintf(o, "/* ---- stage %d ----\n *  %-12s %-12s  %-18s  %s\n", k, "offset", "bytes", "category", "buffer");
         for (int b = 0; b < S->mp.n; b++) {
             const pg_mp_buf *B = &S->mp.buf[b];
-            fprintf(o, " *  %-12" PRId64 " %-12" PRId64 "  %-18s  %s: %s\n", B->offset, B->bytes, pg_mp_cat_name(B->cat),
+            fprintf(o, " *  %-12" PRId64 " %-12" PRId64 "  %-18s  %s: %s", B->offset, B->bytes, pg_mp_cat_name(B->cat),
                     B->name, B->note);
+            if (B->first_use != PG_MP_WHOLE_STEP)
+                fprintf(o, " (ticks %d..%d)", B->first_use, B->last_use);
+            fprintf(o, "\n");
         }
         for (int i = 0; i < S->nchunks; i++) {
             const em_chunk *ch = &S->ch[i];
-            if (!ch->nframe_notes)
+            if (!ch->nfb)
                 continue;
-            fprintf(o, " *  frame of chunk %d (%" PRId64 " bytes), offsets from the frame's start:\n", ch->chunk,
-                    ch->frame_bytes);
-            for (int k2 = 0; k2 < ch->nframe_notes; k2++)
-                fprintf(o, " *    %s\n", ch->frame_notes[k2]);
+            fprintf(o, " *  frame buffers of chunk %d (columns of frame_c%d in stage%d.c), for %" PRId64 " rows:\n",
+                    ch->chunk, ch->chunk, k, g->rmax);
+            for (int f = 0; f < ch->nfb; f++)
+                fprintf(o, " *    F[%d] %12" PRId64 " bytes  %s: %s\n", f, ch->fb[f].bytes, ch->fb[f].what, ch->fb[f].shape);
         }
+        if (S->nticks)
+            fprintf(o, " *  ticks: the stage's actions in order, one per layer step of FWD, BWD_B (recompute,\n"
+                       " *  then backward) and BWD_W, one per other action; %d in all\n", S->nticks);
         fprintf(o, " */\n#define STAGE%d_ARENA_BYTES INT64_C(%" PRId64 ")\n\n", k, S->mp.total);
     }
     /* the model's parameter table, once for every stage (pg_contract.h) */
@@ -2298,6 +2753,7 @@ int pg_gen_write(const pg_gen *g, const char *dir, pg_diag *d)
     for (int k = -1; k < g->nstages && !rc; k++) { /* the header, then each stage */
         pg_gen_file *x = &f[k + 2];
         FILE *o = open_memstream(&x->text, &x->len);
+        int erc = 0;
         if (!o) {
             rc = -1;
             break;
@@ -2306,11 +2762,11 @@ int pg_gen_write(const pg_gen *g, const char *dir, pg_diag *d)
             emit_header(g, hash, o);
             sfmt(x->name, sizeof x->name, "%s.h", g->m->name);
         } else {
-            emit_stage_c(g, k, hash, o);
+            erc = emit_stage_c(g, k, hash, o);
             sfmt(x->name, sizeof x->name, "stage%d.c", k);
             pg_progress("stage%d.c emitted (%d of %d)", k, k + 1, g->nstages);
         }
-        rc = fclose(o) ? -1 : 0;
+        rc = fclose(o) || erc ? -1 : 0;
     }
     if (rc)
         pg_error(d, none, "out of memory");

@@ -41,9 +41,22 @@ typedef struct pg_memplan {
 const char *pg_mp_cat_name(pg_mp_cat c);
 /* Add a buffer; returns its index, or -1 when out of memory. */
 int pg_mp_add(pg_memplan *p, const char *name, pg_mp_cat cat, int64_t bytes, int first_use, int last_use);
-/* Assign offsets: greedy by size (largest first, ties by insertion order),
- * each at the lowest aligned offset free over its lifetime. Deterministic. */
+/* Assign offsets. The buffers alive the whole step first, greedy by size
+ * (largest first, ties by insertion order) at the lowest aligned free offset;
+ * then, above them, the buffers with a shorter lifetime: greedy by size over
+ * lifetimes (TVM USMP's greedy_by_size: each at the lowest aligned offset
+ * where it meets no placed buffer whose lifetime overlaps its own) while
+ * there are at most PG_MP_GREEDY_MAX of them, else a linear scan in order of
+ * first use (best fit among the free ranges; near-linear for models with
+ * thousands of layers). Deterministic. */
+#define PG_MP_GREEDY_MAX 6000
 void pg_mp_solve(pg_memplan *p);
+/* Check a solved plan: every offset aligned, every buffer inside the arena,
+ * and no two buffers whose lifetimes overlap closer than the guard bytes in
+ * memory. 0, or -1 with what is wrong in err. */
+int pg_mp_check(const pg_memplan *p, char *err, size_t errlen);
+/* Bytes the buffers would take without sharing (each aligned, with its guard). */
+int64_t pg_mp_unshared_bytes(const pg_memplan *p);
 int64_t pg_mp_cat_bytes(const pg_memplan *p, pg_mp_cat c);
 void pg_mp_free(pg_memplan *p);
 

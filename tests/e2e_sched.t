@@ -122,7 +122,7 @@ like "$got" "placement loop: stage 0 runs chunks 0, 3; stage 1 runs chunks 1, 4;
 # the layouts are what the matrix claims: chunks per stage and what stays on a stage
 d="$T/resmlp_small-4-$I2-except_last--/gen"
 is "$(grep -c '^    {\.chunk = [0-9]*, \.fwd = fwd_c' "$d/stage0.c")" 2 "interleaved(2): stage 0 holds two chunks"
-grep -q 'C2_SKIP0_IN .*mb_slot_c0\[io->mb\]' "$d/stage0.c"
+grep -q 'float \*const c2_skip0_in = .*mb_slot_c0\[io->mb\]' "$d/stage0.c"
 ok $? "interleaved(2): the skip from chunk 0 to chunk 2 is read in place on stage 0"
 d="$T/mlp_small-4-$I4-except_last--/gen"
 grep -q 'chunk 2.s output of this micro-batch, on this stage' "$d/stage0.c"

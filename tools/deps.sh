@@ -111,6 +111,8 @@ missing_now() {
     command -v ip >/dev/null 2>&1 || missing="$missing iproute2"
     command -v nm >/dev/null 2>&1 || missing="$missing binutils"
     { command -v ps && command -v pgrep; } >/dev/null 2>&1 || missing="$missing procps"
+    # gdb for tests/debug_gdb.t (a chunk function's tensors are locals a debugger shows)
+    command -v "${GDB:-gdb}" >/dev/null 2>&1 || missing="$missing gdb"
     # Open MPI's mpirun for tests/launchers.t (MPICH's takes other options)
     "${MPIRUN:-mpirun}" --version 2>/dev/null | grep -q 'Open MPI' || missing="$missing openmpi-bin"
     # MPICH's Hydra, by its own name: Debian's mpich registers /usr/bin/mpirun

@@ -1016,6 +1016,59 @@ static void test_memplan_guard(void)
     }
 }
 
+/* Random lifetimes, few (greedy by size) and many (the linear scan): the
+ * checker passes the solved plan, sharing brings the arena below the sum of
+ * the buffers, and a plan with two live buffers moved onto each other is
+ * refused naming both. */
+static void test_memplan_check(void)
+{
+    for (int round = 0; round < 2; round++) {
+        int n = round ? PG_MP_GREEDY_MAX + 500 : 300;
+        for (int guard = 0; guard <= 64; guard += 64) {
+            pg_memplan p;
+            memset(&p, 0, sizeof p);
+            p.guard = guard;
+            uint64_t x = 12345;
+            int64_t sum = 0;
+            char name[32];
+            for (int i = 0; i < n; i++) {
+                x = x * 6364136223846793005ull + 1442695040888963407ull;
+                int first = (int)((x >> 33) % 5000), len = (int)((x >> 20) % 200);
+                int64_t bytes = 1 + (int64_t)((x >> 8) % 100000);
+                snprintf(name, sizeof name, "t%d", i);
+                if (i % 97 == 0)
+                    pg_mp_add(&p, name, MP_PARAMS, bytes, PG_MP_WHOLE_STEP, PG_MP_WHOLE_STEP);
+                else
+                    pg_mp_add(&p, name, MP_ACTIVATIONS, bytes, first, first + len);
+                sum += (bytes + guard + 255) / 256 * 256;
+            }
+            pg_mp_solve(&p);
+            char err[600] = "";
+            int rc = pg_mp_check(&p, err, sizeof err);
+            OK(rc == 0 && p.total < sum / 2, "memplan check, %d buffers, guard %d: the plan passes (%s), arena %" PRId64
+               " of %" PRId64 " unshared", n, guard, rc ? err : "ok", p.total, sum);
+            /* two buffers alive at once (t1 and the first whole-step one) put at one offset */
+            p.buf[1].offset = p.buf[0].offset;
+            rc = pg_mp_check(&p, err, sizeof err);
+            OK(rc != 0 && strstr(err, "'t0'") && strstr(err, "'t1'") && strstr(err, "alive at once"),
+               "memplan check, %d buffers, guard %d: two live buffers on each other are refused: %s", n, guard, err);
+            /* two timed buffers alive at once, one moved to just inside the other's guard gap */
+            pg_mp_solve(&p); /* undo the move above */
+            int i = 1, j = -1;
+            for (int k = 2; k < n && j < 0; k++)
+                if (k % 97 && p.buf[k].first_use <= p.buf[i].last_use && p.buf[i].first_use <= p.buf[k].last_use)
+                    j = k;
+            int64_t keep = p.buf[j].offset;
+            p.buf[j].offset = p.buf[i].offset + (p.buf[i].bytes + guard) / 256 * 256;
+            rc = j > 0 ? pg_mp_check(&p, err, sizeof err) : 0;
+            p.buf[j].offset = keep;
+            OK(rc != 0 && strstr(err, "alive at once"), "memplan check, %d buffers, guard %d: a timed buffer inside "
+               "another's bytes or guard is refused: %s", n, guard, err);
+            pg_mp_free(&p);
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *tmp = argc > 1 ? argv[1] : "/tmp";
@@ -1034,5 +1087,6 @@ int main(int argc, char **argv)
     test_hang_golden();
     test_predict();
     test_memplan_guard();
+    test_memplan_check();
     return DONE();
 }
