@@ -116,7 +116,7 @@ san_check() {
     _n=$((_n + 1))
 }
 final() { grep 'final loss' "$1" | sed 's/^\[stage [0-9]*\] //'; }
-sample() { grep -A100 '^\[stage [0-9]*\] sample: ' "$1" | grep -v 'bubble\|throughput\|: started as replica ' | sed 's/^\[stage [0-9]*\] //'; }
+sample() { grep -A100 '^\[stage [0-9]*\] sample: ' "$1" | grep -v 'bubble\|throughput\|started as replica ' | sed 's/^\[stage [0-9]*\] //'; }
 
 # --- mlp_small on 3 stages: trace, profile, save, save-grads; against the plain build --
 M=$T/mlp3
