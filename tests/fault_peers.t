@@ -72,7 +72,8 @@ like "$(cat "$T/s0.log")" 'stage 0 waiting at action [0-9]+ RECV_GRAD\(mb [0-9]+
 # verdict on the step (every stage sends it once it has finished the step); in
 # the second case stage 0 began waiting first, so it may give up first, and
 # stage 2 then learns of it as a closed connection while waiting for the verdict
-like "$(cat "$T/s2.log")" 'stage 2 waiting (at action [0-9]+ RECV_ACT\(mb [0-9]+\) from stage 1|for the verdict on step [0-9]+ from stage 0) for 2 s|stage 2: receiving the verdict on step [0-9]+ from stage 0 failed: stage 0 closed its connection' "stage 2 says which action it waits on"
+# (or, at a send or receive of an action, as that action's failure)
+like "$(cat "$T/s2.log")" 'stage 2 waiting (at action [0-9]+ RECV_ACT\(mb [0-9]+\) from stage 1|for the verdict on step [0-9]+ from stage [01]) for 2 s|stage 2: ((receiving|sending) the verdict on step [0-9]+ (from|to)|action [0-9]+ [A-Z_]+\(mb [0-9-]+\) (from|to)) stage [01] failed: ' "stage 2 says which action it waits on"
 
 # --- a network cut between two hosts (network namespaces + veth) -------------------
 G2=$T/m2
