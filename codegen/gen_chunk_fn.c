@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gen_internal.h"
+#include "gen_layer.h"
 
 
 /* The identifiers of C text outside comments and string literals, sorted. */
@@ -268,10 +268,10 @@ int emit_chunk_fns(em_out *e)
     }
     /* forward; with batchnorm, `first` tells the step's forward from a recompute; a chunk
      * whose input comes from chunk-1 on this stage copies it in the step's forward only */
-    int has_bn = 0;
+    int uses_first = 0;
     for (int i = ch->first; i <= ch->last; i++)
-        has_bn |= m->layers[i].kind == LK_BATCHNORM;
-    int split_fwd = has_bn || ch->x_local || uses[PASS_F];
+        uses_first |= gen_layer_kind_of(m->layers[i].kind)->fwd_uses_first;
+    int split_fwd = uses_first || ch->x_local || uses[PASS_F];
     if (emit_chunk_fn(e, FN_FWD_BODY, split_fwd) || (split_fwd && emit_chunk_fn(e, FN_FWD, split_fwd)) ||
         emit_chunk_fn(e, FN_BWD_B, split_fwd) || emit_chunk_fn(e, FN_BWD_W, split_fwd))
         return -1;

@@ -2,11 +2,12 @@
  * public face): a stage's layout (tensors, slot buffers, frame buffers, the
  * memory plan's indices, message offsets), the emitter's state, and the small
  * helpers every one of them uses. Not for use outside codegen/gen_*.c and
- * codegen/layers/ (the layer kinds, gen_layer.h).
+ * codegen/layers/ (the layer kinds' entries, gen_layer.h).
  *
  *   gen_prepare.c    pg_gen_prepare: per stage, parameters and other whole-step buffers, then the chunks
  *   gen_layout.c     a chunk's tensors, slot and frame buffers; frame buffer lifetimes into the memory plan
  *   gen_msgs.c       every message's arena offset, bytes and tag (activations, gradients, skips, ties)
+ *   gen_layer.c      the layer kinds' table; one layer's statements per pass, its operands
  *   gen_chunk_fn.c   the chunk functions of stage<k>.c: frame tables, locals, the layers' statements
  *   gen_stage.c      stage<k>.c and <model>.h; pg_gen_write
  *   gen_plan_json.c  plan.json, the model's architecture hash, `pipegen plan`'s report
@@ -86,7 +87,7 @@ typedef struct em_stage {
     em_chunk *ch;          /* chunks held by this stage, in chunk order */
     pg_memplan mp;
     int *param_mp, *grad_mp, *opt_mp[2]; /* per model param: memplan index or -1 */
-    int *bnsum_mp;         /* per layer: batchnorm running-stat sums (2C doubles), -1 */
+    int *layer_mp;         /* per layer: its whole-step buffer (batchnorm's sums; gen_layer.h), -1 */
     int *shadow_mp;        /* per model param: its bf16 shadow (precision = bf16 GEMM weights), -1 */
     int ws_mp;             /* tie workspace: the largest gradient block received, -1 */
     int input_mp, target_mp;

@@ -28,17 +28,16 @@
  * BWD_W, which the verifier orders after this chunk's BWD_B; the generated
  * code finds that chunk's slot of the micro-batch in a static mb_slot_c<k>
  * table.
- * Each chunk function declares the tensors it uses as named, typed locals with
- * their shapes (float *const h0_ln1_out, const int32_t *const tokens), so a
- * debugger's `info locals` shows them (emit_fn; tests/debug_gdb.t). */
+ * What a layer kind adds (slot buffers of a skip, saved frame buffers) is its
+ * entry's `slots` and `saved` (gen_layer.h). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "gen_internal.h"
+#include "gen_layer.h"
 
-static int add_slotbuf(em_chunk *ch, const char *local, const char *note, pg_mp_cat cat, int64_t stride)
+int add_slotbuf(em_chunk *ch, const char *local, const char *note, pg_mp_cat cat, int64_t stride)
 {
     if (ch->nsb >= 64)
         return -1;
@@ -55,7 +54,7 @@ static int add_slotbuf(em_chunk *ch, const char *local, const char *note, pg_mp_
 /* A slot buffer of ch that is buffer sb of chunk `to` (laid out before it, on
  * the same stage) at to's slot of the micro-batch: a skip or a gradient that
  * stays on the stage is written or read in place. */
-static int add_alias(em_chunk *ch, const char *local, const char *note, em_chunk *to, int sb)
+int add_alias(em_chunk *ch, const char *local, const char *note, em_chunk *to, int sb)
 {
     int b = add_slotbuf(ch, local, note, to->sb[sb].cat, 0);
     if (b < 0)
@@ -99,7 +98,7 @@ static int unique_fb_names(em_chunk *ch)
 }
 
 /* A new frame buffer of the chunk; its id, or -1 out of memory (fb_oom set). */
-static int64_t frame_alloc(em_chunk *ch, int64_t bytes, const char *what, const char *shape)
+int64_t frame_alloc(em_chunk *ch, int64_t bytes, const char *what, const char *shape)
 {
     if (ch->nfb == ch->fbcap) { /* doubling: thousands of layers stay linear */
         int cap = ch->fbcap ? 2 * ch->fbcap : 16;
@@ -200,69 +199,17 @@ int layout_chunk(pg_gen *g, em_stage *S, em_chunk *ch, pg_diag *d)
         const ir_layer *L = &m->layers[i];
         int li = i - ch->first;
         ch->lin[li] = cur;
-        switch (L->kind) {
-        case LK_LINEAR: case LK_RELU: case LK_GELU: case LK_LAYERNORM: case LK_BATCHNORM: case LK_EMBED:
-        case LK_POS_EMBED: case LK_ATTENTION: case LK_LOGITS: case LK_DROPOUT: case LK_POP: break;
-        case LK_STASH: {
-            const ir_skip *sk = &m->skips[L->skip];
-            if (m->layers[sk->pop_layer].chunk == ch->chunk) {
-                ch->sktensor[L->skip] = cur;
-            } else {
-                int pc = m->layers[sk->pop_layer].chunk, here = m->layers[sk->pop_layer].stage == ch->stage;
-                shape_rows(&sk->shape, sh, sizeof sh);
-                sfmt(mac, sizeof mac, "c%d_skip%d_out", ch->chunk, L->skip);
-                sfmt(note, sizeof note, "skip %s stashed: %s, %s chunk %d%s", sk->name, sh, here ? "read by" : "sent to",
-                     pc, here ? " on this stage" : "");
-                ch->skout[L->skip] = add_slotbuf(ch, mac, note, MP_SKIP, R * pg_shape_numel(&sk->shape) * 4);
-                sfmt(mac, sizeof mac, "c%d_skip%d_grad_in", ch->chunk, L->skip);
-                if (here)
-                    sfmt(note, sizeof note, "gradient of skip %s: %s, written by chunk %d on this stage", sk->name, sh, pc);
-                else
-                    sfmt(note, sizeof note, "gradient of skip %s: %s, received", sk->name, sh);
-                ch->skgin[L->skip] = add_slotbuf(ch, mac, note, here ? MP_ACTIVATIONS : MP_RECV,
-                                                 R * pg_shape_numel(&sk->shape) * 4);
-            }
-            ch->lout[li] = cur;
-            continue;
-        }
-        default:
+        const gen_layer_kind *K = gen_layer_kind_of(L->kind);
+        if (!K) {
             pg_error(d, L->loc, "layer '%s' (%s) is not supported by the code generator yet", L->name,
                      layer_kind_name(L->kind));
             return -1;
         }
-        if (L->kind == LK_POP) {
-            const ir_skip *sk = &m->skips[L->skip];
-            int sc = m->layers[sk->stash_layer].chunk;
-            if (sc != ch->chunk && m->layers[sk->stash_layer].stage == ch->stage) {
-                /* stashed by an earlier chunk of this stage: read the stash in place (it lives
-                 * until that chunk's BWD_W, after this chunk's BWD_B) and write its gradient
-                 * straight into that chunk's buffer */
-                em_chunk *sch = find_chunk(S, sc);
-                if (!sch || sch->skout[L->skip] < 0 || sch->skgin[L->skip] < 0) {
-                    pg_error(d, L->loc, "skip '%s': the stashing chunk %d is not laid out", sk->name, sc);
-                    return -1;
-                }
-                shape_rows(&sk->shape, sh, sizeof sh);
-                sfmt(mac, sizeof mac, "c%d_skip%d_in", ch->chunk, L->skip);
-                sfmt(note, sizeof note, "skip %s: %s, chunk %d's stash on this stage, read in place", sk->name, sh, sc);
-                ch->skin[L->skip] = add_alias(ch, mac, note, sch, sch->skout[L->skip]);
-                sfmt(mac, sizeof mac, "c%d_skip%d_grad_out", ch->chunk, L->skip);
-                sfmt(note, sizeof note, "gradient of skip %s: %s, written into chunk %d's buffer on this stage",
-                     sk->name, sh, sc);
-                ch->skgout[L->skip] = add_alias(ch, mac, note, sch, sch->skgin[L->skip]);
-                if (ch->skin[L->skip] < 0 || ch->skgout[L->skip] < 0) {
-                    pg_error(d, L->loc, "chunk %d has too many buffers for the code generator", ch->chunk);
-                    return -1;
-                }
-            } else if (sc != ch->chunk) {
-                shape_rows(&sk->shape, sh, sizeof sh);
-                sfmt(mac, sizeof mac, "c%d_skip%d_in", ch->chunk, L->skip);
-                sfmt(note, sizeof note, "skip %s: %s, received from chunk %d", sk->name, sh, sc);
-                ch->skin[L->skip] = add_slotbuf(ch, mac, note, MP_RECV, R * pg_shape_numel(&sk->shape) * 4);
-                sfmt(mac, sizeof mac, "c%d_skip%d_grad_out", ch->chunk, L->skip);
-                sfmt(note, sizeof note, "gradient of skip %s: %s, sent back", sk->name, sh);
-                ch->skgout[L->skip] = add_slotbuf(ch, mac, note, MP_SKIP, R * pg_shape_numel(&sk->shape) * 4);
-            }
+        if (K->slots && K->slots(g, S, ch, i, cur, d))
+            return -1;
+        if (K->passes_through) {
+            ch->lout[li] = cur;
+            continue;
         }
         char what[128];
         sfmt(what, sizeof what, "%s out", L->name);
@@ -323,41 +270,11 @@ int layout_chunk(pg_gen *g, em_stage *S, em_chunk *ch, pg_diag *d)
             T->goff = frame_alloc(ch, R * T->numel * 4, note, sh);
         }
     }
-    /* per-layer saved buffers and same-chunk skip gradients */
+    /* per-layer saved buffers (and same-chunk skip gradients) */
     for (int i = ch->first; i <= ch->last; i++) {
-        const ir_layer *L = &m->layers[i];
-        int li = i - ch->first;
-        const em_tensor *in = &ch->tens[ch->lin[li]];
-        int64_t rowsn = R * (in->numel / last_dim(&in->shape)); /* n for rmax rows */
-        em_aux *ax = &ch->aux[li];
-        if (L->kind == LK_LAYERNORM) {
-            sfmt(note, sizeof note, "%s mean", L->name);
-            ax->off[0] = frame_alloc(ch, rowsn * 4, note, "[n]");
-            sfmt(note, sizeof note, "%s rstd", L->name);
-            ax->off[1] = frame_alloc(ch, rowsn * 4, note, "[n]");
-            ax->n = 2;
-        } else if (L->kind == LK_BATCHNORM) {
-            sfmt(note, sizeof note, "%s mean of this micro-batch", L->name);
-            ax->off[0] = frame_alloc(ch, last_dim(&in->shape) * 4, note, "[C]");
-            sfmt(note, sizeof note, "%s rstd of this micro-batch", L->name);
-            ax->off[1] = frame_alloc(ch, last_dim(&in->shape) * 4, note, "[C]");
-            ax->n = 2;
-        } else if (L->kind == LK_ATTENTION) {
-            int64_t T = in->shape.rank >= 2 ? in->shape.dim[in->shape.rank - 2] : 1, dd = last_dim(&in->shape);
-            const char *names[5] = {"qkv", "att", "ctx", "dctx", "dqkv"};
-            const char *shapes[5] = {"[r, T, 3d]", "[r, h, T, T]", "[r, T, d]", "[r, T, d]", "[r, T, 3d]"};
-            int64_t sz[5] = {R * T * 3 * dd, R * L->heads * T * T, R * T * dd, R * T * dd, R * T * 3 * dd};
-            for (int k = 0; k < 5; k++) {
-                sfmt(note, sizeof note, "%s %s", L->name, names[k]);
-                ax->off[k] = frame_alloc(ch, sz[k] * 4, note, shapes[k]);
-            }
-            ax->n = 5;
-        } else if (L->kind == LK_STASH && ch->sktensor[L->skip] >= 0) {
-            const ir_skip *sk = &m->skips[L->skip];
-            shape_rows(&sk->shape, sh, sizeof sh);
-            sfmt(note, sizeof note, "gradient of skip %s", sk->name);
-            ch->skgframe[L->skip] = frame_alloc(ch, R * pg_shape_numel(&sk->shape) * 4, note, sh);
-        }
+        const gen_layer_kind *K = gen_layer_kind_of(m->layers[i].kind);
+        if (K->saved)
+            K->saved(m, ch, i, R);
     }
     if (ch->fb_oom || unique_fb_names(ch)) {
         pg_error(d, m->loc, "out of memory laying out chunk %d", ch->chunk);

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gen_internal.h"
+#include "gen_layer.h"
 
 /* ---- pipegen plan ------------------------------------------------------------ */
 
@@ -108,43 +108,10 @@ static const char *const tie_names[] = {"none", "replicate", "transmit"};
 
 void json_layer_attrs(FILE *o, const ir_model *m, const ir_layer *L)
 {
+    const gen_layer_kind *K = gen_layer_kind_of(L->kind);
     fprintf(o, "\"attrs\": {");
-    switch (L->kind) {
-    case LK_LINEAR:
-        fprintf(o, "\"in_features\": %" PRId64 ", \"out_features\": %" PRId64 ", \"bias\": %s", L->in_features,
-                L->out_features, L->bias ? "true" : "false");
-        break;
-    case LK_LAYERNORM: case LK_BATCHNORM:
-        fprintf(o, "\"eps\": ");
-        json_num(o, L->eps);
-        if (L->kind == LK_BATCHNORM) {
-            fprintf(o, ", \"momentum\": ");
-            json_num(o, L->momentum);
-            fprintf(o, ", \"deferred\": %s", L->deferred ? "true" : "false");
-        }
-        break;
-    case LK_ATTENTION:
-        fprintf(o, "\"heads\": %" PRId64 ", \"causal\": %s", L->heads, L->causal ? "true" : "false");
-        break;
-    case LK_DROPOUT:
-        fprintf(o, "\"p\": ");
-        json_num(o, L->p);
-        break;
-    case LK_EMBED: case LK_LOGITS:
-        fprintf(o, "\"vocab\": %" PRId64 ", \"dim\": %" PRId64, L->vocab, L->dim);
-        break;
-    case LK_POS_EMBED:
-        fprintf(o, "\"seq\": %" PRId64 ", \"dim\": %" PRId64, L->seq, L->dim);
-        break;
-    case LK_STASH: case LK_POP:
-        fprintf(o, "\"skip\": ");
-        json_str(o, m->skips[L->skip].name);
-        if (L->kind == LK_POP)
-            fprintf(o, ", \"mode\": \"%s\"", m->skips[L->skip].mode == POP_ADD ? "add" : "concat");
-        break;
-    default:
-        break;
-    }
+    if (K && K->json_attrs)
+        K->json_attrs(o, m, L);
     fprintf(o, "}");
 }
 

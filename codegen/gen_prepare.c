@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gen_internal.h"
+#include "gen_layer.h"
 #include "progress.h"
 
 static int is_last_chunk(const pg_gen *g, int c) { return c == g->m->nchunks - 1; }
@@ -45,7 +45,7 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
     S->opt_mp[0] = malloc((size_t)(np + 1) * sizeof(int));
     S->opt_mp[1] = malloc((size_t)(np + 1) * sizeof(int));
     S->send_bytes = calloc((size_t)g->nstages, sizeof(int64_t));
-    S->bnsum_mp = malloc((size_t)(m->nlayers + 1) * sizeof(int));
+    S->layer_mp = malloc((size_t)(m->nlayers + 1) * sizeof(int));
     S->shadow_mp = malloc((size_t)(np + 1) * sizeof(int));
     S->ws_mp = -1;
     const pg_stage_sched *ss = &g->s->stage[S->stage];
@@ -57,7 +57,7 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
     S->act_tag = malloc((size_t)nact * sizeof(uint32_t));
     S->ch = calloc((size_t)m->nchunks, sizeof *S->ch);
     if (!S->param_mp || !S->grad_mp || !S->opt_mp[0] || !S->opt_mp[1] || !S->send_bytes || !S->act_slot || !S->act_tick ||
-        !S->act_off || !S->act_bytes || !S->act_tag || !S->ch || !S->bnsum_mp || !S->shadow_mp) {
+        !S->act_off || !S->act_bytes || !S->act_tag || !S->ch || !S->layer_mp || !S->shadow_mp) {
         pg_error(d, m->loc, "out of memory");
         return -1;
     }
@@ -103,16 +103,12 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
         S->shadow_mp[p] = -1;
     for (int i = 0; i < m->nlayers && m->train.precision == DT_BF16; i++) {
         const ir_layer *L = &m->layers[i];
-        int w[2] = {-1, -1};
-        if (L->stage != S->stage)
+        const gen_layer_kind *K = gen_layer_kind_of(L->kind);
+        if (L->stage != S->stage || !K)
             continue;
-        if (L->kind == LK_LINEAR || L->kind == LK_LOGITS)
-            w[0] = L->param[0];
-        else if (L->kind == LK_ATTENTION)
-            w[0] = L->param[0], w[1] = L->param[2];
-        for (int k = 0; k < 2; k++) {
-            int p = w[k];
-            if (p < 0 || p >= np || S->shadow_mp[p] >= 0 || S->param_mp[p] < 0)
+        for (int k = 0; k < L->nparam && k < 4; k++) {
+            int p = L->param[k];
+            if (!(K->gemm_weights >> k & 1) || p < 0 || p >= np || S->shadow_mp[p] >= 0 || S->param_mp[p] < 0)
                 continue;
             sfmt(name, sizeof name, "shadow %s", m->params[p].name);
             S->shadow_mp[p] = pg_mp_add(&S->mp, name, MP_PARAMS, pg_shape_numel(&m->params[p].shape) * 2,
@@ -136,17 +132,11 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
         S->ws_mp = pg_mp_add(&S->mp, "tie workspace", MP_WORKSPACE, ws, PG_MP_WHOLE_STEP, PG_MP_WHOLE_STEP);
         sfmt(S->mp.buf[S->ws_mp].note, sizeof S->mp.buf[0].note, "a tied parameter's gradient accumulators from one user");
     }
-    /* batchnorm: sums and sums of squares over the step's micro-batches, for the running statistics */
+    /* the layers' own whole-step buffers (batchnorm's sums for its running statistics) */
     for (int i = 0; i < m->nlayers; i++) {
         const ir_layer *L = &m->layers[i];
-        S->bnsum_mp[i] = -1;
-        if (L->kind != LK_BATCHNORM || L->stage != S->stage)
-            continue;
-        int64_t C = last_dim(&L->in);
-        sfmt(name, sizeof name, "bn sums %s", L->name);
-        S->bnsum_mp[i] = pg_mp_add(&S->mp, name, MP_GRADS, 2 * C * 8, PG_MP_WHOLE_STEP, PG_MP_WHOLE_STEP);
-        sfmt(S->mp.buf[S->bnsum_mp[i]].note, sizeof S->mp.buf[0].note,
-             "double sum[%" PRId64 "], sumsq[%" PRId64 "] of the input over the step's micro-batches", C, C);
+        const gen_layer_kind *K = gen_layer_kind_of(L->kind);
+        S->layer_mp[i] = L->stage == S->stage && K && K->stage_buffer ? K->stage_buffer(S, L) : -1;
     }
     /* chunks of this stage */
     for (int c = 0; c < m->nchunks; c++) {
@@ -332,22 +322,10 @@ int pg_gen_prepare(const ir_model *m, const pg_schedule *s, int64_t guard_bytes,
         g->recompute[i] = m->train.checkpoint == CKPT_ALWAYS || (m->train.checkpoint == CKPT_EXCEPT_LAST && i < M - 1);
     }
     g->rmax = g->mb_rows[0];
-    /* Batch norm's running variance is unbiased (n - 1 in the denominator): a
-     * per-micro-batch update needs at least 2 values per feature in the
-     * smallest micro-batch, a deferred one in the whole batch. */
+    /* what a layer kind refuses (batchnorm: too few rows for its statistics) */
     for (int i = 0; i < m->nlayers; i++) {
-        const ir_layer *L = &m->layers[i];
-        if (L->kind != LK_BATCHNORM || L->in.rank < 1)
-            continue;
-        int64_t per = pg_shape_numel(&L->in) / L->in.dim[L->in.rank - 1];
-        int64_t rows = L->deferred ? B : B / M;
-        if (rows * per < 2) {
-            pg_error(d, L->loc,
-                     "batchnorm needs at least 2 values per feature %s, but %s has %" PRId64
-                     " (batch %" PRId64 " in %" PRId64 " micro-batch%s)%s",
-                     L->deferred ? "in the batch" : "in every micro-batch",
-                     L->deferred ? "the batch" : "the smallest micro-batch", rows * per, B, M, M == 1 ? "" : "es",
-                     L->deferred ? "" : "; use fewer micro-batches or batchnorm(deferred)");
+        const gen_layer_kind *K = gen_layer_kind_of(m->layers[i].kind);
+        if (K && K->check && K->check(m, &m->layers[i], d)) {
             pg_gen_free(g);
             return -1;
         }
@@ -388,7 +366,7 @@ void pg_gen_free(pg_gen *g)
         }
         free(S->ch);
         pg_mp_free(&S->mp);
-        free(S->param_mp); free(S->grad_mp); free(S->opt_mp[0]); free(S->opt_mp[1]); free(S->bnsum_mp); free(S->shadow_mp);
+        free(S->param_mp); free(S->grad_mp); free(S->opt_mp[0]); free(S->opt_mp[1]); free(S->layer_mp); free(S->shadow_mp);
         free(S->act_slot); free(S->act_tick); free(S->act_off); free(S->act_bytes); free(S->act_tag); free(S->send_bytes);
     }
     free(g->st);

@@ -9,7 +9,7 @@
 
 #include "cost.h"
 #include "gen_files.h"
-#include "gen_internal.h"
+#include "gen_layer.h"
 #include "progress.h"
 
 static const char *init_name(ir_init k)
@@ -202,10 +202,9 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
     }
 
     int64_t in_vocab = 0, tg_vocab = 0;
-    for (int i = 0; i < m->nlayers; i++) {
-        if (m->layers[i].kind == LK_EMBED && in_vocab == 0)
+    for (int i = 0; i < m->nlayers && !in_vocab; i++) /* the first layer reading token ids */
+        if (gen_layer_kind_of(m->layers[i].kind)->reads_tokens)
             in_vocab = m->layers[i].vocab;
-    }
     if (m->target_dtype == DT_I32)
         tg_vocab = last_dim(&m->layers[m->nlayers - 1].out);
     fprintf(o, "const pg_stage_desc pg_stage = {\n");
