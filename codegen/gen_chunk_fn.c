@@ -1,9 +1,10 @@
 /* codegen/gen_chunk_fn.c — the chunk functions of stage<k>.c: a chunk's
  * frame table (frame_c<k>: arena offsets of its frame buffers per micro-batch
- * and pass), then fwd, bwd_b and bwd_w, each declaring the tensors it uses as
- * named, typed locals with their shapes (float *const h0_ln1_out, const
- * int32_t *const tokens), so a debugger's `info locals` shows them (emit_fn;
- * tests/debug_gdb.t). */
+ * and pass), then fwd, bwd_b and bwd_w, each declaring the tensors and
+ * parameters it uses as named, typed locals with their shapes (float *const
+ * h0_ln1_out, const int32_t *const tokens, float *const h0_fc_weight and its
+ * gradient accumulators d_h0_fc_weight; names: name_params in gen_layout.c),
+ * so a debugger's `info locals` shows them (emit_fn; tests/debug_gdb.t). */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,18 +75,9 @@ static int has_ident(const em_idents *s, const char *name)
     return bsearch(&name, s->v, (size_t)s->n, sizeof *s->v, cmp_str) != NULL;
 }
 
-static int has_ident_prefix(const em_idents *s, const char *prefix)
-{
-    size_t n = strlen(prefix);
-    for (int i = 0; i < s->n; i++)
-        if (!strncmp(s->v[i], prefix, n) && s->v[i][n] >= '0' && s->v[i][n] <= '9')
-            return 1;
-    return 0;
-}
-
 /* One chunk function: its body (in text) decides which locals it declares:
- * r, F (this micro-batch's row of frame_c<k>: frow), and each tensor it uses
- * with its type and shape; a parameter it does not use is cast to void. */
+ * r, F (this micro-batch's row of frame_c<k>: frow), and each tensor and model parameter it uses
+ * with its type and shape; an argument it does not use is cast to void. */
 static int emit_fn(em_out *e, const char *sig, const char *frow, int has_first, const char *body)
 {
     FILE *o = e->o;
@@ -99,8 +91,7 @@ static int emit_fn(em_out *e, const char *sig, const char *frow, int has_first, 
         return -1;
     }
     fprintf(o, "%s\n{\n", sig);
-    int uses_A = has_ident(&id, "A") || has_ident(&id, "INPUT_ROWS") || has_ident(&id, "TARGET_ROWS") ||
-                 has_ident_prefix(&id, "P") || has_ident_prefix(&id, "GP");
+    int uses_A = has_ident(&id, "A") || has_ident(&id, "INPUT_ROWS") || has_ident(&id, "TARGET_ROWS");
     int uses_io = has_ident(&id, "io") || has_ident(&id, "INPUT_ROWS") || has_ident(&id, "TARGET_ROWS");
     if (has_ident(&id, "r"))
         fprintf(o, "    const int64_t r = io->rows;\n"), uses_io = 1;
@@ -138,6 +129,22 @@ static int emit_fn(em_out *e, const char *sig, const char *frow, int has_first, 
         if (has_ident(&id, ch->fb[f].name))
             fprintf(o, "    float *const %s = (float *)(A + F[%d]); /* %s: %s */\n", ch->fb[f].name, f, ch->fb[f].what,
                     ch->fb[f].shape);
+    for (int p = 0; p < m->nparams; p++) { /* parameters, gradient accumulators */
+        const ir_param *P = &m->params[p];
+        int mp[2] = {S->param_mp[p], S->grad_mp[p]};
+        for (int k = 0; k < 2; k++) {
+            if (mp[k] < 0 || !has_ident(&id, plocal(ch, p, k)))
+                continue;
+            pg_shape_str(P->dtype, &P->shape, sh, sizeof sh);
+            int nacc = k ? nacc_of(e->g, S->stage, p) : 1;
+            fprintf(o, "    float *const %s = (float *)(A + %" PRId64 "); /* %s%s: %s", plocal(ch, p, k),
+                    S->mp.buf[mp[k]].offset, k ? "gradient of " : "", P->name, sh);
+            if (nacc > 1)
+                fprintf(o, ", %d accumulators %" PRId64 " floats apart", nacc, acc_numel(P));
+            fprintf(o, " */\n");
+            uses_A = 1;
+        }
+    }
     if (!has_ident(&id, "c"))
         fprintf(o, "    (void)c;\n");
     if (!uses_A)

@@ -168,23 +168,29 @@ void c_local(const char *what, char *buf, size_t n)
     buf[i] = 0;
 }
 
-/* The local holding this micro-batch's rows of the model input: its name in
- * the .pipe (in_<name> where that is one of the functions' own names). */
-void input_local(const ir_model *m, char *buf, size_t n)
+int c_own_name(const char *id)
 {
     static const char *const own[] = {"c", "A", "io", "r", "F", "first", "int", "float", "char", "double", "long",
                                       "short", "const", "return", "if", "else", "for", "while", "do", "static",
                                       "void", "unsigned", "signed", "struct", "union", "enum", "switch", "case",
                                       "default", "break", "continue", "goto", "sizeof", "auto", "register",
                                       "extern", "volatile", "typedef", "inline", "restrict"};
+    for (size_t k = 0; k < sizeof own / sizeof own[0]; k++)
+        if (!strcmp(id, own[k]))
+            return 1;
+    return !strncmp(id, "pg_", 3) || !strncmp(id, "PG_", 3);
+}
+
+/* The local holding this micro-batch's rows of the model input: its name in
+ * the .pipe (in_<name> where that is one of the functions' own names). */
+void input_local(const ir_model *m, char *buf, size_t n)
+{
     char id[72];
     c_local(m->input_name, id, sizeof id);
-    for (size_t k = 0; k < sizeof own / sizeof own[0]; k++)
-        if (!strcmp(id, own[k]) || !strncmp(id, "pg_", 3) || !strncmp(id, "PG_", 3)) {
-            sfmt(buf, n, "in_%s", id);
-            return;
-        }
-    sfmt(buf, n, "%s", id);
+    if (c_own_name(id))
+        sfmt(buf, n, "in_%s", id);
+    else
+        sfmt(buf, n, "%s", id);
 }
 
 void cident(const char *s, char *buf, size_t n)
@@ -201,12 +207,7 @@ void cident(const char *s, char *buf, size_t n)
     buf[i] = 0;
 }
 
-void pmacro(const ir_model *m, int p, int grad, char *buf, size_t n)
-{
-    char id[96];
-    cident(m->params[p].name, id, sizeof id);
-    sfmt(buf, n, "%s%d_%s", grad ? "GP" : "P", p, id);
-}
+const char *plocal(const em_chunk *ch, int p, int grad) { return ch->pl[p][grad]; }
 
 /* ---- JSON text ---- */
 

@@ -77,6 +77,7 @@ typedef struct em_chunk {
     int nslots;
     em_fbuf *fb;           /* frame buffers */
     int nfb, fbcap, fb_oom;
+    char (*pl)[2][80];     /* per model parameter: its locals (value, gradient) in the chunk's functions */
     int *fb_mp;            /* [(2 * mb + row) * nfb + f]: memplan index of the instance, -1 unused;
                             * row 0: the micro-batch's forward, 1: its backward (recompute, B, W) */
 } em_chunk;
@@ -171,12 +172,15 @@ int64_t slot_off(const pg_memplan *mp, const em_chunk *ch, int sb, int slot);
 /* A C identifier for a buffer described as `what`: "h.0.ln_1 out" ->
  * h_0_ln_1_out, "gradient of h.0.ln_1 out" -> d_h_0_ln_1_out. */
 void c_local(const char *what, char *buf, size_t n);
+/* id is one of the chunk functions' own names (arguments, C keywords, pg_ and PG_ names) */
+int c_own_name(const char *id);
 /* The local holding this micro-batch's rows of the model input. */
 void input_local(const ir_model *m, char *buf, size_t n);
 /* An upper-case C identifier: "h.0" -> H_0 */
 void cident(const char *s, char *buf, size_t n);
-/* parameter p's (grad 0) or its gradient's (grad 1) macro: P3_H_0_LN_1_W, GP3_... */
-void pmacro(const ir_model *m, int p, int grad, char *buf, size_t n);
+/* parameter p's (grad 0) or its gradient accumulators' (grad 1) local in ch's functions:
+ * h_0_ln_1_w, d_h_0_ln_1_w (name_params) */
+const char *plocal(const em_chunk *ch, int p, int grad);
 
 /* ---- JSON text (gen_common.c) ---- */
 
@@ -207,7 +211,7 @@ int layout_chunk(pg_gen *g, em_stage *S, em_chunk *ch, pg_diag *d);  /* gen_layo
 int plan_frames(pg_gen *g, em_stage *S, pg_diag *d);                  /* gen_layout.c */
 int plan_messages(pg_gen *g, em_stage *S, pg_diag *d);                /* gen_msgs.c */
 int emit_chunk_fns(em_out *e);                                        /* gen_chunk_fn.c */
-/* one layer's statements of each pass into e->o (gen_chunk_fn.c) */
+/* one layer's statements of each pass into e->o (gen_layer.c) */
 void emit_layer_fwd(em_out *e, int i);
 void emit_layer_bwd_b(em_out *e, int i);
 void emit_layer_bwd_w(em_out *e, int i);

@@ -113,11 +113,11 @@ static const gen_layer_kind *layer_begin(em_out *e, int i, em_layer *a)
     return gen_layer_kind_of(a->L->kind);
 }
 
-/* the parameters' macros, "" past nparam */
-static void param_macros(const ir_model *m, em_layer *a)
+/* the parameters' locals, "" past nparam */
+static void param_locals(const em_chunk *ch, em_layer *a)
 {
     for (int k = 0; k < a->L->nparam && k < 4; k++)
-        pmacro(m, a->L->param[k], 0, a->p[k], sizeof a->p[k]);
+        sfmt(a->p[k], sizeof a->p[k], "%s", plocal(ch, a->L->param[k], 0));
 }
 
 void emit_layer_fwd(em_out *e, int i)
@@ -128,7 +128,7 @@ void emit_layer_fwd(em_out *e, int i)
     tval(e, a.tout, a.y, sizeof a.y);
     shape_rows(&a.in->shape, a.shi, sizeof a.shi);
     shape_rows(&a.out->shape, a.sho, sizeof a.sho);
-    param_macros(e->g->m, &a);
+    param_locals(e->ch, &a);
     if (!K)
         return;
     if (!K->passes_through)
@@ -142,7 +142,7 @@ void emit_layer_bwd_b(em_out *e, int i)
     em_layer a;
     const gen_layer_kind *K = layer_begin(e, i, &a);
     tgrad(e, a.tout, a.dy, sizeof a.dy);
-    param_macros(e->g->m, &a);
+    param_locals(e->ch, &a);
     if (K && K->bwd_b)
         K->bwd_b(e, &a);
 }
@@ -163,8 +163,7 @@ void emit_layer_bwd_w(em_out *e, int i)
             sfmt(a.p[k], sizeof a.p[k], "NULL");
             continue;
         }
-        char gm[96];
-        pmacro(m, p, 1, gm, sizeof gm);
+        const char *gm = plocal(e->ch, p, 1);
         int j = e->g->acc_at[i * 4 + k]; /* this use's own accumulator */
         if (j)
             sfmt(a.p[k], sizeof a.p[k], "(%s + %d * %" PRId64 ")", gm, j, acc_numel(&m->params[p]));

@@ -26,7 +26,7 @@ typedef struct em_layer {
     char shi[96], sho[96];     /* input and output shapes: "[r, 64, 128]" */
     char x[64], y[64];         /* forward: the input and output values */
     char dx[64], dy[64];       /* backward: the input gradient (em_dx), the output gradient */
-    char p[4][128];            /* forward, backward-input: the parameters' macros ("" past nparam);
+    char p[4][128];            /* forward, backward-input: the parameters' locals ("" past nparam);
                                 * backward-weight: this use's gradient accumulators ("NULL" for none) */
 } em_layer;
 

@@ -121,6 +121,102 @@ int64_t frame_alloc(em_chunk *ch, int64_t bytes, const char *what, const char *s
     return ch->nfb++;
 }
 
+/* The names a chunk's functions have, as a hash set (open addressing): a
+ * model of thousands of layers names its parameters in linear time. */
+typedef struct name_set {
+    const char **v;
+    size_t cap; /* a power of two, at least twice the names */
+} name_set;
+
+static size_t name_hash(const char *s)
+{
+    size_t h = 2166136261u;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
+static int name_in(const name_set *t, const char *id)
+{
+    for (size_t i = name_hash(id) & (t->cap - 1); t->v[i]; i = (i + 1) & (t->cap - 1))
+        if (!strcmp(t->v[i], id))
+            return 1;
+    return 0;
+}
+
+static void name_add(name_set *t, const char *id)
+{
+    size_t i = name_hash(id) & (t->cap - 1);
+    while (t->v[i] && strcmp(t->v[i], id))
+        i = (i + 1) & (t->cap - 1);
+    t->v[i] = id;
+}
+
+/* id is a name the chunk's functions have already: their own, a file-scope
+ * table's or function's, or one in t (buffers, the input, named parameters) */
+static int name_taken(const name_set *t, const char *id)
+{
+    static const char *const file_scope[] = {"frame_c", "mb_slot_c", "fwd_", "bwd_", "INPUT_ROWS", "TARGET_ROWS"};
+    if (c_own_name(id) || name_in(t, id))
+        return 1;
+    for (size_t k = 0; k < sizeof file_scope / sizeof file_scope[0]; k++)
+        if (!strncmp(id, file_scope[k], strlen(file_scope[k])))
+            return 1;
+    return 0;
+}
+
+/* The locals of the parameters the chunk's layers use: the name as a C
+ * identifier (h.0.ln_1.w -> h_0_ln_1_w) and d_ before it for the gradient
+ * accumulators; p<index>_ before both where that name is taken. */
+static int name_params(const ir_model *m, em_chunk *ch)
+{
+    char in[72];
+    size_t n = (size_t)ch->nfb + (size_t)ch->nsb + 1;
+    for (int i = ch->first; i <= ch->last; i++)
+        n += 2 * (size_t)(m->layers[i].nparam + m->layers[i].nbuffer);
+    name_set t = {NULL, 16};
+    while (t.cap < 2 * n)
+        t.cap *= 2;
+    t.v = calloc(t.cap, sizeof *t.v);
+    ch->pl = calloc((size_t)m->nparams + 1, sizeof *ch->pl);
+    if (!t.v || !ch->pl) {
+        free(t.v);
+        return -1;
+    }
+    input_local(m, in, sizeof in);
+    name_add(&t, in);
+    for (int f = 0; f < ch->nfb; f++)
+        name_add(&t, ch->fb[f].name);
+    for (int b = 0; b < ch->nsb; b++)
+        name_add(&t, ch->sb[b].local);
+    for (int i = ch->first; i <= ch->last; i++) {
+        const ir_layer *L = &m->layers[i];
+        for (int k = 0; k < L->nparam + L->nbuffer; k++) {
+            int p = k < L->nparam ? L->param[k] : L->buffer[k - L->nparam];
+            if (p < 0 || p >= m->nparams || ch->pl[p][0][0])
+                continue; /* none, or named already */
+            char id[80], v[80], dv[84];
+            c_local(m->params[p].name, id, sizeof id);
+            sfmt(v, sizeof v, "%s", id);
+            for (int r = 0;; r++) {
+                sfmt(dv, sizeof dv, "d_%s", v);
+                if (!name_taken(&t, v) && !name_taken(&t, dv))
+                    break;
+                if (r)
+                    sfmt(v, sizeof v, "p%d_%d_%s", p, r, id);
+                else
+                    sfmt(v, sizeof v, "p%d_%s", p, id);
+            }
+            sfmt(ch->pl[p][0], sizeof ch->pl[p][0], "%s", v);
+            sfmt(ch->pl[p][1], sizeof ch->pl[p][1], "%s", dv);
+            name_add(&t, ch->pl[p][0]);
+            name_add(&t, ch->pl[p][1]);
+        }
+    }
+    free(t.v);
+    return 0;
+}
+
 static int new_tensor(em_chunk *ch, const pg_shape *sh, int dtype, const char *what)
 {
     em_tensor *t = &ch->tens[ch->ntens];
@@ -276,7 +372,7 @@ int layout_chunk(pg_gen *g, em_stage *S, em_chunk *ch, pg_diag *d)
         if (K->saved)
             K->saved(m, ch, i, R);
     }
-    if (ch->fb_oom || unique_fb_names(ch)) {
+    if (ch->fb_oom || unique_fb_names(ch) || name_params(m, ch)) {
         pg_error(d, m->loc, "out of memory laying out chunk %d", ch->chunk);
         return -1;
     }

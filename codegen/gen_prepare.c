@@ -362,7 +362,7 @@ void pg_gen_free(pg_gen *g)
             em_chunk *ch = &S->ch[i];
             free(ch->tens); free(ch->lin); free(ch->lout); free(ch->aux);
             free(ch->skin); free(ch->skgout); free(ch->skout); free(ch->skgin);
-            free(ch->sktensor); free(ch->skgframe); free(ch->fb); free(ch->fb_mp);
+            free(ch->sktensor); free(ch->skgframe); free(ch->fb); free(ch->fb_mp); free(ch->pl);
         }
         free(S->ch);
         pg_mp_free(&S->mp);

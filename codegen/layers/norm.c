@@ -132,9 +132,7 @@ static void bn_fwd(em_out *e, em_layer *a)
     int64_t C = last_dim(&a->in->shape), per = a->in->numel / C;
     int64_t so = e->S->mp.buf[e->S->layer_mp[a->i]].offset;
     const char *w = L->nparam > 0 ? a->p[0] : "NULL", *b = L->nparam > 1 ? a->p[1] : "NULL";
-    char rm[128], rv[128];
-    pmacro(m, L->buffer[0], 0, rm, sizeof rm);
-    pmacro(m, L->buffer[1], 0, rv, sizeof rv);
+    const char *rm = plocal(e->ch, L->buffer[0], 0), *rv = plocal(e->ch, L->buffer[1], 0);
     fprintf(o, "    if (io->infer) /* inference: the running statistics, nothing updated */\n"
                "        PG_TRY(pg_batchnorm_eval_fwd(c, %s, %" PRId64 ", %.9gf, %s, %s, %s, %s, %s, %s));\n"
                "    else\n",
