@@ -44,7 +44,7 @@ export PYTHON CUDA_HOME NVCC RE2C LEMON LEMPAR
 
 # ---- the compiler: dsl/ + codegen/ -----------------------------------------
 DSL_SRC  := $(wildcard dsl/*.c)
-CG_SRC   := $(wildcard codegen/*.c)
+CG_SRC   := $(wildcard codegen/*.c codegen/layers/*.c)  # layers/: one entry per layer kind (codegen/gen_layer.h)
 GEN_SRC  := $(BUILD)/gen/lexer.c $(BUILD)/gen/pipe.c
 FE_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(DSL_SRC)) $(BUILD)/obj/gen/lexer.o $(BUILD)/obj/gen/pipe.o
 CG_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out codegen/main.c,$(CG_SRC))) \

@@ -1,6 +1,6 @@
 /* codegen/auto.c — `schedule = auto` with `memory = BYTES` per stage: every
  * candidate schedule (and, for `stages = N`, the splits the balancer would
- * consider) is built, verified, memory-planned exactly (emit.c's plan, the one
+ * consider) is built, verified, memory-planned exactly (pg_gen_prepare's plan, the one
  * gen writes) and timed (predict.c by the cost model or a profile); the
  * fastest whose largest stage arena fits the budget wins, ties going to the
  * smaller arena and then to the earlier candidate, so the choice is

@@ -88,7 +88,7 @@ double pg_act_cost(const ir_model *m, const pg_schedule *s, const pg_sched_costs
     int ch = a->chunk >= 0 && a->chunk < 64 ? a->chunk : 0;
     switch (a->kind) {
     case PG_FWD: return c->fwd[ch];
-    case PG_BWD_B: /* a checkpointed micro-batch first recomputes its forward (emit.c's rule) */
+    case PG_BWD_B: /* a checkpointed micro-batch first recomputes its forward (gen_prepare.c's rule) */
         return c->bwd_b[ch] + (c->recompute && a->mb >= 0 && pg_mb_recomputes(m, a->mb, s->nmb) ? c->rerun[ch] : 0);
     case PG_BWD_W: return c->bwd_w[ch];
     case PG_OPT_STEP: return c->opt[stage_ix(st)];

@@ -40,7 +40,7 @@ double pg_act_own_cost(const ir_model *m, const pg_schedule *s, const pg_sched_c
 /* The stage holding the loss: the last chunk's. */
 static inline int pg_loss_stage(const pg_schedule *s) { return s->nchunks > 0 ? pg_chunk_stage(s, s->nchunks - 1) : s->nstages - 1; }
 /* 1 when micro-batch mb of nmb is checkpointed (its BWD_B recomputes the
- * forward): the rule of emit.c's mb_recompute table. */
+ * forward): the rule of gen_prepare.c's mb_recompute table. */
 int pg_mb_recomputes(const ir_model *m, int mb, int nmb);
 
 #endif

@@ -198,7 +198,6 @@ typedef struct chain {
 
 /* Layer kinds (layers.c). */
 int layer_kind_find(const char *name);          /* ir_layer_kind or -1 */
-const char *layer_kind_name(ir_layer_kind k);
 const attr_spec *layer_kind_attrs(ir_layer_kind k);
 const char *const *layer_kind_names(int *n);    /* for did-you-mean */
 /* Apply a bound layer to the chain: check shapes, create parameters. */

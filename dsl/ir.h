@@ -43,6 +43,8 @@ typedef enum ir_layer_kind {
     LK_POP,        /* combine skip `skip` into the current tensor (add | concat on last dim) */
     LK__COUNT
 } ir_layer_kind;
+/* a kind's name as the .pipe writes it ("pos_embed"), "?" out of range (dsl/layers.c) */
+const char *layer_kind_name(ir_layer_kind k);
 
 typedef enum ir_pop_mode { POP_ADD, POP_CONCAT } ir_pop_mode;
 typedef enum ir_tie_mode { TIE_NONE, TIE_REPLICATE, TIE_TRANSMIT } ir_tie_mode;

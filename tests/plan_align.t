@@ -51,7 +51,7 @@ bad=$(misaligned "$T/v1/gen/plan.json" "$T/v1/gen/"*.h)
 is "$bad" "" "gpt_tiny with vocab 31, 1 stage: everything 256-aligned"
 like "$(cat "$T/v1/gen/"*.h)" 'grad wte: 2 x f32\[31, 16\], every 2048 bytes' \
     "the header says the two accumulators of wte are 2048 bytes apart"
-like "$(cat "$T/v1/gen/stage0.c")" 'pg_logits_bwd_w\(.*\(GP0_WTE \+ 1 \* 512\)' \
+like "$(cat "$T/v1/gen/stage0.c")" 'pg_logits_bwd_w\(.*\(d_wte \+ 1 \* 512\)' \
     "the logits' weight gradient goes to the second accumulator, 512 floats (2048 bytes) on"
 like "$(grep -A1 '\.name = "wte", \.index = 0, \.rank = 2, \.dim = {31, 16}, \.numel = 496,' "$T/v1/gen/stage0.c" | tail -1)" \
     '\.nacc = 2, \.stage_nacc = pg_nacc_p0, \.acc_numel = 512\}' \

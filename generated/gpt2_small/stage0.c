@@ -8,87 +8,6 @@
 #include "pg_stage.h"
 #include "gpt2_small.h"
 
-/* parameters and their gradients */
-#define P0_WTE ((float *)(A + 0)) /* wte: f32[50257, 768] */
-#define GP0_WTE ((float *)(A + 154389504)) /* gradient of wte: f32[50257, 768] */
-#define P1_WPE_WEIGHT ((float *)(A + 1068576768)) /* wpe.weight: f32[1024, 768] */
-#define GP1_WPE_WEIGHT ((float *)(A + 1071722496)) /* gradient of wpe.weight: f32[1024, 768] */
-#define P2_H_0_LN_1_WEIGHT ((float *)(A + 1113300992)) /* h.0.ln_1.weight: f32[768] */
-#define GP2_H_0_LN_1_WEIGHT ((float *)(A + 1113304064)) /* gradient of h.0.ln_1.weight: f32[768] */
-#define P3_H_0_LN_1_BIAS ((float *)(A + 1113313280)) /* h.0.ln_1.bias: f32[768] */
-#define GP3_H_0_LN_1_BIAS ((float *)(A + 1113316352)) /* gradient of h.0.ln_1.bias: f32[768] */
-#define P4_H_0_ATTN_QKV_WEIGHT ((float *)(A + 944713728)) /* h.0.attn.qkv.weight: f32[2304, 768] */
-#define GP4_H_0_ATTN_QKV_WEIGHT ((float *)(A + 951791616)) /* gradient of h.0.attn.qkv.weight: f32[2304, 768] */
-#define P5_H_0_ATTN_QKV_BIAS ((float *)(A + 1113190400)) /* h.0.attn.qkv.bias: f32[2304] */
-#define GP5_H_0_ATTN_QKV_BIAS ((float *)(A + 1113199616)) /* gradient of h.0.attn.qkv.bias: f32[2304] */
-#define P6_H_0_ATTN_PROJ_WEIGHT ((float *)(A + 1081159680)) /* h.0.attn.proj.weight: f32[768, 768] */
-#define GP6_H_0_ATTN_PROJ_WEIGHT ((float *)(A + 1083518976)) /* gradient of h.0.attn.proj.weight: f32[768, 768] */
-#define P7_H_0_ATTN_PROJ_BIAS ((float *)(A + 1113325568)) /* h.0.attn.proj.bias: f32[768] */
-#define GP7_H_0_ATTN_PROJ_BIAS ((float *)(A + 1113328640)) /* gradient of h.0.attn.proj.bias: f32[768] */
-#define P8_H_0_LN_2_WEIGHT ((float *)(A + 1113337856)) /* h.0.ln_2.weight: f32[768] */
-#define GP8_H_0_LN_2_WEIGHT ((float *)(A + 1113340928)) /* gradient of h.0.ln_2.weight: f32[768] */
-#define P9_H_0_LN_2_BIAS ((float *)(A + 1113350144)) /* h.0.ln_2.bias: f32[768] */
-#define GP9_H_0_LN_2_BIAS ((float *)(A + 1113353216)) /* gradient of h.0.ln_2.bias: f32[768] */
-#define P10_H_0_FC_WEIGHT ((float *)(A + 718221312)) /* h.0.fc.weight: f32[3072, 768] */
-#define GP10_H_0_FC_WEIGHT ((float *)(A + 727658496)) /* gradient of h.0.fc.weight: f32[3072, 768] */
-#define P11_H_0_FC_BIAS ((float *)(A + 1113042944)) /* h.0.fc.bias: f32[3072] */
-#define GP11_H_0_FC_BIAS ((float *)(A + 1113055232)) /* gradient of h.0.fc.bias: f32[3072] */
-#define P12_H_0_PROJ_WEIGHT ((float *)(A + 755970048)) /* h.0.proj.weight: f32[768, 3072] */
-#define GP12_H_0_PROJ_WEIGHT ((float *)(A + 765407232)) /* gradient of h.0.proj.weight: f32[768, 3072] */
-#define P13_H_0_PROJ_BIAS ((float *)(A + 1113362432)) /* h.0.proj.bias: f32[768] */
-#define GP13_H_0_PROJ_BIAS ((float *)(A + 1113365504)) /* gradient of h.0.proj.bias: f32[768] */
-#define P14_H_1_LN_1_WEIGHT ((float *)(A + 1113374720)) /* h.1.ln_1.weight: f32[768] */
-#define GP14_H_1_LN_1_WEIGHT ((float *)(A + 1113377792)) /* gradient of h.1.ln_1.weight: f32[768] */
-#define P15_H_1_LN_1_BIAS ((float *)(A + 1113387008)) /* h.1.ln_1.bias: f32[768] */
-#define GP15_H_1_LN_1_BIAS ((float *)(A + 1113390080)) /* gradient of h.1.ln_1.bias: f32[768] */
-#define P16_H_1_ATTN_QKV_WEIGHT ((float *)(A + 973025280)) /* h.1.attn.qkv.weight: f32[2304, 768] */
-#define GP16_H_1_ATTN_QKV_WEIGHT ((float *)(A + 980103168)) /* gradient of h.1.attn.qkv.weight: f32[2304, 768] */
-#define P17_H_1_ATTN_QKV_BIAS ((float *)(A + 1113227264)) /* h.1.attn.qkv.bias: f32[2304] */
-#define GP17_H_1_ATTN_QKV_BIAS ((float *)(A + 1113236480)) /* gradient of h.1.attn.qkv.bias: f32[2304] */
-#define P18_H_1_ATTN_PROJ_WEIGHT ((float *)(A + 1090596864)) /* h.1.attn.proj.weight: f32[768, 768] */
-#define GP18_H_1_ATTN_PROJ_WEIGHT ((float *)(A + 1092956160)) /* gradient of h.1.attn.proj.weight: f32[768, 768] */
-#define P19_H_1_ATTN_PROJ_BIAS ((float *)(A + 1113399296)) /* h.1.attn.proj.bias: f32[768] */
-#define GP19_H_1_ATTN_PROJ_BIAS ((float *)(A + 1113402368)) /* gradient of h.1.attn.proj.bias: f32[768] */
-#define P20_H_1_LN_2_WEIGHT ((float *)(A + 1113411584)) /* h.1.ln_2.weight: f32[768] */
-#define GP20_H_1_LN_2_WEIGHT ((float *)(A + 1113414656)) /* gradient of h.1.ln_2.weight: f32[768] */
-#define P21_H_1_LN_2_BIAS ((float *)(A + 1113423872)) /* h.1.ln_2.bias: f32[768] */
-#define GP21_H_1_LN_2_BIAS ((float *)(A + 1113426944)) /* gradient of h.1.ln_2.bias: f32[768] */
-#define P22_H_1_FC_WEIGHT ((float *)(A + 793718784)) /* h.1.fc.weight: f32[3072, 768] */
-#define GP22_H_1_FC_WEIGHT ((float *)(A + 803155968)) /* gradient of h.1.fc.weight: f32[3072, 768] */
-#define P23_H_1_FC_BIAS ((float *)(A + 1113092096)) /* h.1.fc.bias: f32[3072] */
-#define GP23_H_1_FC_BIAS ((float *)(A + 1113104384)) /* gradient of h.1.fc.bias: f32[3072] */
-#define P24_H_1_PROJ_WEIGHT ((float *)(A + 831467520)) /* h.1.proj.weight: f32[768, 3072] */
-#define GP24_H_1_PROJ_WEIGHT ((float *)(A + 840904704)) /* gradient of h.1.proj.weight: f32[768, 3072] */
-#define P25_H_1_PROJ_BIAS ((float *)(A + 1113436160)) /* h.1.proj.bias: f32[768] */
-#define GP25_H_1_PROJ_BIAS ((float *)(A + 1113439232)) /* gradient of h.1.proj.bias: f32[768] */
-#define P26_H_2_LN_1_WEIGHT ((float *)(A + 1113448448)) /* h.2.ln_1.weight: f32[768] */
-#define GP26_H_2_LN_1_WEIGHT ((float *)(A + 1113451520)) /* gradient of h.2.ln_1.weight: f32[768] */
-#define P27_H_2_LN_1_BIAS ((float *)(A + 1113460736)) /* h.2.ln_1.bias: f32[768] */
-#define GP27_H_2_LN_1_BIAS ((float *)(A + 1113463808)) /* gradient of h.2.ln_1.bias: f32[768] */
-#define P28_H_2_ATTN_QKV_WEIGHT ((float *)(A + 1001336832)) /* h.2.attn.qkv.weight: f32[2304, 768] */
-#define GP28_H_2_ATTN_QKV_WEIGHT ((float *)(A + 1008414720)) /* gradient of h.2.attn.qkv.weight: f32[2304, 768] */
-#define P29_H_2_ATTN_QKV_BIAS ((float *)(A + 1113264128)) /* h.2.attn.qkv.bias: f32[2304] */
-#define GP29_H_2_ATTN_QKV_BIAS ((float *)(A + 1113273344)) /* gradient of h.2.attn.qkv.bias: f32[2304] */
-#define P30_H_2_ATTN_PROJ_WEIGHT ((float *)(A + 1100034048)) /* h.2.attn.proj.weight: f32[768, 768] */
-#define GP30_H_2_ATTN_PROJ_WEIGHT ((float *)(A + 1102393344)) /* gradient of h.2.attn.proj.weight: f32[768, 768] */
-#define P31_H_2_ATTN_PROJ_BIAS ((float *)(A + 1113473024)) /* h.2.attn.proj.bias: f32[768] */
-#define GP31_H_2_ATTN_PROJ_BIAS ((float *)(A + 1113476096)) /* gradient of h.2.attn.proj.bias: f32[768] */
-#define P32_H_2_LN_2_WEIGHT ((float *)(A + 1113485312)) /* h.2.ln_2.weight: f32[768] */
-#define GP32_H_2_LN_2_WEIGHT ((float *)(A + 1113488384)) /* gradient of h.2.ln_2.weight: f32[768] */
-#define P33_H_2_LN_2_BIAS ((float *)(A + 1113497600)) /* h.2.ln_2.bias: f32[768] */
-#define GP33_H_2_LN_2_BIAS ((float *)(A + 1113500672)) /* gradient of h.2.ln_2.bias: f32[768] */
-#define P34_H_2_FC_WEIGHT ((float *)(A + 869216256)) /* h.2.fc.weight: f32[3072, 768] */
-#define GP34_H_2_FC_WEIGHT ((float *)(A + 878653440)) /* gradient of h.2.fc.weight: f32[3072, 768] */
-#define P35_H_2_FC_BIAS ((float *)(A + 1113141248)) /* h.2.fc.bias: f32[3072] */
-#define GP35_H_2_FC_BIAS ((float *)(A + 1113153536)) /* gradient of h.2.fc.bias: f32[3072] */
-#define P36_H_2_PROJ_WEIGHT ((float *)(A + 906964992)) /* h.2.proj.weight: f32[768, 3072] */
-#define GP36_H_2_PROJ_WEIGHT ((float *)(A + 916402176)) /* gradient of h.2.proj.weight: f32[768, 3072] */
-#define P37_H_2_PROJ_BIAS ((float *)(A + 1113509888)) /* h.2.proj.bias: f32[768] */
-#define GP37_H_2_PROJ_BIAS ((float *)(A + 1113512960)) /* gradient of h.2.proj.bias: f32[768] */
-#define P38_H_3_LN_1_WEIGHT ((float *)(A + 1113522176)) /* h.3.ln_1.weight: f32[768] */
-#define GP38_H_3_LN_1_WEIGHT ((float *)(A + 1113525248)) /* gradient of h.3.ln_1.weight: f32[768] */
-#define P39_H_3_LN_1_BIAS ((float *)(A + 1113534464)) /* h.3.ln_1.bias: f32[768] */
-#define GP39_H_3_LN_1_BIAS ((float *)(A + 1113537536)) /* gradient of h.3.ln_1.bias: f32[768] */
 /* this micro-batch's rows of the batch input tokens i32[1024] */
 #define INPUT_ROWS ((float *)(A + 1113010176 + io->first_row * 4096))
 
@@ -165,71 +84,111 @@ static int fwd_body_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
     float *const h_2_ln_2_rstd = (float *)(A + F[84]); /* h.2.ln_2 rstd: [n] */
     float *const h_3_ln_1_mean = (float *)(A + F[85]); /* h.3.ln_1 mean: [n] */
     float *const h_3_ln_1_rstd = (float *)(A + F[86]); /* h.3.ln_1 rstd: [n] */
+    float *const wte = (float *)(A + 0); /* wte: f32[50257, 768] */
+    float *const wpe_weight = (float *)(A + 1068576768); /* wpe.weight: f32[1024, 768] */
+    float *const h_0_ln_1_weight = (float *)(A + 1113300992); /* h.0.ln_1.weight: f32[768] */
+    float *const h_0_ln_1_bias = (float *)(A + 1113313280); /* h.0.ln_1.bias: f32[768] */
+    float *const h_0_attn_qkv_weight = (float *)(A + 944713728); /* h.0.attn.qkv.weight: f32[2304, 768] */
+    float *const h_0_attn_qkv_bias = (float *)(A + 1113190400); /* h.0.attn.qkv.bias: f32[2304] */
+    float *const h_0_attn_proj_weight = (float *)(A + 1081159680); /* h.0.attn.proj.weight: f32[768, 768] */
+    float *const h_0_attn_proj_bias = (float *)(A + 1113325568); /* h.0.attn.proj.bias: f32[768] */
+    float *const h_0_ln_2_weight = (float *)(A + 1113337856); /* h.0.ln_2.weight: f32[768] */
+    float *const h_0_ln_2_bias = (float *)(A + 1113350144); /* h.0.ln_2.bias: f32[768] */
+    float *const h_0_fc_weight = (float *)(A + 718221312); /* h.0.fc.weight: f32[3072, 768] */
+    float *const h_0_fc_bias = (float *)(A + 1113042944); /* h.0.fc.bias: f32[3072] */
+    float *const h_0_proj_weight = (float *)(A + 755970048); /* h.0.proj.weight: f32[768, 3072] */
+    float *const h_0_proj_bias = (float *)(A + 1113362432); /* h.0.proj.bias: f32[768] */
+    float *const h_1_ln_1_weight = (float *)(A + 1113374720); /* h.1.ln_1.weight: f32[768] */
+    float *const h_1_ln_1_bias = (float *)(A + 1113387008); /* h.1.ln_1.bias: f32[768] */
+    float *const h_1_attn_qkv_weight = (float *)(A + 973025280); /* h.1.attn.qkv.weight: f32[2304, 768] */
+    float *const h_1_attn_qkv_bias = (float *)(A + 1113227264); /* h.1.attn.qkv.bias: f32[2304] */
+    float *const h_1_attn_proj_weight = (float *)(A + 1090596864); /* h.1.attn.proj.weight: f32[768, 768] */
+    float *const h_1_attn_proj_bias = (float *)(A + 1113399296); /* h.1.attn.proj.bias: f32[768] */
+    float *const h_1_ln_2_weight = (float *)(A + 1113411584); /* h.1.ln_2.weight: f32[768] */
+    float *const h_1_ln_2_bias = (float *)(A + 1113423872); /* h.1.ln_2.bias: f32[768] */
+    float *const h_1_fc_weight = (float *)(A + 793718784); /* h.1.fc.weight: f32[3072, 768] */
+    float *const h_1_fc_bias = (float *)(A + 1113092096); /* h.1.fc.bias: f32[3072] */
+    float *const h_1_proj_weight = (float *)(A + 831467520); /* h.1.proj.weight: f32[768, 3072] */
+    float *const h_1_proj_bias = (float *)(A + 1113436160); /* h.1.proj.bias: f32[768] */
+    float *const h_2_ln_1_weight = (float *)(A + 1113448448); /* h.2.ln_1.weight: f32[768] */
+    float *const h_2_ln_1_bias = (float *)(A + 1113460736); /* h.2.ln_1.bias: f32[768] */
+    float *const h_2_attn_qkv_weight = (float *)(A + 1001336832); /* h.2.attn.qkv.weight: f32[2304, 768] */
+    float *const h_2_attn_qkv_bias = (float *)(A + 1113264128); /* h.2.attn.qkv.bias: f32[2304] */
+    float *const h_2_attn_proj_weight = (float *)(A + 1100034048); /* h.2.attn.proj.weight: f32[768, 768] */
+    float *const h_2_attn_proj_bias = (float *)(A + 1113473024); /* h.2.attn.proj.bias: f32[768] */
+    float *const h_2_ln_2_weight = (float *)(A + 1113485312); /* h.2.ln_2.weight: f32[768] */
+    float *const h_2_ln_2_bias = (float *)(A + 1113497600); /* h.2.ln_2.bias: f32[768] */
+    float *const h_2_fc_weight = (float *)(A + 869216256); /* h.2.fc.weight: f32[3072, 768] */
+    float *const h_2_fc_bias = (float *)(A + 1113141248); /* h.2.fc.bias: f32[3072] */
+    float *const h_2_proj_weight = (float *)(A + 906964992); /* h.2.proj.weight: f32[768, 3072] */
+    float *const h_2_proj_bias = (float *)(A + 1113509888); /* h.2.proj.bias: f32[768] */
+    float *const h_3_ln_1_weight = (float *)(A + 1113522176); /* h.3.ln_1.weight: f32[768] */
+    float *const h_3_ln_1_bias = (float *)(A + 1113534464); /* h.3.ln_1.bias: f32[768] */
     /* wte_embed: embed [r, 1024] -> [r, 1024, 768] */
-    PG_TRY(pg_embed_fwd(c, r * 1024, 50257, 768, (const int32_t *)tokens, P0_WTE, wte_embed_out));
+    PG_TRY(pg_embed_fwd(c, r * 1024, 50257, 768, (const int32_t *)tokens, wte, wte_embed_out));
     /* wpe: pos_embed [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_pos_embed_fwd(c, r, 1024, 768, wte_embed_out, P1_WPE_WEIGHT, wpe_out));
+    PG_TRY(pg_pos_embed_fwd(c, r, 1024, 768, wte_embed_out, wpe_weight, wpe_out));
     /* stash h.0.res1: [r, 1024, 768] stays in wpe_out */
     /* h.0.ln_1: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, wpe_out, P2_H_0_LN_1_WEIGHT, P3_H_0_LN_1_BIAS, h_0_ln_1_out, h_0_ln_1_mean, h_0_ln_1_rstd));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, wpe_out, h_0_ln_1_weight, h_0_ln_1_bias, h_0_ln_1_out, h_0_ln_1_mean, h_0_ln_1_rstd));
     /* h.0.attn: attention [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, h_0_ln_1_out, P4_H_0_ATTN_QKV_WEIGHT, P5_H_0_ATTN_QKV_BIAS, P6_H_0_ATTN_PROJ_WEIGHT, P7_H_0_ATTN_PROJ_BIAS,
+    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, h_0_ln_1_out, h_0_attn_qkv_weight, h_0_attn_qkv_bias, h_0_attn_proj_weight, h_0_attn_proj_bias,
                             h_0_attn_qkv, h_0_attn_att, h_0_attn_ctx, h_0_attn_out));
     /* h.0.pop.res1: pop [r, 1024, 768] -> [r, 1024, 768] */
     PG_TRY(pg_add_fwd(c, r * 786432, h_0_attn_out, wpe_out, h_0_pop_res1_out));
     /* stash h.0.res2: [r, 1024, 768] stays in h_0_pop_res1_out */
     /* h.0.ln_2: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_0_pop_res1_out, P8_H_0_LN_2_WEIGHT, P9_H_0_LN_2_BIAS, h_0_ln_2_out, h_0_ln_2_mean, h_0_ln_2_rstd));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_0_pop_res1_out, h_0_ln_2_weight, h_0_ln_2_bias, h_0_ln_2_out, h_0_ln_2_mean, h_0_ln_2_rstd));
     /* h.0.fc: linear [r, 1024, 768] -> [r, 1024, 3072] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, h_0_ln_2_out, P10_H_0_FC_WEIGHT, P11_H_0_FC_BIAS, h_0_fc_out));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, h_0_ln_2_out, h_0_fc_weight, h_0_fc_bias, h_0_fc_out));
     /* h.0.gelu0: gelu [r, 1024, 3072] -> [r, 1024, 3072] */
     PG_TRY(pg_gelu_fwd(c, r * 3145728, h_0_fc_out, h_0_gelu0_out));
     /* h.0.proj: linear [r, 1024, 3072] -> [r, 1024, 768] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, h_0_gelu0_out, P12_H_0_PROJ_WEIGHT, P13_H_0_PROJ_BIAS, h_0_proj_out));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, h_0_gelu0_out, h_0_proj_weight, h_0_proj_bias, h_0_proj_out));
     /* h.0.pop.res2: pop [r, 1024, 768] -> [r, 1024, 768] */
     PG_TRY(pg_add_fwd(c, r * 786432, h_0_proj_out, h_0_pop_res1_out, h_0_pop_res2_out));
     /* stash h.1.res1: [r, 1024, 768] stays in h_0_pop_res2_out */
     /* h.1.ln_1: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_0_pop_res2_out, P14_H_1_LN_1_WEIGHT, P15_H_1_LN_1_BIAS, h_1_ln_1_out, h_1_ln_1_mean, h_1_ln_1_rstd));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_0_pop_res2_out, h_1_ln_1_weight, h_1_ln_1_bias, h_1_ln_1_out, h_1_ln_1_mean, h_1_ln_1_rstd));
     /* h.1.attn: attention [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, h_1_ln_1_out, P16_H_1_ATTN_QKV_WEIGHT, P17_H_1_ATTN_QKV_BIAS, P18_H_1_ATTN_PROJ_WEIGHT, P19_H_1_ATTN_PROJ_BIAS,
+    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, h_1_ln_1_out, h_1_attn_qkv_weight, h_1_attn_qkv_bias, h_1_attn_proj_weight, h_1_attn_proj_bias,
                             h_1_attn_qkv, h_1_attn_att, h_1_attn_ctx, h_1_attn_out));
     /* h.1.pop.res1: pop [r, 1024, 768] -> [r, 1024, 768] */
     PG_TRY(pg_add_fwd(c, r * 786432, h_1_attn_out, h_0_pop_res2_out, h_1_pop_res1_out));
     /* stash h.1.res2: [r, 1024, 768] stays in h_1_pop_res1_out */
     /* h.1.ln_2: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_1_pop_res1_out, P20_H_1_LN_2_WEIGHT, P21_H_1_LN_2_BIAS, h_1_ln_2_out, h_1_ln_2_mean, h_1_ln_2_rstd));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_1_pop_res1_out, h_1_ln_2_weight, h_1_ln_2_bias, h_1_ln_2_out, h_1_ln_2_mean, h_1_ln_2_rstd));
     /* h.1.fc: linear [r, 1024, 768] -> [r, 1024, 3072] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, h_1_ln_2_out, P22_H_1_FC_WEIGHT, P23_H_1_FC_BIAS, h_1_fc_out));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, h_1_ln_2_out, h_1_fc_weight, h_1_fc_bias, h_1_fc_out));
     /* h.1.gelu0: gelu [r, 1024, 3072] -> [r, 1024, 3072] */
     PG_TRY(pg_gelu_fwd(c, r * 3145728, h_1_fc_out, h_1_gelu0_out));
     /* h.1.proj: linear [r, 1024, 3072] -> [r, 1024, 768] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, h_1_gelu0_out, P24_H_1_PROJ_WEIGHT, P25_H_1_PROJ_BIAS, h_1_proj_out));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, h_1_gelu0_out, h_1_proj_weight, h_1_proj_bias, h_1_proj_out));
     /* h.1.pop.res2: pop [r, 1024, 768] -> [r, 1024, 768] */
     PG_TRY(pg_add_fwd(c, r * 786432, h_1_proj_out, h_1_pop_res1_out, h_1_pop_res2_out));
     /* stash h.2.res1: [r, 1024, 768] stays in h_1_pop_res2_out */
     /* h.2.ln_1: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_1_pop_res2_out, P26_H_2_LN_1_WEIGHT, P27_H_2_LN_1_BIAS, h_2_ln_1_out, h_2_ln_1_mean, h_2_ln_1_rstd));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_1_pop_res2_out, h_2_ln_1_weight, h_2_ln_1_bias, h_2_ln_1_out, h_2_ln_1_mean, h_2_ln_1_rstd));
     /* h.2.attn: attention [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, h_2_ln_1_out, P28_H_2_ATTN_QKV_WEIGHT, P29_H_2_ATTN_QKV_BIAS, P30_H_2_ATTN_PROJ_WEIGHT, P31_H_2_ATTN_PROJ_BIAS,
+    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, h_2_ln_1_out, h_2_attn_qkv_weight, h_2_attn_qkv_bias, h_2_attn_proj_weight, h_2_attn_proj_bias,
                             h_2_attn_qkv, h_2_attn_att, h_2_attn_ctx, h_2_attn_out));
     /* h.2.pop.res1: pop [r, 1024, 768] -> [r, 1024, 768] */
     PG_TRY(pg_add_fwd(c, r * 786432, h_2_attn_out, h_1_pop_res2_out, h_2_pop_res1_out));
     /* stash h.2.res2: [r, 1024, 768] stays in h_2_pop_res1_out */
     /* h.2.ln_2: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_2_pop_res1_out, P32_H_2_LN_2_WEIGHT, P33_H_2_LN_2_BIAS, h_2_ln_2_out, h_2_ln_2_mean, h_2_ln_2_rstd));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_2_pop_res1_out, h_2_ln_2_weight, h_2_ln_2_bias, h_2_ln_2_out, h_2_ln_2_mean, h_2_ln_2_rstd));
     /* h.2.fc: linear [r, 1024, 768] -> [r, 1024, 3072] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, h_2_ln_2_out, P34_H_2_FC_WEIGHT, P35_H_2_FC_BIAS, h_2_fc_out));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, h_2_ln_2_out, h_2_fc_weight, h_2_fc_bias, h_2_fc_out));
     /* h.2.gelu0: gelu [r, 1024, 3072] -> [r, 1024, 3072] */
     PG_TRY(pg_gelu_fwd(c, r * 3145728, h_2_fc_out, h_2_gelu0_out));
     /* h.2.proj: linear [r, 1024, 3072] -> [r, 1024, 768] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, h_2_gelu0_out, P36_H_2_PROJ_WEIGHT, P37_H_2_PROJ_BIAS, h_2_proj_out));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, h_2_gelu0_out, h_2_proj_weight, h_2_proj_bias, h_2_proj_out));
     /* h.2.pop.res2: pop [r, 1024, 768] -> [r, 1024, 768] */
     PG_TRY(pg_add_fwd(c, r * 786432, h_2_proj_out, h_2_pop_res1_out, h_2_pop_res2_out));
     /* stash h.3.res1: [r, 1024, 768], sent to chunk 1 */
     PG_TRY(pg_copy(c, c0_skip6_out, h_2_pop_res2_out, r * 786432));
     /* h.3.ln_1: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_2_pop_res2_out, P38_H_3_LN_1_WEIGHT, P39_H_3_LN_1_BIAS, c0_y, h_3_ln_1_mean, h_3_ln_1_rstd));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_2_pop_res2_out, h_3_ln_1_weight, h_3_ln_1_bias, c0_y, h_3_ln_1_mean, h_3_ln_1_rstd));
     return 0;
 }
 
@@ -316,51 +275,70 @@ static int bwd_b_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const h_2_ln_2_rstd = (float *)(A + F[84]); /* h.2.ln_2 rstd: [n] */
     float *const h_3_ln_1_mean = (float *)(A + F[85]); /* h.3.ln_1 mean: [n] */
     float *const h_3_ln_1_rstd = (float *)(A + F[86]); /* h.3.ln_1 rstd: [n] */
+    float *const h_0_ln_1_weight = (float *)(A + 1113300992); /* h.0.ln_1.weight: f32[768] */
+    float *const h_0_attn_qkv_weight = (float *)(A + 944713728); /* h.0.attn.qkv.weight: f32[2304, 768] */
+    float *const h_0_attn_proj_weight = (float *)(A + 1081159680); /* h.0.attn.proj.weight: f32[768, 768] */
+    float *const h_0_ln_2_weight = (float *)(A + 1113337856); /* h.0.ln_2.weight: f32[768] */
+    float *const h_0_fc_weight = (float *)(A + 718221312); /* h.0.fc.weight: f32[3072, 768] */
+    float *const h_0_proj_weight = (float *)(A + 755970048); /* h.0.proj.weight: f32[768, 3072] */
+    float *const h_1_ln_1_weight = (float *)(A + 1113374720); /* h.1.ln_1.weight: f32[768] */
+    float *const h_1_attn_qkv_weight = (float *)(A + 973025280); /* h.1.attn.qkv.weight: f32[2304, 768] */
+    float *const h_1_attn_proj_weight = (float *)(A + 1090596864); /* h.1.attn.proj.weight: f32[768, 768] */
+    float *const h_1_ln_2_weight = (float *)(A + 1113411584); /* h.1.ln_2.weight: f32[768] */
+    float *const h_1_fc_weight = (float *)(A + 793718784); /* h.1.fc.weight: f32[3072, 768] */
+    float *const h_1_proj_weight = (float *)(A + 831467520); /* h.1.proj.weight: f32[768, 3072] */
+    float *const h_2_ln_1_weight = (float *)(A + 1113448448); /* h.2.ln_1.weight: f32[768] */
+    float *const h_2_attn_qkv_weight = (float *)(A + 1001336832); /* h.2.attn.qkv.weight: f32[2304, 768] */
+    float *const h_2_attn_proj_weight = (float *)(A + 1100034048); /* h.2.attn.proj.weight: f32[768, 768] */
+    float *const h_2_ln_2_weight = (float *)(A + 1113485312); /* h.2.ln_2.weight: f32[768] */
+    float *const h_2_fc_weight = (float *)(A + 869216256); /* h.2.fc.weight: f32[3072, 768] */
+    float *const h_2_proj_weight = (float *)(A + 906964992); /* h.2.proj.weight: f32[768, 3072] */
+    float *const h_3_ln_1_weight = (float *)(A + 1113522176); /* h.3.ln_1.weight: f32[768] */
     if (io->recompute) /* checkpointed: rebuild the interior from the stage input */
         PG_TRY(fwd_body_c0(c, A, io, 0));
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_2_pop_res2_out, P38_H_3_LN_1_WEIGHT, h_3_ln_1_mean, h_3_ln_1_rstd, c0_dy, d_h_2_pop_res2_out)); /* h.3.ln_1 */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_2_pop_res2_out, h_3_ln_1_weight, h_3_ln_1_mean, h_3_ln_1_rstd, c0_dy, d_h_2_pop_res2_out)); /* h.3.ln_1 */
     PG_TRY(pg_axpy_inplace(c, d_h_2_pop_res2_out, c0_skip6_grad_in, r * 786432)); /* + gradient of skip h.3.res1 from chunk 1 */
     PG_TRY(pg_copy(c, d_h_2_proj_out, d_h_2_pop_res2_out, r * 786432)); /* h.2.pop.res2 */
     PG_TRY(pg_copy(c, d_skip_h_2_res2, d_h_2_pop_res2_out, r * 786432)); /* gradient of skip h.2.res2 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, d_h_2_proj_out, P36_H_2_PROJ_WEIGHT, d_h_2_gelu0_out)); /* h.2.proj */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, d_h_2_proj_out, h_2_proj_weight, d_h_2_gelu0_out)); /* h.2.proj */
     PG_TRY(pg_gelu_bwd_in(c, r * 3145728, h_2_fc_out, d_h_2_gelu0_out, d_h_2_fc_out)); /* h.2.gelu0 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, d_h_2_fc_out, P34_H_2_FC_WEIGHT, d_h_2_ln_2_out)); /* h.2.fc */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_2_pop_res1_out, P32_H_2_LN_2_WEIGHT, h_2_ln_2_mean, h_2_ln_2_rstd, d_h_2_ln_2_out, d_h_2_pop_res1_out)); /* h.2.ln_2 */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, d_h_2_fc_out, h_2_fc_weight, d_h_2_ln_2_out)); /* h.2.fc */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_2_pop_res1_out, h_2_ln_2_weight, h_2_ln_2_mean, h_2_ln_2_rstd, d_h_2_ln_2_out, d_h_2_pop_res1_out)); /* h.2.ln_2 */
     PG_TRY(pg_axpy_inplace(c, d_h_2_pop_res1_out, d_skip_h_2_res2, r * 786432)); /* + gradient of skip h.2.res2 */
     PG_TRY(pg_copy(c, d_h_2_attn_out, d_h_2_pop_res1_out, r * 786432)); /* h.2.pop.res1 */
     PG_TRY(pg_copy(c, d_skip_h_2_res1, d_h_2_pop_res1_out, r * 786432)); /* gradient of skip h.2.res1 */
-    PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, P28_H_2_ATTN_QKV_WEIGHT, P30_H_2_ATTN_PROJ_WEIGHT,
+    PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, h_2_attn_qkv_weight, h_2_attn_proj_weight,
                                h_2_attn_qkv, h_2_attn_att, h_2_attn_ctx, d_h_2_attn_out,
                                h_2_attn_dctx, h_2_attn_dqkv, d_h_2_ln_1_out)); /* h.2.attn */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_1_pop_res2_out, P26_H_2_LN_1_WEIGHT, h_2_ln_1_mean, h_2_ln_1_rstd, d_h_2_ln_1_out, d_h_1_pop_res2_out)); /* h.2.ln_1 */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_1_pop_res2_out, h_2_ln_1_weight, h_2_ln_1_mean, h_2_ln_1_rstd, d_h_2_ln_1_out, d_h_1_pop_res2_out)); /* h.2.ln_1 */
     PG_TRY(pg_axpy_inplace(c, d_h_1_pop_res2_out, d_skip_h_2_res1, r * 786432)); /* + gradient of skip h.2.res1 */
     PG_TRY(pg_copy(c, d_h_1_proj_out, d_h_1_pop_res2_out, r * 786432)); /* h.1.pop.res2 */
     PG_TRY(pg_copy(c, d_skip_h_1_res2, d_h_1_pop_res2_out, r * 786432)); /* gradient of skip h.1.res2 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, d_h_1_proj_out, P24_H_1_PROJ_WEIGHT, d_h_1_gelu0_out)); /* h.1.proj */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, d_h_1_proj_out, h_1_proj_weight, d_h_1_gelu0_out)); /* h.1.proj */
     PG_TRY(pg_gelu_bwd_in(c, r * 3145728, h_1_fc_out, d_h_1_gelu0_out, d_h_1_fc_out)); /* h.1.gelu0 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, d_h_1_fc_out, P22_H_1_FC_WEIGHT, d_h_1_ln_2_out)); /* h.1.fc */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_1_pop_res1_out, P20_H_1_LN_2_WEIGHT, h_1_ln_2_mean, h_1_ln_2_rstd, d_h_1_ln_2_out, d_h_1_pop_res1_out)); /* h.1.ln_2 */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, d_h_1_fc_out, h_1_fc_weight, d_h_1_ln_2_out)); /* h.1.fc */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_1_pop_res1_out, h_1_ln_2_weight, h_1_ln_2_mean, h_1_ln_2_rstd, d_h_1_ln_2_out, d_h_1_pop_res1_out)); /* h.1.ln_2 */
     PG_TRY(pg_axpy_inplace(c, d_h_1_pop_res1_out, d_skip_h_1_res2, r * 786432)); /* + gradient of skip h.1.res2 */
     PG_TRY(pg_copy(c, d_h_1_attn_out, d_h_1_pop_res1_out, r * 786432)); /* h.1.pop.res1 */
     PG_TRY(pg_copy(c, d_skip_h_1_res1, d_h_1_pop_res1_out, r * 786432)); /* gradient of skip h.1.res1 */
-    PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, P16_H_1_ATTN_QKV_WEIGHT, P18_H_1_ATTN_PROJ_WEIGHT,
+    PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, h_1_attn_qkv_weight, h_1_attn_proj_weight,
                                h_1_attn_qkv, h_1_attn_att, h_1_attn_ctx, d_h_1_attn_out,
                                h_1_attn_dctx, h_1_attn_dqkv, d_h_1_ln_1_out)); /* h.1.attn */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_0_pop_res2_out, P14_H_1_LN_1_WEIGHT, h_1_ln_1_mean, h_1_ln_1_rstd, d_h_1_ln_1_out, d_h_0_pop_res2_out)); /* h.1.ln_1 */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_0_pop_res2_out, h_1_ln_1_weight, h_1_ln_1_mean, h_1_ln_1_rstd, d_h_1_ln_1_out, d_h_0_pop_res2_out)); /* h.1.ln_1 */
     PG_TRY(pg_axpy_inplace(c, d_h_0_pop_res2_out, d_skip_h_1_res1, r * 786432)); /* + gradient of skip h.1.res1 */
     PG_TRY(pg_copy(c, d_h_0_proj_out, d_h_0_pop_res2_out, r * 786432)); /* h.0.pop.res2 */
     PG_TRY(pg_copy(c, d_skip_h_0_res2, d_h_0_pop_res2_out, r * 786432)); /* gradient of skip h.0.res2 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, d_h_0_proj_out, P12_H_0_PROJ_WEIGHT, d_h_0_gelu0_out)); /* h.0.proj */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, d_h_0_proj_out, h_0_proj_weight, d_h_0_gelu0_out)); /* h.0.proj */
     PG_TRY(pg_gelu_bwd_in(c, r * 3145728, h_0_fc_out, d_h_0_gelu0_out, d_h_0_fc_out)); /* h.0.gelu0 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, d_h_0_fc_out, P10_H_0_FC_WEIGHT, d_h_0_ln_2_out)); /* h.0.fc */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_0_pop_res1_out, P8_H_0_LN_2_WEIGHT, h_0_ln_2_mean, h_0_ln_2_rstd, d_h_0_ln_2_out, d_h_0_pop_res1_out)); /* h.0.ln_2 */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, d_h_0_fc_out, h_0_fc_weight, d_h_0_ln_2_out)); /* h.0.fc */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_0_pop_res1_out, h_0_ln_2_weight, h_0_ln_2_mean, h_0_ln_2_rstd, d_h_0_ln_2_out, d_h_0_pop_res1_out)); /* h.0.ln_2 */
     PG_TRY(pg_axpy_inplace(c, d_h_0_pop_res1_out, d_skip_h_0_res2, r * 786432)); /* + gradient of skip h.0.res2 */
     PG_TRY(pg_copy(c, d_h_0_attn_out, d_h_0_pop_res1_out, r * 786432)); /* h.0.pop.res1 */
     PG_TRY(pg_copy(c, d_skip_h_0_res1, d_h_0_pop_res1_out, r * 786432)); /* gradient of skip h.0.res1 */
-    PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, P4_H_0_ATTN_QKV_WEIGHT, P6_H_0_ATTN_PROJ_WEIGHT,
+    PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, h_0_attn_qkv_weight, h_0_attn_proj_weight,
                                h_0_attn_qkv, h_0_attn_att, h_0_attn_ctx, d_h_0_attn_out,
                                h_0_attn_dctx, h_0_attn_dqkv, d_h_0_ln_1_out)); /* h.0.attn */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, wpe_out, P2_H_0_LN_1_WEIGHT, h_0_ln_1_mean, h_0_ln_1_rstd, d_h_0_ln_1_out, d_wpe_out)); /* h.0.ln_1 */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, wpe_out, h_0_ln_1_weight, h_0_ln_1_mean, h_0_ln_1_rstd, d_h_0_ln_1_out, d_wpe_out)); /* h.0.ln_1 */
     PG_TRY(pg_axpy_inplace(c, d_wpe_out, d_skip_h_0_res1, r * 786432)); /* + gradient of skip h.0.res1 */
     PG_TRY(pg_copy(c, d_wte_embed_out, d_wpe_out, r * 786432)); /* wpe */
     return 0;
@@ -425,27 +403,67 @@ static int bwd_w_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const h_2_ln_2_rstd = (float *)(A + F[84]); /* h.2.ln_2 rstd: [n] */
     float *const h_3_ln_1_mean = (float *)(A + F[85]); /* h.3.ln_1 mean: [n] */
     float *const h_3_ln_1_rstd = (float *)(A + F[86]); /* h.3.ln_1 rstd: [n] */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_2_pop_res2_out, h_3_ln_1_mean, h_3_ln_1_rstd, c0_dy, GP38_H_3_LN_1_WEIGHT, GP39_H_3_LN_1_BIAS)); /* h.3.ln_1 */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_2_gelu0_out, d_h_2_proj_out, GP36_H_2_PROJ_WEIGHT, GP37_H_2_PROJ_BIAS)); /* h.2.proj */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_2_ln_2_out, d_h_2_fc_out, GP34_H_2_FC_WEIGHT, GP35_H_2_FC_BIAS)); /* h.2.fc */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_2_pop_res1_out, h_2_ln_2_mean, h_2_ln_2_rstd, d_h_2_ln_2_out, GP32_H_2_LN_2_WEIGHT, GP33_H_2_LN_2_BIAS)); /* h.2.ln_2 */
+    float *const d_wte = (float *)(A + 154389504); /* gradient of wte: f32[50257, 768] */
+    float *const d_wpe_weight = (float *)(A + 1071722496); /* gradient of wpe.weight: f32[1024, 768] */
+    float *const d_h_0_ln_1_weight = (float *)(A + 1113304064); /* gradient of h.0.ln_1.weight: f32[768] */
+    float *const d_h_0_ln_1_bias = (float *)(A + 1113316352); /* gradient of h.0.ln_1.bias: f32[768] */
+    float *const d_h_0_attn_qkv_weight = (float *)(A + 951791616); /* gradient of h.0.attn.qkv.weight: f32[2304, 768] */
+    float *const d_h_0_attn_qkv_bias = (float *)(A + 1113199616); /* gradient of h.0.attn.qkv.bias: f32[2304] */
+    float *const d_h_0_attn_proj_weight = (float *)(A + 1083518976); /* gradient of h.0.attn.proj.weight: f32[768, 768] */
+    float *const d_h_0_attn_proj_bias = (float *)(A + 1113328640); /* gradient of h.0.attn.proj.bias: f32[768] */
+    float *const d_h_0_ln_2_weight = (float *)(A + 1113340928); /* gradient of h.0.ln_2.weight: f32[768] */
+    float *const d_h_0_ln_2_bias = (float *)(A + 1113353216); /* gradient of h.0.ln_2.bias: f32[768] */
+    float *const d_h_0_fc_weight = (float *)(A + 727658496); /* gradient of h.0.fc.weight: f32[3072, 768] */
+    float *const d_h_0_fc_bias = (float *)(A + 1113055232); /* gradient of h.0.fc.bias: f32[3072] */
+    float *const d_h_0_proj_weight = (float *)(A + 765407232); /* gradient of h.0.proj.weight: f32[768, 3072] */
+    float *const d_h_0_proj_bias = (float *)(A + 1113365504); /* gradient of h.0.proj.bias: f32[768] */
+    float *const d_h_1_ln_1_weight = (float *)(A + 1113377792); /* gradient of h.1.ln_1.weight: f32[768] */
+    float *const d_h_1_ln_1_bias = (float *)(A + 1113390080); /* gradient of h.1.ln_1.bias: f32[768] */
+    float *const d_h_1_attn_qkv_weight = (float *)(A + 980103168); /* gradient of h.1.attn.qkv.weight: f32[2304, 768] */
+    float *const d_h_1_attn_qkv_bias = (float *)(A + 1113236480); /* gradient of h.1.attn.qkv.bias: f32[2304] */
+    float *const d_h_1_attn_proj_weight = (float *)(A + 1092956160); /* gradient of h.1.attn.proj.weight: f32[768, 768] */
+    float *const d_h_1_attn_proj_bias = (float *)(A + 1113402368); /* gradient of h.1.attn.proj.bias: f32[768] */
+    float *const d_h_1_ln_2_weight = (float *)(A + 1113414656); /* gradient of h.1.ln_2.weight: f32[768] */
+    float *const d_h_1_ln_2_bias = (float *)(A + 1113426944); /* gradient of h.1.ln_2.bias: f32[768] */
+    float *const d_h_1_fc_weight = (float *)(A + 803155968); /* gradient of h.1.fc.weight: f32[3072, 768] */
+    float *const d_h_1_fc_bias = (float *)(A + 1113104384); /* gradient of h.1.fc.bias: f32[3072] */
+    float *const d_h_1_proj_weight = (float *)(A + 840904704); /* gradient of h.1.proj.weight: f32[768, 3072] */
+    float *const d_h_1_proj_bias = (float *)(A + 1113439232); /* gradient of h.1.proj.bias: f32[768] */
+    float *const d_h_2_ln_1_weight = (float *)(A + 1113451520); /* gradient of h.2.ln_1.weight: f32[768] */
+    float *const d_h_2_ln_1_bias = (float *)(A + 1113463808); /* gradient of h.2.ln_1.bias: f32[768] */
+    float *const d_h_2_attn_qkv_weight = (float *)(A + 1008414720); /* gradient of h.2.attn.qkv.weight: f32[2304, 768] */
+    float *const d_h_2_attn_qkv_bias = (float *)(A + 1113273344); /* gradient of h.2.attn.qkv.bias: f32[2304] */
+    float *const d_h_2_attn_proj_weight = (float *)(A + 1102393344); /* gradient of h.2.attn.proj.weight: f32[768, 768] */
+    float *const d_h_2_attn_proj_bias = (float *)(A + 1113476096); /* gradient of h.2.attn.proj.bias: f32[768] */
+    float *const d_h_2_ln_2_weight = (float *)(A + 1113488384); /* gradient of h.2.ln_2.weight: f32[768] */
+    float *const d_h_2_ln_2_bias = (float *)(A + 1113500672); /* gradient of h.2.ln_2.bias: f32[768] */
+    float *const d_h_2_fc_weight = (float *)(A + 878653440); /* gradient of h.2.fc.weight: f32[3072, 768] */
+    float *const d_h_2_fc_bias = (float *)(A + 1113153536); /* gradient of h.2.fc.bias: f32[3072] */
+    float *const d_h_2_proj_weight = (float *)(A + 916402176); /* gradient of h.2.proj.weight: f32[768, 3072] */
+    float *const d_h_2_proj_bias = (float *)(A + 1113512960); /* gradient of h.2.proj.bias: f32[768] */
+    float *const d_h_3_ln_1_weight = (float *)(A + 1113525248); /* gradient of h.3.ln_1.weight: f32[768] */
+    float *const d_h_3_ln_1_bias = (float *)(A + 1113537536); /* gradient of h.3.ln_1.bias: f32[768] */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_2_pop_res2_out, h_3_ln_1_mean, h_3_ln_1_rstd, c0_dy, d_h_3_ln_1_weight, d_h_3_ln_1_bias)); /* h.3.ln_1 */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_2_gelu0_out, d_h_2_proj_out, d_h_2_proj_weight, d_h_2_proj_bias)); /* h.2.proj */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_2_ln_2_out, d_h_2_fc_out, d_h_2_fc_weight, d_h_2_fc_bias)); /* h.2.fc */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_2_pop_res1_out, h_2_ln_2_mean, h_2_ln_2_rstd, d_h_2_ln_2_out, d_h_2_ln_2_weight, d_h_2_ln_2_bias)); /* h.2.ln_2 */
     PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, h_2_ln_1_out, h_2_attn_ctx, d_h_2_attn_out, h_2_attn_dqkv,
-                              GP28_H_2_ATTN_QKV_WEIGHT, GP29_H_2_ATTN_QKV_BIAS, GP30_H_2_ATTN_PROJ_WEIGHT, GP31_H_2_ATTN_PROJ_BIAS)); /* h.2.attn */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_1_pop_res2_out, h_2_ln_1_mean, h_2_ln_1_rstd, d_h_2_ln_1_out, GP26_H_2_LN_1_WEIGHT, GP27_H_2_LN_1_BIAS)); /* h.2.ln_1 */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_1_gelu0_out, d_h_1_proj_out, GP24_H_1_PROJ_WEIGHT, GP25_H_1_PROJ_BIAS)); /* h.1.proj */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_1_ln_2_out, d_h_1_fc_out, GP22_H_1_FC_WEIGHT, GP23_H_1_FC_BIAS)); /* h.1.fc */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_1_pop_res1_out, h_1_ln_2_mean, h_1_ln_2_rstd, d_h_1_ln_2_out, GP20_H_1_LN_2_WEIGHT, GP21_H_1_LN_2_BIAS)); /* h.1.ln_2 */
+                              d_h_2_attn_qkv_weight, d_h_2_attn_qkv_bias, d_h_2_attn_proj_weight, d_h_2_attn_proj_bias)); /* h.2.attn */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_1_pop_res2_out, h_2_ln_1_mean, h_2_ln_1_rstd, d_h_2_ln_1_out, d_h_2_ln_1_weight, d_h_2_ln_1_bias)); /* h.2.ln_1 */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_1_gelu0_out, d_h_1_proj_out, d_h_1_proj_weight, d_h_1_proj_bias)); /* h.1.proj */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_1_ln_2_out, d_h_1_fc_out, d_h_1_fc_weight, d_h_1_fc_bias)); /* h.1.fc */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_1_pop_res1_out, h_1_ln_2_mean, h_1_ln_2_rstd, d_h_1_ln_2_out, d_h_1_ln_2_weight, d_h_1_ln_2_bias)); /* h.1.ln_2 */
     PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, h_1_ln_1_out, h_1_attn_ctx, d_h_1_attn_out, h_1_attn_dqkv,
-                              GP16_H_1_ATTN_QKV_WEIGHT, GP17_H_1_ATTN_QKV_BIAS, GP18_H_1_ATTN_PROJ_WEIGHT, GP19_H_1_ATTN_PROJ_BIAS)); /* h.1.attn */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_0_pop_res2_out, h_1_ln_1_mean, h_1_ln_1_rstd, d_h_1_ln_1_out, GP14_H_1_LN_1_WEIGHT, GP15_H_1_LN_1_BIAS)); /* h.1.ln_1 */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_0_gelu0_out, d_h_0_proj_out, GP12_H_0_PROJ_WEIGHT, GP13_H_0_PROJ_BIAS)); /* h.0.proj */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_0_ln_2_out, d_h_0_fc_out, GP10_H_0_FC_WEIGHT, GP11_H_0_FC_BIAS)); /* h.0.fc */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_0_pop_res1_out, h_0_ln_2_mean, h_0_ln_2_rstd, d_h_0_ln_2_out, GP8_H_0_LN_2_WEIGHT, GP9_H_0_LN_2_BIAS)); /* h.0.ln_2 */
+                              d_h_1_attn_qkv_weight, d_h_1_attn_qkv_bias, d_h_1_attn_proj_weight, d_h_1_attn_proj_bias)); /* h.1.attn */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_0_pop_res2_out, h_1_ln_1_mean, h_1_ln_1_rstd, d_h_1_ln_1_out, d_h_1_ln_1_weight, d_h_1_ln_1_bias)); /* h.1.ln_1 */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_0_gelu0_out, d_h_0_proj_out, d_h_0_proj_weight, d_h_0_proj_bias)); /* h.0.proj */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_0_ln_2_out, d_h_0_fc_out, d_h_0_fc_weight, d_h_0_fc_bias)); /* h.0.fc */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_0_pop_res1_out, h_0_ln_2_mean, h_0_ln_2_rstd, d_h_0_ln_2_out, d_h_0_ln_2_weight, d_h_0_ln_2_bias)); /* h.0.ln_2 */
     PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, h_0_ln_1_out, h_0_attn_ctx, d_h_0_attn_out, h_0_attn_dqkv,
-                              GP4_H_0_ATTN_QKV_WEIGHT, GP5_H_0_ATTN_QKV_BIAS, GP6_H_0_ATTN_PROJ_WEIGHT, GP7_H_0_ATTN_PROJ_BIAS)); /* h.0.attn */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, wpe_out, h_0_ln_1_mean, h_0_ln_1_rstd, d_h_0_ln_1_out, GP2_H_0_LN_1_WEIGHT, GP3_H_0_LN_1_BIAS)); /* h.0.ln_1 */
-    PG_TRY(pg_pos_embed_bwd_w(c, r, 1024, 768, d_wpe_out, GP1_WPE_WEIGHT)); /* wpe */
-    PG_TRY(pg_embed_bwd_w(c, r * 1024, 50257, 768, (const int32_t *)tokens, d_wte_embed_out, GP0_WTE)); /* wte_embed */
+                              d_h_0_attn_qkv_weight, d_h_0_attn_qkv_bias, d_h_0_attn_proj_weight, d_h_0_attn_proj_bias)); /* h.0.attn */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, wpe_out, h_0_ln_1_mean, h_0_ln_1_rstd, d_h_0_ln_1_out, d_h_0_ln_1_weight, d_h_0_ln_1_bias)); /* h.0.ln_1 */
+    PG_TRY(pg_pos_embed_bwd_w(c, r, 1024, 768, d_wpe_out, d_wpe_weight)); /* wpe */
+    PG_TRY(pg_embed_bwd_w(c, r * 1024, 50257, 768, (const int32_t *)tokens, d_wte_embed_out, d_wte)); /* wte_embed */
     return 0;
 }
 

@@ -8,120 +8,6 @@
 #include "pg_stage.h"
 #include "gpt2_small.h"
 
-/* parameters and their gradients */
-#define P40_H_3_ATTN_QKV_WEIGHT ((float *)(A + 603979776)) /* h.3.attn.qkv.weight: f32[2304, 768] */
-#define GP40_H_3_ATTN_QKV_WEIGHT ((float *)(A + 611057664)) /* gradient of h.3.attn.qkv.weight: f32[2304, 768] */
-#define P41_H_3_ATTN_QKV_BIAS ((float *)(A + 859029504)) /* h.3.attn.qkv.bias: f32[2304] */
-#define GP41_H_3_ATTN_QKV_BIAS ((float *)(A + 859038720)) /* gradient of h.3.attn.qkv.bias: f32[2304] */
-#define P42_H_3_ATTN_PROJ_WEIGHT ((float *)(A + 805699584)) /* h.3.attn.proj.weight: f32[768, 768] */
-#define GP42_H_3_ATTN_PROJ_WEIGHT ((float *)(A + 808058880)) /* gradient of h.3.attn.proj.weight: f32[768, 768] */
-#define P43_H_3_ATTN_PROJ_BIAS ((float *)(A + 859213824)) /* h.3.attn.proj.bias: f32[768] */
-#define GP43_H_3_ATTN_PROJ_BIAS ((float *)(A + 859216896)) /* gradient of h.3.attn.proj.bias: f32[768] */
-#define P44_H_3_LN_2_WEIGHT ((float *)(A + 859226112)) /* h.3.ln_2.weight: f32[768] */
-#define GP44_H_3_LN_2_WEIGHT ((float *)(A + 859229184)) /* gradient of h.3.ln_2.weight: f32[768] */
-#define P45_H_3_LN_2_BIAS ((float *)(A + 859238400)) /* h.3.ln_2.bias: f32[768] */
-#define GP45_H_3_LN_2_BIAS ((float *)(A + 859241472)) /* gradient of h.3.ln_2.bias: f32[768] */
-#define P46_H_3_FC_WEIGHT ((float *)(A + 264241152)) /* h.3.fc.weight: f32[3072, 768] */
-#define GP46_H_3_FC_WEIGHT ((float *)(A + 273678336)) /* gradient of h.3.fc.weight: f32[3072, 768] */
-#define P47_H_3_FC_BIAS ((float *)(A + 858783744)) /* h.3.fc.bias: f32[3072] */
-#define GP47_H_3_FC_BIAS ((float *)(A + 858796032)) /* gradient of h.3.fc.bias: f32[3072] */
-#define P48_H_3_PROJ_WEIGHT ((float *)(A + 301989888)) /* h.3.proj.weight: f32[768, 3072] */
-#define GP48_H_3_PROJ_WEIGHT ((float *)(A + 311427072)) /* gradient of h.3.proj.weight: f32[768, 3072] */
-#define P49_H_3_PROJ_BIAS ((float *)(A + 859250688)) /* h.3.proj.bias: f32[768] */
-#define GP49_H_3_PROJ_BIAS ((float *)(A + 859253760)) /* gradient of h.3.proj.bias: f32[768] */
-#define P50_H_4_LN_1_WEIGHT ((float *)(A + 859262976)) /* h.4.ln_1.weight: f32[768] */
-#define GP50_H_4_LN_1_WEIGHT ((float *)(A + 859266048)) /* gradient of h.4.ln_1.weight: f32[768] */
-#define P51_H_4_LN_1_BIAS ((float *)(A + 859275264)) /* h.4.ln_1.bias: f32[768] */
-#define GP51_H_4_LN_1_BIAS ((float *)(A + 859278336)) /* gradient of h.4.ln_1.bias: f32[768] */
-#define P52_H_4_ATTN_QKV_WEIGHT ((float *)(A + 632291328)) /* h.4.attn.qkv.weight: f32[2304, 768] */
-#define GP52_H_4_ATTN_QKV_WEIGHT ((float *)(A + 639369216)) /* gradient of h.4.attn.qkv.weight: f32[2304, 768] */
-#define P53_H_4_ATTN_QKV_BIAS ((float *)(A + 859066368)) /* h.4.attn.qkv.bias: f32[2304] */
-#define GP53_H_4_ATTN_QKV_BIAS ((float *)(A + 859075584)) /* gradient of h.4.attn.qkv.bias: f32[2304] */
-#define P54_H_4_ATTN_PROJ_WEIGHT ((float *)(A + 815136768)) /* h.4.attn.proj.weight: f32[768, 768] */
-#define GP54_H_4_ATTN_PROJ_WEIGHT ((float *)(A + 817496064)) /* gradient of h.4.attn.proj.weight: f32[768, 768] */
-#define P55_H_4_ATTN_PROJ_BIAS ((float *)(A + 859287552)) /* h.4.attn.proj.bias: f32[768] */
-#define GP55_H_4_ATTN_PROJ_BIAS ((float *)(A + 859290624)) /* gradient of h.4.attn.proj.bias: f32[768] */
-#define P56_H_4_LN_2_WEIGHT ((float *)(A + 859299840)) /* h.4.ln_2.weight: f32[768] */
-#define GP56_H_4_LN_2_WEIGHT ((float *)(A + 859302912)) /* gradient of h.4.ln_2.weight: f32[768] */
-#define P57_H_4_LN_2_BIAS ((float *)(A + 859312128)) /* h.4.ln_2.bias: f32[768] */
-#define GP57_H_4_LN_2_BIAS ((float *)(A + 859315200)) /* gradient of h.4.ln_2.bias: f32[768] */
-#define P58_H_4_FC_WEIGHT ((float *)(A + 339738624)) /* h.4.fc.weight: f32[3072, 768] */
-#define GP58_H_4_FC_WEIGHT ((float *)(A + 349175808)) /* gradient of h.4.fc.weight: f32[3072, 768] */
-#define P59_H_4_FC_BIAS ((float *)(A + 858832896)) /* h.4.fc.bias: f32[3072] */
-#define GP59_H_4_FC_BIAS ((float *)(A + 858845184)) /* gradient of h.4.fc.bias: f32[3072] */
-#define P60_H_4_PROJ_WEIGHT ((float *)(A + 377487360)) /* h.4.proj.weight: f32[768, 3072] */
-#define GP60_H_4_PROJ_WEIGHT ((float *)(A + 386924544)) /* gradient of h.4.proj.weight: f32[768, 3072] */
-#define P61_H_4_PROJ_BIAS ((float *)(A + 859324416)) /* h.4.proj.bias: f32[768] */
-#define GP61_H_4_PROJ_BIAS ((float *)(A + 859327488)) /* gradient of h.4.proj.bias: f32[768] */
-#define P62_H_5_LN_1_WEIGHT ((float *)(A + 859336704)) /* h.5.ln_1.weight: f32[768] */
-#define GP62_H_5_LN_1_WEIGHT ((float *)(A + 859339776)) /* gradient of h.5.ln_1.weight: f32[768] */
-#define P63_H_5_LN_1_BIAS ((float *)(A + 859348992)) /* h.5.ln_1.bias: f32[768] */
-#define GP63_H_5_LN_1_BIAS ((float *)(A + 859352064)) /* gradient of h.5.ln_1.bias: f32[768] */
-#define P64_H_5_ATTN_QKV_WEIGHT ((float *)(A + 660602880)) /* h.5.attn.qkv.weight: f32[2304, 768] */
-#define GP64_H_5_ATTN_QKV_WEIGHT ((float *)(A + 667680768)) /* gradient of h.5.attn.qkv.weight: f32[2304, 768] */
-#define P65_H_5_ATTN_QKV_BIAS ((float *)(A + 859103232)) /* h.5.attn.qkv.bias: f32[2304] */
-#define GP65_H_5_ATTN_QKV_BIAS ((float *)(A + 859112448)) /* gradient of h.5.attn.qkv.bias: f32[2304] */
-#define P66_H_5_ATTN_PROJ_WEIGHT ((float *)(A + 824573952)) /* h.5.attn.proj.weight: f32[768, 768] */
-#define GP66_H_5_ATTN_PROJ_WEIGHT ((float *)(A + 826933248)) /* gradient of h.5.attn.proj.weight: f32[768, 768] */
-#define P67_H_5_ATTN_PROJ_BIAS ((float *)(A + 859361280)) /* h.5.attn.proj.bias: f32[768] */
-#define GP67_H_5_ATTN_PROJ_BIAS ((float *)(A + 859364352)) /* gradient of h.5.attn.proj.bias: f32[768] */
-#define P68_H_5_LN_2_WEIGHT ((float *)(A + 859373568)) /* h.5.ln_2.weight: f32[768] */
-#define GP68_H_5_LN_2_WEIGHT ((float *)(A + 859376640)) /* gradient of h.5.ln_2.weight: f32[768] */
-#define P69_H_5_LN_2_BIAS ((float *)(A + 859385856)) /* h.5.ln_2.bias: f32[768] */
-#define GP69_H_5_LN_2_BIAS ((float *)(A + 859388928)) /* gradient of h.5.ln_2.bias: f32[768] */
-#define P70_H_5_FC_WEIGHT ((float *)(A + 415236096)) /* h.5.fc.weight: f32[3072, 768] */
-#define GP70_H_5_FC_WEIGHT ((float *)(A + 424673280)) /* gradient of h.5.fc.weight: f32[3072, 768] */
-#define P71_H_5_FC_BIAS ((float *)(A + 858882048)) /* h.5.fc.bias: f32[3072] */
-#define GP71_H_5_FC_BIAS ((float *)(A + 858894336)) /* gradient of h.5.fc.bias: f32[3072] */
-#define P72_H_5_PROJ_WEIGHT ((float *)(A + 452984832)) /* h.5.proj.weight: f32[768, 3072] */
-#define GP72_H_5_PROJ_WEIGHT ((float *)(A + 462422016)) /* gradient of h.5.proj.weight: f32[768, 3072] */
-#define P73_H_5_PROJ_BIAS ((float *)(A + 859398144)) /* h.5.proj.bias: f32[768] */
-#define GP73_H_5_PROJ_BIAS ((float *)(A + 859401216)) /* gradient of h.5.proj.bias: f32[768] */
-#define P74_H_6_LN_1_WEIGHT ((float *)(A + 859410432)) /* h.6.ln_1.weight: f32[768] */
-#define GP74_H_6_LN_1_WEIGHT ((float *)(A + 859413504)) /* gradient of h.6.ln_1.weight: f32[768] */
-#define P75_H_6_LN_1_BIAS ((float *)(A + 859422720)) /* h.6.ln_1.bias: f32[768] */
-#define GP75_H_6_LN_1_BIAS ((float *)(A + 859425792)) /* gradient of h.6.ln_1.bias: f32[768] */
-#define P76_H_6_ATTN_QKV_WEIGHT ((float *)(A + 688914432)) /* h.6.attn.qkv.weight: f32[2304, 768] */
-#define GP76_H_6_ATTN_QKV_WEIGHT ((float *)(A + 695992320)) /* gradient of h.6.attn.qkv.weight: f32[2304, 768] */
-#define P77_H_6_ATTN_QKV_BIAS ((float *)(A + 859140096)) /* h.6.attn.qkv.bias: f32[2304] */
-#define GP77_H_6_ATTN_QKV_BIAS ((float *)(A + 859149312)) /* gradient of h.6.attn.qkv.bias: f32[2304] */
-#define P78_H_6_ATTN_PROJ_WEIGHT ((float *)(A + 834011136)) /* h.6.attn.proj.weight: f32[768, 768] */
-#define GP78_H_6_ATTN_PROJ_WEIGHT ((float *)(A + 836370432)) /* gradient of h.6.attn.proj.weight: f32[768, 768] */
-#define P79_H_6_ATTN_PROJ_BIAS ((float *)(A + 859435008)) /* h.6.attn.proj.bias: f32[768] */
-#define GP79_H_6_ATTN_PROJ_BIAS ((float *)(A + 859438080)) /* gradient of h.6.attn.proj.bias: f32[768] */
-#define P80_H_6_LN_2_WEIGHT ((float *)(A + 859447296)) /* h.6.ln_2.weight: f32[768] */
-#define GP80_H_6_LN_2_WEIGHT ((float *)(A + 859450368)) /* gradient of h.6.ln_2.weight: f32[768] */
-#define P81_H_6_LN_2_BIAS ((float *)(A + 859459584)) /* h.6.ln_2.bias: f32[768] */
-#define GP81_H_6_LN_2_BIAS ((float *)(A + 859462656)) /* gradient of h.6.ln_2.bias: f32[768] */
-#define P82_H_6_FC_WEIGHT ((float *)(A + 490733568)) /* h.6.fc.weight: f32[3072, 768] */
-#define GP82_H_6_FC_WEIGHT ((float *)(A + 500170752)) /* gradient of h.6.fc.weight: f32[3072, 768] */
-#define P83_H_6_FC_BIAS ((float *)(A + 858931200)) /* h.6.fc.bias: f32[3072] */
-#define GP83_H_6_FC_BIAS ((float *)(A + 858943488)) /* gradient of h.6.fc.bias: f32[3072] */
-#define P84_H_6_PROJ_WEIGHT ((float *)(A + 528482304)) /* h.6.proj.weight: f32[768, 3072] */
-#define GP84_H_6_PROJ_WEIGHT ((float *)(A + 537919488)) /* gradient of h.6.proj.weight: f32[768, 3072] */
-#define P85_H_6_PROJ_BIAS ((float *)(A + 859471872)) /* h.6.proj.bias: f32[768] */
-#define GP85_H_6_PROJ_BIAS ((float *)(A + 859474944)) /* gradient of h.6.proj.bias: f32[768] */
-#define P86_H_7_LN_1_WEIGHT ((float *)(A + 859484160)) /* h.7.ln_1.weight: f32[768] */
-#define GP86_H_7_LN_1_WEIGHT ((float *)(A + 859487232)) /* gradient of h.7.ln_1.weight: f32[768] */
-#define P87_H_7_LN_1_BIAS ((float *)(A + 859496448)) /* h.7.ln_1.bias: f32[768] */
-#define GP87_H_7_LN_1_BIAS ((float *)(A + 859499520)) /* gradient of h.7.ln_1.bias: f32[768] */
-#define P88_H_7_ATTN_QKV_WEIGHT ((float *)(A + 717225984)) /* h.7.attn.qkv.weight: f32[2304, 768] */
-#define GP88_H_7_ATTN_QKV_WEIGHT ((float *)(A + 724303872)) /* gradient of h.7.attn.qkv.weight: f32[2304, 768] */
-#define P89_H_7_ATTN_QKV_BIAS ((float *)(A + 859176960)) /* h.7.attn.qkv.bias: f32[2304] */
-#define GP89_H_7_ATTN_QKV_BIAS ((float *)(A + 859186176)) /* gradient of h.7.attn.qkv.bias: f32[2304] */
-#define P90_H_7_ATTN_PROJ_WEIGHT ((float *)(A + 843448320)) /* h.7.attn.proj.weight: f32[768, 768] */
-#define GP90_H_7_ATTN_PROJ_WEIGHT ((float *)(A + 845807616)) /* gradient of h.7.attn.proj.weight: f32[768, 768] */
-#define P91_H_7_ATTN_PROJ_BIAS ((float *)(A + 859508736)) /* h.7.attn.proj.bias: f32[768] */
-#define GP91_H_7_ATTN_PROJ_BIAS ((float *)(A + 859511808)) /* gradient of h.7.attn.proj.bias: f32[768] */
-#define P92_H_7_LN_2_WEIGHT ((float *)(A + 859521024)) /* h.7.ln_2.weight: f32[768] */
-#define GP92_H_7_LN_2_WEIGHT ((float *)(A + 859524096)) /* gradient of h.7.ln_2.weight: f32[768] */
-#define P93_H_7_LN_2_BIAS ((float *)(A + 859533312)) /* h.7.ln_2.bias: f32[768] */
-#define GP93_H_7_LN_2_BIAS ((float *)(A + 859536384)) /* gradient of h.7.ln_2.bias: f32[768] */
-#define P94_H_7_FC_WEIGHT ((float *)(A + 566231040)) /* h.7.fc.weight: f32[3072, 768] */
-#define GP94_H_7_FC_WEIGHT ((float *)(A + 575668224)) /* gradient of h.7.fc.weight: f32[3072, 768] */
-#define P95_H_7_FC_BIAS ((float *)(A + 858980352)) /* h.7.fc.bias: f32[3072] */
-#define GP95_H_7_FC_BIAS ((float *)(A + 858992640)) /* gradient of h.7.fc.bias: f32[3072] */
-
 /* ---- chunk 1: layers h.3.attn .. h.7.fc ---- */
 
 /* Arena offsets of this chunk's frame buffers (listed in gpt2_small.h): row 2 * mb is micro-batch mb's
@@ -215,93 +101,149 @@ static int fwd_body_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
     float *const h_7_attn_ctx = (float *)(A + F[116]); /* h.7.attn ctx: [r, T, d] */
     float *const h_7_ln_2_mean = (float *)(A + F[119]); /* h.7.ln_2 mean: [n] */
     float *const h_7_ln_2_rstd = (float *)(A + F[120]); /* h.7.ln_2 rstd: [n] */
+    float *const h_3_attn_qkv_weight = (float *)(A + 603979776); /* h.3.attn.qkv.weight: f32[2304, 768] */
+    float *const h_3_attn_qkv_bias = (float *)(A + 859029504); /* h.3.attn.qkv.bias: f32[2304] */
+    float *const h_3_attn_proj_weight = (float *)(A + 805699584); /* h.3.attn.proj.weight: f32[768, 768] */
+    float *const h_3_attn_proj_bias = (float *)(A + 859213824); /* h.3.attn.proj.bias: f32[768] */
+    float *const h_3_ln_2_weight = (float *)(A + 859226112); /* h.3.ln_2.weight: f32[768] */
+    float *const h_3_ln_2_bias = (float *)(A + 859238400); /* h.3.ln_2.bias: f32[768] */
+    float *const h_3_fc_weight = (float *)(A + 264241152); /* h.3.fc.weight: f32[3072, 768] */
+    float *const h_3_fc_bias = (float *)(A + 858783744); /* h.3.fc.bias: f32[3072] */
+    float *const h_3_proj_weight = (float *)(A + 301989888); /* h.3.proj.weight: f32[768, 3072] */
+    float *const h_3_proj_bias = (float *)(A + 859250688); /* h.3.proj.bias: f32[768] */
+    float *const h_4_ln_1_weight = (float *)(A + 859262976); /* h.4.ln_1.weight: f32[768] */
+    float *const h_4_ln_1_bias = (float *)(A + 859275264); /* h.4.ln_1.bias: f32[768] */
+    float *const h_4_attn_qkv_weight = (float *)(A + 632291328); /* h.4.attn.qkv.weight: f32[2304, 768] */
+    float *const h_4_attn_qkv_bias = (float *)(A + 859066368); /* h.4.attn.qkv.bias: f32[2304] */
+    float *const h_4_attn_proj_weight = (float *)(A + 815136768); /* h.4.attn.proj.weight: f32[768, 768] */
+    float *const h_4_attn_proj_bias = (float *)(A + 859287552); /* h.4.attn.proj.bias: f32[768] */
+    float *const h_4_ln_2_weight = (float *)(A + 859299840); /* h.4.ln_2.weight: f32[768] */
+    float *const h_4_ln_2_bias = (float *)(A + 859312128); /* h.4.ln_2.bias: f32[768] */
+    float *const h_4_fc_weight = (float *)(A + 339738624); /* h.4.fc.weight: f32[3072, 768] */
+    float *const h_4_fc_bias = (float *)(A + 858832896); /* h.4.fc.bias: f32[3072] */
+    float *const h_4_proj_weight = (float *)(A + 377487360); /* h.4.proj.weight: f32[768, 3072] */
+    float *const h_4_proj_bias = (float *)(A + 859324416); /* h.4.proj.bias: f32[768] */
+    float *const h_5_ln_1_weight = (float *)(A + 859336704); /* h.5.ln_1.weight: f32[768] */
+    float *const h_5_ln_1_bias = (float *)(A + 859348992); /* h.5.ln_1.bias: f32[768] */
+    float *const h_5_attn_qkv_weight = (float *)(A + 660602880); /* h.5.attn.qkv.weight: f32[2304, 768] */
+    float *const h_5_attn_qkv_bias = (float *)(A + 859103232); /* h.5.attn.qkv.bias: f32[2304] */
+    float *const h_5_attn_proj_weight = (float *)(A + 824573952); /* h.5.attn.proj.weight: f32[768, 768] */
+    float *const h_5_attn_proj_bias = (float *)(A + 859361280); /* h.5.attn.proj.bias: f32[768] */
+    float *const h_5_ln_2_weight = (float *)(A + 859373568); /* h.5.ln_2.weight: f32[768] */
+    float *const h_5_ln_2_bias = (float *)(A + 859385856); /* h.5.ln_2.bias: f32[768] */
+    float *const h_5_fc_weight = (float *)(A + 415236096); /* h.5.fc.weight: f32[3072, 768] */
+    float *const h_5_fc_bias = (float *)(A + 858882048); /* h.5.fc.bias: f32[3072] */
+    float *const h_5_proj_weight = (float *)(A + 452984832); /* h.5.proj.weight: f32[768, 3072] */
+    float *const h_5_proj_bias = (float *)(A + 859398144); /* h.5.proj.bias: f32[768] */
+    float *const h_6_ln_1_weight = (float *)(A + 859410432); /* h.6.ln_1.weight: f32[768] */
+    float *const h_6_ln_1_bias = (float *)(A + 859422720); /* h.6.ln_1.bias: f32[768] */
+    float *const h_6_attn_qkv_weight = (float *)(A + 688914432); /* h.6.attn.qkv.weight: f32[2304, 768] */
+    float *const h_6_attn_qkv_bias = (float *)(A + 859140096); /* h.6.attn.qkv.bias: f32[2304] */
+    float *const h_6_attn_proj_weight = (float *)(A + 834011136); /* h.6.attn.proj.weight: f32[768, 768] */
+    float *const h_6_attn_proj_bias = (float *)(A + 859435008); /* h.6.attn.proj.bias: f32[768] */
+    float *const h_6_ln_2_weight = (float *)(A + 859447296); /* h.6.ln_2.weight: f32[768] */
+    float *const h_6_ln_2_bias = (float *)(A + 859459584); /* h.6.ln_2.bias: f32[768] */
+    float *const h_6_fc_weight = (float *)(A + 490733568); /* h.6.fc.weight: f32[3072, 768] */
+    float *const h_6_fc_bias = (float *)(A + 858931200); /* h.6.fc.bias: f32[3072] */
+    float *const h_6_proj_weight = (float *)(A + 528482304); /* h.6.proj.weight: f32[768, 3072] */
+    float *const h_6_proj_bias = (float *)(A + 859471872); /* h.6.proj.bias: f32[768] */
+    float *const h_7_ln_1_weight = (float *)(A + 859484160); /* h.7.ln_1.weight: f32[768] */
+    float *const h_7_ln_1_bias = (float *)(A + 859496448); /* h.7.ln_1.bias: f32[768] */
+    float *const h_7_attn_qkv_weight = (float *)(A + 717225984); /* h.7.attn.qkv.weight: f32[2304, 768] */
+    float *const h_7_attn_qkv_bias = (float *)(A + 859176960); /* h.7.attn.qkv.bias: f32[2304] */
+    float *const h_7_attn_proj_weight = (float *)(A + 843448320); /* h.7.attn.proj.weight: f32[768, 768] */
+    float *const h_7_attn_proj_bias = (float *)(A + 859508736); /* h.7.attn.proj.bias: f32[768] */
+    float *const h_7_ln_2_weight = (float *)(A + 859521024); /* h.7.ln_2.weight: f32[768] */
+    float *const h_7_ln_2_bias = (float *)(A + 859533312); /* h.7.ln_2.bias: f32[768] */
+    float *const h_7_fc_weight = (float *)(A + 566231040); /* h.7.fc.weight: f32[3072, 768] */
+    float *const h_7_fc_bias = (float *)(A + 858980352); /* h.7.fc.bias: f32[3072] */
     /* h.3.attn: attention [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, c1_x, P40_H_3_ATTN_QKV_WEIGHT, P41_H_3_ATTN_QKV_BIAS, P42_H_3_ATTN_PROJ_WEIGHT, P43_H_3_ATTN_PROJ_BIAS,
+    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, c1_x, h_3_attn_qkv_weight, h_3_attn_qkv_bias, h_3_attn_proj_weight, h_3_attn_proj_bias,
                             h_3_attn_qkv, h_3_attn_att, h_3_attn_ctx, h_3_attn_out));
     /* h.3.pop.res1: pop [r, 1024, 768] -> [r, 1024, 768] */
     PG_TRY(pg_add_fwd(c, r * 786432, h_3_attn_out, c1_skip6_in, h_3_pop_res1_out));
     /* stash h.3.res2: [r, 1024, 768] stays in h_3_pop_res1_out */
     /* h.3.ln_2: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_3_pop_res1_out, P44_H_3_LN_2_WEIGHT, P45_H_3_LN_2_BIAS, h_3_ln_2_out, h_3_ln_2_mean, h_3_ln_2_rstd));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_3_pop_res1_out, h_3_ln_2_weight, h_3_ln_2_bias, h_3_ln_2_out, h_3_ln_2_mean, h_3_ln_2_rstd));
     /* h.3.fc: linear [r, 1024, 768] -> [r, 1024, 3072] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, h_3_ln_2_out, P46_H_3_FC_WEIGHT, P47_H_3_FC_BIAS, h_3_fc_out));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, h_3_ln_2_out, h_3_fc_weight, h_3_fc_bias, h_3_fc_out));
     /* h.3.gelu0: gelu [r, 1024, 3072] -> [r, 1024, 3072] */
     PG_TRY(pg_gelu_fwd(c, r * 3145728, h_3_fc_out, h_3_gelu0_out));
     /* h.3.proj: linear [r, 1024, 3072] -> [r, 1024, 768] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, h_3_gelu0_out, P48_H_3_PROJ_WEIGHT, P49_H_3_PROJ_BIAS, h_3_proj_out));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, h_3_gelu0_out, h_3_proj_weight, h_3_proj_bias, h_3_proj_out));
     /* h.3.pop.res2: pop [r, 1024, 768] -> [r, 1024, 768] */
     PG_TRY(pg_add_fwd(c, r * 786432, h_3_proj_out, h_3_pop_res1_out, h_3_pop_res2_out));
     /* stash h.4.res1: [r, 1024, 768] stays in h_3_pop_res2_out */
     /* h.4.ln_1: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_3_pop_res2_out, P50_H_4_LN_1_WEIGHT, P51_H_4_LN_1_BIAS, h_4_ln_1_out, h_4_ln_1_mean, h_4_ln_1_rstd));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_3_pop_res2_out, h_4_ln_1_weight, h_4_ln_1_bias, h_4_ln_1_out, h_4_ln_1_mean, h_4_ln_1_rstd));
     /* h.4.attn: attention [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, h_4_ln_1_out, P52_H_4_ATTN_QKV_WEIGHT, P53_H_4_ATTN_QKV_BIAS, P54_H_4_ATTN_PROJ_WEIGHT, P55_H_4_ATTN_PROJ_BIAS,
+    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, h_4_ln_1_out, h_4_attn_qkv_weight, h_4_attn_qkv_bias, h_4_attn_proj_weight, h_4_attn_proj_bias,
                             h_4_attn_qkv, h_4_attn_att, h_4_attn_ctx, h_4_attn_out));
     /* h.4.pop.res1: pop [r, 1024, 768] -> [r, 1024, 768] */
     PG_TRY(pg_add_fwd(c, r * 786432, h_4_attn_out, h_3_pop_res2_out, h_4_pop_res1_out));
     /* stash h.4.res2: [r, 1024, 768] stays in h_4_pop_res1_out */
     /* h.4.ln_2: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_4_pop_res1_out, P56_H_4_LN_2_WEIGHT, P57_H_4_LN_2_BIAS, h_4_ln_2_out, h_4_ln_2_mean, h_4_ln_2_rstd));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_4_pop_res1_out, h_4_ln_2_weight, h_4_ln_2_bias, h_4_ln_2_out, h_4_ln_2_mean, h_4_ln_2_rstd));
     /* h.4.fc: linear [r, 1024, 768] -> [r, 1024, 3072] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, h_4_ln_2_out, P58_H_4_FC_WEIGHT, P59_H_4_FC_BIAS, h_4_fc_out));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, h_4_ln_2_out, h_4_fc_weight, h_4_fc_bias, h_4_fc_out));
     /* h.4.gelu0: gelu [r, 1024, 3072] -> [r, 1024, 3072] */
     PG_TRY(pg_gelu_fwd(c, r * 3145728, h_4_fc_out, h_4_gelu0_out));
     /* h.4.proj: linear [r, 1024, 3072] -> [r, 1024, 768] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, h_4_gelu0_out, P60_H_4_PROJ_WEIGHT, P61_H_4_PROJ_BIAS, h_4_proj_out));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, h_4_gelu0_out, h_4_proj_weight, h_4_proj_bias, h_4_proj_out));
     /* h.4.pop.res2: pop [r, 1024, 768] -> [r, 1024, 768] */
     PG_TRY(pg_add_fwd(c, r * 786432, h_4_proj_out, h_4_pop_res1_out, h_4_pop_res2_out));
     /* stash h.5.res1: [r, 1024, 768] stays in h_4_pop_res2_out */
     /* h.5.ln_1: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_4_pop_res2_out, P62_H_5_LN_1_WEIGHT, P63_H_5_LN_1_BIAS, h_5_ln_1_out, h_5_ln_1_mean, h_5_ln_1_rstd));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_4_pop_res2_out, h_5_ln_1_weight, h_5_ln_1_bias, h_5_ln_1_out, h_5_ln_1_mean, h_5_ln_1_rstd));
     /* h.5.attn: attention [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, h_5_ln_1_out, P64_H_5_ATTN_QKV_WEIGHT, P65_H_5_ATTN_QKV_BIAS, P66_H_5_ATTN_PROJ_WEIGHT, P67_H_5_ATTN_PROJ_BIAS,
+    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, h_5_ln_1_out, h_5_attn_qkv_weight, h_5_attn_qkv_bias, h_5_attn_proj_weight, h_5_attn_proj_bias,
                             h_5_attn_qkv, h_5_attn_att, h_5_attn_ctx, h_5_attn_out));
     /* h.5.pop.res1: pop [r, 1024, 768] -> [r, 1024, 768] */
     PG_TRY(pg_add_fwd(c, r * 786432, h_5_attn_out, h_4_pop_res2_out, h_5_pop_res1_out));
     /* stash h.5.res2: [r, 1024, 768] stays in h_5_pop_res1_out */
     /* h.5.ln_2: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_5_pop_res1_out, P68_H_5_LN_2_WEIGHT, P69_H_5_LN_2_BIAS, h_5_ln_2_out, h_5_ln_2_mean, h_5_ln_2_rstd));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_5_pop_res1_out, h_5_ln_2_weight, h_5_ln_2_bias, h_5_ln_2_out, h_5_ln_2_mean, h_5_ln_2_rstd));
     /* h.5.fc: linear [r, 1024, 768] -> [r, 1024, 3072] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, h_5_ln_2_out, P70_H_5_FC_WEIGHT, P71_H_5_FC_BIAS, h_5_fc_out));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, h_5_ln_2_out, h_5_fc_weight, h_5_fc_bias, h_5_fc_out));
     /* h.5.gelu0: gelu [r, 1024, 3072] -> [r, 1024, 3072] */
     PG_TRY(pg_gelu_fwd(c, r * 3145728, h_5_fc_out, h_5_gelu0_out));
     /* h.5.proj: linear [r, 1024, 3072] -> [r, 1024, 768] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, h_5_gelu0_out, P72_H_5_PROJ_WEIGHT, P73_H_5_PROJ_BIAS, h_5_proj_out));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, h_5_gelu0_out, h_5_proj_weight, h_5_proj_bias, h_5_proj_out));
     /* h.5.pop.res2: pop [r, 1024, 768] -> [r, 1024, 768] */
     PG_TRY(pg_add_fwd(c, r * 786432, h_5_proj_out, h_5_pop_res1_out, h_5_pop_res2_out));
     /* stash h.6.res1: [r, 1024, 768] stays in h_5_pop_res2_out */
     /* h.6.ln_1: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_5_pop_res2_out, P74_H_6_LN_1_WEIGHT, P75_H_6_LN_1_BIAS, h_6_ln_1_out, h_6_ln_1_mean, h_6_ln_1_rstd));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_5_pop_res2_out, h_6_ln_1_weight, h_6_ln_1_bias, h_6_ln_1_out, h_6_ln_1_mean, h_6_ln_1_rstd));
     /* h.6.attn: attention [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, h_6_ln_1_out, P76_H_6_ATTN_QKV_WEIGHT, P77_H_6_ATTN_QKV_BIAS, P78_H_6_ATTN_PROJ_WEIGHT, P79_H_6_ATTN_PROJ_BIAS,
+    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, h_6_ln_1_out, h_6_attn_qkv_weight, h_6_attn_qkv_bias, h_6_attn_proj_weight, h_6_attn_proj_bias,
                             h_6_attn_qkv, h_6_attn_att, h_6_attn_ctx, h_6_attn_out));
     /* h.6.pop.res1: pop [r, 1024, 768] -> [r, 1024, 768] */
     PG_TRY(pg_add_fwd(c, r * 786432, h_6_attn_out, h_5_pop_res2_out, h_6_pop_res1_out));
     /* stash h.6.res2: [r, 1024, 768] stays in h_6_pop_res1_out */
     /* h.6.ln_2: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_6_pop_res1_out, P80_H_6_LN_2_WEIGHT, P81_H_6_LN_2_BIAS, h_6_ln_2_out, h_6_ln_2_mean, h_6_ln_2_rstd));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_6_pop_res1_out, h_6_ln_2_weight, h_6_ln_2_bias, h_6_ln_2_out, h_6_ln_2_mean, h_6_ln_2_rstd));
     /* h.6.fc: linear [r, 1024, 768] -> [r, 1024, 3072] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, h_6_ln_2_out, P82_H_6_FC_WEIGHT, P83_H_6_FC_BIAS, h_6_fc_out));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, h_6_ln_2_out, h_6_fc_weight, h_6_fc_bias, h_6_fc_out));
     /* h.6.gelu0: gelu [r, 1024, 3072] -> [r, 1024, 3072] */
     PG_TRY(pg_gelu_fwd(c, r * 3145728, h_6_fc_out, h_6_gelu0_out));
     /* h.6.proj: linear [r, 1024, 3072] -> [r, 1024, 768] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, h_6_gelu0_out, P84_H_6_PROJ_WEIGHT, P85_H_6_PROJ_BIAS, h_6_proj_out));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, h_6_gelu0_out, h_6_proj_weight, h_6_proj_bias, h_6_proj_out));
     /* h.6.pop.res2: pop [r, 1024, 768] -> [r, 1024, 768] */
     PG_TRY(pg_add_fwd(c, r * 786432, h_6_proj_out, h_6_pop_res1_out, h_6_pop_res2_out));
     /* stash h.7.res1: [r, 1024, 768] stays in h_6_pop_res2_out */
     /* h.7.ln_1: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_6_pop_res2_out, P86_H_7_LN_1_WEIGHT, P87_H_7_LN_1_BIAS, h_7_ln_1_out, h_7_ln_1_mean, h_7_ln_1_rstd));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_6_pop_res2_out, h_7_ln_1_weight, h_7_ln_1_bias, h_7_ln_1_out, h_7_ln_1_mean, h_7_ln_1_rstd));
     /* h.7.attn: attention [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, h_7_ln_1_out, P88_H_7_ATTN_QKV_WEIGHT, P89_H_7_ATTN_QKV_BIAS, P90_H_7_ATTN_PROJ_WEIGHT, P91_H_7_ATTN_PROJ_BIAS,
+    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, h_7_ln_1_out, h_7_attn_qkv_weight, h_7_attn_qkv_bias, h_7_attn_proj_weight, h_7_attn_proj_bias,
                             h_7_attn_qkv, h_7_attn_att, h_7_attn_ctx, h_7_attn_out));
     /* h.7.pop.res1: pop [r, 1024, 768] -> [r, 1024, 768] */
     PG_TRY(pg_add_fwd(c, r * 786432, h_7_attn_out, h_6_pop_res2_out, h_7_pop_res1_out));
     /* stash h.7.res2: [r, 1024, 768], sent to chunk 2 */
     PG_TRY(pg_copy(c, c1_skip15_out, h_7_pop_res1_out, r * 786432));
     /* h.7.ln_2: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_7_pop_res1_out, P92_H_7_LN_2_WEIGHT, P93_H_7_LN_2_BIAS, h_7_ln_2_out, h_7_ln_2_mean, h_7_ln_2_rstd));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_7_pop_res1_out, h_7_ln_2_weight, h_7_ln_2_bias, h_7_ln_2_out, h_7_ln_2_mean, h_7_ln_2_rstd));
     /* h.7.fc: linear [r, 1024, 768] -> [r, 1024, 3072] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, h_7_ln_2_out, P94_H_7_FC_WEIGHT, P95_H_7_FC_BIAS, c1_y));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, h_7_ln_2_out, h_7_fc_weight, h_7_fc_bias, c1_y));
     return 0;
 }
 
@@ -418,70 +360,98 @@ static int bwd_b_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const h_7_attn_dqkv = (float *)(A + F[118]); /* h.7.attn dqkv: [r, T, 3d] */
     float *const h_7_ln_2_mean = (float *)(A + F[119]); /* h.7.ln_2 mean: [n] */
     float *const h_7_ln_2_rstd = (float *)(A + F[120]); /* h.7.ln_2 rstd: [n] */
+    float *const h_3_attn_qkv_weight = (float *)(A + 603979776); /* h.3.attn.qkv.weight: f32[2304, 768] */
+    float *const h_3_attn_proj_weight = (float *)(A + 805699584); /* h.3.attn.proj.weight: f32[768, 768] */
+    float *const h_3_ln_2_weight = (float *)(A + 859226112); /* h.3.ln_2.weight: f32[768] */
+    float *const h_3_fc_weight = (float *)(A + 264241152); /* h.3.fc.weight: f32[3072, 768] */
+    float *const h_3_proj_weight = (float *)(A + 301989888); /* h.3.proj.weight: f32[768, 3072] */
+    float *const h_4_ln_1_weight = (float *)(A + 859262976); /* h.4.ln_1.weight: f32[768] */
+    float *const h_4_attn_qkv_weight = (float *)(A + 632291328); /* h.4.attn.qkv.weight: f32[2304, 768] */
+    float *const h_4_attn_proj_weight = (float *)(A + 815136768); /* h.4.attn.proj.weight: f32[768, 768] */
+    float *const h_4_ln_2_weight = (float *)(A + 859299840); /* h.4.ln_2.weight: f32[768] */
+    float *const h_4_fc_weight = (float *)(A + 339738624); /* h.4.fc.weight: f32[3072, 768] */
+    float *const h_4_proj_weight = (float *)(A + 377487360); /* h.4.proj.weight: f32[768, 3072] */
+    float *const h_5_ln_1_weight = (float *)(A + 859336704); /* h.5.ln_1.weight: f32[768] */
+    float *const h_5_attn_qkv_weight = (float *)(A + 660602880); /* h.5.attn.qkv.weight: f32[2304, 768] */
+    float *const h_5_attn_proj_weight = (float *)(A + 824573952); /* h.5.attn.proj.weight: f32[768, 768] */
+    float *const h_5_ln_2_weight = (float *)(A + 859373568); /* h.5.ln_2.weight: f32[768] */
+    float *const h_5_fc_weight = (float *)(A + 415236096); /* h.5.fc.weight: f32[3072, 768] */
+    float *const h_5_proj_weight = (float *)(A + 452984832); /* h.5.proj.weight: f32[768, 3072] */
+    float *const h_6_ln_1_weight = (float *)(A + 859410432); /* h.6.ln_1.weight: f32[768] */
+    float *const h_6_attn_qkv_weight = (float *)(A + 688914432); /* h.6.attn.qkv.weight: f32[2304, 768] */
+    float *const h_6_attn_proj_weight = (float *)(A + 834011136); /* h.6.attn.proj.weight: f32[768, 768] */
+    float *const h_6_ln_2_weight = (float *)(A + 859447296); /* h.6.ln_2.weight: f32[768] */
+    float *const h_6_fc_weight = (float *)(A + 490733568); /* h.6.fc.weight: f32[3072, 768] */
+    float *const h_6_proj_weight = (float *)(A + 528482304); /* h.6.proj.weight: f32[768, 3072] */
+    float *const h_7_ln_1_weight = (float *)(A + 859484160); /* h.7.ln_1.weight: f32[768] */
+    float *const h_7_attn_qkv_weight = (float *)(A + 717225984); /* h.7.attn.qkv.weight: f32[2304, 768] */
+    float *const h_7_attn_proj_weight = (float *)(A + 843448320); /* h.7.attn.proj.weight: f32[768, 768] */
+    float *const h_7_ln_2_weight = (float *)(A + 859521024); /* h.7.ln_2.weight: f32[768] */
+    float *const h_7_fc_weight = (float *)(A + 566231040); /* h.7.fc.weight: f32[3072, 768] */
     if (io->recompute) /* checkpointed: rebuild the interior from the stage input */
         PG_TRY(fwd_body_c1(c, A, io, 0));
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, c1_dy, P94_H_7_FC_WEIGHT, d_h_7_ln_2_out)); /* h.7.fc */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_7_pop_res1_out, P92_H_7_LN_2_WEIGHT, h_7_ln_2_mean, h_7_ln_2_rstd, d_h_7_ln_2_out, d_h_7_pop_res1_out)); /* h.7.ln_2 */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, c1_dy, h_7_fc_weight, d_h_7_ln_2_out)); /* h.7.fc */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_7_pop_res1_out, h_7_ln_2_weight, h_7_ln_2_mean, h_7_ln_2_rstd, d_h_7_ln_2_out, d_h_7_pop_res1_out)); /* h.7.ln_2 */
     PG_TRY(pg_axpy_inplace(c, d_h_7_pop_res1_out, c1_skip15_grad_in, r * 786432)); /* + gradient of skip h.7.res2 from chunk 2 */
     PG_TRY(pg_copy(c, d_h_7_attn_out, d_h_7_pop_res1_out, r * 786432)); /* h.7.pop.res1 */
     PG_TRY(pg_copy(c, d_skip_h_7_res1, d_h_7_pop_res1_out, r * 786432)); /* gradient of skip h.7.res1 */
-    PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, P88_H_7_ATTN_QKV_WEIGHT, P90_H_7_ATTN_PROJ_WEIGHT,
+    PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, h_7_attn_qkv_weight, h_7_attn_proj_weight,
                                h_7_attn_qkv, h_7_attn_att, h_7_attn_ctx, d_h_7_attn_out,
                                h_7_attn_dctx, h_7_attn_dqkv, d_h_7_ln_1_out)); /* h.7.attn */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_6_pop_res2_out, P86_H_7_LN_1_WEIGHT, h_7_ln_1_mean, h_7_ln_1_rstd, d_h_7_ln_1_out, d_h_6_pop_res2_out)); /* h.7.ln_1 */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_6_pop_res2_out, h_7_ln_1_weight, h_7_ln_1_mean, h_7_ln_1_rstd, d_h_7_ln_1_out, d_h_6_pop_res2_out)); /* h.7.ln_1 */
     PG_TRY(pg_axpy_inplace(c, d_h_6_pop_res2_out, d_skip_h_7_res1, r * 786432)); /* + gradient of skip h.7.res1 */
     PG_TRY(pg_copy(c, d_h_6_proj_out, d_h_6_pop_res2_out, r * 786432)); /* h.6.pop.res2 */
     PG_TRY(pg_copy(c, d_skip_h_6_res2, d_h_6_pop_res2_out, r * 786432)); /* gradient of skip h.6.res2 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, d_h_6_proj_out, P84_H_6_PROJ_WEIGHT, d_h_6_gelu0_out)); /* h.6.proj */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, d_h_6_proj_out, h_6_proj_weight, d_h_6_gelu0_out)); /* h.6.proj */
     PG_TRY(pg_gelu_bwd_in(c, r * 3145728, h_6_fc_out, d_h_6_gelu0_out, d_h_6_fc_out)); /* h.6.gelu0 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, d_h_6_fc_out, P82_H_6_FC_WEIGHT, d_h_6_ln_2_out)); /* h.6.fc */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_6_pop_res1_out, P80_H_6_LN_2_WEIGHT, h_6_ln_2_mean, h_6_ln_2_rstd, d_h_6_ln_2_out, d_h_6_pop_res1_out)); /* h.6.ln_2 */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, d_h_6_fc_out, h_6_fc_weight, d_h_6_ln_2_out)); /* h.6.fc */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_6_pop_res1_out, h_6_ln_2_weight, h_6_ln_2_mean, h_6_ln_2_rstd, d_h_6_ln_2_out, d_h_6_pop_res1_out)); /* h.6.ln_2 */
     PG_TRY(pg_axpy_inplace(c, d_h_6_pop_res1_out, d_skip_h_6_res2, r * 786432)); /* + gradient of skip h.6.res2 */
     PG_TRY(pg_copy(c, d_h_6_attn_out, d_h_6_pop_res1_out, r * 786432)); /* h.6.pop.res1 */
     PG_TRY(pg_copy(c, d_skip_h_6_res1, d_h_6_pop_res1_out, r * 786432)); /* gradient of skip h.6.res1 */
-    PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, P76_H_6_ATTN_QKV_WEIGHT, P78_H_6_ATTN_PROJ_WEIGHT,
+    PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, h_6_attn_qkv_weight, h_6_attn_proj_weight,
                                h_6_attn_qkv, h_6_attn_att, h_6_attn_ctx, d_h_6_attn_out,
                                h_6_attn_dctx, h_6_attn_dqkv, d_h_6_ln_1_out)); /* h.6.attn */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_5_pop_res2_out, P74_H_6_LN_1_WEIGHT, h_6_ln_1_mean, h_6_ln_1_rstd, d_h_6_ln_1_out, d_h_5_pop_res2_out)); /* h.6.ln_1 */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_5_pop_res2_out, h_6_ln_1_weight, h_6_ln_1_mean, h_6_ln_1_rstd, d_h_6_ln_1_out, d_h_5_pop_res2_out)); /* h.6.ln_1 */
     PG_TRY(pg_axpy_inplace(c, d_h_5_pop_res2_out, d_skip_h_6_res1, r * 786432)); /* + gradient of skip h.6.res1 */
     PG_TRY(pg_copy(c, d_h_5_proj_out, d_h_5_pop_res2_out, r * 786432)); /* h.5.pop.res2 */
     PG_TRY(pg_copy(c, d_skip_h_5_res2, d_h_5_pop_res2_out, r * 786432)); /* gradient of skip h.5.res2 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, d_h_5_proj_out, P72_H_5_PROJ_WEIGHT, d_h_5_gelu0_out)); /* h.5.proj */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, d_h_5_proj_out, h_5_proj_weight, d_h_5_gelu0_out)); /* h.5.proj */
     PG_TRY(pg_gelu_bwd_in(c, r * 3145728, h_5_fc_out, d_h_5_gelu0_out, d_h_5_fc_out)); /* h.5.gelu0 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, d_h_5_fc_out, P70_H_5_FC_WEIGHT, d_h_5_ln_2_out)); /* h.5.fc */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_5_pop_res1_out, P68_H_5_LN_2_WEIGHT, h_5_ln_2_mean, h_5_ln_2_rstd, d_h_5_ln_2_out, d_h_5_pop_res1_out)); /* h.5.ln_2 */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, d_h_5_fc_out, h_5_fc_weight, d_h_5_ln_2_out)); /* h.5.fc */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_5_pop_res1_out, h_5_ln_2_weight, h_5_ln_2_mean, h_5_ln_2_rstd, d_h_5_ln_2_out, d_h_5_pop_res1_out)); /* h.5.ln_2 */
     PG_TRY(pg_axpy_inplace(c, d_h_5_pop_res1_out, d_skip_h_5_res2, r * 786432)); /* + gradient of skip h.5.res2 */
     PG_TRY(pg_copy(c, d_h_5_attn_out, d_h_5_pop_res1_out, r * 786432)); /* h.5.pop.res1 */
     PG_TRY(pg_copy(c, d_skip_h_5_res1, d_h_5_pop_res1_out, r * 786432)); /* gradient of skip h.5.res1 */
-    PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, P64_H_5_ATTN_QKV_WEIGHT, P66_H_5_ATTN_PROJ_WEIGHT,
+    PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, h_5_attn_qkv_weight, h_5_attn_proj_weight,
                                h_5_attn_qkv, h_5_attn_att, h_5_attn_ctx, d_h_5_attn_out,
                                h_5_attn_dctx, h_5_attn_dqkv, d_h_5_ln_1_out)); /* h.5.attn */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_4_pop_res2_out, P62_H_5_LN_1_WEIGHT, h_5_ln_1_mean, h_5_ln_1_rstd, d_h_5_ln_1_out, d_h_4_pop_res2_out)); /* h.5.ln_1 */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_4_pop_res2_out, h_5_ln_1_weight, h_5_ln_1_mean, h_5_ln_1_rstd, d_h_5_ln_1_out, d_h_4_pop_res2_out)); /* h.5.ln_1 */
     PG_TRY(pg_axpy_inplace(c, d_h_4_pop_res2_out, d_skip_h_5_res1, r * 786432)); /* + gradient of skip h.5.res1 */
     PG_TRY(pg_copy(c, d_h_4_proj_out, d_h_4_pop_res2_out, r * 786432)); /* h.4.pop.res2 */
     PG_TRY(pg_copy(c, d_skip_h_4_res2, d_h_4_pop_res2_out, r * 786432)); /* gradient of skip h.4.res2 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, d_h_4_proj_out, P60_H_4_PROJ_WEIGHT, d_h_4_gelu0_out)); /* h.4.proj */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, d_h_4_proj_out, h_4_proj_weight, d_h_4_gelu0_out)); /* h.4.proj */
     PG_TRY(pg_gelu_bwd_in(c, r * 3145728, h_4_fc_out, d_h_4_gelu0_out, d_h_4_fc_out)); /* h.4.gelu0 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, d_h_4_fc_out, P58_H_4_FC_WEIGHT, d_h_4_ln_2_out)); /* h.4.fc */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_4_pop_res1_out, P56_H_4_LN_2_WEIGHT, h_4_ln_2_mean, h_4_ln_2_rstd, d_h_4_ln_2_out, d_h_4_pop_res1_out)); /* h.4.ln_2 */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, d_h_4_fc_out, h_4_fc_weight, d_h_4_ln_2_out)); /* h.4.fc */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_4_pop_res1_out, h_4_ln_2_weight, h_4_ln_2_mean, h_4_ln_2_rstd, d_h_4_ln_2_out, d_h_4_pop_res1_out)); /* h.4.ln_2 */
     PG_TRY(pg_axpy_inplace(c, d_h_4_pop_res1_out, d_skip_h_4_res2, r * 786432)); /* + gradient of skip h.4.res2 */
     PG_TRY(pg_copy(c, d_h_4_attn_out, d_h_4_pop_res1_out, r * 786432)); /* h.4.pop.res1 */
     PG_TRY(pg_copy(c, d_skip_h_4_res1, d_h_4_pop_res1_out, r * 786432)); /* gradient of skip h.4.res1 */
-    PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, P52_H_4_ATTN_QKV_WEIGHT, P54_H_4_ATTN_PROJ_WEIGHT,
+    PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, h_4_attn_qkv_weight, h_4_attn_proj_weight,
                                h_4_attn_qkv, h_4_attn_att, h_4_attn_ctx, d_h_4_attn_out,
                                h_4_attn_dctx, h_4_attn_dqkv, d_h_4_ln_1_out)); /* h.4.attn */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_3_pop_res2_out, P50_H_4_LN_1_WEIGHT, h_4_ln_1_mean, h_4_ln_1_rstd, d_h_4_ln_1_out, d_h_3_pop_res2_out)); /* h.4.ln_1 */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_3_pop_res2_out, h_4_ln_1_weight, h_4_ln_1_mean, h_4_ln_1_rstd, d_h_4_ln_1_out, d_h_3_pop_res2_out)); /* h.4.ln_1 */
     PG_TRY(pg_axpy_inplace(c, d_h_3_pop_res2_out, d_skip_h_4_res1, r * 786432)); /* + gradient of skip h.4.res1 */
     PG_TRY(pg_copy(c, d_h_3_proj_out, d_h_3_pop_res2_out, r * 786432)); /* h.3.pop.res2 */
     PG_TRY(pg_copy(c, d_skip_h_3_res2, d_h_3_pop_res2_out, r * 786432)); /* gradient of skip h.3.res2 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, d_h_3_proj_out, P48_H_3_PROJ_WEIGHT, d_h_3_gelu0_out)); /* h.3.proj */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, d_h_3_proj_out, h_3_proj_weight, d_h_3_gelu0_out)); /* h.3.proj */
     PG_TRY(pg_gelu_bwd_in(c, r * 3145728, h_3_fc_out, d_h_3_gelu0_out, d_h_3_fc_out)); /* h.3.gelu0 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, d_h_3_fc_out, P46_H_3_FC_WEIGHT, d_h_3_ln_2_out)); /* h.3.fc */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_3_pop_res1_out, P44_H_3_LN_2_WEIGHT, h_3_ln_2_mean, h_3_ln_2_rstd, d_h_3_ln_2_out, d_h_3_pop_res1_out)); /* h.3.ln_2 */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, d_h_3_fc_out, h_3_fc_weight, d_h_3_ln_2_out)); /* h.3.fc */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_3_pop_res1_out, h_3_ln_2_weight, h_3_ln_2_mean, h_3_ln_2_rstd, d_h_3_ln_2_out, d_h_3_pop_res1_out)); /* h.3.ln_2 */
     PG_TRY(pg_axpy_inplace(c, d_h_3_pop_res1_out, d_skip_h_3_res2, r * 786432)); /* + gradient of skip h.3.res2 */
     PG_TRY(pg_copy(c, d_h_3_attn_out, d_h_3_pop_res1_out, r * 786432)); /* h.3.pop.res1 */
     PG_TRY(pg_copy(c, c1_skip6_grad_out, d_h_3_pop_res1_out, r * 786432)); /* gradient of skip h.3.res1 */
-    PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, P40_H_3_ATTN_QKV_WEIGHT, P42_H_3_ATTN_PROJ_WEIGHT,
+    PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, h_3_attn_qkv_weight, h_3_attn_proj_weight,
                                h_3_attn_qkv, h_3_attn_att, h_3_attn_ctx, d_h_3_attn_out,
                                h_3_attn_dctx, h_3_attn_dqkv, c1_dx)); /* h.3.attn */
     return 0;
@@ -565,34 +535,90 @@ static int bwd_w_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const h_7_attn_dqkv = (float *)(A + F[118]); /* h.7.attn dqkv: [r, T, 3d] */
     float *const h_7_ln_2_mean = (float *)(A + F[119]); /* h.7.ln_2 mean: [n] */
     float *const h_7_ln_2_rstd = (float *)(A + F[120]); /* h.7.ln_2 rstd: [n] */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_7_ln_2_out, c1_dy, GP94_H_7_FC_WEIGHT, GP95_H_7_FC_BIAS)); /* h.7.fc */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_7_pop_res1_out, h_7_ln_2_mean, h_7_ln_2_rstd, d_h_7_ln_2_out, GP92_H_7_LN_2_WEIGHT, GP93_H_7_LN_2_BIAS)); /* h.7.ln_2 */
+    float *const d_h_3_attn_qkv_weight = (float *)(A + 611057664); /* gradient of h.3.attn.qkv.weight: f32[2304, 768] */
+    float *const d_h_3_attn_qkv_bias = (float *)(A + 859038720); /* gradient of h.3.attn.qkv.bias: f32[2304] */
+    float *const d_h_3_attn_proj_weight = (float *)(A + 808058880); /* gradient of h.3.attn.proj.weight: f32[768, 768] */
+    float *const d_h_3_attn_proj_bias = (float *)(A + 859216896); /* gradient of h.3.attn.proj.bias: f32[768] */
+    float *const d_h_3_ln_2_weight = (float *)(A + 859229184); /* gradient of h.3.ln_2.weight: f32[768] */
+    float *const d_h_3_ln_2_bias = (float *)(A + 859241472); /* gradient of h.3.ln_2.bias: f32[768] */
+    float *const d_h_3_fc_weight = (float *)(A + 273678336); /* gradient of h.3.fc.weight: f32[3072, 768] */
+    float *const d_h_3_fc_bias = (float *)(A + 858796032); /* gradient of h.3.fc.bias: f32[3072] */
+    float *const d_h_3_proj_weight = (float *)(A + 311427072); /* gradient of h.3.proj.weight: f32[768, 3072] */
+    float *const d_h_3_proj_bias = (float *)(A + 859253760); /* gradient of h.3.proj.bias: f32[768] */
+    float *const d_h_4_ln_1_weight = (float *)(A + 859266048); /* gradient of h.4.ln_1.weight: f32[768] */
+    float *const d_h_4_ln_1_bias = (float *)(A + 859278336); /* gradient of h.4.ln_1.bias: f32[768] */
+    float *const d_h_4_attn_qkv_weight = (float *)(A + 639369216); /* gradient of h.4.attn.qkv.weight: f32[2304, 768] */
+    float *const d_h_4_attn_qkv_bias = (float *)(A + 859075584); /* gradient of h.4.attn.qkv.bias: f32[2304] */
+    float *const d_h_4_attn_proj_weight = (float *)(A + 817496064); /* gradient of h.4.attn.proj.weight: f32[768, 768] */
+    float *const d_h_4_attn_proj_bias = (float *)(A + 859290624); /* gradient of h.4.attn.proj.bias: f32[768] */
+    float *const d_h_4_ln_2_weight = (float *)(A + 859302912); /* gradient of h.4.ln_2.weight: f32[768] */
+    float *const d_h_4_ln_2_bias = (float *)(A + 859315200); /* gradient of h.4.ln_2.bias: f32[768] */
+    float *const d_h_4_fc_weight = (float *)(A + 349175808); /* gradient of h.4.fc.weight: f32[3072, 768] */
+    float *const d_h_4_fc_bias = (float *)(A + 858845184); /* gradient of h.4.fc.bias: f32[3072] */
+    float *const d_h_4_proj_weight = (float *)(A + 386924544); /* gradient of h.4.proj.weight: f32[768, 3072] */
+    float *const d_h_4_proj_bias = (float *)(A + 859327488); /* gradient of h.4.proj.bias: f32[768] */
+    float *const d_h_5_ln_1_weight = (float *)(A + 859339776); /* gradient of h.5.ln_1.weight: f32[768] */
+    float *const d_h_5_ln_1_bias = (float *)(A + 859352064); /* gradient of h.5.ln_1.bias: f32[768] */
+    float *const d_h_5_attn_qkv_weight = (float *)(A + 667680768); /* gradient of h.5.attn.qkv.weight: f32[2304, 768] */
+    float *const d_h_5_attn_qkv_bias = (float *)(A + 859112448); /* gradient of h.5.attn.qkv.bias: f32[2304] */
+    float *const d_h_5_attn_proj_weight = (float *)(A + 826933248); /* gradient of h.5.attn.proj.weight: f32[768, 768] */
+    float *const d_h_5_attn_proj_bias = (float *)(A + 859364352); /* gradient of h.5.attn.proj.bias: f32[768] */
+    float *const d_h_5_ln_2_weight = (float *)(A + 859376640); /* gradient of h.5.ln_2.weight: f32[768] */
+    float *const d_h_5_ln_2_bias = (float *)(A + 859388928); /* gradient of h.5.ln_2.bias: f32[768] */
+    float *const d_h_5_fc_weight = (float *)(A + 424673280); /* gradient of h.5.fc.weight: f32[3072, 768] */
+    float *const d_h_5_fc_bias = (float *)(A + 858894336); /* gradient of h.5.fc.bias: f32[3072] */
+    float *const d_h_5_proj_weight = (float *)(A + 462422016); /* gradient of h.5.proj.weight: f32[768, 3072] */
+    float *const d_h_5_proj_bias = (float *)(A + 859401216); /* gradient of h.5.proj.bias: f32[768] */
+    float *const d_h_6_ln_1_weight = (float *)(A + 859413504); /* gradient of h.6.ln_1.weight: f32[768] */
+    float *const d_h_6_ln_1_bias = (float *)(A + 859425792); /* gradient of h.6.ln_1.bias: f32[768] */
+    float *const d_h_6_attn_qkv_weight = (float *)(A + 695992320); /* gradient of h.6.attn.qkv.weight: f32[2304, 768] */
+    float *const d_h_6_attn_qkv_bias = (float *)(A + 859149312); /* gradient of h.6.attn.qkv.bias: f32[2304] */
+    float *const d_h_6_attn_proj_weight = (float *)(A + 836370432); /* gradient of h.6.attn.proj.weight: f32[768, 768] */
+    float *const d_h_6_attn_proj_bias = (float *)(A + 859438080); /* gradient of h.6.attn.proj.bias: f32[768] */
+    float *const d_h_6_ln_2_weight = (float *)(A + 859450368); /* gradient of h.6.ln_2.weight: f32[768] */
+    float *const d_h_6_ln_2_bias = (float *)(A + 859462656); /* gradient of h.6.ln_2.bias: f32[768] */
+    float *const d_h_6_fc_weight = (float *)(A + 500170752); /* gradient of h.6.fc.weight: f32[3072, 768] */
+    float *const d_h_6_fc_bias = (float *)(A + 858943488); /* gradient of h.6.fc.bias: f32[3072] */
+    float *const d_h_6_proj_weight = (float *)(A + 537919488); /* gradient of h.6.proj.weight: f32[768, 3072] */
+    float *const d_h_6_proj_bias = (float *)(A + 859474944); /* gradient of h.6.proj.bias: f32[768] */
+    float *const d_h_7_ln_1_weight = (float *)(A + 859487232); /* gradient of h.7.ln_1.weight: f32[768] */
+    float *const d_h_7_ln_1_bias = (float *)(A + 859499520); /* gradient of h.7.ln_1.bias: f32[768] */
+    float *const d_h_7_attn_qkv_weight = (float *)(A + 724303872); /* gradient of h.7.attn.qkv.weight: f32[2304, 768] */
+    float *const d_h_7_attn_qkv_bias = (float *)(A + 859186176); /* gradient of h.7.attn.qkv.bias: f32[2304] */
+    float *const d_h_7_attn_proj_weight = (float *)(A + 845807616); /* gradient of h.7.attn.proj.weight: f32[768, 768] */
+    float *const d_h_7_attn_proj_bias = (float *)(A + 859511808); /* gradient of h.7.attn.proj.bias: f32[768] */
+    float *const d_h_7_ln_2_weight = (float *)(A + 859524096); /* gradient of h.7.ln_2.weight: f32[768] */
+    float *const d_h_7_ln_2_bias = (float *)(A + 859536384); /* gradient of h.7.ln_2.bias: f32[768] */
+    float *const d_h_7_fc_weight = (float *)(A + 575668224); /* gradient of h.7.fc.weight: f32[3072, 768] */
+    float *const d_h_7_fc_bias = (float *)(A + 858992640); /* gradient of h.7.fc.bias: f32[3072] */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_7_ln_2_out, c1_dy, d_h_7_fc_weight, d_h_7_fc_bias)); /* h.7.fc */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_7_pop_res1_out, h_7_ln_2_mean, h_7_ln_2_rstd, d_h_7_ln_2_out, d_h_7_ln_2_weight, d_h_7_ln_2_bias)); /* h.7.ln_2 */
     PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, h_7_ln_1_out, h_7_attn_ctx, d_h_7_attn_out, h_7_attn_dqkv,
-                              GP88_H_7_ATTN_QKV_WEIGHT, GP89_H_7_ATTN_QKV_BIAS, GP90_H_7_ATTN_PROJ_WEIGHT, GP91_H_7_ATTN_PROJ_BIAS)); /* h.7.attn */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_6_pop_res2_out, h_7_ln_1_mean, h_7_ln_1_rstd, d_h_7_ln_1_out, GP86_H_7_LN_1_WEIGHT, GP87_H_7_LN_1_BIAS)); /* h.7.ln_1 */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_6_gelu0_out, d_h_6_proj_out, GP84_H_6_PROJ_WEIGHT, GP85_H_6_PROJ_BIAS)); /* h.6.proj */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_6_ln_2_out, d_h_6_fc_out, GP82_H_6_FC_WEIGHT, GP83_H_6_FC_BIAS)); /* h.6.fc */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_6_pop_res1_out, h_6_ln_2_mean, h_6_ln_2_rstd, d_h_6_ln_2_out, GP80_H_6_LN_2_WEIGHT, GP81_H_6_LN_2_BIAS)); /* h.6.ln_2 */
+                              d_h_7_attn_qkv_weight, d_h_7_attn_qkv_bias, d_h_7_attn_proj_weight, d_h_7_attn_proj_bias)); /* h.7.attn */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_6_pop_res2_out, h_7_ln_1_mean, h_7_ln_1_rstd, d_h_7_ln_1_out, d_h_7_ln_1_weight, d_h_7_ln_1_bias)); /* h.7.ln_1 */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_6_gelu0_out, d_h_6_proj_out, d_h_6_proj_weight, d_h_6_proj_bias)); /* h.6.proj */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_6_ln_2_out, d_h_6_fc_out, d_h_6_fc_weight, d_h_6_fc_bias)); /* h.6.fc */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_6_pop_res1_out, h_6_ln_2_mean, h_6_ln_2_rstd, d_h_6_ln_2_out, d_h_6_ln_2_weight, d_h_6_ln_2_bias)); /* h.6.ln_2 */
     PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, h_6_ln_1_out, h_6_attn_ctx, d_h_6_attn_out, h_6_attn_dqkv,
-                              GP76_H_6_ATTN_QKV_WEIGHT, GP77_H_6_ATTN_QKV_BIAS, GP78_H_6_ATTN_PROJ_WEIGHT, GP79_H_6_ATTN_PROJ_BIAS)); /* h.6.attn */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_5_pop_res2_out, h_6_ln_1_mean, h_6_ln_1_rstd, d_h_6_ln_1_out, GP74_H_6_LN_1_WEIGHT, GP75_H_6_LN_1_BIAS)); /* h.6.ln_1 */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_5_gelu0_out, d_h_5_proj_out, GP72_H_5_PROJ_WEIGHT, GP73_H_5_PROJ_BIAS)); /* h.5.proj */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_5_ln_2_out, d_h_5_fc_out, GP70_H_5_FC_WEIGHT, GP71_H_5_FC_BIAS)); /* h.5.fc */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_5_pop_res1_out, h_5_ln_2_mean, h_5_ln_2_rstd, d_h_5_ln_2_out, GP68_H_5_LN_2_WEIGHT, GP69_H_5_LN_2_BIAS)); /* h.5.ln_2 */
+                              d_h_6_attn_qkv_weight, d_h_6_attn_qkv_bias, d_h_6_attn_proj_weight, d_h_6_attn_proj_bias)); /* h.6.attn */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_5_pop_res2_out, h_6_ln_1_mean, h_6_ln_1_rstd, d_h_6_ln_1_out, d_h_6_ln_1_weight, d_h_6_ln_1_bias)); /* h.6.ln_1 */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_5_gelu0_out, d_h_5_proj_out, d_h_5_proj_weight, d_h_5_proj_bias)); /* h.5.proj */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_5_ln_2_out, d_h_5_fc_out, d_h_5_fc_weight, d_h_5_fc_bias)); /* h.5.fc */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_5_pop_res1_out, h_5_ln_2_mean, h_5_ln_2_rstd, d_h_5_ln_2_out, d_h_5_ln_2_weight, d_h_5_ln_2_bias)); /* h.5.ln_2 */
     PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, h_5_ln_1_out, h_5_attn_ctx, d_h_5_attn_out, h_5_attn_dqkv,
-                              GP64_H_5_ATTN_QKV_WEIGHT, GP65_H_5_ATTN_QKV_BIAS, GP66_H_5_ATTN_PROJ_WEIGHT, GP67_H_5_ATTN_PROJ_BIAS)); /* h.5.attn */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_4_pop_res2_out, h_5_ln_1_mean, h_5_ln_1_rstd, d_h_5_ln_1_out, GP62_H_5_LN_1_WEIGHT, GP63_H_5_LN_1_BIAS)); /* h.5.ln_1 */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_4_gelu0_out, d_h_4_proj_out, GP60_H_4_PROJ_WEIGHT, GP61_H_4_PROJ_BIAS)); /* h.4.proj */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_4_ln_2_out, d_h_4_fc_out, GP58_H_4_FC_WEIGHT, GP59_H_4_FC_BIAS)); /* h.4.fc */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_4_pop_res1_out, h_4_ln_2_mean, h_4_ln_2_rstd, d_h_4_ln_2_out, GP56_H_4_LN_2_WEIGHT, GP57_H_4_LN_2_BIAS)); /* h.4.ln_2 */
+                              d_h_5_attn_qkv_weight, d_h_5_attn_qkv_bias, d_h_5_attn_proj_weight, d_h_5_attn_proj_bias)); /* h.5.attn */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_4_pop_res2_out, h_5_ln_1_mean, h_5_ln_1_rstd, d_h_5_ln_1_out, d_h_5_ln_1_weight, d_h_5_ln_1_bias)); /* h.5.ln_1 */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_4_gelu0_out, d_h_4_proj_out, d_h_4_proj_weight, d_h_4_proj_bias)); /* h.4.proj */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_4_ln_2_out, d_h_4_fc_out, d_h_4_fc_weight, d_h_4_fc_bias)); /* h.4.fc */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_4_pop_res1_out, h_4_ln_2_mean, h_4_ln_2_rstd, d_h_4_ln_2_out, d_h_4_ln_2_weight, d_h_4_ln_2_bias)); /* h.4.ln_2 */
     PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, h_4_ln_1_out, h_4_attn_ctx, d_h_4_attn_out, h_4_attn_dqkv,
-                              GP52_H_4_ATTN_QKV_WEIGHT, GP53_H_4_ATTN_QKV_BIAS, GP54_H_4_ATTN_PROJ_WEIGHT, GP55_H_4_ATTN_PROJ_BIAS)); /* h.4.attn */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_3_pop_res2_out, h_4_ln_1_mean, h_4_ln_1_rstd, d_h_4_ln_1_out, GP50_H_4_LN_1_WEIGHT, GP51_H_4_LN_1_BIAS)); /* h.4.ln_1 */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_3_gelu0_out, d_h_3_proj_out, GP48_H_3_PROJ_WEIGHT, GP49_H_3_PROJ_BIAS)); /* h.3.proj */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_3_ln_2_out, d_h_3_fc_out, GP46_H_3_FC_WEIGHT, GP47_H_3_FC_BIAS)); /* h.3.fc */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_3_pop_res1_out, h_3_ln_2_mean, h_3_ln_2_rstd, d_h_3_ln_2_out, GP44_H_3_LN_2_WEIGHT, GP45_H_3_LN_2_BIAS)); /* h.3.ln_2 */
+                              d_h_4_attn_qkv_weight, d_h_4_attn_qkv_bias, d_h_4_attn_proj_weight, d_h_4_attn_proj_bias)); /* h.4.attn */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_3_pop_res2_out, h_4_ln_1_mean, h_4_ln_1_rstd, d_h_4_ln_1_out, d_h_4_ln_1_weight, d_h_4_ln_1_bias)); /* h.4.ln_1 */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_3_gelu0_out, d_h_3_proj_out, d_h_3_proj_weight, d_h_3_proj_bias)); /* h.3.proj */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_3_ln_2_out, d_h_3_fc_out, d_h_3_fc_weight, d_h_3_fc_bias)); /* h.3.fc */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_3_pop_res1_out, h_3_ln_2_mean, h_3_ln_2_rstd, d_h_3_ln_2_out, d_h_3_ln_2_weight, d_h_3_ln_2_bias)); /* h.3.ln_2 */
     PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, c1_x, h_3_attn_ctx, d_h_3_attn_out, h_3_attn_dqkv,
-                              GP40_H_3_ATTN_QKV_WEIGHT, GP41_H_3_ATTN_QKV_BIAS, GP42_H_3_ATTN_PROJ_WEIGHT, GP43_H_3_ATTN_PROJ_BIAS)); /* h.3.attn */
+                              d_h_3_attn_qkv_weight, d_h_3_attn_qkv_bias, d_h_3_attn_proj_weight, d_h_3_attn_proj_bias)); /* h.3.attn */
     return 0;
 }
 

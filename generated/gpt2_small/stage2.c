@@ -8,112 +8,6 @@
 #include "pg_stage.h"
 #include "gpt2_small.h"
 
-/* parameters and their gradients */
-#define P96_H_7_PROJ_WEIGHT ((float *)(A + 150994944)) /* h.7.proj.weight: f32[768, 3072] */
-#define GP96_H_7_PROJ_WEIGHT ((float *)(A + 160432128)) /* gradient of h.7.proj.weight: f32[768, 3072] */
-#define P97_H_7_PROJ_BIAS ((float *)(A + 703414272)) /* h.7.proj.bias: f32[768] */
-#define GP97_H_7_PROJ_BIAS ((float *)(A + 703417344)) /* gradient of h.7.proj.bias: f32[768] */
-#define P98_H_8_LN_1_WEIGHT ((float *)(A + 703426560)) /* h.8.ln_1.weight: f32[768] */
-#define GP98_H_8_LN_1_WEIGHT ((float *)(A + 703429632)) /* gradient of h.8.ln_1.weight: f32[768] */
-#define P99_H_8_LN_1_BIAS ((float *)(A + 703438848)) /* h.8.ln_1.bias: f32[768] */
-#define GP99_H_8_LN_1_BIAS ((float *)(A + 703441920)) /* gradient of h.8.ln_1.bias: f32[768] */
-#define P100_H_8_ATTN_QKV_WEIGHT ((float *)(A + 490733568)) /* h.8.attn.qkv.weight: f32[2304, 768] */
-#define GP100_H_8_ATTN_QKV_WEIGHT ((float *)(A + 497811456)) /* gradient of h.8.attn.qkv.weight: f32[2304, 768] */
-#define P101_H_8_ATTN_QKV_BIAS ((float *)(A + 703266816)) /* h.8.attn.qkv.bias: f32[2304] */
-#define GP101_H_8_ATTN_QKV_BIAS ((float *)(A + 703276032)) /* gradient of h.8.attn.qkv.bias: f32[2304] */
-#define P102_H_8_ATTN_PROJ_WEIGHT ((float *)(A + 660602880)) /* h.8.attn.proj.weight: f32[768, 768] */
-#define GP102_H_8_ATTN_PROJ_WEIGHT ((float *)(A + 662962176)) /* gradient of h.8.attn.proj.weight: f32[768, 768] */
-#define P103_H_8_ATTN_PROJ_BIAS ((float *)(A + 703451136)) /* h.8.attn.proj.bias: f32[768] */
-#define GP103_H_8_ATTN_PROJ_BIAS ((float *)(A + 703454208)) /* gradient of h.8.attn.proj.bias: f32[768] */
-#define P104_H_8_LN_2_WEIGHT ((float *)(A + 703463424)) /* h.8.ln_2.weight: f32[768] */
-#define GP104_H_8_LN_2_WEIGHT ((float *)(A + 703466496)) /* gradient of h.8.ln_2.weight: f32[768] */
-#define P105_H_8_LN_2_BIAS ((float *)(A + 703475712)) /* h.8.ln_2.bias: f32[768] */
-#define GP105_H_8_LN_2_BIAS ((float *)(A + 703478784)) /* gradient of h.8.ln_2.bias: f32[768] */
-#define P106_H_8_FC_WEIGHT ((float *)(A + 188743680)) /* h.8.fc.weight: f32[3072, 768] */
-#define GP106_H_8_FC_WEIGHT ((float *)(A + 198180864)) /* gradient of h.8.fc.weight: f32[3072, 768] */
-#define P107_H_8_FC_BIAS ((float *)(A + 703070208)) /* h.8.fc.bias: f32[3072] */
-#define GP107_H_8_FC_BIAS ((float *)(A + 703082496)) /* gradient of h.8.fc.bias: f32[3072] */
-#define P108_H_8_PROJ_WEIGHT ((float *)(A + 226492416)) /* h.8.proj.weight: f32[768, 3072] */
-#define GP108_H_8_PROJ_WEIGHT ((float *)(A + 235929600)) /* gradient of h.8.proj.weight: f32[768, 3072] */
-#define P109_H_8_PROJ_BIAS ((float *)(A + 703488000)) /* h.8.proj.bias: f32[768] */
-#define GP109_H_8_PROJ_BIAS ((float *)(A + 703491072)) /* gradient of h.8.proj.bias: f32[768] */
-#define P110_H_9_LN_1_WEIGHT ((float *)(A + 703500288)) /* h.9.ln_1.weight: f32[768] */
-#define GP110_H_9_LN_1_WEIGHT ((float *)(A + 703503360)) /* gradient of h.9.ln_1.weight: f32[768] */
-#define P111_H_9_LN_1_BIAS ((float *)(A + 703512576)) /* h.9.ln_1.bias: f32[768] */
-#define GP111_H_9_LN_1_BIAS ((float *)(A + 703515648)) /* gradient of h.9.ln_1.bias: f32[768] */
-#define P112_H_9_ATTN_QKV_WEIGHT ((float *)(A + 519045120)) /* h.9.attn.qkv.weight: f32[2304, 768] */
-#define GP112_H_9_ATTN_QKV_WEIGHT ((float *)(A + 526123008)) /* gradient of h.9.attn.qkv.weight: f32[2304, 768] */
-#define P113_H_9_ATTN_QKV_BIAS ((float *)(A + 703303680)) /* h.9.attn.qkv.bias: f32[2304] */
-#define GP113_H_9_ATTN_QKV_BIAS ((float *)(A + 703312896)) /* gradient of h.9.attn.qkv.bias: f32[2304] */
-#define P114_H_9_ATTN_PROJ_WEIGHT ((float *)(A + 670040064)) /* h.9.attn.proj.weight: f32[768, 768] */
-#define GP114_H_9_ATTN_PROJ_WEIGHT ((float *)(A + 672399360)) /* gradient of h.9.attn.proj.weight: f32[768, 768] */
-#define P115_H_9_ATTN_PROJ_BIAS ((float *)(A + 703524864)) /* h.9.attn.proj.bias: f32[768] */
-#define GP115_H_9_ATTN_PROJ_BIAS ((float *)(A + 703527936)) /* gradient of h.9.attn.proj.bias: f32[768] */
-#define P116_H_9_LN_2_WEIGHT ((float *)(A + 703537152)) /* h.9.ln_2.weight: f32[768] */
-#define GP116_H_9_LN_2_WEIGHT ((float *)(A + 703540224)) /* gradient of h.9.ln_2.weight: f32[768] */
-#define P117_H_9_LN_2_BIAS ((float *)(A + 703549440)) /* h.9.ln_2.bias: f32[768] */
-#define GP117_H_9_LN_2_BIAS ((float *)(A + 703552512)) /* gradient of h.9.ln_2.bias: f32[768] */
-#define P118_H_9_FC_WEIGHT ((float *)(A + 264241152)) /* h.9.fc.weight: f32[3072, 768] */
-#define GP118_H_9_FC_WEIGHT ((float *)(A + 273678336)) /* gradient of h.9.fc.weight: f32[3072, 768] */
-#define P119_H_9_FC_BIAS ((float *)(A + 703119360)) /* h.9.fc.bias: f32[3072] */
-#define GP119_H_9_FC_BIAS ((float *)(A + 703131648)) /* gradient of h.9.fc.bias: f32[3072] */
-#define P120_H_9_PROJ_WEIGHT ((float *)(A + 301989888)) /* h.9.proj.weight: f32[768, 3072] */
-#define GP120_H_9_PROJ_WEIGHT ((float *)(A + 311427072)) /* gradient of h.9.proj.weight: f32[768, 3072] */
-#define P121_H_9_PROJ_BIAS ((float *)(A + 703561728)) /* h.9.proj.bias: f32[768] */
-#define GP121_H_9_PROJ_BIAS ((float *)(A + 703564800)) /* gradient of h.9.proj.bias: f32[768] */
-#define P122_H_10_LN_1_WEIGHT ((float *)(A + 703574016)) /* h.10.ln_1.weight: f32[768] */
-#define GP122_H_10_LN_1_WEIGHT ((float *)(A + 703577088)) /* gradient of h.10.ln_1.weight: f32[768] */
-#define P123_H_10_LN_1_BIAS ((float *)(A + 703586304)) /* h.10.ln_1.bias: f32[768] */
-#define GP123_H_10_LN_1_BIAS ((float *)(A + 703589376)) /* gradient of h.10.ln_1.bias: f32[768] */
-#define P124_H_10_ATTN_QKV_WEIGHT ((float *)(A + 547356672)) /* h.10.attn.qkv.weight: f32[2304, 768] */
-#define GP124_H_10_ATTN_QKV_WEIGHT ((float *)(A + 554434560)) /* gradient of h.10.attn.qkv.weight: f32[2304, 768] */
-#define P125_H_10_ATTN_QKV_BIAS ((float *)(A + 703340544)) /* h.10.attn.qkv.bias: f32[2304] */
-#define GP125_H_10_ATTN_QKV_BIAS ((float *)(A + 703349760)) /* gradient of h.10.attn.qkv.bias: f32[2304] */
-#define P126_H_10_ATTN_PROJ_WEIGHT ((float *)(A + 679477248)) /* h.10.attn.proj.weight: f32[768, 768] */
-#define GP126_H_10_ATTN_PROJ_WEIGHT ((float *)(A + 681836544)) /* gradient of h.10.attn.proj.weight: f32[768, 768] */
-#define P127_H_10_ATTN_PROJ_BIAS ((float *)(A + 703598592)) /* h.10.attn.proj.bias: f32[768] */
-#define GP127_H_10_ATTN_PROJ_BIAS ((float *)(A + 703601664)) /* gradient of h.10.attn.proj.bias: f32[768] */
-#define P128_H_10_LN_2_WEIGHT ((float *)(A + 703610880)) /* h.10.ln_2.weight: f32[768] */
-#define GP128_H_10_LN_2_WEIGHT ((float *)(A + 703613952)) /* gradient of h.10.ln_2.weight: f32[768] */
-#define P129_H_10_LN_2_BIAS ((float *)(A + 703623168)) /* h.10.ln_2.bias: f32[768] */
-#define GP129_H_10_LN_2_BIAS ((float *)(A + 703626240)) /* gradient of h.10.ln_2.bias: f32[768] */
-#define P130_H_10_FC_WEIGHT ((float *)(A + 339738624)) /* h.10.fc.weight: f32[3072, 768] */
-#define GP130_H_10_FC_WEIGHT ((float *)(A + 349175808)) /* gradient of h.10.fc.weight: f32[3072, 768] */
-#define P131_H_10_FC_BIAS ((float *)(A + 703168512)) /* h.10.fc.bias: f32[3072] */
-#define GP131_H_10_FC_BIAS ((float *)(A + 703180800)) /* gradient of h.10.fc.bias: f32[3072] */
-#define P132_H_10_PROJ_WEIGHT ((float *)(A + 377487360)) /* h.10.proj.weight: f32[768, 3072] */
-#define GP132_H_10_PROJ_WEIGHT ((float *)(A + 386924544)) /* gradient of h.10.proj.weight: f32[768, 3072] */
-#define P133_H_10_PROJ_BIAS ((float *)(A + 703635456)) /* h.10.proj.bias: f32[768] */
-#define GP133_H_10_PROJ_BIAS ((float *)(A + 703638528)) /* gradient of h.10.proj.bias: f32[768] */
-#define P134_H_11_LN_1_WEIGHT ((float *)(A + 703647744)) /* h.11.ln_1.weight: f32[768] */
-#define GP134_H_11_LN_1_WEIGHT ((float *)(A + 703650816)) /* gradient of h.11.ln_1.weight: f32[768] */
-#define P135_H_11_LN_1_BIAS ((float *)(A + 703660032)) /* h.11.ln_1.bias: f32[768] */
-#define GP135_H_11_LN_1_BIAS ((float *)(A + 703663104)) /* gradient of h.11.ln_1.bias: f32[768] */
-#define P136_H_11_ATTN_QKV_WEIGHT ((float *)(A + 575668224)) /* h.11.attn.qkv.weight: f32[2304, 768] */
-#define GP136_H_11_ATTN_QKV_WEIGHT ((float *)(A + 582746112)) /* gradient of h.11.attn.qkv.weight: f32[2304, 768] */
-#define P137_H_11_ATTN_QKV_BIAS ((float *)(A + 703377408)) /* h.11.attn.qkv.bias: f32[2304] */
-#define GP137_H_11_ATTN_QKV_BIAS ((float *)(A + 703386624)) /* gradient of h.11.attn.qkv.bias: f32[2304] */
-#define P138_H_11_ATTN_PROJ_WEIGHT ((float *)(A + 688914432)) /* h.11.attn.proj.weight: f32[768, 768] */
-#define GP138_H_11_ATTN_PROJ_WEIGHT ((float *)(A + 691273728)) /* gradient of h.11.attn.proj.weight: f32[768, 768] */
-#define P139_H_11_ATTN_PROJ_BIAS ((float *)(A + 703672320)) /* h.11.attn.proj.bias: f32[768] */
-#define GP139_H_11_ATTN_PROJ_BIAS ((float *)(A + 703675392)) /* gradient of h.11.attn.proj.bias: f32[768] */
-#define P140_H_11_LN_2_WEIGHT ((float *)(A + 703684608)) /* h.11.ln_2.weight: f32[768] */
-#define GP140_H_11_LN_2_WEIGHT ((float *)(A + 703687680)) /* gradient of h.11.ln_2.weight: f32[768] */
-#define P141_H_11_LN_2_BIAS ((float *)(A + 703696896)) /* h.11.ln_2.bias: f32[768] */
-#define GP141_H_11_LN_2_BIAS ((float *)(A + 703699968)) /* gradient of h.11.ln_2.bias: f32[768] */
-#define P142_H_11_FC_WEIGHT ((float *)(A + 415236096)) /* h.11.fc.weight: f32[3072, 768] */
-#define GP142_H_11_FC_WEIGHT ((float *)(A + 424673280)) /* gradient of h.11.fc.weight: f32[3072, 768] */
-#define P143_H_11_FC_BIAS ((float *)(A + 703217664)) /* h.11.fc.bias: f32[3072] */
-#define GP143_H_11_FC_BIAS ((float *)(A + 703229952)) /* gradient of h.11.fc.bias: f32[3072] */
-#define P144_H_11_PROJ_WEIGHT ((float *)(A + 452984832)) /* h.11.proj.weight: f32[768, 3072] */
-#define GP144_H_11_PROJ_WEIGHT ((float *)(A + 462422016)) /* gradient of h.11.proj.weight: f32[768, 3072] */
-#define P145_H_11_PROJ_BIAS ((float *)(A + 703709184)) /* h.11.proj.bias: f32[768] */
-#define GP145_H_11_PROJ_BIAS ((float *)(A + 703712256)) /* gradient of h.11.proj.bias: f32[768] */
-#define P146_LN_F_WEIGHT ((float *)(A + 703721472)) /* ln_f.weight: f32[768] */
-#define GP146_LN_F_WEIGHT ((float *)(A + 703724544)) /* gradient of ln_f.weight: f32[768] */
-#define P147_LN_F_BIAS ((float *)(A + 703733760)) /* ln_f.bias: f32[768] */
-#define GP147_LN_F_BIAS ((float *)(A + 703736832)) /* gradient of ln_f.bias: f32[768] */
-
 /* ---- chunk 2: layers h.7.gelu0 .. ln_f ---- */
 
 /* Arena offsets of this chunk's frame buffers (listed in gpt2_small.h): row 2 * mb is micro-batch mb's
@@ -203,90 +97,142 @@ static int fwd_body_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
     float *const h_11_ln_2_rstd = (float *)(A + F[113]); /* h.11.ln_2 rstd: [n] */
     float *const ln_f_mean = (float *)(A + F[114]); /* ln_f mean: [n] */
     float *const ln_f_rstd = (float *)(A + F[115]); /* ln_f rstd: [n] */
+    float *const h_7_proj_weight = (float *)(A + 150994944); /* h.7.proj.weight: f32[768, 3072] */
+    float *const h_7_proj_bias = (float *)(A + 703414272); /* h.7.proj.bias: f32[768] */
+    float *const h_8_ln_1_weight = (float *)(A + 703426560); /* h.8.ln_1.weight: f32[768] */
+    float *const h_8_ln_1_bias = (float *)(A + 703438848); /* h.8.ln_1.bias: f32[768] */
+    float *const h_8_attn_qkv_weight = (float *)(A + 490733568); /* h.8.attn.qkv.weight: f32[2304, 768] */
+    float *const h_8_attn_qkv_bias = (float *)(A + 703266816); /* h.8.attn.qkv.bias: f32[2304] */
+    float *const h_8_attn_proj_weight = (float *)(A + 660602880); /* h.8.attn.proj.weight: f32[768, 768] */
+    float *const h_8_attn_proj_bias = (float *)(A + 703451136); /* h.8.attn.proj.bias: f32[768] */
+    float *const h_8_ln_2_weight = (float *)(A + 703463424); /* h.8.ln_2.weight: f32[768] */
+    float *const h_8_ln_2_bias = (float *)(A + 703475712); /* h.8.ln_2.bias: f32[768] */
+    float *const h_8_fc_weight = (float *)(A + 188743680); /* h.8.fc.weight: f32[3072, 768] */
+    float *const h_8_fc_bias = (float *)(A + 703070208); /* h.8.fc.bias: f32[3072] */
+    float *const h_8_proj_weight = (float *)(A + 226492416); /* h.8.proj.weight: f32[768, 3072] */
+    float *const h_8_proj_bias = (float *)(A + 703488000); /* h.8.proj.bias: f32[768] */
+    float *const h_9_ln_1_weight = (float *)(A + 703500288); /* h.9.ln_1.weight: f32[768] */
+    float *const h_9_ln_1_bias = (float *)(A + 703512576); /* h.9.ln_1.bias: f32[768] */
+    float *const h_9_attn_qkv_weight = (float *)(A + 519045120); /* h.9.attn.qkv.weight: f32[2304, 768] */
+    float *const h_9_attn_qkv_bias = (float *)(A + 703303680); /* h.9.attn.qkv.bias: f32[2304] */
+    float *const h_9_attn_proj_weight = (float *)(A + 670040064); /* h.9.attn.proj.weight: f32[768, 768] */
+    float *const h_9_attn_proj_bias = (float *)(A + 703524864); /* h.9.attn.proj.bias: f32[768] */
+    float *const h_9_ln_2_weight = (float *)(A + 703537152); /* h.9.ln_2.weight: f32[768] */
+    float *const h_9_ln_2_bias = (float *)(A + 703549440); /* h.9.ln_2.bias: f32[768] */
+    float *const h_9_fc_weight = (float *)(A + 264241152); /* h.9.fc.weight: f32[3072, 768] */
+    float *const h_9_fc_bias = (float *)(A + 703119360); /* h.9.fc.bias: f32[3072] */
+    float *const h_9_proj_weight = (float *)(A + 301989888); /* h.9.proj.weight: f32[768, 3072] */
+    float *const h_9_proj_bias = (float *)(A + 703561728); /* h.9.proj.bias: f32[768] */
+    float *const h_10_ln_1_weight = (float *)(A + 703574016); /* h.10.ln_1.weight: f32[768] */
+    float *const h_10_ln_1_bias = (float *)(A + 703586304); /* h.10.ln_1.bias: f32[768] */
+    float *const h_10_attn_qkv_weight = (float *)(A + 547356672); /* h.10.attn.qkv.weight: f32[2304, 768] */
+    float *const h_10_attn_qkv_bias = (float *)(A + 703340544); /* h.10.attn.qkv.bias: f32[2304] */
+    float *const h_10_attn_proj_weight = (float *)(A + 679477248); /* h.10.attn.proj.weight: f32[768, 768] */
+    float *const h_10_attn_proj_bias = (float *)(A + 703598592); /* h.10.attn.proj.bias: f32[768] */
+    float *const h_10_ln_2_weight = (float *)(A + 703610880); /* h.10.ln_2.weight: f32[768] */
+    float *const h_10_ln_2_bias = (float *)(A + 703623168); /* h.10.ln_2.bias: f32[768] */
+    float *const h_10_fc_weight = (float *)(A + 339738624); /* h.10.fc.weight: f32[3072, 768] */
+    float *const h_10_fc_bias = (float *)(A + 703168512); /* h.10.fc.bias: f32[3072] */
+    float *const h_10_proj_weight = (float *)(A + 377487360); /* h.10.proj.weight: f32[768, 3072] */
+    float *const h_10_proj_bias = (float *)(A + 703635456); /* h.10.proj.bias: f32[768] */
+    float *const h_11_ln_1_weight = (float *)(A + 703647744); /* h.11.ln_1.weight: f32[768] */
+    float *const h_11_ln_1_bias = (float *)(A + 703660032); /* h.11.ln_1.bias: f32[768] */
+    float *const h_11_attn_qkv_weight = (float *)(A + 575668224); /* h.11.attn.qkv.weight: f32[2304, 768] */
+    float *const h_11_attn_qkv_bias = (float *)(A + 703377408); /* h.11.attn.qkv.bias: f32[2304] */
+    float *const h_11_attn_proj_weight = (float *)(A + 688914432); /* h.11.attn.proj.weight: f32[768, 768] */
+    float *const h_11_attn_proj_bias = (float *)(A + 703672320); /* h.11.attn.proj.bias: f32[768] */
+    float *const h_11_ln_2_weight = (float *)(A + 703684608); /* h.11.ln_2.weight: f32[768] */
+    float *const h_11_ln_2_bias = (float *)(A + 703696896); /* h.11.ln_2.bias: f32[768] */
+    float *const h_11_fc_weight = (float *)(A + 415236096); /* h.11.fc.weight: f32[3072, 768] */
+    float *const h_11_fc_bias = (float *)(A + 703217664); /* h.11.fc.bias: f32[3072] */
+    float *const h_11_proj_weight = (float *)(A + 452984832); /* h.11.proj.weight: f32[768, 3072] */
+    float *const h_11_proj_bias = (float *)(A + 703709184); /* h.11.proj.bias: f32[768] */
+    float *const ln_f_weight = (float *)(A + 703721472); /* ln_f.weight: f32[768] */
+    float *const ln_f_bias = (float *)(A + 703733760); /* ln_f.bias: f32[768] */
     /* h.7.gelu0: gelu [r, 1024, 3072] -> [r, 1024, 3072] */
     PG_TRY(pg_gelu_fwd(c, r * 3145728, c2_x, h_7_gelu0_out));
     /* h.7.proj: linear [r, 1024, 3072] -> [r, 1024, 768] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, h_7_gelu0_out, P96_H_7_PROJ_WEIGHT, P97_H_7_PROJ_BIAS, h_7_proj_out));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, h_7_gelu0_out, h_7_proj_weight, h_7_proj_bias, h_7_proj_out));
     /* h.7.pop.res2: pop [r, 1024, 768] -> [r, 1024, 768] */
     PG_TRY(pg_add_fwd(c, r * 786432, h_7_proj_out, c2_skip15_in, h_7_pop_res2_out));
     /* stash h.8.res1: [r, 1024, 768] stays in h_7_pop_res2_out */
     /* h.8.ln_1: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_7_pop_res2_out, P98_H_8_LN_1_WEIGHT, P99_H_8_LN_1_BIAS, h_8_ln_1_out, h_8_ln_1_mean, h_8_ln_1_rstd));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_7_pop_res2_out, h_8_ln_1_weight, h_8_ln_1_bias, h_8_ln_1_out, h_8_ln_1_mean, h_8_ln_1_rstd));
     /* h.8.attn: attention [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, h_8_ln_1_out, P100_H_8_ATTN_QKV_WEIGHT, P101_H_8_ATTN_QKV_BIAS, P102_H_8_ATTN_PROJ_WEIGHT, P103_H_8_ATTN_PROJ_BIAS,
+    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, h_8_ln_1_out, h_8_attn_qkv_weight, h_8_attn_qkv_bias, h_8_attn_proj_weight, h_8_attn_proj_bias,
                             h_8_attn_qkv, h_8_attn_att, h_8_attn_ctx, h_8_attn_out));
     /* h.8.pop.res1: pop [r, 1024, 768] -> [r, 1024, 768] */
     PG_TRY(pg_add_fwd(c, r * 786432, h_8_attn_out, h_7_pop_res2_out, h_8_pop_res1_out));
     /* stash h.8.res2: [r, 1024, 768] stays in h_8_pop_res1_out */
     /* h.8.ln_2: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_8_pop_res1_out, P104_H_8_LN_2_WEIGHT, P105_H_8_LN_2_BIAS, h_8_ln_2_out, h_8_ln_2_mean, h_8_ln_2_rstd));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_8_pop_res1_out, h_8_ln_2_weight, h_8_ln_2_bias, h_8_ln_2_out, h_8_ln_2_mean, h_8_ln_2_rstd));
     /* h.8.fc: linear [r, 1024, 768] -> [r, 1024, 3072] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, h_8_ln_2_out, P106_H_8_FC_WEIGHT, P107_H_8_FC_BIAS, h_8_fc_out));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, h_8_ln_2_out, h_8_fc_weight, h_8_fc_bias, h_8_fc_out));
     /* h.8.gelu0: gelu [r, 1024, 3072] -> [r, 1024, 3072] */
     PG_TRY(pg_gelu_fwd(c, r * 3145728, h_8_fc_out, h_8_gelu0_out));
     /* h.8.proj: linear [r, 1024, 3072] -> [r, 1024, 768] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, h_8_gelu0_out, P108_H_8_PROJ_WEIGHT, P109_H_8_PROJ_BIAS, h_8_proj_out));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, h_8_gelu0_out, h_8_proj_weight, h_8_proj_bias, h_8_proj_out));
     /* h.8.pop.res2: pop [r, 1024, 768] -> [r, 1024, 768] */
     PG_TRY(pg_add_fwd(c, r * 786432, h_8_proj_out, h_8_pop_res1_out, h_8_pop_res2_out));
     /* stash h.9.res1: [r, 1024, 768] stays in h_8_pop_res2_out */
     /* h.9.ln_1: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_8_pop_res2_out, P110_H_9_LN_1_WEIGHT, P111_H_9_LN_1_BIAS, h_9_ln_1_out, h_9_ln_1_mean, h_9_ln_1_rstd));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_8_pop_res2_out, h_9_ln_1_weight, h_9_ln_1_bias, h_9_ln_1_out, h_9_ln_1_mean, h_9_ln_1_rstd));
     /* h.9.attn: attention [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, h_9_ln_1_out, P112_H_9_ATTN_QKV_WEIGHT, P113_H_9_ATTN_QKV_BIAS, P114_H_9_ATTN_PROJ_WEIGHT, P115_H_9_ATTN_PROJ_BIAS,
+    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, h_9_ln_1_out, h_9_attn_qkv_weight, h_9_attn_qkv_bias, h_9_attn_proj_weight, h_9_attn_proj_bias,
                             h_9_attn_qkv, h_9_attn_att, h_9_attn_ctx, h_9_attn_out));
     /* h.9.pop.res1: pop [r, 1024, 768] -> [r, 1024, 768] */
     PG_TRY(pg_add_fwd(c, r * 786432, h_9_attn_out, h_8_pop_res2_out, h_9_pop_res1_out));
     /* stash h.9.res2: [r, 1024, 768] stays in h_9_pop_res1_out */
     /* h.9.ln_2: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_9_pop_res1_out, P116_H_9_LN_2_WEIGHT, P117_H_9_LN_2_BIAS, h_9_ln_2_out, h_9_ln_2_mean, h_9_ln_2_rstd));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_9_pop_res1_out, h_9_ln_2_weight, h_9_ln_2_bias, h_9_ln_2_out, h_9_ln_2_mean, h_9_ln_2_rstd));
     /* h.9.fc: linear [r, 1024, 768] -> [r, 1024, 3072] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, h_9_ln_2_out, P118_H_9_FC_WEIGHT, P119_H_9_FC_BIAS, h_9_fc_out));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, h_9_ln_2_out, h_9_fc_weight, h_9_fc_bias, h_9_fc_out));
     /* h.9.gelu0: gelu [r, 1024, 3072] -> [r, 1024, 3072] */
     PG_TRY(pg_gelu_fwd(c, r * 3145728, h_9_fc_out, h_9_gelu0_out));
     /* h.9.proj: linear [r, 1024, 3072] -> [r, 1024, 768] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, h_9_gelu0_out, P120_H_9_PROJ_WEIGHT, P121_H_9_PROJ_BIAS, h_9_proj_out));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, h_9_gelu0_out, h_9_proj_weight, h_9_proj_bias, h_9_proj_out));
     /* h.9.pop.res2: pop [r, 1024, 768] -> [r, 1024, 768] */
     PG_TRY(pg_add_fwd(c, r * 786432, h_9_proj_out, h_9_pop_res1_out, h_9_pop_res2_out));
     /* stash h.10.res1: [r, 1024, 768] stays in h_9_pop_res2_out */
     /* h.10.ln_1: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_9_pop_res2_out, P122_H_10_LN_1_WEIGHT, P123_H_10_LN_1_BIAS, h_10_ln_1_out, h_10_ln_1_mean, h_10_ln_1_rstd));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_9_pop_res2_out, h_10_ln_1_weight, h_10_ln_1_bias, h_10_ln_1_out, h_10_ln_1_mean, h_10_ln_1_rstd));
     /* h.10.attn: attention [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, h_10_ln_1_out, P124_H_10_ATTN_QKV_WEIGHT, P125_H_10_ATTN_QKV_BIAS, P126_H_10_ATTN_PROJ_WEIGHT, P127_H_10_ATTN_PROJ_BIAS,
+    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, h_10_ln_1_out, h_10_attn_qkv_weight, h_10_attn_qkv_bias, h_10_attn_proj_weight, h_10_attn_proj_bias,
                             h_10_attn_qkv, h_10_attn_att, h_10_attn_ctx, h_10_attn_out));
     /* h.10.pop.res1: pop [r, 1024, 768] -> [r, 1024, 768] */
     PG_TRY(pg_add_fwd(c, r * 786432, h_10_attn_out, h_9_pop_res2_out, h_10_pop_res1_out));
     /* stash h.10.res2: [r, 1024, 768] stays in h_10_pop_res1_out */
     /* h.10.ln_2: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_10_pop_res1_out, P128_H_10_LN_2_WEIGHT, P129_H_10_LN_2_BIAS, h_10_ln_2_out, h_10_ln_2_mean, h_10_ln_2_rstd));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_10_pop_res1_out, h_10_ln_2_weight, h_10_ln_2_bias, h_10_ln_2_out, h_10_ln_2_mean, h_10_ln_2_rstd));
     /* h.10.fc: linear [r, 1024, 768] -> [r, 1024, 3072] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, h_10_ln_2_out, P130_H_10_FC_WEIGHT, P131_H_10_FC_BIAS, h_10_fc_out));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, h_10_ln_2_out, h_10_fc_weight, h_10_fc_bias, h_10_fc_out));
     /* h.10.gelu0: gelu [r, 1024, 3072] -> [r, 1024, 3072] */
     PG_TRY(pg_gelu_fwd(c, r * 3145728, h_10_fc_out, h_10_gelu0_out));
     /* h.10.proj: linear [r, 1024, 3072] -> [r, 1024, 768] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, h_10_gelu0_out, P132_H_10_PROJ_WEIGHT, P133_H_10_PROJ_BIAS, h_10_proj_out));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, h_10_gelu0_out, h_10_proj_weight, h_10_proj_bias, h_10_proj_out));
     /* h.10.pop.res2: pop [r, 1024, 768] -> [r, 1024, 768] */
     PG_TRY(pg_add_fwd(c, r * 786432, h_10_proj_out, h_10_pop_res1_out, h_10_pop_res2_out));
     /* stash h.11.res1: [r, 1024, 768] stays in h_10_pop_res2_out */
     /* h.11.ln_1: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_10_pop_res2_out, P134_H_11_LN_1_WEIGHT, P135_H_11_LN_1_BIAS, h_11_ln_1_out, h_11_ln_1_mean, h_11_ln_1_rstd));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_10_pop_res2_out, h_11_ln_1_weight, h_11_ln_1_bias, h_11_ln_1_out, h_11_ln_1_mean, h_11_ln_1_rstd));
     /* h.11.attn: attention [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, h_11_ln_1_out, P136_H_11_ATTN_QKV_WEIGHT, P137_H_11_ATTN_QKV_BIAS, P138_H_11_ATTN_PROJ_WEIGHT, P139_H_11_ATTN_PROJ_BIAS,
+    PG_TRY(pg_attention_fwd(c, r, 1024, 768, 12, 1, h_11_ln_1_out, h_11_attn_qkv_weight, h_11_attn_qkv_bias, h_11_attn_proj_weight, h_11_attn_proj_bias,
                             h_11_attn_qkv, h_11_attn_att, h_11_attn_ctx, h_11_attn_out));
     /* h.11.pop.res1: pop [r, 1024, 768] -> [r, 1024, 768] */
     PG_TRY(pg_add_fwd(c, r * 786432, h_11_attn_out, h_10_pop_res2_out, h_11_pop_res1_out));
     /* stash h.11.res2: [r, 1024, 768] stays in h_11_pop_res1_out */
     /* h.11.ln_2: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_11_pop_res1_out, P140_H_11_LN_2_WEIGHT, P141_H_11_LN_2_BIAS, h_11_ln_2_out, h_11_ln_2_mean, h_11_ln_2_rstd));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_11_pop_res1_out, h_11_ln_2_weight, h_11_ln_2_bias, h_11_ln_2_out, h_11_ln_2_mean, h_11_ln_2_rstd));
     /* h.11.fc: linear [r, 1024, 768] -> [r, 1024, 3072] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, h_11_ln_2_out, P142_H_11_FC_WEIGHT, P143_H_11_FC_BIAS, h_11_fc_out));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 768, 3072, h_11_ln_2_out, h_11_fc_weight, h_11_fc_bias, h_11_fc_out));
     /* h.11.gelu0: gelu [r, 1024, 3072] -> [r, 1024, 3072] */
     PG_TRY(pg_gelu_fwd(c, r * 3145728, h_11_fc_out, h_11_gelu0_out));
     /* h.11.proj: linear [r, 1024, 3072] -> [r, 1024, 768] */
-    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, h_11_gelu0_out, P144_H_11_PROJ_WEIGHT, P145_H_11_PROJ_BIAS, h_11_proj_out));
+    PG_TRY(pg_linear_fwd(c, r * 1024, 3072, 768, h_11_gelu0_out, h_11_proj_weight, h_11_proj_bias, h_11_proj_out));
     /* h.11.pop.res2: pop [r, 1024, 768] -> [r, 1024, 768] */
     PG_TRY(pg_add_fwd(c, r * 786432, h_11_proj_out, h_11_pop_res1_out, h_11_pop_res2_out));
     /* ln_f: layernorm [r, 1024, 768] -> [r, 1024, 768] */
-    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_11_pop_res2_out, P146_LN_F_WEIGHT, P147_LN_F_BIAS, c2_y, ln_f_mean, ln_f_rstd));
+    PG_TRY(pg_layernorm_fwd(c, r * 1024, 768, 1e-05f, h_11_pop_res2_out, ln_f_weight, ln_f_bias, c2_y, ln_f_mean, ln_f_rstd));
     return 0;
 }
 
@@ -398,68 +344,94 @@ static int bwd_b_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const h_11_ln_2_rstd = (float *)(A + F[113]); /* h.11.ln_2 rstd: [n] */
     float *const ln_f_mean = (float *)(A + F[114]); /* ln_f mean: [n] */
     float *const ln_f_rstd = (float *)(A + F[115]); /* ln_f rstd: [n] */
+    float *const h_7_proj_weight = (float *)(A + 150994944); /* h.7.proj.weight: f32[768, 3072] */
+    float *const h_8_ln_1_weight = (float *)(A + 703426560); /* h.8.ln_1.weight: f32[768] */
+    float *const h_8_attn_qkv_weight = (float *)(A + 490733568); /* h.8.attn.qkv.weight: f32[2304, 768] */
+    float *const h_8_attn_proj_weight = (float *)(A + 660602880); /* h.8.attn.proj.weight: f32[768, 768] */
+    float *const h_8_ln_2_weight = (float *)(A + 703463424); /* h.8.ln_2.weight: f32[768] */
+    float *const h_8_fc_weight = (float *)(A + 188743680); /* h.8.fc.weight: f32[3072, 768] */
+    float *const h_8_proj_weight = (float *)(A + 226492416); /* h.8.proj.weight: f32[768, 3072] */
+    float *const h_9_ln_1_weight = (float *)(A + 703500288); /* h.9.ln_1.weight: f32[768] */
+    float *const h_9_attn_qkv_weight = (float *)(A + 519045120); /* h.9.attn.qkv.weight: f32[2304, 768] */
+    float *const h_9_attn_proj_weight = (float *)(A + 670040064); /* h.9.attn.proj.weight: f32[768, 768] */
+    float *const h_9_ln_2_weight = (float *)(A + 703537152); /* h.9.ln_2.weight: f32[768] */
+    float *const h_9_fc_weight = (float *)(A + 264241152); /* h.9.fc.weight: f32[3072, 768] */
+    float *const h_9_proj_weight = (float *)(A + 301989888); /* h.9.proj.weight: f32[768, 3072] */
+    float *const h_10_ln_1_weight = (float *)(A + 703574016); /* h.10.ln_1.weight: f32[768] */
+    float *const h_10_attn_qkv_weight = (float *)(A + 547356672); /* h.10.attn.qkv.weight: f32[2304, 768] */
+    float *const h_10_attn_proj_weight = (float *)(A + 679477248); /* h.10.attn.proj.weight: f32[768, 768] */
+    float *const h_10_ln_2_weight = (float *)(A + 703610880); /* h.10.ln_2.weight: f32[768] */
+    float *const h_10_fc_weight = (float *)(A + 339738624); /* h.10.fc.weight: f32[3072, 768] */
+    float *const h_10_proj_weight = (float *)(A + 377487360); /* h.10.proj.weight: f32[768, 3072] */
+    float *const h_11_ln_1_weight = (float *)(A + 703647744); /* h.11.ln_1.weight: f32[768] */
+    float *const h_11_attn_qkv_weight = (float *)(A + 575668224); /* h.11.attn.qkv.weight: f32[2304, 768] */
+    float *const h_11_attn_proj_weight = (float *)(A + 688914432); /* h.11.attn.proj.weight: f32[768, 768] */
+    float *const h_11_ln_2_weight = (float *)(A + 703684608); /* h.11.ln_2.weight: f32[768] */
+    float *const h_11_fc_weight = (float *)(A + 415236096); /* h.11.fc.weight: f32[3072, 768] */
+    float *const h_11_proj_weight = (float *)(A + 452984832); /* h.11.proj.weight: f32[768, 3072] */
+    float *const ln_f_weight = (float *)(A + 703721472); /* ln_f.weight: f32[768] */
     if (io->recompute) /* checkpointed: rebuild the interior from the stage input */
         PG_TRY(fwd_body_c2(c, A, io, 0));
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_11_pop_res2_out, P146_LN_F_WEIGHT, ln_f_mean, ln_f_rstd, c2_dy, d_h_11_pop_res2_out)); /* ln_f */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_11_pop_res2_out, ln_f_weight, ln_f_mean, ln_f_rstd, c2_dy, d_h_11_pop_res2_out)); /* ln_f */
     PG_TRY(pg_copy(c, d_h_11_proj_out, d_h_11_pop_res2_out, r * 786432)); /* h.11.pop.res2 */
     PG_TRY(pg_copy(c, d_skip_h_11_res2, d_h_11_pop_res2_out, r * 786432)); /* gradient of skip h.11.res2 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, d_h_11_proj_out, P144_H_11_PROJ_WEIGHT, d_h_11_gelu0_out)); /* h.11.proj */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, d_h_11_proj_out, h_11_proj_weight, d_h_11_gelu0_out)); /* h.11.proj */
     PG_TRY(pg_gelu_bwd_in(c, r * 3145728, h_11_fc_out, d_h_11_gelu0_out, d_h_11_fc_out)); /* h.11.gelu0 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, d_h_11_fc_out, P142_H_11_FC_WEIGHT, d_h_11_ln_2_out)); /* h.11.fc */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_11_pop_res1_out, P140_H_11_LN_2_WEIGHT, h_11_ln_2_mean, h_11_ln_2_rstd, d_h_11_ln_2_out, d_h_11_pop_res1_out)); /* h.11.ln_2 */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, d_h_11_fc_out, h_11_fc_weight, d_h_11_ln_2_out)); /* h.11.fc */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_11_pop_res1_out, h_11_ln_2_weight, h_11_ln_2_mean, h_11_ln_2_rstd, d_h_11_ln_2_out, d_h_11_pop_res1_out)); /* h.11.ln_2 */
     PG_TRY(pg_axpy_inplace(c, d_h_11_pop_res1_out, d_skip_h_11_res2, r * 786432)); /* + gradient of skip h.11.res2 */
     PG_TRY(pg_copy(c, d_h_11_attn_out, d_h_11_pop_res1_out, r * 786432)); /* h.11.pop.res1 */
     PG_TRY(pg_copy(c, d_skip_h_11_res1, d_h_11_pop_res1_out, r * 786432)); /* gradient of skip h.11.res1 */
-    PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, P136_H_11_ATTN_QKV_WEIGHT, P138_H_11_ATTN_PROJ_WEIGHT,
+    PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, h_11_attn_qkv_weight, h_11_attn_proj_weight,
                                h_11_attn_qkv, h_11_attn_att, h_11_attn_ctx, d_h_11_attn_out,
                                h_11_attn_dctx, h_11_attn_dqkv, d_h_11_ln_1_out)); /* h.11.attn */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_10_pop_res2_out, P134_H_11_LN_1_WEIGHT, h_11_ln_1_mean, h_11_ln_1_rstd, d_h_11_ln_1_out, d_h_10_pop_res2_out)); /* h.11.ln_1 */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_10_pop_res2_out, h_11_ln_1_weight, h_11_ln_1_mean, h_11_ln_1_rstd, d_h_11_ln_1_out, d_h_10_pop_res2_out)); /* h.11.ln_1 */
     PG_TRY(pg_axpy_inplace(c, d_h_10_pop_res2_out, d_skip_h_11_res1, r * 786432)); /* + gradient of skip h.11.res1 */
     PG_TRY(pg_copy(c, d_h_10_proj_out, d_h_10_pop_res2_out, r * 786432)); /* h.10.pop.res2 */
     PG_TRY(pg_copy(c, d_skip_h_10_res2, d_h_10_pop_res2_out, r * 786432)); /* gradient of skip h.10.res2 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, d_h_10_proj_out, P132_H_10_PROJ_WEIGHT, d_h_10_gelu0_out)); /* h.10.proj */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, d_h_10_proj_out, h_10_proj_weight, d_h_10_gelu0_out)); /* h.10.proj */
     PG_TRY(pg_gelu_bwd_in(c, r * 3145728, h_10_fc_out, d_h_10_gelu0_out, d_h_10_fc_out)); /* h.10.gelu0 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, d_h_10_fc_out, P130_H_10_FC_WEIGHT, d_h_10_ln_2_out)); /* h.10.fc */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_10_pop_res1_out, P128_H_10_LN_2_WEIGHT, h_10_ln_2_mean, h_10_ln_2_rstd, d_h_10_ln_2_out, d_h_10_pop_res1_out)); /* h.10.ln_2 */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, d_h_10_fc_out, h_10_fc_weight, d_h_10_ln_2_out)); /* h.10.fc */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_10_pop_res1_out, h_10_ln_2_weight, h_10_ln_2_mean, h_10_ln_2_rstd, d_h_10_ln_2_out, d_h_10_pop_res1_out)); /* h.10.ln_2 */
     PG_TRY(pg_axpy_inplace(c, d_h_10_pop_res1_out, d_skip_h_10_res2, r * 786432)); /* + gradient of skip h.10.res2 */
     PG_TRY(pg_copy(c, d_h_10_attn_out, d_h_10_pop_res1_out, r * 786432)); /* h.10.pop.res1 */
     PG_TRY(pg_copy(c, d_skip_h_10_res1, d_h_10_pop_res1_out, r * 786432)); /* gradient of skip h.10.res1 */
-    PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, P124_H_10_ATTN_QKV_WEIGHT, P126_H_10_ATTN_PROJ_WEIGHT,
+    PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, h_10_attn_qkv_weight, h_10_attn_proj_weight,
                                h_10_attn_qkv, h_10_attn_att, h_10_attn_ctx, d_h_10_attn_out,
                                h_10_attn_dctx, h_10_attn_dqkv, d_h_10_ln_1_out)); /* h.10.attn */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_9_pop_res2_out, P122_H_10_LN_1_WEIGHT, h_10_ln_1_mean, h_10_ln_1_rstd, d_h_10_ln_1_out, d_h_9_pop_res2_out)); /* h.10.ln_1 */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_9_pop_res2_out, h_10_ln_1_weight, h_10_ln_1_mean, h_10_ln_1_rstd, d_h_10_ln_1_out, d_h_9_pop_res2_out)); /* h.10.ln_1 */
     PG_TRY(pg_axpy_inplace(c, d_h_9_pop_res2_out, d_skip_h_10_res1, r * 786432)); /* + gradient of skip h.10.res1 */
     PG_TRY(pg_copy(c, d_h_9_proj_out, d_h_9_pop_res2_out, r * 786432)); /* h.9.pop.res2 */
     PG_TRY(pg_copy(c, d_skip_h_9_res2, d_h_9_pop_res2_out, r * 786432)); /* gradient of skip h.9.res2 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, d_h_9_proj_out, P120_H_9_PROJ_WEIGHT, d_h_9_gelu0_out)); /* h.9.proj */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, d_h_9_proj_out, h_9_proj_weight, d_h_9_gelu0_out)); /* h.9.proj */
     PG_TRY(pg_gelu_bwd_in(c, r * 3145728, h_9_fc_out, d_h_9_gelu0_out, d_h_9_fc_out)); /* h.9.gelu0 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, d_h_9_fc_out, P118_H_9_FC_WEIGHT, d_h_9_ln_2_out)); /* h.9.fc */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_9_pop_res1_out, P116_H_9_LN_2_WEIGHT, h_9_ln_2_mean, h_9_ln_2_rstd, d_h_9_ln_2_out, d_h_9_pop_res1_out)); /* h.9.ln_2 */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, d_h_9_fc_out, h_9_fc_weight, d_h_9_ln_2_out)); /* h.9.fc */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_9_pop_res1_out, h_9_ln_2_weight, h_9_ln_2_mean, h_9_ln_2_rstd, d_h_9_ln_2_out, d_h_9_pop_res1_out)); /* h.9.ln_2 */
     PG_TRY(pg_axpy_inplace(c, d_h_9_pop_res1_out, d_skip_h_9_res2, r * 786432)); /* + gradient of skip h.9.res2 */
     PG_TRY(pg_copy(c, d_h_9_attn_out, d_h_9_pop_res1_out, r * 786432)); /* h.9.pop.res1 */
     PG_TRY(pg_copy(c, d_skip_h_9_res1, d_h_9_pop_res1_out, r * 786432)); /* gradient of skip h.9.res1 */
-    PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, P112_H_9_ATTN_QKV_WEIGHT, P114_H_9_ATTN_PROJ_WEIGHT,
+    PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, h_9_attn_qkv_weight, h_9_attn_proj_weight,
                                h_9_attn_qkv, h_9_attn_att, h_9_attn_ctx, d_h_9_attn_out,
                                h_9_attn_dctx, h_9_attn_dqkv, d_h_9_ln_1_out)); /* h.9.attn */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_8_pop_res2_out, P110_H_9_LN_1_WEIGHT, h_9_ln_1_mean, h_9_ln_1_rstd, d_h_9_ln_1_out, d_h_8_pop_res2_out)); /* h.9.ln_1 */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_8_pop_res2_out, h_9_ln_1_weight, h_9_ln_1_mean, h_9_ln_1_rstd, d_h_9_ln_1_out, d_h_8_pop_res2_out)); /* h.9.ln_1 */
     PG_TRY(pg_axpy_inplace(c, d_h_8_pop_res2_out, d_skip_h_9_res1, r * 786432)); /* + gradient of skip h.9.res1 */
     PG_TRY(pg_copy(c, d_h_8_proj_out, d_h_8_pop_res2_out, r * 786432)); /* h.8.pop.res2 */
     PG_TRY(pg_copy(c, d_skip_h_8_res2, d_h_8_pop_res2_out, r * 786432)); /* gradient of skip h.8.res2 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, d_h_8_proj_out, P108_H_8_PROJ_WEIGHT, d_h_8_gelu0_out)); /* h.8.proj */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, d_h_8_proj_out, h_8_proj_weight, d_h_8_gelu0_out)); /* h.8.proj */
     PG_TRY(pg_gelu_bwd_in(c, r * 3145728, h_8_fc_out, d_h_8_gelu0_out, d_h_8_fc_out)); /* h.8.gelu0 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, d_h_8_fc_out, P106_H_8_FC_WEIGHT, d_h_8_ln_2_out)); /* h.8.fc */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_8_pop_res1_out, P104_H_8_LN_2_WEIGHT, h_8_ln_2_mean, h_8_ln_2_rstd, d_h_8_ln_2_out, d_h_8_pop_res1_out)); /* h.8.ln_2 */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 768, 3072, d_h_8_fc_out, h_8_fc_weight, d_h_8_ln_2_out)); /* h.8.fc */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_8_pop_res1_out, h_8_ln_2_weight, h_8_ln_2_mean, h_8_ln_2_rstd, d_h_8_ln_2_out, d_h_8_pop_res1_out)); /* h.8.ln_2 */
     PG_TRY(pg_axpy_inplace(c, d_h_8_pop_res1_out, d_skip_h_8_res2, r * 786432)); /* + gradient of skip h.8.res2 */
     PG_TRY(pg_copy(c, d_h_8_attn_out, d_h_8_pop_res1_out, r * 786432)); /* h.8.pop.res1 */
     PG_TRY(pg_copy(c, d_skip_h_8_res1, d_h_8_pop_res1_out, r * 786432)); /* gradient of skip h.8.res1 */
-    PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, P100_H_8_ATTN_QKV_WEIGHT, P102_H_8_ATTN_PROJ_WEIGHT,
+    PG_TRY(pg_attention_bwd_in(c, r, 1024, 768, 12, 1, h_8_attn_qkv_weight, h_8_attn_proj_weight,
                                h_8_attn_qkv, h_8_attn_att, h_8_attn_ctx, d_h_8_attn_out,
                                h_8_attn_dctx, h_8_attn_dqkv, d_h_8_ln_1_out)); /* h.8.attn */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_7_pop_res2_out, P98_H_8_LN_1_WEIGHT, h_8_ln_1_mean, h_8_ln_1_rstd, d_h_8_ln_1_out, d_h_7_pop_res2_out)); /* h.8.ln_1 */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 1024, 768, h_7_pop_res2_out, h_8_ln_1_weight, h_8_ln_1_mean, h_8_ln_1_rstd, d_h_8_ln_1_out, d_h_7_pop_res2_out)); /* h.8.ln_1 */
     PG_TRY(pg_axpy_inplace(c, d_h_7_pop_res2_out, d_skip_h_8_res1, r * 786432)); /* + gradient of skip h.8.res1 */
     PG_TRY(pg_copy(c, d_h_7_proj_out, d_h_7_pop_res2_out, r * 786432)); /* h.7.pop.res2 */
     PG_TRY(pg_copy(c, c2_skip15_grad_out, d_h_7_pop_res2_out, r * 786432)); /* gradient of skip h.7.res2 */
-    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, d_h_7_proj_out, P96_H_7_PROJ_WEIGHT, d_h_7_gelu0_out)); /* h.7.proj */
+    PG_TRY(pg_linear_bwd_in(c, r * 1024, 3072, 768, d_h_7_proj_out, h_7_proj_weight, d_h_7_gelu0_out)); /* h.7.proj */
     PG_TRY(pg_gelu_bwd_in(c, r * 3145728, c2_x, d_h_7_gelu0_out, c2_dx)); /* h.7.gelu0 */
     return 0;
 }
@@ -538,32 +510,84 @@ static int bwd_w_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const h_11_ln_2_rstd = (float *)(A + F[113]); /* h.11.ln_2 rstd: [n] */
     float *const ln_f_mean = (float *)(A + F[114]); /* ln_f mean: [n] */
     float *const ln_f_rstd = (float *)(A + F[115]); /* ln_f rstd: [n] */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_11_pop_res2_out, ln_f_mean, ln_f_rstd, c2_dy, GP146_LN_F_WEIGHT, GP147_LN_F_BIAS)); /* ln_f */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_11_gelu0_out, d_h_11_proj_out, GP144_H_11_PROJ_WEIGHT, GP145_H_11_PROJ_BIAS)); /* h.11.proj */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_11_ln_2_out, d_h_11_fc_out, GP142_H_11_FC_WEIGHT, GP143_H_11_FC_BIAS)); /* h.11.fc */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_11_pop_res1_out, h_11_ln_2_mean, h_11_ln_2_rstd, d_h_11_ln_2_out, GP140_H_11_LN_2_WEIGHT, GP141_H_11_LN_2_BIAS)); /* h.11.ln_2 */
+    float *const d_h_7_proj_weight = (float *)(A + 160432128); /* gradient of h.7.proj.weight: f32[768, 3072] */
+    float *const d_h_7_proj_bias = (float *)(A + 703417344); /* gradient of h.7.proj.bias: f32[768] */
+    float *const d_h_8_ln_1_weight = (float *)(A + 703429632); /* gradient of h.8.ln_1.weight: f32[768] */
+    float *const d_h_8_ln_1_bias = (float *)(A + 703441920); /* gradient of h.8.ln_1.bias: f32[768] */
+    float *const d_h_8_attn_qkv_weight = (float *)(A + 497811456); /* gradient of h.8.attn.qkv.weight: f32[2304, 768] */
+    float *const d_h_8_attn_qkv_bias = (float *)(A + 703276032); /* gradient of h.8.attn.qkv.bias: f32[2304] */
+    float *const d_h_8_attn_proj_weight = (float *)(A + 662962176); /* gradient of h.8.attn.proj.weight: f32[768, 768] */
+    float *const d_h_8_attn_proj_bias = (float *)(A + 703454208); /* gradient of h.8.attn.proj.bias: f32[768] */
+    float *const d_h_8_ln_2_weight = (float *)(A + 703466496); /* gradient of h.8.ln_2.weight: f32[768] */
+    float *const d_h_8_ln_2_bias = (float *)(A + 703478784); /* gradient of h.8.ln_2.bias: f32[768] */
+    float *const d_h_8_fc_weight = (float *)(A + 198180864); /* gradient of h.8.fc.weight: f32[3072, 768] */
+    float *const d_h_8_fc_bias = (float *)(A + 703082496); /* gradient of h.8.fc.bias: f32[3072] */
+    float *const d_h_8_proj_weight = (float *)(A + 235929600); /* gradient of h.8.proj.weight: f32[768, 3072] */
+    float *const d_h_8_proj_bias = (float *)(A + 703491072); /* gradient of h.8.proj.bias: f32[768] */
+    float *const d_h_9_ln_1_weight = (float *)(A + 703503360); /* gradient of h.9.ln_1.weight: f32[768] */
+    float *const d_h_9_ln_1_bias = (float *)(A + 703515648); /* gradient of h.9.ln_1.bias: f32[768] */
+    float *const d_h_9_attn_qkv_weight = (float *)(A + 526123008); /* gradient of h.9.attn.qkv.weight: f32[2304, 768] */
+    float *const d_h_9_attn_qkv_bias = (float *)(A + 703312896); /* gradient of h.9.attn.qkv.bias: f32[2304] */
+    float *const d_h_9_attn_proj_weight = (float *)(A + 672399360); /* gradient of h.9.attn.proj.weight: f32[768, 768] */
+    float *const d_h_9_attn_proj_bias = (float *)(A + 703527936); /* gradient of h.9.attn.proj.bias: f32[768] */
+    float *const d_h_9_ln_2_weight = (float *)(A + 703540224); /* gradient of h.9.ln_2.weight: f32[768] */
+    float *const d_h_9_ln_2_bias = (float *)(A + 703552512); /* gradient of h.9.ln_2.bias: f32[768] */
+    float *const d_h_9_fc_weight = (float *)(A + 273678336); /* gradient of h.9.fc.weight: f32[3072, 768] */
+    float *const d_h_9_fc_bias = (float *)(A + 703131648); /* gradient of h.9.fc.bias: f32[3072] */
+    float *const d_h_9_proj_weight = (float *)(A + 311427072); /* gradient of h.9.proj.weight: f32[768, 3072] */
+    float *const d_h_9_proj_bias = (float *)(A + 703564800); /* gradient of h.9.proj.bias: f32[768] */
+    float *const d_h_10_ln_1_weight = (float *)(A + 703577088); /* gradient of h.10.ln_1.weight: f32[768] */
+    float *const d_h_10_ln_1_bias = (float *)(A + 703589376); /* gradient of h.10.ln_1.bias: f32[768] */
+    float *const d_h_10_attn_qkv_weight = (float *)(A + 554434560); /* gradient of h.10.attn.qkv.weight: f32[2304, 768] */
+    float *const d_h_10_attn_qkv_bias = (float *)(A + 703349760); /* gradient of h.10.attn.qkv.bias: f32[2304] */
+    float *const d_h_10_attn_proj_weight = (float *)(A + 681836544); /* gradient of h.10.attn.proj.weight: f32[768, 768] */
+    float *const d_h_10_attn_proj_bias = (float *)(A + 703601664); /* gradient of h.10.attn.proj.bias: f32[768] */
+    float *const d_h_10_ln_2_weight = (float *)(A + 703613952); /* gradient of h.10.ln_2.weight: f32[768] */
+    float *const d_h_10_ln_2_bias = (float *)(A + 703626240); /* gradient of h.10.ln_2.bias: f32[768] */
+    float *const d_h_10_fc_weight = (float *)(A + 349175808); /* gradient of h.10.fc.weight: f32[3072, 768] */
+    float *const d_h_10_fc_bias = (float *)(A + 703180800); /* gradient of h.10.fc.bias: f32[3072] */
+    float *const d_h_10_proj_weight = (float *)(A + 386924544); /* gradient of h.10.proj.weight: f32[768, 3072] */
+    float *const d_h_10_proj_bias = (float *)(A + 703638528); /* gradient of h.10.proj.bias: f32[768] */
+    float *const d_h_11_ln_1_weight = (float *)(A + 703650816); /* gradient of h.11.ln_1.weight: f32[768] */
+    float *const d_h_11_ln_1_bias = (float *)(A + 703663104); /* gradient of h.11.ln_1.bias: f32[768] */
+    float *const d_h_11_attn_qkv_weight = (float *)(A + 582746112); /* gradient of h.11.attn.qkv.weight: f32[2304, 768] */
+    float *const d_h_11_attn_qkv_bias = (float *)(A + 703386624); /* gradient of h.11.attn.qkv.bias: f32[2304] */
+    float *const d_h_11_attn_proj_weight = (float *)(A + 691273728); /* gradient of h.11.attn.proj.weight: f32[768, 768] */
+    float *const d_h_11_attn_proj_bias = (float *)(A + 703675392); /* gradient of h.11.attn.proj.bias: f32[768] */
+    float *const d_h_11_ln_2_weight = (float *)(A + 703687680); /* gradient of h.11.ln_2.weight: f32[768] */
+    float *const d_h_11_ln_2_bias = (float *)(A + 703699968); /* gradient of h.11.ln_2.bias: f32[768] */
+    float *const d_h_11_fc_weight = (float *)(A + 424673280); /* gradient of h.11.fc.weight: f32[3072, 768] */
+    float *const d_h_11_fc_bias = (float *)(A + 703229952); /* gradient of h.11.fc.bias: f32[3072] */
+    float *const d_h_11_proj_weight = (float *)(A + 462422016); /* gradient of h.11.proj.weight: f32[768, 3072] */
+    float *const d_h_11_proj_bias = (float *)(A + 703712256); /* gradient of h.11.proj.bias: f32[768] */
+    float *const d_ln_f_weight = (float *)(A + 703724544); /* gradient of ln_f.weight: f32[768] */
+    float *const d_ln_f_bias = (float *)(A + 703736832); /* gradient of ln_f.bias: f32[768] */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_11_pop_res2_out, ln_f_mean, ln_f_rstd, c2_dy, d_ln_f_weight, d_ln_f_bias)); /* ln_f */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_11_gelu0_out, d_h_11_proj_out, d_h_11_proj_weight, d_h_11_proj_bias)); /* h.11.proj */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_11_ln_2_out, d_h_11_fc_out, d_h_11_fc_weight, d_h_11_fc_bias)); /* h.11.fc */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_11_pop_res1_out, h_11_ln_2_mean, h_11_ln_2_rstd, d_h_11_ln_2_out, d_h_11_ln_2_weight, d_h_11_ln_2_bias)); /* h.11.ln_2 */
     PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, h_11_ln_1_out, h_11_attn_ctx, d_h_11_attn_out, h_11_attn_dqkv,
-                              GP136_H_11_ATTN_QKV_WEIGHT, GP137_H_11_ATTN_QKV_BIAS, GP138_H_11_ATTN_PROJ_WEIGHT, GP139_H_11_ATTN_PROJ_BIAS)); /* h.11.attn */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_10_pop_res2_out, h_11_ln_1_mean, h_11_ln_1_rstd, d_h_11_ln_1_out, GP134_H_11_LN_1_WEIGHT, GP135_H_11_LN_1_BIAS)); /* h.11.ln_1 */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_10_gelu0_out, d_h_10_proj_out, GP132_H_10_PROJ_WEIGHT, GP133_H_10_PROJ_BIAS)); /* h.10.proj */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_10_ln_2_out, d_h_10_fc_out, GP130_H_10_FC_WEIGHT, GP131_H_10_FC_BIAS)); /* h.10.fc */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_10_pop_res1_out, h_10_ln_2_mean, h_10_ln_2_rstd, d_h_10_ln_2_out, GP128_H_10_LN_2_WEIGHT, GP129_H_10_LN_2_BIAS)); /* h.10.ln_2 */
+                              d_h_11_attn_qkv_weight, d_h_11_attn_qkv_bias, d_h_11_attn_proj_weight, d_h_11_attn_proj_bias)); /* h.11.attn */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_10_pop_res2_out, h_11_ln_1_mean, h_11_ln_1_rstd, d_h_11_ln_1_out, d_h_11_ln_1_weight, d_h_11_ln_1_bias)); /* h.11.ln_1 */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_10_gelu0_out, d_h_10_proj_out, d_h_10_proj_weight, d_h_10_proj_bias)); /* h.10.proj */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_10_ln_2_out, d_h_10_fc_out, d_h_10_fc_weight, d_h_10_fc_bias)); /* h.10.fc */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_10_pop_res1_out, h_10_ln_2_mean, h_10_ln_2_rstd, d_h_10_ln_2_out, d_h_10_ln_2_weight, d_h_10_ln_2_bias)); /* h.10.ln_2 */
     PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, h_10_ln_1_out, h_10_attn_ctx, d_h_10_attn_out, h_10_attn_dqkv,
-                              GP124_H_10_ATTN_QKV_WEIGHT, GP125_H_10_ATTN_QKV_BIAS, GP126_H_10_ATTN_PROJ_WEIGHT, GP127_H_10_ATTN_PROJ_BIAS)); /* h.10.attn */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_9_pop_res2_out, h_10_ln_1_mean, h_10_ln_1_rstd, d_h_10_ln_1_out, GP122_H_10_LN_1_WEIGHT, GP123_H_10_LN_1_BIAS)); /* h.10.ln_1 */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_9_gelu0_out, d_h_9_proj_out, GP120_H_9_PROJ_WEIGHT, GP121_H_9_PROJ_BIAS)); /* h.9.proj */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_9_ln_2_out, d_h_9_fc_out, GP118_H_9_FC_WEIGHT, GP119_H_9_FC_BIAS)); /* h.9.fc */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_9_pop_res1_out, h_9_ln_2_mean, h_9_ln_2_rstd, d_h_9_ln_2_out, GP116_H_9_LN_2_WEIGHT, GP117_H_9_LN_2_BIAS)); /* h.9.ln_2 */
+                              d_h_10_attn_qkv_weight, d_h_10_attn_qkv_bias, d_h_10_attn_proj_weight, d_h_10_attn_proj_bias)); /* h.10.attn */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_9_pop_res2_out, h_10_ln_1_mean, h_10_ln_1_rstd, d_h_10_ln_1_out, d_h_10_ln_1_weight, d_h_10_ln_1_bias)); /* h.10.ln_1 */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_9_gelu0_out, d_h_9_proj_out, d_h_9_proj_weight, d_h_9_proj_bias)); /* h.9.proj */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_9_ln_2_out, d_h_9_fc_out, d_h_9_fc_weight, d_h_9_fc_bias)); /* h.9.fc */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_9_pop_res1_out, h_9_ln_2_mean, h_9_ln_2_rstd, d_h_9_ln_2_out, d_h_9_ln_2_weight, d_h_9_ln_2_bias)); /* h.9.ln_2 */
     PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, h_9_ln_1_out, h_9_attn_ctx, d_h_9_attn_out, h_9_attn_dqkv,
-                              GP112_H_9_ATTN_QKV_WEIGHT, GP113_H_9_ATTN_QKV_BIAS, GP114_H_9_ATTN_PROJ_WEIGHT, GP115_H_9_ATTN_PROJ_BIAS)); /* h.9.attn */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_8_pop_res2_out, h_9_ln_1_mean, h_9_ln_1_rstd, d_h_9_ln_1_out, GP110_H_9_LN_1_WEIGHT, GP111_H_9_LN_1_BIAS)); /* h.9.ln_1 */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_8_gelu0_out, d_h_8_proj_out, GP108_H_8_PROJ_WEIGHT, GP109_H_8_PROJ_BIAS)); /* h.8.proj */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_8_ln_2_out, d_h_8_fc_out, GP106_H_8_FC_WEIGHT, GP107_H_8_FC_BIAS)); /* h.8.fc */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_8_pop_res1_out, h_8_ln_2_mean, h_8_ln_2_rstd, d_h_8_ln_2_out, GP104_H_8_LN_2_WEIGHT, GP105_H_8_LN_2_BIAS)); /* h.8.ln_2 */
+                              d_h_9_attn_qkv_weight, d_h_9_attn_qkv_bias, d_h_9_attn_proj_weight, d_h_9_attn_proj_bias)); /* h.9.attn */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_8_pop_res2_out, h_9_ln_1_mean, h_9_ln_1_rstd, d_h_9_ln_1_out, d_h_9_ln_1_weight, d_h_9_ln_1_bias)); /* h.9.ln_1 */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_8_gelu0_out, d_h_8_proj_out, d_h_8_proj_weight, d_h_8_proj_bias)); /* h.8.proj */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_8_ln_2_out, d_h_8_fc_out, d_h_8_fc_weight, d_h_8_fc_bias)); /* h.8.fc */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_8_pop_res1_out, h_8_ln_2_mean, h_8_ln_2_rstd, d_h_8_ln_2_out, d_h_8_ln_2_weight, d_h_8_ln_2_bias)); /* h.8.ln_2 */
     PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, h_8_ln_1_out, h_8_attn_ctx, d_h_8_attn_out, h_8_attn_dqkv,
-                              GP100_H_8_ATTN_QKV_WEIGHT, GP101_H_8_ATTN_QKV_BIAS, GP102_H_8_ATTN_PROJ_WEIGHT, GP103_H_8_ATTN_PROJ_BIAS)); /* h.8.attn */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_7_pop_res2_out, h_8_ln_1_mean, h_8_ln_1_rstd, d_h_8_ln_1_out, GP98_H_8_LN_1_WEIGHT, GP99_H_8_LN_1_BIAS)); /* h.8.ln_1 */
-    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_7_gelu0_out, d_h_7_proj_out, GP96_H_7_PROJ_WEIGHT, GP97_H_7_PROJ_BIAS)); /* h.7.proj */
+                              d_h_8_attn_qkv_weight, d_h_8_attn_qkv_bias, d_h_8_attn_proj_weight, d_h_8_attn_proj_bias)); /* h.8.attn */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_7_pop_res2_out, h_8_ln_1_mean, h_8_ln_1_rstd, d_h_8_ln_1_out, d_h_8_ln_1_weight, d_h_8_ln_1_bias)); /* h.8.ln_1 */
+    PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_7_gelu0_out, d_h_7_proj_out, d_h_7_proj_weight, d_h_7_proj_bias)); /* h.7.proj */
     return 0;
 }
 

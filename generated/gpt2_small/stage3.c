@@ -8,9 +8,6 @@
 #include "pg_stage.h"
 #include "gpt2_small.h"
 
-/* parameters and their gradients */
-#define P0_WTE ((float *)(A + 823410688)) /* wte: f32[50257, 768] */
-#define GP0_WTE ((float *)(A + 977800192)) /* gradient of wte: f32[50257, 768] */
 /* this micro-batch's rows of the batch target next i32[1024] */
 #define TARGET_ROWS (A + 1530746368 + io->first_row * 4096)
 
@@ -22,8 +19,9 @@ static int fwd_c3(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const c3_x = (float *)(A + 1518163456 + (int64_t)io->slot * 6291456); /* chunk 3 input x: [r, 1024, 768], received */
     float *const c3_y = (float *)(A + 0 + (int64_t)io->slot * 411705344); /* chunk 3 output y: [r, 1024, 50257], the model output */
     float *const c3_dy = (float *)(A + 411705344 + (int64_t)io->slot * 411705344); /* gradient dy of the chunk output: [r, 1024, 50257], from the loss */
+    float *const wte = (float *)(A + 823410688); /* wte: f32[50257, 768] */
     /* lm_head: logits [r, 1024, 768] -> [r, 1024, 50257] */
-    PG_TRY(pg_logits_fwd(c, r * 1024, 768, 50257, c3_x, P0_WTE, c3_y));
+    PG_TRY(pg_logits_fwd(c, r * 1024, 768, 50257, c3_x, wte, c3_y));
     /* loss: cross_entropy, partial over this micro-batch, divided by batch * positions */
     PG_TRY(pg_cross_entropy_fwd_bwd(c, r * 1024, 50257, c3_y, (const int32_t *)TARGET_ROWS, 8192.0, &io->loss, c3_dy));
     return 0;
@@ -34,9 +32,10 @@ static int bwd_b_c3(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     const int64_t r = io->rows;
     float *const c3_dy = (float *)(A + 411705344 + (int64_t)io->slot * 411705344); /* gradient dy of the chunk output: [r, 1024, 50257], from the loss */
     float *const c3_dx = (float *)(A + 1524454912 + (int64_t)io->slot * 6291456); /* gradient dx of the chunk input: [r, 1024, 768], sent */
+    float *const wte = (float *)(A + 823410688); /* wte: f32[50257, 768] */
     if (io->recompute) /* checkpointed: rebuild the interior from the stage input */
         PG_TRY(fwd_c3(c, A, io));
-    PG_TRY(pg_logits_bwd_in(c, r * 1024, 768, 50257, c3_dy, P0_WTE, c3_dx)); /* lm_head */
+    PG_TRY(pg_logits_bwd_in(c, r * 1024, 768, 50257, c3_dy, wte, c3_dx)); /* lm_head */
     return 0;
 }
 
@@ -45,7 +44,8 @@ static int bwd_w_c3(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     const int64_t r = io->rows;
     float *const c3_x = (float *)(A + 1518163456 + (int64_t)io->slot * 6291456); /* chunk 3 input x: [r, 1024, 768], received */
     float *const c3_dy = (float *)(A + 411705344 + (int64_t)io->slot * 411705344); /* gradient dy of the chunk output: [r, 1024, 50257], from the loss */
-    PG_TRY(pg_logits_bwd_w(c, r * 1024, 768, 50257, c3_x, c3_dy, GP0_WTE)); /* lm_head */
+    float *const d_wte = (float *)(A + 977800192); /* gradient of wte: f32[50257, 768] */
+    PG_TRY(pg_logits_bwd_w(c, r * 1024, 768, 50257, c3_x, c3_dy, d_wte)); /* lm_head */
     return 0;
 }
 

@@ -8,35 +8,6 @@
 #include "pg_stage.h"
 #include "gpt_char.h"
 
-/* parameters and their gradients */
-#define P0_WTE ((float *)(A + 3932160)) /* wte: f32[256, 128] */
-#define GP0_WTE ((float *)(A + 4063232)) /* gradient of wte: f32[256, 128] */
-#define P1_POS_WEIGHT ((float *)(A + 4718592)) /* pos.weight: f32[64, 128] */
-#define GP1_POS_WEIGHT ((float *)(A + 4751360)) /* gradient of pos.weight: f32[64, 128] */
-#define P2_H0_LN1_WEIGHT ((float *)(A + 4872192)) /* h0.ln1.weight: f32[128] */
-#define GP2_H0_LN1_WEIGHT ((float *)(A + 4872704)) /* gradient of h0.ln1.weight: f32[128] */
-#define P3_H0_LN1_BIAS ((float *)(A + 4874240)) /* h0.ln1.bias: f32[128] */
-#define GP3_H0_LN1_BIAS ((float *)(A + 4874752)) /* gradient of h0.ln1.bias: f32[128] */
-#define P4_H0_ATTN_QKV_WEIGHT ((float *)(A + 3145728)) /* h0.attn.qkv.weight: f32[384, 128] */
-#define GP4_H0_ATTN_QKV_WEIGHT ((float *)(A + 3342336)) /* gradient of h0.attn.qkv.weight: f32[384, 128] */
-#define P5_H0_ATTN_QKV_BIAS ((float *)(A + 4866048)) /* h0.attn.qkv.bias: f32[384] */
-#define GP5_H0_ATTN_QKV_BIAS ((float *)(A + 4867584)) /* gradient of h0.attn.qkv.bias: f32[384] */
-#define P6_H0_ATTN_PROJ_WEIGHT ((float *)(A + 4456448)) /* h0.attn.proj.weight: f32[128, 128] */
-#define GP6_H0_ATTN_PROJ_WEIGHT ((float *)(A + 4521984)) /* gradient of h0.attn.proj.weight: f32[128, 128] */
-#define P7_H0_ATTN_PROJ_BIAS ((float *)(A + 4876288)) /* h0.attn.proj.bias: f32[128] */
-#define GP7_H0_ATTN_PROJ_BIAS ((float *)(A + 4876800)) /* gradient of h0.attn.proj.bias: f32[128] */
-#define P8_H0_LN2_WEIGHT ((float *)(A + 4878336)) /* h0.ln2.weight: f32[128] */
-#define GP8_H0_LN2_WEIGHT ((float *)(A + 4878848)) /* gradient of h0.ln2.weight: f32[128] */
-#define P9_H0_LN2_BIAS ((float *)(A + 4880384)) /* h0.ln2.bias: f32[128] */
-#define GP9_H0_LN2_BIAS ((float *)(A + 4880896)) /* gradient of h0.ln2.bias: f32[128] */
-#define P10_H0_FC_WEIGHT ((float *)(A + 1048576)) /* h0.fc.weight: f32[512, 128] */
-#define GP10_H0_FC_WEIGHT ((float *)(A + 1310720)) /* gradient of h0.fc.weight: f32[512, 128] */
-#define P11_H0_FC_BIAS ((float *)(A + 4857856)) /* h0.fc.bias: f32[512] */
-#define GP11_H0_FC_BIAS ((float *)(A + 4859904)) /* gradient of h0.fc.bias: f32[512] */
-#define P12_H0_PROJ_WEIGHT ((float *)(A + 2097152)) /* h0.proj.weight: f32[128, 512] */
-#define GP12_H0_PROJ_WEIGHT ((float *)(A + 2359296)) /* gradient of h0.proj.weight: f32[128, 512] */
-#define P13_H0_PROJ_BIAS ((float *)(A + 4882432)) /* h0.proj.bias: f32[128] */
-#define GP13_H0_PROJ_BIAS ((float *)(A + 4882944)) /* gradient of h0.proj.bias: f32[128] */
 /* this micro-batch's rows of the batch input tokens i32[64] */
 #define INPUT_ROWS ((float *)(A + 4849664 + io->first_row * 256))
 
@@ -87,27 +58,41 @@ static int fwd_body_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
     float *const h0_attn_ctx = (float *)(A + F[23]); /* h0.attn ctx: [r, T, d] */
     float *const h0_ln2_mean = (float *)(A + F[27]); /* h0.ln2 mean: [n] */
     float *const h0_ln2_rstd = (float *)(A + F[28]); /* h0.ln2 rstd: [n] */
+    float *const wte = (float *)(A + 3932160); /* wte: f32[256, 128] */
+    float *const pos_weight = (float *)(A + 4718592); /* pos.weight: f32[64, 128] */
+    float *const h0_ln1_weight = (float *)(A + 4872192); /* h0.ln1.weight: f32[128] */
+    float *const h0_ln1_bias = (float *)(A + 4874240); /* h0.ln1.bias: f32[128] */
+    float *const h0_attn_qkv_weight = (float *)(A + 3145728); /* h0.attn.qkv.weight: f32[384, 128] */
+    float *const h0_attn_qkv_bias = (float *)(A + 4866048); /* h0.attn.qkv.bias: f32[384] */
+    float *const h0_attn_proj_weight = (float *)(A + 4456448); /* h0.attn.proj.weight: f32[128, 128] */
+    float *const h0_attn_proj_bias = (float *)(A + 4876288); /* h0.attn.proj.bias: f32[128] */
+    float *const h0_ln2_weight = (float *)(A + 4878336); /* h0.ln2.weight: f32[128] */
+    float *const h0_ln2_bias = (float *)(A + 4880384); /* h0.ln2.bias: f32[128] */
+    float *const h0_fc_weight = (float *)(A + 1048576); /* h0.fc.weight: f32[512, 128] */
+    float *const h0_fc_bias = (float *)(A + 4857856); /* h0.fc.bias: f32[512] */
+    float *const h0_proj_weight = (float *)(A + 2097152); /* h0.proj.weight: f32[128, 512] */
+    float *const h0_proj_bias = (float *)(A + 4882432); /* h0.proj.bias: f32[128] */
     /* tok: embed [r, 64] -> [r, 64, 128] */
-    PG_TRY(pg_embed_fwd(c, r * 64, 256, 128, (const int32_t *)tokens, P0_WTE, tok_out));
+    PG_TRY(pg_embed_fwd(c, r * 64, 256, 128, (const int32_t *)tokens, wte, tok_out));
     /* pos: pos_embed [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_pos_embed_fwd(c, r, 64, 128, tok_out, P1_POS_WEIGHT, pos_out));
+    PG_TRY(pg_pos_embed_fwd(c, r, 64, 128, tok_out, pos_weight, pos_out));
     /* stash h0.res1: [r, 64, 128] stays in pos_out */
     /* h0.ln1: layernorm [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_layernorm_fwd(c, r * 64, 128, 1e-05f, pos_out, P2_H0_LN1_WEIGHT, P3_H0_LN1_BIAS, h0_ln1_out, h0_ln1_mean, h0_ln1_rstd));
+    PG_TRY(pg_layernorm_fwd(c, r * 64, 128, 1e-05f, pos_out, h0_ln1_weight, h0_ln1_bias, h0_ln1_out, h0_ln1_mean, h0_ln1_rstd));
     /* h0.attn: attention [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_attention_fwd(c, r, 64, 128, 4, 1, h0_ln1_out, P4_H0_ATTN_QKV_WEIGHT, P5_H0_ATTN_QKV_BIAS, P6_H0_ATTN_PROJ_WEIGHT, P7_H0_ATTN_PROJ_BIAS,
+    PG_TRY(pg_attention_fwd(c, r, 64, 128, 4, 1, h0_ln1_out, h0_attn_qkv_weight, h0_attn_qkv_bias, h0_attn_proj_weight, h0_attn_proj_bias,
                             h0_attn_qkv, h0_attn_att, h0_attn_ctx, h0_attn_out));
     /* h0.pop.res1: pop [r, 64, 128] -> [r, 64, 128] */
     PG_TRY(pg_add_fwd(c, r * 8192, h0_attn_out, pos_out, h0_pop_res1_out));
     /* stash h0.res2: [r, 64, 128] stays in h0_pop_res1_out */
     /* h0.ln2: layernorm [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_layernorm_fwd(c, r * 64, 128, 1e-05f, h0_pop_res1_out, P8_H0_LN2_WEIGHT, P9_H0_LN2_BIAS, h0_ln2_out, h0_ln2_mean, h0_ln2_rstd));
+    PG_TRY(pg_layernorm_fwd(c, r * 64, 128, 1e-05f, h0_pop_res1_out, h0_ln2_weight, h0_ln2_bias, h0_ln2_out, h0_ln2_mean, h0_ln2_rstd));
     /* h0.fc: linear [r, 64, 128] -> [r, 64, 512] */
-    PG_TRY(pg_linear_fwd(c, r * 64, 128, 512, h0_ln2_out, P10_H0_FC_WEIGHT, P11_H0_FC_BIAS, h0_fc_out));
+    PG_TRY(pg_linear_fwd(c, r * 64, 128, 512, h0_ln2_out, h0_fc_weight, h0_fc_bias, h0_fc_out));
     /* h0.gelu0: gelu [r, 64, 512] -> [r, 64, 512] */
     PG_TRY(pg_gelu_fwd(c, r * 32768, h0_fc_out, h0_gelu0_out));
     /* h0.proj: linear [r, 64, 512] -> [r, 64, 128] */
-    PG_TRY(pg_linear_fwd(c, r * 64, 512, 128, h0_gelu0_out, P12_H0_PROJ_WEIGHT, P13_H0_PROJ_BIAS, h0_proj_out));
+    PG_TRY(pg_linear_fwd(c, r * 64, 512, 128, h0_gelu0_out, h0_proj_weight, h0_proj_bias, h0_proj_out));
     /* h0.pop.res2: pop [r, 64, 128] -> [r, 64, 128] */
     PG_TRY(pg_add_fwd(c, r * 8192, h0_proj_out, h0_pop_res1_out, c0_y));
     return 0;
@@ -147,21 +132,27 @@ static int bwd_b_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const d_skip_h0_res2 = (float *)(A + F[26]); /* gradient of skip h0.res2: [r, 64, 128] */
     float *const h0_ln2_mean = (float *)(A + F[27]); /* h0.ln2 mean: [n] */
     float *const h0_ln2_rstd = (float *)(A + F[28]); /* h0.ln2 rstd: [n] */
+    float *const h0_ln1_weight = (float *)(A + 4872192); /* h0.ln1.weight: f32[128] */
+    float *const h0_attn_qkv_weight = (float *)(A + 3145728); /* h0.attn.qkv.weight: f32[384, 128] */
+    float *const h0_attn_proj_weight = (float *)(A + 4456448); /* h0.attn.proj.weight: f32[128, 128] */
+    float *const h0_ln2_weight = (float *)(A + 4878336); /* h0.ln2.weight: f32[128] */
+    float *const h0_fc_weight = (float *)(A + 1048576); /* h0.fc.weight: f32[512, 128] */
+    float *const h0_proj_weight = (float *)(A + 2097152); /* h0.proj.weight: f32[128, 512] */
     if (io->recompute) /* checkpointed: rebuild the interior from the stage input */
         PG_TRY(fwd_body_c0(c, A, io, 0));
     PG_TRY(pg_copy(c, d_h0_proj_out, c0_dy, r * 8192)); /* h0.pop.res2 */
     PG_TRY(pg_copy(c, d_skip_h0_res2, c0_dy, r * 8192)); /* gradient of skip h0.res2 */
-    PG_TRY(pg_linear_bwd_in(c, r * 64, 512, 128, d_h0_proj_out, P12_H0_PROJ_WEIGHT, d_h0_gelu0_out)); /* h0.proj */
+    PG_TRY(pg_linear_bwd_in(c, r * 64, 512, 128, d_h0_proj_out, h0_proj_weight, d_h0_gelu0_out)); /* h0.proj */
     PG_TRY(pg_gelu_bwd_in(c, r * 32768, h0_fc_out, d_h0_gelu0_out, d_h0_fc_out)); /* h0.gelu0 */
-    PG_TRY(pg_linear_bwd_in(c, r * 64, 128, 512, d_h0_fc_out, P10_H0_FC_WEIGHT, d_h0_ln2_out)); /* h0.fc */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, h0_pop_res1_out, P8_H0_LN2_WEIGHT, h0_ln2_mean, h0_ln2_rstd, d_h0_ln2_out, d_h0_pop_res1_out)); /* h0.ln2 */
+    PG_TRY(pg_linear_bwd_in(c, r * 64, 128, 512, d_h0_fc_out, h0_fc_weight, d_h0_ln2_out)); /* h0.fc */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, h0_pop_res1_out, h0_ln2_weight, h0_ln2_mean, h0_ln2_rstd, d_h0_ln2_out, d_h0_pop_res1_out)); /* h0.ln2 */
     PG_TRY(pg_axpy_inplace(c, d_h0_pop_res1_out, d_skip_h0_res2, r * 8192)); /* + gradient of skip h0.res2 */
     PG_TRY(pg_copy(c, d_h0_attn_out, d_h0_pop_res1_out, r * 8192)); /* h0.pop.res1 */
     PG_TRY(pg_copy(c, d_skip_h0_res1, d_h0_pop_res1_out, r * 8192)); /* gradient of skip h0.res1 */
-    PG_TRY(pg_attention_bwd_in(c, r, 64, 128, 4, 1, P4_H0_ATTN_QKV_WEIGHT, P6_H0_ATTN_PROJ_WEIGHT,
+    PG_TRY(pg_attention_bwd_in(c, r, 64, 128, 4, 1, h0_attn_qkv_weight, h0_attn_proj_weight,
                                h0_attn_qkv, h0_attn_att, h0_attn_ctx, d_h0_attn_out,
                                h0_attn_dctx, h0_attn_dqkv, d_h0_ln1_out)); /* h0.attn */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, pos_out, P2_H0_LN1_WEIGHT, h0_ln1_mean, h0_ln1_rstd, d_h0_ln1_out, d_pos_out)); /* h0.ln1 */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, pos_out, h0_ln1_weight, h0_ln1_mean, h0_ln1_rstd, d_h0_ln1_out, d_pos_out)); /* h0.ln1 */
     PG_TRY(pg_axpy_inplace(c, d_pos_out, d_skip_h0_res1, r * 8192)); /* + gradient of skip h0.res1 */
     PG_TRY(pg_copy(c, d_tok_out, d_pos_out, r * 8192)); /* pos */
     return 0;
@@ -190,14 +181,28 @@ static int bwd_w_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const h0_attn_dqkv = (float *)(A + F[25]); /* h0.attn dqkv: [r, T, 3d] */
     float *const h0_ln2_mean = (float *)(A + F[27]); /* h0.ln2 mean: [n] */
     float *const h0_ln2_rstd = (float *)(A + F[28]); /* h0.ln2 rstd: [n] */
-    PG_TRY(pg_linear_bwd_w(c, r * 64, 512, 128, h0_gelu0_out, d_h0_proj_out, GP12_H0_PROJ_WEIGHT, GP13_H0_PROJ_BIAS)); /* h0.proj */
-    PG_TRY(pg_linear_bwd_w(c, r * 64, 128, 512, h0_ln2_out, d_h0_fc_out, GP10_H0_FC_WEIGHT, GP11_H0_FC_BIAS)); /* h0.fc */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, h0_pop_res1_out, h0_ln2_mean, h0_ln2_rstd, d_h0_ln2_out, GP8_H0_LN2_WEIGHT, GP9_H0_LN2_BIAS)); /* h0.ln2 */
+    float *const d_wte = (float *)(A + 4063232); /* gradient of wte: f32[256, 128] */
+    float *const d_pos_weight = (float *)(A + 4751360); /* gradient of pos.weight: f32[64, 128] */
+    float *const d_h0_ln1_weight = (float *)(A + 4872704); /* gradient of h0.ln1.weight: f32[128] */
+    float *const d_h0_ln1_bias = (float *)(A + 4874752); /* gradient of h0.ln1.bias: f32[128] */
+    float *const d_h0_attn_qkv_weight = (float *)(A + 3342336); /* gradient of h0.attn.qkv.weight: f32[384, 128] */
+    float *const d_h0_attn_qkv_bias = (float *)(A + 4867584); /* gradient of h0.attn.qkv.bias: f32[384] */
+    float *const d_h0_attn_proj_weight = (float *)(A + 4521984); /* gradient of h0.attn.proj.weight: f32[128, 128] */
+    float *const d_h0_attn_proj_bias = (float *)(A + 4876800); /* gradient of h0.attn.proj.bias: f32[128] */
+    float *const d_h0_ln2_weight = (float *)(A + 4878848); /* gradient of h0.ln2.weight: f32[128] */
+    float *const d_h0_ln2_bias = (float *)(A + 4880896); /* gradient of h0.ln2.bias: f32[128] */
+    float *const d_h0_fc_weight = (float *)(A + 1310720); /* gradient of h0.fc.weight: f32[512, 128] */
+    float *const d_h0_fc_bias = (float *)(A + 4859904); /* gradient of h0.fc.bias: f32[512] */
+    float *const d_h0_proj_weight = (float *)(A + 2359296); /* gradient of h0.proj.weight: f32[128, 512] */
+    float *const d_h0_proj_bias = (float *)(A + 4882944); /* gradient of h0.proj.bias: f32[128] */
+    PG_TRY(pg_linear_bwd_w(c, r * 64, 512, 128, h0_gelu0_out, d_h0_proj_out, d_h0_proj_weight, d_h0_proj_bias)); /* h0.proj */
+    PG_TRY(pg_linear_bwd_w(c, r * 64, 128, 512, h0_ln2_out, d_h0_fc_out, d_h0_fc_weight, d_h0_fc_bias)); /* h0.fc */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, h0_pop_res1_out, h0_ln2_mean, h0_ln2_rstd, d_h0_ln2_out, d_h0_ln2_weight, d_h0_ln2_bias)); /* h0.ln2 */
     PG_TRY(pg_attention_bwd_w(c, r, 64, 128, h0_ln1_out, h0_attn_ctx, d_h0_attn_out, h0_attn_dqkv,
-                              GP4_H0_ATTN_QKV_WEIGHT, GP5_H0_ATTN_QKV_BIAS, GP6_H0_ATTN_PROJ_WEIGHT, GP7_H0_ATTN_PROJ_BIAS)); /* h0.attn */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, pos_out, h0_ln1_mean, h0_ln1_rstd, d_h0_ln1_out, GP2_H0_LN1_WEIGHT, GP3_H0_LN1_BIAS)); /* h0.ln1 */
-    PG_TRY(pg_pos_embed_bwd_w(c, r, 64, 128, d_pos_out, GP1_POS_WEIGHT)); /* pos */
-    PG_TRY(pg_embed_bwd_w(c, r * 64, 256, 128, (const int32_t *)tokens, d_tok_out, GP0_WTE)); /* tok */
+                              d_h0_attn_qkv_weight, d_h0_attn_qkv_bias, d_h0_attn_proj_weight, d_h0_attn_proj_bias)); /* h0.attn */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, pos_out, h0_ln1_mean, h0_ln1_rstd, d_h0_ln1_out, d_h0_ln1_weight, d_h0_ln1_bias)); /* h0.ln1 */
+    PG_TRY(pg_pos_embed_bwd_w(c, r, 64, 128, d_pos_out, d_pos_weight)); /* pos */
+    PG_TRY(pg_embed_bwd_w(c, r * 64, 256, 128, (const int32_t *)tokens, d_tok_out, d_wte)); /* tok */
     return 0;
 }
 

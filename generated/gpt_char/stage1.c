@@ -8,32 +8,6 @@
 #include "pg_stage.h"
 #include "gpt_char.h"
 
-/* parameters and their gradients */
-#define P14_H1_LN1_WEIGHT ((float *)(A + 4732928)) /* h1.ln1.weight: f32[128] */
-#define GP14_H1_LN1_WEIGHT ((float *)(A + 4733440)) /* gradient of h1.ln1.weight: f32[128] */
-#define P15_H1_LN1_BIAS ((float *)(A + 4734976)) /* h1.ln1.bias: f32[128] */
-#define GP15_H1_LN1_BIAS ((float *)(A + 4735488)) /* gradient of h1.ln1.bias: f32[128] */
-#define P16_H1_ATTN_QKV_WEIGHT ((float *)(A + 3670016)) /* h1.attn.qkv.weight: f32[384, 128] */
-#define GP16_H1_ATTN_QKV_WEIGHT ((float *)(A + 3866624)) /* gradient of h1.attn.qkv.weight: f32[384, 128] */
-#define P17_H1_ATTN_QKV_BIAS ((float *)(A + 4726784)) /* h1.attn.qkv.bias: f32[384] */
-#define GP17_H1_ATTN_QKV_BIAS ((float *)(A + 4728320)) /* gradient of h1.attn.qkv.bias: f32[384] */
-#define P18_H1_ATTN_PROJ_WEIGHT ((float *)(A + 4456448)) /* h1.attn.proj.weight: f32[128, 128] */
-#define GP18_H1_ATTN_PROJ_WEIGHT ((float *)(A + 4521984)) /* gradient of h1.attn.proj.weight: f32[128, 128] */
-#define P19_H1_ATTN_PROJ_BIAS ((float *)(A + 4737024)) /* h1.attn.proj.bias: f32[128] */
-#define GP19_H1_ATTN_PROJ_BIAS ((float *)(A + 4737536)) /* gradient of h1.attn.proj.bias: f32[128] */
-#define P20_H1_LN2_WEIGHT ((float *)(A + 4739072)) /* h1.ln2.weight: f32[128] */
-#define GP20_H1_LN2_WEIGHT ((float *)(A + 4739584)) /* gradient of h1.ln2.weight: f32[128] */
-#define P21_H1_LN2_BIAS ((float *)(A + 4741120)) /* h1.ln2.bias: f32[128] */
-#define GP21_H1_LN2_BIAS ((float *)(A + 4741632)) /* gradient of h1.ln2.bias: f32[128] */
-#define P22_H1_FC_WEIGHT ((float *)(A + 1572864)) /* h1.fc.weight: f32[512, 128] */
-#define GP22_H1_FC_WEIGHT ((float *)(A + 1835008)) /* gradient of h1.fc.weight: f32[512, 128] */
-#define P23_H1_FC_BIAS ((float *)(A + 4718592)) /* h1.fc.bias: f32[512] */
-#define GP23_H1_FC_BIAS ((float *)(A + 4720640)) /* gradient of h1.fc.bias: f32[512] */
-#define P24_H1_PROJ_WEIGHT ((float *)(A + 2621440)) /* h1.proj.weight: f32[128, 512] */
-#define GP24_H1_PROJ_WEIGHT ((float *)(A + 2883584)) /* gradient of h1.proj.weight: f32[128, 512] */
-#define P25_H1_PROJ_BIAS ((float *)(A + 4743168)) /* h1.proj.bias: f32[128] */
-#define GP25_H1_PROJ_BIAS ((float *)(A + 4743680)) /* gradient of h1.proj.bias: f32[128] */
-
 /* ---- chunk 1: layers h1.stash.res1 .. h1.pop.res2 ---- */
 
 /* Arena offsets of this chunk's frame buffers (listed in gpt_char.h): row 2 * mb is micro-batch mb's
@@ -79,23 +53,35 @@ static int fwd_body_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
     float *const h1_attn_ctx = (float *)(A + F[19]); /* h1.attn ctx: [r, T, d] */
     float *const h1_ln2_mean = (float *)(A + F[23]); /* h1.ln2 mean: [n] */
     float *const h1_ln2_rstd = (float *)(A + F[24]); /* h1.ln2 rstd: [n] */
+    float *const h1_ln1_weight = (float *)(A + 4732928); /* h1.ln1.weight: f32[128] */
+    float *const h1_ln1_bias = (float *)(A + 4734976); /* h1.ln1.bias: f32[128] */
+    float *const h1_attn_qkv_weight = (float *)(A + 3670016); /* h1.attn.qkv.weight: f32[384, 128] */
+    float *const h1_attn_qkv_bias = (float *)(A + 4726784); /* h1.attn.qkv.bias: f32[384] */
+    float *const h1_attn_proj_weight = (float *)(A + 4456448); /* h1.attn.proj.weight: f32[128, 128] */
+    float *const h1_attn_proj_bias = (float *)(A + 4737024); /* h1.attn.proj.bias: f32[128] */
+    float *const h1_ln2_weight = (float *)(A + 4739072); /* h1.ln2.weight: f32[128] */
+    float *const h1_ln2_bias = (float *)(A + 4741120); /* h1.ln2.bias: f32[128] */
+    float *const h1_fc_weight = (float *)(A + 1572864); /* h1.fc.weight: f32[512, 128] */
+    float *const h1_fc_bias = (float *)(A + 4718592); /* h1.fc.bias: f32[512] */
+    float *const h1_proj_weight = (float *)(A + 2621440); /* h1.proj.weight: f32[128, 512] */
+    float *const h1_proj_bias = (float *)(A + 4743168); /* h1.proj.bias: f32[128] */
     /* stash h1.res1: [r, 64, 128] stays in c1_x */
     /* h1.ln1: layernorm [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_layernorm_fwd(c, r * 64, 128, 1e-05f, c1_x, P14_H1_LN1_WEIGHT, P15_H1_LN1_BIAS, h1_ln1_out, h1_ln1_mean, h1_ln1_rstd));
+    PG_TRY(pg_layernorm_fwd(c, r * 64, 128, 1e-05f, c1_x, h1_ln1_weight, h1_ln1_bias, h1_ln1_out, h1_ln1_mean, h1_ln1_rstd));
     /* h1.attn: attention [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_attention_fwd(c, r, 64, 128, 4, 1, h1_ln1_out, P16_H1_ATTN_QKV_WEIGHT, P17_H1_ATTN_QKV_BIAS, P18_H1_ATTN_PROJ_WEIGHT, P19_H1_ATTN_PROJ_BIAS,
+    PG_TRY(pg_attention_fwd(c, r, 64, 128, 4, 1, h1_ln1_out, h1_attn_qkv_weight, h1_attn_qkv_bias, h1_attn_proj_weight, h1_attn_proj_bias,
                             h1_attn_qkv, h1_attn_att, h1_attn_ctx, h1_attn_out));
     /* h1.pop.res1: pop [r, 64, 128] -> [r, 64, 128] */
     PG_TRY(pg_add_fwd(c, r * 8192, h1_attn_out, c1_x, h1_pop_res1_out));
     /* stash h1.res2: [r, 64, 128] stays in h1_pop_res1_out */
     /* h1.ln2: layernorm [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_layernorm_fwd(c, r * 64, 128, 1e-05f, h1_pop_res1_out, P20_H1_LN2_WEIGHT, P21_H1_LN2_BIAS, h1_ln2_out, h1_ln2_mean, h1_ln2_rstd));
+    PG_TRY(pg_layernorm_fwd(c, r * 64, 128, 1e-05f, h1_pop_res1_out, h1_ln2_weight, h1_ln2_bias, h1_ln2_out, h1_ln2_mean, h1_ln2_rstd));
     /* h1.fc: linear [r, 64, 128] -> [r, 64, 512] */
-    PG_TRY(pg_linear_fwd(c, r * 64, 128, 512, h1_ln2_out, P22_H1_FC_WEIGHT, P23_H1_FC_BIAS, h1_fc_out));
+    PG_TRY(pg_linear_fwd(c, r * 64, 128, 512, h1_ln2_out, h1_fc_weight, h1_fc_bias, h1_fc_out));
     /* h1.gelu0: gelu [r, 64, 512] -> [r, 64, 512] */
     PG_TRY(pg_gelu_fwd(c, r * 32768, h1_fc_out, h1_gelu0_out));
     /* h1.proj: linear [r, 64, 512] -> [r, 64, 128] */
-    PG_TRY(pg_linear_fwd(c, r * 64, 512, 128, h1_gelu0_out, P24_H1_PROJ_WEIGHT, P25_H1_PROJ_BIAS, h1_proj_out));
+    PG_TRY(pg_linear_fwd(c, r * 64, 512, 128, h1_gelu0_out, h1_proj_weight, h1_proj_bias, h1_proj_out));
     /* h1.pop.res2: pop [r, 64, 128] -> [r, 64, 128] */
     PG_TRY(pg_add_fwd(c, r * 8192, h1_proj_out, h1_pop_res1_out, c1_y));
     return 0;
@@ -134,21 +120,27 @@ static int bwd_b_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const d_skip_h1_res2 = (float *)(A + F[22]); /* gradient of skip h1.res2: [r, 64, 128] */
     float *const h1_ln2_mean = (float *)(A + F[23]); /* h1.ln2 mean: [n] */
     float *const h1_ln2_rstd = (float *)(A + F[24]); /* h1.ln2 rstd: [n] */
+    float *const h1_ln1_weight = (float *)(A + 4732928); /* h1.ln1.weight: f32[128] */
+    float *const h1_attn_qkv_weight = (float *)(A + 3670016); /* h1.attn.qkv.weight: f32[384, 128] */
+    float *const h1_attn_proj_weight = (float *)(A + 4456448); /* h1.attn.proj.weight: f32[128, 128] */
+    float *const h1_ln2_weight = (float *)(A + 4739072); /* h1.ln2.weight: f32[128] */
+    float *const h1_fc_weight = (float *)(A + 1572864); /* h1.fc.weight: f32[512, 128] */
+    float *const h1_proj_weight = (float *)(A + 2621440); /* h1.proj.weight: f32[128, 512] */
     if (io->recompute) /* checkpointed: rebuild the interior from the stage input */
         PG_TRY(fwd_body_c1(c, A, io, 0));
     PG_TRY(pg_copy(c, d_h1_proj_out, c1_dy, r * 8192)); /* h1.pop.res2 */
     PG_TRY(pg_copy(c, d_skip_h1_res2, c1_dy, r * 8192)); /* gradient of skip h1.res2 */
-    PG_TRY(pg_linear_bwd_in(c, r * 64, 512, 128, d_h1_proj_out, P24_H1_PROJ_WEIGHT, d_h1_gelu0_out)); /* h1.proj */
+    PG_TRY(pg_linear_bwd_in(c, r * 64, 512, 128, d_h1_proj_out, h1_proj_weight, d_h1_gelu0_out)); /* h1.proj */
     PG_TRY(pg_gelu_bwd_in(c, r * 32768, h1_fc_out, d_h1_gelu0_out, d_h1_fc_out)); /* h1.gelu0 */
-    PG_TRY(pg_linear_bwd_in(c, r * 64, 128, 512, d_h1_fc_out, P22_H1_FC_WEIGHT, d_h1_ln2_out)); /* h1.fc */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, h1_pop_res1_out, P20_H1_LN2_WEIGHT, h1_ln2_mean, h1_ln2_rstd, d_h1_ln2_out, d_h1_pop_res1_out)); /* h1.ln2 */
+    PG_TRY(pg_linear_bwd_in(c, r * 64, 128, 512, d_h1_fc_out, h1_fc_weight, d_h1_ln2_out)); /* h1.fc */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, h1_pop_res1_out, h1_ln2_weight, h1_ln2_mean, h1_ln2_rstd, d_h1_ln2_out, d_h1_pop_res1_out)); /* h1.ln2 */
     PG_TRY(pg_axpy_inplace(c, d_h1_pop_res1_out, d_skip_h1_res2, r * 8192)); /* + gradient of skip h1.res2 */
     PG_TRY(pg_copy(c, d_h1_attn_out, d_h1_pop_res1_out, r * 8192)); /* h1.pop.res1 */
     PG_TRY(pg_copy(c, d_skip_h1_res1, d_h1_pop_res1_out, r * 8192)); /* gradient of skip h1.res1 */
-    PG_TRY(pg_attention_bwd_in(c, r, 64, 128, 4, 1, P16_H1_ATTN_QKV_WEIGHT, P18_H1_ATTN_PROJ_WEIGHT,
+    PG_TRY(pg_attention_bwd_in(c, r, 64, 128, 4, 1, h1_attn_qkv_weight, h1_attn_proj_weight,
                                h1_attn_qkv, h1_attn_att, h1_attn_ctx, d_h1_attn_out,
                                h1_attn_dctx, h1_attn_dqkv, d_h1_ln1_out)); /* h1.attn */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, c1_x, P14_H1_LN1_WEIGHT, h1_ln1_mean, h1_ln1_rstd, d_h1_ln1_out, c1_dx)); /* h1.ln1 */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, c1_x, h1_ln1_weight, h1_ln1_mean, h1_ln1_rstd, d_h1_ln1_out, c1_dx)); /* h1.ln1 */
     PG_TRY(pg_axpy_inplace(c, c1_dx, d_skip_h1_res1, r * 8192)); /* + gradient of skip h1.res1 */
     return 0;
 }
@@ -173,12 +165,24 @@ static int bwd_w_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const h1_attn_dqkv = (float *)(A + F[21]); /* h1.attn dqkv: [r, T, 3d] */
     float *const h1_ln2_mean = (float *)(A + F[23]); /* h1.ln2 mean: [n] */
     float *const h1_ln2_rstd = (float *)(A + F[24]); /* h1.ln2 rstd: [n] */
-    PG_TRY(pg_linear_bwd_w(c, r * 64, 512, 128, h1_gelu0_out, d_h1_proj_out, GP24_H1_PROJ_WEIGHT, GP25_H1_PROJ_BIAS)); /* h1.proj */
-    PG_TRY(pg_linear_bwd_w(c, r * 64, 128, 512, h1_ln2_out, d_h1_fc_out, GP22_H1_FC_WEIGHT, GP23_H1_FC_BIAS)); /* h1.fc */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, h1_pop_res1_out, h1_ln2_mean, h1_ln2_rstd, d_h1_ln2_out, GP20_H1_LN2_WEIGHT, GP21_H1_LN2_BIAS)); /* h1.ln2 */
+    float *const d_h1_ln1_weight = (float *)(A + 4733440); /* gradient of h1.ln1.weight: f32[128] */
+    float *const d_h1_ln1_bias = (float *)(A + 4735488); /* gradient of h1.ln1.bias: f32[128] */
+    float *const d_h1_attn_qkv_weight = (float *)(A + 3866624); /* gradient of h1.attn.qkv.weight: f32[384, 128] */
+    float *const d_h1_attn_qkv_bias = (float *)(A + 4728320); /* gradient of h1.attn.qkv.bias: f32[384] */
+    float *const d_h1_attn_proj_weight = (float *)(A + 4521984); /* gradient of h1.attn.proj.weight: f32[128, 128] */
+    float *const d_h1_attn_proj_bias = (float *)(A + 4737536); /* gradient of h1.attn.proj.bias: f32[128] */
+    float *const d_h1_ln2_weight = (float *)(A + 4739584); /* gradient of h1.ln2.weight: f32[128] */
+    float *const d_h1_ln2_bias = (float *)(A + 4741632); /* gradient of h1.ln2.bias: f32[128] */
+    float *const d_h1_fc_weight = (float *)(A + 1835008); /* gradient of h1.fc.weight: f32[512, 128] */
+    float *const d_h1_fc_bias = (float *)(A + 4720640); /* gradient of h1.fc.bias: f32[512] */
+    float *const d_h1_proj_weight = (float *)(A + 2883584); /* gradient of h1.proj.weight: f32[128, 512] */
+    float *const d_h1_proj_bias = (float *)(A + 4743680); /* gradient of h1.proj.bias: f32[128] */
+    PG_TRY(pg_linear_bwd_w(c, r * 64, 512, 128, h1_gelu0_out, d_h1_proj_out, d_h1_proj_weight, d_h1_proj_bias)); /* h1.proj */
+    PG_TRY(pg_linear_bwd_w(c, r * 64, 128, 512, h1_ln2_out, d_h1_fc_out, d_h1_fc_weight, d_h1_fc_bias)); /* h1.fc */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, h1_pop_res1_out, h1_ln2_mean, h1_ln2_rstd, d_h1_ln2_out, d_h1_ln2_weight, d_h1_ln2_bias)); /* h1.ln2 */
     PG_TRY(pg_attention_bwd_w(c, r, 64, 128, h1_ln1_out, h1_attn_ctx, d_h1_attn_out, h1_attn_dqkv,
-                              GP16_H1_ATTN_QKV_WEIGHT, GP17_H1_ATTN_QKV_BIAS, GP18_H1_ATTN_PROJ_WEIGHT, GP19_H1_ATTN_PROJ_BIAS)); /* h1.attn */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, c1_x, h1_ln1_mean, h1_ln1_rstd, d_h1_ln1_out, GP14_H1_LN1_WEIGHT, GP15_H1_LN1_BIAS)); /* h1.ln1 */
+                              d_h1_attn_qkv_weight, d_h1_attn_qkv_bias, d_h1_attn_proj_weight, d_h1_attn_proj_bias)); /* h1.attn */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, c1_x, h1_ln1_mean, h1_ln1_rstd, d_h1_ln1_out, d_h1_ln1_weight, d_h1_ln1_bias)); /* h1.ln1 */
     return 0;
 }
 

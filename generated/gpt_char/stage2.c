@@ -8,32 +8,6 @@
 #include "pg_stage.h"
 #include "gpt_char.h"
 
-/* parameters and their gradients */
-#define P26_H2_LN1_WEIGHT ((float *)(A + 4208640)) /* h2.ln1.weight: f32[128] */
-#define GP26_H2_LN1_WEIGHT ((float *)(A + 4209152)) /* gradient of h2.ln1.weight: f32[128] */
-#define P27_H2_LN1_BIAS ((float *)(A + 4210688)) /* h2.ln1.bias: f32[128] */
-#define GP27_H2_LN1_BIAS ((float *)(A + 4211200)) /* gradient of h2.ln1.bias: f32[128] */
-#define P28_H2_ATTN_QKV_WEIGHT ((float *)(A + 3145728)) /* h2.attn.qkv.weight: f32[384, 128] */
-#define GP28_H2_ATTN_QKV_WEIGHT ((float *)(A + 3342336)) /* gradient of h2.attn.qkv.weight: f32[384, 128] */
-#define P29_H2_ATTN_QKV_BIAS ((float *)(A + 4202496)) /* h2.attn.qkv.bias: f32[384] */
-#define GP29_H2_ATTN_QKV_BIAS ((float *)(A + 4204032)) /* gradient of h2.attn.qkv.bias: f32[384] */
-#define P30_H2_ATTN_PROJ_WEIGHT ((float *)(A + 3932160)) /* h2.attn.proj.weight: f32[128, 128] */
-#define GP30_H2_ATTN_PROJ_WEIGHT ((float *)(A + 3997696)) /* gradient of h2.attn.proj.weight: f32[128, 128] */
-#define P31_H2_ATTN_PROJ_BIAS ((float *)(A + 4212736)) /* h2.attn.proj.bias: f32[128] */
-#define GP31_H2_ATTN_PROJ_BIAS ((float *)(A + 4213248)) /* gradient of h2.attn.proj.bias: f32[128] */
-#define P32_H2_LN2_WEIGHT ((float *)(A + 4214784)) /* h2.ln2.weight: f32[128] */
-#define GP32_H2_LN2_WEIGHT ((float *)(A + 4215296)) /* gradient of h2.ln2.weight: f32[128] */
-#define P33_H2_LN2_BIAS ((float *)(A + 4216832)) /* h2.ln2.bias: f32[128] */
-#define GP33_H2_LN2_BIAS ((float *)(A + 4217344)) /* gradient of h2.ln2.bias: f32[128] */
-#define P34_H2_FC_WEIGHT ((float *)(A + 0)) /* h2.fc.weight: f32[512, 128] */
-#define GP34_H2_FC_WEIGHT ((float *)(A + 262144)) /* gradient of h2.fc.weight: f32[512, 128] */
-#define P35_H2_FC_BIAS ((float *)(A + 4194304)) /* h2.fc.bias: f32[512] */
-#define GP35_H2_FC_BIAS ((float *)(A + 4196352)) /* gradient of h2.fc.bias: f32[512] */
-#define P36_H2_PROJ_WEIGHT ((float *)(A + 1048576)) /* h2.proj.weight: f32[128, 512] */
-#define GP36_H2_PROJ_WEIGHT ((float *)(A + 1310720)) /* gradient of h2.proj.weight: f32[128, 512] */
-#define P37_H2_PROJ_BIAS ((float *)(A + 4218880)) /* h2.proj.bias: f32[128] */
-#define GP37_H2_PROJ_BIAS ((float *)(A + 4219392)) /* gradient of h2.proj.bias: f32[128] */
-
 /* ---- chunk 2: layers h2.stash.res1 .. h2.pop.res2 ---- */
 
 /* Arena offsets of this chunk's frame buffers (listed in gpt_char.h): row 2 * mb is micro-batch mb's
@@ -79,23 +53,35 @@ static int fwd_body_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
     float *const h2_attn_ctx = (float *)(A + F[19]); /* h2.attn ctx: [r, T, d] */
     float *const h2_ln2_mean = (float *)(A + F[23]); /* h2.ln2 mean: [n] */
     float *const h2_ln2_rstd = (float *)(A + F[24]); /* h2.ln2 rstd: [n] */
+    float *const h2_ln1_weight = (float *)(A + 4208640); /* h2.ln1.weight: f32[128] */
+    float *const h2_ln1_bias = (float *)(A + 4210688); /* h2.ln1.bias: f32[128] */
+    float *const h2_attn_qkv_weight = (float *)(A + 3145728); /* h2.attn.qkv.weight: f32[384, 128] */
+    float *const h2_attn_qkv_bias = (float *)(A + 4202496); /* h2.attn.qkv.bias: f32[384] */
+    float *const h2_attn_proj_weight = (float *)(A + 3932160); /* h2.attn.proj.weight: f32[128, 128] */
+    float *const h2_attn_proj_bias = (float *)(A + 4212736); /* h2.attn.proj.bias: f32[128] */
+    float *const h2_ln2_weight = (float *)(A + 4214784); /* h2.ln2.weight: f32[128] */
+    float *const h2_ln2_bias = (float *)(A + 4216832); /* h2.ln2.bias: f32[128] */
+    float *const h2_fc_weight = (float *)(A + 0); /* h2.fc.weight: f32[512, 128] */
+    float *const h2_fc_bias = (float *)(A + 4194304); /* h2.fc.bias: f32[512] */
+    float *const h2_proj_weight = (float *)(A + 1048576); /* h2.proj.weight: f32[128, 512] */
+    float *const h2_proj_bias = (float *)(A + 4218880); /* h2.proj.bias: f32[128] */
     /* stash h2.res1: [r, 64, 128] stays in c2_x */
     /* h2.ln1: layernorm [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_layernorm_fwd(c, r * 64, 128, 1e-05f, c2_x, P26_H2_LN1_WEIGHT, P27_H2_LN1_BIAS, h2_ln1_out, h2_ln1_mean, h2_ln1_rstd));
+    PG_TRY(pg_layernorm_fwd(c, r * 64, 128, 1e-05f, c2_x, h2_ln1_weight, h2_ln1_bias, h2_ln1_out, h2_ln1_mean, h2_ln1_rstd));
     /* h2.attn: attention [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_attention_fwd(c, r, 64, 128, 4, 1, h2_ln1_out, P28_H2_ATTN_QKV_WEIGHT, P29_H2_ATTN_QKV_BIAS, P30_H2_ATTN_PROJ_WEIGHT, P31_H2_ATTN_PROJ_BIAS,
+    PG_TRY(pg_attention_fwd(c, r, 64, 128, 4, 1, h2_ln1_out, h2_attn_qkv_weight, h2_attn_qkv_bias, h2_attn_proj_weight, h2_attn_proj_bias,
                             h2_attn_qkv, h2_attn_att, h2_attn_ctx, h2_attn_out));
     /* h2.pop.res1: pop [r, 64, 128] -> [r, 64, 128] */
     PG_TRY(pg_add_fwd(c, r * 8192, h2_attn_out, c2_x, h2_pop_res1_out));
     /* stash h2.res2: [r, 64, 128] stays in h2_pop_res1_out */
     /* h2.ln2: layernorm [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_layernorm_fwd(c, r * 64, 128, 1e-05f, h2_pop_res1_out, P32_H2_LN2_WEIGHT, P33_H2_LN2_BIAS, h2_ln2_out, h2_ln2_mean, h2_ln2_rstd));
+    PG_TRY(pg_layernorm_fwd(c, r * 64, 128, 1e-05f, h2_pop_res1_out, h2_ln2_weight, h2_ln2_bias, h2_ln2_out, h2_ln2_mean, h2_ln2_rstd));
     /* h2.fc: linear [r, 64, 128] -> [r, 64, 512] */
-    PG_TRY(pg_linear_fwd(c, r * 64, 128, 512, h2_ln2_out, P34_H2_FC_WEIGHT, P35_H2_FC_BIAS, h2_fc_out));
+    PG_TRY(pg_linear_fwd(c, r * 64, 128, 512, h2_ln2_out, h2_fc_weight, h2_fc_bias, h2_fc_out));
     /* h2.gelu0: gelu [r, 64, 512] -> [r, 64, 512] */
     PG_TRY(pg_gelu_fwd(c, r * 32768, h2_fc_out, h2_gelu0_out));
     /* h2.proj: linear [r, 64, 512] -> [r, 64, 128] */
-    PG_TRY(pg_linear_fwd(c, r * 64, 512, 128, h2_gelu0_out, P36_H2_PROJ_WEIGHT, P37_H2_PROJ_BIAS, h2_proj_out));
+    PG_TRY(pg_linear_fwd(c, r * 64, 512, 128, h2_gelu0_out, h2_proj_weight, h2_proj_bias, h2_proj_out));
     /* h2.pop.res2: pop [r, 64, 128] -> [r, 64, 128] */
     PG_TRY(pg_add_fwd(c, r * 8192, h2_proj_out, h2_pop_res1_out, c2_y));
     return 0;
@@ -134,21 +120,27 @@ static int bwd_b_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const d_skip_h2_res2 = (float *)(A + F[22]); /* gradient of skip h2.res2: [r, 64, 128] */
     float *const h2_ln2_mean = (float *)(A + F[23]); /* h2.ln2 mean: [n] */
     float *const h2_ln2_rstd = (float *)(A + F[24]); /* h2.ln2 rstd: [n] */
+    float *const h2_ln1_weight = (float *)(A + 4208640); /* h2.ln1.weight: f32[128] */
+    float *const h2_attn_qkv_weight = (float *)(A + 3145728); /* h2.attn.qkv.weight: f32[384, 128] */
+    float *const h2_attn_proj_weight = (float *)(A + 3932160); /* h2.attn.proj.weight: f32[128, 128] */
+    float *const h2_ln2_weight = (float *)(A + 4214784); /* h2.ln2.weight: f32[128] */
+    float *const h2_fc_weight = (float *)(A + 0); /* h2.fc.weight: f32[512, 128] */
+    float *const h2_proj_weight = (float *)(A + 1048576); /* h2.proj.weight: f32[128, 512] */
     if (io->recompute) /* checkpointed: rebuild the interior from the stage input */
         PG_TRY(fwd_body_c2(c, A, io, 0));
     PG_TRY(pg_copy(c, d_h2_proj_out, c2_dy, r * 8192)); /* h2.pop.res2 */
     PG_TRY(pg_copy(c, d_skip_h2_res2, c2_dy, r * 8192)); /* gradient of skip h2.res2 */
-    PG_TRY(pg_linear_bwd_in(c, r * 64, 512, 128, d_h2_proj_out, P36_H2_PROJ_WEIGHT, d_h2_gelu0_out)); /* h2.proj */
+    PG_TRY(pg_linear_bwd_in(c, r * 64, 512, 128, d_h2_proj_out, h2_proj_weight, d_h2_gelu0_out)); /* h2.proj */
     PG_TRY(pg_gelu_bwd_in(c, r * 32768, h2_fc_out, d_h2_gelu0_out, d_h2_fc_out)); /* h2.gelu0 */
-    PG_TRY(pg_linear_bwd_in(c, r * 64, 128, 512, d_h2_fc_out, P34_H2_FC_WEIGHT, d_h2_ln2_out)); /* h2.fc */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, h2_pop_res1_out, P32_H2_LN2_WEIGHT, h2_ln2_mean, h2_ln2_rstd, d_h2_ln2_out, d_h2_pop_res1_out)); /* h2.ln2 */
+    PG_TRY(pg_linear_bwd_in(c, r * 64, 128, 512, d_h2_fc_out, h2_fc_weight, d_h2_ln2_out)); /* h2.fc */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, h2_pop_res1_out, h2_ln2_weight, h2_ln2_mean, h2_ln2_rstd, d_h2_ln2_out, d_h2_pop_res1_out)); /* h2.ln2 */
     PG_TRY(pg_axpy_inplace(c, d_h2_pop_res1_out, d_skip_h2_res2, r * 8192)); /* + gradient of skip h2.res2 */
     PG_TRY(pg_copy(c, d_h2_attn_out, d_h2_pop_res1_out, r * 8192)); /* h2.pop.res1 */
     PG_TRY(pg_copy(c, d_skip_h2_res1, d_h2_pop_res1_out, r * 8192)); /* gradient of skip h2.res1 */
-    PG_TRY(pg_attention_bwd_in(c, r, 64, 128, 4, 1, P28_H2_ATTN_QKV_WEIGHT, P30_H2_ATTN_PROJ_WEIGHT,
+    PG_TRY(pg_attention_bwd_in(c, r, 64, 128, 4, 1, h2_attn_qkv_weight, h2_attn_proj_weight,
                                h2_attn_qkv, h2_attn_att, h2_attn_ctx, d_h2_attn_out,
                                h2_attn_dctx, h2_attn_dqkv, d_h2_ln1_out)); /* h2.attn */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, c2_x, P26_H2_LN1_WEIGHT, h2_ln1_mean, h2_ln1_rstd, d_h2_ln1_out, c2_dx)); /* h2.ln1 */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, c2_x, h2_ln1_weight, h2_ln1_mean, h2_ln1_rstd, d_h2_ln1_out, c2_dx)); /* h2.ln1 */
     PG_TRY(pg_axpy_inplace(c, c2_dx, d_skip_h2_res1, r * 8192)); /* + gradient of skip h2.res1 */
     return 0;
 }
@@ -173,12 +165,24 @@ static int bwd_w_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const h2_attn_dqkv = (float *)(A + F[21]); /* h2.attn dqkv: [r, T, 3d] */
     float *const h2_ln2_mean = (float *)(A + F[23]); /* h2.ln2 mean: [n] */
     float *const h2_ln2_rstd = (float *)(A + F[24]); /* h2.ln2 rstd: [n] */
-    PG_TRY(pg_linear_bwd_w(c, r * 64, 512, 128, h2_gelu0_out, d_h2_proj_out, GP36_H2_PROJ_WEIGHT, GP37_H2_PROJ_BIAS)); /* h2.proj */
-    PG_TRY(pg_linear_bwd_w(c, r * 64, 128, 512, h2_ln2_out, d_h2_fc_out, GP34_H2_FC_WEIGHT, GP35_H2_FC_BIAS)); /* h2.fc */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, h2_pop_res1_out, h2_ln2_mean, h2_ln2_rstd, d_h2_ln2_out, GP32_H2_LN2_WEIGHT, GP33_H2_LN2_BIAS)); /* h2.ln2 */
+    float *const d_h2_ln1_weight = (float *)(A + 4209152); /* gradient of h2.ln1.weight: f32[128] */
+    float *const d_h2_ln1_bias = (float *)(A + 4211200); /* gradient of h2.ln1.bias: f32[128] */
+    float *const d_h2_attn_qkv_weight = (float *)(A + 3342336); /* gradient of h2.attn.qkv.weight: f32[384, 128] */
+    float *const d_h2_attn_qkv_bias = (float *)(A + 4204032); /* gradient of h2.attn.qkv.bias: f32[384] */
+    float *const d_h2_attn_proj_weight = (float *)(A + 3997696); /* gradient of h2.attn.proj.weight: f32[128, 128] */
+    float *const d_h2_attn_proj_bias = (float *)(A + 4213248); /* gradient of h2.attn.proj.bias: f32[128] */
+    float *const d_h2_ln2_weight = (float *)(A + 4215296); /* gradient of h2.ln2.weight: f32[128] */
+    float *const d_h2_ln2_bias = (float *)(A + 4217344); /* gradient of h2.ln2.bias: f32[128] */
+    float *const d_h2_fc_weight = (float *)(A + 262144); /* gradient of h2.fc.weight: f32[512, 128] */
+    float *const d_h2_fc_bias = (float *)(A + 4196352); /* gradient of h2.fc.bias: f32[512] */
+    float *const d_h2_proj_weight = (float *)(A + 1310720); /* gradient of h2.proj.weight: f32[128, 512] */
+    float *const d_h2_proj_bias = (float *)(A + 4219392); /* gradient of h2.proj.bias: f32[128] */
+    PG_TRY(pg_linear_bwd_w(c, r * 64, 512, 128, h2_gelu0_out, d_h2_proj_out, d_h2_proj_weight, d_h2_proj_bias)); /* h2.proj */
+    PG_TRY(pg_linear_bwd_w(c, r * 64, 128, 512, h2_ln2_out, d_h2_fc_out, d_h2_fc_weight, d_h2_fc_bias)); /* h2.fc */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, h2_pop_res1_out, h2_ln2_mean, h2_ln2_rstd, d_h2_ln2_out, d_h2_ln2_weight, d_h2_ln2_bias)); /* h2.ln2 */
     PG_TRY(pg_attention_bwd_w(c, r, 64, 128, h2_ln1_out, h2_attn_ctx, d_h2_attn_out, h2_attn_dqkv,
-                              GP28_H2_ATTN_QKV_WEIGHT, GP29_H2_ATTN_QKV_BIAS, GP30_H2_ATTN_PROJ_WEIGHT, GP31_H2_ATTN_PROJ_BIAS)); /* h2.attn */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, c2_x, h2_ln1_mean, h2_ln1_rstd, d_h2_ln1_out, GP26_H2_LN1_WEIGHT, GP27_H2_LN1_BIAS)); /* h2.ln1 */
+                              d_h2_attn_qkv_weight, d_h2_attn_qkv_bias, d_h2_attn_proj_weight, d_h2_attn_proj_bias)); /* h2.attn */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, c2_x, h2_ln1_mean, h2_ln1_rstd, d_h2_ln1_out, d_h2_ln1_weight, d_h2_ln1_bias)); /* h2.ln1 */
     return 0;
 }
 

@@ -8,37 +8,6 @@
 #include "pg_stage.h"
 #include "gpt_char.h"
 
-/* parameters and their gradients */
-#define P0_WTE ((float *)(A + 3407872)) /* wte: f32[256, 128] */
-#define GP0_WTE ((float *)(A + 3538944)) /* gradient of wte: f32[256, 128] */
-#define P38_H3_LN1_WEIGHT ((float *)(A + 4478976)) /* h3.ln1.weight: f32[128] */
-#define GP38_H3_LN1_WEIGHT ((float *)(A + 4479488)) /* gradient of h3.ln1.weight: f32[128] */
-#define P39_H3_LN1_BIAS ((float *)(A + 4481024)) /* h3.ln1.bias: f32[128] */
-#define GP39_H3_LN1_BIAS ((float *)(A + 4481536)) /* gradient of h3.ln1.bias: f32[128] */
-#define P40_H3_ATTN_QKV_WEIGHT ((float *)(A + 2621440)) /* h3.attn.qkv.weight: f32[384, 128] */
-#define GP40_H3_ATTN_QKV_WEIGHT ((float *)(A + 2818048)) /* gradient of h3.attn.qkv.weight: f32[384, 128] */
-#define P41_H3_ATTN_QKV_BIAS ((float *)(A + 4472832)) /* h3.attn.qkv.bias: f32[384] */
-#define GP41_H3_ATTN_QKV_BIAS ((float *)(A + 4474368)) /* gradient of h3.attn.qkv.bias: f32[384] */
-#define P42_H3_ATTN_PROJ_WEIGHT ((float *)(A + 4194304)) /* h3.attn.proj.weight: f32[128, 128] */
-#define GP42_H3_ATTN_PROJ_WEIGHT ((float *)(A + 4259840)) /* gradient of h3.attn.proj.weight: f32[128, 128] */
-#define P43_H3_ATTN_PROJ_BIAS ((float *)(A + 4483072)) /* h3.attn.proj.bias: f32[128] */
-#define GP43_H3_ATTN_PROJ_BIAS ((float *)(A + 4483584)) /* gradient of h3.attn.proj.bias: f32[128] */
-#define P44_H3_LN2_WEIGHT ((float *)(A + 4485120)) /* h3.ln2.weight: f32[128] */
-#define GP44_H3_LN2_WEIGHT ((float *)(A + 4485632)) /* gradient of h3.ln2.weight: f32[128] */
-#define P45_H3_LN2_BIAS ((float *)(A + 4487168)) /* h3.ln2.bias: f32[128] */
-#define GP45_H3_LN2_BIAS ((float *)(A + 4487680)) /* gradient of h3.ln2.bias: f32[128] */
-#define P46_H3_FC_WEIGHT ((float *)(A + 0)) /* h3.fc.weight: f32[512, 128] */
-#define GP46_H3_FC_WEIGHT ((float *)(A + 262144)) /* gradient of h3.fc.weight: f32[512, 128] */
-#define P47_H3_FC_BIAS ((float *)(A + 4464640)) /* h3.fc.bias: f32[512] */
-#define GP47_H3_FC_BIAS ((float *)(A + 4466688)) /* gradient of h3.fc.bias: f32[512] */
-#define P48_H3_PROJ_WEIGHT ((float *)(A + 1048576)) /* h3.proj.weight: f32[128, 512] */
-#define GP48_H3_PROJ_WEIGHT ((float *)(A + 1310720)) /* gradient of h3.proj.weight: f32[128, 512] */
-#define P49_H3_PROJ_BIAS ((float *)(A + 4489216)) /* h3.proj.bias: f32[128] */
-#define GP49_H3_PROJ_BIAS ((float *)(A + 4489728)) /* gradient of h3.proj.bias: f32[128] */
-#define P50_LN_F_WEIGHT ((float *)(A + 4491264)) /* ln_f.weight: f32[128] */
-#define GP50_LN_F_WEIGHT ((float *)(A + 4491776)) /* gradient of ln_f.weight: f32[128] */
-#define P51_LN_F_BIAS ((float *)(A + 4493312)) /* ln_f.bias: f32[128] */
-#define GP51_LN_F_BIAS ((float *)(A + 4493824)) /* gradient of ln_f.bias: f32[128] */
 /* this micro-batch's rows of the batch target next i32[64] */
 #define TARGET_ROWS (A + 4456448 + io->first_row * 256)
 
@@ -92,29 +61,44 @@ static int fwd_body_c3(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
     float *const h3_ln2_rstd = (float *)(A + F[28]); /* h3.ln2 rstd: [n] */
     float *const ln_f_mean = (float *)(A + F[29]); /* ln_f mean: [n] */
     float *const ln_f_rstd = (float *)(A + F[30]); /* ln_f rstd: [n] */
+    float *const wte = (float *)(A + 3407872); /* wte: f32[256, 128] */
+    float *const h3_ln1_weight = (float *)(A + 4478976); /* h3.ln1.weight: f32[128] */
+    float *const h3_ln1_bias = (float *)(A + 4481024); /* h3.ln1.bias: f32[128] */
+    float *const h3_attn_qkv_weight = (float *)(A + 2621440); /* h3.attn.qkv.weight: f32[384, 128] */
+    float *const h3_attn_qkv_bias = (float *)(A + 4472832); /* h3.attn.qkv.bias: f32[384] */
+    float *const h3_attn_proj_weight = (float *)(A + 4194304); /* h3.attn.proj.weight: f32[128, 128] */
+    float *const h3_attn_proj_bias = (float *)(A + 4483072); /* h3.attn.proj.bias: f32[128] */
+    float *const h3_ln2_weight = (float *)(A + 4485120); /* h3.ln2.weight: f32[128] */
+    float *const h3_ln2_bias = (float *)(A + 4487168); /* h3.ln2.bias: f32[128] */
+    float *const h3_fc_weight = (float *)(A + 0); /* h3.fc.weight: f32[512, 128] */
+    float *const h3_fc_bias = (float *)(A + 4464640); /* h3.fc.bias: f32[512] */
+    float *const h3_proj_weight = (float *)(A + 1048576); /* h3.proj.weight: f32[128, 512] */
+    float *const h3_proj_bias = (float *)(A + 4489216); /* h3.proj.bias: f32[128] */
+    float *const ln_f_weight = (float *)(A + 4491264); /* ln_f.weight: f32[128] */
+    float *const ln_f_bias = (float *)(A + 4493312); /* ln_f.bias: f32[128] */
     /* stash h3.res1: [r, 64, 128] stays in c3_x */
     /* h3.ln1: layernorm [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_layernorm_fwd(c, r * 64, 128, 1e-05f, c3_x, P38_H3_LN1_WEIGHT, P39_H3_LN1_BIAS, h3_ln1_out, h3_ln1_mean, h3_ln1_rstd));
+    PG_TRY(pg_layernorm_fwd(c, r * 64, 128, 1e-05f, c3_x, h3_ln1_weight, h3_ln1_bias, h3_ln1_out, h3_ln1_mean, h3_ln1_rstd));
     /* h3.attn: attention [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_attention_fwd(c, r, 64, 128, 4, 1, h3_ln1_out, P40_H3_ATTN_QKV_WEIGHT, P41_H3_ATTN_QKV_BIAS, P42_H3_ATTN_PROJ_WEIGHT, P43_H3_ATTN_PROJ_BIAS,
+    PG_TRY(pg_attention_fwd(c, r, 64, 128, 4, 1, h3_ln1_out, h3_attn_qkv_weight, h3_attn_qkv_bias, h3_attn_proj_weight, h3_attn_proj_bias,
                             h3_attn_qkv, h3_attn_att, h3_attn_ctx, h3_attn_out));
     /* h3.pop.res1: pop [r, 64, 128] -> [r, 64, 128] */
     PG_TRY(pg_add_fwd(c, r * 8192, h3_attn_out, c3_x, h3_pop_res1_out));
     /* stash h3.res2: [r, 64, 128] stays in h3_pop_res1_out */
     /* h3.ln2: layernorm [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_layernorm_fwd(c, r * 64, 128, 1e-05f, h3_pop_res1_out, P44_H3_LN2_WEIGHT, P45_H3_LN2_BIAS, h3_ln2_out, h3_ln2_mean, h3_ln2_rstd));
+    PG_TRY(pg_layernorm_fwd(c, r * 64, 128, 1e-05f, h3_pop_res1_out, h3_ln2_weight, h3_ln2_bias, h3_ln2_out, h3_ln2_mean, h3_ln2_rstd));
     /* h3.fc: linear [r, 64, 128] -> [r, 64, 512] */
-    PG_TRY(pg_linear_fwd(c, r * 64, 128, 512, h3_ln2_out, P46_H3_FC_WEIGHT, P47_H3_FC_BIAS, h3_fc_out));
+    PG_TRY(pg_linear_fwd(c, r * 64, 128, 512, h3_ln2_out, h3_fc_weight, h3_fc_bias, h3_fc_out));
     /* h3.gelu0: gelu [r, 64, 512] -> [r, 64, 512] */
     PG_TRY(pg_gelu_fwd(c, r * 32768, h3_fc_out, h3_gelu0_out));
     /* h3.proj: linear [r, 64, 512] -> [r, 64, 128] */
-    PG_TRY(pg_linear_fwd(c, r * 64, 512, 128, h3_gelu0_out, P48_H3_PROJ_WEIGHT, P49_H3_PROJ_BIAS, h3_proj_out));
+    PG_TRY(pg_linear_fwd(c, r * 64, 512, 128, h3_gelu0_out, h3_proj_weight, h3_proj_bias, h3_proj_out));
     /* h3.pop.res2: pop [r, 64, 128] -> [r, 64, 128] */
     PG_TRY(pg_add_fwd(c, r * 8192, h3_proj_out, h3_pop_res1_out, h3_pop_res2_out));
     /* ln_f: layernorm [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_layernorm_fwd(c, r * 64, 128, 1e-05f, h3_pop_res2_out, P50_LN_F_WEIGHT, P51_LN_F_BIAS, ln_f_out, ln_f_mean, ln_f_rstd));
+    PG_TRY(pg_layernorm_fwd(c, r * 64, 128, 1e-05f, h3_pop_res2_out, ln_f_weight, ln_f_bias, ln_f_out, ln_f_mean, ln_f_rstd));
     /* head: logits [r, 64, 128] -> [r, 64, 256] */
-    PG_TRY(pg_logits_fwd(c, r * 64, 128, 256, ln_f_out, P0_WTE, c3_y));
+    PG_TRY(pg_logits_fwd(c, r * 64, 128, 256, ln_f_out, wte, c3_y));
     /* loss: cross_entropy, partial over this micro-batch, divided by batch * positions */
     PG_TRY(pg_cross_entropy_fwd_bwd(c, r * 64, 256, c3_y, (const int32_t *)TARGET_ROWS, 2048.0, &io->loss, c3_dy));
     return 0;
@@ -158,23 +142,31 @@ static int bwd_b_c3(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const h3_ln2_rstd = (float *)(A + F[28]); /* h3.ln2 rstd: [n] */
     float *const ln_f_mean = (float *)(A + F[29]); /* ln_f mean: [n] */
     float *const ln_f_rstd = (float *)(A + F[30]); /* ln_f rstd: [n] */
+    float *const wte = (float *)(A + 3407872); /* wte: f32[256, 128] */
+    float *const h3_ln1_weight = (float *)(A + 4478976); /* h3.ln1.weight: f32[128] */
+    float *const h3_attn_qkv_weight = (float *)(A + 2621440); /* h3.attn.qkv.weight: f32[384, 128] */
+    float *const h3_attn_proj_weight = (float *)(A + 4194304); /* h3.attn.proj.weight: f32[128, 128] */
+    float *const h3_ln2_weight = (float *)(A + 4485120); /* h3.ln2.weight: f32[128] */
+    float *const h3_fc_weight = (float *)(A + 0); /* h3.fc.weight: f32[512, 128] */
+    float *const h3_proj_weight = (float *)(A + 1048576); /* h3.proj.weight: f32[128, 512] */
+    float *const ln_f_weight = (float *)(A + 4491264); /* ln_f.weight: f32[128] */
     if (io->recompute) /* checkpointed: rebuild the interior from the stage input */
         PG_TRY(fwd_body_c3(c, A, io, 0));
-    PG_TRY(pg_logits_bwd_in(c, r * 64, 128, 256, c3_dy, P0_WTE, d_ln_f_out)); /* head */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, h3_pop_res2_out, P50_LN_F_WEIGHT, ln_f_mean, ln_f_rstd, d_ln_f_out, d_h3_pop_res2_out)); /* ln_f */
+    PG_TRY(pg_logits_bwd_in(c, r * 64, 128, 256, c3_dy, wte, d_ln_f_out)); /* head */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, h3_pop_res2_out, ln_f_weight, ln_f_mean, ln_f_rstd, d_ln_f_out, d_h3_pop_res2_out)); /* ln_f */
     PG_TRY(pg_copy(c, d_h3_proj_out, d_h3_pop_res2_out, r * 8192)); /* h3.pop.res2 */
     PG_TRY(pg_copy(c, d_skip_h3_res2, d_h3_pop_res2_out, r * 8192)); /* gradient of skip h3.res2 */
-    PG_TRY(pg_linear_bwd_in(c, r * 64, 512, 128, d_h3_proj_out, P48_H3_PROJ_WEIGHT, d_h3_gelu0_out)); /* h3.proj */
+    PG_TRY(pg_linear_bwd_in(c, r * 64, 512, 128, d_h3_proj_out, h3_proj_weight, d_h3_gelu0_out)); /* h3.proj */
     PG_TRY(pg_gelu_bwd_in(c, r * 32768, h3_fc_out, d_h3_gelu0_out, d_h3_fc_out)); /* h3.gelu0 */
-    PG_TRY(pg_linear_bwd_in(c, r * 64, 128, 512, d_h3_fc_out, P46_H3_FC_WEIGHT, d_h3_ln2_out)); /* h3.fc */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, h3_pop_res1_out, P44_H3_LN2_WEIGHT, h3_ln2_mean, h3_ln2_rstd, d_h3_ln2_out, d_h3_pop_res1_out)); /* h3.ln2 */
+    PG_TRY(pg_linear_bwd_in(c, r * 64, 128, 512, d_h3_fc_out, h3_fc_weight, d_h3_ln2_out)); /* h3.fc */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, h3_pop_res1_out, h3_ln2_weight, h3_ln2_mean, h3_ln2_rstd, d_h3_ln2_out, d_h3_pop_res1_out)); /* h3.ln2 */
     PG_TRY(pg_axpy_inplace(c, d_h3_pop_res1_out, d_skip_h3_res2, r * 8192)); /* + gradient of skip h3.res2 */
     PG_TRY(pg_copy(c, d_h3_attn_out, d_h3_pop_res1_out, r * 8192)); /* h3.pop.res1 */
     PG_TRY(pg_copy(c, d_skip_h3_res1, d_h3_pop_res1_out, r * 8192)); /* gradient of skip h3.res1 */
-    PG_TRY(pg_attention_bwd_in(c, r, 64, 128, 4, 1, P40_H3_ATTN_QKV_WEIGHT, P42_H3_ATTN_PROJ_WEIGHT,
+    PG_TRY(pg_attention_bwd_in(c, r, 64, 128, 4, 1, h3_attn_qkv_weight, h3_attn_proj_weight,
                                h3_attn_qkv, h3_attn_att, h3_attn_ctx, d_h3_attn_out,
                                h3_attn_dctx, h3_attn_dqkv, d_h3_ln1_out)); /* h3.attn */
-    PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, c3_x, P38_H3_LN1_WEIGHT, h3_ln1_mean, h3_ln1_rstd, d_h3_ln1_out, c3_dx)); /* h3.ln1 */
+    PG_TRY(pg_layernorm_bwd_in(c, r * 64, 128, c3_x, h3_ln1_weight, h3_ln1_mean, h3_ln1_rstd, d_h3_ln1_out, c3_dx)); /* h3.ln1 */
     PG_TRY(pg_axpy_inplace(c, c3_dx, d_skip_h3_res1, r * 8192)); /* + gradient of skip h3.res1 */
     return 0;
 }
@@ -205,14 +197,29 @@ static int bwd_w_c3(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const h3_ln2_rstd = (float *)(A + F[28]); /* h3.ln2 rstd: [n] */
     float *const ln_f_mean = (float *)(A + F[29]); /* ln_f mean: [n] */
     float *const ln_f_rstd = (float *)(A + F[30]); /* ln_f rstd: [n] */
-    PG_TRY(pg_logits_bwd_w(c, r * 64, 128, 256, ln_f_out, c3_dy, GP0_WTE)); /* head */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, h3_pop_res2_out, ln_f_mean, ln_f_rstd, d_ln_f_out, GP50_LN_F_WEIGHT, GP51_LN_F_BIAS)); /* ln_f */
-    PG_TRY(pg_linear_bwd_w(c, r * 64, 512, 128, h3_gelu0_out, d_h3_proj_out, GP48_H3_PROJ_WEIGHT, GP49_H3_PROJ_BIAS)); /* h3.proj */
-    PG_TRY(pg_linear_bwd_w(c, r * 64, 128, 512, h3_ln2_out, d_h3_fc_out, GP46_H3_FC_WEIGHT, GP47_H3_FC_BIAS)); /* h3.fc */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, h3_pop_res1_out, h3_ln2_mean, h3_ln2_rstd, d_h3_ln2_out, GP44_H3_LN2_WEIGHT, GP45_H3_LN2_BIAS)); /* h3.ln2 */
+    float *const d_wte = (float *)(A + 3538944); /* gradient of wte: f32[256, 128] */
+    float *const d_h3_ln1_weight = (float *)(A + 4479488); /* gradient of h3.ln1.weight: f32[128] */
+    float *const d_h3_ln1_bias = (float *)(A + 4481536); /* gradient of h3.ln1.bias: f32[128] */
+    float *const d_h3_attn_qkv_weight = (float *)(A + 2818048); /* gradient of h3.attn.qkv.weight: f32[384, 128] */
+    float *const d_h3_attn_qkv_bias = (float *)(A + 4474368); /* gradient of h3.attn.qkv.bias: f32[384] */
+    float *const d_h3_attn_proj_weight = (float *)(A + 4259840); /* gradient of h3.attn.proj.weight: f32[128, 128] */
+    float *const d_h3_attn_proj_bias = (float *)(A + 4483584); /* gradient of h3.attn.proj.bias: f32[128] */
+    float *const d_h3_ln2_weight = (float *)(A + 4485632); /* gradient of h3.ln2.weight: f32[128] */
+    float *const d_h3_ln2_bias = (float *)(A + 4487680); /* gradient of h3.ln2.bias: f32[128] */
+    float *const d_h3_fc_weight = (float *)(A + 262144); /* gradient of h3.fc.weight: f32[512, 128] */
+    float *const d_h3_fc_bias = (float *)(A + 4466688); /* gradient of h3.fc.bias: f32[512] */
+    float *const d_h3_proj_weight = (float *)(A + 1310720); /* gradient of h3.proj.weight: f32[128, 512] */
+    float *const d_h3_proj_bias = (float *)(A + 4489728); /* gradient of h3.proj.bias: f32[128] */
+    float *const d_ln_f_weight = (float *)(A + 4491776); /* gradient of ln_f.weight: f32[128] */
+    float *const d_ln_f_bias = (float *)(A + 4493824); /* gradient of ln_f.bias: f32[128] */
+    PG_TRY(pg_logits_bwd_w(c, r * 64, 128, 256, ln_f_out, c3_dy, d_wte)); /* head */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, h3_pop_res2_out, ln_f_mean, ln_f_rstd, d_ln_f_out, d_ln_f_weight, d_ln_f_bias)); /* ln_f */
+    PG_TRY(pg_linear_bwd_w(c, r * 64, 512, 128, h3_gelu0_out, d_h3_proj_out, d_h3_proj_weight, d_h3_proj_bias)); /* h3.proj */
+    PG_TRY(pg_linear_bwd_w(c, r * 64, 128, 512, h3_ln2_out, d_h3_fc_out, d_h3_fc_weight, d_h3_fc_bias)); /* h3.fc */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, h3_pop_res1_out, h3_ln2_mean, h3_ln2_rstd, d_h3_ln2_out, d_h3_ln2_weight, d_h3_ln2_bias)); /* h3.ln2 */
     PG_TRY(pg_attention_bwd_w(c, r, 64, 128, h3_ln1_out, h3_attn_ctx, d_h3_attn_out, h3_attn_dqkv,
-                              GP40_H3_ATTN_QKV_WEIGHT, GP41_H3_ATTN_QKV_BIAS, GP42_H3_ATTN_PROJ_WEIGHT, GP43_H3_ATTN_PROJ_BIAS)); /* h3.attn */
-    PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, c3_x, h3_ln1_mean, h3_ln1_rstd, d_h3_ln1_out, GP38_H3_LN1_WEIGHT, GP39_H3_LN1_BIAS)); /* h3.ln1 */
+                              d_h3_attn_qkv_weight, d_h3_attn_qkv_bias, d_h3_attn_proj_weight, d_h3_attn_proj_bias)); /* h3.attn */
+    PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, c3_x, h3_ln1_mean, h3_ln1_rstd, d_h3_ln1_out, d_h3_ln1_weight, d_h3_ln1_bias)); /* h3.ln1 */
     return 0;
 }
 

@@ -8,11 +8,6 @@
 #include "pg_stage.h"
 #include "mlp.h"
 
-/* parameters and their gradients */
-#define P0_LAYER0_WEIGHT ((float *)(A + 0)) /* layer0.weight: f32[512, 512] */
-#define GP0_LAYER0_WEIGHT ((float *)(A + 1048576)) /* gradient of layer0.weight: f32[512, 512] */
-#define P1_LAYER0_BIAS ((float *)(A + 4980736)) /* layer0.bias: f32[512] */
-#define GP1_LAYER0_BIAS ((float *)(A + 4982784)) /* gradient of layer0.bias: f32[512] */
 /* this micro-batch's rows of the batch input x f32[512] */
 #define INPUT_ROWS ((float *)(A + 3145728 + io->first_row * 2048))
 
@@ -48,8 +43,10 @@ static int fwd_body_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
     float *const x = INPUT_ROWS; /* f32[512] per row */
     float *const c0_y = (float *)(A + 4194304 + (int64_t)io->slot * 131072); /* chunk 0 output y: [r, 512], sent */
     float *const layer0_out = (float *)(A + F[1]); /* layer0 out: [r, 512] */
+    float *const layer0_weight = (float *)(A + 0); /* layer0.weight: f32[512, 512] */
+    float *const layer0_bias = (float *)(A + 4980736); /* layer0.bias: f32[512] */
     /* layer0: linear [r, 512] -> [r, 512] */
-    PG_TRY(pg_linear_fwd(c, r, 512, 512, x, P0_LAYER0_WEIGHT, P1_LAYER0_BIAS, layer0_out));
+    PG_TRY(pg_linear_fwd(c, r, 512, 512, x, layer0_weight, layer0_bias, layer0_out));
     /* relu0: relu [r, 512] -> [r, 512] */
     PG_TRY(pg_relu_fwd(c, r * 512, layer0_out, c0_y));
     return 0;
@@ -80,7 +77,9 @@ static int bwd_w_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     const int64_t *const F = frame_c0[2 * io->mb + 1]; /* this micro-batch's frame buffers */
     float *const x = INPUT_ROWS; /* f32[512] per row */
     float *const d_layer0_out = (float *)(A + F[2]); /* gradient of layer0 out: [r, 512] */
-    PG_TRY(pg_linear_bwd_w(c, r, 512, 512, x, d_layer0_out, GP0_LAYER0_WEIGHT, GP1_LAYER0_BIAS)); /* layer0 */
+    float *const d_layer0_weight = (float *)(A + 1048576); /* gradient of layer0.weight: f32[512, 512] */
+    float *const d_layer0_bias = (float *)(A + 4982784); /* gradient of layer0.bias: f32[512] */
+    PG_TRY(pg_linear_bwd_w(c, r, 512, 512, x, d_layer0_out, d_layer0_weight, d_layer0_bias)); /* layer0 */
     return 0;
 }
 

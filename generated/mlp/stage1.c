@@ -8,12 +8,6 @@
 #include "pg_stage.h"
 #include "mlp.h"
 
-/* parameters and their gradients */
-#define P2_LAYER1_WEIGHT ((float *)(A + 0)) /* layer1.weight: f32[1024, 512] */
-#define GP2_LAYER1_WEIGHT ((float *)(A + 2097152)) /* gradient of layer1.weight: f32[1024, 512] */
-#define P3_LAYER1_BIAS ((float *)(A + 7864320)) /* layer1.bias: f32[1024] */
-#define GP3_LAYER1_BIAS ((float *)(A + 7868416)) /* gradient of layer1.bias: f32[1024] */
-
 /* ---- chunk 1: layers layer1 .. relu1 ---- */
 
 /* Arena offsets of this chunk's frame buffers (listed in mlp.h): row 2 * mb is micro-batch mb's
@@ -46,8 +40,10 @@ static int fwd_body_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
     float *const c1_x = (float *)(A + 7340032 + (int64_t)io->slot * 131072); /* chunk 1 input x: [r, 512], received */
     float *const c1_y = (float *)(A + 6291456 + (int64_t)io->slot * 262144); /* chunk 1 output y: [r, 1024], sent */
     float *const layer1_out = (float *)(A + F[0]); /* layer1 out: [r, 1024] */
+    float *const layer1_weight = (float *)(A + 0); /* layer1.weight: f32[1024, 512] */
+    float *const layer1_bias = (float *)(A + 7864320); /* layer1.bias: f32[1024] */
     /* layer1: linear [r, 512] -> [r, 1024] */
-    PG_TRY(pg_linear_fwd(c, r, 512, 1024, c1_x, P2_LAYER1_WEIGHT, P3_LAYER1_BIAS, layer1_out));
+    PG_TRY(pg_linear_fwd(c, r, 512, 1024, c1_x, layer1_weight, layer1_bias, layer1_out));
     /* relu1: relu [r, 1024] -> [r, 1024] */
     PG_TRY(pg_relu_fwd(c, r * 1024, layer1_out, c1_y));
     return 0;
@@ -67,10 +63,11 @@ static int bwd_b_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const c1_dx = (float *)(A + 7602176 + (int64_t)io->slot * 131072); /* gradient dx of the chunk input: [r, 512], sent */
     float *const layer1_out = (float *)(A + F[0]); /* layer1 out: [r, 1024] */
     float *const d_layer1_out = (float *)(A + F[1]); /* gradient of layer1 out: [r, 1024] */
+    float *const layer1_weight = (float *)(A + 0); /* layer1.weight: f32[1024, 512] */
     if (io->recompute) /* checkpointed: rebuild the interior from the stage input */
         PG_TRY(fwd_body_c1(c, A, io, 0));
     PG_TRY(pg_relu_bwd_in(c, r * 1024, layer1_out, c1_dy, d_layer1_out)); /* relu1 */
-    PG_TRY(pg_linear_bwd_in(c, r, 512, 1024, d_layer1_out, P2_LAYER1_WEIGHT, c1_dx)); /* layer1 */
+    PG_TRY(pg_linear_bwd_in(c, r, 512, 1024, d_layer1_out, layer1_weight, c1_dx)); /* layer1 */
     return 0;
 }
 
@@ -80,7 +77,9 @@ static int bwd_w_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     const int64_t *const F = frame_c1[2 * io->mb + 1]; /* this micro-batch's frame buffers */
     float *const c1_x = (float *)(A + 7340032 + (int64_t)io->slot * 131072); /* chunk 1 input x: [r, 512], received */
     float *const d_layer1_out = (float *)(A + F[1]); /* gradient of layer1 out: [r, 1024] */
-    PG_TRY(pg_linear_bwd_w(c, r, 512, 1024, c1_x, d_layer1_out, GP2_LAYER1_WEIGHT, GP3_LAYER1_BIAS)); /* layer1 */
+    float *const d_layer1_weight = (float *)(A + 2097152); /* gradient of layer1.weight: f32[1024, 512] */
+    float *const d_layer1_bias = (float *)(A + 7868416); /* gradient of layer1.bias: f32[1024] */
+    PG_TRY(pg_linear_bwd_w(c, r, 512, 1024, c1_x, d_layer1_out, d_layer1_weight, d_layer1_bias)); /* layer1 */
     return 0;
 }
 

@@ -8,11 +8,6 @@
 #include "pg_stage.h"
 #include "mlp.h"
 
-/* parameters and their gradients */
-#define P4_LAYER2_WEIGHT ((float *)(A + 0)) /* layer2.weight: f32[256, 1024] */
-#define GP4_LAYER2_WEIGHT ((float *)(A + 1048576)) /* gradient of layer2.weight: f32[256, 1024] */
-#define P5_LAYER2_BIAS ((float *)(A + 4325376)) /* layer2.bias: f32[256] */
-#define GP5_LAYER2_BIAS ((float *)(A + 4326400)) /* gradient of layer2.bias: f32[256] */
 /* this micro-batch's rows of the batch target y f32[256] */
 #define TARGET_ROWS (A + 3145728 + io->first_row * 1024)
 
@@ -49,8 +44,10 @@ static int fwd_body_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
     float *const c2_y = (float *)(A + 4194304 + (int64_t)io->slot * 65536); /* chunk 2 output y: [r, 256], the model output */
     float *const c2_dy = (float *)(A + 4259840 + (int64_t)io->slot * 65536); /* gradient dy of the chunk output: [r, 256], from the loss */
     float *const layer2_out = (float *)(A + F[0]); /* layer2 out: [r, 256] */
+    float *const layer2_weight = (float *)(A + 0); /* layer2.weight: f32[256, 1024] */
+    float *const layer2_bias = (float *)(A + 4325376); /* layer2.bias: f32[256] */
     /* layer2: linear [r, 1024] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 1024, 256, c2_x, P4_LAYER2_WEIGHT, P5_LAYER2_BIAS, layer2_out));
+    PG_TRY(pg_linear_fwd(c, r, 1024, 256, c2_x, layer2_weight, layer2_bias, layer2_out));
     /* relu2: relu [r, 256] -> [r, 256] */
     PG_TRY(pg_relu_fwd(c, r * 256, layer2_out, c2_y));
     /* loss: mse(sum), partial over this micro-batch */
@@ -72,10 +69,11 @@ static int bwd_b_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const c2_dx = (float *)(A + 3932160 + (int64_t)io->slot * 262144); /* gradient dx of the chunk input: [r, 1024], sent */
     float *const layer2_out = (float *)(A + F[0]); /* layer2 out: [r, 256] */
     float *const d_layer2_out = (float *)(A + F[1]); /* gradient of layer2 out: [r, 256] */
+    float *const layer2_weight = (float *)(A + 0); /* layer2.weight: f32[256, 1024] */
     if (io->recompute) /* checkpointed: rebuild the interior from the stage input */
         PG_TRY(fwd_body_c2(c, A, io, 0));
     PG_TRY(pg_relu_bwd_in(c, r * 256, layer2_out, c2_dy, d_layer2_out)); /* relu2 */
-    PG_TRY(pg_linear_bwd_in(c, r, 1024, 256, d_layer2_out, P4_LAYER2_WEIGHT, c2_dx)); /* layer2 */
+    PG_TRY(pg_linear_bwd_in(c, r, 1024, 256, d_layer2_out, layer2_weight, c2_dx)); /* layer2 */
     return 0;
 }
 
@@ -85,7 +83,9 @@ static int bwd_w_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     const int64_t *const F = frame_c2[2 * io->mb + 1]; /* this micro-batch's frame buffers */
     float *const c2_x = (float *)(A + 3670016 + (int64_t)io->slot * 262144); /* chunk 2 input x: [r, 1024], received */
     float *const d_layer2_out = (float *)(A + F[1]); /* gradient of layer2 out: [r, 256] */
-    PG_TRY(pg_linear_bwd_w(c, r, 1024, 256, c2_x, d_layer2_out, GP4_LAYER2_WEIGHT, GP5_LAYER2_BIAS)); /* layer2 */
+    float *const d_layer2_weight = (float *)(A + 1048576); /* gradient of layer2.weight: f32[256, 1024] */
+    float *const d_layer2_bias = (float *)(A + 4326400); /* gradient of layer2.bias: f32[256] */
+    PG_TRY(pg_linear_bwd_w(c, r, 1024, 256, c2_x, d_layer2_out, d_layer2_weight, d_layer2_bias)); /* layer2 */
     return 0;
 }
 

@@ -8,27 +8,6 @@
 #include "pg_stage.h"
 #include "resmlp.h"
 
-/* parameters and their gradients */
-#define P0_INP_WEIGHT ((float *)(A + 0)) /* inp.weight: f32[256, 256] */
-#define GP0_INP_WEIGHT ((float *)(A + 262144)) /* gradient of inp.weight: f32[256, 256] */
-#define P1_INP_BIAS ((float *)(A + 4259840)) /* inp.bias: f32[256] */
-#define GP1_INP_BIAS ((float *)(A + 4260864)) /* gradient of inp.bias: f32[256] */
-#define P2_BODY_0_FC1_WEIGHT ((float *)(A + 786432)) /* body.0.fc1.weight: f32[256, 256] */
-#define GP2_BODY_0_FC1_WEIGHT ((float *)(A + 1048576)) /* gradient of body.0.fc1.weight: f32[256, 256] */
-#define P3_BODY_0_FC1_BIAS ((float *)(A + 4262912)) /* body.0.fc1.bias: f32[256] */
-#define GP3_BODY_0_FC1_BIAS ((float *)(A + 4263936)) /* gradient of body.0.fc1.bias: f32[256] */
-#define P4_BODY_0_FC2_WEIGHT ((float *)(A + 1572864)) /* body.0.fc2.weight: f32[256, 256] */
-#define GP4_BODY_0_FC2_WEIGHT ((float *)(A + 1835008)) /* gradient of body.0.fc2.weight: f32[256, 256] */
-#define P5_BODY_0_FC2_BIAS ((float *)(A + 4265984)) /* body.0.fc2.bias: f32[256] */
-#define GP5_BODY_0_FC2_BIAS ((float *)(A + 4267008)) /* gradient of body.0.fc2.bias: f32[256] */
-#define P6_BODY_1_FC1_WEIGHT ((float *)(A + 2359296)) /* body.1.fc1.weight: f32[256, 256] */
-#define GP6_BODY_1_FC1_WEIGHT ((float *)(A + 2621440)) /* gradient of body.1.fc1.weight: f32[256, 256] */
-#define P7_BODY_1_FC1_BIAS ((float *)(A + 4269056)) /* body.1.fc1.bias: f32[256] */
-#define GP7_BODY_1_FC1_BIAS ((float *)(A + 4270080)) /* gradient of body.1.fc1.bias: f32[256] */
-#define P8_BODY_1_FC2_WEIGHT ((float *)(A + 3145728)) /* body.1.fc2.weight: f32[256, 256] */
-#define GP8_BODY_1_FC2_WEIGHT ((float *)(A + 3407872)) /* gradient of body.1.fc2.weight: f32[256, 256] */
-#define P9_BODY_1_FC2_BIAS ((float *)(A + 4272128)) /* body.1.fc2.bias: f32[256] */
-#define GP9_BODY_1_FC2_BIAS ((float *)(A + 4273152)) /* gradient of body.1.fc2.bias: f32[256] */
 /* this micro-batch's rows of the batch input x f32[256] */
 #define INPUT_ROWS ((float *)(A + 3932160 + io->first_row * 1024))
 
@@ -65,28 +44,38 @@ static int fwd_body_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
     float *const body_1_fc1_out = (float *)(A + F[13]); /* body.1.fc1 out: [r, 256] */
     float *const body_1_relu0_out = (float *)(A + F[15]); /* body.1.relu0 out: [r, 256] */
     float *const body_1_fc2_out = (float *)(A + F[17]); /* body.1.fc2 out: [r, 256] */
+    float *const inp_weight = (float *)(A + 0); /* inp.weight: f32[256, 256] */
+    float *const inp_bias = (float *)(A + 4259840); /* inp.bias: f32[256] */
+    float *const body_0_fc1_weight = (float *)(A + 786432); /* body.0.fc1.weight: f32[256, 256] */
+    float *const body_0_fc1_bias = (float *)(A + 4262912); /* body.0.fc1.bias: f32[256] */
+    float *const body_0_fc2_weight = (float *)(A + 1572864); /* body.0.fc2.weight: f32[256, 256] */
+    float *const body_0_fc2_bias = (float *)(A + 4265984); /* body.0.fc2.bias: f32[256] */
+    float *const body_1_fc1_weight = (float *)(A + 2359296); /* body.1.fc1.weight: f32[256, 256] */
+    float *const body_1_fc1_bias = (float *)(A + 4269056); /* body.1.fc1.bias: f32[256] */
+    float *const body_1_fc2_weight = (float *)(A + 3145728); /* body.1.fc2.weight: f32[256, 256] */
+    float *const body_1_fc2_bias = (float *)(A + 4272128); /* body.1.fc2.bias: f32[256] */
     /* inp: linear [r, 256] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 256, x, P0_INP_WEIGHT, P1_INP_BIAS, inp_out));
+    PG_TRY(pg_linear_fwd(c, r, 256, 256, x, inp_weight, inp_bias, inp_out));
     /* relu0: relu [r, 256] -> [r, 256] */
     PG_TRY(pg_relu_fwd(c, r * 256, inp_out, relu0_out));
     /* stash long: [r, 256], sent to chunk 2 */
     PG_TRY(pg_copy(c, c0_skip0_out, relu0_out, r * 256));
     /* stash body.0.res: [r, 256] stays in relu0_out */
     /* body.0.fc1: linear [r, 256] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 256, relu0_out, P2_BODY_0_FC1_WEIGHT, P3_BODY_0_FC1_BIAS, body_0_fc1_out));
+    PG_TRY(pg_linear_fwd(c, r, 256, 256, relu0_out, body_0_fc1_weight, body_0_fc1_bias, body_0_fc1_out));
     /* body.0.relu0: relu [r, 256] -> [r, 256] */
     PG_TRY(pg_relu_fwd(c, r * 256, body_0_fc1_out, body_0_relu0_out));
     /* body.0.fc2: linear [r, 256] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 256, body_0_relu0_out, P4_BODY_0_FC2_WEIGHT, P5_BODY_0_FC2_BIAS, body_0_fc2_out));
+    PG_TRY(pg_linear_fwd(c, r, 256, 256, body_0_relu0_out, body_0_fc2_weight, body_0_fc2_bias, body_0_fc2_out));
     /* body.0.pop.res: pop [r, 256] -> [r, 256] */
     PG_TRY(pg_add_fwd(c, r * 256, body_0_fc2_out, relu0_out, body_0_pop_res_out));
     /* stash body.1.res: [r, 256] stays in body_0_pop_res_out */
     /* body.1.fc1: linear [r, 256] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 256, body_0_pop_res_out, P6_BODY_1_FC1_WEIGHT, P7_BODY_1_FC1_BIAS, body_1_fc1_out));
+    PG_TRY(pg_linear_fwd(c, r, 256, 256, body_0_pop_res_out, body_1_fc1_weight, body_1_fc1_bias, body_1_fc1_out));
     /* body.1.relu0: relu [r, 256] -> [r, 256] */
     PG_TRY(pg_relu_fwd(c, r * 256, body_1_fc1_out, body_1_relu0_out));
     /* body.1.fc2: linear [r, 256] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 256, body_1_relu0_out, P8_BODY_1_FC2_WEIGHT, P9_BODY_1_FC2_BIAS, body_1_fc2_out));
+    PG_TRY(pg_linear_fwd(c, r, 256, 256, body_1_relu0_out, body_1_fc2_weight, body_1_fc2_bias, body_1_fc2_out));
     /* body.1.pop.res: pop [r, 256] -> [r, 256] */
     PG_TRY(pg_add_fwd(c, r * 256, body_1_fc2_out, body_0_pop_res_out, c0_y));
     return 0;
@@ -118,19 +107,23 @@ static int bwd_b_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const d_body_1_fc2_out = (float *)(A + F[18]); /* gradient of body.1.fc2 out: [r, 256] */
     float *const d_skip_body_0_res = (float *)(A + F[19]); /* gradient of skip body.0.res: [r, 256] */
     float *const d_skip_body_1_res = (float *)(A + F[20]); /* gradient of skip body.1.res: [r, 256] */
+    float *const body_0_fc1_weight = (float *)(A + 786432); /* body.0.fc1.weight: f32[256, 256] */
+    float *const body_0_fc2_weight = (float *)(A + 1572864); /* body.0.fc2.weight: f32[256, 256] */
+    float *const body_1_fc1_weight = (float *)(A + 2359296); /* body.1.fc1.weight: f32[256, 256] */
+    float *const body_1_fc2_weight = (float *)(A + 3145728); /* body.1.fc2.weight: f32[256, 256] */
     if (io->recompute) /* checkpointed: rebuild the interior from the stage input */
         PG_TRY(fwd_body_c0(c, A, io, 0));
     PG_TRY(pg_copy(c, d_body_1_fc2_out, c0_dy, r * 256)); /* body.1.pop.res */
     PG_TRY(pg_copy(c, d_skip_body_1_res, c0_dy, r * 256)); /* gradient of skip body.1.res */
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_body_1_fc2_out, P8_BODY_1_FC2_WEIGHT, d_body_1_relu0_out)); /* body.1.fc2 */
+    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_body_1_fc2_out, body_1_fc2_weight, d_body_1_relu0_out)); /* body.1.fc2 */
     PG_TRY(pg_relu_bwd_in(c, r * 256, body_1_fc1_out, d_body_1_relu0_out, d_body_1_fc1_out)); /* body.1.relu0 */
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_body_1_fc1_out, P6_BODY_1_FC1_WEIGHT, d_body_0_pop_res_out)); /* body.1.fc1 */
+    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_body_1_fc1_out, body_1_fc1_weight, d_body_0_pop_res_out)); /* body.1.fc1 */
     PG_TRY(pg_axpy_inplace(c, d_body_0_pop_res_out, d_skip_body_1_res, r * 256)); /* + gradient of skip body.1.res */
     PG_TRY(pg_copy(c, d_body_0_fc2_out, d_body_0_pop_res_out, r * 256)); /* body.0.pop.res */
     PG_TRY(pg_copy(c, d_skip_body_0_res, d_body_0_pop_res_out, r * 256)); /* gradient of skip body.0.res */
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_body_0_fc2_out, P4_BODY_0_FC2_WEIGHT, d_body_0_relu0_out)); /* body.0.fc2 */
+    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_body_0_fc2_out, body_0_fc2_weight, d_body_0_relu0_out)); /* body.0.fc2 */
     PG_TRY(pg_relu_bwd_in(c, r * 256, body_0_fc1_out, d_body_0_relu0_out, d_body_0_fc1_out)); /* body.0.relu0 */
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_body_0_fc1_out, P2_BODY_0_FC1_WEIGHT, d_relu0_out)); /* body.0.fc1 */
+    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_body_0_fc1_out, body_0_fc1_weight, d_relu0_out)); /* body.0.fc1 */
     PG_TRY(pg_axpy_inplace(c, d_relu0_out, d_skip_body_0_res, r * 256)); /* + gradient of skip body.0.res */
     PG_TRY(pg_axpy_inplace(c, d_relu0_out, c0_skip0_grad_in, r * 256)); /* + gradient of skip long from chunk 2 */
     PG_TRY(pg_relu_bwd_in(c, r * 256, inp_out, d_relu0_out, d_inp_out)); /* relu0 */
@@ -151,11 +144,21 @@ static int bwd_w_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const d_body_1_fc1_out = (float *)(A + F[14]); /* gradient of body.1.fc1 out: [r, 256] */
     float *const body_1_relu0_out = (float *)(A + F[15]); /* body.1.relu0 out: [r, 256] */
     float *const d_body_1_fc2_out = (float *)(A + F[18]); /* gradient of body.1.fc2 out: [r, 256] */
-    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, body_1_relu0_out, d_body_1_fc2_out, GP8_BODY_1_FC2_WEIGHT, GP9_BODY_1_FC2_BIAS)); /* body.1.fc2 */
-    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, body_0_pop_res_out, d_body_1_fc1_out, GP6_BODY_1_FC1_WEIGHT, GP7_BODY_1_FC1_BIAS)); /* body.1.fc1 */
-    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, body_0_relu0_out, d_body_0_fc2_out, GP4_BODY_0_FC2_WEIGHT, GP5_BODY_0_FC2_BIAS)); /* body.0.fc2 */
-    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, relu0_out, d_body_0_fc1_out, GP2_BODY_0_FC1_WEIGHT, GP3_BODY_0_FC1_BIAS)); /* body.0.fc1 */
-    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, x, d_inp_out, GP0_INP_WEIGHT, GP1_INP_BIAS)); /* inp */
+    float *const d_inp_weight = (float *)(A + 262144); /* gradient of inp.weight: f32[256, 256] */
+    float *const d_inp_bias = (float *)(A + 4260864); /* gradient of inp.bias: f32[256] */
+    float *const d_body_0_fc1_weight = (float *)(A + 1048576); /* gradient of body.0.fc1.weight: f32[256, 256] */
+    float *const d_body_0_fc1_bias = (float *)(A + 4263936); /* gradient of body.0.fc1.bias: f32[256] */
+    float *const d_body_0_fc2_weight = (float *)(A + 1835008); /* gradient of body.0.fc2.weight: f32[256, 256] */
+    float *const d_body_0_fc2_bias = (float *)(A + 4267008); /* gradient of body.0.fc2.bias: f32[256] */
+    float *const d_body_1_fc1_weight = (float *)(A + 2621440); /* gradient of body.1.fc1.weight: f32[256, 256] */
+    float *const d_body_1_fc1_bias = (float *)(A + 4270080); /* gradient of body.1.fc1.bias: f32[256] */
+    float *const d_body_1_fc2_weight = (float *)(A + 3407872); /* gradient of body.1.fc2.weight: f32[256, 256] */
+    float *const d_body_1_fc2_bias = (float *)(A + 4273152); /* gradient of body.1.fc2.bias: f32[256] */
+    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, body_1_relu0_out, d_body_1_fc2_out, d_body_1_fc2_weight, d_body_1_fc2_bias)); /* body.1.fc2 */
+    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, body_0_pop_res_out, d_body_1_fc1_out, d_body_1_fc1_weight, d_body_1_fc1_bias)); /* body.1.fc1 */
+    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, body_0_relu0_out, d_body_0_fc2_out, d_body_0_fc2_weight, d_body_0_fc2_bias)); /* body.0.fc2 */
+    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, relu0_out, d_body_0_fc1_out, d_body_0_fc1_weight, d_body_0_fc1_bias)); /* body.0.fc1 */
+    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, x, d_inp_out, d_inp_weight, d_inp_bias)); /* inp */
     return 0;
 }
 

@@ -8,12 +8,6 @@
 #include "pg_stage.h"
 #include "resmlp.h"
 
-/* parameters and their gradients */
-#define P10_MID_WEIGHT ((float *)(A + 0)) /* mid.weight: f32[512, 256] */
-#define GP10_MID_WEIGHT ((float *)(A + 524288)) /* gradient of mid.weight: f32[512, 256] */
-#define P11_MID_BIAS ((float *)(A + 1867776)) /* mid.bias: f32[512] */
-#define GP11_MID_BIAS ((float *)(A + 1869824)) /* gradient of mid.bias: f32[512] */
-
 /* ---- chunk 1: layers mid .. relu1 ---- */
 
 /* Arena offsets of this chunk's frame buffers (listed in resmlp.h): row 2 * mb is micro-batch mb's
@@ -38,8 +32,10 @@ static int fwd_body_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
     float *const c1_x = (float *)(A + 1769472 + (int64_t)io->slot * 16384); /* chunk 1 input x: [r, 256], received */
     float *const c1_y = (float *)(A + 1572864 + (int64_t)io->slot * 32768); /* chunk 1 output y: [r, 512], sent */
     float *const mid_out = (float *)(A + F[0]); /* mid out: [r, 512] */
+    float *const mid_weight = (float *)(A + 0); /* mid.weight: f32[512, 256] */
+    float *const mid_bias = (float *)(A + 1867776); /* mid.bias: f32[512] */
     /* mid: linear [r, 256] -> [r, 512] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 512, c1_x, P10_MID_WEIGHT, P11_MID_BIAS, mid_out));
+    PG_TRY(pg_linear_fwd(c, r, 256, 512, c1_x, mid_weight, mid_bias, mid_out));
     /* relu1: relu [r, 512] -> [r, 512] */
     PG_TRY(pg_relu_fwd(c, r * 512, mid_out, c1_y));
     return 0;
@@ -59,10 +55,11 @@ static int bwd_b_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const c1_dx = (float *)(A + 1818624 + (int64_t)io->slot * 16384); /* gradient dx of the chunk input: [r, 256], sent */
     float *const mid_out = (float *)(A + F[0]); /* mid out: [r, 512] */
     float *const d_mid_out = (float *)(A + F[1]); /* gradient of mid out: [r, 512] */
+    float *const mid_weight = (float *)(A + 0); /* mid.weight: f32[512, 256] */
     if (io->recompute) /* checkpointed: rebuild the interior from the stage input */
         PG_TRY(fwd_body_c1(c, A, io, 0));
     PG_TRY(pg_relu_bwd_in(c, r * 512, mid_out, c1_dy, d_mid_out)); /* relu1 */
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 512, d_mid_out, P10_MID_WEIGHT, c1_dx)); /* mid */
+    PG_TRY(pg_linear_bwd_in(c, r, 256, 512, d_mid_out, mid_weight, c1_dx)); /* mid */
     return 0;
 }
 
@@ -72,7 +69,9 @@ static int bwd_w_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     const int64_t *const F = frame_c1[2 * io->mb + 1]; /* this micro-batch's frame buffers */
     float *const c1_x = (float *)(A + 1769472 + (int64_t)io->slot * 16384); /* chunk 1 input x: [r, 256], received */
     float *const d_mid_out = (float *)(A + F[1]); /* gradient of mid out: [r, 512] */
-    PG_TRY(pg_linear_bwd_w(c, r, 256, 512, c1_x, d_mid_out, GP10_MID_WEIGHT, GP11_MID_BIAS)); /* mid */
+    float *const d_mid_weight = (float *)(A + 524288); /* gradient of mid.weight: f32[512, 256] */
+    float *const d_mid_bias = (float *)(A + 1869824); /* gradient of mid.bias: f32[512] */
+    PG_TRY(pg_linear_bwd_w(c, r, 256, 512, c1_x, d_mid_out, d_mid_weight, d_mid_bias)); /* mid */
     return 0;
 }
 

@@ -8,12 +8,6 @@
 #include "pg_stage.h"
 #include "resmlp.h"
 
-/* parameters and their gradients */
-#define P12_DOWN_WEIGHT ((float *)(A + 0)) /* down.weight: f32[256, 512] */
-#define GP12_DOWN_WEIGHT ((float *)(A + 524288)) /* gradient of down.weight: f32[256, 512] */
-#define P13_DOWN_BIAS ((float *)(A + 1835008)) /* down.bias: f32[256] */
-#define GP13_DOWN_BIAS ((float *)(A + 1836032)) /* gradient of down.bias: f32[256] */
-
 /* ---- chunk 2: layers down .. relu2 ---- */
 
 /* Arena offsets of this chunk's frame buffers (listed in resmlp.h): row 2 * mb is micro-batch mb's
@@ -40,8 +34,10 @@ static int fwd_body_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
     float *const c2_y = (float *)(A + 1769472 + (int64_t)io->slot * 16384); /* chunk 2 output y: [r, 256], sent */
     float *const down_out = (float *)(A + F[0]); /* down out: [r, 256] */
     float *const pop_long_out = (float *)(A + F[2]); /* pop.long out: [r, 256] */
+    float *const down_weight = (float *)(A + 0); /* down.weight: f32[256, 512] */
+    float *const down_bias = (float *)(A + 1835008); /* down.bias: f32[256] */
     /* down: linear [r, 512] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 512, 256, c2_x, P12_DOWN_WEIGHT, P13_DOWN_BIAS, down_out));
+    PG_TRY(pg_linear_fwd(c, r, 512, 256, c2_x, down_weight, down_bias, down_out));
     /* pop.long: pop [r, 256] -> [r, 256] */
     PG_TRY(pg_add_fwd(c, r * 256, down_out, c2_skip0_in, pop_long_out));
     /* relu2: relu [r, 256] -> [r, 256] */
@@ -65,12 +61,13 @@ static int bwd_b_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const d_down_out = (float *)(A + F[1]); /* gradient of down out: [r, 256] */
     float *const pop_long_out = (float *)(A + F[2]); /* pop.long out: [r, 256] */
     float *const d_pop_long_out = (float *)(A + F[3]); /* gradient of pop.long out: [r, 256] */
+    float *const down_weight = (float *)(A + 0); /* down.weight: f32[256, 512] */
     if (io->recompute) /* checkpointed: rebuild the interior from the stage input */
         PG_TRY(fwd_body_c2(c, A, io, 0));
     PG_TRY(pg_relu_bwd_in(c, r * 256, pop_long_out, c2_dy, d_pop_long_out)); /* relu2 */
     PG_TRY(pg_copy(c, d_down_out, d_pop_long_out, r * 256)); /* pop.long */
     PG_TRY(pg_copy(c, c2_skip0_grad_out, d_pop_long_out, r * 256)); /* gradient of skip long */
-    PG_TRY(pg_linear_bwd_in(c, r, 512, 256, d_down_out, P12_DOWN_WEIGHT, c2_dx)); /* down */
+    PG_TRY(pg_linear_bwd_in(c, r, 512, 256, d_down_out, down_weight, c2_dx)); /* down */
     return 0;
 }
 
@@ -80,7 +77,9 @@ static int bwd_w_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     const int64_t *const F = frame_c2[2 * io->mb + 1]; /* this micro-batch's frame buffers */
     float *const c2_x = (float *)(A + 1572864 + (int64_t)io->slot * 32768); /* chunk 2 input x: [r, 512], received */
     float *const d_down_out = (float *)(A + F[1]); /* gradient of down out: [r, 256] */
-    PG_TRY(pg_linear_bwd_w(c, r, 512, 256, c2_x, d_down_out, GP12_DOWN_WEIGHT, GP13_DOWN_BIAS)); /* down */
+    float *const d_down_weight = (float *)(A + 524288); /* gradient of down.weight: f32[256, 512] */
+    float *const d_down_bias = (float *)(A + 1836032); /* gradient of down.bias: f32[256] */
+    PG_TRY(pg_linear_bwd_w(c, r, 512, 256, c2_x, d_down_out, d_down_weight, d_down_bias)); /* down */
     return 0;
 }
 

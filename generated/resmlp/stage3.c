@@ -8,15 +8,6 @@
 #include "pg_stage.h"
 #include "resmlp.h"
 
-/* parameters and their gradients */
-#define P14_HEAD0_WEIGHT ((float *)(A + 0)) /* head0.weight: f32[256, 256] */
-#define GP14_HEAD0_WEIGHT ((float *)(A + 262144)) /* gradient of head0.weight: f32[256, 256] */
-#define P15_HEAD0_BIAS ((float *)(A + 1703936)) /* head0.bias: f32[256] */
-#define GP15_HEAD0_BIAS ((float *)(A + 1704960)) /* gradient of head0.bias: f32[256] */
-#define P16_OUT_WEIGHT ((float *)(A + 786432)) /* out.weight: f32[256, 256] */
-#define GP16_OUT_WEIGHT ((float *)(A + 1048576)) /* gradient of out.weight: f32[256, 256] */
-#define P17_OUT_BIAS ((float *)(A + 1707008)) /* out.bias: f32[256] */
-#define GP17_OUT_BIAS ((float *)(A + 1708032)) /* gradient of out.bias: f32[256] */
 /* this micro-batch's rows of the batch target y f32[256] */
 #define TARGET_ROWS (A + 1572864 + io->first_row * 1024)
 
@@ -47,15 +38,19 @@ static int fwd_body_c3(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
     float *const head0_out = (float *)(A + F[0]); /* head0 out: [r, 256] */
     float *const relu3_out = (float *)(A + F[2]); /* relu3 out: [r, 256] */
     float *const pop_short_out = (float *)(A + F[4]); /* pop.short out: [r, 256] */
+    float *const head0_weight = (float *)(A + 0); /* head0.weight: f32[256, 256] */
+    float *const head0_bias = (float *)(A + 1703936); /* head0.bias: f32[256] */
+    float *const out_weight = (float *)(A + 786432); /* out.weight: f32[256, 256] */
+    float *const out_bias = (float *)(A + 1707008); /* out.bias: f32[256] */
     /* stash short: [r, 256] stays in c3_x */
     /* head0: linear [r, 256] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 256, c3_x, P14_HEAD0_WEIGHT, P15_HEAD0_BIAS, head0_out));
+    PG_TRY(pg_linear_fwd(c, r, 256, 256, c3_x, head0_weight, head0_bias, head0_out));
     /* relu3: relu [r, 256] -> [r, 256] */
     PG_TRY(pg_relu_fwd(c, r * 256, head0_out, relu3_out));
     /* pop.short: pop [r, 256] -> [r, 256] */
     PG_TRY(pg_add_fwd(c, r * 256, relu3_out, c3_x, pop_short_out));
     /* out: linear [r, 256] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 256, pop_short_out, P16_OUT_WEIGHT, P17_OUT_BIAS, c3_y));
+    PG_TRY(pg_linear_fwd(c, r, 256, 256, pop_short_out, out_weight, out_bias, c3_y));
     /* loss: mse(mean), partial over this micro-batch */
     PG_TRY(pg_mse_fwd_bwd(c, r * 256, c3_y, (const float *)TARGET_ROWS, 16384.0, &io->loss, c3_dy));
     return 0;
@@ -78,13 +73,15 @@ static int bwd_b_c3(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const d_relu3_out = (float *)(A + F[3]); /* gradient of relu3 out: [r, 256] */
     float *const d_pop_short_out = (float *)(A + F[5]); /* gradient of pop.short out: [r, 256] */
     float *const d_skip_short = (float *)(A + F[6]); /* gradient of skip short: [r, 256] */
+    float *const head0_weight = (float *)(A + 0); /* head0.weight: f32[256, 256] */
+    float *const out_weight = (float *)(A + 786432); /* out.weight: f32[256, 256] */
     if (io->recompute) /* checkpointed: rebuild the interior from the stage input */
         PG_TRY(fwd_body_c3(c, A, io, 0));
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, c3_dy, P16_OUT_WEIGHT, d_pop_short_out)); /* out */
+    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, c3_dy, out_weight, d_pop_short_out)); /* out */
     PG_TRY(pg_copy(c, d_relu3_out, d_pop_short_out, r * 256)); /* pop.short */
     PG_TRY(pg_copy(c, d_skip_short, d_pop_short_out, r * 256)); /* gradient of skip short */
     PG_TRY(pg_relu_bwd_in(c, r * 256, head0_out, d_relu3_out, d_head0_out)); /* relu3 */
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_head0_out, P14_HEAD0_WEIGHT, c3_dx)); /* head0 */
+    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_head0_out, head0_weight, c3_dx)); /* head0 */
     PG_TRY(pg_axpy_inplace(c, c3_dx, d_skip_short, r * 256)); /* + gradient of skip short */
     return 0;
 }
@@ -97,8 +94,12 @@ static int bwd_w_c3(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const c3_dy = (float *)(A + 1671168 + (int64_t)io->slot * 16384); /* gradient dy of the chunk output: [r, 256], from the loss */
     float *const d_head0_out = (float *)(A + F[1]); /* gradient of head0 out: [r, 256] */
     float *const pop_short_out = (float *)(A + F[4]); /* pop.short out: [r, 256] */
-    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, pop_short_out, c3_dy, GP16_OUT_WEIGHT, GP17_OUT_BIAS)); /* out */
-    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, c3_x, d_head0_out, GP14_HEAD0_WEIGHT, GP15_HEAD0_BIAS)); /* head0 */
+    float *const d_head0_weight = (float *)(A + 262144); /* gradient of head0.weight: f32[256, 256] */
+    float *const d_head0_bias = (float *)(A + 1704960); /* gradient of head0.bias: f32[256] */
+    float *const d_out_weight = (float *)(A + 1048576); /* gradient of out.weight: f32[256, 256] */
+    float *const d_out_bias = (float *)(A + 1708032); /* gradient of out.bias: f32[256] */
+    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, pop_short_out, c3_dy, d_out_weight, d_out_bias)); /* out */
+    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, c3_x, d_head0_out, d_head0_weight, d_head0_bias)); /* head0 */
     return 0;
 }
 

@@ -8,45 +8,6 @@
 #include "pg_stage.h"
 #include "resmlp_bn.h"
 
-/* parameters and their gradients */
-#define P0_INP_WEIGHT ((float *)(A + 0)) /* inp.weight: f32[256, 256] */
-#define GP0_INP_WEIGHT ((float *)(A + 262144)) /* gradient of inp.weight: f32[256, 256] */
-#define P1_INP_BIAS ((float *)(A + 4272128)) /* inp.bias: f32[256] */
-#define GP1_INP_BIAS ((float *)(A + 4273152)) /* gradient of inp.bias: f32[256] */
-#define P2_BN0_WEIGHT ((float *)(A + 4275200)) /* bn0.weight: f32[256] */
-#define GP2_BN0_WEIGHT ((float *)(A + 4276224)) /* gradient of bn0.weight: f32[256] */
-#define P3_BN0_BIAS ((float *)(A + 4278272)) /* bn0.bias: f32[256] */
-#define GP3_BN0_BIAS ((float *)(A + 4279296)) /* gradient of bn0.bias: f32[256] */
-#define P4_BN0_RUNNING_MEAN ((float *)(A + 4281344)) /* bn0.running_mean: f32[256] */
-#define P5_BN0_RUNNING_VAR ((float *)(A + 4282368)) /* bn0.running_var: f32[256] */
-#define P6_A_0_FC1_WEIGHT ((float *)(A + 786432)) /* a.0.fc1.weight: f32[256, 256] */
-#define GP6_A_0_FC1_WEIGHT ((float *)(A + 1048576)) /* gradient of a.0.fc1.weight: f32[256, 256] */
-#define P7_A_0_FC1_BIAS ((float *)(A + 4283392)) /* a.0.fc1.bias: f32[256] */
-#define GP7_A_0_FC1_BIAS ((float *)(A + 4284416)) /* gradient of a.0.fc1.bias: f32[256] */
-#define P8_A_0_BN_WEIGHT ((float *)(A + 4286464)) /* a.0.bn.weight: f32[256] */
-#define GP8_A_0_BN_WEIGHT ((float *)(A + 4287488)) /* gradient of a.0.bn.weight: f32[256] */
-#define P9_A_0_BN_BIAS ((float *)(A + 4289536)) /* a.0.bn.bias: f32[256] */
-#define GP9_A_0_BN_BIAS ((float *)(A + 4290560)) /* gradient of a.0.bn.bias: f32[256] */
-#define P10_A_0_BN_RUNNING_MEAN ((float *)(A + 4292608)) /* a.0.bn.running_mean: f32[256] */
-#define P11_A_0_BN_RUNNING_VAR ((float *)(A + 4293632)) /* a.0.bn.running_var: f32[256] */
-#define P12_A_0_FC2_WEIGHT ((float *)(A + 1572864)) /* a.0.fc2.weight: f32[256, 256] */
-#define GP12_A_0_FC2_WEIGHT ((float *)(A + 1835008)) /* gradient of a.0.fc2.weight: f32[256, 256] */
-#define P13_A_0_FC2_BIAS ((float *)(A + 4294656)) /* a.0.fc2.bias: f32[256] */
-#define GP13_A_0_FC2_BIAS ((float *)(A + 4295680)) /* gradient of a.0.fc2.bias: f32[256] */
-#define P14_A_1_FC1_WEIGHT ((float *)(A + 2359296)) /* a.1.fc1.weight: f32[256, 256] */
-#define GP14_A_1_FC1_WEIGHT ((float *)(A + 2621440)) /* gradient of a.1.fc1.weight: f32[256, 256] */
-#define P15_A_1_FC1_BIAS ((float *)(A + 4297728)) /* a.1.fc1.bias: f32[256] */
-#define GP15_A_1_FC1_BIAS ((float *)(A + 4298752)) /* gradient of a.1.fc1.bias: f32[256] */
-#define P16_A_1_BN_WEIGHT ((float *)(A + 4300800)) /* a.1.bn.weight: f32[256] */
-#define GP16_A_1_BN_WEIGHT ((float *)(A + 4301824)) /* gradient of a.1.bn.weight: f32[256] */
-#define P17_A_1_BN_BIAS ((float *)(A + 4303872)) /* a.1.bn.bias: f32[256] */
-#define GP17_A_1_BN_BIAS ((float *)(A + 4304896)) /* gradient of a.1.bn.bias: f32[256] */
-#define P18_A_1_BN_RUNNING_MEAN ((float *)(A + 4306944)) /* a.1.bn.running_mean: f32[256] */
-#define P19_A_1_BN_RUNNING_VAR ((float *)(A + 4307968)) /* a.1.bn.running_var: f32[256] */
-#define P20_A_1_FC2_WEIGHT ((float *)(A + 3145728)) /* a.1.fc2.weight: f32[256, 256] */
-#define GP20_A_1_FC2_WEIGHT ((float *)(A + 3407872)) /* gradient of a.1.fc2.weight: f32[256, 256] */
-#define P21_A_1_FC2_BIAS ((float *)(A + 4308992)) /* a.1.fc2.bias: f32[256] */
-#define GP21_A_1_FC2_BIAS ((float *)(A + 4310016)) /* gradient of a.1.fc2.bias: f32[256] */
 /* this micro-batch's rows of the batch input x f32[256] */
 #define INPUT_ROWS ((float *)(A + 3932160 + io->first_row * 1024))
 
@@ -92,13 +53,35 @@ static int fwd_body_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
     float *const a_0_bn_rstd_of_this_micro_batch = (float *)(A + F[29]); /* a.0.bn rstd of this micro-batch: [C] */
     float *const a_1_bn_mean_of_this_micro_batch = (float *)(A + F[31]); /* a.1.bn mean of this micro-batch: [C] */
     float *const a_1_bn_rstd_of_this_micro_batch = (float *)(A + F[32]); /* a.1.bn rstd of this micro-batch: [C] */
+    float *const inp_weight = (float *)(A + 0); /* inp.weight: f32[256, 256] */
+    float *const inp_bias = (float *)(A + 4272128); /* inp.bias: f32[256] */
+    float *const bn0_weight = (float *)(A + 4275200); /* bn0.weight: f32[256] */
+    float *const bn0_bias = (float *)(A + 4278272); /* bn0.bias: f32[256] */
+    float *const bn0_running_mean = (float *)(A + 4281344); /* bn0.running_mean: f32[256] */
+    float *const bn0_running_var = (float *)(A + 4282368); /* bn0.running_var: f32[256] */
+    float *const a_0_fc1_weight = (float *)(A + 786432); /* a.0.fc1.weight: f32[256, 256] */
+    float *const a_0_fc1_bias = (float *)(A + 4283392); /* a.0.fc1.bias: f32[256] */
+    float *const a_0_bn_weight = (float *)(A + 4286464); /* a.0.bn.weight: f32[256] */
+    float *const a_0_bn_bias = (float *)(A + 4289536); /* a.0.bn.bias: f32[256] */
+    float *const a_0_bn_running_mean = (float *)(A + 4292608); /* a.0.bn.running_mean: f32[256] */
+    float *const a_0_bn_running_var = (float *)(A + 4293632); /* a.0.bn.running_var: f32[256] */
+    float *const a_0_fc2_weight = (float *)(A + 1572864); /* a.0.fc2.weight: f32[256, 256] */
+    float *const a_0_fc2_bias = (float *)(A + 4294656); /* a.0.fc2.bias: f32[256] */
+    float *const a_1_fc1_weight = (float *)(A + 2359296); /* a.1.fc1.weight: f32[256, 256] */
+    float *const a_1_fc1_bias = (float *)(A + 4297728); /* a.1.fc1.bias: f32[256] */
+    float *const a_1_bn_weight = (float *)(A + 4300800); /* a.1.bn.weight: f32[256] */
+    float *const a_1_bn_bias = (float *)(A + 4303872); /* a.1.bn.bias: f32[256] */
+    float *const a_1_bn_running_mean = (float *)(A + 4306944); /* a.1.bn.running_mean: f32[256] */
+    float *const a_1_bn_running_var = (float *)(A + 4307968); /* a.1.bn.running_var: f32[256] */
+    float *const a_1_fc2_weight = (float *)(A + 3145728); /* a.1.fc2.weight: f32[256, 256] */
+    float *const a_1_fc2_bias = (float *)(A + 4308992); /* a.1.fc2.bias: f32[256] */
     /* inp: linear [r, 256] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 256, x, P0_INP_WEIGHT, P1_INP_BIAS, inp_out));
+    PG_TRY(pg_linear_fwd(c, r, 256, 256, x, inp_weight, inp_bias, inp_out));
     /* bn0: batchnorm [r, 256] -> [r, 256] */
     if (io->infer) /* inference: the running statistics, nothing updated */
-        PG_TRY(pg_batchnorm_eval_fwd(c, r, 256, 1e-05f, inp_out, P2_BN0_WEIGHT, P3_BN0_BIAS, P4_BN0_RUNNING_MEAN, P5_BN0_RUNNING_VAR, bn0_out));
+        PG_TRY(pg_batchnorm_eval_fwd(c, r, 256, 1e-05f, inp_out, bn0_weight, bn0_bias, bn0_running_mean, bn0_running_var, bn0_out));
     else
-        PG_TRY(pg_batchnorm_fwd(c, r, 256, 1e-05f, inp_out, P2_BN0_WEIGHT, P3_BN0_BIAS, bn0_out, bn0_mean_of_this_micro_batch, bn0_rstd_of_this_micro_batch));
+        PG_TRY(pg_batchnorm_fwd(c, r, 256, 1e-05f, inp_out, bn0_weight, bn0_bias, bn0_out, bn0_mean_of_this_micro_batch, bn0_rstd_of_this_micro_batch));
     if (first && !io->infer) { /* deferred: running statistics from the whole mini-batch, once per step;
                   sums over the micro-batches in index order (not again when recomputing) */
         if (io->mb == 0)
@@ -106,7 +89,7 @@ static int fwd_body_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
         PG_TRY(pg_batchnorm_stats_acc(c, r, 256, inp_out, (double *)(A + 4259840), (double *)(A + 4261888)));
         if (io->mb == 3) { /* the sums over every replica's rows, then the update */
             PG_TRY(pg_batchnorm_stats_reduce(c, 256, (double *)(A + 4259840), (double *)(A + 4261888)));
-            PG_TRY(pg_batchnorm_running_update(c, 64, 256, 0.1f, (const double *)(A + 4259840), (const double *)(A + 4261888), P4_BN0_RUNNING_MEAN, P5_BN0_RUNNING_VAR));
+            PG_TRY(pg_batchnorm_running_update(c, 64, 256, 0.1f, (const double *)(A + 4259840), (const double *)(A + 4261888), bn0_running_mean, bn0_running_var));
         }
     }
     /* relu0: relu [r, 256] -> [r, 256] */
@@ -115,12 +98,12 @@ static int fwd_body_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
     PG_TRY(pg_copy(c, c0_skip0_out, relu0_out, r * 256));
     /* stash a.0.res: [r, 256] stays in relu0_out */
     /* a.0.fc1: linear [r, 256] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 256, relu0_out, P6_A_0_FC1_WEIGHT, P7_A_0_FC1_BIAS, a_0_fc1_out));
+    PG_TRY(pg_linear_fwd(c, r, 256, 256, relu0_out, a_0_fc1_weight, a_0_fc1_bias, a_0_fc1_out));
     /* a.0.bn: batchnorm [r, 256] -> [r, 256] */
     if (io->infer) /* inference: the running statistics, nothing updated */
-        PG_TRY(pg_batchnorm_eval_fwd(c, r, 256, 1e-05f, a_0_fc1_out, P8_A_0_BN_WEIGHT, P9_A_0_BN_BIAS, P10_A_0_BN_RUNNING_MEAN, P11_A_0_BN_RUNNING_VAR, a_0_bn_out));
+        PG_TRY(pg_batchnorm_eval_fwd(c, r, 256, 1e-05f, a_0_fc1_out, a_0_bn_weight, a_0_bn_bias, a_0_bn_running_mean, a_0_bn_running_var, a_0_bn_out));
     else
-        PG_TRY(pg_batchnorm_fwd(c, r, 256, 1e-05f, a_0_fc1_out, P8_A_0_BN_WEIGHT, P9_A_0_BN_BIAS, a_0_bn_out, a_0_bn_mean_of_this_micro_batch, a_0_bn_rstd_of_this_micro_batch));
+        PG_TRY(pg_batchnorm_fwd(c, r, 256, 1e-05f, a_0_fc1_out, a_0_bn_weight, a_0_bn_bias, a_0_bn_out, a_0_bn_mean_of_this_micro_batch, a_0_bn_rstd_of_this_micro_batch));
     if (first && !io->infer) { /* deferred: running statistics from the whole mini-batch, once per step;
                   sums over the micro-batches in index order (not again when recomputing) */
         if (io->mb == 0)
@@ -128,23 +111,23 @@ static int fwd_body_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
         PG_TRY(pg_batchnorm_stats_acc(c, r, 256, a_0_fc1_out, (double *)(A + 4263936), (double *)(A + 4265984)));
         if (io->mb == 3) { /* the sums over every replica's rows, then the update */
             PG_TRY(pg_batchnorm_stats_reduce(c, 256, (double *)(A + 4263936), (double *)(A + 4265984)));
-            PG_TRY(pg_batchnorm_running_update(c, 64, 256, 0.1f, (const double *)(A + 4263936), (const double *)(A + 4265984), P10_A_0_BN_RUNNING_MEAN, P11_A_0_BN_RUNNING_VAR));
+            PG_TRY(pg_batchnorm_running_update(c, 64, 256, 0.1f, (const double *)(A + 4263936), (const double *)(A + 4265984), a_0_bn_running_mean, a_0_bn_running_var));
         }
     }
     /* a.0.relu0: relu [r, 256] -> [r, 256] */
     PG_TRY(pg_relu_fwd(c, r * 256, a_0_bn_out, a_0_relu0_out));
     /* a.0.fc2: linear [r, 256] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 256, a_0_relu0_out, P12_A_0_FC2_WEIGHT, P13_A_0_FC2_BIAS, a_0_fc2_out));
+    PG_TRY(pg_linear_fwd(c, r, 256, 256, a_0_relu0_out, a_0_fc2_weight, a_0_fc2_bias, a_0_fc2_out));
     /* a.0.pop.res: pop [r, 256] -> [r, 256] */
     PG_TRY(pg_add_fwd(c, r * 256, a_0_fc2_out, relu0_out, a_0_pop_res_out));
     /* stash a.1.res: [r, 256] stays in a_0_pop_res_out */
     /* a.1.fc1: linear [r, 256] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 256, a_0_pop_res_out, P14_A_1_FC1_WEIGHT, P15_A_1_FC1_BIAS, a_1_fc1_out));
+    PG_TRY(pg_linear_fwd(c, r, 256, 256, a_0_pop_res_out, a_1_fc1_weight, a_1_fc1_bias, a_1_fc1_out));
     /* a.1.bn: batchnorm [r, 256] -> [r, 256] */
     if (io->infer) /* inference: the running statistics, nothing updated */
-        PG_TRY(pg_batchnorm_eval_fwd(c, r, 256, 1e-05f, a_1_fc1_out, P16_A_1_BN_WEIGHT, P17_A_1_BN_BIAS, P18_A_1_BN_RUNNING_MEAN, P19_A_1_BN_RUNNING_VAR, a_1_bn_out));
+        PG_TRY(pg_batchnorm_eval_fwd(c, r, 256, 1e-05f, a_1_fc1_out, a_1_bn_weight, a_1_bn_bias, a_1_bn_running_mean, a_1_bn_running_var, a_1_bn_out));
     else
-        PG_TRY(pg_batchnorm_fwd(c, r, 256, 1e-05f, a_1_fc1_out, P16_A_1_BN_WEIGHT, P17_A_1_BN_BIAS, a_1_bn_out, a_1_bn_mean_of_this_micro_batch, a_1_bn_rstd_of_this_micro_batch));
+        PG_TRY(pg_batchnorm_fwd(c, r, 256, 1e-05f, a_1_fc1_out, a_1_bn_weight, a_1_bn_bias, a_1_bn_out, a_1_bn_mean_of_this_micro_batch, a_1_bn_rstd_of_this_micro_batch));
     if (first && !io->infer) { /* deferred: running statistics from the whole mini-batch, once per step;
                   sums over the micro-batches in index order (not again when recomputing) */
         if (io->mb == 0)
@@ -152,13 +135,13 @@ static int fwd_body_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
         PG_TRY(pg_batchnorm_stats_acc(c, r, 256, a_1_fc1_out, (double *)(A + 4268032), (double *)(A + 4270080)));
         if (io->mb == 3) { /* the sums over every replica's rows, then the update */
             PG_TRY(pg_batchnorm_stats_reduce(c, 256, (double *)(A + 4268032), (double *)(A + 4270080)));
-            PG_TRY(pg_batchnorm_running_update(c, 64, 256, 0.1f, (const double *)(A + 4268032), (const double *)(A + 4270080), P18_A_1_BN_RUNNING_MEAN, P19_A_1_BN_RUNNING_VAR));
+            PG_TRY(pg_batchnorm_running_update(c, 64, 256, 0.1f, (const double *)(A + 4268032), (const double *)(A + 4270080), a_1_bn_running_mean, a_1_bn_running_var));
         }
     }
     /* a.1.relu0: relu [r, 256] -> [r, 256] */
     PG_TRY(pg_relu_fwd(c, r * 256, a_1_bn_out, a_1_relu0_out));
     /* a.1.fc2: linear [r, 256] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 256, a_1_relu0_out, P20_A_1_FC2_WEIGHT, P21_A_1_FC2_BIAS, a_1_fc2_out));
+    PG_TRY(pg_linear_fwd(c, r, 256, 256, a_1_relu0_out, a_1_fc2_weight, a_1_fc2_bias, a_1_fc2_out));
     /* a.1.pop.res: pop [r, 256] -> [r, 256] */
     PG_TRY(pg_add_fwd(c, r * 256, a_1_fc2_out, a_0_pop_res_out, c0_y));
     return 0;
@@ -202,25 +185,32 @@ static int bwd_b_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const d_skip_a_1_res = (float *)(A + F[30]); /* gradient of skip a.1.res: [r, 256] */
     float *const a_1_bn_mean_of_this_micro_batch = (float *)(A + F[31]); /* a.1.bn mean of this micro-batch: [C] */
     float *const a_1_bn_rstd_of_this_micro_batch = (float *)(A + F[32]); /* a.1.bn rstd of this micro-batch: [C] */
+    float *const bn0_weight = (float *)(A + 4275200); /* bn0.weight: f32[256] */
+    float *const a_0_fc1_weight = (float *)(A + 786432); /* a.0.fc1.weight: f32[256, 256] */
+    float *const a_0_bn_weight = (float *)(A + 4286464); /* a.0.bn.weight: f32[256] */
+    float *const a_0_fc2_weight = (float *)(A + 1572864); /* a.0.fc2.weight: f32[256, 256] */
+    float *const a_1_fc1_weight = (float *)(A + 2359296); /* a.1.fc1.weight: f32[256, 256] */
+    float *const a_1_bn_weight = (float *)(A + 4300800); /* a.1.bn.weight: f32[256] */
+    float *const a_1_fc2_weight = (float *)(A + 3145728); /* a.1.fc2.weight: f32[256, 256] */
     if (io->recompute) /* checkpointed: rebuild the interior from the stage input */
         PG_TRY(fwd_body_c0(c, A, io, 0));
     PG_TRY(pg_copy(c, d_a_1_fc2_out, c0_dy, r * 256)); /* a.1.pop.res */
     PG_TRY(pg_copy(c, d_skip_a_1_res, c0_dy, r * 256)); /* gradient of skip a.1.res */
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_a_1_fc2_out, P20_A_1_FC2_WEIGHT, d_a_1_relu0_out)); /* a.1.fc2 */
+    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_a_1_fc2_out, a_1_fc2_weight, d_a_1_relu0_out)); /* a.1.fc2 */
     PG_TRY(pg_relu_bwd_in(c, r * 256, a_1_bn_out, d_a_1_relu0_out, d_a_1_bn_out)); /* a.1.relu0 */
-    PG_TRY(pg_batchnorm_bwd_in(c, r, 256, a_1_fc1_out, P16_A_1_BN_WEIGHT, a_1_bn_mean_of_this_micro_batch, a_1_bn_rstd_of_this_micro_batch, d_a_1_bn_out, d_a_1_fc1_out)); /* a.1.bn */
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_a_1_fc1_out, P14_A_1_FC1_WEIGHT, d_a_0_pop_res_out)); /* a.1.fc1 */
+    PG_TRY(pg_batchnorm_bwd_in(c, r, 256, a_1_fc1_out, a_1_bn_weight, a_1_bn_mean_of_this_micro_batch, a_1_bn_rstd_of_this_micro_batch, d_a_1_bn_out, d_a_1_fc1_out)); /* a.1.bn */
+    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_a_1_fc1_out, a_1_fc1_weight, d_a_0_pop_res_out)); /* a.1.fc1 */
     PG_TRY(pg_axpy_inplace(c, d_a_0_pop_res_out, d_skip_a_1_res, r * 256)); /* + gradient of skip a.1.res */
     PG_TRY(pg_copy(c, d_a_0_fc2_out, d_a_0_pop_res_out, r * 256)); /* a.0.pop.res */
     PG_TRY(pg_copy(c, d_skip_a_0_res, d_a_0_pop_res_out, r * 256)); /* gradient of skip a.0.res */
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_a_0_fc2_out, P12_A_0_FC2_WEIGHT, d_a_0_relu0_out)); /* a.0.fc2 */
+    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_a_0_fc2_out, a_0_fc2_weight, d_a_0_relu0_out)); /* a.0.fc2 */
     PG_TRY(pg_relu_bwd_in(c, r * 256, a_0_bn_out, d_a_0_relu0_out, d_a_0_bn_out)); /* a.0.relu0 */
-    PG_TRY(pg_batchnorm_bwd_in(c, r, 256, a_0_fc1_out, P8_A_0_BN_WEIGHT, a_0_bn_mean_of_this_micro_batch, a_0_bn_rstd_of_this_micro_batch, d_a_0_bn_out, d_a_0_fc1_out)); /* a.0.bn */
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_a_0_fc1_out, P6_A_0_FC1_WEIGHT, d_relu0_out)); /* a.0.fc1 */
+    PG_TRY(pg_batchnorm_bwd_in(c, r, 256, a_0_fc1_out, a_0_bn_weight, a_0_bn_mean_of_this_micro_batch, a_0_bn_rstd_of_this_micro_batch, d_a_0_bn_out, d_a_0_fc1_out)); /* a.0.bn */
+    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_a_0_fc1_out, a_0_fc1_weight, d_relu0_out)); /* a.0.fc1 */
     PG_TRY(pg_axpy_inplace(c, d_relu0_out, d_skip_a_0_res, r * 256)); /* + gradient of skip a.0.res */
     PG_TRY(pg_axpy_inplace(c, d_relu0_out, c0_skip0_grad_in, r * 256)); /* + gradient of skip long from chunk 1 */
     PG_TRY(pg_relu_bwd_in(c, r * 256, bn0_out, d_relu0_out, d_bn0_out)); /* relu0 */
-    PG_TRY(pg_batchnorm_bwd_in(c, r, 256, inp_out, P2_BN0_WEIGHT, bn0_mean_of_this_micro_batch, bn0_rstd_of_this_micro_batch, d_bn0_out, d_inp_out)); /* bn0 */
+    PG_TRY(pg_batchnorm_bwd_in(c, r, 256, inp_out, bn0_weight, bn0_mean_of_this_micro_batch, bn0_rstd_of_this_micro_batch, d_bn0_out, d_inp_out)); /* bn0 */
     return 0;
 }
 
@@ -250,14 +240,30 @@ static int bwd_w_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const a_0_bn_rstd_of_this_micro_batch = (float *)(A + F[29]); /* a.0.bn rstd of this micro-batch: [C] */
     float *const a_1_bn_mean_of_this_micro_batch = (float *)(A + F[31]); /* a.1.bn mean of this micro-batch: [C] */
     float *const a_1_bn_rstd_of_this_micro_batch = (float *)(A + F[32]); /* a.1.bn rstd of this micro-batch: [C] */
-    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, a_1_relu0_out, d_a_1_fc2_out, GP20_A_1_FC2_WEIGHT, GP21_A_1_FC2_BIAS)); /* a.1.fc2 */
-    PG_TRY(pg_batchnorm_bwd_w(c, r, 256, a_1_fc1_out, a_1_bn_mean_of_this_micro_batch, a_1_bn_rstd_of_this_micro_batch, d_a_1_bn_out, GP16_A_1_BN_WEIGHT, GP17_A_1_BN_BIAS)); /* a.1.bn */
-    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, a_0_pop_res_out, d_a_1_fc1_out, GP14_A_1_FC1_WEIGHT, GP15_A_1_FC1_BIAS)); /* a.1.fc1 */
-    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, a_0_relu0_out, d_a_0_fc2_out, GP12_A_0_FC2_WEIGHT, GP13_A_0_FC2_BIAS)); /* a.0.fc2 */
-    PG_TRY(pg_batchnorm_bwd_w(c, r, 256, a_0_fc1_out, a_0_bn_mean_of_this_micro_batch, a_0_bn_rstd_of_this_micro_batch, d_a_0_bn_out, GP8_A_0_BN_WEIGHT, GP9_A_0_BN_BIAS)); /* a.0.bn */
-    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, relu0_out, d_a_0_fc1_out, GP6_A_0_FC1_WEIGHT, GP7_A_0_FC1_BIAS)); /* a.0.fc1 */
-    PG_TRY(pg_batchnorm_bwd_w(c, r, 256, inp_out, bn0_mean_of_this_micro_batch, bn0_rstd_of_this_micro_batch, d_bn0_out, GP2_BN0_WEIGHT, GP3_BN0_BIAS)); /* bn0 */
-    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, x, d_inp_out, GP0_INP_WEIGHT, GP1_INP_BIAS)); /* inp */
+    float *const d_inp_weight = (float *)(A + 262144); /* gradient of inp.weight: f32[256, 256] */
+    float *const d_inp_bias = (float *)(A + 4273152); /* gradient of inp.bias: f32[256] */
+    float *const d_bn0_weight = (float *)(A + 4276224); /* gradient of bn0.weight: f32[256] */
+    float *const d_bn0_bias = (float *)(A + 4279296); /* gradient of bn0.bias: f32[256] */
+    float *const d_a_0_fc1_weight = (float *)(A + 1048576); /* gradient of a.0.fc1.weight: f32[256, 256] */
+    float *const d_a_0_fc1_bias = (float *)(A + 4284416); /* gradient of a.0.fc1.bias: f32[256] */
+    float *const d_a_0_bn_weight = (float *)(A + 4287488); /* gradient of a.0.bn.weight: f32[256] */
+    float *const d_a_0_bn_bias = (float *)(A + 4290560); /* gradient of a.0.bn.bias: f32[256] */
+    float *const d_a_0_fc2_weight = (float *)(A + 1835008); /* gradient of a.0.fc2.weight: f32[256, 256] */
+    float *const d_a_0_fc2_bias = (float *)(A + 4295680); /* gradient of a.0.fc2.bias: f32[256] */
+    float *const d_a_1_fc1_weight = (float *)(A + 2621440); /* gradient of a.1.fc1.weight: f32[256, 256] */
+    float *const d_a_1_fc1_bias = (float *)(A + 4298752); /* gradient of a.1.fc1.bias: f32[256] */
+    float *const d_a_1_bn_weight = (float *)(A + 4301824); /* gradient of a.1.bn.weight: f32[256] */
+    float *const d_a_1_bn_bias = (float *)(A + 4304896); /* gradient of a.1.bn.bias: f32[256] */
+    float *const d_a_1_fc2_weight = (float *)(A + 3407872); /* gradient of a.1.fc2.weight: f32[256, 256] */
+    float *const d_a_1_fc2_bias = (float *)(A + 4310016); /* gradient of a.1.fc2.bias: f32[256] */
+    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, a_1_relu0_out, d_a_1_fc2_out, d_a_1_fc2_weight, d_a_1_fc2_bias)); /* a.1.fc2 */
+    PG_TRY(pg_batchnorm_bwd_w(c, r, 256, a_1_fc1_out, a_1_bn_mean_of_this_micro_batch, a_1_bn_rstd_of_this_micro_batch, d_a_1_bn_out, d_a_1_bn_weight, d_a_1_bn_bias)); /* a.1.bn */
+    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, a_0_pop_res_out, d_a_1_fc1_out, d_a_1_fc1_weight, d_a_1_fc1_bias)); /* a.1.fc1 */
+    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, a_0_relu0_out, d_a_0_fc2_out, d_a_0_fc2_weight, d_a_0_fc2_bias)); /* a.0.fc2 */
+    PG_TRY(pg_batchnorm_bwd_w(c, r, 256, a_0_fc1_out, a_0_bn_mean_of_this_micro_batch, a_0_bn_rstd_of_this_micro_batch, d_a_0_bn_out, d_a_0_bn_weight, d_a_0_bn_bias)); /* a.0.bn */
+    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, relu0_out, d_a_0_fc1_out, d_a_0_fc1_weight, d_a_0_fc1_bias)); /* a.0.fc1 */
+    PG_TRY(pg_batchnorm_bwd_w(c, r, 256, inp_out, bn0_mean_of_this_micro_batch, bn0_rstd_of_this_micro_batch, d_bn0_out, d_bn0_weight, d_bn0_bias)); /* bn0 */
+    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, x, d_inp_out, d_inp_weight, d_inp_bias)); /* inp */
     return 0;
 }
 

@@ -8,39 +8,6 @@
 #include "pg_stage.h"
 #include "resmlp_bn.h"
 
-/* parameters and their gradients */
-#define P22_B_0_FC1_WEIGHT ((float *)(A + 0)) /* b.0.fc1.weight: f32[256, 256] */
-#define GP22_B_0_FC1_WEIGHT ((float *)(A + 262144)) /* gradient of b.0.fc1.weight: f32[256, 256] */
-#define P23_B_0_FC1_BIAS ((float *)(A + 4399104)) /* b.0.fc1.bias: f32[256] */
-#define GP23_B_0_FC1_BIAS ((float *)(A + 4400128)) /* gradient of b.0.fc1.bias: f32[256] */
-#define P24_B_0_BN_WEIGHT ((float *)(A + 4402176)) /* b.0.bn.weight: f32[256] */
-#define GP24_B_0_BN_WEIGHT ((float *)(A + 4403200)) /* gradient of b.0.bn.weight: f32[256] */
-#define P25_B_0_BN_BIAS ((float *)(A + 4405248)) /* b.0.bn.bias: f32[256] */
-#define GP25_B_0_BN_BIAS ((float *)(A + 4406272)) /* gradient of b.0.bn.bias: f32[256] */
-#define P26_B_0_BN_RUNNING_MEAN ((float *)(A + 4408320)) /* b.0.bn.running_mean: f32[256] */
-#define P27_B_0_BN_RUNNING_VAR ((float *)(A + 4409344)) /* b.0.bn.running_var: f32[256] */
-#define P28_B_0_FC2_WEIGHT ((float *)(A + 786432)) /* b.0.fc2.weight: f32[256, 256] */
-#define GP28_B_0_FC2_WEIGHT ((float *)(A + 1048576)) /* gradient of b.0.fc2.weight: f32[256, 256] */
-#define P29_B_0_FC2_BIAS ((float *)(A + 4410368)) /* b.0.fc2.bias: f32[256] */
-#define GP29_B_0_FC2_BIAS ((float *)(A + 4411392)) /* gradient of b.0.fc2.bias: f32[256] */
-#define P30_B_1_FC1_WEIGHT ((float *)(A + 1572864)) /* b.1.fc1.weight: f32[256, 256] */
-#define GP30_B_1_FC1_WEIGHT ((float *)(A + 1835008)) /* gradient of b.1.fc1.weight: f32[256, 256] */
-#define P31_B_1_FC1_BIAS ((float *)(A + 4413440)) /* b.1.fc1.bias: f32[256] */
-#define GP31_B_1_FC1_BIAS ((float *)(A + 4414464)) /* gradient of b.1.fc1.bias: f32[256] */
-#define P32_B_1_BN_WEIGHT ((float *)(A + 4416512)) /* b.1.bn.weight: f32[256] */
-#define GP32_B_1_BN_WEIGHT ((float *)(A + 4417536)) /* gradient of b.1.bn.weight: f32[256] */
-#define P33_B_1_BN_BIAS ((float *)(A + 4419584)) /* b.1.bn.bias: f32[256] */
-#define GP33_B_1_BN_BIAS ((float *)(A + 4420608)) /* gradient of b.1.bn.bias: f32[256] */
-#define P34_B_1_BN_RUNNING_MEAN ((float *)(A + 4422656)) /* b.1.bn.running_mean: f32[256] */
-#define P35_B_1_BN_RUNNING_VAR ((float *)(A + 4423680)) /* b.1.bn.running_var: f32[256] */
-#define P36_B_1_FC2_WEIGHT ((float *)(A + 2359296)) /* b.1.fc2.weight: f32[256, 256] */
-#define GP36_B_1_FC2_WEIGHT ((float *)(A + 2621440)) /* gradient of b.1.fc2.weight: f32[256, 256] */
-#define P37_B_1_FC2_BIAS ((float *)(A + 4424704)) /* b.1.fc2.bias: f32[256] */
-#define GP37_B_1_FC2_BIAS ((float *)(A + 4425728)) /* gradient of b.1.fc2.bias: f32[256] */
-#define P38_OUT_WEIGHT ((float *)(A + 3145728)) /* out.weight: f32[256, 256] */
-#define GP38_OUT_WEIGHT ((float *)(A + 3407872)) /* gradient of out.weight: f32[256, 256] */
-#define P39_OUT_BIAS ((float *)(A + 4427776)) /* out.bias: f32[256] */
-#define GP39_OUT_BIAS ((float *)(A + 4428800)) /* gradient of out.bias: f32[256] */
 /* this micro-batch's rows of the batch target y f32[256] */
 #define TARGET_ROWS (A + 3932160 + io->first_row * 1024)
 
@@ -84,14 +51,32 @@ static int fwd_body_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
     float *const b_0_bn_rstd_of_this_micro_batch = (float *)(A + F[24]); /* b.0.bn rstd of this micro-batch: [C] */
     float *const b_1_bn_mean_of_this_micro_batch = (float *)(A + F[26]); /* b.1.bn mean of this micro-batch: [C] */
     float *const b_1_bn_rstd_of_this_micro_batch = (float *)(A + F[27]); /* b.1.bn rstd of this micro-batch: [C] */
+    float *const b_0_fc1_weight = (float *)(A + 0); /* b.0.fc1.weight: f32[256, 256] */
+    float *const b_0_fc1_bias = (float *)(A + 4399104); /* b.0.fc1.bias: f32[256] */
+    float *const b_0_bn_weight = (float *)(A + 4402176); /* b.0.bn.weight: f32[256] */
+    float *const b_0_bn_bias = (float *)(A + 4405248); /* b.0.bn.bias: f32[256] */
+    float *const b_0_bn_running_mean = (float *)(A + 4408320); /* b.0.bn.running_mean: f32[256] */
+    float *const b_0_bn_running_var = (float *)(A + 4409344); /* b.0.bn.running_var: f32[256] */
+    float *const b_0_fc2_weight = (float *)(A + 786432); /* b.0.fc2.weight: f32[256, 256] */
+    float *const b_0_fc2_bias = (float *)(A + 4410368); /* b.0.fc2.bias: f32[256] */
+    float *const b_1_fc1_weight = (float *)(A + 1572864); /* b.1.fc1.weight: f32[256, 256] */
+    float *const b_1_fc1_bias = (float *)(A + 4413440); /* b.1.fc1.bias: f32[256] */
+    float *const b_1_bn_weight = (float *)(A + 4416512); /* b.1.bn.weight: f32[256] */
+    float *const b_1_bn_bias = (float *)(A + 4419584); /* b.1.bn.bias: f32[256] */
+    float *const b_1_bn_running_mean = (float *)(A + 4422656); /* b.1.bn.running_mean: f32[256] */
+    float *const b_1_bn_running_var = (float *)(A + 4423680); /* b.1.bn.running_var: f32[256] */
+    float *const b_1_fc2_weight = (float *)(A + 2359296); /* b.1.fc2.weight: f32[256, 256] */
+    float *const b_1_fc2_bias = (float *)(A + 4424704); /* b.1.fc2.bias: f32[256] */
+    float *const out_weight = (float *)(A + 3145728); /* out.weight: f32[256, 256] */
+    float *const out_bias = (float *)(A + 4427776); /* out.bias: f32[256] */
     /* stash b.0.res: [r, 256] stays in c1_x */
     /* b.0.fc1: linear [r, 256] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 256, c1_x, P22_B_0_FC1_WEIGHT, P23_B_0_FC1_BIAS, b_0_fc1_out));
+    PG_TRY(pg_linear_fwd(c, r, 256, 256, c1_x, b_0_fc1_weight, b_0_fc1_bias, b_0_fc1_out));
     /* b.0.bn: batchnorm [r, 256] -> [r, 256] */
     if (io->infer) /* inference: the running statistics, nothing updated */
-        PG_TRY(pg_batchnorm_eval_fwd(c, r, 256, 1e-05f, b_0_fc1_out, P24_B_0_BN_WEIGHT, P25_B_0_BN_BIAS, P26_B_0_BN_RUNNING_MEAN, P27_B_0_BN_RUNNING_VAR, b_0_bn_out));
+        PG_TRY(pg_batchnorm_eval_fwd(c, r, 256, 1e-05f, b_0_fc1_out, b_0_bn_weight, b_0_bn_bias, b_0_bn_running_mean, b_0_bn_running_var, b_0_bn_out));
     else
-        PG_TRY(pg_batchnorm_fwd(c, r, 256, 1e-05f, b_0_fc1_out, P24_B_0_BN_WEIGHT, P25_B_0_BN_BIAS, b_0_bn_out, b_0_bn_mean_of_this_micro_batch, b_0_bn_rstd_of_this_micro_batch));
+        PG_TRY(pg_batchnorm_fwd(c, r, 256, 1e-05f, b_0_fc1_out, b_0_bn_weight, b_0_bn_bias, b_0_bn_out, b_0_bn_mean_of_this_micro_batch, b_0_bn_rstd_of_this_micro_batch));
     if (first && !io->infer) { /* deferred: running statistics from the whole mini-batch, once per step;
                   sums over the micro-batches in index order (not again when recomputing) */
         if (io->mb == 0)
@@ -99,23 +84,23 @@ static int fwd_body_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
         PG_TRY(pg_batchnorm_stats_acc(c, r, 256, b_0_fc1_out, (double *)(A + 4390912), (double *)(A + 4392960)));
         if (io->mb == 3) { /* the sums over every replica's rows, then the update */
             PG_TRY(pg_batchnorm_stats_reduce(c, 256, (double *)(A + 4390912), (double *)(A + 4392960)));
-            PG_TRY(pg_batchnorm_running_update(c, 64, 256, 0.1f, (const double *)(A + 4390912), (const double *)(A + 4392960), P26_B_0_BN_RUNNING_MEAN, P27_B_0_BN_RUNNING_VAR));
+            PG_TRY(pg_batchnorm_running_update(c, 64, 256, 0.1f, (const double *)(A + 4390912), (const double *)(A + 4392960), b_0_bn_running_mean, b_0_bn_running_var));
         }
     }
     /* b.0.relu0: relu [r, 256] -> [r, 256] */
     PG_TRY(pg_relu_fwd(c, r * 256, b_0_bn_out, b_0_relu0_out));
     /* b.0.fc2: linear [r, 256] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 256, b_0_relu0_out, P28_B_0_FC2_WEIGHT, P29_B_0_FC2_BIAS, b_0_fc2_out));
+    PG_TRY(pg_linear_fwd(c, r, 256, 256, b_0_relu0_out, b_0_fc2_weight, b_0_fc2_bias, b_0_fc2_out));
     /* b.0.pop.res: pop [r, 256] -> [r, 256] */
     PG_TRY(pg_add_fwd(c, r * 256, b_0_fc2_out, c1_x, b_0_pop_res_out));
     /* stash b.1.res: [r, 256] stays in b_0_pop_res_out */
     /* b.1.fc1: linear [r, 256] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 256, b_0_pop_res_out, P30_B_1_FC1_WEIGHT, P31_B_1_FC1_BIAS, b_1_fc1_out));
+    PG_TRY(pg_linear_fwd(c, r, 256, 256, b_0_pop_res_out, b_1_fc1_weight, b_1_fc1_bias, b_1_fc1_out));
     /* b.1.bn: batchnorm [r, 256] -> [r, 256] */
     if (io->infer) /* inference: the running statistics, nothing updated */
-        PG_TRY(pg_batchnorm_eval_fwd(c, r, 256, 1e-05f, b_1_fc1_out, P32_B_1_BN_WEIGHT, P33_B_1_BN_BIAS, P34_B_1_BN_RUNNING_MEAN, P35_B_1_BN_RUNNING_VAR, b_1_bn_out));
+        PG_TRY(pg_batchnorm_eval_fwd(c, r, 256, 1e-05f, b_1_fc1_out, b_1_bn_weight, b_1_bn_bias, b_1_bn_running_mean, b_1_bn_running_var, b_1_bn_out));
     else
-        PG_TRY(pg_batchnorm_fwd(c, r, 256, 1e-05f, b_1_fc1_out, P32_B_1_BN_WEIGHT, P33_B_1_BN_BIAS, b_1_bn_out, b_1_bn_mean_of_this_micro_batch, b_1_bn_rstd_of_this_micro_batch));
+        PG_TRY(pg_batchnorm_fwd(c, r, 256, 1e-05f, b_1_fc1_out, b_1_bn_weight, b_1_bn_bias, b_1_bn_out, b_1_bn_mean_of_this_micro_batch, b_1_bn_rstd_of_this_micro_batch));
     if (first && !io->infer) { /* deferred: running statistics from the whole mini-batch, once per step;
                   sums over the micro-batches in index order (not again when recomputing) */
         if (io->mb == 0)
@@ -123,19 +108,19 @@ static int fwd_body_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
         PG_TRY(pg_batchnorm_stats_acc(c, r, 256, b_1_fc1_out, (double *)(A + 4395008), (double *)(A + 4397056)));
         if (io->mb == 3) { /* the sums over every replica's rows, then the update */
             PG_TRY(pg_batchnorm_stats_reduce(c, 256, (double *)(A + 4395008), (double *)(A + 4397056)));
-            PG_TRY(pg_batchnorm_running_update(c, 64, 256, 0.1f, (const double *)(A + 4395008), (const double *)(A + 4397056), P34_B_1_BN_RUNNING_MEAN, P35_B_1_BN_RUNNING_VAR));
+            PG_TRY(pg_batchnorm_running_update(c, 64, 256, 0.1f, (const double *)(A + 4395008), (const double *)(A + 4397056), b_1_bn_running_mean, b_1_bn_running_var));
         }
     }
     /* b.1.relu0: relu [r, 256] -> [r, 256] */
     PG_TRY(pg_relu_fwd(c, r * 256, b_1_bn_out, b_1_relu0_out));
     /* b.1.fc2: linear [r, 256] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 256, b_1_relu0_out, P36_B_1_FC2_WEIGHT, P37_B_1_FC2_BIAS, b_1_fc2_out));
+    PG_TRY(pg_linear_fwd(c, r, 256, 256, b_1_relu0_out, b_1_fc2_weight, b_1_fc2_bias, b_1_fc2_out));
     /* b.1.pop.res: pop [r, 256] -> [r, 256] */
     PG_TRY(pg_add_fwd(c, r * 256, b_1_fc2_out, b_0_pop_res_out, b_1_pop_res_out));
     /* pop.long: pop [r, 256] -> [r, 256] */
     PG_TRY(pg_add_fwd(c, r * 256, b_1_pop_res_out, c1_skip0_in, pop_long_out));
     /* out: linear [r, 256] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 256, pop_long_out, P38_OUT_WEIGHT, P39_OUT_BIAS, c1_y));
+    PG_TRY(pg_linear_fwd(c, r, 256, 256, pop_long_out, out_weight, out_bias, c1_y));
     /* loss: mse(mean), partial over this micro-batch */
     PG_TRY(pg_mse_fwd_bwd(c, r * 256, c1_y, (const float *)TARGET_ROWS, 16384.0, &io->loss, c1_dy));
     return 0;
@@ -175,24 +160,31 @@ static int bwd_b_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const d_skip_b_1_res = (float *)(A + F[25]); /* gradient of skip b.1.res: [r, 256] */
     float *const b_1_bn_mean_of_this_micro_batch = (float *)(A + F[26]); /* b.1.bn mean of this micro-batch: [C] */
     float *const b_1_bn_rstd_of_this_micro_batch = (float *)(A + F[27]); /* b.1.bn rstd of this micro-batch: [C] */
+    float *const b_0_fc1_weight = (float *)(A + 0); /* b.0.fc1.weight: f32[256, 256] */
+    float *const b_0_bn_weight = (float *)(A + 4402176); /* b.0.bn.weight: f32[256] */
+    float *const b_0_fc2_weight = (float *)(A + 786432); /* b.0.fc2.weight: f32[256, 256] */
+    float *const b_1_fc1_weight = (float *)(A + 1572864); /* b.1.fc1.weight: f32[256, 256] */
+    float *const b_1_bn_weight = (float *)(A + 4416512); /* b.1.bn.weight: f32[256] */
+    float *const b_1_fc2_weight = (float *)(A + 2359296); /* b.1.fc2.weight: f32[256, 256] */
+    float *const out_weight = (float *)(A + 3145728); /* out.weight: f32[256, 256] */
     if (io->recompute) /* checkpointed: rebuild the interior from the stage input */
         PG_TRY(fwd_body_c1(c, A, io, 0));
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, c1_dy, P38_OUT_WEIGHT, d_pop_long_out)); /* out */
+    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, c1_dy, out_weight, d_pop_long_out)); /* out */
     PG_TRY(pg_copy(c, d_b_1_pop_res_out, d_pop_long_out, r * 256)); /* pop.long */
     PG_TRY(pg_copy(c, c1_skip0_grad_out, d_pop_long_out, r * 256)); /* gradient of skip long */
     PG_TRY(pg_copy(c, d_b_1_fc2_out, d_b_1_pop_res_out, r * 256)); /* b.1.pop.res */
     PG_TRY(pg_copy(c, d_skip_b_1_res, d_b_1_pop_res_out, r * 256)); /* gradient of skip b.1.res */
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_b_1_fc2_out, P36_B_1_FC2_WEIGHT, d_b_1_relu0_out)); /* b.1.fc2 */
+    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_b_1_fc2_out, b_1_fc2_weight, d_b_1_relu0_out)); /* b.1.fc2 */
     PG_TRY(pg_relu_bwd_in(c, r * 256, b_1_bn_out, d_b_1_relu0_out, d_b_1_bn_out)); /* b.1.relu0 */
-    PG_TRY(pg_batchnorm_bwd_in(c, r, 256, b_1_fc1_out, P32_B_1_BN_WEIGHT, b_1_bn_mean_of_this_micro_batch, b_1_bn_rstd_of_this_micro_batch, d_b_1_bn_out, d_b_1_fc1_out)); /* b.1.bn */
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_b_1_fc1_out, P30_B_1_FC1_WEIGHT, d_b_0_pop_res_out)); /* b.1.fc1 */
+    PG_TRY(pg_batchnorm_bwd_in(c, r, 256, b_1_fc1_out, b_1_bn_weight, b_1_bn_mean_of_this_micro_batch, b_1_bn_rstd_of_this_micro_batch, d_b_1_bn_out, d_b_1_fc1_out)); /* b.1.bn */
+    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_b_1_fc1_out, b_1_fc1_weight, d_b_0_pop_res_out)); /* b.1.fc1 */
     PG_TRY(pg_axpy_inplace(c, d_b_0_pop_res_out, d_skip_b_1_res, r * 256)); /* + gradient of skip b.1.res */
     PG_TRY(pg_copy(c, d_b_0_fc2_out, d_b_0_pop_res_out, r * 256)); /* b.0.pop.res */
     PG_TRY(pg_copy(c, d_skip_b_0_res, d_b_0_pop_res_out, r * 256)); /* gradient of skip b.0.res */
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_b_0_fc2_out, P28_B_0_FC2_WEIGHT, d_b_0_relu0_out)); /* b.0.fc2 */
+    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_b_0_fc2_out, b_0_fc2_weight, d_b_0_relu0_out)); /* b.0.fc2 */
     PG_TRY(pg_relu_bwd_in(c, r * 256, b_0_bn_out, d_b_0_relu0_out, d_b_0_bn_out)); /* b.0.relu0 */
-    PG_TRY(pg_batchnorm_bwd_in(c, r, 256, b_0_fc1_out, P24_B_0_BN_WEIGHT, b_0_bn_mean_of_this_micro_batch, b_0_bn_rstd_of_this_micro_batch, d_b_0_bn_out, d_b_0_fc1_out)); /* b.0.bn */
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_b_0_fc1_out, P22_B_0_FC1_WEIGHT, c1_dx)); /* b.0.fc1 */
+    PG_TRY(pg_batchnorm_bwd_in(c, r, 256, b_0_fc1_out, b_0_bn_weight, b_0_bn_mean_of_this_micro_batch, b_0_bn_rstd_of_this_micro_batch, d_b_0_bn_out, d_b_0_fc1_out)); /* b.0.bn */
+    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_b_0_fc1_out, b_0_fc1_weight, c1_dx)); /* b.0.fc1 */
     PG_TRY(pg_axpy_inplace(c, c1_dx, d_skip_b_0_res, r * 256)); /* + gradient of skip b.0.res */
     return 0;
 }
@@ -219,13 +211,27 @@ static int bwd_w_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const b_0_bn_rstd_of_this_micro_batch = (float *)(A + F[24]); /* b.0.bn rstd of this micro-batch: [C] */
     float *const b_1_bn_mean_of_this_micro_batch = (float *)(A + F[26]); /* b.1.bn mean of this micro-batch: [C] */
     float *const b_1_bn_rstd_of_this_micro_batch = (float *)(A + F[27]); /* b.1.bn rstd of this micro-batch: [C] */
-    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, pop_long_out, c1_dy, GP38_OUT_WEIGHT, GP39_OUT_BIAS)); /* out */
-    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, b_1_relu0_out, d_b_1_fc2_out, GP36_B_1_FC2_WEIGHT, GP37_B_1_FC2_BIAS)); /* b.1.fc2 */
-    PG_TRY(pg_batchnorm_bwd_w(c, r, 256, b_1_fc1_out, b_1_bn_mean_of_this_micro_batch, b_1_bn_rstd_of_this_micro_batch, d_b_1_bn_out, GP32_B_1_BN_WEIGHT, GP33_B_1_BN_BIAS)); /* b.1.bn */
-    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, b_0_pop_res_out, d_b_1_fc1_out, GP30_B_1_FC1_WEIGHT, GP31_B_1_FC1_BIAS)); /* b.1.fc1 */
-    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, b_0_relu0_out, d_b_0_fc2_out, GP28_B_0_FC2_WEIGHT, GP29_B_0_FC2_BIAS)); /* b.0.fc2 */
-    PG_TRY(pg_batchnorm_bwd_w(c, r, 256, b_0_fc1_out, b_0_bn_mean_of_this_micro_batch, b_0_bn_rstd_of_this_micro_batch, d_b_0_bn_out, GP24_B_0_BN_WEIGHT, GP25_B_0_BN_BIAS)); /* b.0.bn */
-    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, c1_x, d_b_0_fc1_out, GP22_B_0_FC1_WEIGHT, GP23_B_0_FC1_BIAS)); /* b.0.fc1 */
+    float *const d_b_0_fc1_weight = (float *)(A + 262144); /* gradient of b.0.fc1.weight: f32[256, 256] */
+    float *const d_b_0_fc1_bias = (float *)(A + 4400128); /* gradient of b.0.fc1.bias: f32[256] */
+    float *const d_b_0_bn_weight = (float *)(A + 4403200); /* gradient of b.0.bn.weight: f32[256] */
+    float *const d_b_0_bn_bias = (float *)(A + 4406272); /* gradient of b.0.bn.bias: f32[256] */
+    float *const d_b_0_fc2_weight = (float *)(A + 1048576); /* gradient of b.0.fc2.weight: f32[256, 256] */
+    float *const d_b_0_fc2_bias = (float *)(A + 4411392); /* gradient of b.0.fc2.bias: f32[256] */
+    float *const d_b_1_fc1_weight = (float *)(A + 1835008); /* gradient of b.1.fc1.weight: f32[256, 256] */
+    float *const d_b_1_fc1_bias = (float *)(A + 4414464); /* gradient of b.1.fc1.bias: f32[256] */
+    float *const d_b_1_bn_weight = (float *)(A + 4417536); /* gradient of b.1.bn.weight: f32[256] */
+    float *const d_b_1_bn_bias = (float *)(A + 4420608); /* gradient of b.1.bn.bias: f32[256] */
+    float *const d_b_1_fc2_weight = (float *)(A + 2621440); /* gradient of b.1.fc2.weight: f32[256, 256] */
+    float *const d_b_1_fc2_bias = (float *)(A + 4425728); /* gradient of b.1.fc2.bias: f32[256] */
+    float *const d_out_weight = (float *)(A + 3407872); /* gradient of out.weight: f32[256, 256] */
+    float *const d_out_bias = (float *)(A + 4428800); /* gradient of out.bias: f32[256] */
+    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, pop_long_out, c1_dy, d_out_weight, d_out_bias)); /* out */
+    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, b_1_relu0_out, d_b_1_fc2_out, d_b_1_fc2_weight, d_b_1_fc2_bias)); /* b.1.fc2 */
+    PG_TRY(pg_batchnorm_bwd_w(c, r, 256, b_1_fc1_out, b_1_bn_mean_of_this_micro_batch, b_1_bn_rstd_of_this_micro_batch, d_b_1_bn_out, d_b_1_bn_weight, d_b_1_bn_bias)); /* b.1.bn */
+    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, b_0_pop_res_out, d_b_1_fc1_out, d_b_1_fc1_weight, d_b_1_fc1_bias)); /* b.1.fc1 */
+    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, b_0_relu0_out, d_b_0_fc2_out, d_b_0_fc2_weight, d_b_0_fc2_bias)); /* b.0.fc2 */
+    PG_TRY(pg_batchnorm_bwd_w(c, r, 256, b_0_fc1_out, b_0_bn_mean_of_this_micro_batch, b_0_bn_rstd_of_this_micro_batch, d_b_0_bn_out, d_b_0_bn_weight, d_b_0_bn_bias)); /* b.0.bn */
+    PG_TRY(pg_linear_bwd_w(c, r, 256, 256, c1_x, d_b_0_fc1_out, d_b_0_fc1_weight, d_b_0_fc1_bias)); /* b.0.fc1 */
     return 0;
 }
 

@@ -294,7 +294,7 @@ typedef struct pg_stage_desc {
     int nshadows;
     const pg_shadow_desc *shadows;
     /* FNV-1a 64 of the model's input, target, layers and skips without their
-     * chunks and stages (codegen/emit.c, model_arch_hash): equal for every
+     * chunks and stages (codegen/gen_plan_json.c, model_arch_hash): equal for every
      * layout of one model. A checkpoint's model identity (checkpoint.c)
      * includes it. */
     uint64_t arch_hash;
