@@ -345,12 +345,13 @@ int pg_dp_reduce(pg_run *r, int64_t step)
     if (!p)
         return 0;
     int D = r->replicas, me = r->replica;
+    r->dp_mark[0] = pg_run_now(); /* the trace's spans (trace.c) */
     /* every copy of this stage is here: a word each way first, so that the
      * time measured below is the reduction's, not the replicas' skew */
     double word = 0.0, *words = p->stats; /* D doubles */
     if (allgather_f64(r, PG_TAG(PG_TAG_DP, 0, 4), &word, words, 1, "the start word") || pg_sync(r->ctx))
         return 1;
-    double t0 = pg_run_now();
+    double t0 = r->dp_mark[1] = pg_run_now();
     int64_t n = p->numel, lo = shard_lo(n, D, me), hi = shard_lo(n, D, me + 1);
     /* reduce-scatter: shard q of this replica's gradients to replica q (the
      * send rings hold a step's traffic: pg_dp_link_bytes) */
@@ -359,6 +360,7 @@ int pg_dp_reduce(pg_run *r, int64_t step)
         if (q != me && each_chunk(r, shard_lo(n, D, q), shard_lo(n, D, q + 1), send_piece, &x))
             return dp_fail(r, "a gradient shard", q, 1);
     }
+    r->dp_mark[2] = pg_run_now();
     /* chunk by chunk: every other replica's copy, the sum in replica order
      * 0 + 1 + ... + D-1 (whatever arrived first), and the summed chunk out
      * to every other replica (the all-gather) */
@@ -378,11 +380,13 @@ int pg_dp_reduce(pg_run *r, int64_t step)
                 return dp_fail(r, "a summed gradient shard", q, 1);
         }
     }
+    r->dp_mark[3] = pg_run_now();
     for (int q = 0; q < D; q++) { /* the other replicas' summed shards, into place */
         xfer x = {q, PG_TAG(PG_TAG_DP, 0, 1), NULL, 0};
         if (q != me && each_chunk(r, shard_lo(n, D, q), shard_lo(n, D, q + 1), recv_piece, &x))
             return dp_fail(r, "a summed gradient shard", q, 0);
     }
+    r->dp_mark[4] = pg_run_now();
     p->sent = (size_t)(n - (hi - lo)) * 4 + (size_t)(D - 1) * (size_t)(hi - lo) * 4;
     if (step > 0 && p->red_steps < DP_TIMES)
         p->red_t[p->red_steps++] = pg_run_now() - t0;
@@ -395,6 +399,7 @@ int pg_dp_reduce(pg_run *r, int64_t step)
             g += dst[q];
         r->loss_global = g;
     }
+    r->dp_mark[5] = pg_run_now();
     return 0;
 }
 
