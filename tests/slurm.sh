@@ -168,17 +168,24 @@ waitjob() {
     return 0
 }
 
+# multiprog NAME TASKS WHAT REF-OUT REF-ST [SRUN-OPTION...]: srun runs the --multi-prog
+# file $T/NAME.conf, whose stages save $T/NAME.st: its loss and weights must be piperun's
+multiprog() {
+    _mn=$1 _mt=$2 _mw=$3 _mo=$4 _ms=$5
+    shift 5
+    timeout 300 srun --ntasks="$_mt" "$@" --kill-on-bad-exit=1 --multi-prog "$T/$_mn.conf" >"$T/$_mn.out" 2>&1
+    _st=$?
+    ok $_st "srun --ntasks=$_mt --multi-prog $_mw trains (exit $_st)"
+    [ $_st = 0 ] || tail -n 20 "$T/$_mn.out" | sed 's/^/# /'
+    [ -n "$(final "$_mo")" ] && [ "$(final "$T/$_mn.out")" = "$(final "$_mo")" ] && cmp -s "$_ms" "$T/$_mn.st"
+    ok $? "... the same loss and weights as piperun's run, bitwise ($(final "$T/$_mn.out"))"
+}
+
 # ---- srun --multi-prog, 2 stages -------------------------------------------------
 "$PIPERUN" "$T/lm2/bin" -- --steps 1000 --data "$T/job/tokens.pgd" --save "$T/ref1000.st" >"$T/ref1000.out" 2>&1
 ok $? "piperun trains 2 stages for 1000 steps"
-ref=$(final "$T/ref1000.out")
 echo "0-1 $T/lm2/bin/stage%t --steps 1000 --data $T/job/tokens.pgd --save $T/mp2.st" >"$T/mp2.conf"
-timeout 300 srun --ntasks=2 --kill-on-bad-exit=1 --multi-prog "$T/mp2.conf" >"$T/mp2.out" 2>&1
-st=$?
-ok $st "srun --ntasks=2 --multi-prog '0-1 .../stage%t ...' trains (exit $st)"
-[ $st = 0 ] || tail -n 20 "$T/mp2.out" | sed 's/^/# /'
-[ -n "$ref" ] && [ "$(final "$T/mp2.out")" = "$ref" ] && cmp -s "$T/ref1000.st" "$T/mp2.st"
-ok $? "... the same loss and weights as piperun's run, bitwise ($(final "$T/mp2.out"))"
+multiprog mp2 2 "'0-1 .../stage%t ...'" "$T/ref1000.out" "$T/ref1000.st"
 like "$(cat "$T/mp2.out")" "stage 1: started as replica 0/1, rank 1/2 from SLURM_PROCID, host $HOST, master 127\\.0\\.0\\.1:[0-9]+ \\(SLURM_STEP_NODELIST\\), threads 1 \\(" \
     "... stage 1's start-up line: rank from SLURM_PROCID, master from the step's node list"
 
@@ -207,16 +214,10 @@ like "$(cat "$T/mp4.out")" "stage 3: started as replica 0/1, rank 3/4 from SLURM
 # ---- pp x dp: 2 stages x 2 replicas, srun --multi-prog and the README's sbatch script -----
 "$PIPERUN" --dp 2 "$T/lm2/bin" -- --steps 200 --data "$T/job/tokens.pgd" --save "$T/refdp.st" >"$T/refdp.out" 2>&1
 ok $? "piperun --dp 2 trains 2 stages x 2 replicas for 200 steps"
-refdp=$(final "$T/refdp.out")
 printf '%s\n' "# task  program: stage k runs as tasks k and 2 + k (rank = replica x 2 + stage)" \
     "0,2     $T/lm2/bin/stage0 --steps 200 --data $T/job/tokens.pgd --save $T/mpdp.st" \
     "1,3     $T/lm2/bin/stage1 --steps 200 --data $T/job/tokens.pgd --save $T/mpdp.st" >"$T/mpdp.conf"
-timeout 300 srun --ntasks=4 --overcommit --kill-on-bad-exit=1 --multi-prog "$T/mpdp.conf" >"$T/mpdp.out" 2>&1
-st=$?
-ok $st "srun --ntasks=4 --multi-prog (tasks 0,2 stage0; 1,3 stage1) trains 2 stages x 2 replicas (exit $st)"
-[ $st = 0 ] || tail -n 20 "$T/mpdp.out" | sed 's/^/# /'
-[ -n "$refdp" ] && [ "$(final "$T/mpdp.out")" = "$refdp" ] && cmp -s "$T/refdp.st" "$T/mpdp.st"
-ok $? "... the loss and weights of piperun --dp 2, bitwise ($(final "$T/mpdp.out"))"
+multiprog mpdp 4 "(tasks 0,2 stage0; 1,3 stage1: 2 stages x 2 replicas)" "$T/refdp.out" "$T/refdp.st" --overcommit
 like "$(cat "$T/mpdp.out")" "stage 0: started as replica 1/2, rank 2/4 from SLURM_PROCID, host $HOST" \
     "... task 2 is replica 1's stage 0"
 
