@@ -11,7 +11,13 @@
  * stage's step minus earliest start); a stage's bubble is 1 - its F/B/W time
  * divided by the span, both summed over the steps: the definitions of the
  * prediction (predict.c), which starts every stage together (each after its
- * measured time before the first action). */
+ * measured time before the first action). Then where each stage's step goes
+ * (F, B, W, messages, the other actions, the time outside actions).
+ *
+ * A pp x dp trace (otherData "replicas" D > 1) has a process per row, pid =
+ * replica x stages + stage: each is measured and drawn on its own, and the
+ * data-parallel reduction's spans (args.kind DP_*, inside the action that ran
+ * them) are counted apart and drawn over that action. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,23 +34,35 @@
 /* ---- the trace ----------------------------------------------------------------- */
 
 typedef struct tev {
-    int stage, step, kind; /* kind: -1 step, else pg_act_kind (0 F, 1 B, 2 W, ...), PG_STEP_KIND_COUNT unknown */
+    int row, step, kind;   /* row: the process (pid = replica x stages + stage); kind: -1 step, else
+                              pg_act_kind (0 F, 1 B, 2 W, ...), DP_KIND + i a part of the reduction, or
+                              PG_STEP_KIND_COUNT unknown */
     int mb, chunk;
     double t0, t1;         /* seconds */
 } tev;
 
 typedef struct trace {
-    int nstages, nmb, first, last; /* steps first..last (1-based) */
+    int nstages, replicas, nrows, nmb, first, last; /* steps first..last (1-based); rows = stages x replicas */
     char *model;
     int n;
     tev *ev;
 } trace;
+
+#define MAX_ROWS (PG_SCHED_MAX_STAGES * 256) /* processes: stages x replicas (piperun --dp allows 256) */
+
+/* The data-parallel reduction's spans (runtime/core/trace.c): the whole, its wait
+ * for the other replicas, reduce-scatter, sum, all-gather. */
+enum { DP_KIND = PG_TIMELINE_DP, DP_PARTS = 5 };
+static const char *const dp_kind[DP_PARTS] = { "DP_REDUCE", "DP_WAIT", "DP_REDUCE_SCATTER", "DP_SUM", "DP_ALL_GATHER" };
 
 static int kind_of(const char *k)
 {
     for (int i = 0; k && i < PG_STEP_KIND_COUNT; i++)
         if (!strcmp(k, pg_act_name((pg_act_kind)i)))
             return i;
+    for (int i = 0; k && i < DP_PARTS; i++)
+        if (!strcmp(k, dp_kind[i]))
+            return DP_KIND + i;
     return PG_STEP_KIND_COUNT;
 }
 
@@ -138,9 +156,10 @@ static int add_event(trace *t, const rev *e, int i, int *cap, pg_diag *d, pg_loc
 {
     if (!e->is_x)
         return 0; /* metadata and other phases */
-    if (!(e->pid >= 0 && e->pid < PG_SCHED_MAX_STAGES && isfinite(e->ts) && e->dur >= 0 && isfinite(e->dur) &&
+    if (!(e->pid >= 0 && e->pid < MAX_ROWS && isfinite(e->ts) && e->dur >= 0 && isfinite(e->dur) &&
           e->step >= 1 && e->step <= 2e9)) {
-        pg_error(d, whole, "trace: event %d of traceEvents lacks a stage (pid 0..63), ts, dur >= 0 or args.step >= 1", i);
+        pg_error(d, whole, "trace: event %d of traceEvents lacks a process (pid 0..%d), ts, dur >= 0 or args.step >= 1",
+                 i, MAX_ROWS - 1);
         return -1;
     }
     double mb = isnan(e->mb) ? -1 : e->mb, chunk = isnan(e->chunk) ? -1 : e->chunk;
@@ -162,8 +181,8 @@ static int add_event(trace *t, const rev *e, int i, int *cap, pg_diag *d, pg_loc
     int pid = (int)e->pid, step = (int)e->step;
     t->ev[t->n++] = (tev){ pid, step, e->is_step ? -1 : e->kind, (int)mb, (int)chunk, e->ts * 1e-6,
                            (e->ts + e->dur) * 1e-6 };
-    if (pid + 1 > t->nstages)
-        t->nstages = pid + 1;
+    if (pid + 1 > t->nrows)
+        t->nrows = pid + 1;
     if (t->first < 0 || step < t->first)
         t->first = step;
     if (step > t->last)
@@ -173,8 +192,8 @@ static int add_event(trace *t, const rev *e, int i, int *cap, pg_diag *d, pg_loc
     return 0;
 }
 
-/* "otherData": the stage and micro-batch counts and the model's name */
-static void read_other(pg_json *j, double *stages, double *mbs, char **model)
+/* "otherData": the stage, replica and micro-batch counts and the model's name */
+static void read_other(pg_json *j, double *stages, double *replicas, double *mbs, char **model)
 {
     char *key;
     if (pg_json_peek(j) != PG_JSON_OBJECT) {
@@ -185,6 +204,8 @@ static void read_other(pg_json *j, double *stages, double *mbs, char **model)
     while (pg_json_member(j, &key)) {
         if (!strcmp(key, "stages"))
             *stages = num_or_nan(j);
+        else if (!strcmp(key, "replicas"))
+            *replicas = num_or_nan(j);
         else if (!strcmp(key, "microbatches"))
             *mbs = num_or_nan(j);
         else if (!strcmp(key, "model"))
@@ -206,7 +227,7 @@ static int trace_read(const char *path, trace *t, pg_diag *d)
     pg_json j;
     pg_json_init(&j, src.text, src.len);
     pg_loc whole = { path, 0, 0 };
-    double stages = NAN, mbs = NAN;
+    double stages = NAN, replicas = NAN, mbs = NAN;
     char *model = NULL, *key;
     int rc = -1, cap = 0, seen_events = 0, bad = 0;
     t->first = -1;
@@ -224,7 +245,7 @@ static int trace_read(const char *path, trace *t, pg_diag *d)
                 bad = !j.failed && add_event(t, &e, i, &cap, d, whole);
             }
         } else if (!strcmp(key, "otherData")) {
-            read_other(&j, &stages, &mbs, &model);
+            read_other(&j, &stages, &replicas, &mbs, &model);
         } else {
             pg_json_skip(&j);
         }
@@ -250,8 +271,22 @@ static int trace_read(const char *path, trace *t, pg_diag *d)
                  t->first, t->last, t->n);
         goto out;
     }
-    if (stages > t->nstages && stages <= PG_SCHED_MAX_STAGES)
+    /* rows: a process each; with replicas pid = replica x stages + stage */
+    t->nstages = t->nrows;
+    t->replicas = 1;
+    if (replicas >= 2 && replicas <= 256 && stages >= 1 && stages <= PG_SCHED_MAX_STAGES && stages == floor(stages) &&
+        replicas == floor(replicas) && t->nrows <= (int)stages * (int)replicas) {
         t->nstages = (int)stages;
+        t->replicas = (int)replicas;
+        t->nrows = t->nstages * t->replicas;
+    } else if (stages > t->nstages && stages <= PG_SCHED_MAX_STAGES) {
+        t->nstages = t->nrows = (int)stages;
+    }
+    if (t->nstages > PG_SCHED_MAX_STAGES) {
+        pg_error(d, whole, "trace: %d processes but no \"stages\" and \"replicas\" in otherData to place them: at most "
+                 "%d stages", t->nrows, PG_SCHED_MAX_STAGES);
+        goto out;
+    }
     if (mbs > t->nmb && mbs < 1e6)
         t->nmb = (int)mbs;
     t->model = model;
@@ -267,21 +302,23 @@ out:
     return rc;
 }
 
-/* Per step (index step - first): the span's start and end over every stage,
- * and each stage's F/B/W time. */
+/* Per step (index step - first): the span's start and end over every
+ * process, and each process's F/B/W time. */
 typedef struct step_stat {
     double lo, hi;
-    double busy[PG_SCHED_MAX_STAGES];
+    double *busy; /* [nrows] */
     int seen;
 } step_stat;
 
-static void step_stats(const trace *t, step_stat *ss)
+/* busy: ns x nrows doubles for the steps' busy[] */
+static void step_stats(const trace *t, step_stat *ss, double *busy)
 {
     int ns = t->last - t->first + 1;
     for (int j = 0; j < ns; j++) {
         memset(&ss[j], 0, sizeof ss[j]);
         ss[j].lo = INFINITY;
         ss[j].hi = -INFINITY;
+        ss[j].busy = busy + (size_t)j * (size_t)t->nrows;
     }
     for (int i = 0; i < t->n; i++) {
         const tev *e = &t->ev[i];
@@ -292,8 +329,64 @@ static void step_stats(const trace *t, step_stat *ss)
             s->hi = e->t1;
         s->seen = 1;
         if (e->kind >= 0 && e->kind <= 2)
-            s->busy[e->stage] += e->t1 - e->t0;
+            s->busy[e->row] += e->t1 - e->t0;
     }
+}
+
+/* Where a process's time goes, seconds per step over the steps used: F, B, W,
+ * sends, receives (their waits included), the other actions (ties, grad norm,
+ * optimizer, with the verdict exchange; the reduction taken out), the
+ * reduction and its wait for the other replicas, and the rest of the step. */
+enum { BR_F, BR_B, BR_W, BR_SEND, BR_RECV, BR_OTHER, BR_DP, BR_DP_WAIT, BR_OUTSIDE, BR__COUNT };
+static const char *const br_name[BR__COUNT] = { "F", "B", "W", "send", "receive (and wait)", "optimizer and exchanges",
+                                                "dp reduce", "of which waiting for the replicas", "outside actions" };
+
+static void breakdown(const trace *t, const step_stat *ss, int row, int skip_first, double out[BR__COUNT])
+{
+    int used = 0;
+    memset(out, 0, BR__COUNT * sizeof out[0]);
+    for (int j = 0; j <= t->last - t->first; j++)
+        used += ss[j].seen && !(skip_first && t->first + j == 1);
+    double step = 0, acts = 0;
+    for (int i = 0; i < t->n; i++) {
+        const tev *e = &t->ev[i];
+        if (e->row != row || (skip_first && e->step == 1))
+            continue;
+        double dt = e->t1 - e->t0;
+        int k = e->kind;
+        if (k == -1) {
+            step += dt;
+            continue;
+        }
+        if (k >= 0 && k < PG_STEP_KIND_COUNT)
+            acts += dt;
+        if (k == PG_FWD || k == PG_BWD_B || k == PG_BWD_W)
+            out[k == PG_FWD ? BR_F : k == PG_BWD_B ? BR_B : BR_W] += dt;
+        else if (k == PG_SEND_ACT || k == PG_SEND_GRAD || k == PG_SEND_SKIP || k == PG_SEND_SKIP_GRAD)
+            out[BR_SEND] += dt;
+        else if (k == PG_RECV_ACT || k == PG_RECV_GRAD || k == PG_RECV_SKIP || k == PG_RECV_SKIP_GRAD)
+            out[BR_RECV] += dt;
+        else if (k >= 0 && k < PG_STEP_KIND_COUNT)
+            out[BR_OTHER] += dt;
+        else if (k == DP_KIND)
+            out[BR_DP] += dt; /* inside an action: taken out of the other actions below */
+        else if (k == DP_KIND + 1)
+            out[BR_DP_WAIT] += dt;
+    }
+    out[BR_OTHER] -= out[BR_DP];
+    out[BR_OUTSIDE] = step - acts;
+    for (int c = 0; c < BR__COUNT; c++)
+        out[c] = used ? out[c] / used : 0;
+}
+
+/* "stage 1", or "stage 1 replica 0" in a pp x dp trace */
+static const char *row_name(const trace *t, int row, char *buf, size_t n)
+{
+    if (t->replicas > 1)
+        snprintf(buf, n, "stage %d replica %d", row % t->nstages, row / t->nstages);
+    else
+        snprintf(buf, n, "stage %d", row);
+    return buf;
 }
 
 static void fmt_time(char *buf, size_t n, double s)
@@ -318,13 +411,18 @@ static int trace_svg(const trace *t, const step_stat *ss, int step, const char *
     }
     char src[64];
     snprintf(src, sizeof src, "measured: step %d of the trace", step);
-    pg_timeline tl = { t->model, schedule, t->nstages, t->nmb, s->hi - s->lo, s->busy, 1, src, 0, box };
-    for (int st = 0; st < t->nstages; st++) /* stage by stage, in time order as recorded: every action */
-        for (int i = 0; i < t->n; i++) {
+    pg_timeline tl = { t->model, schedule, t->nstages, t->nmb, s->hi - s->lo, s->busy, 1, src, 0, box, t->replicas };
+    for (int st = 0; st < t->nrows; st++) /* process by process, in time order as recorded: every action, */
+        for (int i = 0; i < t->n; i++) { /* then the reduction over it (it runs inside an action) */
             const tev *e = &t->ev[i];
-            if (e->stage == st && e->step == step && e->kind >= 0 && e->kind < PG_STEP_KIND_COUNT)
+            if (e->row == st && e->step == step && e->kind >= 0 && e->kind < PG_STEP_KIND_COUNT)
                 box[tl.nbox++] = (pg_timeline_box){ st, e->kind, e->mb, e->chunk, e->t0 - s->lo, e->t1 - e->t0 };
         }
+    for (int i = 0; i < t->n; i++) {
+        const tev *e = &t->ev[i];
+        if (e->step == step && e->kind == DP_KIND)
+            box[tl.nbox++] = (pg_timeline_box){ e->row, e->kind, -1, -1, e->t0 - s->lo, e->t1 - e->t0 };
+    }
     FILE *f = fopen(path, "w");
     int bad = !f;
     if (f) {
@@ -369,7 +467,14 @@ int cmd_trace(int argc, char **argv)
     if (trace_read(path, &t, &d) != 0)
         return 1;
     int rc = 1, ns = t.last - t.first + 1;
+    if ((double)ns * t.nrows > (double)(1 << 26)) { /* steps x processes of busy times */
+        fprintf(stderr, "%s: error: trace: %d steps x %d processes: too many to measure\n", path, ns, t.nrows);
+        free(t.ev);
+        free(t.model);
+        return 1;
+    }
     step_stat *ss = calloc((size_t)ns, sizeof *ss);
+    double *sbusy = calloc((size_t)ns * (size_t)t.nrows, sizeof *sbusy), *busy = calloc((size_t)t.nrows, sizeof *busy);
     pg_loaded l;
     pg_schedule s;
     pg_profile prof = { 0 };
@@ -377,11 +482,11 @@ int cmd_trace(int argc, char **argv)
     pg_sched_prediction pr;
     char kind[64] = "measured";
     memset(&l, 0, sizeof l);
-    if (!ss) {
+    if (!ss || !sbusy || !busy) {
         fprintf(stderr, "pipegen: out of memory\n");
         goto out;
     }
-    step_stats(&t, ss);
+    step_stats(&t, ss, sbusy);
     if (want_step && (want_step < t.first || want_step > t.last || !ss[want_step - t.first].seen)) {
         fprintf(stderr, "%s: the trace holds steps %d..%d, not step %d\n", path, t.first, t.last, want_step);
         goto out;
@@ -405,21 +510,24 @@ int cmd_trace(int argc, char **argv)
         have_pr = pg_schedule_predict(&l.model, &s, &c, &pr) == 0;
     }
     /* measured: the steps but the run's first (when there are others) */
-    double span = 0, busy[PG_SCHED_MAX_STAGES] = { 0 };
+    double span = 0;
     int used = 0, from = 0;
     for (int j = 0; j < ns; j++)
         if (ss[j].seen && !(t.first + j == 1 && ns > 1)) {
             if (!used)
                 from = t.first + j;
             span += ss[j].hi - ss[j].lo;
-            for (int st = 0; st < t.nstages; st++)
+            for (int st = 0; st < t.nrows; st++)
                 busy[st] += ss[j].busy[st];
             used++;
         }
     char a[48], b[48];
     fmt_time(a, sizeof a, used ? span / used : 0);
-    printf("trace %s: model %s, %d stage%s, %d micro-batch%s, steps %d..%d\n", path, t.model ? t.model : "?",
-           t.nstages, t.nstages == 1 ? "" : "s", t.nmb, t.nmb == 1 ? "" : "es", t.first, t.last);
+    char reps[32] = "";
+    if (t.replicas > 1)
+        snprintf(reps, sizeof reps, " x %d replicas", t.replicas);
+    printf("trace %s: model %s, %d stage%s%s, %d micro-batch%s, steps %d..%d\n", path, t.model ? t.model : "?",
+           t.nstages, t.nstages == 1 ? "" : "s", reps, t.nmb, t.nmb == 1 ? "" : "es", t.first, t.last);
     printf("measured step %s (mean over %d step%s from step %d)", a, used, used == 1 ? "" : "s", from);
     if (have_pr && seconds) {
         fmt_time(b, sizeof b, pr.step_time);
@@ -430,10 +538,28 @@ int cmd_trace(int argc, char **argv)
     } else {
         printf("\n");
     }
-    for (int st = 0; st < t.nstages; st++) {
-        printf("stage %d: bubble measured %.1f%%", st, span > 0 ? 100.0 * (1.0 - busy[st] / span) : 0.0);
+    char nb[48];
+    for (int st = 0; st < t.nrows; st++) {
+        printf("%s: bubble measured %.1f%%", row_name(&t, st, nb, sizeof nb),
+               span > 0 ? 100.0 * (1.0 - busy[st] / span) : 0.0);
         if (have_pr)
-            printf(", predicted %.1f%%", 100.0 * pr.bubble[st]);
+            printf(", predicted %.1f%%", 100.0 * pr.bubble[st % t.nstages]);
+        printf("\n");
+    }
+    printf("time per step (the same steps):\n");
+    for (int st = 0; st < t.nrows; st++) {
+        double br[BR__COUNT];
+        breakdown(&t, ss, st, ns > 1, br);
+        printf("%s:", row_name(&t, st, nb, sizeof nb));
+        for (int c = 0; c < BR__COUNT; c++) {
+            if ((c == BR_DP || c == BR_DP_WAIT) && t.replicas < 2)
+                continue;
+            fmt_time(a, sizeof a, br[c]);
+            if (c == BR_DP_WAIT)
+                printf(" (%s %s)", br_name[c], a);
+            else
+                printf("%s %s %s", c ? "," : "", br_name[c], a);
+        }
         printf("\n");
     }
     rc = 0;
@@ -450,6 +576,8 @@ out:
         pg_unload(&l);
     pg_profile_free(&prof);
     free(ss);
+    free(sbusy);
+    free(busy);
     free(t.ev);
     free(t.model);
     return rc;

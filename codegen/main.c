@@ -30,11 +30,14 @@ static const command commands[] = {
      "Prints the placement (which chunks each stage runs: loop or v), then every stage's\n"
      "actions with their activation slots and the bubble for equal unit costs.\n"
      "--svg OUT also draws the predicted timeline (cost model of dsl/cost.h) as SVG.\n", 0},
-    {"plan", cmd_plan, "plan FILE [--svg OUT] [--balance PROFILE]", "print each stage's memory plan: bytes per category and the arena",
+    {"plan", cmd_plan, "plan FILE [--svg OUT] [--balance PROFILE] [--dp D]", "print each stage's memory plan: bytes per category and the arena",
      "Builds and verifies the schedule, plans one arena per stage and prints, per\n"
      "stage, the bytes of parameters, gradients, optimizer state, activations in\n"
-     "flight, communication and skip buffers, workspace, and the arena total; then the\n"
-     "splits and each stage's predicted compute, busy share and bubble. With\n"
+     "flight, communication and skip buffers, workspace, and the arena total; then,\n"
+     "for D = 1, 2, 4, 8 data-parallel replicas (or the D of --dp D), what one\n"
+     "process of each stage holds (the arena and the gradient reduction's buffers and\n"
+     "send rings) and sends per step; then the splits and each stage's predicted\n"
+     "compute, busy share and bubble. With\n"
      "`schedule = auto` it first prints every candidate (schedule, placement, split,\n"
      "arena per stage, predicted step and bubble, fits the memory budget or not) and\n"
      "the choice. --svg OUT draws the predicted timeline; --balance PROFILE splits\n"

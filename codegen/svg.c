@@ -155,16 +155,16 @@ static double tick_step(double span)
 }
 
 /* Layout in pixels; the plot and the canvas widen when their text needs it. */
-enum { LEFT = 80, TOP = 48, ROW_H = 26, ROW_GAP = 6, PLOT_W = 960, RIGHT = 24 };
+enum { LEFT = 80, LEFT_REPLICAS = 136, TOP = 48, ROW_H = 26, ROW_GAP = 6, PLOT_W = 960, RIGHT = 24 };
 
 /* What a box is drawn as: compute passes full height, shaded by chunk;
  * messages and per-step exchanges in their own colours, messages lower. */
-enum { CAT_F, CAT_B, CAT_W, CAT_SEND, CAT_RECV, CAT_TIE, CAT_NORM, CAT_OPT, CAT__COUNT };
+enum { CAT_F, CAT_B, CAT_W, CAT_SEND, CAT_RECV, CAT_TIE, CAT_NORM, CAT_OPT, CAT_DP, CAT__COUNT };
 static const char *const cat_fill[CAT__COUNT] = { "#4f81bd", "#f2a541", "#7cb85c", "#8c8c8c", "#c8c8c8",
-                                                  "#c0504d", "#4bacc6", "#8064a2" };
+                                                  "#c0504d", "#4bacc6", "#8064a2", "#d16ba5" };
 static const char *const cat_label[CAT__COUNT] = { "F  forward", "B  input gradient", "W  weight gradient", "send",
                                                    "receive (and its wait)", "tie exchange", "grad-norm exchange",
-                                                   "optimizer" };
+                                                   "optimizer", "data-parallel reduction" };
 
 static int category(int kind)
 {
@@ -177,6 +177,7 @@ static int category(int kind)
     case PG_TIE_REDUCE: case PG_TIE_SEND: case PG_TIE_RECV: case PG_TIE_GRAD_SEND: case PG_TIE_GRAD_RECV: return CAT_TIE;
     case PG_GRAD_NORM: return CAT_NORM;
     case PG_OPT_STEP: return CAT_OPT;
+    case PG_TIMELINE_DP: return CAT_DP;
     default: return -1;
     }
 }
@@ -231,9 +232,10 @@ static int chunk_places(const pg_timeline *t, int place[64])
     int most = 1;
     for (int i = 0; i < t->nbox; i++) {
         const pg_timeline_box *a = &t->box[i];
-        if (a->stage >= 0 && a->stage < 64 && a->chunk >= 0 && a->chunk < 64 && category(a->kind) <= CAT_W &&
+        int st = a->stage >= 0 && t->nstages > 0 ? a->stage % t->nstages : -1; /* rows: replicas of the stages */
+        if (st >= 0 && st < 64 && a->chunk >= 0 && a->chunk < 64 && category(a->kind) <= CAT_W &&
             category(a->kind) >= 0)
-            on[a->stage] |= 1ull << a->chunk;
+            on[st] |= 1ull << a->chunk;
     }
     for (int c = 0; c < 64; c++)
         place[c] = 0;
@@ -264,7 +266,8 @@ static const char *box_label(const pg_timeline_box *a, int chunks, double w, cha
 
 void pg_timeline_svg(const pg_timeline *t, FILE *o)
 {
-    int p = t->nstages, place[64], used[CAT__COUNT] = { 0 };
+    int D = t->replicas > 1 ? t->replicas : 1, p = t->nstages * D, place[64], used[CAT__COUNT] = { 0 };
+    int left = D > 1 ? LEFT_REPLICAS : LEFT; /* "stage 1 replica 0" */
     int chunks = chunk_places(t, place);
     double step = t->step, busy = 0;
     for (int st = 0; st < p; st++)
@@ -276,9 +279,12 @@ void pg_timeline_svg(const pg_timeline *t, FILE *o)
     const char *unit = pg_cost_unit(t->seconds);
     char sstep[48], title[1024], lbl[48];
     pg_fmt_si(sstep, sizeof sstep, step, unit);
-    snprintf(title, sizeof title, "%s: %s, %d stage%s, %d micro-batch%s - bubble %.1f%%, step %s (%s)",
-             t->model ? t->model : "model", t->schedule, p, p == 1 ? "" : "s", t->nmb, t->nmb == 1 ? "" : "es",
-             100.0 * bubble, sstep, t->source);
+    char reps[32] = "";
+    if (D > 1)
+        snprintf(reps, sizeof reps, " x %d replicas", D);
+    snprintf(title, sizeof title, "%s: %s, %d stage%s%s, %d micro-batch%s - bubble %.1f%%, step %s (%s)",
+             t->model ? t->model : "model", t->schedule, t->nstages, t->nstages == 1 ? "" : "s", reps, t->nmb,
+             t->nmb == 1 ? "" : "es", 100.0 * bubble, sstep, t->source);
 
     /* the axis: ticks of 1, 2 or 5 x 10^k, the plot wide enough for their labels */
     double dt = tick_step(step), widest = 0;
@@ -298,18 +304,18 @@ void pg_timeline_svg(const pg_timeline *t, FILE *o)
         if (k <= CAT_W || used[k])
             legend_w += 22 + text_w(cat_label[k], 7.0) + 20;
     legend_w += 22 + text_w("idle (bubble)", 7.0);
-    int width = LEFT + plot_w + RIGHT;
-    if (LEFT + text_w(title, 8.6) + RIGHT > width)
-        width = (int)ceil(LEFT + text_w(title, 8.6) + RIGHT);
-    if (LEFT + legend_w + RIGHT > width)
-        width = (int)ceil(LEFT + legend_w + RIGHT);
+    int width = left + plot_w + RIGHT;
+    if (left + text_w(title, 8.6) + RIGHT > width)
+        width = (int)ceil(left + text_w(title, 8.6) + RIGHT);
+    if (left + legend_w + RIGHT > width)
+        width = (int)ceil(left + legend_w + RIGHT);
     int plot_h = p * (ROW_H + ROW_GAP) - ROW_GAP;
     int height = TOP + plot_h + 84 + (chunks > 1 ? 16 : 0);
 
     fprintf(o, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
                "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n", width, height, width, height);
     fprintf(o, "<rect x=\"0\" y=\"0\" width=\"%d\" height=\"%d\" fill=\"#ffffff\"/>\n", width, height);
-    fprintf(o, "<text x=\"%d\" y=\"22\" font-size=\"15\" font-weight=\"bold\">", LEFT);
+    fprintf(o, "<text x=\"%d\" y=\"22\" font-size=\"15\" font-weight=\"bold\">", left);
     xml_text(o, title);
     fprintf(o, "</text>\n");
 
@@ -317,12 +323,17 @@ void pg_timeline_svg(const pg_timeline *t, FILE *o)
     for (int st = 0; st < p; st++) {
         int y = TOP + st * (ROW_H + ROW_GAP);
         double b = step > 0 ? 1.0 - t->busy[st] / step : 0.0;
-        fprintf(o, "<text x=\"%d\" y=\"%d\" font-size=\"12\" text-anchor=\"end\">stage %d</text>\n", LEFT - 8,
-                y + ROW_H / 2 - 1, st);
+        char row[48];
+        if (D > 1)
+            snprintf(row, sizeof row, "stage %d replica %d", st % t->nstages, st / t->nstages);
+        else
+            snprintf(row, sizeof row, "stage %d", st);
+        fprintf(o, "<text x=\"%d\" y=\"%d\" font-size=\"12\" text-anchor=\"end\">%s</text>\n", left - 8,
+                y + ROW_H / 2 - 1, row);
         fprintf(o, "<text x=\"%d\" y=\"%d\" font-size=\"9\" fill=\"#666666\" text-anchor=\"end\">idle %.1f%%</text>\n",
-                LEFT - 8, y + ROW_H / 2 + 10, 100.0 * b);
+                left - 8, y + ROW_H / 2 + 10, 100.0 * b);
         fprintf(o, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#ffffff\" stroke=\"#bbbbbb\" "
-                   "stroke-width=\"1\"/>\n", LEFT, y, plot_w, ROW_H);
+                   "stroke-width=\"1\"/>\n", left, y, plot_w, ROW_H);
     }
     /* the boxes */
     for (int i = 0; i < t->nbox; i++) {
@@ -331,7 +342,7 @@ void pg_timeline_svg(const pg_timeline *t, FILE *o)
         if (a->stage < 0 || a->stage >= p || cat < 0 || !(a->dur > 0))
             continue;
         int y = TOP + a->stage * (ROW_H + ROW_GAP), h = ROW_H - 2, y0 = y + 1;
-        double x = LEFT + a->start * scale, w = a->dur * scale;
+        double x = left + a->start * scale, w = a->dur * scale;
         char fill[8], tip[160], txt[48];
         double light = cat <= CAT_W && chunks > 1 && a->chunk >= 0 && a->chunk < 64
                            ? 0.55 * place[a->chunk] / (chunks - 1) : 0.0;
@@ -342,6 +353,8 @@ void pg_timeline_svg(const pg_timeline *t, FILE *o)
         }
         if (cat <= CAT_W)
             snprintf(tip, sizeof tip, "%s mb %d chunk %d", cat == CAT_F ? "F" : cat == CAT_B ? "B" : "W", a->mb, a->chunk);
+        else if (cat == CAT_DP)
+            snprintf(tip, sizeof tip, "dp reduce");
         else if (a->mb >= 0)
             snprintf(tip, sizeof tip, "%s mb %d chunk %d", pg_act_name((pg_act_kind)a->kind), a->mb, a->chunk);
         else
@@ -355,10 +368,10 @@ void pg_timeline_svg(const pg_timeline *t, FILE *o)
     }
     /* the axis: time, or the cost model's flops */
     int ay = TOP + plot_h + 8;
-    fprintf(o, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#333333\" stroke-width=\"1\"/>\n", LEFT, ay,
-            LEFT + plot_w, ay);
+    fprintf(o, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#333333\" stroke-width=\"1\"/>\n", left, ay,
+            left + plot_w, ay);
     for (int k = 0; k < nticks; k++) {
-        double x = LEFT + k * dt * scale;
+        double x = left + k * dt * scale;
         pg_fmt_si(lbl, sizeof lbl, k * dt, unit);
         fprintf(o, "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"#333333\" stroke-width=\"1\"/>\n", x, ay,
                 x, ay + 4);
@@ -366,10 +379,10 @@ void pg_timeline_svg(const pg_timeline *t, FILE *o)
                 k == 0 ? "0" : lbl);
     }
     fprintf(o, "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"end\" fill=\"#666666\">%s</text>\n",
-            LEFT + plot_w, ay + 30, t->seconds ? "time" : "estimated flops (the cost model's units, not time)");
+            left + plot_w, ay + 30, t->seconds ? "time" : "estimated flops (the cost model's units, not time)");
     /* the legend: F, B, W, what else is drawn, idle */
     int ly = ay + 40;
-    double lx = LEFT;
+    double lx = left;
     for (int k = 0; k < CAT__COUNT; k++) {
         if (k > CAT_W && !used[k])
             continue;
@@ -381,7 +394,7 @@ void pg_timeline_svg(const pg_timeline *t, FILE *o)
     fprintf(o, "<text x=\"%.0f\" y=\"%d\" font-size=\"12\">idle (bubble)</text>\n", lx + 22, ly + 11);
     if (chunks > 1)
         fprintf(o, "<text x=\"%d\" y=\"%d\" font-size=\"11\" fill=\"#666666\">labels: micro-batch\xc2\xb7" "chunk; "
-                   "a stage's first chunk darkest, its later chunks lighter</text>\n", LEFT, ly + 30);
+                   "a stage's first chunk darkest, its later chunks lighter</text>\n", left, ly + 30);
     fprintf(o, "</svg>\n");
 }
 
@@ -400,7 +413,7 @@ static int draw(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c
     pg_timeline t = { m->name, kind, p, s->nmb, 0, sim->busy, seconds,
                       !seconds ? "estimated flops, messages free"
                       : !strcmp(msg_words(c, seconds), "measured messages") ? "measured layer and message times"
-                                                        : "measured layer times, modelled messages", 0, box };
+                                                        : "measured layer times, modelled messages", 0, box, 1 };
     t.step = pg_sim_step_time(sim, c);
     for (int st = 0; st < p; st++) {
         const pg_stage_sched *ss = &s->stage[st];

@@ -35,8 +35,9 @@ void pg_schedule_report(const ir_model *m, const pg_schedule *s, const pg_sched_
 int pg_schedule_svg(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, int seconds, FILE *out);
 
 /* One timeline, simulated or measured (pipegen trace): the same picture. */
+#define PG_TIMELINE_DP (PG_STEP_KIND_COUNT + 1) /* a box of the data-parallel reduction (a measured pp x dp step) */
 typedef struct pg_timeline_box {
-    int stage, kind;     /* pg_act_kind: F, B, W, a send or receive, a tie or norm exchange, OPT_STEP */
+    int stage, kind;     /* the row; pg_act_kind (F, B, W, a send or receive, a tie or norm exchange, OPT_STEP) or PG_TIMELINE_DP */
     int mb, chunk;       /* -1 for per-step actions */
     double start, dur;   /* from the step's start */
 } pg_timeline_box;
@@ -44,11 +45,13 @@ typedef struct pg_timeline {
     const char *model, *schedule; /* the title: "mlp: 1f1b, ..." */
     int nstages, nmb;
     double step;                  /* the time drawn: the step */
-    const double *busy;           /* [nstages]: compute time of each stage */
+    const double *busy;           /* [nstages x replicas]: compute time of each row */
     int seconds;                  /* times are seconds (else flops) */
     const char *source;           /* where the times come from, for the title */
     int nbox;
     const pg_timeline_box *box;   /* drawn in this order */
+    int replicas;                 /* rows: nstages x replicas, row = replica x nstages + stage, labelled
+                                     "stage k replica q" when replicas > 1 (a pp x dp run) */
 } pg_timeline;
 void pg_timeline_svg(const pg_timeline *t, FILE *out);
 

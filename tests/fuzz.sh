@@ -67,7 +67,7 @@ done >"$OUT/front.dict"
 # JSON keys of the profile and trace formats, and of safetensors headers.
 for w in layers name fwd_s bwd_s bwd_b_s bwd_w_s recompute_s messages latency_s bytes_per_s send_s \
          send_latency_s send_bytes_per_s recv_latency_s recv_bytes_per_s stage_costs stage_times stage \
-         optimizer_s grad_norm_s tie_reduce_s step_start_s step_end_s traceEvents otherData ph X pid ts dur \
+         optimizer_s grad_norm_s tie_reduce_s step_start_s step_end_s traceEvents otherData ph X pid ts dur replicas DP_REDUCE DP_WAIT \
          args step mb chunk kind cat FWD BWD_B BWD_W microbatches stages model dtype shape data_offsets \
          __metadata__ F32 I32 format '{' '}' '[' ']' ':' ',' '"' '1e308' '-1' '2147483648' '\\u00e9' true null; do
     printf '"%s"\n' "$(printf '%s' "$w" | sed 's/["\\]/\\&/g')"

@@ -12,7 +12,10 @@
 #    stands (its #SBATCH sizes overridden on sbatch's command line to fit one
 #    host: 2 tasks, build/gpt_char a 2-stage build): SIGTERM to the job's steps (what --signal=TERM@60 sends) makes every
 #    stage write a checkpoint and exit; the script submitted again resumes from
-#    it and finishes bitwise equal to piperun's uninterrupted run.
+#    it and finishes bitwise equal to piperun's uninterrupted run;
+#  - pp x dp, 2 stages x 2 replicas: srun --multi-prog of 4 tasks (tasks 0,2
+#    stage0, 1,3 stage1) and the README's pp x dp sbatch script (1 node of 4
+#    tasks here), each bitwise equal to piperun --dp 2 (loss and weights).
 # Not part of `make test`: it installs packages and starts daemons as root.
 # Everything it starts is killed and its folder removed at exit, also on failure.
 . "$(dirname "$0")/lib.sh"
@@ -67,6 +70,15 @@ HOST=$(hostname -s)
 node=$(slurmd -C 2>/dev/null | sed -n 's/^NodeName=[^ ]* //p')
 case $node in *CPUs=*RealMemory=*) ;; *) node="CPUs=$(nproc)" ;; esac
 cpus=$(printf '%s\n' "$node" | sed -n 's/.*CPUs=\([0-9]*\).*/\1/p')
+# the pp x dp batch job runs 4 tasks on this one node, and Slurm refuses more
+# tasks per node than CPUs even with --overcommit: a smaller host is described
+# as 4 CPUs (config_overrides: slurmd then does not drain a node that has fewer
+# than slurm.conf says; the tasks share the real cores)
+overrides=
+if [ "${cpus:-0}" -lt 4 ]; then
+    node="CPUs=4 Boards=1 SocketsPerBoard=1 CoresPerSocket=4 ThreadsPerCore=1 $(printf '%s\n' "$node" | grep -o 'RealMemory=[0-9]*')"
+    overrides=SlurmdParameters=config_overrides
+fi
 cat >"$SLURM_CONF" <<EOF
 # made by tests/slurm.sh for one run; see slurm.conf(5) of Slurm 22.05
 ClusterName=pgtest
@@ -98,6 +110,7 @@ SelectTypeParameters=CR_Core
 ReturnToService=2
 KillWait=30
 FirstJobId=$((1000 + $$ % 50000))
+$overrides
 NodeName=$HOST NodeAddr=127.0.0.1 $node State=UNKNOWN
 PartitionName=pg Nodes=$HOST Default=YES MaxTime=INFINITE State=UP
 EOF
@@ -137,7 +150,14 @@ build4() {
 build4 >"$T/lm4/build.log" 2>&1 && [ "$(ls "$T/job/build/gpt_char" | wc -l)" = 4 ]
 ok $? "... and on 4 stages (with two more splits), as the README's build/gpt_char"
 
-final() { grep -h 'final loss' "$@" | sed 's/^\[stage [0-9]*\] //' | head -1; }
+final() { grep -h 'final loss' "$@" | sed 's/^\[stage [0-9]*\( replica [0-9]*\)*\] //' | head -1; }
+
+# readme_script NAME: the README's sbatch script whose --job-name is NAME, as it stands
+readme_script() {
+    awk -v name="$1" '/^    #!\/bin\/bash$/ { f = 1; s = "" }
+        f && /^    / { line = $0; sub(/^    /, "", line); s = s line "\n" }
+        f && /^$/ { f = 0; if (s ~ ("--job-name=" name "\n")) { printf "%s", s; exit } }' "$TOP/README.md"
+}
 
 # waitjob JOB SECONDS: until Slurm no longer runs or queues JOB
 waitjob() {
@@ -148,17 +168,24 @@ waitjob() {
     return 0
 }
 
+# multiprog NAME TASKS WHAT REF-OUT REF-ST [SRUN-OPTION...]: srun runs the --multi-prog
+# file $T/NAME.conf, whose stages save $T/NAME.st: its loss and weights must be piperun's
+multiprog() {
+    _mn=$1 _mt=$2 _mw=$3 _mo=$4 _ms=$5
+    shift 5
+    timeout 300 srun --ntasks="$_mt" "$@" --kill-on-bad-exit=1 --multi-prog "$T/$_mn.conf" >"$T/$_mn.out" 2>&1
+    _st=$?
+    ok $_st "srun --ntasks=$_mt --multi-prog $_mw trains (exit $_st)"
+    [ $_st = 0 ] || tail -n 20 "$T/$_mn.out" | sed 's/^/# /'
+    [ -n "$(final "$_mo")" ] && [ "$(final "$T/$_mn.out")" = "$(final "$_mo")" ] && cmp -s "$_ms" "$T/$_mn.st"
+    ok $? "... the same loss and weights as piperun's run, bitwise ($(final "$T/$_mn.out"))"
+}
+
 # ---- srun --multi-prog, 2 stages -------------------------------------------------
 "$PIPERUN" "$T/lm2/bin" -- --steps 1000 --data "$T/job/tokens.pgd" --save "$T/ref1000.st" >"$T/ref1000.out" 2>&1
 ok $? "piperun trains 2 stages for 1000 steps"
-ref=$(final "$T/ref1000.out")
 echo "0-1 $T/lm2/bin/stage%t --steps 1000 --data $T/job/tokens.pgd --save $T/mp2.st" >"$T/mp2.conf"
-timeout 300 srun --ntasks=2 --kill-on-bad-exit=1 --multi-prog "$T/mp2.conf" >"$T/mp2.out" 2>&1
-st=$?
-ok $st "srun --ntasks=2 --multi-prog '0-1 .../stage%t ...' trains (exit $st)"
-[ $st = 0 ] || tail -n 20 "$T/mp2.out" | sed 's/^/# /'
-[ -n "$ref" ] && [ "$(final "$T/mp2.out")" = "$ref" ] && cmp -s "$T/ref1000.st" "$T/mp2.st"
-ok $? "... the same loss and weights as piperun's run, bitwise ($(final "$T/mp2.out"))"
+multiprog mp2 2 "'0-1 .../stage%t ...'" "$T/ref1000.out" "$T/ref1000.st"
 like "$(cat "$T/mp2.out")" "stage 1: started as replica 0/1, rank 1/2 from SLURM_PROCID, host $HOST, master 127\\.0\\.0\\.1:[0-9]+ \\(SLURM_STEP_NODELIST\\), threads 1 \\(" \
     "... stage 1's start-up line: rank from SLURM_PROCID, master from the step's node list"
 
@@ -184,9 +211,49 @@ ok $? "... 4 stages: the same loss and weights as piperun's 2-stage run of $step
 like "$(cat "$T/mp4.out")" "stage 3: started as replica 0/1, rank 3/4 from SLURM_PROCID, host $HOST" \
     "... stage 3 is task 3"
 
+# ---- pp x dp: 2 stages x 2 replicas, srun --multi-prog and the README's sbatch script -----
+"$PIPERUN" --dp 2 "$T/lm2/bin" -- --steps 200 --data "$T/job/tokens.pgd" --save "$T/refdp.st" >"$T/refdp.out" 2>&1
+ok $? "piperun --dp 2 trains 2 stages x 2 replicas for 200 steps"
+printf '%s\n' "# task  program: stage k runs as tasks k and 2 + k (rank = replica x 2 + stage)" \
+    "0,2     $T/lm2/bin/stage0 --steps 200 --data $T/job/tokens.pgd --save $T/mpdp.st" \
+    "1,3     $T/lm2/bin/stage1 --steps 200 --data $T/job/tokens.pgd --save $T/mpdp.st" >"$T/mpdp.conf"
+multiprog mpdp 4 "(tasks 0,2 stage0; 1,3 stage1: 2 stages x 2 replicas)" "$T/refdp.out" "$T/refdp.st" --overcommit
+like "$(cat "$T/mpdp.out")" "stage 0: started as replica 1/2, rank 2/4 from SLURM_PROCID, host $HOST" \
+    "... task 2 is replica 1's stage 0"
+
+readme_script ppdp >"$T/dpjob.sh"
+grep -q -- '--multi-prog' "$T/dpjob.sh" && grep -q 'seq -s,' "$T/dpjob.sh" && grep -q -- '--save' "$T/dpjob.sh"
+ok $? "README.md has the pp x dp sbatch script (the --multi-prog file from the task count)"
+sed 's/^/#   /' "$T/dpjob.sh"
+# one host: its 2 nodes of 2 tasks become 1 node of 4 tasks sharing its cores;
+# build/m is the 2-stage build
+mkdir -p "$T/dpjob/build" && cp "$T/dpjob.sh" "$T/dpjob/job.sh" && cp -r "$T/lm2/bin" "$T/dpjob/build/m"
+# MASTER_PORT: the port derived from the job id (the gpt job above uses it) may
+# be held by another program's connection on a busy host; a free one is named
+job=$(cd "$T/dpjob" && sbatch --parsable --nodes=1 --ntasks=4 --ntasks-per-node=4 --cpus-per-task=1 \
+    --export=ALL,MASTER_PORT="$(free_port)" job.sh 2>"$T/dpjob.err")
+st=$?
+ok $st "sbatch of the pp x dp script: job $job"
+[ $st = 0 ] || sed 's/^/# /' "$T/dpjob.err"
+if [ $st = 0 ]; then
+    waitjob "$job" 300
+    ok $? "... the job ends"
+    out=$T/dpjob/ppdp-$job.out
+    opts=$(sed -n 's/^opts="\(--steps [^"]*\)"$/\1/p' "$T/dpjob.sh" | sed "s|\$PWD|$T/dpref|g")
+    mkdir -p "$T/dpref"
+    # shellcheck disable=SC2086
+    "$PIPERUN" --dp 2 "$T/lm2/bin" -- $opts >"$T/dpref.out" 2>&1
+    ok $? "piperun --dp 2 runs the script's options ($opts)"
+    [ -n "$(final "$T/dpref.out")" ] && [ "$(final "$out")" = "$(final "$T/dpref.out")" ] &&
+        cmp -s "$T/dpjob/m.st" "$T/dpref/m.st"
+    ok $? "... the job's loss and weights are piperun's, bitwise ($(final "$out"))"
+    [ "$(grep -c 'started as replica [01]/2, rank [0-3]/4 from SLURM_PROCID' "$out")" = 4 ]
+    ok $? "... its 4 tasks ran as 2 replicas of the 2 stages"
+    grep -q 'final loss' "$out" || tail -n 20 "$out" | sed 's/^/# /'
+fi
+
 # ---- the README's sbatch script, as it stands: stopped by SIGTERM, resubmitted --------
-awk '/^    #!\/bin\/bash$/ { f = 1 } f && /^    / { sub(/^    /, ""); print } f && /^$/ { exit }' \
-    "$TOP/README.md" >"$T/job/job.sh"
+readme_script gpt >"$T/job/job.sh"
 grep -q -- '--save-on-exit' "$T/job/job.sh" && grep -q -- '--signal=TERM@60' "$T/job/job.sh" &&
     grep -q -- '--multi-prog' "$T/job/job.sh"
 ok $? "README.md has the sbatch script (--signal=TERM@60, --save-on-exit, srun --multi-prog)"

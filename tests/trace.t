@@ -1,7 +1,9 @@
 #!/bin/sh
 # tests/trace.t — the measured timeline: a stage program's --trace writes one
 # Chrome-trace JSON for every stage (valid JSON, steps x (actions + 1) events
-# per stage, nested in time, every RECV ending after its SEND began); its
+# per stage, nested in time, every RECV ending after its SEND began); with 2
+# replicas, a row per process labelled stage and replica, and the reduction's
+# spans in every step, read and drawn by `pipegen trace`; its
 # --profile is accepted by `pipegen plan --balance`; `pipegen trace` draws the
 # measured step as SVG and prints measured against predicted bubble; bad and
 # truncated traces are refused with the file named.
@@ -118,6 +120,69 @@ like "$(tr -d '\n' <"$T/gpt.svg")" '>tie exchange</text>.*>grad-norm exchange</t
 got=$("$PIPEGEN" trace "$T/run.json" 2>&1); rc=$?
 ok $rc "pipegen trace without a model prints the measured side"
 like "$got" 'stage 0: bubble measured [0-9.]+%' "...per stage"
+
+# pp x dp: 2 stages x 2 replicas traced; every process its own row, labelled,
+# with the reduction's spans in every step, nested in the action that ran it
+OPENBLAS_NUM_THREADS=1 "$PIPERUN" --dp 2 "$T/gen/bin" -- --steps 5 --threads 1 --trace-steps 3 \
+    --trace "$T/dp.json" >"$T/dp.out" 2>&1
+ok $? "2 stages x 2 replicas run with --trace"
+like "$(cat "$T/dp.out")" 'trace: 3 steps x 2 stages x 2 replicas written to' "rank 0 reports the trace of every process"
+got=$("$PY" - "$T/dp.json" "$n0" "$n1" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+acts = [int(sys.argv[2]), int(sys.argv[3])]
+ev = d["traceEvents"]
+bad = []
+names = {e["pid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "process_name"}
+if names != {0: "stage 0 replica 0", 1: "stage 1 replica 0", 2: "stage 0 replica 1", 3: "stage 1 replica 1"}:
+    bad.append("rows %s" % names)
+if d["otherData"]["stages"] != 2 or d["otherData"]["replicas"] != 2:
+    bad.append("otherData %s" % d["otherData"])
+parts = ["dp wait", "dp reduce-scatter", "dp sum", "dp all-gather"]
+x = [e for e in ev if e["ph"] == "X"]
+for pid in range(4):
+    mine = [e for e in x if e["pid"] == pid]
+    steps = sorted({e["args"]["step"] for e in mine})
+    if steps != [3, 4, 5]:
+        bad.append("pid %d steps %s" % (pid, steps))
+    if len(mine) != len(steps) * (acts[pid % 2] + 1 + 5):
+        bad.append("pid %d: %d events, want %d" % (pid, len(mine), len(steps) * (acts[pid % 2] + 6)))
+    for s in steps:
+        dp = [e for e in mine if e["args"]["step"] == s and e["cat"] == "dp"]
+        red = [e for e in dp if e["name"] == "dp reduce"]
+        if len(red) != 1:
+            bad.append("pid %d step %d: %d dp reduce spans" % (pid, s, len(red)))
+            continue
+        r = red[0]
+        # inside the action that ran it (the first GRAD_NORM or OPT_STEP)
+        host = [e for e in mine if e["args"]["step"] == s and e["name"] in ("OPT_STEP", "GRAD_NORM")
+                and e["ts"] <= r["ts"] + 1e-3 and r["ts"] + r["dur"] <= e["ts"] + e["dur"] + 1e-3]
+        if len(host) != 1:
+            bad.append("pid %d step %d: dp reduce not inside one OPT_STEP/GRAD_NORM" % (pid, s))
+        got = sorted((e for e in dp if e["name"] != "dp reduce"), key=lambda e: e["ts"])
+        if [e["name"] for e in got] != parts:
+            bad.append("pid %d step %d: parts %s" % (pid, s, [e["name"] for e in got]))
+        t = r["ts"]
+        for e in got:
+            if abs(e["ts"] - t) > 2e-3 or e["ts"] + e["dur"] > r["ts"] + r["dur"] + 1e-3:
+                bad.append("pid %d step %d: %s not in sequence inside dp reduce" % (pid, s, e["name"]))
+            t = e["ts"] + e["dur"]
+print("\n".join(bad) if bad else "ok")
+EOF
+)
+is "$got" ok "the pp x dp trace: 4 rows labelled stage and replica, each step's actions, dp reduce inside the optimizer step with its wait, reduce-scatter, sum and all-gather in order"
+got=$("$PIPEGEN" trace "$T/dp.json" "$T/mlp.pipe" --svg "$T/dp.svg" 2>&1); rc=$?
+ok $rc "pipegen trace reads the pp x dp trace with its model"
+like "$got" 'model mlp, 2 stages x 2 replicas, 8 micro-batches, steps 3\.\.5' "... 2 stages x 2 replicas"
+is "$(echo "$got" | grep -c '^stage [01] replica [01]: bubble measured [0-9.]*%, predicted [0-9.]*%$')" 4 "... a bubble line per process"
+is "$(echo "$got" | grep -c '^stage [01] replica [01]: F [0-9.]* [mu]\?s, .* dp reduce [0-9.]* [mu]\?s (of which waiting for the replicas [0-9.]* [mu]\?s), outside actions')" 4 \
+    "... and where each process's time goes, the reduction and its wait included"
+is "$(grep -o '>stage [01] replica [01]</text>' "$T/dp.svg" | tr -d '\n')" \
+    '>stage 0 replica 0</text>>stage 1 replica 0</text>>stage 0 replica 1</text>>stage 1 replica 1</text>' \
+    "the drawn step has a row per process, labelled"
+is "$(grep -c '<title>dp reduce</title>' "$T/dp.svg")" 4 "... a dp reduce box on each"
+like "$(cat "$T/dp.svg")" '>data-parallel reduction</text>' "... named in the legend"
+like "$(sed -n 3p "$T/dp.svg")" 'mlp: 1f1b, 2 stages x 2 replicas, 8 micro-batches' "... and the title says 2 stages x 2 replicas"
 
 # bad input
 head -c 700 "$T/run.json" >"$T/cut.json"

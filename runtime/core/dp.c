@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dp_bytes.h"
 #include "pg_ops.h"
 #include "stage_run.h"
 
@@ -33,7 +34,7 @@
  * arrival of the next, and the summed chunk leaves at once (both sides cut
  * a shard at the same places: every DP_CHUNK from its start, and at the
  * parameters' ends). */
-#define DP_CHUNK ((int64_t)1 << 16)
+#define DP_CHUNK PG_DP_CHUNK /* dp_bytes.h: the buffers' sizes follow from it */
 
 struct pg_dp {
     int n;                 /* parameters reduced */
@@ -44,6 +45,7 @@ struct pg_dp {
     double *stats;         /* [D * 2 * stats_max] batch-norm sums of every replica */
     int64_t stats_max;
     size_t sent;           /* gradient bytes one reduction sends */
+    size_t held;           /* bytes of in and stats (dp_bytes.h; pg_dp_report prints it) */
     double red_t[DP_TIMES]; /* the reduction's time in steps 2.. (the first DP_TIMES of them: pg_dp_report) */
     int64_t red_steps;
 };
@@ -147,18 +149,18 @@ static int64_t stats_max(const pg_stage_desc *d)
     return m;
 }
 
-size_t pg_dp_link_bytes(const pg_run *r)
+/* This process's buffers and traffic (dp_bytes.h, shared with `pipegen plan`). */
+static pg_dp_bytes dp_bytes(const pg_run *r)
 {
     const pg_stage_desc *d = r->d;
-    int64_t n = grad_numel(d), shard = (n + r->replicas - 1) / r->replicas, bufs = 0;
+    int64_t bufs = 0;
     for (int i = 0; i < d->nparams; i++)
         if (d->params[i].is_buffer)
             bufs += d->params[i].numel;
-    /* two shards, every batch norm's sums (2 C doubles for 2 C buffer floats), the
-     * loss, the start word and the headers: a message per chunk and per parameter end */
-    int64_t msgs = 2 * (shard / DP_CHUNK + d->nparams + 2) + d->nparams + 8;
-    return (size_t)(2 * shard * 4 + bufs * 8 + msgs * 16 + 4096);
+    return pg_dp_bytes_of(grad_numel(d), stats_max(d), bufs, d->nparams, r->replicas, r->replica);
 }
+
+size_t pg_dp_link_bytes(const pg_run *r) { return (size_t)dp_bytes(r).link; }
 
 static int dp_stats(void *arg, double *sum, double *sumsq, int64_t C);
 
@@ -178,11 +180,13 @@ int pg_dp_init(pg_run *r)
     for (int i = 0; p->param && i < d->nparams; i++)
         if (reduced(d, &d->params[i]))
             p->param[p->n++] = i;
+    pg_dp_bytes b = dp_bytes(r);
     p->numel = grad_numel(d);
-    p->shard_max = (p->numel + D - 1) / D + 1;
+    p->shard_max = b.shard_max;
     p->stats_max = stats_max(d);
-    p->in = malloc((size_t)(D - 1) * (size_t)p->shard_max * 4);
-    p->stats = malloc((size_t)D * 2 * (size_t)(p->stats_max ? p->stats_max : 1) * sizeof(double));
+    p->in = malloc((size_t)b.in);
+    p->stats = malloc((size_t)b.stats);
+    p->held = (size_t)(b.in + b.stats);
     if (!p->param || !p->in || !p->stats) {
         fprintf(stderr, "stage %d: out of memory for the replicas' gradient reduction (%" PRId64 " floats)\n", d->stage,
                 p->numel);
@@ -341,12 +345,13 @@ int pg_dp_reduce(pg_run *r, int64_t step)
     if (!p)
         return 0;
     int D = r->replicas, me = r->replica;
+    r->dp_mark[0] = pg_run_now(); /* the trace's spans (trace.c) */
     /* every copy of this stage is here: a word each way first, so that the
      * time measured below is the reduction's, not the replicas' skew */
     double word = 0.0, *words = p->stats; /* D doubles */
     if (allgather_f64(r, PG_TAG(PG_TAG_DP, 0, 4), &word, words, 1, "the start word") || pg_sync(r->ctx))
         return 1;
-    double t0 = pg_run_now();
+    double t0 = r->dp_mark[1] = pg_run_now();
     int64_t n = p->numel, lo = shard_lo(n, D, me), hi = shard_lo(n, D, me + 1);
     /* reduce-scatter: shard q of this replica's gradients to replica q (the
      * send rings hold a step's traffic: pg_dp_link_bytes) */
@@ -355,6 +360,7 @@ int pg_dp_reduce(pg_run *r, int64_t step)
         if (q != me && each_chunk(r, shard_lo(n, D, q), shard_lo(n, D, q + 1), send_piece, &x))
             return dp_fail(r, "a gradient shard", q, 1);
     }
+    r->dp_mark[2] = pg_run_now();
     /* chunk by chunk: every other replica's copy, the sum in replica order
      * 0 + 1 + ... + D-1 (whatever arrived first), and the summed chunk out
      * to every other replica (the all-gather) */
@@ -374,11 +380,13 @@ int pg_dp_reduce(pg_run *r, int64_t step)
                 return dp_fail(r, "a summed gradient shard", q, 1);
         }
     }
+    r->dp_mark[3] = pg_run_now();
     for (int q = 0; q < D; q++) { /* the other replicas' summed shards, into place */
         xfer x = {q, PG_TAG(PG_TAG_DP, 0, 1), NULL, 0};
         if (q != me && each_chunk(r, shard_lo(n, D, q), shard_lo(n, D, q + 1), recv_piece, &x))
             return dp_fail(r, "a summed gradient shard", q, 0);
     }
+    r->dp_mark[4] = pg_run_now();
     p->sent = (size_t)(n - (hi - lo)) * 4 + (size_t)(D - 1) * (size_t)(hi - lo) * 4;
     if (step > 0 && p->red_steps < DP_TIMES)
         p->red_t[p->red_steps++] = pg_run_now() - t0;
@@ -391,6 +399,7 @@ int pg_dp_reduce(pg_run *r, int64_t step)
             g += dst[q];
         r->loss_global = g;
     }
+    r->dp_mark[5] = pg_run_now();
     return 0;
 }
 
@@ -410,6 +419,6 @@ void pg_dp_report(pg_run *r)
     if (!(med > 0))
         return;
     printf("stage %d: gradient reduction over %d replicas: %zu bytes sent per step in %.3f ms (%.1f MiB/s, median "
-           "of steps 2..%" PRId64 ")\n", r->d->stage, r->replicas, p->sent, med * 1e3, (double)p->sent / med / 1048576.0,
-           p->red_steps + 1);
+           "of steps 2..%" PRId64 "); buffers %zu bytes, send rings %d x %zu bytes\n", r->d->stage, r->replicas, p->sent,
+           med * 1e3, (double)p->sent / med / 1048576.0, p->red_steps + 1, p->held, r->replicas - 1, pg_dp_link_bytes(r));
 }

@@ -508,9 +508,9 @@ static int run(pg_run *r)
         fprintf(stderr, "stage %d: %s\n", d->stage, err);
         return 1;
     }
-    if (r->replica > 0) { /* replica 0 writes the trace and profile; the replicas run the same actions */
-        r->tracing = 0;
-        r->opt.trace = r->opt.profile = NULL;
+    if (r->replica > 0) { /* every replica traces (a row per process in rank 0's file); the profile is replica 0's */
+        r->opt.profile = NULL;
+        r->tracing = r->opt.trace != NULL;
     }
     int64_t start = 0;
     if (pg_guard_init(r) || pg_dp_init(r))

@@ -36,8 +36,16 @@ typedef struct pg_run_opts {
     int64_t dp;               /* --dp D: data-parallel replicas (0: not given, world / stages) */
 } pg_run_opts;
 
-/* One traced action (or, action -1, a whole step) of this stage; also the
- * wire format of the gather to stage 0, so fixed-width fields only. */
+/* The data-parallel reduction's spans in the trace (trace.c), kinds below -1:
+ * the whole reduction, then its parts between dp_mark[i] and dp_mark[i + 1]. */
+#define PG_TRACE_DP_MARKS 6
+enum { PG_TRACE_DP_REDUCE = -2, PG_TRACE_DP_WAIT = -3, PG_TRACE_DP_SCATTER = -4, PG_TRACE_DP_SUM = -5,
+       PG_TRACE_DP_GATHER = -6 };
+#define PG_TRACE_DP_SPANS 5
+
+/* One traced action (or, action -1, a whole step; below -1, a part of the
+ * data-parallel reduction) of this stage; also the wire format of the gather
+ * to stage 0, so fixed-width fields only. */
 typedef struct pg_trace_ev {
     double t0, t1;            /* seconds, this stage's CLOCK_MONOTONIC (stage 0's after the gather) */
     int64_t bytes;            /* message bytes of a SEND/RECV, else 0 */
@@ -86,6 +94,8 @@ typedef struct pg_run {
     int64_t *mb_rows, *mb_first;  /* [nmb] */
     double loss_global;       /* the step's loss over every replica (the loss stage) */
     struct pg_dp *dp;         /* the reduction's buffers (NULL with one replica) */
+    double dp_mark[PG_TRACE_DP_MARKS]; /* this step's reduction: its start, the replicas met (start word),
+                                          shards sent, shards summed and sent back, summed shards in, end */
 } pg_run;
 
 /* Seconds on the monotonic clock (step times, traces, deadlines). */
@@ -142,11 +152,15 @@ int pg_run_preflight(pg_run *r);
  * (0 on the same host, else the best of a few pings); action/step (inside a
  * step: store one event, never allocate); finish (every stage, after the last
  * step): gather every stage's events on stage 0, which writes the trace and
- * the profile. 0, or 1 after printing the failure. */
+ * the profile; with replicas, every replica's on its stage 0 and those on
+ * replica 0's (rank 0), which writes every process into the trace (the
+ * profile is replica 0's). 0, or 1 after printing the failure. */
 int pg_trace_init(pg_run *r);
 int pg_trace_sync(pg_run *r);
 void pg_trace_action(pg_run *r, int64_t step, int a, double t0, double t1);
 void pg_trace_step(pg_run *r, int64_t step, double t0, double t1);
+/* the reduction's spans of this step from r->dp_mark (replicas > 1) */
+void pg_trace_dp(pg_run *r, int64_t step);
 int pg_trace_finish(pg_run *r);
 
 #endif

@@ -450,8 +450,11 @@ static int exchange_verdict(pg_run *r, int64_t step, int *known)
         return 0;
     *known = 1; /* deferred losses and sums of squares arrive first (pg_backend_fetch); the
                    gradients and the loss are the whole batch's (every replica's: dp.c) first */
-    return fold_local(r) || pg_backend_fetch(r->ctx) || pg_dp_reduce(r, step) || pg_guard_verdict(r, step) ||
-           pg_backend_fetch(r->ctx);
+    if (fold_local(r) || pg_backend_fetch(r->ctx) || pg_dp_reduce(r, step))
+        return 1;
+    if (r->tracing && r->dp)
+        pg_trace_dp(r, step); /* the reduction's spans (dp_mark, dp.c) */
+    return pg_guard_verdict(r, step) || pg_backend_fetch(r->ctx);
 }
 
 int pg_run_step(pg_run *r, int64_t step, double *loss_out)

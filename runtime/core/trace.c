@@ -53,7 +53,10 @@
 #define SYNC_PINGS 16
 
 
-static int per_step(const pg_run *r) { return r->d->nactions + 1; }
+/* A step's events: its actions, then with replicas the reduction's spans
+ * (PG_TRACE_DP_*, nested in the action that ran the reduction), then the step. */
+static int dp_spans(const pg_run *r) { return r->replicas > 1 ? PG_TRACE_DP_SPANS : 0; }
+static int per_step(const pg_run *r) { return r->d->nactions + dp_spans(r) + 1; }
 
 int pg_trace_init(pg_run *r)
 {
@@ -89,11 +92,20 @@ void pg_trace_action(pg_run *r, int64_t step, int a, double t0, double t1)
 
 void pg_trace_step(pg_run *r, int64_t step, double t0, double t1)
 {
-    pg_trace_ev *e = &r->tr_ev[(size_t)(step % r->opt.trace_steps) * (size_t)per_step(r) + (size_t)r->d->nactions];
+    pg_trace_ev *e = &r->tr_ev[(size_t)(step % r->opt.trace_steps) * (size_t)per_step(r) + (size_t)per_step(r) - 1];
     *e = (pg_trace_ev){t0, t1, 0, (int32_t)step, -1, -1, -1, -1, -1};
     if (r->tr_first < 0)
         r->tr_first = step;
     r->tr_last = step;
+}
+
+void pg_trace_dp(pg_run *r, int64_t step)
+{
+    pg_trace_ev *e = &r->tr_ev[(size_t)(step % r->opt.trace_steps) * (size_t)per_step(r) + (size_t)r->d->nactions];
+    const double *m = r->dp_mark;
+    e[0] = (pg_trace_ev){m[0], m[5], 0, (int32_t)step, -1, PG_TRACE_DP_REDUCE, -1, -1, -1};
+    for (int i = 0; i < 4; i++) /* wait, reduce-scatter, sum, all-gather */
+        e[1 + i] = (pg_trace_ev){m[i], m[i + 1], 0, (int32_t)step, -1, PG_TRACE_DP_WAIT - i, -1, -1, -1};
 }
 
 /* ---- one clock ------------------------------------------------------------- */
@@ -111,56 +123,98 @@ static void boot_id(char out[64])
         snprintf(out, 64, "unknown boot id, pid %ld", (long)getpid());
 }
 
-static int sync_fail(pg_run *r, int peer)
+/* "stage 2", or "stage 2 of replica 1" for another replica's process */
+static const char *rank_name(const pg_run *r, int rank, char *buf, size_t n)
 {
-    fprintf(stderr, "stage %d: trace clock exchange with stage %d failed: %s (give every stage the same --trace/--profile)\n",
-            r->d->stage, peer, pg_net_error(r->net));
+    int P = r->d->nstages;
+    if (rank / P == r->replica)
+        snprintf(buf, n, "stage %d", rank % P);
+    else
+        snprintf(buf, n, "stage %d of replica %d", rank % P, rank / P);
+    return buf;
+}
+
+static int sync_fail(pg_run *r, int rank)
+{
+    char nb[48];
+    fprintf(stderr, "stage %d: trace clock exchange with %s failed: %s (give every stage the same --trace/--profile)\n",
+            r->d->stage, rank_name(r, rank, nb, sizeof nb), pg_net_error(r->net));
     return 1;
 }
 
-int pg_trace_sync(pg_run *r)
+/* This process's clock for the process `rank`, which measures its offset to it. */
+static int sync_serve(pg_run *r, int rank, const char mine[64])
 {
-    const pg_stage_desc *d = r->d;
-    if (!r->tracing || d->nstages < 2)
-        return 0;
-    char mine[64], theirs[64];
-    boot_id(mine);
+    char theirs[64];
     double tmo = r->opt.timeout_s;
-    if (d->stage == 0) {
-        for (int k = 1; k < d->nstages; k++) {
-            if (pg_net_recv(r->net, k, PG_TAG(PG_TAG_TRACE, 0, 0), theirs, sizeof theirs, tmo) ||
-                pg_net_send(r->net, k, PG_TAG(PG_TAG_TRACE, 0, 1), mine, sizeof mine))
-                return sync_fail(r, k);
-            if (!memcmp(mine, theirs, sizeof mine))
-                continue;
-            for (int i = 0; i < SYNC_PINGS; i++) {
-                double x;
-                if (pg_net_recv(r->net, k, PG_TAG(PG_TAG_TRACE, 0, 2), &x, sizeof x, tmo))
-                    return sync_fail(r, k);
-                x = pg_run_now();
-                if (pg_net_send(r->net, k, PG_TAG(PG_TAG_TRACE, 0, 3), &x, sizeof x))
-                    return sync_fail(r, k);
-            }
-        }
+    if (pg_net_recv_rank(r->net, rank, PG_TAG(PG_TAG_TRACE, 0, 0), theirs, 64, tmo) ||
+        pg_net_send_rank(r->net, rank, PG_TAG(PG_TAG_TRACE, 0, 1), mine, 64))
+        return sync_fail(r, rank);
+    if (!memcmp(mine, theirs, 64))
         return 0;
+    for (int i = 0; i < SYNC_PINGS; i++) {
+        double x;
+        if (pg_net_recv_rank(r->net, rank, PG_TAG(PG_TAG_TRACE, 0, 2), &x, sizeof x, tmo))
+            return sync_fail(r, rank);
+        x = pg_run_now();
+        if (pg_net_send_rank(r->net, rank, PG_TAG(PG_TAG_TRACE, 0, 3), &x, sizeof x))
+            return sync_fail(r, rank);
     }
-    if (pg_net_send(r->net, 0, PG_TAG(PG_TAG_TRACE, 0, 0), mine, sizeof mine) ||
-        pg_net_recv(r->net, 0, PG_TAG(PG_TAG_TRACE, 0, 1), theirs, sizeof theirs, tmo))
-        return sync_fail(r, 0);
-    if (!memcmp(mine, theirs, sizeof mine))
+    return 0;
+}
+
+/* The offset of the clock of the process `rank` to this one's into *offset
+ * (0 on the same kernel, else the fastest of SYNC_PINGS round trips). */
+static int sync_ask(pg_run *r, int rank, const char mine[64], double *offset)
+{
+    char theirs[64];
+    double tmo = r->opt.timeout_s;
+    *offset = 0.0;
+    if (pg_net_send_rank(r->net, rank, PG_TAG(PG_TAG_TRACE, 0, 0), mine, 64) ||
+        pg_net_recv_rank(r->net, rank, PG_TAG(PG_TAG_TRACE, 0, 1), theirs, 64, tmo))
+        return sync_fail(r, rank);
+    if (!memcmp(mine, theirs, 64))
         return 0; /* one kernel: one CLOCK_MONOTONIC */
     double best = INFINITY;
     for (int i = 0; i < SYNC_PINGS; i++) {
         double t0 = pg_run_now(), t1;
-        if (pg_net_send(r->net, 0, PG_TAG(PG_TAG_TRACE, 0, 2), &t0, sizeof t0) ||
-            pg_net_recv(r->net, 0, PG_TAG(PG_TAG_TRACE, 0, 3), &t1, sizeof t1, tmo))
-            return sync_fail(r, 0);
+        if (pg_net_send_rank(r->net, rank, PG_TAG(PG_TAG_TRACE, 0, 2), &t0, sizeof t0) ||
+            pg_net_recv_rank(r->net, rank, PG_TAG(PG_TAG_TRACE, 0, 3), &t1, sizeof t1, tmo))
+            return sync_fail(r, rank);
         double t2 = pg_run_now();
         if (t2 - t0 < best) {
             best = t2 - t0;
-            r->tr_offset = t1 - 0.5 * (t0 + t2);
+            *offset = t1 - 0.5 * (t0 + t2);
         }
     }
+    return 0;
+}
+
+/* Do the other replicas trace? With --trace every process does (each its own
+ * row); --profile alone is replica 0's (main.c). */
+static int replicas_trace(const pg_run *r) { return r->replicas > 1 && r->opt.trace; }
+
+/* Every stage to its replica's stage 0; each other replica's stage 0 to rank 0
+ * (replica 0's), after its own stages: the offset of a stage of replica q is
+ * then its offset to q's stage 0 plus that stage's to rank 0 (pg_trace_finish). */
+int pg_trace_sync(pg_run *r)
+{
+    const pg_stage_desc *d = r->d;
+    int P = d->nstages, base = r->replica * P;
+    if (!r->tracing || (P < 2 && !replicas_trace(r)))
+        return 0;
+    char mine[64];
+    boot_id(mine);
+    if (d->stage != 0)
+        return sync_ask(r, base, mine, &r->tr_offset);
+    for (int k = 1; k < P; k++)
+        if (sync_serve(r, base + k, mine))
+            return 1;
+    if (r->replica > 0)
+        return sync_ask(r, 0, mine, &r->tr_offset);
+    for (int q = 1; replicas_trace(r) && q < r->replicas; q++)
+        if (sync_serve(r, q * P, mine))
+            return 1;
     return 0;
 }
 
@@ -214,6 +268,8 @@ static int stage_profile(pg_run *r, const pg_trace_ev *ev, int64_t nsteps, int p
         nused++;
         double inside = 0;
         for (int a = 0; a < ps - 1; a++) {
+            if (e[a].kind < 0)
+                continue; /* the reduction's spans lie inside an action */
             double t = e[a].t1 - e[a].t0;
             inside += t;
             if (e[a].kind == PG_OPT_STEP)
@@ -326,8 +382,17 @@ typedef struct stage_events {
 static int is_msg_send(int k) { return k == PG_SEND_ACT || k == PG_SEND_GRAD || k == PG_SEND_SKIP || k == PG_SEND_SKIP_GRAD; }
 static int is_msg_recv(int k) { return k == PG_RECV_ACT || k == PG_RECV_GRAD || k == PG_RECV_SKIP || k == PG_RECV_SKIP_GRAD; }
 
+/* The reduction's spans: names in the trace and args.kind. */
+static const char *const dp_name[PG_TRACE_DP_SPANS] = {"dp reduce", "dp wait", "dp reduce-scatter", "dp sum",
+                                                       "dp all-gather"};
+static const char *const dp_kind[PG_TRACE_DP_SPANS] = {"DP_REDUCE", "DP_WAIT", "DP_REDUCE_SCATTER", "DP_SUM",
+                                                       "DP_ALL_GATHER"};
+static int dp_index(int k) { return PG_TRACE_DP_REDUCE - k; } /* 0 .. PG_TRACE_DP_SPANS - 1 for the spans */
+
 static const char *cat_of(int k)
 {
+    if (k < -1)
+        return "dp";
     if (k < 0)
         return "step";
     if (is_compute(k))
@@ -345,7 +410,9 @@ static void us(FILE *o, long long ns)
 static void write_event(FILE *o, int stage, const pg_trace_ev *e, double zero, int *first)
 {
     char name[64];
-    if (e->kind < 0)
+    if (e->kind < -1)
+        snprintf(name, sizeof name, "%s", dp_name[dp_index(e->kind)]);
+    else if (e->kind < 0)
         snprintf(name, sizeof name, "step %d", e->step + 1);
     else if (is_compute(e->kind))
         snprintf(name, sizeof name, "%c%d", e->kind == PG_FWD ? 'F' : e->kind == PG_BWD_B ? 'B' : 'W', e->mb);
@@ -363,6 +430,8 @@ static void write_event(FILE *o, int stage, const pg_trace_ev *e, double zero, i
     if (e->kind >= 0)
         fprintf(o, ", \"action\": %d, \"kind\": \"%s\", \"mb\": %d, \"chunk\": %d, \"peer\": %d, \"bytes\": %" PRId64,
                 e->action, pg_step_kind_name(e->kind), e->mb, e->chunk, e->peer, e->bytes);
+    else if (e->kind < -1)
+        fprintf(o, ", \"kind\": \"%s\"", dp_kind[dp_index(e->kind)]);
     fprintf(o, "}}");
     *first = 0;
 }
@@ -375,8 +444,9 @@ static void run_info(FILE *o, const pg_run *r, const stage_events *se)
     fprintf(o, ", \"source\": ");
     json_name(o, d->source);
     fprintf(o, ", \"plan_hash\": \"%016" PRIx64 "\", \"stages\": %d, \"chunks\": %d, \"microbatches\": %d, "
-               "\"batch\": %" PRId64 ", \"first_step\": %" PRId64 ", \"last_step\": %" PRId64,
-            d->plan_hash, d->nstages, d->nchunks, d->nmb, d->train.batch, se[0].lo + 1, se[0].lo + se[0].nsteps);
+               "\"replicas\": %d, \"batch\": %" PRId64 ", \"first_step\": %" PRId64 ", \"last_step\": %" PRId64,
+            d->plan_hash, d->nstages, d->nchunks, d->nmb, r->replicas, d->train.batch, se[0].lo + 1,
+            se[0].lo + se[0].nsteps);
 }
 
 /* Open path.tmp; finish() renames it over path. */
@@ -399,7 +469,8 @@ static int finish_file(FILE *f, const char *tmp, const char *path, const char *w
     return 0;
 }
 
-static int write_trace(pg_run *r, const stage_events *se)
+/* The trace of nproc processes se[rank], pid = rank = replica x stages + stage. */
+static int write_trace(pg_run *r, const stage_events *se, int nproc)
 {
     const pg_stage_desc *d = r->d;
     char tmp[4096];
@@ -409,7 +480,7 @@ static int write_trace(pg_run *r, const stage_events *se)
         return 1;
     }
     double zero = INFINITY;
-    for (int k = 0; k < d->nstages; k++)
+    for (int k = 0; k < nproc; k++)
         for (int64_t i = 0; i < se[k].nsteps * se[k].ps; i++)
             if (se[k].ev[i].t0 < zero)
                 zero = se[k].ev[i].t0;
@@ -417,10 +488,15 @@ static int write_trace(pg_run *r, const stage_events *se)
         zero = 0;
     fprintf(o, "{\"traceEvents\": [\n");
     int first = 1;
-    for (int k = 0; k < d->nstages; k++) {
-        fprintf(o, "%s{\"ph\": \"M\", \"pid\": %d, \"tid\": 0, \"name\": \"process_name\", \"args\": {\"name\": \"stage %d\"}},\n"
+    for (int k = 0; k < nproc; k++) {
+        char name[64]; /* one row per process: replica 0's stages, then replica 1's, ... */
+        if (r->replicas > 1)
+            snprintf(name, sizeof name, "stage %d replica %d", k % d->nstages, k / d->nstages);
+        else
+            snprintf(name, sizeof name, "stage %d", k);
+        fprintf(o, "%s{\"ph\": \"M\", \"pid\": %d, \"tid\": 0, \"name\": \"process_name\", \"args\": {\"name\": \"%s\"}},\n"
                    "{\"ph\": \"M\", \"pid\": %d, \"tid\": 0, \"name\": \"process_sort_index\", \"args\": {\"sort_index\": %d}}",
-                first ? "" : ",\n", k, k, k, k);
+                first ? "" : ",\n", k, name, k, k);
         first = 0;
         for (int64_t j = 0; j < se[k].nsteps; j++) {
             const pg_trace_ev *e = se[k].ev + j * se[k].ps;
@@ -433,7 +509,7 @@ static int write_trace(pg_run *r, const stage_events *se)
     run_info(o, r, se);
     fprintf(o, ", \"clock\": \"CLOCK_MONOTONIC of stage 0, microseconds from the first event; stages on other hosts "
                "aligned by the fastest of %d pings\", \"clock_offset_us\": [", SYNC_PINGS);
-    for (int k = 0; k < d->nstages; k++)
+    for (int k = 0; k < nproc; k++)
         fprintf(o, "%s%.3f", k ? ", " : "", se[k].offset * 1e6);
     fprintf(o, "]}}\n");
     return finish_file(o, tmp, r->opt.trace, "trace");
@@ -514,7 +590,7 @@ static void stage_costs(const pg_run *r, const stage_events *se, FILE *o)
             if (skip_step(r, &se[k], j))
                 continue;
             const pg_trace_ev *e = se[k].ev + j * se[k].ps, *stp = e + se[k].ps - 1;
-            int na = (int)se[k].ps - 1, first_sync = 1;
+            int na = (int)se[k].ps - 1 - dp_spans(r), first_sync = 1; /* the actions */
             used++;
             if (na > 0) {
                 pre += e[0].t0 - stp->t0;
@@ -667,29 +743,119 @@ static int write_profile(pg_run *r, const stage_events *se)
     return finish_file(o, tmp, r->opt.profile, "profile");
 }
 
-static int gather_fail(pg_run *r, int peer)
+static int gather_fail(pg_run *r, int rank, int sending)
 {
-    fprintf(stderr, "stage %d: gathering the trace %s stage %d failed: %s\n", r->d->stage,
-            r->d->stage ? "on" : "from", peer, pg_net_error(r->net));
+    char nb[48];
+    fprintf(stderr, "stage %d: gathering the trace %s %s failed: %s\n", r->d->stage, sending ? "on" : "from",
+            rank_name(r, rank, nb, sizeof nb), pg_net_error(r->net));
     return 1;
 }
 
+/* One process's events (and with `profile` its profile sections) to rank `to`:
+ * a header {steps, events per step, first step, clock offset}, then a message
+ * per step; tag .. tag + 3. add: seconds added to every time on the way (a
+ * replica's stage 0 puts its stages' events on rank 0's clock). */
+static int send_events(pg_run *r, int to, uint32_t tag, const stage_events *x, int profile, double add)
+{
+    double off = x->offset + add;
+    int64_t hdr[4] = {x->nsteps, x->ps, x->lo, 0};
+    memcpy(&hdr[3], &off, sizeof(double));
+    if (pg_net_send_rank(r->net, to, tag, hdr, sizeof hdr))
+        return gather_fail(r, to, 1);
+    pg_trace_ev *buf = malloc((size_t)x->ps * sizeof *buf);
+    if (!buf) {
+        fprintf(stderr, "stage %d: out of memory for the trace\n", r->d->stage);
+        return 1;
+    }
+    for (int64_t j = 0; j < x->nsteps; j++) {
+        memcpy(buf, x->ev + j * x->ps, (size_t)x->ps * sizeof *buf);
+        for (int64_t a = 0; a < x->ps; a++) {
+            buf[a].t0 += add;
+            buf[a].t1 += add;
+        }
+        if (pg_net_send_rank(r->net, to, tag + 1, buf, (size_t)x->ps * sizeof *buf)) {
+            free(buf);
+            return gather_fail(r, to, 1);
+        }
+    }
+    free(buf);
+    if (!profile)
+        return 0;
+    uint64_t lens[3] = {x->len[0], x->len[1], x->len[2]};
+    if (pg_net_send_rank(r->net, to, tag + 2, lens, sizeof lens))
+        return gather_fail(r, to, 1);
+    for (int i = 0; i < 3; i++)
+        if (lens[i] && pg_net_send_rank(r->net, to, tag + 3, x->sec[i], lens[i]))
+            return gather_fail(r, to, 1);
+    return 0;
+}
+
+/* The other side of send_events, into *x (its buffers malloc'd). */
+static int recv_events(pg_run *r, int from, uint32_t tag, stage_events *x, int profile)
+{
+    int64_t hdr[4], W = r->opt.trace_steps;
+    double tmo = r->opt.timeout_s;
+    char nb[48];
+    if (pg_net_recv_rank(r->net, from, tag, hdr, sizeof hdr, tmo))
+        return gather_fail(r, from, 0);
+    x->nsteps = hdr[0];
+    x->ps = hdr[1];
+    x->lo = hdr[2];
+    memcpy(&x->offset, &hdr[3], sizeof(double));
+    if (x->nsteps < 0 || x->ps < 1 || x->nsteps > W || x->ps > (int64_t)1 << 24) {
+        fprintf(stderr, "stage %d: %s sent a trace of %" PRId64 " steps x %" PRId64 " events (bad header)\n",
+                r->d->stage, rank_name(r, from, nb, sizeof nb), x->nsteps, x->ps);
+        return 1;
+    }
+    x->ev = malloc((size_t)(x->nsteps > 0 ? x->nsteps : 1) * (size_t)x->ps * sizeof *x->ev);
+    if (!x->ev) {
+        fprintf(stderr, "stage %d: out of memory for the trace of %s\n", r->d->stage, rank_name(r, from, nb, sizeof nb));
+        return 1;
+    }
+    for (int64_t j = 0; j < x->nsteps; j++)
+        if (pg_net_recv_rank(r->net, from, tag + 1, x->ev + j * x->ps, (size_t)x->ps * sizeof *x->ev, tmo))
+            return gather_fail(r, from, 0);
+    if (!profile)
+        return 0;
+    uint64_t lens[3];
+    if (pg_net_recv_rank(r->net, from, tag + 2, lens, sizeof lens, tmo))
+        return gather_fail(r, from, 0);
+    for (int i = 0; i < 3; i++) {
+        if (!lens[i])
+            continue;
+        if (lens[i] > ((uint64_t)1 << 30) || !(x->sec[i] = malloc((size_t)lens[i]))) {
+            fprintf(stderr, "stage %d: the profile of %s is too large (%" PRIu64 " bytes)\n", r->d->stage,
+                    rank_name(r, from, nb, sizeof nb), lens[i]);
+            return 1;
+        }
+        x->len[i] = (size_t)lens[i];
+        if (pg_net_recv_rank(r->net, from, tag + 3, x->sec[i], x->len[i], tmo))
+            return gather_fail(r, from, 0);
+    }
+    return 0;
+}
+
+/* Every stage's events to its replica's stage 0 (tag kind 1); with replicas,
+ * each other replica's stage 0 forwards its replica's to rank 0 (tag kind 2),
+ * which writes them all: se[rank]. */
 int pg_trace_finish(pg_run *r)
 {
     const pg_stage_desc *d = r->d;
     if (!r->tracing)
         return 0;
-    int ps = per_step(r), np = d->nstages, rc = 1;
+    int ps = per_step(r), np = d->nstages, rc = 1, base = r->replica * np;
+    int nproc = r->replica == 0 && replicas_trace(r) ? np * r->replicas : np;
+    int profile = r->opt.profile != NULL;
     int64_t W = r->opt.trace_steps;
     int64_t lo = r->tr_last < 0 ? 0 : (r->tr_last - W + 1 > r->tr_first ? r->tr_last - W + 1 : r->tr_first);
     int64_t nsteps = r->tr_last < 0 ? 0 : r->tr_last - lo + 1;
-    stage_events *se = calloc((size_t)np, sizeof *se);
+    stage_events *se = calloc((size_t)nproc, sizeof *se);
     pg_trace_ev *mine = malloc((size_t)(nsteps > 0 ? nsteps : 1) * (size_t)ps * sizeof *mine);
     if (!se || !mine) {
         fprintf(stderr, "stage %d: out of memory for the trace\n", d->stage);
         goto out;
     }
-    /* this stage's events in step order, on stage 0's clock */
+    /* this stage's events in step order, on its replica's stage 0's clock (rank 0's for a stage 0) */
     for (int64_t j = 0; j < nsteps; j++) {
         memcpy(mine + j * ps, r->tr_ev + ((lo + j) % W) * ps, (size_t)ps * sizeof *mine);
         for (int a = 0; a < ps; a++) {
@@ -700,96 +866,42 @@ int pg_trace_finish(pg_run *r)
     stage_events *me = &se[d->stage];
     *me = (stage_events){nsteps, ps, lo, r->tr_offset, mine, {NULL, NULL, NULL}, {0, 0, 0}};
     mine = NULL;
-    if (r->opt.profile && stage_profile(r, me->ev, nsteps, ps, me->sec, me->len))
+    if (profile && stage_profile(r, me->ev, nsteps, ps, me->sec, me->len))
         goto out;
-    uint32_t tag = PG_TAG(PG_TAG_TRACE, 1, 0);
+    uint32_t tag = PG_TAG(PG_TAG_TRACE, 1, 0), fwd = PG_TAG(PG_TAG_TRACE, 2, 0);
     if (d->stage != 0) {
-        int64_t hdr[4] = {nsteps, ps, lo, 0};
-        uint64_t lens[3] = {me->len[0], me->len[1], me->len[2]};
-        memcpy(&hdr[3], &r->tr_offset, sizeof(double));
-        if (pg_net_send(r->net, 0, tag, hdr, sizeof hdr)) {
-            gather_fail(r, 0);
+        rc = send_events(r, base, tag, me, profile, 0.0);
+        goto out;
+    }
+    for (int k = 1; k < np; k++)
+        if (recv_events(r, base + k, tag, &se[k], profile))
             goto out;
-        }
-        for (int64_t j = 0; j < nsteps; j++)
-            if (pg_net_send(r->net, 0, tag + 1, me->ev + j * ps, (size_t)ps * sizeof *me->ev)) {
-                gather_fail(r, 0);
+    if (r->replica > 0) { /* the stages' clocks were this one's: add its offset to rank 0's */
+        for (int k = 0; k < np; k++)
+            if (send_events(r, 0, fwd, &se[k], 0, k ? r->tr_offset : 0.0))
                 goto out;
-            }
-        if (r->opt.profile) {
-            if (pg_net_send(r->net, 0, tag + 2, lens, sizeof lens)) {
-                gather_fail(r, 0);
-                goto out;
-            }
-            for (int i = 0; i < 3; i++)
-                if (lens[i] && pg_net_send(r->net, 0, tag + 3, me->sec[i], lens[i])) {
-                    gather_fail(r, 0);
-                    goto out;
-                }
-        }
         rc = 0;
         goto out;
     }
-    for (int k = 1; k < np; k++) {
-        int64_t hdr[4];
-        stage_events *x = &se[k];
-        if (pg_net_recv(r->net, k, tag, hdr, sizeof hdr, r->opt.timeout_s)) {
-            gather_fail(r, k);
+    for (int k = np; k < nproc; k++)
+        if (recv_events(r, k - k % np, fwd, &se[k], 0))
             goto out;
-        }
-        x->nsteps = hdr[0];
-        x->ps = hdr[1];
-        x->lo = hdr[2];
-        memcpy(&x->offset, &hdr[3], sizeof(double));
-        if (x->nsteps < 0 || x->ps < 1 || x->nsteps > W || x->ps > (int64_t)1 << 24) {
-            fprintf(stderr, "stage 0: stage %d sent a trace of %" PRId64 " steps x %" PRId64 " events (bad header)\n", k,
-                    x->nsteps, x->ps);
-            goto out;
-        }
-        x->ev = malloc((size_t)(x->nsteps > 0 ? x->nsteps : 1) * (size_t)x->ps * sizeof *x->ev);
-        if (!x->ev) {
-            fprintf(stderr, "stage 0: out of memory for stage %d's trace\n", k);
-            goto out;
-        }
-        for (int64_t j = 0; j < x->nsteps; j++)
-            if (pg_net_recv(r->net, k, tag + 1, x->ev + j * x->ps, (size_t)x->ps * sizeof *x->ev, r->opt.timeout_s)) {
-                gather_fail(r, k);
-                goto out;
-            }
-        if (r->opt.profile) {
-            uint64_t lens[3];
-            if (pg_net_recv(r->net, k, tag + 2, lens, sizeof lens, r->opt.timeout_s)) {
-                gather_fail(r, k);
-                goto out;
-            }
-            for (int i = 0; i < 3; i++) {
-                if (!lens[i])
-                    continue;
-                if (lens[i] > ((uint64_t)1 << 30) || !(x->sec[i] = malloc((size_t)lens[i]))) {
-                    fprintf(stderr, "stage 0: stage %d's profile is too large (%" PRIu64 " bytes)\n", k, lens[i]);
-                    goto out;
-                }
-                x->len[i] = (size_t)lens[i];
-                if (pg_net_recv(r->net, k, tag + 3, x->sec[i], x->len[i], r->opt.timeout_s)) {
-                    gather_fail(r, k);
-                    goto out;
-                }
-            }
-        }
-    }
     rc = 0;
-    if (r->opt.trace && write_trace(r, se))
+    if (r->opt.trace && write_trace(r, se, nproc))
         rc = 1;
-    if (r->opt.profile && write_profile(r, se))
+    if (profile && write_profile(r, se))
         rc = 1;
-    if (!rc && r->opt.trace)
+    if (!rc && r->opt.trace && nproc > np)
+        printf("trace: %" PRId64 " steps x %d stages x %d replicas written to %s\n", nsteps, np, r->replicas,
+               r->opt.trace);
+    else if (!rc && r->opt.trace)
         printf("trace: %" PRId64 " steps x %d stages written to %s\n", nsteps, np, r->opt.trace);
-    if (!rc && r->opt.profile)
+    if (!rc && profile)
         printf("profile: written to %s\n", r->opt.profile);
 out:
     free(mine);
     if (se)
-        for (int k = 0; k < np; k++) {
+        for (int k = 0; k < nproc; k++) {
             free(se[k].ev);
             for (int i = 0; i < 3; i++)
                 free(se[k].sec[i]);
