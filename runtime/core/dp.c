@@ -14,7 +14,10 @@
  * replica and sums it as replica 0 + 1 + ... + D-1 for every element (the
  * order never depends on which message came first), then sends the sum to
  * every other replica (reduce-scatter + all-gather: each process sends
- * 2 (D-1)/D of its gradient bytes). The verdict, the grad-norm clip and the
+ * 2 (D-1)/D of its gradient bytes). Every gradient byte leaves as a lent
+ * send from where it lies (no copy into the link's ring), the other replicas'
+ * copies of a chunk arrive in a chunk buffer, and the chunk's sum is one pass
+ * that writes it in place. The verdict, the grad-norm clip and the
  * optimizer then see the same gradients on every replica, so the replicas
  * stay bitwise identical. Deferred batch norm's sums are summed the same way
  * (pg_dp_stats, through the backend's stats hook) before the running
@@ -39,8 +42,9 @@ struct pg_dp {
     int n;                 /* parameters reduced */
     int *param;            /* [n] index into d->params */
     int64_t numel;         /* their elements in all */
-    float *in;             /* [(D-1) * shard_max] the other replicas' copies of this replica's shard */
-    int64_t shard_max;
+    float *in;             /* [(D-1) * DP_CHUNK] the other replicas' copies of one chunk of this replica's shard */
+    const float **x;       /* [D] the sum's sources, in replica order */
+    uint64_t *scattered, *last; /* [D] the last lent send to each replica: of the reduce-scatter, of either phase */
     double *stats;         /* [D * 2 * stats_max] batch-norm sums of every replica */
     int64_t stats_max;
     size_t sent;           /* gradient bytes one reduction sends */
@@ -154,10 +158,11 @@ size_t pg_dp_link_bytes(const pg_run *r)
     for (int i = 0; i < d->nparams; i++)
         if (d->params[i].is_buffer)
             bufs += d->params[i].numel;
-    /* two shards, every batch norm's sums (2 C doubles for 2 C buffer floats), the
-     * loss, the start word and the headers: a message per chunk and per parameter end */
+    /* the gradients are lent (pg_net_send_rank_lent), not copied: their headers
+     * (a message per chunk and per parameter end, two shards' worth), every batch
+     * norm's sums (2 C doubles for 2 C buffer floats), the loss and the start word */
     int64_t msgs = 2 * (shard / DP_CHUNK + d->nparams + 2) + d->nparams + 8;
-    return (size_t)(2 * shard * 4 + bufs * 8 + msgs * 16 + 4096);
+    return (size_t)(bufs * 8 + msgs * 16 + 4096);
 }
 
 static int dp_stats(void *arg, double *sum, double *sumsq, int64_t C);
@@ -179,11 +184,13 @@ int pg_dp_init(pg_run *r)
         if (reduced(d, &d->params[i]))
             p->param[p->n++] = i;
     p->numel = grad_numel(d);
-    p->shard_max = (p->numel + D - 1) / D + 1;
+    p->x = malloc((size_t)D * sizeof *p->x);
+    p->scattered = malloc((size_t)D * sizeof *p->scattered);
+    p->last = malloc((size_t)D * sizeof *p->last);
     p->stats_max = stats_max(d);
-    p->in = malloc((size_t)(D - 1) * (size_t)p->shard_max * 4);
+    p->in = malloc((size_t)(D - 1) * (size_t)DP_CHUNK * 4);
     p->stats = malloc((size_t)D * 2 * (size_t)(p->stats_max ? p->stats_max : 1) * sizeof(double));
-    if (!p->param || !p->in || !p->stats) {
+    if (!p->param || !p->in || !p->stats || !p->x || !p->scattered || !p->last) {
         fprintf(stderr, "stage %d: out of memory for the replicas' gradient reduction (%" PRId64 " floats)\n", d->stage,
                 p->numel);
         return 1;
@@ -198,6 +205,9 @@ void pg_dp_free(pg_run *r)
         return;
     free(p->param);
     free(p->in);
+    free(p->x);
+    free(p->scattered);
+    free(p->last);
     free(p->stats);
     free(p);
     r->dp = NULL;
@@ -291,13 +301,16 @@ typedef struct xfer {
     uint32_t tag;
     float *buf;     /* receive into buf[at - base] instead of the piece (NULL: the piece) */
     int64_t base;
+    uint64_t seq;   /* lent sends: the number of the last one (pg_net_wait_lent) */
 } xfer;
 
-static int send_piece(pg_run *r, float *piece, int64_t n, int64_t at, void *arg)
+/* The piece goes out from where it lies: the link borrows it until
+ * pg_net_wait_lent says it is written (no copy into the send ring). */
+static int lend_piece(pg_run *r, float *piece, int64_t n, int64_t at, void *arg)
 {
-    const xfer *x = arg;
+    xfer *x = arg;
     (void)at;
-    return pg_net_send_rank(r->net, rank_of(r, x->q), x->tag, piece, (size_t)n * 4) ? 1 : 0;
+    return pg_net_send_rank_lent(r->net, rank_of(r, x->q), x->tag, piece, (size_t)n * 4, &x->seq) ? 1 : 0;
 }
 
 static int recv_piece(pg_run *r, float *piece, int64_t n, int64_t at, void *arg)
@@ -307,26 +320,45 @@ static int recv_piece(pg_run *r, float *piece, int64_t n, int64_t at, void *arg)
     return pg_net_recv_rank(r->net, rank_of(r, x->q), x->tag, dst, (size_t)n * 4, r->opt.timeout_s) ? 1 : 0;
 }
 
-/* a[e] += b[e]: one addition per element, so vectorising it changes no bit */
-static void add_into(float *restrict a, const float *restrict b, int64_t n)
+/* o[e] = a[e] + b[e]: one addition per element (o may be a or b), so
+ * vectorising it changes no bit */
+static void add2(float *o, const float *a, const float *b, int64_t n)
 {
     for (int64_t e = 0; e < n; e++)
-        a[e] += b[e];
+        o[e] = a[e] + b[e];
 }
 
-/* g = x_0 + x_1 + ... + x_{D-1} for each element of the piece, in replica
- * order, x_me being the piece itself and the others the received copies
- * (replica 0's copy accumulates when it is not this replica's) */
+#define SUM_BLOCK 2048 /* floats summed at once in a block that stays in L1 */
+
+/* g = x[0] + x[1] + ... + x[D-1] for each element, in replica order (one of
+ * the x[q] may be g itself): one pass over the sources, one store. */
+static void sum_replicas(float *g, const float *const *x, int D, int64_t n)
+{
+    if (D == 2) {
+        add2(g, x[0], x[1], n);
+        return;
+    }
+    float t[SUM_BLOCK];
+    for (int64_t b = 0; b < n; b += SUM_BLOCK) {
+        int64_t m = n - b < SUM_BLOCK ? n - b : SUM_BLOCK;
+        add2(t, x[0] + b, x[1] + b, m);
+        for (int q = 2; q < D; q++)
+            add2(t, t, x[q] + b, m);
+        memcpy(g + b, t, (size_t)m * 4);
+    }
+}
+
+/* The piece summed over the replicas in place: x_me is the piece itself, the
+ * others' copies were received into the chunk buffers (slot per replica, at
+ * the piece's place in the chunk that starts at *arg). */
 static int sum_piece(pg_run *r, float *g, int64_t n, int64_t at, void *arg)
 {
-    const struct pg_dp *p = r->dp;
-    int64_t base = *(const int64_t *)arg;
+    struct pg_dp *p = r->dp;
+    int64_t c = *(const int64_t *)arg;
     int D = r->replicas, me = r->replica;
-    float *in = p->in + (at - base), *acc = me == 0 ? g : in; /* x_0 */
-    for (int q = 1; q < D; q++)
-        add_into(acc, q == me ? g : in + (int64_t)(q < me ? q : q - 1) * p->shard_max, n);
-    if (acc != g)
-        memcpy(g, acc, (size_t)n * 4);
+    for (int q = 0, slot = 0; q < D; q++)
+        p->x[q] = q == me ? g : p->in + (int64_t)slot++ * DP_CHUNK + (at - c);
+    sum_replicas(g, p->x, D, n);
     return 0;
 }
 
@@ -348,37 +380,47 @@ int pg_dp_reduce(pg_run *r, int64_t step)
         return 1;
     double t0 = pg_run_now();
     int64_t n = p->numel, lo = shard_lo(n, D, me), hi = shard_lo(n, D, me + 1);
-    /* reduce-scatter: shard q of this replica's gradients to replica q (the
-     * send rings hold a step's traffic: pg_dp_link_bytes) */
+    uint64_t *scattered = p->scattered, *last = p->last;
+    /* reduce-scatter: shard q of this replica's gradients to replica q, lent
+     * from the gradients themselves (nothing writes them before the
+     * all-gather below brings shard q back) */
     for (int q = 0; q < D; q++) {
-        xfer x = {q, PG_TAG(PG_TAG_DP, 0, 0), NULL, 0};
-        if (q != me && each_chunk(r, shard_lo(n, D, q), shard_lo(n, D, q + 1), send_piece, &x))
+        xfer x = {q, PG_TAG(PG_TAG_DP, 0, 0), NULL, 0, 0};
+        if (q != me && each_chunk(r, shard_lo(n, D, q), shard_lo(n, D, q + 1), lend_piece, &x))
             return dp_fail(r, "a gradient shard", q, 1);
+        scattered[q] = last[q] = x.seq;
     }
-    /* chunk by chunk: every other replica's copy, the sum in replica order
-     * 0 + 1 + ... + D-1 (whatever arrived first), and the summed chunk out
-     * to every other replica (the all-gather) */
+    /* chunk by chunk: every other replica's copy into the chunk buffers, the
+     * sum in replica order 0 + 1 + ... + D-1 (whatever arrived first) into
+     * place, and the summed chunk out to every other replica (the all-gather),
+     * lent from where it lies (nothing writes it again in this step) */
     for (int64_t c = lo; c < hi; c += DP_CHUNK) {
         int64_t ce = hi - c < DP_CHUNK ? hi : c + DP_CHUNK;
         for (int q = 0, slot = 0; q < D; q++) {
             if (q == me)
                 continue;
-            xfer x = {q, PG_TAG(PG_TAG_DP, 0, 0), p->in + (int64_t)slot++ * p->shard_max, lo};
+            xfer x = {q, PG_TAG(PG_TAG_DP, 0, 0), p->in + (int64_t)slot++ * DP_CHUNK, c, 0};
             if (each_piece(r, c, ce, recv_piece, &x))
                 return dp_fail(r, "a gradient shard", q, 0);
         }
-        each_piece(r, c, ce, sum_piece, &lo);
+        each_piece(r, c, ce, sum_piece, &c);
         for (int q = 0; q < D; q++) {
-            xfer x = {q, PG_TAG(PG_TAG_DP, 0, 1), NULL, 0};
-            if (q != me && each_piece(r, c, ce, send_piece, &x))
+            xfer x = {q, PG_TAG(PG_TAG_DP, 0, 1), NULL, 0, last[q]};
+            if (q != me && each_piece(r, c, ce, lend_piece, &x))
                 return dp_fail(r, "a summed gradient shard", q, 1);
+            last[q] = x.seq;
         }
     }
-    for (int q = 0; q < D; q++) { /* the other replicas' summed shards, into place */
-        xfer x = {q, PG_TAG(PG_TAG_DP, 0, 1), NULL, 0};
+    for (int q = 0; q < D; q++) { /* the other replicas' summed shards, into place once this one's copy is out */
+        xfer x = {q, PG_TAG(PG_TAG_DP, 0, 1), NULL, 0, 0};
+        if (q != me && pg_net_wait_lent(r->net, rank_of(r, q), scattered[q], r->opt.timeout_s))
+            return dp_fail(r, "a gradient shard", q, 1);
         if (q != me && each_chunk(r, shard_lo(n, D, q), shard_lo(n, D, q + 1), recv_piece, &x))
             return dp_fail(r, "a summed gradient shard", q, 0);
     }
+    for (int q = 0; q < D; q++) /* the clip and the optimizer may write the gradients: every lent send is out */
+        if (q != me && pg_net_wait_lent(r->net, rank_of(r, q), last[q], r->opt.timeout_s))
+            return dp_fail(r, "a summed gradient shard", q, 1);
     p->sent = (size_t)(n - (hi - lo)) * 4 + (size_t)(D - 1) * (size_t)(hi - lo) * 4;
     if (step > 0 && p->red_steps < DP_TIMES)
         p->red_t[p->red_steps++] = pg_run_now() - t0;
