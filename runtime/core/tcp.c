@@ -1079,14 +1079,14 @@ static pg_net_status send_msg(pg_tcp *n, int to, uint32_t tag, const void *buf, 
         return PG_NET_ERROR;
     }
     size_t hdr_done = 0, done = 0; /* written here before anything is queued */
-    if (lend && !p->dead && p->used == 0 && p->lent_n == 0 &&
-        send_now(p, h, &hdr_done, (const unsigned char *)buf, bytes, &done)) {
+    int idle = lend && !p->dead && p->used == 0 && p->lent_n == 0; /* every earlier lent send is written */
+    if (idle && send_now(p, h, &hdr_done, (const unsigned char *)buf, bytes, &done)) {
         int e = p->dead_errno;
         pthread_mutex_unlock(&p->mu);
         return dead_status(n, to, e);
     }
     int r = p->dead ? -1 : ring_put(p, h + hdr_done, MSG_HDR - hdr_done);
-    if (r == 0 && lend && done == bytes) {
+    if (r == 0 && idle && done == bytes) {
         p->lent_seq++; /* written already: nothing lent stays queued, so every earlier one is done too */
         p->lent_done++;
         *seq = p->lent_seq;
