@@ -13,6 +13,7 @@
 #  - the reduction of a chunk's gradients starts while the stage's earlier
 #    chunk is still in backward (interleaved(2), PIPE_CHECK_OVERLAP=1), with the
 #    same bytes as one bucket after the backward;
+#  - a replica stopped during the reduction: the others give up after --timeout;
 #  - resume: a D = 2 run stopped after step 3 and resumed equals the
 #    uninterrupted run bitwise; the checkpoint is written once, replicas 2;
 #    SIGTERM with --save-on-exit stops every replica after the same step, and
@@ -138,6 +139,24 @@ for D in 2 4; do
         cmp -s "$T/ovl/D$D.loss" "$T/ovl-ref/D$D.loss" || { echo "# $D replicas: overlapped differs"; fails=$((fails + 1)); }
 done
 is "$fails" 0 "... and trains bitwise as 1 stage on 1f1b, whose one bucket is summed after the backward"
+
+# a replica stopped (SIGSTOP) while the buckets are summed: its partner stage
+# gives up after --timeout (2 s) and names it, from the reducer thread or the main
+# one, whichever was waiting; every running process exits 1, none hangs
+port=$(free_port)
+for k in 0 1 2 3; do # rank k runs stage k mod 2
+    PIPE_RANK=$k PIPE_WORLD=4 PIPE_MASTER=127.0.0.1:$port "$T/ovl/gen/bin/stage$((k % 2))" --threads 1 --dp 2 \
+        --timeout 2 --steps 100000000 --log-every 1000000 >"$T/stop$k.log" 2>&1 &
+    echo $! >"$T/stop$k.log.pid"
+done
+wait_for "$T/stop3.log" 'started as replica 1/2' 20 && sleep 1 && kill -STOP "$(cat "$T/stop3.log.pid")"
+res=""
+for k in 0 1 2; do wait_exit "$(cat "$T/stop$k.log.pid")" 30; res="$res $WX"; done
+kill -CONT "$(cat "$T/stop3.log.pid")" 2>/dev/null
+kill -9 "$(cat "$T/stop3.log.pid")" 2>/dev/null
+is "$res" " 1 1 1" "a replica stopped during the reduction: the others exit 1 after --timeout"
+like "$(cat "$T/stop1.log")" 'stage 1 of replica 0: (receiving|sending) .* (from|to) stage 1 of replica 1(: nothing moved for 2 s \(--timeout\)| failed: .*within 2 s)' \
+    "... and its partner stage names it and the timeout"
 
 set -- $(matrix resmlp_small "$(e2e_splits 1)" "$(e2e_splits 2)" "$(e2e_splits 3)" "1 2 4")
 is "$1" 0 "resmlp_small (skips across splits): $2 layouts bitwise equal twice and across stage counts"
