@@ -3,7 +3,7 @@
 # on the same loopback path, in one go on the same cores: the quickstart MLP
 # (examples/mlp.pipe, 1 stage, checkpoint never) as 2 replicas (`piperun --dp 2`,
 # --threads 1 each), whose stage reports the reduction's bytes sent per step
-# and its time per step (mean over steps 2..N: copies, the reduce-scatter, the
+# and its time per step (median over steps 2..N: the reduce-scatter, the
 # sums and the all-gather), against bench/tcp_pair.c: two processes sending
 # each other one shard's bytes at once over plain sockets. Prints both rates
 # (MiB/s one process sends) and the ratio, then the verdict against the

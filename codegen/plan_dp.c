@@ -176,11 +176,11 @@ int pg_plan_dp_report(const ir_model *m, const pg_gen *g, int dp, FILE *o)
         fprintf(o, "stage %d: arena %" PRId64 " bytes (parameters %" PRId64 ", gradients %" PRId64
                    ", optimizer state %" PRId64 "); %" PRId64 " gradient floats reduced\n",
                 k, mem[k].arena, mem[k].params, mem[k].grads, mem[k].opt, s.numel);
-        fprintf(o, "  %5s %14s %14s %14s %14s %14s\n", "D", "shard copies", "bn sums", "send rings", "per process",
+        fprintf(o, "  %5s %14s %14s %14s %14s %14s\n", "D", "chunk copies", "bn sums", "send rings", "per process",
                 "sent");
         for (int i = 0; i < nd; i++) {
             int D = Ds[i];
-            pg_dp_bytes b = pg_dp_bytes_of(s.numel, s.stats_max, s.buffer_numel, s.nparams, D, 0);
+            pg_dp_bytes b = pg_dp_bytes_of(s.numel, s.stats_max, s.buffer_numel, s.nparams, m->nchunks, D, 0);
             int64_t rings = (int64_t)(D - 1) * b.link;
             fprintf(o, "  %5d %14" PRId64 " %14" PRId64 " %14" PRId64 " %14" PRId64 " %14" PRId64 "\n", D, b.in,
                     b.stats, rings, mem[k].arena + b.in + b.stats + rings, b.sent);

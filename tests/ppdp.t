@@ -10,11 +10,16 @@
 #    micro-batch, so D replicas of m micro-batches are compared with one of
 #    D x m (the same micro-batches of rows); its running statistics are then
 #    the whole batch's;
+#  - the reduction of a chunk's gradients starts while the stage's earlier
+#    chunk is still in backward (interleaved(2), PIPE_CHECK_OVERLAP=1), with the
+#    same bytes as one bucket after the backward;
+#  - a replica stopped during the reduction: the others give up after --timeout;
 #  - resume: a D = 2 run stopped after step 3 and resumed equals the
 #    uninterrupted run bitwise; the checkpoint is written once, replicas 2;
 #    SIGTERM with --save-on-exit stops every replica after the same step, and
 #    the run resumed from that checkpoint equals a straight one;
-#  - the replicas under ASan/UBSan/LSan (gpt_tiny, bn_small, with a resume);
+#  - the replicas under ASan/UBSan/LSan (gpt_tiny, bn_small, with a resume;
+#    the overlapped buckets);
 #  - the non-finite verdict over every replica (stop, --skip-nonfinite); --trace
 #    and --save-grads (the global gradients) with replicas;
 #  - piperun --dp 2 on the example mlp; Open MPI's mpirun MPMD of 2 stages x 2
@@ -105,6 +110,53 @@ is "$1" 0 "mlp_small: $2 layouts (1-3 stages x 1, 2, 4 replicas) each bitwise eq
 fails=0
 for D in 2 4; do vs_one mlp_small 1 $D "$T/mlp_small-1/D1.a" || fails=$((fails + 1)); done
 is "$fails" 0 "mlp_small: 2 and 4 replicas agree with 1 (loss within 1e-6, weights within 1e-5)"
+
+# buckets while the backward runs: mlp_small in 4 micro-batches on interleaved(2)
+# (2 stages of 2 chunks): a stage's later chunk ends its backward first, and its
+# gradients are summed over the replicas (by the reducer thread) while the earlier
+# chunk's backward runs. PIPE_CHECK_OVERLAP=1 makes each stage wait, before its
+# last backward action, until those buckets are reduced (no timing involved: a
+# reduction that starts only after the backward would leave nothing to wait for,
+# and the count says so) and count the steps where they were. The weights are
+# bitwise those of 1 stage on 1f1b (one bucket, after the backward), D = 2 and 4.
+fails=0
+e2e_gen "$T/ovl" mlp_small "$(e2e_splits 4)" 'interleaved(2)' never -e 's/microbatches = 5/microbatches = 4/' &&
+    build_strict "$T/ovl/gen" && e2e_gen "$T/ovl-ref" mlp_small "$(e2e_splits 1)" 1f1b never \
+    -e 's/microbatches = 5/microbatches = 4/' && build_strict "$T/ovl-ref/gen" || fails=1
+export PIPE_CHECK_OVERLAP=1
+for D in 2 4; do
+    train "$T/ovl" $D "$T/ovl/D$D" || fails=$((fails + 1))
+    for k in 0 1; do
+        grep -q "^\[stage $k replica 0\] stage $k replica 0: 1 early gradient bucket, all reduced before the last backward action in 3 of 3 steps" \
+            "$T/ovl/D$D.out" || { echo "# $D replicas, stage $k: $(grep -h 'early gradient' "$T/ovl/D$D.out")"; fails=$((fails + 1)); }
+    done
+done
+unset PIPE_CHECK_OVERLAP
+is "$fails" 0 "interleaved(2), 2 and 4 replicas: each stage's later chunk is summed over the replicas before its last backward action, every step"
+fails=0
+for D in 2 4; do
+    train "$T/ovl-ref" $D "$T/ovl-ref/D$D" && cmp -s "$T/ovl/D$D.st" "$T/ovl-ref/D$D.st" &&
+        cmp -s "$T/ovl/D$D.loss" "$T/ovl-ref/D$D.loss" || { echo "# $D replicas: overlapped differs"; fails=$((fails + 1)); }
+done
+is "$fails" 0 "... and trains bitwise as 1 stage on 1f1b, whose one bucket is summed after the backward"
+
+# a replica stopped (SIGSTOP) while the buckets are summed: its partner stage
+# gives up after --timeout (2 s) and names it, from the reducer thread or the main
+# one, whichever was waiting; every running process exits 1, none hangs
+port=$(free_port)
+for k in 0 1 2 3; do # rank k runs stage k mod 2
+    PIPE_RANK=$k PIPE_WORLD=4 PIPE_MASTER=127.0.0.1:$port "$T/ovl/gen/bin/stage$((k % 2))" --threads 1 --dp 2 \
+        --timeout 2 --steps 100000000 --log-every 1000000 >"$T/stop$k.log" 2>&1 &
+    echo $! >"$T/stop$k.log.pid"
+done
+wait_for "$T/stop3.log" 'started as replica 1/2' 20 && sleep 1 && kill -STOP "$(cat "$T/stop3.log.pid")"
+res=""
+for k in 0 1 2; do wait_exit "$(cat "$T/stop$k.log.pid")" 30; res="$res $WX"; done
+kill -CONT "$(cat "$T/stop3.log.pid")" 2>/dev/null
+kill -9 "$(cat "$T/stop3.log.pid")" 2>/dev/null
+is "$res" " 1 1 1" "a replica stopped during the reduction: the others exit 1 after --timeout"
+like "$(cat "$T/stop1.log")" 'stage 1 of replica 0: (receiving|sending) .* (from|to) stage 1 of replica 1(: nothing moved for 2 s \(--timeout\)| failed: .*within 2 s)' \
+    "... and its partner stage names it and the timeout"
 
 set -- $(matrix resmlp_small "$(e2e_splits 1)" "$(e2e_splits 2)" "$(e2e_splits 3)" "1 2 4")
 is "$1" 0 "resmlp_small (skips across splits): $2 layouts bitwise equal twice and across stage counts"
@@ -213,7 +265,20 @@ if [ -e "$SAN/libpgrt_cpu.a" ] && [ -x "$SAN/piperun" ]; then
         fi
     done
     is "$fails" 0 "gpt_tiny and bn_small, 2 stages x 2 replicas, checkpoint and resume: clean under ASan/UBSan/LSan, same bytes"
+    # the reducer thread and the lent sends of the early buckets (interleaved(2), above)
+    fails=0
+    RTLIB=$SAN/libpgrt_cpu.a build "$T/ovl/gen" -g -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+        -fno-omit-frame-pointer && mv "$T/ovl/gen/bin" "$T/ovl/san" &&
+        ASAN_OPTIONS=detect_leaks=1 PIPE_CHECK_OVERLAP=1 "$SAN/piperun" --dp 2 "$T/ovl/san" -- --steps 3 --threads 1 \
+            --save "$T/ovl-san.st" >"$T/ovl-san.out" 2>&1 || { tail -20 "$T/ovl-san.out" | sed 's/^/# /'; fails=1; }
+    if grep -Eq 'ERROR: AddressSanitizer|runtime error:|LeakSanitizer' "$T/ovl-san.out" ||
+        ! grep -q 'all reduced before the last backward action in 3 of 3 steps' "$T/ovl-san.out" ||
+        ! cmp -s "$T/ovl-san.st" "$T/ovl/D2.st"; then
+        echo "# the overlapped buckets under the sanitizers: a report, no overlap, or other bytes"; fails=$((fails + 1))
+    fi
+    is "$fails" 0 "interleaved(2), 2 x 2 replicas, buckets during the backward: clean under ASan/UBSan/LSan, same bytes"
 else
+    skip "build-san/libpgrt_cpu.a or build-san/piperun missing (make SAN=1 san-all; make test builds them)"
     skip "build-san/libpgrt_cpu.a or build-san/piperun missing (make SAN=1 san-all; make test builds them)"
 fi
 

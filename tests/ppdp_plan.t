@@ -2,9 +2,10 @@
 # tests/ppdp_plan.t — `pipegen plan`'s pp x dp table against figures computed
 # here from plan.json alone, and against what the runtime itself reports:
 #  - per stage and D: the arena and its parameters, gradients and optimizer
-#    state (plan.json's memory), the reduction's shard copies ((D-1) slots of
-#    ceil(n/D)+1 floats), batch-norm sums (D x 2 x max(C,1) doubles), send rings
-#    (D-1 rings of two shards, the buffers' sums and message headers), the
+#    state (plan.json's memory), the reduction's chunk buffers ((D-1) x 64 Ki
+#    floats: the other replicas' copies of a chunk of the shard), batch-norm
+#    sums (D x 2 x max(C,1) doubles), send rings (D-1 rings of the buffers'
+#    sums and message headers: the gradients are lent, not copied), the
 #    process total and the bytes replica 0 sends per step ((D-1) shards out and
 #    its summed shard to D-1 replicas), n being the stage's reduced floats: its
 #    trained parameters but a transmitted tie's copy on a user;
@@ -47,12 +48,11 @@ for st in plan["stages"]:
         if D == 1:
             print("stage %d D 1 0 0 0 %d 0" % (k, st["arena_bytes"]))
             continue
-        slot = -(-n // D) + 1
-        shards = (D - 1) * slot * 4
+        shards = (D - 1) * 65536 * 4
         bn = D * 2 * max(cmax, 1) * 8
         chunks = (-(-n // D)) // 65536
-        msgs = 2 * (chunks + nparams + 2) + nparams + 8
-        ring = 2 * (-(-n // D)) * 4 + bufs * 8 + msgs * 16 + 4096
+        msgs = 2 * (chunks + nparams + 2 * plan["partition"]["nchunks"] + 2) + nparams + 8
+        ring = bufs * 8 + msgs * 16 + 4096
         mine = n // D                      # replica 0's shard: [0, n / D)
         sent = ((D - 1) * mine + (n - mine)) * 4
         print("stage %d D %d %d %d %d %d %d" % (k, D, shards, bn, (D - 1) * ring,

@@ -7,19 +7,27 @@
  * index (inputs, targets, dropout masks), so a loss divided by B (mean) is the
  * whole batch's.
  *
- * After a stage's last backward of a step (its gradient folds and tie
- * reductions done), every gradient it trains is summed over the D copies of
- * the stage: the stage's gradients, concatenated in parameter order, are cut
- * into D contiguous shards; replica q receives shard q from every other
- * replica and sums it as replica 0 + 1 + ... + D-1 for every element (the
- * order never depends on which message came first), then sends the sum to
- * every other replica (reduce-scatter + all-gather: each process sends
- * 2 (D-1)/D of its gradient bytes). The verdict, the grad-norm clip and the
- * optimizer then see the same gradients on every replica, so the replicas
+ * Every gradient a stage trains is summed over the D copies of the stage:
+ * the gradients, concatenated in parameter order, are cut into D contiguous
+ * shards; replica q receives shard q from every other replica and sums it as
+ * replica 0 + 1 + ... + D-1 for every element (the order never depends on
+ * which message came first), then sends the sum to every other replica
+ * (reduce-scatter + all-gather: each process sends 2 (D-1)/D of its gradient
+ * bytes). This runs in buckets: the parameters of a chunk whose last backward
+ * action of the step comes before the stage's last one are reduced by a
+ * reducer thread while the backward goes on (an element's sum is the same
+ * whatever its bucket); the rest when the verdict needs them. Every gradient
+ * byte leaves as a lent send from where it lies (no copy into the link's
+ * ring), the other replicas' copies of a chunk arrive in a chunk buffer, and
+ * the chunk's sum is one pass that writes it in place. The verdict, the
+ * grad-norm clip and the optimizer then see the same gradients on every
+ * replica, so the replicas
  * stay bitwise identical. Deferred batch norm's sums are summed the same way
  * (pg_dp_stats, through the backend's stats hook) before the running
  * statistics are updated. */
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,18 +44,44 @@
  * parameters' ends). */
 #define DP_CHUNK PG_DP_CHUNK /* dp_bytes.h: the buffers' sizes follow from it */
 
-struct pg_dp {
-    int n;                 /* parameters reduced */
-    int *param;            /* [n] index into d->params */
+/* The gradients reduced together: the parameters of one chunk, whose
+ * gradients are final once its last backward action of the step has run (an
+ * early bucket, reduced by the reducer thread while the stage's backward goes
+ * on), or the rest (the last bucket, reduced when the step's verdict needs
+ * them). */
+typedef struct dp_bucket {
+    int n;                 /* parameters */
+    int *param;            /* [n] indices into d->params, in parameter order */
     int64_t numel;         /* their elements in all */
-    float *in;             /* [(D-1) * shard_max] the other replicas' copies of this replica's shard */
-    int64_t shard_max;
+    int after;             /* early: the action after which it starts; -1: the last bucket */
+} dp_bucket;
+
+struct pg_dp {
+    int nb;                /* buckets: nb - 1 early ones in the order they start, then the last */
+    dp_bucket *b;
+    float *in;             /* [(D-1) * DP_CHUNK] the other replicas' copies of one chunk of this replica's shard */
+    const float **x;       /* [D] the sum's sources, in replica order */
+    uint64_t *scattered, *last; /* [D] the last lent send to each replica: of the reduce-scatter, of either phase */
     double *stats;         /* [D * 2 * stats_max] batch-norm sums of every replica */
     int64_t stats_max;
-    size_t sent;           /* gradient bytes one reduction sends */
+    size_t sent;           /* gradient bytes the last bucket sends (after the backward) */
+    size_t sent_early;     /* those the early buckets send (while it runs) */
     size_t held;           /* bytes of in and stats (dp_bytes.h; pg_dp_report prints it) */
-    double red_t[DP_TIMES]; /* the reduction's time in steps 2.. (the first DP_TIMES of them: pg_dp_report) */
+    double red_t[DP_TIMES]; /* the last bucket's time in steps 2.. (the first DP_TIMES of them: pg_dp_report) */
     int64_t red_steps;
+    /* the reducer thread: reduces this step's early buckets in order, as the
+     * main thread posts them (pg_dp_action_done); the buffers above are
+     * shared, used by one thread at a time (the last bucket waits for it) */
+    pthread_t thr;
+    int thr_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int posted, done;      /* early buckets posted and reduced this step */
+    int failed;            /* the reducer printed a failure: the step fails */
+    atomic_int stop;       /* pg_dp_stop: leave at the next receive slice */
+    int last_bwd;          /* the stage's last backward action of a step */
+    int check_overlap;     /* PIPE_CHECK_OVERLAP=1: the early buckets are reduced before it runs */
+    int64_t overlapped;    /* steps whose early buckets were all reduced before it (check_overlap) */
 };
 
 static int64_t shard_lo(int64_t n, int D, int q) { return n * q / D; }
@@ -157,12 +191,117 @@ static pg_dp_bytes dp_bytes(const pg_run *r)
     for (int i = 0; i < d->nparams; i++)
         if (d->params[i].is_buffer)
             bufs += d->params[i].numel;
-    return pg_dp_bytes_of(grad_numel(d), stats_max(d), bufs, d->nparams, r->replicas, r->replica);
+    return pg_dp_bytes_of(grad_numel(d), stats_max(d), bufs, d->nparams, d->nchunks, r->replicas, r->replica);
 }
 
 size_t pg_dp_link_bytes(const pg_run *r) { return (size_t)dp_bytes(r).link; }
 
 static int dp_stats(void *arg, double *sum, double *sumsq, int64_t C);
+
+/* The chunk of this stage whose layers alone use parameter p, or -1 (p
+ * stays in the last bucket). A layer's own parameters are named
+ * "<layer>.<suffix>" (dsl/layers.c, add_own), so the longest layer name that
+ * prefixes p's name with a dot names the layer; a parameter used more than
+ * once on the stage (nacc > 1: folded at the verdict) or tied across stages
+ * (summed over them first) is final only after the backward. */
+static int param_chunk(const pg_stage_desc *d, const pg_param_desc *p)
+{
+    if (p->nacc > 1 || p->tie != 0 || (p->stage_mask & (p->stage_mask - 1)))
+        return -1;
+    int best = -1;
+    size_t blen = 0;
+    for (int i = 0; i < d->nlayers; i++) {
+        const char *ln = d->layers[i].name;
+        size_t k = strlen(ln);
+        if (k > blen && strncmp(p->name, ln, k) == 0 && p->name[k] == '.') {
+            best = d->layers[i].chunk;
+            blen = k;
+        }
+    }
+    return best;
+}
+
+/* The buckets: one per chunk whose last backward action comes before the
+ * stage's last one (in that order), holding the chunk's parameters, then the
+ * last bucket with every other parameter. 0, or -1 out of memory. */
+static int plan_buckets(const pg_stage_desc *d, struct pg_dp *p)
+{
+    int nc = d->nchunks > 0 ? d->nchunks : 1, *lastc = malloc((size_t)nc * sizeof *lastc);
+    p->b = calloc((size_t)nc + 1, sizeof *p->b);
+    if (!lastc || !p->b) {
+        free(lastc);
+        return -1;
+    }
+    p->last_bwd = -1;
+    for (int c = 0; c < nc; c++)
+        lastc[c] = -1;
+    for (int a = 0; a < d->nactions; a++) {
+        const pg_step_action *x = &d->actions[a];
+        if ((x->kind == PG_BWD_B || x->kind == PG_BWD_W) && x->chunk >= 0 && x->chunk < nc) {
+            lastc[x->chunk] = a;
+            p->last_bwd = a;
+        }
+    }
+    int early = 0; /* chunks in the order their last backward runs */
+    for (int a = 0; a < p->last_bwd; a++)
+        for (int c = 0; c < nc; c++)
+            if (lastc[c] == a)
+                p->b[early++].after = a;
+    p->nb = early + 1;
+    p->b[early].after = -1;
+    for (int k = 0; k < p->nb; k++)
+        if (!(p->b[k].param = malloc((size_t)(d->nparams ? d->nparams : 1) * sizeof *p->b[k].param))) {
+            free(lastc);
+            return -1;
+        }
+    for (int i = 0; i < d->nparams; i++) {
+        const pg_param_desc *q = &d->params[i];
+        if (!reduced(d, q))
+            continue;
+        int c = param_chunk(d, q), k = early;
+        for (int j = 0; c >= 0 && j < early; j++)
+            if (p->b[j].after == lastc[c])
+                k = j;
+        p->b[k].param[p->b[k].n++] = i;
+        p->b[k].numel += q->numel;
+    }
+    free(lastc);
+    int kept = 0; /* early buckets without parameters (a chunk of relus) go */
+    for (int k = 0; k < p->nb; k++) {
+        if (p->b[k].n == 0 && k < early) {
+            free(p->b[k].param);
+            continue;
+        }
+        p->b[kept++] = p->b[k];
+    }
+    p->nb = kept;
+    return 0;
+}
+
+static int reduce_bucket(pg_run *r, int k);
+
+/* The reducer thread: this step's early buckets, in order, as they are posted. */
+static void *reducer_main(void *arg)
+{
+    pg_run *r = arg;
+    struct pg_dp *p = r->dp;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (p->done == p->posted && !atomic_load(&p->stop))
+            pthread_cond_wait(&p->cv, &p->mu);
+        if (atomic_load(&p->stop))
+            break;
+        int k = p->done, skip = p->failed;
+        pthread_mutex_unlock(&p->mu);
+        int rc = skip ? 0 : reduce_bucket(r, k);
+        pthread_mutex_lock(&p->mu);
+        p->failed |= rc;
+        p->done++;
+        pthread_cond_broadcast(&p->cv);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
 
 int pg_dp_init(pg_run *r)
 {
@@ -176,23 +315,48 @@ int pg_dp_init(pg_run *r)
         return 1;
     }
     r->dp = p;
-    p->param = malloc((size_t)(d->nparams ? d->nparams : 1) * sizeof *p->param);
-    for (int i = 0; p->param && i < d->nparams; i++)
-        if (reduced(d, &d->params[i]))
-            p->param[p->n++] = i;
+    p->x = malloc((size_t)D * sizeof *p->x);
+    p->scattered = malloc((size_t)D * sizeof *p->scattered);
+    p->last = malloc((size_t)D * sizeof *p->last);
     pg_dp_bytes b = dp_bytes(r);
-    p->numel = grad_numel(d);
-    p->shard_max = b.shard_max;
     p->stats_max = stats_max(d);
     p->in = malloc((size_t)b.in);
     p->stats = malloc((size_t)b.stats);
     p->held = (size_t)(b.in + b.stats);
-    if (!p->param || !p->in || !p->stats) {
+    if (plan_buckets(d, p) || !p->in || !p->stats || !p->x || !p->scattered || !p->last) {
         fprintf(stderr, "stage %d: out of memory for the replicas' gradient reduction (%" PRId64 " floats)\n", d->stage,
-                p->numel);
+                grad_numel(d));
         return 1;
     }
+    const char *co = getenv("PIPE_CHECK_OVERLAP");
+    p->check_overlap = co && *co && strcmp(co, "0") != 0;
+    if (p->nb > 1) {
+        pthread_mutex_init(&p->mu, NULL);
+        pthread_cond_init(&p->cv, NULL);
+        if (pthread_create(&p->thr, NULL, reducer_main, r) != 0) {
+            pthread_cond_destroy(&p->cv);
+            pthread_mutex_destroy(&p->mu);
+            fprintf(stderr, "stage %d: cannot start the thread of the replicas' gradient reduction\n", d->stage);
+            return 1;
+        }
+        p->thr_started = 1;
+    }
     return pg_backend_set_stats_reduce(r->ctx, dp_stats, r);
+}
+
+void pg_dp_stop(pg_run *r)
+{
+    struct pg_dp *p = r->dp;
+    if (!p || !p->thr_started)
+        return;
+    pthread_mutex_lock(&p->mu);
+    atomic_store(&p->stop, 1);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    pthread_join(p->thr, NULL);
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mu);
+    p->thr_started = 0;
 }
 
 void pg_dp_free(pg_run *r)
@@ -200,8 +364,14 @@ void pg_dp_free(pg_run *r)
     struct pg_dp *p = r->dp;
     if (!p)
         return;
-    free(p->param);
+    pg_dp_stop(r);
+    for (int k = 0; p->b && k < p->nb; k++)
+        free(p->b[k].param);
+    free(p->b);
     free(p->in);
+    free(p->x);
+    free(p->scattered);
+    free(p->last);
     free(p->stats);
     free(p);
     r->dp = NULL;
@@ -258,17 +428,17 @@ static int dp_stats(void *arg, double *sum, double *sumsq, int64_t C)
     return 0;
 }
 
-/* The stage's gradients as one vector of numel floats, in parameter order:
+/* A bucket's gradients as one vector of numel floats, in parameter order:
  * fn(arg, piece, count, at) for each stretch of [lo, hi) inside one
  * parameter's gradient (the arena's host memory: replicas run on the CPU
  * runtime only), `at` its index in the vector. 0, or the first nonzero fn. */
-static int each_piece(pg_run *r, int64_t lo, int64_t hi, int (*fn)(pg_run *, float *, int64_t, int64_t, void *),
-                      void *arg)
+typedef int (*piece_fn)(pg_run *, float *, int64_t, int64_t, void *);
+
+static int each_piece(pg_run *r, const dp_bucket *bk, int64_t lo, int64_t hi, piece_fn fn, void *arg)
 {
-    const struct pg_dp *p = r->dp;
     int64_t at = 0;
-    for (int k = 0; k < p->n && at < hi; k++) {
-        const pg_param_desc *q = &r->d->params[p->param[k]];
+    for (int k = 0; k < bk->n && at < hi; k++) {
+        const pg_param_desc *q = &r->d->params[bk->param[k]];
         int64_t a = lo > at ? lo : at, b = hi < at + q->numel ? hi : at + q->numel;
         int rc = a < b ? fn(r, (float *)(r->A + q->grad_off) + (a - at), b - a, a, arg) : 0;
         if (rc)
@@ -278,12 +448,10 @@ static int each_piece(pg_run *r, int64_t lo, int64_t hi, int (*fn)(pg_run *, flo
     return 0;
 }
 
-
-static int each_chunk(pg_run *r, int64_t lo, int64_t hi, int (*fn)(pg_run *, float *, int64_t, int64_t, void *),
-                      void *arg)
+static int each_chunk(pg_run *r, const dp_bucket *bk, int64_t lo, int64_t hi, piece_fn fn, void *arg)
 {
     for (int64_t c = lo; c < hi; c += DP_CHUNK) {
-        int rc = each_piece(r, c, hi - c < DP_CHUNK ? hi : c + DP_CHUNK, fn, arg);
+        int rc = each_piece(r, bk, c, hi - c < DP_CHUNK ? hi : c + DP_CHUNK, fn, arg);
         if (rc)
             return rc;
     }
@@ -295,43 +463,204 @@ typedef struct xfer {
     uint32_t tag;
     float *buf;     /* receive into buf[at - base] instead of the piece (NULL: the piece) */
     int64_t base;
+    uint64_t seq;   /* lent sends: the number of the last one (pg_net_wait_lent) */
+    pg_net_status st;
 } xfer;
 
-static int send_piece(pg_run *r, float *piece, int64_t n, int64_t at, void *arg)
+/* The piece goes out from where it lies: the link borrows it until
+ * pg_net_wait_lent says it is written (no copy into the send ring). */
+static int lend_piece(pg_run *r, float *piece, int64_t n, int64_t at, void *arg)
 {
-    const xfer *x = arg;
+    xfer *x = arg;
     (void)at;
-    return pg_net_send_rank(r->net, rank_of(r, x->q), x->tag, piece, (size_t)n * 4) ? 1 : 0;
+    x->st = pg_net_send_rank_lent(r->net, rank_of(r, x->q), x->tag, piece, (size_t)n * 4, &x->seq);
+    return x->st != PG_NET_OK;
+}
+
+/* A receive (or, buf NULL, the wait for the lent sends up to seq) from
+ * replica q, up to --timeout, in slices of at most half a second so that the
+ * reducer thread leaves soon after pg_dp_stop (a receive that timed out
+ * resumes where it stopped: pg_net.h). */
+static pg_net_status dp_wait(pg_run *r, int q, uint32_t tag, void *buf, size_t bytes, uint64_t seq)
+{
+    double left = r->opt.timeout_s;
+    for (;;) {
+        double s = left < 0.5 ? left : 0.5;
+        pg_net_status st = buf ? pg_net_recv_rank(r->net, rank_of(r, q), tag, buf, bytes, s)
+                               : pg_net_wait_lent(r->net, rank_of(r, q), seq, s);
+        left -= s;
+        if (st != PG_NET_TIMEOUT || left <= 0 || atomic_load(&r->dp->stop))
+            return st;
+    }
 }
 
 static int recv_piece(pg_run *r, float *piece, int64_t n, int64_t at, void *arg)
 {
-    const xfer *x = arg;
+    xfer *x = arg;
     float *dst = x->buf ? x->buf + (at - x->base) : piece;
-    return pg_net_recv_rank(r->net, rank_of(r, x->q), x->tag, dst, (size_t)n * 4, r->opt.timeout_s) ? 1 : 0;
+    x->st = dp_wait(r, x->q, x->tag, dst, (size_t)n * 4, 0);
+    return x->st != PG_NET_OK;
 }
 
-/* a[e] += b[e]: one addition per element, so vectorising it changes no bit */
-static void add_into(float *restrict a, const float *restrict b, int64_t n)
+/* 1, after saying what failed with replica q (a timeout names --timeout). */
+static int xfer_fail(const pg_run *r, const char *what, int q, int sending, pg_net_status st)
+{
+    if (st == PG_NET_TIMEOUT) {
+        fprintf(stderr, "stage %d of replica %d: %s %s %s stage %d of replica %d: nothing moved for %g s (--timeout)\n",
+                r->d->stage, r->replica, sending ? "sending" : "receiving", what, sending ? "to" : "from", r->d->stage,
+                q, r->opt.timeout_s);
+        return 1;
+    }
+    return dp_fail(r, what, q, sending);
+}
+
+/* o[e] = a[e] + b[e]: one addition per element (o may be a or b), so
+ * vectorising it changes no bit */
+static void add2(float *o, const float *a, const float *b, int64_t n)
 {
     for (int64_t e = 0; e < n; e++)
-        a[e] += b[e];
+        o[e] = a[e] + b[e];
 }
 
-/* g = x_0 + x_1 + ... + x_{D-1} for each element of the piece, in replica
- * order, x_me being the piece itself and the others the received copies
- * (replica 0's copy accumulates when it is not this replica's) */
+#define SUM_BLOCK 2048 /* floats summed at once in a block that stays in L1 */
+
+/* g = x[0] + x[1] + ... + x[D-1] for each element, in replica order (one of
+ * the x[q] may be g itself): one pass over the sources, one store. */
+static void sum_replicas(float *g, const float *const *x, int D, int64_t n)
+{
+    if (D == 2) {
+        add2(g, x[0], x[1], n);
+        return;
+    }
+    float t[SUM_BLOCK];
+    for (int64_t b = 0; b < n; b += SUM_BLOCK) {
+        int64_t m = n - b < SUM_BLOCK ? n - b : SUM_BLOCK;
+        add2(t, x[0] + b, x[1] + b, m);
+        for (int q = 2; q < D; q++)
+            add2(t, t, x[q] + b, m);
+        memcpy(g + b, t, (size_t)m * 4);
+    }
+}
+
+/* The piece summed over the replicas in place: x_me is the piece itself, the
+ * others' copies were received into the chunk buffers (slot per replica, at
+ * the piece's place in the chunk that starts at *arg). */
 static int sum_piece(pg_run *r, float *g, int64_t n, int64_t at, void *arg)
 {
-    const struct pg_dp *p = r->dp;
-    int64_t base = *(const int64_t *)arg;
+    struct pg_dp *p = r->dp;
+    int64_t c = *(const int64_t *)arg;
     int D = r->replicas, me = r->replica;
-    float *in = p->in + (at - base), *acc = me == 0 ? g : in; /* x_0 */
-    for (int q = 1; q < D; q++)
-        add_into(acc, q == me ? g : in + (int64_t)(q < me ? q : q - 1) * p->shard_max, n);
-    if (acc != g)
-        memcpy(g, acc, (size_t)n * 4);
+    for (int q = 0, slot = 0; q < D; q++)
+        p->x[q] = q == me ? g : p->in + (int64_t)slot++ * DP_CHUNK + (at - c);
+    sum_replicas(g, p->x, D, n);
     return 0;
+}
+
+/* Bucket k's gradients summed over the replicas: its vector cut into D
+ * shards, shard q reduced by replica q. 0, or 1 after printing the failure. */
+static int reduce_bucket(pg_run *r, int k)
+{
+    struct pg_dp *p = r->dp;
+    const dp_bucket *bk = &p->b[k];
+    int D = r->replicas, me = r->replica;
+    int64_t n = bk->numel, lo = shard_lo(n, D, me), hi = shard_lo(n, D, me + 1);
+    uint64_t *scattered = p->scattered, *last = p->last;
+    uint32_t in_tag = PG_TAG(PG_TAG_DP, k, 0), sum_tag = PG_TAG(PG_TAG_DP, k, 1);
+    /* reduce-scatter: shard q of this replica's gradients to replica q, lent
+     * from the gradients themselves (nothing writes them before the
+     * all-gather below brings shard q back) */
+    for (int q = 0; q < D; q++) {
+        xfer x = {q, in_tag, NULL, 0, 0, PG_NET_OK};
+        if (q != me && each_chunk(r, bk, shard_lo(n, D, q), shard_lo(n, D, q + 1), lend_piece, &x))
+            return xfer_fail(r, "a gradient shard", q, 1, x.st);
+        scattered[q] = last[q] = x.seq;
+    }
+    int main_thread = k == p->nb - 1; /* the last bucket: the trace's spans (the reducer thread's buckets have none) */
+    if (main_thread)
+        r->dp_mark[2] = pg_run_now();
+    /* chunk by chunk: every other replica's copy into the chunk buffers, the
+     * sum in replica order 0 + 1 + ... + D-1 (whatever arrived first) into
+     * place, and the summed chunk out to every other replica (the all-gather),
+     * lent from where it lies (nothing writes it again in this step) */
+    for (int64_t c = lo; c < hi; c += DP_CHUNK) {
+        int64_t ce = hi - c < DP_CHUNK ? hi : c + DP_CHUNK;
+        for (int q = 0, slot = 0; q < D; q++) {
+            if (q == me)
+                continue;
+            xfer x = {q, in_tag, p->in + (int64_t)slot++ * DP_CHUNK, c, 0, PG_NET_OK};
+            if (each_piece(r, bk, c, ce, recv_piece, &x))
+                return xfer_fail(r, "a gradient shard", q, 0, x.st);
+        }
+        each_piece(r, bk, c, ce, sum_piece, &c);
+        for (int q = 0; q < D; q++) {
+            xfer x = {q, sum_tag, NULL, 0, last[q], PG_NET_OK};
+            if (q != me && each_piece(r, bk, c, ce, lend_piece, &x))
+                return xfer_fail(r, "a summed gradient shard", q, 1, x.st);
+            last[q] = x.seq;
+        }
+    }
+    if (main_thread)
+        r->dp_mark[3] = pg_run_now();
+    for (int q = 0; q < D; q++) { /* the other replicas' summed shards, into place once this one's copy is out */
+        xfer x = {q, sum_tag, NULL, 0, 0, PG_NET_OK};
+        if (q == me)
+            continue;
+        if ((x.st = dp_wait(r, q, 0, NULL, 0, scattered[q])))
+            return xfer_fail(r, "a gradient shard", q, 1, x.st);
+        if (each_chunk(r, bk, shard_lo(n, D, q), shard_lo(n, D, q + 1), recv_piece, &x))
+            return xfer_fail(r, "a summed gradient shard", q, 0, x.st);
+    }
+    if (main_thread)
+        r->dp_mark[4] = pg_run_now();
+    for (int q = 0; q < D; q++) { /* the clip and the optimizer may write the gradients: every lent send is out */
+        pg_net_status st = q == me ? PG_NET_OK : dp_wait(r, q, 0, NULL, 0, last[q]);
+        if (st)
+            return xfer_fail(r, "a summed gradient shard", q, 1, st);
+    }
+    return 0;
+}
+
+/* The bytes bucket k sends in one reduction: 2 (D-1)/D of its gradients. */
+static size_t bucket_sent(const pg_run *r, int k)
+{
+    int64_t n = r->dp->b[k].numel, D = r->replicas, me = r->replica;
+    int64_t mine = shard_lo(n, (int)D, (int)me + 1) - shard_lo(n, (int)D, (int)me);
+    return (size_t)(n - mine) * 4 + (size_t)(D - 1) * (size_t)mine * 4;
+}
+
+/* Wait until the reducer thread has reduced every early bucket posted so
+ * far (mu held). */
+static void wait_reducer(struct pg_dp *p)
+{
+    while (p->done < p->posted)
+        pthread_cond_wait(&p->cv, &p->mu);
+}
+
+void pg_dp_action_begin(pg_run *r, int a)
+{
+    struct pg_dp *p = r->dp;
+    if (!p || !p->check_overlap || p->nb < 2 || a != p->last_bwd)
+        return;
+    /* PIPE_CHECK_OVERLAP=1: the early buckets must be reducible while the
+     * stage's last backward action has not run yet */
+    pthread_mutex_lock(&p->mu);
+    wait_reducer(p);
+    int ok = p->posted == p->nb - 1 && !p->failed;
+    pthread_mutex_unlock(&p->mu);
+    p->overlapped += ok;
+}
+
+void pg_dp_action_end(pg_run *r, int a)
+{
+    struct pg_dp *p = r->dp;
+    if (!p || p->nb < 2)
+        return;
+    pthread_mutex_lock(&p->mu);
+    while (p->posted < p->nb - 1 && p->b[p->posted].after == a) {
+        p->posted++; /* all of its gradients are final: the reducer thread starts on it */
+        pthread_cond_broadcast(&p->cv);
+    }
+    pthread_mutex_unlock(&p->mu);
 }
 
 int pg_dp_reduce(pg_run *r, int64_t step)
@@ -344,50 +673,31 @@ int pg_dp_reduce(pg_run *r, int64_t step)
     struct pg_dp *p = r->dp;
     if (!p)
         return 0;
-    int D = r->replicas, me = r->replica;
-    r->dp_mark[0] = pg_run_now(); /* the trace's spans (trace.c) */
+    int D = r->replicas;
+    r->dp_mark[0] = pg_run_now(); /* the trace's spans (trace.c): waiting, reduce-scatter, sum, all-gather */
+    if (p->nb > 1) { /* the early buckets: every one posted (a step always runs its backward), then reduced */
+        pthread_mutex_lock(&p->mu);
+        p->posted = p->nb - 1;
+        pthread_cond_broadcast(&p->cv);
+        wait_reducer(p);
+        int failed = p->failed;
+        p->posted = p->done = 0;
+        pthread_mutex_unlock(&p->mu);
+        if (failed)
+            return 1;
+    }
     /* every copy of this stage is here: a word each way first, so that the
      * time measured below is the reduction's, not the replicas' skew */
     double word = 0.0, *words = p->stats; /* D doubles */
     if (allgather_f64(r, PG_TAG(PG_TAG_DP, 0, 4), &word, words, 1, "the start word") || pg_sync(r->ctx))
         return 1;
     double t0 = r->dp_mark[1] = pg_run_now();
-    int64_t n = p->numel, lo = shard_lo(n, D, me), hi = shard_lo(n, D, me + 1);
-    /* reduce-scatter: shard q of this replica's gradients to replica q (the
-     * send rings hold a step's traffic: pg_dp_link_bytes) */
-    for (int q = 0; q < D; q++) {
-        xfer x = {q, PG_TAG(PG_TAG_DP, 0, 0), NULL, 0};
-        if (q != me && each_chunk(r, shard_lo(n, D, q), shard_lo(n, D, q + 1), send_piece, &x))
-            return dp_fail(r, "a gradient shard", q, 1);
-    }
-    r->dp_mark[2] = pg_run_now();
-    /* chunk by chunk: every other replica's copy, the sum in replica order
-     * 0 + 1 + ... + D-1 (whatever arrived first), and the summed chunk out
-     * to every other replica (the all-gather) */
-    for (int64_t c = lo; c < hi; c += DP_CHUNK) {
-        int64_t ce = hi - c < DP_CHUNK ? hi : c + DP_CHUNK;
-        for (int q = 0, slot = 0; q < D; q++) {
-            if (q == me)
-                continue;
-            xfer x = {q, PG_TAG(PG_TAG_DP, 0, 0), p->in + (int64_t)slot++ * p->shard_max, lo};
-            if (each_piece(r, c, ce, recv_piece, &x))
-                return dp_fail(r, "a gradient shard", q, 0);
-        }
-        each_piece(r, c, ce, sum_piece, &lo);
-        for (int q = 0; q < D; q++) {
-            xfer x = {q, PG_TAG(PG_TAG_DP, 0, 1), NULL, 0};
-            if (q != me && each_piece(r, c, ce, send_piece, &x))
-                return dp_fail(r, "a summed gradient shard", q, 1);
-        }
-    }
-    r->dp_mark[3] = pg_run_now();
-    for (int q = 0; q < D; q++) { /* the other replicas' summed shards, into place */
-        xfer x = {q, PG_TAG(PG_TAG_DP, 0, 1), NULL, 0};
-        if (q != me && each_chunk(r, shard_lo(n, D, q), shard_lo(n, D, q + 1), recv_piece, &x))
-            return dp_fail(r, "a summed gradient shard", q, 0);
-    }
-    r->dp_mark[4] = pg_run_now();
-    p->sent = (size_t)(n - (hi - lo)) * 4 + (size_t)(D - 1) * (size_t)(hi - lo) * 4;
+    if (reduce_bucket(r, p->nb - 1))
+        return 1;
+    p->sent = bucket_sent(r, p->nb - 1);
+    p->sent_early = 0;
+    for (int k = 0; k + 1 < p->nb; k++)
+        p->sent_early += bucket_sent(r, k);
     if (step > 0 && p->red_steps < DP_TIMES)
         p->red_t[p->red_steps++] = pg_run_now() - t0;
     if (d->has_loss) { /* the loss of the whole batch: the replicas' sums, in replica order */
@@ -412,13 +722,23 @@ static int cmp_double(const void *a, const void *b)
 void pg_dp_report(pg_run *r)
 {
     struct pg_dp *p = r->dp;
-    if (!p || !p->red_steps)
+    if (!p)
+        return;
+    if (p->nb > 1)
+        printf("stage %d: %d gradient bucket%s (%zu bytes sent per step) reduced while the backward ran\n",
+               r->d->stage, p->nb - 1, p->nb == 2 ? "" : "s", p->sent_early);
+    if (p->check_overlap)
+        printf("stage %d replica %d: %d early gradient bucket%s, all reduced before the last backward action in %"
+               PRId64 " of %" PRId64 " steps (PIPE_CHECK_OVERLAP)\n", r->d->stage, r->replica, p->nb - 1,
+               p->nb == 2 ? "" : "s", p->overlapped, r->opt.steps);
+    if (!p->red_steps || !p->sent)
         return;
     qsort(p->red_t, (size_t)p->red_steps, sizeof p->red_t[0], cmp_double);
     double med = p->red_t[p->red_steps / 2];
     if (!(med > 0))
         return;
     printf("stage %d: gradient reduction over %d replicas: %zu bytes sent per step in %.3f ms (%.1f MiB/s, median "
-           "of steps 2..%" PRId64 "); buffers %zu bytes, send rings %d x %zu bytes\n", r->d->stage, r->replicas, p->sent,
-           med * 1e3, (double)p->sent / med / 1048576.0, p->red_steps + 1, p->held, r->replicas - 1, pg_dp_link_bytes(r));
+           "of steps 2..%" PRId64 ")%s; buffers %zu bytes, send rings %d x %zu bytes\n", r->d->stage, r->replicas, p->sent,
+           med * 1e3, (double)p->sent / med / 1048576.0, p->red_steps + 1, p->nb > 1 ? " after the backward" : "", p->held,
+           r->replicas - 1, pg_dp_link_bytes(r));
 }

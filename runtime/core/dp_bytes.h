@@ -8,18 +8,24 @@
  * What it assumes of dp.c's reduction (change it with dp.c):
  *  - the stage reduces n floats: every trained parameter it holds, in table
  *    order, except a transmitted tie's copy on a stage that does not own it;
- *  - they are cut into D shards, shard q = [n q / D, n (q + 1) / D); each
- *    process keeps the other D - 1 replicas' copies of its own shard, each
- *    in a slot of ceil(n / D) + 1 floats (in);
+ *  - they are cut into D shards, shard q = [n q / D, n (q + 1) / D) (with
+ *    buckets, each bucket's floats are cut so: see below); the other D - 1
+ *    replicas' copies of a shard arrive one PG_DP_CHUNK-float chunk at a time,
+ *    into D - 1 chunk buffers (in), and are summed straight into the gradients;
  *  - every replica's batch-norm sums, 2 C doubles each, C the stage's largest
  *    buffer (at least 1), are gathered into D x 2 C doubles (stats);
  *  - messages carry at most PG_DP_CHUNK floats and are also cut at the
- *    parameters' ends; the send ring to each other replica holds a step's
- *    traffic: two shards, the batch-norm sums, the loss, the start word and
- *    16 header bytes a message, + 4 KiB (the transport adds its own 64 KiB
- *    of headroom to every ring, tcp.c's RING_SLACK, not counted here);
+ *    parameters' ends and the buckets' (one per chunk of the model at most);
+ *    the gradients themselves are lent to the transport (pg_net_send_rank_lent),
+ *    not copied, so the send ring to each other replica holds only the
+ *    batch-norm sums, the loss, the start word and 16 header bytes a message,
+ *    + 4 KiB (the transport adds its own 64 KiB of headroom to every ring,
+ *    tcp.c's RING_SLACK, not counted here);
  *  - a process sends the other D - 1 shards of its gradients and its summed
- *    shard to each other replica: 2 (D - 1) / D of its gradient bytes. */
+ *    shard to each other replica: 2 (D - 1) / D of its gradient bytes. With
+ *    early buckets (a stage of several chunks) every bucket is cut into its
+ *    own D shards: for D = 2 the figure is exact, for D > 2 the process's
+ *    share of the floats may differ by a few per bucket from n / D. */
 #ifndef PG_DP_BYTES_H
 #define PG_DP_BYTES_H
 
@@ -28,8 +34,7 @@
 #define PG_DP_CHUNK ((int64_t)1 << 16) /* floats a reduction message carries at most */
 
 typedef struct pg_dp_bytes {
-    int64_t shard_max;  /* floats of a shard slot: ceil(n / D) + 1 */
-    int64_t in;         /* bytes: (D - 1) x shard_max floats, the other replicas' copies of this shard */
+    int64_t in;         /* bytes: (D - 1) x PG_DP_CHUNK floats, the other replicas' copies of a chunk of this shard */
     int64_t stats;      /* bytes: D x 2 x max(C, 1) doubles, every replica's batch-norm sums */
     int64_t link;       /* bytes of the send ring to each other replica */
     int64_t sent;       /* bytes replica q's process sends per step */
@@ -37,18 +42,19 @@ typedef struct pg_dp_bytes {
 
 /* n: floats reduced; stats_max: the largest buffer's elements (C); buffer_numel:
  * every buffer's elements; nparams: entries of the stage's parameter table;
- * replica q of D. All zero for D = 1 (no reduction, nothing allocated). */
-static inline pg_dp_bytes pg_dp_bytes_of(int64_t n, int64_t stats_max, int64_t buffer_numel, int nparams, int D, int q)
+ * nchunks: the model's chunks (the buckets' bound); replica q of D. All zero
+ * for D = 1 (no reduction, nothing allocated). */
+static inline pg_dp_bytes pg_dp_bytes_of(int64_t n, int64_t stats_max, int64_t buffer_numel, int nparams, int nchunks,
+                                         int D, int q)
 {
-    pg_dp_bytes b = {0, 0, 0, 0, 0};
+    pg_dp_bytes b = {0, 0, 0, 0};
     if (D <= 1)
         return b;
     int64_t shard = (n + D - 1) / D, mine = n * (q + 1) / D - n * q / D;
-    int64_t msgs = 2 * (shard / PG_DP_CHUNK + nparams + 2) + nparams + 8;
-    b.shard_max = shard + 1;
-    b.in = (int64_t)(D - 1) * b.shard_max * 4;
+    int64_t msgs = 2 * (shard / PG_DP_CHUNK + nparams + 2 * (int64_t)nchunks + 2) + nparams + 8;
+    b.in = (int64_t)(D - 1) * PG_DP_CHUNK * 4;
     b.stats = (int64_t)D * 2 * (stats_max > 0 ? stats_max : 1) * 8;
-    b.link = 2 * shard * 4 + buffer_numel * 8 + msgs * 16 + 4096;
+    b.link = buffer_numel * 8 + msgs * 16 + 4096;
     b.sent = (n - mine) * 4 + (int64_t)(D - 1) * mine * 4;
     return b;
 }

@@ -118,6 +118,18 @@ pg_net_status pg_net_recv(pg_net *n, int peer, uint32_t tag, void *buf, size_t b
  * the exchanges between replicas (runtime/core/dp.c). Host memory only. */
 pg_net_status pg_net_send_rank(pg_net *n, int rank, uint32_t tag, const void *buf, size_t bytes);
 pg_net_status pg_net_recv_rank(pg_net *n, int rank, uint32_t tag, void *buf, size_t bytes, double timeout_s);
+/* A send that lends buf instead of copying it (the gradient reduction,
+ * runtime/core/dp.c): the header is queued as by pg_net_send_rank, the
+ * payload is written by the sender thread straight from buf, in order with
+ * the peer's other messages. buf must stay unchanged until
+ * pg_net_wait_lent(n, rank, seq) has returned PG_NET_OK for the *seq this
+ * send set (or the link failed, or pg_net_close returned). It never waits
+ * for the peer (the queue of lent buffers grows; only the header takes ring
+ * space). wait_lent: every lent send to rank numbered <= seq written to the socket,
+ * up to timeout_s (PG_NET_TIMEOUT when the peer stopped reading). Host
+ * memory only. */
+pg_net_status pg_net_send_rank_lent(pg_net *n, int rank, uint32_t tag, const void *buf, size_t bytes, uint64_t *seq);
+pg_net_status pg_net_wait_lent(pg_net *n, int rank, uint64_t seq, double timeout_s);
 /* Wait until every queued send has been written to its socket. */
 pg_net_status pg_net_flush(pg_net *n, double timeout_s);
 const char *pg_net_error(const pg_net *n);

@@ -138,9 +138,21 @@ int pg_dp_layout(pg_run *r, pg_launch *l);
 size_t pg_dp_link_bytes(const pg_run *r);
 int pg_dp_init(pg_run *r);
 int pg_dp_reduce(pg_run *r, int64_t step);
-/* report (replica 0, after the last step): the bytes one reduction sends, its
- * median time over steps 2.. and the rate, one line on stdout (bench/dp.sh). */
+/* action_begin / action_end (every action of a step, before and after it
+ * runs): after the last backward action of a chunk whose gradients are then
+ * final (not the stage's last backward), the reducer thread starts summing
+ * them over the replicas (an early bucket) while the backward goes on;
+ * pg_dp_reduce waits for every early bucket, then reduces the rest.
+ * PIPE_CHECK_OVERLAP=1: before the stage's last backward action, wait until
+ * the early buckets are reduced, and count the steps where they were.
+ * report (replica 0, after the last step): the bytes one reduction sends after
+ * the backward, its median time over steps 2.. and the rate, one line on
+ * stdout (bench/dp.sh); the early buckets' bytes. stop (before the network
+ * closes): the reducer thread leaves. free: the buffers. */
+void pg_dp_action_begin(pg_run *r, int a);
+void pg_dp_action_end(pg_run *r, int a);
 void pg_dp_report(pg_run *r);
+void pg_dp_stop(pg_run *r);
 void pg_dp_free(pg_run *r);
 
 /* Before any work (preflight.c): --generate/--prompt fit the model and every

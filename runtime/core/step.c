@@ -485,6 +485,7 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
         double act_t0 = r->tracing ? pg_run_now() : 0.0;
         if (x->kind != PG_FWD && x->kind != PG_BWD_B && x->kind != PG_BWD_W && pg_backend_compute_end(r->ctx))
             return 1;
+        pg_dp_action_begin(r, a);
         switch (x->kind) {
         case PG_FWD: case PG_BWD_B: case PG_BWD_W: {
             const pg_chunk_desc *cf = pg_run_chunk_fns(d, x->chunk);
@@ -554,6 +555,7 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
             net_fail(r, a, x, st);
             return 1;
         }
+        pg_dp_action_end(r, a); /* a chunk's gradients final: the replicas sum them while the backward goes on */
         if (r->tracing)
             pg_trace_action(r, step, a, act_t0, pg_run_now());
     }

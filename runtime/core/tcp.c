@@ -1,7 +1,8 @@
 /* runtime/core/tcp.c — the TCP transport (pg_tcp.h): rendezvous through the
  * master (rank 0), a full mesh of connections, one sender thread per peer that
- * drains a byte ring filled by pg_tcp_send, and receives read straight into the
- * caller's buffer with poll() and a deadline.
+ * drains a byte ring filled by pg_tcp_send and the buffers lent to it by
+ * pg_tcp_send_rank_lent (written in place, in queue order), and receives read
+ * straight into the caller's buffer with poll() and a deadline.
  *
  * Wire formats (all integers little-endian):
  *   hello (peer -> master, 224 bytes + n): u32 magic "PGNH", u32 version (2),
@@ -29,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -55,6 +57,14 @@ typedef struct peer {
     pthread_cond_t cv;      /* signalled on every change of used, dead or stop */
     unsigned char *ring;    /* [cap] */
     size_t cap, head, used; /* bytes [head, head+used) mod cap are queued */
+    /* Lent payloads (pg_tcp_send_rank_lent): written from the caller's
+     * buffer, each after the ring's first `at` bytes (counted from the
+     * start: drained counts the ring bytes written so far); a FIFO of
+     * lent_cap that grows, so a lent send never waits for the peer. */
+    struct lent { const unsigned char *buf; size_t bytes; uint64_t at; } *lent;
+    int lent_head, lent_n, lent_cap;
+    uint64_t enq, drained;  /* ring bytes queued and written since the start */
+    uint64_t lent_seq, lent_done; /* lent payloads queued and written since the start */
     int stop, dead;         /* dead: the sender thread saw a write error */
     int dead_errno;
     /* receive state, so a recv that timed out part-way can be resumed */
@@ -161,6 +171,32 @@ static int write_all(int fd, const void *b, size_t n)
     return 0;
 }
 
+/* Write all of iov[0..n) (modified as it goes); 0 ok, -1 with errno. Blocking. */
+static int writev_all(int fd, struct iovec *iov, int n)
+{
+    while (n > 0) {
+        struct msghdr m;
+        memset(&m, 0, sizeof m);
+        m.msg_iov = iov;
+        m.msg_iovlen = (size_t)n;
+        ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        while (n > 0 && (size_t)w >= iov->iov_len) {
+            w -= (ssize_t)iov->iov_len;
+            iov++;
+            n--;
+        }
+        if (n > 0) {
+            iov->iov_base = (char *)iov->iov_base + w;
+            iov->iov_len -= (size_t)w;
+        }
+    }
+    return 0;
+}
+
 /* Read exactly n bytes by deadline. 0 ok; -1 error (errno), -2 EOF, -3 timeout. */
 static int read_until(int fd, void *b, size_t n, double deadline, size_t *got)
 {
@@ -168,6 +204,14 @@ static int read_until(int fd, void *b, size_t n, double deadline, size_t *got)
     size_t g = got ? *got : 0;
     int rc = 0;
     while (g < n) {
+        /* what has arrived already is read without a poll() first */
+        ssize_t r0 = recv(fd, p + g, n - g, MSG_DONTWAIT);
+        if (r0 > 0) {
+            g += (size_t)r0;
+            continue;
+        }
+        if (r0 == 0) { rc = -2; break; }
+        if (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) { rc = -1; break; }
         struct pollfd pf = {.fd = fd, .events = POLLIN};
         int pr = poll(&pf, 1, ms_left(deadline));
         if (pr < 0) {
@@ -807,17 +851,25 @@ out:
 
 /* ---- sender threads ------------------------------------------------------ */
 
+/* Drains the ring and the lent payloads in the order they were queued: the
+ * ring's bytes up to the next lent payload, then (in the same sendmsg when
+ * they meet) the payload from the caller's buffer, which is then done. */
 static void *sender_main(void *arg)
 {
     peer *p = arg;
     pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (p->used == 0 && !p->stop) pthread_cond_wait(&p->cv, &p->mu);
-        if (p->used == 0 || p->dead) break; /* stopped and drained */
+        while (p->used == 0 && p->lent_n == 0 && !p->stop) pthread_cond_wait(&p->cv, &p->mu);
+        if ((p->used == 0 && p->lent_n == 0) || p->dead) break; /* stopped and drained */
+        const struct lent *L = p->lent_n ? &p->lent[p->lent_head] : NULL;
         size_t chunk = p->cap - p->head < p->used ? p->cap - p->head : p->used;
-        const unsigned char *src = p->ring + p->head;
+        if (L && L->at - p->drained < chunk)
+            chunk = (size_t)(L->at - p->drained);
+        int with_lent = L && p->drained + chunk == L->at; /* the payload follows these ring bytes */
+        struct iovec iov[2] = {{p->ring + p->head, chunk}, {(void *)(with_lent ? L->buf : NULL), with_lent ? L->bytes : 0}};
         pthread_mutex_unlock(&p->mu); /* never hold the lock while blocked in send */
-        int r = write_all(p->fd, src, chunk);
+        int r = chunk ? (with_lent ? writev_all(p->fd, iov, 2) : writev_all(p->fd, iov, 1))
+                      : writev_all(p->fd, iov + 1, 1);
         int e = errno;
         pthread_mutex_lock(&p->mu);
         if (r != 0) {
@@ -828,6 +880,12 @@ static void *sender_main(void *arg)
         }
         p->head = (p->head + chunk) % p->cap;
         p->used -= chunk;
+        p->drained += chunk;
+        if (with_lent) {
+            p->lent_head = (p->lent_head + 1) % p->lent_cap;
+            p->lent_n--;
+            p->lent_done++;
+        }
         pthread_cond_broadcast(&p->cv);
     }
     pthread_mutex_unlock(&p->mu);
@@ -919,40 +977,178 @@ static pg_net_status dead_status(pg_tcp *n, int i, int e)
     return e == EPIPE || e == ECONNRESET || e == 0 ? PG_NET_CLOSED : PG_NET_ERROR;
 }
 
-pg_net_status pg_tcp_send_rank(pg_tcp *n, int to, uint32_t tag, const void *buf, size_t bytes)
+/* Wait on p's condition (mu held) for a change, at most min(left, 0.1) s. */
+static void wait_a_while(peer *p, double left)
 {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double s = left < 0.1 ? left : 0.1;
+    ts.tv_nsec += (long)(s * 1e9);
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+}
+
+/* Copy len bytes into p's ring, waiting while it is full (mu held). 0, or
+ * -1 when the sender thread died (its errno in dead_errno). */
+static int ring_put(peer *p, const unsigned char *src, size_t left)
+{
+    while (left) {
+        while (p->used == p->cap && !p->dead) pthread_cond_wait(&p->cv, &p->mu);
+        if (p->dead)
+            return -1;
+        size_t tail = (p->head + p->used) % p->cap;
+        size_t room = p->cap - p->used, contig = p->cap - tail;
+        size_t c = left < room ? left : room;
+        if (c > contig) c = contig;
+        memcpy(p->ring + tail, src, c);
+        p->used += c;
+        p->enq += c;
+        src += c;
+        left -= c;
+        pthread_cond_broadcast(&p->cv);
+    }
+    return 0;
+}
+
+/* Twice the room for lent payloads, in queue order from index 0 (mu held;
+ * the sender thread copies what it needs before it unlocks). 0, or -1. */
+static int lent_grow(peer *p)
+{
+    int cap = p->lent_cap ? 2 * p->lent_cap : 64;
+    struct lent *q = malloc((size_t)cap * sizeof *q);
+    if (!q)
+        return -1;
+    for (int k = 0; k < p->lent_n; k++)
+        q[k] = p->lent[(p->lent_head + k) % p->lent_cap];
+    free(p->lent);
+    p->lent = q;
+    p->lent_cap = cap;
+    p->lent_head = 0;
+    return 0;
+}
+
+/* With nothing queued to p (the sender thread idle), write what the socket
+ * takes at once of header and payload from this thread (no wake-up of the
+ * sender, no copy): *hdr_done and *done say how much. 0, or -1 after a write
+ * error (the link is dead then, as if the sender thread had seen it). */
+static int send_now(peer *p, const unsigned char *h, size_t *hdr_done, const unsigned char *buf, size_t bytes,
+                    size_t *done)
+{
+    for (;;) {
+        struct iovec iov[2] = {{(void *)(h + *hdr_done), MSG_HDR - *hdr_done}, {(void *)(buf + *done), bytes - *done}};
+        int first = *hdr_done == MSG_HDR;
+        if (first && *done == bytes)
+            return 0;
+        struct msghdr m;
+        memset(&m, 0, sizeof m);
+        m.msg_iov = iov + first;
+        m.msg_iovlen = (size_t)(2 - first);
+        ssize_t w = sendmsg(p->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return 0;
+        if (w < 0) {
+            p->dead = 1;
+            p->dead_errno = errno;
+            pthread_cond_broadcast(&p->cv);
+            return -1;
+        }
+        size_t hw = (size_t)w < MSG_HDR - *hdr_done ? (size_t)w : MSG_HDR - *hdr_done;
+        *hdr_done += hw;
+        *done += (size_t)w - hw;
+    }
+}
+
+/* The header of a message into the ring, then its payload: copied into the
+ * ring too, or (lent) queued as the caller's buffer, *seq its number. */
+static pg_net_status send_msg(pg_tcp *n, int to, uint32_t tag, const void *buf, size_t bytes, int lend, uint64_t *seq)
+{
+    char nb[48];
     if (bad_peer(n, to, "send to")) return PG_NET_ERROR;
     peer *p = &n->p[to];
     unsigned char h[MSG_HDR];
     pg_put32(h, MSG_MAGIC);
     pg_put32(h + 4, tag);
     pg_put64(h + 8, (uint64_t)bytes);
-    const unsigned char *parts[2] = {h, buf};
-    size_t lens[2] = {MSG_HDR, bytes};
     pthread_mutex_lock(&p->mu);
-    for (int k = 0; k < 2; k++) {
-        const unsigned char *src = parts[k];
-        size_t left = lens[k];
-        while (left) {
-            while (p->used == p->cap && !p->dead) pthread_cond_wait(&p->cv, &p->mu);
-            if (p->dead) {
-                int e = p->dead_errno;
-                pthread_mutex_unlock(&p->mu);
-                return dead_status(n, to, e);
-            }
-            size_t tail = (p->head + p->used) % p->cap;
-            size_t room = p->cap - p->used, contig = p->cap - tail;
-            size_t c = left < room ? left : room;
-            if (c > contig) c = contig;
-            memcpy(p->ring + tail, src, c);
-            p->used += c;
-            src += c;
-            left -= c;
-            pthread_cond_broadcast(&p->cv);
-        }
+    if (lend && p->lent_n == p->lent_cap && lent_grow(p)) {
+        pthread_mutex_unlock(&p->mu);
+        seterr(n->err, sizeof n->err, "out of memory for the queue of sends to %s", pname(n, to, nb, sizeof nb));
+        return PG_NET_ERROR;
     }
+    size_t hdr_done = 0, done = 0; /* written here before anything is queued */
+    int idle = lend && !p->dead && p->used == 0 && p->lent_n == 0; /* every earlier lent send is written */
+    if (idle && send_now(p, h, &hdr_done, (const unsigned char *)buf, bytes, &done)) {
+        int e = p->dead_errno;
+        pthread_mutex_unlock(&p->mu);
+        return dead_status(n, to, e);
+    }
+    int r = p->dead ? -1 : ring_put(p, h + hdr_done, MSG_HDR - hdr_done);
+    if (r == 0 && idle && done == bytes) {
+        p->lent_seq++; /* written already: nothing lent stays queued, so every earlier one is done too */
+        p->lent_done++;
+        *seq = p->lent_seq;
+        pthread_mutex_unlock(&p->mu);
+        return PG_NET_OK;
+    }
+    buf = (const unsigned char *)buf + done;
+    bytes -= done;
+    if (r == 0 && !lend)
+        r = ring_put(p, buf, bytes);
+    else if (r == 0 && bytes) {
+        struct lent *L = &p->lent[(p->lent_head + p->lent_n) % p->lent_cap];
+        L->buf = buf;
+        L->bytes = bytes;
+        L->at = p->enq;
+        p->lent_n++;
+        pthread_cond_broadcast(&p->cv);
+    }
+    if (r == 0 && lend)
+        *seq = p->lent_seq += bytes != 0;
+    int e = p->dead_errno;
     pthread_mutex_unlock(&p->mu);
-    return PG_NET_OK;
+    return r ? dead_status(n, to, e) : PG_NET_OK;
+}
+
+pg_net_status pg_tcp_send_rank(pg_tcp *n, int to, uint32_t tag, const void *buf, size_t bytes)
+{
+    return send_msg(n, to, tag, buf, bytes, 0, NULL);
+}
+
+pg_net_status pg_tcp_send_rank_lent(pg_tcp *n, int to, uint32_t tag, const void *buf, size_t bytes, uint64_t *seq)
+{
+    return send_msg(n, to, tag, buf, bytes, 1, seq);
+}
+
+pg_net_status pg_tcp_wait_lent(pg_tcp *n, int to, uint64_t seq, double timeout_s)
+{
+    char nb[48];
+    if (bad_peer(n, to, "wait for the sends to")) return PG_NET_ERROR;
+    peer *p = &n->p[to];
+    double deadline = now_s() + timeout_s;
+    sig_atomic_t gen = cont_gen;
+    pthread_mutex_lock(&p->mu);
+    while (p->lent_done < seq && !p->dead) {
+        double left = deadline - now_s();
+        if (left <= 0 && gen != cont_gen) { /* stopped and continued meanwhile: wait afresh */
+            gen = cont_gen;
+            deadline = now_s() + timeout_s;
+            continue;
+        }
+        if (left <= 0) {
+            uint64_t behind = seq - p->lent_done;
+            pthread_mutex_unlock(&p->mu);
+            seterr(n->err, sizeof n->err, "%llu message%s to %s still unsent after %g s (it stopped reading)",
+                   (unsigned long long)behind, behind == 1 ? "" : "s", pname(n, to, nb, sizeof nb), timeout_s);
+            return PG_NET_TIMEOUT;
+        }
+        wait_a_while(p, left);
+    }
+    int dead = p->lent_done < seq, e = p->dead_errno;
+    pthread_mutex_unlock(&p->mu);
+    return dead ? dead_status(n, to, e) : PG_NET_OK;
 }
 
 pg_net_status pg_tcp_recv_rank(pg_tcp *n, int from, uint32_t tag, void *buf, size_t bytes, double timeout_s)
@@ -1048,24 +1244,20 @@ pg_net_status pg_tcp_flush(pg_tcp *n, double timeout_s)
         peer *p = &n->p[i];
         if (!p->thr_started) continue;
         pthread_mutex_lock(&p->mu);
-        while (p->used > 0 && !p->dead) {
+        while ((p->used > 0 || p->lent_n > 0) && !p->dead) {
             double left = deadline - now_s();
             if (left <= 0) {
                 size_t u = p->used;
+                for (int k = 0; k < p->lent_n; k++)
+                    u += p->lent[(p->lent_head + k) % p->lent_cap].bytes;
                 pthread_mutex_unlock(&p->mu);
                 seterr(n->err, sizeof n->err, "%zu bytes to %s still unsent after %g s",
                        u, pname(n, i, nb, sizeof nb), timeout_s);
                 return PG_NET_TIMEOUT;
             }
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            double s = left < 0.1 ? left : 0.1;
-            ts.tv_nsec += (long)(s * 1e9);
-            ts.tv_sec += ts.tv_nsec / 1000000000L;
-            ts.tv_nsec %= 1000000000L;
-            pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+            wait_a_while(p, left);
         }
-        int dead = p->dead && p->used > 0, e = p->dead_errno;
+        int dead = p->dead && (p->used > 0 || p->lent_n > 0), e = p->dead_errno;
         pthread_mutex_unlock(&p->mu);
         if (dead) return dead_status(n, i, e);
     }
@@ -1108,7 +1300,7 @@ void pg_tcp_close(pg_tcp *n)
         if (p->thr_started) {
             pthread_mutex_lock(&p->mu);
             p->stop = 1;
-            if (p->used) p->dead = 1; /* undrained: drop it */
+            if (p->used || p->lent_n) p->dead = 1; /* undrained: drop it */
             pthread_cond_broadcast(&p->cv);
             pthread_mutex_unlock(&p->mu);
             if (p->fd >= 0) shutdown(p->fd, SHUT_RDWR); /* unblocks a send stuck on a full socket */
@@ -1118,6 +1310,7 @@ void pg_tcp_close(pg_tcp *n)
         }
         if (p->fd >= 0) close(p->fd);
         free(p->ring);
+        free(p->lent);
     }
     free(n->p);
     free(n);

@@ -623,6 +623,22 @@ pg_net_status pg_net_recv_rank(pg_net *n, int rank, uint32_t tag, void *buf, siz
     return st;
 }
 
+pg_net_status pg_net_send_rank_lent(pg_net *n, int rank, uint32_t tag, const void *buf, size_t bytes, uint64_t *seq)
+{
+    pg_net_status st = pg_tcp_send_rank_lent(n->tcp, rank, tag, buf, bytes, seq);
+    if (st)
+        seterr(n->err, sizeof n->err, "%s", pg_tcp_error(n->tcp));
+    return st;
+}
+
+pg_net_status pg_net_wait_lent(pg_net *n, int rank, uint64_t seq, double timeout_s)
+{
+    pg_net_status st = pg_tcp_wait_lent(n->tcp, rank, seq, timeout_s);
+    if (st)
+        seterr(n->err, sizeof n->err, "%s", pg_tcp_error(n->tcp));
+    return st;
+}
+
 int pg_net_peer_lost(const pg_net *n) { return n && pg_tcp_peer_lost(n->tcp); }
 
 /* ---- start-up ------------------------------------------------------------ */
