@@ -18,7 +18,12 @@
  * optimizer then see the same gradients on every replica, so the replicas
  * stay bitwise identical. Deferred batch norm's sums are summed the same way
  * (pg_dp_stats, through the backend's stats hook) before the running
- * statistics are updated. */
+ * statistics are updated.
+ *
+ * On a backend whose arena is device memory (CUDA) the same reduction runs on
+ * a host copy: the gradients are copied out of the arena before it and back
+ * after it (`host` below), so the sums are the CPU's, bit for bit, whether the
+ * replicas share one GPU or not. NCCL per stage group is not used yet. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +48,7 @@ struct pg_dp {
     int64_t shard_max;
     double *stats;         /* [D * 2 * stats_max] batch-norm sums of every replica */
     int64_t stats_max;
+    float *host;           /* [numel] the gradients in host memory when the arena is the GPU's (NULL: the arena) */
     size_t sent;           /* gradient bytes one reduction sends */
     double red_t[DP_TIMES]; /* the reduction's time in steps 2.. (the first DP_TIMES of them: pg_dp_report) */
     int64_t red_steps;
@@ -87,11 +93,6 @@ int pg_dp_layout(pg_run *r, pg_launch *l)
         fprintf(stderr, "stage %d: %d replicas leave %" PRId64 " rows each, fewer than the %d micro-batches of %s: "
                 "use at most %" PRId64 " replicas or fewer micro-batches\n", d->stage, D, B / D, d->nmb, d->source,
                 B / d->nmb);
-        return 1;
-    }
-    if (D > 1 && strcmp(pg_backend_name(), "cpu") != 0) {
-        fprintf(stderr, "stage %d: data-parallel replicas (%d) run on the CPU runtime only so far; start one "
-                "replica per run on the %s runtime\n", d->stage, D, pg_backend_name());
         return 1;
     }
     if (D > 1 && r->opt.generate) {
@@ -183,11 +184,20 @@ int pg_dp_init(pg_run *r)
     p->stats_max = stats_max(d);
     p->in = malloc((size_t)(D - 1) * (size_t)p->shard_max * 4);
     p->stats = malloc((size_t)D * 2 * (size_t)(p->stats_max ? p->stats_max : 1) * sizeof(double));
-    if (!p->param || !p->in || !p->stats) {
+    /* the arena is device memory; PIPE_DP_STAGED=1 takes the same path on the
+     * CPU, so that tests/ppdp_staged.t checks it where no GPU is */
+    const char *force = getenv("PIPE_DP_STAGED");
+    int staged = strcmp(pg_backend_name(), "cpu") != 0 || (force && !strcmp(force, "1"));
+    if (staged)
+        p->host = malloc((size_t)(p->numel ? p->numel : 1) * 4);
+    if (!p->param || !p->in || !p->stats || (staged && !p->host)) {
         fprintf(stderr, "stage %d: out of memory for the replicas' gradient reduction (%" PRId64 " floats)\n", d->stage,
                 p->numel);
         return 1;
     }
+    if (staged && r->replica == 0)
+        printf("stage %d: gradient reduction over %d replicas: through host memory over TCP (the %s arena staged, "
+               "summed in replica order as on the CPU; NCCL is not used for it yet)\n", d->stage, D, pg_backend_name());
     return pg_backend_set_stats_reduce(r->ctx, dp_stats, r);
 }
 
@@ -199,6 +209,7 @@ void pg_dp_free(pg_run *r)
     free(p->param);
     free(p->in);
     free(p->stats);
+    free(p->host);
     free(p);
     r->dp = NULL;
 }
@@ -256,8 +267,9 @@ static int dp_stats(void *arg, double *sum, double *sumsq, int64_t C)
 
 /* The stage's gradients as one vector of numel floats, in parameter order:
  * fn(arg, piece, count, at) for each stretch of [lo, hi) inside one
- * parameter's gradient (the arena's host memory: replicas run on the CPU
- * runtime only), `at` its index in the vector. 0, or the first nonzero fn. */
+ * parameter's gradient (in the arena, or in the host copy `host` when the
+ * arena is device memory), `at` its index in the vector. 0, or the first
+ * nonzero fn. */
 static int each_piece(pg_run *r, int64_t lo, int64_t hi, int (*fn)(pg_run *, float *, int64_t, int64_t, void *),
                       void *arg)
 {
@@ -266,7 +278,8 @@ static int each_piece(pg_run *r, int64_t lo, int64_t hi, int (*fn)(pg_run *, flo
     for (int k = 0; k < p->n && at < hi; k++) {
         const pg_param_desc *q = &r->d->params[p->param[k]];
         int64_t a = lo > at ? lo : at, b = hi < at + q->numel ? hi : at + q->numel;
-        int rc = a < b ? fn(r, (float *)(r->A + q->grad_off) + (a - at), b - a, a, arg) : 0;
+        float *g = p->host ? p->host + at : (float *)(r->A + q->grad_off);
+        int rc = a < b ? fn(r, g + (a - at), b - a, a, arg) : 0;
         if (rc)
             return rc;
         at += q->numel;
@@ -330,6 +343,26 @@ static int sum_piece(pg_run *r, float *g, int64_t n, int64_t at, void *arg)
     return 0;
 }
 
+/* The arena's gradients to the host copy (to_host) or back; nothing when the
+ * arena is host memory. */
+static int stage_grads(pg_run *r, int to_host)
+{
+    const struct pg_dp *p = r->dp;
+    int64_t at = 0;
+    for (int k = 0; p->host && k < p->n; k++) {
+        const pg_param_desc *q = &r->d->params[p->param[k]];
+        unsigned char *g = r->A + q->grad_off;
+        if (to_host ? pg_copy_to_host(r->ctx, p->host + at, g, (size_t)q->numel * 4)
+                    : pg_copy_to_dev(r->ctx, g, p->host + at, (size_t)q->numel * 4)) {
+            fprintf(stderr, "stage %d of replica %d: copying the gradients %s the GPU for the replicas' sum failed\n",
+                    r->d->stage, r->replica, to_host ? "from" : "to");
+            return 1;
+        }
+        at += q->numel;
+    }
+    return 0;
+}
+
 int pg_dp_reduce(pg_run *r, int64_t step)
 {
     const pg_stage_desc *d = r->d;
@@ -347,6 +380,8 @@ int pg_dp_reduce(pg_run *r, int64_t step)
     if (allgather_f64(r, PG_TAG(PG_TAG_DP, 0, 4), &word, words, 1, "the start word") || pg_sync(r->ctx))
         return 1;
     double t0 = pg_run_now();
+    if (stage_grads(r, 1))
+        return 1;
     int64_t n = p->numel, lo = shard_lo(n, D, me), hi = shard_lo(n, D, me + 1);
     /* reduce-scatter: shard q of this replica's gradients to replica q (the
      * send rings hold a step's traffic: pg_dp_link_bytes) */
@@ -379,6 +414,8 @@ int pg_dp_reduce(pg_run *r, int64_t step)
         if (q != me && each_chunk(r, shard_lo(n, D, q), shard_lo(n, D, q + 1), recv_piece, &x))
             return dp_fail(r, "a summed gradient shard", q, 0);
     }
+    if (stage_grads(r, 0))
+        return 1;
     p->sent = (size_t)(n - (hi - lo)) * 4 + (size_t)(D - 1) * (size_t)(hi - lo) * 4;
     if (step > 0 && p->red_steps < DP_TIMES)
         p->red_t[p->red_steps++] = pg_run_now() - t0;

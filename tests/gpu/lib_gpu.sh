@@ -65,7 +65,8 @@ no_timeout() { shift; "$@"; }
 
 # train BINDIR OUT [stage options]: STEPS steps with every loss printed and the
 # weights saved; OUT.loss gets "step loss" lines then the "final loss" line.
-# 0 or 1 (the output's tail as TAP comments).
+# With TRAIN_DP=D set, D data-parallel replicas (piperun --dp D; replica 0
+# prints the losses and saves). 0 or 1 (the output's tail as TAP comments).
 train() {
     t_dir=$1 t_out=$2
     shift 2
@@ -73,12 +74,12 @@ train() {
     [ -d "$t_dir" ] || { echo "# $t_dir: not built"; return 1; }
     t_lim=$(time_left "${RUN_TIMEOUT:-180}")
     [ "$t_lim" -ge 10 ] || { echo "# not run: out of time (TEST_DEADLINE)"; return 1; }
-    $TIMEOUT_CMD "$t_lim" "$PIPERUN" "$t_dir" -- --steps "$STEPS" --log-every 1 --threads 1 --timeout 20 \
+    $TIMEOUT_CMD "$t_lim" "$PIPERUN" ${TRAIN_DP:+--dp "$TRAIN_DP"} "$t_dir" -- --steps "$STEPS" --log-every 1 --threads 1 --timeout 20 \
         --save "$t_out.safetensors" "$@" >"$t_out.out" 2>&1 ||
         { echo "# $t_dir failed (status $?):"; tail -20 "$t_out.out" | sed 's/^/# /'; return 1; }
     # "[stage k] step 3/20  loss 3.412345678  ..." -> "3 3.412345678", then the final loss
     sed -n 's/^.*step \([0-9]*\)\/[0-9]*  *loss \([-0-9.eEinfa+]*\).*$/\1 \2/p' "$t_out.out" >"$t_out.loss"
-    grep 'final loss' "$t_out.out" | sed 's/^\[stage [0-9]*\] //' >>"$t_out.loss"
+    grep 'final loss' "$t_out.out" | sed 's/^\[stage [0-9]*\( replica 0\)*\] //' >>"$t_out.loss"
 }
 
 # same A B WHAT: runs A and B (paths without .loss) have the same losses and

@@ -29,6 +29,13 @@
 #  5. a model with dropout: graphs stay off with a note, the results equal --no-graph;
 #  6. with 2+ GPUs, stages 0-1 on GPU 0 and 2-3 on GPU 1 (NCCL between 1 and 2,
 #     IPC within each pair): bitwise the 1-stage result again;
+#  5b. pp x dp on the one GPU (every process on it: the replicas' gradients
+#     are summed in host memory over TCP): gpt_tiny at 1, 2 and 4 stages x 2
+#     replicas (piperun --dp 2) gives the same losses and weights bit for bit
+#     at every stage count, twice alike, graphs = --no-graph; its first step's
+#     loss (the same weights, other micro-batches) within 1e-6 relative of the
+#     1-replica run's, every step within TOL of the CPU's; the start-up line
+#     names the reduction's path;
 #  7. a stage killed with SIGKILL mid-run: every other stage exits non-zero
 #     within KILL_S seconds, one of its neighbours naming it, each naming the
 #     stage it lost.
@@ -215,6 +222,31 @@ else
     like "$(cat "$T/cuda1drop.out" 2>/dev/null)" 'CUDA graphs off: .*dropout' "dropout: says graphs are off"
 fi
 same "$T/cuda1drop" "$T/cuda1drope" "dropout: default vs --no-graph"
+
+# --- 5b. pp x dp: 2 replicas of 1, 2 and 4 stages on one GPU ---------------------------
+variant g2 2; ok $? "gpt_tiny on 2 stages generates and links"
+TRAIN_DP=2 train "$T/g1/cuda" "$T/cuda1d2"; ok $? "1 stage x 2 replicas on one GPU: $STEPS steps"
+TRAIN_DP=2 train "$T/g2/cuda" "$T/cuda2d2"; ok $? "2 stages x 2 replicas on one GPU: $STEPS steps"
+TRAIN_DP=2 train "$T/g2/cuda" "$T/cuda2d2b"; ok $? "2 stages x 2 replicas again: $STEPS steps"
+TRAIN_DP=2 train "$T/g2/cuda" "$T/cuda2d2e" --no-graph; ok $? "2 stages x 2 replicas, --no-graph: $STEPS steps"
+TRAIN_DP=2 train "$T/g4/cuda" "$T/cuda4d2"; ok $? "4 stages x 2 replicas (8 processes) on one GPU: $STEPS steps"
+same "$T/cuda2d2" "$T/cuda2d2b" "2 stages x 2 replicas, twice"
+same "$T/cuda1d2" "$T/cuda2d2" "2 replicas: 2 stages vs 1 stage"
+same "$T/cuda1d2" "$T/cuda4d2" "2 replicas: 4 stages vs 1 stage"
+same "$T/cuda2d2" "$T/cuda2d2e" "2 stages x 2 replicas: graphs vs --no-graph"
+# step 1 runs the same weights on other micro-batches of the same rows: only
+# the order of the loss's sums differs
+d_a=$(sed -n 1p "$T/cuda1.loss" 2>/dev/null | cut -d' ' -f2) d_b=$(sed -n 1p "$T/cuda1d2.loss" 2>/dev/null | cut -d' ' -f2)
+awk -v a="$d_a" -v b="$d_b" 'BEGIN { d = a - b; if (d < 0) d = -d; m = a < 0 ? -a : a;
+    exit !(a != "" && b != "" && a == a + 0 && b == b + 0 && d <= 1e-6 * m) }'
+ok $? "2 replicas: step 1's loss within 1e-6 relative of 1 replica's (${d_b:-none} vs ${d_a:-none})"
+close "$REF/cpu1" "$T/cuda2d2" "$TOL" "2 stages x 2 replicas vs the CPU's 1 stage x 1 replica"
+if [ "$FAKE" = cpu ]; then
+    skip "the CPU runtime sums the replicas' gradients in place: no path to name"
+else
+    like "$(cat "$T/cuda2d2.out" 2>/dev/null)" 'gradient reduction over 2 replicas: through host memory over TCP' \
+        "2 replicas: the start-up line names the reduction's path"
+fi
 
 # --- 6. two GPUs: NCCL between different devices ------------------------------------
 ngpu=0
