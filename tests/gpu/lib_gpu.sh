@@ -14,7 +14,8 @@ COS='s/grad_clip = 1.0  seed = 5/grad_clip = 1.0  seed = 5  steps = 20  lr_sched
 BF16='s/grad_clip = 1.0  seed = 5/grad_clip = 1.0  seed = 5  precision = bf16/'
 DROP='s/fc = linear(d -> 4\*d)  gelu/fc = linear(d -> 4*d)  gelu  dropout(p = 0.1)/'
 
-# variant NAME STAGES [sed-arg...]: gpt_tiny cut to STAGES stages (1, 2 or 4)
+# variant NAME STAGES [sed-arg...]: gpt_tiny (GPU_MODEL) cut to STAGES stages
+# (1, 2 or 4; VARIANT_DEL, when set, is the sed expression that cuts it instead)
 # with the sed arguments applied, generated into $T/NAME/gen and linked into
 # $T/NAME/cpu (when CPULIB is set) and $T/NAME/cuda (when CUDALIB is set);
 # $T/NAME/hash is its plan hash. 0 or 1 (the reason as TAP comments).
@@ -23,6 +24,7 @@ variant() {
     shift 2
     case $v_stages in 1) v_del='/# S[123]$/d' ;; 2) v_del='/# S[13]$/d' ;; 4) v_del='' ;;
     *) echo "# variant: $v_stages stages is not 1, 2 or 4"; return 1 ;; esac
+    [ -n "${VARIANT_DEL+set}" ] && v_del=$VARIANT_DEL # another model's split tags
     mkdir -p "$v_d" || return 1
     sed -e "$v_del" "$@" "$GPU_MODEL" >"$v_d/gpt_tiny.pipe" || return 1
     "$PIPEGEN" gen "$v_d/gpt_tiny.pipe" -o "$v_d/gen" >"$v_d/gen.log" 2>&1 ||

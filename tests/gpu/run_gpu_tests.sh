@@ -35,7 +35,10 @@
 #     at every stage count, twice alike, graphs = --no-graph; its first step's
 #     loss (the same weights, other micro-batches) within 1e-6 relative of the
 #     1-replica run's, every step within TOL of the CPU's; the start-up line
-#     names the reduction's path;
+#     names the reduction's path; tests/models/bn_small.pipe (deferred batch
+#     norm, batch 12) at 1 and 2 stages x 2 replicas bitwise alike, step 1
+#     within 1e-6 relative of one replica of twice the micro-batches (the same
+#     micro-batches of rows), graphs off with a note naming the sums;
 #  7. a stage killed with SIGKILL mid-run: every other stage exits non-zero
 #     within KILL_S seconds, one of its neighbours naming it, each naming the
 #     stage it lost.
@@ -246,6 +249,31 @@ if [ "$FAKE" = cpu ]; then
 else
     like "$(cat "$T/cuda2d2.out" 2>/dev/null)" 'gradient reduction over 2 replicas: through host memory over TCP' \
         "2 replicas: the start-up line names the reduction's path"
+fi
+
+# deferred batch norm: its sums over the replicas (the stats hook) keep graphs off
+BN_BATCH='s/batch = 10  microbatches = 3/batch = 12  microbatches = 3/'
+BN_MB6='s/batch = 10  microbatches = 3/batch = 12  microbatches = 6/'
+GPU_MODEL=$TOP/tests/models/bn_small.pipe
+variant b1 1 -e "$BN_BATCH"; ok $? "bn_small, 1 stage: generates and links"
+VARIANT_DEL='' # bn_small has one split, # S1
+variant b2 2 -e "$BN_BATCH"; ok $? "bn_small, 2 stages: generates and links"
+variant b2m6 2 -e "$BN_MB6"; ok $? "bn_small, 6 micro-batches, 2 stages: generates and links"
+unset VARIANT_DEL
+GPU_MODEL=$TOP/tests/models/gpt_tiny.pipe
+TRAIN_DP=2 train "$T/b1/cuda" "$T/bn1d2"; ok $? "bn_small, 1 stage x 2 replicas: $STEPS steps"
+TRAIN_DP=2 train "$T/b2/cuda" "$T/bn2d2"; ok $? "bn_small, 2 stages x 2 replicas: $STEPS steps"
+train "$T/b2m6/cuda" "$T/bn2m6"; ok $? "bn_small, 6 micro-batches, 2 stages x 1 replica: $STEPS steps"
+same "$T/bn1d2" "$T/bn2d2" "bn_small, 2 replicas: 2 stages vs 1 stage (running statistics included)"
+d_a=$(sed -n 1p "$T/bn2m6.loss" 2>/dev/null | cut -d' ' -f2) d_b=$(sed -n 1p "$T/bn2d2.loss" 2>/dev/null | cut -d' ' -f2)
+awk -v a="$d_a" -v b="$d_b" 'BEGIN { d = a - b; if (d < 0) d = -d; m = a < 0 ? -a : a;
+    exit !(a != "" && b != "" && a == a + 0 && b == b + 0 && d <= 1e-6 * m) }'
+ok $? "bn_small: 2 replicas of 3 micro-batches, step 1's loss within 1e-6 relative of 1 replica of 6 (${d_b:-none} vs ${d_a:-none})"
+if [ "$FAKE" = cpu ]; then
+    skip "graphs are a CUDA-runtime feature"
+else
+    like "$(cat "$T/bn2d2.out" 2>/dev/null)" "CUDA graphs off: .*batch norm's sums over the data-parallel replicas" \
+        "bn_small, 2 replicas: says graphs are off for the batch-norm sums"
 fi
 
 # --- 6. two GPUs: NCCL between different devices ------------------------------------
