@@ -37,7 +37,7 @@ ok $? "the bundle is at most 20 MiB ($size bytes)"
 mkdir -p "$T/u" && tar -C "$T/u" -xzf "$T/b.tar.gz"
 B=$T/u/pipegen-gpu
 [ -x "$B/run.sh" ] && [ -f "$B/build-cuda/libpgrt_cuda.a" ] && [ -f "$B/build/cuda-tests/test_ops_gpu.o" ] &&
-    [ -s "$B/tests/gpu/ref/cpu1.loss" ] && [ -s "$B/tests/gpu/ref/cpu1bf.hash" ] && [ -f "$B/tests/models/gpt_tiny.pipe" ] &&
+    [ -s "$B/tests/gpu/ref/cpu1.loss" ] && [ -s "$B/tests/gpu/ref/cpu1bf.hash" ] && [ -f "$B/tests/models/gpt_tiny.pipe" ] && [ -f "$B/tests/models/bn_small.pipe" ] &&
     [ -x "$B/bench/gpu/run.sh" ] && [ -f "$B/examples/gpt2_small.pipe" ] && [ -f "$B/runtime/core/pg_stage.h" ] &&
     grep -q '^BUILT_CUDA_MAJOR=[0-9]' "$B/BUNDLE"
 ok $? "it holds run.sh, the runtime, the op tests, the CPU references, the models, the scripts, the headers"

@@ -24,7 +24,14 @@
  * replica, so the replicas
  * stay bitwise identical. Deferred batch norm's sums are summed the same way
  * (pg_dp_stats, through the backend's stats hook) before the running
- * statistics are updated. */
+ * statistics are updated.
+ *
+ * On a backend whose arena is device memory (CUDA) the same reduction runs on
+ * a host copy: the gradients are copied out of the arena before it and back
+ * after it (`host` below), in one bucket after the backward (no early
+ * buckets: the reducer thread does not touch the device), so the sums are
+ * the CPU's, bit for bit, whether the replicas share one GPU or not. NCCL per
+ * stage group is not used yet. */
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -66,7 +73,9 @@ struct pg_dp {
     int64_t stats_max;
     size_t sent;           /* gradient bytes the last bucket sends (after the backward) */
     size_t sent_early;     /* those the early buckets send (while it runs) */
-    size_t held;           /* bytes of in and stats (dp_bytes.h; pg_dp_report prints it) */
+    size_t held;           /* bytes of in, stats and host (dp_bytes.h; pg_dp_report prints it) */
+    int staged;            /* the arena is device memory (or PIPE_DP_STAGED=1): reduce a host copy */
+    float *host;           /* staged: [the last bucket's numel] the gradients in host memory */
     double red_t[DP_TIMES]; /* the last bucket's time in steps 2.. (the first DP_TIMES of them: pg_dp_report) */
     int64_t red_steps;
     /* the reducer thread: reduces this step's early buckets in order, as the
@@ -123,11 +132,6 @@ int pg_dp_layout(pg_run *r, pg_launch *l)
         fprintf(stderr, "stage %d: %d replicas leave %" PRId64 " rows each, fewer than the %d micro-batches of %s: "
                 "use at most %" PRId64 " replicas or fewer micro-batches\n", d->stage, D, B / D, d->nmb, d->source,
                 B / d->nmb);
-        return 1;
-    }
-    if (D > 1 && strcmp(pg_backend_name(), "cpu") != 0) {
-        fprintf(stderr, "stage %d: data-parallel replicas (%d) run on the CPU runtime only so far; start one "
-                "replica per run on the %s runtime\n", d->stage, D, pg_backend_name());
         return 1;
     }
     if (D > 1 && r->opt.generate) {
@@ -243,7 +247,7 @@ static int plan_buckets(const pg_stage_desc *d, struct pg_dp *p)
         }
     }
     int early = 0; /* chunks in the order their last backward runs */
-    for (int a = 0; a < p->last_bwd; a++)
+    for (int a = 0; !p->staged && a < p->last_bwd; a++) /* staged: one bucket */
         for (int c = 0; c < nc; c++)
             if (lastc[c] == a)
                 p->b[early++].after = a;
@@ -322,12 +326,20 @@ int pg_dp_init(pg_run *r)
     p->stats_max = stats_max(d);
     p->in = malloc((size_t)b.in);
     p->stats = malloc((size_t)b.stats);
-    p->held = (size_t)(b.in + b.stats);
-    if (plan_buckets(d, p) || !p->in || !p->stats || !p->x || !p->scattered || !p->last) {
+    /* the arena is device memory; PIPE_DP_STAGED=1 takes the same path on the
+     * CPU, so that tests/ppdp_staged.t checks it where no GPU is */
+    const char *force = getenv("PIPE_DP_STAGED");
+    p->staged = strcmp(pg_backend_name(), "cpu") != 0 || (force && !strcmp(force, "1"));
+    if (plan_buckets(d, p) || !p->in || !p->stats || !p->x || !p->scattered || !p->last ||
+        (p->staged && !(p->host = malloc((size_t)(p->b[p->nb - 1].numel ? p->b[p->nb - 1].numel : 1) * 4)))) {
         fprintf(stderr, "stage %d: out of memory for the replicas' gradient reduction (%" PRId64 " floats)\n", d->stage,
                 grad_numel(d));
         return 1;
     }
+    p->held = (size_t)(b.in + b.stats) + (p->staged ? (size_t)p->b[p->nb - 1].numel * 4 : 0);
+    if (p->staged && r->replica == 0)
+        printf("stage %d: gradient reduction over %d replicas: through host memory over TCP (the %s arena staged, "
+               "summed in replica order as on the CPU; NCCL is not used for it yet)\n", d->stage, D, pg_backend_name());
     const char *co = getenv("PIPE_CHECK_OVERLAP");
     p->check_overlap = co && *co && strcmp(co, "0") != 0;
     if (p->nb > 1) {
@@ -373,6 +385,7 @@ void pg_dp_free(pg_run *r)
     free(p->scattered);
     free(p->last);
     free(p->stats);
+    free(p->host);
     free(p);
     r->dp = NULL;
 }
@@ -440,7 +453,8 @@ static int each_piece(pg_run *r, const dp_bucket *bk, int64_t lo, int64_t hi, pi
     for (int k = 0; k < bk->n && at < hi; k++) {
         const pg_param_desc *q = &r->d->params[bk->param[k]];
         int64_t a = lo > at ? lo : at, b = hi < at + q->numel ? hi : at + q->numel;
-        int rc = a < b ? fn(r, (float *)(r->A + q->grad_off) + (a - at), b - a, a, arg) : 0;
+        float *g = r->dp->host ? r->dp->host + at : (float *)(r->A + q->grad_off); /* staged: the one bucket's copy */
+        int rc = a < b ? fn(r, g + (a - at), b - a, a, arg) : 0;
         if (rc)
             return rc;
         at += q->numel;
@@ -558,6 +572,27 @@ static int sum_piece(pg_run *r, float *g, int64_t n, int64_t at, void *arg)
 
 /* Bucket k's gradients summed over the replicas: its vector cut into D
  * shards, shard q reduced by replica q. 0, or 1 after printing the failure. */
+/* The arena's gradients to the host copy (to_host) or back; nothing when the
+ * arena is host memory. Staged, the last bucket is the only one. */
+static int stage_grads(pg_run *r, int to_host)
+{
+    const struct pg_dp *p = r->dp;
+    const dp_bucket *bk = &p->b[p->nb - 1];
+    int64_t at = 0;
+    for (int k = 0; p->host && k < bk->n; k++) {
+        const pg_param_desc *q = &r->d->params[bk->param[k]];
+        unsigned char *g = r->A + q->grad_off;
+        if (to_host ? pg_copy_to_host(r->ctx, p->host + at, g, (size_t)q->numel * 4)
+                    : pg_copy_to_dev(r->ctx, g, p->host + at, (size_t)q->numel * 4)) {
+            fprintf(stderr, "stage %d of replica %d: copying the gradients %s the GPU for the replicas' sum failed\n",
+                    r->d->stage, r->replica, to_host ? "from" : "to");
+            return 1;
+        }
+        at += q->numel;
+    }
+    return 0;
+}
+
 static int reduce_bucket(pg_run *r, int k)
 {
     struct pg_dp *p = r->dp;
@@ -692,7 +727,7 @@ int pg_dp_reduce(pg_run *r, int64_t step)
     if (allgather_f64(r, PG_TAG(PG_TAG_DP, 0, 4), &word, words, 1, "the start word") || pg_sync(r->ctx))
         return 1;
     double t0 = r->dp_mark[1] = pg_run_now();
-    if (reduce_bucket(r, p->nb - 1))
+    if (stage_grads(r, 1) || reduce_bucket(r, p->nb - 1) || stage_grads(r, 0))
         return 1;
     p->sent = bucket_sent(r, p->nb - 1);
     p->sent_early = 0;

@@ -25,7 +25,10 @@
  *    shard to each other replica: 2 (D - 1) / D of its gradient bytes. With
  *    early buckets (a stage of several chunks) every bucket is cut into its
  *    own D shards: for D = 2 the figure is exact, for D > 2 the process's
- *    share of the floats may differ by a few per bucket from n / D. */
+ *    share of the floats may differ by a few per bucket from n / D.
+ * Not in these figures: on the CUDA runtime (a device arena) the process also
+ * holds a host copy of its n gradient floats for the sum (dp.c's `host`; its
+ * end-of-run line counts it in its buffers). */
 #ifndef PG_DP_BYTES_H
 #define PG_DP_BYTES_H
 

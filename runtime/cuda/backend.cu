@@ -141,6 +141,7 @@ static void ctx_release(pg_ctx *c)
     if (c->bf16_ws)
         cudaFree(c->bf16_ws);
     free(c->shadows); /* the registry only: the shadows live in the arena */
+    free(c->stats_host);
     if (c->lt)
         cublasLtDestroy(c->lt);
     if (c->blas)

@@ -187,26 +187,55 @@ int pg_batchnorm_stats_acc(pg_ctx *c, int64_t n, int64_t C, const float *x, doub
     return 0;
 }
 
-/* Data-parallel replicas run on the CPU runtime only so far (runtime/core/dp.c
- * refuses them here first): no hook, and the sums stay this process's. */
+/* Data-parallel replicas (runtime/core/dp.c sets the hook): the step's sums,
+ * device doubles in the arena, go to host memory, through the hook (a sum over
+ * the replicas on the TCP mesh, in replica order) and back. The hook waits on
+ * the other replicas, which no CUDA graph can hold: a stage that calls it runs
+ * its steps eagerly (pg_cuda_graph_blocker, as dropout does). Not yet run on a
+ * GPU. */
 int pg_backend_set_stats_reduce(pg_ctx *c, pg_stats_reduce_fn fn, void *arg)
 {
-    (void)c;
-    (void)arg;
-    return fn ? PG_RT_FAIL("data-parallel replicas run on the CPU runtime only so far") : 0;
+    c->stats_fn = fn;
+    c->stats_arg = arg;
+    c->stats_reduced = 0;
+    return 0;
 }
 
 int pg_batchnorm_stats_reduce(pg_ctx *c, int64_t C, double *sum, double *sumsq)
 {
-    (void)c;
-    (void)sum;
-    (void)sumsq;
-    return C > 0 ? 0 : PG_RT_FAIL("batchnorm_stats_reduce: need C > 0, got C=%lld", (long long)C);
+    if (C <= 0)
+        return PG_RT_FAIL("batchnorm_stats_reduce: need C > 0, got C=%lld", (long long)C);
+    if (!c->stats_fn)
+        return 0;
+    if (pg_cuda_graph_blocker(c, "deferred batch norm's sums over the data-parallel replicas"))
+        return 1;
+    if (C > c->stats_cap) {
+        double *h = (double *)realloc(c->stats_host, (size_t)C * 2 * sizeof(double));
+        if (!h)
+            return PG_RT_FAIL("out of memory for the batch-norm sums of %lld features", (long long)C);
+        c->stats_host = h;
+        c->stats_cap = C;
+    }
+    double *hs = c->stats_host, *hq = c->stats_host + C;
+    CUDA_CHECK(cudaMemcpyAsync(hs, sum, (size_t)C * sizeof(double), cudaMemcpyDeviceToHost, c->stream));
+    CUDA_CHECK(cudaMemcpyAsync(hq, sumsq, (size_t)C * sizeof(double), cudaMemcpyDeviceToHost, c->stream));
+    CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    c->stats_reduced = 1;
+    if (c->stats_fn(c->stats_arg, hs, hq, C))
+        return 1;
+    CUDA_CHECK(cudaMemcpyAsync(sum, hs, (size_t)C * sizeof(double), cudaMemcpyHostToDevice, c->stream));
+    CUDA_CHECK(cudaMemcpyAsync(sumsq, hq, (size_t)C * sizeof(double), cudaMemcpyHostToDevice, c->stream));
+    CUDA_CHECK(cudaStreamSynchronize(c->stream)); /* hs, hq are reused by the next call */
+    return 0;
 }
 
 int pg_batchnorm_running_update(pg_ctx *c, int64_t total_n, int64_t C, float momentum,
                                 const double *sum, const double *sumsq, float *run_mean, float *run_var)
 {
+    if (c->stats_fn && !c->stats_reduced)
+        return PG_RT_FAIL("batch norm without `deferred` cannot train with data-parallel replicas: each replica "
+                          "would update its running statistics from its own rows; declare it batchnorm(deferred)");
+    c->stats_reduced = 0;
     if (total_n < 2 || C <= 0)
         return PG_RT_FAIL("batchnorm_running_update: need more than one value per feature "
                           "(batch %lld) and C > 0 (C=%lld)", (long long)total_n, (long long)C);

@@ -92,6 +92,12 @@ struct pg_ctx {
     struct pg_cuda_lt_plan lt_plans[PG_CUDA_LT_PLANS];
     int nlt_plans;
     struct pg_cuda_shadow *shadows; /* registered bf16 shadow weights (shadow.cu) */
+    /* data-parallel replicas (batchnorm.cu): the batch-norm sums' hook, NULL with one replica */
+    pg_stats_reduce_fn stats_fn;
+    void *stats_arg;
+    int stats_reduced;        /* the next running update follows pg_batchnorm_stats_reduce */
+    double *stats_host;       /* [2 x stats_cap] the sums on their way through the hook */
+    int64_t stats_cap;
     int nshadows, shadows_cap;
     /* the step (step.cu): state between pg_backend_step_begin and _step_end */
     int in_step, in_run;      /* inside a step; inside a run of compute */

@@ -118,8 +118,11 @@ struct pg_net {
     cudaStream_t poll;             /* private: reads of the consumed counters */
     cudaEvent_t done;              /* completion of a receive on the backend stream */
     unsigned long long *poll_host; /* pinned */
-    int rank, world;
-    dlink *l;                      /* [world] */
+    /* this replica's stages only (rank = replica x P + stage): the links
+     * between replicas are host-memory TCP (pg_net_send_rank) */
+    int rank, world;               /* this stage, the P stages */
+    int base;                      /* the launch rank of this replica's stage 0 */
+    dlink *l;                      /* [world], by stage */
     void *hstage;                  /* host staging: device payloads sent inline */
     size_t hstage_bytes;
     void *dstage;                  /* device staging: device payloads for a host destination */
@@ -666,7 +669,7 @@ static int exchange_info(pg_net *n, const pg_net_config *cfg, char *err, size_t 
             continue;
         unsigned char m[32];
         memset(m, 0, sizeof m);
-        pg_put64(m, (uint64_t)(cfg->send_buf_bytes ? cfg->send_buf_bytes[j] : 0));
+        pg_put64(m, (uint64_t)(cfg->send_buf_bytes ? cfg->send_buf_bytes[n->base + j] : 0));
         memcpy(m + 8, &prop.uuid, 16);
         if (pg_tcp_send(n->tcp, j, TAG_INIT_INFO, m, sizeof m)) {
             seterr(err, errlen, "start-up exchange with stage %d: %s", j, pg_tcp_error(n->tcp));
@@ -682,7 +685,7 @@ static int exchange_info(pg_net *n, const pg_net_config *cfg, char *err, size_t 
             return -1;
         }
         dlink *L = &n->l[j];
-        size_t mine = cfg->send_buf_bytes ? cfg->send_buf_bytes[j] : 0;
+        size_t mine = cfg->send_buf_bytes ? cfg->send_buf_bytes[n->base + j] : 0;
         L->send_cap = mine ? align_up(2 * mine + RING_SLACK) : 0; /* 2x: room for the wrap-around */
         L->has_recv = pg_get64(m) > 0;
         L->same_dev = memcmp(m + 8, &prop.uuid, 16) == 0;
@@ -986,8 +989,10 @@ pg_net *pg_net_init(const pg_launch *l, const pg_net_config *cfg, char *err, siz
         free(n);
         return NULL;
     }
-    n->rank = l->rank;
-    n->world = l->world;
+    int D = l->replicas > 0 ? l->replicas : 1; /* pg_tcp_init checked world = P x D */
+    n->world = l->world / D;
+    n->rank = l->rank % n->world;
+    n->base = l->rank - n->rank;
     n->ctx = ctx;
     n->stream = ctx->stream;
     n->l = (dlink *)calloc((size_t)n->world, sizeof *n->l);

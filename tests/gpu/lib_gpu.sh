@@ -14,7 +14,8 @@ COS='s/grad_clip = 1.0  seed = 5/grad_clip = 1.0  seed = 5  steps = 20  lr_sched
 BF16='s/grad_clip = 1.0  seed = 5/grad_clip = 1.0  seed = 5  precision = bf16/'
 DROP='s/fc = linear(d -> 4\*d)  gelu/fc = linear(d -> 4*d)  gelu  dropout(p = 0.1)/'
 
-# variant NAME STAGES [sed-arg...]: gpt_tiny cut to STAGES stages (1, 2 or 4)
+# variant NAME STAGES [sed-arg...]: gpt_tiny (GPU_MODEL) cut to STAGES stages
+# (1, 2 or 4; VARIANT_DEL, when set, is the sed expression that cuts it instead)
 # with the sed arguments applied, generated into $T/NAME/gen and linked into
 # $T/NAME/cpu (when CPULIB is set) and $T/NAME/cuda (when CUDALIB is set);
 # $T/NAME/hash is its plan hash. 0 or 1 (the reason as TAP comments).
@@ -23,6 +24,7 @@ variant() {
     shift 2
     case $v_stages in 1) v_del='/# S[123]$/d' ;; 2) v_del='/# S[13]$/d' ;; 4) v_del='' ;;
     *) echo "# variant: $v_stages stages is not 1, 2 or 4"; return 1 ;; esac
+    [ -n "${VARIANT_DEL+set}" ] && v_del=$VARIANT_DEL # another model's split tags
     mkdir -p "$v_d" || return 1
     sed -e "$v_del" "$@" "$GPU_MODEL" >"$v_d/gpt_tiny.pipe" || return 1
     "$PIPEGEN" gen "$v_d/gpt_tiny.pipe" -o "$v_d/gen" >"$v_d/gen.log" 2>&1 ||
@@ -65,7 +67,8 @@ no_timeout() { shift; "$@"; }
 
 # train BINDIR OUT [stage options]: STEPS steps with every loss printed and the
 # weights saved; OUT.loss gets "step loss" lines then the "final loss" line.
-# 0 or 1 (the output's tail as TAP comments).
+# With TRAIN_DP=D set, D data-parallel replicas (piperun --dp D; replica 0
+# prints the losses and saves). 0 or 1 (the output's tail as TAP comments).
 train() {
     t_dir=$1 t_out=$2
     shift 2
@@ -73,12 +76,12 @@ train() {
     [ -d "$t_dir" ] || { echo "# $t_dir: not built"; return 1; }
     t_lim=$(time_left "${RUN_TIMEOUT:-180}")
     [ "$t_lim" -ge 10 ] || { echo "# not run: out of time (TEST_DEADLINE)"; return 1; }
-    $TIMEOUT_CMD "$t_lim" "$PIPERUN" "$t_dir" -- --steps "$STEPS" --log-every 1 --threads 1 --timeout 20 \
+    $TIMEOUT_CMD "$t_lim" "$PIPERUN" ${TRAIN_DP:+--dp "$TRAIN_DP"} "$t_dir" -- --steps "$STEPS" --log-every 1 --threads 1 --timeout 20 \
         --save "$t_out.safetensors" "$@" >"$t_out.out" 2>&1 ||
         { echo "# $t_dir failed (status $?):"; tail -20 "$t_out.out" | sed 's/^/# /'; return 1; }
     # "[stage k] step 3/20  loss 3.412345678  ..." -> "3 3.412345678", then the final loss
     sed -n 's/^.*step \([0-9]*\)\/[0-9]*  *loss \([-0-9.eEinfa+]*\).*$/\1 \2/p' "$t_out.out" >"$t_out.loss"
-    grep 'final loss' "$t_out.out" | sed 's/^\[stage [0-9]*\] //' >>"$t_out.loss"
+    grep 'final loss' "$t_out.out" | sed 's/^\[stage [0-9]*\( replica 0\)*\] //' >>"$t_out.loss"
 }
 
 # same A B WHAT: runs A and B (paths without .loss) have the same losses and

@@ -29,6 +29,16 @@
 #  5. a model with dropout: graphs stay off with a note, the results equal --no-graph;
 #  6. with 2+ GPUs, stages 0-1 on GPU 0 and 2-3 on GPU 1 (NCCL between 1 and 2,
 #     IPC within each pair): bitwise the 1-stage result again;
+#  5b. pp x dp on the one GPU (every process on it: the replicas' gradients
+#     are summed in host memory over TCP): gpt_tiny at 1, 2 and 4 stages x 2
+#     replicas (piperun --dp 2) gives the same losses and weights bit for bit
+#     at every stage count, twice alike, graphs = --no-graph; its first step's
+#     loss (the same weights, other micro-batches) within 1e-6 relative of the
+#     1-replica run's, every step within TOL of the CPU's; the start-up line
+#     names the reduction's path; tests/models/bn_small.pipe (deferred batch
+#     norm, batch 12) at 1 and 2 stages x 2 replicas bitwise alike, step 1
+#     within 1e-6 relative of one replica of twice the micro-batches (the same
+#     micro-batches of rows), graphs off with a note naming the sums;
 #  7. a stage killed with SIGKILL mid-run: every other stage exits non-zero
 #     within KILL_S seconds, one of its neighbours naming it, each naming the
 #     stage it lost.
@@ -215,6 +225,56 @@ else
     like "$(cat "$T/cuda1drop.out" 2>/dev/null)" 'CUDA graphs off: .*dropout' "dropout: says graphs are off"
 fi
 same "$T/cuda1drop" "$T/cuda1drope" "dropout: default vs --no-graph"
+
+# --- 5b. pp x dp: 2 replicas of 1, 2 and 4 stages on one GPU ---------------------------
+variant g2 2; ok $? "gpt_tiny on 2 stages generates and links"
+TRAIN_DP=2 train "$T/g1/cuda" "$T/cuda1d2"; ok $? "1 stage x 2 replicas on one GPU: $STEPS steps"
+TRAIN_DP=2 train "$T/g2/cuda" "$T/cuda2d2"; ok $? "2 stages x 2 replicas on one GPU: $STEPS steps"
+TRAIN_DP=2 train "$T/g2/cuda" "$T/cuda2d2b"; ok $? "2 stages x 2 replicas again: $STEPS steps"
+TRAIN_DP=2 train "$T/g2/cuda" "$T/cuda2d2e" --no-graph; ok $? "2 stages x 2 replicas, --no-graph: $STEPS steps"
+TRAIN_DP=2 train "$T/g4/cuda" "$T/cuda4d2"; ok $? "4 stages x 2 replicas (8 processes) on one GPU: $STEPS steps"
+same "$T/cuda2d2" "$T/cuda2d2b" "2 stages x 2 replicas, twice"
+same "$T/cuda1d2" "$T/cuda2d2" "2 replicas: 2 stages vs 1 stage"
+same "$T/cuda1d2" "$T/cuda4d2" "2 replicas: 4 stages vs 1 stage"
+same "$T/cuda2d2" "$T/cuda2d2e" "2 stages x 2 replicas: graphs vs --no-graph"
+# step 1 runs the same weights on other micro-batches of the same rows: only
+# the order of the loss's sums differs
+d_a=$(sed -n 1p "$T/cuda1.loss" 2>/dev/null | cut -d' ' -f2) d_b=$(sed -n 1p "$T/cuda1d2.loss" 2>/dev/null | cut -d' ' -f2)
+awk -v a="$d_a" -v b="$d_b" 'BEGIN { d = a - b; if (d < 0) d = -d; m = a < 0 ? -a : a;
+    exit !(a != "" && b != "" && a == a + 0 && b == b + 0 && d <= 1e-6 * m) }'
+ok $? "2 replicas: step 1's loss within 1e-6 relative of 1 replica's (${d_b:-none} vs ${d_a:-none})"
+close "$REF/cpu1" "$T/cuda2d2" "$TOL" "2 stages x 2 replicas vs the CPU's 1 stage x 1 replica"
+if [ "$FAKE" = cpu ]; then
+    skip "the CPU runtime sums the replicas' gradients in place: no path to name"
+else
+    like "$(cat "$T/cuda2d2.out" 2>/dev/null)" 'gradient reduction over 2 replicas: through host memory over TCP' \
+        "2 replicas: the start-up line names the reduction's path"
+fi
+
+# deferred batch norm: its sums over the replicas (the stats hook) keep graphs off
+BN_BATCH='s/batch = 10  microbatches = 3/batch = 12  microbatches = 3/'
+BN_MB6='s/batch = 10  microbatches = 3/batch = 12  microbatches = 6/'
+GPU_MODEL=$TOP/tests/models/bn_small.pipe
+variant b1 1 -e "$BN_BATCH"; ok $? "bn_small, 1 stage: generates and links"
+VARIANT_DEL='' # bn_small has one split, # S1
+variant b2 2 -e "$BN_BATCH"; ok $? "bn_small, 2 stages: generates and links"
+variant b2m6 2 -e "$BN_MB6"; ok $? "bn_small, 6 micro-batches, 2 stages: generates and links"
+unset VARIANT_DEL
+GPU_MODEL=$TOP/tests/models/gpt_tiny.pipe
+TRAIN_DP=2 train "$T/b1/cuda" "$T/bn1d2"; ok $? "bn_small, 1 stage x 2 replicas: $STEPS steps"
+TRAIN_DP=2 train "$T/b2/cuda" "$T/bn2d2"; ok $? "bn_small, 2 stages x 2 replicas: $STEPS steps"
+train "$T/b2m6/cuda" "$T/bn2m6"; ok $? "bn_small, 6 micro-batches, 2 stages x 1 replica: $STEPS steps"
+same "$T/bn1d2" "$T/bn2d2" "bn_small, 2 replicas: 2 stages vs 1 stage (running statistics included)"
+d_a=$(sed -n 1p "$T/bn2m6.loss" 2>/dev/null | cut -d' ' -f2) d_b=$(sed -n 1p "$T/bn2d2.loss" 2>/dev/null | cut -d' ' -f2)
+awk -v a="$d_a" -v b="$d_b" 'BEGIN { d = a - b; if (d < 0) d = -d; m = a < 0 ? -a : a;
+    exit !(a != "" && b != "" && a == a + 0 && b == b + 0 && d <= 1e-6 * m) }'
+ok $? "bn_small: 2 replicas of 3 micro-batches, step 1's loss within 1e-6 relative of 1 replica of 6 (${d_b:-none} vs ${d_a:-none})"
+if [ "$FAKE" = cpu ]; then
+    skip "graphs are a CUDA-runtime feature"
+else
+    like "$(cat "$T/bn2d2.out" 2>/dev/null)" "CUDA graphs off: .*batch norm's sums over the data-parallel replicas" \
+        "bn_small, 2 replicas: says graphs are off for the batch-norm sums"
+fi
 
 # --- 6. two GPUs: NCCL between different devices ------------------------------------
 ngpu=0
