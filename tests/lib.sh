@@ -1,5 +1,6 @@
 # tests/lib.sh — tiny TAP helpers for the shell tests (tests/*.t, run by prove).
-# Source it, call plan N (or done_testing at the end), then ok/is/like.
+# Source it, call plan N (or done_testing at the end), then ok/is/like. What a
+# failed is/like got goes to stderr, so that prove shows it without -v.
 TOP=$(cd "$(dirname "$0")/.." && pwd)
 PIPEGEN=${PIPEGEN:-$TOP/build-san/pipegen}
 [ -x "$PIPEGEN" ] || PIPEGEN=$TOP/build/pipegen
@@ -13,13 +14,13 @@ is() { # is GOT WANT NAME
     _n=$((_n + 1))
     if [ "$1" = "$2" ]; then echo "ok $_n - $3"; else
         echo "not ok $_n - $3"; _fail=$((_fail + 1))
-        printf '%s\n' "# --- want" "$2" "# --- got" "$1" | sed 's/^/# /'
+        printf '%s\n' "# --- want" "$2" "# --- got" "$1" | sed 's/^/# /' >&2
     fi
 }
 like() { # like GOT REGEX NAME
     _n=$((_n + 1))
     if printf '%s' "$1" | grep -Eq -- "$2"; then echo "ok $_n - $3"; else
-        echo "not ok $_n - $3"; _fail=$((_fail + 1)); printf '%s\n' "$1" | sed 's/^/# got: /' | head -20
+        echo "not ok $_n - $3"; _fail=$((_fail + 1)); printf '%s\n' "$1" | sed 's/^/# got: /' | head -20 >&2
     fi
 }
 skip() { # skip REASON: one skipped test
