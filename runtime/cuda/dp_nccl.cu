@@ -6,8 +6,8 @@
  * Start-up (pg_dp_dev_init, collective over the group, on the replicas' TCP
  * links): every replica tells every other its GPU (cudaDeviceProp.uuid, and
  * the PCI bus id for messages) and whether it wants the path (not with
- * PIPE_DP_NCCL=0, dp.c). All of them then decide alike: two replicas on one
- * GPU (NCCL refuses two ranks of a communicator on one device), or one that
+ * PIPE_DP_NCCL=0, dp.c). All of them then decide alike (cuda_caps.h): two
+ * replicas on one GPU (NCCL refuses two ranks of a communicator on one device), or one that
  * does not want it, and dp.c keeps its host path and says why. Otherwise
  * replica 0 makes the ncclUniqueId and sends it to the others, and each makes
  * its rank of a non-blocking communicator (cuda_nccl.h), within --timeout.
@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_caps.h"
 #include "cuda_common.h"
 #include "cuda_nccl.h"
 #include "dp_bytes.h"
@@ -44,10 +45,7 @@
 #include "pg_dp_dev.h"
 #include "pg_le.h"
 
-#define INFO_BYTES 64 /* want (4), the NCCL version (4), the GPU's uuid (16), its PCI bus id (40) */
 #define ID_BYTES (8 + NCCL_UNIQUE_ID_BYTES) /* ncclGetUniqueId's result (4), pad (4), the id */
-
-enum { WANT_YES = 0, WANT_ENV = 1, WANT_NO_NCCL = 2 };
 
 struct pg_dp_dev {
     pg_ctx *ctx;
@@ -91,8 +89,8 @@ static void dev_release(pg_dp_dev *g)
     free(g);
 }
 
-/* Every replica's INFO_BYTES from `mine` into all[D][INFO_BYTES] (or the NCCL
- * id from replica 0 when `id`): 0, or -1 after printing. */
+/* Every replica's len bytes from `mine` into all[D][len], or (from0) replica
+ * 0's into all: 0, or -1 after printing. */
 static int exchange(const pg_dp_dev_args *a, uint32_t tag, const unsigned char *mine, unsigned char *all, size_t len,
                     int from0, const char *what)
 {
@@ -118,31 +116,6 @@ static int exchange(const pg_dp_dev_args *a, uint32_t tag, const unsigned char *
         }
     }
     return 0;
-}
-
-/* The path every replica takes, from all of their INFO messages: 1 NCCL, or 0
- * with why (the same words on every replica). */
-static int decide(const pg_dp_dev_args *a, const unsigned char *all, char *why, size_t whylen)
-{
-    int D = a->replicas;
-    for (int q = 0; q < D; q++) {
-        uint32_t w = pg_get32(all + (size_t)q * INFO_BYTES);
-        if (w != WANT_YES) {
-            snprintf(why, whylen, "%s on replica %d", w == WANT_ENV ? "PIPE_DP_NCCL=0" : "no NCCL", q);
-            return 0;
-        }
-    }
-    for (int i = 0; i < D; i++)
-        for (int j = i + 1; j < D; j++)
-            if (!memcmp(all + (size_t)i * INFO_BYTES + 8, all + (size_t)j * INFO_BYTES + 8, 16)) {
-                char bus[41];
-                memcpy(bus, all + (size_t)i * INFO_BYTES + 24, 40);
-                bus[40] = 0;
-                snprintf(why, whylen, "replicas %d and %d share GPU %s (NCCL takes one rank per GPU)", i, j,
-                         bus[0] ? bus : "?");
-                return 0;
-            }
-    return 1;
 }
 
 /* The device buffers, and whether the gradients lie one after another. 0 or -1 after printing. */
@@ -180,8 +153,7 @@ int pg_dp_dev_init(const pg_dp_dev_args *a, pg_dp_dev **out, char *why, size_t w
 {
     *out = NULL;
     int D = a->replicas, me = a->replica, dev = a->ctx->device, ver = 0;
-    unsigned char mine[INFO_BYTES], id[ID_BYTES];
-    memset(mine, 0, sizeof mine);
+    unsigned char mine[PG_DP_INFO_BYTES], id[ID_BYTES];
     memset(id, 0, sizeof id);
     cudaDeviceProp prop;
     cudaError_t e = cudaGetDeviceProperties(&prop, dev);
@@ -190,19 +162,19 @@ int pg_dp_dev_init(const pg_dp_dev_args *a, pg_dp_dev **out, char *why, size_t w
                 cudaGetErrorString(e));
         return -1;
     }
-    if (cudaDeviceGetPCIBusId((char *)mine + 24, 40, dev) != cudaSuccess)
+    char bus[40] = "";
+    if (cudaDeviceGetPCIBusId(bus, sizeof bus, dev) != cudaSuccess)
         cudaGetLastError(); /* for messages only */
-    mine[63] = 0;
-    pg_put32(mine, !a->want ? WANT_ENV : ncclGetVersion(&ver) != ncclSuccess ? WANT_NO_NCCL : WANT_YES);
-    pg_put32(mine + 4, (uint32_t)ver);
-    memcpy(mine + 8, &prop.uuid, 16);
-    unsigned char *all = (unsigned char *)malloc((size_t)D * INFO_BYTES);
+    pg_dp_info_put(mine, !a->want ? PG_DP_WANT_ENV : ncclGetVersion(&ver) != ncclSuccess ? PG_DP_WANT_NO_NCCL
+                                                                                         : PG_DP_WANT_YES,
+                   (uint32_t)ver, (const unsigned char *)&prop.uuid, bus);
+    unsigned char *all = (unsigned char *)malloc((size_t)D * PG_DP_INFO_BYTES);
     if (!all) {
         fprintf(stderr, "stage %d of replica %d: out of memory\n", a->stage, me);
         return -1;
     }
-    int rc = exchange(a, a->tag_info, mine, all, INFO_BYTES, 0, "its GPU's identity");
-    int use = rc == 0 && decide(a, all, why, whylen);
+    int rc = exchange(a, a->tag_info, mine, all, PG_DP_INFO_BYTES, 0, "its GPU's identity");
+    int use = rc == 0 && pg_dp_nccl_choice(all, D, why, whylen);
     free(all);
     if (rc || !use)
         return rc;
