@@ -1,7 +1,8 @@
 /* runtime/cpu/net.c — pg_net.h on the CPU: the TCP transport of
  * runtime/core/tcp.c, every message in host memory (the arena is host memory
  * here). The CUDA runtime implements pg_net.h in runtime/cuda/cuda_net.cu on
- * the same TCP code. */
+ * the same TCP code. pg_dp_dev.h (the replicas' gradient sum on a device) has
+ * no CPU implementation: pg_dp_dev_init says so and dp.c sums in place. */
 #include <stdio.h>
 #include <stdlib.h>
 
