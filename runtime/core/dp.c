@@ -78,7 +78,7 @@ struct pg_dp {
     int64_t stats_max;
     size_t sent;           /* gradient bytes the last bucket sends (after the backward) */
     size_t sent_early;     /* those the early buckets send (while it runs) */
-    size_t held;           /* bytes of in, stats and host (dp_bytes.h; pg_dp_report prints it) */
+    size_t held;           /* bytes of in, stats and host, or the device reduction's (dp_bytes.h; pg_dp_report prints it) */
     int staged;            /* the arena is device memory (or PIPE_DP_STAGED=1): one bucket, off the reducer thread */
     pg_dp_dev *dev;        /* staged: the backend reduces it on the device (NCCL), or NULL: */
     float *host;           /* staged: [the last bucket's numel] the gradients in host memory */

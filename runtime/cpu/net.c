@@ -88,6 +88,7 @@ int pg_dp_dev_init(const pg_dp_dev_args *a, pg_dp_dev **out, char *why, size_t w
 int pg_dp_dev_reduce(pg_dp_dev *g)
 {
     (void)g;
+    fprintf(stderr, "the CPU runtime has no device reduction of the replicas' gradients (pg_dp_dev_reduce)\n");
     return 1;
 }
 
