@@ -5,8 +5,9 @@
 #  - mlp_small and gpt_tiny (a tie across stages), 2 stages x 2 replicas: the
 #    staged run gives the losses and saved weights of the in-place one, bit for
 #    bit;
-#  - replica 0 names the path at start-up, once per stage; the in-place run
-#    does not;
+#  - replica 0 names the path at start-up, once per stage, and why it is not
+#    NCCL (the CPU runtime has none; on CUDA: replicas sharing a GPU, or
+#    PIPE_DP_NCCL=0); the in-place run does not;
 #  - on interleaved(2) the staged path reduces in one bucket after the backward
 #    (no early buckets: the reducer thread does not touch the device), bitwise
 #    the in-place run with its early buckets.
@@ -34,6 +35,8 @@ for m in mlp_small gpt_tiny; do
     ok $? "$m: the staged reduction gives the in-place one's losses and weights bitwise ($(tail -n 1 "$T/$m.staged.loss" 2>/dev/null))"
     n=$(grep -c 'gradient reduction over 2 replicas: through host memory over TCP' "$T/$m.staged.out" 2>/dev/null)
     is "$n" 2 "$m: replica 0 of each stage names the staged path at start-up"
+    n=$(grep -c 'through host memory over TCP (.*; not by NCCL: the CPU runtime has no NCCL)$' "$T/$m.staged.out" 2>/dev/null)
+    is "$n" 2 "$m: ... and why it is not NCCL (pg_dp_dev_init of the CPU runtime)"
     [ -s "$T/$m.place.loss" ] && ! grep -q 'through host memory' "$T/$m.place.out"
     ok $? "$m: the in-place run does not"
 done

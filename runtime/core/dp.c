@@ -26,12 +26,15 @@
  * (pg_dp_stats, through the backend's stats hook) before the running
  * statistics are updated.
  *
- * On a backend whose arena is device memory (CUDA) the same reduction runs on
- * a host copy: the gradients are copied out of the arena before it and back
- * after it (`host` below), in one bucket after the backward (no early
- * buckets: the reducer thread does not touch the device), so the sums are
- * the CPU's, bit for bit, whether the replicas share one GPU or not. NCCL per
- * stage group is not used yet. */
+ * On a backend whose arena is device memory (CUDA) the reduction runs in one
+ * bucket after the backward (no early buckets: the reducer thread does not
+ * touch the device), on the device when the backend can (pg_dp_dev.h: NCCL,
+ * one communicator per stage group, the same shards and the same sums in
+ * replica order, runtime/cuda/dp_nccl.cu), else on a host copy: the
+ * gradients are copied out of the arena before it and back after it (`host`
+ * below). The sums are the CPU's, bit for bit, either way; the host path is
+ * taken when two replicas share a GPU (NCCL refuses that), or with
+ * PIPE_DP_NCCL=0, and replica 0 says at start-up which path runs and why. */
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -40,11 +43,13 @@
 #include <string.h>
 
 #include "dp_bytes.h"
+#include "pg_dp_dev.h"
 #include "pg_ops.h"
 #include "stage_run.h"
 
 #define DP_TIMES 4096 /* reductions timed for pg_dp_report */
-#define PG_TAG_DP 24u /* kind of the replica messages: x 0 shard in, 1 shard summed, 2 loss, 3 batch-norm sums, 4 start word */
+#define PG_TAG_DP 24u /* kind of the replica messages: x 0 shard in, 1 shard summed, 2 loss, 3 batch-norm sums, 4 start word,
+                        5 and 6 the device reduction's start-up (pg_dp_dev.h) */
 /* Messages carry at most DP_CHUNK floats: the sum of one chunk overlaps the
  * arrival of the next, and the summed chunk leaves at once (both sides cut
  * a shard at the same places: every DP_CHUNK from its start, and at the
@@ -73,8 +78,9 @@ struct pg_dp {
     int64_t stats_max;
     size_t sent;           /* gradient bytes the last bucket sends (after the backward) */
     size_t sent_early;     /* those the early buckets send (while it runs) */
-    size_t held;           /* bytes of in, stats and host (dp_bytes.h; pg_dp_report prints it) */
-    int staged;            /* the arena is device memory (or PIPE_DP_STAGED=1): reduce a host copy */
+    size_t held;           /* bytes of in, stats and host, or the device reduction's (dp_bytes.h; pg_dp_report prints it) */
+    int staged;            /* the arena is device memory (or PIPE_DP_STAGED=1): one bucket, off the reducer thread */
+    pg_dp_dev *dev;        /* staged: the backend reduces it on the device (NCCL), or NULL: */
     float *host;           /* staged: [the last bucket's numel] the gradients in host memory */
     double red_t[DP_TIMES]; /* the last bucket's time in steps 2.. (the first DP_TIMES of them: pg_dp_report) */
     int64_t red_steps;
@@ -307,6 +313,19 @@ static void *reducer_main(void *arg)
     return NULL;
 }
 
+/* The backend's device reduction of the last (staged: the only) bucket,
+ * collective over the stage's replicas (pg_dp_dev.h): 1 up, 0 not used (why),
+ * -1 failed (printed). PIPE_DP_NCCL=0 keeps the host path. */
+static int dp_dev_init(pg_run *r, char *why, size_t whylen)
+{
+    const char *env = getenv("PIPE_DP_NCCL");
+    const dp_bucket *bk = &r->dp->b[r->dp->nb - 1];
+    pg_dp_dev_args a = {r->ctx, r->net, r->d->stage, r->d->nstages, r->replica, r->replicas,
+                        PG_TAG(PG_TAG_DP, 0, 5), PG_TAG(PG_TAG_DP, 0, 6), r->opt.timeout_s,
+                        !(env && !strcmp(env, "0")), r->A, r->d->params, bk->param, bk->n};
+    return pg_dp_dev_init(&a, &r->dp->dev, why, whylen);
+}
+
 int pg_dp_init(pg_run *r)
 {
     const pg_stage_desc *d = r->d;
@@ -330,16 +349,25 @@ int pg_dp_init(pg_run *r)
      * CPU, so that tests/ppdp_staged.t checks it where no GPU is */
     const char *force = getenv("PIPE_DP_STAGED");
     p->staged = strcmp(pg_backend_name(), "cpu") != 0 || (force && !strcmp(force, "1"));
+    char why[256] = "";
+    int dev = 0; /* staged: the backend's device reduction (NCCL on CUDA) when every replica can take it */
     if (plan_buckets(d, p) || !p->in || !p->stats || !p->x || !p->scattered || !p->last ||
-        (p->staged && !(p->host = malloc((size_t)(p->b[p->nb - 1].numel ? p->b[p->nb - 1].numel : 1) * 4)))) {
+        (p->staged && (dev = dp_dev_init(r, why, sizeof why)) == 0 &&
+         !(p->host = malloc((size_t)(p->b[p->nb - 1].numel ? p->b[p->nb - 1].numel : 1) * 4)))) {
         fprintf(stderr, "stage %d: out of memory for the replicas' gradient reduction (%" PRId64 " floats)\n", d->stage,
                 grad_numel(d));
         return 1;
     }
-    p->held = (size_t)(b.in + b.stats) + (p->staged ? (size_t)p->b[p->nb - 1].numel * 4 : 0);
-    if (p->staged && r->replica == 0)
+    if (dev < 0)
+        return 1; /* printed */
+    p->held = (size_t)(b.in + b.stats) + (p->host ? (size_t)p->b[p->nb - 1].numel * 4 : 0) + pg_dp_dev_bytes(p->dev);
+    if (p->dev && r->replica == 0)
+        printf("stage %d: gradient reduction over %d replicas: on the GPUs by NCCL (one communicator per stage group, "
+               "grouped send/recv, summed in replica order as on the CPU; %zu bytes of device buffers)\n", d->stage, D,
+               pg_dp_dev_bytes(p->dev));
+    else if (p->staged && r->replica == 0)
         printf("stage %d: gradient reduction over %d replicas: through host memory over TCP (the %s arena staged, "
-               "summed in replica order as on the CPU; NCCL is not used for it yet)\n", d->stage, D, pg_backend_name());
+               "summed in replica order as on the CPU; not by NCCL: %s)\n", d->stage, D, pg_backend_name(), why);
     const char *co = getenv("PIPE_CHECK_OVERLAP");
     p->check_overlap = co && *co && strcmp(co, "0") != 0;
     if (p->nb > 1) {
@@ -359,6 +387,10 @@ int pg_dp_init(pg_run *r)
 void pg_dp_stop(pg_run *r)
 {
     struct pg_dp *p = r->dp;
+    if (p) { /* the device reduction goes with the network, before the backend */
+        pg_dp_dev_free(p->dev);
+        p->dev = NULL;
+    }
     if (!p || !p->thr_started)
         return;
     pthread_mutex_lock(&p->mu);
@@ -727,8 +759,10 @@ int pg_dp_reduce(pg_run *r, int64_t step)
     if (allgather_f64(r, PG_TAG(PG_TAG_DP, 0, 4), &word, words, 1, "the start word") || pg_sync(r->ctx))
         return 1;
     double t0 = r->dp_mark[1] = pg_run_now();
-    if (stage_grads(r, 1) || reduce_bucket(r, p->nb - 1) || stage_grads(r, 0))
+    if (p->dev ? pg_dp_dev_reduce(p->dev) : stage_grads(r, 1) || reduce_bucket(r, p->nb - 1) || stage_grads(r, 0))
         return 1;
+    if (p->dev) /* one span in the trace: the device does the three parts as one */
+        r->dp_mark[2] = r->dp_mark[3] = r->dp_mark[4] = pg_run_now();
     p->sent = bucket_sent(r, p->nb - 1);
     p->sent_early = 0;
     for (int k = 0; k + 1 < p->nb; k++)
@@ -772,8 +806,8 @@ void pg_dp_report(pg_run *r)
     double med = p->red_t[p->red_steps / 2];
     if (!(med > 0))
         return;
-    printf("stage %d: gradient reduction over %d replicas: %zu bytes sent per step in %.3f ms (%.1f MiB/s, median "
-           "of steps 2..%" PRId64 ")%s; buffers %zu bytes, send rings %d x %zu bytes\n", r->d->stage, r->replicas, p->sent,
-           med * 1e3, (double)p->sent / med / 1048576.0, p->red_steps + 1, p->nb > 1 ? " after the backward" : "", p->held,
-           r->replicas - 1, pg_dp_link_bytes(r));
+    printf("stage %d: gradient reduction over %d replicas%s: %zu bytes sent per step in %.3f ms (%.1f MiB/s, median "
+           "of steps 2..%" PRId64 ")%s; buffers %zu bytes, send rings %d x %zu bytes\n", r->d->stage, r->replicas,
+           p->dev ? " by NCCL" : "", p->sent, med * 1e3, (double)p->sent / med / 1048576.0, p->red_steps + 1,
+           p->nb > 1 ? " after the backward" : "", p->held, r->replicas - 1, pg_dp_link_bytes(r));
 }

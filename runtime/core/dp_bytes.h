@@ -27,8 +27,10 @@
  *    own D shards: for D = 2 the figure is exact, for D > 2 the process's
  *    share of the floats may differ by a few per bucket from n / D.
  * Not in these figures: on the CUDA runtime (a device arena) the process also
- * holds a host copy of its n gradient floats for the sum (dp.c's `host`; its
- * end-of-run line counts it in its buffers). */
+ * holds either a host copy of its n gradient floats for the sum (the staged
+ * path, dp.c's `host`) or the NCCL path's device buffers (pg_dp_nccl_bytes
+ * below, runtime/cuda/dp_nccl.cu, plus NCCL's own); its end-of-run line counts
+ * them in its buffers. */
 #ifndef PG_DP_BYTES_H
 #define PG_DP_BYTES_H
 
@@ -60,6 +62,20 @@ static inline pg_dp_bytes pg_dp_bytes_of(int64_t n, int64_t stats_max, int64_t b
     b.link = buffer_numel * 8 + msgs * 16 + 4096;
     b.sent = (n - mine) * 4 + (int64_t)(D - 1) * mine * 4;
     return b;
+}
+
+/* The first float of shard q of n floats cut into D shards. */
+static inline int64_t pg_dp_shard_lo(int64_t n, int D, int q) { return n * q / D; }
+
+/* The NCCL path's device bytes for n floats over D replicas: the other D - 1
+ * replicas' copies of this replica's shard, (D - 1) x ceil(n / D) floats, and
+ * when the gradients do not lie one after another in the arena (flat != 0) a
+ * copy of all n, packed before the reduction and unpacked after it. */
+static inline int64_t pg_dp_nccl_bytes(int64_t n, int D, int flat)
+{
+    if (D <= 1)
+        return 0;
+    return ((int64_t)(D - 1) * ((n + D - 1) / D) + (flat ? n : 0)) * 4;
 }
 
 #endif

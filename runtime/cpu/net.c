@@ -1,10 +1,12 @@
 /* runtime/cpu/net.c — pg_net.h on the CPU: the TCP transport of
  * runtime/core/tcp.c, every message in host memory (the arena is host memory
  * here). The CUDA runtime implements pg_net.h in runtime/cuda/cuda_net.cu on
- * the same TCP code. */
+ * the same TCP code. pg_dp_dev.h (the replicas' gradient sum on a device) has
+ * no CPU implementation: pg_dp_dev_init says so and dp.c sums in place. */
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "pg_dp_dev.h"
 #include "pg_tcp.h"
 
 /* The CPU's pg_net is the TCP transport itself. */
@@ -72,3 +74,28 @@ void pg_net_close(pg_net *n)
     pg_tcp_close(tcp_of(n));
     free(n);
 }
+
+/* The replicas' gradients are summed in host memory where they lie (dp.c);
+ * there is no device reduction on the CPU (pg_dp_dev.h). */
+int pg_dp_dev_init(const pg_dp_dev_args *a, pg_dp_dev **out, char *why, size_t whylen)
+{
+    (void)a;
+    *out = NULL;
+    snprintf(why, whylen, "the CPU runtime has no NCCL");
+    return 0;
+}
+
+int pg_dp_dev_reduce(pg_dp_dev *g)
+{
+    (void)g;
+    fprintf(stderr, "the CPU runtime has no device reduction of the replicas' gradients (pg_dp_dev_reduce)\n");
+    return 1;
+}
+
+size_t pg_dp_dev_bytes(const pg_dp_dev *g)
+{
+    (void)g;
+    return 0;
+}
+
+void pg_dp_dev_free(pg_dp_dev *g) { (void)g; }

@@ -1,13 +1,19 @@
 /* runtime/cuda/cuda_caps.h — what makes a GPU unusable for a stage, in words:
  * the compute mode (nvidia-smi -c) and CUDA IPC event support, checked by
  * backend.cu when the context is made and by cuda_net.cu before stages that
- * share a GPU open each other's rings. Plain C over the attribute values
- * (cudaComputeMode's numbering, cudaDevAttrIpcEventSupport's 0/1), so
- * tests/unit/test_cuda_host.c checks every message on any machine. */
+ * share a GPU open each other's rings; and whether the data-parallel replicas
+ * of a stage can sum their gradients with NCCL (dp_nccl.cu). Plain C over the
+ * attribute values (cudaComputeMode's numbering, cudaDevAttrIpcEventSupport's
+ * 0/1) and the replicas' start-up messages, so tests/unit/test_cuda_host.c
+ * checks every message on any machine. */
 #ifndef PG_CUDA_CAPS_H
 #define PG_CUDA_CAPS_H
 
+#include <stdint.h>
 #include <stdio.h>
+#include <string.h>
+
+#include "pg_le.h"
 
 /* cudaComputeMode's values (driver_types.h) */
 enum { PG_CUDA_MODE_DEFAULT = 0, PG_CUDA_MODE_EXCLUSIVE_THREAD = 1, PG_CUDA_MODE_PROHIBITED = 2,
@@ -62,6 +68,50 @@ static inline int pg_cuda_ipc_unusable(int me, int peer, int dev, int ipc_event_
              "does not support them (cudaDevAttrIpcEventSupport = 0; e.g. WSL or a Jetson/Tegra): run each stage "
              "on its own GPU (CUDA_VISIBLE_DEVICES) or use the CPU runtime", me, me < peer ? me : peer,
              me < peer ? peer : me, dev);
+    return 1;
+}
+
+/* ---- the replicas' gradient reduction: NCCL or the host path --------------
+ * At start-up each replica of a stage sends every other PG_DP_INFO_BYTES:
+ * whether it wants the NCCL path (PG_DP_WANT_*), the NCCL version it runs,
+ * its GPU's uuid (cudaDeviceProp.uuid) and PCI bus id (for messages). */
+#define PG_DP_INFO_BYTES 64
+enum { PG_DP_WANT_YES = 0, PG_DP_WANT_ENV = 1, PG_DP_WANT_NO_NCCL = 2 };
+
+static inline void pg_dp_info_put(unsigned char m[PG_DP_INFO_BYTES], uint32_t want, uint32_t nccl_version,
+                                  const unsigned char uuid[16], const char *bus)
+{
+    memset(m, 0, PG_DP_INFO_BYTES);
+    pg_put32(m, want);
+    pg_put32(m + 4, nccl_version);
+    memcpy(m + 8, uuid, 16);
+    if (bus)
+        memcpy(m + 24, bus, strnlen(bus, PG_DP_INFO_BYTES - 25));
+}
+
+/* From every replica's message (all[D][PG_DP_INFO_BYTES], in replica order):
+ * 1, NCCL; or 0 and why in buf, the same words on every replica: one that
+ * does not want it, or two on one GPU (NCCL refuses two ranks of a
+ * communicator on one device). */
+static inline int pg_dp_nccl_choice(const unsigned char *all, int D, char *buf, size_t n)
+{
+    for (int q = 0; q < D; q++) {
+        uint32_t w = pg_get32(all + (size_t)q * PG_DP_INFO_BYTES);
+        if (w != PG_DP_WANT_YES) {
+            snprintf(buf, n, "%s on replica %d", w == PG_DP_WANT_ENV ? "PIPE_DP_NCCL=0" : "no NCCL", q);
+            return 0;
+        }
+    }
+    for (int i = 0; i < D; i++)
+        for (int j = i + 1; j < D; j++)
+            if (!memcmp(all + (size_t)i * PG_DP_INFO_BYTES + 8, all + (size_t)j * PG_DP_INFO_BYTES + 8, 16)) {
+                char bus[PG_DP_INFO_BYTES - 24 + 1];
+                memcpy(bus, all + (size_t)i * PG_DP_INFO_BYTES + 24, PG_DP_INFO_BYTES - 24);
+                bus[PG_DP_INFO_BYTES - 24] = 0;
+                snprintf(buf, n, "replicas %d and %d share GPU %s (NCCL takes one rank per GPU)", i, j,
+                         bus[0] ? bus : "?");
+                return 0;
+            }
     return 1;
 }
 

@@ -42,6 +42,7 @@
 #include "cuda_common.h"
 #include "cuda_backend.h"
 #include "cuda_caps.h"
+#include "cuda_nccl.h"
 #include "pg_tcp.h"
 #include "pg_le.h"
 
@@ -132,17 +133,30 @@ struct pg_net {
 
 /* ---- small helpers ------------------------------------------------------- */
 
-static double now_s(void)
+double pg_cuda_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void nap(void)
+void pg_cuda_nap(void)
 {
     struct timespec ts = {0, 20000};
     nanosleep(&ts, NULL);
+}
+
+ncclResult_t pg_nccl_settle(ncclComm_t comm, ncclResult_t rc, double deadline)
+{
+    while (rc == ncclInProgress) {
+        if (pg_cuda_now() > deadline)
+            return ncclInProgress;
+        pg_cuda_nap();
+        ncclResult_t q = ncclCommGetAsyncError(comm, &rc);
+        if (q != ncclSuccess)
+            return q;
+    }
+    return rc;
 }
 
 static void seterr(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -200,15 +214,11 @@ static void link_abort(dlink *L)
 static pg_net_status nccl_settle(pg_net *n, dlink *L, int peer, ncclComm_t comm, ncclResult_t rc, double deadline,
                                  const char *what)
 {
-    while (rc == ncclInProgress) {
-        if (now_s() > deadline) {
-            link_abort(L);
-            seterr(n->err, sizeof n->err, "%s with stage %d did not complete in time (NCCL link aborted)", what, peer);
-            return PG_NET_TIMEOUT;
-        }
-        nap();
-        if (ncclCommGetAsyncError(comm, &rc) != ncclSuccess)
-            break;
+    rc = pg_nccl_settle(comm, rc, deadline);
+    if (rc == ncclInProgress) {
+        link_abort(L);
+        seterr(n->err, sizeof n->err, "%s with stage %d did not complete in time (NCCL link aborted)", what, peer);
+        return PG_NET_TIMEOUT;
     }
     if (rc != ncclSuccess) {
         const char *why = ncclGetErrorString(rc);
@@ -226,7 +236,7 @@ static pg_net_status nccl_settle(pg_net *n, dlink *L, int peer, ncclComm_t comm,
  * carry the state between calls of one wait. */
 static int peer_gone_for_good(pg_net *n, int peer, double *since, double *next)
 {
-    double t = now_s();
+    double t = pg_cuda_now();
     if (t < *next)
         return 0;
     *next = t + GONE_POLL_S;
@@ -284,13 +294,13 @@ static pg_net_status wait_event(pg_net *n, dlink *L, int peer, cudaEvent_t ev, n
                 return PG_NET_CLOSED;
             }
         }
-        if (now_s() > deadline) {
+        if (pg_cuda_now() > deadline) {
             if (comm)
                 link_abort(L);
             seterr(n->err, sizeof n->err, "%s", late);
             return PG_NET_TIMEOUT;
         }
-        nap();
+        pg_cuda_nap();
     }
 }
 
@@ -350,11 +360,11 @@ static pg_net_status retire_oldest(pg_net *n, int to, double deadline)
                 break;
             if (peer_gone_for_good(n, to, &gone_since, &gone_next))
                 return gone_err(n, L, to, "before it took our message out of the send ring");
-            if (now_s() > deadline) {
+            if (pg_cuda_now() > deadline) {
                 seterr(n->err, sizeof n->err, "%s", late);
                 return PG_NET_TIMEOUT;
             }
-            nap();
+            pg_cuda_nap();
         }
     } else {
         pg_net_status st = wait_event(n, L, to, L->sev[o->seq % NSLOTS], L->scomm, deadline, late);
@@ -373,7 +383,7 @@ static pg_net_status ring_place(pg_net *n, int to, size_t bytes, size_t *start)
 {
     dlink *L = &n->l[to];
     size_t s = L->shead + bytes > L->send_cap ? 0 : L->shead;
-    double deadline = now_s() + SEND_WAIT_S;
+    double deadline = pg_cuda_now() + SEND_WAIT_S;
     for (;;) {
         int clash = L->qlen == NSLOTS;
         for (int i = 0; i < L->qlen && !clash; i++) {
@@ -461,7 +471,7 @@ pg_net_status pg_net_send(pg_net *n, int to, uint32_t tag, const void *buf, size
         NET_CUDA(n, to, "recording a send", cudaEventRecord(L->sready, n->stream));
         NET_CUDA(n, to, "ordering a send", cudaStreamWaitEvent(L->sstream, L->sready, 0));
         ncclResult_t rc = ncclSend(L->sring + start, bytes, ncclUint8, 1, L->scomm, L->sstream);
-        if ((st = nccl_settle(n, L, to, L->scomm, rc, now_s() + SEND_WAIT_S, "ncclSend")))
+        if ((st = nccl_settle(n, L, to, L->scomm, rc, pg_cuda_now() + SEND_WAIT_S, "ncclSend")))
             return st;
         NET_CUDA(n, to, "recording a send", cudaEventRecord(ev, L->sstream));
     }
@@ -497,7 +507,7 @@ pg_net_status pg_net_recv(pg_net *n, int from, uint32_t tag, void *buf, size_t b
     }
     if (is_poisoned(n, from))
         return PG_NET_ERROR;
-    double deadline = now_s() + timeout_s;
+    double deadline = pg_cuda_now() + timeout_s;
     unsigned char h[HDR_BYTES];
     pg_net_status st = pg_tcp_recv(n->tcp, from, tag, h, sizeof h, timeout_s);
     if (st == PG_NET_MISMATCH) {
@@ -529,7 +539,7 @@ pg_net_status pg_net_recv(pg_net *n, int from, uint32_t tag, void *buf, size_t b
                 return PG_NET_ERROR;
             dst = n->hstage;
         }
-        double left = deadline - now_s();
+        double left = deadline - pg_cuda_now();
         if ((st = pg_tcp_recv(n->tcp, from, tag, dst, bytes, left > 0 ? left : 0)))
             return tcp_err(n, st);
         if (dev) {
@@ -598,7 +608,7 @@ pg_net_status pg_net_flush(pg_net *n, double timeout_s)
     pg_net_status st = pg_tcp_flush(n->tcp, timeout_s);
     if (st)
         return tcp_err(n, st);
-    double deadline = now_s() + timeout_s;
+    double deadline = pg_cuda_now() + timeout_s;
     for (int i = 0; i < n->world; i++)
         while (n->l[i].qlen > 0 && !n->l[i].dead)
             if ((st = retire_oldest(n, i, deadline)))
@@ -789,34 +799,47 @@ out:
     return rc;
 }
 
-static int comm_init(int peer, ncclComm_t *comm, ncclUniqueId id, int rank, double timeout_s, char *err,
-                     size_t errlen)
+int pg_nccl_comm_init(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, double timeout_s, const char *what,
+                      char *err, size_t errlen)
 {
     ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
     c.blocking = 0; /* so a peer that never joins is a timeout, not a hang */
-    ncclResult_t r = ncclCommInitRankConfig(comm, 2, id, rank, &c);
-    double deadline = now_s() + timeout_s;
-    while (r == ncclInProgress) {
-        if (now_s() > deadline) {
-            ncclCommAbort(*comm);
-            *comm = NULL;
-            seterr(err, errlen, "the NCCL link with stage %d did not come up within %g s", peer,
-                   timeout_s);
-            return -1;
-        }
-        nap();
-        if (ncclCommGetAsyncError(*comm, &r) != ncclSuccess)
-            break;
+    *comm = NULL;
+    ncclResult_t r = ncclCommInitRankConfig(comm, nranks, id, rank, &c);
+    if (*comm)
+        r = pg_nccl_settle(*comm, r, pg_cuda_now() + timeout_s);
+    if (r == ncclInProgress) {
+        ncclCommAbort(*comm);
+        *comm = NULL;
+        seterr(err, errlen, "%s did not come up within %g s", what, timeout_s);
+        return -1;
     }
     if (r != ncclSuccess) {
         if (*comm)
             ncclCommAbort(*comm);
         *comm = NULL;
-        seterr(err, errlen, "setting up the NCCL link with stage %d failed: %s", peer,
-               ncclGetErrorString(r));
+        seterr(err, errlen, "setting up %s failed: %s", what, ncclGetErrorString(r));
         return -1;
     }
     return 0;
+}
+
+void pg_nccl_comm_close(ncclComm_t comm)
+{
+    if (!comm)
+        return;
+    if (pg_nccl_settle(comm, ncclCommFinalize(comm), pg_cuda_now() + 5.0) == ncclSuccess)
+        ncclCommDestroy(comm);
+    else
+        ncclCommAbort(comm);
+}
+
+static int comm_init(int peer, ncclComm_t *comm, ncclUniqueId id, int rank, double timeout_s, char *err,
+                     size_t errlen)
+{
+    char what[64];
+    seterr(what, sizeof what, "the NCCL link with stage %d", peer);
+    return pg_nccl_comm_init(comm, 2, id, rank, timeout_s, what, err, errlen);
 }
 
 /* NCCL connects a send/recv pair at its first ncclSend/ncclRecv, and both
@@ -828,7 +851,7 @@ static int comm_init(int peer, ncclComm_t *comm, ncclUniqueId id, int rank, doub
 static int warm_up(pg_net *n, int peer, int sender, double timeout_s, char *err, size_t errlen)
 {
     dlink *L = &n->l[peer];
-    double deadline = now_s() + timeout_s;
+    double deadline = pg_cuda_now() + timeout_s;
     if (!sender && grow_dev(n, RING_ALIGN)) {
         seterr(err, errlen, "%s", n->err);
         return -1;
@@ -898,13 +921,13 @@ static void ipc_teardown(pg_net *n)
         unsigned char b = 1;
         pg_tcp_send(n->tcp, j, TAG_CLOSED, &b, 1); /* best effort: our exit tells it as well */
     }
-    double deadline = now_s() + CLOSE_WAIT_S;
+    double deadline = pg_cuda_now() + CLOSE_WAIT_S;
     for (int j = 0; j < n->world; j++) {
         dlink *L = &n->l[j];
         if (!L->exported || L->unmapped)
             continue;
         unsigned char b = 0;
-        double left = deadline - now_s();
+        double left = deadline - pg_cuda_now();
         pg_net_status st = L->dead ? PG_NET_CLOSED : pg_tcp_recv(n->tcp, j, TAG_CLOSED, &b, 1, left > 0 ? left : 0);
         L->unmapped = st == PG_NET_OK || st == PG_NET_CLOSED; /* closed: it exited, its mapping with it */
     }
@@ -922,22 +945,8 @@ static void release(pg_net *n, int clean)
         dlink *L = &n->l[i];
         if (!clean || stuck)
             link_abort(L);
-        ncclComm_t comms[2] = {L->scomm, L->rcomm};
-        for (int k = 0; k < 2; k++) {
-            if (!comms[k])
-                continue;
-            ncclResult_t r = ncclCommFinalize(comms[k]);
-            double deadline = now_s() + 5.0;
-            while (r == ncclInProgress && now_s() < deadline) {
-                nap();
-                if (ncclCommGetAsyncError(comms[k], &r) != ncclSuccess)
-                    break;
-            }
-            if (r == ncclSuccess)
-                ncclCommDestroy(comms[k]);
-            else
-                ncclCommAbort(comms[k]);
-        }
+        pg_nccl_comm_close(L->scomm);
+        pg_nccl_comm_close(L->rcomm);
         if (stuck)
             continue;
         if (L->sstream) {

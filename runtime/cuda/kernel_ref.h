@@ -102,6 +102,22 @@ static inline void pg_ref_norm_bwd_w(int64_t n, int64_t m, int stats_per_row, co
     pg_ref_norm_bwd_w_ch(n, m, pg_colsum_chunk_rows(n), stats_per_row, x, mean, rstd, dy, dw, db);
 }
 
+/* ---- the replicas' gradient sum ---------------------------------------------- */
+
+/* g[e] = x[0][e] + x[1][e] + ... + x[D-1][e], one float addition after another
+ * in replica order (g may be one of the x[q]): runtime/core/dp.c's sum on the
+ * CPU, and what dp_sum.cuh's kernel computes on the GPU (the NCCL path of
+ * dp_nccl.cu), so the two paths give the same bits. */
+static inline void pg_ref_dp_sum(float *g, const float *const *x, int D, int64_t n)
+{
+    for (int64_t e = 0; e < n; e++) {
+        float v = x[0][e];
+        for (int q = 1; q < D; q++)
+            v += x[q][e];
+        g[e] = v;
+    }
+}
+
 /* ---- bf16 ------------------------------------------------------------------- */
 
 /* x rounded to bf16 (round to nearest, ties to even; NaN stays NaN), as a float:

@@ -60,6 +60,10 @@ inline __nv_bfloat162 __floats2bfloat162_rn(float lo, float hi)
 
 static_assert(sizeof(__nv_bfloat162) == 4, "two bf16 in one 32-bit register");
 
+/* f32 addition rounded to nearest even: the host's float + (an addition has
+ * no multiply to contract with, so no FMA either way) */
+inline float __fadd_rn(float a, float b) { return a + b; }
+
 /* ---- one block's shared state ------------------------------------------------ */
 
 struct emu_warp {

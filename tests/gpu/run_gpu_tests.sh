@@ -29,13 +29,19 @@
 #  5. a model with dropout: graphs stay off with a note, the results equal --no-graph;
 #  6. with 2+ GPUs, stages 0-1 on GPU 0 and 2-3 on GPU 1 (NCCL between 1 and 2,
 #     IPC within each pair): bitwise the 1-stage result again;
+#  6b. with 2+ GPUs, gpt_tiny 2 stages x 2 replicas, replica q on GPU q: the
+#     replicas' gradients summed by NCCL (runtime/cuda/dp_nccl.cu) give the
+#     losses and weights of the host path (PIPE_DP_NCCL=0, and 5b's one-GPU
+#     run) bit for bit, within TOL of the CPU; the start-up lines name each
+#     path (and why not NCCL), the NCCL run reports its time per step;
 #  5b. pp x dp on the one GPU (every process on it: the replicas' gradients
 #     are summed in host memory over TCP): gpt_tiny at 1, 2 and 4 stages x 2
 #     replicas (piperun --dp 2) gives the same losses and weights bit for bit
 #     at every stage count, twice alike, graphs = --no-graph; its first step's
 #     loss (the same weights, other micro-batches) within 1e-6 relative of the
 #     1-replica run's, every step within TOL of the CPU's; the start-up line
-#     names the reduction's path; tests/models/bn_small.pipe (deferred batch
+#     names the reduction's path (the host one: NCCL refuses two replicas on
+#     one GPU); tests/models/bn_small.pipe (deferred batch
 #     norm, batch 12) at 1 and 2 stages x 2 replicas bitwise alike, step 1
 #     within 1e-6 relative of one replica of twice the micro-batches (the same
 #     micro-batches of rows), graphs off with a note naming the sums;
@@ -247,8 +253,9 @@ close "$REF/cpu1" "$T/cuda2d2" "$TOL" "2 stages x 2 replicas vs the CPU's 1 stag
 if [ "$FAKE" = cpu ]; then
     skip "the CPU runtime sums the replicas' gradients in place: no path to name"
 else
-    like "$(cat "$T/cuda2d2.out" 2>/dev/null)" 'gradient reduction over 2 replicas: through host memory over TCP' \
-        "2 replicas: the start-up line names the reduction's path"
+    like "$(cat "$T/cuda2d2.out" 2>/dev/null)" \
+        'gradient reduction over 2 replicas: through host memory over TCP .*not by NCCL: replicas 0 and 1 share GPU' \
+        "2 replicas on one GPU: the start-up line names the host path, NCCL refusing two ranks on one GPU"
 fi
 
 # deferred batch norm: its sums over the replicas (the stats hook) keep graphs off
@@ -323,6 +330,56 @@ if [ "${ngpu:-0}" -ge 2 ]; then
 else
     skip "$ngpu GPU(s): the NCCL path between GPUs needs two"
     skip "$ngpu GPU(s): the NCCL path between GPUs needs two"
+fi
+
+# --- 6b. pp x dp across GPUs: each replica on its own GPU, the sum by NCCL ----------
+# dp_hand OUT [VAR=value...]: gpt_tiny's 2 stages x 2 replicas ($T/g2/cuda)
+# started by hand, replica q on GPU q (rank = replica x 2 + stage), with the
+# environment given; OUT.out all four logs, OUT.loss as train() makes it
+dp_hand() {
+    dh_o=$1
+    shift
+    : >"$dh_o.loss"
+    dh_m=127.0.0.1:$(free_port)
+    for k in 0 1 2 3; do
+        [ -x "$T/g2/cuda/stage$((k % 2))" ] || { echo "# $T/g2/cuda: not built"; return 1; }
+        env "$@" CUDA_VISIBLE_DEVICES=$((k / 2)) PIPE_RANK=$k PIPE_WORLD=4 PIPE_MASTER=$dh_m \
+            "$T/g2/cuda/stage$((k % 2))" --threads 1 --steps "$STEPS" --log-every 1 --timeout 60 \
+            --save "$dh_o.safetensors" >"$dh_o.$k.log" 2>&1 &
+        echo $! >"$dh_o.$k.log.pid"
+    done
+    dh_st=0
+    for k in 0 1 2 3; do wait_exit "$dh_o.$k.log.pid" 300; [ "$WX" = 0 ] || dh_st=1; done
+    cat "$dh_o".[0-3].log >"$dh_o.out"
+    sed -n 's/^.*step \([0-9]*\)\/[0-9]*  *loss \([-0-9.eEinfa+]*\).*$/\1 \2/p' "$dh_o.1.log" >"$dh_o.loss"
+    grep 'final loss' "$dh_o.1.log" | sed 's/^\[stage [0-9]*\( replica 0\)*\] //' >>"$dh_o.loss"
+    [ $dh_st = 0 ] || tail -5 "$dh_o".[0-3].log | sed 's/^/# /'
+    return $dh_st
+}
+# the CPU runtime (PG_GPU_FAKE=cpu) checks the plumbing: its host path
+# (PIPE_DP_STAGED=1) says why it is not NCCL where the GPUs say NCCL
+if [ "$FAKE" = cpu ]; then
+    dp_nccl='through host memory over TCP .*not by NCCL: the CPU runtime has no NCCL' dp_off=$dp_nccl
+    dp_env=PIPE_DP_STAGED=1 dp_by=''
+else
+    dp_nccl='gradient reduction over 2 replicas: on the GPUs by NCCL'
+    dp_off='through host memory over TCP .*not by NCCL: PIPE_DP_NCCL=0 on replica 0'
+    dp_env=PIPE_DP_NCCL=1 dp_by=' by NCCL'
+fi
+if [ "${ngpu:-0}" -ge 2 ] || [ "$FAKE" = cpu ]; then
+    dp_hand "$T/dpn" $dp_env; ok $? "2 stages x 2 replicas, replica q on GPU q (the sum by NCCL): $STEPS steps"
+    dp_hand "$T/dph" $dp_env PIPE_DP_NCCL=0; ok $? "the same with PIPE_DP_NCCL=0 (through host memory): $STEPS steps"
+    n=$(grep -Ec "$dp_nccl" "$T/dpn.out" 2>/dev/null)
+    is "$n" 2 "NCCL run: replica 0 of each stage names the path at start-up"
+    grep -Eq "gradient reduction over 2 replicas$dp_by: [0-9]+ bytes sent per step in [0-9.]+ ms" "$T/dpn.out" 2>/dev/null
+    ok $? "NCCL run: the reduction's time per step is reported: $(grep -m1 'bytes sent per step in' "$T/dpn.out" 2>/dev/null | cut -c1-140)"
+    n=$(grep -Ec "$dp_off" "$T/dph.out" 2>/dev/null)
+    is "$n" 2 "PIPE_DP_NCCL=0: replica 0 of each stage names the host path and why"
+    same "$T/dph" "$T/dpn" "2 x 2 on 2 GPUs: NCCL vs the host path"
+    same "$T/cuda2d2" "$T/dpn" "2 x 2: NCCL on 2 GPUs vs the host path on one"
+    close "$REF/cpu1" "$T/dpn" "$TOL" "2 x 2 by NCCL vs the CPU's 1 stage x 1 replica"
+else
+    for i in 1 2 3 4 5 6 7 8; do skip "$ngpu GPU(s): the replicas' sum by NCCL needs a GPU per replica"; done
 fi
 
 # --- 7. a killed stage --------------------------------------------------------------

@@ -165,9 +165,45 @@ static void test_caps(void)
        "no IPC events: sharing a GPU is refused, naming both stages and the attribute: %s", b);
 }
 
+/* The replicas' choice of the NCCL path (cuda_caps.h, dp_nccl.cu). */
+static void test_dp_choice(void)
+{
+    unsigned char all[4 * PG_DP_INFO_BYTES];
+    unsigned char u[4][16];
+    char b[256];
+    for (int q = 0; q < 4; q++) {
+        memset(u[q], 0xa0 + q, 16);
+        char bus[32];
+        snprintf(bus, sizeof bus, "00000000:%02X:00.0", 0x18 + q);
+        pg_dp_info_put(all + q * PG_DP_INFO_BYTES, PG_DP_WANT_YES, 22803, u[q], bus);
+    }
+    OK(pg_dp_nccl_choice(all, 4, b, sizeof b) == 1, "4 replicas on 4 GPUs, all wanting it: NCCL");
+    OK(pg_get32(all + 3 * PG_DP_INFO_BYTES + 4) == 22803 && all[3 * PG_DP_INFO_BYTES + 8] == 0xa3,
+       "the message carries the NCCL version and the uuid at their places");
+    pg_dp_info_put(all + 2 * PG_DP_INFO_BYTES, PG_DP_WANT_YES, 22803, u[1], "00000000:19:00.0");
+    OK(pg_dp_nccl_choice(all, 4, b, sizeof b) == 0 &&
+           !strcmp(b, "replicas 1 and 2 share GPU 00000000:19:00.0 (NCCL takes one rank per GPU)"),
+       "replicas 1 and 2 on one GPU: the host path, naming both and the GPU: %s", b);
+    OK(pg_dp_nccl_choice(all, 2, b, sizeof b) == 1, "... the first 2 replicas alone: NCCL");
+    pg_dp_info_put(all + 3 * PG_DP_INFO_BYTES, PG_DP_WANT_ENV, 22803, u[3], "x");
+    OK(pg_dp_nccl_choice(all, 4, b, sizeof b) == 0 && !strcmp(b, "PIPE_DP_NCCL=0 on replica 3"),
+       "PIPE_DP_NCCL=0 on one replica: the host path on all, naming it: %s", b);
+    pg_dp_info_put(all, PG_DP_WANT_NO_NCCL, 0, u[0], NULL);
+    OK(pg_dp_nccl_choice(all, 4, b, sizeof b) == 0 && !strcmp(b, "no NCCL on replica 0"),
+       "no NCCL on replica 0: the host path: %s", b);
+    char longbus[80];
+    memset(longbus, 'b', sizeof longbus - 1);
+    longbus[sizeof longbus - 1] = 0;
+    for (int q = 0; q < 2; q++)
+        pg_dp_info_put(all + q * PG_DP_INFO_BYTES, PG_DP_WANT_YES, 1, u[0], longbus);
+    OK(pg_dp_nccl_choice(all, 2, b, sizeof b) == 0 && strstr(b, "share GPU bbbb") && strlen(b) < 120,
+       "an overlong bus id is cut to the message's room: %s", b);
+}
+
 int main(void)
 {
     test_ring();
     test_caps();
+    test_dp_choice();
     return DONE();
 }
