@@ -32,6 +32,7 @@
  * buckets: the reducer thread does not touch the device), so the sums are
  * the CPU's, bit for bit, whether the replicas share one GPU or not. NCCL per
  * stage group is not used yet. */
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -50,17 +51,24 @@
  * a shard at the same places: every DP_CHUNK from its start, and at the
  * parameters' ends). */
 #define DP_CHUNK PG_DP_CHUNK /* dp_bytes.h: the buffers' sizes follow from it */
+/* An early bucket's least size (PIPE_DP_BUCKET_BYTES overrides it). Each
+ * bucket costs a wake of the reducer thread, a few more message headers and a
+ * wait for the slowest replica's copy; at loopback TCP's 1-2 GB/s, 1 MiB
+ * takes 0.5-1 ms to reduce, well above that fixed cost (tens of us), while
+ * the quickstart MLP's 1 MiB layers and gpt_char's blocks still get a bucket
+ * each. (PyTorch DDP's 25 MiB suits NCCL at tens of GB/s.) */
+#define DP_BUCKET_BYTES ((int64_t)1 << 20)
 
-/* The gradients reduced together: the parameters of one chunk, whose
- * gradients are final once its last backward action of the step has run (an
- * early bucket, reduced by the reducer thread while the stage's backward goes
- * on), or the rest (the last bucket, reduced when the step's verdict needs
- * them). */
+/* The gradients reduced together: the parameters of consecutive layers in
+ * the order their gradients become final (an early bucket, reduced by the
+ * reducer thread while the stage's backward goes on: plan_buckets), or the
+ * rest (the last bucket, reduced when the step's verdict needs them). */
 typedef struct dp_bucket {
     int n;                 /* parameters */
     int *param;            /* [n] indices into d->params, in parameter order */
     int64_t numel;         /* their elements in all */
-    int after;             /* early: the action after which it starts; -1: the last bucket */
+    int after;             /* early: the BWD_W action in which it becomes final; -1: the last bucket */
+    int layer;             /* early: its last layer (PG_GRADS_FINAL(io, layer) in that action) */
 } dp_bucket;
 
 struct pg_dp {
@@ -88,9 +96,10 @@ struct pg_dp {
     int posted, done;      /* early buckets posted and reduced this step */
     int failed;            /* the reducer printed a failure: the step fails */
     atomic_int stop;       /* pg_dp_stop: leave at the next receive slice */
-    int last_bwd;          /* the stage's last backward action of a step */
-    int check_overlap;     /* PIPE_CHECK_OVERLAP=1: the early buckets are reduced before it runs */
-    int64_t overlapped;    /* steps whose early buckets were all reduced before it (check_overlap) */
+    int check_overlap;     /* PIPE_CHECK_OVERLAP=1: the main thread waits for the early buckets once the last is posted */
+    int64_t overlapped;    /* steps whose early buckets were all reduced then, before the stage's last layer's
+                            * weight gradients (check_overlap) */
+    int64_t bucket_bytes;  /* an early bucket's least size (PIPE_DP_BUCKET_BYTES; 0: none) */
 };
 
 static int64_t shard_lo(int64_t n, int D, int q) { return n * q / D; }
@@ -195,91 +204,100 @@ static pg_dp_bytes dp_bytes(const pg_run *r)
     for (int i = 0; i < d->nparams; i++)
         if (d->params[i].is_buffer)
             bufs += d->params[i].numel;
-    return pg_dp_bytes_of(grad_numel(d), stats_max(d), bufs, d->nparams, d->nchunks, r->replicas, r->replica);
+    return pg_dp_bytes_of(grad_numel(d), stats_max(d), bufs, d->nparams, r->replicas, r->replica);
 }
 
 size_t pg_dp_link_bytes(const pg_run *r) { return (size_t)dp_bytes(r).link; }
 
 static int dp_stats(void *arg, double *sum, double *sumsq, int64_t C);
 
-/* The chunk of this stage whose layers alone use parameter p, or -1 (p
- * stays in the last bucket). A layer's own parameters are named
- * "<layer>.<suffix>" (dsl/layers.c, add_own), so the longest layer name that
- * prefixes p's name with a dot names the layer; a parameter used more than
- * once on the stage (nacc > 1: folded at the verdict) or tied across stages
- * (summed over them first) is final only after the backward. */
-static int param_chunk(const pg_stage_desc *d, const pg_param_desc *p)
+/* The moments a parameter's gradient becomes final, in the order they come:
+ * layer l (of the stage's layer table) whose weight-gradient code alone
+ * writes it (pg_param_desc.grad_layer, from pipegen) is done with it in the
+ * step's last BWD_W action of its chunk, right after its code
+ * (PG_GRADS_FINAL); a chunk's bwd_w runs its layers last to first. So the
+ * layers sort by (that action, last layer first). A layer whose chunk has no
+ * BWD_W on this stage, or an index out of range, never finishes early. */
+typedef struct dp_event {
+    int action, layer;
+} dp_event;
+
+static int cmp_event(const void *x, const void *y)
 {
-    if (p->nacc > 1 || p->tie != 0 || (p->stage_mask & (p->stage_mask - 1)))
-        return -1;
-    int best = -1;
-    size_t blen = 0;
-    for (int i = 0; i < d->nlayers; i++) {
-        const char *ln = d->layers[i].name;
-        size_t k = strlen(ln);
-        if (k > blen && strncmp(p->name, ln, k) == 0 && p->name[k] == '.') {
-            best = d->layers[i].chunk;
-            blen = k;
-        }
-    }
-    return best;
+    const dp_event *a = x, *b = y;
+    return a->action != b->action ? (a->action > b->action) - (a->action < b->action) : (a->layer < b->layer) - (a->layer > b->layer);
 }
 
-/* The buckets: one per chunk whose last backward action comes before the
- * stage's last one (in that order), holding the chunk's parameters, then the
- * last bucket with every other parameter. 0, or -1 out of memory. */
-static int plan_buckets(const pg_stage_desc *d, struct pg_dp *p)
+/* The buckets: consecutive layers in the order their gradients become final,
+ * gathered until a bucket holds at least min_bytes, each reduced by the
+ * reducer thread from the moment its last layer is done; then the last
+ * bucket: the layers after the last cut (the stage's last layer to finish
+ * always among them: nothing would be left to overlap it) and every
+ * parameter no one layer finishes (used by several layers, tied). Each
+ * element's sum is the same whatever its bucket. min_bytes 0 or staged: the
+ * last bucket alone. 0, or -1 out of memory. */
+static int plan_buckets(const pg_stage_desc *d, struct pg_dp *p, int64_t min_bytes)
 {
-    int nc = d->nchunks > 0 ? d->nchunks : 1, *lastc = malloc((size_t)nc * sizeof *lastc);
-    p->b = calloc((size_t)nc + 1, sizeof *p->b);
-    if (!lastc || !p->b) {
-        free(lastc);
-        return -1;
-    }
-    p->last_bwd = -1;
+    int nl = d->nlayers > 0 ? d->nlayers : 0, nc = d->nchunks > 0 ? d->nchunks : 1, ne = 0;
+    int *lastw = malloc((size_t)nc * sizeof *lastw), *bucket_of = malloc((size_t)(nl ? nl : 1) * sizeof *bucket_of);
+    int64_t *numel = calloc((size_t)(nl ? nl : 1), sizeof *numel);
+    dp_event *ev = malloc((size_t)(nl ? nl : 1) * sizeof *ev);
+    p->b = calloc((size_t)nl + 1, sizeof *p->b);
+    int rc = -1;
+    if (!lastw || !bucket_of || !numel || !ev || !p->b)
+        goto out;
     for (int c = 0; c < nc; c++)
-        lastc[c] = -1;
-    for (int a = 0; a < d->nactions; a++) {
-        const pg_step_action *x = &d->actions[a];
-        if ((x->kind == PG_BWD_B || x->kind == PG_BWD_W) && x->chunk >= 0 && x->chunk < nc) {
-            lastc[x->chunk] = a;
-            p->last_bwd = a;
+        lastw[c] = -1;
+    for (int a = 0; a < d->nactions; a++)
+        if (d->actions[a].kind == PG_BWD_W && d->actions[a].chunk >= 0 && d->actions[a].chunk < nc)
+            lastw[d->actions[a].chunk] = a;
+    for (int i = 0; i < d->nparams; i++) { /* each layer's floats that it alone finishes */
+        const pg_param_desc *q = &d->params[i];
+        int l = q->grad_layer;
+        if (reduced(d, q) && l >= 0 && l < nl && d->layers[l].chunk >= 0 && d->layers[l].chunk < nc &&
+            lastw[d->layers[l].chunk] >= 0)
+            numel[l] += q->numel;
+    }
+    for (int l = 0; l < nl; l++) {
+        bucket_of[l] = -1;
+        if (numel[l])
+            ev[ne++] = (dp_event){lastw[d->layers[l].chunk], l};
+    }
+    qsort(ev, (size_t)ne, sizeof *ev, cmp_event);
+    int early = 0;
+    int64_t acc = 0;
+    for (int e = 0; min_bytes > 0 && !p->staged && e + 1 < ne; e++) { /* staged: the reducer does not touch the device */
+        bucket_of[ev[e].layer] = early;
+        acc += numel[ev[e].layer];
+        if (acc * 4 >= min_bytes) {
+            p->b[early].after = ev[e].action;
+            p->b[early++].layer = ev[e].layer;
+            acc = 0;
         }
     }
-    int early = 0; /* chunks in the order their last backward runs */
-    for (int a = 0; !p->staged && a < p->last_bwd; a++) /* staged: one bucket */
-        for (int c = 0; c < nc; c++)
-            if (lastc[c] == a)
-                p->b[early++].after = a;
+    for (int l = 0; l < nl; l++) /* the layers after the last cut: the last bucket */
+        if (bucket_of[l] >= early)
+            bucket_of[l] = -1;
     p->nb = early + 1;
-    p->b[early].after = -1;
+    p->b[early].after = p->b[early].layer = -1;
     for (int k = 0; k < p->nb; k++)
-        if (!(p->b[k].param = malloc((size_t)(d->nparams ? d->nparams : 1) * sizeof *p->b[k].param))) {
-            free(lastc);
-            return -1;
-        }
-    for (int i = 0; i < d->nparams; i++) {
+        if (!(p->b[k].param = malloc((size_t)(d->nparams ? d->nparams : 1) * sizeof *p->b[k].param)))
+            goto out;
+    for (int i = 0; i < d->nparams; i++) { /* each bucket's parameters in table order */
         const pg_param_desc *q = &d->params[i];
         if (!reduced(d, q))
             continue;
-        int c = param_chunk(d, q), k = early;
-        for (int j = 0; c >= 0 && j < early; j++)
-            if (p->b[j].after == lastc[c])
-                k = j;
+        int l = q->grad_layer, k = l >= 0 && l < nl && bucket_of[l] >= 0 ? bucket_of[l] : early;
         p->b[k].param[p->b[k].n++] = i;
         p->b[k].numel += q->numel;
     }
-    free(lastc);
-    int kept = 0; /* early buckets without parameters (a chunk of relus) go */
-    for (int k = 0; k < p->nb; k++) {
-        if (p->b[k].n == 0 && k < early) {
-            free(p->b[k].param);
-            continue;
-        }
-        p->b[kept++] = p->b[k];
-    }
-    p->nb = kept;
-    return 0;
+    rc = 0;
+out:
+    free(lastw);
+    free(bucket_of);
+    free(numel);
+    free(ev);
+    return rc;
 }
 
 static int reduce_bucket(pg_run *r, int k);
@@ -307,6 +325,27 @@ static void *reducer_main(void *arg)
     return NULL;
 }
 
+/* PIPE_DP_BUCKET_BYTES: an early bucket's least size in bytes (DP_BUCKET_BYTES
+ * when unset or empty; 0: no early buckets, the whole reduction after the backward). 0,
+ * or 1 after saying what is wrong with it. */
+static int bucket_bytes(const pg_stage_desc *d, int64_t *out)
+{
+    const char *v = getenv("PIPE_DP_BUCKET_BYTES");
+    *out = DP_BUCKET_BYTES;
+    if (!v || !*v)
+        return 0;
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (*end || errno || x < 0) {
+        fprintf(stderr, "stage %d: PIPE_DP_BUCKET_BYTES='%s': want a byte count >= 0 (0: sum the gradients over the "
+                "replicas after the backward only)\n", d->stage, v);
+        return 1;
+    }
+    *out = x;
+    return 0;
+}
+
 int pg_dp_init(pg_run *r)
 {
     const pg_stage_desc *d = r->d;
@@ -330,7 +369,9 @@ int pg_dp_init(pg_run *r)
      * CPU, so that tests/ppdp_staged.t checks it where no GPU is */
     const char *force = getenv("PIPE_DP_STAGED");
     p->staged = strcmp(pg_backend_name(), "cpu") != 0 || (force && !strcmp(force, "1"));
-    if (plan_buckets(d, p) || !p->in || !p->stats || !p->x || !p->scattered || !p->last ||
+    if (bucket_bytes(d, &p->bucket_bytes))
+        return 1;
+    if (plan_buckets(d, p, p->bucket_bytes) || !p->in || !p->stats || !p->x || !p->scattered || !p->last ||
         (p->staged && !(p->host = malloc((size_t)(p->b[p->nb - 1].numel ? p->b[p->nb - 1].numel : 1) * 4)))) {
         fprintf(stderr, "stage %d: out of memory for the replicas' gradient reduction (%" PRId64 " floats)\n", d->stage,
                 grad_numel(d));
@@ -671,31 +712,51 @@ static void wait_reducer(struct pg_dp *p)
         pthread_cond_wait(&p->cv, &p->mu);
 }
 
-void pg_dp_action_begin(pg_run *r, int a)
+/* Post the early buckets that are final at action a after the weight
+ * gradients of layer l (l -1: the action's end, every bucket of a): the
+ * reducer thread starts on them. PIPE_CHECK_OVERLAP=1: once the last is
+ * posted (a layer's weight gradients, at least the stage's last layer's, are
+ * still to come), wait until every one is reduced and count the step. */
+static void post_buckets(pg_run *r, int a, int l)
 {
     struct pg_dp *p = r->dp;
-    if (!p || !p->check_overlap || p->nb < 2 || a != p->last_bwd)
-        return;
-    /* PIPE_CHECK_OVERLAP=1: the early buckets must be reducible while the
-     * stage's last backward action has not run yet */
     pthread_mutex_lock(&p->mu);
-    wait_reducer(p);
-    int ok = p->posted == p->nb - 1 && !p->failed;
+    int posted = 0;
+    while (p->posted < p->nb - 1 && p->b[p->posted].after == a && (l < 0 || p->b[p->posted].layer == l)) {
+        p->posted++; /* all of its gradients are final */
+        posted = 1;
+    }
+    if (posted)
+        pthread_cond_broadcast(&p->cv);
+    if (posted && p->check_overlap && p->posted == p->nb - 1) {
+        wait_reducer(p);
+        p->overlapped += !p->failed;
+    }
     pthread_mutex_unlock(&p->mu);
-    p->overlapped += ok;
+}
+
+/* PG_GRADS_FINAL's hook (pg_mb_io.grads_final): stage layer l's gradients are final. */
+static void grads_final(void *arg, int l)
+{
+    pg_run *r = arg;
+    post_buckets(r, r->cur_action, l);
+}
+
+void pg_dp_mb_io(pg_run *r, int a, pg_mb_io *io)
+{
+    struct pg_dp *p = r->dp;
+    /* only the main thread writes posted: no lock needed to read it here */
+    if (p && p->posted < p->nb - 1 && p->b[p->posted].after == a) {
+        io->grads_final = grads_final;
+        io->grads_final_arg = r;
+    }
 }
 
 void pg_dp_action_end(pg_run *r, int a)
 {
     struct pg_dp *p = r->dp;
-    if (!p || p->nb < 2)
-        return;
-    pthread_mutex_lock(&p->mu);
-    while (p->posted < p->nb - 1 && p->b[p->posted].after == a) {
-        p->posted++; /* all of its gradients are final: the reducer thread starts on it */
-        pthread_cond_broadcast(&p->cv);
-    }
-    pthread_mutex_unlock(&p->mu);
+    if (p && p->posted < p->nb - 1 && p->b[p->posted].after == a)
+        post_buckets(r, a, -1); /* a bucket whose layer's hook did not run (a replayed action): final now */
 }
 
 int pg_dp_reduce(pg_run *r, int64_t step)
@@ -763,9 +824,9 @@ void pg_dp_report(pg_run *r)
         printf("stage %d: %d gradient bucket%s (%zu bytes sent per step) reduced while the backward ran\n",
                r->d->stage, p->nb - 1, p->nb == 2 ? "" : "s", p->sent_early);
     if (p->check_overlap)
-        printf("stage %d replica %d: %d early gradient bucket%s, all reduced before the last backward action in %"
-               PRId64 " of %" PRId64 " steps (PIPE_CHECK_OVERLAP)\n", r->d->stage, r->replica, p->nb - 1,
-               p->nb == 2 ? "" : "s", p->overlapped, r->opt.steps);
+        printf("stage %d replica %d: %d early gradient bucket%s, all reduced before the stage's last layer's weight "
+               "gradients in %" PRId64 " of %" PRId64 " steps (PIPE_CHECK_OVERLAP)\n", r->d->stage, r->replica,
+               p->nb - 1, p->nb == 2 ? "" : "s", p->overlapped, r->opt.steps);
     if (!p->red_steps || !p->sent)
         return;
     qsort(p->red_t, (size_t)p->red_steps, sizeof p->red_t[0], cmp_double);
