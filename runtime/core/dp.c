@@ -97,8 +97,8 @@ struct pg_dp {
     int failed;            /* the reducer printed a failure: the step fails */
     atomic_int stop;       /* pg_dp_stop: leave at the next receive slice */
     int check_overlap;     /* PIPE_CHECK_OVERLAP=1: the main thread waits for the early buckets once the last is posted */
-    int64_t overlapped;    /* steps whose early buckets were all reduced then, before the stage's last layer's
-                            * weight gradients (check_overlap) */
+    int64_t overlapped;    /* steps whose early buckets were all reduced then, before the stage's backward
+                            * ended (check_overlap) */
     int64_t bucket_bytes;  /* an early bucket's least size (PIPE_DP_BUCKET_BYTES; 0: none) */
 };
 
@@ -231,9 +231,10 @@ static int cmp_event(const void *x, const void *y)
 /* The buckets: consecutive layers in the order their gradients become final,
  * gathered until a bucket holds at least min_bytes, each reduced by the
  * reducer thread from the moment its last layer is done; then the last
- * bucket: the layers after the last cut (the stage's last layer to finish
- * always among them: nothing would be left to overlap it) and every
- * parameter no one layer finishes (used by several layers, tied). Each
+ * bucket: the layers after the last cut (the last layer to finish among
+ * them when the stage's last backward action finishes it: nothing would be
+ * left to overlap it) and every parameter no one layer finishes (used by
+ * several layers, tied). Each
  * element's sum is the same whatever its bucket. min_bytes 0 or staged: the
  * last bucket alone. 0, or -1 out of memory. */
 static int plan_buckets(const pg_stage_desc *d, struct pg_dp *p, int64_t min_bytes)
@@ -248,9 +249,15 @@ static int plan_buckets(const pg_stage_desc *d, struct pg_dp *p, int64_t min_byt
         goto out;
     for (int c = 0; c < nc; c++)
         lastw[c] = -1;
-    for (int a = 0; a < d->nactions; a++)
-        if (d->actions[a].kind == PG_BWD_W && d->actions[a].chunk >= 0 && d->actions[a].chunk < nc)
-            lastw[d->actions[a].chunk] = a;
+    int last_bwd = -1; /* the stage's last backward action */
+    for (int a = 0; a < d->nactions; a++) {
+        const pg_step_action *x = &d->actions[a];
+        if ((x->kind == PG_BWD_W || x->kind == PG_BWD_B) && x->chunk >= 0 && x->chunk < nc) {
+            last_bwd = a;
+            if (x->kind == PG_BWD_W)
+                lastw[x->chunk] = a;
+        }
+    }
     for (int i = 0; i < d->nparams; i++) { /* each layer's floats that it alone finishes */
         const pg_param_desc *q = &d->params[i];
         int l = q->grad_layer;
@@ -266,7 +273,10 @@ static int plan_buckets(const pg_stage_desc *d, struct pg_dp *p, int64_t min_byt
     qsort(ev, (size_t)ne, sizeof *ev, cmp_event);
     int early = 0;
     int64_t acc = 0;
-    for (int e = 0; min_bytes > 0 && !p->staged && e + 1 < ne; e++) { /* staged: the reducer does not touch the device */
+    /* the last layer to finish, when its action is the stage's last backward one,
+     * has nothing left to overlap: never an early bucket's end (staged: no early
+     * buckets, the reducer thread does not touch the device) */
+    for (int e = 0; min_bytes > 0 && !p->staged && (e + 1 < ne || (e < ne && ev[e].action < last_bwd)); e++) {
         bucket_of[ev[e].layer] = early;
         acc += numel[ev[e].layer];
         if (acc * 4 >= min_bytes) {
@@ -715,8 +725,8 @@ static void wait_reducer(struct pg_dp *p)
 /* Post the early buckets that are final at action a after the weight
  * gradients of layer l (l -1: the action's end, every bucket of a): the
  * reducer thread starts on them. PIPE_CHECK_OVERLAP=1: once the last is
- * posted (a layer's weight gradients, at least the stage's last layer's, are
- * still to come), wait until every one is reduced and count the step. */
+ * posted (some backward work of the stage is still to come: plan_buckets),
+ * wait until every one is reduced and count the step. */
 static void post_buckets(pg_run *r, int a, int l)
 {
     struct pg_dp *p = r->dp;
@@ -824,8 +834,8 @@ void pg_dp_report(pg_run *r)
         printf("stage %d: %d gradient bucket%s (%zu bytes sent per step) reduced while the backward ran\n",
                r->d->stage, p->nb - 1, p->nb == 2 ? "" : "s", p->sent_early);
     if (p->check_overlap)
-        printf("stage %d replica %d: %d early gradient bucket%s, all reduced before the stage's last layer's weight "
-               "gradients in %" PRId64 " of %" PRId64 " steps (PIPE_CHECK_OVERLAP)\n", r->d->stage, r->replica,
+        printf("stage %d replica %d: %d early gradient bucket%s, all reduced before the stage's backward ended in %"
+               PRId64 " of %" PRId64 " steps (PIPE_CHECK_OVERLAP)\n", r->d->stage, r->replica,
                p->nb - 1, p->nb == 2 ? "" : "s", p->overlapped, r->opt.steps);
     if (!p->red_steps || !p->sent)
         return;
