@@ -13,10 +13,15 @@
  * replica 0 + 1 + ... + D-1 for every element (the order never depends on
  * which message came first), then sends the sum to every other replica
  * (reduce-scatter + all-gather: each process sends 2 (D-1)/D of its gradient
- * bytes). This runs in buckets: the parameters of a chunk whose last backward
- * action of the step comes before the stage's last one are reduced by a
- * reducer thread while the backward goes on (an element's sum is the same
- * whatever its bucket); the rest when the verdict needs them. Every gradient
+ * bytes). This runs in buckets: a layer's gradients are final once the
+ * step's last micro-batch has run its weight-gradient code (the generated
+ * bwd_w then calls PG_GRADS_FINAL), so consecutive layers in the order the
+ * backward finishes them, at least PIPE_DP_BUCKET_BYTES a bucket, are
+ * reduced by a reducer thread while the backward goes on (an element's sum
+ * is the same whatever its bucket: plan_buckets); the rest when the verdict
+ * needs them. The main thread writes no gradient of a posted bucket again
+ * this step, and pg_dp_reduce waits for every bucket (and its lent sends)
+ * before the verdict, the clip and the optimizer read or write any. Every gradient
  * byte leaves as a lent send from where it lies (no copy into the link's
  * ring), the other replicas' copies of a chunk arrive in a chunk buffer, and
  * the chunk's sum is one pass that writes it in place. The verdict, the
@@ -86,6 +91,8 @@ struct pg_dp {
     float *host;           /* staged: [the last bucket's numel] the gradients in host memory */
     double red_t[DP_TIMES]; /* the last bucket's time in steps 2.. (the first DP_TIMES of them: pg_dp_report) */
     int64_t red_steps;
+    double wait_t[DP_TIMES]; /* steps 2..: from the backward's end (pg_dp_reduce) to every gradient summed */
+    int64_t wait_steps;
     /* the reducer thread: reduces this step's early buckets in order, as the
      * main thread posts them (pg_dp_action_done); the buffers above are
      * shared, used by one thread at a time (the last bucket waits for it) */
@@ -816,6 +823,8 @@ int pg_dp_reduce(pg_run *r, int64_t step)
         r->loss_global = g;
     }
     r->dp_mark[5] = pg_run_now();
+    if (step > 0 && p->wait_steps < DP_TIMES)
+        p->wait_t[p->wait_steps++] = r->dp_mark[5] - r->dp_mark[0];
     return 0;
 }
 
@@ -825,11 +834,25 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* What the reduction left on the step's critical path: the median time from
+ * the end of the backward to every gradient summed (the replicas' skew
+ * included), with the early buckets or without (bench/dp.sh compares them). */
+static void report_wait(const pg_run *r, struct pg_dp *p)
+{
+    if (!p->wait_steps)
+        return;
+    qsort(p->wait_t, (size_t)p->wait_steps, sizeof p->wait_t[0], cmp_double);
+    printf("stage %d: after the backward the step waited %.3f ms for the replicas' gradient sums (median of steps "
+           "2..%" PRId64 "; %d early bucket%s of at least %" PRId64 " bytes)\n", r->d->stage,
+           p->wait_t[p->wait_steps / 2] * 1e3, p->wait_steps + 1, p->nb - 1, p->nb == 2 ? "" : "s", p->bucket_bytes);
+}
+
 void pg_dp_report(pg_run *r)
 {
     struct pg_dp *p = r->dp;
     if (!p)
         return;
+    report_wait(r, p);
     if (p->nb > 1)
         printf("stage %d: %d gradient bucket%s (%zu bytes sent per step) reduced while the backward ran\n",
                r->d->stage, p->nb - 1, p->nb == 2 ? "" : "s", p->sent_early);
