@@ -44,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dp_bytes.h"
 #include "pg_ops.h"
@@ -56,7 +57,8 @@
  * a shard at the same places: every DP_CHUNK from its start, and at the
  * parameters' ends). */
 #define DP_CHUNK PG_DP_CHUNK /* dp_bytes.h: the buffers' sizes follow from it */
-/* An early bucket's least size (PIPE_DP_BUCKET_BYTES overrides it). Each
+/* An early bucket's least size with a spare core (PIPE_DP_BUCKET_BYTES
+ * overrides it: bucket_bytes). Each
  * bucket costs a wake of the reducer thread, a few more message headers and a
  * wait for the slowest replica's copy; at loopback TCP's 1-2 GB/s, 1 MiB
  * takes 0.5-1 ms to reduce, well above that fixed cost (tens of us), while
@@ -107,6 +109,7 @@ struct pg_dp {
     int64_t overlapped;    /* steps whose early buckets were all reduced then, before the stage's backward
                             * ended (check_overlap) */
     int64_t bucket_bytes;  /* an early bucket's least size (PIPE_DP_BUCKET_BYTES; 0: none) */
+    char bucket_why[96];   /* where bucket_bytes came from (pg_dp_report) */
 };
 
 static int64_t shard_lo(int64_t n, int D, int q) { return n * q / D; }
@@ -159,6 +162,7 @@ int pg_dp_layout(pg_run *r, pg_launch *l)
     l->replicas = D;
     r->replica = l->replica;
     r->replicas = D;
+    r->local_procs = l->local_world;
     r->rows = B / D;
     r->row0 = (int64_t)r->replica * r->rows;
     r->mb_rows = malloc((size_t)d->nmb * sizeof *r->mb_rows);
@@ -342,24 +346,35 @@ static void *reducer_main(void *arg)
     return NULL;
 }
 
-/* PIPE_DP_BUCKET_BYTES: an early bucket's least size in bytes (DP_BUCKET_BYTES
- * when unset or empty; 0: no early buckets, the whole reduction after the backward). 0,
- * or 1 after saying what is wrong with it. */
-static int bucket_bytes(const pg_stage_desc *d, int64_t *out)
+/* PIPE_DP_BUCKET_BYTES: an early bucket's least size in bytes (0: no early
+ * buckets, the whole reduction after the backward). Unset or empty: the
+ * early buckets' work (the sums, the kernel's socket copies) is CPU work too,
+ * so it overlaps the backward only with a core that no compute thread of this
+ * host's processes uses: DP_BUCKET_BYTES when the host has such a spare core,
+ * else 0 (on 2 cores with 2 single-threaded replicas they only slowed the
+ * step: bench/README.md). why says which. 0, or 1 after saying what is wrong
+ * with the variable. */
+static int bucket_bytes(const pg_run *r, int64_t *out, char *why, size_t whylen)
 {
     const char *v = getenv("PIPE_DP_BUCKET_BYTES");
-    *out = DP_BUCKET_BYTES;
-    if (!v || !*v)
+    if (!v || !*v) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        int procs = r->local_procs > 0 ? r->local_procs : 1, threads = r->opt.threads > 0 ? r->opt.threads : 1;
+        *out = cores > (long)procs * threads ? DP_BUCKET_BYTES : 0;
+        snprintf(why, whylen, "PIPE_DP_BUCKET_BYTES unset: %ld cores, %d process%s x %d thread%s on this host", cores,
+                 procs, procs == 1 ? "" : "es", threads, threads == 1 ? "" : "s");
         return 0;
+    }
     char *end;
     errno = 0;
     long long x = strtoll(v, &end, 10);
     if (*end || errno || x < 0) {
         fprintf(stderr, "stage %d: PIPE_DP_BUCKET_BYTES='%s': want a byte count >= 0 (0: sum the gradients over the "
-                "replicas after the backward only)\n", d->stage, v);
+                "replicas after the backward only)\n", r->d->stage, v);
         return 1;
     }
     *out = x;
+    snprintf(why, whylen, "PIPE_DP_BUCKET_BYTES");
     return 0;
 }
 
@@ -386,7 +401,7 @@ int pg_dp_init(pg_run *r)
      * CPU, so that tests/ppdp_staged.t checks it where no GPU is */
     const char *force = getenv("PIPE_DP_STAGED");
     p->staged = strcmp(pg_backend_name(), "cpu") != 0 || (force && !strcmp(force, "1"));
-    if (bucket_bytes(d, &p->bucket_bytes))
+    if (bucket_bytes(r, &p->bucket_bytes, p->bucket_why, sizeof p->bucket_why))
         return 1;
     if (plan_buckets(d, p, p->bucket_bytes) || !p->in || !p->stats || !p->x || !p->scattered || !p->last ||
         (p->staged && !(p->host = malloc((size_t)(p->b[p->nb - 1].numel ? p->b[p->nb - 1].numel : 1) * 4)))) {
@@ -843,8 +858,9 @@ static void report_wait(const pg_run *r, struct pg_dp *p)
         return;
     qsort(p->wait_t, (size_t)p->wait_steps, sizeof p->wait_t[0], cmp_double);
     printf("stage %d: after the backward the step waited %.3f ms for the replicas' gradient sums (median of steps "
-           "2..%" PRId64 "; %d early bucket%s of at least %" PRId64 " bytes)\n", r->d->stage,
-           p->wait_t[p->wait_steps / 2] * 1e3, p->wait_steps + 1, p->nb - 1, p->nb == 2 ? "" : "s", p->bucket_bytes);
+           "2..%" PRId64 "; %d early bucket%s of at least %" PRId64 " bytes: %s)\n", r->d->stage,
+           p->wait_t[p->wait_steps / 2] * 1e3, p->wait_steps + 1, p->nb - 1, p->nb == 2 ? "" : "s", p->bucket_bytes,
+           p->bucket_why);
 }
 
 void pg_dp_report(pg_run *r)

@@ -90,6 +90,7 @@ typedef struct pg_run {
      * batch, its micro-batch i holds mb_rows[i] of them from global row
      * mb_first[i] (the split of `rows` into nmb as the .pipe splits batch). */
     int replica, replicas;
+    int local_procs;          /* processes of this run on this host (pg_launch.local_world; 0: unknown) */
     int64_t row0, rows;
     int64_t *mb_rows, *mb_first;  /* [nmb] */
     double loss_global;       /* the step's loss over every replica (the loss stage) */
