@@ -156,6 +156,11 @@ for D in 2 4; do
 done
 is "$fails" 0 "... and train bitwise as with PIPE_DP_BUCKET_BYTES=0 (one bucket, after the backward) and as 1 stage on 1f1b"
 unset PIPE_DP_BUCKET_BYTES
+# (4 single-threaded processes: 1 MiB buckets with more than 4 cores, none otherwise)
+ncores=$(getconf _NPROCESSORS_ONLN)
+[ "$ncores" -gt 4 ] && bb=1048576 || bb=0
+like "$(cat "$T/mlp_small-2/D2.a.out")" "\\[stage 1 replica 0\\] after the backward the step waited [0-9.]+ ms for the replicas' gradient sums \\(median of steps 2..3; [0-9]+ early buckets? of at least $bb bytes: PIPE_DP_BUCKET_BYTES unset: $ncores cores, 4 processes x 1 thread on this host\\)" \
+    "PIPE_DP_BUCKET_BYTES unset: the bucket size follows the cores and the run's threads on the host, and the end-of-run line says so"
 out=$(PIPE_DP_BUCKET_BYTES=1M "$PIPERUN" --dp 2 "$T/ovl2/gen/bin" -- --steps 1 --threads 1 2>&1)
 like "$out" "PIPE_DP_BUCKET_BYTES='1M': want a byte count >= 0 \(0: sum the gradients over the replicas after the backward only\)" \
     "a PIPE_DP_BUCKET_BYTES that is no byte count is refused"
