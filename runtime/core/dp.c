@@ -57,13 +57,13 @@
  * a shard at the same places: every DP_CHUNK from its start, and at the
  * parameters' ends). */
 #define DP_CHUNK PG_DP_CHUNK /* dp_bytes.h: the buffers' sizes follow from it */
-/* An early bucket's least size with a spare core (PIPE_DP_BUCKET_BYTES
- * overrides it: bucket_bytes). Each
- * bucket costs a wake of the reducer thread, a few more message headers and a
- * wait for the slowest replica's copy; at loopback TCP's 1-2 GB/s, 1 MiB
- * takes 0.5-1 ms to reduce, well above that fixed cost (tens of us), while
- * the quickstart MLP's 1 MiB layers and gpt_char's blocks still get a bucket
- * each. (PyTorch DDP's 25 MiB suits NCCL at tens of GB/s.) */
+/* An early bucket's least size where the host has a spare core
+ * (PIPE_DP_BUCKET_BYTES overrides it: bucket_bytes). Each bucket costs a wake
+ * of the reducer thread, a few more message headers and a wait for the
+ * slowest replica's copy; at loopback TCP's 1.5-3 GiB/s, 1 MiB takes 0.3-0.7
+ * ms to reduce, well above that fixed cost (tens of us), while the quickstart
+ * MLP's 1-2 MiB layers and gpt_char's blocks still get a bucket each.
+ * (PyTorch DDP's 25 MiB suits NCCL at tens of GB/s.) */
 #define DP_BUCKET_BYTES ((int64_t)1 << 20)
 
 /* The gradients reduced together: the parameters of consecutive layers in
@@ -105,7 +105,7 @@ struct pg_dp {
     int posted, done;      /* early buckets posted and reduced this step */
     int failed;            /* the reducer printed a failure: the step fails */
     atomic_int stop;       /* pg_dp_stop: leave at the next receive slice */
-    int check_overlap;     /* PIPE_CHECK_OVERLAP=1: the main thread waits for the early buckets once the last is posted */
+    int check_overlap;     /* PIPE_CHECK_OVERLAP=1: once the last early bucket is posted, wait for them all */
     int64_t overlapped;    /* steps whose early buckets were all reduced then, before the stage's backward
                             * ended (check_overlap) */
     int64_t bucket_bytes;  /* an early bucket's least size (PIPE_DP_BUCKET_BYTES; 0: none) */
@@ -236,7 +236,9 @@ typedef struct dp_event {
 static int cmp_event(const void *x, const void *y)
 {
     const dp_event *a = x, *b = y;
-    return a->action != b->action ? (a->action > b->action) - (a->action < b->action) : (a->layer < b->layer) - (a->layer > b->layer);
+    if (a->action != b->action)
+        return (a->action > b->action) - (a->action < b->action);
+    return (a->layer < b->layer) - (a->layer > b->layer); /* the later layer first */
 }
 
 /* The buckets: consecutive layers in the order their gradients become final,
@@ -245,9 +247,8 @@ static int cmp_event(const void *x, const void *y)
  * bucket: the layers after the last cut (the last layer to finish among
  * them when the stage's last backward action finishes it: nothing would be
  * left to overlap it) and every parameter no one layer finishes (used by
- * several layers, tied). Each
- * element's sum is the same whatever its bucket. min_bytes 0 or staged: the
- * last bucket alone. 0, or -1 out of memory. */
+ * several layers, tied). Each element's sum is the same whatever its bucket.
+ * min_bytes 0 or staged: the last bucket alone. 0, or -1 out of memory. */
 static int plan_buckets(const pg_stage_desc *d, struct pg_dp *p, int64_t min_bytes)
 {
     int nl = d->nlayers > 0 ? d->nlayers : 0, nc = d->nchunks > 0 ? d->nchunks : 1, ne = 0;
