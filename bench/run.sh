@@ -9,7 +9,8 @@
 # bench/sched.sh: measured against predicted steps; bench/pippy.sh: pipegen's
 # 1f1b, interleaved(2), zb1 and zbv against torch.distributed.pipelining's;
 # bench/gemm.sh: the runtime's GEMM against OpenBLAS; bench/dp.sh: the data-parallel
-# replicas' gradient reduction against raw TCP on the same loopback path.
+# replicas' gradient reduction against raw TCP on the same loopback path, and the
+# step with its early buckets against without.
 #
 # Knobs (environment): BENCH_STEPS (30) steps per run, BENCH_WARMUP (3) first
 # steps left out of the median, BENCH_REPEAT (3) rounds (each config is run once
@@ -146,6 +147,7 @@ BENCH_STEPS=$STEPS BENCH_REPEAT=$REPEAT BENCH_CPUS=${BENCH_CPUS:-0,1} BENCH_DIR=
 echo
 BENCH_CPUS=${BENCH_CPUS:-0,1} BENCH_DIR=$DIR "$TOP/bench/gemm.sh" || exit 1
 
-# the replicas' gradient reduction against raw TCP on the same loopback path (bench/dp.sh)
+# the replicas' gradient reduction against raw TCP on the same loopback path, and the
+# step with early buckets against without (bench/dp.sh)
 echo
-BENCH_STEPS=$STEPS BENCH_REPEAT=$REPEAT BENCH_CPUS=${BENCH_CPUS:-0,1} BENCH_DIR=$DIR "$TOP/bench/dp.sh" || exit 1
+BENCH_STEPS=$STEPS BENCH_WARMUP=$WARMUP BENCH_REPEAT=$REPEAT BENCH_CPUS=${BENCH_CPUS:-0,1} BENCH_DIR=$DIR "$TOP/bench/dp.sh" || exit 1

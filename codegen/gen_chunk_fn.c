@@ -210,8 +210,10 @@ static void write_body(em_out *e, int fn, int split_fwd)
             emit_layer_bwd_b(e, i);
     } else {
         long before = ftell(e->o);
-        for (int i = ch->last; i >= ch->first; i--)
+        for (int i = ch->last; i >= ch->first; i--) {
             emit_layer_bwd_w(e, i);
+            emit_grads_final(e, i);
+        }
         if (ftell(e->o) == before)
             fprintf(e->o, "    /* no weights in this chunk */\n");
     }

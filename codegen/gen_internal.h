@@ -215,6 +215,12 @@ int emit_chunk_fns(em_out *e);                                        /* gen_chu
 void emit_layer_fwd(em_out *e, int i);
 void emit_layer_bwd_b(em_out *e, int i);
 void emit_layer_bwd_w(em_out *e, int i);
+/* the gradients' hook after layer i's weight-gradient code, where it finishes one (gen_layer.c) */
+void emit_grads_final(em_out *e, int i);
+/* the layer whose weight-gradient code alone finishes param p's gradient on S, -1 (pg_param_desc.grad_layer) */
+int grad_layer_of(const pg_gen *g, const em_stage *S, int p);
+/* model layer i's index in S's layer table (pg_stage_desc.layers), -1 */
+int stage_layer_at(const em_stage *S, int i);
 uint64_t model_arch_hash(const pg_gen *g);                            /* gen_plan_json.c */
 void json_layer_attrs(FILE *o, const ir_model *m, const ir_layer *L); /* gen_plan_json.c */
 

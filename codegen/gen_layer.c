@@ -172,3 +172,50 @@ void emit_layer_bwd_w(em_out *e, int i)
     }
     K->bwd_w(e, &a);
 }
+
+/* The layer whose backward-weight code alone writes parameter p's gradient on
+ * stage S (pg_param_desc.grad_layer), a model layer index; -1 when no one
+ * layer finishes it: a buffer, a tie across stages (summed over its stages
+ * after the backward), several uses on the stage (their accumulators are
+ * folded after it), or a kind without weight-gradient code. */
+int grad_layer_of(const pg_gen *g, const em_stage *S, int p)
+{
+    const ir_model *m = g->m;
+    const ir_param *P = &m->params[p];
+    if (P->is_buffer || P->tie != TIE_NONE || stage_nacc(g, S->stage, p) != 1)
+        return -1;
+    for (int c = 0; c < S->nchunks; c++)
+        for (int i = S->ch[c].first; i <= S->ch[c].last; i++)
+            if (layer_uses(&m->layers[i], p)) {
+                const gen_layer_kind *K = gen_layer_kind_of(m->layers[i].kind);
+                return K && K->bwd_w ? i : -1;
+            }
+    return -1;
+}
+
+/* Model layer i's index in stage S's layer table (pg_stage_desc.layers: its
+ * chunks in order, each chunk's layers in order), -1 when S does not hold it. */
+int stage_layer_at(const em_stage *S, int i)
+{
+    for (int c = 0, at = 0; c < S->nchunks; c++) {
+        const em_chunk *ch = &S->ch[c];
+        if (i >= ch->first && i <= ch->last)
+            return at + i - ch->first;
+        at += ch->last - ch->first + 1;
+    }
+    return -1;
+}
+
+/* PG_GRADS_FINAL after layer i's weight-gradient code, when it finishes
+ * some parameter's gradient (grad_layer_of): the runtime may start summing
+ * them over the replicas there (runtime/core/dp.c). */
+void emit_grads_final(em_out *e, int i)
+{
+    const ir_layer *L = &e->g->m->layers[i];
+    for (int k = 0; k < L->nparam && k < 4; k++)
+        if (L->param[k] >= 0 && grad_layer_of(e->g, e->S, L->param[k]) == i) {
+            fprintf(e->o, "    PG_GRADS_FINAL(io, %d); /* %s's gradients, final after the step's last micro-batch */\n",
+                    stage_layer_at(e->S, i), L->name);
+            return;
+        }
+}

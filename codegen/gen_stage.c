@@ -55,7 +55,9 @@ static void emit_param_entry(FILE *o, const pg_gen *g, int p, const em_stage *S)
         fprintf(o, ".off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0");
     if (needs_nacc_table(g, p))
         fprintf(o, ", .stage_nacc = pg_nacc_p%d", p);
-    fprintf(o, ", .acc_numel = %" PRId64 "},\n", acc_numel(P));
+    int gl = S ? grad_layer_of(g, S, p) : -1; /* where its gradient is final (the replicas' buckets) */
+    fprintf(o, ", .acc_numel = %" PRId64 ", .chunk = %d, .grad_layer = %d},\n", acc_numel(P),
+            gl >= 0 ? m->layers[gl].chunk : -1, gl >= 0 ? stage_layer_at(S, gl) : -1);
 }
 
 static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
@@ -113,7 +115,7 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
             nsp++;
         }
     if (!nsp)
-        fprintf(o, "    {.name = NULL, .index = -1, .off = -1, .grad_off = -1, .opt_off = {-1, -1}},\n");
+        fprintf(o, "    {.name = NULL, .index = -1, .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .chunk = -1, .grad_layer = -1},\n");
     fprintf(o, "};\n\nstatic const pg_chunk_desc chunks[] = {\n");
     for (int i = 0; i < S->nchunks; i++)
         fprintf(o, "    {.chunk = %d, .fwd = fwd_c%d, .bwd_b = bwd_b_c%d, .bwd_w = bwd_w_c%d},\n", S->ch[i].chunk,
@@ -316,7 +318,7 @@ static int emit_header(const pg_gen *g, uint64_t hash, FILE *o)
     for (int p = 0; p < m->nparams; p++)
         emit_param_entry(o, g, p, NULL);
     if (!m->nparams)
-        fprintf(o, "    {.name = NULL, .index = -1, .off = -1, .grad_off = -1, .opt_off = {-1, -1}},\n");
+        fprintf(o, "    {.name = NULL, .index = -1, .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .chunk = -1, .grad_layer = -1},\n");
     fprintf(o, "};\n\n#endif\n");
     return 0;
 }

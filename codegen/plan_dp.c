@@ -180,7 +180,7 @@ int pg_plan_dp_report(const ir_model *m, const pg_gen *g, int dp, FILE *o)
                 "sent");
         for (int i = 0; i < nd; i++) {
             int D = Ds[i];
-            pg_dp_bytes b = pg_dp_bytes_of(s.numel, s.stats_max, s.buffer_numel, s.nparams, m->nchunks, D, 0);
+            pg_dp_bytes b = pg_dp_bytes_of(s.numel, s.stats_max, s.buffer_numel, s.nparams, D, 0);
             int64_t rings = (int64_t)(D - 1) * b.link;
             fprintf(o, "  %5d %14" PRId64 " %14" PRId64 " %14" PRId64 " %14" PRId64 " %14" PRId64 "\n", D, b.in,
                     b.stats, rings, mem[k].arena + b.in + b.stats + rings, b.sent);

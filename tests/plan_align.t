@@ -54,7 +54,7 @@ like "$(cat "$T/v1/gen/"*.h)" 'grad wte: 2 x f32\[31, 16\], every 2048 bytes' \
 like "$(cat "$T/v1/gen/stage0.c")" 'pg_logits_bwd_w\(.*\(d_wte \+ 1 \* 512\)' \
     "the logits' weight gradient goes to the second accumulator, 512 floats (2048 bytes) on"
 like "$(grep -A1 '\.name = "wte", \.index = 0, \.rank = 2, \.dim = {31, 16}, \.numel = 496,' "$T/v1/gen/stage0.c" | tail -1)" \
-    '\.nacc = 2, \.stage_nacc = pg_nacc_p0, \.acc_numel = 512\}' \
+    '\.nacc = 2, \.stage_nacc = pg_nacc_p0, \.acc_numel = 512, \.chunk = -1, \.grad_layer = -1\}' \
     "the parameter table gives the runtime the stride (acc_numel 512)"
 grep -o '"offset": [0-9]*, "bytes": [0-9]*' "$T/v1/gen/plan.json" >/dev/null
 ok $? "plan.json lists offsets and sizes"

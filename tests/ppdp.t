@@ -10,9 +10,10 @@
 #    micro-batch, so D replicas of m micro-batches are compared with one of
 #    D x m (the same micro-batches of rows); its running statistics are then
 #    the whole batch's;
-#  - the reduction of a chunk's gradients starts while the stage's earlier
-#    chunk is still in backward (interleaved(2), PIPE_CHECK_OVERLAP=1), with the
-#    same bytes as one bucket after the backward;
+#  - the reduction of a layer's gradients starts while the stage's backward
+#    still runs (PIPE_CHECK_OVERLAP=1, a bucket per layer): 1f1b with one chunk
+#    per stage (1 and 2 stages) and interleaved(2), with the same bytes as one
+#    bucket after the backward (PIPE_DP_BUCKET_BYTES=0);
 #  - a replica stopped during the reduction: the others give up after --timeout;
 #  - resume: a D = 2 run stopped after step 3 and resumed equals the
 #    uninterrupted run bitwise; the checkpoint is written once, replicas 2;
@@ -111,41 +112,65 @@ fails=0
 for D in 2 4; do vs_one mlp_small 1 $D "$T/mlp_small-1/D1.a" || fails=$((fails + 1)); done
 is "$fails" 0 "mlp_small: 2 and 4 replicas agree with 1 (loss within 1e-6, weights within 1e-5)"
 
-# buckets while the backward runs: mlp_small in 4 micro-batches on interleaved(2)
-# (2 stages of 2 chunks): a stage's later chunk ends its backward first, and its
-# gradients are summed over the replicas (by the reducer thread) while the earlier
-# chunk's backward runs. PIPE_CHECK_OVERLAP=1 makes each stage wait, before its
-# last backward action, until those buckets are reduced (no timing involved: a
-# reduction that starts only after the backward would leave nothing to wait for,
-# and the count says so) and count the steps where they were. The weights are
-# bitwise those of 1 stage on 1f1b (one bucket, after the backward), D = 2 and 4.
+# buckets while the backward runs. PIPE_DP_BUCKET_BYTES=1 makes every layer
+# with weights its own bucket (mlp_small's layers are far below the default
+# 1 MiB). PIPE_CHECK_OVERLAP=1 makes each stage wait, as soon as its last
+# early bucket is posted (some of its backward still to run), until every
+# early bucket is reduced over the replicas, and count the steps where they
+# were (no timing involved: a bucket that could start only after the backward
+# would leave nothing to wait for, and the count says so).
+#  - 1f1b, one chunk per stage: mlp_small on 1 stage (layer2 and layer1 are
+#    summed while layer0's weight gradient of the last micro-batch is still to
+#    come) and on 2 stages ([layer0] [layer1 layer2]: stage 1 has 1 early
+#    bucket, stage 0's one layer none);
+#  - interleaved(2), 2 stages of 2 chunks, 4 micro-batches: a stage's later
+#    chunk ends its backward first, and is summed while the earlier one's runs;
+# every one bitwise equal to the same layout with PIPE_DP_BUCKET_BYTES=0 (the
+# whole reduction after the backward) and to 1 stage on 1f1b, D = 2 and 4.
 fails=0
 e2e_gen "$T/ovl" mlp_small "$(e2e_splits 4)" 'interleaved(2)' never -e 's/microbatches = 5/microbatches = 4/' &&
     build_strict "$T/ovl/gen" && e2e_gen "$T/ovl-ref" mlp_small "$(e2e_splits 1)" 1f1b never \
-    -e 's/microbatches = 5/microbatches = 4/' && build_strict "$T/ovl-ref/gen" || fails=1
-export PIPE_CHECK_OVERLAP=1
+    -e 's/microbatches = 5/microbatches = 4/' && build_strict "$T/ovl-ref/gen" &&
+    e2e_gen "$T/ovl2" mlp_small "$(e2e_splits 2)" 1f1b never -e 's/microbatches = 5/microbatches = 4/' &&
+    build_strict "$T/ovl2/gen" || fails=1
+# early OUT STAGE N: the check's line of stage STAGE (replica 0) says N early buckets, all reduced in 3 of 3 steps
+early() {
+    grep -q "^\[stage $2 replica 0\] stage $2 replica 0: $3 early gradient buckets\{0,1\}, all reduced before the stage's backward ended in $([ "$3" = 0 ] && echo 0 || echo 3) of 3 steps" "$1" ||
+        { echo "# $1, stage $2: $(grep -h 'early gradient' "$1")"; return 1; }
+}
+export PIPE_CHECK_OVERLAP=1 PIPE_DP_BUCKET_BYTES=1
 for D in 2 4; do
-    train "$T/ovl" $D "$T/ovl/D$D" || fails=$((fails + 1))
-    for k in 0 1; do
-        grep -q "^\[stage $k replica 0\] stage $k replica 0: 1 early gradient bucket, all reduced before the last backward action in 3 of 3 steps" \
-            "$T/ovl/D$D.out" || { echo "# $D replicas, stage $k: $(grep -h 'early gradient' "$T/ovl/D$D.out")"; fails=$((fails + 1)); }
-    done
+    train "$T/ovl-ref" $D "$T/ovl-ref/D$D" && early "$T/ovl-ref/D$D.out" 0 2 || fails=$((fails + 1))
+    train "$T/ovl2" $D "$T/ovl2/D$D" && early "$T/ovl2/D$D.out" 0 0 && early "$T/ovl2/D$D.out" 1 1 || fails=$((fails + 1))
+    train "$T/ovl" $D "$T/ovl/D$D" && early "$T/ovl/D$D.out" 0 1 && early "$T/ovl/D$D.out" 1 1 || fails=$((fails + 1))
 done
 unset PIPE_CHECK_OVERLAP
-is "$fails" 0 "interleaved(2), 2 and 4 replicas: each stage's later chunk is summed over the replicas before its last backward action, every step"
+is "$fails" 0 "1f1b with one chunk per stage (1 and 2 stages) and interleaved(2), 2 and 4 replicas: the early buckets are summed over the replicas before the stage's backward ends, every step"
 fails=0
 for D in 2 4; do
-    train "$T/ovl-ref" $D "$T/ovl-ref/D$D" && cmp -s "$T/ovl/D$D.st" "$T/ovl-ref/D$D.st" &&
-        cmp -s "$T/ovl/D$D.loss" "$T/ovl-ref/D$D.loss" || { echo "# $D replicas: overlapped differs"; fails=$((fails + 1)); }
+    for l in ovl-ref ovl2 ovl; do
+        PIPE_DP_BUCKET_BYTES=0 train "$T/$l" $D "$T/$l/one$D" && cmp -s "$T/$l/D$D.st" "$T/$l/one$D.st" &&
+            cmp -s "$T/$l/D$D.st" "$T/ovl-ref/D$D.st" && cmp -s "$T/$l/D$D.loss" "$T/ovl-ref/D$D.loss" &&
+            ! grep -q 'early gradient bucket' "$T/$l/one$D.out" || { echo "# $l, $D replicas: overlapped differs"; fails=$((fails + 1)); }
+    done
 done
-is "$fails" 0 "... and trains bitwise as 1 stage on 1f1b, whose one bucket is summed after the backward"
+is "$fails" 0 "... and train bitwise as with PIPE_DP_BUCKET_BYTES=0 (one bucket, after the backward) and as 1 stage on 1f1b"
+unset PIPE_DP_BUCKET_BYTES
+# (4 single-threaded processes: 1 MiB buckets with more than 4 cores, none otherwise)
+ncores=$(getconf _NPROCESSORS_ONLN)
+[ "$ncores" -gt 4 ] && bb=1048576 || bb=0
+like "$(cat "$T/mlp_small-2/D2.a.out")" "\\[stage 1 replica 0\\] after the backward the step waited [0-9.]+ ms for the replicas' gradient sums \\(median of steps 2..3; [0-9]+ early buckets? of at least $bb bytes: PIPE_DP_BUCKET_BYTES unset: $ncores cores, 4 processes x 1 thread on this host\\)" \
+    "PIPE_DP_BUCKET_BYTES unset: the bucket size follows the cores and the run's threads on the host, and the end-of-run line says so"
+out=$(PIPE_DP_BUCKET_BYTES=1M "$PIPERUN" --dp 2 "$T/ovl2/gen/bin" -- --steps 1 --threads 1 2>&1)
+like "$out" "PIPE_DP_BUCKET_BYTES='1M': want a byte count >= 0 \(0: sum the gradients over the replicas after the backward only\)" \
+    "a PIPE_DP_BUCKET_BYTES that is no byte count is refused"
 
 # a replica stopped (SIGSTOP) while the buckets are summed: its partner stage
 # gives up after --timeout (2 s) and names it, from the reducer thread or the main
 # one, whichever was waiting; every running process exits 1, none hangs
 port=$(free_port)
 for k in 0 1 2 3; do # rank k runs stage k mod 2
-    PIPE_RANK=$k PIPE_WORLD=4 PIPE_MASTER=127.0.0.1:$port "$T/ovl/gen/bin/stage$((k % 2))" --threads 1 --dp 2 \
+    PIPE_RANK=$k PIPE_WORLD=4 PIPE_MASTER=127.0.0.1:$port PIPE_DP_BUCKET_BYTES=1 "$T/ovl/gen/bin/stage$((k % 2))" --threads 1 --dp 2 \
         --timeout 2 --steps 100000000 --log-every 1000000 >"$T/stop$k.log" 2>&1 &
     echo $! >"$T/stop$k.log.pid"
 done
@@ -265,18 +290,21 @@ if [ -e "$SAN/libpgrt_cpu.a" ] && [ -x "$SAN/piperun" ]; then
         fi
     done
     is "$fails" 0 "gpt_tiny and bn_small, 2 stages x 2 replicas, checkpoint and resume: clean under ASan/UBSan/LSan, same bytes"
-    # the reducer thread and the lent sends of the early buckets (interleaved(2), above)
+    # the reducer thread and the lent sends of the early buckets (interleaved(2) and 1f1b, above)
     fails=0
-    RTLIB=$SAN/libpgrt_cpu.a build "$T/ovl/gen" -g -fsanitize=address,undefined -fno-sanitize-recover=undefined \
-        -fno-omit-frame-pointer && mv "$T/ovl/gen/bin" "$T/ovl/san" &&
-        ASAN_OPTIONS=detect_leaks=1 PIPE_CHECK_OVERLAP=1 "$SAN/piperun" --dp 2 "$T/ovl/san" -- --steps 3 --threads 1 \
-            --save "$T/ovl-san.st" >"$T/ovl-san.out" 2>&1 || { tail -20 "$T/ovl-san.out" | sed 's/^/# /'; fails=1; }
-    if grep -Eq 'ERROR: AddressSanitizer|runtime error:|LeakSanitizer' "$T/ovl-san.out" ||
-        ! grep -q 'all reduced before the last backward action in 3 of 3 steps' "$T/ovl-san.out" ||
-        ! cmp -s "$T/ovl-san.st" "$T/ovl/D2.st"; then
-        echo "# the overlapped buckets under the sanitizers: a report, no overlap, or other bytes"; fails=$((fails + 1))
-    fi
-    is "$fails" 0 "interleaved(2), 2 x 2 replicas, buckets during the backward: clean under ASan/UBSan/LSan, same bytes"
+    for l in ovl ovl-ref; do
+        RTLIB=$SAN/libpgrt_cpu.a build "$T/$l/gen" -g -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+            -fno-omit-frame-pointer && rm -rf "$T/$l/san" && mv "$T/$l/gen/bin" "$T/$l/san" &&
+            ASAN_OPTIONS=detect_leaks=1 PIPE_CHECK_OVERLAP=1 PIPE_DP_BUCKET_BYTES=1 "$SAN/piperun" --dp 2 "$T/$l/san" -- \
+                --steps 3 --threads 1 --save "$T/$l-san.st" >"$T/$l-san.out" 2>&1 ||
+            { tail -20 "$T/$l-san.out" | sed 's/^/# /'; fails=$((fails + 1)); }
+        if grep -Eq 'ERROR: AddressSanitizer|runtime error:|LeakSanitizer' "$T/$l-san.out" ||
+            ! grep -q "all reduced before the stage's backward ended in 3 of 3 steps" "$T/$l-san.out" ||
+            ! cmp -s "$T/$l-san.st" "$T/ovl-ref/D2.st"; then
+            echo "# $l: the overlapped buckets under the sanitizers: a report, no overlap, or other bytes"; fails=$((fails + 1))
+        fi
+    done
+    is "$fails" 0 "interleaved(2) and 1f1b on 1 stage, 2 replicas, buckets during the backward: clean under ASan/UBSan/LSan, same bytes"
 else
     skip "build-san/libpgrt_cpu.a or build-san/piperun missing (make SAN=1 san-all; make test builds them)"
     skip "build-san/libpgrt_cpu.a or build-san/piperun missing (make SAN=1 san-all; make test builds them)"

@@ -51,7 +51,7 @@ for st in plan["stages"]:
         shards = (D - 1) * 65536 * 4
         bn = D * 2 * max(cmax, 1) * 8
         chunks = (-(-n // D)) // 65536
-        msgs = 2 * (chunks + nparams + 2 * plan["partition"]["nchunks"] + 2) + nparams + 8
+        msgs = 2 * (chunks + 3 * nparams + 4) + nparams + 8  # buckets: nparams + 1 at most
         ring = bufs * 8 + msgs * 16 + 4096
         mine = n // D                      # replica 0's shard: [0, n / D)
         sent = ((D - 1) * mine + (n - mine)) * 4

@@ -41,15 +41,16 @@ for m in mlp_small gpt_tiny; do
     ok $? "$m: the in-place run does not"
 done
 
-# interleaved(2) (2 stages of 2 chunks): in place, a stage's later chunk is summed
-# while the earlier one's backward runs (an early bucket); staged, the reducer
-# thread must not touch the device, so everything is one bucket after the
-# backward: the same bits either way
+# interleaved(2) (2 stages of 2 chunks), a bucket per layer (PIPE_DP_BUCKET_BYTES=1):
+# in place, a stage's later chunk is summed while the earlier one's backward runs
+# (an early bucket); staged, the reducer thread must not touch the device, so
+# everything is one bucket after the backward: the same bits either way
 m=ovl
 e2e_gen "$T/$m" mlp_small "$(e2e_splits 4)" 'interleaved(2)' never -e 's/microbatches = 5/microbatches = 4/' &&
     build_strict "$T/$m/gen"
 ok $? "mlp_small on interleaved(2), 2 stages of 2 chunks: generate and build"
-run "$T/$m" "$T/$m.place" PIPE_DP_STAGED=0 && run "$T/$m" "$T/$m.staged" PIPE_DP_STAGED=1 &&
+run "$T/$m" "$T/$m.place" PIPE_DP_STAGED=0 PIPE_DP_BUCKET_BYTES=1 &&
+    run "$T/$m" "$T/$m.staged" PIPE_DP_STAGED=1 PIPE_DP_BUCKET_BYTES=1 &&
     cmp -s "$T/$m.place.loss" "$T/$m.staged.loss" && cmp -s "$T/$m.place.st" "$T/$m.staged.st"
 ok $? "interleaved(2), 2 x 2: the staged reduction (one bucket) gives the in-place one's (early buckets) losses and weights bitwise"
 grep -q 'reduced while the backward ran' "$T/$m.place.out" && ! grep -q 'reduced while the backward ran' "$T/$m.staged.out"

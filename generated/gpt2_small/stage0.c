@@ -444,25 +444,42 @@ static int bwd_w_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const d_h_3_ln_1_weight = (float *)(A + 1113525248); /* gradient of h.3.ln_1.weight: f32[768] */
     float *const d_h_3_ln_1_bias = (float *)(A + 1113537536); /* gradient of h.3.ln_1.bias: f32[768] */
     PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_2_pop_res2_out, h_3_ln_1_mean, h_3_ln_1_rstd, c0_dy, d_h_3_ln_1_weight, d_h_3_ln_1_bias)); /* h.3.ln_1 */
+    PG_GRADS_FINAL(io, 33); /* h.3.ln_1's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_2_gelu0_out, d_h_2_proj_out, d_h_2_proj_weight, d_h_2_proj_bias)); /* h.2.proj */
+    PG_GRADS_FINAL(io, 30); /* h.2.proj's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_2_ln_2_out, d_h_2_fc_out, d_h_2_fc_weight, d_h_2_fc_bias)); /* h.2.fc */
+    PG_GRADS_FINAL(io, 28); /* h.2.fc's gradients, final after the step's last micro-batch */
     PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_2_pop_res1_out, h_2_ln_2_mean, h_2_ln_2_rstd, d_h_2_ln_2_out, d_h_2_ln_2_weight, d_h_2_ln_2_bias)); /* h.2.ln_2 */
+    PG_GRADS_FINAL(io, 27); /* h.2.ln_2's gradients, final after the step's last micro-batch */
     PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, h_2_ln_1_out, h_2_attn_ctx, d_h_2_attn_out, h_2_attn_dqkv,
                               d_h_2_attn_qkv_weight, d_h_2_attn_qkv_bias, d_h_2_attn_proj_weight, d_h_2_attn_proj_bias)); /* h.2.attn */
+    PG_GRADS_FINAL(io, 24); /* h.2.attn's gradients, final after the step's last micro-batch */
     PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_1_pop_res2_out, h_2_ln_1_mean, h_2_ln_1_rstd, d_h_2_ln_1_out, d_h_2_ln_1_weight, d_h_2_ln_1_bias)); /* h.2.ln_1 */
+    PG_GRADS_FINAL(io, 23); /* h.2.ln_1's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_1_gelu0_out, d_h_1_proj_out, d_h_1_proj_weight, d_h_1_proj_bias)); /* h.1.proj */
+    PG_GRADS_FINAL(io, 20); /* h.1.proj's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_1_ln_2_out, d_h_1_fc_out, d_h_1_fc_weight, d_h_1_fc_bias)); /* h.1.fc */
+    PG_GRADS_FINAL(io, 18); /* h.1.fc's gradients, final after the step's last micro-batch */
     PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_1_pop_res1_out, h_1_ln_2_mean, h_1_ln_2_rstd, d_h_1_ln_2_out, d_h_1_ln_2_weight, d_h_1_ln_2_bias)); /* h.1.ln_2 */
+    PG_GRADS_FINAL(io, 17); /* h.1.ln_2's gradients, final after the step's last micro-batch */
     PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, h_1_ln_1_out, h_1_attn_ctx, d_h_1_attn_out, h_1_attn_dqkv,
                               d_h_1_attn_qkv_weight, d_h_1_attn_qkv_bias, d_h_1_attn_proj_weight, d_h_1_attn_proj_bias)); /* h.1.attn */
+    PG_GRADS_FINAL(io, 14); /* h.1.attn's gradients, final after the step's last micro-batch */
     PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_0_pop_res2_out, h_1_ln_1_mean, h_1_ln_1_rstd, d_h_1_ln_1_out, d_h_1_ln_1_weight, d_h_1_ln_1_bias)); /* h.1.ln_1 */
+    PG_GRADS_FINAL(io, 13); /* h.1.ln_1's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_0_gelu0_out, d_h_0_proj_out, d_h_0_proj_weight, d_h_0_proj_bias)); /* h.0.proj */
+    PG_GRADS_FINAL(io, 10); /* h.0.proj's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_0_ln_2_out, d_h_0_fc_out, d_h_0_fc_weight, d_h_0_fc_bias)); /* h.0.fc */
+    PG_GRADS_FINAL(io, 8); /* h.0.fc's gradients, final after the step's last micro-batch */
     PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_0_pop_res1_out, h_0_ln_2_mean, h_0_ln_2_rstd, d_h_0_ln_2_out, d_h_0_ln_2_weight, d_h_0_ln_2_bias)); /* h.0.ln_2 */
+    PG_GRADS_FINAL(io, 7); /* h.0.ln_2's gradients, final after the step's last micro-batch */
     PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, h_0_ln_1_out, h_0_attn_ctx, d_h_0_attn_out, h_0_attn_dqkv,
                               d_h_0_attn_qkv_weight, d_h_0_attn_qkv_bias, d_h_0_attn_proj_weight, d_h_0_attn_proj_bias)); /* h.0.attn */
+    PG_GRADS_FINAL(io, 4); /* h.0.attn's gradients, final after the step's last micro-batch */
     PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, wpe_out, h_0_ln_1_mean, h_0_ln_1_rstd, d_h_0_ln_1_out, d_h_0_ln_1_weight, d_h_0_ln_1_bias)); /* h.0.ln_1 */
+    PG_GRADS_FINAL(io, 3); /* h.0.ln_1's gradients, final after the step's last micro-batch */
     PG_TRY(pg_pos_embed_bwd_w(c, r, 1024, 768, d_wpe_out, d_wpe_weight)); /* wpe */
+    PG_GRADS_FINAL(io, 1); /* wpe's gradients, final after the step's last micro-batch */
     PG_TRY(pg_embed_bwd_w(c, r * 1024, 50257, 768, (const int32_t *)tokens, d_wte_embed_out, d_wte)); /* wte_embed */
     return 0;
 }
@@ -471,85 +488,85 @@ static int bwd_w_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 
 static const pg_param_desc stage_params[] = {
     {.name = "wte", .index = 0, .rank = 2, .dim = {50257, 768}, .numel = 38597376, .init = PG_INIT_NORMAL, .init_scale = 0.02, .decay = 1, .tie = PG_TIE_REPLICATE, .owner = 0, .stage_mask = UINT64_C(0x9),
-     .off = 0, .grad_off = 154389504, .opt_off = {308779008, 463168512}, .nacc = 1, .stage_nacc = pg_nacc_p0, .acc_numel = 38597376},
+     .off = 0, .grad_off = 154389504, .opt_off = {308779008, 463168512}, .nacc = 1, .stage_nacc = pg_nacc_p0, .acc_numel = 38597376, .chunk = -1, .grad_layer = -1},
     {.name = "wpe.weight", .index = 1, .rank = 2, .dim = {1024, 768}, .numel = 786432, .init = PG_INIT_NORMAL, .init_scale = 0.02, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 1068576768, .grad_off = 1071722496, .opt_off = {1074868224, 1078013952}, .nacc = 1, .acc_numel = 786432},
+     .off = 1068576768, .grad_off = 1071722496, .opt_off = {1074868224, 1078013952}, .nacc = 1, .acc_numel = 786432, .chunk = 0, .grad_layer = 1},
     {.name = "h.0.ln_1.weight", .index = 2, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 1113300992, .grad_off = 1113304064, .opt_off = {1113307136, 1113310208}, .nacc = 1, .acc_numel = 768},
+     .off = 1113300992, .grad_off = 1113304064, .opt_off = {1113307136, 1113310208}, .nacc = 1, .acc_numel = 768, .chunk = 0, .grad_layer = 3},
     {.name = "h.0.ln_1.bias", .index = 3, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 1113313280, .grad_off = 1113316352, .opt_off = {1113319424, 1113322496}, .nacc = 1, .acc_numel = 768},
+     .off = 1113313280, .grad_off = 1113316352, .opt_off = {1113319424, 1113322496}, .nacc = 1, .acc_numel = 768, .chunk = 0, .grad_layer = 3},
     {.name = "h.0.attn.qkv.weight", .index = 4, .rank = 2, .dim = {2304, 768}, .numel = 1769472, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 944713728, .grad_off = 951791616, .opt_off = {958869504, 965947392}, .nacc = 1, .acc_numel = 1769472},
+     .off = 944713728, .grad_off = 951791616, .opt_off = {958869504, 965947392}, .nacc = 1, .acc_numel = 1769472, .chunk = 0, .grad_layer = 4},
     {.name = "h.0.attn.qkv.bias", .index = 5, .rank = 1, .dim = {2304}, .numel = 2304, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 1113190400, .grad_off = 1113199616, .opt_off = {1113208832, 1113218048}, .nacc = 1, .acc_numel = 2304},
+     .off = 1113190400, .grad_off = 1113199616, .opt_off = {1113208832, 1113218048}, .nacc = 1, .acc_numel = 2304, .chunk = 0, .grad_layer = 4},
     {.name = "h.0.attn.proj.weight", .index = 6, .rank = 2, .dim = {768, 768}, .numel = 589824, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 1081159680, .grad_off = 1083518976, .opt_off = {1085878272, 1088237568}, .nacc = 1, .acc_numel = 589824},
+     .off = 1081159680, .grad_off = 1083518976, .opt_off = {1085878272, 1088237568}, .nacc = 1, .acc_numel = 589824, .chunk = 0, .grad_layer = 4},
     {.name = "h.0.attn.proj.bias", .index = 7, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 1113325568, .grad_off = 1113328640, .opt_off = {1113331712, 1113334784}, .nacc = 1, .acc_numel = 768},
+     .off = 1113325568, .grad_off = 1113328640, .opt_off = {1113331712, 1113334784}, .nacc = 1, .acc_numel = 768, .chunk = 0, .grad_layer = 4},
     {.name = "h.0.ln_2.weight", .index = 8, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 1113337856, .grad_off = 1113340928, .opt_off = {1113344000, 1113347072}, .nacc = 1, .acc_numel = 768},
+     .off = 1113337856, .grad_off = 1113340928, .opt_off = {1113344000, 1113347072}, .nacc = 1, .acc_numel = 768, .chunk = 0, .grad_layer = 7},
     {.name = "h.0.ln_2.bias", .index = 9, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 1113350144, .grad_off = 1113353216, .opt_off = {1113356288, 1113359360}, .nacc = 1, .acc_numel = 768},
+     .off = 1113350144, .grad_off = 1113353216, .opt_off = {1113356288, 1113359360}, .nacc = 1, .acc_numel = 768, .chunk = 0, .grad_layer = 7},
     {.name = "h.0.fc.weight", .index = 10, .rank = 2, .dim = {3072, 768}, .numel = 2359296, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 718221312, .grad_off = 727658496, .opt_off = {737095680, 746532864}, .nacc = 1, .acc_numel = 2359296},
+     .off = 718221312, .grad_off = 727658496, .opt_off = {737095680, 746532864}, .nacc = 1, .acc_numel = 2359296, .chunk = 0, .grad_layer = 8},
     {.name = "h.0.fc.bias", .index = 11, .rank = 1, .dim = {3072}, .numel = 3072, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 1113042944, .grad_off = 1113055232, .opt_off = {1113067520, 1113079808}, .nacc = 1, .acc_numel = 3072},
+     .off = 1113042944, .grad_off = 1113055232, .opt_off = {1113067520, 1113079808}, .nacc = 1, .acc_numel = 3072, .chunk = 0, .grad_layer = 8},
     {.name = "h.0.proj.weight", .index = 12, .rank = 2, .dim = {768, 3072}, .numel = 2359296, .init = PG_INIT_UNIFORM, .init_scale = 0.018042195912175808, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 755970048, .grad_off = 765407232, .opt_off = {774844416, 784281600}, .nacc = 1, .acc_numel = 2359296},
+     .off = 755970048, .grad_off = 765407232, .opt_off = {774844416, 784281600}, .nacc = 1, .acc_numel = 2359296, .chunk = 0, .grad_layer = 10},
     {.name = "h.0.proj.bias", .index = 13, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_UNIFORM, .init_scale = 0.018042195912175808, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 1113362432, .grad_off = 1113365504, .opt_off = {1113368576, 1113371648}, .nacc = 1, .acc_numel = 768},
+     .off = 1113362432, .grad_off = 1113365504, .opt_off = {1113368576, 1113371648}, .nacc = 1, .acc_numel = 768, .chunk = 0, .grad_layer = 10},
     {.name = "h.1.ln_1.weight", .index = 14, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 1113374720, .grad_off = 1113377792, .opt_off = {1113380864, 1113383936}, .nacc = 1, .acc_numel = 768},
+     .off = 1113374720, .grad_off = 1113377792, .opt_off = {1113380864, 1113383936}, .nacc = 1, .acc_numel = 768, .chunk = 0, .grad_layer = 13},
     {.name = "h.1.ln_1.bias", .index = 15, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 1113387008, .grad_off = 1113390080, .opt_off = {1113393152, 1113396224}, .nacc = 1, .acc_numel = 768},
+     .off = 1113387008, .grad_off = 1113390080, .opt_off = {1113393152, 1113396224}, .nacc = 1, .acc_numel = 768, .chunk = 0, .grad_layer = 13},
     {.name = "h.1.attn.qkv.weight", .index = 16, .rank = 2, .dim = {2304, 768}, .numel = 1769472, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 973025280, .grad_off = 980103168, .opt_off = {987181056, 994258944}, .nacc = 1, .acc_numel = 1769472},
+     .off = 973025280, .grad_off = 980103168, .opt_off = {987181056, 994258944}, .nacc = 1, .acc_numel = 1769472, .chunk = 0, .grad_layer = 14},
     {.name = "h.1.attn.qkv.bias", .index = 17, .rank = 1, .dim = {2304}, .numel = 2304, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 1113227264, .grad_off = 1113236480, .opt_off = {1113245696, 1113254912}, .nacc = 1, .acc_numel = 2304},
+     .off = 1113227264, .grad_off = 1113236480, .opt_off = {1113245696, 1113254912}, .nacc = 1, .acc_numel = 2304, .chunk = 0, .grad_layer = 14},
     {.name = "h.1.attn.proj.weight", .index = 18, .rank = 2, .dim = {768, 768}, .numel = 589824, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 1090596864, .grad_off = 1092956160, .opt_off = {1095315456, 1097674752}, .nacc = 1, .acc_numel = 589824},
+     .off = 1090596864, .grad_off = 1092956160, .opt_off = {1095315456, 1097674752}, .nacc = 1, .acc_numel = 589824, .chunk = 0, .grad_layer = 14},
     {.name = "h.1.attn.proj.bias", .index = 19, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 1113399296, .grad_off = 1113402368, .opt_off = {1113405440, 1113408512}, .nacc = 1, .acc_numel = 768},
+     .off = 1113399296, .grad_off = 1113402368, .opt_off = {1113405440, 1113408512}, .nacc = 1, .acc_numel = 768, .chunk = 0, .grad_layer = 14},
     {.name = "h.1.ln_2.weight", .index = 20, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 1113411584, .grad_off = 1113414656, .opt_off = {1113417728, 1113420800}, .nacc = 1, .acc_numel = 768},
+     .off = 1113411584, .grad_off = 1113414656, .opt_off = {1113417728, 1113420800}, .nacc = 1, .acc_numel = 768, .chunk = 0, .grad_layer = 17},
     {.name = "h.1.ln_2.bias", .index = 21, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 1113423872, .grad_off = 1113426944, .opt_off = {1113430016, 1113433088}, .nacc = 1, .acc_numel = 768},
+     .off = 1113423872, .grad_off = 1113426944, .opt_off = {1113430016, 1113433088}, .nacc = 1, .acc_numel = 768, .chunk = 0, .grad_layer = 17},
     {.name = "h.1.fc.weight", .index = 22, .rank = 2, .dim = {3072, 768}, .numel = 2359296, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 793718784, .grad_off = 803155968, .opt_off = {812593152, 822030336}, .nacc = 1, .acc_numel = 2359296},
+     .off = 793718784, .grad_off = 803155968, .opt_off = {812593152, 822030336}, .nacc = 1, .acc_numel = 2359296, .chunk = 0, .grad_layer = 18},
     {.name = "h.1.fc.bias", .index = 23, .rank = 1, .dim = {3072}, .numel = 3072, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 1113092096, .grad_off = 1113104384, .opt_off = {1113116672, 1113128960}, .nacc = 1, .acc_numel = 3072},
+     .off = 1113092096, .grad_off = 1113104384, .opt_off = {1113116672, 1113128960}, .nacc = 1, .acc_numel = 3072, .chunk = 0, .grad_layer = 18},
     {.name = "h.1.proj.weight", .index = 24, .rank = 2, .dim = {768, 3072}, .numel = 2359296, .init = PG_INIT_UNIFORM, .init_scale = 0.018042195912175808, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 831467520, .grad_off = 840904704, .opt_off = {850341888, 859779072}, .nacc = 1, .acc_numel = 2359296},
+     .off = 831467520, .grad_off = 840904704, .opt_off = {850341888, 859779072}, .nacc = 1, .acc_numel = 2359296, .chunk = 0, .grad_layer = 20},
     {.name = "h.1.proj.bias", .index = 25, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_UNIFORM, .init_scale = 0.018042195912175808, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 1113436160, .grad_off = 1113439232, .opt_off = {1113442304, 1113445376}, .nacc = 1, .acc_numel = 768},
+     .off = 1113436160, .grad_off = 1113439232, .opt_off = {1113442304, 1113445376}, .nacc = 1, .acc_numel = 768, .chunk = 0, .grad_layer = 20},
     {.name = "h.2.ln_1.weight", .index = 26, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 1113448448, .grad_off = 1113451520, .opt_off = {1113454592, 1113457664}, .nacc = 1, .acc_numel = 768},
+     .off = 1113448448, .grad_off = 1113451520, .opt_off = {1113454592, 1113457664}, .nacc = 1, .acc_numel = 768, .chunk = 0, .grad_layer = 23},
     {.name = "h.2.ln_1.bias", .index = 27, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 1113460736, .grad_off = 1113463808, .opt_off = {1113466880, 1113469952}, .nacc = 1, .acc_numel = 768},
+     .off = 1113460736, .grad_off = 1113463808, .opt_off = {1113466880, 1113469952}, .nacc = 1, .acc_numel = 768, .chunk = 0, .grad_layer = 23},
     {.name = "h.2.attn.qkv.weight", .index = 28, .rank = 2, .dim = {2304, 768}, .numel = 1769472, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 1001336832, .grad_off = 1008414720, .opt_off = {1015492608, 1022570496}, .nacc = 1, .acc_numel = 1769472},
+     .off = 1001336832, .grad_off = 1008414720, .opt_off = {1015492608, 1022570496}, .nacc = 1, .acc_numel = 1769472, .chunk = 0, .grad_layer = 24},
     {.name = "h.2.attn.qkv.bias", .index = 29, .rank = 1, .dim = {2304}, .numel = 2304, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 1113264128, .grad_off = 1113273344, .opt_off = {1113282560, 1113291776}, .nacc = 1, .acc_numel = 2304},
+     .off = 1113264128, .grad_off = 1113273344, .opt_off = {1113282560, 1113291776}, .nacc = 1, .acc_numel = 2304, .chunk = 0, .grad_layer = 24},
     {.name = "h.2.attn.proj.weight", .index = 30, .rank = 2, .dim = {768, 768}, .numel = 589824, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 1100034048, .grad_off = 1102393344, .opt_off = {1104752640, 1107111936}, .nacc = 1, .acc_numel = 589824},
+     .off = 1100034048, .grad_off = 1102393344, .opt_off = {1104752640, 1107111936}, .nacc = 1, .acc_numel = 589824, .chunk = 0, .grad_layer = 24},
     {.name = "h.2.attn.proj.bias", .index = 31, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 1113473024, .grad_off = 1113476096, .opt_off = {1113479168, 1113482240}, .nacc = 1, .acc_numel = 768},
+     .off = 1113473024, .grad_off = 1113476096, .opt_off = {1113479168, 1113482240}, .nacc = 1, .acc_numel = 768, .chunk = 0, .grad_layer = 24},
     {.name = "h.2.ln_2.weight", .index = 32, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 1113485312, .grad_off = 1113488384, .opt_off = {1113491456, 1113494528}, .nacc = 1, .acc_numel = 768},
+     .off = 1113485312, .grad_off = 1113488384, .opt_off = {1113491456, 1113494528}, .nacc = 1, .acc_numel = 768, .chunk = 0, .grad_layer = 27},
     {.name = "h.2.ln_2.bias", .index = 33, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 1113497600, .grad_off = 1113500672, .opt_off = {1113503744, 1113506816}, .nacc = 1, .acc_numel = 768},
+     .off = 1113497600, .grad_off = 1113500672, .opt_off = {1113503744, 1113506816}, .nacc = 1, .acc_numel = 768, .chunk = 0, .grad_layer = 27},
     {.name = "h.2.fc.weight", .index = 34, .rank = 2, .dim = {3072, 768}, .numel = 2359296, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 869216256, .grad_off = 878653440, .opt_off = {888090624, 897527808}, .nacc = 1, .acc_numel = 2359296},
+     .off = 869216256, .grad_off = 878653440, .opt_off = {888090624, 897527808}, .nacc = 1, .acc_numel = 2359296, .chunk = 0, .grad_layer = 28},
     {.name = "h.2.fc.bias", .index = 35, .rank = 1, .dim = {3072}, .numel = 3072, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 1113141248, .grad_off = 1113153536, .opt_off = {1113165824, 1113178112}, .nacc = 1, .acc_numel = 3072},
+     .off = 1113141248, .grad_off = 1113153536, .opt_off = {1113165824, 1113178112}, .nacc = 1, .acc_numel = 3072, .chunk = 0, .grad_layer = 28},
     {.name = "h.2.proj.weight", .index = 36, .rank = 2, .dim = {768, 3072}, .numel = 2359296, .init = PG_INIT_UNIFORM, .init_scale = 0.018042195912175808, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 906964992, .grad_off = 916402176, .opt_off = {925839360, 935276544}, .nacc = 1, .acc_numel = 2359296},
+     .off = 906964992, .grad_off = 916402176, .opt_off = {925839360, 935276544}, .nacc = 1, .acc_numel = 2359296, .chunk = 0, .grad_layer = 30},
     {.name = "h.2.proj.bias", .index = 37, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_UNIFORM, .init_scale = 0.018042195912175808, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 1113509888, .grad_off = 1113512960, .opt_off = {1113516032, 1113519104}, .nacc = 1, .acc_numel = 768},
+     .off = 1113509888, .grad_off = 1113512960, .opt_off = {1113516032, 1113519104}, .nacc = 1, .acc_numel = 768, .chunk = 0, .grad_layer = 30},
     {.name = "h.3.ln_1.weight", .index = 38, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 1113522176, .grad_off = 1113525248, .opt_off = {1113528320, 1113531392}, .nacc = 1, .acc_numel = 768},
+     .off = 1113522176, .grad_off = 1113525248, .opt_off = {1113528320, 1113531392}, .nacc = 1, .acc_numel = 768, .chunk = 0, .grad_layer = 33},
     {.name = "h.3.ln_1.bias", .index = 39, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 1113534464, .grad_off = 1113537536, .opt_off = {1113540608, 1113543680}, .nacc = 1, .acc_numel = 768},
+     .off = 1113534464, .grad_off = 1113537536, .opt_off = {1113540608, 1113543680}, .nacc = 1, .acc_numel = 768, .chunk = 0, .grad_layer = 33},
 };
 
 static const pg_chunk_desc chunks[] = {
@@ -651,7 +668,7 @@ static const pg_shadow_desc stage_shadows[] = {
 };
 
 const pg_stage_desc pg_stage = {
-    .contract = PG_CONTRACT_TAG(2),
+    .contract = PG_CONTRACT_TAG(3),
     .pipegen_version = "0.1.0",
     .model = "gpt2_small",
     .source = "gpt2_small.pipe",

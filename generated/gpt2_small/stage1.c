@@ -592,33 +592,56 @@ static int bwd_w_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const d_h_7_fc_weight = (float *)(A + 575668224); /* gradient of h.7.fc.weight: f32[3072, 768] */
     float *const d_h_7_fc_bias = (float *)(A + 858992640); /* gradient of h.7.fc.bias: f32[3072] */
     PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_7_ln_2_out, c1_dy, d_h_7_fc_weight, d_h_7_fc_bias)); /* h.7.fc */
+    PG_GRADS_FINAL(io, 44); /* h.7.fc's gradients, final after the step's last micro-batch */
     PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_7_pop_res1_out, h_7_ln_2_mean, h_7_ln_2_rstd, d_h_7_ln_2_out, d_h_7_ln_2_weight, d_h_7_ln_2_bias)); /* h.7.ln_2 */
+    PG_GRADS_FINAL(io, 43); /* h.7.ln_2's gradients, final after the step's last micro-batch */
     PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, h_7_ln_1_out, h_7_attn_ctx, d_h_7_attn_out, h_7_attn_dqkv,
                               d_h_7_attn_qkv_weight, d_h_7_attn_qkv_bias, d_h_7_attn_proj_weight, d_h_7_attn_proj_bias)); /* h.7.attn */
+    PG_GRADS_FINAL(io, 40); /* h.7.attn's gradients, final after the step's last micro-batch */
     PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_6_pop_res2_out, h_7_ln_1_mean, h_7_ln_1_rstd, d_h_7_ln_1_out, d_h_7_ln_1_weight, d_h_7_ln_1_bias)); /* h.7.ln_1 */
+    PG_GRADS_FINAL(io, 39); /* h.7.ln_1's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_6_gelu0_out, d_h_6_proj_out, d_h_6_proj_weight, d_h_6_proj_bias)); /* h.6.proj */
+    PG_GRADS_FINAL(io, 36); /* h.6.proj's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_6_ln_2_out, d_h_6_fc_out, d_h_6_fc_weight, d_h_6_fc_bias)); /* h.6.fc */
+    PG_GRADS_FINAL(io, 34); /* h.6.fc's gradients, final after the step's last micro-batch */
     PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_6_pop_res1_out, h_6_ln_2_mean, h_6_ln_2_rstd, d_h_6_ln_2_out, d_h_6_ln_2_weight, d_h_6_ln_2_bias)); /* h.6.ln_2 */
+    PG_GRADS_FINAL(io, 33); /* h.6.ln_2's gradients, final after the step's last micro-batch */
     PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, h_6_ln_1_out, h_6_attn_ctx, d_h_6_attn_out, h_6_attn_dqkv,
                               d_h_6_attn_qkv_weight, d_h_6_attn_qkv_bias, d_h_6_attn_proj_weight, d_h_6_attn_proj_bias)); /* h.6.attn */
+    PG_GRADS_FINAL(io, 30); /* h.6.attn's gradients, final after the step's last micro-batch */
     PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_5_pop_res2_out, h_6_ln_1_mean, h_6_ln_1_rstd, d_h_6_ln_1_out, d_h_6_ln_1_weight, d_h_6_ln_1_bias)); /* h.6.ln_1 */
+    PG_GRADS_FINAL(io, 29); /* h.6.ln_1's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_5_gelu0_out, d_h_5_proj_out, d_h_5_proj_weight, d_h_5_proj_bias)); /* h.5.proj */
+    PG_GRADS_FINAL(io, 26); /* h.5.proj's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_5_ln_2_out, d_h_5_fc_out, d_h_5_fc_weight, d_h_5_fc_bias)); /* h.5.fc */
+    PG_GRADS_FINAL(io, 24); /* h.5.fc's gradients, final after the step's last micro-batch */
     PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_5_pop_res1_out, h_5_ln_2_mean, h_5_ln_2_rstd, d_h_5_ln_2_out, d_h_5_ln_2_weight, d_h_5_ln_2_bias)); /* h.5.ln_2 */
+    PG_GRADS_FINAL(io, 23); /* h.5.ln_2's gradients, final after the step's last micro-batch */
     PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, h_5_ln_1_out, h_5_attn_ctx, d_h_5_attn_out, h_5_attn_dqkv,
                               d_h_5_attn_qkv_weight, d_h_5_attn_qkv_bias, d_h_5_attn_proj_weight, d_h_5_attn_proj_bias)); /* h.5.attn */
+    PG_GRADS_FINAL(io, 20); /* h.5.attn's gradients, final after the step's last micro-batch */
     PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_4_pop_res2_out, h_5_ln_1_mean, h_5_ln_1_rstd, d_h_5_ln_1_out, d_h_5_ln_1_weight, d_h_5_ln_1_bias)); /* h.5.ln_1 */
+    PG_GRADS_FINAL(io, 19); /* h.5.ln_1's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_4_gelu0_out, d_h_4_proj_out, d_h_4_proj_weight, d_h_4_proj_bias)); /* h.4.proj */
+    PG_GRADS_FINAL(io, 16); /* h.4.proj's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_4_ln_2_out, d_h_4_fc_out, d_h_4_fc_weight, d_h_4_fc_bias)); /* h.4.fc */
+    PG_GRADS_FINAL(io, 14); /* h.4.fc's gradients, final after the step's last micro-batch */
     PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_4_pop_res1_out, h_4_ln_2_mean, h_4_ln_2_rstd, d_h_4_ln_2_out, d_h_4_ln_2_weight, d_h_4_ln_2_bias)); /* h.4.ln_2 */
+    PG_GRADS_FINAL(io, 13); /* h.4.ln_2's gradients, final after the step's last micro-batch */
     PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, h_4_ln_1_out, h_4_attn_ctx, d_h_4_attn_out, h_4_attn_dqkv,
                               d_h_4_attn_qkv_weight, d_h_4_attn_qkv_bias, d_h_4_attn_proj_weight, d_h_4_attn_proj_bias)); /* h.4.attn */
+    PG_GRADS_FINAL(io, 10); /* h.4.attn's gradients, final after the step's last micro-batch */
     PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_3_pop_res2_out, h_4_ln_1_mean, h_4_ln_1_rstd, d_h_4_ln_1_out, d_h_4_ln_1_weight, d_h_4_ln_1_bias)); /* h.4.ln_1 */
+    PG_GRADS_FINAL(io, 9); /* h.4.ln_1's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_3_gelu0_out, d_h_3_proj_out, d_h_3_proj_weight, d_h_3_proj_bias)); /* h.3.proj */
+    PG_GRADS_FINAL(io, 6); /* h.3.proj's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_3_ln_2_out, d_h_3_fc_out, d_h_3_fc_weight, d_h_3_fc_bias)); /* h.3.fc */
+    PG_GRADS_FINAL(io, 4); /* h.3.fc's gradients, final after the step's last micro-batch */
     PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_3_pop_res1_out, h_3_ln_2_mean, h_3_ln_2_rstd, d_h_3_ln_2_out, d_h_3_ln_2_weight, d_h_3_ln_2_bias)); /* h.3.ln_2 */
+    PG_GRADS_FINAL(io, 3); /* h.3.ln_2's gradients, final after the step's last micro-batch */
     PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, c1_x, h_3_attn_ctx, d_h_3_attn_out, h_3_attn_dqkv,
                               d_h_3_attn_qkv_weight, d_h_3_attn_qkv_bias, d_h_3_attn_proj_weight, d_h_3_attn_proj_bias)); /* h.3.attn */
+    PG_GRADS_FINAL(io, 0); /* h.3.attn's gradients, final after the step's last micro-batch */
     return 0;
 }
 
@@ -626,117 +649,117 @@ static int bwd_w_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 
 static const pg_param_desc stage_params[] = {
     {.name = "h.3.attn.qkv.weight", .index = 40, .rank = 2, .dim = {2304, 768}, .numel = 1769472, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 603979776, .grad_off = 611057664, .opt_off = {618135552, 625213440}, .nacc = 1, .acc_numel = 1769472},
+     .off = 603979776, .grad_off = 611057664, .opt_off = {618135552, 625213440}, .nacc = 1, .acc_numel = 1769472, .chunk = 1, .grad_layer = 0},
     {.name = "h.3.attn.qkv.bias", .index = 41, .rank = 1, .dim = {2304}, .numel = 2304, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 859029504, .grad_off = 859038720, .opt_off = {859047936, 859057152}, .nacc = 1, .acc_numel = 2304},
+     .off = 859029504, .grad_off = 859038720, .opt_off = {859047936, 859057152}, .nacc = 1, .acc_numel = 2304, .chunk = 1, .grad_layer = 0},
     {.name = "h.3.attn.proj.weight", .index = 42, .rank = 2, .dim = {768, 768}, .numel = 589824, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 805699584, .grad_off = 808058880, .opt_off = {810418176, 812777472}, .nacc = 1, .acc_numel = 589824},
+     .off = 805699584, .grad_off = 808058880, .opt_off = {810418176, 812777472}, .nacc = 1, .acc_numel = 589824, .chunk = 1, .grad_layer = 0},
     {.name = "h.3.attn.proj.bias", .index = 43, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 859213824, .grad_off = 859216896, .opt_off = {859219968, 859223040}, .nacc = 1, .acc_numel = 768},
+     .off = 859213824, .grad_off = 859216896, .opt_off = {859219968, 859223040}, .nacc = 1, .acc_numel = 768, .chunk = 1, .grad_layer = 0},
     {.name = "h.3.ln_2.weight", .index = 44, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 859226112, .grad_off = 859229184, .opt_off = {859232256, 859235328}, .nacc = 1, .acc_numel = 768},
+     .off = 859226112, .grad_off = 859229184, .opt_off = {859232256, 859235328}, .nacc = 1, .acc_numel = 768, .chunk = 1, .grad_layer = 3},
     {.name = "h.3.ln_2.bias", .index = 45, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 859238400, .grad_off = 859241472, .opt_off = {859244544, 859247616}, .nacc = 1, .acc_numel = 768},
+     .off = 859238400, .grad_off = 859241472, .opt_off = {859244544, 859247616}, .nacc = 1, .acc_numel = 768, .chunk = 1, .grad_layer = 3},
     {.name = "h.3.fc.weight", .index = 46, .rank = 2, .dim = {3072, 768}, .numel = 2359296, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 264241152, .grad_off = 273678336, .opt_off = {283115520, 292552704}, .nacc = 1, .acc_numel = 2359296},
+     .off = 264241152, .grad_off = 273678336, .opt_off = {283115520, 292552704}, .nacc = 1, .acc_numel = 2359296, .chunk = 1, .grad_layer = 4},
     {.name = "h.3.fc.bias", .index = 47, .rank = 1, .dim = {3072}, .numel = 3072, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 858783744, .grad_off = 858796032, .opt_off = {858808320, 858820608}, .nacc = 1, .acc_numel = 3072},
+     .off = 858783744, .grad_off = 858796032, .opt_off = {858808320, 858820608}, .nacc = 1, .acc_numel = 3072, .chunk = 1, .grad_layer = 4},
     {.name = "h.3.proj.weight", .index = 48, .rank = 2, .dim = {768, 3072}, .numel = 2359296, .init = PG_INIT_UNIFORM, .init_scale = 0.018042195912175808, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 301989888, .grad_off = 311427072, .opt_off = {320864256, 330301440}, .nacc = 1, .acc_numel = 2359296},
+     .off = 301989888, .grad_off = 311427072, .opt_off = {320864256, 330301440}, .nacc = 1, .acc_numel = 2359296, .chunk = 1, .grad_layer = 6},
     {.name = "h.3.proj.bias", .index = 49, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_UNIFORM, .init_scale = 0.018042195912175808, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 859250688, .grad_off = 859253760, .opt_off = {859256832, 859259904}, .nacc = 1, .acc_numel = 768},
+     .off = 859250688, .grad_off = 859253760, .opt_off = {859256832, 859259904}, .nacc = 1, .acc_numel = 768, .chunk = 1, .grad_layer = 6},
     {.name = "h.4.ln_1.weight", .index = 50, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 859262976, .grad_off = 859266048, .opt_off = {859269120, 859272192}, .nacc = 1, .acc_numel = 768},
+     .off = 859262976, .grad_off = 859266048, .opt_off = {859269120, 859272192}, .nacc = 1, .acc_numel = 768, .chunk = 1, .grad_layer = 9},
     {.name = "h.4.ln_1.bias", .index = 51, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 859275264, .grad_off = 859278336, .opt_off = {859281408, 859284480}, .nacc = 1, .acc_numel = 768},
+     .off = 859275264, .grad_off = 859278336, .opt_off = {859281408, 859284480}, .nacc = 1, .acc_numel = 768, .chunk = 1, .grad_layer = 9},
     {.name = "h.4.attn.qkv.weight", .index = 52, .rank = 2, .dim = {2304, 768}, .numel = 1769472, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 632291328, .grad_off = 639369216, .opt_off = {646447104, 653524992}, .nacc = 1, .acc_numel = 1769472},
+     .off = 632291328, .grad_off = 639369216, .opt_off = {646447104, 653524992}, .nacc = 1, .acc_numel = 1769472, .chunk = 1, .grad_layer = 10},
     {.name = "h.4.attn.qkv.bias", .index = 53, .rank = 1, .dim = {2304}, .numel = 2304, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 859066368, .grad_off = 859075584, .opt_off = {859084800, 859094016}, .nacc = 1, .acc_numel = 2304},
+     .off = 859066368, .grad_off = 859075584, .opt_off = {859084800, 859094016}, .nacc = 1, .acc_numel = 2304, .chunk = 1, .grad_layer = 10},
     {.name = "h.4.attn.proj.weight", .index = 54, .rank = 2, .dim = {768, 768}, .numel = 589824, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 815136768, .grad_off = 817496064, .opt_off = {819855360, 822214656}, .nacc = 1, .acc_numel = 589824},
+     .off = 815136768, .grad_off = 817496064, .opt_off = {819855360, 822214656}, .nacc = 1, .acc_numel = 589824, .chunk = 1, .grad_layer = 10},
     {.name = "h.4.attn.proj.bias", .index = 55, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 859287552, .grad_off = 859290624, .opt_off = {859293696, 859296768}, .nacc = 1, .acc_numel = 768},
+     .off = 859287552, .grad_off = 859290624, .opt_off = {859293696, 859296768}, .nacc = 1, .acc_numel = 768, .chunk = 1, .grad_layer = 10},
     {.name = "h.4.ln_2.weight", .index = 56, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 859299840, .grad_off = 859302912, .opt_off = {859305984, 859309056}, .nacc = 1, .acc_numel = 768},
+     .off = 859299840, .grad_off = 859302912, .opt_off = {859305984, 859309056}, .nacc = 1, .acc_numel = 768, .chunk = 1, .grad_layer = 13},
     {.name = "h.4.ln_2.bias", .index = 57, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 859312128, .grad_off = 859315200, .opt_off = {859318272, 859321344}, .nacc = 1, .acc_numel = 768},
+     .off = 859312128, .grad_off = 859315200, .opt_off = {859318272, 859321344}, .nacc = 1, .acc_numel = 768, .chunk = 1, .grad_layer = 13},
     {.name = "h.4.fc.weight", .index = 58, .rank = 2, .dim = {3072, 768}, .numel = 2359296, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 339738624, .grad_off = 349175808, .opt_off = {358612992, 368050176}, .nacc = 1, .acc_numel = 2359296},
+     .off = 339738624, .grad_off = 349175808, .opt_off = {358612992, 368050176}, .nacc = 1, .acc_numel = 2359296, .chunk = 1, .grad_layer = 14},
     {.name = "h.4.fc.bias", .index = 59, .rank = 1, .dim = {3072}, .numel = 3072, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 858832896, .grad_off = 858845184, .opt_off = {858857472, 858869760}, .nacc = 1, .acc_numel = 3072},
+     .off = 858832896, .grad_off = 858845184, .opt_off = {858857472, 858869760}, .nacc = 1, .acc_numel = 3072, .chunk = 1, .grad_layer = 14},
     {.name = "h.4.proj.weight", .index = 60, .rank = 2, .dim = {768, 3072}, .numel = 2359296, .init = PG_INIT_UNIFORM, .init_scale = 0.018042195912175808, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 377487360, .grad_off = 386924544, .opt_off = {396361728, 405798912}, .nacc = 1, .acc_numel = 2359296},
+     .off = 377487360, .grad_off = 386924544, .opt_off = {396361728, 405798912}, .nacc = 1, .acc_numel = 2359296, .chunk = 1, .grad_layer = 16},
     {.name = "h.4.proj.bias", .index = 61, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_UNIFORM, .init_scale = 0.018042195912175808, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 859324416, .grad_off = 859327488, .opt_off = {859330560, 859333632}, .nacc = 1, .acc_numel = 768},
+     .off = 859324416, .grad_off = 859327488, .opt_off = {859330560, 859333632}, .nacc = 1, .acc_numel = 768, .chunk = 1, .grad_layer = 16},
     {.name = "h.5.ln_1.weight", .index = 62, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 859336704, .grad_off = 859339776, .opt_off = {859342848, 859345920}, .nacc = 1, .acc_numel = 768},
+     .off = 859336704, .grad_off = 859339776, .opt_off = {859342848, 859345920}, .nacc = 1, .acc_numel = 768, .chunk = 1, .grad_layer = 19},
     {.name = "h.5.ln_1.bias", .index = 63, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 859348992, .grad_off = 859352064, .opt_off = {859355136, 859358208}, .nacc = 1, .acc_numel = 768},
+     .off = 859348992, .grad_off = 859352064, .opt_off = {859355136, 859358208}, .nacc = 1, .acc_numel = 768, .chunk = 1, .grad_layer = 19},
     {.name = "h.5.attn.qkv.weight", .index = 64, .rank = 2, .dim = {2304, 768}, .numel = 1769472, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 660602880, .grad_off = 667680768, .opt_off = {674758656, 681836544}, .nacc = 1, .acc_numel = 1769472},
+     .off = 660602880, .grad_off = 667680768, .opt_off = {674758656, 681836544}, .nacc = 1, .acc_numel = 1769472, .chunk = 1, .grad_layer = 20},
     {.name = "h.5.attn.qkv.bias", .index = 65, .rank = 1, .dim = {2304}, .numel = 2304, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 859103232, .grad_off = 859112448, .opt_off = {859121664, 859130880}, .nacc = 1, .acc_numel = 2304},
+     .off = 859103232, .grad_off = 859112448, .opt_off = {859121664, 859130880}, .nacc = 1, .acc_numel = 2304, .chunk = 1, .grad_layer = 20},
     {.name = "h.5.attn.proj.weight", .index = 66, .rank = 2, .dim = {768, 768}, .numel = 589824, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 824573952, .grad_off = 826933248, .opt_off = {829292544, 831651840}, .nacc = 1, .acc_numel = 589824},
+     .off = 824573952, .grad_off = 826933248, .opt_off = {829292544, 831651840}, .nacc = 1, .acc_numel = 589824, .chunk = 1, .grad_layer = 20},
     {.name = "h.5.attn.proj.bias", .index = 67, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 859361280, .grad_off = 859364352, .opt_off = {859367424, 859370496}, .nacc = 1, .acc_numel = 768},
+     .off = 859361280, .grad_off = 859364352, .opt_off = {859367424, 859370496}, .nacc = 1, .acc_numel = 768, .chunk = 1, .grad_layer = 20},
     {.name = "h.5.ln_2.weight", .index = 68, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 859373568, .grad_off = 859376640, .opt_off = {859379712, 859382784}, .nacc = 1, .acc_numel = 768},
+     .off = 859373568, .grad_off = 859376640, .opt_off = {859379712, 859382784}, .nacc = 1, .acc_numel = 768, .chunk = 1, .grad_layer = 23},
     {.name = "h.5.ln_2.bias", .index = 69, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 859385856, .grad_off = 859388928, .opt_off = {859392000, 859395072}, .nacc = 1, .acc_numel = 768},
+     .off = 859385856, .grad_off = 859388928, .opt_off = {859392000, 859395072}, .nacc = 1, .acc_numel = 768, .chunk = 1, .grad_layer = 23},
     {.name = "h.5.fc.weight", .index = 70, .rank = 2, .dim = {3072, 768}, .numel = 2359296, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 415236096, .grad_off = 424673280, .opt_off = {434110464, 443547648}, .nacc = 1, .acc_numel = 2359296},
+     .off = 415236096, .grad_off = 424673280, .opt_off = {434110464, 443547648}, .nacc = 1, .acc_numel = 2359296, .chunk = 1, .grad_layer = 24},
     {.name = "h.5.fc.bias", .index = 71, .rank = 1, .dim = {3072}, .numel = 3072, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 858882048, .grad_off = 858894336, .opt_off = {858906624, 858918912}, .nacc = 1, .acc_numel = 3072},
+     .off = 858882048, .grad_off = 858894336, .opt_off = {858906624, 858918912}, .nacc = 1, .acc_numel = 3072, .chunk = 1, .grad_layer = 24},
     {.name = "h.5.proj.weight", .index = 72, .rank = 2, .dim = {768, 3072}, .numel = 2359296, .init = PG_INIT_UNIFORM, .init_scale = 0.018042195912175808, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 452984832, .grad_off = 462422016, .opt_off = {471859200, 481296384}, .nacc = 1, .acc_numel = 2359296},
+     .off = 452984832, .grad_off = 462422016, .opt_off = {471859200, 481296384}, .nacc = 1, .acc_numel = 2359296, .chunk = 1, .grad_layer = 26},
     {.name = "h.5.proj.bias", .index = 73, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_UNIFORM, .init_scale = 0.018042195912175808, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 859398144, .grad_off = 859401216, .opt_off = {859404288, 859407360}, .nacc = 1, .acc_numel = 768},
+     .off = 859398144, .grad_off = 859401216, .opt_off = {859404288, 859407360}, .nacc = 1, .acc_numel = 768, .chunk = 1, .grad_layer = 26},
     {.name = "h.6.ln_1.weight", .index = 74, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 859410432, .grad_off = 859413504, .opt_off = {859416576, 859419648}, .nacc = 1, .acc_numel = 768},
+     .off = 859410432, .grad_off = 859413504, .opt_off = {859416576, 859419648}, .nacc = 1, .acc_numel = 768, .chunk = 1, .grad_layer = 29},
     {.name = "h.6.ln_1.bias", .index = 75, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 859422720, .grad_off = 859425792, .opt_off = {859428864, 859431936}, .nacc = 1, .acc_numel = 768},
+     .off = 859422720, .grad_off = 859425792, .opt_off = {859428864, 859431936}, .nacc = 1, .acc_numel = 768, .chunk = 1, .grad_layer = 29},
     {.name = "h.6.attn.qkv.weight", .index = 76, .rank = 2, .dim = {2304, 768}, .numel = 1769472, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 688914432, .grad_off = 695992320, .opt_off = {703070208, 710148096}, .nacc = 1, .acc_numel = 1769472},
+     .off = 688914432, .grad_off = 695992320, .opt_off = {703070208, 710148096}, .nacc = 1, .acc_numel = 1769472, .chunk = 1, .grad_layer = 30},
     {.name = "h.6.attn.qkv.bias", .index = 77, .rank = 1, .dim = {2304}, .numel = 2304, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 859140096, .grad_off = 859149312, .opt_off = {859158528, 859167744}, .nacc = 1, .acc_numel = 2304},
+     .off = 859140096, .grad_off = 859149312, .opt_off = {859158528, 859167744}, .nacc = 1, .acc_numel = 2304, .chunk = 1, .grad_layer = 30},
     {.name = "h.6.attn.proj.weight", .index = 78, .rank = 2, .dim = {768, 768}, .numel = 589824, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 834011136, .grad_off = 836370432, .opt_off = {838729728, 841089024}, .nacc = 1, .acc_numel = 589824},
+     .off = 834011136, .grad_off = 836370432, .opt_off = {838729728, 841089024}, .nacc = 1, .acc_numel = 589824, .chunk = 1, .grad_layer = 30},
     {.name = "h.6.attn.proj.bias", .index = 79, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 859435008, .grad_off = 859438080, .opt_off = {859441152, 859444224}, .nacc = 1, .acc_numel = 768},
+     .off = 859435008, .grad_off = 859438080, .opt_off = {859441152, 859444224}, .nacc = 1, .acc_numel = 768, .chunk = 1, .grad_layer = 30},
     {.name = "h.6.ln_2.weight", .index = 80, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 859447296, .grad_off = 859450368, .opt_off = {859453440, 859456512}, .nacc = 1, .acc_numel = 768},
+     .off = 859447296, .grad_off = 859450368, .opt_off = {859453440, 859456512}, .nacc = 1, .acc_numel = 768, .chunk = 1, .grad_layer = 33},
     {.name = "h.6.ln_2.bias", .index = 81, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 859459584, .grad_off = 859462656, .opt_off = {859465728, 859468800}, .nacc = 1, .acc_numel = 768},
+     .off = 859459584, .grad_off = 859462656, .opt_off = {859465728, 859468800}, .nacc = 1, .acc_numel = 768, .chunk = 1, .grad_layer = 33},
     {.name = "h.6.fc.weight", .index = 82, .rank = 2, .dim = {3072, 768}, .numel = 2359296, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 490733568, .grad_off = 500170752, .opt_off = {509607936, 519045120}, .nacc = 1, .acc_numel = 2359296},
+     .off = 490733568, .grad_off = 500170752, .opt_off = {509607936, 519045120}, .nacc = 1, .acc_numel = 2359296, .chunk = 1, .grad_layer = 34},
     {.name = "h.6.fc.bias", .index = 83, .rank = 1, .dim = {3072}, .numel = 3072, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 858931200, .grad_off = 858943488, .opt_off = {858955776, 858968064}, .nacc = 1, .acc_numel = 3072},
+     .off = 858931200, .grad_off = 858943488, .opt_off = {858955776, 858968064}, .nacc = 1, .acc_numel = 3072, .chunk = 1, .grad_layer = 34},
     {.name = "h.6.proj.weight", .index = 84, .rank = 2, .dim = {768, 3072}, .numel = 2359296, .init = PG_INIT_UNIFORM, .init_scale = 0.018042195912175808, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 528482304, .grad_off = 537919488, .opt_off = {547356672, 556793856}, .nacc = 1, .acc_numel = 2359296},
+     .off = 528482304, .grad_off = 537919488, .opt_off = {547356672, 556793856}, .nacc = 1, .acc_numel = 2359296, .chunk = 1, .grad_layer = 36},
     {.name = "h.6.proj.bias", .index = 85, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_UNIFORM, .init_scale = 0.018042195912175808, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 859471872, .grad_off = 859474944, .opt_off = {859478016, 859481088}, .nacc = 1, .acc_numel = 768},
+     .off = 859471872, .grad_off = 859474944, .opt_off = {859478016, 859481088}, .nacc = 1, .acc_numel = 768, .chunk = 1, .grad_layer = 36},
     {.name = "h.7.ln_1.weight", .index = 86, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 859484160, .grad_off = 859487232, .opt_off = {859490304, 859493376}, .nacc = 1, .acc_numel = 768},
+     .off = 859484160, .grad_off = 859487232, .opt_off = {859490304, 859493376}, .nacc = 1, .acc_numel = 768, .chunk = 1, .grad_layer = 39},
     {.name = "h.7.ln_1.bias", .index = 87, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 859496448, .grad_off = 859499520, .opt_off = {859502592, 859505664}, .nacc = 1, .acc_numel = 768},
+     .off = 859496448, .grad_off = 859499520, .opt_off = {859502592, 859505664}, .nacc = 1, .acc_numel = 768, .chunk = 1, .grad_layer = 39},
     {.name = "h.7.attn.qkv.weight", .index = 88, .rank = 2, .dim = {2304, 768}, .numel = 1769472, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 717225984, .grad_off = 724303872, .opt_off = {731381760, 738459648}, .nacc = 1, .acc_numel = 1769472},
+     .off = 717225984, .grad_off = 724303872, .opt_off = {731381760, 738459648}, .nacc = 1, .acc_numel = 1769472, .chunk = 1, .grad_layer = 40},
     {.name = "h.7.attn.qkv.bias", .index = 89, .rank = 1, .dim = {2304}, .numel = 2304, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 859176960, .grad_off = 859186176, .opt_off = {859195392, 859204608}, .nacc = 1, .acc_numel = 2304},
+     .off = 859176960, .grad_off = 859186176, .opt_off = {859195392, 859204608}, .nacc = 1, .acc_numel = 2304, .chunk = 1, .grad_layer = 40},
     {.name = "h.7.attn.proj.weight", .index = 90, .rank = 2, .dim = {768, 768}, .numel = 589824, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 843448320, .grad_off = 845807616, .opt_off = {848166912, 850526208}, .nacc = 1, .acc_numel = 589824},
+     .off = 843448320, .grad_off = 845807616, .opt_off = {848166912, 850526208}, .nacc = 1, .acc_numel = 589824, .chunk = 1, .grad_layer = 40},
     {.name = "h.7.attn.proj.bias", .index = 91, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 859508736, .grad_off = 859511808, .opt_off = {859514880, 859517952}, .nacc = 1, .acc_numel = 768},
+     .off = 859508736, .grad_off = 859511808, .opt_off = {859514880, 859517952}, .nacc = 1, .acc_numel = 768, .chunk = 1, .grad_layer = 40},
     {.name = "h.7.ln_2.weight", .index = 92, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 859521024, .grad_off = 859524096, .opt_off = {859527168, 859530240}, .nacc = 1, .acc_numel = 768},
+     .off = 859521024, .grad_off = 859524096, .opt_off = {859527168, 859530240}, .nacc = 1, .acc_numel = 768, .chunk = 1, .grad_layer = 43},
     {.name = "h.7.ln_2.bias", .index = 93, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 859533312, .grad_off = 859536384, .opt_off = {859539456, 859542528}, .nacc = 1, .acc_numel = 768},
+     .off = 859533312, .grad_off = 859536384, .opt_off = {859539456, 859542528}, .nacc = 1, .acc_numel = 768, .chunk = 1, .grad_layer = 43},
     {.name = "h.7.fc.weight", .index = 94, .rank = 2, .dim = {3072, 768}, .numel = 2359296, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 566231040, .grad_off = 575668224, .opt_off = {585105408, 594542592}, .nacc = 1, .acc_numel = 2359296},
+     .off = 566231040, .grad_off = 575668224, .opt_off = {585105408, 594542592}, .nacc = 1, .acc_numel = 2359296, .chunk = 1, .grad_layer = 44},
     {.name = "h.7.fc.bias", .index = 95, .rank = 1, .dim = {3072}, .numel = 3072, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 858980352, .grad_off = 858992640, .opt_off = {859004928, 859017216}, .nacc = 1, .acc_numel = 3072},
+     .off = 858980352, .grad_off = 858992640, .opt_off = {859004928, 859017216}, .nacc = 1, .acc_numel = 3072, .chunk = 1, .grad_layer = 44},
 };
 
 static const pg_chunk_desc chunks[] = {
@@ -871,7 +894,7 @@ static const pg_shadow_desc stage_shadows[] = {
 };
 
 const pg_stage_desc pg_stage = {
-    .contract = PG_CONTRACT_TAG(2),
+    .contract = PG_CONTRACT_TAG(3),
     .pipegen_version = "0.1.0",
     .model = "gpt2_small",
     .source = "gpt2_small.pipe",

@@ -563,31 +563,53 @@ static int bwd_w_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const d_ln_f_weight = (float *)(A + 703724544); /* gradient of ln_f.weight: f32[768] */
     float *const d_ln_f_bias = (float *)(A + 703736832); /* gradient of ln_f.bias: f32[768] */
     PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_11_pop_res2_out, ln_f_mean, ln_f_rstd, c2_dy, d_ln_f_weight, d_ln_f_bias)); /* ln_f */
+    PG_GRADS_FINAL(io, 43); /* ln_f's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_11_gelu0_out, d_h_11_proj_out, d_h_11_proj_weight, d_h_11_proj_bias)); /* h.11.proj */
+    PG_GRADS_FINAL(io, 41); /* h.11.proj's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_11_ln_2_out, d_h_11_fc_out, d_h_11_fc_weight, d_h_11_fc_bias)); /* h.11.fc */
+    PG_GRADS_FINAL(io, 39); /* h.11.fc's gradients, final after the step's last micro-batch */
     PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_11_pop_res1_out, h_11_ln_2_mean, h_11_ln_2_rstd, d_h_11_ln_2_out, d_h_11_ln_2_weight, d_h_11_ln_2_bias)); /* h.11.ln_2 */
+    PG_GRADS_FINAL(io, 38); /* h.11.ln_2's gradients, final after the step's last micro-batch */
     PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, h_11_ln_1_out, h_11_attn_ctx, d_h_11_attn_out, h_11_attn_dqkv,
                               d_h_11_attn_qkv_weight, d_h_11_attn_qkv_bias, d_h_11_attn_proj_weight, d_h_11_attn_proj_bias)); /* h.11.attn */
+    PG_GRADS_FINAL(io, 35); /* h.11.attn's gradients, final after the step's last micro-batch */
     PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_10_pop_res2_out, h_11_ln_1_mean, h_11_ln_1_rstd, d_h_11_ln_1_out, d_h_11_ln_1_weight, d_h_11_ln_1_bias)); /* h.11.ln_1 */
+    PG_GRADS_FINAL(io, 34); /* h.11.ln_1's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_10_gelu0_out, d_h_10_proj_out, d_h_10_proj_weight, d_h_10_proj_bias)); /* h.10.proj */
+    PG_GRADS_FINAL(io, 31); /* h.10.proj's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_10_ln_2_out, d_h_10_fc_out, d_h_10_fc_weight, d_h_10_fc_bias)); /* h.10.fc */
+    PG_GRADS_FINAL(io, 29); /* h.10.fc's gradients, final after the step's last micro-batch */
     PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_10_pop_res1_out, h_10_ln_2_mean, h_10_ln_2_rstd, d_h_10_ln_2_out, d_h_10_ln_2_weight, d_h_10_ln_2_bias)); /* h.10.ln_2 */
+    PG_GRADS_FINAL(io, 28); /* h.10.ln_2's gradients, final after the step's last micro-batch */
     PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, h_10_ln_1_out, h_10_attn_ctx, d_h_10_attn_out, h_10_attn_dqkv,
                               d_h_10_attn_qkv_weight, d_h_10_attn_qkv_bias, d_h_10_attn_proj_weight, d_h_10_attn_proj_bias)); /* h.10.attn */
+    PG_GRADS_FINAL(io, 25); /* h.10.attn's gradients, final after the step's last micro-batch */
     PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_9_pop_res2_out, h_10_ln_1_mean, h_10_ln_1_rstd, d_h_10_ln_1_out, d_h_10_ln_1_weight, d_h_10_ln_1_bias)); /* h.10.ln_1 */
+    PG_GRADS_FINAL(io, 24); /* h.10.ln_1's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_9_gelu0_out, d_h_9_proj_out, d_h_9_proj_weight, d_h_9_proj_bias)); /* h.9.proj */
+    PG_GRADS_FINAL(io, 21); /* h.9.proj's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_9_ln_2_out, d_h_9_fc_out, d_h_9_fc_weight, d_h_9_fc_bias)); /* h.9.fc */
+    PG_GRADS_FINAL(io, 19); /* h.9.fc's gradients, final after the step's last micro-batch */
     PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_9_pop_res1_out, h_9_ln_2_mean, h_9_ln_2_rstd, d_h_9_ln_2_out, d_h_9_ln_2_weight, d_h_9_ln_2_bias)); /* h.9.ln_2 */
+    PG_GRADS_FINAL(io, 18); /* h.9.ln_2's gradients, final after the step's last micro-batch */
     PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, h_9_ln_1_out, h_9_attn_ctx, d_h_9_attn_out, h_9_attn_dqkv,
                               d_h_9_attn_qkv_weight, d_h_9_attn_qkv_bias, d_h_9_attn_proj_weight, d_h_9_attn_proj_bias)); /* h.9.attn */
+    PG_GRADS_FINAL(io, 15); /* h.9.attn's gradients, final after the step's last micro-batch */
     PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_8_pop_res2_out, h_9_ln_1_mean, h_9_ln_1_rstd, d_h_9_ln_1_out, d_h_9_ln_1_weight, d_h_9_ln_1_bias)); /* h.9.ln_1 */
+    PG_GRADS_FINAL(io, 14); /* h.9.ln_1's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_8_gelu0_out, d_h_8_proj_out, d_h_8_proj_weight, d_h_8_proj_bias)); /* h.8.proj */
+    PG_GRADS_FINAL(io, 11); /* h.8.proj's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r * 1024, 768, 3072, h_8_ln_2_out, d_h_8_fc_out, d_h_8_fc_weight, d_h_8_fc_bias)); /* h.8.fc */
+    PG_GRADS_FINAL(io, 9); /* h.8.fc's gradients, final after the step's last micro-batch */
     PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_8_pop_res1_out, h_8_ln_2_mean, h_8_ln_2_rstd, d_h_8_ln_2_out, d_h_8_ln_2_weight, d_h_8_ln_2_bias)); /* h.8.ln_2 */
+    PG_GRADS_FINAL(io, 8); /* h.8.ln_2's gradients, final after the step's last micro-batch */
     PG_TRY(pg_attention_bwd_w(c, r, 1024, 768, h_8_ln_1_out, h_8_attn_ctx, d_h_8_attn_out, h_8_attn_dqkv,
                               d_h_8_attn_qkv_weight, d_h_8_attn_qkv_bias, d_h_8_attn_proj_weight, d_h_8_attn_proj_bias)); /* h.8.attn */
+    PG_GRADS_FINAL(io, 5); /* h.8.attn's gradients, final after the step's last micro-batch */
     PG_TRY(pg_layernorm_bwd_w(c, r * 1024, 768, h_7_pop_res2_out, h_8_ln_1_mean, h_8_ln_1_rstd, d_h_8_ln_1_out, d_h_8_ln_1_weight, d_h_8_ln_1_bias)); /* h.8.ln_1 */
+    PG_GRADS_FINAL(io, 4); /* h.8.ln_1's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r * 1024, 3072, 768, h_7_gelu0_out, d_h_7_proj_out, d_h_7_proj_weight, d_h_7_proj_bias)); /* h.7.proj */
+    PG_GRADS_FINAL(io, 1); /* h.7.proj's gradients, final after the step's last micro-batch */
     return 0;
 }
 
@@ -595,109 +617,109 @@ static int bwd_w_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 
 static const pg_param_desc stage_params[] = {
     {.name = "h.7.proj.weight", .index = 96, .rank = 2, .dim = {768, 3072}, .numel = 2359296, .init = PG_INIT_UNIFORM, .init_scale = 0.018042195912175808, .decay = 1, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 150994944, .grad_off = 160432128, .opt_off = {169869312, 179306496}, .nacc = 1, .acc_numel = 2359296},
+     .off = 150994944, .grad_off = 160432128, .opt_off = {169869312, 179306496}, .nacc = 1, .acc_numel = 2359296, .chunk = 2, .grad_layer = 1},
     {.name = "h.7.proj.bias", .index = 97, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_UNIFORM, .init_scale = 0.018042195912175808, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 703414272, .grad_off = 703417344, .opt_off = {703420416, 703423488}, .nacc = 1, .acc_numel = 768},
+     .off = 703414272, .grad_off = 703417344, .opt_off = {703420416, 703423488}, .nacc = 1, .acc_numel = 768, .chunk = 2, .grad_layer = 1},
     {.name = "h.8.ln_1.weight", .index = 98, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 703426560, .grad_off = 703429632, .opt_off = {703432704, 703435776}, .nacc = 1, .acc_numel = 768},
+     .off = 703426560, .grad_off = 703429632, .opt_off = {703432704, 703435776}, .nacc = 1, .acc_numel = 768, .chunk = 2, .grad_layer = 4},
     {.name = "h.8.ln_1.bias", .index = 99, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 703438848, .grad_off = 703441920, .opt_off = {703444992, 703448064}, .nacc = 1, .acc_numel = 768},
+     .off = 703438848, .grad_off = 703441920, .opt_off = {703444992, 703448064}, .nacc = 1, .acc_numel = 768, .chunk = 2, .grad_layer = 4},
     {.name = "h.8.attn.qkv.weight", .index = 100, .rank = 2, .dim = {2304, 768}, .numel = 1769472, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 1, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 490733568, .grad_off = 497811456, .opt_off = {504889344, 511967232}, .nacc = 1, .acc_numel = 1769472},
+     .off = 490733568, .grad_off = 497811456, .opt_off = {504889344, 511967232}, .nacc = 1, .acc_numel = 1769472, .chunk = 2, .grad_layer = 5},
     {.name = "h.8.attn.qkv.bias", .index = 101, .rank = 1, .dim = {2304}, .numel = 2304, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 703266816, .grad_off = 703276032, .opt_off = {703285248, 703294464}, .nacc = 1, .acc_numel = 2304},
+     .off = 703266816, .grad_off = 703276032, .opt_off = {703285248, 703294464}, .nacc = 1, .acc_numel = 2304, .chunk = 2, .grad_layer = 5},
     {.name = "h.8.attn.proj.weight", .index = 102, .rank = 2, .dim = {768, 768}, .numel = 589824, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 1, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 660602880, .grad_off = 662962176, .opt_off = {665321472, 667680768}, .nacc = 1, .acc_numel = 589824},
+     .off = 660602880, .grad_off = 662962176, .opt_off = {665321472, 667680768}, .nacc = 1, .acc_numel = 589824, .chunk = 2, .grad_layer = 5},
     {.name = "h.8.attn.proj.bias", .index = 103, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 703451136, .grad_off = 703454208, .opt_off = {703457280, 703460352}, .nacc = 1, .acc_numel = 768},
+     .off = 703451136, .grad_off = 703454208, .opt_off = {703457280, 703460352}, .nacc = 1, .acc_numel = 768, .chunk = 2, .grad_layer = 5},
     {.name = "h.8.ln_2.weight", .index = 104, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 703463424, .grad_off = 703466496, .opt_off = {703469568, 703472640}, .nacc = 1, .acc_numel = 768},
+     .off = 703463424, .grad_off = 703466496, .opt_off = {703469568, 703472640}, .nacc = 1, .acc_numel = 768, .chunk = 2, .grad_layer = 8},
     {.name = "h.8.ln_2.bias", .index = 105, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 703475712, .grad_off = 703478784, .opt_off = {703481856, 703484928}, .nacc = 1, .acc_numel = 768},
+     .off = 703475712, .grad_off = 703478784, .opt_off = {703481856, 703484928}, .nacc = 1, .acc_numel = 768, .chunk = 2, .grad_layer = 8},
     {.name = "h.8.fc.weight", .index = 106, .rank = 2, .dim = {3072, 768}, .numel = 2359296, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 1, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 188743680, .grad_off = 198180864, .opt_off = {207618048, 217055232}, .nacc = 1, .acc_numel = 2359296},
+     .off = 188743680, .grad_off = 198180864, .opt_off = {207618048, 217055232}, .nacc = 1, .acc_numel = 2359296, .chunk = 2, .grad_layer = 9},
     {.name = "h.8.fc.bias", .index = 107, .rank = 1, .dim = {3072}, .numel = 3072, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 703070208, .grad_off = 703082496, .opt_off = {703094784, 703107072}, .nacc = 1, .acc_numel = 3072},
+     .off = 703070208, .grad_off = 703082496, .opt_off = {703094784, 703107072}, .nacc = 1, .acc_numel = 3072, .chunk = 2, .grad_layer = 9},
     {.name = "h.8.proj.weight", .index = 108, .rank = 2, .dim = {768, 3072}, .numel = 2359296, .init = PG_INIT_UNIFORM, .init_scale = 0.018042195912175808, .decay = 1, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 226492416, .grad_off = 235929600, .opt_off = {245366784, 254803968}, .nacc = 1, .acc_numel = 2359296},
+     .off = 226492416, .grad_off = 235929600, .opt_off = {245366784, 254803968}, .nacc = 1, .acc_numel = 2359296, .chunk = 2, .grad_layer = 11},
     {.name = "h.8.proj.bias", .index = 109, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_UNIFORM, .init_scale = 0.018042195912175808, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 703488000, .grad_off = 703491072, .opt_off = {703494144, 703497216}, .nacc = 1, .acc_numel = 768},
+     .off = 703488000, .grad_off = 703491072, .opt_off = {703494144, 703497216}, .nacc = 1, .acc_numel = 768, .chunk = 2, .grad_layer = 11},
     {.name = "h.9.ln_1.weight", .index = 110, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 703500288, .grad_off = 703503360, .opt_off = {703506432, 703509504}, .nacc = 1, .acc_numel = 768},
+     .off = 703500288, .grad_off = 703503360, .opt_off = {703506432, 703509504}, .nacc = 1, .acc_numel = 768, .chunk = 2, .grad_layer = 14},
     {.name = "h.9.ln_1.bias", .index = 111, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 703512576, .grad_off = 703515648, .opt_off = {703518720, 703521792}, .nacc = 1, .acc_numel = 768},
+     .off = 703512576, .grad_off = 703515648, .opt_off = {703518720, 703521792}, .nacc = 1, .acc_numel = 768, .chunk = 2, .grad_layer = 14},
     {.name = "h.9.attn.qkv.weight", .index = 112, .rank = 2, .dim = {2304, 768}, .numel = 1769472, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 1, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 519045120, .grad_off = 526123008, .opt_off = {533200896, 540278784}, .nacc = 1, .acc_numel = 1769472},
+     .off = 519045120, .grad_off = 526123008, .opt_off = {533200896, 540278784}, .nacc = 1, .acc_numel = 1769472, .chunk = 2, .grad_layer = 15},
     {.name = "h.9.attn.qkv.bias", .index = 113, .rank = 1, .dim = {2304}, .numel = 2304, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 703303680, .grad_off = 703312896, .opt_off = {703322112, 703331328}, .nacc = 1, .acc_numel = 2304},
+     .off = 703303680, .grad_off = 703312896, .opt_off = {703322112, 703331328}, .nacc = 1, .acc_numel = 2304, .chunk = 2, .grad_layer = 15},
     {.name = "h.9.attn.proj.weight", .index = 114, .rank = 2, .dim = {768, 768}, .numel = 589824, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 1, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 670040064, .grad_off = 672399360, .opt_off = {674758656, 677117952}, .nacc = 1, .acc_numel = 589824},
+     .off = 670040064, .grad_off = 672399360, .opt_off = {674758656, 677117952}, .nacc = 1, .acc_numel = 589824, .chunk = 2, .grad_layer = 15},
     {.name = "h.9.attn.proj.bias", .index = 115, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 703524864, .grad_off = 703527936, .opt_off = {703531008, 703534080}, .nacc = 1, .acc_numel = 768},
+     .off = 703524864, .grad_off = 703527936, .opt_off = {703531008, 703534080}, .nacc = 1, .acc_numel = 768, .chunk = 2, .grad_layer = 15},
     {.name = "h.9.ln_2.weight", .index = 116, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 703537152, .grad_off = 703540224, .opt_off = {703543296, 703546368}, .nacc = 1, .acc_numel = 768},
+     .off = 703537152, .grad_off = 703540224, .opt_off = {703543296, 703546368}, .nacc = 1, .acc_numel = 768, .chunk = 2, .grad_layer = 18},
     {.name = "h.9.ln_2.bias", .index = 117, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 703549440, .grad_off = 703552512, .opt_off = {703555584, 703558656}, .nacc = 1, .acc_numel = 768},
+     .off = 703549440, .grad_off = 703552512, .opt_off = {703555584, 703558656}, .nacc = 1, .acc_numel = 768, .chunk = 2, .grad_layer = 18},
     {.name = "h.9.fc.weight", .index = 118, .rank = 2, .dim = {3072, 768}, .numel = 2359296, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 1, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 264241152, .grad_off = 273678336, .opt_off = {283115520, 292552704}, .nacc = 1, .acc_numel = 2359296},
+     .off = 264241152, .grad_off = 273678336, .opt_off = {283115520, 292552704}, .nacc = 1, .acc_numel = 2359296, .chunk = 2, .grad_layer = 19},
     {.name = "h.9.fc.bias", .index = 119, .rank = 1, .dim = {3072}, .numel = 3072, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 703119360, .grad_off = 703131648, .opt_off = {703143936, 703156224}, .nacc = 1, .acc_numel = 3072},
+     .off = 703119360, .grad_off = 703131648, .opt_off = {703143936, 703156224}, .nacc = 1, .acc_numel = 3072, .chunk = 2, .grad_layer = 19},
     {.name = "h.9.proj.weight", .index = 120, .rank = 2, .dim = {768, 3072}, .numel = 2359296, .init = PG_INIT_UNIFORM, .init_scale = 0.018042195912175808, .decay = 1, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 301989888, .grad_off = 311427072, .opt_off = {320864256, 330301440}, .nacc = 1, .acc_numel = 2359296},
+     .off = 301989888, .grad_off = 311427072, .opt_off = {320864256, 330301440}, .nacc = 1, .acc_numel = 2359296, .chunk = 2, .grad_layer = 21},
     {.name = "h.9.proj.bias", .index = 121, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_UNIFORM, .init_scale = 0.018042195912175808, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 703561728, .grad_off = 703564800, .opt_off = {703567872, 703570944}, .nacc = 1, .acc_numel = 768},
+     .off = 703561728, .grad_off = 703564800, .opt_off = {703567872, 703570944}, .nacc = 1, .acc_numel = 768, .chunk = 2, .grad_layer = 21},
     {.name = "h.10.ln_1.weight", .index = 122, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 703574016, .grad_off = 703577088, .opt_off = {703580160, 703583232}, .nacc = 1, .acc_numel = 768},
+     .off = 703574016, .grad_off = 703577088, .opt_off = {703580160, 703583232}, .nacc = 1, .acc_numel = 768, .chunk = 2, .grad_layer = 24},
     {.name = "h.10.ln_1.bias", .index = 123, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 703586304, .grad_off = 703589376, .opt_off = {703592448, 703595520}, .nacc = 1, .acc_numel = 768},
+     .off = 703586304, .grad_off = 703589376, .opt_off = {703592448, 703595520}, .nacc = 1, .acc_numel = 768, .chunk = 2, .grad_layer = 24},
     {.name = "h.10.attn.qkv.weight", .index = 124, .rank = 2, .dim = {2304, 768}, .numel = 1769472, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 1, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 547356672, .grad_off = 554434560, .opt_off = {561512448, 568590336}, .nacc = 1, .acc_numel = 1769472},
+     .off = 547356672, .grad_off = 554434560, .opt_off = {561512448, 568590336}, .nacc = 1, .acc_numel = 1769472, .chunk = 2, .grad_layer = 25},
     {.name = "h.10.attn.qkv.bias", .index = 125, .rank = 1, .dim = {2304}, .numel = 2304, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 703340544, .grad_off = 703349760, .opt_off = {703358976, 703368192}, .nacc = 1, .acc_numel = 2304},
+     .off = 703340544, .grad_off = 703349760, .opt_off = {703358976, 703368192}, .nacc = 1, .acc_numel = 2304, .chunk = 2, .grad_layer = 25},
     {.name = "h.10.attn.proj.weight", .index = 126, .rank = 2, .dim = {768, 768}, .numel = 589824, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 1, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 679477248, .grad_off = 681836544, .opt_off = {684195840, 686555136}, .nacc = 1, .acc_numel = 589824},
+     .off = 679477248, .grad_off = 681836544, .opt_off = {684195840, 686555136}, .nacc = 1, .acc_numel = 589824, .chunk = 2, .grad_layer = 25},
     {.name = "h.10.attn.proj.bias", .index = 127, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 703598592, .grad_off = 703601664, .opt_off = {703604736, 703607808}, .nacc = 1, .acc_numel = 768},
+     .off = 703598592, .grad_off = 703601664, .opt_off = {703604736, 703607808}, .nacc = 1, .acc_numel = 768, .chunk = 2, .grad_layer = 25},
     {.name = "h.10.ln_2.weight", .index = 128, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 703610880, .grad_off = 703613952, .opt_off = {703617024, 703620096}, .nacc = 1, .acc_numel = 768},
+     .off = 703610880, .grad_off = 703613952, .opt_off = {703617024, 703620096}, .nacc = 1, .acc_numel = 768, .chunk = 2, .grad_layer = 28},
     {.name = "h.10.ln_2.bias", .index = 129, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 703623168, .grad_off = 703626240, .opt_off = {703629312, 703632384}, .nacc = 1, .acc_numel = 768},
+     .off = 703623168, .grad_off = 703626240, .opt_off = {703629312, 703632384}, .nacc = 1, .acc_numel = 768, .chunk = 2, .grad_layer = 28},
     {.name = "h.10.fc.weight", .index = 130, .rank = 2, .dim = {3072, 768}, .numel = 2359296, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 1, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 339738624, .grad_off = 349175808, .opt_off = {358612992, 368050176}, .nacc = 1, .acc_numel = 2359296},
+     .off = 339738624, .grad_off = 349175808, .opt_off = {358612992, 368050176}, .nacc = 1, .acc_numel = 2359296, .chunk = 2, .grad_layer = 29},
     {.name = "h.10.fc.bias", .index = 131, .rank = 1, .dim = {3072}, .numel = 3072, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 703168512, .grad_off = 703180800, .opt_off = {703193088, 703205376}, .nacc = 1, .acc_numel = 3072},
+     .off = 703168512, .grad_off = 703180800, .opt_off = {703193088, 703205376}, .nacc = 1, .acc_numel = 3072, .chunk = 2, .grad_layer = 29},
     {.name = "h.10.proj.weight", .index = 132, .rank = 2, .dim = {768, 3072}, .numel = 2359296, .init = PG_INIT_UNIFORM, .init_scale = 0.018042195912175808, .decay = 1, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 377487360, .grad_off = 386924544, .opt_off = {396361728, 405798912}, .nacc = 1, .acc_numel = 2359296},
+     .off = 377487360, .grad_off = 386924544, .opt_off = {396361728, 405798912}, .nacc = 1, .acc_numel = 2359296, .chunk = 2, .grad_layer = 31},
     {.name = "h.10.proj.bias", .index = 133, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_UNIFORM, .init_scale = 0.018042195912175808, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 703635456, .grad_off = 703638528, .opt_off = {703641600, 703644672}, .nacc = 1, .acc_numel = 768},
+     .off = 703635456, .grad_off = 703638528, .opt_off = {703641600, 703644672}, .nacc = 1, .acc_numel = 768, .chunk = 2, .grad_layer = 31},
     {.name = "h.11.ln_1.weight", .index = 134, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 703647744, .grad_off = 703650816, .opt_off = {703653888, 703656960}, .nacc = 1, .acc_numel = 768},
+     .off = 703647744, .grad_off = 703650816, .opt_off = {703653888, 703656960}, .nacc = 1, .acc_numel = 768, .chunk = 2, .grad_layer = 34},
     {.name = "h.11.ln_1.bias", .index = 135, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 703660032, .grad_off = 703663104, .opt_off = {703666176, 703669248}, .nacc = 1, .acc_numel = 768},
+     .off = 703660032, .grad_off = 703663104, .opt_off = {703666176, 703669248}, .nacc = 1, .acc_numel = 768, .chunk = 2, .grad_layer = 34},
     {.name = "h.11.attn.qkv.weight", .index = 136, .rank = 2, .dim = {2304, 768}, .numel = 1769472, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 1, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 575668224, .grad_off = 582746112, .opt_off = {589824000, 596901888}, .nacc = 1, .acc_numel = 1769472},
+     .off = 575668224, .grad_off = 582746112, .opt_off = {589824000, 596901888}, .nacc = 1, .acc_numel = 1769472, .chunk = 2, .grad_layer = 35},
     {.name = "h.11.attn.qkv.bias", .index = 137, .rank = 1, .dim = {2304}, .numel = 2304, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 703377408, .grad_off = 703386624, .opt_off = {703395840, 703405056}, .nacc = 1, .acc_numel = 2304},
+     .off = 703377408, .grad_off = 703386624, .opt_off = {703395840, 703405056}, .nacc = 1, .acc_numel = 2304, .chunk = 2, .grad_layer = 35},
     {.name = "h.11.attn.proj.weight", .index = 138, .rank = 2, .dim = {768, 768}, .numel = 589824, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 1, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 688914432, .grad_off = 691273728, .opt_off = {693633024, 695992320}, .nacc = 1, .acc_numel = 589824},
+     .off = 688914432, .grad_off = 691273728, .opt_off = {693633024, 695992320}, .nacc = 1, .acc_numel = 589824, .chunk = 2, .grad_layer = 35},
     {.name = "h.11.attn.proj.bias", .index = 139, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 703672320, .grad_off = 703675392, .opt_off = {703678464, 703681536}, .nacc = 1, .acc_numel = 768},
+     .off = 703672320, .grad_off = 703675392, .opt_off = {703678464, 703681536}, .nacc = 1, .acc_numel = 768, .chunk = 2, .grad_layer = 35},
     {.name = "h.11.ln_2.weight", .index = 140, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 703684608, .grad_off = 703687680, .opt_off = {703690752, 703693824}, .nacc = 1, .acc_numel = 768},
+     .off = 703684608, .grad_off = 703687680, .opt_off = {703690752, 703693824}, .nacc = 1, .acc_numel = 768, .chunk = 2, .grad_layer = 38},
     {.name = "h.11.ln_2.bias", .index = 141, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 703696896, .grad_off = 703699968, .opt_off = {703703040, 703706112}, .nacc = 1, .acc_numel = 768},
+     .off = 703696896, .grad_off = 703699968, .opt_off = {703703040, 703706112}, .nacc = 1, .acc_numel = 768, .chunk = 2, .grad_layer = 38},
     {.name = "h.11.fc.weight", .index = 142, .rank = 2, .dim = {3072, 768}, .numel = 2359296, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 1, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 415236096, .grad_off = 424673280, .opt_off = {434110464, 443547648}, .nacc = 1, .acc_numel = 2359296},
+     .off = 415236096, .grad_off = 424673280, .opt_off = {434110464, 443547648}, .nacc = 1, .acc_numel = 2359296, .chunk = 2, .grad_layer = 39},
     {.name = "h.11.fc.bias", .index = 143, .rank = 1, .dim = {3072}, .numel = 3072, .init = PG_INIT_UNIFORM, .init_scale = 0.036084391824351615, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 703217664, .grad_off = 703229952, .opt_off = {703242240, 703254528}, .nacc = 1, .acc_numel = 3072},
+     .off = 703217664, .grad_off = 703229952, .opt_off = {703242240, 703254528}, .nacc = 1, .acc_numel = 3072, .chunk = 2, .grad_layer = 39},
     {.name = "h.11.proj.weight", .index = 144, .rank = 2, .dim = {768, 3072}, .numel = 2359296, .init = PG_INIT_UNIFORM, .init_scale = 0.018042195912175808, .decay = 1, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 452984832, .grad_off = 462422016, .opt_off = {471859200, 481296384}, .nacc = 1, .acc_numel = 2359296},
+     .off = 452984832, .grad_off = 462422016, .opt_off = {471859200, 481296384}, .nacc = 1, .acc_numel = 2359296, .chunk = 2, .grad_layer = 41},
     {.name = "h.11.proj.bias", .index = 145, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_UNIFORM, .init_scale = 0.018042195912175808, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 703709184, .grad_off = 703712256, .opt_off = {703715328, 703718400}, .nacc = 1, .acc_numel = 768},
+     .off = 703709184, .grad_off = 703712256, .opt_off = {703715328, 703718400}, .nacc = 1, .acc_numel = 768, .chunk = 2, .grad_layer = 41},
     {.name = "ln_f.weight", .index = 146, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 703721472, .grad_off = 703724544, .opt_off = {703727616, 703730688}, .nacc = 1, .acc_numel = 768},
+     .off = 703721472, .grad_off = 703724544, .opt_off = {703727616, 703730688}, .nacc = 1, .acc_numel = 768, .chunk = 2, .grad_layer = 43},
     {.name = "ln_f.bias", .index = 147, .rank = 1, .dim = {768}, .numel = 768, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 703733760, .grad_off = 703736832, .opt_off = {703739904, 703742976}, .nacc = 1, .acc_numel = 768},
+     .off = 703733760, .grad_off = 703736832, .opt_off = {703739904, 703742976}, .nacc = 1, .acc_numel = 768, .chunk = 2, .grad_layer = 43},
 };
 
 static const pg_chunk_desc chunks[] = {
@@ -821,7 +843,7 @@ static const pg_shadow_desc stage_shadows[] = {
 };
 
 const pg_stage_desc pg_stage = {
-    .contract = PG_CONTRACT_TAG(2),
+    .contract = PG_CONTRACT_TAG(3),
     .pipegen_version = "0.1.0",
     .model = "gpt2_small",
     .source = "gpt2_small.pipe",

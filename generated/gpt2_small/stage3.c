@@ -53,7 +53,7 @@ static int bwd_w_c3(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 
 static const pg_param_desc stage_params[] = {
     {.name = "wte", .index = 0, .rank = 2, .dim = {50257, 768}, .numel = 38597376, .init = PG_INIT_NORMAL, .init_scale = 0.02, .decay = 1, .tie = PG_TIE_REPLICATE, .owner = 0, .stage_mask = UINT64_C(0x9),
-     .off = 823410688, .grad_off = 977800192, .opt_off = {1132189696, 1286579200}, .nacc = 1, .stage_nacc = pg_nacc_p0, .acc_numel = 38597376},
+     .off = 823410688, .grad_off = 977800192, .opt_off = {1132189696, 1286579200}, .nacc = 1, .stage_nacc = pg_nacc_p0, .acc_numel = 38597376, .chunk = -1, .grad_layer = -1},
 };
 
 static const pg_chunk_desc chunks[] = {
@@ -103,7 +103,7 @@ static const pg_shadow_desc stage_shadows[] = {
 };
 
 const pg_stage_desc pg_stage = {
-    .contract = PG_CONTRACT_TAG(2),
+    .contract = PG_CONTRACT_TAG(3),
     .pipegen_version = "0.1.0",
     .model = "gpt2_small",
     .source = "gpt2_small.pipe",

@@ -196,12 +196,18 @@ static int bwd_w_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const d_h0_proj_weight = (float *)(A + 2359296); /* gradient of h0.proj.weight: f32[128, 512] */
     float *const d_h0_proj_bias = (float *)(A + 4882944); /* gradient of h0.proj.bias: f32[128] */
     PG_TRY(pg_linear_bwd_w(c, r * 64, 512, 128, h0_gelu0_out, d_h0_proj_out, d_h0_proj_weight, d_h0_proj_bias)); /* h0.proj */
+    PG_GRADS_FINAL(io, 10); /* h0.proj's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r * 64, 128, 512, h0_ln2_out, d_h0_fc_out, d_h0_fc_weight, d_h0_fc_bias)); /* h0.fc */
+    PG_GRADS_FINAL(io, 8); /* h0.fc's gradients, final after the step's last micro-batch */
     PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, h0_pop_res1_out, h0_ln2_mean, h0_ln2_rstd, d_h0_ln2_out, d_h0_ln2_weight, d_h0_ln2_bias)); /* h0.ln2 */
+    PG_GRADS_FINAL(io, 7); /* h0.ln2's gradients, final after the step's last micro-batch */
     PG_TRY(pg_attention_bwd_w(c, r, 64, 128, h0_ln1_out, h0_attn_ctx, d_h0_attn_out, h0_attn_dqkv,
                               d_h0_attn_qkv_weight, d_h0_attn_qkv_bias, d_h0_attn_proj_weight, d_h0_attn_proj_bias)); /* h0.attn */
+    PG_GRADS_FINAL(io, 4); /* h0.attn's gradients, final after the step's last micro-batch */
     PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, pos_out, h0_ln1_mean, h0_ln1_rstd, d_h0_ln1_out, d_h0_ln1_weight, d_h0_ln1_bias)); /* h0.ln1 */
+    PG_GRADS_FINAL(io, 3); /* h0.ln1's gradients, final after the step's last micro-batch */
     PG_TRY(pg_pos_embed_bwd_w(c, r, 64, 128, d_pos_out, d_pos_weight)); /* pos */
+    PG_GRADS_FINAL(io, 1); /* pos's gradients, final after the step's last micro-batch */
     PG_TRY(pg_embed_bwd_w(c, r * 64, 256, 128, (const int32_t *)tokens, d_tok_out, d_wte)); /* tok */
     return 0;
 }
@@ -210,33 +216,33 @@ static int bwd_w_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 
 static const pg_param_desc stage_params[] = {
     {.name = "wte", .index = 0, .rank = 2, .dim = {256, 128}, .numel = 32768, .init = PG_INIT_NORMAL, .init_scale = 0.02, .decay = 1, .tie = PG_TIE_REPLICATE, .owner = 0, .stage_mask = UINT64_C(0x9),
-     .off = 3932160, .grad_off = 4063232, .opt_off = {4194304, 4325376}, .nacc = 1, .stage_nacc = pg_nacc_p0, .acc_numel = 32768},
+     .off = 3932160, .grad_off = 4063232, .opt_off = {4194304, 4325376}, .nacc = 1, .stage_nacc = pg_nacc_p0, .acc_numel = 32768, .chunk = -1, .grad_layer = -1},
     {.name = "pos.weight", .index = 1, .rank = 2, .dim = {64, 128}, .numel = 8192, .init = PG_INIT_NORMAL, .init_scale = 0.02, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 4718592, .grad_off = 4751360, .opt_off = {4784128, 4816896}, .nacc = 1, .acc_numel = 8192},
+     .off = 4718592, .grad_off = 4751360, .opt_off = {4784128, 4816896}, .nacc = 1, .acc_numel = 8192, .chunk = 0, .grad_layer = 1},
     {.name = "h0.ln1.weight", .index = 2, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 4872192, .grad_off = 4872704, .opt_off = {4873216, 4873728}, .nacc = 1, .acc_numel = 128},
+     .off = 4872192, .grad_off = 4872704, .opt_off = {4873216, 4873728}, .nacc = 1, .acc_numel = 128, .chunk = 0, .grad_layer = 3},
     {.name = "h0.ln1.bias", .index = 3, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 4874240, .grad_off = 4874752, .opt_off = {4875264, 4875776}, .nacc = 1, .acc_numel = 128},
+     .off = 4874240, .grad_off = 4874752, .opt_off = {4875264, 4875776}, .nacc = 1, .acc_numel = 128, .chunk = 0, .grad_layer = 3},
     {.name = "h0.attn.qkv.weight", .index = 4, .rank = 2, .dim = {384, 128}, .numel = 49152, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 3145728, .grad_off = 3342336, .opt_off = {3538944, 3735552}, .nacc = 1, .acc_numel = 49152},
+     .off = 3145728, .grad_off = 3342336, .opt_off = {3538944, 3735552}, .nacc = 1, .acc_numel = 49152, .chunk = 0, .grad_layer = 4},
     {.name = "h0.attn.qkv.bias", .index = 5, .rank = 1, .dim = {384}, .numel = 384, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 4866048, .grad_off = 4867584, .opt_off = {4869120, 4870656}, .nacc = 1, .acc_numel = 384},
+     .off = 4866048, .grad_off = 4867584, .opt_off = {4869120, 4870656}, .nacc = 1, .acc_numel = 384, .chunk = 0, .grad_layer = 4},
     {.name = "h0.attn.proj.weight", .index = 6, .rank = 2, .dim = {128, 128}, .numel = 16384, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 4456448, .grad_off = 4521984, .opt_off = {4587520, 4653056}, .nacc = 1, .acc_numel = 16384},
+     .off = 4456448, .grad_off = 4521984, .opt_off = {4587520, 4653056}, .nacc = 1, .acc_numel = 16384, .chunk = 0, .grad_layer = 4},
     {.name = "h0.attn.proj.bias", .index = 7, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 4876288, .grad_off = 4876800, .opt_off = {4877312, 4877824}, .nacc = 1, .acc_numel = 128},
+     .off = 4876288, .grad_off = 4876800, .opt_off = {4877312, 4877824}, .nacc = 1, .acc_numel = 128, .chunk = 0, .grad_layer = 4},
     {.name = "h0.ln2.weight", .index = 8, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 4878336, .grad_off = 4878848, .opt_off = {4879360, 4879872}, .nacc = 1, .acc_numel = 128},
+     .off = 4878336, .grad_off = 4878848, .opt_off = {4879360, 4879872}, .nacc = 1, .acc_numel = 128, .chunk = 0, .grad_layer = 7},
     {.name = "h0.ln2.bias", .index = 9, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 4880384, .grad_off = 4880896, .opt_off = {4881408, 4881920}, .nacc = 1, .acc_numel = 128},
+     .off = 4880384, .grad_off = 4880896, .opt_off = {4881408, 4881920}, .nacc = 1, .acc_numel = 128, .chunk = 0, .grad_layer = 7},
     {.name = "h0.fc.weight", .index = 10, .rank = 2, .dim = {512, 128}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 1048576, .grad_off = 1310720, .opt_off = {1572864, 1835008}, .nacc = 1, .acc_numel = 65536},
+     .off = 1048576, .grad_off = 1310720, .opt_off = {1572864, 1835008}, .nacc = 1, .acc_numel = 65536, .chunk = 0, .grad_layer = 8},
     {.name = "h0.fc.bias", .index = 11, .rank = 1, .dim = {512}, .numel = 512, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 4857856, .grad_off = 4859904, .opt_off = {4861952, 4864000}, .nacc = 1, .acc_numel = 512},
+     .off = 4857856, .grad_off = 4859904, .opt_off = {4861952, 4864000}, .nacc = 1, .acc_numel = 512, .chunk = 0, .grad_layer = 8},
     {.name = "h0.proj.weight", .index = 12, .rank = 2, .dim = {128, 512}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.044194173824159216, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 2097152, .grad_off = 2359296, .opt_off = {2621440, 2883584}, .nacc = 1, .acc_numel = 65536},
+     .off = 2097152, .grad_off = 2359296, .opt_off = {2621440, 2883584}, .nacc = 1, .acc_numel = 65536, .chunk = 0, .grad_layer = 10},
     {.name = "h0.proj.bias", .index = 13, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_UNIFORM, .init_scale = 0.044194173824159216, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 4882432, .grad_off = 4882944, .opt_off = {4883456, 4883968}, .nacc = 1, .acc_numel = 128},
+     .off = 4882432, .grad_off = 4882944, .opt_off = {4883456, 4883968}, .nacc = 1, .acc_numel = 128, .chunk = 0, .grad_layer = 10},
 };
 
 static const pg_chunk_desc chunks[] = {
@@ -312,7 +318,7 @@ static const pg_layer_info stage_layers[] = {
 };
 
 const pg_stage_desc pg_stage = {
-    .contract = PG_CONTRACT_TAG(2),
+    .contract = PG_CONTRACT_TAG(3),
     .pipegen_version = "0.1.0",
     .model = "gpt_char",
     .source = "gpt_char.pipe",

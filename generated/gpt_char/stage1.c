@@ -178,11 +178,16 @@ static int bwd_w_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const d_h1_proj_weight = (float *)(A + 2883584); /* gradient of h1.proj.weight: f32[128, 512] */
     float *const d_h1_proj_bias = (float *)(A + 4743680); /* gradient of h1.proj.bias: f32[128] */
     PG_TRY(pg_linear_bwd_w(c, r * 64, 512, 128, h1_gelu0_out, d_h1_proj_out, d_h1_proj_weight, d_h1_proj_bias)); /* h1.proj */
+    PG_GRADS_FINAL(io, 8); /* h1.proj's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r * 64, 128, 512, h1_ln2_out, d_h1_fc_out, d_h1_fc_weight, d_h1_fc_bias)); /* h1.fc */
+    PG_GRADS_FINAL(io, 6); /* h1.fc's gradients, final after the step's last micro-batch */
     PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, h1_pop_res1_out, h1_ln2_mean, h1_ln2_rstd, d_h1_ln2_out, d_h1_ln2_weight, d_h1_ln2_bias)); /* h1.ln2 */
+    PG_GRADS_FINAL(io, 5); /* h1.ln2's gradients, final after the step's last micro-batch */
     PG_TRY(pg_attention_bwd_w(c, r, 64, 128, h1_ln1_out, h1_attn_ctx, d_h1_attn_out, h1_attn_dqkv,
                               d_h1_attn_qkv_weight, d_h1_attn_qkv_bias, d_h1_attn_proj_weight, d_h1_attn_proj_bias)); /* h1.attn */
+    PG_GRADS_FINAL(io, 2); /* h1.attn's gradients, final after the step's last micro-batch */
     PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, c1_x, h1_ln1_mean, h1_ln1_rstd, d_h1_ln1_out, d_h1_ln1_weight, d_h1_ln1_bias)); /* h1.ln1 */
+    PG_GRADS_FINAL(io, 1); /* h1.ln1's gradients, final after the step's last micro-batch */
     return 0;
 }
 
@@ -190,29 +195,29 @@ static int bwd_w_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 
 static const pg_param_desc stage_params[] = {
     {.name = "h1.ln1.weight", .index = 14, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 4732928, .grad_off = 4733440, .opt_off = {4733952, 4734464}, .nacc = 1, .acc_numel = 128},
+     .off = 4732928, .grad_off = 4733440, .opt_off = {4733952, 4734464}, .nacc = 1, .acc_numel = 128, .chunk = 1, .grad_layer = 1},
     {.name = "h1.ln1.bias", .index = 15, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 4734976, .grad_off = 4735488, .opt_off = {4736000, 4736512}, .nacc = 1, .acc_numel = 128},
+     .off = 4734976, .grad_off = 4735488, .opt_off = {4736000, 4736512}, .nacc = 1, .acc_numel = 128, .chunk = 1, .grad_layer = 1},
     {.name = "h1.attn.qkv.weight", .index = 16, .rank = 2, .dim = {384, 128}, .numel = 49152, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 3670016, .grad_off = 3866624, .opt_off = {4063232, 4259840}, .nacc = 1, .acc_numel = 49152},
+     .off = 3670016, .grad_off = 3866624, .opt_off = {4063232, 4259840}, .nacc = 1, .acc_numel = 49152, .chunk = 1, .grad_layer = 2},
     {.name = "h1.attn.qkv.bias", .index = 17, .rank = 1, .dim = {384}, .numel = 384, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 4726784, .grad_off = 4728320, .opt_off = {4729856, 4731392}, .nacc = 1, .acc_numel = 384},
+     .off = 4726784, .grad_off = 4728320, .opt_off = {4729856, 4731392}, .nacc = 1, .acc_numel = 384, .chunk = 1, .grad_layer = 2},
     {.name = "h1.attn.proj.weight", .index = 18, .rank = 2, .dim = {128, 128}, .numel = 16384, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 4456448, .grad_off = 4521984, .opt_off = {4587520, 4653056}, .nacc = 1, .acc_numel = 16384},
+     .off = 4456448, .grad_off = 4521984, .opt_off = {4587520, 4653056}, .nacc = 1, .acc_numel = 16384, .chunk = 1, .grad_layer = 2},
     {.name = "h1.attn.proj.bias", .index = 19, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 4737024, .grad_off = 4737536, .opt_off = {4738048, 4738560}, .nacc = 1, .acc_numel = 128},
+     .off = 4737024, .grad_off = 4737536, .opt_off = {4738048, 4738560}, .nacc = 1, .acc_numel = 128, .chunk = 1, .grad_layer = 2},
     {.name = "h1.ln2.weight", .index = 20, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 4739072, .grad_off = 4739584, .opt_off = {4740096, 4740608}, .nacc = 1, .acc_numel = 128},
+     .off = 4739072, .grad_off = 4739584, .opt_off = {4740096, 4740608}, .nacc = 1, .acc_numel = 128, .chunk = 1, .grad_layer = 5},
     {.name = "h1.ln2.bias", .index = 21, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 4741120, .grad_off = 4741632, .opt_off = {4742144, 4742656}, .nacc = 1, .acc_numel = 128},
+     .off = 4741120, .grad_off = 4741632, .opt_off = {4742144, 4742656}, .nacc = 1, .acc_numel = 128, .chunk = 1, .grad_layer = 5},
     {.name = "h1.fc.weight", .index = 22, .rank = 2, .dim = {512, 128}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 1572864, .grad_off = 1835008, .opt_off = {2097152, 2359296}, .nacc = 1, .acc_numel = 65536},
+     .off = 1572864, .grad_off = 1835008, .opt_off = {2097152, 2359296}, .nacc = 1, .acc_numel = 65536, .chunk = 1, .grad_layer = 6},
     {.name = "h1.fc.bias", .index = 23, .rank = 1, .dim = {512}, .numel = 512, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 4718592, .grad_off = 4720640, .opt_off = {4722688, 4724736}, .nacc = 1, .acc_numel = 512},
+     .off = 4718592, .grad_off = 4720640, .opt_off = {4722688, 4724736}, .nacc = 1, .acc_numel = 512, .chunk = 1, .grad_layer = 6},
     {.name = "h1.proj.weight", .index = 24, .rank = 2, .dim = {128, 512}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.044194173824159216, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 2621440, .grad_off = 2883584, .opt_off = {3145728, 3407872}, .nacc = 1, .acc_numel = 65536},
+     .off = 2621440, .grad_off = 2883584, .opt_off = {3145728, 3407872}, .nacc = 1, .acc_numel = 65536, .chunk = 1, .grad_layer = 8},
     {.name = "h1.proj.bias", .index = 25, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_UNIFORM, .init_scale = 0.044194173824159216, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 4743168, .grad_off = 4743680, .opt_off = {4744192, 4744704}, .nacc = 1, .acc_numel = 128},
+     .off = 4743168, .grad_off = 4743680, .opt_off = {4744192, 4744704}, .nacc = 1, .acc_numel = 128, .chunk = 1, .grad_layer = 8},
 };
 
 static const pg_chunk_desc chunks[] = {
@@ -301,7 +306,7 @@ static const pg_layer_info stage_layers[] = {
 };
 
 const pg_stage_desc pg_stage = {
-    .contract = PG_CONTRACT_TAG(2),
+    .contract = PG_CONTRACT_TAG(3),
     .pipegen_version = "0.1.0",
     .model = "gpt_char",
     .source = "gpt_char.pipe",

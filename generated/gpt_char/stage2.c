@@ -178,11 +178,16 @@ static int bwd_w_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const d_h2_proj_weight = (float *)(A + 1310720); /* gradient of h2.proj.weight: f32[128, 512] */
     float *const d_h2_proj_bias = (float *)(A + 4219392); /* gradient of h2.proj.bias: f32[128] */
     PG_TRY(pg_linear_bwd_w(c, r * 64, 512, 128, h2_gelu0_out, d_h2_proj_out, d_h2_proj_weight, d_h2_proj_bias)); /* h2.proj */
+    PG_GRADS_FINAL(io, 8); /* h2.proj's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r * 64, 128, 512, h2_ln2_out, d_h2_fc_out, d_h2_fc_weight, d_h2_fc_bias)); /* h2.fc */
+    PG_GRADS_FINAL(io, 6); /* h2.fc's gradients, final after the step's last micro-batch */
     PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, h2_pop_res1_out, h2_ln2_mean, h2_ln2_rstd, d_h2_ln2_out, d_h2_ln2_weight, d_h2_ln2_bias)); /* h2.ln2 */
+    PG_GRADS_FINAL(io, 5); /* h2.ln2's gradients, final after the step's last micro-batch */
     PG_TRY(pg_attention_bwd_w(c, r, 64, 128, h2_ln1_out, h2_attn_ctx, d_h2_attn_out, h2_attn_dqkv,
                               d_h2_attn_qkv_weight, d_h2_attn_qkv_bias, d_h2_attn_proj_weight, d_h2_attn_proj_bias)); /* h2.attn */
+    PG_GRADS_FINAL(io, 2); /* h2.attn's gradients, final after the step's last micro-batch */
     PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, c2_x, h2_ln1_mean, h2_ln1_rstd, d_h2_ln1_out, d_h2_ln1_weight, d_h2_ln1_bias)); /* h2.ln1 */
+    PG_GRADS_FINAL(io, 1); /* h2.ln1's gradients, final after the step's last micro-batch */
     return 0;
 }
 
@@ -190,29 +195,29 @@ static int bwd_w_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 
 static const pg_param_desc stage_params[] = {
     {.name = "h2.ln1.weight", .index = 26, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 4208640, .grad_off = 4209152, .opt_off = {4209664, 4210176}, .nacc = 1, .acc_numel = 128},
+     .off = 4208640, .grad_off = 4209152, .opt_off = {4209664, 4210176}, .nacc = 1, .acc_numel = 128, .chunk = 2, .grad_layer = 1},
     {.name = "h2.ln1.bias", .index = 27, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 4210688, .grad_off = 4211200, .opt_off = {4211712, 4212224}, .nacc = 1, .acc_numel = 128},
+     .off = 4210688, .grad_off = 4211200, .opt_off = {4211712, 4212224}, .nacc = 1, .acc_numel = 128, .chunk = 2, .grad_layer = 1},
     {.name = "h2.attn.qkv.weight", .index = 28, .rank = 2, .dim = {384, 128}, .numel = 49152, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 1, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 3145728, .grad_off = 3342336, .opt_off = {3538944, 3735552}, .nacc = 1, .acc_numel = 49152},
+     .off = 3145728, .grad_off = 3342336, .opt_off = {3538944, 3735552}, .nacc = 1, .acc_numel = 49152, .chunk = 2, .grad_layer = 2},
     {.name = "h2.attn.qkv.bias", .index = 29, .rank = 1, .dim = {384}, .numel = 384, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 4202496, .grad_off = 4204032, .opt_off = {4205568, 4207104}, .nacc = 1, .acc_numel = 384},
+     .off = 4202496, .grad_off = 4204032, .opt_off = {4205568, 4207104}, .nacc = 1, .acc_numel = 384, .chunk = 2, .grad_layer = 2},
     {.name = "h2.attn.proj.weight", .index = 30, .rank = 2, .dim = {128, 128}, .numel = 16384, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 1, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 3932160, .grad_off = 3997696, .opt_off = {4063232, 4128768}, .nacc = 1, .acc_numel = 16384},
+     .off = 3932160, .grad_off = 3997696, .opt_off = {4063232, 4128768}, .nacc = 1, .acc_numel = 16384, .chunk = 2, .grad_layer = 2},
     {.name = "h2.attn.proj.bias", .index = 31, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 4212736, .grad_off = 4213248, .opt_off = {4213760, 4214272}, .nacc = 1, .acc_numel = 128},
+     .off = 4212736, .grad_off = 4213248, .opt_off = {4213760, 4214272}, .nacc = 1, .acc_numel = 128, .chunk = 2, .grad_layer = 2},
     {.name = "h2.ln2.weight", .index = 32, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 4214784, .grad_off = 4215296, .opt_off = {4215808, 4216320}, .nacc = 1, .acc_numel = 128},
+     .off = 4214784, .grad_off = 4215296, .opt_off = {4215808, 4216320}, .nacc = 1, .acc_numel = 128, .chunk = 2, .grad_layer = 5},
     {.name = "h2.ln2.bias", .index = 33, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 4216832, .grad_off = 4217344, .opt_off = {4217856, 4218368}, .nacc = 1, .acc_numel = 128},
+     .off = 4216832, .grad_off = 4217344, .opt_off = {4217856, 4218368}, .nacc = 1, .acc_numel = 128, .chunk = 2, .grad_layer = 5},
     {.name = "h2.fc.weight", .index = 34, .rank = 2, .dim = {512, 128}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 1, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 0, .grad_off = 262144, .opt_off = {524288, 786432}, .nacc = 1, .acc_numel = 65536},
+     .off = 0, .grad_off = 262144, .opt_off = {524288, 786432}, .nacc = 1, .acc_numel = 65536, .chunk = 2, .grad_layer = 6},
     {.name = "h2.fc.bias", .index = 35, .rank = 1, .dim = {512}, .numel = 512, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 4194304, .grad_off = 4196352, .opt_off = {4198400, 4200448}, .nacc = 1, .acc_numel = 512},
+     .off = 4194304, .grad_off = 4196352, .opt_off = {4198400, 4200448}, .nacc = 1, .acc_numel = 512, .chunk = 2, .grad_layer = 6},
     {.name = "h2.proj.weight", .index = 36, .rank = 2, .dim = {128, 512}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.044194173824159216, .decay = 1, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 1048576, .grad_off = 1310720, .opt_off = {1572864, 1835008}, .nacc = 1, .acc_numel = 65536},
+     .off = 1048576, .grad_off = 1310720, .opt_off = {1572864, 1835008}, .nacc = 1, .acc_numel = 65536, .chunk = 2, .grad_layer = 8},
     {.name = "h2.proj.bias", .index = 37, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_UNIFORM, .init_scale = 0.044194173824159216, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 4218880, .grad_off = 4219392, .opt_off = {4219904, 4220416}, .nacc = 1, .acc_numel = 128},
+     .off = 4218880, .grad_off = 4219392, .opt_off = {4219904, 4220416}, .nacc = 1, .acc_numel = 128, .chunk = 2, .grad_layer = 8},
 };
 
 static const pg_chunk_desc chunks[] = {
@@ -301,7 +306,7 @@ static const pg_layer_info stage_layers[] = {
 };
 
 const pg_stage_desc pg_stage = {
-    .contract = PG_CONTRACT_TAG(2),
+    .contract = PG_CONTRACT_TAG(3),
     .pipegen_version = "0.1.0",
     .model = "gpt_char",
     .source = "gpt_char.pipe",

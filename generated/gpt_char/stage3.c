@@ -214,12 +214,18 @@ static int bwd_w_c3(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const d_ln_f_bias = (float *)(A + 4493824); /* gradient of ln_f.bias: f32[128] */
     PG_TRY(pg_logits_bwd_w(c, r * 64, 128, 256, ln_f_out, c3_dy, d_wte)); /* head */
     PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, h3_pop_res2_out, ln_f_mean, ln_f_rstd, d_ln_f_out, d_ln_f_weight, d_ln_f_bias)); /* ln_f */
+    PG_GRADS_FINAL(io, 10); /* ln_f's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r * 64, 512, 128, h3_gelu0_out, d_h3_proj_out, d_h3_proj_weight, d_h3_proj_bias)); /* h3.proj */
+    PG_GRADS_FINAL(io, 8); /* h3.proj's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r * 64, 128, 512, h3_ln2_out, d_h3_fc_out, d_h3_fc_weight, d_h3_fc_bias)); /* h3.fc */
+    PG_GRADS_FINAL(io, 6); /* h3.fc's gradients, final after the step's last micro-batch */
     PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, h3_pop_res1_out, h3_ln2_mean, h3_ln2_rstd, d_h3_ln2_out, d_h3_ln2_weight, d_h3_ln2_bias)); /* h3.ln2 */
+    PG_GRADS_FINAL(io, 5); /* h3.ln2's gradients, final after the step's last micro-batch */
     PG_TRY(pg_attention_bwd_w(c, r, 64, 128, h3_ln1_out, h3_attn_ctx, d_h3_attn_out, h3_attn_dqkv,
                               d_h3_attn_qkv_weight, d_h3_attn_qkv_bias, d_h3_attn_proj_weight, d_h3_attn_proj_bias)); /* h3.attn */
+    PG_GRADS_FINAL(io, 2); /* h3.attn's gradients, final after the step's last micro-batch */
     PG_TRY(pg_layernorm_bwd_w(c, r * 64, 128, c3_x, h3_ln1_mean, h3_ln1_rstd, d_h3_ln1_out, d_h3_ln1_weight, d_h3_ln1_bias)); /* h3.ln1 */
+    PG_GRADS_FINAL(io, 1); /* h3.ln1's gradients, final after the step's last micro-batch */
     return 0;
 }
 
@@ -227,35 +233,35 @@ static int bwd_w_c3(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 
 static const pg_param_desc stage_params[] = {
     {.name = "wte", .index = 0, .rank = 2, .dim = {256, 128}, .numel = 32768, .init = PG_INIT_NORMAL, .init_scale = 0.02, .decay = 1, .tie = PG_TIE_REPLICATE, .owner = 0, .stage_mask = UINT64_C(0x9),
-     .off = 3407872, .grad_off = 3538944, .opt_off = {3670016, 3801088}, .nacc = 1, .stage_nacc = pg_nacc_p0, .acc_numel = 32768},
+     .off = 3407872, .grad_off = 3538944, .opt_off = {3670016, 3801088}, .nacc = 1, .stage_nacc = pg_nacc_p0, .acc_numel = 32768, .chunk = -1, .grad_layer = -1},
     {.name = "h3.ln1.weight", .index = 38, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
-     .off = 4478976, .grad_off = 4479488, .opt_off = {4480000, 4480512}, .nacc = 1, .acc_numel = 128},
+     .off = 4478976, .grad_off = 4479488, .opt_off = {4480000, 4480512}, .nacc = 1, .acc_numel = 128, .chunk = 3, .grad_layer = 1},
     {.name = "h3.ln1.bias", .index = 39, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
-     .off = 4481024, .grad_off = 4481536, .opt_off = {4482048, 4482560}, .nacc = 1, .acc_numel = 128},
+     .off = 4481024, .grad_off = 4481536, .opt_off = {4482048, 4482560}, .nacc = 1, .acc_numel = 128, .chunk = 3, .grad_layer = 1},
     {.name = "h3.attn.qkv.weight", .index = 40, .rank = 2, .dim = {384, 128}, .numel = 49152, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 1, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
-     .off = 2621440, .grad_off = 2818048, .opt_off = {3014656, 3211264}, .nacc = 1, .acc_numel = 49152},
+     .off = 2621440, .grad_off = 2818048, .opt_off = {3014656, 3211264}, .nacc = 1, .acc_numel = 49152, .chunk = 3, .grad_layer = 2},
     {.name = "h3.attn.qkv.bias", .index = 41, .rank = 1, .dim = {384}, .numel = 384, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 0, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
-     .off = 4472832, .grad_off = 4474368, .opt_off = {4475904, 4477440}, .nacc = 1, .acc_numel = 384},
+     .off = 4472832, .grad_off = 4474368, .opt_off = {4475904, 4477440}, .nacc = 1, .acc_numel = 384, .chunk = 3, .grad_layer = 2},
     {.name = "h3.attn.proj.weight", .index = 42, .rank = 2, .dim = {128, 128}, .numel = 16384, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 1, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
-     .off = 4194304, .grad_off = 4259840, .opt_off = {4325376, 4390912}, .nacc = 1, .acc_numel = 16384},
+     .off = 4194304, .grad_off = 4259840, .opt_off = {4325376, 4390912}, .nacc = 1, .acc_numel = 16384, .chunk = 3, .grad_layer = 2},
     {.name = "h3.attn.proj.bias", .index = 43, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 0, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
-     .off = 4483072, .grad_off = 4483584, .opt_off = {4484096, 4484608}, .nacc = 1, .acc_numel = 128},
+     .off = 4483072, .grad_off = 4483584, .opt_off = {4484096, 4484608}, .nacc = 1, .acc_numel = 128, .chunk = 3, .grad_layer = 2},
     {.name = "h3.ln2.weight", .index = 44, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
-     .off = 4485120, .grad_off = 4485632, .opt_off = {4486144, 4486656}, .nacc = 1, .acc_numel = 128},
+     .off = 4485120, .grad_off = 4485632, .opt_off = {4486144, 4486656}, .nacc = 1, .acc_numel = 128, .chunk = 3, .grad_layer = 5},
     {.name = "h3.ln2.bias", .index = 45, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
-     .off = 4487168, .grad_off = 4487680, .opt_off = {4488192, 4488704}, .nacc = 1, .acc_numel = 128},
+     .off = 4487168, .grad_off = 4487680, .opt_off = {4488192, 4488704}, .nacc = 1, .acc_numel = 128, .chunk = 3, .grad_layer = 5},
     {.name = "h3.fc.weight", .index = 46, .rank = 2, .dim = {512, 128}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 1, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
-     .off = 0, .grad_off = 262144, .opt_off = {524288, 786432}, .nacc = 1, .acc_numel = 65536},
+     .off = 0, .grad_off = 262144, .opt_off = {524288, 786432}, .nacc = 1, .acc_numel = 65536, .chunk = 3, .grad_layer = 6},
     {.name = "h3.fc.bias", .index = 47, .rank = 1, .dim = {512}, .numel = 512, .init = PG_INIT_UNIFORM, .init_scale = 0.088388347648318433, .decay = 0, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
-     .off = 4464640, .grad_off = 4466688, .opt_off = {4468736, 4470784}, .nacc = 1, .acc_numel = 512},
+     .off = 4464640, .grad_off = 4466688, .opt_off = {4468736, 4470784}, .nacc = 1, .acc_numel = 512, .chunk = 3, .grad_layer = 6},
     {.name = "h3.proj.weight", .index = 48, .rank = 2, .dim = {128, 512}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.044194173824159216, .decay = 1, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
-     .off = 1048576, .grad_off = 1310720, .opt_off = {1572864, 1835008}, .nacc = 1, .acc_numel = 65536},
+     .off = 1048576, .grad_off = 1310720, .opt_off = {1572864, 1835008}, .nacc = 1, .acc_numel = 65536, .chunk = 3, .grad_layer = 8},
     {.name = "h3.proj.bias", .index = 49, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_UNIFORM, .init_scale = 0.044194173824159216, .decay = 0, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
-     .off = 4489216, .grad_off = 4489728, .opt_off = {4490240, 4490752}, .nacc = 1, .acc_numel = 128},
+     .off = 4489216, .grad_off = 4489728, .opt_off = {4490240, 4490752}, .nacc = 1, .acc_numel = 128, .chunk = 3, .grad_layer = 8},
     {.name = "ln_f.weight", .index = 50, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
-     .off = 4491264, .grad_off = 4491776, .opt_off = {4492288, 4492800}, .nacc = 1, .acc_numel = 128},
+     .off = 4491264, .grad_off = 4491776, .opt_off = {4492288, 4492800}, .nacc = 1, .acc_numel = 128, .chunk = 3, .grad_layer = 10},
     {.name = "ln_f.bias", .index = 51, .rank = 1, .dim = {128}, .numel = 128, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
-     .off = 4493312, .grad_off = 4493824, .opt_off = {4494336, 4494848}, .nacc = 1, .acc_numel = 128},
+     .off = 4493312, .grad_off = 4493824, .opt_off = {4494336, 4494848}, .nacc = 1, .acc_numel = 128, .chunk = 3, .grad_layer = 10},
 };
 
 static const pg_chunk_desc chunks[] = {
@@ -331,7 +337,7 @@ static const pg_layer_info stage_layers[] = {
 };
 
 const pg_stage_desc pg_stage = {
-    .contract = PG_CONTRACT_TAG(2),
+    .contract = PG_CONTRACT_TAG(3),
     .pipegen_version = "0.1.0",
     .model = "gpt_char",
     .source = "gpt_char.pipe",

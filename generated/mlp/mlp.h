@@ -145,17 +145,17 @@
 /* every parameter of the model, in plan order: stage 0 gathers them for --save */
 static const pg_param_desc pg_model_params[] = {
     {.name = "layer0.weight", .index = 0, .rank = 2, .dim = {512, 512}, .numel = 262144, .init = PG_INIT_UNIFORM, .init_scale = 0.044194173824159216, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 262144},
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 262144, .chunk = -1, .grad_layer = -1},
     {.name = "layer0.bias", .index = 1, .rank = 1, .dim = {512}, .numel = 512, .init = PG_INIT_UNIFORM, .init_scale = 0.044194173824159216, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 512},
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 512, .chunk = -1, .grad_layer = -1},
     {.name = "layer1.weight", .index = 2, .rank = 2, .dim = {1024, 512}, .numel = 524288, .init = PG_INIT_UNIFORM, .init_scale = 0.044194173824159216, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 524288},
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 524288, .chunk = -1, .grad_layer = -1},
     {.name = "layer1.bias", .index = 3, .rank = 1, .dim = {1024}, .numel = 1024, .init = PG_INIT_UNIFORM, .init_scale = 0.044194173824159216, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 1024},
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 1024, .chunk = -1, .grad_layer = -1},
     {.name = "layer2.weight", .index = 4, .rank = 2, .dim = {256, 1024}, .numel = 262144, .init = PG_INIT_UNIFORM, .init_scale = 0.03125, .decay = 1, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 262144},
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 262144, .chunk = -1, .grad_layer = -1},
     {.name = "layer2.bias", .index = 5, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.03125, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+     .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256, .chunk = -1, .grad_layer = -1},
 };
 
 #endif

@@ -80,6 +80,7 @@ static int bwd_w_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const d_layer0_weight = (float *)(A + 1048576); /* gradient of layer0.weight: f32[512, 512] */
     float *const d_layer0_bias = (float *)(A + 4982784); /* gradient of layer0.bias: f32[512] */
     PG_TRY(pg_linear_bwd_w(c, r, 512, 512, x, d_layer0_out, d_layer0_weight, d_layer0_bias)); /* layer0 */
+    PG_GRADS_FINAL(io, 0); /* layer0's gradients, final after the step's last micro-batch */
     return 0;
 }
 
@@ -87,9 +88,9 @@ static int bwd_w_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 
 static const pg_param_desc stage_params[] = {
     {.name = "layer0.weight", .index = 0, .rank = 2, .dim = {512, 512}, .numel = 262144, .init = PG_INIT_UNIFORM, .init_scale = 0.044194173824159216, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 0, .grad_off = 1048576, .opt_off = {2097152, -1}, .nacc = 1, .acc_numel = 262144},
+     .off = 0, .grad_off = 1048576, .opt_off = {2097152, -1}, .nacc = 1, .acc_numel = 262144, .chunk = 0, .grad_layer = 0},
     {.name = "layer0.bias", .index = 1, .rank = 1, .dim = {512}, .numel = 512, .init = PG_INIT_UNIFORM, .init_scale = 0.044194173824159216, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 4980736, .grad_off = 4982784, .opt_off = {4984832, -1}, .nacc = 1, .acc_numel = 512},
+     .off = 4980736, .grad_off = 4982784, .opt_off = {4984832, -1}, .nacc = 1, .acc_numel = 512, .chunk = 0, .grad_layer = 0},
 };
 
 static const pg_chunk_desc chunks[] = {
@@ -153,7 +154,7 @@ static const pg_layer_info stage_layers[] = {
 };
 
 const pg_stage_desc pg_stage = {
-    .contract = PG_CONTRACT_TAG(2),
+    .contract = PG_CONTRACT_TAG(3),
     .pipegen_version = "0.1.0",
     .model = "mlp",
     .source = "mlp.pipe",

@@ -80,6 +80,7 @@ static int bwd_w_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const d_layer1_weight = (float *)(A + 2097152); /* gradient of layer1.weight: f32[1024, 512] */
     float *const d_layer1_bias = (float *)(A + 7868416); /* gradient of layer1.bias: f32[1024] */
     PG_TRY(pg_linear_bwd_w(c, r, 512, 1024, c1_x, d_layer1_out, d_layer1_weight, d_layer1_bias)); /* layer1 */
+    PG_GRADS_FINAL(io, 0); /* layer1's gradients, final after the step's last micro-batch */
     return 0;
 }
 
@@ -87,9 +88,9 @@ static int bwd_w_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 
 static const pg_param_desc stage_params[] = {
     {.name = "layer1.weight", .index = 2, .rank = 2, .dim = {1024, 512}, .numel = 524288, .init = PG_INIT_UNIFORM, .init_scale = 0.044194173824159216, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 0, .grad_off = 2097152, .opt_off = {4194304, -1}, .nacc = 1, .acc_numel = 524288},
+     .off = 0, .grad_off = 2097152, .opt_off = {4194304, -1}, .nacc = 1, .acc_numel = 524288, .chunk = 1, .grad_layer = 0},
     {.name = "layer1.bias", .index = 3, .rank = 1, .dim = {1024}, .numel = 1024, .init = PG_INIT_UNIFORM, .init_scale = 0.044194173824159216, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 7864320, .grad_off = 7868416, .opt_off = {7872512, -1}, .nacc = 1, .acc_numel = 1024},
+     .off = 7864320, .grad_off = 7868416, .opt_off = {7872512, -1}, .nacc = 1, .acc_numel = 1024, .chunk = 1, .grad_layer = 0},
 };
 
 static const pg_chunk_desc chunks[] = {
@@ -169,7 +170,7 @@ static const pg_layer_info stage_layers[] = {
 };
 
 const pg_stage_desc pg_stage = {
-    .contract = PG_CONTRACT_TAG(2),
+    .contract = PG_CONTRACT_TAG(3),
     .pipegen_version = "0.1.0",
     .model = "mlp",
     .source = "mlp.pipe",

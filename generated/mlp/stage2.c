@@ -86,6 +86,7 @@ static int bwd_w_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const d_layer2_weight = (float *)(A + 1048576); /* gradient of layer2.weight: f32[256, 1024] */
     float *const d_layer2_bias = (float *)(A + 4326400); /* gradient of layer2.bias: f32[256] */
     PG_TRY(pg_linear_bwd_w(c, r, 1024, 256, c2_x, d_layer2_out, d_layer2_weight, d_layer2_bias)); /* layer2 */
+    PG_GRADS_FINAL(io, 0); /* layer2's gradients, final after the step's last micro-batch */
     return 0;
 }
 
@@ -93,9 +94,9 @@ static int bwd_w_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 
 static const pg_param_desc stage_params[] = {
     {.name = "layer2.weight", .index = 4, .rank = 2, .dim = {256, 1024}, .numel = 262144, .init = PG_INIT_UNIFORM, .init_scale = 0.03125, .decay = 1, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 0, .grad_off = 1048576, .opt_off = {2097152, -1}, .nacc = 1, .acc_numel = 262144},
+     .off = 0, .grad_off = 1048576, .opt_off = {2097152, -1}, .nacc = 1, .acc_numel = 262144, .chunk = 2, .grad_layer = 0},
     {.name = "layer2.bias", .index = 5, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.03125, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 4325376, .grad_off = 4326400, .opt_off = {4327424, -1}, .nacc = 1, .acc_numel = 256},
+     .off = 4325376, .grad_off = 4326400, .opt_off = {4327424, -1}, .nacc = 1, .acc_numel = 256, .chunk = 2, .grad_layer = 0},
 };
 
 static const pg_chunk_desc chunks[] = {
@@ -159,7 +160,7 @@ static const pg_layer_info stage_layers[] = {
 };
 
 const pg_stage_desc pg_stage = {
-    .contract = PG_CONTRACT_TAG(2),
+    .contract = PG_CONTRACT_TAG(3),
     .pipegen_version = "0.1.0",
     .model = "mlp",
     .source = "mlp.pipe",

@@ -155,10 +155,15 @@ static int bwd_w_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const d_body_1_fc2_weight = (float *)(A + 3407872); /* gradient of body.1.fc2.weight: f32[256, 256] */
     float *const d_body_1_fc2_bias = (float *)(A + 4273152); /* gradient of body.1.fc2.bias: f32[256] */
     PG_TRY(pg_linear_bwd_w(c, r, 256, 256, body_1_relu0_out, d_body_1_fc2_out, d_body_1_fc2_weight, d_body_1_fc2_bias)); /* body.1.fc2 */
+    PG_GRADS_FINAL(io, 11); /* body.1.fc2's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r, 256, 256, body_0_pop_res_out, d_body_1_fc1_out, d_body_1_fc1_weight, d_body_1_fc1_bias)); /* body.1.fc1 */
+    PG_GRADS_FINAL(io, 9); /* body.1.fc1's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r, 256, 256, body_0_relu0_out, d_body_0_fc2_out, d_body_0_fc2_weight, d_body_0_fc2_bias)); /* body.0.fc2 */
+    PG_GRADS_FINAL(io, 6); /* body.0.fc2's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r, 256, 256, relu0_out, d_body_0_fc1_out, d_body_0_fc1_weight, d_body_0_fc1_bias)); /* body.0.fc1 */
+    PG_GRADS_FINAL(io, 4); /* body.0.fc1's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r, 256, 256, x, d_inp_out, d_inp_weight, d_inp_bias)); /* inp */
+    PG_GRADS_FINAL(io, 0); /* inp's gradients, final after the step's last micro-batch */
     return 0;
 }
 
@@ -166,25 +171,25 @@ static int bwd_w_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 
 static const pg_param_desc stage_params[] = {
     {.name = "inp.weight", .index = 0, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 0, .grad_off = 262144, .opt_off = {524288, -1}, .nacc = 1, .acc_numel = 65536},
+     .off = 0, .grad_off = 262144, .opt_off = {524288, -1}, .nacc = 1, .acc_numel = 65536, .chunk = 0, .grad_layer = 0},
     {.name = "inp.bias", .index = 1, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 4259840, .grad_off = 4260864, .opt_off = {4261888, -1}, .nacc = 1, .acc_numel = 256},
+     .off = 4259840, .grad_off = 4260864, .opt_off = {4261888, -1}, .nacc = 1, .acc_numel = 256, .chunk = 0, .grad_layer = 0},
     {.name = "body.0.fc1.weight", .index = 2, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 786432, .grad_off = 1048576, .opt_off = {1310720, -1}, .nacc = 1, .acc_numel = 65536},
+     .off = 786432, .grad_off = 1048576, .opt_off = {1310720, -1}, .nacc = 1, .acc_numel = 65536, .chunk = 0, .grad_layer = 4},
     {.name = "body.0.fc1.bias", .index = 3, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 4262912, .grad_off = 4263936, .opt_off = {4264960, -1}, .nacc = 1, .acc_numel = 256},
+     .off = 4262912, .grad_off = 4263936, .opt_off = {4264960, -1}, .nacc = 1, .acc_numel = 256, .chunk = 0, .grad_layer = 4},
     {.name = "body.0.fc2.weight", .index = 4, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 1572864, .grad_off = 1835008, .opt_off = {2097152, -1}, .nacc = 1, .acc_numel = 65536},
+     .off = 1572864, .grad_off = 1835008, .opt_off = {2097152, -1}, .nacc = 1, .acc_numel = 65536, .chunk = 0, .grad_layer = 6},
     {.name = "body.0.fc2.bias", .index = 5, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 4265984, .grad_off = 4267008, .opt_off = {4268032, -1}, .nacc = 1, .acc_numel = 256},
+     .off = 4265984, .grad_off = 4267008, .opt_off = {4268032, -1}, .nacc = 1, .acc_numel = 256, .chunk = 0, .grad_layer = 6},
     {.name = "body.1.fc1.weight", .index = 6, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 2359296, .grad_off = 2621440, .opt_off = {2883584, -1}, .nacc = 1, .acc_numel = 65536},
+     .off = 2359296, .grad_off = 2621440, .opt_off = {2883584, -1}, .nacc = 1, .acc_numel = 65536, .chunk = 0, .grad_layer = 9},
     {.name = "body.1.fc1.bias", .index = 7, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 4269056, .grad_off = 4270080, .opt_off = {4271104, -1}, .nacc = 1, .acc_numel = 256},
+     .off = 4269056, .grad_off = 4270080, .opt_off = {4271104, -1}, .nacc = 1, .acc_numel = 256, .chunk = 0, .grad_layer = 9},
     {.name = "body.1.fc2.weight", .index = 8, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 3145728, .grad_off = 3407872, .opt_off = {3670016, -1}, .nacc = 1, .acc_numel = 65536},
+     .off = 3145728, .grad_off = 3407872, .opt_off = {3670016, -1}, .nacc = 1, .acc_numel = 65536, .chunk = 0, .grad_layer = 11},
     {.name = "body.1.fc2.bias", .index = 9, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 4272128, .grad_off = 4273152, .opt_off = {4274176, -1}, .nacc = 1, .acc_numel = 256},
+     .off = 4272128, .grad_off = 4273152, .opt_off = {4274176, -1}, .nacc = 1, .acc_numel = 256, .chunk = 0, .grad_layer = 11},
 };
 
 static const pg_chunk_desc chunks[] = {
@@ -247,7 +252,7 @@ static const pg_layer_info stage_layers[] = {
 };
 
 const pg_stage_desc pg_stage = {
-    .contract = PG_CONTRACT_TAG(2),
+    .contract = PG_CONTRACT_TAG(3),
     .pipegen_version = "0.1.0",
     .model = "resmlp",
     .source = "resmlp.pipe",

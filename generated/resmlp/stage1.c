@@ -72,6 +72,7 @@ static int bwd_w_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const d_mid_weight = (float *)(A + 524288); /* gradient of mid.weight: f32[512, 256] */
     float *const d_mid_bias = (float *)(A + 1869824); /* gradient of mid.bias: f32[512] */
     PG_TRY(pg_linear_bwd_w(c, r, 256, 512, c1_x, d_mid_out, d_mid_weight, d_mid_bias)); /* mid */
+    PG_GRADS_FINAL(io, 0); /* mid's gradients, final after the step's last micro-batch */
     return 0;
 }
 
@@ -79,9 +80,9 @@ static int bwd_w_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 
 static const pg_param_desc stage_params[] = {
     {.name = "mid.weight", .index = 10, .rank = 2, .dim = {512, 256}, .numel = 131072, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 0, .grad_off = 524288, .opt_off = {1048576, -1}, .nacc = 1, .acc_numel = 131072},
+     .off = 0, .grad_off = 524288, .opt_off = {1048576, -1}, .nacc = 1, .acc_numel = 131072, .chunk = 1, .grad_layer = 0},
     {.name = "mid.bias", .index = 11, .rank = 1, .dim = {512}, .numel = 512, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 1867776, .grad_off = 1869824, .opt_off = {1871872, -1}, .nacc = 1, .acc_numel = 512},
+     .off = 1867776, .grad_off = 1869824, .opt_off = {1871872, -1}, .nacc = 1, .acc_numel = 512, .chunk = 1, .grad_layer = 0},
 };
 
 static const pg_chunk_desc chunks[] = {
@@ -133,7 +134,7 @@ static const pg_layer_info stage_layers[] = {
 };
 
 const pg_stage_desc pg_stage = {
-    .contract = PG_CONTRACT_TAG(2),
+    .contract = PG_CONTRACT_TAG(3),
     .pipegen_version = "0.1.0",
     .model = "resmlp",
     .source = "resmlp.pipe",

@@ -80,6 +80,7 @@ static int bwd_w_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const d_down_weight = (float *)(A + 524288); /* gradient of down.weight: f32[256, 512] */
     float *const d_down_bias = (float *)(A + 1836032); /* gradient of down.bias: f32[256] */
     PG_TRY(pg_linear_bwd_w(c, r, 512, 256, c2_x, d_down_out, d_down_weight, d_down_bias)); /* down */
+    PG_GRADS_FINAL(io, 0); /* down's gradients, final after the step's last micro-batch */
     return 0;
 }
 
@@ -87,9 +88,9 @@ static int bwd_w_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 
 static const pg_param_desc stage_params[] = {
     {.name = "down.weight", .index = 12, .rank = 2, .dim = {256, 512}, .numel = 131072, .init = PG_INIT_UNIFORM, .init_scale = 0.044194173824159216, .decay = 1, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 0, .grad_off = 524288, .opt_off = {1048576, -1}, .nacc = 1, .acc_numel = 131072},
+     .off = 0, .grad_off = 524288, .opt_off = {1048576, -1}, .nacc = 1, .acc_numel = 131072, .chunk = 2, .grad_layer = 0},
     {.name = "down.bias", .index = 13, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.044194173824159216, .decay = 0, .tie = PG_TIE_NONE, .owner = 2, .stage_mask = UINT64_C(0x4),
-     .off = 1835008, .grad_off = 1836032, .opt_off = {1837056, -1}, .nacc = 1, .acc_numel = 256},
+     .off = 1835008, .grad_off = 1836032, .opt_off = {1837056, -1}, .nacc = 1, .acc_numel = 256, .chunk = 2, .grad_layer = 0},
 };
 
 static const pg_chunk_desc chunks[] = {
@@ -150,7 +151,7 @@ static const pg_layer_info stage_layers[] = {
 };
 
 const pg_stage_desc pg_stage = {
-    .contract = PG_CONTRACT_TAG(2),
+    .contract = PG_CONTRACT_TAG(3),
     .pipegen_version = "0.1.0",
     .model = "resmlp",
     .source = "resmlp.pipe",

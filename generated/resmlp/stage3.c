@@ -99,7 +99,9 @@ static int bwd_w_c3(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const d_out_weight = (float *)(A + 1048576); /* gradient of out.weight: f32[256, 256] */
     float *const d_out_bias = (float *)(A + 1708032); /* gradient of out.bias: f32[256] */
     PG_TRY(pg_linear_bwd_w(c, r, 256, 256, pop_short_out, c3_dy, d_out_weight, d_out_bias)); /* out */
+    PG_GRADS_FINAL(io, 4); /* out's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r, 256, 256, c3_x, d_head0_out, d_head0_weight, d_head0_bias)); /* head0 */
+    PG_GRADS_FINAL(io, 1); /* head0's gradients, final after the step's last micro-batch */
     return 0;
 }
 
@@ -107,13 +109,13 @@ static int bwd_w_c3(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 
 static const pg_param_desc stage_params[] = {
     {.name = "head0.weight", .index = 14, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
-     .off = 0, .grad_off = 262144, .opt_off = {524288, -1}, .nacc = 1, .acc_numel = 65536},
+     .off = 0, .grad_off = 262144, .opt_off = {524288, -1}, .nacc = 1, .acc_numel = 65536, .chunk = 3, .grad_layer = 1},
     {.name = "head0.bias", .index = 15, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
-     .off = 1703936, .grad_off = 1704960, .opt_off = {1705984, -1}, .nacc = 1, .acc_numel = 256},
+     .off = 1703936, .grad_off = 1704960, .opt_off = {1705984, -1}, .nacc = 1, .acc_numel = 256, .chunk = 3, .grad_layer = 1},
     {.name = "out.weight", .index = 16, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
-     .off = 786432, .grad_off = 1048576, .opt_off = {1310720, -1}, .nacc = 1, .acc_numel = 65536},
+     .off = 786432, .grad_off = 1048576, .opt_off = {1310720, -1}, .nacc = 1, .acc_numel = 65536, .chunk = 3, .grad_layer = 4},
     {.name = "out.bias", .index = 17, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 3, .stage_mask = UINT64_C(0x8),
-     .off = 1707008, .grad_off = 1708032, .opt_off = {1709056, -1}, .nacc = 1, .acc_numel = 256},
+     .off = 1707008, .grad_off = 1708032, .opt_off = {1709056, -1}, .nacc = 1, .acc_numel = 256, .chunk = 3, .grad_layer = 4},
 };
 
 static const pg_chunk_desc chunks[] = {
@@ -160,7 +162,7 @@ static const pg_layer_info stage_layers[] = {
 };
 
 const pg_stage_desc pg_stage = {
-    .contract = PG_CONTRACT_TAG(2),
+    .contract = PG_CONTRACT_TAG(3),
     .pipegen_version = "0.1.0",
     .model = "resmlp",
     .source = "resmlp.pipe",

@@ -257,13 +257,21 @@ static int bwd_w_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const d_a_1_fc2_weight = (float *)(A + 3407872); /* gradient of a.1.fc2.weight: f32[256, 256] */
     float *const d_a_1_fc2_bias = (float *)(A + 4310016); /* gradient of a.1.fc2.bias: f32[256] */
     PG_TRY(pg_linear_bwd_w(c, r, 256, 256, a_1_relu0_out, d_a_1_fc2_out, d_a_1_fc2_weight, d_a_1_fc2_bias)); /* a.1.fc2 */
+    PG_GRADS_FINAL(io, 14); /* a.1.fc2's gradients, final after the step's last micro-batch */
     PG_TRY(pg_batchnorm_bwd_w(c, r, 256, a_1_fc1_out, a_1_bn_mean_of_this_micro_batch, a_1_bn_rstd_of_this_micro_batch, d_a_1_bn_out, d_a_1_bn_weight, d_a_1_bn_bias)); /* a.1.bn */
+    PG_GRADS_FINAL(io, 12); /* a.1.bn's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r, 256, 256, a_0_pop_res_out, d_a_1_fc1_out, d_a_1_fc1_weight, d_a_1_fc1_bias)); /* a.1.fc1 */
+    PG_GRADS_FINAL(io, 11); /* a.1.fc1's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r, 256, 256, a_0_relu0_out, d_a_0_fc2_out, d_a_0_fc2_weight, d_a_0_fc2_bias)); /* a.0.fc2 */
+    PG_GRADS_FINAL(io, 8); /* a.0.fc2's gradients, final after the step's last micro-batch */
     PG_TRY(pg_batchnorm_bwd_w(c, r, 256, a_0_fc1_out, a_0_bn_mean_of_this_micro_batch, a_0_bn_rstd_of_this_micro_batch, d_a_0_bn_out, d_a_0_bn_weight, d_a_0_bn_bias)); /* a.0.bn */
+    PG_GRADS_FINAL(io, 6); /* a.0.bn's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r, 256, 256, relu0_out, d_a_0_fc1_out, d_a_0_fc1_weight, d_a_0_fc1_bias)); /* a.0.fc1 */
+    PG_GRADS_FINAL(io, 5); /* a.0.fc1's gradients, final after the step's last micro-batch */
     PG_TRY(pg_batchnorm_bwd_w(c, r, 256, inp_out, bn0_mean_of_this_micro_batch, bn0_rstd_of_this_micro_batch, d_bn0_out, d_bn0_weight, d_bn0_bias)); /* bn0 */
+    PG_GRADS_FINAL(io, 1); /* bn0's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r, 256, 256, x, d_inp_out, d_inp_weight, d_inp_bias)); /* inp */
+    PG_GRADS_FINAL(io, 0); /* inp's gradients, final after the step's last micro-batch */
     return 0;
 }
 
@@ -271,49 +279,49 @@ static int bwd_w_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 
 static const pg_param_desc stage_params[] = {
     {.name = "inp.weight", .index = 0, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 0, .grad_off = 262144, .opt_off = {524288, -1}, .nacc = 1, .acc_numel = 65536},
+     .off = 0, .grad_off = 262144, .opt_off = {524288, -1}, .nacc = 1, .acc_numel = 65536, .chunk = 0, .grad_layer = 0},
     {.name = "inp.bias", .index = 1, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 4272128, .grad_off = 4273152, .opt_off = {4274176, -1}, .nacc = 1, .acc_numel = 256},
+     .off = 4272128, .grad_off = 4273152, .opt_off = {4274176, -1}, .nacc = 1, .acc_numel = 256, .chunk = 0, .grad_layer = 0},
     {.name = "bn0.weight", .index = 2, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 4275200, .grad_off = 4276224, .opt_off = {4277248, -1}, .nacc = 1, .acc_numel = 256},
+     .off = 4275200, .grad_off = 4276224, .opt_off = {4277248, -1}, .nacc = 1, .acc_numel = 256, .chunk = 0, .grad_layer = 1},
     {.name = "bn0.bias", .index = 3, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 4278272, .grad_off = 4279296, .opt_off = {4280320, -1}, .nacc = 1, .acc_numel = 256},
+     .off = 4278272, .grad_off = 4279296, .opt_off = {4280320, -1}, .nacc = 1, .acc_numel = 256, .chunk = 0, .grad_layer = 1},
     {.name = "bn0.running_mean", .index = 4, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .is_buffer = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 4281344, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+     .off = 4281344, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256, .chunk = -1, .grad_layer = -1},
     {.name = "bn0.running_var", .index = 5, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .is_buffer = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 4282368, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+     .off = 4282368, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256, .chunk = -1, .grad_layer = -1},
     {.name = "a.0.fc1.weight", .index = 6, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 786432, .grad_off = 1048576, .opt_off = {1310720, -1}, .nacc = 1, .acc_numel = 65536},
+     .off = 786432, .grad_off = 1048576, .opt_off = {1310720, -1}, .nacc = 1, .acc_numel = 65536, .chunk = 0, .grad_layer = 5},
     {.name = "a.0.fc1.bias", .index = 7, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 4283392, .grad_off = 4284416, .opt_off = {4285440, -1}, .nacc = 1, .acc_numel = 256},
+     .off = 4283392, .grad_off = 4284416, .opt_off = {4285440, -1}, .nacc = 1, .acc_numel = 256, .chunk = 0, .grad_layer = 5},
     {.name = "a.0.bn.weight", .index = 8, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 4286464, .grad_off = 4287488, .opt_off = {4288512, -1}, .nacc = 1, .acc_numel = 256},
+     .off = 4286464, .grad_off = 4287488, .opt_off = {4288512, -1}, .nacc = 1, .acc_numel = 256, .chunk = 0, .grad_layer = 6},
     {.name = "a.0.bn.bias", .index = 9, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 4289536, .grad_off = 4290560, .opt_off = {4291584, -1}, .nacc = 1, .acc_numel = 256},
+     .off = 4289536, .grad_off = 4290560, .opt_off = {4291584, -1}, .nacc = 1, .acc_numel = 256, .chunk = 0, .grad_layer = 6},
     {.name = "a.0.bn.running_mean", .index = 10, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .is_buffer = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 4292608, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+     .off = 4292608, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256, .chunk = -1, .grad_layer = -1},
     {.name = "a.0.bn.running_var", .index = 11, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .is_buffer = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 4293632, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+     .off = 4293632, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256, .chunk = -1, .grad_layer = -1},
     {.name = "a.0.fc2.weight", .index = 12, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 1572864, .grad_off = 1835008, .opt_off = {2097152, -1}, .nacc = 1, .acc_numel = 65536},
+     .off = 1572864, .grad_off = 1835008, .opt_off = {2097152, -1}, .nacc = 1, .acc_numel = 65536, .chunk = 0, .grad_layer = 8},
     {.name = "a.0.fc2.bias", .index = 13, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 4294656, .grad_off = 4295680, .opt_off = {4296704, -1}, .nacc = 1, .acc_numel = 256},
+     .off = 4294656, .grad_off = 4295680, .opt_off = {4296704, -1}, .nacc = 1, .acc_numel = 256, .chunk = 0, .grad_layer = 8},
     {.name = "a.1.fc1.weight", .index = 14, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 2359296, .grad_off = 2621440, .opt_off = {2883584, -1}, .nacc = 1, .acc_numel = 65536},
+     .off = 2359296, .grad_off = 2621440, .opt_off = {2883584, -1}, .nacc = 1, .acc_numel = 65536, .chunk = 0, .grad_layer = 11},
     {.name = "a.1.fc1.bias", .index = 15, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 4297728, .grad_off = 4298752, .opt_off = {4299776, -1}, .nacc = 1, .acc_numel = 256},
+     .off = 4297728, .grad_off = 4298752, .opt_off = {4299776, -1}, .nacc = 1, .acc_numel = 256, .chunk = 0, .grad_layer = 11},
     {.name = "a.1.bn.weight", .index = 16, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 4300800, .grad_off = 4301824, .opt_off = {4302848, -1}, .nacc = 1, .acc_numel = 256},
+     .off = 4300800, .grad_off = 4301824, .opt_off = {4302848, -1}, .nacc = 1, .acc_numel = 256, .chunk = 0, .grad_layer = 12},
     {.name = "a.1.bn.bias", .index = 17, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 4303872, .grad_off = 4304896, .opt_off = {4305920, -1}, .nacc = 1, .acc_numel = 256},
+     .off = 4303872, .grad_off = 4304896, .opt_off = {4305920, -1}, .nacc = 1, .acc_numel = 256, .chunk = 0, .grad_layer = 12},
     {.name = "a.1.bn.running_mean", .index = 18, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .is_buffer = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 4306944, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+     .off = 4306944, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256, .chunk = -1, .grad_layer = -1},
     {.name = "a.1.bn.running_var", .index = 19, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .is_buffer = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 4307968, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+     .off = 4307968, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256, .chunk = -1, .grad_layer = -1},
     {.name = "a.1.fc2.weight", .index = 20, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 3145728, .grad_off = 3407872, .opt_off = {3670016, -1}, .nacc = 1, .acc_numel = 65536},
+     .off = 3145728, .grad_off = 3407872, .opt_off = {3670016, -1}, .nacc = 1, .acc_numel = 65536, .chunk = 0, .grad_layer = 14},
     {.name = "a.1.fc2.bias", .index = 21, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 0, .stage_mask = UINT64_C(0x1),
-     .off = 4308992, .grad_off = 4310016, .opt_off = {4311040, -1}, .nacc = 1, .acc_numel = 256},
+     .off = 4308992, .grad_off = 4310016, .opt_off = {4311040, -1}, .nacc = 1, .acc_numel = 256, .chunk = 0, .grad_layer = 14},
 };
 
 static const pg_chunk_desc chunks[] = {
@@ -379,7 +387,7 @@ static const pg_layer_info stage_layers[] = {
 };
 
 const pg_stage_desc pg_stage = {
-    .contract = PG_CONTRACT_TAG(2),
+    .contract = PG_CONTRACT_TAG(3),
     .pipegen_version = "0.1.0",
     .model = "resmlp_bn",
     .source = "resmlp_bn.pipe",

@@ -226,12 +226,19 @@ static int bwd_w_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     float *const d_out_weight = (float *)(A + 3407872); /* gradient of out.weight: f32[256, 256] */
     float *const d_out_bias = (float *)(A + 4428800); /* gradient of out.bias: f32[256] */
     PG_TRY(pg_linear_bwd_w(c, r, 256, 256, pop_long_out, c1_dy, d_out_weight, d_out_bias)); /* out */
+    PG_GRADS_FINAL(io, 13); /* out's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r, 256, 256, b_1_relu0_out, d_b_1_fc2_out, d_b_1_fc2_weight, d_b_1_fc2_bias)); /* b.1.fc2 */
+    PG_GRADS_FINAL(io, 10); /* b.1.fc2's gradients, final after the step's last micro-batch */
     PG_TRY(pg_batchnorm_bwd_w(c, r, 256, b_1_fc1_out, b_1_bn_mean_of_this_micro_batch, b_1_bn_rstd_of_this_micro_batch, d_b_1_bn_out, d_b_1_bn_weight, d_b_1_bn_bias)); /* b.1.bn */
+    PG_GRADS_FINAL(io, 8); /* b.1.bn's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r, 256, 256, b_0_pop_res_out, d_b_1_fc1_out, d_b_1_fc1_weight, d_b_1_fc1_bias)); /* b.1.fc1 */
+    PG_GRADS_FINAL(io, 7); /* b.1.fc1's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r, 256, 256, b_0_relu0_out, d_b_0_fc2_out, d_b_0_fc2_weight, d_b_0_fc2_bias)); /* b.0.fc2 */
+    PG_GRADS_FINAL(io, 4); /* b.0.fc2's gradients, final after the step's last micro-batch */
     PG_TRY(pg_batchnorm_bwd_w(c, r, 256, b_0_fc1_out, b_0_bn_mean_of_this_micro_batch, b_0_bn_rstd_of_this_micro_batch, d_b_0_bn_out, d_b_0_bn_weight, d_b_0_bn_bias)); /* b.0.bn */
+    PG_GRADS_FINAL(io, 2); /* b.0.bn's gradients, final after the step's last micro-batch */
     PG_TRY(pg_linear_bwd_w(c, r, 256, 256, c1_x, d_b_0_fc1_out, d_b_0_fc1_weight, d_b_0_fc1_bias)); /* b.0.fc1 */
+    PG_GRADS_FINAL(io, 1); /* b.0.fc1's gradients, final after the step's last micro-batch */
     return 0;
 }
 
@@ -239,41 +246,41 @@ static int bwd_w_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
 
 static const pg_param_desc stage_params[] = {
     {.name = "b.0.fc1.weight", .index = 22, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 0, .grad_off = 262144, .opt_off = {524288, -1}, .nacc = 1, .acc_numel = 65536},
+     .off = 0, .grad_off = 262144, .opt_off = {524288, -1}, .nacc = 1, .acc_numel = 65536, .chunk = 1, .grad_layer = 1},
     {.name = "b.0.fc1.bias", .index = 23, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 4399104, .grad_off = 4400128, .opt_off = {4401152, -1}, .nacc = 1, .acc_numel = 256},
+     .off = 4399104, .grad_off = 4400128, .opt_off = {4401152, -1}, .nacc = 1, .acc_numel = 256, .chunk = 1, .grad_layer = 1},
     {.name = "b.0.bn.weight", .index = 24, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 4402176, .grad_off = 4403200, .opt_off = {4404224, -1}, .nacc = 1, .acc_numel = 256},
+     .off = 4402176, .grad_off = 4403200, .opt_off = {4404224, -1}, .nacc = 1, .acc_numel = 256, .chunk = 1, .grad_layer = 2},
     {.name = "b.0.bn.bias", .index = 25, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 4405248, .grad_off = 4406272, .opt_off = {4407296, -1}, .nacc = 1, .acc_numel = 256},
+     .off = 4405248, .grad_off = 4406272, .opt_off = {4407296, -1}, .nacc = 1, .acc_numel = 256, .chunk = 1, .grad_layer = 2},
     {.name = "b.0.bn.running_mean", .index = 26, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .is_buffer = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 4408320, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+     .off = 4408320, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256, .chunk = -1, .grad_layer = -1},
     {.name = "b.0.bn.running_var", .index = 27, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .is_buffer = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 4409344, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+     .off = 4409344, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256, .chunk = -1, .grad_layer = -1},
     {.name = "b.0.fc2.weight", .index = 28, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 786432, .grad_off = 1048576, .opt_off = {1310720, -1}, .nacc = 1, .acc_numel = 65536},
+     .off = 786432, .grad_off = 1048576, .opt_off = {1310720, -1}, .nacc = 1, .acc_numel = 65536, .chunk = 1, .grad_layer = 4},
     {.name = "b.0.fc2.bias", .index = 29, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 4410368, .grad_off = 4411392, .opt_off = {4412416, -1}, .nacc = 1, .acc_numel = 256},
+     .off = 4410368, .grad_off = 4411392, .opt_off = {4412416, -1}, .nacc = 1, .acc_numel = 256, .chunk = 1, .grad_layer = 4},
     {.name = "b.1.fc1.weight", .index = 30, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 1572864, .grad_off = 1835008, .opt_off = {2097152, -1}, .nacc = 1, .acc_numel = 65536},
+     .off = 1572864, .grad_off = 1835008, .opt_off = {2097152, -1}, .nacc = 1, .acc_numel = 65536, .chunk = 1, .grad_layer = 7},
     {.name = "b.1.fc1.bias", .index = 31, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 4413440, .grad_off = 4414464, .opt_off = {4415488, -1}, .nacc = 1, .acc_numel = 256},
+     .off = 4413440, .grad_off = 4414464, .opt_off = {4415488, -1}, .nacc = 1, .acc_numel = 256, .chunk = 1, .grad_layer = 7},
     {.name = "b.1.bn.weight", .index = 32, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 4416512, .grad_off = 4417536, .opt_off = {4418560, -1}, .nacc = 1, .acc_numel = 256},
+     .off = 4416512, .grad_off = 4417536, .opt_off = {4418560, -1}, .nacc = 1, .acc_numel = 256, .chunk = 1, .grad_layer = 8},
     {.name = "b.1.bn.bias", .index = 33, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 4419584, .grad_off = 4420608, .opt_off = {4421632, -1}, .nacc = 1, .acc_numel = 256},
+     .off = 4419584, .grad_off = 4420608, .opt_off = {4421632, -1}, .nacc = 1, .acc_numel = 256, .chunk = 1, .grad_layer = 8},
     {.name = "b.1.bn.running_mean", .index = 34, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ZEROS, .init_scale = 0, .decay = 0, .is_buffer = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 4422656, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+     .off = 4422656, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256, .chunk = -1, .grad_layer = -1},
     {.name = "b.1.bn.running_var", .index = 35, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_ONES, .init_scale = 0, .decay = 0, .is_buffer = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 4423680, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256},
+     .off = 4423680, .grad_off = -1, .opt_off = {-1, -1}, .nacc = 0, .acc_numel = 256, .chunk = -1, .grad_layer = -1},
     {.name = "b.1.fc2.weight", .index = 36, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 2359296, .grad_off = 2621440, .opt_off = {2883584, -1}, .nacc = 1, .acc_numel = 65536},
+     .off = 2359296, .grad_off = 2621440, .opt_off = {2883584, -1}, .nacc = 1, .acc_numel = 65536, .chunk = 1, .grad_layer = 10},
     {.name = "b.1.fc2.bias", .index = 37, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 4424704, .grad_off = 4425728, .opt_off = {4426752, -1}, .nacc = 1, .acc_numel = 256},
+     .off = 4424704, .grad_off = 4425728, .opt_off = {4426752, -1}, .nacc = 1, .acc_numel = 256, .chunk = 1, .grad_layer = 10},
     {.name = "out.weight", .index = 38, .rank = 2, .dim = {256, 256}, .numel = 65536, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 1, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 3145728, .grad_off = 3407872, .opt_off = {3670016, -1}, .nacc = 1, .acc_numel = 65536},
+     .off = 3145728, .grad_off = 3407872, .opt_off = {3670016, -1}, .nacc = 1, .acc_numel = 65536, .chunk = 1, .grad_layer = 13},
     {.name = "out.bias", .index = 39, .rank = 1, .dim = {256}, .numel = 256, .init = PG_INIT_UNIFORM, .init_scale = 0.0625, .decay = 0, .tie = PG_TIE_NONE, .owner = 1, .stage_mask = UINT64_C(0x2),
-     .off = 4427776, .grad_off = 4428800, .opt_off = {4429824, -1}, .nacc = 1, .acc_numel = 256},
+     .off = 4427776, .grad_off = 4428800, .opt_off = {4429824, -1}, .nacc = 1, .acc_numel = 256, .chunk = 1, .grad_layer = 13},
 };
 
 static const pg_chunk_desc chunks[] = {
@@ -337,7 +344,7 @@ static const pg_layer_info stage_layers[] = {
 };
 
 const pg_stage_desc pg_stage = {
-    .contract = PG_CONTRACT_TAG(2),
+    .contract = PG_CONTRACT_TAG(3),
     .pipegen_version = "0.1.0",
     .model = "resmlp_bn",
     .source = "resmlp_bn.pipe",

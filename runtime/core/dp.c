@@ -13,10 +13,15 @@
  * replica 0 + 1 + ... + D-1 for every element (the order never depends on
  * which message came first), then sends the sum to every other replica
  * (reduce-scatter + all-gather: each process sends 2 (D-1)/D of its gradient
- * bytes). This runs in buckets: the parameters of a chunk whose last backward
- * action of the step comes before the stage's last one are reduced by a
- * reducer thread while the backward goes on (an element's sum is the same
- * whatever its bucket); the rest when the verdict needs them. Every gradient
+ * bytes). This runs in buckets: a layer's gradients are final once the
+ * step's last micro-batch has run its weight-gradient code (the generated
+ * bwd_w then calls PG_GRADS_FINAL), so consecutive layers in the order the
+ * backward finishes them, at least PIPE_DP_BUCKET_BYTES a bucket, are
+ * reduced by a reducer thread while the backward goes on (an element's sum
+ * is the same whatever its bucket: plan_buckets); the rest when the verdict
+ * needs them. The main thread writes no gradient of a posted bucket again
+ * this step, and pg_dp_reduce waits for every bucket (and its lent sends)
+ * before the verdict, the clip and the optimizer read or write any. Every gradient
  * byte leaves as a lent send from where it lies (no copy into the link's
  * ring), the other replicas' copies of a chunk arrive in a chunk buffer, and
  * the chunk's sum is one pass that writes it in place. The verdict, the
@@ -35,12 +40,14 @@
  * below). The sums are the CPU's, bit for bit, either way; the host path is
  * taken when two replicas share a GPU (NCCL refuses that), or with
  * PIPE_DP_NCCL=0, and replica 0 says at start-up which path runs and why. */
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dp_bytes.h"
 #include "pg_dp_dev.h"
@@ -55,17 +62,25 @@
  * a shard at the same places: every DP_CHUNK from its start, and at the
  * parameters' ends). */
 #define DP_CHUNK PG_DP_CHUNK /* dp_bytes.h: the buffers' sizes follow from it */
+/* An early bucket's least size where the host has a spare core
+ * (PIPE_DP_BUCKET_BYTES overrides it: bucket_bytes). Each bucket costs a wake
+ * of the reducer thread, a few more message headers and a wait for the
+ * slowest replica's copy; at loopback TCP's 1.5-3 GiB/s, 1 MiB takes 0.3-0.7
+ * ms to reduce, well above that fixed cost (tens of us), while the quickstart
+ * MLP's 1-2 MiB layers and gpt_char's blocks still get a bucket each.
+ * (PyTorch DDP's 25 MiB suits NCCL at tens of GB/s.) */
+#define DP_BUCKET_BYTES ((int64_t)1 << 20)
 
-/* The gradients reduced together: the parameters of one chunk, whose
- * gradients are final once its last backward action of the step has run (an
- * early bucket, reduced by the reducer thread while the stage's backward goes
- * on), or the rest (the last bucket, reduced when the step's verdict needs
- * them). */
+/* The gradients reduced together: the parameters of consecutive layers in
+ * the order their gradients become final (an early bucket, reduced by the
+ * reducer thread while the stage's backward goes on: plan_buckets), or the
+ * rest (the last bucket, reduced when the step's verdict needs them). */
 typedef struct dp_bucket {
     int n;                 /* parameters */
     int *param;            /* [n] indices into d->params, in parameter order */
     int64_t numel;         /* their elements in all */
-    int after;             /* early: the action after which it starts; -1: the last bucket */
+    int after;             /* early: the BWD_W action in which it becomes final; -1: the last bucket */
+    int layer;             /* early: its last layer (PG_GRADS_FINAL(io, layer) in that action) */
 } dp_bucket;
 
 struct pg_dp {
@@ -84,6 +99,8 @@ struct pg_dp {
     float *host;           /* staged: [the last bucket's numel] the gradients in host memory */
     double red_t[DP_TIMES]; /* the last bucket's time in steps 2.. (the first DP_TIMES of them: pg_dp_report) */
     int64_t red_steps;
+    double wait_t[DP_TIMES]; /* steps 2..: from the backward's end (pg_dp_reduce) to every gradient summed */
+    int64_t wait_steps;
     /* the reducer thread: reduces this step's early buckets in order, as the
      * main thread posts them (pg_dp_action_done); the buffers above are
      * shared, used by one thread at a time (the last bucket waits for it) */
@@ -94,9 +111,11 @@ struct pg_dp {
     int posted, done;      /* early buckets posted and reduced this step */
     int failed;            /* the reducer printed a failure: the step fails */
     atomic_int stop;       /* pg_dp_stop: leave at the next receive slice */
-    int last_bwd;          /* the stage's last backward action of a step */
-    int check_overlap;     /* PIPE_CHECK_OVERLAP=1: the early buckets are reduced before it runs */
-    int64_t overlapped;    /* steps whose early buckets were all reduced before it (check_overlap) */
+    int check_overlap;     /* PIPE_CHECK_OVERLAP=1: once the last early bucket is posted, wait for them all */
+    int64_t overlapped;    /* steps whose early buckets were all reduced then, before the stage's backward
+                            * ended (check_overlap) */
+    int64_t bucket_bytes;  /* an early bucket's least size (PIPE_DP_BUCKET_BYTES; 0: none) */
+    char bucket_why[96];   /* where bucket_bytes came from (pg_dp_report) */
 };
 
 static int64_t shard_lo(int64_t n, int D, int q) { return n * q / D; }
@@ -149,6 +168,7 @@ int pg_dp_layout(pg_run *r, pg_launch *l)
     l->replicas = D;
     r->replica = l->replica;
     r->replicas = D;
+    r->local_procs = l->local_world;
     r->rows = B / D;
     r->row0 = (int64_t)r->replica * r->rows;
     r->mb_rows = malloc((size_t)d->nmb * sizeof *r->mb_rows);
@@ -201,91 +221,111 @@ static pg_dp_bytes dp_bytes(const pg_run *r)
     for (int i = 0; i < d->nparams; i++)
         if (d->params[i].is_buffer)
             bufs += d->params[i].numel;
-    return pg_dp_bytes_of(grad_numel(d), stats_max(d), bufs, d->nparams, d->nchunks, r->replicas, r->replica);
+    return pg_dp_bytes_of(grad_numel(d), stats_max(d), bufs, d->nparams, r->replicas, r->replica);
 }
 
 size_t pg_dp_link_bytes(const pg_run *r) { return (size_t)dp_bytes(r).link; }
 
 static int dp_stats(void *arg, double *sum, double *sumsq, int64_t C);
 
-/* The chunk of this stage whose layers alone use parameter p, or -1 (p
- * stays in the last bucket). A layer's own parameters are named
- * "<layer>.<suffix>" (dsl/layers.c, add_own), so the longest layer name that
- * prefixes p's name with a dot names the layer; a parameter used more than
- * once on the stage (nacc > 1: folded at the verdict) or tied across stages
- * (summed over them first) is final only after the backward. */
-static int param_chunk(const pg_stage_desc *d, const pg_param_desc *p)
+/* The moments a parameter's gradient becomes final, in the order they come:
+ * layer l (of the stage's layer table) whose weight-gradient code alone
+ * writes it (pg_param_desc.grad_layer, from pipegen) is done with it in the
+ * step's last BWD_W action of its chunk, right after its code
+ * (PG_GRADS_FINAL); a chunk's bwd_w runs its layers last to first. So the
+ * layers sort by (that action, last layer first). A layer whose chunk has no
+ * BWD_W on this stage, or an index out of range, never finishes early. */
+typedef struct dp_event {
+    int action, layer;
+} dp_event;
+
+static int cmp_event(const void *x, const void *y)
 {
-    if (p->nacc > 1 || p->tie != 0 || (p->stage_mask & (p->stage_mask - 1)))
-        return -1;
-    int best = -1;
-    size_t blen = 0;
-    for (int i = 0; i < d->nlayers; i++) {
-        const char *ln = d->layers[i].name;
-        size_t k = strlen(ln);
-        if (k > blen && strncmp(p->name, ln, k) == 0 && p->name[k] == '.') {
-            best = d->layers[i].chunk;
-            blen = k;
-        }
-    }
-    return best;
+    const dp_event *a = x, *b = y;
+    if (a->action != b->action)
+        return (a->action > b->action) - (a->action < b->action);
+    return (a->layer < b->layer) - (a->layer > b->layer); /* the later layer first */
 }
 
-/* The buckets: one per chunk whose last backward action comes before the
- * stage's last one (in that order), holding the chunk's parameters, then the
- * last bucket with every other parameter. 0, or -1 out of memory. */
-static int plan_buckets(const pg_stage_desc *d, struct pg_dp *p)
+/* The buckets: consecutive layers in the order their gradients become final,
+ * gathered until a bucket holds at least min_bytes, each reduced by the
+ * reducer thread from the moment its last layer is done; then the last
+ * bucket: the layers after the last cut (the last layer to finish among
+ * them when the stage's last backward action finishes it: nothing would be
+ * left to overlap it) and every parameter no one layer finishes (used by
+ * several layers, tied). Each element's sum is the same whatever its bucket.
+ * min_bytes 0 or staged: the last bucket alone. 0, or -1 out of memory. */
+static int plan_buckets(const pg_stage_desc *d, struct pg_dp *p, int64_t min_bytes)
 {
-    int nc = d->nchunks > 0 ? d->nchunks : 1, *lastc = malloc((size_t)nc * sizeof *lastc);
-    p->b = calloc((size_t)nc + 1, sizeof *p->b);
-    if (!lastc || !p->b) {
-        free(lastc);
-        return -1;
-    }
-    p->last_bwd = -1;
+    int nl = d->nlayers > 0 ? d->nlayers : 0, nc = d->nchunks > 0 ? d->nchunks : 1, ne = 0;
+    int *lastw = malloc((size_t)nc * sizeof *lastw), *bucket_of = malloc((size_t)(nl ? nl : 1) * sizeof *bucket_of);
+    int64_t *numel = calloc((size_t)(nl ? nl : 1), sizeof *numel);
+    dp_event *ev = malloc((size_t)(nl ? nl : 1) * sizeof *ev);
+    p->b = calloc((size_t)nl + 1, sizeof *p->b);
+    int rc = -1;
+    if (!lastw || !bucket_of || !numel || !ev || !p->b)
+        goto out;
     for (int c = 0; c < nc; c++)
-        lastc[c] = -1;
+        lastw[c] = -1;
+    int last_bwd = -1; /* the stage's last backward action */
     for (int a = 0; a < d->nactions; a++) {
         const pg_step_action *x = &d->actions[a];
-        if ((x->kind == PG_BWD_B || x->kind == PG_BWD_W) && x->chunk >= 0 && x->chunk < nc) {
-            lastc[x->chunk] = a;
-            p->last_bwd = a;
+        if ((x->kind == PG_BWD_W || x->kind == PG_BWD_B) && x->chunk >= 0 && x->chunk < nc) {
+            last_bwd = a;
+            if (x->kind == PG_BWD_W)
+                lastw[x->chunk] = a;
         }
     }
-    int early = 0; /* chunks in the order their last backward runs */
-    for (int a = 0; !p->staged && a < p->last_bwd; a++) /* staged: one bucket */
-        for (int c = 0; c < nc; c++)
-            if (lastc[c] == a)
-                p->b[early++].after = a;
-    p->nb = early + 1;
-    p->b[early].after = -1;
-    for (int k = 0; k < p->nb; k++)
-        if (!(p->b[k].param = malloc((size_t)(d->nparams ? d->nparams : 1) * sizeof *p->b[k].param))) {
-            free(lastc);
-            return -1;
+    for (int i = 0; i < d->nparams; i++) { /* each layer's floats that it alone finishes */
+        const pg_param_desc *q = &d->params[i];
+        int l = q->grad_layer;
+        if (reduced(d, q) && l >= 0 && l < nl && d->layers[l].chunk >= 0 && d->layers[l].chunk < nc &&
+            lastw[d->layers[l].chunk] >= 0)
+            numel[l] += q->numel;
+    }
+    for (int l = 0; l < nl; l++) {
+        bucket_of[l] = -1;
+        if (numel[l])
+            ev[ne++] = (dp_event){lastw[d->layers[l].chunk], l};
+    }
+    qsort(ev, (size_t)ne, sizeof *ev, cmp_event);
+    int early = 0;
+    int64_t acc = 0;
+    /* the last layer to finish, when its action is the stage's last backward one,
+     * has nothing left to overlap: never an early bucket's end (staged: no early
+     * buckets, the reducer thread does not touch the device) */
+    for (int e = 0; min_bytes > 0 && !p->staged && (e + 1 < ne || (e < ne && ev[e].action < last_bwd)); e++) {
+        bucket_of[ev[e].layer] = early;
+        acc += numel[ev[e].layer];
+        if (acc * 4 >= min_bytes) {
+            p->b[early].after = ev[e].action;
+            p->b[early++].layer = ev[e].layer;
+            acc = 0;
         }
-    for (int i = 0; i < d->nparams; i++) {
+    }
+    for (int l = 0; l < nl; l++) /* the layers after the last cut: the last bucket */
+        if (bucket_of[l] >= early)
+            bucket_of[l] = -1;
+    p->nb = early + 1;
+    p->b[early].after = p->b[early].layer = -1;
+    for (int k = 0; k < p->nb; k++)
+        if (!(p->b[k].param = malloc((size_t)(d->nparams ? d->nparams : 1) * sizeof *p->b[k].param)))
+            goto out;
+    for (int i = 0; i < d->nparams; i++) { /* each bucket's parameters in table order */
         const pg_param_desc *q = &d->params[i];
         if (!reduced(d, q))
             continue;
-        int c = param_chunk(d, q), k = early;
-        for (int j = 0; c >= 0 && j < early; j++)
-            if (p->b[j].after == lastc[c])
-                k = j;
+        int l = q->grad_layer, k = l >= 0 && l < nl && bucket_of[l] >= 0 ? bucket_of[l] : early;
         p->b[k].param[p->b[k].n++] = i;
         p->b[k].numel += q->numel;
     }
-    free(lastc);
-    int kept = 0; /* early buckets without parameters (a chunk of relus) go */
-    for (int k = 0; k < p->nb; k++) {
-        if (p->b[k].n == 0 && k < early) {
-            free(p->b[k].param);
-            continue;
-        }
-        p->b[kept++] = p->b[k];
-    }
-    p->nb = kept;
-    return 0;
+    rc = 0;
+out:
+    free(lastw);
+    free(bucket_of);
+    free(numel);
+    free(ev);
+    return rc;
 }
 
 static int reduce_bucket(pg_run *r, int k);
@@ -326,6 +366,38 @@ static int dp_dev_init(pg_run *r, char *why, size_t whylen)
     return pg_dp_dev_init(&a, &r->dp->dev, why, whylen);
 }
 
+/* PIPE_DP_BUCKET_BYTES: an early bucket's least size in bytes (0: no early
+ * buckets, the whole reduction after the backward). Unset or empty: the
+ * early buckets' work (the sums, the kernel's socket copies) is CPU work too,
+ * so it overlaps the backward only with a core that no compute thread of this
+ * host's processes uses: DP_BUCKET_BYTES when the host has such a spare core,
+ * else 0 (on 2 cores with 2 single-threaded replicas they only slowed the
+ * step: bench/README.md). why says which. 0, or 1 after saying what is wrong
+ * with the variable. */
+static int bucket_bytes(const pg_run *r, int64_t *out, char *why, size_t whylen)
+{
+    const char *v = getenv("PIPE_DP_BUCKET_BYTES");
+    if (!v || !*v) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        int procs = r->local_procs > 0 ? r->local_procs : 1, threads = r->opt.threads > 0 ? r->opt.threads : 1;
+        *out = cores > (long)procs * threads ? DP_BUCKET_BYTES : 0;
+        snprintf(why, whylen, "PIPE_DP_BUCKET_BYTES unset: %ld cores, %d process%s x %d thread%s on this host", cores,
+                 procs, procs == 1 ? "" : "es", threads, threads == 1 ? "" : "s");
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (*end || errno || x < 0) {
+        fprintf(stderr, "stage %d: PIPE_DP_BUCKET_BYTES='%s': want a byte count >= 0 (0: sum the gradients over the "
+                "replicas after the backward only)\n", r->d->stage, v);
+        return 1;
+    }
+    *out = x;
+    snprintf(why, whylen, "PIPE_DP_BUCKET_BYTES");
+    return 0;
+}
+
 int pg_dp_init(pg_run *r)
 {
     const pg_stage_desc *d = r->d;
@@ -351,7 +423,9 @@ int pg_dp_init(pg_run *r)
     p->staged = strcmp(pg_backend_name(), "cpu") != 0 || (force && !strcmp(force, "1"));
     char why[256] = "";
     int dev = 0; /* staged: the backend's device reduction (NCCL on CUDA) when every replica can take it */
-    if (plan_buckets(d, p) || !p->in || !p->stats || !p->x || !p->scattered || !p->last ||
+    if (bucket_bytes(r, &p->bucket_bytes, p->bucket_why, sizeof p->bucket_why))
+        return 1;
+    if (plan_buckets(d, p, p->bucket_bytes) || !p->in || !p->stats || !p->x || !p->scattered || !p->last ||
         (p->staged && (dev = dp_dev_init(r, why, sizeof why)) == 0 &&
          !(p->host = malloc((size_t)(p->b[p->nb - 1].numel ? p->b[p->nb - 1].numel : 1) * 4)))) {
         fprintf(stderr, "stage %d: out of memory for the replicas' gradient reduction (%" PRId64 " floats)\n", d->stage,
@@ -703,31 +777,51 @@ static void wait_reducer(struct pg_dp *p)
         pthread_cond_wait(&p->cv, &p->mu);
 }
 
-void pg_dp_action_begin(pg_run *r, int a)
+/* Post the early buckets that are final at action a after the weight
+ * gradients of layer l (l -1: the action's end, every bucket of a): the
+ * reducer thread starts on them. PIPE_CHECK_OVERLAP=1: once the last is
+ * posted (some backward work of the stage is still to come: plan_buckets),
+ * wait until every one is reduced and count the step. */
+static void post_buckets(pg_run *r, int a, int l)
 {
     struct pg_dp *p = r->dp;
-    if (!p || !p->check_overlap || p->nb < 2 || a != p->last_bwd)
-        return;
-    /* PIPE_CHECK_OVERLAP=1: the early buckets must be reducible while the
-     * stage's last backward action has not run yet */
     pthread_mutex_lock(&p->mu);
-    wait_reducer(p);
-    int ok = p->posted == p->nb - 1 && !p->failed;
+    int posted = 0;
+    while (p->posted < p->nb - 1 && p->b[p->posted].after == a && (l < 0 || p->b[p->posted].layer == l)) {
+        p->posted++; /* all of its gradients are final */
+        posted = 1;
+    }
+    if (posted)
+        pthread_cond_broadcast(&p->cv);
+    if (posted && p->check_overlap && p->posted == p->nb - 1) {
+        wait_reducer(p);
+        p->overlapped += !p->failed;
+    }
     pthread_mutex_unlock(&p->mu);
-    p->overlapped += ok;
+}
+
+/* PG_GRADS_FINAL's hook (pg_mb_io.grads_final): stage layer l's gradients are final. */
+static void grads_final(void *arg, int l)
+{
+    pg_run *r = arg;
+    post_buckets(r, r->cur_action, l);
+}
+
+void pg_dp_mb_io(pg_run *r, int a, pg_mb_io *io)
+{
+    struct pg_dp *p = r->dp;
+    /* only the main thread writes posted: no lock needed to read it here */
+    if (p && p->posted < p->nb - 1 && p->b[p->posted].after == a) {
+        io->grads_final = grads_final;
+        io->grads_final_arg = r;
+    }
 }
 
 void pg_dp_action_end(pg_run *r, int a)
 {
     struct pg_dp *p = r->dp;
-    if (!p || p->nb < 2)
-        return;
-    pthread_mutex_lock(&p->mu);
-    while (p->posted < p->nb - 1 && p->b[p->posted].after == a) {
-        p->posted++; /* all of its gradients are final: the reducer thread starts on it */
-        pthread_cond_broadcast(&p->cv);
-    }
-    pthread_mutex_unlock(&p->mu);
+    if (p && p->posted < p->nb - 1 && p->b[p->posted].after == a)
+        post_buckets(r, a, -1); /* a bucket whose layer's hook did not run (a replayed action): final now */
 }
 
 int pg_dp_reduce(pg_run *r, int64_t step)
@@ -779,6 +873,8 @@ int pg_dp_reduce(pg_run *r, int64_t step)
         r->loss_global = g;
     }
     r->dp_mark[5] = pg_run_now();
+    if (step > 0 && p->wait_steps < DP_TIMES)
+        p->wait_t[p->wait_steps++] = r->dp_mark[5] - r->dp_mark[0];
     return 0;
 }
 
@@ -788,18 +884,33 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* What the reduction left on the step's critical path: the median time from
+ * the end of the backward to every gradient summed (the replicas' skew
+ * included), with the early buckets or without (bench/dp.sh compares them). */
+static void report_wait(const pg_run *r, struct pg_dp *p)
+{
+    if (!p->wait_steps)
+        return;
+    qsort(p->wait_t, (size_t)p->wait_steps, sizeof p->wait_t[0], cmp_double);
+    printf("stage %d: after the backward the step waited %.3f ms for the replicas' gradient sums (median of steps "
+           "2..%" PRId64 "; %d early bucket%s of at least %" PRId64 " bytes: %s)\n", r->d->stage,
+           p->wait_t[p->wait_steps / 2] * 1e3, p->wait_steps + 1, p->nb - 1, p->nb == 2 ? "" : "s", p->bucket_bytes,
+           p->bucket_why);
+}
+
 void pg_dp_report(pg_run *r)
 {
     struct pg_dp *p = r->dp;
     if (!p)
         return;
+    report_wait(r, p);
     if (p->nb > 1)
         printf("stage %d: %d gradient bucket%s (%zu bytes sent per step) reduced while the backward ran\n",
                r->d->stage, p->nb - 1, p->nb == 2 ? "" : "s", p->sent_early);
     if (p->check_overlap)
-        printf("stage %d replica %d: %d early gradient bucket%s, all reduced before the last backward action in %"
-               PRId64 " of %" PRId64 " steps (PIPE_CHECK_OVERLAP)\n", r->d->stage, r->replica, p->nb - 1,
-               p->nb == 2 ? "" : "s", p->overlapped, r->opt.steps);
+        printf("stage %d replica %d: %d early gradient bucket%s, all reduced before the stage's backward ended in %"
+               PRId64 " of %" PRId64 " steps (PIPE_CHECK_OVERLAP)\n", r->d->stage, r->replica,
+               p->nb - 1, p->nb == 2 ? "" : "s", p->overlapped, r->opt.steps);
     if (!p->red_steps || !p->sent)
         return;
     qsort(p->red_t, (size_t)p->red_steps, sizeof p->red_t[0], cmp_double);

@@ -15,7 +15,8 @@
  *  - every replica's batch-norm sums, 2 C doubles each, C the stage's largest
  *    buffer (at least 1), are gathered into D x 2 C doubles (stats);
  *  - messages carry at most PG_DP_CHUNK floats and are also cut at the
- *    parameters' ends and the buckets' (one per chunk of the model at most);
+ *    parameters' ends and the buckets' (a bucket holds a parameter at least,
+ *    so there are at most nparams + 1 of them, whatever PIPE_DP_BUCKET_BYTES);
  *    the gradients themselves are lent to the transport (pg_net_send_rank_lent),
  *    not copied, so the send ring to each other replica holds only the
  *    batch-norm sums, the loss, the start word and 16 header bytes a message,
@@ -23,8 +24,8 @@
  *    tcp.c's RING_SLACK, not counted here);
  *  - a process sends the other D - 1 shards of its gradients and its summed
  *    shard to each other replica: 2 (D - 1) / D of its gradient bytes. With
- *    early buckets (a stage of several chunks) every bucket is cut into its
- *    own D shards: for D = 2 the figure is exact, for D > 2 the process's
+ *    early buckets (reduced while the backward runs) every bucket is cut into
+ *    its own D shards: for D = 2 the figure is exact, for D > 2 the process's
  *    share of the floats may differ by a few per bucket from n / D.
  * Not in these figures: on the CUDA runtime (a device arena) the process also
  * holds either a host copy of its n gradient floats for the sum (the staged
@@ -46,17 +47,18 @@ typedef struct pg_dp_bytes {
 } pg_dp_bytes;
 
 /* n: floats reduced; stats_max: the largest buffer's elements (C); buffer_numel:
- * every buffer's elements; nparams: entries of the stage's parameter table;
- * nchunks: the model's chunks (the buckets' bound); replica q of D. All zero
- * for D = 1 (no reduction, nothing allocated). */
-static inline pg_dp_bytes pg_dp_bytes_of(int64_t n, int64_t stats_max, int64_t buffer_numel, int nparams, int nchunks,
-                                         int D, int q)
+ * every buffer's elements; nparams: entries of the stage's parameter table
+ * (also the buckets' bound); replica q of D. All zero for D = 1 (no
+ * reduction, nothing allocated). Messages to one replica per phase: a piece
+ * per PG_DP_CHUNK of the shard, per parameter end, and 2 per bucket (its
+ * shard's rounding and its last piece). */
+static inline pg_dp_bytes pg_dp_bytes_of(int64_t n, int64_t stats_max, int64_t buffer_numel, int nparams, int D, int q)
 {
     pg_dp_bytes b = {0, 0, 0, 0};
     if (D <= 1)
         return b;
     int64_t shard = (n + D - 1) / D, mine = n * (q + 1) / D - n * q / D;
-    int64_t msgs = 2 * (shard / PG_DP_CHUNK + nparams + 2 * (int64_t)nchunks + 2) + nparams + 8;
+    int64_t msgs = 2 * (shard / PG_DP_CHUNK + 3 * (int64_t)nparams + 4) + nparams + 8;
     b.in = (int64_t)(D - 1) * PG_DP_CHUNK * 4;
     b.stats = (int64_t)D * 2 * (stats_max > 0 ? stats_max : 1) * 8;
     b.link = buffer_numel * 8 + msgs * 16 + 4096;

@@ -159,7 +159,7 @@ static int forward_row(pg_run *r, int64_t n)
                         x->chunk);
                 return 1;
             }
-            pg_mb_io io = {0, x->slot, d->mb_recompute[0], 1, 0, r->opt.steps, d->train.seed, 0.0, 1};
+            pg_mb_io io = {0, x->slot, d->mb_recompute[0], 1, 0, r->opt.steps, d->train.seed, 0.0, 1, NULL, NULL};
             if (cf->fwd(r->ctx, r->A, &io)) {
                 fprintf(stderr, "stage %d: --generate: the forward of chunk %d failed at token %lld\n", d->stage,
                         x->chunk, (long long)n);

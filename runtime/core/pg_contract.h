@@ -22,7 +22,7 @@
 
 #include <stdint.h>
 
-#define PG_CONTRACT_VERSION 2
+#define PG_CONTRACT_VERSION 3 /* 3: pg_param_desc.chunk, .grad_layer; pg_mb_io.grads_final */
 /* "PGCTRC" in the high bytes and the version in the low ones: a stage file
  * from before the contract had a pointer there, which never reads as this. */
 #define PG_CONTRACT_TAG(version) (UINT64_C(0x5047435452430000) | (uint64_t)(version))
@@ -156,6 +156,13 @@ typedef struct pg_mb_io {
     uint64_t seed;       /* train.seed */
     double loss;         /* out (FWD of the loss chunk): this micro-batch's partial loss */
     int infer;           /* 1: inference (--generate): no dropout, batch norm by its running statistics, nothing updated */
+    /* The runtime's hook, non-NULL only while the step's last backward-weight
+     * action of the chunk runs and replicas sum gradients while the backward
+     * goes on (runtime/core/dp.c): the chunk's bwd_w calls it (PG_GRADS_FINAL)
+     * after the weight-gradient code of each layer l (an index into
+     * pg_stage_desc.layers) that is some parameter's grad_layer. */
+    void (*grads_final)(void *arg, int l);
+    void *grads_final_arg;
 } pg_mb_io;
 
 typedef int (*pg_chunk_fn)(pg_ctx *c, unsigned char *A, pg_mb_io *io);
@@ -192,6 +199,16 @@ typedef struct pg_param_desc {
     int nacc;
     const int *stage_nacc;
     int64_t acc_numel;
+    /* Where its gradient becomes final (the replicas' gradient buckets,
+     * runtime/core/dp.c): the chunk of this stage whose one layer alone uses
+     * it, and that layer's index in pg_stage_desc.layers (grad_layer), whose
+     * backward-weight code of the step's last micro-batch writes the gradient
+     * last and then calls PG_GRADS_FINAL. Both -1 where no one layer finishes
+     * it: a parameter used by several layers (its accumulators are folded
+     * later) or tied across stages (summed over them first), a buffer, and
+     * every entry of the model table. */
+    int chunk;
+    int grad_layer;
 } pg_param_desc;
 
 typedef struct pg_train_desc {

@@ -21,4 +21,10 @@ extern const pg_stage_desc pg_stage;
 /* Generated code checks every op: `PG_TRY(pg_linear_fwd(...));` */
 #define PG_TRY(call) do { int pg_rc_ = (call); if (pg_rc_) return pg_rc_; } while (0)
 
+/* After a layer's weight-gradient code: its parameters' gradients are final
+ * when this is the step's last micro-batch of the chunk, and the runtime
+ * (dp.c) then set the hook to start summing them over the replicas. A test
+ * and a branch otherwise: nothing measurable for one replica. */
+#define PG_GRADS_FINAL(io, l) do { if ((io)->grads_final) (io)->grads_final((io)->grads_final_arg, (l)); } while (0)
+
 #endif

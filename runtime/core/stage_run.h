@@ -90,6 +90,7 @@ typedef struct pg_run {
      * batch, its micro-batch i holds mb_rows[i] of them from global row
      * mb_first[i] (the split of `rows` into nmb as the .pipe splits batch). */
     int replica, replicas;
+    int local_procs;          /* processes of this run on this host (pg_launch.local_world; 0: unknown) */
     int64_t row0, rows;
     int64_t *mb_rows, *mb_first;  /* [nmb] */
     double loss_global;       /* the step's loss over every replica (the loss stage) */
@@ -138,18 +139,22 @@ int pg_dp_layout(pg_run *r, pg_launch *l);
 size_t pg_dp_link_bytes(const pg_run *r);
 int pg_dp_init(pg_run *r);
 int pg_dp_reduce(pg_run *r, int64_t step);
-/* action_begin / action_end (every action of a step, before and after it
- * runs): after the last backward action of a chunk whose gradients are then
- * final (not the stage's last backward), the reducer thread starts summing
- * them over the replicas (an early bucket) while the backward goes on;
- * pg_dp_reduce waits for every early bucket, then reduces the rest.
- * PIPE_CHECK_OVERLAP=1: before the stage's last backward action, wait until
- * the early buckets are reduced, and count the steps where they were.
+/* mb_io (before a BWD_W action runs its chunk function): where that action
+ * finishes the gradients of an early bucket (dp.c's plan_buckets: the
+ * parameters of consecutive layers, in the order the step's last micro-batch
+ * finishes them), io->grads_final is set, and the chunk's PG_GRADS_FINAL
+ * after such a layer posts the bucket to the reducer thread, which sums it
+ * over the replicas while the backward goes on; NULL otherwise (one replica,
+ * a device arena, PIPE_DP_BUCKET_BYTES=0). action_end (after every action):
+ * posts what a replayed action's hooks did not. pg_dp_reduce waits for every
+ * early bucket, then reduces the rest. PIPE_CHECK_OVERLAP=1: once the last
+ * early bucket is posted, wait until every early bucket is reduced, and count
+ * the steps where they were.
  * report (replica 0, after the last step): the bytes one reduction sends after
  * the backward, its median time over steps 2.. and the rate, one line on
  * stdout (bench/dp.sh); the early buckets' bytes. stop (before the network
  * closes): the reducer thread leaves. free: the buffers. */
-void pg_dp_action_begin(pg_run *r, int a);
+void pg_dp_mb_io(pg_run *r, int a, pg_mb_io *io);
 void pg_dp_action_end(pg_run *r, int a);
 void pg_dp_report(pg_run *r);
 void pg_dp_stop(pg_run *r);

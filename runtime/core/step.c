@@ -485,7 +485,6 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
         double act_t0 = r->tracing ? pg_run_now() : 0.0;
         if (x->kind != PG_FWD && x->kind != PG_BWD_B && x->kind != PG_BWD_W && pg_backend_compute_end(r->ctx))
             return 1;
-        pg_dp_action_begin(r, a);
         switch (x->kind) {
         case PG_FWD: case PG_BWD_B: case PG_BWD_W: {
             const pg_chunk_desc *cf = pg_run_chunk_fns(d, x->chunk);
@@ -494,7 +493,9 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
                 return 1;
             }
             pg_mb_io io = {x->mb, x->slot, d->mb_recompute[x->mb], r->mb_rows[x->mb], r->mb_first[x->mb], step,
-                           d->train.seed, 0.0, 0}; /* this replica's rows (dp.c) */
+                           d->train.seed, 0.0, 0, NULL, NULL}; /* this replica's rows (dp.c) */
+            if (x->kind == PG_BWD_W)
+                pg_dp_mb_io(r, a, &io); /* the replicas start summing gradients as its layers finish them */
             double t0 = pg_run_now();
             int is_loss = x->kind == PG_FWD && d->has_loss && x->chunk == d->nchunks - 1;
             rep = pg_backend_compute(r->ctx, a, is_loss ? &r->loss[x->mb] : NULL);
@@ -555,7 +556,7 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
             net_fail(r, a, x, st);
             return 1;
         }
-        pg_dp_action_end(r, a); /* a chunk's gradients final: the replicas sum them while the backward goes on */
+        pg_dp_action_end(r, a); /* the gradients its layers' hooks did not post (dp.c) */
         if (r->tracing)
             pg_trace_action(r, step, a, act_t0, pg_run_now());
     }
