@@ -38,6 +38,11 @@
 #include <stdint.h>
 
 #define PG_DP_CHUNK ((int64_t)1 << 16) /* floats a reduction message carries at most */
+/* The tag kind of the replicas' messages (PG_TAG(PG_TAG_DP, bucket, x)): x 0
+ * shard in, 1 shard summed, 2 loss, 3 batch-norm sums, 4 start word, 5 and 6
+ * the device reduction's start-up (pg_dp_dev.h); --zero 1 (zero.c): 7 the
+ * updated weights of a shard, 8 a replica's optimizer state for a checkpoint */
+#define PG_TAG_DP 24u
 
 typedef struct pg_dp_bytes {
     int64_t in;         /* bytes: (D - 1) x PG_DP_CHUNK floats, the other replicas' copies of a chunk of this shard */
