@@ -30,7 +30,6 @@
 #include "pg_ops.h"
 #include "stage_run.h"
 
-#define PG_ZERO_ALIGN 64          /* bytes: each slice of state in the compact region */
 #define ZERO_CHUNK PG_DP_CHUNK    /* floats per message of the weights' all-gather (dp_bytes.h) */
 #define TAG_WEIGHTS PG_TAG(PG_TAG_DP, 0, 7) /* the updated weights of a shard */
 #define TAG_STATE PG_TAG(PG_TAG_DP, 0, 8)   /* a replica's optimizer state, to replica 0 for a checkpoint */
@@ -44,7 +43,7 @@ struct pg_zero {
     size_t sent;         /* weight bytes this replica sends per step */
 };
 
-static int64_t align_up(int64_t x) { return (x + PG_ZERO_ALIGN - 1) / PG_ZERO_ALIGN * PG_ZERO_ALIGN; }
+static int64_t part_bytes(int64_t floats) { return pg_zero_part_bytes(floats, 1); } /* one state tensor of a part */
 
 /* The parameters the optimizer steps (step.c opt_step; those dp.c reduces). */
 static int stepped(const pg_stage_desc *d, const pg_param_desc *p)
@@ -110,7 +109,7 @@ int pg_zero_layout(pg_run *r)
                 z->hi[c] = b - base;
                 if (p->opt_off[0] >= 0) {
                     z->at[c] = bytes;
-                    bytes += align_up((b - a) * 4) * (p->opt_off[1] >= 0 ? 2 : 1);
+                    bytes += pg_zero_part_bytes(b - a, p->opt_off[1] >= 0 ? 2 : 1); /* dp_bytes.h */
                 }
             }
             base += p->numel;
@@ -162,7 +161,7 @@ float *pg_zero_state(pg_run *r, const pg_param_desc *p, int k, int64_t *lo, int6
     *hi = r->zero->hi[c];
     if (r->zero->at[c] < 0 || p->opt_off[k] < 0)
         return NULL;
-    return (float *)(r->A + d->opt_lo + r->zero->at[c] + (int64_t)k * align_up((*hi - *lo) * 4));
+    return (float *)(r->A + d->opt_lo + r->zero->at[c] + (int64_t)k * part_bytes(*hi - *lo));
 }
 
 /* Replica q's state k of parameter p: its part [lo, hi) (NULL: none). */
@@ -176,7 +175,7 @@ static const float *state_of(pg_run *r, int q, const pg_param_desc *p, int k, in
     if (z->at[c] < 0)
         return NULL;
     const unsigned char *base = q == r->replica ? r->A + d->opt_lo : z->ck[q];
-    return base ? (const float *)(base + z->at[c] + (int64_t)k * align_up((*hi - *lo) * 4)) : NULL;
+    return base ? (const float *)(base + z->at[c] + (int64_t)k * part_bytes(*hi - *lo)) : NULL;
 }
 
 int pg_zero_state_get(pg_run *r, const pg_param_desc *p, int k, float *dst)
