@@ -5,7 +5,8 @@
 #    gpt_tiny (AdamW, wte tied across stages) at 2 stages x 2 replicas and
 #    1 stage x 3 replicas: the losses, the saved weights and the checkpoint's
 #    stage files (weights and the whole optimizer state, gathered on replica
-#    0) bitwise equal to the same run without --zero; PIPE_DP_STAGED=1 too;
+#    0) bitwise equal to the same run without --zero; PIPE_DP_STAGED=1 and
+#    early buckets (PIPE_DP_BUCKET_BYTES=1) too;
 #  - the end-of-run line shows the smaller optimizer state and arena, and the
 #    same figures as `pipegen plan`'s z1 columns (state, weights sent);
 #  - a checkpoint written with --zero resumed without it, and the reverse,
@@ -58,6 +59,8 @@ for c in "mlp-2 2" "mlp-1 3" "gpt-2 2" "gpt-1 3" "sgd-2 2"; do
 done
 PIPE_DP_STAGED=1 run gpt-2 2 gpt-2-D2-zs --zero 1 && same gpt-2-D2 gpt-2-D2-zs
 ok $? "gpt_tiny 2 x 2 on the staged path (PIPE_DP_STAGED=1) with --zero 1: the same bytes"
+PIPE_DP_BUCKET_BYTES=1 run gpt-2 2 gpt-2-D2-zb --zero 1 && same gpt-2-D2 gpt-2-D2-zb
+ok $? "... and with a bucket per layer reduced while the backward runs (PIPE_DP_BUCKET_BYTES=1)"
 
 # the end-of-run line: replica 0 of each stage
 zl=$(grep -- '--zero 1: optimizer state' "$T/gpt-2-D2-z.out")

@@ -448,7 +448,7 @@ static int run(pg_run *r)
     }
     if (pg_backend_set_precision(r->ctx, d->precision))
         return 1;
-    if (pg_guard_memory(d, err, sizeof err)) {
+    if (pg_guard_memory(d, pg_zero_arena_bytes(r), err, sizeof err)) { /* --zero 1: its smaller arena */
         fprintf(stderr, "%s\n", err);
         return 1;
     }
