@@ -10,7 +10,8 @@
 #  - the end-of-run line shows the smaller optimizer state and arena, and the
 #    same figures as `pipegen plan`'s z1 columns (state, weights sent);
 #  - a checkpoint written with --zero resumed without it, and the reverse,
-#    equal an uninterrupted run bitwise;
+#    equal an uninterrupted run bitwise; so does one written at SIGTERM
+#    (--save-on-exit, the signal to replica 1 only);
 #  - --zero 1 on one replica says it does nothing; --zero 2 and --zero x are
 #    refused; --zero given to one process only is refused at the rendezvous;
 #  - under ASan/UBSan/LSan (2 stages x 2 replicas, a checkpoint and resume;
@@ -19,7 +20,11 @@
 . "$TOP/tests/lib_e2e.sh"
 . "$TOP/tests/lib_fault.sh"
 T=$(mktemp -d /tmp/pg-ppdp-zero.XXXXXX)
-trap '[ -n "$KEEP" ] || rm -rf "$T"' EXIT
+cleanup() {
+    [ -f "$T/sigterm.pid" ] && kill -9 "$(cat "$T/sigterm.pid")" 2>/dev/null
+    [ -n "$KEEP" ] || rm -rf "$T"
+}
+trap cleanup EXIT
 
 # gen NAME-TAG MODEL DEL [SED-ARG...]: tests/models/MODEL.pipe into $T/NAME-TAG, built
 gen() {
@@ -104,6 +109,27 @@ rm -rf "$T/xck"
     "$PIPERUN" --dp 2 "$T/mlp-2/gen/bin" -- --steps 6 --threads 1 --zero 1 --resume "$T/xck" --save "$T/x3.st" >"$T/x3.out" 2>&1 &&
     cmp -s "$T/x2.st" "$T/x3.st"
 ok $? "mlp_small: 1 x 3 with --zero resumed by 2 x 2 with and without it: the same bytes"
+
+# --save-on-exit with --zero 1: SIGTERM to replica 1's stage 1 stops every
+# replica after the same step, and each sends replica 0 its optimizer state for
+# the checkpoint; resumed without --zero it equals a straight run
+m2=$T/mlp-2/gen/bin
+"$PIPERUN" --dp 2 "$m2" -- --threads 1 --steps 100000000 --log-every 50 --checkpoint-dir "$T/ck2" --zero 1 \
+    --save-on-exit >"$T/sigterm.out" 2>&1 &
+pr=$!
+echo $pr >"$T/sigterm.pid"
+wait_for "$T/sigterm.out" 'step 50/' 60
+kill -TERM "$(ps --ppid $pr -o pid= | sort -n | tail -1)"
+wait_exit $pr 30
+rm -f "$T/sigterm.pid"
+n=$(sed -n 's/.*stopped by signal 15 after step \([0-9]*\) (checkpoint saved)/\1/p' "$T/sigterm.out" | sort -u)
+is "$WX $(grep -c 'stopped by signal 15 after step' "$T/sigterm.out") $(echo "$n" | wc -l)" "143 4 1" \
+    "--save-on-exit with --zero 1: every process stops after the same step ($n) with 143"
+"$PIPERUN" --dp 2 "$m2" -- --threads 1 --steps $((n + 2)) --resume "$T/ck2" --save "$T/after-term.st" \
+    >"$T/after-term.out" 2>&1 &&
+    "$PIPERUN" --dp 2 "$m2" -- --threads 1 --steps $((n + 2)) --save "$T/straight-term.st" >"$T/straight-term.out" 2>&1 &&
+    cmp -s "$T/after-term.st" "$T/straight-term.st"
+ok $? "... its checkpoint, resumed without --zero for 2 more steps, equals a straight run bitwise"
 
 # one replica, bad values, a mismatch
 out=$("$PIPERUN" "$T/mlp-2/gen/bin" -- --steps 1 --threads 1 --zero 1 2>&1)
