@@ -205,6 +205,7 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
     fprintf(o, ",\n    .stage = %d, .nstages = %d, .nchunks = %d, .nmb = %d,\n", k, m->nstages, m->nchunks, g->s->nmb);
     fprintf(o, "    .plan_hash = UINT64_C(0x%016" PRIx64 "),\n", hash);
     fprintf(o, "    .arena_bytes = STAGE%d_ARENA_BYTES,\n", k);
+    fprintf(o, "    .opt_lo = %" PRId64 ", .opt_bytes = %" PRId64 ",\n", S->mp.opt_lo, S->mp.total - S->mp.opt_lo);
     fprintf(o, "    .train = {.batch = %" PRId64 ", .microbatches = %" PRId64 ", .steps = %" PRId64 ", .optimizer = %s,\n",
             t->batch, t->microbatches, t->steps, t->optimizer == OPT_ADAMW ? "PG_OPTIM_ADAMW" : "PG_OPTIM_SGD");
     fprintf(o, "              .lr = %.17g, .momentum = %.17g, .weight_decay = %.17g,\n", t->lr, t->momentum,

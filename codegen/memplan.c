@@ -262,6 +262,8 @@ void pg_mp_solve(pg_memplan *p)
     }
     for (int k = 0; k < n && ok; k++) {
         pg_mp_buf *b = &p->buf[order[k].index];
+        if (b->cat == MP_OPTSTATE)
+            continue; /* at the end, below */
         if (b->first_use != PG_MP_WHOLE_STEP) {
             placed[nt++] = order[k].index; /* timed: later, in size order */
             continue;
@@ -297,10 +299,21 @@ void pg_mp_solve(pg_memplan *p)
     if (!ok) { /* out of memory: a bump allocator, still correct */
         p->total = align_up(g);
         for (int i = 0; i < n; i++) {
+            if (p->buf[i].cat == MP_OPTSTATE)
+                continue;
             p->buf[i].offset = p->total;
             p->total = align_up(p->total + p->buf[i].bytes + g);
         }
     }
+    /* the optimizer state: one region at the end, in insertion order (a
+     * parameter's state 0, then its state 1, parameters in table order), so
+     * that a process holding a shard of it (--zero 1) can leave it out */
+    p->opt_lo = p->total;
+    for (int i = 0; i < n; i++)
+        if (p->buf[i].cat == MP_OPTSTATE) {
+            p->buf[i].offset = p->total;
+            p->total = align_up(p->total + p->buf[i].bytes + g);
+        }
     free(order);
     free(placed);
     free(near);

@@ -35,13 +35,15 @@ typedef struct pg_memplan {
     int n, cap;
     pg_mp_buf *buf;
     int64_t total;           /* arena bytes (aligned) */
+    int64_t opt_lo;          /* out: the optimizer state (MP_OPTSTATE) is [opt_lo, total), at the end */
     int64_t guard;           /* in: free bytes before the first buffer and after each (0: packed) */
 } pg_memplan;
 
 const char *pg_mp_cat_name(pg_mp_cat c);
 /* Add a buffer; returns its index, or -1 when out of memory. */
 int pg_mp_add(pg_memplan *p, const char *name, pg_mp_cat cat, int64_t bytes, int first_use, int last_use);
-/* Assign offsets. The buffers alive the whole step first, greedy by size
+/* Assign offsets. The optimizer state (MP_OPTSTATE) goes last, one region
+ * [opt_lo, total) in insertion order. Of the others, the buffers alive the whole step first, greedy by size
  * (largest first, ties by insertion order) at the lowest aligned free offset;
  * then, above them, the buffers with a shorter lifetime: greedy by size over
  * lifetimes (TVM USMP's greedy_by_size: each at the lowest aligned offset

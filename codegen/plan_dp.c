@@ -91,15 +91,18 @@ static int read_plan(const char *text, int nstages, stage_mem *mem)
     return 0;
 }
 
-/* Stage k's inputs to dp_bytes.h, as dp.c computes them from its table. */
+/* Stage k's inputs to dp_bytes.h, as dp.c computes them from its table;
+ * stepped: the reduced parameters' sizes in table order (--zero 1, zero.c),
+ * nstepped of them (the caller frees it). */
 typedef struct stage_red {
     int64_t numel, stats_max, buffer_numel;
-    int nparams;
+    int nparams, nstepped;
+    int64_t *stepped;
 } stage_red;
 
 static stage_red stage_reduction(const ir_model *m, int k)
 {
-    stage_red s = { 0, 0, 0, 0 };
+    stage_red s = { 0, 0, 0, 0, 0, malloc((size_t)(m->nparams ? m->nparams : 1) * sizeof(int64_t)) };
     for (int p = 0; p < m->nparams; p++) {
         const ir_param *P = &m->params[p];
         if (!(P->stage_mask >> k & 1))
@@ -112,6 +115,8 @@ static stage_red stage_reduction(const ir_model *m, int k)
                 s.stats_max = n;
         } else if (!(P->tie == TIE_TRANSMIT && P->owner_stage != k)) {
             s.numel += n;
+            if (s.stepped)
+                s.stepped[s.nstepped++] = n;
         }
     }
     return s;
@@ -169,22 +174,38 @@ int pg_plan_dp_report(const ir_model *m, const pg_gen *g, int dp, FILE *o)
     free(json);
     fprintf(o, "pp x dp: per process, D replicas of the %d stage%s (rank = replica x %d + stage): the arena (compiled, "
                "the same for every D) and the gradient reduction's buffers and send rings (runtime/core/dp_bytes.h); "
-               "sent: bytes replica 0 sends per step, 2 (D-1)/D of its gradient bytes\n",
+               "sent: bytes replica 0 sends per step, 2 (D-1)/D of its gradient bytes. With --zero 1 (the optimizer "
+               "state sharded over the replicas, ZeRO-1): z1 state, replica 0's optimizer state; z1 process, its "
+               "per-process bytes (the arena holds that instead of the whole state); z1 sent, 3 (D-1)/D of the "
+               "gradient bytes (its updated weights to the others too)\n",
             P, P == 1 ? "" : "s", P);
+    int nopt = m->train.optimizer == OPT_ADAMW ? 2 : m->train.momentum > 0 ? 1 : 0;
     for (int k = 0; k < P; k++) {
         stage_red s = stage_reduction(m, k);
         fprintf(o, "stage %d: arena %" PRId64 " bytes (parameters %" PRId64 ", gradients %" PRId64
                    ", optimizer state %" PRId64 "); %" PRId64 " gradient floats reduced\n",
                 k, mem[k].arena, mem[k].params, mem[k].grads, mem[k].opt, s.numel);
-        fprintf(o, "  %5s %14s %14s %14s %14s %14s\n", "D", "chunk copies", "bn sums", "send rings", "per process",
-                "sent");
+        if (!s.stepped) {
+            fprintf(stderr, "pipegen plan: out of memory\n");
+            free(mem);
+            return 1;
+        }
+        fprintf(o, "  %5s %14s %14s %14s %14s %14s %14s %14s %14s\n", "D", "chunk copies", "bn sums", "send rings",
+                "per process", "sent", "z1 state", "z1 process", "z1 sent");
         for (int i = 0; i < nd; i++) {
             int D = Ds[i];
             pg_dp_bytes b = pg_dp_bytes_of(s.numel, s.stats_max, s.buffer_numel, s.nparams, D, 0);
             int64_t rings = (int64_t)(D - 1) * b.link;
-            fprintf(o, "  %5d %14" PRId64 " %14" PRId64 " %14" PRId64 " %14" PRId64 " %14" PRId64 "\n", D, b.in,
-                    b.stats, rings, mem[k].arena + b.in + b.stats + rings, b.sent);
+            int64_t total = mem[k].arena + b.in + b.stats + rings, zs = mem[k].opt, zsent = b.sent;
+            if (D > 1) { /* with one replica --zero 1 does nothing */
+                zs = pg_zero_state_bytes(s.stepped, s.nstepped, nopt, D, 0);
+                zsent += (int64_t)(D - 1) * pg_dp_shard_lo(s.numel, D, 1) * 4;
+            }
+            fprintf(o, "  %5d %14" PRId64 " %14" PRId64 " %14" PRId64 " %14" PRId64 " %14" PRId64 " %14" PRId64
+                       " %14" PRId64 " %14" PRId64 "\n", D, b.in, b.stats, rings, total, b.sent, zs,
+                    total - mem[k].opt + zs, zsent);
         }
+        free(s.stepped);
     }
     if (dp <= 0)
         for (int i = 0; i < 4; i++)

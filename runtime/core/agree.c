@@ -36,6 +36,7 @@ static const struct {
     {"--prompt", AG_STR, offsetof(pg_run_opts, prompt)},
     {"--temperature", AG_REAL, offsetof(pg_run_opts, temperature)},
     {"--dp", AG_INT, offsetof(pg_run_opts, dp)},
+    {"--zero", AG_INT, offsetof(pg_run_opts, zero)},
 };
 
 /* The accepted entries (stage 0's and every accepted peer's). */

@@ -35,7 +35,8 @@ static void ck_fmt(char *b, size_t len, const char *fmt, ...)
 typedef struct ck_item {
     char name[320];            /* "w:<param>", "opt0:<param>", "opt1:<param>" */
     const pg_param_desc *p;
-    int64_t off;               /* arena byte offset */
+    int64_t off;               /* arena byte offset (the weights) */
+    int opt;                   /* -1 the weights, else optimizer state opt (through zero.c: --zero 1 holds a part) */
     size_t bytes;
 } ck_item;
 
@@ -63,6 +64,7 @@ static ck_item *ck_items(const pg_stage_desc *d, int saving, int *n, size_t *tot
             snprintf(x->name, sizeof x->name, "%s:%s", pre[j], p->name);
             x->p = p;
             x->off = offs[j];
+            x->opt = j - 1;
             x->bytes = (size_t)p->numel * 4;
             *total += x->bytes;
         }
@@ -810,7 +812,8 @@ int pg_ckpt_save(pg_run *r, int64_t step)
         size_t off = 0;
         int rc = 0;
         for (int i = 0; i < n && !rc; i++) {
-            rc = pg_copy_to_host(r->ctx, buf + off, r->A + it[i].off, it[i].bytes);
+            rc = it[i].opt < 0 ? pg_copy_to_host(r->ctx, buf + off, r->A + it[i].off, it[i].bytes)
+                               : pg_zero_state_get(r, it[i].p, it[i].opt, (float *)(buf + off));
             t[i].name = it[i].name;
             ck_shape(&it[i], &t[i].dtype, &t[i].rank, t[i].dim);
             t[i].data = buf + off;
@@ -1152,7 +1155,8 @@ int pg_ckpt_resume(pg_run *r, int64_t *start_step)
     size_t off = 0;
     int rc = 0;
     for (int i = 0; i < n && !rc; i++) {
-        rc = pg_copy_to_dev(r->ctx, r->A + it[i].off, buf + off, it[i].bytes);
+        rc = it[i].opt < 0 ? pg_copy_to_dev(r->ctx, r->A + it[i].off, buf + off, it[i].bytes)
+                           : pg_zero_state_put(r, it[i].p, it[i].opt, (const float *)(buf + off));
         off += it[i].bytes;
     }
     free(it);

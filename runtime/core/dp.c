@@ -55,8 +55,6 @@
 #include "stage_run.h"
 
 #define DP_TIMES 4096 /* reductions timed for pg_dp_report */
-#define PG_TAG_DP 24u /* kind of the replica messages: x 0 shard in, 1 shard summed, 2 loss, 3 batch-norm sums, 4 start word,
-                        5 and 6 the device reduction's start-up (pg_dp_dev.h) */
 /* Messages carry at most DP_CHUNK floats: the sum of one chunk overlaps the
  * arrival of the next, and the summed chunk leaves at once (both sides cut
  * a shard at the same places: every DP_CHUNK from its start, and at the

@@ -38,6 +38,11 @@
 #include <stdint.h>
 
 #define PG_DP_CHUNK ((int64_t)1 << 16) /* floats a reduction message carries at most */
+/* The tag kind of the replicas' messages (PG_TAG(PG_TAG_DP, bucket, x)): x 0
+ * shard in, 1 shard summed, 2 loss, 3 batch-norm sums, 4 start word, 5 and 6
+ * the device reduction's start-up (pg_dp_dev.h); --zero 1 (zero.c): 7 the
+ * updated weights of a shard, 8 a replica's optimizer state for a checkpoint */
+#define PG_TAG_DP 24u
 
 typedef struct pg_dp_bytes {
     int64_t in;         /* bytes: (D - 1) x PG_DP_CHUNK floats, the other replicas' copies of a chunk of this shard */
@@ -68,6 +73,35 @@ static inline pg_dp_bytes pg_dp_bytes_of(int64_t n, int64_t stats_max, int64_t b
 
 /* The first float of shard q of n floats cut into D shards. */
 static inline int64_t pg_dp_shard_lo(int64_t n, int D, int q) { return n * q / D; }
+
+/* --zero 1 (runtime/core/zero.c): replica q's optimizer state, when the
+ * stage's n stepped floats (its reduced parameters numel[0..np), in table
+ * order) are cut into D shards as above and each parameter's part of shard q
+ * keeps nopt state tensors (2 AdamW, 1 SGD with momentum, else 0), each
+ * PG_ZERO_ALIGN-aligned in the compact region after the arena's other
+ * buffers. Sent per step: the reduction's, plus the shard's updated weights
+ * to the D - 1 others ((D-1) x its floats x 4: 3 (D-1)/D of the gradient
+ * bytes in all). */
+#define PG_ZERO_ALIGN 64
+static inline int64_t pg_zero_part_bytes(int64_t floats, int nopt)
+{
+    return (floats * 4 + PG_ZERO_ALIGN - 1) / PG_ZERO_ALIGN * PG_ZERO_ALIGN * nopt;
+}
+
+static inline int64_t pg_zero_state_bytes(const int64_t *numel, int np, int nopt, int D, int q)
+{
+    int64_t n = 0, base = 0, bytes = 0;
+    for (int i = 0; i < np; i++)
+        n += numel[i];
+    int64_t s0 = pg_dp_shard_lo(n, D, q), s1 = pg_dp_shard_lo(n, D, q + 1);
+    for (int i = 0; i < np; i++) {
+        int64_t a = s0 > base ? s0 : base, b = s1 < base + numel[i] ? s1 : base + numel[i];
+        if (a < b)
+            bytes += pg_zero_part_bytes(b - a, nopt);
+        base += numel[i];
+    }
+    return bytes;
+}
 
 /* The NCCL path's device bytes for n floats over D replicas: the other D - 1
  * replicas' copies of this replica's shard, (D - 1) x ceil(n / D) floats, and

@@ -16,9 +16,9 @@
 
 static double gib(uint64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
 
-int pg_guard_memory(const pg_stage_desc *d, char *err, size_t errlen)
+int pg_guard_memory(const pg_stage_desc *d, int64_t arena_bytes, char *err, size_t errlen)
 {
-    uint64_t need = (uint64_t)d->arena_bytes, avail = pg_proc_bytes("/proc/meminfo", "MemAvailable:");
+    uint64_t need = (uint64_t)arena_bytes, avail = pg_proc_bytes("/proc/meminfo", "MemAvailable:");
     if (avail && need > avail) {
         snprintf(err, errlen,
                  "stage %d: its arena needs %" PRIu64 " bytes (%.2f GiB) but this machine has only %" PRIu64

@@ -13,9 +13,10 @@
 /* The verdict on one step (r->step_verdict). */
 enum { PG_VERDICT_OK = 0, PG_VERDICT_SKIP = 1, PG_VERDICT_STOP = 2 };
 
-/* 0 when the arena fits in the memory this process may use (MemAvailable,
- * RLIMIT_AS, RLIMIT_DATA); -1 with both numbers in err. */
-int pg_guard_memory(const pg_stage_desc *d, char *err, size_t errlen);
+/* 0 when the arena of arena_bytes (d's, or less with --zero 1: zero.c) fits
+ * in the memory this process may use (MemAvailable, RLIMIT_AS, RLIMIT_DATA);
+ * -1 with both numbers in err. */
+int pg_guard_memory(const pg_stage_desc *d, int64_t arena_bytes, char *err, size_t errlen);
 
 /* 0 when RLIMIT_NOFILE (ulimit -n) leaves room for the connections and files
  * a stage needs in a world of `world` processes (raising the soft limit up to

@@ -72,6 +72,10 @@ static void usage(FILE *o, const pg_stage_desc *d)
             "  --dp D          D data-parallel replicas of the pipeline (default: the world size /\n"
             "                  the stage count); rank = replica x stages + stage; each replica\n"
             "                  trains on its contiguous batch / D rows of every step\n"
+            "  --zero 1        with D replicas, shard the optimizer state over them (ZeRO-1):\n"
+            "                  each steps 1/D of the weights, holds 1/D of the state and\n"
+            "                  sends its updated weights to the others (same results bit\n"
+            "                  for bit; CPU runtime only; --zero 0: off, the default)\n"
             "  --no-graph      CUDA runtime: run every op eagerly instead of replaying each\n"
             "                  step's compute as CUDA graphs (same results; no effect on the CPU)\n"
             "  --help          this text\n"
@@ -171,7 +175,7 @@ static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts
         int takes = !strcmp(a, "--steps") || !strcmp(a, "--log-every") || !strcmp(a, "--data") ||
                     !strcmp(a, "--targets") || !strcmp(a, "--save") || !strcmp(a, "--save-grads") || !strcmp(a, "--threads") || !strcmp(a, "--timeout") ||
                     !strcmp(a, "--load") || !strcmp(a, "--generate") || !strcmp(a, "--prompt") || !strcmp(a, "--temperature") ||
-                    !strcmp(a, "--dp");
+                    !strcmp(a, "--dp") || !strcmp(a, "--zero");
         if (!takes) {
             fprintf(stderr, "stage %d: unknown option '%s' (see --help)\n", d->stage, a);
             return 2;
@@ -187,6 +191,14 @@ static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts
         else if (!strcmp(a, "--save-grads")) o->save_grads = v;
         else if (!strcmp(a, "--load")) o->load = v;
         else if (!strcmp(a, "--prompt")) o->prompt = v;
+        else if (!strcmp(a, "--zero")) {
+            if (strcmp(v, "0") && strcmp(v, "1")) {
+                fprintf(stderr, "stage %d: --zero wants 0 or 1 (1: shard the optimizer state over the data-parallel "
+                        "replicas, ZeRO stage 1), not '%s'\n", d->stage, v);
+                return 2;
+            }
+            o->zero = v[0] == '1';
+        }
         else if (!strcmp(a, "--temperature")) {
             char *end;
             double t = strtod(v, &end);
@@ -411,6 +423,8 @@ static int run(pg_run *r)
     }
     if (pg_dp_layout(r, &l)) /* replica and rows from rank and world (dp.c) */
         return 1;
+    if (pg_zero_layout(r)) /* --zero 1: this replica's shard of the optimizer state (zero.c) */
+        return 1;
     char why[128];
     int threads = pg_launch_threads(&l, r->opt.threads, why, sizeof why, err, sizeof err);
     if (threads < 0) {
@@ -434,18 +448,19 @@ static int run(pg_run *r)
     }
     if (pg_backend_set_precision(r->ctx, d->precision))
         return 1;
-    if (pg_guard_memory(d, err, sizeof err)) {
+    if (pg_guard_memory(d, pg_zero_arena_bytes(r), err, sizeof err)) { /* --zero 1: its smaller arena */
         fprintf(stderr, "%s\n", err);
         return 1;
     }
-    r->A = pg_arena_create(r->ctx, (size_t)d->arena_bytes);
+    int64_t arena = pg_zero_arena_bytes(r); /* --zero 1: the optimizer state's shard only (zero.c) */
+    r->A = pg_arena_create(r->ctx, (size_t)arena);
     if (!r->A) {
         fprintf(stderr, "stage %d: cannot get its arena of %" PRId64 " bytes (%.1f MiB); see `pipegen plan`\n", d->stage,
-                d->arena_bytes, (double)d->arena_bytes / 1048576.0);
+                arena, (double)arena / 1048576.0);
         return 1;
     }
     /* --guard-bytes: under AddressSanitizer the gaps between buffers become unaddressable */
-    pg_arena_guard(r->ctx, r->A, (size_t)d->arena_bytes, d->arena_bufs, d->narena_bufs);
+    pg_zero_guard(r);
     /* bf16 shadows of the GEMM weights: registered before any weight is written */
     for (int i = 0; i < d->nshadows; i++) {
         const pg_shadow_desc *sh = &d->shadows[i];
@@ -543,9 +558,11 @@ static int run(pg_run *r)
         int sig = 0; /* --save-on-exit: every stage stops after the same step */
         if (r->opt.save_on_exit && pg_guard_stop_agree(r, s + 1, &sig))
             return 1;
-        if (r->opt.ckpt_dir && r->replica == 0 && (sig || s + 1 == r->opt.steps || (r->opt.save_every && (s + 1) % r->opt.save_every == 0))) {
+        if (r->opt.ckpt_dir && (sig || s + 1 == r->opt.steps || (r->opt.save_every && (s + 1) % r->opt.save_every == 0))) {
             pg_io_protect_begin(); /* a signal waits until every stage's part is written */
-            int bad = pg_ckpt_save(r, s + 1);
+            /* --zero 1: every replica's optimizer state to replica 0 first (zero.c) */
+            int bad = pg_zero_ckpt_gather(r) || (r->replica == 0 && pg_ckpt_save(r, s + 1));
+            pg_zero_ckpt_done(r);
             pg_io_protect_end();
             if (bad)
                 return 1;
@@ -580,7 +597,8 @@ static int run(pg_run *r)
     }
     if (r->replica == 0) {
         pg_dp_report(r);
-        pg_backend_report(r->ctx, d->stage, d->arena_bytes, stdout);
+        pg_zero_report(r);
+        pg_backend_report(r->ctx, d->stage, pg_zero_arena_bytes(r), stdout);
     }
     return 0;
 }
@@ -640,6 +658,7 @@ int main(int argc, char **argv)
     free(r.mb_rows);
     free(r.mb_first);
     pg_dp_free(&r);
+    pg_zero_free(&r);
     free(r.synth_in);
     free(r.synth_tg);
     free(r.tr_ev);

@@ -22,7 +22,8 @@
 
 #include <stdint.h>
 
-#define PG_CONTRACT_VERSION 3 /* 3: pg_param_desc.chunk, .grad_layer; pg_mb_io.grads_final */
+#define PG_CONTRACT_VERSION 4 /* 3: pg_param_desc.chunk, .grad_layer; pg_mb_io.grads_final; 4: pg_stage_desc.opt_lo,
+                                 .opt_bytes */
 /* "PGCTRC" in the high bytes and the version in the low ones: a stage file
  * from before the contract had a pointer there, which never reads as this. */
 #define PG_CONTRACT_TAG(version) (UINT64_C(0x5047435452430000) | (uint64_t)(version))
@@ -254,6 +255,11 @@ typedef struct pg_stage_desc {
     int stage, nstages, nchunks, nmb;
     uint64_t plan_hash;                /* FNV-1a 64 of plan.json without its hash line */
     int64_t arena_bytes;
+    /* The optimizer state of every parameter (opt_off) lies in [opt_lo, opt_lo
+     * + opt_bytes), the end of the arena (opt_lo + opt_bytes = arena_bytes),
+     * a parameter's state 0 then its state 1, parameters in table order; with
+     * --zero 1 a replica holds only its shard of it (runtime/core/zero.c). */
+    int64_t opt_lo, opt_bytes;
     pg_train_desc train;
 
     int nparams;                       /* parameters held by this stage */

@@ -34,6 +34,7 @@ typedef struct pg_run_opts {
     int64_t trace_steps;      /* --trace-steps N: the last N steps are kept (default 10) */
     int no_graph;             /* --no-graph: CUDA runtime, every op eagerly (pg_step_info.graphs) */
     int64_t dp;               /* --dp D: data-parallel replicas (0: not given, world / stages) */
+    int64_t zero;             /* --zero 1: the optimizer state sharded over the replicas (zero.c) */
 } pg_run_opts;
 
 /* The data-parallel reduction's spans in the trace (trace.c), kinds below -1:
@@ -95,6 +96,7 @@ typedef struct pg_run {
     int64_t *mb_rows, *mb_first;  /* [nmb] */
     double loss_global;       /* the step's loss over every replica (the loss stage) */
     struct pg_dp *dp;         /* the reduction's buffers (NULL with one replica) */
+    struct pg_zero *zero;     /* --zero 1 with replicas: this stage's shards of the optimizer state (zero.c) */
     double dp_mark[PG_TRACE_DP_MARKS]; /* this step's reduction: its start, the replicas met (start word),
                                           shards sent, shards summed and sent back, summed shards in, end */
 } pg_run;
@@ -159,6 +161,28 @@ void pg_dp_action_end(pg_run *r, int a);
 void pg_dp_report(pg_run *r);
 void pg_dp_stop(pg_run *r);
 void pg_dp_free(pg_run *r);
+
+/* ---- --zero 1 (zero.c): the optimizer state sharded over the replicas ----
+ * layout: after pg_dp_layout, before the arena (refuses a non-CPU backend;
+ * one replica: says it does nothing). arena_bytes: what the arena holds.
+ * guard: pg_arena_guard for that arena. state: state k of parameter p for
+ * its elements [lo, hi) that this replica steps (the whole parameter without
+ * --zero; NULL: none). state_get: the whole state k into host dst [numel]
+ * (replica 0, after ckpt_gather); state_put: this replica's part of it from
+ * src [numel]. allgather: after the optimizer, every replica's updated
+ * weights into place. ckpt_gather: at a checkpoint every replica's state to
+ * replica 0 (every replica calls it); ckpt_done frees that. */
+int pg_zero_layout(pg_run *r);
+int64_t pg_zero_arena_bytes(const pg_run *r);
+void pg_zero_guard(pg_run *r);
+float *pg_zero_state(pg_run *r, const pg_param_desc *p, int k, int64_t *lo, int64_t *hi);
+int pg_zero_state_get(pg_run *r, const pg_param_desc *p, int k, float *dst);
+int pg_zero_state_put(pg_run *r, const pg_param_desc *p, int k, const float *src);
+int pg_zero_allgather(pg_run *r);
+int pg_zero_ckpt_gather(pg_run *r);
+void pg_zero_ckpt_done(pg_run *r);
+void pg_zero_report(const pg_run *r);
+void pg_zero_free(pg_run *r);
 
 /* Before any work (preflight.c): --generate/--prompt fit the model and every
  * file this stage will write can be written; removes temporaries of dead

@@ -218,16 +218,21 @@ static int opt_step(pg_run *r, int64_t step)
         const pg_param_desc *p = &d->params[i];
         if (p->is_buffer || (p->tie == 2 && p->owner != d->stage)) /* transmit: only the owner steps */
             continue;
-        float *w = (float *)(r->A + p->off);
-        const float *g = (const float *)(r->A + p->grad_off);
+        /* its elements [lo, hi) and their state: all of them, or with --zero 1
+         * this replica's shard (zero.c; elementwise, so the same bits) */
+        int64_t lo, hi;
+        float *s0 = pg_zero_state(r, p, 0, &lo, &hi), *s1 = pg_zero_state(r, p, 1, &lo, &hi);
+        if (hi <= lo)
+            continue;
+        float *w = (float *)(r->A + p->off) + lo;
+        const float *g = (const float *)(r->A + p->grad_off) + lo;
         float wd = p->decay ? (float)t->weight_decay : 0.0f;
         int rc;
         if (t->optimizer == PG_OPTIM_ADAMW)
-            rc = pg_adamw_step(r->ctx, p->numel, w, g, (float *)(r->A + p->opt_off[0]), (float *)(r->A + p->opt_off[1]),
-                               lr, (float)t->beta1, (float)t->beta2, (float)t->adam_eps, wd, step + 1);
+            rc = pg_adamw_step(r->ctx, hi - lo, w, g, s0, s1, lr, (float)t->beta1, (float)t->beta2, (float)t->adam_eps,
+                               wd, step + 1);
         else
-            rc = pg_sgd_step(r->ctx, p->numel, w, g, p->opt_off[0] >= 0 ? (float *)(r->A + p->opt_off[0]) : NULL, lr,
-                             (float)t->momentum, wd, step == 0);
+            rc = pg_sgd_step(r->ctx, hi - lo, w, g, s0, lr, (float)t->momentum, wd, step == 0);
         if (rc)
             return 1;
     }
@@ -540,7 +545,7 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
             double t0 = pg_run_now();
             if ((rep = pg_backend_compute(r->ctx, a, NULL)) < 0)
                 return 1;
-            if ((!rep && opt_step(r, step)) || pg_backend_compute_end(r->ctx))
+            if ((!rep && opt_step(r, step)) || pg_backend_compute_end(r->ctx) || pg_zero_allgather(r))
                 return 1;
             compute += pg_run_now() - t0;
             if (check_ties && tie_check(r, a, x, step))
