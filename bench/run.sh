@@ -10,7 +10,8 @@
 # 1f1b, interleaved(2), zb1 and zbv against torch.distributed.pipelining's;
 # bench/gemm.sh: the runtime's GEMM against OpenBLAS; bench/dp.sh: the data-parallel
 # replicas' gradient reduction against raw TCP on the same loopback path, and the
-# step with its early buckets against without.
+# step with its early buckets against without; bench/zero.sh: the replicas' step
+# with the optimizer state sharded (--zero 1) against without.
 #
 # Knobs (environment): BENCH_STEPS (30) steps per run, BENCH_WARMUP (3) first
 # steps left out of the median, BENCH_REPEAT (3) rounds (each config is run once
@@ -151,3 +152,7 @@ BENCH_CPUS=${BENCH_CPUS:-0,1} BENCH_DIR=$DIR "$TOP/bench/gemm.sh" || exit 1
 # step with early buckets against without (bench/dp.sh)
 echo
 BENCH_STEPS=$STEPS BENCH_WARMUP=$WARMUP BENCH_REPEAT=$REPEAT BENCH_CPUS=${BENCH_CPUS:-0,1} BENCH_DIR=$DIR "$TOP/bench/dp.sh" || exit 1
+
+# the optimizer state sharded over the replicas (--zero 1) against without (bench/zero.sh)
+echo
+BENCH_STEPS=$STEPS BENCH_WARMUP=$WARMUP BENCH_REPEAT=$REPEAT BENCH_CPUS=${BENCH_CPUS:-0,1} BENCH_DIR=$DIR "$TOP/bench/zero.sh" || exit 1
