@@ -284,4 +284,5 @@ fuzz: all
 clean:
 	rm -rf build build-san build-cuda
 
--include $(shell find build build-san build-cuda -name '*.d' 2>/dev/null)
+# header dependencies of every build folder, a BUILD=elsewhere one included
+-include $(shell find $(sort build build-san build-cuda $(BUILD)) -name '*.d' 2>/dev/null)
