@@ -46,12 +46,7 @@ bench_pin
 mkdir -p "$DIR/logs" || fail "cannot create $DIR"
 "$TOP/bench/mlp_stages.sh" 1 "$DIR/mlp-1" || fail "building mlp on 1 stage failed"
 "$TOP/bench/mlp_stages.sh" 2 "$DIR/mlp-2" || fail "building mlp on 2 stages failed"
-# gpt_char on 1 stage: the example without its splits (and the tie, which one stage does not need)
-mkdir -p "$DIR/gpt_char-dp/bin" &&
-    sed -e '/^split$/d' -e '/^tie wte/d' -e 's/checkpoint = [a-z_]*/checkpoint = never/' "$TOP/examples/gpt_char.pipe" \
-        >"$DIR/gpt_char-dp/gpt_char.pipe" &&
-    "$TOP/build/pipegen" gen "$DIR/gpt_char-dp/gpt_char.pipe" -o "$DIR/gpt_char-dp/gen" >/dev/null &&
-    bench_cc_stages "$DIR/gpt_char-dp/gen" "$DIR/gpt_char-dp/bin" || fail "building gpt_char on 1 stage failed"
+bench_gpt_char_1stage "$DIR/gpt_char-dp"
 $CC -std=c11 -D_DEFAULT_SOURCE -O2 -Wall -Wextra -Werror -o "$DIR/tcp_pair" "$TOP/bench/tcp_pair.c" -lpthread ||
     fail "building bench/tcp_pair.c failed"
 
@@ -80,12 +75,6 @@ awk -v r="$best_red" -v t="$best_raw" -v g="$TARGET" -v b="$bytes" 'BEGIN {
 }'
 
 # ---- 2. the step with early buckets of 1 MiB and without (PIPE_DP_BUCKET_BYTES=0)
-# stat V...: "median (min..max)" of the numbers
-stat() {
-    printf '%s\n' "$@" | sort -g | awk '{ v[n++] = $1 } END {
-        m = n % 2 ? v[(n - 1) / 2] : (v[n / 2 - 1] + v[n / 2]) / 2
-        printf "%.2f (%.2f..%.2f)", m, v[0], v[n - 1] }'
-}
 echo "step time, 2 replicas, --threads 1 each, $REPEAT interleaved rounds: median (min..max) over the rounds"
 for cfg in "mlp 1 stage:mlp-1:512:$((2 * STEPS))" "mlp 2 stages:mlp-2:512:$((2 * STEPS))" \
     "gpt_char 1 stage:gpt_char-dp:32:$STEPS"; do
@@ -110,6 +99,6 @@ for cfg in "mlp 1 stage:mlp-1:512:$((2 * STEPS))" "mlp 2 stages:mlp-2:512:$((2 *
         done
     done
     # shellcheck disable=SC2086 # lists of numbers
-    echo "$name: step $(stat $off) ms without early buckets, $(stat $on) ms with ($early per stage);" \
-        "waited after the backward $(stat $woff) ms vs $(stat $won) ms"
+    echo "$name: step $(bench_stat $off) ms without early buckets, $(bench_stat $on) ms with ($early per stage);" \
+        "waited after the backward $(bench_stat $woff) ms vs $(bench_stat $won) ms"
 done

@@ -101,3 +101,21 @@ bench_load_before() {
 bench_load_after() {
     echo "# load after:  $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"
 }
+
+# bench_stat N...: "median (min..max)" of the numbers, to 2 decimals
+bench_stat() {
+    printf '%s\n' "$@" | sort -g | awk '{ v[n++] = $1 } END {
+        m = n % 2 ? v[(n - 1) / 2] : (v[n / 2 - 1] + v[n / 2]) / 2
+        printf "%.2f (%.2f..%.2f)", m, v[0], v[n - 1] }'
+}
+
+# bench_gpt_char_1stage DIR: gpt_char on 1 stage (the example without its
+# splits, its tie, which one stage does not need, or recompute), generated in
+# DIR/gen and its stage built in DIR/bin; stops the script when it fails
+bench_gpt_char_1stage() {
+    mkdir -p "$1/bin" &&
+        sed -e '/^split$/d' -e '/^tie wte/d' -e 's/checkpoint = [a-z_]*/checkpoint = never/' \
+            "$TOP/examples/gpt_char.pipe" >"$1/gpt_char.pipe" &&
+        "$TOP/build/pipegen" gen "$1/gpt_char.pipe" -o "$1/gen" >/dev/null &&
+        bench_cc_stages "$1/gen" "$1/bin" || fail "building gpt_char on 1 stage failed"
+}

@@ -28,17 +28,8 @@ bench_need build/pipegen build/libpgrt_cpu.a build/piperun
 bench_pin
 mkdir -p "$DIR/logs" || fail "cannot create $DIR"
 "$TOP/bench/mlp_stages.sh" 1 "$DIR/mlp-1" || fail "building mlp on 1 stage failed"
-mkdir -p "$DIR/gpt_char-dp/bin" &&
-    sed -e '/^split$/d' -e '/^tie wte/d' -e 's/checkpoint = [a-z_]*/checkpoint = never/' "$TOP/examples/gpt_char.pipe" \
-        >"$DIR/gpt_char-dp/gpt_char.pipe" &&
-    "$TOP/build/pipegen" gen "$DIR/gpt_char-dp/gpt_char.pipe" -o "$DIR/gpt_char-dp/gen" >/dev/null &&
-    bench_cc_stages "$DIR/gpt_char-dp/gen" "$DIR/gpt_char-dp/bin" || fail "building gpt_char on 1 stage failed"
+bench_gpt_char_1stage "$DIR/gpt_char-dp"
 
-stat() {
-    printf '%s\n' "$@" | sort -g | awk '{ v[n++] = $1 } END {
-        m = n % 2 ? v[(n - 1) / 2] : (v[n / 2 - 1] + v[n / 2]) / 2
-        printf "%.2f (%.2f..%.2f)", m, v[0], v[n - 1] }'
-}
 echo "step time, 1 stage x 2 replicas, --threads 1 each, $REPEAT interleaved rounds: median (min..max) over the rounds"
 for cfg in "mlp:mlp-1:512:$((2 * STEPS))" "gpt_char:gpt_char-dp:32:$STEPS"; do
     name=${cfg%%:*} rest=${cfg#*:}
@@ -59,5 +50,5 @@ for cfg in "mlp:mlp-1:512:$((2 * STEPS))" "gpt_char:gpt_char-dp:32:$STEPS"; do
         done
     done
     # shellcheck disable=SC2086 # lists of numbers
-    echo "$name: step $(stat $off) ms without --zero, $(stat $on) ms with; $zline, gradients $sent"
+    echo "$name: step $(bench_stat $off) ms without --zero, $(bench_stat $on) ms with; $zline, gradients $sent"
 done

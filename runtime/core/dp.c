@@ -184,18 +184,11 @@ int pg_dp_layout(pg_run *r, pg_launch *l)
     return 0;
 }
 
-/* Does this stage reduce parameter p? Everything it trains; a transmitted
- * tie's copy on a user is not stepped (its owner reduces the summed one). */
-static int reduced(const pg_stage_desc *d, const pg_param_desc *p)
-{
-    return !p->is_buffer && p->grad_off >= 0 && !(p->tie == 2 && p->owner != d->stage);
-}
-
 static int64_t grad_numel(const pg_stage_desc *d)
 {
     int64_t n = 0;
     for (int i = 0; i < d->nparams; i++)
-        if (reduced(d, &d->params[i]))
+        if (pg_param_stepped(d, &d->params[i]))
             n += d->params[i].numel;
     return n;
 }
@@ -277,7 +270,7 @@ static int plan_buckets(const pg_stage_desc *d, struct pg_dp *p, int64_t min_byt
     for (int i = 0; i < d->nparams; i++) { /* each layer's floats that it alone finishes */
         const pg_param_desc *q = &d->params[i];
         int l = q->grad_layer;
-        if (reduced(d, q) && l >= 0 && l < nl && d->layers[l].chunk >= 0 && d->layers[l].chunk < nc &&
+        if (pg_param_stepped(d, q) && l >= 0 && l < nl && d->layers[l].chunk >= 0 && d->layers[l].chunk < nc &&
             lastw[d->layers[l].chunk] >= 0)
             numel[l] += q->numel;
     }
@@ -311,7 +304,7 @@ static int plan_buckets(const pg_stage_desc *d, struct pg_dp *p, int64_t min_byt
             goto out;
     for (int i = 0; i < d->nparams; i++) { /* each bucket's parameters in table order */
         const pg_param_desc *q = &d->params[i];
-        if (!reduced(d, q))
+        if (!pg_param_stepped(d, q))
             continue;
         int l = q->grad_layer, k = l >= 0 && l < nl && bucket_of[l] >= 0 ? bucket_of[l] : early;
         p->b[k].param[p->b[k].n++] = i;
@@ -494,8 +487,6 @@ void pg_dp_free(pg_run *r)
     r->dp = NULL;
 }
 
-static int rank_of(const pg_run *r, int q) { return q * r->d->nstages + r->d->stage; }
-
 static int dp_fail(const pg_run *r, const char *what, int q, int sending)
 {
     fprintf(stderr, "stage %d of replica %d: %s %s %s stage %d of replica %d failed: %s\n", r->d->stage, r->replica,
@@ -509,12 +500,12 @@ static int allgather_f64(pg_run *r, uint32_t tag, const double *mine, double *al
     int D = r->replicas, me = r->replica;
     size_t bytes = (size_t)n * sizeof(double);
     for (int q = 0; q < D; q++)
-        if (q != me && pg_net_send_rank(r->net, rank_of(r, q), tag, mine, bytes))
+        if (q != me && pg_net_send_rank(r->net, pg_dp_rank(r, q), tag, mine, bytes))
             return dp_fail(r, what, q, 1);
     if (all + (int64_t)me * n != mine)
         memcpy(all + (int64_t)me * n, mine, bytes);
     for (int q = 0; q < D; q++)
-        if (q != me && pg_net_recv_rank(r->net, rank_of(r, q), tag, all + (int64_t)q * n, bytes, r->opt.timeout_s))
+        if (q != me && pg_net_recv_rank(r->net, pg_dp_rank(r, q), tag, all + (int64_t)q * n, bytes, r->opt.timeout_s))
             return dp_fail(r, what, q, 0);
     return 0;
 }
@@ -591,7 +582,7 @@ static int lend_piece(pg_run *r, float *piece, int64_t n, int64_t at, void *arg)
 {
     xfer *x = arg;
     (void)at;
-    x->st = pg_net_send_rank_lent(r->net, rank_of(r, x->q), x->tag, piece, (size_t)n * 4, &x->seq);
+    x->st = pg_net_send_rank_lent(r->net, pg_dp_rank(r, x->q), x->tag, piece, (size_t)n * 4, &x->seq);
     return x->st != PG_NET_OK;
 }
 
@@ -604,8 +595,8 @@ static pg_net_status dp_wait(pg_run *r, int q, uint32_t tag, void *buf, size_t b
     double left = r->opt.timeout_s;
     for (;;) {
         double s = left < 0.5 ? left : 0.5;
-        pg_net_status st = buf ? pg_net_recv_rank(r->net, rank_of(r, q), tag, buf, bytes, s)
-                               : pg_net_wait_lent(r->net, rank_of(r, q), seq, s);
+        pg_net_status st = buf ? pg_net_recv_rank(r->net, pg_dp_rank(r, q), tag, buf, bytes, s)
+                               : pg_net_wait_lent(r->net, pg_dp_rank(r, q), seq, s);
         left -= s;
         if (st != PG_NET_TIMEOUT || left <= 0 || atomic_load(&r->dp->stop))
             return st;
@@ -620,8 +611,7 @@ static int recv_piece(pg_run *r, float *piece, int64_t n, int64_t at, void *arg)
     return x->st != PG_NET_OK;
 }
 
-/* 1, after saying what failed with replica q (a timeout names --timeout). */
-static int xfer_fail(const pg_run *r, const char *what, int q, int sending, pg_net_status st)
+int pg_dp_xfer_fail(const pg_run *r, const char *what, int q, int sending, pg_net_status st)
 {
     if (st == PG_NET_TIMEOUT) {
         fprintf(stderr, "stage %d of replica %d: %s %s %s stage %d of replica %d: nothing moved for %g s (--timeout)\n",
@@ -711,7 +701,7 @@ static int reduce_bucket(pg_run *r, int k)
     for (int q = 0; q < D; q++) {
         xfer x = {q, in_tag, NULL, 0, 0, PG_NET_OK};
         if (q != me && each_chunk(r, bk, shard_lo(n, D, q), shard_lo(n, D, q + 1), lend_piece, &x))
-            return xfer_fail(r, "a gradient shard", q, 1, x.st);
+            return pg_dp_xfer_fail(r, "a gradient shard", q, 1, x.st);
         scattered[q] = last[q] = x.seq;
     }
     int main_thread = k == p->nb - 1; /* the last bucket: the trace's spans (the reducer thread's buckets have none) */
@@ -728,13 +718,13 @@ static int reduce_bucket(pg_run *r, int k)
                 continue;
             xfer x = {q, in_tag, p->in + (int64_t)slot++ * DP_CHUNK, c, 0, PG_NET_OK};
             if (each_piece(r, bk, c, ce, recv_piece, &x))
-                return xfer_fail(r, "a gradient shard", q, 0, x.st);
+                return pg_dp_xfer_fail(r, "a gradient shard", q, 0, x.st);
         }
         each_piece(r, bk, c, ce, sum_piece, &c);
         for (int q = 0; q < D; q++) {
             xfer x = {q, sum_tag, NULL, 0, last[q], PG_NET_OK};
             if (q != me && each_piece(r, bk, c, ce, lend_piece, &x))
-                return xfer_fail(r, "a summed gradient shard", q, 1, x.st);
+                return pg_dp_xfer_fail(r, "a summed gradient shard", q, 1, x.st);
             last[q] = x.seq;
         }
     }
@@ -745,16 +735,16 @@ static int reduce_bucket(pg_run *r, int k)
         if (q == me)
             continue;
         if ((x.st = dp_wait(r, q, 0, NULL, 0, scattered[q])))
-            return xfer_fail(r, "a gradient shard", q, 1, x.st);
+            return pg_dp_xfer_fail(r, "a gradient shard", q, 1, x.st);
         if (each_chunk(r, bk, shard_lo(n, D, q), shard_lo(n, D, q + 1), recv_piece, &x))
-            return xfer_fail(r, "a summed gradient shard", q, 0, x.st);
+            return pg_dp_xfer_fail(r, "a summed gradient shard", q, 0, x.st);
     }
     if (main_thread)
         r->dp_mark[4] = pg_run_now();
     for (int q = 0; q < D; q++) { /* the clip and the optimizer may write the gradients: every lent send is out */
         pg_net_status st = q == me ? PG_NET_OK : dp_wait(r, q, 0, NULL, 0, last[q]);
         if (st)
-            return xfer_fail(r, "a summed gradient shard", q, 1, st);
+            return pg_dp_xfer_fail(r, "a summed gradient shard", q, 1, st);
     }
     return 0;
 }
@@ -882,6 +872,13 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* The median of t[0..n) (n > 0), sorting t. */
+static double median(double *t, int64_t n)
+{
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return t[n / 2];
+}
+
 /* What the reduction left on the step's critical path: the median time from
  * the end of the backward to every gradient summed (the replicas' skew
  * included), with the early buckets or without (bench/dp.sh compares them). */
@@ -889,10 +886,9 @@ static void report_wait(const pg_run *r, struct pg_dp *p)
 {
     if (!p->wait_steps)
         return;
-    qsort(p->wait_t, (size_t)p->wait_steps, sizeof p->wait_t[0], cmp_double);
     printf("stage %d: after the backward the step waited %.3f ms for the replicas' gradient sums (median of steps "
            "2..%" PRId64 "; %d early bucket%s of at least %" PRId64 " bytes: %s)\n", r->d->stage,
-           p->wait_t[p->wait_steps / 2] * 1e3, p->wait_steps + 1, p->nb - 1, p->nb == 2 ? "" : "s", p->bucket_bytes,
+           median(p->wait_t, p->wait_steps) * 1e3, p->wait_steps + 1, p->nb - 1, p->nb == 2 ? "" : "s", p->bucket_bytes,
            p->bucket_why);
 }
 
@@ -911,8 +907,7 @@ void pg_dp_report(pg_run *r)
                p->nb - 1, p->nb == 2 ? "" : "s", p->overlapped, r->opt.steps);
     if (!p->red_steps || !p->sent)
         return;
-    qsort(p->red_t, (size_t)p->red_steps, sizeof p->red_t[0], cmp_double);
-    double med = p->red_t[p->red_steps / 2];
+    double med = median(p->red_t, p->red_steps);
     if (!(med > 0))
         return;
     printf("stage %d: gradient reduction over %d replicas%s: %zu bytes sent per step in %.3f ms (%.1f MiB/s, median "

@@ -137,6 +137,19 @@ int pg_run_generate_check(const pg_run *r, char *err, size_t errlen);
  * gradient summed over the replicas, replica 0 + 1 + ... + D-1 for every
  * element (reduce-scatter then all-gather), and the loss stage's loss of the
  * whole batch into loss_global (also with one replica). free: the buffers. */
+/* Does this stage step (and the replicas sum) parameter p? Everything it
+ * trains; a transmitted tie's copy on a user is not stepped (its owner steps
+ * the summed one). */
+static inline int pg_param_stepped(const pg_stage_desc *d, const pg_param_desc *p)
+{
+    return !p->is_buffer && p->grad_off >= 0 && !(p->tie == 2 && p->owner != d->stage);
+}
+/* The rank of this stage's copy in replica q (rank = replica x P + stage). */
+static inline int pg_dp_rank(const pg_run *r, int q) { return q * r->d->nstages + r->d->stage; }
+/* 1, after saying that sending (or receiving) `what` to (from) replica q's
+ * copy of this stage failed and why (a timeout names --timeout). */
+int pg_dp_xfer_fail(const pg_run *r, const char *what, int q, int sending, pg_net_status st);
+
 int pg_dp_layout(pg_run *r, pg_launch *l);
 size_t pg_dp_link_bytes(const pg_run *r);
 int pg_dp_init(pg_run *r);

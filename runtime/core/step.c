@@ -216,7 +216,7 @@ static int opt_step(pg_run *r, int64_t step)
     float lr = (float)lr_at(t, step);
     for (int i = 0; i < d->nparams; i++) {
         const pg_param_desc *p = &d->params[i];
-        if (p->is_buffer || (p->tie == 2 && p->owner != d->stage)) /* transmit: only the owner steps */
+        if (!pg_param_stepped(d, p)) /* a buffer, or a transmitted tie on a user: only the owner steps */
             continue;
         /* its elements [lo, hi) and their state: all of them, or with --zero 1
          * this replica's shard (zero.c; elementwise, so the same bits) */

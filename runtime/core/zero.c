@@ -45,14 +45,6 @@ struct pg_zero {
 
 static int64_t part_bytes(int64_t floats) { return pg_zero_part_bytes(floats, 1); } /* one state tensor of a part */
 
-/* The parameters the optimizer steps (step.c opt_step; those dp.c reduces). */
-static int stepped(const pg_stage_desc *d, const pg_param_desc *p)
-{
-    return !p->is_buffer && p->grad_off >= 0 && !(p->tie == 2 && p->owner != d->stage);
-}
-
-static int rank_of(const pg_run *r, int q) { return q * r->d->nstages + r->d->stage; }
-
 int pg_zero_layout(pg_run *r)
 {
     const pg_stage_desc *d = r->d;
@@ -92,7 +84,7 @@ int pg_zero_layout(pg_run *r)
     z->nopt = d->train.optimizer == PG_OPTIM_ADAMW ? 2 : d->train.momentum > 0 ? 1 : 0;
     int64_t n = 0;
     for (int i = 0; i < np; i++)
-        if (stepped(d, &d->params[i]))
+        if (pg_param_stepped(d, &d->params[i]))
             n += d->params[i].numel;
     for (int q = 0; q < D; q++) {
         int64_t s0 = n * q / D, s1 = n * (q + 1) / D, base = 0, bytes = 0;
@@ -101,7 +93,7 @@ int pg_zero_layout(pg_run *r)
             size_t c = (size_t)q * (size_t)np + (size_t)i;
             z->lo[c] = z->hi[c] = 0;
             z->at[c] = -1;
-            if (!stepped(d, p))
+            if (!pg_param_stepped(d, p))
                 continue;
             int64_t a = s0 > base ? s0 : base, b = s1 < base + p->numel ? s1 : base + p->numel;
             if (a < b) {
@@ -200,14 +192,6 @@ int pg_zero_state_put(pg_run *r, const pg_param_desc *p, int k, const float *src
     return s && hi > lo ? pg_copy_to_dev(r->ctx, s, src + lo, (size_t)(hi - lo) * 4) : 0;
 }
 
-static int zfail(const pg_run *r, const char *what, int q, int sending, pg_net_status st)
-{
-    fprintf(stderr, "stage %d of replica %d: %s %s %s stage %d of replica %d failed: %s\n", r->d->stage, r->replica,
-            sending ? "sending" : "receiving", what, sending ? "to" : "from", r->d->stage, q,
-            st == PG_NET_TIMEOUT ? "nothing moved for --timeout" : pg_net_error(r->net));
-    return 1;
-}
-
 /* Replica q's updated weights: each parameter's part in messages of at most
  * ZERO_CHUNK floats, lent (send) or received into place. */
 static int weights_xfer(pg_run *r, int q, int owner, int sending, uint64_t *seq)
@@ -219,10 +203,10 @@ static int weights_xfer(pg_run *r, int q, int owner, int sending, uint64_t *seq)
         float *w = (float *)(r->A + d->params[i].off);
         for (int64_t e = z->lo[c]; e < z->hi[c]; e += ZERO_CHUNK) {
             size_t b = (size_t)((z->hi[c] - e < ZERO_CHUNK ? z->hi[c] - e : ZERO_CHUNK) * 4);
-            pg_net_status st = sending ? pg_net_send_rank_lent(r->net, rank_of(r, q), TAG_WEIGHTS, w + e, b, seq)
-                                       : pg_net_recv_rank(r->net, rank_of(r, q), TAG_WEIGHTS, w + e, b, r->opt.timeout_s);
+            pg_net_status st = sending ? pg_net_send_rank_lent(r->net, pg_dp_rank(r, q), TAG_WEIGHTS, w + e, b, seq)
+                                       : pg_net_recv_rank(r->net, pg_dp_rank(r, q), TAG_WEIGHTS, w + e, b, r->opt.timeout_s);
             if (st)
-                return zfail(r, "updated weights", q, sending, st);
+                return pg_dp_xfer_fail(r, "updated weights", q, sending, st);
         }
     }
     return 0;
@@ -245,9 +229,9 @@ int pg_zero_allgather(pg_run *r)
     for (int q = 0; q < D && !rc; q++) /* the other shards into place */
         rc = q != me && weights_xfer(r, q, q, 0, NULL);
     for (int q = 0; q < D && !rc; q++) { /* the next step's forward may not change a lent weight before it is out */
-        pg_net_status st = q == me ? PG_NET_OK : pg_net_wait_lent(r->net, rank_of(r, q), seq[q], r->opt.timeout_s);
+        pg_net_status st = q == me ? PG_NET_OK : pg_net_wait_lent(r->net, pg_dp_rank(r, q), seq[q], r->opt.timeout_s);
         if (st)
-            rc = zfail(r, "updated weights", q, 1, st);
+            rc = pg_dp_xfer_fail(r, "updated weights", q, 1, st);
     }
     free(seq);
     return rc;
@@ -263,9 +247,9 @@ int pg_zero_ckpt_gather(pg_run *r)
     pg_net_status st;
     if (me != 0) {
         uint64_t seq = 0;
-        if ((st = pg_net_send_rank_lent(r->net, rank_of(r, 0), TAG_STATE, mine, (size_t)z->bytes[me], &seq)) ||
-            (st = pg_net_wait_lent(r->net, rank_of(r, 0), seq, r->opt.timeout_s)))
-            return zfail(r, "the optimizer state for a checkpoint", 0, 1, st);
+        if ((st = pg_net_send_rank_lent(r->net, pg_dp_rank(r, 0), TAG_STATE, mine, (size_t)z->bytes[me], &seq)) ||
+            (st = pg_net_wait_lent(r->net, pg_dp_rank(r, 0), seq, r->opt.timeout_s)))
+            return pg_dp_xfer_fail(r, "the optimizer state for a checkpoint", 0, 1, st);
         return 0;
     }
     for (int q = 1; q < r->replicas; q++) {
@@ -274,8 +258,8 @@ int pg_zero_ckpt_gather(pg_run *r)
                     r->d->stage, q, z->bytes[q]);
             return 1;
         }
-        if ((st = pg_net_recv_rank(r->net, rank_of(r, q), TAG_STATE, z->ck[q], (size_t)z->bytes[q], r->opt.timeout_s)))
-            return zfail(r, "the optimizer state for a checkpoint", q, 0, st);
+        if ((st = pg_net_recv_rank(r->net, pg_dp_rank(r, q), TAG_STATE, z->ck[q], (size_t)z->bytes[q], r->opt.timeout_s)))
+            return pg_dp_xfer_fail(r, "the optimizer state for a checkpoint", q, 0, st);
     }
     return 0;
 }
@@ -296,7 +280,7 @@ void pg_zero_report(const pg_run *r)
     int D = r->replicas;
     size_t grads = 0;
     for (int i = 0; i < r->d->nparams; i++)
-        if (stepped(r->d, &r->d->params[i]))
+        if (pg_param_stepped(r->d, &r->d->params[i]))
             grads += (size_t)r->d->params[i].numel * 4;
     printf("stage %d: --zero 1: optimizer state %" PRId64 " bytes on this process of %" PRId64 " without --zero "
            "(arena %" PRId64 " of %" PRId64 " bytes); the updated weights all-gathered: %zu bytes sent per step (in "
