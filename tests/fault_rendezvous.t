@@ -165,4 +165,36 @@ wait_exit "$(cat "$T/A0.log.pid")" 30; a0=$WX
 [ "$a0" = 0 ] && [ "$a1" = 0 ]; ok $? "run A completes after run B, a forged hello and ten silent connections ($a0, $a1)"
 awk -v e="$el" 'BEGIN { exit !(e < 4.5) }'; ok $? "...its stage 1 was not held up by the silent connections (${el} s; each is dropped after 5 s)"
 like "$(cat "$T/A1.log")" 'final loss' "...and trains"
+
+# --- a forged greeting with everything public right and an agreement length
+# over the limit (or one that disagrees with the bytes sent) must be dropped,
+# never parsed: it once made stage 0 read past its buffer and die by SIGSEGV
+P=$(free_port)
+M=127.0.0.1:$P
+hash=$("$G/bin/stage0" --version | sed -n 's/.*plan hash \([0-9a-f]*\).*/\1/p')
+export PIPE_RUN_ID=run-F
+start_stage "$G/bin" 0 2 "$M" "$T/F0.log" --steps 3 --connect-timeout 30
+unset PIPE_RUN_ID
+while ! ss -Hltn "sport = :$P" 2>/dev/null | grep -q .; do sleep 0.1; done
+"$PY" - "$P" "$hash" <<'PY'
+import socket, struct, sys, time
+port, h = int(sys.argv[1]), int(sys.argv[2], 16)
+def hello(n):
+    return struct.pack("<IIIIQII", 0x484e4750, 2, 1, 2, h, 1, n) + b"mlp_small".ljust(128, b"\0") + b"run-F".ljust(64, b"\0")
+for n, extra in ((0xffffffff, b""), ((1 << 20) + 1, b"x" * 4096), (0x80000000, b"")):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(hello(n) + extra)
+    s.settimeout(3)
+    try: s.recv(100)
+    except Exception: pass
+    s.close()
+time.sleep(0.5)
+PY
+kill -0 "$(cat "$T/F0.log.pid")" 2>/dev/null; ok $? "stage 0 survives forged greetings whose agreement length is over the limit"
+export PIPE_RUN_ID=run-F
+start_stage "$G/bin" 1 2 "$M" "$T/F1.log" --steps 3 --connect-timeout 30
+unset PIPE_RUN_ID
+wait_exit "$(cat "$T/F1.log.pid")" 30; f1=$WX
+wait_exit "$(cat "$T/F0.log.pid")" 30; f0=$WX
+[ "$f0" = 0 ] && [ "$f1" = 0 ]; ok $? "...and the run's real stage 1 then joins and the run completes ($f0, $f1)"
 done_testing

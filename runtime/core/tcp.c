@@ -354,7 +354,8 @@ typedef struct pending {
 } pending;
 
 /* What the caller does with the bytes of one connection: need() says how many
- * bytes the greeting has so far as it is known (0: drop it, not ours);
+ * bytes the greeting has so far as it is known (0: drop it, not ours or
+ * malformed; never 0 for "complete": a complete greeting returns its length);
  * done() takes a complete one and owns fd from then on: 0 go on, 1 finished,
  * -1 failed (err set). */
 typedef struct greeter {
@@ -411,7 +412,12 @@ static int greet_loop(int lfd, double deadline, const greeter *g)
             if (r < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
             if (r <= 0) { pending_drop(p); continue; }
             p->got += (size_t)r;
-            if (p->got < want || g->need(g->arg, p->buf, p->got) > p->got) continue;
+            if (p->got < want) continue;
+            /* what the bytes now say: 0 drops it (a length over the limit
+             * counts as "not ours", never as "complete") */
+            size_t now_want = g->need(g->arg, p->buf, p->got);
+            if (now_want == 0) { pending_drop(p); continue; }
+            if (now_want > p->got) continue;
             int fd = p->fd, d;
             p->fd = -1;
             d = g->done(g->arg, fd, p->addr, p->buf, p->got);
@@ -554,7 +560,15 @@ static int hello_done(void *arg, int fd, const char *addr, const unsigned char *
         m->nrefused++;
         return 0;
     }
+    if (len < HELLO_BYTES) { close(fd); return 0; } /* the loop never hands over less; be sure */
     hello_decode(b, &h);
+    if ((size_t)h.agree_len != len - HELLO_BYTES) { /* the length field must be the bytes read */
+        close(fd);
+        seterr(m->refused, sizeof m->refused, "a malformed greeting (agreement of %u bytes in %zu) from %s",
+               h.agree_len, len - HELLO_BYTES, addr);
+        m->nrefused++;
+        return 0;
+    }
     if (strcmp(h.run_id, mine) != 0) { /* another run on this port */
         seterr(reason, sizeof reason,
                "stage 0 at this address belongs to run %s, but this stage to run %s: two runs share the master "
