@@ -44,10 +44,10 @@ export PYTHON CUDA_HOME NVCC RE2C LEMON LEMPAR
 
 # ---- the compiler: dsl/ + codegen/ -----------------------------------------
 DSL_SRC  := $(wildcard dsl/*.c)
-CG_SRC   := $(wildcard codegen/*.c codegen/layers/*.c)  # layers/: one entry per layer kind (codegen/gen_layer.h)
+CG_SRC   := $(wildcard codegen/*/*.c codegen/gen/layers/*.c)  # codegen/README.md: cli -> choose -> gen -> schedule, base; gen/layers/: one entry per layer kind
 GEN_SRC  := $(BUILD)/gen/lexer.c $(BUILD)/gen/pipe.c
 FE_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(DSL_SRC)) $(BUILD)/obj/gen/lexer.o $(BUILD)/obj/gen/pipe.o
-CG_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out codegen/main.c,$(CG_SRC))) \
+CG_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out codegen/cli/main.c,$(CG_SRC))) \
             $(BUILD)/obj/runtime/core/io_atomic.o \
             $(BUILD)/obj/runtime/core/json.o        # gen writes its files atomically too; one JSON reader
 
@@ -106,7 +106,7 @@ $(BUILD)/obj/%.o: %.c $(BUILD)/gen/pipe.c
 $(BUILD)/libpgfront.a: $(FE_OBJ) $(CG_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/pipegen: $(BUILD)/obj/codegen/main.o $(BUILD)/libpgfront.a
+$(BUILD)/pipegen: $(BUILD)/obj/codegen/cli/main.o $(BUILD)/libpgfront.a
 	$(CC) $(ALLCFLAGS) -o $@ $^ -lm
 
 $(BUILD)/libpgrt_cpu.a: $(RT_OBJ)

@@ -110,7 +110,7 @@ typedef struct ir_skip {
 typedef enum ir_schedule {
     SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZB1, SCHED_FILE,
     SCHED_ZBV,  /* zero-bubble V: two chunks per stage in V placement, B and W apart */
-    SCHED_AUTO  /* only before codegen/auto.c resolves it into one of the others */
+    SCHED_AUTO  /* only before codegen/choose/auto.c resolves it into one of the others */
 } ir_schedule;
 /* Where chunk c runs on P stages: PLACE_LOOP, stage c mod P (Megatron's
  * interleaving; one chunk per stage is its special case); PLACE_V, two chunks
@@ -172,7 +172,7 @@ typedef struct ir_model {
     int nchunks;   /* pieces between splits (or chosen by the balancer) */
     int nstages;   /* nchunks / interleave */
     ir_placement placement; /* chunk -> stage (layers[i].stage follows it) */
-    int balanced;  /* 1: `stages = N` without splits: the split is pipegen's (dsl/stages.c, codegen/balance.c) */
+    int balanced;  /* 1: `stages = N` without splits: the split is pipegen's (dsl/stages.c, codegen/choose/balance.c) */
     pg_arena arena; /* everything above lives here */
 } ir_model;
 
@@ -185,7 +185,7 @@ void pg_model_free(ir_model *m);
  * a replicated tied parameter counts once in the model, once per using stage. */
 int64_t pg_model_param_count(const ir_model *m);
 int64_t pg_stage_param_count(const ir_model *m, int stage);
-/* Another split of a checked model (codegen/balance.c, codegen/auto.c): compute
+/* Another split of a checked model (codegen/choose/balance.c, codegen/choose/auto.c): compute
  * layer j (stash and pop excluded, in layer order) into chunk chunk_of[j], of
  * nchunks in order on nstages under placement pl; the stages that use each
  * parameter and their ties follow. -1 when a parameter without a `tie` would be

@@ -102,7 +102,7 @@ static int check_empty_chunks(chk *c) {
 
 /* Chunks per stage and placement the schedule asks for: interleaved(v) v, zbv
  * (and `placement = v`) two in V placement, everything else one in loop
- * placement; schedule = auto starts from one chunk per stage (codegen/auto.c
+ * placement; schedule = auto starts from one chunk per stage (codegen/choose/auto.c
  * tries the others). 0, or -1 after reporting a placement the schedule
  * cannot run. */
 static int chunks_per_stage(chk *c, int *v, ir_placement *pl) {
@@ -256,7 +256,7 @@ void chk_ties(chk *c) {
     }
 }
 
-/* ---- repartitioning a checked model (codegen/balance.c, codegen/auto.c) ---- */
+/* ---- repartitioning a checked model (codegen/choose/balance.c, codegen/choose/auto.c) ---- */
 
 int pg_balance_chunks(const ir_model *m, const pg_profile *prof, int nchunks, int *chunk_of) {
     int n = 0;

@@ -1,6 +1,6 @@
 #!/bin/sh
 # tests/auto.t — `schedule = auto` with `memory = BYTES` per stage
-# (codegen/auto.c): pipegen plan prints every candidate (schedule, placement,
+# (codegen/choose/auto.c): pipegen plan prints every candidate (schedule, placement,
 # split, per-stage arena, predicted step and bubble, fits) and picks the fastest
 # that fits; a tighter budget picks another; when nothing fits the smallest
 # achievable per-stage memory is named; the choice is deterministic and recorded

@@ -1,6 +1,6 @@
 #!/bin/sh
 # tests/balance.t — `stages = N` is split for the schedule's predicted step
-# (codegen/balance.c), checked by enumerating splits:
+# (codegen/choose/balance.c), checked by enumerating splits:
 #  - tests/unit/test_balance.c: for small models, every split into the
 #    model's chunks is timed through the whole pipeline; the search finds the
 #    best, and its coordinate descent alone (what larger models get) lands

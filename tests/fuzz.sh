@@ -3,8 +3,8 @@
 # libFuzzer under ASan and UBSan, SECONDS (default 60) per target. Targets:
 #   front        the .pipe front end: lexer, parser, checker (tests/fuzz/fuzz_front.c)
 #   profile      the profile JSON of --balance (dsl/cost.c)
-#   trace        `pipegen trace RUN.json --svg` (codegen/cmd_trace.c)
-#   csv          schedule CSV files through pg_schedule_build (codegen/schedule_csv.c)
+#   trace        `pipegen trace RUN.json --svg` (codegen/cli/cmd_trace.c)
+#   csv          schedule CSV files through pg_schedule_build (codegen/schedule/schedule_csv.c)
 #   pgd          .pgd data files and token streams (runtime/core/data.c, tokens.c)
 #   safetensors  the safetensors reader of --load (runtime/core/safetensors.c)
 #   ckpt         resuming from a checkpoint: MANIFEST and stage file (runtime/core/checkpoint.c)

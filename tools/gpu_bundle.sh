@@ -25,7 +25,7 @@ MAX_BYTES=$((20 * 1024 * 1024))
 CC=${CC:-cc}
 NVCC=${NVCC:-${CUDA_HOME:-/usr/local/cuda}/bin/nvcc}
 cd "$TOP" || exit 1
-for f in build/obj/codegen/main.o build/libpgfront.a build/obj/cmd/piperun.o build/libpgrt_cpu.a \
+for f in build/obj/codegen/cli/main.o build/libpgfront.a build/obj/cmd/piperun.o build/libpgrt_cpu.a \
     build-cuda/libpgrt_cuda.a build-cuda/cuda-tests/test_ops_gpu.o build-cuda/bench/gemm_peak.o; do
     [ -f "$f" ] || die "$f is missing: run make gpu-bundle (it builds everything first)"
 done
@@ -35,7 +35,7 @@ mkdir -p "$D/build/cuda-tests" "$D/build-cuda/rt-c" "$D/build-cuda/bench" "$D/ru
     "$D/runtime/cpu" "$D/tests/gpu" "$D/tests/models" "$D/bench/gpu" "$D/examples" "$D/tools" || die "cannot fill $D"
 
 # static executables: no shared library at all, so any x86-64 Linux runs them
-$CC -static -O2 -o "$D/build/pipegen" build/obj/codegen/main.o build/libpgfront.a -lm &&
+$CC -static -O2 -o "$D/build/pipegen" build/obj/codegen/cli/main.o build/libpgfront.a -lm &&
     $CC -static -O2 -o "$D/build/piperun" build/obj/cmd/piperun.o || die "static linking failed"
 for b in pipegen piperun; do
     readelf -d "$D/build/$b" 2>/dev/null | grep -q NEEDED && die "build/$b is not static"

@@ -1,7 +1,7 @@
 /* runtime/core/dp_bytes.h — the bytes of one process's data-parallel gradient
  * reduction (dp.c) as a function of its stage's parameter table and the
  * replica count D: what dp.c allocates and asks the transport for, and what
- * `pipegen plan` prints for each D (codegen/cmd_plan.c). Kept in this one
+ * `pipegen plan` prints for each D (codegen/cli/cmd_plan.c). Kept in this one
  * place so that the plan and the runtime cannot drift; tests/ppdp_plan.t
  * checks both against figures it computes itself.
  *

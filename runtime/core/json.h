@@ -1,7 +1,7 @@
 /* runtime/core/json.h — the one JSON reader of the project: a strict pull
  * reader (RFC 8259) over text in memory, used by the safetensors header
  * (safetensors.c), the layer-time profile (dsl/cost.c) and the trace reader
- * (codegen/cmd_trace.c). It builds no tree, so a 100 MB safetensors header
+ * (codegen/cli/cmd_trace.c). It builds no tree, so a 100 MB safetensors header
  * costs no more than its own entries; each caller walks the values it expects
  * and skips the rest.
  *

@@ -30,7 +30,7 @@
 
 /* ---- the step: action kinds ---------------------------------------------
  * One list, in the order of the enum: X(NAME, what it does). The schedule
- * (codegen/schedule.c), the emitter, the runtime (step.c) and every message
+ * (codegen/schedule/schedule.c), the emitter, the runtime (step.c) and every message
  * (`action 12 RECV_GRAD(mb 3) ...`) use these names. */
 #define PG_STEP_KINDS(X)                                                                                        \
     X(FWD, "forward of (chunk, mb)")                                                                           \
@@ -317,7 +317,7 @@ typedef struct pg_stage_desc {
     int nshadows;
     const pg_shadow_desc *shadows;
     /* FNV-1a 64 of the model's input, target, layers and skips without their
-     * chunks and stages (codegen/gen_plan_json.c, model_arch_hash): equal for every
+     * chunks and stages (codegen/gen/gen_plan_json.c, model_arch_hash): equal for every
      * layout of one model. A checkpoint's model identity (checkpoint.c)
      * includes it. */
     uint64_t arch_hash;

@@ -2,7 +2,7 @@
  * CPU backend: rendezvous through a master address, then one TCP connection per
  * pair of stages (loopback or across hosts).
  *
- * Semantics (codegen/schedule.h relies on them):
+ * Semantics (codegen/schedule/schedule.h relies on them):
  *  - pg_net_send never blocks on the peer: it copies into a per-peer buffer of
  *    the size given at init (one step's traffic) and a sender thread drains it;
  *  - pg_net_recv blocks until the message arrives, up to a timeout;

@@ -22,7 +22,7 @@
 #include <sanitizer/asan_interface.h>
 #endif
 
-#define PG_ARENA_ALIGN 256 /* the plan's offset alignment (codegen/memplan.h), as cudaMalloc gives */
+#define PG_ARENA_ALIGN 256 /* the plan's offset alignment (codegen/gen/memplan.h), as cudaMalloc gives */
 
 pg_ctx *pg_backend_init(int threads)
 {

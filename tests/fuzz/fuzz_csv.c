@@ -1,13 +1,13 @@
 /* tests/fuzz/fuzz_csv.c — libFuzzer target: schedule CSV files
- * (codegen/schedule_csv.c) through pg_schedule_build, as `schedule =
+ * (codegen/schedule/schedule_csv.c) through pg_schedule_build, as `schedule =
  * file("x.csv")` reaches them: the reader, the communication it adds and the
  * verifier. The model is examples/resmlp.pipe (4 stages, skips) or
  * $FUZZ_CSV_MODEL; seeds: tests/fuzz_seeds/csv/ and the model's own schedule
  * in both CSV forms (pg_schedule_write_csv). */
 #include "fuzz_util.h"
 
-#include "load.h"
-#include "schedule.h"
+#include "cli/load.h"
+#include "schedule/schedule.h"
 
 static pg_loaded L;
 

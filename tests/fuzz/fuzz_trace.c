@@ -1,10 +1,10 @@
 /* tests/fuzz/fuzz_trace.c — libFuzzer target: `pipegen trace RUN.json --svg
- * OUT` (codegen/cmd_trace.c) on any bytes: the Chrome-trace reader, the
+ * OUT` (codegen/cli/cmd_trace.c) on any bytes: the Chrome-trace reader, the
  * per-step statistics and the drawing of the measured step. Standard output
  * and the SVG go to /dev/null. Seeds: tests/fuzz_seeds/trace/. */
 #include "fuzz_util.h"
 
-#include "commands.h"
+#include "cli/commands.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {

@@ -1,4 +1,4 @@
-/* tests/unit/test_balance.c — the split search of codegen/balance.c against
+/* tests/unit/test_balance.c — the split search of codegen/choose/balance.c against
  * brute force: for small models (tests/models/balance_*.pipe and a residual
  * MLP), every split into the model's chunks is scheduled, verified and timed
  * through the whole pipeline (pg_schedule_build + pg_schedule_predict, the
@@ -15,10 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "balance.h"
-#include "load.h"
-#include "schedule.h"
-#include "svg.h"
+#include "choose/balance.h"
+#include "cli/load.h"
+#include "schedule/schedule.h"
+#include "schedule/svg.h"
 #include "tap.h"
 
 static int is_compute(const ir_layer *L) { return L->kind != LK_STASH && L->kind != LK_POP; }

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "memplan.h"
-#include "schedule.h"
+#include "gen/memplan.h"
+#include "schedule/schedule.h"
 #include "tap.h"
 
 /* The one ir.h function the schedule code uses, so this test links without

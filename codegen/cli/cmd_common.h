@@ -1,0 +1,30 @@
+/* codegen/cli/cmd_common.h — the one front end of the subcommands that take a
+ * model (check, schedule, plan, gen): read the --balance profile, load the
+ * .pipe file balanced by it, build and verify its schedule and lay out every
+ * stage (pg_gen_prepare), so that each of them accepts and refuses exactly the
+ * same models; then release it all together. */
+#ifndef PG_CMD_COMMON_H
+#define PG_CMD_COMMON_H
+
+#include <stdint.h>
+
+#include "cost.h"
+#include "gen/emit.h"
+#include "cli/load.h"
+#include "schedule/schedule.h"
+
+typedef struct cmd_model {
+    pg_profile prof;  /* --balance PROFILE (empty without one) */
+    pg_loaded l;      /* the checked model and its diagnostics */
+    pg_schedule s;    /* its verified schedule */
+    pg_gen *g;        /* every stage laid out (memory plan, buffers) */
+} cmd_model;
+
+/* The profile at balance (NULL: none) is read, path loaded (balanced by it),
+ * its schedule built and verified and its stages laid out with guard_bytes
+ * (see pg_gen_prepare); errors go to stderr. 0: all ready in *cm, release it
+ * with cmd_release_model. 1: an error, already reported; nothing to release. */
+int cmd_load_model(const char *path, const char *balance, int64_t guard_bytes, cmd_model *cm);
+void cmd_release_model(cmd_model *cm);
+
+#endif

@@ -1,0 +1,64 @@
+/* codegen/cli/cmd_gen.c — `pipegen gen FILE -o DIR [--balance PROFILE] [--guard-bytes N]`: writes
+ * stage<k>.c per stage, <model>.h and plan.json into DIR (created if missing) as one
+ * generation, all or nothing, removing what an older generation wrote there and this one does
+ * not (gen_files.h); nothing is written for a model with errors. Byte-stable output.
+ * --guard-bytes N (a multiple of 64, default 0): N free bytes around every arena buffer, listed
+ * in the stage files for a runtime built with AddressSanitizer to poison (codegen/gen/emit.h). */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cmd_common.h"
+#include "cli/commands.h"
+#include "gen/emit.h"
+#include "base/progress.h"
+
+int cmd_gen(int argc, char **argv)
+{
+    const char *path = NULL, *dir = NULL, *balance = NULL;
+    int64_t guard = 0;
+    int bad = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-o") == 0 && i + 1 < argc)
+            dir = argv[++i];
+        else if (strcmp(argv[i], "--balance") == 0 && i + 1 < argc && argv[i + 1][0])
+            balance = argv[++i]; /* stages = N split by measured layer times (dsl/cost.h) */
+        else if (strcmp(argv[i], "--guard-bytes") == 0 && i + 1 < argc) {
+            char *end;
+            errno = 0;
+            long long v = strtoll(argv[++i], &end, 10);
+            if (errno || end == argv[i] || *end || v < 0 || v % 64 || v > (1LL << 30)) {
+                fprintf(stderr, "pipegen: --guard-bytes %s: want a multiple of 64 from 0 to 1073741824\n", argv[i]);
+                return 2;
+            }
+            guard = v;
+        }
+        else if (argv[i][0] == '-' || path)
+            bad = 1;
+        else
+            path = argv[i];
+    }
+    if (bad || !path || !dir || !dir[0]) {
+        fprintf(stderr, "usage: pipegen gen FILE -o DIR [--balance PROFILE] [--guard-bytes N]\n");
+        return 2;
+    }
+    cmd_model cm;
+    if (cmd_load_model(path, balance, guard, &cm) != 0)
+        return 1;
+    int rc = 1;
+    char *auto_json = NULL;
+    if (cm.l.have_auto && !(auto_json = pg_auto_json(&cm.l.autosel))) {
+        pg_error(&cm.l.diag, cm.l.model.loc, "out of memory");
+    } else {
+        if (auto_json)
+            pg_gen_set_auto_json(cm.g, auto_json); /* plan.json records the choice */
+        rc = pg_gen_write(cm.g, dir, &cm.l.diag) == 0 ? 0 : 1;
+    }
+    free(auto_json);
+    if (!rc)
+        pg_progress("written to %s", dir);
+    cmd_release_model(&cm);
+    return rc;
+}

@@ -1,0 +1,221 @@
+/* codegen/gen/gen_layer.c — one layer's statements in each pass (forward,
+ * backward-input, backward-weight) and the C text of its operands: a
+ * tensor's value or gradient, a frame buffer, a parameter. Reading an
+ * operand notes the frame buffer's use (plan_frames in gen_layout.c). What a
+ * layer kind does is its entry in the table below (gen_layer.h). */
+#include <inttypes.h>
+#include <string.h>
+
+#include "gen/gen_layer.h"
+
+/* Note a use of frame buffer id in the current pass and layer step. */
+void frame_use(em_out *e, int64_t id)
+{
+    if (!e->rec || id < 0)
+        return;
+    em_fbuf *f = &e->rec[id];
+    int k = e->pass;
+    if (f->lo[k] < 0 || e->step < f->lo[k])
+        f->lo[k] = e->step;
+    if (e->step > f->hi[k])
+        f->hi[k] = e->step;
+}
+
+/* Frame buffer id's local (a float pointer at its offset in this
+ * micro-batch's row of frame_c<k>, declared where it is used). */
+const char *fa(em_out *e, int64_t id)
+{
+    char *b = e->fx[e->nfx++ % 8];
+    frame_use(e, id);
+    sfmt(b, sizeof e->fx[0], "%s", e->ch->fb[id].name);
+    return b;
+}
+
+void tval(em_out *e, int t, char *buf, size_t n)
+{
+    const em_chunk *ch = e->ch;
+    const em_tensor *T = &ch->tens[t];
+    if (T->vloc == LOC_INPUT)
+        input_local(e->g->m, buf, n);
+    else if (T->vloc == LOC_SLOT)
+        sfmt(buf, n, "%s", ch->sb[T->vslot].local);
+    else
+        sfmt(buf, n, "%s", ch->fb[T->voff].name), frame_use(e, T->voff);
+}
+
+void tgrad(em_out *e, int t, char *buf, size_t n)
+{
+    const em_chunk *ch = e->ch;
+    const em_tensor *T = &ch->tens[t];
+    if (T->gloc == LOC_SLOT)
+        sfmt(buf, n, "%s", ch->sb[T->gslot].local);
+    else
+        sfmt(buf, n, "%s", ch->fb[T->goff].name), frame_use(e, T->goff);
+}
+
+/* n for a layer input: rows * every dim but the last */
+void nexpr(const em_tensor *T, char *buf, size_t sz)
+{
+    int64_t per = T->numel / last_dim(&T->shape);
+    if (per == 1)
+        sfmt(buf, sz, "r");
+    else
+        sfmt(buf, sz, "r * %" PRId64, per);
+}
+
+void cexpr(const em_tensor *T, char *buf, size_t sz) { sfmt(buf, sz, "r * %" PRId64, T->numel); }
+
+/* ---- the kinds ---- */
+
+extern const gen_layer_kind gen_linear, gen_relu, gen_gelu, gen_layernorm, gen_batchnorm, gen_embed, gen_pos_embed,
+    gen_attention, gen_logits, gen_dropout, gen_stash, gen_pop;
+
+/* one line per kind the code generator does (codegen/gen/layers/, codegen/README.md) */
+static const gen_layer_kind *const kinds[LK__COUNT] = {
+    [LK_LINEAR] = &gen_linear,
+    [LK_RELU] = &gen_relu,
+    [LK_GELU] = &gen_gelu,
+    [LK_LAYERNORM] = &gen_layernorm,
+    [LK_BATCHNORM] = &gen_batchnorm,
+    [LK_EMBED] = &gen_embed,
+    [LK_POS_EMBED] = &gen_pos_embed,
+    [LK_ATTENTION] = &gen_attention,
+    [LK_LOGITS] = &gen_logits,
+    [LK_DROPOUT] = &gen_dropout,
+    [LK_STASH] = &gen_stash,
+    [LK_POP] = &gen_pop,
+};
+
+const gen_layer_kind *gen_layer_kind_of(ir_layer_kind k)
+{
+    return (unsigned)k < LK__COUNT ? kinds[k] : NULL;
+}
+
+void em_x(em_out *e, em_layer *a) { tval(e, a->tin, a->x, sizeof a->x); }
+
+void em_dx(em_out *e, em_layer *a) { tgrad(e, a->tin, a->dx, sizeof a->dx); }
+
+/* What every pass of layer i knows of it (no operand read yet). */
+static const gen_layer_kind *layer_begin(em_out *e, int i, em_layer *a)
+{
+    const em_chunk *ch = e->ch;
+    memset(a, 0, sizeof *a);
+    a->i = i;
+    a->li = i - ch->first;
+    a->L = &e->g->m->layers[i];
+    a->tin = ch->lin[a->li];
+    a->tout = ch->lout[a->li];
+    a->in = &ch->tens[a->tin];
+    a->out = &ch->tens[a->tout];
+    a->dx_wanted = a->in->need_grad;
+    nexpr(a->in, a->n, sizeof a->n);
+    cexpr(a->in, a->cnt, sizeof a->cnt);
+    return gen_layer_kind_of(a->L->kind);
+}
+
+/* the parameters' locals, "" past nparam */
+static void param_locals(const em_chunk *ch, em_layer *a)
+{
+    for (int k = 0; k < a->L->nparam && k < 4; k++)
+        sfmt(a->p[k], sizeof a->p[k], "%s", plocal(ch, a->L->param[k], 0));
+}
+
+void emit_layer_fwd(em_out *e, int i)
+{
+    em_layer a;
+    const gen_layer_kind *K = layer_begin(e, i, &a);
+    tval(e, a.tin, a.x, sizeof a.x);
+    tval(e, a.tout, a.y, sizeof a.y);
+    shape_rows(&a.in->shape, a.shi, sizeof a.shi);
+    shape_rows(&a.out->shape, a.sho, sizeof a.sho);
+    param_locals(e->ch, &a);
+    if (!K)
+        return;
+    if (!K->passes_through)
+        fprintf(e->o, "    /* %s: %s %s -> %s */\n", a.L->name, layer_kind_name(a.L->kind), a.shi, a.sho);
+    K->fwd(e, &a);
+}
+
+/* Every backward reads the output's gradient dy. */
+void emit_layer_bwd_b(em_out *e, int i)
+{
+    em_layer a;
+    const gen_layer_kind *K = layer_begin(e, i, &a);
+    tgrad(e, a.tout, a.dy, sizeof a.dy);
+    param_locals(e->ch, &a);
+    if (K && K->bwd_b)
+        K->bwd_b(e, &a);
+}
+
+/* Only layers with weights have code here; each use of a parameter has its own
+ * gradient accumulator (count_uses). */
+void emit_layer_bwd_w(em_out *e, int i)
+{
+    const ir_model *m = e->g->m;
+    em_layer a;
+    const gen_layer_kind *K = layer_begin(e, i, &a);
+    if (!K || !K->bwd_w)
+        return;
+    tgrad(e, a.tout, a.dy, sizeof a.dy);
+    for (int k = 0; k < 4; k++) {
+        int p = k < a.L->nparam ? a.L->param[k] : -1;
+        if (p < 0) {
+            sfmt(a.p[k], sizeof a.p[k], "NULL");
+            continue;
+        }
+        const char *gm = plocal(e->ch, p, 1);
+        int j = e->g->acc_at[i * 4 + k]; /* this use's own accumulator */
+        if (j)
+            sfmt(a.p[k], sizeof a.p[k], "(%s + %d * %" PRId64 ")", gm, j, acc_numel(&m->params[p]));
+        else
+            sfmt(a.p[k], sizeof a.p[k], "%s", gm);
+    }
+    K->bwd_w(e, &a);
+}
+
+/* The layer whose backward-weight code alone writes parameter p's gradient on
+ * stage S (pg_param_desc.grad_layer), a model layer index; -1 when no one
+ * layer finishes it: a buffer, a tie across stages (summed over its stages
+ * after the backward), several uses on the stage (their accumulators are
+ * folded after it), or a kind without weight-gradient code. */
+int grad_layer_of(const pg_gen *g, const em_stage *S, int p)
+{
+    const ir_model *m = g->m;
+    const ir_param *P = &m->params[p];
+    if (P->is_buffer || P->tie != TIE_NONE || stage_nacc(g, S->stage, p) != 1)
+        return -1;
+    for (int c = 0; c < S->nchunks; c++)
+        for (int i = S->ch[c].first; i <= S->ch[c].last; i++)
+            if (layer_uses(&m->layers[i], p)) {
+                const gen_layer_kind *K = gen_layer_kind_of(m->layers[i].kind);
+                return K && K->bwd_w ? i : -1;
+            }
+    return -1;
+}
+
+/* Model layer i's index in stage S's layer table (pg_stage_desc.layers: its
+ * chunks in order, each chunk's layers in order), -1 when S does not hold it. */
+int stage_layer_at(const em_stage *S, int i)
+{
+    for (int c = 0, at = 0; c < S->nchunks; c++) {
+        const em_chunk *ch = &S->ch[c];
+        if (i >= ch->first && i <= ch->last)
+            return at + i - ch->first;
+        at += ch->last - ch->first + 1;
+    }
+    return -1;
+}
+
+/* PG_GRADS_FINAL after layer i's weight-gradient code, when it finishes
+ * some parameter's gradient (grad_layer_of): the runtime may start summing
+ * them over the replicas there (runtime/core/dp.c). */
+void emit_grads_final(em_out *e, int i)
+{
+    const ir_layer *L = &e->g->m->layers[i];
+    for (int k = 0; k < L->nparam && k < 4; k++)
+        if (L->param[k] >= 0 && grad_layer_of(e->g, e->S, L->param[k]) == i) {
+            fprintf(e->o, "    PG_GRADS_FINAL(io, %d); /* %s's gradients, final after the step's last micro-batch */\n",
+                    stage_layer_at(e->S, i), L->name);
+            return;
+        }
+}

@@ -1,0 +1,80 @@
+/* codegen/gen/gen_layer.h — what the code generator knows of each layer kind, in
+ * one place per kind: an entry (gen_layer_kind) in codegen/gen/layers/<family>.c,
+ * listed once in gen_layer.c's table. The generic code (gen_prepare.c,
+ * gen_layout.c, gen_layer.c, gen_chunk_fn.c, gen_stage.c, gen_plan_json.c)
+ * asks the entry and never names a kind.
+ *
+ * An emitter writes its statements into e->o with the operands in *a. It reads
+ * the input's value or gradient with em_x / em_dx and frame buffers with fa():
+ * each call notes a use of a frame buffer in the current pass and layer step,
+ * and those uses are the buffers' lifetimes in the memory plan (plan_frames),
+ * so an emitter reads only what its statements use. */
+#ifndef PG_GEN_LAYER_H
+#define PG_GEN_LAYER_H
+
+#include "gen/gen_internal.h"
+
+/* One layer's operands as C text, filled by gen_layer.c before an emitter runs. */
+typedef struct em_layer {
+    int i, li;                 /* the layer's index in the model, its step in the chunk */
+    const ir_layer *L;
+    int tin, tout;             /* its input and output tensors (indices into the chunk's tens) */
+    const em_tensor *in, *out;
+    int dx_wanted;             /* the input's gradient is needed upstream */
+    char n[64];                /* rows times every input dim but the last: "r * 64" */
+    char cnt[64];              /* every input element: "r * 4096" */
+    char shi[96], sho[96];     /* input and output shapes: "[r, 64, 128]" */
+    char x[64], y[64];         /* forward: the input and output values */
+    char dx[64], dy[64];       /* backward: the input gradient (em_dx), the output gradient */
+    char p[4][128];            /* forward, backward-input: the parameters' locals ("" past nparam);
+                                * backward-weight: this use's gradient accumulators ("NULL" for none) */
+} em_layer;
+
+/* the input's value into a->x, its gradient into a->dx (a noted use of its frame buffer) */
+void em_x(em_out *e, em_layer *a);
+void em_dx(em_out *e, em_layer *a);
+
+typedef struct gen_layer_kind {
+    /* the layer produces no tensor of its own: the current tensor passes through
+     * (stash); otherwise a new one, "<name> out", with the layer's output shape */
+    int passes_through;
+    /* bit k: param[k] is a GEMM weight (with precision = bf16, a bf16 shadow copy) */
+    unsigned gemm_weights;
+    /* the forward tells the step's forward from a recompute (the `first` argument) */
+    int fwd_uses_first;
+    /* the input is token ids: the first such layer's vocab is the stage's input vocab */
+    int reads_tokens;
+
+    /* Refuse a model this kind cannot train (batch, micro-batches) with a located
+     * error; -1 then. NULL: every model. */
+    int (*check)(const ir_model *m, const ir_layer *L, pg_diag *d);
+    /* Its whole-step buffer on its stage (a memory-plan index, S->layer_mp[i]). NULL: none. */
+    int (*stage_buffer)(em_stage *S, const ir_layer *L);
+    /* The slot buffers it exchanges with other chunks while the chunk is laid out
+     * (cur: the current tensor before it); -1 with an error. NULL: none. */
+    int (*slots)(pg_gen *g, em_stage *S, em_chunk *ch, int i, int cur, pg_diag *d);
+    /* The frame buffers its forward saves for its backward (into ch->aux[i - ch->first],
+     * frame_alloc), for R rows. NULL: none. */
+    void (*saved)(const ir_model *m, em_chunk *ch, int i, int64_t R);
+
+    void (*fwd)(em_out *e, em_layer *a);   /* forward */
+    void (*bwd_b)(em_out *e, em_layer *a); /* backward-input: dx from dy (and skip gradients) */
+    void (*bwd_w)(em_out *e, em_layer *a); /* backward-weight: into a->p; NULL: no weights, no code */
+    /* plan.json's "attrs" members (and so the architecture hash); NULL: none */
+    void (*json_attrs)(FILE *o, const ir_model *m, const ir_layer *L);
+} gen_layer_kind;
+
+/* Kind k's entry; NULL: the code generator does not do it (yet). */
+const gen_layer_kind *gen_layer_kind_of(ir_layer_kind k);
+
+/* ---- for the entries: the layout (gen_layout.c) ---- */
+
+/* A new frame buffer of the chunk: its id, or -1 out of memory (ch->fb_oom set). */
+int64_t frame_alloc(em_chunk *ch, int64_t bytes, const char *what, const char *shape);
+/* A slot buffer of the chunk (one instance per activation slot): its index, -1 when full. */
+int add_slotbuf(em_chunk *ch, const char *local, const char *note, pg_mp_cat cat, int64_t stride);
+/* A slot buffer of ch that is buffer sb of chunk `to` (laid out before it, on the same
+ * stage) at to's slot of the micro-batch: read or written in place. */
+int add_alias(em_chunk *ch, const char *local, const char *note, em_chunk *to, int sb);
+
+#endif

@@ -1,0 +1,26 @@
+/* codegen/gen/layers/activation.c — the element-wise activations relu and gelu
+ * (GPT-2's tanh form): no parameters, the backward reads the input
+ * (runtime: pg_relu_*, pg_gelu_*). */
+#include "gen/gen_layer.h"
+
+static void act_fwd(em_out *e, em_layer *a, const char *op)
+{
+    fprintf(e->o, "    PG_TRY(pg_%s_fwd(c, %s, %s, %s));\n", op, a->cnt, a->x, a->y);
+}
+
+static void act_bwd_b(em_out *e, em_layer *a, const char *op)
+{
+    em_x(e, a);
+    if (!a->dx_wanted)
+        return;
+    em_dx(e, a);
+    fprintf(e->o, "    PG_TRY(pg_%s_bwd_in(c, %s, %s, %s, %s)); /* %s */\n", op, a->cnt, a->x, a->dy, a->dx, a->L->name);
+}
+
+static void relu_fwd(em_out *e, em_layer *a) { act_fwd(e, a, "relu"); }
+static void relu_bwd_b(em_out *e, em_layer *a) { act_bwd_b(e, a, "relu"); }
+static void gelu_fwd(em_out *e, em_layer *a) { act_fwd(e, a, "gelu"); }
+static void gelu_bwd_b(em_out *e, em_layer *a) { act_bwd_b(e, a, "gelu"); }
+
+const gen_layer_kind gen_relu = {.fwd = relu_fwd, .bwd_b = relu_bwd_b};
+const gen_layer_kind gen_gelu = {.fwd = gelu_fwd, .bwd_b = gelu_bwd_b};

@@ -1,0 +1,220 @@
+/* codegen/schedule/predict.c — pg_schedule_predict: the verifier's simulation with a
+ * clock, in the emitted order of each stage's actions (a RECV blocks, as in
+ * the runtime). A compute action takes its chunk's cost; a message arrives
+ * `latency + bytes / bandwidth` after its SEND began, and the SEND keeps its
+ * sender busy `send_cost_latency + bytes / send_cost_bytes_per_s`; a RECV
+ * waits for the arrival, then keeps its receiver busy `recv_cost_latency +
+ * bytes / recv_cost_bytes_per_s`. OPT_STEP takes its stage's optimizer time; GRAD_NORM
+ * and TIE_REDUCE end their stage's measured time after the last stage
+ * arrived; with `verdict`, every stage waits at its first GRAD_NORM /
+ * OPT_STEP until every stage has reached its own (guard.c's verdict on the
+ * loss and the gradients, exchanged among all stages);
+ * each stage starts at its step_start and ends step_end after its last
+ * action. Message sizes come from the model: activations and their
+ * gradients by the chunk's boundary shapes, skips by their shapes, tie
+ * messages by the parameter's size, GRAD_NORM by 8 bytes per parameter.
+ * Step time is the last stage's finish; a stage's bubble is the fraction of
+ * the step it does no compute. */
+#include <stdlib.h>
+#include <string.h>
+#include "schedule/sched_sim.h"
+
+static int64_t rows_of(const ir_model *m, int mb, int nmb)
+{
+    int64_t b = m->train.batch > 0 ? m->train.batch : 0;
+    return b / nmb + (mb < b % nmb ? 1 : 0);
+}
+
+static double elem_bytes(const ir_model *m)
+{
+    return m->train.precision == DT_BF16 ? 2.0 : 4.0;
+}
+
+/* Bytes one message of send action a carries (0 when the model has no layers). */
+static double msg_bytes(const ir_model *m, const pg_schedule *s, const pg_act *a)
+{
+    if (!m->layers || m->nlayers == 0)
+        return 0;
+    double rows = a->mb >= 0 ? (double)rows_of(m, a->mb, s->nmb) : 1.0;
+    switch (a->kind) {
+    case PG_SEND_ACT: case PG_SEND_GRAD: {
+        /* the chunk boundary: the last layer of chunk c (ACT) or the first layer
+         * of chunk c (GRAD: gradient of its input) */
+        const ir_layer *l = NULL;
+        for (int i = 0; i < m->nlayers; i++)
+            if (m->layers[i].chunk == a->chunk) {
+                if (a->kind == PG_SEND_GRAD && !l)
+                    l = &m->layers[i];
+                if (a->kind == PG_SEND_ACT)
+                    l = &m->layers[i];
+            }
+        if (!l)
+            return 0;
+        return rows * (double)pg_shape_numel(a->kind == PG_SEND_ACT ? &l->out : &l->in) * elem_bytes(m);
+    }
+    case PG_SEND_SKIP: case PG_SEND_SKIP_GRAD:
+        if (a->skip < 0 || a->skip >= m->nskips)
+            return 0;
+        return rows * (double)pg_shape_numel(&m->skips[a->skip].shape) * elem_bytes(m);
+    case PG_TIE_SEND: case PG_TIE_GRAD_SEND: case PG_TIE_REDUCE:
+        if (a->param < 0 || a->param >= m->nparams)
+            return 0;
+        return (double)pg_shape_numel(&m->params[a->param].shape) * 4.0;
+    case PG_GRAD_NORM:
+        return 8.0 * m->nparams;
+    default:
+        return 0;
+    }
+}
+
+int pg_mb_recomputes(const ir_model *m, int mb, int nmb)
+{
+    return m->train.checkpoint == CKPT_ALWAYS || (m->train.checkpoint == CKPT_EXCEPT_LAST && mb < nmb - 1);
+}
+
+static int is_p2p_send(pg_act_kind k)
+{
+    return k == PG_SEND_ACT || k == PG_SEND_GRAD || k == PG_SEND_SKIP || k == PG_SEND_SKIP_GRAD || k == PG_TIE_SEND ||
+           k == PG_TIE_GRAD_SEND;
+}
+
+static int stage_ix(int st)
+{
+    return st >= 0 && st < 64 ? st : 0;
+}
+
+double pg_act_cost(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, int st, const pg_act *a)
+{
+    int ch = a->chunk >= 0 && a->chunk < 64 ? a->chunk : 0;
+    switch (a->kind) {
+    case PG_FWD: return c->fwd[ch];
+    case PG_BWD_B: /* a checkpointed micro-batch first recomputes its forward (gen_prepare.c's rule) */
+        return c->bwd_b[ch] + (c->recompute && a->mb >= 0 && pg_mb_recomputes(m, a->mb, s->nmb) ? c->rerun[ch] : 0);
+    case PG_BWD_W: return c->bwd_w[ch];
+    case PG_OPT_STEP: return c->opt[stage_ix(st)];
+    case PG_GRAD_NORM: case PG_TIE_REDUCE:
+        if (c->sync_measured) /* the exchange is inside the stage's measured time */
+            return 0;
+        /* fall through */
+    default: {
+        double t = c->send_latency;
+        if (c->send_bytes_per_s > 0)
+            t += msg_bytes(m, s, a) / c->send_bytes_per_s;
+        return t;
+    }
+    }
+}
+
+/* The SEND that a point-to-point RECV meets, for its size. */
+static pg_act sender_of(const pg_act *a)
+{
+    pg_act x = *a;
+    switch (a->kind) {
+    case PG_RECV_ACT: x.kind = PG_SEND_ACT; x.chunk = a->chunk - 1; break;
+    case PG_RECV_GRAD: x.kind = PG_SEND_GRAD; x.chunk = a->chunk + 1; break;
+    case PG_RECV_SKIP: x.kind = PG_SEND_SKIP; break;
+    case PG_RECV_SKIP_GRAD: x.kind = PG_SEND_SKIP_GRAD; break;
+    case PG_TIE_RECV: x.kind = PG_TIE_SEND; break;
+    case PG_TIE_GRAD_RECV: x.kind = PG_TIE_GRAD_SEND; break;
+    default: break;
+    }
+    return x;
+}
+
+static int is_p2p_recv(pg_act_kind k)
+{
+    return k == PG_RECV_ACT || k == PG_RECV_GRAD || k == PG_RECV_SKIP || k == PG_RECV_SKIP_GRAD || k == PG_TIE_RECV ||
+           k == PG_TIE_GRAD_RECV;
+}
+
+double pg_act_own_cost(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, int st, const pg_act *a)
+{
+    if (is_p2p_send(a->kind)) {
+        double t = c->send_cost_latency;
+        if (c->send_cost_bytes_per_s > 0)
+            t += msg_bytes(m, s, a) / c->send_cost_bytes_per_s;
+        return t;
+    }
+    if (is_p2p_recv(a->kind)) {
+        pg_act x = sender_of(a);
+        double t = c->recv_cost_latency;
+        if (c->recv_cost_bytes_per_s > 0)
+            t += msg_bytes(m, s, &x) / c->recv_cost_bytes_per_s;
+        return t;
+    }
+    if (a->kind == PG_GRAD_NORM)
+        return c->grad_norm[stage_ix(st)];
+    if (a->kind == PG_TIE_REDUCE)
+        return c->tie_reduce[stage_ix(st)];
+    return 0;
+}
+
+void pg_sim_setup_timed(pg_sim *sim, const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, double **dur,
+                        double **own)
+{
+    for (int st = 0; st < s->nstages; st++)
+        for (int i = 0; i < s->stage[st].n; i++) {
+            dur[st][i] = pg_act_cost(m, s, c, st, &s->stage[st].act[i]);
+            own[st][i] = pg_act_own_cost(m, s, c, st, &s->stage[st].act[i]);
+        }
+    sim->m = m;
+    sim->s = s;
+    sim->dur = dur;
+    sim->own = own;
+    sim->clock0 = c->step_start;
+    sim->verdict = c->verdict;
+    sim->verdict_stage = pg_loss_stage(s);
+    /* a message of a few bytes; a measured OPT_STEP / GRAD_NORM time already
+     * runs from the loss stage's start (runtime/core/trace.c) */
+    sim->verdict_transit = c->sync_measured ? 0.0 : c->send_latency;
+}
+
+double pg_sim_step_time(const pg_sim *sim, const pg_sched_costs *c)
+{
+    double t = 0;
+    for (int st = 0; st < sim->s->nstages && st < 64; st++)
+        if (sim->clock[st] + c->step_end[st] > t)
+            t = sim->clock[st] + c->step_end[st];
+    return t;
+}
+
+int pg_schedule_predict(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c,
+                        pg_sched_prediction *out)
+{
+    memset(out, 0, sizeof *out);
+    if (s->nstages < 1 || s->nstages > PG_SCHED_MAX_STAGES || !s->stage)
+        return -1;
+    double **dur = calloc((size_t)s->nstages, sizeof *dur), **own = calloc((size_t)s->nstages, sizeof *own);
+    int rc = -1;
+    if (!dur || !own)
+        goto out;
+    for (int st = 0; st < s->nstages; st++) {
+        size_t n = (size_t)(s->stage[st].n > 0 ? s->stage[st].n : 1);
+        dur[st] = malloc(n * sizeof **dur);
+        own[st] = malloc(n * sizeof **own);
+        if (!dur[st] || !own[st])
+            goto out;
+    }
+    pg_sim sim;
+    memset(&sim, 0, sizeof sim);
+    pg_sim_setup_timed(&sim, m, s, c, dur, own);
+    if (pg_sim_run(&sim) == SIM_OK) {
+        out->step_time = pg_sim_step_time(&sim, c);
+        for (int st = 0; st < s->nstages; st++) {
+            out->busy[st] = sim.busy[st];
+            out->bubble[st] = out->step_time > 0 ? 1.0 - sim.busy[st] / out->step_time : 0.0;
+        }
+        rc = 0;
+    }
+    pg_sim_free(&sim);
+out:
+    for (int st = 0; st < s->nstages; st++) {
+        if (dur)
+            free(dur[st]);
+        if (own)
+            free(own[st]);
+    }
+    free(dur);
+    free(own);
+    return rc;
+}

@@ -1,0 +1,62 @@
+/* codegen/schedule/svg.h — predicted timelines: the per-chunk costs a schedule is
+ * timed with (from the cost model of dsl/cost.h), a per-stage summary, and
+ * the SVG picture `pipegen plan --svg`, `pipegen schedule --svg` and `pipegen
+ * trace --svg` draw (one row per stage, F / B / W boxes labelled with their
+ * micro-batch, and their chunk when a stage runs several, shaded by the
+ * chunk's place on its stage; sends, receives, tie exchanges, the grad-norm
+ * exchange and the optimizer where they take time; idle time left empty;
+ * bubble in the title, an axis in seconds or flops and a legend; the width
+ * grows with the title, the axis labels and the legend). Byte-stable. */
+#ifndef PG_SVG_H
+#define PG_SVG_H
+
+#include <stdio.h>
+#include "cost.h"
+#include "schedule/schedule.h"
+
+/* Per-chunk F/B/W costs of one (average-sized) micro-batch: measured seconds
+ * when prof covers the model's layers, else estimated flops; a checkpointed
+ * micro-batch's B adds the recomputed forward. Messages are free unless prof
+ * has measured them ("messages", --profile). Returns 1 when the costs are
+ * seconds, 0 when flops. */
+int pg_sched_costs_of_model(const ir_model *m, const pg_profile *prof, pg_sched_costs *c);
+
+/* "s" or "flop": the unit of a step time predicted with those costs. */
+const char *pg_cost_unit(int seconds);
+/* A value with an SI prefix and unit, 4 significant digits: "1.25 Gflop", "3.2 ms". */
+void pg_fmt_si(char *buf, size_t n, double v, const char *unit);
+
+/* `pipegen plan`'s prediction: the stages' layers (the chosen splits), each
+ * stage's predicted compute per step, busy share and bubble, and the step. */
+void pg_schedule_report(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, int seconds, FILE *out);
+
+/* Writes the picture; 0, or -1 when the schedule cannot be simulated or out
+ * of memory. seconds: the costs are seconds (else flops). */
+int pg_schedule_svg(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, int seconds, FILE *out);
+
+/* One timeline, simulated or measured (pipegen trace): the same picture. */
+#define PG_TIMELINE_DP (PG_STEP_KIND_COUNT + 1) /* a box of the data-parallel reduction (a measured pp x dp step) */
+typedef struct pg_timeline_box {
+    int stage, kind;     /* the row; pg_act_kind (F, B, W, a send or receive, a tie or norm exchange, OPT_STEP) or PG_TIMELINE_DP */
+    int mb, chunk;       /* -1 for per-step actions */
+    double start, dur;   /* from the step's start */
+} pg_timeline_box;
+typedef struct pg_timeline {
+    const char *model, *schedule; /* the title: "mlp: 1f1b, ..." */
+    int nstages, nmb;
+    double step;                  /* the time drawn: the step */
+    const double *busy;           /* [nstages x replicas]: compute time of each row */
+    int seconds;                  /* times are seconds (else flops) */
+    const char *source;           /* where the times come from, for the title */
+    int nbox;
+    const pg_timeline_box *box;   /* drawn in this order */
+    int replicas;                 /* rows: nstages x replicas, row = replica x nstages + stage, labelled
+                                     "stage k replica q" when replicas > 1 (a pp x dp run) */
+} pg_timeline;
+void pg_timeline_svg(const pg_timeline *t, FILE *out);
+
+/* pg_schedule_svg into the file path; errors (`path: error: ...`) through d. */
+int pg_schedule_svg_write(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, int seconds,
+                          const char *path, pg_diag *d);
+
+#endif
