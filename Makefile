@@ -196,6 +196,46 @@ build-cuda/cuda-tests/%.o: tests/gpu/%.cu
 	@echo "  NVCC $<"
 	@$(NVCC) $(NVCCFLAGS) -MMD -MP -c -o $@ $<
 
+# ---- the CUDA runtime under emulation (tests/gpu/emu/README.md) ------------
+# runtime/cuda's own sources compiled by the host's C++ compiler against the
+# emulated CUDA runtime, cuBLAS(Lt) and NCCL of tests/gpu/emu/: each file
+# rewritten by tests/gpu/emu/emu_cu.sh (launches become calls), kernels on
+# fibers (tests/gpu/cuda_emu.h), GEMMs by the host BLAS's sgemm_. Every
+# runtime/cuda/*.cu joins by itself. $(BUILD)/emu/libpgrt_cuemu.a replaces
+# libpgrt_cuda.a at link time (LDLIBS_EMU instead of LDLIBS_CUDA).
+CXX      ?= c++
+EMU_DIR  := $(BUILD)/emu
+EMU_HDR  := $(patsubst runtime/cuda/%,$(EMU_DIR)/src/%,$(wildcard runtime/cuda/*.h runtime/cuda/*.cuh))
+EMU_OBJ  := $(patsubst runtime/cuda/%.cu,$(EMU_DIR)/obj/%.o,$(CUDA_SRC)) \
+            $(patsubst tests/gpu/emu/%.cc,$(EMU_DIR)/obj/shim/%.o,$(wildcard tests/gpu/emu/*.cc))
+# nvcc fuses a * b + c in kernels: so does the emulated build where the CPU has FMA (cuda_emu.h)
+EMU_FMA  := $(shell grep -qw fma /proc/cpuinfo 2>/dev/null && echo -mfma)
+EMUFLAGS  = -std=c++20 -O2 -g -Wall -Wextra -Werror -Wno-unknown-pragmas -fno-strict-aliasing -ffp-contract=off $(EMU_FMA) -pthread \
+            -Itests/gpu/emu/include -I$(EMU_DIR)/src -Iruntime/core
+LDLIBS_EMU = -lstdc++ -lblas -lpthread -lm
+export LDLIBS_EMU
+
+.PHONY: emu
+emu: $(EMU_DIR)/libpgrt_cuemu.a $(EMU_DIR)/test_ops_gpu
+
+$(EMU_DIR)/src/%: runtime/cuda/% tests/gpu/emu/emu_cu.sh
+	@tests/gpu/emu/emu_cu.sh $< $@
+
+$(EMU_DIR)/obj/%.o: $(EMU_DIR)/src/%.cu $(EMU_HDR)
+	@mkdir -p $(dir $@)
+	@echo "  CXX (emulated CUDA) $<"
+	@$(CXX) $(EMUFLAGS) -MMD -MP -x c++ -c -o $@ $<
+
+$(EMU_DIR)/obj/shim/%.o: tests/gpu/emu/%.cc
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMUFLAGS) -MMD -MP -c -o $@ $<
+
+$(EMU_DIR)/libpgrt_cuemu.a: $(patsubst %.c,$(BUILD)/obj/%.o,$(RT_CORE)) $(EMU_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(EMU_DIR)/test_ops_gpu: tests/gpu/test_ops_gpu.cu $(EMU_DIR)/libpgrt_cuemu.a $(EMU_HDR)
+	$(CXX) $(EMUFLAGS) -MMD -MP -x c++ -o $@ $< -x none $(EMU_DIR)/libpgrt_cuemu.a $(LDLIBS_EMU)
+
 # ---- the GPU bundle: build here, run on a GPU host --------------------------
 # tools/gpu_bundle.sh assembles build/gpu-bundle/pipegen-gpu/ (static pipegen
 # and piperun, libpgrt_cuda.a, the op tests' object, headers, the scripts, the

@@ -1,0 +1,71 @@
+/* tests/gpu/emu/include/cublasLt.h — the part of cuBLASLt that runtime/cuda
+ * uses (the bias epilogue), for the emulated build: CUDA's names and values,
+ * the behaviour in tests/gpu/emu/cublas_emu.cc. */
+#ifndef PG_EMU_CUBLASLT_H
+#define PG_EMU_CUBLASLT_H
+
+#include "cublas_v2.h"
+
+struct cublasLtContext;
+typedef struct cublasLtContext *cublasLtHandle_t;
+struct pg_emu_lt_desc;
+struct pg_emu_lt_layout;
+struct pg_emu_lt_pref;
+typedef struct pg_emu_lt_desc *cublasLtMatmulDesc_t;
+typedef struct pg_emu_lt_layout *cublasLtMatrixLayout_t;
+typedef struct pg_emu_lt_pref *cublasLtMatmulPreference_t;
+
+typedef struct {
+    uint64_t data[8];
+} cublasLtMatmulAlgo_t;
+
+typedef struct {
+    cublasLtMatmulAlgo_t algo;
+    size_t workspaceSize;
+    cublasStatus_t state;
+    float wavesCount;
+    int reserved[4];
+} cublasLtMatmulHeuristicResult_t;
+
+typedef enum {
+    CUBLASLT_MATMUL_DESC_TRANSA = 3,
+    CUBLASLT_MATMUL_DESC_TRANSB = 4,
+    CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
+    CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
+    CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26
+} cublasLtMatmulDescAttributes_t;
+
+typedef enum { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4 } cublasLtEpilogue_t;
+
+typedef enum {
+    CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8
+} cublasLtMatmulPreferenceAttributes_t;
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *h);
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h);
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t compute, cudaDataType scale);
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d);
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a,
+                                              const void *buf, size_t bytes);
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType type, uint64_t rows, uint64_t cols,
+                                          int64_t ld);
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l);
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p);
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p);
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
+                                                    cublasLtMatmulPreferenceAttributes_t a, const void *buf,
+                                                    size_t bytes);
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t la,
+                                              cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc,
+                                              cublasLtMatrixLayout_t ld, cublasLtMatmulPreference_t p, int requested,
+                                              cublasLtMatmulHeuristicResult_t *res, int *returned);
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha, const void *A,
+                              cublasLtMatrixLayout_t la, const void *B, cublasLtMatrixLayout_t lb, const void *beta,
+                              const void *C, cublasLtMatrixLayout_t lc, void *D, cublasLtMatrixLayout_t ld,
+                              const cublasLtMatmulAlgo_t *algo, void *ws, size_t ws_bytes, cudaStream_t s);
+
+#endif
