@@ -3,15 +3,29 @@
  * float formula is the contract, as for dropout and the optimizer steps, where
  * the GPU must match bit for bit), the += semantics of every _bwd_w, bitwise
  * reproducibility of the reductions run twice, and the error paths.
- * Links only the CUDA backend objects (build-cuda/cuda/). Run by `make test-gpu`; needs
- * a GPU and says "no GPU found" (exit 1) without one. Host code only. */
+ *
+ * usage: test_ops_gpu [GROUP...]   (no GROUP: every group, in order)
+ *        test_ops_gpu --list       (the groups, one a line)
+ * Each group starts from its own seed, so a group's inputs and results do not
+ * depend on which groups ran before it; tests/gpu/run_gpu_tests.sh runs each
+ * in its own process (a fault in one leaves the others' results, and a
+ * poisoned context is not shared). TAP on stdout, line-buffered: what was
+ * printed survives a crash. Tolerances are relative: max |got - ref| over
+ * max |ref|.
+ *
+ * Links only the CUDA backend objects (build-cuda/cuda/), or the emulated
+ * CUDA backend (build/emu/, tests/cuda_emu_ops.t). Needs a GPU and says "no GPU found"
+ * (exit 1) without one. Host code only. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <unistd.h>
 
+#include <string>
+#include <utility>
 #include <vector>
 
 extern "C" {
@@ -135,10 +149,11 @@ static dvec down_d(const double *d, int64_t n)
     return h;
 }
 
-/* max |got - ref| / max(1, max |ref|): scale-free for sums of many terms. */
+/* max |got - ref| / max |ref| (relative to the reference's scale; NaN in got
+ * is infinite, an all-zero reference needs got exactly zero). */
 static double err(const fvec &got, const dvec &ref)
 {
-    double worst = 0.0, mag = 1.0;
+    double worst = 0.0, mag = 0.0;
     for (size_t i = 0; i < ref.size(); i++)
         mag = fmax(mag, fabs(ref[i]));
     for (size_t i = 0; i < ref.size(); i++) {
@@ -146,7 +161,7 @@ static double err(const fvec &got, const dvec &ref)
         if (!(d <= worst)) /* NaN counts as the worst */
             worst = isnan(d) ? INFINITY : d;
     }
-    return worst / mag;
+    return worst == 0.0 ? 0.0 : mag > 0.0 ? worst / mag : INFINITY;
 }
 
 #define TOL 2e-5
@@ -163,6 +178,110 @@ static bool same_bits(const fvec &a, const fvec &b)
 }
 
 static dvec dv(const fvec &f) { return dvec(f.begin(), f.end()); }
+
+/* ---- against the CPU backend ------------------------------------------------
+ * The same program built for the CPU (tests/gpu_ops_on_cpu.t) with
+ * PG_OPS_RECORD=FILE writes every output named by vs_cpu() to FILE; a CUDA
+ * build (emulated: tests/cuda_emu_ops.t; on a GPU: run_gpu_tests.sh, with
+ * the file the bundle carries) with PG_OPS_AGAINST=FILE compares the same
+ * outputs, computed from the same inputs (each group draws its own, in the
+ * same order on every backend), with the CPU backend's: bit for bit where
+ * runtime/cuda/README.md promises the CPU's bits (tol < 0), else within the
+ * relative tolerance tol. Without either variable nothing happens. */
+
+#define VS_MAGIC "pipegen ops vs cpu 1\n"
+
+struct vs_state {
+    FILE *rec;
+    std::vector<std::pair<std::string, std::vector<char>>> cpu;
+    int loaded;
+};
+static vs_state VS;
+
+static const std::vector<char> *vs_find(const char *name)
+{
+    const char *path = getenv("PG_OPS_AGAINST");
+    if (!VS.loaded) {
+        VS.loaded = 1;
+        FILE *f = fopen(path, "rb");
+        char magic[sizeof VS_MAGIC] = "";
+        if (!f || fread(magic, 1, sizeof VS_MAGIC - 1, f) != sizeof VS_MAGIC - 1 || strcmp(magic, VS_MAGIC)) {
+            fprintf(stderr, "test_ops_gpu: PG_OPS_AGAINST=%s: not a CPU record (%s)\n", path,
+                    f ? "wrong magic" : strerror(errno));
+            if (f)
+                fclose(f);
+            return NULL;
+        }
+        uint32_t nl = 0;
+        uint64_t nb = 0;
+        while (fread(&nl, 4, 1, f) == 1 && nl < 4096) {
+            std::string n(nl, '\0');
+            if (fread(&n[0], 1, nl, f) != nl || fread(&nb, 8, 1, f) != 1 || nb > ((uint64_t)1 << 32))
+                break;
+            std::vector<char> b((size_t)nb);
+            if (nb && fread(b.data(), 1, (size_t)nb, f) != nb)
+                break;
+            VS.cpu.push_back({n, b});
+        }
+        fclose(f);
+    }
+    for (const auto &r : VS.cpu)
+        if (r.first == name)
+            return &r.second;
+    return NULL;
+}
+
+/* data[n] (float or double) under `name`: recorded, or compared with the CPU's */
+template <class T>
+static void vs_cpu_any(const char *name, const std::vector<T> &v, double tol)
+{
+    const char *rec = getenv("PG_OPS_RECORD"), *against = getenv("PG_OPS_AGAINST");
+    size_t bytes = v.size() * sizeof(T);
+    if (rec && *rec) {
+        if (!VS.rec && !(VS.rec = fopen(rec, "wb"))) {
+            fprintf(stderr, "test_ops_gpu: PG_OPS_RECORD=%s: %s\n", rec, strerror(errno));
+            exit(2);
+        }
+        if (ftell(VS.rec) == 0)
+            fputs(VS_MAGIC, VS.rec);
+        uint32_t nl = (uint32_t)strlen(name);
+        uint64_t nb = bytes;
+        fwrite(&nl, 4, 1, VS.rec);
+        fwrite(name, 1, nl, VS.rec);
+        fwrite(&nb, 8, 1, VS.rec);
+        fwrite(v.data(), 1, bytes, VS.rec);
+        fflush(VS.rec);
+    }
+    if (!against || !*against)
+        return;
+    const std::vector<char> *c = vs_find(name);
+    if (!c || c->size() != bytes) {
+        OK(0, "%s: the CPU backend's result is in %s (%s)", name, against, c ? "of another size" : "not found");
+        return;
+    }
+    std::vector<T> cv(v.size());
+    memcpy(cv.data(), c->data(), bytes);
+    if (tol < 0) {
+        size_t bad = 0;
+        for (size_t i = 0; i < v.size(); i++)
+            bad += memcmp(&v[i], &cv[i], sizeof(T)) != 0;
+        OK(bad == 0, "%s: bit for bit the CPU backend's (%zu of %zu elements differ)", name, bad, v.size());
+        return;
+    }
+    double worst = 0.0, mag = 0.0;
+    for (size_t i = 0; i < v.size(); i++) {
+        mag = fmax(mag, fabs((double)cv[i]));
+        double d = fabs((double)v[i] - (double)cv[i]);
+        if (!(d <= worst))
+            worst = isnan(d) ? INFINITY : d;
+    }
+    double e = worst == 0.0 ? 0.0 : mag > 0.0 ? worst / mag : INFINITY;
+    OK(e <= tol, "%s: within %.0e of the CPU backend's, relative (err %.2e)", name, tol, e);
+}
+
+#define BITWISE (-1.0)
+static void vs_cpu(const char *name, const fvec &v, double tol = BITWISE) { vs_cpu_any(name, v, tol); }
+static void vs_cpu_d(const char *name, const dvec &v, double tol = BITWISE) { vs_cpu_any(name, v, tol); }
 
 /* ---- naive references ---------------------------------------------------- */
 
@@ -222,6 +341,7 @@ static void test_memory(void)
     for (int i = 0; i < 1000; i++)
         r[i] = (double)a[i] + b[i];
     close_to("axpy_inplace: y += x", down(da, 1000), r, 1e-7);
+    vs_cpu("axpy_inplace", down(da, 1000));
     OK(pg_copy(G.c, db, da, 1000) == 0 && same_bits(down(db, 1000), down(da, 1000)), "copy");
     /* overlapping copies behave as memmove */
     fvec m = rnd(100);
@@ -247,15 +367,18 @@ static void test_linear(void)
     dvec bd = dv(b);
     OK(pg_linear_fwd(G.c, n, in, out, dx_, dw_, db_, y) == 0, "linear_fwd runs");
     close_to("linear_fwd with bias", down(y, n * out), ref_linear(n, in, out, dv(x), dv(w), &bd));
+    vs_cpu("linear_fwd (f32)", down(y, n * out), 1e-6);
     OK(pg_linear_fwd(G.c, n, in, out, dx_, dw_, NULL, y) == 0, "linear_fwd without bias runs");
     close_to("linear_fwd without bias", down(y, n * out), ref_linear(n, in, out, dv(x), dv(w), NULL));
     float *ddy = up(dy), *gx = dzeros(n * in);
     OK(pg_linear_bwd_in(G.c, n, in, out, ddy, dw_, gx) == 0, "linear_bwd_in runs");
     close_to("linear_bwd_in: dx = dy W", down(gx, n * in), ref_linear_bwd_in(n, in, out, dv(dy), dv(w)));
+    vs_cpu("linear_bwd_in (f32)", down(gx, n * in), 1e-6);
     fvec gw0 = rnd(out * in), gb0 = rnd(out);
     float *gw = up(gw0), *gb = up(gb0);
     OK(pg_linear_bwd_w(G.c, n, in, out, dx_, ddy, gw, gb) == 0, "linear_bwd_w runs");
     close_to("linear_bwd_w: dW += dy^T x", down(gw, out * in), ref_linear_bwd_w(n, in, out, dv(x), dv(dy), dv(gw0)));
+    vs_cpu("linear_bwd_w dW (f32)", down(gw, out * in), 1e-6);
     /* db: the column sums in row order in double, one float add (the CPU's
      * bits), or with the chunked column sums those of kernel_ref.h */
     fvec gbv = down(gb, out), want = gb0;
@@ -288,10 +411,12 @@ static void test_activations(void)
     for (int64_t i = 0; i < n; i++)
         r[i] = x[i] > 0 ? x[i] : 0.0;
     close_to("relu_fwd", down(y, n), r, 0.0);
+    vs_cpu("relu_fwd", down(y, n));
     pg_relu_bwd_in(G.c, n, dx_, ddy, y);
     for (int64_t i = 0; i < n; i++)
         r[i] = x[i] > 0 ? dy[i] : 0.0;
     close_to("relu_bwd_in", down(y, n), r, 0.0);
+    vs_cpu("relu_bwd_in", down(y, n));
     const double k = sqrt(2.0 / M_PI), cc = 0.044715;
     pg_gelu_fwd(G.c, n, dx_, y);
     for (int64_t i = 0; i < n; i++) {
@@ -300,8 +425,10 @@ static void test_activations(void)
         g[i] = (0.5 * (1 + t) + 0.5 * v * (1 - t * t) * k * (1 + 3 * cc * v * v)) * dy[i];
     }
     close_to("gelu_fwd (tanh form)", down(y, n), r, 1e-6);
+    vs_cpu("gelu_fwd (device tanhf)", down(y, n), 1e-6);
     pg_gelu_bwd_in(G.c, n, dx_, ddy, y);
     close_to("gelu_bwd_in", down(y, n), g, 1e-5);
+    vs_cpu("gelu_bwd_in (device tanhf)", down(y, n), 1e-6);
     OK(pg_relu_fwd(G.c, -5, dx_, y) != 0, "relu_fwd rejects a negative count");
 }
 
@@ -359,9 +486,11 @@ static void test_layernorm(void)
     close_to("layernorm_fwd y", down(Y, n * d), y, 1e-5);
     close_to("layernorm_fwd mean", down(M, n), mean, 1e-6);
     close_to("layernorm_fwd rstd", down(R, n), rstd, 1e-5);
+    vs_cpu("layernorm_fwd y (a tree of double sums)", down(Y, n * d), 1e-6);
     float *DX = dzeros(n * d);
     OK(pg_layernorm_bwd_in(G.c, n, d, X, W, M, R, DY, DX) == 0, "layernorm_bwd_in runs");
     close_to("layernorm_bwd_in", down(DX, n * d), dx, 1e-5);
+    vs_cpu("layernorm_bwd_in (a tree of double sums)", down(DX, n * d), 1e-6);
     fvec dw0 = rnd(d), db0 = rnd(d);
     float *DW = up(dw0), *DB = up(db0);
     OK(pg_layernorm_bwd_w(G.c, n, d, X, M, R, DY, DW, DB) == 0, "layernorm_bwd_w runs");
@@ -392,9 +521,13 @@ static void test_batchnorm(void)
     close_to("batchnorm_fwd y", down(Y, n * C), y, 1e-5);
     close_to("batchnorm_fwd mean", down(M, C), mean, 1e-6);
     close_to("batchnorm_fwd rstd", down(R, C), rstd, 1e-5);
+    vs_cpu("batchnorm_fwd mean", down(M, C));
+    vs_cpu("batchnorm_fwd rstd", down(R, C));
+    vs_cpu("batchnorm_fwd y", down(Y, n * C), 1e-6);
     float *DX = dzeros(n * C);
     OK(pg_batchnorm_bwd_in(G.c, n, C, X, W, M, R, DY, DX) == 0, "batchnorm_bwd_in runs");
     close_to("batchnorm_bwd_in", down(DX, n * C), dx, 1e-5);
+    vs_cpu("batchnorm_bwd_in", down(DX, n * C), 1e-6);
     fvec dw0 = rnd(C), db0 = rnd(C);
     float *DW = up(dw0), *DB = up(db0);
     OK(pg_batchnorm_bwd_w(G.c, n, C, X, M, R, DY, DW, DB) == 0, "batchnorm_bwd_w runs");
@@ -422,6 +555,10 @@ static void test_batchnorm(void)
     }
     close_to("batchnorm running mean", down(RM, C), wm, 1e-6);
     close_to("batchnorm running var (unbiased)", down(RV, C), wv, 1e-5);
+    vs_cpu("batchnorm_running_update mean", down(RM, C));
+    vs_cpu("batchnorm_running_update var", down(RV, C));
+    vs_cpu_d("batchnorm_stats_acc sum", down_d(S, C));
+    vs_cpu_d("batchnorm_stats_acc sum of squares", down_d(SS, C));
     dvec sum = down_d(S, C);
     double e = 0;
     for (int64_t j = 0; j < C; j++) {
@@ -445,6 +582,7 @@ static void test_batchnorm(void)
             ye[i * C + j] = v * w[j] + b[j];
         }
     close_to("batchnorm_eval_fwd y", down(YE, n * C), ye, 1e-6);
+    vs_cpu("batchnorm_eval_fwd y", down(YE, n * C), 1e-6);
     close_to("batchnorm_eval_fwd y without affine", down(YN, n * C), yn, 1e-6);
     fvec rm2 = down(RM1, C), rv2 = down(RV1, C);
     OK(rm2 == rm1 && rv2 == rv1, "batchnorm_eval_fwd leaves the running statistics alone");
@@ -466,12 +604,14 @@ static void test_embed(void)
     for (int64_t i = 0; i < n; i++)
         ok = ok && memcmp(&y[i * d], &table[ids[i] * d], d * sizeof(float)) == 0;
     OK(ok, "embed_fwd gathers the rows");
+    vs_cpu("embed_fwd", y);
     OK(pg_embed_bwd_w(G.c, n, V, d, I, DY, DT) == 0, "embed_bwd_w runs");
     fvec want = dt0; /* float adds in token order: the CPU's exact bits */
     for (int64_t i = 0; i < n; i++)
         for (int64_t j = 0; j < d; j++)
             want[ids[i] * d + j] += dy[i * d + j];
     OK(same_bits(down(DT, V * d), want), "embed_bwd_w adds rows in token order (bitwise)");
+    vs_cpu("embed_bwd_w", down(DT, V * d));
     std::vector<int32_t> bad = ids;
     bad[123] = (int32_t)V;
     int32_t *BI = up_ids(bad);
@@ -488,6 +628,7 @@ static void test_embed(void)
     for (int64_t i = 0; i < r * T * d; i++)
         ry[i] = (double)(x[i] + pt[i % (T * d)]);
     close_to("pos_embed_fwd adds the table", down(PY, r * T * d), ry, 0.0);
+    vs_cpu("pos_embed_fwd", down(PY, r * T * d));
     OK(pg_pos_embed_bwd_w(G.c, r, T, d, PDY, PG) == 0, "pos_embed_bwd_w runs");
     for (int64_t k = 0; k < T * d; k++) {
         double s = 0;
@@ -496,6 +637,7 @@ static void test_embed(void)
         rg[k] = (double)(pt0[k] + (float)s);
     }
     close_to("pos_embed_bwd_w accumulates (bitwise)", down(PG, T * d), rg, 0.0);
+    vs_cpu("pos_embed_bwd_w", down(PG, T * d));
 }
 
 /* Attention reference in double: qkv, att, ctx, y and the backward. */
@@ -588,12 +730,15 @@ static void test_attention(int causal)
     close_to("attention_fwd att (softmax, masked)", down(ATT, r * h * T * T), R.att, 1e-5);
     close_to("attention_fwd ctx", down(CTX, r * T * d), R.ctx, 1e-5);
     close_to("attention_fwd y", down(Y, r * T * d), R.y, 1e-5);
+    vs_cpu(causal ? "attention_fwd y (f32, causal)" : "attention_fwd y (f32, full)", down(Y, r * T * d), 1e-5);
+    vs_cpu(causal ? "attention_fwd att (f32, causal)" : "attention_fwd att (f32, full)", down(ATT, r * h * T * T), 1e-5);
     float *DCTX = dzeros(r * T * d), *DQKV = dzeros(r * T * d3), *DX = dzeros(r * T * d);
     OK(pg_attention_bwd_in(G.c, r, T, d, h, causal, WQ, WO, QKV, ATT, CTX, DY, DCTX, DQKV, DX) == 0,
        "attention_bwd_in (%s) runs", mode);
     close_to("attention_bwd_in dctx", down(DCTX, r * T * d), R.dctx, 1e-5);
     close_to("attention_bwd_in dqkv", down(DQKV, r * T * d3), R.dqkv, 1e-5);
     close_to("attention_bwd_in dx", down(DX, r * T * d), R.dx, 1e-5);
+    vs_cpu(causal ? "attention_bwd_in dx (f32, causal)" : "attention_bwd_in dx (f32, full)", down(DX, r * T * d), 1e-5);
     fvec dx1 = down(DX, r * T * d);
     pg_attention_bwd_in(G.c, r, T, d, h, causal, WQ, WO, QKV, ATT, CTX, DY, DCTX, DQKV, DX);
     OK(same_bits(dx1, down(DX, r * T * d)), "attention_bwd_in (%s) is bitwise reproducible", mode);
@@ -642,6 +787,7 @@ static void test_dropout(void)
         }
     }
     OK(same_bits(down(Y, rows * per), want), "dropout_fwd equals the CPU's mask and scale bitwise");
+    vs_cpu("dropout_fwd", down(Y, rows * per));
     OK(kept > 0.65 * rows * per && kept < 0.75 * rows * per, "dropout keeps about 1 - p (%lld of %lld)",
        (long long)kept, (long long)(rows * per));
     OK(pg_dropout_bwd_in(G.c, rows, per, p, seed, first, X, Y) == 0 && same_bits(down(Y, rows * per), want),
@@ -664,12 +810,14 @@ static void test_skip(void)
     for (int64_t i = 0; i < n * a; i++)
         r[i] = (double)(x[i] + x[i]);
     close_to("add_fwd", down(DX, n * a), r, 0.0);
+    vs_cpu("add_fwd", down(DX, n * a));
     OK(pg_concat_fwd(G.c, n, a, b, X, S, Y) == 0, "concat_fwd runs");
     fvec y = down(Y, n * (a + b));
     bool ok = true;
     for (int64_t i = 0; i < n; i++)
         ok = ok && !memcmp(&y[i * (a + b)], &x[i * a], a * 4) && !memcmp(&y[i * (a + b) + a], &s[i * b], b * 4);
     OK(ok, "concat_fwd lays out [x, s] per row");
+    vs_cpu("concat_fwd", y);
     OK(pg_concat_bwd(G.c, n, a, b, Y, DX, DS) == 0, "concat_bwd runs");
     OK(same_bits(down(DX, n * a), x) && same_bits(down(DS, n * b), s), "concat_bwd splits dy");
     OK(pg_concat_bwd(G.c, n, a, b, Y, NULL, DS) == 0, "concat_bwd accepts a NULL output");
@@ -691,6 +839,8 @@ static void test_losses(void)
     }
     OK(fabs(loss - s / denom) < 1e-12 * fmax(1.0, s), "mse loss (%.17g vs %.17g)", loss, s / denom);
     close_to("mse gradient (bitwise)", down(DY, n), g, 0.0);
+    vs_cpu("mse gradient", down(DY, n));
+    vs_cpu_d("mse loss (a tree of double sums)", dvec(1, loss), 1e-12);
     double loss2 = -1;
     pg_mse_fwd_bwd(G.c, n, Y, TT, denom, &loss2, DY);
     OK(memcmp(&loss, &loss2, sizeof loss) == 0, "mse loss is bitwise reproducible");
@@ -718,6 +868,8 @@ static void test_losses(void)
     }
     OK(fabs(ce - tot / dn) < 1e-10, "cross_entropy loss (%.17g vs %.17g)", ce, tot / dn);
     close_to("cross_entropy gradient", down(DL, rows * V), dl, 1e-6);
+    vs_cpu("cross_entropy gradient (device exp)", down(DL, rows * V), 1e-6);
+    vs_cpu_d("cross_entropy loss (device exp, a tree of sums)", dvec(1, ce), 1e-12);
     double ce2 = -1;
     pg_cross_entropy_fwd_bwd(G.c, rows, V, LG, TG, dn, &ce2, DL);
     OK(memcmp(&ce, &ce2, sizeof ce) == 0, "cross_entropy loss is bitwise reproducible");
@@ -744,6 +896,8 @@ static void test_optim(void)
     for (auto &e : ws)
         e *= 0.37f;
     OK(same_bits(down(Wd, n), ws), "scale (bitwise)");
+    vs_cpu("scale", down(Wd, n));
+    vs_cpu_d("sumsq (a tree of double sums)", dvec(1, ss), 1e-12);
     /* SGD with momentum and weight decay, second step: the CPU's float formula */
     const float lr = 0.01f, mom = 0.9f, wd = 0.05f;
     Wd = up(w);
@@ -758,6 +912,8 @@ static void test_optim(void)
         we[i] = we[i] + (-lr) * d;
     }
     OK(same_bits(down(Wd, n), we) && same_bits(down(Bd, n), be), "sgd_step equals the CPU's formula bitwise");
+    vs_cpu("sgd_step w", down(Wd, n));
+    vs_cpu("sgd_step momentum buffer", down(Bd, n));
     /* AdamW step 3 */
     const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, awd = 0.1f;
     Wd = up(w);
@@ -780,6 +936,9 @@ static void test_optim(void)
     }
     OK(same_bits(down(Wd, n), wa) && same_bits(down(Md, n), ma) && same_bits(down(Vd, n), va),
        "adamw_step equals the CPU's formula bitwise");
+    vs_cpu("adamw_step w", down(Wd, n));
+    vs_cpu("adamw_step m", down(Md, n));
+    vs_cpu("adamw_step v", down(Vd, n));
     OK(pg_adamw_step(G.c, n, Wd, Gd, Md, Vd, lr, b1, b2, eps, awd, 0) != 0, "adamw_step rejects t = 0");
     OK(pg_sgd_step(G.c, n, Wd, Gd, NULL, lr, mom, wd, 0) != 0, "sgd_step with momentum needs a buffer");
 }
@@ -852,6 +1011,19 @@ static void test_colsum_paths(void)
         OK(pg_batchnorm_bwd_w(G.c, n, d, X, BM, BR, DY, DW, NULL) == 0, "batchnorm_bwd_w runs (%s)", path_word(fast));
         pg_ref_norm_bwd_w_ch(n, d, ch, 0, x.data(), bmean.data(), brstd.data(), dy.data(), bw.data(), NULL);
         OK(same_bits(down(DW, d), bw), "batchnorm weight gradient, %s: bitwise the host reference", path_word(fast));
+        if (mode == 0) { /* the reference path from inputs both backends share: the CPU's bits */
+            vs_cpu("bias gradient (reference path)", down(GB, d));
+            fvec hm = rnd(n, -0.5, 0.5), hr = rnd(n, 0.5, 2.0), cm = rnd(d, -0.5, 0.5), cr = rnd(d, 0.5, 2.0);
+            float *HM = up(hm), *HR = up(hr), *CM = up(cm), *CR = up(cr);
+            DW = up(dw0), DB = up(db0);
+            pg_layernorm_bwd_w(G.c, n, d, X, HM, HR, DY, DW, DB);
+            vs_cpu("layernorm_bwd_w dw (reference path)", down(DW, d));
+            vs_cpu("layernorm_bwd_w db (reference path)", down(DB, d));
+            DW = up(dw0), DB = up(db0);
+            pg_batchnorm_bwd_w(G.c, n, d, X, CM, CR, DY, DW, DB);
+            vs_cpu("batchnorm_bwd_w dw (reference path)", down(DW, d));
+            vs_cpu("batchnorm_bwd_w db (reference path)", down(DB, d));
+        }
     }
     set_paths(G.c, PG_CUDA_K_ALL);
 }
@@ -1064,8 +1236,101 @@ static void test_attention_bf16(int causal, int64_t hd)
     pg_backend_set_precision(G.c, 0);
 }
 
-int main(void)
+/* The backend's setup checks: the arena, the kernel paths' switch. */
+static void test_setup(void)
 {
+    fvec z = down((float *)G.arena, 4096);
+    OK(err(z, dvec(4096, 0.0)) == 0.0, "arena starts zeroed");
+    OK(pg_arena_create(G.c, (size_t)1 << 60) == NULL, "an impossible arena fails with a message");
+#ifndef PG_TEST_ON_CPU
+    OK(pg_cuda_kernel_paths(G.c) == PG_CUDA_K_ALL || getenv("PIPE_CUDA_KERNELS"),
+       "every fast kernel path is on by default (mask %#x)", pg_cuda_kernel_paths(G.c));
+    const char *saved = getenv("PIPE_CUDA_KERNELS");
+    setenv("PIPE_CUDA_KERNELS", "colsum,flash", 1);
+    pg_ctx *c2 = pg_backend_init(0);
+    OK(c2 && pg_cuda_kernel_paths(c2) == (PG_CUDA_K_COLSUM | PG_CUDA_K_FLASH),
+       "PIPE_CUDA_KERNELS=colsum,flash turns on just those two");
+    pg_backend_free(c2);
+    setenv("PIPE_CUDA_KERNELS", "colsum,bogus", 1);
+    c2 = pg_backend_init(0);
+    OK(c2 == NULL, "PIPE_CUDA_KERNELS with an unknown path fails with a message");
+    pg_backend_free(c2);
+    if (saved)
+        setenv("PIPE_CUDA_KERNELS", saved, 1);
+    else
+        unsetenv("PIPE_CUDA_KERNELS");
+#endif
+    test_memory();
+}
+
+static void test_flash(void)
+{
+    test_flash_reference(1);
+    test_flash_reference(0);
+    test_attention_bf16(1, 64);
+    test_attention_bf16(0, 64);
+    test_attention_bf16(1, 24);
+    test_attention_bf16(1, 96); /* head dim over 64: the unfused path */
+}
+
+static void test_norms(void)
+{
+    test_layernorm();
+    test_batchnorm();
+}
+
+static void test_attention_f32(void)
+{
+    test_attention(1);
+    test_attention(0);
+}
+
+static void test_misc(void)
+{
+    test_dropout();
+    test_skip();
+}
+
+static void test_optim_init(void)
+{
+    test_optim();
+    test_init();
+}
+
+/* The groups, in the order a GPU session most needs them: the fast kernel
+ * paths come right after the setup. */
+static const struct {
+    const char *name;
+    void (*run)(void);
+} groups[] = {
+    {"setup", test_setup},   {"colsum", test_colsum_paths}, {"shadow", test_shadow},     {"pad", test_pad},
+    {"lt", test_linear_bias_lt}, {"flash", test_flash},     {"linear", test_linear},     {"activations", test_activations},
+    {"norms", test_norms},   {"embed", test_embed},         {"attention", test_attention_f32},
+    {"dropout_skip", test_misc}, {"losses", test_losses},   {"optim", test_optim_init},
+};
+#define NGROUPS (int)(sizeof groups / sizeof groups[0])
+
+static int group_index(const char *name)
+{
+    for (int g = 0; g < NGROUPS; g++)
+        if (!strcmp(groups[g].name, name))
+            return g;
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0); /* a crash keeps every line printed */
+    if (argc == 2 && !strcmp(argv[1], "--list")) {
+        for (int g = 0; g < NGROUPS; g++)
+            printf("%s\n", groups[g].name);
+        return 0;
+    }
+    for (int a = 1; a < argc; a++)
+        if (group_index(argv[a]) < 0) {
+            fprintf(stderr, "test_ops_gpu: no group '%s' (test_ops_gpu --list names them)\n", argv[a]);
+            return 2;
+        }
     const char *why = "";
     if (device_count(&why) == 0) {
         fprintf(stderr, "test_ops_gpu: no GPU found (cudaGetDeviceCount: %s); run on a machine with a CUDA GPU\n", why);
@@ -1080,57 +1345,21 @@ int main(void)
     }
     G.size = (size_t)64 << 20;
     G.arena = (char *)pg_arena_create(G.c, G.size);
-    G.rng = 42;
     OK(G.arena != NULL, "arena of 64 MiB");
     if (!G.arena)
         return DONE();
-    fvec z = down((float *)G.arena, 4096);
-    OK(err(z, dvec(4096, 0.0)) == 0.0, "arena starts zeroed");
-    OK(pg_arena_create(G.c, (size_t)1 << 60) == NULL, "an impossible arena fails with a message");
-#ifndef PG_TEST_ON_CPU
-    OK(pg_cuda_kernel_paths(G.c) == PG_CUDA_K_ALL || getenv("PIPE_CUDA_KERNELS"),
-       "every fast kernel path is on by default (mask %#x)", pg_cuda_kernel_paths(G.c));
-    {
-        const char *saved = getenv("PIPE_CUDA_KERNELS");
-        setenv("PIPE_CUDA_KERNELS", "colsum,flash", 1);
-        pg_ctx *c2 = pg_backend_init(0);
-        OK(c2 && pg_cuda_kernel_paths(c2) == (PG_CUDA_K_COLSUM | PG_CUDA_K_FLASH),
-           "PIPE_CUDA_KERNELS=colsum,flash turns on just those two");
-        pg_backend_free(c2);
-        setenv("PIPE_CUDA_KERNELS", "colsum,bogus", 1);
-        c2 = pg_backend_init(0);
-        OK(c2 == NULL, "PIPE_CUDA_KERNELS with an unknown path fails with a message");
-        pg_backend_free(c2);
-        if (saved)
-            setenv("PIPE_CUDA_KERNELS", saved, 1);
-        else
-            unsetenv("PIPE_CUDA_KERNELS");
+    for (int g = 0; g < NGROUPS; g++) {
+        int want = argc == 1;
+        for (int a = 1; a < argc; a++)
+            want |= group_index(argv[a]) == g;
+        if (!want)
+            continue;
+        printf("# group %s\n", groups[g].name);
+        /* each group its own inputs, whatever ran before (its buffers follow
+         * the earlier groups' in the arena: a registered shadow stays) */
+        G.rng = 42 + 1000003ull * (uint64_t)g;
+        groups[g].run();
     }
-#endif
-    test_memory();
-    /* the fast kernel paths first: what a first GPU run most needs to see */
-    test_colsum_paths();
-    test_shadow();
-    test_pad();
-    test_linear_bias_lt();
-    test_flash_reference(1);
-    test_flash_reference(0);
-    test_attention_bf16(1, 64);
-    test_attention_bf16(0, 64);
-    test_attention_bf16(1, 24);
-    test_attention_bf16(1, 96); /* head dim over 64: the unfused path */
-    test_linear();
-    test_activations();
-    test_layernorm();
-    test_batchnorm();
-    test_embed();
-    test_attention(1);
-    test_attention(0);
-    test_dropout();
-    test_skip();
-    test_losses();
-    test_optim();
-    test_init();
     OK(pg_sync(G.c) == 0, "no asynchronous errors at the end");
     pg_arena_destroy(G.c, G.arena);
     pg_backend_free(G.c);
