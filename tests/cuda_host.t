@@ -2,8 +2,9 @@
 # tests/cuda_host.t — the CUDA runtime's host-side logic without a GPU
 # (tests/unit/test_cuda_host.c): the pinned staging ring of the step's copies
 # (runtime/cuda/hstage.h) against a fake device, the causes named for an
-# unusable GPU and the replicas' choice of NCCL or the host path for their
-# gradient sum (runtime/cuda/cuda_caps.h). Plain C, ASan+UBSan; no CUDA needed.
+# unusable GPU, the message slots of a device link, and the replicas' choice
+# of NCCL or the host path for their gradient sum (runtime/cuda/cuda_caps.h).
+# Plain C, ASan+UBSan; no CUDA needed.
 TOP=$(cd "$(dirname "$0")/.." && pwd)
 OUT=$(mktemp -d /tmp/pg-cuda-host.XXXXXX) || exit 1
 trap 'rm -rf "$OUT"' EXIT

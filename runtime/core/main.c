@@ -405,6 +405,34 @@ static int save_params(pg_run *r, int64_t steps, const char *path, int grads)
     return rc;
 }
 
+/* msgs[k] = the messages this stage's step sends to stage k through
+ * pg_net_send from the arena (the transport's device ring: the CUDA transport
+ * gives each of a step's messages in flight an event, so it sizes its events by
+ * this; the norm exchange and the verdicts are host bytes, never in the ring). */
+static void count_step_sends(const pg_stage_desc *d, int *msgs)
+{
+    for (int a = 0; a < d->nactions; a++) {
+        const pg_step_action *x = &d->actions[a];
+        switch (x->kind) {
+        case PG_SEND_ACT: case PG_SEND_GRAD: case PG_SEND_SKIP: case PG_SEND_SKIP_GRAD: case PG_TIE_SEND:
+        case PG_TIE_GRAD_SEND:
+            if (x->peer >= 0 && x->peer < d->nstages)
+                msgs[x->peer]++;
+            break;
+        case PG_TIE_REDUCE: /* a user sends its gradient to the owner; the owner the sum to every user */
+            if (x->peer != d->stage && x->peer >= 0 && x->peer < d->nstages)
+                msgs[x->peer]++;
+            else if (x->param >= 0 && x->param < d->nmodel_params)
+                for (int u = 0; u < d->nstages && u < 64; u++)
+                    if (u != d->stage && (d->model_params[x->param].stage_mask >> u & 1))
+                        msgs[u]++;
+            break;
+        default:
+            break;
+        }
+    }
+}
+
 static int run(pg_run *r)
 {
     const pg_stage_desc *d = r->d;
@@ -507,18 +535,25 @@ static int run(pg_run *r)
     if (pg_trace_init(r)) /* --trace / --profile: the event ring, before any step */
         return 1;
     size_t *sb = calloc((size_t)l.world, sizeof *sb);
-    if (!sb)
+    int *sm = calloc((size_t)l.world, sizeof *sm);
+    if (!sb || !sm) {
+        free(sb);
+        free(sm);
         return 1;
+    }
     for (int k = 0; k < d->nstages; k++) /* this replica's stages, then the same stage of the other replicas */
         sb[r->replica * d->nstages + k] = (size_t)d->send_bytes[k];
+    count_step_sends(d, sm + r->replica * d->nstages);
     for (int q = 0; q < r->replicas; q++)
         if (q != r->replica)
             sb[q * d->nstages + d->stage] = pg_dp_link_bytes(r);
     pg_net_config cfg = {.model = d->model, .plan_hash = d->plan_hash, .stage = d->stage, .send_buf_bytes = sb,
+                         .send_msgs = sm,
                          .connect_timeout_s = r->opt.connect_timeout_s, .run_id = l.run_id, .agree = r->agree,
                          .agree_len = r->agree_len, .agree_check = pg_agree_check, .agree_arg = r};
     r->net = pg_net_init(&l, &cfg, err, sizeof err);
     free(sb);
+    free(sm);
     if (!r->net) {
         fprintf(stderr, "stage %d: %s\n", d->stage, err);
         return 1;

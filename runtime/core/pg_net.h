@@ -89,6 +89,8 @@ typedef struct pg_net_config {
     int stage;                /* must equal the launch rank mod P, rank = replica x P + stage
                                  (P = world / l->replicas) */
     const size_t *send_buf_bytes; /* [world], by rank: one step's bytes to each peer (0: no link needed) */
+    const int *send_msgs;     /* [world], by rank: one step's messages to each peer (NULL: not known;
+                                 the CUDA transport sizes its per-message events by it) */
     double connect_timeout_s; /* how long to keep retrying the master (back-off) */
     const char *run_id;       /* pg_launch.run_id: every hello carries it (NULL: "") */
     /* What the stages must agree on (options, data files): an opaque text

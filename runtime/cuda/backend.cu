@@ -164,6 +164,16 @@ static int ctx_setup(pg_ctx *c)
     }
     int ndev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e == cudaErrorInsufficientDriver) { /* a GPU is there, its driver is too old for this runtime */
+        int drv = 0, rt = 0;
+        cudaDriverGetVersion(&drv);
+        cudaRuntimeGetVersion(&rt);
+        pg_rt_error(__FILE__, __LINE__, "the NVIDIA driver supports CUDA %d.%d, older than this stage's CUDA runtime "
+                    "%d.%d (cudaErrorInsufficientDriver): update the driver, or build the CUDA files with a toolkit "
+                    "of at most CUDA %d.%d (the GPU bundle: PG_REBUILD_CUDA=1 with this host's nvcc)",
+                    drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10, drv / 1000, drv % 1000 / 10);
+        return 1;
+    }
     if (e != cudaSuccess || ndev == 0) {
         pg_rt_error(__FILE__, __LINE__, "no GPU found (cudaGetDeviceCount: %s); "
                     "build the stages with the CPU runtime or run on a machine with a CUDA GPU",
@@ -265,6 +275,11 @@ void pg_backend_report(pg_ctx *c, int stage, int64_t arena_bytes, FILE *out)
             "every process on GPU %d counts)\n",
             stage, c->graphs_captured, c->graph_launches, (long long)arena_bytes, used,
             arena_bytes > 0 ? (double)used / (double)arena_bytes : 0.0, c->device);
+    /* the paths this run took (tests/gpu/run_gpu_tests.sh reads it) */
+    fprintf(out, "stage %d: CUDA kernel paths taken (host calls; graph replays not counted):", stage);
+    for (int k = 0; k < NKPATHS; k++)
+        fprintf(out, " %s %lld%s", kpath_names[k].name, c->kp_calls[k], k + 1 < NKPATHS ? "," : ";");
+    fprintf(out, " bf16 GEMMs %lld\n", c->bf16_gemms);
     fflush(out);
 }
 

@@ -94,6 +94,7 @@ static int colsum_run(pg_ctx *c, const char *op, int64_t n, int64_t m, F f, floa
     void *ws = NULL;
     if (pg_cuda_scratch(c, (size_t)(nc * NT * m) * sizeof(double), &ws))
         return 1;
+    pg_cuda_count(c, PG_CUDA_K_COLSUM);
     dim3 grid((unsigned)xblocks, (unsigned)nc);
     colsum_chunks_kernel<NT, F><<<grid, COLSUM_THREADS, 0, c->stream>>>(n, m, rows, f, (double *)ws);
     LAUNCH_CHECK("colsum_chunks_kernel");

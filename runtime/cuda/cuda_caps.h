@@ -71,6 +71,21 @@ static inline int pg_cuda_ipc_unusable(int me, int peer, int dev, int ipc_event_
     return 1;
 }
 
+/* ---- the device ring's message slots (cuda_net.cu) -------------------------
+ * How many device messages may be in flight in one direction, each with its
+ * own event: twice a step's messages to that peer (the ring holds two steps'
+ * bytes too: the wrap-around) and a few more for what travels outside the
+ * step (the final gather waits for its receiver, which is receiving); at
+ * most `most`; `msgs` < 0 (not known): `most`. A step of gpt2_small's stage
+ * sends some ten messages to a neighbour, not the 512 a fixed pool made. */
+static inline int pg_cuda_msg_slots(int msgs, int most)
+{
+    if (msgs < 0)
+        return most;
+    int n = 2 * msgs + 4;
+    return n < most ? n : most;
+}
+
 /* ---- the replicas' gradient reduction: NCCL or the host path --------------
  * At start-up each replica of a stage sends every other PG_DP_INFO_BYTES:
  * whether it wants the NCCL path (PG_DP_WANT_*), the NCCL version it runs,

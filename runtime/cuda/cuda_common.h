@@ -88,6 +88,10 @@ struct pg_ctx {
     void *bf16_ws;            /* bf16 copies of GEMM operands; grows on first need, then stays */
     size_t bf16_ws_bytes;
     unsigned kpaths;          /* PG_CUDA_K_* fast kernel paths in use (the rest: reference paths) */
+    /* how often each fast path (bit k of PG_CUDA_K_*: kp_calls[k]) and a bf16
+     * GEMM ran, as the host called them (a graph replay repeats its calls
+     * without counting): the end-of-run report, so a test sees a path taken */
+    long long kp_calls[5], bf16_gemms;
     cublasLtHandle_t lt;      /* cuBLASLt (the bias epilogue), sharing blas_ws on the same stream */
     struct pg_cuda_lt_plan lt_plans[PG_CUDA_LT_PLANS];
     int nlt_plans;
@@ -277,6 +281,14 @@ int pg_cuda_gemm(pg_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, i
 
 /* Is the fast kernel path k (PG_CUDA_K_*) on? */
 static inline int pg_cuda_fast(const pg_ctx *c, unsigned k) { return (c->kpaths & k) != 0; }
+
+/* The fast path k (one PG_CUDA_K_* bit) is taken once more. */
+static inline void pg_cuda_count(pg_ctx *c, unsigned k)
+{
+    for (int i = 0; i < 5; i++)
+        if (k == 1u << i)
+            c->kp_calls[i]++;
+}
 
 /* acc[m] += column sums of a[n,m] (linear.cu): with PG_CUDA_K_COLSUM the
  * chunked sums of colsum.cu, else one thread per column walking the rows in

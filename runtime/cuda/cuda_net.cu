@@ -51,7 +51,7 @@
 #define TAG_INIT_INFO ((29u << 24) | 1u) /* before any caller traffic, so no clash */
 #define TAG_INIT_LINK ((29u << 24) | 2u)
 #define TAG_CLOSED ((29u << 24) | 3u) /* at close: I no longer map your ring */
-#define NSLOTS 512                      /* device messages in flight per direction */
+#define NSLOTS 512                      /* at most: device messages in flight per direction (pg_cuda_msg_slots) */
 #define RING_SLACK ((size_t)64 << 10)
 #define RING_ALIGN 256
 #define SEND_WAIT_S 300.0               /* a full staging ring waits this long for the peer */
@@ -69,7 +69,7 @@ typedef struct slot {
 /* What a sender tells its receiver about the device link of one direction. */
 typedef struct link_msg {
     uint32_t kind;       /* PATH_NCCL or PATH_IPC */
-    uint32_t pad;
+    uint32_t nslot;      /* messages in flight at most, one event each (ev[0..nslot) valid) */
     uint64_t cap;        /* ring bytes; the consumed counter sits at offset cap */
     ncclUniqueId id;
     cudaIpcMemHandle_t mem;
@@ -86,7 +86,8 @@ typedef struct dlink {
     unsigned char *sring;          /* device: [send_cap] ring, then the consumed counter */
     size_t shead;
     uint64_t sseq;
-    slot q[NSLOTS];                /* in flight, oldest at qhead */
+    slot q[NSLOTS];                /* in flight, oldest at qhead (at most nslot) */
+    int nslot;                     /* events of this direction: pg_cuda_msg_slots of a step's messages */
     int qhead, qlen;
     cudaEvent_t sev[NSLOTS];       /* IPC: "copied into the ring" (interprocess); NCCL: "sent" */
     int nsev;
@@ -101,6 +102,7 @@ typedef struct dlink {
     unsigned char *rring;          /* IPC: the peer's ring, opened */
     unsigned long long *rconsumed; /* IPC: the peer's counter */
     cudaEvent_t rev[NSLOTS];       /* IPC: the peer's events, opened */
+    int rnslot;                    /* how many the peer made (its link_msg) */
     int nrev;
     ncclComm_t rcomm;
     ncclUniqueId rid;
@@ -367,7 +369,7 @@ static pg_net_status retire_oldest(pg_net *n, int to, double deadline)
             pg_cuda_nap();
         }
     } else {
-        pg_net_status st = wait_event(n, L, to, L->sev[o->seq % NSLOTS], L->scomm, deadline, late);
+        pg_net_status st = wait_event(n, L, to, L->sev[o->seq % (uint64_t)L->nslot], L->scomm, deadline, late);
         if (st)
             return st;
     }
@@ -385,7 +387,7 @@ static pg_net_status ring_place(pg_net *n, int to, size_t bytes, size_t *start)
     size_t s = L->shead + bytes > L->send_cap ? 0 : L->shead;
     double deadline = pg_cuda_now() + SEND_WAIT_S;
     for (;;) {
-        int clash = L->qlen == NSLOTS;
+        int clash = L->qlen == L->nslot;
         for (int i = 0; i < L->qlen && !clash; i++) {
             const slot *q = &L->q[(L->qhead + i) % NSLOTS];
             clash = s < q->start + q->len && q->start < s + bytes;
@@ -456,7 +458,7 @@ pg_net_status pg_net_send(pg_net *n, int to, uint32_t tag, const void *buf, size
     if (st)
         return st;
     uint64_t seq = L->sseq;
-    cudaEvent_t ev = L->sev[seq % NSLOTS];
+    cudaEvent_t ev = L->sev[seq % (uint64_t)L->nslot];
     /* NCCL: the header goes first, so the receiver is already on its way to
      * its ncclRecv while ours is enqueued (the links were connected at start-
      * up, init_comms, so ncclSend itself never waits for the peer). IPC: the
@@ -568,7 +570,7 @@ pg_net_status pg_net_recv(pg_net *n, int from, uint32_t tag, void *buf, size_t b
     /* from here the backend stream waits for the peer: if the payload never
      * comes, that stream is stuck for good (poison) */
     if (path == PATH_IPC) {
-        cudaError_t e = cudaStreamWaitEvent(n->stream, L->rev[seq % NSLOTS], 0);
+        cudaError_t e = cudaStreamWaitEvent(n->stream, L->rev[seq % (uint64_t)L->rnslot], 0);
         if (e == cudaSuccess)
             e = cudaMemcpyAsync(dst, L->rring + off, bytes, cudaMemcpyDeviceToDevice, n->stream);
         if (e == cudaSuccess) {
@@ -697,6 +699,7 @@ static int exchange_info(pg_net *n, const pg_net_config *cfg, char *err, size_t 
         dlink *L = &n->l[j];
         size_t mine = cfg->send_buf_bytes ? cfg->send_buf_bytes[n->base + j] : 0;
         L->send_cap = mine ? align_up(2 * mine + RING_SLACK) : 0; /* 2x: room for the wrap-around */
+        L->nslot = pg_cuda_msg_slots(cfg->send_msgs ? cfg->send_msgs[n->base + j] : -1, NSLOTS);
         L->has_recv = pg_get64(m) > 0;
         L->same_dev = memcmp(m + 8, &prop.uuid, 16) == 0;
         /* a device link on this GPU is CUDA IPC: can this device do it? */
@@ -732,7 +735,8 @@ static int setup_links(pg_net *n, const pg_net_config *cfg, char *err, size_t er
         if (e == cudaSuccess)
             e = cudaDeviceSynchronize(); /* the counter is 0 before the peer can see the ring */
         unsigned flags = cudaEventDisableTiming | (L->same_dev ? cudaEventInterprocess : 0);
-        for (int i = 0; i < NSLOTS && e == cudaSuccess; i++)
+        m->nslot = (uint32_t)L->nslot;
+        for (int i = 0; i < L->nslot && e == cudaSuccess; i++)
             if ((e = cudaEventCreateWithFlags(&L->sev[i], flags)) == cudaSuccess) {
                 L->nsev++;
                 if (L->same_dev)
@@ -775,6 +779,10 @@ static int setup_links(pg_net *n, const pg_net_config *cfg, char *err, size_t er
             seterr(err, errlen, "stage %d disagrees on whether we share a GPU", j);
             goto out;
         }
+        if (m->nslot < 1 || m->nslot > NSLOTS) {
+            seterr(err, errlen, "stage %d announced %u message slots (1 to %d)", j, m->nslot, NSLOTS);
+            goto out;
+        }
         L->rkind = (int)m->kind;
         L->rcap = (size_t)m->cap;
         if (m->kind == PATH_NCCL) {
@@ -784,7 +792,8 @@ static int setup_links(pg_net *n, const pg_net_config *cfg, char *err, size_t er
         cudaError_t e = cudaIpcOpenMemHandle((void **)&L->rring, m->mem, cudaIpcMemLazyEnablePeerAccess);
         if (e == cudaSuccess)
             L->rconsumed = (unsigned long long *)(L->rring + L->rcap);
-        for (int i = 0; i < NSLOTS && e == cudaSuccess; i++)
+        L->rnslot = (int)m->nslot;
+        for (int i = 0; i < L->rnslot && e == cudaSuccess; i++)
             if ((e = cudaIpcOpenEventHandle(&L->rev[i], m->ev[i])) == cudaSuccess)
                 L->nrev++;
         if (e != cudaSuccess) {

@@ -94,6 +94,7 @@ int pg_cuda_flash_fwd(pg_ctx *c, int64_t r, int64_t T, int64_t d, int64_t h, int
         flash_aligned("attention_fwd (fused)", qkv, ctx, lse2, lse2))
         return 1;
     int hdp = pg_flash_hdp(d / h);
+    pg_cuda_count(c, PG_CUDA_K_FLASH);
     FLASH_DISPATCH(hdp, flash_fwd_kernel, grid, (int)T, (int)d, (int)h, causal, pg_flash_scale_log2(d / h), qkv, ctx,
                    lse2);
     return 0;

@@ -100,14 +100,16 @@ struct bf16_operand {
     int64_t ld16, ws_elems;
 };
 
-static void bf16_operand_plan(const pg_ctx *c, struct bf16_operand *o)
+static void bf16_operand_plan(pg_ctx *c, struct bf16_operand *o)
 {
     o->span = operand_span(o->rows, o->cols, o->ld, o->stride, o->batch);
     o->ld16 = o->ld;
     o->ws_elems = o->span;
     o->p = (const __nv_bfloat16 *)pg_cuda_shadow_of(c, o->src, o->span);
-    if (o->p)
+    if (o->p) {
         o->ws_elems = 0;
+        pg_cuda_count(c, PG_CUDA_K_SHADOW);
+    }
     else if (pg_cuda_fast(c, PG_CUDA_K_PAD) && o->batch == 0 && o->span > 0) {
         o->ld16 = pg_bf16_padded_ld(o->rows, o->ld);
         o->ws_elems = o->cols * o->ld16;
@@ -125,6 +127,7 @@ static int bf16_operand_fill(pg_ctx *c, struct bf16_operand *o, __nv_bfloat16 *d
         LAUNCH_CHECK("f32_to_bf16_kernel");
         return 0;
     }
+    pg_cuda_count(c, PG_CUDA_K_PAD);
     int64_t xb = (o->ld16 + PG_CUDA_THREADS - 1) / PG_CUDA_THREADS;
     dim3 grid((unsigned)(xb < 1024 ? xb : 1024), (unsigned)(o->cols < PG_CUDA_MAX_BLOCKS ? o->cols : PG_CUDA_MAX_BLOCKS));
     f32_to_bf16_pitched_kernel<<<grid, PG_CUDA_THREADS, 0, c->stream>>>(o->rows, o->cols, o->src, o->ld, dst, o->ld16);
@@ -169,6 +172,7 @@ int pg_cuda_gemm(pg_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, i
     struct bf16_operand a, b;
     if (bf16_operands(c, ta, tb, m, n, k, A, lda, sA, B, ldb, sB, batch, &a, &b))
         return 1;
+    c->bf16_gemms++;
     if (batch == 0)
         CUBLAS_CHECK(cublasGemmEx(c->blas, ta, tb, m, n, k, alpha, a.p, CUDA_R_16BF, (int)a.ld16, b.p, CUDA_R_16BF,
                                   (int)b.ld16, beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
@@ -296,6 +300,8 @@ static int lt_gemm_bias(pg_ctx *c, cublasOperation_t ta, cublasOperation_t tb, i
     LT_TRY(cublasLtMatmul(c->lt, o.op, &one, a.p, o.la, b.p, o.lb, &zero, C, o.lc, C, o.lc, algo, c->blas_ws,
                           PG_CUDA_BLAS_WS, c->stream));
 #undef LT_TRY
+    pg_cuda_count(c, PG_CUDA_K_LT);
+    c->bf16_gemms++;
     rc = 0;
 out:
     lt_objs_free(&o);

@@ -163,6 +163,10 @@ static void test_caps(void)
            strstr(b, "stage 2: stages 1 and 2 share GPU 0, which needs CUDA IPC events") &&
            strstr(b, "cudaDevAttrIpcEventSupport = 0"),
        "no IPC events: sharing a GPU is refused, naming both stages and the attribute: %s", b);
+    OK(pg_cuda_msg_slots(10, 512) == 24 && pg_cuda_msg_slots(0, 512) == 4 && pg_cuda_msg_slots(400, 512) == 512 &&
+           pg_cuda_msg_slots(-1, 512) == 512,
+       "a direction's message slots: twice a step's messages and 4 (10: %d, none: %d), at most 512, all when not known",
+       pg_cuda_msg_slots(10, 512), pg_cuda_msg_slots(0, 512));
 }
 
 /* The replicas' choice of the NCCL path (cuda_caps.h, dp_nccl.cu). */
