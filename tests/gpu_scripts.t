@@ -6,10 +6,12 @@
 #    (it used to overwrite lib.sh's counter);
 #  - tests/gpu/run_gpu_tests.sh with the CPU runtime standing in for the CUDA
 #    one (PG_GPU_FAKE=cpu): every check runs and passes, the numbering is
-#    sequential and matches the plan, each skip says why (10 at most: the
-#    checks only a GPU can answer);
-#  - the same with nothing to run (pipegen fails): every check that needs a
-#    run fails, none passes by default, the killed-stage checks included;
+#    sequential and matches the plan, each skip says why (15 at most: the
+#    checks only the CUDA runtime can answer: op tests, graphs, the kernel
+#    paths' reports, the NCCL sections), logs in LOGDIR;
+#  - the same with nothing to run (pipegen fails): every check fails, none
+#    passes by default, the killed-stage checks included; GPU_SECTIONS runs
+#    the sections named and no other;
 #  - bench/gpu/run.sh likewise on the CPU runtime with a small model: it
 #    measures, compares graph and --no-graph bits, predicts the traced step
 #    and writes bench.json that parses, numbers where it measured;
@@ -59,20 +61,26 @@ ok $st "run_gpu_tests.sh on the CPU runtime (PG_GPU_FAKE=cpu): exit 0"
 is "$(tap_valid "$T/fake.tap")" ok "its TAP is numbered 1..N in order, matches its plan, and every skip says why"
 n_ok=$(grep -c '^ok [0-9]* - ' "$T/fake.tap")
 n_skip=$(grep -c '# SKIP' "$T/fake.tap")
-[ "$n_ok" -ge 50 ] && [ "$n_skip" -le 10 ] && ! grep -q '^not ok' "$T/fake.tap"
+[ "$n_ok" -ge 50 ] && [ "$n_skip" -le 15 ] && ! grep -q '^not ok' "$T/fake.tap"
 ok $? "every check that the CPU runtime can answer ran and passed ($n_ok passed, $n_skip skipped)"
 [ -s "$T/logs/cuda1.loss" ] && [ -s "$T/logs/kill0.log" ]; ok $? "LOGDIR gets the runs' logs"
 
 # with nothing to run: every check that needs a run must fail
 GPU_PIPEGEN=/bin/false PG_GPU_FAKE=cpu STEPS=12 KILL_S=5 tests/gpu/run_gpu_tests.sh >"$T/none.tap" 2>&1
 st=$?
-passed=$(sed -n 's/^ok [0-9]* - //p' "$T/none.tap" |
-    grep -v '^pipegen, piperun, the runtime and its libraries are there\|^the CPU references are there\|^the CPU reference says it computed the bf16 model in f32')
+passed=$(sed -n 's/^ok [0-9]* - //p' "$T/none.tap")
 [ $st != 0 ] && [ -z "$passed" ] && [ "$(grep -c '^not ok' "$T/none.tap")" -ge 40 ]
 ok $? "nothing to run: no check that needs a run passes ($(grep -c '^not ok' "$T/none.tap") not ok, exit $st)"
 [ -z "$passed" ] || printf '%s\n' "$passed" | sed 's/^/# passed anyway: /'
 grep -q '^not ok .* stages 0, 2, 3 exit non-zero within' "$T/none.tap" && grep -q '^not ok .* four stages train' "$T/none.tap"
 ok $? "the killed-stage checks fail when no stage ran"
+
+# GPU_SECTIONS: only the sections named (3: the cosine lr; nothing of 1's stage counts)
+GPU_SECTIONS=3 PG_GPU_FAKE=cpu STEPS=12 tests/gpu/run_gpu_tests.sh >"$T/sec3.tap" 2>&1
+st=$?
+[ $st = 0 ] && grep -q '^ok .* cosine lr: 4 stages vs 1' "$T/sec3.tap" && ! grep -q 'gpipe\|replicas\|killed\|4 stages vs 1 stage:' "$T/sec3.tap" &&
+    [ "$(tap_valid "$T/sec3.tap")" = ok ]
+ok $? "GPU_SECTIONS=3 runs the cosine-lr section alone ($(grep -c '^ok' "$T/sec3.tap") checks, exit $st)"
 
 # the benchmark on the CPU runtime with a small model
 PG_GPU_FAKE=cpu BENCH_MODEL=$TOP/examples/gpt_char.pipe BENCH_STEPS=4 BENCH_WARMUP=1 BENCH_DIR=$T/bench \
@@ -89,6 +97,24 @@ print(all(isinstance(t[k], float) and t[k] > 0 for k in ("pipegen_1stage", "pipe
       t["torch_eager"], b["memory_ratio"], b["complete"])' "$T/bench/bench.json" 2>&1)
 is "$got" "True True True True None None True" \
     "bench.json parses: tokens/s measured, graph and --no-graph bits equal, 4/1 step ratio, traced step vs prediction; no torch, no GPU memory: null"
+
+# BENCH_ROWS: the rows named and no other; a deadline already passed: no run
+# starts (GNU timeout reads a limit of 0 as none at all)
+PG_GPU_FAKE=cpu BENCH_MODEL=$TOP/examples/gpt_char.pipe BENCH_STEPS=4 BENCH_WARMUP=1 BENCH_DIR=$T/bench2 BENCH_ROWS=p1 \
+    bench/gpu/run.sh >"$T/bench2.out" 2>&1
+st=$?
+got=$("$PY" -c '
+import json, sys
+b = json.load(open(sys.argv[1]))
+t = b["tokens_per_s"]
+print(isinstance(t["pipegen_1stage"], float), t["pipegen_4stage"], t["pipegen_1stage_nograph"], b["complete"])' "$T/bench2/bench.json" 2>&1)
+is "$st $got" "0 True None None True" "BENCH_ROWS=p1: only the 1-stage row runs, the others are null, and that is complete"
+PG_GPU_FAKE=cpu BENCH_MODEL=$TOP/examples/gpt_char.pipe BENCH_STEPS=4 BENCH_WARMUP=1 BENCH_DIR=$T/bench3 BENCH_ROWS=p1 \
+    BENCH_DEADLINE=$(($(date +%s) - 1)) bench/gpu/run.sh >"$T/bench3.out" 2>&1
+st=$?
+[ $st = 1 ] && grep -q 'pipegen-1stage: not run, out of time (BENCH_DEADLINE)' "$T/bench3.out" &&
+    ! grep -q 'samples/s' "$T/bench3/pipegen-1stage.log"
+ok $? "BENCH_DEADLINE already passed: the row is not run, says why, exit 1 (exit $st)"
 
 # JSON strings and numbers
 . tools/gpu_env.sh

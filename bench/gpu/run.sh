@@ -32,7 +32,9 @@
 # pg_run_step) times seq. Knobs: BENCH_STEPS (15), BENCH_WARMUP (5),
 # BENCH_DIR (build-cuda/bench), BENCH_RUN_S (a pipegen run's time limit, 180),
 # BENCH_COMPILE_S (torch.compile's, 300), BENCH_DEADLINE (seconds since the
-# epoch: no run goes past it; those that cannot start are n/a), BENCH_MODEL (another .pipe GPT with
+# epoch: no run goes past it; those that cannot start are n/a), BENCH_ROWS
+# (the rows to run, of p1 p1n p4 p4t eager compile peak; default all: the
+# others are n/a, not failures), BENCH_MODEL (another .pipe GPT with
 # `split` lines and `const seq`), PG_GPU_FAKE=cpu (the CPU runtime stands in,
 # gemm_peak and the torch rows are left out: tests/gpu_scripts.t checks the
 # script so). Uses what is built (build/pipegen,
@@ -54,16 +56,17 @@ PIPEGEN=$TOP/build/pipegen
 PIPERUN=$TOP/build/piperun
 CUDALIB=${CUDALIB:-$TOP/build-cuda/libpgrt_cuda.a}
 GEMM_OBJ=${GEMM_OBJ:-$TOP/build-cuda/bench/gemm_peak.o}
-# tmo LIMIT: "timeout N" with N = LIMIT, or the seconds left before
-# BENCH_DEADLINE (seconds since the epoch) when fewer; "timeout 0" past it
+# tmo LIMIT: "timeout -k 5 N" with N = LIMIT, or the seconds left before
+# BENCH_DEADLINE (seconds since the epoch) when fewer; "none" when under 5
+# are left (the caller does not run then: GNU timeout reads 0 as no limit at
+# all); "env" (no limit) only where the system has no timeout
 tmo() {
     t_n=$1
     if [ -n "${BENCH_DEADLINE:-}" ]; then
         t_left=$((BENCH_DEADLINE - $(date +%s)))
         [ $t_left -lt "$t_n" ] && t_n=$t_left
-        [ "$t_n" -gt 0 ] || t_n=0
     fi
-    if command -v timeout >/dev/null 2>&1; then echo "timeout $t_n"; elif [ "$t_n" -gt 0 ]; then echo env; else echo false; fi
+    if [ "$t_n" -lt 5 ]; then echo none; elif command -v timeout >/dev/null 2>&1; then echo "timeout -k 5 $t_n"; else echo env; fi
 }
 
 fail() { echo "bench-gpu: $*" >&2; exit 1; }
@@ -125,7 +128,7 @@ pipegen_run() {
     p_name=$1 p_d=$2
     shift 2
     p_tmo=$(tmo "${BENCH_RUN_S:-180}")
-    [ "$p_tmo" != "timeout 0" ] || { echo "$p_name: not run, out of time (BENCH_DEADLINE)" | tee "$DIR/$p_name.log" >&2; return 1; }
+    [ "$p_tmo" != none ] || { echo "$p_name: not run, out of time (BENCH_DEADLINE)" | tee "$DIR/$p_name.log" >&2; return 1; }
     $p_tmo "$PIPERUN" "$p_d/bin" -- --steps "$STEPS" --log-every 1 --timeout 60 "$@" >"$DIR/$p_name.log" 2>&1 ||
         { echo "$p_name failed (status $?; 124: over its time limit):" >&2; tail -20 "$DIR/$p_name.log" >&2; return 1; }
     sed -n 's/^.*step \([0-9]*\)\/[0-9]*  *loss \([^ ]*\) .*$/\1 \2/p; s/^.*\(final loss .*\)$/\1/p' "$DIR/$p_name.log" \
@@ -136,30 +139,52 @@ pipegen_run() {
                   printf "%.1f\n", n % 2 ? v[(n - 1) / 2] : (v[n / 2 - 1] + v[n / 2]) / 2 }'
 }
 
+# row NAME: is the row NAME among BENCH_ROWS (default: every row)? A row left
+# out is n/a and no failure, its log says so
+row() {
+    case " ${BENCH_ROWS:-p1 p1n p4 p4t eager compile peak} " in *" $1 "*) return 0 ;; esac
+    return 1
+}
+left_out() { echo "$1: left out (BENCH_ROWS=${BENCH_ROWS:-})" >"$DIR/$1.log"; echo n/a; }
+
 rc=0
-P1=$(pipegen_run pipegen-1stage "$DIR/gpt2-1") || { rc=1; P1=n/a; }
-P1N=$(pipegen_run pipegen-1stage-nograph "$DIR/gpt2-1" --no-graph) || { rc=1; P1N=n/a; }
-P4=$(pipegen_run pipegen-4stage "$DIR/gpt2-4") || { rc=1; P4=n/a; }
+P1=n/a P1N=n/a P4=n/a P4T=n/a
+if row p1; then P1=$(pipegen_run pipegen-1stage "$DIR/gpt2-1") || { rc=1; P1=n/a; }; else left_out pipegen-1stage >/dev/null; fi
+if row p1n; then P1N=$(pipegen_run pipegen-1stage-nograph "$DIR/gpt2-1" --no-graph) || { rc=1; P1N=n/a; }; else left_out pipegen-1stage-nograph >/dev/null; fi
+if row p4; then P4=$(pipegen_run pipegen-4stage "$DIR/gpt2-4") || { rc=1; P4=n/a; }; else left_out pipegen-4stage >/dev/null; fi
 TR_STEPS=$((STEPS - WARMUP))
-P4T=$(pipegen_run pipegen-4stage-traced "$DIR/gpt2-4" --trace "$DIR/p4.trace.json" --profile "$DIR/p4.profile.json" \
-    --trace-steps "$TR_STEPS") || { rc=1; P4T=n/a; }
+if row p4t; then
+    P4T=$(pipegen_run pipegen-4stage-traced "$DIR/gpt2-4" --trace "$DIR/p4.trace.json" --profile "$DIR/p4.profile.json" \
+        --trace-steps "$TR_STEPS") || { rc=1; P4T=n/a; }
+else
+    left_out pipegen-4stage-traced >/dev/null
+fi
 torch_run() {
     [ -n "$PY" ] || { echo "torch-$1: no Python with torch found" >"$DIR/torch-$1.log"; echo n/a; return; }
     [ "$FAKE" != cpu ] || { echo "torch-$1: left out (PG_GPU_FAKE=cpu)" >"$DIR/torch-$1.log"; echo n/a; return; }
     t_tmo=$(tmo "${BENCH_RUN_S:-180}")
     [ "$1" = compile ] && t_tmo=$(tmo "${BENCH_COMPILE_S:-300}")
-    [ "$t_tmo" != "timeout 0" ] || { echo "torch-$1: not run, out of time (BENCH_DEADLINE)" >"$DIR/torch-$1.log"; echo n/a; return 1; }
+    [ "$t_tmo" != none ] || { echo "torch-$1: not run, out of time (BENCH_DEADLINE)" >"$DIR/torch-$1.log"; echo n/a; return 1; }
     $t_tmo "$PY" "$TOP/bench/gpu/torch_gpt2.py" --plan "$DIR/gpt2-1/gen/plan.json" --mode "$1" --steps "$STEPS" \
         --warmup "$WARMUP" >"$DIR/torch-$1.log" 2>&1 || { tail -5 "$DIR/torch-$1.log" | sed 's/^/# /' >&2; echo n/a; return 1; }
     sed -n 's/^.*tokens_per_s \([0-9.]*\).*$/\1/p' "$DIR/torch-$1.log"
 }
 # a torch row that fails counts (no Python with torch at all: n/a, noted)
-TE=$(torch_run eager) || rc=1
-TC=$(torch_run compile) || rc=1
+TE=n/a TC=n/a
+if row eager; then TE=$(torch_run eager) || rc=1; else left_out torch-eager >/dev/null; fi
+if row compile; then TC=$(torch_run compile) || rc=1; else left_out torch-compile >/dev/null; fi
 if [ "$FAKE" = cpu ]; then
     echo "gemm_peak: left out (PG_GPU_FAKE=cpu)" >"$DIR/gemm_peak.log"
+elif ! row peak; then
+    left_out gemm_peak >/dev/null
 else
-    $(tmo 60) "$DIR/gemm_peak" >"$DIR/gemm_peak.log" 2>&1 || { cat "$DIR/gemm_peak.log" >&2; rc=1; }
+    g_tmo=$(tmo 60)
+    if [ "$g_tmo" = none ]; then
+        echo "gemm_peak: not run, out of time (BENCH_DEADLINE)" | tee "$DIR/gemm_peak.log" >&2
+        rc=1
+    else
+        $g_tmo "$DIR/gemm_peak" >"$DIR/gemm_peak.log" 2>&1 || { cat "$DIR/gemm_peak.log" >&2; rc=1; }
+    fi
 fi
 PEAK=$(sed -n 's/^peak_tflops \([0-9.]*\)$/\1/p' "$DIR/gemm_peak.log")
 DEVICE=$(sed -n 's/^device //p' "$DIR/gemm_peak.log")

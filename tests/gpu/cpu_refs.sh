@@ -1,10 +1,13 @@
 #!/bin/sh
 # tests/gpu/cpu_refs.sh OUTDIR — the CPU runtime's results that the GPU tests
 # compare against (tests/gpu/run_gpu_tests.sh): gpt_tiny on 1 stage, plain
-# (cpu1), with a cosine lr (cpu1cos) and as a bf16 model (cpu1bf, which the
-# CPU computes in f32), STEPS steps each. Writes OUTDIR/NAME.loss (per-step
-# losses, then the final loss), NAME.out (the run's output) and NAME.hash (the
-# variant's plan hash, so a reference for another model is recognised).
+# (cpu1), with a cosine lr (cpu1cos), as a bf16 model (cpu1bf, which the CPU
+# computes in f32) and with dropout (cpu1drop: the same masks as the GPU's),
+# STEPS steps each. Writes OUTDIR/NAME.loss (per-step losses, then the final
+# loss), NAME.out (the run's output) and NAME.hash (the variant's plan hash,
+# so a reference for another model is recognised); and OUTDIR/cpu_ops.rec, the
+# CPU backend's results of the op tests (tests/gpu/ops_on_cpu.sh,
+# PG_OPS_RECORD), which the GPU's op tests compare with (PG_OPS_AGAINST).
 # Needs build/pipegen, build/piperun and build/libpgrt_cpu.a: run
 # where the project builds (`make gpu-bundle` does), so a GPU host needs none.
 # Exit 0 when every reference was made.
@@ -40,5 +43,14 @@ ref() {
 ref cpu1 g1 || rc=1
 ref cpu1cos g1cos -e "$COS" || rc=1
 ref cpu1bf g1bf -e "$BF16" || rc=1
-[ $rc = 0 ] && echo "cpu_refs: cpu1, cpu1cos, cpu1bf ($STEPS steps) in $OUT"
+ref cpu1drop g1drop -e "$DROP" || rc=1
+if "$TOP/tests/gpu/ops_on_cpu.sh" "$T/ops" && PG_OPS_RECORD=$OUT/cpu_ops.rec "$T/ops/test_ops_on_cpu" >"$T/ops.tap" 2>&1 &&
+    ! grep -q '^not ok' "$T/ops.tap"; then
+    :
+else
+    echo "cpu_refs: the op tests' CPU record failed:" >&2
+    { tail -20 "$T/ops/build.log"; grep -A1 '^not ok' "$T/ops.tap"; } 2>/dev/null >&2
+    rc=1
+fi
+[ $rc = 0 ] && echo "cpu_refs: cpu1, cpu1cos, cpu1bf, cpu1drop ($STEPS steps), cpu_ops.rec in $OUT"
 exit $rc

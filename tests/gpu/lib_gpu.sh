@@ -4,7 +4,8 @@
 # gpu-bundle`). POSIX sh, sourced after tests/lib.sh. The caller sets T (a work
 # directory), PIPEGEN, PIPERUN, STEPS, CC, and for linking: CPULIB (the CPU
 # runtime, empty: no CPU build) and CUDALIB with LDLIBS_CUDA (empty: no CUDA
-# build).
+# build). Runs' outputs are written where the caller says (run_gpu_tests.sh:
+# its LOGDIR, as they happen).
 
 CFLAGS_T=${CFLAGS_T:-"-std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -O2 -Wall -Wextra"}
 RUN_TIMEOUT=${RUN_TIMEOUT:-120} # seconds one training run may take before it is killed
@@ -65,6 +66,17 @@ TIMEOUT_CMD=timeout
 command -v timeout >/dev/null 2>&1 || TIMEOUT_CMD=no_timeout
 no_timeout() { shift; "$@"; }
 
+# limited LIMIT CMD...: CMD under a limit of LIMIT seconds, or of the time
+# left before TEST_DEADLINE when that is less (killed at the limit, status
+# 124 or 137); status 124 at once, with "not run: out of time", when under 5
+# seconds are left. Never without a limit: `timeout 0` would mean none.
+limited() {
+    li_s=$(time_left "$1")
+    shift
+    [ "$li_s" -ge 5 ] || { echo "# not run: out of time (TEST_DEADLINE): $1"; return 124; }
+    $TIMEOUT_CMD -k 5 "$li_s" "$@"
+}
+
 # train BINDIR OUT [stage options]: STEPS steps with every loss printed and the
 # weights saved; OUT.loss gets "step loss" lines then the "final loss" line.
 # With TRAIN_DP=D set, D data-parallel replicas (piperun --dp D; replica 0
@@ -74,11 +86,9 @@ train() {
     shift 2
     : >"$t_out.loss"
     [ -d "$t_dir" ] || { echo "# $t_dir: not built"; return 1; }
-    t_lim=$(time_left "${RUN_TIMEOUT:-180}")
-    [ "$t_lim" -ge 10 ] || { echo "# not run: out of time (TEST_DEADLINE)"; return 1; }
-    $TIMEOUT_CMD "$t_lim" "$PIPERUN" ${TRAIN_DP:+--dp "$TRAIN_DP"} "$t_dir" -- --steps "$STEPS" --log-every 1 --threads 1 --timeout 20 \
-        --save "$t_out.safetensors" "$@" >"$t_out.out" 2>&1 ||
-        { echo "# $t_dir failed (status $?):"; tail -20 "$t_out.out" | sed 's/^/# /'; return 1; }
+    limited "${RUN_TIMEOUT:-120}" "$PIPERUN" ${TRAIN_DP:+--dp "$TRAIN_DP"} "$t_dir" -- --steps "$STEPS" --log-every 1 \
+        --threads 1 --timeout 20 --save "$t_out.safetensors" "$@" >"$t_out.out" 2>&1 ||
+        { echo "# $t_dir failed (status $?; 124: over its time limit):"; tail -20 "$t_out.out" | sed 's/^/# /'; return 1; }
     # "[stage k] step 3/20  loss 3.412345678  ..." -> "3 3.412345678", then the final loss
     sed -n 's/^.*step \([0-9]*\)\/[0-9]*  *loss \([-0-9.eEinfa+]*\).*$/\1 \2/p' "$t_out.out" >"$t_out.loss"
     grep 'final loss' "$t_out.out" | sed 's/^\[stage [0-9]*\( replica 0\)*\] //' >>"$t_out.loss"
@@ -94,9 +104,16 @@ same() {
     [ $s_st = 0 ] || diff "$1.loss" "$2.loss" 2>&1 | head -6 | sed 's/^/# /'
 }
 
-# close REF RUN TOL WHAT: every step's loss of RUN within TOL (relative, floor
-# 1) of REF's, the same steps in both, at least one
+# close REF RUN TOL WHAT [VARIANT]: every step's loss of RUN within TOL
+# (relative, floor 1) of REF's, the same steps in both, at least one; with
+# VARIANT, REF must be the CPU reference of that variant's model and plan
+# (REF.hash = $T/VARIANT/hash: a reference of another model fails the check)
 close() {
+    if [ -n "${5:-}" ] && ! { [ -s "$1.hash" ] && cmp -s "$1.hash" "$T/$5/hash"; }; then
+        ok 1 "$4: losses within $3 of the reference at every step"
+        echo "# the CPU reference $1 is missing or is not for this model and plan ($(cat "$1.hash" 2>/dev/null || echo none) vs $(cat "$T/$5/hash" 2>/dev/null || echo none))"
+        return
+    fi
     c_r=$(paste -d ' ' "$1.loss" "$2.loss" 2>/dev/null | awk -v tol="$3" '
         $1 == "final" || $3 == "final" { next }
         { d = $2 - $4; if (d < 0) d = -d; m = $2 < 0 ? -$2 : $2; if (m < 1) m = 1;
@@ -113,9 +130,13 @@ falls() {
     ok $? "$2: the loss falls (${f_a:-none} -> ${f_b:-none})"
 }
 
-# ref_matches REF_NAME VARIANT: the CPU reference REF_NAME was computed from
-# the same model and plan as $T/VARIANT (plan hashes)
-ref_matches() {
-    [ -s "$REF/$1.hash" ] && [ -s "$T/$2/hash" ] && cmp -s "$REF/$1.hash" "$T/$2/hash"
-    ok $? "the CPU reference $1 is for this model and plan (hash $(cat "$REF/$1.hash" 2>/dev/null) = $(cat "$T/$2/hash" 2>/dev/null))"
+# paths_used RUN: the "kernel paths taken" report of RUN.out, one line per
+# stage: "colsum N, pad N, shadow N, flash N, lt N; bf16 GEMMs N"
+paths_used() {
+    sed -n 's/^.*CUDA kernel paths taken ([^)]*): //p' "$1.out" 2>/dev/null
+}
+
+# path_count RUN NAME: NAME's count ("bf16 GEMMs" too) summed over RUN's stages
+path_count() {
+    paths_used "$1" | tr ',;' '\n\n' | sed -n "s/^ *$2 \([0-9]*\)$/\1/p" | awk '{ s += $1 } END { print s + 0 }'
 }

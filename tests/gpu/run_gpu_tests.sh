@@ -1,17 +1,20 @@
 #!/bin/sh
 # tests/gpu/run_gpu_tests.sh — the CUDA runtime on a GPU machine, everything in
-# one go (TAP on stdout; run by the GPU bundle's `run.sh OUT test`, and by
-# `make test-gpu` in a checkout). Needs a CUDA GPU; builds nothing with make:
-# it uses what is there, at the paths of a checkout (and of the bundle, which
-# has the same layout):
+# one go (TAP on stdout; run by the GPU bundle's device_check.sh and `run.sh
+# OUT test`, by `make test-gpu` in a checkout, and in `make test` against the
+# emulated CUDA runtime: tests/cuda_emu_train.t). Builds nothing with make: it
+# uses what is there, at the paths of a checkout (and of the bundle, which has
+# the same layout):
 #   build/pipegen, build/piperun             the compiler and the launcher
 #   build-cuda/libpgrt_cuda.a                the CUDA stage runtime
-#   build-cuda/cuda-tests/test_ops_gpu.o        the op tests (nvcc-compiled object)
+#   build-cuda/cuda-tests/test_ops_gpu.o     the op tests (nvcc-compiled object)
 #   tests/gpu/ref/                           the CPU references (tests/gpu/cpu_refs.sh;
 #                                            made here when missing and build/libpgrt_cpu.a exists)
 # and links the stages with the C compiler against the cuBLAS, NCCL and CUDA
 # runtime that tools/gpu_env.sh finds (or LDLIBS_CUDA when set).
-#  0. the op tests (every op against host references) and tests/gpu/graph_smoke.c;
+#  0. the op tests, each group of tests/gpu/test_ops_gpu.cu in its own process
+#     (against host references, and against the CPU backend's results from
+#     the same inputs: tests/gpu/ref/cpu_ops.rec), and tests/gpu/graph_smoke.c;
 #  1. tests/models/gpt_tiny.pipe trained STEPS steps on 1 stage and on 4 stage
 #     processes sharing the GPU (the same-device CUDA IPC path), each with CUDA
 #     graphs (the default) and with --no-graph: all four give the same losses
@@ -23,10 +26,14 @@
 #  3. a cosine lr schedule (the per-step lr that graphs read from device
 #     memory): graph = --no-graph = 4 stages bitwise, within TOL of the CPU;
 #  4. precision = bf16: 1 and 4 stages and --no-graph bitwise alike, within
-#     TOL_BF16 of the CPU (which computes bf16 models in f32), the loss falls;
+#     TOL_BF16 of the CPU (which computes bf16 models in f32), the loss falls,
+#     the bf16 GEMMs and the fast kernel paths gpt_tiny can use (colsum,
+#     shadow, flash, lt) taken, by the run's own "kernel paths taken" report;
 #     with PIPE_CUDA_KERNELS=reference (the kernels before the fast paths)
-#     1 and 4 stages bitwise alike again, within TOL_BF16 of the fast paths;
-#  5. a model with dropout: graphs stay off with a note, the results equal --no-graph;
+#     1 and 4 stages bitwise alike again, no fast path taken, within TOL_BF16
+#     of the fast paths;
+#  5. a model with dropout: graphs stay off with a note, 1 and 4 stages
+#     bitwise alike, within TOL of the CPU (the masks are the CPU's);
 #  6. with 2+ GPUs, stages 0-1 on GPU 0 and 2-3 on GPU 1 (NCCL between 1 and 2,
 #     IPC within each pair): bitwise the 1-stage result again;
 #  6b. with 2+ GPUs, gpt_tiny 2 stages x 2 replicas, replica q on GPU q: the
@@ -45,69 +52,102 @@
 #     norm, batch 12) at 1 and 2 stages x 2 replicas bitwise alike, step 1
 #     within 1e-6 relative of one replica of twice the micro-batches (the same
 #     micro-batches of rows), graphs off with a note naming the sums;
-#  7. a stage killed with SIGKILL mid-run: every other stage exits non-zero
-#     within KILL_S seconds, one of its neighbours naming it, each naming the
-#     stage it lost.
+#  7. a stage killed with SIGKILL mid-run (once the last stage reached step
+#     KILL_AT): every other stage exits non-zero within KILL_S seconds, one
+#     of its neighbours naming it, each naming the stage it lost.
 # Every check needs its runs to have happened: nothing passes when nothing ran
 # (tests/gpu_scripts.t runs this script here with PG_GPU_FAKE=cpu, the CPU
 # runtime standing in for the CUDA one, both working and with nothing to run).
-# Knobs: STEPS (20), TOL (2e-3), TOL_BF16 (5e-2), KILL_S (30), RUN_TIMEOUT (120 s
-# per run; each stage gives up a receive after 20 s), TEST_DEADLINE (seconds
-# since the epoch: runs that would start later fail as "not run: out of
-# time"), LOGDIR (copy every log there at the end), GPU_PIPEGEN, GPU_PIPERUN,
-# CUDALIB, LDLIBS_CUDA, TEST_OPS_OBJ, GPU_REF, PG_GPU_FAKE=cpu.
+# What must be there to start (pipegen, piperun, the runtime and its
+# libraries) is not a check: without it the script bails out.
+#
+# Time: every run is under `timeout`, RUN_TIMEOUT (120 s) or what is left
+# before TEST_DEADLINE (seconds since the epoch) when less; a run that cannot
+# start before it fails as "not run: out of time". Logs: every run's output,
+# losses and weights are written to LOGDIR (default: the work directory) as
+# they happen, so a run killed at a limit leaves its evidence.
+#
+# Knobs: GPU_SECTIONS (the sections to run, of 0 1 2 3 4 5 5b 6 6b 7; default
+# all: tools/gpu_bundle/device_rerun.sh reruns one), STEPS (20), TOL (2e-3),
+# TOL_BF16 (5e-2), KILL_S (30), KILL_AT (100),
+# RUN_TIMEOUT, TEST_DEADLINE, LOGDIR, GPU_PIPEGEN, GPU_PIPERUN, CUDALIB,
+# LDLIBS_CUDA, TEST_OPS_OBJ, GPU_REF, PG_GPU_FAKE: cpu (the CPU runtime stands
+# in) or emu (the emulated CUDA runtime, build/emu: tests/gpu/emu/README.md).
 . "$(dirname "$0")/../lib.sh"
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
 . "$TOP/tools/gpu_env.sh"
 PIPEGEN=${GPU_PIPEGEN:-$TOP/build/pipegen}
 PIPERUN=${GPU_PIPERUN:-$TOP/build/piperun}
 STEPS=${STEPS:-20}
+export STEPS # tests/gpu/cpu_refs.sh reads it
 TOL=${TOL:-2e-3}
 TOL_BF16=${TOL_BF16:-5e-2}
 KILL_S=${KILL_S:-30}
+KILL_AT=${KILL_AT:-100}
 CC=${CC:-cc}
 FAKE=${PG_GPU_FAKE:-}
 GPU_MODEL=$TOP/tests/models/gpt_tiny.pipe
 TEST_OPS_OBJ=${TEST_OPS_OBJ:-$TOP/build-cuda/cuda-tests/test_ops_gpu.o}
 export OPENBLAS_NUM_THREADS=1
-TIMEOUT=""
-command -v timeout >/dev/null 2>&1 && TIMEOUT="timeout ${RUN_TIMEOUT:-120}"
 T=$(mktemp -d /tmp/pg-gpu.XXXXXX)
+L=${LOGDIR:-$T}
+mkdir -p "$L" || { echo "Bail out! cannot make LOGDIR $L"; exit 1; }
 cleanup() {
-    for f in "$T"/*.pid; do [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null; done
-    if [ -n "${LOGDIR:-}" ] && mkdir -p "$LOGDIR"; then
-        for f in "$T"/*.out "$T"/*.log "$T"/*.loss; do [ -f "$f" ] && cp "$f" "$LOGDIR/"; done
-    fi
+    for f in "$T"/*.pid "$L"/*.pid; do [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null; done
     rm -rf "$T"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 . "$TOP/tests/gpu/lib_gpu.sh"
 
-# --- what runs: the CUDA runtime, or the CPU one standing in (PG_GPU_FAKE=cpu) ---
+# --- what runs: the CUDA runtime, the emulated one, or the CPU one standing in ---
 CPULIB=""
-if [ "$FAKE" = cpu ]; then
+case $FAKE in
+cpu)
     CUDALIB=$TOP/build/libpgrt_cpu.a
     LDLIBS_CUDA="-lpthread -lm"
-    echo "# PG_GPU_FAKE=cpu: the CPU runtime stands in for the CUDA one (this checks the script, not a GPU)"
-else
+    echo "# PG_GPU_FAKE=cpu: the CPU runtime stands in for the CUDA one (this checks the script, not a GPU)" ;;
+emu)
+    CUDALIB=${CUDALIB:-$TOP/build/emu/libpgrt_cuemu.a}
+    LDLIBS_CUDA=${LDLIBS_EMU:--lstdc++ -lblas -lpthread -lm}
+    TEST_OPS_BIN=$TOP/build/emu/test_ops_gpu
+    echo "# PG_GPU_FAKE=emu: runtime/cuda on the emulated CUDA runtime (tests/gpu/emu/README.md): its logic, not a GPU's" ;;
+'')
     CUDALIB=${CUDALIB:-$TOP/build-cuda/libpgrt_cuda.a}
     if [ -z "${LDLIBS_CUDA:-}" ]; then
         gpu_env_find "$T/lib" "${BUILT_CUDA_MAJOR:-}"
         printf '%s\n' "$GPU_ENV_REPORT" | sed 's/^/# /'
-    fi
-fi
-[ -x "$PIPEGEN" ] && [ -x "$PIPERUN" ] && [ -f "$CUDALIB" ] && [ -n "$LDLIBS_CUDA" ]
-ok $? "pipegen, piperun, the runtime and its libraries are there ($PIPEGEN, $CUDALIB)"
+    fi ;;
+*) echo "Bail out! PG_GPU_FAKE=$FAKE: cpu, emu or unset"; exit 1 ;;
+esac
+for f in "$PIPEGEN" "$PIPERUN"; do
+    [ -x "$f" ] || { echo "Bail out! $f is missing"; exit 1; }
+done
+[ -f "$CUDALIB" ] && [ -n "$LDLIBS_CUDA" ] || { echo "Bail out! no runtime to link ($CUDALIB, LDLIBS_CUDA '$LDLIBS_CUDA')"; exit 1; }
 REF=${GPU_REF:-$TOP/tests/gpu/ref}
 if [ ! -s "$REF/cpu1.loss" ] && [ -f "$TOP/build/libpgrt_cpu.a" ]; then
     echo "# no CPU references in $REF: computing them (tests/gpu/cpu_refs.sh)"
-    STEPS=$STEPS "$TOP/tests/gpu/cpu_refs.sh" "$T/ref" 2>&1 | sed 's/^/# /'
+    limited 600 "$TOP/tests/gpu/cpu_refs.sh" "$T/ref" 2>&1 | sed 's/^/# /'
     REF=$T/ref
 fi
-[ -s "$REF/cpu1.loss" ] && [ -s "$REF/cpu1cos.loss" ] && [ -s "$REF/cpu1bf.loss" ] &&
-    [ "$(grep -c '^[0-9]' "$REF/cpu1.loss")" = "$STEPS" ]
-ok $? "the CPU references are there, $STEPS steps each ($REF)"
+[ "$(grep -c '^[0-9]' "$REF/cpu1.loss" 2>/dev/null)" = "$STEPS" ] ||
+    echo "# the CPU references in $REF are missing or not of $STEPS steps: every comparison with the CPU fails"
+
+# section N: is section N among GPU_SECTIONS (default: all)?
+section() {
+    case " ${GPU_SECTIONS:-0 1 2 3 4 5 5b 6 6b 7} " in *" $1 "*) return 0 ;; esac
+    return 1
+}
+
+# baseline: gpt_tiny on 1 stage, linked and trained (cuda1), once: what
+# sections 1, 2, 5b and 6 compare with
+BASELINE=""
+baseline() {
+    [ -z "$BASELINE" ] || return 0
+    BASELINE=done
+    variant g1 1; ok $? "gpt_tiny on 1 stage generates and links"
+    train "$T/g1/cuda" "$L/cuda1"; ok $? "1 stage, graphs: $STEPS steps"
+}
 
 # tap_ran FILE WHAT: FILE is TAP output with a plan of at least one test, as
 # many ok lines as planned and no failure
@@ -119,141 +159,170 @@ tap_ran() {
     [ $tr_st = 0 ] || grep -v '^ok' "$1" 2>/dev/null | head -30 | sed 's/^/# /'
 }
 
-# --- 0. the op tests and graph replay from C --------------------------------------
-if [ "$FAKE" = cpu ]; then
+# --- 0. the op tests, one process per group, and graph replay from C ---------------
+if ! section 0; then
+    :
+elif [ "$FAKE" = cpu ]; then
     skip "the op tests need the CUDA runtime (tests/gpu_ops_on_cpu.t runs them on the CPU backend)"
     skip "graph replay needs the CUDA runtime"
 else
+    ops=${TEST_OPS_BIN:-$T/test_ops_gpu}
     # shellcheck disable=SC2086
-    $CC -o "$T/test_ops_gpu" "$TEST_OPS_OBJ" "$CUDALIB" $LDLIBS_CUDA >"$T/ops_link.log" 2>&1 &&
-        $TIMEOUT "$T/test_ops_gpu" >"$T/ops.out" 2>"$T/ops.log"
-    [ -s "$T/ops.out" ] || sed 's/^/# /' "$T/ops_link.log" "$T/ops.log" 2>/dev/null | tail -20
-    tap_ran "$T/ops.out" "tests/gpu/test_ops_gpu.cu: every op against the host references"
+    [ -n "${TEST_OPS_BIN:-}" ] || $CC -o "$ops" "$TEST_OPS_OBJ" "$CUDALIB" $LDLIBS_CUDA >"$L/ops_link.log" 2>&1
+    groups=$("$ops" --list 2>>"$L/ops_link.log")
+    [ -n "$groups" ] || { ok 1 "tests/gpu/test_ops_gpu.cu links and lists its groups"; sed 's/^/# /' "$L/ops_link.log" | tail -20; }
+    against=""
+    [ -s "$REF/cpu_ops.rec" ] && against=$REF/cpu_ops.rec
+    for g in $groups; do
+        PG_OPS_AGAINST=$against limited 120 "$ops" "$g" >"$L/ops-$g.tap" 2>"$L/ops-$g.log"
+        tap_ran "$L/ops-$g.tap" "tests/gpu/test_ops_gpu.cu, group $g${against:+ (and against the CPU backend's results)}"
+        [ -s "$L/ops-$g.tap" ] || tail -5 "$L/ops-$g.log" | sed 's/^/# /'
+    done
     # shellcheck disable=SC2086
     $CC $CFLAGS_T -I"$TOP/runtime/core" -I"$TOP/runtime/cuda" -o "$T/graph_smoke" "$TOP/tests/gpu/graph_smoke.c" \
-        "$CUDALIB" $LDLIBS_CUDA >"$T/graph.log" 2>&1 && $TIMEOUT "$T/graph_smoke" >"$T/graph.out" 2>>"$T/graph.log"
-    [ -s "$T/graph.out" ] || sed 's/^/# /' "$T/graph.log" | tail -20
-    tap_ran "$T/graph.out" "tests/gpu/graph_smoke.c: graph capture, replay and the failure path"
+        "$CUDALIB" $LDLIBS_CUDA >"$L/graph.log" 2>&1 && limited 60 "$T/graph_smoke" >"$L/graph.tap" 2>>"$L/graph.log"
+    [ -s "$L/graph.tap" ] || sed 's/^/# /' "$L/graph.log" | tail -20
+    tap_ran "$L/graph.tap" "tests/gpu/graph_smoke.c: graph capture, replay and the failure path"
 fi
 
 # --- 1-5. gpt_tiny: stage counts, graphs, schedules, precision ----------------------
-variant g1 1; ok $? "gpt_tiny on 1 stage generates and links"
+
+# 1. stage counts and graphs
+if section 1; then
+baseline
 variant g4 4; ok $? "gpt_tiny on 4 stages generates and links"
+train "$T/g1/cuda" "$L/cuda1e" --no-graph; ok $? "1 stage, --no-graph: $STEPS steps"
+train "$T/g4/cuda" "$L/cuda4"; ok $? "4 stages on one GPU (CUDA IPC), graphs: $STEPS steps"
+train "$T/g4/cuda" "$L/cuda4e" --no-graph; ok $? "4 stages, --no-graph: $STEPS steps"
+[ "$(wc -l <"$L/cuda1.loss")" -eq $((STEPS + 1)) ]
+ok $? "every step's loss is printed ($(wc -l <"$L/cuda1.loss") lines)"
+same "$L/cuda1" "$L/cuda1e" "1 stage: graphs vs --no-graph"
+same "$L/cuda1" "$L/cuda4" "4 stages vs 1 stage"
+same "$L/cuda1" "$L/cuda4e" "4 stages --no-graph vs 1 stage graphs"
+close "$REF/cpu1" "$L/cuda1" "$TOL" "CUDA vs CPU (cuBLAS vs the CPU GEMM, device expf/tanhf: close, not bitwise)" g1
+falls "$L/cuda1" "1 stage"
+if [ "$FAKE" = cpu ]; then
+    skip "graphs are a CUDA-runtime feature"
+else
+    g_out=$(cat "$L/cuda1.out" 2>/dev/null)
+    ! printf '%s' "$g_out" | grep -q 'CUDA graphs off' &&
+        printf '%s' "$g_out" | grep -Eq 'CUDA graphs: [1-9][0-9]* captured, [1-9][0-9]* launched'
+    ok $? "graphs are on for gpt_tiny: $(printf '%s' "$g_out" | grep -o 'CUDA graphs: [0-9]* captured, [0-9]* launched' || echo 'no graph report')"
+fi
+grep 'GPU memory' "$L/cuda1.out" 2>/dev/null | sed 's/^/# /'
+fi
+
+# 2. schedules and checkpoint modes
+if section 2; then
+baseline
 variant g4gpipe 4 -e 's/schedule = 1f1b/schedule = gpipe/'; ok $? "gpt_tiny, gpipe, 4 stages: generates and links"
 variant g4zb1 4 -e 's/schedule = 1f1b/schedule = zb1/'; ok $? "gpt_tiny, zb1, 4 stages: generates and links"
 variant g4always 4 -e 's/checkpoint = except_last/checkpoint = always/'
 ok $? "gpt_tiny, checkpoint = always, 4 stages: generates and links"
 variant g4never 4 -e 's/checkpoint = except_last/checkpoint = never/'
 ok $? "gpt_tiny, checkpoint = never, 4 stages: generates and links"
-variant g1cos 1 -e "$COS"; ok $? "gpt_tiny, cosine lr, 1 stage: generates and links"
-variant g4cos 4 -e "$COS"; ok $? "gpt_tiny, cosine lr, 4 stages: generates and links"
-variant g1bf 1 -e "$BF16"; ok $? "gpt_tiny, bf16, 1 stage: generates and links"
-variant g4bf 4 -e "$BF16"; ok $? "gpt_tiny, bf16, 4 stages: generates and links"
-variant g1drop 1 -e "$DROP"; ok $? "gpt_tiny with dropout, 1 stage: generates and links"
-ref_matches cpu1 g1
-ref_matches cpu1cos g1cos
-ref_matches cpu1bf g1bf
-
-# 1. stage counts and graphs
-train "$T/g1/cuda" "$T/cuda1"; ok $? "1 stage, graphs: $STEPS steps"
-train "$T/g1/cuda" "$T/cuda1e" --no-graph; ok $? "1 stage, --no-graph: $STEPS steps"
-train "$T/g4/cuda" "$T/cuda4"; ok $? "4 stages on one GPU (CUDA IPC), graphs: $STEPS steps"
-train "$T/g4/cuda" "$T/cuda4e" --no-graph; ok $? "4 stages, --no-graph: $STEPS steps"
-[ "$(wc -l <"$T/cuda1.loss")" -eq $((STEPS + 1)) ]
-ok $? "every step's loss is printed ($(wc -l <"$T/cuda1.loss") lines)"
-same "$T/cuda1" "$T/cuda1e" "1 stage: graphs vs --no-graph"
-same "$T/cuda1" "$T/cuda4" "4 stages vs 1 stage"
-same "$T/cuda1" "$T/cuda4e" "4 stages --no-graph vs 1 stage graphs"
-close "$REF/cpu1" "$T/cuda1" "$TOL" "CUDA vs CPU (cuBLAS vs the CPU GEMM, device expf/tanhf: close, not bitwise)"
-falls "$T/cuda1" "1 stage"
-if [ "$FAKE" = cpu ]; then
-    skip "graphs are a CUDA-runtime feature"
-else
-    g_out=$(cat "$T/cuda1.out" 2>/dev/null)
-    ! printf '%s' "$g_out" | grep -q 'CUDA graphs off' &&
-        printf '%s' "$g_out" | grep -Eq 'CUDA graphs: [1-9][0-9]* captured, [1-9][0-9]* launched'
-    ok $? "graphs are on for gpt_tiny: $(printf '%s' "$g_out" | grep -o 'CUDA graphs: [0-9]* captured, [0-9]* launched' || echo 'no graph report')"
-fi
-grep 'GPU memory' "$T/cuda1.out" 2>/dev/null | sed 's/^/# /'
-
-# 2. schedules and checkpoint modes
 for v in g4gpipe g4zb1 g4always g4never; do
-    train "$T/$v/cuda" "$T/cuda-$v"; ok $? "$v: $STEPS steps"
-    same "$T/cuda1" "$T/cuda-$v" "$v vs 1 stage"
+    train "$T/$v/cuda" "$L/cuda-$v"; ok $? "$v: $STEPS steps"
+    same "$L/cuda1" "$L/cuda-$v" "$v vs 1 stage"
 done
+fi
+
+# three_ways NAME WHAT SED TOL: gpt_tiny changed by SED, on 1 stage with graphs
+# ($L/cuda1NAME), with --no-graph (cuda1NAMEe) and on 4 stages (cuda4NAME):
+# bitwise alike, within TOL of the CPU's reference cpu1NAME
+three_ways() {
+    tw_n=$1 tw_w=$2 tw_e=$3 tw_tol=$4
+    variant "g1$tw_n" 1 -e "$tw_e"; ok $? "gpt_tiny, $tw_w, 1 stage: generates and links"
+    variant "g4$tw_n" 4 -e "$tw_e"; ok $? "gpt_tiny, $tw_w, 4 stages: generates and links"
+    train "$T/g1$tw_n/cuda" "$L/cuda1$tw_n"; ok $? "$tw_w, 1 stage, graphs: $STEPS steps"
+    train "$T/g1$tw_n/cuda" "$L/cuda1${tw_n}e" --no-graph; ok $? "$tw_w, --no-graph: $STEPS steps"
+    train "$T/g4$tw_n/cuda" "$L/cuda4$tw_n"; ok $? "$tw_w, 4 stages: $STEPS steps"
+    same "$L/cuda1$tw_n" "$L/cuda1${tw_n}e" "$tw_w: graphs vs --no-graph"
+    same "$L/cuda1$tw_n" "$L/cuda4$tw_n" "$tw_w: 4 stages vs 1"
+    close "$REF/cpu1$tw_n" "$L/cuda1$tw_n" "$tw_tol" "$tw_w vs the CPU" "g1$tw_n"
+}
 
 # 3. a per-step lr (cosine): graphs must read it from device memory
-train "$T/g1cos/cuda" "$T/cuda1cos"; ok $? "cosine lr, graphs: $STEPS steps"
-train "$T/g1cos/cuda" "$T/cuda1cose" --no-graph; ok $? "cosine lr, --no-graph: $STEPS steps"
-train "$T/g4cos/cuda" "$T/cuda4cos"; ok $? "cosine lr, 4 stages: $STEPS steps"
-same "$T/cuda1cos" "$T/cuda1cose" "cosine lr: graphs vs --no-graph"
-same "$T/cuda1cos" "$T/cuda4cos" "cosine lr: 4 stages vs 1"
-close "$REF/cpu1cos" "$T/cuda1cos" "$TOL" "cosine lr, vs CPU"
-
-# 4. bf16 GEMM operands
-like "$(cat "$REF/cpu1bf.out" 2>/dev/null)" 'CPU runtime computes in f32' "the CPU reference says it computed the bf16 model in f32"
-train "$T/g1bf/cuda" "$T/cuda1bf"; ok $? "bf16, 1 stage, graphs: $STEPS steps"
-train "$T/g1bf/cuda" "$T/cuda1bfe" --no-graph; ok $? "bf16, --no-graph: $STEPS steps"
-train "$T/g4bf/cuda" "$T/cuda4bf"; ok $? "bf16, 4 stages: $STEPS steps"
-same "$T/cuda1bf" "$T/cuda1bfe" "bf16: graphs vs --no-graph"
-same "$T/cuda1bf" "$T/cuda4bf" "bf16: 4 stages vs 1"
-close "$REF/cpu1bf" "$T/cuda1bf" "$TOL_BF16" "bf16 vs CPU f32"
-falls "$T/cuda1bf" "bf16"
-if [ "$FAKE" = cpu ]; then
-    skip "the CPU runtime computes bf16 models in f32: no bf16 path to see"
-else
-    [ -s "$T/cuda1.loss" ] && [ -s "$T/cuda1bf.loss" ] && ! cmp -s "$T/cuda1.loss" "$T/cuda1bf.loss"
-    ok $? "bf16 changes the losses (the bf16 GEMM path is taken)"
+if section 3; then
+three_ways cos "cosine lr" "$COS" "$TOL"
 fi
+
+# 4. bf16 GEMM operands (the CPU computes the bf16 model in f32)
+if section 4; then
+three_ways bf bf16 "$BF16" "$TOL_BF16"
+falls "$L/cuda1bf" "bf16"
 
 # 4b. the fast kernel paths (runtime/cuda/README.md, "Kernel paths") against the
 # reference kernels they replaced: bitwise across stage counts either way, close
-# to each other, and different (so the fast paths are taken)
+# to each other; each run's own report says which paths it took
 export PIPE_CUDA_KERNELS=reference
-train "$T/g1bf/cuda" "$T/cuda1bfr"; ok $? "CUDA, bf16, PIPE_CUDA_KERNELS=reference, 1 stage: $STEPS steps"
-train "$T/g4bf/cuda" "$T/cuda4bfr"; ok $? "CUDA, bf16, PIPE_CUDA_KERNELS=reference, 4 stages: $STEPS steps"
+train "$T/g1bf/cuda" "$L/cuda1bfr"; ok $? "CUDA, bf16, PIPE_CUDA_KERNELS=reference, 1 stage: $STEPS steps"
+train "$T/g4bf/cuda" "$L/cuda4bfr"; ok $? "CUDA, bf16, PIPE_CUDA_KERNELS=reference, 4 stages: $STEPS steps"
 unset PIPE_CUDA_KERNELS
-same "$T/cuda1bfr" "$T/cuda4bfr" "CUDA, bf16, reference kernels: 4 stages vs 1"
-close "$T/cuda1bfr" "$T/cuda1bf" "$TOL_BF16" "CUDA bf16, fast kernel paths vs reference kernels"
+same "$L/cuda1bfr" "$L/cuda4bfr" "CUDA, bf16, reference kernels: 4 stages vs 1"
+close "$L/cuda1bfr" "$L/cuda1bf" "$TOL_BF16" "CUDA bf16, fast kernel paths vs reference kernels"
 if [ "$FAKE" = cpu ]; then
-    skip "the CPU runtime has no kernel paths: fast and reference are the same code"
+    for p in "bf16 GEMMs" colsum shadow flash lt "no fast path with PIPE_CUDA_KERNELS=reference" "no bf16 GEMM in the f32 run"; do
+        skip "the CPU runtime has no kernel paths to report ($p)"
+    done
 else
-    [ -s "$T/cuda1bfr.loss" ] && [ -s "$T/cuda1bf.loss" ] && ! cmp -s "$T/cuda1bfr.loss" "$T/cuda1bf.loss"
-    ok $? "CUDA, bf16: the fast kernel paths change the bits (they are taken)"
+    for p in "bf16 GEMMs" colsum shadow flash lt; do
+        n_p=$(path_count "$L/cuda1bf" "$p")
+        [ -s "$L/cuda1bf.out" ] && [ "$n_p" -gt 0 ]
+        ok $? "bf16, fast paths: $p taken ($n_p host calls by the run's report)"
+    done
+    n_f=0
+    for p in colsum pad shadow flash lt; do n_f=$((n_f + $(path_count "$L/cuda1bfr" "$p"))); done
+    [ -s "$L/cuda1bfr.out" ] && [ "$(paths_used "$L/cuda1bfr" | wc -l)" -ge 1 ] && [ $n_f = 0 ] &&
+        [ "$(path_count "$L/cuda1bfr" "bf16 GEMMs")" -gt 0 ]
+    ok $? "bf16, PIPE_CUDA_KERNELS=reference: no fast path taken, bf16 GEMMs still ($(paths_used "$L/cuda1bfr" | head -n 1))"
+    baseline
+    [ -s "$L/cuda1.out" ] && [ "$(paths_used "$L/cuda1" | wc -l)" -ge 1 ] && [ "$(path_count "$L/cuda1" "bf16 GEMMs")" = 0 ]
+    ok $? "f32: no bf16 GEMM ($(paths_used "$L/cuda1" | head -n 1))"
+fi
 fi
 
-# 5. dropout: its seed is a per-step host value, graphs stay off
-train "$T/g1drop/cuda" "$T/cuda1drop"; ok $? "dropout, graphs requested: $STEPS steps"
-train "$T/g1drop/cuda" "$T/cuda1drope" --no-graph; ok $? "dropout, --no-graph: $STEPS steps"
+# 5. dropout: its seed is a per-step host value, graphs stay off; its masks are
+# the CPU's (a counter hash of seed, step and sample), whatever the stage count
+if section 5; then
+variant g1drop 1 -e "$DROP"; ok $? "gpt_tiny with dropout, 1 stage: generates and links"
+variant g4drop 4 -e "$DROP"; ok $? "gpt_tiny with dropout, 4 stages: generates and links"
+train "$T/g1drop/cuda" "$L/cuda1drop"; ok $? "dropout, graphs requested: $STEPS steps"
+train "$T/g4drop/cuda" "$L/cuda4drop"; ok $? "dropout, 4 stages: $STEPS steps"
 if [ "$FAKE" = cpu ]; then
     skip "graphs are a CUDA-runtime feature"
 else
-    like "$(cat "$T/cuda1drop.out" 2>/dev/null)" 'CUDA graphs off: .*dropout' "dropout: says graphs are off"
+    like "$(cat "$L/cuda1drop.out" 2>/dev/null)" 'CUDA graphs off: .*dropout' "dropout: says graphs are off"
 fi
-same "$T/cuda1drop" "$T/cuda1drope" "dropout: default vs --no-graph"
+same "$L/cuda1drop" "$L/cuda4drop" "dropout: 4 stages vs 1"
+close "$REF/cpu1drop" "$L/cuda1drop" "$TOL" "dropout vs the CPU (the same masks)" g1drop
+fi
 
 # --- 5b. pp x dp: 2 replicas of 1, 2 and 4 stages on one GPU ---------------------------
+if section 5b; then
+baseline
+[ -d "$T/g4" ] || { variant g4 4; ok $? "gpt_tiny on 4 stages generates and links"; }
 variant g2 2; ok $? "gpt_tiny on 2 stages generates and links"
-TRAIN_DP=2 train "$T/g1/cuda" "$T/cuda1d2"; ok $? "1 stage x 2 replicas on one GPU: $STEPS steps"
-TRAIN_DP=2 train "$T/g2/cuda" "$T/cuda2d2"; ok $? "2 stages x 2 replicas on one GPU: $STEPS steps"
-TRAIN_DP=2 train "$T/g2/cuda" "$T/cuda2d2b"; ok $? "2 stages x 2 replicas again: $STEPS steps"
-TRAIN_DP=2 train "$T/g2/cuda" "$T/cuda2d2e" --no-graph; ok $? "2 stages x 2 replicas, --no-graph: $STEPS steps"
-TRAIN_DP=2 train "$T/g4/cuda" "$T/cuda4d2"; ok $? "4 stages x 2 replicas (8 processes) on one GPU: $STEPS steps"
-same "$T/cuda2d2" "$T/cuda2d2b" "2 stages x 2 replicas, twice"
-same "$T/cuda1d2" "$T/cuda2d2" "2 replicas: 2 stages vs 1 stage"
-same "$T/cuda1d2" "$T/cuda4d2" "2 replicas: 4 stages vs 1 stage"
-same "$T/cuda2d2" "$T/cuda2d2e" "2 stages x 2 replicas: graphs vs --no-graph"
+TRAIN_DP=2 train "$T/g1/cuda" "$L/cuda1d2"; ok $? "1 stage x 2 replicas on one GPU: $STEPS steps"
+TRAIN_DP=2 train "$T/g2/cuda" "$L/cuda2d2"; ok $? "2 stages x 2 replicas on one GPU: $STEPS steps"
+TRAIN_DP=2 train "$T/g2/cuda" "$L/cuda2d2b"; ok $? "2 stages x 2 replicas again: $STEPS steps"
+TRAIN_DP=2 train "$T/g2/cuda" "$L/cuda2d2e" --no-graph; ok $? "2 stages x 2 replicas, --no-graph: $STEPS steps"
+TRAIN_DP=2 train "$T/g4/cuda" "$L/cuda4d2"; ok $? "4 stages x 2 replicas (8 processes) on one GPU: $STEPS steps"
+same "$L/cuda2d2" "$L/cuda2d2b" "2 stages x 2 replicas, twice"
+same "$L/cuda1d2" "$L/cuda2d2" "2 replicas: 2 stages vs 1 stage"
+same "$L/cuda1d2" "$L/cuda4d2" "2 replicas: 4 stages vs 1 stage"
+same "$L/cuda2d2" "$L/cuda2d2e" "2 stages x 2 replicas: graphs vs --no-graph"
 # step 1 runs the same weights on other micro-batches of the same rows: only
 # the order of the loss's sums differs
-d_a=$(sed -n 1p "$T/cuda1.loss" 2>/dev/null | cut -d' ' -f2) d_b=$(sed -n 1p "$T/cuda1d2.loss" 2>/dev/null | cut -d' ' -f2)
+d_a=$(sed -n 1p "$L/cuda1.loss" 2>/dev/null | cut -d' ' -f2) d_b=$(sed -n 1p "$L/cuda1d2.loss" 2>/dev/null | cut -d' ' -f2)
 awk -v a="$d_a" -v b="$d_b" 'BEGIN { d = a - b; if (d < 0) d = -d; m = a < 0 ? -a : a;
     exit !(a != "" && b != "" && a == a + 0 && b == b + 0 && d <= 1e-6 * m) }'
 ok $? "2 replicas: step 1's loss within 1e-6 relative of 1 replica's (${d_b:-none} vs ${d_a:-none})"
-close "$REF/cpu1" "$T/cuda2d2" "$TOL" "2 stages x 2 replicas vs the CPU's 1 stage x 1 replica"
+close "$REF/cpu1" "$L/cuda2d2" "$TOL" "2 stages x 2 replicas vs the CPU's 1 stage x 1 replica" g1
 if [ "$FAKE" = cpu ]; then
     skip "the CPU runtime sums the replicas' gradients in place: no path to name"
 else
-    like "$(cat "$T/cuda2d2.out" 2>/dev/null)" \
+    like "$(cat "$L/cuda2d2.out" 2>/dev/null)" \
         'gradient reduction over 2 replicas: through host memory over TCP .*not by NCCL: replicas 0 and 1 share GPU' \
         "2 replicas on one GPU: the start-up line names the host path, NCCL refusing two ranks on one GPU"
 fi
@@ -268,24 +337,27 @@ variant b2 2 -e "$BN_BATCH"; ok $? "bn_small, 2 stages: generates and links"
 variant b2m6 2 -e "$BN_MB6"; ok $? "bn_small, 6 micro-batches, 2 stages: generates and links"
 unset VARIANT_DEL
 GPU_MODEL=$TOP/tests/models/gpt_tiny.pipe
-TRAIN_DP=2 train "$T/b1/cuda" "$T/bn1d2"; ok $? "bn_small, 1 stage x 2 replicas: $STEPS steps"
-TRAIN_DP=2 train "$T/b2/cuda" "$T/bn2d2"; ok $? "bn_small, 2 stages x 2 replicas: $STEPS steps"
-train "$T/b2m6/cuda" "$T/bn2m6"; ok $? "bn_small, 6 micro-batches, 2 stages x 1 replica: $STEPS steps"
-same "$T/bn1d2" "$T/bn2d2" "bn_small, 2 replicas: 2 stages vs 1 stage (running statistics included)"
-d_a=$(sed -n 1p "$T/bn2m6.loss" 2>/dev/null | cut -d' ' -f2) d_b=$(sed -n 1p "$T/bn2d2.loss" 2>/dev/null | cut -d' ' -f2)
+TRAIN_DP=2 train "$T/b1/cuda" "$L/bn1d2"; ok $? "bn_small, 1 stage x 2 replicas: $STEPS steps"
+TRAIN_DP=2 train "$T/b2/cuda" "$L/bn2d2"; ok $? "bn_small, 2 stages x 2 replicas: $STEPS steps"
+train "$T/b2m6/cuda" "$L/bn2m6"; ok $? "bn_small, 6 micro-batches, 2 stages x 1 replica: $STEPS steps"
+same "$L/bn1d2" "$L/bn2d2" "bn_small, 2 replicas: 2 stages vs 1 stage (running statistics included)"
+d_a=$(sed -n 1p "$L/bn2m6.loss" 2>/dev/null | cut -d' ' -f2) d_b=$(sed -n 1p "$L/bn2d2.loss" 2>/dev/null | cut -d' ' -f2)
 awk -v a="$d_a" -v b="$d_b" 'BEGIN { d = a - b; if (d < 0) d = -d; m = a < 0 ? -a : a;
     exit !(a != "" && b != "" && a == a + 0 && b == b + 0 && d <= 1e-6 * m) }'
 ok $? "bn_small: 2 replicas of 3 micro-batches, step 1's loss within 1e-6 relative of 1 replica of 6 (${d_b:-none} vs ${d_a:-none})"
 if [ "$FAKE" = cpu ]; then
     skip "graphs are a CUDA-runtime feature"
 else
-    like "$(cat "$T/bn2d2.out" 2>/dev/null)" "CUDA graphs off: .*batch norm's sums over the data-parallel replicas" \
+    like "$(cat "$L/bn2d2.out" 2>/dev/null)" "CUDA graphs off: .*batch norm's sums over the data-parallel replicas" \
         "bn_small, 2 replicas: says graphs are off for the batch-norm sums"
+fi
 fi
 
 # --- 6. two GPUs: NCCL between different devices ------------------------------------
 ngpu=0
-[ "$FAKE" = cpu ] || ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+[ -n "$FAKE" ] || ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+no_nccl="$ngpu GPU(s)"
+[ "$FAKE" = emu ] && no_nccl="the emulator runs every process on one GPU, and NCCL is not emulated"
 free_port() {
     for fp_py in $(ge_pythons); do
         "$fp_py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' && return
@@ -303,33 +375,37 @@ start() {
     echo $! >"$s_l.pid"
 }
 # wait_exit PIDFILE SECONDS: WX = the exit status, "hung" (killed after
-# SECONDS) or "none" (no such process was started)
+# SECONDS, or when TEST_DEADLINE comes first) or "none" (no such process was started)
 wait_exit() {
     WX=none
     we_p=$(cat "$1" 2>/dev/null)
     case $we_p in '' | *[!0-9]*) return ;; esac
-    we_t=0
+    we_t=0 we_lim=$(time_left "$2")
     while kill -0 "$we_p" 2>/dev/null && ! grep -q '^[0-9]* ([^)]*) Z' "/proc/$we_p/stat" 2>/dev/null; do
         sleep 0.1; we_t=$((we_t + 1))
-        if [ $we_t -ge $(($2 * 10)) ]; then kill -9 "$we_p" 2>/dev/null; wait "$we_p" 2>/dev/null; WX=hung; return; fi
+        if [ $we_t -ge $((we_lim * 10)) ]; then kill -9 "$we_p" 2>/dev/null; wait "$we_p" 2>/dev/null; WX=hung; return; fi
     done
     wait "$we_p"; WX=$?
     rm -f "$1"
 }
-if [ "${ngpu:-0}" -ge 2 ]; then
+if ! section 6; then
+    :
+elif [ "${ngpu:-0}" -ge 2 ]; then
+    baseline
+    [ -d "$T/g4" ] || { variant g4 4; ok $? "gpt_tiny on 4 stages generates and links"; }
     M=127.0.0.1:$(free_port)
     for k in 0 1 2 3; do
-        start $k 4 "$M" $((k / 2)) "$T/n$k.log" --steps "$STEPS" --log-every 1 --timeout 60 --save "$T/cuda4n.safetensors"
+        start $k 4 "$M" $((k / 2)) "$L/n$k.log" --steps "$STEPS" --log-every 1 --timeout 60 --save "$L/cuda4n.safetensors"
     done
     st=0
-    for k in 0 1 2 3; do wait_exit "$T/n$k.log.pid" 300; [ "$WX" = 0 ] || st=1; done
+    for k in 0 1 2 3; do wait_exit "$L/n$k.log.pid" 300; [ "$WX" = 0 ] || st=1; done
     ok $st "4 stages on 2 GPUs (NCCL between stages 1 and 2): $STEPS steps"
-    [ $st = 0 ] || tail -5 "$T"/n?.log | sed 's/^/# /'
-    [ -s "$T/cuda1.safetensors" ] && cmp -s "$T/cuda1.safetensors" "$T/cuda4n.safetensors"
+    [ $st = 0 ] || tail -5 "$L"/n?.log | sed 's/^/# /'
+    [ -s "$L/cuda1.safetensors" ] && cmp -s "$L/cuda1.safetensors" "$L/cuda4n.safetensors"
     ok $? "2 GPUs: the 1-stage weights bitwise (same GPU model)"
 else
-    skip "$ngpu GPU(s): the NCCL path between GPUs needs two"
-    skip "$ngpu GPU(s): the NCCL path between GPUs needs two"
+    skip "$no_nccl: the NCCL path between GPUs needs two"
+    skip "$no_nccl: the NCCL path between GPUs needs two"
 fi
 
 # --- 6b. pp x dp across GPUs: each replica on its own GPU, the sum by NCCL ----------
@@ -366,54 +442,61 @@ else
     dp_off='through host memory over TCP .*not by NCCL: PIPE_DP_NCCL=0 on replica 0'
     dp_env=PIPE_DP_NCCL=1 dp_by=' by NCCL'
 fi
-if [ "${ngpu:-0}" -ge 2 ] || [ "$FAKE" = cpu ]; then
-    dp_hand "$T/dpn" $dp_env; ok $? "2 stages x 2 replicas, replica q on GPU q (the sum by NCCL): $STEPS steps"
-    dp_hand "$T/dph" $dp_env PIPE_DP_NCCL=0; ok $? "the same with PIPE_DP_NCCL=0 (through host memory): $STEPS steps"
-    n=$(grep -Ec "$dp_nccl" "$T/dpn.out" 2>/dev/null)
+if ! section 6b; then
+    :
+elif [ "${ngpu:-0}" -ge 2 ] || [ "$FAKE" = cpu ]; then
+    baseline
+    [ -d "$T/g2" ] || { variant g2 2; ok $? "gpt_tiny on 2 stages generates and links"; }
+    [ -s "$L/cuda2d2.loss" ] || { TRAIN_DP=2 train "$T/g2/cuda" "$L/cuda2d2"; ok $? "2 stages x 2 replicas on one GPU: $STEPS steps"; }
+    dp_hand "$L/dpn" $dp_env; ok $? "2 stages x 2 replicas, replica q on GPU q (the sum by NCCL): $STEPS steps"
+    dp_hand "$L/dph" $dp_env PIPE_DP_NCCL=0; ok $? "the same with PIPE_DP_NCCL=0 (through host memory): $STEPS steps"
+    n=$(grep -Ec "$dp_nccl" "$L/dpn.out" 2>/dev/null)
     is "$n" 2 "NCCL run: replica 0 of each stage names the path at start-up"
-    grep -Eq "gradient reduction over 2 replicas$dp_by: [0-9]+ bytes sent per step in [0-9.]+ ms" "$T/dpn.out" 2>/dev/null
-    ok $? "NCCL run: the reduction's time per step is reported: $(grep -m1 'bytes sent per step in' "$T/dpn.out" 2>/dev/null | cut -c1-140)"
-    n=$(grep -Ec "$dp_off" "$T/dph.out" 2>/dev/null)
+    grep -Eq "gradient reduction over 2 replicas$dp_by: [0-9]+ bytes sent per step in [0-9.]+ ms" "$L/dpn.out" 2>/dev/null
+    ok $? "NCCL run: the reduction's time per step is reported: $(grep -m1 'bytes sent per step in' "$L/dpn.out" 2>/dev/null | cut -c1-140)"
+    n=$(grep -Ec "$dp_off" "$L/dph.out" 2>/dev/null)
     is "$n" 2 "PIPE_DP_NCCL=0: replica 0 of each stage names the host path and why"
-    same "$T/dph" "$T/dpn" "2 x 2 on 2 GPUs: NCCL vs the host path"
-    same "$T/cuda2d2" "$T/dpn" "2 x 2: NCCL on 2 GPUs vs the host path on one"
-    close "$REF/cpu1" "$T/dpn" "$TOL" "2 x 2 by NCCL vs the CPU's 1 stage x 1 replica"
+    same "$L/dph" "$L/dpn" "2 x 2 on 2 GPUs: NCCL vs the host path"
+    same "$L/cuda2d2" "$L/dpn" "2 x 2: NCCL on 2 GPUs vs the host path on one"
+    close "$REF/cpu1" "$L/dpn" "$TOL" "2 x 2 by NCCL vs the CPU's 1 stage x 1 replica" g1
 else
-    for i in 1 2 3 4 5 6 7 8; do skip "$ngpu GPU(s): the replicas' sum by NCCL needs a GPU per replica"; done
+    for i in 1 2 3 4 5 6 7 8; do skip "$no_nccl: the replicas' sum by NCCL needs a GPU per replica"; done
 fi
 
 # --- 7. a killed stage --------------------------------------------------------------
+if section 7; then
+[ -d "$T/g4" ] || { variant g4 4; ok $? "gpt_tiny on 4 stages generates and links"; }
 M=127.0.0.1:$(free_port)
 started=0
 for k in 0 1 2 3; do
-    start $k 4 "$M" "${CUDA_VISIBLE_DEVICES:-0}" "$T/k$k.log" --steps 100000000 --log-every 50 --timeout 20 &&
+    start $k 4 "$M" "${CUDA_VISIBLE_DEVICES:-0}" "$L/kill$k.log" --steps 100000000 --log-every "$KILL_AT" --timeout 20 &&
         started=$((started + 1))
 done
-k_t=0
-while [ $started = 4 ] && ! grep -q 'step 100/' "$T/k3.log" 2>/dev/null && [ $k_t -lt 1200 ] &&
-    kill -0 "$(cat "$T/k3.log.pid")" 2>/dev/null; do sleep 0.1; k_t=$((k_t + 1)); done
+k_t=0 k_lim=$(time_left 120)
+while [ $started = 4 ] && ! grep -q "step $KILL_AT/" "$L/kill3.log" 2>/dev/null && [ $k_t -lt $((k_lim * 10)) ] &&
+    kill -0 "$(cat "$L/kill3.log.pid")" 2>/dev/null; do sleep 0.1; k_t=$((k_t + 1)); done
 trained=1
-grep -q 'step 100/' "$T/k3.log" 2>/dev/null && trained=0
+grep -q "step $KILL_AT/" "$L/kill3.log" 2>/dev/null && trained=0
 alive=0
-for k in 0 1 2 3; do kill -0 "$(cat "$T/k$k.log.pid" 2>/dev/null)" 2>/dev/null && alive=$((alive + 1)); done
+for k in 0 1 2 3; do kill -0 "$(cat "$L/kill$k.log.pid" 2>/dev/null)" 2>/dev/null && alive=$((alive + 1)); done
 [ $trained = 0 ] && [ $alive = 4 ]
-ok $? "four stages train together (stage 3 at step 100, $alive of 4 alive) until one is killed"
-kill -9 "$(cat "$T/k1.log.pid" 2>/dev/null)" 2>/dev/null
-wait_exit "$T/k1.log.pid" 5
+ok $? "four stages train together (stage 3 at step $KILL_AT, $alive of 4 alive) until one is killed"
+kill -9 "$(cat "$L/kill1.log.pid" 2>/dev/null)" 2>/dev/null
+wait_exit "$L/kill1.log.pid" 5
 st=""
-for k in 0 2 3; do wait_exit "$T/k$k.log.pid" "$KILL_S"; st="$st $k:$WX"; done
+for k in 0 2 3; do wait_exit "$L/kill$k.log.pid" "$KILL_S"; st="$st $k:$WX"; done
 [ $trained = 0 ] && [ $alive = 4 ] && printf '%s' "$st" | grep -Eq '^ 0:[1-9][0-9]* 2:[1-9][0-9]* 3:[1-9][0-9]*$'
 ok $? "stages 0, 2, 3 exit non-zero within $KILL_S s after stage 1 is killed ($st)"
 # which neighbour notices first depends on where each was waiting (a stage
 # blocked on stage 3 hears of stage 3's exit instead): one of stage 1's
 # neighbours must name it, and every stage must name the stage it lost
 lost='stage [0-3] closed its connection|stage [0-3].*failed|from stage [0-3] within'
-[ $trained = 0 ] && cat "$T/k0.log" "$T/k2.log" 2>/dev/null | grep -Eq 'stage 1 closed its connection|from stage 1.*failed|with stage 1.*failed|stage 1.*within'
-ok $? "stage 0 or stage 2 (its neighbours) names stage 1: $(grep -Ehm1 'stage 1' "$T/k0.log" "$T/k2.log" 2>/dev/null | head -n 1 | cut -c1-160)"
+[ $trained = 0 ] && cat "$L/kill0.log" "$L/kill2.log" 2>/dev/null | grep -Eq 'stage 1 closed its connection|from stage 1.*failed|with stage 1.*failed|stage 1.*within'
+ok $? "stage 0 or stage 2 (its neighbours) names stage 1: $(grep -Ehm1 'stage 1' "$L/kill0.log" "$L/kill2.log" 2>/dev/null | head -n 1 | cut -c1-160)"
 n_named=0
-for k in 0 2 3; do grep -Eq "$lost" "$T/k$k.log" 2>/dev/null && n_named=$((n_named + 1)); done
+for k in 0 2 3; do grep -Eq "$lost" "$L/kill$k.log" 2>/dev/null && n_named=$((n_named + 1)); done
 [ $trained = 0 ] && [ $n_named = 3 ]
 ok $? "stages 0, 2 and 3 each name the stage they lost ($n_named of 3)"
-for k in 0 2 3; do grep -Ehm1 "$lost" "$T/k$k.log" 2>/dev/null | cut -c1-200 | sed 's/^/# /'; done
-for k in 0 1 2 3; do [ -f "$T/k$k.log" ] && cp "$T/k$k.log" "$T/kill$k.log"; done
+for k in 0 2 3; do grep -Ehm1 "$lost" "$L/kill$k.log" 2>/dev/null | cut -c1-200 | sed 's/^/# /'; done
+fi
 done_testing
