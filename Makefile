@@ -216,7 +216,7 @@ LDLIBS_EMU = -lstdc++ -lblas -lpthread -lm
 export LDLIBS_EMU
 
 .PHONY: emu
-emu: $(EMU_DIR)/libpgrt_cuemu.a $(EMU_DIR)/test_ops_gpu
+emu: $(EMU_DIR)/libpgrt_cuemu.a $(EMU_DIR)/test_ops_gpu $(EMU_DIR)/emu_rules
 
 $(EMU_DIR)/src/%: runtime/cuda/% tests/gpu/emu/emu_cu.sh
 	@tests/gpu/emu/emu_cu.sh $< $@
@@ -235,6 +235,13 @@ $(EMU_DIR)/libpgrt_cuemu.a: $(patsubst %.c,$(BUILD)/obj/%.o,$(RT_CORE)) $(EMU_OB
 
 $(EMU_DIR)/test_ops_gpu: tests/gpu/test_ops_gpu.cu $(EMU_DIR)/libpgrt_cuemu.a $(EMU_HDR)
 	$(CXX) $(EMUFLAGS) -MMD -MP -x c++ -o $@ $< -x none $(EMU_DIR)/libpgrt_cuemu.a $(LDLIBS_EMU)
+
+# the emulator's own rules (tests/cuda_emu_rules.t), its launches rewritten like runtime/cuda's
+$(EMU_DIR)/src/tests/emu_rules.cu: tests/gpu/emu/emu_rules.cu tests/gpu/emu/emu_cu.sh
+	@tests/gpu/emu/emu_cu.sh $< $@
+
+$(EMU_DIR)/emu_rules: $(EMU_DIR)/src/tests/emu_rules.cu $(EMU_DIR)/libpgrt_cuemu.a
+	$(CXX) $(EMUFLAGS) -Itests -MMD -MP -x c++ -o $@ $< -x none $(EMU_DIR)/libpgrt_cuemu.a $(LDLIBS_EMU)
 
 # ---- the GPU bundle: build here, run on a GPU host --------------------------
 # tools/gpu_bundle.sh assembles build/gpu-bundle/pipegen-gpu/ (static pipegen

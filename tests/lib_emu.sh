@@ -22,7 +22,8 @@ emu_need() {
 emu_tap() {
     et_pre=$1 et_f=$2
     et_tmp=$(mktemp /tmp/pg-emu-tap.XXXXXX)
-    awk -v pre="$et_pre" '/^ok [0-9]+ - / { n++; sub(/^ok [0-9]+ - /, ""); print "0 " pre $0; next }
+    awk -v pre="$et_pre" '/^ok [0-9]+ # SKIP / { n++; sub(/^ok [0-9]+ # SKIP /, ""); print "S " pre $0; next }
+        /^ok [0-9]+ - / { n++; sub(/^ok [0-9]+ - /, ""); print "0 " pre $0; next }
         /^not ok [0-9]+ - / { n++; sub(/^not ok [0-9]+ - /, ""); print "1 " pre $0; next }
         /^1\.\.[0-9]+$/ { plan = substr($0, 4) }
         END { print "P " (plan != "" && plan + 0 == n + 0 ? 0 : 1) " " n + 0 " " (plan != "" ? plan : "none") }' "$et_f" >"$et_tmp"
@@ -30,6 +31,7 @@ emu_tap() {
         case $et_l in
         "P "*) set -- $et_l
                ok "$2" "${et_pre}ran to its end ($3 checks, plan ${4:-none})" ;;
+        "S "*) skip "${et_l#S }" ;;
         *) ok "${et_l%% *}" "${et_l#* }" ;;
         esac
     done <"$et_tmp"
