@@ -60,7 +60,11 @@ CUDA_SRC := $(wildcard runtime/cuda/*.cu)
 # `make CUDA=1` (and so `make test`) compile each .cu file once
 CUDA_OBJ := $(patsubst runtime/cuda/%.cu,build-cuda/cuda/%.o,$(CUDA_SRC))
 CUDA_TEST_OBJ := $(patsubst tests/gpu/%.cu,build-cuda/cuda-tests/%.o,$(wildcard tests/gpu/*.cu))
-NVCCFLAGS = -std=c++17 -O2 -arch=sm_90 -Xcompiler -Wall,-Wextra,-Werror -Iruntime/core -Iruntime/cuda
+# static gates: no register spills, no local memory in any kernel (ptxas warnings as errors)
+NVCCFLAGS = -std=c++17 -O2 -arch=sm_90 -Xcompiler -Wall,-Wextra,-Werror -Xptxas -warn-spills,-warn-lmem-usage,-Werror \
+            -Iruntime/core -Iruntime/cuda
+# the objects depend on the flags too (a stamp rewritten when they change)
+NVCC_STAMP := build-cuda/.nvccflags
 NVCC_FOUND = @[ -x $(NVCC) ] || { echo "nvcc not found at $(NVCC) (set CUDA_HOME or NVCC): cannot compile CUDA files"; exit 1; }
 
 EXAMPLES := $(wildcard examples/*.pipe)
@@ -184,13 +188,22 @@ $(BUILD)/libpgrt_cuda.a: $(RT_CUDA_OBJ)
 cuda: $(CUDA_OBJ) $(CUDA_TEST_OBJ)
 	@echo "cuda: $(words $(CUDA_OBJ) $(CUDA_TEST_OBJ)) files compiled and up to date"
 
-build-cuda/cuda/%.o: runtime/cuda/%.cu
+$(NVCC_STAMP): FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(NVCCFLAGS)' | cmp -s - $@ || echo '$(NVCCFLAGS)' >$@
+
+.PHONY: FORCE nvccflags
+FORCE:
+nvccflags:
+	@echo '$(NVCCFLAGS)'
+
+build-cuda/cuda/%.o: runtime/cuda/%.cu $(NVCC_STAMP)
 	$(NVCC_FOUND)
 	@mkdir -p $(dir $@)
 	@echo "  NVCC $<"
 	@$(NVCC) $(NVCCFLAGS) -MMD -MP -c -o $@ $<
 
-build-cuda/cuda-tests/%.o: tests/gpu/%.cu
+build-cuda/cuda-tests/%.o: tests/gpu/%.cu $(NVCC_STAMP)
 	$(NVCC_FOUND)
 	@mkdir -p $(dir $@)
 	@echo "  NVCC $<"
