@@ -24,7 +24,6 @@
 #include "cuda_common.h"
 #include "op_args.h"
 
-static unsigned row_blocks(int64_t rows) { return (unsigned)(rows < PG_CUDA_MAX_BLOCKS ? rows : PG_CUDA_MAX_BLOCKS); }
 
 /* Softmax of each score row a[row, 0..len) in place (len = i + 1 when causal,
  * i = row % T), entries [len, T) become 0. Max in float, exponentials in
@@ -105,7 +104,7 @@ int pg_attention_fwd(pg_ctx *c, int64_t r, int64_t T, int64_t d, int64_t h, int 
             return 1;
     }
     int64_t rows = r * h * T;
-    softmax_rows_kernel<<<row_blocks(rows), PG_CUDA_RED_THREADS, 0, c->stream>>>(rows, T, causal, att);
+    softmax_rows_kernel<<<PG_GEOM(pg_geom_rows(rows)), 0, c->stream>>>(rows, T, causal, att);
     LAUNCH_CHECK("softmax_rows_kernel");
     /* ctx[T,hd] (ld d) = att[T,T] v[T,hd] (v with ld 3d), per head.
      * Column-major ctx^T = v^T att^T: A = v (read as v^T[hd,T], op N), B = att
@@ -163,7 +162,7 @@ int pg_attention_bwd_in(pg_ctx *c, int64_t r, int64_t T, int64_t d, int64_t h, i
                             &one, v, (int)d3, hd, dc, (int)d, hd,
                             &zero, ds, (int)T, T * T, (int)h))
             return 1;
-        softmax_bwd_rows_kernel<<<row_blocks(h * T), PG_CUDA_RED_THREADS, 0, c->stream>>>(h * T, T, causal, scale, a, ds);
+        softmax_bwd_rows_kernel<<<PG_GEOM(pg_geom_rows(h * T)), 0, c->stream>>>(h * T, T, causal, scale, a, ds);
         LAUNCH_CHECK("softmax_bwd_rows_kernel");
         /* dq[T,hd] (ld 3d) = ds[T,T] k[T,hd]. Column-major dq^T = k^T ds^T:
          * A = k (read as k^T, op N), B = ds (read as ds^T, op N), C = dq (ld 3d). */

@@ -17,7 +17,7 @@
 #include "cuda_common.h"
 #include "kernel_ref.h"
 
-#define COLSUM_THREADS 256
+#define COLSUM_THREADS PG_COLSUM_THREADS
 
 /* a[i, j] of a plain matrix (the bias gradient: sum of dy) */
 struct col_plain {
@@ -87,16 +87,16 @@ static int colsum_run(pg_ctx *c, const char *op, int64_t n, int64_t m, F f, floa
     if (n <= 0 || m <= 0)
         return 0;
     int64_t rows = pg_colsum_chunk_rows(n), nc = pg_colsum_nchunks(n);
-    int64_t xblocks = (m + COLSUM_THREADS - 1) / COLSUM_THREADS;
-    if (nc > 65535 || xblocks > 2147483647LL)
-        return PG_RT_FAIL("%s: %lld rows x %lld columns exceed the column-sum grid (%lld chunks, %lld blocks)", op,
-                          (long long)n, (long long)m, (long long)nc, (long long)xblocks);
+    pg_geom g = pg_geom_colsum(m, nc);
+    char why[256];
+    if (pg_geom_check(g, why, sizeof why))
+        return PG_RT_FAIL("%s: %lld rows x %lld columns exceed the column-sum grid: %s", op, (long long)n, (long long)m,
+                          why);
     void *ws = NULL;
     if (pg_cuda_scratch(c, (size_t)(nc * NT * m) * sizeof(double), &ws))
         return 1;
     pg_cuda_count(c, PG_CUDA_K_COLSUM);
-    dim3 grid((unsigned)xblocks, (unsigned)nc);
-    colsum_chunks_kernel<NT, F><<<grid, COLSUM_THREADS, 0, c->stream>>>(n, m, rows, f, (double *)ws);
+    colsum_chunks_kernel<NT, F><<<PG_GEOM(g), 0, c->stream>>>(n, m, rows, f, (double *)ws);
     LAUNCH_CHECK("colsum_chunks_kernel");
     colsum_finish_kernel<NT><<<pg_cuda_blocks(m, PG_CUDA_THREADS), PG_CUDA_THREADS, 0, c->stream>>>(
         m, nc, (const double *)ws, out0, out1);

@@ -21,6 +21,7 @@ extern "C" {
 }
 #include "hstage.h"
 #include "cuda_backend.h" /* PG_CUDA_K_*: the kernel paths */
+#include "launch_geom.h"  /* every launch's grid and block, plain C (tests/cuda_geom.t) */
 
 /* The per-step values captured ops read from device memory (step.cu writes
  * them at step start from pg_step_info, with the host formulas of optim.cu). */
@@ -187,24 +188,12 @@ static inline int pg_cublas_fail(const char *file, int line, const char *call, c
             return pg_cuda_fail(__FILE__, __LINE__, "launch of " kernel_name, pg_e_); \
     } while (0)
 
-/* ---- launch geometry -------------------------------------------------------
+/* ---- launch geometry (launch_geom.h) ----------------------------------------
  * Elementwise kernels are grid-stride loops over int64 indices with a grid
  * capped at PG_CUDA_MAX_BLOCKS, so any count launches; results do not depend
- * on the grid (each element is computed by exactly one thread). */
-#define PG_CUDA_THREADS 256
-#define PG_CUDA_MAX_BLOCKS 65535
-/* Reductions: block size and the number of partial sums are fixed constants,
- * so the summation tree is the same on every device. */
-#define PG_CUDA_RED_THREADS 256
-#define PG_CUDA_RED_BLOCKS 512
-
-static inline unsigned pg_cuda_blocks(int64_t count, int threads)
-{
-    int64_t b = (count + threads - 1) / threads;
-    if (b < 1)
-        b = 1;
-    return (unsigned)(b < PG_CUDA_MAX_BLOCKS ? b : PG_CUDA_MAX_BLOCKS);
-}
+ * on the grid (each element is computed by exactly one thread). A launch
+ * takes its geometry g as kernel<<<PG_GEOM(g), 0, stream>>>. */
+#define PG_GEOM(g) dim3((g).grid[0], (g).grid[1], (g).grid[2]), dim3((g).block[0], (g).block[1], (g).block[2])
 
 #define PG_GRID_STRIDE(i, count)                                                    \
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (count);   \
@@ -356,7 +345,7 @@ static int pg_cuda_reduce_deferred(pg_ctx *c, int64_t count, F f, double mul, do
     void *ws = NULL;
     if (pg_cuda_defer_scalar(c, mul, div, &slot) || pg_cuda_scratch(c, PG_CUDA_RED_BLOCKS * sizeof(double), &ws))
         return 1;
-    pg_partial_sums_kernel<F><<<PG_CUDA_RED_BLOCKS, PG_CUDA_RED_THREADS, 0, c->stream>>>(count, f, (double *)ws);
+    pg_partial_sums_kernel<F><<<PG_GEOM(pg_geom_reduce()), 0, c->stream>>>(count, f, (double *)ws);
     LAUNCH_CHECK("pg_partial_sums_kernel");
     return pg_cuda_sum_to_dev(c, (const double *)ws, PG_CUDA_RED_BLOCKS, slot);
 }
@@ -367,7 +356,7 @@ static int pg_cuda_reduce_to_host(pg_ctx *c, int64_t count, F f, double *out)
     void *ws = NULL;
     if (pg_cuda_scratch(c, PG_CUDA_RED_BLOCKS * sizeof(double), &ws))
         return 1;
-    pg_partial_sums_kernel<F><<<PG_CUDA_RED_BLOCKS, PG_CUDA_RED_THREADS, 0, c->stream>>>(count, f, (double *)ws);
+    pg_partial_sums_kernel<F><<<PG_GEOM(pg_geom_reduce()), 0, c->stream>>>(count, f, (double *)ws);
     LAUNCH_CHECK("pg_partial_sums_kernel");
     return pg_cuda_sum_to_host(c, (const double *)ws, PG_CUDA_RED_BLOCKS, out);
 }

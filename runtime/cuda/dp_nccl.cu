@@ -315,8 +315,7 @@ int pg_dp_dev_reduce(pg_dp_dev *g)
     if (r != ncclSuccess)
         return reduce_fail(g, "reduce-scatter", r);
     if (m > 0) {
-        unsigned blocks = (unsigned)((m + PG_DP_SUM_THREADS - 1) / PG_DP_SUM_THREADS);
-        pg_dp_sum_kernel<<<blocks < PG_CUDA_MAX_BLOCKS ? blocks : PG_CUDA_MAX_BLOCKS, PG_DP_SUM_THREADS, 0, s>>>(
+        pg_dp_sum_kernel<<<PG_GEOM(pg_geom_stride(m, PG_DP_SUM_THREADS)), 0, s>>>(
             g->flat + lo, g->recv, g->stride, D, me, m);
         if ((e = cudaGetLastError()) != cudaSuccess)
             return cuda_fail(g, "launching the sum", e);

@@ -7,7 +7,7 @@
 
 /* Buckets of vocabulary rows in embed_bwd_w (see there). Any count gives the
  * same bits; 32 spreads the updates while keeping the id scans cheap. */
-#define EMBED_BUCKETS 32
+#define EMBED_BUCKETS PG_EMBED_BUCKETS
 
 #define IDS_HINT "check the data file against the model's vocab size"
 
@@ -78,8 +78,7 @@ int pg_embed_bwd_w(pg_ctx *c, int64_t n, int64_t vocab, int64_t d, const int32_t
         return 0;
     if (d > (int64_t)PG_CUDA_THREADS * 2147483647LL)
         return PG_RT_FAIL("embed_bwd_w: row size d=%lld too large", (long long)d);
-    dim3 grid((unsigned)((d + PG_CUDA_THREADS - 1) / PG_CUDA_THREADS), EMBED_BUCKETS);
-    embed_bwd_w_kernel<<<grid, PG_CUDA_THREADS, 0, c->stream>>>(n, d, vocab, ids, dy, dtable);
+    embed_bwd_w_kernel<<<PG_GEOM(pg_geom_embed_bwd_w(d)), 0, c->stream>>>(n, d, vocab, ids, dy, dtable);
     LAUNCH_CHECK("embed_bwd_w_kernel");
     return 0;
 }

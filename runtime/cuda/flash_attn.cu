@@ -44,6 +44,8 @@
 #include "cuda_common.h"
 #include "flash_attn.cuh"
 
+static_assert(FA_T == PG_FLASH_TILE, "launch_geom.h's tile is the kernels' (tests/cuda_geom.t checks the geometry by it)");
+
 /* ---- launchers -------------------------------------------------------------- */
 
 int pg_cuda_flash_applies(const pg_ctx *c, int64_t d, int64_t h)
@@ -57,11 +59,12 @@ static int flash_grid(const char *op, int64_t r, int64_t T, int64_t d, int64_t h
 {
     int64_t ntiles = (T + FA_T - 1) / FA_T;
     if (r <= 0 || T <= 0 || h <= 0 || d % h || !pg_flash_hdp(d / h) || 3 * d > 2147483647LL || T > 2147483647LL ||
-        ntiles > 2147483647LL || h > 65535 || r > 65535)
+        ntiles > 2147483647LL || h > 65535 || r > 65535 || pg_geom_check(pg_geom_flash(r, T, h, FA_THREADS), NULL, 0))
         return PG_RT_FAIL("%s: sizes r=%lld T=%lld d=%lld heads=%lld outside the fused attention's limits (r and "
                           "heads at most 65535, head dim d/heads at most %d)", op, (long long)r, (long long)T,
                           (long long)d, (long long)h, PG_FLASH_MAX_HD);
-    *grid = dim3((unsigned)ntiles, (unsigned)h, (unsigned)r);
+    pg_geom g = pg_geom_flash(r, T, h, FA_THREADS);
+    *grid = dim3(g.grid[0], g.grid[1], g.grid[2]);
     return 0;
 }
 

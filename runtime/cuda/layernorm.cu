@@ -9,7 +9,6 @@
 #include "cuda_common.h"
 #include "op_args.h"
 
-static unsigned row_blocks(int64_t n) { return (unsigned)(n < PG_CUDA_MAX_BLOCKS ? n : PG_CUDA_MAX_BLOCKS); }
 
 __global__ void layernorm_fwd_kernel(int64_t n, int64_t d, float eps, const float *x, const float *w,
                                      const float *b, float *y, float *mean, float *rstd)
@@ -98,7 +97,7 @@ int pg_layernorm_fwd(pg_ctx *c, int64_t n, int64_t d, float eps, const float *x,
         return 1;
     if (!n)
         return 0;
-    layernorm_fwd_kernel<<<row_blocks(n), PG_CUDA_RED_THREADS, 0, c->stream>>>(n, d, eps, x, w, b, y, mean, rstd);
+    layernorm_fwd_kernel<<<PG_GEOM(pg_geom_rows(n)), 0, c->stream>>>(n, d, eps, x, w, b, y, mean, rstd);
     LAUNCH_CHECK("layernorm_fwd_kernel");
     return 0;
 }
@@ -110,7 +109,7 @@ int pg_layernorm_bwd_in(pg_ctx *c, int64_t n, int64_t d, const float *x, const f
         return 1;
     if (!n)
         return 0;
-    layernorm_bwd_in_kernel<<<row_blocks(n), PG_CUDA_RED_THREADS, 0, c->stream>>>(n, d, x, w, mean, rstd, dy, dx);
+    layernorm_bwd_in_kernel<<<PG_GEOM(pg_geom_rows(n)), 0, c->stream>>>(n, d, x, w, mean, rstd, dy, dx);
     LAUNCH_CHECK("layernorm_bwd_in_kernel");
     return 0;
 }

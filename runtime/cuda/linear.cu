@@ -128,9 +128,8 @@ static int bf16_operand_fill(pg_ctx *c, struct bf16_operand *o, __nv_bfloat16 *d
         return 0;
     }
     pg_cuda_count(c, PG_CUDA_K_PAD);
-    int64_t xb = (o->ld16 + PG_CUDA_THREADS - 1) / PG_CUDA_THREADS;
-    dim3 grid((unsigned)(xb < 1024 ? xb : 1024), (unsigned)(o->cols < PG_CUDA_MAX_BLOCKS ? o->cols : PG_CUDA_MAX_BLOCKS));
-    f32_to_bf16_pitched_kernel<<<grid, PG_CUDA_THREADS, 0, c->stream>>>(o->rows, o->cols, o->src, o->ld, dst, o->ld16);
+    f32_to_bf16_pitched_kernel<<<PG_GEOM(pg_geom_pitched(o->ld16, o->cols)), 0, c->stream>>>(o->rows, o->cols, o->src,
+                                                                                          o->ld, dst, o->ld16);
     LAUNCH_CHECK("f32_to_bf16_pitched_kernel");
     return 0;
 }

@@ -92,8 +92,7 @@ int pg_cross_entropy_fwd_bwd(pg_ctx *c, int64_t n, int64_t V, const float *logit
     if (pg_cuda_scratch(c, (size_t)n * sizeof(double), &ws))
         return 1;
     double *rowloss = (double *)ws; /* [n] */
-    unsigned blocks = (unsigned)(n < PG_CUDA_MAX_BLOCKS ? n : PG_CUDA_MAX_BLOCKS);
-    cross_entropy_rows_kernel<<<blocks, PG_CUDA_RED_THREADS, 0, c->stream>>>(n, V, logits, target, inv,
+    cross_entropy_rows_kernel<<<PG_GEOM(pg_geom_rows(n)), 0, c->stream>>>(n, V, logits, target, inv,
                                                                              rowloss, dlogits);
     LAUNCH_CHECK("cross_entropy_rows_kernel");
     if (c->in_run) { /* inside a step's run of compute: deferred (step.cu) */
