@@ -8,7 +8,8 @@
 #   tools/deps.sh test         build's, plus a Python that imports torch ($PYTHON,
 #                              default /usr/bin/python3) and the test suite's tools
 #                              (prove, ip, nm, ps/pgrep, clang with libFuzzer,
-#                              Open MPI's mpirun, MPICH's mpiexec.hydra)
+#                              Open MPI's mpirun, MPICH's mpiexec.hydra, a Fortran
+#                              BLAS's sgemm_ for the emulated cuBLAS of tests/gpu/emu)
 #   tools/deps.sh bench        test's, plus OpenBLAS, the anchor bench/gemm.sh times
 #                              the runtime's GEMM against (its cblas.h and library: a
 #                              compile, link and run of openblas_set_num_threads +
@@ -119,6 +120,8 @@ missing_now() {
     # at priority 40, below Open MPI's 50, so mpirun stays Open MPI's
     "${HYDRA:-mpiexec.hydra}" --version 2>/dev/null | grep -q 'HYDRA' || missing="$missing mpich"
     fuzzer_probe || missing="$missing clang libclang-rt-dev"
+    # the emulated cuBLAS (tests/gpu/emu/cublas_emu.cc) computes with any BLAS's sgemm_
+    f77_blas_probe || missing="$missing libblas-dev"
     if [ "$want" = slurm ]; then
         for p in slurmctld slurmd; do command -v $p >/dev/null 2>&1 || missing="$missing $p"; done
         { command -v srun && command -v sbatch && command -v scancel && command -v squeue; } >/dev/null 2>&1 ||
@@ -139,6 +142,25 @@ missing_now() {
     *) blas_cflags >/dev/null || missing="$missing libopenblas-dev" ;;
     esac
     return 0
+}
+
+# f77_blas_probe: does a C program calling the Fortran sgemm_ link with -lblas and run?
+f77_blas_probe() {
+    tmpdir
+    cat >"$TMPD/b.c" <<'EOF'
+#include <stddef.h>
+void sgemm_(const char *, const char *, const int *, const int *, const int *, const float *, const float *,
+            const int *, const float *, const int *, const float *, float *, const int *, size_t, size_t);
+int main(void)
+{
+    const int n = 1;
+    const float one = 1.0f, zero = 0.0f, a = 2.0f, b = 3.0f;
+    float c = 0.0f;
+    sgemm_("N", "N", &n, &n, &n, &one, &a, &n, &b, &n, &zero, &c, &n, 1, 1);
+    return c != 6.0f;
+}
+EOF
+    "$CC" -o "$TMPD/b" "$TMPD/b.c" -lblas >"$TMPD/b.log" 2>&1 && "$TMPD/b"
 }
 
 # fuzzer_probe: does clang link a libFuzzer target under ASan/UBSan?
