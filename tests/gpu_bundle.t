@@ -4,10 +4,14 @@
 # static and run; run.sh refuses a bad command line (2); on this machine (no
 # NVIDIA driver) and under a fake driver that reports no device, no devices
 # or only a PROHIBITED GPU it stops first with "gpu-bundle: no GPU found
-# (CAUSE)", exit 3 and a results.json saying so, having run nothing else; with
-# a fake driver that reports a GPU, `run.sh OUT check` finds the toolkit,
-# cuBLAS and NCCL and links every CUDA binary; it finds cuBLAS and NCCL as the
-# NVIDIA Python wheels lay them out (versioned names only, a Python's
+# (CAUSE)", exit 3 and a results.json saying so, having run nothing else; so
+# does device_check.sh, in under a second; with a fake driver that reports a
+# GPU, `run.sh OUT check` finds the toolkit, cuBLAS and NCCL and links every
+# CUDA binary; with PG_REBUILD_CUDA=1 it first compiles the bundle's own CUDA
+# sources with nvcc (what a GPU older than sm_90, or an older driver, needs);
+# a driver older than both the bundle's CUDA and this toolkit is named, and
+# so is a GPU in compute mode EXCLUSIVE_PROCESS; it finds cuBLAS and NCCL as
+# the NVIDIA Python wheels lay them out (versioned names only, a Python's
 # site-packages/nvidia/*/lib) when the toolkit lacks them, and names what is
 # missing (exit 1) when NCCL is nowhere. tests/gpu_bundle_fresh.t runs the
 # bundle in a fresh Debian root.
@@ -36,11 +40,14 @@ size=$(wc -c <"$T/b.tar.gz" 2>/dev/null || echo 0)
 ok $? "the bundle is at most 20 MiB ($size bytes)"
 mkdir -p "$T/u" && tar -C "$T/u" -xzf "$T/b.tar.gz"
 B=$T/u/pipegen-gpu
-[ -x "$B/run.sh" ] && [ -f "$B/build-cuda/libpgrt_cuda.a" ] && [ -f "$B/build/cuda-tests/test_ops_gpu.o" ] &&
-    [ -s "$B/tests/gpu/ref/cpu1.loss" ] && [ -s "$B/tests/gpu/ref/cpu1bf.hash" ] && [ -f "$B/tests/models/gpt_tiny.pipe" ] && [ -f "$B/tests/models/bn_small.pipe" ] &&
+[ -x "$B/run.sh" ] && [ -x "$B/device_check.sh" ] && [ -x "$B/device_rerun.sh" ] && [ -f "$B/tools/gpu_bundle/device_lib.sh" ] &&
+    [ -f "$B/build-cuda/libpgrt_cuda.a" ] && [ -f "$B/build/cuda-tests/test_ops_gpu.o" ] &&
+    [ -s "$B/tests/gpu/ref/cpu1.loss" ] && [ -s "$B/tests/gpu/ref/cpu1bf.hash" ] && [ -s "$B/tests/gpu/ref/cpu1drop.loss" ] &&
+    [ -s "$B/tests/gpu/ref/cpu_ops.rec" ] && [ -f "$B/tests/models/gpt_tiny.pipe" ] && [ -f "$B/tests/models/bn_small.pipe" ] &&
     [ -x "$B/bench/gpu/run.sh" ] && [ -f "$B/examples/gpt2_small.pipe" ] && [ -f "$B/runtime/core/pg_stage.h" ] &&
+    [ -f "$B/runtime/cuda/flash_attn.cuh" ] && [ -f "$B/runtime/cuda/dp_sum.cuh" ] && [ -f "$B/tests/gpu/flash_refs.h" ] &&
     grep -q '^BUILT_CUDA_MAJOR=[0-9]' "$B/BUNDLE"
-ok $? "it holds run.sh, the runtime, the op tests, the CPU references, the models, the scripts, the headers"
+ok $? "it holds run.sh, device_check.sh, device_rerun.sh, the runtime, the op tests and the CPU's results, the CPU references, the models, the scripts, the headers and every CUDA source"
 n_needed=$(readelf -d "$B/build/pipegen" "$B/build/piperun" 2>&1 | grep -c NEEDED)
 out=$("$B/build/pipegen" check "$B/examples/gpt2_small.pipe" 2>&1)
 [ "$n_needed" = 0 ] && printf '%s\n' "$out" | grep -q 'stage 3'
@@ -61,6 +68,13 @@ else
     [ $rc = 3 ] || printf '%s\n' "$out" | sed 's/^/# /'
     [ "$(json_ok "$T/o1/results.json")" = "no GPU" ] && [ ! -e "$T/o1/tests.tap" ] && [ ! -e "$T/o1/.lib" ]
     ok $? "it wrote results.json (status no GPU) and did nothing else"
+    t0=$(date +%s%N)
+    out=$("$B/device_check.sh" "$T/d1" 2>&1); rc=$?
+    ms=$((($(date +%s%N) - t0) / 1000000))
+    [ $rc = 3 ] && [ $ms -lt 1000 ] && printf '%s\n' "$out" | grep -q 'device check: no GPU found (no NVIDIA driver: libcuda.so.1 not found' &&
+        [ "$(json_ok "$T/d1/results.json")" = "no GPU" ] && grep -q 'facts: no GPU' "$T/d1/summary.txt"
+    ok $? "device_check.sh without a driver: exit 3 in $ms ms (under a second) with the reason, in summary.txt and results.json"
+    [ $rc = 3 ] || printf '%s\n' "$out" | tail -5 | sed 's/^/# /'
 fi
 
 # a fake driver (tests/unit/fake_libcuda.c) in front of the loader
@@ -77,6 +91,10 @@ for m in "nodevice:cuInit failed: CUDA_ERROR_NO_DEVICE (no CUDA-capable device i
     [ $rc = 3 ] || printf '%s\n' "$out" | tail -5 | sed 's/^/# /'
 done
 
+out=$(FAKE_CUDA=nodevice LD_LIBRARY_PATH=$T/drv "$B/device_check.sh" "$T/d2" 2>&1); rc=$?
+[ $rc = 3 ] && printf '%s\n' "$out" | grep -q 'device check: no GPU found (cuInit failed: CUDA_ERROR_NO_DEVICE'
+ok $? "device_check.sh with a driver that finds no device: exit 3 naming cuInit's error ($rc)"
+
 # a fake GPU: check mode finds everything and links
 out=$(FAKE_CUDA=h100 LD_LIBRARY_PATH=$T/drv "$B/run.sh" "$T/o-h100" check 2>&1); rc=$?
 [ $rc = 0 ] && printf '%s\n' "$out" | grep -q 'gpu-bundle: gpu 0: Fake H100, sm_90, 80.0 GiB, compute mode DEFAULT' &&
@@ -85,6 +103,20 @@ out=$(FAKE_CUDA=h100 LD_LIBRARY_PATH=$T/drv "$B/run.sh" "$T/o-h100" check 2>&1);
 ok $? "a (fake) H100: run.sh check names the GPU, finds cuBLAS and NCCL, links every binary (exit $rc)"
 [ $rc = 0 ] || printf '%s\n' "$out" | tail -12 | sed 's/^/# /'
 [ "$(json_ok "$T/o-h100/results.json")" = checked ]; ok $? "results.json says checked"
+
+# the bundle compiles its own CUDA sources (what an older GPU or driver needs)
+out=$(FAKE_CUDA=h100 PG_REBUILD_CUDA=1 PG_REBUILD_JOBS=2 LD_LIBRARY_PATH=$T/drv "$B/run.sh" "$T/o-rb" check 2>&1); rc=$?
+[ $rc = 0 ] && printf '%s\n' "$out" | grep -q 'gpu-bundle: rebuilt the CUDA files (PG_REBUILD_CUDA=1)' &&
+    printf '%s\n' "$out" | grep -q 'gpu-bundle: check: everything links' && [ -s "$T/o-rb/.rebuild/libpgrt_cuda.a" ]
+ok $? "PG_REBUILD_CUDA=1: nvcc compiles the bundle's own sources (runtime/cuda, the op tests) and everything links (exit $rc)"
+[ $rc = 0 ] || { printf '%s\n' "$out" | tail -8; tail -20 "$T/o-rb/.rebuild/nvcc.log" 2>/dev/null; } | sed 's/^/# /'
+out=$(FAKE_CUDA=olddriver LD_LIBRARY_PATH=$T/drv "$B/run.sh" "$T/o-old" check 2>&1); rc=$?
+[ $rc = 1 ] && printf '%s\n' "$out" | grep -q 'the driver supports CUDA 12.2, this host.s nvcc is CUDA [0-9]*: update the driver'
+ok $? "a driver of CUDA 12.2, older than the bundle's and this toolkit's CUDA: named, exit 1 ($rc)"
+[ $rc = 1 ] || printf '%s\n' "$out" | tail -5 | sed 's/^/# /'
+out=$(FAKE_CUDA=exclusive LD_LIBRARY_PATH=$T/drv "$B/run.sh" "$T/o-ex" check 2>&1); rc=$?
+[ $rc = 0 ] && printf '%s\n' "$out" | grep -q 'GPU 0 is in compute mode EXCLUSIVE_PROCESS: one process at a time'
+ok $? "a GPU in compute mode EXCLUSIVE_PROCESS: said at once, before any multi-process run fails without a reason ($rc)"
 
 # cuBLAS and NCCL only as NVIDIA wheels lay them out: a user site-packages with
 # nvidia/cublas/lib/libcublas.so.13 and nvidia/nccl/lib/libnccl.so.2 (no

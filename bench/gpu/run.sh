@@ -37,7 +37,8 @@
 # others are n/a, not failures), BENCH_MODEL (another .pipe GPT with
 # `split` lines and `const seq`), PG_GPU_FAKE=cpu (the CPU runtime stands in,
 # gemm_peak and the torch rows are left out: tests/gpu_scripts.t checks the
-# script so). Uses what is built (build/pipegen,
+# script so) or emu (the emulated CUDA runtime, build/emu, likewise:
+# tools/gpu_bundle/device_check.sh's test). Uses what is built (build/pipegen,
 # build/piperun, build-cuda/libpgrt_cuda.a, build-cuda/bench/gemm_peak.o),
 # never make; links with tools/gpu_env.sh's libraries (or LDLIBS_CUDA).
 # Exit 0 when every row ran, 1 when one failed (its log's tail is printed;
@@ -74,10 +75,14 @@ case $STEPS in *[!0-9]*|'') fail "BENCH_STEPS must be a number" ;; esac
 case $WARMUP in *[!0-9]*|'') fail "BENCH_WARMUP must be a number" ;; esac
 [ "$STEPS" -gt "$WARMUP" ] || fail "BENCH_STEPS ($STEPS) must exceed BENCH_WARMUP ($WARMUP)"
 mkdir -p "$DIR" || fail "cannot make $DIR"
-if [ "$FAKE" = cpu ]; then
+case $FAKE in
+cpu)
     CUDALIB=$TOP/build/libpgrt_cpu.a GEMM_OBJ=$CUDALIB LDLIBS_CUDA="-lpthread -lm"
-    echo "# PG_GPU_FAKE=cpu: the CPU runtime stands in for the CUDA one (this checks the script, not a GPU)"
-fi
+    echo "# PG_GPU_FAKE=cpu: the CPU runtime stands in for the CUDA one (this checks the script, not a GPU)" ;;
+emu)
+    CUDALIB=$TOP/build/emu/libpgrt_cuemu.a GEMM_OBJ=$CUDALIB LDLIBS_CUDA=${LDLIBS_EMU:--lstdc++ -lblas -lpthread -lm}
+    echo "# PG_GPU_FAKE=emu: the emulated CUDA runtime (tests/gpu/emu): this checks the script, its speed means nothing" ;;
+esac
 for f in "$PIPEGEN" "$PIPERUN" "$CUDALIB" "$GEMM_OBJ" "$MODEL"; do
     [ -e "$f" ] || fail "$f is missing (in a checkout: make CUDA=1 build-cuda/libpgrt_cuda.a build-cuda/bench/gemm_peak.o; or use the GPU bundle)"
 done
@@ -107,7 +112,7 @@ variant() {
 }
 variant 1 || fail "$(basename "$MODEL"), 1 stage: generate/link failed"
 variant 4 || fail "$(basename "$MODEL"), 4 stages: generate/link failed"
-if [ "$FAKE" != cpu ]; then
+if [ -z "$FAKE" ]; then
     # shellcheck disable=SC2086
     $CC -o "$DIR/gemm_peak" "$GEMM_OBJ" $LDLIBS_CUDA || fail "gemm_peak does not link"
 fi
@@ -161,7 +166,7 @@ else
 fi
 torch_run() {
     [ -n "$PY" ] || { echo "torch-$1: no Python with torch found" >"$DIR/torch-$1.log"; echo n/a; return; }
-    [ "$FAKE" != cpu ] || { echo "torch-$1: left out (PG_GPU_FAKE=cpu)" >"$DIR/torch-$1.log"; echo n/a; return; }
+    [ -z "$FAKE" ] || { echo "torch-$1: left out (PG_GPU_FAKE=$FAKE)" >"$DIR/torch-$1.log"; echo n/a; return; }
     t_tmo=$(tmo "${BENCH_RUN_S:-180}")
     [ "$1" = compile ] && t_tmo=$(tmo "${BENCH_COMPILE_S:-300}")
     [ "$t_tmo" != none ] || { echo "torch-$1: not run, out of time (BENCH_DEADLINE)" >"$DIR/torch-$1.log"; echo n/a; return 1; }
@@ -173,8 +178,8 @@ torch_run() {
 TE=n/a TC=n/a
 if row eager; then TE=$(torch_run eager) || rc=1; else left_out torch-eager >/dev/null; fi
 if row compile; then TC=$(torch_run compile) || rc=1; else left_out torch-compile >/dev/null; fi
-if [ "$FAKE" = cpu ]; then
-    echo "gemm_peak: left out (PG_GPU_FAKE=cpu)" >"$DIR/gemm_peak.log"
+if [ -n "$FAKE" ]; then
+    echo "gemm_peak: left out (PG_GPU_FAKE=$FAKE)" >"$DIR/gemm_peak.log"
 elif ! row peak; then
     left_out gemm_peak >/dev/null
 else

@@ -3,8 +3,9 @@
  * instead of a real driver when LD_LIBRARY_PATH points at it. FAKE_CUDA picks
  * what the "driver" says: nodevice (cuInit: CUDA_ERROR_NO_DEVICE), zero (no
  * devices), prohibited (one GPU in compute mode PROHIBITED), h100 (one sm_90
- * GPU, 80 GiB, compute mode DEFAULT), a100 (the same, sm_80). Only the calls
- * the probe makes exist. */
+ * GPU, 80 GiB, compute mode DEFAULT), a100 (the same, sm_80), exclusive (the
+ * H100 in compute mode EXCLUSIVE_PROCESS), olddriver (the H100 with a driver
+ * of CUDA 12.2). Only the calls the probe makes exist. */
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +24,7 @@ int cuInit(unsigned flags)
 
 int cuDriverGetVersion(int *v)
 {
-    *v = 13000;
+    *v = strcmp(mode(), "olddriver") == 0 ? 12020 : 13000;
     return 0;
 }
 
@@ -51,7 +52,8 @@ int cuDeviceGetAttribute(int *v, int attr, int d)
 {
     (void)d;
     int a100 = strcmp(mode(), "a100") == 0;
-    *v = attr == 20 ? (strcmp(mode(), "prohibited") == 0 ? 2 : 0) : attr == 75 ? (a100 ? 8 : 9) : 0;
+    int cmode = strcmp(mode(), "prohibited") == 0 ? 2 : strcmp(mode(), "exclusive") == 0 ? 3 : 0;
+    *v = attr == 20 ? cmode : attr == 75 ? (a100 ? 8 : 9) : 0;
     return 0;
 }
 

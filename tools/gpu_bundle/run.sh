@@ -25,7 +25,9 @@
 # Knobs: CC; CUDA_HOME or NVCC; PYTHON (the interpreter with torch);
 # CUDART_LIB, CUBLAS_LIB, NCCL_LIB (full paths, to override the search);
 # PG_REBUILD_CUDA=1 (compile the CUDA sources here with nvcc for this GPU;
-# automatic when the GPU is older than the prebuilt sm_90 code);
+# automatic when the GPU is older than the prebuilt sm_90 code or the driver
+# older than the bundle's CUDA; the libraries are then those of this host's
+# nvcc), PG_REBUILD_JOBS (nvcc processes at a time);
 # STEPS, KILL_S (tests), BENCH_STEPS, BENCH_WARMUP (benchmark); PG_TEST_BUDGET_S
 # (300: no test run starts later) and PG_BUDGET_S (465: no benchmark run goes
 # on later), counted from the start, so that `all` ends within 8 minutes.
@@ -77,83 +79,38 @@ results_json() {
 }
 
 # --- 1. a usable GPU? (before anything else) ----------------------------------------
-GPU_LINES=""
-probe_rc=3
-if command -v "$CC" >/dev/null 2>&1 && "$CC" -O1 -o "$OUT/.gpu_probe" "$B/tools/gpu_probe.c" -ldl >"$OUT/.probe.log" 2>&1; then
-    GPU_LINES=$("$OUT/.gpu_probe" 2>&1)
-    probe_rc=$?
-elif command -v nvidia-smi >/dev/null 2>&1; then
-    GPU_LINES=$(nvidia-smi -L 2>&1)
-    printf '%s\n' "$GPU_LINES" | grep -q '^GPU [0-9]' && probe_rc=0
-else
-    GPU_LINES="no C compiler ($CC) to ask the driver, and no nvidia-smi"
-fi
+. "$B/tools/gpu_bundle/prepare.sh"
+bundle_probe
 printf '%s\n' "$GPU_LINES" | sed 's/^/gpu-bundle: /' | tee -a "$OUT/run.log"
-if [ $probe_rc != 0 ]; then
-    cause=$(printf '%s\n' "$GPU_LINES" | tail -n 1)
+if [ "$PROBE_RC" != 0 ]; then
     if [ "$MODE" != check ]; then
-        results_json "no GPU" "$cause"
-        echo "gpu-bundle: no GPU found ($cause)" | tee -a "$OUT/run.log" >&2
+        results_json "no GPU" "$GPU_CAUSE"
+        echo "gpu-bundle: no GPU found ($GPU_CAUSE)" | tee -a "$OUT/run.log" >&2
         exit 3
     fi
-    say "no GPU ($cause); check mode goes on"
+    say "no GPU ($GPU_CAUSE); check mode goes on"
 fi
-ARCH=$(printf '%s\n' "$GPU_LINES" | sed -n 's/^gpu 0: .*, sm_\([0-9]*\),.*/\1/p' | head -n 1)
+case $COMPUTE_MODE in EXCLUSIVE_PROCESS | EXCLUSIVE_THREAD)
+    say "GPU 0 is in compute mode $COMPUTE_MODE: one process at a time, so every multi-stage run fails (nvidia-smi -c DEFAULT, as root, allows them)" ;;
+esac
 
-# --- 2. the tools and libraries -----------------------------------------------------
-gpu_env_find "$OUT/.lib" "$BUILT_CUDA_MAJOR"
+# --- 2. the tools and libraries (of the CUDA that will run) ---------------------------
+bundle_env
 printf '%s\n' "$GPU_ENV_REPORT" | sed 's/^/gpu-bundle: found /' | tee -a "$OUT/run.log"
-export LDLIBS_CUDA PY_TORCH TORCH_VERSION
-missing=$GPU_ENV_MISSING
-command -v "$CC" >/dev/null 2>&1 || missing="$missing a C compiler ($CC)"
-if [ -n "$missing" ]; then
-    results_json "missing" "not found:$missing"
-    echo "gpu-bundle: not found:$missing (set CUDA_HOME, CUDART_LIB, CUBLAS_LIB, NCCL_LIB or CC)" | tee -a "$OUT/run.log" >&2
+if [ -n "$MISSING" ]; then
+    results_json "missing" "not found:$MISSING"
+    echo "gpu-bundle: not found:$MISSING (set CUDA_HOME, CUDART_LIB, CUBLAS_LIB, NCCL_LIB or CC)" | tee -a "$OUT/run.log" >&2
     exit 1
 fi
 
 # --- 3. the CUDA objects: prebuilt for sm_90 (and newer through PTX), or rebuilt ----
-CUDALIB=$B/build-cuda/libpgrt_cuda.a
-TEST_OPS_OBJ=$B/build/cuda-tests/test_ops_gpu.o
-GEMM_OBJ=$B/build-cuda/bench/gemm_peak.o
-rebuild=${PG_REBUILD_CUDA:-0}
-if [ -n "$ARCH" ] && [ "$ARCH" -lt "${BUILT_ARCH#sm_}" ] 2>/dev/null; then
-    say "this GPU is sm_$ARCH, older than the prebuilt $BUILT_ARCH code: rebuilding the CUDA files for it"
-    rebuild=1
+if ! bundle_rebuild >>"$OUT/run.log" 2>&1; then
+    tail -30 "$OUT/run.log"
+    results_json "fail" "rebuilding the CUDA files failed ($OUT/.rebuild/nvcc.log)"
+    say "rebuilding the CUDA files failed"
+    exit 1
 fi
-if [ "$rebuild" = 1 ]; then
-    [ -n "$NVCC" ] || { results_json "missing" "nvcc (to rebuild the CUDA files)"; say "no nvcc to rebuild the CUDA files"; exit 1; }
-    RB=$OUT/.rebuild
-    rm -rf "$RB" && mkdir -p "$RB/obj" || exit 1
-    arch=sm_${ARCH:-${BUILT_ARCH#sm_}}
-    say "nvcc -arch=$arch: runtime/cuda/*.cu, tests/gpu/test_ops_gpu.cu, bench/gpu/gemm_peak.c (log: $RB/nvcc.log)"
-    inc="-I$B/runtime/core -I$B/runtime/cuda ${NCCL_INC:+-I$NCCL_INC} ${CUBLAS_INC:+-I$CUBLAS_INC}"
-    pids=""
-    for f in "$B"/runtime/cuda/*.cu "$B/tests/gpu/test_ops_gpu.cu"; do
-        # shellcheck disable=SC2086
-        "$NVCC" -std=c++17 -O2 -arch="$arch" -Xcompiler -Wall,-Wextra $inc -c -o "$RB/obj/$(basename "$f" .cu).o" "$f" \
-            >"$RB/$(basename "$f").log" 2>&1 &
-        pids="$pids $!"
-    done
-    st=0
-    for p in $pids; do wait "$p" || st=1; done
-    cat "$RB"/*.log >"$RB/nvcc.log" 2>/dev/null
-    # shellcheck disable=SC2086
-    "$CC" -std=c11 -O2 -I"$CUDA_HOME/include" ${CUBLAS_INC:+-I$CUBLAS_INC} -c -o "$RB/gemm_peak.o" "$B/bench/gpu/gemm_peak.c" \
-        >>"$RB/nvcc.log" 2>&1 || st=1
-    mv "$RB/obj/test_ops_gpu.o" "$RB/test_ops_gpu.o" 2>/dev/null || st=1
-    rm -f "$RB/libpgrt_cuda.a"
-    [ $st = 0 ] && ar rcs "$RB/libpgrt_cuda.a" "$B"/build-cuda/rt-c/*.o "$RB"/obj/*.o || st=1
-    if [ $st != 0 ]; then
-        tail -30 "$RB/nvcc.log" | tee -a "$OUT/run.log"
-        results_json "fail" "rebuilding the CUDA files failed ($RB/nvcc.log)"
-        say "rebuilding the CUDA files failed"
-        exit 1
-    fi
-    CUDALIB=$RB/libpgrt_cuda.a TEST_OPS_OBJ=$RB/test_ops_gpu.o GEMM_OBJ=$RB/gemm_peak.o
-    say "rebuilt: $CUDALIB"
-fi
-export CUDALIB TEST_OPS_OBJ GEMM_OBJ
+[ "$REBUILD" = 1 ] && say "rebuilt the CUDA files ($REBUILD_WHY): $CUDALIB"
 
 # --- check: link one of everything, see every library resolve ------------------------
 if [ "$MODE" = check ]; then
