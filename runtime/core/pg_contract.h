@@ -291,6 +291,13 @@ typedef struct pg_stage_desc {
     int64_t target_dim[4];
     int64_t target_per_sample;
     int64_t target_vocab;
+    /* cross_entropy(ignore = id): target positions holding ignore_id count
+     * nowhere; before each step the runtime writes at count_off (a double)
+     * how many positions of the whole batch, every replica's rows, do count
+     * (runtime/core/ignore.c). has_ignore 0: none. */
+    int has_ignore;
+    int64_t ignore_id;
+    int64_t count_off;
 
     const int64_t *send_bytes;         /* [nstages]: bytes sent to each peer in one step, plus the final gather */
     int64_t ws_off, ws_bytes;          /* workspace for tie reductions: one received gradient block */
