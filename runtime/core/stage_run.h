@@ -129,6 +129,9 @@ int pg_run_ignore_count(pg_run *r, int64_t step);
 /* generate.c: --load (each stage reads its own parameters by name) and
  * --generate (forward-only sampling through the stages). 0 or 1 (printed). */
 int pg_run_load_params(pg_run *r);
+/* load_check.c: 0 when the --load file holds exactly the model's parameters
+ * (names and shapes); 1 after printing what differs. */
+int pg_run_load_check(const pg_run *r);
 int pg_run_generate(pg_run *r);
 /* Can --generate/--prompt run on this model? 0, or -1 with the reason in err. */
 int pg_run_generate_check(const pg_run *r, char *err, size_t errlen);
