@@ -90,11 +90,11 @@ const char *const *layer_kind_names(int *n) {
 
 static void range_text(const attr_spec *s, char *buf, size_t n) {
     if (s->has_lo && s->has_hi)
-        snprintf(buf, n, "in %c%g, %g%c", s->lo_incl ? '[' : '(', s->lo, s->hi, s->hi_incl ? ']' : ')');
+        snprintf(buf, n, "in %c%.10g, %.10g%c", s->lo_incl ? '[' : '(', s->lo, s->hi, s->hi_incl ? ']' : ')');
     else if (s->has_lo)
-        snprintf(buf, n, "%s %g", s->lo_incl ? ">=" : ">", s->lo);
+        snprintf(buf, n, "%s %.10g", s->lo_incl ? ">=" : ">", s->lo);
     else
-        snprintf(buf, n, "%s %g", s->hi_incl ? "<=" : "<", s->hi);
+        snprintf(buf, n, "%s %.10g", s->hi_incl ? "<=" : "<", s->hi);
 }
 
 static int in_range(const attr_spec *s, double v) {
@@ -107,7 +107,7 @@ static int check_range(chk *c, const char *what, const attr_spec *s, double v, p
     if (!(s->has_lo || s->has_hi) || in_range(s, v)) return 0;
     char r[64];
     range_text(s, r, sizeof r);
-    chk_error(c, loc, "%s: %s = %g is out of range: must be %s", what, s->name, v, r);
+    chk_error(c, loc, "%s: %s = %.10g is out of range: must be %s", what, s->name, v, r);
     return 1;
 }
 
@@ -522,7 +522,8 @@ static void apply_pos_embed(chk *c, ir_layer *L, const bound_attr *b, chain *ch)
         chk_error(c, L->loc, "pos_embed(%lld, %lld) expects input %s (or fewer positions) but gets %s", (long long)L->seq,
                   (long long)L->dim, pg_shape_str(DT_F32, &want, w, sizeof w),
                   pg_shape_str(ch->dt, &ch->shape, a, sizeof a));
-        ch->shape = want;
+        if (ch->shape.rank != 2) ch->shape = want;
+        ch->shape.dim[1] = L->dim; /* its positions as they came: the target's check follows them */
     }
 }
 

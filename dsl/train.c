@@ -195,9 +195,10 @@ static void set_loss(chk *c, const ast_arg *a, ir_train *t) {
     int k = pick(c, "loss", a->value, names, &args);
     if (k == 0 && chk_bind_args(c, NULL, "mse", mse_attrs, args, a->value->loc, b) == 0)
         t->loss = b[0].set && strcmp(b[0].word, "sum") == 0 ? LOSS_MSE_SUM : LOSS_MSE_MEAN;
-    if (k == 1 && chk_bind_args(c, NULL, "cross_entropy", cross_entropy_attrs, args, a->value->loc, b) == 0) {
+    if (k == 1) { /* cross_entropy even when its argument is bad: no mse errors follow */
         t->loss = LOSS_CROSS_ENTROPY;
-        t->ignore_index = b[0].set ? b[0].i : PG_NO_IGNORE;
+        if (chk_bind_args(c, NULL, "cross_entropy", cross_entropy_attrs, args, a->value->loc, b) == 0)
+            t->ignore_index = b[0].set ? b[0].i : PG_NO_IGNORE;
     }
 }
 
