@@ -22,8 +22,8 @@
 
 #include <stdint.h>
 
-#define PG_CONTRACT_VERSION 4 /* 3: pg_param_desc.chunk, .grad_layer; pg_mb_io.grads_final; 4: pg_stage_desc.opt_lo,
-                                 .opt_bytes */
+#define PG_CONTRACT_VERSION 5 /* 3: pg_param_desc.chunk, .grad_layer; pg_mb_io.grads_final; 4: pg_stage_desc.opt_lo,
+                                 .opt_bytes; 5: pg_stage_desc.has_ignore, .ignore_id, .count_off */
 /* "PGCTRC" in the high bytes and the version in the low ones: a stage file
  * from before the contract had a pointer there, which never reads as this. */
 #define PG_CONTRACT_TAG(version) (UINT64_C(0x5047435452430000) | (uint64_t)(version))
