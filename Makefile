@@ -107,6 +107,9 @@ $(BUILD)/obj/%.o: %.c $(BUILD)/gen/pipe.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLCFLAGS) -MMD -MP -c -o $@ $<
 
+# pipegen import/export hf run tools/hf.py from this checkout (PIPEGEN_TOOLS overrides)
+$(BUILD)/obj/codegen/cli/cmd_hf.o: ALLCFLAGS += -DPG_TOOLS_DIR='"$(abspath tools)"'
+
 $(BUILD)/libpgfront.a: $(FE_OBJ) $(CG_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
@@ -297,9 +300,9 @@ test: test-deps
 	@prove -f tests/*.t
 
 # make test-slurm: a real Slurm on this host (slurmctld, slurmd, munged started
-# in a temporary folder, killed at the end): srun --multi-prog and the README's
+# in a temporary folder, killed at the end): srun --multi-prog and docs/launch.md's
 # sbatch script with a SIGTERM and a resubmission, and 2 stages x 2 replicas by
-# srun --multi-prog and the README's pp x dp script (tests/slurm.sh). Not in
+# srun --multi-prog and docs/launch.md's pp x dp script (tests/slurm.sh). Not in
 # `make test`: it installs packages and starts daemons as root.
 test-slurm:
 	@tools/deps.sh slurm

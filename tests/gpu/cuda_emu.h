@@ -115,6 +115,21 @@ static inline double __dsqrt_rn(double a) { return pg_emu_opaque(sqrt(pg_emu_opa
 static inline float __frcp_rn(float a) { return pg_emu_opaque(1.0f / pg_emu_opaque(a)); }
 static inline float __fmaf_rn(float a, float b, float c) { return pg_emu_opaque(fmaf(a, b, c)); }
 static inline double __fma_rn(double a, double b, double c) { return pg_emu_opaque(fma(a, b, c)); }
+/* CUDA's sincospi (the host's libm has none): x reduced exactly to f in
+ * [-1/4, 1/4] and quadrant n, sin and cos of pi f by libm, rotated by n, so
+ * integers and halves give exact zeros and ones as on a GPU. Within an ulp of
+ * the device's result, not its bits (README "What it cannot show"). */
+static inline void sincospi(double x, double *s, double *c)
+{
+    double n = rint(2.0 * x), f = x - 0.5 * n; /* exact: |x| < 2^52 */
+    double sf = sin(M_PI * f), cf = cos(M_PI * f);
+    switch ((int64_t)fmod(n, 4.0) & 3) {
+    case 0: *s = sf, *c = cf; break;
+    case 1: *s = cf, *c = -sf; break;
+    case 2: *s = -sf, *c = -cf; break;
+    default: *s = -cf, *c = sf; break;
+    }
+}
 template <class T>
 static inline T __ldg(const T *p)
 {

@@ -1,6 +1,6 @@
 #!/bin/sh
 # device_check.sh OUT — the one command to run on a GPU host (in the unpacked
-# GPU bundle: pipegen-gpu/device_check.sh OUT; README.md "The GPU check"). In
+# GPU bundle: pipegen-gpu/device_check.sh OUT; docs/gpu.md "The GPU check"). In
 # order, each phase under its own time limit, all inside DEVICE_BUDGET_S (360
 # s: the 6 minutes a GPU session gives it), every log under OUT as it goes:
 #

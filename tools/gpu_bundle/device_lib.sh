@@ -1,5 +1,5 @@
 # tools/gpu_bundle/device_lib.sh — the phases of device_check.sh and
-# device_rerun.sh (POSIX sh, sourced; README.md "The GPU check"). Each phase
+# device_rerun.sh (POSIX sh, sourced; docs/gpu.md "The GPU check"). Each phase
 # runs under its own `timeout`, inside a budget for the whole command
 # (DEVICE_BUDGET_S, 360 s), and writes its logs under OUT as it goes:
 #

@@ -1,6 +1,6 @@
 #!/bin/sh
 # device_rerun.sh OUT SECTION [VAR=value...] — one targeted rerun on a GPU host
-# after device_check.sh (README.md "The GPU check"): the facts and the op
+# after device_check.sh (docs/gpu.md "The GPU check"): the facts and the op
 # tests again, then one section of tests/gpu/run_gpu_tests.sh (0 1 2 3 4 5 5b
 # 6 6b 7), or `bench` or `memcheck`, with the environment given (a fast path
 # switched off to bisect: PIPE_CUDA_KERNELS=colsum,pad,shadow,lt leaves the
