@@ -164,9 +164,10 @@ static int ctx_setup(pg_ctx *c)
     }
     int ndev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
-    if (e == cudaErrorInsufficientDriver) { /* a GPU is there, its driver is too old for this runtime */
-        int drv = 0, rt = 0;
+    int drv = 0, rt = 0;
+    if (e == cudaErrorInsufficientDriver) /* no driver at all reads as version 0 */
         cudaDriverGetVersion(&drv);
+    if (e == cudaErrorInsufficientDriver && drv > 0) { /* a driver is there, too old for this runtime */
         cudaRuntimeGetVersion(&rt);
         pg_rt_error(__FILE__, __LINE__, "the NVIDIA driver supports CUDA %d.%d, older than this stage's CUDA runtime "
                     "%d.%d (cudaErrorInsufficientDriver): update the driver, or build the CUDA files with a toolkit "
@@ -175,9 +176,11 @@ static int ctx_setup(pg_ctx *c)
         return 1;
     }
     if (e != cudaSuccess || ndev == 0) {
-        pg_rt_error(__FILE__, __LINE__, "no GPU found (cudaGetDeviceCount: %s); "
+        pg_rt_error(__FILE__, __LINE__, "no GPU found (%s); "
                     "build the stages with the CPU runtime or run on a machine with a CUDA GPU",
-                    e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+                    e == cudaErrorInsufficientDriver ? "no NVIDIA driver: cudaDriverGetVersion gives none"
+                    : e != cudaSuccess              ? cudaGetErrorString(e)
+                                                    : "cudaGetDeviceCount: 0 devices");
         return 1;
     }
     CUDA_CHECK(cudaGetDevice(&c->device));

@@ -37,7 +37,9 @@
  *    of one test agree on "the same GPU"); PG_EMU_MEM_MB of memory per process
  *    (16384); PG_EMU_COMPUTE_MODE (DEFAULT, EXCLUSIVE_PROCESS: a second
  *    process is refused its context, PROHIBITED); PG_EMU_DRIVER=old (every
- *    call says the driver is too old); PG_EMU_IPC_EVENTS=0 (no IPC events).
+ *    call says the driver is too old), none (no driver installed: the same
+ *    error, and a driver version of 0, as the CUDA runtime reports it);
+ *    PG_EMU_IPC_EVENTS=0 (no IPC events).
  *
  * Not emulated (a GPU alone shows these): timing, occupancy, memory
  * bandwidth, cuBLAS's and the device's own rounding (tanhf, expf), the GPU's
@@ -123,7 +125,7 @@ struct settings {
     const char *machine;
     size_t mem_bytes;
     int compute_mode;
-    int old_driver;
+    int old_driver, no_driver; /* PG_EMU_DRIVER=old, none */
     int ipc_events;
     long lag_us;
     int pkey;              /* -1: no memory protection keys */
@@ -253,7 +255,8 @@ void init_once()
         exit(2);
     }
     const char *d = getenv("PG_EMU_DRIVER");
-    c.old_driver = d && !strcmp(d, "old");
+    c.old_driver = d && (!strcmp(d, "old") || !strcmp(d, "none"));
+    c.no_driver = d && !strcmp(d, "none");
     c.ipc_events = env_int("PG_EMU_IPC_EVENTS", 1);
     c.lag_us = env_int("PG_EMU_LAG_US", 100);
     c.lockdir = getenv("PG_EMU_LOCKDIR") && *getenv("PG_EMU_LOCKDIR") ? getenv("PG_EMU_LOCKDIR") : "/tmp";
@@ -439,7 +442,7 @@ cudaError_t cudaPeekAtLastError(void) { return last_error; }
 cudaError_t cudaDriverGetVersion(int *v)
 {
     st();
-    *v = S->cfg.old_driver ? 11040 : 13000;
+    *v = S->cfg.no_driver ? 0 : S->cfg.old_driver ? 11040 : 13000;
     return cudaSuccess;
 }
 

@@ -490,7 +490,8 @@ static void test_devices(const char *lockdir)
     struct {
         const char *env, *want, *what;
     } cases[] = {
-        {"PG_EMU_GPUS=0", "no GPU found (cudaGetDeviceCount: no CUDA-capable device is detected)", "no GPU"},
+        {"PG_EMU_GPUS=0", "no GPU found (no CUDA-capable device is detected)", "no GPU"},
+        {"PG_EMU_DRIVER=none", "no GPU found (no NVIDIA driver: cudaDriverGetVersion gives none)", "no driver"},
         {"PG_EMU_DRIVER=old", "the NVIDIA driver supports CUDA 11.4, older than this stage's CUDA runtime 13.0",
          "a driver older than the runtime"},
         {"PG_EMU_COMPUTE_MODE=PROHIBITED", "GPU 0 is in compute mode PROHIBITED", "a GPU in compute mode PROHIBITED"},
