@@ -21,7 +21,7 @@ typedef struct layer {
     char kind[32];
     int64_t in[MAX_DIMS], out[MAX_DIMS];
     int nin, nout;
-    int64_t heads, vocab;
+    int64_t heads, kv_heads, vocab; /* kv_heads: 0 unless grouped (attn_core.cu) */
 } layer;
 
 /* What one plan's launches gave. */
@@ -89,6 +89,17 @@ static void layer_launches(tally *t, const layer *L, int64_t mb)
     } else if (!strcmp(L->kind, "pos_embed")) {
         launch(t, w, pg_geom_stride(n_out, PG_CUDA_THREADS), -1, -1, -1);
         launch(t, w, pg_geom_stride(prod(L->out, L->nout), PG_CUDA_THREADS), -1, -1, -1);
+    } else if (!strcmp(L->kind, "rmsnorm")) {
+        launch(t, w, pg_geom_rows(rows), -1, -1, -1);                 /* fwd, bwd_in */
+        launch(t, w, pg_geom_stride(in, PG_CUDA_THREADS), -1, -1, -1); /* bwd_w */
+    } else if (!strcmp(L->kind, "swiglu")) {
+        launch(t, w, pg_geom_stride(n_out, PG_CUDA_THREADS), -1, -1, -1); /* fwd, bwd */
+    } else if (!strcmp(L->kind, "attention") && L->kv_heads > 0) { /* attn_core.cu: q, k, v projected */
+        int64_t T = L->in[0], h = L->heads, hd = in / (h > 0 ? h : 1);
+        launch(t, w, pg_geom_stride(mb * T * (h + L->kv_heads) * (hd / 2), PG_CUDA_THREADS), -1, -1, -1); /* rope */
+        launch(t, w, pg_geom_rows(mb * h * T), -1, -1, -1);                                         /* softmax */
+        launch(t, w, pg_geom_rows(h * T), -1, -1, -1);                              /* its backward, per sample */
+        launch(t, w, pg_geom_stride(h * T * T, PG_CUDA_THREADS), -1, -1, -1);         /* dropout, per sample */
     } else if (!strcmp(L->kind, "attention")) {
         int64_t T = L->in[0], h = L->heads, d = in;
         launch(t, w, pg_geom_stride(n_in * 3, PG_CUDA_THREADS), -1, -1, -1);
@@ -143,9 +154,9 @@ static int read_layer(pg_json *j, layer *L)
             rc = pg_json_object(j);
             while (!rc && pg_json_member(j, &a)) {
                 uint64_t v = 0;
-                if (!strcmp(a, "heads") || !strcmp(a, "vocab")) {
+                if (!strcmp(a, "heads") || !strcmp(a, "kv_heads") || !strcmp(a, "vocab")) {
                     rc = pg_json_u64(j, &v);
-                    *(!strcmp(a, "heads") ? &L->heads : &L->vocab) = (int64_t)v;
+                    *(!strcmp(a, "heads") ? &L->heads : !strcmp(a, "kv_heads") ? &L->kv_heads : &L->vocab) = (int64_t)v;
                 } else
                     rc = pg_json_skip(j);
                 free(a);
