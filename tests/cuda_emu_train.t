@@ -2,8 +2,8 @@
 # tests/cuda_emu_train.t — tests/gpu/run_gpu_tests.sh, the script a GPU host
 # runs, against the emulated CUDA runtime (PG_GPU_FAKE=emu; tests/gpu/emu/):
 # runtime/cuda's stages train gpt_tiny on 1 and 4 processes sharing the
-# emulated GPU (the CUDA IPC ring of cuda_net.cu over shared memory), with and
-# without CUDA graphs (stream capture and replay under the emulator's capture
+# emulated GPU (the CUDA IPC ring of cuda_net.cu over shared memory), and the
+# Llama layers' oracle_llama on 1 and 3, with and without CUDA graphs (stream capture and replay under the emulator's capture
 # rules), other schedules and checkpoint modes, a cosine lr, bf16 with the
 # fast kernel paths and without, dropout, 2 replicas (the host path), deferred
 # batch norm, and a stage killed mid-run — each check as on a GPU, bitwise

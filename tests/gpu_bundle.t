@@ -43,7 +43,8 @@ B=$T/u/pipegen-gpu
 [ -x "$B/run.sh" ] && [ -x "$B/device_check.sh" ] && [ -x "$B/device_rerun.sh" ] && [ -f "$B/tools/gpu_bundle/device_lib.sh" ] &&
     [ -f "$B/build-cuda/libpgrt_cuda.a" ] && [ -f "$B/build/cuda-tests/test_ops_gpu.o" ] &&
     [ -s "$B/tests/gpu/ref/cpu1.loss" ] && [ -s "$B/tests/gpu/ref/cpu1bf.hash" ] && [ -s "$B/tests/gpu/ref/cpu1drop.loss" ] &&
-    [ -s "$B/tests/gpu/ref/cpu_ops.rec" ] && [ -f "$B/tests/models/gpt_tiny.pipe" ] && [ -f "$B/tests/models/bn_small.pipe" ] &&
+    [ -s "$B/tests/gpu/ref/cpul1.loss" ] && [ -s "$B/tests/gpu/ref/cpu_ops.rec" ] && [ -f "$B/tests/models/gpt_tiny.pipe" ] &&
+    [ -f "$B/tests/models/bn_small.pipe" ] && [ -f "$B/tests/models/oracle_llama.pipe" ] &&
     [ -x "$B/bench/gpu/run.sh" ] && [ -f "$B/examples/gpt2_small.pipe" ] && [ -f "$B/runtime/core/pg_stage.h" ] &&
     [ -f "$B/runtime/cuda/flash_attn.cuh" ] && [ -f "$B/runtime/cuda/dp_sum.cuh" ] && [ -f "$B/tests/gpu/flash_refs.h" ] &&
     grep -q '^BUILT_CUDA_MAJOR=[0-9]' "$B/BUNDLE"

@@ -60,7 +60,7 @@ cp runtime/core/*.h "$D/runtime/core/" && cp runtime/cuda/*.h runtime/cuda/*.cuh
     cp tests/lib.sh tests/tap.h "$D/tests/" &&
     cp tests/gpu/run_gpu_tests.sh tests/gpu/lib_gpu.sh tests/gpu/graph_smoke.c tests/gpu/test_ops_gpu.cu \
         tests/gpu/flash_refs.h "$D/tests/gpu/" &&
-    cp tests/models/gpt_tiny.pipe tests/models/bn_small.pipe "$D/tests/models/" &&
+    cp tests/models/gpt_tiny.pipe tests/models/bn_small.pipe tests/models/oracle_llama.pipe "$D/tests/models/" &&
     cp bench/gpu/run.sh bench/gpu/torch_gpt2.py bench/gpu/gemm_peak.c "$D/bench/gpu/" &&
     cp examples/gpt2_small.pipe "$D/examples/" &&
     cp tools/gpu_env.sh tools/gpu_probe.c "$D/tools/" &&

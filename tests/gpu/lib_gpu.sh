@@ -14,9 +14,15 @@ RUN_TIMEOUT=${RUN_TIMEOUT:-120} # seconds one training run may take before it is
 COS='s/grad_clip = 1.0  seed = 5/grad_clip = 1.0  seed = 5  steps = 20  lr_schedule = cosine(warmup = 3, min = 1e-3)/'
 BF16='s/grad_clip = 1.0  seed = 5/grad_clip = 1.0  seed = 5  precision = bf16/'
 DROP='s/fc = linear(d -> 4\*d)  gelu/fc = linear(d -> 4*d)  gelu  dropout(p = 0.1)/'
+# The Llama layers' model (rmsnorm, grouped-query attention with rotary
+# positions, swiglu, cross_entropy ignoring -100): 3 stages, its bare `split`
+# lines deleted for 1 (VARIANT_DEL)
+LLAMA_MODEL=$TOP/tests/models/oracle_llama.pipe
+LLAMA_1='/^split$/d'
 
 # variant NAME STAGES [sed-arg...]: gpt_tiny (GPU_MODEL) cut to STAGES stages
-# (1, 2 or 4; VARIANT_DEL, when set, is the sed expression that cuts it instead)
+# (1, 2 or 4; VARIANT_DEL, when set, is the sed expression that cuts it instead,
+# to any count)
 # with the sed arguments applied, generated into $T/NAME/gen and linked into
 # $T/NAME/cpu (when CPULIB is set) and $T/NAME/cuda (when CUDALIB is set);
 # $T/NAME/hash is its plan hash. 0 or 1 (the reason as TAP comments).
@@ -24,7 +30,7 @@ variant() {
     v_d=$T/$1 v_stages=$2
     shift 2
     case $v_stages in 1) v_del='/# S[123]$/d' ;; 2) v_del='/# S[13]$/d' ;; 4) v_del='' ;;
-    *) echo "# variant: $v_stages stages is not 1, 2 or 4"; return 1 ;; esac
+    *) [ -n "${VARIANT_DEL+set}" ] || { echo "# variant: $v_stages stages is not 1, 2 or 4"; return 1; } ;; esac
     [ -n "${VARIANT_DEL+set}" ] && v_del=$VARIANT_DEL # another model's split tags
     mkdir -p "$v_d" || return 1
     sed -e "$v_del" "$@" "$GPU_MODEL" >"$v_d/gpt_tiny.pipe" || return 1

@@ -21,6 +21,11 @@
 #     and saved weights bit for bit, every step's loss within TOL (relative) of
 #     the CPU runtime's, and the 1-stage run reports graphs captured and
 #     launched;
+#  1b. the Llama layers (tests/models/oracle_llama.pipe: rmsnorm, grouped-query
+#     attention with rotary positions, swiglu, cross_entropy ignoring -100) on
+#     1 stage with graphs and --no-graph and on 3 stage processes: bitwise
+#     alike, within TOL of the CPU's (its synthetic tokens are random: the
+#     loss stays near ln 13), graphs captured;
 #  2. the 4-stage run under the other schedules (gpipe, zb1) and checkpoint
 #     modes (always, never): bitwise the 1-stage result again;
 #  3. a cosine lr schedule (the per-step lr that graphs read from device
@@ -67,7 +72,7 @@
 # losses and weights are written to LOGDIR (default: the work directory) as
 # they happen, so a run killed at a limit leaves its evidence.
 #
-# Knobs: GPU_SECTIONS (the sections to run, of 0 1 2 3 4 5 5b 6 6b 7; default
+# Knobs: GPU_SECTIONS (the sections to run, of 0 1 1b 2 3 4 5 5b 6 6b 7; default
 # all: tools/gpu_bundle/device_rerun.sh reruns one), STEPS (20), TOL (2e-3),
 # TOL_BF16 (5e-2), KILL_S (30), KILL_AT (100),
 # RUN_TIMEOUT, TEST_DEADLINE, LOGDIR, GPU_PIPEGEN, GPU_PIPERUN, CUDALIB,
@@ -135,7 +140,7 @@ fi
 
 # section N: is section N among GPU_SECTIONS (default: all)?
 section() {
-    case " ${GPU_SECTIONS:-0 1 2 3 4 5 5b 6 6b 7} " in *" $1 "*) return 0 ;; esac
+    case " ${GPU_SECTIONS:-0 1 1b 2 3 4 5 5b 6 6b 7} " in *" $1 "*) return 0 ;; esac
     return 1
 }
 
@@ -210,6 +215,28 @@ else
     ok $? "graphs are on for gpt_tiny: $(printf '%s' "$g_out" | grep -o 'CUDA graphs: [0-9]* captured, [0-9]* launched' || echo 'no graph report')"
 fi
 grep 'GPU memory' "$L/cuda1.out" 2>/dev/null | sed 's/^/# /'
+fi
+
+# 1b. the Llama layers: 1 stage with graphs and without, 3 stage processes
+if section 1b; then
+GPU_MODEL=$LLAMA_MODEL VARIANT_DEL=$LLAMA_1
+variant l1 1; ok $? "oracle_llama (rmsnorm, grouped-query attention with rope, swiglu) on 1 stage generates and links"
+VARIANT_DEL=''
+variant l3 3; ok $? "oracle_llama on 3 stages generates and links"
+GPU_MODEL=$TOP/tests/models/gpt_tiny.pipe
+unset VARIANT_DEL
+train "$T/l1/cuda" "$L/llama1"; ok $? "Llama layers, 1 stage, graphs: $STEPS steps"
+train "$T/l1/cuda" "$L/llama1e" --no-graph; ok $? "Llama layers, 1 stage, --no-graph: $STEPS steps"
+train "$T/l3/cuda" "$L/llama3"; ok $? "Llama layers, 3 stages on one GPU (CUDA IPC), graphs: $STEPS steps"
+same "$L/llama1" "$L/llama1e" "Llama layers: graphs vs --no-graph"
+same "$L/llama1" "$L/llama3" "Llama layers: 3 stages vs 1"
+close "$REF/cpul1" "$L/llama1" "$TOL" "Llama layers: CUDA vs CPU (rope's sincospi, cuBLAS, expf: close, not bitwise)" l1
+if [ "$FAKE" = cpu ]; then
+    skip "graphs are a CUDA-runtime feature"
+else
+    grep -Eq 'CUDA graphs: [1-9][0-9]* captured, [1-9][0-9]* launched' "$L/llama1.out" 2>/dev/null
+    ok $? "graphs are on for the Llama layers: $(grep -o 'CUDA graphs: [0-9]* captured, [0-9]* launched' "$L/llama1.out" 2>/dev/null || echo 'no graph report')"
+fi
 fi
 
 # 2. schedules and checkpoint modes
