@@ -347,8 +347,11 @@ static void usage(FILE *f)
                "\n"
                "Environment of each stage: PIPE_RANK=k, PIPE_WORLD=N, PIPE_MASTER (a free\n"
                "loopback port, or PIPE_MASTER as set for piperun), PIPE_LOCAL_WORLD=N,\n"
-               "PIPE_RUN_ID (a random token per run, or PIPE_RUN_ID as set for piperun: a\n"
-               "stage of another run that reaches this run's master is refused).\n"
+               "PIPE_RUN_ID (a random id per run, or PIPE_RUN_ID as set for piperun: a\n"
+               "stage of another run that reaches this run's master is refused),\n"
+               "PIPE_RUN_TOKEN (64 random hex digits per run, the run's secret: only a process\n"
+               "holding it joins; PIPE_RUN_TOKEN or PIPE_RUN_TOKEN_FILE as set for piperun is\n"
+               "passed on instead).\n"
                "Threads: a stage's default --threads is the cores of this machine divided by\n"
                "PIPE_LOCAL_WORLD (at least 1), so the stages share the cores (under Slurm,\n"
                "SLURM_CPUS_PER_TASK divided likewise; else OMP_NUM_THREADS when set);\n"
@@ -559,6 +562,31 @@ int main(int argc, char **argv)
         }
         for (size_t i = 0; i < sizeof rb; i++) snprintf(hex + 2 * i, 3, "%02x", rb[i]);
         setenv("PIPE_RUN_ID", hex, 1);
+    }
+    /* the run's secret (README, "Security"): only a process holding it joins
+     * the run; one given to piperun (PIPE_RUN_TOKEN or PIPE_RUN_TOKEN_FILE)
+     * is passed on as it is */
+    const char *tok = getenv("PIPE_RUN_TOKEN"), *tokf = getenv("PIPE_RUN_TOKEN_FILE");
+    if ((!tok || !*tok) && (!tokf || !*tokf)) {
+        unsigned char tb[32];
+        char hex[2 * sizeof tb + 1];
+        size_t got = 0;
+        while (got < sizeof tb) {
+            ssize_t g = getrandom(tb + got, sizeof tb - got, 0);
+            if (g < 0 && errno == EINTR) continue;
+            if (g <= 0) break;
+            got += (size_t)g;
+        }
+        if (got < sizeof tb) { /* no guessable stand-in: a token is a secret or nothing */
+            fprintf(stderr, "piperun: cannot make a run token: getrandom: %s (set PIPE_RUN_TOKEN)\n", strerror(errno));
+            free(paths);
+            free(extra);
+            return 1;
+        }
+        for (size_t i = 0; i < sizeof tb; i++) snprintf(hex + 2 * i, 3, "%02x", tb[i]);
+        setenv("PIPE_RUN_TOKEN", hex, 1);
+        memset(tb, 0, sizeof tb);
+        memset(hex, 0, sizeof hex);
     }
     if (check_files(pr.n) != 0) {
         free(paths);

@@ -62,8 +62,9 @@ like "$(cat "$T/alone.log")" '^stage 1 of model mlp_small \(2 stages\) was start
     "...and says to use piperun or set PIPE_RANK/PIPE_WORLD"
 
 # --- too small a ulimit -n: said at start, with the number needed -------------------
+# (stage 0 then waits --connect-timeout to tell stage 1 why: short here)
 M=127.0.0.1:$(free_port)
-sh -c "ulimit -n 12; PIPE_RANK=0 PIPE_WORLD=2 PIPE_MASTER=$M timeout 20 '$G/bin/stage0' --steps 1 --threads 1" >"$T/nofile.log" 2>&1
+sh -c "ulimit -n 12; PIPE_RANK=0 PIPE_WORLD=2 PIPE_MASTER=$M timeout 20 '$G/bin/stage0' --steps 1 --threads 1 --connect-timeout 1" >"$T/nofile.log" 2>&1
 is "$?" 1 "a stage under ulimit -n 12: exit 1 at start"
 like "$(cat "$T/nofile.log")" '^stage 0: ulimit -n allows 12 open files but a stage of this 2-stage pipeline needs about 26 .*raise it \(ulimit -n 26\)' \
     "...saying how many it needs"

@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 #include <time.h>
+#include "errcap.h"
 #include "pg_io.h"
 #include "pg_net.h"
 #include "pg_ops.h"
@@ -99,6 +100,14 @@ typedef struct pg_run {
     struct pg_zero *zero;     /* --zero 1 with replicas: this stage's shards of the optimizer state (zero.c) */
     double dp_mark[PG_TRACE_DP_MARKS]; /* this step's reduction: its start, the replicas met (start word),
                                           shards sent, shards summed and sent back, summed shards in, end */
+    /* A start-up that fails (main.c): where this process sits, and what
+     * stage 0 tells the stages that come after it failed. */
+    pg_launch launch;
+    int have_launch;          /* launch is filled */
+    unsigned char *told;      /* [world], stage 0: ranks told why the start-up failed (pg_net_config.told) */
+    char fail_pub[700];       /* stage 0: the rendezvous's failure without its own values */
+    int fail_elsewhere;       /* the rendezvous failed for another process's cause (pg_net_config.elsewhere) */
+    pg_errcap errcap;         /* the last line printed during start-up */
 } pg_run;
 
 /* Seconds on the monotonic clock (step times, traces, deadlines). */
