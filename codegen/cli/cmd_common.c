@@ -37,3 +37,12 @@ void cmd_release_model(cmd_model *cm)
     pg_profile_free(&cm->prof);
     memset(cm, 0, sizeof *cm);
 }
+
+int cmd_files_distinct(const pg_io_file *f, int n)
+{
+    char err[9000];
+    if (pg_io_check_distinct(f, n, err, sizeof err) == 0)
+        return 0;
+    fprintf(stderr, "pipegen: %s\n", err);
+    return 2;
+}

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include "schedule/sched_sim.h"
 #include "schedule/svg.h"
+#include "io_atomic.h"
 
 int pg_sched_costs_of_model(const ir_model *m, const pg_profile *prof, pg_sched_costs *c)
 {
@@ -469,23 +470,31 @@ out:
     return rc;
 }
 
+typedef struct svg_job {
+    const ir_model *m;
+    const pg_schedule *s;
+    const pg_sched_costs *c;
+    int seconds;
+} svg_job;
+
+static int svg_fill(FILE *f, void *arg, char *err, size_t errlen)
+{
+    const svg_job *j = arg;
+    if (pg_schedule_svg(j->m, j->s, j->c, j->seconds, f) == 0)
+        return 0;
+    snprintf(err, errlen, "the schedule cannot be simulated (or out of memory)");
+    return -1;
+}
+
 int pg_schedule_svg_write(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, int seconds,
                           const char *path, pg_diag *d)
 {
     pg_loc loc = { path, 0, 0 };
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        pg_error(d, loc, "cannot write the timeline: %s", strerror(errno));
-        return -1;
-    }
-    int bad = pg_schedule_svg(m, s, c, seconds, f) != 0;
-    if (ferror(f))
-        bad = 2;
-    if (fclose(f) != 0 && !bad)
-        bad = 2;
-    if (bad) {
-        pg_error(d, loc, "cannot write the timeline: %s",
-                 bad == 2 ? "write failed" : "the schedule cannot be simulated (or out of memory)");
+    svg_job j = { m, s, c, seconds };
+    char err[4096 + 256];
+    /* beside it, then renamed: a full disk leaves the previous drawing whole */
+    if (pg_io_write_printed(path, svg_fill, &j, err, sizeof err) != 0) {
+        pg_error(d, loc, "cannot write the timeline: %s", err);
         return -1;
     }
     return 0;

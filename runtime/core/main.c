@@ -664,6 +664,10 @@ int main(int argc, char **argv)
     pg_errcap_begin(&r.errcap); /* the cause of a failed start-up, for the stages still to come */
     int rc = run(&r);
     pg_errcap_end(&r.errcap);
+    char self[32];
+    snprintf(self, sizeof self, "stage %d", r.d->stage);
+    if (pg_io_stdout_done(self) != 0 && rc == 0) /* the losses printed to a full disk: the record is torn */
+        rc = 1;
     if (rc != 0 && !r.net)
         tell_failure(&r);
     if (rc == 1 && (pg_net_peer_lost(r.net) || r.fail_elsewhere))
