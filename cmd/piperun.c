@@ -338,11 +338,11 @@ static void usage(FILE *f)
                "Runs DIR/stage0, DIR/stage1, ... (consecutive numbers) as one pipeline on this\n"
                "machine and passes every stage the same stage options. The stage options\n"
                "(--steps, --data, --save, --checkpoint-dir, --trace, ...) are listed by\n"
-               "`DIR/stage0 --help` and in README.md, \"Launching\".\n"
+               "`DIR/stage0 --help` and in docs/runtime.md; launching: docs/launch.md.\n"
                "--dp D runs D data-parallel replicas of the pipeline: P x D processes of the P\n"
                "stage binaries, rank = replica x P + stage, each given --dp D; replica r trains\n"
                "on its contiguous batch / D rows of every step and the gradients are summed\n"
-               "over the replicas (README.md, \"Data-parallel replicas\"). Their lines are\n"
+               "over the replicas (docs/launch.md, \"Data-parallel replicas\"). Their lines are\n"
                "prefixed \"[stage k replica r] \".\n"
                "\n"
                "Environment of each stage: PIPE_RANK=k, PIPE_WORLD=N, PIPE_MASTER (a free\n"
@@ -563,7 +563,7 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < sizeof rb; i++) snprintf(hex + 2 * i, 3, "%02x", rb[i]);
         setenv("PIPE_RUN_ID", hex, 1);
     }
-    /* the run's secret (README, "Security"): only a process holding it joins
+    /* the run's secret (docs/launch.md, "Security: the run token"): only a process holding it joins
      * the run; one given to piperun (PIPE_RUN_TOKEN or PIPE_RUN_TOKEN_FILE)
      * is passed on as it is */
     const char *tok = getenv("PIPE_RUN_TOKEN"), *tokf = getenv("PIPE_RUN_TOKEN_FILE");

@@ -41,7 +41,7 @@ typedef struct pg_launch {
      * none (stages started by hand without PIPE_RUN_ID). */
     char run_id[64];
     const char *run_id_source; /* the variable it came from, or NULL */
-    /* The run's shared secret (README, "Security"): PIPE_RUN_TOKEN (piperun
+    /* The run's shared secret (docs/launch.md, "Security: the run token"): PIPE_RUN_TOKEN (piperun
      * makes a random one per run), or the first line of the file
      * PIPE_RUN_TOKEN_FILE names (readable by its owner only); 16..255 bytes.
      * The rendezvous proves by challenge and response that every process
