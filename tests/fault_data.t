@@ -7,7 +7,8 @@
 # loss that is not finite; inputs and targets that do not belong together
 # (--data without --targets, different sample counts, stage 0 and the loss stage
 # reading different token streams); a FIFO where a file is meant; a data file
-# truncated while the run reads it (SIGBUS on the mapping); a file-size limit
+# truncated while the run reads it (SIGBUS on the mapping), or rewritten in
+# place at the same size (its change time, checked after every read); a file-size limit
 # (SIGXFSZ) while the weights are written.
 . "$(dirname "$0")/lib.sh"
 . "$TOP/tests/lib_e2e.sh"
@@ -212,6 +213,26 @@ wait_exit "$(cat "$T/b1.log.pid")" 20
 is "$r0" 1 "a data file truncated under a running stage: exit 1, not a death by SIGBUS"
 like "$(cat "$T/b0.log")" "stage 0: step [0-9]+: $T/long\\.pgd was truncated or changed while this stage read it \\(it now has 4096 bytes, it had [0-9]+ at the start\\)" \
     "...naming the file and both sizes"
+
+# rewritten in place at the same size (no SIGBUS: every page is still there): the
+# file's change time after each read gives it away
+pgd "$T/long.pgd" f32 4800 64
+M=127.0.0.1:$(free_port)
+start_stage "$G/bin" 0 2 "$M" "$T/c0.log" --steps 100000000 --log-every 100000000 --data "$T/long.pgd" --targets "$T/ylong.pgd"
+start_stage "$G/bin" 1 2 "$M" "$T/c1.log" --steps 100000000 --log-every 100000000 --data "$T/long.pgd" --targets "$T/ylong.pgd"
+sleep 2
+sz0=$(stat -c %s "$T/long.pgd")
+"${PYTHON:-/usr/bin/python3}" -c '
+import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(4096)
+    f.write(bytes(4096))' "$T/long.pgd"
+wait_exit "$(cat "$T/c0.log.pid")" 20; r0=$WX
+wait_exit "$(cat "$T/c1.log.pid")" 20
+is "$r0" 1 "a data file rewritten in place at the same size under a running stage: exit 1, not training on the new values"
+is "$(stat -c %s "$T/long.pgd")" "$sz0" "...(its size unchanged)"
+like "$(cat "$T/c0.log")" "stage 0: step [0-9]+: $T/long\\.pgd was changed while this stage read it \\(written to [0-9.]+ s after it was opened, at the same size or not\\)" \
+    "...naming the file"
 
 # --- a file-size limit while the weights are written ---------------------------------------
 prlimit --fsize=20000 "$PIPERUN" "$G/bin" -- --threads 1 --steps 2 --save "$T/limited.st" >"$T/o" 2>&1; rc=$?

@@ -31,5 +31,10 @@ void cmd_release_model(cmd_model *cm);
  * (pg_io_check_distinct): 0, or 2 (usage) after "pipegen: --svg m.pipe is the
  * same file as the model m.pipe: ..." on stderr. */
 int cmd_files_distinct(const pg_io_file *f, int n);
+/* What stderr must say about a --balance profile used for model m (gen:
+ * its plan, for the hash; NULL: not compared): one note when it was
+ * measured on another model, or on another plan (hash), and one when it
+ * lacks the times of some layer (then the cost model predicts, in flops). */
+void cmd_profile_notes(const pg_profile *prof, const ir_model *m, const pg_gen *g);
 
 #endif

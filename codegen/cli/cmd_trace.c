@@ -512,6 +512,8 @@ int cmd_trace(int argc, char **argv)
             goto out;
         }
         pg_schedule_name(&l.model, kind, sizeof kind);
+        if (balance)
+            cmd_profile_notes(&prof, &l.model, NULL);
         pg_sched_costs c;
         seconds = pg_sched_costs_of_model(&l.model, balance ? &prof : NULL, &c);
         have_pr = pg_schedule_predict(&l.model, &s, &c, &pr) == 0;
@@ -541,7 +543,8 @@ int cmd_trace(int argc, char **argv)
         printf(", predicted %s (%s): measured/predicted %.3f\n", b, balance ? "measured profile" : "cost model",
                pr.step_time > 0 ? span / used / pr.step_time : 0.0);
     } else if (have_pr) {
-        printf(", predicted %.4g Gflop (cost model, flops: give --balance PROFILE for seconds)\n", pr.step_time / 1e9);
+        printf(", predicted %.4g Gflop (cost model, flops: %s)\n", pr.step_time / 1e9,
+               balance ? "the profile lacks some layers' times (see the note)" : "give --balance PROFILE for seconds");
     } else {
         printf("\n");
     }

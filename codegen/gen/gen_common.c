@@ -22,7 +22,7 @@ int64_t acc_numel(const ir_param *P) { return al_plan(pg_shape_numel(&P->shape) 
 
 int64_t acc_block_bytes(const ir_param *P, int n)
 {
-    return ((int64_t)(n - 1) * acc_numel(P) + pg_shape_numel(&P->shape)) * 4;
+    return pg_bytes_mul(pg_bytes_add(pg_bytes_mul(n - 1, acc_numel(P)), pg_shape_numel(&P->shape)), 4);
 }
 
 void shape_rows(const pg_shape *s, char *buf, size_t n)

@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "base/bytes.h"
 #include "gen/emit.h"
 
 enum { LOC_INPUT, LOC_SLOT, LOC_FRAME };

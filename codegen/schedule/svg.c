@@ -13,15 +13,26 @@
 #include "schedule/svg.h"
 #include "io_atomic.h"
 
+const char *pg_profile_missing(const ir_model *m, const pg_profile *prof, int *missing)
+{
+    const char *first = NULL;
+    *missing = 0;
+    for (int i = 0; prof && i < m->nlayers; i++) {
+        const ir_layer *L = &m->layers[i];
+        if (L->kind != LK_STASH && L->kind != LK_POP && (!L->name || !pg_profile_find(prof, L->name))) {
+            if (!first)
+                first = L->name ? L->name : "?";
+            ++*missing;
+        }
+    }
+    return first;
+}
+
 int pg_sched_costs_of_model(const ir_model *m, const pg_profile *prof, pg_sched_costs *c)
 {
     memset(c, 0, sizeof *c);
-    int covered = prof != NULL;
-    for (int i = 0; prof && i < m->nlayers; i++) {
-        const ir_layer *L = &m->layers[i];
-        if (L->kind != LK_STASH && L->kind != LK_POP && (!L->name || !pg_profile_find(prof, L->name)))
-            covered = 0;
-    }
+    int missing;
+    int covered = prof != NULL && !pg_profile_missing(m, prof, &missing);
     double nmb = m->train.microbatches > 0 ? (double)m->train.microbatches : 1.0;
     double rows = m->train.batch > 0 ? (double)m->train.batch / nmb : 1.0;
     for (int i = 0; i < m->nlayers; i++) {

@@ -673,6 +673,7 @@ int main(int argc, char **argv)
     if (rc == 1 && (pg_net_peer_lost(r.net) || r.fail_elsewhere))
         pg_io_tell_launcher('P'); /* this failure may follow a peer's: piperun reports the first one */
     pg_agree_free(&r);
+    pg_ckpt_unlock(&r);
     pg_dp_stop(&r); /* the replicas' reducer thread uses the network */
     if (r.net)
         pg_net_close(r.net);

@@ -157,6 +157,11 @@ int pg_run_preflight(pg_run *r)
                     o->ckpt_dir, err);
             bad = 1;
         }
+        if (!bad && pg_ckpt_lock(r, err, sizeof err)) { /* last: a refused start takes no lock */
+            fprintf(stderr, "stage %d: the checkpoint directory %s cannot be used: %s; nothing was run\n", d->stage,
+                    o->ckpt_dir, err);
+            bad = 1;
+        }
         if (!bad)
             pg_ckpt_clean_stale(d, o->ckpt_dir);
     }

@@ -617,7 +617,34 @@ int pg_st_names(const char *path, char ***names, int *n, char *err, size_t errle
     return 0;
 }
 
-int pg_st_data_hash(const char *path, uint64_t *hash, char *err, size_t errlen)
+/* One tensor of the table: "name\tdtype\td0,d1,...\tbegin,end\n" into h. */
+static uint64_t table_line(uint64_t h, const char *name, const char *dtype, int rank, const int64_t *dim,
+                           uint64_t begin, uint64_t end)
+{
+    char b[160];
+    h = pg_hash64(name, strlen(name), h);
+    int l = snprintf(b, sizeof b, "\t%s\t", dtype);
+    h = pg_hash64(b, (size_t)l, h);
+    for (int d = 0; d < rank; d++) {
+        l = snprintf(b, sizeof b, "%s%lld", d ? "," : "", (long long)dim[d]);
+        h = pg_hash64(b, (size_t)l, h);
+    }
+    l = snprintf(b, sizeof b, "\t%llu,%llu\n", (unsigned long long)begin, (unsigned long long)end);
+    return pg_hash64(b, (size_t)l, h);
+}
+
+uint64_t pg_st_table_hash(const pg_st_tensor *t, int n, uint64_t h)
+{
+    uint64_t off = 0;
+    for (int i = 0; i < n; i++) { /* laid out back to back in this order, as pg_st_write does */
+        const char *dt = st_dtype(t[i].dtype);
+        h = table_line(h, t[i].name, dt ? dt : "?", t[i].rank, t[i].dim, off, off + t[i].bytes);
+        off += t[i].bytes;
+    }
+    return h;
+}
+
+int pg_st_data_hash(const char *path, int with_table, uint64_t *hash, char *err, size_t errlen)
 {
     st_header h;
     int fd, rc = -1;
@@ -625,9 +652,18 @@ int pg_st_data_hash(const char *path, uint64_t *hash, char *err, size_t errlen)
     size_t cap = 1u << 20;
     unsigned char *b = malloc(cap);
     uint64_t x = UINT64_C(0xcbf29ce484222325), at = 0;
-    if (!b) {
+    st_entry **o = with_table ? malloc((size_t)(h.ne ? h.ne : 1) * sizeof *o) : NULL;
+    if (!b || (with_table && !o)) {
         snprintf(err, errlen, "out of memory reading %s", path);
+        free(o);
         goto out;
+    }
+    if (with_table) { /* the table in data order, as the writer hashed it */
+        for (int i = 0; i < h.ne; i++) o[i] = &h.e[i];
+        qsort(o, (size_t)h.ne, sizeof *o, by_offsets);
+        for (int i = 0; i < h.ne; i++)
+            x = table_line(x, o[i]->name, o[i]->dtype, o[i]->rank, o[i]->dim, o[i]->begin, o[i]->end);
+        free(o);
     }
     while (at < h.data_bytes) { /* validate_layout: the data is the tensors back to back */
         size_t want = h.data_bytes - at < cap ? (size_t)(h.data_bytes - at) : cap;

@@ -87,6 +87,8 @@ typedef struct pg_run {
     char ck_run[80];          /* the checkpoint run this run writes (checkpoint.c): kept across resumes */
     int ck_replace;           /* --replace-checkpoints in effect: step directories this run did not write go */
     int64_t ck_first;         /* the first step this run checkpointed (-1: none yet) */
+    int ck_lock;              /* the checkpoint directory's lock: its fd + 1 (0: not held; checkpoint.c) */
+    int ck_made_dir;          /* the lock made the checkpoint directory (removed again if left empty) */
     /* Data-parallel replicas (dp.c): rank = replica x nstages + stage. This
      * replica's rows of every step are [row0, row0 + rows) of the global
      * batch, its micro-batch i holds mb_rows[i] of them from global row
