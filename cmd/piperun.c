@@ -42,7 +42,7 @@
 /* Written by the signal handlers only: the signal to forward and a self-pipe
  * that wakes poll(). The one piece of state a handler may touch. */
 static struct {
-    volatile sig_atomic_t forward; /* SIGINT or SIGTERM received, 0 if none */
+    volatile sig_atomic_t forward; /* SIGINT or SIGTERM (SIGHUP counts as it) received, 0 if none */
     volatile sig_atomic_t nforward; /* how many of them so far */
     volatile sig_atomic_t tstp;    /* SIGTSTP (Ctrl-Z): suspend the whole run */
     volatile sig_atomic_t cont;    /* SIGCONT: resume the stages */
@@ -52,8 +52,8 @@ static struct {
 static void on_signal(int sig)
 {
     int e = errno;
-    if (sig == SIGINT || sig == SIGTERM) {
-        sigstate.forward = sig;
+    if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) { /* the terminal closed: stop the run as SIGTERM does */
+        sigstate.forward = sig == SIGHUP ? SIGTERM : sig;
         sigstate.nforward++;
     }
     if (sig == SIGTSTP) sigstate.tstp = 1;
@@ -133,13 +133,19 @@ static void emit_line(int k, int out, const char *p, size_t n, int add_newline)
 {
     char pre[48], nm[40];
     int pl = snprintf(pre, sizeof pre, "[%s] ", proc_name(k, nm, sizeof nm));
-    /* A stage names itself ("stage k: ...") so that its lines say who wrote
-     * them when it runs alone; here the prefix says so already. */
-    char own[32];
-    int ol = snprintf(own, sizeof own, "stage %d: ", k % layout.P);
-    if (n >= (size_t)ol && memcmp(p, own, (size_t)ol) == 0) {
-        p += ol;
-        n -= (size_t)ol;
+    /* A stage names itself ("stage k: ...", with replicas also "stage k of
+     * replica r: ...") so that its lines say who wrote them when it runs
+     * alone; here the prefix says so already. */
+    char own[2][48];
+    snprintf(own[0], sizeof own[0], "stage %d: ", k % layout.P);
+    snprintf(own[1], sizeof own[1], "stage %d of replica %d: ", k % layout.P, k / layout.P);
+    for (int i = 0; i < 2; i++) {
+        size_t ol = strlen(own[i]);
+        if (n >= ol && memcmp(p, own[i], ol) == 0) {
+            p += ol;
+            n -= ol;
+            break;
+        }
     }
     /* one write per line where it fits, so lines from stages do not interleave */
     char tmp[LINE_MAX_BYTES + 48];
@@ -357,10 +363,12 @@ static void usage(FILE *f)
                "SLURM_CPUS_PER_TASK divided likewise; else OMP_NUM_THREADS when set);\n"
                "--threads T gives every stage T threads instead.\n"
                "Output: every line a stage prints is relayed prefixed \"[stage k] \" (stdout to\n"
-               "stdout, stderr to stderr); a line that starts \"stage k: \" (the stage naming\n"
-               "itself) loses those words, so the name is not said twice.\n"
+               "stdout, stderr to stderr); a line that starts \"stage k: \" or \"stage k of\n"
+               "replica r: \" (the stage naming itself) loses those words, so the name is not\n"
+               "said twice.\n"
                "Signals: SIGINT and SIGTERM (Ctrl-C) are forwarded to every stage (with\n"
-               "--save-on-exit they finish the step and write a checkpoint first). When a\n"
+               "--save-on-exit they finish the step and write a checkpoint first); SIGHUP\n"
+               "(the terminal closed) is taken as SIGTERM and forwarded as one. When a\n"
                "stage fails, the others get SIGTERM. A stage still running %.0f s after a\n"
                "forwarded signal or a SIGTERM is killed (SIGKILL), except while it writes a\n"
                "file for the user (--save, --save-grads, a checkpoint, a trace or profile):\n"

@@ -103,6 +103,43 @@ run --steps 1 --load "$T/wnan.st" >"$T/o" 2>&1; rc=$?
 is "$rc" 1 "a NaN weight in a --load file: exit 1"
 like "$(cat "$T/o")" "\[stage 0\] --load: .*wnan\\.st: tensor 'layer0\\.weight', element 7 is nan: refusing weights that are not finite" \
     "...refused, naming the tensor and the element"
+# the same weights rounded to bf16 precision: as F32 (a), as BF16 (b, converted on load exactly), and with an
+# extra tensor no parameter takes (c)
+"${PYTHON:-/usr/bin/python3}" - "$T/init.st" "$T/wa.st" "$T/wb.st" "$T/wc.st" <<'PY'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+hdr, data = json.loads(raw[8:8 + n]), raw[8 + n:]
+def store(path, h, d):
+    t = json.dumps(h, separators=(",", ":")).encode()
+    t += b" " * (-len(t) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(t)) + t + d)
+f32, bf, off = {}, {}, 0
+ha, hb, da, db = {"__metadata__": hdr.get("__metadata__", {})}, {"__metadata__": hdr.get("__metadata__", {})}, b"", b""
+for k, v in sorted(((k, v) for k, v in hdr.items() if k != "__metadata__"), key=lambda x: x[1]["data_offsets"][0]):
+    b0, b1 = v["data_offsets"]
+    words = struct.unpack("<%dI" % ((b1 - b0) // 4), data[b0:b1])
+    top = [w >> 16 for w in words]
+    ha[k] = {"dtype": "F32", "shape": v["shape"], "data_offsets": [len(da), len(da) + 4 * len(top)]}
+    da += struct.pack("<%dI" % len(top), *[t << 16 for t in top])
+    hb[k] = {"dtype": "BF16", "shape": v["shape"], "data_offsets": [len(db), len(db) + 2 * len(top)]}
+    db += struct.pack("<%dH" % len(top), *top)
+store(sys.argv[2], ha, da)
+store(sys.argv[3], hb, db)
+hc = dict(ha)
+hc["junk.weight"] = {"dtype": "F32", "shape": [2], "data_offsets": [len(da), len(da) + 8]}
+store(sys.argv[4], hc, da + struct.pack("<2f", 1.0, 2.0))
+PY
+run --steps 0 --load "$T/wa.st" --save "$T/sa.st" >/dev/null 2>&1
+run --steps 0 --load "$T/wb.st" --save "$T/sb.st" >"$T/o" 2>&1; rc=$?
+is "$rc" 0 "a --load file of BF16 tensors: taken (bf16 widens to f32 exactly), not refused"
+like "$(cat "$T/o")" "\[stage 0\] note: --load .*wb\.st: [0-9]+ of its tensors are BF16 \(the first '[^']+'\), converted to F32 exactly" \
+    "...saying so"
+cmp -s "$T/sa.st" "$T/sb.st"; ok $? "...into exactly the weights the same values in F32 give"
+run --steps 0 --load "$T/wc.st" --save "$T/sc.st" >"$T/o" 2>&1; rc=$?
+is "$rc" 0 "a --load file with a tensor no parameter takes still loads"
+like "$(cat "$T/o")" "\[stage 0\] note: --load .*wc\.st holds 1 tensor this model has no parameter for, not loaded: 'junk\.weight'" \
+    "...naming the tensor it leaves out"
 
 # --- finite values near the float limit: the gradients overflow -----------------------
 pgd "$T/xbig.pgd" f32 48 64 100 3e38   # relu hides it from the loss, not from the gradients
@@ -150,6 +187,11 @@ run --steps 2 --data "$T/good.pgd" >"$T/o" 2>&1; rc=$?
 is "$rc" 2 "--data without --targets: exit 2"
 like "$(cat "$T/o")" '\[stage [01]\] --data .*good\.pgd without --targets: its inputs would be paired with synthetic targets' \
     "...it would pair real inputs with synthetic targets"
+printf 'just some text, not a data file\n' >"$T/notpgd.txt"
+run --steps 2 --data "$T/notpgd.txt" >"$T/o" 2>&1; rc=$?
+is "$rc" 1 "--data alone naming a file that is no .pgd: exit 1"
+like "$(cat "$T/o")" '\[stage 0\] .*notpgd\.txt: not a pipegen data file \(bad magic\)' "...said first as bad magic"
+! grep -q 'without --targets' "$T/o"; ok $? "...not as --data without --targets"
 run --steps 2 --targets "$T/y.pgd" >"$T/o" 2>&1; rc=$?
 is "$rc" 2 "--targets without --data: exit 2"
 like "$(cat "$T/o")" '\[stage [01]\] --targets .*y\.pgd without --data' "...named"

@@ -138,6 +138,14 @@ like "$(cat "$T/prompt.log")" '\[stage 0\] --prompt: byte 128 at position 2 is o
     "...naming the byte, its position and the vocabulary"
 ! grep -q 'step 1/' "$T/prompt.log"; ok $? "...before the first step"
 
+# --prompt or --temperature without --generate: nothing would use them
+run --steps 3 --prompt "the cat " >"$T/noprompt.log" 2>&1
+is "$?" 2 "--prompt without --generate: exit 2, not silently ignored"
+like "$(cat "$T/noprompt.log")" '\[stage 0\] --prompt without --generate N: nothing would be sampled; give --generate N \(the tokens to sample\) or leave --prompt out' \
+    "...saying so"
+run --steps 3 --temperature 0 >"$T/notemp.log" 2>&1
+is "$?" 2 "--temperature without --generate: exit 2"
+
 # no room for the weights: a 16 KiB file system for mlp_small's 66 KB
 mkdir -p "$T/small"
 if ! mount -t tmpfs -o size=16k tmpfs "$T/small" 2>"$T/mount.err"; then

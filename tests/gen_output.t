@@ -109,7 +109,9 @@ t4p=$(secs "$PIPEGEN" plan "$T/b1200.pipe")
 t1p=$(secs "$PIPEGEN" plan "$T/b300.pipe")
 awk -v a="$t1p" -v b="$t4p" 'BEGIN { exit !(b < 8 * a + 0.5) }'; ok $? "plan likewise ($t4p s vs $t1p s)"
 PIPEGEN_PROGRESS=1 "$PIPEGEN" gen "$T/b300.pipe" -o "$T/b300p" 2>"$T/progress.err" >/dev/null
-like "$(cat "$T/progress.err")" '^pipegen: 3004 layers and 3604 parameters checked on 4 stages, [0-9.]+ s$' "PIPEGEN_PROGRESS=1: the check is reported"
+like "$(cat "$T/progress.err")" '^pipegen: the split into 4 stages of 3004 layers \(1804 with compute\) chosen by the predicted step, [0-9.]+ s$' \
+    "PIPEGEN_PROGRESS=1: the split search of stages = 4 is reported"
+like "$(cat "$T/progress.err")" '^pipegen: 3004 layers and 3604 parameters checked on 4 stages, [0-9.]+ s$' "...the check"
 like "$(cat "$T/progress.err")" '^pipegen: stage 4 of 4 laid out \(buffers, memory plan\), [0-9.]+ s$' "...each stage's layout"
 like "$(cat "$T/progress.err")" '^pipegen: stage3\.c emitted \(4 of 4\), [0-9.]+ s$' "...each stage's C"
 diff -r "$T/b300" "$T/b300p" >/dev/null; ok $? "...and the output is the same"

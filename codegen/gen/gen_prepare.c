@@ -183,6 +183,10 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
     }
     if (analyse_schedule(g, S, d))
         return -1;
+    if (index_fwd_slots(S, &g->s->stage[S->stage], g->s->nmb)) {
+        pg_error(d, m->loc, "out of memory");
+        return -1;
+    }
     /* batch input / targets */
     S->input_mp = S->target_mp = -1;
     if (S->stage == m->layers[0].stage) {
@@ -392,7 +396,7 @@ void pg_gen_free(pg_gen *g)
         free(S->ch);
         pg_mp_free(&S->mp);
         free(S->param_mp); free(S->grad_mp); free(S->opt_mp[0]); free(S->opt_mp[1]); free(S->layer_mp); free(S->shadow_mp);
-        free(S->act_slot); free(S->act_tick); free(S->act_off); free(S->act_bytes); free(S->act_tag); free(S->send_bytes);
+        free(S->act_slot); free(S->fwd_slot); free(S->act_tick); free(S->act_off); free(S->act_bytes); free(S->act_tag); free(S->send_bytes);
     }
     free(g->st);
     free(g->nacc);

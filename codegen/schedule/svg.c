@@ -44,7 +44,11 @@ int pg_sched_costs_of_model(const ir_model *m, const pg_profile *prof, pg_sched_
         c->bwd_b[L->chunk] += lc.bwd_b;
         c->bwd_w[L->chunk] += lc.bwd_w;
         c->rerun[L->chunk] += lc.recompute;
+        if (i == 0 || m->layers[i - 1].chunk != L->chunk) /* a chunk's first layer: its input comes in */
+            c->in_elems[L->chunk] = (double)pg_shape_numel(&L->in);
+        c->out_elems[L->chunk] = (double)pg_shape_numel(&L->out); /* its last: its output goes on */
     }
+    c->has_elems = 1;
     c->recompute = 1;
     c->verdict = 1;
     if (!covered) /* model units (flops): messages and the optimizer are not priced */

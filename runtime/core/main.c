@@ -49,6 +49,7 @@ static void usage(FILE *o, const pg_stage_desc *d)
             "  --resume DIR    continue from the newest complete checkpoint in DIR that every\n"
             "                  stage can use, bitwise as if never stopped (--steps is the total)\n"
             "  --save-on-exit  on SIGINT/SIGTERM finish the step, write a checkpoint, exit 128+sig\n"
+            "                  (SIGHUP, the terminal closing, is taken as SIGTERM)\n"
             "                  (into --checkpoint-dir DIR, or --save DIR)\n"
             "  --replace-checkpoints  a fresh run (no --resume) into a checkpoint directory\n"
             "                  holding another run's checkpoints replaces them (they are removed\n"
@@ -120,6 +121,7 @@ static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts
     o->connect_timeout_s = 60.0;
     o->temperature = 0.8;
     o->trace_steps = 10;
+    int temperature_given = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -209,6 +211,7 @@ static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts
                 return 2;
             }
             o->temperature = t;
+            temperature_given = 1;
         } else if (!strcmp(a, "--generate")) {
             if (parse_int(v, 0, &n) || n > 100000000) {
                 fprintf(stderr, "stage %d: --generate wants a token count >= 0, not '%s'\n", d->stage, v);
@@ -236,6 +239,12 @@ static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts
             else o->threads = n > 1024 ? 1024 : (int)n;
         }
     }
+    if ((o->prompt || temperature_given) && o->generate == 0) { /* they only shape what --generate samples */
+        fprintf(stderr, "stage %d: %s without --generate N: nothing would be sampled; give --generate N (the "
+                "tokens to sample) or leave %s out\n", d->stage, o->prompt ? "--prompt" : "--temperature",
+                o->prompt ? "--prompt" : "--temperature");
+        return 2;
+    }
     if ((o->save_every || o->save_on_exit) && !o->ckpt_dir) {
         if (!o->save) {
             fprintf(stderr, "stage %d: %s needs --checkpoint-dir DIR (or --save DIR)\n", d->stage,
@@ -259,7 +268,17 @@ static int open_data(pg_run *r)
     if (tk)
         return tk < 0;
     if ((d->has_input || d->has_loss) && !r->opt.data != !r->opt.targets) {
-        /* real inputs with synthetic targets (or the other way round) train to garbage */
+        /* real inputs with synthetic targets (or the other way round) train to garbage; but a file that
+         * is no data file at all (bad magic, another shape) is said first: that is the first thing to fix */
+        pg_datafile f;
+        int is_in = r->opt.data != NULL;
+        if (pg_data_open(&f, is_in ? r->opt.data : r->opt.targets, is_in ? d->input_dtype : d->target_dtype,
+                         is_in ? d->input_rank : d->target_rank, is_in ? d->input_dim : d->target_dim, err,
+                         sizeof err)) {
+            fprintf(stderr, "stage %d: %s\n", d->stage, err);
+            return 1;
+        }
+        pg_data_close(&f);
         if (r->opt.data)
             fprintf(stderr, "stage %d: --data %s without --targets: its inputs would be paired with synthetic "
                             "targets; give the targets too (--targets FILE)%s; nothing was run\n", d->stage,

@@ -92,6 +92,8 @@ typedef struct pg_st_want {
     int64_t dim[5];
     void *dst;
     size_t bytes;
+    int bf16_ok;            /* in: an F32 tensor stored as BF16 is taken, widened exactly (bf16 is f32's top half) */
+    int was_bf16;           /* out: it was */
 } pg_st_want;
 int pg_st_read(const char *path, pg_st_want *w, int n, char *err, size_t errlen);
 /* The names of a file's tensors, sorted (strcmp), after validating its header

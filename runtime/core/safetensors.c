@@ -514,11 +514,14 @@ int pg_st_read(const char *path, pg_st_want *w, int n, char *err, size_t errlen)
             goto out;
         }
         const char *dt = st_dtype(w[i].dtype);
-        if (!dt || strcmp(e->dtype, dt)) {
+        int widen = w[i].bf16_ok && w[i].dtype == 0 && !strcmp(e->dtype, "BF16");
+        if (!dt || (strcmp(e->dtype, dt) && !widen)) {
             snprintf(err, errlen, "%s: tensor '%s' is %s but the model expects %s", path, w[i].name, e->dtype,
                      dt ? dt : "?");
             goto out;
         }
+        w[i].was_bf16 = widen;
+        unsigned each = widen ? 2 : 4; /* bytes per element in the file */
         int same = e->rank == w[i].rank;
         for (int d = 0; same && d < e->rank; d++) same = e->dim[d] == w[i].dim[d];
         if (!same) {
@@ -530,10 +533,10 @@ int pg_st_read(const char *path, pg_st_want *w, int n, char *err, size_t errlen)
         }
         uint64_t numel = 1;
         for (int d = 0; d < e->rank; d++) numel *= (uint64_t)e->dim[d];
-        if (e->end < e->begin || e->end - e->begin != numel * 4) {
+        if (e->end < e->begin || e->end - e->begin != numel * each) {
             snprintf(err, errlen, "%s: tensor '%s' has data_offsets [%llu, %llu] but its shape needs %llu bytes", path,
                      w[i].name, (unsigned long long)e->begin, (unsigned long long)e->end,
-                     (unsigned long long)(numel * 4));
+                     (unsigned long long)(numel * each));
             goto out;
         }
         if (e->end > h.data_bytes) {
@@ -547,9 +550,11 @@ int pg_st_read(const char *path, pg_st_want *w, int n, char *err, size_t errlen)
                      w[i].bytes, (unsigned long long)(numel * 4));
             goto out;
         }
-        size_t got = 0;
-        while (got < w[i].bytes) {
-            ssize_t r = pread(fd, (char *)w[i].dst + got, w[i].bytes - got, (off_t)(8 + h.n + e->begin + got));
+        /* a BF16 tensor lands in the upper half of dst, then widens forward in place: element k's
+         * 4 bytes end at 4k + 4, never past bf16 element k + 1, which starts at 2n + 2k + 2 */
+        size_t fbytes = (size_t)numel * each, at = w[i].bytes - fbytes, got = 0;
+        while (got < fbytes) {
+            ssize_t r = pread(fd, (char *)w[i].dst + at + got, fbytes - got, (off_t)(8 + h.n + e->begin + got));
             if (r < 0 && errno == EINTR) continue;
             if (r <= 0) {
                 snprintf(err, errlen, "cannot read tensor '%s' from %s: %s", w[i].name, path,
@@ -558,6 +563,9 @@ int pg_st_read(const char *path, pg_st_want *w, int n, char *err, size_t errlen)
             }
             got += (size_t)r;
         }
+        unsigned char *b = w[i].dst;
+        for (uint64_t k = 0; widen && k < numel; k++) /* exact: bf16 is the top 16 bits of an f32 */
+            pg_put32(b + 4 * k, (uint32_t)(b[at + 2 * k] | b[at + 2 * k + 1] << 8) << 16);
     }
     rc = 0;
 out:

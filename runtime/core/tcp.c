@@ -25,6 +25,7 @@
  *   message: u32 magic "PGNS", u32 tag, u64 bytes, then the payload. */
 #include "pg_tcp.h"
 #include "pg_le.h"
+#include "pg_limits.h"
 #include "pg_version.h"
 #include "sha256.h"
 
@@ -127,31 +128,6 @@ struct pg_tcp {
 
 /* ---- small helpers ------------------------------------------------------- */
 
-/* SIGCONT after a stop (Ctrl-Z to piperun suspends the whole run): the time
- * a stage spent stopped is not time a peer kept it waiting, so a receive
- * whose deadline passed meanwhile starts its wait afresh. The handler only
- * counts. */
-static volatile sig_atomic_t cont_gen;
-
-static void on_cont(int sig)
-{
-    (void)sig;
-    cont_gen++;
-}
-
-static void catch_cont(void)
-{
-    struct sigaction old;
-    if (sigaction(SIGCONT, NULL, &old) != 0 || old.sa_handler != SIG_DFL || (old.sa_flags & SA_SIGINFO))
-        return; /* the program handles it itself */
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_cont;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGCONT, &sa, NULL);
-}
-
 static double now_s(void)
 {
     struct timespec ts;
@@ -165,6 +141,58 @@ static void seterr(char *buf, size_t len, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, len, fmt, ap);
     va_end(ap);
+}
+
+/* ---- a wait's own clock ------------------------------------------------------
+ * A receive (or a wait for sends) gives up after timeout_s of its own time:
+ * the time it waited while the process ran. A stopped process (SIGSTOP,
+ * Ctrl-Z to piperun, which stops every stage) does not run, and that time is
+ * no peer's delay. So a wait blocks in slices of at most WAIT_SLICE_S and
+ * looks at the clock between them: an interval that took more than WAIT_SLACK_S
+ * longer than it asked for (the process was stopped, or not scheduled) counts
+ * only what it asked for. No signal is involved: it once relied on a SIGCONT
+ * handler that another thread might run after the wait had already seen its
+ * deadline pass, and a receive timed out on a message its peer had sent. */
+#define WAIT_SLICE_S 0.1
+#define WAIT_SLACK_S 0.25
+
+typedef struct wclock {
+    double timeout;            /* what the wait may take of its own time */
+    double used;               /* its own time so far */
+    double last, asked;        /* the previous look at the clock, and what the call since asked for */
+} wclock;
+
+static double now_s(void);
+
+static void wc_start(wclock *w, double timeout)
+{
+    w->timeout = timeout;
+    w->used = 0;
+    w->last = now_s();
+    w->asked = 0;
+}
+
+/* Look at the clock: the interval since the last look counts, but an
+ * overrun past what it asked for (+ the slack) does not. Returns the wait's
+ * own time left (<= 0: it is up). */
+static double wc_left(wclock *w)
+{
+    double now = now_s(), took = now - w->last;
+    w->used += took > w->asked + WAIT_SLACK_S ? w->asked : took;
+    w->last = now;
+    w->asked = 0;
+    return w->timeout - w->used;
+}
+
+/* The next blocking call's slice, in ms (0: the wait is up); its length is
+ * what the next wc_left counts at most. */
+static int wc_slice_ms(wclock *w)
+{
+    double left = wc_left(w);
+    if (left <= 0)
+        return 0;
+    w->asked = left < WAIT_SLICE_S ? left : WAIT_SLICE_S;
+    return (int)(w->asked * 1000.0) + 1;
 }
 
 static int ms_left(double deadline)
@@ -273,6 +301,30 @@ static int read_until(int fd, void *b, size_t n, double deadline, size_t *got)
         g += (size_t)r;
     }
     if (got) *got = g;
+    return rc;
+}
+
+/* read_until on a wait's own clock (wclock): 0 ok; -1 error (errno), -2 EOF,
+ * -3 its time is up. */
+static int read_wc(int fd, void *b, size_t n, wclock *w, size_t *got)
+{
+    unsigned char *p = b;
+    size_t g = *got;
+    int rc = 0;
+    while (g < n) {
+        ssize_t r0 = recv(fd, p + g, n - g, MSG_DONTWAIT); /* what has arrived already, without a poll() first */
+        if (r0 > 0) {
+            g += (size_t)r0;
+            continue;
+        }
+        if (r0 == 0) { rc = -2; break; }
+        if (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) { rc = -1; break; }
+        int ms = wc_slice_ms(w);
+        if (ms == 0) { rc = -3; break; }
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        if (poll(&pf, 1, ms) < 0 && errno != EINTR) { rc = -1; break; }
+    }
+    *got = g;
     return rc;
 }
 
@@ -1522,7 +1574,6 @@ pg_tcp *pg_tcp_init(const pg_launch *l, const pg_net_config *cfg, char *err, siz
     memcpy(n->token, l->token, n->keys.token_len);
     n->keys.token = n->token;
     n->master_port = l->master_port;
-    catch_cont();
     if (n->world > 1 && n->rank == 0) {
         int lfd = -1;
         n->host = calloc((size_t)n->world, sizeof *n->host);
@@ -1551,10 +1602,13 @@ pg_tcp *pg_tcp_init(const pg_launch *l, const pg_net_config *cfg, char *err, siz
         }
         pthread_mutex_init(&p->mu, NULL);
         pthread_cond_init(&p->cv, NULL);
-        if (pthread_create(&p->thr, NULL, sender_main, p) != 0) {
+        int pe = pthread_create(&p->thr, NULL, sender_main, p);
+        if (pe != 0) {
+            char why[400], nb[48];
             pthread_cond_destroy(&p->cv);
             pthread_mutex_destroy(&p->mu);
-            seterr(err, errlen, "cannot start the sender thread for stage %d", i);
+            seterr(err, errlen, "cannot start the thread that sends to %s: %s", pname(n, i, nb, sizeof nb),
+                   pg_thread_start_why(pe, why, sizeof why));
             goto fail;
         }
         p->thr_started = 1;
@@ -1592,16 +1646,20 @@ static pg_net_status dead_status(pg_tcp *n, int i, int e)
     return e == EPIPE || e == ECONNRESET || e == 0 ? PG_NET_CLOSED : PG_NET_ERROR;
 }
 
-/* Wait on p's condition (mu held) for a change, at most min(left, 0.1) s. */
-static void wait_a_while(peer *p, double left)
+/* Wait on p's condition (mu held) for a change, one slice of w; 0, or -1
+ * when w's time is up. */
+static int wait_a_while(peer *p, wclock *w)
 {
+    int ms = wc_slice_ms(w);
+    if (ms == 0)
+        return -1;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    double s = left < 0.1 ? left : 0.1;
-    ts.tv_nsec += (long)(s * 1e9);
+    ts.tv_nsec += (long)ms * 1000000L;
     ts.tv_sec += ts.tv_nsec / 1000000000L;
     ts.tv_nsec %= 1000000000L;
     pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+    return 0;
 }
 
 /* Copy len bytes into p's ring, waiting while it is full (mu held). 0, or
@@ -1742,24 +1800,17 @@ pg_net_status pg_tcp_wait_lent(pg_tcp *n, int to, uint64_t seq, double timeout_s
     char nb[48];
     if (bad_peer(n, to, "wait for the sends to")) return PG_NET_ERROR;
     peer *p = &n->p[to];
-    double deadline = now_s() + timeout_s;
-    sig_atomic_t gen = cont_gen;
+    wclock w;
+    wc_start(&w, timeout_s);
     pthread_mutex_lock(&p->mu);
     while (p->lent_done < seq && !p->dead) {
-        double left = deadline - now_s();
-        if (left <= 0 && gen != cont_gen) { /* stopped and continued meanwhile: wait afresh */
-            gen = cont_gen;
-            deadline = now_s() + timeout_s;
-            continue;
-        }
-        if (left <= 0) {
+        if (wait_a_while(p, &w) != 0) {
             uint64_t behind = seq - p->lent_done;
             pthread_mutex_unlock(&p->mu);
             seterr(n->err, sizeof n->err, "%llu message%s to %s still unsent after %g s (it stopped reading)",
                    (unsigned long long)behind, behind == 1 ? "" : "s", pname(n, to, nb, sizeof nb), timeout_s);
             return PG_NET_TIMEOUT;
         }
-        wait_a_while(p, left);
     }
     int dead = p->lent_done < seq, e = p->dead_errno;
     pthread_mutex_unlock(&p->mu);
@@ -1780,12 +1831,11 @@ pg_net_status pg_tcp_recv_rank(pg_tcp *n, int from, uint32_t tag, void *buf, siz
         seterr(n->err, sizeof n->err, "the link from %s is out of step after an earlier mismatch", pname(n, from, nb, sizeof nb));
         return PG_NET_MISMATCH;
     }
-    double deadline = now_s() + timeout_s;
+    wclock w;
+    wc_start(&w, timeout_s);
     int r = 0;
-    sig_atomic_t gen = cont_gen;
-again:
     if (p->rx_hdr_got < MSG_HDR) {
-        r = read_until(p->fd, p->rx_hdr, MSG_HDR, deadline, &p->rx_hdr_got);
+        r = read_wc(p->fd, p->rx_hdr, MSG_HDR, &w, &p->rx_hdr_got);
         if (r == 0) {
             uint32_t m = pg_get32(p->rx_hdr), t = pg_get32(p->rx_hdr + 4);
             uint64_t b = pg_get64(p->rx_hdr + 8);
@@ -1803,17 +1853,11 @@ again:
             p->rx_got = 0;
         }
     }
-    if (r == 0) r = read_until(p->fd, buf, bytes, deadline, &p->rx_got);
+    if (r == 0) r = read_wc(p->fd, buf, bytes, &w, &p->rx_got);
     if (r == 0) {
         p->rx_hdr_got = 0;
         p->rx_got = 0;
         return PG_NET_OK;
-    }
-    if (r == -3 && gen != cont_gen) { /* stopped and continued meanwhile: wait afresh */
-        gen = cont_gen;
-        deadline = now_s() + timeout_s;
-        r = 0;
-        goto again;
     }
     if (r == -3) {
         seterr(n->err, sizeof n->err, "no message from %s within %g s (expected tag %u, %zu bytes)", pname(n, from, nb, sizeof nb),
@@ -1854,14 +1898,14 @@ pg_net_status pg_tcp_recv(pg_tcp *n, int from, uint32_t tag, void *buf, size_t b
 pg_net_status pg_tcp_flush(pg_tcp *n, double timeout_s)
 {
     char nb[48];
-    double deadline = now_s() + timeout_s;
+    wclock w;
+    wc_start(&w, timeout_s);
     for (int i = 0; i < n->world; i++) {
         peer *p = &n->p[i];
         if (!p->thr_started) continue;
         pthread_mutex_lock(&p->mu);
         while ((p->used > 0 || p->lent_n > 0) && !p->dead) {
-            double left = deadline - now_s();
-            if (left <= 0) {
+            if (wait_a_while(p, &w) != 0) {
                 size_t u = p->used;
                 for (int k = 0; k < p->lent_n; k++)
                     u += p->lent[(p->lent_head + k) % p->lent_cap].bytes;
@@ -1870,7 +1914,6 @@ pg_net_status pg_tcp_flush(pg_tcp *n, double timeout_s)
                        u, pname(n, i, nb, sizeof nb), timeout_s);
                 return PG_NET_TIMEOUT;
             }
-            wait_a_while(p, left);
         }
         int dead = p->dead && (p->used > 0 || p->lent_n > 0), e = p->dead_errno;
         pthread_mutex_unlock(&p->mu);

@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,7 @@ typedef struct spec {
     const char *run_id;       /* NULL: none (stages started by hand without PIPE_RUN_ID) */
     const char *token;        /* the run token (PIPE_RUN_TOKEN); NULL: none */
     int start_delay_ms;       /* sleep before pg_net_init */
+    int block_cont;           /* SIGCONT blocked in every thread (before pg_net_init starts any) */
 } spec;
 
 typedef struct result {
@@ -86,6 +88,12 @@ static void start(result *r, const spec *s, int port)
                            .send_buf_bytes = bufs,
                            .connect_timeout_s = s->connect_timeout_s ? s->connect_timeout_s : 5.0,
                            .run_id = s->run_id};
+        if (s->block_cont) {
+            sigset_t cont;
+            sigemptyset(&cont);
+            sigaddset(&cont, SIGCONT);
+            pthread_sigmask(SIG_BLOCK, &cont, NULL);
+        }
         if (s->start_delay_ms) {
             struct timespec d = {s->start_delay_ms / 1000, (long)(s->start_delay_ms % 1000) * 1000000L};
             nanosleep(&d, NULL);
@@ -318,19 +326,25 @@ static int mismatch_body(pg_net *n, int rank, char *out, size_t outlen, void *ar
     return s == PG_NET_MISMATCH ? 0 : 1;
 }
 
+/* Stage 1 of the two bodies below: after ms of silence, the message stage 0
+ * waits for (tag 3, "abcd"), then stage 0's word that it is done. */
+static int send_late(pg_net *n, long ms)
+{
+    char b[4];
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+    pg_net_send(n, 0, 3, "abcd", 4);
+    pg_net_flush(n, 5.0);
+    pg_net_recv(n, 0, 1, b, 1, 10.0);
+    return 0;
+}
+
 static int timeout_body(pg_net *n, int rank, char *out, size_t outlen, void *arg)
 {
     (void)arg;
     char b[4];
-    if (rank == 1) {
-        /* the first half-second: nothing; then the message the master retries for */
-        struct timespec ts = {0, 500000000L};
-        nanosleep(&ts, NULL);
-        pg_net_send(n, 0, 3, "abcd", 4);
-        pg_net_flush(n, 5.0);
-        pg_net_recv(n, 0, 1, b, 1, 5.0);
-        return 0;
-    }
+    if (rank == 1) /* the first half-second: nothing; then the message the master retries for */
+        return send_late(n, 500);
     double t0 = now_s();
     pg_net_status s = pg_net_recv(n, 1, 3, b, 4, 0.2);
     double dt = now_s() - t0;
@@ -340,6 +354,25 @@ static int timeout_body(pg_net *n, int rank, char *out, size_t outlen, void *arg
     if (s != PG_NET_OK || memcmp(b, "abcd", 4) != 0) code = 1;
     pg_net_send(n, 1, 1, b, 1);
     return code;
+}
+
+/* Stage 0 receives with a 1 s timeout while the test stops it (SIGSTOP) for
+ * 1.5 s; stage 1 sends 0.3 s after it is continued. The time stopped is not
+ * the wait's: the message is received. SIGCONT is blocked in every thread, as
+ * a program may have it: the accounting must not rest on a SIGCONT handler
+ * (which another thread, or none, may run after the wait saw its deadline). */
+static int stopped_body(pg_net *n, int rank, char *out, size_t outlen, void *arg)
+{
+    (void)arg;
+    char b[4];
+    if (rank == 1)
+        return send_late(n, 2000);
+    double t0 = now_s();
+    pg_net_status s = pg_net_recv(n, 1, 3, b, 4, 1.0);
+    snprintf(out, outlen, "%d after %.2f s: %s", (int)s, now_s() - t0, s ? pg_net_error(n) : "ok");
+    pg_net_send(n, 1, 1, b, 1);
+    pg_net_flush(n, 5.0);
+    return s == PG_NET_OK && !memcmp(b, "abcd", 4) ? 0 : 1;
 }
 
 /* Stage 1 sends a message and exits; stage 0 sees it gone although that
@@ -820,6 +853,23 @@ int main(void)
         run_all(r, s, 2);
         OK(exited(&r[0], 0) && strstr(r[0].text, "no message from stage 1 within 0.2 s (expected tag 3, 4 bytes)"),
            "recv times out on time and can be retried: %s", r[0].text);
+    }
+    /* ---- a receive whose process was stopped meanwhile does not count that time ---- */
+    {
+        result r[2];
+        spec s[2];
+        for (int i = 0; i < 2; i++) s[i] = (spec){.rank = i, .world = 2, .hash = 1, .fn = stopped_body, .block_cont = 1};
+        int port = free_port();
+        for (int i = 0; i < 2; i++) start(&r[i], &s[i], port);
+        struct timespec d = {0, 300000000L}, stop = {1, 500000000L};
+        nanosleep(&d, NULL);
+        kill(r[0].pid, SIGSTOP);
+        nanosleep(&stop, NULL);
+        kill(r[0].pid, SIGCONT);
+        for (int i = 0; i < 2; i++) finish(&r[i]);
+        OK(exited(&r[0], 0) && exited(&r[1], 0),
+           "a receive (1 s timeout) stopped for 1.5 s, with SIGCONT blocked, gets the message sent after: %s",
+           r[0].text);
     }
     /* ---- a peer that exits: pg_net_peer_gone sees it, unread messages stay readable ---- */
     {
