@@ -34,37 +34,13 @@ static const char *first_bf16(const pg_st_want *w, int n)
     return "?";
 }
 
-/* Stage 0: the tensors of the --load file that no parameter of the model
- * takes, named in one note (they were loaded nowhere: a file of another
- * model, or of a larger one, would otherwise pass in silence). */
-static void load_extra_note(const pg_run *r)
-{
-    const pg_stage_desc *d = r->d;
-    char **names = NULL, err[512], list[400] = "";
-    int nn = 0, extra = 0;
-    if (pg_st_names(r->opt.load, &names, &nn, err, sizeof err))
-        return;
-    size_t o = 0;
-    for (int i = 0; i < nn; i++) {
-        int known = 0;
-        for (int p = 0; p < d->nmodel_params && !known; p++)
-            known = !strcmp(names[i], d->model_params[p].name);
-        if (known)
-            continue;
-        if (extra++ < 5 && o < sizeof list)
-            o += (size_t)snprintf(list + o, sizeof list - o, "%s'%s'", extra > 1 ? ", " : "", names[i]);
-    }
-    if (extra)
-        printf("stage 0: note: --load %s holds %d tensor%s this model has no parameter for, not loaded: %s%s\n",
-               r->opt.load, extra, extra == 1 ? "" : "s", list, extra > 5 ? ", ..." : "");
-    free(names);
-}
-
 int pg_run_load_params(pg_run *r)
 {
     const pg_stage_desc *d = r->d;
     int n = d->nparams;
     size_t total = 0;
+    if (pg_run_load_check(r))
+        return 1;
     for (int i = 0; i < n; i++)
         total += (size_t)d->params[i].numel * 4;
     unsigned char *buf = malloc(total ? total : 1);
@@ -100,8 +76,6 @@ int pg_run_load_params(pg_run *r)
     if (widened)
         printf("stage %d: note: --load %s: %d of its tensors are BF16 (the first '%s'), converted to F32 exactly\n",
                d->stage, r->opt.load, widened, first_bf16(w, n));
-    if (!rc && d->stage == 0)
-        load_extra_note(r);
     for (int i = 0; i < n && !rc; i++) {
         char what[400];
         snprintf(what, sizeof what, "%s: tensor '%s'", r->opt.load, w[i].name);
