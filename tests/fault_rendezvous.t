@@ -236,6 +236,24 @@ kill -0 "$(cat "$T/R0.log.pid")" 2>/dev/null; ok $? "stage 0 survives a greeting
 like "$(cat "$T/R.py.log")" "a process claims stage 2147483648, which is not a stage of the run at this address" "...refused, saying so"
 run_completes R "...and the run completes"
 
+# --- no token on an address other than loopback: stage 0 says what that means
+ext=$(ip -4 -o addr show scope global 2>/dev/null | awk '{ sub(/\/.*/, "", $4); print $4; exit }')
+if [ -z "$ext" ]; then
+    skip "this host has no IPv4 address but loopback"
+    skip "this host has no IPv4 address but loopback"
+else
+    P=$(free_port)
+    M=$ext:$P
+    start_stage "$G/bin" 0 2 "$M" "$T/N0.log" --steps 3 --connect-timeout 30
+    start_stage "$G/bin" 1 2 "$M" "$T/N1.log" --steps 3 --connect-timeout 30
+    wait_exit "$(cat "$T/N1.log.pid")" 30; n1=$WX
+    wait_exit "$(cat "$T/N0.log.pid")" 30; n0=$WX
+    like "$(cat "$T/N0.log")" "stage 0: note: no run token \\(PIPE_RUN_TOKEN\\): any process that reaches $ext:$P may take part in this run's start-up" \
+        "without a token on $ext (not loopback), stage 0 says anyone reaching it may take part"
+    [ "$n0" = 0 ] && [ "$n1" = 0 ]; ok $? "...and the run works as before ($n0, $n1)"
+fi
+! grep -q 'no run token' "$T/R0.log"; ok $? "...on loopback it says nothing"
+
 # --- the run token: nothing but the response to the challenge is read from a
 # process that does not hold it, and it is told nothing of the run
 P=$(free_port)

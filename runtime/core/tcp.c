@@ -992,6 +992,11 @@ static int master_rendezvous(pg_tcp *n, const pg_launch *l, const pg_net_config 
     int lfd = master_listen(l, err, errlen);
     if (lfd < 0)
         return -1;
+    in_addr_t ip;
+    if (!n->keys.token_len && resolve4(l->master_host, &ip) == 0 && (ntohl(ip) >> 24) != 127)
+        fprintf(stderr, "stage 0: note: no run token (PIPE_RUN_TOKEN): any process that reaches %s:%d may take "
+                "part in this run's start-up (docs/launch.md, \"Security: the run token\")\n", l->master_host,
+                l->master_port);
     master_ctx m;
     memset(&m, 0, sizeof m);
     m.n = n;
