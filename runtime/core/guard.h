@@ -33,7 +33,8 @@ int pg_guard_init(pg_run *r);
 /* The step's verdict, made by the actions of the step's end (step.c), so
  * that all stages decide alike before any optimizer commits anything:
  * findings (VERDICT, once the stage's gradients are final): the sums of
- * squares of the gradients it owns into r->norms (and r->norm_in), what it
+ * squares of the gradients it owns into r->norms (and r->norm_in; without
+ * clipping on the CPU only those of a non-finite gradient), what it
  * found (the loss stage: a non-finite loss; every stage: a non-finite
  * gradient) into its verdict message; give (VERDICT_SEND x): that message,
  * the word and the sums, to stage x->peer; take (VERDICT_RECV x): stage
@@ -47,7 +48,8 @@ int pg_guard_findings(pg_run *r, int64_t step);
 int pg_guard_give(pg_run *r, int a, const pg_step_action *x, int64_t step);
 int pg_guard_take(pg_run *r, int a, const pg_step_action *x, int64_t step);
 int pg_guard_decide(pg_run *r, int a, const pg_step_action *x, int64_t step);
-/* 0 when the n floats at v are finite; -1 with the first other one's index. */
+/* 0 when the n floats at v are finite; -1 with the first other one's index
+ * (blocks of 64 tested at once, then the block that holds one, in order). */
 int pg_guard_finite(const float *v, size_t n, size_t *bad);
 /* The same, -1 with "WHAT, element I is nan" (inf, -inf) in err. */
 int pg_guard_finite_msg(const float *v, size_t n, const char *what, char *err, size_t errlen);
