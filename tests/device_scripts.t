@@ -30,6 +30,7 @@ ok $? "in a checkout without PG_GPU_FAKE=emu: says to run it from the bundle, ex
 
 # the whole check, emulated: the training's section 3 (3 runs of 4 steps), a small bench
 export PG_GPU_FAKE=emu DEVICE_STEPS=4 DEVICE_BENCH_STEPS=3 DEVICE_BENCH_WARMUP=1
+export DEVICE_REF=$T/ref # the CPU references: made by the first check, used by all three
 t0=$(date +%s)
 DEVICE_SECTIONS=3 DEVICE_BUDGET_S=900 DEVICE_OPS_S=300 DEVICE_TRAIN_S=300 DEVICE_BENCH_S=200 "$DC" "$T/dc" \
     >"$T/dc.out" 2>&1

@@ -29,7 +29,8 @@
 # phases' limits), DEVICE_STEPS, DEVICE_SECTIONS (the training sections,
 # default all), DEVICE_BENCH_STEPS, DEVICE_BENCH_WARMUP, DEVICE_COMPILE_S,
 # DEVICE_KEEP_LOGS=1, PG_GPU_FAKE=emu (in a checkout: everything against the
-# emulated CUDA runtime, tests/device_scripts.t), and run.sh's (CC, CUDA_HOME,
+# emulated CUDA runtime, tests/device_scripts.t; DEVICE_REF there: a folder
+# of CPU references of DEVICE_STEPS steps to use, made once when empty), and run.sh's (CC, CUDA_HOME,
 # PYTHON, PG_REBUILD_CUDA, ...).
 [ $# = 1 ] && [ -n "$1" ] || { echo "usage: $0 OUT" >&2; exit 2; }
 OUT=$1
