@@ -69,7 +69,8 @@ st=$?
 ok $st "tests/gpu/run_gpu_tests.sh parses (sh -n)"
 [ $st = 0 ] || sed 's/^/# /' "$T/sh.log"
 if ! nvidia-smi -L >/dev/null 2>&1 && [ -x build-cuda/mlp/stage0 ]; then
-    out=$(PIPE_RANK=0 PIPE_WORLD=3 PIPE_MASTER=127.0.0.1:1 timeout 20 build-cuda/mlp/stage0 --steps 1 2>&1)
+    # --connect-timeout 1: stage 0 tells the stages that never come why the start-up failed for that long
+    out=$(PIPE_RANK=0 PIPE_WORLD=3 PIPE_MASTER=127.0.0.1:1 timeout 20 build-cuda/mlp/stage0 --steps 1 --connect-timeout 1 2>&1)
     st=$?
     [ $st = 1 ]; ok $? "no GPU: a CUDA stage exits 1 (status $st)"
     like "$out" 'no GPU found' "no GPU: it says so"
