@@ -208,6 +208,7 @@ int chk_use_nparam(chk *c, int np, int layer); /* param index of a named param *
 
 /* ---- the rest ------------------------------------------------------------ */
 void chk_train(chk *c, const ast_stmt *st);         /* train.c */
+void chk_weight_decay(chk *c);                      /* train.c: each parameter's rate, by its group or the rule */
 void chk_skips_static(chk *c);                      /* expand.c: pairing, split placement */
 void chk_expand(chk *c, chain *ch);                 /* expand.c: the model's items into layers */
 void chk_stages(chk *c);                            /* stages.c */

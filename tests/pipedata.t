@@ -10,16 +10,12 @@
 # classifier trains (tests/models/oracle_cls.pipe).
 . "$(dirname "$0")/lib.sh"
 . "$TOP/tests/lib_e2e.sh"
-PY=${PYTHON:-/usr/bin/python3}
 PIPEDATA=$TOP/build-san/pipedata
 [ -x "$PIPEDATA" ] || PIPEDATA=$TOP/build/pipedata
 T=$(mktemp -d /tmp/pg-pipedata.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 
-if ! $PY -c 'import numpy' 2>/dev/null; then
-    echo "1..0 # SKIP $PY cannot import numpy (Debian: apt-get install python3-numpy)"
-    exit 0
-fi
+need_python numpy
 
 $PY - "$T" <<'EOF'
 import sys, numpy as np

@@ -142,6 +142,10 @@ int pg_run_preflight(pg_run *r)
         bad |= o->trace && check_file(d, "--trace", o->trace, 0);
         bad |= o->profile && check_file(d, "--profile", o->profile, 0);
     }
+    if (d->has_loss && r->replica == 0) { /* the stage that logs and predicts writes these */
+        bad |= o->metrics && check_file(d, "--metrics", o->metrics, 0);
+        bad |= o->out && check_file(d, "--out", o->out, 0);
+    }
     if (o->ckpt_dir) {
         bad |= check_ckpt_dir(d, o->ckpt_dir) != 0;
         if (!bad && pg_ckpt_check_owner(r, err, sizeof err)) {

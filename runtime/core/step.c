@@ -25,30 +25,35 @@ static void net_fail(pg_run *r, int a, const pg_step_action *x, pg_net_status st
                 recv ? "from" : "to", x->peer, pg_net_error(r->net));
 }
 
-/* This replica's rows [row0, row0 + rows) of the batch of `step` from a data
- * file, cycling, each at its place in the batch. */
-typedef struct rows_job {
-    const pg_datafile *f;
-    int64_t step, batch, row0, rows;
-    void *dst;
-} rows_job;
+/* Synthetic data cycles through this many batches (pg_run_synth_init). */
+#define SYNTH_BATCHES 8
 
-static void copy_rows(void *arg)
+/* The samples of this replica's rows [row0, row0 + rows) of the batch of
+ * `step` into r->sample_idx: row i is position step x batch + i of passes over
+ * n samples, in file order or (train.shuffle) a fresh order every epoch. */
+static void step_samples(pg_run *r, int64_t step, uint64_t n)
 {
-    const rows_job *j = arg;
-    size_t rb = (size_t)j->f->sample_elems * 4;
-    for (int64_t i = j->row0; i < j->row0 + j->rows; i++) {
-        uint64_t s = ((uint64_t)j->step * (uint64_t)j->batch + (uint64_t)i) % j->f->samples;
-        memcpy((char *)j->dst + (size_t)i * rb, (const char *)j->f->data + s * rb, rb);
-    }
+    const pg_train_desc *t = &r->d->train;
+    for (int64_t i = 0; i < r->rows; i++)
+        r->sample_idx[i] = pg_dataset_sample(t->seed, t->shuffle, n,
+                                             (uint64_t)step * (uint64_t)t->batch + (uint64_t)(r->row0 + i));
 }
 
-/* 0, or 1 after printing that the file changed under the run (SIGBUS). */
-static int rows_from_file(const pg_run *r, const pg_datafile *f, int64_t step, void *dst)
+/* This replica's rows of a data set (or the synthetic batches, 0: none) into
+ * their places in host[batch, per_sample]. 0, or 1 after printing that a file
+ * changed under the run (SIGBUS). */
+static int rows_into_host(pg_run *r, int64_t step, const pg_dataset *ds, const void *synth, int64_t per_sample)
 {
-    rows_job j = {f, step, r->d->train.batch, r->row0, r->rows, dst};
+    size_t rb = (size_t)per_sample * 4;
+    unsigned char *dst = (unsigned char *)r->host + (size_t)r->row0 * rb;
+    step_samples(r, step, ds ? ds->samples : (uint64_t)(SYNTH_BATCHES * r->d->train.batch));
+    if (!ds) {
+        for (int64_t i = 0; i < r->rows; i++)
+            memcpy(dst + (size_t)i * rb, (const unsigned char *)synth + r->sample_idx[i] * rb, rb);
+        return 0;
+    }
     char err[512];
-    if (pg_data_guarded(f, copy_rows, &j, err, sizeof err) == 0)
+    if (pg_dataset_gather(ds, r->sample_idx, r->rows, dst, err, sizeof err) == 0)
         return 0;
     fprintf(stderr, "stage %d: step %lld: %s\n", r->d->stage, (long long)step + 1, err);
     return 1;
@@ -61,7 +66,6 @@ static int rows_from_file(const pg_run *r, const pg_datafile *f, int64_t step, v
  * stream and sample index), so a model can learn it:
  *     t[j] = max(0, (x[j mod n] + x[(7j+3) mod n]) / 2),  n = input elements;
  * any other target is seeded random (stream 1; i32: ids in [0, classes)). */
-#define SYNTH_BATCHES 8
 
 int pg_run_synth_init(pg_run *r)
 {
@@ -102,28 +106,19 @@ int pg_run_synth_init(pg_run *r)
 static int load_batch(pg_run *r, int64_t step)
 {
     const pg_stage_desc *d = r->d;
-    int64_t B = d->train.batch, first = (step % SYNTH_BATCHES) * B + r->row0;
     if (r->tokens) /* --data is a token stream: windows at seeded offsets (tokens.c) */
         return pg_run_tokens_load(r, step);
     /* this replica's rows only, at their places in the batch buffers */
     if (d->has_input) {
         size_t at = (size_t)(r->row0 * d->input_per_sample * 4), bytes = (size_t)(r->rows * d->input_per_sample * 4);
-        const void *src = (const char *)r->host + at;
-        if (r->have_in && rows_from_file(r, &r->in, step, r->host))
-            return 1;
-        if (!r->have_in)
-            src = (const char *)r->synth_in + (size_t)(first * d->input_per_sample * 4);
-        if (pg_copy_to_dev(r->ctx, r->A + d->input_off + at, src, bytes))
+        if (rows_into_host(r, step, r->have_in ? &r->in : NULL, r->synth_in, d->input_per_sample) ||
+            pg_copy_to_dev(r->ctx, r->A + d->input_off + at, (const char *)r->host + at, bytes))
             return 1;
     }
     if (d->has_loss) {
         size_t at = (size_t)(r->row0 * d->target_per_sample * 4), bytes = (size_t)(r->rows * d->target_per_sample * 4);
-        const void *src = (const char *)r->host + at;
-        if (r->have_tg && rows_from_file(r, &r->tg, step, r->host))
-            return 1;
-        if (!r->have_tg)
-            src = (const char *)r->synth_tg + (size_t)(first * d->target_per_sample * 4);
-        if (pg_copy_to_dev(r->ctx, r->A + d->target_off + at, src, bytes))
+        if (rows_into_host(r, step, r->have_tg ? &r->tg : NULL, r->synth_tg, d->target_per_sample) ||
+            pg_copy_to_dev(r->ctx, r->A + d->target_off + at, (const char *)r->host + at, bytes))
             return 1;
     }
     return 0;
@@ -147,19 +142,39 @@ const pg_chunk_desc *pg_run_chunk_fns(const pg_stage_desc *d, int chunk)
     return NULL;
 }
 
-/* Learning rate of a step: constant, or linear warm-up then cosine to lr_min
- * over train.steps (the horizon is the .pipe's steps, whatever --steps says). */
-static double lr_at(const pg_train_desc *t, int64_t step)
+double pg_lr_at(const pg_train_desc *t, int64_t step)
 {
-    if (t->lr_schedule != PG_LR_COSINE)
-        return t->lr;
-    if (step < t->warmup)
+    if (step < t->warmup) /* every schedule: a linear warm-up, lr (t + 1) / W */
         return t->lr * (double)(step + 1) / (double)t->warmup;
-    int64_t span = t->steps - t->warmup;
+    if (t->lr_schedule == PG_LR_INVSQRT) /* lr sqrt(W / (t + 1)), W at least 1 */
+        return t->lr * sqrt((double)(t->warmup > 0 ? t->warmup : 1) / (double)(step + 1));
+    if (t->lr_schedule != PG_LR_COSINE && t->lr_schedule != PG_LR_LINEAR)
+        return t->lr;
+    int64_t span = t->steps - t->warmup; /* down to lr_min at the .pipe's steps, whatever --steps says */
     double p = span > 0 ? (double)(step - t->warmup) / (double)span : 1.0;
     if (p > 1.0)
         p = 1.0;
+    if (t->lr_schedule == PG_LR_LINEAR)
+        return t->lr_min + (t->lr - t->lr_min) * (1.0 - p);
     return t->lr_min + 0.5 * (t->lr - t->lr_min) * (1.0 + cos(3.14159265358979323846 * p));
+}
+
+/* Stage k's sums of squares (just received into r->norms) of the parameters it owns into r->norm_in. */
+static void take_owned(pg_run *r, int k)
+{
+    for (int p = 0; p < r->d->nmodel_params; p++)
+        if (r->d->model_params[p].owner == k)
+            r->norm_in[p] = r->norms[p];
+}
+
+/* The global norm from r->norm_in, summed in parameter order: the same bits for any partition. */
+static double global_norm(const pg_run *r)
+{
+    double total = 0.0;
+    for (int p = 0; p < r->d->nmodel_params; p++)
+        if (!r->d->model_params[p].is_buffer)
+            total += r->norm_in[p];
+    return sqrt(total);
 }
 
 /* Global grad norm: every stage sends its owned parameters' sums of squares to
@@ -191,15 +206,10 @@ static int grad_norm_clip(pg_run *r, int a, const pg_step_action *x)
             net_fail(r, a, x, st);
             return 1;
         }
-        for (int p = 0; p < np; p++)
-            if (d->model_params[p].owner == k)
-                r->norm_in[p] = r->norms[p];
+        take_owned(r, k);
     }
-    double total = 0.0;
-    for (int p = 0; p < np; p++)
-        if (!d->model_params[p].is_buffer)
-            total += r->norm_in[p];
-    double norm = sqrt(total), coef = d->train.grad_clip / (norm + 1e-6);
+    double norm = global_norm(r), coef = d->train.grad_clip / (norm + 1e-6);
+    r->grad_norm = norm; /* the log line's, before clipping */
     if (coef < 1.0)
         for (int i = 0; i < d->nparams; i++) {
             const pg_param_desc *p = &d->params[i];
@@ -209,11 +219,45 @@ static int grad_norm_clip(pg_run *r, int a, const pg_step_action *x)
     return 0;
 }
 
+/* The log line's gradient norm (before clipping) on the loss stage when the
+ * step's GRAD_NORM did not make it (no grad_clip, or a skipped step): every
+ * other stage sends the sums of squares of the gradients it owns (r->norms,
+ * from the verdict) and the loss stage adds them in parameter order, as
+ * GRAD_NORM does: the same bits, for any partition. */
+static int log_norm(pg_run *r, int64_t step)
+{
+    const pg_stage_desc *d = r->d;
+    int np = d->nmodel_params;
+    uint32_t tag = PG_TAG(PG_TAG_NORM, 1, 0);
+    pg_net_status st;
+    if (d->stage != r->loss_stage) {
+        if ((st = pg_net_send(r->net, r->loss_stage, tag, r->norms, (size_t)np * sizeof(double)))) {
+            fprintf(stderr, "stage %d: sending the gradient norm's sums of step %lld to stage %d failed: %s\n", d->stage,
+                    (long long)step + 1, r->loss_stage, pg_net_error(r->net));
+            return 1;
+        }
+        return 0;
+    }
+    memcpy(r->norm_in, r->norms, (size_t)np * sizeof(double));
+    for (int k = 0; k < d->nstages; k++) {
+        if (k == d->stage)
+            continue;
+        if ((st = pg_net_recv(r->net, k, tag, r->norms, (size_t)np * sizeof(double), r->opt.timeout_s))) {
+            fprintf(stderr, "stage %d: receiving the gradient norm's sums of step %lld from stage %d failed: %s\n",
+                    d->stage, (long long)step + 1, k, pg_net_error(r->net));
+            return 1;
+        }
+        take_owned(r, k);
+    }
+    r->grad_norm = global_norm(r);
+    return 0;
+}
+
 static int opt_step(pg_run *r, int64_t step)
 {
     const pg_stage_desc *d = r->d;
     const pg_train_desc *t = &d->train;
-    float lr = (float)lr_at(t, step);
+    float lr = (float)pg_lr_at(t, step);
     for (int i = 0; i < d->nparams; i++) {
         const pg_param_desc *p = &d->params[i];
         if (!pg_param_stepped(d, p)) /* a buffer, or a transmitted tie on a user: only the owner steps */
@@ -226,9 +270,9 @@ static int opt_step(pg_run *r, int64_t step)
             continue;
         float *w = (float *)(r->A + p->off) + lo;
         const float *g = (const float *)(r->A + p->grad_off) + lo;
-        float wd = p->decay ? (float)t->weight_decay : 0.0f;
+        float wd = (float)p->weight_decay; /* by the rule or its group (adam: 0) */
         int rc;
-        if (t->optimizer == PG_OPTIM_ADAMW)
+        if (pg_optim_adam(t->optimizer))
             rc = pg_adamw_step(r->ctx, hi - lo, w, g, s0, s1, lr, (float)t->beta1, (float)t->beta2, (float)t->adam_eps,
                                wd, step + 1);
         else
@@ -359,7 +403,7 @@ static int tie_reduce(pg_run *r, int a, const pg_step_action *x)
 }
 
 /* transmit: the value out at the start, the users' accumulators back at the end */
-static int tie_transmit(pg_run *r, int a, const pg_step_action *x)
+int pg_run_tie_transmit(pg_run *r, int a, const pg_step_action *x)
 {
     const pg_stage_desc *d = r->d;
     const pg_param_desc *p = tie_param(r, a, x);
@@ -467,8 +511,8 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
     const pg_stage_desc *d = r->d;
     double step_t0 = r->tracing ? pg_run_now() : 0.0; /* --trace / --profile (trace.c) */
     /* step hooks (pg_ops.h): the backend may replay runs of compute as CUDA graphs */
-    int adamw = d->train.optimizer == PG_OPTIM_ADAMW, rep;
-    pg_step_info si = {step, (float)lr_at(&d->train, step), adamw ? (float)d->train.beta1 : 0.0f,
+    int adamw = pg_optim_adam(d->train.optimizer), rep;
+    pg_step_info si = {step, (float)pg_lr_at(&d->train, step), adamw ? (float)d->train.beta1 : 0.0f,
                        adamw ? (float)d->train.beta2 : 0.0f, !r->opt.no_graph};
     if (pg_backend_step_begin(r->ctx, &si) || (rep = pg_backend_compute(r->ctx, -1, NULL)) < 0)
         return 1;
@@ -479,7 +523,7 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
     if (pg_backend_compute_end(r->ctx) || load_batch(r, step))
         return 1;
     double compute = 0.0;
-    int verdict_known = 0;
+    int verdict_known = 0, have_norm = 0;
     r->step_verdict = PG_VERDICT_OK;
     const char *ct = getenv("PIPE_CHECK_TIES");
     int check_ties = ct && *ct && strcmp(ct, "0") != 0;
@@ -523,7 +567,7 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
             st = pg_net_recv(r->net, x->peer, x->tag, r->A + x->off, msg_bytes(r, x), r->opt.timeout_s);
             break;
         case PG_TIE_REDUCE: case PG_TIE_SEND: case PG_TIE_RECV: case PG_TIE_GRAD_SEND: case PG_TIE_GRAD_RECV:
-            if (x->kind == PG_TIE_REDUCE ? tie_reduce(r, a, x) : tie_transmit(r, a, x))
+            if (x->kind == PG_TIE_REDUCE ? tie_reduce(r, a, x) : pg_run_tie_transmit(r, a, x))
                 return 1;
             break;
         case PG_GRAD_NORM: {
@@ -534,6 +578,7 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
             double t0 = pg_run_now();
             if (d->train.grad_clip > 0 && grad_norm_clip(r, a, x))
                 return 1;
+            have_norm = d->train.grad_clip > 0;
             compute += pg_run_now() - t0;
             break;
         }
@@ -568,7 +613,7 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
     if (pg_backend_compute_end(r->ctx) || exchange_verdict(r, step, &verdict_known) ||
         r->step_verdict == PG_VERDICT_STOP)
         return 1;
-    if (pg_sync(r->ctx) || pg_backend_step_end(r->ctx))
+    if (pg_sync(r->ctx) || pg_backend_step_end(r->ctx) || (!have_norm && log_norm(r, step)))
         return 1;
     *loss_out = r->loss_global; /* this replica's micro-batches in order, then the replicas in order (dp.c) */
     if (step > 0)
