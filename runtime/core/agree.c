@@ -18,6 +18,7 @@ static const struct {
     size_t off;
 } agreed[] = {
     {"--steps", AG_INT, offsetof(pg_run_opts, steps)},
+    {"--log-every", AG_INT, offsetof(pg_run_opts, log_every)}, /* the steps whose gradient norm goes to the loss stage */
     {"--data", AG_PATHS, offsetof(pg_run_opts, data)},
     {"--targets", AG_PATHS, offsetof(pg_run_opts, targets)},
     {"--eval-data", AG_PATHS, offsetof(pg_run_opts, eval_data)},

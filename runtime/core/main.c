@@ -625,7 +625,7 @@ static int run(pg_run *r)
             r->wall_s += dt;
         else
             r->first_wall_s = dt;
-        if (last && (s == 0 || (s + 1) % r->opt.log_every == 0 || s + 1 == r->opt.steps) && log_step(r, s, loss, dt))
+        if (last && pg_run_logged(r, s) && log_step(r, s, loss, dt))
             return 1;
         if (last && s + 1 == r->opt.steps)
             printf("final loss %.17g\n", loss);

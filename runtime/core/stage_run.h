@@ -126,6 +126,13 @@ static inline double pg_run_now(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+/* Is step s (0-based) one the log shows? Step 1, every --log-every-th, the
+ * last; every stage knows (--log-every is agreed), so the log line's norm is
+ * exchanged on those steps only. */
+static inline int pg_run_logged(const pg_run *r, int64_t s)
+{
+    return s == 0 || (s + 1) % r->opt.log_every == 0 || s + 1 == r->opt.steps;
+}
 /* The learning rate of a step (0-based): a linear warm-up over train.warmup
  * steps, then constant, cosine or linear down to lr_min at train.steps (the
  * .pipe's, whatever --steps says), or inverse_sqrt: lr sqrt(warmup / (t + 1)). */

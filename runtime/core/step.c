@@ -219,8 +219,9 @@ static int grad_norm_clip(pg_run *r, int a, const pg_step_action *x)
     return 0;
 }
 
-/* The log line's gradient norm (before clipping) on the loss stage when the
- * step's GRAD_NORM did not make it (no grad_clip, or a skipped step): every
+/* The log line's gradient norm (before clipping) on the loss stage, on a
+ * step the log shows, when the step's GRAD_NORM did not make it (no
+ * grad_clip, or a skipped step): every
  * other stage sends the sums of squares of the gradients it owns (r->norms,
  * from the verdict) and the loss stage adds them in parameter order, as
  * GRAD_NORM does: the same bits, for any partition. */
@@ -613,7 +614,7 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
     if (pg_backend_compute_end(r->ctx) || exchange_verdict(r, step, &verdict_known) ||
         r->step_verdict == PG_VERDICT_STOP)
         return 1;
-    if (pg_sync(r->ctx) || pg_backend_step_end(r->ctx) || (!have_norm && log_norm(r, step)))
+    if (pg_sync(r->ctx) || pg_backend_step_end(r->ctx) || (!have_norm && pg_run_logged(r, step) && log_norm(r, step)))
         return 1;
     *loss_out = r->loss_global; /* this replica's micro-batches in order, then the replicas in order (dp.c) */
     if (step > 0)
