@@ -143,9 +143,18 @@ for v in lm2 lm2t; do
     [ "$(lmeval "$T/$v.out")" = "$line" ] || fails="$fails $v"
 done
 is "$fails" "" "the same eval line on 2 stages, with tie replicate and with tie transmit"
-lm_run "$T/lm2t" "$T/lm2t-noeval.out" --steps 4 --data "$T/text.pgd"
+lm_run "$T/lm2t" "$T/lm2t-noeval.out" --steps 4 --data "$T/text.pgd" --save "$T/lm.st"
 is "$(grep 'final loss' "$T/lm2t-noeval.out")" "$(grep 'final loss' "$T/lm2t.out")" \
     "with tie transmit, a run with evaluation trains bitwise as one without"
+$PY -c 'import numpy as np, sys; np.save(sys.argv[1], np.frombuffer(open(sys.argv[2], "rb").read()[:80], np.uint8).reshape(5, 16))' \
+    "$T/rows.npy" "$T/val.txt"
+"$PIPEDATA" npy "$T/rows.npy" -o "$T/rows.pgd" >/dev/null 2>&1 &&
+    lm_run "$T/lm1" "$T/lmp1.out" --steps 0 --load "$T/lm.st" --predict "$T/rows.pgd" --out "$T/lmp1.pgd" &&
+    lm_run "$T/lm2t" "$T/lmp2.out" --steps 0 --load "$T/lm.st" --predict "$T/rows.pgd" --out "$T/lmp2.pgd"
+like "$(cat "$T/lmp1.out")" "predict: the outputs of 5 rows of $T/rows.pgd -> $T/lmp1.pgd \\(f32\\[5, 16, 128\\]\\)" \
+    "a language model predicts its logits for every row (5 windows of 16 tokens, 128 classes each)"
+cmp -s "$T/lmp1.pgd" "$T/lmp2.pgd"
+ok $? "...the same bytes on 1 stage and on 2 with the embedding transmitted"
 
 # what cannot work, said before anything runs
 refuse() { # NAME EXIT REGEX OPTION...
