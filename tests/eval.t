@@ -114,6 +114,18 @@ cmp -s "$T/pdp.pgd" "$T/p3.pgd"
 ok $? "--dp 2 predicts the same bytes"
 is "$(grep -c 'eval step' "$T/dp.out")" 1 "one eval line, from replica 0"
 
+# cross_entropy(ignore = 3): class-3 rows count nowhere, in the loss and in the accuracy
+variant ig3 3 1f1b except_last -e 's/loss = cross_entropy /loss = cross_entropy(ignore = 3) /' &&
+    variant ig1 1 1f1b except_last -e 's/loss = cross_entropy /loss = cross_entropy(ignore = 3) /' &&
+    run ig3 "$T/ig3.out" --steps 6 $DATA $EVAL --save "$T/ig3.st" && run ig1 "$T/ig1.out" --steps 6 $DATA $EVAL
+is "$(evals "$T/ig1.out")" "$(evals "$T/ig3.out")" "cross_entropy(ignore = 3): the eval lines are the same on 1 and 3 stages"
+set -- $($PY "$TOP/tests/eval_oracle.py" eval "$T/ig3.st" "$T/val_x.pgd" "$T/val_y.pgd" 3)
+line=$(grep 'eval step 6/6' "$T/ig3.out")
+p_loss=$(echo "$line" | sed 's/.*  loss \([0-9.]*\).*/\1/')
+awk -v a="$p_loss" -v b="$1" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b > 0 && d / b < 1e-5) }' &&
+    echo "$line" | grep -q "accuracy [0-9.]* ($2 of $3)"
+ok $? "...the loss and accuracy over the rows whose class is not 3 ($3 of 14; loss $p_loss vs float64 $1)"
+
 run s3 "$T/metrics.out" --steps 3 $DATA $EVAL --metrics "$T/m.jsonl"
 $PY - "$T/m.jsonl" <<'EOF'
 import json, sys

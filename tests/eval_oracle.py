@@ -5,7 +5,8 @@ forward of tests/models/eval_cls.pipe in inference (batch norm by its running
 statistics, no dropout), the mean cross entropy and the rows whose arg max is
 the class, and the outputs a --predict file must hold.
 
-    eval_oracle.py eval W.safetensors X.pgd Y.pgd   -> "LOSS CORRECT ROWS"
+    eval_oracle.py eval W.safetensors X.pgd Y.pgd [IGNORE]   -> "LOSS CORRECT ROWS"
+        (with IGNORE, rows of that class count nowhere: cross_entropy(ignore = id))
     eval_oracle.py predict W.safetensors X.pgd OUT.pgd
         -> exit 0 when OUT holds the model's f32 outputs of every row of X, in
            order, within 1e-5 of the largest magnitude (prints the error)
@@ -42,6 +43,9 @@ def main(argv):
     z = forward(w, read_pgd(xp))
     if cmd == "eval":
         y = read_pgd(argv[4]).astype(np.int64)
+        if len(argv) > 5:
+            keep = y != int(argv[5])
+            z, y = z[keep], y[keep]
         m = z.max(1, keepdims=True)
         lse = m[:, 0] + np.log(np.exp(z - m).sum(1))
         loss = float(np.mean(lse - z[np.arange(len(y)), y]))

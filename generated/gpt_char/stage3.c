@@ -357,7 +357,7 @@ static const pg_layer_info stage_layers[] = {
 };
 
 const pg_stage_desc pg_stage = {
-    .contract = PG_CONTRACT_TAG(5),
+    .contract = PG_CONTRACT_TAG(6),
     .pipegen_version = "0.1.0",
     .model = "gpt_char",
     .source = "gpt_char.pipe",

@@ -17,7 +17,7 @@ void pg_dataset_close(pg_dataset *ds)
 }
 
 int pg_dataset_open(pg_dataset *ds, const char *opt, const pg_paths *paths, int dtype, int rank, const int64_t *dims,
-                    int64_t vocab, const char *what, const char *limit, char *err, size_t errlen)
+                    int64_t vocab, int64_t allowed, const char *what, const char *limit, char *err, size_t errlen)
 {
     memset(ds, 0, sizeof *ds);
     if (paths->n < 1 || paths->n > PG_MAX_SHARDS) {
@@ -28,7 +28,7 @@ int pg_dataset_open(pg_dataset *ds, const char *opt, const pg_paths *paths, int 
     for (int i = 0; i < paths->n; i++) {
         char why[900];
         if (pg_data_open(&ds->f[i], paths->p[i], dtype, rank, dims, why, sizeof why) ||
-            pg_data_ids(&ds->f[i], vocab, paths->p[i], what, limit, why, sizeof why)) {
+            pg_data_ids(&ds->f[i], vocab, allowed, paths->p[i], what, limit, why, sizeof why)) {
             if (paths->n > 1)
                 snprintf(err, errlen, "%s (file %d of the %d given as %s)", why, i + 1, paths->n, opt);
             else

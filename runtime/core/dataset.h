@@ -30,11 +30,12 @@ typedef struct pg_dataset {
 
 /* Open every shard of paths as pg_data_open does (dtype, per-sample shape,
  * exact size, finite values) and, for i32 data with vocab > 0, every id in
- * [0, vocab) (`what` names them: "token id", "target id"; `limit` the bound:
- * "vocabulary size"). opt names the option in messages. 0, or -1 with the
- * reason in err (naming the shard); nothing stays open then. */
+ * [0, vocab) or `allowed` (pg_data_ids; `what` names them: "token id", "target
+ * id"; `limit` the bound: "vocabulary size"). opt names the option in
+ * messages. 0, or -1 with the reason in err (naming the shard); nothing stays
+ * open then. */
 int pg_dataset_open(pg_dataset *ds, const char *opt, const pg_paths *paths, int dtype, int rank, const int64_t *dims,
-                    int64_t vocab, const char *what, const char *limit, char *err, size_t errlen);
+                    int64_t vocab, int64_t allowed, const char *what, const char *limit, char *err, size_t errlen);
 void pg_dataset_close(pg_dataset *ds);
 
 /* Copy samples idx[0..n) (each below ds->samples) into rows 0..n-1 of dst.

@@ -22,7 +22,10 @@
  *
  * The loss of a pass is the sum of its micro-batches' losses in order, batch
  * by batch, times batch / rows: the mean over the rows of what a step's loss
- * line shows for a batch. Like the training loss, its bits do not depend on
+ * line shows for a batch. cross_entropy(ignore = id) divides by the counted
+ * positions the runtime writes before each step (ignore.c): a pass writes 1
+ * there, sums, and divides by the target positions of its rows that are not
+ * the ignored id (the next step writes its own count again). Like the training loss, its bits do not depend on
  * the stage count, the schedule or the threads. With replicas, replica 0
  * runs every pass over whole batches (the same bits as one replica) while the
  * other replicas wait for it. */
@@ -58,6 +61,7 @@ struct pg_eval {
 typedef struct ev_result {
     double loss_sum;                /* the real micro-batches' losses, in order */
     uint64_t rows, correct;         /* rows passed; classifier rows whose arg max is the target */
+    uint64_t counted;               /* target positions that count (not cross_entropy's ignored id) */
 } ev_result;
 
 static int logs(const pg_run *r) { return r->d->has_loss && r->replica == 0; }
@@ -95,8 +99,8 @@ static int open_set(pg_run *r, ev_set *s, const pg_paths *in, const pg_paths *tg
         return 0;
     }
     if (d->has_input) {
-        if (pg_dataset_open(&s->in, s->opt, in, d->input_dtype, d->input_rank, d->input_dim, d->input_vocab, "token id",
-                            "vocabulary size", err, sizeof err)) {
+        if (pg_dataset_open(&s->in, s->opt, in, d->input_dtype, d->input_rank, d->input_dim, d->input_vocab,
+                            PG_DATA_NO_ID, "token id", "vocabulary size", err, sizeof err)) {
             fprintf(stderr, "stage %d: %s\n", d->stage, err);
             return 1;
         }
@@ -104,7 +108,8 @@ static int open_set(pg_run *r, ev_set *s, const pg_paths *in, const pg_paths *tg
     }
     if (d->has_loss && tg &&
         pg_dataset_open(&s->tg, "--eval-targets", tg, d->target_dtype, d->target_rank, d->target_dim,
-                        d->target_vocab, "target id", "number of classes", err, sizeof err)) {
+                        d->target_vocab, d->has_ignore ? d->ignore_id : PG_DATA_NO_ID, "target id", "number of classes",
+                        err, sizeof err)) {
         fprintf(stderr, "stage %d: %s\n", d->stage, err);
         return 1;
     }
@@ -299,11 +304,14 @@ static int load_rows(pg_run *r, const pg_dataset *ds, int tokens, int shift, uin
     return pg_copy_to_dev(r->ctx, r->A + off, host, (size_t)(used * per_sample) * 4);
 }
 
-/* The arg max of each row of a classifier's logits against its target. */
-static uint64_t count_correct(const float *logits, const int32_t *target, int64_t rows, int64_t C)
+/* The arg max of each row of a classifier's logits against its target (a
+ * row whose target is the ignored id counts nowhere). */
+static uint64_t count_correct(const float *logits, const int32_t *target, int64_t rows, int64_t C, int64_t ignore)
 {
     uint64_t n = 0;
     for (int64_t i = 0; i < rows; i++) {
+        if (target[i] == ignore)
+            continue;
         const float *l = logits + i * C;
         int64_t best = 0;
         for (int64_t j = 1; j < C; j++)
@@ -371,8 +379,12 @@ static int run_batch(pg_run *r, const char *what, int64_t step, ev_result *res)
                 return 1;
             res->loss_sum += io.loss;
             res->rows += (uint64_t)rows;
+            const int32_t *tg = (const int32_t *)e->tg_host + e->mb_first[x->mb] * d->target_per_sample;
+            int64_t np = rows * d->target_per_sample, ign = d->has_ignore ? d->ignore_id : PG_DATA_NO_ID;
+            for (int64_t k = 0; k < np; k++)
+                res->counted += d->target_dtype != PG_DATA_I32 || tg[k] != ign;
             if (classifier(d))
-                res->correct += count_correct(o, (const int32_t *)e->tg_host + e->mb_first[x->mb], rows, ops);
+                res->correct += count_correct(o, tg, rows, ops, ign);
             continue;
         }
         /* a message of micro-batch mb holds its rows: the table's bytes are for the .pipe's split */
@@ -401,6 +413,9 @@ static int run_pass(pg_run *r, ev_set *s, uint64_t rows, const char *what, int64
     struct pg_eval *e = r->ev;
     int64_t B = d->train.batch;
     memset(res, 0, sizeof *res);
+    double one = 1.0; /* cross_entropy(ignore): the raw sum, divided here by the counted positions */
+    if (d->has_loss && d->has_ignore && pg_copy_to_dev(r->ctx, r->A + d->count_off, &one, sizeof one))
+        return 1;
     for (uint64_t first = 0; first < rows; first += (uint64_t)B) {
         int64_t R = rows - first < (uint64_t)B ? (int64_t)(rows - first) : B;
         int64_t used = split_batch(d, e, R);
@@ -468,14 +483,15 @@ int pg_eval_run(pg_run *r, int64_t step)
     if (run_pass(r, &e->ev, rows, what, step, 0, NULL, &res))
         return 1;
     if (logs(r)) {
-        double loss = res.rows ? res.loss_sum * (double)d->train.batch / (double)res.rows : 0.0;
+        double loss = d->has_ignore ? (res.counted ? res.loss_sum / (double)res.counted : 0.0)
+                      : res.rows ? res.loss_sum * (double)d->train.batch / (double)res.rows : 0.0;
         char line[512], json[512];
         int n = snprintf(line, sizeof line, "eval step %" PRId64 "/%" PRId64 "  loss %.9f", step, r->opt.steps, loss);
         int j = snprintf(json, sizeof json, "{\"step\": %" PRId64 ", \"eval_loss\": %.17g", step, loss);
         if (classifier(d)) {
-            double acc = res.rows ? (double)res.correct / (double)res.rows : 0.0;
+            double acc = res.counted ? (double)res.correct / (double)res.counted : 0.0;
             n += snprintf(line + n, sizeof line - (size_t)n, "  accuracy %.4f (%" PRIu64 " of %" PRIu64 ")", acc,
-                          res.correct, res.rows);
+                          res.correct, res.counted);
             j += snprintf(json + j, sizeof json - (size_t)j, ", \"accuracy\": %.17g", acc);
         } else if (d->train.loss == PG_LOSS_CROSS_ENTROPY) { /* a language model: per token */
             n += snprintf(line + n, sizeof line - (size_t)n, "  perplexity %.4f", exp(loss));

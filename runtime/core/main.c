@@ -302,7 +302,7 @@ static int open_data(pg_run *r)
     }
     if (d->has_input && x->n) {
         if (pg_dataset_open(&r->in, "--data", x, d->input_dtype, d->input_rank, d->input_dim, d->input_vocab,
-                            "token id", "vocabulary size", err, sizeof err)) {
+                            PG_DATA_NO_ID, "token id", "vocabulary size", err, sizeof err)) {
             fprintf(stderr, "stage %d: %s\n", d->stage, err);
             return 1;
         }
@@ -310,7 +310,8 @@ static int open_data(pg_run *r)
     }
     if (d->has_loss && y->n) {
         if (pg_dataset_open(&r->tg, "--targets", y, d->target_dtype, d->target_rank, d->target_dim, d->target_vocab,
-                            "target id", "number of classes", err, sizeof err)) {
+                            d->has_ignore ? d->ignore_id : PG_DATA_NO_ID, "target id", "number of classes", err,
+                            sizeof err)) {
             fprintf(stderr, "stage %d: %s\n", d->stage, err);
             return 1;
         }

@@ -40,11 +40,13 @@ typedef struct pg_datafile {
 int pg_data_open(pg_datafile *f, const char *path, int exp_dtype, int exp_rank,
                  const int64_t *exp_dims, char *err, size_t errlen);
 void pg_data_close(pg_datafile *f);
-/* 0 when every i32 id of f is in [0, vocab) (vocab <= 0 or f32: no check);
- * -1 with "PATH: sample S, element E is WHAT V, outside [0, vocab): the
- * model's LIMIT is vocab" in err. */
-int pg_data_ids(const pg_datafile *f, int64_t vocab, const char *path, const char *what, const char *limit,
-                char *err, size_t errlen);
+/* 0 when every i32 id of f is in [0, vocab) or is `allowed` (cross_entropy's
+ * ignored id; PG_DATA_NO_ID: none) (vocab <= 0 or f32: no check); -1 with
+ * "PATH: sample S, element E is WHAT V, outside [0, vocab): the model's LIMIT
+ * is vocab" in err. */
+#define PG_DATA_NO_ID INT64_MIN
+int pg_data_ids(const pg_datafile *f, int64_t vocab, int64_t allowed, const char *path, const char *what,
+                const char *limit, char *err, size_t errlen);
 /* Run fn(arg), which reads f's mapping; 0, or -1 with "P was truncated or
  * changed while this stage read it ..." in err when a read faulted. */
 int pg_data_guarded(const pg_datafile *f, void (*fn)(void *arg), void *arg, char *err, size_t errlen);
@@ -98,6 +100,10 @@ int pg_st_read(const char *path, pg_st_want *w, int n, char *err, size_t errlen)
  * and layout: *names is one malloc'd block (free it), *n of them. -1 with a
  * message. */
 int pg_st_names(const char *path, char ***names, int *n, char *err, size_t errlen);
+/* The rank and dims of each named tensor of a file (rank -1: not in it), after
+ * validating its header and layout. -1 with a message. */
+int pg_st_shapes(const char *path, const char *const *names, int n, int *rank, int64_t (*dim)[5], char *err,
+                 size_t errlen);
 /* pg_hash64 (FNV-1a 64 from its offset basis) over every tensor's bytes in data
  * order, i.e. the whole data section, read in bounded pieces. -1 with a message. */
 int pg_st_data_hash(const char *path, uint64_t *hash, char *err, size_t errlen);

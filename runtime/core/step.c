@@ -106,6 +106,8 @@ int pg_run_synth_init(pg_run *r)
 static int load_batch(pg_run *r, int64_t step)
 {
     const pg_stage_desc *d = r->d;
+    if (pg_run_ignore_count(r, step)) /* cross_entropy(ignore = id): the batch's counted positions */
+        return 1;
     if (r->tokens) /* --data is a token stream: windows at seeded offsets (tokens.c) */
         return pg_run_tokens_load(r, step);
     /* this replica's rows only, at their places in the batch buffers */

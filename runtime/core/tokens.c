@@ -51,7 +51,7 @@ int pg_tokens_open_stream(const pg_stage_desc *d, const char *opt, const char *p
 {
     char err[512];
     pg_paths one = {1, {path}};
-    if (pg_dataset_open(ds, opt, &one, 2, 0, NULL, 0, NULL, NULL, err, sizeof err)) {
+    if (pg_dataset_open(ds, opt, &one, 2, 0, NULL, 0, PG_DATA_NO_ID, NULL, NULL, err, sizeof err)) {
         fprintf(stderr, "stage %d: %s\n", d->stage, err);
         return -1;
     }
@@ -152,6 +152,11 @@ static int fill_windows(pg_run *r, const pg_datafile *f, int64_t step, int shift
         return 0;
     fprintf(stderr, "stage %d: step %lld: %s\n", d->stage, (long long)step + 1, err);
     return 1;
+}
+
+uint64_t pg_run_tokens_window(const pg_run *r, int64_t step, int64_t i)
+{
+    return window(r->d->train.seed, step, i, r->tg.samples, r->d->input_dim[0]);
 }
 
 int pg_run_tokens_load(pg_run *r, int64_t step)

@@ -186,7 +186,7 @@ static void test_dataset(void)
     snprintf(p2, sizeof p2, "%s", at("s2.pgd"));
     pg_paths two = {2, {p0, p1}};
     pg_dataset ds;
-    int r = pg_dataset_open(&ds, "--data", &two, 0, 1, per, 0, NULL, NULL, err, sizeof err);
+    int r = pg_dataset_open(&ds, "--data", &two, 0, 1, per, 0, PG_DATA_NO_ID, NULL, NULL, err, sizeof err);
     OK(r == 0 && ds.n == 2 && ds.samples == 10 && ds.start[1] == 6 && ds.sample_elems == 2,
        "two shards are one data set of 10 samples: %s", r ? err : "");
     uint64_t idx[3] = {7, 0, 5};
@@ -201,7 +201,7 @@ static void test_dataset(void)
     char want[900];
     snprintf(want, sizeof want, "%s holds samples of shape [2, 1] but the model expects [2] (file 2 of the 2 given as "
              "--data)", p2);
-    OK(pg_dataset_open(&ds, "--data", &two, 0, 1, per, 0, NULL, NULL, err, sizeof err) == -1 && !strcmp(err, want),
+    OK(pg_dataset_open(&ds, "--data", &two, 0, 1, per, 0, PG_DATA_NO_ID, NULL, NULL, err, sizeof err) == -1 && !strcmp(err, want),
        "a shard of another shape is refused, naming it and its place: %s", err);
 
     static const uint64_t ns[] = {1, 2, 3, 7, 64, 65, 1000, 4099};
