@@ -92,4 +92,35 @@ static inline int pg_args_adamw(int64_t count, int64_t t)
     return 0;
 }
 
+/* A convolution's or pooling window's geometry (pg_conv.h): every size
+ * positive (padding >= 0), channels divisible by groups, y's size the one the
+ * window gives, and each matrix a sample's GEMMs use within a 32-bit int. */
+static inline int pg_args_conv(const char *op, int64_t r, const pg_conv *g)
+{
+    int64_t oh, ow;
+    if (g->transposed) {
+        oh = (g->h - 1) * g->sh - 2 * g->ph + g->dh * (g->kh - 1) + 1; /* + output_padding < stride */
+        ow = (g->w - 1) * g->sw - 2 * g->pw + g->dw * (g->kw - 1) + 1;
+    } else {
+        oh = (g->h + 2 * g->ph - g->dh * (g->kh - 1) - 1) / (g->sh > 0 ? g->sh : 1) + 1;
+        ow = (g->w + 2 * g->pw - g->dw * (g->kw - 1) - 1) / (g->sw > 0 ? g->sw : 1) + 1;
+    }
+    int sizes = r >= 0 && g->in > 0 && g->out > 0 && g->h > 0 && g->w > 0 && g->oh > 0 && g->ow > 0 && g->kh > 0 &&
+                g->kw > 0 && g->sh > 0 && g->sw > 0 && g->ph >= 0 && g->pw >= 0 && g->dh > 0 && g->dw > 0 &&
+                g->groups > 0 && g->in % g->groups == 0 && g->out % g->groups == 0;
+    int fits = sizes && (g->transposed ? g->oh >= oh && g->oh < oh + g->sh && g->ow >= ow && g->ow < ow + g->sw
+                                       : g->oh == oh && g->ow == ow) &&
+               pg_args_dim_ok(g->in * g->h * g->w) && pg_args_dim_ok(g->out * g->oh * g->ow) &&
+               pg_args_dim_ok(g->in * g->kh * g->kw * g->oh * g->ow) &&
+               pg_args_dim_ok(g->out * g->kh * g->kw * g->h * g->w);
+    if (!fits)
+        return PG_RT_FAIL("%s: bad geometry r=%lld in=%lld out=%lld %lldx%lld -> %lldx%lld kernel %lldx%lld "
+                          "stride %lldx%lld padding %lldx%lld dilation %lldx%lld groups %lld%s", op, (long long)r,
+                          (long long)g->in, (long long)g->out, (long long)g->h, (long long)g->w, (long long)g->oh,
+                          (long long)g->ow, (long long)g->kh, (long long)g->kw, (long long)g->sh, (long long)g->sw,
+                          (long long)g->ph, (long long)g->pw, (long long)g->dh, (long long)g->dw,
+                          (long long)g->groups, g->transposed ? " (transposed)" : "");
+    return 0;
+}
+
 #endif
