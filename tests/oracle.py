@@ -15,12 +15,19 @@ stage programs computed.
         if any failed, 2 on a usage or model error.
 
 The model is built layer by layer from plan.json's `layers`, with its own code
-for every layer kind (nothing is shared with the C runtime): the loss of the
+for every layer kind (nothing is shared with the C runtime; the convolutional
+kinds by torch.nn.functional): the loss of the
 whole batch (mse_sum: sum of squares; mse_mean: divided by batch * target
 elements; cross_entropy: mean over batch * positions) and every parameter
 gradient by autograd; then N optimizer steps with torch.optim.SGD or AdamW on
 the same batches the runtime used (step t reads samples t*B .. t*B+B-1 modulo
 the file's sample count). Relative error of a tensor: max|a - b| / max|b|.
+
+Batch norm (batchnorm, batchnorm2d) normalises each micro-batch by its own
+statistics, as pipegen (and torchgpipe) do, so a plan with one runs its
+micro-batches one at a time (plan.json's microbatch_rows); its running
+statistics are updated from each micro-batch, or once per step from the whole
+batch when deferred, and compared after the N steps like the weights.
 """
 import argparse
 import json
@@ -97,14 +104,95 @@ def attention(h, wqkv, bqkv, wo, bo, heads, causal):
     return ctx @ wo.t() + bo
 
 
-def forward(plan, params, x):
-    """The model output for a batch x (float64, or int64 ids)."""
+def pair(v):
+    return tuple(v) if isinstance(v, list) else v
+
+
+def batchnorm(L, h, p, stats):
+    """Training batch norm of one micro-batch h: per feature (the last dim) or,
+    batchnorm2d, per channel (dim 1 of [B, C, H, W]); biased variance. Records
+    the input's per-channel sums for the running statistics in stats."""
+    dims = (0, 2, 3) if L["kind"] == "batchnorm2d" else tuple(range(h.dim() - 1))
+    shape = [1, -1, 1, 1] if L["kind"] == "batchnorm2d" else [-1]
+    mu = h.mean(dims, keepdim=True)
+    var = ((h - mu) ** 2).mean(dims, keepdim=True)
+    if stats is not None:
+        n = h.numel() // h.shape[1 if L["kind"] == "batchnorm2d" else -1]
+        st = stats.setdefault(L["name"], [])
+        st.append((h.detach().sum(dims), (h.detach() ** 2).sum(dims), n))
+    y = (h - mu) / torch.sqrt(var + L["attrs"]["eps"])
+    if len(p) >= 1:
+        y = y * p[0].reshape(shape)
+    if len(p) >= 2:
+        y = y + p[1].reshape(shape)
+    return y
+
+
+def conv_layer(k, at, h, p):
+    """The convolutional kinds (dsl/layers_conv.c) by torch.nn.functional, on [B, C, ...]."""
+    b = p[1] if at.get("bias", False) and len(p) > 1 else None
+    if k == "conv2d":
+        return F.conv2d(h, p[0], b, pair(at["stride"]), pair(at["padding"]), pair(at["dilation"]), at["groups"])
+    if k == "conv1d":
+        return F.conv1d(h, p[0], b, at["stride"], at["padding"], at["dilation"], at["groups"])
+    if k == "conv_transpose2d":
+        return F.conv_transpose2d(h, p[0], b, pair(at["stride"]), pair(at["padding"]), pair(at["output_padding"]),
+                                  at["groups"])
+    if k == "maxpool2d":
+        return F.max_pool2d(h, pair(at["kernel"]), pair(at["stride"]), pair(at["padding"]))
+    if k == "avgpool2d":
+        return F.avg_pool2d(h, pair(at["kernel"]), pair(at["stride"]), pair(at["padding"]), count_include_pad=True)
+    if k == "global_avgpool":
+        return h.mean((2, 3))
+    if k == "upsample":
+        if at["mode"] == "bilinear":
+            return F.interpolate(h, scale_factor=at["scale"], mode="bilinear", align_corners=False)
+        return F.interpolate(h, scale_factor=at["scale"], mode="nearest")
+    if k == "flatten":
+        return h.reshape(h.shape[0], -1)
+    if k == "reshape":
+        return h.reshape(h.shape[0], *at["shape"])
+    if k == "transpose":
+        return h.transpose(at["dims"][0] + 1, at["dims"][1] + 1)
+    if k == "mean":
+        return h.mean(at["dim"] + 1)
+    if k == "sigmoid":
+        return torch.sigmoid(h)
+    if k == "tanh":
+        return torch.tanh(h)
+    if k == "silu":
+        return h * torch.sigmoid(h)
+    return None
+
+
+def has_batchnorm(plan):
+    return any(L["kind"] in ("batchnorm", "batchnorm2d") for L in plan["layers"])
+
+
+def forward(plan, params, x, stats=None):
+    """The model output for a batch x (float64, or int64 ids); with batch norm,
+    micro-batch by micro-batch (stats: see batchnorm())."""
+    if has_batchnorm(plan) and len(plan["microbatch_rows"]) > 1:
+        outs, at = [], 0
+        for rows in plan["microbatch_rows"]:
+            outs.append(forward_rows(plan, params, x[at:at + rows], stats))
+            at += rows
+        return torch.cat(outs)
+    return forward_rows(plan, params, x, stats)
+
+
+def forward_rows(plan, params, x, stats):
     h = x
     stash = {}
     for L in plan["layers"]:
         k, at = L["kind"], L["attrs"]
         p = layer_params(L, params)
-        if k == "linear":
+        c = conv_layer(k, at, h, p)
+        if c is not None:
+            h = c
+        elif k in ("batchnorm", "batchnorm2d"):
+            h = batchnorm(L, h, p, stats)
+        elif k == "linear":
             h = h @ p[0].t()
             if at.get("bias", True):
                 h = h + p[1]
@@ -143,7 +231,9 @@ def forward(plan, params, x):
             if at["mode"] == "add":
                 h = h + s
             elif at["mode"] == "concat":
-                h = torch.cat([h, s], dim=-1)
+                h = torch.cat([h, s], dim=at["dim"] + 1 if "dim" in at else -1)
+            elif at["mode"] == "take":
+                h = s
             else:
                 raise OracleError(f"layer {L['name']}: unknown pop mode {at['mode']!r}")
         else:
@@ -244,15 +334,13 @@ def cmd_check(a):
         clip = tr["grad_clip"]
     else:
         clip = 0.0
-    meta = {p["name"]: p for p in plan["params"]}
-    for p in plan["params"]:
-        if p["buffer"]:
-            raise OracleError(f"parameter {p['name']} is a buffer (batchnorm): the oracle does not model it")
+    meta = {p["name"]: p for p in plan["params"] if not p["buffer"]}
     init = load_safetensors.load(a.init)
-    missing = [n for n in meta if n not in init]
+    missing = [p["name"] for p in plan["params"] if p["name"] not in init]
     if missing:
         raise OracleError(f"{a.init}: missing {missing}")
     params = {n: init[n].to(DT).clone().requires_grad_(True) for n in meta}
+    buffers = {p["name"]: init[p["name"]].to(DT).clone() for p in plan["params"] if p["buffer"]}
     X, Y = read_pgd(a.x), read_pgd(a.y)
     B = tr["batch"]
     fails = 0
@@ -300,10 +388,12 @@ def cmd_check(a):
             for gr in opt.param_groups:
                 gr["lr"] = lr_at(tr, s)
             opt.zero_grad(set_to_none=False)
-            loss = loss_of(plan, forward(plan, params, batch(X, s, B)), batch(Y, s, B))
+            stats = {}
+            loss = loss_of(plan, forward(plan, params, batch(X, s, B), stats), batch(Y, s, B))
             loss.backward()
             clip_grads(params, clip)
             opt.step()
+            running_update(plan, buffers, stats)
         w = load_safetensors.load(a.final)
         for n, p in params.items():
             if n not in w:
@@ -312,7 +402,28 @@ def cmd_check(a):
             e = rel_err(w[n], p.detach())
             moved = rel_err(init[n], p.detach())
             report(e <= a.weight_rtol, f"weights of {n} after {a.steps} steps (rel {e:.2e}; moved {moved:.2e})")
+        for n, v in buffers.items():
+            e = rel_err(w[n], v) if n in w else float("inf")
+            report(e <= a.weight_rtol, f"running statistic {n} after {a.steps} steps (rel {e:.2e})")
     return 1 if fails else 0
+
+
+def running_update(plan, buffers, stats):
+    """Batch norm's running mean and unbiased variance: from each micro-batch in
+    order, or (deferred) once from the whole batch's sums."""
+    for L in plan["layers"]:
+        if L["name"] not in stats:
+            continue
+        rm, rv = buffers[L["buffers"][0]], buffers[L["buffers"][1]]
+        mom = L["attrs"]["momentum"]
+        parts = stats[L["name"]]
+        if L["attrs"]["deferred"]:
+            parts = [(sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts))]
+        for sm, sq, n in parts:
+            mu = sm / n
+            var = ((sq - sm * mu) / (n - 1)).clamp(min=0)
+            rm.mul_(1 - mom).add_(mom * mu)
+            rv.mul_(1 - mom).add_(mom * var)
 
 
 def main(argv):
