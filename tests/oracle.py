@@ -6,6 +6,10 @@ stage programs computed.
     oracle.py data  PLAN OUTDIR [--samples N] [--seed S]
         write OUTDIR/x.pgd and OUTDIR/y.pgd: N seeded samples of the plan's input
         and target (f32 uniform in [-1, 1), i32 ids / classes in range)
+    oracle.py accuracy PLAN --weights W --x X --y Y
+        the share of samples whose largest output is the target class, by the
+        model in inference (batch norm by its running statistics), printed as
+        "accuracy A (K of N)"
     oracle.py check PLAN --init W0 --x X --y Y [--loss1 L --grads G]
                     [--steps N --final WN] [--grad-rtol 1e-5] [--weight-rtol 1e-4]
         W0: the runtime's initial weights (`stage --steps 0 --save W0`);
@@ -108,14 +112,19 @@ def pair(v):
     return tuple(v) if isinstance(v, list) else v
 
 
-def batchnorm(L, h, p, stats):
+def batchnorm(L, h, p, stats, running=None):
     """Training batch norm of one micro-batch h: per feature (the last dim) or,
     batchnorm2d, per channel (dim 1 of [B, C, H, W]); biased variance. Records
-    the input's per-channel sums for the running statistics in stats."""
+    the input's per-channel sums for the running statistics in stats. With
+    running (the buffers by name): inference, by the running statistics."""
     dims = (0, 2, 3) if L["kind"] == "batchnorm2d" else tuple(range(h.dim() - 1))
     shape = [1, -1, 1, 1] if L["kind"] == "batchnorm2d" else [-1]
-    mu = h.mean(dims, keepdim=True)
-    var = ((h - mu) ** 2).mean(dims, keepdim=True)
+    if running is not None:
+        mu = running[L["buffers"][0]].reshape(shape)
+        var = running[L["buffers"][1]].reshape(shape)
+    else:
+        mu = h.mean(dims, keepdim=True)
+        var = ((h - mu) ** 2).mean(dims, keepdim=True)
     if stats is not None:
         n = h.numel() // h.shape[1 if L["kind"] == "batchnorm2d" else -1]
         st = stats.setdefault(L["name"], [])
@@ -169,9 +178,11 @@ def has_batchnorm(plan):
     return any(L["kind"] in ("batchnorm", "batchnorm2d") for L in plan["layers"])
 
 
-def forward(plan, params, x, stats=None):
+def forward(plan, params, x, stats=None, running=None):
     """The model output for a batch x (float64, or int64 ids); with batch norm,
-    micro-batch by micro-batch (stats: see batchnorm())."""
+    micro-batch by micro-batch (stats, running: see batchnorm())."""
+    if running is not None:
+        return forward_rows(plan, params, x, None, running)
     if has_batchnorm(plan) and len(plan["microbatch_rows"]) > 1:
         outs, at = [], 0
         for rows in plan["microbatch_rows"]:
@@ -181,7 +192,7 @@ def forward(plan, params, x, stats=None):
     return forward_rows(plan, params, x, stats)
 
 
-def forward_rows(plan, params, x, stats):
+def forward_rows(plan, params, x, stats, running=None):
     h = x
     stash = {}
     for L in plan["layers"]:
@@ -191,7 +202,7 @@ def forward_rows(plan, params, x, stats):
         if c is not None:
             h = c
         elif k in ("batchnorm", "batchnorm2d"):
-            h = batchnorm(L, h, p, stats)
+            h = batchnorm(L, h, p, stats, running)
         elif k == "linear":
             h = h @ p[0].t()
             if at.get("bias", True):
@@ -426,6 +437,24 @@ def running_update(plan, buffers, stats):
             rv.mul_(1 - mom).add_(mom * var)
 
 
+def cmd_accuracy(a):
+    plan = json.load(open(a.plan))
+    w = load_safetensors.load(a.weights)
+    missing = [p["name"] for p in plan["params"] if p["name"] not in w]
+    if missing:
+        raise OracleError(f"{a.weights}: missing {missing}")
+    params = {p["name"]: w[p["name"]].to(DT) for p in plan["params"] if not p["buffer"]}
+    running = {p["name"]: w[p["name"]].to(DT) for p in plan["params"] if p["buffer"]}
+    X, Y = read_pgd(a.x), read_pgd(a.y)
+    if X.shape[0] != Y.shape[0]:
+        raise OracleError(f"{a.x} holds {X.shape[0]} samples but {a.y} {Y.shape[0]}")
+    with torch.no_grad():
+        out = forward(plan, params, X.to(DT), running=running)
+    good = int((out.argmax(-1) == Y.long()).sum())
+    print(f"accuracy {good / Y.numel():.4f} ({good} of {Y.numel()})")
+    return 0
+
+
 def main(argv):
     ap = argparse.ArgumentParser(prog="oracle.py", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -434,6 +463,11 @@ def main(argv):
     d.add_argument("outdir")
     d.add_argument("--samples", type=int, default=32)
     d.add_argument("--seed", type=int, default=1)
+    e = sub.add_parser("accuracy")
+    e.add_argument("plan")
+    e.add_argument("--weights", required=True)
+    e.add_argument("--x", required=True)
+    e.add_argument("--y", required=True)
     c = sub.add_parser("check")
     c.add_argument("plan")
     c.add_argument("--init", required=True)
@@ -449,7 +483,7 @@ def main(argv):
     if a.cmd == "check" and a.steps and not a.final:
         ap.error("--steps needs --final")
     try:
-        return cmd_data(a) if a.cmd == "data" else cmd_check(a)
+        return {"data": cmd_data, "accuracy": cmd_accuracy, "check": cmd_check}[a.cmd](a)
     except (OracleError, OSError, ValueError, KeyError) as e:
         print(f"oracle.py: {e}", file=sys.stderr)
         return 2
