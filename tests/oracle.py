@@ -45,6 +45,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 import load_safetensors  # noqa: E402
+from torch_layers import conv_layer  # noqa: E402  (the convolutional kinds)
 
 torch.set_default_dtype(torch.float64)
 DT = torch.float64
@@ -108,10 +109,6 @@ def attention(h, wqkv, bqkv, wo, bo, heads, causal):
     return ctx @ wo.t() + bo
 
 
-def pair(v):
-    return tuple(v) if isinstance(v, list) else v
-
-
 def batchnorm(L, h, p, stats, running=None):
     """Training batch norm of one micro-batch h: per feature (the last dim) or,
     batchnorm2d, per channel (dim 1 of [B, C, H, W]); biased variance. Records
@@ -135,43 +132,6 @@ def batchnorm(L, h, p, stats, running=None):
     if len(p) >= 2:
         y = y + p[1].reshape(shape)
     return y
-
-
-def conv_layer(k, at, h, p):
-    """The convolutional kinds (dsl/layers_conv.c) by torch.nn.functional, on [B, C, ...]."""
-    b = p[1] if at.get("bias", False) and len(p) > 1 else None
-    if k == "conv2d":
-        return F.conv2d(h, p[0], b, pair(at["stride"]), pair(at["padding"]), pair(at["dilation"]), at["groups"])
-    if k == "conv1d":
-        return F.conv1d(h, p[0], b, at["stride"], at["padding"], at["dilation"], at["groups"])
-    if k == "conv_transpose2d":
-        return F.conv_transpose2d(h, p[0], b, pair(at["stride"]), pair(at["padding"]), pair(at["output_padding"]),
-                                  at["groups"])
-    if k == "maxpool2d":
-        return F.max_pool2d(h, pair(at["kernel"]), pair(at["stride"]), pair(at["padding"]))
-    if k == "avgpool2d":
-        return F.avg_pool2d(h, pair(at["kernel"]), pair(at["stride"]), pair(at["padding"]), count_include_pad=True)
-    if k == "global_avgpool":
-        return h.mean((2, 3))
-    if k == "upsample":
-        if at["mode"] == "bilinear":
-            return F.interpolate(h, scale_factor=at["scale"], mode="bilinear", align_corners=False)
-        return F.interpolate(h, scale_factor=at["scale"], mode="nearest")
-    if k == "flatten":
-        return h.reshape(h.shape[0], -1)
-    if k == "reshape":
-        return h.reshape(h.shape[0], *at["shape"])
-    if k == "transpose":
-        return h.transpose(at["dims"][0] + 1, at["dims"][1] + 1)
-    if k == "mean":
-        return h.mean(at["dim"] + 1)
-    if k == "sigmoid":
-        return torch.sigmoid(h)
-    if k == "tanh":
-        return torch.tanh(h)
-    if k == "silu":
-        return h * torch.sigmoid(h)
-    return None
 
 
 def has_batchnorm(plan):
