@@ -246,9 +246,9 @@ test-matrix: test-deps
 	@prove -v tests/conv_matrix.sh
 
 # make test-slurm: a real Slurm on this host (slurmctld, slurmd, munged started
-# in a temporary folder, killed at the end): srun --multi-prog and the README's
+# in a temporary folder, killed at the end): srun --multi-prog and docs/launch.md's
 # sbatch script with a SIGTERM and a resubmission, and 2 stages x 2 replicas by
-# srun --multi-prog and the README's pp x dp script (tests/slurm.sh). Not in
+# srun --multi-prog and docs/launch.md's pp x dp script (tests/slurm.sh). Not in
 # `make test`: it installs packages and starts daemons as root.
 test-slurm:
 	@tools/deps.sh slurm

@@ -67,7 +67,7 @@ if ! "$MPIRUN" --version 2>/dev/null | grep -q 'Open MPI'; then
 fi
 "$MPIRUN" --version 2>&1 | head -1 | sed 's/^/# /'
 
-# ---- mpirun MPMD, the README's line: -x in every app context ---------------
+# ---- mpirun MPMD, docs/launch.md's line: -x in every app context ---------------
 port=$(free_port)
 timeout 120 "$MPIRUN" --oversubscribe --bind-to none \
     -np 1 -x PIPE_MASTER="127.0.0.1:$port" "$B/stage0" --steps 4 --save "$T/mpi.st" : \

@@ -5,16 +5,16 @@
 # cgroups: proctrack/linuxproc, task/none), then:
 #  - srun --multi-prog of a 2-stage model (one line, `0-1 .../stage%t`) trains
 #    to the same loss and weights, bitwise, as piperun's run;
-#  - the README's --multi-prog file and srun line, taken from README.md and run
+#  - docs/launch.md's --multi-prog file and srun line, taken from docs/launch.md and run
 #    as they stand (4 stages of a tiny language model standing in for
 #    build/gpt_char), bitwise equal to piperun's run;
-#  - the README's sbatch script, taken from README.md and submitted as it
+#  - docs/launch.md's sbatch script, taken from docs/launch.md and submitted as it
 #    stands (its #SBATCH sizes overridden on sbatch's command line to fit one
 #    host: 2 tasks, build/gpt_char a 2-stage build): SIGTERM to the job's steps (what --signal=TERM@60 sends) makes every
 #    stage write a checkpoint and exit; the script submitted again resumes from
 #    it and finishes bitwise equal to piperun's uninterrupted run;
 #  - pp x dp, 2 stages x 2 replicas: srun --multi-prog of 4 tasks (tasks 0,2
-#    stage0, 1,3 stage1) and the README's pp x dp sbatch script (1 node of 4
+#    stage0, 1,3 stage1) and docs/launch.md's pp x dp sbatch script (1 node of 4
 #    tasks here), each bitwise equal to piperun --dp 2 (loss and weights).
 # Not part of `make test`: it installs packages and starts daemons as root.
 # Everything it starts is killed and its folder removed at exit, also on failure.
@@ -148,15 +148,15 @@ build4() {
     done
 }
 build4 >"$T/lm4/build.log" 2>&1 && [ "$(ls "$T/job/build/gpt_char" | wc -l)" = 4 ]
-ok $? "... and on 4 stages (with two more splits), as the README's build/gpt_char"
+ok $? "... and on 4 stages (with two more splits), as docs/launch.md's build/gpt_char"
 
 final() { grep -h 'final loss' "$@" | sed 's/^\[stage [0-9]*\( replica [0-9]*\)*\] //' | head -1; }
 
-# readme_script NAME: the README's sbatch script whose --job-name is NAME, as it stands
+# readme_script NAME: docs/launch.md's sbatch script whose --job-name is NAME, as it stands
 readme_script() {
     awk -v name="$1" '/^    #!\/bin\/bash$/ { f = 1; s = "" }
         f && /^    / { line = $0; sub(/^    /, "", line); s = s line "\n" }
-        f && /^$/ { f = 0; if (s ~ ("--job-name=" name "\n")) { printf "%s", s; exit } }' "$TOP/README.md"
+        f && /^$/ { f = 0; if (s ~ ("--job-name=" name "\n")) { printf "%s", s; exit } }' "$TOP/docs/launch.md"
 }
 
 # waitjob JOB SECONDS: until Slurm no longer runs or queues JOB
@@ -189,18 +189,18 @@ multiprog mp2 2 "'0-1 .../stage%t ...'" "$T/ref1000.out" "$T/ref1000.st"
 like "$(cat "$T/mp2.out")" "stage 1: started as replica 0/1, rank 1/2 from SLURM_PROCID, host $HOST, master 127\\.0\\.0\\.1:[0-9]+ \\(SLURM_STEP_NODELIST\\), threads 1 \\(" \
     "... stage 1's start-up line: rank from SLURM_PROCID, master from the step's node list"
 
-# ---- the README's --multi-prog file and srun line, as they stand --------------------
+# ---- docs/launch.md's --multi-prog file and srun line, as they stand --------------------
 # the block after "A `--multi-prog` file", up to the srun line after it
 awk '/^A `--multi-prog` file/ { f = 1; next }
      f && /^    srun / { sub(/^    /, ""); print > "/dev/stderr"; exit }
-     f && /^    / { sub(/^    /, ""); print }' "$TOP/README.md" >"$T/job/stages.conf" 2>"$T/job/srun.line"
+     f && /^    / { sub(/^    /, ""); print }' "$TOP/docs/launch.md" >"$T/job/stages.conf" 2>"$T/job/srun.line"
 grep -q 'stage%t' "$T/job/stages.conf" && grep -q -- '--multi-prog stages.conf' "$T/job/srun.line"
-ok $? "README.md has a --multi-prog file and the srun line that runs it"
+ok $? "docs/launch.md has a --multi-prog file and the srun line that runs it"
 sed 's/^/#   /' "$T/job/stages.conf" "$T/job/srun.line"
 # 4 tasks on this host's $cpus cores: --overcommit lets them share
 (cd "$T/job" && timeout 300 sh -c "$(sed 's/^srun /srun --overcommit /' "$T/job/srun.line")") >"$T/mp4.out" 2>&1
 st=$?
-ok $st "the README's srun line (with --overcommit: 4 tasks on $cpus cores) trains (exit $st)"
+ok $st "docs/launch.md's srun line (with --overcommit: 4 tasks on $cpus cores) trains (exit $st)"
 [ $st = 0 ] || tail -n 20 "$T/mp4.out" | sed 's/^/# /'
 save=$(sed -n 's/.*--save \([^ ]*\).*/\1/p' "$T/job/stages.conf" | head -1)
 steps=$(sed -n 's/.*--steps \([0-9]*\).*/\1/p' "$T/job/stages.conf" | head -1)
@@ -211,7 +211,7 @@ ok $? "... 4 stages: the same loss and weights as piperun's 2-stage run of $step
 like "$(cat "$T/mp4.out")" "stage 3: started as replica 0/1, rank 3/4 from SLURM_PROCID, host $HOST" \
     "... stage 3 is task 3"
 
-# ---- pp x dp: 2 stages x 2 replicas, srun --multi-prog and the README's sbatch script -----
+# ---- pp x dp: 2 stages x 2 replicas, srun --multi-prog and docs/launch.md's sbatch script -----
 "$PIPERUN" --dp 2 "$T/lm2/bin" -- --steps 200 --data "$T/job/tokens.pgd" --save "$T/refdp.st" >"$T/refdp.out" 2>&1
 ok $? "piperun --dp 2 trains 2 stages x 2 replicas for 200 steps"
 printf '%s\n' "# task  program: stage k runs as tasks k and 2 + k (rank = replica x 2 + stage)" \
@@ -223,7 +223,7 @@ like "$(cat "$T/mpdp.out")" "stage 0: started as replica 1/2, rank 2/4 from SLUR
 
 readme_script ppdp >"$T/dpjob.sh"
 grep -q -- '--multi-prog' "$T/dpjob.sh" && grep -q 'seq -s,' "$T/dpjob.sh" && grep -q -- '--save' "$T/dpjob.sh"
-ok $? "README.md has the pp x dp sbatch script (the --multi-prog file from the task count)"
+ok $? "docs/launch.md has the pp x dp sbatch script (the --multi-prog file from the task count)"
 sed 's/^/#   /' "$T/dpjob.sh"
 # one host: its 2 nodes of 2 tasks become 1 node of 4 tasks sharing its cores;
 # build/m is the 2-stage build
@@ -252,11 +252,11 @@ if [ $st = 0 ]; then
     grep -q 'final loss' "$out" || tail -n 20 "$out" | sed 's/^/# /'
 fi
 
-# ---- the README's sbatch script, as it stands: stopped by SIGTERM, resubmitted --------
+# ---- docs/launch.md's sbatch script, as it stands: stopped by SIGTERM, resubmitted --------
 readme_script gpt >"$T/job/job.sh"
 grep -q -- '--save-on-exit' "$T/job/job.sh" && grep -q -- '--signal=TERM@60' "$T/job/job.sh" &&
     grep -q -- '--multi-prog' "$T/job/job.sh"
-ok $? "README.md has the sbatch script (--signal=TERM@60, --save-on-exit, srun --multi-prog)"
+ok $? "docs/launch.md has the sbatch script (--signal=TERM@60, --save-on-exit, srun --multi-prog)"
 # one host: the script's 2 nodes of 2 tasks with 8 cores each become 1 node
 # of 2 tasks with 1 core each (command-line options override #SBATCH lines;
 # Slurm refuses more tasks per node than cores even with --overcommit), so

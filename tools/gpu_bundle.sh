@@ -1,6 +1,6 @@
 #!/bin/sh
 # tools/gpu_bundle.sh DIR [TARBALL] — assemble the GPU bundle (`make
-# gpu-bundle`, README.md "Build here, run on a GPU host") in DIR/pipegen-gpu/
+# gpu-bundle`, docs/gpu.md "Build here, run on a GPU host") in DIR/pipegen-gpu/
 # and, with TARBALL, pack it there (at most 20 MiB). Everything a bare GPU host
 # needs beyond the NVIDIA driver, the CUDA toolkit, cuBLAS, NCCL and a C
 # compiler:

@@ -1,7 +1,7 @@
 /* runtime/core/checkpoint.h — training checkpoints of a whole pipeline, and
  * resuming from them (--checkpoint-dir DIR --save-every N, --resume DIR).
  *
- * Layout (README.md, "Checkpoints and resume"):
+ * Layout (docs/runtime.md, "Checkpoints and resume"):
  *   DIR/step-00000120/stage<k>.safetensors  each stage's weights and optimizer
  *       state: tensors "w:<name>", "opt0:<name>", "opt1:<name>" (not the copy
  *       a user of a transmitted tie holds: its owner's is current); metadata

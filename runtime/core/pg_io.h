@@ -1,6 +1,6 @@
 /* runtime/core/pg_io.h — files a stage reads and writes.
  *
- * Data files (.pgd): inputs and targets, documented in README.md:
+ * Data files (.pgd): inputs and targets, documented in docs/runtime.md:
  *   offset 0  u8[4]  magic "PGD1"
  *          4  u32    version (1)
  *          8  u32    dtype (0 = f32, 2 = i32; pg_dtype numbering)

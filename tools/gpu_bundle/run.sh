@@ -1,5 +1,5 @@
 #!/bin/sh
-# run.sh — the pipegen GPU bundle (made by `make gpu-bundle`; see README.md,
+# run.sh — the pipegen GPU bundle (made by `make gpu-bundle`; see docs/gpu.md,
 # "Build here, run on a GPU host"). On a GPU host that has the NVIDIA driver,
 # the CUDA toolkit (nvcc), cuBLAS and NCCL (the toolkit's, the system's, or
 # the NVIDIA Python wheels PyTorch installs) and a C compiler:
