@@ -4,8 +4,8 @@
 # its layers, micro-batches and deferred batch norm as torchgpipe runs them,
 # float64), each on its own stages, from the runtime's initial weights
 # (--steps 0 --save), on synthetic data (tests/oracle.py data) or, for
-# examples/digits.pipe, the digits (tools/digits_to_pgd.py):
-#  - vit and digits as written (digits with AdamW's eps 1e-6 for 1e-8: a
+# examples/digits_cnn.pipe, the digits (tools/digits_to_pgd.py):
+#  - vit and digits_cnn as written (digits_cnn with AdamW's eps 1e-6 for 1e-8: a
 #    gradient near 1e-8 would step by +-lr in a direction set by rounding): the
 #    losses of step 1 and step 20 to 1e-5, every weight after 1 and after 20
 #    steps to 1e-4 (of the tensor's largest value);
@@ -44,7 +44,7 @@ check() {
         ok 1 "$n: generate and build"; sed 's/^/# /' "$d/gen.out" "$d/build.out" | head -20
         return
     fi
-    if [ "$m" = digits ]; then
+    if [ "$m" = digits_cnn ]; then
         $PY "$TOP/tools/digits_to_pgd.py" "$d" >/dev/null && ln -s train_x.pgd "$d/x.pgd" && ln -s train_y.pgd "$d/y.pgd"
     else
         $PY "$TOP/tests/oracle.py" data "$d/gen/plan.json" "$d" --samples 48 --seed 5
@@ -78,7 +78,7 @@ check() {
 }
 
 check vit vit 20
-check digits digits 20 's/eps = 1e-8/eps = 1e-6/'
+check digits_cnn digits_cnn 20 's/eps = 1e-8/eps = 1e-6/'
 check resnet resnet 1
 check unet unet 1
 check resnet-narrow resnet 20 's/const c = 16/const c = 4/; s/const size = 32/const size = 8/; s/batch = 32/batch = 8/; s/lr = 0.05/lr = 0.005/'

@@ -6,7 +6,7 @@
 #    except_last, never x 1 and 2 threads, each with 1 and with 2 data-parallel
 #    replicas: every variant's loss and saved weights the bytes of 1 stage, 1f1b,
 #    never, 1 thread with the same replica count (240 runs);
-#  - examples/resnet, unet, vit and digits (batch 24 in 12, the split lines
+#  - examples/resnet, unet, vit and digits_cnn (batch 24 in 12, the split lines
 #    removed and `stages = P`: the balancer's split): every stage count x
 #    schedule, the checkpoint mode and the threads turning with them, against 1
 #    stage, 1f1b, never, 1 thread; and 2 replicas on 1, 2 and 4 stages (80 + 16 runs).
@@ -33,7 +33,7 @@ done
 
 CONV_EX_BATCH="batch = 24  microbatches = 12"
 modes="always except_last never"
-for m in resnet unet vit digits; do
+for m in resnet unet vit digits_cnn; do
     all="1:1f1b:never:1:1" k=0
     for p in 1 2 3 4; do
         for s in gpipe 1f1b zb1 'interleaved(2)' zbv; do

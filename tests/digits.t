@@ -4,8 +4,8 @@
 #  - tools/digits_to_pgd.py writes 1,437 training and 360 validation images and
 #    labels as .pgd files, the split fixed by its seed (the same bytes again; a
 #    new seed, a new split), and refuses bad requests with what and why;
-#  - examples/digits.pipe, built from generated/digits (what `make
-#    build/digits/stages` links), trains as written (600 steps, 2 stages) and
+#  - examples/digits_cnn.pipe, built from generated/digits_cnn (what `make
+#    build/digits_cnn/stages` links), trains as written (600 steps, 2 stages) and
 #    reaches at least 97 % validation accuracy. The runtime has no evaluation
 #    pass yet (issue 26 brings --eval-data): the accuracy is computed here from
 #    the saved weights by tests/oracle.py accuracy (the model in inference,
@@ -53,15 +53,15 @@ st=$?
 ok $? "without scikit-learn it fails (exit $st)"
 like "$out" "cannot import scikit-learn .*; Debian: apt-get install python3-sklearn" "... naming the package to install"
 
-# the example as written, from the committed generated/digits
+# the example as written, from the committed generated/digits_cnn
 mkdir -p "$T/gen"
-cp "$TOP"/generated/digits/* "$T/gen/"
+cp "$TOP"/generated/digits_cnn/* "$T/gen/"
 build "$T/gen" >"$T/build.out" 2>&1
-ok $? "generated/digits builds"
+ok $? "generated/digits_cnn builds"
 OPENBLAS_NUM_THREADS=1 "$PIPERUN" "$T/gen/bin" -- --threads 1 --data "$T/d/train_x.pgd" --targets "$T/d/train_y.pgd" \
     --save "$T/w.st" --log-every 100 >"$T/train.out" 2>&1
 st=$?
-ok $st "examples/digits.pipe trains 600 steps on 2 stages: $(sed -n 's/.*\(final loss .*\)/\1/p' "$T/train.out")"
+ok $st "examples/digits_cnn.pipe trains 600 steps on 2 stages: $(sed -n 's/.*\(final loss .*\)/\1/p' "$T/train.out")"
 [ $st = 0 ] || sed 's/^/# /' "$T/train.out" | tail -20
 acc=$($PY "$TOP/tests/oracle.py" accuracy "$T/gen/plan.json" --weights "$T/w.st" --x "$T/d/val_x.pgd" --y "$T/d/val_y.pgd" 2>&1)
 echo "# digits: validation $acc"

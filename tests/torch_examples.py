@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """tests/torch_examples.py — the convolutional examples (examples/resnet.pipe,
-unet.pipe, vit.pipe, digits.pipe) written by hand in PyTorch (Debian's
+unet.pipe, vit.pipe, digits_cnn.pipe) written by hand in PyTorch (Debian's
 python3-torch, float64), for tests/conv_examples.t: loaded with pipegen's
 initial weights, trained on the same batches, they must give what the stage
 programs gave.
@@ -203,7 +203,7 @@ class ViT(nn.Module):
         return self.head(self.ln_f(h).mean(1))
 
 
-# ---- examples/digits.pipe ----------------------------------------------------
+# ---- examples/digits_cnn.pipe -------------------------------------------------
 
 class Digits(nn.Module):
     def __init__(self):
@@ -233,7 +233,7 @@ def build(name, plan, w):
     return Digits()
 
 
-MODELS = ("digits", "resnet", "unet", "vit")
+MODELS = ("digits_cnn", "resnet", "unet", "vit")
 
 
 # ---- training as the pipeline does it ------------------------------------------
