@@ -205,11 +205,6 @@ const char *const *layer_kind_names(int *n);    /* for did-you-mean */
 void layer_apply(chk *c, ir_layer *L, const bound_attr *b, chain *ch);
 int chk_add_param(chk *c, const char *name, pg_loc loc, const pg_shape *s, ir_init init,
                   double scale, int decay, int is_buffer);
-/* For the other layer files: the f32 check (1 and an error when not f32), a
- * parameter or buffer of L named "<L>.<suffix>". */
-int layer_need_f32(chk *c, ir_layer *L, chain *ch);
-void layer_add_param(chk *c, ir_layer *L, const char *suffix, pg_shape s, ir_init init, double scale, int decay);
-void layer_add_buffer(chk *c, ir_layer *L, const char *suffix, pg_shape s, ir_init init);
 
 /* Convolutional networks (layers_conv.c): the attribute tables of their kinds
  * and their shape rules (every kind from LK_CONV2D on). */
@@ -219,6 +214,19 @@ void layer_apply_conv(chk *c, ir_layer *L, const bound_attr *b, chain *ch);
 /* `pop NAME concat(dim = k)`: the options a pop mode takes (layers_conv.c) */
 extern const attr_spec pop_concat_attrs[];
 int chk_use_nparam(chk *c, int np, int layer); /* param index of a named param */
+/* Layer L's own parameter, or buffer, "<L>.<suffix>" (layers.c, for layers_lm.c
+ * and layers_conv.c). */
+void layer_add_own(chk *c, ir_layer *L, const char *suffix, pg_shape s, ir_init init, double scale, int decay);
+void layer_add_buffer(chk *c, ir_layer *L, const char *suffix, pg_shape s, ir_init init);
+/* kind(in -> out) on the chain: a located error unless its last dim is in; then it is out. */
+void layer_want_last(chk *c, ir_layer *L, chain *ch, int64_t in, int64_t out);
+/* 0, or 1 after a located error when the chain is not f32 (then unknown). */
+int layer_need_f32(chk *c, ir_layer *L, chain *ch);
+/* The language-model kinds (layers_lm.c): attributes and apply functions. */
+extern const attr_spec lm_attention_attrs[], lm_rmsnorm_attrs[], lm_swiglu_attrs[];
+void lm_apply_attention(chk *c, ir_layer *L, const bound_attr *b, chain *ch);
+void lm_apply_rmsnorm(chk *c, ir_layer *L, const bound_attr *b, chain *ch);
+void lm_apply_swiglu(chk *c, ir_layer *L, const bound_attr *b, chain *ch);
 
 /* ---- the rest ------------------------------------------------------------ */
 void chk_train(chk *c, const ast_stmt *st);         /* train.c */

@@ -175,8 +175,8 @@ static void apply_conv(chk *c, ir_layer *L, const bound_attr *b, chain *ch) {
         double sc = 1.0 / sqrt((double)fan); /* PyTorch's kaiming_uniform(a = sqrt 5): U(-1/sqrt(fan_in), ..) */
         pg_shape w = one_d ? (pg_shape){3, {L->out_features, cin, L->kernel[1]}}
                            : (pg_shape){4, {L->out_features, cin, L->kernel[0], L->kernel[1]}};
-        layer_add_param(c, L, "weight", w, INIT_UNIFORM, sc, 1);
-        if (L->bias) layer_add_param(c, L, "bias", (pg_shape){1, {L->out_features}}, INIT_UNIFORM, sc, 0);
+        layer_add_own(c, L, "weight", w, INIT_UNIFORM, sc, 1);
+        if (L->bias) layer_add_own(c, L, "bias", (pg_shape){1, {L->out_features}}, INIT_UNIFORM, sc, 0);
     }
     if (!ch->known || need_rank(c, L, ch, one_d ? 2 : 3, one_d ? "a signal f32[C, L]" : "an image f32[C, H, W]"))
         return;
@@ -233,9 +233,9 @@ static void apply_conv_t(chk *c, ir_layer *L, const bound_attr *b, chain *ch) {
     if (groups_ok(c, L, &b[6])) {
         int64_t cout = L->out_features / L->groups, fan = cout * L->kernel[0] * L->kernel[1];
         double sc = 1.0 / sqrt((double)fan); /* PyTorch's fan_in of a transposed weight: its dim 1 */
-        layer_add_param(c, L, "weight", (pg_shape){4, {L->in_features, cout, L->kernel[0], L->kernel[1]}},
+        layer_add_own(c, L, "weight", (pg_shape){4, {L->in_features, cout, L->kernel[0], L->kernel[1]}},
                         INIT_UNIFORM, sc, 1);
-        if (L->bias) layer_add_param(c, L, "bias", (pg_shape){1, {L->out_features}}, INIT_UNIFORM, sc, 0);
+        if (L->bias) layer_add_own(c, L, "bias", (pg_shape){1, {L->out_features}}, INIT_UNIFORM, sc, 0);
     }
     if (!ch->known || need_rank(c, L, ch, 3, "an image f32[C, H, W]")) return;
     channels_ok(c, L, ch, "H, W");
@@ -384,8 +384,8 @@ static void apply_batchnorm2d(chk *c, ir_layer *L, const bound_attr *b, chain *c
     L->momentum = b[2].set ? b[2].f : 0.1;
     if (!ch->known || need_rank(c, L, ch, 3, "an image f32[C, H, W]")) return;
     pg_shape s = {1, {ch->shape.dim[0]}};
-    layer_add_param(c, L, "weight", s, INIT_ONES, 0, 0);
-    layer_add_param(c, L, "bias", s, INIT_ZEROS, 0, 0);
+    layer_add_own(c, L, "weight", s, INIT_ONES, 0, 0);
+    layer_add_own(c, L, "bias", s, INIT_ZEROS, 0, 0);
     layer_add_buffer(c, L, "running_mean", s, INIT_ZEROS);
     layer_add_buffer(c, L, "running_var", s, INIT_ONES);
 }
