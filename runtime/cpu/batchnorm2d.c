@@ -9,14 +9,6 @@
 #include "cpu_kernels.h"
 #include "op_args.h"
 
-static int bn2d_check(const char *op, int64_t r, int64_t C, int64_t hw)
-{
-    if (r <= 0 || C <= 0 || hw <= 0)
-        return PG_RT_FAIL("%s: need r > 0 samples, C > 0 channels and hw > 0 positions, got r=%lld C=%lld hw=%lld",
-                          op, (long long)r, (long long)C, (long long)hw);
-    return 0;
-}
-
 /* the values of channel ch of sample s */
 static const float *plane(const float *x, int64_t s, int64_t C, int64_t ch, int64_t hw)
 {
@@ -27,7 +19,7 @@ int pg_batchnorm2d_fwd(pg_ctx *c, int64_t r, int64_t C, int64_t hw, float eps, c
                        const float *b, float *y, float *mean, float *rstd)
 {
     (void)c;
-    if (bn2d_check("batchnorm2d_fwd", r, C, hw))
+    if (pg_args_bn2d("batchnorm2d_fwd", r, C, hw, 1))
         return 1;
     double n = (double)(r * hw);
     for (int64_t ch = 0; ch < C; ch++) {
@@ -68,7 +60,7 @@ int pg_batchnorm2d_eval_fwd(pg_ctx *c, int64_t r, int64_t C, int64_t hw, float e
                             const float *b, const float *run_mean, const float *run_var, float *y)
 {
     (void)c;
-    if (bn2d_check("batchnorm2d_eval_fwd", r, C, hw))
+    if (pg_args_bn2d("batchnorm2d_eval_fwd", r, C, hw, 1))
         return 1;
     for (int64_t k = 0; k < r; k++)
         for (int64_t ch = 0; ch < C; ch++) {
@@ -92,7 +84,7 @@ int pg_batchnorm2d_bwd_in(pg_ctx *c, int64_t r, int64_t C, int64_t hw, const flo
                           const float *mean, const float *rstd, const float *dy, float *dx)
 {
     (void)c;
-    if (bn2d_check("batchnorm2d_bwd_in", r, C, hw))
+    if (pg_args_bn2d("batchnorm2d_bwd_in", r, C, hw, 1))
         return 1;
     double n = (double)(r * hw);
     for (int64_t ch = 0; ch < C; ch++) {
@@ -126,7 +118,7 @@ int pg_batchnorm2d_bwd_w(pg_ctx *c, int64_t r, int64_t C, int64_t hw, const floa
                          const float *rstd, const float *dy, float *dw, float *db)
 {
     (void)c;
-    if (bn2d_check("batchnorm2d_bwd_w", r, C, hw))
+    if (pg_args_bn2d("batchnorm2d_bwd_w", r, C, hw, 1))
         return 1;
     for (int64_t ch = 0; ch < C; ch++) {
         float m = mean[ch], rs = rstd[ch];
@@ -152,9 +144,8 @@ int pg_batchnorm2d_stats_acc(pg_ctx *c, int64_t r, int64_t C, int64_t hw, const 
                              double *sumsq)
 {
     (void)c;
-    if (r < 0 || C <= 0 || hw <= 0)
-        return PG_RT_FAIL("batchnorm2d_stats_acc: need r >= 0, C > 0 and hw > 0, got r=%lld C=%lld hw=%lld",
-                          (long long)r, (long long)C, (long long)hw);
+    if (pg_args_bn2d("batchnorm2d_stats_acc", r, C, hw, 0))
+        return 1;
     for (int64_t ch = 0; ch < C; ch++)
         for (int64_t k = 0; k < r; k++) {
             const float *p = plane(x, k, C, ch, hw);

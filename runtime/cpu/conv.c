@@ -159,10 +159,8 @@ static int ws_ok(const char *op, const pg_conv *g, const float *ws)
 
 static int check(const char *op, int64_t r, const pg_conv *g, int transposed, const float *ws)
 {
-    if (pg_args_conv(op, r, g))
+    if (pg_args_conv_op(op, r, g, transposed))
         return 1;
-    if (g->transposed != transposed)
-        return PG_RT_FAIL("%s: called with a%s geometry", op, g->transposed ? " transposed" : "n untransposed");
     return ws_ok(op, g, ws);
 }
 

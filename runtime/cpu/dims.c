@@ -5,19 +5,11 @@
 #include "cpu_kernels.h"
 #include "op_args.h"
 
-static int sizes_ok(const char *op, int64_t outer, int64_t d, int64_t inner)
-{
-    if (outer < 0 || d <= 0 || inner <= 0)
-        return PG_RT_FAIL("%s: need outer >= 0, d > 0 and inner > 0, got outer=%lld d=%lld inner=%lld", op,
-                          (long long)outer, (long long)d, (long long)inner);
-    return 0;
-}
-
 /* y[o, i] = sum_k x[o, k, i] / d */
 int pg_mean_fwd(pg_ctx *c, int64_t outer, int64_t d, int64_t inner, const float *x, float *y)
 {
     (void)c;
-    if (sizes_ok("mean_fwd", outer, d, inner))
+    if (pg_args_mean("mean_fwd", outer, d, inner))
         return 1;
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++) {
@@ -34,7 +26,7 @@ int pg_mean_fwd(pg_ctx *c, int64_t outer, int64_t d, int64_t inner, const float 
 int pg_mean_bwd_in(pg_ctx *c, int64_t outer, int64_t d, int64_t inner, const float *dy, float *dx)
 {
     (void)c;
-    if (sizes_ok("mean_bwd_in", outer, d, inner))
+    if (pg_args_mean("mean_bwd_in", outer, d, inner))
         return 1;
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++) {
@@ -50,10 +42,8 @@ int pg_mean_bwd_in(pg_ctx *c, int64_t outer, int64_t d, int64_t inner, const flo
 int pg_swap_dims(pg_ctx *c, int64_t outer, int64_t a, int64_t mid, int64_t b, int64_t inner, const float *x, float *y)
 {
     (void)c;
-    if (outer < 0 || a <= 0 || mid <= 0 || b <= 0 || inner <= 0)
-        return PG_RT_FAIL("swap_dims: need outer >= 0 and a, mid, b, inner > 0, got outer=%lld a=%lld mid=%lld "
-                          "b=%lld inner=%lld", (long long)outer, (long long)a, (long long)mid, (long long)b,
-                          (long long)inner);
+    if (pg_args_swap_dims(outer, a, mid, b, inner))
+        return 1;
     for (int64_t o = 0; o < outer; o++) {
         const float *xs = x + o * a * mid * b * inner;
         float *ys = y + o * a * mid * b * inner;

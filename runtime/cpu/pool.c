@@ -9,16 +9,6 @@
 #include "cpu_kernels.h"
 #include "op_args.h"
 
-static int pool_check(const char *op, int64_t r, const pg_conv *g)
-{
-    if (pg_args_conv(op, r, g))
-        return 1;
-    if (g->in != g->out || g->groups != 1 || g->dh != 1 || g->dw != 1 || g->transposed)
-        return PG_RT_FAIL("%s: a pooling window keeps its channels (in=%lld out=%lld), has groups 1 and dilation 1",
-                          op, (long long)g->in, (long long)g->out);
-    return 0;
-}
-
 /* The window of output (oy, ox) clipped to the plane: [y0, y1) x [x0, x1). */
 static void window(const pg_conv *g, int64_t oy, int64_t ox, int64_t *y0, int64_t *y1, int64_t *x0, int64_t *x1)
 {
@@ -52,7 +42,7 @@ static int64_t argmax(const pg_conv *g, const float *plane, int64_t oy, int64_t 
 int pg_maxpool2d_fwd(pg_ctx *c, int64_t r, const pg_conv *g, const float *x, float *y)
 {
     (void)c;
-    if (pool_check("maxpool2d_fwd", r, g))
+    if (pg_args_pool("maxpool2d_fwd", r, g))
         return 1;
     int64_t HW = g->h * g->w, OHW = g->oh * g->ow;
     for (int64_t n = 0; n < r * g->in; n++) {
@@ -67,7 +57,7 @@ int pg_maxpool2d_fwd(pg_ctx *c, int64_t r, const pg_conv *g, const float *x, flo
 int pg_maxpool2d_bwd_in(pg_ctx *c, int64_t r, const pg_conv *g, const float *x, const float *dy, float *dx)
 {
     (void)c;
-    if (pool_check("maxpool2d_bwd_in", r, g))
+    if (pg_args_pool("maxpool2d_bwd_in", r, g))
         return 1;
     int64_t HW = g->h * g->w, OHW = g->oh * g->ow;
     memset(dx, 0, (size_t)(r * g->in * HW) * sizeof *dx);
@@ -83,7 +73,7 @@ int pg_maxpool2d_bwd_in(pg_ctx *c, int64_t r, const pg_conv *g, const float *x, 
 int pg_avgpool2d_fwd(pg_ctx *c, int64_t r, const pg_conv *g, const float *x, float *y)
 {
     (void)c;
-    if (pool_check("avgpool2d_fwd", r, g))
+    if (pg_args_pool("avgpool2d_fwd", r, g))
         return 1;
     int64_t HW = g->h * g->w, OHW = g->oh * g->ow;
     double div = (double)(g->kh * g->kw); /* padding counted (count_include_pad) */
@@ -106,7 +96,7 @@ int pg_avgpool2d_fwd(pg_ctx *c, int64_t r, const pg_conv *g, const float *x, flo
 int pg_avgpool2d_bwd_in(pg_ctx *c, int64_t r, const pg_conv *g, const float *dy, float *dx)
 {
     (void)c;
-    if (pool_check("avgpool2d_bwd_in", r, g))
+    if (pg_args_pool("avgpool2d_bwd_in", r, g))
         return 1;
     int64_t HW = g->h * g->w, OHW = g->oh * g->ow;
     double div = (double)(g->kh * g->kw);
@@ -127,14 +117,6 @@ int pg_avgpool2d_bwd_in(pg_ctx *c, int64_t r, const pg_conv *g, const float *dy,
 }
 
 /* ---- upsample ---- */
-
-static int up_check(const char *op, int64_t n, int64_t h, int64_t w, int64_t scale)
-{
-    if (n < 0 || h <= 0 || w <= 0 || scale <= 0 || !pg_args_dim_ok(h * scale * w * scale))
-        return PG_RT_FAIL("%s: need n >= 0, h, w, scale > 0 and the output plane within 2^31, got n=%lld h=%lld "
-                          "w=%lld scale=%lld", op, (long long)n, (long long)h, (long long)w, (long long)scale);
-    return 0;
-}
 
 /* Bilinear source of output index o along an axis of n inputs: PyTorch's
  * align_corners = false map, src = (o + 0.5) / scale - 0.5 clamped at 0;
@@ -161,7 +143,7 @@ int pg_upsample_fwd(pg_ctx *c, int64_t n, int64_t h, int64_t w, int64_t scale, i
                     float *y)
 {
     (void)c;
-    if (up_check("upsample_fwd", n, h, w, scale))
+    if (pg_args_upsample("upsample_fwd", n, h, w, scale))
         return 1;
     int64_t oh = h * scale, ow = w * scale;
     for (int64_t p = 0; p < n; p++) {
@@ -189,7 +171,7 @@ int pg_upsample_bwd_in(pg_ctx *c, int64_t n, int64_t h, int64_t w, int64_t scale
                        float *dx)
 {
     (void)c;
-    if (up_check("upsample_bwd_in", n, h, w, scale))
+    if (pg_args_upsample("upsample_bwd_in", n, h, w, scale))
         return 1;
     int64_t oh = h * scale, ow = w * scale;
     for (int64_t p = 0; p < n; p++) {
