@@ -426,6 +426,18 @@ static int save_params(pg_run *r, int64_t steps, const char *path, int grads)
     return rc;
 }
 
+/* With --trace: the part `kind` of the work between steps ran from t0 to now
+ * (kind 0: none, only the time); returns now, where the next part starts. */
+static double trace_part(pg_run *r, int kind, double t0)
+{
+    if (!r->tracing)
+        return 0.0;
+    double t = pg_run_now();
+    if (kind)
+        pg_trace_part(r, kind, t0, t);
+    return t;
+}
+
 static int run(pg_run *r)
 {
     const pg_stage_desc *d = r->d;
@@ -574,18 +586,24 @@ static int run(pg_run *r)
             r->wall_s += dt;
         else
             r->first_wall_s = dt;
-        if (last && ((s + 1) % r->opt.log_every == 0 || s + 1 == r->opt.steps)) {
+        double tp = trace_part(r, 0, 0.0); /* the parts of the work between steps, for the trace */
+        int logs = last && ((s + 1) % r->opt.log_every == 0 || s + 1 == r->opt.steps);
+        if (logs) {
             printf("step %" PRId64 "/%" PRId64 "  loss %.9f  %.1f samples/s%s\n", s + 1, r->opt.steps, loss,
                    dt > 0 ? (double)d->train.batch / dt : 0.0,
                    r->step_verdict != PG_VERDICT_SKIP ? ""
                    : r->step_bad & 1 ? "  (skipped: loss not finite)" : "  (skipped: gradients not finite)");
+            if (s + 1 == r->opt.steps)
+                printf("final loss %.17g\n", loss);
             fflush(stdout);
+            tp = trace_part(r, PG_TRACE_LOG, tp);
         }
-        if (last && s + 1 == r->opt.steps)
-            printf("final loss %.17g\n", loss);
         int sig = 0; /* --save-on-exit: every stage stops after the same step */
-        if (r->opt.save_on_exit && pg_guard_stop_agree(r, s + 1, &sig))
-            return 1;
+        if (r->opt.save_on_exit) {
+            if (pg_guard_stop_agree(r, s + 1, &sig))
+                return 1;
+            tp = trace_part(r, PG_TRACE_STOP, tp);
+        }
         if (r->opt.ckpt_dir && (sig || s + 1 == r->opt.steps || (r->opt.save_every && (s + 1) % r->opt.save_every == 0))) {
             pg_io_protect_begin(); /* a signal waits until every stage's part is written */
             /* --zero 1: every replica's optimizer state to replica 0 first (zero.c) */
@@ -594,12 +612,14 @@ static int run(pg_run *r)
             pg_io_protect_end();
             if (bad)
                 return 1;
+            trace_part(r, PG_TRACE_CKPT, tp);
         }
         if (sig) {
             fprintf(stderr, "stage %d: stopped by signal %d after step %" PRId64 " (checkpoint saved)\n", d->stage, sig, s + 1);
             return 128 + sig;
         }
     }
+    pg_trace_between(r, pg_run_now()); /* the last step's work after it ends here */
     /* The user's files, the weights first: whatever fails later cannot lose
      * them, and a signal (piperun stopping the run) waits until they are written. */
     pg_io_protect_begin();
