@@ -70,7 +70,7 @@ static int kind_of(const char *k)
     for (int i = 0; k && i < DP_PARTS; i++)
         if (!strcmp(k, dp_kind[i]))
             return DP_KIND + i;
-    static const char *const around[] = { "DATA", "STEP_END", "BETWEEN", "LOG", "STOP", "CHECKPOINT" };
+    static const char *const around[] = { "DATA", "STEP_END", "BETWEEN", "LOG", "EVAL", "STOP", "CHECKPOINT" };
     for (int i = 0; k && i < (int)(sizeof around / sizeof around[0]); i++)
         if (!strcmp(k, around[i]))
             return PG_TIMELINE_DATA + i; /* PG_TIMELINE_DATA .. PG_TIMELINE_CKPT, in this order */
@@ -355,16 +355,16 @@ static void step_stats(const trace *t, step_stat *ss, double *busy)
  * reduction taken out of the verdict), the reduction and its wait for the
  * other replicas, the batch loading, the step's end after its last action,
  * the rest of the step; then the work between steps, and of it the log
- * line, the stop exchange and the checkpoint. */
+ * line, evaluation, the stop exchange and the checkpoint. */
 enum { BR_F = PG_GROUP_F, BR_B = PG_GROUP_B, BR_W = PG_GROUP_W, BR_SEND = PG_GROUP_SEND, BR_RECV = PG_GROUP_RECV,
        BR_TIE = PG_GROUP_TIE, BR_VERDICT = PG_GROUP_VERDICT, BR_CLIP = PG_GROUP_CLIP, BR_OPT = PG_GROUP_OPT,
-       BR_DP = PG_GROUP__COUNT, BR_DP_WAIT, BR_DATA, BR_END, BR_OUTSIDE, BR_BETWEEN, BR_LOG, BR_STOP, BR_CKPT,
-       BR__COUNT };
+       BR_DP = PG_GROUP__COUNT, BR_DP_WAIT, BR_DATA, BR_END, BR_OUTSIDE, BR_BETWEEN, BR_LOG, BR_EVAL, BR_STOP,
+       BR_CKPT, BR__COUNT };
 static const char *const br_name[BR__COUNT] = { "F", "B", "W", "send", "receive (and wait)", "tie gradients",
                                                 "verdict", "clip", "optimizer", "dp reduce",
                                                 "of which waiting for the replicas", "batch and zeroing",
                                                 "step end", "outside actions", "between steps", "log line",
-                                                "stop exchange", "checkpoint" };
+                                                "evaluation", "stop exchange", "checkpoint" };
 
 /* BR_F .. BR_OPT are pg_act_group's, in its order. */
 static int br_of(int k)
@@ -378,6 +378,7 @@ static int br_of(int k)
     case PG_TIMELINE_END: return BR_END;
     case PG_TIMELINE_BETWEEN: return BR_BETWEEN;
     case PG_TIMELINE_LOG: return BR_LOG;
+    case PG_TIMELINE_EVAL: return BR_EVAL;
     case PG_TIMELINE_STOP: return BR_STOP;
     case PG_TIMELINE_CKPT: return BR_CKPT;
     default: return -1;
@@ -639,7 +640,7 @@ int cmd_trace(int argc, char **argv)
         for (int c = 0; c < BR__COUNT; c++) {
             if ((c == BR_DP || c == BR_DP_WAIT) && t.replicas < 2)
                 continue;
-            if (c >= BR_LOG && !(br[BR_LOG] + br[BR_STOP] + br[BR_CKPT] > 0))
+            if (c >= BR_LOG && !(br[BR_LOG] + br[BR_EVAL] + br[BR_STOP] + br[BR_CKPT] > 0))
                 continue; /* the parts of the work between steps, where there are any */
             fmt_time(a, sizeof a, br[c]);
             if (c == BR_DP_WAIT)

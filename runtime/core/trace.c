@@ -58,7 +58,7 @@
 /* A step's events: its actions, then with replicas the reduction's spans
  * (PG_TRACE_DP_*, nested in the action that ran the reduction), then its end
  * after the last action (PG_TRACE_END), the main loop's work after it
- * (PG_TRACE_BETWEEN) and that work's parts (PG_TRACE_LOG, _STOP, _CKPT), then
+ * (PG_TRACE_BETWEEN) and that work's parts (PG_TRACE_LOG, _EVAL, _STOP, _CKPT), then
  * its start before the first action (PG_TRACE_DATA), then the step. */
 enum { AFTER_ACTIONS = 2 + PG_TRACE_PARTS, /* END, BETWEEN, the parts */
        AROUND = AFTER_ACTIONS + 2 };        /* ... and DATA, the step */
@@ -455,6 +455,7 @@ static const span_name spans[] = {
     {PG_TRACE_END, "step end", "STEP_END", "step_end"},
     {PG_TRACE_BETWEEN, "between steps", "BETWEEN", "between"},
     {PG_TRACE_LOG, "log line", "LOG", "between"},
+    {PG_TRACE_EVAL, "evaluation", "EVAL", "between"},
     {PG_TRACE_STOP, "stop exchange", "STOP", "between"},
     {PG_TRACE_CKPT, "checkpoint", "CHECKPOINT", "between"},
 };
