@@ -406,7 +406,7 @@ static void breakdown(const trace *t, const step_stat *ss, int row, int skip_fir
             out[b] += dt;
     }
     out[BR_VERDICT] -= out[BR_DP]; /* the reduction runs inside VERDICT */
-    out[BR_OUTSIDE] = round((step - acts) * 1e9) * 1e-9; /* to the ns: the spans are contiguous, it may be 0 */
+    out[BR_OUTSIDE] = round((step - acts) * 1e9) * 1e-9 + 0.0; /* to the ns (the spans are contiguous: 0), never -0 */
     for (int c = 0; c < BR__COUNT; c++)
         out[c] = used ? out[c] / used : 0;
 }
