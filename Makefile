@@ -2,6 +2,7 @@
 #   make            build/pipegen, the CPU runtime, piperun
 #   make run        generate, build and train the example pipeline on the CPU
 #   make test       the whole suite (installs missing Debian packages as root)
+#   make test-matrix the whole bitwise matrix of convolutional networks (tests/conv_matrix.sh, ~30 min)
 #   make bench      benchmarks (bench/)
 #   make fuzz       fuzz every parser of outside input (tests/fuzz.sh), FUZZ_SECONDS each (default 600)
 #   make cuda       compile every CUDA file (nvcc); done by `make test` too
@@ -69,7 +70,7 @@ NVCC_FOUND = @[ -x $(NVCC) ] || { echo "nvcc not found at $(NVCC) (set CUDA_HOME
 
 EXAMPLES := $(wildcard examples/*.pipe)
 
-.PHONY: all deps test-deps run test test-slurm bench bench-gpu fuzz cuda cuda-if-found test-gpu clean san-all binaries test-fresh \
+.PHONY: all deps test-deps run test test-matrix test-slurm bench bench-gpu fuzz cuda cuda-if-found test-gpu clean san-all binaries test-fresh \
         gpu-bundle gpu-bundle-dir
 .SUFFIXES:
 
@@ -122,8 +123,8 @@ $(BUILD)/libpgrt_cpu.a: $(RT_OBJ)
 $(BUILD)/piperun: $(BUILD)/obj/cmd/piperun.o
 	$(CC) $(ALLCFLAGS) -o $@ $^
 
-# pipedata: .pgd files from plain files (text -> a token stream)
-$(BUILD)/pipedata: $(BUILD)/obj/cmd/pipedata.o $(BUILD)/libpgrt_cpu.a
+# pipedata: .pgd files from plain files (text -> a token stream, numpy arrays, CSV tables)
+$(BUILD)/pipedata: $(BUILD)/obj/cmd/pipedata.o $(BUILD)/obj/cmd/pd_npy.o $(BUILD)/obj/cmd/pd_csv.o $(BUILD)/libpgrt_cpu.a
 	$(CC) $(ALLCFLAGS) -o $@ $^
 
 # ---- stage binaries: build/<model>/stage<k> from generated/<model>/ --------
@@ -217,12 +218,14 @@ build-cuda/cuda-tests/%.o: tests/gpu/%.cu $(NVCC_STAMP)
 # emulated CUDA runtime, cuBLAS(Lt) and NCCL of tests/gpu/emu/: each file
 # rewritten by tests/gpu/emu/emu_cu.sh (launches become calls), kernels on
 # fibers (tests/gpu/cuda_emu.h), GEMMs by the host BLAS's sgemm_. Every
-# runtime/cuda/*.cu joins by itself. $(BUILD)/emu/libpgrt_cuemu.a replaces
-# libpgrt_cuda.a at link time (LDLIBS_EMU instead of LDLIBS_CUDA).
+# runtime/cuda/*.cu joins by itself but conv.cu (cuDNN, not emulated:
+# tests/gpu/emu/conv_refused.cc refuses convolutions in its place).
+# $(BUILD)/emu/libpgrt_cuemu.a replaces libpgrt_cuda.a at link time
+# (LDLIBS_EMU instead of LDLIBS_CUDA).
 CXX      ?= c++
 EMU_DIR  := $(BUILD)/emu
 EMU_HDR  := $(patsubst runtime/cuda/%,$(EMU_DIR)/src/%,$(wildcard runtime/cuda/*.h runtime/cuda/*.cuh))
-EMU_OBJ  := $(patsubst runtime/cuda/%.cu,$(EMU_DIR)/obj/%.o,$(CUDA_SRC)) \
+EMU_OBJ  := $(patsubst runtime/cuda/%.cu,$(EMU_DIR)/obj/%.o,$(filter-out runtime/cuda/conv.cu,$(CUDA_SRC))) \
             $(patsubst tests/gpu/emu/%.cc,$(EMU_DIR)/obj/shim/%.o,$(wildcard tests/gpu/emu/*.cc))
 # nvcc fuses a * b + c in kernels: so does the emulated build where the CPU has FMA (cuda_emu.h)
 EMU_FMA  := $(shell grep -qw fma /proc/cpuinfo 2>/dev/null && echo -mfma)
@@ -298,6 +301,14 @@ test: test-deps
 	@$(MAKE) --no-print-directory SAN=1 binaries
 	@$(MAKE) --no-print-directory cuda-if-found
 	@prove -f tests/*.t
+
+# make test-matrix: convolutional networks bitwise across 1-4 stages x every
+# schedule x checkpoint mode x 1/2 threads x 1/2 replicas (make test runs a
+# sample of it, tests/e2e_conv.t)
+test-matrix: test-deps
+	@$(MAKE) --no-print-directory binaries
+	@$(MAKE) --no-print-directory SAN=1 binaries
+	@prove -v tests/conv_matrix.sh
 
 # make test-slurm: a real Slurm on this host (slurmctld, slurmd, munged started
 # in a temporary folder, killed at the end): srun --multi-prog and docs/launch.md's

@@ -244,6 +244,16 @@ ast_expr *ast_tuple(pg_parse_ctx *ctx, const pg_token *lparen, ast_expr *first, 
     return expr_depth(ctx, e, args_depth(e->args));
 }
 
+ast_expr *ast_for(pg_parse_ctx *ctx, ast_expr *value, const pg_token *kw, ast_arg_list patterns)
+{
+    ast_expr *e = expr_new(ctx, EX_FOR, value ? value->loc : kw->loc);
+    if (!e) return NULL;
+    e->op_loc = kw->loc;
+    e->lhs = value;
+    e->args = patterns.first;
+    return expr_depth(ctx, e, depth_of(value) > args_depth(e->args) ? depth_of(value) : args_depth(e->args));
+}
+
 ast_arg *ast_arg_new(pg_parse_ctx *ctx, const pg_token *key, ast_expr *value)
 {
     if (!key && !value) return NULL;
@@ -385,6 +395,13 @@ ast_stmt *ast_simple(pg_parse_ctx *ctx, ast_stmt_kind kind, const pg_token *kw, 
     return s;
 }
 
+ast_stmt *ast_pop_args(pg_parse_ctx *ctx, ast_stmt *pop, ast_arg_list args)
+{
+    (void)ctx;
+    if (pop) pop->args = args.first;
+    return pop;
+}
+
 /* ---- dump ------------------------------------------------------------------
  * One node per line: `line:col kind details`, children indented two spaces;
  * names carry their own position as name@line:col. The format is what
@@ -455,6 +472,13 @@ static void dump_expr(FILE *out, const ast_expr *e, int depth, const char *key, 
     case EX_ARROW: fputs(" arrow\n", out); break;
     case EX_TUPLE: fputs(" tuple\n", out); dump_args(out, e->args, depth + 1); return;
     case EX_CALL: fprintf(out, " call %s\n", e->str ? e->str : "?"); dump_args(out, e->args, depth + 1); return;
+    case EX_FOR: {
+        fputs(" for\n", out);
+        pg_loc none = {0};
+        dump_expr(out, e->lhs, depth + 1, NULL, none);
+        dump_args(out, e->args, depth + 1);
+        return;
+    }
     }
     pg_loc none = {0};
     dump_expr(out, e->lhs, depth + 1, NULL, none);
@@ -525,7 +549,7 @@ static void dump_stmt(FILE *out, const ast_stmt *s, int depth)
             dump_args(out, s->args, depth + 2);
         }
         break;
-    case ST_TRAIN: case ST_LAYER:
+    case ST_TRAIN: case ST_LAYER: case ST_POP:
         dump_args(out, s->args, depth + 1);
         break;
     case ST_REPEAT:

@@ -43,13 +43,31 @@ typedef enum ir_layer_kind {
     LK_RMSNORM,    /* x * rsqrt(mean(x^2) + eps) * weight over the last dim (Llama's); weight [d] */
     LK_SWIGLU,     /* silu(x Wg^T [+ bg]) * (x Wu^T [+ bu]); gate, up W [h, d] (dsl/layers_lm.c) */
     LK_STASH,      /* save the current tensor under skip `skip`; tensor unchanged */
-    LK_POP,        /* combine skip `skip` into the current tensor (add | concat on last dim) */
+    LK_POP,        /* combine skip `skip` into the current tensor (add | concat on a dim | take) */
+    /* convolutional networks (dsl/layers_conv.c): channel-first per-sample shapes, [C, H, W] or [C, L] */
+    LK_CONV2D,     /* [C, H, W] -> [out, OH, OW]; weight [out, C / groups, kh, kw], bias [out] */
+    LK_CONV1D,     /* [C, L] -> [out, OL]; weight [out, C / groups, k], bias [out] */
+    LK_CONV_T2D,   /* conv_transpose2d: [C, H, W] -> [out, OH, OW]; weight [C, out / groups, kh, kw], bias [out] */
+    LK_MAXPOOL2D,  /* [C, H, W] -> [C, OH, OW], padding counts as -inf */
+    LK_AVGPOOL2D,  /* [C, H, W] -> [C, OH, OW], divided by kh * kw (padding counted) */
+    LK_GLOBAL_AVGPOOL, /* [C, H, W] -> [C] */
+    LK_UPSAMPLE,   /* [C, H, W] -> [C, s H, s W], nearest or bilinear (align_corners false) */
+    LK_FLATTEN,    /* [d0, d1, ...] -> [d0 d1 ...] */
+    LK_RESHAPE,    /* the same elements in another per-sample shape */
+    LK_TRANSPOSE,  /* per-sample dims i and j swapped */
+    LK_MEAN,       /* mean over per-sample dim `dim`, which is dropped */
+    LK_BATCHNORM2D, /* per channel over the batch and positions of [C, H, W]; as batchnorm otherwise */
+    LK_SIGMOID,
+    LK_TANH,
+    LK_SILU,       /* x sigmoid(x) */
     LK__COUNT
 } ir_layer_kind;
 /* a kind's name as the .pipe writes it ("pos_embed"), "?" out of range (dsl/layers.c) */
 const char *layer_kind_name(ir_layer_kind k);
 
-typedef enum ir_pop_mode { POP_ADD, POP_CONCAT } ir_pop_mode;
+/* add: elementwise; concat: along skip.concat_dim; take: the stash replaces the
+ * current tensor (which the layer before must have stashed) */
+typedef enum ir_pop_mode { POP_ADD, POP_CONCAT, POP_TAKE } ir_pop_mode;
 typedef enum ir_tie_mode { TIE_NONE, TIE_REPLICATE, TIE_TRANSMIT } ir_tie_mode;
 
 /* How a parameter's first value is made: from (its name, the seed) only. */
@@ -68,7 +86,10 @@ typedef struct ir_param {
     ir_init init;
     double init_scale;
     int is_buffer;        /* 1: not trained (batchnorm running stats), no grad, no optimizer state */
-    int decay;            /* 1: weight decay applies (matrices); 0: biases, norms */
+    int decay;            /* 1: weight decay applies by the default rule (matrices); 0: biases, norms */
+    double weight_decay;  /* the rate its optimizer applies: the default rule (decay x the optimizer's
+                             weight_decay), or its group's (train `weight_decay = V for "pattern"`) */
+    int decay_group;      /* the group (ir_train.decay_groups) that set weight_decay, -1: the default rule */
     uint64_t stage_mask;  /* bit s set: stage s uses it (reads it in some layer) */
     int owner_stage;      /* lowest stage that uses it: holds the master for TIE_TRANSMIT */
     ir_tie_mode tie;      /* from `tie P mode`; TIE_NONE when used by one stage */
@@ -85,8 +106,8 @@ typedef struct ir_layer {
     pg_dtype in_dtype;    /* DT_I32 for embed, else DT_F32 */
     pg_shape in, out;     /* per-sample shapes of the current tensor before and after */
     /* attributes (only the ones of this kind are meaningful) */
-    int64_t in_features, out_features; /* linear, swiglu (d -> h) */
-    int bias;                          /* linear, swiglu, attention, layernorm: 1 = has bias(es) */
+    int64_t in_features, out_features; /* linear, swiglu (d -> h); conv: in and out channels */
+    int bias;                          /* linear, swiglu, attention, layernorm, conv: 1 = has bias(es) */
     int64_t heads;                     /* attention */
     int causal;                        /* attention */
     int64_t kv_heads;                  /* attention: key/value heads (= heads unless grouped-query) */
@@ -102,12 +123,19 @@ typedef struct ir_layer {
     int buffer[2];                     /* batchnorm running_mean, running_var (param indices) */
     int nbuffer;
     int skip;                          /* stash / pop: index into skips, else -1 */
+    /* convolution and pooling, (h, w) pairs; conv1d and 1-D shapes use [1] (h: 1, 0, 1) */
+    int64_t kernel[2], stride[2], padding[2], dilation[2], output_padding[2];
+    int64_t groups;                    /* conv: channels in groups (in and out divisible) */
+    int64_t scale;                     /* upsample: integer factor */
+    int bilinear;                      /* upsample: 0 nearest, 1 bilinear */
+    int axis[2];                       /* transpose: the dims swapped; mean: axis[0] */
 } ir_layer;
 
 typedef struct ir_skip {
     const char *name;     /* qualified: "h.3.res" */
     int stash_layer, pop_layer;   /* layer indices */
     ir_pop_mode mode;
+    int concat_dim;       /* POP_CONCAT: the per-sample dim joined (the last unless `concat(dim = k)`) */
     pg_shape shape;       /* the stashed tensor's per-sample shape */
     pg_loc stash_loc, pop_loc;
 } ir_skip;
@@ -133,8 +161,24 @@ static inline const char *pg_placement_name(ir_placement pl) { return pl == PLAC
 typedef enum ir_ckpt { CKPT_ALWAYS, CKPT_EXCEPT_LAST, CKPT_NEVER } ir_ckpt;
 typedef enum ir_loss { LOSS_MSE_SUM, LOSS_MSE_MEAN, LOSS_CROSS_ENTROPY } ir_loss;
 #define PG_NO_IGNORE INT64_MIN /* ir_train.ignore_index when cross_entropy ignores nothing */
-typedef enum ir_opt { OPT_SGD, OPT_ADAMW } ir_opt;
-typedef enum ir_lr_sched { LR_CONSTANT, LR_COSINE } ir_lr_sched;
+typedef enum ir_opt { OPT_SGD, OPT_ADAMW, OPT_ADAM } ir_opt; /* adam: adamw without weight decay */
+/* adam and adamw: two moments of state per parameter */
+static inline int pg_opt_adam(ir_opt o) { return o == OPT_ADAMW || o == OPT_ADAM; }
+/* every one with a linear warm-up over `warmup` steps first (runtime/core/step.c, lr_at) */
+typedef enum ir_lr_sched { LR_CONSTANT, LR_COSINE, LR_LINEAR, LR_INVSQRT } ir_lr_sched;
+
+/* `weight_decay = V for "p" "q"` in train: the parameters whose names match a
+ * pattern (`*` any characters, `?` one) decay at V; the first group that
+ * matches a parameter sets it. With groups, the parameters no group matches
+ * decay at the optimizer's weight_decay (the default rule is replaced). */
+typedef struct ir_decay_group {
+    double value;
+    pg_loc loc;               /* the setting's key */
+    int npatterns;
+    const char **patterns;
+    pg_loc *pattern_locs;
+    int nparams;              /* parameters it set (pg_check) */
+} ir_decay_group;
 
 typedef struct ir_train {
     int64_t batch;          /* default 32 */
@@ -152,10 +196,15 @@ typedef struct ir_train {
     double weight_decay;    /* default 0 (sgd), 0.01 (adamw) */
     double beta1, beta2, adam_eps; /* adamw: 0.9, 0.999, 1e-8 */
     ir_lr_sched lr_schedule;
-    int64_t warmup;         /* cosine: linear warm-up steps */
-    double lr_min;          /* cosine: floor */
+    int64_t warmup;         /* linear warm-up steps (every schedule; 0 none) */
+    double lr_min;          /* cosine, linear: the floor reached at `steps` */
     int64_t steps;          /* default number of steps; the cosine horizon. default 100 */
     double grad_clip;       /* global L2 norm clip; 0 = off */
+    int ndecay_groups;      /* `weight_decay = V for "pattern" ...` lines, in file order */
+    ir_decay_group *decay_groups;
+    int64_t eval_every;     /* evaluate every N steps (and after the last); 0: after the last step only */
+    int64_t eval_batches;   /* evaluate on the first K batches of --eval-data; 0: every row of it */
+    int shuffle;            /* 1: every epoch visits the samples of --data in a fresh seeded order */
     uint64_t seed;          /* default 0 */
     pg_dtype precision;     /* f32 | bf16 */
     int stages;             /* `stages = N`; 0 when not given */

@@ -31,7 +31,7 @@ static int pipe_expected(struct yyParser *p, int *out, int max);
 %token MODEL CONST INPUT TARGET PARAM TRAIN BLOCK REPEAT SPLIT STASH POP TIE
        IDENT WORD INT FLOAT STRING
        LPAREN RPAREN LBRACKET RBRACKET LBRACE RBRACE COMMA EQ COLON ARROW
-       PLUS MINUS STAR SLASH PERCENT ILLEGAL.
+       PLUS MINUS STAR SLASH PERCENT ILLEGAL FOR.
 
 %nonassoc ARROW.
 %left PLUS MINUS.
@@ -69,7 +69,15 @@ dims(A) ::= dims(L) COMMA expr(E).                { A = ast_arg_list_add(L, ast_
 %type settings {ast_arg_list}
 settings(A) ::= .                                 { A = ast_arg_list_empty(); }
 settings(A) ::= settings(L) IDENT(K) EQ expr(E).  { A = ast_arg_list_add(L, ast_arg_new(ctx, &K, E)); }
+/* a setting for the parameters whose names match: `weight_decay = 0 for "*.bias" "*norm*"` */
+settings(A) ::= settings(L) IDENT(K) EQ expr(E) FOR(F) patterns(P).
+                                                  { A = ast_arg_list_add(L, ast_arg_new(ctx, &K, ast_for(ctx, E, &F, P))); }
 settings(A) ::= settings(A) error.                /* resync at the next setting or '}' */
+
+%type patterns {ast_arg_list}
+patterns(A) ::= STRING(S).                        { A = ast_arg_list_add(ast_arg_list_empty(), ast_arg_new(ctx, NULL, ast_literal(ctx, &S))); }
+patterns(A) ::= patterns(L) STRING(S).            { A = ast_arg_list_add(L, ast_arg_new(ctx, NULL, ast_literal(ctx, &S))); }
+patterns(A) ::= patterns(L) COMMA STRING(S).      { A = ast_arg_list_add(L, ast_arg_new(ctx, NULL, ast_literal(ctx, &S))); }
 
 /* Block parameters: names only, kept as keyless-valueless args. */
 %type formals {ast_arg_list}
@@ -92,6 +100,8 @@ item(A) ::= IDENT(N) EQ layer(L).                 { A = ast_named(ctx, &N, L); }
 item(A) ::= SPLIT(K).                             { A = ast_simple(ctx, ST_SPLIT, &K, NULL, NULL); }
 item(A) ::= STASH(K) IDENT(N).                    { A = ast_simple(ctx, ST_STASH, &K, &N, NULL); }
 item(A) ::= POP(K) IDENT(N) IDENT(M).             { A = ast_simple(ctx, ST_POP, &K, &N, &M); }
+/* a mode with options: `pop enc concat(dim = 0)` */
+item(A) ::= POP(K) IDENT(N) IDENT(M) LPAREN args(G) RPAREN. { A = ast_pop_args(ctx, ast_simple(ctx, ST_POP, &K, &N, &M), G); }
 item(A) ::= TIE(K) IDENT(N) IDENT(M).             { A = ast_simple(ctx, ST_TIE, &K, &N, &M); }
 layer(A) ::= IDENT(C).                            { A = ast_layer(ctx, &C, 0, ast_arg_list_empty()); }
 layer(A) ::= IDENT(C) LPAREN RPAREN.              { A = ast_layer(ctx, &C, 1, ast_arg_list_empty()); }

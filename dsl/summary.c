@@ -19,6 +19,66 @@ static const char *count(int64_t v, char *buf, size_t n) {
     return buf;
 }
 
+/* "add", "concat", "concat(dim = 0)" (not the last dim), "take" */
+static const char *pop_mode(const ir_skip *k, char *buf, size_t n) {
+    if (k->mode == POP_ADD) return "add";
+    if (k->mode == POP_TAKE) return "take";
+    if (k->shape.rank < 1 || k->concat_dim == k->shape.rank - 1) return "concat";
+    snprintf(buf, n, "concat(dim = %d)", k->concat_dim);
+    return buf;
+}
+
+/* "(3, 5)" or "3": a conv's or pool's (h, w) attribute */
+static const char *hw(const int64_t v[2], char *buf, size_t n) {
+    if (v[0] == v[1]) snprintf(buf, n, "%lld", (long long)v[0]);
+    else snprintf(buf, n, "(%lld, %lld)", (long long)v[0], (long long)v[1]);
+    return buf;
+}
+
+/* The kinds of convolutional networks: their key attributes, defaults left out. */
+static void describe_conv(const ir_layer *L, char *buf, size_t n) {
+    char k[48], s[48], p[48], d[48], o[48], extra[200] = "";
+    size_t e = 0;
+    int one_d = L->kind == LK_CONV1D;
+    const int64_t *kk = L->kernel, *ss = L->stride, *pp = L->padding, *dd = L->dilation;
+    int64_t k1[2] = {kk[1], kk[1]}, s1[2] = {ss[1], ss[1]}, p1[2] = {pp[1], pp[1]}, d1[2] = {dd[1], dd[1]};
+    if (one_d) kk = k1, ss = s1, pp = p1, dd = d1;
+    int pool = L->kind == LK_MAXPOOL2D || L->kind == LK_AVGPOOL2D;
+    if (pool ? (ss[0] != kk[0] || ss[1] != kk[1]) : (ss[0] != 1 || ss[1] != 1))
+        e += (size_t)snprintf(extra + e, sizeof extra - e, ", stride = %s", hw(ss, s, sizeof s));
+    if (pp[0] || pp[1]) e += (size_t)snprintf(extra + e, sizeof extra - e, ", padding = %s", hw(pp, p, sizeof p));
+    switch (L->kind) {
+    case LK_CONV2D: case LK_CONV1D: case LK_CONV_T2D:
+        if (e < sizeof extra && (dd[0] != 1 || dd[1] != 1))
+            e += (size_t)snprintf(extra + e, sizeof extra - e, ", dilation = %s", hw(dd, d, sizeof d));
+        if (e < sizeof extra && (L->output_padding[0] || L->output_padding[1]))
+            e += (size_t)snprintf(extra + e, sizeof extra - e, ", output_padding = %s", hw(L->output_padding, o, sizeof o));
+        if (e < sizeof extra && L->groups != 1)
+            e += (size_t)snprintf(extra + e, sizeof extra - e, ", groups = %lld", (long long)L->groups);
+        if (e < sizeof extra && !L->bias) snprintf(extra + e, sizeof extra - e, ", bias = false");
+        snprintf(buf, n, "%s(%lld -> %lld, kernel = %s%s)", layer_kind_name(L->kind), (long long)L->in_features,
+                 (long long)L->out_features, hw(kk, k, sizeof k), extra);
+        break;
+    case LK_MAXPOOL2D: case LK_AVGPOOL2D:
+        snprintf(buf, n, "%s(kernel = %s%s)", layer_kind_name(L->kind), hw(kk, k, sizeof k), extra);
+        break;
+    case LK_UPSAMPLE:
+        snprintf(buf, n, "upsample(scale = %lld, mode = %s)", (long long)L->scale, L->bilinear ? "bilinear" : "nearest");
+        break;
+    case LK_RESHAPE: {
+        size_t q = (size_t)snprintf(buf, n, "reshape(");
+        for (int i = 0; i < L->out.rank && q < n; i++)
+            q += (size_t)snprintf(buf + q, n - q, "%s%lld", i ? ", " : "", (long long)L->out.dim[i]);
+        if (q < n) snprintf(buf + q, n - q, ")");
+        break;
+    }
+    case LK_TRANSPOSE: snprintf(buf, n, "transpose(%d, %d)", L->axis[0], L->axis[1]); break;
+    case LK_MEAN: snprintf(buf, n, "mean(%d)", L->axis[0]); break;
+    case LK_BATCHNORM2D: snprintf(buf, n, "batchnorm2d%s", L->deferred ? "(deferred)" : ""); break;
+    default: snprintf(buf, n, "%s", layer_kind_name(L->kind)); break; /* global_avgpool, flatten, sigmoid, ... */
+    }
+}
+
 static const char *describe(const ir_model *m, const ir_layer *L, char *buf, size_t n) {
     const char *tname = L->nparam > 0 && (L->kind == LK_EMBED || L->kind == LK_LOGITS) &&
                                 !strchr(m->params[L->param[0]].name, '.') ? m->params[L->param[0]].name : NULL;
@@ -57,11 +117,13 @@ static const char *describe(const ir_model *m, const ir_layer *L, char *buf, siz
         break;
     case LK_DROPOUT: snprintf(buf, n, "dropout(p = %g)", L->p); break;
     case LK_STASH: snprintf(buf, n, "stash %s", L->skip >= 0 ? m->skips[L->skip].name : "?"); break;
-    case LK_POP:
+    case LK_POP: {
+        char pm[48];
         snprintf(buf, n, "pop %s %s", L->skip >= 0 ? m->skips[L->skip].name : "?",
-                 L->skip >= 0 && m->skips[L->skip].mode == POP_CONCAT ? "concat" : "add");
+                 L->skip >= 0 ? pop_mode(&m->skips[L->skip], pm, sizeof pm) : "?");
         break;
-    default: snprintf(buf, n, "?"); break;
+    }
+    default: describe_conv(L, buf, n); break;
     }
     return buf;
 }
@@ -77,6 +139,71 @@ static const char *sched_name(const ir_train *t, char *buf, size_t n) {
     case SCHED_FILE: snprintf(buf, n, "file(\"%s\")", t->schedule_file ? t->schedule_file : ""); return buf;
     }
     return "?";
+}
+
+/* "constant lr", "cosine lr (warmup 10, min 1e-05 at step 200)", ... */
+static const char *lr_text(const ir_train *t, char *buf, size_t n) {
+    static const char *const names[] = {"constant", "cosine", "linear", "inverse_sqrt"};
+    const char *k = names[t->lr_schedule];
+    if (t->lr_schedule == LR_COSINE || t->lr_schedule == LR_LINEAR)
+        snprintf(buf, n, "%s lr (warmup %lld, min %g at step %lld)", k, (long long)t->warmup, t->lr_min,
+                 (long long)t->steps);
+    else if (t->lr_schedule == LR_INVSQRT || t->warmup > 0)
+        snprintf(buf, n, "%s lr (warmup %lld)", k, (long long)t->warmup);
+    else
+        snprintf(buf, n, "constant lr");
+    return buf;
+}
+
+/* Which parameters decay at which rate: the default rule or the groups. */
+static void summary_decay(const ir_model *m, FILE *out) {
+    const ir_train *t = &m->train;
+    int ntrained = 0;
+    for (int i = 0; i < m->nparams; i++)
+        ntrained += !m->params[i].is_buffer;
+    if (t->optimizer == OPT_ADAM) {
+        fprintf(out, "  weight decay: none (adam)\n");
+        return;
+    }
+    if (!t->ndecay_groups && t->weight_decay == 0) {
+        fprintf(out, "  weight decay: none (weight_decay = 0)\n");
+        return;
+    }
+    if (!t->ndecay_groups) {
+        int nrule = 0;
+        for (int i = 0; i < m->nparams; i++) nrule += !m->params[i].is_buffer && m->params[i].decay;
+        fprintf(out, "  weight decay %g on %d of %d parameters (the default rule: weight matrices and tables, not "
+                     "biases or norms)\n", t->weight_decay, nrule, ntrained);
+        return;
+    }
+    for (int g = 0; g < t->ndecay_groups; g++) {
+        const ir_decay_group *G = &t->decay_groups[g];
+        fprintf(out, "  weight decay %g for", G->value);
+        for (int k = 0; k < G->npatterns; k++) fprintf(out, " \"%s\"", G->patterns[k]);
+        fprintf(out, ": %d parameter%s", G->nparams, G->nparams == 1 ? "" : "s");
+        int shown = 0;
+        for (int i = 0; i < m->nparams && shown < 4; i++)
+            if (m->params[i].decay_group == g) fprintf(out, "%s%s", shown++ ? ", " : " (", m->params[i].name);
+        fprintf(out, "%s\n", shown ? (G->nparams > shown ? ", ...)" : ")") : "");
+    }
+    int rest = 0;
+    for (int i = 0; i < m->nparams; i++) rest += !m->params[i].is_buffer && m->params[i].decay_group < 0;
+    fprintf(out, "  weight decay %g on the %d other parameter%s (the optimizer's)\n", t->weight_decay, rest,
+            rest == 1 ? "" : "s");
+}
+
+/* The data order and the evaluation, defaults included. */
+static void summary_data(const ir_train *t, FILE *out) {
+    fprintf(out, "  data %s; with --eval-data, evaluation ", t->shuffle ? "shuffled every epoch (shuffle = true)"
+                                                                   : "in file order (shuffle = false)");
+    if (t->eval_every > 0)
+        fprintf(out, "every %lld steps and after the last", (long long)t->eval_every);
+    else
+        fprintf(out, "after the last step (eval_every = 0)");
+    if (t->eval_batches > 0)
+        fprintf(out, " on its first %lld batches\n", (long long)t->eval_batches);
+    else
+        fprintf(out, " on every row (eval_batches = 0)\n");
 }
 
 static const char *const ckpt_names[] = {"always", "except_last", "never"};
@@ -100,11 +227,16 @@ void pg_model_summary(const ir_model *m, FILE *out) {
     if (t->optimizer == OPT_SGD)
         fprintf(out, "  loss %s, optimizer sgd(lr = %g, momentum = %g, weight_decay = %g)", ls, t->lr,
                 t->momentum, t->weight_decay);
+    else if (t->optimizer == OPT_ADAM)
+        fprintf(out, "  loss %s, optimizer adam(lr = %g, betas = (%g, %g), eps = %g)", ls, t->lr,
+                t->beta1, t->beta2, t->adam_eps);
     else
         fprintf(out, "  loss %s, optimizer adamw(lr = %g, betas = (%g, %g), eps = %g, weight_decay = %g)",
                 ls, t->lr, t->beta1, t->beta2, t->adam_eps, t->weight_decay);
-    fprintf(out, ", %s%s, precision %s\n", t->lr_schedule == LR_COSINE ? "cosine lr" : "constant lr",
-            t->grad_clip > 0 ? ", grad_clip" : "", pg_dtype_name(t->precision));
+    fprintf(out, ", %s%s, precision %s\n", lr_text(t, s, sizeof s), t->grad_clip > 0 ? ", grad_clip" : "",
+            pg_dtype_name(t->precision));
+    summary_decay(m, out);
+    summary_data(t, out);
     pg_shape_str(m->input_dtype, &m->input, a, sizeof a);
     pg_shape_str(m->target_dtype, &m->target, b, sizeof b);
     fprintf(out, "  input %s : %s, target %s : %s\n", m->input_name, a, m->target_name, b);
@@ -149,9 +281,10 @@ void pg_model_summary(const ir_model *m, FILE *out) {
         const ir_skip *k = &m->skips[i];
         if (k->pop_layer < 0 || m->layers[k->stash_layer].stage == m->layers[k->pop_layer].stage) continue;
         if (!ncross++) fprintf(out, "skips crossing stages:\n");
+        char pm[48];
         pg_shape_str(DT_F32, &k->shape, a, sizeof a);
         fprintf(out, "  %s: stage %d -> stage %d, %s, %s\n", k->name, m->layers[k->stash_layer].stage,
-                m->layers[k->pop_layer].stage, k->mode == POP_ADD ? "add" : "concat", a);
+                m->layers[k->pop_layer].stage, pop_mode(k, pm, sizeof pm), a);
     }
     int nties = 0;
     for (int i = 0; i < m->nparams; i++) {

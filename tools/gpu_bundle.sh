@@ -59,10 +59,11 @@ cp runtime/core/*.h "$D/runtime/core/" && cp runtime/cuda/*.h runtime/cuda/*.cuh
     cp runtime/cpu/cpu_kernels.h "$D/runtime/cpu/" &&
     cp tests/lib.sh tests/tap.h "$D/tests/" &&
     cp tests/gpu/run_gpu_tests.sh tests/gpu/lib_gpu.sh tests/gpu/graph_smoke.c tests/gpu/test_ops_gpu.cu \
-        tests/gpu/flash_refs.h "$D/tests/gpu/" &&
-    cp tests/models/gpt_tiny.pipe tests/models/bn_small.pipe tests/models/oracle_llama.pipe "$D/tests/models/" &&
+        tests/gpu/flash_refs.h tests/gpu/test_conv_ops.h "$D/tests/gpu/" &&
+    cp tests/models/gpt_tiny.pipe tests/models/bn_small.pipe tests/models/oracle_llama.pipe tests/models/conv_small.pipe \
+        "$D/tests/models/" &&
     cp bench/gpu/run.sh bench/gpu/torch_gpt2.py bench/gpu/gemm_peak.c "$D/bench/gpu/" &&
-    cp examples/gpt2_small.pipe "$D/examples/" &&
+    cp examples/gpt2_small.pipe examples/resnet.pipe "$D/examples/" &&
     cp tools/gpu_env.sh tools/gpu_probe.c "$D/tools/" &&
     cp tools/gpu_bundle/prepare.sh tools/gpu_bundle/device_lib.sh "$D/tools/gpu_bundle/" &&
     cp tools/gpu_bundle/run.sh tools/gpu_bundle/device_check.sh tools/gpu_bundle/device_rerun.sh "$D/" &&

@@ -11,6 +11,10 @@
 #   torch-eager             bench/gpu/torch_gpt2.py: the same model in PyTorch, bf16 autocast
 #   torch-compile           the same under torch.compile
 #   gemm_peak               bench/gpu/gemm_peak.c: the measured bf16 cuBLAS GEMM peak
+#   conv-1stage             a convolutional network (BENCH_CONV_MODEL, default
+#                           examples/resnet.pipe, f32) on 1 stage: cuDNN's
+#                           convolutions and the own pooling / batch-norm kernels
+#   conv-1stage-nograph     the same with --no-graph
 #
 # It prints tokens/s of each and the figures of the issue's table, and writes
 # them to BENCH_DIR/bench.json:
@@ -22,18 +26,20 @@
 #   runs identical), trace_measured_ms / trace_predicted_ms / trace_ratio
 #   (target within 0.9..1.1), arena_bytes / peak_bytes / memory_ratio (the
 #   1-stage arena from the plan against the device memory the process used at
-#   its peak, cudaMemGetInfo; target within 1.02).
+#   its peak, cudaMemGetInfo; target within 1.02), conv.{model,
+#   samples_per_s_1stage, samples_per_s_1stage_nograph, same_bits} (no PyTorch
+#   row for it yet).
 # Model FLOPs per token = 6 N + 12 L T d (N every trained parameter, the tied
 # table included since it is also the logits GEMM; recomputation of
 # checkpointed micro-batches not counted, so MFU, not HFU).
 #
 # A pipegen run's tokens/s is the median over the steps after the first
-# WARMUP of the last stage's per-step "X samples/s" (timed around
-# pg_run_step) times seq. Knobs: BENCH_STEPS (15), BENCH_WARMUP (5),
+# WARMUP of the last stage's per-step "X tokens/s" (timed around
+# pg_run_step; "X samples/s" times seq for a model whose input is not tokens). Knobs: BENCH_STEPS (15), BENCH_WARMUP (5),
 # BENCH_DIR (build-cuda/bench), BENCH_RUN_S (a pipegen run's time limit, 180),
 # BENCH_COMPILE_S (torch.compile's, 300), BENCH_DEADLINE (seconds since the
 # epoch: no run goes past it; those that cannot start are n/a), BENCH_ROWS
-# (the rows to run, of p1 p1n p4 p4t eager compile peak; default all: the
+# (the rows to run, of p1 p1n p4 p4t eager compile peak conv convn; default all: the
 # others are n/a, not failures), BENCH_MODEL (another .pipe GPT with
 # `split` lines and `const seq`), PG_GPU_FAKE=cpu (the CPU runtime stands in,
 # gemm_peak and the torch rows are left out: tests/gpu_scripts.t checks the
@@ -52,6 +58,7 @@ DIR=${BENCH_DIR:-$TOP/build-cuda/bench}
 CC=${CC:-cc}
 CFLAGS_B="-std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -O2 -Wall -Wextra"
 MODEL=${BENCH_MODEL:-$TOP/examples/gpt2_small.pipe}
+CONV_MODEL=${BENCH_CONV_MODEL:-$TOP/examples/resnet.pipe}
 FAKE=${PG_GPU_FAKE:-}
 PIPEGEN=$TOP/build/pipegen
 PIPERUN=$TOP/build/piperun
@@ -83,7 +90,7 @@ emu)
     CUDALIB=$TOP/build/emu/libpgrt_cuemu.a GEMM_OBJ=$CUDALIB LDLIBS_CUDA=${LDLIBS_EMU:--lstdc++ -lblas -lpthread -lm}
     echo "# PG_GPU_FAKE=emu: the emulated CUDA runtime (tests/gpu/emu): this checks the script, its speed means nothing" ;;
 esac
-for f in "$PIPEGEN" "$PIPERUN" "$CUDALIB" "$GEMM_OBJ" "$MODEL"; do
+for f in "$PIPEGEN" "$PIPERUN" "$CUDALIB" "$GEMM_OBJ" "$MODEL" "$CONV_MODEL"; do
     [ -e "$f" ] || fail "$f is missing (in a checkout: make CUDA=1 build-cuda/libpgrt_cuda.a build-cuda/bench/gemm_peak.o; or use the GPU bundle)"
 done
 if [ -z "${LDLIBS_CUDA:-}" ]; then
@@ -98,11 +105,21 @@ fi
 PY_ANY=$PY
 [ -n "$PY_ANY" ] || PY_ANY=$(ge_pythons | head -n 1)
 
-# variant N: the model on N stages (1: `stages = 1`, any split lines removed), linked for CUDA
+# row NAME: is the row NAME among BENCH_ROWS (default: every row)? A row left
+# out is n/a and no failure, its log says so
+row() {
+    case " ${BENCH_ROWS:-p1 p1n p4 p4t eager compile peak conv convn} " in *" $1 "*) return 0 ;; esac
+    return 1
+}
+left_out() { echo "$1: left out (BENCH_ROWS=${BENCH_ROWS:-})" >"$DIR/$1.log"; echo n/a; }
+
+# variant N [MODEL NAME]: the model (MODEL, default the GPT) on N stages (1: `stages = 1`,
+# any split lines removed), linked for CUDA into $DIR/NAME-N (NAME: gpt2)
 variant() {
-    d=$DIR/gpt2-$1
+    v_m=${2:-$MODEL}
+    d=$DIR/${3:-gpt2}-$1
     rm -rf "$d" && mkdir -p "$d/bin" || return 1
-    if [ "$1" = 1 ]; then sed -e '/^split *$/d' -e 's/stages = [0-9]*/stages = 1/' "$MODEL" >"$d/model.pipe"; else cp "$MODEL" "$d/model.pipe"; fi
+    if [ "$1" = 1 ]; then sed -e '/^split *\(#.*\)*$/d' -e 's/stages = [0-9]*/stages = 1/' "$v_m" >"$d/model.pipe"; else cp "$v_m" "$d/model.pipe"; fi
     "$PIPEGEN" gen "$d/model.pipe" -o "$d/gen" >"$d/gen.log" 2>&1 || { cat "$d/gen.log"; return 1; }
     for f in "$d"/gen/stage*.c; do
         # shellcheck disable=SC2086
@@ -112,6 +129,12 @@ variant() {
 }
 variant 1 || fail "$(basename "$MODEL"), 1 stage: generate/link failed"
 variant 4 || fail "$(basename "$MODEL"), 4 stages: generate/link failed"
+# the convolutional rows: cuDNN's convolutions, which the emulator does not have
+CONV_WHY=""
+[ "$FAKE" = emu ] && CONV_WHY="left out (PG_GPU_FAKE=emu: cuDNN is not emulated)"
+if [ -z "$CONV_WHY" ] && { row conv || row convn; }; then
+    variant 1 "$CONV_MODEL" conv || fail "$(basename "$CONV_MODEL"), 1 stage: generate/link failed"
+fi
 if [ -z "$FAKE" ]; then
     # shellcheck disable=SC2086
     $CC -o "$DIR/gemm_peak" "$GEMM_OBJ" $LDLIBS_CUDA || fail "gemm_peak does not link"
@@ -128,7 +151,8 @@ print(6 * n + 12 * len(att) * T * d)' "$DIR/gpt2-1/gen/plan.json")
 ARENA=$(sed -n 's/^#define STAGE0_ARENA_BYTES INT64_C(\([0-9]*\)).*/\1/p' "$DIR/gpt2-1/gen/"*.h)
 
 # pipegen NAME DIR [args]: tokens/s of one run (median of the steps after
-# WARMUP); NAME.log is its output, NAME.loss its losses (per step, then final)
+# WARMUP; samples/s with PER = 1 in the environment); NAME.log is its output,
+# NAME.loss its losses (per step, then final)
 pipegen_run() {
     p_name=$1 p_d=$2
     shift 2
@@ -138,25 +162,26 @@ pipegen_run() {
         { echo "$p_name failed (status $?; 124: over its time limit):" >&2; tail -20 "$DIR/$p_name.log" >&2; return 1; }
     sed -n 's/^.*step \([0-9]*\)\/[0-9]*  *loss \([^ ]*\) .*$/\1 \2/p; s/^.*\(final loss .*\)$/\1/p' "$DIR/$p_name.log" \
         >"$DIR/$p_name.loss"
-    sed -n 's/^.*step \([0-9]*\)\/[0-9]*  *loss [^ ]*  *\([0-9.]*\) samples\/s.*$/\1 \2/p' "$DIR/$p_name.log" |
-        awk -v w="$WARMUP" -v seq="$SEQ" '$1 > w { v[n++] = $2 * seq }
+    sed -n 's/^.*step \([0-9]*\)\/[0-9]*  *loss .*  \([0-9.]*\) \(samples\|tokens\)\/s  .*$/\1 \2 \3/p' "$DIR/$p_name.log" |
+        awk -v w="$WARMUP" -v seq="${PER:-$SEQ}" '$1 > w { v[n++] = $3 == "tokens" ? $2 : $2 * seq }
             END { if (!n) exit 1; for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
                   printf "%.1f\n", n % 2 ? v[(n - 1) / 2] : (v[n / 2 - 1] + v[n / 2]) / 2 }'
 }
 
-# row NAME: is the row NAME among BENCH_ROWS (default: every row)? A row left
-# out is n/a and no failure, its log says so
-row() {
-    case " ${BENCH_ROWS:-p1 p1n p4 p4t eager compile peak} " in *" $1 "*) return 0 ;; esac
-    return 1
-}
-left_out() { echo "$1: left out (BENCH_ROWS=${BENCH_ROWS:-})" >"$DIR/$1.log"; echo n/a; }
-
 rc=0
-P1=n/a P1N=n/a P4=n/a P4T=n/a
+P1=n/a P1N=n/a P4=n/a P4T=n/a CV1=n/a CV1N=n/a
 if row p1; then P1=$(pipegen_run pipegen-1stage "$DIR/gpt2-1") || { rc=1; P1=n/a; }; else left_out pipegen-1stage >/dev/null; fi
 if row p1n; then P1N=$(pipegen_run pipegen-1stage-nograph "$DIR/gpt2-1" --no-graph) || { rc=1; P1N=n/a; }; else left_out pipegen-1stage-nograph >/dev/null; fi
 if row p4; then P4=$(pipegen_run pipegen-4stage "$DIR/gpt2-4") || { rc=1; P4=n/a; }; else left_out pipegen-4stage >/dev/null; fi
+if [ -n "$CONV_WHY" ]; then
+    echo "conv-1stage: $CONV_WHY" >"$DIR/conv-1stage.log"; echo "conv-1stage-nograph: $CONV_WHY" >"$DIR/conv-1stage-nograph.log"
+else
+    if row conv; then CV1=$(PER=1 pipegen_run conv-1stage "$DIR/conv-1") || { rc=1; CV1=n/a; }; else left_out conv-1stage >/dev/null; fi
+    if row convn; then CV1N=$(PER=1 pipegen_run conv-1stage-nograph "$DIR/conv-1" --no-graph) || { rc=1; CV1N=n/a; }
+    else left_out conv-1stage-nograph >/dev/null; fi
+fi
+CSAME=false
+[ -s "$DIR/conv-1stage.loss" ] && cmp -s "$DIR/conv-1stage.loss" "$DIR/conv-1stage-nograph.loss" && CSAME=true
 TR_STEPS=$((STEPS - WARMUP))
 if row p4t; then
     P4T=$(pipegen_run pipegen-4stage-traced "$DIR/gpt2-4" --trace "$DIR/p4.trace.json" --profile "$DIR/p4.profile.json" \
@@ -222,6 +247,8 @@ for row in "pipegen-1stage $P1" "pipegen-1stage-nograph $P1N" "pipegen-4stage $P
     "torch-eager ${TE:-n/a}" "torch-compile ${TC:-n/a}"; do
     printf '%-26s %14s\n' $row
 done
+printf '%-26s %14s  %s\n' conv-1stage "$CV1" "samples/s, $(basename "$CONV_MODEL")" \
+    conv-1stage-nograph "$CV1N" "samples/s, same bits: $CSAME"
 echo "bf16 GEMM peak (cuBLAS, measured): ${PEAK:-n/a} TFLOP/s; model FLOPs per token: ${FLOPS_TOK:-n/a}"
 printf '%-44s %10s  %s\n' measure value target \
     "pipegen-1stage / torch-eager" "$R_E" "" \
@@ -249,6 +276,8 @@ echo "note: CUDA stage traces time the host thread (runtime/cuda/README.md), whi
     printf '%s\n' "  \"graph_speedup\": $(json_num "$R_G"), \"graph_same_bits\": $SAME,"
     printf '%s\n' "  \"trace_measured_ms\": $(json_num "$TRACE_M"), \"trace_predicted_ms\": $(json_num "$TRACE_P"), \"trace_ratio\": $(json_num "$R_T"),"
     printf '%s\n' "  \"arena_bytes\": $(json_num "${ARENA:-}"), \"peak_bytes\": $(json_num "${PEAKB:-}"), \"memory_ratio\": $(json_num "$R_M"),"
+    printf '%s\n' "  \"conv\": {\"model\": $(json_str "$(basename "$CONV_MODEL") on 1 stage"), \"samples_per_s_1stage\": $(json_num "$CV1"),"
+    printf '%s\n' "    \"samples_per_s_1stage_nograph\": $(json_num "$CV1N"), \"same_bits\": $CSAME},"
     printf '%s\n' "  \"targets\": {\"ratio_vs_torch_compile\": \">= 1.2\", \"mfu_pipegen_1stage\": \">= 0.40\","
     printf '%s\n' "    \"step_4stage_over_1stage\": \"<= 1.05\", \"graph_speedup\": \"> 1 with same bits\","
     printf '%s\n' "    \"trace_ratio\": \"0.9 .. 1.1\", \"memory_ratio\": \"<= 1.02\"},"

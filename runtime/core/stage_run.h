@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 #include <time.h>
+#include "dataset.h"
 #include "errcap.h"
 #include "pg_io.h"
 #include "pg_net.h"
@@ -15,7 +16,8 @@
 typedef struct pg_run_opts {
     int64_t steps;
     int64_t log_every;
-    const char *data, *targets, *save;
+    pg_paths data, targets;   /* --data, --targets: one file each, or several as shards of one data set */
+    const char *save;
     const char *save_grads;   /* --save-grads: the last step's gradients */
     int threads;
     double timeout_s;
@@ -36,25 +38,38 @@ typedef struct pg_run_opts {
     int no_graph;             /* --no-graph: CUDA runtime, every op eagerly (pg_step_info.graphs) */
     int64_t dp;               /* --dp D: data-parallel replicas (0: not given, world / stages) */
     int64_t zero;             /* --zero 1: the optimizer state sharded over the replicas (zero.c) */
+    pg_paths eval_data, eval_targets; /* --eval-data, --eval-targets: the evaluation set (eval.c) */
+    pg_paths predict;         /* --predict FILE: the rows whose outputs --out gets (eval.c) */
+    const char *out;          /* --out FILE.pgd */
+    const char *metrics;      /* --metrics FILE.jsonl: a JSON object per log line and evaluation (metrics.c) */
 } pg_run_opts;
 
 /* The data-parallel reduction's spans in the trace (trace.c), kinds below -1:
  * the whole reduction, then its parts between dp_mark[i] and dp_mark[i + 1];
- * and the step's start before its first action (the gradients zeroed, the
- * batch loaded). */
+ * the step's start before its first action (the gradients zeroed, the batch
+ * loaded) and its end after its last (the device's work waited for); and
+ * outside the step, from its end to the next step's start, the main loop's
+ * work between steps (BETWEEN), with the parts of it that ran (the log line,
+ * an evaluation, the stop exchange of --save-on-exit, the checkpoint). So a stage's events
+ * leave no time of its run unaccounted for, from its first traced step on. */
 #define PG_TRACE_DP_MARKS 6
 enum { PG_TRACE_DP_REDUCE = -2, PG_TRACE_DP_WAIT = -3, PG_TRACE_DP_SCATTER = -4, PG_TRACE_DP_SUM = -5,
-       PG_TRACE_DP_GATHER = -6, PG_TRACE_DATA = -7 };
+       PG_TRACE_DP_GATHER = -6, PG_TRACE_DATA = -7, PG_TRACE_END = -8, PG_TRACE_BETWEEN = -9, PG_TRACE_LOG = -10,
+       PG_TRACE_EVAL = -11, PG_TRACE_STOP = -12, PG_TRACE_CKPT = -13 };
 #define PG_TRACE_DP_SPANS 5
+#define PG_TRACE_PARTS 4 /* LOG, EVAL, STOP, CKPT: the parts of BETWEEN */
 
-/* One traced action (or, action -1, a whole step; below -1, a part of the
- * data-parallel reduction) of this stage; also the wire format of the gather
- * to stage 0, so fixed-width fields only. */
+/* One traced action (or, kind -1, a whole step; below -1, the spans above)
+ * of this stage; also the wire format of the gather to stage 0, so
+ * fixed-width fields only. BETWEEN and its parts: action 1 when recorded
+ * (the step after began, or the part ran), else 0 and not written. */
 typedef struct pg_trace_ev {
     double t0, t1;            /* seconds, this stage's CLOCK_MONOTONIC (stage 0's after the gather) */
     int64_t bytes;            /* message bytes of a SEND/RECV, else 0 */
     int32_t step, action, kind, mb, chunk, peer; /* kind -1: the step */
 } pg_trace_ev;
+
+typedef struct pg_agree_file pg_agree_file;
 
 typedef struct pg_run {
     const pg_stage_desc *d;
@@ -76,7 +91,7 @@ typedef struct pg_run {
     pg_ctx *ctx;
     unsigned char *A;         /* the arena */
     pg_net *net;
-    pg_datafile in, tg;
+    pg_dataset in, tg;        /* --data, --targets (a token stream: one file, in both) */
     int have_in, have_tg;
     void *host;               /* host staging: the largest of batch input, batch target, one parameter */
     size_t host_bytes;
@@ -88,11 +103,22 @@ typedef struct pg_run {
     double first_wall_s;      /* wall time of the first step */
     int cur_action;
     int tokens;               /* --data is a token stream: in/tg hold it (tokens.c) */
+    uint64_t *sample_idx;     /* [batch]: the samples of this step's rows (load_batch, step.c) */
+    double grad_norm;         /* this step's global gradient norm before clipping, on the loss stage (step.c) */
+    int metrics_fd;           /* --metrics FILE.jsonl, open on the stage that logs (metrics.c); -1 none */
+    struct pg_eval *ev;       /* evaluation and --predict (eval.c); NULL: neither */
     int tracing;              /* --trace or --profile: record every action (trace.c) */
-    pg_trace_ev *tr_ev;       /* [trace_steps * (nactions + 1)], made at start-up: a ring of steps */
+    pg_trace_ev *tr_ev;       /* [trace_steps x events per step (trace.c)], made at start-up: a ring of steps */
     int64_t tr_first, tr_last; /* first and last step recorded (-1: none) */
+    double tr_end;            /* the end of step tr_last: where its BETWEEN span starts */
     double tr_offset;         /* add to this stage's clock to get stage 0's */
     char *agree;              /* what the stages must agree on, as text (agree.c) */
+    struct pg_agree_file {    /* more files this stage read, compared at the rendezvous (pg_agree_dataset) */
+        const char *opt;
+        const pg_dataset *ds;
+        int samples;          /* also its sample count ("samples OPT"; inputs pair with targets) */
+    } agree_extra[4];
+    int agree_extra_n;
     size_t agree_len;
     void *agree_state;        /* stage 0: the accepted peers' entries */
     uint64_t load_bytes, load_hash; /* the --load file as this stage read it */
@@ -131,8 +157,22 @@ static inline double pg_run_now(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+/* Is step s (0-based) one the log shows? Step 1, every --log-every-th, the
+ * last; every stage knows (--log-every is agreed), so the log line's norm is
+ * exchanged on those steps only. */
+static inline int pg_run_logged(const pg_run *r, int64_t s)
+{
+    return s == 0 || (s + 1) % r->opt.log_every == 0 || s + 1 == r->opt.steps;
+}
+/* The learning rate of a step (0-based): a linear warm-up over train.warmup
+ * steps, then constant, cosine or linear down to lr_min at train.steps (the
+ * .pipe's, whatever --steps says), or inverse_sqrt: lr sqrt(warmup / (t + 1)). */
+double pg_lr_at(const pg_train_desc *t, int64_t step);
 /* The forward / B / W functions of one of this stage's chunks (NULL if not its). */
 const pg_chunk_desc *pg_run_chunk_fns(const pg_stage_desc *d, int chunk);
+/* A tie's action a (TIE_SEND, TIE_RECV: the value; TIE_GRAD_*, TIE_SUM_*:
+ * the gradients), of the step's table or evaluation's. 0, or 1 (printed). */
+int pg_run_tie_action(pg_run *r, int a, const pg_step_action *x);
 /* One training step (0-based). Returns 0 or 1 after printing the failure. */
 int pg_run_step(pg_run *r, int64_t step, double *loss_out);
 /* Allocate and fill the synthetic batches this stage reads (none when it reads
@@ -143,6 +183,15 @@ int pg_run_synth_init(pg_run *r);
  * seeded offset o, target the window at o+1. open: 0 not a token stream (the
  * caller goes on), 1 opened into in/tg, -1 failed (printed). */
 int pg_run_tokens_open(pg_run *r);
+/* Is the first file of p a token stream for this model (i32[seq] input and
+ * target, a rank-1 i32 file)? open_stream: open path as one (opt names the
+ * option in messages), check its length and ids; 0, or -1 (printed). */
+int pg_tokens_is_stream(const pg_stage_desc *d, const pg_paths *p);
+int pg_tokens_open_stream(const pg_stage_desc *d, const char *opt, const char *path, pg_dataset *ds);
+/* Copy the n windows of seq tokens at off[i] + shift of stream f into rows
+ * 0..n-1 of dst, under f's guard: 0, or -1 with the reason in err. */
+int pg_tokens_windows(const pg_datafile *f, const uint64_t *off, int64_t n, int64_t seq, int shift, int32_t *dst,
+                      char *err, size_t errlen);
 int pg_run_tokens_load(pg_run *r, int64_t step);
 /* Where row i's input window of `step` starts in the stream (its target: one on). */
 uint64_t pg_run_tokens_window(const pg_run *r, int64_t step, int64_t i);
@@ -235,6 +284,34 @@ void pg_zero_ckpt_done(pg_run *r);
 void pg_zero_report(const pg_run *r);
 void pg_zero_free(pg_run *r);
 
+/* ---- evaluation and --predict (eval.c) ----
+ * open (after open_data): the evaluation and --predict files this stage
+ * reads, every check of them; 0, 1 (a bad file, printed) or 2 (a bad
+ * combination of options, printed). counts (collective, after pg_guard_init,
+ * within each replica): stage 0 tells every stage how many rows each pass
+ * holds. at (every stage, after step s, 0-based; and with steps == start,
+ * once at the start): does this run evaluate after it? run (every stage,
+ * collective): replica 0 evaluates the model as it is after `step` steps by
+ * the forward-only schedule, its loss stage prints `eval step N ...` and
+ * writes its metrics line; the other replicas wait for it. predict (every
+ * stage, after training): the outputs of every --predict row into --out.
+ * free: every buffer and file. 0, or 1 after printing the failure. */
+int pg_eval_open(pg_run *r);
+int pg_eval_counts(pg_run *r);
+int pg_eval_at(const pg_run *r, int64_t step);
+int pg_eval_run(pg_run *r, int64_t step);
+int pg_predict_run(pg_run *r);
+void pg_eval_free(pg_run *r);
+
+/* ---- the log (metrics.c) ----
+ * open (the logging stage: the loss stage of replica 0, after the resume is
+ * known): --metrics FILE.jsonl, truncated by a fresh run, appended to by a
+ * resumed one (it says which); line: one JSON object (text without the
+ * newline) appended with one write, or the run fails naming the file. */
+int pg_metrics_open(pg_run *r, int64_t start);
+int pg_metrics_line(pg_run *r, const char *json);
+void pg_metrics_close(pg_run *r);
+
 /* Before any work (preflight.c): --generate/--prompt fit the model and every
  * file this stage will write can be written; removes temporaries of dead
  * writers. 0, or 2 (a usage error) after printing each problem. */
@@ -251,8 +328,15 @@ int pg_trace_init(pg_run *r);
 int pg_trace_sync(pg_run *r);
 void pg_trace_action(pg_run *r, int64_t step, int a, double t0, double t1);
 void pg_trace_step(pg_run *r, int64_t step, double t0, double t1);
-/* the step's start: the gradients zeroed and the batch loaded, t0..t1 */
+/* the step's start: the gradients zeroed and the batch loaded, t0..t1; its
+ * end after the last action (the device waited for), t0..t1 */
 void pg_trace_data(pg_run *r, int64_t step, double t0, double t1);
+void pg_trace_end(pg_run *r, int64_t step, double t0, double t1);
+/* between steps (main.c): the part `kind` (PG_TRACE_LOG, _EVAL, _STOP, _CKPT) of
+ * the work after the last recorded step ran t0..t1; between: that work is
+ * over at t (the next step starts, or the run's loop ended) */
+void pg_trace_part(pg_run *r, int kind, double t0, double t1);
+void pg_trace_between(pg_run *r, double t);
 /* the reduction's spans of this step from r->dp_mark (replicas > 1) */
 void pg_trace_dp(pg_run *r, int64_t step);
 int pg_trace_finish(pg_run *r);

@@ -118,6 +118,8 @@ static void ctx_release(pg_ctx *c)
         return;
     }
     pg_hstage_free(&c->hstage, &hstage_ops, c, 0);
+    if (c->conv_release)
+        c->conv_release(c);
     for (int i = 0; i < PG_HSTAGE_SLOTS; i++)
         if (c->hstage_ev[i])
             cudaEventDestroy(c->hstage_ev[i]);
@@ -283,6 +285,8 @@ void pg_backend_report(pg_ctx *c, int stage, int64_t arena_bytes, FILE *out)
     for (int k = 0; k < NKPATHS; k++)
         fprintf(out, " %s %lld%s", kpath_names[k].name, c->kp_calls[k], k + 1 < NKPATHS ? "," : ";");
     fprintf(out, " bf16 GEMMs %lld\n", c->bf16_gemms);
+    if (c->conv_report)
+        c->conv_report(c, stage, out);
     fflush(out);
 }
 

@@ -3,12 +3,13 @@
 # compare against (tests/gpu/run_gpu_tests.sh): gpt_tiny on 1 stage, plain
 # (cpu1), with a cosine lr (cpu1cos), as a bf16 model (cpu1bf, which the CPU
 # computes in f32) and with dropout (cpu1drop: the same masks as the GPU's),
-# and the Llama layers' model on 1 stage (cpul1: tests/models/oracle_llama.pipe),
-# STEPS steps each. Writes OUTDIR/NAME.loss (per-step losses, then the final
-# loss), NAME.out (the run's output) and NAME.hash (the variant's plan hash,
-# so a reference for another model is recognised); and OUTDIR/cpu_ops.rec, the
-# CPU backend's results of the op tests (tests/gpu/ops_on_cpu.sh,
-# PG_OPS_RECORD), which the GPU's op tests compare with (PG_OPS_AGAINST).
+# the Llama layers' model on 1 stage (cpul1: tests/models/oracle_llama.pipe)
+# and tests/models/conv_small.pipe on 1 stage (cpuconv), STEPS steps each.
+# Writes OUTDIR/NAME.loss (per-step losses, then the final loss), NAME.out
+# (the run's output) and NAME.hash (the variant's plan hash, so a reference
+# for another model is recognised); and OUTDIR/cpu_ops.rec, the CPU backend's
+# results of the op tests (tests/gpu/ops_on_cpu.sh, PG_OPS_RECORD), which the
+# GPU's op tests compare with (PG_OPS_AGAINST).
 # Needs build/pipegen, build/piperun and build/libpgrt_cpu.a: run
 # where the project builds (`make gpu-bundle` does), so a GPU host needs none.
 # Exit 0 when every reference was made.
@@ -47,6 +48,8 @@ ref cpu1bf g1bf -e "$BF16" || rc=1
 ref cpu1drop g1drop -e "$DROP" || rc=1
 GPU_MODEL=$LLAMA_MODEL VARIANT_DEL=$LLAMA_1
 ref cpul1 l1 || rc=1
+GPU_MODEL=$TOP/tests/models/conv_small.pipe VARIANT_DEL='/# K[1-7]$/d'
+ref cpuconv c1 || rc=1
 GPU_MODEL=$TOP/tests/models/gpt_tiny.pipe
 unset VARIANT_DEL
 if "$TOP/tests/gpu/ops_on_cpu.sh" "$T/ops" && PG_OPS_RECORD=$OUT/cpu_ops.rec "$T/ops/test_ops_on_cpu" >"$T/ops.tap" 2>&1 &&
@@ -57,5 +60,5 @@ else
     { tail -20 "$T/ops/build.log"; grep -A1 '^not ok' "$T/ops.tap"; } 2>/dev/null >&2
     rc=1
 fi
-[ $rc = 0 ] && echo "cpu_refs: cpu1, cpu1cos, cpu1bf, cpu1drop, cpul1 ($STEPS steps), cpu_ops.rec in $OUT"
+[ $rc = 0 ] && echo "cpu_refs: cpu1, cpu1cos, cpu1bf, cpu1drop, cpul1, cpuconv ($STEPS steps), cpu_ops.rec in $OUT"
 exit $rc

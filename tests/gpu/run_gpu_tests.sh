@@ -39,6 +39,11 @@
 #     of the fast paths;
 #  5. a model with dropout: graphs stay off with a note, 1 and 4 stages
 #     bitwise alike, within TOL of the CPU (the masks are the CPU's);
+#  5c. tests/models/conv_small.pipe (every layer of convolutional networks:
+#     cuDNN's convolutions, pooling, upsample, batchnorm2d(deferred), skips
+#     across splits) on 1, 2 and 4 stages, graphs and --no-graph: bitwise
+#     alike, every step within TOL of the CPU's, the loss falls, the report
+#     line names the cuDNN plans (skipped emulated: cuDNN is not emulated);
 #  6. with 2+ GPUs, stages 0-1 on GPU 0 and 2-3 on GPU 1 (NCCL between 1 and 2,
 #     IPC within each pair): bitwise the 1-stage result again;
 #  6b. with 2+ GPUs, gpt_tiny 2 stages x 2 replicas, replica q on GPU q: the
@@ -72,7 +77,7 @@
 # losses and weights are written to LOGDIR (default: the work directory) as
 # they happen, so a run killed at a limit leaves its evidence.
 #
-# Knobs: GPU_SECTIONS (the sections to run, of 0 1 1b 2 3 4 5 5b 6 6b 7; default
+# Knobs: GPU_SECTIONS (the sections to run, of 0 1 1b 2 3 4 5 5b 5c 6 6b 7; default
 # all: tools/gpu_bundle/device_rerun.sh reruns one), STEPS (20), TOL (2e-3),
 # TOL_BF16 (5e-2), KILL_S (30), KILL_AT (100),
 # RUN_TIMEOUT, TEST_DEADLINE, LOGDIR, GPU_PIPEGEN, GPU_PIPERUN, CUDALIB,
@@ -140,7 +145,7 @@ fi
 
 # section N: is section N among GPU_SECTIONS (default: all)?
 section() {
-    case " ${GPU_SECTIONS:-0 1 1b 2 3 4 5 5b 6 6b 7} " in *" $1 "*) return 0 ;; esac
+    case " ${GPU_SECTIONS:-0 1 1b 2 3 4 5 5b 5c 6 6b 7} " in *" $1 "*) return 0 ;; esac
     return 1
 }
 
@@ -377,6 +382,40 @@ if [ "$FAKE" = cpu ]; then
 else
     like "$(cat "$L/bn2d2.out" 2>/dev/null)" "CUDA graphs off: .*batch norm's sums over the data-parallel replicas" \
         "bn_small, 2 replicas: says graphs are off for the batch-norm sums"
+fi
+fi
+
+# --- 5c. convolutional networks: conv_small on 1, 2 and 4 stages ---------------------
+# (its split points are tagged # K1 .. # K7: 2 stages keep K4, 4 keep K2, K4, K6)
+if ! section 5c; then
+    :
+elif [ "$FAKE" = emu ]; then
+    # the emulated backend refuses convolutions (tests/gpu/emu/README.md): nothing here could run
+    for i in 1 2 3 4 5 6 7 8 9 10 11 12 13; do skip "cuDNN is not emulated: the convolutional network needs a GPU"; done
+else
+GPU_MODEL=$TOP/tests/models/conv_small.pipe
+VARIANT_DEL='/# K[1-7]$/d'
+variant c1 1; ok $? "conv_small, 1 stage: generates and links"
+VARIANT_DEL='/# K[1235-7]$/d'
+variant c2 2; ok $? "conv_small, 2 stages: generates and links"
+VARIANT_DEL='/# K[1357]$/d'
+variant c4 4; ok $? "conv_small, 4 stages: generates and links"
+unset VARIANT_DEL
+GPU_MODEL=$TOP/tests/models/gpt_tiny.pipe
+train "$T/c1/cuda" "$L/conv1"; ok $? "conv_small, 1 stage: $STEPS steps"
+train "$T/c2/cuda" "$L/conv2"; ok $? "conv_small, 2 stages: $STEPS steps"
+train "$T/c4/cuda" "$L/conv4"; ok $? "conv_small, 4 stages: $STEPS steps"
+train "$T/c4/cuda" "$L/conv4e" --no-graph; ok $? "conv_small, 4 stages, --no-graph: $STEPS steps"
+same "$L/conv1" "$L/conv2" "conv_small: 2 stages vs 1 stage"
+same "$L/conv1" "$L/conv4" "conv_small: 4 stages vs 1 stage"
+same "$L/conv4" "$L/conv4e" "conv_small: graphs vs --no-graph"
+close "$REF/cpuconv" "$L/conv1" "$TOL" "conv_small: CUDA (cuDNN, own pooling and batch-norm kernels) vs the CPU" c1
+falls "$L/conv1" "conv_small"
+if [ "$FAKE" = cpu ]; then
+    skip "the cuDNN plans are the CUDA runtime's"
+else
+    like "$(cat "$L/conv1.out" 2>/dev/null)" 'cuDNN [0-9.]*: [0-9]* convolution geometr.*deterministic fp32 algorithms, workspace [0-9]* bytes' \
+        "conv_small: the end-of-run report names the cuDNN plans and their workspace"
 fi
 fi
 

@@ -1450,6 +1450,8 @@ static void test_attention_bf16(int causal, int64_t hd)
     pg_backend_set_precision(G.c, 0);
 }
 
+#include "test_conv_ops.h" /* the ops of convolutional networks */
+
 /* The backend's setup checks: the arena, the kernel paths' switch. */
 static void test_setup(void)
 {
@@ -1515,6 +1517,34 @@ static void test_llama(void)
     test_cross_entropy_ignore();
 }
 
+/* the convolutions: cuDNN's (conv.cu). The emulated backend leaves conv.cu out
+ * and refuses them (tests/gpu/emu/conv_refused.cc): there this group checks
+ * the refusal, the convolutions' own checks need a GPU or the CPU backend. */
+static void test_conv_group(void)
+{
+#ifdef PG_CUDA_EMU
+    (void)test_conv;
+    pg_conv g = conv_geom(4, 6, 9, 7, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0);
+    float *X = dzeros(4 * 9 * 7), *W = dzeros(6 * 4 * 9), *Y = dzeros(6 * 9 * 7);
+    OK(pg_conv2d_fwd(G.c, 1, &g, X, W, NULL, Y, NULL) != 0,
+       "emulated: conv2d is refused, cuDNN is not emulated (the convolutions' checks need a GPU)");
+#else
+    test_conv();
+#endif
+}
+
+/* the other layers of convolutional networks: runtime/cuda's own kernels */
+static void test_conv_others(void)
+{
+    test_pool();
+    test_upsample(0, 2);
+    test_upsample(1, 2);
+    test_upsample(1, 3);
+    test_dims();
+    test_batchnorm2d();
+    test_conv_activations();
+}
+
 static void test_optim_init(void)
 {
     test_optim();
@@ -1530,7 +1560,8 @@ static const struct {
     {"setup", test_setup},   {"colsum", test_colsum_paths}, {"shadow", test_shadow},     {"pad", test_pad},
     {"lt", test_linear_bias_lt}, {"flash", test_flash},     {"linear", test_linear},     {"activations", test_activations},
     {"norms", test_norms},   {"embed", test_embed},         {"attention", test_attention_f32},
-    {"dropout_skip", test_misc}, {"losses", test_losses},   {"llama", test_llama},       {"optim", test_optim_init},
+    {"dropout_skip", test_misc}, {"losses", test_losses},   {"llama", test_llama},       {"conv", test_conv_group},
+    {"conv_layers", test_conv_others}, {"optim", test_optim_init},
 };
 #define NGROUPS (int)(sizeof groups / sizeof groups[0])
 

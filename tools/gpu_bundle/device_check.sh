@@ -42,7 +42,7 @@ dv_facts
 dv_packer_start
 dv_tests 0 "${DEVICE_OPS_S:-60}" ops.tap
 dv_secs=""
-for s in ${DEVICE_SECTIONS:-1 1b 2 3 4 5 5b 6 6b 7}; do
+for s in ${DEVICE_SECTIONS:-1 1b 2 3 4 5 5b 5c 6 6b 7}; do
     case " $DV_SECTIONS_OK " in *" $s "*) dv_secs="$dv_secs $s" ;; *) dv_say "section $s left out (facts.txt says why)" ;; esac
 done
 dv_tests "${dv_secs# }" "${DEVICE_TRAIN_S:-150}" train.tap

@@ -147,7 +147,7 @@ dv_finish() {
 # the compute mode is exclusive).
 dv_facts() {
     p_t=$(date +%s)
-    DV_SECTIONS_OK="1 1b 2 3 4 5 5b 6 6b 7"
+    DV_SECTIONS_OK="1 1b 2 3 4 5 5b 5c 6 6b 7"
     DV_REF=$B/tests/gpu/ref
     if [ "${PG_GPU_FAKE:-}" = emu ]; then
         GPU_LINES="the emulated CUDA runtime (tests/gpu/emu): no GPU" DRIVER_CUDA="" COMPUTE_MODE=DEFAULT
@@ -188,7 +188,7 @@ dv_facts() {
     fi
     case $COMPUTE_MODE in EXCLUSIVE_PROCESS | EXCLUSIVE_THREAD)
         DV_SECTIONS_OK="3 4"
-        echo "compute mode $COMPUTE_MODE: one process at a time; the sections that start several processes (1 1b 2 5 5b 6 6b 7) are left out (nvidia-smi -c DEFAULT, as root, allows them)" >>"$OUT/facts.txt" ;;
+        echo "compute mode $COMPUTE_MODE: one process at a time; the sections that start several processes (1 1b 2 5 5b 5c 6 6b 7) are left out (nvidia-smi -c DEFAULT, as root, allows them)" >>"$OUT/facts.txt" ;;
     esac
     bundle_env
     printf '%s\n' "$GPU_ENV_REPORT" >>"$OUT/facts.txt"

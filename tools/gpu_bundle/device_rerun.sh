@@ -2,7 +2,7 @@
 # device_rerun.sh OUT SECTION [VAR=value...] — one targeted rerun on a GPU host
 # after device_check.sh (docs/gpu.md "The GPU check"): the facts and the op
 # tests again, then one section of tests/gpu/run_gpu_tests.sh (0 1 1b 2 3 4 5
-# 5b 6 6b 7), or `bench` or `memcheck`, with the environment given (a fast path
+# 5b 5c 6 6b 7), or `bench` or `memcheck`, with the environment given (a fast path
 # switched off to bisect: PIPE_CUDA_KERNELS=colsum,pad,shadow,lt leaves the
 # fused attention out; PIPE_CUDA_TF32=1; ...). The same budget, limits and
 # files as device_check.sh (OUT/rerun.tap instead of train.tap). Exit 0, 1, 2
@@ -10,8 +10,8 @@
 [ $# -ge 2 ] && [ -n "$1" ] || { echo "usage: $0 OUT SECTION [VAR=value...]" >&2; exit 2; }
 OUT=$1 SECTION=$2
 shift 2
-case $SECTION in 0 | 1 | 1b | 2 | 3 | 4 | 5 | 5b | 6 | 6b | 7 | bench | memcheck) ;;
-*) echo "$0: no section '$SECTION' (0 1 1b 2 3 4 5 5b 6 6b 7 bench memcheck)" >&2; exit 2 ;; esac
+case $SECTION in 0 | 1 | 1b | 2 | 3 | 4 | 5 | 5b | 5c | 6 | 6b | 7 | bench | memcheck) ;;
+*) echo "$0: no section '$SECTION' (0 1 1b 2 3 4 5 5b 5c 6 6b 7 bench memcheck)" >&2; exit 2 ;; esac
 for a in "$@"; do
     case $a in [A-Za-z_]*=*) export "${a?}" ;; *) echo "$0: '$a' is not VAR=value" >&2; exit 2 ;; esac
 done

@@ -93,7 +93,7 @@ bundle_rebuild() {
     br_arch=sm_${ARCH:-${BUILT_ARCH#sm_}}
     br_jobs=${PG_REBUILD_JOBS:-$(nproc 2>/dev/null || echo 4)}
     echo "gpu-bundle: rebuilding ($REBUILD_WHY): nvcc -arch=$br_arch, $br_jobs at a time, log $RB/nvcc.log"
-    br_inc="-I$B/runtime/core -I$B/runtime/cuda ${NCCL_INC:+-I$NCCL_INC} ${CUBLAS_INC:+-I$CUBLAS_INC}"
+    br_inc="-I$B/runtime/core -I$B/runtime/cuda ${NCCL_INC:+-I$NCCL_INC} ${CUBLAS_INC:+-I$CUBLAS_INC} ${CUDNN_INC:+-I$CUDNN_INC}"
     br_st=0 br_n=0 br_pids=""
     for br_f in "$B"/runtime/cuda/*.cu "$B/tests/gpu/test_ops_gpu.cu"; do
         # shellcheck disable=SC2086
