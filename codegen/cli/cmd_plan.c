@@ -68,6 +68,8 @@ int cmd_plan(int argc, char **argv)
     int seconds = pg_sched_costs_of_model(&cm.l.model, balance ? &cm.prof : NULL, &c);
     pg_schedule_report(&cm.l.model, &cm.s, &c, seconds, stdout);
     int rc = svg && pg_schedule_svg_write(&cm.l.model, &cm.s, &c, seconds, svg, &cm.l.diag) != 0 ? 1 : 0;
+    if (svg && !rc)
+        printf("wrote %s: the predicted timeline of one step (SVG)\n", svg);
     cmd_release_model(&cm);
     return rc;
 }
