@@ -27,4 +27,19 @@ typedef struct cmd_model {
 int cmd_load_model(const char *path, const char *balance, int64_t guard_bytes, cmd_model *cm);
 void cmd_release_model(cmd_model *cm);
 
+/* The options of gen and build (FILE -o DIR [--balance PROFILE] [--guard-bytes
+ * N], build's --cuda): 0, or 2 after printing the usage or what is wrong. */
+typedef struct cmd_gen_opts {
+    const char *path, *dir, *balance;
+    int64_t guard;
+    int cuda;
+} cmd_gen_opts;
+int cmd_gen_args(int argc, char **argv, int build, cmd_gen_opts *o);
+
+/* pipegen gen's generation, which pipegen build runs too: path (balanced by
+ * the profile at balance, NULL: none) into dir, all or nothing, one line on
+ * stdout saying what it wrote. 0, or 1 after reporting the errors. *nstages
+ * (when not NULL) is set to the model's stage count on success. */
+int cmd_gen_dir(const char *path, const char *dir, const char *balance, int64_t guard_bytes, int *nstages);
+
 #endif
