@@ -571,7 +571,7 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
     if (pg_sync(r->ctx) || pg_backend_step_end(r->ctx))
         return 1;
     *loss_out = r->loss_global; /* this replica's micro-batches in order, then the replicas in order (dp.c) */
-    if (step > 0)
+    if (step > r->first_step) /* the run's first step warms up: timed from the next */
         r->compute_s += compute;
     if (r->tracing)
         pg_trace_step(r, step, step_t0, pg_run_now());
