@@ -175,7 +175,7 @@ fast ident "a 1 MB identifier"
 { hdr; awk 'BEGIN { for (i = 0; i < 100000; i++) print "lienar(16 -> 16)" }'; } >"$tmp/errors.pipe"
 timed errors "$tmp/errors.pipe"
 is "$(grep -c ': error: ' "$tmp/errors.got")" 50 "100,000 errors: the checker shows 50"
-is "$(sed -n 148p "$tmp/errors.got")" "$tmp/errors.pipe:53:1: error: unknown layer or block 'lienar'; did you mean 'linear'?" \
+is "$(sed -n 149p "$tmp/errors.got")" "$tmp/errors.pipe:53:1: error: unknown layer or block 'lienar'; did you mean 'linear'?" \
     "...in source order, each located"
 is "$(tail -n 2 "$tmp/errors.got")" "$tmp/errors.pipe: note: too many errors (50), stopping here
 [exit 1]" "...then 'too many errors, stopping here' and exit 1"

@@ -23,8 +23,11 @@ typedef struct cmd_model {
 /* The profile at balance (NULL: none) is read, path loaded (balanced by it),
  * its schedule built and verified and its stages laid out with guard_bytes
  * (see pg_gen_prepare); errors go to stderr. 0: all ready in *cm, release it
- * with cmd_release_model. 1: an error, already reported; nothing to release. */
-int cmd_load_model(const char *path, const char *balance, int64_t guard_bytes, cmd_model *cm);
+ * with cmd_release_model. 1: an error, already reported; nothing to release.
+ * When `schedule = auto` finds no candidate that fits `memory`, the table of
+ * every candidate goes to auto_table (pipegen plan: stdout; NULL: nowhere),
+ * which the error's note points to. */
+int cmd_load_model(const char *path, const char *balance, int64_t guard_bytes, FILE *auto_table, cmd_model *cm);
 void cmd_release_model(cmd_model *cm);
 
 /* The options of gen and build (FILE -o DIR [--balance PROFILE] [--guard-bytes

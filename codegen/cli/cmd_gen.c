@@ -59,7 +59,7 @@ int cmd_gen(int argc, char **argv)
 int cmd_gen_dir(const char *path, const char *dir, const char *balance, int64_t guard, int *nstages)
 {
     cmd_model cm;
-    if (cmd_load_model(path, balance, guard, &cm) != 0)
+    if (cmd_load_model(path, balance, guard, NULL, &cm) != 0)
         return 1;
     int rc = 1;
     char *auto_json = NULL;

@@ -51,7 +51,7 @@ int cmd_plan(int argc, char **argv)
         return 2;
     }
     cmd_model cm;
-    if (cmd_load_model(path, balance, 0, &cm) != 0)
+    if (cmd_load_model(path, balance, 0, stdout, &cm) != 0)
         return 1;
     if (pg_plan_dp_check(&cm.l.model, dp) != 0) {
         cmd_release_model(&cm);

@@ -75,7 +75,7 @@ int cmd_schedule(int argc, char **argv)
         return 2;
     }
     cmd_model cm;
-    if (cmd_load_model(path, NULL, 0, &cm) != 0)
+    if (cmd_load_model(path, NULL, 0, NULL, &cm) != 0)
         return 1;
     if (csv)
         pg_schedule_write_csv(&cm.s, stdout);
