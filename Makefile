@@ -181,7 +181,8 @@ $(BUILD)/run/%/stages: $(BUILD)/run/%/c/plan.json $(BUILD)/libpgrt_cpu.a
 # DIR/bin: pipegen, piperun, pipedata; DIR/lib/pipegen: the CPU runtime (and the
 # CUDA runtime with the script that finds cuBLAS, NCCL and cudart, when it was
 # built: build-cuda/libpgrt_cuda.a); DIR/include/pipegen: the headers generated
-# stages include; DIR/share/pipegen: the examples and their data; DIR/share/doc/
+# stages include; DIR/share/pipegen: the examples and their data, python/
+# load_safetensors.py (weights into torch without the safetensors package); DIR/share/doc/
 # pipegen: README.md and docs/. `pipegen build` finds the runtime beside itself
 # (DIR/bin/../lib/pipegen), so the folder may be moved as a whole.
 PREFIX ?= /usr/local
@@ -191,12 +192,14 @@ install: all
 	@if [ -f build-cuda/libpgrt_cuda.a ] && [ -x "$(NVCC)" ]; then \
 	   $(MAKE) --no-print-directory CUDA=1 build-cuda/libpgrt_cuda.a; fi
 	$(call say,INSTALL,$(INST))mkdir -p $(INST)/bin $(INST)/lib/pipegen $(INST)/include/pipegen \
-	    $(INST)/share/pipegen/examples $(INST)/share/pipegen/data $(INST)/share/doc/pipegen/docs/tutorial && \
+	    $(INST)/share/pipegen/examples $(INST)/share/pipegen/data $(INST)/share/pipegen/python \
+	    $(INST)/share/doc/pipegen/docs/tutorial && \
 	  install -m 755 $(BUILD)/pipegen $(BUILD)/piperun $(BUILD)/pipedata $(INST)/bin/ && \
 	  install -m 644 $(BUILD)/libpgrt_cpu.a $(BUILD)/libpgrt_cpu.flags $(INST)/lib/pipegen/ && \
 	  install -m 644 $(RT_HEADERS) $(INST)/include/pipegen/ && \
 	  install -m 644 examples/*.pipe $(INST)/share/pipegen/examples/ && \
 	  install -m 644 data/tiny_text.txt $(INST)/share/pipegen/data/ && \
+	  install -m 644 tools/load_safetensors.py $(INST)/share/pipegen/python/ && \
 	  install -m 644 README.md $(INST)/share/doc/pipegen/ && \
 	  install -m 644 docs/*.md $(INST)/share/doc/pipegen/docs/ && \
 	  install -m 644 docs/tutorial/*.md $(INST)/share/doc/pipegen/docs/tutorial/
