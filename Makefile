@@ -47,12 +47,12 @@ export PYTHON CUDA_HOME NVCC RE2C LEMON LEMPAR
 
 # One line per command: `$(call say,CC,$<)` in front of a recipe line prints
 # "  CC     dsl/ast.c" and hides the command; with V=1 it is nothing, and make
-# prints the command itself. Inside a shell loop, `$(call say_sh,TAG,WHAT,CMD)`
-# echoes the same short line (or CMD in full with V=1).
+# prints the command itself. Inside a shell loop, `$(call say_sh,TAG,WHAT)`
+# echoes the same short line (with V=1 the shell traces the loop's commands).
 V ?= 0
 ifeq ($(V),1)
 say =
-say_sh = echo "$(3)";
+say_sh = set -x;
 else
 say = @printf '  %-6s %s\n' '$(1)' '$(2)';
 say_sh = printf '  %-6s %s\n' '$(1)' "$(2)";
@@ -146,7 +146,7 @@ $(BUILD)/pipedata: $(BUILD)/obj/cmd/pipedata.o $(BUILD)/libpgrt_cpu.a
 ifeq ($(CUDA),1)
 STAGE_RT = $(BUILD)/libpgrt_cuda.a
 STAGE_LIBS = $(LDLIBS_CUDA)
-STAGE_NOTE = " (cuda)"
+STAGE_NOTE = (cuda)
 else
 STAGE_RT = $(BUILD)/libpgrt_cpu.a
 STAGE_LIBS = $(LDLIBS_RT)
@@ -157,7 +157,7 @@ $(BUILD)/%/stages: generated/%/plan.json $(STAGE_RT)
 	@rm -f $(BUILD)/$*/stage[0-9]*
 	@set -e; for f in generated/$*/stage*.c; do \
 	  k=$$(basename $$f .c); \
-	  $(call say_sh,LINK,$(BUILD)/$*/$$k$(STAGE_NOTE),$(CC) $(ALLCFLAGS) -Igenerated/$* -o $(BUILD)/$*/$$k $$f $(STAGE_RT) $(STAGE_LIBS)) \
+	  $(call say_sh,LINK,$(BUILD)/$*/$$k $(STAGE_NOTE)) \
 	  $(CC) $(ALLCFLAGS) -Igenerated/$* -o $(BUILD)/$*/$$k $$f $(STAGE_RT) $(STAGE_LIBS); \
 	done; touch $@
 
@@ -173,7 +173,7 @@ $(BUILD)/run/%/stages: $(BUILD)/run/%/c/plan.json $(BUILD)/libpgrt_cpu.a
 	@rm -f $(BUILD)/run/$*/stage[0-9]*
 	@set -e; for f in $(BUILD)/run/$*/c/stage*.c; do \
 	  k=$$(basename $$f .c); \
-	  $(call say_sh,LINK,$(BUILD)/run/$*/$$k,$(CC) $(ALLCFLAGS) -I$(BUILD)/run/$*/c -o $(BUILD)/run/$*/$$k $$f $(BUILD)/libpgrt_cpu.a $(LDLIBS_RT)) \
+	  $(call say_sh,LINK,$(BUILD)/run/$*/$$k) \
 	  $(CC) $(ALLCFLAGS) -I$(BUILD)/run/$*/c -o $(BUILD)/run/$*/$$k $$f $(BUILD)/libpgrt_cpu.a $(LDLIBS_RT); \
 	done; touch $@
 
