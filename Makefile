@@ -118,6 +118,9 @@ $(BUILD)/obj/%.o: %.c $(BUILD)/gen/pipe.c
 	@mkdir -p $(dir $@)
 	$(call say,CC,$<)$(CC) $(ALLCFLAGS) -MMD -MP -c -o $@ $<
 
+# pipegen import/export hf run tools/hf.py from this checkout (PIPEGEN_TOOLS overrides)
+$(BUILD)/obj/codegen/cli/cmd_hf.o: ALLCFLAGS += -DPG_TOOLS_DIR='"$(abspath tools)"'
+
 $(BUILD)/libpgfront.a: $(FE_OBJ) $(CG_OBJ)
 	$(call say,AR,$@)rm -f $@ && ar rcs $@ $^
 

@@ -250,6 +250,7 @@ static void train_defaults(ir_train *t) {
     t->placement = -1;
     t->checkpoint = CKPT_EXCEPT_LAST;
     t->loss = LOSS_MSE_MEAN;
+    t->ignore_index = PG_NO_IGNORE;
     t->optimizer = OPT_SGD;
     t->lr = 1e-2;
     t->beta1 = 0.9;

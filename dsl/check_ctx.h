@@ -206,6 +206,17 @@ void layer_apply(chk *c, ir_layer *L, const bound_attr *b, chain *ch);
 int chk_add_param(chk *c, const char *name, pg_loc loc, const pg_shape *s, ir_init init,
                   double scale, int decay, int is_buffer);
 int chk_use_nparam(chk *c, int np, int layer); /* param index of a named param */
+/* Layer L's own parameter "<L>.<suffix>" (layers.c, for layers_lm.c). */
+void layer_add_own(chk *c, ir_layer *L, const char *suffix, pg_shape s, ir_init init, double scale, int decay);
+/* kind(in -> out) on the chain: a located error unless its last dim is in; then it is out. */
+void layer_want_last(chk *c, ir_layer *L, chain *ch, int64_t in, int64_t out);
+/* 0, or 1 after a located error when the chain is not f32 (then unknown). */
+int layer_need_f32(chk *c, ir_layer *L, chain *ch);
+/* The language-model kinds (layers_lm.c): attributes and apply functions. */
+extern const attr_spec lm_attention_attrs[], lm_rmsnorm_attrs[], lm_swiglu_attrs[];
+void lm_apply_attention(chk *c, ir_layer *L, const bound_attr *b, chain *ch);
+void lm_apply_rmsnorm(chk *c, ir_layer *L, const bound_attr *b, chain *ch);
+void lm_apply_swiglu(chk *c, ir_layer *L, const bound_attr *b, chain *ch);
 
 /* ---- the rest ------------------------------------------------------------ */
 void chk_train(chk *c, const ast_stmt *st);         /* train.c */

@@ -12,10 +12,15 @@
  *   linear(in -> out) on r rows (r = numel(in) / in): F = B = W = 2 r in out
  *     (B: dX = dY W, W: dW = dY^T X), plus r out for the bias in F and W;
  *   logits (d -> V): as a linear without bias;
- *   attention on [T, d]: qkv and projection GEMMs 8 T d^2 in each of F, B, W;
- *     scores and their weighted sum 4 T^2 d in F and 8 T^2 d in B (causal
- *     masking is not discounted);
+ *   attention on [T, d] with kv = kv_heads * d / heads key and value columns:
+ *     q, k, v and output GEMMs 2 T d (2 d + 2 kv) in each of F, B, W (8 T d^2
+ *     without grouped-query heads); scores and their weighted sum 4 T^2 d in F
+ *     and 8 T^2 d in B (causal masking is not discounted); rotary positions
+ *     3 per q and k element in F and B;
+ *   swiglu (d -> h): its two GEMMs 4 r d h in each of F, B, W, plus 6 r h
+ *     (silu and product) in F and B;
  *   layernorm / batchnorm: 5 per element in F and B, 2 in W (scale, shift);
+ *   rmsnorm: 4 per element in F and B, 1 in W;
  *   embed: a row gather, 1 per output element in F and W, no B (integer input);
  *   pos_embed: 1 per element in F, B and W;
  *   relu, gelu, dropout, pop (add or concat): 1 per output element in F and B
@@ -44,12 +49,25 @@ pg_layer_cost pg_layer_flops(const ir_layer *L)
     case LK_ATTENTION: {
         double T = L->in.rank >= 2 ? (double)L->in.dim[L->in.rank - 2] : 1.0;
         double d = L->in.rank >= 1 ? (double)L->in.dim[L->in.rank - 1] : 1.0;
-        double rows = in / (T * d > 0 ? T * d : 1.0), gemms = 8.0 * T * d * d, mix = 4.0 * T * T * d;
-        c.fwd = rows * (gemms + mix);
-        c.bwd_b = rows * (gemms + 2.0 * mix);
+        double kv = L->heads > 0 && L->kv_heads > 0 ? d * (double)L->kv_heads / (double)L->heads : d;
+        double rows = in / (T * d > 0 ? T * d : 1.0), gemms = 2.0 * T * d * (2.0 * d + 2.0 * kv), mix = 4.0 * T * T * d;
+        double rope = L->rope_theta > 0 ? 3.0 * T * (d + kv) : 0.0;
+        c.fwd = rows * (gemms + mix + rope);
+        c.bwd_b = rows * (gemms + 2.0 * mix + rope);
         c.bwd_w = rows * gemms;
         break;
     }
+    case LK_SWIGLU: {
+        double fi = L->in_features > 0 ? (double)L->in_features : 1.0, fo = (double)L->out_features;
+        double rows = in / fi, gemms = 4.0 * rows * fi * fo;
+        c.fwd = c.bwd_b = gemms + 6.0 * rows * fo;
+        c.bwd_w = gemms;
+        break;
+    }
+    case LK_RMSNORM:
+        c.fwd = c.bwd_b = 4.0 * out;
+        c.bwd_w = out;
+        break;
     case LK_LAYERNORM: case LK_BATCHNORM:
         c.fwd = c.bwd_b = 5.0 * out;
         c.bwd_w = 2.0 * out;

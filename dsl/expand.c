@@ -361,7 +361,7 @@ static ir_layer *new_layer(chk *c, ir_layer_kind kind, const char *name, pg_loc 
     L->stage = -1;
     L->in_dtype = ch->known ? ch->dt : DT_F32;
     if (ch->known) L->in = L->out = ch->shape;
-    for (int i = 0; i < 4; i++) L->param[i] = -1;
+    for (int i = 0; i < PG_MAX_LAYER_PARAMS; i++) L->param[i] = -1;
     L->buffer[0] = L->buffer[1] = -1;
     L->skip = -1;
     return L;

@@ -14,6 +14,7 @@
 #include "diag.h"
 
 #define PG_MAX_DIMS 4
+#define PG_MAX_LAYER_PARAMS 8 /* a layer's own and shared parameters: attention's q, k, v, o weights and biases */
 
 typedef enum pg_dtype { DT_F32, DT_BF16, DT_I32 } pg_dtype;
 
@@ -39,6 +40,8 @@ typedef enum ir_layer_kind {
     LK_ATTENTION,  /* [T, d] -> [T, d]; qkv W [3d, d], b [3d]; proj W [d, d], b [d] */
     LK_LOGITS,     /* [.., d] -> [.., V] by table [V, d] transposed, no bias */
     LK_DROPOUT,    /* deterministic: mask from (seed, step, sample index, element) */
+    LK_RMSNORM,    /* x * rsqrt(mean(x^2) + eps) * weight over the last dim (Llama's); weight [d] */
+    LK_SWIGLU,     /* silu(x Wg^T [+ bg]) * (x Wu^T [+ bu]); gate, up W [h, d] (dsl/layers_lm.c) */
     LK_STASH,      /* save the current tensor under skip `skip`; tensor unchanged */
     LK_POP,        /* combine skip `skip` into the current tensor (add | concat on last dim) */
     LK__COUNT
@@ -82,16 +85,19 @@ typedef struct ir_layer {
     pg_dtype in_dtype;    /* DT_I32 for embed, else DT_F32 */
     pg_shape in, out;     /* per-sample shapes of the current tensor before and after */
     /* attributes (only the ones of this kind are meaningful) */
-    int64_t in_features, out_features; /* linear */
-    int bias;                          /* linear: 1 = has bias */
+    int64_t in_features, out_features; /* linear, swiglu (d -> h) */
+    int bias;                          /* linear, swiglu, attention, layernorm: 1 = has bias(es) */
     int64_t heads;                     /* attention */
     int causal;                        /* attention */
-    double eps;                        /* layernorm, batchnorm */
+    int64_t kv_heads;                  /* attention: key/value heads (= heads unless grouped-query) */
+    double rope_theta;                 /* attention: rotary embedding base; 0 = none */
+    int separate_qkv;                  /* attention: q, k, v, o projections (Llama) instead of qkv, proj */
+    double eps;                        /* layernorm, batchnorm, rmsnorm */
     double momentum;                   /* batchnorm running-stat momentum */
     int deferred;                      /* batchnorm: running stats once per mini-batch */
-    double p;                          /* dropout probability */
+    double p;                          /* dropout probability (dropout, attention's probabilities) */
     int64_t vocab, dim, seq;           /* embed / logits (vocab, dim), pos_embed (seq, dim) */
-    int param[4];                      /* indices into model params, in the order above; -1 = none */
+    int param[PG_MAX_LAYER_PARAMS];    /* indices into model params, in the order above; -1 = none */
     int nparam;
     int buffer[2];                     /* batchnorm running_mean, running_var (param indices) */
     int nbuffer;
@@ -128,6 +134,7 @@ static inline int pg_placement_stage(ir_placement pl, int c, int nchunks, int ns
 static inline const char *pg_placement_name(ir_placement pl) { return pl == PLACE_V ? "v" : "loop"; }
 typedef enum ir_ckpt { CKPT_ALWAYS, CKPT_EXCEPT_LAST, CKPT_NEVER } ir_ckpt;
 typedef enum ir_loss { LOSS_MSE_SUM, LOSS_MSE_MEAN, LOSS_CROSS_ENTROPY } ir_loss;
+#define PG_NO_IGNORE INT64_MIN /* ir_train.ignore_index when cross_entropy ignores nothing */
 typedef enum ir_opt { OPT_SGD, OPT_ADAMW } ir_opt;
 typedef enum ir_lr_sched { LR_CONSTANT, LR_COSINE } ir_lr_sched;
 
@@ -140,6 +147,7 @@ typedef struct ir_train {
     pg_loc schedule_loc;
     ir_ckpt checkpoint;     /* default except_last */
     ir_loss loss;           /* default mse(mean) */
+    int64_t ignore_index;   /* cross_entropy(ignore = -100): targets holding it count nowhere; PG_NO_IGNORE: none */
     ir_opt optimizer;       /* default sgd */
     double lr;              /* sgd default 1e-2; adamw default 1e-3 */
     double momentum;        /* sgd, default 0 */

@@ -20,6 +20,7 @@ static const attr_spec linear_attrs[] = {
 static const attr_spec none_attrs[] = {{0}};
 static const attr_spec layernorm_attrs[] = {
     {"eps", AT_FLOAT, A_POS, GT0, NULL},
+    {"bias", AT_BOOL, 0, NORANGE, NULL},
     {0}};
 static const attr_spec batchnorm_attrs[] = {
     {"deferred", AT_FLAG, 0, NORANGE, NULL},
@@ -34,10 +35,6 @@ static const attr_spec embed_attrs[] = {
 static const attr_spec pos_embed_attrs[] = {
     {"seq", AT_INT, A_POS | A_REQ, POSITIVE, NULL},
     {"dim", AT_INT, A_POS | A_REQ, POSITIVE, NULL},
-    {0}};
-static const attr_spec attention_attrs[] = {
-    {"heads", AT_INT, A_POS | A_REQ, POSITIVE, NULL},
-    {"causal", AT_FLAG, 0, NORANGE, NULL},
     {0}};
 static const attr_spec logits_attrs[] = {
     {"table", AT_TABLE, A_POS, NORANGE, NULL},
@@ -62,15 +59,18 @@ static const layer_kind_info kinds[LK__COUNT] = {
     [LK_BATCHNORM] = {"batchnorm", batchnorm_attrs},
     [LK_EMBED] = {"embed", embed_attrs},
     [LK_POS_EMBED] = {"pos_embed", pos_embed_attrs},
-    [LK_ATTENTION] = {"attention", attention_attrs},
+    [LK_ATTENTION] = {"attention", lm_attention_attrs},
     [LK_LOGITS] = {"logits", logits_attrs},
     [LK_DROPOUT] = {"dropout", dropout_attrs},
+    [LK_RMSNORM] = {"rmsnorm", lm_rmsnorm_attrs},
+    [LK_SWIGLU] = {"swiglu", lm_swiglu_attrs},
     [LK_STASH] = {"stash", none_attrs},
     [LK_POP] = {"pop", none_attrs},
 };
 
 static const char *const callable_names[] = {"linear", "relu", "gelu", "layernorm", "batchnorm",
-                                             "embed", "pos_embed", "attention", "logits", "dropout"};
+                                             "embed", "pos_embed", "attention", "logits", "dropout",
+                                             "rmsnorm", "swiglu"};
 
 int layer_kind_find(const char *name) {
     for (int k = 0; k < LK_STASH; k++)
@@ -90,11 +90,11 @@ const char *const *layer_kind_names(int *n) {
 
 static void range_text(const attr_spec *s, char *buf, size_t n) {
     if (s->has_lo && s->has_hi)
-        snprintf(buf, n, "in %c%g, %g%c", s->lo_incl ? '[' : '(', s->lo, s->hi, s->hi_incl ? ']' : ')');
+        snprintf(buf, n, "in %c%.10g, %.10g%c", s->lo_incl ? '[' : '(', s->lo, s->hi, s->hi_incl ? ']' : ')');
     else if (s->has_lo)
-        snprintf(buf, n, "%s %g", s->lo_incl ? ">=" : ">", s->lo);
+        snprintf(buf, n, "%s %.10g", s->lo_incl ? ">=" : ">", s->lo);
     else
-        snprintf(buf, n, "%s %g", s->hi_incl ? "<=" : "<", s->hi);
+        snprintf(buf, n, "%s %.10g", s->hi_incl ? "<=" : "<", s->hi);
 }
 
 static int in_range(const attr_spec *s, double v) {
@@ -107,7 +107,7 @@ static int check_range(chk *c, const char *what, const attr_spec *s, double v, p
     if (!(s->has_lo || s->has_hi) || in_range(s, v)) return 0;
     char r[64];
     range_text(s, r, sizeof r);
-    chk_error(c, loc, "%s: %s = %g is out of range: must be %s", what, s->name, v, r);
+    chk_error(c, loc, "%s: %s = %.10g is out of range: must be %s", what, s->name, v, r);
     return 1;
 }
 
@@ -374,7 +374,7 @@ static pg_shape shape1(int64_t a) { return (pg_shape){1, {a}}; }
 
 static int layer_index(chk *c, const ir_layer *L) { return (int)(L - c->layers); }
 
-static void add_own(chk *c, ir_layer *L, const char *suffix, pg_shape s, ir_init init, double scale, int decay) {
+void layer_add_own(chk *c, ir_layer *L, const char *suffix, pg_shape s, ir_init init, double scale, int decay) {
     char *n = chk_qualify(c, L->name, suffix);
     L->param[L->nparam++] = chk_add_param(c, n, L->loc, &s, init, scale, decay, 0);
 }
@@ -386,7 +386,7 @@ static void add_buffer(chk *c, ir_layer *L, const char *suffix, pg_shape s, ir_i
 
 /* ---- shape rules --------------------------------------------------------- */
 
-static int need_f32(chk *c, ir_layer *L, chain *ch) {
+int layer_need_f32(chk *c, ir_layer *L, chain *ch) {
     if (ch->dt == DT_F32) return 0;
     char a[96];
     pg_shape_str(ch->dt, &ch->shape, a, sizeof a);
@@ -397,23 +397,26 @@ static int need_f32(chk *c, ir_layer *L, chain *ch) {
 
 static int64_t last_dim(const chain *ch) { return ch->shape.dim[ch->shape.rank - 1]; }
 
+void layer_want_last(chk *c, ir_layer *L, chain *ch, int64_t in, int64_t out) {
+    if (last_dim(ch) != in) {
+        pg_shape want = ch->shape;
+        want.dim[want.rank - 1] = in;
+        char a[96], w[96];
+        chk_error(c, L->loc, "%s(%lld -> %lld) expects input %s but gets %s", kinds[L->kind].name, (long long)in,
+                  (long long)out, pg_shape_str(DT_F32, &want, w, sizeof w), pg_shape_str(ch->dt, &ch->shape, a, sizeof a));
+    }
+    ch->shape.dim[ch->shape.rank - 1] = out; /* the declared output, even after an error */
+}
+
 static void apply_linear(chk *c, ir_layer *L, const bound_attr *b, chain *ch) {
     L->in_features = b[0].i;
     L->out_features = b[1].i;
     L->bias = b[2].set ? (int)b[2].i : 1;
     double sc = 1.0 / sqrt((double)L->in_features);
-    add_own(c, L, "weight", shape2(L->out_features, L->in_features), INIT_UNIFORM, sc, 1);
-    if (L->bias) add_own(c, L, "bias", shape1(L->out_features), INIT_UNIFORM, sc, 0);
-    if (!ch->known || need_f32(c, L, ch)) return;
-    if (last_dim(ch) != L->in_features) {
-        pg_shape want = ch->shape;
-        want.dim[want.rank - 1] = L->in_features;
-        char a[96], w[96];
-        chk_error(c, L->loc, "linear(%lld -> %lld) expects input %s but gets %s", (long long)L->in_features,
-                  (long long)L->out_features, pg_shape_str(DT_F32, &want, w, sizeof w),
-                  pg_shape_str(ch->dt, &ch->shape, a, sizeof a));
-    }
-    ch->shape.dim[ch->shape.rank - 1] = L->out_features; /* the declared output, even after an error */
+    layer_add_own(c, L, "weight", shape2(L->out_features, L->in_features), INIT_UNIFORM, sc, 1);
+    if (L->bias) layer_add_own(c, L, "bias", shape1(L->out_features), INIT_UNIFORM, sc, 0);
+    if (!ch->known || layer_need_f32(c, L, ch)) return;
+    layer_want_last(c, L, ch, L->in_features, L->out_features);
 }
 
 static void apply_norm(chk *c, ir_layer *L, const bound_attr *b, chain *ch) {
@@ -422,10 +425,11 @@ static void apply_norm(chk *c, ir_layer *L, const bound_attr *b, chain *ch) {
         L->deferred = b[0].set ? (int)b[0].i : 0;
         L->momentum = b[2].set ? b[2].f : 0.1;
     }
-    if (!ch->known || need_f32(c, L, ch)) return;
+    if (!ch->known || layer_need_f32(c, L, ch)) return;
     int64_t d = last_dim(ch);
-    add_own(c, L, "weight", shape1(d), INIT_ONES, 0, 0);
-    add_own(c, L, "bias", shape1(d), INIT_ZEROS, 0, 0);
+    L->bias = L->kind == LK_LAYERNORM && b[1].set ? (int)b[1].i : 1;
+    layer_add_own(c, L, "weight", shape1(d), INIT_ONES, 0, 0);
+    if (L->bias) layer_add_own(c, L, "bias", shape1(d), INIT_ZEROS, 0, 0);
     if (L->kind == LK_BATCHNORM) {
         add_buffer(c, L, "running_mean", shape1(d), INIT_ZEROS);
         add_buffer(c, L, "running_var", shape1(d), INIT_ONES);
@@ -491,7 +495,7 @@ static void apply_embed(chk *c, ir_layer *L, const bound_attr *b, chain *ch) {
         int idx = chk_use_nparam(c, b[0].table, layer_index(c, L));
         L->param[L->nparam++] = idx;
     } else {
-        add_own(c, L, "weight", t, INIT_NORMAL, 0.02, 1);
+        layer_add_own(c, L, "weight", t, INIT_NORMAL, 0.02, 1);
     }
     if (!ch->known) return;
     char a[96];
@@ -504,49 +508,23 @@ static void apply_embed(chk *c, ir_layer *L, const bound_attr *b, chain *ch) {
     ch->shape = shape2(ch->shape.dim[0], L->dim);
 }
 
+/* pos_embed(seq, dim) on [T, dim] with T <= seq adds the table's first T rows
+ * (a model trained on shorter windows than its table, as a Hugging Face GPT-2's
+ * n_positions). */
 static void apply_pos_embed(chk *c, ir_layer *L, const bound_attr *b, chain *ch) {
     L->seq = b[0].i;
     L->dim = b[1].i;
     pg_shape want = shape2(L->seq, L->dim);
-    add_own(c, L, "weight", want, INIT_NORMAL, 0.02, 1);
-    if (!ch->known || need_f32(c, L, ch)) return;
-    if (!pg_shape_eq(&want, &ch->shape)) {
+    layer_add_own(c, L, "weight", want, INIT_NORMAL, 0.02, 1);
+    if (!ch->known || layer_need_f32(c, L, ch)) return;
+    if (ch->shape.rank != 2 || ch->shape.dim[1] != L->dim || ch->shape.dim[0] > L->seq) {
         char a[96], w[96];
-        chk_error(c, L->loc, "pos_embed(%lld, %lld) expects input %s but gets %s", (long long)L->seq,
+        chk_error(c, L->loc, "pos_embed(%lld, %lld) expects input %s (or fewer positions) but gets %s", (long long)L->seq,
                   (long long)L->dim, pg_shape_str(DT_F32, &want, w, sizeof w),
                   pg_shape_str(ch->dt, &ch->shape, a, sizeof a));
-        ch->shape = want;
+        if (ch->shape.rank != 2) ch->shape = want;
+        ch->shape.dim[1] = L->dim; /* its positions as they came: the target's check follows them */
     }
-}
-
-static void apply_attention(chk *c, ir_layer *L, const bound_attr *b, chain *ch) {
-    L->heads = b[0].i;
-    L->causal = b[1].set ? (int)b[1].i : 0;
-    if (!ch->known || need_f32(c, L, ch)) return;
-    char a[96];
-    if (ch->shape.rank != 2) {
-        chk_error(c, L->loc, "attention expects input [T, d] but gets %s", pg_shape_str(ch->dt, &ch->shape, a, sizeof a));
-        ch->known = 0;
-        return;
-    }
-    int64_t d = ch->shape.dim[1];
-    L->dim = d;
-    if (d % L->heads != 0) {
-        chk_error(c, b[0].loc, "attention: the model width %lld is not divisible by heads = %lld", (long long)d,
-                  (long long)L->heads);
-        return;
-    }
-    int64_t d3;
-    if (__builtin_mul_overflow(d, (int64_t)3, &d3)) {
-        chk_error(c, L->loc, "attention: integer overflow in 3 * %lld", (long long)d);
-        ch->known = 0;
-        return;
-    }
-    double sc = 1.0 / sqrt((double)d);
-    add_own(c, L, "qkv.weight", shape2(d3, d), INIT_UNIFORM, sc, 1);
-    add_own(c, L, "qkv.bias", shape1(d3), INIT_UNIFORM, sc, 0);
-    add_own(c, L, "proj.weight", shape2(d, d), INIT_UNIFORM, sc, 1);
-    add_own(c, L, "proj.bias", shape1(d), INIT_UNIFORM, sc, 0);
 }
 
 static void apply_logits(chk *c, ir_layer *L, const bound_attr *b, chain *ch) {
@@ -557,21 +535,16 @@ static void apply_logits(chk *c, ir_layer *L, const bound_attr *b, chain *ch) {
     }
     L->vocab = t.dim[0];
     L->dim = t.dim[1];
-    if (!b[0].set) add_own(c, L, "weight", t, INIT_NORMAL, 0.02, 1);
-    if (!ch->known || need_f32(c, L, ch)) {
+    if (!b[0].set) layer_add_own(c, L, "weight", t, INIT_NORMAL, 0.02, 1);
+    if (!ch->known || layer_need_f32(c, L, ch)) {
         if (b[0].set) L->param[L->nparam++] = chk_use_nparam(c, b[0].table, layer_index(c, L));
         return;
     }
     if (b[0].set) {
         pg_shape need = shape2(t.dim[0], last_dim(ch));
         table_use(c, L, b, &need);
-    } else if (last_dim(ch) != L->dim) {
-        pg_shape want = ch->shape;
-        want.dim[want.rank - 1] = L->dim;
-        char a[96], w[96];
-        chk_error(c, L->loc, "logits(%lld -> %lld) expects input %s but gets %s", (long long)L->dim,
-                  (long long)L->vocab, pg_shape_str(DT_F32, &want, w, sizeof w),
-                  pg_shape_str(ch->dt, &ch->shape, a, sizeof a));
+    } else {
+        layer_want_last(c, L, ch, L->dim, L->vocab);
     }
     ch->shape.dim[ch->shape.rank - 1] = L->vocab;
 }
@@ -579,7 +552,7 @@ static void apply_logits(chk *c, ir_layer *L, const bound_attr *b, chain *ch) {
 static void apply_dropout(chk *c, ir_layer *L, const bound_attr *b, chain *ch) {
     L->p = b[0].f;
     if (b[0].set && L->p == 0) chk_warning(c, b[0].loc, "dropout with p = 0 has no effect");
-    if (ch->known) need_f32(c, L, ch);
+    if (ch->known) layer_need_f32(c, L, ch);
 }
 
 void layer_apply(chk *c, ir_layer *L, const bound_attr *b, chain *ch) {
@@ -593,13 +566,15 @@ void layer_apply(chk *c, ir_layer *L, const bound_attr *b, chain *ch) {
     case LK_LINEAR: apply_linear(c, L, b, ch); break;
     case LK_RELU:
     case LK_GELU:
-        if (ch->known) need_f32(c, L, ch);
+        if (ch->known) layer_need_f32(c, L, ch);
         break;
     case LK_LAYERNORM:
     case LK_BATCHNORM: apply_norm(c, L, b, ch); break;
     case LK_EMBED: apply_embed(c, L, b, ch); break;
     case LK_POS_EMBED: apply_pos_embed(c, L, b, ch); break;
-    case LK_ATTENTION: apply_attention(c, L, b, ch); break;
+    case LK_ATTENTION: lm_apply_attention(c, L, b, ch); break;
+    case LK_RMSNORM: lm_apply_rmsnorm(c, L, b, ch); break;
+    case LK_SWIGLU: lm_apply_swiglu(c, L, b, ch); break;
     case LK_LOGITS: apply_logits(c, L, b, ch); break;
     case LK_DROPOUT: apply_dropout(c, L, b, ch); break;
     default: break;

@@ -30,16 +30,28 @@ static const char *describe(const ir_model *m, const ir_layer *L, char *buf, siz
         break;
     case LK_RELU: snprintf(buf, n, "relu"); break;
     case LK_GELU: snprintf(buf, n, "gelu"); break;
-    case LK_LAYERNORM: snprintf(buf, n, "layernorm"); break;
+    case LK_LAYERNORM: snprintf(buf, n, "layernorm%s", L->bias ? "" : "(bias = false)"); break;
+    case LK_RMSNORM: snprintf(buf, n, "rmsnorm(eps = %g)", L->eps); break;
+    case LK_SWIGLU:
+        snprintf(buf, n, "swiglu(%lld -> %lld%s)", (long long)L->in_features, (long long)L->out_features,
+                 L->bias ? ", bias = true" : "");
+        break;
     case LK_BATCHNORM: snprintf(buf, n, "batchnorm%s", L->deferred ? "(deferred)" : ""); break;
     case LK_EMBED:
         if (tname) snprintf(buf, n, "embed(%s)", tname);
         else snprintf(buf, n, "embed(%lld -> %lld)", (long long)L->vocab, (long long)L->dim);
         break;
     case LK_POS_EMBED: snprintf(buf, n, "pos_embed(%lld, %lld)", (long long)L->seq, (long long)L->dim); break;
-    case LK_ATTENTION:
-        snprintf(buf, n, "attention(heads = %lld%s)", (long long)L->heads, L->causal ? ", causal" : "");
+    case LK_ATTENTION: {
+        int o = snprintf(buf, n, "attention(heads = %lld%s", (long long)L->heads, L->causal ? ", causal" : "");
+        if (L->kv_heads != L->heads && o >= 0 && (size_t)o < n) o += snprintf(buf + o, n - (size_t)o, ", kv_heads = %lld", (long long)L->kv_heads);
+        if (L->rope_theta > 0 && o >= 0 && (size_t)o < n) o += snprintf(buf + o, n - (size_t)o, ", rope = %g", L->rope_theta);
+        if (!L->bias && o >= 0 && (size_t)o < n) o += snprintf(buf + o, n - (size_t)o, ", bias = false");
+        if (L->separate_qkv && o >= 0 && (size_t)o < n) o += snprintf(buf + o, n - (size_t)o, ", separate_qkv = true");
+        if (L->p > 0 && o >= 0 && (size_t)o < n) o += snprintf(buf + o, n - (size_t)o, ", dropout = %g", L->p);
+        if (o >= 0 && (size_t)o < n) snprintf(buf + o, n - (size_t)o, ")");
         break;
+    }
     case LK_LOGITS:
         if (tname) snprintf(buf, n, "logits(%s)", tname);
         else snprintf(buf, n, "logits(%lld -> %lld)", (long long)L->dim, (long long)L->vocab);
@@ -152,8 +164,9 @@ static void print_defaults(const ir_model *m, FILE *out) {
         else snprintf(v, sizeof v, "%s", p->init == INIT_ZEROS ? "zeros" : "ones");
         fprintf(out, "  param %s: %s\n", p->name, v);
     }
-    fprintf(out, "  the layers' own, as PyTorch's: linear and attention weights and biases uniform(-1/sqrt(fan_in), "
-                 "1/sqrt(fan_in)); embed, pos_embed and logits tables normal(0.02); norm weights 1, biases 0\n");
+    fprintf(out, "  the layers' own, as PyTorch's: the projections' weights and biases (linear, attention, swiglu) "
+                 "uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)); embed, pos_embed and logits tables normal(0.02); norm "
+                 "weights 1, biases 0\n");
 }
 
 void pg_model_summary(const ir_model *m, FILE *out) {
@@ -166,12 +179,17 @@ void pg_model_summary(const ir_model *m, FILE *out) {
             (long long)t->microbatches, t->microbatches == 1 ? "" : "es", sched_name(t, s, sizeof s),
             t->auto_chosen ? " (chosen by schedule = auto)" : "", m->placement == PLACE_V ? ", placement v" : "",
             ckpt_names[t->checkpoint]);
+    char ls[64];
+    if (t->ignore_index != PG_NO_IGNORE)
+        snprintf(ls, sizeof ls, "%s(ignore = %lld)", loss_names[t->loss], (long long)t->ignore_index);
+    else
+        snprintf(ls, sizeof ls, "%s", loss_names[t->loss]);
     if (t->optimizer == OPT_SGD)
-        fprintf(out, "  loss %s, optimizer sgd(lr = %g, momentum = %g, weight_decay = %g)", loss_names[t->loss], t->lr,
+        fprintf(out, "  loss %s, optimizer sgd(lr = %g, momentum = %g, weight_decay = %g)", ls, t->lr,
                 t->momentum, t->weight_decay);
     else
         fprintf(out, "  loss %s, optimizer adamw(lr = %g, betas = (%g, %g), eps = %g, weight_decay = %g)",
-                loss_names[t->loss], t->lr, t->beta1, t->beta2, t->adam_eps, t->weight_decay);
+                ls, t->lr, t->beta1, t->beta2, t->adam_eps, t->weight_decay);
     fprintf(out, ", %s%s, precision %s\n", t->lr_schedule == LR_COSINE ? "cosine lr" : "constant lr",
             t->grad_clip > 0 ? ", grad_clip" : "", pg_dtype_name(t->precision));
     pg_shape_str(m->input_dtype, &m->input, a, sizeof a);

@@ -34,6 +34,10 @@ static const attr_spec file_attrs[] = {
 static const attr_spec mse_attrs[] = {
     {"reduction", AT_WORD, A_POS, NORANGE, "sum|mean"},
     {0}};
+/* the ignored target id, an i32 like every target (PyTorch's ignore_index) */
+static const attr_spec cross_entropy_attrs[] = {
+    {"ignore", AT_INT, A_POS, 1, 1, 1, 1, -2147483648.0, 2147483647.0, NULL},
+    {0}};
 
 /* `name` or `name(args)`: the name, its args and whether it had parens. */
 static const char *call_name(const ast_expr *e, const ast_arg **args) {
@@ -191,7 +195,11 @@ static void set_loss(chk *c, const ast_arg *a, ir_train *t) {
     int k = pick(c, "loss", a->value, names, &args);
     if (k == 0 && chk_bind_args(c, NULL, "mse", mse_attrs, args, a->value->loc, b) == 0)
         t->loss = b[0].set && strcmp(b[0].word, "sum") == 0 ? LOSS_MSE_SUM : LOSS_MSE_MEAN;
-    if (k == 1 && !no_args(c, "cross_entropy", a->value)) t->loss = LOSS_CROSS_ENTROPY;
+    if (k == 1) { /* cross_entropy even when its argument is bad: no mse errors follow */
+        t->loss = LOSS_CROSS_ENTROPY;
+        if (chk_bind_args(c, NULL, "cross_entropy", cross_entropy_attrs, args, a->value->loc, b) == 0)
+            t->ignore_index = b[0].set ? b[0].i : PG_NO_IGNORE;
+    }
 }
 
 static void set_optimizer(chk *c, const ast_arg *a, ir_train *t) {

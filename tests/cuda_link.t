@@ -1,6 +1,6 @@
 #!/bin/sh
 # tests/cuda_link.t — the CUDA stage runtime links, GPU or not: `make CUDA=1`
-# builds build-cuda/libpgrt_cuda.a and links the generated mlp and gpt_char
+# builds build-cuda/libpgrt_cuda.a and links the generated mlp, gpt_char and llama_tiny
 # stages against it; every binary exists, its dynamic libraries (cudart,
 # cuBLAS, NCCL) resolve, and it carries the CUDA transport over the renamed
 # TCP code (pg_tcp_*, ncclSend), the step hooks, graph capture and
@@ -18,11 +18,11 @@ fi
 cd "$TOP" || exit 1
 T=$(mktemp -d /tmp/pg-cuda-link.XXXXXX)
 trap 'rm -rf "$T"' EXIT
-log=$(make --no-print-directory CUDA=1 NVCC="$NVCC" build-cuda/mlp/stages build-cuda/gpt_char/stages 2>&1)
+log=$(make --no-print-directory CUDA=1 NVCC="$NVCC" build-cuda/mlp/stages build-cuda/gpt_char/stages build-cuda/llama_tiny/stages 2>&1)
 st=$?
-ok $st "make CUDA=1 links the mlp and gpt_char stages against libpgrt_cuda.a"
+ok $st "make CUDA=1 links the mlp, gpt_char and llama_tiny stages against libpgrt_cuda.a"
 [ $st = 0 ] || printf '%s\n' "$log" | tail -20 | sed 's/^/# /'
-for m in mlp gpt_char; do
+for m in mlp gpt_char llama_tiny; do
     n=$(ls generated/$m/stage*.c 2>/dev/null | wc -l)
     for f in generated/$m/stage*.c; do
         b=build-cuda/$m/$(basename "$f" .c)

@@ -97,6 +97,52 @@ def attention(h, wqkv, bqkv, wo, bo, heads, causal):
     return ctx @ wo.t() + bo
 
 
+def rope(z, theta):
+    """Llama's rotary embedding on z [B, h, T, hd]: the half split, cos and sin
+    made in float32 as transformers makes them."""
+    T, hd = z.shape[-2], z.shape[-1]
+    inv = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
+    ang = torch.arange(T, dtype=torch.float32)[:, None] * inv[None, :]
+    emb = torch.cat([ang, ang], dim=-1)
+    cos, sin = emb.cos().to(z.dtype), emb.sin().to(z.dtype)
+    half = hd // 2
+    rot = torch.cat([-z[..., half:], z[..., :half]], dim=-1)
+    return z * cos + rot * sin
+
+
+def attention_general(h, p, at):
+    """attention with kv_heads, rope, bias, separate_qkv (dropout must be 0)."""
+    if at.get("dropout", 0):
+        raise OracleError(f"attention dropout {at['dropout']}: the oracle only knows 0")
+    B, T, d = h.shape
+    heads, kvh = at["heads"], at.get("kv_heads", at["heads"])
+    hd = d // heads
+    kv = kvh * hd
+    bias = at.get("bias", True)
+    it = iter(p)
+    def proj(x):
+        w = next(it)
+        b = next(it) if bias else None
+        return x @ w.t() + (b if b is not None else 0)
+    if at.get("separate_qkv", False):
+        q, k, v = proj(h), proj(h), proj(h)
+    else:
+        qkv = proj(h)
+        q, k, v = qkv[..., :d], qkv[..., d:d + kv], qkv[..., d + kv:]
+    q = q.reshape(B, T, heads, hd).transpose(1, 2)
+    k = k.reshape(B, T, kvh, hd).transpose(1, 2)
+    v = v.reshape(B, T, kvh, hd).transpose(1, 2)
+    if at.get("rope", 0):
+        q, k = rope(q, at["rope"]), rope(k, at["rope"])
+    k = k.repeat_interleave(heads // kvh, dim=1)
+    v = v.repeat_interleave(heads // kvh, dim=1)
+    s = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
+    if at["causal"]:
+        s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    ctx = (torch.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(B, T, d)
+    return proj(ctx)
+
+
 def forward(plan, params, x):
     """The model output for a batch x (float64, or int64 ids)."""
     h = x
@@ -126,9 +172,17 @@ def forward(plan, params, x):
         elif k == "embed":
             h = p[0][h.long()]
         elif k == "pos_embed":
-            h = h + p[0]
+            h = h + p[0][:h.shape[1]]
+        elif k == "rmsnorm":
+            h = h * torch.rsqrt((h * h).mean(-1, keepdim=True) + at["eps"]) * p[0]
+        elif k == "swiglu":
+            g = h @ p[0].t() + (p[1] if at["bias"] else 0)
+            u = h @ p[2 if at["bias"] else 1].t() + (p[3] if at["bias"] else 0)
+            h = F.silu(g) * u
         elif k == "logits":
             h = h @ p[0].t()
+        elif k == "attention" and "kv_heads" in at:
+            h = attention_general(h, p, at)
         elif k == "attention":
             if len(p) != 4:
                 raise OracleError(f"layer {L['name']}: attention wants 4 parameters, the plan lists {len(p)}")
@@ -160,6 +214,12 @@ def loss_of(plan, y, t):
         return ((y - t) ** 2).sum()
     if kind == "mse_mean":
         return ((y - t) ** 2).sum() / (B * math.prod(plan["target"]["shape"]))
+    if kind == "cross_entropy" and "ignore" in plan["train"]:
+        V = y.shape[-1]
+        t = t.reshape(-1).long()
+        n = int((t != plan["train"]["ignore"]).sum())
+        s = F.cross_entropy(y.reshape(-1, V), t, ignore_index=plan["train"]["ignore"], reduction="sum")
+        return s / n if n else s * 0
     if kind == "cross_entropy":
         V = y.shape[-1]
         positions = math.prod(plan["target"]["shape"])
@@ -220,6 +280,9 @@ def cmd_data(a):
         elif spec["dtype"] == "i32":
             hi = id_range(plan, which)
             t = torch.randint(0, hi, shape, generator=g, dtype=torch.int32)
+            if which == "target" and "ignore" in plan["train"]:  # a quarter of the positions ignored
+                drop = torch.rand(shape, generator=g) < 0.25
+                t = torch.where(drop, torch.full_like(t, plan["train"]["ignore"]), t)
         else:
             raise OracleError(f"{which}: dtype {spec['dtype']} not supported")
         write_pgd(os.path.join(a.outdir, fname), t)

@@ -17,6 +17,14 @@
 #                              (slurmctld, slurmd, srun/sbatch/scancel, munged and
 #                              mungekey; the plugins it configures: auth and cred
 #                              munge, proctrack/linuxproc, task/none, select/cons_tres)
+#   tools/deps.sh hf           a Python virtual environment for `pipegen import/export hf`
+#                              and its tests: $PIPEGEN_VENV (default ~/.cache/pipegen/venv),
+#                              made with --system-site-packages so that torch is Debian's
+#                              python3-torch (1.13), holding transformers<4.45 (4.44 is the
+#                              last release whose PyTorch models run on torch 1.13),
+#                              safetensors and tokenizers from PyPI. `test` runs this step
+#                              too but goes on without it (the tests that need it skip,
+#                              saying why)
 #   tools/deps.sh blas-cflags  print the compiler flags that find OpenBLAS's own
 #                              cblas.h, or "none" (and exit 1) when no OpenBLAS links
 #
@@ -92,10 +100,39 @@ if [ "$want" = blas-cflags ]; then
     blas_cflags || { echo none; exit 1; }
     exit 0
 fi
+# hf_venv: the virtual environment of `pipegen import/export hf` (above); 0
+# when it imports what the step needs, else made (as root) or the command printed
+VENV=${PIPEGEN_VENV:-${HOME:-/root}/.cache/pipegen/venv}
+hf_probe() {
+    "$VENV/bin/python3" -c 'import torch, safetensors, tokenizers, transformers
+v = tuple(int(x) for x in transformers.__version__.split(".")[:2])
+assert v < (4, 45), transformers.__version__' >/dev/null 2>&1
+}
+hf_venv() {
+    hf_probe && return 0
+    cmd="$PYTHON -m venv --system-site-packages $VENV && $VENV/bin/pip install 'transformers<4.45' safetensors tokenizers"
+    if [ "$(id -u)" = 0 ] && [ $install = 1 ]; then
+        echo "pipegen: making $VENV (transformers<4.45, safetensors, tokenizers from PyPI)"
+        mkdir -p "$(dirname "$VENV")" && "$PYTHON" -m venv --system-site-packages "$VENV" >/dev/null &&
+            "$VENV/bin/pip" install -q --disable-pip-version-check 'transformers<4.45' safetensors tokenizers \
+                >"$VENV.log" 2>&1
+        hf_probe && return 0
+        echo "pipegen: $VENV does not import torch, transformers<4.45, safetensors and tokenizers; see $VENV.log" >&2
+        return 1
+    fi
+    echo "pipegen: no Python environment for import/export hf at $VENV; run this once:" >&2
+    echo "    $cmd" >&2
+    return 1
+}
+
 case "$want" in
 build|test|bench|slurm) ;;
-*) echo "usage: tools/deps.sh build|test|bench|slurm [--no-install] | blas-cflags" >&2; exit 2 ;;
+hf) hf_venv; exit $? ;;
+*) echo "usage: tools/deps.sh build|test|bench|slurm|hf [--no-install] | blas-cflags" >&2; exit 2 ;;
 esac
+# after the Debian packages (torch among them): the tests of import/export hf
+# skip, saying why, without it, so it is never fatal here
+hf_step() { [ "$want" = build ] || hf_venv || echo "pipegen: (tests/hf.t will skip)" >&2; }
 
 # missing_now: the Debian packages whose probe fails, in $missing
 missing_now() {
@@ -151,7 +188,7 @@ fuzzer_probe() {
 }
 
 missing_now
-[ -z "$missing" ] && exit 0
+[ -z "$missing" ] && { hf_step; exit 0; }
 if [ "$want" != build ] && [ "$PYTHON" != /usr/bin/python3 ]; then
     case "$missing" in *python3-torch*)
         echo "pipegen: $PYTHON cannot import torch; Debian's python3-torch is for /usr/bin/python3 (unset PYTHON to use it)" >&2 ;;
@@ -173,6 +210,7 @@ if [ "$(id -u)" = 0 ] && [ $install = 1 ]; then
         esac
         exit 1
     fi
+    hf_step
     exit 0
 fi
 echo "pipegen: missing Debian packages:$missing" >&2

@@ -19,5 +19,8 @@ int cmd_gen(int argc, char **argv);
 int cmd_build(int argc, char **argv);
 /* `pipegen trace RUN.json [MODEL.pipe]`: measured against predicted bubble and step; --svg. */
 int cmd_trace(int argc, char **argv);
+/* `pipegen import hf DIR -o OUT` / `pipegen export hf WEIGHTS MODEL.pipe -o DIR` (cmd_hf.c). */
+int cmd_import(int argc, char **argv);
+int cmd_export(int argc, char **argv);
 
 #endif

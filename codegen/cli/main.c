@@ -76,6 +76,23 @@ static const command commands[] = {
      "(a --profile file), by measured layer and message times. --svg OUT draws one\n"
      "measured step (--step N, default the last) like `pipegen plan --svg`.\n",
      0},
+    {"import", cmd_import, "import hf DIR -o OUT [--stages N] [--seq T]",
+     "a Hugging Face model folder (gpt2, llama) as a .pipe and its weights",
+     "Reads DIR's config.json and model.safetensors (or its shards and their index) and\n"
+     "writes OUT/<name>.pipe, the model in pipegen's layers (GPT-2's blocks, or Llama's:\n"
+     "rmsnorm, grouped-query attention with rotary positions, swiglu), and\n"
+     "OUT/<name>.safetensors, its weights in pipegen's names and layouts for --load.\n"
+     "--stages N puts whole blocks on N stages (split lines); --seq T is the training\n"
+     "window (default the model's positions, at most 256); --name NAME the model's name\n"
+     "(default DIR's). Runs tools/hf.py in the Python of `tools/deps.sh hf` (or\n"
+     "$PIPEGEN_PYTHON): transformers and safetensors read the checkpoint.\n",
+     0},
+    {"export", cmd_export, "export hf WEIGHTS MODEL.pipe -o DIR",
+     "a trained model's weights as a Hugging Face model folder",
+     "Writes DIR/config.json and DIR/model.safetensors that transformers'\n"
+     "from_pretrained loads (GPT2LMHeadModel or LlamaForCausalLM), from a --save file\n"
+     "of MODEL.pipe, a model whose layers are those `pipegen import hf` writes.\n",
+     0},
     {"parse", cmd_parse, "parse FILE", "print the syntax tree (debugging)", NULL, 1},
 };
 #define NCOMMANDS ((int)(sizeof commands / sizeof commands[0]))

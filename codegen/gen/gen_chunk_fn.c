@@ -180,7 +180,15 @@ static void write_body(em_out *e, int fn, int split_fwd)
         tval(e, tl, y, sizeof y);
         tgrad(e, tl, dy, sizeof dy);
         const ir_train *t = &m->train;
-        if (t->loss == LOSS_CROSS_ENTROPY) {
+        if (t->loss == LOSS_CROSS_ENTROPY && S->count_mp >= 0) {
+            int64_t V = last_dim(&TL->shape);
+            fprintf(e->o, "    /* loss: cross_entropy, partial over this micro-batch; targets %" PRId64 " count nowhere, the rest\n"
+                          "     * are divided by the batch's counted positions, which the runtime writes before the step */\n",
+                    t->ignore_index);
+            fprintf(e->o, "    PG_TRY(pg_cross_entropy_ignore_fwd_bwd(c, r * %" PRId64 ", %" PRId64 ", %s, (const int32_t *)TARGET_ROWS, %" PRId64
+                          ",\n                                           (const double *)(A + %" PRId64 "), &io->loss, %s));\n",
+                    TL->numel / V, V, y, t->ignore_index, S->mp.buf[S->count_mp].offset, dy);
+        } else if (t->loss == LOSS_CROSS_ENTROPY) {
             int64_t V = last_dim(&TL->shape);
             fprintf(e->o, "    /* loss: cross_entropy, partial over this micro-batch, divided by batch * positions */\n");
             fprintf(e->o, "    PG_TRY(pg_cross_entropy_fwd_bwd(c, r * %" PRId64 ", %" PRId64 ", %s, (const int32_t *)TARGET_ROWS, %" PRId64

@@ -36,7 +36,7 @@ void shape_rows(const pg_shape *s, char *buf, size_t n)
 
 int layer_uses(const ir_layer *L, int p)
 {
-    for (int k = 0; k < L->nparam && k < 4; k++)
+    for (int k = 0; k < L->nparam && k < PG_MAX_LAYER_PARAMS; k++)
         if (L->param[k] == p)
             return 1;
     return 0;
@@ -50,19 +50,19 @@ int count_uses(pg_gen *g)
 {
     const ir_model *m = g->m;
     g->nacc = calloc((size_t)(m->nparams ? m->nparams : 1) * (size_t)m->nstages, sizeof *g->nacc);
-    g->acc_at = calloc((size_t)(m->nlayers ? m->nlayers : 1) * 4, sizeof *g->acc_at);
+    g->acc_at = calloc((size_t)(m->nlayers ? m->nlayers : 1) * PG_MAX_LAYER_PARAMS, sizeof *g->acc_at);
     if (!g->nacc || !g->acc_at)
         return -1;
     for (int i = 0; i < m->nlayers; i++) {
         const ir_layer *L = &m->layers[i];
-        for (int k = 0; k < L->nparam && k < 4; k++) {
+        for (int k = 0; k < L->nparam && k < PG_MAX_LAYER_PARAMS; k++) {
             int p = L->param[k], seen = -1;
             for (int j = 0; j < k; j++) /* a layer counts once per parameter */
                 if (L->param[j] == p)
                     seen = j;
             if (p < 0 || p >= m->nparams || L->stage < 0 || L->stage >= m->nstages)
                 continue;
-            g->acc_at[i * 4 + k] = seen >= 0 ? g->acc_at[i * 4 + seen] : g->nacc[p * m->nstages + L->stage]++;
+            g->acc_at[i * PG_MAX_LAYER_PARAMS + k] = seen >= 0 ? g->acc_at[i * PG_MAX_LAYER_PARAMS + seen] : g->nacc[p * m->nstages + L->stage]++;
         }
     }
     return 0;

@@ -45,7 +45,7 @@ typedef struct em_slotbuf {
 } em_slotbuf;
 
 typedef struct em_aux { /* frame-only buffers of one layer: frame buffer ids */
-    int64_t off[5];
+    int64_t off[10];
     int n;
 } em_aux;
 
@@ -92,6 +92,7 @@ typedef struct em_stage {
     int *shadow_mp;        /* per model param: its bf16 shadow (precision = bf16 GEMM weights), -1 */
     int ws_mp;             /* tie workspace: the largest gradient block received, -1 */
     int input_mp, target_mp;
+    int count_mp;      /* cross_entropy(ignore = id): the batch's counted target positions (a double), -1: none */
     int *act_slot;         /* per action: slot used (-1) */
     int *act_tick;         /* per action: its first tick on the memory plan's timeline (plan_frames) */
     int nticks;

@@ -68,7 +68,7 @@ void cexpr(const em_tensor *T, char *buf, size_t sz) { sfmt(buf, sz, "r * %" PRI
 /* ---- the kinds ---- */
 
 extern const gen_layer_kind gen_linear, gen_relu, gen_gelu, gen_layernorm, gen_batchnorm, gen_embed, gen_pos_embed,
-    gen_attention, gen_logits, gen_dropout, gen_stash, gen_pop;
+    gen_attention, gen_logits, gen_dropout, gen_stash, gen_pop, gen_rmsnorm, gen_swiglu;
 
 /* one line per kind the code generator does (codegen/gen/layers/, codegen/README.md) */
 static const gen_layer_kind *const kinds[LK__COUNT] = {
@@ -82,6 +82,8 @@ static const gen_layer_kind *const kinds[LK__COUNT] = {
     [LK_ATTENTION] = &gen_attention,
     [LK_LOGITS] = &gen_logits,
     [LK_DROPOUT] = &gen_dropout,
+    [LK_RMSNORM] = &gen_rmsnorm,
+    [LK_SWIGLU] = &gen_swiglu,
     [LK_STASH] = &gen_stash,
     [LK_POP] = &gen_pop,
 };
@@ -116,7 +118,7 @@ static const gen_layer_kind *layer_begin(em_out *e, int i, em_layer *a)
 /* the parameters' locals, "" past nparam */
 static void param_locals(const em_chunk *ch, em_layer *a)
 {
-    for (int k = 0; k < a->L->nparam && k < 4; k++)
+    for (int k = 0; k < a->L->nparam && k < PG_MAX_LAYER_PARAMS; k++)
         sfmt(a->p[k], sizeof a->p[k], "%s", plocal(ch, a->L->param[k], 0));
 }
 
@@ -157,14 +159,14 @@ void emit_layer_bwd_w(em_out *e, int i)
     if (!K || !K->bwd_w)
         return;
     tgrad(e, a.tout, a.dy, sizeof a.dy);
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < PG_MAX_LAYER_PARAMS; k++) {
         int p = k < a.L->nparam ? a.L->param[k] : -1;
         if (p < 0) {
             sfmt(a.p[k], sizeof a.p[k], "NULL");
             continue;
         }
         const char *gm = plocal(e->ch, p, 1);
-        int j = e->g->acc_at[i * 4 + k]; /* this use's own accumulator */
+        int j = e->g->acc_at[i * PG_MAX_LAYER_PARAMS + k]; /* this use's own accumulator */
         if (j)
             sfmt(a.p[k], sizeof a.p[k], "(%s + %d * %" PRId64 ")", gm, j, acc_numel(&m->params[p]));
         else
@@ -212,7 +214,7 @@ int stage_layer_at(const em_stage *S, int i)
 void emit_grads_final(em_out *e, int i)
 {
     const ir_layer *L = &e->g->m->layers[i];
-    for (int k = 0; k < L->nparam && k < 4; k++)
+    for (int k = 0; k < L->nparam && k < PG_MAX_LAYER_PARAMS; k++)
         if (L->param[k] >= 0 && grad_layer_of(e->g, e->S, L->param[k]) == i) {
             fprintf(e->o, "    PG_GRADS_FINAL(io, %d); /* %s's gradients, final after the step's last micro-batch */\n",
                     stage_layer_at(e->S, i), L->name);

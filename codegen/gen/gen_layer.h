@@ -26,7 +26,7 @@ typedef struct em_layer {
     char shi[96], sho[96];     /* input and output shapes: "[r, 64, 128]" */
     char x[64], y[64];         /* forward: the input and output values */
     char dx[64], dy[64];       /* backward: the input gradient (em_dx), the output gradient */
-    char p[4][128];            /* forward, backward-input: the parameters' locals ("" past nparam);
+    char p[PG_MAX_LAYER_PARAMS][128];          /* forward, backward-input: the parameters' locals ("" past nparam);
                                 * backward-weight: this use's gradient accumulators ("NULL" for none) */
 } em_layer;
 
@@ -40,6 +40,9 @@ typedef struct gen_layer_kind {
     int passes_through;
     /* bit k: param[k] is a GEMM weight (with precision = bf16, a bf16 shadow copy) */
     unsigned gemm_weights;
+    /* the same for a kind whose parameters depend on its attributes (attention
+     * without biases, with separate projections); NULL: gemm_weights */
+    unsigned (*gemm_weights_of)(const ir_layer *L);
     /* the forward tells the step's forward from a recompute (the `first` argument) */
     int fwd_uses_first;
     /* the input is token ids: the first such layer's vocab is the stage's input vocab */

@@ -153,6 +153,8 @@ char *pg_gen_plan_json(const pg_gen *g, uint64_t *hash)
             t->batch, t->microbatches, sched_names[t->schedule], t->interleave, ckpt_names[t->checkpoint],
             loss_names[t->loss], t->optimizer == OPT_ADAMW ? "adamw" : "sgd");
     json_num(o, t->lr);
+    if (t->ignore_index != PG_NO_IGNORE) /* only then: other plans (and their hashes) stay as they were */
+        fprintf(o, ", \"ignore\": %" PRId64, t->ignore_index);
     fprintf(o, ", \"momentum\": ");
     json_num(o, t->momentum);
     fprintf(o, ", \"weight_decay\": ");

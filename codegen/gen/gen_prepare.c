@@ -106,9 +106,10 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
         const gen_layer_kind *K = gen_layer_kind_of(L->kind);
         if (L->stage != S->stage || !K)
             continue;
-        for (int k = 0; k < L->nparam && k < 4; k++) {
+        for (int k = 0; k < L->nparam && k < PG_MAX_LAYER_PARAMS; k++) {
             int p = L->param[k];
-            if (!(K->gemm_weights >> k & 1) || p < 0 || p >= np || S->shadow_mp[p] >= 0 || S->param_mp[p] < 0)
+            unsigned gw = K->gemm_weights_of ? K->gemm_weights_of(L) : K->gemm_weights;
+            if (!(gw >> k & 1) || p < 0 || p >= np || S->shadow_mp[p] >= 0 || S->param_mp[p] < 0)
                 continue;
             sfmt(name, sizeof name, "shadow %s", m->params[p].name);
             S->shadow_mp[p] = pg_mp_add(&S->mp, name, MP_PARAMS, pg_shape_numel(&m->params[p].shape) * 2,
@@ -161,7 +162,7 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
     if (analyse_schedule(g, S, d))
         return -1;
     /* batch input / targets */
-    S->input_mp = S->target_mp = -1;
+    S->input_mp = S->target_mp = S->count_mp = -1;
     if (S->stage == m->layers[0].stage) {
         int64_t es = 4;
         S->input_mp = pg_mp_add(&S->mp, "input", MP_IO, m->train.batch * pg_shape_numel(&m->input) * es,
@@ -174,6 +175,12 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
                                  PG_MP_WHOLE_STEP, PG_MP_WHOLE_STEP);
         pg_shape_str(m->target_dtype, &m->target, sh, sizeof sh);
         sfmt(S->mp.buf[S->target_mp].note, sizeof note, "%s %s per sample, the whole batch", m->target_name, sh);
+        if (m->train.loss == LOSS_CROSS_ENTROPY && m->train.ignore_index != PG_NO_IGNORE) {
+            S->count_mp = pg_mp_add(&S->mp, "counted targets", MP_IO, 8, PG_MP_WHOLE_STEP, PG_MP_WHOLE_STEP);
+            sfmt(S->mp.buf[S->count_mp].note, sizeof note,
+                 "double: the target positions of the whole batch that are not %" PRId64 ", written each step",
+                 m->train.ignore_index);
+        }
     }
     /* activation slots; frame buffers with their lifetimes */
     for (int ci = 0; ci < S->nchunks; ci++) {

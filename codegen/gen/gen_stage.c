@@ -231,6 +231,9 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
     fprintf(o, "    .target_dim = {%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "}, .target_per_sample = %" PRId64
                ", .target_vocab = %" PRId64 ",\n",
             m->target.dim[0], m->target.dim[1], m->target.dim[2], m->target.dim[3], pg_shape_numel(&m->target), tg_vocab);
+    if (S->count_mp >= 0)
+        fprintf(o, "    .has_ignore = 1, .ignore_id = %" PRId64 ", .count_off = %" PRId64 ",\n", t->ignore_index,
+                S->mp.buf[S->count_mp].offset);
     fprintf(o, "    .send_bytes = send_bytes,\n    .ws_off = %" PRId64 ", .ws_bytes = %" PRId64 ",\n",
             S->ws_mp >= 0 ? S->mp.buf[S->ws_mp].offset : -1, S->ws_mp >= 0 ? S->mp.buf[S->ws_mp].bytes : 0);
     /* the model output (logits) for --generate: slot 0 and the slot stride */

@@ -668,7 +668,7 @@ static const pg_shadow_desc stage_shadows[] = {
 };
 
 const pg_stage_desc pg_stage = {
-    .contract = PG_CONTRACT_TAG(4),
+    .contract = PG_CONTRACT_TAG(5),
     .pipegen_version = "0.1.0",
     .model = "gpt2_small",
     .source = "gpt2_small.pipe",

@@ -31,6 +31,8 @@ int pg_run_load_params(pg_run *r)
     const pg_stage_desc *d = r->d;
     int n = d->nparams;
     size_t total = 0;
+    if (pg_run_load_check(r))
+        return 1;
     for (int i = 0; i < n; i++)
         total += (size_t)d->params[i].numel * 4;
     unsigned char *buf = malloc(total ? total : 1);

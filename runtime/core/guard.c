@@ -75,15 +75,15 @@ int pg_guard_files(const pg_stage_desc *d, int world, char *err, size_t errlen)
 
 /* ---- token ids ----------------------------------------------------------- */
 
-int pg_guard_ids(const pg_datafile *f, int64_t vocab, const char *path, const char *what, const char *limit,
-                 char *err, size_t errlen)
+int pg_guard_ids(const pg_datafile *f, int64_t vocab, int64_t allowed, const char *path, const char *what,
+                 const char *limit, char *err, size_t errlen)
 {
     if (f->dtype != 2 || vocab <= 0)
         return 0;
     const int32_t *v = f->data;
     uint64_t n = f->samples * f->sample_elems;
     for (uint64_t i = 0; i < n; i++)
-        if (v[i] < 0 || (int64_t)v[i] >= vocab) {
+        if ((v[i] < 0 || (int64_t)v[i] >= vocab) && (int64_t)v[i] != allowed) {
             snprintf(err, errlen,
                      "%s: sample %" PRIu64 ", element %" PRIu64 " is %s %" PRId32 ", outside [0, %" PRId64
                      "): the model's %s is %" PRId64,

@@ -23,9 +23,11 @@ int pg_guard_memory(const pg_stage_desc *d, int64_t arena_bytes, char *err, size
  * the hard one if it must); -1 with both numbers in err. */
 int pg_guard_files(const pg_stage_desc *d, int world, char *err, size_t errlen);
 
-/* 0 when every i32 id of f is in [0, vocab); -1 naming the first bad sample. */
-int pg_guard_ids(const pg_datafile *f, int64_t vocab, const char *path, const char *what, const char *limit,
-                 char *err, size_t errlen);
+/* 0 when every i32 id of f is in [0, vocab) or is `allowed` (cross_entropy's
+ * ignored id; PG_GUARD_NO_ID: none); -1 naming the first bad sample. */
+#define PG_GUARD_NO_ID INT64_MIN
+int pg_guard_ids(const pg_datafile *f, int64_t vocab, int64_t allowed, const char *path, const char *what,
+                 const char *limit, char *err, size_t errlen);
 
 /* Collective, after pg_net_init: every stage learns which stage holds the loss. */
 int pg_guard_init(pg_run *r);

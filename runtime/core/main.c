@@ -274,7 +274,7 @@ static int open_data(pg_run *r)
             return 1;
         }
         r->have_in = 1;
-        if (pg_guard_ids(&r->in, d->input_vocab, r->opt.data, "token id", "vocabulary size", err, sizeof err)) {
+        if (pg_guard_ids(&r->in, d->input_vocab, PG_GUARD_NO_ID, r->opt.data, "token id", "vocabulary size", err, sizeof err)) {
             fprintf(stderr, "stage %d: %s\n", d->stage, err);
             return 1;
         }
@@ -285,7 +285,7 @@ static int open_data(pg_run *r)
             return 1;
         }
         r->have_tg = 1;
-        if (pg_guard_ids(&r->tg, d->target_vocab, r->opt.targets, "target id", "number of classes", err, sizeof err)) {
+        if (pg_guard_ids(&r->tg, d->target_vocab, d->has_ignore ? d->ignore_id : PG_GUARD_NO_ID, r->opt.targets, "target id", "number of classes", err, sizeof err)) {
             fprintf(stderr, "stage %d: %s\n", d->stage, err);
             return 1;
         }

@@ -22,8 +22,8 @@
 
 #include <stdint.h>
 
-#define PG_CONTRACT_VERSION 4 /* 3: pg_param_desc.chunk, .grad_layer; pg_mb_io.grads_final; 4: pg_stage_desc.opt_lo,
-                                 .opt_bytes */
+#define PG_CONTRACT_VERSION 5 /* 3: pg_param_desc.chunk, .grad_layer; pg_mb_io.grads_final; 4: pg_stage_desc.opt_lo,
+                                 .opt_bytes; 5: pg_stage_desc.has_ignore, .ignore_id, .count_off */
 /* "PGCTRC" in the high bytes and the version in the low ones: a stage file
  * from before the contract had a pointer there, which never reads as this. */
 #define PG_CONTRACT_TAG(version) (UINT64_C(0x5047435452430000) | (uint64_t)(version))
@@ -291,6 +291,13 @@ typedef struct pg_stage_desc {
     int64_t target_dim[4];
     int64_t target_per_sample;
     int64_t target_vocab;
+    /* cross_entropy(ignore = id): target positions holding ignore_id count
+     * nowhere; before each step the runtime writes at count_off (a double)
+     * how many positions of the whole batch, every replica's rows, do count
+     * (runtime/core/ignore.c). has_ignore 0: none. */
+    int has_ignore;
+    int64_t ignore_id;
+    int64_t count_off;
 
     const int64_t *send_bytes;         /* [nstages]: bytes sent to each peer in one step, plus the final gather */
     int64_t ws_off, ws_bytes;          /* workspace for tie reductions: one received gradient block */

@@ -89,6 +89,10 @@ int pg_st_read(const char *path, pg_st_want *w, int n, char *err, size_t errlen)
  * and layout: *names is one malloc'd block (free it), *n of them. -1 with a
  * message. */
 int pg_st_names(const char *path, char ***names, int *n, char *err, size_t errlen);
+/* The rank and dims of each named tensor of a file (rank -1: not in it), after
+ * validating its header and layout. -1 with a message. */
+int pg_st_shapes(const char *path, const char *const *names, int n, int *rank, int64_t (*dim)[5], char *err,
+                 size_t errlen);
 /* pg_hash64 (FNV-1a 64 from its offset basis) over every tensor's bytes in data
  * order, i.e. the whole data section, read in bounded pieces. -1 with a message. */
 int pg_st_data_hash(const char *path, uint64_t *hash, char *err, size_t errlen);

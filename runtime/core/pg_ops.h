@@ -117,6 +117,9 @@ int pg_linear_bwd_in(pg_ctx *c, int64_t n, int64_t in, int64_t out,
                      const float *dy, const float *w, float *dx);          /* dx = dy W */
 int pg_linear_bwd_w(pg_ctx *c, int64_t n, int64_t in, int64_t out,
                     const float *x, const float *dy, float *dw, float *db /*NULL*/); /* dw += dy^T x; db += sum dy */
+/* dx += dy W: a second projection's share of one input's gradient (attention's k, v) */
+int pg_linear_bwd_in_add(pg_ctx *c, int64_t n, int64_t in, int64_t out,
+                         const float *dy, const float *w, float *dx);
 
 /* ---- activations --------------------------------------------------------- */
 int pg_relu_fwd(pg_ctx *c, int64_t count, const float *x, float *y);
@@ -197,6 +200,53 @@ int pg_attention_bwd_w(pg_ctx *c, int64_t r, int64_t T, int64_t d,
                        const float *x, const float *ctxbuf, const float *dy, const float *dqkv,
                        float *dwqkv, float *dbqkv, float *dwo, float *dbo);
 
+/* ---- attention's core over projected q, k, v: grouped-query heads, rotary
+ * positions, dropout on the probabilities. q[r,T,*] has `heads` heads of hd
+ * columns in each row of ldq floats (head i: columns [i hd, (i+1) hd)); k and
+ * v have kv_heads heads (rows of ldk, ldv), and query head i reads key/value
+ * head i / (heads / kv_heads). With rope_theta > 0 the forward first rotates q
+ * and k in place as Llama does (the half split: for j < hd/2, the pair (j, j +
+ * hd/2) of position t turns by t * theta^(-2j/hd), that inverse frequency,
+ * the angle and its cos and sin in float as transformers computes them), so
+ * q and k stay rotated for the backward. att[r,h,T,T] keeps the softmax
+ * probabilities P (before dropout); ctx[r,T,heads*hd] = drop(P) v with
+ * pg_dropout_fwd's masks (p, seed, first_sample; the element of a sample is
+ * (head * T + i) * T + j); p = 0: no dropout. The backward writes dq, dk, dv
+ * (rows of ldq, ldk, ldv) with respect to the unrotated q and k: ready for
+ * the projections' gradients. */
+typedef struct pg_attn_dims {
+    int64_t T, heads, kv_heads, hd;
+    int causal;
+    float rope_theta;           /* 0: no rotary embedding */
+    int64_t ldq, ldk, ldv;      /* row strides of q, k, v and of dq, dk, dv */
+} pg_attn_dims;
+int pg_attn_fwd(pg_ctx *c, int64_t r, const pg_attn_dims *s, float p, uint64_t seed, int64_t first_sample,
+                float *q, float *k, const float *v, float *att, float *ctx);
+int pg_attn_bwd(pg_ctx *c, int64_t r, const pg_attn_dims *s, float p, uint64_t seed, int64_t first_sample,
+                const float *q, const float *k, const float *v, const float *att, const float *dctx,
+                float *dq, float *dk, float *dv);
+
+/* ---- rmsnorm over the last dim d (Llama's LlamaRMSNorm): y = x rstd w with
+ * rstd = 1/sqrt(mean(x^2) + eps) saved [n]; w may be NULL (no scale). */
+int pg_rmsnorm_fwd(pg_ctx *c, int64_t n, int64_t d, float eps, const float *x, const float *w,
+                   float *y, float *rstd);
+int pg_rmsnorm_bwd_in(pg_ctx *c, int64_t n, int64_t d, const float *x, const float *w,
+                      const float *rstd, const float *dy, float *dx);
+int pg_rmsnorm_bwd_w(pg_ctx *c, int64_t n, int64_t d, const float *x, const float *rstd,
+                     const float *dy, float *dw);          /* dw += sum_rows dy x rstd */
+
+/* ---- swiglu: g = x Wg^T + bg, u = x Wu^T + bu (both [n, h], saved),
+ * y = silu(g) u. The backward-input leaves dg = dy u silu'(g) and du = dy
+ * silu(g) for the backward-weight; dx = dg Wg + du Wu (NULL: not wanted).
+ * Biases may be NULL. */
+int pg_swiglu_fwd(pg_ctx *c, int64_t n, int64_t d, int64_t h, const float *x,
+                  const float *wg, const float *bg, const float *wu, const float *bu,
+                  float *g, float *u, float *y);
+int pg_swiglu_bwd_in(pg_ctx *c, int64_t n, int64_t d, int64_t h, const float *wg, const float *wu,
+                     const float *g, const float *u, const float *dy, float *dg, float *du, float *dx);
+int pg_swiglu_bwd_w(pg_ctx *c, int64_t n, int64_t d, int64_t h, const float *x, const float *dg,
+                    const float *du, float *dwg, float *dbg, float *dwu, float *dbu);
+
 /* ---- dropout: keep with prob 1-p, scaled 1/(1-p); mask from a counter hash of
  * (seed, sample index within the whole batch, element index), never from state. */
 int pg_dropout_fwd(pg_ctx *c, int64_t rows, int64_t per_row, float p, uint64_t seed,
@@ -219,6 +269,14 @@ int pg_mse_fwd_bwd(pg_ctx *c, int64_t count, const float *y, const float *target
                    double denom, double *loss, float *dy);
 int pg_cross_entropy_fwd_bwd(pg_ctx *c, int64_t n, int64_t V, const float *logits,
                              const int32_t *target, double denom, double *loss, float *dlogits);
+/* cross_entropy(ignore = id): rows whose target is `ignore` add nothing to the
+ * loss and get a zero gradient; the others are divided by *count (backend
+ * memory: the number of target positions of the whole batch that count, which
+ * the runtime writes before each step); a count of 0 makes the loss and every
+ * gradient 0. */
+int pg_cross_entropy_ignore_fwd_bwd(pg_ctx *c, int64_t n, int64_t V, const float *logits,
+                                    const int32_t *target, int32_t ignore, const double *count,
+                                    double *loss, float *dlogits);
 
 /* ---- optimizers (one parameter tensor at a time) ------------------------- */
 /* Sum of squares of g in a fixed order (for global-norm clipping). */

@@ -617,6 +617,22 @@ int pg_st_names(const char *path, char ***names, int *n, char *err, size_t errle
     return 0;
 }
 
+int pg_st_shapes(const char *path, const char *const *names, int n, int *rank, int64_t (*dim)[5], char *err,
+                 size_t errlen)
+{
+    st_header h;
+    int fd;
+    if (header_load(path, &h, &fd, err, errlen)) return -1;
+    close(fd);
+    for (int i = 0; i < n; i++) {
+        const st_entry *e = find_entry(&h, names[i]);
+        rank[i] = e ? e->rank : -1;
+        for (int d = 0; e && d < e->rank && d < 5; d++) dim[i][d] = e->dim[d];
+    }
+    header_free(&h);
+    return 0;
+}
+
 int pg_st_data_hash(const char *path, uint64_t *hash, char *err, size_t errlen)
 {
     st_header h;

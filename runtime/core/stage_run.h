@@ -123,9 +123,17 @@ int pg_run_synth_init(pg_run *r);
  * caller goes on), 1 opened into in/tg, -1 failed (printed). */
 int pg_run_tokens_open(pg_run *r);
 int pg_run_tokens_load(pg_run *r, int64_t step);
+/* Where row i's input window of `step` starts in the stream (its target: one on). */
+uint64_t pg_run_tokens_window(const pg_run *r, int64_t step, int64_t i);
+/* ignore.c: cross_entropy(ignore = id): write this step's counted target
+ * positions of the whole batch at d->count_off. 0, or 1 (printed). */
+int pg_run_ignore_count(pg_run *r, int64_t step);
 /* generate.c: --load (each stage reads its own parameters by name) and
  * --generate (forward-only sampling through the stages). 0 or 1 (printed). */
 int pg_run_load_params(pg_run *r);
+/* load_check.c: 0 when the --load file holds exactly the model's parameters
+ * (names and shapes); 1 after printing what differs. */
+int pg_run_load_check(const pg_run *r);
 int pg_run_generate(pg_run *r);
 /* Can --generate/--prompt run on this model? 0, or -1 with the reason in err. */
 int pg_run_generate_check(const pg_run *r, char *err, size_t errlen);

@@ -103,6 +103,8 @@ static int load_batch(pg_run *r, int64_t step)
 {
     const pg_stage_desc *d = r->d;
     int64_t B = d->train.batch, first = (step % SYNTH_BATCHES) * B + r->row0;
+    if (pg_run_ignore_count(r, step)) /* cross_entropy(ignore = id): the batch's counted positions */
+        return 1;
     if (r->tokens) /* --data is a token stream: windows at seeded offsets (tokens.c) */
         return pg_run_tokens_load(r, step);
     /* this replica's rows only, at their places in the batch buffers */

@@ -136,6 +136,11 @@ static int fill_windows(const pg_run *r, const pg_datafile *f, int64_t step, int
     return 1;
 }
 
+uint64_t pg_run_tokens_window(const pg_run *r, int64_t step, int64_t i)
+{
+    return window(r->d->train.seed, step, i, r->tg.samples, r->d->input_dim[0]);
+}
+
 int pg_run_tokens_load(pg_run *r, int64_t step)
 {
     const pg_stage_desc *d = r->d;

@@ -1,5 +1,7 @@
 /* runtime/cpu/attention.c — multi-head self-attention, x[r,T,d], h heads of
- * hd = d/h. As GPT-2's attention block:
+ * hd = d/h, and its core over projected q, k, v (pg_attn_*: grouped-query
+ * heads, rotary positions, dropout on the probabilities), which GPT-2's
+ * block below runs too. As GPT-2's attention block:
  *   qkv = x Wqkv^T + bqkv               [r,T,3d]: q, k, v in columns [0,d) [d,2d) [2d,3d)
  *   att = softmax(q k^T / sqrt(hd))     [r,h,T,T]: per head, causal mask j > i -> 0
  *   ctx = att v, heads merged           [r,T,d]
@@ -11,6 +13,7 @@
  * softmax backward works on blocks of score rows in a bounded stack buffer,
  * because the interface gives no [T,T] workspace. */
 #include <math.h>
+#include <string.h>
 
 #include "cpu_kernels.h"
 #include "op_args.h"
@@ -43,31 +46,246 @@ static void softmax_row(float *a, int64_t len, int64_t T)
         a[j] = 0.0f;
 }
 
-/* One (sample, head) of the forward: scores, softmax, context. */
-typedef struct attn_fwd_job {
-    pg_ctx *c;
-    int64_t T, d, h, causal;
-    float scale;
-    const float *qkv;
-    float *att, *ctxbuf;
-} attn_fwd_job;
+/* ---- rotary positions (Llama's half split) ---------------------------------- */
 
+/* cos and sin of position t for the pairs j < half = hd/2, as transformers
+ * computes them in float: inv = 1 / theta^(2j/hd), angle = t * inv. */
+static void rope_row(float theta, int64_t hd, int64_t t, float *cs, float *sn)
+{
+    int64_t half = hd / 2;
+    for (int64_t j = 0; j < half; j++) {
+        float e = (float)(2 * j) / (float)hd;
+        float inv = 1.0f / (float)pow((double)theta, (double)e);
+        float ang = (float)t * inv;
+        cs[j] = (float)cos((double)ang);
+        sn[j] = (float)sin((double)ang);
+    }
+}
+
+/* nh heads of one row, in place: (a, b) -> (a c - b s, b c + a s), or its
+ * inverse (the gradient's way back: (a c + b s, b c - a s)) */
+static void rope_heads(float *x, int64_t nh, int64_t hd, const float *cs, const float *sn, int inverse)
+{
+    int64_t half = hd / 2;
+    for (int64_t h = 0; h < nh; h++) {
+        float *a = x + h * hd, *b = a + half;
+        for (int64_t j = 0; j < half; j++) {
+            float x1 = a[j], x2 = b[j];
+            if (inverse) {
+                a[j] = x1 * cs[j] + x2 * sn[j];
+                b[j] = x2 * cs[j] - x1 * sn[j];
+            } else {
+                a[j] = x1 * cs[j] - x2 * sn[j];
+                b[j] = x2 * cs[j] + x1 * sn[j];
+            }
+        }
+    }
+}
+
+#define ROPE_MAX_HALF 512 /* head sizes up to 1024 */
+
+typedef struct rope_job {
+    const pg_attn_dims *s;
+    float *q, *k;
+    int inverse;
+} rope_job;
+
+/* one row (sample b, position t) of q and k */
+static void rope_one(void *arg, int64_t row)
+{
+    const rope_job *j = arg;
+    const pg_attn_dims *s = j->s;
+    float cs[ROPE_MAX_HALF], sn[ROPE_MAX_HALF];
+    rope_row(s->rope_theta, s->hd, row % s->T, cs, sn);
+    rope_heads(j->q + row * s->ldq, s->heads, s->hd, cs, sn, j->inverse);
+    rope_heads(j->k + row * s->ldk, s->kv_heads, s->hd, cs, sn, j->inverse);
+}
+
+static void rope_apply(pg_ctx *c, int64_t r, const pg_attn_dims *s, float *q, float *k, int inverse)
+{
+    rope_job j = {s, q, k, inverse};
+    pg_cpu_parallel(c, r * s->T, rope_one, &j);
+}
+
+/* ---- the core ------------------------------------------------------------------- */
+
+/* The softmax backward and the dropped probabilities work on blocks of score
+ * rows in ATT_WS_FLOATS floats of stack (64 KiB; no [T,T] workspace comes
+ * through the interface): a block holds rb = min(T, ATT_WS_FLOATS / T) rows
+ * of T scores (all of them for T <= 128). Block sizes depend on T alone, so a
+ * sample's bits do not depend on r or on its place in the micro-batch. */
+#define ATT_WS_FLOATS 16384
+
+typedef struct attn_job {
+    pg_ctx *c;
+    const pg_attn_dims *s;
+    int64_t rb;
+    float scale, p;
+    uint64_t key;          /* splitmix64(seed): the dropout masks' key */
+    int64_t first_sample;
+    const float *q, *k, *v, *att, *dctx;
+    float *attw, *ctx, *dq, *dk, *dv;
+} attn_job;
+
+/* Rows [i0, i0 + nr), columns [0, nc) of head hh's dropout mask of sample b
+ * applied to src (rows of nc floats) into dst (may be src): kept entries
+ * scaled by 1/(1-p), dropped ones 0, as pg_dropout_fwd would drop element
+ * (hh T + i) T + j of the sample. The forward drops the probabilities, the
+ * backward the gradient of the dropped ones. */
+static void drop_rows(const attn_job *j, int64_t b, int64_t hh, int64_t i0, int64_t nr, int64_t nc, const float *src,
+                      float *dst)
+{
+    int64_t T = j->s->T;
+    float keep = 1.0f / (1.0f - j->p);
+    uint64_t rowkey = pg_splitmix64(j->key + (uint64_t)(j->first_sample + b));
+    for (int64_t ii = 0; ii < nr; ii++)
+        for (int64_t jj = 0; jj < nc; jj++) {
+            uint64_t e = (uint64_t)((hh * T + i0 + ii) * T + jj);
+            float u = pg_unit24(pg_splitmix64(rowkey + e));
+            dst[ii * nc + jj] = u >= j->p ? src[ii * nc + jj] * keep : 0.0f;
+        }
+}
+
+/* One (sample, head) of the forward: scores, softmax, context. */
 static void attn_fwd_head(void *arg, int64_t t)
 {
-    const attn_fwd_job *j = arg;
-    int64_t T = j->T, d = j->d, h = j->h, hd = d / h, d3 = 3 * d, b = t / h, hh = t % h;
-    const float *q = j->qkv + b * T * d3 + hh * hd; /* [T, hd], row stride 3d */
-    const float *k = q + d, *v = q + 2 * d;
-    float *a = j->att + (b * h + hh) * T * T;       /* [T, T] */
-    float *cx = j->ctxbuf + b * T * d + hh * hd;    /* [T, hd], row stride d */
-    pg_cpu_gemm(j->c, 0, 1, T, T, hd, j->scale, q, d3, k, d3, 0, a, T);
+    const attn_job *j = arg;
+    const pg_attn_dims *s = j->s;
+    int64_t T = s->T, h = s->heads, hd = s->hd, d = h * hd, b = t / h, hh = t % h, g = hh / (h / s->kv_heads);
+    const float *q = j->q + b * T * s->ldq + hh * hd; /* [T, hd], row stride ldq */
+    const float *k = j->k + b * T * s->ldk + g * hd, *v = j->v + b * T * s->ldv + g * hd;
+    float *a = j->attw + (b * h + hh) * T * T;         /* [T, T] */
+    float *cx = j->ctx + b * T * d + hh * hd;          /* [T, hd], row stride d */
+    pg_cpu_gemm(j->c, 0, 1, T, T, hd, j->scale, q, s->ldq, k, s->ldk, 0, a, T);
     for (int64_t i = 0; i < T; i++)
-        softmax_row(a + i * T, j->causal ? i + 1 : T, T);
-    pg_cpu_gemm(j->c, 0, 0, T, hd, T, 1.0f, a, T, v, d3, 0, cx, d);
+        softmax_row(a + i * T, s->causal ? i + 1 : T, T);
+    if (j->p == 0.0f) {
+        pg_cpu_gemm(j->c, 0, 0, T, hd, T, 1.0f, a, T, v, s->ldv, 0, cx, d);
+        return;
+    }
+    float w[ATT_WS_FLOATS];
+    for (int64_t i0 = 0; i0 < T; i0 += j->rb) {
+        int64_t nr = T - i0 < j->rb ? T - i0 : j->rb;
+        drop_rows(j, b, hh, i0, nr, T, a + i0 * T, w);
+        pg_cpu_gemm(j->c, 0, 0, nr, hd, T, 1.0f, w, T, v, s->ldv, 0, cx + i0 * d, d);
+    }
+}
+
+static int attn_args(const char *op, int64_t r, const pg_attn_dims *s, float p)
+{
+    if (r < 0 || s->T <= 0 || s->heads <= 0 || s->kv_heads <= 0 || s->hd <= 0 || s->heads % s->kv_heads != 0 ||
+        !pg_args_dim_ok(r * s->T) || !pg_args_dim_ok(s->heads * s->hd) || !(p >= 0.0f && p < 1.0f) ||
+        s->ldq < s->heads * s->hd || s->ldk < s->kv_heads * s->hd || s->ldv < s->kv_heads * s->hd ||
+        (s->rope_theta > 0 && (s->hd % 2 != 0 || s->hd / 2 > ROPE_MAX_HALF)))
+        return PG_RT_FAIL("%s: bad sizes r=%lld T=%lld heads=%lld kv_heads=%lld hd=%lld p=%g (need kv_heads "
+                          "dividing heads, p in [0, 1), row strides of at least the heads' columns, an even "
+                          "head size of at most %d with rope)", op, (long long)r, (long long)s->T,
+                          (long long)s->heads, (long long)s->kv_heads, (long long)s->hd, (double)p,
+                          2 * ROPE_MAX_HALF);
+    if (s->T > ATT_WS_FLOATS)
+        return PG_RT_FAIL("%s: sequence length %lld is over the %d positions the CPU kernel supports", op,
+                          (long long)s->T, ATT_WS_FLOATS);
+    return 0;
 }
 
 /* The (sample, head) pairs run on the backend's threads: each writes its own
  * slices of att and ctx, with the same operations on any thread. */
+int pg_attn_fwd(pg_ctx *c, int64_t r, const pg_attn_dims *s, float p, uint64_t seed, int64_t first_sample,
+                float *q, float *k, const float *v, float *att, float *ctx)
+{
+    if (attn_args("attn_fwd", r, s, p))
+        return 1;
+    if (s->rope_theta > 0)
+        rope_apply(c, r, s, q, k, 0);
+    int64_t T = s->T;
+    attn_job j = {c, s, ATT_WS_FLOATS / T < T ? ATT_WS_FLOATS / T : T, (float)(1.0 / sqrt((double)s->hd)), p,
+                  pg_splitmix64(seed), first_sample, q, k, v, NULL, NULL, att, ctx, NULL, NULL, NULL};
+    pg_cpu_parallel(c, r * s->heads, attn_fwd_head, &j);
+    return 0;
+}
+
+/* One (sample, key/value head g): the query heads of its group in order, so
+ * dk and dv sum over them in a fixed order. For each head, with P = att and
+ * Pd = drop(P):
+ *   dv (+)= Pd^T dctx;  per block of rows i:  S = dctx_i v^T (then dropped: dP),
+ *   D_i = sum_j P_ij S_ij (double, j in order),  ds_ij = P_ij (S_ij - D_i) / sqrt(hd),
+ *   dq_i = ds_i k,  dk += ds_i^T q_i
+ * (ds is 0 past a row's causal limit; with a causal mask, the columns past the
+ * block's last row are left out of the products). */
+static void attn_bwd_group(void *arg, int64_t t)
+{
+    const attn_job *j = arg;
+    const pg_attn_dims *s = j->s;
+    pg_ctx *c = j->c;
+    int64_t T = s->T, h = s->heads, hd = s->hd, d = h * hd, rb = j->rb, grp = h / s->kv_heads;
+    int64_t b = t / s->kv_heads, g = t % s->kv_heads;
+    float S[ATT_WS_FLOATS];
+    const float *k = j->k + b * T * s->ldk + g * hd, *v = j->v + b * T * s->ldv + g * hd;
+    float *dk = j->dk + b * T * s->ldk + g * hd, *dv = j->dv + b * T * s->ldv + g * hd;
+    for (int64_t i = 0; i < T; i++)
+        memset(dk + i * s->ldk, 0, (size_t)hd * sizeof *dk);
+    for (int64_t hh = g * grp; hh < (g + 1) * grp; hh++) {
+        const float *q = j->q + b * T * s->ldq + hh * hd;
+        float *dq = j->dq + b * T * s->ldq + hh * hd;
+        const float *a = j->att + (b * h + hh) * T * T;
+        const float *dc = j->dctx + b * T * d + hh * hd;
+        int first = hh == g * grp;
+        if (j->p == 0.0f)
+            pg_cpu_gemm(c, 1, 0, T, hd, T, 1.0f, a, T, dc, d, !first, dv, s->ldv);
+        else
+            for (int64_t i0 = 0; i0 < T; i0 += rb) {
+                int64_t nr = T - i0 < rb ? T - i0 : rb;
+                drop_rows(j, b, hh, i0, nr, T, a + i0 * T, S);
+                pg_cpu_gemm(c, 1, 0, T, hd, nr, 1.0f, S, T, dc + i0 * d, d, !first || i0 > 0, dv, s->ldv);
+            }
+        for (int64_t i0 = 0; i0 < T; i0 += rb) {
+            int64_t nr = T - i0 < rb ? T - i0 : rb;
+            int64_t nc = s->causal ? i0 + nr : T; /* columns that can be nonzero */
+            pg_cpu_gemm(c, 0, 1, nr, nc, hd, 1.0f, dc + i0 * d, d, v, s->ldv, 0, S, nc);
+            if (j->p != 0.0f) /* dP = dPd dropped and scaled by the same mask */
+                drop_rows(j, b, hh, i0, nr, nc, S, S);
+            for (int64_t ii = 0; ii < nr; ii++) {
+                int64_t len = s->causal ? i0 + ii + 1 : T;
+                const float *ai = a + (i0 + ii) * T;
+                float *si = S + ii * nc;
+                double D = 0.0;
+                for (int64_t jj = 0; jj < len; jj++)
+                    D += (double)ai[jj] * si[jj];
+                float Df = (float)D;
+                for (int64_t jj = 0; jj < len; jj++)
+                    si[jj] = ai[jj] * (si[jj] - Df) * j->scale;
+                for (int64_t jj = len; jj < nc; jj++)
+                    si[jj] = 0.0f;
+            }
+            pg_cpu_gemm(c, 0, 0, nr, hd, nc, 1.0f, S, nc, k, s->ldk, 0, dq + i0 * s->ldq, s->ldq);
+            pg_cpu_gemm(c, 1, 0, nc, hd, nr, 1.0f, S, nc, q + i0 * s->ldq, s->ldq, 1, dk, s->ldk);
+        }
+    }
+}
+
+int pg_attn_bwd(pg_ctx *c, int64_t r, const pg_attn_dims *s, float p, uint64_t seed, int64_t first_sample,
+                const float *q, const float *k, const float *v, const float *att, const float *dctx,
+                float *dq, float *dk, float *dv)
+{
+    if (attn_args("attn_bwd", r, s, p))
+        return 1;
+    int64_t T = s->T;
+    attn_job j = {c, s, ATT_WS_FLOATS / T < T ? ATT_WS_FLOATS / T : T, (float)(1.0 / sqrt((double)s->hd)), p,
+                  pg_splitmix64(seed), first_sample, q, k, v, att, dctx, NULL, NULL, dq, dk, dv};
+    pg_cpu_parallel(c, r * s->kv_heads, attn_bwd_group, &j);
+    if (s->rope_theta > 0) /* back to the unrotated q and k: the projections' gradients */
+        rope_apply(c, r, s, dq, dk, 1);
+    return 0;
+}
+
+/* ---- GPT-2's block: qkv projection, the core, output projection ------------------ */
+
+static pg_attn_dims gpt2_dims(int64_t T, int64_t d, int64_t h, int causal)
+{
+    pg_attn_dims s = {T, h, h, d / h, causal, 0.0f, 3 * d, 3 * d, 3 * d};
+    return s;
+}
+
 int pg_attention_fwd(pg_ctx *c, int64_t r, int64_t T, int64_t d, int64_t h, int causal,
                      const float *x, const float *wqkv, const float *bqkv,
                      const float *wo, const float *bo,
@@ -75,73 +293,11 @@ int pg_attention_fwd(pg_ctx *c, int64_t r, int64_t T, int64_t d, int64_t h, int 
 {
     if (pg_args_attention("attention_fwd", r, T, d, h))
         return 1;
-    int64_t d3 = 3 * d;
-    if (pg_linear_fwd(c, r * T, d, d3, x, wqkv, bqkv, qkv))
+    pg_attn_dims s = gpt2_dims(T, d, h, causal);
+    if (pg_linear_fwd(c, r * T, d, 3 * d, x, wqkv, bqkv, qkv) ||
+        pg_attn_fwd(c, r, &s, 0.0f, 0, 0, qkv, qkv + d, qkv + 2 * d, att, ctxbuf))
         return 1;
-    attn_fwd_job j = {c, T, d, h, causal, (float)(1.0 / sqrt((double)(d / h))), qkv, att, ctxbuf};
-    pg_cpu_parallel(c, r * h, attn_fwd_head, &j);
     return pg_linear_fwd(c, r * T, d, d, ctxbuf, wo, bo, y);
-}
-
-/* The softmax backward works on blocks of score rows in ATT_WS_FLOATS floats
- * of stack (64 KiB; no [T,T] workspace comes through the interface): a block
- * holds rb = min(T, ATT_WS_FLOATS / T) rows of T scores (all of them for
- * T <= 128). Block sizes depend on T alone, so a sample's bits do not depend on
- * r or on its place in the micro-batch. */
-#define ATT_WS_FLOATS 16384
-
-/* dctx = dy Wo; per head: dv = att^T dctx; per block of rows i:
- *   S = dctx_i v^T,  D_i = sum_j att_ij S_ij (= dctx_i . ctx_i; double, j in order),
- *   ds_ij = att_ij (S_ij - D_i) / sqrt(hd),  dq_i = ds_i k,  dk += ds_i^T q_i
- * (ds is 0 past a row's causal limit; with a causal mask, the columns past the
- * block's last row are left out of the products);
- * then dx = dqkv Wqkv. Every product is one GEMM with shapes set by T, hd and
- * the block alone. attn_bwd_head is one (sample, head), its score rows in
- * blocks on the stack of the thread that runs it. */
-typedef struct attn_bwd_job {
-    pg_ctx *c;
-    int64_t T, d, h, causal, rb;
-    float scale;
-    const float *qkv, *att, *dctx;
-    float *dqkv;
-} attn_bwd_job;
-
-static void attn_bwd_head(void *arg, int64_t t)
-{
-    const attn_bwd_job *j = arg;
-    pg_ctx *c = j->c;
-    int64_t T = j->T, d = j->d, h = j->h, hd = d / h, d3 = 3 * d, rb = j->rb, b = t / h, hh = t % h;
-    float S[ATT_WS_FLOATS];
-    const float *q = j->qkv + b * T * d3 + hh * hd;
-    const float *k = q + d, *v = q + 2 * d;
-    float *dq = j->dqkv + b * T * d3 + hh * hd;
-    float *dk = dq + d, *dv = dq + 2 * d;
-    const float *a = j->att + (b * h + hh) * T * T;
-    const float *dc = j->dctx + b * T * d + hh * hd;
-    pg_cpu_gemm(c, 1, 0, T, hd, T, 1.0f, a, T, dc, d, 0, dv, d3);
-    for (int64_t i = 0; i < T; i++)
-        for (int64_t e = 0; e < hd; e++)
-            dk[i * d3 + e] = 0.0f;
-    for (int64_t i0 = 0; i0 < T; i0 += rb) {
-        int64_t nr = T - i0 < rb ? T - i0 : rb;
-        int64_t nc = j->causal ? i0 + nr : T; /* columns that can be nonzero */
-        pg_cpu_gemm(c, 0, 1, nr, nc, hd, 1.0f, dc + i0 * d, d, v, d3, 0, S, nc);
-        for (int64_t ii = 0; ii < nr; ii++) {
-            int64_t len = j->causal ? i0 + ii + 1 : T;
-            const float *ai = a + (i0 + ii) * T;
-            float *si = S + ii * nc;
-            double D = 0.0;
-            for (int64_t jj = 0; jj < len; jj++)
-                D += (double)ai[jj] * si[jj];
-            float Df = (float)D;
-            for (int64_t jj = 0; jj < len; jj++)
-                si[jj] = ai[jj] * (si[jj] - Df) * j->scale;
-            for (int64_t jj = len; jj < nc; jj++)
-                si[jj] = 0.0f;
-        }
-        pg_cpu_gemm(c, 0, 0, nr, hd, nc, 1.0f, S, nc, k, d3, 0, dq + i0 * d3, d3);
-        pg_cpu_gemm(c, 1, 0, nc, hd, nr, 1.0f, S, nc, q + i0 * d3, d3, 1, dk, d3);
-    }
 }
 
 int pg_attention_bwd_in(pg_ctx *c, int64_t r, int64_t T, int64_t d, int64_t h, int causal,
@@ -152,16 +308,11 @@ int pg_attention_bwd_in(pg_ctx *c, int64_t r, int64_t T, int64_t d, int64_t h, i
     (void)ctxbuf; /* the probabilities are in att: ctx is for backends that recompute them */
     if (pg_args_attention("attention_bwd_in", r, T, d, h))
         return 1;
-    if (T > ATT_WS_FLOATS)
-        return PG_RT_FAIL("attention_bwd_in: sequence length %lld is over the %d positions the "
-                          "CPU kernel supports", (long long)T, ATT_WS_FLOATS);
-    int64_t d3 = 3 * d;
-    if (pg_linear_bwd_in(c, r * T, d, d, dy, wo, dctx))
+    pg_attn_dims s = gpt2_dims(T, d, h, causal);
+    if (pg_linear_bwd_in(c, r * T, d, d, dy, wo, dctx) ||
+        pg_attn_bwd(c, r, &s, 0.0f, 0, 0, qkv, qkv + d, qkv + 2 * d, att, dctx, dqkv, dqkv + d, dqkv + 2 * d))
         return 1;
-    attn_bwd_job j = {c, T, d, h, causal, ATT_WS_FLOATS / T < T ? ATT_WS_FLOATS / T : T,
-                      (float)(1.0 / sqrt((double)(d / h))), qkv, att, dctx, dqkv};
-    pg_cpu_parallel(c, r * h, attn_bwd_head, &j);
-    return pg_linear_bwd_in(c, r * T, d, d3, dqkv, wqkv, dx);
+    return pg_linear_bwd_in(c, r * T, d, 3 * d, dqkv, wqkv, dx);
 }
 
 /* dWo += dy^T ctx, dbo += sum dy; dWqkv += dqkv^T x, dbqkv += sum dqkv. */

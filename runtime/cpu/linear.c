@@ -45,6 +45,18 @@ int pg_linear_bwd_in(pg_ctx *c, int64_t n, int64_t in, int64_t out,
     return 0;
 }
 
+/* dx[n,in] += dy[n,out] W[out,in] */
+int pg_linear_bwd_in_add(pg_ctx *c, int64_t n, int64_t in, int64_t out,
+                         const float *dy, const float *w, float *dx)
+{
+    if (pg_args_linear("linear_bwd_in_add", n, in, out))
+        return 1;
+    if (n == 0 || in == 0 || out == 0)
+        return 0;
+    pg_cpu_gemm(c, 0, 0, n, in, out, 1.0f, dy, out, w, in, 1, dx, in);
+    return 0;
+}
+
 /* Column sums of a[n, m] added to acc[m]: rows in index order, in double per
  * block of columns, one float add into acc at the end. */
 static void colsum_acc(int64_t n, int64_t m, const float *a, float *acc)

@@ -389,6 +389,19 @@ int pg_linear_bwd_in(pg_ctx *c, int64_t n, int64_t in, int64_t out,
                         &zero, dx, (int)in, 0, 0);
 }
 
+/* dx[n,in] += dy[n,out] W[out,in]: pg_linear_bwd_in's product with beta 1 */
+int pg_linear_bwd_in_add(pg_ctx *c, int64_t n, int64_t in, int64_t out,
+                         const float *dy, const float *w, float *dx)
+{
+    if (pg_args_linear("linear_bwd_in_add", n, in, out))
+        return 1;
+    if (n == 0 || in == 0 || out == 0)
+        return 0;
+    const float one = 1.0f;
+    return pg_cuda_gemm(c, CUBLAS_OP_N, CUBLAS_OP_N, (int)in, (int)n, (int)out, &one, w, (int)in, 0, dy, (int)out, 0,
+                        &one, dx, (int)in, 0, 0);
+}
+
 /* dW[out,in] += dy[n,out]^T x[n,in]; db[out] += column sums of dy
  * Column-major, dW^T[in,out] += x^T[in,n] dy[n,out]:
  *   A = x: row-major [n,in] read column-major is x^T[in,n] (ld in); op N.

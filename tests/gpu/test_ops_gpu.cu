@@ -726,6 +726,208 @@ static void test_losses(void)
     OK(pg_cross_entropy_fwd_bwd(G.c, rows, V, LG, TG, dn, &ce, DL) != 0, "cross_entropy rejects target == V");
 }
 
+/* ---- Llama's layers: rmsnorm, swiglu, the attention core, cross_entropy(ignore) ---- */
+
+static void test_rmsnorm(void)
+{
+    const int64_t n = 37, d = 70;
+    fvec x = rnd(n * d, -2, 2), w = rnd(d, 0.5, 1.5), dy = rnd(n * d), dw0 = rnd(d);
+    dvec y(n * d), rs(n), dx(n * d), dw = dv(dw0);
+    for (int64_t i = 0; i < n; i++) {
+        double ss = 0, sgx = 0;
+        for (int64_t j = 0; j < d; j++)
+            ss += (double)x[i * d + j] * x[i * d + j];
+        rs[i] = 1.0 / sqrt(ss / d + 1e-6);
+        for (int64_t j = 0; j < d; j++) {
+            y[i * d + j] = x[i * d + j] * rs[i] * w[j];
+            sgx += dy[i * d + j] * w[j] * x[i * d + j] * rs[i];
+            dw[j] += dy[i * d + j] * x[i * d + j] * rs[i];
+        }
+        for (int64_t j = 0; j < d; j++)
+            dx[i * d + j] = rs[i] * (dy[i * d + j] * w[j] - x[i * d + j] * rs[i] * sgx / d);
+    }
+    float *X = up(x), *W = up(w), *DY = up(dy), *Y = dzeros(n * d), *R = dzeros(n), *DX = dzeros(n * d), *DW = up(dw0);
+    OK(pg_rmsnorm_fwd(G.c, n, d, 1e-6f, X, W, Y, R) == 0, "rmsnorm_fwd runs");
+    close_to("rmsnorm_fwd y", down(Y, n * d), y, 1e-5);
+    close_to("rmsnorm_fwd rstd", down(R, n), rs, 1e-5);
+    OK(pg_rmsnorm_bwd_in(G.c, n, d, X, W, R, DY, DX) == 0, "rmsnorm_bwd_in runs");
+    close_to("rmsnorm_bwd_in", down(DX, n * d), dx, 1e-5);
+    OK(pg_rmsnorm_bwd_w(G.c, n, d, X, R, DY, DW) == 0, "rmsnorm_bwd_w runs");
+    close_to("rmsnorm_bwd_w accumulates", down(DW, d), dw, 1e-5);
+    OK(pg_rmsnorm_fwd(G.c, n, 0, 1e-6f, X, W, Y, R) != 0, "rmsnorm_fwd rejects d = 0");
+}
+
+static void test_swiglu(void)
+{
+    const int64_t n = 23, d = 16, h = 40;
+    fvec x = rnd(n * d), wg = rnd(h * d, -0.5, 0.5), bg = rnd(h), wu = rnd(h * d, -0.5, 0.5), dy = rnd(n * h);
+    dvec bgd = dv(bg), g = ref_linear(n, d, h, dv(x), dv(wg), &bgd), u = ref_linear(n, d, h, dv(x), dv(wu), NULL);
+    dvec y(n * h), dg(n * h), du(n * h);
+    for (int64_t i = 0; i < n * h; i++) {
+        double s = 1.0 / (1.0 + exp(-g[i]));
+        y[i] = g[i] * s * u[i];
+        du[i] = dy[i] * g[i] * s;
+        dg[i] = dy[i] * u[i] * s * (1.0 + g[i] * (1.0 - s));
+    }
+    dvec dx = ref_linear_bwd_in(n, d, h, dg, dv(wg)), dxu = ref_linear_bwd_in(n, d, h, du, dv(wu));
+    for (int64_t i = 0; i < n * d; i++)
+        dx[i] += dxu[i];
+    float *X = up(x), *WG = up(wg), *BG = up(bg), *WU = up(wu), *DY = up(dy);
+    float *Gb = dzeros(n * h), *Ub = dzeros(n * h), *Y = dzeros(n * h), *DG = dzeros(n * h), *DU = dzeros(n * h),
+          *DX = dzeros(n * d);
+    OK(pg_swiglu_fwd(G.c, n, d, h, X, WG, BG, WU, NULL, Gb, Ub, Y) == 0, "swiglu_fwd runs");
+    close_to("swiglu_fwd y", down(Y, n * h), y, 1e-5);
+    OK(pg_swiglu_bwd_in(G.c, n, d, h, WG, WU, Gb, Ub, DY, DG, DU, DX) == 0, "swiglu_bwd_in runs");
+    close_to("swiglu_bwd_in dgate", down(DG, n * h), dg, 1e-5);
+    close_to("swiglu_bwd_in dup", down(DU, n * h), du, 1e-5);
+    close_to("swiglu_bwd_in dx", down(DX, n * d), dx, 1e-5);
+    fvec gw0 = rnd(h * d), gb0 = rnd(h), uw0 = rnd(h * d);
+    float *GW = up(gw0), *GB = up(gb0), *UW = up(uw0);
+    OK(pg_swiglu_bwd_w(G.c, n, d, h, X, DG, DU, GW, GB, UW, NULL) == 0, "swiglu_bwd_w runs");
+    close_to("swiglu_bwd_w dWgate", down(GW, h * d), ref_linear_bwd_w(n, d, h, dv(x), dg, dv(gw0)), 1e-5);
+    close_to("swiglu_bwd_w dbgate", down(GB, h), ref_colsum(n, h, dg, dv(gb0)), 1e-5);
+    close_to("swiglu_bwd_w dWup", down(UW, h * d), ref_linear_bwd_w(n, d, h, dv(x), du, dv(uw0)), 1e-5);
+}
+
+/* The core in double: rope (cos and sin of the float angle, as the kernels), grouped
+ * heads, softmax, dropout with pg_dropout_fwd's masks, and the backward. */
+static void ref_attn_core(int64_t r, const pg_attn_dims &s, float p, uint64_t seed, const dvec &q0, const dvec &k0,
+                          const dvec &v, const dvec &dctx, dvec &att, dvec &ctx, dvec &dq, dvec &dk, dvec &dv_)
+{
+    int64_t T = s.T, h = s.heads, hd = s.hd, half = hd / 2, d = h * hd, grp = h / s.kv_heads;
+    dvec q = q0, k = k0;
+    auto rot = [&](dvec &z, int64_t ld, int64_t nh, int inv) {
+        for (int64_t row = 0; row < r * T; row++)
+            for (int64_t j = 0; j < half; j++) {
+                float ang = (float)(row % T) * (1.0f / (float)pow((double)s.rope_theta, (double)((float)(2 * j) / (float)hd)));
+                double c = (float)cos((double)ang), sn = (float)sin((double)ang);
+                for (int64_t hh = 0; hh < nh; hh++) {
+                    double &a = z[row * ld + hh * hd + j], &b = z[row * ld + hh * hd + j + half];
+                    double x1 = a, x2 = b;
+                    a = inv ? x1 * c + x2 * sn : x1 * c - x2 * sn;
+                    b = inv ? x2 * c - x1 * sn : x2 * c + x1 * sn;
+                }
+            }
+    };
+    rot(q, s.ldq, h, 0);
+    rot(k, s.ldk, s.kv_heads, 0);
+    double sc = 1.0 / sqrt((double)hd), keep = 1.0 / (1.0 - p);
+    att.assign(r * h * T * T, 0.0);
+    ctx.assign(r * T * d, 0.0);
+    dq.assign(r * T * s.ldq, 0.0);
+    dk.assign(r * T * s.ldk, 0.0);
+    dv_.assign(r * T * s.ldv, 0.0);
+    auto mask = [&](int64_t b, int64_t hh, int64_t i, int64_t j) {
+        uint64_t rowkey = pg_splitmix64(pg_splitmix64(seed) + (uint64_t)b);
+        return p == 0.0f || pg_unit24(pg_splitmix64(rowkey + (uint64_t)((hh * T + i) * T + j))) >= p ? keep : 0.0;
+    };
+    for (int64_t b = 0; b < r; b++)
+        for (int64_t hh = 0; hh < h; hh++) {
+            int64_t g = hh / grp;
+            double *a = &att[(b * h + hh) * T * T];
+            auto Q = [&](int64_t i, int64_t e) -> double & { return q[(b * T + i) * s.ldq + hh * hd + e]; };
+            auto K = [&](int64_t i, int64_t e) -> double & { return k[(b * T + i) * s.ldk + g * hd + e]; };
+            auto V = [&](int64_t i, int64_t e) { return v[(b * T + i) * s.ldv + g * hd + e]; };
+            for (int64_t i = 0; i < T; i++) {
+                int64_t len = s.causal ? i + 1 : T;
+                double m = -INFINITY, z = 0, D = 0;
+                for (int64_t j = 0; j < len; j++) {
+                    double x = 0;
+                    for (int64_t e = 0; e < hd; e++)
+                        x += Q(i, e) * K(j, e);
+                    m = fmax(m, a[i * T + j] = x * sc);
+                }
+                for (int64_t j = 0; j < len; j++)
+                    z += (a[i * T + j] = exp(a[i * T + j] - m));
+                for (int64_t j = 0; j < len; j++)
+                    a[i * T + j] /= z;
+                dvec dp(len);
+                for (int64_t j = 0; j < len; j++) {
+                    double pd = a[i * T + j] * mask(b, hh, i, j), gsum = 0;
+                    for (int64_t e = 0; e < hd; e++) {
+                        double dc = dctx[(b * T + i) * d + hh * hd + e];
+                        ctx[(b * T + i) * d + hh * hd + e] += pd * V(j, e);
+                        dv_[(b * T + j) * s.ldv + g * hd + e] += pd * dc;
+                        gsum += dc * V(j, e);
+                    }
+                    dp[j] = gsum * mask(b, hh, i, j);
+                    D += a[i * T + j] * dp[j];
+                }
+                for (int64_t j = 0; j < len; j++) {
+                    double ds = a[i * T + j] * (dp[j] - D) * sc;
+                    for (int64_t e = 0; e < hd; e++) {
+                        dq[(b * T + i) * s.ldq + hh * hd + e] += ds * K(j, e);
+                        dk[(b * T + j) * s.ldk + g * hd + e] += ds * Q(i, e);
+                    }
+                }
+            }
+        }
+    rot(dq, s.ldq, h, 1);
+    rot(dk, s.ldk, s.kv_heads, 1);
+}
+
+static void test_attn_core(float p)
+{
+    const int64_t r = 2, T = 9, h = 4, kv = 2, hd = 6, d = h * hd;
+    pg_attn_dims s = {T, h, kv, hd, 1, 100.0f, d, kv * hd, kv * hd};
+    uint64_t seed = 77;
+    fvec q = rnd(r * T * d), k = rnd(r * T * kv * hd), v = rnd(r * T * kv * hd), dctx = rnd(r * T * d);
+    dvec att, ctx, dq, dk, dvr;
+    ref_attn_core(r, s, p, seed, dv(q), dv(k), dv(v), dv(dctx), att, ctx, dq, dk, dvr);
+    float *Q = up(q), *K = up(k), *V = up(v), *DC = up(dctx), *ATT = dzeros(r * h * T * T), *CTX = dzeros(r * T * d);
+    float *DQ = dzeros(r * T * d), *DK = dzeros(r * T * kv * hd), *DV = dzeros(r * T * kv * hd);
+    OK(pg_attn_fwd(G.c, r, &s, p, seed, 0, Q, K, V, ATT, CTX) == 0, "attn_fwd (GQA 4/2, rope, dropout %g) runs", (double)p);
+    close_to("attn_fwd att", down(ATT, r * h * T * T), att, 1e-5);
+    close_to("attn_fwd ctx", down(CTX, r * T * d), ctx, 1e-5);
+    OK(pg_attn_bwd(G.c, r, &s, p, seed, 0, Q, K, V, ATT, DC, DQ, DK, DV) == 0, "attn_bwd (dropout %g) runs", (double)p);
+    close_to("attn_bwd dq (unrotated)", down(DQ, r * T * d), dq, 1e-5);
+    close_to("attn_bwd dk (unrotated, summed over the group)", down(DK, r * T * kv * hd), dk, 1e-5);
+    close_to("attn_bwd dv (summed over the group)", down(DV, r * T * kv * hd), dvr, 1e-5);
+    fvec dq1 = down(DQ, r * T * d);
+    pg_attn_bwd(G.c, r, &s, p, seed, 0, Q, K, V, ATT, DC, DQ, DK, DV);
+    OK(same_bits(dq1, down(DQ, r * T * d)), "attn_bwd (dropout %g) is bitwise reproducible", (double)p);
+    pg_attn_dims bad = s;
+    bad.kv_heads = 3;
+    OK(pg_attn_fwd(G.c, r, &bad, p, seed, 0, Q, K, V, ATT, CTX) != 0, "attn_fwd rejects kv_heads not dividing heads");
+}
+
+static void test_cross_entropy_ignore(void)
+{
+    const int64_t rows = 53, V = 97;
+    fvec lg = rnd(rows * V, -4, 4);
+    std::vector<int32_t> tg(rows);
+    int counted = 0;
+    for (int64_t i = 0; i < rows; i++) {
+        tg[i] = unit() < 0.3 ? -100 : (int32_t)(unit() * V);
+        counted += tg[i] != -100;
+    }
+    double cnt = 2.0 * counted; /* the whole batch's count: this call is half of it */
+    float *LG = up(lg), *DL = dzeros(rows * V);
+    int32_t *TG = up_ids(tg);
+    double *CNT = up_d(dvec(1, cnt)), ce = -1;
+    OK(pg_cross_entropy_ignore_fwd_bwd(G.c, rows, V, LG, TG, -100, CNT, &ce, DL) == 0, "cross_entropy(ignore) runs");
+    double tot = 0;
+    dvec dl(rows * V, 0.0);
+    for (int64_t i = 0; i < rows; i++) {
+        if (tg[i] == -100)
+            continue;
+        double m = -INFINITY, z = 0;
+        for (int64_t j = 0; j < V; j++)
+            m = fmax(m, lg[i * V + j]);
+        for (int64_t j = 0; j < V; j++)
+            z += exp(lg[i * V + j] - m);
+        tot += log(z) - (lg[i * V + tg[i]] - m);
+        for (int64_t j = 0; j < V; j++)
+            dl[i * V + j] = (exp(lg[i * V + j] - m) / z - (j == tg[i])) / cnt;
+    }
+    OK(fabs(ce - tot / cnt) < 1e-10, "cross_entropy(ignore) loss over the counted rows (%.17g vs %.17g)", ce, tot / cnt);
+    close_to("cross_entropy(ignore) gradient, zero on ignored rows", down(DL, rows * V), dl, 1e-6);
+    double *ZERO = up_d(dvec(1, 0.0));
+    OK(pg_cross_entropy_ignore_fwd_bwd(G.c, rows, V, LG, TG, -100, ZERO, &ce, DL) == 0 && ce == 0.0,
+       "cross_entropy(ignore) with nothing counted: loss 0");
+    close_to("...and every gradient 0", down(DL, rows * V), dvec(rows * V, 0.0), 0.0);
+}
+
 static void test_optim(void)
 {
     const int64_t n = 3001;
@@ -1129,6 +1331,11 @@ int main(void)
     test_dropout();
     test_skip();
     test_losses();
+    test_rmsnorm();
+    test_swiglu();
+    test_attn_core(0.0f);
+    test_attn_core(0.3f);
+    test_cross_entropy_ignore();
     test_optim();
     test_init();
     OK(pg_sync(G.c) == 0, "no asynchronous errors at the end");

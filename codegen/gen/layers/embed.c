@@ -34,11 +34,12 @@ const gen_layer_kind gen_embed = {
     .fwd = embed_fwd, .bwd_w = embed_bwd_w, .json_attrs = vocab_dim_attrs,
 };
 
-/* ---- pos_embed: the gradient passes through; the table's needs only dy ---- */
+/* ---- pos_embed: the gradient passes through; the table's needs only dy;
+ * an input of T <= seq positions uses the table's first T rows ---- */
 
 static void pos_fwd(em_out *e, em_layer *a)
 {
-    fprintf(e->o, "    PG_TRY(pg_pos_embed_fwd(c, r, %" PRId64 ", %" PRId64 ", %s, %s, %s));\n", a->L->seq, a->L->dim,
+    fprintf(e->o, "    PG_TRY(pg_pos_embed_fwd(c, r, %" PRId64 ", %" PRId64 ", %s, %s, %s));\n", a->in->shape.dim[0], a->L->dim,
             a->x, a->p[0], a->y);
 }
 
@@ -53,7 +54,7 @@ static void pos_bwd_b(em_out *e, em_layer *a)
 static void pos_bwd_w(em_out *e, em_layer *a)
 {
     const ir_layer *L = a->L;
-    fprintf(e->o, "    PG_TRY(pg_pos_embed_bwd_w(c, r, %" PRId64 ", %" PRId64 ", %s, %s)); /* %s */\n", L->seq, L->dim,
+    fprintf(e->o, "    PG_TRY(pg_pos_embed_bwd_w(c, r, %" PRId64 ", %" PRId64 ", %s, %s)); /* %s */\n", a->in->shape.dim[0], L->dim,
             a->dy, a->p[0], L->name);
 }
 

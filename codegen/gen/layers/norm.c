@@ -2,7 +2,8 @@
  * weight and bias [C]; the forward saves a mean and 1/std, which both
  * backward passes read, and the two share their backward ops' signatures
  * (runtime: pg_layernorm_*, pg_batchnorm_*):
- *  - layernorm([eps]): per row;
+ *  - layernorm([eps][, bias = false]): per row;
+ *  - rmsnorm([eps]): per row, x / rms(x) * weight, saving 1/rms alone;
  *  - batchnorm([deferred][, eps, momentum]): per feature over the micro-batch's
  *    rows, with running mean and variance as buffers, updated in the step's
  *    forward (not when recomputing) from this micro-batch or, deferred, from
@@ -65,20 +66,71 @@ static void ln_fwd(em_out *e, em_layer *a)
 {
     const int64_t *s = e->ch->aux[a->li].off;
     fprintf(e->o, "    PG_TRY(pg_layernorm_fwd(c, %s, %" PRId64 ", %.9gf, %s, %s, %s, %s, %s, %s));\n", a->n,
-            last_dim(&a->in->shape), a->L->eps, a->x, a->p[0], a->p[1], a->y, fa(e, s[0]), fa(e, s[1]));
+            last_dim(&a->in->shape), a->L->eps, a->x, a->p[0], a->L->nparam > 1 ? a->p[1] : "NULL", a->y, fa(e, s[0]),
+            fa(e, s[1]));
 }
 
 static void ln_bwd_b(em_out *e, em_layer *a) { norm_bwd_in(e, a, "layernorm_bwd_in", a->p[0]); }
-static void ln_bwd_w(em_out *e, em_layer *a) { norm_bwd_w(e, a, "layernorm_bwd_w", a->p[0], a->p[1]); }
+static void ln_bwd_w(em_out *e, em_layer *a) { norm_bwd_w(e, a, "layernorm_bwd_w", a->p[0], a->p[1]); } /* "NULL": no bias */
 
 static void ln_attrs(FILE *o, const ir_model *m, const ir_layer *L)
 {
     (void)m;
     eps_attr(o, L);
+    if (!L->bias)
+        fprintf(o, ", \"bias\": false");
 }
 
 const gen_layer_kind gen_layernorm = {
     .saved = ln_saved, .fwd = ln_fwd, .bwd_b = ln_bwd_b, .bwd_w = ln_bwd_w, .json_attrs = ln_attrs,
+};
+
+/* ---- rmsnorm: weight only, 1/rms per row saved ---- */
+
+static void rms_saved(const ir_model *m, em_chunk *ch, int i, int64_t R)
+{
+    int li = i - ch->first;
+    const em_tensor *in = &ch->tens[ch->lin[li]];
+    char note[200];
+    sfmt(note, sizeof note, "%s rstd", m->layers[i].name);
+    ch->aux[li].off[0] = frame_alloc(ch, R * (in->numel / last_dim(&in->shape)) * 4, note, "[n]");
+    ch->aux[li].n = 1;
+}
+
+static void rms_fwd(em_out *e, em_layer *a)
+{
+    const int64_t *s = e->ch->aux[a->li].off;
+    fprintf(e->o, "    PG_TRY(pg_rmsnorm_fwd(c, %s, %" PRId64 ", %.9gf, %s, %s, %s, %s));\n", a->n, last_dim(&a->in->shape),
+            a->L->eps, a->x, a->p[0], a->y, fa(e, s[0]));
+}
+
+static void rms_bwd_b(em_out *e, em_layer *a)
+{
+    const int64_t *s = e->ch->aux[a->li].off;
+    if (!a->dx_wanted)
+        return;
+    em_x(e, a);
+    em_dx(e, a);
+    fprintf(e->o, "    PG_TRY(pg_rmsnorm_bwd_in(c, %s, %" PRId64 ", %s, %s, %s, %s, %s)); /* %s */\n", a->n,
+            last_dim(&a->in->shape), a->x, a->p[0], fa(e, s[0]), a->dy, a->dx, a->L->name);
+}
+
+static void rms_bwd_w(em_out *e, em_layer *a)
+{
+    const int64_t *s = e->ch->aux[a->li].off;
+    em_x(e, a);
+    fprintf(e->o, "    PG_TRY(pg_rmsnorm_bwd_w(c, %s, %" PRId64 ", %s, %s, %s, %s)); /* %s */\n", a->n,
+            last_dim(&a->in->shape), a->x, fa(e, s[0]), a->dy, a->p[0], a->L->name);
+}
+
+static void rms_attrs(FILE *o, const ir_model *m, const ir_layer *L)
+{
+    (void)m;
+    eps_attr(o, L);
+}
+
+const gen_layer_kind gen_rmsnorm = {
+    .saved = rms_saved, .fwd = rms_fwd, .bwd_b = rms_bwd_b, .bwd_w = rms_bwd_w, .json_attrs = rms_attrs,
 };
 
 /* ---- batchnorm ---- */

@@ -1,0 +1,115 @@
+#!/bin/sh
+# tests/hf.t — Hugging Face checkpoints in and out (pipegen import hf / export
+# hf, tools/hf.py), against transformers itself. tests/hf_check.py builds tiny
+# random models inside the test (norms and biases perturbed so that they
+# matter): GPT2LMHeadModel with a tied head, saved in shards with their index;
+# LlamaForCausalLM with grouped-query attention (4 heads, 2 key/value heads),
+# rope base 500 and an untied head; LlamaForCausalLM with multi-query attention
+# (1 key/value head), attention biases, eps 3e-5 and a tied head. Each is
+# imported on 1, 2 and 4 stages, generated, built and run with --load: the loss
+# of one batch (a quarter of its targets -100, cross_entropy(ignore = -100))
+# and every gradient of that step within 1e-5 relative of transformers in
+# float64; the loaded weights saved back (--steps 0 --save) and exported:
+# from_pretrained on the export gives the original model's logits exactly.
+# Then the refusals: --load of a Hugging Face file, bad folders and configs.
+. "$(dirname "$0")/lib.sh"
+. "$TOP/tests/lib_e2e.sh"
+T=$(mktemp -d /tmp/pg-hf.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+VENV=${PIPEGEN_VENV:-${HOME:-/root}/.cache/pipegen/venv}
+PY=${PIPEGEN_PYTHON:-$VENV/bin/python3}
+if ! "$PY" -c 'import transformers, safetensors, torch' 2>/dev/null; then
+    echo "1..0 # SKIP no Python with transformers at $PY: run tools/deps.sh hf (as root it makes $VENV)"
+    exit 0
+fi
+CHECK="$PY $TOP/tests/hf_check.py"
+SEQ=8
+
+# the .pipe import wrote, made exact for the comparison: batch 4 in 2
+# micro-batches, no gradient clipping (the saved gradients are what the optimizer sees)
+exact() {
+    sed -i -e 's/batch = 8  microbatches = 4/batch = 4  microbatches = 2/' -e 's/grad_clip = 1.0//' "$1"
+}
+
+# case KIND STAGES: import, build, one step against transformers, export and back
+case_of() {
+    kind=$1; s=$2; d="$T/$kind-$s"; mkdir -p "$d"
+    "$PIPEGEN" import hf "$T/$kind" -o "$d/imp" --stages "$s" --seq $SEQ --name m >"$d/imp.out" 2>&1
+    st=$?
+    ok $st "$kind on $s stage(s): pipegen import hf writes the model and its weights"
+    [ $st = 0 ] || { sed 's/^/# /' "$d/imp.out"; return; }
+    exact "$d/imp/m.pipe"
+    n=$(grep -c '^split$' "$d/imp/m.pipe")
+    [ "$n" = $((s - 1)) ]; ok $? "$kind on $s stage(s): whole blocks per stage ($n split lines)"
+    if ! "$PIPEGEN" gen "$d/imp/m.pipe" -o "$d/gen" >"$d/gen.out" 2>&1 || ! build "$d/gen" >"$d/build.out" 2>&1; then
+        ok 1 "$kind on $s stage(s): generate and build"; sed 's/^/# /' "$d/gen.out" "$d/build.out" | tail -20
+        return
+    fi
+    $CHECK data "$T/$kind" "$d" --seq $SEQ --samples 8 &&
+        OPENBLAS_NUM_THREADS=1 "$PIPERUN" "$d/gen/bin" -- --threads 1 --timeout 60 --load "$d/imp/m.safetensors" \
+            --steps 1 --data "$d/x.pgd" --targets "$d/y.pgd" --save-grads "$d/g1.safetensors" >"$d/run1.out" 2>&1 &&
+        OPENBLAS_NUM_THREADS=1 "$PIPERUN" "$d/gen/bin" -- --threads 1 --timeout 60 --load "$d/imp/m.safetensors" \
+            --steps 0 --save "$d/w0.safetensors" >"$d/run0.out" 2>&1
+    st=$?
+    ok $st "$kind on $s stage(s): --load the imported weights, one step, and saved back"
+    [ $st = 0 ] || { cat "$d"/run*.out | tail -20 | sed 's/^/# /'; return; }
+    loss=$(sed -n 's/.*final loss \([-+0-9.eE]*\).*/\1/p' "$d/run1.out")
+    $CHECK step "$T/$kind" "$d" --batch 4 --loss "${loss:-nan}" --grads "$d/g1.safetensors" >"$d/step.out" 2>&1
+    n=$(grep -c '^ok - ' "$d/step.out")
+    ! grep -q '^not ok' "$d/step.out" && [ "$n" -gt 10 ]
+    ok $? "$kind on $s stage(s): loss and all $n gradients within 1e-5 of transformers (float64)"
+    grep -v '^ok - ' "$d/step.out" | head -10 | sed 's/^/# /'
+    "$PIPEGEN" export hf "$d/w0.safetensors" "$d/imp/m.pipe" -o "$d/exp" >"$d/exp.out" 2>&1 &&
+        $CHECK same "$T/$kind" "$d/exp" "$d" >"$d/same.out" 2>&1 && grep -q '^ok - ' "$d/same.out"
+    st=$?
+    ok $st "$kind on $s stage(s): export hf, then from_pretrained gives the same logits"
+    [ $st = 0 ] || cat "$d/exp.out" "$d/same.out" 2>/dev/null | tail -10 | sed 's/^/# /'
+}
+
+for kind in gpt2 llama_gqa llama_mqa_tied; do
+    $CHECK make $kind "$T/$kind" >"$T/make-$kind.out" 2>&1
+    ok $? "transformers builds a tiny random $kind and saves it" || { sed 's/^/# /' "$T/make-$kind.out"; continue; }
+    for s in 1 2 4; do
+        case_of $kind $s
+    done
+done
+[ -f "$T/gpt2/model.safetensors.index.json" ]; ok $? "the GPT-2 folder was sharded (model.safetensors.index.json)"
+
+# ---- refusals ----------------------------------------------------------------
+# expect NAME STATUS PATTERN CMD...: the command fails with that status and says PATTERN
+expect() {
+    name=$1; want=$2; pat=$3; shift 3
+    out=$("$@" 2>&1); st=$?
+    [ "$st" = "$want" ] && printf '%s\n' "$out" | grep -q -- "$pat"
+    ok $? "$name"
+    [ "$st" = "$want" ] && printf '%s\n' "$out" | grep -q -- "$pat" || printf '%s\n' "exit $st: $out" | sed 's/^/# /'
+}
+mkdir -p "$T/empty" "$T/bad"
+expect "import hf of a folder without config.json names it" 1 "no config.json" \
+    "$PIPEGEN" import hf "$T/empty" -o "$T/o1"
+cp "$T/llama_gqa/config.json" "$T/bad/" && sed -i 's/"silu"/"gelu"/' "$T/bad/config.json"
+expect "import hf refuses a hidden_act that swiglu is not, naming the field" 1 "config.json: hidden_act = 'gelu'" \
+    "$PIPEGEN" import hf "$T/bad" -o "$T/o2"
+cp "$T/llama_gqa/config.json" "$T/bad/" && sed -i 's/"model_type": "llama"/"model_type": "bert"/' "$T/bad/config.json"
+expect "import hf refuses another model type" 1 "model_type = 'bert': pipegen imports gpt2 and llama" \
+    "$PIPEGEN" import hf "$T/bad" -o "$T/o3"
+cp "$T/llama_gqa/config.json" "$T/bad/"
+expect "import hf without the weights says which files it looked for" 1 "no model.safetensors or model.safetensors.index.json" \
+    "$PIPEGEN" import hf "$T/bad" -o "$T/o4"
+expect "import hf on more stages than blocks says whole blocks" 1 "whole blocks on each stage, so 1 to 4 stages" \
+    "$PIPEGEN" import hf "$T/llama_gqa" -o "$T/o5" --stages 5
+expect "import hf with a bad --stages is a usage error" 2 "want a positive integer" \
+    "$PIPEGEN" import hf "$T/llama_gqa" -o "$T/o6" --stages x
+expect "export hf of a model that is not a transformer names the layer" 1 "expected the token embedding (embed) but found" \
+    "$PIPEGEN" export hf "$T/llama_gqa-1/w0.safetensors" "$TOP/tests/models/mlp_small.pipe" -o "$T/o7"
+d="$T/llama_gqa-1"
+expect "--load of a Hugging Face checkpoint says to import it" 1 "pipegen import hf" \
+    env OPENBLAS_NUM_THREADS=1 "$PIPERUN" "$d/gen/bin" -- --threads 1 --timeout 60 --load "$T/llama_gqa/model.safetensors" --steps 0
+expect "--load of a mismatched file names the missing tensors and counts them" 1 "missing.*h0.attn.q.weight" \
+    env OPENBLAS_NUM_THREADS=1 "$PIPERUN" "$d/gen/bin" -- --threads 1 --timeout 60 --load "$T/llama_gqa/model.safetensors" --steps 0
+$PY -c "import sys; from safetensors.torch import load_file, save_file
+w = load_file(sys.argv[1]); w['h0.attn.k.weight'] = w['h0.attn.k.weight'][:4].contiguous(); save_file(w, sys.argv[2])" \
+    "$d/imp/m.safetensors" "$T/short.safetensors"
+expect "--load names a tensor whose shape differs, with both shapes" 1 "1 shape differs: h0.attn.k.weight (file \[4, 16\], model \[8, 16\])" \
+    env OPENBLAS_NUM_THREADS=1 "$PIPERUN" "$d/gen/bin" -- --threads 1 --timeout 60 --load "$T/short.safetensors" --steps 0
+done_testing
