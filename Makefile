@@ -136,8 +136,8 @@ $(BUILD)/libpgrt_cpu.a: $(RT_OBJ)
 $(BUILD)/piperun: $(BUILD)/obj/cmd/piperun.o
 	$(call say,LINK,$@)$(CC) $(ALLCFLAGS) -o $@ $^
 
-# pipedata: .pgd files from plain files (text -> a token stream)
-$(BUILD)/pipedata: $(BUILD)/obj/cmd/pipedata.o $(BUILD)/libpgrt_cpu.a
+# pipedata: .pgd files from plain files (text -> a token stream, numpy arrays, CSV tables)
+$(BUILD)/pipedata: $(BUILD)/obj/cmd/pipedata.o $(BUILD)/obj/cmd/pd_npy.o $(BUILD)/obj/cmd/pd_csv.o $(BUILD)/libpgrt_cpu.a
 	$(call say,LINK,$@)$(CC) $(ALLCFLAGS) -o $@ $^
 
 # ---- stage binaries: build/<model>/stage<k> from generated/<model>/ --------

@@ -6,12 +6,16 @@
 # go on the same 2 cores. Prints step times, samples/s and the ratios, then one
 # verdict line per target (see bench/README.md). Then bench/gpt_char.sh: the
 # gpt_char example on 1 stage against PyTorch eager, and on 2 stages against 1;
-# bench/sched.sh: measured against predicted steps; bench/pippy.sh: pipegen's
+# bench/sched.sh: each schedule against 1f1b and measured against predicted steps;
+# bench/profile.sh: gpt_char's FLOP/s against the GEMM's peak and its time by
+# kernel family; bench/pippy.sh: pipegen's
 # 1f1b, interleaved(2), zb1 and zbv against torch.distributed.pipelining's;
 # bench/gemm.sh: the runtime's GEMM against OpenBLAS; bench/dp.sh: the data-parallel
 # replicas' gradient reduction against raw TCP on the same loopback path, and the
 # step with its early buckets against without; bench/zero.sh: the replicas' step
-# with the optimizer state sharded (--zero 1) against without.
+# with the optimizer state sharded (--zero 1) against without; bench/scale.sh:
+# pipegen's split search, memory planner and schedule CSV reader against their
+# size (the exponent of time ~ size^k).
 #
 # Knobs (environment): BENCH_STEPS (30) steps per run, BENCH_WARMUP (3) first
 # steps left out of the median, BENCH_REPEAT (3) rounds (each config is run once
@@ -137,8 +141,12 @@ echo
 BENCH_STEPS=$STEPS BENCH_WARMUP=$WARMUP BENCH_REPEAT=$REPEAT BENCH_CPUS=${BENCH_CPUS:-0,1} BENCH_DIR=$DIR PYTHON=$PY \
     "$TOP/bench/gpt_char.sh" || exit 1
 
-# measured against predicted step time, 1f1b against zb1, interleaved(2) and zbv (bench/sched.sh)
+# each schedule against 1f1b in alternating rounds, measured against predicted (bench/sched.sh)
 "$TOP/bench/sched.sh" || exit 1
+
+# gpt_char on 1 stage, 1 thread: FLOP/s against the GEMM's peak, time by kernel family (bench/profile.sh)
+echo
+BENCH_CPUS=${BENCH_CPUS:-0,1} BENCH_DIR=$DIR/profile "$TOP/bench/profile.sh" || exit 1
 
 # against torch.distributed.pipelining, schedule for schedule (bench/pippy.sh; skips itself without torch >= 2.6)
 echo
@@ -156,3 +164,6 @@ BENCH_STEPS=$STEPS BENCH_WARMUP=$WARMUP BENCH_REPEAT=$REPEAT BENCH_CPUS=${BENCH_
 # the optimizer state sharded over the replicas (--zero 1) against without (bench/zero.sh)
 echo
 BENCH_STEPS=$STEPS BENCH_WARMUP=$WARMUP BENCH_REPEAT=$REPEAT BENCH_CPUS=${BENCH_CPUS:-0,1} BENCH_DIR=$DIR "$TOP/bench/zero.sh" || exit 1
+echo
+# pipegen's own near-linear paths: CPU time against size, the exponent fitted (bench/scale.sh)
+BENCH_REPEAT=$REPEAT BENCH_DIR=$DIR "$TOP/bench/scale.sh" || exit 1

@@ -132,6 +132,8 @@ void pg_profile_free(pg_profile *p)
         free(p->e[i].name);
     free(p->e);
     free(p->path);
+    free(p->model);
+    free(p->plan_hash);
     memset(p, 0, sizeof *p);
 }
 
@@ -167,15 +169,35 @@ static int report(jcur *c)
     return 1;
 }
 
-/* A seconds value at the current place, >= 0; -1 after an error. */
+/* What a measured value may be at most: a time per micro-batch of more than
+ * a million seconds (11 days) or a rate of more than 1e18 bytes a second is
+ * no measurement, and sums of such values would overflow to inf and make the
+ * split search compare NaN. */
+#define PROFILE_MAX_S 1e6
+#define PROFILE_MAX_RATE 1e18
+
+/* A seconds (or, "..._per_s", bytes per second) value at the current place,
+ * finite, >= 0 and not absurd; -1 after an error. */
 static double jseconds(jcur *c, const char *key)
 {
     size_t at = pg_json_here(&c->j);
     double v;
     if (pg_json_number(&c->j, &v))
         return -1;
+    int rate = strstr(key, "_per_s") != NULL;
+    double max = rate ? PROFILE_MAX_RATE : PROFILE_MAX_S;
+    if (!isfinite(v)) {
+        pg_json_fail_at(&c->j, at, "%s is not a finite number (%g)", key, v);
+        return -1;
+    }
     if (v < 0) {
         pg_json_fail_at(&c->j, at, "%s must not be negative", key);
+        return -1;
+    }
+    if (v > max) {
+        pg_json_fail_at(&c->j, at, "%s = %g is absurd: %s", key, v,
+                        rate ? "more than 1e18 bytes a second" : "more than 1e6 seconds per micro-batch (a profile "
+                                                                 "holds seconds)");
         return -1;
     }
     return v;
@@ -275,7 +297,7 @@ static void jmessages(jcur *c)
  * its optimizer_s, and only when no "stage_costs" came). */
 static void jstage_cost(jcur *c, int costs)
 {
-    pg_stage_cost sc = { 0, 0, 0, 0, 0 };
+    pg_stage_cost sc = { 0, 0, 0, 0, 0, 0 };
     int stage = -1;
     size_t at = pg_json_here(&c->j);
     char *key;
@@ -284,13 +306,15 @@ static void jstage_cost(jcur *c, int costs)
         return;
     }
     pg_json_object(&c->j);
-    static const char *const keys[] = { "optimizer_s", "grad_norm_s", "tie_reduce_s", "step_start_s", "step_end_s" };
-    double *slot[] = { &sc.optimizer_s, &sc.grad_norm_s, &sc.tie_reduce_s, &sc.step_start_s, &sc.step_end_s };
+    static const char *const keys[] = { "optimizer_s", "grad_norm_s", "verdict_s", "tie_s", "step_start_s",
+                                        "step_end_s" };
+    double *slot[] = { &sc.optimizer_s, &sc.grad_norm_s, &sc.verdict_s, &sc.tie_s, &sc.step_start_s, &sc.step_end_s };
+    enum { NKEYS = sizeof keys / sizeof keys[0] };
     while (pg_json_member(&c->j, &key)) {
         int k = 0;
-        while (k < 5 && strcmp(key, keys[k]) != 0)
+        while (k < NKEYS && strcmp(key, keys[k]) != 0)
             k++;
-        if (k < 5) {
+        if (k < NKEYS) {
             double v = jseconds(c, key);
             if (!c->j.failed)
                 *slot[k] = v;
@@ -404,6 +428,12 @@ int pg_profile_read(const char *path, pg_profile *p, pg_diag *d)
             jmessages(&c);
         } else if (strcmp(key, "stage_costs") == 0 || strcmp(key, "stage_times") == 0) {
             jlist(&c, jstage_cost, key[6] == 'c', "a list of stages");
+        } else if ((strcmp(key, "model") == 0 || strcmp(key, "plan_hash") == 0) &&
+                   pg_json_peek(&c.j) == PG_JSON_STRING) { /* what it was measured on (--profile writes them) */
+            char **dst = key[0] == 'm' ? &p->model : &p->plan_hash;
+            free(*dst);
+            *dst = NULL;
+            pg_json_string(&c.j, dst);
         } else {
             pg_json_skip(&c.j);
         }

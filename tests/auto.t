@@ -78,6 +78,11 @@ out=$("$PIPEGEN" plan "$T/m.pipe" 2>/dev/null)
 like "$out" "^schedule = auto, memory = 64 KiB per stage: [0-9]+ candidates" "... and pipegen plan then lists every candidate, as the note says"
 like "$out" "  1f1b +loop +(balanced|min-max) +2  [0-9.]+/[0-9.]+ .* no$" "... each with its arena per stage, none fitting"
 like "$out" "chosen: none: no candidate fits 64 KiB on every stage" "... and says that none was chosen"
+# a budget one byte short of the smallest: both would round to the same KiB, so both are said in bytes
+with_memory $((least - 1))
+got=$("$PIPEGEN" plan "$T/m.pipe" 2>&1)
+like "$got" "error: no schedule fits memory = $((least - 1)) bytes per stage: the smallest achievable is $least bytes per stage" \
+    "a budget just short of the smallest: the two are told apart in bytes, not both rounded alike"
 
 # the settings
 sed -e 's/memory = 1MiB/memory = 40GB/' "$M" >"$T/bad.pipe"

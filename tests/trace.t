@@ -1,7 +1,8 @@
 #!/bin/sh
 # tests/trace.t — the measured timeline: a stage program's --trace writes one
-# Chrome-trace JSON for every stage (valid JSON, steps x (actions + 1) events
-# per stage, nested in time, every RECV ending after its SEND began); with 2
+# Chrome-trace JSON for every stage (valid JSON, steps x (actions + 2) events
+# per stage: the step, its actions and its batch loading before them, nested
+# in time, every RECV ending after its SEND began); with 2
 # replicas, a row per process labelled stage and replica, and the reduction's
 # spans in every step, read and drawn by `pipegen trace`; its
 # --profile is accepted by `pipegen plan --balance`; `pipegen trace` draws the
@@ -24,9 +25,9 @@ OPENBLAS_NUM_THREADS=1 "$PIPERUN" "$T/gen/bin" -- --steps 6 --threads 1 --trace-
 ok $? "a run with --trace and --profile succeeds"
 like "$(cat "$T/run.out")" 'trace: 4 steps x 2 stages written to' "stage 0 reports the trace"
 
-# actions per stage, from the generated tables
-n0=$(grep -c '^    {\.kind = PG_[A-Z_]*, .*}, /\* [0-9]*:' "$T/gen/stage0.c")
-n1=$(grep -c '^    {\.kind = PG_[A-Z_]*, .*}, /\* [0-9]*:' "$T/gen/stage1.c")
+# actions per stage, from the generated step tables (not the forward-only one's "(step action N)" rows)
+n0=$(grep '^    {\.kind = PG_[A-Z_]*, .*}, /\* [0-9]*:' "$T/gen/stage0.c" | grep -vc '(step action')
+n1=$(grep '^    {\.kind = PG_[A-Z_]*, .*}, /\* [0-9]*:' "$T/gen/stage1.c" | grep -vc '(step action')
 got=$("$PY" - "$T/run.json" "$n0" "$n1" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -38,12 +39,18 @@ for st in (0, 1):
     steps = sorted({e["args"]["step"] for e in mine})
     if steps != [3, 4, 5, 6]:
         bad.append("stage %d steps %s" % (st, steps))
-    if len(mine) != len(steps) * (acts[st] + 1):
-        bad.append("stage %d: %d events, want %d" % (st, len(mine), len(steps) * (acts[st] + 1)))
-    # nesting: actions lie inside their step and do not overlap each other
+    if len(mine) != len(steps) * (acts[st] + 2):
+        bad.append("stage %d: %d events, want %d" % (st, len(mine), len(steps) * (acts[st] + 2)))
+    # nesting: actions lie inside their step and do not overlap each other;
+    # the batch loading (and the gradients zeroed) is the step's start, before them
     for s in steps:
         top = [e for e in mine if e["args"]["step"] == s and e["cat"] == "step"]
-        acts_s = sorted((e for e in mine if e["args"]["step"] == s and e["cat"] != "step"), key=lambda e: e["ts"])
+        data = [e for e in mine if e["args"]["step"] == s and e["cat"] == "data"]
+        acts_s = sorted((e for e in mine if e["args"]["step"] == s and e["cat"] not in ("step", "data")),
+                        key=lambda e: e["ts"])
+        if len(data) != 1 or data[0]["args"]["kind"] != "DATA" or not acts_s or \
+                data[0]["ts"] < top[0]["ts"] - 1e-6 or data[0]["ts"] + data[0]["dur"] > acts_s[0]["ts"] + 1e-6:
+            bad.append("stage %d step %d: no batch loading span at the step's start" % (st, s))
         if len(top) != 1:
             bad.append("stage %d step %d: %d step events" % (st, s, len(top)))
             continue
@@ -79,7 +86,7 @@ if d["otherData"]["model"] != "mlp" or d["otherData"]["stages"] != 2:
 print("\n".join(bad) if bad else "ok %d pairs" % pairs)
 EOF
 )
-like "$got" '^ok [0-9]+ pairs$' "the trace is valid JSON: steps x (actions + 1) events per stage, nested, every RECV after its SEND"
+like "$got" '^ok [0-9]+ pairs$' "the trace is valid JSON: steps x (actions + 2) events per stage, the batch loading first, nested, every RECV after its SEND"
 
 # the profile: valid JSON, every layer, and accepted by --balance
 "$PY" -c 'import json, sys; p = json.load(open(sys.argv[1])); assert [l["name"] for l in p["layers"]] == ["layer0", "relu0", "layer1", "relu1", "layer2", "relu2"]; assert all(l["fwd_s"] > 0 for l in p["layers"] if l["name"].startswith("layer"))' "$T/prof.json"
@@ -92,6 +99,34 @@ like "$got" 'predicted step \(1f1b, measured layer times, measured messages\): [
 sed -e 's/^split$//' -e 's/checkpoint = except_last/checkpoint = except_last  stages = 2/' "$T/mlp.pipe" >"$T/auto.pipe"
 got=$("$PIPEGEN" gen "$T/auto.pipe" --balance "$T/prof.json" -o "$T/auto" 2>&1); rc=$?
 ok $rc "pipegen gen --balance splits stages = 2 by the measured profile"
+
+# the profile's values and what it was measured on
+got=$("$PIPEGEN" plan "$T/mlp.pipe" --balance "$T/prof.json" 2>&1 >/dev/null)
+! printf '%s' "$got" | grep -q 'note: the profile was measured on'; ok $? "a profile of this very plan: no note"
+got=$("$PIPEGEN" gen "$T/auto.pipe" --balance "$T/prof.json" -o "$T/auto" 2>&1 >/dev/null)
+like "$got" "$T/prof\\.json: note: the profile was measured on plan hash [0-9a-f]{16}, this plan's is [0-9a-f]{16} \\(another split, schedule or batch\\)" \
+    "a profile of another plan: a note names both plan hashes"
+"$PY" -c 'import json, sys; p = json.load(open(sys.argv[1])); p["model"] = "gpt"; json.dump(p, open(sys.argv[2], "w"))' "$T/prof.json" "$T/other.json"
+got=$("$PIPEGEN" plan "$T/mlp.pipe" --balance "$T/other.json" 2>&1 >/dev/null)
+like "$got" "note: the profile was measured on model 'gpt', not 'mlp'" "a profile of another model: a note names both"
+for v in 1e308 -0.5 1e400; do
+    "$PY" -c 'import json, sys; p = json.load(open(sys.argv[1])); p["layers"][2]["fwd_s"] = "@"; open(sys.argv[2], "w").write(json.dumps(p, indent=1).replace("\"@\"", sys.argv[3]))' \
+        "$T/prof.json" "$T/bad.json" "$v"
+    line=$(grep -n '"fwd_s": '"$v" "$T/bad.json" | cut -d: -f1)
+    got=$("$PIPEGEN" plan "$T/mlp.pipe" --balance "$T/bad.json" 2>&1); rc=$?
+    is "$rc" 1 "a profile with fwd_s $v: refused (exit 1)"
+    like "$got" "$T/bad\\.json:$line:[0-9]+: error: profile: (fwd_s = 1e\\+308 is absurd: more than 1e6 seconds per micro-batch|fwd_s must not be negative|a number too large for a double \\(1e400\\))" \
+        "...at its line, saying why"
+done
+# a profile that lacks a layer: trace says so, not "give --balance PROFILE"
+"$PY" -c 'import json, sys; p = json.load(open(sys.argv[1])); p["layers"] = [l for l in p["layers"] if l["name"] != "layer1"]; json.dump(p, open(sys.argv[2], "w"))' "$T/prof.json" "$T/part.json"
+got=$("$PIPEGEN" trace "$T/run.json" "$T/mlp.pipe" --balance "$T/part.json" 2>&1); rc=$?
+ok $rc "pipegen trace with a profile that lacks a layer still prints"
+like "$got" "$T/part\\.json: note: the profile has no times for layer 'layer1': the predicted times are the cost model's \\(flops\\)" \
+    "...a note names the layer it lacks"
+like "$got" 'predicted [0-9.]+ Gflop \(cost model, flops: the profile lacks some layers. times \(see the note\)\)' \
+    "...and the prediction says why it is in flops"
+! printf '%s' "$got" | grep -q 'give --balance PROFILE'; ok $? "...without suggesting the profile it was given"
 
 # pipegen trace: the measured timeline and measured against predicted
 got=$("$PIPEGEN" trace "$T/run.json" "$T/mlp.pipe" --balance "$T/prof.json" --svg "$T/m.svg" 2>&1); rc=$?
@@ -109,15 +144,33 @@ is "$(grep -c '<title>SEND_ACT mb' "$T/m.svg")/$(grep -c '<title>RECV_ACT mb' "$
 like "$(cat "$T/m.svg")" '>send</text>.*' "...the legend names sends"
 like "$(tr -d '\n' <"$T/m.svg")" '>receive \(and its wait\)</text>.*>optimizer</text>' "...receives and the optimizer"
 like "$(cat "$T/m.svg")" '>time</text>' "...on an axis of time"
+is "$(grep -c '<title>batch loading, zeroed gradients</title>' "$T/m.svg")" 2 \
+    "...and each stage's step start: its batch loaded, its gradients zeroed"
+# what step 5 ran inside step 6's span (from its earliest start on any stage), per the trace itself
+before=$("$PY" - "$T/run.json" <<'EOF'
+import json, sys
+ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"]
+lo = min(e["ts"] for e in ev if e["args"]["step"] == 6)
+print(sum(1 for e in ev if e["args"]["step"] == 5 and e["cat"] not in ("step", "dp") and e["ts"] + e["dur"] > lo))
+EOF
+)
+is "$(grep -c '<title>the step before: ' "$T/m.svg")" "$before" \
+    "...what the step before ran inside its span drawn too (a stage may start its step while another ends its own)"
+is "$(grep -c '<title>the step before: ' "$T/m.svg")" "$(grep -c 'fill-opacity="0.35"><title>the step before: ' "$T/m.svg")" \
+    "...faded"
+is "$(tr -d '\n' <"$T/m.svg" | grep -c 'fill-opacity="0.35"/><text[^>]*>the steps before and after (faded)</text>')" \
+    "$([ "$before" -gt 0 ] && echo 1 || echo 0)" "...and named in the legend where there are such"
+is "$(echo "$got" | grep -A2 '^after the last F/B/W of a step (the same steps; % of the measured step):$' | grep -c '^stage [01]: [0-9.]* [mu]\?s ([0-9.]*%): receives and their waits [0-9.]* [mu]\?s ([0-9.]*%), its own work [0-9.]* [mu]\?s ([0-9.]*%)$')" 2 \
+    "pipegen trace says what follows each stage's last F/B/W: receives with their waits, its own work"
 
 # the tiny GPT on 2 stages under zb1: its tie and grad-norm exchanges in the measured picture
 e2e_gen "$T/gpt" gpt_tiny '/# S[13]$/d' zb1 except_last >/dev/null 2>&1 && build "$T/gpt/gen" &&
     OPENBLAS_NUM_THREADS=1 "$PIPERUN" "$T/gpt/gen/bin" -- --steps 3 --threads 1 --trace "$T/gpt.json" \
         >"$T/gpt.out" 2>&1 && "$PIPEGEN" trace "$T/gpt.json" --svg "$T/gpt.svg" >/dev/null 2>&1
 ok $? "the tiny GPT (tie replicate, grad_clip) runs traced on 2 stages and its step is drawn"
-is "$(grep -c '<title>TIE_REDUCE</title>' "$T/gpt.svg")/$(grep -c '<title>GRAD_NORM</title>' "$T/gpt.svg")" "2/2" \
-    "...with each stage's tie exchange and grad-norm exchange"
-like "$(tr -d '\n' <"$T/gpt.svg")" '>tie exchange</text>.*>grad-norm exchange</text>' "...named in the legend"
+is "$(grep -c '<title>TIE_GRAD_SEND</title>' "$T/gpt.svg")/$(grep -c '<title>TIE_GRAD_RECV</title>' "$T/gpt.svg")/$(grep -c '<title>TIE_SUM_SEND</title>' "$T/gpt.svg")/$(grep -c '<title>TIE_SUM_RECV</title>' "$T/gpt.svg")/$(grep -c '<title>VERDICT</title>' "$T/gpt.svg")/$(grep -c '<title>GRAD_NORM</title>' "$T/gpt.svg")" "1/1/1/1/2/2" \
+    "...with the step's end: the tie gradient out and its sum back, each stage's verdict and clip"
+like "$(tr -d '\n' <"$T/gpt.svg")" '>tie gradient exchange</text>.*>verdict \(sums of squares, exchange\)</text>.*>grad-norm clip</text>' "...named in the legend"
 got=$("$PIPEGEN" trace "$T/run.json" 2>&1); rc=$?
 ok $rc "pipegen trace without a model prints the measured side"
 like "$got" 'stage 0: bubble measured [0-9.]+%' "...per stage"
@@ -146,8 +199,8 @@ for pid in range(4):
     steps = sorted({e["args"]["step"] for e in mine})
     if steps != [3, 4, 5]:
         bad.append("pid %d steps %s" % (pid, steps))
-    if len(mine) != len(steps) * (acts[pid % 2] + 1 + 5):
-        bad.append("pid %d: %d events, want %d" % (pid, len(mine), len(steps) * (acts[pid % 2] + 6)))
+    if len(mine) != len(steps) * (acts[pid % 2] + 2 + 5):
+        bad.append("pid %d: %d events, want %d" % (pid, len(mine), len(steps) * (acts[pid % 2] + 7)))
     for s in steps:
         dp = [e for e in mine if e["args"]["step"] == s and e["cat"] == "dp"]
         red = [e for e in dp if e["name"] == "dp reduce"]
@@ -155,11 +208,11 @@ for pid in range(4):
             bad.append("pid %d step %d: %d dp reduce spans" % (pid, s, len(red)))
             continue
         r = red[0]
-        # inside the action that ran it (the first GRAD_NORM or OPT_STEP)
-        host = [e for e in mine if e["args"]["step"] == s and e["name"] in ("OPT_STEP", "GRAD_NORM")
+        # inside the action that ran it (the stage's VERDICT)
+        host = [e for e in mine if e["args"]["step"] == s and e["name"] == "VERDICT"
                 and e["ts"] <= r["ts"] + 1e-3 and r["ts"] + r["dur"] <= e["ts"] + e["dur"] + 1e-3]
         if len(host) != 1:
-            bad.append("pid %d step %d: dp reduce not inside one OPT_STEP/GRAD_NORM" % (pid, s))
+            bad.append("pid %d step %d: dp reduce not inside the VERDICT" % (pid, s))
         got = sorted((e for e in dp if e["name"] != "dp reduce"), key=lambda e: e["ts"])
         if [e["name"] for e in got] != parts:
             bad.append("pid %d step %d: parts %s" % (pid, s, [e["name"] for e in got]))
@@ -171,12 +224,12 @@ for pid in range(4):
 print("\n".join(bad) if bad else "ok")
 EOF
 )
-is "$got" ok "the pp x dp trace: 4 rows labelled stage and replica, each step's actions, dp reduce inside the optimizer step with its wait, reduce-scatter, sum and all-gather in order"
+is "$got" ok "the pp x dp trace: 4 rows labelled stage and replica, each step's actions, dp reduce inside the VERDICT with its wait, reduce-scatter, sum and all-gather in order"
 got=$("$PIPEGEN" trace "$T/dp.json" "$T/mlp.pipe" --svg "$T/dp.svg" 2>&1); rc=$?
 ok $rc "pipegen trace reads the pp x dp trace with its model"
 like "$got" 'model mlp, 2 stages x 2 replicas, 8 micro-batches, steps 3\.\.5' "... 2 stages x 2 replicas"
 is "$(echo "$got" | grep -c '^stage [01] replica [01]: bubble measured [0-9.]*%, predicted [0-9.]*%$')" 4 "... a bubble line per process"
-is "$(echo "$got" | grep -c '^stage [01] replica [01]: F [0-9.]* [mu]\?s, .* dp reduce [0-9.]* [mu]\?s (of which waiting for the replicas [0-9.]* [mu]\?s), outside actions')" 4 \
+is "$(echo "$got" | grep -c '^stage [01] replica [01]: F [0-9.]* [mu]\?s, .* dp reduce [0-9.]* [mu]\?s (of which waiting for the replicas [0-9.]* [mu]\?s), batch and zeroing [0-9.]* [mu]\?s, outside actions')" 4 \
     "... and where each process's time goes, the reduction and its wait included"
 is "$(grep -o '>stage [01] replica [01]</text>' "$T/dp.svg" | tr -d '\n')" \
     '>stage 0 replica 0</text>>stage 1 replica 0</text>>stage 0 replica 1</text>>stage 1 replica 1</text>' \

@@ -35,6 +35,8 @@ typedef struct pg_act {
     int param;   /* tied param index for TIE_*, else -1 */
     int slot;    /* activation slot of (chunk, mb) on this stage for FWD/BWD_*, else -1 */
     int line;    /* line in pg_schedule.file it was read from; 0 when generated */
+    int origin;  /* in a forward-only schedule: this action's index in the step's list it was
+                    taken from (its slot, offset, bytes and tag are that action's); else -1 */
 } pg_act;
 
 typedef struct pg_stage_sched {
@@ -50,6 +52,7 @@ typedef struct pg_schedule {
     int chunk_stage[64];     /* [nchunks]: the stage that runs each chunk */
     pg_stage_sched *stage;  /* [nstages] */
     char *file;             /* owned: the CSV the actions came from, NULL for built-ins */
+    int forward_only;       /* 1: evaluation's schedule (pg_schedule_forward_only): forwards, no step */
 } pg_schedule;
 
 /* The chunks stage st runs, in chunk order, into out[64]; returns how many. */
@@ -58,6 +61,20 @@ int pg_stage_chunks(const pg_schedule *s, int st, int *out);
 /* "FWD", "RECV_GRAD", ...; and a readable form "RECV_GRAD(mb 3, chunk 1) from stage 3". */
 const char *pg_act_name(pg_act_kind k);
 const char *pg_act_str(const pg_act *a, char *buf, size_t n);
+/* 1 for an action that sends one message to its peer (SEND_*, TIE_SEND,
+ * TIE_GRAD_SEND, TIE_SUM_SEND, VERDICT_SEND), or receives one (the RECVs);
+ * every other action is local work. */
+int pg_act_is_send(pg_act_kind k);
+int pg_act_is_recv(pg_act_kind k);
+/* The send a receive of kind k meets (PG_RECV_GRAD -> PG_SEND_GRAD, ...); k otherwise. */
+pg_act_kind pg_act_send_kind(pg_act_kind k);
+/* What an action is part of, for the pictures (svg.c) and `pipegen trace`'s
+ * breakdown: a compute pass, a micro-batch's message, the step's end by part. */
+typedef enum pg_act_group {
+    PG_GROUP_F, PG_GROUP_B, PG_GROUP_W, PG_GROUP_SEND, PG_GROUP_RECV, PG_GROUP_TIE, PG_GROUP_VERDICT,
+    PG_GROUP_CLIP, PG_GROUP_OPT, PG_GROUP__COUNT
+} pg_act_group;
+pg_act_group pg_act_group_of(pg_act_kind k);
 
 /* The model's schedule for messages and listings: "1f1b", "interleaved(2)",
  * "zbv", "file(x.csv)"; returns buf. */
@@ -90,12 +107,16 @@ typedef struct pg_sched_costs {
     /* What the stages themselves spend outside F/B/W (all 0: the textbook model) */
     double send_cost_latency, send_cost_bytes_per_s; /* a SEND keeps its sender busy latency + bytes / rate */
     double recv_cost_latency, recv_cost_bytes_per_s; /* a RECV its receiver, once the message arrived */
-    double opt[64], grad_norm[64], tie_reduce[64]; /* per stage: OPT_STEP; GRAD_NORM and TIE_REDUCE
-                                                      once every stage arrived (their messages included) */
+    double opt[64], grad_norm[64], verdict[64];   /* per stage: its OPT_STEP, GRAD_NORM and VERDICT (local work) */
+    double tie[64];                                /* per stage: what its tie receives add (the folds and sums),
+                                                      spread over them, beyond a receive's cost */
     double step_start[64], step_end[64];           /* per stage: before the first, after the last action */
-    int sync_measured; /* 1: grad_norm/tie_reduce include the exchange (no transit added) */
-    int verdict;       /* 1: the stages wait for each other's verdict on the step (runtime/core/guard.c)
-                          at their first GRAD_NORM / OPT_STEP */
+    /* The sizes of the messages at each chunk's boundaries, per row: the
+     * elements of its first layer's input (SEND_GRAD) and of its last
+     * layer's output (SEND_ACT). has_elems 0: the predictor finds them in the
+     * model's layers for each message (pg_sched_costs_of_model sets them once). */
+    int has_elems;
+    double in_elems[64], out_elems[64];
 } pg_sched_costs;
 typedef struct pg_sched_prediction {
     double step_time;
@@ -104,6 +125,15 @@ typedef struct pg_sched_prediction {
 int pg_schedule_predict(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c,
                         pg_sched_prediction *out);
 
+/* The forward-only schedule of a built training schedule s, for evaluation
+ * and prediction: each stage's FWD, SEND/RECV_ACT, SEND/RECV_SKIP and (the
+ * users' copies of a transmitted tie must be the optimizer's latest value)
+ * TIE_SEND/TIE_RECV, in s's order, each with its origin in s; then verified
+ * as a forward-only schedule (every forward once, after its inputs; every
+ * message received; no stage waits forever). Since each stage's list is a
+ * subsequence of its training list, every buffer it uses is alive in the
+ * memory plan at least as long as it needs. 0, or -1 with the reason in d. */
+int pg_schedule_forward_only(const ir_model *m, const pg_schedule *s, pg_schedule *out, pg_diag *d);
 /* Build the whole schedule of m: builtin or CSV, comms, slots, verify. */
 int pg_schedule_build(const ir_model *m, pg_schedule *s, pg_diag *d);
 void pg_schedule_free(pg_schedule *s);

@@ -1,11 +1,13 @@
-/* runtime/core/data.c — .pgd data files (format in pg_io.h), the seeded
- * synthetic batches used when no data file is given, and pg_hash64. */
+/* runtime/core/data.c — .pgd data files (format in pg_io.h) and their id
+ * check, the seeded synthetic batches used when no data file is given, and
+ * pg_hash64. */
 #include "pg_io.h"
 #include "io_atomic.h"
 #include "pg_le.h"
 #include "pg_contract.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <math.h>
 #include <setjmp.h>
@@ -48,7 +50,7 @@ static int mul_ok(uint64_t a, uint64_t b, uint64_t *out)
  * the faulting address lies in: inside pg_data_guarded it jumps back, which
  * returns an error; anywhere else it writes a message naming the file and
  * exits 1. A SIGBUS outside every mapping is not ours: default action. */
-#define MAX_MAPS 16
+#define MAX_MAPS 96 /* every shard of --data, --targets, --eval-data, --eval-targets, --predict */
 static struct {
     const unsigned char *base[MAX_MAPS];
     size_t len[MAX_MAPS];
@@ -111,6 +113,11 @@ static void map_forget(const void *base)
             bus.base[i] = NULL;
 }
 
+static int64_t ns_of(struct timespec t)
+{
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
 int pg_data_guarded(const pg_datafile *f, void (*fn)(void *arg), void *arg, char *err, size_t errlen)
 {
     sigjmp_buf jb;
@@ -130,6 +137,15 @@ int pg_data_guarded(const pg_datafile *f, void (*fn)(void *arg), void *arg, char
     bus.armed = &jb;
     fn(arg);
     bus.armed = outer;
+    struct stat st;
+    if (f->fd1 && fstat(f->fd1 - 1, &st) == 0 &&
+        (ns_of(st.st_mtim) != f->mtime_ns || ns_of(st.st_ctim) != f->ctime_ns)) {
+        snprintf(err, errlen,
+                 "%s was changed while this stage read it (written to %.3f s after it was opened, at the same size "
+                 "or not): leave data files unchanged while a run uses them",
+                 f->path ? f->path : "a data file", (double)(ns_of(st.st_ctim) - f->ctime_ns) * 1e-9);
+        return -1;
+    }
     return 0;
 }
 
@@ -231,6 +247,11 @@ int pg_data_open(pg_datafile *f, const char *path, int exp_dtype, int exp_rank,
     int fd = pg_io_open_regular(path, &fsize, err, errlen);
     if (fd < 0)
         return -1;
+    struct stat st0;
+    if (fstat(fd, &st0) == 0) { /* the times every later read is checked against (pg_data_guarded) */
+        f->mtime_ns = ns_of(st0.st_mtim);
+        f->ctime_ns = ns_of(st0.st_ctim);
+    }
     unsigned char h[16 + 8 * PGD_MAX_RANK];
     ssize_t got = pread(fd, h, sizeof h, 0);
     if (got < 0) got = 0;
@@ -315,7 +336,7 @@ int pg_data_open(pg_datafile *f, const char *path, int exp_dtype, int exp_rank,
         snprintf(err, errlen, "cannot map %s: %s", path, strerror(errno));
         goto fail;
     }
-    close(fd);
+    f->fd1 = fd + 1; /* kept: its times say whether the file was written to meanwhile */
     fd = -1;
     f->map_bytes = (size_t)fsize;
     f->mapped = 1;
@@ -354,7 +375,20 @@ void pg_data_close(pg_datafile *f)
     } else {
         free(f->data);
     }
+    if (f->fd1)
+        close(f->fd1 - 1);
     memset(f, 0, sizeof *f);
+}
+
+size_t pg_data_header(unsigned char *h, int dtype, int rank, const uint64_t *dims)
+{
+    memcpy(h, "PGD1", 4);
+    pg_put32(h + 4, PGD_VERSION);
+    pg_put32(h + 8, (uint32_t)dtype);
+    pg_put32(h + 12, (uint32_t)rank);
+    for (int i = 0; i < rank && i < PGD_MAX_RANK; i++)
+        pg_put64(h + 16 + 8 * i, dims[i]);
+    return 16 + 8 * (size_t)rank;
 }
 
 int pg_data_write(const char *path, int dtype, int rank, const uint64_t *dims,
@@ -368,22 +402,37 @@ int pg_data_write(const char *path, int dtype, int rank, const uint64_t *dims,
         snprintf(err, errlen, "cannot write %s: rank %d out of range 1..%d", path, rank, PGD_MAX_RANK);
         return -1;
     }
-    unsigned char h[16 + 8 * PGD_MAX_RANK];
-    memcpy(h, "PGD1", 4);
-    pg_put32(h + 4, PGD_VERSION);
-    pg_put32(h + 8, (uint32_t)dtype);
-    pg_put32(h + 12, (uint32_t)rank);
+    unsigned char h[PG_DATA_HEADER_MAX];
+    size_t hl = pg_data_header(h, dtype, rank, dims);
     uint64_t numel = 1;
-    for (int i = 0; i < rank; i++) {
-        pg_put64(h + 16 + 8 * i, dims[i]);
+    for (int i = 0; i < rank; i++)
         if (!mul_ok(numel, dims[i], &numel)) {
             snprintf(err, errlen, "cannot write %s: dims too large", path);
             return -1;
         }
-    }
     const void *parts[2] = {h, data};
-    size_t lens[2] = {16 + 8 * (size_t)rank, (size_t)numel * 4};
+    size_t lens[2] = {hl, (size_t)numel * 4};
     return pg_io_write_atomic(path, parts, lens, 2, err, errlen);
+}
+
+/* ---- token ids ----------------------------------------------------------- */
+
+int pg_data_ids(const pg_datafile *f, int64_t vocab, int64_t allowed, const char *path, const char *what,
+                const char *limit, char *err, size_t errlen)
+{
+    if (f->dtype != 2 || vocab <= 0)
+        return 0;
+    const int32_t *v = f->data;
+    uint64_t n = f->samples * f->sample_elems;
+    for (uint64_t i = 0; i < n; i++)
+        if ((v[i] < 0 || (int64_t)v[i] >= vocab) && (int64_t)v[i] != allowed) {
+            snprintf(err, errlen,
+                     "%s: sample %" PRIu64 ", element %" PRIu64 " is %s %" PRId32 ", outside [0, %" PRId64
+                     "): the model's %s is %" PRId64,
+                     path, i / f->sample_elems, i % f->sample_elems, what, v[i], vocab, limit, vocab);
+            return -1;
+        }
+    return 0;
 }
 
 /* ---- synthetic data ------------------------------------------------------ */

@@ -7,7 +7,9 @@
  * index (inputs, targets, dropout masks), so a loss divided by B (mean) is the
  * whole batch's.
  *
- * Every gradient a stage trains is summed over the D copies of the stage:
+ * Every gradient a stage trains is summed over the D copies of the stage (but
+ * a replicated tie's copy on a user: its owner's sum, summed over the
+ * replicas already, comes to it in TIE_SUM_RECV; pg_param_reduced):
  * the gradients, concatenated in parameter order, are cut into D contiguous
  * shards; replica q receives shard q from every other replica and sums it as
  * replica 0 + 1 + ... + D-1 for every element (the order never depends on
@@ -49,6 +51,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "pg_limits.h"
 #include "dp_bytes.h"
 #include "pg_dp_dev.h"
 #include "pg_ops.h"
@@ -188,7 +191,7 @@ static int64_t grad_numel(const pg_stage_desc *d)
 {
     int64_t n = 0;
     for (int i = 0; i < d->nparams; i++)
-        if (pg_param_stepped(d, &d->params[i]))
+        if (pg_param_reduced(d, &d->params[i]))
             n += d->params[i].numel;
     return n;
 }
@@ -270,7 +273,7 @@ static int plan_buckets(const pg_stage_desc *d, struct pg_dp *p, int64_t min_byt
     for (int i = 0; i < d->nparams; i++) { /* each layer's floats that it alone finishes */
         const pg_param_desc *q = &d->params[i];
         int l = q->grad_layer;
-        if (pg_param_stepped(d, q) && l >= 0 && l < nl && d->layers[l].chunk >= 0 && d->layers[l].chunk < nc &&
+        if (pg_param_reduced(d, q) && l >= 0 && l < nl && d->layers[l].chunk >= 0 && d->layers[l].chunk < nc &&
             lastw[d->layers[l].chunk] >= 0)
             numel[l] += q->numel;
     }
@@ -304,7 +307,7 @@ static int plan_buckets(const pg_stage_desc *d, struct pg_dp *p, int64_t min_byt
             goto out;
     for (int i = 0; i < d->nparams; i++) { /* each bucket's parameters in table order */
         const pg_param_desc *q = &d->params[i];
-        if (!pg_param_stepped(d, q))
+        if (!pg_param_reduced(d, q))
             continue;
         int l = q->grad_layer, k = l >= 0 && l < nl && bucket_of[l] >= 0 ? bucket_of[l] : early;
         p->b[k].param[p->b[k].n++] = i;
@@ -438,10 +441,13 @@ int pg_dp_init(pg_run *r)
     if (p->nb > 1) {
         pthread_mutex_init(&p->mu, NULL);
         pthread_cond_init(&p->cv, NULL);
-        if (pthread_create(&p->thr, NULL, reducer_main, r) != 0) {
+        int pe = pthread_create(&p->thr, NULL, reducer_main, r);
+        if (pe != 0) {
+            char why[400];
             pthread_cond_destroy(&p->cv);
             pthread_mutex_destroy(&p->mu);
-            fprintf(stderr, "stage %d: cannot start the thread of the replicas' gradient reduction\n", d->stage);
+            fprintf(stderr, "stage %d: cannot start the thread of the replicas' gradient reduction: %s\n", d->stage,
+                    pg_thread_start_why(pe, why, sizeof why));
             return 1;
         }
         p->thr_started = 1;

@@ -26,6 +26,14 @@
 
 /* ---- --load --------------------------------------------------------------- */
 
+static const char *first_bf16(const pg_st_want *w, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (w[i].was_bf16)
+            return w[i].name;
+    return "?";
+}
+
 int pg_run_load_params(pg_run *r)
 {
     const pg_stage_desc *d = r->d;
@@ -53,6 +61,7 @@ int pg_run_load_params(pg_run *r)
             w[i].dim[k] = p->dim[k];
         w[i].dst = buf + off;
         w[i].bytes = (size_t)p->numel * 4;
+        w[i].bf16_ok = 1; /* a bf16 checkpoint widens to f32 exactly: taken, and said */
         off += w[i].bytes;
     }
     char err[512];
@@ -61,6 +70,12 @@ int pg_run_load_params(pg_run *r)
         fprintf(stderr, "stage %d: --load: %s\n", d->stage, err);
         rc = 1;
     }
+    int widened = 0;
+    for (int i = 0; i < n && !rc; i++)
+        widened += w[i].was_bf16;
+    if (widened)
+        printf("stage %d: note: --load %s: %d of its tensors are BF16 (the first '%s'), converted to F32 exactly\n",
+               d->stage, r->opt.load, widened, first_bf16(w, n));
     for (int i = 0; i < n && !rc; i++) {
         char what[400];
         snprintf(what, sizeof what, "%s: tensor '%s'", r->opt.load, w[i].name);

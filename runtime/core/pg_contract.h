@@ -22,8 +22,11 @@
 
 #include <stdint.h>
 
-#define PG_CONTRACT_VERSION 5 /* 3: pg_param_desc.chunk, .grad_layer; pg_mb_io.grads_final; 4: pg_stage_desc.opt_lo,
-                                 .opt_bytes; 5: pg_stage_desc.has_ignore, .ignore_id, .count_off */
+#define PG_CONTRACT_VERSION 7 /* 3: pg_param_desc.chunk, .grad_layer; pg_mb_io.grads_final; 4: pg_stage_desc.opt_lo,
+                                 .opt_bytes; 5: pg_stage_desc.has_ignore, .ignore_id, .count_off; 6: the
+                                 step's end as actions (TIE_SUM_*, VERDICT*; no TIE_REDUCE; GRAD_NORM local); 7:
+                                 pg_param_desc.weight_decay, pg_train_desc.eval_every, .eval_batches, .shuffle,
+                                 pg_stage_desc.eval_actions, .output_rank, .output_dim */
 /* "PGCTRC" in the high bytes and the version in the low ones: a stage file
  * from before the contract had a pointer there, which never reads as this. */
 #define PG_CONTRACT_TAG(version) (UINT64_C(0x5047435452430000) | (uint64_t)(version))
@@ -31,7 +34,18 @@
 /* ---- the step: action kinds ---------------------------------------------
  * One list, in the order of the enum: X(NAME, what it does). The schedule
  * (codegen/schedule/schedule.c), the emitter, the runtime (step.c) and every message
- * (`action 12 RECV_GRAD(mb 3) ...`) use these names. */
+ * (`action 12 RECV_GRAD(mb 3) ...`) use these names.
+ *
+ * The step's end is actions too, each placed where what it needs is final
+ * (codegen/schedule/schedule_comms.c): a user of a tied parameter sends its
+ * gradient accumulators to the owner (TIE_GRAD_SEND) right after the last
+ * weight-gradient pass that writes them; the owner adds them in stage order
+ * (TIE_GRAD_RECV) after its own; then every stage makes its verdict
+ * (VERDICT: its gradients final, their sums of squares, non-finite loss or
+ * gradients) and sends it to every other stage (VERDICT_SEND), the owner of
+ * a replicated tie sends the sum back (TIE_SUM_SEND), and each stage receives
+ * what it needs (VERDICT_RECV, TIE_SUM_RECV) before it clips (GRAD_NORM) and
+ * steps (OPT_STEP). No exchange waits for one that could have gone earlier. */
 #define PG_STEP_KINDS(X)                                                                                        \
     X(FWD, "forward of (chunk, mb)")                                                                           \
     X(BWD_B, "backward, input gradient (includes the loss gradient on the last chunk)")                       \
@@ -44,13 +58,17 @@
     X(RECV_SKIP, "stashed tensor `skip` of mb, from the stashing stage")                                      \
     X(SEND_SKIP_GRAD, "gradient of skip `skip` of mb, back to the stashing stage")                            \
     X(RECV_SKIP_GRAD, "gradient of skip `skip` of mb, from the popping stage")                                \
-    X(TIE_REDUCE, "replicate: sum the gradients of tied `param` over its stages, in stage order")            \
     X(TIE_SEND, "transmit: the owner sends the value of `param` to a user (peer)")                            \
     X(TIE_RECV, "transmit: a user receives the value (peer = owner)")                                         \
-    X(TIE_GRAD_SEND, "transmit: a user sends its gradient of `param` to the owner")                           \
-    X(TIE_GRAD_RECV, "transmit: the owner receives and adds it, in stage order")                              \
-    X(GRAD_NORM, "grad clipping: every stage exchanges per-parameter sums of squares")                        \
-    X(OPT_STEP, "optimizer step on this stage's parameters")
+    X(TIE_GRAD_SEND, "a user sends its gradient accumulators of `param` to the owner, once they are final")   \
+    X(TIE_GRAD_RECV, "the owner receives and adds them, in stage order (the first folds its own uses)")       \
+    X(TIE_SUM_SEND, "replicate: the owner sends the summed gradient of `param` to a user")                    \
+    X(TIE_SUM_RECV, "replicate: a user receives it into its copy's gradient (peer = owner)")                  \
+    X(VERDICT, "the stage's gradients final (folds, replicas), their sums of squares, its findings")          \
+    X(VERDICT_SEND, "the verdict word and the sums of squares of the gradients it owns, to stage peer")       \
+    X(VERDICT_RECV, "stage peer's verdict word and sums of squares")                                          \
+    X(GRAD_NORM, "grad clipping: the global norm from every stage's sums of squares, then scale")             \
+    X(OPT_STEP, "optimizer step on this stage's parameters (once every verdict is in)")
 
 typedef enum pg_step_kind {
 #define PG_STEP_KIND_ENUM_(name, what) PG_##name,
@@ -81,12 +99,12 @@ static inline const char *pg_step_kind_name(int kind)
 
 /* Tag kinds of the runtime's own exchanges, above every action kind. */
 enum {
+    PG_TAG_EVAL = 26,    /* evaluation and --predict: the row counts, the other replicas' wait (eval.c) */
     PG_TAG_CKPT = 27,    /* checkpoint: reports, verdicts, the resume agreement */
-    PG_TAG_VERDICT = 28, /* the non-finite verdict on a step (guard.c) */
+    PG_TAG_VERDICT = 28, /* the start-up exchange of which stage holds the loss (guard.c) */
     PG_TAG_STOP = 29,    /* the --save-on-exit stop agreement (guard.c) */
-    PG_TAG_SAVE = 30,    /* the final parameter gather (--save) */
-    PG_TAG_NORM = 31     /* the grad-norm exchange */
-};
+    PG_TAG_SAVE = 30     /* the final parameter gather (--save) */
+};                       /* (31, the grad-norm exchange up to contract 5, is free: the verdicts carry the sums) */
 
 /* ---- random streams -------------------------------------------------------
  * splitmix64's output function applied to x + the golden ratio: a bijective,
@@ -117,8 +135,11 @@ PG_CONTRACT_FN uint64_t pg_dropout_seed(uint64_t seed, int64_t step, int layer)
 }
 
 /* ---- numbered settings ---------------------------------------------------- */
-typedef enum pg_optim { PG_OPTIM_SGD = 0, PG_OPTIM_ADAMW = 1 } pg_optim;
-typedef enum pg_lr_schedule { PG_LR_CONSTANT = 0, PG_LR_COSINE = 1 } pg_lr_schedule;
+/* adam is adamw without weight decay: the same update and state (two moments) */
+typedef enum pg_optim { PG_OPTIM_SGD = 0, PG_OPTIM_ADAMW = 1, PG_OPTIM_ADAM = 2 } pg_optim;
+PG_CONTRACT_FN int pg_optim_adam(int optimizer) { return optimizer == PG_OPTIM_ADAMW || optimizer == PG_OPTIM_ADAM; }
+/* each after a linear warm-up of train.warmup steps (runtime/core/step.c, lr_at) */
+typedef enum pg_lr_schedule { PG_LR_CONSTANT = 0, PG_LR_COSINE = 1, PG_LR_LINEAR = 2, PG_LR_INVSQRT = 3 } pg_lr_schedule;
 typedef enum pg_loss_kind { PG_LOSS_MSE_SUM = 0, PG_LOSS_MSE_MEAN = 1, PG_LOSS_CROSS_ENTROPY = 2 } pg_loss_kind;
 /* a parameter's initial values (runtime/core/init.c has the formulas) */
 typedef enum pg_init_kind { PG_INIT_ZEROS = 0, PG_INIT_ONES = 1, PG_INIT_UNIFORM = 2, PG_INIT_NORMAL = 3 } pg_init_kind;
@@ -183,7 +204,9 @@ typedef struct pg_param_desc {
     int64_t numel;
     int init;                /* pg_init_kind */
     double init_scale;
-    int decay;               /* weight decay applies */
+    int decay;               /* weight decay applies by the default rule (matrices, not biases or norms) */
+    double weight_decay;     /* the rate the optimizer applies to it: by the rule (decay x
+                                train.weight_decay) or by a `weight_decay = V for "pattern"` group */
     int is_buffer;           /* not trained: no grad, no optimizer state */
     int tie;                 /* pg_tie_mode */
     int owner;               /* stage holding the master copy (lowest using stage) */
@@ -216,11 +239,15 @@ typedef struct pg_train_desc {
     int64_t batch, microbatches, steps;
     int optimizer;                     /* pg_optim */
     double lr, momentum, weight_decay, beta1, beta2, adam_eps;
-    int lr_schedule;                   /* pg_lr_schedule: cosine = linear warm-up then cosine to lr_min over `steps` */
+    int lr_schedule;                   /* pg_lr_schedule: a linear warm-up, then constant, cosine or linear to lr_min
+                                          at `steps`, or inverse_sqrt */
     int64_t warmup;
     double lr_min, grad_clip;
     uint64_t seed;
     int loss;                          /* pg_loss_kind */
+    int64_t eval_every;                /* evaluate every N steps and after the last (0: after the last only) */
+    int64_t eval_batches;              /* evaluate on the first K batches of --eval-data (0: every row) */
+    int shuffle;                       /* 1: a fresh seeded order of the data file's samples every epoch */
 } pg_train_desc;
 
 /* A bf16 shadow of a GEMM weight (precision = bf16): the stage's parameter
@@ -328,6 +355,16 @@ typedef struct pg_stage_desc {
      * layout of one model. A checkpoint's model identity (checkpoint.c)
      * includes it. */
     uint64_t arch_hash;
+    /* The forward-only schedule (evaluation, --predict; codegen/schedule:
+     * pg_schedule_forward_only): the step's forward actions and transmitted
+     * ties' value messages in the step's order, verified on their own;
+     * offsets, bytes and tags as in `actions`. */
+    int neval_actions;
+    const pg_step_action *eval_actions;
+    /* The model output per sample (--predict writes it): its rank and shape
+     * (output_per_sample elements), on the stage holding the last chunk. */
+    int output_rank;
+    int64_t output_dim[4];
 } pg_stage_desc;
 
 #endif

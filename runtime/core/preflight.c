@@ -4,7 +4,8 @@
  * folder exists and takes a new file, the name is not a folder or a device,
  * and there is room for the weights). A check leaves nothing behind: the
  * probe file is the writer's own temporary name, removed at once, and the
- * checkpoint directory is not created here. Temporaries that killed writers
+ * checkpoint directory is not created here. No two outputs, and no output
+ * and input, may be one file. Temporaries that killed writers
  * left (FILE.tmp.<pid>, checkpoints' stage<k>.safetensors.tmp.<pid>) go. */
 #include <errno.h>
 #include <fcntl.h>
@@ -136,15 +137,40 @@ int pg_run_preflight(pg_run *r)
         fprintf(stderr, "stage %d: %s; nothing was run\n", d->stage, err);
         bad = 1;
     }
+    /* no two outputs, and no output and input, are one file: every shard of every data set counts */
+    pg_io_file files[8 + 5 * PG_MAX_SHARDS] = {
+        {"--save", o->save, 1},       {"--save-grads", o->save_grads, 1}, {"--trace", o->trace, 1},
+        {"--profile", o->profile, 1}, {"--metrics", o->metrics, 1},       {"--out", o->out, 1},
+        {"--load", o->load, 0}};
+    int nf = 7;
+    const struct { const char *what; const pg_paths *p; } ins[] = {
+        {"--data", &o->data}, {"--targets", &o->targets}, {"--eval-data", &o->eval_data},
+        {"--eval-targets", &o->eval_targets}, {"--predict", &o->predict}};
+    for (size_t k = 0; k < sizeof ins / sizeof ins[0]; k++)
+        for (int i = 0; i < ins[k].p->n && i < PG_MAX_SHARDS; i++)
+            files[nf++] = (pg_io_file){ins[k].what, ins[k].p->p[i], 0};
+    if (pg_io_check_distinct(files, nf, err, sizeof err)) {
+        fprintf(stderr, "stage %d: %s; nothing was run\n", d->stage, err);
+        return 2;
+    }
     if (d->stage == 0) { /* stage 0 alone writes these */
         bad |= o->save && check_file(d, "--save", o->save, save_bytes(d, 0));
         bad |= o->save_grads && check_file(d, "--save-grads", o->save_grads, save_bytes(d, 1));
         bad |= o->trace && check_file(d, "--trace", o->trace, 0);
         bad |= o->profile && check_file(d, "--profile", o->profile, 0);
     }
+    if (d->has_loss && r->replica == 0) { /* the stage that logs and predicts writes these */
+        bad |= o->metrics && check_file(d, "--metrics", o->metrics, 0);
+        bad |= o->out && check_file(d, "--out", o->out, 0);
+    }
     if (o->ckpt_dir) {
         bad |= check_ckpt_dir(d, o->ckpt_dir) != 0;
         if (!bad && pg_ckpt_check_owner(r, err, sizeof err)) {
+            fprintf(stderr, "stage %d: the checkpoint directory %s cannot be used: %s; nothing was run\n", d->stage,
+                    o->ckpt_dir, err);
+            bad = 1;
+        }
+        if (!bad && pg_ckpt_lock(r, err, sizeof err)) { /* last: a refused start takes no lock */
             fprintf(stderr, "stage %d: the checkpoint directory %s cannot be used: %s; nothing was run\n", d->stage,
                     o->ckpt_dir, err);
             bad = 1;

@@ -6,6 +6,8 @@
 
 #include <stdint.h>
 #include <time.h>
+#include "dataset.h"
+#include "errcap.h"
 #include "pg_io.h"
 #include "pg_net.h"
 #include "pg_ops.h"
@@ -14,7 +16,8 @@
 typedef struct pg_run_opts {
     int64_t steps;
     int64_t log_every;
-    const char *data, *targets, *save;
+    pg_paths data, targets;   /* --data, --targets: one file each, or several as shards of one data set */
+    const char *save;
     const char *save_grads;   /* --save-grads: the last step's gradients */
     int threads;
     double timeout_s;
@@ -35,13 +38,19 @@ typedef struct pg_run_opts {
     int no_graph;             /* --no-graph: CUDA runtime, every op eagerly (pg_step_info.graphs) */
     int64_t dp;               /* --dp D: data-parallel replicas (0: not given, world / stages) */
     int64_t zero;             /* --zero 1: the optimizer state sharded over the replicas (zero.c) */
+    pg_paths eval_data, eval_targets; /* --eval-data, --eval-targets: the evaluation set (eval.c) */
+    pg_paths predict;         /* --predict FILE: the rows whose outputs --out gets (eval.c) */
+    const char *out;          /* --out FILE.pgd */
+    const char *metrics;      /* --metrics FILE.jsonl: a JSON object per log line and evaluation (metrics.c) */
 } pg_run_opts;
 
 /* The data-parallel reduction's spans in the trace (trace.c), kinds below -1:
- * the whole reduction, then its parts between dp_mark[i] and dp_mark[i + 1]. */
+ * the whole reduction, then its parts between dp_mark[i] and dp_mark[i + 1];
+ * and the step's start before its first action (the gradients zeroed, the
+ * batch loaded). */
 #define PG_TRACE_DP_MARKS 6
 enum { PG_TRACE_DP_REDUCE = -2, PG_TRACE_DP_WAIT = -3, PG_TRACE_DP_SCATTER = -4, PG_TRACE_DP_SUM = -5,
-       PG_TRACE_DP_GATHER = -6 };
+       PG_TRACE_DP_GATHER = -6, PG_TRACE_DATA = -7 };
 #define PG_TRACE_DP_SPANS 5
 
 /* One traced action (or, action -1, a whole step; below -1, a part of the
@@ -53,23 +62,35 @@ typedef struct pg_trace_ev {
     int32_t step, action, kind, mb, chunk, peer; /* kind -1: the step */
 } pg_trace_ev;
 
+typedef struct pg_agree_file pg_agree_file;
+
 typedef struct pg_run {
     const pg_stage_desc *d;
     pg_run_opts opt;
     int step_verdict;         /* this step: 0 ok, 1 skipped (non-finite loss or gradient), 2 stop (guard.c) */
     int step_bad;             /* what the verdict found: 1 a loss, 2 a gradient (both: 3) */
-    int norms_ready;          /* norms holds this step's owned sums of squares (pg_guard_verdict) */
+    /* The step's verdict as its actions make it (guard.c): 0 none yet, 1 this
+     * stage's made (VERDICT), 2 decided (the first GRAD_NORM / OPT_STEP).
+     * v_mine: its findings; v_all: every stage's received so far, ORed; v_who:
+     * the first stage in stage order that found something (-1 none); v_what:
+     * what this stage found, for its message. */
+    int verdict_state;
+    uint32_t v_mine;
+    uint64_t v_all;
+    int v_who;
+    char v_what[480];
+    double *v_msg;            /* [1 + nmodel_params]: a verdict message: the word's bits, then the sums of squares */
     int loss_stage;           /* the stage holding the loss (pg_guard_init) */
     pg_ctx *ctx;
     unsigned char *A;         /* the arena */
     pg_net *net;
-    pg_datafile in, tg;
+    pg_dataset in, tg;        /* --data, --targets (a token stream: one file, in both) */
     int have_in, have_tg;
     void *host;               /* host staging: the largest of batch input, batch target, one parameter */
     size_t host_bytes;
     double *loss;             /* [nmb] partial losses of this step */
     void *synth_in, *synth_tg; /* synthetic data: the fixed batches, made at start-up (pg_run_synth_init) */
-    double *norms, *norm_in;  /* [nmodel_params]: grad-norm exchange */
+    double *norms, *norm_in;  /* [nmodel_params]: this stage's owned sums of squares; every parameter's (its owner's) */
     double compute_s;         /* time inside compute actions, steps after this run's first */
     double wall_s;            /* wall time of the steps after this run's first */
     double first_wall_s;      /* wall time of this run's first step */
@@ -77,17 +98,29 @@ typedef struct pg_run {
     int local_world;          /* processes of this run on this host (0: the launcher does not say) */
     int cur_action;
     int tokens;               /* --data is a token stream: in/tg hold it (tokens.c) */
+    uint64_t *sample_idx;     /* [batch]: the samples of this step's rows (load_batch, step.c) */
+    double grad_norm;         /* this step's global gradient norm before clipping, on the loss stage (step.c) */
+    int metrics_fd;           /* --metrics FILE.jsonl, open on the stage that logs (metrics.c); -1 none */
+    struct pg_eval *ev;       /* evaluation and --predict (eval.c); NULL: neither */
     int tracing;              /* --trace or --profile: record every action (trace.c) */
     pg_trace_ev *tr_ev;       /* [trace_steps * (nactions + 1)], made at start-up: a ring of steps */
     int64_t tr_first, tr_last; /* first and last step recorded (-1: none) */
     double tr_offset;         /* add to this stage's clock to get stage 0's */
     char *agree;              /* what the stages must agree on, as text (agree.c) */
+    struct pg_agree_file {    /* more files this stage read, compared at the rendezvous (pg_agree_dataset) */
+        const char *opt;
+        const pg_dataset *ds;
+        int samples;          /* also its sample count ("samples OPT"; inputs pair with targets) */
+    } agree_extra[4];
+    int agree_extra_n;
     size_t agree_len;
     void *agree_state;        /* stage 0: the accepted peers' entries */
     uint64_t load_bytes, load_hash; /* the --load file as this stage read it */
     char ck_run[80];          /* the checkpoint run this run writes (checkpoint.c): kept across resumes */
     int ck_replace;           /* --replace-checkpoints in effect: step directories this run did not write go */
     int64_t ck_first;         /* the first step this run checkpointed (-1: none yet) */
+    int ck_lock;              /* the checkpoint directory's lock: its fd + 1 (0: not held; checkpoint.c) */
+    int ck_made_dir;          /* the lock made the checkpoint directory (removed again if left empty) */
     /* Data-parallel replicas (dp.c): rank = replica x nstages + stage. This
      * replica's rows of every step are [row0, row0 + rows) of the global
      * batch, its micro-batch i holds mb_rows[i] of them from global row
@@ -101,6 +134,14 @@ typedef struct pg_run {
     struct pg_zero *zero;     /* --zero 1 with replicas: this stage's shards of the optimizer state (zero.c) */
     double dp_mark[PG_TRACE_DP_MARKS]; /* this step's reduction: its start, the replicas met (start word),
                                           shards sent, shards summed and sent back, summed shards in, end */
+    /* A start-up that fails (main.c): where this process sits, and what
+     * stage 0 tells the stages that come after it failed. */
+    pg_launch launch;
+    int have_launch;          /* launch is filled */
+    unsigned char *told;      /* [world], stage 0: ranks told why the start-up failed (pg_net_config.told) */
+    char fail_pub[700];       /* stage 0: the rendezvous's failure without its own values */
+    int fail_elsewhere;       /* the rendezvous failed for another process's cause (pg_net_config.elsewhere) */
+    pg_errcap errcap;         /* the last line printed during start-up */
 } pg_run;
 
 /* Seconds on the monotonic clock (step times, traces, deadlines). */
@@ -110,8 +151,22 @@ static inline double pg_run_now(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+/* Is step s (0-based) one the log shows? Step 1, every --log-every-th, the
+ * last; every stage knows (--log-every is agreed), so the log line's norm is
+ * exchanged on those steps only. */
+static inline int pg_run_logged(const pg_run *r, int64_t s)
+{
+    return s == 0 || (s + 1) % r->opt.log_every == 0 || s + 1 == r->opt.steps;
+}
+/* The learning rate of a step (0-based): a linear warm-up over train.warmup
+ * steps, then constant, cosine or linear down to lr_min at train.steps (the
+ * .pipe's, whatever --steps says), or inverse_sqrt: lr sqrt(warmup / (t + 1)). */
+double pg_lr_at(const pg_train_desc *t, int64_t step);
 /* The forward / B / W functions of one of this stage's chunks (NULL if not its). */
 const pg_chunk_desc *pg_run_chunk_fns(const pg_stage_desc *d, int chunk);
+/* A tie's action a (TIE_SEND, TIE_RECV: the value; TIE_GRAD_*, TIE_SUM_*:
+ * the gradients), of the step's table or evaluation's. 0, or 1 (printed). */
+int pg_run_tie_action(pg_run *r, int a, const pg_step_action *x);
 /* One training step (0-based). Returns 0 or 1 after printing the failure. */
 int pg_run_step(pg_run *r, int64_t step, double *loss_out);
 /* Allocate and fill the synthetic batches this stage reads (none when it reads
@@ -122,6 +177,15 @@ int pg_run_synth_init(pg_run *r);
  * seeded offset o, target the window at o+1. open: 0 not a token stream (the
  * caller goes on), 1 opened into in/tg, -1 failed (printed). */
 int pg_run_tokens_open(pg_run *r);
+/* Is the first file of p a token stream for this model (i32[seq] input and
+ * target, a rank-1 i32 file)? open_stream: open path as one (opt names the
+ * option in messages), check its length and ids; 0, or -1 (printed). */
+int pg_tokens_is_stream(const pg_stage_desc *d, const pg_paths *p);
+int pg_tokens_open_stream(const pg_stage_desc *d, const char *opt, const char *path, pg_dataset *ds);
+/* Copy the n windows of seq tokens at off[i] + shift of stream f into rows
+ * 0..n-1 of dst, under f's guard: 0, or -1 with the reason in err. */
+int pg_tokens_windows(const pg_datafile *f, const uint64_t *off, int64_t n, int64_t seq, int shift, int32_t *dst,
+                      char *err, size_t errlen);
 int pg_run_tokens_load(pg_run *r, int64_t step);
 /* Where row i's input window of `step` starts in the stream (its target: one on). */
 uint64_t pg_run_tokens_window(const pg_run *r, int64_t step, int64_t i);
@@ -153,6 +217,13 @@ int pg_run_generate_check(const pg_run *r, char *err, size_t errlen);
 static inline int pg_param_stepped(const pg_stage_desc *d, const pg_param_desc *p)
 {
     return !p->is_buffer && p->grad_off >= 0 && !(p->tie == 2 && p->owner != d->stage);
+}
+/* Do the replicas sum parameter p's gradient on this stage (dp.c)? What it
+ * steps, but a replicated tie's copy on a user: the owner sums it over the
+ * replicas and sends the sum (TIE_SUM_SEND). */
+static inline int pg_param_reduced(const pg_stage_desc *d, const pg_param_desc *p)
+{
+    return pg_param_stepped(d, p) && !(p->tie == PG_TIE_REPLICATE && p->owner != d->stage);
 }
 /* The rank of this stage's copy in replica q (rank = replica x P + stage). */
 static inline int pg_dp_rank(const pg_run *r, int q) { return q * r->d->nstages + r->d->stage; }
@@ -207,6 +278,34 @@ void pg_zero_ckpt_done(pg_run *r);
 void pg_zero_report(const pg_run *r);
 void pg_zero_free(pg_run *r);
 
+/* ---- evaluation and --predict (eval.c) ----
+ * open (after open_data): the evaluation and --predict files this stage
+ * reads, every check of them; 0, 1 (a bad file, printed) or 2 (a bad
+ * combination of options, printed). counts (collective, after pg_guard_init,
+ * within each replica): stage 0 tells every stage how many rows each pass
+ * holds. at (every stage, after step s, 0-based; and with steps == start,
+ * once at the start): does this run evaluate after it? run (every stage,
+ * collective): replica 0 evaluates the model as it is after `step` steps by
+ * the forward-only schedule, its loss stage prints `eval step N ...` and
+ * writes its metrics line; the other replicas wait for it. predict (every
+ * stage, after training): the outputs of every --predict row into --out.
+ * free: every buffer and file. 0, or 1 after printing the failure. */
+int pg_eval_open(pg_run *r);
+int pg_eval_counts(pg_run *r);
+int pg_eval_at(const pg_run *r, int64_t step);
+int pg_eval_run(pg_run *r, int64_t step);
+int pg_predict_run(pg_run *r);
+void pg_eval_free(pg_run *r);
+
+/* ---- the log (metrics.c) ----
+ * open (the logging stage: the loss stage of replica 0, after the resume is
+ * known): --metrics FILE.jsonl, truncated by a fresh run, appended to by a
+ * resumed one (it says which); line: one JSON object (text without the
+ * newline) appended with one write, or the run fails naming the file. */
+int pg_metrics_open(pg_run *r, int64_t start);
+int pg_metrics_line(pg_run *r, const char *json);
+void pg_metrics_close(pg_run *r);
+
 /* Before any work (preflight.c): --generate/--prompt fit the model and every
  * file this stage will write can be written; removes temporaries of dead
  * writers. 0, or 2 (a usage error) after printing each problem. */
@@ -223,6 +322,8 @@ int pg_trace_init(pg_run *r);
 int pg_trace_sync(pg_run *r);
 void pg_trace_action(pg_run *r, int64_t step, int a, double t0, double t1);
 void pg_trace_step(pg_run *r, int64_t step, double t0, double t1);
+/* the step's start: the gradients zeroed and the batch loaded, t0..t1 */
+void pg_trace_data(pg_run *r, int64_t step, double t0, double t1);
 /* the reduction's spans of this step from r->dp_mark (replicas > 1) */
 void pg_trace_dp(pg_run *r, int64_t step);
 int pg_trace_finish(pg_run *r);

@@ -25,30 +25,35 @@ static void net_fail(pg_run *r, int a, const pg_step_action *x, pg_net_status st
                 recv ? "from" : "to", x->peer, pg_net_error(r->net));
 }
 
-/* This replica's rows [row0, row0 + rows) of the batch of `step` from a data
- * file, cycling, each at its place in the batch. */
-typedef struct rows_job {
-    const pg_datafile *f;
-    int64_t step, batch, row0, rows;
-    void *dst;
-} rows_job;
+/* Synthetic data cycles through this many batches (pg_run_synth_init). */
+#define SYNTH_BATCHES 8
 
-static void copy_rows(void *arg)
+/* The samples of this replica's rows [row0, row0 + rows) of the batch of
+ * `step` into r->sample_idx: row i is position step x batch + i of passes over
+ * n samples, in file order or (train.shuffle) a fresh order every epoch. */
+static void step_samples(pg_run *r, int64_t step, uint64_t n)
 {
-    const rows_job *j = arg;
-    size_t rb = (size_t)j->f->sample_elems * 4;
-    for (int64_t i = j->row0; i < j->row0 + j->rows; i++) {
-        uint64_t s = ((uint64_t)j->step * (uint64_t)j->batch + (uint64_t)i) % j->f->samples;
-        memcpy((char *)j->dst + (size_t)i * rb, (const char *)j->f->data + s * rb, rb);
-    }
+    const pg_train_desc *t = &r->d->train;
+    for (int64_t i = 0; i < r->rows; i++)
+        r->sample_idx[i] = pg_dataset_sample(t->seed, t->shuffle, n,
+                                             (uint64_t)step * (uint64_t)t->batch + (uint64_t)(r->row0 + i));
 }
 
-/* 0, or 1 after printing that the file changed under the run (SIGBUS). */
-static int rows_from_file(const pg_run *r, const pg_datafile *f, int64_t step, void *dst)
+/* This replica's rows of a data set (or the synthetic batches, 0: none) into
+ * their places in host[batch, per_sample]. 0, or 1 after printing that a file
+ * changed under the run (SIGBUS). */
+static int rows_into_host(pg_run *r, int64_t step, const pg_dataset *ds, const void *synth, int64_t per_sample)
 {
-    rows_job j = {f, step, r->d->train.batch, r->row0, r->rows, dst};
+    size_t rb = (size_t)per_sample * 4;
+    unsigned char *dst = (unsigned char *)r->host + (size_t)r->row0 * rb;
+    step_samples(r, step, ds ? ds->samples : (uint64_t)(SYNTH_BATCHES * r->d->train.batch));
+    if (!ds) {
+        for (int64_t i = 0; i < r->rows; i++)
+            memcpy(dst + (size_t)i * rb, (const unsigned char *)synth + r->sample_idx[i] * rb, rb);
+        return 0;
+    }
     char err[512];
-    if (pg_data_guarded(f, copy_rows, &j, err, sizeof err) == 0)
+    if (pg_dataset_gather(ds, r->sample_idx, r->rows, dst, err, sizeof err) == 0)
         return 0;
     fprintf(stderr, "stage %d: step %lld: %s\n", r->d->stage, (long long)step + 1, err);
     return 1;
@@ -61,7 +66,6 @@ static int rows_from_file(const pg_run *r, const pg_datafile *f, int64_t step, v
  * stream and sample index), so a model can learn it:
  *     t[j] = max(0, (x[j mod n] + x[(7j+3) mod n]) / 2),  n = input elements;
  * any other target is seeded random (stream 1; i32: ids in [0, classes)). */
-#define SYNTH_BATCHES 8
 
 int pg_run_synth_init(pg_run *r)
 {
@@ -102,7 +106,6 @@ int pg_run_synth_init(pg_run *r)
 static int load_batch(pg_run *r, int64_t step)
 {
     const pg_stage_desc *d = r->d;
-    int64_t B = d->train.batch, first = (step % SYNTH_BATCHES) * B + r->row0;
     if (pg_run_ignore_count(r, step)) /* cross_entropy(ignore = id): the batch's counted positions */
         return 1;
     if (r->tokens) /* --data is a token stream: windows at seeded offsets (tokens.c) */
@@ -110,22 +113,14 @@ static int load_batch(pg_run *r, int64_t step)
     /* this replica's rows only, at their places in the batch buffers */
     if (d->has_input) {
         size_t at = (size_t)(r->row0 * d->input_per_sample * 4), bytes = (size_t)(r->rows * d->input_per_sample * 4);
-        const void *src = (const char *)r->host + at;
-        if (r->have_in && rows_from_file(r, &r->in, step, r->host))
-            return 1;
-        if (!r->have_in)
-            src = (const char *)r->synth_in + (size_t)(first * d->input_per_sample * 4);
-        if (pg_copy_to_dev(r->ctx, r->A + d->input_off + at, src, bytes))
+        if (rows_into_host(r, step, r->have_in ? &r->in : NULL, r->synth_in, d->input_per_sample) ||
+            pg_copy_to_dev(r->ctx, r->A + d->input_off + at, (const char *)r->host + at, bytes))
             return 1;
     }
     if (d->has_loss) {
         size_t at = (size_t)(r->row0 * d->target_per_sample * 4), bytes = (size_t)(r->rows * d->target_per_sample * 4);
-        const void *src = (const char *)r->host + at;
-        if (r->have_tg && rows_from_file(r, &r->tg, step, r->host))
-            return 1;
-        if (!r->have_tg)
-            src = (const char *)r->synth_tg + (size_t)(first * d->target_per_sample * 4);
-        if (pg_copy_to_dev(r->ctx, r->A + d->target_off + at, src, bytes))
+        if (rows_into_host(r, step, r->have_tg ? &r->tg : NULL, r->synth_tg, d->target_per_sample) ||
+            pg_copy_to_dev(r->ctx, r->A + d->target_off + at, (const char *)r->host + at, bytes))
             return 1;
     }
     return 0;
@@ -149,59 +144,41 @@ const pg_chunk_desc *pg_run_chunk_fns(const pg_stage_desc *d, int chunk)
     return NULL;
 }
 
-/* Learning rate of a step: constant, or linear warm-up then cosine to lr_min
- * over train.steps (the horizon is the .pipe's steps, whatever --steps says). */
-static double lr_at(const pg_train_desc *t, int64_t step)
+double pg_lr_at(const pg_train_desc *t, int64_t step)
 {
-    if (t->lr_schedule != PG_LR_COSINE)
-        return t->lr;
-    if (step < t->warmup)
+    if (step < t->warmup) /* every schedule: a linear warm-up, lr (t + 1) / W */
         return t->lr * (double)(step + 1) / (double)t->warmup;
-    int64_t span = t->steps - t->warmup;
+    if (t->lr_schedule == PG_LR_INVSQRT) /* lr sqrt(W / (t + 1)), W at least 1 */
+        return t->lr * sqrt((double)(t->warmup > 0 ? t->warmup : 1) / (double)(step + 1));
+    if (t->lr_schedule != PG_LR_COSINE && t->lr_schedule != PG_LR_LINEAR)
+        return t->lr;
+    int64_t span = t->steps - t->warmup; /* down to lr_min at the .pipe's steps, whatever --steps says */
     double p = span > 0 ? (double)(step - t->warmup) / (double)span : 1.0;
     if (p > 1.0)
         p = 1.0;
+    if (t->lr_schedule == PG_LR_LINEAR)
+        return t->lr_min + (t->lr - t->lr_min) * (1.0 - p);
     return t->lr_min + 0.5 * (t->lr - t->lr_min) * (1.0 + cos(3.14159265358979323846 * p));
 }
 
-/* Global grad norm: every stage sends its owned parameters' sums of squares to
- * every other stage; each adds them in model parameter order, so the result
- * is the same bits for any partition. Then every local gradient is scaled. */
-static int grad_norm_clip(pg_run *r, int a, const pg_step_action *x)
+/* The global norm from r->norm_in (every parameter's sum of squares, from
+ * its owner: this stage's own in VERDICT, the others' with their verdicts),
+ * added in model parameter order: the same bits for any partition. */
+static double global_norm(const pg_run *r)
+{
+    double total = 0.0;
+    for (int p = 0; p < r->d->nmodel_params; p++)
+        if (!r->d->model_params[p].is_buffer)
+            total += r->norm_in[p];
+    return sqrt(total);
+}
+
+/* Global grad norm, then every local gradient scaled. */
+static int grad_norm_clip(pg_run *r)
 {
     const pg_stage_desc *d = r->d;
-    int np = d->nmodel_params;
-    /* r->norms holds this step's sums of squares of the owned gradients,
-     * made for the verdict (pg_guard_verdict) just before */
-    uint32_t tag = PG_TAG(PG_TAG_NORM, 0, 0);
-    for (int k = 0; k < d->nstages; k++) {
-        if (k == d->stage)
-            continue;
-        pg_net_status st = pg_net_send(r->net, k, tag, r->norms, (size_t)np * sizeof(double));
-        if (st) {
-            net_fail(r, a, x, st);
-            return 1;
-        }
-    }
-    /* norm_in[p] takes the owner's value */
-    memcpy(r->norm_in, r->norms, (size_t)np * sizeof(double));
-    for (int k = 0; k < d->nstages; k++) {
-        if (k == d->stage)
-            continue;
-        pg_net_status st = pg_net_recv(r->net, k, tag, r->norms, (size_t)np * sizeof(double), r->opt.timeout_s);
-        if (st) {
-            net_fail(r, a, x, st);
-            return 1;
-        }
-        for (int p = 0; p < np; p++)
-            if (d->model_params[p].owner == k)
-                r->norm_in[p] = r->norms[p];
-    }
-    double total = 0.0;
-    for (int p = 0; p < np; p++)
-        if (!d->model_params[p].is_buffer)
-            total += r->norm_in[p];
-    double norm = sqrt(total), coef = d->train.grad_clip / (norm + 1e-6);
+    double norm = global_norm(r), coef = d->train.grad_clip / (norm + 1e-6);
+    r->grad_norm = norm; /* the log line's, before clipping */
     if (coef < 1.0)
         for (int i = 0; i < d->nparams; i++) {
             const pg_param_desc *p = &d->params[i];
@@ -215,7 +192,7 @@ static int opt_step(pg_run *r, int64_t step)
 {
     const pg_stage_desc *d = r->d;
     const pg_train_desc *t = &d->train;
-    float lr = (float)lr_at(t, step);
+    float lr = (float)pg_lr_at(t, step);
     for (int i = 0; i < d->nparams; i++) {
         const pg_param_desc *p = &d->params[i];
         if (!pg_param_stepped(d, p)) /* a buffer, or a transmitted tie on a user: only the owner steps */
@@ -228,9 +205,9 @@ static int opt_step(pg_run *r, int64_t step)
             continue;
         float *w = (float *)(r->A + p->off) + lo;
         const float *g = (const float *)(r->A + p->grad_off) + lo;
-        float wd = p->decay ? (float)t->weight_decay : 0.0f;
+        float wd = (float)p->weight_decay; /* by the rule or its group (adam: 0) */
         int rc;
-        if (t->optimizer == PG_OPTIM_ADAMW)
+        if (pg_optim_adam(t->optimizer))
             rc = pg_adamw_step(r->ctx, hi - lo, w, g, s0, s1, lr, (float)t->beta1, (float)t->beta2, (float)t->adam_eps,
                                wd, step + 1);
         else
@@ -322,46 +299,9 @@ static const pg_param_desc *tie_param(pg_run *r, int a, const pg_step_action *x)
     return p;
 }
 
-/* replicate: users send their accumulators to the owner, which sums all of
- * them in layer order and sends the gradient back, so every copy steps alike. */
-static int tie_reduce(pg_run *r, int a, const pg_step_action *x)
-{
-    const pg_stage_desc *d = r->d;
-    const pg_param_desc *p = tie_param(r, a, x);
-    if (!p)
-        return 1;
-    const pg_param_desc *m = &d->model_params[p->index];
-    size_t vb = (size_t)p->numel * 4;
-    unsigned char *g = r->A + p->grad_off;
-    pg_net_status st;
-    if (d->stage != x->peer) {
-        if ((st = pg_net_send(r->net, x->peer, PG_TAG(PG_TIE_REDUCE, p->index, 0), g, acc_block_bytes(p, nacc_local(p)))))
-            return tie_net(r, a, x, p, x->peer, "sending the gradient", st);
-        if ((st = pg_net_recv(r->net, x->peer, PG_TAG(PG_TIE_REDUCE, p->index, 1), g, vb, r->opt.timeout_s)))
-            return tie_net(r, a, x, p, x->peer, "receiving the summed gradient", st);
-        return 0;
-    }
-    if (fold_uses(r, p))
-        return 1;
-    for (int u = 0; u < d->nstages && u < 64; u++) {
-        if (u == d->stage || !(m->stage_mask >> u & 1))
-            continue;
-        int n = nacc_at(m, u);
-        if ((st = pg_net_recv(r->net, u, PG_TAG(PG_TIE_REDUCE, p->index, 0), r->A + d->ws_off, acc_block_bytes(p, n),
-                              r->opt.timeout_s)))
-            return tie_net(r, a, x, p, u, "receiving the gradient", st);
-        if (add_block(r, p, n))
-            return 1;
-    }
-    for (int u = 0; u < d->nstages && u < 64; u++)
-        if (u != d->stage && (m->stage_mask >> u & 1) &&
-            (st = pg_net_send(r->net, u, PG_TAG(PG_TIE_REDUCE, p->index, 1), g, vb)))
-            return tie_net(r, a, x, p, u, "sending the summed gradient", st);
-    return 0;
-}
-
-/* transmit: the value out at the start, the users' accumulators back at the end */
-static int tie_transmit(pg_run *r, int a, const pg_step_action *x)
+/* The tie actions: the value out at the start (transmit), the users'
+ * accumulators in as soon as they are final, the sum back (replicate). */
+int pg_run_tie_action(pg_run *r, int a, const pg_step_action *x)
 {
     const pg_stage_desc *d = r->d;
     const pg_param_desc *p = tie_param(r, a, x);
@@ -383,6 +323,15 @@ static int tie_transmit(pg_run *r, int a, const pg_step_action *x)
         if ((st = pg_net_send(r->net, x->peer, PG_TAG(PG_TIE_GRAD_SEND, p->index, 0), r->A + p->grad_off,
                               acc_block_bytes(p, nacc_local(p)))))
             return tie_net(r, a, x, p, x->peer, "sending the gradient", st);
+        return 0;
+    case PG_TIE_SUM_SEND:
+        if ((st = pg_net_send(r->net, x->peer, PG_TAG(PG_TIE_SUM_SEND, p->index, 0), r->A + p->grad_off, vb)))
+            return tie_net(r, a, x, p, x->peer, "sending the summed gradient", st);
+        return 0;
+    case PG_TIE_SUM_RECV:
+        if ((st = pg_net_recv(r->net, x->peer, PG_TAG(PG_TIE_SUM_SEND, p->index, 0), r->A + p->grad_off, vb,
+                              r->opt.timeout_s)))
+            return tie_net(r, a, x, p, x->peer, "receiving the summed gradient", st);
         return 0;
     default: { /* PG_TIE_GRAD_RECV, one per user in stage order: the first one folds the owner's own uses */
         int first = d->stage + 1;
@@ -425,14 +374,14 @@ static int tie_check(pg_run *r, int a, const pg_step_action *x, int64_t step)
         uint64_t h = pg_hash64(r->host, (size_t)p->numel * 4, 0xcbf29ce484222325ull), hu = 0;
         pg_net_status st;
         if (d->stage != p->owner) {
-            if ((st = pg_net_send(r->net, p->owner, PG_TAG(PG_TIE_REDUCE, p->index, 2), &h, sizeof h)))
+            if ((st = pg_net_send(r->net, p->owner, PG_TAG(PG_TIE_SUM_SEND, p->index, 2), &h, sizeof h)))
                 return tie_net(r, a, x, p, p->owner, "sending the copy's hash", st);
             continue;
         }
         for (int u = 0; u < d->nstages && u < 64; u++) {
             if (u == d->stage || !(p->stage_mask >> u & 1))
                 continue;
-            if ((st = pg_net_recv(r->net, u, PG_TAG(PG_TIE_REDUCE, p->index, 2), &hu, sizeof hu, r->opt.timeout_s)))
+            if ((st = pg_net_recv(r->net, u, PG_TAG(PG_TIE_SUM_SEND, p->index, 2), &hu, sizeof hu, r->opt.timeout_s)))
                 return tie_net(r, a, x, p, u, "receiving the copy's hash", st);
             if (hu != h) {
                 fprintf(stderr, "stage %d: tied parameter %s: the copy on stage %d differs from stage %d's after step %lld "
@@ -446,22 +395,18 @@ static int tie_check(pg_run *r, int a, const pg_step_action *x, int64_t step)
     return 0;
 }
 
-/* The verdict on this step (guard.c), made once before the optimizer touches
- * anything, at the first GRAD_NORM or OPT_STEP of every stage (after the local
- * gradient folds, so it sees the gradients the optimizer would): every stage
- * tells every other whether its loss (the loss stage) and the gradients it owns
- * are finite. */
-static int exchange_verdict(pg_run *r, int64_t step, int *known)
+/* VERDICT: this stage's gradients final (the local folds, the deferred sums
+ * of squares and losses fetched, every gradient and the loss summed over the
+ * replicas: dp.c), then its findings (guard.c). Its users' tie accumulators
+ * were added before it (TIE_GRAD_RECV), so the sums of squares are of the
+ * gradients the optimizer would see. */
+static int make_verdict(pg_run *r, int64_t step)
 {
-    if (*known)
-        return 0;
-    *known = 1; /* deferred losses and sums of squares arrive first (pg_backend_fetch); the
-                   gradients and the loss are the whole batch's (every replica's: dp.c) first */
     if (fold_local(r) || pg_backend_fetch(r->ctx) || pg_dp_reduce(r, step))
         return 1;
     if (r->tracing && r->dp)
         pg_trace_dp(r, step); /* the reduction's spans (dp_mark, dp.c) */
-    return pg_guard_verdict(r, step) || pg_backend_fetch(r->ctx);
+    return pg_guard_findings(r, step) || pg_backend_fetch(r->ctx);
 }
 
 int pg_run_step(pg_run *r, int64_t step, double *loss_out)
@@ -469,8 +414,8 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
     const pg_stage_desc *d = r->d;
     double step_t0 = r->tracing ? pg_run_now() : 0.0; /* --trace / --profile (trace.c) */
     /* step hooks (pg_ops.h): the backend may replay runs of compute as CUDA graphs */
-    int adamw = d->train.optimizer == PG_OPTIM_ADAMW, rep;
-    pg_step_info si = {step, (float)lr_at(&d->train, step), adamw ? (float)d->train.beta1 : 0.0f,
+    int adamw = pg_optim_adam(d->train.optimizer), rep;
+    pg_step_info si = {step, (float)pg_lr_at(&d->train, step), adamw ? (float)d->train.beta1 : 0.0f,
                        adamw ? (float)d->train.beta2 : 0.0f, !r->opt.no_graph};
     if (pg_backend_step_begin(r->ctx, &si) || (rep = pg_backend_compute(r->ctx, -1, NULL)) < 0)
         return 1;
@@ -480,8 +425,11 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
             return 1;
     if (pg_backend_compute_end(r->ctx) || load_batch(r, step))
         return 1;
+    if (r->tracing)
+        pg_trace_data(r, step, step_t0, pg_run_now()); /* the gradients zeroed, the batch loaded */
     double compute = 0.0;
-    int verdict_known = 0;
+    r->verdict_state = 0;
+    int have_norm = 0;
     r->step_verdict = PG_VERDICT_OK;
     const char *ct = getenv("PIPE_CHECK_TIES");
     int check_ties = ct && *ct && strcmp(ct, "0") != 0;
@@ -524,23 +472,37 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
         case PG_RECV_ACT: case PG_RECV_GRAD: case PG_RECV_SKIP: case PG_RECV_SKIP_GRAD:
             st = pg_net_recv(r->net, x->peer, x->tag, r->A + x->off, msg_bytes(r, x), r->opt.timeout_s);
             break;
-        case PG_TIE_REDUCE: case PG_TIE_SEND: case PG_TIE_RECV: case PG_TIE_GRAD_SEND: case PG_TIE_GRAD_RECV:
-            if (x->kind == PG_TIE_REDUCE ? tie_reduce(r, a, x) : tie_transmit(r, a, x))
+        case PG_TIE_SEND: case PG_TIE_RECV: case PG_TIE_GRAD_SEND: case PG_TIE_GRAD_RECV: case PG_TIE_SUM_SEND:
+        case PG_TIE_SUM_RECV:
+            if (pg_run_tie_action(r, a, x))
+                return 1;
+            break;
+        case PG_VERDICT:
+            if (r->verdict_state) {
+                fprintf(stderr, "stage %d: action %d VERDICT: the step's verdict is made already\n", d->stage, a);
+                return 1;
+            }
+            if (make_verdict(r, step))
+                return 1;
+            break;
+        case PG_VERDICT_SEND: case PG_VERDICT_RECV:
+            if (x->kind == PG_VERDICT_SEND ? pg_guard_give(r, a, x, step) : pg_guard_take(r, a, x, step))
                 return 1;
             break;
         case PG_GRAD_NORM: {
-            if (exchange_verdict(r, step, &verdict_known) || r->step_verdict == PG_VERDICT_STOP)
+            if (pg_guard_decide(r, a, x, step) || r->step_verdict == PG_VERDICT_STOP)
                 return 1;
             if (r->step_verdict == PG_VERDICT_SKIP)
                 break;
             double t0 = pg_run_now();
-            if (d->train.grad_clip > 0 && grad_norm_clip(r, a, x))
+            if (d->train.grad_clip > 0 && grad_norm_clip(r))
                 return 1;
+            have_norm = d->train.grad_clip > 0;
             compute += pg_run_now() - t0;
             break;
         }
         case PG_OPT_STEP: {
-            if (exchange_verdict(r, step, &verdict_known) || r->step_verdict == PG_VERDICT_STOP)
+            if (pg_guard_decide(r, a, x, step) || r->step_verdict == PG_VERDICT_STOP)
                 return 1;
             if (r->step_verdict == PG_VERDICT_SKIP)
                 break;
@@ -567,11 +529,14 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
         if (r->tracing)
             pg_trace_action(r, step, a, act_t0, pg_run_now());
     }
-    if (pg_backend_compute_end(r->ctx) || exchange_verdict(r, step, &verdict_known) ||
+    /* a table without OPT_STEP (none pipegen makes) still decides what its VERDICT found */
+    if (pg_backend_compute_end(r->ctx) || (r->verdict_state == 1 && pg_guard_decide(r, -1, NULL, step)) ||
         r->step_verdict == PG_VERDICT_STOP)
         return 1;
-    if (pg_sync(r->ctx) || pg_backend_step_end(r->ctx))
+    if (pg_sync(r->ctx) || pg_backend_step_end(r->ctx) || 0)
         return 1;
+    if (!have_norm && pg_run_logged(r, step)) /* the log line's norm: the verdicts brought every sum (guard.c) */
+        r->grad_norm = global_norm(r);
     *loss_out = r->loss_global; /* this replica's micro-batches in order, then the replicas in order (dp.c) */
     if (step > r->first_step) /* the run's first step warms up: timed from the next */
         r->compute_s += compute;
