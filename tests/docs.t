@@ -107,6 +107,20 @@ run_page() {
 run_page "$T/tour" README.md
 # shellcheck disable=SC2046 # the chapters, in order
 run_page "$T/tutorial" $(ls docs/tutorial/[0-9]*.md | sort)
+# ---- the stage options: --help and docs/runtime.md's list name the same ones ------------
+help=$("$T/tutorial/digits/stage0" --help 2>&1)
+opts=$(printf '%s\n' "$help" | grep '^  --' | grep -o -- '--[a-z][a-z-]*' | sort -u) # the options' lines
+[ "$(printf '%s\n' "$opts" | wc -l)" -ge 20 ]
+ok $? "a stage's --help lists its options ($(printf '%s\n' "$opts" | wc -l))"
+section=$(sed -n '/^## Stage options/,/^### /p' "$TOP/docs/runtime.md")
+missing=""
+for o in $opts; do printf '%s\n' "$section" | grep -qE -- "$o([^a-z-]|\$)" || missing="$missing $o"; done
+is "$missing" "" "every option of a stage's --help is in docs/runtime.md's Stage options"
+unknown=""
+for o in $(printf '%s\n' "$section" | grep -o '`--[a-z][a-z-]*' | tr -d '`' | sort -u); do
+    printf '%s\n' "$opts" | grep -qx -- "$o" || unknown="$unknown $o"
+done
+is "$unknown" "" "every option docs/runtime.md's Stage options names is in a stage's --help"
 [ "$(ls docs/tutorial/[0-9]*.md | wc -l)" -ge 7 ]
 ok $? "the tutorial has its chapters"
 done_testing
