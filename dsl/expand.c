@@ -661,6 +661,22 @@ static void expand_pop(chk *c, scope *sc, const ast_stmt *st, chain *ch) {
     L->out = ch->shape;
 }
 
+/* Once per file: every layer kind there is and every block the model defines
+ * (cands: the nk kinds, then the blocks), so a misspelling far from any name
+ * still shows what may be written. */
+static void note_known_layers(chk *c, const char *file, const char *const *cands, int nk) {
+    size_t cap = 64;
+    for (int i = 0; i < nk + c->nblocks; i++) cap += strlen(cands[i]) + 2;
+    char *list = chk_xmalloc(cap);
+    size_t o = 0;
+    for (int i = 0; i < nk; i++) o += (size_t)snprintf(list + o, cap - o, "%s%s", i ? ", " : "", cands[i]);
+    if (c->nblocks) o += (size_t)snprintf(list + o, cap - o, "; the blocks of this model: ");
+    for (int i = 0; i < c->nblocks; i++)
+        o += (size_t)snprintf(list + o, cap - o, "%s%s", i ? ", " : "", cands[nk + i]);
+    chk_note(c, (pg_loc){file, 0, 0}, "the layers are: %s", list);
+    free(list);
+}
+
 static void expand_item(chk *c, scope *sc, const ast_stmt *st, chain *ch) {
     switch (st->kind) {
     case ST_LAYER: {
@@ -680,8 +696,10 @@ static void expand_item(chk *c, scope *sc, const ast_stmt *st, chain *ch) {
         for (int i = 0; i < nk; i++) cands[i] = kn[i];
         for (int i = 0; i < c->nblocks; i++) cands[nk + i] = c->blocks[i].st->name;
         char dm[128];
-        chk_error(c, st->callee_loc, "unknown layer or block '%s'%s", st->callee,
-                  chk_didyoumean(dm, sizeof dm, st->callee, cands, nk + c->nblocks));
+        if (chk_error(c, st->callee_loc, "unknown layer or block '%s'%s", st->callee,
+                      chk_didyoumean(dm, sizeof dm, st->callee, cands, nk + c->nblocks)) &&
+            !c->kinds_listed++)
+            note_known_layers(c, st->callee_loc.file, cands, nk);
         free(cands);
         ch->known = 0;
         return;

@@ -324,6 +324,8 @@ static const char *const settings[] = {"batch", "microbatches", "schedule", "che
                                        "weight_decay"};
 #define NSETTINGS ((int)(sizeof settings / sizeof settings[0]))
 
+const char *pg_train_setting_name(int k) { return k >= 0 && k < NSETTINGS ? settings[k] : NULL; }
+
 void chk_train(chk *c, const ast_stmt *st) {
     ir_train *t = &c->m->train;
     const ast_arg *seen[NSETTINGS] = {0};
@@ -422,6 +424,9 @@ void chk_train(chk *c, const ast_stmt *st) {
         case 16: set_bool(c, a, &t->shuffle); break;
         }
     }
+    t->defaulted = 0;
+    for (int k = 0; k < NSETTINGS && k < 32; k++)
+        if (!seen[k]) t->defaulted |= 1u << k;
     if (t->schedule == SCHED_AUTO && !seen[12])
         chk_error(c, t->schedule_loc, "schedule = auto needs a per-stage memory budget: add `memory = 40GiB` (KiB, MiB, GiB)");
     else if (seen[12] && t->schedule != SCHED_AUTO)

@@ -168,7 +168,7 @@ int cmd_import(int argc, char **argv)
     if (nl)
         *nl = '\0';
     cmd_model cm;
-    if (!said[0] || cmd_load_model(said, NULL, 0, &cm) != 0) {
+    if (!said[0] || cmd_load_model(said, NULL, 0, NULL, &cm) != 0) {
         fprintf(stderr, "pipegen: import hf: the model written (%s) does not check: please report this\n",
                 said[0] ? said : "no path");
         return 1;
@@ -208,7 +208,7 @@ int cmd_export(int argc, char **argv)
         return 1;
     }
     cmd_model cm;
-    if (cmd_load_model(pipe, NULL, 0, &cm) != 0)
+    if (cmd_load_model(pipe, NULL, 0, NULL, &cm) != 0)
         return 1;
     uint64_t hash;
     char *plan = pg_gen_plan_json(cm.g, &hash);

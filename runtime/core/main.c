@@ -465,6 +465,31 @@ static double trace_part(pg_run *r, int kind, double t0)
     return t;
 }
 
+/* The end-of-run bubble of this stage and, on the loss stage, the throughput,
+ * over the steps this run timed: its first step (after --resume, the one after
+ * the checkpoint) warms up, so steps first+2 .. steps. When the processes on
+ * this host want more threads than it has cores, waiting for a core is idle
+ * time too, and the loss stage says so once. */
+static void report_speed(pg_run *r, int last)
+{
+    const pg_stage_desc *d = r->d;
+    int64_t from = r->first_step + 2, timed = r->opt.steps - r->first_step - 1;
+    printf("stage %d: bubble %.1f%% (compute %.3f s of %.3f s over steps %" PRId64 "..%" PRId64 ")\n", d->stage,
+           100.0 * (1.0 - r->compute_s / r->wall_s), r->compute_s, r->wall_s, from, r->opt.steps);
+    if (!last)
+        return;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (r->local_world > 1 && cores > 0 && (long)r->local_world * r->opt.threads > cores) {
+        if (r->replicas > 1)
+            printf("%d processes (stages x replicas) on %ld cores: waiting for a core counts as bubble\n",
+                   r->local_world, cores);
+        else
+            printf("%d stages on %ld cores: waiting for a core counts as bubble\n", r->local_world, cores);
+    }
+    printf("throughput: %.1f samples/s (mean over steps %" PRId64 "..%" PRId64 ")\n",
+           (double)d->train.batch * (double)timed / r->wall_s, from, r->opt.steps);
+}
+
 /* A JSON number, or null for what JSON cannot hold (NaN, infinities). */
 static int json_num(char *b, size_t n, const char *key, double v)
 {
@@ -539,6 +564,7 @@ static int run(pg_run *r)
         return 1;
     }
     r->opt.threads = threads;
+    r->local_world = l.local_world;
     pg_launch_describe(&l, threads, why, err, sizeof err);
     fprintf(stderr, "stage %d: %s\n", d->stage, err);
     if (pg_guard_files(d, l.world, err, sizeof err)) { /* ulimit -n: the links and files this stage needs */
@@ -656,13 +682,13 @@ static int run(pg_run *r)
     if (pg_trace_sync(r))
         return 1;
     int last = d->has_loss && r->replica == 0; /* replica 0 reports the loss of the whole batch */
-    double samples_s = 0.0;
+    r->first_step = start;
     for (int64_t s = start; s < r->opt.steps; s++) {
         double t0 = pg_run_now(), loss = 0.0;
         if (pg_run_step(r, s, &loss))
             return 1;
         double dt = pg_run_now() - t0;
-        if (s > 0)
+        if (s > start) /* the run's first step warms up: timed from the next (after --resume too) */
             r->wall_s += dt;
         else
             r->first_wall_s = dt;
@@ -702,6 +728,7 @@ static int run(pg_run *r)
     pg_trace_between(r, pg_run_now()); /* the last step's work after it ends here */
     if (start == r->opt.steps && r->ev && pg_eval_run(r, start)) /* nothing to train: evaluate what was loaded */
         return 1;
+    pg_io_summary_begin(); /* under piperun: what follows is printed with the other stages' summaries */
     /* The user's files, the weights first: whatever fails later cannot lose
      * them, and a signal (piperun stopping the run) waits until they are written. */
     pg_io_protect_begin();
@@ -718,13 +745,8 @@ static int run(pg_run *r)
         fprintf(stderr, "stage %d: flushing the last messages failed: %s\n", d->stage, pg_net_error(r->net));
         return 1;
     }
-    if (r->opt.steps > 1 && r->wall_s > 0 && r->replica == 0) {
-        printf("stage %d: bubble %.1f%% (compute %.3f s of %.3f s over steps 2..%" PRId64 ")\n", d->stage,
-               100.0 * (1.0 - r->compute_s / r->wall_s), r->compute_s, r->wall_s, r->opt.steps);
-        samples_s = (double)d->train.batch * (double)(r->opt.steps - 1) / r->wall_s;
-        if (last)
-            printf("throughput: %.1f samples/s (mean over steps 2..%" PRId64 ")\n", samples_s, r->opt.steps);
-    }
+    if (r->opt.steps - r->first_step > 1 && r->wall_s > 0 && r->replica == 0)
+        report_speed(r, last);
     if (r->replica == 0) {
         pg_dp_report(r);
         pg_zero_report(r);

@@ -98,9 +98,11 @@ typedef struct pg_run {
     double *loss;             /* [nmb] partial losses of this step */
     void *synth_in, *synth_tg; /* synthetic data: the fixed batches, made at start-up (pg_run_synth_init) */
     double *norms, *norm_in;  /* [nmodel_params]: this stage's owned sums of squares; every parameter's (its owner's) */
-    double compute_s;         /* time inside compute actions, steps after the first */
-    double wall_s;            /* wall time of the steps after the first */
-    double first_wall_s;      /* wall time of the first step */
+    double compute_s;         /* time inside compute actions, steps after this run's first */
+    double wall_s;            /* wall time of the steps after this run's first */
+    double first_wall_s;      /* wall time of this run's first step */
+    int64_t first_step;       /* this run's first step: 0, or the checkpoint's step after --resume */
+    int local_world;          /* processes of this run on this host (0: the launcher does not say) */
     int cur_action;
     int tokens;               /* --data is a token stream: in/tg hold it (tokens.c) */
     uint64_t *sample_idx;     /* [batch]: the samples of this step's rows (load_batch, step.c) */
