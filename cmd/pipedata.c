@@ -3,6 +3,7 @@
  *   pipedata text FILE -o OUT.pgd    every byte of FILE is one i32 token (vocab
  *                                    256): a rank-1 stream, dims [ntokens]
  *   pipedata bytes IN.pgd -o OUT     the reverse: a token stream back to bytes
+ *   pipedata tokenize ...            through a Hugging Face tokenizer (pd_tokenize.c)
  * Exit status: 0 ok, 1 failure (printed), 2 usage. */
 #include <errno.h>
 #include <stdint.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "io_atomic.h"
+#include "pd_tokenize.h"
 #include "pg_io.h"
 #include "pg_version.h"
 
@@ -20,7 +22,9 @@ static void usage(FILE *o)
     fprintf(o,
             "usage: pipedata text FILE -o OUT.pgd   bytes of FILE as i32 tokens 0..255 (vocab 256),\n"
             "                                       one rank-1 stream (dims [ntokens]) for --data\n"
-            "       pipedata bytes IN.pgd -o OUT    a token stream back to bytes (tokens 0..255)\n"
+            "       pipedata bytes IN.pgd -o OUT    a token stream back to bytes (tokens 0..255)\n");
+    pd_tokenize_usage(o);
+    fprintf(o,
             "       pipedata --help | --version\n"
             "A language model (input and target i32[seq]) reads the stream with --data: sample i\n"
             "is the window of seq tokens at a seeded offset, its target the window one further.\n");
@@ -139,6 +143,8 @@ int main(int argc, char **argv)
         printf("pipedata (pipegen " PIPEGEN_VERSION ")\n");
         return 0;
     }
+    if (argc > 1 && !strcmp(argv[1], "tokenize"))
+        return pd_tokenize(argc, argv);
     if (argc != 5 || strcmp(argv[3], "-o") || (strcmp(argv[1], "text") && strcmp(argv[1], "bytes"))) {
         if (argc > 1 && strcmp(argv[1], "text") && strcmp(argv[1], "bytes"))
             fprintf(stderr, "pipedata: unknown command '%s'\n", argv[1]);
