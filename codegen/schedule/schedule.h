@@ -50,6 +50,7 @@ typedef struct pg_schedule {
     int chunk_stage[64];     /* [nchunks]: the stage that runs each chunk */
     pg_stage_sched *stage;  /* [nstages] */
     char *file;             /* owned: the CSV the actions came from, NULL for built-ins */
+    int forward_only;       /* 1: evaluation's schedule (pg_schedule_forward_only): forwards, no step */
 } pg_schedule;
 
 /* The chunks stage st runs, in chunk order, into out[64]; returns how many. */
@@ -104,6 +105,16 @@ typedef struct pg_sched_prediction {
 int pg_schedule_predict(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c,
                         pg_sched_prediction *out);
 
+/* The decode schedule of generation with the KV cache (codegen/gen/gen_decode.c):
+ * nmb micro-batches forward through the chunks as s places them. A run of
+ * consecutive chunks on one stage is a group; each stage runs its groups in
+ * chunk order, and within a group micro-batch by micro-batch through the
+ * group's chunks (a chunk's output goes on to the next chunk of its stage at
+ * once). The messages are the step's (pg_schedule_add_comms: activations and
+ * skips, sends ordered as their peers receive them), without the ties' and
+ * the step's end; verified as a forward-only schedule. One round of decoding
+ * runs it once. 0, or -1 with the reason in d. */
+int pg_schedule_decode(const ir_model *m, const pg_schedule *s, int nmb, pg_schedule *out, pg_diag *d);
 /* Build the whole schedule of m: builtin or CSV, comms, slots, verify. */
 int pg_schedule_build(const ir_model *m, pg_schedule *s, pg_diag *d);
 void pg_schedule_free(pg_schedule *s);

@@ -9,6 +9,9 @@
  *  3. run together (sched_sim.c), every RECV meets the matching SEND, no stage
  *     waits forever (a deadlock is reported with its wait-for cycle), and no
  *     message is left unreceived.
+ * A forward-only schedule (evaluation, pg_schedule_forward_only) holds only
+ * forwards, their messages and transmitted ties' values: every (chunk, mb)
+ * forward exactly once, after its inputs, and no step (no backward, no OPT_STEP).
  * Diagnostics point at the action's CSV line when it came from a file. */
 #include <stdarg.h>
 #include <stdlib.h>
@@ -205,6 +208,12 @@ static int check_stage(verify_ctx *v, int st, unsigned char *cm, unsigned char *
             return -1;
         int c = a->chunk, mb = a->mb;
         pg_act_str(a, sa, sizeof sa);
+        if (s->forward_only && a->kind != PG_FWD && a->kind != PG_SEND_ACT && a->kind != PG_RECV_ACT &&
+            a->kind != PG_SEND_SKIP && a->kind != PG_RECV_SKIP && a->kind != PG_TIE_SEND && a->kind != PG_TIE_RECV) {
+            report(v, 0, a, "stage %d action %d %s: a forward-only schedule holds forwards, their messages and "
+                   "transmitted ties' values only", st, i, sa);
+            return -1;
+        }
         if (nopt) {
             report(v, 0, a, "stage %d action %d %s comes after OPT_STEP, which must be the stage's last action",
                    st, i, sa);
@@ -333,7 +342,7 @@ static int check_stage(verify_ctx *v, int st, unsigned char *cm, unsigned char *
     }
     for (int j = 0; j < nmine; j++)
         for (int mb = 0; mb < nmb; mb++)
-            for (int k = 0; k < 3; k++) {
+            for (int k = 0; k < (s->forward_only ? 1 : 3); k++) {
                 static const pg_act_kind kinds[3] = { PG_FWD, PG_BWD_B, PG_BWD_W };
                 if (!(CM(mine[j], mb) & (1u << k))) {
                     pg_act want = pg_act_make(kinds[k], mb, mine[j]);
@@ -343,6 +352,8 @@ static int check_stage(verify_ctx *v, int st, unsigned char *cm, unsigned char *
             }
 #undef CM
 #undef KM
+    if (s->forward_only)
+        return 0;
     if (!nopt) {
         report(v, 0, NULL, "stage %d has no OPT_STEP at its end", st);
         return -1;

@@ -141,6 +141,7 @@ int pg_run_preflight(pg_run *r)
         bad |= o->save_grads && check_file(d, "--save-grads", o->save_grads, save_bytes(d, 1));
         bad |= o->trace && check_file(d, "--trace", o->trace, 0);
         bad |= o->profile && check_file(d, "--profile", o->profile, 0);
+        bad |= o->generate > 0 && o->gen_out && check_file(d, "--gen-out", o->gen_out, 0);
     }
     if (o->ckpt_dir) {
         bad |= check_ckpt_dir(d, o->ckpt_dir) != 0;

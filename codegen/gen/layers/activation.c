@@ -22,5 +22,5 @@ static void relu_bwd_b(em_out *e, em_layer *a) { act_bwd_b(e, a, "relu"); }
 static void gelu_fwd(em_out *e, em_layer *a) { act_fwd(e, a, "gelu"); }
 static void gelu_bwd_b(em_out *e, em_layer *a) { act_bwd_b(e, a, "gelu"); }
 
-const gen_layer_kind gen_relu = {.fwd = relu_fwd, .bwd_b = relu_bwd_b};
-const gen_layer_kind gen_gelu = {.fwd = gelu_fwd, .bwd_b = gelu_bwd_b};
+const gen_layer_kind gen_relu = {.per_token = 1, .fwd = relu_fwd, .bwd_b = relu_bwd_b};
+const gen_layer_kind gen_gelu = {.per_token = 1, .fwd = gelu_fwd, .bwd_b = gelu_bwd_b};
