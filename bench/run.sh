@@ -11,7 +11,9 @@
 # bench/gemm.sh: the runtime's GEMM against OpenBLAS; bench/dp.sh: the data-parallel
 # replicas' gradient reduction against raw TCP on the same loopback path, and the
 # step with its early buckets against without; bench/zero.sh: the replicas' step
-# with the optimizer state sharded (--zero 1) against without.
+# with the optimizer state sharded (--zero 1) against without; bench/scale.sh:
+# pipegen's split search, memory planner and schedule CSV reader against their
+# size (the exponent of time ~ size^k).
 #
 # Knobs (environment): BENCH_STEPS (30) steps per run, BENCH_WARMUP (3) first
 # steps left out of the median, BENCH_REPEAT (3) rounds (each config is run once
@@ -156,3 +158,6 @@ BENCH_STEPS=$STEPS BENCH_WARMUP=$WARMUP BENCH_REPEAT=$REPEAT BENCH_CPUS=${BENCH_
 # the optimizer state sharded over the replicas (--zero 1) against without (bench/zero.sh)
 echo
 BENCH_STEPS=$STEPS BENCH_WARMUP=$WARMUP BENCH_REPEAT=$REPEAT BENCH_CPUS=${BENCH_CPUS:-0,1} BENCH_DIR=$DIR "$TOP/bench/zero.sh" || exit 1
+echo
+# pipegen's own near-linear paths: CPU time against size, the exponent fitted (bench/scale.sh)
+BENCH_REPEAT=$REPEAT BENCH_DIR=$DIR "$TOP/bench/scale.sh" || exit 1

@@ -4,8 +4,11 @@
  *                                    256): a rank-1 stream, dims [ntokens]
  *   pipedata bytes IN.pgd -o OUT     the reverse: a token stream back to bytes
  *   pipedata tokenize ...            through a Hugging Face tokenizer (pd_tokenize.c)
+ * Outputs are written beside the target and renamed into place (io_atomic.h);
+ * an output that is the input file is refused.
  * Exit status: 0 ok, 1 failure (printed), 2 usage. */
 #include <errno.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,10 +124,11 @@ static int cmd_bytes(const char *in, const char *out)
             b[i] = (unsigned char)t[i];
         }
     }
-    if (!rc) {
-        FILE *o = fopen(out, "wb");
-        if (!o || fwrite(b, 1, f.samples, o) != f.samples || fclose(o) != 0) {
-            fprintf(stderr, "pipedata: cannot write %s: %s\n", out, strerror(errno));
+    if (!rc) { /* beside it, then renamed: a full disk leaves no torn file (io_atomic.h) */
+        const void *parts[1] = {b};
+        size_t lens[1] = {(size_t)f.samples};
+        if (pg_io_write_atomic(out, parts, lens, 1, err, sizeof err) != 0) {
+            fprintf(stderr, "pipedata: %s\n", err);
             rc = 1;
         }
     }
@@ -151,5 +155,16 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    return !strcmp(argv[1], "text") ? cmd_text(argv[2], argv[4]) : cmd_bytes(argv[2], argv[4]);
+    /* over ulimit -f a write fails with EFBIG, reported with the file's name */
+    signal(SIGXFSZ, SIG_IGN);
+    pg_io_file files[] = {{"-o", argv[4], 1}, {"the input", argv[2], 0}};
+    char err[9000];
+    if (pg_io_check_distinct(files, 2, err, sizeof err) != 0) {
+        fprintf(stderr, "pipedata: %s\n", err);
+        return 2;
+    }
+    int rc = !strcmp(argv[1], "text") ? cmd_text(argv[2], argv[4]) : cmd_bytes(argv[2], argv[4]);
+    if (pg_io_stdout_done("pipedata") != 0 && rc == 0)
+        rc = 1;
+    return rc;
 }

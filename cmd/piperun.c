@@ -42,7 +42,7 @@
 /* Written by the signal handlers only: the signal to forward and a self-pipe
  * that wakes poll(). The one piece of state a handler may touch. */
 static struct {
-    volatile sig_atomic_t forward; /* SIGINT or SIGTERM received, 0 if none */
+    volatile sig_atomic_t forward; /* SIGINT or SIGTERM (SIGHUP counts as it) received, 0 if none */
     volatile sig_atomic_t nforward; /* how many of them so far */
     volatile sig_atomic_t tstp;    /* SIGTSTP (Ctrl-Z): suspend the whole run */
     volatile sig_atomic_t cont;    /* SIGCONT: resume the stages */
@@ -52,8 +52,8 @@ static struct {
 static void on_signal(int sig)
 {
     int e = errno;
-    if (sig == SIGINT || sig == SIGTERM) {
-        sigstate.forward = sig;
+    if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) { /* the terminal closed: stop the run as SIGTERM does */
+        sigstate.forward = sig == SIGHUP ? SIGTERM : sig;
         sigstate.nforward++;
     }
     if (sig == SIGTSTP) sigstate.tstp = 1;
@@ -133,13 +133,19 @@ static void emit_line(int k, int out, const char *p, size_t n, int add_newline)
 {
     char pre[48], nm[40];
     int pl = snprintf(pre, sizeof pre, "[%s] ", proc_name(k, nm, sizeof nm));
-    /* A stage names itself ("stage k: ...") so that its lines say who wrote
-     * them when it runs alone; here the prefix says so already. */
-    char own[32];
-    int ol = snprintf(own, sizeof own, "stage %d: ", k % layout.P);
-    if (n >= (size_t)ol && memcmp(p, own, (size_t)ol) == 0) {
-        p += ol;
-        n -= (size_t)ol;
+    /* A stage names itself ("stage k: ...", with replicas also "stage k of
+     * replica r: ...") so that its lines say who wrote them when it runs
+     * alone; here the prefix says so already. */
+    char own[2][48];
+    snprintf(own[0], sizeof own[0], "stage %d: ", k % layout.P);
+    snprintf(own[1], sizeof own[1], "stage %d of replica %d: ", k % layout.P, k / layout.P);
+    for (int i = 0; i < 2; i++) {
+        size_t ol = strlen(own[i]);
+        if (n >= ol && memcmp(p, own[i], ol) == 0) {
+            p += ol;
+            n -= ol;
+            break;
+        }
     }
     /* one write per line where it fits, so lines from stages do not interleave */
     char tmp[LINE_MAX_BYTES + 48];
@@ -347,17 +353,22 @@ static void usage(FILE *f)
                "\n"
                "Environment of each stage: PIPE_RANK=k, PIPE_WORLD=N, PIPE_MASTER (a free\n"
                "loopback port, or PIPE_MASTER as set for piperun), PIPE_LOCAL_WORLD=N,\n"
-               "PIPE_RUN_ID (a random token per run, or PIPE_RUN_ID as set for piperun: a\n"
-               "stage of another run that reaches this run's master is refused).\n"
+               "PIPE_RUN_ID (a random id per run, or PIPE_RUN_ID as set for piperun: a\n"
+               "stage of another run that reaches this run's master is refused),\n"
+               "PIPE_RUN_TOKEN (64 random hex digits per run, the run's secret: only a process\n"
+               "holding it joins; PIPE_RUN_TOKEN or PIPE_RUN_TOKEN_FILE as set for piperun is\n"
+               "passed on instead).\n"
                "Threads: a stage's default --threads is the cores of this machine divided by\n"
                "PIPE_LOCAL_WORLD (at least 1), so the stages share the cores (under Slurm,\n"
                "SLURM_CPUS_PER_TASK divided likewise; else OMP_NUM_THREADS when set);\n"
                "--threads T gives every stage T threads instead.\n"
                "Output: every line a stage prints is relayed prefixed \"[stage k] \" (stdout to\n"
-               "stdout, stderr to stderr); a line that starts \"stage k: \" (the stage naming\n"
-               "itself) loses those words, so the name is not said twice.\n"
+               "stdout, stderr to stderr); a line that starts \"stage k: \" or \"stage k of\n"
+               "replica r: \" (the stage naming itself) loses those words, so the name is not\n"
+               "said twice.\n"
                "Signals: SIGINT and SIGTERM (Ctrl-C) are forwarded to every stage (with\n"
-               "--save-on-exit they finish the step and write a checkpoint first). When a\n"
+               "--save-on-exit they finish the step and write a checkpoint first); SIGHUP\n"
+               "(the terminal closed) is taken as SIGTERM and forwarded as one. When a\n"
                "stage fails, the others get SIGTERM. A stage still running %.0f s after a\n"
                "forwarded signal or a SIGTERM is killed (SIGKILL), except while it writes a\n"
                "file for the user (--save, --save-grads, a checkpoint, a trace or profile):\n"
@@ -559,6 +570,31 @@ int main(int argc, char **argv)
         }
         for (size_t i = 0; i < sizeof rb; i++) snprintf(hex + 2 * i, 3, "%02x", rb[i]);
         setenv("PIPE_RUN_ID", hex, 1);
+    }
+    /* the run's secret (docs/launch.md, "Security: the run token"): only a process holding it joins
+     * the run; one given to piperun (PIPE_RUN_TOKEN or PIPE_RUN_TOKEN_FILE)
+     * is passed on as it is */
+    const char *tok = getenv("PIPE_RUN_TOKEN"), *tokf = getenv("PIPE_RUN_TOKEN_FILE");
+    if ((!tok || !*tok) && (!tokf || !*tokf)) {
+        unsigned char tb[32];
+        char hex[2 * sizeof tb + 1];
+        size_t got = 0;
+        while (got < sizeof tb) {
+            ssize_t g = getrandom(tb + got, sizeof tb - got, 0);
+            if (g < 0 && errno == EINTR) continue;
+            if (g <= 0) break;
+            got += (size_t)g;
+        }
+        if (got < sizeof tb) { /* no guessable stand-in: a token is a secret or nothing */
+            fprintf(stderr, "piperun: cannot make a run token: getrandom: %s (set PIPE_RUN_TOKEN)\n", strerror(errno));
+            free(paths);
+            free(extra);
+            return 1;
+        }
+        for (size_t i = 0; i < sizeof tb; i++) snprintf(hex + 2 * i, 3, "%02x", tb[i]);
+        setenv("PIPE_RUN_TOKEN", hex, 1);
+        memset(tb, 0, sizeof tb);
+        memset(hex, 0, sizeof hex);
     }
     if (check_files(pr.n) != 0) {
         free(paths);

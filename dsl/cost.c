@@ -132,6 +132,8 @@ void pg_profile_free(pg_profile *p)
         free(p->e[i].name);
     free(p->e);
     free(p->path);
+    free(p->model);
+    free(p->plan_hash);
     memset(p, 0, sizeof *p);
 }
 
@@ -167,15 +169,35 @@ static int report(jcur *c)
     return 1;
 }
 
-/* A seconds value at the current place, >= 0; -1 after an error. */
+/* What a measured value may be at most: a time per micro-batch of more than
+ * a million seconds (11 days) or a rate of more than 1e18 bytes a second is
+ * no measurement, and sums of such values would overflow to inf and make the
+ * split search compare NaN. */
+#define PROFILE_MAX_S 1e6
+#define PROFILE_MAX_RATE 1e18
+
+/* A seconds (or, "..._per_s", bytes per second) value at the current place,
+ * finite, >= 0 and not absurd; -1 after an error. */
 static double jseconds(jcur *c, const char *key)
 {
     size_t at = pg_json_here(&c->j);
     double v;
     if (pg_json_number(&c->j, &v))
         return -1;
+    int rate = strstr(key, "_per_s") != NULL;
+    double max = rate ? PROFILE_MAX_RATE : PROFILE_MAX_S;
+    if (!isfinite(v)) {
+        pg_json_fail_at(&c->j, at, "%s is not a finite number (%g)", key, v);
+        return -1;
+    }
     if (v < 0) {
         pg_json_fail_at(&c->j, at, "%s must not be negative", key);
+        return -1;
+    }
+    if (v > max) {
+        pg_json_fail_at(&c->j, at, "%s = %g is absurd: %s", key, v,
+                        rate ? "more than 1e18 bytes a second" : "more than 1e6 seconds per micro-batch (a profile "
+                                                                 "holds seconds)");
         return -1;
     }
     return v;
@@ -404,6 +426,12 @@ int pg_profile_read(const char *path, pg_profile *p, pg_diag *d)
             jmessages(&c);
         } else if (strcmp(key, "stage_costs") == 0 || strcmp(key, "stage_times") == 0) {
             jlist(&c, jstage_cost, key[6] == 'c', "a list of stages");
+        } else if ((strcmp(key, "model") == 0 || strcmp(key, "plan_hash") == 0) &&
+                   pg_json_peek(&c.j) == PG_JSON_STRING) { /* what it was measured on (--profile writes them) */
+            char **dst = key[0] == 'm' ? &p->model : &p->plan_hash;
+            free(*dst);
+            *dst = NULL;
+            pg_json_string(&c.j, dst);
         } else {
             pg_json_skip(&c.j);
         }

@@ -26,8 +26,11 @@
  *    "step_start_s": .., "step_end_s": ..}] gives what a stage's OPT_STEP,
  *    GRAD_NORM and TIE_REDUCE cost the stage itself (waits left out) and its
  *    time before the first and after the last action of a step; a profile
- *    without it (older) gives only "stage_times"' "optimizer_s". Other keys
- *    are ignored; every compute layer must appear. */
+ *    without it (older) gives only "stage_times"' "optimizer_s". Optional
+ *    "model" and "plan_hash" (strings) say what it was measured on. Every
+ *    value must be finite, >= 0 and not absurd (at most 1e6 s; rates at most
+ *    1e18 bytes/s): refused at its line and column. Other keys are ignored;
+ *    every compute layer must appear. */
 #ifndef PG_COST_H
 #define PG_COST_H
 
@@ -73,6 +76,7 @@ typedef struct pg_profile {
     double recv_latency_s, recv_bytes_per_s;
     int has_stage_costs; /* 1: "stage_costs"; 2: only "stage_times"' optimizer_s */
     pg_stage_cost stage[PG_PROFILE_MAX_STAGES]; /* by stage; zero where not given */
+    char *model, *plan_hash; /* owned: what it was measured on ("model", "plan_hash"; NULL when not said) */
 } pg_profile;
 
 /* Read a profile; located errors (file:line:col) through d. 0 or -1. */

@@ -74,6 +74,11 @@ is "$rc" 1 "a budget nothing fits is refused"
 like "$got" "m.pipe:9:29: error: no schedule fits memory = 64 KiB per stage: the smallest achievable is [0-9.]+ KiB per stage \([a-z0-9()]+, (balanced|min-max) split, on 2 stages\)" \
     "... at the memory setting, naming the smallest achievable per-stage memory"
 like "$got" "note: raise memory to at least $least bytes" "... exactly, in bytes ($least)"
+# a budget one byte short of the smallest: both would round to the same KiB, so both are said in bytes
+with_memory $((least - 1))
+got=$("$PIPEGEN" plan "$T/m.pipe" 2>&1)
+like "$got" "error: no schedule fits memory = $((least - 1)) bytes per stage: the smallest achievable is $least bytes per stage" \
+    "a budget just short of the smallest: the two are told apart in bytes, not both rounded alike"
 
 # the settings
 sed -e 's/memory = 1MiB/memory = 40GB/' "$M" >"$T/bad.pipe"

@@ -1,13 +1,22 @@
 #!/bin/sh
 # tests/fault_checkpoint.t — checkpoints and resume (--checkpoint-dir, --save-every,
 # --resume): bitwise continuation, the 2 newest kept, and a corrupted, truncated,
-# half-written or mismatched checkpoint refused with a reason while the previous
+# half-written or mismatched checkpoint (two tensors' names swapped included:
+# the checksum covers names, dtypes, shapes and offsets) refused with a reason
+# (thousands of never-completed step directories in one line, then removed);
+# a second run into a directory another run writes into refused (DIR/LOCK)
+# while the previous
 # complete one stays usable; a full disk (a small tmpfs) keeps the previous one.
 . "$(dirname "$0")/lib.sh"
 . "$TOP/tests/lib_e2e.sh"
 . "$TOP/tests/lib_fault.sh"
+PY=${PYTHON:-/usr/bin/python3}
 T=$(mktemp -d /tmp/pg-fault-ck.XXXXXX)
-cleanup() { mountpoint -q "$T/full" 2>/dev/null && umount "$T/full"; rm -rf "$T"; }
+cleanup() {
+    [ -f "$T/lkA.pid" ] && kill -9 "$(cat "$T/lkA.pid")" 2>/dev/null
+    mountpoint -q "$T/full" 2>/dev/null && umount "$T/full"
+    rm -rf "$T"
+}
 trap cleanup EXIT
 G=$T/m3
 gen_mlp "$G" 3
@@ -56,7 +65,23 @@ f=$T/ck/step-00000005/stage1.safetensors
 sz=$(stat -c %s "$f")
 b=$(od -An -tu1 -j $((sz - 5)) -N1 "$f" | tr -d ' ') # flip every bit of that byte: it always changes
 printf "\\$(printf %o $((255 - b)))" | dd of="$f" bs=1 seek=$((sz - 5)) conv=notrunc 2>/dev/null
-refuse "a corrupted byte in stage 1's tensors" 'stage1\.safetensors is corrupted: its tensors hash to'
+refuse "a corrupted byte in stage 1's tensors" 'stage1\.safetensors is corrupted: its tensor names, dtypes, shapes, offsets and bytes hash to'
+# a weight and its momentum (one shape) under each other's names, every byte as
+# written: the checksum covers the names, not only the bytes
+w=$("$PY" -c 'import json, struct, sys; f = open(sys.argv[1], "rb"); n = struct.unpack("<Q", f.read(8))[0]
+print(sorted(k[2:] for k in json.loads(f.read(n)) if k.startswith("w:"))[0])' "$f")
+"$PY" "$TOP/tests/ckpt_edit.py" swap "$f" "w:$w" "opt0:$w"
+ok $? "stage 1's $w and its momentum swapped by name"
+refuse "two same-shape tensors' names swapped" 'stage1\.safetensors is corrupted: its tensor names, dtypes, shapes, offsets and bytes hash to'
+# a checkpoint of an older pipegen (its checksums over the data alone) still resumes
+for k in 0 1 2; do
+    sum=$("$PY" "$TOP/tests/ckpt_edit.py" legacy "$T/ck/step-00000005/stage$k.safetensors") &&
+        "$PY" "$TOP/tests/ckpt_edit.py" manifest "$T/ck/step-00000005/MANIFEST" "stage $k=$sum" || echo "legacy $k failed"
+done
+run --steps 10 --resume "$T/ck" --save "$T/fb.st" >"$T/fb.out" 2>&1
+like "$(cat "$T/fb.out")" 'continuing from .*step-00000005' "a checkpoint whose checksums cover the data alone (an older pipegen's) resumes"
+cmp -s "$T/straight.st" "$T/fb.st"; ok $? "...bitwise"
+rm -rf "$T/ck"; cp -a "$T/ck.orig" "$T/ck"
 truncate -s $((sz / 2)) "$f"
 refuse "a truncated stage file" 'stage1\.safetensors is truncated'
 rm "$T/ck/step-00000005/MANIFEST"
@@ -124,6 +149,45 @@ run --steps 6 --resume "$T/ck" --save "$T/fb6.st" >"$T/fb6.out" 2>&1
 like "$(cat "$T/fb6.out")" 'passing over .*step-00000005: it belongs to another run' "LATEST unusable: the other run's step is passed over"
 like "$(cat "$T/fb6.out")" 'continuing from .*step-00000004' "...and this run's previous checkpoint taken"
 rm -rf "$T/ck"; cp -a "$T/ck.orig" "$T/ck"
+
+# 3000 step directories above the last complete one, never completed (a run
+# killed over and over while it wrote them): one line for all of them, and a
+# resume into the same directory removes them
+cp -a "$T/ck.orig" "$T/many"
+rm "$T/many/LATEST"
+(cd "$T/many" && seq -f 'step-%08g' 6 3005 | xargs mkdir && seq -f 'step-%08g/stage1.safetensors' 6 3005 | xargs touch)
+run --steps 7 --resume "$T/many" --checkpoint-dir "$T/many" --save-every 1 >"$T/many.out" 2>&1
+ok $? "3000 incomplete newer steps: the resume goes on from step 5"
+is "$(grep -c 'passing over' "$T/many.out")" 1 "...saying so in one line, not one per directory"
+like "$(cat "$T/many.out")" 'resume: passing over 3000 step directories \(step-00000006 \.\. step-00003005\): they have no MANIFEST \(checkpoints that were never completed\)' \
+    "...with their count and range"
+like "$(cat "$T/many.out")" 'resume: removed 3000 step directories above step 5 that never completed' "...which it removes"
+is "$(cd "$T/many" && echo step-*)" "step-00000006 step-00000007" "...leaving this run's two newest checkpoints"
+rm -rf "$T/many"
+
+# --- a checkpoint directory is locked by the run that writes into it -------------------
+"$PIPERUN" "$G/bin" -- --threads 1 --steps 100000000 --log-every 100000000 --checkpoint-dir "$T/lk" \
+    --save-every 100000000 --save-on-exit >"$T/lkA.out" 2>&1 &
+echo $! >"$T/lkA.pid" # piperun itself: one SIGTERM to forward
+t=0; while [ ! -s "$T/lk/LOCK" ] && [ $t -lt 200 ]; do sleep 0.1; t=$((t + 1)); done
+like "$(cat "$T/lk/LOCK" 2>/dev/null)" "^run [0-9a-f]+ on host [^,]+, pid [0-9]+$" "a run writing checkpoints holds DIR/LOCK, naming its run id, host and pid"
+run --steps 4 --checkpoint-dir "$T/lk" --save-every 2 >"$T/lkB.out" 2>&1; rc=$?
+is "$rc" 2 "a second run into that directory: exit 2"
+like "$(cat "$T/lkB.out")" "the checkpoint directory $T/lk cannot be used: it is in use by another run \(run [0-9a-f]+ on host [^,]+, pid [0-9]+ holds $T/lk/LOCK\): two runs writing checkpoints into one directory would delete each other's" \
+    "...naming the run that holds it"
+! grep -q 'step 1/' "$T/lkB.out"; ok $? "...before any step"
+kill -TERM "$(cat "$T/lkA.pid")" 2>/dev/null
+wait_exit "$(cat "$T/lkA.pid")" 30
+[ ! -e "$T/lk/LOCK" ] && [ -f "$T/lk/LATEST" ]; ok $? "the lock file goes when its run ends (after its checkpoint on SIGTERM)"
+rm -rf "$T/lk"
+mkdir -p "$T/lk" && printf 'run dead on host gone, pid 1\n' >"$T/lk/LOCK"
+run --steps 2 --checkpoint-dir "$T/lk" --save-every 1 >"$T/lkC.out" 2>&1
+ok $? "a lock file nobody holds (its run was killed) is taken over"
+[ -f "$T/lk/step-00000002/MANIFEST" ] && [ ! -e "$T/lk/LOCK" ]; ok $? "...the run writes its checkpoints and then lets go"
+run --steps 0 --checkpoint-dir "$T/lk0" >/dev/null 2>&1
+ok $? "a run that writes no checkpoint (--steps 0)"
+[ ! -e "$T/lk0" ]; ok $? "...leaves no directory behind: the one its lock made goes"
+rm -rf "$T/lk"
 
 # --- mismatches: nothing usable -> a clear refusal ---------------------------------
 # (another layout of the same model resumes it: tests/relayout.t)

@@ -7,7 +7,8 @@
 # loss that is not finite; inputs and targets that do not belong together
 # (--data without --targets, different sample counts, stage 0 and the loss stage
 # reading different token streams); a FIFO where a file is meant; a data file
-# truncated while the run reads it (SIGBUS on the mapping); a file-size limit
+# truncated while the run reads it (SIGBUS on the mapping), or rewritten in
+# place at the same size (its change time, checked after every read); a file-size limit
 # (SIGXFSZ) while the weights are written.
 . "$(dirname "$0")/lib.sh"
 . "$TOP/tests/lib_e2e.sh"
@@ -102,6 +103,42 @@ run --steps 1 --load "$T/wnan.st" >"$T/o" 2>&1; rc=$?
 is "$rc" 1 "a NaN weight in a --load file: exit 1"
 like "$(cat "$T/o")" "\[stage 0\] --load: .*wnan\\.st: tensor 'layer0\\.weight', element 7 is nan: refusing weights that are not finite" \
     "...refused, naming the tensor and the element"
+# the same weights rounded to bf16 precision: as F32 (a), as BF16 (b, converted on load exactly), and with an
+# extra tensor no parameter takes (c: load_check.c refuses it, naming it)
+"${PYTHON:-/usr/bin/python3}" - "$T/init.st" "$T/wa.st" "$T/wb.st" "$T/wc.st" <<'PY'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+hdr, data = json.loads(raw[8:8 + n]), raw[8 + n:]
+def store(path, h, d):
+    t = json.dumps(h, separators=(",", ":")).encode()
+    t += b" " * (-len(t) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(t)) + t + d)
+f32, bf, off = {}, {}, 0
+ha, hb, da, db = {"__metadata__": hdr.get("__metadata__", {})}, {"__metadata__": hdr.get("__metadata__", {})}, b"", b""
+for k, v in sorted(((k, v) for k, v in hdr.items() if k != "__metadata__"), key=lambda x: x[1]["data_offsets"][0]):
+    b0, b1 = v["data_offsets"]
+    words = struct.unpack("<%dI" % ((b1 - b0) // 4), data[b0:b1])
+    top = [w >> 16 for w in words]
+    ha[k] = {"dtype": "F32", "shape": v["shape"], "data_offsets": [len(da), len(da) + 4 * len(top)]}
+    da += struct.pack("<%dI" % len(top), *[t << 16 for t in top])
+    hb[k] = {"dtype": "BF16", "shape": v["shape"], "data_offsets": [len(db), len(db) + 2 * len(top)]}
+    db += struct.pack("<%dH" % len(top), *top)
+store(sys.argv[2], ha, da)
+store(sys.argv[3], hb, db)
+hc = dict(ha)
+hc["junk.weight"] = {"dtype": "F32", "shape": [2], "data_offsets": [len(da), len(da) + 8]}
+store(sys.argv[4], hc, da + struct.pack("<2f", 1.0, 2.0))
+PY
+run --steps 0 --load "$T/wa.st" --save "$T/sa.st" >/dev/null 2>&1
+run --steps 0 --load "$T/wb.st" --save "$T/sb.st" >"$T/o" 2>&1; rc=$?
+is "$rc" 0 "a --load file of BF16 tensors: taken (bf16 widens to f32 exactly), not refused"
+like "$(cat "$T/o")" "\[stage 0\] note: --load .*wb\.st: [0-9]+ of its tensors are BF16 \(the first '[^']+'\), converted to F32 exactly" \
+    "...saying so"
+cmp -s "$T/sa.st" "$T/sb.st"; ok $? "...into exactly the weights the same values in F32 give"
+run --steps 0 --load "$T/wc.st" --save "$T/sc.st" >"$T/o" 2>&1; rc=$?
+is "$rc" 1 "a --load file with a tensor no parameter takes: refused, not silent"
+like "$(cat "$T/o")" "1 of the file's [0-9]+ tensors are not the model's: junk\.weight" "...naming the tensor"
 
 # --- finite values near the float limit: the gradients overflow -----------------------
 pgd "$T/xbig.pgd" f32 48 64 100 3e38   # relu hides it from the loss, not from the gradients
@@ -149,6 +186,11 @@ run --steps 2 --data "$T/good.pgd" >"$T/o" 2>&1; rc=$?
 is "$rc" 2 "--data without --targets: exit 2"
 like "$(cat "$T/o")" '\[stage [01]\] --data .*good\.pgd without --targets: its inputs would be paired with synthetic targets' \
     "...it would pair real inputs with synthetic targets"
+printf 'just some text, not a data file\n' >"$T/notpgd.txt"
+run --steps 2 --data "$T/notpgd.txt" >"$T/o" 2>&1; rc=$?
+is "$rc" 1 "--data alone naming a file that is no .pgd: exit 1"
+like "$(cat "$T/o")" '\[stage 0\] .*notpgd\.txt: not a pipegen data file \(bad magic\)' "...said first as bad magic"
+! grep -q 'without --targets' "$T/o"; ok $? "...not as --data without --targets"
 run --steps 2 --targets "$T/y.pgd" >"$T/o" 2>&1; rc=$?
 is "$rc" 2 "--targets without --data: exit 2"
 like "$(cat "$T/o")" '\[stage [01]\] --targets .*y\.pgd without --data' "...named"
@@ -212,6 +254,26 @@ wait_exit "$(cat "$T/b1.log.pid")" 20
 is "$r0" 1 "a data file truncated under a running stage: exit 1, not a death by SIGBUS"
 like "$(cat "$T/b0.log")" "stage 0: step [0-9]+: $T/long\\.pgd was truncated or changed while this stage read it \\(it now has 4096 bytes, it had [0-9]+ at the start\\)" \
     "...naming the file and both sizes"
+
+# rewritten in place at the same size (no SIGBUS: every page is still there): the
+# file's change time after each read gives it away
+pgd "$T/long.pgd" f32 4800 64
+M=127.0.0.1:$(free_port)
+start_stage "$G/bin" 0 2 "$M" "$T/c0.log" --steps 100000000 --log-every 100000000 --data "$T/long.pgd" --targets "$T/ylong.pgd"
+start_stage "$G/bin" 1 2 "$M" "$T/c1.log" --steps 100000000 --log-every 100000000 --data "$T/long.pgd" --targets "$T/ylong.pgd"
+sleep 2
+sz0=$(stat -c %s "$T/long.pgd")
+"${PYTHON:-/usr/bin/python3}" -c '
+import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(4096)
+    f.write(bytes(4096))' "$T/long.pgd"
+wait_exit "$(cat "$T/c0.log.pid")" 20; r0=$WX
+wait_exit "$(cat "$T/c1.log.pid")" 20
+is "$r0" 1 "a data file rewritten in place at the same size under a running stage: exit 1, not training on the new values"
+is "$(stat -c %s "$T/long.pgd")" "$sz0" "...(its size unchanged)"
+like "$(cat "$T/c0.log")" "stage 0: step [0-9]+: $T/long\\.pgd was changed while this stage read it \\(written to [0-9.]+ s after it was opened, at the same size or not\\)" \
+    "...naming the file"
 
 # --- a file-size limit while the weights are written ---------------------------------------
 prlimit --fsize=20000 "$PIPERUN" "$G/bin" -- --threads 1 --steps 2 --save "$T/limited.st" >"$T/o" 2>&1; rc=$?

@@ -134,12 +134,13 @@ PIPE_MASTER=$M timeout 60 "$PIPERUN" "$G/bin" -- --threads 1 --steps 3 --connect
 # whichever of run B's stages fails first says why (piperun then stops the other,
 # on a loaded machine before stage 0 got as far as its listen): stage 0 cannot
 # listen on the port, or stage 1 reached run A's master and was refused there
-like "$(cat "$T/B.log")" "\\[stage 0\\] cannot listen on 127\\.0\\.0\\.1:$P: Address already in use|\\[stage 1\\] stage 1: rendezvous refused by master $M: stage 0 at this address belongs to run run-A, but this stage to run [^ ]+: two runs share the master port $P" \
-    "...its stage 0 cannot listen there, or its stage 1 is refused by run A's master"
+like "$(cat "$T/B.log")" "\\[stage 0\\] cannot listen on 127\\.0\\.0\\.1:$P: Address already in use|\\[stage 1\\] master $M was started without a run token but this stage has one \\(PIPE_RUN_TOKEN\\)" \
+    "...its stage 0 cannot listen there, or its stage 1 (holding piperun's token) will not greet run A's master (none)"
 PIPE_RUN_ID=run-B PIPE_RANK=1 PIPE_WORLD=2 PIPE_MASTER=$M timeout 20 "$G/bin/stage1" --threads 1 --steps 3 >"$T/B1.log" 2>&1; rb=$?
 is "$rb" 1 "a stage 1 of run B that reaches run A's master: exit 1"
-like "$(cat "$T/B1.log")" "stage 1: rendezvous refused by master $M: stage 0 at this address belongs to run run-A, but this stage to run run-B: two runs share the master port $P" \
+like "$(cat "$T/B1.log")" "stage 1: rendezvous refused by master $M: stage 0 at this address belongs to another run than this stage's \\(run run-B\\): two runs share the master port $P" \
     "...refused as a stranger, saying why"
+! grep -q 'run-A' "$T/B1.log"; ok $? "...without being told run A's id"
 like "$(cat "$T/A0.log")" "stage 0: refused a process at 127\\.0\\.0\\.1 claiming stage 1 of another run .*this run goes on" \
     "run A's master says what it refused"
 # a forged hello (protocol 2, no run id, claiming stage 1) and ten silent connections
@@ -166,9 +167,10 @@ wait_exit "$(cat "$T/A0.log.pid")" 30; a0=$WX
 awk -v e="$el" 'BEGIN { exit !(e < 4.5) }'; ok $? "...its stage 1 was not held up by the silent connections (${el} s; each is dropped after 5 s)"
 like "$(cat "$T/A1.log")" 'final loss' "...and trains"
 
-# --- a forged greeting with everything public right and an agreement length
-# over the limit (or one that disagrees with the bytes sent) must be dropped,
-# never parsed: it once made stage 0 read past its buffer and die by SIGSEGV
+# --- a forged greeting with everything public right (it answers the challenge
+# of a run without a token) and an agreement length over the limit (or one
+# that disagrees with the bytes sent) must be dropped, never parsed: it once
+# made stage 0 read past its buffer and die by SIGSEGV
 P=$(free_port)
 M=127.0.0.1:$P
 hash=$("$G/bin/stage0" --version | sed -n 's/.*plan hash \([0-9a-f]*\).*/\1/p')
@@ -180,11 +182,13 @@ while ! ss -Hltn "sport = :$P" 2>/dev/null | grep -q .; do sleep 0.1; done
 import socket, struct, sys, time
 port, h = int(sys.argv[1]), int(sys.argv[2], 16)
 def hello(n):
-    return struct.pack("<IIIIQII", 0x484e4750, 2, 1, 2, h, 1, n) + b"mlp_small".ljust(128, b"\0") + b"run-F".ljust(64, b"\0")
+    return (struct.pack("<IIIIQIIII", 0x484e4750, 3, 1, 2, h, 1, n, 4242, 0) + b"mlp_small".ljust(128, b"\0")
+            + b"run-F".ljust(64, b"\0") + b"forger".ljust(64, b"\0"))
 for n, extra in ((0xffffffff, b""), ((1 << 20) + 1, b"x" * 4096), (0x80000000, b"")):
     s = socket.create_connection(("127.0.0.1", port))
-    s.sendall(hello(n) + extra)
     s.settimeout(3)
+    c = s.recv(44)  # the challenge: no token in this run, so a response without one passes
+    s.sendall(struct.pack("<III", 0x414e4750, 3, 0) + b"\1" * 32 + b"\0" * 32 + hello(n) + extra)
     try: s.recv(100)
     except Exception: pass
     s.close()
@@ -197,4 +201,145 @@ unset PIPE_RUN_ID
 wait_exit "$(cat "$T/F1.log.pid")" 30; f1=$WX
 wait_exit "$(cat "$T/F0.log.pid")" 30; f0=$WX
 [ "$f0" = 0 ] && [ "$f1" = 0 ]; ok $? "...and the run's real stage 1 then joins and the run completes ($f0, $f1)"
+
+# run_completes X NAME: stage 1 joins the stage 0 started with log $T/X0.log
+# (on $M, as $G/bin); both must exit 0
+run_completes() {
+    start_stage "$G/bin" 1 2 "$M" "$T/${1}1.log" --steps 3 --connect-timeout 30
+    wait_exit "$(cat "$T/${1}1.log.pid")" 30; _c1=$WX
+    wait_exit "$(cat "$T/${1}0.log.pid")" 30; _c0=$WX
+    [ "$_c0" = 0 ] && [ "$_c1" = 0 ]; ok $? "$2 ($_c0, $_c1)"
+}
+
+# --- a greeting claiming rank 2^31 (read as a negative int, it passed the
+# range check and indexed stage 0's table of peers: SIGSEGV); stage 0 has no
+# run id, so the misfit is refused alone
+P=$(free_port)
+M=127.0.0.1:$P
+start_stage "$G/bin" 0 2 "$M" "$T/R0.log" --steps 3 --connect-timeout 30
+while ! ss -Hltn "sport = :$P" 2>/dev/null | grep -q .; do sleep 0.1; done
+"$PY" - "$P" "$hash" >"$T/R.py.log" 2>&1 <<'PY'
+import socket, struct, sys, time
+port, h = int(sys.argv[1]), int(sys.argv[2], 16)
+s = socket.create_connection(("127.0.0.1", port))
+s.settimeout(3)
+c = s.recv(44)
+s.sendall(struct.pack("<III", 0x414e4750, 3, 0) + b"\1" * 32 + b"\0" * 32
+          + struct.pack("<IIIIQIIII", 0x484e4750, 3, 0x80000000, 2, h, 1, 0, 4242, 0)
+          + b"mlp_small".ljust(128, b"\0") + b"".ljust(64, b"\0") + b"forger".ljust(64, b"\0"))
+try: print(s.recv(1000)[44:].decode(errors="replace"))
+except Exception as e: print(e)
+s.close()
+time.sleep(0.5)
+PY
+kill -0 "$(cat "$T/R0.log.pid")" 2>/dev/null; ok $? "stage 0 survives a greeting that claims rank 2^31"
+like "$(cat "$T/R.py.log")" "a process claims stage 2147483648, which is not a stage of the run at this address" "...refused, saying so"
+run_completes R "...and the run completes"
+
+# --- no token on an address other than loopback: stage 0 says what that means
+ext=$(ip -4 -o addr show scope global 2>/dev/null | awk '{ sub(/\/.*/, "", $4); print $4; exit }')
+if [ -z "$ext" ]; then
+    skip "this host has no IPv4 address but loopback"
+    skip "this host has no IPv4 address but loopback"
+else
+    P=$(free_port)
+    M=$ext:$P
+    start_stage "$G/bin" 0 2 "$M" "$T/N0.log" --steps 3 --connect-timeout 30
+    start_stage "$G/bin" 1 2 "$M" "$T/N1.log" --steps 3 --connect-timeout 30
+    wait_exit "$(cat "$T/N1.log.pid")" 30; n1=$WX
+    wait_exit "$(cat "$T/N0.log.pid")" 30; n0=$WX
+    like "$(cat "$T/N0.log")" "stage 0: note: no run token \\(PIPE_RUN_TOKEN\\): any process that reaches $ext:$P may take part in this run's start-up" \
+        "without a token on $ext (not loopback), stage 0 says anyone reaching it may take part"
+    [ "$n0" = 0 ] && [ "$n1" = 0 ]; ok $? "...and the run works as before ($n0, $n1)"
+fi
+! grep -q 'no run token' "$T/R0.log"; ok $? "...on loopback it says nothing"
+
+# --- the run token: nothing but the response to the challenge is read from a
+# process that does not hold it, and it is told nothing of the run
+P=$(free_port)
+M=127.0.0.1:$P
+export PIPE_RUN_ID=run-K PIPE_RUN_TOKEN=kkkkkkkkkkkkkkkkkkkkkkkk
+start_stage "$G/bin" 0 2 "$M" "$T/K0.log" --steps 3 --connect-timeout 30
+while ! ss -Hltn "sport = :$P" 2>/dev/null | grep -q .; do sleep 0.1; done
+"$PY" - "$P" "$hash" >"$T/K.py.log" 2>&1 <<'PY'
+import socket, struct, sys
+port, h = int(sys.argv[1]), int(sys.argv[2], 16)
+hello = (struct.pack("<IIIIQIIII", 0x484e4750, 3, 1, 2, h, 1, 0, 4242, 0) + b"mlp_small".ljust(128, b"\0")
+         + b"run-K".ljust(64, b"\0") + b"forger".ljust(64, b"\0"))
+def knock(first):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.settimeout(3)
+    c = s.recv(44)
+    s.sendall(first + hello)
+    got = b""
+    try:
+        while True:
+            b = s.recv(4096)
+            if not b: break
+            got += b
+    except Exception: pass
+    s.close()
+    return c, got
+# everything public right, a response claiming a token with a made-up MAC
+c, got = knock(struct.pack("<III", 0x414e4750, 3, 1) + b"\1" * 32 + b"\2" * 32)
+print("flags", struct.unpack("<I", c[8:12])[0])
+print("answer", got[44:].decode(errors="replace"))
+# a hello straight away, as protocol 2 sent it: never read as one
+c, got = knock(b"")
+print("answer2", got[44:].decode(errors="replace"))
+PY
+like "$(cat "$T/K.py.log")" "flags 1" "a run with a token says so in its challenge"
+like "$(cat "$T/K.py.log")" "answer this process's run token is not the token of the run at this address" \
+    "a wrong MAC is refused at once, saying only that"
+! grep -Eq "$hash|mlp_small|run-K" "$T/K.py.log"; ok $? "...without a word of the model, the plan hash or the run id"
+like "$(cat "$T/K0.log")" "stage 0: refused a connection from 127\\.0\\.0\\.1: its run token is not this run's" \
+    "stage 0 says what it refused"
+PIPE_RUN_TOKEN=another-token-of-20-bytes PIPE_RANK=1 PIPE_WORLD=2 PIPE_MASTER=$M timeout 20 "$G/bin/stage1" --threads 1 \
+    --steps 3 >"$T/K2.log" 2>&1; k2=$?
+[ "$k2" = 1 ]; ok $? "a stage with another token: exit 1 ($k2)"
+like "$(cat "$T/K2.log")" "stage 1: master $M refused this stage's run token: give every stage of the run the same token \\(PIPE_RUN_TOKEN\\)" \
+    "...saying its token was refused"
+run_completes K "the holders of the token then run"
+unset PIPE_RUN_ID PIPE_RUN_TOKEN
+
+# --- latecomers and duplicates hear the reason at once, during the whole run
+P=$(free_port)
+M=127.0.0.1:$P
+export PIPE_RUN_ID=run-L PIPE_RUN_TOKEN=llllllllllllllllllllllll
+start_stage "$G/bin" 0 2 "$M" "$T/L0.log" --steps 100000000 --connect-timeout 30
+start_stage "$G/bin" 1 2 "$M" "$T/L1.log" --steps 100000000 --connect-timeout 30
+wait_for "$T/L1.log" 'step 1/' 30
+t0=$(date +%s.%N)
+PIPE_RANK=1 PIPE_WORLD=2 PIPE_MASTER=$M timeout 60 "$G/bin/stage1" --threads 1 --steps 100000000 >"$T/L2.log" 2>&1; l2=$?
+el=$(elapsed_since "$t0")
+[ "$l2" = 1 ]; ok $? "a second stage 1 while the run trains: exit 1 ($l2)"
+awk -v e="$el" 'BEGIN { exit !(e < 5) }'; ok $? "...at once (${el} s), not after its connect timeout"
+like "$(cat "$T/L2.log")" "stage 1: rendezvous refused by master $M: rank 1 is already taken by [^:]+:$(cat "$T/L1.log.pid"): the run at this address is under way" \
+    "...told which process holds rank 1 (host:pid)"
+like "$(cat "$T/L0.log")" "stage 0: refused a process at 127\\.0\\.0\\.1 \\([^,]*, pid [0-9]+\\): rank 1 is already taken by .*; this run goes on" \
+    "stage 0 says so and trains on"
+kill -0 "$(cat "$T/L0.log.pid")" && kill -0 "$(cat "$T/L1.log.pid")"; ok $? "...and both stages of the run still run"
+kill "$(cat "$T/L0.log.pid")" "$(cat "$T/L1.log.pid")" 2>/dev/null
+wait_exit "$(cat "$T/L0.log.pid")" 10
+wait_exit "$(cat "$T/L1.log.pid")" 10
+
+# stage 0 fails at start-up (a --save folder that does not exist): a stage
+# started after that hears why at once, and stage 0 leaves once it is told
+P=$(free_port)
+M=127.0.0.1:$P
+start_stage "$G/bin" 0 2 "$M" "$T/S0.log" --steps 3 --save "$T/no/such/w.st" --connect-timeout 30
+wait_for "$T/S0.log" 'telling the 1 stage not yet told why the run failed' 20; ok $? "stage 0 fails its start-up and waits to tell stage 1"
+t0=$(date +%s.%N)
+PIPE_RANK=1 PIPE_WORLD=2 PIPE_MASTER=$M timeout 60 "$G/bin/stage1" --threads 1 --steps 3 --save "$T/no/such/w.st" >"$T/S1.log" 2>&1; s1=$?
+el=$(elapsed_since "$t0")
+wait_exit "$(cat "$T/S0.log.pid")" 10; s0=$WX
+[ "$s0" = 2 ] && [ "$s1" = 1 ]; ok $? "stage 0 exits 2 (nothing was run), the latecomer 1 ($s0, $s1)"
+awk -v e="$el" 'BEGIN { exit !(e < 5) }'; ok $? "...the latecomer at once (${el} s), not after its connect timeout"
+like "$(cat "$T/S1.log")" "stage 1: master $M: the run failed at start-up: --save $T/no/such/w\\.st cannot be written: the folder $T/no/such does not exist" \
+    "...told the cause"
+# under piperun the stages that hear it give way: the run's status is stage 0's
+"$PIPERUN" "$G/bin" -- --threads 1 --steps 3 --save "$T/no/such/w.st" >"$T/S.log" 2>&1; sr=$?
+[ "$sr" = 2 ]; ok $? "piperun: stage 0's start-up failure is the run's status ($sr)"
+like "$(cat "$T/S.log")" "piperun: stage 0 exited with status 2" "...piperun names stage 0"
+unset PIPE_RUN_ID PIPE_RUN_TOKEN
 done_testing

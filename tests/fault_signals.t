@@ -1,13 +1,15 @@
 #!/bin/sh
 # tests/fault_signals.t — SIGTERM or Ctrl-C to piperun with --save-on-exit: every
 # stage finishes the same step, a final checkpoint is written, all exit 128+sig,
-# and the run resumes from that checkpoint; resources: an arena larger than
+# and the run resumes from that checkpoint; SIGHUP is taken as SIGTERM (piperun
+# and a stage alone); Ctrl-Z and fg, once and again and again under --dp and
+# --zero, never counted as a peer's delay; resources: an arena larger than
 # the memory allowed fails at start with the numbers.
 . "$(dirname "$0")/lib.sh"
 . "$TOP/tests/lib_e2e.sh"
 . "$TOP/tests/lib_fault.sh"
 T=$(mktemp -d /tmp/pg-fault-sig.XXXXXX)
-trap 'rm -rf "$T"' EXIT
+trap '[ -f "$T/tstpdp.pid" ] && kill -9 "$(cat "$T/tstpdp.pid")" 2>/dev/null; rm -rf "$T"' EXIT
 G=$T/m3
 gen_mlp "$G" 3
 ok $? "mlp_small on 3 stages builds"
@@ -37,6 +39,28 @@ ok $? "the run resumes from the checkpoint written on exit"
 timeout 60 "$PIPERUN" "$G/bin" -- --threads 1 --steps $((steps + 2)) --save "$T/s.st" >/dev/null 2>&1
 cmp -s "$T/r.st" "$T/s.st"; ok $? "and ends bitwise equal to an uninterrupted run"
 
+# --- SIGHUP (the terminal closed) is taken as SIGTERM: checkpoint and stop ---------------
+rm -rf "$T/ckh"
+"$PIPERUN" "$G/bin" -- --threads 1 --steps 100000000 --log-every 500 --checkpoint-dir "$T/ckh" --save-on-exit \
+    >"$T/HUP.out" 2>&1 &
+pr=$!
+wait_for "$T/HUP.out" 'step 500/' 20
+kill -HUP $pr
+wait_exit $pr 10
+is "$WX" 143 "SIGHUP to piperun: the run stops as on SIGTERM (exit 143), not training on"
+is "$(grep -c 'stopped by signal 15 after step [0-9]* (checkpoint saved)' "$T/HUP.out")" 3 "...every stage after a final checkpoint"
+G1=$T/m1
+gen_mlp "$G1" 1
+PIPE_RANK=0 PIPE_WORLD=1 "$G1/bin/stage0" --threads 1 --steps 100000000 --log-every 500 --checkpoint-dir "$T/ckh1" \
+    --save-on-exit >"$T/HUP1.out" 2>&1 &
+pr=$!
+wait_for "$T/HUP1.out" 'step 500/' 20
+kill -HUP $pr
+wait_exit $pr 10
+is "$WX" 143 "SIGHUP to a stage started by hand with --save-on-exit: exit 143, not a death by SIGHUP"
+like "$(cat "$T/HUP1.out")" 'stage 0: stopped by signal 15 after step [0-9]+ \(checkpoint saved\)' "...after its checkpoint"
+[ -f "$T/ckh1/LATEST" ]; ok $? "...which is there"
+
 # --- Ctrl-Z: the whole run stops, longer than --timeout, and goes on --------------------
 "$PIPERUN" "$G/bin" -- --threads 1 --steps 100000000 --log-every 500 --timeout 2 --checkpoint-dir "$T/ckz" --save-on-exit \
     >"$T/tstp.out" 2>&1 &
@@ -58,6 +82,32 @@ t=0; while [ "$(grep -c 'step [0-9]*/' "$T/tstp.out")" -lt "$n" ] && [ $t -lt 10
 kill -TERM $pr
 wait_exit $pr 20
 is "$WX" 143 "...and stops on SIGTERM as usual, after a final checkpoint"
+
+# --- Ctrl-Z and fg again and again under --dp 2 --zero 1: no receive counts the stop ---------
+# (the stopped time was told by a SIGCONT handler that another thread could run
+# after a receive had already seen its deadline: 1 run in 33 failed with a
+# timeout on a message sent before the stop; waits now keep their own clock)
+G2=$T/m2
+gen_mlp "$G2" 2
+"$PIPERUN" --dp 2 "$G2/bin" -- --threads 1 --zero 1 --steps 100000000 --log-every 200 --timeout 3 \
+    >"$T/tstpdp.out" 2>&1 &
+pr=$!
+echo "$pr" >"$T/tstpdp.pid"
+wait_for "$T/tstpdp.out" 'step 200/' 30
+cycles=0
+for i in 1 2 3 4 5 6; do
+    kill -TSTP $pr
+    sleep 3.3   # past --timeout
+    before=$(grep -c 'step [0-9]*/' "$T/tstpdp.out")
+    kill -CONT $pr
+    t=0; while [ "$(grep -c 'step [0-9]*/' "$T/tstpdp.out")" -lt $((before + 2)) ] && [ $t -lt 200 ]; do sleep 0.1; t=$((t + 1)); done
+    [ "$(grep -c 'step [0-9]*/' "$T/tstpdp.out")" -ge $((before + 2)) ] && cycles=$((cycles + 1))
+done
+is "$cycles" 6 "2 stages x 2 replicas, --zero 1, --timeout 3: six Ctrl-Z of 3.3 s and fg, and it trains on after each"
+! grep -q 'no message from\|still unsent after\|waiting at' "$T/tstpdp.out"; ok $? "...no receive or send counted a stop as a peer's delay"
+kill -TERM $pr
+wait_exit $pr 20
+is "$WX" 143 "...and it stops on SIGTERM"
 
 # --- a second Ctrl-C does not wait for a stuck stage ------------------------------------------
 "$PIPERUN" "$G/bin" -- --threads 1 --steps 100000000 --log-every 500 --checkpoint-dir "$T/ck2c" --save-on-exit \
@@ -123,4 +173,8 @@ sed -e '/^split/d' "$TOP/examples/mlp.pipe" >"$X/m.pipe"
 ok $? "examples/mlp.pipe on one stage (512-wide GEMMs) builds"
 out=$(sh -c "ulimit -v 300000; PIPE_RANK=0 PIPE_WORLD=1 timeout 60 '$X/bin/stage0' --steps 2 --threads 2" 2>&1); rc=$?
 is "$rc" 0 "ulimit -v 300 MB with 2 GEMM threads: it trains"
+out=$(sh -c "ulimit -v 300000; PIPE_RANK=0 PIPE_WORLD=1 timeout 60 '$X/bin/stage0' --steps 2 --threads 64" 2>&1); rc=$?
+is "$rc" 1 "ulimit -v 300 MB with 64 GEMM threads (8 MiB stacks): exit 1 at start"
+like "$out" "cannot start GEMM thread [0-9]+ of 64: Resource temporarily unavailable: the address-space limit \(ulimit -v\) allows this process [0-9.]+ MiB and each thread reserves a [0-9.]+ MiB stack in it" \
+    "...naming the address-space limit, not only EAGAIN"
 done_testing

@@ -62,8 +62,9 @@ like "$(cat "$T/alone.log")" '^stage 1 of model mlp_small \(2 stages\) was start
     "...and says to use piperun or set PIPE_RANK/PIPE_WORLD"
 
 # --- too small a ulimit -n: said at start, with the number needed -------------------
+# (stage 0 then waits --connect-timeout to tell stage 1 why: short here)
 M=127.0.0.1:$(free_port)
-sh -c "ulimit -n 12; PIPE_RANK=0 PIPE_WORLD=2 PIPE_MASTER=$M timeout 20 '$G/bin/stage0' --steps 1 --threads 1" >"$T/nofile.log" 2>&1
+sh -c "ulimit -n 12; PIPE_RANK=0 PIPE_WORLD=2 PIPE_MASTER=$M timeout 20 '$G/bin/stage0' --steps 1 --threads 1 --connect-timeout 1" >"$T/nofile.log" 2>&1
 is "$?" 1 "a stage under ulimit -n 12: exit 1 at start"
 like "$(cat "$T/nofile.log")" '^stage 0: ulimit -n allows 12 open files but a stage of this 2-stage pipeline needs about 26 .*raise it \(ulimit -n 26\)' \
     "...saying how many it needs"
@@ -136,6 +137,14 @@ is "$?" 2 "--prompt with a byte outside the vocabulary: exit 2"
 like "$(cat "$T/prompt.log")" '\[stage 0\] --prompt: byte 128 at position 2 is outside the vocabulary \[0, 128\) of model lm_tiny; nothing was run' \
     "...naming the byte, its position and the vocabulary"
 ! grep -q 'step 1/' "$T/prompt.log"; ok $? "...before the first step"
+
+# --prompt or --temperature without --generate: nothing would use them
+run --steps 3 --prompt "the cat " >"$T/noprompt.log" 2>&1
+is "$?" 2 "--prompt without --generate: exit 2, not silently ignored"
+like "$(cat "$T/noprompt.log")" '\[stage 0\] --prompt without --generate N: nothing would be sampled; give --generate N \(the tokens to sample\) or leave --prompt out' \
+    "...saying so"
+run --steps 3 --temperature 0 >"$T/notemp.log" 2>&1
+is "$?" 2 "--temperature without --generate: exit 2"
 
 # no room for the weights: a 16 KiB file system for mlp_small's 66 KB
 mkdir -p "$T/small"

@@ -8,6 +8,10 @@
 #   pgd          .pgd data files and token streams (runtime/core/data.c, tokens.c)
 #   safetensors  the safetensors reader of --load (runtime/core/safetensors.c)
 #   ckpt         resuming from a checkpoint: MANIFEST and stage file (runtime/core/checkpoint.c)
+#   rdv          what a stage parses from the network: the master's greetings (the response
+#                to its challenge, the hello, the agreement text), the doorman and the
+#                failed start-up's answers, the mesh, a peer's side, message headers
+#                (runtime/core/tcp.c, agree.c)
 # (the harnesses besides front are tests/fuzz/fuzz_<target>.c). The sources
 # are compiled once into build/fuzz/b/ (the Makefile's rules, clang,
 # -fsanitize=fuzzer-no-link,address,undefined), each target linked to
@@ -27,7 +31,7 @@ set -u
 TOP=$(cd "$(dirname "$0")/.." && pwd)
 SECONDS_TO_RUN=${1:-60}
 [ $# -gt 0 ] && shift
-TARGETS=${*:-front profile trace csv pgd safetensors ckpt}
+TARGETS=${*:-front profile trace csv pgd safetensors ckpt rdv}
 OUT=$TOP/build/fuzz
 CLANG=${CLANG:-clang}
 JOBS=${FUZZ_JOBS:-2}
@@ -49,7 +53,7 @@ RT_LIB="build/fuzz/b/libpgrt_cpu.a -lpthread -lm"
 for t in $TARGETS; do
     case $t in
     front | profile | trace | csv) src=tests/fuzz/fuzz_$t.c; libs=$FRONT_LIB ;;
-    pgd | safetensors | ckpt) src=tests/fuzz/fuzz_$t.c; libs=$RT_LIB ;;
+    pgd | safetensors | ckpt | rdv) src=tests/fuzz/fuzz_$t.c; libs=$RT_LIB ;;
     *) echo "fuzz.sh: unknown target '$t'" >&2; exit 2 ;;
     esac
     # shellcheck disable=SC2086

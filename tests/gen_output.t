@@ -109,10 +109,32 @@ t4p=$(secs "$PIPEGEN" plan "$T/b1200.pipe")
 t1p=$(secs "$PIPEGEN" plan "$T/b300.pipe")
 awk -v a="$t1p" -v b="$t4p" 'BEGIN { exit !(b < 8 * a + 0.5) }'; ok $? "plan likewise ($t4p s vs $t1p s)"
 PIPEGEN_PROGRESS=1 "$PIPEGEN" gen "$T/b300.pipe" -o "$T/b300p" 2>"$T/progress.err" >/dev/null
-like "$(cat "$T/progress.err")" '^pipegen: 3004 layers and 3604 parameters checked on 4 stages, [0-9.]+ s$' "PIPEGEN_PROGRESS=1: the check is reported"
+like "$(cat "$T/progress.err")" '^pipegen: the split into 4 stages of 3004 layers \(1804 with compute\) chosen by the predicted step, [0-9.]+ s$' \
+    "PIPEGEN_PROGRESS=1: the split search of stages = 4 is reported"
+like "$(cat "$T/progress.err")" '^pipegen: 3004 layers and 3604 parameters checked on 4 stages, [0-9.]+ s$' "...the check"
 like "$(cat "$T/progress.err")" '^pipegen: stage 4 of 4 laid out \(buffers, memory plan\), [0-9.]+ s$' "...each stage's layout"
 like "$(cat "$T/progress.err")" '^pipegen: stage3\.c emitted \(4 of 4\), [0-9.]+ s$' "...each stage's C"
 diff -r "$T/b300" "$T/b300p" >/dev/null; ok $? "...and the output is the same"
 "$PIPEGEN" gen "$T/b300.pipe" -o "$T/b300q" 2>"$T/quiet.err" >/dev/null
 is "$(cat "$T/quiet.err")" "" "without a terminal or PIPEGEN_PROGRESS, nothing on stderr"
+# --- sizes past what a machine can address: refused, never a wrapped negative ---
+# huge B S: a model of one relu on f32[S] samples, batch B
+huge() { printf 'model huge\ninput x : f32[%s]\ntarget y : f32[%s]\ntrain {\n  batch = %s  microbatches = 2\n  loss = mse(sum)  optimizer = sgd(lr = 1e-3)\n}\nrelu\n' "$2" "$2" "$1"; }
+huge 1000000000 1000000000 >"$T/huge.pipe"
+"$PIPEGEN" plan "$T/huge.pipe" >"$T/huge.log" 2>&1; rc=$?
+is "$rc" 1 "a batch of 10^9 samples of 10^9 floats (4 EB, past 2^63 summed): pipegen plan exits 1"
+like "$(cat "$T/huge.log")" "huge\\.pipe:1:1: error: the model needs more than 72057594037927936 bytes \\(64 PiB\\) on stage 0, more than this machine can address: its largest buffer, input \\(x f32\\[1000000000\\] per sample, the whole batch\\), takes more than 72057594037927936 bytes" \
+    "...naming the stage and the buffer"
+! grep -q -- '-[0-9]' "$T/huge.log"; ok $? "...and no negative byte count anywhere"
+"$PIPEGEN" gen "$T/huge.pipe" -o "$T/huge" >/dev/null 2>&1
+is "$?" 1 "...pipegen gen likewise"
+# each buffer fits, their sum does not (input and target of 4e16 bytes each)
+huge 10000000 1000000000 >"$T/huge2.pipe"
+"$PIPEGEN" plan "$T/huge2.pipe" >"$T/huge2.log" 2>&1
+like "$(cat "$T/huge2.log")" "error: the model needs more than 72057594037927936 bytes \\(64 PiB\\) on stage 0, .*takes 40000000000000000 bytes" \
+    "buffers that fit one by one but not together: refused, the largest named with its bytes"
+huge 1000000 1000000000 >"$T/huge3.pipe"
+"$PIPEGEN" plan "$T/huge3.pipe" >"$T/huge3.log" 2>&1
+ok $? "12 PB of buffers still plan"
+like "$(cat "$T/huge3.log")" 'before sharing +[0-9.]+ MiB +12000000000000000 bytes' "...with every count printed whole"
 done_testing

@@ -37,6 +37,13 @@ like "$out" '^\[stage 0\] bubble 12%$' "a stage naming itself is relayed without
 like "$out" '^\[stage 0\] stage 1: is late$' "a line naming another stage is kept whole"
 like "$out" '^\[stage 0\] stage 0 x$' "only the exact 'stage k: ' prefix is dropped"
 like "$(cat "$T/err2")" '^\[stage 1\] lost the link$' "on stderr too"
+# with replicas a stage names itself "stage k of replica r: ": said once too
+D3=$T/ownrep
+stage "$D3" 0 'echo "stage 0 of replica $((PIPE_RANK / 2)): summed"'
+stage "$D3" 1 'echo "stage 1 of replica 0: named by another"'
+out=$(timeout 20 "$PR" --dp 2 "$D3" 2>/dev/null)
+like "$out" '^\[stage 0 replica 1\] summed$' "with replicas, 'stage k of replica r: ' from that very process is dropped"
+like "$out" '^\[stage 1 replica 1\] stage 1 of replica 0: named by another$' "...but kept when it names another process"
 out=$(PIPE_MASTER=10.1.2.3:4567 timeout 20 "$PR" "$D" 2>/dev/null)
 like "$out" 'at 10\.1\.2\.3:4567 args: $' "PIPE_MASTER from the environment is passed on"
 

@@ -149,13 +149,17 @@ f=$S5/stage3.safetensors
 sz=$(stat -c %s "$f")
 b=$(od -An -tu1 -j $((sz - 5)) -N1 "$f" | tr -d ' ')
 printf "\\$(printf %o $((255 - b)))" | dd of="$f" bs=1 seek=$((sz - 5)) conv=notrunc 2>/dev/null
-fallback "a corrupted byte in old stage 3 (read by new stage 1)" mlp_small.4-2 'stage 1\] cannot resume from .*step-00000005: .*stage3\.safetensors is corrupted: its tensors hash to'
+fallback "a corrupted byte in old stage 3 (read by new stage 1)" mlp_small.4-2 'stage 1\] cannot resume from .*step-00000005: .*stage3\.safetensors is corrupted: its tensor names, dtypes, shapes, offsets and bytes hash to'
 cp -a "$W/ck" "$T/fb"
 perl -0777 -pi -e 's/"w:layer2\.weight"/"w:layer2.weighs"/' "$S5/stage3.safetensors"
 fallback "a tensor missing from every old file" mlp_small.4-2 "no file of the checkpoint in .*step-00000005 \\(4 stage files\\) holds tensor 'w:layer2.weight', which this stage needs"
 cp -a "$W/ck" "$T/fb"
 perl -0777 -pi -e 's/"shape":\[128,64\]/"shape":[64,128]/g' "$S5/stage2.safetensors"
-fallback "a tensor of another shape" mlp_small.4-2 "stage2\\.safetensors: tensor 'w:layer1\\.weight' has shape \\[64, 128\\] but the model expects \\[128, 64\\]"
+fallback "a shape edited (the checksum covers shapes)" mlp_small.4-2 'stage2\.safetensors is corrupted: its tensor names, dtypes, shapes, offsets and bytes hash to'
+cp -a "$W/ck" "$T/fb"
+perl -0777 -pi -e 's/"shape":\[128,64\]/"shape":[64,128]/g' "$S5/stage2.safetensors"
+sum=$($EDIT rehash "$S5/stage2.safetensors") && $EDIT manifest "$S5/MANIFEST" "stage 2=$sum"
+fallback "a tensor of another shape, its checksums consistent" mlp_small.4-2 "stage2\\.safetensors: tensor 'w:layer1\\.weight' has shape \\[64, 128\\] but the model expects \\[128, 64\\]"
 # gpt_tiny on 4 stages holds wte on stages 0 and 3 (tie replicate): make stage 3's
 # copy differ, its checksums consistent
 cp -a "$T/gpt_tiny.4-2/ck" "$T/fb"

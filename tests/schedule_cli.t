@@ -90,6 +90,21 @@ w=$(sed -n 's/^<svg [^>]* width="\([0-9]*\)".*/\1/p' "$T/long.svg")
 ok $? "a long title widens the picture (width $w)"
 
 # zbv's schedule as CSV, read back with placement = v
+# a CSV saved by a spreadsheet starts with a UTF-8 byte-order mark: read as the same schedule
+printf '\357\273\277' >"$T/bom.csv" && cat "$T/mlp.csv" >>"$T/bom.csv"
+sed "s|schedule = 1f1b |schedule = file(\"bom.csv\")|" examples/mlp.pipe >"$T/bom.pipe"
+"$PIPEGEN" schedule "$T/bom.pipe" --csv >"$T/bom.out" 2>"$T/bom.err"
+ok $? "a schedule CSV starting with a UTF-8 byte-order mark is read"
+is "$(cat "$T/bom.out")" "$(cat "$T/mlp.csv")" "...as the same schedule (not 'expected the header')"
+# a CSV of 20,000 repeated lines: at most 50 errors, then one note (it printed
+# one error per line: 20,000 of them, megabytes)
+{ head -1 "$T/mlp.csv"; yes "$(sed -n 2p "$T/mlp.csv")" | head -n 20000; tail -n +2 "$T/mlp.csv"; } >"$T/rep.csv"
+sed "s|schedule = 1f1b |schedule = file(\"rep.csv\")|" examples/mlp.pipe >"$T/rep.pipe"
+"$PIPEGEN" check "$T/rep.pipe" >/dev/null 2>"$T/rep.err"; rc=$?
+is "$rc" 1 "a CSV of 20,000 repeated lines: exit 1"
+is "$(grep -c ': error: ' "$T/rep.err")" 50 "...with 50 errors shown, not one per line"
+like "$(grep ': error: ' "$T/rep.err" | head -1)" 'rep.csv:3:[0-9]+: error: duplicate FWD\(mb 0, chunk 0\); first at line 2' "...each at its line"
+is "$(tail -1 "$T/rep.err")" "$T/rep.csv: note: too many errors (50), stopping at line 52" "...then a note says where it stopped"
 "$PIPEGEN" schedule $G/zbv_small.pipe --csv >"$T/zbv.csv" 2>&1
 sed -e 's|schedule = zbv|schedule = file("zbv.csv")  placement = v|' $G/zbv_small.pipe >"$T/zbvf.pipe"
 "$PIPEGEN" schedule "$T/zbvf.pipe" --csv >"$T/zbv2.csv" 2>"$T/err"

@@ -93,6 +93,34 @@ sed -e 's/^split$//' -e 's/checkpoint = except_last/checkpoint = except_last  st
 got=$("$PIPEGEN" gen "$T/auto.pipe" --balance "$T/prof.json" -o "$T/auto" 2>&1); rc=$?
 ok $rc "pipegen gen --balance splits stages = 2 by the measured profile"
 
+# the profile's values and what it was measured on
+got=$("$PIPEGEN" plan "$T/mlp.pipe" --balance "$T/prof.json" 2>&1 >/dev/null)
+! printf '%s' "$got" | grep -q 'note: the profile was measured on'; ok $? "a profile of this very plan: no note"
+got=$("$PIPEGEN" gen "$T/auto.pipe" --balance "$T/prof.json" -o "$T/auto" 2>&1 >/dev/null)
+like "$got" "$T/prof\\.json: note: the profile was measured on plan hash [0-9a-f]{16}, this plan's is [0-9a-f]{16} \\(another split, schedule or batch\\)" \
+    "a profile of another plan: a note names both plan hashes"
+"$PY" -c 'import json, sys; p = json.load(open(sys.argv[1])); p["model"] = "gpt"; json.dump(p, open(sys.argv[2], "w"))' "$T/prof.json" "$T/other.json"
+got=$("$PIPEGEN" plan "$T/mlp.pipe" --balance "$T/other.json" 2>&1 >/dev/null)
+like "$got" "note: the profile was measured on model 'gpt', not 'mlp'" "a profile of another model: a note names both"
+for v in 1e308 -0.5 1e400; do
+    "$PY" -c 'import json, sys; p = json.load(open(sys.argv[1])); p["layers"][2]["fwd_s"] = "@"; open(sys.argv[2], "w").write(json.dumps(p, indent=1).replace("\"@\"", sys.argv[3]))' \
+        "$T/prof.json" "$T/bad.json" "$v"
+    line=$(grep -n '"fwd_s": '"$v" "$T/bad.json" | cut -d: -f1)
+    got=$("$PIPEGEN" plan "$T/mlp.pipe" --balance "$T/bad.json" 2>&1); rc=$?
+    is "$rc" 1 "a profile with fwd_s $v: refused (exit 1)"
+    like "$got" "$T/bad\\.json:$line:[0-9]+: error: profile: (fwd_s = 1e\\+308 is absurd: more than 1e6 seconds per micro-batch|fwd_s must not be negative|a number too large for a double \\(1e400\\))" \
+        "...at its line, saying why"
+done
+# a profile that lacks a layer: trace says so, not "give --balance PROFILE"
+"$PY" -c 'import json, sys; p = json.load(open(sys.argv[1])); p["layers"] = [l for l in p["layers"] if l["name"] != "layer1"]; json.dump(p, open(sys.argv[2], "w"))' "$T/prof.json" "$T/part.json"
+got=$("$PIPEGEN" trace "$T/run.json" "$T/mlp.pipe" --balance "$T/part.json" 2>&1); rc=$?
+ok $rc "pipegen trace with a profile that lacks a layer still prints"
+like "$got" "$T/part\\.json: note: the profile has no times for layer 'layer1': the predicted times are the cost model's \\(flops\\)" \
+    "...a note names the layer it lacks"
+like "$got" 'predicted [0-9.]+ Gflop \(cost model, flops: the profile lacks some layers. times \(see the note\)\)' \
+    "...and the prediction says why it is in flops"
+! printf '%s' "$got" | grep -q 'give --balance PROFILE'; ok $? "...without suggesting the profile it was given"
+
 # pipegen trace: the measured timeline and measured against predicted
 got=$("$PIPEGEN" trace "$T/run.json" "$T/mlp.pipe" --balance "$T/prof.json" --svg "$T/m.svg" 2>&1); rc=$?
 ok $rc "pipegen trace RUN.json MODEL --balance PROFILE --svg succeeds"

@@ -268,9 +268,14 @@ int pg_auto_resolve(ir_model *m, const pg_profile *prof, pg_auto *a, pg_diag *d)
     }
     if (a->chosen < 0) {
         const pg_auto_cand *c = &a->cand[smallest];
+        fmt_bytes(a->memory, b1, sizeof b1);
+        fmt_bytes(c->arena_max, b2, sizeof b2);
+        if (!strcmp(b1, b2)) { /* rounded alike ("120 KiB" and "120 KiB"): the bytes tell them apart */
+            snprintf(b1, sizeof b1, "%" PRId64 " bytes", a->memory);
+            snprintf(b2, sizeof b2, "%" PRId64 " bytes", c->arena_max);
+        }
         pg_error(d, at, "no schedule fits memory = %s per stage: the smallest achievable is %s per stage (%s, %s "
-                 "split, on %d stages)", fmt_bytes(a->memory, b1, sizeof b1), fmt_bytes(c->arena_max, b2, sizeof b2),
-                 cand_name(c, nm, sizeof nm), c->split, c->nstages);
+                 "split, on %d stages)", b1, b2, cand_name(c, nm, sizeof nm), c->split, c->nstages);
         pg_note(d, at, "raise memory to at least %" PRId64 " bytes, or use more stages, a smaller batch or more "
                 "micro-batches (pipegen plan lists every candidate)", c->arena_max);
         return -1;

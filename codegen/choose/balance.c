@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/progress.h"
 #include "choose/balance.h"
 #include "gen/emit.h"
 #include "schedule/schedule.h"
@@ -40,27 +41,140 @@ static void starts_to_chunks(const int *start, int k, int n, int *chunk_of)
             chunk_of[j] = c;
 }
 
-typedef struct split_eval {
+/* A parameter that layers on several chunks may use only when they share a
+ * stage (it has no tie to take it across): the compute layers that use it. */
+typedef struct shared_param {
+    int n, *layer;      /* [n] compute-layer indices, ascending */
+} shared_param;
+
+typedef struct split_eval split_eval;
+struct split_eval {
     ir_model *m;
     const pg_profile *prof;
     int n, nchunks, nstages;
     ir_placement pl;
     pg_schedule skel;   /* the schedule's lists, built once */
     int *chunk_of;      /* scratch */
-} split_eval;
+    /* What a split costs, in time independent of the layer count (a split
+     * search of thousands of predictions on a model of thousands of layers):
+     * chunk k is the layers [pos[start[k]], pos[start[k + 1]]) (a stash or pop
+     * goes with the compute layer before it, as pg_model_repartition puts
+     * it), its costs differences of prefix sums over the layers. */
+    int *pos;           /* [n + 1]: the layer index of compute layer j; pos[n] = nlayers */
+    double *pre;        /* [4 (nlayers + 1)]: prefix sums of F, B, W and the rerun forward */
+    pg_sched_costs base;/* the costs that do not depend on the split (messages, stages) */
+    int nshared;
+    shared_param *shared;
+};
 
-/* The predicted step of the split start[], INFINITY when it cannot run. */
+/* The predicted step of the split start[], INFINITY when it cannot run (an
+ * untied parameter's users on two stages). */
 static double eval_split(split_eval *e, const int *start)
 {
-    starts_to_chunks(start, e->nchunks, e->n, e->chunk_of);
-    if (pg_model_repartition(e->m, e->nchunks, e->nstages, e->pl, e->chunk_of) != 0)
-        return INFINITY;
-    pg_sched_costs c;
+    const ir_model *m = e->m;
+    int L = m->nlayers;
+    for (int q = 0; q < e->nshared; q++) { /* chunk of each user, by the boundaries */
+        const shared_param *sp = &e->shared[q];
+        int st0 = -1;
+        for (int u = 0, k = 0; u < sp->n; u++) {
+            while (k + 1 < e->nchunks && start[k + 1] <= sp->layer[u])
+                k++;
+            int st = pg_placement_stage(e->pl, k, e->nchunks, e->nstages);
+            if (st0 >= 0 && st != st0)
+                return INFINITY;
+            st0 = st;
+        }
+    }
+    pg_sched_costs c = e->base;
+    for (int k = 0; k < e->nchunks && k < 64; k++) {
+        int lo = k ? e->pos[start[k]] : 0, hi = k + 1 < e->nchunks ? e->pos[start[k + 1]] : L;
+        double *cost[4] = { c.fwd, c.bwd_b, c.bwd_w, c.rerun };
+        for (int v = 0; v < 4; v++)
+            cost[v][k] = e->pre[v * (L + 1) + hi] - e->pre[v * (L + 1) + lo];
+        c.in_elems[k] = (double)pg_shape_numel(&m->layers[lo].in);
+        c.out_elems[k] = (double)pg_shape_numel(&m->layers[hi - 1].out);
+    }
     pg_sched_prediction pr;
-    pg_sched_costs_of_model(e->m, e->prof, &c);
-    if (pg_schedule_predict(e->m, &e->skel, &c, &pr) != 0)
+    if (pg_schedule_predict(m, &e->skel, &c, &pr) != 0)
         return INFINITY;
     return pr.step_time;
+}
+
+/* e's prefix sums, compute layer positions and shared parameters, from its
+ * model (split as anything: the costs of a layer do not depend on where it
+ * runs). 0, or -1 out of memory. */
+static int eval_prepare(split_eval *e)
+{
+    const ir_model *m = e->m;
+    int L = m->nlayers, missing;
+    e->pos = malloc((size_t)(e->n + 1) * sizeof *e->pos);
+    e->pre = malloc((size_t)4 * (size_t)(L + 1) * sizeof *e->pre);
+    int *uses = calloc((size_t)(m->nparams + 1), sizeof *uses), *last = malloc((size_t)(m->nparams + 1) * sizeof *last);
+    if (!e->pos || !e->pre || !uses || !last) {
+        free(uses);
+        free(last);
+        return -1;
+    }
+    pg_sched_costs_of_model(m, e->prof, &e->base);
+    const pg_profile *prof = e->prof && !pg_profile_missing(m, e->prof, &missing) ? e->prof : NULL;
+    double nmb = m->train.microbatches > 0 ? (double)m->train.microbatches : 1.0;
+    double rows = m->train.batch > 0 ? (double)m->train.batch / nmb : 1.0;
+    for (int v = 0; v < 4; v++)
+        e->pre[v * (L + 1)] = 0;
+    for (int i = 0, j = 0; i < L; i++) {
+        const ir_layer *ly = &m->layers[i];
+        pg_layer_cost lc = pg_layer_cost_of(ly, prof, rows); /* as pg_sched_costs_of_model prices it */
+        double x[4] = { lc.fwd, lc.bwd_b, lc.bwd_w, lc.recompute };
+        for (int v = 0; v < 4; v++)
+            e->pre[v * (L + 1) + i + 1] = e->pre[v * (L + 1) + i] + x[v];
+        if (!is_compute(ly))
+            continue;
+        for (int k = 0; k < ly->nparam + ly->nbuffer; k++) { /* each untied parameter's distinct users */
+            int p = k < ly->nparam ? ly->param[k] : ly->buffer[k - ly->nparam];
+            if (p >= 0 && p < m->nparams && m->params[p].tie_decl == TIE_NONE && (uses[p] == 0 || last[p] != j)) {
+                uses[p]++;
+                last[p] = j;
+            }
+        }
+        e->pos[j++] = i;
+    }
+    e->pos[e->n] = L;
+    for (int p = 0; p < m->nparams; p++)
+        e->nshared += uses[p] > 1;
+    e->shared = calloc((size_t)(e->nshared + 1), sizeof *e->shared);
+    int q = 0, rc = e->shared ? 0 : -1;
+    for (int p = 0; p < m->nparams && !rc; p++) {
+        if (uses[p] < 2)
+            continue;
+        shared_param *sp = &e->shared[q++];
+        sp->layer = malloc((size_t)uses[p] * sizeof *sp->layer);
+        if (!sp->layer) {
+            rc = -1;
+            break;
+        }
+        for (int i = 0, j = 0; i < L; i++) {
+            const ir_layer *ly = &m->layers[i];
+            if (!is_compute(ly))
+                continue;
+            for (int k = 0; k < ly->nparam + ly->nbuffer; k++)
+                if ((k < ly->nparam ? ly->param[k] : ly->buffer[k - ly->nparam]) == p &&
+                    (sp->n == 0 || sp->layer[sp->n - 1] != j))
+                    sp->layer[sp->n++] = j;
+            j++;
+        }
+    }
+    free(uses);
+    free(last);
+    return rc;
+}
+
+static void eval_free(split_eval *e)
+{
+    for (int q = 0; e->shared && q < e->nshared; q++)
+        free(e->shared[q].layer);
+    free(e->shared);
+    free(e->pos);
+    free(e->pre);
 }
 
 /* m's schedule for nchunks on nstages, without skips and ties; -1 when it
@@ -208,13 +322,20 @@ static double descend(split_eval *e, int *start)
 int pg_balance_search(ir_model *m, const pg_profile *prof, int nchunks, int nstages, ir_placement pl, long max_enum,
                       int *chunk_of, double *step)
 {
-    split_eval e = { m, prof, count_compute(m), nchunks, nstages, pl, { 0 }, NULL };
+    split_eval e;
+    memset(&e, 0, sizeof e);
+    e.m = m;
+    e.prof = prof;
+    e.n = count_compute(m);
+    e.nchunks = nchunks;
+    e.nstages = nstages;
+    e.pl = pl;
     int *start = malloc((size_t)(nchunks + 1) * sizeof *start);
     int *minmax = malloc((size_t)(e.n + 1) * sizeof *minmax);
     int rc = -1, built = 0;
     e.chunk_of = malloc((size_t)(e.n + 1) * sizeof *e.chunk_of);
-    if (!start || !minmax || !e.chunk_of || nchunks < 1 || nchunks > e.n ||
-        pg_balance_chunks(m, prof, nchunks, minmax) != 0)
+    if (!start || !minmax || !e.chunk_of || nchunks < 1 || nchunks > e.n || nchunks > 64 ||
+        pg_balance_chunks(m, prof, nchunks, minmax) != 0 || eval_prepare(&e) != 0)
         goto out;
     if (build_skeleton(m, nchunks, nstages, pl, &e.skel) != 0)
         goto out;
@@ -244,6 +365,7 @@ int pg_balance_search(ir_model *m, const pg_profile *prof, int nchunks, int nsta
 out:
     if (built)
         pg_schedule_free(&e.skel);
+    eval_free(&e);
     free(start);
     free(minmax);
     free(e.chunk_of);
@@ -279,8 +401,11 @@ int pg_balance_split(ir_model *m, const pg_profile *prof)
             minmax[j++] = m->layers[i].chunk;
     int nchunks = m->nchunks, nstages = m->nstages;
     ir_placement pl = m->placement;
-    if (pg_balance_search(m, prof, nchunks, nstages, pl, PG_BALANCE_ENUM_MAX, NULL, NULL) != 0 ||
-        !pipeline_accepts(m))
+    int searched = pg_balance_search(m, prof, nchunks, nstages, pl, PG_BALANCE_ENUM_MAX, NULL, NULL) == 0;
+    if (searched)
+        pg_progress("the split into %d stages of %d layers (%d with compute) chosen by the predicted step", nstages,
+                    m->nlayers, n);
+    if (!searched || !pipeline_accepts(m))
         pg_model_repartition(m, nchunks, nstages, pl, minmax); /* the checker accepted this one */
     free(minmax);
     return 0;

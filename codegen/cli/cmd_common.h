@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "cost.h"
+#include "io_atomic.h"
 #include "gen/emit.h"
 #include "cli/load.h"
 #include "schedule/schedule.h"
@@ -26,5 +27,14 @@ typedef struct cmd_model {
  * with cmd_release_model. 1: an error, already reported; nothing to release. */
 int cmd_load_model(const char *path, const char *balance, int64_t guard_bytes, cmd_model *cm);
 void cmd_release_model(cmd_model *cm);
+/* No output of the command is one of its inputs or another output
+ * (pg_io_check_distinct): 0, or 2 (usage) after "pipegen: --svg m.pipe is the
+ * same file as the model m.pipe: ..." on stderr. */
+int cmd_files_distinct(const pg_io_file *f, int n);
+/* What stderr must say about a --balance profile used for model m (gen:
+ * its plan, for the hash; NULL: not compared): one note when it was
+ * measured on another model, or on another plan (hash), and one when it
+ * lacks the times of some layer (then the cost model predicts, in flops). */
+void cmd_profile_notes(const pg_profile *prof, const ir_model *m, const pg_gen *g);
 
 #endif

@@ -50,6 +50,9 @@ int cmd_plan(int argc, char **argv)
         fprintf(stderr, "usage: pipegen plan FILE [--svg OUT] [--balance PROFILE] [--dp D]\n");
         return 2;
     }
+    pg_io_file files[] = {{"--svg", svg, 1}, {"the model", path, 0}, {"--balance", balance, 0}};
+    if (cmd_files_distinct(files, 3))
+        return 2;
     cmd_model cm;
     if (cmd_load_model(path, balance, 0, &cm) != 0)
         return 1;

@@ -74,6 +74,9 @@ int cmd_schedule(int argc, char **argv)
         fprintf(stderr, "usage: pipegen schedule FILE [--csv] [--svg OUT]\n");
         return 2;
     }
+    pg_io_file files[] = {{"--svg", svg, 1}, {"the model", path, 0}};
+    if (cmd_files_distinct(files, 2))
+        return 2;
     cmd_model cm;
     if (cmd_load_model(path, NULL, 0, &cm) != 0)
         return 1;

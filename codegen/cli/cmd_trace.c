@@ -23,7 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/cmd_common.h"
 #include "cli/commands.h"
+#include "io_atomic.h"
 #include "json.h"
 #include "cost.h"
 #include "cli/load.h"
@@ -399,6 +401,14 @@ static void fmt_time(char *buf, size_t n, double s)
         snprintf(buf, n, "%.4g us", s * 1e6);
 }
 
+static int timeline_fill(FILE *f, void *arg, char *err, size_t errlen)
+{
+    (void)err;
+    (void)errlen;
+    pg_timeline_svg(arg, f);
+    return 0;
+}
+
 /* The measured step `step` as a timeline (svg.c). */
 static int trace_svg(const trace *t, const step_stat *ss, int step, const char *schedule, const char *path, pg_diag *d)
 {
@@ -423,17 +433,11 @@ static int trace_svg(const trace *t, const step_stat *ss, int step, const char *
         if (e->step == step && e->kind == DP_KIND)
             box[tl.nbox++] = (pg_timeline_box){ e->row, e->kind, -1, -1, e->t0 - s->lo, e->t1 - e->t0 };
     }
-    FILE *f = fopen(path, "w");
-    int bad = !f;
-    if (f) {
-        pg_timeline_svg(&tl, f);
-        bad = ferror(f) != 0;
-        if (fclose(f) != 0)
-            bad = 1;
-    }
+    char err[4096 + 256];
+    int bad = pg_io_write_printed(path, timeline_fill, &tl, err, sizeof err) != 0; /* the one way outputs are written */
     free(box);
     if (bad) {
-        pg_error(d, loc, "cannot write the timeline");
+        pg_error(d, loc, "cannot write the timeline: %s", err);
         return -1;
     }
     return 0;
@@ -461,6 +465,9 @@ int cmd_trace(int argc, char **argv)
         fprintf(stderr, "usage: pipegen trace RUN.json [MODEL.pipe [--balance PROFILE]] [--svg OUT] [--step N]\n");
         return 2;
     }
+    pg_io_file files[] = {{"--svg", svg, 1}, {"the trace", path, 0}, {"the model", model, 0}, {"--balance", balance, 0}};
+    if (cmd_files_distinct(files, 4))
+        return 2;
     pg_diag d;
     pg_diag_init(&d, stderr, NULL);
     trace t;
@@ -505,6 +512,8 @@ int cmd_trace(int argc, char **argv)
             goto out;
         }
         pg_schedule_name(&l.model, kind, sizeof kind);
+        if (balance)
+            cmd_profile_notes(&prof, &l.model, NULL);
         pg_sched_costs c;
         seconds = pg_sched_costs_of_model(&l.model, balance ? &prof : NULL, &c);
         have_pr = pg_schedule_predict(&l.model, &s, &c, &pr) == 0;
@@ -534,7 +543,8 @@ int cmd_trace(int argc, char **argv)
         printf(", predicted %s (%s): measured/predicted %.3f\n", b, balance ? "measured profile" : "cost model",
                pr.step_time > 0 ? span / used / pr.step_time : 0.0);
     } else if (have_pr) {
-        printf(", predicted %.4g Gflop (cost model, flops: give --balance PROFILE for seconds)\n", pr.step_time / 1e9);
+        printf(", predicted %.4g Gflop (cost model, flops: %s)\n", pr.step_time / 1e9,
+               balance ? "the profile lacks some layers' times (see the note)" : "give --balance PROFILE for seconds");
     } else {
         printf("\n");
     }

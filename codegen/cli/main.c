@@ -2,10 +2,12 @@
  * one, declare `int cmd_NAME(int argc, char **argv)` in commands.h, write it in
  * codegen/cmd_NAME.c and add a row to `commands` below.
  * Exit status: 0 ok, 1 errors in the input, 2 usage errors. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include "cli/commands.h"
 #include "base/progress.h"
+#include "io_atomic.h"
 #include "pg_version.h"
 
 typedef struct command {
@@ -116,6 +118,9 @@ static int help_command(const char *name) {
 }
 
 int main(int argc, char **argv) {
+    /* over ulimit -f a write fails with EFBIG, reported with the file's name
+     * (or the standard output's), instead of SIGXFSZ killing pipegen silently */
+    signal(SIGXFSZ, SIG_IGN);
     pg_progress_start();
     if (argc < 2) {
         print_usage(stderr);
@@ -153,5 +158,9 @@ int main(int argc, char **argv) {
     for (int i = 2; i < argc; i++) /* `pipegen gen --help`: that command's help, whatever else is given */
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
             return help_command(cmd);
-    return c->run(argc - 1, argv + 1);
+    int rc = c->run(argc - 1, argv + 1);
+    /* `pipegen schedule --csv > file` on a full disk: a truncated file must not exit 0 */
+    if (pg_io_stdout_done("pipegen") != 0 && rc == 0)
+        rc = 1;
+    return rc;
 }

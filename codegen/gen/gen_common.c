@@ -22,7 +22,7 @@ int64_t acc_numel(const ir_param *P) { return al_plan(pg_shape_numel(&P->shape) 
 
 int64_t acc_block_bytes(const ir_param *P, int n)
 {
-    return ((int64_t)(n - 1) * acc_numel(P) + pg_shape_numel(&P->shape)) * 4;
+    return pg_bytes_mul(pg_bytes_add(pg_bytes_mul(n - 1, acc_numel(P)), pg_shape_numel(&P->shape)), 4);
 }
 
 void shape_rows(const pg_shape *s, char *buf, size_t n)
@@ -116,11 +116,31 @@ const em_chunk *find_chunk_c(const em_stage *S, int chunk)
     return NULL;
 }
 
-int slot_of(const pg_stage_sched *ss, pg_act_kind k, int chunk, int mb)
+int index_fwd_slots(em_stage *S, const pg_stage_sched *ss, int nmb)
 {
-    for (int a = 0; a < ss->n; a++)
-        if (ss->act[a].kind == k && ss->act[a].chunk == chunk && ss->act[a].mb == mb)
-            return ss->act[a].slot;
+    S->fwd_slot = malloc((size_t)(S->nchunks > 0 ? S->nchunks : 1) * (size_t)(nmb > 0 ? nmb : 1) * sizeof(int));
+    if (!S->fwd_slot)
+        return -1;
+    for (int i = 0; i < S->nchunks * nmb; i++)
+        S->fwd_slot[i] = -1;
+    for (int a = 0; a < ss->n; a++) { /* the first FWD of each (chunk, mb) */
+        const pg_act *A = &ss->act[a];
+        if (A->kind != PG_FWD || A->mb < 0 || A->mb >= nmb)
+            continue;
+        for (int i = 0; i < S->nchunks; i++)
+            if (S->ch[i].chunk == A->chunk && S->fwd_slot[i * nmb + A->mb] < 0)
+                S->fwd_slot[i * nmb + A->mb] = A->slot;
+    }
+    return 0;
+}
+
+int stage_fwd_slot(const em_stage *S, int nmb, int chunk, int mb)
+{
+    if (mb < 0 || mb >= nmb || !S->fwd_slot)
+        return -1;
+    for (int i = 0; i < S->nchunks; i++)
+        if (S->ch[i].chunk == chunk)
+            return S->fwd_slot[i * nmb + mb];
     return -1;
 }
 

@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "base/bytes.h"
 #include "gen/emit.h"
 
 enum { LOC_INPUT, LOC_SLOT, LOC_FRAME };
@@ -98,6 +99,8 @@ typedef struct em_stage {
     int input_mp, target_mp;
     int count_mp;      /* cross_entropy(ignore = id): the batch's counted target positions (a double), -1: none */
     int *act_slot;         /* per action: slot used (-1) */
+    int *fwd_slot;         /* [nchunks x nmb]: the slot of local chunk i's FWD of micro-batch mb (-1), made once
+                              (stage_fwd_slot): a scan of the action list per lookup was quadratic in nmb */
     int *act_tick;         /* per action: its first tick on the memory plan's timeline (plan_frames) */
     int nticks;
     int64_t *act_off, *act_bytes;
@@ -181,7 +184,10 @@ int chunk_stage(const pg_gen *g, int c);
 /* the first and last layer of chunk c (layers are in chunk order), -1 when none */
 void chunk_layers(const ir_model *m, int c, int *first, int *last);
 /* the slot of action kind k of (chunk, mb) on the stage, -1 none */
-int slot_of(const pg_stage_sched *ss, pg_act_kind k, int chunk, int mb);
+/* The activation slot of chunk's FWD of micro-batch mb on stage S (S->fwd_slot), -1 when none. */
+int stage_fwd_slot(const em_stage *S, int nmb, int chunk, int mb);
+/* Fill S->fwd_slot from the stage's action list (after the slots are assigned); 0, or -1 out of memory. */
+int index_fwd_slots(em_stage *S, const pg_stage_sched *ss, int nmb);
 /* arena offset of slot buffer sb of ch at a slot */
 int64_t slot_off(const pg_memplan *mp, const em_chunk *ch, int sb, int slot);
 

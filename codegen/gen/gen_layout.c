@@ -299,7 +299,7 @@ int layout_chunk(pg_gen *g, em_stage *S, em_chunk *ch, pg_diag *d)
         } else {
             sfmt(note, sizeof note, "chunk %d input x: %s, received", ch->chunk, sh);
         }
-        ch->x_slot = add_slotbuf(ch, mac, note, prev ? MP_ACTIVATIONS : MP_RECV, R * ch->tens[t0].numel * 4);
+        ch->x_slot = add_slotbuf(ch, mac, note, prev ? MP_ACTIVATIONS : MP_RECV, pg_bytes_of(R, ch->tens[t0].numel, 4));
         ch->tens[t0].vloc = LOC_SLOT;
         ch->tens[t0].vslot = ch->x_slot;
         ch->tens[t0].need_grad = 1;
@@ -338,7 +338,7 @@ int layout_chunk(pg_gen *g, em_stage *S, em_chunk *ch, pg_diag *d)
     shape_rows(&LN->out, sh, sizeof sh);
     sfmt(mac, sizeof mac, "c%d_y", ch->chunk);
     sfmt(note, sizeof note, "chunk %d output y: %s%s", ch->chunk, sh, ch->is_last ? ", the model output" : ", sent");
-    ch->y_slot = add_slotbuf(ch, mac, note, MP_ACTIVATIONS, R * ch->tens[cur].numel * 4);
+    ch->y_slot = add_slotbuf(ch, mac, note, MP_ACTIVATIONS, pg_bytes_of(R, ch->tens[cur].numel, 4));
     ch->tens[cur].vloc = LOC_SLOT;
     ch->tens[cur].vslot = ch->y_slot;
     sfmt(mac, sizeof mac, "c%d_dy", ch->chunk);
@@ -350,7 +350,7 @@ int layout_chunk(pg_gen *g, em_stage *S, em_chunk *ch, pg_diag *d)
         sfmt(note, sizeof note, "gradient dy of the chunk output: %s%s", sh,
              ch->is_last ? ", from the loss" : ", received");
     ch->dy_slot = add_slotbuf(ch, mac, note, ch->is_last || next_here ? MP_ACTIVATIONS : MP_RECV,
-                              R * ch->tens[cur].numel * 4);
+                              pg_bytes_of(R, ch->tens[cur].numel, 4));
     ch->tens[cur].gloc = LOC_SLOT;
     ch->tens[cur].gslot = ch->dy_slot;
     if (!ch->is_first) {
@@ -363,7 +363,7 @@ int layout_chunk(pg_gen *g, em_stage *S, em_chunk *ch, pg_diag *d)
             ch->dx_slot = add_alias(ch, mac, note, prev, prev->dy_slot);
         } else {
             sfmt(note, sizeof note, "gradient dx of the chunk input: %s, sent", sh);
-            ch->dx_slot = add_slotbuf(ch, mac, note, MP_ACTIVATIONS, R * ch->tens[t0].numel * 4);
+            ch->dx_slot = add_slotbuf(ch, mac, note, MP_ACTIVATIONS, pg_bytes_of(R, ch->tens[t0].numel, 4));
         }
         ch->tens[t0].gloc = LOC_SLOT;
         ch->tens[t0].gslot = ch->dx_slot;
@@ -373,12 +373,12 @@ int layout_chunk(pg_gen *g, em_stage *S, em_chunk *ch, pg_diag *d)
         em_tensor *T = &ch->tens[t];
         shape_rows(&T->shape, sh, sizeof sh);
         if (T->vloc == LOC_FRAME)
-            T->voff = frame_alloc(ch, R * T->numel * 4, T->what, sh);
+            T->voff = frame_alloc(ch, pg_bytes_of(R, T->numel, 4), T->what, sh);
         if (T->gloc < 0 && T->dtype == 0) {
             /* the model input has no gradient; a scratch buffer keeps ops that always write dx simple */
             sfmt(note, sizeof note, "gradient of %s%s", T->what, T->vloc == LOC_INPUT ? " (scratch)" : "");
             T->gloc = LOC_FRAME;
-            T->goff = frame_alloc(ch, R * T->numel * 4, note, sh);
+            T->goff = frame_alloc(ch, pg_bytes_of(R, T->numel, 4), note, sh);
         }
     }
     /* per-layer saved buffers (and same-chunk skip gradients) */

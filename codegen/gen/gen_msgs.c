@@ -79,7 +79,7 @@ int plan_messages(pg_gen *g, em_stage *S, pg_diag *d)
             ch = find_chunk(S, c);
             if (!ch)
                 break;
-            slot = slot_of(ss, PG_FWD, c, mb);
+            slot = stage_fwd_slot(S, g->s->nmb, c, mb);
             if (A->kind == PG_SEND_ACT) sb = ch->y_slot, sendk = PG_SEND_ACT, x = c, numel = ch->tens[ch->lout[ch->last - ch->first]].numel;
             if (A->kind == PG_RECV_ACT) sb = ch->x_slot, sendk = PG_SEND_ACT, x = c - 1, numel = ch->tens[0].numel;
             if (A->kind == PG_SEND_GRAD) sb = ch->dx_slot, sendk = PG_SEND_GRAD, x = c, numel = ch->tens[0].numel;
@@ -94,7 +94,7 @@ int plan_messages(pg_gen *g, em_stage *S, pg_diag *d)
             ch = find_chunk(S, own);
             if (!ch)
                 break;
-            slot = slot_of(ss, PG_FWD, own, mb);
+            slot = stage_fwd_slot(S, g->s->nmb, own, mb);
             x = A->skip;
             numel = pg_shape_numel(&sk->shape);
             if (A->kind == PG_SEND_SKIP) sb = ch->skout[A->skip], sendk = PG_SEND_SKIP;

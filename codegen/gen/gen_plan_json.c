@@ -12,7 +12,10 @@
 
 static void print_bytes(FILE *o, const char *what, int64_t b)
 {
-    fprintf(o, "  %-20s %12.3f MiB  %14" PRId64 " bytes\n", what, (double)b / (1024.0 * 1024.0), b);
+    if (b > PG_BYTES_LIMIT) /* a saturated sum (base/bytes.h) */
+        fprintf(o, "  %-20s more than %" PRId64 " bytes\n", what, PG_BYTES_LIMIT);
+    else
+        fprintf(o, "  %-20s %12.3f MiB  %14" PRId64 " bytes\n", what, (double)b / (1024.0 * 1024.0), b);
 }
 
 /* The tick at which the stage's live buffers take the most bytes; their bytes
@@ -98,8 +101,8 @@ void pg_gen_report(const pg_gen *g, FILE *o)
         }
         if (S->dch)
             fprintf(o, "  generation after training: its buffers share bytes with the step's activations\n");
-        total += S->mp.total;
-        unshared += before;
+        total = pg_bytes_add(total, S->mp.total);
+        unshared = pg_bytes_add(unshared, before);
     }
     fprintf(o, "all stages\n");
     print_bytes(o, "before sharing", unshared);

@@ -12,6 +12,29 @@
 
 static int is_last_chunk(const pg_gen *g, int c) { return c == g->m->nchunks - 1; }
 
+/* The stage's buffers, before they share memory, within PG_BYTES_LIMIT
+ * (base/bytes.h)? 0, or -1 after "the model needs N bytes on stage k, more
+ * than this machine can address", naming the largest buffer. */
+static int stage_addressable(const ir_model *m, const em_stage *S, pg_diag *d)
+{
+    if (pg_mp_unshared_bytes(&S->mp) <= PG_BYTES_LIMIT)
+        return 0;
+    int big = 0;
+    for (int i = 1; i < S->mp.n; i++)
+        if (S->mp.buf[i].bytes > S->mp.buf[big].bytes)
+            big = i;
+    const pg_mp_buf *B = &S->mp.buf[big];
+    char bb[64];
+    if (B->bytes > PG_BYTES_LIMIT) /* sums and products saturate past the limit: no exact count */
+        sfmt(bb, sizeof bb, "more than %" PRId64, PG_BYTES_LIMIT);
+    else
+        sfmt(bb, sizeof bb, "%" PRId64, B->bytes);
+    pg_error(d, m->loc, "the model needs more than %" PRId64 " bytes (64 PiB) on stage %d, more than this machine can "
+             "address: its largest buffer, %s (%s), takes %s bytes; a smaller batch, smaller layers, or more stages",
+             PG_BYTES_LIMIT, S->stage, B->name, B->note[0] ? B->note : pg_mp_cat_name(B->cat), bb);
+    return -1;
+}
+
 /* Slots used per chunk. */
 static int analyse_schedule(pg_gen *g, em_stage *S, pg_diag *d)
 {
@@ -71,7 +94,7 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
             pg_error(d, P->loc, "parameter '%s': only f32 parameters are supported by the code generator yet", P->name);
             return -1;
         }
-        int64_t bytes = pg_shape_numel(&P->shape) * 4;
+        int64_t bytes = pg_bytes_of(1, pg_shape_numel(&P->shape), 4);
         pg_shape_str(P->dtype, &P->shape, sh, sizeof sh);
         sfmt(name, sizeof name, "param %s", P->name);
         S->param_mp[p] = pg_mp_add(&S->mp, name, MP_PARAMS, bytes, PG_MP_WHOLE_STEP, PG_MP_WHOLE_STEP);
@@ -112,7 +135,7 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
             if (!(gw >> k & 1) || p < 0 || p >= np || S->shadow_mp[p] >= 0 || S->param_mp[p] < 0)
                 continue;
             sfmt(name, sizeof name, "shadow %s", m->params[p].name);
-            S->shadow_mp[p] = pg_mp_add(&S->mp, name, MP_PARAMS, pg_shape_numel(&m->params[p].shape) * 2,
+            S->shadow_mp[p] = pg_mp_add(&S->mp, name, MP_PARAMS, pg_bytes_of(1, pg_shape_numel(&m->params[p].shape), 2),
                                         PG_MP_WHOLE_STEP, PG_MP_WHOLE_STEP);
             pg_shape_str(DT_BF16, &m->params[p].shape, sh, sizeof sh);
             sfmt(S->mp.buf[S->shadow_mp[p]].note, sizeof S->mp.buf[0].note,
@@ -161,17 +184,21 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
     }
     if (analyse_schedule(g, S, d))
         return -1;
+    if (index_fwd_slots(S, &g->s->stage[S->stage], g->s->nmb)) {
+        pg_error(d, m->loc, "out of memory");
+        return -1;
+    }
     /* batch input / targets */
     S->input_mp = S->target_mp = S->count_mp = -1;
     if (S->stage == m->layers[0].stage) {
         int64_t es = 4;
-        S->input_mp = pg_mp_add(&S->mp, "input", MP_IO, m->train.batch * pg_shape_numel(&m->input) * es,
+        S->input_mp = pg_mp_add(&S->mp, "input", MP_IO, pg_bytes_of(m->train.batch, pg_shape_numel(&m->input), es),
                                 PG_MP_WHOLE_STEP, PG_MP_WHOLE_STEP);
         pg_shape_str(m->input_dtype, &m->input, sh, sizeof sh);
         sfmt(S->mp.buf[S->input_mp].note, sizeof note, "%s %s per sample, the whole batch", m->input_name, sh);
     }
     if (S->stage == m->layers[m->nlayers - 1].stage) {
-        S->target_mp = pg_mp_add(&S->mp, "target", MP_IO, m->train.batch * pg_shape_numel(&m->target) * 4,
+        S->target_mp = pg_mp_add(&S->mp, "target", MP_IO, pg_bytes_of(m->train.batch, pg_shape_numel(&m->target), 4),
                                  PG_MP_WHOLE_STEP, PG_MP_WHOLE_STEP);
         pg_shape_str(m->target_dtype, &m->target, sh, sizeof sh);
         sfmt(S->mp.buf[S->target_mp].note, sizeof note, "%s %s per sample, the whole batch", m->target_name, sh);
@@ -192,7 +219,7 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
             for (char *q = name; *q; q++)
                 if (*q >= 'A' && *q <= 'Z')
                     *q = (char)(*q - 'A' + 'a');
-            ch->sb[b].mp = pg_mp_add(&S->mp, name, ch->sb[b].cat, ch->sb[b].stride * ch->nslots, PG_MP_WHOLE_STEP,
+            ch->sb[b].mp = pg_mp_add(&S->mp, name, ch->sb[b].cat, pg_bytes_mul(ch->sb[b].stride, ch->nslots), PG_MP_WHOLE_STEP,
                                      PG_MP_WHOLE_STEP);
             sfmt(S->mp.buf[ch->sb[b].mp].note, sizeof S->mp.buf[0].note, "%d slots x %" PRId64 " bytes: %s",
                      ch->nslots, ch->sb[b].stride, ch->sb[b].note);
@@ -201,6 +228,8 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
     if (plan_frames(g, S, d) || dec_layout_stage(g, S, d))
         return -1;
     S->mp.guard = g->guard;
+    if (stage_addressable(m, S, d)) /* below the limit, no offset the solver computes can overflow */
+        return -1;
     pg_mp_solve(&S->mp);
     char err[600];
     if (pg_mp_check(&S->mp, err, sizeof err)) {
@@ -213,7 +242,7 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
     if (S->stage != 0)
         for (int p = 0; p < np; p++)
             if (m->params[p].owner_stage == S->stage && m->params[p].stage_mask)
-                S->send_bytes[0] += pg_shape_numel(&m->params[p].shape) * 4;
+                S->send_bytes[0] = pg_bytes_add(S->send_bytes[0], pg_bytes_of(1, pg_shape_numel(&m->params[p].shape), 4));
     if (m->train.grad_clip > 0)
         for (int k = 0; k < g->nstages; k++)
             if (k != S->stage)
@@ -375,7 +404,7 @@ void pg_gen_free(pg_gen *g)
         dec_free_stage(S);
         pg_mp_free(&S->mp);
         free(S->param_mp); free(S->grad_mp); free(S->opt_mp[0]); free(S->opt_mp[1]); free(S->layer_mp); free(S->shadow_mp);
-        free(S->act_slot); free(S->act_tick); free(S->act_off); free(S->act_bytes); free(S->act_tag); free(S->send_bytes);
+        free(S->act_slot); free(S->fwd_slot); free(S->act_tick); free(S->act_off); free(S->act_bytes); free(S->act_tag); free(S->send_bytes);
     }
     free(g->st);
     pg_schedule_free(&g->dsched);

@@ -136,7 +136,7 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
         fprintf(o, "/* chunk %d's activation slot of each micro-batch: another chunk of this stage reads it */\n"
                    "static const int mb_slot_c%d[] = {", ch->chunk, ch->chunk);
         for (int mb = 0; mb < g->s->nmb; mb++)
-            fprintf(o, "%s%d", mb ? ", " : "", slot_of(ss, PG_FWD, ch->chunk, mb));
+            fprintf(o, "%s%d", mb ? ", " : "", stage_fwd_slot(S, g->s->nmb, ch->chunk, mb));
         fprintf(o, "};\n\n");
     }
     for (int i = 0; i < S->nchunks; i++) {

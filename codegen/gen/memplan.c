@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/bytes.h"
 #include "gen/memplan.h"
 
 static const char *const cat_names[MP__COUNT] = {
@@ -459,11 +460,13 @@ int pg_mp_check(const pg_memplan *p, char *err, size_t errlen)
     return rc;
 }
 
+/* Sums saturate at PG_BYTES_OVER (base/bytes.h): every buffer is at most
+ * that, so one addition cannot overflow, and a sum that reaches it stays. */
 int64_t pg_mp_unshared_bytes(const pg_memplan *p)
 {
     int64_t g = p->guard > 0 ? p->guard : 0, s = align_up(g);
     for (int i = 0; i < p->n; i++)
-        s += align_up(p->buf[i].bytes + g);
+        s = pg_bytes_add(s, align_up(pg_bytes_add(p->buf[i].bytes, g)));
     return s;
 }
 
@@ -472,7 +475,7 @@ int64_t pg_mp_cat_bytes(const pg_memplan *p, pg_mp_cat c)
     int64_t s = 0;
     for (int i = 0; i < p->n; i++)
         if (p->buf[i].cat == c)
-            s += align_up(p->buf[i].bytes);
+            s = pg_bytes_add(s, align_up(p->buf[i].bytes));
     return s;
 }
 

@@ -31,13 +31,17 @@ static double elem_bytes(const ir_model *m)
 }
 
 /* Bytes one message of send action a carries (0 when the model has no layers). */
-static double msg_bytes(const ir_model *m, const pg_schedule *s, const pg_act *a)
+static double msg_bytes(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, const pg_act *a)
 {
     if (!m->layers || m->nlayers == 0)
         return 0;
     double rows = a->mb >= 0 ? (double)rows_of(m, a->mb, s->nmb) : 1.0;
     switch (a->kind) {
     case PG_SEND_ACT: case PG_SEND_GRAD: {
+        if (c->has_elems) /* known per chunk: no walk over the layers per message */
+            return a->chunk >= 0 && a->chunk < 64
+                       ? rows * (a->kind == PG_SEND_ACT ? c->out_elems[a->chunk] : c->in_elems[a->chunk]) * elem_bytes(m)
+                       : 0;
         /* the chunk boundary: the last layer of chunk c (ACT) or the first layer
          * of chunk c (GRAD: gradient of its input) */
         const ir_layer *l = NULL;
@@ -99,7 +103,7 @@ double pg_act_cost(const ir_model *m, const pg_schedule *s, const pg_sched_costs
     default: {
         double t = c->send_latency;
         if (c->send_bytes_per_s > 0)
-            t += msg_bytes(m, s, a) / c->send_bytes_per_s;
+            t += msg_bytes(m, s, c, a) / c->send_bytes_per_s;
         return t;
     }
     }
@@ -132,14 +136,14 @@ double pg_act_own_cost(const ir_model *m, const pg_schedule *s, const pg_sched_c
     if (is_p2p_send(a->kind)) {
         double t = c->send_cost_latency;
         if (c->send_cost_bytes_per_s > 0)
-            t += msg_bytes(m, s, a) / c->send_cost_bytes_per_s;
+            t += msg_bytes(m, s, c, a) / c->send_cost_bytes_per_s;
         return t;
     }
     if (is_p2p_recv(a->kind)) {
         pg_act x = sender_of(a);
         double t = c->recv_cost_latency;
         if (c->recv_cost_bytes_per_s > 0)
-            t += msg_bytes(m, s, &x) / c->recv_cost_bytes_per_s;
+            t += msg_bytes(m, s, c, &x) / c->recv_cost_bytes_per_s;
         return t;
     }
     if (a->kind == PG_GRAD_NORM)

@@ -97,6 +97,12 @@ typedef struct pg_sched_costs {
     int sync_measured; /* 1: grad_norm/tie_reduce include the exchange (no transit added) */
     int verdict;       /* 1: the stages wait for each other's verdict on the step (runtime/core/guard.c)
                           at their first GRAD_NORM / OPT_STEP */
+    /* The sizes of the messages at each chunk's boundaries, per row: the
+     * elements of its first layer's input (SEND_GRAD) and of its last
+     * layer's output (SEND_ACT). has_elems 0: the predictor finds them in the
+     * model's layers for each message (pg_sched_costs_of_model sets them once). */
+    int has_elems;
+    double in_elems[64], out_elems[64];
 } pg_sched_costs;
 typedef struct pg_sched_prediction {
     double step_time;

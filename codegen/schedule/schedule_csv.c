@@ -36,6 +36,8 @@ typedef struct csv_field {
     int len, col;   /* col: 1-based column of the trimmed text */
 } csv_field;
 
+#define CSV_MAX_ERRORS 50 /* the reader stops after this many errors (the .pipe checker's cap, CHK_MAX_ERRORS) */
+
 typedef struct csv_ctx {
     const char *path;
     const ir_model *m;
@@ -271,6 +273,8 @@ int pg_schedule_read_csv(const char *path, const ir_model *m, pg_schedule *s, pg
     c.path = s->file; /* diagnostics outlive src */
     int want_nf = 0;
     const char *p = src.text, *end = src.text + src.len;
+    if (src.len >= 3 && memcmp(p, "\xEF\xBB\xBF", 3) == 0) /* a UTF-8 byte-order mark (spreadsheets write one): not text */
+        p += 3;
     for (c.line = 1; p < end; c.line++) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         int len = (int)((nl ? nl : end) - p);
@@ -298,8 +302,13 @@ int pg_schedule_read_csv(const char *path, const ir_model *m, pg_schedule *s, pg
             continue;
         }
         parse_action(&c, f, nf, want_nf);
-        if (d->max_errors > 0 && c.errors >= d->max_errors)
+        if (c.errors >= CSV_MAX_ERRORS || (d->max_errors > 0 && c.errors >= d->max_errors)) {
+            if (c.errors >= CSV_MAX_ERRORS) { /* as the checker does: 300,000 repeated lines are not 300,000 errors */
+                pg_loc l = { src.path, 0, 0 };
+                pg_note(d, l, "too many errors (%d), stopping at line %d", CSV_MAX_ERRORS, c.line);
+            }
             break;
+        }
     }
     if (!want_nf && c.errors == 0)
         csv_error(&c, 0, 0, "empty schedule: expected the header `stage,action,mb,chunk` and one line per action");

@@ -11,16 +11,28 @@
 #include <stdint.h>
 #include "schedule/sched_sim.h"
 #include "schedule/svg.h"
+#include "io_atomic.h"
+
+const char *pg_profile_missing(const ir_model *m, const pg_profile *prof, int *missing)
+{
+    const char *first = NULL;
+    *missing = 0;
+    for (int i = 0; prof && i < m->nlayers; i++) {
+        const ir_layer *L = &m->layers[i];
+        if (L->kind != LK_STASH && L->kind != LK_POP && (!L->name || !pg_profile_find(prof, L->name))) {
+            if (!first)
+                first = L->name ? L->name : "?";
+            ++*missing;
+        }
+    }
+    return first;
+}
 
 int pg_sched_costs_of_model(const ir_model *m, const pg_profile *prof, pg_sched_costs *c)
 {
     memset(c, 0, sizeof *c);
-    int covered = prof != NULL;
-    for (int i = 0; prof && i < m->nlayers; i++) {
-        const ir_layer *L = &m->layers[i];
-        if (L->kind != LK_STASH && L->kind != LK_POP && (!L->name || !pg_profile_find(prof, L->name)))
-            covered = 0;
-    }
+    int missing;
+    int covered = prof != NULL && !pg_profile_missing(m, prof, &missing);
     double nmb = m->train.microbatches > 0 ? (double)m->train.microbatches : 1.0;
     double rows = m->train.batch > 0 ? (double)m->train.batch / nmb : 1.0;
     for (int i = 0; i < m->nlayers; i++) {
@@ -32,7 +44,11 @@ int pg_sched_costs_of_model(const ir_model *m, const pg_profile *prof, pg_sched_
         c->bwd_b[L->chunk] += lc.bwd_b;
         c->bwd_w[L->chunk] += lc.bwd_w;
         c->rerun[L->chunk] += lc.recompute;
+        if (i == 0 || m->layers[i - 1].chunk != L->chunk) /* a chunk's first layer: its input comes in */
+            c->in_elems[L->chunk] = (double)pg_shape_numel(&L->in);
+        c->out_elems[L->chunk] = (double)pg_shape_numel(&L->out); /* its last: its output goes on */
     }
+    c->has_elems = 1;
     c->recompute = 1;
     c->verdict = 1;
     if (!covered) /* model units (flops): messages and the optimizer are not priced */
@@ -469,23 +485,31 @@ out:
     return rc;
 }
 
+typedef struct svg_job {
+    const ir_model *m;
+    const pg_schedule *s;
+    const pg_sched_costs *c;
+    int seconds;
+} svg_job;
+
+static int svg_fill(FILE *f, void *arg, char *err, size_t errlen)
+{
+    const svg_job *j = arg;
+    if (pg_schedule_svg(j->m, j->s, j->c, j->seconds, f) == 0)
+        return 0;
+    snprintf(err, errlen, "the schedule cannot be simulated (or out of memory)");
+    return -1;
+}
+
 int pg_schedule_svg_write(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, int seconds,
                           const char *path, pg_diag *d)
 {
     pg_loc loc = { path, 0, 0 };
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        pg_error(d, loc, "cannot write the timeline: %s", strerror(errno));
-        return -1;
-    }
-    int bad = pg_schedule_svg(m, s, c, seconds, f) != 0;
-    if (ferror(f))
-        bad = 2;
-    if (fclose(f) != 0 && !bad)
-        bad = 2;
-    if (bad) {
-        pg_error(d, loc, "cannot write the timeline: %s",
-                 bad == 2 ? "write failed" : "the schedule cannot be simulated (or out of memory)");
+    svg_job j = { m, s, c, seconds };
+    char err[4096 + 256];
+    /* beside it, then renamed: a full disk leaves the previous drawing whole */
+    if (pg_io_write_printed(path, svg_fill, &j, err, sizeof err) != 0) {
+        pg_error(d, loc, "cannot write the timeline: %s", err);
         return -1;
     }
     return 0;

@@ -20,6 +20,10 @@
  * has measured them ("messages", --profile). Returns 1 when the costs are
  * seconds, 0 when flops. */
 int pg_sched_costs_of_model(const ir_model *m, const pg_profile *prof, pg_sched_costs *c);
+/* The first compute layer of m that prof has no times for (NULL: it has
+ * them all, or prof is NULL), *missing how many lack them: a profile that
+ * lacks any is not used for the costs above (the cost model is). */
+const char *pg_profile_missing(const ir_model *m, const pg_profile *prof, int *missing);
 
 /* "s" or "flop": the unit of a step time predicted with those costs. */
 const char *pg_cost_unit(int seconds);

@@ -7,17 +7,23 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #define CK_FORMAT "pipegen-checkpoint-1"
+/* What a stage file's checksum covers (its "checksum_covers"): the tensor
+ * table and the data. A file without the key (an older pipegen's) has a
+ * checksum of its data alone, and is checked so. */
+#define CK_SUM_COVERS "tensor table (names, dtypes, shapes, offsets) and data"
 #define CK_PATH 4096
 #define RUN_BYTES 80           /* sizeof pg_run.ck_run */
 
@@ -556,13 +562,19 @@ static int stage_file_read(const char *sdir, int k, const ck_manifest *m, uint64
     char p[CK_PATH], e2[CK_PATH + 512];
     ck_fmt(p, sizeof p, "%s/stage%d.safetensors", sdir, k);
     uint64_t sum;
-    if (pg_st_data_hash(p, &sum, err, errlen))
+    char covers[128] = "";
+    int with_table = pg_st_read_meta(p, "checksum_covers", covers, sizeof covers, e2, sizeof e2) == 0;
+    if (with_table && strcmp(covers, CK_SUM_COVERS) != 0) {
+        ck_fmt(err, errlen, "%s has a checksum of '%s', which this pipegen does not know", p, covers);
+        return -1;
+    }
+    if (pg_st_data_hash(p, with_table, &sum, err, errlen))
         return -1;
     if (sum != fsum || sum != m->sums[k]) {
         ck_fmt(err, errlen,
-               "%s is corrupted: its tensors hash to %016" PRIx64 " but its metadata says %016" PRIx64
+               "%s is corrupted: its %s hash to %016" PRIx64 " but its metadata says %016" PRIx64
                " and the manifest %016" PRIx64,
-               p, sum, fsum, m->sums[k]);
+               p, with_table ? "tensor names, dtypes, shapes, offsets and bytes" : "tensors", sum, fsum, m->sums[k]);
         return -1;
     }
     pg_st_want *w = calloc((size_t)n + 1, sizeof *w);
@@ -820,7 +832,8 @@ int pg_ckpt_save(pg_run *r, int64_t step)
             t[i].bytes = it[i].bytes;
             off += it[i].bytes;
         }
-        sum = pg_hash64(buf, total, UINT64_C(0xcbf29ce484222325));
+        /* the checksum covers the meaning too: names, dtypes, shapes, offsets, then the bytes */
+        sum = pg_hash64(buf, total, pg_st_table_hash(t, n, UINT64_C(0xcbf29ce484222325)));
         size_t at = 0;
         for (int i = 0; i < n && !rc; at += it[i].bytes / 4, i++) {
             char what[400];
@@ -842,7 +855,8 @@ int pg_ckpt_save(pg_run *r, int64_t step)
         snprintf(sseed, sizeof sseed, "%" PRIu64, d->train.seed);
         const char *meta[] = {"format", CK_FORMAT, "model", d->model, "plan_hash", sph, "stage", sst,
                               "nstages", sns, "replicas", srep, "model_id", sid, "step", sstep,
-                              "data_position", sstep, "seed", sseed, "checksum", ssum, NULL};
+                              "data_position", sstep, "seed", sseed, "checksum", ssum,
+                              "checksum_covers", CK_SUM_COVERS, NULL};
         if (rc == 2)
             ck_fmt(err + strlen(err), sizeof err - strlen(err), ": the weights are not finite; not written");
         else if (rc)
@@ -985,6 +999,85 @@ int pg_ckpt_check_owner(pg_run *r, char *err, size_t errlen)
     return found >= 0 ? -1 : 0;
 }
 
+/* ---- the directory's lock -------------------------------------------------
+ * DIR/LOCK, flock'ed by the rank that writes the manifests for the whole run
+ * and naming it ("run ID host H pid P"): a second run into the directory
+ * (two fresh runs started together would delete each other's checkpoints)
+ * is refused at start with that name. The file goes when its holder ends; one
+ * left by a killed holder is unlocked and taken over. A taker re-checks that
+ * the name still leads to the file it locked (its holder may have removed it
+ * meanwhile). */
+#define CK_LOCK "LOCK"
+
+int pg_ckpt_lock(pg_run *r, char *err, size_t errlen)
+{
+    const char *dir = r->opt.ckpt_dir;
+    char p[CK_PATH], host[256] = "?", holder[512];
+    if (!dir || r->d->stage != 0 || r->replica != 0)
+        return 0;
+    if (mkdir(dir, 0777) == 0) /* made here, to hold the lock: it goes again if nothing was written */
+        r->ck_made_dir = 1;
+    else if (errno != EEXIST) {
+        ck_fmt(err, errlen, "cannot create it: %s", strerror(errno));
+        return -1;
+    }
+    ck_fmt(p, sizeof p, "%s/" CK_LOCK, dir);
+    for (int tries = 0; tries < 100; tries++) {
+        int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0) {
+            ck_fmt(err, errlen, "cannot create its lock %s: %s", p, strerror(errno));
+            return -1;
+        }
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            int e = errno;
+            ssize_t n = e == EWOULDBLOCK ? pread(fd, holder, sizeof holder - 1, 0) : -1;
+            close(fd);
+            if (e != EWOULDBLOCK) {
+                ck_fmt(err, errlen, "cannot lock %s: %s", p, strerror(e));
+                return -1;
+            }
+            holder[n > 0 ? n : 0] = 0;
+            holder[strcspn(holder, "\n")] = 0;
+            ck_fmt(err, errlen, "it is in use by another run (%s holds %s): two runs writing checkpoints into one "
+                   "directory would delete each other's; wait for that run to end, or use another directory",
+                   holder[0] ? holder : "a process that has not said who it is yet", p);
+            return -1;
+        }
+        struct stat a, b;
+        if (fstat(fd, &a) != 0 || stat(p, &b) != 0 || a.st_ino != b.st_ino || a.st_dev != b.st_dev) {
+            close(fd); /* its holder removed it after we opened it: try the new one */
+            continue;
+        }
+        if (gethostname(host, sizeof host) != 0)
+            snprintf(host, sizeof host, "?");
+        host[sizeof host - 1] = 0;
+        int l = snprintf(holder, sizeof holder, "run %s on host %s, pid %ld\n",
+                         r->launch.run_id[0] ? r->launch.run_id : "(no run id)", host, (long)getpid());
+        if (ftruncate(fd, 0) != 0 || pwrite(fd, holder, (size_t)l, 0) != l) {
+            ck_fmt(err, errlen, "cannot write its lock %s: %s", p, strerror(errno));
+            close(fd);
+            return -1;
+        }
+        r->ck_lock = fd + 1;
+        return 0;
+    }
+    ck_fmt(err, errlen, "cannot take its lock %s: it keeps being replaced", p);
+    return -1;
+}
+
+void pg_ckpt_unlock(pg_run *r)
+{
+    if (!r->ck_lock)
+        return;
+    char p[CK_PATH];
+    ck_fmt(p, sizeof p, "%s/" CK_LOCK, r->opt.ckpt_dir);
+    unlink(p); /* while it is still held: a taker that opened it re-checks the name */
+    close(r->ck_lock - 1);
+    r->ck_lock = 0;
+    if (r->ck_made_dir)
+        rmdir(r->opt.ckpt_dir); /* only when no checkpoint was written into it */
+}
+
 /* ---- resume ----------------------------------------------------------------
  * Stage 0 proposes steps one at a time: the one LATEST names first (it is
  * authoritative when every stage can use it), then every other step
@@ -1009,12 +1102,41 @@ void pg_ckpt_new_run(pg_run *r)
     snprintf(r->ck_run, sizeof r->ck_run, "%016" PRIx64, x);
 }
 
-/* Stage 0: the next step to propose after index *i of steps[n] (LATEST's
- * first), or -1 when none is left. */
-static int64_t next_candidate(const char *dir, const int64_t *steps, int n, int *i, int64_t latest,
-                              const char *latest_run, int *latest_done)
+/* Step directories the resume scan passes over for one reason: counted and
+ * reported in one line (thousands of them must not print thousands of lines). */
+typedef struct ck_passed {
+    int n;
+    int64_t lo, hi;            /* the lowest and highest of them */
+    char one[CK_PATH + 256];   /* the first one's message, said as it is when it is alone */
+} ck_passed;
+
+static void passed_add(ck_passed *ps, int64_t step, const char *msg)
 {
-    char sdir[CK_PATH], p[CK_PATH];
+    if (ps->n++ == 0) {
+        ps->lo = ps->hi = step;
+        ck_fmt(ps->one, sizeof ps->one, "%s", msg);
+    }
+    if (step < ps->lo) ps->lo = step;
+    if (step > ps->hi) ps->hi = step;
+}
+
+/* "resume: passing over ..." once: the one message, or the count, the range and why. */
+static void passed_say(const ck_passed *ps, const char *why)
+{
+    if (ps->n == 1)
+        printf("resume: passing over %s\n", ps->one);
+    else if (ps->n > 1)
+        printf("resume: passing over %d step directories (step-%08" PRId64 " .. step-%08" PRId64 "): %s\n", ps->n,
+               ps->lo, ps->hi, why);
+}
+
+/* Stage 0: the next step to propose after index *i of steps[n] (LATEST's
+ * first), or -1 when none is left. Those of another run go to other, those
+ * without a MANIFEST (never completed) to incomplete, each said once. */
+static int64_t next_candidate(const char *dir, const int64_t *steps, int n, int *i, int64_t latest,
+                              const char *latest_run, int *latest_done, ck_passed *other, ck_passed *incomplete)
+{
+    char sdir[CK_PATH], p[CK_PATH + 256];
     if (!*latest_done) {
         *latest_done = 1;
         step_dir(sdir, sizeof sdir, dir, latest);
@@ -1026,16 +1148,42 @@ static int64_t next_candidate(const char *dir, const int64_t *steps, int n, int 
         char run[RUN_BYTES];
         if (s == latest)
             continue;
-        if (latest_run[0] && step_run(dir, s, run, sizeof run) && strcmp(run, latest_run) != 0) {
-            step_dir(sdir, sizeof sdir, dir, s);
-            ck_fmt(p, sizeof p, "%s", sdir);
-            printf("resume: passing over %s: it belongs to another run (%s, not %s, which LATEST names)\n", p,
+        step_dir(sdir, sizeof sdir, dir, s);
+        int complete = step_run(dir, s, run, sizeof run);
+        if (!complete && errno == ENOENT) {
+            ck_fmt(p, sizeof p, "%s: it has no MANIFEST (a checkpoint that was never completed)", sdir);
+            passed_add(incomplete, s, p);
+            continue;
+        }
+        if (complete && latest_run[0] && strcmp(run, latest_run) != 0) {
+            ck_fmt(p, sizeof p, "%s: it belongs to another run (%s, not %s, which LATEST names)", sdir,
                    run[0] ? run : "one older than run ids", latest_run);
+            passed_add(other, s, p);
             continue;
         }
         return s;
     }
     return -1;
+}
+
+/* After resuming from step `pick` of DIR into DIR itself: every step
+ * directory above it that never completed (no MANIFEST: a run killed while it
+ * wrote them) goes, this stage's part of each. How many there were. */
+static int prune_incomplete(const pg_stage_desc *d, const char *dir, int64_t pick)
+{
+    int64_t *steps;
+    int n = list_steps(dir, &steps), gone = 0;
+    char run[RUN_BYTES], sdir[CK_PATH];
+    for (int i = 0; i < n && steps[i] > pick; i++) {
+        if (step_run(dir, steps[i], run, sizeof run) || errno != ENOENT)
+            continue;
+        step_dir(sdir, sizeof sdir, dir, steps[i]);
+        clean_step_tmp(d, sdir);
+        remove_step(d, sdir);
+        gone++;
+    }
+    free(steps);
+    return gone;
 }
 
 int pg_ckpt_resume(pg_run *r, int64_t *start_step)
@@ -1061,10 +1209,11 @@ int pg_ckpt_resume(pg_run *r, int64_t *start_step)
     if (d->stage == 0) {
         int64_t *steps;
         int ns = list_steps(dir, &steps), i = 0, latest_done = 0;
+        ck_passed other = {0}, incomplete = {0};
         if (ns == 0)
             fprintf(stderr, "stage 0: --resume %s: no checkpoint there (no step-* directories)\n", dir);
         for (;;) {
-            int64_t c = next_candidate(dir, steps, ns, &i, latest, latest_run, &latest_done);
+            int64_t c = next_candidate(dir, steps, ns, &i, latest, latest_run, &latest_done, &other, &incomplete);
             if (c < 0)
                 break;
             char sdir[CK_PATH];
@@ -1091,6 +1240,8 @@ int pg_ckpt_resume(pg_run *r, int64_t *start_step)
             }
         }
         free(steps);
+        passed_say(&incomplete, "they have no MANIFEST (checkpoints that were never completed)");
+        passed_say(&other, "they belong to other runs than the one LATEST names");
         int64_t fin[2] = {pick >= 0 ? RS_USE : RS_NONE, pick};
         for (int k = 1; k < d->nstages && !st; k++)
             st = pg_net_send(r->net, peer = k, down, fin, sizeof fin);
@@ -1177,6 +1328,14 @@ int pg_ckpt_resume(pg_run *r, int64_t *start_step)
                      man.nstages == d->nstages && man.replicas == reps ? " of another plan" : "", d->nstages,
                      d->nstages == 1 ? "" : "s", reps, reps == 1 ? "" : "s");
         printf("resume: continuing from %s (step %" PRId64 ")%s\n", sdir, pick, layout);
+    }
+    /* into the same directory: the step directories above it that never
+     * completed would stand among this run's new ones */
+    if (r->opt.ckpt_dir && same_dir(dir, r->opt.ckpt_dir)) {
+        int gone = prune_incomplete(d, dir, pick);
+        if (d->stage == 0 && gone)
+            printf("resume: removed %d step director%s above step %" PRId64 " that never completed\n", gone,
+                   gone == 1 ? "y" : "ies", pick);
     }
     *start_step = pick;
     return 0;

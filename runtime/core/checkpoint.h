@@ -6,8 +6,12 @@
  *       state: tensors "w:<name>", "opt0:<name>", "opt1:<name>" (not the copy
  *       a user of a transmitted tie holds: its owner's is current); metadata
  *       format, model, model_id, plan_hash, stage, nstages, replicas, step,
- *       data_position, seed and checksum (FNV-1a 64 over every tensor's bytes
- *       in file order)
+ *       data_position, seed, checksum and checksum_covers (FNV-1a 64 over the
+ *       tensor table, a line "name dtype shape begin,end" per tensor, then
+ *       every tensor's bytes in file order; a file without checksum_covers,
+ *       an older pipegen's, has it over the bytes alone)
+ *   DIR/LOCK  flock'ed by stage 0 of replica 0 while the run writes into DIR,
+ *       naming the run id, host and pid (pg_ckpt_lock)
  *   DIR/step-00000120/MANIFEST  written by stage 0 only after every stage has
  *       reported (over the network) that its file is durable: the model, plan
  *       hash, stage count, step, replicas (the data-parallel count D of the
@@ -56,6 +60,15 @@ void pg_ckpt_new_run(pg_run *r);
  * (a fresh run, or one resumed from elsewhere), unless --replace-checkpoints.
  * 0, or -1 with the reason in err. */
 int pg_ckpt_check_owner(pg_run *r, char *err, size_t errlen);
+
+/* Stage 0 of replica 0, before any work (preflight.c): lock the checkpoint
+ * directory (DIR/LOCK, flock, held until pg_ckpt_unlock; the directory is
+ * made if it is not there). 0, or -1 with "it is in use by another run (run
+ * ID on host H, pid P holds DIR/LOCK) ..." in err. Not collective. */
+int pg_ckpt_lock(pg_run *r, char *err, size_t errlen);
+/* Release it at the end (the lock file goes; a directory the lock made goes
+ * too when it is still empty). */
+void pg_ckpt_unlock(pg_run *r);
 
 /* Not collective: remove from every DIR/step-* this stage's temporaries
  * (stage<k>.safetensors.tmp.<pid>; stage 0 also MANIFEST's and DIR/LATEST's)

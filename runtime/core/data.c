@@ -114,6 +114,11 @@ static void map_forget(const void *base)
             bus.base[i] = NULL;
 }
 
+static int64_t ns_of(struct timespec t)
+{
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
 int pg_data_guarded(const pg_datafile *f, void (*fn)(void *arg), void *arg, char *err, size_t errlen)
 {
     sigjmp_buf jb;
@@ -133,6 +138,15 @@ int pg_data_guarded(const pg_datafile *f, void (*fn)(void *arg), void *arg, char
     bus.armed = &jb;
     fn(arg);
     bus.armed = outer;
+    struct stat st;
+    if (f->fd1 && fstat(f->fd1 - 1, &st) == 0 &&
+        (ns_of(st.st_mtim) != f->mtime_ns || ns_of(st.st_ctim) != f->ctime_ns)) {
+        snprintf(err, errlen,
+                 "%s was changed while this stage read it (written to %.3f s after it was opened, at the same size "
+                 "or not): leave data files unchanged while a run uses them",
+                 f->path ? f->path : "a data file", (double)(ns_of(st.st_ctim) - f->ctime_ns) * 1e-9);
+        return -1;
+    }
     return 0;
 }
 
@@ -234,6 +248,11 @@ int pg_data_open(pg_datafile *f, const char *path, int exp_dtype, int exp_rank,
     int fd = pg_io_open_regular(path, &fsize, err, errlen);
     if (fd < 0)
         return -1;
+    struct stat st0;
+    if (fstat(fd, &st0) == 0) { /* the times every later read is checked against (pg_data_guarded) */
+        f->mtime_ns = ns_of(st0.st_mtim);
+        f->ctime_ns = ns_of(st0.st_ctim);
+    }
     unsigned char h[16 + 8 * PGD_MAX_RANK];
     ssize_t got = pread(fd, h, sizeof h, 0);
     if (got < 0) got = 0;
@@ -318,7 +337,7 @@ int pg_data_open(pg_datafile *f, const char *path, int exp_dtype, int exp_rank,
         snprintf(err, errlen, "cannot map %s: %s", path, strerror(errno));
         goto fail;
     }
-    close(fd);
+    f->fd1 = fd + 1; /* kept: its times say whether the file was written to meanwhile */
     fd = -1;
     f->map_bytes = (size_t)fsize;
     f->mapped = 1;
@@ -357,6 +376,8 @@ void pg_data_close(pg_datafile *f)
     } else {
         free(f->data);
     }
+    if (f->fd1)
+        close(f->fd1 - 1);
     memset(f, 0, sizeof *f);
 }
 

@@ -49,6 +49,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "pg_limits.h"
 #include "dp_bytes.h"
 #include "pg_dp_dev.h"
 #include "pg_ops.h"
@@ -438,10 +439,13 @@ int pg_dp_init(pg_run *r)
     if (p->nb > 1) {
         pthread_mutex_init(&p->mu, NULL);
         pthread_cond_init(&p->cv, NULL);
-        if (pthread_create(&p->thr, NULL, reducer_main, r) != 0) {
+        int pe = pthread_create(&p->thr, NULL, reducer_main, r);
+        if (pe != 0) {
+            char why[400];
             pthread_cond_destroy(&p->cv);
             pthread_mutex_destroy(&p->mu);
-            fprintf(stderr, "stage %d: cannot start the thread of the replicas' gradient reduction\n", d->stage);
+            fprintf(stderr, "stage %d: cannot start the thread of the replicas' gradient reduction: %s\n", d->stage,
+                    pg_thread_start_why(pe, why, sizeof why));
             return 1;
         }
         p->thr_started = 1;

@@ -23,6 +23,14 @@
 
 /* ---- --load --------------------------------------------------------------- */
 
+static const char *first_bf16(const pg_st_want *w, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (w[i].was_bf16)
+            return w[i].name;
+    return "?";
+}
+
 int pg_run_load_params(pg_run *r)
 {
     const pg_stage_desc *d = r->d;
@@ -50,6 +58,7 @@ int pg_run_load_params(pg_run *r)
             w[i].dim[k] = p->dim[k];
         w[i].dst = buf + off;
         w[i].bytes = (size_t)p->numel * 4;
+        w[i].bf16_ok = 1; /* a bf16 checkpoint widens to f32 exactly: taken, and said */
         off += w[i].bytes;
     }
     char err[512];
@@ -58,6 +67,12 @@ int pg_run_load_params(pg_run *r)
         fprintf(stderr, "stage %d: --load: %s\n", d->stage, err);
         rc = 1;
     }
+    int widened = 0;
+    for (int i = 0; i < n && !rc; i++)
+        widened += w[i].was_bf16;
+    if (widened)
+        printf("stage %d: note: --load %s: %d of its tensors are BF16 (the first '%s'), converted to F32 exactly\n",
+               d->stage, r->opt.load, widened, first_bf16(w, n));
     for (int i = 0; i < n && !rc; i++) {
         char what[400];
         snprintf(what, sizeof what, "%s: tensor '%s'", r->opt.load, w[i].name);
@@ -155,6 +170,8 @@ int pg_gen_option(const char *a, const char *v, pg_run_opts *o, int stage)
         return 2;
     }
     const char *want = NULL;
+    if (k > 0 && !o->gen_shaping)
+        o->gen_shaping = a; /* they only shape what --generate samples (main.c refuses them without it) */
     switch (k) {
     case 0: if (parse_count(v, 0, 100000000, &o->generate)) want = "a token count >= 0"; break;
     case 1: o->prompt = v; break;

@@ -251,11 +251,13 @@ int pg_guard_verdict(pg_run *r, int64_t step)
 
 /* The one piece of state a signal handler may touch. */
 static struct {
-    volatile sig_atomic_t caught; /* SIGINT or SIGTERM received, 0 if none */
+    volatile sig_atomic_t caught; /* SIGINT or SIGTERM received, 0 if none (SIGHUP counts as SIGTERM) */
 } sigstate;
 
 static void on_stop_signal(int sig)
 {
+    if (sig == SIGHUP) /* the terminal closed: stop as SIGTERM does, after the checkpoint */
+        sig = SIGTERM;
     if (sigstate.caught)
         pg_io_stop_now(sig); /* a second one: the user will not wait for the checkpoint */
     sigstate.caught = sig;
@@ -270,6 +272,7 @@ void pg_guard_catch_signals(void)
     sa.sa_flags = SA_RESTART;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
 }
 
 int pg_guard_stop_agree(pg_run *r, int64_t step, int *sig)

@@ -46,7 +46,8 @@ int pg_guard_finite(const float *v, size_t n, size_t *bad);
 /* The same, -1 with "WHAT, element I is nan" (inf, -inf) in err. */
 int pg_guard_finite_msg(const float *v, size_t n, const char *what, char *err, size_t errlen);
 
-/* --save-on-exit: catch SIGINT and SIGTERM (the handler only records them). */
+/* --save-on-exit: catch SIGINT, SIGTERM and SIGHUP (taken as SIGTERM: the
+ * terminal closed; the handler only records them). */
 void pg_guard_catch_signals(void);
 /* Collective after each step: stage 0 ORs every stage's caught signal and
  * tells everyone, so all stop after the same step. *sig: 0 or the signal. */

@@ -179,11 +179,24 @@ int pg_io_write_tmp(const char *path, const void *const *parts, const size_t *le
                     char *err, size_t errlen)
 {
     pg_io_tmp_name(tmp, tmplen, path);
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) { /* a rename would replace /dev/null itself */
+        snprintf(err, errlen, "cannot write %s: it is %s, not a regular file (it is left as it is)", path,
+                 pg_io_kind(st.st_mode));
+        return -1;
+    }
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         snprintf(err, errlen, "cannot write %s: cannot create %s: %s", path, tmp, strerror(errno));
         return -1;
     }
+    /* over ulimit -f a write fails with EFBIG (reported below) instead of the
+     * default SIGXFSZ killing us with the temporary left behind */
+    struct sigaction ign, old_xfsz;
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    sigaction(SIGXFSZ, &ign, &old_xfsz);
     const char *what = "write";
     int e = 0;
     for (int i = 0; i < n && !e; i++) {
@@ -202,6 +215,7 @@ int pg_io_write_tmp(const char *path, const void *const *parts, const size_t *le
     }
     if (!e && fsync(fd) != 0) { e = errno; what = "fsync"; }
     if (close(fd) != 0 && !e) { e = errno; what = "close"; }
+    sigaction(SIGXFSZ, &old_xfsz, NULL);
     if (e) {
         unlink(tmp);
         snprintf(err, errlen, "cannot write %s: %s failed: %s (the previous file, if any, is untouched)", path,
@@ -211,9 +225,39 @@ int pg_io_write_tmp(const char *path, const void *const *parts, const size_t *le
     return 0;
 }
 
+/* A device or a pipe (/dev/null, a process substitution) is written in
+ * place: it has no contents to tear, and a rename would replace the node. */
+static int write_in_place(const char *path, const void *const *parts, const size_t *lens, int n, char *err,
+                          size_t errlen)
+{
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        return -1;
+    }
+    int e = 0;
+    for (int i = 0; i < n && !e; i++) {
+        const char *p = parts[i];
+        size_t left = lens[i];
+        while (left && !e) {
+            ssize_t w = write(fd, p, left);
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) e = w < 0 ? errno : ENOSPC;
+            else { p += w; left -= (size_t)w; }
+        }
+    }
+    if (close(fd) != 0 && !e) e = errno;
+    if (e)
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(e));
+    return e ? -1 : 0;
+}
+
 int pg_io_write_atomic(const char *path, const void *const *parts, const size_t *lens, int n,
                        char *err, size_t errlen)
 {
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+        return write_in_place(path, parts, lens, n, err, errlen);
     size_t tl = strlen(path) + 32;
     char *tmp = malloc(tl);
     if (!tmp) {
@@ -232,5 +276,101 @@ int pg_io_write_atomic(const char *path, const void *const *parts, const size_t 
         pg_io_sync_dir_of(path);
     free(tmp);
     pg_io_protect_end();
+    return rc;
+}
+
+int pg_io_write_printed(const char *path, int (*fill)(FILE *f, void *arg, char *err, size_t errlen), void *arg,
+                        char *err, size_t errlen)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) {
+        snprintf(err, errlen, "cannot write %s: out of memory", path);
+        return -1;
+    }
+    err[0] = 0;
+    int bad = fill(f, arg, err, errlen) != 0;
+    bad |= fclose(f) != 0; /* the text is complete (or the memory ran out) */
+    if (bad) {
+        if (!err[0])
+            snprintf(err, errlen, "cannot write %s: out of memory", path);
+        free(text);
+        return -1;
+    }
+    const void *parts[1] = {text};
+    int rc = pg_io_write_atomic(path, parts, &len, 1, err, errlen);
+    free(text);
+    return rc;
+}
+
+int pg_io_stdout_done(const char *prog)
+{
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout))
+        return 0;
+    int e = errno; /* 0: the failed write was an earlier one (line-buffered output): its errno is gone */
+    fprintf(stderr, "%s: cannot write the standard output: %s%s\n", prog,
+            e ? strerror(e) : "a write to it failed (a full disk, or a file-size limit?)",
+            e == EFBIG ? " (the file-size limit, ulimit -f)" : "");
+    return -1;
+}
+
+/* ---- outputs and inputs that are one file ----------------------------------- */
+
+typedef struct file_id {
+    int exists;
+    dev_t dev;
+    ino_t ino;
+    char canon[4096 + 256];   /* the folder's real path / the name (when it does not exist) */
+} file_id;
+
+static void identify(const char *path, file_id *id)
+{
+    struct stat st;
+    memset(id, 0, sizeof *id);
+    if (stat(path, &st) == 0) {
+        id->exists = 1;
+        id->dev = st.st_dev;
+        id->ino = st.st_ino;
+        return;
+    }
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    char dir[4096], real[4096];
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == path) snprintf(dir, sizeof dir, "/");
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    if (realpath(dir, real))
+        snprintf(id->canon, sizeof id->canon, "%s/%s", real, base);
+    else
+        snprintf(id->canon, sizeof id->canon, "%s", path); /* a folder that does not exist: the name as given */
+}
+
+int pg_io_check_distinct(const pg_io_file *f, int n, char *err, size_t errlen)
+{
+    file_id *id = calloc((size_t)(n > 0 ? n : 1), sizeof *id);
+    if (!id) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (int i = 0; i < n; i++)
+        if (f[i].path && f[i].path[0])
+            identify(f[i].path, &id[i]);
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++)
+        for (int j = 0; j < i && !rc; j++) {
+            if (!f[i].path || !f[i].path[0] || !f[j].path || !f[j].path[0] || (!f[i].output && !f[j].output))
+                continue;
+            int same = id[i].exists && id[j].exists ? id[i].dev == id[j].dev && id[i].ino == id[j].ino
+                       : !id[i].exists && !id[j].exists && !strcmp(id[i].canon, id[j].canon);
+            if (!same)
+                continue;
+            const pg_io_file *o = f[i].output ? &f[i] : &f[j], *x = o == &f[i] ? &f[j] : &f[i];
+            snprintf(err, errlen, "%s %s is the same file as %s %s: %s", o->what, o->path, x->what, x->path,
+                     x->output ? "each would replace the other; give each its own file"
+                               : "writing it would destroy what is read from it; give the output another name");
+            rc = -1;
+        }
+    free(id);
     return rc;
 }

@@ -6,13 +6,42 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
-/* Write the n parts one after another to path.tmp.<pid>, fsync it, rename it
- * over path and fsync the directory. On any failure (ENOSPC, EFBIG, a missing
+/* The one way every program (the stages, pipegen, pipedata) writes an output
+ * file: the n parts one after another to path.tmp.<pid> beside it, fsync,
+ * rename over path, fsync the directory. A file-size limit (ulimit -f) makes
+ * a write fail with EFBIG instead of killing the process (SIGXFSZ is ignored
+ * while the temporary is written). On any failure (ENOSPC, EFBIG, a missing
  * directory) the temporary file is removed, path is left as it was, and -1 is
- * returned with a message naming the file in err. */
+ * returned with a message naming the file in err. An existing device or pipe
+ * (/dev/null, a process substitution) is written in place: a rename would
+ * replace the node itself. */
 int pg_io_write_atomic(const char *path, const void *const *parts, const size_t *lens, int n,
                        char *err, size_t errlen);
+
+/* pg_io_write_atomic of what fill(f, arg) prints (an SVG, a CSV): rendered in
+ * memory first, so a failed fill or write leaves path as it was. fill returns
+ * 0, or -1 with its reason in err. */
+int pg_io_write_printed(const char *path, int (*fill)(FILE *f, void *arg, char *err, size_t errlen), void *arg,
+                        char *err, size_t errlen);
+
+/* Standard output flushed and without a write error (a full disk under `>
+ * file`, a file-size limit): 0, or -1 after "PROG: cannot write the standard
+ * output: REASON" on stderr. Programs call it before they exit 0. */
+int pg_io_stdout_done(const char *prog);
+
+/* A file a program reads or writes, for pg_io_check_distinct. */
+typedef struct pg_io_file {
+    const char *what;         /* how the user named it: "--save", "-o", "the input" */
+    const char *path;         /* NULL or "": not given */
+    int output;               /* 1: the program writes it */
+} pg_io_file;
+/* No two outputs, and no output and input, are one file: by device and inode
+ * where both exist (hard links and symbolic links included), else by the
+ * real path of the folder and the name. 0, or -1 with e.g. "--save-grads w.st
+ * is the same file as --save w.st: each would replace the other" in err. */
+int pg_io_check_distinct(const pg_io_file *f, int n, char *err, size_t errlen);
 
 /* The temporary name of path while it is written: "<path>.tmp.<pid>" (n bytes). */
 void pg_io_tmp_name(char *tmp, size_t n, const char *path);

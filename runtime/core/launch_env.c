@@ -4,9 +4,11 @@
 #include "pg_net.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Parse a decimal non-negative integer that fills the whole string. */
@@ -169,7 +171,9 @@ long pg_hostlist_nth(const char *list, long n, char *host, size_t hostlen, char 
     }
 }
 
-/* "host:port" -> host, port; the host may be bracketed ("[::1]:29500"). */
+/* "host:port" -> host, port. The transport is IPv4 (tcp.c): an IPv6 address
+ * ("[::1]:29500", "::1:29500") is refused here, saying so, rather than
+ * failing later as a name that "does not resolve". */
 static int parse_master(const char *var, const char *v, pg_launch *l, char *err, size_t errlen)
 {
     const char *colon = strrchr(v, ':');
@@ -179,7 +183,11 @@ static int parse_master(const char *var, const char *v, pg_launch *l, char *err,
     }
     const char *h = v;
     size_t hl = (size_t)(colon - v);
-    if (h[0] == '[' && hl >= 2 && h[hl - 1] == ']') { h++; hl -= 2; }
+    if (h[0] == '[' || memchr(h, ':', hl)) {
+        snprintf(err, errlen, "%s=%s: IPv6 addresses are not supported (the stages talk IPv4): name stage 0's host "
+                 "by an IPv4 address or a host name that has one (e.g. 127.0.0.1:29500)", var, v);
+        return -1;
+    }
     if (hl == 0 || hl >= sizeof l->master_host) {
         snprintf(err, errlen, "%s=%s: host name is empty or too long", var, v);
         return -1;
@@ -221,6 +229,70 @@ static void run_identity(pg_launch *l)
             l->run_id_source = by_source[i][2];
         }
     }
+}
+
+/* The run token (pg_net.h): PIPE_RUN_TOKEN, or the first line of the file
+ * PIPE_RUN_TOKEN_FILE names. A short token could be guessed from one
+ * exchange seen on the network; a file others can read is no secret. */
+#define TOKEN_MIN 16
+static int run_token(pg_launch *l, char *err, size_t errlen)
+{
+    const char *v = getenv("PIPE_RUN_TOKEN"), *f = getenv("PIPE_RUN_TOKEN_FILE");
+    if (v && f) {
+        snprintf(err, errlen, "both PIPE_RUN_TOKEN and PIPE_RUN_TOKEN_FILE are set: set one of them");
+        return -1;
+    }
+    if (v) {
+        size_t n = strlen(v);
+        if (n < TOKEN_MIN || n >= sizeof l->token) {
+            snprintf(err, errlen, "PIPE_RUN_TOKEN holds %zu bytes: a run token has %d to %zu (piperun makes 64 "
+                     "random hex digits; by hand, e.g. `od -An -N32 -tx1 /dev/urandom | tr -d ' \\n'`)",
+                     n, TOKEN_MIN, sizeof l->token - 1);
+            return -1;
+        }
+        memcpy(l->token, v, n + 1);
+        l->token_len = n;
+        l->token_source = "PIPE_RUN_TOKEN";
+        return 0;
+    }
+    if (!f)
+        return 0;
+    int fd = open(f, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* a FIFO must not block us */
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        snprintf(err, errlen, "PIPE_RUN_TOKEN_FILE=%s: cannot open it: %s", f, strerror(errno));
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode) || (st.st_mode & 077)) {
+        if (S_ISREG(st.st_mode))
+            snprintf(err, errlen, "PIPE_RUN_TOKEN_FILE=%s: the file can be read by others (mode %04o): chmod 600 %s",
+                     f, (unsigned)(st.st_mode & 07777), f);
+        else
+            snprintf(err, errlen, "PIPE_RUN_TOKEN_FILE=%s: not a regular file", f);
+        close(fd);
+        return -1;
+    }
+    char b[sizeof l->token + 1];
+    ssize_t r = read(fd, b, sizeof b - 1);
+    close(fd);
+    if (r < 0) {
+        snprintf(err, errlen, "PIPE_RUN_TOKEN_FILE=%s: cannot read it: %s", f, strerror(errno));
+        return -1;
+    }
+    size_t n = 0;
+    while (n < (size_t)r && b[n] != '\n' && b[n] != '\r') n++; /* the first line */
+    if (memchr(b, 0, n) || n < TOKEN_MIN || n >= sizeof l->token) {
+        snprintf(err, errlen, "PIPE_RUN_TOKEN_FILE=%s: its first line %s: a run token has %d to %zu bytes", f,
+                 memchr(b, 0, n) ? "holds a NUL byte" : n < TOKEN_MIN ? "is too short" : "is too long", TOKEN_MIN,
+                 sizeof l->token - 1);
+        return -1;
+    }
+    memcpy(l->token, b, n);
+    l->token[n] = 0;
+    l->token_len = n;
+    l->token_source = "PIPE_RUN_TOKEN_FILE";
+    return 0;
 }
 
 /* A number variable that may be unset (*out untouched, 0) or must parse (-1, err). */
@@ -358,7 +430,7 @@ int pg_launch_from_env(pg_launch *l, char *err, size_t errlen)
         break;
     }
     run_identity(l);
-    if (local_world(l, err, errlen))
+    if (run_token(l, err, errlen) || local_world(l, err, errlen))
         return -1;
     /* Do the processes span several hosts? 1 yes, 0 no, -1 nobody says. */
     int spans = l->world == 1 ? 0 : l->local_world > 0 ? l->local_world < l->world : -1;

@@ -13,8 +13,10 @@
 
 #include "agree.h"
 #include "checkpoint.h"
+#include "errcap.h"
 #include "guard.h"
 #include "io_atomic.h"
+#include "pg_tcp.h"
 #include "pg_version.h"
 #include "stage_run.h"
 
@@ -47,6 +49,7 @@ static void usage(FILE *o, const pg_stage_desc *d)
             "  --resume DIR    continue from the newest complete checkpoint in DIR that every\n"
             "                  stage can use, bitwise as if never stopped (--steps is the total)\n"
             "  --save-on-exit  on SIGINT/SIGTERM finish the step, write a checkpoint, exit 128+sig\n"
+            "                  (SIGHUP, the terminal closing, is taken as SIGTERM)\n"
             "                  (into --checkpoint-dir DIR, or --save DIR)\n"
             "  --replace-checkpoints  a fresh run (no --resume) into a checkpoint directory\n"
             "                  holding another run's checkpoints replaces them (they are removed\n"
@@ -223,6 +226,11 @@ static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts
             else o->threads = n > 1024 ? 1024 : (int)n;
         }
     }
+    if (o->gen_shaping && o->generate == 0) { /* they only shape what --generate samples */
+        fprintf(stderr, "stage %d: %s without --generate N: nothing would be sampled; give --generate N (the "
+                "tokens to sample) or leave %s out\n", d->stage, o->gen_shaping, o->gen_shaping);
+        return 2;
+    }
     if ((o->save_every || o->save_on_exit) && !o->ckpt_dir) {
         if (!o->save) {
             fprintf(stderr, "stage %d: %s needs --checkpoint-dir DIR (or --save DIR)\n", d->stage,
@@ -246,7 +254,17 @@ static int open_data(pg_run *r)
     if (tk)
         return tk < 0;
     if ((d->has_input || d->has_loss) && !r->opt.data != !r->opt.targets) {
-        /* real inputs with synthetic targets (or the other way round) train to garbage */
+        /* real inputs with synthetic targets (or the other way round) train to garbage; but a file that
+         * is no data file at all (bad magic, another shape) is said first: that is the first thing to fix */
+        pg_datafile f;
+        int is_in = r->opt.data != NULL;
+        if (pg_data_open(&f, is_in ? r->opt.data : r->opt.targets, is_in ? d->input_dtype : d->target_dtype,
+                         is_in ? d->input_rank : d->target_rank, is_in ? d->input_dim : d->target_dim, err,
+                         sizeof err)) {
+            fprintf(stderr, "stage %d: %s\n", d->stage, err);
+            return 1;
+        }
+        pg_data_close(&f);
         if (r->opt.data)
             fprintf(stderr, "stage %d: --data %s without --targets: its inputs would be paired with synthetic "
                             "targets; give the targets too (--targets FILE)%s; nothing was run\n", d->stage,
@@ -403,6 +421,8 @@ static int run(pg_run *r)
         fprintf(stderr, "stage %d: %s\n", d->stage, err);
         return 1;
     }
+    r->launch = l;
+    r->have_launch = 1;
     if (!strcmp(l.source, "default") && d->nstages > 1) { /* no launcher variables at all */
         fprintf(stderr, "stage %d of model %s (%d stages) was started alone: start every stage with `piperun DIR`, "
                 "or set PIPE_RANK=%d PIPE_WORLD=%d PIPE_MASTER=host:port (stage 0's host) for this process and "
@@ -503,15 +523,19 @@ static int run(pg_run *r)
     for (int q = 0; q < r->replicas; q++)
         if (q != r->replica)
             sb[q * d->nstages + d->stage] = pg_dp_link_bytes(r);
+    r->told = l.rank == 0 ? calloc((size_t)l.world, 1) : NULL;
     pg_net_config cfg = {.model = d->model, .plan_hash = d->plan_hash, .stage = d->stage, .send_buf_bytes = sb,
                          .connect_timeout_s = r->opt.connect_timeout_s, .run_id = l.run_id, .agree = r->agree,
-                         .agree_len = r->agree_len, .agree_check = pg_agree_check, .agree_arg = r};
+                         .agree_len = r->agree_len, .agree_check = pg_agree_check, .agree_arg = r,
+                         .told = r->told, .elsewhere = &r->fail_elsewhere, .pub_err = r->fail_pub,
+                         .pub_errlen = sizeof r->fail_pub};
     r->net = pg_net_init(&l, &cfg, err, sizeof err);
     free(sb);
     if (!r->net) {
         fprintf(stderr, "stage %d: %s\n", d->stage, err);
         return 1;
     }
+    pg_errcap_end(&r->errcap); /* under way: a later failure is told by the links ending */
     if (r->replica > 0) { /* every replica traces (a row per process in rank 0's file); the profile is replica 0's */
         r->opt.profile = NULL;
         r->tracing = r->opt.trace != NULL;
@@ -592,6 +616,26 @@ static int run(pg_run *r)
     return 0;
 }
 
+/* Stage 0 whose start-up failed before the run was under way: the stages
+ * that come later (started by hand, one after another) hear the cause at
+ * once instead of retrying for their connect timeout (pg_tcp_tell_failure:
+ * the rendezvous is TCP on every backend). The cause is the rendezvous's
+ * own failure, else the last line this stage printed. */
+static void tell_failure(pg_run *r)
+{
+    const pg_launch *l = &r->launch;
+    if (!r->have_launch || l->rank != 0 || l->world < 2)
+        return;
+    char cause[1024];
+    const char *last = r->errcap.last, *own = "stage 0: ";
+    snprintf(cause, sizeof cause, "%s", !strncmp(last, own, strlen(own)) ? last + strlen(own) : last);
+    if (!cause[0])
+        snprintf(cause, sizeof cause, "stage 0 stopped (its output says why)");
+    pg_net_config cfg = {.model = r->d->model, .plan_hash = r->d->plan_hash, .stage = 0,
+                         .connect_timeout_s = r->opt.connect_timeout_s, .run_id = l->run_id, .told = r->told};
+    pg_tcp_tell_failure(l, &cfg, cause, r->fail_pub[0] ? r->fail_pub : NULL, r->opt.connect_timeout_s);
+}
+
 int main(int argc, char **argv)
 {
     pg_run r;
@@ -622,10 +666,19 @@ int main(int argc, char **argv)
     pg_io_set_stage(r.d->stage);
     if (r.opt.save_on_exit)
         pg_guard_catch_signals();
+    pg_errcap_begin(&r.errcap); /* the cause of a failed start-up, for the stages still to come */
     int rc = run(&r);
-    if (rc == 1 && pg_net_peer_lost(r.net))
+    pg_errcap_end(&r.errcap);
+    char self[32];
+    snprintf(self, sizeof self, "stage %d", r.d->stage);
+    if (pg_io_stdout_done(self) != 0 && rc == 0) /* the losses printed to a full disk: the record is torn */
+        rc = 1;
+    if (rc != 0 && !r.net)
+        tell_failure(&r);
+    if (rc == 1 && (pg_net_peer_lost(r.net) || r.fail_elsewhere))
         pg_io_tell_launcher('P'); /* this failure may follow a peer's: piperun reports the first one */
     pg_agree_free(&r);
+    pg_ckpt_unlock(&r);
     pg_dp_stop(&r); /* the replicas' reducer thread uses the network */
     if (r.net)
         pg_net_close(r.net);
@@ -651,6 +704,7 @@ int main(int argc, char **argv)
     free(r.synth_in);
     free(r.synth_tg);
     pg_run_generate_free(&r);
+    free(r.told);
     free(r.tr_ev);
     if (poisoned) {
         fflush(stdout);

@@ -28,6 +28,9 @@ typedef struct pg_datafile {
     const char *path;    /* as given to pg_data_open (the caller keeps it alive) */
     uint64_t file_bytes; /* the whole file */
     uint64_t hash;       /* pg_data_hash of the whole file, made while it was checked */
+    int fd1;             /* the file kept open, its descriptor + 1 (0: none, as a zeroed struct has):
+                            its modification and change times are checked after every read */
+    int64_t mtime_ns, ctime_ns; /* as they were when it was opened */
 } pg_datafile;
 
 /* Open and validate against the expected dtype and per-sample shape
@@ -41,7 +44,13 @@ int pg_data_open(pg_datafile *f, const char *path, int exp_dtype, int exp_rank,
                  const int64_t *exp_dims, char *err, size_t errlen);
 void pg_data_close(pg_datafile *f);
 /* Run fn(arg), which reads f's mapping; 0, or -1 with "P was truncated or
- * changed while this stage read it ..." in err when a read faulted. */
+ * changed while this stage read it ..." in err when a read faulted, or when
+ * the file's modification or change time (fstat of the open file, after the
+ * read) is no longer what it was at the start: a rewrite in place, even at
+ * the same size, is caught by the next read (the change time cannot be set
+ * back by the user). Not caught: a change after the last read; a file
+ * replaced by another under its name (rename, a new inode): the run goes on
+ * reading the one it opened and checked, unchanged. */
 int pg_data_guarded(const pg_datafile *f, void (*fn)(void *arg), void *arg, char *err, size_t errlen);
 /* The 64-bit hash of n bytes the stages compare data files by (word-wise,
  * fast): h' = pg_mix64(h ^ word) per little-endian 8 bytes, the tail padded
@@ -83,6 +92,8 @@ typedef struct pg_st_want {
     int64_t dim[5];
     void *dst;
     size_t bytes;
+    int bf16_ok;            /* in: an F32 tensor stored as BF16 is taken, widened exactly (bf16 is f32's top half) */
+    int was_bf16;           /* out: it was */
 } pg_st_want;
 int pg_st_read(const char *path, pg_st_want *w, int n, char *err, size_t errlen);
 /* The names of a file's tensors, sorted (strcmp), after validating its header
@@ -94,8 +105,15 @@ int pg_st_names(const char *path, char ***names, int *n, char *err, size_t errle
 int pg_st_shapes(const char *path, const char *const *names, int n, int *rank, int64_t (*dim)[5], char *err,
                  size_t errlen);
 /* pg_hash64 (FNV-1a 64 from its offset basis) over every tensor's bytes in data
- * order, i.e. the whole data section, read in bounded pieces. -1 with a message. */
-int pg_st_data_hash(const char *path, uint64_t *hash, char *err, size_t errlen);
+ * order, i.e. the whole data section, read in bounded pieces; with_table: first
+ * over the tensor table (pg_st_table_hash's lines, in data order), so a
+ * checksum covers what the bytes mean too. -1 with a message. */
+int pg_st_data_hash(const char *path, int with_table, uint64_t *hash, char *err, size_t errlen);
+/* The tensor table of t[n] as pg_st_write lays it out, hashed into h: a line
+ * "name\tdtype\tdims\tbegin,end\n" per tensor (pg_hash64). A checkpoint's
+ * checksum is the table's hash carried on over its data: two tensors' names
+ * swapped, a shape, dtype or offset changed, all change it. */
+uint64_t pg_st_table_hash(const pg_st_tensor *t, int n, uint64_t h);
 /* Value of a __metadata__ key after pg_st_read_meta; -1 if missing. */
 int pg_st_read_meta(const char *path, const char *key, char *val, size_t vallen, char *err, size_t errlen);
 

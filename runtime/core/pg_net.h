@@ -41,6 +41,15 @@ typedef struct pg_launch {
      * none (stages started by hand without PIPE_RUN_ID). */
     char run_id[64];
     const char *run_id_source; /* the variable it came from, or NULL */
+    /* The run's shared secret (docs/launch.md, "Security: the run token"): PIPE_RUN_TOKEN (piperun
+     * makes a random one per run), or the first line of the file
+     * PIPE_RUN_TOKEN_FILE names (readable by its owner only); 16..255 bytes.
+     * The rendezvous proves by challenge and response that every process
+     * holds it, before anything else is read. token_len 0: no token (stages
+     * started by hand without one): nobody is authenticated. */
+    char token[256];
+    size_t token_len;
+    const char *token_source;  /* "PIPE_RUN_TOKEN", "PIPE_RUN_TOKEN_FILE", or NULL */
     /* Processes of this run on this host (0: unknown) and the variable that
      * said so (PIPE_LOCAL_WORLD, OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS,
      * SLURM_NTASKS_PER_NODE, or the world itself when Slurm's step has one node). */
@@ -54,7 +63,8 @@ typedef struct pg_launch {
      * filled by the data-parallel split of rank and world; 0 and 1 until then). */
     int replica, replicas;
 } pg_launch;
-/* 0 ok; -1 with err filled (e.g. "PIPE_RANK=3 but PIPE_WORLD=3: rank must be < world"). */
+/* 0 ok; -1 with err filled (e.g. "PIPE_RANK=3 but PIPE_WORLD=3: rank must be < world",
+ * "PIPE_RUN_TOKEN_FILE=t: the file can be read by others (mode 0644): chmod 600 t"). */
 int pg_launch_from_env(pg_launch *l, char *err, size_t errlen);
 /* Threads for this process: `requested` when > 0 (--threads), else
  * SLURM_CPUS_PER_TASK, else OMP_NUM_THREADS (its first number), else the
@@ -99,17 +109,31 @@ typedef struct pg_net_config {
     size_t agree_len;
     int (*agree_check)(void *arg, int rank, const char *text, size_t len, char *why, size_t whylen);
     void *agree_arg;
+    /* What a failed pg_net_init leaves for pg_tcp_tell_failure and the
+     * launcher (each may be NULL): */
+    unsigned char *told;      /* [world], stage 0: 1 for each rank it told why the start-up failed */
+    int *elsewhere;           /* another stage: 1 when stage 0 said the run failed for a cause not this
+                                 process's (its failure only follows that one: piperun is told so) */
+    char *pub_err;            /* stage 0: the failure as an unauthenticated process may hear it (none of
+                                 stage 0's own values: model, plan hash, options) */
+    size_t pub_errlen;
 } pg_net_config;
 
 /* Rendezvous + connect. NULL on failure with the message written to errbuf.
  * The master listens on the address PIPE_MASTER names (loopback stays
  * loopback), each peer on the address its link to the master leaves from.
- * Every connection must greet within 5 s or is dropped, without holding up
- * the others. A hello of another run (another run id) is refused and the run
- * goes on; a hello of this run that does not fit (world, rank, model, plan,
- * agreement) fails the run, and every stage is told why; with no run id at
- * all nobody can be told apart, so such a hello is refused alone and the
- * master keeps waiting (its timeout message names what it refused). */
+ * Every connection is challenged first: with a run token (pg_launch.token)
+ * only a process that proves it holds the token is read any further, and
+ * the master proves it back; strangers are refused without being told what
+ * the run expects. Every connection must greet within 5 s or is dropped,
+ * without holding up the others. A hello of another run (another run id) is
+ * refused and the run goes on; a hello of this run that does not fit (world,
+ * rank, model, plan, agreement) fails the run, and every stage is told why;
+ * with no run id at all nobody can be told apart, so such a hello is refused
+ * alone and the master keeps waiting (its timeout message names what it
+ * refused). Once the run is under way the master goes on answering at its
+ * port until pg_net_close: a late or second process claiming a rank hears
+ * "rank 1 is already taken by host:pid" at once. */
 pg_net *pg_net_init(const pg_launch *l, const pg_net_config *cfg, char *errbuf, size_t errlen);
 pg_net_status pg_net_send(pg_net *n, int peer, uint32_t tag, const void *buf, size_t bytes);
 pg_net_status pg_net_recv(pg_net *n, int peer, uint32_t tag, void *buf, size_t bytes, double timeout_s);

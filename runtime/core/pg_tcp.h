@@ -33,6 +33,18 @@ const char *pg_tcp_error(const pg_tcp *n);
 int pg_tcp_peer_gone(pg_tcp *n, int peer);
 int pg_tcp_peer_lost(const pg_tcp *n);
 void pg_tcp_close(pg_tcp *n);
+/* Stage 0 (rank 0 of a world > 1) after its start-up failed, its message
+ * printed: listen at the master address and answer every process of this run
+ * that greets it "the run failed at start-up: <cause>" (pub instead, when
+ * not NULL, to a process that proved no token: pg_net_config.pub_err),
+ * until every rank that cfg->told does not mark has been told, linger_s has
+ * passed, or SIGINT, SIGTERM or SIGHUP comes; strangers are refused as at
+ * the rendezvous. A stage started after stage 0 failed hears why at once,
+ * instead of retrying until its connect timeout. Prints one line ("stage 0:
+ * telling ...") when it waits at all; nothing when the address cannot be
+ * listened on (the failure may be just that). */
+void pg_tcp_tell_failure(const pg_launch *l, const pg_net_config *cfg, const char *cause, const char *pub,
+                         double linger_s);
 
 #ifdef __cplusplus
 }

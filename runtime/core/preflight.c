@@ -4,7 +4,8 @@
  * folder exists and takes a new file, the name is not a folder or a device,
  * and there is room for the weights). A check leaves nothing behind: the
  * probe file is the writer's own temporary name, removed at once, and the
- * checkpoint directory is not created here. Temporaries that killed writers
+ * checkpoint directory is not created here. No two outputs, and no output
+ * and input, may be one file. Temporaries that killed writers
  * left (FILE.tmp.<pid>, checkpoints' stage<k>.safetensors.tmp.<pid>) go. */
 #include <errno.h>
 #include <fcntl.h>
@@ -136,6 +137,13 @@ int pg_run_preflight(pg_run *r)
         fprintf(stderr, "stage %d: %s; nothing was run\n", d->stage, err);
         bad = 1;
     }
+    pg_io_file files[] = {{"--save", o->save, 1},   {"--save-grads", o->save_grads, 1}, {"--trace", o->trace, 1},
+                          {"--profile", o->profile, 1}, {"--data", o->data, 0}, {"--targets", o->targets, 0},
+                          {"--load", o->load, 0}};
+    if (pg_io_check_distinct(files, (int)(sizeof files / sizeof files[0]), err, sizeof err)) {
+        fprintf(stderr, "stage %d: %s; nothing was run\n", d->stage, err);
+        return 2;
+    }
     if (d->stage == 0) { /* stage 0 alone writes these */
         bad |= o->save && check_file(d, "--save", o->save, save_bytes(d, 0));
         bad |= o->save_grads && check_file(d, "--save-grads", o->save_grads, save_bytes(d, 1));
@@ -146,6 +154,11 @@ int pg_run_preflight(pg_run *r)
     if (o->ckpt_dir) {
         bad |= check_ckpt_dir(d, o->ckpt_dir) != 0;
         if (!bad && pg_ckpt_check_owner(r, err, sizeof err)) {
+            fprintf(stderr, "stage %d: the checkpoint directory %s cannot be used: %s; nothing was run\n", d->stage,
+                    o->ckpt_dir, err);
+            bad = 1;
+        }
+        if (!bad && pg_ckpt_lock(r, err, sizeof err)) { /* last: a refused start takes no lock */
             fprintf(stderr, "stage %d: the checkpoint directory %s cannot be used: %s; nothing was run\n", d->stage,
                     o->ckpt_dir, err);
             bad = 1;

@@ -514,11 +514,14 @@ int pg_st_read(const char *path, pg_st_want *w, int n, char *err, size_t errlen)
             goto out;
         }
         const char *dt = st_dtype(w[i].dtype);
-        if (!dt || strcmp(e->dtype, dt)) {
+        int widen = w[i].bf16_ok && w[i].dtype == 0 && !strcmp(e->dtype, "BF16");
+        if (!dt || (strcmp(e->dtype, dt) && !widen)) {
             snprintf(err, errlen, "%s: tensor '%s' is %s but the model expects %s", path, w[i].name, e->dtype,
                      dt ? dt : "?");
             goto out;
         }
+        w[i].was_bf16 = widen;
+        unsigned each = widen ? 2 : 4; /* bytes per element in the file */
         int same = e->rank == w[i].rank;
         for (int d = 0; same && d < e->rank; d++) same = e->dim[d] == w[i].dim[d];
         if (!same) {
@@ -530,10 +533,10 @@ int pg_st_read(const char *path, pg_st_want *w, int n, char *err, size_t errlen)
         }
         uint64_t numel = 1;
         for (int d = 0; d < e->rank; d++) numel *= (uint64_t)e->dim[d];
-        if (e->end < e->begin || e->end - e->begin != numel * 4) {
+        if (e->end < e->begin || e->end - e->begin != numel * each) {
             snprintf(err, errlen, "%s: tensor '%s' has data_offsets [%llu, %llu] but its shape needs %llu bytes", path,
                      w[i].name, (unsigned long long)e->begin, (unsigned long long)e->end,
-                     (unsigned long long)(numel * 4));
+                     (unsigned long long)(numel * each));
             goto out;
         }
         if (e->end > h.data_bytes) {
@@ -547,9 +550,11 @@ int pg_st_read(const char *path, pg_st_want *w, int n, char *err, size_t errlen)
                      w[i].bytes, (unsigned long long)(numel * 4));
             goto out;
         }
-        size_t got = 0;
-        while (got < w[i].bytes) {
-            ssize_t r = pread(fd, (char *)w[i].dst + got, w[i].bytes - got, (off_t)(8 + h.n + e->begin + got));
+        /* a BF16 tensor lands in the upper half of dst, then widens forward in place: element k's
+         * 4 bytes end at 4k + 4, never past bf16 element k + 1, which starts at 2n + 2k + 2 */
+        size_t fbytes = (size_t)numel * each, at = w[i].bytes - fbytes, got = 0;
+        while (got < fbytes) {
+            ssize_t r = pread(fd, (char *)w[i].dst + at + got, fbytes - got, (off_t)(8 + h.n + e->begin + got));
             if (r < 0 && errno == EINTR) continue;
             if (r <= 0) {
                 snprintf(err, errlen, "cannot read tensor '%s' from %s: %s", w[i].name, path,
@@ -558,6 +563,9 @@ int pg_st_read(const char *path, pg_st_want *w, int n, char *err, size_t errlen)
             }
             got += (size_t)r;
         }
+        unsigned char *b = w[i].dst;
+        for (uint64_t k = 0; widen && k < numel; k++) /* exact: bf16 is the top 16 bits of an f32 */
+            pg_put32(b + 4 * k, (uint32_t)(b[at + 2 * k] | b[at + 2 * k + 1] << 8) << 16);
     }
     rc = 0;
 out:
@@ -633,7 +641,34 @@ int pg_st_shapes(const char *path, const char *const *names, int n, int *rank, i
     return 0;
 }
 
-int pg_st_data_hash(const char *path, uint64_t *hash, char *err, size_t errlen)
+/* One tensor of the table: "name\tdtype\td0,d1,...\tbegin,end\n" into h. */
+static uint64_t table_line(uint64_t h, const char *name, const char *dtype, int rank, const int64_t *dim,
+                           uint64_t begin, uint64_t end)
+{
+    char b[160];
+    h = pg_hash64(name, strlen(name), h);
+    int l = snprintf(b, sizeof b, "\t%s\t", dtype);
+    h = pg_hash64(b, (size_t)l, h);
+    for (int d = 0; d < rank; d++) {
+        l = snprintf(b, sizeof b, "%s%lld", d ? "," : "", (long long)dim[d]);
+        h = pg_hash64(b, (size_t)l, h);
+    }
+    l = snprintf(b, sizeof b, "\t%llu,%llu\n", (unsigned long long)begin, (unsigned long long)end);
+    return pg_hash64(b, (size_t)l, h);
+}
+
+uint64_t pg_st_table_hash(const pg_st_tensor *t, int n, uint64_t h)
+{
+    uint64_t off = 0;
+    for (int i = 0; i < n; i++) { /* laid out back to back in this order, as pg_st_write does */
+        const char *dt = st_dtype(t[i].dtype);
+        h = table_line(h, t[i].name, dt ? dt : "?", t[i].rank, t[i].dim, off, off + t[i].bytes);
+        off += t[i].bytes;
+    }
+    return h;
+}
+
+int pg_st_data_hash(const char *path, int with_table, uint64_t *hash, char *err, size_t errlen)
 {
     st_header h;
     int fd, rc = -1;
@@ -641,9 +676,18 @@ int pg_st_data_hash(const char *path, uint64_t *hash, char *err, size_t errlen)
     size_t cap = 1u << 20;
     unsigned char *b = malloc(cap);
     uint64_t x = UINT64_C(0xcbf29ce484222325), at = 0;
-    if (!b) {
+    st_entry **o = with_table ? malloc((size_t)(h.ne ? h.ne : 1) * sizeof *o) : NULL;
+    if (!b || (with_table && !o)) {
         snprintf(err, errlen, "out of memory reading %s", path);
+        free(o);
         goto out;
+    }
+    if (with_table) { /* the table in data order, as the writer hashed it */
+        for (int i = 0; i < h.ne; i++) o[i] = &h.e[i];
+        qsort(o, (size_t)h.ne, sizeof *o, by_offsets);
+        for (int i = 0; i < h.ne; i++)
+            x = table_line(x, o[i]->name, o[i]->dtype, o[i]->rank, o[i]->dim, o[i]->begin, o[i]->end);
+        free(o);
     }
     while (at < h.data_bytes) { /* validate_layout: the data is the tensors back to back */
         size_t want = h.data_bytes - at < cap ? (size_t)(h.data_bytes - at) : cap;

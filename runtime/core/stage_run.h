@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 #include <time.h>
+#include "errcap.h"
 #include "pg_io.h"
 #include "pg_net.h"
 #include "pg_ops.h"
@@ -31,6 +32,7 @@ typedef struct pg_run_opts {
     int nstop;
     const char *stop_text;    /* --stop as given (the agreement) */
     const char *gen_out;      /* --gen-out FILE.jsonl (stage 0) */
+    const char *gen_shaping;  /* the first of those options given (not --generate): refused without --generate */
     const char *load;         /* --load FILE: parameters from a --save file (generate.c) */
     const char *ckpt_dir;     /* --checkpoint-dir DIR (checkpoint.c) */
     int64_t save_every;       /* --save-every N: a checkpoint every N steps (0: only the last) */
@@ -97,6 +99,8 @@ typedef struct pg_run {
     char ck_run[80];          /* the checkpoint run this run writes (checkpoint.c): kept across resumes */
     int ck_replace;           /* --replace-checkpoints in effect: step directories this run did not write go */
     int64_t ck_first;         /* the first step this run checkpointed (-1: none yet) */
+    int ck_lock;              /* the checkpoint directory's lock: its fd + 1 (0: not held; checkpoint.c) */
+    int ck_made_dir;          /* the lock made the checkpoint directory (removed again if left empty) */
     /* Data-parallel replicas (dp.c): rank = replica x nstages + stage. This
      * replica's rows of every step are [row0, row0 + rows) of the global
      * batch, its micro-batch i holds mb_rows[i] of them from global row
@@ -110,6 +114,14 @@ typedef struct pg_run {
     struct pg_zero *zero;     /* --zero 1 with replicas: this stage's shards of the optimizer state (zero.c) */
     double dp_mark[PG_TRACE_DP_MARKS]; /* this step's reduction: its start, the replicas met (start word),
                                           shards sent, shards summed and sent back, summed shards in, end */
+    /* A start-up that fails (main.c): where this process sits, and what
+     * stage 0 tells the stages that come after it failed. */
+    pg_launch launch;
+    int have_launch;          /* launch is filled */
+    unsigned char *told;      /* [world], stage 0: ranks told why the start-up failed (pg_net_config.told) */
+    char fail_pub[700];       /* stage 0: the rendezvous's failure without its own values */
+    int fail_elsewhere;       /* the rendezvous failed for another process's cause (pg_net_config.elsewhere) */
+    pg_errcap errcap;         /* the last line printed during start-up */
 } pg_run;
 
 /* Seconds on the monotonic clock (step times, traces, deadlines). */

@@ -449,34 +449,45 @@ static void run_info(FILE *o, const pg_run *r, const stage_events *se)
             se[0].lo + se[0].nsteps);
 }
 
-/* Open path.tmp; finish() renames it over path. */
-static FILE *open_tmp(const char *path, char *tmp, size_t n)
+/* A file of stage 0's, printed into memory first; finish_out writes it the
+ * one way every output is written (io_atomic.h: beside it, fsync, rename;
+ * EFBIG over ulimit -f rather than SIGXFSZ). */
+typedef struct out_text {
+    FILE *f;
+    char *text;
+    size_t len;
+} out_text;
+
+static FILE *open_out(out_text *o)
 {
-    pg_io_tmp_name(tmp, n, path);
-    return fopen(tmp, "w");
+    o->text = NULL;
+    o->len = 0;
+    return o->f = open_memstream(&o->text, &o->len);
 }
 
-static int finish_file(FILE *f, const char *tmp, const char *path, const char *what)
+static int finish_out(out_text *o, const char *path, const char *what)
 {
-    int bad = ferror(f);
-    if (fclose(f) != 0)
-        bad = 1;
-    if (bad || rename(tmp, path) != 0) {
-        fprintf(stderr, "stage 0: cannot write the %s %s: %s\n", what, path, strerror(errno));
-        remove(tmp);
-        return 1;
+    char err[4400] = "out of memory";
+    int bad = ferror(o->f) != 0;
+    bad |= fclose(o->f) != 0;
+    if (!bad) {
+        const void *parts[1] = {o->text};
+        bad = pg_io_write_atomic(path, parts, &o->len, 1, err, sizeof err) != 0;
     }
-    return 0;
+    if (bad)
+        fprintf(stderr, "stage 0: cannot write the %s %s: %s\n", what, path, err);
+    free(o->text);
+    return bad;
 }
 
 /* The trace of nproc processes se[rank], pid = rank = replica x stages + stage. */
 static int write_trace(pg_run *r, const stage_events *se, int nproc)
 {
     const pg_stage_desc *d = r->d;
-    char tmp[4096];
-    FILE *o = open_tmp(r->opt.trace, tmp, sizeof tmp);
+    out_text ot;
+    FILE *o = open_out(&ot);
     if (!o) {
-        fprintf(stderr, "stage 0: cannot write the trace %s: %s\n", r->opt.trace, strerror(errno));
+        fprintf(stderr, "stage 0: cannot write the trace %s: out of memory\n", r->opt.trace);
         return 1;
     }
     double zero = INFINITY;
@@ -512,7 +523,7 @@ static int write_trace(pg_run *r, const stage_events *se, int nproc)
     for (int k = 0; k < nproc; k++)
         fprintf(o, "%s%.3f", k ? ", " : "", se[k].offset * 1e6);
     fprintf(o, "]}}\n");
-    return finish_file(o, tmp, r->opt.trace, "trace");
+    return finish_out(&ot, r->opt.trace, "trace");
 }
 
 /* Messages: the n-th activation/gradient/skip SEND from s to t of a step
@@ -714,10 +725,10 @@ static void message_stats(const pg_run *r, const stage_events *se, FILE *o)
 static int write_profile(pg_run *r, const stage_events *se)
 {
     const pg_stage_desc *d = r->d;
-    char tmp[4096];
-    FILE *o = open_tmp(r->opt.profile, tmp, sizeof tmp);
+    out_text ot;
+    FILE *o = open_out(&ot);
     if (!o) {
-        fprintf(stderr, "stage 0: cannot write the profile %s: %s\n", r->opt.profile, strerror(errno));
+        fprintf(stderr, "stage 0: cannot write the profile %s: out of memory\n", r->opt.profile);
         return 1;
     }
     fprintf(o, "{\"format\": \"pipegen-profile\", \"version\": 1, ");
@@ -740,7 +751,7 @@ static int write_profile(pg_run *r, const stage_events *se)
     stage_costs(r, se, o);
     message_stats(r, se, o);
     fprintf(o, "\n}\n");
-    return finish_file(o, tmp, r->opt.profile, "profile");
+    return finish_out(&ot, r->opt.profile, "profile");
 }
 
 static int gather_fail(pg_run *r, int rank, int sending)

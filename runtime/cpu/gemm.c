@@ -39,6 +39,7 @@
 #include <time.h>
 
 #include "cpu_ctx.h"
+#include "pg_limits.h"
 
 #ifdef PG_CPU_AVX2
 #include <immintrin.h>
@@ -726,8 +727,9 @@ pg_cpu_gemm_pool *pg_cpu_gemm_pool_new(int threads)
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc) {
-        pg_rt_error(__FILE__, __LINE__, "cannot start GEMM thread %d of %d: %s (ask for fewer with --threads)",
-                    p->started + 1, threads, strerror(rc));
+        char why[400];
+        pg_rt_error(__FILE__, __LINE__, "cannot start GEMM thread %d of %d: %s", p->started + 1, threads,
+                    pg_thread_start_why(rc, why, sizeof why));
         pg_cpu_gemm_pool_free(p);
         return NULL;
     }

@@ -46,8 +46,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     float w[6];
     int32_t ids[4];
     pg_st_want want[2] = {
-        { "w", 0, 2, { 2, 3 }, w, sizeof w },
-        { "ids", 2, 1, { 4 }, ids, sizeof ids },
+        { "w", 0, 2, { 2, 3 }, w, sizeof w, 1, 0 }, /* bf16_ok: a BF16 "w" widens in place */
+        { "ids", 2, 1, { 4 }, ids, sizeof ids, 0, 0 },
     };
     err[0] = 0;
     if (pg_st_read(path, want, 2, err, sizeof err) != 0)

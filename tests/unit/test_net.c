@@ -1,15 +1,18 @@
 /* tests/unit/test_net.c — pg_net over loopback: each test forks one process per
  * stage, which reports its outcome (status and message) through a pipe. */
 #include "pg_net.h"
+#include "sha256.h"
 #include "../tap.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -26,7 +29,9 @@ typedef struct spec {
     void *arg;
     size_t send_buf;
     const char *run_id;       /* NULL: none (stages started by hand without PIPE_RUN_ID) */
+    const char *token;        /* the run token (PIPE_RUN_TOKEN); NULL: none */
     int start_delay_ms;       /* sleep before pg_net_init */
+    int block_cont;           /* SIGCONT blocked in every thread (before pg_net_init starts any) */
 } spec;
 
 typedef struct result {
@@ -72,12 +77,23 @@ static void start(result *r, const spec *s, int port)
         snprintf(l.master_host, sizeof l.master_host, "127.0.0.1");
         l.master_port = port;
         l.source = "test";
+        if (s->token) {
+            snprintf(l.token, sizeof l.token, "%s", s->token);
+            l.token_len = strlen(l.token);
+            l.token_source = "PIPE_RUN_TOKEN";
+        }
         size_t bufs[16];
         for (int i = 0; i < 16; i++) bufs[i] = s->send_buf;
         pg_net_config c = {.model = s->model ? s->model : "mlp", .plan_hash = s->hash, .stage = s->rank,
                            .send_buf_bytes = bufs,
                            .connect_timeout_s = s->connect_timeout_s ? s->connect_timeout_s : 5.0,
                            .run_id = s->run_id};
+        if (s->block_cont) {
+            sigset_t cont;
+            sigemptyset(&cont);
+            sigaddset(&cont, SIGCONT);
+            pthread_sigmask(SIG_BLOCK, &cont, NULL);
+        }
         if (s->start_delay_ms) {
             struct timespec d = {s->start_delay_ms / 1000, (long)(s->start_delay_ms % 1000) * 1000000L};
             nanosleep(&d, NULL);
@@ -310,19 +326,25 @@ static int mismatch_body(pg_net *n, int rank, char *out, size_t outlen, void *ar
     return s == PG_NET_MISMATCH ? 0 : 1;
 }
 
+/* Stage 1 of the two bodies below: after ms of silence, the message stage 0
+ * waits for (tag 3, "abcd"), then stage 0's word that it is done. */
+static int send_late(pg_net *n, long ms)
+{
+    char b[4];
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+    pg_net_send(n, 0, 3, "abcd", 4);
+    pg_net_flush(n, 5.0);
+    pg_net_recv(n, 0, 1, b, 1, 10.0);
+    return 0;
+}
+
 static int timeout_body(pg_net *n, int rank, char *out, size_t outlen, void *arg)
 {
     (void)arg;
     char b[4];
-    if (rank == 1) {
-        /* the first half-second: nothing; then the message the master retries for */
-        struct timespec ts = {0, 500000000L};
-        nanosleep(&ts, NULL);
-        pg_net_send(n, 0, 3, "abcd", 4);
-        pg_net_flush(n, 5.0);
-        pg_net_recv(n, 0, 1, b, 1, 5.0);
-        return 0;
-    }
+    if (rank == 1) /* the first half-second: nothing; then the message the master retries for */
+        return send_late(n, 500);
     double t0 = now_s();
     pg_net_status s = pg_net_recv(n, 1, 3, b, 4, 0.2);
     double dt = now_s() - t0;
@@ -332,6 +354,25 @@ static int timeout_body(pg_net *n, int rank, char *out, size_t outlen, void *arg
     if (s != PG_NET_OK || memcmp(b, "abcd", 4) != 0) code = 1;
     pg_net_send(n, 1, 1, b, 1);
     return code;
+}
+
+/* Stage 0 receives with a 1 s timeout while the test stops it (SIGSTOP) for
+ * 1.5 s; stage 1 sends 0.3 s after it is continued. The time stopped is not
+ * the wait's: the message is received. SIGCONT is blocked in every thread, as
+ * a program may have it: the accounting must not rest on a SIGCONT handler
+ * (which another thread, or none, may run after the wait saw its deadline). */
+static int stopped_body(pg_net *n, int rank, char *out, size_t outlen, void *arg)
+{
+    (void)arg;
+    char b[4];
+    if (rank == 1)
+        return send_late(n, 2000);
+    double t0 = now_s();
+    pg_net_status s = pg_net_recv(n, 1, 3, b, 4, 1.0);
+    snprintf(out, outlen, "%d after %.2f s: %s", (int)s, now_s() - t0, s ? pg_net_error(n) : "ok");
+    pg_net_send(n, 1, 1, b, 1);
+    pg_net_flush(n, 5.0);
+    return s == PG_NET_OK && !memcmp(b, "abcd", 4) ? 0 : 1;
 }
 
 /* Stage 1 sends a message and exits; stage 0 sees it gone although that
@@ -385,9 +426,63 @@ static int killed_body(pg_net *n, int rank, char *out, size_t outlen, void *arg)
     return s == PG_NET_CLOSED && dt < 3.0 && ss == PG_NET_CLOSED ? 0 : 1;
 }
 
+static void hex(const unsigned char *b, size_t n, char *out)
+{
+    for (size_t i = 0; i < n; i++) snprintf(out + 2 * i, 3, "%02x", b[i]);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
+    /* ---- SHA-256 and HMAC-SHA-256: what the run token's challenge rests on.
+     * Messages of every padding case (bytes (7i + 1) mod 256), digests from
+     * Python's hashlib; HMAC: RFC 4231's cases 1 and 6 (a key over one block). */
+    {
+        static const struct { size_t n; const char *want; } v[] = {
+            {0, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+            {3, "ce562c676ea7aba9812f54db146b0096011bf3e423edfb0a6f8fb2b02674a801"},
+            {55, "16fa57a0a3423a715d594516339f36189d6b5f93754a9714fef202616a9fabfe"},
+            {56, "c37b44e5f1b18554b36966f4f8e08bfbf3164c4b6c10374d12d89850892073c5"},
+            {63, "bbba992d2c85af960fb2987a1fd05e0aa82a3db3c740dd8982a9e273b75e36a3"},
+            {64, "66bd4633ed6f71c4ecfa4763bf7ba1c8ec7612de9aa6c0578a7b675207c71e0b"},
+            {65, "9f7dc47107b750a1f3d35db5d9547f24ef40da5b731b9540d4f43710a154f6c9"},
+            {119, "a3ed307b730fa77c07531300c6e4a282330011d4d4caf6bb7b63ae05950f4b66"},
+            {120, "8e3b15d9fea7472655aa069620b7f8c2e55ee1499f763200a7515fe826e99d20"},
+            {1000, "095ecb62e30793ab4b954cd6a0586d0cc91f7ea5b1332694d8da780e98676d78"},
+        };
+        unsigned char m[1000], d[PG_SHA256_BYTES];
+        char h[2 * PG_SHA256_BYTES + 1];
+        for (size_t i = 0; i < sizeof m; i++) m[i] = (unsigned char)(i * 7 + 1);
+        int all = 1;
+        for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) {
+            pg_sha256 s;
+            pg_sha256_init(&s);
+            for (size_t at = 0; at < v[k].n; at += 13) /* in pieces, across block edges */
+                pg_sha256_add(&s, m + at, v[k].n - at < 13 ? v[k].n - at : 13);
+            pg_sha256_done(&s, d);
+            hex(d, sizeof d, h);
+            if (strcmp(h, v[k].want)) {
+                all = 0;
+                OK(0, "SHA-256 of %zu bytes: %s, expected %s", v[k].n, h, v[k].want);
+            }
+        }
+        OK(all, "SHA-256 of 0 to 1000 bytes (every padding case, fed in pieces) is hashlib's");
+        unsigned char k1[20], k6[131];
+        memset(k1, 0x0b, sizeof k1);
+        memset(k6, 0xaa, sizeof k6);
+        const char *t6 = "Test Using Larger Than Block-Size Key - Hash Key First";
+        const void *p1[] = {"Hi ", "There"}, *p6[] = {t6};
+        size_t l1[] = {3, 5}, l6[] = {strlen(t6)};
+        pg_hmac_sha256(k1, sizeof k1, p1, l1, 2, d);
+        hex(d, sizeof d, h);
+        OK(!strcmp(h, "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"), "HMAC-SHA-256, RFC 4231 case 1: %s", h);
+        pg_hmac_sha256(k6, sizeof k6, p6, l6, 1, d);
+        hex(d, sizeof d, h);
+        OK(!strcmp(h, "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"),
+           "HMAC-SHA-256, RFC 4231 case 6 (a key longer than a block): %s", h);
+        unsigned char a[4] = {1, 2, 3, 4}, b[4] = {1, 2, 3, 5};
+        OK(pg_equal_ct(a, a, 4) && !pg_equal_ct(a, b, 4), "the constant-time comparison tells equal from unequal");
+    }
     /* ---- pg_launch_from_env ---- */
     {
         char err[256];
@@ -434,6 +529,45 @@ int main(void)
         setenv("PIPE_MASTER", "10.0.0.1", 1);
         OK(pg_launch_from_env(&l, err, sizeof err) == -1 && strstr(err, "PIPE_MASTER=10.0.0.1: expected host:port"),
            "master without port refused: %s", err);
+        setenv("PIPE_MASTER", "[::1]:29500", 1);
+        OK(pg_launch_from_env(&l, err, sizeof err) == -1 &&
+               strstr(err, "PIPE_MASTER=[::1]:29500: IPv6 addresses are not supported (the stages talk IPv4)"),
+           "an IPv6 master is refused as such, not as a name that does not resolve: %s", err);
+        setenv("PIPE_MASTER", "fe80::1:29500", 1);
+        OK(pg_launch_from_env(&l, err, sizeof err) == -1 && strstr(err, "IPv6 addresses are not supported"),
+           "...bracketed or not: %s", err);
+        /* the run token */
+        setenv("PIPE_MASTER", "10.0.0.1:29501", 1);
+        setenv("PIPE_RUN_TOKEN", "0123456789abcdef", 1);
+        OK(pg_launch_from_env(&l, err, sizeof err) == 0 && l.token_len == 16 && !strcmp(l.token, "0123456789abcdef") &&
+               !strcmp(l.token_source, "PIPE_RUN_TOKEN"),
+           "PIPE_RUN_TOKEN is the run token: %s", err);
+        setenv("PIPE_RUN_TOKEN", "short", 1);
+        OK(pg_launch_from_env(&l, err, sizeof err) == -1 && strstr(err, "PIPE_RUN_TOKEN holds 5 bytes: a run token has 16 to 255"),
+           "a short token is refused: %s", err);
+        char tf[] = "/tmp/pg_token_XXXXXX";
+        int tfd = mkstemp(tf);
+        OK(tfd >= 0 && write(tfd, "fedcba9876543210fedc\nsecond line\n", 33) == 33, "a token file");
+        close(tfd);
+        setenv("PIPE_RUN_TOKEN_FILE", tf, 1);
+        OK(pg_launch_from_env(&l, err, sizeof err) == -1 &&
+               !strcmp(err, "both PIPE_RUN_TOKEN and PIPE_RUN_TOKEN_FILE are set: set one of them"),
+           "both the token and a token file: refused: %s", err);
+        unsetenv("PIPE_RUN_TOKEN");
+        chmod(tf, 0600);
+        OK(pg_launch_from_env(&l, err, sizeof err) == 0 && !strcmp(l.token, "fedcba9876543210fedc") &&
+               !strcmp(l.token_source, "PIPE_RUN_TOKEN_FILE"),
+           "PIPE_RUN_TOKEN_FILE: its first line is the token: %s", err);
+        chmod(tf, 0644);
+        char want[200];
+        snprintf(want, sizeof want, "PIPE_RUN_TOKEN_FILE=%s: the file can be read by others (mode 0644): chmod 600 %s", tf, tf);
+        OK(pg_launch_from_env(&l, err, sizeof err) == -1 && !strcmp(err, want),
+           "a token file others can read is refused: %s", err);
+        unlink(tf);
+        OK(pg_launch_from_env(&l, err, sizeof err) == -1 && strstr(err, "cannot open it: No such file or directory"),
+           "a missing token file: %s", err);
+        unsetenv("PIPE_RUN_TOKEN_FILE");
+        setenv("PIPE_MASTER", "10.0.0.1", 1);
         unsetenv("PIPE_WORLD");
         OK(pg_launch_from_env(&l, err, sizeof err) == -1 && !strcmp(err, "PIPE_RANK is set but PIPE_WORLD is not: set both"),
            "rank without world refused: %s", err);
@@ -720,6 +854,23 @@ int main(void)
         OK(exited(&r[0], 0) && strstr(r[0].text, "no message from stage 1 within 0.2 s (expected tag 3, 4 bytes)"),
            "recv times out on time and can be retried: %s", r[0].text);
     }
+    /* ---- a receive whose process was stopped meanwhile does not count that time ---- */
+    {
+        result r[2];
+        spec s[2];
+        for (int i = 0; i < 2; i++) s[i] = (spec){.rank = i, .world = 2, .hash = 1, .fn = stopped_body, .block_cont = 1};
+        int port = free_port();
+        for (int i = 0; i < 2; i++) start(&r[i], &s[i], port);
+        struct timespec d = {0, 300000000L}, stop = {1, 500000000L};
+        nanosleep(&d, NULL);
+        kill(r[0].pid, SIGSTOP);
+        nanosleep(&stop, NULL);
+        kill(r[0].pid, SIGCONT);
+        for (int i = 0; i < 2; i++) finish(&r[i]);
+        OK(exited(&r[0], 0) && exited(&r[1], 0),
+           "a receive (1 s timeout) stopped for 1.5 s, with SIGCONT blocked, gets the message sent after: %s",
+           r[0].text);
+    }
     /* ---- a peer that exits: pg_net_peer_gone sees it, unread messages stay readable ---- */
     {
         result r[2];
@@ -731,14 +882,51 @@ int main(void)
            "1 for no such peer: %s", r[0].text);
     }
     /* ---- world-size mismatch ---- */
+    const char *TOK = "0123456789abcdef-the-run-token";
     {
         result r[2];
-        spec s[2] = {{.rank = 0, .world = 2, .hash = 1, .run_id = "R"}, {.rank = 1, .world = 3, .hash = 1, .run_id = "R"}};
+        spec s[2] = {{.rank = 0, .world = 2, .hash = 1, .run_id = "R", .token = TOK},
+                     {.rank = 1, .world = 3, .hash = 1, .run_id = "R", .token = TOK}};
         run_all(r, s, 2);
         const char *want = "stage 1 was started with world size 3 but stage 0 with world size 2";
         OK(exited(&r[0], 3) && strstr(r[0].text, want), "master refuses another world size: %s", r[0].text);
         OK(exited(&r[1], 3) && strstr(r[1].text, "rendezvous refused by master") && strstr(r[1].text, want),
-           "the refused stage reports it too: %s", r[1].text);
+           "the refused stage (holding the run's token) is told both sizes: %s", r[1].text);
+        for (int i = 0; i < 2; i++) s[i].token = NULL;
+        run_all(r, s, 2);
+        OK(exited(&r[0], 3) && strstr(r[0].text, want), "without a token stage 0 still names both sizes: %s", r[0].text);
+        OK(exited(&r[1], 3) && strstr(r[1].text, "stage 1 was started with world size 3, unlike stage 0") &&
+               !strstr(r[1].text, "size 2"),
+           "...but an unauthenticated stage is not told stage 0's: %s", r[1].text);
+    }
+    /* ---- the run token: challenge and response before anything is read ---- */
+    {
+        int w = 2;
+        result r[3];
+        /* a wrong token and a missing one are refused alone, saying so; the
+         * run's own stage 1 then joins and the run works */
+        spec s[3] = {{.rank = 0, .world = 2, .hash = 1, .run_id = "R", .token = TOK, .fn = ring_body, .arg = &w},
+                     {.rank = 1, .world = 2, .hash = 1, .run_id = "R", .token = "not-the-token-of-this-run"},
+                     {.rank = 1, .world = 2, .hash = 1, .run_id = "R", .token = TOK, .fn = ring_body, .arg = &w,
+                      .start_delay_ms = 400}};
+        run_all(r, s, 3);
+        OK(exited(&r[1], 3) && strstr(r[1].text, "refused this stage's run token: give every stage of the run the same token"),
+           "a stage with another token is refused at the challenge: %s", r[1].text);
+        OK(exited(&r[0], 0) && exited(&r[2], 0), "...and the run goes on with the holder of the token: %s | %s",
+           r[0].text, r[2].text);
+        s[1].token = NULL;
+        run_all(r, s, 3);
+        OK(exited(&r[1], 3) && strstr(r[1].text, "needs the run's token and this stage has none"),
+           "a stage without a token is told the run needs one: %s", r[1].text);
+        OK(exited(&r[0], 0) && exited(&r[2], 0), "...and the run goes on: %s | %s", r[0].text, r[2].text);
+        /* a stage with a token never greets a master without one */
+        spec t[2] = {{.rank = 0, .world = 2, .hash = 1, .run_id = "R", .connect_timeout_s = 1.0},
+                     {.rank = 1, .world = 2, .hash = 1, .run_id = "R", .token = TOK}};
+        run_all(r, t, 2);
+        OK(exited(&r[1], 3) && strstr(r[1].text, "was started without a run token but this stage has one (PIPE_RUN_TOKEN)") &&
+               exited(&r[0], 3) && strstr(r[0].text, "refused: a connection from 127.0.0.1 (it holds a run token but "
+                                                      "this process was started without one)"),
+           "a master without a token and a stage with one: both say so: %s | %s", r[1].text, r[0].text);
     }
     /* ---- duplicate rank ---- */
     {
@@ -756,7 +944,7 @@ int main(void)
         s[0].connect_timeout_s = 1.0;
         s[2].start_delay_ms = 300;
         run_all(r, s, 3);
-        OK(exited(&r[2], 3) && strstr(r[2].text, want) && strstr(r[1].text, "rendezvous failed at stage 0: rendezvous: only 2 of 3") &&
+        OK(exited(&r[2], 3) && strstr(r[2].text, want) && strstr(r[1].text, "the run failed at start-up: rendezvous: only 2 of 3") &&
                strstr(r[0].text, "only 2 of 3 stages reached the master within 1 s (missing stage 2); refused: two processes claim stage 1"),
            "without run ids a duplicate is refused alone and the master goes on waiting: %s | %s | %s", r[0].text,
            r[1].text, r[2].text);
@@ -764,16 +952,30 @@ int main(void)
     /* ---- plan hash / model mismatch ---- */
     {
         result r[2];
-        spec s[2] = {{.rank = 0, .world = 2, .hash = 0x1111, .run_id = "R"}, {.rank = 1, .world = 2, .hash = 0x2222, .run_id = "R"}};
+        spec s[2] = {{.rank = 0, .world = 2, .hash = 0x1111, .run_id = "R", .token = TOK},
+                     {.rank = 1, .world = 2, .hash = 0x2222, .run_id = "R", .token = TOK}};
         run_all(r, s, 2);
         const char *want = "stage 1 was built from another model or plan (hash 0000000000002222, expected "
                            "0000000000001111): rebuild all stages from the same pipegen output";
         OK(exited(&r[0], 3) && strstr(r[0].text, want), "master refuses another plan hash: %s", r[0].text);
-        OK(exited(&r[1], 3) && strstr(r[1].text, want), "the stage with the other hash reports it: %s", r[1].text);
-        spec m[2] = {{.rank = 0, .world = 2, .hash = 1, .run_id = "R"}, {.rank = 1, .world = 2, .hash = 1, .model = "gpt", .run_id = "R"}};
+        OK(exited(&r[1], 3) && strstr(r[1].text, want), "the stage with the other hash (and the token) reports it: %s",
+           r[1].text);
+        for (int i = 0; i < 2; i++) s[i].token = NULL;
+        run_all(r, s, 2);
+        OK(exited(&r[0], 3) && strstr(r[0].text, want), "without a token stage 0 names both hashes: %s", r[0].text);
+        OK(exited(&r[1], 3) && strstr(r[1].text, "stage 1 was built from another model or plan than stage 0 (its plan "
+                                                 "hash is 0000000000002222)") && !strstr(r[1].text, "1111"),
+           "...but nobody who asks unauthenticated hears the expected hash: %s", r[1].text);
+        spec m[2] = {{.rank = 0, .world = 2, .hash = 1, .run_id = "R", .token = TOK},
+                     {.rank = 1, .world = 2, .hash = 1, .model = "gpt", .run_id = "R", .token = TOK}};
         run_all(r, m, 2);
         OK(exited(&r[1], 3) && strstr(r[1].text, "stage 1 was built from another model (model 'gpt', expected 'mlp')"),
            "another model name is refused: %s", r[1].text);
+        for (int i = 0; i < 2; i++) m[i].token = NULL;
+        run_all(r, m, 2);
+        OK(exited(&r[1], 3) && strstr(r[1].text, "built from another model than stage 0 (its model is 'gpt')") &&
+               !strstr(r[1].text, "'mlp'"),
+           "...without a token, not naming stage 0's model: %s", r[1].text);
     }
     /* ---- unreachable master ---- */
     {
@@ -822,8 +1024,9 @@ int main(void)
                      {.rank = 1, .world = 2, .hash = 1, .run_id = "run-A", .fn = ring_body, .arg = &w,
                       .start_delay_ms = 300}};
         run_all(r, s, 3);
-        OK(exited(&r[1], 3) && strstr(r[1].text, "belongs to run run-A, but this stage to run run-B: two runs share the master port"),
-           "a stage of another run is refused: %s", r[1].text);
+        OK(exited(&r[1], 3) && strstr(r[1].text, "belongs to another run than this stage's (run run-B): two runs share "
+                                                 "the master port") && !strstr(r[1].text, "run-A"),
+           "a stage of another run is refused, not told the run's id: %s", r[1].text);
         OK(exited(&r[0], 0) && exited(&r[2], 0), "...and the run it knocked at goes on unharmed: %s | %s", r[0].text,
            r[2].text);
         /* a hello with no run id, a mismatching plan and the same rank: also a stranger */
