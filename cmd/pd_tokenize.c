@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io_atomic.h"
 #include "pd_tokenize.h"
 #include "pg_io.h"
 #include "pytool.h"
@@ -316,6 +317,17 @@ int pd_tokenize(int argc, char **argv)
     if (!tok || !out || kinds != 1 || (pairs_file && (!seq || !yout)) || (!pairs_file && (seq || yout))) {
         fprintf(stderr, "pipedata: tokenize wants --tokenizer T, -o OUT and one of: FILE..., --prompts FILE, --prompt "
                         "TEXT, --pairs FILE --seq N --targets-out Y\n");
+        return 2;
+    }
+    /* no output is an input or the other output (io_atomic.h) */
+    pg_io_file fl[PG_PY_MAX_ARGS + 4] = {{"-o", out, 1}, {"--targets-out", yout, 1}, {"--prompts", pfile, 0},
+                                         {"--pairs", pairs_file, 0}};
+    int nfl = 4;
+    for (int i = 0; i < nfiles; i++)
+        fl[nfl++] = (pg_io_file){"the input", files[i], 0};
+    char err[9000];
+    if (pg_io_check_distinct(fl, nfl, err, sizeof err) != 0) {
+        fprintf(stderr, "pipedata: %s\n", err);
         return 2;
     }
     if (pairs_file)

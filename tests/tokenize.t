@@ -120,6 +120,13 @@ like "$(cat "$T/o")" "bin.txt: not UTF-8 text \(byte 0\)" "a file that is not UT
 is "$st" 2 "--pairs without --seq and --targets-out: a usage error"
 "$PIPEDATA" tokenize --tokenizer "$K" --pairs "$T/pairs.jsonl" --seq 0 -o "$T/z.pgd" --targets-out "$T/zy.pgd" >"$T/o" 2>&1
 like "$(cat "$T/o")" "--seq 0: want an integer in \[1, " "--seq 0 is refused"
+"$PIPEDATA" tokenize --tokenizer "$K" --pairs "$T/pairs.jsonl" --seq 8 -o "$T/z.pgd" --targets-out "$T/z.pgd" >"$T/o" 2>&1; st=$?
+[ $st = 2 ] && grep -q -- "z.pgd is the same file as " "$T/o"; ok $? "--targets-out the same file as -o is refused"
+"$PIPEDATA" tokenize --tokenizer "$K" "$T/b.txt" -o "$T/b.txt" >"$T/o" 2>&1; st=$?
+[ $st = 2 ] && cmp -s "$T/b.txt" - <<EOF2
+the cat sat on the mat.
+EOF2
+ok $? "-o the input file is refused, the file left alone"
 PIPEGEN_PYTHON=$T/nopython "$PIPEDATA" tokenize --tokenizer "$K" "$T/b.txt" -o "$T/z.pgd" >"$T/o" 2>&1; st=$?
 [ $st = 1 ] && grep -q "nopython" "$T/o"; ok $? "a missing Python is named"
 lm_run "$T/one" "$T/e1.out" $S --prompts "$T/text.pgd"; st=$?
@@ -129,6 +136,9 @@ lm_run "$T/one" "$T/e2.out" $S --prompts "$T/p.pgd" --prompt "x"; st=$?
 [ $st != 0 ] && grep -q -- "--prompt and --prompts together" "$T/e2.out"; ok $? "--prompt and --prompts together are refused"
 lm_run "$T/one" "$T/e3.out" $S --top-p 2; st=$?
 [ $st = 2 ] && grep -q -- "--top-p" "$T/e3.out"; ok $? "--top-p 2 is a usage error"
+lm_run "$T/one" "$T/e5.out" --steps 0 --top-k 3; st=$?
+[ $st = 2 ] && grep -q -- "--top-k without --generate N: nothing would be sampled" "$T/e5.out"
+ok $? "--top-k without --generate is refused, naming it"
 lm_run "$T/one" "$T/e4.out" $S --stop 128; st=$?
 [ $st != 0 ] && grep -q -- "--stop: token 128 is outside the vocabulary \[0, 128)" "$T/e4.out"; ok $? "a --stop outside the vocabulary"
 done_testing
