@@ -8,8 +8,12 @@
  *   gemm_vs_openblas ours|openblas THREADS
  *
  * One line per product: name, M N K and GFLOP/s of the best of 3 batches of
- * calls (each ~20 ms at 100 GFLOP/s), after one batch to warm up. */
+ * calls (each ~20 ms at 100 GFLOP/s), after one batch to warm up. Built with
+ * -DPG_NO_OPENBLAS (a host without OpenBLAS's headers: bench/profile.sh) it
+ * measures ours alone. */
+#ifndef PG_NO_OPENBLAS
 #include <cblas.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,9 +51,11 @@ static void call(int ours, pg_ctx *c, const product *p, const float *A, const fl
     int lda = p->ta ? p->M : p->K, ldb = p->tb ? p->K : p->N;
     if (ours)
         pg_cpu_gemm(c, p->ta, p->tb, p->M, p->N, p->K, 1.0f, A, lda, B, ldb, p->beta, C, p->N);
+#ifndef PG_NO_OPENBLAS
     else
         cblas_sgemm(CblasRowMajor, p->ta ? CblasTrans : CblasNoTrans, p->tb ? CblasTrans : CblasNoTrans, p->M,
                     p->N, p->K, 1.0f, A, lda, B, ldb, p->beta ? 1.0f : 0.0f, C, p->N);
+#endif
 }
 
 int main(int argc, char **argv)
@@ -65,8 +71,13 @@ int main(int argc, char **argv)
             return 1;
         printf("# ours: the %s kernel, %d thread(s)\n", pg_cpu_gemm_kernel(c->gemm), threads);
     } else {
+#ifdef PG_NO_OPENBLAS
+        fprintf(stderr, "gemm_vs_openblas: built without OpenBLAS (-DPG_NO_OPENBLAS): `ours` only\n");
+        return 2;
+#else
         openblas_set_num_threads(threads);
         printf("# %s, %d thread(s)\n", openblas_get_config(), threads);
+#endif
     }
     for (size_t i = 0; i < sizeof products / sizeof products[0]; i++) {
         const product *p = &products[i];

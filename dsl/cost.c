@@ -297,7 +297,7 @@ static void jmessages(jcur *c)
  * its optimizer_s, and only when no "stage_costs" came). */
 static void jstage_cost(jcur *c, int costs)
 {
-    pg_stage_cost sc = { 0, 0, 0, 0, 0 };
+    pg_stage_cost sc = { 0, 0, 0, 0, 0, 0 };
     int stage = -1;
     size_t at = pg_json_here(&c->j);
     char *key;
@@ -306,13 +306,15 @@ static void jstage_cost(jcur *c, int costs)
         return;
     }
     pg_json_object(&c->j);
-    static const char *const keys[] = { "optimizer_s", "grad_norm_s", "tie_reduce_s", "step_start_s", "step_end_s" };
-    double *slot[] = { &sc.optimizer_s, &sc.grad_norm_s, &sc.tie_reduce_s, &sc.step_start_s, &sc.step_end_s };
+    static const char *const keys[] = { "optimizer_s", "grad_norm_s", "verdict_s", "tie_s", "step_start_s",
+                                        "step_end_s" };
+    double *slot[] = { &sc.optimizer_s, &sc.grad_norm_s, &sc.verdict_s, &sc.tie_s, &sc.step_start_s, &sc.step_end_s };
+    enum { NKEYS = sizeof keys / sizeof keys[0] };
     while (pg_json_member(&c->j, &key)) {
         int k = 0;
-        while (k < 5 && strcmp(key, keys[k]) != 0)
+        while (k < NKEYS && strcmp(key, keys[k]) != 0)
             k++;
-        if (k < 5) {
+        if (k < NKEYS) {
             double v = jseconds(c, key);
             if (!c->j.failed)
                 *slot[k] = v;

@@ -22,15 +22,16 @@
  *    "send_bytes_per_s" (or, older, "send_s") what a send costs its sender,
  *    "recv_latency_s" / "recv_bytes_per_s" what a receive of a message
  *    already there costs its receiver (absent: PG_SEND_DEFAULT_*). An optional top-level "stage_costs":
- *    [{"stage": k, "optimizer_s": .., "grad_norm_s": .., "tie_reduce_s": ..,
- *    "step_start_s": .., "step_end_s": ..}] gives what a stage's OPT_STEP,
- *    GRAD_NORM and TIE_REDUCE cost the stage itself (waits left out) and its
- *    time before the first and after the last action of a step; a profile
- *    without it (older) gives only "stage_times"' "optimizer_s". Optional
- *    "model" and "plan_hash" (strings) say what it was measured on. Every
- *    value must be finite, >= 0 and not absurd (at most 1e6 s; rates at most
- *    1e18 bytes/s): refused at its line and column. Other keys are ignored;
- *    every compute layer must appear. */
+ *    [{"stage": k, "optimizer_s": .., "grad_norm_s": .., "verdict_s": ..,
+ *    "tie_s": .., "step_start_s": .., "step_end_s": ..}] gives what a stage's
+ *    OPT_STEP, GRAD_NORM and VERDICT and the folds and sums of its tie
+ *    receives cost the stage itself (waits left out) and its time before the
+ *    first and after the last action of a step; a profile without it (older)
+ *    gives only "stage_times"' "optimizer_s". Optional "model" and
+ *    "plan_hash" (strings) say what it was measured on. Every value must be
+ *    finite, >= 0 and not absurd (at most 1e6 s; rates at most 1e18
+ *    bytes/s): refused at its line and column. Other keys are ignored; every
+ *    compute layer must appear. */
 #ifndef PG_COST_H
 #define PG_COST_H
 
@@ -60,8 +61,8 @@ typedef struct pg_profile_entry {
 #define PG_SEND_DEFAULT_BYTES_PER_S 5e9
 
 typedef struct pg_stage_cost {
-    double optimizer_s, grad_norm_s, tie_reduce_s; /* the stage's own time, waits left out */
-    double step_start_s, step_end_s;               /* before the first / after the last action */
+    double optimizer_s, grad_norm_s, verdict_s, tie_s; /* the stage's own time, waits left out */
+    double step_start_s, step_end_s;                   /* before the first / after the last action */
 } pg_stage_cost;
 
 typedef struct pg_profile {

@@ -139,6 +139,18 @@ cmp -s "$T/sa.st" "$T/sb.st"; ok $? "...into exactly the weights the same values
 run --steps 0 --load "$T/wc.st" --save "$T/sc.st" >"$T/o" 2>&1; rc=$?
 is "$rc" 1 "a --load file with a tensor no parameter takes: refused, not silent"
 like "$(cat "$T/o")" "1 of the file's [0-9]+ tensors are not the model's: junk\.weight" "...naming the tensor"
+# past the first blocks the test runs 64 floats at once: the element is still the first bad one
+"${PYTHON:-/usr/bin/python3}" - "$T/init.st" "$T/winf.st" <<'PY'
+import struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+for e, v in ((1000, "-inf"), (1001, "nan")):   # elements 1000 and 1001 of the first tensor
+    b[8 + n + 4 * e: 8 + n + 4 * (e + 1)] = struct.pack("<f", float(v))
+open(sys.argv[2], "wb").write(b)
+PY
+run --steps 1 --load "$T/winf.st" >"$T/o" 2>&1
+like "$(cat "$T/o")" "\[stage 0\] --load: .*winf\\.st: tensor 'layer0\\.weight', element 1000 is -inf: refusing weights" \
+    "...the first bad element named, deep in the tensor"
 
 # --- finite values near the float limit: the gradients overflow -----------------------
 pgd "$T/xbig.pgd" f32 48 64 100 3e38   # relu hides it from the loss, not from the gradients

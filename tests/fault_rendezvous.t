@@ -227,8 +227,14 @@ c = s.recv(44)
 s.sendall(struct.pack("<III", 0x414e4750, 3, 0) + b"\1" * 32 + b"\0" * 32
           + struct.pack("<IIIIQIIII", 0x484e4750, 3, 0x80000000, 2, h, 1, 0, 4242, 0)
           + b"mlp_small".ljust(128, b"\0") + b"".ljust(64, b"\0") + b"forger".ljust(64, b"\0"))
-try: print(s.recv(1000)[44:].decode(errors="replace"))
+buf = b""   # the refusal may come in more than one segment: read to the close
+try:
+    while True:
+        got = s.recv(1000)
+        if not got: break
+        buf += got
 except Exception as e: print(e)
+print(buf[44:].decode(errors="replace"))
 s.close()
 time.sleep(0.5)
 PY

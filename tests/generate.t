@@ -19,7 +19,7 @@ lm_build "$T/twot" 2 transmit; ok $? "lm_tiny builds on 2 stages (transmit)"
 lm_text "$T/text.txt"
 "$PIPEDATA" text "$T/text.txt" -o "$T/text.pgd" >/dev/null
 
-sample() { grep -A100 '^\[stage [0-9]*\] sample: ' "$1" | grep -v 'bubble\|throughput\|started as replica \|\] generation: ' | sed 's/^\[stage [0-9]*\] //'; }
+sample() { grep -A100 '^\[stage [0-9]*\] sample: ' "$1" | grep -v 'bubble\|throughput\|started as replica \|\] generation: \|\] step [0-9]*/[0-9]*  loss \|\] final loss ' | sed 's/^\[stage [0-9]*\] //'; }
 G="--steps 40 --log-every 40 --data $T/text.pgd --generate 60 --prompt the"
 lm_run "$T/one" "$T/one.out" $G --save "$T/w.safetensors"; ok $? "1 stage trains and generates"
 lm_run "$T/two" "$T/two.out" $G; ok $? "2 stages train and generate"

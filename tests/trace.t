@@ -1,7 +1,8 @@
 #!/bin/sh
 # tests/trace.t — the measured timeline: a stage program's --trace writes one
-# Chrome-trace JSON for every stage (valid JSON, steps x (actions + 1) events
-# per stage, nested in time, every RECV ending after its SEND began); with 2
+# Chrome-trace JSON for every stage (valid JSON, steps x (actions + 2) events
+# per stage: the step, its actions and its batch loading before them, nested
+# in time, every RECV ending after its SEND began); with 2
 # replicas, a row per process labelled stage and replica, and the reduction's
 # spans in every step, read and drawn by `pipegen trace`; its
 # --profile is accepted by `pipegen plan --balance`; `pipegen trace` draws the
@@ -38,12 +39,18 @@ for st in (0, 1):
     steps = sorted({e["args"]["step"] for e in mine})
     if steps != [3, 4, 5, 6]:
         bad.append("stage %d steps %s" % (st, steps))
-    if len(mine) != len(steps) * (acts[st] + 1):
-        bad.append("stage %d: %d events, want %d" % (st, len(mine), len(steps) * (acts[st] + 1)))
-    # nesting: actions lie inside their step and do not overlap each other
+    if len(mine) != len(steps) * (acts[st] + 2):
+        bad.append("stage %d: %d events, want %d" % (st, len(mine), len(steps) * (acts[st] + 2)))
+    # nesting: actions lie inside their step and do not overlap each other;
+    # the batch loading (and the gradients zeroed) is the step's start, before them
     for s in steps:
         top = [e for e in mine if e["args"]["step"] == s and e["cat"] == "step"]
-        acts_s = sorted((e for e in mine if e["args"]["step"] == s and e["cat"] != "step"), key=lambda e: e["ts"])
+        data = [e for e in mine if e["args"]["step"] == s and e["cat"] == "data"]
+        acts_s = sorted((e for e in mine if e["args"]["step"] == s and e["cat"] not in ("step", "data")),
+                        key=lambda e: e["ts"])
+        if len(data) != 1 or data[0]["args"]["kind"] != "DATA" or not acts_s or \
+                data[0]["ts"] < top[0]["ts"] - 1e-6 or data[0]["ts"] + data[0]["dur"] > acts_s[0]["ts"] + 1e-6:
+            bad.append("stage %d step %d: no batch loading span at the step's start" % (st, s))
         if len(top) != 1:
             bad.append("stage %d step %d: %d step events" % (st, s, len(top)))
             continue
@@ -79,7 +86,7 @@ if d["otherData"]["model"] != "mlp" or d["otherData"]["stages"] != 2:
 print("\n".join(bad) if bad else "ok %d pairs" % pairs)
 EOF
 )
-like "$got" '^ok [0-9]+ pairs$' "the trace is valid JSON: steps x (actions + 1) events per stage, nested, every RECV after its SEND"
+like "$got" '^ok [0-9]+ pairs$' "the trace is valid JSON: steps x (actions + 2) events per stage, the batch loading first, nested, every RECV after its SEND"
 
 # the profile: valid JSON, every layer, and accepted by --balance
 "$PY" -c 'import json, sys; p = json.load(open(sys.argv[1])); assert [l["name"] for l in p["layers"]] == ["layer0", "relu0", "layer1", "relu1", "layer2", "relu2"]; assert all(l["fwd_s"] > 0 for l in p["layers"] if l["name"].startswith("layer"))' "$T/prof.json"
@@ -136,15 +143,33 @@ is "$(grep -c '<title>SEND_ACT mb' "$T/m.svg")/$(grep -c '<title>RECV_ACT mb' "$
 like "$(cat "$T/m.svg")" '>send</text>.*' "...the legend names sends"
 like "$(tr -d '\n' <"$T/m.svg")" '>receive \(and its wait\)</text>.*>optimizer</text>' "...receives and the optimizer"
 like "$(cat "$T/m.svg")" '>time</text>' "...on an axis of time"
+is "$(grep -c '<title>batch loading, zeroed gradients</title>' "$T/m.svg")" 2 \
+    "...and each stage's step start: its batch loaded, its gradients zeroed"
+# what step 5 ran inside step 6's span (from its earliest start on any stage), per the trace itself
+before=$("$PY" - "$T/run.json" <<'EOF'
+import json, sys
+ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"]
+lo = min(e["ts"] for e in ev if e["args"]["step"] == 6)
+print(sum(1 for e in ev if e["args"]["step"] == 5 and e["cat"] not in ("step", "dp") and e["ts"] + e["dur"] > lo))
+EOF
+)
+is "$(grep -c '<title>the step before: ' "$T/m.svg")" "$before" \
+    "...what the step before ran inside its span drawn too (a stage may start its step while another ends its own)"
+is "$(grep -c '<title>the step before: ' "$T/m.svg")" "$(grep -c 'fill-opacity="0.35"><title>the step before: ' "$T/m.svg")" \
+    "...faded"
+is "$(tr -d '\n' <"$T/m.svg" | grep -c 'fill-opacity="0.35"/><text[^>]*>the steps before and after (faded)</text>')" \
+    "$([ "$before" -gt 0 ] && echo 1 || echo 0)" "...and named in the legend where there are such"
+is "$(echo "$got" | grep -A2 '^after the last F/B/W of a step (the same steps; % of the measured step):$' | grep -c '^stage [01]: [0-9.]* [mu]\?s ([0-9.]*%): receives and their waits [0-9.]* [mu]\?s ([0-9.]*%), its own work [0-9.]* [mu]\?s ([0-9.]*%)$')" 2 \
+    "pipegen trace says what follows each stage's last F/B/W: receives with their waits, its own work"
 
 # the tiny GPT on 2 stages under zb1: its tie and grad-norm exchanges in the measured picture
 e2e_gen "$T/gpt" gpt_tiny '/# S[13]$/d' zb1 except_last >/dev/null 2>&1 && build "$T/gpt/gen" &&
     OPENBLAS_NUM_THREADS=1 "$PIPERUN" "$T/gpt/gen/bin" -- --steps 3 --threads 1 --trace "$T/gpt.json" \
         >"$T/gpt.out" 2>&1 && "$PIPEGEN" trace "$T/gpt.json" --svg "$T/gpt.svg" >/dev/null 2>&1
 ok $? "the tiny GPT (tie replicate, grad_clip) runs traced on 2 stages and its step is drawn"
-is "$(grep -c '<title>TIE_REDUCE</title>' "$T/gpt.svg")/$(grep -c '<title>GRAD_NORM</title>' "$T/gpt.svg")" "2/2" \
-    "...with each stage's tie exchange and grad-norm exchange"
-like "$(tr -d '\n' <"$T/gpt.svg")" '>tie exchange</text>.*>grad-norm exchange</text>' "...named in the legend"
+is "$(grep -c '<title>TIE_GRAD_SEND</title>' "$T/gpt.svg")/$(grep -c '<title>TIE_GRAD_RECV</title>' "$T/gpt.svg")/$(grep -c '<title>TIE_SUM_SEND</title>' "$T/gpt.svg")/$(grep -c '<title>TIE_SUM_RECV</title>' "$T/gpt.svg")/$(grep -c '<title>VERDICT</title>' "$T/gpt.svg")/$(grep -c '<title>GRAD_NORM</title>' "$T/gpt.svg")" "1/1/1/1/2/2" \
+    "...with the step's end: the tie gradient out and its sum back, each stage's verdict and clip"
+like "$(tr -d '\n' <"$T/gpt.svg")" '>tie gradient exchange</text>.*>verdict \(sums of squares, exchange\)</text>.*>grad-norm clip</text>' "...named in the legend"
 got=$("$PIPEGEN" trace "$T/run.json" 2>&1); rc=$?
 ok $rc "pipegen trace without a model prints the measured side"
 like "$got" 'stage 0: bubble measured [0-9.]+%' "...per stage"
@@ -173,8 +198,8 @@ for pid in range(4):
     steps = sorted({e["args"]["step"] for e in mine})
     if steps != [3, 4, 5]:
         bad.append("pid %d steps %s" % (pid, steps))
-    if len(mine) != len(steps) * (acts[pid % 2] + 1 + 5):
-        bad.append("pid %d: %d events, want %d" % (pid, len(mine), len(steps) * (acts[pid % 2] + 6)))
+    if len(mine) != len(steps) * (acts[pid % 2] + 2 + 5):
+        bad.append("pid %d: %d events, want %d" % (pid, len(mine), len(steps) * (acts[pid % 2] + 7)))
     for s in steps:
         dp = [e for e in mine if e["args"]["step"] == s and e["cat"] == "dp"]
         red = [e for e in dp if e["name"] == "dp reduce"]
@@ -182,11 +207,11 @@ for pid in range(4):
             bad.append("pid %d step %d: %d dp reduce spans" % (pid, s, len(red)))
             continue
         r = red[0]
-        # inside the action that ran it (the first GRAD_NORM or OPT_STEP)
-        host = [e for e in mine if e["args"]["step"] == s and e["name"] in ("OPT_STEP", "GRAD_NORM")
+        # inside the action that ran it (the stage's VERDICT)
+        host = [e for e in mine if e["args"]["step"] == s and e["name"] == "VERDICT"
                 and e["ts"] <= r["ts"] + 1e-3 and r["ts"] + r["dur"] <= e["ts"] + e["dur"] + 1e-3]
         if len(host) != 1:
-            bad.append("pid %d step %d: dp reduce not inside one OPT_STEP/GRAD_NORM" % (pid, s))
+            bad.append("pid %d step %d: dp reduce not inside the VERDICT" % (pid, s))
         got = sorted((e for e in dp if e["name"] != "dp reduce"), key=lambda e: e["ts"])
         if [e["name"] for e in got] != parts:
             bad.append("pid %d step %d: parts %s" % (pid, s, [e["name"] for e in got]))
@@ -198,12 +223,12 @@ for pid in range(4):
 print("\n".join(bad) if bad else "ok")
 EOF
 )
-is "$got" ok "the pp x dp trace: 4 rows labelled stage and replica, each step's actions, dp reduce inside the optimizer step with its wait, reduce-scatter, sum and all-gather in order"
+is "$got" ok "the pp x dp trace: 4 rows labelled stage and replica, each step's actions, dp reduce inside the VERDICT with its wait, reduce-scatter, sum and all-gather in order"
 got=$("$PIPEGEN" trace "$T/dp.json" "$T/mlp.pipe" --svg "$T/dp.svg" 2>&1); rc=$?
 ok $rc "pipegen trace reads the pp x dp trace with its model"
 like "$got" 'model mlp, 2 stages x 2 replicas, 8 micro-batches, steps 3\.\.5' "... 2 stages x 2 replicas"
 is "$(echo "$got" | grep -c '^stage [01] replica [01]: bubble measured [0-9.]*%, predicted [0-9.]*%$')" 4 "... a bubble line per process"
-is "$(echo "$got" | grep -c '^stage [01] replica [01]: F [0-9.]* [mu]\?s, .* dp reduce [0-9.]* [mu]\?s (of which waiting for the replicas [0-9.]* [mu]\?s), outside actions')" 4 \
+is "$(echo "$got" | grep -c '^stage [01] replica [01]: F [0-9.]* [mu]\?s, .* dp reduce [0-9.]* [mu]\?s (of which waiting for the replicas [0-9.]* [mu]\?s), batch and zeroing [0-9.]* [mu]\?s, outside actions')" 4 \
     "... and where each process's time goes, the reduction and its wait included"
 is "$(grep -o '>stage [01] replica [01]</text>' "$T/dp.svg" | tr -d '\n')" \
     '>stage 0 replica 0</text>>stage 1 replica 0</text>>stage 0 replica 1</text>>stage 1 replica 1</text>' \

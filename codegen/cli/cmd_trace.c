@@ -12,7 +12,12 @@
  * divided by the span, both summed over the steps: the definitions of the
  * prediction (predict.c), which starts every stage together (each after its
  * measured time before the first action). Then where each stage's step goes
- * (F, B, W, messages, the other actions, the time outside actions).
+ * (F, B, W, messages, the step's end by kind, the batch loading, the time
+ * outside actions), and what follows each stage's last F/B/W: its step's end,
+ * and of it the receives (waits included) and its own work. The picture of a
+ * measured step also draws, faded, what each stage ran of the steps before
+ * and after inside that step's span, so no stage's row is white where it was
+ * busy.
  *
  * A pp x dp trace (otherData "replicas" D > 1) has a process per row, pid =
  * replica x stages + stage: each is measured and drawn on its own, and the
@@ -65,6 +70,8 @@ static int kind_of(const char *k)
     for (int i = 0; k && i < DP_PARTS; i++)
         if (!strcmp(k, dp_kind[i]))
             return DP_KIND + i;
+    if (k && !strcmp(k, "DATA"))
+        return PG_TIMELINE_DATA;
     return PG_STEP_KIND_COUNT;
 }
 
@@ -336,12 +343,25 @@ static void step_stats(const trace *t, step_stat *ss, double *busy)
 }
 
 /* Where a process's time goes, seconds per step over the steps used: F, B, W,
- * sends, receives (their waits included), the other actions (ties, grad norm,
- * optimizer, with the verdict exchange; the reduction taken out), the
- * reduction and its wait for the other replicas, and the rest of the step. */
-enum { BR_F, BR_B, BR_W, BR_SEND, BR_RECV, BR_OTHER, BR_DP, BR_DP_WAIT, BR_OUTSIDE, BR__COUNT };
-static const char *const br_name[BR__COUNT] = { "F", "B", "W", "send", "receive (and wait)", "optimizer and exchanges",
-                                                "dp reduce", "of which waiting for the replicas", "outside actions" };
+ * sends, receives (their waits included), the step's end by kind (tie
+ * gradients, the verdict with its messages, the clip, the optimizer; the
+ * reduction taken out of the verdict), the reduction and its wait for the
+ * other replicas, the batch loading, and the rest of the step. */
+enum { BR_F = PG_GROUP_F, BR_B = PG_GROUP_B, BR_W = PG_GROUP_W, BR_SEND = PG_GROUP_SEND, BR_RECV = PG_GROUP_RECV,
+       BR_TIE = PG_GROUP_TIE, BR_VERDICT = PG_GROUP_VERDICT, BR_CLIP = PG_GROUP_CLIP, BR_OPT = PG_GROUP_OPT,
+       BR_DP = PG_GROUP__COUNT, BR_DP_WAIT, BR_DATA, BR_OUTSIDE, BR__COUNT };
+static const char *const br_name[BR__COUNT] = { "F", "B", "W", "send", "receive (and wait)", "tie gradients",
+                                                "verdict", "clip", "optimizer", "dp reduce",
+                                                "of which waiting for the replicas", "batch and zeroing",
+                                                "outside actions" };
+
+/* BR_F .. BR_OPT are pg_act_group's, in its order. */
+static int br_of(int k)
+{
+    if (k >= 0 && k < PG_STEP_KIND_COUNT)
+        return (int)pg_act_group_of((pg_act_kind)k);
+    return k == DP_KIND ? BR_DP : k == DP_KIND + 1 ? BR_DP_WAIT : k == PG_TIMELINE_DATA ? BR_DATA : -1;
+}
 
 static void breakdown(const trace *t, const step_stat *ss, int row, int skip_first, double out[BR__COUNT])
 {
@@ -355,30 +375,57 @@ static void breakdown(const trace *t, const step_stat *ss, int row, int skip_fir
         if (e->row != row || (skip_first && e->step == 1))
             continue;
         double dt = e->t1 - e->t0;
-        int k = e->kind;
-        if (k == -1) {
+        int k = e->kind, b = br_of(k);
+        if (k == -1)
             step += dt;
-            continue;
-        }
-        if (k >= 0 && k < PG_STEP_KIND_COUNT)
+        if ((k >= 0 && k < PG_STEP_KIND_COUNT) || k == PG_TIMELINE_DATA)
             acts += dt;
-        if (k == PG_FWD || k == PG_BWD_B || k == PG_BWD_W)
-            out[k == PG_FWD ? BR_F : k == PG_BWD_B ? BR_B : BR_W] += dt;
-        else if (k == PG_SEND_ACT || k == PG_SEND_GRAD || k == PG_SEND_SKIP || k == PG_SEND_SKIP_GRAD)
-            out[BR_SEND] += dt;
-        else if (k == PG_RECV_ACT || k == PG_RECV_GRAD || k == PG_RECV_SKIP || k == PG_RECV_SKIP_GRAD)
-            out[BR_RECV] += dt;
-        else if (k >= 0 && k < PG_STEP_KIND_COUNT)
-            out[BR_OTHER] += dt;
-        else if (k == DP_KIND)
-            out[BR_DP] += dt; /* inside an action: taken out of the other actions below */
-        else if (k == DP_KIND + 1)
-            out[BR_DP_WAIT] += dt;
+        if (b >= 0)
+            out[b] += dt;
     }
-    out[BR_OTHER] -= out[BR_DP];
+    out[BR_VERDICT] -= out[BR_DP]; /* the reduction runs inside VERDICT */
     out[BR_OUTSIDE] = step - acts;
     for (int c = 0; c < BR__COUNT; c++)
         out[c] = used ? out[c] / used : 0;
+}
+
+/* What follows a process's last F/B/W of each step, seconds per step over the
+ * steps used: the whole (to its step's end), and of it the receives with
+ * their waits (a stage that finishes its backward before the others waits
+ * for their messages there) and the rest, its own work. */
+static void step_end_times(const trace *t, int row, int skip_first, double *whole, double *waits)
+{
+    int ns = t->last - t->first + 1, used = 0;
+    *whole = *waits = 0;
+    for (int j = 0; j < ns; j++) {
+        int step = t->first + j;
+        if (skip_first && step == 1)
+            continue;
+        double last = -INFINITY, end = -INFINITY;
+        for (int i = 0; i < t->n; i++) {
+            const tev *e = &t->ev[i];
+            if (e->row != row || e->step != step)
+                continue;
+            if (e->kind == -1)
+                end = e->t1;
+            else if (e->kind >= 0 && e->kind <= PG_BWD_W && e->t1 > last)
+                last = e->t1;
+        }
+        if (!isfinite(last) || !isfinite(end))
+            continue;
+        used++;
+        *whole += end - last;
+        for (int i = 0; i < t->n; i++) {
+            const tev *e = &t->ev[i];
+            if (e->row == row && e->step == step && e->kind >= 0 && e->kind < PG_STEP_KIND_COUNT && e->t0 >= last &&
+                pg_act_is_recv((pg_act_kind)e->kind))
+                *waits += e->t1 - e->t0;
+        }
+    }
+    if (used) {
+        *whole /= used;
+        *waits /= used;
+    }
 }
 
 /* "stage 1", or "stage 1 replica 0" in a pp x dp trace */
@@ -409,7 +456,9 @@ static int timeline_fill(FILE *f, void *arg, char *err, size_t errlen)
     return 0;
 }
 
-/* The measured step `step` as a timeline (svg.c). */
+/* The measured step `step` as a timeline (svg.c): every process's actions of
+ * the step, the reduction over the action that ran it, its batch loading; and
+ * faded, what the steps before and after ran inside this step's span. */
 static int trace_svg(const trace *t, const step_stat *ss, int step, const char *schedule, const char *path, pg_diag *d)
 {
     pg_loc loc = { path, 0, 0 };
@@ -425,13 +474,18 @@ static int trace_svg(const trace *t, const step_stat *ss, int step, const char *
     for (int st = 0; st < t->nrows; st++) /* process by process, in time order as recorded: every action, */
         for (int i = 0; i < t->n; i++) { /* then the reduction over it (it runs inside an action) */
             const tev *e = &t->ev[i];
-            if (e->row == st && e->step == step && e->kind >= 0 && e->kind < PG_STEP_KIND_COUNT)
-                box[tl.nbox++] = (pg_timeline_box){ st, e->kind, e->mb, e->chunk, e->t0 - s->lo, e->t1 - e->t0 };
+            int other = e->step - step;
+            if (e->row != st || other < -1 || other > 1 || !((e->kind >= 0 && e->kind < PG_STEP_KIND_COUNT) ||
+                                                             e->kind == PG_TIMELINE_DATA))
+                continue;
+            double t0 = e->t0 > s->lo ? e->t0 : s->lo, t1 = e->t1 < s->hi ? e->t1 : s->hi; /* clipped to the span */
+            if (!other || t1 > t0)
+                box[tl.nbox++] = (pg_timeline_box){ st, e->kind, e->mb, e->chunk, t0 - s->lo, t1 - t0, other };
         }
     for (int i = 0; i < t->n; i++) {
         const tev *e = &t->ev[i];
         if (e->step == step && e->kind == DP_KIND)
-            box[tl.nbox++] = (pg_timeline_box){ e->row, e->kind, -1, -1, e->t0 - s->lo, e->t1 - e->t0 };
+            box[tl.nbox++] = (pg_timeline_box){ e->row, e->kind, -1, -1, e->t0 - s->lo, e->t1 - e->t0, 0 };
     }
     char err[4096 + 256];
     int bad = pg_io_write_printed(path, timeline_fill, &tl, err, sizeof err) != 0; /* the one way outputs are written */
@@ -571,6 +625,17 @@ int cmd_trace(int argc, char **argv)
                 printf("%s %s %s", c ? "," : "", br_name[c], a);
         }
         printf("\n");
+    }
+    printf("after the last F/B/W of a step (the same steps; %% of the measured step):\n");
+    for (int st = 0; st < t.nrows; st++) {
+        double whole, waits, mean_step = used ? span / used : 0;
+        step_end_times(&t, st, ns > 1, &whole, &waits);
+        fmt_time(a, sizeof a, whole);
+        printf("%s: %s (%.1f%%): ", row_name(&t, st, nb, sizeof nb), a, mean_step > 0 ? 100.0 * whole / mean_step : 0.0);
+        fmt_time(a, sizeof a, waits);
+        fmt_time(b, sizeof b, whole - waits);
+        printf("receives and their waits %s (%.1f%%), its own work %s (%.1f%%)\n", a,
+               mean_step > 0 ? 100.0 * waits / mean_step : 0.0, b, mean_step > 0 ? 100.0 * (whole - waits) / mean_step : 0.0);
     }
     rc = 0;
     if (svg) {

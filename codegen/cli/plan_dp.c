@@ -8,7 +8,9 @@
  * dp_bytes.h are read from the model as the generated parameter table holds
  * them (emit.c: a stage's table is every parameter it uses; a buffer has no
  * gradient; a transmitted tie's copy on a user is not stepped, so not
- * reduced); the arena and its categories from plan.json's "stages". */
+ * reduced; a replicated tie's copy on a user is stepped but not reduced: its
+ * owner sends it the sum); the arena and its categories from plan.json's
+ * "stages". */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,9 +93,9 @@ static int read_plan(const char *text, int nstages, stage_mem *mem)
     return 0;
 }
 
-/* Stage k's inputs to dp_bytes.h, as dp.c computes them from its table;
- * stepped: the reduced parameters' sizes in table order (--zero 1, zero.c),
- * nstepped of them (the caller frees it). */
+/* Stage k's inputs to dp_bytes.h, as dp.c computes them from its table:
+ * numel the reduced floats; stepped: the stepped parameters' sizes in table
+ * order (--zero 1, zero.c), nstepped of them (the caller frees it). */
 typedef struct stage_red {
     int64_t numel, stats_max, buffer_numel;
     int nparams, nstepped;
@@ -114,7 +116,8 @@ static stage_red stage_reduction(const ir_model *m, int k)
             if (n > s.stats_max)
                 s.stats_max = n;
         } else if (!(P->tie == TIE_TRANSMIT && P->owner_stage != k)) {
-            s.numel += n;
+            if (!(P->tie == TIE_REPLICATE && P->owner_stage != k))
+                s.numel += n;
             if (s.stepped)
                 s.stepped[s.nstepped++] = n;
         }
@@ -176,8 +179,9 @@ int pg_plan_dp_report(const ir_model *m, const pg_gen *g, int dp, FILE *o)
                "the same for every D) and the gradient reduction's buffers and send rings (runtime/core/dp_bytes.h); "
                "sent: bytes replica 0 sends per step, 2 (D-1)/D of its gradient bytes. With --zero 1 (the optimizer "
                "state sharded over the replicas, ZeRO-1): z1 state, replica 0's optimizer state; z1 process, its "
-               "per-process bytes (the arena holds that instead of the whole state); z1 sent, 3 (D-1)/D of the "
-               "gradient bytes (its updated weights to the others too)\n",
+               "per-process bytes (the arena holds that instead of the whole state); z1 sent, its shard of the "
+               "updated weights to the others too (3 (D-1)/D of the gradient bytes where every stepped parameter is "
+               "reduced)\n",
             P, P == 1 ? "" : "s", P);
     int nopt = m->train.optimizer == OPT_ADAMW ? 2 : m->train.momentum > 0 ? 1 : 0;
     for (int k = 0; k < P; k++) {
@@ -197,9 +201,12 @@ int pg_plan_dp_report(const ir_model *m, const pg_gen *g, int dp, FILE *o)
             pg_dp_bytes b = pg_dp_bytes_of(s.numel, s.stats_max, s.buffer_numel, s.nparams, D, 0);
             int64_t rings = (int64_t)(D - 1) * b.link;
             int64_t total = mem[k].arena + b.in + b.stats + rings, zs = mem[k].opt, zsent = b.sent;
-            if (D > 1) { /* with one replica --zero 1 does nothing */
+            if (D > 1) { /* with one replica --zero 1 does nothing; the weights sent are the stepped ones' */
+                int64_t stepped = 0;
+                for (int j = 0; j < s.nstepped; j++)
+                    stepped += s.stepped[j];
                 zs = pg_zero_state_bytes(s.stepped, s.nstepped, nopt, D, 0);
-                zsent += (int64_t)(D - 1) * pg_dp_shard_lo(s.numel, D, 1) * 4;
+                zsent += (int64_t)(D - 1) * pg_dp_shard_lo(stepped, D, 1) * 4;
             }
             fprintf(o, "  %5d %14" PRId64 " %14" PRId64 " %14" PRId64 " %14" PRId64 " %14" PRId64 " %14" PRId64
                        " %14" PRId64 " %14" PRId64 "\n", D, b.in, b.stats, rings, total, b.sent, zs,

@@ -459,12 +459,12 @@ int plan_frames(pg_gen *g, em_stage *S, pg_diag *d)
         t += A->kind == PG_BWD_B && ch ? 2 * nl : nl;
     }
     S->nticks = t;
-    /* the tie workspace holds one received gradient block within a TIE_REDUCE
-     * or TIE_GRAD_RECV action (runtime/core/step.c, add_block) */
+    /* the tie workspace holds one received gradient block within a
+     * TIE_GRAD_RECV action (runtime/core/step.c, add_block) */
     if (S->ws_mp >= 0) {
         int lo = -1, hi = -1;
         for (int a = 0; a < ss->n; a++)
-            if (ss->act[a].kind == PG_TIE_REDUCE || ss->act[a].kind == PG_TIE_GRAD_RECV) {
+            if (ss->act[a].kind == PG_TIE_GRAD_RECV) {
                 if (lo < 0)
                     lo = S->act_tick[a];
                 hi = S->act_tick[a];

@@ -7,11 +7,12 @@
 
 /* A tie action of the stage: what it sends or receives (the runtime does the
  * arithmetic; see runtime/core/step.c), and the bytes it adds to each link.
- *  TIE_SEND/TIE_RECV: the value, owner -> user, into the user's copy;
- *  TIE_GRAD_SEND/RECV: the user's nacc gradient accumulators -> the owner's workspace;
- *  TIE_REDUCE (replicate): users send their accumulators to the owner, which sums
- *  everything in layer order and sends the gradient back to each user; then, when
- *  the tie check is on, each user sends a hash of its stepped copy (8 bytes). */
+ *  TIE_SEND/TIE_RECV (transmit): the value, owner -> user, into the user's copy;
+ *  TIE_GRAD_SEND/RECV: the user's nacc gradient accumulators -> the owner's
+ *  workspace; with replicate, when the tie check is on, the user also sends a
+ *  hash of its stepped copy after the step (8 bytes);
+ *  TIE_SUM_SEND/RECV (replicate): the summed gradient, owner -> user, into
+ *  the user's first accumulator. */
 static int plan_tie_message(pg_gen *g, em_stage *S, int a, pg_diag *d)
 {
     const ir_model *m = g->m;
@@ -27,8 +28,7 @@ static int plan_tie_message(pg_gen *g, em_stage *S, int a, pg_diag *d)
     int64_t vb = pg_shape_numel(&P->shape) * 4;
     int64_t poff = S->mp.buf[S->param_mp[p]].offset, goff = S->mp.buf[S->grad_mp[p]].offset;
     /* the runtime's tags: PG_TAG(sending kind, param, 0) */
-    int sendk = A->kind == PG_TIE_RECV ? PG_TIE_SEND : A->kind == PG_TIE_GRAD_RECV ? PG_TIE_GRAD_SEND : A->kind;
-    S->act_tag[a] = PG_TAG(sendk, p, 0);
+    S->act_tag[a] = PG_TAG(pg_act_send_kind(A->kind), p, 0);
     switch (A->kind) {
     case PG_TIE_SEND:
         S->act_off[a] = poff, S->act_bytes[a] = vb;
@@ -39,22 +39,18 @@ static int plan_tie_message(pg_gen *g, em_stage *S, int a, pg_diag *d)
         break;
     case PG_TIE_GRAD_SEND:
         S->act_off[a] = goff, S->act_bytes[a] = acc_block_bytes(P, nacc_of(g, s, p));
-        S->send_bytes[A->peer] += S->act_bytes[a];
+        S->send_bytes[A->peer] += S->act_bytes[a] + (P->tie == TIE_REPLICATE ? 8 : 0);
         break;
     case PG_TIE_GRAD_RECV:
         S->act_off[a] = S->ws_mp >= 0 ? S->mp.buf[S->ws_mp].offset : -1;
         S->act_bytes[a] = acc_block_bytes(P, nacc_of(g, A->peer, p));
         break;
-    default: /* PG_TIE_REDUCE */
-        S->act_off[a] = goff;
-        S->act_bytes[a] = acc_block_bytes(P, nacc_of(g, s, p));
-        if (s != A->peer) {
-            S->send_bytes[A->peer] += S->act_bytes[a] + 8;
-        } else {
-            for (int u = 0; u < g->nstages && u < 64; u++)
-                if (u != s && (P->stage_mask >> u & 1))
-                    S->send_bytes[u] += vb;
-        }
+    case PG_TIE_SUM_SEND:
+        S->act_off[a] = goff, S->act_bytes[a] = vb;
+        S->send_bytes[A->peer] += vb;
+        break;
+    default: /* PG_TIE_SUM_RECV */
+        S->act_off[a] = goff, S->act_bytes[a] = vb;
         break;
     }
     return 0;
@@ -103,9 +99,16 @@ int plan_messages(pg_gen *g, em_stage *S, pg_diag *d)
             if (A->kind == PG_RECV_SKIP_GRAD) sb = ch->skgin[A->skip], sendk = PG_SEND_SKIP_GRAD;
             break;
         }
-        case PG_TIE_REDUCE: case PG_TIE_SEND: case PG_TIE_RECV: case PG_TIE_GRAD_SEND: case PG_TIE_GRAD_RECV:
+        case PG_TIE_SEND: case PG_TIE_RECV: case PG_TIE_GRAD_SEND: case PG_TIE_GRAD_RECV: case PG_TIE_SUM_SEND:
+        case PG_TIE_SUM_RECV:
             if (plan_tie_message(g, S, a, d))
                 return -1;
+            continue;
+        case PG_VERDICT_SEND: case PG_VERDICT_RECV: /* the runtime's own buffer: the word, then a sum of squares per parameter */
+            S->act_bytes[a] = 8 * (1 + (int64_t)m->nparams);
+            S->act_tag[a] = PG_TAG(PG_VERDICT_SEND, 0, 0);
+            if (A->kind == PG_VERDICT_SEND && A->peer >= 0 && A->peer < g->nstages)
+                S->send_bytes[A->peer] += S->act_bytes[a];
             continue;
         default:
             continue;

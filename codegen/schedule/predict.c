@@ -4,17 +4,16 @@
  * `latency + bytes / bandwidth` after its SEND began, and the SEND keeps its
  * sender busy `send_cost_latency + bytes / send_cost_bytes_per_s`; a RECV
  * waits for the arrival, then keeps its receiver busy `recv_cost_latency +
- * bytes / recv_cost_bytes_per_s`. OPT_STEP takes its stage's optimizer time; GRAD_NORM
- * and TIE_REDUCE end their stage's measured time after the last stage
- * arrived; with `verdict`, every stage waits at its first GRAD_NORM /
- * OPT_STEP until every stage has reached its own (guard.c's verdict on the
- * loss and the gradients, exchanged among all stages);
- * each stage starts at its step_start and ends step_end after its last
- * action. Message sizes come from the model: activations and their
- * gradients by the chunk's boundary shapes, skips by their shapes, tie
- * messages by the parameter's size, GRAD_NORM by 8 bytes per parameter.
- * Step time is the last stage's finish; a stage's bubble is the fraction of
- * the step it does no compute. */
+ * bytes / recv_cost_bytes_per_s` (a tie receive also its share of the
+ * stage's measured folds and sums). The step's end is actions like the rest
+ * (schedule_comms.c): VERDICT, GRAD_NORM and OPT_STEP take their stage's
+ * measured times, the verdict and tie messages travel as messages. Each
+ * stage starts at its step_start and ends step_end after its last action.
+ * Message sizes come from the model: activations and their gradients by the
+ * chunk's boundary shapes, skips by their shapes, tie messages by the
+ * parameter's size, a verdict by 8 bytes and 8 per parameter. Step time is
+ * the last stage's finish; a stage's bubble is the fraction of the step it
+ * does no compute. */
 #include <stdlib.h>
 #include <string.h>
 #include "schedule/sched_sim.h"
@@ -60,12 +59,12 @@ static double msg_bytes(const ir_model *m, const pg_schedule *s, const pg_sched_
         if (a->skip < 0 || a->skip >= m->nskips)
             return 0;
         return rows * (double)pg_shape_numel(&m->skips[a->skip].shape) * elem_bytes(m);
-    case PG_TIE_SEND: case PG_TIE_GRAD_SEND: case PG_TIE_REDUCE:
+    case PG_TIE_SEND: case PG_TIE_GRAD_SEND: case PG_TIE_SUM_SEND:
         if (a->param < 0 || a->param >= m->nparams)
             return 0;
         return (double)pg_shape_numel(&m->params[a->param].shape) * 4.0;
-    case PG_GRAD_NORM:
-        return 8.0 * m->nparams;
+    case PG_VERDICT_SEND:
+        return 8.0 * (1 + m->nparams);
     default:
         return 0;
     }
@@ -74,12 +73,6 @@ static double msg_bytes(const ir_model *m, const pg_schedule *s, const pg_sched_
 int pg_mb_recomputes(const ir_model *m, int mb, int nmb)
 {
     return m->train.checkpoint == CKPT_ALWAYS || (m->train.checkpoint == CKPT_EXCEPT_LAST && mb < nmb - 1);
-}
-
-static int is_p2p_send(pg_act_kind k)
-{
-    return k == PG_SEND_ACT || k == PG_SEND_GRAD || k == PG_SEND_SKIP || k == PG_SEND_SKIP_GRAD || k == PG_TIE_SEND ||
-           k == PG_TIE_GRAD_SEND;
 }
 
 static int stage_ix(int st)
@@ -96,10 +89,8 @@ double pg_act_cost(const ir_model *m, const pg_schedule *s, const pg_sched_costs
         return c->bwd_b[ch] + (c->recompute && a->mb >= 0 && pg_mb_recomputes(m, a->mb, s->nmb) ? c->rerun[ch] : 0);
     case PG_BWD_W: return c->bwd_w[ch];
     case PG_OPT_STEP: return c->opt[stage_ix(st)];
-    case PG_GRAD_NORM: case PG_TIE_REDUCE:
-        if (c->sync_measured) /* the exchange is inside the stage's measured time */
-            return 0;
-        /* fall through */
+    case PG_GRAD_NORM: return c->grad_norm[stage_ix(st)];
+    case PG_VERDICT: return c->verdict[stage_ix(st)];
     default: {
         double t = c->send_latency;
         if (c->send_bytes_per_s > 0)
@@ -109,47 +100,44 @@ double pg_act_cost(const ir_model *m, const pg_schedule *s, const pg_sched_costs
     }
 }
 
-/* The SEND that a point-to-point RECV meets, for its size. */
+/* The SEND that a RECV meets, for its size. */
 static pg_act sender_of(const pg_act *a)
 {
     pg_act x = *a;
-    switch (a->kind) {
-    case PG_RECV_ACT: x.kind = PG_SEND_ACT; x.chunk = a->chunk - 1; break;
-    case PG_RECV_GRAD: x.kind = PG_SEND_GRAD; x.chunk = a->chunk + 1; break;
-    case PG_RECV_SKIP: x.kind = PG_SEND_SKIP; break;
-    case PG_RECV_SKIP_GRAD: x.kind = PG_SEND_SKIP_GRAD; break;
-    case PG_TIE_RECV: x.kind = PG_TIE_SEND; break;
-    case PG_TIE_GRAD_RECV: x.kind = PG_TIE_GRAD_SEND; break;
-    default: break;
-    }
+    x.kind = pg_act_send_kind(a->kind);
+    if (a->kind == PG_RECV_ACT)
+        x.chunk = a->chunk - 1;
+    else if (a->kind == PG_RECV_GRAD)
+        x.chunk = a->chunk + 1;
     return x;
 }
 
-static int is_p2p_recv(pg_act_kind k)
+/* The stage's tie receives (TIE_GRAD_RECV, TIE_SUM_RECV): c->tie is spread over them. */
+static int tie_recvs(const pg_schedule *s, int st)
 {
-    return k == PG_RECV_ACT || k == PG_RECV_GRAD || k == PG_RECV_SKIP || k == PG_RECV_SKIP_GRAD || k == PG_TIE_RECV ||
-           k == PG_TIE_GRAD_RECV;
+    int n = 0;
+    for (int i = 0; st >= 0 && st < s->nstages && i < s->stage[st].n; i++)
+        n += s->stage[st].act[i].kind == PG_TIE_GRAD_RECV || s->stage[st].act[i].kind == PG_TIE_SUM_RECV;
+    return n;
 }
 
 double pg_act_own_cost(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, int st, const pg_act *a)
 {
-    if (is_p2p_send(a->kind)) {
+    if (pg_act_is_send(a->kind)) {
         double t = c->send_cost_latency;
         if (c->send_cost_bytes_per_s > 0)
             t += msg_bytes(m, s, c, a) / c->send_cost_bytes_per_s;
         return t;
     }
-    if (is_p2p_recv(a->kind)) {
+    if (pg_act_is_recv(a->kind)) {
         pg_act x = sender_of(a);
         double t = c->recv_cost_latency;
         if (c->recv_cost_bytes_per_s > 0)
             t += msg_bytes(m, s, c, &x) / c->recv_cost_bytes_per_s;
+        if (a->kind == PG_TIE_GRAD_RECV || a->kind == PG_TIE_SUM_RECV)
+            t += c->tie[stage_ix(st)] / tie_recvs(s, st);
         return t;
     }
-    if (a->kind == PG_GRAD_NORM)
-        return c->grad_norm[stage_ix(st)];
-    if (a->kind == PG_TIE_REDUCE)
-        return c->tie_reduce[stage_ix(st)];
     return 0;
 }
 
@@ -166,11 +154,6 @@ void pg_sim_setup_timed(pg_sim *sim, const ir_model *m, const pg_schedule *s, co
     sim->dur = dur;
     sim->own = own;
     sim->clock0 = c->step_start;
-    sim->verdict = c->verdict;
-    sim->verdict_stage = pg_loss_stage(s);
-    /* a message of a few bytes; a measured OPT_STEP / GRAD_NORM time already
-     * runs from the loss stage's start (runtime/core/trace.c) */
-    sim->verdict_transit = c->sync_measured ? 0.0 : c->send_latency;
 }
 
 double pg_sim_step_time(const pg_sim *sim, const pg_sched_costs *c)

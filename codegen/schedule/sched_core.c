@@ -13,6 +13,54 @@ int pg_act_is_compute(pg_act_kind k)
     return k == PG_FWD || k == PG_BWD_B || k == PG_BWD_W;
 }
 
+int pg_chunk_uses_param(const ir_model *m, int c, int i)
+{
+    for (int l = 0; l < m->nlayers; l++)
+        if (m->layers[l].chunk == c)
+            for (int k = 0; k < m->layers[l].nparam; k++)
+                if (m->layers[l].param[k] == i)
+                    return 1;
+    return 0;
+}
+
+pg_act_kind pg_act_send_kind(pg_act_kind k)
+{
+    switch (k) {
+    case PG_RECV_ACT: return PG_SEND_ACT;
+    case PG_RECV_GRAD: return PG_SEND_GRAD;
+    case PG_RECV_SKIP: return PG_SEND_SKIP;
+    case PG_RECV_SKIP_GRAD: return PG_SEND_SKIP_GRAD;
+    case PG_TIE_RECV: return PG_TIE_SEND;
+    case PG_TIE_GRAD_RECV: return PG_TIE_GRAD_SEND;
+    case PG_TIE_SUM_RECV: return PG_TIE_SUM_SEND;
+    case PG_VERDICT_RECV: return PG_VERDICT_SEND;
+    default: return k;
+    }
+}
+
+int pg_act_is_recv(pg_act_kind k) { return pg_act_send_kind(k) != k; }
+
+pg_act_group pg_act_group_of(pg_act_kind k)
+{
+    switch (k) {
+    case PG_FWD: return PG_GROUP_F;
+    case PG_BWD_B: return PG_GROUP_B;
+    case PG_BWD_W: return PG_GROUP_W;
+    case PG_SEND_ACT: case PG_SEND_GRAD: case PG_SEND_SKIP: case PG_SEND_SKIP_GRAD: return PG_GROUP_SEND;
+    case PG_RECV_ACT: case PG_RECV_GRAD: case PG_RECV_SKIP: case PG_RECV_SKIP_GRAD: return PG_GROUP_RECV;
+    case PG_VERDICT: case PG_VERDICT_SEND: case PG_VERDICT_RECV: return PG_GROUP_VERDICT;
+    case PG_GRAD_NORM: return PG_GROUP_CLIP;
+    case PG_OPT_STEP: return PG_GROUP_OPT;
+    default: return PG_GROUP_TIE; /* TIE_SEND .. TIE_SUM_RECV */
+    }
+}
+
+int pg_act_is_send(pg_act_kind k)
+{
+    return k == PG_SEND_ACT || k == PG_SEND_GRAD || k == PG_SEND_SKIP || k == PG_SEND_SKIP_GRAD || k == PG_TIE_SEND ||
+           k == PG_TIE_GRAD_SEND || k == PG_TIE_SUM_SEND || k == PG_VERDICT_SEND;
+}
+
 const char *pg_act_str(const pg_act *a, char *buf, size_t n)
 {
     const char *name = pg_act_name(a->kind);
@@ -21,10 +69,11 @@ const char *pg_act_str(const pg_act *a, char *buf, size_t n)
     case PG_SEND_SKIP: case PG_RECV_SKIP: case PG_SEND_SKIP_GRAD: case PG_RECV_SKIP_GRAD:
         w = snprintf(buf, n, "%s(skip %d, mb %d, chunk %d)", name, a->skip, a->mb, a->chunk);
         break;
-    case PG_TIE_REDUCE: case PG_TIE_SEND: case PG_TIE_RECV: case PG_TIE_GRAD_SEND: case PG_TIE_GRAD_RECV:
+    case PG_TIE_SEND: case PG_TIE_RECV: case PG_TIE_GRAD_SEND: case PG_TIE_GRAD_RECV: case PG_TIE_SUM_SEND:
+    case PG_TIE_SUM_RECV:
         w = snprintf(buf, n, "%s(param %d)", name, a->param);
         break;
-    case PG_GRAD_NORM: case PG_OPT_STEP:
+    case PG_VERDICT: case PG_VERDICT_SEND: case PG_VERDICT_RECV: case PG_GRAD_NORM: case PG_OPT_STEP:
         w = snprintf(buf, n, "%s", name);
         break;
     default:
@@ -35,15 +84,12 @@ const char *pg_act_str(const pg_act *a, char *buf, size_t n)
         return buf;
     switch (a->kind) {
     case PG_SEND_ACT: case PG_SEND_GRAD: case PG_SEND_SKIP: case PG_SEND_SKIP_GRAD:
-    case PG_TIE_SEND: case PG_TIE_GRAD_SEND:
+    case PG_TIE_SEND: case PG_TIE_GRAD_SEND: case PG_TIE_SUM_SEND: case PG_VERDICT_SEND:
         snprintf(buf + w, n - (size_t)w, " to stage %d", a->peer);
         break;
     case PG_RECV_ACT: case PG_RECV_GRAD: case PG_RECV_SKIP: case PG_RECV_SKIP_GRAD:
-    case PG_TIE_RECV: case PG_TIE_GRAD_RECV:
+    case PG_TIE_RECV: case PG_TIE_GRAD_RECV: case PG_TIE_SUM_RECV: case PG_VERDICT_RECV:
         snprintf(buf + w, n - (size_t)w, " from stage %d", a->peer);
-        break;
-    case PG_TIE_REDUCE:
-        snprintf(buf + w, n - (size_t)w, " at stage %d", a->peer);
         break;
     default:
         break;

@@ -20,25 +20,8 @@ typedef struct sim_ctx {
     pg_sim *sim;
     int p;
     sim_fifo *fifo;                 /* [src * p + dst] */
-    int sub[PG_SCHED_MAX_STAGES];   /* progress inside a collective action */
     int pushed;                     /* a message was sent (progress even if the action blocks) */
-    int synced[PG_SCHED_MAX_STAGES];   /* passed its first GRAD_NORM / OPT_STEP (sim->verdict) */
-    int arrived[PG_SCHED_MAX_STAGES];  /* reached its first GRAD_NORM / OPT_STEP */
-    double arrive_at[PG_SCHED_MAX_STAGES]; /* when */
-    int narrived;
 } sim_ctx;
-
-static int is_send(pg_act_kind k)
-{
-    return k == PG_SEND_ACT || k == PG_SEND_GRAD || k == PG_SEND_SKIP || k == PG_SEND_SKIP_GRAD ||
-           k == PG_TIE_SEND || k == PG_TIE_GRAD_SEND;
-}
-
-static int is_recv(pg_act_kind k)
-{
-    return k == PG_RECV_ACT || k == PG_RECV_GRAD || k == PG_RECV_SKIP || k == PG_RECV_SKIP_GRAD ||
-           k == PG_TIE_RECV || k == PG_TIE_GRAD_RECV;
-}
 
 int pg_sim_match(const pg_act *send, const pg_act *recv)
 {
@@ -55,10 +38,10 @@ int pg_sim_match(const pg_act *send, const pg_act *recv)
         return send->kind == PG_TIE_SEND && send->param == recv->param;
     case PG_TIE_GRAD_RECV:
         return send->kind == PG_TIE_GRAD_SEND && send->param == recv->param;
-    case PG_TIE_REDUCE:
-        return send->kind == PG_TIE_REDUCE && send->param == recv->param;
-    case PG_GRAD_NORM:
-        return send->kind == PG_GRAD_NORM;
+    case PG_TIE_SUM_RECV:
+        return send->kind == PG_TIE_SUM_SEND && send->param == recv->param;
+    case PG_VERDICT_RECV:
+        return send->kind == PG_VERDICT_SEND;
     default:
         return 0;
     }
@@ -112,101 +95,6 @@ static int take(sim_ctx *c, int st, int idx, int from)
     return STEP_MOVED;
 }
 
-static int nth_stage(uint64_t mask, int p, int n)
-{
-    for (int s = 0; s < p && s < 64; s++)
-        if ((mask >> s & 1) && n-- == 0)
-            return s;
-    return -1;
-}
-
-/* TIE_REDUCE: the lowest user receives from the others in stage order, then
- * sends the sum back to each; the others send, then receive. */
-static int step_tie_reduce(sim_ctx *c, int st, int idx, const pg_act *a)
-{
-    uint64_t mask = c->sim->m->params[a->param].stage_mask;
-    int root = nth_stage(mask, c->p, 0), nusers = 0;
-    for (int s = 0; s < c->p && s < 64; s++)
-        nusers += (int)(mask >> s & 1);
-    int *sub = &c->sub[st];
-    if (st != root) {
-        if (*sub == 0) {
-            if (push(c, st, root, idx) != 0)
-                return -1;
-            *sub = 1;
-        }
-        int r = take(c, st, idx, root);
-        if (r == STEP_MOVED)
-            *sub = 2;
-        return r;
-    }
-    while (*sub < nusers - 1) {
-        int r = take(c, st, idx, nth_stage(mask, c->p, *sub + 1));
-        if (r != STEP_MOVED)
-            return r;
-        ++*sub;
-    }
-    for (int u = 1; u < nusers; u++)
-        if (push(c, st, nth_stage(mask, c->p, u), idx) != 0)
-            return -1;
-    *sub = nusers;
-    return STEP_MOVED;
-}
-
-/* GRAD_NORM: send to every other stage, then receive from each in order. */
-static int step_grad_norm(sim_ctx *c, int st, int idx)
-{
-    int *sub = &c->sub[st];
-    if (*sub == 0) {
-        for (int o = 0; o < c->p; o++)
-            if (o != st && push(c, st, o, idx) != 0)
-                return -1;
-        *sub = 1;
-    }
-    while (*sub < c->p) {
-        int o = *sub - 1 < st ? *sub - 1 : *sub; /* the sub-th other stage */
-        int r = take(c, st, idx, o);
-        if (r != STEP_MOVED)
-            return r;
-        ++*sub;
-    }
-    return STEP_MOVED;
-}
-
-/* sim->verdict: the step's verdict (runtime/core/guard.c) is an exchange
- * among all stages at each one's first GRAD_NORM / OPT_STEP: a stage goes on
- * once every stage has arrived at its own, the last to arrive at once, the
- * others verdict_transit after it. STEP_MOVED when it may go on (its clock
- * advanced), STEP_BLOCKED while a stage has not arrived. */
-static int verdict_wait(sim_ctx *c, int st, const pg_act *a)
-{
-    pg_sim *sim = c->sim;
-    if (!sim->verdict || c->synced[st] || (a->kind != PG_GRAD_NORM && a->kind != PG_OPT_STEP))
-        return STEP_MOVED;
-    if (!c->arrived[st]) {
-        c->arrived[st] = 1;
-        c->arrive_at[st] = sim->clock[st];
-        c->narrived++;
-        c->pushed = 1;
-    }
-    if (c->narrived < c->p) {
-        for (int o = 0; o < c->p; o++)
-            if (!c->arrived[o]) {
-                sim->wait_for[st] = o;
-                break;
-            }
-        return STEP_BLOCKED;
-    }
-    int last = 0;
-    for (int o = 1; o < c->p; o++)
-        if (c->arrive_at[o] > c->arrive_at[last])
-            last = o;
-    double t = c->arrive_at[last] + (st == last ? 0.0 : sim->verdict_transit);
-    if (t > sim->clock[st])
-        sim->clock[st] = t;
-    return STEP_MOVED;
-}
-
 /* Try to complete the current action of stage st. -1: out of memory. */
 static int step(sim_ctx *c, int st)
 {
@@ -214,18 +102,12 @@ static int step(sim_ctx *c, int st)
     int idx = sim->pc[st];
     const pg_act *a = &sim->s->stage[st].act[idx];
     int r;
-    if (verdict_wait(c, st, a) == STEP_BLOCKED)
-        return STEP_BLOCKED;
-    if (is_send(a->kind)) {
+    if (pg_act_is_send(a->kind)) {
         if (push(c, st, a->peer, idx) != 0)
             return -1;
         r = STEP_MOVED;
-    } else if (is_recv(a->kind)) {
+    } else if (pg_act_is_recv(a->kind)) {
         r = take(c, st, idx, a->peer);
-    } else if (a->kind == PG_TIE_REDUCE) {
-        r = step_tie_reduce(c, st, idx, a);
-    } else if (a->kind == PG_GRAD_NORM) {
-        r = step_grad_norm(c, st, idx);
     } else {
         double d = dur_of(c, st, idx);
         sim->clock[st] += d;
@@ -234,14 +116,12 @@ static int step(sim_ctx *c, int st)
         r = STEP_MOVED;
     }
     if (r == STEP_MOVED) {
-        if (sim->start)
-            sim->start[st][idx] = sim->clock[st] - (pg_act_is_compute(a->kind) ? dur_of(c, st, idx) : 0.0);
-        if (sim->own && !pg_act_is_compute(a->kind))
+        int message = pg_act_is_send(a->kind) || pg_act_is_recv(a->kind);
+        if (sim->start) /* a local action (compute, VERDICT, GRAD_NORM, OPT_STEP) began dur ago */
+            sim->start[st][idx] = sim->clock[st] - (message ? 0.0 : dur_of(c, st, idx));
+        if (sim->own && message)
             sim->clock[st] += sim->own[st][idx];
-        if (a->kind == PG_GRAD_NORM || a->kind == PG_OPT_STEP)
-            c->synced[st] = 1;
         sim->pc[st]++;
-        c->sub[st] = 0;
         sim->wait_for[st] = -1;
     }
     return r;

@@ -1,10 +1,11 @@
 /* codegen/schedule/sched_sim.h — runs every stage's action list together, as the
- * runtime would: a SEND appends to the FIFO of its (sender, receiver) pair and
- * never blocks, a RECV waits for the head of the FIFO from its peer and must
- * match it. TIE_REDUCE and GRAD_NORM are run as the messages they stand for
- * (see schedule_comms.c). Used by the verifier (does it finish?) and by the
- * predictor (when does it finish?). Assumes the static checks of verify.c
- * passed: kinds, peers, params in range. */
+ * runtime would: a SEND (every action that sends: SEND_*, TIE_*SEND,
+ * VERDICT_SEND) appends to the FIFO of its (sender, receiver) pair and never
+ * blocks, a RECV waits for the head of the FIFO from its peer and must match
+ * it; every other action (compute, VERDICT, GRAD_NORM, OPT_STEP) is local.
+ * Used by the verifier (does it finish?) and by the predictor (when does it
+ * finish?). Assumes the static checks of verify.c passed: kinds, peers,
+ * params in range. */
 #ifndef PG_SCHED_SIM_H
 #define PG_SCHED_SIM_H
 
@@ -26,21 +27,14 @@ typedef struct pg_sim {
     /* in */
     const ir_model *m;
     const pg_schedule *s;
-    double **dur;    /* optional [stage][action]: seconds a compute action takes, or a
-                        SEND's (and a collective message's) transfer time; NULL: untimed */
-    double **start;  /* optional out [stage][action]: when the action began (its
-                        compute or transfer; a RECV: when its message arrived) */
+    double **dur;    /* optional [stage][action]: seconds a local action takes, or a
+                        SEND's transfer time; NULL: untimed */
+    double **start;  /* optional out [stage][action]: when the action began (a local
+                        action's work, a SEND's transfer; a RECV: when its message arrived) */
     double **own;    /* optional [stage][action]: seconds a SEND keeps its sender busy
                         (its message still arrives dur after the SEND began), a RECV
-                        its receiver once the message arrived, or a GRAD_NORM /
-                        TIE_REDUCE its stage once every message arrived */
+                        its receiver once the message arrived */
     const double *clock0; /* optional [nstages]: each stage's clock at the start */
-    int verdict;     /* 1: every stage waits at its first GRAD_NORM or OPT_STEP until
-                        every stage has reached its own, plus verdict_transit (but the
-                        last to arrive): the step's verdict, exchanged among all stages
-                        (runtime/core/guard.c); verdict_stage is the loss stage */
-    int verdict_stage;
-    double verdict_transit;
     /* out */
     pg_sim_status status;
     pg_sim_ref recv, send;                 /* SIM_MISMATCH: the RECV and what it met */
@@ -57,7 +51,7 @@ pg_sim_status pg_sim_run(pg_sim *sim);
 void pg_sim_free(pg_sim *sim);
 
 /* A timed run by the costs c (predict.c): fills dur and own ([stage][action],
- * allocated by the caller), and sim's clock0 and verdict fields. */
+ * allocated by the caller), and sim's clock0. */
 void pg_sim_setup_timed(pg_sim *sim, const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, double **dur,
                         double **own);
 /* The step of a finished timed run: the latest stage end, each stage's

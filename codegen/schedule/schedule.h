@@ -59,6 +59,20 @@ int pg_stage_chunks(const pg_schedule *s, int st, int *out);
 /* "FWD", "RECV_GRAD", ...; and a readable form "RECV_GRAD(mb 3, chunk 1) from stage 3". */
 const char *pg_act_name(pg_act_kind k);
 const char *pg_act_str(const pg_act *a, char *buf, size_t n);
+/* 1 for an action that sends one message to its peer (SEND_*, TIE_SEND,
+ * TIE_GRAD_SEND, TIE_SUM_SEND, VERDICT_SEND), or receives one (the RECVs);
+ * every other action is local work. */
+int pg_act_is_send(pg_act_kind k);
+int pg_act_is_recv(pg_act_kind k);
+/* The send a receive of kind k meets (PG_RECV_GRAD -> PG_SEND_GRAD, ...); k otherwise. */
+pg_act_kind pg_act_send_kind(pg_act_kind k);
+/* What an action is part of, for the pictures (svg.c) and `pipegen trace`'s
+ * breakdown: a compute pass, a micro-batch's message, the step's end by part. */
+typedef enum pg_act_group {
+    PG_GROUP_F, PG_GROUP_B, PG_GROUP_W, PG_GROUP_SEND, PG_GROUP_RECV, PG_GROUP_TIE, PG_GROUP_VERDICT,
+    PG_GROUP_CLIP, PG_GROUP_OPT, PG_GROUP__COUNT
+} pg_act_group;
+pg_act_group pg_act_group_of(pg_act_kind k);
 
 /* The model's schedule for messages and listings: "1f1b", "interleaved(2)",
  * "zbv", "file(x.csv)"; returns buf. */
@@ -91,12 +105,10 @@ typedef struct pg_sched_costs {
     /* What the stages themselves spend outside F/B/W (all 0: the textbook model) */
     double send_cost_latency, send_cost_bytes_per_s; /* a SEND keeps its sender busy latency + bytes / rate */
     double recv_cost_latency, recv_cost_bytes_per_s; /* a RECV its receiver, once the message arrived */
-    double opt[64], grad_norm[64], tie_reduce[64]; /* per stage: OPT_STEP; GRAD_NORM and TIE_REDUCE
-                                                      once every stage arrived (their messages included) */
+    double opt[64], grad_norm[64], verdict[64];   /* per stage: its OPT_STEP, GRAD_NORM and VERDICT (local work) */
+    double tie[64];                                /* per stage: what its tie receives add (the folds and sums),
+                                                      spread over them, beyond a receive's cost */
     double step_start[64], step_end[64];           /* per stage: before the first, after the last action */
-    int sync_measured; /* 1: grad_norm/tie_reduce include the exchange (no transit added) */
-    int verdict;       /* 1: the stages wait for each other's verdict on the step (runtime/core/guard.c)
-                          at their first GRAD_NORM / OPT_STEP */
     /* The sizes of the messages at each chunk's boundaries, per row: the
      * elements of its first layer's input (SEND_GRAD) and of its last
      * layer's output (SEND_ACT). has_elems 0: the predictor finds them in the

@@ -14,17 +14,28 @@
  * chunk; skip actions carry the chunk of the stash (SEND_SKIP, RECV_SKIP_GRAD)
  * or of the pop (RECV_SKIP, SEND_SKIP_GRAD) on their own stage.
  *
- * Per step, for a parameter used by two or more stages:
+ * Per step, for a parameter used by two or more stages (owner: the lowest
+ * using stage; users: the others):
  *   transmit:  at the start the owner TIE_SENDs the value to each user in stage
- *              order, each user TIE_RECVs it first thing; at the end each user
- *              TIE_GRAD_SENDs its gradient and the owner TIE_GRAD_RECVs them in
- *              stage order, before its OPT_STEP.
- *   replicate: one TIE_REDUCE(param) on every using stage (peer = the lowest
- *              using stage). The runtime and the verifier treat it as: every
- *              other user sends its gradient to the lowest one, which adds them
- *              in stage order and sends the sum back to each.
- * Then GRAD_NORM on every stage when grad_clip > 0 (all stages exchange their
- * sums of squares), then OPT_STEP.
+ *              order, each user TIE_RECVs it first thing.
+ *   both:      a user TIE_GRAD_SENDs its gradient accumulators to the owner as
+ *              soon as they are final: after its last BWD_W of a chunk that
+ *              uses the parameter (and after the messages the owner receives
+ *              from it before: the sends are ordered as the owner receives,
+ *              below); the owner TIE_GRAD_RECVs them in stage order after all
+ *              its compute (the first one folds its own uses).
+ *   replicate: after its VERDICT the owner TIE_SUM_SENDs the summed gradient
+ *              (summed over the replicas too) to each user, which
+ *              TIE_SUM_RECVs it into its copy's gradient before it clips and
+ *              steps; so every copy steps alike.
+ * Then each stage's end: VERDICT (its gradients final: local folds, the sum
+ * over the replicas; their sums of squares; its findings), VERDICT_SEND to
+ * every other stage, the TIE_SUM_SENDs it owes, then from every other stage
+ * in stage order the TIE_SUM_RECVs that stage owes it and its VERDICT_RECV,
+ * GRAD_NORM when grad_clip > 0 (local: the norm of every stage's sums), and
+ * OPT_STEP. Every send of the step's end comes before the stage's first
+ * receive of it, so the last stage to finish its backward finds every other
+ * stage's messages waiting.
  *
  * Messages between two stages travel in one ordered stream, and a stage may
  * receive them in another order than its peer made them: with interleaved or
@@ -81,6 +92,32 @@ static int lowest_stage(uint64_t mask)
     while (s < 63 && !(mask >> s & 1))
         s++;
     return s;
+}
+
+/* A user's TIE_GRAD_SENDs of the parameters whose gradients the compute
+ * action a (the index-th of the stage's compute list in) finishes: a is the
+ * stage's last BWD_W of the chunks that use them (or, when no layer of the
+ * stage names the parameter, its last BWD_W). */
+static void emit_tie_grads_final(comms_builder *b, int st, const pg_stage_sched *in, int index)
+{
+    const ir_model *m = b->m;
+    if (in->act[index].kind != PG_BWD_W)
+        return;
+    for (int i = 0; i < m->nparams; i++) {
+        const ir_param *p = &m->params[i];
+        int owner = lowest_stage(p->stage_mask);
+        if (!is_cross_stage_tie(p) || st == owner || !(p->stage_mask >> st & 1))
+            continue;
+        int last = -1, last_w = -1;
+        for (int j = 0; j < in->n; j++)
+            if (in->act[j].kind == PG_BWD_W) {
+                last_w = j;
+                if (pg_chunk_uses_param(m, in->act[j].chunk, i))
+                    last = j;
+            }
+        if ((last >= 0 ? last : last_w) == index)
+            emit(b, PG_TIE_GRAD_SEND, -1, -1, owner, -1, i);
+    }
 }
 
 static void emit_compute(comms_builder *b, int st, const pg_act *a)
@@ -144,26 +181,37 @@ static void emit_step_start(comms_builder *b, int st)
     }
 }
 
+/* The owner of a parameter tied across stages, -1 when it is not (or st does not use it). */
+static int tie_owner_for(const ir_param *p, int st)
+{
+    return is_cross_stage_tie(p) && (p->stage_mask >> st & 1) ? lowest_stage(p->stage_mask) : -1;
+}
+
 static void emit_step_end(comms_builder *b, int st)
 {
     const ir_model *m = b->m;
-    for (int i = 0; i < m->nparams; i++) {
-        const ir_param *p = &m->params[i];
-        if (!is_cross_stage_tie(p) || p->tie != TIE_TRANSMIT || !(p->stage_mask >> st & 1))
-            continue;
-        int owner = lowest_stage(p->stage_mask);
-        if (st == owner) {
-            for (int u = owner + 1; u < b->s->nstages && u < 64; u++)
-                if (p->stage_mask >> u & 1)
+    int P = b->s->nstages;
+    for (int i = 0; i < m->nparams; i++) /* the owner adds its users' accumulators, in stage order */
+        if (tie_owner_for(&m->params[i], st) == st)
+            for (int u = st + 1; u < P && u < 64; u++)
+                if (m->params[i].stage_mask >> u & 1)
                     emit(b, PG_TIE_GRAD_RECV, -1, -1, u, -1, i);
-        } else {
-            emit(b, PG_TIE_GRAD_SEND, -1, -1, owner, -1, i);
-        }
-    }
-    for (int i = 0; i < m->nparams; i++) {
-        const ir_param *p = &m->params[i];
-        if (is_cross_stage_tie(p) && p->tie == TIE_REPLICATE && (p->stage_mask >> st & 1))
-            emit(b, PG_TIE_REDUCE, -1, -1, lowest_stage(p->stage_mask), -1, i);
+    emit(b, PG_VERDICT, -1, -1, -1, -1, -1);
+    for (int o = 0; o < P; o++)
+        if (o != st)
+            emit(b, PG_VERDICT_SEND, -1, -1, o, -1, -1);
+    for (int i = 0; i < m->nparams; i++) /* replicate: the sum back to every user */
+        if (tie_owner_for(&m->params[i], st) == st && m->params[i].tie == TIE_REPLICATE)
+            for (int u = st + 1; u < P && u < 64; u++)
+                if (m->params[i].stage_mask >> u & 1)
+                    emit(b, PG_TIE_SUM_SEND, -1, -1, u, -1, i);
+    for (int o = 0; o < P; o++) { /* from each other stage as it sent them: its verdict, then its sums */
+        if (o == st)
+            continue;
+        emit(b, PG_VERDICT_RECV, -1, -1, o, -1, -1);
+        for (int i = 0; i < m->nparams; i++)
+            if (tie_owner_for(&m->params[i], st) == o && m->params[i].tie == TIE_REPLICATE)
+                emit(b, PG_TIE_SUM_RECV, -1, -1, o, -1, i);
     }
     if (m->train.grad_clip > 0)
         emit(b, PG_GRAD_NORM, -1, -1, -1, -1, -1);
@@ -214,13 +262,30 @@ static int id_eq(msg_id a, msg_id b)
 
 /* One stage's per-micro-batch sends to one peer: the order the peer receives
  * them in (want), and the sends made but held back (held, indices into the
- * stage's actions). */
+ * stage's actions); and its TIE_GRAD_SENDs to the peer held back (ties): the
+ * owner receives them after every per-micro-batch message, so they follow
+ * the last of those. */
 typedef struct send_queue {
     msg_id *want;
     int nwant, next;
     int *held;
     int nheld;
+    int *ties;
+    int nties;
 } send_queue;
+
+/* Emit the held TIE_GRAD_SENDs once every per-micro-batch message the peer
+ * wants is out (all: whatever is left, at the step's end). */
+static int release_ties(send_queue *q, const pg_stage_sched *in, pg_stage_sched *out, int all)
+{
+    if (!all && (q->next < q->nwant || q->nheld))
+        return 0;
+    for (int t = 0; t < q->nties; t++)
+        if (pg_sched_push(out, in->act[q->ties[t]]) != 0)
+            return -1;
+    q->nties = 0;
+    return 0;
+}
 
 /* Emit the held sends the peer takes next, as long as there are such. */
 static int release(send_queue *q, const pg_stage_sched *in, pg_stage_sched *out)
@@ -271,7 +336,8 @@ static int order_stage_sends(pg_schedule *s, int st)
             continue;
         q[r].want = malloc((size_t)(rs->n > 0 ? rs->n : 1) * sizeof *q[r].want);
         q[r].held = malloc((size_t)(in->n > 0 ? in->n : 1) * sizeof *q[r].held);
-        if (!q[r].want || !q[r].held)
+        q[r].ties = malloc((size_t)(in->n > 0 ? in->n : 1) * sizeof *q[r].ties);
+        if (!q[r].want || !q[r].held || !q[r].ties)
             goto out;
         for (int i = 0; i < rs->n; i++)
             if (is_mb_recv(rs->act[i].kind) && rs->act[i].peer == st)
@@ -282,21 +348,27 @@ static int order_stage_sends(pg_schedule *s, int st)
         int r = a->peer;
         if (is_mb_send(a->kind) && r >= 0 && r < p && r != st) {
             q[r].held[q[r].nheld++] = i;
-            if (release(&q[r], in, &out) != 0)
+            if (release(&q[r], in, &out) != 0 || release_ties(&q[r], in, &out, 0) != 0)
                 goto out;
             continue;
         }
-        /* the step's end: nothing held may pass it */
-        if (a->kind == PG_TIE_GRAD_SEND || a->kind == PG_TIE_GRAD_RECV || a->kind == PG_TIE_REDUCE ||
-            a->kind == PG_GRAD_NORM || a->kind == PG_OPT_STEP)
+        if (a->kind == PG_TIE_GRAD_SEND && r >= 0 && r < p && r != st) {
+            q[r].ties[q[r].nties++] = i;
+            if (release_ties(&q[r], in, &out, 0) != 0)
+                goto out;
+            continue;
+        }
+        /* the step's end (everything but the compute, its messages and the
+         * step start's tie values): nothing held may pass it */
+        if (!pg_act_is_compute(a->kind) && !is_mb_recv(a->kind) && a->kind != PG_TIE_SEND && a->kind != PG_TIE_RECV)
             for (int r2 = 0; r2 < p; r2++)
-                if (r2 != st && release_all(&q[r2], in, &out) != 0)
+                if (r2 != st && (release_all(&q[r2], in, &out) != 0 || release_ties(&q[r2], in, &out, 1) != 0))
                     goto out;
         if (pg_sched_push(&out, *a) != 0)
             goto out;
     }
     for (int r = 0; r < p; r++)
-        if (r != st && release_all(&q[r], in, &out) != 0)
+        if (r != st && (release_all(&q[r], in, &out) != 0 || release_ties(&q[r], in, &out, 1) != 0))
             goto out;
     free(in->act);
     in->act = out.act;
@@ -309,6 +381,7 @@ out:
     for (int r = 0; r < p; r++) {
         free(q[r].want);
         free(q[r].held);
+        free(q[r].ties);
     }
     free(q);
     return rc;
@@ -329,8 +402,10 @@ int pg_schedule_add_comms(const ir_model *m, pg_schedule *s)
         comms_builder b = { m, s, { 0 }, 0 };
         emit_step_start(&b, st);
         for (int i = 0; i < ss->n; i++)
-            if (pg_act_is_compute(ss->act[i].kind))
+            if (pg_act_is_compute(ss->act[i].kind)) {
                 emit_compute(&b, st, &ss->act[i]);
+                emit_tie_grads_final(&b, st, ss, i);
+            }
         emit_step_end(&b, st);
         if (b.failed) {
             free(b.out.act);

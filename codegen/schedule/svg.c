@@ -50,7 +50,6 @@ int pg_sched_costs_of_model(const ir_model *m, const pg_profile *prof, pg_sched_
     }
     c->has_elems = 1;
     c->recompute = 1;
-    c->verdict = 1;
     if (!covered) /* model units (flops): messages and the optimizer are not priced */
         return 0;
     if (prof->has_messages) { /* measured by --profile */
@@ -78,11 +77,11 @@ int pg_sched_costs_of_model(const ir_model *m, const pg_profile *prof, pg_sched_
         const pg_stage_cost *sc = &prof->stage[st];
         c->opt[st] = sc->optimizer_s;
         c->grad_norm[st] = sc->grad_norm_s;
-        c->tie_reduce[st] = sc->tie_reduce_s;
+        c->verdict[st] = sc->verdict_s;
+        c->tie[st] = sc->tie_s;
         c->step_start[st] = sc->step_start_s;
         c->step_end[st] = sc->step_end_s;
     }
-    c->sync_measured = prof->has_stage_costs == 1;
     return 1;
 }
 
@@ -173,29 +172,31 @@ static double tick_step(double span)
 /* Layout in pixels; the plot and the canvas widen when their text needs it. */
 enum { LEFT = 80, LEFT_REPLICAS = 136, TOP = 48, ROW_H = 26, ROW_GAP = 6, PLOT_W = 960, RIGHT = 24 };
 
-/* What a box is drawn as: compute passes full height, shaded by chunk;
- * messages and per-step exchanges in their own colours, messages lower. */
-enum { CAT_F, CAT_B, CAT_W, CAT_SEND, CAT_RECV, CAT_TIE, CAT_NORM, CAT_OPT, CAT_DP, CAT__COUNT };
-static const char *const cat_fill[CAT__COUNT] = { "#4f81bd", "#f2a541", "#7cb85c", "#8c8c8c", "#c8c8c8",
-                                                  "#c0504d", "#4bacc6", "#8064a2", "#d16ba5" };
+/* What a box is drawn as: compute passes full height, shaded by chunk; the
+ * other work in its own colour; messages (every send and receive, a
+ * receive with its wait) in the lower half, in the colour of what they carry. */
+enum { CAT_F = PG_GROUP_F, CAT_B = PG_GROUP_B, CAT_W = PG_GROUP_W, CAT_SEND = PG_GROUP_SEND, CAT_RECV = PG_GROUP_RECV,
+       CAT_TIE = PG_GROUP_TIE, CAT_VERDICT = PG_GROUP_VERDICT, CAT_NORM = PG_GROUP_CLIP, CAT_OPT = PG_GROUP_OPT,
+       CAT_DP = PG_GROUP__COUNT, CAT_DATA, CAT__COUNT };
+static const char *const cat_fill[CAT__COUNT] = { "#4f81bd", "#f2a541", "#7cb85c", "#8c8c8c", "#c8c8c8", "#c0504d",
+                                                  "#e6b8b7", "#4bacc6", "#8064a2", "#d16ba5", "#9bbb59" };
 static const char *const cat_label[CAT__COUNT] = { "F  forward", "B  input gradient", "W  weight gradient", "send",
-                                                   "receive (and its wait)", "tie exchange", "grad-norm exchange",
-                                                   "optimizer", "data-parallel reduction" };
+                                                   "receive (and its wait)", "tie gradient exchange",
+                                                   "verdict (sums of squares, exchange)", "grad-norm clip", "optimizer",
+                                                   "data-parallel reduction", "batch loading, zeroed gradients" };
 
+/* CAT_F .. CAT_OPT are pg_act_group's, in its order. */
 static int category(int kind)
 {
-    switch (kind) {
-    case PG_FWD: return CAT_F;
-    case PG_BWD_B: return CAT_B;
-    case PG_BWD_W: return CAT_W;
-    case PG_SEND_ACT: case PG_SEND_GRAD: case PG_SEND_SKIP: case PG_SEND_SKIP_GRAD: return CAT_SEND;
-    case PG_RECV_ACT: case PG_RECV_GRAD: case PG_RECV_SKIP: case PG_RECV_SKIP_GRAD: return CAT_RECV;
-    case PG_TIE_REDUCE: case PG_TIE_SEND: case PG_TIE_RECV: case PG_TIE_GRAD_SEND: case PG_TIE_GRAD_RECV: return CAT_TIE;
-    case PG_GRAD_NORM: return CAT_NORM;
-    case PG_OPT_STEP: return CAT_OPT;
-    case PG_TIMELINE_DP: return CAT_DP;
-    default: return -1;
-    }
+    if (kind >= 0 && kind < PG_STEP_KIND_COUNT)
+        return (int)pg_act_group_of((pg_act_kind)kind);
+    return kind == PG_TIMELINE_DP ? CAT_DP : kind == PG_TIMELINE_DATA ? CAT_DATA : -1;
+}
+
+/* Messages take the lower half of the row. */
+static int is_message(int kind)
+{
+    return kind >= 0 && kind < PG_STEP_KIND_COUNT && (pg_act_is_send((pg_act_kind)kind) || pg_act_is_recv((pg_act_kind)kind));
 }
 
 /* Estimated text widths (DejaVu Sans): bold 15 px titles, 12 px legend, 11 px
@@ -288,9 +289,12 @@ void pg_timeline_svg(const pg_timeline *t, FILE *o)
     double step = t->step, busy = 0;
     for (int st = 0; st < p; st++)
         busy += t->busy[st];
+    int faded = 0; /* boxes of the steps before and after (a measured step) */
     for (int i = 0; i < t->nbox; i++)
-        if (category(t->box[i].kind) >= 0 && t->box[i].dur > 0)
+        if (category(t->box[i].kind) >= 0 && t->box[i].dur > 0) {
             used[category(t->box[i].kind)] = 1;
+            faded |= t->box[i].other_step != 0;
+        }
     double bubble = step > 0 ? 1.0 - busy / (step * p) : 0.0;
     const char *unit = pg_cost_unit(t->seconds);
     char sstep[48], title[1024], lbl[48];
@@ -314,19 +318,27 @@ void pg_timeline_svg(const pg_timeline *t, FILE *o)
     if (nticks > 1 && (widest + 12) * (step / dt) > plot_w)
         plot_w = (int)ceil((widest + 12) * (step / dt));
     double scale = step > 0 ? plot_w / step : 0.0;
-    /* the legend, one line */
-    double legend_w = 0;
-    for (int k = 0; k < CAT__COUNT; k++)
-        if (k <= CAT_W || used[k])
-            legend_w += 22 + text_w(cat_label[k], 7.0) + 20;
-    legend_w += 22 + text_w("idle (bubble)", 7.0);
     int width = left + plot_w + RIGHT;
     if (left + text_w(title, 8.6) + RIGHT > width)
         width = (int)ceil(left + text_w(title, 8.6) + RIGHT);
-    if (left + legend_w + RIGHT > width)
-        width = (int)ceil(left + legend_w + RIGHT);
+    /* the legend: its entries in lines as wide as the plot */
+    const char *entry[CAT__COUNT + 2];
+    int ecat[CAT__COUNT + 2], nentry = 0;
+    for (int k = 0; k < CAT__COUNT; k++)
+        if (k <= CAT_W || used[k])
+            ecat[nentry] = k, entry[nentry++] = cat_label[k];
+    ecat[nentry] = -1, entry[nentry++] = "idle (bubble)";
+    if (faded)
+        ecat[nentry] = -2, entry[nentry++] = "the steps before and after (faded)";
+    int lines = 1;
+    for (int e = 0, lw = 0; e < nentry; e++) {
+        int ew = 22 + (int)ceil(text_w(entry[e], 7.0)) + 20;
+        if (lw > 0 && lw + ew > width - left - RIGHT)
+            lines++, lw = 0;
+        lw += ew;
+    }
     int plot_h = p * (ROW_H + ROW_GAP) - ROW_GAP;
-    int height = TOP + plot_h + 84 + (chunks > 1 ? 16 : 0);
+    int height = TOP + plot_h + 64 + 20 * lines + (chunks > 1 ? 16 : 0);
 
     fprintf(o, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
                "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n", width, height, width, height);
@@ -363,21 +375,28 @@ void pg_timeline_svg(const pg_timeline *t, FILE *o)
         double light = cat <= CAT_W && chunks > 1 && a->chunk >= 0 && a->chunk < 64
                            ? 0.55 * place[a->chunk] / (chunks - 1) : 0.0;
         shade(cat_fill[cat], light, fill);
-        if (cat == CAT_SEND || cat == CAT_RECV) { /* messages: the lower half of the row */
+        if (is_message(a->kind)) { /* messages: the lower half of the row */
             h = ROW_H / 2 - 1;
             y0 = y + ROW_H / 2;
         }
+        int n = a->other_step < 0 ? snprintf(tip, sizeof tip, "the step before: ")
+                : a->other_step > 0 ? snprintf(tip, sizeof tip, "the step after: ") : 0;
         if (cat <= CAT_W)
-            snprintf(tip, sizeof tip, "%s mb %d chunk %d", cat == CAT_F ? "F" : cat == CAT_B ? "B" : "W", a->mb, a->chunk);
+            snprintf(tip + n, sizeof tip - (size_t)n, "%s mb %d chunk %d", cat == CAT_F ? "F" : cat == CAT_B ? "B" : "W",
+                     a->mb, a->chunk);
         else if (cat == CAT_DP)
-            snprintf(tip, sizeof tip, "dp reduce");
+            snprintf(tip + n, sizeof tip - (size_t)n, "dp reduce");
+        else if (cat == CAT_DATA)
+            snprintf(tip + n, sizeof tip - (size_t)n, "batch loading, zeroed gradients");
         else if (a->mb >= 0)
-            snprintf(tip, sizeof tip, "%s mb %d chunk %d", pg_act_name((pg_act_kind)a->kind), a->mb, a->chunk);
+            snprintf(tip + n, sizeof tip - (size_t)n, "%s mb %d chunk %d", pg_act_name((pg_act_kind)a->kind), a->mb,
+                     a->chunk);
         else
-            snprintf(tip, sizeof tip, "%s", pg_act_name((pg_act_kind)a->kind));
+            snprintf(tip + n, sizeof tip - (size_t)n, "%s", pg_act_name((pg_act_kind)a->kind));
         fprintf(o, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" stroke=\"#ffffff\" "
-                   "stroke-width=\"0.75\"><title>%s</title></rect>\n", x, y0, w, h, fill, tip);
-        const char *l = cat <= CAT_W ? box_label(a, chunks, w, txt, sizeof txt) : NULL;
+                   "stroke-width=\"0.75\"%s><title>%s</title></rect>\n", x, y0, w, h, fill,
+                a->other_step ? " fill-opacity=\"0.35\"" : "", tip);
+        const char *l = cat <= CAT_W && !a->other_step ? box_label(a, chunks, w, txt, sizeof txt) : NULL;
         if (l)
             fprintf(o, "<text x=\"%.2f\" y=\"%d\" font-size=\"11\" fill=\"%s\" text-anchor=\"middle\">%s</text>\n",
                     x + w / 2, y + ROW_H / 2 + 4, light > 0.25 ? "#222222" : "#ffffff", l);
@@ -396,18 +415,23 @@ void pg_timeline_svg(const pg_timeline *t, FILE *o)
     }
     fprintf(o, "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"end\" fill=\"#666666\">%s</text>\n",
             left + plot_w, ay + 30, t->seconds ? "time" : "estimated flops (the cost model's units, not time)");
-    /* the legend: F, B, W, what else is drawn, idle */
+    /* the legend: F, B, W, what else is drawn, idle (and the faded steps around) */
     int ly = ay + 40;
     double lx = left;
-    for (int k = 0; k < CAT__COUNT; k++) {
-        if (k > CAT_W && !used[k])
-            continue;
-        fprintf(o, "<rect x=\"%.0f\" y=\"%d\" width=\"16\" height=\"14\" fill=\"%s\"/>\n", lx, ly, cat_fill[k]);
-        fprintf(o, "<text x=\"%.0f\" y=\"%d\" font-size=\"12\">%s</text>\n", lx + 22, ly + 11, cat_label[k]);
-        lx += 22 + ceil(text_w(cat_label[k], 7.0)) + 20;
+    for (int e = 0; e < nentry; e++) {
+        int ew = 22 + (int)ceil(text_w(entry[e], 7.0)) + 20;
+        if (lx > left && lx + ew > width - RIGHT)
+            lx = left, ly += 20;
+        if (ecat[e] >= 0)
+            fprintf(o, "<rect x=\"%.0f\" y=\"%d\" width=\"16\" height=\"14\" fill=\"%s\"/>\n", lx, ly, cat_fill[ecat[e]]);
+        else if (ecat[e] == -1)
+            fprintf(o, "<rect x=\"%.0f\" y=\"%d\" width=\"16\" height=\"14\" fill=\"#ffffff\" stroke=\"#bbbbbb\"/>\n", lx, ly);
+        else
+            fprintf(o, "<rect x=\"%.0f\" y=\"%d\" width=\"16\" height=\"14\" fill=\"%s\" fill-opacity=\"0.35\"/>\n", lx,
+                    ly, cat_fill[CAT_F]);
+        fprintf(o, "<text x=\"%.0f\" y=\"%d\" font-size=\"12\">%s</text>\n", lx + 22, ly + 11, entry[e]);
+        lx += ew;
     }
-    fprintf(o, "<rect x=\"%.0f\" y=\"%d\" width=\"16\" height=\"14\" fill=\"#ffffff\" stroke=\"#bbbbbb\"/>\n", lx, ly);
-    fprintf(o, "<text x=\"%.0f\" y=\"%d\" font-size=\"12\">idle (bubble)</text>\n", lx + 22, ly + 11);
     if (chunks > 1)
         fprintf(o, "<text x=\"%d\" y=\"%d\" font-size=\"11\" fill=\"#666666\">labels: micro-batch\xc2\xb7" "chunk; "
                    "a stage's first chunk darkest, its later chunks lighter</text>\n", left, ly + 30);
@@ -435,10 +459,11 @@ static int draw(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c
         const pg_stage_sched *ss = &s->stage[st];
         for (int i = 0; i < ss->n; i++) {
             const pg_act *a = &ss->act[i];
-            /* compute for its cost; anything else for what it keeps its stage busy */
-            double d = pg_act_is_compute(a->kind) ? dur[st][i] : own[st][i];
+            /* local work for its cost; a message for what it keeps its stage busy */
+            int message = pg_act_is_send(a->kind) || pg_act_is_recv(a->kind);
+            double d = message ? own[st][i] : dur[st][i];
             if (d > 0)
-                box[t.nbox++] = (pg_timeline_box){ st, (int)a->kind, a->mb, a->chunk, start[st][i], d };
+                box[t.nbox++] = (pg_timeline_box){ st, (int)a->kind, a->mb, a->chunk, start[st][i], d, 0 };
         }
     }
     pg_timeline_svg(&t, o);

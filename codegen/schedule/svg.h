@@ -3,10 +3,12 @@
  * the SVG picture `pipegen plan --svg`, `pipegen schedule --svg` and `pipegen
  * trace --svg` draw (one row per stage, F / B / W boxes labelled with their
  * micro-batch, and their chunk when a stage runs several, shaded by the
- * chunk's place on its stage; sends, receives, tie exchanges, the grad-norm
- * exchange and the optimizer where they take time; idle time left empty;
- * bubble in the title, an axis in seconds or flops and a legend; the width
- * grows with the title, the axis labels and the legend). Byte-stable. */
+ * chunk's place on its stage; sends and receives (a receive with its wait)
+ * in the lower half, the step's end (tie gradients, the verdict, the clip,
+ * the optimizer) and a measured step's batch loading where they take time;
+ * idle time left empty; bubble in the title, an axis in seconds or flops and
+ * a legend in lines as wide as the plot; the width grows with the title and
+ * the axis labels). Byte-stable. */
 #ifndef PG_SVG_H
 #define PG_SVG_H
 
@@ -39,11 +41,15 @@ void pg_schedule_report(const ir_model *m, const pg_schedule *s, const pg_sched_
 int pg_schedule_svg(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, int seconds, FILE *out);
 
 /* One timeline, simulated or measured (pipegen trace): the same picture. */
-#define PG_TIMELINE_DP (PG_STEP_KIND_COUNT + 1) /* a box of the data-parallel reduction (a measured pp x dp step) */
+#define PG_TIMELINE_DP (PG_STEP_KIND_COUNT + 1)   /* a box of the data-parallel reduction (a measured pp x dp step) */
+/* a measured step's start: the batch loaded, the gradients zeroed (past the
+ * reduction's parts, which pipegen trace numbers from PG_TIMELINE_DP on) */
+#define PG_TIMELINE_DATA (PG_TIMELINE_DP + 8)
 typedef struct pg_timeline_box {
-    int stage, kind;     /* the row; pg_act_kind (F, B, W, a send or receive, a tie or norm exchange, OPT_STEP) or PG_TIMELINE_DP */
+    int stage, kind;     /* the row; pg_act_kind, PG_TIMELINE_DP or PG_TIMELINE_DATA */
     int mb, chunk;       /* -1 for per-step actions */
     double start, dur;   /* from the step's start */
+    int other_step;      /* a measured picture's neighbours, drawn faded: -1 the step before, 1 the step after */
 } pg_timeline_box;
 typedef struct pg_timeline {
     const char *model, *schedule; /* the title: "mlp: 1f1b, ..." */

@@ -6,6 +6,12 @@
  *     FWD and its output gradient, BWD_W after BWD_B, sends after what they
  *     send, every (chunk, mb) forward, B and W exactly once, and W of a chunk
  *     in increasing micro-batch order (gradients accumulate in index order);
+ *     the step's end: a tie's gradient sent or added only after the stage's
+ *     last W of a chunk that uses it, one VERDICT after every W and tie sum
+ *     of the stage and before its VERDICT_SENDs and TIE_SUM_SENDs, one
+ *     VERDICT_SEND to and VERDICT_RECV from every other stage, every tie
+ *     message a tied parameter needs, and GRAD_NORM and OPT_STEP only once
+ *     every verdict and summed tie gradient is in;
  *  3. run together (sched_sim.c), every RECV meets the matching SEND, no stage
  *     waits forever (a deadlock is reported with its wait-for cycle), and no
  *     message is left unreceived.
@@ -48,8 +54,7 @@ static void report(verify_ctx *v, int note, const pg_act *a, const char *fmt, ..
 static const char *act_core(const pg_act *a, char *buf, size_t n)
 {
     pg_act b = *a;
-    if (b.kind != PG_TIE_REDUCE)
-        b.peer = -1;
+    b.peer = -1;
     pg_act_str(&b, buf, n);
     char *t = strstr(buf, " to stage -1");
     if (!t)
@@ -79,6 +84,8 @@ static int lowest(uint64_t mask)
     return s;
 }
 
+static int is_tie_kind(pg_act_kind k) { return k >= PG_TIE_SEND && k <= PG_TIE_SUM_RECV; }
+
 /* Checks the fields of action a at (st, i); 0 when fine, else reports once. */
 static int check_fields(verify_ctx *v, int st, int i, const pg_act *a)
 {
@@ -107,7 +114,7 @@ static int check_fields(verify_ctx *v, int st, int i, const pg_act *a)
             return -1;
         }
     }
-    if (a->kind >= PG_SEND_ACT && a->kind != PG_TIE_REDUCE && a->kind != PG_GRAD_NORM && a->kind != PG_OPT_STEP) {
+    if (a->kind >= PG_SEND_ACT && a->kind != PG_VERDICT && a->kind != PG_GRAD_NORM && a->kind != PG_OPT_STEP) {
         if (a->peer < 0 || a->peer >= p || a->peer == st) {
             report(v, 0, a, "stage %d action %d %s: peer must be another stage (0 to %d)", st, i, sa, p - 1);
             return -1;
@@ -146,14 +153,16 @@ static int check_fields(verify_ctx *v, int st, int i, const pg_act *a)
             report(v, 0, a, "stage %d action %d %s: the peer must be stage %d", st, i, sa, want_peer);
         return -1;
     }
-    if (a->kind >= PG_TIE_REDUCE && a->kind <= PG_TIE_GRAD_RECV) {
+    if (is_tie_kind(a->kind)) {
         if (a->param < 0 || a->param >= v->m->nparams || !tie_users(&v->m->params[a->param])) {
             report(v, 0, a, "stage %d action %d %s: param %d is not tied across stages", st, i, sa, a->param);
             return -1;
         }
         const ir_param *pr = &v->m->params[a->param];
         int owner = lowest(pr->stage_mask);
-        ir_tie_mode want = a->kind == PG_TIE_REDUCE ? TIE_REPLICATE : TIE_TRANSMIT;
+        /* the value travels only by transmit, the sum comes back only by replicate */
+        ir_tie_mode want = a->kind == PG_TIE_SEND || a->kind == PG_TIE_RECV ? TIE_TRANSMIT
+                           : a->kind == PG_TIE_SUM_SEND || a->kind == PG_TIE_SUM_RECV ? TIE_REPLICATE : pr->tie;
         if (pr->tie != want) {
             report(v, 0, a, "stage %d action %d %s: %s is tied by %s", st, i, sa, pr->name ? pr->name : "param",
                    pr->tie == TIE_REPLICATE ? "replicate" : "transmit");
@@ -164,11 +173,9 @@ static int check_fields(verify_ctx *v, int st, int i, const pg_act *a)
                    pr->name ? pr->name : "the param");
             return -1;
         }
-        int owner_side = a->kind == PG_TIE_SEND || a->kind == PG_TIE_GRAD_RECV;
-        int user_side = a->kind == PG_TIE_RECV || a->kind == PG_TIE_GRAD_SEND;
+        int owner_side = a->kind == PG_TIE_SEND || a->kind == PG_TIE_GRAD_RECV || a->kind == PG_TIE_SUM_SEND;
         if ((owner_side && (st != owner || !(pr->stage_mask >> a->peer & 1))) ||
-            (user_side && (st == owner || a->peer != owner)) ||
-            (a->kind == PG_TIE_REDUCE && a->peer != owner)) {
+            (!owner_side && (st == owner || a->peer != owner))) {
             report(v, 0, a, "stage %d action %d %s: the owner of %s is stage %d, its users stages with it", st,
                    i, sa, pr->name ? pr->name : "the param", owner);
             return -1;
@@ -183,10 +190,110 @@ static int check_fields(verify_ctx *v, int st, int i, const pg_act *a)
 
 /* ---- 2. per-stage dependencies --------------------------------------------------- */
 
+/* The step's end of one stage as check_stage walks it. */
+typedef struct end_state {
+    int verdict;               /* its VERDICT seen */
+    int norm;                  /* GRAD_NORM seen */
+    int vsend[PG_SCHED_MAX_STAGES], vrecv[PG_SCHED_MAX_STAGES]; /* VERDICT_SEND / _RECV per peer */
+    int *tie;                  /* [TIE_KINDS x nparams x nstages]: tie actions per (kind, param, peer) */
+    int wdone[PG_SCHED_MAX_CHUNKS]; /* BWD_W passes of each chunk so far */
+} end_state;
+
+enum { TIE_KINDS = PG_TIE_SUM_RECV - PG_TIE_SEND + 1 };
+
+static int *tie_count(const verify_ctx *v, end_state *e, pg_act_kind k, int param, int peer)
+{
+    return &e->tie[((size_t)(k - PG_TIE_SEND) * (size_t)v->m->nparams + (size_t)param) * (size_t)v->s->nstages +
+                   (size_t)peer];
+}
+
+/* The first BWD_W of stage st's chunks using parameter i still to come (want), or 0 when none. */
+static int tie_w_missing(const verify_ctx *v, const end_state *e, int st, int i, pg_act *want)
+{
+    int mine[PG_SCHED_MAX_CHUNKS], n = pg_stage_chunks(v->s, st, mine);
+    for (int j = 0; j < n; j++)
+        if (pg_chunk_uses_param(v->m, mine[j], i) && e->wdone[mine[j]] < v->s->nmb) {
+            *want = pg_act_make(PG_BWD_W, e->wdone[mine[j]], mine[j]);
+            return 1;
+        }
+    return 0;
+}
+
+/* What GRAD_NORM or OPT_STEP needs first and has not had (want, and what it
+ * is), NULL when all is in: the stage's VERDICT, every other stage's verdict,
+ * every tie sum it is owed. */
+static const char *step_end_missing(const verify_ctx *v, end_state *e, int st, pg_act *want)
+{
+    if (!e->verdict) {
+        *want = pg_act_make(PG_VERDICT, -1, -1);
+        return "verdict";
+    }
+    for (int o = 0; o < v->s->nstages; o++)
+        if (o != st && !e->vrecv[o]) {
+            *want = pg_act_make(PG_VERDICT_RECV, -1, -1);
+            want->peer = o;
+            return "peers' verdicts";
+        }
+    for (int i = 0; i < v->m->nparams; i++) {
+        const ir_param *p = &v->m->params[i];
+        int owner = lowest(p->stage_mask);
+        if (tie_users(p) && p->tie == TIE_REPLICATE && (p->stage_mask >> st & 1) && st != owner &&
+            !*tie_count(v, e, PG_TIE_SUM_RECV, i, owner)) {
+            *want = pg_act_make(PG_TIE_SUM_RECV, -1, -1);
+            want->param = i, want->peer = owner;
+            return "summed tie gradient";
+        }
+    }
+    return NULL;
+}
+
+/* After the walk: every message of the step's end, once; 0 or -1 (reported). */
+static int check_end_counts(verify_ctx *v, end_state *e, int st)
+{
+    char sb[160];
+    int P = v->s->nstages;
+    for (int o = 0; o < P; o++) /* (a missing VERDICT stopped OPT_STEP already) */
+        if (o != st && (e->vsend[o] != 1 || e->vrecv[o] != 1)) {
+            pg_act want = pg_act_make(e->vsend[o] != 1 ? PG_VERDICT_SEND : PG_VERDICT_RECV, -1, -1);
+            want.peer = o;
+            report(v, 0, NULL, "stage %d needs exactly one %s, it has %d", st, pg_act_str(&want, sb, sizeof sb),
+                   e->vsend[o] != 1 ? e->vsend[o] : e->vrecv[o]);
+            return -1;
+        }
+    for (int i = 0; i < v->m->nparams; i++) {
+        const ir_param *p = &v->m->params[i];
+        int owner = lowest(p->stage_mask);
+        if (!tie_users(p) || !(p->stage_mask >> st & 1))
+            continue;
+        for (int u = 0; u < P && u < 64; u++) {
+            if (u == owner || !(p->stage_mask >> u & 1) || (st != owner && st != u))
+                continue;
+            /* between the owner and user u: the value (transmit), the gradient, the sum (replicate) */
+            pg_act_kind need[2] = { st == owner ? PG_TIE_GRAD_RECV : PG_TIE_GRAD_SEND, PG_STEP_KIND_COUNT };
+            if (p->tie == TIE_TRANSMIT)
+                need[1] = st == owner ? PG_TIE_SEND : PG_TIE_RECV;
+            else
+                need[1] = st == owner ? PG_TIE_SUM_SEND : PG_TIE_SUM_RECV;
+            for (int k = 0; k < 2; k++) {
+                int peer = st == owner ? u : owner, have = *tie_count(v, e, need[k], i, peer);
+                if (have != 1) {
+                    pg_act want = pg_act_make(need[k], -1, -1);
+                    want.param = i, want.peer = peer;
+                    report(v, 0, NULL, "stage %d needs exactly one %s (%s is tied by %s), it has %d", st,
+                           pg_act_str(&want, sb, sizeof sb), p->name ? p->name : "the param",
+                           p->tie == TIE_REPLICATE ? "replicate" : "transmit", have);
+                    return -1;
+                }
+            }
+        }
+    }
+    return 0;
+}
+
 enum { F_FWD = 1, F_B = 2, F_W = 4, F_RACT = 8, F_RGRAD = 16 };
 enum { K_RSKIP = 1, K_RSKIPGRAD = 2 };
 
-static int check_stage(verify_ctx *v, int st, unsigned char *cm, unsigned char *km, int *lastw)
+static int check_stage(verify_ctx *v, int st, unsigned char *cm, unsigned char *km, int *lastw, end_state *e)
 {
     const pg_schedule *s = v->s;
     const pg_stage_sched *ss = &s->stage[st];
@@ -200,6 +307,11 @@ static int check_stage(verify_ctx *v, int st, unsigned char *cm, unsigned char *
         lastw[mine[j]] = -1;
         nw_total += nmb;
     }
+    int *ties = e->tie;
+    memset(e, 0, sizeof *e);
+    e->tie = ties;
+    memset(e->tie, 0, (size_t)TIE_KINDS * (size_t)(v->m->nparams > 0 ? v->m->nparams : 1) * (size_t)s->nstages *
+                          sizeof *e->tie);
 #define CM(c, mb) cm[(size_t)(c) * (size_t)nmb + (size_t)(mb)]
 #define KM(k, mb) km[(size_t)(k) * (size_t)nmb + (size_t)(mb)]
     for (int i = 0; i < ss->n; i++) {
@@ -304,21 +416,44 @@ static int check_stage(verify_ctx *v, int st, unsigned char *cm, unsigned char *
                         return -1;
                     }
             break;
-        case PG_TIE_GRAD_SEND: case PG_TIE_GRAD_RECV: case PG_TIE_REDUCE: case PG_GRAD_NORM:
-            if (nw_done < nw_total) {
-                report(v, 0, a, "stage %d action %d %s comes before the stage's last weight gradient pass",
+        case PG_TIE_GRAD_SEND: case PG_TIE_GRAD_RECV:
+            if (tie_w_missing(v, e, st, a->param, &want))
+                need = "weight gradient pass that writes the tied gradient";
+            else if (a->kind == PG_TIE_GRAD_RECV && e->verdict) {
+                report(v, 0, a, "stage %d action %d %s comes after the stage's VERDICT, whose sums of squares need it",
                        st, i, sa);
                 return -1;
             }
-            nnorm += a->kind == PG_GRAD_NORM;
             break;
-        case PG_OPT_STEP:
-            nopt = 1;
+        case PG_VERDICT:
+            if (e->verdict) {
+                report(v, 0, a, "stage %d action %d %s is a duplicate", st, i, sa);
+                return -1;
+            }
             if (nw_done < nw_total) {
                 report(v, 0, a, "stage %d action %d %s comes before the stage's last weight gradient pass",
                        st, i, sa);
                 return -1;
             }
+            e->verdict = 1;
+            break;
+        case PG_VERDICT_SEND: case PG_TIE_SUM_SEND:
+            if (!e->verdict)
+                want = pg_act_make(PG_VERDICT, -1, -1), need = "verdict (the gradients it sends are final there)";
+            break;
+        case PG_TIE_SUM_RECV:
+            if (!*tie_count(v, e, PG_TIE_GRAD_SEND, a->param, a->peer))
+                want = pg_act_make(PG_TIE_GRAD_SEND, -1, -1), want.param = a->param, want.peer = a->peer,
+                need = "own gradient's send (the sum overwrites it)";
+            break;
+        case PG_GRAD_NORM: case PG_OPT_STEP:
+            if ((need = step_end_missing(v, e, st, &want)) != NULL)
+                ;
+            else if (a->kind == PG_OPT_STEP && v->m->train.grad_clip > 0 && !e->norm)
+                want = pg_act_make(PG_GRAD_NORM, -1, -1), need = "clip (grad_clip is set)";
+            nnorm += a->kind == PG_GRAD_NORM;
+            e->norm |= a->kind == PG_GRAD_NORM;
+            nopt |= a->kind == PG_OPT_STEP;
             break;
         default:
             break;
@@ -326,6 +461,9 @@ static int check_stage(verify_ctx *v, int st, unsigned char *cm, unsigned char *
         if (need) {
             report(v, 0, a, "stage %d action %d %s comes before its %s (%s)", st, i, sa, need,
                    pg_act_str(&want, sb, sizeof sb));
+            if (want.kind == PG_VERDICT && v->s->file)
+                report(v, 1, a, "a schedule file that lists every action lists the step's end too: VERDICT, "
+                       "VERDICT_SEND, VERDICT_RECV and the tie messages (`pipegen schedule --csv` writes them)");
             return -1;
         }
         if (flag) {
@@ -337,8 +475,15 @@ static int check_stage(verify_ctx *v, int st, unsigned char *cm, unsigned char *
             if (flag == F_W) {
                 lastw[c] = mb;
                 nw_done++;
+                e->wdone[c]++;
             }
         }
+        if (is_tie_kind(a->kind))
+            ++*tie_count(v, e, a->kind, a->param, a->peer);
+        else if (a->kind == PG_VERDICT_SEND)
+            e->vsend[a->peer]++;
+        else if (a->kind == PG_VERDICT_RECV)
+            e->vrecv[a->peer]++;
     }
     for (int j = 0; j < nmine; j++)
         for (int mb = 0; mb < nmb; mb++)
@@ -362,7 +507,7 @@ static int check_stage(verify_ctx *v, int st, unsigned char *cm, unsigned char *
         report(v, 0, NULL, "stage %d needs exactly one GRAD_NORM (grad_clip is set), it has %d", st, nnorm);
         return -1;
     }
-    return 0;
+    return check_end_counts(v, e, st);
 }
 
 /* ---- 3. all stages together ---------------------------------------------------- */
@@ -372,10 +517,7 @@ static void describe_wait(const pg_sim *sim, const pg_schedule *s, int st, char 
     const pg_act *a = &s->stage[st].act[sim->pc[st]];
     char sa[160];
     pg_act_str(a, sa, sizeof sa);
-    if (a->kind == PG_TIE_REDUCE || a->kind == PG_GRAD_NORM)
-        snprintf(buf, n, "stage %d waits at action %d %s for stage %d", st, sim->pc[st], sa, sim->wait_for[st]);
-    else
-        snprintf(buf, n, "stage %d waits at action %d %s", st, sim->pc[st], sa);
+    snprintf(buf, n, "stage %d waits at action %d %s", st, sim->pc[st], sa);
 }
 
 static void report_deadlock(verify_ctx *v, const pg_sim *sim)
@@ -495,15 +637,18 @@ int pg_schedule_verify(const ir_model *m, const pg_schedule *s, pg_diag *d)
     }
     unsigned char *cm = malloc((size_t)s->nchunks * (size_t)s->nmb);
     unsigned char *km = malloc((size_t)(m->nskips > 0 ? m->nskips : 1) * (size_t)s->nmb);
+    end_state e = { 0 };
+    e.tie = malloc((size_t)TIE_KINDS * (size_t)(m->nparams > 0 ? m->nparams : 1) * (size_t)s->nstages * sizeof *e.tie);
     int lastw[PG_SCHED_MAX_CHUNKS];
-    if (!cm || !km) {
+    if (!cm || !km || !e.tie) {
         report(&v, 0, NULL, "out of memory verifying the schedule");
     } else {
         for (int st = 0; st < s->nstages; st++)
-            check_stage(&v, st, cm, km, lastw);
+            check_stage(&v, st, cm, km, lastw, &e);
     }
     free(cm);
     free(km);
+    free(e.tie);
     if (v.errors == 0) {
         pg_sim sim = { .m = m, .s = s };
         if (pg_sim_run(&sim) != SIM_OK)

@@ -7,7 +7,9 @@
  * index (inputs, targets, dropout masks), so a loss divided by B (mean) is the
  * whole batch's.
  *
- * Every gradient a stage trains is summed over the D copies of the stage:
+ * Every gradient a stage trains is summed over the D copies of the stage (but
+ * a replicated tie's copy on a user: its owner's sum, summed over the
+ * replicas already, comes to it in TIE_SUM_RECV; pg_param_reduced):
  * the gradients, concatenated in parameter order, are cut into D contiguous
  * shards; replica q receives shard q from every other replica and sums it as
  * replica 0 + 1 + ... + D-1 for every element (the order never depends on
@@ -189,7 +191,7 @@ static int64_t grad_numel(const pg_stage_desc *d)
 {
     int64_t n = 0;
     for (int i = 0; i < d->nparams; i++)
-        if (pg_param_stepped(d, &d->params[i]))
+        if (pg_param_reduced(d, &d->params[i]))
             n += d->params[i].numel;
     return n;
 }
@@ -271,7 +273,7 @@ static int plan_buckets(const pg_stage_desc *d, struct pg_dp *p, int64_t min_byt
     for (int i = 0; i < d->nparams; i++) { /* each layer's floats that it alone finishes */
         const pg_param_desc *q = &d->params[i];
         int l = q->grad_layer;
-        if (pg_param_stepped(d, q) && l >= 0 && l < nl && d->layers[l].chunk >= 0 && d->layers[l].chunk < nc &&
+        if (pg_param_reduced(d, q) && l >= 0 && l < nl && d->layers[l].chunk >= 0 && d->layers[l].chunk < nc &&
             lastw[d->layers[l].chunk] >= 0)
             numel[l] += q->numel;
     }
@@ -305,7 +307,7 @@ static int plan_buckets(const pg_stage_desc *d, struct pg_dp *p, int64_t min_byt
             goto out;
     for (int i = 0; i < d->nparams; i++) { /* each bucket's parameters in table order */
         const pg_param_desc *q = &d->params[i];
-        if (!pg_param_stepped(d, q))
+        if (!pg_param_reduced(d, q))
             continue;
         int l = q->grad_layer, k = l >= 0 && l < nl && bucket_of[l] >= 0 ? bucket_of[l] : early;
         p->b[k].param[p->b[k].n++] = i;

@@ -7,7 +7,8 @@
  *
  * What it assumes of dp.c's reduction (change it with dp.c):
  *  - the stage reduces n floats: every trained parameter it holds, in table
- *    order, except a transmitted tie's copy on a stage that does not own it;
+ *    order, except a tied parameter's copy on a stage that does not own it
+ *    (transmit: not stepped there; replicate: the owner sends the sum);
  *  - they are cut into D shards, shard q = [n q / D, n (q + 1) / D) (with
  *    buckets, each bucket's floats are cut so: see below); the other D - 1
  *    replicas' copies of a shard arrive one PG_DP_CHUNK-float chunk at a time,

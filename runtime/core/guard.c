@@ -126,9 +126,22 @@ int pg_guard_init(pg_run *r)
 
 /* ---- the step's verdict: non-finite loss or gradients ------------------------ */
 
+#define FINITE_BLK 64 /* floats tested at once: a fixed-count loop that -O2 vectorizes */
+
 int pg_guard_finite(const float *v, size_t n, size_t *bad)
 {
-    for (size_t i = 0; i < n; i++) {
+    size_t i = 0;
+    for (; i + FINITE_BLK <= n; i += FINITE_BLK) { /* a block with no inf or nan passes whole */
+        uint32_t any = 0;
+        for (int j = 0; j < FINITE_BLK; j++) {
+            uint32_t u;
+            memcpy(&u, &v[i + j], 4);
+            any |= (u & 0x7f800000u) == 0x7f800000u;
+        }
+        if (any)
+            break;
+    }
+    for (; i < n; i++) {
         uint32_t u;
         memcpy(&u, &v[i], 4);
         if ((u & 0x7f800000u) == 0x7f800000u) {
@@ -186,64 +199,120 @@ static uint32_t local_findings(pg_run *r, int64_t step, char *what, size_t wl)
     return f;
 }
 
-int pg_guard_verdict(pg_run *r, int64_t step)
+int pg_guard_findings(pg_run *r, int64_t step)
 {
     const pg_stage_desc *d = r->d;
-    char msg[480];
-    memset(r->norms, 0, (size_t)d->nmodel_params * sizeof(double));
+    int np = d->nmodel_params;
+    /* Without clipping, a gradient's sum of squares only tells whether it is
+     * finite (a finite float's square is finite in double, a non-finite one's
+     * is not): where the gradients lie in host memory (the CPU backend) their
+     * bits are tested instead, a vectorized pass where the sum in index order
+     * is a chain of dependent additions, and the sum is made only of a
+     * gradient found not finite (its message prints it). */
+    int test_bits = !(d->train.grad_clip > 0) && !strcmp(pg_backend_name(), "cpu");
+    memset(r->norms, 0, (size_t)np * sizeof(double));
     for (int i = 0; i < d->nparams; i++) {
         const pg_param_desc *p = &d->params[i];
-        if (p->is_buffer || p->owner != d->stage)
+        size_t bad;
+        if (p->is_buffer || p->owner != d->stage ||
+            (test_bits && !pg_guard_finite((const float *)(r->A + p->grad_off), (size_t)p->numel, &bad)))
             continue;
         if (pg_sumsq(r->ctx, p->numel, (const float *)(r->A + p->grad_off), &r->norms[p->index]))
             return 1;
     }
-    r->norms_ready = 1;
-    uint32_t mine = local_findings(r, step, msg, sizeof msg);
-    /* every stage tells every other (one word), so all decide alike before
-     * any optimizer commits: the first stage in stage order that found
-     * something is named */
-    uint64_t v = mine, all = mine;
-    int who = mine ? d->stage : -1;
-    uint32_t tag = PG_TAG(PG_TAG_VERDICT, 0, 0);
-    for (int k = 0; k < d->nstages; k++)
-        if (k != d->stage && pg_net_send(r->net, k, tag, &v, sizeof v)) {
-            fprintf(stderr, "stage %d: sending the verdict on step %" PRId64 " to stage %d failed: %s\n", d->stage,
-                    step + 1, k, pg_net_error(r->net));
-            return 1;
-        }
-    for (int k = 0; k < d->nstages; k++) {
-        uint64_t w = 0;
-        if (k == d->stage)
-            continue;
-        pg_net_status st = pg_net_recv(r->net, k, tag, &w, sizeof w, r->opt.timeout_s);
-        if (st == PG_NET_TIMEOUT) {
-            fprintf(stderr, "stage %d waiting for the verdict on step %" PRId64 " from stage %d for %g s (stage %d has "
-                            "not finished the step: its own message says what it waits for)\n",
-                    d->stage, step + 1, k, r->opt.timeout_s, k);
-            return 1;
-        }
-        if (st) {
-            fprintf(stderr, "stage %d: receiving the verdict on step %" PRId64 " from stage %d failed: %s\n",
-                    d->stage, step + 1, k, pg_net_error(r->net));
-            return 1;
-        }
-        if (w && (who < 0 || k < who))
-            who = k;
-        all |= w;
+    memcpy(r->norm_in, r->norms, (size_t)np * sizeof(double)); /* every other stage's come with its verdict */
+    r->v_mine = local_findings(r, step, r->v_what, sizeof r->v_what);
+    r->v_all = r->v_mine;
+    r->v_who = r->v_mine ? d->stage : -1;
+    uint64_t w = r->v_mine; /* the message: the word's bits, then this stage's sums of squares */
+    memcpy(&r->v_msg[0], &w, sizeof w);
+    memcpy(&r->v_msg[1], r->norms, (size_t)np * sizeof(double));
+    r->verdict_state = 1;
+    return 0;
+}
+
+/* The message's size: the word and a sum of squares per model parameter. */
+static size_t verdict_bytes(const pg_stage_desc *d) { return (size_t)(1 + d->nmodel_params) * sizeof(double); }
+
+/* 0 when x names another stage and carries a verdict message; else 1 after saying so. */
+static int verdict_action_ok(const pg_run *r, int a, const pg_step_action *x)
+{
+    const pg_stage_desc *d = r->d;
+    if (x->peer >= 0 && x->peer < d->nstages && x->peer != d->stage && (size_t)x->bytes == verdict_bytes(d) &&
+        r->verdict_state >= 1)
+        return 0;
+    fprintf(stderr, "stage %d: action %d %s (peer %d, %lld bytes) does not fit this stage's verdict (%zu bytes, after "
+                    "its VERDICT)\n", d->stage, a, pg_step_kind_name(x->kind), x->peer, (long long)x->bytes,
+            verdict_bytes(d));
+    return 1;
+}
+
+int pg_guard_give(pg_run *r, int a, const pg_step_action *x, int64_t step)
+{
+    if (verdict_action_ok(r, a, x))
+        return 1;
+    if (pg_net_send(r->net, x->peer, x->tag, r->v_msg, verdict_bytes(r->d))) {
+        fprintf(stderr, "stage %d: sending the verdict on step %" PRId64 " to stage %d failed: %s\n", r->d->stage,
+                step + 1, x->peer, pg_net_error(r->net));
+        return 1;
     }
+    return 0;
+}
+
+int pg_guard_take(pg_run *r, int a, const pg_step_action *x, int64_t step)
+{
+    const pg_stage_desc *d = r->d;
+    int k = x->peer;
+    if (verdict_action_ok(r, a, x))
+        return 1;
+    double *in = r->v_msg + 1 + d->nmodel_params; /* the second half of the buffer */
+    pg_net_status st = pg_net_recv(r->net, k, x->tag, in, verdict_bytes(d), r->opt.timeout_s);
+    if (st == PG_NET_TIMEOUT) {
+        fprintf(stderr, "stage %d waiting for the verdict on step %" PRId64 " from stage %d for %g s (stage %d has "
+                        "not finished the step: its own message says what it waits for)\n",
+                d->stage, step + 1, k, r->opt.timeout_s, k);
+        return 1;
+    }
+    if (st) {
+        fprintf(stderr, "stage %d: receiving the verdict on step %" PRId64 " from stage %d failed: %s\n", d->stage,
+                step + 1, k, pg_net_error(r->net));
+        return 1;
+    }
+    uint64_t w;
+    memcpy(&w, &in[0], sizeof w);
+    if (w && (r->v_who < 0 || k < r->v_who))
+        r->v_who = k;
+    r->v_all |= w;
+    for (int p = 0; p < d->nmodel_params; p++) /* the sums of squares of what k owns */
+        if (d->model_params[p].owner == k)
+            r->norm_in[p] = in[1 + p];
+    return 0;
+}
+
+int pg_guard_decide(pg_run *r, int a, const pg_step_action *x, int64_t step)
+{
+    const pg_stage_desc *d = r->d;
+    if (r->verdict_state == 2)
+        return 0;
+    if (r->verdict_state != 1) {
+        fprintf(stderr, "stage %d: action %d %s comes before the step's VERDICT: this stage's action table cannot "
+                        "have been made by pipegen (regenerate it)\n", d->stage, a, pg_step_kind_name(x ? x->kind : -1));
+        return 1;
+    }
+    r->verdict_state = 2;
+    uint64_t all = r->v_all;
     r->step_verdict = !all ? PG_VERDICT_OK : r->opt.skip_nonfinite ? PG_VERDICT_SKIP : PG_VERDICT_STOP;
     r->step_bad = (int)all;
-    if (mine && r->step_verdict == PG_VERDICT_STOP)
+    if (r->v_mine && r->step_verdict == PG_VERDICT_STOP)
         fprintf(stderr,
                 "stage %d: %s: stopping before the optimizer; check the data and the learning rate, or pass "
                 "--skip-nonfinite to skip such steps\n",
-                d->stage, msg);
-    else if (mine)
-        fprintf(stderr, "stage %d: %s: skipping the step on every stage (--skip-nonfinite)\n", d->stage, msg);
+                d->stage, r->v_what);
+    else if (r->v_mine)
+        fprintf(stderr, "stage %d: %s: skipping the step on every stage (--skip-nonfinite)\n", d->stage, r->v_what);
     else if (r->step_verdict == PG_VERDICT_STOP)
-        fprintf(stderr, "stage %d: stopping: stage %d found the %s of step %" PRId64 " not finite\n", d->stage, who,
-                all & V_LOSS ? "loss" : "gradients", step + 1);
+        fprintf(stderr, "stage %d: stopping: stage %d found the %s of step %" PRId64 " not finite\n", d->stage,
+                r->v_who, all & V_LOSS ? "loss" : "gradients", step + 1);
     return 0;
 }
 

@@ -32,16 +32,26 @@ int pg_guard_ids(const pg_datafile *f, int64_t vocab, int64_t allowed, const cha
 /* Collective, after pg_net_init: every stage learns which stage holds the loss. */
 int pg_guard_init(pg_run *r);
 
-/* Every stage, at its first GRAD_NORM or OPT_STEP of a step, before its
- * optimizer touches anything (collective): the sums of squares of the
- * gradients it owns into r->norms (r->norms_ready; GRAD_NORM reuses them), a
- * word of what it found (the loss stage: a non-finite loss; every stage: a
- * non-finite gradient) to every other stage, and from every other stage
- * theirs; all decide alike into r->step_verdict: ok, or on any finding stop
- * (skip with --skip-nonfinite). The finder says what it found. 0, or 1 after
- * printing a network failure. */
-int pg_guard_verdict(pg_run *r, int64_t step);
-/* 0 when the n floats at v are finite; -1 with the first other one's index. */
+/* The step's verdict, made by the actions of the step's end (step.c), so
+ * that all stages decide alike before any optimizer commits anything:
+ * findings (VERDICT, once the stage's gradients are final): the sums of
+ * squares of the gradients it owns into r->norms (and r->norm_in; without
+ * clipping on the CPU only those of a non-finite gradient), what it
+ * found (the loss stage: a non-finite loss; every stage: a non-finite
+ * gradient) into its verdict message; give (VERDICT_SEND x): that message,
+ * the word and the sums, to stage x->peer; take (VERDICT_RECV x): stage
+ * x->peer's, its word ORed into the others and the sums of squares of what
+ * it owns into r->norm_in; decide (the first GRAD_NORM / OPT_STEP, every
+ * verdict in): r->step_verdict ok, or on any finding stop (skip with
+ * --skip-nonfinite); the finder says what it found, the others who found
+ * it. 0, or 1 after printing the failure (a receive's timeout names the
+ * stage it waits for). */
+int pg_guard_findings(pg_run *r, int64_t step);
+int pg_guard_give(pg_run *r, int a, const pg_step_action *x, int64_t step);
+int pg_guard_take(pg_run *r, int a, const pg_step_action *x, int64_t step);
+int pg_guard_decide(pg_run *r, int a, const pg_step_action *x, int64_t step);
+/* 0 when the n floats at v are finite; -1 with the first other one's index
+ * (blocks of 64 tested at once, then the block that holds one, in order). */
 int pg_guard_finite(const float *v, size_t n, size_t *bad);
 /* The same, -1 with "WHAT, element I is nan" (inf, -inf) in err. */
 int pg_guard_finite_msg(const float *v, size_t n, const char *what, char *err, size_t errlen);

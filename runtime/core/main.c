@@ -491,7 +491,8 @@ static int run(pg_run *r)
     r->loss = calloc((size_t)d->nmb, sizeof(double));
     r->norms = calloc((size_t)(d->nmodel_params ? d->nmodel_params : 1), sizeof(double));
     r->norm_in = calloc((size_t)(d->nmodel_params ? d->nmodel_params : 1), sizeof(double));
-    if (!r->host || !r->loss || !r->norms || !r->norm_in) {
+    r->v_msg = calloc(2 * (size_t)(1 + d->nmodel_params), sizeof(double)); /* a verdict to send, one received */
+    if (!r->host || !r->loss || !r->norms || !r->norm_in || !r->v_msg) {
         fprintf(stderr, "stage %d: out of memory for %zu bytes of staging\n", d->stage, hb);
         return 1;
     }
@@ -697,6 +698,7 @@ int main(int argc, char **argv)
     free(r.loss);
     free(r.norms);
     free(r.norm_in);
+    free(r.v_msg);
     free(r.mb_rows);
     free(r.mb_first);
     pg_dp_free(&r);

@@ -22,9 +22,11 @@
 
 #include <stdint.h>
 
-#define PG_CONTRACT_VERSION 6 /* 3: pg_param_desc.chunk, .grad_layer; pg_mb_io.grads_final; 4: pg_stage_desc.opt_lo,
-                                 .opt_bytes; 5: pg_stage_desc.has_ignore, .ignore_id, .count_off; 6: pg_mb_io.seqs,
-                                 .t, pg_chunk_desc.dec, pg_stage_desc.dec, .dec_why (generation with the KV cache) */
+#define PG_CONTRACT_VERSION 7 /* 3: pg_param_desc.chunk, .grad_layer; pg_mb_io.grads_final; 4: pg_stage_desc.opt_lo,
+                                 .opt_bytes; 5: pg_stage_desc.has_ignore, .ignore_id, .count_off; 6: the
+                                 step's end as actions (TIE_SUM_*, VERDICT*; no TIE_REDUCE; GRAD_NORM local);
+                                 7: pg_mb_io.seqs, .t, pg_chunk_desc.dec, pg_stage_desc.dec, .dec_why
+                                 (generation with the KV cache) */
 /* "PGCTRC" in the high bytes and the version in the low ones: a stage file
  * from before the contract had a pointer there, which never reads as this. */
 #define PG_CONTRACT_TAG(version) (UINT64_C(0x5047435452430000) | (uint64_t)(version))
@@ -32,7 +34,18 @@
 /* ---- the step: action kinds ---------------------------------------------
  * One list, in the order of the enum: X(NAME, what it does). The schedule
  * (codegen/schedule/schedule.c), the emitter, the runtime (step.c) and every message
- * (`action 12 RECV_GRAD(mb 3) ...`) use these names. */
+ * (`action 12 RECV_GRAD(mb 3) ...`) use these names.
+ *
+ * The step's end is actions too, each placed where what it needs is final
+ * (codegen/schedule/schedule_comms.c): a user of a tied parameter sends its
+ * gradient accumulators to the owner (TIE_GRAD_SEND) right after the last
+ * weight-gradient pass that writes them; the owner adds them in stage order
+ * (TIE_GRAD_RECV) after its own; then every stage makes its verdict
+ * (VERDICT: its gradients final, their sums of squares, non-finite loss or
+ * gradients) and sends it to every other stage (VERDICT_SEND), the owner of
+ * a replicated tie sends the sum back (TIE_SUM_SEND), and each stage receives
+ * what it needs (VERDICT_RECV, TIE_SUM_RECV) before it clips (GRAD_NORM) and
+ * steps (OPT_STEP). No exchange waits for one that could have gone earlier. */
 #define PG_STEP_KINDS(X)                                                                                        \
     X(FWD, "forward of (chunk, mb)")                                                                           \
     X(BWD_B, "backward, input gradient (includes the loss gradient on the last chunk)")                       \
@@ -45,13 +58,17 @@
     X(RECV_SKIP, "stashed tensor `skip` of mb, from the stashing stage")                                      \
     X(SEND_SKIP_GRAD, "gradient of skip `skip` of mb, back to the stashing stage")                            \
     X(RECV_SKIP_GRAD, "gradient of skip `skip` of mb, from the popping stage")                                \
-    X(TIE_REDUCE, "replicate: sum the gradients of tied `param` over its stages, in stage order")            \
     X(TIE_SEND, "transmit: the owner sends the value of `param` to a user (peer)")                            \
     X(TIE_RECV, "transmit: a user receives the value (peer = owner)")                                         \
-    X(TIE_GRAD_SEND, "transmit: a user sends its gradient of `param` to the owner")                           \
-    X(TIE_GRAD_RECV, "transmit: the owner receives and adds it, in stage order")                              \
-    X(GRAD_NORM, "grad clipping: every stage exchanges per-parameter sums of squares")                        \
-    X(OPT_STEP, "optimizer step on this stage's parameters")
+    X(TIE_GRAD_SEND, "a user sends its gradient accumulators of `param` to the owner, once they are final")   \
+    X(TIE_GRAD_RECV, "the owner receives and adds them, in stage order (the first folds its own uses)")       \
+    X(TIE_SUM_SEND, "replicate: the owner sends the summed gradient of `param` to a user")                    \
+    X(TIE_SUM_RECV, "replicate: a user receives it into its copy's gradient (peer = owner)")                  \
+    X(VERDICT, "the stage's gradients final (folds, replicas), their sums of squares, its findings")          \
+    X(VERDICT_SEND, "the verdict word and the sums of squares of the gradients it owns, to stage peer")       \
+    X(VERDICT_RECV, "stage peer's verdict word and sums of squares")                                          \
+    X(GRAD_NORM, "grad clipping: the global norm from every stage's sums of squares, then scale")             \
+    X(OPT_STEP, "optimizer step on this stage's parameters (once every verdict is in)")
 
 typedef enum pg_step_kind {
 #define PG_STEP_KIND_ENUM_(name, what) PG_##name,
@@ -84,11 +101,10 @@ static inline const char *pg_step_kind_name(int kind)
 enum {
     PG_TAG_GEN = 25,     /* generation: a decode call's row table before each message, the sampled tokens (decode.c) */
     PG_TAG_CKPT = 27,    /* checkpoint: reports, verdicts, the resume agreement */
-    PG_TAG_VERDICT = 28, /* the non-finite verdict on a step (guard.c) */
+    PG_TAG_VERDICT = 28, /* the start-up exchange of which stage holds the loss (guard.c) */
     PG_TAG_STOP = 29,    /* the --save-on-exit stop agreement (guard.c) */
-    PG_TAG_SAVE = 30,    /* the final parameter gather (--save) */
-    PG_TAG_NORM = 31     /* the grad-norm exchange */
-};
+    PG_TAG_SAVE = 30     /* the final parameter gather (--save) */
+};                       /* (31, the grad-norm exchange up to contract 5, is VERDICT_SEND's now) */
 
 /* ---- random streams -------------------------------------------------------
  * splitmix64's output function applied to x + the golden ratio: a bijective,

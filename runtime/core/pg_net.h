@@ -3,8 +3,10 @@
  * pair of stages (loopback or across hosts).
  *
  * Semantics (codegen/schedule/schedule.h relies on them):
- *  - pg_net_send never blocks on the peer: it copies into a per-peer buffer of
- *    the size given at init (one step's traffic) and a sender thread drains it;
+ *  - pg_net_send never blocks on the peer: it writes what the socket takes at
+ *    once (nothing queued to the peer) and copies the rest into a per-peer
+ *    buffer of the size given at init (one step's traffic), which a sender
+ *    thread drains; the caller's buffer is free again when it returns;
  *  - pg_net_recv blocks until the message arrives, up to a timeout;
  *  - messages on one pair arrive in send order; each carries a tag and a byte
  *    count, and a receive whose expectation differs fails with both named.

@@ -50,10 +50,12 @@ typedef struct pg_run_opts {
 } pg_run_opts;
 
 /* The data-parallel reduction's spans in the trace (trace.c), kinds below -1:
- * the whole reduction, then its parts between dp_mark[i] and dp_mark[i + 1]. */
+ * the whole reduction, then its parts between dp_mark[i] and dp_mark[i + 1];
+ * and the step's start before its first action (the gradients zeroed, the
+ * batch loaded). */
 #define PG_TRACE_DP_MARKS 6
 enum { PG_TRACE_DP_REDUCE = -2, PG_TRACE_DP_WAIT = -3, PG_TRACE_DP_SCATTER = -4, PG_TRACE_DP_SUM = -5,
-       PG_TRACE_DP_GATHER = -6 };
+       PG_TRACE_DP_GATHER = -6, PG_TRACE_DATA = -7 };
 #define PG_TRACE_DP_SPANS 5
 
 /* One traced action (or, action -1, a whole step; below -1, a part of the
@@ -70,7 +72,17 @@ typedef struct pg_run {
     pg_run_opts opt;
     int step_verdict;         /* this step: 0 ok, 1 skipped (non-finite loss or gradient), 2 stop (guard.c) */
     int step_bad;             /* what the verdict found: 1 a loss, 2 a gradient (both: 3) */
-    int norms_ready;          /* norms holds this step's owned sums of squares (pg_guard_verdict) */
+    /* The step's verdict as its actions make it (guard.c): 0 none yet, 1 this
+     * stage's made (VERDICT), 2 decided (the first GRAD_NORM / OPT_STEP).
+     * v_mine: its findings; v_all: every stage's received so far, ORed; v_who:
+     * the first stage in stage order that found something (-1 none); v_what:
+     * what this stage found, for its message. */
+    int verdict_state;
+    uint32_t v_mine;
+    uint64_t v_all;
+    int v_who;
+    char v_what[480];
+    double *v_msg;            /* [1 + nmodel_params]: a verdict message: the word's bits, then the sums of squares */
     int loss_stage;           /* the stage holding the loss (pg_guard_init) */
     pg_ctx *ctx;
     unsigned char *A;         /* the arena */
@@ -81,7 +93,7 @@ typedef struct pg_run {
     size_t host_bytes;
     double *loss;             /* [nmb] partial losses of this step */
     void *synth_in, *synth_tg; /* synthetic data: the fixed batches, made at start-up (pg_run_synth_init) */
-    double *norms, *norm_in;  /* [nmodel_params]: grad-norm exchange */
+    double *norms, *norm_in;  /* [nmodel_params]: this stage's owned sums of squares; every parameter's (its owner's) */
     double compute_s;         /* time inside compute actions, steps after the first */
     double wall_s;            /* wall time of the steps after the first */
     double first_wall_s;      /* wall time of the first step */
@@ -184,6 +196,13 @@ static inline int pg_param_stepped(const pg_stage_desc *d, const pg_param_desc *
 {
     return !p->is_buffer && p->grad_off >= 0 && !(p->tie == 2 && p->owner != d->stage);
 }
+/* Do the replicas sum parameter p's gradient on this stage (dp.c)? What it
+ * steps, but a replicated tie's copy on a user: the owner sums it over the
+ * replicas and sends the sum (TIE_SUM_SEND). */
+static inline int pg_param_reduced(const pg_stage_desc *d, const pg_param_desc *p)
+{
+    return pg_param_stepped(d, p) && !(p->tie == PG_TIE_REPLICATE && p->owner != d->stage);
+}
 /* The rank of this stage's copy in replica q (rank = replica x P + stage). */
 static inline int pg_dp_rank(const pg_run *r, int q) { return q * r->d->nstages + r->d->stage; }
 /* 1, after saying that sending (or receiving) `what` to (from) replica q's
@@ -253,6 +272,8 @@ int pg_trace_init(pg_run *r);
 int pg_trace_sync(pg_run *r);
 void pg_trace_action(pg_run *r, int64_t step, int a, double t0, double t1);
 void pg_trace_step(pg_run *r, int64_t step, double t0, double t1);
+/* the step's start: the gradients zeroed and the batch loaded, t0..t1 */
+void pg_trace_data(pg_run *r, int64_t step, double t0, double t1);
 /* the reduction's spans of this step from r->dp_mark (replicas > 1) */
 void pg_trace_dp(pg_run *r, int64_t step);
 int pg_trace_finish(pg_run *r);

@@ -164,41 +164,15 @@ static double lr_at(const pg_train_desc *t, int64_t step)
     return t->lr_min + 0.5 * (t->lr - t->lr_min) * (1.0 + cos(3.14159265358979323846 * p));
 }
 
-/* Global grad norm: every stage sends its owned parameters' sums of squares to
- * every other stage; each adds them in model parameter order, so the result
- * is the same bits for any partition. Then every local gradient is scaled. */
-static int grad_norm_clip(pg_run *r, int a, const pg_step_action *x)
+/* Global grad norm: every parameter's sum of squares came from its owner
+ * (this stage's own in VERDICT, the others' with their verdicts), added in
+ * model parameter order, so the result is the same bits for any partition.
+ * Then every local gradient is scaled. */
+static int grad_norm_clip(pg_run *r)
 {
     const pg_stage_desc *d = r->d;
-    int np = d->nmodel_params;
-    /* r->norms holds this step's sums of squares of the owned gradients,
-     * made for the verdict (pg_guard_verdict) just before */
-    uint32_t tag = PG_TAG(PG_TAG_NORM, 0, 0);
-    for (int k = 0; k < d->nstages; k++) {
-        if (k == d->stage)
-            continue;
-        pg_net_status st = pg_net_send(r->net, k, tag, r->norms, (size_t)np * sizeof(double));
-        if (st) {
-            net_fail(r, a, x, st);
-            return 1;
-        }
-    }
-    /* norm_in[p] takes the owner's value */
-    memcpy(r->norm_in, r->norms, (size_t)np * sizeof(double));
-    for (int k = 0; k < d->nstages; k++) {
-        if (k == d->stage)
-            continue;
-        pg_net_status st = pg_net_recv(r->net, k, tag, r->norms, (size_t)np * sizeof(double), r->opt.timeout_s);
-        if (st) {
-            net_fail(r, a, x, st);
-            return 1;
-        }
-        for (int p = 0; p < np; p++)
-            if (d->model_params[p].owner == k)
-                r->norm_in[p] = r->norms[p];
-    }
     double total = 0.0;
-    for (int p = 0; p < np; p++)
+    for (int p = 0; p < d->nmodel_params; p++)
         if (!d->model_params[p].is_buffer)
             total += r->norm_in[p];
     double norm = sqrt(total), coef = d->train.grad_clip / (norm + 1e-6);
@@ -322,46 +296,9 @@ static const pg_param_desc *tie_param(pg_run *r, int a, const pg_step_action *x)
     return p;
 }
 
-/* replicate: users send their accumulators to the owner, which sums all of
- * them in layer order and sends the gradient back, so every copy steps alike. */
-static int tie_reduce(pg_run *r, int a, const pg_step_action *x)
-{
-    const pg_stage_desc *d = r->d;
-    const pg_param_desc *p = tie_param(r, a, x);
-    if (!p)
-        return 1;
-    const pg_param_desc *m = &d->model_params[p->index];
-    size_t vb = (size_t)p->numel * 4;
-    unsigned char *g = r->A + p->grad_off;
-    pg_net_status st;
-    if (d->stage != x->peer) {
-        if ((st = pg_net_send(r->net, x->peer, PG_TAG(PG_TIE_REDUCE, p->index, 0), g, acc_block_bytes(p, nacc_local(p)))))
-            return tie_net(r, a, x, p, x->peer, "sending the gradient", st);
-        if ((st = pg_net_recv(r->net, x->peer, PG_TAG(PG_TIE_REDUCE, p->index, 1), g, vb, r->opt.timeout_s)))
-            return tie_net(r, a, x, p, x->peer, "receiving the summed gradient", st);
-        return 0;
-    }
-    if (fold_uses(r, p))
-        return 1;
-    for (int u = 0; u < d->nstages && u < 64; u++) {
-        if (u == d->stage || !(m->stage_mask >> u & 1))
-            continue;
-        int n = nacc_at(m, u);
-        if ((st = pg_net_recv(r->net, u, PG_TAG(PG_TIE_REDUCE, p->index, 0), r->A + d->ws_off, acc_block_bytes(p, n),
-                              r->opt.timeout_s)))
-            return tie_net(r, a, x, p, u, "receiving the gradient", st);
-        if (add_block(r, p, n))
-            return 1;
-    }
-    for (int u = 0; u < d->nstages && u < 64; u++)
-        if (u != d->stage && (m->stage_mask >> u & 1) &&
-            (st = pg_net_send(r->net, u, PG_TAG(PG_TIE_REDUCE, p->index, 1), g, vb)))
-            return tie_net(r, a, x, p, u, "sending the summed gradient", st);
-    return 0;
-}
-
-/* transmit: the value out at the start, the users' accumulators back at the end */
-static int tie_transmit(pg_run *r, int a, const pg_step_action *x)
+/* The tie actions: the value out at the start (transmit), the users'
+ * accumulators in as soon as they are final, the sum back (replicate). */
+static int tie_action(pg_run *r, int a, const pg_step_action *x)
 {
     const pg_stage_desc *d = r->d;
     const pg_param_desc *p = tie_param(r, a, x);
@@ -383,6 +320,15 @@ static int tie_transmit(pg_run *r, int a, const pg_step_action *x)
         if ((st = pg_net_send(r->net, x->peer, PG_TAG(PG_TIE_GRAD_SEND, p->index, 0), r->A + p->grad_off,
                               acc_block_bytes(p, nacc_local(p)))))
             return tie_net(r, a, x, p, x->peer, "sending the gradient", st);
+        return 0;
+    case PG_TIE_SUM_SEND:
+        if ((st = pg_net_send(r->net, x->peer, PG_TAG(PG_TIE_SUM_SEND, p->index, 0), r->A + p->grad_off, vb)))
+            return tie_net(r, a, x, p, x->peer, "sending the summed gradient", st);
+        return 0;
+    case PG_TIE_SUM_RECV:
+        if ((st = pg_net_recv(r->net, x->peer, PG_TAG(PG_TIE_SUM_SEND, p->index, 0), r->A + p->grad_off, vb,
+                              r->opt.timeout_s)))
+            return tie_net(r, a, x, p, x->peer, "receiving the summed gradient", st);
         return 0;
     default: { /* PG_TIE_GRAD_RECV, one per user in stage order: the first one folds the owner's own uses */
         int first = d->stage + 1;
@@ -425,14 +371,14 @@ static int tie_check(pg_run *r, int a, const pg_step_action *x, int64_t step)
         uint64_t h = pg_hash64(r->host, (size_t)p->numel * 4, 0xcbf29ce484222325ull), hu = 0;
         pg_net_status st;
         if (d->stage != p->owner) {
-            if ((st = pg_net_send(r->net, p->owner, PG_TAG(PG_TIE_REDUCE, p->index, 2), &h, sizeof h)))
+            if ((st = pg_net_send(r->net, p->owner, PG_TAG(PG_TIE_SUM_SEND, p->index, 2), &h, sizeof h)))
                 return tie_net(r, a, x, p, p->owner, "sending the copy's hash", st);
             continue;
         }
         for (int u = 0; u < d->nstages && u < 64; u++) {
             if (u == d->stage || !(p->stage_mask >> u & 1))
                 continue;
-            if ((st = pg_net_recv(r->net, u, PG_TAG(PG_TIE_REDUCE, p->index, 2), &hu, sizeof hu, r->opt.timeout_s)))
+            if ((st = pg_net_recv(r->net, u, PG_TAG(PG_TIE_SUM_SEND, p->index, 2), &hu, sizeof hu, r->opt.timeout_s)))
                 return tie_net(r, a, x, p, u, "receiving the copy's hash", st);
             if (hu != h) {
                 fprintf(stderr, "stage %d: tied parameter %s: the copy on stage %d differs from stage %d's after step %lld "
@@ -446,22 +392,18 @@ static int tie_check(pg_run *r, int a, const pg_step_action *x, int64_t step)
     return 0;
 }
 
-/* The verdict on this step (guard.c), made once before the optimizer touches
- * anything, at the first GRAD_NORM or OPT_STEP of every stage (after the local
- * gradient folds, so it sees the gradients the optimizer would): every stage
- * tells every other whether its loss (the loss stage) and the gradients it owns
- * are finite. */
-static int exchange_verdict(pg_run *r, int64_t step, int *known)
+/* VERDICT: this stage's gradients final (the local folds, the deferred sums
+ * of squares and losses fetched, every gradient and the loss summed over the
+ * replicas: dp.c), then its findings (guard.c). Its users' tie accumulators
+ * were added before it (TIE_GRAD_RECV), so the sums of squares are of the
+ * gradients the optimizer would see. */
+static int make_verdict(pg_run *r, int64_t step)
 {
-    if (*known)
-        return 0;
-    *known = 1; /* deferred losses and sums of squares arrive first (pg_backend_fetch); the
-                   gradients and the loss are the whole batch's (every replica's: dp.c) first */
     if (fold_local(r) || pg_backend_fetch(r->ctx) || pg_dp_reduce(r, step))
         return 1;
     if (r->tracing && r->dp)
         pg_trace_dp(r, step); /* the reduction's spans (dp_mark, dp.c) */
-    return pg_guard_verdict(r, step) || pg_backend_fetch(r->ctx);
+    return pg_guard_findings(r, step) || pg_backend_fetch(r->ctx);
 }
 
 int pg_run_step(pg_run *r, int64_t step, double *loss_out)
@@ -480,8 +422,10 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
             return 1;
     if (pg_backend_compute_end(r->ctx) || load_batch(r, step))
         return 1;
+    if (r->tracing)
+        pg_trace_data(r, step, step_t0, pg_run_now()); /* the gradients zeroed, the batch loaded */
     double compute = 0.0;
-    int verdict_known = 0;
+    r->verdict_state = 0;
     r->step_verdict = PG_VERDICT_OK;
     const char *ct = getenv("PIPE_CHECK_TIES");
     int check_ties = ct && *ct && strcmp(ct, "0") != 0;
@@ -524,23 +468,36 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
         case PG_RECV_ACT: case PG_RECV_GRAD: case PG_RECV_SKIP: case PG_RECV_SKIP_GRAD:
             st = pg_net_recv(r->net, x->peer, x->tag, r->A + x->off, msg_bytes(r, x), r->opt.timeout_s);
             break;
-        case PG_TIE_REDUCE: case PG_TIE_SEND: case PG_TIE_RECV: case PG_TIE_GRAD_SEND: case PG_TIE_GRAD_RECV:
-            if (x->kind == PG_TIE_REDUCE ? tie_reduce(r, a, x) : tie_transmit(r, a, x))
+        case PG_TIE_SEND: case PG_TIE_RECV: case PG_TIE_GRAD_SEND: case PG_TIE_GRAD_RECV: case PG_TIE_SUM_SEND:
+        case PG_TIE_SUM_RECV:
+            if (tie_action(r, a, x))
+                return 1;
+            break;
+        case PG_VERDICT:
+            if (r->verdict_state) {
+                fprintf(stderr, "stage %d: action %d VERDICT: the step's verdict is made already\n", d->stage, a);
+                return 1;
+            }
+            if (make_verdict(r, step))
+                return 1;
+            break;
+        case PG_VERDICT_SEND: case PG_VERDICT_RECV:
+            if (x->kind == PG_VERDICT_SEND ? pg_guard_give(r, a, x, step) : pg_guard_take(r, a, x, step))
                 return 1;
             break;
         case PG_GRAD_NORM: {
-            if (exchange_verdict(r, step, &verdict_known) || r->step_verdict == PG_VERDICT_STOP)
+            if (pg_guard_decide(r, a, x, step) || r->step_verdict == PG_VERDICT_STOP)
                 return 1;
             if (r->step_verdict == PG_VERDICT_SKIP)
                 break;
             double t0 = pg_run_now();
-            if (d->train.grad_clip > 0 && grad_norm_clip(r, a, x))
+            if (d->train.grad_clip > 0 && grad_norm_clip(r))
                 return 1;
             compute += pg_run_now() - t0;
             break;
         }
         case PG_OPT_STEP: {
-            if (exchange_verdict(r, step, &verdict_known) || r->step_verdict == PG_VERDICT_STOP)
+            if (pg_guard_decide(r, a, x, step) || r->step_verdict == PG_VERDICT_STOP)
                 return 1;
             if (r->step_verdict == PG_VERDICT_SKIP)
                 break;
@@ -567,7 +524,8 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
         if (r->tracing)
             pg_trace_action(r, step, a, act_t0, pg_run_now());
     }
-    if (pg_backend_compute_end(r->ctx) || exchange_verdict(r, step, &verdict_known) ||
+    /* a table without OPT_STEP (none pipegen makes) still decides what its VERDICT found */
+    if (pg_backend_compute_end(r->ctx) || (r->verdict_state == 1 && pg_guard_decide(r, -1, NULL, step)) ||
         r->step_verdict == PG_VERDICT_STOP)
         return 1;
     if (pg_sync(r->ctx) || pg_backend_step_end(r->ctx))

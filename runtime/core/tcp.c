@@ -1756,8 +1756,13 @@ static pg_net_status send_msg(pg_tcp *n, int to, uint32_t tag, const void *buf, 
         seterr(n->err, sizeof n->err, "out of memory for the queue of sends to %s", pname(n, to, nb, sizeof nb));
         return PG_NET_ERROR;
     }
-    size_t hdr_done = 0, done = 0; /* written here before anything is queued */
-    int idle = lend && !p->dead && p->used == 0 && p->lent_n == 0; /* every earlier lent send is written */
+    /* Nothing queued to p (every earlier send, lent or copied, is written):
+     * this thread writes what the socket takes at once straight from buf, so
+     * a message the socket holds whole is neither copied into the ring nor
+     * handed to the sender thread (whose wake-up, on a busy machine, costs the
+     * caller its core for a time slice); only the rest is queued. */
+    size_t hdr_done = 0, done = 0;
+    int idle = !p->dead && p->used == 0 && p->lent_n == 0;
     if (idle && send_now(p, h, &hdr_done, (const unsigned char *)buf, bytes, &done)) {
         int e = p->dead_errno;
         pthread_mutex_unlock(&p->mu);
@@ -1765,9 +1770,11 @@ static pg_net_status send_msg(pg_tcp *n, int to, uint32_t tag, const void *buf, 
     }
     int r = p->dead ? -1 : ring_put(p, h + hdr_done, MSG_HDR - hdr_done);
     if (r == 0 && idle && done == bytes) {
-        p->lent_seq++; /* written already: nothing lent stays queued, so every earlier one is done too */
-        p->lent_done++;
-        *seq = p->lent_seq;
+        if (lend) {
+            p->lent_seq++; /* written already: nothing lent stays queued, so every earlier one is done too */
+            p->lent_done++;
+            *seq = p->lent_seq;
+        }
         pthread_mutex_unlock(&p->mu);
         return PG_NET_OK;
     }

@@ -54,9 +54,10 @@
 
 
 /* A step's events: its actions, then with replicas the reduction's spans
- * (PG_TRACE_DP_*, nested in the action that ran the reduction), then the step. */
+ * (PG_TRACE_DP_*, nested in the action that ran the reduction), then its
+ * start before the first action (PG_TRACE_DATA), then the step. */
 static int dp_spans(const pg_run *r) { return r->replicas > 1 ? PG_TRACE_DP_SPANS : 0; }
-static int per_step(const pg_run *r) { return r->d->nactions + dp_spans(r) + 1; }
+static int per_step(const pg_run *r) { return r->d->nactions + dp_spans(r) + 2; }
 
 int pg_trace_init(pg_run *r)
 {
@@ -97,6 +98,12 @@ void pg_trace_step(pg_run *r, int64_t step, double t0, double t1)
     if (r->tr_first < 0)
         r->tr_first = step;
     r->tr_last = step;
+}
+
+void pg_trace_data(pg_run *r, int64_t step, double t0, double t1)
+{
+    pg_trace_ev *e = &r->tr_ev[(size_t)(step % r->opt.trace_steps) * (size_t)per_step(r) + (size_t)per_step(r) - 2];
+    *e = (pg_trace_ev){t0, t1, 0, (int32_t)step, -1, PG_TRACE_DATA, -1, -1, -1};
 }
 
 void pg_trace_dp(pg_run *r, int64_t step)
@@ -391,6 +398,8 @@ static int dp_index(int k) { return PG_TRACE_DP_REDUCE - k; } /* 0 .. PG_TRACE_D
 
 static const char *cat_of(int k)
 {
+    if (k == PG_TRACE_DATA)
+        return "data";
     if (k < -1)
         return "dp";
     if (k < 0)
@@ -410,7 +419,9 @@ static void us(FILE *o, long long ns)
 static void write_event(FILE *o, int stage, const pg_trace_ev *e, double zero, int *first)
 {
     char name[64];
-    if (e->kind < -1)
+    if (e->kind == PG_TRACE_DATA)
+        snprintf(name, sizeof name, "batch and zeroing");
+    else if (e->kind < -1)
         snprintf(name, sizeof name, "%s", dp_name[dp_index(e->kind)]);
     else if (e->kind < 0)
         snprintf(name, sizeof name, "step %d", e->step + 1);
@@ -430,6 +441,8 @@ static void write_event(FILE *o, int stage, const pg_trace_ev *e, double zero, i
     if (e->kind >= 0)
         fprintf(o, ", \"action\": %d, \"kind\": \"%s\", \"mb\": %d, \"chunk\": %d, \"peer\": %d, \"bytes\": %" PRId64,
                 e->action, pg_step_kind_name(e->kind), e->mb, e->chunk, e->peer, e->bytes);
+    else if (e->kind == PG_TRACE_DATA)
+        fprintf(o, ", \"kind\": \"DATA\"");
     else if (e->kind < -1)
         fprintf(o, ", \"kind\": \"%s\"", dp_kind[dp_index(e->kind)]);
     fprintf(o, "}}");
@@ -579,15 +592,28 @@ static void send_fit(const pg_run *r, const stage_events *se, double *lat, doubl
     fit_line(n, sx, sy, sxx, sxy, lat, bw);
 }
 
+/* The end of the n-th send of kind k to stage `to` in step j of stage u's
+ * events (-INFINITY when there is none). */
+static double nth_send_end(const pg_run *r, const stage_events *se, int u, int64_t j, int k, int to, int nth)
+{
+    const stage_events *x = &se[u];
+    int na = (int)x->ps - 2 - dp_spans(r);
+    const pg_trace_ev *e = x->ev + j * x->ps;
+    for (int a = 0, seen = 0; a < na; a++)
+        if (e[a].kind == k && e[a].peer == to && seen++ == nth)
+            return e[a].t1;
+    return -INFINITY;
+}
+
 /* Per stage, what the actions outside F/B/W cost the stage itself, waits left
  * out (so the prediction can add the waits its simulation finds):
- *  - OPT_STEP: its duration; where it is the stage's first GRAD_NORM/OPT_STEP of
- *    the step, from when the last other stage began its own first one (the
- *    verdict on the step is exchanged among all stages, guard.c) to its end;
- *  - GRAD_NORM and TIE_REDUCE (collectives): from the last participant's
- *    start to this stage's end (the local work and the exchange itself);
- *  - step_start_s / step_end_s: the step's time before its first action and
- *    after its last (batch loading, zeroing gradients, the loss sum).
+ *  - OPT_STEP, GRAD_NORM and VERDICT (local work; VERDICT with the replicas'
+ *    reduction): their durations;
+ *  - tie_s: the tie receives (TIE_GRAD_RECV: the owner's fold and sums,
+ *    TIE_SUM_RECV), each from the end of the send it meets on the other stage
+ *    (or its own start, if later) to its end;
+ *  - step_start_s / step_end_s: the step's time before its first action (the
+ *    gradients zeroed, the batch loaded) and after its last.
  * Means per step over the kept steps; needs every stage's events (stage 0). */
 static void stage_costs(const pg_run *r, const stage_events *se, FILE *o)
 {
@@ -595,70 +621,42 @@ static void stage_costs(const pg_run *r, const stage_events *se, FILE *o)
     int np = d->nstages;
     fprintf(o, "\"stage_costs\": [\n");
     for (int k = 0; k < np; k++) {
-        double opt = 0, norm = 0, tie = 0, pre = 0, post = 0;
+        double opt = 0, norm = 0, verdict = 0, tie = 0, pre = 0, post = 0;
         int64_t used = 0;
         for (int64_t j = 0; j < se[k].nsteps; j++) {
             if (skip_step(r, &se[k], j))
                 continue;
             const pg_trace_ev *e = se[k].ev + j * se[k].ps, *stp = e + se[k].ps - 1;
-            int na = (int)se[k].ps - 1 - dp_spans(r), first_sync = 1; /* the actions */
+            int na = (int)se[k].ps - 2 - dp_spans(r); /* the actions */
             used++;
             if (na > 0) {
                 pre += e[0].t0 - stp->t0;
                 post += stp->t1 - e[na - 1].t1;
             }
-            /* the same step on the other stages: j-th of their events when the rings
-             * agree; the verdict comes when the last of them reaches it */
-            double verdict = -INFINITY;
-            for (int u = 0; u < np; u++) {
-                if (u == k || se[u].nsteps != se[k].nsteps || se[u].lo != se[k].lo)
-                    continue;
-                const pg_trace_ev *el = se[u].ev + j * se[u].ps;
-                for (int64_t a = 0; a + 1 < se[u].ps; a++)
-                    if (el[a].kind == PG_GRAD_NORM || el[a].kind == PG_OPT_STEP) {
-                        if (el[a].t0 > verdict)
-                            verdict = el[a].t0;
-                        break;
-                    }
-            }
             for (int a = 0; a < na; a++) {
                 const pg_trace_ev *x = &e[a];
-                if (x->kind == PG_OPT_STEP) {
-                    double from = first_sync && verdict > x->t0 ? verdict : x->t0;
-                    opt += x->t1 > from ? x->t1 - from : 0;
-                    first_sync = 0;
-                } else if (x->kind == PG_GRAD_NORM || x->kind == PG_TIE_REDUCE) {
-                    /* the matching action elsewhere: the n-th of its kind with the
-                     * same root (peer) and size */
-                    int nth = 0;
-                    for (int b = 0; b < a; b++)
-                        nth += e[b].kind == x->kind && e[b].peer == x->peer && e[b].bytes == x->bytes;
-                    double last = x->t0;
-                    for (int u = 0; u < np; u++) {
-                        if (u == k || se[u].nsteps != se[k].nsteps || se[u].lo != se[k].lo)
-                            continue;
-                        const pg_trace_ev *eu = se[u].ev + j * se[u].ps;
-                        for (int64_t b = 0, seen = 0; b + 1 < se[u].ps; b++)
-                            if (eu[b].kind == x->kind && eu[b].peer == x->peer && eu[b].bytes == x->bytes &&
-                                seen++ == nth) {
-                                if (eu[b].t0 > last)
-                                    last = eu[b].t0;
-                                break;
-                            }
-                    }
-                    double own = x->t1 > last ? x->t1 - last : 0;
-                    if (x->kind == PG_GRAD_NORM) {
-                        norm += own;
-                        first_sync = 0;
-                    } else {
-                        tie += own;
-                    }
+                double t = x->t1 - x->t0;
+                if (x->kind == PG_OPT_STEP)
+                    opt += t;
+                else if (x->kind == PG_GRAD_NORM)
+                    norm += t;
+                else if (x->kind == PG_VERDICT)
+                    verdict += t;
+                else if ((x->kind == PG_TIE_GRAD_RECV || x->kind == PG_TIE_SUM_RECV) && x->peer >= 0 && x->peer < np) {
+                    int sk = x->kind == PG_TIE_GRAD_RECV ? PG_TIE_GRAD_SEND : PG_TIE_SUM_SEND, nth = 0;
+                    for (int b = 0; b < a; b++) /* FIFO per link: the n-th such receive meets the n-th send */
+                        nth += e[b].kind == x->kind && e[b].peer == x->peer;
+                    double sent = se[x->peer].nsteps == se[k].nsteps && se[x->peer].lo == se[k].lo
+                                      ? nth_send_end(r, se, x->peer, j, sk, k, nth) : -INFINITY;
+                    double from = sent > x->t0 ? sent : x->t0;
+                    tie += x->t1 > from ? x->t1 - from : 0;
                 }
             }
         }
-        fprintf(o, "%s    {\"stage\": %d, \"optimizer_s\": %.6e, \"grad_norm_s\": %.6e, \"tie_reduce_s\": %.6e, "
-                   "\"step_start_s\": %.6e, \"step_end_s\": %.6e}",
-                k ? ",\n" : "", k, mean(opt, used), mean(norm, used), mean(tie, used), mean(pre, used), mean(post, used));
+        fprintf(o, "%s    {\"stage\": %d, \"optimizer_s\": %.6e, \"grad_norm_s\": %.6e, \"verdict_s\": %.6e, "
+                   "\"tie_s\": %.6e, \"step_start_s\": %.6e, \"step_end_s\": %.6e}",
+                k ? ",\n" : "", k, mean(opt, used), mean(norm, used), mean(verdict, used), mean(tie, used),
+                mean(pre, used), mean(post, used));
     }
     fprintf(o, "\n],\n");
 }

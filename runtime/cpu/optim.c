@@ -2,11 +2,15 @@
  * time, elementwise in float with the scalar factors computed in double, in
  * the same operation order as torch.optim's single-tensor SGD and AdamW. */
 #include <math.h>
+#include <string.h>
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
 
 #include "cpu_kernels.h"
 #include "op_args.h"
 
-#define SGD_BLK 16 /* elements per block of pg_sgd_step's vectorizable passes */
+#define SGD_BLK 16 /* elements per block of pg_sgd_step's and pg_scale's vectorizable passes */
 
 /* *out = sum g^2 over the elements in index order (double). */
 int pg_sumsq(pg_ctx *c, int64_t count, const float *g, double *out)
@@ -26,7 +30,11 @@ int pg_scale(pg_ctx *c, float *x, float a, int64_t count)
     (void)c;
     if (pg_args_count("scale", count))
         return 1;
-    for (int64_t i = 0; i < count; i++)
+    int64_t i = 0;
+    for (; i + SGD_BLK <= count; i += SGD_BLK) /* fixed-count blocks: -O2 vectorizes them, one multiply each */
+        for (int j = 0; j < SGD_BLK; j++)
+            x[i + j] *= a;
+    for (; i < count; i++)
         x[i] *= a;
     return 0;
 }
@@ -78,29 +86,89 @@ int pg_sgd_step(pg_ctx *c, int64_t count, float *w, const float *g, float *buf,
 
 /* torch.optim.AdamW (amsgrad off), step t >= 1:
  *   w *= 1 - lr wd;  m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g g
- *   w += -(lr / (1 - beta1^t)) m / (sqrt(v) / sqrt(1 - beta2^t) + eps) */
+ *   w += -(lr / (1 - beta1^t)) m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+ * One element's float operations, in this order, whatever its block: */
+typedef struct adamw_k {
+    float decay, b1, one_b1, b2, one_b2, neg_step, bc2_sqrt, eps;
+} adamw_k;
+
+/* Blocks of ADAMW_BLK, each pass a fixed-count loop that -O2 turns into SIMD
+ * (the scalar loop with libm's sqrtf did not vectorize: sqrtf may set errno);
+ * every element sees the IEEE operations of the plain loop, in its order (no
+ * FMA contraction under -std=c11, and sqrt is correctly rounded on every
+ * path), so the bits are those of the scalar loop. */
+#define ADAMW_BLK 16
+
+/* sqrt of each element in place, no errno: the SSE instruction where there is one */
+PG_CPU_INLINE void sqrt_blk(float *a)
+{
+#if defined(__SSE__)
+    for (int j = 0; j < ADAMW_BLK; j += 4)
+        _mm_storeu_ps(a + j, _mm_sqrt_ps(_mm_loadu_ps(a + j)));
+#else
+    for (int j = 0; j < ADAMW_BLK; j++)
+        a[j] = sqrtf(a[j]);
+#endif
+}
+
+PG_CPU_INLINE void adamw_blk(const adamw_k *k, float *w, const float *g, float *m, float *v)
+{
+    /* the factors in locals: a store to w could alias *k as far as the compiler knows */
+    const float decay = k->decay, b1 = k->b1, one_b1 = k->one_b1, b2 = k->b2, one_b2 = k->one_b2;
+    const float neg_step = k->neg_step, bc2_sqrt = k->bc2_sqrt, eps = k->eps;
+    float mi[ADAMW_BLK], vi[ADAMW_BLK], den[ADAMW_BLK];
+    for (int j = 0; j < ADAMW_BLK; j++) {
+        mi[j] = m[j] * b1 + one_b1 * g[j];
+        vi[j] = v[j] * b2 + one_b2 * g[j] * g[j];
+        den[j] = vi[j];
+    }
+    sqrt_blk(den);
+    /* one array written per loop: w, m and v may alias too */
+    for (int j = 0; j < ADAMW_BLK; j++)
+        w[j] = w[j] * decay + neg_step * mi[j] / (den[j] / bc2_sqrt + eps);
+    for (int j = 0; j < ADAMW_BLK; j++)
+        m[j] = mi[j];
+    for (int j = 0; j < ADAMW_BLK; j++)
+        v[j] = vi[j];
+}
+
+static void adamw_run(const adamw_k *k, int64_t n, float *w, const float *g, float *m, float *v)
+{
+    for (int64_t i = 0; i < n; i += ADAMW_BLK)
+        adamw_blk(k, w + i, g + i, m + i, v + i);
+}
+#ifdef PG_CPU_AVX2
+PG_CPU_TARGET_AVX2 static void adamw_run_avx2(const adamw_k *k, int64_t n, float *w, const float *g, float *m, float *v)
+{
+    for (int64_t i = 0; i < n; i += ADAMW_BLK)
+        adamw_blk(k, w + i, g + i, m + i, v + i);
+}
+#endif
+
 int pg_adamw_step(pg_ctx *c, int64_t count, float *w, const float *g, float *m, float *v,
                   float lr, float beta1, float beta2, float eps, float weight_decay, int64_t t)
 {
     (void)c;
     if (pg_args_adamw(count, t))
         return 1;
-    float decay = (float)(1.0 - (double)lr * (double)weight_decay);
-    float b1 = beta1, one_b1 = (float)(1.0 - (double)beta1);
-    float b2 = beta2, one_b2 = (float)(1.0 - (double)beta2);
     double bc1 = 1.0 - pow((double)beta1, (double)t);
     double bc2 = 1.0 - pow((double)beta2, (double)t);
-    float neg_step = (float)(-((double)lr / bc1));
-    float bc2_sqrt = (float)sqrt(bc2);
-    for (int64_t i = 0; i < count; i++) {
-        float gi = g[i];
-        float wi = w[i] * decay;
-        float mi = m[i] * b1 + one_b1 * gi;
-        float vi = v[i] * b2 + one_b2 * gi * gi;
-        float den = sqrtf(vi) / bc2_sqrt + eps;
-        w[i] = wi + neg_step * mi / den;
-        m[i] = mi;
-        v[i] = vi;
+    adamw_k k = {(float)(1.0 - (double)lr * (double)weight_decay), beta1, (float)(1.0 - (double)beta1), beta2,
+                 (float)(1.0 - (double)beta2), (float)(-((double)lr / bc1)), (float)sqrt(bc2), eps};
+    int64_t i = count / ADAMW_BLK * ADAMW_BLK;
+#ifdef PG_CPU_AVX2
+    if (pg_cpu_has_avx2())
+        adamw_run_avx2(&k, i, w, g, m, v);
+    else
+#endif
+        adamw_run(&k, i, w, g, m, v);
+    if (i < count) { /* the last partial block, padded (the pad's results are dropped) */
+        float bw[ADAMW_BLK] = {0}, bg[ADAMW_BLK] = {0}, bm[ADAMW_BLK] = {0}, bv[ADAMW_BLK] = {0};
+        int64_t r = count - i;
+        memcpy(bw, w + i, (size_t)r * 4), memcpy(bg, g + i, (size_t)r * 4);
+        memcpy(bm, m + i, (size_t)r * 4), memcpy(bv, v + i, (size_t)r * 4);
+        adamw_blk(&k, bw, bg, bm, bv);
+        memcpy(w + i, bw, (size_t)r * 4), memcpy(m + i, bm, (size_t)r * 4), memcpy(v + i, bv, (size_t)r * 4);
     }
     return 0;
 }

@@ -863,6 +863,35 @@ static int close4(const float *w, const double *want)
     return 1;
 }
 
+/* AdamW runs in vectorized blocks of 16 and a padded last block: every
+ * element (37: two blocks and 5 more, over three steps) gets the bits of the
+ * plain loop of its definition, operation for operation. */
+static void test_adamw_blocks(pg_ctx *c)
+{
+    enum { N = 37 };
+    float w[N], g[N], m[N] = {0}, v[N] = {0}, rw[N], rm[N] = {0}, rv[N] = {0};
+    for (int i = 0; i < N; i++) {
+        w[i] = rw[i] = 0.03f * (float)(i - 17);
+        g[i] = 0.011f * (float)((i * 7) % 13 - 6);
+    }
+    const float lr = 2e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+    int same = 1;
+    for (int t = 1; t <= 3; t++) {
+        pg_adamw_step(c, N, w, g, m, v, lr, b1, b2, eps, wd, t);
+        float decay = (float)(1.0 - (double)lr * (double)wd), one_b1 = (float)(1.0 - (double)b1);
+        float one_b2 = (float)(1.0 - (double)b2);
+        float neg_step = (float)(-((double)lr / (1.0 - pow((double)b1, (double)t))));
+        float bc2_sqrt = (float)sqrt(1.0 - pow((double)b2, (double)t));
+        for (int i = 0; i < N; i++) {
+            float wi = rw[i] * decay, mi = rm[i] * b1 + one_b1 * g[i], vi = rv[i] * b2 + one_b2 * g[i] * g[i];
+            rw[i] = wi + neg_step * mi / (sqrtf(vi) / bc2_sqrt + eps);
+            rm[i] = mi, rv[i] = vi;
+        }
+        same &= !memcmp(w, rw, sizeof w) && !memcmp(m, rm, sizeof m) && !memcmp(v, rv, sizeof v);
+    }
+    OK(same, "adamw in blocks gives every element the bits of its plain definition (37 elements, 3 steps)");
+}
+
 static void test_optimizers(pg_ctx *c)
 {
     float w[4], buf[4], m[4], v[4];
@@ -877,6 +906,7 @@ static void test_optimizers(pg_ctx *c)
         pg_adamw_step(c, 4, w, opt_g[s], m, v, 0.01f, 0.9f, 0.999f, 1e-8f, 0.1f, s + 1);
         OK(close4(w, adamw_want[s]), "adamw step %d matches torch.optim.AdamW", s + 1);
     }
+    test_adamw_blocks(c);
     memcpy(w, opt_w0, sizeof w);
     pg_sgd_step(c, 4, w, opt_g[0], NULL, 0.5f, 0.0f, 0.0f, 1);
     OK(w[0] == 0.5f - 0.5f * 0.3f && w[3] == 0.1f - 0.5f * 1.0f, "plain sgd without momentum needs no buffer");

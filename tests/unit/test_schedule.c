@@ -79,6 +79,12 @@ static void fx_param(fixture *f, uint64_t mask, ir_tie_mode tie)
     while (!(mask >> s & 1))
         s++;
     p->owner_stage = s;
+    for (int st = 0; st < 64; st++) /* the first layer of each of its stages uses it */
+        for (int i = 0; (mask >> st & 1) && i < f->m.nlayers; i++)
+            if (f->layers[i].stage == st) {
+                f->layers[i].param[f->layers[i].nparam++] = f->m.nparams - 1;
+                break;
+            }
 }
 
 /* Diagnostics into a string. */
@@ -469,8 +475,8 @@ static void test_comms(void)
     cap_open(&c);
     fx_init(&f, 1, 1, 4, SCHED_1F1B);
     int rc = pg_schedule_build(&f.m, &s, &c.d);
-    OK(rc == 0 && s.stage[0].n == 13 && count_kind(&s.stage[0], PG_OPT_STEP) == 1,
-       "one stage: 12 compute actions and OPT_STEP, no messages");
+    OK(rc == 0 && s.stage[0].n == 14 && count_kind(&s.stage[0], PG_VERDICT) == 1 &&
+       count_kind(&s.stage[0], PG_OPT_STEP) == 1, "one stage: 12 compute actions, VERDICT and OPT_STEP, no messages");
     if (rc == 0)
         pg_schedule_free(&s);
 
@@ -510,16 +516,33 @@ static void test_comms(void)
            count_kind(&s.stage[3], PG_SEND_SKIP_GRAD) == 6 && count_kind(&s.stage[0], PG_RECV_SKIP_GRAD) == 6,
            "skips travel straight between stash and pop stage, no relay");
         OK(s.stage[0].act[0].kind == PG_TIE_SEND && s.stage[0].act[0].peer == 3 &&
-           s.stage[3].act[0].kind == PG_TIE_RECV && count_kind(&s.stage[3], PG_TIE_GRAD_SEND) == 1 &&
+           s.stage[3].act[0].kind == PG_TIE_RECV && count_kind(&s.stage[3], PG_TIE_GRAD_SEND) == 2 &&
            count_kind(&s.stage[0], PG_TIE_GRAD_RECV) == 1, "transmit: value out at the start, grads back at the end");
-        OK(count_kind(&s.stage[0], PG_TIE_REDUCE) == 0 && count_kind(&s.stage[1], PG_TIE_REDUCE) == 1 &&
-           count_kind(&s.stage[3], PG_TIE_REDUCE) == 1, "replicate: one TIE_REDUCE on each using stage");
+        OK(count_kind(&s.stage[1], PG_TIE_GRAD_RECV) == 2 && count_kind(&s.stage[1], PG_TIE_SUM_SEND) == 2 &&
+           count_kind(&s.stage[2], PG_TIE_SUM_RECV) == 1 && count_kind(&s.stage[3], PG_TIE_SUM_RECV) == 1 &&
+           count_kind(&s.stage[0], PG_TIE_SUM_SEND) == 0, "replicate: the owner adds its users' gradients and sends the sum back");
         int ok = 1;
         for (int st = 0; st < 4; st++) {
             int n = s.stage[st].n;
-            ok &= s.stage[st].act[n - 1].kind == PG_OPT_STEP && s.stage[st].act[n - 2].kind == PG_GRAD_NORM;
+            ok &= s.stage[st].act[n - 1].kind == PG_OPT_STEP && s.stage[st].act[n - 2].kind == PG_GRAD_NORM &&
+                  count_kind(&s.stage[st], PG_VERDICT) == 1 && count_kind(&s.stage[st], PG_VERDICT_SEND) == 3 &&
+                  count_kind(&s.stage[st], PG_VERDICT_RECV) == 3;
         }
-        OK(ok, "GRAD_NORM then OPT_STEP end every stage");
+        OK(ok, "a VERDICT, a VERDICT_SEND to and a VERDICT_RECV from each other stage, GRAD_NORM, then OPT_STEP end every stage");
+        /* a user's gradient goes as soon as it is final: right after its last
+         * W of the chunk that uses it (and its messages to the owner) */
+        const pg_stage_sched *u = &s.stage[3];
+        int lastw = -1, send = -1, first_end = -1;
+        for (int i = 0; i < u->n; i++) {
+            if (u->act[i].kind == PG_BWD_W)
+                lastw = i;
+            if (u->act[i].kind == PG_TIE_GRAD_SEND && u->act[i].param == 1 && send < 0)
+                send = i;
+            if (u->act[i].kind == PG_VERDICT && first_end < 0)
+                first_end = i;
+        }
+        OK(send >= 0 && send < first_end && send > lastw - 3, "a user's tie gradient leaves after its last W, before "
+           "its VERDICT (action %d, last W %d, VERDICT %d)", send, lastw, first_end);
         pg_schedule_free(&s);
     }
     static const ir_schedule kinds[] = { SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZB1, SCHED_ZBV };
@@ -590,7 +613,7 @@ static void test_verify_rejects(void)
         st0->n < st0->cap ? (void)(st0->act[st0->n++] = opt) : (void)0;
         int rc = pg_schedule_verify(&f.m, &s, &c.d);
         text = (char *)cap_text(&c);
-        OK(rc != 0 && strstr(text, "t.pipe: error: stage 0 action 10 SEND_ACT(mb 1, chunk 0) to stage 1 is never received"),
+        OK(rc != 0 && strstr(text, "t.pipe: error: stage 0 action 13 SEND_ACT(mb 1, chunk 0) to stage 1 is never received"),
            "an unmatched send is rejected, named: %s", line1(text));
         pg_schedule_free(&s);
     }
@@ -646,6 +669,120 @@ static void test_verify_rejects(void)
         text = (char *)cap_text(&c);
         OK(rc != 0 && strstr(text, "increasing micro-batch order"), "W out of micro-batch order is rejected: %s", line1(text));
         pg_schedule_free(&s);
+    }
+    cap_close(&c);
+}
+
+/* ---- the step's end: what the verifier requires ------------------------------------------ */
+
+/* Index of the first action of kind k (peer -1: any) in st, -1 when none. */
+static int find_end(const pg_stage_sched *st, pg_act_kind k, int peer)
+{
+    for (int i = 0; i < st->n; i++)
+        if (st->act[i].kind == k && (peer < 0 || st->act[i].peer == peer))
+            return i;
+    return -1;
+}
+
+static void drop_act(pg_stage_sched *st, int i)
+{
+    memmove(&st->act[i], &st->act[i + 1], (size_t)(st->n - i - 1) * sizeof st->act[0]);
+    st->n--;
+}
+
+/* Move action i to just before action j (j < i). */
+static void move_before(pg_stage_sched *st, int i, int j)
+{
+    pg_act a = st->act[i];
+    memmove(&st->act[j + 1], &st->act[j], (size_t)(i - j) * sizeof a);
+    st->act[j] = a;
+}
+
+/* One broken step's end (mutation m of a 4-stage 1f1b with a tie replicated
+ * over stages 1 and 2 and grad clipping): the verifier's first error. */
+static const char *step_end_error(int m, capture *c)
+{
+    static char out[1024];
+    fixture f;
+    pg_schedule s;
+    fx_init(&f, 4, 1, 8, SCHED_1F1B);
+    fx_param(&f, 0x6, TIE_REPLICATE);
+    f.m.train.grad_clip = 1.0;
+    cap_reset(c);
+    if (pg_schedule_build(&f.m, &s, &c->d) != 0)
+        return "(did not build)";
+    pg_stage_sched *s0 = &s.stage[0], *s1 = &s.stage[1], *s2 = &s.stage[2];
+    int i, j;
+    switch (m) {
+    case 0: /* the user's gradient before its last W */
+        i = find_end(s2, PG_TIE_GRAD_SEND, -1);
+        for (j = i; s2->act[j].kind != PG_BWD_W; j--)
+            ;
+        move_before(s2, i, j);
+        break;
+    case 1: /* the owner's verdict before it added the user's gradient */
+        move_before(s1, find_end(s1, PG_VERDICT, -1), find_end(s1, PG_TIE_GRAD_RECV, -1));
+        break;
+    case 2: /* a verdict sent before it is made */
+        move_before(s0, find_end(s0, PG_VERDICT_SEND, 3), find_end(s0, PG_VERDICT, -1));
+        break;
+    case 3: /* the summed gradient never received */
+        drop_act(s2, find_end(s2, PG_TIE_SUM_RECV, -1));
+        break;
+    case 4: /* one verdict never sent, nor received */
+        drop_act(s0, find_end(s0, PG_VERDICT_SEND, 3));
+        drop_act(&s.stage[3], find_end(&s.stage[3], PG_VERDICT_RECV, 0));
+        break;
+    case 5: /* no clip though grad_clip is set */
+        drop_act(s0, find_end(s0, PG_GRAD_NORM, -1));
+        break;
+    case 6: /* two verdicts */
+        s0->act[find_end(s0, PG_GRAD_NORM, -1)].kind = PG_VERDICT;
+        break;
+    case 7: /* the sum received into the gradient before it was sent */
+        move_before(s2, find_end(s2, PG_TIE_SUM_RECV, -1), find_end(s2, PG_TIE_GRAD_SEND, -1));
+        break;
+    default: /* the owner never sends the sum */
+        drop_act(s1, find_end(s1, PG_TIE_SUM_SEND, -1));
+        break;
+    }
+    int rc = pg_schedule_verify(&f.m, &s, &c->d);
+    snprintf(out, sizeof out, "%s", rc ? cap_text(c) : "(accepted)");
+    pg_schedule_free(&s);
+    return out;
+}
+
+static void test_verify_step_end(void)
+{
+    capture c;
+    cap_open(&c);
+    static const char *const want[] = {
+        "stage 2 action 55 TIE_GRAD_SEND(param 0) to stage 1 comes before its weight gradient pass that writes the "
+        "tied gradient (BWD_W(mb 7, chunk 2))",
+        "stage 1 action 57 TIE_GRAD_RECV(param 0) from stage 2 comes after the stage's VERDICT, whose sums of squares "
+        "need it",
+        "stage 0 action 40 VERDICT_SEND to stage 3 comes before its verdict (the gradients it sends are final there) "
+        "(VERDICT)",
+        "stage 2 action 64 GRAD_NORM comes before its summed tie gradient (TIE_SUM_RECV(param 0) from stage 1)",
+        "stage 0 needs exactly one VERDICT_SEND to stage 3, it has 0",
+        "stage 0 action 47 OPT_STEP comes before its clip (grad_clip is set) (GRAD_NORM)",
+        "stage 0 action 47 VERDICT is a duplicate",
+        "stage 2 action 56 TIE_SUM_RECV(param 0) from stage 1 comes before its own gradient's send (the sum "
+        "overwrites it) (TIE_GRAD_SEND(param 0) to stage 1)",
+        "stage 1 needs exactly one TIE_SUM_SEND(param 0) to stage 2 (wte is tied by replicate), it has 0",
+    };
+    static const char *const what[] = {
+        "a user's tie gradient sent before its last W", "the owner's VERDICT before it added a user's gradient",
+        "a VERDICT_SEND before the VERDICT", "a user's summed tie gradient never received", "a missing verdict message",
+        "OPT_STEP without GRAD_NORM though grad_clip is set", "two VERDICTs",
+        "a summed tie gradient received before the user sent its own", "a tie sum the owner never sends",
+    };
+    for (int m = 0; m < 9; m++) {
+        const char *e = step_end_error(m, &c);
+        OK(strstr(e, want[m]) != NULL, "the step's end: %s is rejected: %s", what[m], line1(e));
+        if (m == 4)
+            OK(strstr(e, "stage 3 action 46 GRAD_NORM comes before its peers' verdicts (VERDICT_RECV from stage 0)") != NULL,
+               "...and the stage that never gets it names it: %s", e);
     }
     cap_close(&c);
 }
@@ -942,11 +1079,12 @@ static void test_predict(void)
         pg_schedule_predict(&f.m, &s, &cost, &p0);
         cost.send_latency = 0.5;
         pg_schedule_predict(&f.m, &s, &cost, &p1);
-        OK(p0.step_time == 8.0 && p1.step_time == 9.0, "2 stages, 2 micro-batches: step 8, with 0.5 s latency 9 "
-           "(got %g, %g)", p0.step_time, p1.step_time);
+        OK(p0.step_time == 8.0 && p1.step_time == 9.5, "2 stages, 2 micro-batches: step 8, with 0.5 s latency 9.5 "
+           "(two hops on the path, and stage 0's verdict to stage 1 after its last W) (got %g, %g)", p0.step_time,
+           p1.step_time);
         /* the stages' own time outside F/B/W: OPT_STEP after the last pass,
-         * time before the first and after the last action; the verdict wait
-         * does not bind here (stage 1, the loss stage, reaches OPT_STEP first) */
+         * time before the first and after the last action; stage 1 steps
+         * once stage 0's verdict is in (stage 0 finishes its backward last) */
         pg_sched_costs own = cost;
         own.send_latency = 0;
         for (int st = 0; st < 2; st++) {
@@ -954,7 +1092,6 @@ static void test_predict(void)
             own.step_start[st] = 0.25;
             own.step_end[st] = 0.125;
         }
-        own.verdict = 1;
         pg_schedule_predict(&f.m, &s, &own, &p1);
         OK(p1.step_time == 8.875 && p1.busy[0] == 6.0, "...with OPT_STEP 0.5, 0.25 before and 0.125 after the actions: "
            "8.875, busy unchanged (got %g, %g)", p1.step_time, p1.busy[0]);
@@ -1085,6 +1222,7 @@ int main(int argc, char **argv)
     test_verify_rejects();
     test_csv(tmp);
     test_hang_golden();
+    test_verify_step_end();
     test_predict();
     test_memplan_guard();
     test_memplan_check();
