@@ -120,8 +120,9 @@ $(BUILD)/libpgrt_cpu.a: $(RT_OBJ)
 $(BUILD)/piperun: $(BUILD)/obj/cmd/piperun.o
 	$(CC) $(ALLCFLAGS) -o $@ $^
 
-# pipedata: .pgd files from plain files (text -> a token stream)
-$(BUILD)/pipedata: $(BUILD)/obj/cmd/pipedata.o $(BUILD)/obj/cmd/pd_tokenize.o $(BUILD)/libpgrt_cpu.a
+# pipedata: .pgd files from plain files (text -> a token stream, numpy arrays, CSV tables, a tokenizer's ids)
+$(BUILD)/pipedata: $(BUILD)/obj/cmd/pipedata.o $(BUILD)/obj/cmd/pd_npy.o $(BUILD)/obj/cmd/pd_csv.o \
+                   $(BUILD)/obj/cmd/pd_tokenize.o $(BUILD)/libpgrt_cpu.a
 	$(CC) $(ALLCFLAGS) -o $@ $^
 
 # ---- stage binaries: build/<model>/stage<k> from generated/<model>/ --------

@@ -76,13 +76,13 @@ bench_cc_stages() {
 }
 
 # median_ms LOG: the median step time (ms) of the steps after WARMUP, from the
-# last stage's "step S/N  loss L  X samples/s" lines (ms = BATCH / X * 1000)
+# last stage's "step S/N  loss L ... T ms/step" lines
 median_ms() {
-    awk -v w="$WARMUP" -v b="$BATCH" '
+    awk -v w="$WARMUP" '
         / step [0-9]+\/[0-9]+  loss / {
             for (i = 1; i <= NF; i++) {
                 if ($i == "step") { split($(i + 1), p, "/"); s = p[1] + 0 }
-                if ($i == "samples/s" && $(i - 1) + 0 > 0 && s > w) v[n++] = b / ($(i - 1) + 0) * 1000
+                if ($i == "ms/step" && $(i - 1) + 0 > 0 && s > w) v[n++] = $(i - 1) + 0
             }
         }
         END {

@@ -3,9 +3,13 @@
  *   pipedata text FILE -o OUT.pgd    every byte of FILE is one i32 token (vocab
  *                                    256): a rank-1 stream, dims [ntokens]
  *   pipedata bytes IN.pgd -o OUT     the reverse: a token stream back to bytes
+ *   pipedata npy IN.npy -o OUT.pgd   a numpy array (cmd/pd_npy.c)
+ *   pipedata csv IN.csv -o X.pgd --target COLUMN --targets-out Y.pgd
+ *                                    a table with a header (cmd/pd_csv.c)
  *   pipedata tokenize ...            through a Hugging Face tokenizer (pd_tokenize.c)
+ * This file: the command line, text and bytes, and what the converters share.
  * Outputs are written beside the target and renamed into place (io_atomic.h);
- * an output that is the input file is refused.
+ * an output that is an input file, or another output, is refused.
  * Exit status: 0 ok, 1 failure (printed), 2 usage. */
 #include <errno.h>
 #include <signal.h>
@@ -19,22 +23,55 @@
 #include "pd_tokenize.h"
 #include "pg_io.h"
 #include "pg_version.h"
+#include "pipedata.h"
 
 static void usage(FILE *o)
 {
     fprintf(o,
             "usage: pipedata text FILE -o OUT.pgd   bytes of FILE as i32 tokens 0..255 (vocab 256),\n"
             "                                       one rank-1 stream (dims [ntokens]) for --data\n"
-            "       pipedata bytes IN.pgd -o OUT    a token stream back to bytes (tokens 0..255)\n");
+            "       pipedata bytes IN.pgd -o OUT    a token stream back to bytes (tokens 0..255)\n"
+            "       pipedata npy IN.npy -o OUT.pgd [--dtype f32|i32]\n"
+            "                                       a numpy array (np.save; C order; f32, f64, int32,\n"
+            "                                       int64, uint8): its first dimension is the samples;\n"
+            "                                       floats become f32, integers i32 (ids, classes),\n"
+            "                                       unless --dtype says otherwise\n"
+            "       pipedata csv IN.csv -o X.pgd [--target COLUMN --targets-out Y.pgd]\n"
+            "                                       [--target-dtype i32|f32]\n"
+            "                                       a table: a header line naming the columns, then\n"
+            "                                       one sample a line, numbers separated by commas;\n"
+            "                                       X gets every column but the target (f32[rows,\n"
+            "                                       columns]), Y the target: i32 class indices when\n"
+            "                                       every value is a whole number >= 0 (rank 1, for\n"
+            "                                       `target y : i32`), else f32[rows, 1]\n");
     pd_tokenize_usage(o);
     fprintf(o,
             "       pipedata --help | --version\n"
             "A language model (input and target i32[seq]) reads the stream with --data: sample i\n"
-            "is the window of seq tokens at a seeded offset, its target the window one further.\n");
+            "is the window of seq tokens at a seeded offset, its target the window one further.\n"
+            "Every file is written whole or not at all (a temporary, then renamed).\n");
 }
 
-/* The whole of a file; NULL with a message. */
-static unsigned char *slurp(const char *path, size_t *len)
+const char *pd_shape(char *buf, size_t n, int dtype, int rank, const uint64_t *dims)
+{
+    size_t o = (size_t)snprintf(buf, n, "%s[", dtype < 0 ? "" : dtype == 2 ? "i32" : "f32");
+    for (int i = 0; i < rank && o < n; i++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%llu", i ? ", " : "", (unsigned long long)dims[i]);
+    if (o < n)
+        snprintf(buf + o, n - o, "]");
+    return buf;
+}
+
+int pd_write(const char *path, int dtype, int rank, const uint64_t *dims, const void *data)
+{
+    char err[600];
+    if (pg_data_write(path, dtype, rank, dims, data, err, sizeof err) == 0)
+        return 0;
+    fprintf(stderr, "pipedata: %s\n", err);
+    return 1;
+}
+
+unsigned char *pd_slurp(const char *path, size_t *len)
 {
     char err[600];
     int fd = pg_io_open_regular(path, NULL, err, sizeof err); /* a FIFO is refused, not waited on */
@@ -74,7 +111,7 @@ static unsigned char *slurp(const char *path, size_t *len)
 static int cmd_text(const char *in, const char *out)
 {
     size_t n = 0;
-    unsigned char *b = slurp(in, &n);
+    unsigned char *b = pd_slurp(in, &n);
     if (!b)
         return 1;
     if (n == 0) {
@@ -91,11 +128,8 @@ static int cmd_text(const char *in, const char *out)
     for (size_t i = 0; i < n; i++)
         t[i] = b[i];
     uint64_t dims[1] = {n};
-    char err[512];
-    int rc = pg_data_write(out, 2, 1, dims, t, err, sizeof err);
-    if (rc)
-        fprintf(stderr, "pipedata: %s\n", err);
-    else
+    int rc = pd_write(out, 2, 1, dims, t);
+    if (!rc)
         printf("pipedata: %s: %zu tokens (bytes, vocab 256) -> %s\n", in, n, out);
     free(b);
     free(t);
@@ -137,6 +171,22 @@ static int cmd_bytes(const char *in, const char *out)
     return rc;
 }
 
+/* The value of option `name` at argv[*i] (then *i moves past it); NULL after
+ * printing a usage error when it has none or is given twice. */
+static const char *opt_value(int argc, char **argv, int *i, const char **slot)
+{
+    if (*i + 1 >= argc || !argv[*i + 1][0]) {
+        fprintf(stderr, "pipedata: %s needs a value\n", argv[*i]);
+        return NULL;
+    }
+    if (*slot) {
+        fprintf(stderr, "pipedata: %s is given twice\n", argv[*i]);
+        return NULL;
+    }
+    *slot = argv[++*i];
+    return *slot;
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
@@ -149,21 +199,71 @@ int main(int argc, char **argv)
     }
     if (argc > 1 && !strcmp(argv[1], "tokenize"))
         return pd_tokenize(argc, argv);
-    if (argc != 5 || strcmp(argv[3], "-o") || (strcmp(argv[1], "text") && strcmp(argv[1], "bytes"))) {
-        if (argc > 1 && strcmp(argv[1], "text") && strcmp(argv[1], "bytes"))
-            fprintf(stderr, "pipedata: unknown command '%s'\n", argv[1]);
+    static const char *const cmds[] = {"text", "bytes", "npy", "csv"};
+    int cmd = -1;
+    for (int k = 0; argc > 1 && k < 4; k++)
+        if (!strcmp(argv[1], cmds[k]))
+            cmd = k;
+    if (cmd < 0) {
+        if (argc > 1)
+            fprintf(stderr, "pipedata: unknown command '%s' (the commands are text, bytes, npy, csv and tokenize)\n", argv[1]);
         usage(stderr);
+        return 2;
+    }
+    /* the input, then options in any order */
+    const char *in = NULL, *out = NULL, *dtype = NULL, *target = NULL, *targets_out = NULL, *target_dtype = NULL;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        const char **slot = !strcmp(a, "-o") ? &out : cmd == 2 && !strcmp(a, "--dtype") ? &dtype
+                          : cmd == 3 && !strcmp(a, "--target") ? &target
+                          : cmd == 3 && !strcmp(a, "--targets-out") ? &targets_out
+                          : cmd == 3 && !strcmp(a, "--target-dtype") ? &target_dtype : NULL;
+        if (slot) {
+            if (!opt_value(argc, argv, &i, slot))
+                return 2;
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "pipedata %s: unknown option '%s' (see pipedata --help)\n", cmds[cmd], a);
+            return 2;
+        } else if (in) {
+            fprintf(stderr, "pipedata %s: one input file, not '%s' and '%s'\n", cmds[cmd], in, a);
+            return 2;
+        } else {
+            in = a;
+        }
+    }
+    if (!in || !out) {
+        fprintf(stderr, "pipedata %s: %s (see pipedata --help)\n", cmds[cmd], !in ? "which file? give the input" : "-o OUT is missing");
+        usage(stderr);
+        return 2;
+    }
+    if ((dtype && strcmp(dtype, "f32") && strcmp(dtype, "i32")) ||
+        (target_dtype && strcmp(target_dtype, "f32") && strcmp(target_dtype, "i32"))) {
+        fprintf(stderr, "pipedata %s: %s wants f32 or i32, not '%s'\n", cmds[cmd], dtype ? "--dtype" : "--target-dtype",
+                dtype ? dtype : target_dtype);
+        return 2;
+    }
+    if (!target != !targets_out || (target_dtype && !target)) {
+        fprintf(stderr, "pipedata csv: %s\n", target ? "--target needs --targets-out Y.pgd, the file the targets go to"
+                                                      : targets_out ? "--targets-out needs --target COLUMN, the column "
+                                                                      "that holds the targets"
+                                                                    : "--target-dtype needs --target COLUMN");
         return 2;
     }
     /* over ulimit -f a write fails with EFBIG, reported with the file's name */
     signal(SIGXFSZ, SIG_IGN);
-    pg_io_file files[] = {{"-o", argv[4], 1}, {"the input", argv[2], 0}};
+    pg_io_file files[] = {{"-o", out, 1}, {"--targets-out", targets_out, 1}, {"the input", in, 0}};
     char err[9000];
-    if (pg_io_check_distinct(files, 2, err, sizeof err) != 0) {
+    if (pg_io_check_distinct(files, 3, err, sizeof err) != 0) { /* --targets-out NULL: not given */
         fprintf(stderr, "pipedata: %s\n", err);
         return 2;
     }
-    int rc = !strcmp(argv[1], "text") ? cmd_text(argv[2], argv[4]) : cmd_bytes(argv[2], argv[4]);
+    int rc;
+    switch (cmd) {
+    case 0: rc = cmd_text(in, out); break;
+    case 1: rc = cmd_bytes(in, out); break;
+    case 2: rc = pd_npy(in, out, dtype); break;
+    default: rc = pd_csv(in, out, target, targets_out, target_dtype); break;
+    }
     if (pg_io_stdout_done("pipedata") != 0 && rc == 0)
         rc = 1;
     return rc;

@@ -244,6 +244,16 @@ ast_expr *ast_tuple(pg_parse_ctx *ctx, const pg_token *lparen, ast_expr *first, 
     return expr_depth(ctx, e, args_depth(e->args));
 }
 
+ast_expr *ast_for(pg_parse_ctx *ctx, ast_expr *value, const pg_token *kw, ast_arg_list patterns)
+{
+    ast_expr *e = expr_new(ctx, EX_FOR, value ? value->loc : kw->loc);
+    if (!e) return NULL;
+    e->op_loc = kw->loc;
+    e->lhs = value;
+    e->args = patterns.first;
+    return expr_depth(ctx, e, depth_of(value) > args_depth(e->args) ? depth_of(value) : args_depth(e->args));
+}
+
 ast_arg *ast_arg_new(pg_parse_ctx *ctx, const pg_token *key, ast_expr *value)
 {
     if (!key && !value) return NULL;
@@ -455,6 +465,13 @@ static void dump_expr(FILE *out, const ast_expr *e, int depth, const char *key, 
     case EX_ARROW: fputs(" arrow\n", out); break;
     case EX_TUPLE: fputs(" tuple\n", out); dump_args(out, e->args, depth + 1); return;
     case EX_CALL: fprintf(out, " call %s\n", e->str ? e->str : "?"); dump_args(out, e->args, depth + 1); return;
+    case EX_FOR: {
+        fputs(" for\n", out);
+        pg_loc none = {0};
+        dump_expr(out, e->lhs, depth + 1, NULL, none);
+        dump_args(out, e->args, depth + 1);
+        return;
+    }
     }
     pg_loc none = {0};
     dump_expr(out, e->lhs, depth + 1, NULL, none);

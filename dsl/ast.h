@@ -35,7 +35,8 @@ typedef enum ast_expr_kind {
     EX_NEG,    /* -lhs */
     EX_ARROW,  /* lhs -> rhs (linear(512 -> 1024)) */
     EX_TUPLE,  /* (a, b, ...): args holds the items, keys NULL */
-    EX_CALL    /* str(args): a call inside a setting, e.g. sgd(lr = 1e-3) */
+    EX_CALL,   /* str(args): a call inside a setting, e.g. sgd(lr = 1e-3) */
+    EX_FOR     /* lhs for "p" "q": a setting for the parameters matching the patterns in args (EX_STRING) */
 } ast_expr_kind;
 
 typedef struct ast_arg ast_arg;

@@ -37,6 +37,8 @@ ast_expr *ast_arrow(pg_parse_ctx *ctx, ast_expr *l, const pg_token *arrow, ast_e
 ast_expr *ast_neg(pg_parse_ctx *ctx, const pg_token *minus, ast_expr *e);
 ast_expr *ast_call(pg_parse_ctx *ctx, const pg_token *name, ast_arg_list args);
 ast_expr *ast_tuple(pg_parse_ctx *ctx, const pg_token *lparen, ast_expr *first, ast_arg_list rest);
+/* `value for "p" "q"` (a train setting by parameter name pattern); op_loc is `for` */
+ast_expr *ast_for(pg_parse_ctx *ctx, ast_expr *value, const pg_token *kw, ast_arg_list patterns);
 ast_arg *ast_arg_new(pg_parse_ctx *ctx, const pg_token *key, ast_expr *value); /* key may be NULL */
 
 /* ---- statements --------------------------------------------------------- */

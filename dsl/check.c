@@ -326,6 +326,7 @@ int pg_check_profiled(const pg_ast *ast, ir_model *m, pg_diag *d, const pg_profi
     }
     if (d->errors == errors0) chk_stages(&c);
     if (d->errors == errors0) chk_ties(&c);
+    if (d->errors == errors0) chk_weight_decay(&c);
 
     for (int i = 0; i < c.nnparams; i++)
         if (c.nparams[i].index < 0 && c.nparams[i].ok && d->errors == errors0)

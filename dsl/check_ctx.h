@@ -219,6 +219,7 @@ void lm_apply_swiglu(chk *c, ir_layer *L, const bound_attr *b, chain *ch);
 
 /* ---- the rest ------------------------------------------------------------ */
 void chk_train(chk *c, const ast_stmt *st);         /* train.c */
+void chk_weight_decay(chk *c);                      /* train.c: each parameter's rate, by its group or the rule */
 void chk_skips_static(chk *c);                      /* expand.c: pairing, split placement */
 void chk_expand(chk *c, chain *ch);                 /* expand.c: the model's items into layers */
 void chk_stages(chk *c);                            /* stages.c */

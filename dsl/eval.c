@@ -90,6 +90,7 @@ static const char *expr_what(const ast_expr *e) {
     case EX_ARROW: return "an arrow (a -> b)";
     case EX_TUPLE: return "a tuple";
     case EX_CALL: return "a call";
+    case EX_FOR: return "a setting by parameter name (`for`)";
     default: return "this";
     }
 }

@@ -68,7 +68,10 @@ typedef struct ir_param {
     ir_init init;
     double init_scale;
     int is_buffer;        /* 1: not trained (batchnorm running stats), no grad, no optimizer state */
-    int decay;            /* 1: weight decay applies (matrices); 0: biases, norms */
+    int decay;            /* 1: weight decay applies by the default rule (matrices); 0: biases, norms */
+    double weight_decay;  /* the rate its optimizer applies: the default rule (decay x the optimizer's
+                             weight_decay), or its group's (train `weight_decay = V for "pattern"`) */
+    int decay_group;      /* the group (ir_train.decay_groups) that set weight_decay, -1: the default rule */
     uint64_t stage_mask;  /* bit s set: stage s uses it (reads it in some layer) */
     int owner_stage;      /* lowest stage that uses it: holds the master for TIE_TRANSMIT */
     ir_tie_mode tie;      /* from `tie P mode`; TIE_NONE when used by one stage */
@@ -133,8 +136,24 @@ static inline const char *pg_placement_name(ir_placement pl) { return pl == PLAC
 typedef enum ir_ckpt { CKPT_ALWAYS, CKPT_EXCEPT_LAST, CKPT_NEVER } ir_ckpt;
 typedef enum ir_loss { LOSS_MSE_SUM, LOSS_MSE_MEAN, LOSS_CROSS_ENTROPY } ir_loss;
 #define PG_NO_IGNORE INT64_MIN /* ir_train.ignore_index when cross_entropy ignores nothing */
-typedef enum ir_opt { OPT_SGD, OPT_ADAMW } ir_opt;
-typedef enum ir_lr_sched { LR_CONSTANT, LR_COSINE } ir_lr_sched;
+typedef enum ir_opt { OPT_SGD, OPT_ADAMW, OPT_ADAM } ir_opt; /* adam: adamw without weight decay */
+/* adam and adamw: two moments of state per parameter */
+static inline int pg_opt_adam(ir_opt o) { return o == OPT_ADAMW || o == OPT_ADAM; }
+/* every one with a linear warm-up over `warmup` steps first (runtime/core/step.c, lr_at) */
+typedef enum ir_lr_sched { LR_CONSTANT, LR_COSINE, LR_LINEAR, LR_INVSQRT } ir_lr_sched;
+
+/* `weight_decay = V for "p" "q"` in train: the parameters whose names match a
+ * pattern (`*` any characters, `?` one) decay at V; the first group that
+ * matches a parameter sets it. With groups, the parameters no group matches
+ * decay at the optimizer's weight_decay (the default rule is replaced). */
+typedef struct ir_decay_group {
+    double value;
+    pg_loc loc;               /* the setting's key */
+    int npatterns;
+    const char **patterns;
+    pg_loc *pattern_locs;
+    int nparams;              /* parameters it set (pg_check) */
+} ir_decay_group;
 
 typedef struct ir_train {
     int64_t batch;          /* default 32 */
@@ -152,10 +171,15 @@ typedef struct ir_train {
     double weight_decay;    /* default 0 (sgd), 0.01 (adamw) */
     double beta1, beta2, adam_eps; /* adamw: 0.9, 0.999, 1e-8 */
     ir_lr_sched lr_schedule;
-    int64_t warmup;         /* cosine: linear warm-up steps */
-    double lr_min;          /* cosine: floor */
+    int64_t warmup;         /* linear warm-up steps (every schedule; 0 none) */
+    double lr_min;          /* cosine, linear: the floor reached at `steps` */
     int64_t steps;          /* default number of steps; the cosine horizon. default 100 */
     double grad_clip;       /* global L2 norm clip; 0 = off */
+    int ndecay_groups;      /* `weight_decay = V for "pattern" ...` lines, in file order */
+    ir_decay_group *decay_groups;
+    int64_t eval_every;     /* evaluate every N steps (and after the last); 0: after the last step only */
+    int64_t eval_batches;   /* evaluate on the first K batches of --eval-data; 0: every row of it */
+    int shuffle;            /* 1: every epoch visits the samples of --data in a fresh seeded order */
     uint64_t seed;          /* default 0 */
     pg_dtype precision;     /* f32 | bf16 */
     int stages;             /* `stages = N`; 0 when not given */

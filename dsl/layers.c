@@ -354,6 +354,7 @@ int chk_add_param(chk *c, const char *name, pg_loc loc, const pg_shape *s, ir_in
     p->init = init;
     p->init_scale = scale;
     p->decay = decay;
+    p->decay_group = -1;
     p->is_buffer = is_buffer;
     p->owner_stage = -1;
     p->tie = TIE_NONE;

@@ -172,6 +172,7 @@ int pg_lex_next(pg_lexer *lx, pg_token *tok)
         "stash"                { TOKEN(TK_STASH); return tok->type; }
         "pop"                  { TOKEN(TK_POP); return tok->type; }
         "tie"                  { TOKEN(TK_TIE); return tok->type; }
+        "for"                  { TOKEN(TK_FOR); return tok->type; }
 
         digit+                 { TOKEN(TK_INT); return lex_int(tok); }
         float                  { TOKEN(TK_FLOAT); return lex_float(tok); }

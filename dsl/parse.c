@@ -32,6 +32,7 @@ static const char *token_name(int type)
     case TK_STASH: return "'stash'";
     case TK_POP: return "'pop'";
     case TK_TIE: return "'tie'";
+    case TK_FOR: return "'for'";
     case TK_IDENT: return "a name";
     case TK_WORD: return "a word";
     case TK_INT: return "an integer";

@@ -31,7 +31,7 @@ static int pipe_expected(struct yyParser *p, int *out, int max);
 %token MODEL CONST INPUT TARGET PARAM TRAIN BLOCK REPEAT SPLIT STASH POP TIE
        IDENT WORD INT FLOAT STRING
        LPAREN RPAREN LBRACKET RBRACKET LBRACE RBRACE COMMA EQ COLON ARROW
-       PLUS MINUS STAR SLASH PERCENT ILLEGAL.
+       PLUS MINUS STAR SLASH PERCENT ILLEGAL FOR.
 
 %nonassoc ARROW.
 %left PLUS MINUS.
@@ -69,7 +69,15 @@ dims(A) ::= dims(L) COMMA expr(E).                { A = ast_arg_list_add(L, ast_
 %type settings {ast_arg_list}
 settings(A) ::= .                                 { A = ast_arg_list_empty(); }
 settings(A) ::= settings(L) IDENT(K) EQ expr(E).  { A = ast_arg_list_add(L, ast_arg_new(ctx, &K, E)); }
+/* a setting for the parameters whose names match: `weight_decay = 0 for "*.bias" "*norm*"` */
+settings(A) ::= settings(L) IDENT(K) EQ expr(E) FOR(F) patterns(P).
+                                                  { A = ast_arg_list_add(L, ast_arg_new(ctx, &K, ast_for(ctx, E, &F, P))); }
 settings(A) ::= settings(A) error.                /* resync at the next setting or '}' */
+
+%type patterns {ast_arg_list}
+patterns(A) ::= STRING(S).                        { A = ast_arg_list_add(ast_arg_list_empty(), ast_arg_new(ctx, NULL, ast_literal(ctx, &S))); }
+patterns(A) ::= patterns(L) STRING(S).            { A = ast_arg_list_add(L, ast_arg_new(ctx, NULL, ast_literal(ctx, &S))); }
+patterns(A) ::= patterns(L) COMMA STRING(S).      { A = ast_arg_list_add(L, ast_arg_new(ctx, NULL, ast_literal(ctx, &S))); }
 
 /* Block parameters: names only, kept as keyless-valueless args. */
 %type formals {ast_arg_list}

@@ -79,6 +79,71 @@ static const char *sched_name(const ir_train *t, char *buf, size_t n) {
     return "?";
 }
 
+/* "constant lr", "cosine lr (warmup 10, min 1e-05 at step 200)", ... */
+static const char *lr_text(const ir_train *t, char *buf, size_t n) {
+    static const char *const names[] = {"constant", "cosine", "linear", "inverse_sqrt"};
+    const char *k = names[t->lr_schedule];
+    if (t->lr_schedule == LR_COSINE || t->lr_schedule == LR_LINEAR)
+        snprintf(buf, n, "%s lr (warmup %lld, min %g at step %lld)", k, (long long)t->warmup, t->lr_min,
+                 (long long)t->steps);
+    else if (t->lr_schedule == LR_INVSQRT || t->warmup > 0)
+        snprintf(buf, n, "%s lr (warmup %lld)", k, (long long)t->warmup);
+    else
+        snprintf(buf, n, "constant lr");
+    return buf;
+}
+
+/* Which parameters decay at which rate: the default rule or the groups. */
+static void summary_decay(const ir_model *m, FILE *out) {
+    const ir_train *t = &m->train;
+    int ntrained = 0;
+    for (int i = 0; i < m->nparams; i++)
+        ntrained += !m->params[i].is_buffer;
+    if (t->optimizer == OPT_ADAM) {
+        fprintf(out, "  weight decay: none (adam)\n");
+        return;
+    }
+    if (!t->ndecay_groups && t->weight_decay == 0) {
+        fprintf(out, "  weight decay: none (weight_decay = 0)\n");
+        return;
+    }
+    if (!t->ndecay_groups) {
+        int nrule = 0;
+        for (int i = 0; i < m->nparams; i++) nrule += !m->params[i].is_buffer && m->params[i].decay;
+        fprintf(out, "  weight decay %g on %d of %d parameters (the default rule: weight matrices and tables, not "
+                     "biases or norms)\n", t->weight_decay, nrule, ntrained);
+        return;
+    }
+    for (int g = 0; g < t->ndecay_groups; g++) {
+        const ir_decay_group *G = &t->decay_groups[g];
+        fprintf(out, "  weight decay %g for", G->value);
+        for (int k = 0; k < G->npatterns; k++) fprintf(out, " \"%s\"", G->patterns[k]);
+        fprintf(out, ": %d parameter%s", G->nparams, G->nparams == 1 ? "" : "s");
+        int shown = 0;
+        for (int i = 0; i < m->nparams && shown < 4; i++)
+            if (m->params[i].decay_group == g) fprintf(out, "%s%s", shown++ ? ", " : " (", m->params[i].name);
+        fprintf(out, "%s\n", shown ? (G->nparams > shown ? ", ...)" : ")") : "");
+    }
+    int rest = 0;
+    for (int i = 0; i < m->nparams; i++) rest += !m->params[i].is_buffer && m->params[i].decay_group < 0;
+    fprintf(out, "  weight decay %g on the %d other parameter%s (the optimizer's)\n", t->weight_decay, rest,
+            rest == 1 ? "" : "s");
+}
+
+/* The data order and the evaluation, defaults included. */
+static void summary_data(const ir_train *t, FILE *out) {
+    fprintf(out, "  data %s; with --eval-data, evaluation ", t->shuffle ? "shuffled every epoch (shuffle = true)"
+                                                                   : "in file order (shuffle = false)");
+    if (t->eval_every > 0)
+        fprintf(out, "every %lld steps and after the last", (long long)t->eval_every);
+    else
+        fprintf(out, "after the last step (eval_every = 0)");
+    if (t->eval_batches > 0)
+        fprintf(out, " on its first %lld batches\n", (long long)t->eval_batches);
+    else
+        fprintf(out, " on every row (eval_batches = 0)\n");
+}
+
 static const char *const ckpt_names[] = {"always", "except_last", "never"};
 static const char *const loss_names[] = {"mse(sum)", "mse(mean)", "cross_entropy"};
 
@@ -100,11 +165,16 @@ void pg_model_summary(const ir_model *m, FILE *out) {
     if (t->optimizer == OPT_SGD)
         fprintf(out, "  loss %s, optimizer sgd(lr = %g, momentum = %g, weight_decay = %g)", ls, t->lr,
                 t->momentum, t->weight_decay);
+    else if (t->optimizer == OPT_ADAM)
+        fprintf(out, "  loss %s, optimizer adam(lr = %g, betas = (%g, %g), eps = %g)", ls, t->lr,
+                t->beta1, t->beta2, t->adam_eps);
     else
         fprintf(out, "  loss %s, optimizer adamw(lr = %g, betas = (%g, %g), eps = %g, weight_decay = %g)",
                 ls, t->lr, t->beta1, t->beta2, t->adam_eps, t->weight_decay);
-    fprintf(out, ", %s%s, precision %s\n", t->lr_schedule == LR_COSINE ? "cosine lr" : "constant lr",
-            t->grad_clip > 0 ? ", grad_clip" : "", pg_dtype_name(t->precision));
+    fprintf(out, ", %s%s, precision %s\n", lr_text(t, s, sizeof s), t->grad_clip > 0 ? ", grad_clip" : "",
+            pg_dtype_name(t->precision));
+    summary_decay(m, out);
+    summary_data(t, out);
     pg_shape_str(m->input_dtype, &m->input, a, sizeof a);
     pg_shape_str(m->target_dtype, &m->target, b, sizeof b);
     fprintf(out, "  input %s : %s, target %s : %s\n", m->input_name, a, m->target_name, b);

@@ -21,6 +21,14 @@ static const attr_spec adamw_attrs[] = {
     {"eps", AT_FLOAT, A_POS, GT0, NULL},
     {"weight_decay", AT_FLOAT, A_POS, NONNEG, NULL},
     {0}};
+static const attr_spec adam_attrs[] = {
+    {"lr", AT_FLOAT, A_POS, GT0, NULL},
+    {"betas", AT_PAIR, A_POS, UNIT_OPEN, NULL},
+    {"eps", AT_FLOAT, A_POS, GT0, NULL},
+    {0}};
+static const attr_spec warmup_attrs[] = {
+    {"warmup", AT_INT, A_POS, NONNEG, NULL},
+    {0}};
 static const attr_spec cosine_attrs[] = {
     {"warmup", AT_INT, A_POS, NONNEG, NULL},
     {"min", AT_FLOAT, A_POS, NONNEG, NULL},
@@ -211,7 +219,7 @@ static void set_loss(chk *c, const ast_arg *a, ir_train *t) {
 }
 
 static void set_optimizer(chk *c, const ast_arg *a, ir_train *t) {
-    static const char *const names[] = {"sgd", "adamw", NULL};
+    static const char *const names[] = {"sgd", "adamw", "adam", NULL};
     const ast_arg *args;
     bound_attr b[PG_MAX_ATTRS];
     int k = pick(c, "optimizer", a->value, names, &args);
@@ -229,18 +237,39 @@ static void set_optimizer(chk *c, const ast_arg *a, ir_train *t) {
         t->adam_eps = b[2].set ? b[2].f : 1e-8;
         t->weight_decay = b[3].set ? b[3].f : 0.01;
     }
+    if (k == 2) {
+        for (const ast_arg *x = args; x; x = x->next)
+            if (x->key && strcmp(x->key, "weight_decay") == 0) {
+                chk_error(c, x->key_loc, "adam has no weight decay: use adamw(weight_decay = ...) for decoupled "
+                          "decay, or leave weight_decay out");
+                return;
+            }
+        if (chk_bind_args(c, NULL, "adam", adam_attrs, args, a->value->loc, b) == 0) {
+            t->optimizer = OPT_ADAM;
+            t->lr = b[0].set ? b[0].f : 1e-3;
+            t->beta1 = b[1].set ? b[1].f : 0.9;
+            t->beta2 = b[1].set ? b[1].f2 : 0.999;
+            t->adam_eps = b[2].set ? b[2].f : 1e-8;
+            t->weight_decay = 0;
+        }
+    }
 }
 
+/* constant, constant(warmup), cosine(warmup, min), linear(warmup, min),
+ * inverse_sqrt(warmup): the formulas are lr_at's (runtime/core/step.c). */
 static void set_lr_schedule(chk *c, const ast_arg *a, ir_train *t, pg_loc *warmup_loc) {
-    static const char *const names[] = {"constant", "cosine", NULL};
+    static const char *const names[] = {"constant", "cosine", "linear", "inverse_sqrt", NULL};
+    static const ir_lr_sched kinds[] = {LR_CONSTANT, LR_COSINE, LR_LINEAR, LR_INVSQRT};
     const ast_arg *args;
     bound_attr b[PG_MAX_ATTRS];
     int k = pick(c, "lr_schedule", a->value, names, &args);
-    if (k == 0 && !no_args(c, "constant", a->value)) t->lr_schedule = LR_CONSTANT;
-    if (k == 1 && chk_bind_args(c, NULL, "cosine", cosine_attrs, args, a->value->loc, b) == 0) {
-        t->lr_schedule = LR_COSINE;
+    if (k < 0)
+        return;
+    int decays = kinds[k] == LR_COSINE || kinds[k] == LR_LINEAR; /* down to min at `steps` */
+    if (chk_bind_args(c, NULL, names[k], decays ? cosine_attrs : warmup_attrs, args, a->value->loc, b) == 0) {
+        t->lr_schedule = kinds[k];
         t->warmup = b[0].set ? b[0].i : 0;
-        t->lr_min = b[1].set ? b[1].f : 0;
+        t->lr_min = decays && b[1].set ? b[1].f : 0;
         *warmup_loc = b[0].set ? b[0].loc : a->value->loc;
     }
 }
@@ -267,6 +296,52 @@ static void set_generate(chk *c, const ast_arg *a, ir_train *t) {
     }
 }
 
+/* `shuffle = true | false` */
+static void set_bool(chk *c, const ast_arg *a, int *out) {
+    static const char *const names[] = {"false", "true", NULL};
+    int w = -1;
+    const ast_arg *args;
+    w = pick(c, a->key, a->value, names, &args);
+    if (w >= 0 && !no_args(c, names[w], a->value)) *out = w;
+}
+
+/* `weight_decay = V for "p" "q"`: one more group, in file order. */
+static void add_decay_group(chk *c, const ast_arg *a, ir_train *t) {
+    const ast_expr *e = a->value;
+    pg_val v;
+    if (e->kind != EX_FOR) {
+        chk_error(c, a->key_loc, "weight_decay is set in the optimizer (adamw(weight_decay = 0.01)); in train it "
+                  "needs the parameters it is for: weight_decay = 0 for \"*.bias\" \"*norm*\"");
+        return;
+    }
+    if (!e->lhs || chk_eval(c, NULL, e->lhs, &v, 0) != 0) return;
+    double x = v.k == V_INT ? (double)v.i : v.f;
+    if (!(x >= 0) || x > 1e6) {
+        chk_error(c, e->lhs->loc, "weight_decay = %g is out of range: must be >= 0", x);
+        return;
+    }
+    int n = 0;
+    for (const ast_arg *p = e->args; p; p = p->next) n++;
+    ir_decay_group *g = pg_arena_alloc(c->a, (size_t)(t->ndecay_groups + 1) * sizeof *g);
+    const char **pats = pg_arena_alloc(c->a, (size_t)(n ? n : 1) * sizeof *pats);
+    pg_loc *locs = pg_arena_alloc(c->a, (size_t)(n ? n : 1) * sizeof *locs);
+    if (!g || !pats || !locs) abort();
+    if (t->ndecay_groups) memcpy(g, t->decay_groups, (size_t)t->ndecay_groups * sizeof *g);
+    n = 0;
+    for (const ast_arg *p = e->args; p; p = p->next) {
+        if (!p->value || p->value->kind != EX_STRING) continue;
+        if (!p->value->str[0]) {
+            chk_error(c, p->value->loc, "an empty pattern matches no parameter name");
+            return;
+        }
+        locs[n] = p->value->loc;
+        pats[n++] = chk_strdup(c, p->value->str);
+    }
+    g[t->ndecay_groups] = (ir_decay_group){x, a->key_loc, n, pats, locs, 0};
+    t->decay_groups = g;
+    t->ndecay_groups++;
+}
+
 static void set_word(chk *c, const ast_arg *a, const char *const *names, int *out) {
     const ast_arg *args;
     int k = pick(c, a->key, a->value, names, &args);
@@ -275,7 +350,8 @@ static void set_word(chk *c, const ast_arg *a, const char *const *names, int *ou
 
 static const char *const settings[] = {"batch", "microbatches", "schedule", "checkpoint", "loss", "optimizer",
                                        "lr_schedule", "steps", "grad_clip", "seed", "precision", "stages",
-                                       "memory", "placement", "generate"};
+                                       "memory", "placement", "eval_every", "eval_batches", "shuffle",
+                                       "weight_decay", "generate"};
 #define NSETTINGS ((int)(sizeof settings / sizeof settings[0]))
 
 void chk_train(chk *c, const ast_stmt *st) {
@@ -296,6 +372,15 @@ void chk_train(chk *c, const ast_stmt *st) {
             else
                 chk_error(c, a->key_loc, "unknown train setting '%s' (the settings are: %s)", a->key ? a->key : "?",
                           list);
+            continue;
+        }
+        if (k == 17) { /* weight_decay = V for "...": one group a line, several allowed */
+            add_decay_group(c, a, t);
+            continue;
+        }
+        if (a->value && a->value->kind == EX_FOR) {
+            chk_error(c, a->value->op_loc, "only weight_decay is set for parameters by name (`weight_decay = 0 for "
+                      "\"*.bias\"`); %s applies to the whole model", a->key);
             continue;
         }
         if (seen[k]) {
@@ -358,7 +443,14 @@ void chk_train(chk *c, const ast_stmt *st) {
             if (w >= 0) t->placement = w == 0 ? PLACE_LOOP : PLACE_V;
             break;
         }
-        case 14: set_generate(c, a, t); break;
+        case 14:
+            if (!int_setting(c, a, 0, INT64_MAX, &v)) t->eval_every = v;
+            break;
+        case 15:
+            if (!int_setting(c, a, 0, INT64_MAX, &v)) t->eval_batches = v;
+            break;
+        case 16: set_bool(c, a, &t->shuffle); break;
+        case 18: set_generate(c, a, t); break;
         }
     }
     if (t->schedule == SCHED_AUTO && !seen[12])
@@ -372,9 +464,71 @@ void chk_train(chk *c, const ast_stmt *st) {
             else chk_note(c, c->micro_loc, "batch is not set and defaults to 32");
         }
     }
-    if (t->lr_schedule == LR_COSINE && t->warmup > t->steps)
-        chk_warning(c, warmup_loc, "warmup = %lld is longer than steps = %lld: the cosine decay never starts",
-                    (long long)t->warmup, (long long)t->steps);
-    if (t->lr_schedule == LR_COSINE && t->lr_min >= t->lr)
-        chk_warning(c, warmup_loc, "cosine min = %g is not below lr = %g: the schedule has no effect", t->lr_min, t->lr);
+    const char *sn = t->lr_schedule == LR_COSINE ? "cosine" : "linear";
+    if ((t->lr_schedule == LR_COSINE || t->lr_schedule == LR_LINEAR) && t->warmup > t->steps)
+        chk_warning(c, warmup_loc, "warmup = %lld is longer than steps = %lld: the %s decay never starts",
+                    (long long)t->warmup, (long long)t->steps, sn);
+    if ((t->lr_schedule == LR_COSINE || t->lr_schedule == LR_LINEAR) && t->lr_min >= t->lr)
+        chk_warning(c, warmup_loc, "%s min = %g is not below lr = %g: the schedule has no effect", sn, t->lr_min, t->lr);
+    if (t->optimizer == OPT_ADAM)
+        for (int i = 0; i < t->ndecay_groups; i++)
+            if (t->decay_groups[i].value != 0)
+                chk_error(c, t->decay_groups[i].loc, "weight_decay = %g for ...: adam has no weight decay; use "
+                          "adamw (decoupled decay) to decay these parameters", t->decay_groups[i].value);
+}
+
+/* `*` matches any run of characters (dots included), `?` one character. */
+static int glob_match(const char *p, const char *s) {
+    const char *star = NULL, *back = NULL;
+    while (*s) {
+        if (*p == '*') {
+            star = p++;
+            back = s;
+        } else if (*p == '?' || *p == *s) {
+            p++;
+            s++;
+        } else if (star) {
+            p = star + 1;
+            s = ++back;
+        } else {
+            return 0;
+        }
+    }
+    while (*p == '*') p++;
+    return *p == 0;
+}
+
+void chk_weight_decay(chk *c) {
+    ir_train *t = &c->m->train;
+    for (int i = 0; i < c->nparams_; i++) {
+        ir_param *p = &c->params[i];
+        p->decay_group = -1;
+        p->weight_decay = p->is_buffer || t->optimizer == OPT_ADAM ? 0.0 : p->decay ? t->weight_decay : 0.0;
+        if (p->is_buffer || !t->ndecay_groups) continue;
+        p->weight_decay = t->weight_decay; /* groups replace the default rule */
+        for (int g = 0; g < t->ndecay_groups && p->decay_group < 0; g++)
+            for (int k = 0; k < t->decay_groups[g].npatterns; k++)
+                if (glob_match(t->decay_groups[g].patterns[k], p->name)) {
+                    p->decay_group = g;
+                    p->weight_decay = t->decay_groups[g].value;
+                    t->decay_groups[g].nparams++;
+                    break;
+                }
+    }
+    for (int g = 0; g < t->ndecay_groups; g++) {
+        const ir_decay_group *G = &t->decay_groups[g];
+        int any = 0;
+        for (int k = 0; k < G->npatterns; k++) {
+            int hit = 0;
+            for (int i = 0; i < c->nparams_ && !hit; i++)
+                hit = !c->params[i].is_buffer && glob_match(G->patterns[k], c->params[i].name);
+            if (!hit)
+                chk_warning(c, G->pattern_locs[k], "pattern \"%s\" matches no parameter name (`pipegen check` lists "
+                            "them: layer names with .weight or .bias, and every param)", G->patterns[k]);
+            any |= hit;
+        }
+        if (any && !G->nparams)
+            chk_warning(c, G->loc, "weight_decay = %g for ...: every parameter it matches is set by an earlier group "
+                        "(the first group that matches a parameter sets it)", G->value);
+    }
 }

@@ -21,6 +21,9 @@
 #    with odd sizes (d 70, vocab 37, seq 5: every kernel's tail) on gpipe; all
 #    with --generate; lm_tiny on a token stream (pipedata text/bytes), --generate
 #    --prompt, --load --steps 0;
+#  - the trainer: eval_cls (shuffled, data in two shards from `pipedata csv`)
+#    with an evaluation set and --metrics, then --predict: eval lines,
+#    final loss and predictions byte-identical to the plain build's;
 #  - failures: a peer killed with SIGKILL (by hand and under piperun) or stopped
 #    (--timeout): the survivors exit 1; a second SIGINT while a stage is stuck;
 #    Ctrl-Z then SIGCONT past --timeout; a stage of another model at the
@@ -490,6 +493,35 @@ san_check pipedata2 "$?" 0
 srun lmshort 1 "$L/gen/bin" --steps 1 --data "$T/tiny.pgd"
 srun lmids 1 "$L/gen/bin" --steps 1 --data "$T/ids.pgd" --targets "$T/ids.pgd"
 srun lmprompt 2 "$L/gen/bin" --steps 0 --generate 5 --prompt "$(printf 'a\200')"
+# --- the trainer (issue 26): eval_cls on 3 stages with an evaluation set (its last batch shorter than the
+# micro-batches), --metrics, shuffled shards, --predict, pipedata csv; the eval lines and the predictions
+# byte-identical to the plain build's ------------------------------------------------------------------
+V=$T/evcls
+sgen "$V" eval_cls '/# S2$/d' 1f1b except_last -e 's/^  eval_every = 3$/  eval_every = 2  shuffle = true/'
+ok $? "eval_cls (shuffled) on 3 stages builds with the sanitizers"
+awk 'BEGIN { srand(5); printf "x0"; for (j = 1; j < 16; j++) printf ",x%d", j; print ",class"
+             for (i = 0; i < 38; i++) { s = 0; for (j = 0; j < 16; j++) { v = rand() * 2 - 1; s += v * (j % 4 - 1.5); printf "%s%.5f", j ? "," : "", v }
+                                        printf ",%d\n", (s > 0) + 2 * (i % 2) } }' >"$T/cls.csv"
+head -31 "$T/cls.csv" >"$T/cls_a.csv"
+{ head -1 "$T/cls.csv"; sed -n '32,$p' "$T/cls.csv"; } >"$T/cls_b.csv"
+{ head -1 "$T/cls.csv"; tail -3 "$T/cls.csv"; } >"$T/cls_e.csv"
+"$SPIPEDATA" csv "$T/cls_a.csv" --target class -o "$T/ca.pgd" --targets-out "$T/cya.pgd" >"$T/pdcsv.out" 2>&1 &&
+    "$SPIPEDATA" csv "$T/cls_b.csv" --target class -o "$T/cb.pgd" --targets-out "$T/cyb.pgd" >>"$T/pdcsv.out" 2>&1 &&
+    "$SPIPEDATA" csv "$T/cls_e.csv" --target class -o "$T/ce.pgd" --targets-out "$T/cye.pgd" >>"$T/pdcsv.out" 2>&1
+san_check pdcsv "$?" 0
+VDATA="--data $T/ca.pgd --data $T/cb.pgd --targets $T/cya.pgd --targets $T/cyb.pgd --eval-data $T/ce.pgd --eval-targets $T/cye.pgd"
+srun evcls 0 "$V/gen/bin" --steps 4 $VDATA --metrics "$T/ev.jsonl" --save "$T/ev.st"
+is "$(grep -c 'eval step' "$T/evcls.out")" 2 "evcls: evaluated after steps 2 and 4 (3 rows: 3 micro-batches of one, a filler)"
+srun evpred 0 "$V/gen/bin" --steps 0 --load "$T/ev.st" --predict "$T/ca.pgd" --out "$T/p.pgd" --eval-data "$T/ce.pgd" \
+    --eval-targets "$T/cye.pgd"
+plain evplain "$V/gen" --steps 4 $VDATA
+evl() { sed -n 's/^\[stage [0-9]*\] \(eval step [0-9/]*  loss [^ ]*  accuracy [^ ]* ([^)]*)\).*/\1/p' "$1"; }
+[ -n "$(evl "$T/evcls.out")" ] && [ "$(evl "$T/evcls.out")" = "$(evl "$T/evplain.out")" ] &&
+    [ "$(final "$T/evcls.out")" = "$(final "$T/evplain.out")" ]
+ok $? "evcls: eval lines and final loss byte-identical to the plain build's"
+plain evpredplain "$V/gen" --steps 0 --load "$T/ev.st" --predict "$T/ca.pgd" --out "$T/pp.pgd"
+cmp -s "$T/p.pgd" "$T/pp.pgd"
+ok $? "evpred: --predict writes the plain build's bytes"
 # --- piperun's relay: a 150000-byte line (over its 64 KiB line buffer), a last line without a newline, a stage that
 # fails (its status passed on) while another is stopped -----------------------------
 F=$T/fake

@@ -12,6 +12,7 @@
 #                to its challenge, the hello, the agreement text), the doorman and the
 #                failed start-up's answers, the mesh, a peer's side, message headers
 #                (runtime/core/tcp.c, agree.c)
+#   pipedata     `pipedata npy` and `pipedata csv` (cmd/pd_npy.c, cmd/pd_csv.c)
 # (the harnesses besides front are tests/fuzz/fuzz_<target>.c). The sources
 # are compiled once into build/fuzz/b/ (the Makefile's rules, clang,
 # -fsanitize=fuzzer-no-link,address,undefined), each target linked to
@@ -31,7 +32,7 @@ set -u
 TOP=$(cd "$(dirname "$0")/.." && pwd)
 SECONDS_TO_RUN=${1:-60}
 [ $# -gt 0 ] && shift
-TARGETS=${*:-front profile trace csv pgd safetensors ckpt rdv}
+TARGETS=${*:-front profile trace csv pgd safetensors ckpt rdv pipedata}
 OUT=$TOP/build/fuzz
 CLANG=${CLANG:-clang}
 JOBS=${FUZZ_JOBS:-2}
@@ -51,13 +52,17 @@ FLAGS="-std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer $SAN -Wall -Wextra -Werro
 FRONT_LIB="build/fuzz/b/libpgfront.a -lm"
 RT_LIB="build/fuzz/b/libpgrt_cpu.a -lpthread -lm"
 for t in $TARGETS; do
+    extra=
     case $t in
     front | profile | trace | csv) src=tests/fuzz/fuzz_$t.c; libs=$FRONT_LIB ;;
     pgd | safetensors | ckpt | rdv) src=tests/fuzz/fuzz_$t.c; libs=$RT_LIB ;;
+    pipedata) # pipedata's own main gives way to libFuzzer's
+        src="tests/fuzz/fuzz_$t.c cmd/pipedata.c cmd/pd_npy.c cmd/pd_csv.c"; extra="-Icmd -Dmain=pipedata_main"
+        libs=$RT_LIB ;;
     *) echo "fuzz.sh: unknown target '$t'" >&2; exit 2 ;;
     esac
     # shellcheck disable=SC2086
-    "$CLANG" $FLAGS -o "$OUT/fuzz_$t" "$src" $libs >>"$OUT/build.log" 2>&1 || {
+    "$CLANG" $FLAGS $extra -o "$OUT/fuzz_$t" $src $libs >>"$OUT/build.log" 2>&1 || {
         echo "fuzz.sh: building the fuzz target $t failed:" >&2; tail -30 "$OUT/build.log" >&2; exit 2; }
 done
 

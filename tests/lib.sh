@@ -28,3 +28,14 @@ skip() { # skip REASON: one skipped test
     echo "ok $_n # SKIP $1"
 }
 done_testing() { echo "1..$_n"; [ "$_fail" = 0 ]; exit $?; }
+# need_python MODULE...: PY is the Python of the tests ($PYTHON, else Debian's);
+# without every MODULE the whole file is one visible skip
+need_python() {
+    PY=${PYTHON:-/usr/bin/python3}
+    for _m in "$@"; do
+        if ! $PY -c "import $_m" 2>/dev/null; then
+            echo "1..0 # SKIP $PY cannot import $_m (Debian: apt-get install python3-torch, which brings numpy)"
+            exit 0
+        fi
+    done
+}

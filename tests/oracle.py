@@ -235,13 +235,20 @@ def batch(data, step, B):
 
 
 def lr_at(tr, step):
-    if tr.get("lr_schedule", "constant") != "cosine":
-        return tr["lr"]
-    if step < tr["warmup"]:
-        return tr["lr"] * (step + 1) / tr["warmup"]
-    span = tr["steps"] - tr["warmup"]
-    p = min((step - tr["warmup"]) / span if span > 0 else 1.0, 1.0)
-    return tr["lr_min"] + 0.5 * (tr["lr"] - tr["lr_min"]) * (1.0 + math.cos(math.pi * p))
+    """README.md's learning-rate schedules: a linear warm-up over `warmup` steps,
+    then constant, cosine or linear down to lr_min at `steps`, or inverse_sqrt."""
+    kind, w, lr = tr.get("lr_schedule", "constant"), tr.get("warmup", 0), tr["lr"]
+    if step < w:
+        return lr * (step + 1) / w
+    if kind == "inverse_sqrt":
+        return lr * math.sqrt(max(w, 1) / (step + 1))
+    if kind not in ("cosine", "linear"):
+        return lr
+    span = tr["steps"] - w
+    p = min((step - w) / span if span > 0 else 1.0, 1.0)
+    if kind == "linear":
+        return tr["lr_min"] + (lr - tr["lr_min"]) * (1.0 - p)
+    return tr["lr_min"] + 0.5 * (lr - tr["lr_min"]) * (1.0 + math.cos(math.pi * p))
 
 
 def clip_grads(params, clip):
@@ -348,15 +355,21 @@ def cmd_check(a):
     if a.steps:
         for p in params.values():
             p.grad = None
-        decay = [params[n] for n in meta if meta[n]["decay"]]
-        nodecay = [params[n] for n in meta if not meta[n]["decay"]]
-        groups = [{"params": decay, "weight_decay": tr["weight_decay"]},
-                  {"params": nodecay, "weight_decay": 0.0}]
-        groups = [gr for gr in groups if gr["params"]]
+        # a torch parameter group per weight-decay rate: each parameter's own
+        # (plan.json: its `weight_decay = V for` group's, or the default rule's)
+        rates = {}
+        for n in meta:
+            wd = meta[n]["weight_decay"] if "weight_decay" in meta[n] else (tr["weight_decay"] if meta[n]["decay"] else 0.0)
+            rates.setdefault(wd, []).append(params[n])
+        groups = [{"params": ps, "weight_decay": wd} for wd, ps in rates.items()]
         if tr["optimizer"] == "sgd":
             opt = torch.optim.SGD(groups, lr=tr["lr"], momentum=tr["momentum"])
         elif tr["optimizer"] == "adamw":
             opt = torch.optim.AdamW(groups, lr=tr["lr"], betas=(tr["beta1"], tr["beta2"]), eps=tr["eps"])
+        elif tr["optimizer"] == "adam":
+            if any(wd != 0 for wd in rates):
+                raise OracleError("adam with a weight decay: pipegen refuses that model")
+            opt = torch.optim.Adam(groups, lr=tr["lr"], betas=(tr["beta1"], tr["beta2"]), eps=tr["eps"])
         else:
             raise OracleError(f"unknown optimizer {tr['optimizer']!r}")
         for s in range(a.steps):

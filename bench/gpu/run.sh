@@ -28,8 +28,8 @@
 # checkpointed micro-batches not counted, so MFU, not HFU).
 #
 # A pipegen run's tokens/s is the median over the steps after the first
-# WARMUP of the last stage's per-step "X samples/s" (timed around
-# pg_run_step) times seq. Knobs: BENCH_STEPS (15), BENCH_WARMUP (5),
+# WARMUP of the last stage's per-step "X tokens/s" (timed around
+# pg_run_step; "X samples/s" times seq for a model whose input is not tokens). Knobs: BENCH_STEPS (15), BENCH_WARMUP (5),
 # BENCH_DIR (build-cuda/bench), BENCH_RUN_S (a pipegen run's time limit, 180),
 # BENCH_COMPILE_S (torch.compile's, 300), BENCH_DEADLINE (seconds since the
 # epoch: no run goes past it; those that cannot start are n/a), BENCH_MODEL (another .pipe GPT with
@@ -130,8 +130,8 @@ pipegen_run() {
         { echo "$p_name failed (status $?; 124: over its time limit):" >&2; tail -20 "$DIR/$p_name.log" >&2; return 1; }
     sed -n 's/^.*step \([0-9]*\)\/[0-9]*  *loss \([^ ]*\) .*$/\1 \2/p; s/^.*\(final loss .*\)$/\1/p' "$DIR/$p_name.log" \
         >"$DIR/$p_name.loss"
-    sed -n 's/^.*step \([0-9]*\)\/[0-9]*  *loss [^ ]*  *\([0-9.]*\) samples\/s.*$/\1 \2/p' "$DIR/$p_name.log" |
-        awk -v w="$WARMUP" -v seq="$SEQ" '$1 > w { v[n++] = $2 * seq }
+    sed -n 's/^.*step \([0-9]*\)\/[0-9]*  *loss .*  \([0-9.]*\) \(samples\|tokens\)\/s  .*$/\1 \2 \3/p' "$DIR/$p_name.log" |
+        awk -v w="$WARMUP" -v seq="$SEQ" '$1 > w { v[n++] = $3 == "tokens" ? $2 : $2 * seq }
             END { if (!n) exit 1; for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
                   printf "%.1f\n", n % 2 ? v[(n - 1) / 2] : (v[n / 2 - 1] + v[n / 2]) / 2 }'
 }

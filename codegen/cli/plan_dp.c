@@ -183,7 +183,7 @@ int pg_plan_dp_report(const ir_model *m, const pg_gen *g, int dp, FILE *o)
                "updated weights to the others too (3 (D-1)/D of the gradient bytes where every stepped parameter is "
                "reduced)\n",
             P, P == 1 ? "" : "s", P);
-    int nopt = m->train.optimizer == OPT_ADAMW ? 2 : m->train.momentum > 0 ? 1 : 0;
+    int nopt = pg_opt_adam(m->train.optimizer) ? 2 : m->train.momentum > 0 ? 1 : 0;
     for (int k = 0; k < P; k++) {
         stage_red s = stage_reduction(m, k);
         fprintf(o, "stage %d: arena %" PRId64 " bytes (parameters %" PRId64 ", gradients %" PRId64

@@ -117,6 +117,7 @@ typedef struct em_stage {
 struct pg_gen {
     const ir_model *m;
     const pg_schedule *s;
+    pg_schedule ev;        /* the forward-only schedule of s (evaluation, --predict): its actions' origin in s */
     int64_t rmax;
     int64_t *mb_rows, *mb_first;
     int *recompute;        /* per mb */

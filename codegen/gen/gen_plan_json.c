@@ -114,6 +114,8 @@ void pg_gen_report(const pg_gen *g, FILE *o)
 static const char *const sched_names[] = {"gpipe", "1f1b", "interleaved", "zb1", "file", "zbv", "auto"};
 static const char *const ckpt_names[] = {"always", "except_last", "never"};
 static const char *const loss_names[] = {"mse_sum", "mse_mean", "cross_entropy"};
+static const char *const optim_names[] = {"sgd", "adamw", "adam"};
+static const char *const lr_names[] = {"constant", "cosine", "linear", "inverse_sqrt"};
 static const char *const init_names[] = {"zeros", "ones", "uniform", "normal"};
 static const char *const tie_names[] = {"none", "replicate", "transmit"};
 
@@ -162,7 +164,7 @@ char *pg_gen_plan_json(const pg_gen *g, uint64_t *hash)
     fprintf(o, "},\n  \"train\": {\"batch\": %" PRId64 ", \"microbatches\": %" PRId64 ", \"schedule\": \"%s\", "
                "\"interleave\": %d, \"checkpoint\": \"%s\", \"loss\": \"%s\", \"optimizer\": \"%s\", \"lr\": ",
             t->batch, t->microbatches, sched_names[t->schedule], t->interleave, ckpt_names[t->checkpoint],
-            loss_names[t->loss], t->optimizer == OPT_ADAMW ? "adamw" : "sgd");
+            loss_names[t->loss], optim_names[t->optimizer]);
     json_num(o, t->lr);
     if (t->ignore_index != PG_NO_IGNORE) /* only then: other plans (and their hashes) stay as they were */
         fprintf(o, ", \"ignore\": %" PRId64, t->ignore_index);
@@ -177,11 +179,13 @@ char *pg_gen_plan_json(const pg_gen *g, uint64_t *hash)
     fprintf(o, ", \"eps\": ");
     json_num(o, t->adam_eps);
     fprintf(o, ", \"lr_schedule\": \"%s\", \"warmup\": %" PRId64 ", \"lr_min\": ",
-            t->lr_schedule == LR_COSINE ? "cosine" : "constant", t->warmup);
+            lr_names[t->lr_schedule], t->warmup);
     json_num(o, t->lr_min);
     fprintf(o, ", \"steps\": %" PRId64 ", \"grad_clip\": ", t->steps);
     json_num(o, t->grad_clip);
-    fprintf(o, ", \"seed\": %" PRIu64 ", \"precision\": \"%s\"},\n", t->seed, pg_dtype_name(t->precision));
+    fprintf(o, ", \"seed\": %" PRIu64 ", \"precision\": \"%s\", \"shuffle\": %s, \"eval_every\": %" PRId64
+               ", \"eval_batches\": %" PRId64 "},\n", t->seed, pg_dtype_name(t->precision), t->shuffle ? "true" : "false",
+            t->eval_every, t->eval_batches);
     if (g->auto_json) /* only then: other plans stay as they were */
         fprintf(o, "  \"auto\": %s,\n", g->auto_json);
     fprintf(o, "  \"microbatch_rows\": [");
@@ -227,8 +231,9 @@ char *pg_gen_plan_json(const pg_gen *g, uint64_t *hash)
         json_shape(o, &P->shape);
         fprintf(o, ", \"dtype\": \"%s\", \"init\": \"%s\", \"scale\": ", pg_dtype_name(P->dtype), init_names[P->init]);
         json_num(o, P->init_scale);
-        fprintf(o, ", \"decay\": %s, \"buffer\": %s, \"stages\": [", P->decay ? "true" : "false",
-                P->is_buffer ? "true" : "false");
+        fprintf(o, ", \"decay\": %s, \"weight_decay\": ", P->decay ? "true" : "false");
+        json_num(o, P->weight_decay);
+        fprintf(o, ", \"buffer\": %s, \"stages\": [", P->is_buffer ? "true" : "false");
         int first = 1;
         for (int k = 0; k < 64; k++)
             if (P->stage_mask >> k & 1) {

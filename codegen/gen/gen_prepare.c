@@ -111,12 +111,12 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
         else
             sfmt(S->mp.buf[S->grad_mp[p]].note, sizeof S->mp.buf[0].note, "%s", sh);
         /* transmit: a user's copy is overwritten from the owner every step; only the owner steps */
-        int nopt = m->train.optimizer == OPT_ADAMW ? 2 : (m->train.momentum > 0 ? 1 : 0);
+        int nopt = pg_opt_adam(m->train.optimizer) ? 2 : (m->train.momentum > 0 ? 1 : 0);
         if (is_tied(P) && P->tie == TIE_TRANSMIT && P->owner_stage != S->stage)
             nopt = 0;
         static const char *const on[2][2] = {{"momentum", ""}, {"adam_m", "adam_v"}};
         for (int k = 0; k < nopt; k++) {
-            sfmt(name, sizeof name, "%s %s", on[m->train.optimizer == OPT_ADAMW][k], P->name);
+            sfmt(name, sizeof name, "%s %s", on[pg_opt_adam(m->train.optimizer)][k], P->name);
             S->opt_mp[k][p] = pg_mp_add(&S->mp, name, MP_OPTSTATE, bytes, PG_MP_WHOLE_STEP, PG_MP_WHOLE_STEP);
             sfmt(S->mp.buf[S->opt_mp[k][p]].note, sizeof S->mp.buf[0].note, "%s", sh);
         }
@@ -247,6 +247,9 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
         for (int k = 0; k < g->nstages; k++)
             if (k != S->stage)
                 S->send_bytes[k] += (int64_t)np * 8;
+    int loss_stage = chunk_stage(g, g->s->nchunks - 1);
+    if (!(m->train.grad_clip > 0) && S->stage != loss_stage) /* the log line's gradient norm (runtime/core/step.c) */
+        S->send_bytes[loss_stage] += (int64_t)np * 8;
     return 0;
 }
 
@@ -341,6 +344,10 @@ int pg_gen_prepare(const ir_model *m, const pg_schedule *s, int64_t guard_bytes,
         pg_gen_free(g);
         return -1;
     }
+    if (pg_schedule_forward_only(m, s, &g->ev, d)) { /* evaluation's schedule, verified like the step's */
+        pg_gen_free(g);
+        return -1;
+    }
     g->mb_rows = malloc((size_t)M * sizeof(int64_t));
     g->mb_first = malloc((size_t)M * sizeof(int64_t));
     g->recompute = malloc((size_t)M * sizeof(int));
@@ -396,6 +403,7 @@ void pg_gen_free(pg_gen *g)
 {
     if (!g)
         return;
+    pg_schedule_free(&g->ev);
     for (int k = 0; g->st && k < g->nstages; k++) {
         em_stage *S = &g->st[k];
         for (int i = 0; S->ch && i < S->nchunks; i++)

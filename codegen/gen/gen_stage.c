@@ -24,6 +24,17 @@ static const char *tie_name(ir_tie_mode k)
                                     [TIE_TRANSMIT] = "PG_TIE_TRANSMIT"};
     return n[k];
 }
+static const char *optim_name(ir_opt k)
+{
+    static const char *const n[] = {[OPT_SGD] = "PG_OPTIM_SGD", [OPT_ADAMW] = "PG_OPTIM_ADAMW", [OPT_ADAM] = "PG_OPTIM_ADAM"};
+    return n[k];
+}
+static const char *lr_name(ir_lr_sched k)
+{
+    static const char *const n[] = {[LR_CONSTANT] = "PG_LR_CONSTANT", [LR_COSINE] = "PG_LR_COSINE",
+                                    [LR_LINEAR] = "PG_LR_LINEAR", [LR_INVSQRT] = "PG_LR_INVSQRT"};
+    return n[k];
+}
 static const char *loss_name(ir_loss k)
 {
     static const char *const n[] = {[LOSS_MSE_SUM] = "PG_LOSS_MSE_SUM", [LOSS_MSE_MEAN] = "PG_LOSS_MSE_MEAN",
@@ -42,10 +53,10 @@ static void emit_param_entry(FILE *o, const pg_gen *g, int p, const em_stage *S)
     fprintf(o, ", .index = %d, .rank = %d, .dim = {", p, P->shape.rank);
     for (int k = 0; k < P->shape.rank; k++)
         fprintf(o, "%s%" PRId64, k ? ", " : "", P->shape.dim[k]);
-    fprintf(o, "}, .numel = %" PRId64 ", .init = %s, .init_scale = %.17g, .decay = %d,%s .tie = %s, .owner = %d, "
-               ".stage_mask = UINT64_C(0x%" PRIx64 "),\n     ",
-            pg_shape_numel(&P->shape), init_name(P->init), P->init_scale, P->decay, P->is_buffer ? " .is_buffer = 1," : "",
-            tie_name(P->tie), P->owner_stage, P->stage_mask);
+    fprintf(o, "}, .numel = %" PRId64 ", .init = %s, .init_scale = %.17g, .decay = %d, .weight_decay = %.17g,%s .tie = %s, "
+               ".owner = %d, .stage_mask = UINT64_C(0x%" PRIx64 "),\n     ",
+            pg_shape_numel(&P->shape), init_name(P->init), P->init_scale, P->decay, P->weight_decay,
+            P->is_buffer ? " .is_buffer = 1," : "", tie_name(P->tie), P->owner_stage, P->stage_mask);
     if (S)
         fprintf(o, ".off = %" PRId64 ", .grad_off = %" PRId64 ", .opt_off = {%" PRId64 ", %" PRId64 "}, .nacc = %d",
                 S->mp.buf[S->param_mp[p]].offset, S->grad_mp[p] >= 0 ? S->mp.buf[S->grad_mp[p]].offset : -1,
@@ -180,6 +191,22 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
     if (!ss->n)
         fprintf(o, "    {.kind = PG_OPT_STEP, .mb = -1, .chunk = -1, .slot = -1, .peer = -1, .skip = -1, .param = -1, "
                    ".tag = 0, .off = -1, .bytes = 0},\n");
+    /* evaluation and --predict: the step's forward actions, each as in the step (its origin there) */
+    const pg_stage_sched *es = &g->ev.stage[k];
+    fprintf(o, "};\n\n/* the forward-only schedule (evaluation, --predict): the step's forwards and their messages */\n"
+               "static const pg_step_action eval_step[] = {\n");
+    for (int i = 0; i < es->n; i++) {
+        const pg_act *A = &es->act[i];
+        int a = A->origin;
+        char buf[160];
+        fprintf(o, "    {.kind = PG_%s, .mb = %d, .chunk = %d, .slot = %d, .peer = %d, .skip = %d, .param = %d, "
+                   ".tag = 0x%08" PRIx32 "u, .off = %" PRId64 ", .bytes = %" PRId64 "}, /* %d: %s (step action %d) */\n",
+                pg_step_kind_name(A->kind), A->mb, A->chunk, S->act_slot[a], A->peer, A->skip, A->param, S->act_tag[a],
+                S->act_off[a], S->act_bytes[a], i, pg_act_str(A, buf, sizeof buf), a);
+    }
+    if (!es->n)
+        fprintf(o, "    {.kind = PG_FWD, .mb = -1, .chunk = -1, .slot = -1, .peer = -1, .skip = -1, .param = -1, "
+                   ".tag = 0, .off = -1, .bytes = 0},\n");
     fprintf(o, "};\n\nstatic const int64_t mb_rows[] = {");
     for (int i = 0; i < g->s->nmb; i++)
         fprintf(o, "%s%" PRId64, i ? ", " : "", g->mb_rows[i]);
@@ -257,13 +284,15 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
     fprintf(o, "    .arena_bytes = STAGE%d_ARENA_BYTES,\n", k);
     fprintf(o, "    .opt_lo = %" PRId64 ", .opt_bytes = %" PRId64 ",\n", S->mp.opt_lo, S->mp.total - S->mp.opt_lo);
     fprintf(o, "    .train = {.batch = %" PRId64 ", .microbatches = %" PRId64 ", .steps = %" PRId64 ", .optimizer = %s,\n",
-            t->batch, t->microbatches, t->steps, t->optimizer == OPT_ADAMW ? "PG_OPTIM_ADAMW" : "PG_OPTIM_SGD");
+            t->batch, t->microbatches, t->steps, optim_name(t->optimizer));
     fprintf(o, "              .lr = %.17g, .momentum = %.17g, .weight_decay = %.17g,\n", t->lr, t->momentum,
             t->weight_decay);
     fprintf(o, "              .beta1 = %.17g, .beta2 = %.17g, .adam_eps = %.17g,\n", t->beta1, t->beta2, t->adam_eps);
     fprintf(o, "              .lr_schedule = %s, .warmup = %" PRId64 ", .lr_min = %.17g, .grad_clip = %.17g,\n",
-            t->lr_schedule == LR_COSINE ? "PG_LR_COSINE" : "PG_LR_CONSTANT", t->warmup, t->lr_min, t->grad_clip);
-    fprintf(o, "              .seed = UINT64_C(%" PRIu64 "), .loss = %s},\n", t->seed, loss_name(t->loss));
+            lr_name(t->lr_schedule), t->warmup, t->lr_min, t->grad_clip);
+    fprintf(o, "              .seed = UINT64_C(%" PRIu64 "), .loss = %s,\n", t->seed, loss_name(t->loss));
+    fprintf(o, "              .eval_every = %" PRId64 ", .eval_batches = %" PRId64 ", .shuffle = %d},\n", t->eval_every,
+            t->eval_batches, t->shuffle);
     fprintf(o, "    .nparams = %d, .params = stage_params,\n", nsp);
     fprintf(o, "    .nmodel_params = %d, .model_params = pg_model_params,\n", m->nparams);
     fprintf(o, "    .nchunk_fns = %d, .chunks = chunks,\n", S->nchunks);
@@ -314,6 +343,10 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
         json_str(o, g->dec_why);
         fprintf(o, ",\n");
     }
+    const pg_shape *os = &m->layers[m->nlayers - 1].out;
+    fprintf(o, "    .neval_actions = %d, .eval_actions = eval_step,\n", es->n);
+    fprintf(o, "    .output_rank = %d, .output_dim = {%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "},\n", os->rank,
+            os->dim[0], os->dim[1], os->dim[2], os->dim[3]);
     fprintf(o, "};\n");
     return 0;
 }

@@ -2,6 +2,7 @@
  * compute actions (built-in, schedule.c, or a CSV file, schedule_csv.c), the
  * communication (schedule_comms.c), the activation slots (schedule.c) and the
  * verifier (verify.c). The one file that calls them all; none calls it back. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "schedule/sched_internal.h"
@@ -53,6 +54,51 @@ int pg_schedule_decode(const ir_model *m, const pg_schedule *s, int nmb, pg_sche
             if (decode_kind(ss->act[i].kind))
                 ss->act[n++] = ss->act[i];
         ss->n = n;
+    }
+    if (pg_schedule_verify(m, out, d) != 0) {
+        pg_schedule_free(out);
+        return -1;
+    }
+    return 0;
+}
+
+/* The actions of a forward pass: a forward, its messages, and a transmitted
+ * tie's value (sent at the start of the step, before any forward uses it). */
+static int forward_kind(pg_act_kind k)
+{
+    return k == PG_FWD || k == PG_SEND_ACT || k == PG_RECV_ACT || k == PG_SEND_SKIP || k == PG_RECV_SKIP ||
+           k == PG_TIE_SEND || k == PG_TIE_RECV;
+}
+
+int pg_schedule_forward_only(const ir_model *m, const pg_schedule *s, pg_schedule *out, pg_diag *d)
+{
+    memset(out, 0, sizeof *out);
+    if (pg_sched_alloc(out, s->nstages, s->nchunks, s->nmb, s->placement) != 0) {
+        pg_error(d, pg_act_loc(m, s, NULL), "out of memory building the forward-only schedule");
+        return -1;
+    }
+    memcpy(out->chunk_stage, s->chunk_stage, sizeof out->chunk_stage);
+    out->placement = s->placement;
+    out->forward_only = 1;
+    if (s->file && !(out->file = strdup(s->file))) {
+        pg_schedule_free(out);
+        pg_error(d, pg_act_loc(m, s, NULL), "out of memory building the forward-only schedule");
+        return -1;
+    }
+    for (int st = 0; st < s->nstages; st++) {
+        const pg_stage_sched *ss = &s->stage[st];
+        memcpy(out->stage[st].nslots_per_chunk, ss->nslots_per_chunk, sizeof ss->nslots_per_chunk);
+        for (int i = 0; i < ss->n; i++) {
+            pg_act a = ss->act[i];
+            if (!forward_kind(a.kind))
+                continue;
+            a.origin = i;
+            if (pg_sched_push(&out->stage[st], a) != 0) {
+                pg_schedule_free(out);
+                pg_error(d, pg_act_loc(m, s, NULL), "out of memory building the forward-only schedule");
+                return -1;
+            }
+        }
     }
     if (pg_schedule_verify(m, out, d) != 0) {
         pg_schedule_free(out);

@@ -100,7 +100,7 @@ const char *pg_act_str(const pg_act *a, char *buf, size_t n)
 pg_act pg_act_make(pg_act_kind k, int mb, int chunk)
 {
     pg_act a = { .kind = k, .mb = mb, .chunk = chunk, .peer = -1, .skip = -1,
-                 .param = -1, .slot = -1, .line = 0 };
+                 .param = -1, .slot = -1, .line = 0, .origin = -1 };
     return a;
 }
 

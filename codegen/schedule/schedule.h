@@ -35,6 +35,8 @@ typedef struct pg_act {
     int param;   /* tied param index for TIE_*, else -1 */
     int slot;    /* activation slot of (chunk, mb) on this stage for FWD/BWD_*, else -1 */
     int line;    /* line in pg_schedule.file it was read from; 0 when generated */
+    int origin;  /* in a forward-only schedule: this action's index in the step's list it was
+                    taken from (its slot, offset, bytes and tag are that action's); else -1 */
 } pg_act;
 
 typedef struct pg_stage_sched {
@@ -133,6 +135,15 @@ int pg_schedule_predict(const ir_model *m, const pg_schedule *s, const pg_sched_
  * the step's end; verified as a forward-only schedule. One round of decoding
  * runs it once. 0, or -1 with the reason in d. */
 int pg_schedule_decode(const ir_model *m, const pg_schedule *s, int nmb, pg_schedule *out, pg_diag *d);
+/* The forward-only schedule of a built training schedule s, for evaluation
+ * and prediction: each stage's FWD, SEND/RECV_ACT, SEND/RECV_SKIP and (the
+ * users' copies of a transmitted tie must be the optimizer's latest value)
+ * TIE_SEND/TIE_RECV, in s's order, each with its origin in s; then verified
+ * as a forward-only schedule (every forward once, after its inputs; every
+ * message received; no stage waits forever). Since each stage's list is a
+ * subsequence of its training list, every buffer it uses is alive in the
+ * memory plan at least as long as it needs. 0, or -1 with the reason in d. */
+int pg_schedule_forward_only(const ir_model *m, const pg_schedule *s, pg_schedule *out, pg_diag *d);
 /* Build the whole schedule of m: builtin or CSV, comms, slots, verify. */
 int pg_schedule_build(const ir_model *m, pg_schedule *s, pg_diag *d);
 void pg_schedule_free(pg_schedule *s);

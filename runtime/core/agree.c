@@ -11,15 +11,21 @@
  * as text. A mismatch would fail late (a collective one stage skips, a file
  * one stage expects and another never sends) or silently (different data on
  * the two ends of the pipeline). */
-typedef enum { AG_STR, AG_INT, AG_FLAG, AG_REAL } ag_kind;
+typedef enum { AG_STR, AG_INT, AG_FLAG, AG_REAL, AG_PATHS } ag_kind;
 static const struct {
     const char *name;
     ag_kind kind;
     size_t off;
 } agreed[] = {
     {"--steps", AG_INT, offsetof(pg_run_opts, steps)},
-    {"--data", AG_STR, offsetof(pg_run_opts, data)},
-    {"--targets", AG_STR, offsetof(pg_run_opts, targets)},
+    {"--log-every", AG_INT, offsetof(pg_run_opts, log_every)}, /* the steps whose gradient norm goes to the loss stage */
+    {"--data", AG_PATHS, offsetof(pg_run_opts, data)},
+    {"--targets", AG_PATHS, offsetof(pg_run_opts, targets)},
+    {"--eval-data", AG_PATHS, offsetof(pg_run_opts, eval_data)},
+    {"--eval-targets", AG_PATHS, offsetof(pg_run_opts, eval_targets)},
+    {"--predict", AG_PATHS, offsetof(pg_run_opts, predict)},
+    {"--out", AG_STR, offsetof(pg_run_opts, out)},
+    {"--metrics", AG_STR, offsetof(pg_run_opts, metrics)},
     {"--load", AG_STR, offsetof(pg_run_opts, load)},
     {"--save", AG_STR, offsetof(pg_run_opts, save)},
     {"--save-grads", AG_STR, offsetof(pg_run_opts, save_grads)},
@@ -91,12 +97,27 @@ static int next_entry(const char *t, size_t len, size_t *pos, char **key, char *
 
 /* ---- this stage's entries --------------------------------------------------- */
 
-static void file_entry(FILE *b, const char *opt, const pg_datafile *f)
+static void file_entry(FILE *b, const char *opt, const pg_dataset *ds)
 {
     char key[64], val[64];
     snprintf(key, sizeof key, "file %s", opt);
-    snprintf(val, sizeof val, "%" PRIu64 " %016" PRIx64, f->file_bytes, f->hash);
+    snprintf(val, sizeof val, "%" PRIu64 " %016" PRIx64, ds->bytes, ds->hash);
     entry(b, key, val);
+}
+
+/* "samples --data": how many samples the data set of that option holds */
+static void samples_entry(FILE *b, const char *opt, const pg_dataset *ds)
+{
+    char key[64], val[32];
+    snprintf(key, sizeof key, "samples %s", opt);
+    snprintf(val, sizeof val, "%" PRIu64, ds->samples);
+    entry(b, key, val);
+}
+
+void pg_agree_dataset(pg_run *r, const char *opt, const pg_dataset *ds, int samples)
+{
+    if (r->agree_extra_n < (int)(sizeof r->agree_extra / sizeof r->agree_extra[0]))
+        r->agree_extra[r->agree_extra_n++] = (pg_agree_file){opt, ds, samples};
 }
 
 int pg_agree_build(pg_run *r)
@@ -137,6 +158,23 @@ int pg_agree_build(pg_run *r)
             snprintf(v, sizeof v, "%.17g", x);
             break;
         }
+        case AG_PATHS: { /* the files in order, as one value */
+            const pg_paths *p = (const pg_paths *)base;
+            char *l = NULL;
+            size_t ll = 0;
+            FILE *t = open_memstream(&l, &ll);
+            for (int k = 0; t && k < p->n; k++)
+                fprintf(t, "%s%s", k ? ", " : "", p->p[k]);
+            if (!t || fclose(t) != 0) {
+                fclose(b);
+                free(text);
+                fprintf(stderr, "stage %d: out of memory\n", r->d->stage);
+                return 1;
+            }
+            entry(b, agreed[i].name, l);
+            free(l);
+            continue;
+        }
         }
         entry(b, agreed[i].name, val);
     }
@@ -145,14 +183,14 @@ int pg_agree_build(pg_run *r)
         file_entry(b, "--data", &r->in);
     if (r->have_tg)
         file_entry(b, r->tokens ? "--data" : "--targets", &r->tg);
-    char n[32];
-    if (r->have_in && !r->tokens) {
-        snprintf(n, sizeof n, "%" PRIu64, r->in.samples);
-        entry(b, "samples inputs", n);
-    }
-    if (r->have_tg && !r->tokens) {
-        snprintf(n, sizeof n, "%" PRIu64, r->tg.samples);
-        entry(b, "samples targets", n);
+    if (r->have_in && !r->tokens)
+        samples_entry(b, "--data", &r->in);
+    if (r->have_tg && !r->tokens)
+        samples_entry(b, "--targets", &r->tg);
+    for (int i = 0; i < r->agree_extra_n; i++) { /* the evaluation and --predict files (eval.c) */
+        file_entry(b, r->agree_extra[i].opt, r->agree_extra[i].ds);
+        if (r->agree_extra[i].samples)
+            samples_entry(b, r->agree_extra[i].opt, r->agree_extra[i].ds);
     }
     if (r->load_bytes) {
         char val[64];
@@ -207,15 +245,20 @@ static int fits(const pg_run *r, const char *ka, const char *va, int ra, const c
                 char *why, size_t wl)
 {
     if (!strncmp(ka, "samples ", 8) && !strncmp(kb, "samples ", 8)) {
-        if (!strcmp(ka, kb) || !strcmp(va, vb))
+        /* inputs pair with targets: --data with --targets, --eval-data with --eval-targets */
+        int eval_a = !strncmp(ka + 8, "--eval-", 7), eval_b = !strncmp(kb + 8, "--eval-", 7);
+        if (!strcmp(ka, kb) || !strcmp(va, vb) || eval_a != eval_b || !strcmp(ka + 8, "--predict") ||
+            !strcmp(kb + 8, "--predict"))
             return 0;
-        int in_a = !strcmp(ka, "samples inputs");
+        int in_a = !strcmp(ka + 8, "--data") || !strcmp(ka + 8, "--eval-data");
+        const pg_paths *x = eval_a ? &r->opt.eval_data : &r->opt.data, *y = eval_a ? &r->opt.eval_targets : &r->opt.targets;
         char na[48], nb[48];
         snprintf(why, wl,
-                 "--data %s holds %s samples (%s) but --targets %s holds %s (%s): inputs and targets must "
-                 "pair one to one (give files with the same number of samples)",
-                 r->opt.data ? r->opt.data : "?", in_a ? va : vb, who(r, in_a ? ra : rb, na, sizeof na),
-                 r->opt.targets ? r->opt.targets : "?", in_a ? vb : va, who(r, in_a ? rb : ra, nb, sizeof nb));
+                 "%s %s%s holds %s samples (%s) but %s %s%s holds %s (%s): inputs and targets must "
+                 "pair one to one (give files with the same number of samples)", eval_a ? "--eval-data" : "--data",
+                 x->n ? x->p[0] : "?", x->n > 1 ? " ..." : "", in_a ? va : vb, who(r, in_a ? ra : rb, na, sizeof na),
+                 eval_a ? "--eval-targets" : "--targets", y->n ? y->p[0] : "?", y->n > 1 ? " ..." : "", in_a ? vb : va,
+                 who(r, in_a ? rb : ra, nb, sizeof nb));
         return -1;
     }
     if (strcmp(ka, kb) || !strcmp(va, vb))

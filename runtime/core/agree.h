@@ -25,6 +25,10 @@ int pg_agree_build(pg_run *r);
  * (then they join the accepted ones), -1 with the first difference in why,
  * naming the option, both stages and both values. */
 int pg_agree_check(void *arg, int rank, const char *text, size_t len, char *why, size_t whylen);
+/* Before pg_agree_build: one more data set this stage read (the evaluation
+ * and --predict files, eval.c), compared as "file OPT" and, with samples,
+ * "samples OPT" (--eval-data pairs with --eval-targets). */
+void pg_agree_dataset(pg_run *r, const char *opt, const pg_dataset *ds, int samples);
 /* Free what pg_agree_build and pg_agree_check kept. */
 void pg_agree_free(pg_run *r);
 

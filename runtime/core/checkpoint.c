@@ -219,23 +219,30 @@ static int by_param_name(const void *a, const void *b)
 static void ident_train(const pg_stage_desc *d, char *b, size_t n)
 {
     static const char *const loss[] = {"mse_sum", "mse_mean", "cross_entropy"};
+    static const char *const optim[] = {"sgd", "adamw", "adam"};
+    static const char *const sched[] = {"constant", "cosine", "linear", "inverse_sqrt"};
     const pg_train_desc *t = &d->train;
-    int adamw = t->optimizer == PG_OPTIM_ADAMW, cosine = t->lr_schedule == PG_LR_COSINE;
+    int adamw = pg_optim_adam(t->optimizer), cosine = t->lr_schedule == PG_LR_COSINE || t->lr_schedule == PG_LR_LINEAR;
+    int ls = t->lr_schedule >= 0 && t->lr_schedule < 4 ? t->lr_schedule : 0;
     size_t o = (size_t)snprintf(b, n, "batch=%" PRId64 " microbatches=%" PRId64 " loss=%s optimizer=%s lr=%.17g",
                                 t->batch, t->microbatches, t->loss >= 0 && t->loss < 3 ? loss[t->loss] : "?",
-                                adamw ? "adamw" : "sgd", t->lr);
+                                t->optimizer >= 0 && t->optimizer < 3 ? optim[t->optimizer] : "?", t->lr);
     if (o < n && adamw)
         o += (size_t)snprintf(b + o, n - o, " beta1=%.17g beta2=%.17g eps=%.17g", t->beta1, t->beta2, t->adam_eps);
     else if (o < n)
         o += (size_t)snprintf(b + o, n - o, " momentum=%.17g", t->momentum);
     if (o < n)
         o += (size_t)snprintf(b + o, n - o, " weight_decay=%.17g grad_clip=%.17g lr_schedule=%s", t->weight_decay,
-                              t->grad_clip, cosine ? "cosine" : "constant");
-    if (o < n && cosine) /* the cosine's horizon is the .pipe's steps */
+                              t->grad_clip, sched[ls]);
+    if (o < n && cosine) /* the cosine's (and linear's) horizon is the .pipe's steps */
         o += (size_t)snprintf(b + o, n - o, " warmup=%" PRId64 " lr_min=%.17g horizon=%" PRId64, t->warmup, t->lr_min,
                               t->steps);
+    else if (o < n && (t->warmup > 0 || t->lr_schedule == PG_LR_INVSQRT))
+        o += (size_t)snprintf(b + o, n - o, " warmup=%" PRId64, t->warmup);
     if (o < n)
-        snprintf(b + o, n - o, " seed=%" PRIu64 " precision=%s", t->seed, d->precision ? "bf16" : "f32");
+        o += (size_t)snprintf(b + o, n - o, " seed=%" PRIu64 " precision=%s", t->seed, d->precision ? "bf16" : "f32");
+    if (o < n && t->shuffle) /* only then: the identities of models without it stay as they were */
+        snprintf(b + o, n - o, " shuffle=1");
 }
 
 /* This model's identity; -1 on out of memory. */
@@ -250,10 +257,14 @@ static int ident_of(const pg_stage_desc *d, ck_ident *id)
     uint64_t h = UINT64_C(0xcbf29ce484222325);
     for (int i = 0; i < d->nmodel_params; i++) {
         const pg_param_desc *p = ps[i];
-        char line[512];
+        char line[600];
         int l = snprintf(line, sizeof line, "%s %d %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 " %d %.17g %d %d\n",
                          p->name, p->rank, p->dim[0], p->dim[1], p->dim[2], p->dim[3], p->init, p->init_scale,
                          p->decay, p->is_buffer);
+        /* a rate other than the default rule's (a `weight_decay = V for` group, adam) is part of it */
+        double rule = p->is_buffer || d->train.optimizer == PG_OPTIM_ADAM ? 0.0 : p->decay ? d->train.weight_decay : 0.0;
+        if (p->weight_decay != rule && l > 0 && (size_t)l < sizeof line)
+            l += snprintf(line + l - 1, sizeof line - (size_t)l + 1, " wd %.17g\n", p->weight_decay) - 1;
         h = pg_hash64(line, (size_t)l < sizeof line ? (size_t)l : sizeof line - 1, h);
     }
     free(ps);

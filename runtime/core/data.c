@@ -1,11 +1,13 @@
-/* runtime/core/data.c — .pgd data files (format in pg_io.h), the seeded
- * synthetic batches used when no data file is given, and pg_hash64. */
+/* runtime/core/data.c — .pgd data files (format in pg_io.h) and their id
+ * check, the seeded synthetic batches used when no data file is given, and
+ * pg_hash64. */
 #include "pg_io.h"
 #include "io_atomic.h"
 #include "pg_le.h"
 #include "pg_contract.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <math.h>
 #include <setjmp.h>
@@ -51,7 +53,7 @@ static int mul_ok(uint64_t a, uint64_t b, uint64_t *out)
  * the faulting address lies in: inside pg_data_guarded it jumps back, which
  * returns an error; anywhere else it writes a message naming the file and
  * exits 1. A SIGBUS outside every mapping is not ours: default action. */
-#define MAX_MAPS 16
+#define MAX_MAPS 96 /* every shard of --data, --targets, --eval-data, --eval-targets, --predict */
 static struct {
     const unsigned char *base[MAX_MAPS];
     size_t len[MAX_MAPS];
@@ -381,6 +383,17 @@ void pg_data_close(pg_datafile *f)
     memset(f, 0, sizeof *f);
 }
 
+size_t pg_data_header(unsigned char *h, int dtype, int rank, const uint64_t *dims)
+{
+    memcpy(h, "PGD1", 4);
+    pg_put32(h + 4, PGD_VERSION);
+    pg_put32(h + 8, (uint32_t)dtype);
+    pg_put32(h + 12, (uint32_t)rank);
+    for (int i = 0; i < rank && i < PGD_MAX_RANK; i++)
+        pg_put64(h + 16 + 8 * i, dims[i]);
+    return 16 + 8 * (size_t)rank;
+}
+
 int pg_data_write(const char *path, int dtype, int rank, const uint64_t *dims,
                   const void *data, char *err, size_t errlen)
 {
@@ -392,22 +405,37 @@ int pg_data_write(const char *path, int dtype, int rank, const uint64_t *dims,
         snprintf(err, errlen, "cannot write %s: rank %d out of range 1..%d", path, rank, PGD_MAX_RANK);
         return -1;
     }
-    unsigned char h[16 + 8 * PGD_MAX_RANK];
-    memcpy(h, "PGD1", 4);
-    pg_put32(h + 4, PGD_VERSION);
-    pg_put32(h + 8, (uint32_t)dtype);
-    pg_put32(h + 12, (uint32_t)rank);
+    unsigned char h[PG_DATA_HEADER_MAX];
+    size_t hl = pg_data_header(h, dtype, rank, dims);
     uint64_t numel = 1;
-    for (int i = 0; i < rank; i++) {
-        pg_put64(h + 16 + 8 * i, dims[i]);
+    for (int i = 0; i < rank; i++)
         if (!mul_ok(numel, dims[i], &numel)) {
             snprintf(err, errlen, "cannot write %s: dims too large", path);
             return -1;
         }
-    }
     const void *parts[2] = {h, data};
-    size_t lens[2] = {16 + 8 * (size_t)rank, (size_t)numel * 4};
+    size_t lens[2] = {hl, (size_t)numel * 4};
     return pg_io_write_atomic(path, parts, lens, 2, err, errlen);
+}
+
+/* ---- token ids ----------------------------------------------------------- */
+
+int pg_data_ids(const pg_datafile *f, int64_t vocab, int64_t allowed, const char *path, const char *what,
+                const char *limit, char *err, size_t errlen)
+{
+    if (f->dtype != 2 || vocab <= 0)
+        return 0;
+    const int32_t *v = f->data;
+    uint64_t n = f->samples * f->sample_elems;
+    for (uint64_t i = 0; i < n; i++)
+        if ((v[i] < 0 || (int64_t)v[i] >= vocab) && (int64_t)v[i] != allowed) {
+            snprintf(err, errlen,
+                     "%s: sample %" PRIu64 ", element %" PRIu64 " is %s %" PRId32 ", outside [0, %" PRId64
+                     "): the model's %s is %" PRId64,
+                     path, i / f->sample_elems, i % f->sample_elems, what, v[i], vocab, limit, vocab);
+            return -1;
+        }
+    return 0;
 }
 
 /* ---- synthetic data ------------------------------------------------------ */

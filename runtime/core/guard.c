@@ -73,26 +73,6 @@ int pg_guard_files(const pg_stage_desc *d, int world, char *err, size_t errlen)
     return -1;
 }
 
-/* ---- token ids ----------------------------------------------------------- */
-
-int pg_guard_ids(const pg_datafile *f, int64_t vocab, int64_t allowed, const char *path, const char *what,
-                 const char *limit, char *err, size_t errlen)
-{
-    if (f->dtype != 2 || vocab <= 0)
-        return 0;
-    const int32_t *v = f->data;
-    uint64_t n = f->samples * f->sample_elems;
-    for (uint64_t i = 0; i < n; i++)
-        if ((v[i] < 0 || (int64_t)v[i] >= vocab) && (int64_t)v[i] != allowed) {
-            snprintf(err, errlen,
-                     "%s: sample %" PRIu64 ", element %" PRIu64 " is %s %" PRId32 ", outside [0, %" PRId64
-                     "): the model's %s is %" PRId64,
-                     path, i / f->sample_elems, i % f->sample_elems, what, v[i], vocab, limit, vocab);
-            return -1;
-        }
-    return 0;
-}
-
 /* ---- which stage holds the loss ------------------------------------------- */
 
 int pg_guard_init(pg_run *r)
@@ -208,8 +188,10 @@ int pg_guard_findings(pg_run *r, int64_t step)
      * is not): where the gradients lie in host memory (the CPU backend) their
      * bits are tested instead, a vectorized pass where the sum in index order
      * is a chain of dependent additions, and the sum is made only of a
-     * gradient found not finite (its message prints it). */
-    int test_bits = !(d->train.grad_clip > 0) && !strcmp(pg_backend_name(), "cpu");
+     * gradient found not finite (its message prints it); but on a step the
+     * log line shows, every sum is made: the verdicts carry them to the loss
+     * stage, whose log line prints their norm (step.c). */
+    int test_bits = !(d->train.grad_clip > 0) && !pg_run_logged(r, step) && !strcmp(pg_backend_name(), "cpu");
     memset(r->norms, 0, (size_t)np * sizeof(double));
     for (int i = 0; i < d->nparams; i++) {
         const pg_param_desc *p = &d->params[i];

@@ -1,8 +1,9 @@
 /* runtime/core/guard.h — the stage program's defences against bad input and a
- * bad environment: memory too small for the arena, token ids outside the
- * vocabulary, a non-finite loss or gradient (stop, or skip the step on every
- * stage: --skip-nonfinite), and SIGINT/SIGTERM stopping every stage at the same step
- * after a final checkpoint (--save-on-exit). Messages go to stderr. */
+ * bad environment: memory too small for the arena, too few file descriptors,
+ * a non-finite loss or gradient (stop, or skip the step on every stage:
+ * --skip-nonfinite), and SIGINT/SIGTERM stopping every stage at the same step
+ * after a final checkpoint (--save-on-exit); ids outside the vocabulary are
+ * data.c's (pg_data_ids). Messages go to stderr. */
 #ifndef PG_GUARD_H
 #define PG_GUARD_H
 
@@ -22,12 +23,6 @@ int pg_guard_memory(const pg_stage_desc *d, int64_t arena_bytes, char *err, size
  * a stage needs in a world of `world` processes (raising the soft limit up to
  * the hard one if it must); -1 with both numbers in err. */
 int pg_guard_files(const pg_stage_desc *d, int world, char *err, size_t errlen);
-
-/* 0 when every i32 id of f is in [0, vocab) or is `allowed` (cross_entropy's
- * ignored id; PG_GUARD_NO_ID: none); -1 naming the first bad sample. */
-#define PG_GUARD_NO_ID INT64_MIN
-int pg_guard_ids(const pg_datafile *f, int64_t vocab, int64_t allowed, const char *path, const char *what,
-                 const char *limit, char *err, size_t errlen);
 
 /* Collective, after pg_net_init: every stage learns which stage holds the loss. */
 int pg_guard_init(pg_run *r);

@@ -11,43 +11,34 @@
 
 #include "stage_run.h"
 
-typedef struct rows_count {
-    const pg_run *r;
-    int64_t step, ignore;
-    double count;
-} rows_count;
-
-/* every row of the step's batch: a token window one on from the input's, or a
- * target file's sample, cycling, as tokens.c and step.c read them */
-static void count_rows(void *arg)
-{
-    rows_count *j = arg;
-    const pg_run *r = j->r;
-    const pg_stage_desc *d = r->d;
-    const int32_t *t = r->tg.data;
-    int64_t B = d->train.batch, m = d->target_per_sample;
-    for (int64_t i = 0; i < B; i++) {
-        uint64_t at = r->tokens ? pg_run_tokens_window(r, j->step, i) + 1
-                                : ((uint64_t)j->step * (uint64_t)B + (uint64_t)i) % r->tg.samples * (uint64_t)m;
-        for (int64_t k = 0; k < m; k++)
-            j->count += t[at + (uint64_t)k] != j->ignore;
-    }
-}
-
 int pg_run_ignore_count(pg_run *r, int64_t step)
 {
     const pg_stage_desc *d = r->d;
     if (!d->has_ignore || !d->has_loss)
         return 0;
     /* synthetic ids are all in [0, classes): every position counts */
-    rows_count j = {r, step, d->ignore_id, (double)d->train.batch * (double)d->target_per_sample};
+    double count = (double)d->train.batch * (double)d->target_per_sample;
     if (r->have_tg) {
+        /* every row of the step's batch: a token window one on from the
+         * input's, or the data set's sample of that position (shuffled, from
+         * its shard), as tokens.c and step.c read them; into the host
+         * staging, which load_batch fills after this */
+        int64_t B = d->train.batch, n = B * d->target_per_sample;
+        int32_t *t = r->host;
         char err[512];
-        j.count = 0.0;
-        if (pg_data_guarded(&r->tg, count_rows, &j, err, sizeof err)) {
+        for (int64_t i = 0; i < B; i++)
+            r->sample_idx[i] = r->tokens ? pg_run_tokens_window(r, step, i)
+                                         : pg_dataset_sample(d->train.seed, d->train.shuffle, r->tg.samples,
+                                                             (uint64_t)step * (uint64_t)B + (uint64_t)i);
+        int rc = r->tokens ? pg_tokens_windows(&r->tg.f[0], r->sample_idx, B, d->input_dim[0], 1, t, err, sizeof err)
+                           : pg_dataset_gather(&r->tg, r->sample_idx, B, t, err, sizeof err);
+        if (rc) {
             fprintf(stderr, "stage %d: step %lld: %s\n", d->stage, (long long)step + 1, err);
             return 1;
         }
+        count = 0.0;
+        for (int64_t k = 0; k < n; k++)
+            count += t[k] != d->ignore_id;
     }
-    return pg_copy_to_dev(r->ctx, r->A + d->count_off, &j.count, sizeof j.count);
+    return pg_copy_to_dev(r->ctx, r->A + d->count_off, &count, sizeof count);
 }

@@ -175,6 +175,23 @@ void pg_io_sync_dir_of(const char *path)
     close(fd);
 }
 
+/* n bytes at p to fd, whatever write() takes at a time: 0, or the errno
+ * (ENOSPC for a write that took nothing). */
+static int write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return w < 0 ? errno : ENOSPC;
+        c += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
 int pg_io_write_tmp(const char *path, const void *const *parts, const size_t *lens, int n, char *tmp, size_t tmplen,
                     char *err, size_t errlen)
 {
@@ -199,20 +216,8 @@ int pg_io_write_tmp(const char *path, const void *const *parts, const size_t *le
     sigaction(SIGXFSZ, &ign, &old_xfsz);
     const char *what = "write";
     int e = 0;
-    for (int i = 0; i < n && !e; i++) {
-        const char *p = parts[i];
-        size_t left = lens[i];
-        while (left) {
-            ssize_t w = write(fd, p, left);
-            if (w < 0 && errno == EINTR) continue;
-            if (w <= 0) {
-                e = w < 0 ? errno : ENOSPC;
-                break;
-            }
-            p += w;
-            left -= (size_t)w;
-        }
-    }
+    for (int i = 0; i < n && !e; i++)
+        e = write_all(fd, parts[i], lens[i]);
     if (!e && fsync(fd) != 0) { e = errno; what = "fsync"; }
     if (close(fd) != 0 && !e) { e = errno; what = "close"; }
     sigaction(SIGXFSZ, &old_xfsz, NULL);
@@ -373,4 +378,77 @@ int pg_io_check_distinct(const pg_io_file *f, int n, char *err, size_t errlen)
         }
     free(id);
     return rc;
+}
+
+/* ---- a file written in pieces ------------------------------------------------ */
+
+int pg_io_stream_open(pg_io_stream *s, const char *path, char *err, size_t errlen)
+{
+    memset(s, 0, sizeof *s);
+    s->fd = -1;
+    size_t tl = strlen(path) + 32;
+    if (!(s->path = strdup(path)) || !(s->tmp = malloc(tl))) {
+        free(s->path);
+        snprintf(err, errlen, "%s: out of memory", path);
+        return -1;
+    }
+    pg_io_tmp_name(s->tmp, tl, path);
+    s->fd = open(s->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (s->fd < 0) {
+        snprintf(err, errlen, "cannot write %s: cannot create %s: %s", path, s->tmp, strerror(errno));
+        free(s->path);
+        free(s->tmp);
+        memset(s, 0, sizeof *s);
+        s->fd = -1;
+        return -1;
+    }
+    return 0;
+}
+
+int pg_io_stream_write(pg_io_stream *s, const void *p, size_t n, char *err, size_t errlen)
+{
+    int e = write_all(s->fd, p, n);
+    if (!e)
+        return 0;
+    snprintf(err, errlen, "cannot write %s: write failed: %s (the previous file, if any, is untouched)", s->path,
+             strerror(e));
+    pg_io_stream_abort(s);
+    return -1;
+}
+
+int pg_io_stream_commit(pg_io_stream *s, char *err, size_t errlen)
+{
+    const char *what = "fsync";
+    int e = fsync(s->fd) != 0 ? errno : 0;
+    if (close(s->fd) != 0 && !e) {
+        e = errno;
+        what = "close";
+    }
+    s->fd = -1;
+    pg_io_protect_begin();
+    if (!e && rename(s->tmp, s->path) != 0) {
+        e = errno;
+        what = "rename";
+    }
+    if (!e)
+        pg_io_sync_dir_of(s->path);
+    pg_io_protect_end();
+    if (e)
+        snprintf(err, errlen, "cannot write %s: %s failed: %s (the previous file, if any, is untouched)", s->path, what,
+                 strerror(e));
+    pg_io_stream_abort(s);
+    return e ? -1 : 0;
+}
+
+void pg_io_stream_abort(pg_io_stream *s)
+{
+    if (s->fd >= 0) {
+        close(s->fd);
+        s->fd = -1;
+    }
+    if (s->tmp)
+        unlink(s->tmp); /* after a commit the name is gone: nothing happens */
+    free(s->tmp);
+    free(s->path);
+    s->tmp = s->path = NULL;
 }

@@ -53,6 +53,20 @@ int pg_io_write_tmp(const char *path, const void *const *parts, const size_t *le
 /* fsync the folder holding path (after renames into it). */
 void pg_io_sync_dir_of(const char *path);
 
+/* A file too large to hold in memory, written in pieces the same way: open
+ * creates path.tmp.<pid>; write appends (on a failure the temporary is gone
+ * and err names path and the reason); commit fsyncs it, renames it over path
+ * (signals wait meanwhile) and fsyncs the folder; abort removes it. Every
+ * call but open leaves nothing behind on a failure. 0, or -1 with err. */
+typedef struct pg_io_stream {
+    int fd;
+    char *path, *tmp;
+} pg_io_stream;
+int pg_io_stream_open(pg_io_stream *s, const char *path, char *err, size_t errlen);
+int pg_io_stream_write(pg_io_stream *s, const void *p, size_t n, char *err, size_t errlen);
+int pg_io_stream_commit(pg_io_stream *s, char *err, size_t errlen);
+void pg_io_stream_abort(pg_io_stream *s);
+
 /* Writing a file for the user is never cut short by a signal: between begin
  * and end (nestable) SIGINT, SIGTERM and SIGHUP only take effect at the end,
  * and piperun is told (the PIPE_CONTROL_FD socket it gives each stage: 'W'

@@ -5,6 +5,7 @@
  * Exit status: 0 ok, 1 runtime failure, 2 usage. */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,9 +26,22 @@ static void usage(FILE *o, const pg_stage_desc *d)
     fprintf(o,
             "usage: stage%d [options]    (stage %d of %d of model %s, from %s)\n"
             "  --steps N       training steps (default %" PRId64 ", train.steps)\n"
-            "  --log-every N   print the loss every N steps (default 1)\n"
-            "  --data FILE     inputs (.pgd), read by stage 0; default: synthetic data\n"
-            "  --targets FILE  targets (.pgd), read by the stage holding the loss\n"
+            "  --log-every N   print the log line every N steps (default 1; step 1 and the last\n"
+            "                  always): step N/M, loss, lr, grad_norm (before clipping), the\n"
+            "                  epoch (data files), samples/s (tokens/s for token inputs), ms/step\n"
+            "  --metrics FILE  also each log line and evaluation as one JSON object a line\n"
+            "                  (FILE.jsonl; a fresh run starts it anew, --resume appends)\n"
+            "  --data FILE     inputs (.pgd), read by stage 0; default: synthetic data; given\n"
+            "                  several times, the files are shards of one data set, in order\n"
+            "  --targets FILE  targets (.pgd), read by the stage holding the loss (shards alike)\n"
+            "  --eval-data FILE --eval-targets FILE  an evaluation set: after every eval_every\n"
+            "                  steps (train.eval_every; 0: the last step only) a forward-only\n"
+            "                  pass over its first eval_batches batches (0: every row) prints\n"
+            "                  `eval step N  loss X` and accuracy (a classifier) or perplexity\n"
+            "                  (a language model); nothing is trained by it. A language model\n"
+            "                  takes a token stream as --eval-data (windows one after another)\n"
+            "  --predict FILE --out OUT.pgd  after training (--steps 0: none), the model's\n"
+            "                  outputs for every row of FILE, in order, into OUT.pgd (f32)\n"
             "  --save FILE     after training, stage 0 gathers every parameter and writes\n"
             "                  one safetensors file (--steps 0: the initial weights); with\n"
             "                  --save-every or --save-on-exit and no --checkpoint-dir, FILE\n"
@@ -181,9 +195,26 @@ static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts
                 *(!strcmp(a, "--trace") ? &o->trace : &o->profile) = v;
             continue;
         }
-        int takes = !strcmp(a, "--steps") || !strcmp(a, "--log-every") || !strcmp(a, "--data") ||
-                    !strcmp(a, "--targets") || !strcmp(a, "--save") || !strcmp(a, "--save-grads") || !strcmp(a, "--threads") || !strcmp(a, "--timeout") ||
-                    !strcmp(a, "--load") || !strcmp(a, "--dp") || !strcmp(a, "--zero");
+        pg_paths *paths = !strcmp(a, "--data") ? &o->data : !strcmp(a, "--targets") ? &o->targets
+                          : !strcmp(a, "--eval-data") ? &o->eval_data : !strcmp(a, "--eval-targets") ? &o->eval_targets
+                          : !strcmp(a, "--predict") ? &o->predict : NULL;
+        if (paths) { /* a data set: the option once per file (shards, in order) */
+            if (!v || !v[0]) {
+                fprintf(stderr, "stage %d: %s needs a file name (see --help)\n", d->stage, a);
+                return 2;
+            }
+            if (paths->n == PG_MAX_SHARDS) {
+                fprintf(stderr, "stage %d: %s is given more than %d times: a data set has at most %d files (shards)\n",
+                        d->stage, a, PG_MAX_SHARDS, PG_MAX_SHARDS);
+                return 2;
+            }
+            paths->p[paths->n++] = v;
+            i++;
+            continue;
+        }
+        int takes = !strcmp(a, "--steps") || !strcmp(a, "--log-every") || !strcmp(a, "--save") ||
+                    !strcmp(a, "--save-grads") || !strcmp(a, "--threads") || !strcmp(a, "--timeout") ||
+                    !strcmp(a, "--load") || !strcmp(a, "--dp") || !strcmp(a, "--zero") || !strcmp(a, "--out") || !strcmp(a, "--metrics");
         if (!takes) {
             fprintf(stderr, "stage %d: unknown option '%s' (see --help)\n", d->stage, a);
             return 2;
@@ -193,8 +224,8 @@ static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts
             return 2;
         }
         i++;
-        if (!strcmp(a, "--data")) o->data = v;
-        else if (!strcmp(a, "--targets")) o->targets = v;
+        if (!strcmp(a, "--out")) o->out = v;
+        else if (!strcmp(a, "--metrics")) o->metrics = v;
         else if (!strcmp(a, "--save")) o->save = v;
         else if (!strcmp(a, "--save-grads")) o->save_grads = v;
         else if (!strcmp(a, "--load")) o->load = v;
@@ -249,53 +280,49 @@ static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts
 static int open_data(pg_run *r)
 {
     const pg_stage_desc *d = r->d;
-    char err[512];
+    char err[1024];
     int tk = pg_run_tokens_open(r); /* --data as a token stream (tokens.c) */
     if (tk)
         return tk < 0;
-    if ((d->has_input || d->has_loss) && !r->opt.data != !r->opt.targets) {
+    const pg_paths *x = &r->opt.data, *y = &r->opt.targets;
+    if ((d->has_input || d->has_loss) && !x->n != !y->n) {
         /* real inputs with synthetic targets (or the other way round) train to garbage; but a file that
          * is no data file at all (bad magic, another shape) is said first: that is the first thing to fix */
         pg_datafile f;
-        int is_in = r->opt.data != NULL;
-        if (pg_data_open(&f, is_in ? r->opt.data : r->opt.targets, is_in ? d->input_dtype : d->target_dtype,
+        int is_in = x->n != 0;
+        if (pg_data_open(&f, is_in ? x->p[0] : y->p[0], is_in ? d->input_dtype : d->target_dtype,
                          is_in ? d->input_rank : d->target_rank, is_in ? d->input_dim : d->target_dim, err,
                          sizeof err)) {
             fprintf(stderr, "stage %d: %s\n", d->stage, err);
             return 1;
         }
         pg_data_close(&f);
-        if (r->opt.data)
+        if (x->n)
             fprintf(stderr, "stage %d: --data %s without --targets: its inputs would be paired with synthetic "
                             "targets; give the targets too (--targets FILE)%s; nothing was run\n", d->stage,
-                    r->opt.data, d->input_dtype == 2 && d->target_dtype == 2
+                    x->p[0], d->input_dtype == 2 && d->target_dtype == 2
                     ? ", or a token stream (rank 1, `pipedata text`) as --data" : "");
         else
             fprintf(stderr, "stage %d: --targets %s without --data: its targets would be paired with synthetic "
-                            "inputs; give the inputs too (--data FILE); nothing was run\n", d->stage, r->opt.targets);
+                            "inputs; give the inputs too (--data FILE); nothing was run\n", d->stage, y->p[0]);
         return 2;
     }
-    if (d->has_input && r->opt.data) {
-        if (pg_data_open(&r->in, r->opt.data, d->input_dtype, d->input_rank, d->input_dim, err, sizeof err)) {
+    if (d->has_input && x->n) {
+        if (pg_dataset_open(&r->in, "--data", x, d->input_dtype, d->input_rank, d->input_dim, d->input_vocab,
+                            PG_DATA_NO_ID, "token id", "vocabulary size", err, sizeof err)) {
             fprintf(stderr, "stage %d: %s\n", d->stage, err);
             return 1;
         }
         r->have_in = 1;
-        if (pg_guard_ids(&r->in, d->input_vocab, PG_GUARD_NO_ID, r->opt.data, "token id", "vocabulary size", err, sizeof err)) {
-            fprintf(stderr, "stage %d: %s\n", d->stage, err);
-            return 1;
-        }
     }
-    if (d->has_loss && r->opt.targets) {
-        if (pg_data_open(&r->tg, r->opt.targets, d->target_dtype, d->target_rank, d->target_dim, err, sizeof err)) {
+    if (d->has_loss && y->n) {
+        if (pg_dataset_open(&r->tg, "--targets", y, d->target_dtype, d->target_rank, d->target_dim, d->target_vocab,
+                            d->has_ignore ? d->ignore_id : PG_DATA_NO_ID, "target id", "number of classes", err,
+                            sizeof err)) {
             fprintf(stderr, "stage %d: %s\n", d->stage, err);
             return 1;
         }
         r->have_tg = 1;
-        if (pg_guard_ids(&r->tg, d->target_vocab, d->has_ignore ? d->ignore_id : PG_GUARD_NO_ID, r->opt.targets, "target id", "number of classes", err, sizeof err)) {
-            fprintf(stderr, "stage %d: %s\n", d->stage, err);
-            return 1;
-        }
     }
     return 0;
 }
@@ -412,6 +439,51 @@ static int save_params(pg_run *r, int64_t steps, const char *path, int grads)
     return rc;
 }
 
+/* A JSON number, or null for what JSON cannot hold (NaN, infinities). */
+static int json_num(char *b, size_t n, const char *key, double v)
+{
+    return isfinite(v) ? snprintf(b, n, ", \"%s\": %.17g", key, v) : snprintf(b, n, ", \"%s\": null", key);
+}
+
+/* The log line of step s (0-based), on the stage that logs: step N/M and the
+ * loss first, then the learning rate, the gradient norm before clipping, the
+ * epoch (data files), samples/s (tokens/s for token inputs) and ms/step; the
+ * same as one JSON line for --metrics. 0, or 1 (the metrics file failed). */
+static int log_step(pg_run *r, int64_t s, double loss, double dt)
+{
+    const pg_stage_desc *d = r->d;
+    double lr = pg_lr_at(&d->train, s), gn = r->grad_norm;
+    int tok = d->input_dtype == PG_DATA_I32; /* token inputs: a sample is input_per_sample tokens */
+    double rate = dt > 0 ? (double)d->train.batch * (double)(tok ? d->input_per_sample : 1) / dt : 0.0;
+    const char *skipped = r->step_verdict != PG_VERDICT_SKIP ? NULL
+                          : r->step_bad & 1 ? "loss not finite" : "gradients not finite";
+    char ep[48] = "";
+    int64_t epoch = 0;
+    if (r->have_tg && !r->tokens && r->tg.samples) { /* data files: the epoch of the step's first row */
+        epoch = (int64_t)((uint64_t)s * (uint64_t)d->train.batch / r->tg.samples) + 1;
+        snprintf(ep, sizeof ep, "  epoch %" PRId64, epoch);
+    }
+    printf("step %" PRId64 "/%" PRId64 "  loss %.9f  lr %.6g  grad_norm %.6g%s  %.1f %s/s  %.3f ms/step%s%s%s\n", s + 1,
+           r->opt.steps, loss, lr, gn, ep, rate, tok ? "tokens" : "samples", dt * 1000.0, skipped ? "  (skipped: " : "",
+           skipped ? skipped : "", skipped ? ")" : "");
+    fflush(stdout);
+    if (r->metrics_fd < 0)
+        return 0;
+    char j[768];
+    size_t o = (size_t)snprintf(j, sizeof j, "{\"step\": %" PRId64 ", \"steps\": %" PRId64, s + 1, r->opt.steps);
+    o += (size_t)json_num(j + o, sizeof j - o, "loss", loss);
+    o += (size_t)json_num(j + o, sizeof j - o, "lr", lr);
+    o += (size_t)json_num(j + o, sizeof j - o, "grad_norm", gn);
+    if (epoch)
+        o += (size_t)snprintf(j + o, sizeof j - o, ", \"epoch\": %" PRId64, epoch);
+    o += (size_t)json_num(j + o, sizeof j - o, tok ? "tokens_per_s" : "samples_per_s", rate);
+    o += (size_t)json_num(j + o, sizeof j - o, "ms_per_step", dt * 1000.0);
+    if (skipped)
+        o += (size_t)snprintf(j + o, sizeof j - o, ", \"skipped\": \"%s\"", skipped);
+    snprintf(j + o, sizeof j - o, "}");
+    return pg_metrics_line(r, j);
+}
+
 static int run(pg_run *r)
 {
     const pg_stage_desc *d = r->d;
@@ -497,8 +569,14 @@ static int run(pg_run *r)
         return 1;
     }
     int od = open_data(r);
+    if (!od)
+        od = pg_eval_open(r); /* --eval-data, --eval-targets, --predict (eval.c) */
     if (od)
         return od;
+    if (!(r->sample_idx = malloc((size_t)d->train.batch * sizeof *r->sample_idx))) {
+        fprintf(stderr, "stage %d: out of memory\n", d->stage);
+        return 1;
+    }
     if (pg_run_synth_init(r) || init_params(r) || (r->opt.load && pg_run_load_params(r)))
         return 1;
     if (r->opt.load && pg_data_file_hash(r->opt.load, &r->load_bytes, &r->load_hash, err, sizeof err)) {
@@ -542,11 +620,13 @@ static int run(pg_run *r)
         r->tracing = r->opt.trace != NULL;
     }
     int64_t start = 0;
-    if (pg_guard_init(r) || pg_dp_init(r))
+    if (pg_guard_init(r) || pg_dp_init(r) || pg_eval_counts(r))
         return 1;
     int rs = r->opt.resume ? pg_ckpt_resume(r, &start) : 0;
     if (rs)
         return rs;
+    if (pg_metrics_open(r, start))
+        return 1;
     if (pg_trace_sync(r))
         return 1;
     int last = d->has_loss && r->replica == 0; /* replica 0 reports the loss of the whole batch */
@@ -560,15 +640,12 @@ static int run(pg_run *r)
             r->wall_s += dt;
         else
             r->first_wall_s = dt;
-        if (last && ((s + 1) % r->opt.log_every == 0 || s + 1 == r->opt.steps)) {
-            printf("step %" PRId64 "/%" PRId64 "  loss %.9f  %.1f samples/s%s\n", s + 1, r->opt.steps, loss,
-                   dt > 0 ? (double)d->train.batch / dt : 0.0,
-                   r->step_verdict != PG_VERDICT_SKIP ? ""
-                   : r->step_bad & 1 ? "  (skipped: loss not finite)" : "  (skipped: gradients not finite)");
-            fflush(stdout);
-        }
+        if (last && pg_run_logged(r, s) && log_step(r, s, loss, dt))
+            return 1;
         if (last && s + 1 == r->opt.steps)
             printf("final loss %.17g\n", loss);
+        if (pg_eval_at(r, s) && pg_eval_run(r, s + 1)) /* forward-only: no effect on the training (eval.c) */
+            return 1;
         int sig = 0; /* --save-on-exit: every stage stops after the same step */
         if (r->opt.save_on_exit && pg_guard_stop_agree(r, s + 1, &sig))
             return 1;
@@ -586,6 +663,8 @@ static int run(pg_run *r)
             return 128 + sig;
         }
     }
+    if (start == r->opt.steps && r->ev && pg_eval_run(r, start)) /* nothing to train: evaluate what was loaded */
+        return 1;
     /* The user's files, the weights first: whatever fails later cannot lose
      * them, and a signal (piperun stopping the run) waits until they are written. */
     pg_io_protect_begin();
@@ -595,7 +674,7 @@ static int run(pg_run *r)
     pg_io_protect_end();
     if (bad)
         return 1;
-    if (r->opt.generate > 0 && pg_run_generate(r))
+    if (pg_predict_run(r) || (r->opt.generate > 0 && pg_run_generate(r)))
         return 1;
     pg_net_status st = pg_net_flush(r->net, r->opt.timeout_s);
     if (st) {
@@ -657,6 +736,7 @@ int main(int argc, char **argv)
     }
     r.d = &pg_stage;
     r.ck_first = -1;
+    r.metrics_fd = -1;
     int a = parse_args(argc, argv, r.d, &r.opt);
     if (a)
         return a == 1 ? 0 : 2;
@@ -686,10 +766,11 @@ int main(int argc, char **argv)
     /* a device left waiting for a dead peer: free host state only, then leave
      * without the CUDA runtime's exit handlers (pg_ops.h) */
     int poisoned = r.ctx && pg_backend_poisoned(r.ctx);
-    if (r.have_in)
-        pg_data_close(&r.in);
-    if (r.have_tg)
-        pg_data_close(&r.tg);
+    pg_dataset_close(&r.in);
+    pg_dataset_close(&r.tg);
+    pg_eval_free(&r);
+    pg_metrics_close(&r);
+    free(r.sample_idx);
     if (r.A)
         pg_arena_destroy(r.ctx, r.A);
     if (r.ctx)

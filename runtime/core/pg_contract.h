@@ -22,11 +22,12 @@
 
 #include <stdint.h>
 
-#define PG_CONTRACT_VERSION 7 /* 3: pg_param_desc.chunk, .grad_layer; pg_mb_io.grads_final; 4: pg_stage_desc.opt_lo,
+#define PG_CONTRACT_VERSION 8 /* 3: pg_param_desc.chunk, .grad_layer; pg_mb_io.grads_final; 4: pg_stage_desc.opt_lo,
                                  .opt_bytes; 5: pg_stage_desc.has_ignore, .ignore_id, .count_off; 6: the
-                                 step's end as actions (TIE_SUM_*, VERDICT*; no TIE_REDUCE; GRAD_NORM local);
-                                 7: pg_mb_io.seqs, .t, pg_chunk_desc.dec, pg_stage_desc.dec, .dec_why
-                                 (generation with the KV cache) */
+                                 step's end as actions (TIE_SUM_*, VERDICT*; no TIE_REDUCE; GRAD_NORM local); 7:
+                                 pg_param_desc.weight_decay, pg_train_desc.eval_every, .eval_batches, .shuffle,
+                                 pg_stage_desc.eval_actions, .output_rank, .output_dim; 8: pg_mb_io.seqs, .t,
+                                 pg_chunk_desc.dec, pg_stage_desc.dec, .dec_why (generation with the KV cache) */
 /* "PGCTRC" in the high bytes and the version in the low ones: a stage file
  * from before the contract had a pointer there, which never reads as this. */
 #define PG_CONTRACT_TAG(version) (UINT64_C(0x5047435452430000) | (uint64_t)(version))
@@ -100,11 +101,12 @@ static inline const char *pg_step_kind_name(int kind)
 /* Tag kinds of the runtime's own exchanges, above every action kind. */
 enum {
     PG_TAG_GEN = 25,     /* generation: a decode call's row table before each message, the sampled tokens (decode.c) */
+    PG_TAG_EVAL = 26,    /* evaluation and --predict: the row counts, the other replicas' wait (eval.c) */
     PG_TAG_CKPT = 27,    /* checkpoint: reports, verdicts, the resume agreement */
     PG_TAG_VERDICT = 28, /* the start-up exchange of which stage holds the loss (guard.c) */
     PG_TAG_STOP = 29,    /* the --save-on-exit stop agreement (guard.c) */
     PG_TAG_SAVE = 30     /* the final parameter gather (--save) */
-};                       /* (31, the grad-norm exchange up to contract 5, is VERDICT_SEND's now) */
+};                       /* (31, the grad-norm exchange up to contract 5, is free: the verdicts carry the sums) */
 
 /* ---- random streams -------------------------------------------------------
  * splitmix64's output function applied to x + the golden ratio: a bijective,
@@ -135,8 +137,11 @@ PG_CONTRACT_FN uint64_t pg_dropout_seed(uint64_t seed, int64_t step, int layer)
 }
 
 /* ---- numbered settings ---------------------------------------------------- */
-typedef enum pg_optim { PG_OPTIM_SGD = 0, PG_OPTIM_ADAMW = 1 } pg_optim;
-typedef enum pg_lr_schedule { PG_LR_CONSTANT = 0, PG_LR_COSINE = 1 } pg_lr_schedule;
+/* adam is adamw without weight decay: the same update and state (two moments) */
+typedef enum pg_optim { PG_OPTIM_SGD = 0, PG_OPTIM_ADAMW = 1, PG_OPTIM_ADAM = 2 } pg_optim;
+PG_CONTRACT_FN int pg_optim_adam(int optimizer) { return optimizer == PG_OPTIM_ADAMW || optimizer == PG_OPTIM_ADAM; }
+/* each after a linear warm-up of train.warmup steps (runtime/core/step.c, lr_at) */
+typedef enum pg_lr_schedule { PG_LR_CONSTANT = 0, PG_LR_COSINE = 1, PG_LR_LINEAR = 2, PG_LR_INVSQRT = 3 } pg_lr_schedule;
 typedef enum pg_loss_kind { PG_LOSS_MSE_SUM = 0, PG_LOSS_MSE_MEAN = 1, PG_LOSS_CROSS_ENTROPY = 2 } pg_loss_kind;
 /* a parameter's initial values (runtime/core/init.c has the formulas) */
 typedef enum pg_init_kind { PG_INIT_ZEROS = 0, PG_INIT_ONES = 1, PG_INIT_UNIFORM = 2, PG_INIT_NORMAL = 3 } pg_init_kind;
@@ -243,7 +248,9 @@ typedef struct pg_param_desc {
     int64_t numel;
     int init;                /* pg_init_kind */
     double init_scale;
-    int decay;               /* weight decay applies */
+    int decay;               /* weight decay applies by the default rule (matrices, not biases or norms) */
+    double weight_decay;     /* the rate the optimizer applies to it: by the rule (decay x
+                                train.weight_decay) or by a `weight_decay = V for "pattern"` group */
     int is_buffer;           /* not trained: no grad, no optimizer state */
     int tie;                 /* pg_tie_mode */
     int owner;               /* stage holding the master copy (lowest using stage) */
@@ -276,11 +283,15 @@ typedef struct pg_train_desc {
     int64_t batch, microbatches, steps;
     int optimizer;                     /* pg_optim */
     double lr, momentum, weight_decay, beta1, beta2, adam_eps;
-    int lr_schedule;                   /* pg_lr_schedule: cosine = linear warm-up then cosine to lr_min over `steps` */
+    int lr_schedule;                   /* pg_lr_schedule: a linear warm-up, then constant, cosine or linear to lr_min
+                                          at `steps`, or inverse_sqrt */
     int64_t warmup;
     double lr_min, grad_clip;
     uint64_t seed;
     int loss;                          /* pg_loss_kind */
+    int64_t eval_every;                /* evaluate every N steps and after the last (0: after the last only) */
+    int64_t eval_batches;              /* evaluate on the first K batches of --eval-data (0: every row) */
+    int shuffle;                       /* 1: a fresh seeded order of the data file's samples every epoch */
 } pg_train_desc;
 
 /* A bf16 shadow of a GEMM weight (precision = bf16): the stage's parameter
@@ -392,6 +403,16 @@ typedef struct pg_stage_desc {
      * generate, and then dec_why says why (NULL: not a language model). */
     const pg_dec_desc *dec;
     const char *dec_why;
+    /* The forward-only schedule (evaluation, --predict; codegen/schedule:
+     * pg_schedule_forward_only): the step's forward actions and transmitted
+     * ties' value messages in the step's order, verified on their own;
+     * offsets, bytes and tags as in `actions`. */
+    int neval_actions;
+    const pg_step_action *eval_actions;
+    /* The model output per sample (--predict writes it): its rank and shape
+     * (output_per_sample elements), on the stage holding the last chunk. */
+    int output_rank;
+    int64_t output_dim[4];
 } pg_stage_desc;
 
 #endif

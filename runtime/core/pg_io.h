@@ -43,6 +43,13 @@ typedef struct pg_datafile {
 int pg_data_open(pg_datafile *f, const char *path, int exp_dtype, int exp_rank,
                  const int64_t *exp_dims, char *err, size_t errlen);
 void pg_data_close(pg_datafile *f);
+/* 0 when every i32 id of f is in [0, vocab) or is `allowed` (cross_entropy's
+ * ignored id; PG_DATA_NO_ID: none) (vocab <= 0 or f32: no check); -1 with
+ * "PATH: sample S, element E is WHAT V, outside [0, vocab): the model's LIMIT
+ * is vocab" in err. */
+#define PG_DATA_NO_ID INT64_MIN
+int pg_data_ids(const pg_datafile *f, int64_t vocab, int64_t allowed, const char *path, const char *what,
+                const char *limit, char *err, size_t errlen);
 /* Run fn(arg), which reads f's mapping; 0, or -1 with "P was truncated or
  * changed while this stage read it ..." in err when a read faulted, or when
  * the file's modification or change time (fstat of the open file, after the
@@ -59,6 +66,10 @@ uint64_t pg_data_hash(const void *p, size_t n);
 /* pg_data_hash of a whole regular file and its size (a --load file, so the
  * stages can compare what they read). 0, or -1 with the reason in err. */
 int pg_data_file_hash(const char *path, uint64_t *bytes, uint64_t *hash, char *err, size_t errlen);
+/* The header of a data file of rank (1..5) dims into h (PG_DATA_HEADER_MAX
+ * bytes); returns its length. */
+#define PG_DATA_HEADER_MAX (16 + 8 * 5)
+size_t pg_data_header(unsigned char *h, int dtype, int rank, const uint64_t *dims);
 /* Write a data file atomically (tmp + rename). */
 int pg_data_write(const char *path, int dtype, int rank, const uint64_t *dims,
                   const void *data, char *err, size_t errlen);

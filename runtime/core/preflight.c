@@ -137,10 +137,19 @@ int pg_run_preflight(pg_run *r)
         fprintf(stderr, "stage %d: %s; nothing was run\n", d->stage, err);
         bad = 1;
     }
-    pg_io_file files[] = {{"--save", o->save, 1},   {"--save-grads", o->save_grads, 1}, {"--trace", o->trace, 1},
-                          {"--profile", o->profile, 1}, {"--data", o->data, 0}, {"--targets", o->targets, 0},
-                          {"--load", o->load, 0}};
-    if (pg_io_check_distinct(files, (int)(sizeof files / sizeof files[0]), err, sizeof err)) {
+    /* no two outputs, and no output and input, are one file: every shard of every data set counts */
+    pg_io_file files[8 + 5 * PG_MAX_SHARDS] = {
+        {"--save", o->save, 1},       {"--save-grads", o->save_grads, 1}, {"--trace", o->trace, 1},
+        {"--profile", o->profile, 1}, {"--metrics", o->metrics, 1},       {"--out", o->out, 1},
+        {"--load", o->load, 0}};
+    int nf = 7;
+    const struct { const char *what; const pg_paths *p; } ins[] = {
+        {"--data", &o->data}, {"--targets", &o->targets}, {"--eval-data", &o->eval_data},
+        {"--eval-targets", &o->eval_targets}, {"--predict", &o->predict}};
+    for (size_t k = 0; k < sizeof ins / sizeof ins[0]; k++)
+        for (int i = 0; i < ins[k].p->n && i < PG_MAX_SHARDS; i++)
+            files[nf++] = (pg_io_file){ins[k].what, ins[k].p->p[i], 0};
+    if (pg_io_check_distinct(files, nf, err, sizeof err)) {
         fprintf(stderr, "stage %d: %s; nothing was run\n", d->stage, err);
         return 2;
     }
@@ -150,6 +159,10 @@ int pg_run_preflight(pg_run *r)
         bad |= o->trace && check_file(d, "--trace", o->trace, 0);
         bad |= o->profile && check_file(d, "--profile", o->profile, 0);
         bad |= o->generate > 0 && o->gen_out && check_file(d, "--gen-out", o->gen_out, 0);
+    }
+    if (d->has_loss && r->replica == 0) { /* the stage that logs and predicts writes these */
+        bad |= o->metrics && check_file(d, "--metrics", o->metrics, 0);
+        bad |= o->out && check_file(d, "--out", o->out, 0);
     }
     if (o->ckpt_dir) {
         bad |= check_ckpt_dir(d, o->ckpt_dir) != 0;

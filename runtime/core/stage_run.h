@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 #include <time.h>
+#include "dataset.h"
 #include "errcap.h"
 #include "pg_io.h"
 #include "pg_net.h"
@@ -17,7 +18,8 @@
 typedef struct pg_run_opts {
     int64_t steps;
     int64_t log_every;
-    const char *data, *targets, *save;
+    pg_paths data, targets;   /* --data, --targets: one file each, or several as shards of one data set */
+    const char *save;
     const char *save_grads;   /* --save-grads: the last step's gradients */
     int threads;
     double timeout_s;
@@ -47,6 +49,10 @@ typedef struct pg_run_opts {
     int no_graph;             /* --no-graph: CUDA runtime, every op eagerly (pg_step_info.graphs) */
     int64_t dp;               /* --dp D: data-parallel replicas (0: not given, world / stages) */
     int64_t zero;             /* --zero 1: the optimizer state sharded over the replicas (zero.c) */
+    pg_paths eval_data, eval_targets; /* --eval-data, --eval-targets: the evaluation set (eval.c) */
+    pg_paths predict;         /* --predict FILE: the rows whose outputs --out gets (eval.c) */
+    const char *out;          /* --out FILE.pgd */
+    const char *metrics;      /* --metrics FILE.jsonl: a JSON object per log line and evaluation (metrics.c) */
 } pg_run_opts;
 
 /* The data-parallel reduction's spans in the trace (trace.c), kinds below -1:
@@ -66,6 +72,8 @@ typedef struct pg_trace_ev {
     int64_t bytes;            /* message bytes of a SEND/RECV, else 0 */
     int32_t step, action, kind, mb, chunk, peer; /* kind -1: the step */
 } pg_trace_ev;
+
+typedef struct pg_agree_file pg_agree_file;
 
 typedef struct pg_run {
     const pg_stage_desc *d;
@@ -87,7 +95,7 @@ typedef struct pg_run {
     pg_ctx *ctx;
     unsigned char *A;         /* the arena */
     pg_net *net;
-    pg_datafile in, tg;
+    pg_dataset in, tg;        /* --data, --targets (a token stream: one file, in both) */
     int have_in, have_tg;
     void *host;               /* host staging: the largest of batch input, batch target, one parameter */
     size_t host_bytes;
@@ -99,11 +107,21 @@ typedef struct pg_run {
     double first_wall_s;      /* wall time of the first step */
     int cur_action;
     int tokens;               /* --data is a token stream: in/tg hold it (tokens.c) */
+    uint64_t *sample_idx;     /* [batch]: the samples of this step's rows (load_batch, step.c) */
+    double grad_norm;         /* this step's global gradient norm before clipping, on the loss stage (step.c) */
+    int metrics_fd;           /* --metrics FILE.jsonl, open on the stage that logs (metrics.c); -1 none */
+    struct pg_eval *ev;       /* evaluation and --predict (eval.c); NULL: neither */
     int tracing;              /* --trace or --profile: record every action (trace.c) */
     pg_trace_ev *tr_ev;       /* [trace_steps * (nactions + 1)], made at start-up: a ring of steps */
     int64_t tr_first, tr_last; /* first and last step recorded (-1: none) */
     double tr_offset;         /* add to this stage's clock to get stage 0's */
     char *agree;              /* what the stages must agree on, as text (agree.c) */
+    struct pg_agree_file {    /* more files this stage read, compared at the rendezvous (pg_agree_dataset) */
+        const char *opt;
+        const pg_dataset *ds;
+        int samples;          /* also its sample count ("samples OPT"; inputs pair with targets) */
+    } agree_extra[4];
+    int agree_extra_n;
     size_t agree_len;
     void *agree_state;        /* stage 0: the accepted peers' entries */
     uint64_t load_bytes, load_hash; /* the --load file as this stage read it */
@@ -143,8 +161,22 @@ static inline double pg_run_now(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+/* Is step s (0-based) one the log shows? Step 1, every --log-every-th, the
+ * last; every stage knows (--log-every is agreed), so the log line's norm is
+ * exchanged on those steps only. */
+static inline int pg_run_logged(const pg_run *r, int64_t s)
+{
+    return s == 0 || (s + 1) % r->opt.log_every == 0 || s + 1 == r->opt.steps;
+}
+/* The learning rate of a step (0-based): a linear warm-up over train.warmup
+ * steps, then constant, cosine or linear down to lr_min at train.steps (the
+ * .pipe's, whatever --steps says), or inverse_sqrt: lr sqrt(warmup / (t + 1)). */
+double pg_lr_at(const pg_train_desc *t, int64_t step);
 /* The forward / B / W functions of one of this stage's chunks (NULL if not its). */
 const pg_chunk_desc *pg_run_chunk_fns(const pg_stage_desc *d, int chunk);
+/* A tie's action a (TIE_SEND, TIE_RECV: the value; TIE_GRAD_*, TIE_SUM_*:
+ * the gradients), of the step's table or evaluation's. 0, or 1 (printed). */
+int pg_run_tie_action(pg_run *r, int a, const pg_step_action *x);
 /* One training step (0-based). Returns 0 or 1 after printing the failure. */
 int pg_run_step(pg_run *r, int64_t step, double *loss_out);
 /* Allocate and fill the synthetic batches this stage reads (none when it reads
@@ -155,6 +187,15 @@ int pg_run_synth_init(pg_run *r);
  * seeded offset o, target the window at o+1. open: 0 not a token stream (the
  * caller goes on), 1 opened into in/tg, -1 failed (printed). */
 int pg_run_tokens_open(pg_run *r);
+/* Is the first file of p a token stream for this model (i32[seq] input and
+ * target, a rank-1 i32 file)? open_stream: open path as one (opt names the
+ * option in messages), check its length and ids; 0, or -1 (printed). */
+int pg_tokens_is_stream(const pg_stage_desc *d, const pg_paths *p);
+int pg_tokens_open_stream(const pg_stage_desc *d, const char *opt, const char *path, pg_dataset *ds);
+/* Copy the n windows of seq tokens at off[i] + shift of stream f into rows
+ * 0..n-1 of dst, under f's guard: 0, or -1 with the reason in err. */
+int pg_tokens_windows(const pg_datafile *f, const uint64_t *off, int64_t n, int64_t seq, int shift, int32_t *dst,
+                      char *err, size_t errlen);
 int pg_run_tokens_load(pg_run *r, int64_t step);
 /* Where row i's input window of `step` starts in the stream (its target: one on). */
 uint64_t pg_run_tokens_window(const pg_run *r, int64_t step, int64_t i);
@@ -255,6 +296,34 @@ int pg_zero_ckpt_gather(pg_run *r);
 void pg_zero_ckpt_done(pg_run *r);
 void pg_zero_report(const pg_run *r);
 void pg_zero_free(pg_run *r);
+
+/* ---- evaluation and --predict (eval.c) ----
+ * open (after open_data): the evaluation and --predict files this stage
+ * reads, every check of them; 0, 1 (a bad file, printed) or 2 (a bad
+ * combination of options, printed). counts (collective, after pg_guard_init,
+ * within each replica): stage 0 tells every stage how many rows each pass
+ * holds. at (every stage, after step s, 0-based; and with steps == start,
+ * once at the start): does this run evaluate after it? run (every stage,
+ * collective): replica 0 evaluates the model as it is after `step` steps by
+ * the forward-only schedule, its loss stage prints `eval step N ...` and
+ * writes its metrics line; the other replicas wait for it. predict (every
+ * stage, after training): the outputs of every --predict row into --out.
+ * free: every buffer and file. 0, or 1 after printing the failure. */
+int pg_eval_open(pg_run *r);
+int pg_eval_counts(pg_run *r);
+int pg_eval_at(const pg_run *r, int64_t step);
+int pg_eval_run(pg_run *r, int64_t step);
+int pg_predict_run(pg_run *r);
+void pg_eval_free(pg_run *r);
+
+/* ---- the log (metrics.c) ----
+ * open (the logging stage: the loss stage of replica 0, after the resume is
+ * known): --metrics FILE.jsonl, truncated by a fresh run, appended to by a
+ * resumed one (it says which); line: one JSON object (text without the
+ * newline) appended with one write, or the run fails naming the file. */
+int pg_metrics_open(pg_run *r, int64_t start);
+int pg_metrics_line(pg_run *r, const char *json);
+void pg_metrics_close(pg_run *r);
 
 /* Before any work (preflight.c): --generate/--prompt fit the model and every
  * file this stage will write can be written; removes temporaries of dead

@@ -25,30 +25,35 @@ static void net_fail(pg_run *r, int a, const pg_step_action *x, pg_net_status st
                 recv ? "from" : "to", x->peer, pg_net_error(r->net));
 }
 
-/* This replica's rows [row0, row0 + rows) of the batch of `step` from a data
- * file, cycling, each at its place in the batch. */
-typedef struct rows_job {
-    const pg_datafile *f;
-    int64_t step, batch, row0, rows;
-    void *dst;
-} rows_job;
+/* Synthetic data cycles through this many batches (pg_run_synth_init). */
+#define SYNTH_BATCHES 8
 
-static void copy_rows(void *arg)
+/* The samples of this replica's rows [row0, row0 + rows) of the batch of
+ * `step` into r->sample_idx: row i is position step x batch + i of passes over
+ * n samples, in file order or (train.shuffle) a fresh order every epoch. */
+static void step_samples(pg_run *r, int64_t step, uint64_t n)
 {
-    const rows_job *j = arg;
-    size_t rb = (size_t)j->f->sample_elems * 4;
-    for (int64_t i = j->row0; i < j->row0 + j->rows; i++) {
-        uint64_t s = ((uint64_t)j->step * (uint64_t)j->batch + (uint64_t)i) % j->f->samples;
-        memcpy((char *)j->dst + (size_t)i * rb, (const char *)j->f->data + s * rb, rb);
-    }
+    const pg_train_desc *t = &r->d->train;
+    for (int64_t i = 0; i < r->rows; i++)
+        r->sample_idx[i] = pg_dataset_sample(t->seed, t->shuffle, n,
+                                             (uint64_t)step * (uint64_t)t->batch + (uint64_t)(r->row0 + i));
 }
 
-/* 0, or 1 after printing that the file changed under the run (SIGBUS). */
-static int rows_from_file(const pg_run *r, const pg_datafile *f, int64_t step, void *dst)
+/* This replica's rows of a data set (or the synthetic batches, 0: none) into
+ * their places in host[batch, per_sample]. 0, or 1 after printing that a file
+ * changed under the run (SIGBUS). */
+static int rows_into_host(pg_run *r, int64_t step, const pg_dataset *ds, const void *synth, int64_t per_sample)
 {
-    rows_job j = {f, step, r->d->train.batch, r->row0, r->rows, dst};
+    size_t rb = (size_t)per_sample * 4;
+    unsigned char *dst = (unsigned char *)r->host + (size_t)r->row0 * rb;
+    step_samples(r, step, ds ? ds->samples : (uint64_t)(SYNTH_BATCHES * r->d->train.batch));
+    if (!ds) {
+        for (int64_t i = 0; i < r->rows; i++)
+            memcpy(dst + (size_t)i * rb, (const unsigned char *)synth + r->sample_idx[i] * rb, rb);
+        return 0;
+    }
     char err[512];
-    if (pg_data_guarded(f, copy_rows, &j, err, sizeof err) == 0)
+    if (pg_dataset_gather(ds, r->sample_idx, r->rows, dst, err, sizeof err) == 0)
         return 0;
     fprintf(stderr, "stage %d: step %lld: %s\n", r->d->stage, (long long)step + 1, err);
     return 1;
@@ -61,7 +66,6 @@ static int rows_from_file(const pg_run *r, const pg_datafile *f, int64_t step, v
  * stream and sample index), so a model can learn it:
  *     t[j] = max(0, (x[j mod n] + x[(7j+3) mod n]) / 2),  n = input elements;
  * any other target is seeded random (stream 1; i32: ids in [0, classes)). */
-#define SYNTH_BATCHES 8
 
 int pg_run_synth_init(pg_run *r)
 {
@@ -102,7 +106,6 @@ int pg_run_synth_init(pg_run *r)
 static int load_batch(pg_run *r, int64_t step)
 {
     const pg_stage_desc *d = r->d;
-    int64_t B = d->train.batch, first = (step % SYNTH_BATCHES) * B + r->row0;
     if (pg_run_ignore_count(r, step)) /* cross_entropy(ignore = id): the batch's counted positions */
         return 1;
     if (r->tokens) /* --data is a token stream: windows at seeded offsets (tokens.c) */
@@ -110,22 +113,14 @@ static int load_batch(pg_run *r, int64_t step)
     /* this replica's rows only, at their places in the batch buffers */
     if (d->has_input) {
         size_t at = (size_t)(r->row0 * d->input_per_sample * 4), bytes = (size_t)(r->rows * d->input_per_sample * 4);
-        const void *src = (const char *)r->host + at;
-        if (r->have_in && rows_from_file(r, &r->in, step, r->host))
-            return 1;
-        if (!r->have_in)
-            src = (const char *)r->synth_in + (size_t)(first * d->input_per_sample * 4);
-        if (pg_copy_to_dev(r->ctx, r->A + d->input_off + at, src, bytes))
+        if (rows_into_host(r, step, r->have_in ? &r->in : NULL, r->synth_in, d->input_per_sample) ||
+            pg_copy_to_dev(r->ctx, r->A + d->input_off + at, (const char *)r->host + at, bytes))
             return 1;
     }
     if (d->has_loss) {
         size_t at = (size_t)(r->row0 * d->target_per_sample * 4), bytes = (size_t)(r->rows * d->target_per_sample * 4);
-        const void *src = (const char *)r->host + at;
-        if (r->have_tg && rows_from_file(r, &r->tg, step, r->host))
-            return 1;
-        if (!r->have_tg)
-            src = (const char *)r->synth_tg + (size_t)(first * d->target_per_sample * 4);
-        if (pg_copy_to_dev(r->ctx, r->A + d->target_off + at, src, bytes))
+        if (rows_into_host(r, step, r->have_tg ? &r->tg : NULL, r->synth_tg, d->target_per_sample) ||
+            pg_copy_to_dev(r->ctx, r->A + d->target_off + at, (const char *)r->host + at, bytes))
             return 1;
     }
     return 0;
@@ -149,33 +144,41 @@ const pg_chunk_desc *pg_run_chunk_fns(const pg_stage_desc *d, int chunk)
     return NULL;
 }
 
-/* Learning rate of a step: constant, or linear warm-up then cosine to lr_min
- * over train.steps (the horizon is the .pipe's steps, whatever --steps says). */
-static double lr_at(const pg_train_desc *t, int64_t step)
+double pg_lr_at(const pg_train_desc *t, int64_t step)
 {
-    if (t->lr_schedule != PG_LR_COSINE)
-        return t->lr;
-    if (step < t->warmup)
+    if (step < t->warmup) /* every schedule: a linear warm-up, lr (t + 1) / W */
         return t->lr * (double)(step + 1) / (double)t->warmup;
-    int64_t span = t->steps - t->warmup;
+    if (t->lr_schedule == PG_LR_INVSQRT) /* lr sqrt(W / (t + 1)), W at least 1 */
+        return t->lr * sqrt((double)(t->warmup > 0 ? t->warmup : 1) / (double)(step + 1));
+    if (t->lr_schedule != PG_LR_COSINE && t->lr_schedule != PG_LR_LINEAR)
+        return t->lr;
+    int64_t span = t->steps - t->warmup; /* down to lr_min at the .pipe's steps, whatever --steps says */
     double p = span > 0 ? (double)(step - t->warmup) / (double)span : 1.0;
     if (p > 1.0)
         p = 1.0;
+    if (t->lr_schedule == PG_LR_LINEAR)
+        return t->lr_min + (t->lr - t->lr_min) * (1.0 - p);
     return t->lr_min + 0.5 * (t->lr - t->lr_min) * (1.0 + cos(3.14159265358979323846 * p));
 }
 
-/* Global grad norm: every parameter's sum of squares came from its owner
- * (this stage's own in VERDICT, the others' with their verdicts), added in
- * model parameter order, so the result is the same bits for any partition.
- * Then every local gradient is scaled. */
+/* The global norm from r->norm_in (every parameter's sum of squares, from
+ * its owner: this stage's own in VERDICT, the others' with their verdicts),
+ * added in model parameter order: the same bits for any partition. */
+static double global_norm(const pg_run *r)
+{
+    double total = 0.0;
+    for (int p = 0; p < r->d->nmodel_params; p++)
+        if (!r->d->model_params[p].is_buffer)
+            total += r->norm_in[p];
+    return sqrt(total);
+}
+
+/* Global grad norm, then every local gradient scaled. */
 static int grad_norm_clip(pg_run *r)
 {
     const pg_stage_desc *d = r->d;
-    double total = 0.0;
-    for (int p = 0; p < d->nmodel_params; p++)
-        if (!d->model_params[p].is_buffer)
-            total += r->norm_in[p];
-    double norm = sqrt(total), coef = d->train.grad_clip / (norm + 1e-6);
+    double norm = global_norm(r), coef = d->train.grad_clip / (norm + 1e-6);
+    r->grad_norm = norm; /* the log line's, before clipping */
     if (coef < 1.0)
         for (int i = 0; i < d->nparams; i++) {
             const pg_param_desc *p = &d->params[i];
@@ -189,7 +192,7 @@ static int opt_step(pg_run *r, int64_t step)
 {
     const pg_stage_desc *d = r->d;
     const pg_train_desc *t = &d->train;
-    float lr = (float)lr_at(t, step);
+    float lr = (float)pg_lr_at(t, step);
     for (int i = 0; i < d->nparams; i++) {
         const pg_param_desc *p = &d->params[i];
         if (!pg_param_stepped(d, p)) /* a buffer, or a transmitted tie on a user: only the owner steps */
@@ -202,9 +205,9 @@ static int opt_step(pg_run *r, int64_t step)
             continue;
         float *w = (float *)(r->A + p->off) + lo;
         const float *g = (const float *)(r->A + p->grad_off) + lo;
-        float wd = p->decay ? (float)t->weight_decay : 0.0f;
+        float wd = (float)p->weight_decay; /* by the rule or its group (adam: 0) */
         int rc;
-        if (t->optimizer == PG_OPTIM_ADAMW)
+        if (pg_optim_adam(t->optimizer))
             rc = pg_adamw_step(r->ctx, hi - lo, w, g, s0, s1, lr, (float)t->beta1, (float)t->beta2, (float)t->adam_eps,
                                wd, step + 1);
         else
@@ -298,7 +301,7 @@ static const pg_param_desc *tie_param(pg_run *r, int a, const pg_step_action *x)
 
 /* The tie actions: the value out at the start (transmit), the users'
  * accumulators in as soon as they are final, the sum back (replicate). */
-static int tie_action(pg_run *r, int a, const pg_step_action *x)
+int pg_run_tie_action(pg_run *r, int a, const pg_step_action *x)
 {
     const pg_stage_desc *d = r->d;
     const pg_param_desc *p = tie_param(r, a, x);
@@ -411,8 +414,8 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
     const pg_stage_desc *d = r->d;
     double step_t0 = r->tracing ? pg_run_now() : 0.0; /* --trace / --profile (trace.c) */
     /* step hooks (pg_ops.h): the backend may replay runs of compute as CUDA graphs */
-    int adamw = d->train.optimizer == PG_OPTIM_ADAMW, rep;
-    pg_step_info si = {step, (float)lr_at(&d->train, step), adamw ? (float)d->train.beta1 : 0.0f,
+    int adamw = pg_optim_adam(d->train.optimizer), rep;
+    pg_step_info si = {step, (float)pg_lr_at(&d->train, step), adamw ? (float)d->train.beta1 : 0.0f,
                        adamw ? (float)d->train.beta2 : 0.0f, !r->opt.no_graph};
     if (pg_backend_step_begin(r->ctx, &si) || (rep = pg_backend_compute(r->ctx, -1, NULL)) < 0)
         return 1;
@@ -426,6 +429,7 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
         pg_trace_data(r, step, step_t0, pg_run_now()); /* the gradients zeroed, the batch loaded */
     double compute = 0.0;
     r->verdict_state = 0;
+    int have_norm = 0;
     r->step_verdict = PG_VERDICT_OK;
     const char *ct = getenv("PIPE_CHECK_TIES");
     int check_ties = ct && *ct && strcmp(ct, "0") != 0;
@@ -470,7 +474,7 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
             break;
         case PG_TIE_SEND: case PG_TIE_RECV: case PG_TIE_GRAD_SEND: case PG_TIE_GRAD_RECV: case PG_TIE_SUM_SEND:
         case PG_TIE_SUM_RECV:
-            if (tie_action(r, a, x))
+            if (pg_run_tie_action(r, a, x))
                 return 1;
             break;
         case PG_VERDICT:
@@ -493,6 +497,7 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
             double t0 = pg_run_now();
             if (d->train.grad_clip > 0 && grad_norm_clip(r))
                 return 1;
+            have_norm = d->train.grad_clip > 0;
             compute += pg_run_now() - t0;
             break;
         }
@@ -528,8 +533,10 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
     if (pg_backend_compute_end(r->ctx) || (r->verdict_state == 1 && pg_guard_decide(r, -1, NULL, step)) ||
         r->step_verdict == PG_VERDICT_STOP)
         return 1;
-    if (pg_sync(r->ctx) || pg_backend_step_end(r->ctx))
+    if (pg_sync(r->ctx) || pg_backend_step_end(r->ctx) || 0)
         return 1;
+    if (!have_norm && pg_run_logged(r, step)) /* the log line's norm: the verdicts brought every sum (guard.c) */
+        r->grad_norm = global_norm(r);
     *loss_out = r->loss_global; /* this replica's micro-batches in order, then the replicas in order (dp.c) */
     if (step > 0)
         r->compute_s += compute;

@@ -47,50 +47,61 @@ static int64_t model_vocab(const pg_stage_desc *d)
     return v;
 }
 
-/* Open and check one copy of the stream: every token in [0, vocab), at least seq+1 tokens. */
-static int open_stream(pg_run *r, pg_datafile *f)
+int pg_tokens_open_stream(const pg_stage_desc *d, const char *opt, const char *path, pg_dataset *ds)
 {
-    const pg_stage_desc *d = r->d;
     char err[512];
-    if (pg_data_open(f, r->opt.data, 2, 0, NULL, err, sizeof err)) {
+    pg_paths one = {1, {path}};
+    if (pg_dataset_open(ds, opt, &one, 2, 0, NULL, 0, PG_DATA_NO_ID, NULL, NULL, err, sizeof err)) {
         fprintf(stderr, "stage %d: %s\n", d->stage, err);
         return -1;
     }
+    const pg_datafile *f = &ds->f[0];
     int64_t seq = d->input_dim[0], vocab = model_vocab(d);
     if (f->samples < (uint64_t)seq + 1) {
         fprintf(stderr, "stage %d: %s holds %llu tokens, but one window of the model needs seq + 1 = %lld\n", d->stage,
-                r->opt.data, (unsigned long long)f->samples, (long long)seq + 1);
-        pg_data_close(f);
+                path, (unsigned long long)f->samples, (long long)seq + 1);
+        pg_dataset_close(ds);
         return -1;
     }
     const int32_t *t = f->data;
     for (uint64_t i = 0; vocab > 0 && i < f->samples; i++)
         if (t[i] < 0 || t[i] >= vocab) {
             fprintf(stderr, "stage %d: %s: token %ld at position %llu is outside the model's vocabulary [0, %lld)\n",
-                    d->stage, r->opt.data, (long)t[i], (unsigned long long)i, (long long)vocab);
-            pg_data_close(f);
+                    d->stage, path, (long)t[i], (unsigned long long)i, (long long)vocab);
+            pg_dataset_close(ds);
             return -1;
         }
     return 0;
 }
 
+int pg_tokens_is_stream(const pg_stage_desc *d, const pg_paths *p)
+{
+    return p->n > 0 && lm_shaped(d) && pgd_rank(p->p[0]) == 1;
+}
+
 int pg_run_tokens_open(pg_run *r)
 {
     const pg_stage_desc *d = r->d;
-    if (!r->opt.data || !lm_shaped(d) || !(d->has_input || d->has_loss) || pgd_rank(r->opt.data) != 1)
+    if (!(d->has_input || d->has_loss) || !pg_tokens_is_stream(d, &r->opt.data))
         return 0;
-    if (r->opt.targets) {
+    if (r->opt.targets.n) {
         fprintf(stderr, "stage %d: %s is a token stream, which holds the targets too: leave out --targets\n", d->stage,
-                r->opt.data);
+                r->opt.data.p[0]);
+        return -1;
+    }
+    if (r->opt.data.n > 1) {
+        fprintf(stderr, "stage %d: --data %s is a token stream: a language model reads one stream, not %d files "
+                "(join them: cat a.txt b.txt > all.txt, then `pipedata text`)\n", d->stage, r->opt.data.p[0],
+                r->opt.data.n);
         return -1;
     }
     if (d->has_input) {
-        if (open_stream(r, &r->in))
+        if (pg_tokens_open_stream(d, "--data", r->opt.data.p[0], &r->in))
             return -1;
         r->have_in = 1;
     }
     if (d->has_loss) {
-        if (open_stream(r, &r->tg))
+        if (pg_tokens_open_stream(d, "--data", r->opt.data.p[0], &r->tg))
             return -1;
         r->have_tg = 1;
     }
@@ -106,9 +117,9 @@ static uint64_t window(uint64_t seed, int64_t step, int64_t i, uint64_t ntokens,
 }
 
 typedef struct win_job {
-    const pg_run *r;
     const pg_datafile *f;
-    int64_t step;
+    const uint64_t *off;
+    int64_t n, seq;
     int shift;
     int32_t *dst;
 } win_job;
@@ -116,23 +127,30 @@ typedef struct win_job {
 static void copy_windows(void *arg)
 {
     const win_job *j = arg;
-    const pg_stage_desc *d = j->r->d;
-    int64_t seq = d->input_dim[0];
     const int32_t *t = j->f->data;
-    for (int64_t i = j->r->row0; i < j->r->row0 + j->r->rows; i++) { /* this replica's rows (dp.c) */
-        uint64_t o = window(d->train.seed, j->step, i, j->f->samples, seq) + (uint64_t)j->shift;
-        memcpy(j->dst + i * seq, t + o, (size_t)seq * 4);
-    }
+    for (int64_t i = 0; i < j->n; i++)
+        memcpy(j->dst + i * j->seq, t + j->off[i] + (uint64_t)j->shift, (size_t)j->seq * 4);
 }
 
-/* 0, or 1 after printing that the stream changed under the run (SIGBUS). */
-static int fill_windows(const pg_run *r, const pg_datafile *f, int64_t step, int shift, int32_t *dst)
+int pg_tokens_windows(const pg_datafile *f, const uint64_t *off, int64_t n, int64_t seq, int shift, int32_t *dst,
+                      char *err, size_t errlen)
 {
-    win_job j = {r, f, step, shift, dst};
+    win_job j = {f, off, n, seq, shift, dst};
+    return pg_data_guarded(f, copy_windows, &j, err, errlen);
+}
+
+/* This replica's windows of a step into their rows of dst: 0, or 1 after
+ * printing that the stream changed under the run (SIGBUS). */
+static int fill_windows(pg_run *r, const pg_datafile *f, int64_t step, int shift, int32_t *dst)
+{
+    const pg_stage_desc *d = r->d;
+    int64_t seq = d->input_dim[0];
+    for (int64_t i = 0; i < r->rows; i++) /* this replica's rows (dp.c) */
+        r->sample_idx[i] = window(d->train.seed, step, r->row0 + i, f->samples, seq);
     char err[512];
-    if (pg_data_guarded(f, copy_windows, &j, err, sizeof err) == 0)
+    if (pg_tokens_windows(f, r->sample_idx, r->rows, seq, shift, dst + r->row0 * seq, err, sizeof err) == 0)
         return 0;
-    fprintf(stderr, "stage %d: step %lld: %s\n", r->d->stage, (long long)step + 1, err);
+    fprintf(stderr, "stage %d: step %lld: %s\n", d->stage, (long long)step + 1, err);
     return 1;
 }
 
@@ -146,12 +164,12 @@ int pg_run_tokens_load(pg_run *r, int64_t step)
     const pg_stage_desc *d = r->d;
     size_t at = (size_t)(r->row0 * d->input_dim[0]) * 4, bytes = (size_t)(r->rows * d->input_dim[0]) * 4;
     if (d->has_input) {
-        if (fill_windows(r, &r->in, step, 0, r->host) ||
+        if (fill_windows(r, &r->in.f[0], step, 0, r->host) ||
             pg_copy_to_dev(r->ctx, r->A + d->input_off + at, (char *)r->host + at, bytes))
             return 1;
     }
     if (d->has_loss) {
-        if (fill_windows(r, &r->tg, step, 1, r->host) ||
+        if (fill_windows(r, &r->tg.f[0], step, 1, r->host) ||
             pg_copy_to_dev(r->ctx, r->A + d->target_off + at, (char *)r->host + at, bytes))
             return 1;
     }

@@ -81,7 +81,7 @@ int pg_zero_layout(pg_run *r)
         return 1;
     }
     r->zero = z;
-    z->nopt = d->train.optimizer == PG_OPTIM_ADAMW ? 2 : d->train.momentum > 0 ? 1 : 0;
+    z->nopt = pg_optim_adam(d->train.optimizer) ? 2 : d->train.momentum > 0 ? 1 : 0;
     int64_t n = 0;
     for (int i = 0; i < np; i++)
         if (pg_param_stepped(d, &d->params[i]))

@@ -121,7 +121,7 @@ int pg_cross_entropy_fwd_bwd(pg_ctx *c, int64_t n, int64_t V, const float *logit
 /* cross_entropy(ignore = id): one block per row as above, with inv = 1 / *count
  * read on the device (0 when nothing counts) and each counted row's loss
  * already times inv; an ignored row gets loss 0 and a zero gradient. Target
- * ids were checked when their file was opened (pg_guard_ids, the ignored id
+ * ids were checked when their file was opened (pg_data_ids, the ignored id
  * allowed); a row with another id out of range gets a NaN loss, never a read
  * out of range. */
 __global__ void cross_entropy_ignore_rows_kernel(int64_t n, int64_t V, const float *logits, const int32_t *target,

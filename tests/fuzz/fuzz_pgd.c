@@ -91,20 +91,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     d.train.batch = 2;
     d.train.seed = 1;
     unsigned char arena[64], host[32];
+    uint64_t idx[2];
     pg_run r;
     memset(&r, 0, sizeof r);
     r.d = &d;
-    r.opt.data = path;
+    r.opt.data.n = 1;
+    r.opt.data.p[0] = path;
     r.A = arena;
     r.host = host;
     r.host_bytes = sizeof host;
+    r.rows = 2; /* both rows of the batch, as one replica */
+    r.sample_idx = idx;
     if (pg_run_tokens_open(&r) == 1)
         for (int64_t step = 0; step < 3; step++)
             if (pg_run_tokens_load(&r, step))
                 abort();
-    if (r.have_in)
-        pg_data_close(&r.in);
-    if (r.have_tg)
-        pg_data_close(&r.tg);
+    pg_dataset_close(&r.in);
+    pg_dataset_close(&r.tg);
     return 0;
 }

@@ -325,7 +325,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     run.d = &desc;
     run.replicas = 1;
     run.opt.steps = 5;
-    run.opt.data = "tokens.pgd";
+    run.opt.data = (pg_paths){1, {"tokens.pgd"}};
     if (pg_agree_build(&run))
         abort();
     if (!getenv("FUZZ_SEED_DIR"))

@@ -1,7 +1,9 @@
-/* tests/unit/test_io.c — .pgd data files, synthetic samples, pg_hash64 and
- * safetensors: round trips and every rejection message.
+/* tests/unit/test_io.c — .pgd data files, data sets of several files and
+ * their shuffled order, synthetic samples, pg_hash64 and safetensors: round
+ * trips and every rejection message.
  *   usage: test_io DIR   (scratch directory; DIR/interop.safetensors is left
  *   behind for the PyTorch check in tests/io.t) */
+#include "dataset.h"
 #include "io_atomic.h"
 #include "pg_io.h"
 #include "../tap.h"
@@ -165,6 +167,65 @@ static void test_data(void)
     OK(pg_data_write(at("no/such/dir.pgd"), 0, 3, dims, v, err, sizeof err) == -1 && strstr(err, "no/such/dir.pgd") &&
            strstr(err, "No such file or directory") && tmp_files_left() == 0,
        "write into a missing directory fails cleanly: %s", err);
+}
+
+/* Shards read as one, in order; the order of an epoch a permutation, a pure
+ * function of (seed, epoch), another one for another epoch or seed. */
+static void test_dataset(void)
+{
+    float a[12], b[8];
+    for (int i = 0; i < 12; i++) a[i] = (float)i;
+    for (int i = 0; i < 8; i++) b[i] = 100.0f + (float)i;
+    uint64_t da[2] = {6, 2}, db[2] = {4, 2};
+    int64_t per[1] = {2};
+    pg_data_write(at("s0.pgd"), 0, 2, da, a, err, sizeof err);
+    pg_data_write(at("s1.pgd"), 0, 2, db, b, err, sizeof err);
+    char p0[700], p1[700], p2[700]; /* at()'s buffers are reused */
+    snprintf(p0, sizeof p0, "%s", at("s0.pgd"));
+    snprintf(p1, sizeof p1, "%s", at("s1.pgd"));
+    snprintf(p2, sizeof p2, "%s", at("s2.pgd"));
+    pg_paths two = {2, {p0, p1}};
+    pg_dataset ds;
+    int r = pg_dataset_open(&ds, "--data", &two, 0, 1, per, 0, PG_DATA_NO_ID, NULL, NULL, err, sizeof err);
+    OK(r == 0 && ds.n == 2 && ds.samples == 10 && ds.start[1] == 6 && ds.sample_elems == 2,
+       "two shards are one data set of 10 samples: %s", r ? err : "");
+    uint64_t idx[3] = {7, 0, 5};
+    float got[6];
+    OK(r == 0 && pg_dataset_gather(&ds, idx, 3, got, err, sizeof err) == 0 && got[0] == 102.0f && got[1] == 103.0f &&
+           got[2] == 0.0f && got[4] == 10.0f && got[5] == 11.0f,
+       "samples 7, 0, 5 gathered from their shards in the order asked");
+    if (r == 0) pg_dataset_close(&ds);
+    uint64_t dc[3] = {2, 2, 1};
+    pg_data_write(at("s2.pgd"), 0, 3, dc, a, err, sizeof err);
+    two.p[1] = p2;
+    char want[900];
+    snprintf(want, sizeof want, "%s holds samples of shape [2, 1] but the model expects [2] (file 2 of the 2 given as "
+             "--data)", p2);
+    OK(pg_dataset_open(&ds, "--data", &two, 0, 1, per, 0, PG_DATA_NO_ID, NULL, NULL, err, sizeof err) == -1 && !strcmp(err, want),
+       "a shard of another shape is refused, naming it and its place: %s", err);
+
+    static const uint64_t ns[] = {1, 2, 3, 7, 64, 65, 1000, 4099};
+    int perm_ok = 1, pure = 1, other = 0;
+    static unsigned char seen[4099];
+    for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+        uint64_t n = ns[k];
+        memset(seen, 0, sizeof seen);
+        for (uint64_t j = 0; j < n; j++) {
+            uint64_t x = pg_shuffle_index(42, 3, n, j);
+            if (x >= n || seen[x]++)
+                perm_ok = 0;
+            pure &= x == pg_shuffle_index(42, 3, n, j);
+            other += n > 2 && (x != pg_shuffle_index(42, 4, n, j) || x != pg_shuffle_index(43, 3, n, j));
+        }
+    }
+    OK(perm_ok, "every epoch's order is a permutation of the samples (n = 1 .. 4099)");
+    OK(pure && other > 4000, "...a function of (seed, epoch) alone, and another one for another epoch or seed");
+    uint64_t moved = 0;
+    for (uint64_t j = 0; j < 1000; j++)
+        moved += pg_shuffle_index(7, 0, 1000, j) != j;
+    OK(moved > 950, "a shuffle moves nearly every sample (%llu of 1000)", (unsigned long long)moved);
+    OK(pg_dataset_sample(7, 0, 10, 23) == 3 && pg_dataset_sample(7, 1, 10, 23) == pg_shuffle_index(7, 2, 10, 3),
+       "position 23 of passes over 10 samples: sample 3 in file order, else epoch 2's third");
 }
 
 static void test_synth(void)
@@ -525,6 +586,7 @@ int main(int argc, char **argv)
     }
     snprintf(dir, sizeof dir, "%s", argv[1]);
     test_data();
+    test_dataset();
     test_synth();
     test_hash();
     test_safetensors();

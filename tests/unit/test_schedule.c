@@ -609,7 +609,7 @@ static void test_verify_rejects(void)
         pg_stage_sched *st0 = &s.stage[0];
         pg_act extra = st0->act[find(st0, PG_SEND_ACT, 1)];
         st0->act[st0->n - 1] = extra; /* replaces OPT_STEP ... */
-        pg_act opt = { PG_OPT_STEP, -1, -1, -1, -1, -1, -1, 0 };
+        pg_act opt = { PG_OPT_STEP, -1, -1, -1, -1, -1, -1, 0, -1 };
         st0->n < st0->cap ? (void)(st0->act[st0->n++] = opt) : (void)0;
         int rc = pg_schedule_verify(&f.m, &s, &c.d);
         text = (char *)cap_text(&c);
