@@ -66,7 +66,8 @@ GEN_SRC  := $(BUILD)/gen/lexer.c $(BUILD)/gen/pipe.c
 FE_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(DSL_SRC)) $(BUILD)/obj/gen/lexer.o $(BUILD)/obj/gen/pipe.o
 CG_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out codegen/cli/main.c,$(CG_SRC))) \
             $(BUILD)/obj/runtime/core/io_atomic.o \
-            $(BUILD)/obj/runtime/core/json.o        # gen writes its files atomically too; one JSON reader
+            $(BUILD)/obj/runtime/core/json.o \
+            $(BUILD)/obj/runtime/core/pytool.o      # gen writes its files atomically too; one JSON reader; tools/*.py
 
 # ---- the runtime: core + cpu ----------------------------------------------
 RT_CORE  := $(wildcard runtime/core/*.c)
@@ -119,8 +120,9 @@ $(BUILD)/obj/%.o: %.c $(BUILD)/gen/pipe.c
 	@mkdir -p $(dir $@)
 	$(call say,CC,$<)$(CC) $(ALLCFLAGS) -MMD -MP -c -o $@ $<
 
-# pipegen import/export hf run tools/hf.py from this checkout (PIPEGEN_TOOLS overrides)
-$(BUILD)/obj/codegen/cli/cmd_hf.o: ALLCFLAGS += -DPG_TOOLS_DIR='"$(abspath tools)"'
+# pipegen import/export hf, pipedata tokenize and a stage's --tokenizer run
+# tools/*.py from this checkout (PIPEGEN_TOOLS overrides)
+$(BUILD)/obj/runtime/core/pytool.o: ALLCFLAGS += -DPG_TOOLS_DIR='"$(abspath tools)"'
 
 $(BUILD)/libpgfront.a: $(FE_OBJ) $(CG_OBJ)
 	$(call say,AR,$@)rm -f $@ && ar rcs $@ $^
@@ -137,8 +139,9 @@ $(BUILD)/libpgrt_cpu.a: $(RT_OBJ)
 $(BUILD)/piperun: $(BUILD)/obj/cmd/piperun.o
 	$(call say,LINK,$@)$(CC) $(ALLCFLAGS) -o $@ $^
 
-# pipedata: .pgd files from plain files (text -> a token stream, numpy arrays, CSV tables)
-$(BUILD)/pipedata: $(BUILD)/obj/cmd/pipedata.o $(BUILD)/obj/cmd/pd_npy.o $(BUILD)/obj/cmd/pd_csv.o $(BUILD)/libpgrt_cpu.a
+# pipedata: .pgd files from plain files (text -> a token stream, numpy arrays, CSV tables, a tokenizer's ids)
+$(BUILD)/pipedata: $(BUILD)/obj/cmd/pipedata.o $(BUILD)/obj/cmd/pd_npy.o $(BUILD)/obj/cmd/pd_csv.o \
+                   $(BUILD)/obj/cmd/pd_tokenize.o $(BUILD)/libpgrt_cpu.a
 	$(call say,LINK,$@)$(CC) $(ALLCFLAGS) -o $@ $^
 
 # ---- stage binaries: build/<model>/stage<k> from generated/<model>/ --------

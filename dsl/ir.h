@@ -217,6 +217,12 @@ typedef struct ir_train {
     pg_loc memory_loc;
     int auto_chosen;        /* 1: schedule (and for stages = N the split) chosen by `schedule = auto` */
     unsigned defaulted;     /* bit k: setting k of dsl/train.c's table was not written (pipegen check lists them) */
+    /* `generate = kv_cache(batch, microbatches, length, prefill)`: the static
+     * sizes of generation with the KV cache (codegen/gen/gen_decode.c), 0 where
+     * not given (the generator's defaults); gen_off: `generate = none` */
+    int64_t gen_batch, gen_microbatches, gen_length, gen_prefill;
+    int gen_off;
+    pg_loc gen_loc;
 } ir_train;
 
 typedef struct ir_model {

@@ -72,12 +72,11 @@ static void usage(FILE *o, const pg_stage_desc *d)
             "  --skip-nonfinite  skip (on every stage) a step whose loss or gradients are NaN or\n"
             "                  Inf instead of stopping\n"
             "  --load FILE     start from the parameters in FILE (a --save file; each stage\n"
-            "                  reads its own by name) instead of the seeded initial values\n"
-            "  --generate N    after training, sample N tokens forward-only through the\n"
-            "                  stages (input and target i32[seq]); the last stage prints\n"
-            "                  'sample: ' and the prompt with its continuation\n"
-            "  --prompt TEXT   the text to continue (bytes as tokens; default a newline)\n"
-            "  --temperature T sample from softmax(logits / T) (default 0.8; 0: greedy)\n"
+            "                  reads its own by name) instead of the seeded initial values\n",
+            d->stage, d->stage, d->nstages, d->model, d->source, d->train.steps);
+    pg_gen_usage(o); /* --generate and its options (generate.c) */
+    fprintf(o,
+
             "  --trace FILE    record every action of the last --trace-steps steps on every\n"
             "                  stage (one clock) and write them, gathered on stage 0, as one\n"
             "                  Chrome-trace JSON file (Perfetto; `pipegen trace FILE`)\n"
@@ -110,8 +109,7 @@ static void usage(FILE *o, const pg_stage_desc *d)
             "the weights are written first, then the trace and profile, then the sample.\n"
             "Where this process sits comes from PIPE_RANK, PIPE_WORLD, PIPE_MASTER (or Slurm,\n"
             "Open MPI, PMI variables); piperun sets them.\n"
-            "Exit status: 0 ok, 1 runtime failure, 2 bad command line, 128+N stopped by signal N.\n",
-            d->stage, d->stage, d->nstages, d->model, d->source, d->train.steps);
+            "Exit status: 0 ok, 1 runtime failure, 2 bad command line, 128+N stopped by signal N.\n");
 }
 
 static int parse_int(const char *s, int64_t lo, int64_t *out)
@@ -134,8 +132,8 @@ static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts
     o->timeout_s = 300.0;
     o->connect_timeout_s = 60.0;
     o->temperature = 0.8;
+    o->top_p = 1.0;
     o->trace_steps = 10;
-    int temperature_given = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -176,6 +174,13 @@ static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts
             else o->connect_timeout_s = t;
             continue;
         }
+        int gk = pg_gen_option(a, v, o, d->stage); /* --generate and its options (generate.c) */
+        if (gk == 2)
+            return 2;
+        if (gk == 1) {
+            i++;
+            continue;
+        }
         if (!strcmp(a, "--trace") || !strcmp(a, "--profile") || !strcmp(a, "--trace-steps")) { /* trace.c */
             int steps = !strcmp(a, "--trace-steps");
             if (!v || !v[0] || (steps && (parse_int(v, 1, &n) || n > 1000000))) {
@@ -209,8 +214,7 @@ static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts
         }
         int takes = !strcmp(a, "--steps") || !strcmp(a, "--log-every") || !strcmp(a, "--save") ||
                     !strcmp(a, "--save-grads") || !strcmp(a, "--threads") || !strcmp(a, "--timeout") ||
-                    !strcmp(a, "--load") || !strcmp(a, "--generate") || !strcmp(a, "--prompt") || !strcmp(a, "--temperature") ||
-                    !strcmp(a, "--dp") || !strcmp(a, "--zero") || !strcmp(a, "--out") || !strcmp(a, "--metrics");
+                    !strcmp(a, "--load") || !strcmp(a, "--dp") || !strcmp(a, "--zero") || !strcmp(a, "--out") || !strcmp(a, "--metrics");
         if (!takes) {
             fprintf(stderr, "stage %d: unknown option '%s' (see --help)\n", d->stage, a);
             return 2;
@@ -225,7 +229,6 @@ static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts
         else if (!strcmp(a, "--save")) o->save = v;
         else if (!strcmp(a, "--save-grads")) o->save_grads = v;
         else if (!strcmp(a, "--load")) o->load = v;
-        else if (!strcmp(a, "--prompt")) o->prompt = v;
         else if (!strcmp(a, "--zero")) {
             if (strcmp(v, "0") && strcmp(v, "1")) {
                 fprintf(stderr, "stage %d: --zero wants 0 or 1 (1: shard the optimizer state over the data-parallel "
@@ -233,22 +236,6 @@ static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts
                 return 2;
             }
             o->zero = v[0] == '1';
-        }
-        else if (!strcmp(a, "--temperature")) {
-            char *end;
-            double t = strtod(v, &end);
-            if (end == v || *end || !(t >= 0) || t > 1e6) {
-                fprintf(stderr, "stage %d: --temperature wants a number >= 0, not '%s'\n", d->stage, v);
-                return 2;
-            }
-            o->temperature = t;
-            temperature_given = 1;
-        } else if (!strcmp(a, "--generate")) {
-            if (parse_int(v, 0, &n) || n > 100000000) {
-                fprintf(stderr, "stage %d: --generate wants a token count >= 0, not '%s'\n", d->stage, v);
-                return 2;
-            }
-            o->generate = n;
         }
         else if (!strcmp(a, "--timeout")) {
             char *end;
@@ -270,10 +257,9 @@ static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts
             else o->threads = n > 1024 ? 1024 : (int)n;
         }
     }
-    if ((o->prompt || temperature_given) && o->generate == 0) { /* they only shape what --generate samples */
+    if (o->gen_shaping && o->generate == 0) { /* they only shape what --generate samples */
         fprintf(stderr, "stage %d: %s without --generate N: nothing would be sampled; give --generate N (the "
-                "tokens to sample) or leave %s out\n", d->stage, o->prompt ? "--prompt" : "--temperature",
-                o->prompt ? "--prompt" : "--temperature");
+                "tokens to sample) or leave %s out\n", d->stage, o->gen_shaping, o->gen_shaping);
         return 2;
     }
     if ((o->save_every || o->save_on_exit) && !o->ckpt_dir) {
@@ -845,6 +831,7 @@ int main(int argc, char **argv)
     pg_zero_free(&r);
     free(r.synth_in);
     free(r.synth_tg);
+    pg_run_generate_free(&r);
     free(r.told);
     free(r.tr_ev);
     if (poisoned) {

@@ -450,7 +450,7 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
                 return 1;
             }
             pg_mb_io io = {x->mb, x->slot, d->mb_recompute[x->mb], r->mb_rows[x->mb], r->mb_first[x->mb], step,
-                           d->train.seed, 0.0, 0, NULL, NULL}; /* this replica's rows (dp.c) */
+                           d->train.seed, 0.0, 0, NULL, NULL, 0, 0}; /* this replica's rows (dp.c) */
             if (x->kind == PG_BWD_W)
                 pg_dp_mb_io(r, a, &io); /* the replicas start summing gradients as its layers finish them */
             double t0 = pg_run_now();
