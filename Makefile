@@ -2,6 +2,7 @@
 #   make            build/pipegen, the CPU runtime, piperun
 #   make run        generate, build and train the example pipeline on the CPU
 #   make test       the whole suite (installs missing Debian packages as root)
+#   make test-matrix the whole bitwise matrix of convolutional networks (tests/conv_matrix.sh, ~30 min)
 #   make bench      benchmarks (bench/)
 #   make fuzz       fuzz every parser of outside input (tests/fuzz.sh), FUZZ_SECONDS each (default 600)
 #   make cuda       compile every CUDA file (nvcc); done by `make test` too
@@ -81,7 +82,7 @@ NVCC_FOUND = @[ -x $(NVCC) ] || { echo "nvcc not found at $(NVCC) (set CUDA_HOME
 
 EXAMPLES := $(wildcard examples/*.pipe)
 
-.PHONY: all deps test-deps install run test test-slurm bench bench-gpu fuzz cuda cuda-if-found test-gpu clean san-all binaries test-fresh \
+.PHONY: all deps test-deps install run test test-matrix test-slurm bench bench-gpu fuzz cuda cuda-if-found test-gpu clean san-all binaries test-fresh \
         gpu-bundle gpu-bundle-dir
 .SUFFIXES:
 
@@ -285,6 +286,14 @@ test: test-deps
 	@$(MAKE) --no-print-directory SAN=1 binaries
 	@$(MAKE) --no-print-directory cuda-if-found
 	@prove -f tests/*.t
+
+# make test-matrix: convolutional networks bitwise across 1-4 stages x every
+# schedule x checkpoint mode x 1/2 threads x 1/2 replicas (make test runs a
+# sample of it, tests/e2e_conv.t)
+test-matrix: test-deps
+	@$(MAKE) --no-print-directory binaries
+	@$(MAKE) --no-print-directory SAN=1 binaries
+	@prove -v tests/conv_matrix.sh
 
 # make test-slurm: a real Slurm on this host (slurmctld, slurmd, munged started
 # in a temporary folder, killed at the end): srun --multi-prog and docs/launch.md's

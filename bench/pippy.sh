@@ -7,14 +7,16 @@
 #   pipegen zb1             against  ScheduleInterleavedZeroBubble (1 chunk per rank)
 #   pipegen zbv             against  ScheduleZBVZeroBubble         (2 chunks per rank, V)
 #
-# for examples/mlp.pipe and examples/gpt_char.pipe with checkpoint = never (torch
+# for examples/mlp.pipe, examples/gpt_char.pipe and examples/resnet.pipe with checkpoint = never (torch
 # does not recompute) and the examples' batch, micro-batches, loss and optimizer.
 # Both sides run the very same chunks: pipegen generates each variant and
 # bench/torch_pippy.py builds its torch stages from that plan.json (layers,
 # chunks, placement, ties, optimizer). The chunks: mlp on 2 stages, split by
 # pipegen (`stages = 2`, for each schedule); gpt_char at block boundaries, 2
 # chunks ([tok pos h0 h1] [h2 h3 ln_f head]) or 4 (one block each, ln_f and the
-# logits with the last). torch uses the gloo backend and 1 thread per process
+# logits with the last); resnet at block boundaries (no skip may cross chunks
+# on the torch side: before b2, or before d2, b2 and d3), torch's batch norm
+# by each micro-batch's statistics. torch uses the gloo backend and 1 thread per process
 # (torch.set_num_threads(1)), pipegen 1 OpenBLAS thread per stage, all pinned
 # to the cores BENCH_CPUS.
 #
@@ -86,10 +88,15 @@ variant() {
     rm -rf "$v_d" && mkdir -p "$v_d/bin" || return 1
     case $1 in
         mlp) v_ed='s/checkpoint = except_last/checkpoint = never  stages = 2/; /^split$/d' ;;
+        resnet) v_ed='s/checkpoint = except_last/checkpoint = never/; /^split$/d' ;;
         *) v_ed='s/checkpoint = except_last/checkpoint = never/' ;;
     esac
+    # resnet: no skip may cross chunks on the torch side, so it is cut at block
+    # boundaries: before b2 (2 chunks), or before d2, b2 and d3 (4 chunks)
     sed -e "$v_ed" -e "s/\([^_]\)schedule = [a-z0-9()]*/\1schedule = $2/" "$TOP/examples/$1.pipe" |
-        awk -v two="$1-$2" '/^split$/ && (two == "gpt_char-1f1b" || two == "gpt_char-zb1") { if (++n != 2) next } { print }' \
+        awk -v two="$1-$2" '/^split$/ && (two == "gpt_char-1f1b" || two == "gpt_char-zb1") { if (++n != 2) next }
+            two ~ /^resnet-/ && (/^b2 = basic/ || (two !~ /1f1b|zb1/ && (/^d2 = down/ || /^d3 = down/))) { print "split" }
+            { print }' \
         >"$v_d/$1.pipe"
     "$PG" gen "$v_d/$1.pipe" -o "$v_d/gen" >"$v_d/gen.log" 2>&1 || { cat "$v_d/gen.log" >&2; return 1; }
     bench_cc_stages "$v_d/gen" "$v_d/bin" 2>>"$v_d/gen.log"
@@ -101,7 +108,7 @@ zb1 InterleavedZeroBubble
 zbv ZBVZeroBubble"
 RES=$DIR/results.txt
 : >"$RES" || fail "cannot write $RES"
-for model in mlp gpt_char; do
+for model in mlp gpt_char resnet; do
     for pg_s in 1f1b "interleaved(2)" zb1 zbv; do
         variant "$model" "$pg_s" || fail "$model $pg_s: generating or compiling failed (see $DIR)"
     done
@@ -145,7 +152,7 @@ echo "# cores $CPUS, $STEPS steps per run (median of steps $((WARMUP + 1))..$STE
 bench_load_before ""
 round=1 n=0
 while [ "$round" -le "$REPEAT" ]; do
-    for model in mlp gpt_char; do
+    for model in mlp gpt_char resnet; do
         for pg_s in 1f1b "interleaved(2)" zb1 zbv; do
             t_s=$(echo "$PAIRS" | awk -v s="$pg_s" '$1 == s { print $2 }')
             n=$(((n + 1) % 100))

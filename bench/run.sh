@@ -6,9 +6,10 @@
 # go on the same 2 cores. Prints step times, samples/s and the ratios, then one
 # verdict line per target (see bench/README.md). Then bench/gpt_char.sh: the
 # gpt_char example on 1 stage against PyTorch eager, and on 2 stages against 1;
-# bench/sched.sh: each schedule against 1f1b and measured against predicted steps;
-# bench/profile.sh: gpt_char's FLOP/s against the GEMM's peak and its time by
-# kernel family; bench/pippy.sh: pipegen's
+# bench/resnet.sh: examples/resnet.pipe against PyTorch eager, its convolutions
+# against the GEMM's peak; bench/sched.sh: each schedule against 1f1b and measured
+# against predicted steps; bench/profile.sh: gpt_char's FLOP/s against the GEMM's
+# peak and its time by kernel family; bench/pippy.sh: pipegen's
 # 1f1b, interleaved(2), zb1 and zbv against torch.distributed.pipelining's;
 # bench/gemm.sh: the runtime's GEMM against OpenBLAS; bench/dp.sh: the data-parallel
 # replicas' gradient reduction against raw TCP on the same loopback path, and the
@@ -140,6 +141,11 @@ bench_load_after
 echo
 BENCH_STEPS=$STEPS BENCH_WARMUP=$WARMUP BENCH_REPEAT=$REPEAT BENCH_CPUS=${BENCH_CPUS:-0,1} BENCH_DIR=$DIR PYTHON=$PY \
     "$TOP/bench/gpt_char.sh" || exit 1
+
+# examples/resnet.pipe: 1 stage against PyTorch eager, 2 stages against 1, the convolutions'
+# GFLOP/s against the GEMM's peak (bench/resnet.sh)
+echo
+BENCH_REPEAT=$REPEAT BENCH_CPUS=${BENCH_CPUS:-0,1} BENCH_DIR=$DIR PYTHON=$PY "$TOP/bench/resnet.sh" || exit 1
 
 # each schedule against 1f1b in alternating rounds, measured against predicted (bench/sched.sh)
 "$TOP/bench/sched.sh" || exit 1

@@ -24,7 +24,7 @@
 # interquartile range and its whole range over the rounds, and the predicted
 # ratio. Targets (issue 28): a schedule's measured gain at least half the
 # predicted gain, and the measured step within 5 % of the predicted one. A
-# verdict is given only when the rounds agree: MET when the interquartile range
+# verdict is given only from 5 rounds or more and when they agree: MET when the interquartile range
 # lies on the right side of the target, NOT MET when it lies on the wrong side,
 # UNDECIDED (the spread is wider than the effect) otherwise. The machine's load
 # before and after, the CPU time stolen by the hypervisor meanwhile and 1f1b's
@@ -55,7 +55,7 @@ RES=$DIR/results.txt
 fail() { echo "bench/sched: $*" >&2; exit 1; }
 . "$TOP/bench/lib.sh"
 bench_check_knobs
-[ "$REPEAT" -ge 5 ] || echo "# note: BENCH_REPEAT=$REPEAT: fewer than 5 rounds give no verdicts worth the name"
+[ "$REPEAT" -ge 5 ] || echo "# note: BENCH_REPEAT=$REPEAT: fewer than 5 rounds give no verdicts (n/a)"
 bench_need build/pipegen build/libpgrt_cpu.a build/piperun
 bench_pin
 mkdir -p "$DIR" || fail "cannot create $DIR"
@@ -219,7 +219,7 @@ awk -v ncpu="$NCPU" '
             }
             sched = substr(n, length(p[1] "-" p[2] "-") + 1)
             if (sched == "interleaved2") sched = "interleaved(2)"
-            vd = over ? "n/a (oversubscribed: " P " stages on " ncpu " cores)" : tp >= 1 ? "n/a (no gain predicted)" : verdict(q(x, m, 0.25), q(x, m, 0.75), target, "le")
+            vd = over ? "n/a (oversubscribed: " P " stages on " ncpu " cores)" : tp >= 1 ? "n/a (no gain predicted)" : m < 5 ? "n/a (" m " rounds: a verdict needs 5)" : verdict(q(x, m, 0.25), q(x, m, 0.75), target, "le")
             printf "%-9s %2d %-15s %9.2f  %-36s %9.3f %9.3f  %s\n", p[1], P, sched, med, sprintf("%.3f (%.3f..%.3f; %.3f..%.3f)", q(x, m, 0.5), q(x, m, 0.25), q(x, m, 0.75), x[0], x[m - 1]), tp, target, vd
         }
         printf "\n%-9s %2s %-15s %12s %12s  %-36s  %s\n", "model", "P", "schedule", "measured_ms", "predicted_ms", "measured/predicted: median (iqr; min..max)", "verdict (within 5%)"
@@ -228,7 +228,7 @@ awk -v ncpu="$NCPU" '
             sched = substr(n, length(p[1] "-" p[2] "-") + 1); if (sched == "interleaved2") sched = "interleaved(2)"
             m = 0; for (r = 1; r <= R; r++) if ((n, r) in meas) { x[m] = meas[n, r] / pred[n, r]; a[m] = meas[n, r]; b[m] = pred[n, r]; m++ }
             sort(x, m); sort(a, m); sort(b, m)
-            vd = P > ncpu ? "n/a (oversubscribed)" : verdict(q(x, m, 0.25), q(x, m, 0.75), 0.95, "in", 1.05)
+            vd = P > ncpu ? "n/a (oversubscribed)" : m < 5 ? "n/a (" m " rounds: a verdict needs 5)" : verdict(q(x, m, 0.25), q(x, m, 0.75), 0.95, "in", 1.05)
             printf "%-9s %2d %-15s %12.2f %12.2f  %-42s  %s\n", p[1], P, sched, q(a, m, 0.5), q(b, m, 0.5), sprintf("%.3f (%.3f..%.3f; %.3f..%.3f)", q(x, m, 0.5), q(x, m, 0.25), q(x, m, 0.75), x[0], x[m - 1]), vd
         }
     }' "$RES"

@@ -46,6 +46,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed import pipelining as pp
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+from torch_layers import conv_layer  # noqa: E402  (the convolutional kinds, as the test oracle's)
+
 
 def fail(msg):
     print("torch_pippy: " + msg, file=sys.stderr)
@@ -67,7 +70,12 @@ class Chunk(nn.Module):
         stash = {}
         for L in self.layers:
             k, a, ps = L["kind"], L["attrs"], L["params"]
-            if k == "linear":
+            c = conv_layer(k, a, x, [self.par(n) for n in ps if n])
+            if c is not None:
+                x = c
+            elif k == "batchnorm2d":  # the micro-batch's statistics (the running ones are left alone)
+                x = F.batch_norm(x, None, None, self.par(ps[0]), self.par(ps[1]), True, 0.0, a["eps"])
+            elif k == "linear":
                 x = F.linear(x, self.par(ps[0]), self.par(ps[1]) if len(ps) > 1 and ps[1] else None)
             elif k == "relu":
                 x = F.relu(x)
@@ -92,7 +100,10 @@ class Chunk(nn.Module):
                 stash[a["skip"]] = x
             elif k == "pop":
                 s = stash.pop(a["skip"])
-                x = x + s if a["mode"] == "add" else torch.cat([x, s], dim=-1)
+                if a["mode"] == "take":
+                    x = s
+                else:
+                    x = x + s if a["mode"] == "add" else torch.cat([x, s], dim=a["dim"] + 1 if "dim" in a else -1)
             else:
                 fail("layer kind %s is not supported by the torch side of the benchmark" % k)
         return x

@@ -395,6 +395,13 @@ ast_stmt *ast_simple(pg_parse_ctx *ctx, ast_stmt_kind kind, const pg_token *kw, 
     return s;
 }
 
+ast_stmt *ast_pop_args(pg_parse_ctx *ctx, ast_stmt *pop, ast_arg_list args)
+{
+    (void)ctx;
+    if (pop) pop->args = args.first;
+    return pop;
+}
+
 /* ---- dump ------------------------------------------------------------------
  * One node per line: `line:col kind details`, children indented two spaces;
  * names carry their own position as name@line:col. The format is what
@@ -542,7 +549,7 @@ static void dump_stmt(FILE *out, const ast_stmt *s, int depth)
             dump_args(out, s->args, depth + 2);
         }
         break;
-    case ST_TRAIN: case ST_LAYER:
+    case ST_TRAIN: case ST_LAYER: case ST_POP:
         dump_args(out, s->args, depth + 1);
         break;
     case ST_REPEAT:

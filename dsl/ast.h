@@ -75,7 +75,7 @@ typedef enum ast_stmt_kind {
     ST_REPEAT, /* [NAME =] repeat EXPR item | { body }        name?, value, body */
     ST_SPLIT,  /* split */
     ST_STASH,  /* stash NAME                                  name */
-    ST_POP,    /* pop NAME MODE                               name, mode */
+    ST_POP,    /* pop NAME MODE [(args)]                      name, mode, args */
     ST_TIE     /* tie NAME MODE                               name, mode */
 } ast_stmt_kind;
 
@@ -92,8 +92,8 @@ typedef struct ast_stmt {
     const char *callee;    /* ST_LAYER: layer kind or block name */
     pg_loc callee_loc;
     int has_parens;        /* ST_LAYER: `relu` vs `relu()` */
-    ast_arg *args;         /* ST_LAYER call args, ST_TRAIN settings, ST_PARAM options */
-    const char *mode;      /* ST_POP: add|concat, ST_TIE: replicate|transmit (unchecked) */
+    ast_arg *args;         /* ST_LAYER call args, ST_TRAIN settings, ST_PARAM options, ST_POP mode options */
+    const char *mode;      /* ST_POP: add|concat|take, ST_TIE: replicate|transmit (unchecked) */
     pg_loc mode_loc;
     const char *dtype;     /* ST_INPUT/TARGET/PARAM: f32|bf16|i32 (unchecked) */
     pg_loc dtype_loc;

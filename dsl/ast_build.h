@@ -57,6 +57,7 @@ ast_stmt *ast_repeat(pg_parse_ctx *ctx, const pg_token *kw, ast_expr *count, ast
 ast_stmt *ast_named(pg_parse_ctx *ctx, const pg_token *name, ast_stmt *s);
 ast_stmt *ast_simple(pg_parse_ctx *ctx, ast_stmt_kind kind, const pg_token *kw, const pg_token *name,
                      const pg_token *mode); /* split, stash, pop, tie */
+ast_stmt *ast_pop_args(pg_parse_ctx *ctx, ast_stmt *pop, ast_arg_list args); /* pop NAME MODE(args) */
 
 /* ---- errors (called from pipe.y's %syntax_error / %stack_overflow) ---------- */
 void pg_parse_syntax_error(pg_parse_ctx *ctx, const pg_token *t, const int *expected, int nexpected);

@@ -161,7 +161,8 @@ typedef enum attr_type {
     AT_TABLE,  /* the name of a `param` */
     AT_WORD,   /* one of a set of names (`sum`, `mean`) */
     AT_STRING, /* "..." */
-    AT_PAIR    /* (a, b) of numbers */
+    AT_PAIR,   /* (a, b) of numbers */
+    AT_INT2    /* one integer (both values) or a pair (h, w), range-checked: i, i2 */
 } attr_type;
 
 enum { A_POS = 1, A_ARROW = 2, A_REQ = 4 };
@@ -179,7 +180,7 @@ typedef struct attr_spec {
 typedef struct bound_attr {
     int set;
     pg_loc loc;
-    int64_t i;
+    int64_t i, i2; /* AT_INT2: (h, w) */
     double f, f2;
     const char *word;
     int table; /* AT_TABLE: index into c->nparams */
@@ -205,9 +206,19 @@ const char *const *layer_kind_names(int *n);    /* for did-you-mean */
 void layer_apply(chk *c, ir_layer *L, const bound_attr *b, chain *ch);
 int chk_add_param(chk *c, const char *name, pg_loc loc, const pg_shape *s, ir_init init,
                   double scale, int decay, int is_buffer);
+
+/* Convolutional networks (layers_conv.c): the attribute tables of their kinds
+ * and their shape rules (every kind from LK_CONV2D on). */
+extern const attr_spec conv2d_attrs[], conv1d_attrs[], conv_transpose2d_attrs[], pool2d_attrs[],
+    upsample_attrs[], reshape_attrs[], transpose_attrs[], mean_attrs[];
+void layer_apply_conv(chk *c, ir_layer *L, const bound_attr *b, chain *ch);
+/* `pop NAME concat(dim = k)`: the options a pop mode takes (layers_conv.c) */
+extern const attr_spec pop_concat_attrs[];
 int chk_use_nparam(chk *c, int np, int layer); /* param index of a named param */
-/* Layer L's own parameter "<L>.<suffix>" (layers.c, for layers_lm.c). */
+/* Layer L's own parameter, or buffer, "<L>.<suffix>" (layers.c, for layers_lm.c
+ * and layers_conv.c). */
 void layer_add_own(chk *c, ir_layer *L, const char *suffix, pg_shape s, ir_init init, double scale, int decay);
+void layer_add_buffer(chk *c, ir_layer *L, const char *suffix, pg_shape s, ir_init init);
 /* kind(in -> out) on the chain: a located error unless its last dim is in; then it is out. */
 void layer_want_last(chk *c, ir_layer *L, chain *ch, int64_t in, int64_t out);
 /* 0, or 1 after a located error when the chain is not f32 (then unknown). */

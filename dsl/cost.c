@@ -25,7 +25,8 @@
  *   pos_embed: 1 per element in F, B and W;
  *   relu, gelu, dropout, pop (add or concat): 1 per output element in F and B
  *     (gelu 8: its tanh);
- *   stash: nothing (the tensor is kept, not computed).
+ *   stash: nothing (the tensor is kept, not computed);
+ *   the kinds of convolutional networks: cost_conv.c.
  * Element-wise layers are memory-bound, so flops understate them; measured
  * profiles (pipegen --balance) correct that. */
 pg_layer_cost pg_layer_flops(const ir_layer *L)
@@ -83,6 +84,11 @@ pg_layer_cost pg_layer_flops(const ir_layer *L)
         break;
     case LK_RELU: case LK_DROPOUT: case LK_POP:
         c.fwd = c.bwd_b = out;
+        break;
+    case LK_CONV2D: case LK_CONV1D: case LK_CONV_T2D: case LK_MAXPOOL2D: case LK_AVGPOOL2D:
+    case LK_GLOBAL_AVGPOOL: case LK_UPSAMPLE: case LK_FLATTEN: case LK_RESHAPE: case LK_TRANSPOSE:
+    case LK_MEAN: case LK_BATCHNORM2D: case LK_SIGMOID: case LK_TANH: case LK_SILU:
+        c = pg_layer_flops_conv(L); /* cost_conv.c */
         break;
     case LK_STASH: case LK__COUNT:
         break;

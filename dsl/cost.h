@@ -89,6 +89,8 @@ const pg_profile_entry *pg_profile_find(const pg_profile *p, const char *name);
 /* Estimated flops per sample of one layer's F, B and W (0 for stash/pop of
  * a skip that is only saved). */
 pg_layer_cost pg_layer_flops(const ir_layer *L);
+/* The same for the kinds of convolutional networks (LK_CONV2D on; cost_conv.c). */
+pg_layer_cost pg_layer_flops_conv(const ir_layer *L);
 /* The cost of one layer: measured seconds per micro-batch when prof has it,
  * else pg_layer_flops times rows (the rows of one micro-batch). */
 pg_layer_cost pg_layer_cost_of(const ir_layer *L, const pg_profile *prof, double rows);

@@ -64,11 +64,14 @@ static void walk_list(chk *c, walk *w, const ast_stmt *list, const ast_stmt *blo
             if (!top) chk_error(c, st->loc, "tie inside %s: ties are top-level statements", list_kind(top, in_block));
             break;
         case ST_POP:
-            if (strcmp(st->mode, "add") != 0 && strcmp(st->mode, "concat") != 0) {
-                static const char *const modes[] = {"add", "concat"};
+            if (strcmp(st->mode, "add") != 0 && strcmp(st->mode, "concat") != 0 && strcmp(st->mode, "take") != 0) {
+                static const char *const modes[] = {"add", "concat", "take"};
                 char dm[128];
-                chk_error(c, st->mode_loc, "unknown pop mode '%s'%s (expected add or concat)", st->mode,
-                          chk_didyoumean(dm, sizeof dm, st->mode, modes, 2));
+                chk_error(c, st->mode_loc, "unknown pop mode '%s'%s (expected add, concat or take)", st->mode,
+                          chk_didyoumean(dm, sizeof dm, st->mode, modes, 3));
+            } else if (st->args && strcmp(st->mode, "concat") != 0) {
+                chk_error(c, st->args->value->loc, "pop %s %s takes no options (only concat does: concat(dim = k))",
+                          st->name, st->mode);
             }
             /* fall through */
         case ST_STASH:
@@ -386,7 +389,8 @@ static void expand_layer(chk *c, scope *sc, const ast_stmt *st, ir_layer_kind ki
     chk_name_define(c, name, st->name ? st->name_loc : st->loc, "layer");
     bound_attr b[PG_MAX_ATTRS];
     if (chk_bind_args(c, sc->env, layer_kind_name(kind), layer_kind_attrs(kind), st->args, st->callee_loc, b) != 0) {
-        if (kind == LK_LINEAR || kind == LK_EMBED || kind == LK_LOGITS) ch->known = 0;
+        /* a kind that reshapes: its output is unknown (no errors follow from a guess) */
+        if (kind == LK_LINEAR || kind == LK_EMBED || kind == LK_LOGITS || kind >= LK_CONV2D) ch->known = 0;
         return;
     }
     ir_layer *L = new_layer(c, kind, name, st->loc, ch);
@@ -545,13 +549,55 @@ static void expand_stash(chk *c, scope *sc, const ast_stmt *st, chain *ch) {
     if (!ch->known) s->shape.rank = -1; /* unknown: no pop check */
 }
 
+/* `pop NAME take`: the current tensor must be what the layer before stashed,
+ * or its work would be lost. The error names the layer that made it. */
+static int take_ok(chk *c, const ast_stmt *st, const chain *ch) {
+    const ir_layer *prev = c->nlayers > 0 ? &c->layers[c->nlayers - 1] : NULL;
+    if (prev && prev->kind == LK_STASH) return 1;
+    char a[96];
+    const char *from = prev ? prev->name : c->m->input_name ? c->m->input_name : "the input";
+    if (chk_error(c, st->loc, "pop %s take replaces the current tensor %s (from '%s') with the stash, but the "
+                  "current tensor was not stashed just before: its work would be lost; stash it first "
+                  "(`stash NAME` before the pop)", st->name,
+                  ch->known ? pg_shape_str(ch->dt, &ch->shape, a, sizeof a) : "?", from) && prev)
+        chk_note(c, prev->loc, "'%s' makes the current tensor here", prev->name);
+    return 0;
+}
+
+/* `pop NAME concat(dim = k)`: the per-sample dim joined, the last by default. */
+static int concat_dim(chk *c, const scope *sc, const ast_stmt *st, const chain *ch, int *dim) {
+    bound_attr b[PG_MAX_ATTRS];
+    char what[300];
+    snprintf(what, sizeof what, "pop %s concat", st->name);
+    if (chk_bind_args(c, sc->env, what, pop_concat_attrs, st->args, st->mode_loc, b) != 0) return -1;
+    int rank = ch->shape.rank;
+    if (!b[0].set) {
+        *dim = rank - 1;
+        return 0;
+    }
+    if (b[0].i >= rank) {
+        char a[96];
+        chk_error(c, b[0].loc, "%s: dim %lld is out of range: the current tensor %s has dims 0 .. %d (per sample; "
+                  "the batch is implicit)", what, (long long)b[0].i, pg_shape_str(ch->dt, &ch->shape, a, sizeof a),
+                  rank - 1);
+        return -1;
+    }
+    *dim = (int)b[0].i;
+    return 0;
+}
+
 static void expand_pop(chk *c, scope *sc, const ast_stmt *st, chain *ch) {
     int si = -1;
     for (int i = 0; i < sc->nskips; i++)
         if (strcmp(sc->skips[i].name, st->name) == 0) si = sc->skips[i].skip;
-    int concat = strcmp(st->mode, "concat") == 0;
-    if (si < 0 || c->skips[si].pop_layer >= 0 || (!concat && strcmp(st->mode, "add") != 0)) {
-        ch->known = ch->known && !concat; /* pairing or mode errors are reported statically */
+    int concat = strcmp(st->mode, "concat") == 0, take = strcmp(st->mode, "take") == 0;
+    if (si < 0 || c->skips[si].pop_layer >= 0 || (!concat && !take && strcmp(st->mode, "add") != 0) ||
+        (st->args && !concat)) {
+        ch->known = ch->known && !concat && !take; /* pairing or mode errors are reported statically */
+        return;
+    }
+    if (take && !take_ok(c, st, ch)) {
+        ch->known = 0;
         return;
     }
     char buf[256];
@@ -561,7 +607,18 @@ static void expand_pop(chk *c, scope *sc, const ast_stmt *st, chain *ch) {
     L->skip = si;
     s->pop_layer = c->nlayers - 1;
     s->pop_loc = st->loc;
-    s->mode = concat ? POP_CONCAT : POP_ADD;
+    s->mode = concat ? POP_CONCAT : take ? POP_TAKE : POP_ADD;
+    if (take) { /* the stash becomes the current tensor, whatever its shape */
+        if (s->shape.rank < 0) {
+            ch->known = 0;
+            return;
+        }
+        ch->dt = DT_F32;
+        ch->shape = s->shape;
+        ch->known = 1;
+        L->out = ch->shape;
+        return;
+    }
     if (!ch->known || s->shape.rank < 0) {
         ch->known = ch->known && !concat;
         return;
@@ -576,17 +633,25 @@ static void expand_pop(chk *c, scope *sc, const ast_stmt *st, chain *ch) {
             chk_note(c, s->stash_loc, "'%s' is stashed here, as %s", st->name, b);
         return;
     }
+    int r;
+    if (concat_dim(c, sc, st, ch, &r) != 0) {
+        ch->known = 0;
+        return;
+    }
+    s->concat_dim = r;
     int same = ch->shape.rank == s->shape.rank;
-    for (int i = 0; same && i < ch->shape.rank - 1; i++) same = ch->shape.dim[i] == s->shape.dim[i];
+    for (int i = 0; same && i < ch->shape.rank; i++) same = i == r || ch->shape.dim[i] == s->shape.dim[i];
     int64_t sum = 0;
     if (!same) {
-        if (chk_error(c, st->loc, "pop %s concat joins on the last dimension, so the other dimensions must agree, "
-                      "but the current tensor is %s and the stash is %s", st->name, a, b))
+        char on[64];
+        if (r == ch->shape.rank - 1) snprintf(on, sizeof on, "the last dimension");
+        else snprintf(on, sizeof on, "dimension %d", r);
+        if (chk_error(c, st->loc, "pop %s concat joins on %s, so the other dimensions must agree, "
+                      "but the current tensor is %s and the stash is %s", st->name, on, a, b))
             chk_note(c, s->stash_loc, "'%s' is stashed here, as %s", st->name, b);
         ch->known = 0;
         return;
     }
-    int r = ch->shape.rank - 1;
     if (__builtin_add_overflow(ch->shape.dim[r], s->shape.dim[r], &sum)) {
         chk_error(c, st->loc, "integer overflow in the concatenated width");
         ch->known = 0;

@@ -43,13 +43,31 @@ typedef enum ir_layer_kind {
     LK_RMSNORM,    /* x * rsqrt(mean(x^2) + eps) * weight over the last dim (Llama's); weight [d] */
     LK_SWIGLU,     /* silu(x Wg^T [+ bg]) * (x Wu^T [+ bu]); gate, up W [h, d] (dsl/layers_lm.c) */
     LK_STASH,      /* save the current tensor under skip `skip`; tensor unchanged */
-    LK_POP,        /* combine skip `skip` into the current tensor (add | concat on last dim) */
+    LK_POP,        /* combine skip `skip` into the current tensor (add | concat on a dim | take) */
+    /* convolutional networks (dsl/layers_conv.c): channel-first per-sample shapes, [C, H, W] or [C, L] */
+    LK_CONV2D,     /* [C, H, W] -> [out, OH, OW]; weight [out, C / groups, kh, kw], bias [out] */
+    LK_CONV1D,     /* [C, L] -> [out, OL]; weight [out, C / groups, k], bias [out] */
+    LK_CONV_T2D,   /* conv_transpose2d: [C, H, W] -> [out, OH, OW]; weight [C, out / groups, kh, kw], bias [out] */
+    LK_MAXPOOL2D,  /* [C, H, W] -> [C, OH, OW], padding counts as -inf */
+    LK_AVGPOOL2D,  /* [C, H, W] -> [C, OH, OW], divided by kh * kw (padding counted) */
+    LK_GLOBAL_AVGPOOL, /* [C, H, W] -> [C] */
+    LK_UPSAMPLE,   /* [C, H, W] -> [C, s H, s W], nearest or bilinear (align_corners false) */
+    LK_FLATTEN,    /* [d0, d1, ...] -> [d0 d1 ...] */
+    LK_RESHAPE,    /* the same elements in another per-sample shape */
+    LK_TRANSPOSE,  /* per-sample dims i and j swapped */
+    LK_MEAN,       /* mean over per-sample dim `dim`, which is dropped */
+    LK_BATCHNORM2D, /* per channel over the batch and positions of [C, H, W]; as batchnorm otherwise */
+    LK_SIGMOID,
+    LK_TANH,
+    LK_SILU,       /* x sigmoid(x) */
     LK__COUNT
 } ir_layer_kind;
 /* a kind's name as the .pipe writes it ("pos_embed"), "?" out of range (dsl/layers.c) */
 const char *layer_kind_name(ir_layer_kind k);
 
-typedef enum ir_pop_mode { POP_ADD, POP_CONCAT } ir_pop_mode;
+/* add: elementwise; concat: along skip.concat_dim; take: the stash replaces the
+ * current tensor (which the layer before must have stashed) */
+typedef enum ir_pop_mode { POP_ADD, POP_CONCAT, POP_TAKE } ir_pop_mode;
 typedef enum ir_tie_mode { TIE_NONE, TIE_REPLICATE, TIE_TRANSMIT } ir_tie_mode;
 
 /* How a parameter's first value is made: from (its name, the seed) only. */
@@ -88,8 +106,8 @@ typedef struct ir_layer {
     pg_dtype in_dtype;    /* DT_I32 for embed, else DT_F32 */
     pg_shape in, out;     /* per-sample shapes of the current tensor before and after */
     /* attributes (only the ones of this kind are meaningful) */
-    int64_t in_features, out_features; /* linear, swiglu (d -> h) */
-    int bias;                          /* linear, swiglu, attention, layernorm: 1 = has bias(es) */
+    int64_t in_features, out_features; /* linear, swiglu (d -> h); conv: in and out channels */
+    int bias;                          /* linear, swiglu, attention, layernorm, conv: 1 = has bias(es) */
     int64_t heads;                     /* attention */
     int causal;                        /* attention */
     int64_t kv_heads;                  /* attention: key/value heads (= heads unless grouped-query) */
@@ -107,12 +125,19 @@ typedef struct ir_layer {
     int skip;                          /* stash / pop: index into skips, else -1 */
     unsigned defaulted;                /* bit i: optional number or true/false attribute i of the kind
                                         * (layers.c's table) was not written and took its default */
+    /* convolution and pooling, (h, w) pairs; conv1d and 1-D shapes use [1] (h: 1, 0, 1) */
+    int64_t kernel[2], stride[2], padding[2], dilation[2], output_padding[2];
+    int64_t groups;                    /* conv: channels in groups (in and out divisible) */
+    int64_t scale;                     /* upsample: integer factor */
+    int bilinear;                      /* upsample: 0 nearest, 1 bilinear */
+    int axis[2];                       /* transpose: the dims swapped; mean: axis[0] */
 } ir_layer;
 
 typedef struct ir_skip {
     const char *name;     /* qualified: "h.3.res" */
     int stash_layer, pop_layer;   /* layer indices */
     ir_pop_mode mode;
+    int concat_dim;       /* POP_CONCAT: the per-sample dim joined (the last unless `concat(dim = k)`) */
     pg_shape shape;       /* the stashed tensor's per-sample shape */
     pg_loc stash_loc, pop_loc;
 } ir_skip;

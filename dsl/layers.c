@@ -66,15 +66,34 @@ static const layer_kind_info kinds[LK__COUNT] = {
     [LK_SWIGLU] = {"swiglu", lm_swiglu_attrs},
     [LK_STASH] = {"stash", none_attrs},
     [LK_POP] = {"pop", none_attrs},
+    /* convolutional networks: dsl/layers_conv.c */
+    [LK_CONV2D] = {"conv2d", conv2d_attrs},
+    [LK_CONV1D] = {"conv1d", conv1d_attrs},
+    [LK_CONV_T2D] = {"conv_transpose2d", conv_transpose2d_attrs},
+    [LK_MAXPOOL2D] = {"maxpool2d", pool2d_attrs},
+    [LK_AVGPOOL2D] = {"avgpool2d", pool2d_attrs},
+    [LK_GLOBAL_AVGPOOL] = {"global_avgpool", none_attrs},
+    [LK_UPSAMPLE] = {"upsample", upsample_attrs},
+    [LK_FLATTEN] = {"flatten", none_attrs},
+    [LK_RESHAPE] = {"reshape", reshape_attrs},
+    [LK_TRANSPOSE] = {"transpose", transpose_attrs},
+    [LK_MEAN] = {"mean", mean_attrs},
+    [LK_BATCHNORM2D] = {"batchnorm2d", batchnorm_attrs},
+    [LK_SIGMOID] = {"sigmoid", none_attrs},
+    [LK_TANH] = {"tanh", none_attrs},
+    [LK_SILU] = {"silu", none_attrs},
 };
 
 static const char *const callable_names[] = {"linear", "relu", "gelu", "layernorm", "batchnorm",
                                              "embed", "pos_embed", "attention", "logits", "dropout",
-                                             "rmsnorm", "swiglu"};
+                                             "rmsnorm", "swiglu",
+                                             "conv2d", "conv1d", "conv_transpose2d", "maxpool2d", "avgpool2d",
+                                             "global_avgpool", "upsample", "flatten", "reshape", "transpose",
+                                             "mean", "batchnorm2d", "sigmoid", "tanh", "silu"};
 
 int layer_kind_find(const char *name) {
-    for (int k = 0; k < LK_STASH; k++)
-        if (strcmp(kinds[k].name, name) == 0) return k;
+    for (int k = 0; k < LK__COUNT; k++)
+        if (k != LK_STASH && k != LK_POP && strcmp(kinds[k].name, name) == 0) return k;
     return -1;
 }
 
@@ -145,9 +164,36 @@ static int bind_number(chk *c, const chk_env *env, const char *what, const attr_
     return 0;
 }
 
+/* One integer, or a pair `(h, w)` of them (a conv's kernel, stride, ...): i, i2. */
+static int bind_int2(chk *c, const chk_env *env, const char *what, const attr_spec *s,
+                     const ast_expr *e, bound_attr *b) {
+    attr_spec one = *s;
+    one.type = AT_INT;
+    if (e->kind != EX_TUPLE) {
+        if (bind_number(c, env, what, &one, e, b)) return 1;
+        b->i2 = b->i;
+        return 0;
+    }
+    const ast_arg *x = e->args;
+    if (!x || !x->next || x->next->next) {
+        chk_error(c, e->loc, "%s: %s must be one integer or a pair (h, w)", what, s->name);
+        return 1;
+    }
+    bound_attr h, w;
+    if (bind_number(c, env, what, &one, x->value, &h) | bind_number(c, env, what, &one, x->next->value, &w))
+        return 1;
+    b->set = 1;
+    b->loc = e->loc;
+    b->i = h.i;
+    b->i2 = w.i;
+    return 0;
+}
+
 static int bind_value(chk *c, const chk_env *env, const char *what, const attr_spec *s,
                       const ast_expr *e, bound_attr *b) {
     switch (s->type) {
+    case AT_INT2:
+        return bind_int2(c, env, what, s, e, b);
     case AT_INT:
     case AT_FLOAT:
         return bind_number(c, env, what, s, e, b);
@@ -380,7 +426,7 @@ void layer_add_own(chk *c, ir_layer *L, const char *suffix, pg_shape s, ir_init 
     L->param[L->nparam++] = chk_add_param(c, n, L->loc, &s, init, scale, decay, 0);
 }
 
-static void add_buffer(chk *c, ir_layer *L, const char *suffix, pg_shape s, ir_init init) {
+void layer_add_buffer(chk *c, ir_layer *L, const char *suffix, pg_shape s, ir_init init) {
     char *n = chk_qualify(c, L->name, suffix);
     L->buffer[L->nbuffer++] = chk_add_param(c, n, L->loc, &s, init, 0, 0, 1);
 }
@@ -432,8 +478,8 @@ static void apply_norm(chk *c, ir_layer *L, const bound_attr *b, chain *ch) {
     layer_add_own(c, L, "weight", shape1(d), INIT_ONES, 0, 0);
     if (L->bias) layer_add_own(c, L, "bias", shape1(d), INIT_ZEROS, 0, 0);
     if (L->kind == LK_BATCHNORM) {
-        add_buffer(c, L, "running_mean", shape1(d), INIT_ZEROS);
-        add_buffer(c, L, "running_var", shape1(d), INIT_ONES);
+        layer_add_buffer(c, L, "running_mean", shape1(d), INIT_ZEROS);
+        layer_add_buffer(c, L, "running_var", shape1(d), INIT_ONES);
     }
 }
 
@@ -556,6 +602,7 @@ static void apply_dropout(chk *c, ir_layer *L, const bound_attr *b, chain *ch) {
     if (ch->known) layer_need_f32(c, L, ch);
 }
 
+
 void layer_apply(chk *c, ir_layer *L, const bound_attr *b, chain *ch) {
     const attr_spec *specs = kinds[L->kind].attrs;
     for (int i = 0; specs[i].name && i < 32; i++) /* pipegen check lists the defaults it filled in */
@@ -578,7 +625,7 @@ void layer_apply(chk *c, ir_layer *L, const bound_attr *b, chain *ch) {
     case LK_SWIGLU: lm_apply_swiglu(c, L, b, ch); break;
     case LK_LOGITS: apply_logits(c, L, b, ch); break;
     case LK_DROPOUT: apply_dropout(c, L, b, ch); break;
-    default: break;
+    default: layer_apply_conv(c, L, b, ch); break; /* layers_conv.c */
     }
     if (ch->known) L->out = ch->shape;
 }

@@ -100,6 +100,8 @@ item(A) ::= IDENT(N) EQ layer(L).                 { A = ast_named(ctx, &N, L); }
 item(A) ::= SPLIT(K).                             { A = ast_simple(ctx, ST_SPLIT, &K, NULL, NULL); }
 item(A) ::= STASH(K) IDENT(N).                    { A = ast_simple(ctx, ST_STASH, &K, &N, NULL); }
 item(A) ::= POP(K) IDENT(N) IDENT(M).             { A = ast_simple(ctx, ST_POP, &K, &N, &M); }
+/* a mode with options: `pop enc concat(dim = 0)` */
+item(A) ::= POP(K) IDENT(N) IDENT(M) LPAREN args(G) RPAREN. { A = ast_pop_args(ctx, ast_simple(ctx, ST_POP, &K, &N, &M), G); }
 item(A) ::= TIE(K) IDENT(N) IDENT(M).             { A = ast_simple(ctx, ST_TIE, &K, &N, &M); }
 layer(A) ::= IDENT(C).                            { A = ast_layer(ctx, &C, 0, ast_arg_list_empty()); }
 layer(A) ::= IDENT(C) LPAREN RPAREN.              { A = ast_layer(ctx, &C, 1, ast_arg_list_empty()); }

@@ -20,6 +20,66 @@ static const char *count(int64_t v, char *buf, size_t n) {
     return buf;
 }
 
+/* "add", "concat", "concat(dim = 0)" (not the last dim), "take" */
+static const char *pop_mode(const ir_skip *k, char *buf, size_t n) {
+    if (k->mode == POP_ADD) return "add";
+    if (k->mode == POP_TAKE) return "take";
+    if (k->shape.rank < 1 || k->concat_dim == k->shape.rank - 1) return "concat";
+    snprintf(buf, n, "concat(dim = %d)", k->concat_dim);
+    return buf;
+}
+
+/* "(3, 5)" or "3": a conv's or pool's (h, w) attribute */
+static const char *hw(const int64_t v[2], char *buf, size_t n) {
+    if (v[0] == v[1]) snprintf(buf, n, "%lld", (long long)v[0]);
+    else snprintf(buf, n, "(%lld, %lld)", (long long)v[0], (long long)v[1]);
+    return buf;
+}
+
+/* The kinds of convolutional networks: their key attributes, defaults left out. */
+static void describe_conv(const ir_layer *L, char *buf, size_t n) {
+    char k[48], s[48], p[48], d[48], o[48], extra[200] = "";
+    size_t e = 0;
+    int one_d = L->kind == LK_CONV1D;
+    const int64_t *kk = L->kernel, *ss = L->stride, *pp = L->padding, *dd = L->dilation;
+    int64_t k1[2] = {kk[1], kk[1]}, s1[2] = {ss[1], ss[1]}, p1[2] = {pp[1], pp[1]}, d1[2] = {dd[1], dd[1]};
+    if (one_d) kk = k1, ss = s1, pp = p1, dd = d1;
+    int pool = L->kind == LK_MAXPOOL2D || L->kind == LK_AVGPOOL2D;
+    if (pool ? (ss[0] != kk[0] || ss[1] != kk[1]) : (ss[0] != 1 || ss[1] != 1))
+        e += (size_t)snprintf(extra + e, sizeof extra - e, ", stride = %s", hw(ss, s, sizeof s));
+    if (pp[0] || pp[1]) e += (size_t)snprintf(extra + e, sizeof extra - e, ", padding = %s", hw(pp, p, sizeof p));
+    switch (L->kind) {
+    case LK_CONV2D: case LK_CONV1D: case LK_CONV_T2D:
+        if (e < sizeof extra && (dd[0] != 1 || dd[1] != 1))
+            e += (size_t)snprintf(extra + e, sizeof extra - e, ", dilation = %s", hw(dd, d, sizeof d));
+        if (e < sizeof extra && (L->output_padding[0] || L->output_padding[1]))
+            e += (size_t)snprintf(extra + e, sizeof extra - e, ", output_padding = %s", hw(L->output_padding, o, sizeof o));
+        if (e < sizeof extra && L->groups != 1)
+            e += (size_t)snprintf(extra + e, sizeof extra - e, ", groups = %lld", (long long)L->groups);
+        if (e < sizeof extra && !L->bias) snprintf(extra + e, sizeof extra - e, ", bias = false");
+        snprintf(buf, n, "%s(%lld -> %lld, kernel = %s%s)", layer_kind_name(L->kind), (long long)L->in_features,
+                 (long long)L->out_features, hw(kk, k, sizeof k), extra);
+        break;
+    case LK_MAXPOOL2D: case LK_AVGPOOL2D:
+        snprintf(buf, n, "%s(kernel = %s%s)", layer_kind_name(L->kind), hw(kk, k, sizeof k), extra);
+        break;
+    case LK_UPSAMPLE:
+        snprintf(buf, n, "upsample(scale = %lld, mode = %s)", (long long)L->scale, L->bilinear ? "bilinear" : "nearest");
+        break;
+    case LK_RESHAPE: {
+        size_t q = (size_t)snprintf(buf, n, "reshape(");
+        for (int i = 0; i < L->out.rank && q < n; i++)
+            q += (size_t)snprintf(buf + q, n - q, "%s%lld", i ? ", " : "", (long long)L->out.dim[i]);
+        if (q < n) snprintf(buf + q, n - q, ")");
+        break;
+    }
+    case LK_TRANSPOSE: snprintf(buf, n, "transpose(%d, %d)", L->axis[0], L->axis[1]); break;
+    case LK_MEAN: snprintf(buf, n, "mean(%d)", L->axis[0]); break;
+    case LK_BATCHNORM2D: snprintf(buf, n, "batchnorm2d%s", L->deferred ? "(deferred)" : ""); break;
+    default: snprintf(buf, n, "%s", layer_kind_name(L->kind)); break; /* global_avgpool, flatten, sigmoid, ... */
+    }
+}
+
 static const char *describe(const ir_model *m, const ir_layer *L, char *buf, size_t n) {
     const char *tname = L->nparam > 0 && (L->kind == LK_EMBED || L->kind == LK_LOGITS) &&
                                 !strchr(m->params[L->param[0]].name, '.') ? m->params[L->param[0]].name : NULL;
@@ -58,11 +118,13 @@ static const char *describe(const ir_model *m, const ir_layer *L, char *buf, siz
         break;
     case LK_DROPOUT: snprintf(buf, n, "dropout(p = %g)", L->p); break;
     case LK_STASH: snprintf(buf, n, "stash %s", L->skip >= 0 ? m->skips[L->skip].name : "?"); break;
-    case LK_POP:
+    case LK_POP: {
+        char pm[48];
         snprintf(buf, n, "pop %s %s", L->skip >= 0 ? m->skips[L->skip].name : "?",
-                 L->skip >= 0 && m->skips[L->skip].mode == POP_CONCAT ? "concat" : "add");
+                 L->skip >= 0 ? pop_mode(&m->skips[L->skip], pm, sizeof pm) : "?");
         break;
-    default: snprintf(buf, n, "?"); break;
+    }
+    default: describe_conv(L, buf, n); break;
     }
     return buf;
 }
@@ -232,9 +294,9 @@ static void print_defaults(const ir_model *m, FILE *out) {
         else snprintf(v, sizeof v, "%s", p->init == INIT_ZEROS ? "zeros" : "ones");
         fprintf(out, "  param %s: %s\n", p->name, v);
     }
-    fprintf(out, "  the layers' own, as PyTorch's: the projections' weights and biases (linear, attention, swiglu) "
-                 "uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)); embed, pos_embed and logits tables normal(0.02); norm "
-                 "weights 1, biases 0\n");
+    fprintf(out, "  the layers' own, as PyTorch's: the weights and biases of projections and convolutions (linear, "
+                 "attention, swiglu, conv1d, conv2d, conv_transpose2d) uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)); "
+                 "embed, pos_embed and logits tables normal(0.02); norm weights 1, biases 0\n");
 }
 
 void pg_model_summary(const ir_model *m, FILE *out) {
@@ -309,9 +371,10 @@ void pg_model_summary(const ir_model *m, FILE *out) {
         const ir_skip *k = &m->skips[i];
         if (k->pop_layer < 0 || m->layers[k->stash_layer].stage == m->layers[k->pop_layer].stage) continue;
         if (!ncross++) fprintf(out, "skips crossing stages:\n");
+        char pm[48];
         pg_shape_str(DT_F32, &k->shape, a, sizeof a);
         fprintf(out, "  %s: stage %d -> stage %d, %s, %s\n", k->name, m->layers[k->stash_layer].stage,
-                m->layers[k->pop_layer].stage, k->mode == POP_ADD ? "add" : "concat", a);
+                m->layers[k->pop_layer].stage, pop_mode(k, pm, sizeof pm), a);
     }
     int nties = 0;
     for (int i = 0; i < m->nparams; i++) {

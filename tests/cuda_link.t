@@ -1,8 +1,10 @@
 #!/bin/sh
 # tests/cuda_link.t — the CUDA stage runtime links, GPU or not: `make CUDA=1`
-# builds build-cuda/libpgrt_cuda.a and links the generated mlp, gpt_char and llama_tiny
-# stages against it; every binary exists, its dynamic libraries (cudart,
-# cuBLAS, NCCL) resolve, and it carries the CUDA transport over the renamed
+# builds build-cuda/libpgrt_cuda.a and links the generated mlp, gpt_char, llama_tiny
+# and the convolutional examples' (resnet, unet, vit, digits_cnn) stages against
+# it; every binary exists, its dynamic libraries (cudart, cuBLAS, NCCL; cuDNN
+# for the convolutional ones only) resolve, a convolutional stage calls cuDNN's
+# convolutions, and it carries the CUDA transport over the renamed
 # TCP code (pg_tcp_*, ncclSend), the step hooks, graph capture and
 # cublasGemmEx (bf16); tests/gpu/graph_smoke.c links from C; the GPU test
 # script and the GPU benchmark parse, its gemm_peak timer links. Without a GPU a CUDA stage says "no GPU
@@ -18,11 +20,13 @@ fi
 cd "$TOP" || exit 1
 T=$(mktemp -d /tmp/pg-cuda-link.XXXXXX)
 trap 'rm -rf "$T"' EXIT
-log=$(make --no-print-directory CUDA=1 NVCC="$NVCC" build-cuda/mlp/stages build-cuda/gpt_char/stages build-cuda/llama_tiny/stages 2>&1)
+models="mlp gpt_char llama_tiny resnet unet vit digits_cnn"
+# shellcheck disable=SC2046
+log=$(make --no-print-directory CUDA=1 NVCC="$NVCC" $(for m in $models; do echo "build-cuda/$m/stages"; done) 2>&1)
 st=$?
-ok $st "make CUDA=1 links the mlp, gpt_char and llama_tiny stages against libpgrt_cuda.a"
+ok $st "make CUDA=1 links the stages of $models against libpgrt_cuda.a"
 [ $st = 0 ] || printf '%s\n' "$log" | tail -20 | sed 's/^/# /'
-for m in mlp gpt_char llama_tiny; do
+for m in $models; do
     n=$(ls generated/$m/stage*.c 2>/dev/null | wc -l)
     for f in generated/$m/stage*.c; do
         b=build-cuda/$m/$(basename "$f" .c)
@@ -36,6 +40,14 @@ for m in mlp gpt_char llama_tiny; do
         ok $st "$b: cudart, cuBLAS and NCCL resolve (ldd)"
         [ $st = 0 ] || printf '%s\n' "$deps" | sed 's/^/# /'
         syms=$(nm "$b" 2>/dev/null)
+        # cuDNN exactly when the stage has a convolution (linked --as-needed)
+        if printf '%s\n' "$syms" | grep -q ' U cudnnConvolutionForward'; then
+            printf '%s\n' "$deps" | grep -q 'libcudnn\.so'
+            ok $? "$b: calls cuDNN's convolutions, and cuDNN resolves (ldd)"
+        else
+            ! printf '%s\n' "$deps" | grep -q 'libcudnn'
+            ok $? "$b: no convolution, no cuDNN"
+        fi
         printf '%s\n' "$syms" | grep -q ' T pg_tcp_init$' &&
             printf '%s\n' "$syms" | grep -q ' T pg_net_send$' &&
             printf '%s\n' "$syms" | grep -q ' U ncclSend' &&
@@ -64,6 +76,19 @@ syms=$(nm build-cuda/gpt_char/stage0 2>/dev/null)
 printf '%s\n' "$syms" | grep -q ' T pg_backend_step_begin$' && printf '%s\n' "$syms" | grep -q ' U cublasGemmEx' &&
     printf '%s\n' "$syms" | grep -q ' U cudaStreamBeginCapture'
 ok $? "the CUDA stages carry the step hooks, CUDA graph capture and the bf16 GEMM path"
+# the convolutional ops are the CUDA runtime's own (conv.cu, pool.cu, dims.cu,
+# batchnorm2d.cu), no longer entry points that refuse
+# every convolutional example has a stage with a convolution, the others none
+for m in $models; do
+    for b in build-cuda/$m/stage*; do
+        nm "$b" 2>/dev/null | grep -q ' U cudnnConvolutionForward' && echo "$m"
+    done
+done | sort -u | tr '\n' ' ' >"$T/convs"
+is "$(cat "$T/convs")" "digits_cnn resnet unet vit " "the stages that call cuDNN are those of the convolutional examples"
+syms=$(nm build-cuda/resnet/stage0 2>/dev/null)
+printf '%s\n' "$syms" | grep -q ' U cudnnConvolutionForward' && printf '%s\n' "$syms" | grep -q ' U cudnnConvolutionBackwardFilter' &&
+    printf '%s\n' "$syms" | grep -q ' T pg_batchnorm2d_fwd$' && ! strings build-cuda/resnet/stage0 | grep -q 'not yet on the CUDA runtime'
+ok $? "a resnet CUDA stage calls cuDNN's convolutions and carries no refusing entry point"
 sh -n tests/gpu/run_gpu_tests.sh 2>"$T/sh.log"
 st=$?
 ok $st "tests/gpu/run_gpu_tests.sh parses (sh -n)"

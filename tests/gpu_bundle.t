@@ -86,23 +86,27 @@ ok $? "a (fake) H100: run.sh check names the GPU, finds cuBLAS and NCCL, links e
 [ $rc = 0 ] || printf '%s\n' "$out" | tail -12 | sed 's/^/# /'
 [ "$(json_ok "$T/o-h100/results.json")" = checked ]; ok $? "results.json says checked"
 
-# cuBLAS and NCCL only as NVIDIA wheels lay them out: a user site-packages with
-# nvidia/cublas/lib/libcublas.so.13 and nvidia/nccl/lib/libnccl.so.2 (no
-# unversioned names), a toolkit without either, no system directories
+# cuBLAS, cuDNN and NCCL only as NVIDIA wheels lay them out: a user site-packages
+# with nvidia/cublas/lib/libcublas.so.13, nvidia/cudnn/lib/libcudnn.so.9 and
+# nvidia/nccl/lib/libnccl.so.2 (no unversioned names), a toolkit without them,
+# no system directories
 real_lib() { readlink -f "$(tools/gpu_ldlibs.sh "$T/l0" >/dev/null 2>&1; ls "$T/l0/lib$1.so")"; }
 cublas=$(real_lib cublas) cublaslt=$(real_lib cublasLt) nccl=$(real_lib nccl) cudart=$(real_lib cudart)
+cudnn=$(real_lib cudnn)
 PYB=$T/userbase
 site=$(PYTHONUSERBASE=$PYB "${PYTHON:-/usr/bin/python3}" -c 'import site; print(site.getusersitepackages())')
-mkdir -p "$site/nvidia/cublas/lib" "$site/nvidia/nccl/lib" "$T/tk/bin" "$T/tk/lib64"
+mkdir -p "$site/nvidia/cublas/lib" "$site/nvidia/cudnn/lib" "$site/nvidia/nccl/lib" "$T/tk/bin" "$T/tk/lib64"
 ln -s "$cublas" "$site/nvidia/cublas/lib/libcublas.so.13" && ln -s "$cublaslt" "$site/nvidia/cublas/lib/libcublasLt.so.13" &&
+    ln -s "$cudnn" "$site/nvidia/cudnn/lib/libcudnn.so.9" &&
     ln -s "$nccl" "$site/nvidia/nccl/lib/libnccl.so.2" && ln -s "$cudart" "$T/tk/lib64/libcudart.so.13" &&
     ln -s "$(readlink -f "$NVCC")" "$T/tk/bin/nvcc" && ln -s "$CUDA_HOME/include" "$T/tk/include"
 out=$(FAKE_CUDA=h100 LD_LIBRARY_PATH=$T/drv PYTHONUSERBASE=$PYB PYTHON="${PYTHON:-/usr/bin/python3}" CUDA_HOME=$T/tk \
     GPU_ENV_SYSTEM_DIRS= "$B/run.sh" "$T/o-wheel" check 2>&1); rc=$?
 [ $rc = 0 ] && printf '%s\n' "$out" | grep -qF "found cuBLAS: $site/nvidia/cublas/lib/libcublas.so.13" &&
     printf '%s\n' "$out" | grep -qF "found NCCL: $site/nvidia/nccl/lib/libnccl.so.2" &&
+    printf '%s\n' "$out" | grep -qF "found cuDNN: $site/nvidia/cudnn/lib/libcudnn.so.9" &&
     ldd "$T/o-wheel/check/stage0" | grep -qF "libnccl.so.2 => $site/nvidia/nccl/lib/libnccl.so.2"
-ok $? "cuBLAS and NCCL as Python wheels (versioned names only): found, linked, and the stage loads them from there (exit $rc)"
+ok $? "cuBLAS, cuDNN and NCCL as Python wheels (versioned names only): found, linked, and the stage loads them from there (exit $rc)"
 [ $rc = 0 ] || printf '%s\n' "$out" | tail -12 | sed 's/^/# /'
 rm "$site/nvidia/nccl/lib/libnccl.so.2"
 out=$(FAKE_CUDA=h100 LD_LIBRARY_PATH=$T/drv PYTHONUSERBASE=$PYB PYTHON="${PYTHON:-/usr/bin/python3}" CUDA_HOME=$T/tk \

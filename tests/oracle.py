@@ -6,6 +6,10 @@ stage programs computed.
     oracle.py data  PLAN OUTDIR [--samples N] [--seed S]
         write OUTDIR/x.pgd and OUTDIR/y.pgd: N seeded samples of the plan's input
         and target (f32 uniform in [-1, 1), i32 ids / classes in range)
+    oracle.py accuracy PLAN --weights W --x X --y Y
+        the share of samples whose largest output is the target class, by the
+        model in inference (batch norm by its running statistics), printed as
+        "accuracy A (K of N)"
     oracle.py check PLAN --init W0 --x X --y Y [--loss1 L --grads G]
                     [--steps N --final WN] [--grad-rtol 1e-5] [--weight-rtol 1e-4]
         W0: the runtime's initial weights (`stage --steps 0 --save W0`);
@@ -15,12 +19,19 @@ stage programs computed.
         if any failed, 2 on a usage or model error.
 
 The model is built layer by layer from plan.json's `layers`, with its own code
-for every layer kind (nothing is shared with the C runtime): the loss of the
+for every layer kind (nothing is shared with the C runtime; the convolutional
+kinds by torch.nn.functional): the loss of the
 whole batch (mse_sum: sum of squares; mse_mean: divided by batch * target
 elements; cross_entropy: mean over batch * positions) and every parameter
 gradient by autograd; then N optimizer steps with torch.optim.SGD or AdamW on
 the same batches the runtime used (step t reads samples t*B .. t*B+B-1 modulo
 the file's sample count). Relative error of a tensor: max|a - b| / max|b|.
+
+Batch norm (batchnorm, batchnorm2d) normalises each micro-batch by its own
+statistics, as pipegen (and torchgpipe) do, so a plan with one runs its
+micro-batches one at a time (plan.json's microbatch_rows); its running
+statistics are updated from each micro-batch, or once per step from the whole
+batch when deferred, and compared after the N steps like the weights.
 """
 import argparse
 import json
@@ -34,6 +45,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 import load_safetensors  # noqa: E402
+from torch_layers import conv_layer  # noqa: E402  (the convolutional kinds)
 
 torch.set_default_dtype(torch.float64)
 DT = torch.float64
@@ -97,6 +109,49 @@ def attention(h, wqkv, bqkv, wo, bo, heads, causal):
     return ctx @ wo.t() + bo
 
 
+def batchnorm(L, h, p, stats, running=None):
+    """Training batch norm of one micro-batch h: per feature (the last dim) or,
+    batchnorm2d, per channel (dim 1 of [B, C, H, W]); biased variance. Records
+    the input's per-channel sums for the running statistics in stats. With
+    running (the buffers by name): inference, by the running statistics."""
+    dims = (0, 2, 3) if L["kind"] == "batchnorm2d" else tuple(range(h.dim() - 1))
+    shape = [1, -1, 1, 1] if L["kind"] == "batchnorm2d" else [-1]
+    if running is not None:
+        mu = running[L["buffers"][0]].reshape(shape)
+        var = running[L["buffers"][1]].reshape(shape)
+    else:
+        mu = h.mean(dims, keepdim=True)
+        var = ((h - mu) ** 2).mean(dims, keepdim=True)
+    if stats is not None:
+        n = h.numel() // h.shape[1 if L["kind"] == "batchnorm2d" else -1]
+        st = stats.setdefault(L["name"], [])
+        st.append((h.detach().sum(dims), (h.detach() ** 2).sum(dims), n))
+    y = (h - mu) / torch.sqrt(var + L["attrs"]["eps"])
+    if len(p) >= 1:
+        y = y * p[0].reshape(shape)
+    if len(p) >= 2:
+        y = y + p[1].reshape(shape)
+    return y
+
+
+def has_batchnorm(plan):
+    return any(L["kind"] in ("batchnorm", "batchnorm2d") for L in plan["layers"])
+
+
+def forward(plan, params, x, stats=None, running=None):
+    """The model output for a batch x (float64, or int64 ids); with batch norm,
+    micro-batch by micro-batch (stats, running: see batchnorm())."""
+    if running is not None:
+        return forward_rows(plan, params, x, None, running)
+    if has_batchnorm(plan) and len(plan["microbatch_rows"]) > 1:
+        outs, at = [], 0
+        for rows in plan["microbatch_rows"]:
+            outs.append(forward_rows(plan, params, x[at:at + rows], stats))
+            at += rows
+        return torch.cat(outs)
+    return forward_rows(plan, params, x, stats)
+
+
 def rope(z, theta):
     """Llama's rotary embedding on z [B, h, T, hd]: the half split, cos and sin
     made in float32 as transformers makes them."""
@@ -143,14 +198,18 @@ def attention_general(h, p, at):
     return proj(ctx)
 
 
-def forward(plan, params, x):
-    """The model output for a batch x (float64, or int64 ids)."""
+def forward_rows(plan, params, x, stats, running=None):
     h = x
     stash = {}
     for L in plan["layers"]:
         k, at = L["kind"], L["attrs"]
         p = layer_params(L, params)
-        if k == "linear":
+        c = conv_layer(k, at, h, p)
+        if c is not None:
+            h = c
+        elif k in ("batchnorm", "batchnorm2d"):
+            h = batchnorm(L, h, p, stats, running)
+        elif k == "linear":
             h = h @ p[0].t()
             if at.get("bias", True):
                 h = h + p[1]
@@ -197,7 +256,9 @@ def forward(plan, params, x):
             if at["mode"] == "add":
                 h = h + s
             elif at["mode"] == "concat":
-                h = torch.cat([h, s], dim=-1)
+                h = torch.cat([h, s], dim=at["dim"] + 1 if "dim" in at else -1)
+            elif at["mode"] == "take":
+                h = s
             else:
                 raise OracleError(f"layer {L['name']}: unknown pop mode {at['mode']!r}")
         else:
@@ -314,15 +375,13 @@ def cmd_check(a):
         clip = tr["grad_clip"]
     else:
         clip = 0.0
-    meta = {p["name"]: p for p in plan["params"]}
-    for p in plan["params"]:
-        if p["buffer"]:
-            raise OracleError(f"parameter {p['name']} is a buffer (batchnorm): the oracle does not model it")
+    meta = {p["name"]: p for p in plan["params"] if not p["buffer"]}
     init = load_safetensors.load(a.init)
-    missing = [n for n in meta if n not in init]
+    missing = [p["name"] for p in plan["params"] if p["name"] not in init]
     if missing:
         raise OracleError(f"{a.init}: missing {missing}")
     params = {n: init[n].to(DT).clone().requires_grad_(True) for n in meta}
+    buffers = {p["name"]: init[p["name"]].to(DT).clone() for p in plan["params"] if p["buffer"]}
     X, Y = read_pgd(a.x), read_pgd(a.y)
     B = tr["batch"]
     fails = 0
@@ -376,10 +435,12 @@ def cmd_check(a):
             for gr in opt.param_groups:
                 gr["lr"] = lr_at(tr, s)
             opt.zero_grad(set_to_none=False)
-            loss = loss_of(plan, forward(plan, params, batch(X, s, B)), batch(Y, s, B))
+            stats = {}
+            loss = loss_of(plan, forward(plan, params, batch(X, s, B), stats), batch(Y, s, B))
             loss.backward()
             clip_grads(params, clip)
             opt.step()
+            running_update(plan, buffers, stats)
         w = load_safetensors.load(a.final)
         for n, p in params.items():
             if n not in w:
@@ -388,7 +449,46 @@ def cmd_check(a):
             e = rel_err(w[n], p.detach())
             moved = rel_err(init[n], p.detach())
             report(e <= a.weight_rtol, f"weights of {n} after {a.steps} steps (rel {e:.2e}; moved {moved:.2e})")
+        for n, v in buffers.items():
+            e = rel_err(w[n], v) if n in w else float("inf")
+            report(e <= a.weight_rtol, f"running statistic {n} after {a.steps} steps (rel {e:.2e})")
     return 1 if fails else 0
+
+
+def running_update(plan, buffers, stats):
+    """Batch norm's running mean and unbiased variance: from each micro-batch in
+    order, or (deferred) once from the whole batch's sums."""
+    for L in plan["layers"]:
+        if L["name"] not in stats:
+            continue
+        rm, rv = buffers[L["buffers"][0]], buffers[L["buffers"][1]]
+        mom = L["attrs"]["momentum"]
+        parts = stats[L["name"]]
+        if L["attrs"]["deferred"]:
+            parts = [(sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts))]
+        for sm, sq, n in parts:
+            mu = sm / n
+            var = ((sq - sm * mu) / (n - 1)).clamp(min=0)
+            rm.mul_(1 - mom).add_(mom * mu)
+            rv.mul_(1 - mom).add_(mom * var)
+
+
+def cmd_accuracy(a):
+    plan = json.load(open(a.plan))
+    w = load_safetensors.load(a.weights)
+    missing = [p["name"] for p in plan["params"] if p["name"] not in w]
+    if missing:
+        raise OracleError(f"{a.weights}: missing {missing}")
+    params = {p["name"]: w[p["name"]].to(DT) for p in plan["params"] if not p["buffer"]}
+    running = {p["name"]: w[p["name"]].to(DT) for p in plan["params"] if p["buffer"]}
+    X, Y = read_pgd(a.x), read_pgd(a.y)
+    if X.shape[0] != Y.shape[0]:
+        raise OracleError(f"{a.x} holds {X.shape[0]} samples but {a.y} {Y.shape[0]}")
+    with torch.no_grad():
+        out = forward(plan, params, X.to(DT), running=running)
+    good = int((out.argmax(-1) == Y.long()).sum())
+    print(f"accuracy {good / Y.numel():.4f} ({good} of {Y.numel()})")
+    return 0
 
 
 def main(argv):
@@ -399,6 +499,11 @@ def main(argv):
     d.add_argument("outdir")
     d.add_argument("--samples", type=int, default=32)
     d.add_argument("--seed", type=int, default=1)
+    e = sub.add_parser("accuracy")
+    e.add_argument("plan")
+    e.add_argument("--weights", required=True)
+    e.add_argument("--x", required=True)
+    e.add_argument("--y", required=True)
     c = sub.add_parser("check")
     c.add_argument("plan")
     c.add_argument("--init", required=True)
@@ -414,7 +519,7 @@ def main(argv):
     if a.cmd == "check" and a.steps and not a.final:
         ap.error("--steps needs --final")
     try:
-        return cmd_data(a) if a.cmd == "data" else cmd_check(a)
+        return {"data": cmd_data, "accuracy": cmd_accuracy, "check": cmd_check}[a.cmd](a)
     except (OracleError, OSError, ValueError, KeyError) as e:
         print(f"oracle.py: {e}", file=sys.stderr)
         return 2

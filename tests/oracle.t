@@ -2,9 +2,10 @@
 # tests/oracle.t — the independent oracle: for each tests/models/oracle_*.pipe
 # (3 stages each: mse(sum) + SGD with momentum and even micro-batches, mse(mean)
 # + AdamW with uneven ones, a cross_entropy classifier, skips by add and by
-# concat across two splits, a tiny GPT with a tied embedding, a tiny Llama; AdamW
-# with weight decay by parameter group and a linear schedule, Adam with
-# inverse_sqrt, SGD with a group and constant(warmup)), generate and
+# concat across two splits, a tiny GPT with a tied embedding, a tiny Llama, the layers
+# of convolutional networks at odd sizes, batch norm over images; AdamW with weight
+# decay by parameter group and a linear schedule, Adam with inverse_sqrt, SGD with
+# a group and constant(warmup)), generate and
 # build the stage programs, write seeded data files, and train through piperun:
 # the initial weights (--steps 0 --save), step 1's loss and gradients
 # (--save-grads), the weights after 10 steps. tests/oracle.py rebuilds the model
@@ -71,6 +72,8 @@ oracle oracle_cls 40
 oracle oracle_res_add 20
 oracle oracle_res_concat 20
 oracle oracle_gpt 13
+oracle oracle_conv 20              # the convolutions at odd sizes, pooling, conv1d, the dims layers
+oracle oracle_pool 20              # batchnorm2d (running statistics too), upsample, concat(dim = 0), take
 oracle oracle_llama 13            # GQA, rope, rmsnorm, swiglu, bias-free, cross_entropy(ignore = -100)
 oracle oracle_groups 30           # AdamW, weight decay by parameter group, linear(warmup, min)
 oracle oracle_adam 30             # Adam, inverse_sqrt(warmup)

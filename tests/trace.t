@@ -1,8 +1,11 @@
 #!/bin/sh
 # tests/trace.t — the measured timeline: a stage program's --trace writes one
-# Chrome-trace JSON for every stage (valid JSON, steps x (actions + 2) events
-# per stage: the step, its actions and its batch loading before them, nested
-# in time, every RECV ending after its SEND began); with 2
+# Chrome-trace JSON for every stage (valid JSON, per stage and step the step,
+# its batch loading, its actions and its end after them, nested in time and
+# each starting where the one before ended, then the work between it and the
+# next step: no time unaccounted for; every RECV ending after its SEND began);
+# the work between steps (the log line, the stop exchange, the checkpoint)
+# drawn so that no row of a measured step is white where its stage worked; with 2
 # replicas, a row per process labelled stage and replica, and the reduction's
 # spans in every step, read and drawn by `pipegen trace`; its
 # --profile is accepted by `pipegen plan --balance`; `pipegen trace` draws the
@@ -39,30 +42,42 @@ for st in (0, 1):
     steps = sorted({e["args"]["step"] for e in mine})
     if steps != [3, 4, 5, 6]:
         bad.append("stage %d steps %s" % (st, steps))
-    if len(mine) != len(steps) * (acts[st] + 2):
-        bad.append("stage %d: %d events, want %d" % (st, len(mine), len(steps) * (acts[st] + 2)))
-    # nesting: actions lie inside their step and do not overlap each other;
-    # the batch loading (and the gradients zeroed) is the step's start, before them
+    # per step: the step, its batch loading, its actions, its end, the work
+    # between it and the next step, and stage 1 (the loss stage) its log line
+    want = len(steps) * (acts[st] + 4 + (st == 1))
+    if len(mine) != want:
+        bad.append("stage %d: %d events, want %d" % (st, len(mine), want))
+    # nesting: the batch loading (and the gradients zeroed) starts the step,
+    # each action starts where the one before ended, the step's end closes
+    # it; the work between steps goes on to the next step's start
     for s in steps:
         top = [e for e in mine if e["args"]["step"] == s and e["cat"] == "step"]
-        data = [e for e in mine if e["args"]["step"] == s and e["cat"] == "data"]
-        acts_s = sorted((e for e in mine if e["args"]["step"] == s and e["cat"] not in ("step", "data")),
-                        key=lambda e: e["ts"])
-        if len(data) != 1 or data[0]["args"]["kind"] != "DATA" or not acts_s or \
-                data[0]["ts"] < top[0]["ts"] - 1e-6 or data[0]["ts"] + data[0]["dur"] > acts_s[0]["ts"] + 1e-6:
-            bad.append("stage %d step %d: no batch loading span at the step's start" % (st, s))
-        if len(top) != 1:
-            bad.append("stage %d step %d: %d step events" % (st, s, len(top)))
+        spans = sorted((e for e in mine if e["args"]["step"] == s and e["cat"] in ("data", "compute", "comm", "optimizer",
+                                                                                   "step_end")), key=lambda e: e["ts"])
+        acts_s = [e for e in spans if e["cat"] not in ("data", "step_end")]
+        if len(top) != 1 or len(spans) != acts[st] + 2:
+            bad.append("stage %d step %d: %d step events, %d spans" % (st, s, len(top), len(spans)))
             continue
         t0, t1 = top[0]["ts"], top[0]["ts"] + top[0]["dur"]
-        for a, b in zip(acts_s, acts_s[1:]):
-            if a["ts"] + a["dur"] > b["ts"] + 1e-6:
-                bad.append("stage %d: %s overlaps %s" % (st, a["name"], b["name"]))
-        for a in acts_s:
-            if a["ts"] < t0 - 1e-6 or a["ts"] + a["dur"] > t1 + 1e-6:
-                bad.append("stage %d: %s outside its step" % (st, a["name"]))
+        if spans[0]["args"]["kind"] != "DATA" or spans[-1]["args"]["kind"] != "STEP_END":
+            bad.append("stage %d step %d: not the batch loading first and the step's end last" % (st, s))
+        t = t0
+        for a in spans:
+            if abs(a["ts"] - t) > 2e-3:
+                bad.append("stage %d step %d: %s starts %.3f us after the span before it ended" % (st, s, a["name"], a["ts"] - t))
+            t = a["ts"] + a["dur"]
+        if abs(t - t1) > 2e-3:
+            bad.append("stage %d step %d: the step's end is not the step's" % (st, s))
         if [a["args"]["action"] for a in acts_s] != list(range(acts[st])):
             bad.append("stage %d step %d: actions out of order" % (st, s))
+        btw = [e for e in mine if e["args"]["step"] == s and e["cat"] == "between"]
+        nxt = [e for e in mine if e["args"]["step"] == s + 1 and e["cat"] == "step"]
+        whole = [e for e in btw if e["args"]["kind"] == "BETWEEN"]
+        if len(whole) != 1 or abs(whole[0]["ts"] - t1) > 2e-3 or \
+                (nxt and abs(whole[0]["ts"] + whole[0]["dur"] - nxt[0]["ts"]) > 2e-3):
+            bad.append("stage %d step %d: the work between steps is not from its end to the next step" % (st, s))
+        if sorted(e["args"]["kind"] for e in btw) != (["BETWEEN", "LOG"] if st == 1 else ["BETWEEN"]):
+            bad.append("stage %d step %d: between steps %s" % (st, s, [e["name"] for e in btw]))
 # the n-th RECV from a peer ends after the n-th SEND to it began (one clock)
 pairs = 0
 for s in (3, 4, 5, 6):
@@ -163,6 +178,81 @@ is "$(tr -d '\n' <"$T/m.svg" | grep -c 'fill-opacity="0.35"/><text[^>]*>the step
 is "$(echo "$got" | grep -A2 '^after the last F/B/W of a step (the same steps; % of the measured step):$' | grep -c '^stage [01]: [0-9.]* [mu]\?s ([0-9.]*%): receives and their waits [0-9.]* [mu]\?s ([0-9.]*%), its own work [0-9.]* [mu]\?s ([0-9.]*%)$')" 2 \
     "pipegen trace says what follows each stage's last F/B/W: receives with their waits, its own work"
 
+# the work between steps (the log line, the evaluation after the last step,
+# --save-on-exit's stop exchange, a checkpoint every step): recorded after
+# each step and drawn, so that no stage's row of a step in the middle of the
+# trace is white anywhere
+PIPEDATA=$TOP/build-san/pipedata
+[ -x "$PIPEDATA" ] || PIPEDATA=$TOP/build/pipedata
+"$PY" - "$T" <<'EOF'
+import sys, numpy as np
+rng = np.random.default_rng(3)
+np.save(sys.argv[1] + "/val_x.npy", rng.normal(size=(24, 512)).astype(np.float32))
+np.save(sys.argv[1] + "/val_y.npy", rng.normal(size=(24, 256)).astype(np.float32))
+EOF
+"$PIPEDATA" npy "$T/val_x.npy" -o "$T/val_x.pgd" >/dev/null && "$PIPEDATA" npy "$T/val_y.npy" -o "$T/val_y.pgd" >/dev/null &&
+    OPENBLAS_NUM_THREADS=1 "$PIPERUN" "$T/gen/bin" -- --steps 6 --threads 1 --trace-steps 4 --trace "$T/ck.json" \
+        --checkpoint-dir "$T/ck" --save-every 1 --save-on-exit --eval-data "$T/val_x.pgd" --eval-targets "$T/val_y.pgd" \
+        >"$T/ck.out" 2>&1
+ok $? "a run with --trace, a checkpoint after every step, --save-on-exit and an evaluation succeeds"
+got=$("$PY" - "$T/ck.json" <<'EOF'
+import json, sys
+ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"]
+bad = []
+for st in (0, 1):
+    for s in (3, 4, 5, 6):
+        mine = [e for e in ev if e["pid"] == st and e["args"]["step"] == s and e["cat"] == "between"]
+        whole = [e for e in mine if e["args"]["kind"] == "BETWEEN"]
+        parts = sorted((e for e in mine if e["args"]["kind"] != "BETWEEN"), key=lambda e: e["ts"])
+        want = (["LOG"] if st == 1 else []) + (["EVAL"] if s == 6 else []) + ["STOP", "CHECKPOINT"]
+        if len(whole) != 1 or [e["args"]["kind"] for e in parts] != want:
+            bad.append("stage %d step %d: %s" % (st, s, [e["name"] for e in mine]))
+            continue
+        w = whole[0]
+        for e in parts:
+            if e["ts"] < w["ts"] - 2e-3 or e["ts"] + e["dur"] > w["ts"] + w["dur"] + 2e-3 or e["dur"] <= 0:
+                bad.append("stage %d step %d: %s not inside the work between steps" % (st, s, e["name"]))
+print("\n".join(bad) if bad else "ok")
+EOF
+)
+is "$got" ok "...each stage's work after each step holds its stop exchange and checkpoint (the log line on the loss stage, the evaluation after the last step), in order"
+got=$("$PIPEGEN" trace "$T/ck.json" "$T/mlp.pipe" --step 5 --svg "$T/ck.svg" 2>&1); rc=$?
+ok $rc "pipegen trace draws a step in the middle of that trace"
+is "$(echo "$got" | grep -c '^stage [01]: F .*, step end [0-9.e+-]* [mu]\?s, outside actions [0-9.e+-]* [mu]\?s, between steps [0-9.]* [mu]\?s (of which log line [0-9.]* [mu]\?s, evaluation [0-9.]* [mu]\?s, stop exchange [0-9.]* [mu]\?s, checkpoint [0-9.]* [mu]\?s)$')" 2 \
+    "...says per stage how long the work between steps took, and of it the log line, stop exchange and checkpoint"
+white=$("$PY" - "$T/ck.svg" <<'EOF'
+import re, sys
+# each row's plot: the x ranges no box covers (px; not the 0.01 px that the
+# drawing's rounding to 2 decimals leaves between boxes)
+svg = open(sys.argv[1]).read()
+rows = re.findall(r'<rect x="(\d+)" y="(\d+)" width="(\d+)" height="(\d+)" fill="#ffffff" stroke="#bbbbbb" stroke-width="1"/>', svg)
+boxes = re.findall(r'<rect x="([0-9.]+)" y="(\d+)" width="([0-9.]+)" height="(\d+)" [^>]*><title>[^<]*</title>', svg)
+out = []
+for x0, y0, w, h in rows:
+    x0, y0, w, h = float(x0), int(y0), float(w), int(h)
+    t, white = x0, 0.0
+    for bx, by, bw, bh in sorted((b for b in boxes if y0 <= int(b[1]) < y0 + h), key=lambda b: float(b[0])):
+        bx, bw = float(bx), float(bw)
+        white += bx - t if bx - t > 0.05 else 0.0
+        t = max(t, bx + bw)
+    white += x0 + w - t if x0 + w - t > 0.05 else 0.0
+    out.append("%.1f" % white)
+print(" ".join(out))
+EOF
+)
+is "$white" "0.0 0.0" "...with no white on either row: every interval of both stages drawn as what it was"
+# which parts fall inside the step's span depends on timing: each drawn is named in the legend
+named=ok
+for part in "between steps:between steps" "log line:log line" "evaluation:evaluation" \
+        "stop exchange:stop exchange (--save-on-exit)" "checkpoint:checkpoint"; do
+    if grep -q "<title>\(the step [a-z]*: \)\?${part%%:*}</title>" "$T/ck.svg" &&
+        ! grep -qF ">${part#*:}</text>" "$T/ck.svg"; then
+        named="${part%%:*} drawn but not in the legend"
+    fi
+done
+grep -q '<title>\(the step [a-z]*: \)\?between steps</title>' "$T/ck.svg" || named="no work between steps drawn"
+is "$named" ok "...the work between steps and each of its parts drawn named in the legend"
+
 # the tiny GPT on 2 stages under zb1: its tie and grad-norm exchanges in the measured picture
 e2e_gen "$T/gpt" gpt_tiny '/# S[13]$/d' zb1 except_last >/dev/null 2>&1 && build "$T/gpt/gen" &&
     OPENBLAS_NUM_THREADS=1 "$PIPERUN" "$T/gpt/gen/bin" -- --steps 3 --threads 1 --trace "$T/gpt.json" \
@@ -199,8 +289,11 @@ for pid in range(4):
     steps = sorted({e["args"]["step"] for e in mine})
     if steps != [3, 4, 5]:
         bad.append("pid %d steps %s" % (pid, steps))
-    if len(mine) != len(steps) * (acts[pid % 2] + 2 + 5):
-        bad.append("pid %d: %d events, want %d" % (pid, len(mine), len(steps) * (acts[pid % 2] + 7)))
+    # the step, its batch loading, actions, end, the work after it, the
+    # reduction's 5 spans; replica 0's loss stage also its log line
+    want = len(steps) * (acts[pid % 2] + 4 + 5 + (pid == 1))
+    if len(mine) != want:
+        bad.append("pid %d: %d events, want %d" % (pid, len(mine), want))
     for s in steps:
         dp = [e for e in mine if e["args"]["step"] == s and e["cat"] == "dp"]
         red = [e for e in dp if e["name"] == "dp reduce"]
@@ -229,7 +322,7 @@ got=$("$PIPEGEN" trace "$T/dp.json" "$T/mlp.pipe" --svg "$T/dp.svg" 2>&1); rc=$?
 ok $rc "pipegen trace reads the pp x dp trace with its model"
 like "$got" 'model mlp, 2 stages x 2 replicas, 8 micro-batches, steps 3\.\.5' "... 2 stages x 2 replicas"
 is "$(echo "$got" | grep -c '^stage [01] replica [01]: bubble measured [0-9.]*%, predicted [0-9.]*%$')" 4 "... a bubble line per process"
-is "$(echo "$got" | grep -c '^stage [01] replica [01]: F [0-9.]* [mu]\?s, .* dp reduce [0-9.]* [mu]\?s (of which waiting for the replicas [0-9.]* [mu]\?s), batch and zeroing [0-9.]* [mu]\?s, outside actions')" 4 \
+is "$(echo "$got" | grep -c '^stage [01] replica [01]: F [0-9.]* [mu]\?s, .* dp reduce [0-9.]* [mu]\?s (of which waiting for the replicas [0-9.]* [mu]\?s), batch and zeroing [0-9.]* [mu]\?s, step end [0-9.e+-]* [mu]\?s, outside actions [0-9.e+-]* [mu]\?s, between steps')" 4 \
     "... and where each process's time goes, the reduction and its wait included"
 is "$(grep -o '>stage [01] replica [01]</text>' "$T/dp.svg" | tr -d '\n')" \
     '>stage 0 replica 0</text>>stage 1 replica 0</text>>stage 0 replica 1</text>>stage 1 replica 1</text>' \

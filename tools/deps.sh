@@ -5,8 +5,8 @@
 #
 #   tools/deps.sh build        a C compiler, re2c, lemon and its lempar.c template
 #                              (the runtime has its own GEMM: no BLAS is needed)
-#   tools/deps.sh test         build's, plus a Python that imports torch ($PYTHON,
-#                              default /usr/bin/python3) and the test suite's tools
+#   tools/deps.sh test         build's, plus a Python that imports torch and sklearn
+#                              ($PYTHON, default /usr/bin/python3) and the test suite's tools
 #                              (prove, ip, nm, ps/pgrep, clang with libFuzzer,
 #                              Open MPI's mpirun, MPICH's mpiexec.hydra)
 #   tools/deps.sh bench        test's, plus OpenBLAS, the anchor bench/gemm.sh times
@@ -142,6 +142,8 @@ missing_now() {
     { command -v "${LEMON:-lemon}" >/dev/null 2>&1 && [ -f "$LEMPAR" ]; } || missing="$missing lemon"
     [ "$want" = build ] && return 0
     "$PYTHON" -c 'import torch' >/dev/null 2>&1 || missing="$missing python3-torch"
+    # scikit-learn ships the 8 x 8 digits (tools/digits_to_pgd.py, tests/e2e_digits.t)
+    "$PYTHON" -c 'import sklearn.datasets' >/dev/null 2>&1 || missing="$missing python3-sklearn"
     # the suite's own tools: prove (perl), ip for the cut-link test, nm
     # (binutils), ps and pgrep (procps), clang with libFuzzer for tests/fuzz.t
     command -v prove >/dev/null 2>&1 || missing="$missing perl"

@@ -1,5 +1,5 @@
 # tools/gpu_env.sh — find what a GPU run needs on a host (POSIX sh; sourced, not
-# run): nvcc and its toolkit, the CUDA runtime, cuBLAS and NCCL libraries, a C
+# run): nvcc and its toolkit, the CUDA runtime, cuBLAS, cuDNN and NCCL libraries, a C
 # compiler, and a Python with torch. Used by the GPU bundle's run.sh
 # (tools/gpu_bundle/run.sh), tests/gpu/run_gpu_tests.sh and bench/gpu/run.sh.
 #
@@ -7,8 +7,8 @@
 #   nvcc      $NVCC; $CUDA_HOME/bin/nvcc; /usr/local/cuda/bin/nvcc; the newest
 #             /usr/local/cuda-*/bin/nvcc; nvcc on PATH; the nvidia-cuda-nvcc wheel
 #   libraries (libcudart.so.M, libcublas.so.M + libcublasLt.so.M with M the CUDA
-#             major the objects were built with, libnccl.so.2): $CUDART_LIB,
-#             $CUBLAS_LIB, $NCCL_LIB (full paths) if set; the toolkit's lib64,
+#             major the objects were built with, libcudnn.so.9, libnccl.so.2):
+#             $CUDART_LIB, $CUBLAS_LIB, $CUDNN_LIB, $NCCL_LIB (full paths) if set; the toolkit's lib64,
 #             lib and targets/x86_64-linux/lib; $GPU_ENV_SYSTEM_DIRS (default
 #             /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/lib/x86_64-linux-gnu
 #             /usr/lib64 /usr/local/lib); then every Python's site-packages
@@ -22,8 +22,9 @@
 # gpu_env_find LIBDIR [MAJOR]: does the search (MAJOR: the CUDA major of the
 # prebuilt objects, default nvcc's) and sets
 #   NVCC, CUDA_HOME, CUDA_MAJOR     (empty when no nvcc)
-#   CUDART_LIB CUBLAS_LIB CUBLASLT_LIB NCCL_LIB   full paths (empty: not found)
-#   NCCL_INC CUBLAS_INC             directories holding nccl.h / cublas_v2.h
+#   CUDART_LIB CUBLAS_LIB CUBLASLT_LIB CUDNN_LIB NCCL_LIB   full paths (empty: not found;
+#                                   cuDNN is optional: only convolutional stages need it)
+#   NCCL_INC CUBLAS_INC CUDNN_INC   directories holding nccl.h / cublas_v2.h / cudnn.h
 #   LDLIBS_CUDA                     what to link a CUDA stage with: -L LIBDIR, a
 #                                   private directory of unversioned symlinks to
 #                                   the libraries found, and an rpath to each
@@ -144,9 +145,11 @@ gpu_env_find() {
         [ -n "$CUBLASLT_LIB" ] || CUBLASLT_LIB=$(ge_find_lib cublasLt "$ge_major")
     fi
     [ -n "${NCCL_LIB:-}" ] || NCCL_LIB=$(ge_find_lib nccl 2)
-    NCCL_INC=""; CUBLAS_INC=""
+    [ -n "${CUDNN_LIB:-}" ] || CUDNN_LIB=$(ge_find_lib cudnn 9)
+    NCCL_INC=""; CUBLAS_INC=""; CUDNN_INC=""
     [ -n "$NCCL_LIB" ] && NCCL_INC=$(ge_inc_for "$NCCL_LIB" nccl.h)
     [ -n "$CUBLAS_LIB" ] && CUBLAS_INC=$(ge_inc_for "$CUBLAS_LIB" cublas_v2.h)
+    [ -n "$CUDNN_LIB" ] && CUDNN_INC=$(ge_inc_for "$CUDNN_LIB" cudnn.h)
     PY_TORCH=""; TORCH_VERSION=""
     [ -n "${GPU_ENV_NO_TORCH:-}" ] || for ge_py in $(ge_pythons); do
         ge_v=$("$ge_py" -c 'import torch; print(torch.__version__)' 2>/dev/null) || continue
@@ -162,7 +165,7 @@ gpu_env_find() {
     LDLIBS_CUDA=""
     ge_rpath=""
     if [ -n "$ge_libdir" ] && mkdir -p "$ge_libdir"; then
-        for ge_pair in "cudart:$CUDART_LIB" "cublas:$CUBLAS_LIB" "cublasLt:$CUBLASLT_LIB" "nccl:$NCCL_LIB"; do
+        for ge_pair in "cudart:$CUDART_LIB" "cublas:$CUBLAS_LIB" "cublasLt:$CUBLASLT_LIB" "cudnn:$CUDNN_LIB" "nccl:$NCCL_LIB"; do
             ge_f=${ge_pair#*:}
             [ -n "$ge_f" ] || continue
             ln -sfn "$ge_f" "$ge_libdir/lib${ge_pair%%:*}.so"
@@ -171,11 +174,14 @@ gpu_env_find() {
         done
         LDLIBS_CUDA="-L$ge_libdir"
         for ge_d in $ge_rpath; do LDLIBS_CUDA="$LDLIBS_CUDA -Wl,-rpath,$ge_d -Wl,-rpath-link,$ge_d"; done
-        LDLIBS_CUDA="$LDLIBS_CUDA -lcudart -lcublas -lcublasLt -lnccl -lstdc++ -lpthread -lm -ldl -lrt"
+        # cuDNN only when found, and needed only by a stage that calls it (the
+        # convolutions: runtime/cuda/conv.cu); the other models run without it
+        LDLIBS_CUDA="$LDLIBS_CUDA -lcudart -lcublas -lcublasLt${CUDNN_LIB:+ -Wl,--as-needed -lcudnn -Wl,--no-as-needed} -lnccl -lstdc++ -lpthread -lm -ldl -lrt"
     fi
     GPU_ENV_REPORT="nvcc: ${NVCC:-not found}${CUDA_MAJOR:+ (CUDA $CUDA_MAJOR, toolkit $CUDA_HOME)}
 cudart: ${CUDART_LIB:-not found}
 cuBLAS: ${CUBLAS_LIB:-not found}${CUBLASLT_LIB:+ + $CUBLASLT_LIB}
+cuDNN: ${CUDNN_LIB:-not found (only the convolutional layers need it)}
 NCCL: ${NCCL_LIB:-not found}
 C compiler: $(command -v "${CC:-cc}" 2>/dev/null || echo "${CC:-cc} not found")
 Python with torch: ${PY_TORCH:-none found}${TORCH_VERSION:+ (torch $TORCH_VERSION)}"

@@ -11,6 +11,10 @@
 #   torch-eager             bench/gpu/torch_gpt2.py: the same model in PyTorch, bf16 autocast
 #   torch-compile           the same under torch.compile
 #   gemm_peak               bench/gpu/gemm_peak.c: the measured bf16 cuBLAS GEMM peak
+#   conv-1stage             a convolutional network (BENCH_CONV_MODEL, default
+#                           examples/resnet.pipe, f32) on 1 stage: cuDNN's
+#                           convolutions and the own pooling / batch-norm kernels
+#   conv-1stage-nograph     the same with --no-graph
 #
 # It prints tokens/s of each and the figures of the issue's table, and writes
 # them to BENCH_DIR/bench.json:
@@ -22,7 +26,9 @@
 #   runs identical), trace_measured_ms / trace_predicted_ms / trace_ratio
 #   (target within 0.9..1.1), arena_bytes / peak_bytes / memory_ratio (the
 #   1-stage arena from the plan against the device memory the process used at
-#   its peak, cudaMemGetInfo; target within 1.02).
+#   its peak, cudaMemGetInfo; target within 1.02), conv.{model,
+#   samples_per_s_1stage, samples_per_s_1stage_nograph, same_bits} (no PyTorch
+#   row for it yet).
 # Model FLOPs per token = 6 N + 12 L T d (N every trained parameter, the tied
 # table included since it is also the logits GEMM; recomputation of
 # checkpointed micro-batches not counted, so MFU, not HFU).
@@ -49,6 +55,7 @@ DIR=${BENCH_DIR:-$TOP/build-cuda/bench}
 CC=${CC:-cc}
 CFLAGS_B="-std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -O2 -Wall -Wextra"
 MODEL=${BENCH_MODEL:-$TOP/examples/gpt2_small.pipe}
+CONV_MODEL=${BENCH_CONV_MODEL:-$TOP/examples/resnet.pipe}
 FAKE=${PG_GPU_FAKE:-}
 PIPEGEN=$TOP/build/pipegen
 PIPERUN=$TOP/build/piperun
@@ -75,7 +82,7 @@ if [ "$FAKE" = cpu ]; then
     CUDALIB=$TOP/build/libpgrt_cpu.a GEMM_OBJ=$CUDALIB LDLIBS_CUDA="-lpthread -lm"
     echo "# PG_GPU_FAKE=cpu: the CPU runtime stands in for the CUDA one (this checks the script, not a GPU)"
 fi
-for f in "$PIPEGEN" "$PIPERUN" "$CUDALIB" "$GEMM_OBJ" "$MODEL"; do
+for f in "$PIPEGEN" "$PIPERUN" "$CUDALIB" "$GEMM_OBJ" "$MODEL" "$CONV_MODEL"; do
     [ -e "$f" ] || fail "$f is missing (in a checkout: make CUDA=1 build-cuda/libpgrt_cuda.a build-cuda/bench/gemm_peak.o; or use the GPU bundle)"
 done
 if [ -z "${LDLIBS_CUDA:-}" ]; then
@@ -90,11 +97,13 @@ fi
 PY_ANY=$PY
 [ -n "$PY_ANY" ] || PY_ANY=$(ge_pythons | head -n 1)
 
-# variant N: the model on N stages (1: `stages = 1`, any split lines removed), linked for CUDA
+# variant N [MODEL NAME]: the model (MODEL, default the GPT) on N stages (1: `stages = 1`,
+# any split lines removed), linked for CUDA into $DIR/NAME-N (NAME: gpt2)
 variant() {
-    d=$DIR/gpt2-$1
+    v_m=${2:-$MODEL}
+    d=$DIR/${3:-gpt2}-$1
     rm -rf "$d" && mkdir -p "$d/bin" || return 1
-    if [ "$1" = 1 ]; then sed -e '/^split *$/d' -e 's/stages = [0-9]*/stages = 1/' "$MODEL" >"$d/model.pipe"; else cp "$MODEL" "$d/model.pipe"; fi
+    if [ "$1" = 1 ]; then sed -e '/^split *\(#.*\)*$/d' -e 's/stages = [0-9]*/stages = 1/' "$v_m" >"$d/model.pipe"; else cp "$v_m" "$d/model.pipe"; fi
     "$PIPEGEN" gen "$d/model.pipe" -o "$d/gen" >"$d/gen.log" 2>&1 || { cat "$d/gen.log"; return 1; }
     for f in "$d"/gen/stage*.c; do
         # shellcheck disable=SC2086
@@ -104,6 +113,7 @@ variant() {
 }
 variant 1 || fail "$(basename "$MODEL"), 1 stage: generate/link failed"
 variant 4 || fail "$(basename "$MODEL"), 4 stages: generate/link failed"
+variant 1 "$CONV_MODEL" conv || fail "$(basename "$CONV_MODEL"), 1 stage: generate/link failed"
 if [ "$FAKE" != cpu ]; then
     # shellcheck disable=SC2086
     $CC -o "$DIR/gemm_peak" "$GEMM_OBJ" $LDLIBS_CUDA || fail "gemm_peak does not link"
@@ -120,7 +130,8 @@ print(6 * n + 12 * len(att) * T * d)' "$DIR/gpt2-1/gen/plan.json")
 ARENA=$(sed -n 's/^#define STAGE0_ARENA_BYTES INT64_C(\([0-9]*\)).*/\1/p' "$DIR/gpt2-1/gen/"*.h)
 
 # pipegen NAME DIR [args]: tokens/s of one run (median of the steps after
-# WARMUP); NAME.log is its output, NAME.loss its losses (per step, then final)
+# WARMUP; samples/s with PER = 1 in the environment); NAME.log is its output,
+# NAME.loss its losses (per step, then final)
 pipegen_run() {
     p_name=$1 p_d=$2
     shift 2
@@ -131,7 +142,7 @@ pipegen_run() {
     sed -n 's/^.*step \([0-9]*\)\/[0-9]*  *loss \([^ ]*\) .*$/\1 \2/p; s/^.*\(final loss .*\)$/\1/p' "$DIR/$p_name.log" \
         >"$DIR/$p_name.loss"
     sed -n 's/^.*step \([0-9]*\)\/[0-9]*  *loss .*  \([0-9.]*\) \(samples\|tokens\)\/s  .*$/\1 \2 \3/p' "$DIR/$p_name.log" |
-        awk -v w="$WARMUP" -v seq="$SEQ" '$1 > w { v[n++] = $3 == "tokens" ? $2 : $2 * seq }
+        awk -v w="$WARMUP" -v seq="${PER:-$SEQ}" '$1 > w { v[n++] = $3 == "tokens" ? $2 : $2 * seq }
             END { if (!n) exit 1; for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
                   printf "%.1f\n", n % 2 ? v[(n - 1) / 2] : (v[n / 2 - 1] + v[n / 2]) / 2 }'
 }
@@ -140,6 +151,10 @@ rc=0
 P1=$(pipegen_run pipegen-1stage "$DIR/gpt2-1") || { rc=1; P1=n/a; }
 P1N=$(pipegen_run pipegen-1stage-nograph "$DIR/gpt2-1" --no-graph) || { rc=1; P1N=n/a; }
 P4=$(pipegen_run pipegen-4stage "$DIR/gpt2-4") || { rc=1; P4=n/a; }
+CV1=$(PER=1 pipegen_run conv-1stage "$DIR/conv-1") || { rc=1; CV1=n/a; }
+CV1N=$(PER=1 pipegen_run conv-1stage-nograph "$DIR/conv-1" --no-graph) || { rc=1; CV1N=n/a; }
+CSAME=false
+[ -s "$DIR/conv-1stage.loss" ] && cmp -s "$DIR/conv-1stage.loss" "$DIR/conv-1stage-nograph.loss" && CSAME=true
 TR_STEPS=$((STEPS - WARMUP))
 P4T=$(pipegen_run pipegen-4stage-traced "$DIR/gpt2-4" --trace "$DIR/p4.trace.json" --profile "$DIR/p4.profile.json" \
     --trace-steps "$TR_STEPS") || { rc=1; P4T=n/a; }
@@ -192,6 +207,8 @@ for row in "pipegen-1stage $P1" "pipegen-1stage-nograph $P1N" "pipegen-4stage $P
     "torch-eager ${TE:-n/a}" "torch-compile ${TC:-n/a}"; do
     printf '%-26s %14s\n' $row
 done
+printf '%-26s %14s  %s\n' conv-1stage "$CV1" "samples/s, $(basename "$CONV_MODEL")" \
+    conv-1stage-nograph "$CV1N" "samples/s, same bits: $CSAME"
 echo "bf16 GEMM peak (cuBLAS, measured): ${PEAK:-n/a} TFLOP/s; model FLOPs per token: ${FLOPS_TOK:-n/a}"
 printf '%-44s %10s  %s\n' measure value target \
     "pipegen-1stage / torch-eager" "$R_E" "" \
@@ -219,6 +236,8 @@ echo "note: CUDA stage traces time the host thread (runtime/cuda/README.md), whi
     printf '%s\n' "  \"graph_speedup\": $(json_num "$R_G"), \"graph_same_bits\": $SAME,"
     printf '%s\n' "  \"trace_measured_ms\": $(json_num "$TRACE_M"), \"trace_predicted_ms\": $(json_num "$TRACE_P"), \"trace_ratio\": $(json_num "$R_T"),"
     printf '%s\n' "  \"arena_bytes\": $(json_num "${ARENA:-}"), \"peak_bytes\": $(json_num "${PEAKB:-}"), \"memory_ratio\": $(json_num "$R_M"),"
+    printf '%s\n' "  \"conv\": {\"model\": $(json_str "$(basename "$CONV_MODEL") on 1 stage"), \"samples_per_s_1stage\": $(json_num "$CV1"),"
+    printf '%s\n' "    \"samples_per_s_1stage_nograph\": $(json_num "$CV1N"), \"same_bits\": $CSAME},"
     printf '%s\n' "  \"targets\": {\"ratio_vs_torch_compile\": \">= 1.2\", \"mfu_pipegen_1stage\": \">= 0.40\","
     printf '%s\n' "    \"step_4stage_over_1stage\": \"<= 1.05\", \"graph_speedup\": \"> 1 with same bits\","
     printf '%s\n' "    \"trace_ratio\": \"0.9 .. 1.1\", \"memory_ratio\": \"<= 1.02\"},"

@@ -70,8 +70,10 @@ static int kind_of(const char *k)
     for (int i = 0; k && i < DP_PARTS; i++)
         if (!strcmp(k, dp_kind[i]))
             return DP_KIND + i;
-    if (k && !strcmp(k, "DATA"))
-        return PG_TIMELINE_DATA;
+    static const char *const around[] = { "DATA", "STEP_END", "BETWEEN", "LOG", "EVAL", "STOP", "CHECKPOINT" };
+    for (int i = 0; k && i < (int)(sizeof around / sizeof around[0]); i++)
+        if (!strcmp(k, around[i]))
+            return PG_TIMELINE_DATA + i; /* PG_TIMELINE_DATA .. PG_TIMELINE_CKPT, in this order */
     return PG_STEP_KIND_COUNT;
 }
 
@@ -319,6 +321,9 @@ typedef struct step_stat {
     int seen;
 } step_stat;
 
+/* Is kind the work between a step and the next (outside both)? */
+static int is_between(int kind) { return kind >= PG_TIMELINE_BETWEEN && kind <= PG_TIMELINE_CKPT; }
+
 /* busy: ns x nrows doubles for the steps' busy[] */
 static void step_stats(const trace *t, step_stat *ss, double *busy)
 {
@@ -332,6 +337,8 @@ static void step_stats(const trace *t, step_stat *ss, double *busy)
     for (int i = 0; i < t->n; i++) {
         const tev *e = &t->ev[i];
         step_stat *s = &ss[e->step - t->first];
+        if (is_between(e->kind)) /* after the step: not in its span */
+            continue;
         if (e->t0 < s->lo)
             s->lo = e->t0;
         if (e->t1 > s->hi)
@@ -346,21 +353,36 @@ static void step_stats(const trace *t, step_stat *ss, double *busy)
  * sends, receives (their waits included), the step's end by kind (tie
  * gradients, the verdict with its messages, the clip, the optimizer; the
  * reduction taken out of the verdict), the reduction and its wait for the
- * other replicas, the batch loading, and the rest of the step. */
+ * other replicas, the batch loading, the step's end after its last action,
+ * the rest of the step; then the work between steps, and of it the log
+ * line, evaluation, the stop exchange and the checkpoint. */
 enum { BR_F = PG_GROUP_F, BR_B = PG_GROUP_B, BR_W = PG_GROUP_W, BR_SEND = PG_GROUP_SEND, BR_RECV = PG_GROUP_RECV,
        BR_TIE = PG_GROUP_TIE, BR_VERDICT = PG_GROUP_VERDICT, BR_CLIP = PG_GROUP_CLIP, BR_OPT = PG_GROUP_OPT,
-       BR_DP = PG_GROUP__COUNT, BR_DP_WAIT, BR_DATA, BR_OUTSIDE, BR__COUNT };
+       BR_DP = PG_GROUP__COUNT, BR_DP_WAIT, BR_DATA, BR_END, BR_OUTSIDE, BR_BETWEEN, BR_LOG, BR_EVAL, BR_STOP,
+       BR_CKPT, BR__COUNT };
 static const char *const br_name[BR__COUNT] = { "F", "B", "W", "send", "receive (and wait)", "tie gradients",
                                                 "verdict", "clip", "optimizer", "dp reduce",
                                                 "of which waiting for the replicas", "batch and zeroing",
-                                                "outside actions" };
+                                                "step end", "outside actions", "between steps", "log line",
+                                                "evaluation", "stop exchange", "checkpoint" };
 
 /* BR_F .. BR_OPT are pg_act_group's, in its order. */
 static int br_of(int k)
 {
     if (k >= 0 && k < PG_STEP_KIND_COUNT)
         return (int)pg_act_group_of((pg_act_kind)k);
-    return k == DP_KIND ? BR_DP : k == DP_KIND + 1 ? BR_DP_WAIT : k == PG_TIMELINE_DATA ? BR_DATA : -1;
+    switch (k) {
+    case DP_KIND: return BR_DP;
+    case DP_KIND + 1: return BR_DP_WAIT;
+    case PG_TIMELINE_DATA: return BR_DATA;
+    case PG_TIMELINE_END: return BR_END;
+    case PG_TIMELINE_BETWEEN: return BR_BETWEEN;
+    case PG_TIMELINE_LOG: return BR_LOG;
+    case PG_TIMELINE_EVAL: return BR_EVAL;
+    case PG_TIMELINE_STOP: return BR_STOP;
+    case PG_TIMELINE_CKPT: return BR_CKPT;
+    default: return -1;
+    }
 }
 
 static void breakdown(const trace *t, const step_stat *ss, int row, int skip_first, double out[BR__COUNT])
@@ -378,13 +400,13 @@ static void breakdown(const trace *t, const step_stat *ss, int row, int skip_fir
         int k = e->kind, b = br_of(k);
         if (k == -1)
             step += dt;
-        if ((k >= 0 && k < PG_STEP_KIND_COUNT) || k == PG_TIMELINE_DATA)
+        if ((k >= 0 && k < PG_STEP_KIND_COUNT) || k == PG_TIMELINE_DATA || k == PG_TIMELINE_END)
             acts += dt;
         if (b >= 0)
             out[b] += dt;
     }
     out[BR_VERDICT] -= out[BR_DP]; /* the reduction runs inside VERDICT */
-    out[BR_OUTSIDE] = step - acts;
+    out[BR_OUTSIDE] = round((step - acts) * 1e9) * 1e-9 + 0.0; /* to the ns (the spans are contiguous: 0), never -0 */
     for (int c = 0; c < BR__COUNT; c++)
         out[c] = used ? out[c] / used : 0;
 }
@@ -476,7 +498,7 @@ static int trace_svg(const trace *t, const step_stat *ss, int step, const char *
             const tev *e = &t->ev[i];
             int other = e->step - step;
             if (e->row != st || other < -1 || other > 1 || !((e->kind >= 0 && e->kind < PG_STEP_KIND_COUNT) ||
-                                                             e->kind == PG_TIMELINE_DATA))
+                                                             (e->kind >= PG_TIMELINE_DATA && e->kind <= PG_TIMELINE_CKPT)))
                 continue;
             double t0 = e->t0 > s->lo ? e->t0 : s->lo, t1 = e->t1 < s->hi ? e->t1 : s->hi; /* clipped to the span */
             if (!other || t1 > t0)
@@ -619,9 +641,13 @@ int cmd_trace(int argc, char **argv)
         for (int c = 0; c < BR__COUNT; c++) {
             if ((c == BR_DP || c == BR_DP_WAIT) && t.replicas < 2)
                 continue;
+            if (c >= BR_LOG && !(br[BR_LOG] + br[BR_EVAL] + br[BR_STOP] + br[BR_CKPT] > 0))
+                continue; /* the parts of the work between steps, where there are any */
             fmt_time(a, sizeof a, br[c]);
             if (c == BR_DP_WAIT)
                 printf(" (%s %s)", br_name[c], a);
+            else if (c >= BR_LOG)
+                printf("%s%s %s%s", c == BR_LOG ? " (of which " : ", ", br_name[c], a, c == BR_CKPT ? ")" : "");
             else
                 printf("%s %s %s", c ? "," : "", br_name[c], a);
         }

@@ -69,6 +69,8 @@ void cexpr(const em_tensor *T, char *buf, size_t sz) { sfmt(buf, sz, "r * %" PRI
 
 extern const gen_layer_kind gen_linear, gen_relu, gen_gelu, gen_layernorm, gen_batchnorm, gen_embed, gen_pos_embed,
     gen_attention, gen_logits, gen_dropout, gen_stash, gen_pop, gen_rmsnorm, gen_swiglu;
+extern const gen_layer_kind gen_conv, gen_pool2d, gen_global_avgpool, gen_upsample, gen_flatten, gen_reshape,
+    gen_transpose, gen_mean, gen_sigmoid, gen_tanh, gen_silu;
 
 /* one line per kind the code generator does (codegen/gen/layers/, codegen/README.md) */
 static const gen_layer_kind *const kinds[LK__COUNT] = {
@@ -86,6 +88,21 @@ static const gen_layer_kind *const kinds[LK__COUNT] = {
     [LK_SWIGLU] = &gen_swiglu,
     [LK_STASH] = &gen_stash,
     [LK_POP] = &gen_pop,
+    [LK_CONV2D] = &gen_conv,
+    [LK_CONV1D] = &gen_conv,
+    [LK_CONV_T2D] = &gen_conv,
+    [LK_MAXPOOL2D] = &gen_pool2d,
+    [LK_AVGPOOL2D] = &gen_pool2d,
+    [LK_GLOBAL_AVGPOOL] = &gen_global_avgpool,
+    [LK_UPSAMPLE] = &gen_upsample,
+    [LK_FLATTEN] = &gen_flatten,
+    [LK_RESHAPE] = &gen_reshape,
+    [LK_TRANSPOSE] = &gen_transpose,
+    [LK_MEAN] = &gen_mean,
+    [LK_BATCHNORM2D] = &gen_batchnorm,
+    [LK_SIGMOID] = &gen_sigmoid,
+    [LK_TANH] = &gen_tanh,
+    [LK_SILU] = &gen_silu,
 };
 
 const gen_layer_kind *gen_layer_kind_of(ir_layer_kind k)

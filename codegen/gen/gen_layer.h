@@ -13,6 +13,7 @@
 #define PG_GEN_LAYER_H
 
 #include "gen/gen_internal.h"
+#include "pg_conv.h"
 
 /* One layer's operands as C text, filled by gen_layer.c before an emitter runs. */
 typedef struct em_layer {
@@ -69,6 +70,14 @@ typedef struct gen_layer_kind {
 
 /* Kind k's entry; NULL: the code generator does not do it (yet). */
 const gen_layer_kind *gen_layer_kind_of(ir_layer_kind k);
+
+/* ---- for the entries: a window's geometry (layers/conv.c) ---- */
+
+/* The pg_conv of a conv2d, conv1d, conv_transpose2d, maxpool2d or avgpool2d
+ * layer (runtime/core/pg_conv.h), and its C text: a compound literal
+ * `&(const pg_conv){.in = .., ...}` for the op's argument. */
+pg_conv gen_conv_geom(const ir_layer *L);
+void gen_conv_text(const pg_conv *g, char *buf, size_t n);
 
 /* ---- for the entries: the layout (gen_layout.c) ---- */
 

@@ -177,20 +177,28 @@ enum { LEFT = 80, LEFT_REPLICAS = 136, TOP = 48, ROW_H = 26, ROW_GAP = 6, PLOT_W
  * receive with its wait) in the lower half, in the colour of what they carry. */
 enum { CAT_F = PG_GROUP_F, CAT_B = PG_GROUP_B, CAT_W = PG_GROUP_W, CAT_SEND = PG_GROUP_SEND, CAT_RECV = PG_GROUP_RECV,
        CAT_TIE = PG_GROUP_TIE, CAT_VERDICT = PG_GROUP_VERDICT, CAT_NORM = PG_GROUP_CLIP, CAT_OPT = PG_GROUP_OPT,
-       CAT_DP = PG_GROUP__COUNT, CAT_DATA, CAT__COUNT };
+       CAT_DP = PG_GROUP__COUNT, CAT_DATA, CAT_END, CAT_BETWEEN, CAT_LOG, CAT_EVAL, CAT_STOP, CAT_CKPT,
+       CAT__COUNT };
 static const char *const cat_fill[CAT__COUNT] = { "#4f81bd", "#f2a541", "#7cb85c", "#8c8c8c", "#c8c8c8", "#c0504d",
-                                                  "#e6b8b7", "#4bacc6", "#8064a2", "#d16ba5", "#9bbb59" };
+                                                  "#e6b8b7", "#4bacc6", "#8064a2", "#d16ba5", "#9bbb59", "#7f6084",
+                                                  "#e8e1cf", "#c4bd97", "#76923c", "#948a54", "#31859c" };
 static const char *const cat_label[CAT__COUNT] = { "F  forward", "B  input gradient", "W  weight gradient", "send",
                                                    "receive (and its wait)", "tie gradient exchange",
                                                    "verdict (sums of squares, exchange)", "grad-norm clip", "optimizer",
-                                                   "data-parallel reduction", "batch loading, zeroed gradients" };
+                                                   "data-parallel reduction", "batch loading, zeroed gradients",
+                                                   "step end (the device waited for)", "between steps",
+                                                   "log line", "evaluation", "stop exchange (--save-on-exit)",
+                                                   "checkpoint" };
 
-/* CAT_F .. CAT_OPT are pg_act_group's, in its order. */
+/* CAT_F .. CAT_OPT are pg_act_group's, in its order; CAT_DATA .. CAT_CKPT
+ * follow PG_TIMELINE_DATA .. PG_TIMELINE_CKPT. */
 static int category(int kind)
 {
     if (kind >= 0 && kind < PG_STEP_KIND_COUNT)
         return (int)pg_act_group_of((pg_act_kind)kind);
-    return kind == PG_TIMELINE_DP ? CAT_DP : kind == PG_TIMELINE_DATA ? CAT_DATA : -1;
+    if (kind >= PG_TIMELINE_DATA && kind <= PG_TIMELINE_CKPT)
+        return CAT_DATA + (kind - PG_TIMELINE_DATA);
+    return kind == PG_TIMELINE_DP ? CAT_DP : -1;
 }
 
 /* Messages take the lower half of the row. */
@@ -386,8 +394,8 @@ void pg_timeline_svg(const pg_timeline *t, FILE *o)
                      a->mb, a->chunk);
         else if (cat == CAT_DP)
             snprintf(tip + n, sizeof tip - (size_t)n, "dp reduce");
-        else if (cat == CAT_DATA)
-            snprintf(tip + n, sizeof tip - (size_t)n, "batch loading, zeroed gradients");
+        else if (cat >= CAT_DATA)
+            snprintf(tip + n, sizeof tip - (size_t)n, "%s", cat_label[cat]);
         else if (a->mb >= 0)
             snprintf(tip + n, sizeof tip - (size_t)n, "%s mb %d chunk %d", pg_act_name((pg_act_kind)a->kind), a->mb,
                      a->chunk);

@@ -5,7 +5,8 @@
  * micro-batch, and their chunk when a stage runs several, shaded by the
  * chunk's place on its stage; sends and receives (a receive with its wait)
  * in the lower half, the step's end (tie gradients, the verdict, the clip,
- * the optimizer) and a measured step's batch loading where they take time;
+ * the optimizer) and a measured step's batch loading, its end and the work
+ * between steps (log line, evaluation, stop exchange, checkpoint) where they take time;
  * idle time left empty; bubble in the title, an axis in seconds or flops and
  * a legend in lines as wide as the plot; the width grows with the title and
  * the axis labels). Byte-stable. */
@@ -43,10 +44,20 @@ int pg_schedule_svg(const ir_model *m, const pg_schedule *s, const pg_sched_cost
 /* One timeline, simulated or measured (pipegen trace): the same picture. */
 #define PG_TIMELINE_DP (PG_STEP_KIND_COUNT + 1)   /* a box of the data-parallel reduction (a measured pp x dp step) */
 /* a measured step's start: the batch loaded, the gradients zeroed (past the
- * reduction's parts, which pipegen trace numbers from PG_TIMELINE_DP on) */
+ * reduction's parts, which pipegen trace numbers from PG_TIMELINE_DP on); its
+ * end after the last action (the device waited for); and after it, until the
+ * stage's next step, the work between steps, with its parts drawn over it:
+ * the log line, an evaluation, the stop exchange (--save-on-exit), the
+ * checkpoint */
 #define PG_TIMELINE_DATA (PG_TIMELINE_DP + 8)
+#define PG_TIMELINE_END (PG_TIMELINE_DATA + 1)
+#define PG_TIMELINE_BETWEEN (PG_TIMELINE_DATA + 2)
+#define PG_TIMELINE_LOG (PG_TIMELINE_DATA + 3)
+#define PG_TIMELINE_EVAL (PG_TIMELINE_DATA + 4)
+#define PG_TIMELINE_STOP (PG_TIMELINE_DATA + 5)
+#define PG_TIMELINE_CKPT (PG_TIMELINE_DATA + 6)
 typedef struct pg_timeline_box {
-    int stage, kind;     /* the row; pg_act_kind, PG_TIMELINE_DP or PG_TIMELINE_DATA */
+    int stage, kind;     /* the row; pg_act_kind, PG_TIMELINE_DP or PG_TIMELINE_DATA .. PG_TIMELINE_CKPT */
     int mb, chunk;       /* -1 for per-step actions */
     double start, dur;   /* from the step's start */
     int other_step;      /* a measured picture's neighbours, drawn faded: -1 the step before, 1 the step after */

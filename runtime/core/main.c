@@ -478,6 +478,18 @@ static void report_speed(pg_run *r, int last)
            (double)d->train.batch * (double)timed / r->wall_s, from, r->opt.steps);
 }
 
+/* With --trace: the part `kind` of the work between steps ran from t0 to now
+ * (kind 0: none, only the time); returns now, where the next part starts. */
+static double trace_part(pg_run *r, int kind, double t0)
+{
+    if (!r->tracing)
+        return 0.0;
+    double t = pg_run_now();
+    if (kind)
+        pg_trace_part(r, kind, t0, t);
+    return t;
+}
+
 /* A JSON number, or null for what JSON cannot hold (NaN, infinities). */
 static int json_num(char *b, size_t n, const char *key, double v)
 {
@@ -680,15 +692,24 @@ static int run(pg_run *r)
             r->wall_s += dt;
         else
             r->first_wall_s = dt;
+        double tp = trace_part(r, 0, 0.0); /* the parts of the work between steps, for the trace */
         if (last && pg_run_logged(r, s) && log_step(r, s, loss, dt))
             return 1;
         if (last && s + 1 == r->opt.steps)
             printf("final loss %.17g\n", loss);
-        if (pg_eval_at(r, s) && pg_eval_run(r, s + 1)) /* forward-only: no effect on the training (eval.c) */
-            return 1;
+        if (last && pg_run_logged(r, s))
+            tp = trace_part(r, PG_TRACE_LOG, tp);
+        if (pg_eval_at(r, s)) {
+            if (pg_eval_run(r, s + 1)) /* forward-only: no effect on the training (eval.c) */
+                return 1;
+            tp = trace_part(r, PG_TRACE_EVAL, tp);
+        }
         int sig = 0; /* --save-on-exit: every stage stops after the same step */
-        if (r->opt.save_on_exit && pg_guard_stop_agree(r, s + 1, &sig))
-            return 1;
+        if (r->opt.save_on_exit) {
+            if (pg_guard_stop_agree(r, s + 1, &sig))
+                return 1;
+            tp = trace_part(r, PG_TRACE_STOP, tp);
+        }
         if (r->opt.ckpt_dir && (sig || s + 1 == r->opt.steps || (r->opt.save_every && (s + 1) % r->opt.save_every == 0))) {
             pg_io_protect_begin(); /* a signal waits until every stage's part is written */
             /* --zero 1: every replica's optimizer state to replica 0 first (zero.c) */
@@ -697,12 +718,14 @@ static int run(pg_run *r)
             pg_io_protect_end();
             if (bad)
                 return 1;
+            trace_part(r, PG_TRACE_CKPT, tp);
         }
         if (sig) {
             fprintf(stderr, "stage %d: stopped by signal %d after step %" PRId64 " (checkpoint saved)\n", d->stage, sig, s + 1);
             return 128 + sig;
         }
     }
+    pg_trace_between(r, pg_run_now()); /* the last step's work after it ends here */
     if (start == r->opt.steps && r->ev && pg_eval_run(r, start)) /* nothing to train: evaluate what was loaded */
         return 1;
     pg_io_summary_begin(); /* under piperun: what follows is printed with the other stages' summaries */

@@ -25,6 +25,7 @@
 #include <stdio.h>
 
 #include "pg_contract.h" /* pg_ctx, pg_arena_buf */
+#include "pg_conv.h"     /* pg_conv: a convolution's or pooling window's geometry */
 
 /* pg_ctx: the backend's state (BLAS handle/stream, thread count) */
 
@@ -256,9 +257,78 @@ int pg_dropout_bwd_in(pg_ctx *c, int64_t rows, int64_t per_row, float p, uint64_
 
 /* ---- skips ---------------------------------------------------------------- */
 int pg_add_fwd(pg_ctx *c, int64_t count, const float *x, const float *s, float *y);
-/* concat on the last dim: y[n, a+b] = [x[n,a], s[n,b]]; backward splits dy. */
+/* concat: y[n, a+b] = [x[n,a], s[n,b]]; backward splits dy. Along per-sample
+ * dim k of the tensors: n = rows times the dims before k, a and b the rest. */
 int pg_concat_fwd(pg_ctx *c, int64_t n, int64_t a, int64_t b, const float *x, const float *s, float *y);
 int pg_concat_bwd(pg_ctx *c, int64_t n, int64_t a, int64_t b, const float *dy, float *dx, float *ds);
+
+/* ---- convolutional networks ----------------------------------------------
+ * Per-sample tensors are channel-first (PyTorch's layout): x [r, C, H, W] is r
+ * samples of C planes of H x W, row-major. A convolution's or pooling window's
+ * shape is a pg_conv (pg_conv.h), which the generated code passes as a
+ * constant; its weights are laid out as PyTorch's modules' (conv [out, in /
+ * groups, kh, kw], conv_transpose [in, out / groups, kh, kw], bias [out]).
+ * ws is the layer's workspace in the arena, pg_conv_ws_floats(g) floats (NULL
+ * when 0), planned for this op alone: nothing lives in it between calls, and
+ * a backend that needs none (or its own, sized at start-up) ignores it.
+ * Every output element is computed whole by one thread in a fixed order;
+ * weight gradients add each sample's sum into dw in sample order. */
+int pg_conv2d_fwd(pg_ctx *c, int64_t r, const pg_conv *g, const float *x, const float *w,
+                  const float *b /*NULL: no bias*/, float *y, float *ws);
+int pg_conv2d_bwd_in(pg_ctx *c, int64_t r, const pg_conv *g, const float *dy, const float *w, float *dx,
+                     float *ws);                                                  /* dx = conv2d's gradient */
+int pg_conv2d_bwd_w(pg_ctx *c, int64_t r, const pg_conv *g, const float *x, const float *dy, float *dw,
+                    float *db /*NULL*/, float *ws);                               /* dw += ..; db += sums of dy */
+/* conv_transpose2d (g->transposed): the adjoint of conv2d with the same window */
+int pg_conv_transpose2d_fwd(pg_ctx *c, int64_t r, const pg_conv *g, const float *x, const float *w,
+                            const float *b /*NULL*/, float *y, float *ws);
+int pg_conv_transpose2d_bwd_in(pg_ctx *c, int64_t r, const pg_conv *g, const float *dy, const float *w,
+                               float *dx, float *ws);
+int pg_conv_transpose2d_bwd_w(pg_ctx *c, int64_t r, const pg_conv *g, const float *x, const float *dy,
+                              float *dw, float *db /*NULL*/, float *ws);
+/* Pooling over g's window (g->in == g->out channels, dilation 1). maxpool:
+ * padding counts as -inf, the first largest value of a window (in row-major
+ * window order) takes its gradient; the backward finds it again in x.
+ * avgpool: divided by kh * kw, padding included (count_include_pad). */
+int pg_maxpool2d_fwd(pg_ctx *c, int64_t r, const pg_conv *g, const float *x, float *y);
+int pg_maxpool2d_bwd_in(pg_ctx *c, int64_t r, const pg_conv *g, const float *x, const float *dy, float *dx);
+int pg_avgpool2d_fwd(pg_ctx *c, int64_t r, const pg_conv *g, const float *x, float *y);
+int pg_avgpool2d_bwd_in(pg_ctx *c, int64_t r, const pg_conv *g, const float *dy, float *dx);
+/* upsample of n planes [h, w] by an integer scale: nearest, or bilinear with
+ * align_corners false (PyTorch's nn.Upsample); y [n, h scale, w scale]. */
+int pg_upsample_fwd(pg_ctx *c, int64_t n, int64_t h, int64_t w, int64_t scale, int bilinear, const float *x,
+                    float *y);
+int pg_upsample_bwd_in(pg_ctx *c, int64_t n, int64_t h, int64_t w, int64_t scale, int bilinear, const float *dy,
+                       float *dx);
+/* mean over the middle dim of x [outer, d, inner]: y [outer, inner] (in
+ * double, d in index order). global_avgpool is the mean of [r * C, H * W, 1]. */
+int pg_mean_fwd(pg_ctx *c, int64_t outer, int64_t d, int64_t inner, const float *x, float *y);
+int pg_mean_bwd_in(pg_ctx *c, int64_t outer, int64_t d, int64_t inner, const float *dy, float *dx);
+/* y [outer, b, mid, a, inner] = x [outer, a, mid, b, inner] with dims a and b
+ * swapped (transpose(i, j) of the per-sample dims); its own backward with a
+ * and b exchanged. flatten and reshape are pg_copy. */
+int pg_swap_dims(pg_ctx *c, int64_t outer, int64_t a, int64_t mid, int64_t b, int64_t inner, const float *x,
+                 float *y);
+/* batchnorm2d: per channel of x [r, C, hw] over its r * hw values, otherwise
+ * as the batchnorm ops above (mean and rstd [C] saved; the running update is
+ * pg_batchnorm_running_update with total_n = batch * hw). */
+int pg_batchnorm2d_fwd(pg_ctx *c, int64_t r, int64_t C, int64_t hw, float eps, const float *x, const float *w,
+                       const float *b, float *y, float *mean, float *rstd);
+int pg_batchnorm2d_bwd_in(pg_ctx *c, int64_t r, int64_t C, int64_t hw, const float *x, const float *w,
+                          const float *mean, const float *rstd, const float *dy, float *dx);
+int pg_batchnorm2d_bwd_w(pg_ctx *c, int64_t r, int64_t C, int64_t hw, const float *x, const float *mean,
+                         const float *rstd, const float *dy, float *dw, float *db);
+int pg_batchnorm2d_eval_fwd(pg_ctx *c, int64_t r, int64_t C, int64_t hw, float eps, const float *x, const float *w,
+                            const float *b, const float *run_mean, const float *run_var, float *y);
+int pg_batchnorm2d_stats_acc(pg_ctx *c, int64_t r, int64_t C, int64_t hw, const float *x, double *sum,
+                             double *sumsq);
+/* sigmoid, tanh, silu (x sigmoid(x)): elementwise; the backward reads x */
+int pg_sigmoid_fwd(pg_ctx *c, int64_t count, const float *x, float *y);
+int pg_sigmoid_bwd_in(pg_ctx *c, int64_t count, const float *x, const float *dy, float *dx);
+int pg_tanh_fwd(pg_ctx *c, int64_t count, const float *x, float *y);
+int pg_tanh_bwd_in(pg_ctx *c, int64_t count, const float *x, const float *dy, float *dx);
+int pg_silu_fwd(pg_ctx *c, int64_t count, const float *x, float *y);
+int pg_silu_bwd_in(pg_ctx *c, int64_t count, const float *x, const float *dy, float *dx);
 
 /* ---- losses: value and gradient in one pass ------------------------------
  * The loss of the whole batch is the sum over micro-batches of these partial

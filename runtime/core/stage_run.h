@@ -46,16 +46,23 @@ typedef struct pg_run_opts {
 
 /* The data-parallel reduction's spans in the trace (trace.c), kinds below -1:
  * the whole reduction, then its parts between dp_mark[i] and dp_mark[i + 1];
- * and the step's start before its first action (the gradients zeroed, the
- * batch loaded). */
+ * the step's start before its first action (the gradients zeroed, the batch
+ * loaded) and its end after its last (the device's work waited for); and
+ * outside the step, from its end to the next step's start, the main loop's
+ * work between steps (BETWEEN), with the parts of it that ran (the log line,
+ * an evaluation, the stop exchange of --save-on-exit, the checkpoint). So a stage's events
+ * leave no time of its run unaccounted for, from its first traced step on. */
 #define PG_TRACE_DP_MARKS 6
 enum { PG_TRACE_DP_REDUCE = -2, PG_TRACE_DP_WAIT = -3, PG_TRACE_DP_SCATTER = -4, PG_TRACE_DP_SUM = -5,
-       PG_TRACE_DP_GATHER = -6, PG_TRACE_DATA = -7 };
+       PG_TRACE_DP_GATHER = -6, PG_TRACE_DATA = -7, PG_TRACE_END = -8, PG_TRACE_BETWEEN = -9, PG_TRACE_LOG = -10,
+       PG_TRACE_EVAL = -11, PG_TRACE_STOP = -12, PG_TRACE_CKPT = -13 };
 #define PG_TRACE_DP_SPANS 5
+#define PG_TRACE_PARTS 4 /* LOG, EVAL, STOP, CKPT: the parts of BETWEEN */
 
-/* One traced action (or, action -1, a whole step; below -1, a part of the
- * data-parallel reduction) of this stage; also the wire format of the gather
- * to stage 0, so fixed-width fields only. */
+/* One traced action (or, kind -1, a whole step; below -1, the spans above)
+ * of this stage; also the wire format of the gather to stage 0, so
+ * fixed-width fields only. BETWEEN and its parts: action 1 when recorded
+ * (the step after began, or the part ran), else 0 and not written. */
 typedef struct pg_trace_ev {
     double t0, t1;            /* seconds, this stage's CLOCK_MONOTONIC (stage 0's after the gather) */
     int64_t bytes;            /* message bytes of a SEND/RECV, else 0 */
@@ -103,8 +110,9 @@ typedef struct pg_run {
     int metrics_fd;           /* --metrics FILE.jsonl, open on the stage that logs (metrics.c); -1 none */
     struct pg_eval *ev;       /* evaluation and --predict (eval.c); NULL: neither */
     int tracing;              /* --trace or --profile: record every action (trace.c) */
-    pg_trace_ev *tr_ev;       /* [trace_steps * (nactions + 1)], made at start-up: a ring of steps */
+    pg_trace_ev *tr_ev;       /* [trace_steps x events per step (trace.c)], made at start-up: a ring of steps */
     int64_t tr_first, tr_last; /* first and last step recorded (-1: none) */
+    double tr_end;            /* the end of step tr_last: where its BETWEEN span starts */
     double tr_offset;         /* add to this stage's clock to get stage 0's */
     char *agree;              /* what the stages must agree on, as text (agree.c) */
     struct pg_agree_file {    /* more files this stage read, compared at the rendezvous (pg_agree_dataset) */
@@ -322,8 +330,15 @@ int pg_trace_init(pg_run *r);
 int pg_trace_sync(pg_run *r);
 void pg_trace_action(pg_run *r, int64_t step, int a, double t0, double t1);
 void pg_trace_step(pg_run *r, int64_t step, double t0, double t1);
-/* the step's start: the gradients zeroed and the batch loaded, t0..t1 */
+/* the step's start: the gradients zeroed and the batch loaded, t0..t1; its
+ * end after the last action (the device waited for), t0..t1 */
 void pg_trace_data(pg_run *r, int64_t step, double t0, double t1);
+void pg_trace_end(pg_run *r, int64_t step, double t0, double t1);
+/* between steps (main.c): the part `kind` (PG_TRACE_LOG, _EVAL, _STOP, _CKPT) of
+ * the work after the last recorded step ran t0..t1; between: that work is
+ * over at t (the next step starts, or the run's loop ended) */
+void pg_trace_part(pg_run *r, int kind, double t0, double t1);
+void pg_trace_between(pg_run *r, double t);
 /* the reduction's spans of this step from r->dp_mark (replicas > 1) */
 void pg_trace_dp(pg_run *r, int64_t step);
 int pg_trace_finish(pg_run *r);

@@ -413,6 +413,7 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
 {
     const pg_stage_desc *d = r->d;
     double step_t0 = r->tracing ? pg_run_now() : 0.0; /* --trace / --profile (trace.c) */
+    pg_trace_between(r, step_t0); /* the main loop's work since the last step ends here */
     /* step hooks (pg_ops.h): the backend may replay runs of compute as CUDA graphs */
     int adamw = pg_optim_adam(d->train.optimizer), rep;
     pg_step_info si = {step, (float)pg_lr_at(&d->train, step), adamw ? (float)d->train.beta1 : 0.0f,
@@ -425,8 +426,10 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
             return 1;
     if (pg_backend_compute_end(r->ctx) || load_batch(r, step))
         return 1;
+    /* the trace's spans are contiguous: each starts where the one before ended */
+    double tr_t = r->tracing ? pg_run_now() : 0.0;
     if (r->tracing)
-        pg_trace_data(r, step, step_t0, pg_run_now()); /* the gradients zeroed, the batch loaded */
+        pg_trace_data(r, step, step_t0, tr_t); /* the gradients zeroed, the batch loaded */
     double compute = 0.0;
     r->verdict_state = 0;
     int have_norm = 0;
@@ -437,7 +440,6 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
         const pg_step_action *x = &d->actions[a];
         r->cur_action = a;
         pg_net_status st = PG_NET_OK;
-        double act_t0 = r->tracing ? pg_run_now() : 0.0;
         if (x->kind != PG_FWD && x->kind != PG_BWD_B && x->kind != PG_BWD_W && pg_backend_compute_end(r->ctx))
             return 1;
         switch (x->kind) {
@@ -526,8 +528,11 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
             return 1;
         }
         pg_dp_action_end(r, a); /* the gradients its layers' hooks did not post (dp.c) */
-        if (r->tracing)
-            pg_trace_action(r, step, a, act_t0, pg_run_now());
+        if (r->tracing) {
+            double t = pg_run_now();
+            pg_trace_action(r, step, a, tr_t, t);
+            tr_t = t;
+        }
     }
     /* a table without OPT_STEP (none pipegen makes) still decides what its VERDICT found */
     if (pg_backend_compute_end(r->ctx) || (r->verdict_state == 1 && pg_guard_decide(r, -1, NULL, step)) ||
@@ -540,7 +545,10 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
     *loss_out = r->loss_global; /* this replica's micro-batches in order, then the replicas in order (dp.c) */
     if (step > r->first_step) /* the run's first step warms up: timed from the next */
         r->compute_s += compute;
-    if (r->tracing)
-        pg_trace_step(r, step, step_t0, pg_run_now());
+    if (r->tracing) { /* the step's end: the device's work waited for */
+        double t = pg_run_now();
+        pg_trace_end(r, step, tr_t, t);
+        pg_trace_step(r, step, step_t0, t);
+    }
     return 0;
 }

@@ -23,7 +23,9 @@
  * per action and per step, pid = stage, tid 0, ts/dur in microseconds from
  * the first event, names F3 / B3 / W3 (micro-batch 3) for compute, SEND_ACT 3,
  * RECV_GRAD 3, ... for messages, args {step, action, kind, mb, chunk, peer,
- * bytes}; otherData describes the run.
+ * bytes}; and the spans around the actions (the step's start and end, the
+ * main loop's work until the next step and its parts: spans[] below), each
+ * starting where the one before ended; otherData describes the run.
  *
  * The profile is the format `pipegen plan/gen --balance` read (dsl/cost.h):
  * per layer fwd_s, bwd_s and its split bwd_b_s / bwd_w_s, seconds per
@@ -54,10 +56,28 @@
 
 
 /* A step's events: its actions, then with replicas the reduction's spans
- * (PG_TRACE_DP_*, nested in the action that ran the reduction), then its
- * start before the first action (PG_TRACE_DATA), then the step. */
+ * (PG_TRACE_DP_*, nested in the action that ran the reduction), then its end
+ * after the last action (PG_TRACE_END), the main loop's work after it
+ * (PG_TRACE_BETWEEN) and that work's parts (PG_TRACE_LOG, _EVAL, _STOP, _CKPT), then
+ * its start before the first action (PG_TRACE_DATA), then the step. */
+enum { AFTER_ACTIONS = 2 + PG_TRACE_PARTS, /* END, BETWEEN, the parts */
+       AROUND = AFTER_ACTIONS + 2 };        /* ... and DATA, the step */
 static int dp_spans(const pg_run *r) { return r->replicas > 1 ? PG_TRACE_DP_SPANS : 0; }
-static int per_step(const pg_run *r) { return r->d->nactions + dp_spans(r) + 2; }
+static int per_step(const pg_run *r) { return r->d->nactions + dp_spans(r) + AROUND; }
+/* the actions among ps events of a step (of any stage: the count is the stage's own) */
+static int actions_in(const pg_run *r, int64_t ps) { return (int)ps - AROUND - dp_spans(r); }
+
+/* The event `i` of the step's events (step, as recorded: its place in the ring). */
+static pg_trace_ev *slot(pg_run *r, int64_t step, int i)
+{
+    return &r->tr_ev[(size_t)(step % r->opt.trace_steps) * (size_t)per_step(r) + (size_t)i];
+}
+
+/* The place of END, BETWEEN or a part of it among a step's events. */
+static int after_slot(const pg_run *r, int kind)
+{
+    return r->d->nactions + dp_spans(r) + (PG_TRACE_END - kind);
+}
 
 int pg_trace_init(pg_run *r)
 {
@@ -79,7 +99,7 @@ int pg_trace_init(pg_run *r)
 void pg_trace_action(pg_run *r, int64_t step, int a, double t0, double t1)
 {
     const pg_step_action *x = &r->d->actions[a];
-    pg_trace_ev *e = &r->tr_ev[(size_t)(step % r->opt.trace_steps) * (size_t)per_step(r) + (size_t)a];
+    pg_trace_ev *e = slot(r, step, a);
     e->t0 = t0;
     e->t1 = t1;
     e->bytes = x->bytes;
@@ -91,24 +111,53 @@ void pg_trace_action(pg_run *r, int64_t step, int a, double t0, double t1)
     e->peer = x->peer;
 }
 
+/* The step is over: its span, and its work between steps not yet recorded. */
 void pg_trace_step(pg_run *r, int64_t step, double t0, double t1)
 {
-    pg_trace_ev *e = &r->tr_ev[(size_t)(step % r->opt.trace_steps) * (size_t)per_step(r) + (size_t)per_step(r) - 1];
-    *e = (pg_trace_ev){t0, t1, 0, (int32_t)step, -1, -1, -1, -1, -1};
+    *slot(r, step, per_step(r) - 1) = (pg_trace_ev){t0, t1, 0, (int32_t)step, -1, -1, -1, -1, -1};
+    for (int k = PG_TRACE_BETWEEN; k >= PG_TRACE_BETWEEN - PG_TRACE_PARTS; k--)
+        *slot(r, step, after_slot(r, k)) = (pg_trace_ev){t1, t1, 0, (int32_t)step, 0, k, -1, -1, -1};
     if (r->tr_first < 0)
         r->tr_first = step;
     r->tr_last = step;
+    r->tr_end = t1;
 }
 
 void pg_trace_data(pg_run *r, int64_t step, double t0, double t1)
 {
-    pg_trace_ev *e = &r->tr_ev[(size_t)(step % r->opt.trace_steps) * (size_t)per_step(r) + (size_t)per_step(r) - 2];
-    *e = (pg_trace_ev){t0, t1, 0, (int32_t)step, -1, PG_TRACE_DATA, -1, -1, -1};
+    *slot(r, step, per_step(r) - 2) = (pg_trace_ev){t0, t1, 0, (int32_t)step, -1, PG_TRACE_DATA, -1, -1, -1};
+}
+
+void pg_trace_end(pg_run *r, int64_t step, double t0, double t1)
+{
+    *slot(r, step, after_slot(r, PG_TRACE_END)) = (pg_trace_ev){t0, t1, 0, (int32_t)step, -1, PG_TRACE_END, -1, -1, -1};
+}
+
+void pg_trace_part(pg_run *r, int kind, double t0, double t1)
+{
+    if (!r->tracing || r->tr_last < 0 || kind > PG_TRACE_LOG || kind < PG_TRACE_CKPT)
+        return;
+    pg_trace_ev *e = slot(r, r->tr_last, after_slot(r, kind));
+    e->t0 = t0;
+    e->t1 = t1;
+    e->action = 1;
+}
+
+void pg_trace_between(pg_run *r, double t)
+{
+    if (!r->tracing || r->tr_last < 0)
+        return;
+    pg_trace_ev *e = slot(r, r->tr_last, after_slot(r, PG_TRACE_BETWEEN));
+    if (e->action) /* recorded already */
+        return;
+    e->t0 = r->tr_end;
+    e->t1 = t;
+    e->action = 1;
 }
 
 void pg_trace_dp(pg_run *r, int64_t step)
 {
-    pg_trace_ev *e = &r->tr_ev[(size_t)(step % r->opt.trace_steps) * (size_t)per_step(r) + (size_t)r->d->nactions];
+    pg_trace_ev *e = slot(r, step, r->d->nactions);
     const double *m = r->dp_mark;
     e[0] = (pg_trace_ev){m[0], m[5], 0, (int32_t)step, -1, PG_TRACE_DP_REDUCE, -1, -1, -1};
     for (int i = 0; i < 4; i++) /* wait, reduce-scatter, sum, all-gather */
@@ -396,10 +445,38 @@ static const char *const dp_kind[PG_TRACE_DP_SPANS] = {"DP_REDUCE", "DP_WAIT", "
                                                        "DP_ALL_GATHER"};
 static int dp_index(int k) { return PG_TRACE_DP_REDUCE - k; } /* 0 .. PG_TRACE_DP_SPANS - 1 for the spans */
 
+/* The spans around the actions: name in the trace, args.kind, cat. */
+typedef struct span_name {
+    int kind;
+    const char *name, *akind, *cat;
+} span_name;
+static const span_name spans[] = {
+    {PG_TRACE_DATA, "batch and zeroing", "DATA", "data"},
+    {PG_TRACE_END, "step end", "STEP_END", "step_end"},
+    {PG_TRACE_BETWEEN, "between steps", "BETWEEN", "between"},
+    {PG_TRACE_LOG, "log line", "LOG", "between"},
+    {PG_TRACE_EVAL, "evaluation", "EVAL", "between"},
+    {PG_TRACE_STOP, "stop exchange", "STOP", "between"},
+    {PG_TRACE_CKPT, "checkpoint", "CHECKPOINT", "between"},
+};
+static const span_name *span_of(int k)
+{
+    for (size_t i = 0; i < sizeof spans / sizeof spans[0]; i++)
+        if (spans[i].kind == k)
+            return &spans[i];
+    return NULL;
+}
+
+/* Is e written? BETWEEN and its parts only once recorded (pg_trace_part/between). */
+static int recorded(const pg_trace_ev *e)
+{
+    return !(e->kind <= PG_TRACE_BETWEEN && e->kind >= PG_TRACE_CKPT && !e->action);
+}
+
 static const char *cat_of(int k)
 {
-    if (k == PG_TRACE_DATA)
-        return "data";
+    if (span_of(k))
+        return span_of(k)->cat;
     if (k < -1)
         return "dp";
     if (k < 0)
@@ -419,8 +496,10 @@ static void us(FILE *o, long long ns)
 static void write_event(FILE *o, int stage, const pg_trace_ev *e, double zero, int *first)
 {
     char name[64];
-    if (e->kind == PG_TRACE_DATA)
-        snprintf(name, sizeof name, "batch and zeroing");
+    if (!recorded(e))
+        return;
+    if (span_of(e->kind))
+        snprintf(name, sizeof name, "%s", span_of(e->kind)->name);
     else if (e->kind < -1)
         snprintf(name, sizeof name, "%s", dp_name[dp_index(e->kind)]);
     else if (e->kind < 0)
@@ -441,8 +520,8 @@ static void write_event(FILE *o, int stage, const pg_trace_ev *e, double zero, i
     if (e->kind >= 0)
         fprintf(o, ", \"action\": %d, \"kind\": \"%s\", \"mb\": %d, \"chunk\": %d, \"peer\": %d, \"bytes\": %" PRId64,
                 e->action, pg_step_kind_name(e->kind), e->mb, e->chunk, e->peer, e->bytes);
-    else if (e->kind == PG_TRACE_DATA)
-        fprintf(o, ", \"kind\": \"DATA\"");
+    else if (span_of(e->kind))
+        fprintf(o, ", \"kind\": \"%s\"", span_of(e->kind)->akind);
     else if (e->kind < -1)
         fprintf(o, ", \"kind\": \"%s\"", dp_kind[dp_index(e->kind)]);
     fprintf(o, "}}");
@@ -597,7 +676,7 @@ static void send_fit(const pg_run *r, const stage_events *se, double *lat, doubl
 static double nth_send_end(const pg_run *r, const stage_events *se, int u, int64_t j, int k, int to, int nth)
 {
     const stage_events *x = &se[u];
-    int na = (int)x->ps - 2 - dp_spans(r);
+    int na = actions_in(r, x->ps);
     const pg_trace_ev *e = x->ev + j * x->ps;
     for (int a = 0, seen = 0; a < na; a++)
         if (e[a].kind == k && e[a].peer == to && seen++ == nth)
@@ -627,7 +706,7 @@ static void stage_costs(const pg_run *r, const stage_events *se, FILE *o)
             if (skip_step(r, &se[k], j))
                 continue;
             const pg_trace_ev *e = se[k].ev + j * se[k].ps, *stp = e + se[k].ps - 1;
-            int na = (int)se[k].ps - 2 - dp_spans(r); /* the actions */
+            int na = actions_in(r, se[k].ps); /* the actions */
             used++;
             if (na > 0) {
                 pre += e[0].t0 - stp->t0;

@@ -1,5 +1,5 @@
-/* runtime/cpu/activation.c — relu and gelu (tanh form, as GPT-2 and
- * torch.nn.GELU(approximate="tanh")). Elementwise; y may alias x, dx may alias dy. */
+/* runtime/cpu/activation.c — relu, gelu (tanh form, as GPT-2 and
+ * torch.nn.GELU(approximate="tanh")), sigmoid, tanh and silu. Elementwise; y may alias x, dx may alias dy. */
 #include <math.h>
 
 #include "cpu_kernels.h"
@@ -171,4 +171,184 @@ int pg_gelu_bwd_in(pg_ctx *c, int64_t count, const float *x, const float *dy, fl
             dx[i + j] = bo[j];
     }
     return 0;
+}
+
+/* ---- sigmoid, tanh, silu --------------------------------------------------
+ * In blocks of PG_CPU_EXP_BLK as gelu (pg_cpu_exp_blk, a last partial block
+ * padded), so an element's bits do not depend on where it sits. With
+ * e = exp(-x): sigmoid s = 1 / (1 + e) and 1 - s = e s; tanh from e = exp(-2|x|):
+ * |t| = (1 - e) / (1 + e), 1 - t^2 = 4 e / (1 + e)^2 (no cancellation near
+ * |t| = 1); silu x s. The backward recomputes them from x. */
+#define ACT_BLK PG_CPU_EXP_BLK
+
+PG_CPU_INLINE void sig_exp_blk(const float *x, float *e) /* e = exp(-x) */
+{
+    for (int j = 0; j < ACT_BLK; j++)
+        e[j] = -x[j];
+    pg_cpu_exp_blk(e);
+}
+
+PG_CPU_INLINE void tanh_exp_blk(const float *x, float *e) /* e = exp(-2|x|) */
+{
+    for (int j = 0; j < ACT_BLK; j++)
+        e[j] = x[j] < 0.0f ? 2.0f * x[j] : -2.0f * x[j];
+    pg_cpu_exp_blk(e);
+}
+
+PG_CPU_INLINE void sigmoid_fwd_blk(const float *x, const float *dy, float *y)
+{
+    float e[ACT_BLK];
+    (void)dy;
+    sig_exp_blk(x, e);
+    for (int j = 0; j < ACT_BLK; j++)
+        y[j] = 1.0f / (1.0f + e[j]);
+}
+
+PG_CPU_INLINE void sigmoid_bwd_blk(const float *x, const float *dy, float *dx)
+{
+    float e[ACT_BLK];
+    sig_exp_blk(x, e);
+    for (int j = 0; j < ACT_BLK; j++) {
+        float s = 1.0f / (1.0f + e[j]);
+        e[j] = dy[j] * (s * (e[j] * s));
+    }
+    for (int j = 0; j < ACT_BLK; j++)
+        dx[j] = e[j];
+}
+
+PG_CPU_INLINE void tanh_fwd_blk(const float *x, const float *dy, float *y)
+{
+    float e[ACT_BLK];
+    (void)dy;
+    tanh_exp_blk(x, e);
+    for (int j = 0; j < ACT_BLK; j++) {
+        float t = (1.0f - e[j]) / (1.0f + e[j]);
+        e[j] = x[j] < 0.0f ? -t : t;
+    }
+    for (int j = 0; j < ACT_BLK; j++)
+        y[j] = e[j];
+}
+
+PG_CPU_INLINE void tanh_bwd_blk(const float *x, const float *dy, float *dx)
+{
+    float e[ACT_BLK];
+    tanh_exp_blk(x, e);
+    for (int j = 0; j < ACT_BLK; j++) {
+        float q = 1.0f + e[j];
+        e[j] = dy[j] * (4.0f * e[j] / (q * q));
+    }
+    for (int j = 0; j < ACT_BLK; j++)
+        dx[j] = e[j];
+}
+
+PG_CPU_INLINE void silu_fwd_blk(const float *x, const float *dy, float *y)
+{
+    float e[ACT_BLK];
+    (void)dy;
+    sig_exp_blk(x, e);
+    for (int j = 0; j < ACT_BLK; j++)
+        e[j] = x[j] * (1.0f / (1.0f + e[j]));
+    for (int j = 0; j < ACT_BLK; j++)
+        y[j] = e[j];
+}
+
+/* d(x s)/dx = s + x s (1 - s) = s (1 + x e s) */
+PG_CPU_INLINE void silu_bwd_blk(const float *x, const float *dy, float *dx)
+{
+    float e[ACT_BLK];
+    sig_exp_blk(x, e);
+    for (int j = 0; j < ACT_BLK; j++) {
+        float s = 1.0f / (1.0f + e[j]);
+        e[j] = dy[j] * (s * (1.0f + x[j] * (e[j] * s)));
+    }
+    for (int j = 0; j < ACT_BLK; j++)
+        dx[j] = e[j];
+}
+
+/* The whole blocks of [0, n) for one kind and direction, baseline and AVX2
+ * twins (dy is NULL in a forward), then the op: the blocks, a padded tail. */
+#define ACT_RUNS(name)                                                                                              \
+    static void name##_run(int64_t n, const float *x, const float *dy, float *out)                                 \
+    {                                                                                                               \
+        for (int64_t i = 0; i < n; i += ACT_BLK)                                                                    \
+            name##_blk(x + i, dy ? dy + i : NULL, out + i);                                                         \
+    }                                                                                                               \
+    ACT_RUN_AVX2(name)
+#ifdef PG_CPU_AVX2
+#define ACT_RUN_AVX2(name)                                                                                          \
+    PG_CPU_TARGET_AVX2 static void name##_run_avx2(int64_t n, const float *x, const float *dy, float *out)         \
+    {                                                                                                               \
+        for (int64_t i = 0; i < n; i += ACT_BLK)                                                                    \
+            name##_blk(x + i, dy ? dy + i : NULL, out + i);                                                         \
+    }
+#define ACT_PICK(name) (pg_cpu_has_avx2() ? name##_run_avx2 : name##_run)
+#else
+#define ACT_RUN_AVX2(name)
+#define ACT_PICK(name) name##_run
+#endif
+
+ACT_RUNS(sigmoid_fwd)
+ACT_RUNS(sigmoid_bwd)
+ACT_RUNS(tanh_fwd)
+ACT_RUNS(tanh_bwd)
+ACT_RUNS(silu_fwd)
+ACT_RUNS(silu_bwd)
+
+typedef void (*act_run_fn)(int64_t n, const float *x, const float *dy, float *out);
+typedef void (*act_blk_fn)(const float *x, const float *dy, float *out);
+
+static int act_apply(const char *op, act_run_fn run, act_blk_fn blk, int64_t count, const float *x, const float *dy,
+                     float *out)
+{
+    if (pg_args_count(op, count))
+        return 1;
+    int64_t i = count / ACT_BLK * ACT_BLK;
+    run(i, x, dy, out);
+    if (i < count) {
+        float bx[ACT_BLK] = {0}, bd[ACT_BLK] = {0}, bo[ACT_BLK];
+        for (int64_t j = 0; j < count - i; j++) {
+            bx[j] = x[i + j];
+            bd[j] = dy ? dy[i + j] : 0.0f;
+        }
+        blk(bx, dy ? bd : NULL, bo);
+        for (int64_t j = 0; j < count - i; j++)
+            out[i + j] = bo[j];
+    }
+    return 0;
+}
+
+int pg_sigmoid_fwd(pg_ctx *c, int64_t count, const float *x, float *y)
+{
+    (void)c;
+    return act_apply("sigmoid_fwd", ACT_PICK(sigmoid_fwd), sigmoid_fwd_blk, count, x, NULL, y);
+}
+
+int pg_sigmoid_bwd_in(pg_ctx *c, int64_t count, const float *x, const float *dy, float *dx)
+{
+    (void)c;
+    return act_apply("sigmoid_bwd_in", ACT_PICK(sigmoid_bwd), sigmoid_bwd_blk, count, x, dy, dx);
+}
+
+int pg_tanh_fwd(pg_ctx *c, int64_t count, const float *x, float *y)
+{
+    (void)c;
+    return act_apply("tanh_fwd", ACT_PICK(tanh_fwd), tanh_fwd_blk, count, x, NULL, y);
+}
+
+int pg_tanh_bwd_in(pg_ctx *c, int64_t count, const float *x, const float *dy, float *dx)
+{
+    (void)c;
+    return act_apply("tanh_bwd_in", ACT_PICK(tanh_bwd), tanh_bwd_blk, count, x, dy, dx);
+}
+
+int pg_silu_fwd(pg_ctx *c, int64_t count, const float *x, float *y)
+{
+    (void)c;
+    return act_apply("silu_fwd", ACT_PICK(silu_fwd), silu_fwd_blk, count, x, NULL, y);
+}
+
+int pg_silu_bwd_in(pg_ctx *c, int64_t count, const float *x, const float *dy, float *dx)
+{
+    (void)c;
+    return act_apply("silu_bwd_in", ACT_PICK(silu_bwd), silu_bwd_blk, count, x, dy, dx);
 }

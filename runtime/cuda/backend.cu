@@ -118,6 +118,8 @@ static void ctx_release(pg_ctx *c)
         return;
     }
     pg_hstage_free(&c->hstage, &hstage_ops, c, 0);
+    if (c->conv_release)
+        c->conv_release(c);
     for (int i = 0; i < PG_HSTAGE_SLOTS; i++)
         if (c->hstage_ev[i])
             cudaEventDestroy(c->hstage_ev[i]);
@@ -265,6 +267,8 @@ void pg_backend_report(pg_ctx *c, int stage, int64_t arena_bytes, FILE *out)
             "every process on GPU %d counts)\n",
             stage, c->graphs_captured, c->graph_launches, (long long)arena_bytes, used,
             arena_bytes > 0 ? (double)used / (double)arena_bytes : 0.0, c->device);
+    if (c->conv_report)
+        c->conv_report(c, stage, out);
     fflush(out);
 }
 

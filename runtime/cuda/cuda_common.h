@@ -127,6 +127,12 @@ struct pg_ctx {
     /* non-NULL: work on the stream waits for a peer that died (why); nothing
      * may synchronise or free device memory any more (pg_backend_poisoned) */
     const char *poisoned;
+    /* conv.cu: cuDNN's handle and the convolution plans, NULL until a
+     * convolution runs, and its end and report line, set with it (hooks, so a
+     * stage without convolutions neither links conv.cu nor needs libcudnn) */
+    struct pg_cuda_conv *conv;
+    void (*conv_release)(pg_ctx *c);
+    void (*conv_report)(const pg_ctx *c, int stage, FILE *out);
 };
 
 /* ---- located error checks -------------------------------------------------

@@ -2,7 +2,8 @@
 # tests/gpu/cpu_refs.sh OUTDIR — the CPU runtime's results that the GPU tests
 # compare against (tests/gpu/run_gpu_tests.sh): gpt_tiny on 1 stage, plain
 # (cpu1), with a cosine lr (cpu1cos) and as a bf16 model (cpu1bf, which the
-# CPU computes in f32), STEPS steps each. Writes OUTDIR/NAME.loss (per-step
+# CPU computes in f32), and tests/models/conv_small.pipe on 1 stage (cpuconv),
+# STEPS steps each. Writes OUTDIR/NAME.loss (per-step
 # losses, then the final loss), NAME.out (the run's output) and NAME.hash (the
 # variant's plan hash, so a reference for another model is recognised).
 # Needs build/pipegen, build/piperun and build/libpgrt_cpu.a: run
@@ -40,5 +41,8 @@ ref() {
 ref cpu1 g1 || rc=1
 ref cpu1cos g1cos -e "$COS" || rc=1
 ref cpu1bf g1bf -e "$BF16" || rc=1
-[ $rc = 0 ] && echo "cpu_refs: cpu1, cpu1cos, cpu1bf ($STEPS steps) in $OUT"
+GPU_MODEL=$TOP/tests/models/conv_small.pipe VARIANT_DEL='/# K[1-7]$/d'
+ref cpuconv c1 || rc=1
+unset VARIANT_DEL
+[ $rc = 0 ] && echo "cpu_refs: cpu1, cpu1cos, cpu1bf, cpuconv ($STEPS steps) in $OUT"
 exit $rc

@@ -27,6 +27,11 @@
 #     with PIPE_CUDA_KERNELS=reference (the kernels before the fast paths)
 #     1 and 4 stages bitwise alike again, within TOL_BF16 of the fast paths;
 #  5. a model with dropout: graphs stay off with a note, the results equal --no-graph;
+#  5c. tests/models/conv_small.pipe (every layer of convolutional networks:
+#     cuDNN's convolutions, pooling, upsample, batchnorm2d(deferred), skips
+#     across splits) on 1, 2 and 4 stages, graphs and --no-graph: bitwise
+#     alike, every step within TOL of the CPU's, the loss falls, the report
+#     line names the cuDNN plans;
 #  6. with 2+ GPUs, stages 0-1 on GPU 0 and 2-3 on GPU 1 (NCCL between 1 and 2,
 #     IPC within each pair): bitwise the 1-stage result again;
 #  6b. with 2+ GPUs, gpt_tiny 2 stages x 2 replicas, replica q on GPU q: the
@@ -105,7 +110,7 @@ if [ ! -s "$REF/cpu1.loss" ] && [ -f "$TOP/build/libpgrt_cpu.a" ]; then
     STEPS=$STEPS "$TOP/tests/gpu/cpu_refs.sh" "$T/ref" 2>&1 | sed 's/^/# /'
     REF=$T/ref
 fi
-[ -s "$REF/cpu1.loss" ] && [ -s "$REF/cpu1cos.loss" ] && [ -s "$REF/cpu1bf.loss" ] &&
+[ -s "$REF/cpu1.loss" ] && [ -s "$REF/cpu1cos.loss" ] && [ -s "$REF/cpu1bf.loss" ] && [ -s "$REF/cpuconv.loss" ] &&
     [ "$(grep -c '^[0-9]' "$REF/cpu1.loss")" = "$STEPS" ]
 ok $? "the CPU references are there, $STEPS steps each ($REF)"
 
@@ -281,6 +286,34 @@ if [ "$FAKE" = cpu ]; then
 else
     like "$(cat "$T/bn2d2.out" 2>/dev/null)" "CUDA graphs off: .*batch norm's sums over the data-parallel replicas" \
         "bn_small, 2 replicas: says graphs are off for the batch-norm sums"
+fi
+
+# --- 5c. convolutional networks: conv_small on 1, 2 and 4 stages ---------------------
+# (its split points are tagged # K1 .. # K7: 2 stages keep K4, 4 keep K2, K4, K6)
+GPU_MODEL=$TOP/tests/models/conv_small.pipe
+VARIANT_DEL='/# K[1-7]$/d'
+variant c1 1; ok $? "conv_small, 1 stage: generates and links"
+VARIANT_DEL='/# K[1235-7]$/d'
+variant c2 2; ok $? "conv_small, 2 stages: generates and links"
+VARIANT_DEL='/# K[1357]$/d'
+variant c4 4; ok $? "conv_small, 4 stages: generates and links"
+unset VARIANT_DEL
+GPU_MODEL=$TOP/tests/models/gpt_tiny.pipe
+train "$T/c1/cuda" "$T/conv1"; ok $? "conv_small, 1 stage: $STEPS steps"
+train "$T/c2/cuda" "$T/conv2"; ok $? "conv_small, 2 stages: $STEPS steps"
+train "$T/c4/cuda" "$T/conv4"; ok $? "conv_small, 4 stages: $STEPS steps"
+train "$T/c4/cuda" "$T/conv4e" --no-graph; ok $? "conv_small, 4 stages, --no-graph: $STEPS steps"
+same "$T/conv1" "$T/conv2" "conv_small: 2 stages vs 1 stage"
+same "$T/conv1" "$T/conv4" "conv_small: 4 stages vs 1 stage"
+same "$T/conv4" "$T/conv4e" "conv_small: graphs vs --no-graph"
+ref_matches cpuconv c1
+close "$REF/cpuconv" "$T/conv1" "$TOL" "conv_small: CUDA (cuDNN, own pooling and batch-norm kernels) vs the CPU"
+falls "$T/conv1" "conv_small"
+if [ "$FAKE" = cpu ]; then
+    skip "the cuDNN plans are the CUDA runtime's"
+else
+    like "$(cat "$T/conv1.out" 2>/dev/null)" 'cuDNN [0-9.]*: [0-9]* convolution geometr.*deterministic fp32 algorithms, workspace [0-9]* bytes' \
+        "conv_small: the end-of-run report names the cuDNN plans and their workspace"
 fi
 
 # --- 6. two GPUs: NCCL between different devices ------------------------------------

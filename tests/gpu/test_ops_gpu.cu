@@ -1266,6 +1266,8 @@ static void test_attention_bf16(int causal, int64_t hd)
     pg_backend_set_precision(G.c, 0);
 }
 
+#include "test_conv_ops.h" /* the ops of convolutional networks */
+
 int main(void)
 {
     const char *why = "";
@@ -1338,6 +1340,7 @@ int main(void)
     test_cross_entropy_ignore();
     test_optim();
     test_init();
+    test_conv_layers();
     OK(pg_sync(G.c) == 0, "no asynchronous errors at the end");
     pg_arena_destroy(G.c, G.arena);
     pg_backend_free(G.c);

@@ -127,7 +127,7 @@ if [ "$rebuild" = 1 ]; then
     rm -rf "$RB" && mkdir -p "$RB/obj" || exit 1
     arch=sm_${ARCH:-${BUILT_ARCH#sm_}}
     say "nvcc -arch=$arch: runtime/cuda/*.cu, tests/gpu/test_ops_gpu.cu, bench/gpu/gemm_peak.c (log: $RB/nvcc.log)"
-    inc="-I$B/runtime/core -I$B/runtime/cuda ${NCCL_INC:+-I$NCCL_INC} ${CUBLAS_INC:+-I$CUBLAS_INC}"
+    inc="-I$B/runtime/core -I$B/runtime/cuda ${NCCL_INC:+-I$NCCL_INC} ${CUBLAS_INC:+-I$CUBLAS_INC} ${CUDNN_INC:+-I$CUDNN_INC}"
     pids=""
     for f in "$B"/runtime/cuda/*.cu "$B/tests/gpu/test_ops_gpu.cu"; do
         # shellcheck disable=SC2086

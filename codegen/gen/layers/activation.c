@@ -1,6 +1,6 @@
-/* codegen/gen/layers/activation.c — the element-wise activations relu and gelu
- * (GPT-2's tanh form): no parameters, the backward reads the input
- * (runtime: pg_relu_*, pg_gelu_*). */
+/* codegen/gen/layers/activation.c — the element-wise activations relu, gelu
+ * (GPT-2's tanh form), sigmoid, tanh and silu: no parameters, the backward
+ * reads the input (runtime: pg_relu_*, pg_gelu_*, pg_sigmoid_*, ...). */
 #include "gen/gen_layer.h"
 
 static void act_fwd(em_out *e, em_layer *a, const char *op)
@@ -22,5 +22,15 @@ static void relu_bwd_b(em_out *e, em_layer *a) { act_bwd_b(e, a, "relu"); }
 static void gelu_fwd(em_out *e, em_layer *a) { act_fwd(e, a, "gelu"); }
 static void gelu_bwd_b(em_out *e, em_layer *a) { act_bwd_b(e, a, "gelu"); }
 
+static void sigmoid_fwd(em_out *e, em_layer *a) { act_fwd(e, a, "sigmoid"); }
+static void sigmoid_bwd_b(em_out *e, em_layer *a) { act_bwd_b(e, a, "sigmoid"); }
+static void tanh_fwd(em_out *e, em_layer *a) { act_fwd(e, a, "tanh"); }
+static void tanh_bwd_b(em_out *e, em_layer *a) { act_bwd_b(e, a, "tanh"); }
+static void silu_fwd(em_out *e, em_layer *a) { act_fwd(e, a, "silu"); }
+static void silu_bwd_b(em_out *e, em_layer *a) { act_bwd_b(e, a, "silu"); }
+
 const gen_layer_kind gen_relu = {.fwd = relu_fwd, .bwd_b = relu_bwd_b};
 const gen_layer_kind gen_gelu = {.fwd = gelu_fwd, .bwd_b = gelu_bwd_b};
+const gen_layer_kind gen_sigmoid = {.fwd = sigmoid_fwd, .bwd_b = sigmoid_bwd_b};
+const gen_layer_kind gen_tanh = {.fwd = tanh_fwd, .bwd_b = tanh_bwd_b};
+const gen_layer_kind gen_silu = {.fwd = silu_fwd, .bwd_b = silu_bwd_b};

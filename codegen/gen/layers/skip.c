@@ -1,5 +1,7 @@
 /* codegen/gen/layers/skip.c — the skip statements: `stash name` saves the current
- * tensor (which passes on unchanged), `pop name add|concat` combines it back.
+ * tensor (which passes on unchanged), `pop name add|concat|take` combines it
+ * back (take: the stash replaces the current tensor, which gets no gradient
+ * from it; the layer before stashed it, so its stash brings it one).
  * Within one chunk the stash is the tensor itself and its gradient a frame
  * buffer; across chunks the stash is a slot buffer sent to (or, on the same
  * stage, read in place by) the popping chunk, and the skip gradient comes back
@@ -138,21 +140,44 @@ static int pop_slots(pg_gen *g, em_stage *S, em_chunk *ch, int i, int cur, pg_di
     return 0;
 }
 
+/* A concat along dim k as pg_concat's [n, a] + [n, b]: n = rows times the
+ * dims before k ("r" or "r * N"), a and b the rest of each side. */
+static void concat_sizes(const ir_skip *sk, const pg_shape *in, char *n, size_t nn, int64_t *a, int64_t *b)
+{
+    int64_t per = 1, after = 1;
+    for (int d = 0; d < sk->concat_dim; d++)
+        per *= in->dim[d];
+    for (int d = sk->concat_dim + 1; d < in->rank; d++)
+        after *= in->dim[d];
+    if (per == 1)
+        sfmt(n, nn, "r");
+    else
+        sfmt(n, nn, "r * %" PRId64, per);
+    *a = in->dim[sk->concat_dim] * after;
+    *b = sk->shape.dim[sk->concat_dim] * after;
+}
+
 static void pop_fwd(em_out *e, em_layer *a)
 {
     const em_chunk *ch = e->ch;
     int k = a->L->skip;
     const ir_skip *sk = &e->g->m->skips[k];
-    char s[64];
+    char s[64], n[64];
+    int64_t na, nb;
     if (ch->skin[k] >= 0)
         sfmt(s, sizeof s, "%s", ch->sb[ch->skin[k]].local);
     else
         tval(e, ch->sktensor[k], s, sizeof s);
-    if (sk->mode == POP_ADD)
+    if (sk->mode == POP_ADD) {
         fprintf(e->o, "    PG_TRY(pg_add_fwd(c, %s, %s, %s, %s));\n", a->cnt, a->x, s, a->y);
-    else
-        fprintf(e->o, "    PG_TRY(pg_concat_fwd(c, %s, %" PRId64 ", %" PRId64 ", %s, %s, %s));\n", a->n,
-                last_dim(&a->in->shape), last_dim(&sk->shape), a->x, s, a->y);
+    } else if (sk->mode == POP_TAKE) {
+        fprintf(e->o, "    PG_TRY(pg_copy(c, %s, %s, r * %" PRId64 ")); /* the stash replaces %s */\n", a->y, s,
+                pg_shape_numel(&sk->shape), a->x);
+    } else {
+        concat_sizes(sk, &a->in->shape, n, sizeof n, &na, &nb);
+        fprintf(e->o, "    PG_TRY(pg_concat_fwd(c, %s, %" PRId64 ", %" PRId64 ", %s, %s, %s));\n", n, na, nb, a->x, s,
+                a->y);
+    }
 }
 
 /* dy goes to the tensor and to the skip: whole (add) or split (concat, which always writes both) */
@@ -163,7 +188,7 @@ static void pop_bwd_b(em_out *e, em_layer *a)
     const ir_skip *sk = &e->g->m->skips[k];
     char ds[64];
     int ds_wanted = 1;
-    if (a->dx_wanted || sk->mode != POP_ADD)
+    if (a->dx_wanted || sk->mode == POP_CONCAT)
         em_dx(e, a);
     if (ch->skgout[k] >= 0) {
         sfmt(ds, sizeof ds, "%s", ch->sb[ch->skgout[k]].local);
@@ -171,22 +196,31 @@ static void pop_bwd_b(em_out *e, em_layer *a)
         sfmt(ds, sizeof ds, "%s", fa(e, ch->skgframe[k]));
         ds_wanted = ch->tens[ch->sktensor[k]].need_grad;
     }
-    if (sk->mode == POP_ADD) {
-        if (a->dx_wanted)
-            fprintf(e->o, "    PG_TRY(pg_copy(c, %s, %s, %s)); /* %s */\n", a->dx, a->dy, a->cnt, a->L->name);
-        if (ds_wanted)
-            fprintf(e->o, "    PG_TRY(pg_copy(c, %s, %s, r * %" PRId64 ")); /* gradient of skip %s */\n", ds, a->dy,
-                    pg_shape_numel(&sk->shape), sk->name);
-    } else {
-        fprintf(e->o, "    PG_TRY(pg_concat_bwd(c, %s, %" PRId64 ", %" PRId64 ", %s, %s, %s)); /* %s */\n", a->n,
-                last_dim(&a->in->shape), last_dim(&sk->shape), a->dy, a->dx, ds, a->L->name);
+    if (sk->mode == POP_CONCAT) {
+        char n[64];
+        int64_t na, nb;
+        concat_sizes(sk, &a->in->shape, n, sizeof n, &na, &nb);
+        fprintf(e->o, "    PG_TRY(pg_concat_bwd(c, %s, %" PRId64 ", %" PRId64 ", %s, %s, %s)); /* %s */\n", n, na, nb,
+                a->dy, a->dx, ds, a->L->name);
+        return;
     }
+    if (a->dx_wanted && sk->mode == POP_ADD)
+        fprintf(e->o, "    PG_TRY(pg_copy(c, %s, %s, %s)); /* %s */\n", a->dx, a->dy, a->cnt, a->L->name);
+    if (a->dx_wanted && sk->mode == POP_TAKE) /* replaced: its own stash adds what it gets */
+        fprintf(e->o, "    PG_TRY(pg_zero(c, %s, %s)); /* %s */\n", a->dx, a->cnt, a->L->name);
+    if (ds_wanted)
+        fprintf(e->o, "    PG_TRY(pg_copy(c, %s, %s, r * %" PRId64 ")); /* gradient of skip %s */\n", ds, a->dy,
+                pg_shape_numel(&sk->shape), sk->name);
 }
 
+/* concat's "dim" only where it is not the last (the plan of a model without one stays as it was) */
 static void pop_attrs(FILE *o, const ir_model *m, const ir_layer *L)
 {
+    const ir_skip *sk = &m->skips[L->skip];
     stash_attrs(o, m, L);
-    fprintf(o, ", \"mode\": \"%s\"", m->skips[L->skip].mode == POP_ADD ? "add" : "concat");
+    fprintf(o, ", \"mode\": \"%s\"", sk->mode == POP_ADD ? "add" : sk->mode == POP_TAKE ? "take" : "concat");
+    if (sk->mode == POP_CONCAT && sk->concat_dim != sk->shape.rank - 1)
+        fprintf(o, ", \"dim\": %d", sk->concat_dim);
 }
 
 const gen_layer_kind gen_pop = {
