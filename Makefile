@@ -191,7 +191,7 @@ $(BUILD)/run/%/stages: $(BUILD)/run/%/c/plan.json $(BUILD)/libpgrt_cpu.a
 # (DIR/bin/../lib/pipegen), so the folder may be moved as a whole.
 PREFIX ?= /usr/local
 INST := $(DESTDIR)$(PREFIX)
-RT_HEADERS := runtime/core/pg_stage.h runtime/core/pg_contract.h runtime/core/pg_ops.h
+RT_HEADERS := runtime/core/pg_stage.h runtime/core/pg_contract.h runtime/core/pg_ops.h runtime/core/pg_conv.h
 install: all
 	@if [ -f build-cuda/libpgrt_cuda.a ] && [ -x "$(NVCC)" ]; then \
 	   $(MAKE) --no-print-directory CUDA=1 build-cuda/libpgrt_cuda.a; fi
