@@ -123,14 +123,14 @@ typedef struct ir_layer {
     int buffer[2];                     /* batchnorm running_mean, running_var (param indices) */
     int nbuffer;
     int skip;                          /* stash / pop: index into skips, else -1 */
-    unsigned defaulted;                /* bit i: optional number or true/false attribute i of the kind
-                                        * (layers.c's table) was not written and took its default */
     /* convolution and pooling, (h, w) pairs; conv1d and 1-D shapes use [1] (h: 1, 0, 1) */
     int64_t kernel[2], stride[2], padding[2], dilation[2], output_padding[2];
     int64_t groups;                    /* conv: channels in groups (in and out divisible) */
     int64_t scale;                     /* upsample: integer factor */
     int bilinear;                      /* upsample: 0 nearest, 1 bilinear */
     int axis[2];                       /* transpose: the dims swapped; mean: axis[0] */
+    unsigned defaulted;                /* bit i: optional number or true/false attribute i of the kind
+                                        * (layers.c's table) was not written and took its default */
 } ir_layer;
 
 typedef struct ir_skip {

@@ -100,10 +100,6 @@ like "$(cat "$tmp/fifosched.got")" 's\.csv: error: is not a regular file \(it is
 # against a quadratic path (which costs minutes here), not a speed target (those
 # are in make bench), so it must not depend on how busy the machine is.
 # (times must run in this shell: in a $(...) subshell it sees no children)
-cpu_of() {
-    awk 'NR == 2 { split($1, u, "m"); split($2, s, "m"); sub("s", "", u[2]); sub("s", "", s[2]);
-                   printf "%.3f\n", u[1] * 60 + u[2] + s[1] * 60 + s[2] }' "$1"
-}
 timed() {
     times >"$tmp/times0"
     run "$1" check "$2"

@@ -453,6 +453,18 @@ static int save_params(pg_run *r, int64_t steps, const char *path, int grads)
     return rc;
 }
 
+/* With --trace: the part `kind` of the work between steps ran from t0 to now
+ * (kind 0: none, only the time); returns now, where the next part starts. */
+static double trace_part(pg_run *r, int kind, double t0)
+{
+    if (!r->tracing)
+        return 0.0;
+    double t = pg_run_now();
+    if (kind)
+        pg_trace_part(r, kind, t0, t);
+    return t;
+}
+
 /* The end-of-run bubble of this stage and, on the loss stage, the throughput,
  * over the steps this run timed: its first step (after --resume, the one after
  * the checkpoint) warms up, so steps first+2 .. steps. When the processes on
@@ -476,18 +488,6 @@ static void report_speed(pg_run *r, int last)
     }
     printf("throughput: %.1f samples/s (mean over steps %" PRId64 "..%" PRId64 ")\n",
            (double)d->train.batch * (double)timed / r->wall_s, from, r->opt.steps);
-}
-
-/* With --trace: the part `kind` of the work between steps ran from t0 to now
- * (kind 0: none, only the time); returns now, where the next part starts. */
-static double trace_part(pg_run *r, int kind, double t0)
-{
-    if (!r->tracing)
-        return 0.0;
-    double t = pg_run_now();
-    if (kind)
-        pg_trace_part(r, kind, t0, t);
-    return t;
 }
 
 /* A JSON number, or null for what JSON cannot hold (NaN, infinities). */

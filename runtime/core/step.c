@@ -538,7 +538,7 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
     if (pg_backend_compute_end(r->ctx) || (r->verdict_state == 1 && pg_guard_decide(r, -1, NULL, step)) ||
         r->step_verdict == PG_VERDICT_STOP)
         return 1;
-    if (pg_sync(r->ctx) || pg_backend_step_end(r->ctx) || 0)
+    if (pg_sync(r->ctx) || pg_backend_step_end(r->ctx))
         return 1;
     if (!have_norm && pg_run_logged(r, step)) /* the log line's norm: the verdicts brought every sum (guard.c) */
         r->grad_norm = global_norm(r);
