@@ -294,9 +294,9 @@ static void print_defaults(const ir_model *m, FILE *out) {
         else snprintf(v, sizeof v, "%s", p->init == INIT_ZEROS ? "zeros" : "ones");
         fprintf(out, "  param %s: %s\n", p->name, v);
     }
-    fprintf(out, "  the layers' own, as PyTorch's: the projections' weights and biases (linear, attention, swiglu) "
-                 "uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)); embed, pos_embed and logits tables normal(0.02); norm "
-                 "weights 1, biases 0\n");
+    fprintf(out, "  the layers' own, as PyTorch's: the weights and biases of projections and convolutions (linear, "
+                 "attention, swiglu, conv1d, conv2d, conv_transpose2d) uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)); "
+                 "embed, pos_embed and logits tables normal(0.02); norm weights 1, biases 0\n");
 }
 
 void pg_model_summary(const ir_model *m, FILE *out) {
