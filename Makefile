@@ -13,6 +13,9 @@
 # CUDA=1 builds into build-cuda/ with the CUDA runtime: `make CUDA=1
 # build-cuda/<model>/stages` links the generated stages for the GPU.
 # SAN=1 builds into build-san/ with ASan and UBSan.
+#   make install PREFIX=DIR   bin/ (pipegen, piperun, pipedata), lib/pipegen/ (the
+#                   runtimes), include/pipegen/ (what generated stages include)
+# V=1 prints every command in full; otherwise one short line each (`CC dsl/ast.c`).
 
 CC      ?= cc
 SAN     ?= 0
@@ -43,6 +46,19 @@ CUDA_HOME ?= $(or $(wildcard /usr/local/cuda),$(patsubst %/bin/nvcc,%,$(shell co
 NVCC     ?= $(CUDA_HOME)/bin/nvcc
 export PYTHON CUDA_HOME NVCC RE2C LEMON LEMPAR
 
+# One line per command: `$(call say,CC,$<)` in front of a recipe line prints
+# "  CC     dsl/ast.c" and hides the command; with V=1 it is nothing, and make
+# prints the command itself. Inside a shell loop, `$(call say_sh,TAG,WHAT)`
+# echoes the same short line (with V=1 the shell traces the loop's commands).
+V ?= 0
+ifeq ($(V),1)
+say =
+say_sh = set -x;
+else
+say = @printf '  %-6s %s\n' '$(1)' '$(2)';
+say_sh = printf '  %-6s %s\n' '$(1)' "$(2)";
+endif
+
 # ---- the compiler: dsl/ + codegen/ -----------------------------------------
 DSL_SRC  := $(wildcard dsl/*.c)
 CG_SRC   := $(wildcard codegen/*/*.c codegen/gen/layers/*.c)  # codegen/README.md: cli -> choose -> gen -> schedule, base; gen/layers/: one entry per layer kind
@@ -50,7 +66,8 @@ GEN_SRC  := $(BUILD)/gen/lexer.c $(BUILD)/gen/pipe.c
 FE_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(DSL_SRC)) $(BUILD)/obj/gen/lexer.o $(BUILD)/obj/gen/pipe.o
 CG_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out codegen/cli/main.c,$(CG_SRC))) \
             $(BUILD)/obj/runtime/core/io_atomic.o \
-            $(BUILD)/obj/runtime/core/json.o        # gen writes its files atomically too; one JSON reader
+            $(BUILD)/obj/runtime/core/json.o \
+            $(BUILD)/obj/runtime/core/pytool.o      # gen writes its files atomically too; one JSON reader; tools/*.py
 
 # ---- the runtime: core + cpu ----------------------------------------------
 RT_CORE  := $(wildcard runtime/core/*.c)
@@ -70,14 +87,14 @@ NVCC_FOUND = @[ -x $(NVCC) ] || { echo "nvcc not found at $(NVCC) (set CUDA_HOME
 
 EXAMPLES := $(wildcard examples/*.pipe)
 
-.PHONY: all deps test-deps run test test-matrix test-slurm bench bench-gpu fuzz cuda cuda-if-found test-gpu clean san-all binaries test-fresh \
+.PHONY: all deps test-deps install run test test-matrix test-slurm bench bench-gpu fuzz cuda cuda-if-found test-gpu clean san-all binaries test-fresh \
         gpu-bundle gpu-bundle-dir
 .SUFFIXES:
 
 # `all` checks (and as root installs) the dependencies, then builds in a
 # sub-make so that what was just installed is seen.
 all: deps
-	@$(MAKE) --no-print-directory binaries
+	@$(MAKE) --no-print-directory $(if $(filter 1,$(V)),,-s) binaries
 
 binaries: $(BUILD)/pipegen $(BUILD)/libpgrt_cpu.a $(BUILD)/piperun $(BUILD)/pipedata
 
@@ -90,66 +107,69 @@ test-deps:
 # byte-stable (no dates, no versions).
 $(BUILD)/gen/lexer.c: dsl/lexer.re dsl/ast.h | $(BUILD)/gen/pipe.c
 	@mkdir -p $(dir $@)
-	$(RE2C) --no-generation-date --no-version -W --input-encoding ascii -o $@ $<
+	$(call say,RE2C,$<)$(RE2C) --no-generation-date --no-version -W --input-encoding ascii -o $@ $<
 
 $(BUILD)/gen/pipe.c: dsl/pipe.y
 	@mkdir -p $(dir $@)
-	# run on dsl/pipe.y itself, so its #line directives name dsl/pipe.y: a debugger lands in the grammar
-	$(LEMON) -s -T$(LEMPAR) -d$(BUILD)/gen dsl/pipe.y >/dev/null
-	rm -f $(BUILD)/gen/pipe.out
+	@# run on dsl/pipe.y itself, so its #line directives name dsl/pipe.y: a debugger lands in the grammar
+	$(call say,LEMON,dsl/pipe.y)$(LEMON) -s -T$(LEMPAR) -d$(BUILD)/gen dsl/pipe.y >/dev/null && rm -f $(BUILD)/gen/pipe.out
 
 $(BUILD)/gen/pipe.h: $(BUILD)/gen/pipe.c
 
 $(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(ALLCFLAGS) -Wno-unused-parameter -Wno-unused-variable -Wno-sign-compare -MMD -MP -c -o $@ $<
+	$(call say,CC,$<)$(CC) $(ALLCFLAGS) -Wno-unused-parameter -Wno-unused-variable -Wno-sign-compare -MMD -MP -c -o $@ $<
 
 $(BUILD)/obj/%.o: %.c $(BUILD)/gen/pipe.c
 	@mkdir -p $(dir $@)
-	$(CC) $(ALLCFLAGS) -MMD -MP -c -o $@ $<
+	$(call say,CC,$<)$(CC) $(ALLCFLAGS) -MMD -MP -c -o $@ $<
 
-# pipegen import/export hf run tools/hf.py from this checkout (PIPEGEN_TOOLS overrides)
-$(BUILD)/obj/codegen/cli/cmd_hf.o: ALLCFLAGS += -DPG_TOOLS_DIR='"$(abspath tools)"'
+# pipegen import/export hf, pipedata tokenize and a stage's --tokenizer run
+# tools/*.py from this checkout (PIPEGEN_TOOLS overrides)
+$(BUILD)/obj/runtime/core/pytool.o: ALLCFLAGS += -DPG_TOOLS_DIR='"$(abspath tools)"'
 
 $(BUILD)/libpgfront.a: $(FE_OBJ) $(CG_OBJ)
-	rm -f $@ && ar rcs $@ $^
+	$(call say,AR,$@)rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/pipegen: $(BUILD)/obj/codegen/cli/main.o $(BUILD)/libpgfront.a
-	$(CC) $(ALLCFLAGS) -o $@ $^ -lm
+	$(call say,LINK,$@)$(CC) $(ALLCFLAGS) -o $@ $^ -lm
 
+# libpgrt_cpu.flags: how a stage compiles and links against this runtime
+# (the sanitizers of a SAN=1 build), read by `pipegen build`
 $(BUILD)/libpgrt_cpu.a: $(RT_OBJ)
-	rm -f $@ && ar rcs $@ $^
+	$(call say,AR,$@)rm -f $@ && ar rcs $@ $^
+	@printf 'cflags %s\nlibs %s\n' '$(SANFLAGS)' '$(LDLIBS_RT)' >$(BUILD)/libpgrt_cpu.flags
 
 $(BUILD)/piperun: $(BUILD)/obj/cmd/piperun.o
-	$(CC) $(ALLCFLAGS) -o $@ $^
+	$(call say,LINK,$@)$(CC) $(ALLCFLAGS) -o $@ $^
 
-# pipedata: .pgd files from plain files (text -> a token stream, numpy arrays, CSV tables)
-$(BUILD)/pipedata: $(BUILD)/obj/cmd/pipedata.o $(BUILD)/obj/cmd/pd_npy.o $(BUILD)/obj/cmd/pd_csv.o $(BUILD)/libpgrt_cpu.a
-	$(CC) $(ALLCFLAGS) -o $@ $^
+# pipedata: .pgd files from plain files (text -> a token stream, numpy arrays, CSV tables, a tokenizer's ids)
+$(BUILD)/pipedata: $(BUILD)/obj/cmd/pipedata.o $(BUILD)/obj/cmd/pd_npy.o $(BUILD)/obj/cmd/pd_csv.o \
+                   $(BUILD)/obj/cmd/pd_tokenize.o $(BUILD)/libpgrt_cpu.a
+	$(call say,LINK,$@)$(CC) $(ALLCFLAGS) -o $@ $^
 
 # ---- stage binaries: build/<model>/stage<k> from generated/<model>/ --------
-# `make $(BUILD)/<model>/stages` links every generated stage of one model
-# (any model `pipegen gen ... -o generated/<model>` wrote; GENERATED=DIR reads
-# DIR/<model>/ instead); with CUDA=1 against the CUDA runtime (the same
-# stage<k>.c). The stage binaries of an older generation go first: piperun
-# runs every stage<k> it finds.
-GENERATED ?= generated
+# `make $(BUILD)/<model>/stages` links every stage of an example's committed
+# generation (generated/<model>/), with CUDA=1 against the CUDA runtime (the
+# same stage<k>.c). The stage binaries of an older generation go first: piperun
+# runs every stage<k> it finds. A model of your own: `pipegen build MODEL.pipe
+# -o DIR`, whose build folder is DIR (codegen/cli/cmd_build.c).
 ifeq ($(CUDA),1)
 STAGE_RT = $(BUILD)/libpgrt_cuda.a
 STAGE_LIBS = $(LDLIBS_CUDA)
-STAGE_NOTE = " (cuda)"
+STAGE_NOTE = (cuda)
 else
 STAGE_RT = $(BUILD)/libpgrt_cpu.a
 STAGE_LIBS = $(LDLIBS_RT)
 STAGE_NOTE =
 endif
-$(BUILD)/%/stages: $(GENERATED)/%/plan.json $(STAGE_RT)
+$(BUILD)/%/stages: generated/%/plan.json $(STAGE_RT)
 	@mkdir -p $(BUILD)/$*
 	@rm -f $(BUILD)/$*/stage[0-9]*
-	@set -e; for f in $(GENERATED)/$*/stage*.c; do \
+	@set -e; for f in generated/$*/stage*.c; do \
 	  k=$$(basename $$f .c); \
-	  echo "  CC $(BUILD)/$*/$$k"$(STAGE_NOTE); \
-	  $(CC) $(ALLCFLAGS) -I$(GENERATED)/$* -o $(BUILD)/$*/$$k $$f $(STAGE_RT) $(STAGE_LIBS); \
+	  $(call say_sh,LINK,$(BUILD)/$*/$$k $(STAGE_NOTE)) \
+	  $(CC) $(ALLCFLAGS) -Igenerated/$* -o $(BUILD)/$*/$$k $$f $(STAGE_RT) $(STAGE_LIBS); \
 	done; touch $@
 
 # ---- make run's model: generated from examples/<m>.pipe into build/run/<m>/c/ --
@@ -158,16 +178,48 @@ $(BUILD)/%/stages: $(GENERATED)/%/plan.json $(STAGE_RT)
 # into fewer stages leaves no stale stage<k> for piperun to start.
 .PRECIOUS: $(BUILD)/run/%/c/plan.json
 $(BUILD)/run/%/c/plan.json: examples/%.pipe $(BUILD)/pipegen
-	@mkdir -p $(dir $@)
-	$(BUILD)/pipegen gen $< -o $(BUILD)/run/$*/c
+	$(call say,GEN,$(BUILD)/run/$*/c)$(BUILD)/pipegen gen $< -o $(BUILD)/run/$*/c >/dev/null
 
 $(BUILD)/run/%/stages: $(BUILD)/run/%/c/plan.json $(BUILD)/libpgrt_cpu.a
 	@rm -f $(BUILD)/run/$*/stage[0-9]*
 	@set -e; for f in $(BUILD)/run/$*/c/stage*.c; do \
 	  k=$$(basename $$f .c); \
-	  echo "  CC $(BUILD)/run/$*/$$k"; \
+	  $(call say_sh,LINK,$(BUILD)/run/$*/$$k) \
 	  $(CC) $(ALLCFLAGS) -I$(BUILD)/run/$*/c -o $(BUILD)/run/$*/$$k $$f $(BUILD)/libpgrt_cpu.a $(LDLIBS_RT); \
 	done; touch $@
+
+# ---- make install PREFIX=DIR: pipegen outside the checkout --------------------
+# DIR/bin: pipegen, piperun, pipedata; DIR/lib/pipegen: the CPU runtime (and the
+# CUDA runtime with the script that finds cuBLAS, NCCL and cudart, when it was
+# built: build-cuda/libpgrt_cuda.a); DIR/include/pipegen: the headers generated
+# stages include; DIR/share/pipegen: the examples and their data, python/
+# load_safetensors.py (weights into torch without the safetensors package); DIR/share/doc/
+# pipegen: README.md and docs/. `pipegen build` finds the runtime beside itself
+# (DIR/bin/../lib/pipegen), so the folder may be moved as a whole.
+PREFIX ?= /usr/local
+INST := $(DESTDIR)$(PREFIX)
+RT_HEADERS := runtime/core/pg_stage.h runtime/core/pg_contract.h runtime/core/pg_ops.h runtime/core/pg_conv.h
+install: all
+	@if [ -f build-cuda/libpgrt_cuda.a ] && [ -x "$(NVCC)" ]; then \
+	   $(MAKE) --no-print-directory CUDA=1 build-cuda/libpgrt_cuda.a; fi
+	$(call say,INSTALL,$(INST))mkdir -p $(INST)/bin $(INST)/lib/pipegen $(INST)/include/pipegen \
+	    $(INST)/share/pipegen/examples $(INST)/share/pipegen/data $(INST)/share/pipegen/python \
+	    $(INST)/share/doc/pipegen/docs/tutorial && \
+	  install -m 755 $(BUILD)/pipegen $(BUILD)/piperun $(BUILD)/pipedata $(INST)/bin/ && \
+	  install -m 644 $(BUILD)/libpgrt_cpu.a $(BUILD)/libpgrt_cpu.flags $(INST)/lib/pipegen/ && \
+	  install -m 644 $(RT_HEADERS) $(INST)/include/pipegen/ && \
+	  install -m 644 examples/*.pipe $(INST)/share/pipegen/examples/ && \
+	  install -m 644 data/tiny_text.txt $(INST)/share/pipegen/data/ && \
+	  install -m 644 tools/load_safetensors.py $(INST)/share/pipegen/python/ && \
+	  install -m 644 README.md $(INST)/share/doc/pipegen/ && \
+	  install -m 644 docs/*.md $(INST)/share/doc/pipegen/docs/ && \
+	  install -m 644 docs/tutorial/*.md $(INST)/share/doc/pipegen/docs/tutorial/
+	@if [ -f build-cuda/libpgrt_cuda.a ]; then \
+	   install -m 644 build-cuda/libpgrt_cuda.a $(INST)/lib/pipegen/ && \
+	   install -m 755 tools/gpu_ldlibs.sh tools/gpu_env.sh $(INST)/lib/pipegen/ && \
+	   echo "installed into $(INST): bin/ (pipegen, piperun, pipedata), lib/pipegen/ (the CPU and the CUDA runtime), include/pipegen/, share/"; \
+	 else rm -f $(INST)/lib/pipegen/libpgrt_cuda.a; \
+	   echo "installed into $(INST): bin/ (pipegen, piperun, pipedata), lib/pipegen/ (the CPU runtime; no CUDA runtime: build-cuda/libpgrt_cuda.a is not built), include/pipegen/, share/"; fi
 
 # ---- the CUDA stage runtime: libpgrt_cuda.a ---------------------------------
 # The core objects (the TCP transport runtime/core/tcp.c among them, under the
@@ -185,7 +237,7 @@ CUDA_NET_OBJ := build-cuda/cuda/cuda_net.o
 RT_CUDA_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(RT_CORE)) $(CUDA_OBJ)
 
 $(BUILD)/libpgrt_cuda.a: $(RT_CUDA_OBJ)
-	rm -f $@ && ar rcs $@ $^
+	$(call say,AR,$@)rm -f $@ && ar rcs $@ $^
 
 # ---- CUDA: every .cu compiles in every test run, GPU or not ---------------
 # Objects are real targets with nvcc -MMD dependencies: only changed files recompile.
@@ -204,14 +256,12 @@ nvccflags:
 build-cuda/cuda/%.o: runtime/cuda/%.cu $(NVCC_STAMP)
 	$(NVCC_FOUND)
 	@mkdir -p $(dir $@)
-	@echo "  NVCC $<"
-	@$(NVCC) $(NVCCFLAGS) -MMD -MP -c -o $@ $<
+	$(call say,NVCC,$<)$(NVCC) $(NVCCFLAGS) -MMD -MP -c -o $@ $<
 
 build-cuda/cuda-tests/%.o: tests/gpu/%.cu $(NVCC_STAMP)
 	$(NVCC_FOUND)
 	@mkdir -p $(dir $@)
-	@echo "  NVCC $<"
-	@$(NVCC) $(NVCCFLAGS) -MMD -MP -c -o $@ $<
+	$(call say,NVCC,$<)$(NVCC) $(NVCCFLAGS) -MMD -MP -c -o $@ $<
 
 # ---- the CUDA runtime under emulation (tests/gpu/emu/README.md) ------------
 # runtime/cuda's own sources compiled by the host's C++ compiler against the
@@ -344,10 +394,10 @@ bench: all
 # peak timer, is compiled by `make test` too (tests/cuda_link.t checks it).
 $(BUILD)/bench/gemm_peak.o: bench/gpu/gemm_peak.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CSTD) $(WARN) $(CFLAGS) -I$(CUDA_HOME)/include -c -o $@ $<
+	$(call say,CC,$<)$(CC) $(CSTD) $(WARN) $(CFLAGS) -I$(CUDA_HOME)/include -c -o $@ $<
 
 $(BUILD)/bench/gemm_peak: $(BUILD)/bench/gemm_peak.o
-	$(CC) -o $@ $< $(LDLIBS_CUDA)
+	$(call say,LINK,$@)$(CC) -o $@ $< $(LDLIBS_CUDA)
 
 bench-gpu: gpu-bundle-dir
 	@build/gpu-bundle/pipegen-gpu/run.sh build/gpu-results bench

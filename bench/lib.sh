@@ -18,6 +18,39 @@ bench_need() {
     done
 }
 
+# bench_hf_start NAME: the start of a bench against transformers (PY, the
+# Python of tools/deps.sh hf): exits 0 with a line when PY lacks transformers;
+# else pins (bench_pin), notes torch's BLAS, makes DIR/logs and RES
+# (DIR/NAME-results.txt), and the random Llama of bench/hf_gen.py in M/hf
+# (M = DIR/NAME-model)
+bench_hf_start() {
+    if ! "$PY" -c 'import transformers, safetensors, torch' 2>/dev/null; then
+        echo "# $1 bench: skipped: no Python with transformers at $PY (tools/deps.sh hf)"
+        exit 0
+    fi
+    bench_pin
+    bench_torch_blas_note
+    mkdir -p "$DIR/logs" || fail "cannot create $DIR"
+    RES=$DIR/$1-results.txt
+    : >"$RES" || fail "cannot write $RES"
+    M=$DIR/$1-model
+    rm -rf "$M" && "$PY" "$TOP/bench/hf_gen.py" make "$M/hf" >"$DIR/logs/$1-make.log" 2>&1 ||
+        fail "bench/hf_gen.py make failed; log: $DIR/logs/$1-make.log"
+}
+
+# bench_torch_blas_note: a line when Debian's torch (BLAS_INFO=generic: the
+# libblas.so.3 alternative) runs on the reference netlib BLAS, which makes every
+# torch anchor many times slower (`make bench` installs OpenBLAS first:
+# tools/deps.sh bench)
+bench_torch_blas_note() {
+    b_l=$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null)
+    case $b_l in
+    *openblas*|'') ;;
+    *) echo "# note: libblas.so.3 is $b_l (the reference BLAS), which Debian's torch calls: the torch rows are" \
+            "not a fair anchor; install OpenBLAS (tools/deps.sh bench, as make bench does) and run again" ;;
+    esac
+}
+
 # bench_pin: PIN pins to cores CPUS when it can (children inherit the mask),
 # else is empty and CPUS becomes "unpinned" (with a note); TMO is a 600 s
 # timeout prefix where `timeout` exists

@@ -158,6 +158,16 @@ BENCH_CPUS=${BENCH_CPUS:-0,1} BENCH_DIR=$DIR/profile "$TOP/bench/profile.sh" || 
 echo
 BENCH_STEPS=$STEPS BENCH_REPEAT=$REPEAT BENCH_CPUS=${BENCH_CPUS:-0,1} BENCH_DIR=$DIR "$TOP/bench/pippy.sh" || exit 1
 
+# generation with the KV cache: 2N tokens against N, tokens/s against transformers' generate (bench/gen.sh;
+# skips itself without the Python of tools/deps.sh hf)
+echo
+BENCH_REPEAT=$REPEAT BENCH_CPUS=${BENCH_CPUS:-0,1} BENCH_DIR=$DIR "$TOP/bench/gen.sh" || exit 1
+
+# fine-tuning the imported Llama against PyTorch eager (bench/llama_ft.sh; skips itself likewise)
+echo
+BENCH_STEPS=$STEPS BENCH_WARMUP=$WARMUP BENCH_REPEAT=$REPEAT BENCH_CPUS=${BENCH_CPUS:-0,1} BENCH_DIR=$DIR \
+    "$TOP/bench/llama_ft.sh" || exit 1
+
 # the CPU runtime's GEMM against OpenBLAS at the examples' products (bench/gemm.sh)
 echo
 BENCH_CPUS=${BENCH_CPUS:-0,1} BENCH_DIR=$DIR "$TOP/bench/gemm.sh" || exit 1

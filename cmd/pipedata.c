@@ -6,6 +6,7 @@
  *   pipedata npy IN.npy -o OUT.pgd   a numpy array (cmd/pd_npy.c)
  *   pipedata csv IN.csv -o X.pgd --target COLUMN --targets-out Y.pgd
  *                                    a table with a header (cmd/pd_csv.c)
+ *   pipedata tokenize ...            through a Hugging Face tokenizer (pd_tokenize.c)
  * This file: the command line, text and bytes, and what the converters share.
  * Outputs are written beside the target and renamed into place (io_atomic.h);
  * an output that is an input file, or another output, is refused.
@@ -19,6 +20,7 @@
 #include <unistd.h>
 
 #include "io_atomic.h"
+#include "pd_tokenize.h"
 #include "pg_io.h"
 #include "pg_version.h"
 #include "pipedata.h"
@@ -41,7 +43,9 @@ static void usage(FILE *o)
             "                                       X gets every column but the target (f32[rows,\n"
             "                                       columns]), Y the target: i32 class indices when\n"
             "                                       every value is a whole number >= 0 (rank 1, for\n"
-            "                                       `target y : i32`), else f32[rows, 1]\n"
+            "                                       `target y : i32`), else f32[rows, 1]\n");
+    pd_tokenize_usage(o);
+    fprintf(o,
             "       pipedata --help | --version\n"
             "A language model (input and target i32[seq]) reads the stream with --data: sample i\n"
             "is the window of seq tokens at a seeded offset, its target the window one further.\n"
@@ -193,6 +197,8 @@ int main(int argc, char **argv)
         printf("pipedata (pipegen " PIPEGEN_VERSION ")\n");
         return 0;
     }
+    if (argc > 1 && !strcmp(argv[1], "tokenize"))
+        return pd_tokenize(argc, argv);
     static const char *const cmds[] = {"text", "bytes", "npy", "csv"};
     int cmd = -1;
     for (int k = 0; argc > 1 && k < 4; k++)
@@ -200,7 +206,7 @@ int main(int argc, char **argv)
             cmd = k;
     if (cmd < 0) {
         if (argc > 1)
-            fprintf(stderr, "pipedata: unknown command '%s' (the commands are text, bytes, npy and csv)\n", argv[1]);
+            fprintf(stderr, "pipedata: unknown command '%s' (the commands are text, bytes, npy, csv and tokenize)\n", argv[1]);
         usage(stderr);
         return 2;
     }

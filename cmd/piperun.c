@@ -11,7 +11,9 @@
  * PIPE_CONTROL_FD, that it writes a file for the user) and exits with the
  * first failure's status (128+signal for a stage killed by a signal). Each
  * stage runs in its own process group, so a stop reaches whatever it started,
- * and dies with piperun (PR_SET_PDEATHSIG).
+ * and dies with piperun (PR_SET_PDEATHSIG). What a stage prints after its
+ * end-of-run mark (PG_SUMMARY_MARK: its bubble, the throughput, the sample) is
+ * held and printed once the run is over, every stage's in stage order.
  * A standalone program: not part of the runtime library. */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -33,11 +35,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "io_atomic.h" /* PG_SUMMARY_MARK */
 #include "pg_version.h"
 
 #define MAX_STAGES 256
 #define LINE_MAX_BYTES 65536
 #define STOP_GRACE_S 5.0
+#define HELD_MAX_BYTES (1 << 20) /* a stage's held end-of-run summary; beyond it, relayed as it comes */
 
 /* Written by the signal handlers only: the signal to forward and a self-pipe
  * that wakes poll(). The one piece of state a handler may touch. */
@@ -71,6 +75,9 @@ typedef struct stream {
     int out;                /* 1 or 2: where its lines go */
     char buf[LINE_MAX_BYTES];
     size_t len;
+    int holding;            /* its end-of-run mark came: its lines go to held */
+    char *held;             /* those lines, prefixed, until the run is over */
+    size_t held_len;
 } stream;
 
 typedef struct stage {
@@ -129,8 +136,37 @@ static const char *proc_name(int k, char *b, size_t bl)
     return b;
 }
 
-static void emit_line(int k, int out, const char *p, size_t n, int add_newline)
+/* Keep the line (prefixed as emit_line writes it) in s->held; -1 when it
+ * does not fit, and then what s held is written out and holding ends. */
+static int hold_line(stream *s, const char *pre, size_t pl, const char *p, size_t n, int add_newline)
 {
+    size_t need = s->held_len + pl + n + 1;
+    char *h = need <= HELD_MAX_BYTES ? realloc(s->held, need) : NULL;
+    if (!h) {
+        write_all(s->out, s->held ? s->held : "", s->held_len);
+        free(s->held);
+        s->held = NULL;
+        s->held_len = 0;
+        s->holding = 0;
+        return -1;
+    }
+    s->held = h;
+    memcpy(h + s->held_len, pre, pl);
+    memcpy(h + s->held_len + pl, p, n);
+    s->held_len += pl + n;
+    if (add_newline)
+        h[s->held_len++] = '\n';
+    return 0;
+}
+
+static void emit_line(int k, stream *s, const char *p, size_t n, int add_newline)
+{
+    int out = s->out;
+    size_t ml = strlen(PG_SUMMARY_MARK);
+    if (out == 1 && n >= ml && n <= ml + 1 && memcmp(p, PG_SUMMARY_MARK, ml) == 0 && (n == ml || p[ml] == '\n')) {
+        s->holding = 1; /* the stage's end-of-run summary follows */
+        return;
+    }
     char pre[48], nm[40];
     int pl = snprintf(pre, sizeof pre, "[%s] ", proc_name(k, nm, sizeof nm));
     /* A stage names itself ("stage k: ...", with replicas also "stage k of
@@ -147,6 +183,8 @@ static void emit_line(int k, int out, const char *p, size_t n, int add_newline)
             break;
         }
     }
+    if (s->holding && hold_line(s, pre, (size_t)pl, p, n, add_newline) == 0)
+        return;
     /* one write per line where it fits, so lines from stages do not interleave */
     char tmp[LINE_MAX_BYTES + 48];
     if (n + (size_t)pl + 1 <= sizeof tmp) {
@@ -168,11 +206,11 @@ static void relay_lines(int k, stream *s, int final)
     size_t start = 0;
     for (size_t i = 0; i < s->len; i++)
         if (s->buf[i] == '\n') {
-            emit_line(k, s->out, s->buf + start, i + 1 - start, 0);
+            emit_line(k, s, s->buf + start, i + 1 - start, 0);
             start = i + 1;
         }
     if (start < s->len && (final || (start == 0 && s->len == sizeof s->buf))) {
-        emit_line(k, s->out, s->buf + start, s->len - start, 1);
+        emit_line(k, s, s->buf + start, s->len - start, 1);
         start = s->len;
     }
     memmove(s->buf, s->buf + start, s->len - start);
@@ -766,6 +804,11 @@ int main(int argc, char **argv)
                 close(pr.st[k].s[j].fd);
             }
         if (pr.st[k].ctl >= 0) close(pr.st[k].ctl);
+    }
+    for (int k = 0; k < pr.n; k++) { /* the end-of-run summaries, once, in stage (rank) order */
+        stream *s = &pr.st[k].s[0];
+        write_all(s->out, s->held ? s->held : "", s->held_len);
+        free(s->held);
     }
     free(pf);
     free(who);

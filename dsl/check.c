@@ -259,6 +259,7 @@ static void train_defaults(ir_train *t) {
     t->lr_schedule = LR_CONSTANT;
     t->steps = 100;
     t->precision = DT_F32;
+    t->defaulted = ~0u; /* no train block: every setting is its default */
 }
 
 int pg_check(const pg_ast *ast, ir_model *m, pg_diag *d) { return pg_check_profiled(ast, m, d, NULL); }
@@ -268,6 +269,7 @@ int pg_check_profiled(const pg_ast *ast, ir_model *m, pg_diag *d, const pg_profi
     chk c = {.d = d, .m = m, .ast = ast, .a = &m->arena, .profile = prof};
     int errors0 = d->errors;
     c.errors0 = errors0;
+    pg_diag_defer(d); /* found in expansion order (a block body at each call), printed in source order */
     train_defaults(&m->train);
     if (d->src && d->src->path) m->source_path = chk_strdup(&c, d->src->path);
 
@@ -332,6 +334,7 @@ int pg_check_profiled(const pg_ast *ast, ir_model *m, pg_diag *d, const pg_profi
         if (c.nparams[i].index < 0 && c.nparams[i].ok && d->errors == errors0)
             chk_warning(&c, c.nparams[i].st->name_loc, "parameter '%s' is never used", c.nparams[i].st->name);
 
+    pg_diag_flush(d);
     if (c.too_many)
         pg_note(d, fileloc, "too many errors (%d), stopping here", CHK_MAX_ERRORS);
     if (c.warnings_hidden)

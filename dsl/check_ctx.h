@@ -114,6 +114,7 @@ typedef struct chk {
     int have_loss;
     int cur_chunk;
     int expand_stopped; /* set after a fatal expansion error (layer limit) */
+    int kinds_listed;   /* the layers there are were named (after the first unknown layer) */
     long reports;       /* diagnostics attempted, duplicates included: a repeat stops
                          * expanding instances once one of them reported something */
 } chk;
@@ -230,6 +231,7 @@ void lm_apply_swiglu(chk *c, ir_layer *L, const bound_attr *b, chain *ch);
 
 /* ---- the rest ------------------------------------------------------------ */
 void chk_train(chk *c, const ast_stmt *st);         /* train.c */
+const char *pg_train_setting_name(int k);           /* train.c: setting k of its table (ir_train.defaulted), or NULL */
 void chk_weight_decay(chk *c);                      /* train.c: each parameter's rate, by its group or the rule */
 void chk_skips_static(chk *c);                      /* expand.c: pairing, split placement */
 void chk_expand(chk *c, chain *ch);                 /* expand.c: the model's items into layers */

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -81,6 +82,8 @@ static void quote_line(FILE *out, const char *line, size_t len, int col)
     fputs("^\n", out);
 }
 
+static void hold(pg_diag *d, int is_note, pg_loc loc, char *text, size_t len);
+
 void pg_vdiag(pg_diag *d, const char *level, pg_loc loc, const char *fmt, va_list ap)
 {
     int is_error = strcmp(level, "error") == 0;
@@ -91,19 +94,83 @@ void pg_vdiag(pg_diag *d, const char *level, pg_loc loc, const char *fmt, va_lis
     if (d->max_errors > 0 && d->errors > d->max_errors) return;
     if (!d->out) return;
 
+    char *buf = NULL;
+    size_t blen = 0;
+    FILE *out = d->deferring ? open_memstream(&buf, &blen) : NULL;
+    if (!out) out = d->out; /* not deferring (or out of memory): printed at once */
     const char *file = loc.file ? loc.file : d->src ? d->src->path : NULL;
-    if (file && loc.line > 0) fprintf(d->out, "%s:%d:%d: ", file, loc.line, loc.col);
-    else if (file) fprintf(d->out, "%s: ", file);
-    fprintf(d->out, "%s: ", level);
-    vfprintf(d->out, fmt, ap);
-    fputc('\n', d->out);
+    if (file && loc.line > 0) fprintf(out, "%s:%d:%d: ", file, loc.line, loc.col);
+    else if (file) fprintf(out, "%s: ", file);
+    fprintf(out, "%s: ", level);
+    vfprintf(out, fmt, ap);
+    fputc('\n', out);
 
     const char *line;
     size_t len;
     if (loc.line > 0 && d->src && d->src->text &&
         (!loc.file || loc.file == d->src->path || strcmp(loc.file, d->src->path) == 0) &&
         find_line(d, loc.line, &line, &len))
-        quote_line(d->out, line, len, loc.col);
+        quote_line(out, line, len, loc.col);
+    if (out != d->out && fclose(out) == 0)
+        hold(d, strcmp(level, "note") == 0, loc, buf, blen);
+}
+
+/* Keep one formatted message (text: malloc'd, taken over); a note goes with
+ * the message before it. Printed at once when it cannot be kept. */
+static void hold(pg_diag *d, int is_note, pg_loc loc, char *text, size_t len)
+{
+    pg_diag_held *h = d->nheld ? &d->held[d->nheld - 1] : NULL;
+    if (is_note && h) {
+        char *t = realloc(h->text, h->len + len);
+        if (t) {
+            memcpy(t + h->len, text, len);
+            h->text = t;
+            h->len += len;
+            free(text);
+            return;
+        }
+    } else if (d->nheld < d->capheld || (h = realloc(d->held, sizeof *d->held * (size_t)(d->capheld * 2 + 16)))) {
+        if (d->nheld == d->capheld) {
+            d->held = h;
+            d->capheld = d->capheld * 2 + 16;
+        }
+        d->held[d->nheld++] = (pg_diag_held){loc.line, loc.col, text, len};
+        return;
+    }
+    fwrite(text, 1, len, d->out);
+    free(text);
+}
+
+void pg_diag_defer(pg_diag *d)
+{
+    d->deferring = 1;
+}
+
+/* by line and column; whole-file messages (line 0) after the rest */
+static int held_before(const pg_diag_held *a, const pg_diag_held *b)
+{
+    int la = a->line > 0 ? a->line : INT_MAX, lb = b->line > 0 ? b->line : INT_MAX;
+    return la != lb ? la < lb : a->col < b->col;
+}
+
+void pg_diag_flush(pg_diag *d)
+{
+    for (int i = 1; i < d->nheld; i++) { /* insertion sort: stable, and the held messages are few (capped) */
+        pg_diag_held x = d->held[i];
+        int j = i;
+        for (; j > 0 && held_before(&x, &d->held[j - 1]); j--)
+            d->held[j] = d->held[j - 1];
+        d->held[j] = x;
+    }
+    for (int i = 0; i < d->nheld; i++) {
+        if (d->out)
+            fwrite(d->held[i].text, 1, d->held[i].len, d->out);
+        free(d->held[i].text);
+    }
+    free(d->held);
+    d->held = NULL;
+    d->nheld = d->capheld = 0;
+    d->deferring = 0;
 }
 
 void pg_error(pg_diag *d, pg_loc loc, const char *fmt, ...)

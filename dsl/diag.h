@@ -21,6 +21,14 @@ typedef struct pg_source {
     size_t len;
 } pg_source;
 
+/* A message held while the diagnostics are deferred: its text (with the notes
+ * that follow it) and where it points, for the sort into source order. */
+typedef struct pg_diag_held {
+    int line, col;        /* 0, 0: the whole file (sorted last) */
+    char *text;
+    size_t len;
+} pg_diag_held;
+
 typedef struct pg_diag {
     FILE *out;            /* where messages go (stderr in the CLI, a memstream in tests) */
     const pg_source *src; /* for quoting lines; may be NULL */
@@ -32,6 +40,12 @@ typedef struct pg_diag {
     const pg_source *line_src;
     int line_no;
     size_t line_off;
+    /* pg_diag_defer .. pg_diag_flush: messages are held and then printed in
+     * source order (the checker finds a block body's errors when it expands a
+     * call, after the top-level lines before that call) */
+    int deferring;
+    pg_diag_held *held;
+    int nheld, capheld;
 } pg_diag;
 
 void pg_diag_init(pg_diag *d, FILE *out, const pg_source *src);
@@ -40,6 +54,11 @@ void pg_error(pg_diag *d, pg_loc loc, const char *fmt, ...) __attribute__((forma
 void pg_warning(pg_diag *d, pg_loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void pg_note(pg_diag *d, pg_loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void pg_vdiag(pg_diag *d, const char *level, pg_loc loc, const char *fmt, va_list ap);
+/* From now on hold every message (a note stays with the error or warning
+ * before it) until pg_diag_flush, which prints them sorted by line and column
+ * (the order found among equal places; whole-file messages last). */
+void pg_diag_defer(pg_diag *d);
+void pg_diag_flush(pg_diag *d);
 
 /* Read a whole file; on failure reports `path: error: ...` through d and returns -1.
  * Refuses directories and files over limit bytes. */

@@ -487,6 +487,33 @@ static void expand_call(chk *c, scope *sc, const ast_stmt *st, int bi, const cha
     free(vals);
 }
 
+/* `split(NAME, K)`: two positional arguments, the first a name. */
+static int split_shape_ok(const ast_stmt *sp) {
+    const ast_arg *a = sp->args, *b = a ? a->next : NULL;
+    return a && b && !b->next && !a->key && !b->key && a->value->kind == EX_NAME;
+}
+
+/* Whether a top-level `split(NAME, K)` names the top-level repeat NAME. */
+static int splits_repeat(const ast_stmt *sp, const char *name) {
+    return sp->kind == ST_SPLIT && sp->args && split_shape_ok(sp) && name && strcmp(sp->args->value->str, name) == 0;
+}
+
+/* The instance before which top-level `split(NAME, K)` (sp) puts a stage
+ * boundary in `NAME = repeat n ...`; -1 with an error when K is not between
+ * two instances. */
+static int64_t split_instance(chk *c, const ast_stmt *sp, int64_t n) {
+    const ast_arg *a = sp->args, *b = a->next;
+    int64_t k;
+    if (chk_eval_int(c, NULL, b->value, "split instance", &k, 0) != 0) return -1;
+    if (k < 1 || k >= n) {
+        chk_error(c, b->value->loc, "split(%s, %lld): %s has %lld instance%s (0 to %lld); the boundary goes before "
+                  "one of 1 to %lld", a->value->str, (long long)k, a->value->str, (long long)n, n == 1 ? "" : "s",
+                  (long long)(n - 1), (long long)(n - 1));
+        return -1;
+    }
+    return k;
+}
+
 static void expand_repeat(chk *c, scope *sc, const ast_stmt *st, chain *ch) {
     int k = sc->repeat_count++;
     int64_t n;
@@ -505,7 +532,19 @@ static void expand_repeat(chk *c, scope *sc, const ast_stmt *st, chain *ch) {
     int bi = b && !b->next && b->kind == ST_LAYER && !b->name ? chk_find_block(c, b->callee) : -1;
     long reports0 = c->reports;
     /* instances are alike: once one has reported, the rest would only repeat it */
+    /* `split(NAME, K)`: stage boundaries between instances, the parameters' names unchanged */
+    const ast_stmt *sps[64];
+    int64_t spk[64];
+    int nsp = 0;
+    for (const ast_stmt *sp = c->ast->first; sp && sc->top; sp = sp->next)
+        if (splits_repeat(sp, st->name) && nsp < 64 && (spk[nsp] = split_instance(c, sp, n)) > 0) sps[nsp++] = sp;
     for (int64_t i = 0; i < n && !c->expand_stopped && c->reports == reports0; i++) {
+        for (int j = 0; j < nsp; j++)
+            if (spk[j] == i) {
+                c->splits = chk_grow(c->splits, &c->capsplits, c->nsplits + 1, sizeof *c->splits);
+                c->splits[c->nsplits++] = (chk_split){sps[j]->loc, c->nlayers};
+                c->cur_chunk++;
+            }
         char num[24];
         snprintf(num, sizeof num, "%lld", (long long)i);
         const char *ip = chk_qualify(c, prefix, num);
@@ -661,6 +700,22 @@ static void expand_pop(chk *c, scope *sc, const ast_stmt *st, chain *ch) {
     L->out = ch->shape;
 }
 
+/* Once per file: every layer kind there is and every block the model defines
+ * (cands: the nk kinds, then the blocks), so a misspelling far from any name
+ * still shows what may be written. */
+static void note_known_layers(chk *c, const char *file, const char *const *cands, int nk) {
+    size_t cap = 64;
+    for (int i = 0; i < nk + c->nblocks; i++) cap += strlen(cands[i]) + 2;
+    char *list = chk_xmalloc(cap);
+    size_t o = 0;
+    for (int i = 0; i < nk; i++) o += (size_t)snprintf(list + o, cap - o, "%s%s", i ? ", " : "", cands[i]);
+    if (c->nblocks) o += (size_t)snprintf(list + o, cap - o, "; the blocks of this model: ");
+    for (int i = 0; i < c->nblocks; i++)
+        o += (size_t)snprintf(list + o, cap - o, "%s%s", i ? ", " : "", cands[nk + i]);
+    chk_note(c, (pg_loc){file, 0, 0}, "the layers are: %s", list);
+    free(list);
+}
+
 static void expand_item(chk *c, scope *sc, const ast_stmt *st, chain *ch) {
     switch (st->kind) {
     case ST_LAYER: {
@@ -680,8 +735,10 @@ static void expand_item(chk *c, scope *sc, const ast_stmt *st, chain *ch) {
         for (int i = 0; i < nk; i++) cands[i] = kn[i];
         for (int i = 0; i < c->nblocks; i++) cands[nk + i] = c->blocks[i].st->name;
         char dm[128];
-        chk_error(c, st->callee_loc, "unknown layer or block '%s'%s", st->callee,
-                  chk_didyoumean(dm, sizeof dm, st->callee, cands, nk + c->nblocks));
+        if (chk_error(c, st->callee_loc, "unknown layer or block '%s'%s", st->callee,
+                      chk_didyoumean(dm, sizeof dm, st->callee, cands, nk + c->nblocks)) &&
+            !c->kinds_listed++)
+            note_known_layers(c, st->callee_loc.file, cands, nk);
         free(cands);
         ch->known = 0;
         return;
@@ -691,6 +748,18 @@ static void expand_item(chk *c, scope *sc, const ast_stmt *st, chain *ch) {
     case ST_POP: expand_pop(c, sc, st, ch); return;
     case ST_SPLIT:
         if (!sc->top) return; /* reported statically */
+        if (st->args) { /* split(NAME, K): taken where repeat NAME expands */
+            int found = 0;
+            for (const ast_stmt *r = c->ast->first; r; r = r->next)
+                found |= r->kind == ST_REPEAT && splits_repeat(st, r->name);
+            if (!split_shape_ok(st))
+                chk_error(c, st->loc, "split(NAME, K) wants the name of a top-level `NAME = repeat N ...` and the "
+                          "instance K (1 to N - 1) before which the stage boundary goes");
+            else if (!found)
+                chk_error(c, st->args->value->loc, "split(%s, ...): no top-level `%s = repeat N ...` to split",
+                          st->args->value->str, st->args->value->str);
+            return;
+        }
         c->splits = chk_grow(c->splits, &c->capsplits, c->nsplits + 1, sizeof *c->splits);
         c->splits[c->nsplits++] = (chk_split){st->loc, c->nlayers};
         c->cur_chunk++;

@@ -129,6 +129,8 @@ typedef struct ir_layer {
     int64_t scale;                     /* upsample: integer factor */
     int bilinear;                      /* upsample: 0 nearest, 1 bilinear */
     int axis[2];                       /* transpose: the dims swapped; mean: axis[0] */
+    unsigned defaulted;                /* bit i: optional number or true/false attribute i of the kind
+                                        * (layers.c's table) was not written and took its default */
 } ir_layer;
 
 typedef struct ir_skip {
@@ -214,6 +216,13 @@ typedef struct ir_train {
     int64_t memory;         /* `memory = 40GiB`: bytes per stage for schedule = auto; 0 none */
     pg_loc memory_loc;
     int auto_chosen;        /* 1: schedule (and for stages = N the split) chosen by `schedule = auto` */
+    unsigned defaulted;     /* bit k: setting k of dsl/train.c's table was not written (pipegen check lists them) */
+    /* `generate = kv_cache(batch, microbatches, length, prefill)`: the static
+     * sizes of generation with the KV cache (codegen/gen/gen_decode.c), 0 where
+     * not given (the generator's defaults); gen_off: `generate = none` */
+    int64_t gen_batch, gen_microbatches, gen_length, gen_prefill;
+    int gen_off;
+    pg_loc gen_loc;
 } ir_train;
 
 typedef struct ir_model {

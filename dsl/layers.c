@@ -604,6 +604,10 @@ static void apply_dropout(chk *c, ir_layer *L, const bound_attr *b, chain *ch) {
 
 
 void layer_apply(chk *c, ir_layer *L, const bound_attr *b, chain *ch) {
+    const attr_spec *specs = kinds[L->kind].attrs;
+    for (int i = 0; specs[i].name && i < 32; i++) /* pipegen check lists the defaults it filled in */
+        if (!b[i].set && !(specs[i].flags & A_REQ) && (specs[i].type == AT_FLOAT || specs[i].type == AT_BOOL))
+            L->defaulted |= 1u << i;
     if (L->kind != LK_EMBED) L->in_dtype = ch->known ? ch->dt : DT_F32;
     if (ch->known) L->in = ch->shape;
     switch (L->kind) {

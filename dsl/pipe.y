@@ -98,6 +98,8 @@ items(A) ::= items(A) error.                      /* resync at the next item or 
 item(A) ::= layer(A).
 item(A) ::= IDENT(N) EQ layer(L).                 { A = ast_named(ctx, &N, L); }
 item(A) ::= SPLIT(K).                             { A = ast_simple(ctx, ST_SPLIT, &K, NULL, NULL); }
+/* `split(h, 6)`: a stage boundary before instance 6 of `h = repeat N ...` (expand.c) */
+item(A) ::= SPLIT(K) LPAREN args(G) RPAREN.       { A = ast_simple(ctx, ST_SPLIT, &K, NULL, NULL); if (A) A->args = G.first; }
 item(A) ::= STASH(K) IDENT(N).                    { A = ast_simple(ctx, ST_STASH, &K, &N, NULL); }
 item(A) ::= POP(K) IDENT(N) IDENT(M).             { A = ast_simple(ctx, ST_POP, &K, &N, &M); }
 /* a mode with options: `pop enc concat(dim = 0)` */

@@ -251,7 +251,12 @@ void chk_ties(chk *c) {
         if (other && chk_error(c, other->loc, "parameter '%s' is used in stages %d and %d but is not tied",
                                np->st->name, first->stage, other->stage)) {
             chk_note(c, first->loc, "'%s' is also used here, in stage %d", np->st->name, first->stage);
-            chk_note(c, np->st->loc, "add `tie %s replicate` or `tie %s transmit`", np->st->name, np->st->name);
+            pg_loc nowhere = {np->st->loc.file, 0, 0}; /* the line to add is the message: no source line under it */
+            chk_note(c, nowhere,
+                     "add this line to the model (each stage that uses '%s' keeps a copy; their gradients are "
+                     "summed before every step):\n    tie %s replicate\n  or `tie %s transmit` (stage %d holds it, "
+                     "sends it to the others every step and gets their gradients back)",
+                     np->st->name, np->st->name, np->st->name, p->owner_stage);
         }
     }
 }

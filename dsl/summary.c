@@ -4,6 +4,7 @@
  * ties. Counts carry thousands separators; the output is byte-stable. */
 #include <stdlib.h>
 #include <string.h>
+#include "check_ctx.h" /* layer_kind_attrs, pg_train_setting_name: what a default is called */
 #include "ir.h"
 
 static const char *count(int64_t v, char *buf, size_t n) {
@@ -209,6 +210,95 @@ static void summary_data(const ir_train *t, FILE *out) {
 static const char *const ckpt_names[] = {"always", "except_last", "never"};
 static const char *const loss_names[] = {"mse(sum)", "mse(mean)", "cross_entropy"};
 
+/* The value of layer attribute `attr` as written in a .pipe (0: not one the
+ * defaults list shows). */
+static int attr_value(const ir_layer *L, const char *attr, char *buf, size_t n) {
+    if (!strcmp(attr, "eps")) snprintf(buf, n, "%g", L->eps);
+    else if (!strcmp(attr, "momentum")) snprintf(buf, n, "%g", L->momentum);
+    else if (!strcmp(attr, "bias")) snprintf(buf, n, "%s", L->bias ? "true" : "false");
+    else return 0;
+    return 1;
+}
+
+/* The value of train setting `name` as written in a .pipe (0: none to show). */
+static int setting_value(const ir_train *t, const char *name, char *buf, size_t n) {
+    if (!strcmp(name, "batch")) snprintf(buf, n, "%lld", (long long)t->batch);
+    else if (!strcmp(name, "microbatches")) snprintf(buf, n, "%lld", (long long)t->microbatches);
+    else if (!strcmp(name, "schedule") && t->schedule == SCHED_1F1B) snprintf(buf, n, "1f1b");
+    else if (!strcmp(name, "checkpoint")) snprintf(buf, n, "%s", ckpt_names[t->checkpoint]);
+    else if (!strcmp(name, "loss")) snprintf(buf, n, "%s", loss_names[t->loss]);
+    else if (!strcmp(name, "optimizer")) snprintf(buf, n, "sgd(lr = %g)", t->lr);
+    else if (!strcmp(name, "lr_schedule")) snprintf(buf, n, "constant");
+    else if (!strcmp(name, "steps")) snprintf(buf, n, "%lld", (long long)t->steps);
+    else if (!strcmp(name, "grad_clip")) snprintf(buf, n, "0 (off)");
+    else if (!strcmp(name, "seed")) snprintf(buf, n, "%llu", (unsigned long long)t->seed);
+    else if (!strcmp(name, "precision")) snprintf(buf, n, "%s", pg_dtype_name(t->precision));
+    else if (!strcmp(name, "eval_every")) snprintf(buf, n, "%lld", (long long)t->eval_every);
+    else if (!strcmp(name, "eval_batches")) snprintf(buf, n, "%lld", (long long)t->eval_batches);
+    else if (!strcmp(name, "shuffle")) snprintf(buf, n, "%s", t->shuffle ? "true" : "false");
+    else return 0;
+    return 1;
+}
+
+/* What pipegen filled in that the model does not say: the train settings not
+ * written, each layer attribute that took its default (grouped by kind,
+ * attribute and value, naming the layers); then the initial values (a `param`'s
+ * init written or not, and the layers' own, which are fixed). */
+static void print_defaults(const ir_model *m, FILE *out) {
+    char v[128];
+    const char *head = "defaults filled in (not written in the model; write them to change them):\n";
+    int n = 0;
+    for (int k = 0; k < 32 && pg_train_setting_name(k); k++)
+        if (m->train.defaulted >> k & 1 && setting_value(&m->train, pg_train_setting_name(k), v, sizeof v)) {
+            fprintf(out, "%s%s%s = %s", n ? "" : head, n ? ", " : "  train: ", pg_train_setting_name(k), v);
+            n++;
+        }
+    if (n) {
+        fputc('\n', out);
+        head = "";
+    }
+    for (int i = 0; i < m->nlayers; i++) { /* the first layer of each (kind, attribute, value) lists them all */
+        const ir_layer *L = &m->layers[i];
+        const attr_spec *specs = layer_kind_attrs(L->kind);
+        for (int a = 0; a < 32 && specs[a].name; a++) {
+            if (!(L->defaulted >> a & 1) || !attr_value(L, specs[a].name, v, sizeof v)) continue;
+            int first = 1;
+            for (int j = 0; j < i && first; j++) {
+                char w[128];
+                first = !(m->layers[j].kind == L->kind && m->layers[j].defaulted >> a & 1 &&
+                          attr_value(&m->layers[j], specs[a].name, w, sizeof w) && !strcmp(v, w));
+            }
+            if (!first) continue;
+            fprintf(out, "%s  %s %s = %s:", head, layer_kind_name(L->kind), specs[a].name, v);
+            head = "";
+            int count = 0;
+            for (int j = i; j < m->nlayers; j++) {
+                char w[128];
+                const ir_layer *K = &m->layers[j];
+                if (K->kind != L->kind || !(K->defaulted >> a & 1) || !attr_value(K, specs[a].name, w, sizeof w) ||
+                    strcmp(v, w))
+                    continue;
+                if (count < 6) fprintf(out, "%s %s", count ? "," : "", K->name);
+                count++;
+            }
+            if (count > 6) fprintf(out, " and %d more", count - 6);
+            fputc('\n', out);
+        }
+    }
+    fprintf(out, "initial values (a function of the parameter's name, the seed and the element):\n");
+    for (int i = 0; i < m->nparams; i++) { /* a `param` of the model's own (its name has no layer in it) */
+        const ir_param *p = &m->params[i];
+        if (strchr(p->name, '.') || p->is_buffer) continue;
+        if (p->init == INIT_NORMAL) snprintf(v, sizeof v, "normal(%g)", p->init_scale);
+        else if (p->init == INIT_UNIFORM) snprintf(v, sizeof v, "uniform(%g)", p->init_scale);
+        else snprintf(v, sizeof v, "%s", p->init == INIT_ZEROS ? "zeros" : "ones");
+        fprintf(out, "  param %s: %s\n", p->name, v);
+    }
+    fprintf(out, "  the layers' own, as PyTorch's: the weights and biases of projections and convolutions (linear, "
+                 "attention, swiglu, conv1d, conv2d, conv_transpose2d) uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)); "
+                 "embed, pos_embed and logits tables normal(0.02); norm weights 1, biases 0\n");
+}
+
 void pg_model_summary(const ir_model *m, FILE *out) {
     const ir_train *t = &m->train;
     char a[48], b[48], s[128];
@@ -301,4 +391,5 @@ void pg_model_summary(const ir_model *m, FILE *out) {
         if (p->tie == TIE_TRANSMIT) fprintf(out, " (owner %d)", p->owner_stage);
         fputc('\n', out);
     }
+    print_defaults(m, out);
 }

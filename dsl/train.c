@@ -43,6 +43,14 @@ static const attr_spec mse_attrs[] = {
     {"reduction", AT_WORD, A_POS, NORANGE, "sum|mean"},
     {0}};
 /* the ignored target id, an i32 like every target (PyTorch's ignore_index) */
+/* generation's static sizes (codegen/gen/gen_decode.c): sequences in flight,
+ * their micro-batches, cache positions per sequence, new positions per call */
+static const attr_spec kv_cache_attrs[] = {
+    {"batch", AT_INT, A_POS, 1, 1, 1, 1, 1, 65536, NULL},
+    {"microbatches", AT_INT, A_POS, 1, 1, 1, 1, 1, 4096, NULL},
+    {"length", AT_INT, A_POS, 1, 1, 1, 1, 1, 16384, NULL},
+    {"prefill", AT_INT, A_POS, 1, 1, 1, 1, 1, 16384, NULL},
+    {0}};
 static const attr_spec cross_entropy_attrs[] = {
     {"ignore", AT_INT, A_POS, 1, 1, 1, 1, -2147483648.0, 2147483647.0, NULL},
     {0}};
@@ -266,6 +274,28 @@ static void set_lr_schedule(chk *c, const ast_arg *a, ir_train *t, pg_loc *warmu
     }
 }
 
+/* `generate = kv_cache(batch, microbatches, length, prefill)` or `generate = none` */
+static void set_generate(chk *c, const ast_arg *a, ir_train *t) {
+    static const char *const names[] = {"kv_cache", "none", NULL};
+    const ast_arg *args;
+    bound_attr b[PG_MAX_ATTRS];
+    t->gen_loc = a->value->loc;
+    int k = pick(c, "generate", a->value, names, &args);
+    if (k == 1 && !no_args(c, "none", a->value)) t->gen_off = 1;
+    if (k == 0 && chk_bind_args(c, NULL, "kv_cache", kv_cache_attrs, args, a->value->loc, b) == 0) {
+        t->gen_batch = b[0].set ? b[0].i : 0;
+        t->gen_microbatches = b[1].set ? b[1].i : 0;
+        t->gen_length = b[2].set ? b[2].i : 0;
+        t->gen_prefill = b[3].set ? b[3].i : 0;
+        if (b[0].set && b[1].set && b[1].i > b[0].i)
+            chk_error(c, b[1].loc, "kv_cache: microbatches = %lld is more than batch = %lld: every micro-batch needs "
+                      "a sequence", (long long)b[1].i, (long long)b[0].i);
+        if (b[2].set && b[3].set && b[3].i > b[2].i)
+            chk_error(c, b[3].loc, "kv_cache: prefill = %lld is more than length = %lld: a call never has more new "
+                      "positions than the cache holds", (long long)b[3].i, (long long)b[2].i);
+    }
+}
+
 /* `shuffle = true | false` */
 static void set_bool(chk *c, const ast_arg *a, int *out) {
     static const char *const names[] = {"false", "true", NULL};
@@ -321,8 +351,10 @@ static void set_word(chk *c, const ast_arg *a, const char *const *names, int *ou
 static const char *const settings[] = {"batch", "microbatches", "schedule", "checkpoint", "loss", "optimizer",
                                        "lr_schedule", "steps", "grad_clip", "seed", "precision", "stages",
                                        "memory", "placement", "eval_every", "eval_batches", "shuffle",
-                                       "weight_decay"};
+                                       "weight_decay", "generate"};
 #define NSETTINGS ((int)(sizeof settings / sizeof settings[0]))
+
+const char *pg_train_setting_name(int k) { return k >= 0 && k < NSETTINGS ? settings[k] : NULL; }
 
 void chk_train(chk *c, const ast_stmt *st) {
     ir_train *t = &c->m->train;
@@ -420,8 +452,12 @@ void chk_train(chk *c, const ast_stmt *st) {
             if (!int_setting(c, a, 0, INT64_MAX, &v)) t->eval_batches = v;
             break;
         case 16: set_bool(c, a, &t->shuffle); break;
+        case 18: set_generate(c, a, t); break;
         }
     }
+    t->defaulted = 0;
+    for (int k = 0; k < NSETTINGS && k < 32; k++)
+        if (!seen[k]) t->defaulted |= 1u << k;
     if (t->schedule == SCHED_AUTO && !seen[12])
         chk_error(c, t->schedule_loc, "schedule = auto needs a per-stage memory budget: add `memory = 40GiB` (KiB, MiB, GiB)");
     else if (seen[12] && t->schedule != SCHED_AUTO)

@@ -73,7 +73,11 @@ got=$("$PIPEGEN" plan "$T/m.pipe" 2>&1); rc=$?
 is "$rc" 1 "a budget nothing fits is refused"
 like "$got" "m.pipe:9:29: error: no schedule fits memory = 64 KiB per stage: the smallest achievable is [0-9.]+ KiB per stage \([a-z0-9()]+, (balanced|min-max) split, on 2 stages\)" \
     "... at the memory setting, naming the smallest achievable per-stage memory"
-like "$got" "note: raise memory to at least $least bytes" "... exactly, in bytes ($least)"
+like "$got" "note: raise memory to at least $least bytes, .*\(pipegen plan lists every candidate with its arena per stage\)" "... exactly, in bytes ($least), pointing to pipegen plan"
+out=$("$PIPEGEN" plan "$T/m.pipe" 2>/dev/null)
+like "$out" "^schedule = auto, memory = 64 KiB per stage: [0-9]+ candidates" "... and pipegen plan then lists every candidate, as the note says"
+like "$out" "  1f1b +loop +(balanced|min-max) +2  [0-9.]+/[0-9.]+ .* no$" "... each with its arena per stage, none fitting"
+like "$out" "chosen: none: no candidate fits 64 KiB on every stage" "... and says that none was chosen"
 # a budget one byte short of the smallest: both would round to the same KiB, so both are said in bytes
 with_memory $((least - 1))
 got=$("$PIPEGEN" plan "$T/m.pipe" 2>&1)

@@ -100,10 +100,6 @@ like "$(cat "$tmp/fifosched.got")" 's\.csv: error: is not a regular file \(it is
 # against a quadratic path (which costs minutes here), not a speed target (those
 # are in make bench), so it must not depend on how busy the machine is.
 # (times must run in this shell: in a $(...) subshell it sees no children)
-cpu_of() {
-    awk 'NR == 2 { split($1, u, "m"); split($2, s, "m"); sub("s", "", u[2]); sub("s", "", s[2]);
-                   printf "%.3f\n", u[1] * 60 + u[2] + s[1] * 60 + s[2] }' "$1"
-}
 timed() {
     times >"$tmp/times0"
     run "$1" check "$2"
@@ -182,7 +178,7 @@ fast ident "a 1 MB identifier"
 { hdr; awk 'BEGIN { for (i = 0; i < 100000; i++) print "lienar(16 -> 16)" }'; } >"$tmp/errors.pipe"
 timed errors "$tmp/errors.pipe"
 is "$(grep -c ': error: ' "$tmp/errors.got")" 50 "100,000 errors: the checker shows 50"
-is "$(sed -n 148p "$tmp/errors.got")" "$tmp/errors.pipe:53:1: error: unknown layer or block 'lienar'; did you mean 'linear'?" \
+is "$(sed -n 149p "$tmp/errors.got")" "$tmp/errors.pipe:53:1: error: unknown layer or block 'lienar'; did you mean 'linear'?" \
     "...in source order, each located"
 is "$(tail -n 2 "$tmp/errors.got")" "$tmp/errors.pipe: note: too many errors (50), stopping here
 [exit 1]" "...then 'too many errors, stopping here' and exit 1"

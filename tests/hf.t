@@ -10,7 +10,11 @@
 # of one batch (a quarter of its targets -100, cross_entropy(ignore = -100))
 # and every gradient of that step within 1e-5 relative of transformers in
 # float64; the loaded weights saved back (--steps 0 --save) and exported:
-# from_pretrained on the export gives the original model's logits exactly.
+# from_pretrained on the export gives the original model's logits exactly;
+# greedy generation with the KV cache (4 prompts of 1 to 6 tokens, 3 of them
+# in flight in 2 micro-batches, prefill in pieces of 4) gives transformers'
+# generate(do_sample=False) token for token; the folder's tokenizer files are
+# copied beside the imported model.
 # Then the refusals: --load of a Hugging Face file, bad folders and configs.
 . "$(dirname "$0")/lib.sh"
 . "$TOP/tests/lib_e2e.sh"
@@ -26,9 +30,12 @@ CHECK="$PY $TOP/tests/hf_check.py"
 SEQ=8
 
 # the .pipe import wrote, made exact for the comparison: batch 4 in 2
-# micro-batches, no gradient clipping (the saved gradients are what the optimizer sees)
+# micro-batches, no gradient clipping (the saved gradients are what the
+# optimizer sees); generation: 3 sequences at a time in 2 micro-batches, 20
+# positions, prompts in pieces of 4
 exact() {
-    sed -i -e 's/batch = 8  microbatches = 4/batch = 4  microbatches = 2/' -e 's/grad_clip = 1.0//' "$1"
+    sed -i -e 's/batch = 8  microbatches = 4/batch = 4  microbatches = 2/' -e 's/grad_clip = 1.0//' \
+        -e 's/^train {$/train {\n  generate = kv_cache(batch = 3, microbatches = 2, length = 20, prefill = 4)/' "$1"
 }
 
 # case KIND STAGES: import, build, one step against transformers, export and back
@@ -59,6 +66,13 @@ case_of() {
     ! grep -q '^not ok' "$d/step.out" && [ "$n" -gt 10 ]
     ok $? "$kind on $s stage(s): loss and all $n gradients within 1e-5 of transformers (float64)"
     grep -v '^ok - ' "$d/step.out" | head -10 | sed 's/^/# /'
+    $CHECK prompts "$T/$kind" "$d" &&
+        OPENBLAS_NUM_THREADS=1 "$PIPERUN" "$d/gen/bin" -- --threads 1 --timeout 60 --load "$d/imp/m.safetensors" \
+            --steps 0 --prompts "$d/prompts.pgd" --generate 12 --temperature 0 --gen-out "$d/gen.jsonl" >"$d/gen.out" 2>&1 &&
+        $CHECK greedy "$T/$kind" "$d" --gen "$d/gen.jsonl" --new 12 >"$d/greedy.out" 2>&1
+    st=$?
+    ok $st "$kind on $s stage(s): greedy generation with the KV cache equals transformers' generate, token for token"
+    [ $st = 0 ] || cat "$d/gen.out" "$d/greedy.out" 2>/dev/null | tail -10 | sed 's/^/# /'
     "$PIPEGEN" export hf "$d/w0.safetensors" "$d/imp/m.pipe" -o "$d/exp" >"$d/exp.out" 2>&1 &&
         $CHECK same "$T/$kind" "$d/exp" "$d" >"$d/same.out" 2>&1 && grep -q '^ok - ' "$d/same.out"
     st=$?
@@ -74,6 +88,16 @@ for kind in gpt2 llama_gqa llama_mqa_tied; do
     done
 done
 [ -f "$T/gpt2/model.safetensors.index.json" ]; ok $? "the GPT-2 folder was sharded (model.safetensors.index.json)"
+
+# the tokenizer comes across: its files copied beside the model, where --tokenizer finds them
+cp -r "$T/gpt2" "$T/gpt2tok" && $PY "$TOP/tests/tok_check.py" make "$T/gpt2tok" &&
+    "$PIPEGEN" import hf "$T/gpt2tok" -o "$T/tokimp" --seq $SEQ --name m >"$T/tokimp.out" 2>&1 &&
+    cmp -s "$T/gpt2tok/tokenizer.json" "$T/tokimp/tokenizer.json" &&
+    cmp -s "$T/gpt2tok/tokenizer_config.json" "$T/tokimp/tokenizer_config.json"
+ok $? "import hf copies the folder's tokenizer.json and tokenizer_config.json into OUT"
+"$TOP/build/pipedata" tokenize --tokenizer "$T/tokimp" --prompt "the cat" -o "$T/tokimp/p.pgd" >/dev/null 2>&1
+ok $? "pipedata tokenize --tokenizer OUT reads it"
+[ ! -e "$T/gpt2-1/imp/tokenizer.json" ]; ok $? "a folder without a tokenizer gives none"
 
 # ---- refusals ----------------------------------------------------------------
 # expect NAME STATUS PATTERN CMD...: the command fails with that status and says PATTERN

@@ -9,6 +9,12 @@ Face models, their data, and the comparisons (float64 on the torch side).
                                        the first batch's loss and every gradient against
                                        pipegen's, mapped by tools/hf.py's names and layouts
     hf_check.py same DIR EXPORTED OUT  from_pretrained(EXPORTED)'s logits equal DIR's
+    hf_check.py prompts DIR OUT        OUT/prompts.pgd: prompts of 3, 6, 1 and 4 random ids
+                                       (i32 [4, 6], -1 after each)
+    hf_check.py greedy DIR OUT --gen G --new N
+                                       transformers' generate(do_sample=False) of each prompt,
+                                       N new tokens (no end-of-text id), in float32, equals the
+                                       tokens of --gen-out G token for token
 
 Each comparison prints one "ok - " or "not ok - " line; the exit status is 1
 when any failed.
@@ -72,9 +78,13 @@ def load(d):
     return AutoModelForCausalLM.from_pretrained(d).double().eval()
 
 
-def cmd_data(a):
+def vocab_of(d):
     import json
-    vocab = json.load(open(os.path.join(a.dir, "config.json")))["vocab_size"]
+    return json.load(open(os.path.join(d, "config.json")))["vocab_size"]
+
+
+def cmd_data(a):
+    vocab = vocab_of(a.dir)
     g = torch.Generator().manual_seed(5)
     x = torch.randint(0, vocab, (a.samples, a.seq), generator=g, dtype=torch.int32)
     y = torch.cat([x[:, 1:], torch.randint(0, vocab, (a.samples, 1), generator=g, dtype=torch.int32)], dim=1)
@@ -121,6 +131,44 @@ def cmd_same(a):
     return 0
 
 
+PROMPT_LENS = (3, 6, 1, 4)
+
+
+def cmd_prompts(a):
+    vocab = vocab_of(a.dir)
+    g = torch.Generator().manual_seed(7)
+    p = torch.full((len(PROMPT_LENS), max(PROMPT_LENS)), -1, dtype=torch.int32)
+    for i, n in enumerate(PROMPT_LENS):
+        p[i, :n] = torch.randint(0, vocab, (n,), generator=g, dtype=torch.int32)
+    write_pgd(os.path.join(a.out, "prompts.pgd"), p)
+    return 0
+
+
+def cmd_greedy(a):
+    import json
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(a.dir).eval()  # float32, as pipegen computes
+    model.generation_config.eos_token_id = None  # run every prompt to N new tokens, as --generate without --stop
+    p = read_pgd(os.path.join(a.out, "prompts.pgd")).long()
+    got = {}
+    for line in open(a.gen):
+        o = json.loads(line)
+        got[o["prompt"]] = o
+    for i, n in enumerate(PROMPT_LENS):
+        x = p[i:i + 1, :n]
+        with torch.no_grad():
+            ref = model.generate(x, do_sample=False, max_new_tokens=a.new, min_new_tokens=a.new,
+                                 pad_token_id=0)[0, n:].tolist()
+        o = got.get(i)
+        if o is None:
+            report(False, f"prompt {i}: not in {os.path.basename(a.gen)}")
+            continue
+        same = o["prompt_tokens"] == x[0].tolist() and o["tokens"] == ref and o["stop"] == "length"
+        report(same, f"prompt {i} ({n} tokens): {a.new} greedy tokens {o['tokens']} "
+               f"{'equal' if same else 'differ from'} transformers' {ref}")
+    return 0
+
+
 def main(argv):
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -142,8 +190,17 @@ def main(argv):
     p.add_argument("dir")
     p.add_argument("exported")
     p.add_argument("out")
+    p = sub.add_parser("prompts")
+    p.add_argument("dir")
+    p.add_argument("out")
+    p = sub.add_parser("greedy")
+    p.add_argument("dir")
+    p.add_argument("out")
+    p.add_argument("--gen", required=True)
+    p.add_argument("--new", type=int, required=True)
     a = ap.parse_args(argv)
-    {"make": cmd_make, "data": cmd_data, "step": cmd_step, "same": cmd_same}[a.cmd](a)
+    {"make": cmd_make, "data": cmd_data, "step": cmd_step, "same": cmd_same, "prompts": cmd_prompts,
+     "greedy": cmd_greedy}[a.cmd](a)
     return 1 if fails else 0
 
 

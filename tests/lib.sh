@@ -39,3 +39,12 @@ need_python() {
         fi
     done
 }
+
+# cpu_of FILE: the CPU seconds (user + system) of the children in FILE, the
+# output of `times` (run it in the shell that starts the children: a $(...)
+# subshell started after them sees none). Guards against quadratic paths time
+# CPU, not wall clock: a busy machine must not trip them.
+cpu_of() {
+    awk 'NR == 2 { split($1, u, "m"); split($2, s, "m"); sub("s", "", u[2]); sub("s", "", s[2]);
+                   printf "%.3f\n", u[1] * 60 + u[2] + s[1] * 60 + s[2] }' "$1"
+}

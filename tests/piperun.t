@@ -47,6 +47,24 @@ like "$out" '^\[stage 1 replica 1\] stage 1 of replica 0: named by another$' "..
 out=$(PIPE_MASTER=10.1.2.3:4567 timeout 20 "$PR" "$D" 2>/dev/null)
 like "$out" 'at 10\.1\.2\.3:4567 args: $' "PIPE_MASTER from the environment is passed on"
 
+# ---- the end-of-run summaries: held, then printed once, in stage order ----
+# a stage prints the mark (runtime/core/io_atomic.h PG_SUMMARY_MARK) before
+# its summary; stage 2 ends first and stage 0 last, and stage 1's lines would
+# fall between stage 0's
+D=$T/summary
+stage "$D" 0 'echo "step 1"; printf "\036pipegen: end of run\n"; echo "stage 0: bubble 10%"; sleep 0.6; echo "stage 0: more of 0"'
+stage "$D" 1 'sleep 0.2; printf "\036pipegen: end of run\n"; echo "stage 1: bubble 20%"; sleep 0.2; echo "stage 1: more of 1"; echo "late error" >&2'
+stage "$D" 2 'echo "no mark from stage 2"'
+out=$(timeout 20 "$PR" "$D" 2>"$T/err3"); rc=$?
+is "$rc" 0 "stages with end-of-run summaries: exit 0"
+is "$(printf '%s\n' "$out" | sed -n '/bubble 10%/,$p')" "[stage 0] bubble 10%
+[stage 0] more of 0
+[stage 1] bubble 20%
+[stage 1] more of 1" "the summaries come last, once, whole and in stage order"
+is "$(printf '%s\n' "$out" | sed -n '1,/bubble 10%/p' | grep -c 'step 1\|no mark')" 2 "...after the lines before the mark, relayed as they came"
+printf '%s' "$out" | grep -q "$(printf '\036')"; [ $? = 1 ]; ok $? "...and the mark itself is not shown"
+is "$(cat "$T/err3")" "[stage 1] late error" "stderr after the mark is relayed as it comes"
+
 # ---- first failure: status propagates, the rest are stopped ----
 D=$T/fail
 stage "$D" 0 "echo \$\$ > $T/p0; sleep 30 & echo \$! > $T/g0; wait"

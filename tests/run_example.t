@@ -25,6 +25,11 @@ touch "$B/run/mlp/c/plan.json"   # as if the example had just been regenerated
 make --no-print-directory "$B/run/mlp/stages" >"$T/make2.log" 2>&1
 [ -e "$B/run/mlp/stage3" ] && st=1 || st=0
 ok $st "relinking removes a stage binary the new generation does not have"
+is "$(cat "$T/make2.log")" "$(printf '  LINK   %s\n' "$B/run/mlp/stage0" "$B/run/mlp/stage1" "$B/run/mlp/stage2")" \
+    "... one short line per command, the compiler's own line left out"
+touch "$B/run/mlp/c/plan.json"
+make --no-print-directory V=1 "$B/run/mlp/stages" >"$T/make_v.log" 2>&1
+like "$(cat "$T/make_v.log")" "cc .* -o $B/run/mlp/stage0 $B/run/mlp/c/stage0.c $B/libpgrt_cpu.a" "... and with V=1 the whole command"
 
 # an edit to the example takes effect: make sees the .pipe newer than its C
 touch -d '2000-01-01' "$B/run/mlp/c/plan.json"

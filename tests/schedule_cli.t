@@ -46,7 +46,8 @@ is "$rc" "2" "no file is a usage error"
 # --- zb1 and the predicted timeline -------------------------------------------
 got=$("$PIPEGEN" schedule $G/zb1_small.pipe --svg "$T/zb1.svg" 2>&1); rc=$?
 ok $rc "pipegen schedule zb1_small.pipe --svg succeeds"
-is "$got" "$(cat $G/zb1_small.txt)" "zb1 listing matches $G/zb1_small.txt"
+is "$(printf '%s\n' "$got" | sed '$d')" "$(cat $G/zb1_small.txt)" "zb1 listing matches $G/zb1_small.txt"
+is "$(printf '%s\n' "$got" | tail -n 1)" "wrote $T/zb1.svg: the predicted timeline of one step (SVG)" "...then one line says what it wrote"
 cmp -s "$T/zb1.svg" $G/zb1_small.svg
 ok $? "the zb1 timeline matches $G/zb1_small.svg byte for byte"
 "$PIPEGEN" schedule $G/zb1_small.pipe --svg "$T/again.svg" >/dev/null 2>&1
@@ -66,7 +67,7 @@ ok $st "one chunk per stage: labels are micro-batches only"
 # zbv: the V placement in the listing, chunks in the picture
 got=$("$PIPEGEN" schedule $G/zbv_small.pipe --svg "$T/zbv.svg" 2>&1); rc=$?
 ok $rc "pipegen schedule zbv_small.pipe --svg succeeds"
-is "$got" "$(cat $G/zbv_small.txt)" "zbv listing matches $G/zbv_small.txt"
+is "$(printf '%s\n' "$got" | sed '$d')" "$(cat $G/zbv_small.txt)" "zbv listing matches $G/zbv_small.txt"
 like "$got" "placement v: stage 0 runs chunks 0, 3; stage 1 runs chunks 1, 2" "...with its placement table"
 cmp -s "$T/zbv.svg" $G/zbv_small.svg
 ok $? "the zbv timeline matches $G/zbv_small.svg byte for byte"
@@ -135,6 +136,10 @@ like "$got" 'predicted step \(1f1b, model units: estimated flops, messages free\
 like "$got" 'stage 1: 2 layers \(layer1 \.\. relu1\), compute [0-9.]+ [kMG]?flop per step, busy [0-9.]+%, bubble [0-9.]+%' \
      "plan shows each stage's layers, busy share and bubble"
 like "$(head -c 200 "$T/mlp.svg")" '<svg ' "plan writes the timeline"
+is "$(printf '%s\n' "$got" | tail -n 1)" "wrote $T/mlp.svg: the predicted timeline of one step (SVG)" "...and says so in one line"
+got=$("$PIPEGEN" schedule $G/zb1_small.pipe --csv --svg "$T/csv.svg" 2>/dev/null)
+is "$(printf '%s\n' "$got" | head -n 1)/$(printf '%s\n' "$got" | grep -c wrote)" "stage,action,mb,chunk,peer,skip,param/0" \
+    "with --csv, stdout is the CSV alone (the line about the SVG goes to stderr)"
 got=$("$PIPEGEN" plan examples/mlp.pipe --svg /nonexistent/dir/x.svg 2>&1); rc=$?
 is "$rc" "1" "an unwritable --svg path fails"
 like "$got" '/nonexistent/dir/x.svg: error: cannot write the timeline' "...and says so"

@@ -149,6 +149,7 @@ ok $rc "pipegen trace RUN.json MODEL --balance PROFILE --svg succeeds"
 like "$got" 'measured step [0-9.]+ m?s \(mean over 4 steps from step 3\), predicted [0-9.]+ m?s \(measured profile\): measured/predicted [0-9.]+' \
     "...prints measured against predicted step time"
 like "$got" 'stage 1: bubble measured [0-9.]+%, predicted [0-9.]+%' "...and measured against predicted bubble per stage"
+is "$(printf '%s\n' "$got" | tail -n 1)" "wrote $T/m.svg: the measured timeline of step 6 (SVG)" "...and says in one line what it wrote"
 like "$(sed -n 3p "$T/m.svg")" 'mlp: 1f1b, 2 stages, 8 micro-batches - bubble [0-9.]+%, step [0-9.]+ ms \(measured: step 6 of the trace\)' \
     "the measured timeline is drawn like plan --svg"
 is "$(grep -c '<title>F mb' "$T/m.svg")/$(grep -c '<title>B mb' "$T/m.svg")/$(grep -c '<title>W mb' "$T/m.svg")" "16/16/16" \

@@ -9,7 +9,8 @@ pipegen runtime stays C: this script only renames, transposes and writes.
     hf.py import DIR -o OUT [--stages N] [--seq T] [--name NAME]
         DIR: config.json and model.safetensors, or model-0000i-of-0000n.safetensors
         with model.safetensors.index.json. Writes OUT/<name>.pipe and
-        OUT/<name>.safetensors (pipegen's names and layouts, f32).
+        OUT/<name>.safetensors (pipegen's names and layouts, f32), and copies
+        the folder's tokenizer files (tokenizer.json and its company) into OUT.
     hf.py export WEIGHTS PLAN -o DIR
         WEIGHTS: a --save file; PLAN: the model's plan.json (pipegen writes it
         to a temporary file). Writes DIR/config.json and DIR/model.safetensors.
@@ -331,7 +332,27 @@ def cmd_import(a):
     os.replace(pipe + ".tmp", pipe)
     os.replace(st + ".tmp", st)
     print(f"{pipe}\n{st}")
+    for t in copy_tokenizer(a.dir, a.out):
+        print(t)
     return 0
+
+
+# The files of a Hugging Face tokenizer, copied beside the imported model so
+# that `--tokenizer OUT` and `pipedata tokenize --tokenizer OUT` find them.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+                   "merges.txt", "tokenizer.model", "added_tokens.json")
+
+
+def copy_tokenizer(src, out):
+    import shutil
+    done = []
+    for f in TOKENIZER_FILES:
+        p = os.path.join(src, f)
+        if os.path.isfile(p) and os.path.realpath(p) != os.path.realpath(os.path.join(out, f)):
+            shutil.copyfile(p, os.path.join(out, f + ".tmp"))
+            os.replace(os.path.join(out, f + ".tmp"), os.path.join(out, f))
+            done.append(os.path.join(out, f))
+    return done
 
 
 # ---- export: plan.json + a --save file -> a Hugging Face folder ------------------------

@@ -277,7 +277,7 @@ int pg_auto_resolve(ir_model *m, const pg_profile *prof, pg_auto *a, pg_diag *d)
         pg_error(d, at, "no schedule fits memory = %s per stage: the smallest achievable is %s per stage (%s, %s "
                  "split, on %d stages)", b1, b2, cand_name(c, nm, sizeof nm), c->split, c->nstages);
         pg_note(d, at, "raise memory to at least %" PRId64 " bytes, or use more stages, a smaller batch or more "
-                "micro-batches (pipegen plan lists every candidate)", c->arena_max);
+                "micro-batches (pipegen plan lists every candidate with its arena per stage)", c->arena_max);
         return -1;
     }
     const pg_auto_cand *c = &a->cand[a->chosen];
@@ -334,6 +334,8 @@ void pg_auto_report(const pg_auto *a, FILE *out)
         fprintf(out, "chosen: %s (%s placement, %s split): the fastest whose every stage fits %s\n",
                 cand_name(c, nm, sizeof nm), pg_placement_name(c->placement), c->split,
                 fmt_bytes(a->memory, b, sizeof b));
+    } else {
+        fprintf(out, "chosen: none: no candidate fits %s on every stage\n", fmt_bytes(a->memory, b, sizeof b));
     }
 }
 

@@ -13,7 +13,7 @@ int cmd_check(int argc, char **argv) {
         return 2;
     }
     cmd_model cm;
-    if (cmd_load_model(argv[1], NULL, 0, &cm) != 0)
+    if (cmd_load_model(argv[1], NULL, 0, NULL, &cm) != 0)
         return 1;
     fflush(stderr);
     pg_model_summary(&cm.l.model, stdout);

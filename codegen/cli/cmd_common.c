@@ -8,7 +8,7 @@
 #include "base/progress.h"
 #include "schedule/svg.h"
 
-int cmd_load_model(const char *path, const char *balance, int64_t guard_bytes, cmd_model *cm)
+int cmd_load_model(const char *path, const char *balance, int64_t guard_bytes, FILE *auto_table, cmd_model *cm)
 {
     memset(cm, 0, sizeof *cm);
     if (balance) {
@@ -29,6 +29,8 @@ int cmd_load_model(const char *path, const char *balance, int64_t guard_bytes, c
             }
             pg_schedule_free(&cm->s);
         }
+    } else if (auto_table && cm->l.have_auto && cm->l.autosel.n > 0 && cm->l.autosel.chosen < 0) {
+        pg_auto_report(&cm->l.autosel, auto_table); /* nothing fits: every candidate, so the budget can be chosen */
     }
     pg_unload(&cm->l);
     pg_profile_free(&cm->prof);

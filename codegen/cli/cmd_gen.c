@@ -1,5 +1,5 @@
 /* codegen/cli/cmd_gen.c — `pipegen gen FILE -o DIR [--balance PROFILE] [--guard-bytes N]`: writes
- * stage<k>.c per stage, <model>.h and plan.json into DIR (created if missing) as one
+ * stage<k>.c per stage, <model>.h and plan.json into DIR (created with its parents if missing) as one
  * generation, all or nothing, removing what an older generation wrote there and this one does
  * not (gen_files.h); nothing is written for a model with errors. Byte-stable output.
  * --guard-bytes N (a multiple of 64, default 0): N free bytes around every arena buffer, listed
@@ -15,16 +15,15 @@
 #include "gen/emit.h"
 #include "base/progress.h"
 
-int cmd_gen(int argc, char **argv)
+int cmd_gen_args(int argc, char **argv, int build, cmd_gen_opts *o)
 {
-    const char *path = NULL, *dir = NULL, *balance = NULL;
-    int64_t guard = 0;
+    memset(o, 0, sizeof *o);
     int bad = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-o") == 0 && i + 1 < argc)
-            dir = argv[++i];
+            o->dir = argv[++i];
         else if (strcmp(argv[i], "--balance") == 0 && i + 1 < argc && argv[i + 1][0])
-            balance = argv[++i]; /* stages = N split by measured layer times (dsl/cost.h) */
+            o->balance = argv[++i]; /* stages = N split by measured layer times (dsl/cost.h) */
         else if (strcmp(argv[i], "--guard-bytes") == 0 && i + 1 < argc) {
             char *end;
             errno = 0;
@@ -33,19 +32,34 @@ int cmd_gen(int argc, char **argv)
                 fprintf(stderr, "pipegen: --guard-bytes %s: want a multiple of 64 from 0 to 1073741824\n", argv[i]);
                 return 2;
             }
-            guard = v;
+            o->guard = v;
         }
-        else if (argv[i][0] == '-' || path)
+        else if (build && strcmp(argv[i], "--cuda") == 0)
+            o->cuda = 1;
+        else if (argv[i][0] == '-' || o->path)
             bad = 1;
         else
-            path = argv[i];
+            o->path = argv[i];
     }
-    if (bad || !path || !dir || !dir[0]) {
-        fprintf(stderr, "usage: pipegen gen FILE -o DIR [--balance PROFILE] [--guard-bytes N]\n");
+    if (bad || !o->path || !o->dir || !o->dir[0]) {
+        fprintf(stderr, "usage: pipegen %s FILE -o DIR%s [--balance PROFILE] [--guard-bytes N]\n", build ? "build" : "gen",
+                build ? " [--cuda]" : "");
         return 2;
     }
+    return 0;
+}
+
+int cmd_gen(int argc, char **argv)
+{
+    cmd_gen_opts o;
+    int rc = cmd_gen_args(argc, argv, 0, &o);
+    return rc ? rc : cmd_gen_dir(o.path, o.dir, o.balance, o.guard, NULL);
+}
+
+int cmd_gen_dir(const char *path, const char *dir, const char *balance, int64_t guard, int *nstages)
+{
     cmd_model cm;
-    if (cmd_load_model(path, balance, guard, &cm) != 0)
+    if (cmd_load_model(path, balance, guard, NULL, &cm) != 0)
         return 1;
     int rc = 1;
     char *auto_json = NULL;
@@ -59,6 +73,8 @@ int cmd_gen(int argc, char **argv)
     free(auto_json);
     if (!rc)
         pg_progress("written to %s", dir);
+    if (!rc && nstages)
+        *nstages = cm.l.model.nstages;
     cmd_release_model(&cm);
     return rc;
 }

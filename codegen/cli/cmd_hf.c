@@ -12,102 +12,28 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli/cmd_common.h"
 #include "cli/commands.h"
+#include "pytool.h"
 
-#ifndef PG_TOOLS_DIR
-#define PG_TOOLS_DIR "tools"
-#endif
-
-/* The Python that has transformers: $PIPEGEN_PYTHON, else the virtual
- * environment tools/deps.sh hf makes ($PIPEGEN_VENV, default
- * $HOME/.cache/pipegen/venv). NULL after saying what to do. */
-static const char *hf_python(char *buf, size_t n)
-{
-    const char *p = getenv("PIPEGEN_PYTHON");
-    if (p && *p)
-        return p;
-    const char *venv = getenv("PIPEGEN_VENV"), *home = getenv("HOME");
-    if (venv && *venv)
-        snprintf(buf, n, "%s/bin/python3", venv);
-    else
-        snprintf(buf, n, "%s/.cache/pipegen/venv/bin/python3", home && *home ? home : "/root");
-    if (access(buf, X_OK) == 0)
-        return buf;
-    fprintf(stderr, "pipegen: no Python with transformers and safetensors at %s: run `tools/deps.sh hf` once "
-                    "(it makes that virtual environment), or set PIPEGEN_PYTHON\n", buf);
-    return NULL;
-}
-
-/* Run tools/hf.py with args (NULL-terminated after the script); its exit
- * status, 1 when it could not run. Its standard output goes to ours and, up
- * to outlen - 1 bytes, into out (NULL: not kept). */
+/* Run tools/hf.py with args (NULL-terminated after the script): its exit
+ * status, 1 when it could not run. What it prints goes to our standard output
+ * and, up to outlen - 1 bytes, into out (NULL: not kept). */
 static int run_hf(const char *const *args, char *out, size_t outlen)
 {
-    char py[1024], script[1024];
-    const char *python = hf_python(py, sizeof py), *tools = getenv("PIPEGEN_TOOLS");
-    if (!python)
-        return 1;
-    snprintf(script, sizeof script, "%s/hf.py", tools && *tools ? tools : PG_TOOLS_DIR);
-    if (access(script, R_OK) != 0) {
-        fprintf(stderr, "pipegen: %s: %s (set PIPEGEN_TOOLS to the folder holding pipegen's hf.py)\n", script,
-                strerror(errno));
+    char err[1200], *said = NULL;
+    size_t n = 0;
+    int rc = pg_py_run("hf.py", args, NULL, 0, 1, &said, &n, err, sizeof err);
+    if (rc < 0) {
+        fprintf(stderr, "pipegen: %s\n", err);
         return 1;
     }
-    const char *argv[16] = {python, script};
-    int n = 2;
-    for (int i = 0; args[i] && n < 15; i++)
-        argv[n++] = args[i];
-    argv[n] = NULL;
-    fflush(stdout);
-    fflush(stderr);
-    int fds[2];
-    if (pipe(fds) != 0) {
-        fprintf(stderr, "pipegen: cannot start %s: %s\n", python, strerror(errno));
-        return 1;
-    }
-    pid_t pid = fork();
-    if (pid < 0) {
-        fprintf(stderr, "pipegen: cannot start %s: %s\n", python, strerror(errno));
-        close(fds[0]);
-        close(fds[1]);
-        return 1;
-    }
-    if (pid == 0) {
-        dup2(fds[1], 1);
-        close(fds[0]);
-        close(fds[1]);
-        execv(python, (char *const *)argv);
-        fprintf(stderr, "pipegen: cannot run %s: %s\n", python, strerror(errno));
-        _exit(127);
-    }
-    close(fds[1]);
-    size_t got = 0;
-    char chunk[4096];
-    for (;;) {
-        ssize_t k = read(fds[0], chunk, sizeof chunk);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            break;
-        fwrite(chunk, 1, (size_t)k, stdout);
-        for (ssize_t i = 0; out && i < k && got + 1 < outlen; i++)
-            out[got++] = chunk[i];
-    }
-    close(fds[0]);
     if (out)
-        out[got] = '\0';
-    int st;
-    while (waitpid(pid, &st, 0) < 0)
-        if (errno != EINTR)
-            return 1;
-    if (WIFEXITED(st))
-        return WEXITSTATUS(st) == 127 ? 1 : WEXITSTATUS(st);
-    fprintf(stderr, "pipegen: %s %s died by signal %d\n", python, script, WTERMSIG(st));
-    return 1;
+        snprintf(out, outlen, "%s", said);
+    free(said);
+    return rc;
 }
 
 static int import_usage(void)
@@ -168,7 +94,7 @@ int cmd_import(int argc, char **argv)
     if (nl)
         *nl = '\0';
     cmd_model cm;
-    if (!said[0] || cmd_load_model(said, NULL, 0, &cm) != 0) {
+    if (!said[0] || cmd_load_model(said, NULL, 0, NULL, &cm) != 0) {
         fprintf(stderr, "pipegen: import hf: the model written (%s) does not check: please report this\n",
                 said[0] ? said : "no path");
         return 1;
@@ -208,7 +134,7 @@ int cmd_export(int argc, char **argv)
         return 1;
     }
     cmd_model cm;
-    if (cmd_load_model(pipe, NULL, 0, &cm) != 0)
+    if (cmd_load_model(pipe, NULL, 0, NULL, &cm) != 0)
         return 1;
     uint64_t hash;
     char *plan = pg_gen_plan_json(cm.g, &hash);

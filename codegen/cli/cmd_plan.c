@@ -54,7 +54,7 @@ int cmd_plan(int argc, char **argv)
     if (cmd_files_distinct(files, 3))
         return 2;
     cmd_model cm;
-    if (cmd_load_model(path, balance, 0, &cm) != 0)
+    if (cmd_load_model(path, balance, 0, stdout, &cm) != 0)
         return 1;
     if (pg_plan_dp_check(&cm.l.model, dp) != 0) {
         cmd_release_model(&cm);
@@ -71,6 +71,8 @@ int cmd_plan(int argc, char **argv)
     int seconds = pg_sched_costs_of_model(&cm.l.model, balance ? &cm.prof : NULL, &c);
     pg_schedule_report(&cm.l.model, &cm.s, &c, seconds, stdout);
     int rc = svg && pg_schedule_svg_write(&cm.l.model, &cm.s, &c, seconds, svg, &cm.l.diag) != 0 ? 1 : 0;
+    if (svg && !rc)
+        printf("wrote %s: the predicted timeline of one step (SVG)\n", svg);
     cmd_release_model(&cm);
     return rc;
 }

@@ -78,7 +78,7 @@ int cmd_schedule(int argc, char **argv)
     if (cmd_files_distinct(files, 2))
         return 2;
     cmd_model cm;
-    if (cmd_load_model(path, NULL, 0, &cm) != 0)
+    if (cmd_load_model(path, NULL, 0, NULL, &cm) != 0)
         return 1;
     if (csv)
         pg_schedule_write_csv(&cm.s, stdout);
@@ -87,6 +87,8 @@ int cmd_schedule(int argc, char **argv)
     pg_sched_costs c;
     int seconds = pg_sched_costs_of_model(&cm.l.model, NULL, &c);
     int rc = svg && pg_schedule_svg_write(&cm.l.model, &cm.s, &c, seconds, svg, &cm.l.diag) != 0 ? 1 : 0;
+    if (svg && !rc) /* with --csv stdout is the schedule: the line goes to stderr */
+        fprintf(csv ? stderr : stdout, "wrote %s: the predicted timeline of one step (SVG)\n", svg);
     cmd_release_model(&cm);
     return rc;
 }

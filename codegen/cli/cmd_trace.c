@@ -516,6 +516,7 @@ static int trace_svg(const trace *t, const step_stat *ss, int step, const char *
         pg_error(d, loc, "cannot write the timeline: %s", err);
         return -1;
     }
+    printf("wrote %s: the measured timeline of step %d (SVG)\n", path, step);
     return 0;
 }
 

@@ -15,6 +15,8 @@ int cmd_schedule(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 /* `pipegen gen FILE -o DIR`: stage<k>.c per stage, <model>.h and plan.json. */
 int cmd_gen(int argc, char **argv);
+/* `pipegen build FILE -o DIR [--cuda]`: gen into DIR/c, then every stage compiled into DIR/stage<k>. */
+int cmd_build(int argc, char **argv);
 /* `pipegen trace RUN.json [MODEL.pipe]`: measured against predicted bubble and step; --svg. */
 int cmd_trace(int argc, char **argv);
 /* `pipegen import hf DIR -o OUT` / `pipegen export hf WEIGHTS MODEL.pipe -o DIR` (cmd_hf.c). */

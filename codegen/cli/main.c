@@ -56,6 +56,18 @@ static const command commands[] = {
      "each, which a runtime built with AddressSanitizer (make SAN=1) poisons: a kernel\n"
      "running past one tensor into the next is then reported. Another plan hash.\n",
      0},
+    {"build", cmd_build, "build FILE -o DIR [--cuda] [--balance PROFILE] [--guard-bytes N]",
+     "generate, compile and link every stage into DIR (DIR/stage<k>)",
+     "Generates the model into DIR/c/ as gen does (all or nothing), then compiles and\n"
+     "links every DIR/c/stage<k>.c into DIR/stage<k> against the runtime that came with\n"
+     "this pipegen: the installed one (PREFIX/lib/pipegen, PREFIX/include/pipegen, from\n"
+     "make install) or, for a pipegen in a checkout's build/, the checkout's. --cuda\n"
+     "links the CUDA runtime instead (cuBLAS, NCCL and the CUDA runtime as found on this\n"
+     "host). The compiler is $CC (default cc) with $CFLAGS (default -O2). DIR is the\n"
+     "build's own folder: builds into two folders never overwrite each other; the\n"
+     "stage binaries are replaced only when every stage compiled, and an older build's\n"
+     "extra stages are removed. Run the result with: piperun DIR -- [stage options].\n",
+     0},
     {"trace", cmd_trace, "trace RUN.json [FILE [--balance PROFILE]] [--svg OUT] [--step N]",
      "measured against predicted bubble and step time from a --trace file",
      "Reads the Chrome-trace JSON a run wrote with the stage option --trace RUN.json and\n"

@@ -77,7 +77,9 @@ static int has_ident(const em_idents *s, const char *name)
 
 /* One chunk function: its body (in text) decides which locals it declares:
  * r, F (this micro-batch's row of frame_c<k>: frow), and each tensor and model parameter it uses
- * with its type and shape; an argument it does not use is cast to void. */
+ * with its type and shape; an argument it does not use is cast to void. A
+ * decode chunk's (ch->dec) frame buffers have one instance each, at a fixed
+ * offset, and its buffers one per decode micro-batch (io->slot). */
 static int emit_fn(em_out *e, const char *sig, const char *frow, int has_first, const char *body)
 {
     FILE *o = e->o;
@@ -91,12 +93,14 @@ static int emit_fn(em_out *e, const char *sig, const char *frow, int has_first, 
         return -1;
     }
     fprintf(o, "%s\n{\n", sig);
-    int uses_A = has_ident(&id, "A") || has_ident(&id, "INPUT_ROWS") || has_ident(&id, "TARGET_ROWS");
+    int uses_A = has_ident(&id, "A") || has_ident(&id, "INPUT_ROWS") || has_ident(&id, "TARGET_ROWS") ||
+                 has_ident(&id, "DEC_ROWS");
     int uses_io = has_ident(&id, "io") || has_ident(&id, "INPUT_ROWS") || has_ident(&id, "TARGET_ROWS");
     if (has_ident(&id, "r"))
-        fprintf(o, "    const int64_t r = io->rows;\n"), uses_io = 1;
+        fprintf(o, "    const int64_t r = io->rows;%s\n", ch->dec ? " /* token rows: io->seqs x io->t */" : ""),
+            uses_io = 1;
     int any_frame = 0;
-    for (int f = 0; f < ch->nfb && !any_frame; f++)
+    for (int f = 0; f < ch->nfb && !any_frame && !ch->dec; f++)
         any_frame = has_ident(&id, ch->fb[f].name);
     if (any_frame)
         fprintf(o, "    const int64_t *const F = frame_c%d[%s]; /* this micro-batch's frame buffers */\n", ch->chunk,
@@ -115,7 +119,18 @@ static int emit_fn(em_out *e, const char *sig, const char *frow, int has_first, 
         const em_slotbuf *B = &ch->sb[b];
         if (!has_ident(&id, B->local))
             continue;
-        if (B->alias_chunk >= 0) {
+        if (ch->dec) { /* one instance, or the decode micro-batch's */
+            const em_slotbuf *T = B;
+            for (int i = 0; B->alias_chunk >= 0 && i < S->nchunks; i++)
+                if (S->dch[i].chunk == B->alias_chunk)
+                    T = &S->dch[i].sb[B->alias_sb];
+            if (T->count > 1)
+                fprintf(o, "    float *const %s = (float *)(A + %" PRId64 " + (int64_t)io->slot * %" PRId64 "); /* %s */\n",
+                        B->local, S->mp.buf[T->mp].offset, T->stride, B->note), uses_io = 1;
+            else
+                fprintf(o, "    float *const %s = (float *)(A + %" PRId64 "); /* %s */\n", B->local,
+                        S->mp.buf[T->mp].offset, B->note);
+        } else if (B->alias_chunk >= 0) {
             const em_chunk *to = find_chunk_c(S, B->alias_chunk);
             fprintf(o, "    float *const %s = (float *)(A + %" PRId64 " + (int64_t)mb_slot_c%d[io->mb] * %" PRId64 "); /* %s */\n",
                     B->local, to ? S->mp.buf[to->sb[B->alias_sb].mp].offset : 0, B->alias_chunk, B->stride, B->note);
@@ -125,10 +140,16 @@ static int emit_fn(em_out *e, const char *sig, const char *frow, int has_first, 
         }
         uses_A = uses_io = 1;
     }
-    for (int f = 0; f < ch->nfb; f++)
-        if (has_ident(&id, ch->fb[f].name))
+    for (int f = 0; f < ch->nfb; f++) {
+        if (!has_ident(&id, ch->fb[f].name))
+            continue;
+        if (ch->dec)
+            fprintf(o, "    float *const %s = (float *)(A + %" PRId64 "); /* %s: %s */\n", ch->fb[f].name,
+                    S->mp.buf[ch->fb_mp[f]].offset, ch->fb[f].what, ch->fb[f].shape), uses_A = 1;
+        else
             fprintf(o, "    float *const %s = (float *)(A + F[%d]); /* %s: %s */\n", ch->fb[f].name, f, ch->fb[f].what,
                     ch->fb[f].shape);
+    }
     for (int p = 0; p < m->nparams; p++) { /* parameters, gradient accumulators */
         const ir_param *P = &m->params[p];
         int mp[2] = {S->param_mp[p], S->grad_mp[p]};
@@ -160,7 +181,7 @@ static int emit_fn(em_out *e, const char *sig, const char *frow, int has_first, 
     return 0;
 }
 
-enum { FN_FWD_BODY, FN_FWD, FN_BWD_B, FN_BWD_W };
+enum { FN_FWD_BODY, FN_FWD, FN_BWD_B, FN_BWD_W, FN_DEC };
 
 /* The statements of one chunk function (FN_*), into e->o. */
 static void write_body(em_out *e, int fn, int split_fwd)
@@ -211,6 +232,9 @@ static void write_body(em_out *e, int fn, int split_fwd)
                     ch->sb[ch->x_slot].local, S->mp.buf[Y->mp].offset, c - 1, Y->stride, ch->tens[0].numel);
         }
         fprintf(e->o, "    PG_TRY(fwd_body_c%d(c, A, io, 1));\n", c);
+    } else if (fn == FN_DEC) { /* a decode chunk's call */
+        for (int i = ch->first; i <= ch->last; i++)
+            emit_layer_dec(e, i);
     } else if (fn == FN_BWD_B) {
         fprintf(e->o, "    if (io->recompute) /* checkpointed: rebuild the interior from the stage input */\n"
                       "        PG_TRY(%s_c%d(c, A, io%s));\n", split_fwd ? "fwd_body" : "fwd", c, split_fwd ? ", 0" : "");
@@ -230,8 +254,8 @@ static void write_body(em_out *e, int fn, int split_fwd)
 /* One chunk function: its statements into a string first, then emit_fn. */
 static int emit_chunk_fn(em_out *e, int fn, int split_fwd)
 {
-    static const char *const names[] = {"fwd_body", "fwd", "bwd_b", "bwd_w"};
-    static const char *const rows[] = {"2 * io->mb + !first", "2 * io->mb", "2 * io->mb + 1", "2 * io->mb + 1"};
+    static const char *const names[] = {"fwd_body", "fwd", "bwd_b", "bwd_w", "dec"};
+    static const char *const rows[] = {"2 * io->mb + !first", "2 * io->mb", "2 * io->mb + 1", "2 * io->mb + 1", ""};
     FILE *saved = e->o;
     char *buf = NULL, sig[160];
     size_t len = 0;
@@ -250,6 +274,15 @@ static int emit_chunk_fn(em_out *e, int fn, int split_fwd)
         rc = emit_fn(e, sig, rows[fn], has_first, buf);
     free(buf);
     return rc;
+}
+
+/* The decode function of a decode chunk (gen_decode.c): its layers' statements
+ * for one call (emit_layer_dec), r the call's token rows. */
+int emit_dec_fn(em_out *e)
+{
+    fprintf(e->o, "/* generation with the KV cache: chunk %d on io->t new positions of each of io->seqs sequences\n"
+                  " * (the decode row table, DEC_ROWS); tensors per token, r = io->seqs x io->t rows */\n", e->ch->chunk);
+    return emit_chunk_fn(e, FN_DEC, 0);
 }
 
 int emit_chunk_fns(em_out *e)

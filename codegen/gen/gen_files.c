@@ -137,11 +137,64 @@ static int write_generation(const char *dir, const pg_gen_file *f, int n, const 
     return 0;
 }
 
+int pg_gen_mkdirs(const char *dir, char *err, size_t errlen)
+{
+    char p[GF_PATH];
+    size_t n = strlen(dir);
+    if (n == 0 || n >= sizeof p) {
+        snprintf(err, errlen, "the name is %s", n ? "too long" : "empty");
+        return -1;
+    }
+    memcpy(p, dir, n + 1);
+    for (size_t i = 1; i <= n; i++) { /* each prefix that ends a component, the whole name last */
+        if (p[i] != '/' && p[i] != 0)
+            continue;
+        char c = p[i];
+        p[i] = 0;
+        struct stat st;
+        if (p[i - 1] != '/' && mkdir(p, 0777) != 0) {
+            int e = errno;
+            if (e != EEXIST) {
+                snprintf(err, errlen, "%s: %s", p, strerror(e));
+                return -1;
+            }
+            if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode)) {
+                snprintf(err, errlen, "%s exists and is not a folder", p);
+                return -1;
+            }
+        }
+        p[i] = c;
+    }
+    return 0;
+}
+
+/* One line on stdout: what this generation wrote where; stage<k>.c files are
+ * named by their range (a model of 100 stages takes one line too). */
+static void say_written(const char *dir, const pg_gen_file *f, int n)
+{
+    int nstage = 0;
+    unsigned k;
+    char tail;
+    for (int i = 0; i < n; i++)
+        nstage += sscanf(f[i].name, "stage%u.%c", &k, &tail) == 2;
+    int len = (int)strlen(dir);
+    while (len > 1 && dir[len - 1] == '/')
+        len--;
+    printf("wrote %d files to %.*s%s:", n + 1, len, dir, dir[len - 1] == '/' ? "" : "/");
+    if (nstage > 4)
+        printf(" stage0.c .. stage%d.c,", nstage - 1);
+    for (int i = 0; i < n; i++)
+        if (nstage <= 4 || sscanf(f[i].name, "stage%u.%c", &k, &tail) != 2)
+            printf(" %s,", f[i].name);
+    printf(" %s\n", PG_GEN_LIST);
+}
+
 int pg_gen_files_write(const char *dir, const pg_gen_file *f, int n, pg_diag *d, pg_loc loc)
 {
     struct stat st;
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
-        pg_error(d, loc, "cannot create the output folder %s: %s", dir, strerror(errno));
+    char why[GF_PATH + 64];
+    if (pg_gen_mkdirs(dir, why, sizeof why) != 0) {
+        pg_error(d, loc, "cannot create the output folder %s: %s", dir, why);
         return -1;
     }
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
@@ -160,8 +213,10 @@ int pg_gen_files_write(const char *dir, const pg_gen_file *f, int n, pg_diag *d,
     } else {
         pg_io_protect_begin(); /* Ctrl-C waits until the generation is in place (or left as it was) */
         rc = write_generation(dir, f, n, ltext, llen, tmp, path, d, loc);
-        if (rc == 0)
+        if (rc == 0) {
+            say_written(dir, f, n);
             remove_stale(dir, old, nold, f, n);
+        }
         pg_io_protect_end();
     }
     free(old);

@@ -20,9 +20,14 @@ typedef struct pg_gen_file {
     size_t len;
 } pg_gen_file;
 
-/* Write the n files into dir (created if missing; its parent must exist).
+/* Write the n files into dir (created if missing, with its missing parents).
  * 0, or -1 after reporting at loc what failed and that the previous
- * generation is intact. Prints the stale files it removed to stdout. */
+ * generation is intact. Prints one line to stdout naming what it wrote, then
+ * the stale files it removed. */
 int pg_gen_files_write(const char *dir, const pg_gen_file *f, int n, pg_diag *d, pg_loc loc);
+
+/* mkdir -p dir: every missing folder of the path made (0777 less the umask).
+ * 0, or -1 with the component that failed and why in err. */
+int pg_gen_mkdirs(const char *dir, char *err, size_t errlen);
 
 #endif

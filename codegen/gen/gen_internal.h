@@ -43,6 +43,7 @@ typedef struct em_slotbuf {
     /* >= 0: no buffer of its own; the slot buffer alias_sb of chunk
      * alias_chunk on the same stage, at that chunk's slot of the micro-batch */
     int alias_chunk, alias_sb;
+    int count;             /* a decode chunk's: instances (one per decode micro-batch, or 1); 0 in the step's chunks */
 } em_slotbuf;
 
 typedef struct em_aux { /* frame-only buffers of one layer: frame buffer ids */
@@ -59,10 +60,13 @@ typedef struct em_fbuf {
     char shape[64];
     char name[80];          /* its local in the generated functions: h_0_ln_1_out, d_h_0_ln_1_out */
     int lo[PASS__COUNT], hi[PASS__COUNT]; /* layer steps of the chunk using it per pass, -1: none */
+    int whole;              /* a decode chunk's buffer alive for the whole of generation (a KV cache), not one call */
 } em_fbuf;
 
 typedef struct em_chunk {
     int chunk, stage, first, last, is_first, is_last;
+    int dec;               /* a decode chunk (gen_decode.c): tensors per token, one instance of each frame
+                            * buffer (fb_mp[f]), slot buffers per decode micro-batch (io->slot) */
     int ntens;
     em_tensor *tens;
     int *lin, *lout;       /* per layer of the chunk: current tensor before/after */
@@ -102,6 +106,12 @@ typedef struct em_stage {
     int64_t *act_off, *act_bytes;
     uint32_t *act_tag;
     int64_t *send_bytes;   /* [nstages] */
+    /* generation with the KV cache (gen_decode.c); dch NULL when the model does not decode */
+    em_chunk *dch;         /* [nchunks]: the decode chunks, in ch's order */
+    int dec_rows_mp;       /* the decode row table */
+    int dec_nticks;        /* the decode timeline's end (it starts at nticks) */
+    int64_t *dact_off, *dact_bytes; /* per decode action: its buffer and bytes per token row */
+    uint32_t *dact_tag;
 } em_stage;
 
 struct pg_gen {
@@ -116,6 +126,13 @@ struct pg_gen {
     int64_t guard;         /* --guard-bytes: free bytes around every arena buffer (0: packed) */
     const char *auto_json; /* schedule = auto's candidates for plan.json, or NULL */
     int *nacc;             /* [nparams * nstages]: layers of stage s using param p (count_uses) */
+    /* generation with the KV cache (gen_decode.c): on, or why not (dec_why, "" for
+     * a model that is not a language model); its sizes and its schedule */
+    int dec_on;
+    char dec_why[320];
+    int64_t dec_batch, dec_len, dec_prefill, dec_rows;
+    int dec_nmb;
+    pg_schedule dsched;
     int *acc_at;           /* [nlayers * 4]: layer i's k-th param: its accumulator index on its stage */
 };
 
@@ -216,6 +233,25 @@ void cexpr(const em_tensor *T, char *buf, size_t sz);
 /* ---- across the files ---- */
 
 int layout_chunk(pg_gen *g, em_stage *S, em_chunk *ch, pg_diag *d);  /* gen_layout.c */
+/* a chunk's tables for its layers and nsk skips (tensors, layer inputs and outputs, saved buffers,
+ * skip buffers at -1), or -1 out of memory; and their release (gen_layout.c) */
+int chunk_tables(em_chunk *ch, int nsk);
+void chunk_free(em_chunk *ch);
+/* a new tensor of the chunk, in a frame buffer (gen_layout.c): its index */
+int new_tensor(em_chunk *ch, const pg_shape *sh, int dtype, const char *what);
+/* a chunk's locals of the parameters its layers use (gen_layout.c): 0, -1 out of memory */
+int name_params(const ir_model *m, em_chunk *ch);
+/* unique names for the chunk's frame buffers (gen_layout.c): 0, -1 out of memory */
+int unique_fb_names(em_chunk *ch);
+/* generation with the KV cache (gen_decode.c): whether and how the model decodes
+ * (before the stages), a stage's decode chunks and buffers (after its frames are
+ * planned), its decode messages (after the memory plan), and the dec functions */
+int dec_plan(pg_gen *g, pg_diag *d);
+int dec_layout_stage(pg_gen *g, em_stage *S, pg_diag *d);
+int dec_plan_messages(pg_gen *g, em_stage *S, pg_diag *d);
+void dec_free_stage(em_stage *S);
+int emit_dec_fn(em_out *e);                                           /* gen_chunk_fn.c */
+void emit_layer_dec(em_out *e, int i);                                /* gen_layer.c */
 int plan_frames(pg_gen *g, em_stage *S, pg_diag *d);                  /* gen_layout.c */
 int plan_messages(pg_gen *g, em_stage *S, pg_diag *d);                /* gen_msgs.c */
 int emit_chunk_fns(em_out *e);                                        /* gen_chunk_fn.c */

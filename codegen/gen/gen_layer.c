@@ -139,20 +139,35 @@ static void param_locals(const em_chunk *ch, em_layer *a)
         sfmt(a->p[k], sizeof a->p[k], "%s", plocal(ch, a->L->param[k], 0));
 }
 
+/* The forward's operands of layer i, and a comment naming it; its kind's entry. */
+static const gen_layer_kind *forward_begin(em_out *e, int i, em_layer *a)
+{
+    const gen_layer_kind *K = layer_begin(e, i, a);
+    tval(e, a->tin, a->x, sizeof a->x);
+    tval(e, a->tout, a->y, sizeof a->y);
+    shape_rows(&a->in->shape, a->shi, sizeof a->shi);
+    shape_rows(&a->out->shape, a->sho, sizeof a->sho);
+    param_locals(e->ch, a);
+    if (K && !K->passes_through)
+        fprintf(e->o, "    /* %s: %s %s -> %s */\n", a->L->name, layer_kind_name(a->L->kind), a->shi, a->sho);
+    return K;
+}
+
 void emit_layer_fwd(em_out *e, int i)
 {
     em_layer a;
-    const gen_layer_kind *K = layer_begin(e, i, &a);
-    tval(e, a.tin, a.x, sizeof a.x);
-    tval(e, a.tout, a.y, sizeof a.y);
-    shape_rows(&a.in->shape, a.shi, sizeof a.shi);
-    shape_rows(&a.out->shape, a.sho, sizeof a.sho);
-    param_locals(e->ch, &a);
-    if (!K)
-        return;
-    if (!K->passes_through)
-        fprintf(e->o, "    /* %s: %s %s -> %s */\n", a.L->name, layer_kind_name(a.L->kind), a.shi, a.sho);
-    K->fwd(e, &a);
+    const gen_layer_kind *K = forward_begin(e, i, &a);
+    if (K)
+        K->fwd(e, &a);
+}
+
+/* In a decode chunk, r is the call's token rows and the shapes are per token. */
+void emit_layer_dec(em_out *e, int i)
+{
+    em_layer a;
+    const gen_layer_kind *K = forward_begin(e, i, &a);
+    if (K)
+        (K->dec ? K->dec : K->fwd)(e, &a);
 }
 
 /* Every backward reads the output's gradient dy. */

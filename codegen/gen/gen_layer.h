@@ -66,6 +66,19 @@ typedef struct gen_layer_kind {
     void (*bwd_w)(em_out *e, em_layer *a); /* backward-weight: into a->p; NULL: no weights, no code */
     /* plan.json's "attrs" members (and so the architecture hash); NULL: none */
     void (*json_attrs)(FILE *o, const ir_model *m, const ir_layer *L);
+
+    /* Generation with the KV cache (gen_decode.c): a decode call runs the layer
+     * on r = sequences x t new positions, its tensors per token (the positions
+     * dimension dropped). per_token: in inference the layer treats each
+     * position alone, so `fwd` serves as it is; dec: its own statements
+     * (attention: the cache; pos_embed: the positions; batchnorm: its running
+     * statistics alone); dec_saved: its frame buffers there, for R token rows
+     * (NULL: `saved`); dec_check: why this layer cannot decode (NULL: it can).
+     * A kind with neither per_token nor dec cannot. */
+    int per_token;
+    void (*dec)(em_out *e, em_layer *a);
+    void (*dec_saved)(const pg_gen *g, em_chunk *ch, int i, int64_t R);
+    const char *(*dec_check)(const ir_layer *L);
 } gen_layer_kind;
 
 /* Kind k's entry; NULL: the code generator does not do it (yet). */

@@ -48,6 +48,7 @@ int add_slotbuf(em_chunk *ch, const char *local, const char *note, pg_mp_cat cat
     b->stride = al_plan(stride);
     b->mp = -1;
     b->alias_chunk = b->alias_sb = -1;
+    b->count = 0;
     return ch->nsb++;
 }
 
@@ -77,7 +78,7 @@ static int by_fb_name(const void *x, const void *y)
 
 /* Two frame buffers whose descriptions differ only in punctuation (h.0 and
  * h_0) would get one name: the later ones get their id appended. */
-static int unique_fb_names(em_chunk *ch)
+int unique_fb_names(em_chunk *ch)
 {
     int *ix = malloc((size_t)(ch->nfb + 1) * sizeof *ix);
     if (!ix)
@@ -168,7 +169,7 @@ static int name_taken(const name_set *t, const char *id)
 /* The locals of the parameters the chunk's layers use: the name as a C
  * identifier (h.0.ln_1.w -> h_0_ln_1_w) and d_ before it for the gradient
  * accumulators; p<index>_ before both where that name is taken. */
-static int name_params(const ir_model *m, em_chunk *ch)
+int name_params(const ir_model *m, em_chunk *ch)
 {
     char in[72];
     size_t n = (size_t)ch->nfb + (size_t)ch->nsb + 1;
@@ -217,7 +218,7 @@ static int name_params(const ir_model *m, em_chunk *ch)
     return 0;
 }
 
-static int new_tensor(em_chunk *ch, const pg_shape *sh, int dtype, const char *what)
+int new_tensor(em_chunk *ch, const pg_shape *sh, int dtype, const char *what)
 {
     em_tensor *t = &ch->tens[ch->ntens];
     memset(t, 0, sizeof *t);
@@ -232,11 +233,9 @@ static int new_tensor(em_chunk *ch, const pg_shape *sh, int dtype, const char *w
 }
 
 
-int layout_chunk(pg_gen *g, em_stage *S, em_chunk *ch, pg_diag *d)
+int chunk_tables(em_chunk *ch, int nsk)
 {
-    const ir_model *m = g->m;
-    int nl = ch->last - ch->first + 1, nsk = m->nskips;
-    char note[200], sh[96];
+    int nl = ch->last - ch->first + 1;
     ch->tens = calloc((size_t)nl + 2, sizeof *ch->tens);
     ch->lin = calloc((size_t)nl, sizeof(int));
     ch->lout = calloc((size_t)nl, sizeof(int));
@@ -248,13 +247,29 @@ int layout_chunk(pg_gen *g, em_stage *S, em_chunk *ch, pg_diag *d)
     ch->sktensor = malloc((size_t)(nsk + 1) * sizeof(int));
     ch->skgframe = malloc((size_t)(nsk + 1) * sizeof(int64_t));
     if (!ch->tens || !ch->lin || !ch->lout || !ch->aux || !ch->skin || !ch->skgout || !ch->skout || !ch->skgin ||
-        !ch->sktensor || !ch->skgframe) {
-        pg_error(d, m->loc, "out of memory laying out chunk %d", ch->chunk);
+        !ch->sktensor || !ch->skgframe)
         return -1;
-    }
     for (int k = 0; k < nsk; k++)
         ch->skin[k] = ch->skgout[k] = ch->skout[k] = ch->skgin[k] = ch->sktensor[k] = -1, ch->skgframe[k] = -1;
     ch->x_slot = ch->y_slot = ch->dy_slot = ch->dx_slot = -1;
+    return 0;
+}
+
+void chunk_free(em_chunk *ch)
+{
+    free(ch->tens); free(ch->lin); free(ch->lout); free(ch->aux);
+    free(ch->skin); free(ch->skgout); free(ch->skout); free(ch->skgin);
+    free(ch->sktensor); free(ch->skgframe); free(ch->fb); free(ch->fb_mp); free(ch->pl);
+}
+
+int layout_chunk(pg_gen *g, em_stage *S, em_chunk *ch, pg_diag *d)
+{
+    const ir_model *m = g->m;
+    char note[200], sh[96];
+    if (chunk_tables(ch, m->nskips)) {
+        pg_error(d, m->loc, "out of memory laying out chunk %d", ch->chunk);
+        return -1;
+    }
     int64_t R = g->rmax;
     const ir_layer *L0 = &m->layers[ch->first];
     const ir_layer *LN = &m->layers[ch->last];

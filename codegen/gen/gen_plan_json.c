@@ -65,6 +65,12 @@ void pg_gen_report(const pg_gen *g, FILE *o)
     fprintf(o, "model %s: %d stages, %d chunks, batch %" PRId64 " in %" PRId64 " micro-batches (%" PRId64
                " rows max), checkpoint %s\n",
             m->name, m->nstages, m->nchunks, m->train.batch, m->train.microbatches, g->rmax, ck[m->train.checkpoint]);
+    if (g->dec_on)
+        fprintf(o, "generation with the KV cache: %" PRId64 " sequences at a time in %d micro-batches, %" PRId64
+                   " positions each, prompts in pieces of %" PRId64 "\n", g->dec_batch, g->dec_nmb, g->dec_len,
+                g->dec_prefill);
+    else if (g->dec_why[0])
+        fprintf(o, "no generation with the KV cache: %s\n", g->dec_why);
     int64_t total = 0, unshared = 0;
     for (int k = 0; k < g->nstages; k++) {
         const em_stage *S = &g->st[k];
@@ -93,6 +99,8 @@ void pg_gen_report(const pg_gen *g, FILE *o)
                     print_bytes(o, what, cat[c]);
                 }
         }
+        if (S->dch)
+            fprintf(o, "  generation after training: its buffers share bytes with the step's activations\n");
         total = pg_bytes_add(total, S->mp.total);
         unshared = pg_bytes_add(unshared, before);
     }
@@ -183,7 +191,11 @@ char *pg_gen_plan_json(const pg_gen *g, uint64_t *hash)
     fprintf(o, "  \"microbatch_rows\": [");
     for (int64_t i = 0; i < t->microbatches; i++)
         fprintf(o, "%s%" PRId64, i ? ", " : "", g->mb_rows[i]);
-    fprintf(o, "],\n  \"layers\": [\n");
+    fprintf(o, "],\n");
+    if (g->dec_on) /* generation with the KV cache (gen_decode.c) */
+        fprintf(o, "  \"generate\": {\"batch\": %" PRId64 ", \"microbatches\": %d, \"length\": %" PRId64
+                   ", \"prefill\": %" PRId64 "},\n", g->dec_batch, g->dec_nmb, g->dec_len, g->dec_prefill);
+    fprintf(o, "  \"layers\": [\n");
     for (int i = 0; i < m->nlayers; i++) {
         const ir_layer *L = &m->layers[i];
         fprintf(o, "    {\"name\": ");

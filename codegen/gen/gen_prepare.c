@@ -225,7 +225,7 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
                      ch->nslots, ch->sb[b].stride, ch->sb[b].note);
         }
     }
-    if (plan_frames(g, S, d))
+    if (plan_frames(g, S, d) || dec_layout_stage(g, S, d))
         return -1;
     S->mp.guard = g->guard;
     if (stage_addressable(m, S, d)) /* below the limit, no offset the solver computes can overflow */
@@ -236,7 +236,7 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
         pg_error(d, m->loc, "internal error: the memory plan of stage %d is wrong: %s", S->stage, err);
         return -1;
     }
-    if (plan_messages(g, S, d))
+    if (plan_messages(g, S, d) || dec_plan_messages(g, S, d))
         return -1;
     /* the final gather of parameters to stage 0 */
     if (S->stage != 0)
@@ -365,6 +365,10 @@ int pg_gen_prepare(const ir_model *m, const pg_schedule *s, int64_t guard_bytes,
         g->recompute[i] = m->train.checkpoint == CKPT_ALWAYS || (m->train.checkpoint == CKPT_EXCEPT_LAST && i < M - 1);
     }
     g->rmax = g->mb_rows[0];
+    if (dec_plan(g, d)) { /* generation with the KV cache: whether, its sizes, its schedule */
+        pg_gen_free(g);
+        return -1;
+    }
     /* what a layer kind refuses (batchnorm: too few rows for its statistics) */
     for (int i = 0; i < m->nlayers; i++) {
         const gen_layer_kind *K = gen_layer_kind_of(m->layers[i].kind);
@@ -402,18 +406,16 @@ void pg_gen_free(pg_gen *g)
     pg_schedule_free(&g->ev);
     for (int k = 0; g->st && k < g->nstages; k++) {
         em_stage *S = &g->st[k];
-        for (int i = 0; S->ch && i < S->nchunks; i++) {
-            em_chunk *ch = &S->ch[i];
-            free(ch->tens); free(ch->lin); free(ch->lout); free(ch->aux);
-            free(ch->skin); free(ch->skgout); free(ch->skout); free(ch->skgin);
-            free(ch->sktensor); free(ch->skgframe); free(ch->fb); free(ch->fb_mp); free(ch->pl);
-        }
+        for (int i = 0; S->ch && i < S->nchunks; i++)
+            chunk_free(&S->ch[i]);
         free(S->ch);
+        dec_free_stage(S);
         pg_mp_free(&S->mp);
         free(S->param_mp); free(S->grad_mp); free(S->opt_mp[0]); free(S->opt_mp[1]); free(S->layer_mp); free(S->shadow_mp);
         free(S->act_slot); free(S->fwd_slot); free(S->act_tick); free(S->act_off); free(S->act_bytes); free(S->act_tag); free(S->send_bytes);
     }
     free(g->st);
+    pg_schedule_free(&g->dsched);
     free(g->nacc);
     free(g->acc_at);
     free(g->mb_rows);

@@ -71,6 +71,43 @@ static void emit_param_entry(FILE *o, const pg_gen *g, int p, const em_stage *S)
             gl >= 0 ? m->layers[gl].chunk : -1, gl >= 0 ? stage_layer_at(S, gl) : -1);
 }
 
+/* Generation with the KV cache: the decode schedule of one round, offsets and
+ * bytes per token row, and the stage's pg_dec_desc. */
+static void emit_dec_tables(const pg_gen *g, const em_stage *S, FILE *o)
+{
+    const pg_stage_sched *ds = &g->dsched.stage[S->stage];
+    int64_t tok = -1, logits = -1, V = 0;
+    for (int i = 0; i < S->nchunks; i++) {
+        const em_chunk *dc = &S->dch[i];
+        if (dc->is_first)
+            tok = S->mp.buf[dc->sb[dc->x_slot].mp].offset;
+        if (dc->is_last) {
+            logits = S->mp.buf[dc->sb[dc->y_slot].mp].offset;
+            V = last_dim(&dc->tens[dc->lout[dc->last - dc->first]].shape);
+        }
+    }
+    fprintf(o, "/* generation with the KV cache: one round of the decode schedule (off: the micro-batch's buffer,\n"
+               " * bytes: per token row; every message goes after the call's row table, runtime/core/decode.c) */\n"
+               "static const pg_step_action dec_step[] = {\n");
+    for (int a = 0; a < ds->n; a++) {
+        const pg_act *A = &ds->act[a];
+        char buf[160];
+        fprintf(o, "    {.kind = PG_%s, .mb = %d, .chunk = %d, .slot = %d, .peer = %d, .skip = %d, .param = -1, "
+                   ".tag = 0x%08" PRIx32 "u, .off = %" PRId64 ", .bytes = %" PRId64 "}, /* %d: %s */\n",
+                pg_step_kind_name(A->kind), A->mb, A->chunk, A->kind == PG_FWD ? A->mb : -1, A->peer, A->skip,
+                S->dact_tag[a], S->dact_off[a], S->dact_bytes[a], a, pg_act_str(A, buf, sizeof buf));
+    }
+    if (!ds->n)
+        fprintf(o, "    {.kind = PG_FWD, .mb = -1, .chunk = -1, .slot = -1, .peer = -1, .skip = -1, .param = -1, "
+                   ".tag = 0, .off = -1, .bytes = 0},\n");
+    fprintf(o, "};\n\nstatic const pg_dec_desc dec_desc = {\n"
+               "    .batch = %" PRId64 ", .length = %" PRId64 ", .prefill = %" PRId64 ", .nmb = %d, .rows = %" PRId64 ",\n"
+               "    .rows_off = %" PRId64 ", .tokens_off = %" PRId64 ", .logits_off = %" PRId64 ", .vocab = %" PRId64 ",\n"
+               "    .last_stage = %d, .nactions = %d, .actions = dec_step, .cache_bytes = %" PRId64 ",\n};\n\n",
+            g->dec_batch, g->dec_len, g->dec_prefill, g->dec_nmb, g->dec_rows, S->mp.buf[S->dec_rows_mp].offset, tok,
+            logits, V, chunk_stage(g, g->m->nchunks - 1), ds->n, pg_mp_cat_bytes(&S->mp, MP_KVCACHE));
+}
+
 static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
 {
     const ir_model *m = g->m;
@@ -97,7 +134,11 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
         fprintf(o, "#define TARGET_ROWS (A + %" PRId64 " + io->first_row * %" PRId64 ")\n",
                 S->mp.buf[S->target_mp].offset, pg_shape_numel(&m->target) * 4);
     }
-    if (S->input_mp >= 0 || S->target_mp >= 0)
+    if (S->dch)
+        fprintf(o, "/* generation with the KV cache: the decode row table, int32 [%" PRId64 "][4] (pg_dec_desc) */\n"
+                   "#define DEC_ROWS ((const int32_t *)(A + %" PRId64 "))\n",
+                g->dec_rows, S->mp.buf[S->dec_rows_mp].offset);
+    if (S->input_mp >= 0 || S->target_mp >= 0 || S->dch)
         fprintf(o, "\n");
     for (int i = 0; i < S->nchunks; i++) {
         const em_chunk *ch = &S->ch[i];
@@ -115,6 +156,8 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
         e.o = o, e.g = g, e.S = S, e.ch = &S->ch[i];
         if (emit_chunk_fns(&e))
             return -1;
+        if (S->dch && (e.ch = &S->dch[i], emit_dec_fn(&e)))
+            return -1;
     }
     /* tables */
     fprintf(o, "/* ---- tables ---- */\n\n");
@@ -128,9 +171,13 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
     if (!nsp)
         fprintf(o, "    {.name = NULL, .index = -1, .off = -1, .grad_off = -1, .opt_off = {-1, -1}, .chunk = -1, .grad_layer = -1},\n");
     fprintf(o, "};\n\nstatic const pg_chunk_desc chunks[] = {\n");
-    for (int i = 0; i < S->nchunks; i++)
-        fprintf(o, "    {.chunk = %d, .fwd = fwd_c%d, .bwd_b = bwd_b_c%d, .bwd_w = bwd_w_c%d},\n", S->ch[i].chunk,
-                S->ch[i].chunk, S->ch[i].chunk, S->ch[i].chunk);
+    for (int i = 0; i < S->nchunks; i++) {
+        int c = S->ch[i].chunk;
+        fprintf(o, "    {.chunk = %d, .fwd = fwd_c%d, .bwd_b = bwd_b_c%d, .bwd_w = bwd_w_c%d", c, c, c, c);
+        if (S->dch)
+            fprintf(o, ", .dec = dec_c%d", c);
+        fprintf(o, "},\n");
+    }
     fprintf(o, "};\n\n/* the step */\n");
     fprintf(o, "static const pg_step_action step[] = {\n");
     for (int a = 0; a < ss->n; a++) {
@@ -217,6 +264,9 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
         fprintf(o, "};\n\n");
     }
 
+    if (S->dch)
+        emit_dec_tables(g, S, o);
+
     int64_t in_vocab = 0, tg_vocab = 0;
     for (int i = 0; i < m->nlayers && !in_vocab; i++) /* the first layer reading token ids */
         if (gen_layer_kind_of(m->layers[i].kind)->reads_tokens)
@@ -286,6 +336,13 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
         fprintf(o, "    .nshadows = %d, .shadows = stage_shadows,\n", nshadow);
     fprintf(o, "    .arch_hash = UINT64_C(0x%016" PRIx64 "), /* the layers, layout aside (checkpoint identity) */\n",
             model_arch_hash(g));
+    if (S->dch) {
+        fprintf(o, "    .dec = &dec_desc,\n");
+    } else if (g->dec_why[0]) {
+        fprintf(o, "    .dec_why = ");
+        json_str(o, g->dec_why);
+        fprintf(o, ",\n");
+    }
     const pg_shape *os = &m->layers[m->nlayers - 1].out;
     fprintf(o, "    .neval_actions = %d, .eval_actions = eval_step,\n", es->n);
     fprintf(o, "    .output_rank = %d, .output_dim = {%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "},\n", os->rank,
@@ -331,9 +388,20 @@ static int emit_header(const pg_gen *g, uint64_t hash, FILE *o)
             for (int f = 0; f < ch->nfb; f++)
                 fprintf(o, " *    F[%d] %12" PRId64 " bytes  %s: %s\n", f, ch->fb[f].bytes, ch->fb[f].what, ch->fb[f].shape);
         }
+        for (int i = 0; S->dch && i < S->nchunks; i++) {
+            const em_chunk *dc = &S->dch[i];
+            fprintf(o, " *  generation: frame buffers of chunk %d's decode calls (dec_c%d in stage%d.c), for %" PRId64
+                       " token rows:\n", dc->chunk, dc->chunk, k, g->dec_rows * g->dec_prefill);
+            for (int f = 0; f < dc->nfb; f++)
+                if (dc->fb_mp[f] >= 0)
+                    fprintf(o, " *    %12" PRId64 " bytes  %s: %s\n", dc->fb[f].bytes, dc->fb[f].what, dc->fb[f].shape);
+        }
         if (S->nticks)
             fprintf(o, " *  ticks: the stage's actions in order, one per layer step of FWD, BWD_B (recompute,\n"
                        " *  then backward) and BWD_W, one per other action; %d in all\n", S->nticks);
+        if (S->dch)
+            fprintf(o, " *  then generation's: %d the whole of it, a tick per layer step of each chunk's decode call\n"
+                       " *  in turn; %d in all\n", S->nticks, S->dec_nticks + 1);
         fprintf(o, " */\n#define STAGE%d_ARENA_BYTES INT64_C(%" PRId64 ")\n\n", k, S->mp.total);
     }
     /* the model's parameter table, once for every stage (pg_contract.h) */

@@ -11,6 +11,7 @@
 static const char *const cat_names[MP__COUNT] = {
     "parameters", "gradients", "optimizer state", "activations", "recompute",
     "receive buffers", "skip buffers", "batch input/target", "workspace",
+    "kv cache", "generation",
 };
 
 const char *pg_mp_cat_name(pg_mp_cat c) { return (unsigned)c < MP__COUNT ? cat_names[c] : "?"; }

@@ -19,7 +19,9 @@
 
 typedef enum pg_mp_cat {
     MP_PARAMS, MP_GRADS, MP_OPTSTATE, MP_ACTIVATIONS, MP_RECOMPUTE,
-    MP_RECV, MP_SKIP, MP_IO, MP_WORKSPACE, MP__COUNT
+    MP_RECV, MP_SKIP, MP_IO, MP_WORKSPACE,
+    MP_KVCACHE, MP_DECODE, /* generation with the KV cache: the caches, a decode call's buffers (gen_decode.c) */
+    MP__COUNT
 } pg_mp_cat;
 
 typedef struct pg_mp_buf {

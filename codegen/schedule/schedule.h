@@ -125,6 +125,16 @@ typedef struct pg_sched_prediction {
 int pg_schedule_predict(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c,
                         pg_sched_prediction *out);
 
+/* The decode schedule of generation with the KV cache (codegen/gen/gen_decode.c):
+ * nmb micro-batches forward through the chunks as s places them. A run of
+ * consecutive chunks on one stage is a group; each stage runs its groups in
+ * chunk order, and within a group micro-batch by micro-batch through the
+ * group's chunks (a chunk's output goes on to the next chunk of its stage at
+ * once). The messages are the step's (pg_schedule_add_comms: activations and
+ * skips, sends ordered as their peers receive them), without the ties' and
+ * the step's end; verified as a forward-only schedule. One round of decoding
+ * runs it once. 0, or -1 with the reason in d. */
+int pg_schedule_decode(const ir_model *m, const pg_schedule *s, int nmb, pg_schedule *out, pg_diag *d);
 /* The forward-only schedule of a built training schedule s, for evaluation
  * and prediction: each stage's FWD, SEND/RECV_ACT, SEND/RECV_SKIP and (the
  * users' copies of a transmitted tie must be the optimizer's latest value)

@@ -41,6 +41,9 @@ static const struct {
     {"--generate", AG_INT, offsetof(pg_run_opts, generate)},
     {"--prompt", AG_STR, offsetof(pg_run_opts, prompt)},
     {"--temperature", AG_REAL, offsetof(pg_run_opts, temperature)},
+    {"--top-k", AG_INT, offsetof(pg_run_opts, top_k)},
+    {"--top-p", AG_REAL, offsetof(pg_run_opts, top_p)},
+    {"--stop", AG_STR, offsetof(pg_run_opts, stop_text)},
     {"--dp", AG_INT, offsetof(pg_run_opts, dp)},
     {"--zero", AG_INT, offsetof(pg_run_opts, zero)},
 };

@@ -32,7 +32,10 @@ static void shape_str(char *b, size_t len, int rank, const uint64_t *d)
 {
     size_t o = (size_t)snprintf(b, len, "[");
     for (int i = 0; i < rank && o < len; i++)
-        o += (size_t)snprintf(b + o, len - o, "%s%llu", i ? ", " : "", (unsigned long long)d[i]);
+        if (d[i] == UINT64_MAX) /* an expected dimension of any size */
+            o += (size_t)snprintf(b + o, len - o, "%sn", i ? ", " : "");
+        else
+            o += (size_t)snprintf(b + o, len - o, "%s%llu", i ? ", " : "", (unsigned long long)d[i]);
     if (o < len) snprintf(b + o, len - o, "]");
 }
 
@@ -298,7 +301,7 @@ int pg_data_open(pg_datafile *f, const char *path, int exp_dtype, int exp_rank,
         goto fail;
     }
     int same = (int)rank - 1 == exp_rank;
-    for (int i = 0; same && i < exp_rank; i++) same = exp_dims[i] >= 0 && f->dim[i + 1] == (uint64_t)exp_dims[i];
+    for (int i = 0; same && i < exp_rank; i++) same = exp_dims[i] < 0 || f->dim[i + 1] == (uint64_t)exp_dims[i];
     if (!same) {
         snprintf(err, errlen, "%s holds samples of shape %s but the model expects %s", path, have, want);
         goto fail;

@@ -365,7 +365,7 @@ static int run_batch(pg_run *r, const char *what, int64_t step, ev_result *res)
                 return 1;
             }
             pg_mb_io io = {x->mb, x->slot, d->mb_recompute[x->mb], rows, e->mb_first[x->mb], step, d->train.seed, 0.0,
-                           1, NULL, NULL};
+                           1, NULL, NULL, 0, 0};
             if (cf->fwd(r->ctx, r->A, &io)) {
                 fprintf(stderr, "stage %d: %s: the forward of chunk %d, micro-batch %d failed\n", d->stage, what,
                         x->chunk, x->mb);

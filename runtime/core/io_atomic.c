@@ -74,6 +74,16 @@ void pg_io_tell_launcher(char c)
     tell_launcher(c);
 }
 
+void pg_io_summary_begin(void)
+{
+    if (prot.ctl < 0)
+        tell_launcher('D'); /* looks up the socket; 'D' (done writing) changes nothing */
+    if (prot.ctl >= 0) {
+        printf("%s\n", PG_SUMMARY_MARK);
+        fflush(stdout);
+    }
+}
+
 void pg_io_protect_begin(void)
 {
     if (prot.depth++ > 0)

@@ -78,6 +78,14 @@ void pg_io_protect_end(void);
  * 'P' (this stage fails after a link to a peer ended: its failure may only
  * follow the peer's, so piperun reports another stage's if one fails too). */
 void pg_io_tell_launcher(char c);
+/* The line a stage prints on stdout before its end-of-run summary (the bubble,
+ * the throughput, the sample, the reports) when piperun started it: piperun
+ * holds what follows and prints every stage's summary once the run is over,
+ * in stage order, so that the stages' last lines do not interleave. */
+#define PG_SUMMARY_MARK "\x1e" "pipegen: end of run"
+/* Print PG_SUMMARY_MARK, only under piperun (PIPE_CONTROL_FD): a stage run by
+ * hand, srun or mpirun prints nothing more. */
+void pg_io_summary_begin(void);
 /* From a signal handler, on a second SIGINT/SIGTERM: say so and _exit(128 +
  * sig) at once, no checkpoint (a file being written stays a temporary, which
  * the next start removes; the previous file is untouched). */

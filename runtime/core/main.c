@@ -72,12 +72,11 @@ static void usage(FILE *o, const pg_stage_desc *d)
             "  --skip-nonfinite  skip (on every stage) a step whose loss or gradients are NaN or\n"
             "                  Inf instead of stopping\n"
             "  --load FILE     start from the parameters in FILE (a --save file; each stage\n"
-            "                  reads its own by name) instead of the seeded initial values\n"
-            "  --generate N    after training, sample N tokens forward-only through the\n"
-            "                  stages (input and target i32[seq]); the last stage prints\n"
-            "                  'sample: ' and the prompt with its continuation\n"
-            "  --prompt TEXT   the text to continue (bytes as tokens; default a newline)\n"
-            "  --temperature T sample from softmax(logits / T) (default 0.8; 0: greedy)\n"
+            "                  reads its own by name) instead of the seeded initial values\n",
+            d->stage, d->stage, d->nstages, d->model, d->source, d->train.steps);
+    pg_gen_usage(o); /* --generate and its options (generate.c) */
+    fprintf(o,
+
             "  --trace FILE    record every action of the last --trace-steps steps on every\n"
             "                  stage (one clock) and write them, gathered on stage 0, as one\n"
             "                  Chrome-trace JSON file (Perfetto; `pipegen trace FILE`)\n"
@@ -110,8 +109,7 @@ static void usage(FILE *o, const pg_stage_desc *d)
             "the weights are written first, then the trace and profile, then the sample.\n"
             "Where this process sits comes from PIPE_RANK, PIPE_WORLD, PIPE_MASTER (or Slurm,\n"
             "Open MPI, PMI variables); piperun sets them.\n"
-            "Exit status: 0 ok, 1 runtime failure, 2 bad command line, 128+N stopped by signal N.\n",
-            d->stage, d->stage, d->nstages, d->model, d->source, d->train.steps);
+            "Exit status: 0 ok, 1 runtime failure, 2 bad command line, 128+N stopped by signal N.\n");
 }
 
 static int parse_int(const char *s, int64_t lo, int64_t *out)
@@ -134,8 +132,8 @@ static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts
     o->timeout_s = 300.0;
     o->connect_timeout_s = 60.0;
     o->temperature = 0.8;
+    o->top_p = 1.0;
     o->trace_steps = 10;
-    int temperature_given = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -176,6 +174,13 @@ static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts
             else o->connect_timeout_s = t;
             continue;
         }
+        int gk = pg_gen_option(a, v, o, d->stage); /* --generate and its options (generate.c) */
+        if (gk == 2)
+            return 2;
+        if (gk == 1) {
+            i++;
+            continue;
+        }
         if (!strcmp(a, "--trace") || !strcmp(a, "--profile") || !strcmp(a, "--trace-steps")) { /* trace.c */
             int steps = !strcmp(a, "--trace-steps");
             if (!v || !v[0] || (steps && (parse_int(v, 1, &n) || n > 1000000))) {
@@ -209,8 +214,7 @@ static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts
         }
         int takes = !strcmp(a, "--steps") || !strcmp(a, "--log-every") || !strcmp(a, "--save") ||
                     !strcmp(a, "--save-grads") || !strcmp(a, "--threads") || !strcmp(a, "--timeout") ||
-                    !strcmp(a, "--load") || !strcmp(a, "--generate") || !strcmp(a, "--prompt") || !strcmp(a, "--temperature") ||
-                    !strcmp(a, "--dp") || !strcmp(a, "--zero") || !strcmp(a, "--out") || !strcmp(a, "--metrics");
+                    !strcmp(a, "--load") || !strcmp(a, "--dp") || !strcmp(a, "--zero") || !strcmp(a, "--out") || !strcmp(a, "--metrics");
         if (!takes) {
             fprintf(stderr, "stage %d: unknown option '%s' (see --help)\n", d->stage, a);
             return 2;
@@ -225,7 +229,6 @@ static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts
         else if (!strcmp(a, "--save")) o->save = v;
         else if (!strcmp(a, "--save-grads")) o->save_grads = v;
         else if (!strcmp(a, "--load")) o->load = v;
-        else if (!strcmp(a, "--prompt")) o->prompt = v;
         else if (!strcmp(a, "--zero")) {
             if (strcmp(v, "0") && strcmp(v, "1")) {
                 fprintf(stderr, "stage %d: --zero wants 0 or 1 (1: shard the optimizer state over the data-parallel "
@@ -233,22 +236,6 @@ static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts
                 return 2;
             }
             o->zero = v[0] == '1';
-        }
-        else if (!strcmp(a, "--temperature")) {
-            char *end;
-            double t = strtod(v, &end);
-            if (end == v || *end || !(t >= 0) || t > 1e6) {
-                fprintf(stderr, "stage %d: --temperature wants a number >= 0, not '%s'\n", d->stage, v);
-                return 2;
-            }
-            o->temperature = t;
-            temperature_given = 1;
-        } else if (!strcmp(a, "--generate")) {
-            if (parse_int(v, 0, &n) || n > 100000000) {
-                fprintf(stderr, "stage %d: --generate wants a token count >= 0, not '%s'\n", d->stage, v);
-                return 2;
-            }
-            o->generate = n;
         }
         else if (!strcmp(a, "--timeout")) {
             char *end;
@@ -270,10 +257,9 @@ static int parse_args(int argc, char **argv, const pg_stage_desc *d, pg_run_opts
             else o->threads = n > 1024 ? 1024 : (int)n;
         }
     }
-    if ((o->prompt || temperature_given) && o->generate == 0) { /* they only shape what --generate samples */
+    if (o->gen_shaping && o->generate == 0) { /* they only shape what --generate samples */
         fprintf(stderr, "stage %d: %s without --generate N: nothing would be sampled; give --generate N (the "
-                "tokens to sample) or leave %s out\n", d->stage, o->prompt ? "--prompt" : "--temperature",
-                o->prompt ? "--prompt" : "--temperature");
+                "tokens to sample) or leave %s out\n", d->stage, o->gen_shaping, o->gen_shaping);
         return 2;
     }
     if ((o->save_every || o->save_on_exit) && !o->ckpt_dir) {
@@ -485,6 +471,31 @@ static double trace_part(pg_run *r, int kind, double t0)
     return t;
 }
 
+/* The end-of-run bubble of this stage and, on the loss stage, the throughput,
+ * over the steps this run timed: its first step (after --resume, the one after
+ * the checkpoint) warms up, so steps first+2 .. steps. When the processes on
+ * this host want more threads than it has cores, waiting for a core is idle
+ * time too, and the loss stage says so once. */
+static void report_speed(pg_run *r, int last)
+{
+    const pg_stage_desc *d = r->d;
+    int64_t from = r->first_step + 2, timed = r->opt.steps - r->first_step - 1;
+    printf("stage %d: bubble %.1f%% (compute %.3f s of %.3f s over steps %" PRId64 "..%" PRId64 ")\n", d->stage,
+           100.0 * (1.0 - r->compute_s / r->wall_s), r->compute_s, r->wall_s, from, r->opt.steps);
+    if (!last)
+        return;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (r->local_world > 1 && cores > 0 && (long)r->local_world * r->opt.threads > cores) {
+        if (r->replicas > 1)
+            printf("%d processes (stages x replicas) on %ld cores: waiting for a core counts as bubble\n",
+                   r->local_world, cores);
+        else
+            printf("%d stages on %ld cores: waiting for a core counts as bubble\n", r->local_world, cores);
+    }
+    printf("throughput: %.1f samples/s (mean over steps %" PRId64 "..%" PRId64 ")\n",
+           (double)d->train.batch * (double)timed / r->wall_s, from, r->opt.steps);
+}
+
 /* A JSON number, or null for what JSON cannot hold (NaN, infinities). */
 static int json_num(char *b, size_t n, const char *key, double v)
 {
@@ -559,6 +570,7 @@ static int run(pg_run *r)
         return 1;
     }
     r->opt.threads = threads;
+    r->local_world = l.local_world;
     pg_launch_describe(&l, threads, why, err, sizeof err);
     fprintf(stderr, "stage %d: %s\n", d->stage, err);
     if (pg_guard_files(d, l.world, err, sizeof err)) { /* ulimit -n: the links and files this stage needs */
@@ -683,13 +695,13 @@ static int run(pg_run *r)
     if (pg_trace_sync(r))
         return 1;
     int last = d->has_loss && r->replica == 0; /* replica 0 reports the loss of the whole batch */
-    double samples_s = 0.0;
+    r->first_step = start;
     for (int64_t s = start; s < r->opt.steps; s++) {
         double t0 = pg_run_now(), loss = 0.0;
         if (pg_run_step(r, s, &loss))
             return 1;
         double dt = pg_run_now() - t0;
-        if (s > 0)
+        if (s > start) /* the run's first step warms up: timed from the next (after --resume too) */
             r->wall_s += dt;
         else
             r->first_wall_s = dt;
@@ -729,6 +741,7 @@ static int run(pg_run *r)
     pg_trace_between(r, pg_run_now()); /* the last step's work after it ends here */
     if (start == r->opt.steps && r->ev && pg_eval_run(r, start)) /* nothing to train: evaluate what was loaded */
         return 1;
+    pg_io_summary_begin(); /* under piperun: what follows is printed with the other stages' summaries */
     /* The user's files, the weights first: whatever fails later cannot lose
      * them, and a signal (piperun stopping the run) waits until they are written. */
     pg_io_protect_begin();
@@ -745,13 +758,8 @@ static int run(pg_run *r)
         fprintf(stderr, "stage %d: flushing the last messages failed: %s\n", d->stage, pg_net_error(r->net));
         return 1;
     }
-    if (r->opt.steps > 1 && r->wall_s > 0 && r->replica == 0) {
-        printf("stage %d: bubble %.1f%% (compute %.3f s of %.3f s over steps 2..%" PRId64 ")\n", d->stage,
-               100.0 * (1.0 - r->compute_s / r->wall_s), r->compute_s, r->wall_s, r->opt.steps);
-        samples_s = (double)d->train.batch * (double)(r->opt.steps - 1) / r->wall_s;
-        if (last)
-            printf("throughput: %.1f samples/s (mean over steps 2..%" PRId64 ")\n", samples_s, r->opt.steps);
-    }
+    if (r->opt.steps - r->first_step > 1 && r->wall_s > 0 && r->replica == 0)
+        report_speed(r, last);
     if (r->replica == 0) {
         pg_dp_report(r);
         pg_zero_report(r);
@@ -850,6 +858,7 @@ int main(int argc, char **argv)
     pg_zero_free(&r);
     free(r.synth_in);
     free(r.synth_tg);
+    pg_run_generate_free(&r);
     free(r.told);
     free(r.tr_ev);
     if (poisoned) {

@@ -22,11 +22,12 @@
 
 #include <stdint.h>
 
-#define PG_CONTRACT_VERSION 7 /* 3: pg_param_desc.chunk, .grad_layer; pg_mb_io.grads_final; 4: pg_stage_desc.opt_lo,
+#define PG_CONTRACT_VERSION 8 /* 3: pg_param_desc.chunk, .grad_layer; pg_mb_io.grads_final; 4: pg_stage_desc.opt_lo,
                                  .opt_bytes; 5: pg_stage_desc.has_ignore, .ignore_id, .count_off; 6: the
                                  step's end as actions (TIE_SUM_*, VERDICT*; no TIE_REDUCE; GRAD_NORM local); 7:
                                  pg_param_desc.weight_decay, pg_train_desc.eval_every, .eval_batches, .shuffle,
-                                 pg_stage_desc.eval_actions, .output_rank, .output_dim */
+                                 pg_stage_desc.eval_actions, .output_rank, .output_dim; 8: pg_mb_io.seqs, .t,
+                                 pg_chunk_desc.dec, pg_stage_desc.dec, .dec_why (generation with the KV cache) */
 /* "PGCTRC" in the high bytes and the version in the low ones: a stage file
  * from before the contract had a pointer there, which never reads as this. */
 #define PG_CONTRACT_TAG(version) (UINT64_C(0x5047435452430000) | (uint64_t)(version))
@@ -99,6 +100,7 @@ static inline const char *pg_step_kind_name(int kind)
 
 /* Tag kinds of the runtime's own exchanges, above every action kind. */
 enum {
+    PG_TAG_GEN = 25,     /* generation: a decode call's row table before each message, the sampled tokens (decode.c) */
     PG_TAG_EVAL = 26,    /* evaluation and --predict: the row counts, the other replicas' wait (eval.c) */
     PG_TAG_CKPT = 27,    /* checkpoint: reports, verdicts, the resume agreement */
     PG_TAG_VERDICT = 28, /* the start-up exchange of which stage holds the loss (guard.c) */
@@ -185,6 +187,12 @@ typedef struct pg_mb_io {
      * pg_stage_desc.layers) that is some parameter's grad_layer. */
     void (*grads_final)(void *arg, int l);
     void *grads_final_arg;
+    /* A decode call (a chunk's `dec` function, generation with the KV cache):
+     * rows = seqs x t token rows, t new positions of each of seqs sequences,
+     * whose cache rows, first positions and real new positions the stage's
+     * decode row table holds (pg_dec_desc.rows_off); slot is the decode
+     * micro-batch. 0 in the step's calls. */
+    int64_t seqs, t;
 } pg_mb_io;
 
 typedef int (*pg_chunk_fn)(pg_ctx *c, unsigned char *A, pg_mb_io *io);
@@ -192,7 +200,43 @@ typedef int (*pg_chunk_fn)(pg_ctx *c, unsigned char *A, pg_mb_io *io);
 typedef struct pg_chunk_desc {
     int chunk;
     pg_chunk_fn fwd, bwd_b, bwd_w;
+    pg_chunk_fn dec;         /* generation with the KV cache: new positions of a decode micro-batch (NULL: none) */
 } pg_chunk_desc;
+
+/* Generation with the KV cache (runtime/core/decode.c; the generator's side is
+ * codegen/gen/gen_decode.c). Up to `batch` sequences are in flight, cut into
+ * nmb decode micro-batches (the first batch % nmb take one more); each
+ * attention layer keeps the keys and values of every sequence's positions in
+ * its cache ([batch, length, kv_heads x head size], in the arena). The work
+ * goes in rounds: in each, every micro-batch flows once through the chunks by
+ * `actions` (the decode schedule: FWD, SEND/RECV_ACT, SEND/RECV_SKIP, built
+ * and verified like the step's, one action list per round), and a call gives
+ * each of its sequences up to `prefill` new positions: its prompt (in pieces
+ * of at most `prefill`) or the one token sampled in the round before.
+ * Tensors in a decode call are per token: the positions dimension is gone,
+ * rows = sequences x t. The row table (int32 [rows][4] at rows_off) says per
+ * sequence of a call: its cache row, its first new position, how many of the
+ * t positions are real (the rest pad to t: attention skips them), and flags;
+ * the runtime writes it before each call. In `actions`, off is the message's
+ * buffer for that micro-batch and bytes its bytes per token row. */
+typedef struct pg_dec_desc {
+    int64_t batch, length, prefill;
+    int nmb;
+    int64_t rows;                 /* sequences of a micro-batch at most: ceil(batch / nmb) */
+    int64_t rows_off;             /* the row table, int32 [rows][4] */
+    int64_t tokens_off;           /* the stage holding chunk 0: the token ids of a call, i32 [rows * prefill] */
+    int64_t logits_off;           /* the stage holding the last chunk: the logits of a call, f32 [rows * prefill, vocab] */
+    int64_t vocab;
+    int last_stage;               /* the stage holding the last chunk: it samples (chunk 0 is on stage 0) */
+    int nactions;
+    const pg_step_action *actions;
+    int64_t cache_bytes;          /* this stage's KV caches (reported) */
+} pg_dec_desc;
+/* A row of the row table: the sequence's cache row, its first new position,
+ * its real new positions (<= t), and PG_DEC_SAMPLE when the last of them is
+ * the end of its context (the last chunk samples the next token there). */
+enum { PG_DEC_SEQ = 0, PG_DEC_POS = 1, PG_DEC_N = 2, PG_DEC_FLAGS = 3, PG_DEC_ROW_INTS = 4 };
+#define PG_DEC_SAMPLE 1
 
 /* One parameter. In a stage's own table the offsets are arena byte offsets
  * (-1 where a buffer does not exist); in the model table they are -1. */
@@ -355,6 +399,10 @@ typedef struct pg_stage_desc {
      * layout of one model. A checkpoint's model identity (checkpoint.c)
      * includes it. */
     uint64_t arch_hash;
+    /* Generation with the KV cache (pg_dec_desc); NULL when the model cannot
+     * generate, and then dec_why says why (NULL: not a language model). */
+    const pg_dec_desc *dec;
+    const char *dec_why;
     /* The forward-only schedule (evaluation, --predict; codegen/schedule:
      * pg_schedule_forward_only): the step's forward actions and transmitted
      * ties' value messages in the step's order, verified on their own;

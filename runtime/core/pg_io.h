@@ -34,7 +34,7 @@ typedef struct pg_datafile {
 } pg_datafile;
 
 /* Open and validate against the expected dtype and per-sample shape
- * (exp_dims[0..exp_rank-1]): a regular file (a FIFO is refused, never waited
+ * (exp_dims[0..exp_rank-1], a negative one taking any size): a regular file (a FIFO is refused, never waited
  * on), magic, version, dtype, shape, the exact size, and for f32 every value
  * finite. -1 with a message naming the file and what differs. The mapping is
  * guarded: a file truncated while it is mapped gives SIGBUS on a read, which

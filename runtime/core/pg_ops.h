@@ -227,6 +227,28 @@ int pg_attn_bwd(pg_ctx *c, int64_t r, const pg_attn_dims *s, float p, uint64_t s
                 const float *q, const float *k, const float *v, const float *att, const float *dctx,
                 float *dq, float *dk, float *dv);
 
+/* ---- generation with the KV cache (runtime/core/decode.c) ----------------
+ * A decode call works on t new positions of each of `seqs` sequences, r =
+ * seqs x t token rows, and the call's row table rows[seqs][4] (pg_contract.h:
+ * the sequence's cache row, its first new position p, its real new positions
+ * n <= t, flags); a sequence's positions j >= n pad its rows to t.
+ * pos_embed_dec: y = x + table[p + j] at the real positions (p + n <= seq,
+ * the table's rows), y = x at the pads; y may alias x.
+ * attn_decode: the attention core of those positions over each sequence's
+ * keys and values so far. q, k, v [r, *] as pg_attn_fwd's (rows of ldq, ldk,
+ * ldv); kc, vc [batch, s->T, kv_heads * hd]: cache row b holds sequence b's
+ * keys and values by position (s->T positions; s->causal must be 1). First
+ * every real new position's q and k are rotated at its position (rope), and
+ * its k and v written at that position of its sequence's cache row; then
+ * position p + j attends to the cache's positions 0 .. p + j: ctx [r, heads *
+ * hd], 0 at the pads. These are, bit for bit, the scores, softmax and sums
+ * pg_attn_fwd computes at those positions of the whole sequence (its terms
+ * past a position are zeros). */
+int pg_pos_embed_dec(pg_ctx *c, int64_t seqs, int64_t t, int64_t seq, int64_t d, const int32_t *rows,
+                     const float *x, const float *table, float *y);
+int pg_attn_decode(pg_ctx *c, int64_t seqs, int64_t t, int64_t batch, const pg_attn_dims *s, const int32_t *rows,
+                   float *q, float *k, const float *v, float *kc, float *vc, float *ctx);
+
 /* ---- rmsnorm over the last dim d (Llama's LlamaRMSNorm): y = x rstd w with
  * rstd = 1/sqrt(mean(x^2) + eps) saved [n]; w may be NULL (no scale). */
 int pg_rmsnorm_fwd(pg_ctx *c, int64_t n, int64_t d, float eps, const float *x, const float *w,

@@ -158,6 +158,7 @@ int pg_run_preflight(pg_run *r)
         bad |= o->save_grads && check_file(d, "--save-grads", o->save_grads, save_bytes(d, 1));
         bad |= o->trace && check_file(d, "--trace", o->trace, 0);
         bad |= o->profile && check_file(d, "--profile", o->profile, 0);
+        bad |= o->generate > 0 && o->gen_out && check_file(d, "--gen-out", o->gen_out, 0);
     }
     if (d->has_loss && r->replica == 0) { /* the stage that logs and predicts writes these */
         bad |= o->metrics && check_file(d, "--metrics", o->metrics, 0);

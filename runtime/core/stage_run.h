@@ -13,6 +13,8 @@
 #include "pg_ops.h"
 #include "pg_stage.h"
 
+#define PG_GEN_MAX_STOP 16 /* --stop ids */
+
 typedef struct pg_run_opts {
     int64_t steps;
     int64_t log_every;
@@ -21,9 +23,18 @@ typedef struct pg_run_opts {
     const char *save_grads;   /* --save-grads: the last step's gradients */
     int threads;
     double timeout_s;
-    int64_t generate;         /* --generate N: sample N tokens after training (generate.c) */
+    int64_t generate;         /* --generate N: up to N new tokens per prompt after training (generate.c) */
     const char *prompt;       /* --prompt TEXT */
+    const char *prompts;      /* --prompts FILE: token ids, a prompt per row */
+    const char *tokenizer;    /* --tokenizer T: --prompt encoded, the samples decoded by tools/tokens.py */
     double temperature;       /* --temperature T (0: greedy) */
+    int64_t top_k;            /* --top-k K (0: every token) */
+    double top_p;             /* --top-p P (1: every token) */
+    int32_t stop[PG_GEN_MAX_STOP]; /* --stop IDS */
+    int nstop;
+    const char *stop_text;    /* --stop as given (the agreement) */
+    const char *gen_out;      /* --gen-out FILE.jsonl (stage 0) */
+    const char *gen_shaping;  /* the first of those options given (not --generate): refused without --generate */
     const char *load;         /* --load FILE: parameters from a --save file (generate.c) */
     const char *ckpt_dir;     /* --checkpoint-dir DIR (checkpoint.c) */
     int64_t save_every;       /* --save-every N: a checkpoint every N steps (0: only the last) */
@@ -98,9 +109,11 @@ typedef struct pg_run {
     double *loss;             /* [nmb] partial losses of this step */
     void *synth_in, *synth_tg; /* synthetic data: the fixed batches, made at start-up (pg_run_synth_init) */
     double *norms, *norm_in;  /* [nmodel_params]: this stage's owned sums of squares; every parameter's (its owner's) */
-    double compute_s;         /* time inside compute actions, steps after the first */
-    double wall_s;            /* wall time of the steps after the first */
-    double first_wall_s;      /* wall time of the first step */
+    double compute_s;         /* time inside compute actions, steps after this run's first */
+    double wall_s;            /* wall time of the steps after this run's first */
+    double first_wall_s;      /* wall time of this run's first step */
+    int64_t first_step;       /* this run's first step: 0, or the checkpoint's step after --resume */
+    int local_world;          /* processes of this run on this host (0: the launcher does not say) */
     int cur_action;
     int tokens;               /* --data is a token stream: in/tg hold it (tokens.c) */
     uint64_t *sample_idx;     /* [batch]: the samples of this step's rows (load_batch, step.c) */
@@ -122,6 +135,7 @@ typedef struct pg_run {
     size_t agree_len;
     void *agree_state;        /* stage 0: the accepted peers' entries */
     uint64_t load_bytes, load_hash; /* the --load file as this stage read it */
+    struct pg_gen_in *gen;    /* --generate on stage 0: the prompts and stop ids (generate.c) */
     char ck_run[80];          /* the checkpoint run this run writes (checkpoint.c): kept across resumes */
     int ck_replace;           /* --replace-checkpoints in effect: step directories this run did not write go */
     int64_t ck_first;         /* the first step this run checkpointed (-1: none yet) */
@@ -205,8 +219,17 @@ int pg_run_load_params(pg_run *r);
  * (names and shapes); 1 after printing what differs. */
 int pg_run_load_check(const pg_run *r);
 int pg_run_generate(pg_run *r);
-/* Can --generate/--prompt run on this model? 0, or -1 with the reason in err. */
-int pg_run_generate_check(const pg_run *r, char *err, size_t errlen);
+/* Can --generate run as asked? Every stage: the model and this runtime can
+ * generate; stage 0 reads the prompts (--prompt, --prompts, --tokenizer)
+ * into r->gen and checks them. 0, or -1 with the reason in err. */
+int pg_run_generate_check(pg_run *r, char *err, size_t errlen);
+void pg_run_generate_free(pg_run *r);
+/* A generation option (--generate, --prompt, --prompts, --tokenizer,
+ * --temperature, --top-k, --top-p, --stop, --gen-out) with its value v:
+ * 1 taken into o, 2 a usage error (printed), -1 not one of them. */
+int pg_gen_option(const char *a, const char *v, pg_run_opts *o, int stage);
+/* Their lines of --help. */
+void pg_gen_usage(FILE *o);
 
 /* dp.c: data-parallel replicas. layout (after pg_launch_from_env): the
  * replica and replica count from rank and world, this replica's rows; 0, or

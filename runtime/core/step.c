@@ -450,7 +450,7 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
                 return 1;
             }
             pg_mb_io io = {x->mb, x->slot, d->mb_recompute[x->mb], r->mb_rows[x->mb], r->mb_first[x->mb], step,
-                           d->train.seed, 0.0, 0, NULL, NULL}; /* this replica's rows (dp.c) */
+                           d->train.seed, 0.0, 0, NULL, NULL, 0, 0}; /* this replica's rows (dp.c) */
             if (x->kind == PG_BWD_W)
                 pg_dp_mb_io(r, a, &io); /* the replicas start summing gradients as its layers finish them */
             double t0 = pg_run_now();
@@ -538,12 +538,12 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
     if (pg_backend_compute_end(r->ctx) || (r->verdict_state == 1 && pg_guard_decide(r, -1, NULL, step)) ||
         r->step_verdict == PG_VERDICT_STOP)
         return 1;
-    if (pg_sync(r->ctx) || pg_backend_step_end(r->ctx) || 0)
+    if (pg_sync(r->ctx) || pg_backend_step_end(r->ctx))
         return 1;
     if (!have_norm && pg_run_logged(r, step)) /* the log line's norm: the verdicts brought every sum (guard.c) */
         r->grad_norm = global_norm(r);
     *loss_out = r->loss_global; /* this replica's micro-batches in order, then the replicas in order (dp.c) */
-    if (step > 0)
+    if (step > r->first_step) /* the run's first step warms up: timed from the next */
         r->compute_s += compute;
     if (r->tracing) { /* the step's end: the device's work waited for */
         double t = pg_run_now();

@@ -327,3 +327,89 @@ int pg_attention_bwd_w(pg_ctx *c, int64_t r, int64_t T, int64_t d,
         return 1;
     return pg_linear_bwd_w(c, r * T, d, 3 * d, x, dqkv, dwqkv, dbqkv);
 }
+
+/* ---- generation with the KV cache ------------------------------------------------ */
+
+typedef struct dec_job {
+    pg_ctx *c;
+    const pg_attn_dims *s;
+    int64_t t, kvd;           /* new positions per sequence, a cache position's floats */
+    const int32_t *rows;
+    float scale;
+    float *q, *k;
+    const float *v;
+    float *kc, *vc, *ctx;
+} dec_job;
+
+/* Token row u (sequence u / t, position j = u % t of its call): rotated q and
+ * k at its position, k and v into its sequence's cache. */
+static void dec_store(void *arg, int64_t u)
+{
+    const dec_job *j = arg;
+    const pg_attn_dims *s = j->s;
+    const int32_t *w = j->rows + (u / j->t) * PG_DEC_ROW_INTS;
+    int64_t jj = u % j->t, pos = w[PG_DEC_POS] + jj;
+    if (jj >= w[PG_DEC_N])
+        return;
+    float *q = j->q + u * s->ldq, *k = j->k + u * s->ldk;
+    if (s->rope_theta > 0) {
+        float cs[ROPE_MAX_HALF], sn[ROPE_MAX_HALF];
+        rope_row(s->rope_theta, s->hd, pos, cs, sn);
+        rope_heads(q, s->heads, s->hd, cs, sn, 0);
+        rope_heads(k, s->kv_heads, s->hd, cs, sn, 0);
+    }
+    size_t at = ((size_t)w[PG_DEC_SEQ] * (size_t)s->T + (size_t)pos) * (size_t)j->kvd;
+    memcpy(j->kc + at, k, (size_t)j->kvd * sizeof(float));
+    memcpy(j->vc + at, j->v + u * s->ldv, (size_t)j->kvd * sizeof(float));
+}
+
+/* One (sequence, head): its real new positions' scores over the cache, in
+ * blocks of query rows that fit the stack, softmax, context; pads get 0. */
+static void dec_head(void *arg, int64_t u)
+{
+    const dec_job *j = arg;
+    const pg_attn_dims *s = j->s;
+    int64_t h = s->heads, hd = s->hd, d = h * hd, i = u / h, hh = u % h, g = hh / (h / s->kv_heads);
+    const int32_t *w = j->rows + i * PG_DEC_ROW_INTS;
+    int64_t p = w[PG_DEC_POS], n = w[PG_DEC_N];
+    float *cx = j->ctx + i * j->t * d + hh * hd;
+    for (int64_t jj = n; jj < j->t; jj++)
+        memset(cx + jj * d, 0, (size_t)hd * sizeof *cx);
+    if (n < 1)
+        return;
+    const float *q = j->q + i * j->t * s->ldq + hh * hd;
+    const float *kc = j->kc + (size_t)w[PG_DEC_SEQ] * (size_t)s->T * (size_t)j->kvd + g * hd;
+    const float *vc = j->vc + (size_t)w[PG_DEC_SEQ] * (size_t)s->T * (size_t)j->kvd + g * hd;
+    float a[ATT_WS_FLOATS];
+    int64_t rb = ATT_WS_FLOATS / (p + n);
+    for (int64_t j0 = 0; j0 < n; j0 += rb) {
+        int64_t nr = n - j0 < rb ? n - j0 : rb, nc = p + j0 + nr; /* the keys the block's last row sees */
+        pg_cpu_gemm(j->c, 0, 1, nr, nc, hd, j->scale, q + j0 * s->ldq, s->ldq, kc, j->kvd, 0, a, nc);
+        for (int64_t ii = 0; ii < nr; ii++)
+            softmax_row(a + ii * nc, p + j0 + ii + 1, nc);
+        pg_cpu_gemm(j->c, 0, 0, nr, hd, nc, 1.0f, a, nc, vc, j->kvd, 0, cx + j0 * d, d);
+    }
+}
+
+int pg_attn_decode(pg_ctx *c, int64_t seqs, int64_t t, int64_t batch, const pg_attn_dims *s, const int32_t *rows,
+                   float *q, float *k, const float *v, float *kc, float *vc, float *ctx)
+{
+    if (attn_args("attn_decode", seqs, s, 0.0f))
+        return 1;
+    if (!s->causal || t < 0 || batch < 1 || !pg_args_dim_ok(seqs * t))
+        return PG_RT_FAIL("attn_decode: bad sizes seqs=%lld t=%lld batch=%lld causal=%d (a cache holds only a causal "
+                          "layer's positions)", (long long)seqs, (long long)t, (long long)batch, s->causal);
+    for (int64_t i = 0; i < seqs; i++) {
+        const int32_t *w = rows + i * PG_DEC_ROW_INTS;
+        if (w[PG_DEC_SEQ] < 0 || w[PG_DEC_SEQ] >= batch || w[PG_DEC_POS] < 0 || w[PG_DEC_N] < 0 || w[PG_DEC_N] > t ||
+            (int64_t)w[PG_DEC_POS] + w[PG_DEC_N] > s->T)
+            return PG_RT_FAIL("attn_decode: sequence %lld of the call has cache row %ld, positions %ld + %ld: outside "
+                              "the cache of %lld rows of %lld positions (or more than t = %lld)",
+                              (long long)i, (long)w[PG_DEC_SEQ], (long)w[PG_DEC_POS], (long)w[PG_DEC_N],
+                              (long long)batch, (long long)s->T, (long long)t);
+    }
+    dec_job j = {c, s, t, s->kv_heads * s->hd, rows, (float)(1.0 / sqrt((double)s->hd)), q, k, v, kc, vc, ctx};
+    pg_cpu_parallel(c, seqs * t, dec_store, &j);
+    pg_cpu_parallel(c, seqs * s->heads, dec_head, &j);
+    return 0;
+}

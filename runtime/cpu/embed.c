@@ -83,3 +83,31 @@ int pg_pos_embed_bwd_w(pg_ctx *c, int64_t r, int64_t T, int64_t d, const float *
     return 0;
 }
 
+
+/* Generation: position p + j of each sequence's row, pads as they are; y may alias x. */
+int pg_pos_embed_dec(pg_ctx *c, int64_t seqs, int64_t t, int64_t seq, int64_t d, const int32_t *rows,
+                     const float *x, const float *table, float *y)
+{
+    (void)c;
+    if (pg_args_sizes("pos_embed_dec", "seqs", seqs, "t", t, "d", d) || pg_args_sizes("pos_embed_dec", "seq", seq, "d", d, "t", t))
+        return 1;
+    for (int64_t i = 0; i < seqs; i++) {
+        const int32_t *w = rows + i * PG_DEC_ROW_INTS;
+        if (w[PG_DEC_POS] < 0 || w[PG_DEC_N] < 0 || w[PG_DEC_N] > t || (int64_t)w[PG_DEC_POS] + w[PG_DEC_N] > seq)
+            return PG_RT_FAIL("pos_embed_dec: sequence %lld of the call has positions %ld + %ld, outside the table's "
+                              "%lld (or more than t = %lld)", (long long)i, (long)w[PG_DEC_POS], (long)w[PG_DEC_N],
+                              (long long)seq, (long long)t);
+        for (int64_t jj = 0; jj < t; jj++) {
+            const float *xr = x + (i * t + jj) * d;
+            float *yr = y + (i * t + jj) * d;
+            if (jj >= w[PG_DEC_N]) {
+                memmove(yr, xr, (size_t)d * sizeof *yr);
+                continue;
+            }
+            const float *tr = table + (w[PG_DEC_POS] + jj) * d;
+            for (int64_t k = 0; k < d; k++)
+                yr[k] = xr[k] + tr[k];
+        }
+    }
+    return 0;
+}

@@ -254,6 +254,79 @@ static void gen_bwd_w(em_out *e, em_layer *a)
                 a->x, dout[k], pp(a, P.w[k]), pp(a, P.b[k]));
 }
 
+/* ---- generation with the KV cache: the projections of the new positions, the
+ * core over each sequence's cache (pg_attn_decode), the output projection; the
+ * same arithmetic for GPT-2's block, whose qkv is the combined form ---- */
+
+enum { DQ, DK, DV, DC, DKC, DVC }; /* a decode call's buffers; the caches live through the whole generation */
+
+static void dec_saved(const pg_gen *g, em_chunk *ch, int i, int64_t R)
+{
+    const ir_layer *L = &g->m->layers[i];
+    int li = i - ch->first, sep = L->separate_qkv;
+    int64_t d = L->dim, kv = kv_dim(L);
+    em_aux *ax = &ch->aux[li];
+    char note[200], sh[96];
+    static const char *const names[6] = {"q", "k", "v", "ctx", "kcache", "vcache"};
+    const char *shapes[4] = {sep ? "[r, d]" : "[r, d + 2 kv]", "[r, kv]", "[r, kv]", "[r, d]"};
+    int64_t sz[4] = {R * (sep ? d : d + 2 * kv), R * kv, R * kv, R * d};
+    for (int k = 0; k < 6; k++) {
+        ax->off[k] = -1;
+        if (!sep && (k == DK || k == DV))
+            continue;
+        sfmt(note, sizeof note, "%s %s", L->name, !sep && k == DQ ? "qkv" : names[k]);
+        if (k < 4) {
+            ax->off[k] = frame_alloc(ch, sz[k] * 4, note, shapes[k]);
+            continue;
+        }
+        sfmt(sh, sizeof sh, "[%" PRId64 " sequences, %" PRId64 " positions, %" PRId64 "]", g->dec_batch, g->dec_len, kv);
+        ax->off[k] = frame_alloc(ch, g->dec_batch * g->dec_len * kv * 4, note, sh);
+        if (ax->off[k] >= 0)
+            ch->fb[ax->off[k]].whole = 1;
+    }
+    ax->n = 6;
+}
+
+static void dec(em_out *e, em_layer *a)
+{
+    const ir_layer *L = a->L;
+    const int64_t *s = e->ch->aux[a->li].off;
+    attn_params P = param_pos(L);
+    int64_t d = L->dim, kv = kv_dim(L);
+    char q[96], k[96], v[96];
+    int64_t ld;
+    if (L->separate_qkv) {
+        sfmt(q, sizeof q, "%s", fa(e, s[DQ]));
+        sfmt(k, sizeof k, "%s", fa(e, s[DK]));
+        sfmt(v, sizeof v, "%s", fa(e, s[DV]));
+        ld = 0;
+    } else {
+        const char *b = fa(e, s[DQ]);
+        sfmt(q, sizeof q, "%s", b);
+        sfmt(k, sizeof k, "%s + %" PRId64, b, d);
+        sfmt(v, sizeof v, "%s + %" PRId64, b, d + kv);
+        ld = d + 2 * kv;
+    }
+    const char *out[3] = {q, k, v}, *note[3] = {L->separate_qkv ? "q" : "q | k | v", "k", "v"};
+    for (int j = 0; j < (L->separate_qkv ? 3 : 1); j++)
+        fprintf(e->o, "    PG_TRY(pg_linear_fwd(c, r, %" PRId64 ", %" PRId64 ", %s, %s, %s, %s)); /* %s */\n", d,
+                proj_out(L, j), a->x, pp(a, P.w[j]), pp(a, P.b[j]), out[j], note[j]);
+    fprintf(e->o, "    PG_TRY(pg_attn_decode(c, io->seqs, io->t, %" PRId64 ", &(const pg_attn_dims){%" PRId64 ", %" PRId64
+                  ", %" PRId64 ", %" PRId64 ", 1, (float)%.9g, %" PRId64 ", %" PRId64 ", %" PRId64 "},\n"
+                  "                          DEC_ROWS, %s, %s, %s, %s, %s, %s));\n",
+            e->g->dec_batch, e->g->dec_len, L->heads, L->kv_heads, head_dim(L), L->rope_theta, ld ? ld : d, ld ? ld : kv, ld ? ld : kv, q,
+            k, v, fa(e, s[DKC]), fa(e, s[DVC]), fa(e, s[DC]));
+    fprintf(e->o, "    PG_TRY(pg_linear_fwd(c, r, %" PRId64 ", %" PRId64 ", %s, %s, %s, %s)); /* output projection */\n", d, d,
+            fa(e, s[DC]), pp(a, P.wo), pp(a, P.bo), a->y);
+}
+
+/* a cache holds what came before: only a causal layer's positions ignore what follows them */
+static const char *dec_check(const ir_layer *L)
+{
+    return L->causal ? NULL : "its attention is not causal (each position sees the later ones, which a new token "
+                              "changes)";
+}
+
 static void fwd(em_out *e, em_layer *a) { (is_gpt2(a->L) ? gpt2_fwd : gen_fwd)(e, a); }
 static void bwd_b(em_out *e, em_layer *a) { (is_gpt2(a->L) ? gpt2_bwd_b : gen_bwd_b)(e, a); }
 static void bwd_w(em_out *e, em_layer *a) { (is_gpt2(a->L) ? gpt2_bwd_w : gen_bwd_w)(e, a); }
@@ -285,4 +358,5 @@ static void json_attrs(FILE *o, const ir_model *m, const ir_layer *L)
 const gen_layer_kind gen_attention = {
     .gemm_weights_of = gemm_weights_of, /* the projections' weights */
     .saved = saved, .fwd = fwd, .bwd_b = bwd_b, .bwd_w = bwd_w, .json_attrs = json_attrs,
+    .dec = dec, .dec_saved = dec_saved, .dec_check = dec_check,
 };

@@ -29,4 +29,5 @@ static void json_attrs(FILE *o, const ir_model *m, const ir_layer *L)
     json_num(o, L->p);
 }
 
-const gen_layer_kind gen_dropout = {.fwd = fwd, .bwd_b = bwd_b, .json_attrs = json_attrs};
+const gen_layer_kind gen_dropout = {.per_token = 1, /* none in inference */
+                                    .fwd = fwd, .bwd_b = bwd_b, .json_attrs = json_attrs};

@@ -31,6 +31,7 @@ static void embed_bwd_w(em_out *e, em_layer *a)
 
 const gen_layer_kind gen_embed = {
     .reads_tokens = 1,
+    .per_token = 1,
     .fwd = embed_fwd, .bwd_w = embed_bwd_w, .json_attrs = vocab_dim_attrs,
 };
 
@@ -64,8 +65,17 @@ static void pos_attrs(FILE *o, const ir_model *m, const ir_layer *L)
     fprintf(o, "\"seq\": %" PRId64 ", \"dim\": %" PRId64, L->seq, L->dim);
 }
 
+/* generation: position pos + j of each sequence's row table entry, j < its
+ * real positions (pads pass through) */
+static void pos_dec(em_out *e, em_layer *a)
+{
+    fprintf(e->o, "    PG_TRY(pg_pos_embed_dec(c, io->seqs, io->t, %" PRId64 ", %" PRId64 ", DEC_ROWS, %s, %s, %s));\n",
+            a->L->seq, a->L->dim, a->x, a->p[0], a->y);
+}
+
 const gen_layer_kind gen_pos_embed = {
     .fwd = pos_fwd, .bwd_b = pos_bwd_b, .bwd_w = pos_bwd_w, .json_attrs = pos_attrs,
+    .dec = pos_dec,
 };
 
 /* ---- logits ---- */
@@ -96,5 +106,6 @@ static void logits_bwd_w(em_out *e, em_layer *a)
 
 const gen_layer_kind gen_logits = {
     .gemm_weights = 1u << 0, /* the table */
+    .per_token = 1,
     .fwd = logits_fwd, .bwd_b = logits_bwd_b, .bwd_w = logits_bwd_w, .json_attrs = vocab_dim_attrs,
 };

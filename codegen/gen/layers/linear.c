@@ -38,5 +38,6 @@ static void json_attrs(FILE *o, const ir_model *m, const ir_layer *L)
 
 const gen_layer_kind gen_linear = {
     .gemm_weights = 1u << 0, /* W */
+    .per_token = 1,
     .fwd = fwd, .bwd_b = bwd_b, .bwd_w = bwd_w, .json_attrs = json_attrs,
 };

@@ -104,6 +104,7 @@ static void ln_attrs(FILE *o, const ir_model *m, const ir_layer *L)
 }
 
 const gen_layer_kind gen_layernorm = {
+    .per_token = 1,
     .saved = ln_saved, .fwd = ln_fwd, .bwd_b = ln_bwd_b, .bwd_w = ln_bwd_w, .json_attrs = ln_attrs,
 };
 
@@ -152,6 +153,7 @@ static void rms_attrs(FILE *o, const ir_model *m, const ir_layer *L)
 }
 
 const gen_layer_kind gen_rmsnorm = {
+    .per_token = 1,
     .saved = rms_saved, .fwd = rms_fwd, .bwd_b = rms_bwd_b, .bwd_w = rms_bwd_w, .json_attrs = rms_attrs,
 };
 
@@ -255,6 +257,15 @@ static void bn_fwd(em_out *e, em_layer *a)
     }
 }
 
+/* generation: inference alone, each position by the running statistics */
+static void bn_dec(em_out *e, em_layer *a)
+{
+    const ir_layer *L = a->L;
+    fprintf(e->o, "    PG_TRY(pg_batchnorm_eval_fwd(c, %s, %" PRId64 ", %.9gf, %s, %s, %s, %s, %s, %s));\n", a->n,
+            last_dim(&a->in->shape), L->eps, a->x, L->nparam > 0 ? a->p[0] : "NULL", L->nparam > 1 ? a->p[1] : "NULL",
+            plocal(e->ch, L->buffer[0], 0), plocal(e->ch, L->buffer[1], 0), a->y);
+}
+
 static void bn_bwd_b(em_out *e, em_layer *a)
 {
     norm_bwd_in(e, a, bn_op(a->L), "_bwd_in", a->L->nparam > 0 ? a->p[0] : "NULL");
@@ -279,4 +290,5 @@ const gen_layer_kind gen_batchnorm = {
     .fwd_uses_first = 1, /* the running statistics move in the step's forward only */
     .check = bn_check, .stage_buffer = bn_stage_buffer, .saved = bn_saved,
     .fwd = bn_fwd, .bwd_b = bn_bwd_b, .bwd_w = bn_bwd_w, .json_attrs = bn_attrs,
+    .dec = bn_dec,
 };

@@ -90,9 +90,16 @@ static void stash_attrs(FILE *o, const ir_model *m, const ir_layer *L)
     json_str(o, m->skips[L->skip].name);
 }
 
+/* generation: no gradient, so no frame buffer */
+static void stash_dec_saved(const pg_gen *g, em_chunk *ch, int i, int64_t R)
+{
+    (void)g, (void)ch, (void)i, (void)R;
+}
+
 const gen_layer_kind gen_stash = {
     .passes_through = 1,
     .slots = stash_slots, .saved = stash_saved, .fwd = stash_fwd, .bwd_b = stash_bwd_b, .json_attrs = stash_attrs,
+    .per_token = 1, .dec_saved = stash_dec_saved,
 };
 
 /* ---- pop ---- */
@@ -225,4 +232,5 @@ static void pop_attrs(FILE *o, const ir_model *m, const ir_layer *L)
 
 const gen_layer_kind gen_pop = {
     .slots = pop_slots, .fwd = pop_fwd, .bwd_b = pop_bwd_b, .json_attrs = pop_attrs,
+    .per_token = 1,
 };

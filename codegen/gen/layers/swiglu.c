@@ -80,5 +80,6 @@ static void json_attrs(FILE *o, const ir_model *m, const ir_layer *L)
 
 const gen_layer_kind gen_swiglu = {
     .gemm_weights_of = gemm_weights_of,
+    .per_token = 1,
     .saved = saved, .fwd = fwd, .bwd_b = bwd_b, .bwd_w = bwd_w, .json_attrs = json_attrs,
 };
