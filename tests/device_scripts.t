@@ -62,10 +62,27 @@ t0=$(date +%s)
 DEVICE_SECTIONS="1 5b 7" DEVICE_BUDGET_S=150 DEVICE_OPS_S=15 DEVICE_TRAIN_S=25 DEVICE_BENCH_S=20 "$DC" "$T/late" \
     >"$T/late.out" 2>&1
 st=$? el=$(($(date +%s) - t0))
-[ $st = 1 ] && [ $el -le 160 ] && grep -q 'ops: fail ' "$T/late/summary.txt" &&
-    grep -q 'train: fail (over its 25 s)' "$T/late/summary.txt" && tar -tzf "$T/late/logs.tgz" 2>/dev/null | grep -q '^logs/train/'
-ok $? "the op tests given 15 s and the training 25: each stopped at its limit, the command done within its budget ($el s of 150, exit $st), the partial logs packed"
-[ $st = 1 ] && [ $el -le 160 ] || sed 's/^/# /' "$T/late/summary.txt"
+# a phase is given TEST_DEADLINE, 5 s before its limit, and no run starts
+# with under 5 s left; what still runs at the limit is stopped (TERM, KILL 3 s
+# later). The op tests given 15 s end within 18, passed (~6 s on a quiet
+# machine) or not; the training given 25 (sections 1, 5b and 7 need far more)
+# fails, either killed at its limit or, its last runs refused, within it:
+# which one depends on where a run was when the deadline came (the load)
+late_ops() {
+    grep -q 'ops: fail (over its 15 s)' "$T/late/summary.txt" && return 0
+    lo_s=$(sed -n 's/^.* ops: [a-z]* (\([0-9]*\) s).*$/\1/p' "$T/late/summary.txt")
+    [ -n "$lo_s" ] && [ "$lo_s" -le 18 ]
+}
+late_train() {
+    grep -q 'train: fail (over its 25 s)' "$T/late/summary.txt" && return 0
+    lt_s=$(sed -n 's/^.* train: fail (\([0-9]*\) s).*$/\1/p' "$T/late/summary.txt")
+    [ -n "$lt_s" ] && [ "$lt_s" -le 25 ] && grep -q 'not run: out of time (TEST_DEADLINE)' "$T/late/train.tap"
+}
+[ $st = 1 ] && [ $el -le 160 ] && late_ops && late_train &&
+    tar -tzf "$T/late/logs.tgz" 2>/dev/null | grep -q '^logs/train/'
+st8=$?
+ok $st8 "the op tests given 15 s and the training 25: each done within its limit, the training stopped, the command done within its budget ($el s of 150, exit $st), the partial logs packed"
+[ $st8 = 0 ] || sed 's/^/# /' "$T/late/summary.txt"
 
 # one section again, the fast paths switched off (the runs say so, their counters show it)
 t0=$(date +%s)
