@@ -12,7 +12,7 @@ if [ ! -x "$b" ] || [ ! -x build-cuda/gpt_char/stage0 ]; then
     echo "1..0 # SKIP no CUDA stages in build-cuda/ (make test links them when nvcc is found)"
     exit 0
 fi
-run() { PIPE_RANK=0 PIPE_WORLD=3 PIPE_MASTER=127.0.0.1:1 timeout 20 "$b" --steps 1 2>&1; }
+run() { PIPE_RANK=0 PIPE_WORLD=3 PIPE_MASTER=127.0.0.1:1 timeout 20 "$b" --steps 1 --connect-timeout 1 2>&1; } # --connect-timeout 1: as in cuda_link.t
 
 out=$(PIPE_CUDA_KERNELS=colsum,bogus run)
 st=$?

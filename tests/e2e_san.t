@@ -119,7 +119,9 @@ san_check() {
     _n=$((_n + 1))
 }
 final() { grep 'final loss' "$1" | sed 's/^\[stage [0-9]*\] //'; }
-sample() { grep -A100 '^\[stage [0-9]*\] sample: ' "$1" | grep -v 'bubble\|throughput\|started as replica ' | sed 's/^\[stage [0-9]*\] //'; }
+# (the generation line's time and rate left out: they are the clock's, not the model's)
+sample() { grep -A100 '^\[stage [0-9]*\] sample: ' "$1" | grep -v 'bubble\|throughput\|started as replica ' |
+    sed -e 's/^\[stage [0-9]*\] //' -e 's/ in [0-9.e+-]* s ([0-9.e+-]* tokens\/s)//'; }
 
 # --- mlp_small on 3 stages: trace, profile, save, save-grads; against the plain build --
 M=$T/mlp3

@@ -201,7 +201,7 @@ like "$(cat "$T/o")" '\[stage [01]\] --data .*good\.pgd without --targets: its i
 printf 'just some text, not a data file\n' >"$T/notpgd.txt"
 run --steps 2 --data "$T/notpgd.txt" >"$T/o" 2>&1; rc=$?
 is "$rc" 1 "--data alone naming a file that is no .pgd: exit 1"
-like "$(cat "$T/o")" '\[stage 0\] .*notpgd\.txt: not a pipegen data file \(bad magic\)' "...said first as bad magic"
+like "$(cat "$T/o")" '\[stage [01]\] .*notpgd\.txt: not a pipegen data file \(bad magic\)' "...said first as bad magic"
 ! grep -q 'without --targets' "$T/o"; ok $? "...not as --data without --targets"
 run --steps 2 --targets "$T/y.pgd" >"$T/o" 2>&1; rc=$?
 is "$rc" 2 "--targets without --data: exit 2"

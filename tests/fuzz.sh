@@ -57,7 +57,7 @@ for t in $TARGETS; do
     front | profile | trace | csv) src=tests/fuzz/fuzz_$t.c; libs=$FRONT_LIB ;;
     pgd | safetensors | ckpt | rdv) src=tests/fuzz/fuzz_$t.c; libs=$RT_LIB ;;
     pipedata) # pipedata's own main gives way to libFuzzer's
-        src="tests/fuzz/fuzz_$t.c cmd/pipedata.c cmd/pd_npy.c cmd/pd_csv.c"; extra="-Icmd -Dmain=pipedata_main"
+        src="tests/fuzz/fuzz_$t.c cmd/pipedata.c cmd/pd_npy.c cmd/pd_csv.c cmd/pd_tokenize.c"; extra="-Icmd -Dmain=pipedata_main"
         libs=$RT_LIB ;;
     *) echo "fuzz.sh: unknown target '$t'" >&2; exit 2 ;;
     esac
