@@ -197,8 +197,14 @@ int main(int argc, char **argv)
         printf("pipedata (pipegen " PIPEGEN_VERSION ")\n");
         return 0;
     }
-    if (argc > 1 && !strcmp(argv[1], "tokenize"))
-        return pd_tokenize(argc, argv);
+    /* over ulimit -f a write fails with EFBIG, reported with the file's name */
+    signal(SIGXFSZ, SIG_IGN);
+    if (argc > 1 && !strcmp(argv[1], "tokenize")) {
+        int rc = pd_tokenize(argc, argv);
+        if (pg_io_stdout_done("pipedata") != 0 && rc == 0)
+            rc = 1;
+        return rc;
+    }
     static const char *const cmds[] = {"text", "bytes", "npy", "csv"};
     int cmd = -1;
     for (int k = 0; argc > 1 && k < 4; k++)
@@ -249,8 +255,6 @@ int main(int argc, char **argv)
                                                                     : "--target-dtype needs --target COLUMN");
         return 2;
     }
-    /* over ulimit -f a write fails with EFBIG, reported with the file's name */
-    signal(SIGXFSZ, SIG_IGN);
     pg_io_file files[] = {{"-o", out, 1}, {"--targets-out", targets_out, 1}, {"the input", in, 0}};
     char err[9000];
     if (pg_io_check_distinct(files, 3, err, sizeof err) != 0) { /* --targets-out NULL: not given */

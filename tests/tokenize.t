@@ -129,6 +129,12 @@ EOF2
 ok $? "-o the input file is refused, the file left alone"
 PIPEGEN_PYTHON=$T/nopython "$PIPEDATA" tokenize --tokenizer "$K" "$T/b.txt" -o "$T/z.pgd" >"$T/o" 2>&1; st=$?
 [ $st = 1 ] && grep -q "nopython" "$T/o"; ok $? "a missing Python is named"
+"$PIPEDATA" tokenize --tokenizer "$K" "$T/b.txt" -o "$T/full.pgd" >/dev/full 2>"$T/o"; st=$?
+[ $st = 1 ] && grep -q "cannot write the standard output" "$T/o"; ok $? "tokenize's report to a full disk (/dev/full): exit 1, said"
+for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16; do cat "$K/text.txt" "$T/b.txt"; done >"$T/big.txt"
+sh -c "ulimit -f 1; '$PIPEDATA' tokenize --tokenizer '$K' '$T/big.txt' -o '$T/big.pgd'" >"$T/o" 2>&1; st=$?
+[ $st = 1 ] && grep -q "big.pgd" "$T/o" && [ ! -e "$T/big.pgd" ]
+ok $? "tokenize over ulimit -f: exit 1 naming the file, not a death by SIGXFSZ, nothing left"
 lm_run "$T/one" "$T/e1.out" $S --prompts "$T/text.pgd"; st=$?
 [ $st != 0 ] && grep -q -- "--prompts: .*text.pgd.*expects \[n\].*pipedata tokenize --prompts" "$T/e1.out"
 ok $? "--prompts of a rank-1 stream is refused, saying what prompts are"
