@@ -12,7 +12,9 @@
 #  - examples/gpt2_small.pipe (`stages = 4`) gets a split whose bubble is
 #    within 2 points of the best of all its 67525 splits (test_balance --all)
 #    and of every split at block boundaries through the command line, and is
-#    under the bubble of three blocks per stage (51.4%).
+#    under the bubble of three blocks per stage (51.4%); that split keeps whole
+#    blocks on each stage (a split inside one gains less than block_margin),
+#    and is the best of the whole-block ones, within 0.1 point.
 . "$(dirname "$0")/lib.sh"
 cd "$TOP" || exit 1
 T=$(mktemp -d /tmp/pg-balance.XXXXXX)
@@ -100,4 +102,9 @@ for combo in $(combos 1 11 3); do
 done
 [ -n "$got" ] && [ -n "$least" ] && awk -v a="$got" -v b="$least" 'BEGIN { exit !(a <= b + 2.0 && a < 51.4) }'
 ok $? "examples/gpt2_small.pipe: bubble $got%, the best of the 165 block-boundary splits $least%, three blocks per stage 51.4%"
+[ -n "$got" ] && [ -n "$least" ] && awk -v a="$got" -v b="$least" 'BEGIN { exit !(a <= b + 0.1) }'
+ok $? "... its split keeps whole blocks: the best of the block-boundary splits ($got% against $least%)"
+like "$("$PIPEGEN" plan examples/gpt2_small.pipe 2>&1)" \
+    "^split: whole blocks per stage \([0-9+]+ of 12 repeat instances\), predicted step [0-9.]+ Tflop; a split inside a block would gain [0-9.]+%, not more than block_margin 5%$" \
+    "... and pipegen plan says so"
 done_testing

@@ -17,6 +17,7 @@ int cmd_check(int argc, char **argv) {
         return 1;
     fflush(stderr);
     pg_model_summary(&cm.l.model, stdout);
+    pg_block_split_report(&cm.l.blocks, &cm.l.model, stdout);
     cmd_release_model(&cm);
     return 0;
 }
