@@ -646,7 +646,7 @@ void pg_block_split_report(const pg_block_split *bs, const ir_model *m, FILE *ou
         else if (bs->reason == PG_BLOCKS_REFUSED)
             fprintf(out, "the split inside a block (%s) was refused by the schedule or the memory plan\n", is);
         else
-            fprintf(out, "no split inside a block is faster\n");
+            fprintf(out, "the search found no faster split inside a block\n");
         return;
     }
     const ir_layer *a = NULL, *b = NULL;
