@@ -148,4 +148,6 @@ got=$("$PIPEGEN" plan "$B" 2>&1)
 like "$got" "^  1f1b +loop +blocks +2  [0-9./]+ .* no$" "memory = 7MiB: no whole-block candidate fits"
 like "$got" "^chosen: [a-z0-9()]+ \(loop placement, inside split\): the fastest whose every stage fits 7 MiB, inside a block: no split of whole blocks fits$" \
     "... so a split inside a block is taken whatever block_margin, and the choice says why"
+like "$("$PIPEGEN" check "$B" 2>&1)" "^chosen: [a-z0-9()]+ \(loop placement, inside split\): the fastest whose every stage fits 7 MiB, inside a block: no split of whole blocks fits$" \
+    "pipegen check says the choice and why too"
 done_testing

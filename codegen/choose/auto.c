@@ -390,6 +390,12 @@ void pg_auto_report(const pg_auto *a, FILE *out)
                 c->split, c->nstages, list, step, 100.0 * c->bubble, c->fits ? "yes" : "no",
                 i == a->chosen ? "  <- chosen" : "");
     }
+    pg_auto_chosen_report(a, out);
+}
+
+void pg_auto_chosen_report(const pg_auto *a, FILE *out)
+{
+    char b[48], nm[48];
     if (a->chosen >= 0) {
         const pg_auto_cand *c = &a->cand[a->chosen];
         fprintf(out, "chosen: %s (%s placement, %s split): the fastest whose every stage fits %s",

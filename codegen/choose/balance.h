@@ -129,6 +129,8 @@ typedef struct pg_auto {
 int pg_auto_resolve(ir_model *m, const pg_profile *prof, pg_auto *a, pg_diag *d);
 /* The candidates table and the choice, as `pipegen plan` prints them. */
 void pg_auto_report(const pg_auto *a, FILE *out);
+/* The choice alone (its `chosen:` line, with whole blocks against cut ones), as `pipegen check` prints it. */
+void pg_auto_chosen_report(const pg_auto *a, FILE *out);
 /* The table as a JSON object for plan.json (malloc'd), NULL out of memory. */
 char *pg_auto_json(const pg_auto *a);
 void pg_auto_free(pg_auto *a);

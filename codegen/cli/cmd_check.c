@@ -18,6 +18,8 @@ int cmd_check(int argc, char **argv) {
     fflush(stderr);
     pg_model_summary(&cm.l.model, stdout);
     pg_block_split_report(&cm.l.blocks, &cm.l.model, stdout);
+    if (cm.l.have_auto)
+        pg_auto_chosen_report(&cm.l.autosel, stdout);
     cmd_release_model(&cm);
     return 0;
 }
