@@ -677,3 +677,40 @@ void pg_block_split_report(const pg_block_split *bs, const ir_model *m, FILE *ou
         break;
     }
 }
+
+/* A step for JSON: null when there is none. */
+static void json_step(FILE *o, double v)
+{
+    if (isfinite(v))
+        fprintf(o, "%.17g", v);
+    else
+        fprintf(o, "null");
+}
+
+char *pg_block_split_json(const pg_block_split *bs)
+{
+    static const char *const reasons[] = {
+        [PG_BLOCKS_NONE_FASTER] = "none_faster", [PG_BLOCKS_WITHIN_MARGIN] = "within_margin",
+        [PG_BLOCKS_GAIN] = "gain", [PG_BLOCKS_TOO_FEW] = "too_few", [PG_BLOCKS_NONE_RUNS] = "none_runs",
+        [PG_BLOCKS_REFUSED] = "refused", [PG_BLOCKS_MEMORY] = "memory",
+    };
+    char *text = NULL;
+    size_t len = 0;
+    FILE *o = open_memstream(&text, &len);
+    if (!o)
+        return NULL;
+    fprintf(o, "{\"taken\": \"%s\", \"reason\": \"%s\", \"margin\": %.15g, \"unit\": \"%s\", \"whole_step\": ",
+            bs->taken_inside ? "inside" : "whole", reasons[bs->reason], bs->margin, bs->seconds ? "s" : "flop");
+    json_step(o, bs->whole_step);
+    fprintf(o, ", \"inside_step\": ");
+    json_step(o, bs->inside_step);
+    fprintf(o, ", \"whole_instances_per_chunk\": [");
+    for (int k = 0; k < bs->nchunks && k < 64 && isfinite(bs->whole_step); k++)
+        fprintf(o, "%s%d", k ? ", " : "", bs->per_chunk[k]);
+    fprintf(o, "]}");
+    if (fclose(o) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}

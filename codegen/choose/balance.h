@@ -84,6 +84,10 @@ int pg_balance_split(ir_model *m, const pg_profile *prof, pg_block_split *bs);
 /* One line for `pipegen plan` and `check`: whole blocks or inside one, and
  * why; nothing when !bs->considered. */
 void pg_block_split_report(const pg_block_split *bs, const ir_model *m, FILE *out);
+/* The same as a JSON object for plan.json (malloc'd): "taken" ("whole" or
+ * "inside"), "reason", "margin", each kind's predicted step (null: none) and
+ * the whole-block split's instances per chunk; NULL out of memory. */
+char *pg_block_split_json(const pg_block_split *bs);
 
 /* ---- schedule = auto (auto.c) ------------------------------------------------ */
 
