@@ -40,7 +40,10 @@ is "$(sample "$T/g3.out")" "$(sample "$T/g1.out")" "greedy text is the same on 1
 lm_run "$T/two" "$T/g4.out" $G --temperature 0
 [ "$(sample "$T/g4.out")" != "$s1" ]
 ok $? "temperature 0.8 samples differ from greedy ones"
-like "$(sample "$T/g1.out")" "^sample: the cat sat on the mat" "after 200 steps the greedy continuation of the regular text is the text"
+# (a stretch of the text, not its first words: how far the 200 steps' model gets
+# before its first slip depends on every bit of the training)
+like "$(sample "$T/g1.out")" "^sample: the cat .*the mat\. the dog ran to the log\." \
+    "after 200 steps the greedy continuation of the regular text reproduces the text (32 characters of it)"
 
 lm_run "$T/twot" "$T/ld.out" --steps 0 --load "$T/w.safetensors" --generate 60 --prompt the
 ok $? "--steps 0 --load FILE --generate runs"
