@@ -1179,16 +1179,22 @@ static int64_t next_candidate(const char *dir, const int64_t *steps, int n, int 
 
 /* After resuming from step `pick` of DIR into DIR itself: every step
  * directory above it that never completed (no MANIFEST: a run killed while it
- * wrote them) goes, this stage's part of each. How many there were. */
-static int prune_incomplete(const pg_stage_desc *d, const char *dir, int64_t pick)
+ * wrote them) goes, this stage's part of each. How many there were. `listed`
+ * (stage 0: its list from before it told the others the pick, n of them;
+ * NULL: list now): another stage prunes at the same time and removes a
+ * directory whose last part it held, so only a list taken before any stage
+ * began counts them all (one gone already was incomplete: the others prune
+ * nothing else). */
+static int prune_incomplete(const pg_stage_desc *d, const char *dir, int64_t pick, const int64_t *listed, int nlisted)
 {
-    int64_t *steps;
-    int n = list_steps(dir, &steps), gone = 0;
+    int64_t *steps = NULL;
+    int n = listed ? nlisted : list_steps(dir, &steps), gone = 0;
+    const int64_t *at = listed ? listed : steps;
     char run[RUN_BYTES], sdir[CK_PATH];
-    for (int i = 0; i < n && steps[i] > pick; i++) {
-        if (step_run(dir, steps[i], run, sizeof run) || errno != ENOENT)
+    for (int i = 0; i < n && at[i] > pick; i++) {
+        if (step_run(dir, at[i], run, sizeof run) || errno != ENOENT)
             continue;
-        step_dir(sdir, sizeof sdir, dir, steps[i]);
+        step_dir(sdir, sizeof sdir, dir, at[i]);
         clean_step_tmp(d, sdir);
         remove_step(d, sdir);
         gone++;
@@ -1213,7 +1219,8 @@ int pg_ckpt_resume(pg_run *r, int64_t *start_step)
         free(buf);
         return 1;
     }
-    int64_t latest = read_latest(dir, latest_run, sizeof latest_run), pick = -1, loaded = -1;
+    int64_t latest = read_latest(dir, latest_run, sizeof latest_run), pick = -1, loaded = -1, *listed = NULL;
+    int nlisted = 0;
     uint32_t down = PG_TAG(PG_TAG_CKPT, 1, 0), up = PG_TAG(PG_TAG_CKPT, 1, 1);
     pg_net_status st = PG_NET_OK;
     int peer = 0;
@@ -1250,7 +1257,7 @@ int pg_ckpt_resume(pg_run *r, int64_t *start_step)
                 break;
             }
         }
-        free(steps);
+        listed = steps, nlisted = ns; /* for prune_incomplete */
         passed_say(&incomplete, "they have no MANIFEST (checkpoints that were never completed)");
         passed_say(&other, "they belong to other runs than the one LATEST names");
         int64_t fin[2] = {pick >= 0 ? RS_USE : RS_NONE, pick};
@@ -1282,6 +1289,7 @@ int pg_ckpt_resume(pg_run *r, int64_t *start_step)
         free(man.sums);
         free(it);
         free(buf);
+        free(listed);
         return 1;
     }
     if (pick < 0) {
@@ -1290,6 +1298,7 @@ int pg_ckpt_resume(pg_run *r, int64_t *start_step)
         free(man.sums);
         free(it);
         free(buf);
+        free(listed);
         return 1;
     }
     char sdir[CK_PATH];
@@ -1302,6 +1311,7 @@ int pg_ckpt_resume(pg_run *r, int64_t *start_step)
         free(man.sums);
         free(it);
         free(buf);
+        free(listed);
         return 2;
     }
     if (pick != loaded) {
@@ -1310,6 +1320,7 @@ int pg_ckpt_resume(pg_run *r, int64_t *start_step)
             fprintf(stderr, "stage %d: cannot resume from %s: %s\n", d->stage, sdir, err);
             free(it);
             free(buf);
+            free(listed);
             return 1;
         }
     }
@@ -1323,8 +1334,10 @@ int pg_ckpt_resume(pg_run *r, int64_t *start_step)
     }
     free(it);
     free(buf);
-    if (rc)
+    if (rc) {
+        free(listed);
         return 1;
+    }
     if (d->stage == 0) {
         char run[RUN_BYTES];
         if (step_run(dir, pick, run, sizeof run) && run[0])
@@ -1343,11 +1356,12 @@ int pg_ckpt_resume(pg_run *r, int64_t *start_step)
     /* into the same directory: the step directories above it that never
      * completed would stand among this run's new ones */
     if (r->opt.ckpt_dir && same_dir(dir, r->opt.ckpt_dir)) {
-        int gone = prune_incomplete(d, dir, pick);
+        int gone = prune_incomplete(d, dir, pick, listed, nlisted);
         if (d->stage == 0 && gone)
             printf("resume: removed %d step director%s above step %" PRId64 " that never completed\n", gone,
                    gone == 1 ? "y" : "ies", pick);
     }
+    free(listed);
     *start_step = pick;
     return 0;
 }
