@@ -198,13 +198,23 @@ static int describe(struct conv_plan *p, const pg_conv *g)
     return 0;
 }
 
+/* Whether a and b are one geometry: field by field, as memcmp would also
+ * compare the struct's padding after `transposed`, which a pg_conv built on
+ * the stack leaves unset (one geometry then looks new at every call). */
+static int same_geom(const pg_conv *a, const pg_conv *b)
+{
+    return a->in == b->in && a->out == b->out && a->h == b->h && a->w == b->w && a->oh == b->oh && a->ow == b->ow &&
+           a->kh == b->kh && a->kw == b->kw && a->sh == b->sh && a->sw == b->sw && a->ph == b->ph && a->pw == b->pw &&
+           a->dh == b->dh && a->dw == b->dw && a->groups == b->groups && a->transposed == b->transposed;
+}
+
 /* The plan of geometry g, made on first use (the first step runs eagerly);
  * the scratch is grown to its workspace then. */
 static int plan_of(pg_ctx *c, const char *op, const pg_conv *g, struct conv_plan **out)
 {
     struct pg_cuda_conv *s = c->conv;
     for (int i = 0; s && i < s->nplans; i++)
-        if (memcmp(&s->plans[i].g, g, sizeof *g) == 0) {
+        if (same_geom(&s->plans[i].g, g)) {
             *out = &s->plans[i];
             return 0;
         }
