@@ -42,8 +42,10 @@
 #  5c. tests/models/conv_small.pipe (every layer of convolutional networks:
 #     cuDNN's convolutions, pooling, upsample, batchnorm2d(deferred), skips
 #     across splits) on 1, 2 and 4 stages, graphs and --no-graph: bitwise
-#     alike, every step within TOL of the CPU's, the loss falls, the report
-#     line names the cuDNN plans (emulated: the cuDNN of tests/gpu/emu);
+#     alike, every step within TOL_CONV of the CPU's, the loss falls, the
+#     start-up and report lines name the cuDNN plans, the stage table's
+#     geometries, a table one short or without its plan function refused
+#     (emulated: the cuDNN of tests/gpu/emu);
 #  6. with 2+ GPUs, stages 0-1 on GPU 0 and 2-3 on GPU 1 (NCCL between 1 and 2,
 #     IPC within each pair): bitwise the 1-stage result again;
 #  6b. with 2+ GPUs, gpt_tiny 2 stages x 2 replicas, replica q on GPU q: the
@@ -414,6 +416,33 @@ if [ "$FAKE" = cpu ]; then
 else
     like "$(cat "$L/conv1.out" 2>/dev/null)" 'cuDNN [0-9.]*: [0-9]* convolution geometr.*deterministic fp32 algorithms, workspace [0-9]* bytes' \
         "conv_small: the end-of-run report names the cuDNN plans and their workspace"
+fi
+# the stage table's geometries (pg_stage_desc.convs) planned at start-up; a table
+# one short makes the op that meets the missing geometry fail, naming why; a
+# table without its plan function is refused at start-up
+grep -qx '    .nconvs = 7, .convs = stage_convs, .conv_plan = pg_conv_plan,' "$T/c1/gen/stage0.c"
+ok $? "conv_small, 1 stage: the stage table lists its 7 convolution geometries and the plan function"
+cut_stage() { # cut_stage NAME SED: c1's stage0.c edited by SED, built into $T/NAME, run for a step: exit 1
+    mkdir -p "$T/$1/cuda" && sed "$2" "$T/c1/gen/stage0.c" >"$T/$1/stage0.c" &&
+        $CC $CFLAGS_T -I"$TOP/runtime/core" -I"$T/c1/gen" -o "$T/$1/cuda/stage0" "$T/$1/stage0.c" "$CUDALIB" \
+            $LDLIBS_CUDA >"$T/$1/cc.log" 2>&1 &&
+        { limited 120 "$PIPERUN" "$T/$1/cuda" -- --steps 1 --threads 1 --timeout 20 >"$L/$1.out" 2>&1; [ $? = 1 ]; }
+}
+cut_stage c1nofn 's/, \.conv_plan = pg_conv_plan,$/,/'
+st=$?
+grep -q '7 convolution geometries without their table or plan function: the stage file is corrupt' "$L/c1nofn.out" &&
+    [ $st = 0 ]
+ok $? "conv_small, a table without its plan function: refused at start-up, exit 1"
+if [ "$FAKE" = cpu ]; then
+    for i in 1 2; do skip "the cuDNN plans are the CUDA runtime's"; done
+else
+    like "$(cat "$L/conv1.out" 2>/dev/null)" 'cuDNN [0-9.]* at start-up: 7 convolution geometries planned \(forward / backward-data / backward-filter algorithms: 3->8 8x8 k3x3 s1x1 p1x1 d1x1 g1 [0-9]*/[0-9]*/[0-9]*,.*\), workspace [0-9]* bytes, allocated once' \
+        "conv_small: the start-up line names the 7 geometries, their algorithms and the workspace"
+    cut_stage c1cut 's/^    \.nconvs = 7, /    .nconvs = 6, /'
+    st=$?
+    grep -Eq 'conv[a-z_0-9]*: a convolution geometry the stage.s table \(pg_stage_desc.convs\) does not list: the stage file and its calls disagree' "$L/c1cut.out" &&
+        [ $st = 0 ]
+    ok $? "conv_small, a table one geometry short: the op meeting it fails naming the disagreement, exit 1"
 fi
 fi
 
