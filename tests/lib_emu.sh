@@ -2,10 +2,6 @@
 # (tests/cuda_emu_*.t; tests/gpu/emu/README.md): the emulated build, and
 # merging a program's TAP into ours. Sourced after tests/lib.sh.
 EMU=$TOP/build/emu
-# the host BLAS behind the cuBLAS shim on the calling thread only: OpenBLAS's
-# own worker threads lack the protection key that lets the emulator's threads
-# touch device memory, and stop the process as host code would
-export OPENBLAS_NUM_THREADS=1
 
 # emu_need: build/emu (make emu) is there and current; else one failed check
 # with the build's tail, and exit
