@@ -267,15 +267,15 @@ build-cuda/cuda-tests/%.o: tests/gpu/%.cu $(NVCC_STAMP)
 # runtime/cuda's own sources compiled by the host's C++ compiler against the
 # emulated CUDA runtime, cuBLAS(Lt) and NCCL of tests/gpu/emu/: each file
 # rewritten by tests/gpu/emu/emu_cu.sh (launches become calls), kernels on
-# fibers (tests/gpu/cuda_emu.h), GEMMs by the host BLAS's sgemm_. Every
-# runtime/cuda/*.cu joins by itself but conv.cu (cuDNN, not emulated:
-# tests/gpu/emu/conv_refused.cc refuses convolutions in its place).
+# fibers (tests/gpu/cuda_emu.h), GEMMs by the host BLAS's sgemm_, conv.cu's
+# cuDNN calls by tests/gpu/emu/cudnn_emu.cc. Every runtime/cuda/*.cu joins by
+# itself.
 # $(BUILD)/emu/libpgrt_cuemu.a replaces libpgrt_cuda.a at link time
 # (LDLIBS_EMU instead of LDLIBS_CUDA).
 CXX      ?= c++
 EMU_DIR  := $(BUILD)/emu
 EMU_HDR  := $(patsubst runtime/cuda/%,$(EMU_DIR)/src/%,$(wildcard runtime/cuda/*.h runtime/cuda/*.cuh))
-EMU_OBJ  := $(patsubst runtime/cuda/%.cu,$(EMU_DIR)/obj/%.o,$(filter-out runtime/cuda/conv.cu,$(CUDA_SRC))) \
+EMU_OBJ  := $(patsubst runtime/cuda/%.cu,$(EMU_DIR)/obj/%.o,$(CUDA_SRC)) \
             $(patsubst tests/gpu/emu/%.cc,$(EMU_DIR)/obj/shim/%.o,$(wildcard tests/gpu/emu/*.cc))
 # nvcc fuses a * b + c in kernels: so does the emulated build where the CPU has FMA (cuda_emu.h)
 EMU_FMA  := $(shell grep -qw fma /proc/cpuinfo 2>/dev/null && echo -mfma)

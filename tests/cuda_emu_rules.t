@@ -7,7 +7,9 @@
 # and no more, NaN fill, the guard page, host code touching device memory),
 # the copies' synchronisation rules and a lagging device, stream capture's
 # refusals (thread-local and global mode) and graph replay, CUDA IPC between
-# two processes, the cuBLAS and cuBLASLt shims against naive products, and
+# two processes, the cuBLAS and cuBLASLt shims against naive products, the
+# cuDNN shim (a grouped, strided, dilated convolution against its definition,
+# the statuses of bad descriptors and workspaces, capture, an operand's span), and
 # the CUDA backend's messages for an unusable GPU (none, an old driver,
 # compute modes PROHIBITED and EXCLUSIVE_PROCESS). Each check would fail
 # without the rule it names.

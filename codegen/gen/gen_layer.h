@@ -91,6 +91,14 @@ const gen_layer_kind *gen_layer_kind_of(ir_layer_kind k);
  * `&(const pg_conv){.in = .., ...}` for the op's argument. */
 pg_conv gen_conv_geom(const ir_layer *L);
 void gen_conv_text(const pg_conv *g, char *buf, size_t n);
+/* The same geometry as an initializer `{.in = .., ...}` (the stage's table). */
+void gen_conv_init(const pg_conv *g, char *buf, size_t n);
+/* Stage S's distinct convolution geometries (conv2d, conv1d,
+ * conv_transpose2d; pooling aside), in layer order: their count, and with
+ * out, the array (malloc'd, the caller frees it; NULL when none); -1 out of
+ * memory. The CUDA runtime makes each one's cuDNN plan at start-up
+ * (pg_stage_desc.convs). */
+int gen_stage_convs(const ir_model *m, const em_stage *S, pg_conv **out);
 
 /* ---- for the entries: the layout (gen_layout.c) ---- */
 

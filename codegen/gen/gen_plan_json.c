@@ -101,6 +101,11 @@ void pg_gen_report(const pg_gen *g, FILE *o)
         }
         if (S->dch)
             fprintf(o, "  generation after training: its buffers share bytes with the step's activations\n");
+        int nconvs = gen_stage_convs(m, S, NULL); /* -1 (out of memory): no note */
+        if (nconvs > 0)
+            fprintf(o, "  GPU: %d convolution geometr%s through cuDNN, planned at start-up; the cuDNN workspace is "
+                       "sized on the GPU then (its bytes depend on the GPU's algorithms), allocated once, outside the "
+                       "arena\n", nconvs, nconvs == 1 ? "y" : "ies");
         total = pg_bytes_add(total, S->mp.total);
         unshared = pg_bytes_add(unshared, before);
     }

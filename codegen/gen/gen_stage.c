@@ -237,6 +237,23 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
         fprintf(o, "    {NULL, -1, 0, 0, 0},\n");
     fprintf(o, "};\n\n");
 
+    /* the convolution geometries (only then: stage files without any stay as they were) */
+    pg_conv *convs = NULL;
+    int nconvs = gen_stage_convs(m, S, &convs);
+    if (nconvs < 0)
+        return -1;
+    if (nconvs) {
+        fprintf(o, "/* this stage's convolution geometries (the CUDA runtime plans them at start-up) */\n"
+                   "static const pg_conv stage_convs[] = {\n");
+        for (int i = 0; i < nconvs; i++) {
+            char init[512];
+            gen_conv_init(&convs[i], init, sizeof init);
+            fprintf(o, "    %s,\n", init);
+        }
+        fprintf(o, "};\n\n");
+    }
+    free(convs);
+
     int nshadow = 0; /* bf16 shadows {stage param index, offset}: only then, so f32 stage files stay as they were */
     for (int p = 0, sp = 0; p < m->nparams; p++) {
         if (S->param_mp[p] < 0)
@@ -334,6 +351,8 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
         fprintf(o, "    .guard_bytes = %" PRId64 ", .narena_bufs = %d, .arena_bufs = arena_bufs,\n", g->guard, S->mp.n);
     if (nshadow)
         fprintf(o, "    .nshadows = %d, .shadows = stage_shadows,\n", nshadow);
+    if (nconvs)
+        fprintf(o, "    .nconvs = %d, .convs = stage_convs, .conv_plan = pg_conv_plan,\n", nconvs);
     fprintf(o, "    .arch_hash = UINT64_C(0x%016" PRIx64 "), /* the layers, layout aside (checkpoint identity) */\n",
             model_arch_hash(g));
     if (S->dch) {

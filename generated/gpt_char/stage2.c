@@ -425,7 +425,7 @@ static const pg_dec_desc dec_desc = {
 };
 
 const pg_stage_desc pg_stage = {
-    .contract = PG_CONTRACT_TAG(8),
+    .contract = PG_CONTRACT_TAG(9),
     .pipegen_version = "0.1.0",
     .model = "gpt_char",
     .source = "gpt_char.pipe",

@@ -157,7 +157,7 @@ static const pg_layer_info stage_layers[] = {
 };
 
 const pg_stage_desc pg_stage = {
-    .contract = PG_CONTRACT_TAG(8),
+    .contract = PG_CONTRACT_TAG(9),
     .pipegen_version = "0.1.0",
     .model = "resmlp",
     .source = "resmlp.pipe",

@@ -536,8 +536,16 @@ static const pg_layer_info stage_layers[] = {
     {"d3.relu1", 2, 4096, 4096, 0},
 };
 
+/* this stage's convolution geometries (the CUDA runtime plans them at start-up) */
+static const pg_conv stage_convs[] = {
+    {.in = 32, .out = 32, .h = 16, .w = 16, .oh = 16, .ow = 16, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .ph = 1, .pw = 1, .dh = 1, .dw = 1, .groups = 1},
+    {.in = 32, .out = 64, .h = 16, .w = 16, .oh = 8, .ow = 8, .kh = 3, .kw = 3, .sh = 2, .sw = 2, .ph = 1, .pw = 1, .dh = 1, .dw = 1, .groups = 1},
+    {.in = 64, .out = 64, .h = 8, .w = 8, .oh = 8, .ow = 8, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .ph = 1, .pw = 1, .dh = 1, .dw = 1, .groups = 1},
+    {.in = 32, .out = 64, .h = 16, .w = 16, .oh = 8, .ow = 8, .kh = 1, .kw = 1, .sh = 2, .sw = 2, .ph = 0, .pw = 0, .dh = 1, .dw = 1, .groups = 1},
+};
+
 const pg_stage_desc pg_stage = {
-    .contract = PG_CONTRACT_TAG(8),
+    .contract = PG_CONTRACT_TAG(9),
     .pipegen_version = "0.1.0",
     .model = "resnet",
     .source = "resnet.pipe",
@@ -564,6 +572,7 @@ const pg_stage_desc pg_stage = {
     .ws_off = -1, .ws_bytes = 0,
     .output_off = -1, .output_slot_bytes = 0, .output_per_sample = 0,
     .nlayers = 20, .layers = stage_layers,
+    .nconvs = 4, .convs = stage_convs, .conv_plan = pg_conv_plan,
     .arch_hash = UINT64_C(0x6bb364f9a07408ab), /* the layers, layout aside (checkpoint identity) */
     .neval_actions = 12, .eval_actions = eval_step,
     .output_rank = 1, .output_dim = {10, 0, 0, 0},

@@ -367,8 +367,15 @@ static const pg_layer_info stage_layers[] = {
     {"transpose0", 3, 2048, 2048, 0},
 };
 
+/* this stage's convolution geometries (the CUDA runtime plans them at start-up) */
+static const pg_conv stage_convs[] = {
+    {.in = 32, .out = 16, .h = 32, .w = 32, .oh = 32, .ow = 32, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .ph = 1, .pw = 1, .dh = 1, .dw = 1, .groups = 1},
+    {.in = 16, .out = 16, .h = 32, .w = 32, .oh = 32, .ow = 32, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .ph = 1, .pw = 1, .dh = 1, .dw = 1, .groups = 1},
+    {.in = 16, .out = 2, .h = 32, .w = 32, .oh = 32, .ow = 32, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .ph = 0, .pw = 0, .dh = 1, .dw = 1, .groups = 1},
+};
+
 const pg_stage_desc pg_stage = {
-    .contract = PG_CONTRACT_TAG(8),
+    .contract = PG_CONTRACT_TAG(9),
     .pipegen_version = "0.1.0",
     .model = "unet",
     .source = "unet.pipe",
@@ -395,6 +402,7 @@ const pg_stage_desc pg_stage = {
     .ws_off = -1, .ws_bytes = 0,
     .output_off = 851968, .output_slot_bytes = 32768, .output_per_sample = 2048,
     .nlayers = 12, .layers = stage_layers,
+    .nconvs = 3, .convs = stage_convs, .conv_plan = pg_conv_plan,
     .arch_hash = UINT64_C(0x15f0e5370be9a4ed), /* the layers, layout aside (checkpoint identity) */
     .neval_actions = 12, .eval_actions = eval_step,
     .output_rank = 2, .output_dim = {1024, 2, 0, 0},

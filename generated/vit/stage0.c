@@ -487,8 +487,13 @@ static const pg_layer_info stage_layers[] = {
     {"h1.pop.res2", 0, 4096, 4096, 0},
 };
 
+/* this stage's convolution geometries (the CUDA runtime plans them at start-up) */
+static const pg_conv stage_convs[] = {
+    {.in = 3, .out = 64, .h = 32, .w = 32, .oh = 8, .ow = 8, .kh = 4, .kw = 4, .sh = 4, .sw = 4, .ph = 0, .pw = 0, .dh = 1, .dw = 1, .groups = 1},
+};
+
 const pg_stage_desc pg_stage = {
-    .contract = PG_CONTRACT_TAG(8),
+    .contract = PG_CONTRACT_TAG(9),
     .pipegen_version = "0.1.0",
     .model = "vit",
     .source = "vit.pipe",
@@ -515,6 +520,7 @@ const pg_stage_desc pg_stage = {
     .ws_off = -1, .ws_bytes = 0,
     .output_off = -1, .output_slot_bytes = 0, .output_per_sample = 0,
     .nlayers = 24, .layers = stage_layers,
+    .nconvs = 1, .convs = stage_convs, .conv_plan = pg_conv_plan,
     .arch_hash = UINT64_C(0x1835afbb4a615183), /* the layers, layout aside (checkpoint identity) */
     .neval_actions = 8, .eval_actions = eval_step,
     .output_rank = 1, .output_dim = {10, 64, 0, 0},

@@ -598,6 +598,14 @@ static int run(pg_run *r)
                 arena, (double)arena / 1048576.0);
         return 1;
     }
+    /* the convolutions' plans and their one workspace, beside the arena (CUDA: cuDNN's) */
+    if (d->nconvs && (!d->conv_plan || !d->convs)) {
+        fprintf(stderr, "stage %d: %d convolution geometries without their table or plan function: the stage file "
+                        "is corrupt\n", d->stage, d->nconvs);
+        return 1;
+    }
+    if (d->nconvs && d->conv_plan(r->ctx, d->stage, d->nconvs, d->convs))
+        return 1;
     /* --guard-bytes: under AddressSanitizer the gaps between buffers become unaddressable */
     pg_zero_guard(r);
     /* bf16 shadows of the GEMM weights: registered before any weight is written */

@@ -22,12 +22,13 @@
 
 #include <stdint.h>
 
-#define PG_CONTRACT_VERSION 8 /* 3: pg_param_desc.chunk, .grad_layer; pg_mb_io.grads_final; 4: pg_stage_desc.opt_lo,
+#define PG_CONTRACT_VERSION 9 /* 3: pg_param_desc.chunk, .grad_layer; pg_mb_io.grads_final; 4: pg_stage_desc.opt_lo,
                                  .opt_bytes; 5: pg_stage_desc.has_ignore, .ignore_id, .count_off; 6: the
                                  step's end as actions (TIE_SUM_*, VERDICT*; no TIE_REDUCE; GRAD_NORM local); 7:
                                  pg_param_desc.weight_decay, pg_train_desc.eval_every, .eval_batches, .shuffle,
                                  pg_stage_desc.eval_actions, .output_rank, .output_dim; 8: pg_mb_io.seqs, .t,
-                                 pg_chunk_desc.dec, pg_stage_desc.dec, .dec_why (generation with the KV cache) */
+                                 pg_chunk_desc.dec, pg_stage_desc.dec, .dec_why (generation with the KV cache);
+                                 9: pg_stage_desc.nconvs, .convs (the convolution geometries) */
 /* "PGCTRC" in the high bytes and the version in the low ones: a stage file
  * from before the contract had a pointer there, which never reads as this. */
 #define PG_CONTRACT_TAG(version) (UINT64_C(0x5047435452430000) | (uint64_t)(version))
@@ -413,6 +414,16 @@ typedef struct pg_stage_desc {
      * (output_per_sample elements), on the stage holding the last chunk. */
     int output_rank;
     int64_t output_dim[4];
+    /* The stage's distinct convolution geometries (conv2d, conv1d,
+     * conv_transpose2d; runtime/core/pg_conv.h), in layer order, and the
+     * backend's pg_conv_plan (pg_ops.h), which main.c calls with them at
+     * start-up: the CUDA runtime makes every cuDNN plan and sizes the one
+     * workspace there. Named here, not called by main.c directly, so that
+     * only a stage with convolutions links them (and, on CUDA, cuDNN).
+     * 0 / NULL: none. */
+    int nconvs;
+    const struct pg_conv *convs;
+    int (*conv_plan)(pg_ctx *c, int stage, int n, const struct pg_conv *g);
 } pg_stage_desc;
 
 #endif

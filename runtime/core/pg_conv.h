@@ -51,4 +51,13 @@ static inline int64_t pg_conv_ws_floats(const pg_conv *g)
     return pg_conv_img_c(g) / g->groups * g->kh * g->kw * pg_conv_pos(g);
 }
 
+/* Whether a and b are one geometry: field by field (memcmp would compare the
+ * padding after `transposed` too, which a compound literal leaves unset). */
+static inline int pg_conv_same(const pg_conv *a, const pg_conv *b)
+{
+    return a->in == b->in && a->out == b->out && a->h == b->h && a->w == b->w && a->oh == b->oh && a->ow == b->ow &&
+           a->kh == b->kh && a->kw == b->kw && a->sh == b->sh && a->sw == b->sw && a->ph == b->ph && a->pw == b->pw &&
+           a->dh == b->dh && a->dw == b->dw && a->groups == b->groups && a->transposed == b->transposed;
+}
+
 #endif

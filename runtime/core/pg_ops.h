@@ -81,6 +81,13 @@ int pg_backend_step_end(pg_ctx *c);           /* wait for the step, deliver, rep
 /* train.precision: 0 f32, 1 bf16 (GEMM operands in bf16, f32 accumulation,
  * f32 weights and gradients on CUDA; the CPU computes in f32 and says so). */
 int pg_backend_set_precision(pg_ctx *c, int precision);
+/* The stage's convolution geometries (pg_stage_desc.convs), at start-up: the
+ * CUDA runtime makes each one's cuDNN plan (descriptors, three deterministic
+ * algorithms, their workspace), sizes the one workspace for the largest and
+ * says so on stderr, so no step plans or allocates (a captured one
+ * included); the CPU runtime has nothing to plan (its column workspace is in
+ * the arena) and checks them. The generated table names it (conv_plan). */
+int pg_conv_plan(pg_ctx *c, int stage, int n, const pg_conv *g);
 /* 1 when work queued on the device waits for something that will never come
  * (a peer died with its message in flight): from then on the backend neither
  * synchronises nor frees device memory (pg_arena_destroy and pg_backend_free

@@ -225,6 +225,19 @@ static void wgrad(pg_ctx *c, int64_t r, const pg_conv *g, const cv *v, const flo
 static side xs(const pg_conv *g) { return (side){g->in, g->h * g->w}; }
 static side ys(const pg_conv *g) { return (side){g->out, g->oh * g->ow}; }
 
+/* ---- start-up ---- */
+
+/* Nothing to plan on the CPU (each pass's column workspace is an arena frame
+ * buffer the memory plan reserved); the geometries are checked all the same. */
+int pg_conv_plan(pg_ctx *c, int stage, int n, const pg_conv *g)
+{
+    (void)c, (void)stage;
+    for (int i = 0; i < n; i++)
+        if (pg_args_conv_op("conv_plan", 1, &g[i], g[i].transposed))
+            return 1;
+    return 0;
+}
+
 /* ---- conv2d ---- */
 
 int pg_conv2d_fwd(pg_ctx *c, int64_t r, const pg_conv *g, const float *x, const float *w, const float *b, float *y,

@@ -35,11 +35,14 @@
  * positions (the CPU's conv.c order: equal bit for bit).
  *
  * Memory: a plan per geometry (descriptors, the three algorithms and their
- * workspace bytes) is made the first time the geometry is met, in the first
- * step, which runs eagerly (step.cu); the workspace is the context's scratch
- * (pg_cuda_scratch), grown there to the largest need and fixed after, so a
- * captured step neither allocates nor queries. The arena's planned `ws`
- * (the CPU's column matrix) is not used. */
+ * workspace bytes) is made at start-up for every geometry the stage's table
+ * lists (pg_stage_desc.convs, passed by main.c to pg_conv_plan), and the
+ * workspace, the context's scratch (pg_cuda_scratch), grown once then to the
+ * largest need: no step plans, queries or allocates, and a captured step
+ * never meets a new geometry (one the table lacks fails, naming the
+ * disagreement). Called alone (the op tests), an op plans its geometry on
+ * first use, outside a capture. The arena's planned `ws` (the CPU's column
+ * matrix) is not used. */
 #include <cudnn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,6 +85,7 @@ struct pg_cuda_conv {
     struct conv_plan plans[PG_CUDA_CONV_PLANS];
     int nplans;
     size_t ws_max; /* the largest workspace of any plan: what the scratch holds */
+    int planned;   /* 1: every geometry of the stage planned at start-up (pg_conv_plan) */
 };
 
 static void plan_free(struct conv_plan *p)
@@ -198,19 +202,10 @@ static int describe(struct conv_plan *p, const pg_conv *g)
     return 0;
 }
 
-/* The plan of geometry g, made on first use (the first step runs eagerly);
- * the scratch is grown to its workspace then. */
-static int plan_of(pg_ctx *c, const char *op, const pg_conv *g, struct conv_plan **out)
+/* The stage's cuDNN state: the handle on the context's stream, made once. */
+static int conv_state(pg_ctx *c, const char *op, struct pg_cuda_conv **out)
 {
     struct pg_cuda_conv *s = c->conv;
-    for (int i = 0; s && i < s->nplans; i++)
-        if (memcmp(&s->plans[i].g, g, sizeof *g) == 0) {
-            *out = &s->plans[i];
-            return 0;
-        }
-    if (pg_cuda_capturing(c))
-        return PG_RT_FAIL("%s: a convolution geometry first met while capturing a CUDA graph (its cuDNN plan "
-                          "and workspace are made in the first, eager step); run with --no-graph", op);
     if (!s) {
         s = (struct pg_cuda_conv *)calloc(1, sizeof *s);
         if (!s)
@@ -221,6 +216,25 @@ static int plan_of(pg_ctx *c, const char *op, const pg_conv *g, struct conv_plan
         CUDNN_CHECK(cudnnCreate(&s->dnn));
         CUDNN_CHECK(cudnnSetStream(s->dnn, c->stream));
     }
+    *out = s;
+    return 0;
+}
+
+/* The plan of geometry g, or NULL when there is none yet. */
+static struct conv_plan *plan_find(struct pg_cuda_conv *s, const pg_conv *g)
+{
+    for (int i = 0; s && i < s->nplans; i++)
+        if (pg_conv_same(&s->plans[i].g, g))
+            return &s->plans[i];
+    return NULL;
+}
+
+/* A new plan for geometry g: descriptors, algorithms, the largest workspace so far. */
+static int plan_add(pg_ctx *c, const char *op, const pg_conv *g, struct conv_plan **out)
+{
+    struct pg_cuda_conv *s;
+    if (conv_state(c, op, &s))
+        return 1;
     if (s->nplans == PG_CUDA_CONV_PLANS)
         return PG_RT_FAIL("%s: more than %d convolution geometries in one stage", op, PG_CUDA_CONV_PLANS);
     struct conv_plan *p = &s->plans[s->nplans];
@@ -234,14 +248,64 @@ static int plan_of(pg_ctx *c, const char *op, const pg_conv *g, struct conv_plan
     ws = ws > p->ws_filter ? ws : p->ws_filter;
     if (ws > s->ws_max)
         s->ws_max = ws;
-    void *scratch;
-    if (s->ws_max && pg_cuda_scratch(c, s->ws_max, &scratch))
-        return 1;
     *out = p;
     return 0;
 }
 
-/* The workspace for `bytes` (the scratch, already as large: plan_of grew it). */
+/* The scratch grown to the largest plan's workspace (a no-op once it is). */
+static int workspace_reserve(pg_ctx *c)
+{
+    void *scratch;
+    return c->conv->ws_max ? pg_cuda_scratch(c, c->conv->ws_max, &scratch) : 0;
+}
+
+int pg_conv_plan(pg_ctx *c, int stage, int n, const pg_conv *g)
+{
+    FILE *out = stderr; /* with the other start-up lines */
+    if (n <= 0)
+        return 0;
+    for (int i = 0; i < n; i++) {
+        struct conv_plan *p;
+        if (pg_args_conv_op("conv_plan", 1, &g[i], g[i].transposed) ||
+            (!plan_find(c->conv, &g[i]) && plan_add(c, "conv_plan", &g[i], &p)))
+            return 1;
+    }
+    if (workspace_reserve(c))
+        return 1;
+    c->conv->planned = 1;
+    struct pg_cuda_conv *s = c->conv;
+    fprintf(out, "stage %d: cuDNN %d.%d.%d at start-up: %d convolution geometr%s planned (forward / backward-data / "
+                 "backward-filter algorithms:", stage, CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL, s->nplans,
+            s->nplans == 1 ? "y" : "ies");
+    for (int i = 0; i < s->nplans; i++) {
+        const pg_conv *q = &s->plans[i].g;
+        fprintf(out, "%s %lld->%lld %lldx%lld k%lldx%lld s%lldx%lld p%lldx%lld d%lldx%lld g%lld%s %d/%d/%d", i ? "," : "",
+                (long long)q->in, (long long)q->out, (long long)q->h, (long long)q->w, (long long)q->kh,
+                (long long)q->kw, (long long)q->sh, (long long)q->sw, (long long)q->ph, (long long)q->pw,
+                (long long)q->dh, (long long)q->dw, (long long)q->groups, q->transposed ? " T" : "",
+                (int)s->plans[i].fwd, (int)s->plans[i].bwd_data, (int)s->plans[i].bwd_filter);
+    }
+    fprintf(out, "), workspace %zu bytes, allocated once\n", s->ws_max);
+    return 0;
+}
+
+/* The plan of geometry g: made at start-up (pg_conv_plan) for a stage; made
+ * here on first use, outside a capture, when no start-up planned (the op
+ * tests call the ops alone). */
+static int plan_of(pg_ctx *c, const char *op, const pg_conv *g, struct conv_plan **out)
+{
+    if ((*out = plan_find(c->conv, g)))
+        return 0;
+    if (c->conv && c->conv->planned)
+        return PG_RT_FAIL("%s: a convolution geometry the stage's table (pg_stage_desc.convs) does not list: the "
+                          "stage file and its calls disagree", op);
+    if (pg_cuda_capturing(c))
+        return PG_RT_FAIL("%s: a convolution geometry first met while capturing a CUDA graph (its cuDNN plan "
+                          "and workspace are made outside a capture); run with --no-graph", op);
+    return plan_add(c, op, g, out) || workspace_reserve(c);
+}
+
+/* The workspace for `bytes` (the scratch, already as large: workspace_reserve grew it). */
 static int workspace(pg_ctx *c, size_t bytes, void **ws)
 {
     *ws = NULL;

@@ -42,8 +42,10 @@
 #  5c. tests/models/conv_small.pipe (every layer of convolutional networks:
 #     cuDNN's convolutions, pooling, upsample, batchnorm2d(deferred), skips
 #     across splits) on 1, 2 and 4 stages, graphs and --no-graph: bitwise
-#     alike, every step within TOL of the CPU's, the loss falls, the report
-#     line names the cuDNN plans (skipped emulated: cuDNN is not emulated);
+#     alike, every step within TOL_CONV of the CPU's, the loss falls, the
+#     start-up and report lines name the cuDNN plans, the stage table's
+#     geometries, a table one short or without its plan function refused
+#     (emulated: the cuDNN of tests/gpu/emu);
 #  6. with 2+ GPUs, stages 0-1 on GPU 0 and 2-3 on GPU 1 (NCCL between 1 and 2,
 #     IPC within each pair): bitwise the 1-stage result again;
 #  6b. with 2+ GPUs, gpt_tiny 2 stages x 2 replicas, replica q on GPU q: the
@@ -79,7 +81,7 @@
 #
 # Knobs: GPU_SECTIONS (the sections to run, of 0 1 1b 2 3 4 5 5b 5c 6 6b 7; default
 # all: tools/gpu_bundle/device_rerun.sh reruns one), STEPS (20), TOL (2e-3),
-# TOL_BF16 (5e-2), KILL_S (30), KILL_AT (100),
+# TOL_BF16 (5e-2), TOL_CONV (TOL), KILL_S (30), KILL_AT (100),
 # RUN_TIMEOUT, TEST_DEADLINE, LOGDIR, GPU_PIPEGEN, GPU_PIPERUN, CUDALIB,
 # LDLIBS_CUDA, TEST_OPS_OBJ, GPU_REF, PG_GPU_FAKE: cpu (the CPU runtime stands
 # in) or emu (the emulated CUDA runtime, build/emu: tests/gpu/emu/README.md).
@@ -92,6 +94,7 @@ STEPS=${STEPS:-20}
 export STEPS # tests/gpu/cpu_refs.sh reads it
 TOL=${TOL:-2e-3}
 TOL_BF16=${TOL_BF16:-5e-2}
+TOL_CONV=${TOL_CONV:-$TOL} # conv_small against the CPU (the emulated cuDNN sums in double: 1e-5 there)
 KILL_S=${KILL_S:-30}
 KILL_AT=${KILL_AT:-100}
 CC=${CC:-cc}
@@ -389,9 +392,6 @@ fi
 # (its split points are tagged # K1 .. # K7: 2 stages keep K4, 4 keep K2, K4, K6)
 if ! section 5c; then
     :
-elif [ "$FAKE" = emu ]; then
-    # the emulated backend refuses convolutions (tests/gpu/emu/README.md): nothing here could run
-    for i in 1 2 3 4 5 6 7 8 9 10 11 12 13; do skip "cuDNN is not emulated: the convolutional network needs a GPU"; done
 else
 GPU_MODEL=$TOP/tests/models/conv_small.pipe
 VARIANT_DEL='/# K[1-7]$/d'
@@ -409,13 +409,40 @@ train "$T/c4/cuda" "$L/conv4e" --no-graph; ok $? "conv_small, 4 stages, --no-gra
 same "$L/conv1" "$L/conv2" "conv_small: 2 stages vs 1 stage"
 same "$L/conv1" "$L/conv4" "conv_small: 4 stages vs 1 stage"
 same "$L/conv4" "$L/conv4e" "conv_small: graphs vs --no-graph"
-close "$REF/cpuconv" "$L/conv1" "$TOL" "conv_small: CUDA (cuDNN, own pooling and batch-norm kernels) vs the CPU" c1
+close "$REF/cpuconv" "$L/conv1" "$TOL_CONV" "conv_small: CUDA (cuDNN, own pooling and batch-norm kernels) vs the CPU" c1
 falls "$L/conv1" "conv_small"
 if [ "$FAKE" = cpu ]; then
     skip "the cuDNN plans are the CUDA runtime's"
 else
     like "$(cat "$L/conv1.out" 2>/dev/null)" 'cuDNN [0-9.]*: [0-9]* convolution geometr.*deterministic fp32 algorithms, workspace [0-9]* bytes' \
         "conv_small: the end-of-run report names the cuDNN plans and their workspace"
+fi
+# the stage table's geometries (pg_stage_desc.convs) planned at start-up; a table
+# one short makes the op that meets the missing geometry fail, naming why; a
+# table without its plan function is refused at start-up
+grep -qx '    .nconvs = 7, .convs = stage_convs, .conv_plan = pg_conv_plan,' "$T/c1/gen/stage0.c"
+ok $? "conv_small, 1 stage: the stage table lists its 7 convolution geometries and the plan function"
+cut_stage() { # cut_stage NAME SED: c1's stage0.c edited by SED, built into $T/NAME, run for a step: exit 1
+    mkdir -p "$T/$1/cuda" && sed "$2" "$T/c1/gen/stage0.c" >"$T/$1/stage0.c" &&
+        $CC $CFLAGS_T -I"$TOP/runtime/core" -I"$T/c1/gen" -o "$T/$1/cuda/stage0" "$T/$1/stage0.c" "$CUDALIB" \
+            $LDLIBS_CUDA >"$T/$1/cc.log" 2>&1 &&
+        { limited 120 "$PIPERUN" "$T/$1/cuda" -- --steps 1 --threads 1 --timeout 20 >"$L/$1.out" 2>&1; [ $? = 1 ]; }
+}
+cut_stage c1nofn 's/, \.conv_plan = pg_conv_plan,$/,/'
+st=$?
+grep -q '7 convolution geometries without their table or plan function: the stage file is corrupt' "$L/c1nofn.out" &&
+    [ $st = 0 ]
+ok $? "conv_small, a table without its plan function: refused at start-up, exit 1"
+if [ "$FAKE" = cpu ]; then
+    for i in 1 2; do skip "the cuDNN plans are the CUDA runtime's"; done
+else
+    like "$(cat "$L/conv1.out" 2>/dev/null)" 'cuDNN [0-9.]* at start-up: 7 convolution geometries planned \(forward / backward-data / backward-filter algorithms: 3->8 8x8 k3x3 s1x1 p1x1 d1x1 g1 [0-9]*/[0-9]*/[0-9]*,.*\), workspace [0-9]* bytes, allocated once' \
+        "conv_small: the start-up line names the 7 geometries, their algorithms and the workspace"
+    cut_stage c1cut 's/^    \.nconvs = 7, /    .nconvs = 6, /'
+    st=$?
+    grep -Eq 'conv[a-z_0-9]*: a convolution geometry the stage.s table \(pg_stage_desc.convs\) does not list: the stage file and its calls disagree' "$L/c1cut.out" &&
+        [ $st = 0 ]
+    ok $? "conv_small, a table one geometry short: the op meeting it fails naming the disagreement, exit 1"
 fi
 fi
 

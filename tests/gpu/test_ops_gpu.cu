@@ -1525,21 +1525,9 @@ static void test_llama(void)
     test_cross_entropy_ignore();
 }
 
-/* the convolutions: cuDNN's (conv.cu). The emulated backend leaves conv.cu out
- * and refuses them (tests/gpu/emu/conv_refused.cc): there this group checks
- * the refusal, the convolutions' own checks need a GPU or the CPU backend. */
-static void test_conv_group(void)
-{
-#ifdef PG_CUDA_EMU
-    (void)test_conv;
-    pg_conv g = conv_geom(4, 6, 9, 7, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0);
-    float *X = dzeros(4 * 9 * 7), *W = dzeros(6 * 4 * 9), *Y = dzeros(6 * 9 * 7);
-    OK(pg_conv2d_fwd(G.c, 1, &g, X, W, NULL, Y, NULL) != 0,
-       "emulated: conv2d is refused, cuDNN is not emulated (the convolutions' checks need a GPU)");
-#else
-    test_conv();
-#endif
-}
+/* the convolutions: cuDNN's (conv.cu); emulated, against the emulated cuDNN's
+ * direct loops (tests/gpu/emu/cudnn_emu.cc) */
+static void test_conv_group(void) { test_conv(); }
 
 /* the other layers of convolutional networks: runtime/cuda's own kernels */
 static void test_conv_others(void)

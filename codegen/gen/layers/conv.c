@@ -7,6 +7,7 @@
  * used within that one call, so the memory plan keeps it alive for one layer
  * step and shares its bytes with everything else. */
 #include <inttypes.h>
+#include <stdlib.h>
 
 #include "gen/gen_layer.h"
 
@@ -31,14 +32,54 @@ pg_conv gen_conv_geom(const ir_layer *L)
     return g;
 }
 
-void gen_conv_text(const pg_conv *g, char *buf, size_t n)
+void gen_conv_init(const pg_conv *g, char *buf, size_t n)
 {
     sfmt(buf, n,
-         "&(const pg_conv){.in = %" PRId64 ", .out = %" PRId64 ", .h = %" PRId64 ", .w = %" PRId64 ", .oh = %" PRId64
+         "{.in = %" PRId64 ", .out = %" PRId64 ", .h = %" PRId64 ", .w = %" PRId64 ", .oh = %" PRId64
          ", .ow = %" PRId64 ", .kh = %" PRId64 ", .kw = %" PRId64 ", .sh = %" PRId64 ", .sw = %" PRId64
          ", .ph = %" PRId64 ", .pw = %" PRId64 ", .dh = %" PRId64 ", .dw = %" PRId64 ", .groups = %" PRId64 "%s}",
          g->in, g->out, g->h, g->w, g->oh, g->ow, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw, g->dh, g->dw, g->groups,
          g->transposed ? ", .transposed = 1" : "");
+}
+
+void gen_conv_text(const pg_conv *g, char *buf, size_t n)
+{
+    char init[512];
+    gen_conv_init(g, init, sizeof init);
+    sfmt(buf, n, "&(const pg_conv)%s", init);
+}
+
+int gen_stage_convs(const ir_model *m, const em_stage *S, pg_conv **out)
+{
+    int n = 0, cap = 0;
+    pg_conv *a = NULL;
+    for (int i = 0; i < S->nchunks; i++)
+        for (int l = S->ch[i].first; l <= S->ch[i].last; l++) {
+            ir_layer_kind k = m->layers[l].kind;
+            if (k != LK_CONV2D && k != LK_CONV1D && k != LK_CONV_T2D)
+                continue;
+            pg_conv g = gen_conv_geom(&m->layers[l]);
+            int seen = 0;
+            for (int j = 0; j < n && !seen; j++)
+                seen = pg_conv_same(&a[j], &g);
+            if (seen)
+                continue;
+            if (n == cap) {
+                cap = cap ? 2 * cap : 8;
+                pg_conv *b = realloc(a, (size_t)cap * sizeof *a);
+                if (!b) {
+                    free(a);
+                    return -1;
+                }
+                a = b;
+            }
+            a[n++] = g;
+        }
+    if (out)
+        *out = a;
+    else
+        free(a);
+    return n;
 }
 
 static void saved(const ir_model *m, em_chunk *ch, int i, int64_t R)

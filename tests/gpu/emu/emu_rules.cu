@@ -4,13 +4,15 @@
  * shuffle some threads never reach stops the process), launch geometry and
  * pointer arguments, device memory (alignment, NaN fill, the guard page, host
  * dereferences), copies and their synchronisation, events, stream capture's
- * refusals and graph replay, CUDA IPC between processes, and the cuBLAS and
- * cuBLASLt shims against naive products. Compiled like runtime/cuda's files
+ * refusals and graph replay, CUDA IPC between processes, the cuBLAS and
+ * cuBLASLt shims against naive products, and the cuDNN shim's statuses,
+ * spans and capture. Compiled like runtime/cuda's files
  * (tests/gpu/emu/emu_cu.sh rewrites its launches); run by
  * tests/cuda_emu_rules.t. What stops a process runs in a child (this program
  * again, `--child NAME`), whose status and message the parent checks. */
 #include <cublasLt.h>
 #include <cuda_runtime.h>
+#include <cudnn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -659,6 +661,146 @@ static void test_blas(void)
 
 /* ---- the children ---------------------------------------------------------------------------- */
 
+/* ---- cuDNN ------------------------------------------------------------------------- */
+
+/* cross-correlation by its definition: x [n, c, h, w], f [k, c / groups, kh, kw] */
+static std::vector<double> ref_conv(const std::vector<float> &x, const std::vector<float> &f, int n, int c, int h,
+                                    int w, int k, int kh, int kw, int ph, int pw, int sh, int sw, int dh, int dw,
+                                    int groups, int oh, int ow)
+{
+    std::vector<double> y((size_t)n * k * oh * ow, 0.0);
+    int cg = c / groups, kg = k / groups;
+    for (int b = 0; b < n; b++)
+        for (int o = 0; o < k; o++)
+            for (int p = 0; p < oh; p++)
+                for (int q = 0; q < ow; q++)
+                    for (int ci = 0; ci < cg; ci++)
+                        for (int i = 0; i < kh; i++)
+                            for (int j = 0; j < kw; j++) {
+                                int yy = p * sh - ph + i * dh, xx = q * sw - pw + j * dw;
+                                if (yy >= 0 && yy < h && xx >= 0 && xx < w)
+                                    y[(((size_t)b * k + o) * oh + p) * ow + q] +=
+                                        (double)f[(((size_t)o * cg + ci) * kh + i) * kw + j] *
+                                        x[(((size_t)b * c + o / kg * cg + ci) * h + yy) * w + xx];
+                            }
+    return y;
+}
+
+/* a 2-image, 2-group geometry with unequal strides, pads and dilations */
+struct dnn_case {
+    cudnnTensorDescriptor_t X, Y;
+    cudnnFilterDescriptor_t F;
+    cudnnConvolutionDescriptor_t C;
+};
+
+static void dnn_case_make(dnn_case *d, int oh, int ow)
+{
+    cudnnCreateTensorDescriptor(&d->X), cudnnCreateTensorDescriptor(&d->Y);
+    cudnnCreateFilterDescriptor(&d->F), cudnnCreateConvolutionDescriptor(&d->C);
+    cudnnSetTensor4dDescriptor(d->X, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 2, 4, 7, 6);
+    cudnnSetFilter4dDescriptor(d->F, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, 6, 2, 3, 2);
+    cudnnSetConvolution2dDescriptor(d->C, 1, 0, 2, 1, 1, 2, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT);
+    cudnnSetConvolutionGroupCount(d->C, 2);
+    cudnnSetConvolutionMathType(d->C, CUDNN_FMA_MATH);
+    cudnnSetTensor4dDescriptor(d->Y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 2, 6, oh, ow);
+}
+
+static void test_dnn(void)
+{
+    cudnnHandle_t h;
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    OK(cudnnCreate(&h) == CUDNN_STATUS_SUCCESS && cudnnSetStream(h, s) == CUDNN_STATUS_SUCCESS,
+       "cudnnCreate, cudnnSetStream");
+    dnn_case d;
+    dnn_case_make(&d, 4, 4);
+    int n = 0, k = 0, oh = 0, ow = 0;
+    OK(cudnnGetConvolution2dForwardOutputDim(d.C, d.X, d.F, &n, &k, &oh, &ow) == CUDNN_STATUS_SUCCESS && n == 2 &&
+           k == 6 && oh == 4 && ow == 4,
+       "the output of 7x6, filter 3x2, pads 1x0, strides 2x1, dilations 1x2: %dx%dx%dx%d (2x6x4x4)", n, k, oh, ow);
+    std::vector<float> x(2 * 4 * 7 * 6), f(6 * 2 * 3 * 2);
+    for (auto &v : x)
+        v = uni();
+    for (auto &v : f)
+        v = uni();
+    float *dx = dev_floats((int)x.size()), *df = dev_floats((int)f.size()), *dy = dev_floats(2 * 6 * 4 * 4);
+    put(dx, x), put(df, f); /* dy keeps the allocation's NaNs: beta 0 must not read it */
+    cudnnConvolutionFwdAlgoPerf_t rec[8];
+    int nrec = 0;
+    cudnnGetConvolutionForwardAlgorithm_v7(h, d.X, d.F, d.C, d.Y, 8, &nrec, rec);
+    size_t ws_bytes = 0;
+    cudnnGetConvolutionForwardWorkspaceSize(h, d.X, d.F, d.C, d.Y, rec[0].algo, &ws_bytes);
+    OK(nrec == CUDNN_CONVOLUTION_FWD_ALGO_COUNT && rec[0].status == CUDNN_STATUS_SUCCESS &&
+           rec[0].memory == ws_bytes && ws_bytes > 0 && rec[0].mathType == CUDNN_FMA_MATH,
+       "the forward heuristic: every algorithm, the first usable, its workspace (%zu bytes) what "
+       "cudnnGetConvolutionForwardWorkspaceSize says", ws_bytes);
+    cudnnConvolutionBwdFilterAlgoPerf_t frec[8];
+    cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.X, d.Y, d.C, d.F, 8, &nrec, frec);
+    OK(nrec > 1 && frec[0].determinism == CUDNN_NON_DETERMINISTIC &&
+           frec[0].algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0,
+       "the filter heuristic's first record is ALGO_0, flagged non-deterministic (a caller must filter)");
+    float *ws = dev_floats((int)(ws_bytes / 4 + 1));
+    const float one = 1.0f, zero = 0.0f;
+    OK(cudnnConvolutionForward(h, &one, d.X, dx, d.F, df, d.C, rec[0].algo, ws, ws_bytes, &zero, d.Y, dy) ==
+           CUDNN_STATUS_SUCCESS, "cudnnConvolutionForward");
+    cudaStreamSynchronize(s);
+    std::vector<float> y = get(dy, 2 * 6 * 4 * 4);
+    std::vector<double> r = ref_conv(x, f, 2, 4, 7, 6, 6, 3, 2, 1, 0, 2, 1, 1, 2, 2, 4, 4);
+    double worst = 0;
+    for (size_t i = 0; i < r.size(); i++)
+        worst = fmax(worst, fabs(y[i] - r[i]));
+    OK(worst < 1e-5, "forward = the definition of grouped, strided, padded, dilated cross-correlation (err %.1e)",
+       worst);
+    /* beta 1 adds; a capture records it, the graph's launch runs it */
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t gx = NULL;
+    cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+    cudnnStatus_t cs =
+        cudnnConvolutionForward(h, &one, d.X, dx, d.F, df, d.C, rec[0].algo, ws, ws_bytes, &one, d.Y, dy);
+    OK(cs == CUDNN_STATUS_SUCCESS && cudaStreamEndCapture(s, &g) == cudaSuccess && get(dy, 1)[0] == y[0],
+       "a convolution captured: nothing ran");
+    cudaGraphInstantiate(&gx, g, 0);
+    cudaGraphLaunch(gx, s);
+    cudaStreamSynchronize(s);
+    OK(get(dy, 1)[0] == 2.0f * y[0], "the graph's launch runs it, beta 1 adding to y");
+    cudaGraphExecDestroy(gx);
+    cudaGraphDestroy(g);
+
+    /* what cuDNN rejects */
+    cudnnTensorDescriptor_t t;
+    cudnnCreateTensorDescriptor(&t);
+    OK(cudnnSetTensor4dDescriptor(t, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, 0, 3, 3) == CUDNN_STATUS_BAD_PARAM,
+       "a tensor with 0 channels: CUDNN_STATUS_BAD_PARAM");
+    cudnnConvolutionDescriptor_t c;
+    cudnnCreateConvolutionDescriptor(&c);
+    OK(cudnnSetConvolution2dDescriptor(c, -1, 0, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT) ==
+               CUDNN_STATUS_BAD_PARAM &&
+           cudnnSetConvolution2dDescriptor(c, 0, 0, 1, 0, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT) ==
+               CUDNN_STATUS_BAD_PARAM &&
+           cudnnSetConvolutionGroupCount(c, 0) == CUDNN_STATUS_BAD_PARAM,
+       "a negative pad, a zero stride, zero groups: CUDNN_STATUS_BAD_PARAM");
+    cudnnSetConvolution2dDescriptor(c, 1, 0, 2, 1, 1, 2, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT);
+    OK(cudnnGetConvolution2dForwardOutputDim(c, d.X, d.F, &n, &k, &oh, &ow) == CUDNN_STATUS_BAD_PARAM,
+       "a filter of 2 channels on 4 with one group: CUDNN_STATUS_BAD_PARAM");
+    cudnnSetTensor4dDescriptor(t, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 2, 6, 4, 3);
+    OK(cudnnConvolutionForward(h, &one, d.X, dx, d.F, df, d.C, rec[0].algo, ws, ws_bytes, &zero, t, dy) ==
+           CUDNN_STATUS_BAD_PARAM, "an output descriptor that is not the convolution's output: CUDNN_STATUS_BAD_PARAM");
+    OK(cudnnConvolutionForward(h, &one, d.X, dx, d.F, df, d.C, rec[0].algo, ws, ws_bytes - 1, &zero, d.Y, dy) ==
+           CUDNN_STATUS_BAD_PARAM, "a workspace a byte smaller than the algorithm's: CUDNN_STATUS_BAD_PARAM");
+    OK(cudnnConvolutionForward(h, &one, d.X, dx, d.F, df, d.C, rec[0].algo, NULL, ws_bytes, &zero, d.Y, dy) ==
+           CUDNN_STATUS_BAD_PARAM, "a null workspace of non-zero size: CUDNN_STATUS_BAD_PARAM");
+    size_t fft = 0;
+    OK(cudnnGetConvolutionForwardWorkspaceSize(h, d.X, d.F, d.C, d.Y, CUDNN_CONVOLUTION_FWD_ALGO_FFT, &fft) ==
+           CUDNN_STATUS_NOT_SUPPORTED, "FFT at stride 2: CUDNN_STATUS_NOT_SUPPORTED");
+    OK(strcmp(cudnnGetErrorString(CUDNN_STATUS_BAD_PARAM), "CUDNN_STATUS_BAD_PARAM") == 0 &&
+           cudnnGetVersion() == CUDNN_VERSION, "cudnnGetErrorString, cudnnGetVersion");
+    cudnnDestroyTensorDescriptor(t);
+    cudnnDestroyConvolutionDescriptor(c);
+    cudaFree(dx), cudaFree(df), cudaFree(dy), cudaFree(ws);
+    cudnnDestroy(h);
+    child_stops("dnn-overrun", {}, "cudnnConvolutionForward: y:", "an output smaller than its descriptor");
+}
+
 static int run_child(const char *name, int argc, char **argv)
 {
     if (!strcmp(name, "divergent-barrier")) {
@@ -821,6 +963,18 @@ static int run_child(const char *name, int argc, char **argv)
         cudaDeviceSynchronize();
         return 0;
     }
+    if (!strcmp(name, "dnn-overrun")) { /* y one image short of its descriptor's two */
+        cudnnHandle_t h;
+        cudnnCreate(&h);
+        dnn_case d;
+        dnn_case_make(&d, 4, 4);
+        float *x = dev_floats(2 * 4 * 7 * 6), *f = dev_floats(6 * 2 * 3 * 2), *y = dev_floats(6 * 4 * 4);
+        const float one = 1.0f, zero = 0.0f;
+        cudnnConvolutionForward(h, &one, d.X, x, d.F, f, d.C, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, NULL, 0, &zero,
+                                d.Y, y);
+        cudaDeviceSynchronize();
+        return 0;
+    }
     fprintf(stderr, "emu_rules: no child '%s'\n", name);
     return 2;
 }
@@ -837,6 +991,7 @@ int main(int argc, char **argv)
     test_capture();
     test_ipc();
     test_blas();
+    test_dnn();
     char lockdir[] = "/tmp/pg-emu-lock.XXXXXX";
     OK(mkdtemp(lockdir) != NULL, "a folder for the lock files of the compute-mode checks");
     test_devices(lockdir);
