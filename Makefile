@@ -346,11 +346,20 @@ run: all
 # The suite runs pipegen and the runtime under ASan+UBSan (build-san/) and the
 # stage binaries of the long end-to-end runs from build/. Without a CUDA
 # toolkit the CUDA builds are skipped here and tests/cuda_*.t report the skip.
+#
+# The builds and the test files run TEST_JOBS at a time (the cores, at most 4:
+# most files start 2 to 4 stage processes of their own); the longest files go
+# first so the run does not end waiting on one of them. TEST_JOBS=1 runs one
+# at a time.
+TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ "$$n" -gt 4 ] && n=4; echo $$n)
+SLOW_TESTS := tests/cuda_emu_train.t tests/e2e_san.t tests/e2e_llama.t tests/device_scripts.t tests/e2e.t \
+	tests/e2e_gpt.t tests/gpu_bundle.t tests/e2e_conv.t tests/docs.t tests/digits.t tests/deps.t
 test: test-deps
-	@$(MAKE) --no-print-directory binaries
-	@$(MAKE) --no-print-directory SAN=1 binaries
-	@$(MAKE) --no-print-directory cuda-if-found
-	@prove -f tests/*.t
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) binaries
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) SAN=1 binaries
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) cuda-if-found
+	@prove -f -j$(TEST_JOBS) $(foreach t,$(SLOW_TESTS),$(filter $(t),$(wildcard tests/*.t))) \
+	    $(filter-out $(SLOW_TESTS),$(wildcard tests/*.t))
 
 # make test-matrix: convolutional networks bitwise across 1-4 stages x every
 # schedule x checkpoint mode x 1/2 threads x 1/2 replicas (make test runs a

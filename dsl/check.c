@@ -259,6 +259,7 @@ static void train_defaults(ir_train *t) {
     t->lr_schedule = LR_CONSTANT;
     t->steps = 100;
     t->precision = DT_F32;
+    t->block_margin = 0.05;
     t->defaulted = ~0u; /* no train block: every setting is its default */
 }
 
@@ -342,6 +343,7 @@ int pg_check_profiled(const pg_ast *ast, ir_model *m, pg_diag *d, const pg_profi
     int nerr = d->errors - errors0;
     if (nerr == 0) {
         m->nlayers = c.nlayers;
+        m->ninstances = c.ninstances;
         m->layers = arena_copy(&c, c.layers, (size_t)c.nlayers * sizeof *c.layers);
         m->nparams = c.nparams_;
         m->params = arena_copy(&c, c.params, (size_t)c.nparams_ * sizeof *c.params);

@@ -113,6 +113,8 @@ typedef struct chk {
     pg_loc loss_loc, batch_loc, micro_loc, train_loc;
     int have_loss;
     int cur_chunk;
+    int cur_instance;   /* the outermost repeat instance being expanded, -1 outside */
+    int ninstances;
     int expand_stopped; /* set after a fatal expansion error (layer limit) */
     int kinds_listed;   /* the layers there are were named (after the first unknown layer) */
     long reports;       /* diagnostics attempted, duplicates included: a repeat stops

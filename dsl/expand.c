@@ -361,6 +361,7 @@ static ir_layer *new_layer(chk *c, ir_layer_kind kind, const char *name, pg_loc 
     L->name = name;
     L->loc = loc;
     L->chunk = c->cur_chunk;
+    L->instance = c->cur_instance;
     L->stage = -1;
     L->in_dtype = ch->known ? ch->dt : DT_F32;
     if (ch->known) L->in = L->out = ch->shape;
@@ -538,7 +539,10 @@ static void expand_repeat(chk *c, scope *sc, const ast_stmt *st, chain *ch) {
     int nsp = 0;
     for (const ast_stmt *sp = c->ast->first; sp && sc->top; sp = sp->next)
         if (splits_repeat(sp, st->name) && nsp < 64 && (spk[nsp] = split_instance(c, sp, n)) > 0) sps[nsp++] = sp;
+    int outermost = c->cur_instance < 0; /* a repeat inside an instance is part of it */
     for (int64_t i = 0; i < n && !c->expand_stopped && c->reports == reports0; i++) {
+        if (outermost)
+            c->cur_instance = c->ninstances++;
         for (int j = 0; j < nsp; j++)
             if (spk[j] == i) {
                 c->splits = chk_grow(c->splits, &c->capsplits, c->nsplits + 1, sizeof *c->splits);
@@ -559,6 +563,8 @@ static void expand_repeat(chk *c, scope *sc, const ast_stmt *st, chain *ch) {
         expand_list(c, &inner, b, ch);
         scope_free(&inner);
     }
+    if (outermost)
+        c->cur_instance = -1;
 }
 
 static void expand_stash(chk *c, scope *sc, const ast_stmt *st, chain *ch) {
@@ -785,6 +791,7 @@ void chk_expand(chk *c, chain *ch) {
     }
     scope top;
     scope_init(c, &top, "", NULL, 1);
+    c->cur_instance = -1;
     expand_list(c, &top, c->ast->first, ch);
     scope_free(&top);
 }

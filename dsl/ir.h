@@ -102,6 +102,9 @@ typedef struct ir_layer {
     const char *name;     /* unique qualified path: "layer0", "h.3.attn", "h.3.stash.res" */
     pg_loc loc;
     int chunk;            /* model chunk (split pieces, in order); = stage unless interleaved */
+    int instance;         /* the repeat instance it was expanded in (of the outermost repeat, numbered
+                           * over the model from 0), -1 outside every repeat: `stages = N` keeps
+                           * instances whole (codegen/choose/balance.c) */
     int stage;            /* pg_placement_stage(model placement, chunk, ...) */
     pg_dtype in_dtype;    /* DT_I32 for embed, else DT_F32 */
     pg_shape in, out;     /* per-sample shapes of the current tensor before and after */
@@ -214,6 +217,9 @@ typedef struct ir_train {
     int placement;          /* `placement = loop | v` (ir_placement), -1 when not given */
     pg_loc placement_loc;
     int64_t memory;         /* `memory = 40GiB`: bytes per stage for schedule = auto; 0 none */
+    double block_margin;    /* `stages = N` cuts a repeat instance only when that predicts a step shorter
+                               by more than this fraction (default 0.05) */
+    pg_loc block_margin_loc;
     pg_loc memory_loc;
     int auto_chosen;        /* 1: schedule (and for stages = N the split) chosen by `schedule = auto` */
     unsigned defaulted;     /* bit k: setting k of dsl/train.c's table was not written (pipegen check lists them) */
@@ -232,6 +238,7 @@ typedef struct ir_model {
     const char *input_name;  pg_dtype input_dtype;  pg_shape input;
     const char *target_name; pg_dtype target_dtype; pg_shape target;
     ir_train train;
+    int ninstances; /* repeat instances (ir_layer.instance 0 .. ninstances - 1) */
     int nlayers;   ir_layer *layers;    /* in execution order */
     int nparams;   ir_param *params;    /* in first-use order (then unused named params) */
     int nskips;    ir_skip *skips;

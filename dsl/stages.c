@@ -74,11 +74,27 @@ static void balance(const int64_t *cost, int n, int k, int *chunk_of) {
     }
 }
 
+/* 1 when layer i (a stash or pop) comes before every compute layer of its
+ * repeat instance and the instance has one after it: it opens the instance. */
+static int opens_instance(const ir_layer *layers, int nlayers, int i) {
+    int inst = layers[i].instance;
+    if (inst < 0) return 0;
+    for (int k = i - 1; k >= 0 && layers[k].instance == inst; k--)
+        if (is_compute(&layers[k])) return 0;
+    for (int k = i + 1; k < nlayers && layers[k].instance == inst; k++)
+        if (is_compute(&layers[k])) return 1;
+    return 0;
+}
+
 /* Layer i's chunk from chunk_of[j] of its compute layer j; stash and pop go
- * with the compute layer before them (the first chunk before any). */
+ * with the compute layer before them (the first chunk before any), except
+ * those that open a repeat instance, which go with the instance's first
+ * compute layer: a stage boundary between instances keeps each instance's
+ * skips on its stage. */
 static void assign_chunks(ir_layer *layers, int nlayers, const int *chunk_of) {
     for (int i = 0, j = 0; i < nlayers; i++) {
         if (is_compute(&layers[i])) layers[i].chunk = chunk_of[j++];
+        else if (opens_instance(layers, nlayers, i)) layers[i].chunk = chunk_of[j];
         else layers[i].chunk = j > 0 ? chunk_of[j - 1] : 0;
     }
 }

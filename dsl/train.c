@@ -296,6 +296,21 @@ static void set_generate(chk *c, const ast_arg *a, ir_train *t) {
     }
 }
 
+/* `block_margin = 0.05`: the fraction of the predicted step a split inside a
+ * repeat instance must save before `stages = N` takes it over whole blocks. */
+static void set_block_margin(chk *c, const ast_arg *a, ir_train *t) {
+    pg_val v;
+    t->block_margin_loc = a->value->loc;
+    if (chk_eval(c, NULL, a->value, &v, 0) != 0) return;
+    double x = v.k == V_INT ? (double)v.i : v.f;
+    if (!(x >= 0 && x <= 1)) {
+        chk_error(c, a->value->loc, "block_margin = %g is out of range: must be in [0, 1], the fraction of the "
+                  "predicted step a split inside a block must save (0.05: 5%%)", x);
+        return;
+    }
+    t->block_margin = x;
+}
+
 /* `shuffle = true | false` */
 static void set_bool(chk *c, const ast_arg *a, int *out) {
     static const char *const names[] = {"false", "true", NULL};
@@ -351,7 +366,7 @@ static void set_word(chk *c, const ast_arg *a, const char *const *names, int *ou
 static const char *const settings[] = {"batch", "microbatches", "schedule", "checkpoint", "loss", "optimizer",
                                        "lr_schedule", "steps", "grad_clip", "seed", "precision", "stages",
                                        "memory", "placement", "eval_every", "eval_batches", "shuffle",
-                                       "weight_decay", "generate"};
+                                       "weight_decay", "generate", "block_margin"};
 #define NSETTINGS ((int)(sizeof settings / sizeof settings[0]))
 
 const char *pg_train_setting_name(int k) { return k >= 0 && k < NSETTINGS ? settings[k] : NULL; }
@@ -453,6 +468,7 @@ void chk_train(chk *c, const ast_stmt *st) {
             break;
         case 16: set_bool(c, a, &t->shuffle); break;
         case 18: set_generate(c, a, t); break;
+        case 19: set_block_margin(c, a, t); break;
         }
     }
     t->defaulted = 0;
@@ -462,6 +478,8 @@ void chk_train(chk *c, const ast_stmt *st) {
         chk_error(c, t->schedule_loc, "schedule = auto needs a per-stage memory budget: add `memory = 40GiB` (KiB, MiB, GiB)");
     else if (seen[12] && t->schedule != SCHED_AUTO)
         chk_warning(c, t->memory_loc, "memory has no effect: only schedule = auto chooses by memory");
+    if (seen[19] && !seen[11])
+        chk_warning(c, t->block_margin_loc, "block_margin has no effect: only `stages = N` chooses the split");
     if (seen[1] && t->microbatches > t->batch) {
         if (chk_error(c, c->micro_loc, "microbatches = %lld is more than batch = %lld: every micro-batch needs a row",
                       (long long)t->microbatches, (long long)t->batch)) {

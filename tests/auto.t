@@ -5,7 +5,8 @@
 # that fits; a tighter budget picks another; when nothing fits the smallest
 # achievable per-stage memory is named; the choice is deterministic and recorded
 # in plan.json; the settings' errors; candidates over the model's own splits;
-# steps in seconds with --balance.
+# steps in seconds with --balance; over repeat instances (blocks), a candidate
+# that cuts one only by more than block_margin or when only such a one fits.
 . "$(dirname "$0")/lib.sh"
 cd "$TOP" || exit 1
 T=$(mktemp -d /tmp/pg-auto.XXXXXX)
@@ -130,4 +131,23 @@ ok $rc "auto with --balance PROFILE succeeds"
 like "$got" "step predicted by measured layer times \(s\)" "... and says its steps are measured seconds"
 like "$got" "
   1f1b +loop +balanced +2  [0-9./]+ +[0-9.]+ [mu]?s " "... in seconds"
+
+# blocks (tests/models/auto_blocks.pipe): whole blocks put two blocks' weights on one stage
+# (like matches line by line: no pattern here spans two lines)
+B=tests/models/auto_blocks.pipe
+sed -e 's/memory = 7MiB/memory = 1GiB/' "$B" >"$T/b.pipe"
+got=$("$PIPEGEN" plan "$T/b.pipe" 2>&1)
+like "$got" "^  1f1b +loop +blocks +2  [0-9./]+ " "over blocks a schedule has a whole-block candidate"
+like "$got" "^  1f1b +loop +inside +2  [0-9./]+ " "... and one that cuts a block"
+like "$got" "^chosen: 1f1b \(loop placement, blocks split\): the fastest whose every stage fits 1 GiB and keeps blocks whole: the fastest that cuts one \(interleaved\(2\), inside split\) would gain 2[0-9.]+%, not more than block_margin 90%$" \
+    "a faster candidate that cuts a block loses by block_margin, and the choice says so"
+sed -e 's/block_margin = 0.9/block_margin = 0.05/' "$T/b.pipe" >"$T/b5.pipe"
+like "$("$PIPEGEN" plan "$T/b5.pipe" 2>&1)" "^chosen: interleaved\(2\) \(loop placement, inside split\): the fastest whose every stage fits 1 GiB, inside a block: 2[0-9.]+% faster than the fastest of whole blocks \(1f1b, blocks split\), more than block_margin 5%$" \
+    "... and wins when it gains more than block_margin"
+got=$("$PIPEGEN" plan "$B" 2>&1)
+like "$got" "^  1f1b +loop +blocks +2  [0-9./]+ .* no$" "memory = 7MiB: no whole-block candidate fits"
+like "$got" "^chosen: [a-z0-9()]+ \(loop placement, inside split\): the fastest whose every stage fits 7 MiB, inside a block: no split of whole blocks fits$" \
+    "... so a split inside a block is taken whatever block_margin, and the choice says why"
+like "$("$PIPEGEN" check "$B" 2>&1)" "^chosen: [a-z0-9()]+ \(loop placement, inside split\): the fastest whose every stage fits 7 MiB, inside a block: no split of whole blocks fits$" \
+    "pipegen check says the choice and why too"
 done_testing

@@ -12,7 +12,10 @@
 #  - examples/gpt2_small.pipe (`stages = 4`) gets a split whose bubble is
 #    within 2 points of the best of all its 67525 splits (test_balance --all)
 #    and of every split at block boundaries through the command line, and is
-#    under the bubble of three blocks per stage (51.4%).
+#    under the bubble of three blocks per stage (51.4%); that split keeps whole
+#    blocks on each stage (a split inside one gains less than block_margin:
+#    no skip crosses a stage), said by pipegen plan; plan.json
+#    records the choice ("blocks"), only where there was one.
 . "$(dirname "$0")/lib.sh"
 cd "$TOP" || exit 1
 T=$(mktemp -d /tmp/pg-balance.XXXXXX)
@@ -100,4 +103,18 @@ for combo in $(combos 1 11 3); do
 done
 [ -n "$got" ] && [ -n "$least" ] && awk -v a="$got" -v b="$least" 'BEGIN { exit !(a <= b + 2.0 && a < 51.4) }'
 ok $? "examples/gpt2_small.pipe: bubble $got%, the best of the 165 block-boundary splits $least%, three blocks per stage 51.4%"
+"$PIPEGEN" check examples/gpt2_small.pipe >"$T/g.check" 2>&1 && ! grep -q '^skips crossing stages:' "$T/g.check"
+ok $? "... its split keeps whole blocks: no skip crosses a stage"
+like "$("$PIPEGEN" plan examples/gpt2_small.pipe 2>&1)" \
+    "^split: whole blocks per stage \([0-9+]+ of 12 repeat instances\), predicted step [0-9.]+ Tflop; a split inside a block would gain [0-9.]+%, not more than block_margin 5%$" \
+    "... and pipegen plan says so"
+"$PIPEGEN" gen tests/golden/check/blocks_inside.pipe -o "$T/inside" >/dev/null 2>&1
+like "$(grep '"blocks"' "$T/inside/plan.json")" \
+    '^  "blocks": \{"taken": "inside", "reason": "gain", "margin": 0.05, "unit": "flop", "whole_step": [0-9]+, "inside_step": [0-9]+, "whole_instances_per_chunk": \[1, 2\]\},$' \
+    "plan.json records a split inside a block, why and both predicted steps"
+like "$(grep '"blocks"' generated/gpt2_small/plan.json)" '^  "blocks": \{"taken": "whole", "reason": "within_margin", ' \
+    "... and gpt2_small's whole blocks"
+"$PIPEGEN" gen tests/models/balance_mlp.pipe -o "$T/mlp" >/dev/null 2>&1
+[ -f "$T/mlp/plan.json" ] && ! grep -q '"blocks"' "$T/mlp/plan.json"
+ok $? "a model without repeats has no \"blocks\" in plan.json (its plan as before)"
 done_testing

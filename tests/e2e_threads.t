@@ -10,7 +10,8 @@
 #    1 stage and on its 4 stages, default threads: the same;
 #  - tests/models/gpt_tiny.pipe with every GEMM kernel this CPU runs
 #    (PIPE_CPU_GEMM=avx512|avx2|portable: what an AVX-512, an AVX2-only and an
-#    older host pick) on 1 and 2 threads: the same; and on 2 stages started by
+#    older host pick; portable also runs the elementwise and row loops' baseline
+#    build, runtime/cpu/README.md) on 1 and 2 threads: the same; and on 2 stages started by
 #    hand with a different kernel each (stages on different kinds of host): the
 #    same as through piperun.
 . "$(dirname "$0")/lib.sh"

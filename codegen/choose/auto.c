@@ -116,6 +116,7 @@ static void evaluate(auto_ctx *x, pg_auto_cand *c)
                 c->bubble = pr.step_time > 0 ? 1.0 - busy / (pr.step_time * c->nstages) : 0.0;
                 c->ok = 1;
                 c->fits = c->arena_max <= x->a->memory;
+                c->cuts = pg_split_cuts(m, c->chunk_of, NULL) != 0; /* out of memory: not a whole-block one */
             } else {
                 snprintf(c->refused, sizeof c->refused, "the schedule cannot be simulated");
             }
@@ -162,26 +163,47 @@ static int try_kind(auto_ctx *x, ir_schedule sch, int v, ir_placement pl, int p,
     }
     if (!(c = add_cand(x, sch, v, pl, p, "balanced")))
         return -1;
+    int bal = x->a->n - 1; /* its index: add_cand may move the table */
     set_schedule(m, c);
-    if (pg_balance_search(m, x->prof, p * v, p, pl, PG_BALANCE_ENUM_MAX, c->chunk_of, NULL) != 0) {
+    pg_block_split bs;
+    int *other = malloc((size_t)(x->ncompute + 1) * sizeof *other);
+    int rc = other ? pg_balance_choose(m, x->prof, p * v, p, pl, PG_BALANCE_ENUM_MAX, c->chunk_of, other, NULL, &bs)
+                   : -1;
+    if (rc < 0) {
+        free(other);
+        return -1;
+    }
+    if (rc != 0) {
         /* no split runs: still listed, with the min-max split's reason */
+        free(other);
         c->split = "min-max";
         if (pg_balance_chunks(m, x->prof, p * v, c->chunk_of) != 0)
             return -1;
         evaluate(x, c);
         return 0;
     }
+    if (bs.considered)
+        c->split = bs.taken_inside ? "inside" : "blocks";
     evaluate(x, c);
+    if (bs.has_other) { /* the other kind too: memory may admit only it */
+        if (!(c = add_cand(x, sch, v, pl, p, bs.taken_inside ? "blocks" : "inside"))) {
+            free(other);
+            return -1;
+        }
+        memcpy(c->chunk_of, other, (size_t)x->ncompute * sizeof *c->chunk_of);
+        evaluate(x, c);
+    }
+    free(other);
     if (!(c = add_cand(x, sch, v, pl, p, "min-max")))
         return -1;
-    const pg_auto_cand *b = &x->a->cand[x->a->n - 2]; /* the balanced one (add_cand may move the table) */
     if (pg_balance_chunks(m, x->prof, p * v, c->chunk_of) != 0)
         return -1;
-    if (same_split(c->chunk_of, b->chunk_of, x->ncompute)) {
-        free(c->chunk_of);
-        x->a->n--;
-        return 0;
-    }
+    for (int i = bal; i < x->a->n - 1; i++)
+        if (same_split(c->chunk_of, x->a->cand[i].chunk_of, x->ncompute)) {
+            free(c->chunk_of);
+            x->a->n--;
+            return 0;
+        }
     evaluate(x, c);
     return 0;
 }
@@ -239,7 +261,7 @@ static int better(const pg_auto_cand *b, const pg_auto_cand *a)
 int pg_auto_resolve(ir_model *m, const pg_profile *prof, pg_auto *a, pg_diag *d)
 {
     memset(a, 0, sizeof *a);
-    a->chosen = -1;
+    a->chosen = a->rival = -1;
     a->memory = m->train.memory;
     auto_ctx x = { m, prof, a, 0 };
     for (int i = 0; i < m->nlayers; i++)
@@ -249,16 +271,30 @@ int pg_auto_resolve(ir_model *m, const pg_profile *prof, pg_auto *a, pg_diag *d)
         pg_error(d, at, "out of memory choosing the schedule");
         return -1;
     }
-    int smallest = -1;
+    /* the fastest fitting of those that keep repeat instances whole and of those that cut one */
+    int smallest = -1, whole = -1, cut = -1;
     for (int i = 0; i < a->n; i++) {
         const pg_auto_cand *c = &a->cand[i];
         if (!c->ok)
             continue;
         if (smallest < 0 || c->arena_max < a->cand[smallest].arena_max)
             smallest = i;
-        if (c->fits && (a->chosen < 0 || better(c, &a->cand[a->chosen])))
-            a->chosen = i;
+        int *best = c->cuts ? &cut : &whole;
+        if (c->fits && (*best < 0 || better(c, &a->cand[*best])))
+            *best = i;
     }
+    a->margin = m->train.block_margin;
+    a->chosen = whole;
+    a->rival = cut;
+    if (cut >= 0 && (whole < 0 || a->cand[cut].step < a->cand[whole].step * (1 - a->margin))) {
+        a->chosen = cut;
+        a->rival = whole;
+        a->blocks = whole < 0 ? PG_BLOCKS_MEMORY : PG_BLOCKS_GAIN;
+    } else if (cut >= 0 && a->cand[cut].step < a->cand[whole].step) {
+        a->blocks = PG_BLOCKS_WITHIN_MARGIN;
+    }
+    if (!m->balanced) /* the model's own splits: nothing chosen about blocks */
+        a->blocks = PG_BLOCKS_NONE_FASTER;
     char b1[48], b2[48], nm[48];
     if (smallest < 0) {
         pg_error(d, m->train.schedule_loc, "schedule = auto: none of the %d candidate schedules can run this model "
@@ -305,6 +341,31 @@ static void stage_list(const pg_auto_cand *c, int shift, char *buf, size_t n)
         o += (size_t)snprintf(buf + o, n - o, "%s%.1f", st ? "/" : "", (double)c->arena[st] / (double)(1LL << shift));
 }
 
+/* The end of the `chosen:` line: how block_margin weighed whole blocks against a cut one. */
+static void blocks_note(const pg_auto *a, FILE *out)
+{
+    const pg_auto_cand *c = &a->cand[a->chosen], *r = a->rival >= 0 ? &a->cand[a->rival] : NULL;
+    char nm[48];
+    switch (a->blocks) {
+    case PG_BLOCKS_WITHIN_MARGIN:
+        fprintf(out, " and keeps blocks whole: the fastest that cuts one (%s, %s split) would gain %.3g%%, not "
+                "more than block_margin %g%%\n", cand_name(r, nm, sizeof nm), r->split,
+                100.0 * (1.0 - r->step / c->step), 100.0 * a->margin);
+        break;
+    case PG_BLOCKS_GAIN:
+        fprintf(out, ", inside a block: %.3g%% faster than the fastest of whole blocks (%s, %s split), more than "
+                "block_margin %g%%\n", 100.0 * (1.0 - c->step / r->step), cand_name(r, nm, sizeof nm), r->split,
+                100.0 * a->margin);
+        break;
+    case PG_BLOCKS_MEMORY:
+        fprintf(out, ", inside a block: no split of whole blocks fits\n");
+        break;
+    default:
+        fputc('\n', out);
+        break;
+    }
+}
+
 void pg_auto_report(const pg_auto *a, FILE *out)
 {
     char b[48], nm[48], list[700], step[48], head[48];
@@ -329,11 +390,18 @@ void pg_auto_report(const pg_auto *a, FILE *out)
                 c->split, c->nstages, list, step, 100.0 * c->bubble, c->fits ? "yes" : "no",
                 i == a->chosen ? "  <- chosen" : "");
     }
+    pg_auto_chosen_report(a, out);
+}
+
+void pg_auto_chosen_report(const pg_auto *a, FILE *out)
+{
+    char b[48], nm[48];
     if (a->chosen >= 0) {
         const pg_auto_cand *c = &a->cand[a->chosen];
-        fprintf(out, "chosen: %s (%s placement, %s split): the fastest whose every stage fits %s\n",
+        fprintf(out, "chosen: %s (%s placement, %s split): the fastest whose every stage fits %s",
                 cand_name(c, nm, sizeof nm), pg_placement_name(c->placement), c->split,
                 fmt_bytes(a->memory, b, sizeof b));
+        blocks_note(a, out);
     } else {
         fprintf(out, "chosen: none: no candidate fits %s on every stage\n", fmt_bytes(a->memory, b, sizeof b));
     }

@@ -12,7 +12,13 @@
  * its chunks' costs. When there are few splits (PG_BALANCE_ENUM_MAX), every
  * one is timed; otherwise coordinate descent from the min-max split: each
  * boundary in turn moves to its best place between its neighbours, until a
- * whole pass moves none. */
+ * whole pass moves none.
+ *
+ * Over repeat instances (transformer blocks) the search runs twice: with
+ * boundaries only between whole instances (units of several layers), and
+ * anywhere; a split inside an instance sends its residual across and breaks
+ * "stage k holds blocks i..j", so it is taken only when its predicted step is
+ * shorter by more than block_margin (pg_balance_choose). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +67,11 @@ struct split_eval {
      * goes with the compute layer before it, as pg_model_repartition puts
      * it), its costs differences of prefix sums over the layers. */
     int *pos;           /* [n + 1]: the layer index of compute layer j; pos[n] = nlayers */
+    /* Where boundaries may go: start[] counts units, unit u being the compute
+     * layers ufirst[u] .. ufirst[u + 1] - 1 (each layer its own unit, or each
+     * repeat instance one unit when instances are kept whole). */
+    int nunits;
+    int *ufirst;        /* [nunits + 1]; ufirst[nunits] = n */
     double *pre;        /* [4 (nlayers + 1)]: prefix sums of F, B, W and the rerun forward */
     pg_sched_costs base;/* the costs that do not depend on the split (messages, stages) */
     int nshared;
@@ -77,7 +88,7 @@ static double eval_split(split_eval *e, const int *start)
         const shared_param *sp = &e->shared[q];
         int st0 = -1;
         for (int u = 0, k = 0; u < sp->n; u++) {
-            while (k + 1 < e->nchunks && start[k + 1] <= sp->layer[u])
+            while (k + 1 < e->nchunks && e->ufirst[start[k + 1]] <= sp->layer[u])
                 k++;
             int st = pg_placement_stage(e->pl, k, e->nchunks, e->nstages);
             if (st0 >= 0 && st != st0)
@@ -87,7 +98,7 @@ static double eval_split(split_eval *e, const int *start)
     }
     pg_sched_costs c = e->base;
     for (int k = 0; k < e->nchunks && k < 64; k++) {
-        int lo = k ? e->pos[start[k]] : 0, hi = k + 1 < e->nchunks ? e->pos[start[k + 1]] : L;
+        int lo = k ? e->pos[e->ufirst[start[k]]] : 0, hi = k + 1 < e->nchunks ? e->pos[e->ufirst[start[k + 1]]] : L;
         double *cost[4] = { c.fwd, c.bwd_b, c.bwd_w, c.rerun };
         for (int v = 0; v < 4; v++)
             cost[v][k] = e->pre[v * (L + 1) + hi] - e->pre[v * (L + 1) + lo];
@@ -175,6 +186,7 @@ static void eval_free(split_eval *e)
     free(e->shared);
     free(e->pos);
     free(e->pre);
+    free(e->ufirst);
 }
 
 /* m's schedule for nchunks on nstages, without skips and ties; -1 when it
@@ -216,7 +228,7 @@ static void enumerate_splits(split_eval *e, int *start, int b, double *best, int
         }
         return;
     }
-    for (int pos = start[b - 1] + 1; pos <= e->n - (e->nchunks - b); pos++) {
+    for (int pos = start[b - 1] + 1; pos <= e->nunits - (e->nchunks - b); pos++) {
         start[b] = pos;
         enumerate_splits(e, start, b + 1, best, best_start);
     }
@@ -250,7 +262,7 @@ static int try_place(split_eval *e, int *start, int b, int pos, int keep, double
  * 1 when it moved (best improved). */
 static int move_one(split_eval *e, int *start, int b, double *best)
 {
-    int lo = start[b - 1] + 1, hi = b + 1 < e->nchunks ? start[b + 1] - 1 : e->n - 1;
+    int lo = start[b - 1] + 1, hi = b + 1 < e->nchunks ? start[b + 1] - 1 : e->nunits - 1;
     int keep = start[b], at = keep;
     int stride = (hi - lo) / BALANCE_SCAN_ONE + 1;
     for (int pos = lo; pos <= hi; pos += stride)
@@ -273,7 +285,7 @@ static int move_one(split_eval *e, int *start, int b, double *best)
 static int move_two(split_eval *e, int *start, int b, int c, double *best)
 {
     int kb = start[b], kc = start[c], ab = kb, ac = kc;
-    int chi = c + 1 < e->nchunks ? start[c + 1] - 1 : e->n - 1;
+    int chi = c + 1 < e->nchunks ? start[c + 1] - 1 : e->nunits - 1;
     int blo = start[b - 1] + 1, bhi = c == b + 1 ? chi - 1 : start[b + 1] - 1;
     int sb = (bhi - blo) / BALANCE_SCAN_TWO + 1, sc = (chi - blo) / BALANCE_SCAN_TWO + 1;
     for (int pb = blo; pb <= bhi; pb += sb) {
@@ -319,8 +331,42 @@ static double descend(split_eval *e, int *start)
     return best;
 }
 
-int pg_balance_search(ir_model *m, const pg_profile *prof, int nchunks, int nstages, ir_placement pl, long max_enum,
-                      int *chunk_of, double *step)
+/* e's units: every compute layer its own (whole = 0), or each repeat instance
+ * one unit and each compute layer outside the repeats its own (whole = 1).
+ * 0, or -1 out of memory. */
+static int make_units(split_eval *e, int whole)
+{
+    const ir_model *m = e->m;
+    e->ufirst = malloc((size_t)(e->n + 1) * sizeof *e->ufirst);
+    if (!e->ufirst)
+        return -1;
+    e->nunits = 0;
+    for (int j = 0; j < e->n; j++) {
+        int inst = m->layers[e->pos[j]].instance;
+        if (!whole || j == 0 || inst < 0 || inst != m->layers[e->pos[j - 1]].instance)
+            e->ufirst[e->nunits++] = j;
+    }
+    e->ufirst[e->nunits] = e->n;
+    return 0;
+}
+
+/* The unit that begins nearest compute layer j (the earlier on ties). */
+static int nearest_unit(const split_eval *e, int j)
+{
+    int u = 0;
+    while (u + 1 < e->nunits && e->ufirst[u + 1] <= j)
+        u++;
+    if (u + 1 < e->nunits && e->ufirst[u + 1] - j < j - e->ufirst[u])
+        u++;
+    return u;
+}
+
+/* The best split of m into nchunks (see pg_balance_search), boundaries only
+ * between units (make_units' whole); m is not changed. chunk_of[n] and *step
+ * receive it. 0; 1 when no split can run (fewer units than chunks, or each
+ * needs a tie the model lacks); -1 out of memory. */
+static int search_split(ir_model *m, const pg_profile *prof, int nchunks, int nstages, ir_placement pl, long max_enum,
+                        int whole, int *chunk_of, double *step, int *seconds)
 {
     split_eval e;
     memset(&e, 0, sizeof e);
@@ -332,35 +378,36 @@ int pg_balance_search(ir_model *m, const pg_profile *prof, int nchunks, int nsta
     e.pl = pl;
     int *start = malloc((size_t)(nchunks + 1) * sizeof *start);
     int *minmax = malloc((size_t)(e.n + 1) * sizeof *minmax);
+    int *cur = malloc((size_t)(nchunks + 1) * sizeof *cur);
     int rc = -1, built = 0;
-    e.chunk_of = malloc((size_t)(e.n + 1) * sizeof *e.chunk_of);
-    if (!start || !minmax || !e.chunk_of || nchunks < 1 || nchunks > e.n || nchunks > 64 ||
-        pg_balance_chunks(m, prof, nchunks, minmax) != 0 || eval_prepare(&e) != 0)
+    if (!start || !minmax || !cur || eval_prepare(&e) != 0 || make_units(&e, whole) != 0)
         goto out;
-    if (build_skeleton(m, nchunks, nstages, pl, &e.skel) != 0)
+    if (seconds)
+        *seconds = pg_sched_costs_of_model(m, prof, &e.base);
+    rc = 1;
+    if (nchunks < 1 || nchunks > e.nunits || nchunks > 64 || pg_balance_chunks(m, prof, nchunks, minmax) != 0 ||
+        build_skeleton(m, nchunks, nstages, pl, &e.skel) != 0)
         goto out;
     built = 1;
-    for (int j = 0, c = 0; j < e.n; j++)
-        if (j == 0 || minmax[j] != minmax[j - 1])
-            start[c++] = j;
+    /* the min-max split's boundaries, each moved to the nearest unit's start */
+    start[0] = 0;
+    for (int j = 1, c = 1; j < e.n && c < nchunks; j++)
+        if (minmax[j] != minmax[j - 1]) {
+            int u = nearest_unit(&e, j), lo = start[c - 1] + 1, hi = e.nunits - (nchunks - c);
+            start[c++] = u < lo ? lo : u > hi ? hi : u;
+        }
     double best = descend(&e, start);
-    if (count_splits(e.n, nchunks, max_enum) <= max_enum) {
+    if (count_splits(e.nunits, nchunks, max_enum) <= max_enum) {
         /* few enough to try them all: the optimum (min-max's descent as the bar) */
-        int *cur = malloc((size_t)(nchunks + 1) * sizeof *cur);
-        if (!cur)
-            goto out;
         cur[0] = 0;
         enumerate_splits(&e, cur, 1, &best, start);
-        free(cur);
     }
     if (!isfinite(best))
         goto out;
-    starts_to_chunks(start, nchunks, e.n, e.chunk_of);
-    pg_model_repartition(m, nchunks, nstages, pl, e.chunk_of);
-    if (chunk_of)
-        memcpy(chunk_of, e.chunk_of, (size_t)e.n * sizeof *chunk_of);
-    if (step)
-        *step = best;
+    for (int c = 0; c < nchunks; c++)
+        cur[c] = e.ufirst[start[c]];
+    starts_to_chunks(cur, nchunks, e.n, chunk_of);
+    *step = best;
     rc = 0;
 out:
     if (built)
@@ -368,7 +415,149 @@ out:
     eval_free(&e);
     free(start);
     free(minmax);
-    free(e.chunk_of);
+    free(cur);
+    return rc;
+}
+
+int pg_balance_search(ir_model *m, const pg_profile *prof, int nchunks, int nstages, ir_placement pl, long max_enum,
+                      int *chunk_of, double *step)
+{
+    int n = count_compute(m);
+    int *of = malloc((size_t)(n + 1) * sizeof *of);
+    double best;
+    int rc = of ? search_split(m, prof, nchunks, nstages, pl, max_enum, 0, of, &best, NULL) : -1;
+    if (rc == 0) {
+        pg_model_repartition(m, nchunks, nstages, pl, of);
+        if (chunk_of)
+            memcpy(chunk_of, of, (size_t)n * sizeof *chunk_of);
+        if (step)
+            *step = best;
+    }
+    free(of);
+    return rc == 0 ? 0 : -1;
+}
+
+/* The compute layers' repeat instances, in order. */
+static void compute_instances(const ir_model *m, int *inst)
+{
+    for (int i = 0, j = 0; i < m->nlayers; i++)
+        if (is_compute(&m->layers[i]))
+            inst[j++] = m->layers[i].instance;
+}
+
+/* The cuts of the instances inst[n] (per compute layer) in the split chunk_of,
+ * as pg_split_cuts. */
+static int count_cuts(const int *inst, int n, const int *chunk_of, int *first_cut)
+{
+    int cuts = 0;
+    if (first_cut)
+        *first_cut = -1;
+    for (int j = 1; j < n; j++)
+        if (inst[j] >= 0 && inst[j] == inst[j - 1] && chunk_of[j] != chunk_of[j - 1]) {
+            if (first_cut && !cuts)
+                *first_cut = j;
+            cuts++;
+        }
+    return cuts;
+}
+
+int pg_split_cuts(const ir_model *m, const int *chunk_of, int *first_cut)
+{
+    int n = count_compute(m);
+    int *inst = malloc((size_t)(n + 1) * sizeof *inst);
+    if (!inst)
+        return -1;
+    compute_instances(m, inst);
+    int cuts = count_cuts(inst, n, chunk_of, first_cut);
+    free(inst);
+    return cuts;
+}
+
+/* Repeat instances per chunk of a split that keeps them whole. */
+static void instances_per_chunk(const ir_model *m, const int *chunk_of, int *per_chunk)
+{
+    memset(per_chunk, 0, 64 * sizeof *per_chunk);
+    for (int i = 0, j = 0, last = -1; i < m->nlayers; i++) {
+        if (!is_compute(&m->layers[i]))
+            continue;
+        int inst = m->layers[i].instance;
+        if (inst >= 0 && inst != last && chunk_of[j] < 64)
+            per_chunk[chunk_of[j]]++;
+        last = inst;
+        j++;
+    }
+}
+
+int pg_balance_choose(ir_model *m, const pg_profile *prof, int nchunks, int nstages, ir_placement pl, long max_enum,
+                      int *chunk_of, int *other_of, double *step, pg_block_split *bs)
+{
+    int n = count_compute(m), whole_units = 0;
+    memset(bs, 0, sizeof *bs);
+    bs->margin = m->train.block_margin;
+    bs->whole_step = bs->inside_step = INFINITY;
+    bs->nchunks = nchunks;
+    bs->nstages = nstages;
+    int *inst = malloc((size_t)(n + 1) * sizeof *inst);
+    int *w_of = malloc((size_t)(n + 1) * sizeof *w_of), *f_of = malloc((size_t)(n + 1) * sizeof *f_of);
+    int rc = -1, rw = 1, rf;
+    double w_step = INFINITY, f_step = INFINITY;
+    if (!inst || !w_of || !f_of)
+        goto out;
+    compute_instances(m, inst);
+    for (int j = 0; j < n; j++)
+        whole_units += j == 0 || inst[j] < 0 || inst[j] != inst[j - 1];
+    bs->considered = whole_units < n; /* some boundary would cut an instance */
+    bs->whole_units = whole_units;
+    if (bs->considered && (rw = search_split(m, prof, nchunks, nstages, pl, max_enum, 1, w_of, &w_step,
+                                             &bs->seconds)) < 0)
+        goto out;
+    if ((rf = search_split(m, prof, nchunks, nstages, pl, max_enum, 0, f_of, &f_step, &bs->seconds)) < 0)
+        goto out;
+    if (rf == 0 && bs->considered && !count_cuts(inst, n, f_of, NULL) && (rw != 0 || f_step < w_step)) {
+        memcpy(w_of, f_of, (size_t)n * sizeof *w_of); /* the best of all keeps the instances whole */
+        w_step = f_step;
+        rw = 0;
+    }
+    int have_inside = bs->considered && rf == 0 && count_cuts(inst, n, f_of, NULL) > 0;
+    if (!bs->considered) {
+        if (rf != 0) {
+            rc = 1;
+            goto out;
+        }
+        bs->taken_inside = 0;
+    } else if (rw == 0 && (!have_inside || !(f_step < w_step * (1 - bs->margin)))) {
+        bs->taken_inside = 0;
+        bs->reason = have_inside && f_step < w_step ? PG_BLOCKS_WITHIN_MARGIN : PG_BLOCKS_NONE_FASTER;
+    } else if (have_inside) {
+        bs->taken_inside = 1;
+        bs->reason = rw == 0 ? PG_BLOCKS_GAIN : whole_units < nchunks ? PG_BLOCKS_TOO_FEW : PG_BLOCKS_NONE_RUNS;
+    } else {
+        rc = 1;
+        goto out;
+    }
+    if (rw == 0) {
+        bs->whole_step = w_step;
+        instances_per_chunk(m, w_of, bs->per_chunk);
+    }
+    if (have_inside)
+        bs->inside_step = f_step;
+    const int *take = !bs->considered || bs->taken_inside ? f_of : w_of;
+    const int *other = bs->taken_inside ? (rw == 0 ? w_of : NULL) : have_inside ? f_of : NULL;
+    if (bs->taken_inside)
+        count_cuts(inst, n, f_of, &bs->cut_before);
+    pg_model_repartition(m, nchunks, nstages, pl, take);
+    if (chunk_of)
+        memcpy(chunk_of, take, (size_t)n * sizeof *chunk_of);
+    if (other_of && other)
+        memcpy(other_of, other, (size_t)n * sizeof *other_of);
+    bs->has_other = other != NULL;
+    if (step)
+        *step = take == f_of ? f_step : w_step;
+    rc = 0;
+out:
+    free(inst);
+    free(w_of);
+    free(f_of);
     return rc;
 }
 
@@ -387,26 +576,141 @@ static int pipeline_accepts(const ir_model *m)
     return ok;
 }
 
-int pg_balance_split(ir_model *m, const pg_profile *prof)
+int pg_balance_split(ir_model *m, const pg_profile *prof, pg_block_split *bs)
 {
     ir_train *t = &m->train;
+    memset(bs, 0, sizeof *bs);
     if (!m->balanced || t->schedule == SCHED_FILE || t->schedule == SCHED_AUTO)
         return 0;
     int n = count_compute(m);
-    int *minmax = malloc((size_t)(n + 1) * sizeof *minmax);
-    if (!minmax)
+    int *minmax = malloc((size_t)(n + 1) * sizeof *minmax), *other = malloc((size_t)(n + 1) * sizeof *other);
+    if (!minmax || !other) {
+        free(minmax);
+        free(other);
         return -1;
+    }
     for (int i = 0, j = 0; i < m->nlayers; i++)
         if (is_compute(&m->layers[i]))
             minmax[j++] = m->layers[i].chunk;
     int nchunks = m->nchunks, nstages = m->nstages;
     ir_placement pl = m->placement;
-    int searched = pg_balance_search(m, prof, nchunks, nstages, pl, PG_BALANCE_ENUM_MAX, NULL, NULL) == 0;
-    if (searched)
+    int rc = pg_balance_choose(m, prof, nchunks, nstages, pl, PG_BALANCE_ENUM_MAX, NULL, other, NULL, bs);
+    if (rc < 0) {
+        free(minmax);
+        free(other);
+        return -1;
+    }
+    int ok = rc == 0;
+    if (ok) {
         pg_progress("the split into %d stages of %d layers (%d with compute) chosen by the predicted step", nstages,
                     m->nlayers, n);
-    if (!searched || !pipeline_accepts(m))
+        ok = pipeline_accepts(m);
+    }
+    if (!ok && rc == 0 && bs->has_other) {
+        /* the pipeline refuses the one taken: the other of the two (whole blocks, inside a block) */
+        pg_model_repartition(m, nchunks, nstages, pl, other);
+        bs->taken_inside = !bs->taken_inside;
+        bs->reason = PG_BLOCKS_REFUSED;
+        if (bs->taken_inside)
+            pg_split_cuts(m, other, &bs->cut_before);
+        ok = pipeline_accepts(m);
+    }
+    if (!ok) {
         pg_model_repartition(m, nchunks, nstages, pl, minmax); /* the checker accepted this one */
+        bs->considered = 0; /* no choice of the search's to report */
+    }
     free(minmax);
+    free(other);
     return 0;
+}
+
+void pg_block_split_report(const pg_block_split *bs, const ir_model *m, FILE *out)
+{
+    if (!bs->considered)
+        return;
+    const char *unit = pg_cost_unit(bs->seconds), *per = bs->nchunks == bs->nstages ? "stage" : "chunk";
+    char ws[48], is[48], counts[400];
+    size_t o = 0;
+    counts[0] = 0;
+    for (int k = 0; k < bs->nchunks && k < 64 && o < sizeof counts; k++)
+        o += (size_t)snprintf(counts + o, sizeof counts - o, "%s%d", k ? "+" : "", bs->per_chunk[k]);
+    pg_fmt_si(ws, sizeof ws, bs->whole_step, unit);
+    pg_fmt_si(is, sizeof is, bs->inside_step, unit);
+    double gain = 100.0 * (1.0 - bs->inside_step / bs->whole_step);
+    if (!bs->taken_inside) {
+        fprintf(out, "split: whole blocks per %s (%s of %d repeat instances), predicted step %s; ", per, counts,
+                m->ninstances, ws);
+        if (bs->reason == PG_BLOCKS_WITHIN_MARGIN)
+            fprintf(out, "a split inside a block would gain %.3g%%, not more than block_margin %g%%\n", gain,
+                    100.0 * bs->margin);
+        else if (bs->reason == PG_BLOCKS_REFUSED)
+            fprintf(out, "the split inside a block (%s) was refused by the schedule or the memory plan\n", is);
+        else
+            fprintf(out, "the search found no faster split inside a block\n");
+        return;
+    }
+    const ir_layer *a = NULL, *b = NULL;
+    for (int i = 0, j = 0; i < m->nlayers && bs->cut_before > 0; i++) {
+        if (!is_compute(&m->layers[i]))
+            continue;
+        if (j == bs->cut_before - 1)
+            a = &m->layers[i];
+        if (j == bs->cut_before)
+            b = &m->layers[i];
+        j++;
+    }
+    fprintf(out, "split: inside a block (%s | %s), predicted step %s; ", a ? a->name : "?", b ? b->name : "?", is);
+    switch (bs->reason) {
+    case PG_BLOCKS_GAIN:
+        fprintf(out, "%.3g%% faster than whole blocks per %s (%s of %d repeat instances, %s), more than "
+                "block_margin %g%%\n", gain, per, counts, m->ninstances, ws, 100.0 * bs->margin);
+        break;
+    case PG_BLOCKS_TOO_FEW:
+        fprintf(out, "%d whole repeat instances and layers outside them cannot fill %d %ss\n", bs->whole_units,
+                bs->nchunks, per);
+        break;
+    case PG_BLOCKS_REFUSED:
+        fprintf(out, "the whole-block split (%s) was refused by the schedule or the memory plan\n", ws);
+        break;
+    default:
+        fprintf(out, "no split of whole blocks can run (each needs a `tie` the model lacks)\n");
+        break;
+    }
+}
+
+/* A step for JSON: null when there is none. */
+static void json_step(FILE *o, double v)
+{
+    if (isfinite(v))
+        fprintf(o, "%.17g", v);
+    else
+        fprintf(o, "null");
+}
+
+char *pg_block_split_json(const pg_block_split *bs)
+{
+    static const char *const reasons[] = {
+        [PG_BLOCKS_NONE_FASTER] = "none_faster", [PG_BLOCKS_WITHIN_MARGIN] = "within_margin",
+        [PG_BLOCKS_GAIN] = "gain", [PG_BLOCKS_TOO_FEW] = "too_few", [PG_BLOCKS_NONE_RUNS] = "none_runs",
+        [PG_BLOCKS_REFUSED] = "refused", [PG_BLOCKS_MEMORY] = "memory",
+    };
+    char *text = NULL;
+    size_t len = 0;
+    FILE *o = open_memstream(&text, &len);
+    if (!o)
+        return NULL;
+    fprintf(o, "{\"taken\": \"%s\", \"reason\": \"%s\", \"margin\": %.15g, \"unit\": \"%s\", \"whole_step\": ",
+            bs->taken_inside ? "inside" : "whole", reasons[bs->reason], bs->margin, bs->seconds ? "s" : "flop");
+    json_step(o, bs->whole_step);
+    fprintf(o, ", \"inside_step\": ");
+    json_step(o, bs->inside_step);
+    fprintf(o, ", \"whole_instances_per_chunk\": [");
+    for (int k = 0; k < bs->nchunks && k < 64 && isfinite(bs->whole_step); k++)
+        fprintf(o, "%s%d", k ? ", " : "", bs->per_chunk[k]);
+    fprintf(o, "]}");
+    if (fclose(o) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
 }

@@ -17,6 +17,9 @@ int cmd_check(int argc, char **argv) {
         return 1;
     fflush(stderr);
     pg_model_summary(&cm.l.model, stdout);
+    pg_block_split_report(&cm.l.blocks, &cm.l.model, stdout);
+    if (cm.l.have_auto)
+        pg_auto_chosen_report(&cm.l.autosel, stdout);
     cmd_release_model(&cm);
     return 0;
 }

@@ -62,15 +62,19 @@ int cmd_gen_dir(const char *path, const char *dir, const char *balance, int64_t 
     if (cmd_load_model(path, balance, guard, NULL, &cm) != 0)
         return 1;
     int rc = 1;
-    char *auto_json = NULL;
-    if (cm.l.have_auto && !(auto_json = pg_auto_json(&cm.l.autosel))) {
+    char *auto_json = NULL, *blocks_json = NULL;
+    if ((cm.l.have_auto && !(auto_json = pg_auto_json(&cm.l.autosel))) ||
+        (cm.l.blocks.considered && !(blocks_json = pg_block_split_json(&cm.l.blocks)))) {
         pg_error(&cm.l.diag, cm.l.model.loc, "out of memory");
     } else {
         if (auto_json)
             pg_gen_set_auto_json(cm.g, auto_json); /* plan.json records the choice */
+        if (blocks_json)
+            pg_gen_set_blocks_json(cm.g, blocks_json);
         rc = pg_gen_write(cm.g, dir, &cm.l.diag) == 0 ? 0 : 1;
     }
     free(auto_json);
+    free(blocks_json);
     if (!rc)
         pg_progress("written to %s", dir);
     if (!rc && nstages)

@@ -69,6 +69,7 @@ int cmd_plan(int argc, char **argv)
     }
     pg_sched_costs c;
     int seconds = pg_sched_costs_of_model(&cm.l.model, balance ? &cm.prof : NULL, &c);
+    pg_block_split_report(&cm.l.blocks, &cm.l.model, stdout);
     pg_schedule_report(&cm.l.model, &cm.s, &c, seconds, stdout);
     int rc = svg && pg_schedule_svg_write(&cm.l.model, &cm.s, &c, seconds, svg, &cm.l.diag) != 0 ? 1 : 0;
     if (svg && !rc)

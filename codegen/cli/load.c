@@ -21,7 +21,7 @@ int pg_load_profiled(pg_loaded *l, const char *path, const pg_profile *profile, 
     if (rc == 0 && l->model.train.schedule == SCHED_AUTO) {
         l->have_auto = 1;
         if (pg_auto_resolve(&l->model, profile, &l->autosel, &l->diag) != 0) rc = 1;
-    } else if (rc == 0 && pg_balance_split(&l->model, profile) != 0) {
+    } else if (rc == 0 && pg_balance_split(&l->model, profile, &l->blocks) != 0) {
         pg_error(&l->diag, l->model.loc, "out of memory balancing the stages");
         rc = 1;
     }

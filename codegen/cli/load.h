@@ -20,6 +20,7 @@ typedef struct pg_loaded {
     int have_src;
     int have_auto;   /* schedule = auto was resolved: autosel holds the candidates */
     pg_auto autosel;
+    pg_block_split blocks; /* `stages = N`: whole blocks per stage or a split inside one, and why */
 } pg_loaded;
 
 /* Load path, reporting to diag_out. Returns 0 when the model is valid, 1 when

@@ -30,6 +30,9 @@ int64_t pg_gen_arena_bytes(const pg_gen *g, int k);
 /* plan.json also records `"auto": json` (schedule = auto's table, balance.h);
  * json is not copied and must outlive g. */
 void pg_gen_set_auto_json(pg_gen *g, const char *json);
+/* plan.json also records `"blocks": json` (`stages = N`: whole blocks per
+ * stage or a split inside one, and why; balance.h); as auto_json. */
+void pg_gen_set_blocks_json(pg_gen *g, const char *json);
 /* `pipegen plan`: bytes per stage per category and the arena total. */
 void pg_gen_report(const pg_gen *g, FILE *out);
 /* Write stage<k>.c, <model>.h and plan.json into dir (created if missing), as

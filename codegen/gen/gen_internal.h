@@ -125,6 +125,7 @@ struct pg_gen {
     int nstages;
     int64_t guard;         /* --guard-bytes: free bytes around every arena buffer (0: packed) */
     const char *auto_json; /* schedule = auto's candidates for plan.json, or NULL */
+    const char *blocks_json; /* `stages = N`'s whole blocks or a split inside one, for plan.json, or NULL */
     int *nacc;             /* [nparams * nstages]: layers of stage s using param p (count_uses) */
     /* generation with the KV cache (gen_decode.c): on, or why not (dec_why, "" for
      * a model that is not a language model); its sizes and its schedule */

@@ -188,6 +188,8 @@ char *pg_gen_plan_json(const pg_gen *g, uint64_t *hash)
             t->eval_every, t->eval_batches);
     if (g->auto_json) /* only then: other plans stay as they were */
         fprintf(o, "  \"auto\": %s,\n", g->auto_json);
+    if (g->blocks_json) /* likewise */
+        fprintf(o, "  \"blocks\": %s,\n", g->blocks_json);
     fprintf(o, "  \"microbatch_rows\": [");
     for (int64_t i = 0; i < t->microbatches; i++)
         fprintf(o, "%s%" PRId64, i ? ", " : "", g->mb_rows[i]);

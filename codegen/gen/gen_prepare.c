@@ -399,6 +399,11 @@ void pg_gen_set_auto_json(pg_gen *g, const char *json)
     g->auto_json = json;
 }
 
+void pg_gen_set_blocks_json(pg_gen *g, const char *json)
+{
+    g->blocks_json = json;
+}
+
 void pg_gen_free(pg_gen *g)
 {
     if (!g)

@@ -269,7 +269,7 @@ int pg_json_string(pg_json *j, char **out)
     while (q < j->n && j->s[q] != '"')
         q += j->s[q] == '\\' ? 2 : 1;
     if (q >= j->n)
-        return pg_json_fail_at(j, j->pos, "a string without its closing `\"`");
+        return pg_json_fail_at(j, j->pos, "a string without its closing `\"` before the end of the file (truncated?)");
     char *b = malloc(q - start + 1);
     if (!b)
         return pg_json_fail_at(j, j->pos, "out of memory reading a string of %zu bytes", q - start);

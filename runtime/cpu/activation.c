@@ -2,7 +2,7 @@
  * torch.nn.GELU(approximate="tanh")), sigmoid, tanh and silu. Elementwise; y may alias x, dx may alias dy. */
 #include <math.h>
 
-#include "cpu_kernels.h"
+#include "cpu_ctx.h"
 #include "op_args.h"
 
 /* relu runs in blocks of RELU_BLK: all loads of a block, then all its stores.
@@ -103,7 +103,7 @@ int pg_gelu_fwd(pg_ctx *c, int64_t count, const float *x, float *y)
         return 1;
     int64_t i = count / GELU_BLK * GELU_BLK;
 #ifdef PG_CPU_AVX2
-    if (pg_cpu_has_avx2())
+    if (c->avx2)
         gelu_fwd_run_avx2(i, x, y);
     else
 #endif
@@ -155,7 +155,7 @@ int pg_gelu_bwd_in(pg_ctx *c, int64_t count, const float *x, const float *dy, fl
         return 1;
     int64_t i = count / GELU_BLK * GELU_BLK;
 #ifdef PG_CPU_AVX2
-    if (pg_cpu_has_avx2())
+    if (c->avx2)
         gelu_bwd_run_avx2(i, x, dy, dx);
     else
 #endif
@@ -281,7 +281,7 @@ PG_CPU_INLINE void silu_bwd_blk(const float *x, const float *dy, float *dx)
         for (int64_t i = 0; i < n; i += ACT_BLK)                                                                    \
             name##_blk(x + i, dy ? dy + i : NULL, out + i);                                                         \
     }
-#define ACT_PICK(name) (pg_cpu_has_avx2() ? name##_run_avx2 : name##_run)
+#define ACT_PICK(name) (c->avx2 ? name##_run_avx2 : name##_run)
 #else
 #define ACT_RUN_AVX2(name)
 #define ACT_PICK(name) name##_run

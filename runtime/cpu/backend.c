@@ -42,6 +42,9 @@ pg_ctx *pg_backend_init(int threads)
         free(c);
         return NULL;
     }
+#ifdef PG_CPU_AVX2
+    c->avx2 = pg_cpu_has_avx2() && strcmp(pg_cpu_gemm_kernel(c->gemm), "portable") != 0;
+#endif
     return c;
 }
 

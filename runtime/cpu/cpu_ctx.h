@@ -12,6 +12,17 @@ struct pg_ctx {
     pg_stats_reduce_fn stats_fn; /* data-parallel replicas: batch-norm sums over the replicas (NULL: one) */
     void *stats_arg;
     int stats_reduced;      /* the next running update follows pg_batchnorm_stats_reduce */
+    int avx2;               /* the elementwise and row loops' AVX2 build (cpu_kernels.h): the CPU has
+                             * AVX2 and the GEMM kernel is not "portable" (PIPE_CPU_GEMM=portable runs
+                             * what a host without AVX2 runs, to compare its bits) */
 };
+
+/* fn's AVX2 twin fn_avx2 (PG_CPU_TARGET_AVX2, the same source) where the
+ * context says so, else fn: the elementwise and row loops' dispatch */
+#ifdef PG_CPU_AVX2
+#define PG_CPU_PICK(c, fn) ((c)->avx2 ? fn##_avx2 : fn)
+#else
+#define PG_CPU_PICK(c, fn) (fn)
+#endif
 
 #endif

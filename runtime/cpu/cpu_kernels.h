@@ -77,6 +77,37 @@ static inline int pg_cpu_has_avx2(void)
 }
 #endif
 
+/* layernorm.c's rows, rmsnorm.c's too: mean NULL is rmsnorm (no centring, no
+ * bias); the ops' argument checks are the callers'. */
+void pg_cpu_norm_fwd(pg_ctx *c, int64_t n, int64_t d, float eps, const float *x, const float *w, const float *b,
+                     float *y, float *mean, float *rstd);
+void pg_cpu_norm_bwd_in(pg_ctx *c, int64_t n, int64_t d, const float *x, const float *w, const float *mean,
+                        const float *rstd, const float *dy, float *dx);
+void pg_cpu_norm_bwd_w(pg_ctx *c, int64_t n, int64_t d, const float *x, const float *mean, const float *rstd,
+                       const float *dy, float *dw, float *db);
+
+/* Row sums of the norms (layernorm.c, rmsnorm.c): a row is cut into chunks of
+ * PG_CPU_ROW_CHUNK elements, a chunk into blocks of PG_CPU_ROW_LANES; lane l of
+ * a chunk adds the elements l, l + 16, ... of it in index order in float (a
+ * last partial block padded with zeros), the lanes are added in the fixed tree
+ * of pg_cpu_lanes_sum, and the chunks' sums in double in chunk order. The
+ * order is set by the row's length alone, and the lanes are SIMD registers at
+ * -O2 on any instruction set (the same IEEE adds lane by lane): a row's bits do
+ * not depend on the thread, its place or the vector width. Float lanes keep
+ * each lane's chain to at most 16 adds (a relative error of a few 1e-7, below
+ * the float result's own rounding); the double between chunks keeps long rows
+ * (d = 4096 and more) as precise. */
+#define PG_CPU_ROW_LANES 16
+#define PG_CPU_ROW_CHUNK 256
+
+PG_CPU_INLINE float pg_cpu_lanes_sum(const float *a)
+{
+    float h[PG_CPU_ROW_LANES / 2];
+    for (int l = 0; l < PG_CPU_ROW_LANES / 2; l++)
+        h[l] = a[l] + a[l + PG_CPU_ROW_LANES / 2];
+    return ((h[0] + h[4]) + (h[2] + h[6])) + ((h[1] + h[5]) + (h[3] + h[7]));
+}
+
 PG_CPU_INLINE void pg_cpu_exp_blk(float *a)
 {
     const float shift = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */

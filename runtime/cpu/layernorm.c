@@ -1,162 +1,256 @@
-/* runtime/cpu/layernorm.c — layer norm over the last dim d of n rows.
- * Saved: mean[n], rstd[n] = 1/sqrt(biased var + eps). Statistics in double,
- * two passes, in 8 fixed lanes per row (lanes_sum). w and b may be NULL (no
- * affine). */
+/* runtime/cpu/layernorm.c — layer norm over the last dim d of n rows, and the
+ * rows of rmsnorm.c (the same passes without the centring: m = 0, and x - 0,
+ * g - 0 are exact, so no code of its own is needed).
+ * Saved: mean[n], rstd[n] = 1/sqrt(biased var + eps). A row is read in two
+ * passes for its statistics (the mean, then the squared deviations from it:
+ * no cancellation, and the row is in L1 for the second) and one for its
+ * output; the sums are cpu_kernels.h's row sums (float lanes within chunks of
+ * 256, the chunks in double), an order set by d alone. Every pass runs in
+ * blocks of LN_L through local buffers (fixed counts, no aliasing questions:
+ * SIMD at -O2), a last partial block padded, so every element takes the same
+ * instructions; the row loops are compiled for the baseline and for AVX2 and
+ * picked at run time (the same IEEE operations lane by lane: the same bits).
+ * w and b may be NULL (no affine). */
 #include <math.h>
+#include <string.h>
 
-#include "cpu_kernels.h"
+#include "cpu_ctx.h"
 #include "op_args.h"
 
-/* Row sums in double over 8 lanes (lane l takes the elements j = l mod 8 in
- * index order), the lanes added in a fixed tree: an order set by d alone, and
- * fixed-count inner loops that -O2 vectorizes. */
-#define LN_LANES 8
-#define LN_BLK 16 /* elementwise passes run in blocks of this many */
+#define LN_L PG_CPU_ROW_LANES
 
-static double lanes_sum(const double *acc)
+/* the k < LN_L elements of a at t, zeros after them */
+PG_CPU_INLINE void ln_pad(const float *a, int64_t k, float *t)
 {
-    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (int l = 0; l < LN_L; l++)
+        t[l] = 0.0f;
+    if (a)
+        memcpy(t, a, (size_t)k * sizeof *t);
 }
 
-/* sum x and sum (x - mu)^2 of one row, mu = sum x / d */
-static void row_stats(const float *x, int64_t d, double *mu_out, double *ss_out)
+/* sum of x[0, d) */
+PG_CPU_INLINE double ln_sum(const float *x, int64_t d)
 {
-    double acc[LN_LANES] = {0};
-    int64_t j = 0;
-    for (; j + LN_LANES <= d; j += LN_LANES)
-        for (int l = 0; l < LN_LANES; l++)
-            acc[l] += x[j + l];
-    for (; j < d; j++)
-        acc[j % LN_LANES] += x[j];
-    double mu = lanes_sum(acc) / (double)d;
-    for (int l = 0; l < LN_LANES; l++)
-        acc[l] = 0.0;
-    for (j = 0; j + LN_LANES <= d; j += LN_LANES)
-        for (int l = 0; l < LN_LANES; l++) {
-            double e = x[j + l] - mu;
-            acc[l] += e * e;
+    double s = 0.0;
+    for (int64_t c = 0; c < d; c += PG_CPU_ROW_CHUNK) {
+        int64_t e = d - c < PG_CPU_ROW_CHUNK ? d : c + PG_CPU_ROW_CHUNK, j = c;
+        float acc[LN_L] = {0}, t[LN_L];
+        for (; j + LN_L <= e; j += LN_L)
+            for (int l = 0; l < LN_L; l++)
+                acc[l] += x[j + l];
+        if (j < e) {
+            ln_pad(x + j, e - j, t);
+            for (int l = 0; l < LN_L; l++)
+                acc[l] += t[l];
         }
-    for (; j < d; j++) {
-        double e = x[j] - mu;
-        acc[j % LN_LANES] += e * e;
+        s += pg_cpu_lanes_sum(acc);
     }
-    *mu_out = mu;
-    *ss_out = lanes_sum(acc);
+    return s;
 }
 
-/* y = (x - mean) rstd [* w] [+ b] of one row: blocks of LN_BLK through a
- * local buffer (fixed counts, no aliasing questions: SIMD at -O2), then the
- * tail, with the same operations. */
-static void ln_row_out(const float *x, int64_t d, float m, float rs, const float *w,
-                       const float *b, float *y)
+/* sum of (x - m)^2 over x[0, d) (the pads' deviations zeroed) */
+PG_CPU_INLINE double ln_sqdev(const float *x, int64_t d, float m)
 {
+    double s = 0.0;
+    for (int64_t c = 0; c < d; c += PG_CPU_ROW_CHUNK) {
+        int64_t e = d - c < PG_CPU_ROW_CHUNK ? d : c + PG_CPU_ROW_CHUNK, j = c;
+        float acc[LN_L] = {0}, t[LN_L];
+        for (; j + LN_L <= e; j += LN_L)
+            for (int l = 0; l < LN_L; l++) {
+                float v = x[j + l] - m;
+                acc[l] += v * v;
+            }
+        if (j < e) {
+            ln_pad(NULL, 0, t);
+            for (int64_t l = 0; l < e - j; l++)
+                t[l] = x[j + l] - m;
+            for (int l = 0; l < LN_L; l++)
+                acc[l] += t[l] * t[l];
+        }
+        s += pg_cpu_lanes_sum(acc);
+    }
+    return s;
+}
+
+/* y = (x - m) rs [* w] [+ b] of one block */
+PG_CPU_INLINE void ln_out_blk(const float *x, float m, float rs, const float *w, const float *b, float *y)
+{
+    float t[LN_L];
+    for (int l = 0; l < LN_L; l++)
+        t[l] = (x[l] - m) * rs;
+    if (w)
+        for (int l = 0; l < LN_L; l++)
+            t[l] *= w[l];
+    if (b)
+        for (int l = 0; l < LN_L; l++)
+            t[l] += b[l];
+    for (int l = 0; l < LN_L; l++)
+        y[l] = t[l];
+}
+
+/* mean NULL: rmsnorm's row (m = 0) */
+PG_CPU_INLINE void ln_fwd_row(const float *x, int64_t d, float eps, const float *w, const float *b, float *y,
+                              float *mean, float *rstd)
+{
+    float m = mean ? (float)(ln_sum(x, d) / (double)d) : 0.0f;
+    float rs = (float)(1.0 / sqrt(ln_sqdev(x, d, m) / (double)d + (double)eps));
     int64_t j = 0;
-    for (; j + LN_BLK <= d; j += LN_BLK) {
-        float t[LN_BLK];
-        for (int l = 0; l < LN_BLK; l++)
-            t[l] = (x[j + l] - m) * rs;
-        if (w)
-            for (int l = 0; l < LN_BLK; l++)
-                t[l] *= w[j + l];
-        if (b)
-            for (int l = 0; l < LN_BLK; l++)
-                t[l] += b[j + l];
-        for (int l = 0; l < LN_BLK; l++)
-            y[j + l] = t[l];
+    for (; j + LN_L <= d; j += LN_L)
+        ln_out_blk(x + j, m, rs, w ? w + j : NULL, b ? b + j : NULL, y + j);
+    if (j < d) {
+        float bx[LN_L], bw[LN_L], bb[LN_L], by[LN_L];
+        ln_pad(x + j, d - j, bx), ln_pad(w ? w + j : NULL, d - j, bw), ln_pad(b ? b + j : NULL, d - j, bb);
+        ln_out_blk(bx, m, rs, w ? bw : NULL, b ? bb : NULL, by);
+        memcpy(y + j, by, (size_t)(d - j) * sizeof *y);
     }
-    for (; j < d; j++) {
-        float v = (x[j] - m) * rs;
-        if (w)
-            v *= w[j];
-        if (b)
-            v += b[j];
-        y[j] = v;
-    }
+    if (mean)
+        *mean = m;
+    *rstd = rs;
+}
+
+static void ln_fwd_rows(int64_t n, int64_t d, float eps, const float *x, const float *w, const float *b,
+                        float *y, float *mean, float *rstd)
+{
+    for (int64_t i = 0; i < n; i++)
+        ln_fwd_row(x + i * d, d, eps, w, b, y + i * d, mean ? mean + i : NULL, rstd + i);
+}
+#ifdef PG_CPU_AVX2
+PG_CPU_TARGET_AVX2 static void ln_fwd_rows_avx2(int64_t n, int64_t d, float eps, const float *x, const float *w,
+                                                const float *b, float *y, float *mean, float *rstd)
+{
+    for (int64_t i = 0; i < n; i++)
+        ln_fwd_row(x + i * d, d, eps, w, b, y + i * d, mean ? mean + i : NULL, rstd + i);
+}
+#endif
+
+void pg_cpu_norm_fwd(pg_ctx *c, int64_t n, int64_t d, float eps, const float *x, const float *w, const float *b,
+                     float *y, float *mean, float *rstd)
+{
+    PG_CPU_PICK(c, ln_fwd_rows)(n, d, eps, x, w, b, y, mean, rstd);
 }
 
 int pg_layernorm_fwd(pg_ctx *c, int64_t n, int64_t d, float eps, const float *x,
                      const float *w, const float *b, float *y, float *mean, float *rstd)
 {
-    (void)c;
     if (pg_args_layernorm("layernorm_fwd", n, d))
         return 1;
-    for (int64_t i = 0; i < n; i++) {
-        double mu, ss;
-        row_stats(x + i * d, d, &mu, &ss);
-        float m = (float)mu;
-        float rs = (float)(1.0 / sqrt(ss / (double)d + (double)eps));
-        ln_row_out(x + i * d, d, m, rs, w, b, y + i * d);
-        mean[i] = m;
-        rstd[i] = rs;
-    }
+    pg_cpu_norm_fwd(c, n, d, eps, x, w, b, y, mean, rstd);
     return 0;
 }
 
-/* g and xhat of LN_BLK elements of a row from j */
-static inline void ln_g_xh(const float *x, const float *dy, const float *w, int64_t j, float m,
-                           float rs, float *g, float *xh)
+/* g = dy [* w] and xhat = (x - m) rs of one block */
+PG_CPU_INLINE void ln_g_xh(const float *x, const float *dy, const float *w, float m, float rs, float *g, float *xh)
 {
-    for (int l = 0; l < LN_BLK; l++)
-        g[l] = dy[j + l];
-    if (w)
-        for (int l = 0; l < LN_BLK; l++)
-            g[l] *= w[j + l];
-    for (int l = 0; l < LN_BLK; l++)
-        xh[l] = (x[j + l] - m) * rs;
+    if (w) /* one loop each way: a copy then a multiply in place is compiled to
+            * narrower stores than the loads that follow (a stalled forward) */
+        for (int l = 0; l < LN_L; l++)
+            g[l] = dy[l] * w[l];
+    else
+        for (int l = 0; l < LN_L; l++)
+            g[l] = dy[l];
+    for (int l = 0; l < LN_L; l++)
+        xh[l] = (x[l] - m) * rs;
+}
+
+/* dx = rs (g - mean(g) - xhat mean(g xhat)) of one block */
+PG_CPU_INLINE void ln_dx_blk(const float *x, const float *dy, const float *w, float m, float rs, float mg,
+                             float mgx, float *dx)
+{
+    float g[LN_L], xh[LN_L];
+    ln_g_xh(x, dy, w, m, rs, g, xh);
+    for (int l = 0; l < LN_L; l++)
+        g[l] = rs * (g[l] - mg - xh[l] * mgx);
+    for (int l = 0; l < LN_L; l++)
+        dx[l] = g[l];
+}
+
+/* the row's tail from j (d - j < LN_L elements) in zero-padded blocks: g = 0 there */
+typedef struct ln_tail {
+    float x[LN_L], dy[LN_L], w[LN_L];
+} ln_tail;
+
+PG_CPU_INLINE void ln_tail_load(ln_tail *t, const float *x, const float *dy, const float *w, int64_t k)
+{
+    ln_pad(x, k, t->x), ln_pad(dy, k, t->dy), ln_pad(w, k, t->w);
+}
+
+PG_CPU_INLINE void ln_bwd_in_row(const float *x, const float *dy, const float *w, int64_t d, int centred, float m,
+                                 float rs, float *dx)
+{
+    double sg = 0.0, sgx = 0.0;
+    ln_tail t;
+    for (int64_t c = 0; c < d; c += PG_CPU_ROW_CHUNK) {
+        int64_t e = d - c < PG_CPU_ROW_CHUNK ? d : c + PG_CPU_ROW_CHUNK, j = c;
+        float ag[LN_L] = {0}, agx[LN_L] = {0}, g[LN_L], xh[LN_L];
+        for (; j + LN_L <= e; j += LN_L) {
+            ln_g_xh(x + j, dy + j, w ? w + j : NULL, m, rs, g, xh);
+            for (int l = 0; l < LN_L; l++) {
+                ag[l] += g[l];
+                agx[l] += g[l] * xh[l];
+            }
+        }
+        if (j < e) { /* the padded tail: g = 0 there, so it adds zeros */
+            ln_tail_load(&t, x + j, dy + j, w ? w + j : NULL, e - j);
+            ln_g_xh(t.x, t.dy, w ? t.w : NULL, m, rs, g, xh);
+            for (int l = 0; l < LN_L; l++) {
+                ag[l] += g[l];
+                agx[l] += g[l] * xh[l];
+            }
+        }
+        sg += pg_cpu_lanes_sum(ag);
+        sgx += pg_cpu_lanes_sum(agx);
+    }
+    float mg = centred ? (float)(sg / (double)d) : 0.0f, mgx = (float)(sgx / (double)d);
+    int64_t j = 0;
+    for (; j + LN_L <= d; j += LN_L)
+        ln_dx_blk(x + j, dy + j, w ? w + j : NULL, m, rs, mg, mgx, dx + j);
+    if (j < d) {
+        float o[LN_L];
+        ln_tail_load(&t, x + j, dy + j, w ? w + j : NULL, d - j);
+        ln_dx_blk(t.x, t.dy, w ? t.w : NULL, m, rs, mg, mgx, o);
+        memcpy(dx + j, o, (size_t)(d - j) * sizeof *dx);
+    }
+}
+
+static void ln_bwd_in_rows(int64_t n, int64_t d, const float *x, const float *w, const float *mean,
+                           const float *rstd, const float *dy, float *dx)
+{
+    for (int64_t i = 0; i < n; i++)
+        ln_bwd_in_row(x + i * d, dy + i * d, w, d, mean != NULL, mean ? mean[i] : 0.0f, rstd[i], dx + i * d);
+}
+#ifdef PG_CPU_AVX2
+PG_CPU_TARGET_AVX2 static void ln_bwd_in_rows_avx2(int64_t n, int64_t d, const float *x, const float *w,
+                                                   const float *mean, const float *rstd, const float *dy, float *dx)
+{
+    for (int64_t i = 0; i < n; i++)
+        ln_bwd_in_row(x + i * d, dy + i * d, w, d, mean != NULL, mean ? mean[i] : 0.0f, rstd[i], dx + i * d);
+}
+#endif
+
+void pg_cpu_norm_bwd_in(pg_ctx *c, int64_t n, int64_t d, const float *x, const float *w, const float *mean,
+                        const float *rstd, const float *dy, float *dx)
+{
+    PG_CPU_PICK(c, ln_bwd_in_rows)(n, d, x, w, mean, rstd, dy, dx);
 }
 
 /* dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy w, xhat = (x - mean) rstd;
- * the sums in double over LN_LANES lanes as row_stats (lane l: j = l mod 8). */
+ * both means from the row sums in the order above. */
 int pg_layernorm_bwd_in(pg_ctx *c, int64_t n, int64_t d, const float *x, const float *w,
                         const float *mean, const float *rstd, const float *dy, float *dx)
 {
-    (void)c;
     if (pg_args_layernorm("layernorm_bwd_in", n, d))
         return 1;
-    for (int64_t i = 0; i < n; i++) {
-        const float *xr = x + i * d, *dyr = dy + i * d;
-        float *dxr = dx + i * d;
-        float m = mean[i], rs = rstd[i];
-        float g[LN_BLK], xh[LN_BLK];
-        double sg[LN_LANES] = {0}, sgx[LN_LANES] = {0};
-        int64_t j = 0;
-        for (; j + LN_BLK <= d; j += LN_BLK) {
-            ln_g_xh(xr, dyr, w, j, m, rs, g, xh);
-            for (int h = 0; h < LN_BLK; h += LN_LANES)
-                for (int l = 0; l < LN_LANES; l++) {
-                    sg[l] += g[h + l];
-                    sgx[l] += (double)g[h + l] * xh[h + l];
-                }
-        }
-        for (int64_t jt = j; jt < d; jt++) {
-            float gt = w ? dyr[jt] * w[jt] : dyr[jt], xt = (xr[jt] - m) * rs;
-            sg[(jt - j) % LN_LANES] += gt;
-            sgx[(jt - j) % LN_LANES] += (double)gt * xt;
-        }
-        float mg = (float)(lanes_sum(sg) / (double)d), mgx = (float)(lanes_sum(sgx) / (double)d);
-        for (j = 0; j + LN_BLK <= d; j += LN_BLK) {
-            ln_g_xh(xr, dyr, w, j, m, rs, g, xh);
-            for (int l = 0; l < LN_BLK; l++)
-                g[l] = rs * (g[l] - mg - xh[l] * mgx);
-            for (int l = 0; l < LN_BLK; l++)
-                dxr[j + l] = g[l];
-        }
-        for (; j < d; j++) {
-            float gt = w ? dyr[j] * w[j] : dyr[j], xt = (xr[j] - m) * rs;
-            dxr[j] = rs * (gt - mg - xt * mgx);
-        }
-    }
+    pg_cpu_norm_bwd_in(c, n, d, x, w, mean, rstd, dy, dx);
     return 0;
 }
 
-/* dw[d] += sum_rows dy xhat; db[d] += sum_rows dy; rows in index order in double
- * per block of columns, one float add into dw/db at the end. */
-int pg_layernorm_bwd_w(pg_ctx *c, int64_t n, int64_t d, const float *x,
-                       const float *mean, const float *rstd, const float *dy, float *dw, float *db)
+/* dw[d] += sum_rows dy xhat; db[d] += sum_rows dy; per column the rows in
+ * index order in double, one float add into dw/db at the end: the CUDA
+ * reference path's order, bit for bit (runtime/cuda/README.md), so this
+ * order stays; only the columns of a block run side by side. */
+PG_CPU_INLINE void ln_bwd_w_cols(int64_t n, int64_t d, const float *x, const float *mean, const float *rstd,
+                                 const float *dy, float *dw, float *db)
 {
-    (void)c;
-    if (pg_args_layernorm("layernorm_bwd_w", n, d))
-        return 1;
     double sw[PG_CPU_COLBLK], sb[PG_CPU_COLBLK];
     for (int64_t j0 = 0; j0 < d; j0 += PG_CPU_COLBLK) {
         int64_t nb = d - j0 < PG_CPU_COLBLK ? d - j0 : PG_CPU_COLBLK;
@@ -164,7 +258,7 @@ int pg_layernorm_bwd_w(pg_ctx *c, int64_t n, int64_t d, const float *x,
             sw[j] = sb[j] = 0.0;
         for (int64_t i = 0; i < n; i++) {
             const float *xr = x + i * d + j0, *dyr = dy + i * d + j0;
-            float m = mean[i], rs = rstd[i];
+            float m = mean ? mean[i] : 0.0f, rs = rstd[i];
             if (nb == PG_CPU_COLBLK) /* a fixed count: SIMD at -O2, same adds */
                 for (int64_t j = 0; j < PG_CPU_COLBLK; j++) {
                     float xh = (xr[j] - m) * rs;
@@ -185,5 +279,32 @@ int pg_layernorm_bwd_w(pg_ctx *c, int64_t n, int64_t d, const float *x,
                 db[j0 + j] += (float)sb[j];
         }
     }
+}
+
+static void ln_bwd_w_run(int64_t n, int64_t d, const float *x, const float *mean, const float *rstd,
+                         const float *dy, float *dw, float *db)
+{
+    ln_bwd_w_cols(n, d, x, mean, rstd, dy, dw, db);
+}
+#ifdef PG_CPU_AVX2
+PG_CPU_TARGET_AVX2 static void ln_bwd_w_run_avx2(int64_t n, int64_t d, const float *x, const float *mean,
+                                                 const float *rstd, const float *dy, float *dw, float *db)
+{
+    ln_bwd_w_cols(n, d, x, mean, rstd, dy, dw, db);
+}
+#endif
+
+void pg_cpu_norm_bwd_w(pg_ctx *c, int64_t n, int64_t d, const float *x, const float *mean, const float *rstd,
+                       const float *dy, float *dw, float *db)
+{
+    PG_CPU_PICK(c, ln_bwd_w_run)(n, d, x, mean, rstd, dy, dw, db);
+}
+
+int pg_layernorm_bwd_w(pg_ctx *c, int64_t n, int64_t d, const float *x,
+                       const float *mean, const float *rstd, const float *dy, float *dw, float *db)
+{
+    if (pg_args_layernorm("layernorm_bwd_w", n, d))
+        return 1;
+    pg_cpu_norm_bwd_w(c, n, d, x, mean, rstd, dy, dw, db);
     return 0;
 }

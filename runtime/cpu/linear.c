@@ -4,7 +4,7 @@
  * bits do not depend on how many rows share the call or on the threads. */
 #include <string.h>
 
-#include "cpu_kernels.h"
+#include "cpu_ctx.h"
 #include "op_args.h"
 
 /* y[n,out] = x[n,in] W[out,in]^T + b[out] */
@@ -58,8 +58,10 @@ int pg_linear_bwd_in_add(pg_ctx *c, int64_t n, int64_t in, int64_t out,
 }
 
 /* Column sums of a[n, m] added to acc[m]: rows in index order, in double per
- * block of columns, one float add into acc at the end. */
-static void colsum_acc(int64_t n, int64_t m, const float *a, float *acc)
+ * block of columns, one float add into acc at the end (the CUDA reference
+ * path's order, bit for bit: runtime/cuda/README.md); the baseline and AVX2
+ * builds only run more columns of a block side by side. */
+PG_CPU_INLINE void colsum_body(int64_t n, int64_t m, const float *a, float *acc)
 {
     double s[PG_CPU_COLBLK];
     for (int64_t j0 = 0; j0 < m; j0 += PG_CPU_COLBLK) {
@@ -80,6 +82,14 @@ static void colsum_acc(int64_t n, int64_t m, const float *a, float *acc)
     }
 }
 
+static void colsum_acc(int64_t n, int64_t m, const float *a, float *acc) { colsum_body(n, m, a, acc); }
+#ifdef PG_CPU_AVX2
+PG_CPU_TARGET_AVX2 static void colsum_acc_avx2(int64_t n, int64_t m, const float *a, float *acc)
+{
+    colsum_body(n, m, a, acc);
+}
+#endif
+
 /* dw[out,in] += dy[n,out]^T x[n,in]; db[out] += column sums of dy */
 int pg_linear_bwd_w(pg_ctx *c, int64_t n, int64_t in, int64_t out,
                     const float *x, const float *dy, float *dw, float *db)
@@ -91,6 +101,6 @@ int pg_linear_bwd_w(pg_ctx *c, int64_t n, int64_t in, int64_t out,
     if (in > 0)
         pg_cpu_gemm(c, 1, 0, out, in, n, 1.0f, dy, out, x, in, 1, dw, in);
     if (db)
-        colsum_acc(n, out, dy, db);
+        PG_CPU_PICK(c, colsum_acc)(n, out, dy, db);
     return 0;
 }

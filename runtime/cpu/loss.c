@@ -3,8 +3,9 @@
  * partial losses and gradients of the micro-batches add up to the batch's.
  * Sums run over elements in index order, in double. */
 #include <math.h>
+#include <string.h>
 
-#include "cpu_kernels.h"
+#include "cpu_ctx.h"
 #include "op_args.h"
 
 /* loss = sum (y - t)^2 / denom;  dy = 2 (y - t) / denom */
@@ -24,29 +25,115 @@ int pg_mse_fwd_bwd(pg_ctx *c, int64_t count, const float *y, const float *target
     return 0;
 }
 
-/* One row: dx = (softmax(x) - onehot(t)) * inv; returns -log softmax(x)[t]
- * (logp = x - max - log(sum exp(x - max)), in double). */
-static double ce_row(const float *x, int64_t V, int32_t t, double inv, float *dx)
+/* Cross-entropy rows in blocks of CE_BLK (pg_cpu_exp_blk's, a last partial
+ * block padded), baseline and AVX2 builds of the same source (one bits): the
+ * row's max in lanes (exact in any order), e = exp(x - max) in float into dx,
+ * their sum as cpu_kernels.h's row sums (float lanes in chunks, chunks in
+ * double), then dx = e (inv / sum) and dx[t] = (e_t / sum - 1) inv;
+ * -log softmax(x)[t] = log(sum) - (x_t - max) in double. (Before: libm's
+ * exp in double, a call per element, twice per element.) */
+#define CE_BLK PG_CPU_EXP_BLK
+
+PG_CPU_INLINE float ce_max(const float *x, int64_t V)
 {
-    float m = x[0];
-    for (int64_t j = 1; j < V; j++)
-        if (x[j] > m)
-            m = x[j];
-    double s = 0.0;
-    for (int64_t j = 0; j < V; j++)
-        s += exp((double)x[j] - m);
-    double lse = log(s);
-    for (int64_t j = 0; j < V; j++)
-        dx[j] = (float)(exp((double)x[j] - m - lse) * inv);
-    dx[t] = (float)((exp((double)x[t] - m - lse) - 1.0) * inv);
-    return lse - ((double)x[t] - m);
+    float mx[CE_BLK];
+    for (int l = 0; l < CE_BLK; l++)
+        mx[l] = x[0];
+    int64_t j = 0;
+    for (; j + CE_BLK <= V; j += CE_BLK)
+        for (int l = 0; l < CE_BLK; l++)
+            mx[l] = x[j + l] > mx[l] ? x[j + l] : mx[l];
+    for (; j < V; j++)
+        mx[0] = x[j] > mx[0] ? x[j] : mx[0];
+    float m = mx[0];
+    for (int l = 1; l < CE_BLK; l++)
+        m = mx[l] > m ? mx[l] : m;
+    return m;
 }
+
+/* e = exp(x - m) of k <= CE_BLK elements into e (zeros past k); their sum added to acc by lanes */
+PG_CPU_INLINE void ce_exp_blk(const float *x, int64_t k, float m, float *e, float *acc)
+{
+    float t[CE_BLK];
+    if (k == CE_BLK)
+        for (int l = 0; l < CE_BLK; l++)
+            t[l] = x[l] - m;
+    else
+        for (int l = 0; l < CE_BLK; l++)
+            t[l] = l < k ? x[l] - m : -87.0f;
+    pg_cpu_exp_blk(t);
+    if (k < CE_BLK)
+        for (int l = (int)k; l < CE_BLK; l++)
+            t[l] = 0.0f;
+    for (int l = 0; l < CE_BLK; l++)
+        acc[l] += t[l];
+    for (int l = 0; l < CE_BLK; l++)
+        e[l] = t[l];
+}
+
+/* One row: dx = (softmax(x) - onehot(t)) * inv; returns -log softmax(x)[t] */
+PG_CPU_INLINE double ce_row(const float *x, int64_t V, int32_t t, double inv, float *dx)
+{
+    float m = ce_max(x, V), e[CE_BLK];
+    double s = 0.0;
+    for (int64_t c = 0; c < V; c += PG_CPU_ROW_CHUNK) {
+        int64_t end = V - c < PG_CPU_ROW_CHUNK ? V : c + PG_CPU_ROW_CHUNK, j = c;
+        float acc[PG_CPU_ROW_LANES] = {0};
+        for (; j < end; j += CE_BLK) {
+            int64_t k = end - j < CE_BLK ? end - j : CE_BLK;
+            ce_exp_blk(x + j, k, m, e, acc);
+            memcpy(dx + j, e, (size_t)k * sizeof *dx);
+        }
+        s += pg_cpu_lanes_sum(acc);
+    }
+    float scale = (float)(inv / s);
+    double et = dx[t];
+    int64_t j = 0;
+    for (; j + CE_BLK <= V; j += CE_BLK) {
+        for (int l = 0; l < CE_BLK; l++)
+            e[l] = dx[j + l] * scale;
+        for (int l = 0; l < CE_BLK; l++)
+            dx[j + l] = e[l];
+    }
+    for (; j < V; j++)
+        dx[j] *= scale;
+    dx[t] = (float)((et / s - 1.0) * inv);
+    return log(s) - ((double)x[t] - m);
+}
+
+/* rows [0, n) (those whose target is `ignore` zeroed when has_ignore); the losses' sum */
+PG_CPU_INLINE double ce_rows_body(int64_t n, int64_t V, const float *logits, const int32_t *target, int has_ignore,
+                                  int32_t ignore, double inv, float *dlogits)
+{
+    double total = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        const float *x = logits + i * V;
+        float *dx = dlogits + i * V;
+        if (has_ignore && target[i] == ignore)
+            memset(dx, 0, (size_t)V * sizeof *dx);
+        else
+            total += ce_row(x, V, target[i], inv, dx);
+    }
+    return total;
+}
+
+static double ce_rows(int64_t n, int64_t V, const float *logits, const int32_t *target, int has_ignore,
+                      int32_t ignore, double inv, float *dlogits)
+{
+    return ce_rows_body(n, V, logits, target, has_ignore, ignore, inv, dlogits);
+}
+#ifdef PG_CPU_AVX2
+PG_CPU_TARGET_AVX2 static double ce_rows_avx2(int64_t n, int64_t V, const float *logits, const int32_t *target,
+                                              int has_ignore, int32_t ignore, double inv, float *dlogits)
+{
+    return ce_rows_body(n, V, logits, target, has_ignore, ignore, inv, dlogits);
+}
+#endif
 
 /* Per row: loss = -sum logp[target] / denom; dlogits = (softmax - onehot(target)) / denom. */
 int pg_cross_entropy_fwd_bwd(pg_ctx *c, int64_t n, int64_t V, const float *logits,
                              const int32_t *target, double denom, double *loss, float *dlogits)
 {
-    (void)c;
     if (pg_args_cross_entropy(n, V, denom))
         return 1;
     for (int64_t i = 0; i < n; i++)
@@ -54,10 +141,8 @@ int pg_cross_entropy_fwd_bwd(pg_ctx *c, int64_t n, int64_t V, const float *logit
             return PG_RT_FAIL("cross_entropy: row %lld has target id %ld, outside the classes [0, %lld); "
                               "check the target data against the model's output size",
                               (long long)i, (long)target[i], (long long)V);
-    double total = 0.0, inv = 1.0 / denom;
-    for (int64_t i = 0; i < n; i++)
-        total += ce_row(logits + i * V, V, target[i], inv, dlogits + i * V);
-    *loss = total * inv;
+    double inv = 1.0 / denom;
+    *loss = PG_CPU_PICK(c, ce_rows)(n, V, logits, target, 0, 0, inv, dlogits) * inv;
     return 0;
 }
 
@@ -67,7 +152,6 @@ int pg_cross_entropy_ignore_fwd_bwd(pg_ctx *c, int64_t n, int64_t V, const float
                                     const int32_t *target, int32_t ignore, const double *count,
                                     double *loss, float *dlogits)
 {
-    (void)c;
     double denom = *count;
     if (pg_args_cross_entropy(n, V, 1.0) || !(denom >= 0.0))
         return n < 0 || V <= 0 ? 1 : PG_RT_FAIL("cross_entropy: the batch's counted positions are %g", denom);
@@ -76,16 +160,7 @@ int pg_cross_entropy_ignore_fwd_bwd(pg_ctx *c, int64_t n, int64_t V, const float
             return PG_RT_FAIL("cross_entropy: row %lld has target id %ld, outside the classes [0, %lld) and not "
                               "the ignored id %ld; check the target data against the model's output size",
                               (long long)i, (long)target[i], (long long)V, (long)ignore);
-    double total = 0.0, inv = denom > 0.0 ? 1.0 / denom : 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        const float *x = logits + i * V;
-        float *dx = dlogits + i * V;
-        if (target[i] == ignore)
-            for (int64_t j = 0; j < V; j++)
-                dx[j] = 0.0f;
-        else
-            total += ce_row(x, V, target[i], inv, dx);
-    }
-    *loss = total * inv;
+    double inv = denom > 0.0 ? 1.0 / denom : 0.0;
+    *loss = PG_CPU_PICK(c, ce_rows)(n, V, logits, target, 1, ignore, inv, dlogits) * inv;
     return 0;
 }

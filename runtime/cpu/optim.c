@@ -7,7 +7,7 @@
 #include <xmmintrin.h>
 #endif
 
-#include "cpu_kernels.h"
+#include "cpu_ctx.h"
 #include "op_args.h"
 
 #define SGD_BLK 16 /* elements per block of pg_sgd_step's and pg_scale's vectorizable passes */
@@ -157,7 +157,7 @@ int pg_adamw_step(pg_ctx *c, int64_t count, float *w, const float *g, float *m, 
                  (float)(1.0 - (double)beta2), (float)(-((double)lr / bc1)), (float)sqrt(bc2), eps};
     int64_t i = count / ADAMW_BLK * ADAMW_BLK;
 #ifdef PG_CPU_AVX2
-    if (pg_cpu_has_avx2())
+    if (c->avx2)
         adamw_run_avx2(&k, i, w, g, m, v);
     else
 #endif

@@ -40,7 +40,7 @@ static void refusals(void)
         {"[1e999]", "1:2: a number too large for a double (1e999)", "an infinite number"},
         {"[tru]", "1:2: expected `true` or `false`, found `t`", "a cut literal"},
         {"[nul]", "1:2: expected a value, found `n`", "a cut null"},
-        {"\"abc", "1:1: a string without its closing `\"`", "an unterminated string"},
+        {"\"abc", "1:1: a string without its closing `\"` before the end of the file (truncated?)", "an unterminated string"},
         {"\"a\tb\"", "1:3: a control character (0x09) inside a string: write it as an escape", "a raw tab"},
         {"\"a\\qb\"", "1:4: expected an escape: \\\" \\\\ \\/ \\b \\f \\n \\r \\t or \\uXXXX, found `q`", "a bad escape"},
         {"\"\\u12G4\"", "1:6: expected 4 hex digits after \\u, found `G`", "a bad \\u escape"},

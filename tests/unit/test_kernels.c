@@ -299,6 +299,80 @@ static void test_layernorm(pg_ctx *c, rng *r)
     free(dx), free(dw), free(db), free(dw2), free(db2);
 }
 
+/* Layernorm and rmsnorm rows of every length the row sums treat apart: a tail
+ * alone (6), whole blocks of 16 (16, 128), blocks and a tail (37), chunks of
+ * 256 and a tail (300, 700); forward and bwd_in against the formulas in
+ * double, with and without the affine weights, on rows off zero (x + 3: the
+ * centring matters). */
+/* the largest |a - ref| over the largest |ref|: a sum's error against the
+ * row's scale (an element's own relative error is large where y = xhat w + b
+ * cancels, whatever the sums) */
+static double max_norm_diff(const float *a, const double *ref, int64_t n)
+{
+    double worst = 0.0, scale = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        worst = fmax(worst, fabs(a[i] - ref[i]));
+        scale = fmax(scale, fabs(ref[i]));
+    }
+    return worst / scale;
+}
+
+static void norm_case(pg_ctx *c, rng *r, int64_t d, int rms, int affine, double *err_y, double *err_dx)
+{
+    int64_t n = 3, nd = n * d;
+    float *x = fa(nd), *w = fa(d), *b = fa(d), *y = fa(nd), *mean = fa(n), *rstd = fa(n), *dy = fa(nd), *dx = fa(nd);
+    double *ry = calloc((size_t)nd, sizeof *ry), *rdx = calloc((size_t)nd, sizeof *rdx);
+    fill(r, x, nd, 1, 5), fill(r, w, d, 0.5, 1.5), fill(r, b, d, -1, 1), fill(r, dy, nd, -1, 1);
+    const float *pw = affine ? w : NULL, *pb = affine && !rms ? b : NULL;
+    if (rms) {
+        pg_rmsnorm_fwd(c, n, d, 1e-5f, x, pw, y, rstd);
+        pg_rmsnorm_bwd_in(c, n, d, x, pw, rstd, dy, dx);
+    } else {
+        pg_layernorm_fwd(c, n, d, 1e-5f, x, pw, pb, y, mean, rstd);
+        pg_layernorm_bwd_in(c, n, d, x, pw, mean, rstd, dy, dx);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const float *xr = x + i * d, *dyr = dy + i * d;
+        double mu = 0, var = 0, mg = 0, mgx = 0;
+        for (int64_t j = 0; !rms && j < d; j++)
+            mu += xr[j] / (double)d;
+        for (int64_t j = 0; j < d; j++)
+            var += (xr[j] - mu) * (xr[j] - mu) / (double)d;
+        double rs = 1.0 / sqrt(var + 1e-5);
+        for (int64_t j = 0; j < d; j++) {
+            double g = dyr[j] * (pw ? (double)w[j] : 1.0), xh = (xr[j] - mu) * rs;
+            ry[i * d + j] = xh * (pw ? (double)w[j] : 1.0) + (pb ? (double)b[j] : 0.0);
+            mg += rms ? 0.0 : g / (double)d;
+            mgx += g * xh / (double)d;
+        }
+        for (int64_t j = 0; j < d; j++) {
+            double g = dyr[j] * (pw ? (double)w[j] : 1.0), xh = (xr[j] - mu) * rs;
+            rdx[i * d + j] = rs * (g - mg - xh * mgx);
+        }
+    }
+    *err_y = max_norm_diff(y, ry, nd);
+    *err_dx = max_norm_diff(dx, rdx, nd);
+    free(x), free(w), free(b), free(y), free(mean), free(rstd), free(dy), free(dx), free(ry), free(rdx);
+}
+
+static void test_norm_lengths(pg_ctx *c, rng *r)
+{
+    static const int64_t ds[] = {6, 16, 37, 128, 300, 700};
+    for (int rms = 0; rms <= 1; rms++) {
+        double wy = 0, wdx = 0;
+        for (size_t k = 0; k < sizeof ds / sizeof *ds; k++)
+            for (int affine = 0; affine <= 1; affine++) {
+                double ey, edx;
+                norm_case(c, r, ds[k], rms, affine, &ey, &edx);
+                wy = ey > wy ? ey : wy, wdx = edx > wdx ? edx : wdx;
+            }
+        OK(wy < 1e-6, "%s_fwd equals the formula in double for d = 6, 16, 37, 128, 300, 700, with and without "
+           "weights (worst error %.2g of the largest value)", rms ? "rmsnorm" : "layernorm", wy);
+        OK(wdx < 1e-6, "%s_bwd_in equals the formula in double for the same rows (worst %.2g)",
+           rms ? "rmsnorm" : "layernorm", wdx);
+    }
+}
+
 /* ---- batchnorm ----------------------------------------------------------- */
 
 typedef struct bn_case {
@@ -840,6 +914,43 @@ static void test_cross_entropy(pg_ctx *c, rng *r)
     free(e.logits), free(e.dl), free(dl);
 }
 
+/* Rows of every length the loss's blocks and chunks treat apart (V = 5, 16,
+ * 37, 256, 300, 700), one with a target in the padded tail, one logit far
+ * above the rest: the loss and the gradient against the formulas in double. */
+static void test_cross_entropy_lengths(pg_ctx *c, rng *r)
+{
+    static const int64_t Vs[] = {5, 16, 37, 256, 300, 700};
+    double wl = 0, wg = 0;
+    for (size_t k = 0; k < sizeof Vs / sizeof *Vs; k++) {
+        int64_t n = 3, V = Vs[k];
+        float *x = fa(n * V), *dx = fa(n * V);
+        int32_t tg[3] = {0, (int32_t)(V - 1), (int32_t)(V / 2)};
+        fill(r, x, n * V, -6, 6);
+        x[V + 1] = 60.0f;
+        double loss, ref = 0.0;
+        pg_cross_entropy_fwd_bwd(c, n, V, x, tg, 4.0, &loss, dx);
+        for (int64_t i = 0; i < n; i++) {
+            const float *xr = x + i * V;
+            double mx = -INFINITY, z = 0.0;
+            for (int64_t j = 0; j < V; j++)
+                mx = fmax(mx, xr[j]);
+            for (int64_t j = 0; j < V; j++)
+                z += exp(xr[j] - mx);
+            ref += (mx + log(z) - xr[tg[i]]) / 4.0;
+            for (int64_t j = 0; j < V; j++) {
+                double want = (exp(xr[j] - mx) / z - (j == tg[i])) / 4.0;
+                wg = fmax(wg, fabs(dx[i * V + j] - want));
+            }
+        }
+        wl = fmax(wl, fabs(loss - ref) / fabs(ref));
+        free(x), free(dx);
+    }
+    OK(wl < 1e-6, "cross_entropy loss equals the formula in double for V = 5, 16, 37, 256, 300, 700 (worst relative "
+       "error %.2g)", wl);
+    OK(wg < 1e-7, "cross_entropy gradient equals the formula in double for the same rows (worst absolute error %.2g "
+       "of values up to 0.25)", wg);
+}
+
 /* ---- optimizers: against torch.optim 1.13, three steps ---------------------
  * Expected values printed by torch.optim.SGD(lr=0.1, momentum=0.9,
  * weight_decay=0.01) and torch.optim.AdamW(lr=0.01, betas=(0.9, 0.999),
@@ -1184,8 +1295,8 @@ static void test_linear_row_independence(rng *r)
  * Their bytes are compared across thread counts and kernels, and hashed for
  * `test_kernels digest`. */
 typedef struct gemm_bundle {
-    float *out[16];
-    int64_t len[16];
+    float *out[32];
+    int64_t len[32];
     int n;
 } gemm_bundle;
 
@@ -1222,6 +1333,25 @@ static void bundle_run(pg_ctx *c, gemm_bundle *bd)
                        bundle_add(bd, d * d), bundle_add(bd, d));
     attn_free(&t);
     free(x), free(w), free(b), free(dy), free(xl), free(dyl), free(dctx);
+    /* the row and elementwise ops, whose loops the portable kernel runs in
+     * their baseline build (what a host without AVX2 runs): rows of 300
+     * (chunks, blocks and a tail), gelu over all of them, the loss by rows */
+    int64_t rn = 5, rd = 300;
+    float *rx = fa(rn * rd), *rw = fa(rd), *rb = fa(rd), *rdy = fa(rn * rd);
+    int32_t tg[5] = {0, 299, 17, 150, 3};
+    fill(&r, rx, rn * rd, -3, 4), fill(&r, rw, rd, 0.5, 1.5), fill(&r, rb, rd, -1, 1), fill(&r, rdy, rn * rd, -1, 1);
+    float *mean = bundle_add(bd, rn), *rstd = bundle_add(bd, rn), *rrstd = bundle_add(bd, rn);
+    pg_layernorm_fwd(c, rn, rd, 1e-5f, rx, rw, rb, bundle_add(bd, rn * rd), mean, rstd);
+    pg_layernorm_bwd_in(c, rn, rd, rx, rw, mean, rstd, rdy, bundle_add(bd, rn * rd));
+    pg_layernorm_bwd_w(c, rn, rd, rx, mean, rstd, rdy, bundle_add(bd, rd), bundle_add(bd, rd));
+    pg_rmsnorm_fwd(c, rn, rd, 1e-5f, rx, rw, bundle_add(bd, rn * rd), rrstd);
+    pg_rmsnorm_bwd_in(c, rn, rd, rx, rw, rrstd, rdy, bundle_add(bd, rn * rd));
+    pg_gelu_fwd(c, rn * rd, rx, bundle_add(bd, rn * rd));
+    pg_gelu_bwd_in(c, rn * rd, rx, rdy, bundle_add(bd, rn * rd));
+    double loss;
+    pg_cross_entropy_fwd_bwd(c, rn, rd, rx, tg, 10.0, &loss, bundle_add(bd, rn * rd));
+    memcpy(bundle_add(bd, 2), &loss, sizeof loss);
+    free(rx), free(rw), free(rb), free(rdy);
 }
 
 static int bundle_same(const gemm_bundle *a, const gemm_bundle *b)
@@ -1261,8 +1391,8 @@ static void test_threads_and_kernels(void)
     for (int threads = 2; threads <= 4; threads++) {
         c = ctx_with(threads, NULL);
         bundle_run(c, &other);
-        OK(bundle_same(&ref, &other), "linear fwd/bwd_in/bwd_w and attention fwd/bwd give the same bytes with %d "
-           "threads as with 1 (kernel %s)", threads, kname);
+        OK(bundle_same(&ref, &other), "linear fwd/bwd_in/bwd_w, attention fwd/bwd and the row ops give the same "
+           "bytes with %d threads as with 1 (kernel %s)", threads, kname);
         bundle_free(&other);
         pg_backend_free(c);
     }
@@ -1275,8 +1405,8 @@ static void test_threads_and_kernels(void)
         }
         c = ctx_with(2, gemm_kernels[k]);
         bundle_run(c, &other);
-        OK(bundle_same(&ref, &other), "the %s GEMM kernel (2 threads) gives the same bytes as %s (1 thread): "
-           "an AVX2-only or older host computes what this one does", gemm_kernels[k], kname);
+        OK(bundle_same(&ref, &other), "the %s GEMM kernel (2 threads) gives the same bytes as %s (1 thread), the row "
+           "ops too (portable: their baseline loops): an AVX2-only or older host computes what this one does", gemm_kernels[k], kname);
         bundle_free(&other);
         pg_backend_free(c);
     }
@@ -1392,6 +1522,7 @@ int main(int argc, char **argv)
     test_linear_row_independence(&r);
     test_activations(c, &r);
     test_layernorm(c, &r);
+    test_norm_lengths(c, &r);
     test_batchnorm(c, &r);
     test_embed(c, &r);
     test_pos_embed(c, &r);
@@ -1403,6 +1534,7 @@ int main(int argc, char **argv)
     test_skips(c, &r);
     test_mse(c, &r);
     test_cross_entropy(c, &r);
+    test_cross_entropy_lengths(c, &r);
     test_optimizers(c);
     test_init();
     pg_backend_free(c);
