@@ -16,6 +16,7 @@
  * so their exact bits, whether those kernels are deterministic, TF32 (the
  * math mode is recorded, the product stays f32), and which shapes cuBLASLt
  * offers a bias epilogue for (it offers one for every shape it can check). */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,6 +173,28 @@ cublasStatus_t types_ok(const char *call, cudaDataType a, cudaDataType b, cudaDa
     return CUBLAS_STATUS_NOT_SUPPORTED;
 }
 
+/* The host BLAS computes on the calling (stream) thread only: a threaded BLAS
+ * (OpenBLAS, BLIS) hands the work to threads it made at load time, which may
+ * not touch device memory (they were never a stream's), so the emulator would
+ * report host code touching it. Found by name, since -lblas may be any of
+ * Debian's alternatives; the reference BLAS has neither and never threads. */
+void blas_one_thread()
+{
+    static int done;
+    if (__atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL))
+        return;
+    static const char *const names[] = {"openblas_set_num_threads", "bli_thread_set_num_threads"};
+    for (const char *name : names) {
+        void *f = dlsym(RTLD_DEFAULT, name);
+        if (f) {
+            if (name[0] == 'o')
+                ((void (*)(int))f)(1);
+            else
+                ((void (*)(long))f)(1);
+        }
+    }
+}
+
 } // namespace
 
 /* ---- cuBLAS ------------------------------------------------------------------------ */
@@ -182,6 +205,7 @@ cublasStatus_t cublasCreate(cublasHandle_t *h)
     if (cudaMalloc(&probe, 256) != cudaSuccess) /* a context, and the capture rules of an allocation */
         return CUBLAS_STATUS_NOT_INITIALIZED;
     cudaFree(probe);
+    blas_one_thread();
     *h = new cublasContext();
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -296,6 +320,7 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t *h)
 {
+    blas_one_thread();
     *h = new cublasLtContext{1};
     return CUBLAS_STATUS_SUCCESS;
 }
