@@ -3,7 +3,10 @@
 One rank of a 2-process pipeline (gloo, CPU) training the model of a pipegen
 plan.json with its very chunks and placement: the plan's layers (linear, relu,
 gelu, layernorm, embed, pos_embed, causal attention, logits, stash/pop within
-a chunk) become one nn.Module per chunk, chunk c going to the rank the plan
+a chunk; the convolutional kinds and batchnorm2d; Llama's rmsnorm, swiglu and
+attention with rope, kv_heads and no bias, these and the convolutional kinds
+by the test oracle's own definitions, tools/torch_layers.py) become one
+nn.Module per chunk, chunk c going to the rank the plan
 puts it on (loop: c mod P; V: ranks r holds r and 2P-1-r), wrapped in
 torch.distributed.pipelining.PipelineStage and run by one of
 
@@ -31,6 +34,10 @@ backward_weight_one_chunk (the F, B and W of each chunk and micro-batch). Rank
 usage (2 processes): RANK=r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=p
     torch_pippy.py --plan plan.json --schedule 1F1B|Interleaved1F1B|InterleavedZeroBubble|ZBVZeroBubble
                    --steps S --warmup W
+or, one process, `torch_pippy.py --plan plan.json --check`: the chunks chained
+on one random micro-batch in float64 against tests/oracle.py's forward of the
+plan with the same parameters; prints "torch_pippy check: ok ..." and exits 0
+when every output is within 1e-9 relative, else says by how much and exits 1.
 """
 import argparse
 import json
@@ -47,7 +54,7 @@ import torch.nn.functional as F
 from torch.distributed import pipelining as pp
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
-from torch_layers import conv_layer  # noqa: E402  (the convolutional kinds, as the test oracle's)
+from torch_layers import attention_general, conv_layer, rmsnorm, swiglu  # noqa: E402  (as the test oracle's)
 
 
 def fail(msg):
@@ -89,6 +96,14 @@ class Chunk(nn.Module):
                 x = x + self.par(ps[0])
             elif k == "logits":
                 x = x @ self.par(ps[0]).t()
+            elif k == "attention" and "kv_heads" in a:
+                if a.get("dropout", 0):
+                    fail("attention dropout %s: the benchmark runs without dropout" % a["dropout"])
+                x = attention_general(x, [self.par(n) for n in ps], a)
+            elif k == "rmsnorm":
+                x = rmsnorm(x, self.par(ps[0]), a["eps"])
+            elif k == "swiglu":
+                x = swiglu(x, [self.par(n) for n in ps], a["bias"])
             elif k == "attention":
                 B, T, D = x.shape
                 h = a["heads"]
@@ -120,29 +135,12 @@ def init_param(p):
     return t.normal_(0.0, p["scale"])
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--plan", required=True)
-    ap.add_argument("--schedule", required=True,
-                    choices=["1F1B", "Interleaved1F1B", "InterleavedZeroBubble", "ZBVZeroBubble"])
-    ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--warmup", type=int, default=5)
-    args = ap.parse_args()
-    torch.set_num_threads(1)
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    plan = json.load(open(args.plan))
-    part, train = plan["partition"], plan["train"]
-    if part["nstages"] != world:
-        fail("the plan has %d stages, this run %d processes" % (part["nstages"], world))
-    nchunks, m = part["nchunks"], train["microbatches"]
-    chunk_rank = {c["chunk"]: c["stage"] for c in part["chunks"]}
-    mine = sorted(c for c in chunk_rank if chunk_rank[c] == rank)
-    torch.manual_seed(1 + rank)
+def build_chunks(plan, chunks, params):
+    """One Chunk per chunk id in chunks (in order), their parameters made in
+    params (name -> Parameter) where absent, so chunks of one rank share one."""
     pinfo = {p["name"]: p for p in plan["params"]}
-    params = {}  # one Parameter per name on this rank: chunks of one rank share it
     modules = []
-    for c in mine:
+    for c in chunks:
         layers = [L for L in plan["layers"] if L["chunk"] == c]
         stashed = {L["attrs"]["skip"] for L in layers if L["kind"] == "stash"}
         for L in layers:
@@ -156,6 +154,74 @@ def main():
                 if n:
                     used[n] = params[n]
         modules.append(Chunk(layers, used))
+    return modules
+
+
+def random_batch(plan, rows):
+    """rows random samples of the plan's input and target (ids and classes in range)."""
+    inp, tgt = plan["input"], plan["target"]
+    if inp["dtype"] == "i32":
+        vocab = next(L["attrs"]["vocab"] for L in plan["layers"] if L["kind"] == "embed")
+        x = torch.randint(0, vocab, [rows] + inp["shape"])
+    else:
+        x = torch.randn([rows] + inp["shape"])
+    if tgt["dtype"] == "i32":
+        y = torch.randint(0, plan["layers"][-1]["out"][-1], [rows] + tgt["shape"])
+    else:
+        y = torch.randn([rows] + tgt["shape"])
+    return x, y
+
+
+def check(plan_path):
+    """--check: the chunks chained against tests/oracle.py's forward, float64."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+    import oracle  # noqa: E402  (sets float64 as the default dtype)
+    plan = json.load(open(plan_path))
+    torch.manual_seed(1)
+    params = {}
+    modules = build_chunks(plan, range(plan["partition"]["nchunks"]), params)
+    x, _ = random_batch(plan, plan["microbatch_rows"][0])
+    h = x
+    with torch.no_grad():
+        for mod in modules:
+            h = mod(h)
+        ref = oracle.forward_rows(plan, {n: p.data for n, p in params.items()}, x, None)
+    err = float((h - ref).abs().max() / ref.abs().max())
+    kinds = sorted({L["kind"] for L in plan["layers"]})
+    if h.dtype != torch.float64 or not err <= 1e-9:
+        fail("check: the chunks' output differs from tests/oracle.py's by %.3g relative (%s, kinds %s)"
+             % (err, h.dtype, " ".join(kinds)))
+    print("torch_pippy check: ok, %d chunks equal tests/oracle.py's forward (max rel err %.2g; kinds %s)"
+          % (len(modules), err, " ".join(kinds)))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--plan", required=True)
+    ap.add_argument("--check", action="store_true")
+    ap.add_argument("--schedule", choices=["1F1B", "Interleaved1F1B", "InterleavedZeroBubble", "ZBVZeroBubble"])
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    args = ap.parse_args()
+    if args.check:
+        check(args.plan)
+        return
+    if args.schedule is None:
+        fail("--schedule is required (or --check)")
+    torch.set_num_threads(1)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    plan = json.load(open(args.plan))
+    part, train = plan["partition"], plan["train"]
+    if part["nstages"] != world:
+        fail("the plan has %d stages, this run %d processes" % (part["nstages"], world))
+    nchunks, m = part["nchunks"], train["microbatches"]
+    chunk_rank = {c["chunk"]: c["stage"] for c in part["chunks"]}
+    mine = sorted(c for c in chunk_rank if chunk_rank[c] == rank)
+    torch.manual_seed(1 + rank)
+    pinfo = {p["name"]: p for p in plan["params"]}
+    params = {}  # one Parameter per name on this rank: chunks of one rank share it
+    modules = build_chunks(plan, mine, params)
     dev = torch.device("cpu")
     stages = [pp.PipelineStage(mod, c, nchunks, dev) for c, mod in zip(mine, modules)]
 
@@ -165,7 +231,9 @@ def main():
     elif loss_name == "mse_mean":
         loss_fn, scale = (lambda out, tgt: ((out - tgt) ** 2).mean()), True
     else:
-        loss_fn, scale = (lambda out, tgt: F.cross_entropy(out.reshape(-1, out.shape[-1]), tgt.reshape(-1).long())), True
+        ign = train.get("ignore", -100)
+        loss_fn, scale = (lambda out, tgt: F.cross_entropy(out.reshape(-1, out.shape[-1]), tgt.reshape(-1).long(),
+                                                           ignore_index=ign)), True
     cls = {"1F1B": pp.Schedule1F1B, "Interleaved1F1B": pp.ScheduleInterleaved1F1B,
            "InterleavedZeroBubble": pp.ScheduleInterleavedZeroBubble,
            "ZBVZeroBubble": pp.ScheduleZBVZeroBubble}[args.schedule]
@@ -203,17 +271,7 @@ def main():
             setattr(st, name, timed(getattr(st, name)))
 
     # a fixed random batch of the plan's shapes
-    batch = train["batch"]
-    inp, tgt = plan["input"], plan["target"]
-    if inp["dtype"] == "i32":
-        vocab = next(L["attrs"]["vocab"] for L in plan["layers"] if L["kind"] == "embed")
-        x = torch.randint(0, vocab, [batch] + inp["shape"])
-    else:
-        x = torch.randn([batch] + inp["shape"])
-    if tgt["dtype"] == "i32":
-        y = torch.randint(0, plan["layers"][-1]["out"][-1], [batch] + tgt["shape"])
-    else:
-        y = torch.randn([batch] + tgt["shape"])
+    x, y = random_batch(plan, train["batch"])
     first, last = 0 in mine, nchunks - 1 in mine
 
     steps, bubbles = [], []

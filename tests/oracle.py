@@ -45,7 +45,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 import load_safetensors  # noqa: E402
-from torch_layers import conv_layer  # noqa: E402  (the convolutional kinds)
+from torch_layers import attention_general, conv_layer, rmsnorm, swiglu  # noqa: E402  (the convolutional and Llama kinds)
 
 torch.set_default_dtype(torch.float64)
 DT = torch.float64
@@ -152,52 +152,6 @@ def forward(plan, params, x, stats=None, running=None):
     return forward_rows(plan, params, x, stats)
 
 
-def rope(z, theta):
-    """Llama's rotary embedding on z [B, h, T, hd]: the half split, cos and sin
-    made in float32 as transformers makes them."""
-    T, hd = z.shape[-2], z.shape[-1]
-    inv = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
-    ang = torch.arange(T, dtype=torch.float32)[:, None] * inv[None, :]
-    emb = torch.cat([ang, ang], dim=-1)
-    cos, sin = emb.cos().to(z.dtype), emb.sin().to(z.dtype)
-    half = hd // 2
-    rot = torch.cat([-z[..., half:], z[..., :half]], dim=-1)
-    return z * cos + rot * sin
-
-
-def attention_general(h, p, at):
-    """attention with kv_heads, rope, bias, separate_qkv (dropout must be 0)."""
-    if at.get("dropout", 0):
-        raise OracleError(f"attention dropout {at['dropout']}: the oracle only knows 0")
-    B, T, d = h.shape
-    heads, kvh = at["heads"], at.get("kv_heads", at["heads"])
-    hd = d // heads
-    kv = kvh * hd
-    bias = at.get("bias", True)
-    it = iter(p)
-    def proj(x):
-        w = next(it)
-        b = next(it) if bias else None
-        return x @ w.t() + (b if b is not None else 0)
-    if at.get("separate_qkv", False):
-        q, k, v = proj(h), proj(h), proj(h)
-    else:
-        qkv = proj(h)
-        q, k, v = qkv[..., :d], qkv[..., d:d + kv], qkv[..., d + kv:]
-    q = q.reshape(B, T, heads, hd).transpose(1, 2)
-    k = k.reshape(B, T, kvh, hd).transpose(1, 2)
-    v = v.reshape(B, T, kvh, hd).transpose(1, 2)
-    if at.get("rope", 0):
-        q, k = rope(q, at["rope"]), rope(k, at["rope"])
-    k = k.repeat_interleave(heads // kvh, dim=1)
-    v = v.repeat_interleave(heads // kvh, dim=1)
-    s = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
-    if at["causal"]:
-        s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
-    ctx = (torch.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(B, T, d)
-    return proj(ctx)
-
-
 def forward_rows(plan, params, x, stats, running=None):
     h = x
     stash = {}
@@ -233,14 +187,14 @@ def forward_rows(plan, params, x, stats, running=None):
         elif k == "pos_embed":
             h = h + p[0][:h.shape[1]]
         elif k == "rmsnorm":
-            h = h * torch.rsqrt((h * h).mean(-1, keepdim=True) + at["eps"]) * p[0]
+            h = rmsnorm(h, p[0], at["eps"])
         elif k == "swiglu":
-            g = h @ p[0].t() + (p[1] if at["bias"] else 0)
-            u = h @ p[2 if at["bias"] else 1].t() + (p[3] if at["bias"] else 0)
-            h = F.silu(g) * u
+            h = swiglu(h, p, at["bias"])
         elif k == "logits":
             h = h @ p[0].t()
         elif k == "attention" and "kv_heads" in at:
+            if at.get("dropout", 0):
+                raise OracleError(f"layer {L['name']}: attention dropout {at['dropout']}: the oracle only knows 0")
             h = attention_general(h, p, at)
         elif k == "attention":
             if len(p) != 4:

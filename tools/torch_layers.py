@@ -1,8 +1,12 @@
 """tools/torch_layers.py — the layer kinds of convolutional networks
-(dsl/layers_conv.c) in PyTorch, from a plan.json layer's kind and attrs: one
+(dsl/layers_conv.c) and Llama's kinds (rmsnorm, swiglu, attention with rope,
+kv_heads and no bias) in PyTorch, from a plan.json layer's kind and attrs: one
 definition for the test oracle (tests/oracle.py) and the benchmark's torch
-stages (bench/torch_pippy.py). Tensors carry the batch first: [B, C, H, W].
+stages (bench/torch_pippy.py). Tensors carry the batch first: [B, C, H, W] or
+[B, T, d].
 """
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -48,3 +52,62 @@ def conv_layer(k, at, h, p):
     if k == "silu":
         return h * torch.sigmoid(h)
     return None
+
+
+def rope(z, theta):
+    """Llama's rotary embedding on z [B, h, T, hd]: the half split, cos and sin
+    made in float32 as transformers makes them."""
+    T, hd = z.shape[-2], z.shape[-1]
+    inv = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
+    ang = torch.arange(T, dtype=torch.float32)[:, None] * inv[None, :]
+    emb = torch.cat([ang, ang], dim=-1)
+    cos, sin = emb.cos().to(z.dtype), emb.sin().to(z.dtype)
+    half = hd // 2
+    rot = torch.cat([-z[..., half:], z[..., :half]], dim=-1)
+    return z * cos + rot * sin
+
+
+def attention_general(h, p, at):
+    """attention with kv_heads, rope, bias, separate_qkv, without dropout (the
+    caller refuses a non-zero one)."""
+    B, T, d = h.shape
+    heads, kvh = at["heads"], at.get("kv_heads", at["heads"])
+    hd = d // heads
+    kv = kvh * hd
+    bias = at.get("bias", True)
+    it = iter(p)
+
+    def proj(x):
+        w = next(it)
+        b = next(it) if bias else None
+        return x @ w.t() + (b if b is not None else 0)
+    if at.get("separate_qkv", False):
+        q, k, v = proj(h), proj(h), proj(h)
+    else:
+        qkv = proj(h)
+        q, k, v = qkv[..., :d], qkv[..., d:d + kv], qkv[..., d + kv:]
+    q = q.reshape(B, T, heads, hd).transpose(1, 2)
+    k = k.reshape(B, T, kvh, hd).transpose(1, 2)
+    v = v.reshape(B, T, kvh, hd).transpose(1, 2)
+    if at.get("rope", 0):
+        q, k = rope(q, at["rope"]), rope(k, at["rope"])
+    k = k.repeat_interleave(heads // kvh, dim=1)
+    v = v.repeat_interleave(heads // kvh, dim=1)
+    s = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
+    if at["causal"]:
+        s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    ctx = (torch.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(B, T, d)
+    return proj(ctx)
+
+
+def rmsnorm(h, w, eps):
+    """h / sqrt(mean(h^2) + eps) * w over the last dimension."""
+    return h * torch.rsqrt((h * h).mean(-1, keepdim=True) + eps) * w
+
+
+def swiglu(h, p, bias):
+    """silu(h W_gate^T + b_gate) * (h W_up^T + b_up): the gate and up halves of
+    Llama's MLP (its down projection is the next linear)."""
+    g = h @ p[0].t() + (p[1] if bias else 0)
+    u = h @ p[2 if bias else 1].t() + (p[3] if bias else 0)
+    return F.silu(g) * u
