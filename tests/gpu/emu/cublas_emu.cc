@@ -180,19 +180,12 @@ cublasStatus_t types_ok(const char *call, cudaDataType a, cudaDataType b, cudaDa
  * Debian's alternatives; the reference BLAS has neither and never threads. */
 void blas_one_thread()
 {
-    static int done;
-    if (__atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL))
-        return;
-    static const char *const names[] = {"openblas_set_num_threads", "bli_thread_set_num_threads"};
-    for (const char *name : names) {
-        void *f = dlsym(RTLD_DEFAULT, name);
-        if (f) {
-            if (name[0] == 'o')
-                ((void (*)(int))f)(1);
-            else
-                ((void (*)(long))f)(1);
-        }
-    }
+    void (*openblas)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "openblas_set_num_threads");
+    void (*blis)(long) = (void (*)(long))dlsym(RTLD_DEFAULT, "bli_thread_set_num_threads");
+    if (openblas)
+        openblas(1);
+    if (blis)
+        blis(1);
 }
 
 } // namespace
