@@ -59,6 +59,7 @@
 #define MR_MAX 8
 #define PART_FLOATS ((MB_PART + MR_MAX) * (PACK_B_FLOATS / KC_MAX))
 #define PACK_A_FLOATS (KC_MAX * MR_MAX)
+#define PACK_ROWS 8 /* rows of B [K,N] packed side by side (pack_rows_avx) */
 /* A product of fewer multiply-adds than this runs on the calling thread alone:
  * waking the others would cost more than it saves. */
 #define PAR_MIN_FMAS (1 << 18)
@@ -137,11 +138,35 @@ static void pack_portable(const gemm_job *g, int nr, float *bp, int64_t j0, int6
 }
 
 #ifdef PG_CPU_AVX2
-/* The same with AVX moves, nr a multiple of 8: B [K,N] row pieces copied 8
- * at a time; B stored [N,K] turned by 8 x 8 transposes (eight rows of B's
- * storage in, eight k of the panel out). */
-PG_TARGET_AVX2FMA static void pack_avx(const gemm_job *g, int nr, float *bp, int64_t j0, int64_t nbw, int64_t k0,
-                                       int64_t kc)
+/* The same with AVX moves, nr a multiple of 8. B stored [K,N]: PACK_ROWS
+ * rows of the block at a time are read left to right, 8 floats at a time,
+ * and dealt to the panels: a few sequential streams the prefetcher follows
+ * (a whole panel at a time read kc rows 64 bytes each, kc streams at once:
+ * 5-15 % slower at llama's input-gradient products where B comes from memory,
+ * as a stage's weights do in the backward; a row at a time across all panels
+ * scatters the stores). */
+PG_TARGET_AVX2FMA static void pack_rows_avx(const gemm_job *g, int nr, float *bp, int64_t j0, int64_t nbw,
+                                            int64_t k0, int64_t kc)
+{
+    int64_t nq = (nbw + nr - 1) / nr, w8 = nbw / 8 * 8;
+    for (int64_t kg = 0; kg < kc; kg += PACK_ROWS) {
+        int64_t kn = kc - kg < PACK_ROWS ? kc - kg : PACK_ROWS;
+        for (int64_t j = 0; j < w8; j += 8) {
+            const float *src = g->B + (k0 + kg) * g->ldb + j0 + j;
+            float *d = bp + j / nr * kc * nr + kg * nr + j % nr;
+            for (int64_t k = 0; k < kn; k++)
+                _mm256_store_ps(d + k * nr, _mm256_loadu_ps(src + k * g->ldb));
+        }
+    }
+    if (w8 < nq * nr) /* the last columns, fewer than 8, and the zeros */
+        pack_panel_scalar(g, nr, bp + (nq - 1) * kc * nr, j0 + (nq - 1) * nr, w8 - (nq - 1) * nr,
+                          nbw - (nq - 1) * nr, k0, 0, kc);
+}
+
+/* B stored [N,K]: turned by 8 x 8 transposes, eight rows of B's storage in
+ * (eight streams along k), eight k of the panel out. */
+PG_TARGET_AVX2FMA static void pack_turn_avx(const gemm_job *g, int nr, float *bp, int64_t j0, int64_t nbw,
+                                            int64_t k0, int64_t kc)
 {
     const int64_t ldb = g->ldb;
     for (int64_t q = 0; q * nr < nbw; q++) {
@@ -149,47 +174,47 @@ PG_TARGET_AVX2FMA static void pack_avx(const gemm_job *g, int nr, float *bp, int
         int64_t w = nbw - q * nr < nr ? nbw - q * nr : nr;
         int64_t w8 = w / 8 * 8; /* columns in whole groups of 8 */
         float *dst = bp + q * kc * nr;
-        if (!g->tb) {
-            for (int64_t k = 0; k < kc; k++) {
-                const float *src = g->B + (k0 + k) * ldb + jc;
-                float *d = dst + k * nr;
-                for (int64_t j = 0; j < w8; j += 8)
-                    _mm256_store_ps(d + j, _mm256_loadu_ps(src + j));
+        int64_t k8 = kc / 8 * 8;
+        for (int64_t j = 0; j < w8; j += 8) {
+            const float *src = g->B + (jc + j) * ldb + k0;
+            for (int64_t k = 0; k < k8; k += 8) {
+                __m256 r0 = _mm256_loadu_ps(src + k), r1 = _mm256_loadu_ps(src + ldb + k);
+                __m256 r2 = _mm256_loadu_ps(src + 2 * ldb + k), r3 = _mm256_loadu_ps(src + 3 * ldb + k);
+                __m256 r4 = _mm256_loadu_ps(src + 4 * ldb + k), r5 = _mm256_loadu_ps(src + 5 * ldb + k);
+                __m256 r6 = _mm256_loadu_ps(src + 6 * ldb + k), r7 = _mm256_loadu_ps(src + 7 * ldb + k);
+                __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+                __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+                __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+                __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+                __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+                __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+                __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+                __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+                float *d = dst + k * nr + j;
+                _mm256_store_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
+                _mm256_store_ps(d + nr, _mm256_permute2f128_ps(u1, u5, 0x20));
+                _mm256_store_ps(d + 2 * nr, _mm256_permute2f128_ps(u2, u6, 0x20));
+                _mm256_store_ps(d + 3 * nr, _mm256_permute2f128_ps(u3, u7, 0x20));
+                _mm256_store_ps(d + 4 * nr, _mm256_permute2f128_ps(u0, u4, 0x31));
+                _mm256_store_ps(d + 5 * nr, _mm256_permute2f128_ps(u1, u5, 0x31));
+                _mm256_store_ps(d + 6 * nr, _mm256_permute2f128_ps(u2, u6, 0x31));
+                _mm256_store_ps(d + 7 * nr, _mm256_permute2f128_ps(u3, u7, 0x31));
             }
-        } else {
-            int64_t k8 = kc / 8 * 8;
-            for (int64_t j = 0; j < w8; j += 8) {
-                const float *src = g->B + (jc + j) * ldb + k0;
-                for (int64_t k = 0; k < k8; k += 8) {
-                    __m256 r0 = _mm256_loadu_ps(src + k), r1 = _mm256_loadu_ps(src + ldb + k);
-                    __m256 r2 = _mm256_loadu_ps(src + 2 * ldb + k), r3 = _mm256_loadu_ps(src + 3 * ldb + k);
-                    __m256 r4 = _mm256_loadu_ps(src + 4 * ldb + k), r5 = _mm256_loadu_ps(src + 5 * ldb + k);
-                    __m256 r6 = _mm256_loadu_ps(src + 6 * ldb + k), r7 = _mm256_loadu_ps(src + 7 * ldb + k);
-                    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
-                    __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
-                    __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
-                    __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
-                    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-                    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-                    __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-                    __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-                    float *d = dst + k * nr + j;
-                    _mm256_store_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
-                    _mm256_store_ps(d + nr, _mm256_permute2f128_ps(u1, u5, 0x20));
-                    _mm256_store_ps(d + 2 * nr, _mm256_permute2f128_ps(u2, u6, 0x20));
-                    _mm256_store_ps(d + 3 * nr, _mm256_permute2f128_ps(u3, u7, 0x20));
-                    _mm256_store_ps(d + 4 * nr, _mm256_permute2f128_ps(u0, u4, 0x31));
-                    _mm256_store_ps(d + 5 * nr, _mm256_permute2f128_ps(u1, u5, 0x31));
-                    _mm256_store_ps(d + 6 * nr, _mm256_permute2f128_ps(u2, u6, 0x31));
-                    _mm256_store_ps(d + 7 * nr, _mm256_permute2f128_ps(u3, u7, 0x31));
-                }
-            }
-            if (k8 < kc) /* the last k, fewer than 8 */
-                pack_panel_scalar(g, nr, dst, jc, 0, w8, k0, k8, kc);
         }
+        if (k8 < kc) /* the last k, fewer than 8 */
+            pack_panel_scalar(g, nr, dst, jc, 0, w8, k0, k8, kc);
         if (w8 < nr) /* the last columns, fewer than 8, and the zeros */
             pack_panel_scalar(g, nr, dst, jc, w8, w, k0, 0, kc);
     }
+}
+
+PG_TARGET_AVX2FMA static void pack_avx(const gemm_job *g, int nr, float *bp, int64_t j0, int64_t nbw, int64_t k0,
+                                       int64_t kc)
+{
+    if (g->tb)
+        pack_turn_avx(g, nr, bp, j0, nbw, k0, kc);
+    else
+        pack_rows_avx(g, nr, bp, j0, nbw, k0, kc);
 }
 #endif
 
@@ -429,6 +454,20 @@ static void copy_strip(float *dst, int mrmax, const float *src, int64_t lda, int
 #undef COPY_STRIP_CASE
 }
 
+/* The rows of the next strip when `left` rows remain: mrmax, except that the
+ * last two strips share their rows evenly when they are fewer than 2 mrmax
+ * (128 rows: 20 x 6 + 4 + 4, not 21 x 6 + 2): a strip of few rows keeps too
+ * few FMA chains in flight to hide their latency, and costs nearly as much as
+ * a full one. Which strip a row lands in does not change its bits. */
+static int strip_rows(int mrmax, int64_t left)
+{
+    if (left <= mrmax)
+        return (int)left;
+    if (left < 2 * mrmax)
+        return (int)((left + 1) / 2);
+    return mrmax;
+}
+
 /* Rows [i0, i0+mb) x columns [j0, j0+nbw) for k in [k0, k0+kc), from the
  * packed bp, tile by tile: each MR-row strip of A (in L1) against every
  * NR-column panel of bp (in L2). part: the block's partial sums, tile by
@@ -440,8 +479,9 @@ static void run_block(const gemm_kern *kr, const gemm_job *g, const float *bp, f
                       int64_t mb, int64_t j0, int64_t nbw, int64_t k0, int64_t kc, int first, int last)
 {
     int64_t njr = (nbw + kr->nr - 1) / kr->nr, tile = (int64_t)kr->mr * kr->nr;
-    for (int64_t ir = 0; ir < mb; ir += kr->mr) {
-        int mr = mb - ir < kr->mr ? (int)(mb - ir) : kr->mr;
+    int mr = 0;
+    for (int64_t ir = 0, strip = 0; ir < mb; ir += mr, strip++) {
+        mr = strip_rows(kr->mr, mb - ir);
         const float *a = a_at(g, i0 + ir, k0);
         int64_t lda = g->lda;
         if (g->ta) {
@@ -452,7 +492,7 @@ static void run_block(const gemm_kern *kr, const gemm_job *g, const float *bp, f
         for (int64_t jr = 0; jr < njr; jr++) {
             int64_t w = nbw - jr * kr->nr < kr->nr ? nbw - jr * kr->nr : kr->nr;
             kr->tile(g, mr, a, lda, !g->ta, kc, bp + jr * kc * kr->nr,
-                     part ? part + (ir / kr->mr * njr + jr) * tile : NULL, first, last,
+                     part ? part + (strip * njr + jr) * tile : NULL, first, last,
                      g->C + (i0 + ir) * g->ldc + j0 + jr * kr->nr, w);
         }
     }
