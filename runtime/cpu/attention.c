@@ -18,28 +18,33 @@
 #include "cpu_kernels.h"
 #include "op_args.h"
 
+/* The score rows' sums run in PG_CPU_ROW_LANES double lanes (lane l adds
+ * the elements j = l mod 16 in index order), the lanes added in a fixed tree
+ * (pg_cpu_lanes_sum_d): an order set by the row's length alone, SIMD at -O2 (a
+ * chain of dependent double adds, one per element, was most of the softmax's
+ * time). */
+_Static_assert(PG_CPU_ROW_LANES == PG_CPU_EXP_BLK, "softmax_row adds a block of exponentials into the lanes");
+
 /* Softmax of one score row in place over [0, len); entries [len, T) become 0.
- * The exponentials go through pg_cpu_exp_blk in blocks (the last one padded),
- * the sum in double in index order. */
+ * The exponentials go through pg_cpu_exp_blk in blocks (the last one padded
+ * and its pad zeroed), their sum in lanes (pg_cpu_lanes_sum_d). */
 static void softmax_row(float *a, int64_t len, int64_t T)
 {
-    float m = a[0];
-    for (int64_t j = 1; j < len; j++)
-        if (a[j] > m)
-            m = a[j];
-    double s = 0.0;
+    float m = pg_cpu_row_max(a, len);
+    double acc[PG_CPU_ROW_LANES] = {0};
     for (int64_t j0 = 0; j0 < len; j0 += PG_CPU_EXP_BLK) {
         int64_t nb = len - j0 < PG_CPU_EXP_BLK ? len - j0 : PG_CPU_EXP_BLK;
-        float e[PG_CPU_EXP_BLK] = {0};
-        for (int64_t j = 0; j < nb; j++)
-            e[j] = a[j0 + j] - m;
+        float e[PG_CPU_EXP_BLK];
+        for (int64_t j = 0; j < PG_CPU_EXP_BLK; j++)
+            e[j] = j < nb ? a[j0 + j] - m : -87.0f;
         pg_cpu_exp_blk(e);
-        for (int64_t j = 0; j < nb; j++) {
-            a[j0 + j] = e[j];
-            s += e[j];
-        }
+        for (int64_t j = nb; j < PG_CPU_EXP_BLK; j++)
+            e[j] = 0.0f;
+        for (int j = 0; j < PG_CPU_ROW_LANES; j++)
+            acc[j] += e[j];
+        memcpy(a + j0, e, (size_t)nb * sizeof *a);
     }
-    float inv = (float)(1.0 / s);
+    float inv = (float)(1.0 / pg_cpu_lanes_sum_d(acc));
     for (int64_t j = 0; j < len; j++)
         a[j] *= inv;
     for (int64_t j = len; j < T; j++)
@@ -48,15 +53,22 @@ static void softmax_row(float *a, int64_t len, int64_t T)
 
 /* ---- rotary positions (Llama's half split) ---------------------------------- */
 
-/* cos and sin of position t for the pairs j < half = hd/2, as transformers
- * computes them in float: inv = 1 / theta^(2j/hd), angle = t * inv. */
-static void rope_row(float theta, int64_t hd, int64_t t, float *cs, float *sn)
+/* The inverse frequencies of the pairs j < half = hd/2, as transformers
+ * computes them in float: inv[j] = 1 / theta^(2j/hd). */
+static void rope_inv(float theta, int64_t hd, float *inv)
 {
-    int64_t half = hd / 2;
-    for (int64_t j = 0; j < half; j++) {
+    for (int64_t j = 0; j < hd / 2; j++) {
         float e = (float)(2 * j) / (float)hd;
-        float inv = 1.0f / (float)pow((double)theta, (double)e);
-        float ang = (float)t * inv;
+        inv[j] = 1.0f / (float)pow((double)theta, (double)e);
+    }
+}
+
+/* cos and sin of position t for the pairs j < half: angle = t * inv[j] in
+ * float, its cos and sin in double rounded to float (as transformers) */
+static void rope_row(const float *inv, int64_t half, int64_t t, float *cs, float *sn)
+{
+    for (int64_t j = 0; j < half; j++) {
+        float ang = (float)t * inv[j];
         cs[j] = (float)cos((double)ang);
         sn[j] = (float)sin((double)ang);
     }
@@ -86,25 +98,33 @@ static void rope_heads(float *x, int64_t nh, int64_t hd, const float *cs, const 
 
 typedef struct rope_job {
     const pg_attn_dims *s;
+    int64_t r;
+    const float *inv; /* [hd/2] */
     float *q, *k;
     int inverse;
 } rope_job;
 
-/* one row (sample b, position t) of q and k */
-static void rope_one(void *arg, int64_t row)
+/* position t of q and k in every sample: its cos and sin made once for the
+ * r rows that share it (they were a libm pow, cos and sin per pair and row) */
+static void rope_pos(void *arg, int64_t t)
 {
     const rope_job *j = arg;
     const pg_attn_dims *s = j->s;
     float cs[ROPE_MAX_HALF], sn[ROPE_MAX_HALF];
-    rope_row(s->rope_theta, s->hd, row % s->T, cs, sn);
-    rope_heads(j->q + row * s->ldq, s->heads, s->hd, cs, sn, j->inverse);
-    rope_heads(j->k + row * s->ldk, s->kv_heads, s->hd, cs, sn, j->inverse);
+    rope_row(j->inv, s->hd / 2, t, cs, sn);
+    for (int64_t b = 0; b < j->r; b++) {
+        int64_t row = b * s->T + t;
+        rope_heads(j->q + row * s->ldq, s->heads, s->hd, cs, sn, j->inverse);
+        rope_heads(j->k + row * s->ldk, s->kv_heads, s->hd, cs, sn, j->inverse);
+    }
 }
 
 static void rope_apply(pg_ctx *c, int64_t r, const pg_attn_dims *s, float *q, float *k, int inverse)
 {
-    rope_job j = {s, q, k, inverse};
-    pg_cpu_parallel(c, r * s->T, rope_one, &j);
+    float inv[ROPE_MAX_HALF];
+    rope_inv(s->rope_theta, s->hd, inv);
+    rope_job j = {s, r, inv, q, k, inverse};
+    pg_cpu_parallel(c, s->T, rope_pos, &j);
 }
 
 /* ---- the core ------------------------------------------------------------------- */
@@ -208,7 +228,7 @@ int pg_attn_fwd(pg_ctx *c, int64_t r, const pg_attn_dims *s, float p, uint64_t s
  * dk and dv sum over them in a fixed order. For each head, with P = att and
  * Pd = drop(P):
  *   dv (+)= Pd^T dctx;  per block of rows i:  S = dctx_i v^T (then dropped: dP),
- *   D_i = sum_j P_ij S_ij (double, j in order),  ds_ij = P_ij (S_ij - D_i) / sqrt(hd),
+ *   D_i = sum_j P_ij S_ij (double: pg_cpu_dot_d),  ds_ij = P_ij (S_ij - D_i) / sqrt(hd),
  *   dq_i = ds_i k,  dk += ds_i^T q_i
  * (ds is 0 past a row's causal limit; with a causal mask, the columns past the
  * block's last row are left out of the products). */
@@ -248,10 +268,7 @@ static void attn_bwd_group(void *arg, int64_t t)
                 int64_t len = s->causal ? i0 + ii + 1 : T;
                 const float *ai = a + (i0 + ii) * T;
                 float *si = S + ii * nc;
-                double D = 0.0;
-                for (int64_t jj = 0; jj < len; jj++)
-                    D += (double)ai[jj] * si[jj];
-                float Df = (float)D;
+                float Df = (float)pg_cpu_dot_d(ai, si, len);
                 for (int64_t jj = 0; jj < len; jj++)
                     si[jj] = ai[jj] * (si[jj] - Df) * j->scale;
                 for (int64_t jj = len; jj < nc; jj++)
@@ -353,8 +370,9 @@ static void dec_store(void *arg, int64_t u)
         return;
     float *q = j->q + u * s->ldq, *k = j->k + u * s->ldk;
     if (s->rope_theta > 0) {
-        float cs[ROPE_MAX_HALF], sn[ROPE_MAX_HALF];
-        rope_row(s->rope_theta, s->hd, pos, cs, sn);
+        float inv[ROPE_MAX_HALF], cs[ROPE_MAX_HALF], sn[ROPE_MAX_HALF];
+        rope_inv(s->rope_theta, s->hd, inv);
+        rope_row(inv, s->hd / 2, pos, cs, sn);
         rope_heads(q, s->heads, s->hd, cs, sn, 0);
         rope_heads(k, s->kv_heads, s->hd, cs, sn, 0);
     }

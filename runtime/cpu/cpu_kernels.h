@@ -100,6 +100,49 @@ void pg_cpu_norm_bwd_w(pg_ctx *c, int64_t n, int64_t d, const float *x, const fl
 #define PG_CPU_ROW_LANES 16
 #define PG_CPU_ROW_CHUNK 256
 
+/* The largest of x[0, n), n >= 1, in PG_CPU_ROW_LANES lanes (exact in any
+ * order; a plain loop's compare-and-branch does not vectorize). */
+PG_CPU_INLINE float pg_cpu_row_max(const float *x, int64_t n)
+{
+    float mx[PG_CPU_ROW_LANES];
+    for (int l = 0; l < PG_CPU_ROW_LANES; l++)
+        mx[l] = x[0];
+    int64_t j = 0;
+    for (; j + PG_CPU_ROW_LANES <= n; j += PG_CPU_ROW_LANES)
+        for (int l = 0; l < PG_CPU_ROW_LANES; l++)
+            mx[l] = x[j + l] > mx[l] ? x[j + l] : mx[l];
+    for (; j < n; j++)
+        mx[0] = x[j] > mx[0] ? x[j] : mx[0];
+    float m = mx[0];
+    for (int l = 1; l < PG_CPU_ROW_LANES; l++)
+        m = mx[l] > m ? mx[l] : m;
+    return m;
+}
+
+/* PG_CPU_ROW_LANES double lanes added in pg_cpu_lanes_sum's tree: the sums
+ * that stay in double (the attention softmax's rows, pg_sumsq) */
+PG_CPU_INLINE double pg_cpu_lanes_sum_d(const double *a)
+{
+    double h[PG_CPU_ROW_LANES / 2];
+    for (int l = 0; l < PG_CPU_ROW_LANES / 2; l++)
+        h[l] = a[l] + a[l + PG_CPU_ROW_LANES / 2];
+    return ((h[0] + h[4]) + (h[2] + h[6])) + ((h[1] + h[5]) + (h[3] + h[7]));
+}
+
+/* sum of a[i] b[i] over [0, n) in double: PG_CPU_ROW_LANES lanes, lane l
+ * adding the products i = l mod 16 in index order, then pg_cpu_lanes_sum_d */
+PG_CPU_INLINE double pg_cpu_dot_d(const float *a, const float *b, int64_t n)
+{
+    double acc[PG_CPU_ROW_LANES] = {0};
+    int64_t i = 0;
+    for (; i + PG_CPU_ROW_LANES <= n; i += PG_CPU_ROW_LANES)
+        for (int l = 0; l < PG_CPU_ROW_LANES; l++)
+            acc[l] += (double)a[i + l] * b[i + l];
+    for (int l = 0; i + l < n; l++)
+        acc[l] += (double)a[i + l] * b[i + l];
+    return pg_cpu_lanes_sum_d(acc);
+}
+
 PG_CPU_INLINE float pg_cpu_lanes_sum(const float *a)
 {
     float h[PG_CPU_ROW_LANES / 2];

@@ -34,23 +34,6 @@ int pg_mse_fwd_bwd(pg_ctx *c, int64_t count, const float *y, const float *target
  * exp in double, a call per element, twice per element.) */
 #define CE_BLK PG_CPU_EXP_BLK
 
-PG_CPU_INLINE float ce_max(const float *x, int64_t V)
-{
-    float mx[CE_BLK];
-    for (int l = 0; l < CE_BLK; l++)
-        mx[l] = x[0];
-    int64_t j = 0;
-    for (; j + CE_BLK <= V; j += CE_BLK)
-        for (int l = 0; l < CE_BLK; l++)
-            mx[l] = x[j + l] > mx[l] ? x[j + l] : mx[l];
-    for (; j < V; j++)
-        mx[0] = x[j] > mx[0] ? x[j] : mx[0];
-    float m = mx[0];
-    for (int l = 1; l < CE_BLK; l++)
-        m = mx[l] > m ? mx[l] : m;
-    return m;
-}
-
 /* e = exp(x - m) of k <= CE_BLK elements into e (zeros past k); their sum added to acc by lanes */
 PG_CPU_INLINE void ce_exp_blk(const float *x, int64_t k, float m, float *e, float *acc)
 {
@@ -74,7 +57,7 @@ PG_CPU_INLINE void ce_exp_blk(const float *x, int64_t k, float m, float *e, floa
 /* One row: dx = (softmax(x) - onehot(t)) * inv; returns -log softmax(x)[t] */
 PG_CPU_INLINE double ce_row(const float *x, int64_t V, int32_t t, double inv, float *dx)
 {
-    float m = ce_max(x, V), e[CE_BLK];
+    float m = pg_cpu_row_max(x, V), e[CE_BLK];
     double s = 0.0;
     for (int64_t c = 0; c < V; c += PG_CPU_ROW_CHUNK) {
         int64_t end = V - c < PG_CPU_ROW_CHUNK ? V : c + PG_CPU_ROW_CHUNK, j = c;

@@ -12,16 +12,22 @@
 
 #define SGD_BLK 16 /* elements per block of pg_sgd_step's and pg_scale's vectorizable passes */
 
-/* *out = sum g^2 over the elements in index order (double). */
+/* *out = sum g^2 in double, in PG_CPU_ROW_LANES lanes: lane l adds the
+ * squares of the elements i = l mod 16 in index order, the lanes are added in
+ * pg_cpu_lanes_sum_d's tree. An order set by count alone, the same IEEE
+ * operations on the baseline and AVX2 builds (one chain of dependent adds over
+ * all the elements, as before, was the step's slowest pass over the
+ * gradients: 2.0 -> 0.6 ms for 2M of them). */
+static double sumsq_run(int64_t count, const float *g) { return pg_cpu_dot_d(g, g, count); }
+#ifdef PG_CPU_AVX2
+PG_CPU_TARGET_AVX2 static double sumsq_run_avx2(int64_t count, const float *g) { return pg_cpu_dot_d(g, g, count); }
+#endif
+
 int pg_sumsq(pg_ctx *c, int64_t count, const float *g, double *out)
 {
-    (void)c;
     if (pg_args_count("sumsq", count))
         return 1;
-    double s = 0.0;
-    for (int64_t i = 0; i < count; i++)
-        s += (double)g[i] * g[i];
-    *out = s;
+    *out = PG_CPU_PICK(c, sumsq_run)(count, g);
     return 0;
 }
 

@@ -977,6 +977,24 @@ static int close4(const float *w, const double *want)
 /* AdamW runs in vectorized blocks of 16 and a padded last block: every
  * element (37: two blocks and 5 more, over three steps) gets the bits of the
  * plain loop of its definition, operation for operation. */
+/* pg_sumsq's order (runtime/cpu/optim.c): 16 double lanes, lane l adding
+ * the squares of the elements i = l mod 16 in index order, the lanes added
+ * as ((0+8 + 4+12) + (2+10 + 6+14)) + ((1+9 + 5+13) + (3+11 + 7+15)). */
+static void test_sumsq_lanes(pg_ctx *c)
+{
+    float g[37];
+    for (int i = 0; i < 37; i++)
+        g[i] = (float)(i % 7 - 3) * 0.37f + (float)i * 1e-3f;
+    double acc[16] = {0}, h[8];
+    for (int i = 0; i < 37; i++)
+        acc[i % 16] += (double)g[i] * g[i];
+    for (int l = 0; l < 8; l++)
+        h[l] = acc[l] + acc[l + 8];
+    double want = ((h[0] + h[4]) + (h[2] + h[6])) + ((h[1] + h[5]) + (h[3] + h[7])), got;
+    pg_sumsq(c, 37, g, &got);
+    OK(got == want, "sumsq of 37 elements adds them in its documented lanes (%.17g, want %.17g)", got, want);
+}
+
 static void test_adamw_blocks(pg_ctx *c)
 {
     enum { N = 37 };
@@ -1023,7 +1041,8 @@ static void test_optimizers(pg_ctx *c)
     OK(w[0] == 0.5f - 0.5f * 0.3f && w[3] == 0.1f - 0.5f * 1.0f, "plain sgd without momentum needs no buffer");
     double ss;
     pg_sumsq(c, 4, opt_w0, &ss);
-    OK(ss == 0.25 + 1.5625 + 4.0 + (double)0.1f * 0.1f, "sumsq is the sum of squares in double");
+    OK(ss == (0.25 + 4.0) + (1.5625 + (double)0.1f * 0.1f), "sumsq is the sum of squares in double, in lanes");
+    test_sumsq_lanes(c);
     float sc[2] = {2.0f, -3.0f};
     pg_scale(c, sc, 0.5f, 2);
     OK(sc[0] == 1.0f && sc[1] == -1.5f, "scale multiplies in place");
