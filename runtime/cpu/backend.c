@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "cpu_ctx.h"
@@ -22,6 +23,7 @@
 #include <sanitizer/asan_interface.h>
 #endif
 
+#define PG_HUGE_PAGE ((size_t)2 << 20)
 #define PG_ARENA_ALIGN 256 /* the plan's offset alignment (codegen/gen/memplan.h), as cudaMalloc gives */
 
 pg_ctx *pg_backend_init(int threads)
@@ -66,14 +68,27 @@ void *pg_arena_create(pg_ctx *c, size_t bytes)
         pg_rt_error(__FILE__, __LINE__, "arena of %zu bytes is too large to allocate", bytes);
         return NULL;
     }
-    rounded = (rounded + PG_ARENA_ALIGN - 1) / PG_ARENA_ALIGN * PG_ARENA_ALIGN;
-    void *p = aligned_alloc(PG_ARENA_ALIGN, rounded);
+    size_t align = PG_ARENA_ALIGN;
+#ifdef MADV_HUGEPAGE
+    if (rounded >= 4 * PG_HUGE_PAGE && rounded <= SIZE_MAX - PG_HUGE_PAGE)
+        align = PG_HUGE_PAGE;
+#endif
+    rounded = (rounded + align - 1) / align * align;
+    void *p = aligned_alloc(align, rounded);
     if (!p) {
         pg_rt_error(__FILE__, __LINE__,
                     "cannot allocate the stage arena: %zu bytes (%.1f MiB); free memory or use more stages",
                     bytes, (double)bytes / (1024.0 * 1024.0));
         return NULL;
     }
+#ifdef MADV_HUGEPAGE
+    /* 2 MiB pages where the kernel gives them on request (transparent huge
+     * pages in "madvise" mode, Debian's default): a step streams the weights,
+     * gradients and optimizer state, tens of MiB, through 4 KiB pages' TLB
+     * misses otherwise. A refusal only leaves the small pages. */
+    if (align == PG_HUGE_PAGE)
+        (void)madvise(p, rounded, MADV_HUGEPAGE);
+#endif
     memset(p, 0, rounded);
     return p;
 }
