@@ -1,7 +1,6 @@
 /* runtime/cpu/conv.c — conv2d (conv1d is its h = 1 case) and conv_transpose2d
- * on the backend's GEMM (gemm.c), by im2col: one sample's image of one group
- * becomes a column matrix col [C_g kh kw, positions] in the workspace, and the
- * convolution is one GEMM with it:
+ * on the backend's GEMM (gemm.c), one GEMM per sample and group against the
+ * column matrix col [C_g kh kw, positions] of the window (im2col's):
  *
  *   conv2d            y_g  [out_g, P]  = W_g [out_g, K] col(x_g) [K, P]
  *                     dx_g             = col2im(W_g^T dy_g)
@@ -15,59 +14,166 @@
  * A 1 x 1 window with stride 1 and no padding is its own column matrix: the
  * GEMM reads x (writes dx, y) in place, no workspace.
  *
+ * Implicit where it can be (an implicit GEMM: bench/README.md measured the
+ * stored column matrix at 28-58 % of a small layer's time): W col(.) never
+ * stores col, the GEMM packs its B panels straight from the image (win_pack,
+ * pg_cpu_gemm_bsrc), the same values in the same order, so the same bits as
+ * a stored col; and with stride 1 the col2im products are computed as what
+ * they are, a convolution of the other tensor with the window mirrored
+ * (direct_gemm: image value (iy, ix) of channel ch is one FMA chain over (m,
+ * ky, kx) in index order of W[m, (ch, ky, kx)] in[m, iy + ph - ky dh, ix + pw
+ * - kx dw], terms outside `in` being 0 x w), the workspace holding the
+ * rearranged weight. Strided col2im (where the mirrored window would skip
+ * most positions) and the weight gradient (whose B is col transposed) still
+ * store col in the workspace.
+ *
  * Why these bits hold on any layout: every element of a GEMM is one FMA chain
  * over k in index order (runtime/cpu/README.md), whatever the threads, so y
- * and the column gradients depend on nothing but the sample; col2im adds a
- * position's contributions in a fixed order (channel, ky, kx, then the
- * positions in row-major order) on one thread; a weight gradient is one
- * chain over a sample's positions, added into dw sample by sample in index
- * order; a bias gradient sums a micro-batch's dy in double (samples, then
- * positions, in index order) and adds it once.
- *
- * Why im2col and not an implicit GEMM: measured (bench/README.md, "conv"),
- * the column matrix costs a few per cent of a 3 x 3 layer's time, which is
- * all an implicit GEMM could save, against a second microkernel to keep. */
+ * and the column gradients depend on nothing but the sample; which of the
+ * two ways a col2im product takes depends on the geometry alone; the strided
+ * col2im adds a position's contributions in a fixed order (channel, ky, kx,
+ * then the positions in row-major order) on one thread; a weight gradient is
+ * one chain over a sample's positions, added into dw sample by sample in
+ * index order; a bias gradient sums a micro-batch's dy in double (samples,
+ * then positions, in index order) and adds it once. */
 #include <string.h>
 
 #include "cpu_kernels.h"
 #include "op_args.h"
 
-/* col [C kh kw, PH PW] from img [C, IH, IW]: row (c, ky, kx), column (py, px)
- * holds img[c, py sh - ph + ky dh, px sw - pw + kx dw], 0 outside. */
-static void im2col(const pg_conv *g, int64_t C, int64_t IH, int64_t IW, int64_t PH, int64_t PW, const float *img,
-                   float *col)
+/* An implicit column matrix: B(k, j), k = (ch, ky, kx) in index order, j =
+ * (py, px) a position of a grid PW wide, is img[ch, iy, ix] with iy = py sy +
+ * y0 + ky ky_d, ix = px sx + x0 + kx kx_d, 0 outside the image [C, SH, SW].
+ * im2col's matrix is (sy, sx, y0, x0, ky_d, kx_d) = (sh, sw, -ph, -pw, dh,
+ * dw); the mirrored window of direct_gemm is (1, 1, ph, pw, -dh, -dw). */
+typedef struct win {
+    const float *img;
+    int64_t SH, SW, PH, PW, kh, kw, sy, sx, y0, x0, ky_d, kx_d;
+    int inside; /* every value read lies inside the image (win_padded): no checks */
+} win;
+
+/* d[0, n) = plane[iy, ix0 + t sx] for t < n, 0 outside the plane: n values
+ * of B along one row of the grid (the image row iy, from column ix0) */
+static inline void win_run(const win *v, const float *restrict plane, int64_t iy, int64_t ix0, int64_t n,
+                           float *restrict d)
 {
-    for (int64_t ch = 0; ch < C; ch++)
-        for (int64_t ky = 0; ky < g->kh; ky++)
-            for (int64_t kx = 0; kx < g->kw; kx++) {
-                float *row = col + ((ch * g->kh + ky) * g->kw + kx) * PH * PW;
-                const float *plane = img + ch * IH * IW;
-                int64_t x0 = kx * g->dw - g->pw;
-                for (int64_t py = 0; py < PH; py++) {
-                    float *dst = row + py * PW;
-                    int64_t iy = py * g->sh - g->ph + ky * g->dh;
-                    if (iy < 0 || iy >= IH) {
-                        memset(dst, 0, (size_t)PW * sizeof *dst);
-                        continue;
-                    }
-                    const float *src = plane + iy * IW;
-                    if (g->sw == 1) { /* a run of the row, zeros either side */
-                        int64_t lo = x0 < 0 ? -x0 : 0, hi = IW - x0 < PW ? IW - x0 : PW;
-                        if (lo > PW)
-                            lo = PW;
-                        if (hi < lo)
-                            hi = lo;
-                        memset(dst, 0, (size_t)lo * sizeof *dst);
-                        memcpy(dst + lo, src + x0 + lo, (size_t)(hi - lo) * sizeof *dst);
-                        memset(dst + hi, 0, (size_t)(PW - hi) * sizeof *dst);
-                        continue;
-                    }
-                    for (int64_t px = 0; px < PW; px++) {
-                        int64_t ix = px * g->sw + x0;
-                        dst[px] = ix >= 0 && ix < IW ? src[ix] : 0.0f;
-                    }
-                }
+    if (iy < 0 || iy >= v->SH) {
+        memset(d, 0, (size_t)n * sizeof *d);
+        return;
+    }
+    const float *restrict src = plane + iy * v->SW;
+    if (v->sx != 1) {
+        for (int64_t t = 0; t < n; t++) {
+            int64_t ix = ix0 + t * v->sx;
+            d[t] = ix >= 0 && ix < v->SW ? src[ix] : 0.0f;
+        }
+        return;
+    }
+    int64_t lo = ix0 < 0 ? -ix0 : 0, hi = v->SW - ix0; /* t in [lo, hi) reads the row */
+    if (lo == 0 && hi >= n) { /* inside the row: the panels' widths as fixed-size copies */
+        if (n == 16)
+            memcpy(d, src + ix0, 16 * sizeof *d);
+        else if (n == 32)
+            memcpy(d, src + ix0, 32 * sizeof *d);
+        else
+            memcpy(d, src + ix0, (size_t)n * sizeof *d);
+        return;
+    }
+    lo = lo < n ? lo : n;
+    hi = hi < lo ? lo : hi > n ? n : hi;
+    for (int64_t t = 0; t < lo; t++)
+        d[t] = 0.0f;
+    for (int64_t t = lo; t < hi; t++)
+        d[t] = src[ix0 + t];
+    for (int64_t t = hi; t < n; t++)
+        d[t] = 0.0f;
+}
+
+/* v over a copy of its image in buf with zero borders wide enough that
+ * every value it reads lies inside (so win_run always copies whole runs),
+ * when the C padded planes fit in room floats; else v itself. Only values
+ * move: B is the same matrix. */
+static win win_padded(win v, int64_t C, float *buf, int64_t room)
+{
+    int64_t ey = (v.kh - 1) * v.ky_d, ex = (v.kw - 1) * v.kx_d; /* the window's extent, either way */
+    int64_t top = -(v.y0 + (ey < 0 ? ey : 0)), bot = (v.PH - 1) * v.sy + v.y0 + (ey > 0 ? ey : 0) - (v.SH - 1);
+    int64_t lef = -(v.x0 + (ex < 0 ? ex : 0)), rig = (v.PW - 1) * v.sx + v.x0 + (ex > 0 ? ex : 0) - (v.SW - 1);
+    top = top > 0 ? top : 0, bot = bot > 0 ? bot : 0, lef = lef > 0 ? lef : 0, rig = rig > 0 ? rig : 0;
+    int64_t H = v.SH + top + bot, W = v.SW + lef + rig;
+    if ((top | bot | lef | rig) == 0)
+        v.inside = 1;
+    if (v.inside || !buf || C * H * W > room)
+        return v;
+    for (int64_t ch = 0; ch < C; ch++) {
+        float *p = buf + ch * H * W;
+        const float *src = v.img + ch * v.SH * v.SW;
+        memset(p, 0, (size_t)(top * W + lef) * sizeof *p);
+        for (int64_t y = 0; y < v.SH; y++) {
+            memcpy(p + (top + y) * W + lef, src + y * v.SW, (size_t)v.SW * sizeof *p);
+            memset(p + (top + y) * W + lef + v.SW, 0, (size_t)(y + 1 < v.SH ? rig + lef : rig) * sizeof *p);
+        }
+        memset(p + (top + v.SH) * W, 0, (size_t)(bot * W) * sizeof *p);
+    }
+    v.img = buf, v.SH = H, v.SW = W, v.y0 += top, v.x0 += lef, v.inside = 1;
+    return v;
+}
+
+/* d[0, n) = s[t sx]: a run inside the image; the panels' widths (16, 32)
+ * as fixed-size copies */
+static inline __attribute__((always_inline)) void win_copy(const float *restrict s, int64_t sx, int64_t n,
+                                                            float *restrict d)
+{
+    if (sx != 1)
+        for (int64_t t = 0; t < n; t++)
+            d[t] = s[t * sx];
+    else if (n == 16)
+        memcpy(d, s, 16 * sizeof *d);
+    else if (n == 32)
+        memcpy(d, s, 32 * sizeof *d);
+    else
+        memcpy(d, s, (size_t)n * sizeof *d);
+}
+
+/* The GEMM's packing of a win (pg_cpu_bsrc): the block's positions cut into
+ * runs along the grid's rows within a panel (at most WIN_RUNS at a time),
+ * then k by k ((ch, ky, kx) counted up, no division) each run copied from its
+ * image row; zeros past the block in the last panel. */
+#define WIN_RUNS 64
+static void win_pack(const void *arg, int nr, float *bp, int64_t j0, int64_t nbw, int64_t k0, int64_t kc)
+{
+    const win *v = arg;
+    for (int64_t j = 0; j < nbw;) {
+        int64_t off[WIN_RUNS], iy0[WIN_RUNS], ix0[WIN_RUNS], n[WIN_RUNS];
+        int runs = 0;
+        for (; j < nbw && runs < WIN_RUNS; runs++) { /* a run ends at the grid's row or the panel's end */
+            int64_t py = (j0 + j) / v->PW, px = (j0 + j) % v->PW, q = j / nr, jj = j % nr;
+            n[runs] = v->PW - px < nr - jj ? v->PW - px : nr - jj;
+            n[runs] = n[runs] < nbw - j ? n[runs] : nbw - j;
+            off[runs] = q * kc * nr + jj, iy0[runs] = py * v->sy + v->y0, ix0[runs] = px * v->sx + v->x0;
+            j += n[runs];
+        }
+        int64_t ch = k0 / (v->kh * v->kw), ky = k0 / v->kw % v->kh, kx = k0 % v->kw;
+        for (int64_t k = 0; k < kc; k++) {
+            const float *plane = v->img + ch * v->SH * v->SW;
+            int64_t dy = ky * v->ky_d, dx = kx * v->kx_d;
+            float *d = bp + k * nr;
+            if (v->inside)
+                for (int u = 0; u < runs; u++)
+                    win_copy(plane + (iy0[u] + dy) * v->SW + ix0[u] + dx, v->sx, n[u], d + off[u]);
+            else
+                for (int u = 0; u < runs; u++)
+                    win_run(v, plane, iy0[u] + dy, ix0[u] + dx, n[u], d + off[u]);
+            if (++kx == v->kw) {
+                kx = 0;
+                if (++ky == v->kh)
+                    ky = 0, ch++;
             }
+        }
+    }
+    int64_t w = nbw % nr; /* the last panel's columns, if it is not full */
+    if (w)
+        for (int64_t k = 0; k < kc; k++)
+            memset(bp + (nbw / nr) * kc * nr + k * nr + w, 0, (size_t)(nr - w) * sizeof *bp);
 }
 
 /* img [C, IH, IW] += the adjoint of im2col: each column entry added back where
@@ -113,9 +219,18 @@ static cv cv_of(const pg_conv *g)
     return v;
 }
 
+/* col [C kh kw, PH PW] from img [C, IH, IW]: row (c, ky, kx), column (py, px)
+ * holds img[c, py sh - ph + ky dh, px sw - pw + kx dw], 0 outside (the
+ * window matrix of gemm_col, stored: the weight gradient reads it whole). */
 static void im2col_of(const pg_conv *g, const cv *v, const float *img, float *col)
 {
-    im2col(g, v->C, v->IH, v->IW, v->PH, v->PW, img, col);
+    win wn = {img, v->IH, v->IW, v->PH, v->PW, g->kh, g->kw, g->sh, g->sw, -g->ph, -g->pw, g->dh, g->dw, 0};
+    for (int64_t k = 0; k < v->K; k++) {
+        const float *plane = img + k / (g->kh * g->kw) * v->IH * v->IW;
+        int64_t ky = k / g->kw % g->kh, kx = k % g->kw;
+        for (int64_t py = 0; py < v->PH; py++)
+            win_run(&wn, plane, py * g->sh - g->ph + ky * g->dh, kx * g->dw - g->pw, v->PW, col + k * v->P + py * v->PW);
+    }
 }
 
 static void col2im_of(const pg_conv *g, const cv *v, const float *col, float *img)
@@ -174,19 +289,61 @@ typedef struct side {
 static int64_t at(const pg_conv *g, side t, int64_t s, int64_t gi) { return (s * t.ch + gi * (t.ch / g->groups)) * t.plane; }
 
 /* out_g [M, P] (= beta ? out_g : 0) + W_g [M, K] col(img_g) [K, P]: conv2d's
- * y from x, conv_transpose2d's dx from dy. M = out's channels of a group. */
+ * y from x, conv_transpose2d's dx from dy. M = out's channels of a group.
+ * The column matrix is implicit: the GEMM packs its panels from the image. */
 static void gemm_col(pg_ctx *c, int64_t r, const pg_conv *g, const cv *v, const float *w, const float *img, side si,
                      float *out, side so, int beta, float *ws)
 {
     int64_t M = so.ch / g->groups;
     for (int64_t s = 0; s < r; s++)
         for (int64_t gi = 0; gi < g->groups; gi++) {
-            const float *ig = img + at(g, si, s, gi);
-            if (!v->pw)
-                im2col_of(g, v, ig, ws);
-            pg_cpu_gemm(c, 0, 0, M, v->P, v->K, 1.0f, w + gi * M * v->K, v->K, v->pw ? ig : ws, v->P, beta,
-                        out + at(g, so, s, gi), v->P);
+            const float *ig = img + at(g, si, s, gi), *wg = w + gi * M * v->K;
+            float *og = out + at(g, so, s, gi);
+            if (v->pw) {
+                pg_cpu_gemm(c, 0, 0, M, v->P, v->K, 1.0f, wg, v->K, ig, v->P, beta, og, v->P);
+                continue;
+            }
+            win wn = {ig, v->IH, v->IW, v->PH, v->PW, g->kh, g->kw, g->sh, g->sw, -g->ph, -g->pw, g->dh, g->dw, 0};
+            wn = win_padded(wn, v->C, ws, pg_conv_ws_floats(g));
+            pg_cpu_bsrc b = {win_pack, &wn};
+            pg_cpu_gemm_bsrc(c, M, v->P, v->K, 1.0f, wg, v->K, &b, beta, og, v->P);
         }
+}
+
+/* Whether col2im's product takes the direct way: stride 1 (each image value
+ * then gathers from the positions by the mirrored window), a B no larger than
+ * col (M kh kw rows against C kh kw: packing B costs what building col does,
+ * and a 3-channel stem's dx would pack 16 channels' windows for 3 rows of
+ * output), and room in the workspace ([C kh kw, P]) for the rearranged
+ * weight ([C, M kh kw]). */
+static int direct_ok(const pg_conv *g, const cv *v, side sn)
+{
+    int64_t M = sn.ch / g->groups;
+    return !v->pw && g->sh == 1 && g->sw == 1 && M <= v->C && M <= v->P;
+}
+
+/* img_g [C, IH IW] (= beta ? img_g : 0) + W'_g [C, M kh kw] win(in_g): the
+ * adjoint of im2col for stride 1, as a convolution of in_g with the window
+ * mirrored (image value (iy, ix) takes in_g[m, iy + ph - ky dh, ix + pw -
+ * kx dw]), W'_g[ch, (m, ky, kx)] = W_g[m, (ch, ky, kx)] built in ws. One FMA
+ * chain per image value over (m, ky, kx) in index order, no scattered adds. */
+static void direct_gemm(pg_ctx *c, int64_t r, const pg_conv *g, const cv *v, const float *w, const float *in,
+                        side sn, float *img, side si, int beta, float *ws)
+{
+    int64_t M = sn.ch / g->groups, khw = g->kh * g->kw, KD = M * khw;
+    for (int64_t gi = 0; gi < g->groups; gi++) {
+        const float *wg = w + gi * M * v->K;
+        for (int64_t ch = 0; ch < v->C; ch++)
+            for (int64_t m = 0; m < M; m++)
+                memcpy(ws + ch * KD + m * khw, wg + m * v->K + ch * khw, (size_t)khw * sizeof *ws);
+        for (int64_t s = 0; s < r; s++) {
+            win wn = {in + at(g, sn, s, gi), v->PH, v->PW, v->IH, v->IW, g->kh, g->kw, 1, 1, g->ph, g->pw, -g->dh,
+                      -g->dw, 0};
+            wn = win_padded(wn, M, ws + v->C * KD, pg_conv_ws_floats(g) - v->C * KD);
+            pg_cpu_bsrc b = {win_pack, &wn};
+            pg_cpu_gemm_bsrc(c, v->C, v->IH * v->IW, KD, 1.0f, ws, KD, &b, beta, img + at(g, si, s, gi), v->IH * v->IW);
+        }
+    }
 }
 
 /* img_g += col2im(W_g^T [K, M] in_g [M, P]): conv2d's dx from dy (img zeroed
@@ -257,6 +414,10 @@ int pg_conv2d_bwd_in(pg_ctx *c, int64_t r, const pg_conv *g, const float *dy, co
     if (check("conv2d_bwd_in", r, g, 0, ws))
         return 1;
     cv v = cv_of(g);
+    if (direct_ok(g, &v, ys(g))) {
+        direct_gemm(c, r, g, &v, w, dy, ys(g), dx, xs(g), 0, ws);
+        return 0;
+    }
     memset(dx, 0, (size_t)(r * g->in * v.HW) * sizeof *dx);
     col2im_gemm(c, r, g, &v, w, dy, ys(g), dx, xs(g), ws);
     return 0;
@@ -283,7 +444,10 @@ int pg_conv_transpose2d_fwd(pg_ctx *c, int64_t r, const pg_conv *g, const float 
         return 1;
     cv v = cv_of(g);
     fill_bias(r, g->out, v.OHW, b, y); /* col2im adds into it */
-    col2im_gemm(c, r, g, &v, w, x, xs(g), y, ys(g), ws);
+    if (direct_ok(g, &v, xs(g)))
+        direct_gemm(c, r, g, &v, w, x, xs(g), y, ys(g), 1, ws);
+    else
+        col2im_gemm(c, r, g, &v, w, x, xs(g), y, ys(g), ws);
     return 0;
 }
 

@@ -6,6 +6,7 @@
 
 #include <limits.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "pg_ops.h"
 
@@ -20,6 +21,21 @@ typedef struct pg_cpu_gemm_pool pg_cpu_gemm_pool;
  * bits do not depend on M, N, its place, the thread count or the kernel. */
 void pg_cpu_gemm(pg_ctx *c, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
                  const float *A, int64_t lda, const float *B, int64_t ldb, int beta, float *C, int64_t ldc);
+/* B of a product given by the code that packs it rather than as a matrix (an
+ * implicit matrix: conv.c's windows over an image, no column matrix stored).
+ * pack(arg, nr, bp, j0, nbw, k0, kc) writes B's columns [j0, j0 + nbw) for k
+ * in [k0, k0 + kc) as gemm.c's panels: panel q at bp + q kc nr holds, for each
+ * k in order, the nr values B(k0 + k, j0 + q nr + 0 .. nr - 1), zeros past
+ * the block; bp is 64-byte aligned. It only moves data, so the product's bits
+ * are those of pg_cpu_gemm on the stored B [K, N]; it runs on any GEMM thread
+ * (several at once) and must not write anything but bp. */
+typedef struct pg_cpu_bsrc {
+    void (*pack)(const void *arg, int nr, float *bp, int64_t j0, int64_t nbw, int64_t k0, int64_t kc);
+    const void *arg;
+} pg_cpu_bsrc;
+/* pg_cpu_gemm with ta = 0 and B from b: C[M,N] = (beta ? C : 0) + alpha A[M,K] B[K,N] */
+void pg_cpu_gemm_bsrc(pg_ctx *c, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                      const pg_cpu_bsrc *b, int beta, float *C, int64_t ldc);
 /* fn(arg, t) for every t in [0, n), spread over the GEMM threads in any
  * order; returns when all are done. Inside fn, pg_cpu_gemm runs on the
  * thread that calls it (so the tasks must write disjoint outputs, and each
@@ -106,6 +122,59 @@ PG_CPU_INLINE float pg_cpu_lanes_sum(const float *a)
     for (int l = 0; l < PG_CPU_ROW_LANES / 2; l++)
         h[l] = a[l] + a[l + PG_CPU_ROW_LANES / 2];
     return ((h[0] + h[4]) + (h[2] + h[6])) + ((h[1] + h[5]) + (h[3] + h[7]));
+}
+
+/* the k < PG_CPU_ROW_LANES elements of a (none for NULL) at t, zeros after them */
+PG_CPU_INLINE void pg_cpu_row_pad(const float *a, int64_t k, float *t)
+{
+    for (int l = 0; l < PG_CPU_ROW_LANES; l++)
+        t[l] = 0.0f;
+    if (a)
+        memcpy(t, a, (size_t)k * sizeof *t);
+}
+
+/* sum of x[0, d) in the row sums' order */
+PG_CPU_INLINE double pg_cpu_row_sum(const float *x, int64_t d)
+{
+    double s = 0.0;
+    for (int64_t c = 0; c < d; c += PG_CPU_ROW_CHUNK) {
+        int64_t e = d - c < PG_CPU_ROW_CHUNK ? d : c + PG_CPU_ROW_CHUNK, j = c;
+        float acc[PG_CPU_ROW_LANES] = {0}, t[PG_CPU_ROW_LANES];
+        for (; j + PG_CPU_ROW_LANES <= e; j += PG_CPU_ROW_LANES)
+            for (int l = 0; l < PG_CPU_ROW_LANES; l++)
+                acc[l] += x[j + l];
+        if (j < e) {
+            pg_cpu_row_pad(x + j, e - j, t);
+            for (int l = 0; l < PG_CPU_ROW_LANES; l++)
+                acc[l] += t[l];
+        }
+        s += pg_cpu_lanes_sum(acc);
+    }
+    return s;
+}
+
+/* sum of (x - m)^2 over x[0, d) in the same order (the pads' deviations zeroed) */
+PG_CPU_INLINE double pg_cpu_row_sqdev(const float *x, int64_t d, float m)
+{
+    double s = 0.0;
+    for (int64_t c = 0; c < d; c += PG_CPU_ROW_CHUNK) {
+        int64_t e = d - c < PG_CPU_ROW_CHUNK ? d : c + PG_CPU_ROW_CHUNK, j = c;
+        float acc[PG_CPU_ROW_LANES] = {0}, t[PG_CPU_ROW_LANES];
+        for (; j + PG_CPU_ROW_LANES <= e; j += PG_CPU_ROW_LANES)
+            for (int l = 0; l < PG_CPU_ROW_LANES; l++) {
+                float v = x[j + l] - m;
+                acc[l] += v * v;
+            }
+        if (j < e) {
+            pg_cpu_row_pad(NULL, 0, t);
+            for (int64_t l = 0; l < e - j; l++)
+                t[l] = x[j + l] - m;
+            for (int l = 0; l < PG_CPU_ROW_LANES; l++)
+                acc[l] += t[l] * t[l];
+        }
+        s += pg_cpu_lanes_sum(acc);
+    }
+    return s;
 }
 
 PG_CPU_INLINE void pg_cpu_exp_blk(float *a)

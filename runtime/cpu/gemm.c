@@ -80,6 +80,7 @@ typedef struct gemm_job {
     int beta;             /* 1: add to C; 0: overwrite C */
     float *C;
     int64_t ldc;
+    const pg_cpu_bsrc *bsrc; /* B made by its own packing (an implicit matrix), or NULL: B as stored */
     /* the blocking, set once per call */
     int64_t kc;           /* k per chunk */
     int64_t nb, mb;       /* a task's columns and rows */
@@ -474,7 +475,10 @@ static void run_task(void *arg, int64_t t, float *scratch)
     int64_t k0 = 0;
     do {
         int64_t kc = g->K - k0 < g->kc ? g->K - k0 : g->kc;
-        kr->pack(g, kr->nr, bp, j0, nbw, k0, kc);
+        if (g->bsrc)
+            g->bsrc->pack(g->bsrc->arg, kr->nr, bp, j0, nbw, k0, kc);
+        else
+            kr->pack(g, kr->nr, bp, j0, nbw, k0, kc);
         run_block(kr, g, bp, chunks ? part : NULL, ap, i0, mb, j0, nbw, k0, kc, k0 == 0, k0 + kc >= g->K);
         k0 += kc;
     } while (k0 < g->K);
@@ -762,14 +766,11 @@ const char *pg_cpu_gemm_kernel(const pg_cpu_gemm_pool *p) { return p->kern->name
 
 /* ---- the call -------------------------------------------------------------- */
 
-void pg_cpu_gemm(pg_ctx *c, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
-                 const float *A, int64_t lda, const float *B, int64_t ldb, int beta, float *C, int64_t ldc)
+/* The blocking of one call, its tasks, and the threads that run them. */
+static void gemm_run(pg_cpu_gemm_pool *p, gemm_job g)
 {
-    if (M <= 0 || N <= 0)
-        return;
-    pg_cpu_gemm_pool *p = c->gemm;
     const gemm_kern *kr = p->kern;
-    gemm_job g = {kr, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 0, 0, 0, 0, 0};
+    int64_t M = g.M, N = g.N, K = g.K;
     int chunks = K > KC_MAX;
     g.kc = chunks ? KC_MAX : (K > 0 ? K : 1);
     if (chunks)
@@ -818,6 +819,24 @@ void pg_cpu_gemm(pg_ctx *c, int ta, int tb, int64_t M, int64_t N, int64_t K, flo
         return;
     }
     run_parallel(p, g.ntasks, run_task, &g);
+}
+
+void pg_cpu_gemm(pg_ctx *c, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float *A, int64_t lda, const float *B, int64_t ldb, int beta, float *C, int64_t ldc)
+{
+    if (M <= 0 || N <= 0)
+        return;
+    gemm_job g = {c->gemm->kern, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, 0, 0, 0, 0, 0};
+    gemm_run(c->gemm, g);
+}
+
+void pg_cpu_gemm_bsrc(pg_ctx *c, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                      const pg_cpu_bsrc *b, int beta, float *C, int64_t ldc)
+{
+    if (M <= 0 || N <= 0)
+        return;
+    gemm_job g = {c->gemm->kern, 0, 0, M, N, K, alpha, A, lda, NULL, 0, beta, C, ldc, b, 0, 0, 0, 0, 0};
+    gemm_run(c->gemm, g);
 }
 
 /* ---- pg_cpu_parallel ------------------------------------------------------- */

@@ -19,59 +19,6 @@
 
 #define LN_L PG_CPU_ROW_LANES
 
-/* the k < LN_L elements of a at t, zeros after them */
-PG_CPU_INLINE void ln_pad(const float *a, int64_t k, float *t)
-{
-    for (int l = 0; l < LN_L; l++)
-        t[l] = 0.0f;
-    if (a)
-        memcpy(t, a, (size_t)k * sizeof *t);
-}
-
-/* sum of x[0, d) */
-PG_CPU_INLINE double ln_sum(const float *x, int64_t d)
-{
-    double s = 0.0;
-    for (int64_t c = 0; c < d; c += PG_CPU_ROW_CHUNK) {
-        int64_t e = d - c < PG_CPU_ROW_CHUNK ? d : c + PG_CPU_ROW_CHUNK, j = c;
-        float acc[LN_L] = {0}, t[LN_L];
-        for (; j + LN_L <= e; j += LN_L)
-            for (int l = 0; l < LN_L; l++)
-                acc[l] += x[j + l];
-        if (j < e) {
-            ln_pad(x + j, e - j, t);
-            for (int l = 0; l < LN_L; l++)
-                acc[l] += t[l];
-        }
-        s += pg_cpu_lanes_sum(acc);
-    }
-    return s;
-}
-
-/* sum of (x - m)^2 over x[0, d) (the pads' deviations zeroed) */
-PG_CPU_INLINE double ln_sqdev(const float *x, int64_t d, float m)
-{
-    double s = 0.0;
-    for (int64_t c = 0; c < d; c += PG_CPU_ROW_CHUNK) {
-        int64_t e = d - c < PG_CPU_ROW_CHUNK ? d : c + PG_CPU_ROW_CHUNK, j = c;
-        float acc[LN_L] = {0}, t[LN_L];
-        for (; j + LN_L <= e; j += LN_L)
-            for (int l = 0; l < LN_L; l++) {
-                float v = x[j + l] - m;
-                acc[l] += v * v;
-            }
-        if (j < e) {
-            ln_pad(NULL, 0, t);
-            for (int64_t l = 0; l < e - j; l++)
-                t[l] = x[j + l] - m;
-            for (int l = 0; l < LN_L; l++)
-                acc[l] += t[l] * t[l];
-        }
-        s += pg_cpu_lanes_sum(acc);
-    }
-    return s;
-}
-
 /* y = (x - m) rs [* w] [+ b] of one block */
 PG_CPU_INLINE void ln_out_blk(const float *x, float m, float rs, const float *w, const float *b, float *y)
 {
@@ -92,14 +39,15 @@ PG_CPU_INLINE void ln_out_blk(const float *x, float m, float rs, const float *w,
 PG_CPU_INLINE void ln_fwd_row(const float *x, int64_t d, float eps, const float *w, const float *b, float *y,
                               float *mean, float *rstd)
 {
-    float m = mean ? (float)(ln_sum(x, d) / (double)d) : 0.0f;
-    float rs = (float)(1.0 / sqrt(ln_sqdev(x, d, m) / (double)d + (double)eps));
+    float m = mean ? (float)(pg_cpu_row_sum(x, d) / (double)d) : 0.0f;
+    float rs = (float)(1.0 / sqrt(pg_cpu_row_sqdev(x, d, m) / (double)d + (double)eps));
     int64_t j = 0;
     for (; j + LN_L <= d; j += LN_L)
         ln_out_blk(x + j, m, rs, w ? w + j : NULL, b ? b + j : NULL, y + j);
     if (j < d) {
         float bx[LN_L], bw[LN_L], bb[LN_L], by[LN_L];
-        ln_pad(x + j, d - j, bx), ln_pad(w ? w + j : NULL, d - j, bw), ln_pad(b ? b + j : NULL, d - j, bb);
+        pg_cpu_row_pad(x + j, d - j, bx), pg_cpu_row_pad(w ? w + j : NULL, d - j, bw);
+        pg_cpu_row_pad(b ? b + j : NULL, d - j, bb);
         ln_out_blk(bx, m, rs, w ? bw : NULL, b ? bb : NULL, by);
         memcpy(y + j, by, (size_t)(d - j) * sizeof *y);
     }
@@ -171,7 +119,7 @@ typedef struct ln_tail {
 
 PG_CPU_INLINE void ln_tail_load(ln_tail *t, const float *x, const float *dy, const float *w, int64_t k)
 {
-    ln_pad(x, k, t->x), ln_pad(dy, k, t->dy), ln_pad(w, k, t->w);
+    pg_cpu_row_pad(x, k, t->x), pg_cpu_row_pad(dy, k, t->dy), pg_cpu_row_pad(w, k, t->w);
 }
 
 PG_CPU_INLINE void ln_bwd_in_row(const float *x, const float *dy, const float *w, int64_t d, int centred, float m,
