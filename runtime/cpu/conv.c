@@ -38,8 +38,11 @@
  * then positions, in index order) and adds it once. */
 #include <string.h>
 
-#include "cpu_kernels.h"
+#include "cpu_ctx.h"
 #include "op_args.h"
+#ifdef PG_CPU_AVX2
+#include <immintrin.h>
+#endif
 
 /* An implicit column matrix: B(k, j), k = (ch, ky, kx) in index order, j =
  * (py, px) a position of a grid PW wide, is img[ch, iy, ix] with iy = py sy +
@@ -50,6 +53,7 @@ typedef struct win {
     const float *img;
     int64_t SH, SW, PH, PW, kh, kw, sy, sx, y0, x0, ky_d, kx_d;
     int inside; /* every value read lies inside the image (win_padded): no checks */
+    int avx2;   /* win_pack_t may transpose with AVX2 (the context's choice: data moves alike) */
 } win;
 
 /* d[0, n) = plane[iy, ix0 + t sx] for t < n, 0 outside the plane: n values
@@ -176,6 +180,88 @@ static void win_pack(const void *arg, int nr, float *bp, int64_t j0, int64_t nbw
             memset(bp + (nbw / nr) * kc * nr + k * nr + w, 0, (size_t)(nr - w) * sizeof *bp);
 }
 
+#ifdef PG_CPU_AVX2
+/* d[t nr + jj] = s0[off[jj] + t] for t < n rounded down to 8 and jj < w
+ * rounded down to 8, the columns past that (up to nr) done for those t too,
+ * by 8 x 8 transposes in AVX registers; returns the t done. */
+__attribute__((target("avx2"))) static int64_t win_t8x8(const float *s0, const int64_t *off, int64_t w, int64_t n,
+                                                        int nr, float *d)
+{
+    int64_t n8 = n / 8 * 8, w8 = w / 8 * 8;
+    for (int64_t t = 0; t < n8; t += 8) {
+        for (int64_t j = 0; j < w8; j += 8) {
+            __m256 r0 = _mm256_loadu_ps(s0 + off[j] + t), r1 = _mm256_loadu_ps(s0 + off[j + 1] + t);
+            __m256 r2 = _mm256_loadu_ps(s0 + off[j + 2] + t), r3 = _mm256_loadu_ps(s0 + off[j + 3] + t);
+            __m256 r4 = _mm256_loadu_ps(s0 + off[j + 4] + t), r5 = _mm256_loadu_ps(s0 + off[j + 5] + t);
+            __m256 r6 = _mm256_loadu_ps(s0 + off[j + 6] + t), r7 = _mm256_loadu_ps(s0 + off[j + 7] + t);
+            __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+            __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+            __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+            __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+            __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+            __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+            __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+            __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+            float *o = d + t * nr + j;
+            _mm256_storeu_ps(o, _mm256_permute2f128_ps(u0, u4, 0x20));
+            _mm256_storeu_ps(o + nr, _mm256_permute2f128_ps(u1, u5, 0x20));
+            _mm256_storeu_ps(o + 2 * nr, _mm256_permute2f128_ps(u2, u6, 0x20));
+            _mm256_storeu_ps(o + 3 * nr, _mm256_permute2f128_ps(u3, u7, 0x20));
+            _mm256_storeu_ps(o + 4 * nr, _mm256_permute2f128_ps(u0, u4, 0x31));
+            _mm256_storeu_ps(o + 5 * nr, _mm256_permute2f128_ps(u1, u5, 0x31));
+            _mm256_storeu_ps(o + 6 * nr, _mm256_permute2f128_ps(u2, u6, 0x31));
+            _mm256_storeu_ps(o + 7 * nr, _mm256_permute2f128_ps(u3, u7, 0x31));
+        }
+        for (int64_t tt = t; tt < t + 8; tt++) {
+            for (int64_t jj = w8; jj < w; jj++)
+                d[tt * nr + jj] = s0[off[jj] + tt];
+            for (int64_t jj = w; jj < nr; jj++)
+                d[tt * nr + jj] = 0.0f;
+        }
+    }
+    return n8;
+}
+#endif
+
+/* The GEMM's packing of col^T, a win inside its image (the weight
+ * gradient's B: B(k, j) = col(j, k), k a position, j = (ch, ky, kx)): for
+ * each panel, each column's offset in the image; then for each run of
+ * positions along a grid row, value t of column jj is the image at the run's
+ * start + jj's offset + t sx. A transpose: rows of the image into the
+ * panel's k-major layout. */
+#define WIN_NR_MAX 64
+static void win_pack_t(const void *arg, int nr, float *bp, int64_t j0, int64_t nbw, int64_t k0, int64_t kc)
+{
+    const win *v = arg;
+    int64_t khw = v->kh * v->kw;
+    for (int64_t q = 0; q * nr < nbw; q++) {
+        int64_t jc = j0 + q * nr, w = nbw - q * nr < nr ? nbw - q * nr : nr, off[WIN_NR_MAX];
+        float *dst = bp + q * kc * nr;
+        for (int64_t jj = 0; jj < w; jj++) {
+            int64_t kk = jc + jj, ky = kk / v->kw % v->kh, kx = kk % v->kw;
+            off[jj] = kk / khw * v->SH * v->SW + ky * v->ky_d * v->SW + kx * v->kx_d;
+        }
+        for (int64_t p = k0; p < k0 + kc;) {
+            int64_t py = p / v->PW, px = p % v->PW;
+            int64_t n = v->PW - px < k0 + kc - p ? v->PW - px : k0 + kc - p;
+            const float *s0 = v->img + (py * v->sy + v->y0) * v->SW + px * v->sx + v->x0;
+            float *d = dst + (p - k0) * nr;
+            int64_t t = 0;
+#ifdef PG_CPU_AVX2
+            if (v->avx2 && v->sx == 1)
+                t = win_t8x8(s0, off, w, n, nr, d);
+#endif
+            for (; t < n; t++) {
+                for (int64_t jj = 0; jj < w; jj++)
+                    d[t * nr + jj] = s0[off[jj] + t * v->sx];
+                for (int64_t jj = w; jj < nr; jj++)
+                    d[t * nr + jj] = 0.0f;
+            }
+            p += n;
+        }
+    }
+}
+
 /* img [C, IH, IW] += the adjoint of im2col: each column entry added back where
  * im2col took it from, in im2col's order (rows, then positions row-major). */
 static void col2im_add(const pg_conv *g, int64_t C, int64_t IH, int64_t IW, int64_t PH, int64_t PW, const float *col,
@@ -224,7 +310,7 @@ static cv cv_of(const pg_conv *g)
  * window matrix of gemm_col, stored: the weight gradient reads it whole). */
 static void im2col_of(const pg_conv *g, const cv *v, const float *img, float *col)
 {
-    win wn = {img, v->IH, v->IW, v->PH, v->PW, g->kh, g->kw, g->sh, g->sw, -g->ph, -g->pw, g->dh, g->dw, 0};
+    win wn = {img, v->IH, v->IW, v->PH, v->PW, g->kh, g->kw, g->sh, g->sw, -g->ph, -g->pw, g->dh, g->dw, 0, 0};
     for (int64_t k = 0; k < v->K; k++) {
         const float *plane = img + k / (g->kh * g->kw) * v->IH * v->IW;
         int64_t ky = k / g->kw % g->kh, kx = k % g->kw;
@@ -303,7 +389,8 @@ static void gemm_col(pg_ctx *c, int64_t r, const pg_conv *g, const cv *v, const 
                 pg_cpu_gemm(c, 0, 0, M, v->P, v->K, 1.0f, wg, v->K, ig, v->P, beta, og, v->P);
                 continue;
             }
-            win wn = {ig, v->IH, v->IW, v->PH, v->PW, g->kh, g->kw, g->sh, g->sw, -g->ph, -g->pw, g->dh, g->dw, 0};
+            win wn = {ig, v->IH, v->IW, v->PH, v->PW, g->kh, g->kw, g->sh, g->sw, -g->ph, -g->pw, g->dh, g->dw, 0,
+                      c->avx2};
             wn = win_padded(wn, v->C, ws, pg_conv_ws_floats(g));
             pg_cpu_bsrc b = {win_pack, &wn};
             pg_cpu_gemm_bsrc(c, M, v->P, v->K, 1.0f, wg, v->K, &b, beta, og, v->P);
@@ -338,7 +425,7 @@ static void direct_gemm(pg_ctx *c, int64_t r, const pg_conv *g, const cv *v, con
                 memcpy(ws + ch * KD + m * khw, wg + m * v->K + ch * khw, (size_t)khw * sizeof *ws);
         for (int64_t s = 0; s < r; s++) {
             win wn = {in + at(g, sn, s, gi), v->PH, v->PW, v->IH, v->IW, g->kh, g->kw, 1, 1, g->ph, g->pw, -g->dh,
-                      -g->dw, 0};
+                      -g->dw, 0, c->avx2};
             wn = win_padded(wn, M, ws + v->C * KD, pg_conv_ws_floats(g) - v->C * KD);
             pg_cpu_bsrc b = {win_pack, &wn};
             pg_cpu_gemm_bsrc(c, v->C, v->IH * v->IW, KD, 1.0f, ws, KD, &b, beta, img + at(g, si, s, gi), v->IH * v->IW);
@@ -371,6 +458,13 @@ static void wgrad(pg_ctx *c, int64_t r, const pg_conv *g, const cv *v, const flo
     for (int64_t s = 0; s < r; s++)
         for (int64_t gi = 0; gi < g->groups; gi++) {
             const float *ig = img + at(g, si, s, gi);
+            win wn = {ig, v->IH, v->IW, v->PH, v->PW, g->kh, g->kw, g->sh, g->sw, -g->ph, -g->pw, g->dh, g->dw, 0,
+                      c->avx2};
+            if (!v->pw && (wn = win_padded(wn, v->C, ws, pg_conv_ws_floats(g))).inside) {
+                pg_cpu_bsrc b = {win_pack_t, &wn};
+                pg_cpu_gemm_bsrc(c, M, v->K, v->P, 1.0f, lhs + at(g, sl, s, gi), v->P, &b, 1, dw + gi * M * v->K, v->K);
+                continue;
+            }
             if (!v->pw)
                 im2col_of(g, v, ig, ws);
             pg_cpu_gemm(c, 0, 1, M, v->K, v->P, 1.0f, lhs + at(g, sl, s, gi), v->P, v->pw ? ig : ws, v->P, 1,

@@ -130,7 +130,7 @@ static pg_conv geom(int64_t in, int64_t out, int64_t h, int64_t w, int64_t kh, i
     return g;
 }
 
-#define N_CASES 13
+#define N_CASES 14
 static conv_case cases[N_CASES];
 
 static void make_cases(void)
@@ -148,6 +148,7 @@ static void make_cases(void)
     cases[k++] = (conv_case){"transposed 1 x 1 (no workspace)", geom(5, 3, 4, 3, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 0), 1};
     cases[k++] = (conv_case){"transposed 3 x 3, stride 1, padding 1 (y by the mirrored window)", geom(4, 6, 5, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0), 1};
     cases[k++] = (conv_case){"3 x 3 on 3 x 3, one position, 4 > 1 out channels (dx by col2im)", geom(2, 4, 3, 3, 3, 3, 1, 1, 0, 0, 1, 1, 1, 0, 0), 1};
+    cases[k++] = (conv_case){"3 x 3 on 10 x 12: runs of 12, 27 columns (a transpose's edges)", geom(3, 5, 10, 12, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 0), 1};
     cases[k++] = (conv_case){"a column: 40 x 1, kernel (3, 1) (a position per row of the grid)", geom(3, 4, 40, 1, 3, 1, 1, 1, 1, 0, 1, 1, 1, 0, 0), 0};
 }
 
