@@ -39,10 +39,8 @@
 #include <string.h>
 
 #include "cpu_ctx.h"
+#include "cpu_simd.h"
 #include "op_args.h"
-#ifdef PG_CPU_AVX2
-#include <immintrin.h>
-#endif
 
 /* An implicit column matrix: B(k, j), k = (ch, ky, kx) in index order, j =
  * (py, px) a position of a grid PW wide, is img[ch, iy, ix] with iy = py sy +
@@ -190,27 +188,10 @@ __attribute__((target("avx2"))) static int64_t win_t8x8(const float *s0, const i
     int64_t n8 = n / 8 * 8, w8 = w / 8 * 8;
     for (int64_t t = 0; t < n8; t += 8) {
         for (int64_t j = 0; j < w8; j += 8) {
-            __m256 r0 = _mm256_loadu_ps(s0 + off[j] + t), r1 = _mm256_loadu_ps(s0 + off[j + 1] + t);
-            __m256 r2 = _mm256_loadu_ps(s0 + off[j + 2] + t), r3 = _mm256_loadu_ps(s0 + off[j + 3] + t);
-            __m256 r4 = _mm256_loadu_ps(s0 + off[j + 4] + t), r5 = _mm256_loadu_ps(s0 + off[j + 5] + t);
-            __m256 r6 = _mm256_loadu_ps(s0 + off[j + 6] + t), r7 = _mm256_loadu_ps(s0 + off[j + 7] + t);
-            __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
-            __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
-            __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
-            __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
-            __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-            __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-            __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-            __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-            float *o = d + t * nr + j;
-            _mm256_storeu_ps(o, _mm256_permute2f128_ps(u0, u4, 0x20));
-            _mm256_storeu_ps(o + nr, _mm256_permute2f128_ps(u1, u5, 0x20));
-            _mm256_storeu_ps(o + 2 * nr, _mm256_permute2f128_ps(u2, u6, 0x20));
-            _mm256_storeu_ps(o + 3 * nr, _mm256_permute2f128_ps(u3, u7, 0x20));
-            _mm256_storeu_ps(o + 4 * nr, _mm256_permute2f128_ps(u0, u4, 0x31));
-            _mm256_storeu_ps(o + 5 * nr, _mm256_permute2f128_ps(u1, u5, 0x31));
-            _mm256_storeu_ps(o + 6 * nr, _mm256_permute2f128_ps(u2, u6, 0x31));
-            _mm256_storeu_ps(o + 7 * nr, _mm256_permute2f128_ps(u3, u7, 0x31));
+            const float *const r[8] = {s0 + off[j] + t,     s0 + off[j + 1] + t, s0 + off[j + 2] + t,
+                                       s0 + off[j + 3] + t, s0 + off[j + 4] + t, s0 + off[j + 5] + t,
+                                       s0 + off[j + 6] + t, s0 + off[j + 7] + t};
+            pg_cpu_t8x8(r, d + t * nr + j, nr);
         }
         for (int64_t tt = t; tt < t + 8; tt++) {
             for (int64_t jj = w8; jj < w; jj++)

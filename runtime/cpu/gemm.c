@@ -39,6 +39,7 @@
 #include <time.h>
 
 #include "cpu_ctx.h"
+#include "cpu_simd.h"
 #include "pg_limits.h"
 
 #ifdef PG_CPU_AVX2
@@ -162,27 +163,9 @@ PG_TARGET_AVX2FMA static void pack_avx(const gemm_job *g, int nr, float *bp, int
             for (int64_t j = 0; j < w8; j += 8) {
                 const float *src = g->B + (jc + j) * ldb + k0;
                 for (int64_t k = 0; k < k8; k += 8) {
-                    __m256 r0 = _mm256_loadu_ps(src + k), r1 = _mm256_loadu_ps(src + ldb + k);
-                    __m256 r2 = _mm256_loadu_ps(src + 2 * ldb + k), r3 = _mm256_loadu_ps(src + 3 * ldb + k);
-                    __m256 r4 = _mm256_loadu_ps(src + 4 * ldb + k), r5 = _mm256_loadu_ps(src + 5 * ldb + k);
-                    __m256 r6 = _mm256_loadu_ps(src + 6 * ldb + k), r7 = _mm256_loadu_ps(src + 7 * ldb + k);
-                    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
-                    __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
-                    __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
-                    __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
-                    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-                    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-                    __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-                    __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-                    float *d = dst + k * nr + j;
-                    _mm256_store_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
-                    _mm256_store_ps(d + nr, _mm256_permute2f128_ps(u1, u5, 0x20));
-                    _mm256_store_ps(d + 2 * nr, _mm256_permute2f128_ps(u2, u6, 0x20));
-                    _mm256_store_ps(d + 3 * nr, _mm256_permute2f128_ps(u3, u7, 0x20));
-                    _mm256_store_ps(d + 4 * nr, _mm256_permute2f128_ps(u0, u4, 0x31));
-                    _mm256_store_ps(d + 5 * nr, _mm256_permute2f128_ps(u1, u5, 0x31));
-                    _mm256_store_ps(d + 6 * nr, _mm256_permute2f128_ps(u2, u6, 0x31));
-                    _mm256_store_ps(d + 7 * nr, _mm256_permute2f128_ps(u3, u7, 0x31));
+                    const float *const r[8] = {src + k, src + ldb + k, src + 2 * ldb + k, src + 3 * ldb + k,
+                                               src + 4 * ldb + k, src + 5 * ldb + k, src + 6 * ldb + k, src + 7 * ldb + k};
+                    pg_cpu_t8x8(r, dst + k * nr + j, nr);
                 }
             }
             if (k8 < kc) /* the last k, fewer than 8 */
