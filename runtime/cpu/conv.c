@@ -91,6 +91,25 @@ static inline void win_run(const win *v, const float *restrict plane, int64_t iy
         d[t] = 0.0f;
 }
 
+/* d[0, n) = s[t sx]: a run inside the image; the widths of the panels and
+ * of small images' rows (8, 16, 32) as fixed-size copies (a libc call each
+ * would cost more than the copy) */
+static inline __attribute__((always_inline)) void win_copy(const float *restrict s, int64_t sx, int64_t n,
+                                                            float *restrict d)
+{
+    if (sx != 1)
+        for (int64_t t = 0; t < n; t++)
+            d[t] = s[t * sx];
+    else if (n == 16)
+        memcpy(d, s, 16 * sizeof *d);
+    else if (n == 32)
+        memcpy(d, s, 32 * sizeof *d);
+    else if (n == 8)
+        memcpy(d, s, 8 * sizeof *d);
+    else
+        memcpy(d, s, (size_t)n * sizeof *d);
+}
+
 /* v over a copy of its image in buf with zero borders wide enough that
  * every value it reads lies inside (so win_run always copies whole runs),
  * when the C padded planes fit in room floats; else v itself. Only values
@@ -106,34 +125,12 @@ static win win_padded(win v, int64_t C, float *buf, int64_t room)
         v.inside = 1;
     if (v.inside || !buf || C * H * W > room)
         return v;
-    for (int64_t ch = 0; ch < C; ch++) {
-        float *p = buf + ch * H * W;
-        const float *src = v.img + ch * v.SH * v.SW;
-        memset(p, 0, (size_t)(top * W + lef) * sizeof *p);
-        for (int64_t y = 0; y < v.SH; y++) {
-            memcpy(p + (top + y) * W + lef, src + y * v.SW, (size_t)v.SW * sizeof *p);
-            memset(p + (top + y) * W + lef + v.SW, 0, (size_t)(y + 1 < v.SH ? rig + lef : rig) * sizeof *p);
-        }
-        memset(p + (top + v.SH) * W, 0, (size_t)(bot * W) * sizeof *p);
-    }
+    memset(buf, 0, (size_t)(C * H * W) * sizeof *buf);
+    for (int64_t ch = 0; ch < C; ch++)
+        for (int64_t y = 0; y < v.SH; y++)
+            win_copy(v.img + (ch * v.SH + y) * v.SW, 1, v.SW, buf + (ch * H + top + y) * W + lef);
     v.img = buf, v.SH = H, v.SW = W, v.y0 += top, v.x0 += lef, v.inside = 1;
     return v;
-}
-
-/* d[0, n) = s[t sx]: a run inside the image; the panels' widths (16, 32)
- * as fixed-size copies */
-static inline __attribute__((always_inline)) void win_copy(const float *restrict s, int64_t sx, int64_t n,
-                                                            float *restrict d)
-{
-    if (sx != 1)
-        for (int64_t t = 0; t < n; t++)
-            d[t] = s[t * sx];
-    else if (n == 16)
-        memcpy(d, s, 16 * sizeof *d);
-    else if (n == 32)
-        memcpy(d, s, 32 * sizeof *d);
-    else
-        memcpy(d, s, (size_t)n * sizeof *d);
 }
 
 /* The GEMM's packing of a win (pg_cpu_bsrc): the block's positions cut into
@@ -141,30 +138,79 @@ static inline __attribute__((always_inline)) void win_copy(const float *restrict
  * then k by k ((ch, ky, kx) counted up, no division) each run copied from its
  * image row; zeros past the block in the last panel. */
 #define WIN_RUNS 64
+
+/* The runs of one group (WIN_RUNS at most) for k in [k0, k0 + kc): run u
+ * reads the image at so[u] (+ the k's shift) and fills n[u] values of panel
+ * row k at off[u] */
+typedef struct win_runs {
+    int64_t so[WIN_RUNS], off[WIN_RUNS], n[WIN_RUNS];
+    int count;
+} win_runs;
+
+PG_CPU_INLINE void win_runs_body(const win *v, const win_runs *w, int nr, float *bp, int64_t k0, int64_t kc)
+{
+    int64_t ch = k0 / (v->kh * v->kw), ky = k0 / v->kw % v->kh, kx = k0 % v->kw;
+    for (int64_t k = 0; k < kc; k++) {
+        const float *base = v->img + ch * v->SH * v->SW + ky * v->ky_d * v->SW + kx * v->kx_d;
+        float *d = bp + k * nr;
+        for (int u = 0; u < w->count; u++)
+            win_copy(base + w->so[u], v->sx, w->n[u], d + w->off[u]);
+        if (++kx == v->kw) {
+            kx = 0;
+            if (++ky == v->kh)
+                ky = 0, ch++;
+        }
+    }
+}
+
+static void win_runs_copy(const win *v, const win_runs *w, int nr, float *bp, int64_t k0, int64_t kc)
+{
+    win_runs_body(v, w, nr, bp, k0, kc);
+}
+#ifdef PG_CPU_AVX2
+PG_CPU_TARGET_AVX2 static void win_runs_copy_avx2(const win *v, const win_runs *w, int nr, float *bp, int64_t k0,
+                                                  int64_t kc)
+{
+    win_runs_body(v, w, nr, bp, k0, kc);
+}
+#endif
+
+/* The GEMM's packing of a win (pg_cpu_bsrc): the block's positions cut into
+ * runs along the grid's rows within a panel (WIN_RUNS at a time), then k by
+ * k ((ch, ky, kx) counted up, no division) each run copied from its image
+ * row, inside the image by whole copies (compiled for AVX2 too), else value
+ * by value with its checks; zeros past the block in the last panel. */
 static void win_pack(const void *arg, int nr, float *bp, int64_t j0, int64_t nbw, int64_t k0, int64_t kc)
 {
     const win *v = arg;
     for (int64_t j = 0; j < nbw;) {
-        int64_t off[WIN_RUNS], iy0[WIN_RUNS], ix0[WIN_RUNS], n[WIN_RUNS];
-        int runs = 0;
-        for (; j < nbw && runs < WIN_RUNS; runs++) { /* a run ends at the grid's row or the panel's end */
+        win_runs w;
+        int64_t iy0[WIN_RUNS], ix0[WIN_RUNS];
+        /* a run ends at the grid's row or at the panel's end */
+        for (w.count = 0; j < nbw && w.count < WIN_RUNS; w.count++) {
+            int u = w.count;
             int64_t py = (j0 + j) / v->PW, px = (j0 + j) % v->PW, q = j / nr, jj = j % nr;
-            n[runs] = v->PW - px < nr - jj ? v->PW - px : nr - jj;
-            n[runs] = n[runs] < nbw - j ? n[runs] : nbw - j;
-            off[runs] = q * kc * nr + jj, iy0[runs] = py * v->sy + v->y0, ix0[runs] = px * v->sx + v->x0;
-            j += n[runs];
+            w.n[u] = v->PW - px < nr - jj ? v->PW - px : nr - jj;
+            w.n[u] = w.n[u] < nbw - j ? w.n[u] : nbw - j;
+            w.off[u] = q * kc * nr + jj, iy0[u] = py * v->sy + v->y0, ix0[u] = px * v->sx + v->x0;
+            w.so[u] = iy0[u] * v->SW + ix0[u];
+            j += w.n[u];
+        }
+        if (v->inside) {
+#ifdef PG_CPU_AVX2
+            if (v->avx2) {
+                win_runs_copy_avx2(v, &w, nr, bp, k0, kc);
+                continue;
+            }
+#endif
+            win_runs_copy(v, &w, nr, bp, k0, kc);
+            continue;
         }
         int64_t ch = k0 / (v->kh * v->kw), ky = k0 / v->kw % v->kh, kx = k0 % v->kw;
         for (int64_t k = 0; k < kc; k++) {
             const float *plane = v->img + ch * v->SH * v->SW;
-            int64_t dy = ky * v->ky_d, dx = kx * v->kx_d;
-            float *d = bp + k * nr;
-            if (v->inside)
-                for (int u = 0; u < runs; u++)
-                    win_copy(plane + (iy0[u] + dy) * v->SW + ix0[u] + dx, v->sx, n[u], d + off[u]);
-            else
-                for (int u = 0; u < runs; u++)
-                    win_run(v, plane, iy0[u] + dy, ix0[u] + dx, n[u], d + off[u]);
+            for (int u = 0; u < w.count; u++)
+                win_run(v, plane, iy0[u] + ky * v->ky_d, ix0[u] + kx * v->kx_d, w.n[u], bp + k * nr + w.off[u]);
             if (++kx == v->kw) {
                 kx = 0;
                 if (++ky == v->kh)
@@ -172,10 +218,10 @@ static void win_pack(const void *arg, int nr, float *bp, int64_t j0, int64_t nbw
             }
         }
     }
-    int64_t w = nbw % nr; /* the last panel's columns, if it is not full */
-    if (w)
+    int64_t last = nbw % nr; /* the last panel's columns, if it is not full */
+    if (last)
         for (int64_t k = 0; k < kc; k++)
-            memset(bp + (nbw / nr) * kc * nr + k * nr + w, 0, (size_t)(nr - w) * sizeof *bp);
+            memset(bp + (nbw / nr) * kc * nr + k * nr + last, 0, (size_t)(nr - last) * sizeof *bp);
 }
 
 #ifdef PG_CPU_AVX2
@@ -296,7 +342,8 @@ static void im2col_of(const pg_conv *g, const cv *v, const float *img, float *co
         const float *plane = img + k / (g->kh * g->kw) * v->IH * v->IW;
         int64_t ky = k / g->kw % g->kh, kx = k % g->kw;
         for (int64_t py = 0; py < v->PH; py++)
-            win_run(&wn, plane, py * g->sh - g->ph + ky * g->dh, kx * g->dw - g->pw, v->PW, col + k * v->P + py * v->PW);
+            win_run(&wn, plane, py * g->sh - g->ph + ky * g->dh, kx * g->dw - g->pw, v->PW,
+                    col + k * v->P + py * v->PW);
     }
 }
 

@@ -163,8 +163,9 @@ PG_TARGET_AVX2FMA static void pack_avx(const gemm_job *g, int nr, float *bp, int
             for (int64_t j = 0; j < w8; j += 8) {
                 const float *src = g->B + (jc + j) * ldb + k0;
                 for (int64_t k = 0; k < k8; k += 8) {
-                    const float *const r[8] = {src + k, src + ldb + k, src + 2 * ldb + k, src + 3 * ldb + k,
-                                               src + 4 * ldb + k, src + 5 * ldb + k, src + 6 * ldb + k, src + 7 * ldb + k};
+                    const float *const r[8] = {src + k,           src + ldb + k,     src + 2 * ldb + k,
+                                               src + 3 * ldb + k, src + 4 * ldb + k, src + 5 * ldb + k,
+                                               src + 6 * ldb + k, src + 7 * ldb + k};
                     pg_cpu_t8x8(r, dst + k * nr + j, nr);
                 }
             }
