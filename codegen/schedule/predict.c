@@ -121,14 +121,16 @@ static int tie_recvs(const pg_schedule *s, int st)
     return n;
 }
 
+/* What send a costs its sender. */
+static double send_own(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, const pg_act *a)
+{
+    return c->send_cost_latency + (c->send_cost_bytes_per_s > 0 ? msg_bytes(m, s, c, a) / c->send_cost_bytes_per_s : 0.0);
+}
+
 double pg_act_own_cost(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, int st, const pg_act *a)
 {
-    if (pg_act_is_send(a->kind)) {
-        double t = c->send_cost_latency;
-        if (c->send_cost_bytes_per_s > 0)
-            t += msg_bytes(m, s, c, a) / c->send_cost_bytes_per_s;
-        return t;
-    }
+    if (pg_act_is_send(a->kind))
+        return send_own(m, s, c, a);
     if (pg_act_is_recv(a->kind)) {
         pg_act x = sender_of(a);
         double t = c->recv_cost_latency;
@@ -141,19 +143,49 @@ double pg_act_own_cost(const ir_model *m, const pg_schedule *s, const pg_sched_c
     return 0;
 }
 
-void pg_sim_setup_timed(pg_sim *sim, const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, double **dur,
-                        double **own)
+static void setup_timed(pg_sim *sim, const ir_model *m, const pg_schedule *s, const pg_sched_costs *c)
 {
     for (int st = 0; st < s->nstages; st++)
         for (int i = 0; i < s->stage[st].n; i++) {
-            dur[st][i] = pg_act_cost(m, s, c, st, &s->stage[st].act[i]);
-            own[st][i] = pg_act_own_cost(m, s, c, st, &s->stage[st].act[i]);
+            sim->dur[st][i] = pg_act_cost(m, s, c, st, &s->stage[st].act[i]);
+            sim->own[st][i] = pg_act_own_cost(m, s, c, st, &s->stage[st].act[i]);
         }
+    sim->clock0 = c->step_start;
+}
+
+pg_sim_status pg_sim_run_timed(pg_sim *sim, const ir_model *m, const pg_schedule *s, const pg_sched_costs *c)
+{
+    memset(sim, 0, sizeof *sim);
     sim->m = m;
     sim->s = s;
-    sim->dur = dur;
-    sim->own = own;
-    sim->clock0 = c->step_start;
+    int p = s->nstages;
+    if (p < 1 || p > PG_SCHED_MAX_STAGES || !s->stage)
+        return sim->status = SIM_NOMEM;
+    sim->dur = calloc((size_t)p, sizeof *sim->dur);
+    sim->own = calloc((size_t)p, sizeof *sim->own);
+    sim->start = calloc((size_t)p, sizeof *sim->start);
+    if (!sim->dur || !sim->own || !sim->start)
+        return sim->status = SIM_NOMEM;
+    for (int st = 0; st < p; st++) {
+        size_t n = (size_t)(s->stage[st].n > 0 ? s->stage[st].n : 1);
+        if (!(sim->dur[st] = calloc(n, sizeof **sim->dur)) || !(sim->own[st] = calloc(n, sizeof **sim->own)) ||
+            !(sim->start[st] = calloc(n, sizeof **sim->start)))
+            return sim->status = SIM_NOMEM;
+    }
+    setup_timed(sim, m, s, c);
+    return pg_sim_run(sim);
+}
+
+void pg_sim_timed_free(pg_sim *sim)
+{
+    pg_sim_free(sim);
+    double **arr[3] = { sim->dur, sim->own, sim->start };
+    for (int k = 0; k < 3; k++) {
+        for (int st = 0; arr[k] && st < sim->s->nstages; st++)
+            free(arr[k][st]);
+        free(arr[k]);
+    }
+    sim->dur = sim->own = sim->start = NULL;
 }
 
 double pg_sim_step_time(const pg_sim *sim, const pg_sched_costs *c)
@@ -171,21 +203,9 @@ int pg_schedule_predict(const ir_model *m, const pg_schedule *s, const pg_sched_
     memset(out, 0, sizeof *out);
     if (s->nstages < 1 || s->nstages > PG_SCHED_MAX_STAGES || !s->stage)
         return -1;
-    double **dur = calloc((size_t)s->nstages, sizeof *dur), **own = calloc((size_t)s->nstages, sizeof *own);
-    int rc = -1;
-    if (!dur || !own)
-        goto out;
-    for (int st = 0; st < s->nstages; st++) {
-        size_t n = (size_t)(s->stage[st].n > 0 ? s->stage[st].n : 1);
-        dur[st] = malloc(n * sizeof **dur);
-        own[st] = malloc(n * sizeof **own);
-        if (!dur[st] || !own[st])
-            goto out;
-    }
     pg_sim sim;
-    memset(&sim, 0, sizeof sim);
-    pg_sim_setup_timed(&sim, m, s, c, dur, own);
-    if (pg_sim_run(&sim) == SIM_OK) {
+    int rc = -1;
+    if (pg_sim_run_timed(&sim, m, s, c) == SIM_OK) {
         out->step_time = pg_sim_step_time(&sim, c);
         for (int st = 0; st < s->nstages; st++) {
             out->busy[st] = sim.busy[st];
@@ -193,15 +213,6 @@ int pg_schedule_predict(const ir_model *m, const pg_schedule *s, const pg_sched_
         }
         rc = 0;
     }
-    pg_sim_free(&sim);
-out:
-    for (int st = 0; st < s->nstages; st++) {
-        if (dur)
-            free(dur[st]);
-        if (own)
-            free(own[st]);
-    }
-    free(dur);
-    free(own);
+    pg_sim_timed_free(&sim);
     return rc;
 }
