@@ -239,6 +239,17 @@ json.dump(d, open(sys.argv[2], "w"))' "$T/run.json" "$T/noaction.json"
 like "$("$PIPEGEN" trace "$T/noaction.json" "$T/mlp.pipe" --balance "$T/prof.json" 2>&1)" \
     'measured against simulated: not shown: step 3 of stage 0 has no event of action 0 \(a trace of another schedule, or of a runtime that did not write args.action\)' \
     "...nor for a trace whose events do not say their action"
+# the profile's per-stage send cost: written by the run, and used for that stage's sends
+is "$("$PY" -c 'import json, sys; print(sum(1 for s in json.load(open(sys.argv[1]))["stage_costs"] if s.get("send_s", -1) >= 0))' "$T/prof.json")" 2 \
+    "the profile gives each stage's mean send cost (send_s)"
+"$PY" -c 'import json, sys; p = json.load(open(sys.argv[1])); p["stage_costs"][0]["send_s"] = 0.5; json.dump(p, open(sys.argv[2], "w"))' "$T/prof.json" "$T/slowsend.json"
+like "$("$PIPEGEN" plan "$T/mlp.pipe" --balance "$T/slowsend.json" 2>&1)" 'predicted step [^:]*: ([4-9]\.[0-9]*|[1-9][0-9]+\.?[0-9]*) s' \
+    "...a stage whose 8 sends cost 0.5 s each is predicted a step of 4 s or more"
+"$PY" -c 'import json, sys; p = json.load(open(sys.argv[1])); p["stage_costs"][1]["send_s"] = "@"; open(sys.argv[2], "w").write(json.dumps(p, indent=1).replace("\"@\"", "-1"))' "$T/prof.json" "$T/badsend.json"
+line=$(grep -n '"send_s": -1' "$T/badsend.json" | cut -d: -f1)
+got=$("$PIPEGEN" plan "$T/mlp.pipe" --balance "$T/badsend.json" 2>&1); rc=$?
+is "$rc" 1 "a negative send_s is refused"
+like "$got" "$T/badsend\\.json:$line:[0-9]+: error: profile: send_s must not be negative" "...at its line"
 
 # the work between steps (the log line, the evaluation after the last step,
 # --save-on-exit's stop exchange, a checkpoint every step): recorded after

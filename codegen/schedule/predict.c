@@ -2,7 +2,9 @@
  * clock, in the emitted order of each stage's actions (a RECV blocks, as in
  * the runtime). A compute action takes its chunk's cost; a message arrives
  * `latency + bytes / bandwidth` after its SEND began, and the SEND keeps its
- * sender busy `send_cost_latency + bytes / send_cost_bytes_per_s`; a RECV
+ * sender busy `send_cost_latency + bytes / send_cost_bytes_per_s` (an
+ * activation, gradient or skip send its stage's own measured mean, where the
+ * profile has it: the stages pay apart, see cost.h); a RECV
  * waits for the arrival, then keeps its receiver busy `recv_cost_latency +
  * bytes / recv_cost_bytes_per_s` (a tie receive also its share of the
  * stage's measured folds and sums). The step's end is actions like the rest
@@ -121,16 +123,27 @@ static int tie_recvs(const pg_schedule *s, int st)
     return n;
 }
 
-/* What send a costs its sender. */
-static double send_own(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, const pg_act *a)
+/* An activation, gradient or skip message (what the profile's send costs are of). */
+static int is_mb_send(pg_act_kind k)
 {
+    return k == PG_SEND_ACT || k == PG_SEND_GRAD || k == PG_SEND_SKIP || k == PG_SEND_SKIP_GRAD;
+}
+
+/* What send a of stage st costs its sender: the stage's own measured mean
+ * for its micro-batches' messages where c has it, else the fit over all
+ * stages' sends. */
+static double send_own(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, int st, const pg_act *a)
+{
+    int k = stage_ix(st);
+    if (c->has_send_own[k] && is_mb_send(a->kind))
+        return c->send_own[k];
     return c->send_cost_latency + (c->send_cost_bytes_per_s > 0 ? msg_bytes(m, s, c, a) / c->send_cost_bytes_per_s : 0.0);
 }
 
 double pg_act_own_cost(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, int st, const pg_act *a)
 {
     if (pg_act_is_send(a->kind))
-        return send_own(m, s, c, a);
+        return send_own(m, s, c, st, a);
     if (pg_act_is_recv(a->kind)) {
         pg_act x = sender_of(a);
         double t = c->recv_cost_latency;

@@ -81,6 +81,8 @@ int pg_sched_costs_of_model(const ir_model *m, const pg_profile *prof, pg_sched_
         c->tie[st] = sc->tie_s;
         c->step_start[st] = sc->step_start_s;
         c->step_end[st] = sc->step_end_s;
+        c->has_send_own[st] = sc->has_send_s;
+        c->send_own[st] = sc->send_s;
     }
     return 1;
 }
