@@ -403,6 +403,9 @@ is "$(grep -o '>stage [01] replica [01]</text>' "$T/dp.svg" | tr -d '\n')" \
 is "$(grep -c '<title>dp reduce</title>' "$T/dp.svg")" 4 "... a dp reduce box on each"
 like "$(cat "$T/dp.svg")" '>data-parallel reduction</text>' "... named in the legend"
 like "$(sed -n 3p "$T/dp.svg")" 'mlp: 1f1b, 2 stages x 2 replicas, 8 micro-batches' "... and the title says 2 stages x 2 replicas"
+like "$("$PIPEGEN" trace "$T/dp.json" "$T/mlp.pipe" --balance "$T/prof.json" 2>&1)" \
+    'measured against simulated: not shown for a pp x dp trace \(the simulation is of one replica\)' \
+    "... whose actions are not set beside one replica's simulation, with a line saying so"
 
 # bad input
 head -c 700 "$T/run.json" >"$T/cut.json"
