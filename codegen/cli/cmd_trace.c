@@ -449,7 +449,7 @@ static const char *row_name(const trace *t, int row, char *buf, size_t n)
     return buf;
 }
 
-static void fmt_time(char *buf, size_t n, double s)
+void trace_fmt_time(char *buf, size_t n, double s)
 {
     if (s >= 1)
         snprintf(buf, n, "%.4g s", s);
@@ -597,7 +597,7 @@ int cmd_trace(int argc, char **argv)
             used++;
         }
     char a[48], b[48];
-    fmt_time(a, sizeof a, used ? span / used : 0);
+    trace_fmt_time(a, sizeof a, used ? span / used : 0);
     char reps[32] = "";
     if (t.replicas > 1)
         snprintf(reps, sizeof reps, " x %d replicas", t.replicas);
@@ -605,7 +605,7 @@ int cmd_trace(int argc, char **argv)
            t.nstages, t.nstages == 1 ? "" : "s", reps, t.nmb, t.nmb == 1 ? "" : "es", t.first, t.last);
     printf("measured step %s (mean over %d step%s from step %d)", a, used, used == 1 ? "" : "s", from);
     if (have_pr && seconds) {
-        fmt_time(b, sizeof b, pr.step_time);
+        trace_fmt_time(b, sizeof b, pr.step_time);
         printf(", predicted %s (%s): measured/predicted %.3f\n", b, balance ? "measured profile" : "cost model",
                pr.step_time > 0 ? span / used / pr.step_time : 0.0);
     } else if (have_pr) {
@@ -632,7 +632,7 @@ int cmd_trace(int argc, char **argv)
                 continue;
             if (c >= BR_LOG && !(br[BR_LOG] + br[BR_EVAL] + br[BR_STOP] + br[BR_CKPT] > 0))
                 continue; /* the parts of the work between steps, where there are any */
-            fmt_time(a, sizeof a, br[c]);
+            trace_fmt_time(a, sizeof a, br[c]);
             if (c == BR_DP_WAIT)
                 printf(" (%s %s)", br_name[c], a);
             else if (c >= BR_LOG)
@@ -646,10 +646,10 @@ int cmd_trace(int argc, char **argv)
     for (int st = 0; st < t.nrows; st++) {
         double whole, waits, mean_step = used ? span / used : 0;
         step_end_times(&t, st, ns > 1, &whole, &waits);
-        fmt_time(a, sizeof a, whole);
+        trace_fmt_time(a, sizeof a, whole);
         printf("%s: %s (%.1f%%): ", row_name(&t, st, nb, sizeof nb), a, mean_step > 0 ? 100.0 * whole / mean_step : 0.0);
-        fmt_time(a, sizeof a, waits);
-        fmt_time(b, sizeof b, whole - waits);
+        trace_fmt_time(a, sizeof a, waits);
+        trace_fmt_time(b, sizeof b, whole - waits);
         printf("receives and their waits %s (%.1f%%), its own work %s (%.1f%%)\n", a,
                mean_step > 0 ? 100.0 * waits / mean_step : 0.0, b, mean_step > 0 ? 100.0 * (whole - waits) / mean_step : 0.0);
     }

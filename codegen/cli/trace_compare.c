@@ -170,16 +170,6 @@ static int mismatch(const trace *t, const pg_schedule *s, const tev **ix, int nm
     return 0;
 }
 
-static void fmt(char *buf, size_t n, double s)
-{
-    if (fabs(s) >= 1)
-        snprintf(buf, n, "%.4g s", s);
-    else if (fabs(s) >= 1e-3)
-        snprintf(buf, n, "%.4g ms", s * 1e3);
-    else
-        snprintf(buf, n, "%.4g us", s * 1e6);
-}
-
 /* Step index j's measured span over the stages: the earliest start of a
  * stage's step to the latest end (the step lines' measured step). */
 static double step_of(const tev **stp, int np, int j)
@@ -289,8 +279,8 @@ int trace_compare(const trace *t, const ir_model *m, const pg_schedule *s, const
         if (rm < 0)
             goto replay_failed;
         char a[48], b[48];
-        fmt(a, sizeof a, replayed / used);
-        fmt(b, sizeof b, rm);
+        trace_fmt_time(a, sizeof a, replayed / used);
+        trace_fmt_time(b, sizeof b, rm);
         fprintf(out, "replayed (the simulation with each traced step's own measured F/B/W, sends and step's end work; "
                      "transit and receives as predicted): %s, measured/replayed %.3f; with each action's mean over the "
                      "steps instead: %s, replayed/that %.3f\n",
@@ -305,12 +295,12 @@ int trace_compare(const trace *t, const ir_model *m, const pg_schedule *s, const
         for (int g = 0; g < CMP__COUNT; g++) {
             double mv = meas[(size_t)st * CMP__COUNT + g] / used, sv = sim[(size_t)st * CMP__COUNT + g];
             tot += sv;
-            fmt(a, sizeof a, mv);
-            fmt(b, sizeof b, sv);
+            trace_fmt_time(a, sizeof a, mv);
+            trace_fmt_time(b, sizeof b, sv);
             fprintf(out, "%s %s %s (%s)", g == 0 ? "" : ",", cmp_name[g], a, b);
         }
-        fmt(a, sizeof a, whole[st] / used);
-        fmt(b, sizeof b, tot);
+        trace_fmt_time(a, sizeof a, whole[st] / used);
+        trace_fmt_time(b, sizeof b, tot);
         fprintf(out, "; its step %s (%s)\n", a, b);
     }
     rc = 0;

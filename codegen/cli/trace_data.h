@@ -23,6 +23,9 @@ typedef struct trace {
     tev *ev;
 } trace;
 
+/* A time as `pipegen trace` prints it: "1.234 s", "12.34 ms", "123.4 us". */
+void trace_fmt_time(char *buf, size_t n, double s);
+
 /* `pipegen trace`'s "measured against simulated" lines (trace_compare.c):
  * per stage, each action's measured span (from the end of the action before
  * it) summed by what it is, beside the same action's span in the simulation
