@@ -129,7 +129,6 @@ static double replay(pg_sim *sim, const pg_schedule *s, const pg_sched_costs *c,
 /* The measured spans of step index j (a replay's span()), or their means
  * over the steps used (j < 0). */
 typedef struct measured {
-    const trace *t;
     const tev **ix;
     int np, nmax, j;
     double *mean; /* [np * nmax] */
@@ -260,7 +259,7 @@ int trace_compare(const trace *t, const ir_model *m, const pg_schedule *s, const
             if (stp[js])
                 whole[st] += stp[js]->t1 - stp[js]->t0;
         }
-        measured x = { t, ix, np, nmax, j, mean };
+        measured x = { ix, np, nmax, j, mean };
         double r = replay(&run, s, c, measured_span, &x, pre, post);
         if (r < 0)
             goto replay_failed;
@@ -274,7 +273,7 @@ int trace_compare(const trace *t, const ir_model *m, const pg_schedule *s, const
             mpre[st] /= used;
             mpost[st] /= used;
         }
-        measured x = { t, ix, np, nmax, -1, mean };
+        measured x = { ix, np, nmax, -1, mean };
         double rm = replay(&run, s, c, measured_span, &x, mpre, mpost);
         if (rm < 0)
             goto replay_failed;
