@@ -398,6 +398,20 @@ static double max_norm_diff(const float *a, const double *ref, int64_t n)
     return worst / scale;
 }
 
+/* rmsnorm (rms) or layernorm forward, then its bwd_in from the saved statistics
+ * (mean unused for rmsnorm) */
+static void norm_run(pg_ctx *c, int rms, int64_t n, int64_t d, const float *x, const float *w, const float *b,
+                     const float *dy, float *y, float *mean, float *rstd, float *dx)
+{
+    if (rms) {
+        pg_rmsnorm_fwd(c, n, d, 1e-5f, x, w, y, rstd);
+        pg_rmsnorm_bwd_in(c, n, d, x, w, rstd, dy, dx);
+    } else {
+        pg_layernorm_fwd(c, n, d, 1e-5f, x, w, b, y, mean, rstd);
+        pg_layernorm_bwd_in(c, n, d, x, w, mean, rstd, dy, dx);
+    }
+}
+
 static void norm_case(pg_ctx *c, rng *r, int64_t d, int rms, int affine, double *err_y, double *err_dx)
 {
     int64_t n = 3, nd = n * d;
@@ -405,13 +419,7 @@ static void norm_case(pg_ctx *c, rng *r, int64_t d, int rms, int affine, double 
     double *ry = calloc((size_t)nd, sizeof *ry), *rdx = calloc((size_t)nd, sizeof *rdx);
     fill(r, x, nd, 1, 5), fill(r, w, d, 0.5, 1.5), fill(r, b, d, -1, 1), fill(r, dy, nd, -1, 1);
     const float *pw = affine ? w : NULL, *pb = affine && !rms ? b : NULL;
-    if (rms) {
-        pg_rmsnorm_fwd(c, n, d, 1e-5f, x, pw, y, rstd);
-        pg_rmsnorm_bwd_in(c, n, d, x, pw, rstd, dy, dx);
-    } else {
-        pg_layernorm_fwd(c, n, d, 1e-5f, x, pw, pb, y, mean, rstd);
-        pg_layernorm_bwd_in(c, n, d, x, pw, mean, rstd, dy, dx);
-    }
+    norm_run(c, rms, n, d, x, pw, pb, dy, y, mean, rstd, dx);
     for (int64_t i = 0; i < n; i++) {
         const float *xr = x + i * d, *dyr = dy + i * d;
         double mu = 0, var = 0, mg = 0, mgx = 0;
@@ -452,6 +460,28 @@ static void test_norm_lengths(pg_ctx *c, rng *r)
         OK(wdx < 1e-6, "%s_bwd_in equals the formula in double for the same rows (worst %.2g)",
            rms ? "rmsnorm" : "layernorm", wdx);
     }
+}
+
+/* The norms take rows in groups (layernorm.c's LN_G): 19 rows in one call
+ * (groups and a remainder) give every row the bits it gets alone, forward
+ * (y, mean, rstd) and backward, layernorm and rmsnorm, d = 37 (blocks and a
+ * tail). */
+static void test_norm_rows_alone(pg_ctx *c, rng *r)
+{
+    int64_t n = 19, d = 37, nd = n * d;
+    float *x = fa(nd), *w = fa(d), *b = fa(d), *dy = fa(nd), *y = fa(nd), *dx = fa(nd), *m = fa(n), *rs = fa(n);
+    float *y1 = fa(nd), *dx1 = fa(nd), *m1 = fa(n), *rs1 = fa(n);
+    fill(r, x, nd, -2, 3), fill(r, w, d, 0.5, 1.5), fill(r, b, d, -1, 1), fill(r, dy, nd, -1, 1);
+    for (int rms = 0; rms < 2; rms++) {
+        norm_run(c, rms, n, d, x, w, b, dy, y, m, rs, dx);
+        for (int64_t i = 0; i < n; i++)
+            norm_run(c, rms, 1, d, x + i * d, w, b, dy + i * d, y1 + i * d, m1 + i, rs1 + i, dx1 + i * d);
+        OK(!memcmp(y, y1, (size_t)nd * 4) && !memcmp(dx, dx1, (size_t)nd * 4) && !memcmp(rs, rs1, (size_t)n * 4) &&
+               (rms || !memcmp(m, m1, (size_t)n * 4)),
+           "%s: 19 rows in one call give each row the bits it gets alone (forward, statistics, backward)",
+           rms ? "rmsnorm" : "layernorm");
+    }
+    free(x), free(w), free(b), free(dy), free(y), free(dx), free(m), free(rs), free(y1), free(dx1), free(m1), free(rs1);
 }
 
 /* ---- batchnorm ----------------------------------------------------------- */
@@ -1617,6 +1647,7 @@ int main(int argc, char **argv)
     test_swiglu(c, &r);
     test_layernorm(c, &r);
     test_norm_lengths(c, &r);
+    test_norm_rows_alone(c, &r);
     test_batchnorm(c, &r);
     test_embed(c, &r);
     test_pos_embed(c, &r);
