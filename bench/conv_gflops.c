@@ -1,16 +1,19 @@
 /* bench/conv_gflops.c — the CPU convolutions against the GEMM's own peak, and
- * what the column matrix costs. For each convolution of examples/resnet.pipe
- * (a micro-batch of 8 samples): the GFLOP/s of pg_conv2d_fwd, _bwd_in and
- * _bwd_w (2 flops a multiply-add), and of the same op's GEMMs alone, called
- * on a column matrix built beforehand; the difference is im2col's (col2im's)
- * share of the op, the most an implicit GEMM (the window read in place, no
- * column matrix) could save. Then the GEMM's peak: a 512 x 512 x 512 product.
- * Run by bench/resnet.sh, pinned to the benchmark's cores.
+ * what the window costs. For each convolution of examples/resnet.pipe (a
+ * micro-batch of 8 samples): the GFLOP/s of pg_conv2d_fwd, _bwd_in and
+ * _bwd_w (2 flops a multiply-add), and of the same op's GEMMs alone on a
+ * stored B matrix made beforehand (the column matrix; for a stride-1 input
+ * gradient, which runtime/cpu/conv.c computes as the mirrored window's
+ * product, a matrix of that product's shape); the difference is the share of
+ * the op that is not that GEMM: building or packing the window (im2col, the
+ * implicit GEMM's packing from the image), col2im. Then the GEMM's peak: a
+ * 512 x 512 x 512 product. Run by bench/resnet.sh, pinned to the benchmark's
+ * cores.
  *
  *   conv_gflops THREADS
  *
  * One line per layer and pass: name, op GFLOP/s, GEMM-only GFLOP/s, the
- * column matrix's share in per cent; best of 3 batches after a warm-up. Times
+ * window's share in per cent; best of 3 batches after a warm-up. Times
  * are the process's CPU time (with 1 thread, what the op took of a core,
  * whatever else runs there; with more, idle workers' spinning counts too). */
 #include <stdio.h>
@@ -56,7 +59,8 @@ static void call(run *u, int pass)
 {
     const pg_conv *g = u->g;
     int64_t K = g->in * g->kh * g->kw, P = g->oh * g->ow, HW = g->h * g->w;
-    int pw = pg_conv_is_pointwise(g);
+    int pw = pg_conv_is_pointwise(g), direct = !pw && g->sh == 1 && g->sw == 1 && g->out <= P;
+    int64_t KD = g->out * g->kh * g->kw; /* the mirrored window's k: dx = W' [in, KD] B [KD, HW] */
     if (!u->gemm_only) {
         if (pass == 0)
             pg_conv2d_fwd(u->c, R, g, u->x, u->w, NULL, u->y, u->ws);
@@ -70,6 +74,8 @@ static void call(run *u, int pass)
         const float *col = pw ? u->x + s * g->in * HW : u->col;
         if (pass == 0)
             pg_cpu_gemm(u->c, 0, 0, g->out, P, K, 1.0f, u->w, K, col, P, 0, u->y + s * g->out * P, P);
+        else if (pass == 1 && direct)
+            pg_cpu_gemm(u->c, 0, 0, g->in, HW, KD, 1.0f, u->w, KD, u->col, HW, 0, u->dx + s * g->in * HW, HW);
         else if (pass == 1)
             pg_cpu_gemm(u->c, 1, 0, K, P, g->out, 1.0f, u->w, K, u->y + s * g->out * P, P, 0,
                         pw ? u->dx + s * g->in * HW : u->col, P);
@@ -110,14 +116,14 @@ int main(int argc, char **argv)
         {"3x3 64->64 @8", geom(64, 64, 8, 3, 1, 1)},     {"1x1 64->64 @8", geom(64, 64, 8, 1, 1, 0)},
     };
     static const char *const pass_name[3] = {"fwd", "bwd_in", "bwd_w"};
-    printf("%-16s %-7s %12s %12s %9s\n", "layer", "pass", "op_GFLOP/s", "gemm_GFLOP/s", "col_share");
+    printf("%-16s %-7s %12s %12s %9s\n", "layer", "pass", "op_GFLOP/s", "gemm_GFLOP/s", "win_share");
     for (size_t i = 0; i < sizeof layers / sizeof layers[0]; i++) {
         const pg_conv *g = &layers[i].g;
         int64_t K = g->in * g->kh * g->kw, P = g->oh * g->ow;
         run u = {c, g, malloc(sizeof(float) * (size_t)(R * g->in * g->h * g->w)), malloc(sizeof(float) * (size_t)(g->out * K)),
                  malloc(sizeof(float) * (size_t)(R * g->out * P)), malloc(sizeof(float) * (size_t)(R * g->in * g->h * g->w)),
                  calloc((size_t)(g->out * K), sizeof(float)), malloc(sizeof(float) * (size_t)(K * P + 1)),
-                 calloc((size_t)(K * P + 1), sizeof(float)), 0};
+                 calloc((size_t)((K > g->out * g->kh * g->kw ? K : g->out * g->kh * g->kw) * P + 1), sizeof(float)), 0};
         for (int64_t k = 0; k < R * g->in * g->h * g->w; k++)
             u.x[k] = (float)(k % 7) * 0.1f;
         for (int64_t k = 0; k < g->out * K; k++)

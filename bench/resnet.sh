@@ -117,8 +117,8 @@ $CC -std=c11 -D_POSIX_C_SOURCE=200809L -O2 -Wall -Wextra -Werror -I"$TOP/runtime
     -o "$DIR/conv_gflops" "$TOP/bench/conv_gflops.c" "$TOP/build/libpgrt_cpu.a" -lpthread -lm ||
     fail "building bench/conv_gflops.c failed"
 echo "# bench/conv_gflops: examples/resnet.pipe's convolutions, 8 samples a call, 1 thread, in GFLOP per second of"
-echo "# the process's CPU time (what the other work on these cores cannot inflate), best of 3 batches; col_share:"
-echo "# the op's time beyond its GEMMs on a ready column matrix (im2col, col2im), what an implicit GEMM could save"
+echo "# the process's CPU time (what the other work on these cores cannot inflate), best of 3 batches; win_share:"
+echo "# the op's time beyond the same GEMMs on a stored matrix (packing the window from the image, im2col, col2im)"
 bench_load_before ""
 $TMO $PIN "$DIR/conv_gflops" 1 || fail "bench/conv_gflops failed"
 bench_load_after

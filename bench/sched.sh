@@ -15,9 +15,13 @@
 # the median of the loss stage's step times after BENCH_WARMUP steps; its
 # --trace and --profile give `pipegen trace`'s measured step (the traced steps'
 # mean span) against the step the simulation predicts from that run's own
-# profile (the simulation's error alone); `pipegen plan --balance` with the
-# round's 1f1b profile predicts every schedule's step from the same layer
-# times (the theory: what a schedule gains over 1f1b).
+# profile (the simulation's error alone), and pipegen trace's replay of the
+# traced steps splits that error: the simulation run with each step's own
+# measured action times (its order, waits and messages), with their means (the
+# steps' variation), and the prediction (what per-chunk means miss);
+# `pipegen plan --balance` with the round's 1f1b profile (without its stages'
+# own send costs, which are the schedule's) predicts every schedule's step
+# from the same layer times (the theory: what a schedule gains over 1f1b).
 #
 # Per schedule and round the ratio to that round's 1f1b run (paired, so load
 # that drifts between rounds cancels); printed: the median ratio, its
@@ -111,7 +115,9 @@ build() {
 steal() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print $9, t; exit }' /proc/stat 2>/dev/null || echo "0 0"; }
 
 # one NAME ROUND: one run of variant NAME, pinned, traced and profiled; appends
-# "NAME ROUND step_ms measured_ms predicted_own_ms predicted_1f1b_costs_ms" to RES
+# "NAME ROUND step_ms measured_ms predicted_own_ms replayed_ms replayed_means_ms"
+# to RES (pipegen trace's replay of each traced step with its own measured
+# action times, and of their means; 0 when not printed)
 one() {
     o_n=$1 o_r=$2 o_d=$DIR/$1
     o_log=$o_d/run$o_r.log o_tr=$o_d/run$o_r.trace.json o_pr=$o_d/run$o_r.profile.json
@@ -123,9 +129,10 @@ one() {
     o_ms=$(median_ms "$o_log") || fail "$o_n (round $o_r): no step lines in $o_log"
     "$PG" trace "$o_tr" "$o_d/$o_n.pipe" --balance "$o_pr" >"$o_d/run$o_r.pred" 2>&1 ||
         fail "$o_n (round $o_r): pipegen trace failed (see $o_d/run$o_r.pred)"
-    o_mp=$(awk 'function ms(v, u) { return v * (u == "s" ? 1000 : u == "us" ? 0.001 : 1) }
+    o_mp=$(awk 'function ms(v, u) { sub(/,$/, "", u); return v * (u == "s" ? 1000 : u == "us" ? 0.001 : 1) }
         /^measured step/ { m = ms($3, $4); for (i = 1; i <= NF; i++) if ($i == "predicted") p = ms($(i + 1), $(i + 2)) }
-        END { if (m > 0 && p > 0) printf "%.4f %.4f\n", m, p; else exit 1 }' "$o_d/run$o_r.pred") ||
+        /^replayed / { for (i = 1; i <= NF; i++) { if ($i == "predicted):") r = ms($(i + 1), $(i + 2)); if ($i == "instead:") a = ms($(i + 1), $(i + 2)) } }
+        END { if (m > 0 && p > 0) printf "%.4f %.4f %.4f %.4f\n", m, p, r, a; else exit 1 }' "$o_d/run$o_r.pred") ||
         fail "$o_n (round $o_r): no measured and predicted step in $o_d/run$o_r.pred"
     echo "$o_n $o_r $o_ms $o_mp" >>"$RES"
 }
@@ -133,7 +140,12 @@ one() {
 # predict NAME ROUND BASE: NAME's step predicted with BASE's profile of that round (ms), into RES as
 # "NAME ROUND theory ms"
 predict() {
-    p_out=$("$PG" plan "$DIR/$1/$1.pipe" --balance "$DIR/$3/run$2.profile.json" 2>&1) ||
+    # the base's profile without its stages' own send costs (send_s): which
+    # stage's sends wake a waiting receiver, and so cost more, is the
+    # schedule's own; the fit over every send stands for all
+    sed 's/, "send_s": [-0-9.e+]*//' "$DIR/$3/run$2.profile.json" >"$DIR/$1/theory$2.profile.json" ||
+        fail "cannot write $DIR/$1/theory$2.profile.json"
+    p_out=$("$PG" plan "$DIR/$1/$1.pipe" --balance "$DIR/$1/theory$2.profile.json" 2>&1) ||
         fail "$1: pipegen plan --balance failed: $(echo "$p_out" | head -3)"
     p_ms=$(echo "$p_out" | awk 'function ms(v, u) { sub(/,$/, "", u); return v * (u == "s" ? 1000 : u == "us" ? 0.001 : 1) }
         /^predicted step/ { for (i = 1; i <= NF; i++) if ($i ~ /\):$/) { print ms($(i + 1), $(i + 2)); exit } }')
@@ -200,7 +212,7 @@ awk -v ncpu="$NCPU" '
     }
     $3 == "theory" { th[$1, $2] = $4; next }
     $3 == "round" { next }
-    { n = $1; split(n, p, "-"); key = n; ms[n, $2] = $3; meas[n, $2] = $4; pred[n, $2] = $5
+    { n = $1; split(n, p, "-"); key = n; ms[n, $2] = $3; meas[n, $2] = $4; pred[n, $2] = $5; rep[n, $2] = $6; repm[n, $2] = $7
       if (!(n in seen)) { seen[n] = 1; order[no++] = n }; if ($2 > R) R = $2 }
     END {
         printf "%-9s %2s %-15s %9s  %-36s %9s %9s  %s\n", "model", "P", "schedule", "step_ms", "vs 1f1b: median (iqr; min..max)", "predicted", "target", "verdict (gain >= half the predicted)"
@@ -222,18 +234,24 @@ awk -v ncpu="$NCPU" '
             vd = over ? "n/a (oversubscribed: " P " stages on " ncpu " cores)" : tp >= 1 ? "n/a (no gain predicted)" : m < 5 ? "n/a (" m " rounds: a verdict needs 5)" : verdict(q(x, m, 0.25), q(x, m, 0.75), target, "le")
             printf "%-9s %2d %-15s %9.2f  %-36s %9.3f %9.3f  %s\n", p[1], P, sched, med, sprintf("%.3f (%.3f..%.3f; %.3f..%.3f)", q(x, m, 0.5), q(x, m, 0.25), q(x, m, 0.75), x[0], x[m - 1]), tp, target, vd
         }
-        printf "\n%-9s %2s %-15s %12s %12s  %-36s  %s\n", "model", "P", "schedule", "measured_ms", "predicted_ms", "measured/predicted: median (iqr; min..max)", "verdict (within 5%)"
+        printf "\n%-9s %2s %-15s %12s %12s  %-42s  %-22s  %s\n", "model", "P", "schedule", "measured_ms", "predicted_ms", "measured/predicted: median (iqr; min..max)", "verdict (within 5%)", "meas/replayed  variation  means/predicted"
         for (k = 0; k < no; k++) {
             n = order[k]; split(n, p, "-"); P = p[2] + 0
             sched = substr(n, length(p[1] "-" p[2] "-") + 1); if (sched == "interleaved2") sched = "interleaved(2)"
             m = 0; for (r = 1; r <= R; r++) if ((n, r) in meas) { x[m] = meas[n, r] / pred[n, r]; a[m] = meas[n, r]; b[m] = pred[n, r]; m++ }
             sort(x, m); sort(a, m); sort(b, m)
+            m3 = 0; for (r = 1; r <= R; r++) if ((n, r) in rep && rep[n, r] > 0 && repm[n, r] > 0) { u[m3] = meas[n, r] / rep[n, r]; w[m3] = rep[n, r] / repm[n, r]; z3[m3] = repm[n, r] / pred[n, r]; m3++ }
+            sort(u, m3); sort(w, m3); sort(z3, m3)
+            expl = m3 ? sprintf("%5.3f %10.3f %10.3f", q(u, m3, 0.5), q(w, m3, 0.5), q(z3, m3, 0.5)) : "(no replay)"
             vd = P > ncpu ? "n/a (oversubscribed)" : m < 5 ? "n/a (" m " rounds: a verdict needs 5)" : verdict(q(x, m, 0.25), q(x, m, 0.75), 0.95, "in", 1.05)
-            printf "%-9s %2d %-15s %12.2f %12.2f  %-42s  %s\n", p[1], P, sched, q(a, m, 0.5), q(b, m, 0.5), sprintf("%.3f (%.3f..%.3f; %.3f..%.3f)", q(x, m, 0.5), q(x, m, 0.25), q(x, m, 0.75), x[0], x[m - 1]), vd
+            printf "%-9s %2d %-15s %12.2f %12.2f  %-42s  %-22s  %s\n", p[1], P, sched, q(a, m, 0.5), q(b, m, 0.5), sprintf("%.3f (%.3f..%.3f; %.3f..%.3f)", q(x, m, 0.5), q(x, m, 0.25), q(x, m, 0.75), x[0], x[m - 1]), vd, expl
         }
     }' "$RES"
 echo "(vs 1f1b: each round's step over the same round's 1f1b step (< 1: faster); predicted: the same ratio from the"
 echo " round's 1f1b profile; target: 1 - half the predicted gain; verdicts only where the rounds' interquartile range"
 echo " lies on one side of the target, else UNDECIDED: the spread is wider than the effect. measured/predicted: the"
-echo " traced steps' mean span over the step the simulation predicts from the same run's --profile. Runs, traces and"
-echo " profiles: $DIR)"
+echo " traced steps' mean span over the step the simulation predicts from the same run's --profile; medians of its"
+echo " parts (pipegen trace's replay): meas/replayed, the simulation run with each traced step's own measured action"
+echo " times (near 1: its order, waits and messages are the run's); variation, that over the same with each action's"
+echo " mean over the steps (what the steps' variation costs: no mean-based prediction shows it); means/predicted, what"
+echo " per-chunk and per-stage means miss of the actions' own means. Runs, traces and profiles: $DIR)"

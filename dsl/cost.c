@@ -303,7 +303,7 @@ static void jmessages(jcur *c)
  * its optimizer_s, and only when no "stage_costs" came). */
 static void jstage_cost(jcur *c, int costs)
 {
-    pg_stage_cost sc = { 0, 0, 0, 0, 0, 0 };
+    pg_stage_cost sc = { 0, 0, 0, 0, 0, 0, 0, 0 };
     int stage = -1;
     size_t at = pg_json_here(&c->j);
     char *key;
@@ -313,8 +313,10 @@ static void jstage_cost(jcur *c, int costs)
     }
     pg_json_object(&c->j);
     static const char *const keys[] = { "optimizer_s", "grad_norm_s", "verdict_s", "tie_s", "step_start_s",
-                                        "step_end_s" };
-    double *slot[] = { &sc.optimizer_s, &sc.grad_norm_s, &sc.verdict_s, &sc.tie_s, &sc.step_start_s, &sc.step_end_s };
+                                        "step_end_s", "send_s" };
+    double *slot[] = { &sc.optimizer_s, &sc.grad_norm_s, &sc.verdict_s, &sc.tie_s, &sc.step_start_s, &sc.step_end_s,
+                       &sc.send_s };
+    enum { SEND_S = 6 }; /* the key that sets has_send_s */
     enum { NKEYS = sizeof keys / sizeof keys[0] };
     while (pg_json_member(&c->j, &key)) {
         int k = 0;
@@ -324,6 +326,8 @@ static void jstage_cost(jcur *c, int costs)
             double v = jseconds(c, key);
             if (!c->j.failed)
                 *slot[k] = v;
+            if (!c->j.failed && k == SEND_S)
+                sc.has_send_s = 1;
         } else if (strcmp(key, "stage") == 0) {
             size_t nat = pg_json_here(&c->j);
             double v;

@@ -26,7 +26,12 @@
  *    "tie_s": .., "step_start_s": .., "step_end_s": ..}] gives what a stage's
  *    OPT_STEP, GRAD_NORM and VERDICT and the folds and sums of its tie
  *    receives cost the stage itself (waits left out) and its time before the
- *    first and after the last action of a step; a profile without it (older)
+ *    first and after the last action of a step, and optionally "send_s":
+ *    what the stage's activation, gradient and skip sends cost it on average
+ *    (then instead of the "messages" fit over every stage's sends: a send
+ *    that wakes a receiver waiting in its RECV costs more, on a busy machine
+ *    the woken process can take the sender's core, and which stage's sends
+ *    find their receivers waiting depends on the schedule); a profile without it (older)
  *    gives only "stage_times"' "optimizer_s". Optional "model" and
  *    "plan_hash" (strings) say what it was measured on. Every value must be
  *    finite, >= 0 and not absurd (at most 1e6 s; rates at most 1e18
@@ -63,6 +68,8 @@ typedef struct pg_profile_entry {
 typedef struct pg_stage_cost {
     double optimizer_s, grad_norm_s, verdict_s, tie_s; /* the stage's own time, waits left out */
     double step_start_s, step_end_s;                   /* before the first / after the last action */
+    double send_s;                                     /* its micro-batches' sends' mean cost to it */
+    int has_send_s;                                    /* 1: send_s given */
 } pg_stage_cost;
 
 typedef struct pg_profile {

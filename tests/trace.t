@@ -178,6 +178,79 @@ is "$(tr -d '\n' <"$T/m.svg" | grep -c 'fill-opacity="0.35"/><text[^>]*>the step
 is "$(echo "$got" | grep -A2 '^after the last F/B/W of a step (the same steps; % of the measured step):$' | grep -c '^stage [01]: [0-9.]* [mu]\?s ([0-9.]*%): receives and their waits [0-9.]* [mu]\?s ([0-9.]*%), its own work [0-9.]* [mu]\?s ([0-9.]*%)$')" 2 \
     "pipegen trace says what follows each stage's last F/B/W: receives with their waits, its own work"
 
+# measured against simulated, action by action: the parts of each stage's step
+# add up to it, measured and simulated; with the run's own profile the F/B/W
+# sums are the profile's (its per-chunk means times the passes)
+cmp=$(printf '%s\n' "$got" | grep -A2 '^measured (simulated) per step, action by action')
+is "$(printf '%s\n' "$cmp" | grep -c '^stage [01]: F .*, sends .*, receives: waiting for the peer.s send .*, after it .*, the step.s end work .*, before and after the actions .*; its step ')" 2 \
+    "pipegen trace sets each stage's actions beside the simulation's, by what they are"
+is "$(printf '%s\n' "$cmp" | "$PY" -c '
+import re, sys
+P = r"([-0-9.e+]+) (s|ms|us) \(([-0-9.e+]+) (s|ms|us)\)"
+def ms(v, u): return float(v) * {"s": 1e3, "ms": 1.0, "us": 1e-3}[u]
+bad = []
+for line in sys.stdin:
+    if not line.startswith("stage "): continue
+    parts, step = line.split("; its step ")
+    pairs = re.findall(" " + P, parts)
+    m = [ms(a, b) for a, b, _, _ in pairs]; p = [ms(c, d) for _, _, c, d in pairs]
+    g = re.match(P, step).groups(); sm, sp = ms(g[0], g[1]), ms(g[2], g[3])
+    if len(pairs) != 8: bad.append("%d parts" % len(pairs))
+    if abs(sum(m) - sm) > 0.003 * sm: bad.append("measured parts %.3f, step %.3f" % (sum(m), sm))
+    if abs(sum(p) - sp) > 0.003 * sp: bad.append("simulated parts %.3f, step %.3f" % (sum(p), sp))
+    for k in range(3):
+        if abs(m[k] - p[k]) > 0.002 * m[k] + 1e-6: bad.append("F/B/W %d: %.4f vs %.4f" % (k, m[k], p[k]))
+print(" ".join(bad) or "ok")')" ok \
+    "...the parts add up to the stage's step on both sides, and F, B, W match the run's own profile"
+like "$got" 'replayed \(the simulation with each traced step.s own measured F/B/W, sends and step.s end work; transit and receives as predicted\): [0-9.]+ m?s, measured/replayed [0-9.]+; with each action.s mean over the steps instead: [0-9.]+ m?s, replayed/that [0-9.]+' \
+    "...and replays each traced step with its own measured times, then with their means"
+# every traced step a copy of one: no variation between steps, so the replay
+# of the means is the replay of each step
+"$PY" - "$T/run.json" "$T/same.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+ev = d["traceEvents"]
+x = [e for e in ev if e["ph"] == "X"]
+lo = min(e["ts"] for e in x if e["args"]["step"] == 4)
+hi = max(e["ts"] + e["dur"] for e in x if e["args"]["step"] == 4)
+out = [e for e in ev if e["ph"] != "X"]
+for s in (3, 4, 5, 6):
+    for e in x:
+        if e["args"]["step"] == 4:
+            c = json.loads(json.dumps(e))
+            c["args"]["step"] = s
+            c["ts"] = e["ts"] + (s - 4) * (hi - lo + 1000.0)
+            out.append(c)
+d["traceEvents"] = out
+json.dump(d, open(sys.argv[2], "w"))
+EOF
+like "$("$PIPEGEN" trace "$T/same.json" "$T/mlp.pipe" --balance "$T/prof.json" 2>&1)" 'replayed/that 1\.000' \
+    "...steps that do not vary: the means replay to the same step"
+# a trace of another schedule, and one without the actions' indices: said, not compared
+sed 's/schedule = 1f1b/schedule = zb1/' "$T/mlp.pipe" >"$T/mlpzb.pipe"
+got=$("$PIPEGEN" trace "$T/run.json" "$T/mlpzb.pipe" --balance "$T/prof.json" 2>&1); rc=$?
+ok $rc "pipegen trace of a 1f1b run with a zb1 model still prints"
+like "$got" "measured against simulated: not shown: stage [01].s action [0-9]+ is [A-Z_]+ in the trace but [A-Z_]+ in the model.s schedule \\(a trace of another schedule\\?\\)" \
+    "...and says why it does not compare the actions"
+"$PY" -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+for e in d["traceEvents"]: e.get("args", {}).pop("action", None)
+json.dump(d, open(sys.argv[2], "w"))' "$T/run.json" "$T/noaction.json"
+like "$("$PIPEGEN" trace "$T/noaction.json" "$T/mlp.pipe" --balance "$T/prof.json" 2>&1)" \
+    'measured against simulated: not shown: step 3 of stage 0 has no event of action 0 \(a trace of another schedule, or of a runtime that did not write args.action\)' \
+    "...nor for a trace whose events do not say their action"
+# the profile's per-stage send cost: written by the run, and used for that stage's sends
+is "$("$PY" -c 'import json, sys; print(sum(1 for s in json.load(open(sys.argv[1]))["stage_costs"] if s.get("send_s", -1) >= 0))' "$T/prof.json")" 2 \
+    "the profile gives each stage's mean send cost (send_s)"
+"$PY" -c 'import json, sys; p = json.load(open(sys.argv[1])); p["stage_costs"][0]["send_s"] = 0.5; json.dump(p, open(sys.argv[2], "w"))' "$T/prof.json" "$T/slowsend.json"
+like "$("$PIPEGEN" plan "$T/mlp.pipe" --balance "$T/slowsend.json" 2>&1)" 'predicted step [^:]*: ([4-9]\.[0-9]*|[1-9][0-9]+\.?[0-9]*) s' \
+    "...a stage whose 8 sends cost 0.5 s each is predicted a step of 4 s or more"
+"$PY" -c 'import json, sys; p = json.load(open(sys.argv[1])); p["stage_costs"][1]["send_s"] = "@"; open(sys.argv[2], "w").write(json.dumps(p, indent=1).replace("\"@\"", "-1"))' "$T/prof.json" "$T/badsend.json"
+line=$(grep -n '"send_s": -1' "$T/badsend.json" | cut -d: -f1)
+got=$("$PIPEGEN" plan "$T/mlp.pipe" --balance "$T/badsend.json" 2>&1); rc=$?
+is "$rc" 1 "a negative send_s is refused"
+like "$got" "$T/badsend\\.json:$line:[0-9]+: error: profile: send_s must not be negative" "...at its line"
+
 # the work between steps (the log line, the evaluation after the last step,
 # --save-on-exit's stop exchange, a checkpoint every step): recorded after
 # each step and drawn, so that no stage's row of a step in the middle of the
@@ -330,6 +403,9 @@ is "$(grep -o '>stage [01] replica [01]</text>' "$T/dp.svg" | tr -d '\n')" \
 is "$(grep -c '<title>dp reduce</title>' "$T/dp.svg")" 4 "... a dp reduce box on each"
 like "$(cat "$T/dp.svg")" '>data-parallel reduction</text>' "... named in the legend"
 like "$(sed -n 3p "$T/dp.svg")" 'mlp: 1f1b, 2 stages x 2 replicas, 8 micro-batches' "... and the title says 2 stages x 2 replicas"
+like "$("$PIPEGEN" trace "$T/dp.json" "$T/mlp.pipe" --balance "$T/prof.json" 2>&1)" \
+    'measured against simulated: not shown for a pp x dp trace \(the simulation is of one replica\)' \
+    "... whose actions are not set beside one replica's simulation, with a line saying so"
 
 # bad input
 head -c 700 "$T/run.json" >"$T/cut.json"

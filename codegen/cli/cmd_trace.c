@@ -37,23 +37,9 @@
 #include "schedule/sched_internal.h"
 #include "schedule/schedule.h"
 #include "schedule/svg.h"
+#include "cli/trace_data.h"
 
 /* ---- the trace ----------------------------------------------------------------- */
-
-typedef struct tev {
-    int row, step, kind;   /* row: the process (pid = replica x stages + stage); kind: -1 step, else
-                              pg_act_kind (0 F, 1 B, 2 W, ...), DP_KIND + i a part of the reduction, or
-                              PG_STEP_KIND_COUNT unknown */
-    int mb, chunk;
-    double t0, t1;         /* seconds */
-} tev;
-
-typedef struct trace {
-    int nstages, replicas, nrows, nmb, first, last; /* steps first..last (1-based); rows = stages x replicas */
-    char *model;
-    int n;
-    tev *ev;
-} trace;
 
 #define MAX_ROWS (PG_SCHED_MAX_STAGES * 256) /* processes: stages x replicas (piperun --dp allows 256) */
 
@@ -80,7 +66,7 @@ static int kind_of(const char *k)
 /* One event object of traceEvents; its fields as read (NaN: absent). */
 typedef struct rev {
     int is_x, is_step, kind;
-    double pid, ts, dur, step, mb, chunk;
+    double pid, ts, dur, step, mb, chunk, action;
 } rev;
 
 /* A number field, or NaN when it is another kind of value (skipped). */
@@ -120,6 +106,8 @@ static void read_args(pg_json *j, rev *e)
             e->mb = num_or_nan(j);
         else if (!strcmp(key, "chunk"))
             e->chunk = num_or_nan(j);
+        else if (!strcmp(key, "action"))
+            e->action = num_or_nan(j);
         else if (!strcmp(key, "kind"))
             str_or_null(j, &kind);
         else
@@ -133,7 +121,7 @@ static void read_args(pg_json *j, rev *e)
 static void read_event(pg_json *j, rev *e)
 {
     char *key, *s = NULL;
-    *e = (rev){ 0, 0, PG_STEP_KIND_COUNT, NAN, NAN, NAN, NAN, -1, -1 };
+    *e = (rev){ 0, 0, PG_STEP_KIND_COUNT, NAN, NAN, NAN, NAN, -1, -1, NAN };
     if (pg_json_peek(j) != PG_JSON_OBJECT) {
         pg_json_skip(j); /* not an event: ignored, as other phases are */
         return;
@@ -190,7 +178,8 @@ static int add_event(trace *t, const rev *e, int i, int *cap, pg_diag *d, pg_loc
         *cap = nc;
     }
     int pid = (int)e->pid, step = (int)e->step;
-    t->ev[t->n++] = (tev){ pid, step, e->is_step ? -1 : e->kind, (int)mb, (int)chunk, e->ts * 1e-6,
+    int action = e->action >= 0 && e->action < (1 << 24) && e->action == floor(e->action) ? (int)e->action : -1;
+    t->ev[t->n++] = (tev){ pid, step, e->is_step ? -1 : e->kind, (int)mb, (int)chunk, action, e->ts * 1e-6,
                            (e->ts + e->dur) * 1e-6 };
     if (pid + 1 > t->nrows)
         t->nrows = pid + 1;
@@ -460,7 +449,7 @@ static const char *row_name(const trace *t, int row, char *buf, size_t n)
     return buf;
 }
 
-static void fmt_time(char *buf, size_t n, double s)
+void trace_fmt_time(char *buf, size_t n, double s)
 {
     if (s >= 1)
         snprintf(buf, n, "%.4g s", s);
@@ -564,6 +553,7 @@ int cmd_trace(int argc, char **argv)
     pg_profile prof = { 0 };
     int have_model = 0, have_sched = 0, have_pr = 0, seconds = 0;
     pg_sched_prediction pr;
+    pg_sched_costs c;
     char kind[64] = "measured";
     memset(&l, 0, sizeof l);
     if (!ss || !sbusy || !busy) {
@@ -591,7 +581,6 @@ int cmd_trace(int argc, char **argv)
         pg_schedule_name(&l.model, kind, sizeof kind);
         if (balance)
             cmd_profile_notes(&prof, &l.model, NULL);
-        pg_sched_costs c;
         seconds = pg_sched_costs_of_model(&l.model, balance ? &prof : NULL, &c);
         have_pr = pg_schedule_predict(&l.model, &s, &c, &pr) == 0;
     }
@@ -608,7 +597,7 @@ int cmd_trace(int argc, char **argv)
             used++;
         }
     char a[48], b[48];
-    fmt_time(a, sizeof a, used ? span / used : 0);
+    trace_fmt_time(a, sizeof a, used ? span / used : 0);
     char reps[32] = "";
     if (t.replicas > 1)
         snprintf(reps, sizeof reps, " x %d replicas", t.replicas);
@@ -616,7 +605,7 @@ int cmd_trace(int argc, char **argv)
            t.nstages, t.nstages == 1 ? "" : "s", reps, t.nmb, t.nmb == 1 ? "" : "es", t.first, t.last);
     printf("measured step %s (mean over %d step%s from step %d)", a, used, used == 1 ? "" : "s", from);
     if (have_pr && seconds) {
-        fmt_time(b, sizeof b, pr.step_time);
+        trace_fmt_time(b, sizeof b, pr.step_time);
         printf(", predicted %s (%s): measured/predicted %.3f\n", b, balance ? "measured profile" : "cost model",
                pr.step_time > 0 ? span / used / pr.step_time : 0.0);
     } else if (have_pr) {
@@ -643,7 +632,7 @@ int cmd_trace(int argc, char **argv)
                 continue;
             if (c >= BR_LOG && !(br[BR_LOG] + br[BR_EVAL] + br[BR_STOP] + br[BR_CKPT] > 0))
                 continue; /* the parts of the work between steps, where there are any */
-            fmt_time(a, sizeof a, br[c]);
+            trace_fmt_time(a, sizeof a, br[c]);
             if (c == BR_DP_WAIT)
                 printf(" (%s %s)", br_name[c], a);
             else if (c >= BR_LOG)
@@ -657,13 +646,15 @@ int cmd_trace(int argc, char **argv)
     for (int st = 0; st < t.nrows; st++) {
         double whole, waits, mean_step = used ? span / used : 0;
         step_end_times(&t, st, ns > 1, &whole, &waits);
-        fmt_time(a, sizeof a, whole);
+        trace_fmt_time(a, sizeof a, whole);
         printf("%s: %s (%.1f%%): ", row_name(&t, st, nb, sizeof nb), a, mean_step > 0 ? 100.0 * whole / mean_step : 0.0);
-        fmt_time(a, sizeof a, waits);
-        fmt_time(b, sizeof b, whole - waits);
+        trace_fmt_time(a, sizeof a, waits);
+        trace_fmt_time(b, sizeof b, whole - waits);
         printf("receives and their waits %s (%.1f%%), its own work %s (%.1f%%)\n", a,
                mean_step > 0 ? 100.0 * waits / mean_step : 0.0, b, mean_step > 0 ? 100.0 * (whole - waits) / mean_step : 0.0);
     }
+    if (have_pr && seconds && trace_compare(&t, &l.model, &s, &c, stdout))
+        goto out;
     rc = 0;
     if (svg) {
         int step = want_step ? want_step : t.last;

@@ -2,7 +2,9 @@
  * clock, in the emitted order of each stage's actions (a RECV blocks, as in
  * the runtime). A compute action takes its chunk's cost; a message arrives
  * `latency + bytes / bandwidth` after its SEND began, and the SEND keeps its
- * sender busy `send_cost_latency + bytes / send_cost_bytes_per_s`; a RECV
+ * sender busy `send_cost_latency + bytes / send_cost_bytes_per_s` (an
+ * activation, gradient or skip send its stage's own measured mean, where the
+ * profile has it: the stages pay apart, see cost.h); a RECV
  * waits for the arrival, then keeps its receiver busy `recv_cost_latency +
  * bytes / recv_cost_bytes_per_s` (a tie receive also its share of the
  * stage's measured folds and sums). The step's end is actions like the rest
@@ -121,14 +123,27 @@ static int tie_recvs(const pg_schedule *s, int st)
     return n;
 }
 
+/* An activation, gradient or skip message (what the profile's send costs are of). */
+static int is_mb_send(pg_act_kind k)
+{
+    return k == PG_SEND_ACT || k == PG_SEND_GRAD || k == PG_SEND_SKIP || k == PG_SEND_SKIP_GRAD;
+}
+
+/* What send a of stage st costs its sender: the stage's own measured mean
+ * for its micro-batches' messages where c has it, else the fit over all
+ * stages' sends. */
+static double send_own(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, int st, const pg_act *a)
+{
+    int k = stage_ix(st);
+    if (c->has_send_own[k] && is_mb_send(a->kind))
+        return c->send_own[k];
+    return c->send_cost_latency + (c->send_cost_bytes_per_s > 0 ? msg_bytes(m, s, c, a) / c->send_cost_bytes_per_s : 0.0);
+}
+
 double pg_act_own_cost(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, int st, const pg_act *a)
 {
-    if (pg_act_is_send(a->kind)) {
-        double t = c->send_cost_latency;
-        if (c->send_cost_bytes_per_s > 0)
-            t += msg_bytes(m, s, c, a) / c->send_cost_bytes_per_s;
-        return t;
-    }
+    if (pg_act_is_send(a->kind))
+        return send_own(m, s, c, st, a);
     if (pg_act_is_recv(a->kind)) {
         pg_act x = sender_of(a);
         double t = c->recv_cost_latency;
@@ -141,19 +156,49 @@ double pg_act_own_cost(const ir_model *m, const pg_schedule *s, const pg_sched_c
     return 0;
 }
 
-void pg_sim_setup_timed(pg_sim *sim, const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, double **dur,
-                        double **own)
+static void setup_timed(pg_sim *sim, const ir_model *m, const pg_schedule *s, const pg_sched_costs *c)
 {
     for (int st = 0; st < s->nstages; st++)
         for (int i = 0; i < s->stage[st].n; i++) {
-            dur[st][i] = pg_act_cost(m, s, c, st, &s->stage[st].act[i]);
-            own[st][i] = pg_act_own_cost(m, s, c, st, &s->stage[st].act[i]);
+            sim->dur[st][i] = pg_act_cost(m, s, c, st, &s->stage[st].act[i]);
+            sim->own[st][i] = pg_act_own_cost(m, s, c, st, &s->stage[st].act[i]);
         }
+    sim->clock0 = c->step_start;
+}
+
+pg_sim_status pg_sim_run_timed(pg_sim *sim, const ir_model *m, const pg_schedule *s, const pg_sched_costs *c)
+{
+    memset(sim, 0, sizeof *sim);
     sim->m = m;
     sim->s = s;
-    sim->dur = dur;
-    sim->own = own;
-    sim->clock0 = c->step_start;
+    int p = s->nstages;
+    if (p < 1 || p > PG_SCHED_MAX_STAGES || !s->stage)
+        return sim->status = SIM_NOMEM;
+    sim->dur = calloc((size_t)p, sizeof *sim->dur);
+    sim->own = calloc((size_t)p, sizeof *sim->own);
+    sim->start = calloc((size_t)p, sizeof *sim->start);
+    if (!sim->dur || !sim->own || !sim->start)
+        return sim->status = SIM_NOMEM;
+    for (int st = 0; st < p; st++) {
+        size_t n = (size_t)(s->stage[st].n > 0 ? s->stage[st].n : 1);
+        if (!(sim->dur[st] = calloc(n, sizeof **sim->dur)) || !(sim->own[st] = calloc(n, sizeof **sim->own)) ||
+            !(sim->start[st] = calloc(n, sizeof **sim->start)))
+            return sim->status = SIM_NOMEM;
+    }
+    setup_timed(sim, m, s, c);
+    return pg_sim_run(sim);
+}
+
+void pg_sim_timed_free(pg_sim *sim)
+{
+    pg_sim_free(sim);
+    double **arr[3] = { sim->dur, sim->own, sim->start };
+    for (int k = 0; k < 3; k++) {
+        for (int st = 0; arr[k] && st < sim->s->nstages; st++)
+            free(arr[k][st]);
+        free(arr[k]);
+    }
+    sim->dur = sim->own = sim->start = NULL;
 }
 
 double pg_sim_step_time(const pg_sim *sim, const pg_sched_costs *c)
@@ -171,21 +216,9 @@ int pg_schedule_predict(const ir_model *m, const pg_schedule *s, const pg_sched_
     memset(out, 0, sizeof *out);
     if (s->nstages < 1 || s->nstages > PG_SCHED_MAX_STAGES || !s->stage)
         return -1;
-    double **dur = calloc((size_t)s->nstages, sizeof *dur), **own = calloc((size_t)s->nstages, sizeof *own);
-    int rc = -1;
-    if (!dur || !own)
-        goto out;
-    for (int st = 0; st < s->nstages; st++) {
-        size_t n = (size_t)(s->stage[st].n > 0 ? s->stage[st].n : 1);
-        dur[st] = malloc(n * sizeof **dur);
-        own[st] = malloc(n * sizeof **own);
-        if (!dur[st] || !own[st])
-            goto out;
-    }
     pg_sim sim;
-    memset(&sim, 0, sizeof sim);
-    pg_sim_setup_timed(&sim, m, s, c, dur, own);
-    if (pg_sim_run(&sim) == SIM_OK) {
+    int rc = -1;
+    if (pg_sim_run_timed(&sim, m, s, c) == SIM_OK) {
         out->step_time = pg_sim_step_time(&sim, c);
         for (int st = 0; st < s->nstages; st++) {
             out->busy[st] = sim.busy[st];
@@ -193,15 +226,6 @@ int pg_schedule_predict(const ir_model *m, const pg_schedule *s, const pg_sched_
         }
         rc = 0;
     }
-    pg_sim_free(&sim);
-out:
-    for (int st = 0; st < s->nstages; st++) {
-        if (dur)
-            free(dur[st]);
-        if (own)
-            free(own[st]);
-    }
-    free(dur);
-    free(own);
+    pg_sim_timed_free(&sim);
     return rc;
 }

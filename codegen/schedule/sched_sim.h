@@ -35,6 +35,7 @@ typedef struct pg_sim {
                         (its message still arrives dur after the SEND began), a RECV
                         its receiver once the message arrived */
     const double *clock0; /* optional [nstages]: each stage's clock at the start */
+    pg_sim_ref **met;     /* optional out [stage][action]: for a RECV the SEND it met, else {-1, -1} */
     /* out */
     pg_sim_status status;
     pg_sim_ref recv, send;                 /* SIM_MISMATCH: the RECV and what it met */
@@ -50,10 +51,12 @@ typedef struct pg_sim {
 pg_sim_status pg_sim_run(pg_sim *sim);
 void pg_sim_free(pg_sim *sim);
 
-/* A timed run by the costs c (predict.c): fills dur and own ([stage][action],
- * allocated by the caller), and sim's clock0. */
-void pg_sim_setup_timed(pg_sim *sim, const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, double **dur,
-                        double **own);
+/* A timed run of s by the costs c (predict.c): allocates sim's dur, own and
+ * start ([stage][action]), fills dur and own by c, runs. Returns
+ * sim->status (SIM_NOMEM: out of memory); pg_sim_timed_free after, whatever
+ * it returned. */
+pg_sim_status pg_sim_run_timed(pg_sim *sim, const ir_model *m, const pg_schedule *s, const pg_sched_costs *c);
+void pg_sim_timed_free(pg_sim *sim);
 /* The step of a finished timed run: the latest stage end, each stage's
  * step_end included. */
 double pg_sim_step_time(const pg_sim *sim, const pg_sched_costs *c);

@@ -107,6 +107,9 @@ typedef struct pg_sched_costs {
     /* What the stages themselves spend outside F/B/W (all 0: the textbook model) */
     double send_cost_latency, send_cost_bytes_per_s; /* a SEND keeps its sender busy latency + bytes / rate */
     double recv_cost_latency, recv_cost_bytes_per_s; /* a RECV its receiver, once the message arrived */
+    int has_send_own[64]; /* per stage: 1 when the profile measured what its activation, gradient and skip
+                             SENDs cost it, send_own (then instead of send_cost_*) */
+    double send_own[64];
     double opt[64], grad_norm[64], verdict[64];   /* per stage: its OPT_STEP, GRAD_NORM and VERDICT (local work) */
     double tie[64];                                /* per stage: what its tie receives add (the folds and sums),
                                                       spread over them, beyond a receive's cost */

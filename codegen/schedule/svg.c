@@ -81,6 +81,8 @@ int pg_sched_costs_of_model(const ir_model *m, const pg_profile *prof, pg_sched_
         c->tie[st] = sc->tie_s;
         c->step_start[st] = sc->step_start_s;
         c->step_end[st] = sc->step_end_s;
+        c->has_send_own[st] = sc->has_send_s;
+        c->send_own[st] = sc->send_s;
     }
     return 1;
 }
@@ -481,40 +483,11 @@ static int draw(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c
 
 int pg_schedule_svg(const ir_model *m, const pg_schedule *s, const pg_sched_costs *c, int seconds, FILE *out)
 {
-    int p = s->nstages, rc = -1;
-    if (p < 1 || p > PG_SCHED_MAX_STAGES || !s->stage)
-        return -1;
-    double **start = calloc((size_t)p, sizeof *start), **dur = calloc((size_t)p, sizeof *dur);
-    double **own = calloc((size_t)p, sizeof *own);
-    if (!start || !dur || !own)
-        goto out;
-    for (int st = 0; st < p; st++) {
-        size_t n = (size_t)(s->stage[st].n > 0 ? s->stage[st].n : 1);
-        start[st] = calloc(n, sizeof **start);
-        dur[st] = calloc(n, sizeof **dur);
-        own[st] = calloc(n, sizeof **own);
-        if (!start[st] || !dur[st] || !own[st])
-            goto out;
-    }
     pg_sim sim;
-    memset(&sim, 0, sizeof sim);
-    pg_sim_setup_timed(&sim, m, s, c, dur, own);
-    sim.start = start;
-    if (pg_sim_run(&sim) == SIM_OK)
-        rc = draw(m, s, c, start, dur, own, &sim, seconds, out);
-    pg_sim_free(&sim);
-out:
-    for (int st = 0; st < p; st++) {
-        if (start)
-            free(start[st]);
-        if (dur)
-            free(dur[st]);
-        if (own)
-            free(own[st]);
-    }
-    free(start);
-    free(dur);
-    free(own);
+    int rc = -1;
+    if (pg_sim_run_timed(&sim, m, s, c) == SIM_OK)
+        rc = draw(m, s, c, sim.start, sim.dur, sim.own, &sim, seconds, out);
+    pg_sim_timed_free(&sim);
     return rc;
 }
 

@@ -692,7 +692,10 @@ static double nth_send_end(const pg_run *r, const stage_events *se, int u, int64
  *    TIE_SUM_RECV), each from the end of the send it meets on the other stage
  *    (or its own start, if later) to its end;
  *  - step_start_s / step_end_s: the step's time before its first action (the
- *    gradients zeroed, the batch loaded) and after its last.
+ *    gradients zeroed, the batch loaded) and after its last;
+ *  - send_s: the mean of its activation, gradient and skip sends (per send):
+ *    the stages pay apart (a send that wakes a waiting receiver costs its
+ *    sender more on a busy machine), which the fit over all sends hides.
  * Means per step over the kept steps; needs every stage's events (stage 0). */
 static void stage_costs(const pg_run *r, const stage_events *se, FILE *o)
 {
@@ -700,8 +703,8 @@ static void stage_costs(const pg_run *r, const stage_events *se, FILE *o)
     int np = d->nstages;
     fprintf(o, "\"stage_costs\": [\n");
     for (int k = 0; k < np; k++) {
-        double opt = 0, norm = 0, verdict = 0, tie = 0, pre = 0, post = 0;
-        int64_t used = 0;
+        double opt = 0, norm = 0, verdict = 0, tie = 0, pre = 0, post = 0, send = 0;
+        int64_t used = 0, nsend = 0;
         for (int64_t j = 0; j < se[k].nsteps; j++) {
             if (skip_step(r, &se[k], j))
                 continue;
@@ -721,6 +724,10 @@ static void stage_costs(const pg_run *r, const stage_events *se, FILE *o)
                     norm += t;
                 else if (x->kind == PG_VERDICT)
                     verdict += t;
+                else if (is_msg_send(x->kind)) {
+                    send += t;
+                    nsend++;
+                }
                 else if ((x->kind == PG_TIE_GRAD_RECV || x->kind == PG_TIE_SUM_RECV) && x->peer >= 0 && x->peer < np) {
                     int sk = x->kind == PG_TIE_GRAD_RECV ? PG_TIE_GRAD_SEND : PG_TIE_SUM_SEND, nth = 0;
                     for (int b = 0; b < a; b++) /* FIFO per link: the n-th such receive meets the n-th send */
@@ -733,9 +740,12 @@ static void stage_costs(const pg_run *r, const stage_events *se, FILE *o)
             }
         }
         fprintf(o, "%s    {\"stage\": %d, \"optimizer_s\": %.6e, \"grad_norm_s\": %.6e, \"verdict_s\": %.6e, "
-                   "\"tie_s\": %.6e, \"step_start_s\": %.6e, \"step_end_s\": %.6e}",
+                   "\"tie_s\": %.6e, \"step_start_s\": %.6e, \"step_end_s\": %.6e",
                 k ? ",\n" : "", k, mean(opt, used), mean(norm, used), mean(verdict, used), mean(tie, used),
                 mean(pre, used), mean(post, used));
+        if (nsend) /* per send, not per step */
+            fprintf(o, ", \"send_s\": %.6e", mean(send, nsend));
+        fputc('}', o);
     }
     fprintf(o, "\n],\n");
 }

@@ -54,31 +54,34 @@ int pg_relu_bwd_in(pg_ctx *c, int64_t count, const float *x, const float *dy, fl
 }
 
 /* gelu in blocks of GELU_BLK elements: fixed-count loops that -O2 turns into
- * SIMD, with pg_cpu_exp in place of libm's tanhf (a call per element, and
- * ~70% of a gpt_char step's non-GEMM time before). A last partial block is
- * padded into a full one, so every element takes the same instructions and
- * its bits do not depend on where it sits or on the count.
- * 0.5 (1 + tanh(u)) = s = 1 / (1 + e), e = exp(-2u), and 1 - s = e s. */
-#define GELU_BLK PG_CPU_EXP_BLK
+ * SIMD, with cpu_kernels.h's exp in place of libm's tanhf (a call per
+ * element). A last partial block is padded into a full one, so every element
+ * takes the same instructions and its bits do not depend on where it sits or
+ * on the count. With z = 2 k (x + c x^3) = x (A + B x^2) and e = exp(-z):
+ * 0.5 (1 + tanh(z / 2)) = s = 1 / (1 + e), 1 - s = e s, and y = x s = x / (1 + e).
+ * The steps in loops of their own over wide blocks (pg_cpu_exp_wide says why). */
+#define GELU_BLK PG_CPU_EXP_WIDE
+#define GELU_A (2.0f * GELU_K) /* z = x (A + B x^2) */
+#define GELU_B (2.0f * GELU_K * GELU_C)
 
-/* e[j] = exp(-2 u(x[j])), u(v) = k (v + c v^3) */
+/* e[j] = exp(-z(x[j])) */
 PG_CPU_INLINE void gelu_exp_blk(const float *x, float *e)
 {
     for (int j = 0; j < GELU_BLK; j++) {
         float v = x[j];
-        e[j] = -2.0f * (GELU_K * (v + GELU_C * v * v * v));
+        e[j] = pg_cpu_exp_clamp(v * (-GELU_A - GELU_B * (v * v)));
     }
-    pg_cpu_exp_blk(e);
+    pg_cpu_exp_wide(e);
 }
 
 PG_CPU_INLINE void gelu_fwd_blk(const float *x, float *y)
 {
-    float e[GELU_BLK];
-    gelu_exp_blk(x, e);
+    float o[GELU_BLK];
+    gelu_exp_blk(x, o);
     for (int j = 0; j < GELU_BLK; j++)
-        e[j] = x[j] * (1.0f / (1.0f + e[j]));
-    for (int j = 0; j < GELU_BLK; j++)
-        y[j] = e[j];
+        o[j] = x[j] / (1.0f + o[j]);
+    for (int j = 0; j < GELU_BLK; j++) /* after all loads: y may alias x */
+        y[j] = o[j];
 }
 
 /* the whole blocks of [0, n), n a multiple of GELU_BLK */
@@ -119,20 +122,18 @@ int pg_gelu_fwd(pg_ctx *c, int64_t count, const float *x, float *y)
     return 0;
 }
 
-/* dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) u', t = tanh(u), u' = k (1 + 3 c x^2);
- * with s as above: 0.5 (1 + t) = s and 0.5 (1 - t^2) = 2 s (1 - s) = 2 s e s. */
+/* dy/dx = s + x s (1 - s) z' = s (1 + x z' e s), z' = A + 3 B x^2 */
 PG_CPU_INLINE void gelu_bwd_blk(const float *x, const float *dy, float *dx)
 {
-    float e[GELU_BLK];
-    gelu_exp_blk(x, e);
+    float o[GELU_BLK];
+    gelu_exp_blk(x, o);
     for (int j = 0; j < GELU_BLK; j++) {
-        float v = x[j];
-        float s = 1.0f / (1.0f + e[j]);
-        float du = GELU_K * (1.0f + 3.0f * GELU_C * v * v);
-        e[j] = (s + v * (2.0f * s * (e[j] * s)) * du) * dy[j];
+        float v = x[j], e = o[j], s = 1.0f / (1.0f + e);
+        float dz = GELU_A + (3.0f * GELU_B) * (v * v);
+        o[j] = dy[j] * (s * (1.0f + (v * dz) * (e * s)));
     }
-    for (int j = 0; j < GELU_BLK; j++)
-        dx[j] = e[j];
+    for (int j = 0; j < GELU_BLK; j++) /* after all loads: dx may alias dy */
+        dx[j] = o[j];
 }
 
 static void gelu_bwd_run(int64_t n, const float *x, const float *dy, float *dx)
@@ -174,25 +175,25 @@ int pg_gelu_bwd_in(pg_ctx *c, int64_t count, const float *x, const float *dy, fl
 }
 
 /* ---- sigmoid, tanh, silu --------------------------------------------------
- * In blocks of PG_CPU_EXP_BLK as gelu (pg_cpu_exp_blk, a last partial block
+ * In blocks of PG_CPU_EXP_WIDE as gelu (pg_cpu_exp_wide, a last partial block
  * padded), so an element's bits do not depend on where it sits. With
  * e = exp(-x): sigmoid s = 1 / (1 + e) and 1 - s = e s; tanh from e = exp(-2|x|):
  * |t| = (1 - e) / (1 + e), 1 - t^2 = 4 e / (1 + e)^2 (no cancellation near
  * |t| = 1); silu x s. The backward recomputes them from x. */
-#define ACT_BLK PG_CPU_EXP_BLK
+#define ACT_BLK PG_CPU_EXP_WIDE
 
 PG_CPU_INLINE void sig_exp_blk(const float *x, float *e) /* e = exp(-x) */
 {
     for (int j = 0; j < ACT_BLK; j++)
-        e[j] = -x[j];
-    pg_cpu_exp_blk(e);
+        e[j] = pg_cpu_exp_clamp(-x[j]);
+    pg_cpu_exp_wide(e);
 }
 
 PG_CPU_INLINE void tanh_exp_blk(const float *x, float *e) /* e = exp(-2|x|) */
 {
-    for (int j = 0; j < ACT_BLK; j++)
-        e[j] = x[j] < 0.0f ? 2.0f * x[j] : -2.0f * x[j];
-    pg_cpu_exp_blk(e);
+    for (int j = 0; j < ACT_BLK; j++) /* fabsf is a bit mask: a compare kept this loop scalar */
+        e[j] = pg_cpu_exp_clamp(-2.0f * fabsf(x[j]));
+    pg_cpu_exp_wide(e);
 }
 
 PG_CPU_INLINE void sigmoid_fwd_blk(const float *x, const float *dy, float *y)
@@ -223,7 +224,7 @@ PG_CPU_INLINE void tanh_fwd_blk(const float *x, const float *dy, float *y)
     tanh_exp_blk(x, e);
     for (int j = 0; j < ACT_BLK; j++) {
         float t = (1.0f - e[j]) / (1.0f + e[j]);
-        e[j] = x[j] < 0.0f ? -t : t;
+        e[j] = copysignf(t, x[j]);
     }
     for (int j = 0; j < ACT_BLK; j++)
         y[j] = e[j];
@@ -247,7 +248,7 @@ PG_CPU_INLINE void silu_fwd_blk(const float *x, const float *dy, float *y)
     (void)dy;
     sig_exp_blk(x, e);
     for (int j = 0; j < ACT_BLK; j++)
-        e[j] = x[j] * (1.0f / (1.0f + e[j]));
+        e[j] = x[j] / (1.0f + e[j]);
     for (int j = 0; j < ACT_BLK; j++)
         y[j] = e[j];
 }

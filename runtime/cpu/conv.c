@@ -1,7 +1,6 @@
 /* runtime/cpu/conv.c — conv2d (conv1d is its h = 1 case) and conv_transpose2d
- * on the backend's GEMM (gemm.c), by im2col: one sample's image of one group
- * becomes a column matrix col [C_g kh kw, positions] in the workspace, and the
- * convolution is one GEMM with it:
+ * on the backend's GEMM (gemm.c), one GEMM per sample and group against the
+ * column matrix col [C_g kh kw, positions] of the window (im2col's):
  *
  *   conv2d            y_g  [out_g, P]  = W_g [out_g, K] col(x_g) [K, P]
  *                     dx_g             = col2im(W_g^T dy_g)
@@ -15,59 +14,279 @@
  * A 1 x 1 window with stride 1 and no padding is its own column matrix: the
  * GEMM reads x (writes dx, y) in place, no workspace.
  *
+ * Implicit where it can be (an implicit GEMM: bench/README.md measured the
+ * stored column matrix at 28-58 % of a small layer's time): W col(.) never
+ * stores col, the GEMM packs its B panels straight from the image (win_pack,
+ * pg_cpu_gemm_bsrc), the same values in the same order, so the same bits as
+ * a stored col; and with stride 1 the col2im products are computed as what
+ * they are, a convolution of the other tensor with the window mirrored
+ * (direct_gemm: image value (iy, ix) of channel ch is one FMA chain over (m,
+ * ky, kx) in index order of W[m, (ch, ky, kx)] in[m, iy + ph - ky dh, ix + pw
+ * - kx dw], terms outside `in` being 0 x w), the workspace holding the
+ * rearranged weight. Strided col2im (where the mirrored window would skip
+ * most positions) and the weight gradient (whose B is col transposed) still
+ * store col in the workspace.
+ *
  * Why these bits hold on any layout: every element of a GEMM is one FMA chain
  * over k in index order (runtime/cpu/README.md), whatever the threads, so y
- * and the column gradients depend on nothing but the sample; col2im adds a
- * position's contributions in a fixed order (channel, ky, kx, then the
- * positions in row-major order) on one thread; a weight gradient is one
- * chain over a sample's positions, added into dw sample by sample in index
- * order; a bias gradient sums a micro-batch's dy in double (samples, then
- * positions, in index order) and adds it once.
- *
- * Why im2col and not an implicit GEMM: measured (bench/README.md, "conv"),
- * the column matrix costs a few per cent of a 3 x 3 layer's time, which is
- * all an implicit GEMM could save, against a second microkernel to keep. */
+ * and the column gradients depend on nothing but the sample; which of the
+ * two ways a col2im product takes depends on the geometry alone; the strided
+ * col2im adds a position's contributions in a fixed order (channel, ky, kx,
+ * then the positions in row-major order) on one thread; a weight gradient is
+ * one chain over a sample's positions, added into dw sample by sample in
+ * index order; a bias gradient sums a micro-batch's dy in double (samples,
+ * then positions, in index order) and adds it once. */
 #include <string.h>
 
-#include "cpu_kernels.h"
+#include "cpu_ctx.h"
+#include "cpu_simd.h"
 #include "op_args.h"
 
-/* col [C kh kw, PH PW] from img [C, IH, IW]: row (c, ky, kx), column (py, px)
- * holds img[c, py sh - ph + ky dh, px sw - pw + kx dw], 0 outside. */
-static void im2col(const pg_conv *g, int64_t C, int64_t IH, int64_t IW, int64_t PH, int64_t PW, const float *img,
-                   float *col)
+/* An implicit column matrix: B(k, j), k = (ch, ky, kx) in index order, j =
+ * (py, px) a position of a grid PW wide, is img[ch, iy, ix] with iy = py sy +
+ * y0 + ky ky_d, ix = px sx + x0 + kx kx_d, 0 outside the image [C, SH, SW].
+ * im2col's matrix is (sy, sx, y0, x0, ky_d, kx_d) = (sh, sw, -ph, -pw, dh,
+ * dw); the mirrored window of direct_gemm is (1, 1, ph, pw, -dh, -dw). */
+typedef struct win {
+    const float *img;
+    int64_t SH, SW, PH, PW, kh, kw, sy, sx, y0, x0, ky_d, kx_d;
+    int inside; /* every value read lies inside the image (win_padded): no checks */
+    int avx2;   /* win_pack_t may transpose with AVX2 (the context's choice: data moves alike) */
+} win;
+
+/* d[0, n) = plane[iy, ix0 + t sx] for t < n, 0 outside the plane: n values
+ * of B along one row of the grid (the image row iy, from column ix0) */
+static inline void win_run(const win *v, const float *restrict plane, int64_t iy, int64_t ix0, int64_t n,
+                           float *restrict d)
 {
+    if (iy < 0 || iy >= v->SH) {
+        memset(d, 0, (size_t)n * sizeof *d);
+        return;
+    }
+    const float *restrict src = plane + iy * v->SW;
+    if (v->sx != 1) {
+        for (int64_t t = 0; t < n; t++) {
+            int64_t ix = ix0 + t * v->sx;
+            d[t] = ix >= 0 && ix < v->SW ? src[ix] : 0.0f;
+        }
+        return;
+    }
+    int64_t lo = ix0 < 0 ? -ix0 : 0, hi = v->SW - ix0; /* t in [lo, hi) reads the row */
+    if (lo == 0 && hi >= n) { /* inside the row: the panels' widths as fixed-size copies */
+        if (n == 16)
+            memcpy(d, src + ix0, 16 * sizeof *d);
+        else if (n == 32)
+            memcpy(d, src + ix0, 32 * sizeof *d);
+        else
+            memcpy(d, src + ix0, (size_t)n * sizeof *d);
+        return;
+    }
+    lo = lo < n ? lo : n;
+    hi = hi < lo ? lo : hi > n ? n : hi;
+    for (int64_t t = 0; t < lo; t++)
+        d[t] = 0.0f;
+    for (int64_t t = lo; t < hi; t++)
+        d[t] = src[ix0 + t];
+    for (int64_t t = hi; t < n; t++)
+        d[t] = 0.0f;
+}
+
+/* d[0, n) = s[t sx]: a run inside the image; the widths of the panels and
+ * of small images' rows (8, 16, 32) as fixed-size copies (a libc call each
+ * would cost more than the copy) */
+static inline __attribute__((always_inline)) void win_copy(const float *restrict s, int64_t sx, int64_t n,
+                                                            float *restrict d)
+{
+    if (sx != 1)
+        for (int64_t t = 0; t < n; t++)
+            d[t] = s[t * sx];
+    else if (n == 16)
+        memcpy(d, s, 16 * sizeof *d);
+    else if (n == 32)
+        memcpy(d, s, 32 * sizeof *d);
+    else if (n == 8)
+        memcpy(d, s, 8 * sizeof *d);
+    else
+        memcpy(d, s, (size_t)n * sizeof *d);
+}
+
+/* v over a copy of its image in buf with zero borders wide enough that
+ * every value it reads lies inside (so win_run always copies whole runs),
+ * when the C padded planes fit in room floats; else v itself. Only values
+ * move: B is the same matrix. */
+static win win_padded(win v, int64_t C, float *buf, int64_t room)
+{
+    int64_t ey = (v.kh - 1) * v.ky_d, ex = (v.kw - 1) * v.kx_d; /* the window's extent, either way */
+    int64_t top = -(v.y0 + (ey < 0 ? ey : 0)), bot = (v.PH - 1) * v.sy + v.y0 + (ey > 0 ? ey : 0) - (v.SH - 1);
+    int64_t lef = -(v.x0 + (ex < 0 ? ex : 0)), rig = (v.PW - 1) * v.sx + v.x0 + (ex > 0 ? ex : 0) - (v.SW - 1);
+    top = top > 0 ? top : 0, bot = bot > 0 ? bot : 0, lef = lef > 0 ? lef : 0, rig = rig > 0 ? rig : 0;
+    int64_t H = v.SH + top + bot, W = v.SW + lef + rig;
+    if ((top | bot | lef | rig) == 0)
+        v.inside = 1;
+    if (v.inside || !buf || C * H * W > room)
+        return v;
+    memset(buf, 0, (size_t)(C * H * W) * sizeof *buf);
     for (int64_t ch = 0; ch < C; ch++)
-        for (int64_t ky = 0; ky < g->kh; ky++)
-            for (int64_t kx = 0; kx < g->kw; kx++) {
-                float *row = col + ((ch * g->kh + ky) * g->kw + kx) * PH * PW;
-                const float *plane = img + ch * IH * IW;
-                int64_t x0 = kx * g->dw - g->pw;
-                for (int64_t py = 0; py < PH; py++) {
-                    float *dst = row + py * PW;
-                    int64_t iy = py * g->sh - g->ph + ky * g->dh;
-                    if (iy < 0 || iy >= IH) {
-                        memset(dst, 0, (size_t)PW * sizeof *dst);
-                        continue;
-                    }
-                    const float *src = plane + iy * IW;
-                    if (g->sw == 1) { /* a run of the row, zeros either side */
-                        int64_t lo = x0 < 0 ? -x0 : 0, hi = IW - x0 < PW ? IW - x0 : PW;
-                        if (lo > PW)
-                            lo = PW;
-                        if (hi < lo)
-                            hi = lo;
-                        memset(dst, 0, (size_t)lo * sizeof *dst);
-                        memcpy(dst + lo, src + x0 + lo, (size_t)(hi - lo) * sizeof *dst);
-                        memset(dst + hi, 0, (size_t)(PW - hi) * sizeof *dst);
-                        continue;
-                    }
-                    for (int64_t px = 0; px < PW; px++) {
-                        int64_t ix = px * g->sw + x0;
-                        dst[px] = ix >= 0 && ix < IW ? src[ix] : 0.0f;
-                    }
-                }
+        for (int64_t y = 0; y < v.SH; y++)
+            win_copy(v.img + (ch * v.SH + y) * v.SW, 1, v.SW, buf + (ch * H + top + y) * W + lef);
+    v.img = buf, v.SH = H, v.SW = W, v.y0 += top, v.x0 += lef, v.inside = 1;
+    return v;
+}
+
+/* The GEMM's packing of a win (pg_cpu_bsrc): the block's positions cut into
+ * runs along the grid's rows within a panel (at most WIN_RUNS at a time),
+ * then k by k ((ch, ky, kx) counted up, no division) each run copied from its
+ * image row; zeros past the block in the last panel. */
+#define WIN_RUNS 64
+
+/* The runs of one group (WIN_RUNS at most) for k in [k0, k0 + kc): run u
+ * reads the image at so[u] (+ the k's shift) and fills n[u] values of panel
+ * row k at off[u] */
+typedef struct win_runs {
+    int64_t so[WIN_RUNS], off[WIN_RUNS], n[WIN_RUNS];
+    int count;
+} win_runs;
+
+PG_CPU_INLINE void win_runs_body(const win *v, const win_runs *w, int nr, float *bp, int64_t k0, int64_t kc)
+{
+    int64_t ch = k0 / (v->kh * v->kw), ky = k0 / v->kw % v->kh, kx = k0 % v->kw;
+    for (int64_t k = 0; k < kc; k++) {
+        const float *base = v->img + ch * v->SH * v->SW + ky * v->ky_d * v->SW + kx * v->kx_d;
+        float *d = bp + k * nr;
+        for (int u = 0; u < w->count; u++)
+            win_copy(base + w->so[u], v->sx, w->n[u], d + w->off[u]);
+        if (++kx == v->kw) {
+            kx = 0;
+            if (++ky == v->kh)
+                ky = 0, ch++;
+        }
+    }
+}
+
+static void win_runs_copy(const win *v, const win_runs *w, int nr, float *bp, int64_t k0, int64_t kc)
+{
+    win_runs_body(v, w, nr, bp, k0, kc);
+}
+#ifdef PG_CPU_AVX2
+PG_CPU_TARGET_AVX2 static void win_runs_copy_avx2(const win *v, const win_runs *w, int nr, float *bp, int64_t k0,
+                                                  int64_t kc)
+{
+    win_runs_body(v, w, nr, bp, k0, kc);
+}
+#endif
+
+/* The GEMM's packing of a win (pg_cpu_bsrc): the block's positions cut into
+ * runs along the grid's rows within a panel (WIN_RUNS at a time), then k by
+ * k ((ch, ky, kx) counted up, no division) each run copied from its image
+ * row, inside the image by whole copies (compiled for AVX2 too), else value
+ * by value with its checks; zeros past the block in the last panel. */
+static void win_pack(const void *arg, int nr, float *bp, int64_t j0, int64_t nbw, int64_t k0, int64_t kc)
+{
+    const win *v = arg;
+    for (int64_t j = 0; j < nbw;) {
+        win_runs w;
+        int64_t iy0[WIN_RUNS], ix0[WIN_RUNS];
+        /* a run ends at the grid's row or at the panel's end */
+        for (w.count = 0; j < nbw && w.count < WIN_RUNS; w.count++) {
+            int u = w.count;
+            int64_t py = (j0 + j) / v->PW, px = (j0 + j) % v->PW, q = j / nr, jj = j % nr;
+            w.n[u] = v->PW - px < nr - jj ? v->PW - px : nr - jj;
+            w.n[u] = w.n[u] < nbw - j ? w.n[u] : nbw - j;
+            w.off[u] = q * kc * nr + jj, iy0[u] = py * v->sy + v->y0, ix0[u] = px * v->sx + v->x0;
+            w.so[u] = iy0[u] * v->SW + ix0[u];
+            j += w.n[u];
+        }
+        if (v->inside) {
+#ifdef PG_CPU_AVX2
+            if (v->avx2) {
+                win_runs_copy_avx2(v, &w, nr, bp, k0, kc);
+                continue;
             }
+#endif
+            win_runs_copy(v, &w, nr, bp, k0, kc);
+            continue;
+        }
+        int64_t ch = k0 / (v->kh * v->kw), ky = k0 / v->kw % v->kh, kx = k0 % v->kw;
+        for (int64_t k = 0; k < kc; k++) {
+            const float *plane = v->img + ch * v->SH * v->SW;
+            for (int u = 0; u < w.count; u++)
+                win_run(v, plane, iy0[u] + ky * v->ky_d, ix0[u] + kx * v->kx_d, w.n[u], bp + k * nr + w.off[u]);
+            if (++kx == v->kw) {
+                kx = 0;
+                if (++ky == v->kh)
+                    ky = 0, ch++;
+            }
+        }
+    }
+    int64_t last = nbw % nr; /* the last panel's columns, if it is not full */
+    if (last)
+        for (int64_t k = 0; k < kc; k++)
+            memset(bp + (nbw / nr) * kc * nr + k * nr + last, 0, (size_t)(nr - last) * sizeof *bp);
+}
+
+#ifdef PG_CPU_AVX2
+/* d[t nr + jj] = s0[off[jj] + t] for t < n rounded down to 8 and jj < w
+ * rounded down to 8, the columns past that (up to nr) done for those t too,
+ * by 8 x 8 transposes in AVX registers; returns the t done. */
+__attribute__((target("avx2"))) static int64_t win_t8x8(const float *s0, const int64_t *off, int64_t w, int64_t n,
+                                                        int nr, float *d)
+{
+    int64_t n8 = n / 8 * 8, w8 = w / 8 * 8;
+    for (int64_t t = 0; t < n8; t += 8) {
+        for (int64_t j = 0; j < w8; j += 8) {
+            const float *const r[8] = {s0 + off[j] + t,     s0 + off[j + 1] + t, s0 + off[j + 2] + t,
+                                       s0 + off[j + 3] + t, s0 + off[j + 4] + t, s0 + off[j + 5] + t,
+                                       s0 + off[j + 6] + t, s0 + off[j + 7] + t};
+            pg_cpu_t8x8(r, d + t * nr + j, nr);
+        }
+        for (int64_t tt = t; tt < t + 8; tt++) {
+            for (int64_t jj = w8; jj < w; jj++)
+                d[tt * nr + jj] = s0[off[jj] + tt];
+            for (int64_t jj = w; jj < nr; jj++)
+                d[tt * nr + jj] = 0.0f;
+        }
+    }
+    return n8;
+}
+#endif
+
+/* The GEMM's packing of col^T, a win inside its image (the weight
+ * gradient's B: B(k, j) = col(j, k), k a position, j = (ch, ky, kx)): for
+ * each panel, each column's offset in the image; then for each run of
+ * positions along a grid row, value t of column jj is the image at the run's
+ * start + jj's offset + t sx. A transpose: rows of the image into the
+ * panel's k-major layout. */
+#define WIN_NR_MAX 64
+static void win_pack_t(const void *arg, int nr, float *bp, int64_t j0, int64_t nbw, int64_t k0, int64_t kc)
+{
+    const win *v = arg;
+    int64_t khw = v->kh * v->kw;
+    for (int64_t q = 0; q * nr < nbw; q++) {
+        int64_t jc = j0 + q * nr, w = nbw - q * nr < nr ? nbw - q * nr : nr, off[WIN_NR_MAX];
+        float *dst = bp + q * kc * nr;
+        for (int64_t jj = 0; jj < w; jj++) {
+            int64_t kk = jc + jj, ky = kk / v->kw % v->kh, kx = kk % v->kw;
+            off[jj] = kk / khw * v->SH * v->SW + ky * v->ky_d * v->SW + kx * v->kx_d;
+        }
+        for (int64_t p = k0; p < k0 + kc;) {
+            int64_t py = p / v->PW, px = p % v->PW;
+            int64_t n = v->PW - px < k0 + kc - p ? v->PW - px : k0 + kc - p;
+            const float *s0 = v->img + (py * v->sy + v->y0) * v->SW + px * v->sx + v->x0;
+            float *d = dst + (p - k0) * nr;
+            int64_t t = 0;
+#ifdef PG_CPU_AVX2
+            if (v->avx2 && v->sx == 1)
+                t = win_t8x8(s0, off, w, n, nr, d);
+#endif
+            for (; t < n; t++) {
+                for (int64_t jj = 0; jj < w; jj++)
+                    d[t * nr + jj] = s0[off[jj] + t * v->sx];
+                for (int64_t jj = w; jj < nr; jj++)
+                    d[t * nr + jj] = 0.0f;
+            }
+            p += n;
+        }
+    }
 }
 
 /* img [C, IH, IW] += the adjoint of im2col: each column entry added back where
@@ -113,9 +332,19 @@ static cv cv_of(const pg_conv *g)
     return v;
 }
 
+/* col [C kh kw, PH PW] from img [C, IH, IW]: row (c, ky, kx), column (py, px)
+ * holds img[c, py sh - ph + ky dh, px sw - pw + kx dw], 0 outside (the
+ * window matrix of gemm_col, stored: the weight gradient reads it whole). */
 static void im2col_of(const pg_conv *g, const cv *v, const float *img, float *col)
 {
-    im2col(g, v->C, v->IH, v->IW, v->PH, v->PW, img, col);
+    win wn = {img, v->IH, v->IW, v->PH, v->PW, g->kh, g->kw, g->sh, g->sw, -g->ph, -g->pw, g->dh, g->dw, 0, 0};
+    for (int64_t k = 0; k < v->K; k++) {
+        const float *plane = img + k / (g->kh * g->kw) * v->IH * v->IW;
+        int64_t ky = k / g->kw % g->kh, kx = k % g->kw;
+        for (int64_t py = 0; py < v->PH; py++)
+            win_run(&wn, plane, py * g->sh - g->ph + ky * g->dh, kx * g->dw - g->pw, v->PW,
+                    col + k * v->P + py * v->PW);
+    }
 }
 
 static void col2im_of(const pg_conv *g, const cv *v, const float *col, float *img)
@@ -174,19 +403,62 @@ typedef struct side {
 static int64_t at(const pg_conv *g, side t, int64_t s, int64_t gi) { return (s * t.ch + gi * (t.ch / g->groups)) * t.plane; }
 
 /* out_g [M, P] (= beta ? out_g : 0) + W_g [M, K] col(img_g) [K, P]: conv2d's
- * y from x, conv_transpose2d's dx from dy. M = out's channels of a group. */
+ * y from x, conv_transpose2d's dx from dy. M = out's channels of a group.
+ * The column matrix is implicit: the GEMM packs its panels from the image. */
 static void gemm_col(pg_ctx *c, int64_t r, const pg_conv *g, const cv *v, const float *w, const float *img, side si,
                      float *out, side so, int beta, float *ws)
 {
     int64_t M = so.ch / g->groups;
     for (int64_t s = 0; s < r; s++)
         for (int64_t gi = 0; gi < g->groups; gi++) {
-            const float *ig = img + at(g, si, s, gi);
-            if (!v->pw)
-                im2col_of(g, v, ig, ws);
-            pg_cpu_gemm(c, 0, 0, M, v->P, v->K, 1.0f, w + gi * M * v->K, v->K, v->pw ? ig : ws, v->P, beta,
-                        out + at(g, so, s, gi), v->P);
+            const float *ig = img + at(g, si, s, gi), *wg = w + gi * M * v->K;
+            float *og = out + at(g, so, s, gi);
+            if (v->pw) {
+                pg_cpu_gemm(c, 0, 0, M, v->P, v->K, 1.0f, wg, v->K, ig, v->P, beta, og, v->P);
+                continue;
+            }
+            win wn = {ig, v->IH, v->IW, v->PH, v->PW, g->kh, g->kw, g->sh, g->sw, -g->ph, -g->pw, g->dh, g->dw, 0,
+                      c->avx2};
+            wn = win_padded(wn, v->C, ws, pg_conv_ws_floats(g));
+            pg_cpu_bsrc b = {win_pack, &wn};
+            pg_cpu_gemm_bsrc(c, M, v->P, v->K, 1.0f, wg, v->K, &b, beta, og, v->P);
         }
+}
+
+/* Whether col2im's product takes the direct way: stride 1 (each image value
+ * then gathers from the positions by the mirrored window), a B no larger than
+ * col (M kh kw rows against C kh kw: packing B costs what building col does,
+ * and a 3-channel stem's dx would pack 16 channels' windows for 3 rows of
+ * output), and room in the workspace ([C kh kw, P]) for the rearranged
+ * weight ([C, M kh kw]). */
+static int direct_ok(const pg_conv *g, const cv *v, side sn)
+{
+    int64_t M = sn.ch / g->groups;
+    return !v->pw && g->sh == 1 && g->sw == 1 && M <= v->C && M <= v->P;
+}
+
+/* img_g [C, IH IW] (= beta ? img_g : 0) + W'_g [C, M kh kw] win(in_g): the
+ * adjoint of im2col for stride 1, as a convolution of in_g with the window
+ * mirrored (image value (iy, ix) takes in_g[m, iy + ph - ky dh, ix + pw -
+ * kx dw]), W'_g[ch, (m, ky, kx)] = W_g[m, (ch, ky, kx)] built in ws. One FMA
+ * chain per image value over (m, ky, kx) in index order, no scattered adds. */
+static void direct_gemm(pg_ctx *c, int64_t r, const pg_conv *g, const cv *v, const float *w, const float *in,
+                        side sn, float *img, side si, int beta, float *ws)
+{
+    int64_t M = sn.ch / g->groups, khw = g->kh * g->kw, KD = M * khw;
+    for (int64_t gi = 0; gi < g->groups; gi++) {
+        const float *wg = w + gi * M * v->K;
+        for (int64_t ch = 0; ch < v->C; ch++)
+            for (int64_t m = 0; m < M; m++)
+                memcpy(ws + ch * KD + m * khw, wg + m * v->K + ch * khw, (size_t)khw * sizeof *ws);
+        for (int64_t s = 0; s < r; s++) {
+            win wn = {in + at(g, sn, s, gi), v->PH, v->PW, v->IH, v->IW, g->kh, g->kw, 1, 1, g->ph, g->pw, -g->dh,
+                      -g->dw, 0, c->avx2};
+            wn = win_padded(wn, M, ws + v->C * KD, pg_conv_ws_floats(g) - v->C * KD);
+            pg_cpu_bsrc b = {win_pack, &wn};
+            pg_cpu_gemm_bsrc(c, v->C, v->IH * v->IW, KD, 1.0f, ws, KD, &b, beta, img + at(g, si, s, gi), v->IH * v->IW);
+        }
+    }
 }
 
 /* img_g += col2im(W_g^T [K, M] in_g [M, P]): conv2d's dx from dy (img zeroed
@@ -214,6 +486,13 @@ static void wgrad(pg_ctx *c, int64_t r, const pg_conv *g, const cv *v, const flo
     for (int64_t s = 0; s < r; s++)
         for (int64_t gi = 0; gi < g->groups; gi++) {
             const float *ig = img + at(g, si, s, gi);
+            win wn = {ig, v->IH, v->IW, v->PH, v->PW, g->kh, g->kw, g->sh, g->sw, -g->ph, -g->pw, g->dh, g->dw, 0,
+                      c->avx2};
+            if (!v->pw && (wn = win_padded(wn, v->C, ws, pg_conv_ws_floats(g))).inside) {
+                pg_cpu_bsrc b = {win_pack_t, &wn};
+                pg_cpu_gemm_bsrc(c, M, v->K, v->P, 1.0f, lhs + at(g, sl, s, gi), v->P, &b, 1, dw + gi * M * v->K, v->K);
+                continue;
+            }
             if (!v->pw)
                 im2col_of(g, v, ig, ws);
             pg_cpu_gemm(c, 0, 1, M, v->K, v->P, 1.0f, lhs + at(g, sl, s, gi), v->P, v->pw ? ig : ws, v->P, 1,
@@ -257,6 +536,10 @@ int pg_conv2d_bwd_in(pg_ctx *c, int64_t r, const pg_conv *g, const float *dy, co
     if (check("conv2d_bwd_in", r, g, 0, ws))
         return 1;
     cv v = cv_of(g);
+    if (direct_ok(g, &v, ys(g))) {
+        direct_gemm(c, r, g, &v, w, dy, ys(g), dx, xs(g), 0, ws);
+        return 0;
+    }
     memset(dx, 0, (size_t)(r * g->in * v.HW) * sizeof *dx);
     col2im_gemm(c, r, g, &v, w, dy, ys(g), dx, xs(g), ws);
     return 0;
@@ -283,7 +566,10 @@ int pg_conv_transpose2d_fwd(pg_ctx *c, int64_t r, const pg_conv *g, const float 
         return 1;
     cv v = cv_of(g);
     fill_bias(r, g->out, v.OHW, b, y); /* col2im adds into it */
-    col2im_gemm(c, r, g, &v, w, x, xs(g), y, ys(g), ws);
+    if (direct_ok(g, &v, xs(g)))
+        direct_gemm(c, r, g, &v, w, x, xs(g), y, ys(g), 1, ws);
+    else
+        col2im_gemm(c, r, g, &v, w, x, xs(g), y, ys(g), ws);
     return 0;
 }
 

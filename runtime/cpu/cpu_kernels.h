@@ -6,6 +6,7 @@
 
 #include <limits.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "pg_ops.h"
 
@@ -20,6 +21,21 @@ typedef struct pg_cpu_gemm_pool pg_cpu_gemm_pool;
  * bits do not depend on M, N, its place, the thread count or the kernel. */
 void pg_cpu_gemm(pg_ctx *c, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
                  const float *A, int64_t lda, const float *B, int64_t ldb, int beta, float *C, int64_t ldc);
+/* B of a product given by the code that packs it rather than as a matrix (an
+ * implicit matrix: conv.c's windows over an image, no column matrix stored).
+ * pack(arg, nr, bp, j0, nbw, k0, kc) writes B's columns [j0, j0 + nbw) for k
+ * in [k0, k0 + kc) as gemm.c's panels: panel q at bp + q kc nr holds, for each
+ * k in order, the nr values B(k0 + k, j0 + q nr + 0 .. nr - 1), zeros past
+ * the block; bp is 64-byte aligned. It only moves data, so the product's bits
+ * are those of pg_cpu_gemm on the stored B [K, N]; it runs on any GEMM thread
+ * (several at once) and must not write anything but bp. */
+typedef struct pg_cpu_bsrc {
+    void (*pack)(const void *arg, int nr, float *bp, int64_t j0, int64_t nbw, int64_t k0, int64_t kc);
+    const void *arg;
+} pg_cpu_bsrc;
+/* pg_cpu_gemm with ta = 0 and B from b: C[M,N] = (beta ? C : 0) + alpha A[M,K] B[K,N] */
+void pg_cpu_gemm_bsrc(pg_ctx *c, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                      const pg_cpu_bsrc *b, int beta, float *C, int64_t ldc);
 /* fn(arg, t) for every t in [0, n), spread over the GEMM threads in any
  * order; returns when all are done. Inside fn, pg_cpu_gemm runs on the
  * thread that calls it (so the tasks must write disjoint outputs, and each
@@ -39,17 +55,14 @@ const char *pg_cpu_gemm_kernel(const pg_cpu_gemm_pool *p); /* "avx512", "avx2", 
 
 /* pg_splitmix64 and pg_unit24: pg_contract.h (through pg_ops.h). */
 
-/* e^a[j] in place for a block of PG_CPU_EXP_BLK floats, each a[j] clamped to
- * [-87, 88] first (so e^a stays a normal float; NaN stays NaN), within ~2 ulp
- * of expf. Written as fixed-count loops that -O2 turns into SIMD (libm's
- * expf/tanhf are calls, one element at a time; the clamps are separate passes
- * because gcc does not if-convert them inside the long one): a = n ln2 + r with
- * n = round(a / ln2) by the 1.5 * 2^23 trick (n is then the low bits of t's
- * mantissa, so 2^n is built with integer ops alone) and ln2 split in two
- * (n ln2_hi is exact), e^r by its Taylor series to degree 7 (|r| <= 0.347:
- * truncation < 1e-8 relative). Only IEEE add, mul, compare and integer ops, no
- * FMA contraction under -std=c11: an element's bits do not depend on its lane,
- * its block or the instruction set's vector width. */
+/* e^a[j] in place for a block of PG_CPU_EXP_BLK floats (pg_cpu_exp_blk), or
+ * lane by lane inside a caller's fixed-count loop (pg_cpu_exp_clamp, then
+ * pg_cpu_exp_lane): each a[j] clamped to [-87, 88] first (so e^a stays a
+ * normal float; NaN stays NaN), within ~2 ulp of expf. Fixed-count loops that
+ * -O2 turns into SIMD (libm's expf/tanhf are calls, one element at a time).
+ * Only IEEE add, mul, compare and integer ops, no FMA contraction under
+ * -std=c11: an element's bits do not depend on its lane, its block or the
+ * instruction set's vector width. */
 #define PG_CPU_EXP_BLK 16
 
 /* Block helpers are forced inline, so that a caller compiled for a wider
@@ -151,33 +164,125 @@ PG_CPU_INLINE float pg_cpu_lanes_sum(const float *a)
     return ((h[0] + h[4]) + (h[2] + h[6])) + ((h[1] + h[5]) + (h[3] + h[7]));
 }
 
-PG_CPU_INLINE void pg_cpu_exp_blk(float *a)
+/* the k < PG_CPU_ROW_LANES elements of a (none for NULL) at t, zeros after them */
+PG_CPU_INLINE void pg_cpu_row_pad(const float *a, int64_t k, float *t)
+{
+    for (int l = 0; l < PG_CPU_ROW_LANES; l++)
+        t[l] = 0.0f;
+    if (a)
+        memcpy(t, a, (size_t)k * sizeof *t);
+}
+
+/* sum of x[0, d) in the row sums' order */
+PG_CPU_INLINE double pg_cpu_row_sum(const float *x, int64_t d)
+{
+    double s = 0.0;
+    for (int64_t c = 0; c < d; c += PG_CPU_ROW_CHUNK) {
+        int64_t e = d - c < PG_CPU_ROW_CHUNK ? d : c + PG_CPU_ROW_CHUNK, j = c;
+        float acc[PG_CPU_ROW_LANES] = {0}, t[PG_CPU_ROW_LANES];
+        for (; j + PG_CPU_ROW_LANES <= e; j += PG_CPU_ROW_LANES)
+            for (int l = 0; l < PG_CPU_ROW_LANES; l++)
+                acc[l] += x[j + l];
+        if (j < e) {
+            pg_cpu_row_pad(x + j, e - j, t);
+            for (int l = 0; l < PG_CPU_ROW_LANES; l++)
+                acc[l] += t[l];
+        }
+        s += pg_cpu_lanes_sum(acc);
+    }
+    return s;
+}
+
+/* sum of (x - m)^2 over x[0, d) in the same order (the pads' deviations zeroed) */
+PG_CPU_INLINE double pg_cpu_row_sqdev(const float *x, int64_t d, float m)
+{
+    double s = 0.0;
+    for (int64_t c = 0; c < d; c += PG_CPU_ROW_CHUNK) {
+        int64_t e = d - c < PG_CPU_ROW_CHUNK ? d : c + PG_CPU_ROW_CHUNK, j = c;
+        float acc[PG_CPU_ROW_LANES] = {0}, t[PG_CPU_ROW_LANES];
+        for (; j + PG_CPU_ROW_LANES <= e; j += PG_CPU_ROW_LANES)
+            for (int l = 0; l < PG_CPU_ROW_LANES; l++) {
+                float v = x[j + l] - m;
+                acc[l] += v * v;
+            }
+        if (j < e) {
+            pg_cpu_row_pad(NULL, 0, t);
+            for (int64_t l = 0; l < e - j; l++)
+                t[l] = x[j + l] - m;
+            for (int l = 0; l < PG_CPU_ROW_LANES; l++)
+                acc[l] += t[l] * t[l];
+        }
+        s += pg_cpu_lanes_sum(acc);
+    }
+    return s;
+}
+
+/* The clamp, in a loop of its own: there gcc turns the two compares into
+ * selects; inside the exp's loop it duplicates the loop body for the clamped
+ * constants instead and vectorizes nothing. */
+PG_CPU_INLINE float pg_cpu_exp_clamp(float a)
+{
+    a = a < -87.0f ? -87.0f : a;
+    return a > 88.0f ? 88.0f : a;
+}
+
+/* e^a for a clamped a: a = n ln2 + r, n = round(a / ln2) by the 1.5 * 2^23
+ * trick (n is then the low bits of t's mantissa, so 2^n is built with integer
+ * ops alone) and ln2 split in two (n ln2_hi is exact), |r| <= 0.347: the
+ * reduction gives r and 2^n; e^r = 1 + r + r^2 q(r), q of degree 4 fitted to
+ * (e^r - 1 - r) / r^2 on that interval (relative error 4e-9 before rounding;
+ * Taylor's degree 7 before, to the same precision), evaluated in halves
+ * (Estrin's form: a chain of 7 dependent operations, Horner's 14). */
+PG_CPU_INLINE float pg_cpu_exp_reduce(float a, float *scale)
 {
     const float shift = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
-    for (int j = 0; j < PG_CPU_EXP_BLK; j++) {
-        float v = a[j];
-        a[j] = v < -87.0f ? -87.0f : v;
-    }
-    for (int j = 0; j < PG_CPU_EXP_BLK; j++) {
-        float v = a[j];
-        a[j] = v > 88.0f ? 88.0f : v;
-    }
-    for (int j = 0; j < PG_CPU_EXP_BLK; j++) {
-        union { float f; uint32_t u; } t, s;
-        t.f = a[j] * 1.44269504088896341f + shift;
-        float n = t.f - shift;
-        float r = (a[j] - n * 0.693145751953125f) - n * 1.42860682030941723e-6f;
-        float p = 1.0f / 5040.0f;
-        p = p * r + 1.0f / 720.0f;
-        p = p * r + 1.0f / 120.0f;
-        p = p * r + 1.0f / 24.0f;
-        p = p * r + 1.0f / 6.0f;
-        p = p * r + 0.5f;
-        p = p * r + 1.0f;
-        p = p * r + 1.0f;
-        s.u = (t.u - 0x4B400000u + 127u) << 23; /* t.u = bits(1.5 * 2^23) + n */
-        a[j] = p * s.f;
-    }
+    union { float f; uint32_t u; } t, s;
+    t.f = a * 1.44269504088896341f + shift;
+    float n = t.f - shift;
+    s.u = (t.u << 23) + ((127u - 0x4B400000u) << 23); /* t.u = bits(1.5 * 2^23) + n: (n + 127) << 23 */
+    *scale = s.f;
+    return (a - n * 0.693145751953125f) - n * 1.42860682030941723e-6f;
+}
+
+PG_CPU_INLINE float pg_cpu_exp_poly(float r) /* e^r, |r| <= 0.347 */
+{
+    float r2 = r * r;
+    float q = (4.999998808e-01f + 1.666651815e-01f * r) +
+              r2 * ((4.166953266e-02f + 8.368923329e-03f * r) + 1.375138178e-03f * r2);
+    return (1.0f + r) + r2 * q;
+}
+
+PG_CPU_INLINE float pg_cpu_exp_lane(float a)
+{
+    float scale, r = pg_cpu_exp_reduce(a, &scale);
+    return pg_cpu_exp_poly(r) * scale;
+}
+
+PG_CPU_INLINE void pg_cpu_exp_blk(float *a)
+{
+    for (int j = 0; j < PG_CPU_EXP_BLK; j++)
+        a[j] = pg_cpu_exp_clamp(a[j]);
+    for (int j = 0; j < PG_CPU_EXP_BLK; j++)
+        a[j] = pg_cpu_exp_lane(a[j]);
+}
+
+/* e^a[j] in place for PG_CPU_EXP_WIDE clamped floats (pg_cpu_exp_clamp), the
+ * same bits as pg_cpu_exp_lane, in two loops: the reduction, then the
+ * polynomial. The loop is latency-bound (a lane's steps depend on each other;
+ * the core overlaps only the lanes whose operations fit its scheduler at
+ * once), so two short chains over a wide block run faster than one long
+ * chain: gelu's forward over 256 x 512 took 0.96 ns an element in blocks of 16
+ * with this exp in one loop, 0.67 like this (bench/README.md, "The gelu
+ * family"). */
+#define PG_CPU_EXP_WIDE 64
+
+PG_CPU_INLINE void pg_cpu_exp_wide(float *a)
+{
+    float sc[PG_CPU_EXP_WIDE];
+    for (int j = 0; j < PG_CPU_EXP_WIDE; j++)
+        a[j] = pg_cpu_exp_reduce(a[j], &sc[j]);
+    for (int j = 0; j < PG_CPU_EXP_WIDE; j++)
+        a[j] = pg_cpu_exp_poly(a[j]) * sc[j];
 }
 
 #endif

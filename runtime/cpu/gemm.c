@@ -39,6 +39,7 @@
 #include <time.h>
 
 #include "cpu_ctx.h"
+#include "cpu_simd.h"
 #include "pg_limits.h"
 
 #ifdef PG_CPU_AVX2
@@ -81,6 +82,7 @@ typedef struct gemm_job {
     int beta;             /* 1: add to C; 0: overwrite C */
     float *C;
     int64_t ldc;
+    const pg_cpu_bsrc *bsrc; /* B made by its own packing (an implicit matrix), or NULL: B as stored */
     /* the blocking, set once per call */
     int64_t kc;           /* k per chunk */
     int64_t nb, mb;       /* a task's columns and rows */
@@ -178,27 +180,10 @@ PG_TARGET_AVX2FMA static void pack_turn_avx(const gemm_job *g, int nr, float *bp
         for (int64_t j = 0; j < w8; j += 8) {
             const float *src = g->B + (jc + j) * ldb + k0;
             for (int64_t k = 0; k < k8; k += 8) {
-                __m256 r0 = _mm256_loadu_ps(src + k), r1 = _mm256_loadu_ps(src + ldb + k);
-                __m256 r2 = _mm256_loadu_ps(src + 2 * ldb + k), r3 = _mm256_loadu_ps(src + 3 * ldb + k);
-                __m256 r4 = _mm256_loadu_ps(src + 4 * ldb + k), r5 = _mm256_loadu_ps(src + 5 * ldb + k);
-                __m256 r6 = _mm256_loadu_ps(src + 6 * ldb + k), r7 = _mm256_loadu_ps(src + 7 * ldb + k);
-                __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
-                __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
-                __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
-                __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
-                __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-                __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-                __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-                __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-                float *d = dst + k * nr + j;
-                _mm256_store_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
-                _mm256_store_ps(d + nr, _mm256_permute2f128_ps(u1, u5, 0x20));
-                _mm256_store_ps(d + 2 * nr, _mm256_permute2f128_ps(u2, u6, 0x20));
-                _mm256_store_ps(d + 3 * nr, _mm256_permute2f128_ps(u3, u7, 0x20));
-                _mm256_store_ps(d + 4 * nr, _mm256_permute2f128_ps(u0, u4, 0x31));
-                _mm256_store_ps(d + 5 * nr, _mm256_permute2f128_ps(u1, u5, 0x31));
-                _mm256_store_ps(d + 6 * nr, _mm256_permute2f128_ps(u2, u6, 0x31));
-                _mm256_store_ps(d + 7 * nr, _mm256_permute2f128_ps(u3, u7, 0x31));
+                const float *const r[8] = {src + k,           src + ldb + k,     src + 2 * ldb + k,
+                                           src + 3 * ldb + k, src + 4 * ldb + k, src + 5 * ldb + k,
+                                           src + 6 * ldb + k, src + 7 * ldb + k};
+                pg_cpu_t8x8(r, dst + k * nr + j, nr);
             }
         }
         if (k8 < kc) /* the last k, fewer than 8 */
@@ -514,7 +499,10 @@ static void run_task(void *arg, int64_t t, float *scratch)
     int64_t k0 = 0;
     do {
         int64_t kc = g->K - k0 < g->kc ? g->K - k0 : g->kc;
-        kr->pack(g, kr->nr, bp, j0, nbw, k0, kc);
+        if (g->bsrc)
+            g->bsrc->pack(g->bsrc->arg, kr->nr, bp, j0, nbw, k0, kc);
+        else
+            kr->pack(g, kr->nr, bp, j0, nbw, k0, kc);
         run_block(kr, g, bp, chunks ? part : NULL, ap, i0, mb, j0, nbw, k0, kc, k0 == 0, k0 + kc >= g->K);
         k0 += kc;
     } while (k0 < g->K);
@@ -802,14 +790,11 @@ const char *pg_cpu_gemm_kernel(const pg_cpu_gemm_pool *p) { return p->kern->name
 
 /* ---- the call -------------------------------------------------------------- */
 
-void pg_cpu_gemm(pg_ctx *c, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
-                 const float *A, int64_t lda, const float *B, int64_t ldb, int beta, float *C, int64_t ldc)
+/* The blocking of one call, its tasks, and the threads that run them. */
+static void gemm_run(pg_cpu_gemm_pool *p, gemm_job g)
 {
-    if (M <= 0 || N <= 0)
-        return;
-    pg_cpu_gemm_pool *p = c->gemm;
     const gemm_kern *kr = p->kern;
-    gemm_job g = {kr, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 0, 0, 0, 0, 0};
+    int64_t M = g.M, N = g.N, K = g.K;
     int chunks = K > KC_MAX;
     g.kc = chunks ? KC_MAX : (K > 0 ? K : 1);
     if (chunks)
@@ -858,6 +843,24 @@ void pg_cpu_gemm(pg_ctx *c, int ta, int tb, int64_t M, int64_t N, int64_t K, flo
         return;
     }
     run_parallel(p, g.ntasks, run_task, &g);
+}
+
+void pg_cpu_gemm(pg_ctx *c, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float *A, int64_t lda, const float *B, int64_t ldb, int beta, float *C, int64_t ldc)
+{
+    if (M <= 0 || N <= 0)
+        return;
+    gemm_job g = {c->gemm->kern, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, 0, 0, 0, 0, 0};
+    gemm_run(c->gemm, g);
+}
+
+void pg_cpu_gemm_bsrc(pg_ctx *c, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                      const pg_cpu_bsrc *b, int beta, float *C, int64_t ldc)
+{
+    if (M <= 0 || N <= 0)
+        return;
+    gemm_job g = {c->gemm->kern, 0, 0, M, N, K, alpha, A, lda, NULL, 0, beta, C, ldc, b, 0, 0, 0, 0, 0};
+    gemm_run(c->gemm, g);
 }
 
 /* ---- pg_cpu_parallel ------------------------------------------------------- */

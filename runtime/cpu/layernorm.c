@@ -10,6 +10,8 @@
  * SIMD at -O2), a last partial block padded, so every element takes the same
  * instructions; the row loops are compiled for the baseline and for AVX2 and
  * picked at run time (the same IEEE operations lane by lane: the same bits).
+ * Rows go in groups of LN_G, a pass over every row of the group before the
+ * next pass (LN_G says why); a row's operations do not change.
  * w and b may be NULL (no affine). */
 #include <math.h>
 #include <string.h>
@@ -18,59 +20,6 @@
 #include "op_args.h"
 
 #define LN_L PG_CPU_ROW_LANES
-
-/* the k < LN_L elements of a at t, zeros after them */
-PG_CPU_INLINE void ln_pad(const float *a, int64_t k, float *t)
-{
-    for (int l = 0; l < LN_L; l++)
-        t[l] = 0.0f;
-    if (a)
-        memcpy(t, a, (size_t)k * sizeof *t);
-}
-
-/* sum of x[0, d) */
-PG_CPU_INLINE double ln_sum(const float *x, int64_t d)
-{
-    double s = 0.0;
-    for (int64_t c = 0; c < d; c += PG_CPU_ROW_CHUNK) {
-        int64_t e = d - c < PG_CPU_ROW_CHUNK ? d : c + PG_CPU_ROW_CHUNK, j = c;
-        float acc[LN_L] = {0}, t[LN_L];
-        for (; j + LN_L <= e; j += LN_L)
-            for (int l = 0; l < LN_L; l++)
-                acc[l] += x[j + l];
-        if (j < e) {
-            ln_pad(x + j, e - j, t);
-            for (int l = 0; l < LN_L; l++)
-                acc[l] += t[l];
-        }
-        s += pg_cpu_lanes_sum(acc);
-    }
-    return s;
-}
-
-/* sum of (x - m)^2 over x[0, d) (the pads' deviations zeroed) */
-PG_CPU_INLINE double ln_sqdev(const float *x, int64_t d, float m)
-{
-    double s = 0.0;
-    for (int64_t c = 0; c < d; c += PG_CPU_ROW_CHUNK) {
-        int64_t e = d - c < PG_CPU_ROW_CHUNK ? d : c + PG_CPU_ROW_CHUNK, j = c;
-        float acc[LN_L] = {0}, t[LN_L];
-        for (; j + LN_L <= e; j += LN_L)
-            for (int l = 0; l < LN_L; l++) {
-                float v = x[j + l] - m;
-                acc[l] += v * v;
-            }
-        if (j < e) {
-            ln_pad(NULL, 0, t);
-            for (int64_t l = 0; l < e - j; l++)
-                t[l] = x[j + l] - m;
-            for (int l = 0; l < LN_L; l++)
-                acc[l] += t[l] * t[l];
-        }
-        s += pg_cpu_lanes_sum(acc);
-    }
-    return s;
-}
 
 /* y = (x - m) rs [* w] [+ b] of one block */
 PG_CPU_INLINE void ln_out_blk(const float *x, float m, float rs, const float *w, const float *b, float *y)
@@ -88,38 +37,60 @@ PG_CPU_INLINE void ln_out_blk(const float *x, float m, float rs, const float *w,
         y[l] = t[l];
 }
 
-/* mean NULL: rmsnorm's row (m = 0) */
-PG_CPU_INLINE void ln_fwd_row(const float *x, int64_t d, float eps, const float *w, const float *b, float *y,
-                              float *mean, float *rstd)
+/* y of one row, its statistics m and rs given */
+PG_CPU_INLINE void ln_out_row(const float *x, int64_t d, float m, float rs, const float *w, const float *b, float *y)
 {
-    float m = mean ? (float)(ln_sum(x, d) / (double)d) : 0.0f;
-    float rs = (float)(1.0 / sqrt(ln_sqdev(x, d, m) / (double)d + (double)eps));
     int64_t j = 0;
     for (; j + LN_L <= d; j += LN_L)
         ln_out_blk(x + j, m, rs, w ? w + j : NULL, b ? b + j : NULL, y + j);
     if (j < d) {
         float bx[LN_L], bw[LN_L], bb[LN_L], by[LN_L];
-        ln_pad(x + j, d - j, bx), ln_pad(w ? w + j : NULL, d - j, bw), ln_pad(b ? b + j : NULL, d - j, bb);
+        pg_cpu_row_pad(x + j, d - j, bx), pg_cpu_row_pad(w ? w + j : NULL, d - j, bw);
+        pg_cpu_row_pad(b ? b + j : NULL, d - j, bb);
         ln_out_blk(bx, m, rs, w ? bw : NULL, b ? bb : NULL, by);
         memcpy(y + j, by, (size_t)(d - j) * sizeof *y);
     }
-    if (mean)
-        *mean = m;
-    *rstd = rs;
+}
+
+/* Rows in groups of LN_G, each pass over the whole group before the next
+ * (every row's means, then every row's deviations, then the outputs): a row's
+ * passes depend on each other (a chain of a few hundred cycles at d = 128),
+ * the group's rows do not, and the core overlaps only the work that sits
+ * close together in the instruction stream. A row's operations and their
+ * order are the same as one row at a time: the same bits. mean NULL:
+ * rmsnorm's rows (m = 0). */
+#define LN_G 8
+
+PG_CPU_INLINE void ln_fwd_group(int64_t g, int64_t d, float eps, const float *x, const float *w, const float *b,
+                                float *y, float *mean, float *rstd)
+{
+    float m[LN_G], rs[LN_G];
+    for (int64_t r = 0; r < g; r++)
+        m[r] = mean ? (float)(pg_cpu_row_sum(x + r * d, d) / (double)d) : 0.0f;
+    for (int64_t r = 0; r < g; r++)
+        rs[r] = (float)(1.0 / sqrt(pg_cpu_row_sqdev(x + r * d, d, m[r]) / (double)d + (double)eps));
+    for (int64_t r = 0; r < g; r++) {
+        ln_out_row(x + r * d, d, m[r], rs[r], w, b, y + r * d);
+        if (mean)
+            mean[r] = m[r];
+        rstd[r] = rs[r];
+    }
 }
 
 static void ln_fwd_rows(int64_t n, int64_t d, float eps, const float *x, const float *w, const float *b,
                         float *y, float *mean, float *rstd)
 {
-    for (int64_t i = 0; i < n; i++)
-        ln_fwd_row(x + i * d, d, eps, w, b, y + i * d, mean ? mean + i : NULL, rstd + i);
+    for (int64_t i = 0; i < n; i += LN_G)
+        ln_fwd_group(n - i < LN_G ? n - i : LN_G, d, eps, x + i * d, w, b, y + i * d, mean ? mean + i : NULL,
+                     rstd + i);
 }
 #ifdef PG_CPU_AVX2
 PG_CPU_TARGET_AVX2 static void ln_fwd_rows_avx2(int64_t n, int64_t d, float eps, const float *x, const float *w,
                                                 const float *b, float *y, float *mean, float *rstd)
 {
-    for (int64_t i = 0; i < n; i++)
-        ln_fwd_row(x + i * d, d, eps, w, b, y + i * d, mean ? mean + i : NULL, rstd + i);
+    for (int64_t i = 0; i < n; i += LN_G)
+        ln_fwd_group(n - i < LN_G ? n - i : LN_G, d, eps, x + i * d, w, b, y + i * d, mean ? mean + i : NULL,
+                     rstd + i);
 }
 #endif
 
@@ -171,11 +142,12 @@ typedef struct ln_tail {
 
 PG_CPU_INLINE void ln_tail_load(ln_tail *t, const float *x, const float *dy, const float *w, int64_t k)
 {
-    ln_pad(x, k, t->x), ln_pad(dy, k, t->dy), ln_pad(w, k, t->w);
+    pg_cpu_row_pad(x, k, t->x), pg_cpu_row_pad(dy, k, t->dy), pg_cpu_row_pad(w, k, t->w);
 }
 
-PG_CPU_INLINE void ln_bwd_in_row(const float *x, const float *dy, const float *w, int64_t d, int centred, float m,
-                                 float rs, float *dx)
+/* the row's mean(g) (0 when not centred) and mean(g xhat) */
+PG_CPU_INLINE void ln_bwd_means(const float *x, const float *dy, const float *w, int64_t d, int centred, float m,
+                                float rs, float *mg, float *mgx)
 {
     double sg = 0.0, sgx = 0.0;
     ln_tail t;
@@ -200,30 +172,50 @@ PG_CPU_INLINE void ln_bwd_in_row(const float *x, const float *dy, const float *w
         sg += pg_cpu_lanes_sum(ag);
         sgx += pg_cpu_lanes_sum(agx);
     }
-    float mg = centred ? (float)(sg / (double)d) : 0.0f, mgx = (float)(sgx / (double)d);
+    *mg = centred ? (float)(sg / (double)d) : 0.0f;
+    *mgx = (float)(sgx / (double)d);
+}
+
+PG_CPU_INLINE void ln_dx_row(const float *x, const float *dy, const float *w, int64_t d, float m, float rs,
+                             float mg, float mgx, float *dx)
+{
     int64_t j = 0;
     for (; j + LN_L <= d; j += LN_L)
         ln_dx_blk(x + j, dy + j, w ? w + j : NULL, m, rs, mg, mgx, dx + j);
     if (j < d) {
         float o[LN_L];
+        ln_tail t;
         ln_tail_load(&t, x + j, dy + j, w ? w + j : NULL, d - j);
         ln_dx_blk(t.x, t.dy, w ? t.w : NULL, m, rs, mg, mgx, o);
         memcpy(dx + j, o, (size_t)(d - j) * sizeof *dx);
     }
 }
 
+/* in groups of LN_G rows as the forward: every row's means, then every dx */
+PG_CPU_INLINE void ln_bwd_in_group(int64_t g, int64_t d, const float *x, const float *w, const float *mean,
+                                   const float *rstd, const float *dy, float *dx)
+{
+    float mg[LN_G], mgx[LN_G];
+    for (int64_t r = 0; r < g; r++)
+        ln_bwd_means(x + r * d, dy + r * d, w, d, mean != NULL, mean ? mean[r] : 0.0f, rstd[r], &mg[r], &mgx[r]);
+    for (int64_t r = 0; r < g; r++)
+        ln_dx_row(x + r * d, dy + r * d, w, d, mean ? mean[r] : 0.0f, rstd[r], mg[r], mgx[r], dx + r * d);
+}
+
 static void ln_bwd_in_rows(int64_t n, int64_t d, const float *x, const float *w, const float *mean,
                            const float *rstd, const float *dy, float *dx)
 {
-    for (int64_t i = 0; i < n; i++)
-        ln_bwd_in_row(x + i * d, dy + i * d, w, d, mean != NULL, mean ? mean[i] : 0.0f, rstd[i], dx + i * d);
+    for (int64_t i = 0; i < n; i += LN_G)
+        ln_bwd_in_group(n - i < LN_G ? n - i : LN_G, d, x + i * d, w, mean ? mean + i : NULL, rstd + i, dy + i * d,
+                        dx + i * d);
 }
 #ifdef PG_CPU_AVX2
 PG_CPU_TARGET_AVX2 static void ln_bwd_in_rows_avx2(int64_t n, int64_t d, const float *x, const float *w,
                                                    const float *mean, const float *rstd, const float *dy, float *dx)
 {
-    for (int64_t i = 0; i < n; i++)
-        ln_bwd_in_row(x + i * d, dy + i * d, w, d, mean != NULL, mean ? mean[i] : 0.0f, rstd[i], dx + i * d);
+    for (int64_t i = 0; i < n; i += LN_G)
+        ln_bwd_in_group(n - i < LN_G ? n - i : LN_G, d, x + i * d, w, mean ? mean + i : NULL, rstd + i, dy + i * d,
+                        dx + i * d);
 }
 #endif
 

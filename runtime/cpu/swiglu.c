@@ -1,14 +1,75 @@
 /* runtime/cpu/swiglu.c — Llama's gated MLP input: g = x Wg^T + bg, u = x Wu^T
  * + bu, y = silu(g) u with silu(g) = g / (1 + e^-g). The projections are
  * linear.c's (one GEMM each: a row's bits do not depend on the rows sharing
- * the call); the elementwise parts are pure per element. */
-#include <math.h>
-
-#include "cpu_kernels.h"
+ * the call); the elementwise parts are pure per element (in blocks, below). */
+#include "cpu_ctx.h"
 #include "op_args.h"
 
-/* sigmoid in double, rounded once */
-static float sigm(float g) { return (float)(1.0 / (1.0 + exp(-(double)g))); }
+/* The elementwise parts in blocks of SWI_BLK, as activation.c's silu: fixed-
+ * count loops that -O2 turns into SIMD (libm's exp in double, a call per
+ * element, before), the baseline and AVX2 builds of one source, a last
+ * partial block padded; e = exp(-g) by pg_cpu_exp_wide, s = 1 / (1 + e),
+ * 1 - s = e s. */
+#define SWI_BLK PG_CPU_EXP_WIDE
+
+PG_CPU_INLINE void swi_exp(const float *g, float *e) /* e = exp(-g) */
+{
+    for (int j = 0; j < SWI_BLK; j++)
+        e[j] = pg_cpu_exp_clamp(-g[j]);
+    pg_cpu_exp_wide(e);
+}
+
+/* y = silu(g) u = g / (1 + e) u */
+PG_CPU_INLINE void swi_fwd_blk(const float *g, const float *u, float *y)
+{
+    float o[SWI_BLK];
+    swi_exp(g, o);
+    for (int j = 0; j < SWI_BLK; j++)
+        o[j] = (g[j] / (1.0f + o[j])) * u[j];
+    for (int j = 0; j < SWI_BLK; j++)
+        y[j] = o[j];
+}
+
+/* du = dy silu(g) = dy g s; dg = dy u silu'(g), silu'(g) = s (1 + g e s) */
+PG_CPU_INLINE void swi_bwd_blk(const float *g, const float *u, const float *dy, float *dg, float *du)
+{
+    float a[SWI_BLK], o[SWI_BLK];
+    swi_exp(g, a);
+    for (int j = 0; j < SWI_BLK; j++) {
+        float e = a[j], s = 1.0f / (1.0f + e);
+        a[j] = dy[j] * (g[j] * s);
+        o[j] = (dy[j] * u[j]) * (s * (1.0f + g[j] * (e * s)));
+    }
+    for (int j = 0; j < SWI_BLK; j++) {
+        du[j] = a[j];
+        dg[j] = o[j];
+    }
+}
+
+/* the whole blocks of [0, m), m a multiple of SWI_BLK */
+static void swi_fwd_run(int64_t m, const float *g, const float *u, float *y)
+{
+    for (int64_t i = 0; i < m; i += SWI_BLK)
+        swi_fwd_blk(g + i, u + i, y + i);
+}
+static void swi_bwd_run(int64_t m, const float *g, const float *u, const float *dy, float *dg, float *du)
+{
+    for (int64_t i = 0; i < m; i += SWI_BLK)
+        swi_bwd_blk(g + i, u + i, dy + i, dg + i, du + i);
+}
+#ifdef PG_CPU_AVX2
+PG_CPU_TARGET_AVX2 static void swi_fwd_run_avx2(int64_t m, const float *g, const float *u, float *y)
+{
+    for (int64_t i = 0; i < m; i += SWI_BLK)
+        swi_fwd_blk(g + i, u + i, y + i);
+}
+PG_CPU_TARGET_AVX2 static void swi_bwd_run_avx2(int64_t m, const float *g, const float *u, const float *dy,
+                                                float *dg, float *du)
+{
+    for (int64_t i = 0; i < m; i += SWI_BLK)
+        swi_bwd_blk(g + i, u + i, dy + i, dg + i, du + i);
+}
+#endif
 
 int pg_swiglu_fwd(pg_ctx *c, int64_t n, int64_t d, int64_t h, const float *x,
                   const float *wg, const float *bg, const float *wu, const float *bu,
@@ -16,21 +77,33 @@ int pg_swiglu_fwd(pg_ctx *c, int64_t n, int64_t d, int64_t h, const float *x,
 {
     if (pg_linear_fwd(c, n, d, h, x, wg, bg, g) || pg_linear_fwd(c, n, d, h, x, wu, bu, u))
         return 1;
-    for (int64_t i = 0; i < n * h; i++)
-        y[i] = (g[i] * sigm(g[i])) * u[i];
+    int64_t m = n * h, i = m / SWI_BLK * SWI_BLK;
+    PG_CPU_PICK(c, swi_fwd_run)(i, g, u, y);
+    if (i < m) {
+        float bg_[SWI_BLK] = {0}, bu_[SWI_BLK] = {0}, by[SWI_BLK];
+        for (int64_t j = 0; j < m - i; j++)
+            bg_[j] = g[i + j], bu_[j] = u[i + j];
+        swi_fwd_blk(bg_, bu_, by);
+        for (int64_t j = 0; j < m - i; j++)
+            y[i + j] = by[j];
+    }
     return 0;
 }
 
-/* silu'(g) = s (1 + g (1 - s)), s = sigmoid(g) */
 int pg_swiglu_bwd_in(pg_ctx *c, int64_t n, int64_t d, int64_t h, const float *wg, const float *wu,
                      const float *g, const float *u, const float *dy, float *dg, float *du, float *dx)
 {
     if (pg_args_linear("swiglu_bwd_in", n, d, h))
         return 1;
-    for (int64_t i = 0; i < n * h; i++) {
-        float s = sigm(g[i]);
-        du[i] = dy[i] * (g[i] * s);
-        dg[i] = (dy[i] * u[i]) * (s * (1.0f + g[i] * (1.0f - s)));
+    int64_t m = n * h, i = m / SWI_BLK * SWI_BLK;
+    PG_CPU_PICK(c, swi_bwd_run)(i, g, u, dy, dg, du);
+    if (i < m) {
+        float bg_[SWI_BLK] = {0}, bu_[SWI_BLK] = {0}, bd[SWI_BLK] = {0}, og[SWI_BLK], ou[SWI_BLK];
+        for (int64_t j = 0; j < m - i; j++)
+            bg_[j] = g[i + j], bu_[j] = u[i + j], bd[j] = dy[i + j];
+        swi_bwd_blk(bg_, bu_, bd, og, ou);
+        for (int64_t j = 0; j < m - i; j++)
+            dg[i + j] = og[j], du[i + j] = ou[j];
     }
     if (!dx)
         return 0;

@@ -9,7 +9,7 @@
  *    half the kernel, transposed with output_padding and groups;
  *  - the bits: a sample alone equals it inside a batch, 1 and 3 threads give
  *    the same bytes, a weight gradient of 3 samples equals 3 calls of one, and
- *    batchnorm2d equals batchnorm over the transposed tensor bitwise;
+ *    batchnorm2d's baseline and AVX2 loops give the same bytes;
  *  - the error paths' texts.
  * PyTorch itself checks them through whole models (tests/oracle.t,
  * oracle_conv and oracle_pool). Run by tests/conv_kernels.t, also as
@@ -130,7 +130,7 @@ static pg_conv geom(int64_t in, int64_t out, int64_t h, int64_t w, int64_t kh, i
     return g;
 }
 
-#define N_CASES 10
+#define N_CASES 14
 static conv_case cases[N_CASES];
 
 static void make_cases(void)
@@ -146,6 +146,10 @@ static void make_cases(void)
     cases[k++] = (conv_case){"transposed, stride 2, output_padding 1, groups 2", geom(6, 4, 3, 2, 3, 3, 2, 2, 1, 1, 1, 1, 2, 1, 1), 1};
     cases[k++] = (conv_case){"transposed 2 x 2, stride 2 (a U-Net's)", geom(8, 4, 4, 5, 2, 2, 2, 2, 0, 0, 1, 1, 1, 1, 0), 0};
     cases[k++] = (conv_case){"transposed 1 x 1 (no workspace)", geom(5, 3, 4, 3, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 0), 1};
+    cases[k++] = (conv_case){"transposed 3 x 3, stride 1, padding 1 (y by the mirrored window)", geom(4, 6, 5, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0), 1};
+    cases[k++] = (conv_case){"3 x 3 on 3 x 3, one position, 4 > 1 out channels (dx by col2im)", geom(2, 4, 3, 3, 3, 3, 1, 1, 0, 0, 1, 1, 1, 0, 0), 1};
+    cases[k++] = (conv_case){"3 x 3 on 10 x 12: runs of 12, 27 columns (a transpose's edges)", geom(3, 5, 10, 12, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 0), 1};
+    cases[k++] = (conv_case){"a column: 40 x 1, kernel (3, 1) (a position per row of the grid)", geom(3, 4, 40, 1, 3, 1, 1, 1, 1, 0, 1, 1, 1, 0, 0), 0};
 }
 
 static int64_t wcount(const pg_conv *g)
@@ -359,40 +363,99 @@ static void test_pools(pg_ctx *c, rng *rg)
     free(mx), free(my), free(mdy), free(mdx), free(sx), free(sy), free(sb);
 }
 
-/* ---- batchnorm2d: bitwise batchnorm over [r * hw, C] (the same sums in the same order) ---- */
+/* ---- batchnorm2d: against the definitions in double; the baseline and AVX2 loops bitwise ---- */
+
+/* One run of the four training ops on x [r, C, hw] (dw, db and the sums added into zeros). */
+typedef struct bn2d_out {
+    float *y, *m, *rs, *dx, *dw, *db;
+    double s[5], q[5];
+} bn2d_out;
+
+static void bn2d_run(pg_ctx *c, int64_t r, int64_t C, int64_t hw, const float *x, const float *w, const float *b,
+                     const float *dy, bn2d_out *o)
+{
+    int64_t n = r * C * hw;
+    o->y = zeros(n), o->m = zeros(C), o->rs = zeros(C), o->dx = zeros(n), o->dw = zeros(C), o->db = zeros(C);
+    memset(o->s, 0, sizeof o->s), memset(o->q, 0, sizeof o->q);
+    pg_batchnorm2d_fwd(c, r, C, hw, 1e-5f, x, w, b, o->y, o->m, o->rs);
+    pg_batchnorm2d_bwd_in(c, r, C, hw, x, w, o->m, o->rs, dy, o->dx);
+    pg_batchnorm2d_bwd_w(c, r, C, hw, x, o->m, o->rs, dy, o->dw, o->db);
+    pg_batchnorm2d_stats_acc(c, 1, C, hw, x, o->s, o->q); /* two calls: one micro-batch split */
+    pg_batchnorm2d_stats_acc(c, r - 1, C, hw, x + C * hw, o->s, o->q);
+}
+
+static void bn2d_free(bn2d_out *o) { free(o->y), free(o->m), free(o->rs), free(o->dx), free(o->dw), free(o->db); }
+
+static int bn2d_same(const bn2d_out *a, const bn2d_out *b, int64_t n, int64_t C)
+{
+    return same(a->y, b->y, n) && same(a->m, b->m, C) && same(a->rs, b->rs, C) && same(a->dx, b->dx, n) &&
+           same(a->dw, b->dw, C) && same(a->db, b->db, C) && !memcmp(a->s, b->s, sizeof a->s) &&
+           !memcmp(a->q, b->q, sizeof a->q);
+}
 
 static void test_batchnorm2d(pg_ctx *c, rng *rg)
 {
-    int64_t r = 3, C = 5, hw = 7, n = r * C * hw;
+    /* hw 300: a plane of one full chunk of 256 and a partial one ending in a partial block */
+    int64_t r = 3, C = 5, hw = 300, n = r * C * hw;
+    double cnt = (double)(r * hw);
     float *x = fill(rg, n), *w = fill(rg, C), *b = fill(rg, C), *dy = fill(rg, n);
-    float *xt = zeros(n), *dyt = zeros(n), *y = zeros(n), *yt = zeros(n), *y1 = zeros(n);
-    float *m = zeros(C), *rs = zeros(C), *m1 = zeros(C), *rs1 = zeros(C);
-    float *dx = zeros(n), *dxt = zeros(n), *dx1 = zeros(n), *dw = zeros(C), *db = zeros(C), *dw1 = zeros(C),
-          *db1 = zeros(C);
-    pg_swap_dims(c, r, C, 1, hw, 1, x, xt); /* [r, C, hw] -> [r, hw, C] */
-    pg_swap_dims(c, r, C, 1, hw, 1, dy, dyt);
-    pg_batchnorm2d_fwd(c, r, C, hw, 1e-5f, x, w, b, y, m, rs);
-    pg_batchnorm_fwd(c, r * hw, C, 1e-5f, xt, w, b, yt, m1, rs1);
-    pg_swap_dims(c, r, hw, 1, C, 1, yt, y1);
-    pg_batchnorm2d_bwd_in(c, r, C, hw, x, w, m, rs, dy, dx);
-    pg_batchnorm_bwd_in(c, r * hw, C, xt, w, m1, rs1, dyt, dxt);
-    pg_swap_dims(c, r, hw, 1, C, 1, dxt, dx1);
-    pg_batchnorm2d_bwd_w(c, r, C, hw, x, m, rs, dy, dw, db);
-    pg_batchnorm_bwd_w(c, r * hw, C, xt, m1, rs1, dyt, dw1, db1);
-    OK(same(m, m1, C) && same(rs, rs1, C) && same(y, y1, n), "batchnorm2d forward: batchnorm's bits over [r hw, C]");
-    OK(same(dx, dx1, n) && same(dw, dw1, C) && same(db, db1, C),
-       "batchnorm2d backward (dx, dw, db): batchnorm's bits over [r hw, C]");
-    double s1[5] = {0}, q1[5] = {0}, s2[5] = {0}, q2[5] = {0};
-    pg_batchnorm2d_stats_acc(c, r, C, hw, x, s1, q1);
-    pg_batchnorm_stats_acc(c, r * hw, C, xt, s2, q2);
-    OK(!memcmp(s1, s2, sizeof s1) && !memcmp(q1, q2, sizeof q1), "batchnorm2d_stats_acc: batchnorm's sums");
+    for (int64_t i = 0; i < n; i++)
+        x[i] = 2.0f + 3.0f * x[i]; /* a mean away from 0 */
+    bn2d_out o;
+    bn2d_run(c, r, C, hw, x, w, b, dy, &o);
+    double ey = 0, edx = 0, ew = 0, es = 0, ems = 0;
+    for (int64_t ch = 0; ch < C; ch++) {
+        double s = 0, ss = 0, sg = 0, sgx = 0, sq = 0, sd = 0, sdx = 0;
+        for (int64_t k = 0; k < r; k++)
+            for (int64_t i = 0; i < hw; i++) {
+                double v = x[(k * C + ch) * hw + i];
+                s += v, sq += v * v;
+            }
+        double mu = s / cnt;
+        for (int64_t k = 0; k < r; k++)
+            for (int64_t i = 0; i < hw; i++) {
+                double e = x[(k * C + ch) * hw + i] - mu;
+                ss += e * e;
+            }
+        double rs = 1.0 / sqrt(ss / cnt + 1e-5);
+        ems = fmax(ems, fmax(fabs(o.m[ch] - mu) / fabs(mu), fabs(o.rs[ch] - rs) / rs));
+        es = fmax(es, fmax(fabs(o.s[ch] - s) / fabs(s), fabs(o.q[ch] - sq) / sq));
+        for (int64_t k = 0; k < r; k++)
+            for (int64_t i = 0; i < hw; i++) {
+                int64_t at = (k * C + ch) * hw + i;
+                double xh = (x[at] - mu) * rs, g = (double)dy[at] * w[ch];
+                ey = fmax(ey, fabs(o.y[at] - (xh * w[ch] + b[ch])));
+                sg += g, sgx += g * xh, sd += dy[at], sdx += dy[at] * xh;
+            }
+        double dwr = sdx, dbr = sd;
+        ew = fmax(ew, fmax(fabs(o.dw[ch] - dwr), fabs(o.db[ch] - dbr)) / (1.0 + fabs(dbr)));
+        for (int64_t k = 0; k < r; k++)
+            for (int64_t i = 0; i < hw; i++) {
+                int64_t at = (k * C + ch) * hw + i;
+                double xh = (x[at] - mu) * rs, g = (double)dy[at] * w[ch];
+                edx = fmax(edx, fabs(o.dx[at] - rs * (g - sg / cnt - xh * sgx / cnt)));
+            }
+    }
+    OK(ems < 1e-6 && ey < 1e-5, "batchnorm2d forward: mean, rstd and y are the definitions' (rel %.1e, abs %.1e)", ems,
+       ey);
+    OK(edx < 1e-5 && ew < 1e-5, "batchnorm2d backward: dx, dw and db are the definitions' (abs %.1e, %.1e)", edx, ew);
+    OK(es < 1e-12, "batchnorm2d_stats_acc: the sums in double over a micro-batch split in two calls (rel %.1e)", es);
+    /* the AVX2 build of the loops against the baseline's (the portable GEMM context runs those) */
+    pg_ctx *cp = ctx_with(1, "portable");
+    bn2d_out op;
+    bn2d_run(cp, r, C, hw, x, w, b, dy, &op);
+    OK(bn2d_same(&o, &op, n, C), "batchnorm2d: the baseline loops give the AVX2 loops' bytes (y, mean, rstd, dx, dw, db, sums)");
+    bn2d_free(&op);
+    pg_backend_free(cp);
     float rm[5] = {0, 0, 0, 0, 0}, rv[5] = {1, 1, 1, 1, 1};
-    pg_batchnorm2d_eval_fwd(c, r, C, hw, 1e-5f, x, w, b, rm, rv, y);
+    float *ye = zeros(n), *xt = zeros(n), *yt = zeros(n), *y1 = zeros(n);
+    pg_swap_dims(c, r, C, 1, hw, 1, x, xt); /* [r, C, hw] -> [r, hw, C] */
+    pg_batchnorm2d_eval_fwd(c, r, C, hw, 1e-5f, x, w, b, rm, rv, ye);
     pg_batchnorm_eval_fwd(c, r * hw, C, 1e-5f, xt, w, b, rm, rv, yt);
     pg_swap_dims(c, r, hw, 1, C, 1, yt, y1);
-    OK(same(y, y1, n), "batchnorm2d_eval_fwd: batchnorm's bits");
-    free(x), free(w), free(b), free(dy), free(xt), free(dyt), free(y), free(yt), free(y1), free(m), free(rs);
-    free(m1), free(rs1), free(dx), free(dxt), free(dx1), free(dw), free(db), free(dw1), free(db1);
+    OK(same(ye, y1, n), "batchnorm2d_eval_fwd: batchnorm's bits");
+    bn2d_free(&o);
+    free(x), free(w), free(b), free(dy), free(ye), free(xt), free(yt), free(y1);
 }
 
 /* ---- sigmoid, tanh, silu against double references ---- */

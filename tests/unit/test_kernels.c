@@ -253,6 +253,87 @@ static void test_activations(pg_ctx *c, rng *r)
     }
 }
 
+/* cpu_kernels.h's exp over its whole range, dense: within 3 ulp of e^a in
+ * double (a float's ulp is 2^-23 relative at most); the clamps to [-87, 88]
+ * and NaN through. Then gelu's tanh form over [-12, 12], dense, against the
+ * formula in double (as 1 / (1 + e^-2u): 1 + tanh(u) cancels even in double):
+ * an element's error is its argument's rounding times the exp's slope (|2u|
+ * times a few ulp, relative), a few ulp more, and below 2e-37 where the
+ * clamp holds e^-2u; the derivative's near its zero at x = -0.75, where two
+ * terms of about 1 cancel, against their size. */
+static void test_exp_and_gelu_range(pg_ctx *c)
+{
+    double worst = 0.0;
+    for (int64_t i = 0; i < 1 << 20; i += PG_CPU_EXP_BLK) {
+        float a[PG_CPU_EXP_BLK], e[PG_CPU_EXP_BLK];
+        for (int j = 0; j < PG_CPU_EXP_BLK; j++)
+            e[j] = a[j] = -87.0f + 175.0f * (float)(i + j) / (float)(1 << 20);
+        pg_cpu_exp_blk(e);
+        for (int j = 0; j < PG_CPU_EXP_BLK; j++)
+            worst = fmax(worst, fabs(e[j] / exp((double)a[j]) - 1.0));
+    }
+    float edge[PG_CPU_EXP_BLK] = {-200.0f, 200.0f, NAN, 0.0f, -87.0f, 88.0f, 1.0f, -1.0f};
+    pg_cpu_exp_blk(edge);
+    OK(worst < 3.0 / 8388608.0 && edge[0] == edge[4] && edge[1] == edge[5] && isnan(edge[2]) && edge[3] == 1.0f &&
+           fabs(edge[6] / M_E - 1.0) < 2.4e-7,
+       "exp within 3 ulp over [-87, 88] (worst %.2f ulp), clamped outside, NaN kept", worst * 8388608.0);
+    int64_t n = 240001; /* blocks and a tail */
+    float *x = fa(n), *y = fa(n), *dy = fa(n), *dx = fa(n);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = -12.0f + 24.0f * (float)i / (float)(n - 1), dy[i] = 1.0f;
+    pg_gelu_fwd(c, n, x, y);
+    pg_gelu_bwd_in(c, n, x, dy, dx);
+    double wy = 0.0, wd = 0.0, k = sqrt(2.0 / M_PI);
+    for (int64_t i = 0; i < n; i++) {
+        double v = x[i], u = k * (v + 0.044715 * v * v * v), e = exp(-2.0 * u), s = 1.0 / (1.0 + e);
+        double f = v * s, d = s + v * 2.0 * s * (e * s) * k * (1.0 + 3 * 0.044715 * v * v);
+        double tol = (4.0 + 4.0 * fabs(u)) / 8388608.0;
+        wy = fmax(wy, fabs(y[i] - f) / (tol * fabs(f) + 2e-37));
+        wd = fmax(wd, fabs(dx[i] - d) / (tol * (fabs(d) + 0.5)));
+    }
+    OK(wy <= 1.0 && wd <= 1.0, "gelu forward and backward over [-12, 12] within (4 + 4|u|) ulp of the tanh form in "
+       "double (worst %.2f, %.2f of that)", wy, wd);
+    free(x), free(y), free(dy), free(dx);
+}
+
+/* swiglu: the elementwise parts against the formulas in double on the
+ * kernel's own g and u (h = 37: two blocks and a tail per row, rows of
+ * different lengths' tails land mid-block), dx against finite differences. */
+typedef struct swi_case {
+    pg_ctx *c;
+    int64_t n, d, h;
+    float *x, *wg, *wu, *g, *u, *y, *p;
+} swi_case;
+
+static double swi_obj(void *v)
+{
+    swi_case *t = v;
+    pg_swiglu_fwd(t->c, t->n, t->d, t->h, t->x, t->wg, NULL, t->wu, NULL, t->g, t->u, t->y);
+    return proj(t->y, t->p, t->n * t->h);
+}
+
+static void test_swiglu(pg_ctx *c, rng *r)
+{
+    int64_t n = 3, d = 5, h = 37, nh = n * h;
+    swi_case t = {c, n, d, h, fa(n * d), fa(h * d), fa(h * d), fa(nh), fa(nh), fa(nh), fa(nh)};
+    fill(r, t.x, n * d, -2, 2), fill(r, t.wg, h * d, -1.5, 1.5), fill(r, t.wu, h * d, -1, 1), fill(r, t.p, nh, -1, 1);
+    swi_obj(&t);
+    float *dg = fa(nh), *du = fa(nh), *dx = fa(n * d);
+    pg_swiglu_bwd_in(c, n, d, h, t.wg, t.wu, t.g, t.u, t.p, dg, du, dx);
+    double ey = 0.0, eg = 0.0, eu = 0.0;
+    for (int64_t i = 0; i < nh; i++) { /* dg against the size of its terms: 1 + g (1 - s) cancels near g = -1.28 */
+        double g = t.g[i], u = t.u[i], s = 1.0 / (1.0 + exp(-g)), dy = t.p[i];
+        double ry = g * s * u, rdu = dy * g * s, rdg = dy * u * s * (1.0 + g * (1.0 - s));
+        ey = fmax(ey, fabs(t.y[i] - ry) / (fabs(ry) + 1e-30));
+        eu = fmax(eu, fabs(du[i] - rdu) / (fabs(rdu) + 1e-30));
+        eg = fmax(eg, fabs(dg[i] - rdg) / (fabs(dy * u * s) * (1.0 + fabs(g * (1.0 - s))) + 1e-30));
+    }
+    OK(ey < 1e-6 && eu < 1e-6 && eg < 1e-6, "swiglu: y, du and dg within 1e-6 of the formulas in double (%.1e, %.1e, "
+       "%.1e)", ey, eu, eg);
+    OK(fd_relerr(swi_obj, &t, t.x, n * d, dx) < FD_TOL, "swiglu_bwd_in matches finite differences (x)");
+    free(t.x), free(t.wg), free(t.wu), free(t.g), free(t.u), free(t.y), free(t.p), free(dg), free(du), free(dx);
+}
+
 /* ---- layernorm ----------------------------------------------------------- */
 
 typedef struct ln_case {
@@ -317,6 +398,20 @@ static double max_norm_diff(const float *a, const double *ref, int64_t n)
     return worst / scale;
 }
 
+/* rmsnorm (rms) or layernorm forward, then its bwd_in from the saved statistics
+ * (mean unused for rmsnorm) */
+static void norm_run(pg_ctx *c, int rms, int64_t n, int64_t d, const float *x, const float *w, const float *b,
+                     const float *dy, float *y, float *mean, float *rstd, float *dx)
+{
+    if (rms) {
+        pg_rmsnorm_fwd(c, n, d, 1e-5f, x, w, y, rstd);
+        pg_rmsnorm_bwd_in(c, n, d, x, w, rstd, dy, dx);
+    } else {
+        pg_layernorm_fwd(c, n, d, 1e-5f, x, w, b, y, mean, rstd);
+        pg_layernorm_bwd_in(c, n, d, x, w, mean, rstd, dy, dx);
+    }
+}
+
 static void norm_case(pg_ctx *c, rng *r, int64_t d, int rms, int affine, double *err_y, double *err_dx)
 {
     int64_t n = 3, nd = n * d;
@@ -324,13 +419,7 @@ static void norm_case(pg_ctx *c, rng *r, int64_t d, int rms, int affine, double 
     double *ry = calloc((size_t)nd, sizeof *ry), *rdx = calloc((size_t)nd, sizeof *rdx);
     fill(r, x, nd, 1, 5), fill(r, w, d, 0.5, 1.5), fill(r, b, d, -1, 1), fill(r, dy, nd, -1, 1);
     const float *pw = affine ? w : NULL, *pb = affine && !rms ? b : NULL;
-    if (rms) {
-        pg_rmsnorm_fwd(c, n, d, 1e-5f, x, pw, y, rstd);
-        pg_rmsnorm_bwd_in(c, n, d, x, pw, rstd, dy, dx);
-    } else {
-        pg_layernorm_fwd(c, n, d, 1e-5f, x, pw, pb, y, mean, rstd);
-        pg_layernorm_bwd_in(c, n, d, x, pw, mean, rstd, dy, dx);
-    }
+    norm_run(c, rms, n, d, x, pw, pb, dy, y, mean, rstd, dx);
     for (int64_t i = 0; i < n; i++) {
         const float *xr = x + i * d, *dyr = dy + i * d;
         double mu = 0, var = 0, mg = 0, mgx = 0;
@@ -371,6 +460,28 @@ static void test_norm_lengths(pg_ctx *c, rng *r)
         OK(wdx < 1e-6, "%s_bwd_in equals the formula in double for the same rows (worst %.2g)",
            rms ? "rmsnorm" : "layernorm", wdx);
     }
+}
+
+/* The norms take rows in groups (layernorm.c's LN_G): 19 rows in one call
+ * (groups and a remainder) give every row the bits it gets alone, forward
+ * (y, mean, rstd) and backward, layernorm and rmsnorm, d = 37 (blocks and a
+ * tail). */
+static void test_norm_rows_alone(pg_ctx *c, rng *r)
+{
+    int64_t n = 19, d = 37, nd = n * d;
+    float *x = fa(nd), *w = fa(d), *b = fa(d), *dy = fa(nd), *y = fa(nd), *dx = fa(nd), *m = fa(n), *rs = fa(n);
+    float *y1 = fa(nd), *dx1 = fa(nd), *m1 = fa(n), *rs1 = fa(n);
+    fill(r, x, nd, -2, 3), fill(r, w, d, 0.5, 1.5), fill(r, b, d, -1, 1), fill(r, dy, nd, -1, 1);
+    for (int rms = 0; rms < 2; rms++) {
+        norm_run(c, rms, n, d, x, w, b, dy, y, m, rs, dx);
+        for (int64_t i = 0; i < n; i++)
+            norm_run(c, rms, 1, d, x + i * d, w, b, dy + i * d, y1 + i * d, m1 + i, rs1 + i, dx1 + i * d);
+        OK(!memcmp(y, y1, (size_t)nd * 4) && !memcmp(dx, dx1, (size_t)nd * 4) && !memcmp(rs, rs1, (size_t)n * 4) &&
+               (rms || !memcmp(m, m1, (size_t)n * 4)),
+           "%s: 19 rows in one call give each row the bits it gets alone (forward, statistics, backward)",
+           rms ? "rmsnorm" : "layernorm");
+    }
+    free(x), free(w), free(b), free(dy), free(y), free(dx), free(m), free(rs), free(y1), free(dx1), free(m1), free(rs1);
 }
 
 /* ---- batchnorm ----------------------------------------------------------- */
@@ -1314,8 +1425,8 @@ static void test_linear_row_independence(rng *r)
  * Their bytes are compared across thread counts and kernels, and hashed for
  * `test_kernels digest`. */
 typedef struct gemm_bundle {
-    float *out[32];
-    int64_t len[32];
+    float *out[48];
+    int64_t len[48];
     int n;
 } gemm_bundle;
 
@@ -1354,7 +1465,8 @@ static void bundle_run(pg_ctx *c, gemm_bundle *bd)
     free(x), free(w), free(b), free(dy), free(xl), free(dyl), free(dctx);
     /* the row and elementwise ops, whose loops the portable kernel runs in
      * their baseline build (what a host without AVX2 runs): rows of 300
-     * (chunks, blocks and a tail), gelu over all of them, the loss by rows */
+     * (chunks, blocks and a tail), the activations over all of them, swiglu,
+     * the loss by rows */
     int64_t rn = 5, rd = 300;
     float *rx = fa(rn * rd), *rw = fa(rd), *rb = fa(rd), *rdy = fa(rn * rd);
     int32_t tg[5] = {0, 299, 17, 150, 3};
@@ -1367,6 +1479,16 @@ static void bundle_run(pg_ctx *c, gemm_bundle *bd)
     pg_rmsnorm_bwd_in(c, rn, rd, rx, rw, rrstd, rdy, bundle_add(bd, rn * rd));
     pg_gelu_fwd(c, rn * rd, rx, bundle_add(bd, rn * rd));
     pg_gelu_bwd_in(c, rn * rd, rx, rdy, bundle_add(bd, rn * rd));
+    pg_silu_fwd(c, rn * rd, rx, bundle_add(bd, rn * rd));
+    pg_silu_bwd_in(c, rn * rd, rx, rdy, bundle_add(bd, rn * rd));
+    pg_sigmoid_fwd(c, rn * rd, rx, bundle_add(bd, rn * rd));
+    pg_sigmoid_bwd_in(c, rn * rd, rx, rdy, bundle_add(bd, rn * rd));
+    pg_tanh_fwd(c, rn * rd, rx, bundle_add(bd, rn * rd));
+    pg_tanh_bwd_in(c, rn * rd, rx, rdy, bundle_add(bd, rn * rd));
+    float *sg = bundle_add(bd, rn * 60), *su = bundle_add(bd, rn * 60); /* swiglu: d = 5, h = 60 (a tail of 12) */
+    pg_swiglu_fwd(c, rn, 5, 60, rx, rw, NULL, rb, NULL, sg, su, bundle_add(bd, rn * 60));
+    pg_swiglu_bwd_in(c, rn, 5, 60, rw, rb, sg, su, rdy, bundle_add(bd, rn * 60), bundle_add(bd, rn * 60),
+                     bundle_add(bd, rn * 5));
     double loss;
     pg_cross_entropy_fwd_bwd(c, rn, rd, rx, tg, 10.0, &loss, bundle_add(bd, rn * rd));
     memcpy(bundle_add(bd, 2), &loss, sizeof loss);
@@ -1540,8 +1662,11 @@ int main(int argc, char **argv)
     test_gemm_formula(&r);
     test_linear_row_independence(&r);
     test_activations(c, &r);
+    test_exp_and_gelu_range(c);
+    test_swiglu(c, &r);
     test_layernorm(c, &r);
     test_norm_lengths(c, &r);
+    test_norm_rows_alone(c, &r);
     test_batchnorm(c, &r);
     test_embed(c, &r);
     test_pos_embed(c, &r);

@@ -1,0 +1,113 @@
+/* bench/kernels.c — the CPU runtime's elementwise and row kernels alone, at
+ * gpt_char's micro-batch shapes (256 rows of d = 128, the MLP's 512 columns;
+ * llama_tiny's 344 for swiglu), one thread: the time a call, best of ROUNDS
+ * batches of calls (the best, not the median: on a shared machine the others'
+ * work only ever adds). Built against a runtime library, so two trees' kernels
+ * can be timed side by side (bench/kernels.sh alternates them).
+ *
+ *   kernels ROUNDS        -> one line a kernel: name|elements|us a call
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "pg_ops.h"
+
+#define ROWS 256
+#define D 128
+#define HID 512
+#define SWI 344
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static float *buf(size_t n, unsigned seed)
+{
+    float *p = malloc(n * sizeof *p);
+    if (!p) {
+        fprintf(stderr, "kernels: out of memory\n");
+        exit(1);
+    }
+    for (size_t i = 0; i < n; i++) { /* a spread like fc's pre-activations: about +-4 */
+        seed = seed * 1664525u + 1013904223u;
+        p[i] = ((float)(seed >> 8) / 16777216.0f - 0.5f) * 8.0f;
+    }
+    return p;
+}
+
+enum { GELU_F, GELU_B, SILU_F, SILU_B, SIGM_F, TANH_F, TANH_B, SWIGLU_F, SWIGLU_B, LIN_F, LIN_W, LN_F, LN_B, NK };
+static const char *const names[NK] = {"gelu_fwd",   "gelu_bwd_in", "silu_fwd",   "silu_bwd_in",   "sigmoid_fwd",
+                                      "tanh_fwd",   "tanh_bwd_in", "swiglu_fwd", "swiglu_bwd_in", "linear_fwd fc",
+                                      "linear_bwd_w fc", "layernorm_fwd", "layernorm_bwd_in"};
+static const long elems[NK] = {ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID,
+                               ROWS * SWI, ROWS * SWI, ROWS * HID, ROWS * HID, ROWS * D,   ROWS * D};
+
+typedef struct bufs {
+    float *x, *dy, *y, *dx, *w, *w2, *b, *g, *u, *dg, *du, *h, *dh, *mean, *rstd, *lw, *lb;
+} bufs;
+
+static void one(pg_ctx *c, int k, bufs *B)
+{
+    int rc = 0;
+    switch (k) {
+    case GELU_F: rc = pg_gelu_fwd(c, ROWS * HID, B->h, B->y); break;
+    case GELU_B: rc = pg_gelu_bwd_in(c, ROWS * HID, B->h, B->dh, B->dx); break;
+    case SILU_F: rc = pg_silu_fwd(c, ROWS * HID, B->h, B->y); break;
+    case SILU_B: rc = pg_silu_bwd_in(c, ROWS * HID, B->h, B->dh, B->dx); break;
+    case SIGM_F: rc = pg_sigmoid_fwd(c, ROWS * HID, B->h, B->y); break;
+    case TANH_F: rc = pg_tanh_fwd(c, ROWS * HID, B->h, B->y); break;
+    case TANH_B: rc = pg_tanh_bwd_in(c, ROWS * HID, B->h, B->dh, B->dx); break;
+    case SWIGLU_F: rc = pg_swiglu_fwd(c, ROWS, D, SWI, B->x, B->w, NULL, B->w2, NULL, B->g, B->u, B->y); break;
+    case SWIGLU_B:
+        rc = pg_swiglu_bwd_in(c, ROWS, D, SWI, B->w, B->w2, B->h, B->dh, B->dy, B->dg, B->du, B->dx);
+        break;
+    case LIN_F: rc = pg_linear_fwd(c, ROWS, D, HID, B->x, B->w, B->b, B->y); break;
+    case LIN_W: rc = pg_linear_bwd_w(c, ROWS, D, HID, B->x, B->dh, B->dg, B->du); break;
+    case LN_F: rc = pg_layernorm_fwd(c, ROWS, D, 1e-5f, B->x, B->lw, B->lb, B->y, B->mean, B->rstd); break;
+    case LN_B: rc = pg_layernorm_bwd_in(c, ROWS, D, B->x, B->lw, B->mean, B->rstd, B->dy, B->dx); break;
+    }
+    if (rc) {
+        fprintf(stderr, "kernels: %s failed\n", names[k]);
+        exit(1);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    int rounds = argc == 2 ? atoi(argv[1]) : 0;
+    if (rounds < 1) {
+        fprintf(stderr, "usage: kernels ROUNDS\n");
+        return 2;
+    }
+    pg_ctx *c = pg_backend_init(1);
+    if (!c)
+        return 1;
+    size_t big = (size_t)ROWS * HID;
+    bufs B = {buf(ROWS * D, 1), buf(big, 2), buf(big, 3),   buf(big, 4),      buf(HID * D, 5), buf(HID * D, 6),
+              buf(HID, 7),      buf(big, 8), buf(big, 9),   buf(big, 10),     buf(big, 11),    buf(big, 12),
+              buf(big, 13),     buf(ROWS, 14), buf(ROWS, 15), buf(D, 16),     buf(D, 17)};
+    for (int k = 0; k < NK; k++) {
+        one(c, k, &B); /* the mean and rstd the backward reads, and a warm cache */
+        int calls = 20;
+        double best = 1e30;
+        for (int r = 0; r < rounds; r++) {
+            double t0 = now_s();
+            for (int i = 0; i < calls; i++)
+                one(c, k, &B);
+            double t = (now_s() - t0) / calls;
+            if (t < best)
+                best = t;
+        }
+        printf("%s|%ld|%.1f\n", names[k], elems[k], best * 1e6);
+    }
+    pg_backend_free(c);
+    float *all[] = {B.x, B.dy, B.y, B.dx, B.w, B.w2, B.b, B.g, B.u, B.dg, B.du, B.h, B.dh, B.mean, B.rstd, B.lw, B.lb};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        free(all[i]);
+    return 0;
+}
