@@ -1093,17 +1093,22 @@ static int close4(const float *w, const double *want)
  * as ((0+8 + 4+12) + (2+10 + 6+14)) + ((1+9 + 5+13) + (3+11 + 7+15)). */
 static void test_sumsq_lanes(pg_ctx *c)
 {
+    /* magnitudes 1e-3 to 1e3: the index order's sum differs from the lanes' */
     float g[37];
     for (int i = 0; i < 37; i++)
-        g[i] = (float)(i % 7 - 3) * 0.37f + (float)i * 1e-3f;
-    double acc[16] = {0}, h[8];
-    for (int i = 0; i < 37; i++)
+        g[i] = (float)(i % 7 - 3) * 0.37f * (i % 5 == 0 ? 1000.0f : 1e-3f) + (float)i * 1e-3f;
+    double acc[16] = {0}, h[8], in_order = 0.0;
+    for (int i = 0; i < 37; i++) {
         acc[i % 16] += (double)g[i] * g[i];
+        in_order += (double)g[i] * g[i];
+    }
     for (int l = 0; l < 8; l++)
         h[l] = acc[l] + acc[l + 8];
     double want = ((h[0] + h[4]) + (h[2] + h[6])) + ((h[1] + h[5]) + (h[3] + h[7])), got;
     pg_sumsq(c, 37, g, &got);
-    OK(got == want, "sumsq of 37 elements adds them in its documented lanes (%.17g, want %.17g)", got, want);
+    OK(got == want && want != in_order,
+       "sumsq of 37 elements adds them in its documented lanes (%.17g, want %.17g; in index order %.17g)", got, want,
+       in_order);
 }
 
 static void test_adamw_blocks(pg_ctx *c)
