@@ -40,7 +40,7 @@ conv_gen() {
         e2e_gen "$_d" conv_small "$(conv_keep "$(conv_chunks "$_p" "$_s")")" "$_s" "$_c" || return 1
     else
         sed -e '/^split$/d' -e "s/batch = [0-9]*  microbatches = [0-9]*/${CONV_EX_BATCH:-batch = 8  microbatches = 4}/" \
-            -e "s/schedule = [a-z0-9()]*/schedule = $_s/" -e "s/checkpoint = [a-z_]*/checkpoint = $_c/" \
+            -e "s/\bschedule = [a-z0-9()]*/schedule = $_s/" -e "s/checkpoint = [a-z_]*/checkpoint = $_c/" \
             -e "s/^train {/train {\n  stages = $_p/" "$TOP/examples/$_m.pipe" >"$_d/$_m.pipe"
         "$PIPEGEN" gen "$_d/$_m.pipe" -o "$_d/gen" >"$_d/gen.out" 2>&1 || { sed 's/^/# /' "$_d/gen.out"; return 1; }
     fi
