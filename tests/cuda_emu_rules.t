@@ -5,7 +5,8 @@
 # threads never reach stops the process, naming the kernel and the counts),
 # launch geometry and pointer arguments, device memory (256-byte alignment
 # and no more, NaN fill, the guard page, host code touching device memory),
-# the copies' synchronisation rules and a lagging device, stream capture's
+# the copies' synchronisation rules and a lagging device, timing events
+# (cudaEventElapsedTime: the stream's time, its statuses), stream capture's
 # refusals (thread-local and global mode) and graph replay, CUDA IPC between
 # two processes, the cuBLAS and cuBLASLt shims against naive products, the
 # cuDNN shim (a grouped, strided, dilated convolution against its definition,

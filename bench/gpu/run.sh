@@ -36,7 +36,8 @@
 # A pipegen run's tokens/s is the median over the steps after the first
 # WARMUP of the last stage's per-step "X tokens/s" (timed around
 # pg_run_step; "X samples/s" times seq for a model whose input is not tokens). Knobs: BENCH_STEPS (15), BENCH_WARMUP (5),
-# BENCH_DIR (build-cuda/bench), BENCH_RUN_S (a pipegen run's time limit, 180),
+# BENCH_DIR (build-cuda/bench), BENCH_CHECKPOINT (never, as PyTorch's anchors; or always,
+# except_last, model: the model file's own), BENCH_RUN_S (a pipegen run's time limit, 180),
 # BENCH_COMPILE_S (torch.compile's, 300), BENCH_DEADLINE (seconds since the
 # epoch: no run goes past it; those that cannot start are n/a),
 # BENCH_COMPILE_MIN_S (torch.compile runs only when this many seconds, 90,
@@ -128,13 +129,25 @@ left_out() { echo "$1: left out (BENCH_ROWS=${BENCH_ROWS:-})" >"$DIR/$1.log"; ec
 # session's bench phase)
 row_took() { echo "bench-gpu: row $1: $(($(date +%s) - $2)) s" >&2; }
 
+# The checkpoint mode of every pipegen row (BENCH_CHECKPOINT, default never):
+# PyTorch's anchors keep every activation, so the pipegen rows do too unless
+# asked otherwise: the same work on both sides (checkpointing changes no result
+# bit, only time and memory; the example's except_last trades a recomputed
+# forward for memory, which one GPU of 80 GB or more does not need here).
+CKPT=${BENCH_CHECKPOINT:-never}
+case $CKPT in always | never | except_last | model) ;; *) echo "bench-gpu: BENCH_CHECKPOINT=$CKPT: always, never, except_last or model" >&2; exit 2 ;; esac
+
 # variant N [MODEL NAME]: the model (MODEL, default the GPT) on N stages (1: `stages = 1`,
-# any split lines removed), linked for CUDA into $DIR/NAME-N (NAME: gpt2)
+# any split lines removed), with checkpoint = CKPT (model: the model's own),
+# linked for CUDA into $DIR/NAME-N (NAME: gpt2)
 variant() {
     v_m=${2:-$MODEL}
     d=$DIR/${3:-gpt2}-$1
     rm -rf "$d" && mkdir -p "$d/bin" || return 1
-    if [ "$1" = 1 ]; then sed -e '/^split *\(#.*\)*$/d' -e 's/stages = [0-9]*/stages = 1/' "$v_m" >"$d/model.pipe"; else cp "$v_m" "$d/model.pipe"; fi
+    v_ck='s/checkpoint = [a-z_]*/checkpoint = '"$CKPT"'/'
+    [ "$CKPT" = model ] && v_ck='s/^//'
+    if [ "$1" = 1 ]; then sed -e '/^split *\(#.*\)*$/d' -e 's/stages = [0-9]*/stages = 1/' -e "$v_ck" "$v_m" >"$d/model.pipe"
+    else sed -e "$v_ck" "$v_m" >"$d/model.pipe"; fi
     "$PIPEGEN" gen "$d/model.pipe" -o "$d/gen" >"$d/gen.log" 2>&1 || { cat "$d/gen.log"; return 1; }
     for f in "$d"/gen/stage*.c; do
         # shellcheck disable=SC2086

@@ -22,7 +22,10 @@
  * A pp x dp trace (otherData "replicas" D > 1) has a process per row, pid =
  * replica x stages + stage: each is measured and drawn on its own, and the
  * data-parallel reduction's spans (args.kind DP_*, inside the action that ran
- * them) are counted apart and drawn over that action. */
+ * them) are counted apart and drawn over that action.
+ *
+ * A CUDA stage's action spans are its GPU's time (otherData "device_time",
+ * runtime/core/step.c's marks); the first line says when they are. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -192,8 +195,25 @@ static int add_event(trace *t, const rev *e, int i, int *cap, pg_diag *d, pg_loc
     return 0;
 }
 
-/* "otherData": the stage, replica and micro-batch counts and the model's name */
-static void read_other(pg_json *j, double *stages, double *replicas, double *mbs, char **model)
+/* "device_time": how many processes timed their actions on the device (of how many listed) */
+static void read_device_time(pg_json *j, int *device, int *listed)
+{
+    if (pg_json_peek(j) != PG_JSON_ARRAY) {
+        pg_json_skip(j);
+        return;
+    }
+    pg_json_array(j);
+    while (pg_json_item(j)) {
+        double v = num_or_nan(j);
+        *device += v == 1;
+        (*listed)++;
+    }
+}
+
+/* "otherData": the stage, replica and micro-batch counts, the model's name,
+ * which processes' spans are device time */
+static void read_other(pg_json *j, double *stages, double *replicas, double *mbs, char **model, int *device,
+                       int *listed)
 {
     char *key;
     if (pg_json_peek(j) != PG_JSON_OBJECT) {
@@ -210,6 +230,8 @@ static void read_other(pg_json *j, double *stages, double *replicas, double *mbs
             *mbs = num_or_nan(j);
         else if (!strcmp(key, "model"))
             str_or_null(j, model);
+        else if (!strcmp(key, "device_time"))
+            read_device_time(j, device, listed);
         else
             pg_json_skip(j);
         free(key);
@@ -245,7 +267,7 @@ static int trace_read(const char *path, trace *t, pg_diag *d)
                 bad = !j.failed && add_event(t, &e, i, &cap, d, whole);
             }
         } else if (!strcmp(key, "otherData")) {
-            read_other(&j, &stages, &replicas, &mbs, &model);
+            read_other(&j, &stages, &replicas, &mbs, &model, &t->device_rows, &t->listed_rows);
         } else {
             pg_json_skip(&j);
         }
@@ -601,8 +623,13 @@ int cmd_trace(int argc, char **argv)
     char reps[32] = "";
     if (t.replicas > 1)
         snprintf(reps, sizeof reps, " x %d replicas", t.replicas);
-    printf("trace %s: model %s, %d stage%s%s, %d micro-batch%s, steps %d..%d\n", path, t.model ? t.model : "?",
-           t.nstages, t.nstages == 1 ? "" : "s", reps, t.nmb, t.nmb == 1 ? "" : "es", t.first, t.last);
+    char clock[64] = ""; /* whose clock the actions' spans are on */
+    if (t.device_rows && t.device_rows == t.listed_rows)
+        snprintf(clock, sizeof clock, ", spans in device time");
+    else if (t.device_rows)
+        snprintf(clock, sizeof clock, ", spans in device time on %d of %d processes", t.device_rows, t.listed_rows);
+    printf("trace %s: model %s, %d stage%s%s, %d micro-batch%s, steps %d..%d%s\n", path, t.model ? t.model : "?",
+           t.nstages, t.nstages == 1 ? "" : "s", reps, t.nmb, t.nmb == 1 ? "" : "es", t.first, t.last, clock);
     printf("measured step %s (mean over %d step%s from step %d)", a, used, used == 1 ? "" : "s", from);
     if (have_pr && seconds) {
         trace_fmt_time(b, sizeof b, pr.step_time);

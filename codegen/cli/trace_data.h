@@ -19,6 +19,7 @@ typedef struct tev {
 typedef struct trace {
     int nstages, replicas, nrows, nmb, first, last; /* steps first..last (1-based); rows = stages x replicas */
     char *model;
+    int device_rows, listed_rows; /* otherData's device_time: processes whose spans are device time, of those listed */
     int n;
     tev *ev;
 } trace;

@@ -473,15 +473,18 @@ static double trace_part(pg_run *r, int kind, double t0)
 
 /* The end-of-run bubble of this stage and, on the loss stage, the throughput,
  * over the steps this run timed: its first step (after --resume, the one after
- * the checkpoint) warms up, so steps first+2 .. steps. When the processes on
- * this host want more threads than it has cores, waiting for a core is idle
- * time too, and the loss stage says so once. */
+ * the checkpoint) warms up, so steps first+2 .. steps. The compute is the
+ * device's time where the backend has a device clock (CUDA: step.c's marks),
+ * and the line says so. When the processes on this host want more threads
+ * than it has cores, waiting for a core is idle time too, and the loss stage
+ * says so once. */
 static void report_speed(pg_run *r, int last)
 {
     const pg_stage_desc *d = r->d;
     int64_t from = r->first_step + 2, timed = r->opt.steps - r->first_step - 1;
-    printf("stage %d: bubble %.1f%% (compute %.3f s of %.3f s over steps %" PRId64 "..%" PRId64 ")\n", d->stage,
-           100.0 * (1.0 - r->compute_s / r->wall_s), r->compute_s, r->wall_s, from, r->opt.steps);
+    printf("stage %d: bubble %.1f%% (compute %.3f s of %.3f s over steps %" PRId64 "..%" PRId64 "%s)\n", d->stage,
+           100.0 * (1.0 - r->compute_s / r->wall_s), r->compute_s, r->wall_s, from, r->opt.steps,
+           r->dev_clock ? "; compute in device time" : "");
     if (!last)
         return;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -658,7 +661,7 @@ static int run(pg_run *r)
             return 1;
         }
     }
-    if (pg_trace_init(r)) /* --trace / --profile: the event ring, before any step */
+    if (pg_trace_init(r) || pg_run_clock_init(r)) /* --trace / --profile: the event ring; the device's marks */
         return 1;
     size_t *sb = calloc((size_t)l.world, sizeof *sb);
     int *sm = calloc((size_t)l.world, sizeof *sm);
@@ -869,6 +872,7 @@ int main(int argc, char **argv)
     pg_run_generate_free(&r);
     free(r.told);
     free(r.tr_ev);
+    pg_run_clock_free(&r);
     if (poisoned) {
         fflush(stdout);
         fflush(stderr);

@@ -78,6 +78,23 @@ int pg_backend_compute(pg_ctx *c, int seg, double *scalar_dst);
 int pg_backend_compute_end(pg_ctx *c);        /* the run is over (0 or 1) */
 int pg_backend_fetch(pg_ctx *c);              /* deliver deferred scalars now (synchronises) */
 int pg_backend_step_end(pg_ctx *c);           /* wait for the step, deliver, report id errors */
+/* ---- device time ------------------------------------------------------------
+ * On a backend whose work runs on a device (CUDA) the host only enqueues it,
+ * so host clocks time the enqueueing. There step.c times the stage by marks
+ * on the device's own clock: pg_backend_mark (inside a step, never inside a
+ * run of compute) records a mark on the stage's stream after all work
+ * enqueued so far and returns its number in the step (0, 1, ...; -1: failed,
+ * printed); run_start 1 says that a run of compute opens right after it
+ * (pg_backend_compute, nothing enqueued between): if that run is then
+ * captured as a CUDA graph, the mark moves to the graph's launch (capturing
+ * is host work). After pg_backend_step_end has waited for the step,
+ * pg_backend_mark_times writes when the device reached each of the step's
+ * first n marks, in seconds from mark 0, without waiting again (0, or 1
+ * printed). pg_backend_device_clock is 0 on the CPU (its ops run at the
+ * call: step.c times them on the host and never marks) and 1 on CUDA. */
+int pg_backend_device_clock(const pg_ctx *c);
+int pg_backend_mark(pg_ctx *c, int run_start);
+int pg_backend_mark_times(pg_ctx *c, double *sec, int n);
 /* train.precision: 0 f32, 1 bf16 (GEMM operands in bf16, f32 accumulation,
  * f32 weights and gradients on CUDA; the CPU computes in f32 and says so). */
 int pg_backend_set_precision(pg_ctx *c, int precision);

@@ -109,7 +109,14 @@ typedef struct pg_run {
     double *loss;             /* [nmb] partial losses of this step */
     void *synth_in, *synth_tg; /* synthetic data: the fixed batches, made at start-up (pg_run_synth_init) */
     double *norms, *norm_in;  /* [nmodel_params]: this stage's owned sums of squares; every parameter's (its owner's) */
-    double compute_s;         /* time inside compute actions, steps after this run's first */
+    double compute_s;         /* time inside compute actions, steps after this run's first (on the device
+                               * where the backend has a device clock: dev_clock) */
+    /* device time (step.c, pg_ops.h's pg_backend_mark): a step's marks */
+    int dev_clock;            /* the backend's work runs on a device: compute and trace spans from its marks */
+    int *mk_at;               /* [nactions + 1] the mark where action a starts (nactions: where the last ends), -1: none */
+    int *mk_span;             /* [2 x (2 nactions + 1)] compute spans as (first mark, last mark) */
+    int nmk_span, nmk;        /* spans; marks made this step */
+    double *mk_t;             /* [3 nactions + 2] the marks' times, seconds from the step's mark 0 */
     double wall_s;            /* wall time of the steps after this run's first */
     double first_wall_s;      /* wall time of this run's first step */
     int64_t first_step;       /* this run's first step: 0, or the checkpoint's step after --resume */
@@ -192,6 +199,9 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out);
 /* Allocate and fill the synthetic batches this stage reads (none when it reads
  * data files). 0 or 1 after printing the failure; main frees synth_in/_tg. */
 int pg_run_synth_init(pg_run *r);
+/* The step's device time, on a backend with a device clock: the marks' room (step.c) */
+int pg_run_clock_init(pg_run *r);
+void pg_run_clock_free(pg_run *r);
 /* tokens.c: --data FILE holding a rank-1 i32 token stream, for a model whose
  * input and target are both i32[seq]: sample i of a step is the window at a
  * seeded offset o, target the window at o+1. open: 0 not a token stream (the

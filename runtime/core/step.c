@@ -2,6 +2,7 @@
  * run the generated action table (compute through the chunk functions,
  * messages through pg_net with the table's offsets, byte counts and tags),
  * then the optimizer. Every reduction has a fixed order. */
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -409,6 +410,110 @@ static int make_verdict(pg_run *r, int64_t step)
     return pg_guard_findings(r, step) || pg_backend_fetch(r->ctx);
 }
 
+/* ---- device time ---------------------------------------------------------------
+ * On a backend with a device clock (CUDA; pg_ops.h's pg_backend_mark) the host
+ * only enqueues the work, so the step is timed by marks on the device's
+ * stream: mark 0 as the step begins (the host's time then maps the device's
+ * clock onto the host's: the stream is idle after the previous step's end),
+ * one where each action starts outside a run of compute (every action with
+ * --trace/--profile: each F/B/W is then a run of its own, the same kernels
+ * in the same order) and one where the last ends, and two around the clip's
+ * and the optimizer's work. The step's compute is the device time of its
+ * compute spans, a trace's action spans run from mark to mark, and both are
+ * read once, after the step's synchronisation. The CPU's ops run at the
+ * call: timed on the host, unmarked. */
+
+int pg_run_clock_init(pg_run *r)
+{
+    int64_t n = r->d->nactions;
+    r->dev_clock = pg_backend_device_clock(r->ctx);
+    if (!r->dev_clock)
+        return 0;
+    r->mk_at = malloc((size_t)(n + 1) * sizeof *r->mk_at);
+    r->mk_span = malloc((size_t)(2 * n + 1) * 2 * sizeof *r->mk_span);
+    r->mk_t = malloc((size_t)(3 * n + 2) * sizeof *r->mk_t);
+    if (!r->mk_at || !r->mk_span || !r->mk_t) {
+        fprintf(stderr, "stage %d: out of memory for the device's timing marks of %" PRId64 " actions\n", r->d->stage, n);
+        return 1;
+    }
+    return 0;
+}
+
+void pg_run_clock_free(pg_run *r)
+{
+    free(r->mk_at);
+    free(r->mk_span);
+    free(r->mk_t);
+    r->mk_at = r->mk_span = NULL;
+    r->mk_t = NULL;
+}
+
+/* A mark on the device's stream (run_start: a run of compute opens next); -1: failed */
+static int dev_mark(pg_run *r, int run_start)
+{
+    int m = pg_backend_mark(r->ctx, run_start);
+    if (m >= 0)
+        r->nmk = m + 1;
+    return m;
+}
+
+/* The compute span from mark m0 to a mark made now; 0, or 1 failed. */
+static int dev_span_end(pg_run *r, int m0)
+{
+    int m1 = dev_mark(r, 0);
+    if (m1 < 0)
+        return 1;
+    r->mk_span[2 * r->nmk_span] = m0;
+    r->mk_span[2 * r->nmk_span + 1] = m1;
+    r->nmk_span++;
+    return 0;
+}
+
+/* The mark where action a starts (nactions: where the last ends): the
+ * compute span open since mark *open ends there, and one opens if a
+ * computes (at a mark of its own, made with run_start). */
+static int dev_mark_action(pg_run *r, int a, int computes, int *open)
+{
+    int o = *open;
+    *open = -1;
+    if (o >= 0 && dev_span_end(r, o))
+        return 1;
+    if (o >= 0 && !computes) { /* the span's end is where a starts */
+        r->mk_at[a] = r->nmk - 1;
+        return 0;
+    }
+    if ((r->mk_at[a] = dev_mark(r, computes)) < 0)
+        return 1;
+    if (computes)
+        *open = r->mk_at[a];
+    return 0;
+}
+
+/* After the step's synchronisation: its compute time from the marks, and with
+ * --trace its spans (batch and zeroing, each action, the step's end until
+ * t_end) on the host's clock, mark 0 at h0. */
+static int dev_times(pg_run *r, int64_t step, double step_t0, double h0, double t_end, double *compute)
+{
+    const pg_stage_desc *d = r->d;
+    if (pg_backend_mark_times(r->ctx, r->mk_t, r->nmk))
+        return 1;
+    *compute = 0.0;
+    for (int i = 0; i < r->nmk_span; i++)
+        *compute += r->mk_t[r->mk_span[2 * i + 1]] - r->mk_t[r->mk_span[2 * i]];
+    if (!r->tracing)
+        return 0;
+    double t = h0 + r->mk_t[r->mk_at[0]];
+    pg_trace_data(r, step, step_t0, t);
+    for (int a = 0; a < d->nactions; a++) { /* traced: every action starts at a mark */
+        double t1 = h0 + r->mk_t[r->mk_at[a + 1]];
+        pg_trace_action(r, step, a, t, t1);
+        t = t1;
+    }
+    pg_trace_end(r, step, t, t_end);
+    pg_trace_step(r, step, step_t0, t_end);
+    return 0;
+}
+
 int pg_run_step(pg_run *r, int64_t step, double *loss_out)
 {
     const pg_stage_desc *d = r->d;
@@ -418,7 +523,11 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
     int adamw = pg_optim_adam(d->train.optimizer), rep;
     pg_step_info si = {step, (float)pg_lr_at(&d->train, step), adamw ? (float)d->train.beta1 : 0.0f,
                        adamw ? (float)d->train.beta2 : 0.0f, !r->opt.no_graph};
-    if (pg_backend_step_begin(r->ctx, &si) || (rep = pg_backend_compute(r->ctx, -1, NULL)) < 0)
+    if (pg_backend_step_begin(r->ctx, &si))
+        return 1;
+    double h0 = r->dev_clock ? pg_run_now() : 0.0; /* device time: mark 0's on the host's clock */
+    r->nmk = r->nmk_span = 0;
+    if ((r->dev_clock && dev_mark(r, 0) < 0) || (rep = pg_backend_compute(r->ctx, -1, NULL)) < 0)
         return 1;
     for (int i = 0; i < d->nparams && !rep; i++)
         if (!d->params[i].is_buffer &&
@@ -428,9 +537,10 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
         return 1;
     /* the trace's spans are contiguous: each starts where the one before ended */
     double tr_t = r->tracing ? pg_run_now() : 0.0;
-    if (r->tracing)
+    if (r->tracing && !r->dev_clock)
         pg_trace_data(r, step, step_t0, tr_t); /* the gradients zeroed, the batch loaded */
     double compute = 0.0;
+    int open = -1, prev_cmp = 0; /* device time: the open compute span's first mark; action a-1 computed */
     r->verdict_state = 0;
     int have_norm = 0;
     r->step_verdict = PG_VERDICT_OK;
@@ -440,8 +550,17 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
         const pg_step_action *x = &d->actions[a];
         r->cur_action = a;
         pg_net_status st = PG_NET_OK;
-        if (x->kind != PG_FWD && x->kind != PG_BWD_B && x->kind != PG_BWD_W && pg_backend_compute_end(r->ctx))
+        /* a run of compute ends before any other action; timed on the device
+         * and traced, before each action (a span each) */
+        int cmp = x->kind == PG_FWD || x->kind == PG_BWD_B || x->kind == PG_BWD_W;
+        int split = !cmp || (r->dev_clock && r->tracing);
+        if (split && pg_backend_compute_end(r->ctx))
             return 1;
+        if (r->dev_clock && (split || !prev_cmp) && dev_mark_action(r, a, cmp, &open))
+            return 1;
+        else if (r->dev_clock && !split && prev_cmp)
+            r->mk_at[a] = -1; /* inside a run: its start and end only */
+        prev_cmp = cmp;
         switch (x->kind) {
         case PG_FWD: case PG_BWD_B: case PG_BWD_W: {
             const pg_chunk_desc *cf = pg_run_chunk_fns(d, x->chunk);
@@ -497,7 +616,9 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
             if (r->step_verdict == PG_VERDICT_SKIP)
                 break;
             double t0 = pg_run_now();
-            if (d->train.grad_clip > 0 && grad_norm_clip(r))
+            int m0 = r->dev_clock && d->train.grad_clip > 0 ? dev_mark(r, 0) : 0;
+            if (m0 < 0 || (d->train.grad_clip > 0 && grad_norm_clip(r)) ||
+                (r->dev_clock && d->train.grad_clip > 0 && dev_span_end(r, m0)))
                 return 1;
             have_norm = d->train.grad_clip > 0;
             compute += pg_run_now() - t0;
@@ -509,9 +630,11 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
             if (r->step_verdict == PG_VERDICT_SKIP)
                 break;
             double t0 = pg_run_now();
-            if ((rep = pg_backend_compute(r->ctx, a, NULL)) < 0)
+            int m0 = r->dev_clock ? dev_mark(r, 1) : 0;
+            if (m0 < 0 || (rep = pg_backend_compute(r->ctx, a, NULL)) < 0)
                 return 1;
-            if ((!rep && opt_step(r, step)) || pg_backend_compute_end(r->ctx) || pg_zero_allgather(r))
+            if ((!rep && opt_step(r, step)) || pg_backend_compute_end(r->ctx) || (r->dev_clock && dev_span_end(r, m0)) ||
+                pg_zero_allgather(r))
                 return 1;
             compute += pg_run_now() - t0;
             if (check_ties && tie_check(r, a, x, step))
@@ -528,24 +651,26 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
             return 1;
         }
         pg_dp_action_end(r, a); /* the gradients its layers' hooks did not post (dp.c) */
-        if (r->tracing) {
+        if (r->tracing && !r->dev_clock) {
             double t = pg_run_now();
             pg_trace_action(r, step, a, tr_t, t);
             tr_t = t;
         }
     }
     /* a table without OPT_STEP (none pipegen makes) still decides what its VERDICT found */
-    if (pg_backend_compute_end(r->ctx) || (r->verdict_state == 1 && pg_guard_decide(r, -1, NULL, step)) ||
-        r->step_verdict == PG_VERDICT_STOP)
+    if (pg_backend_compute_end(r->ctx) || (r->dev_clock && dev_mark_action(r, d->nactions, 0, &open)) ||
+        (r->verdict_state == 1 && pg_guard_decide(r, -1, NULL, step)) || r->step_verdict == PG_VERDICT_STOP)
         return 1;
     if (pg_sync(r->ctx) || pg_backend_step_end(r->ctx))
+        return 1;
+    if (r->dev_clock && dev_times(r, step, step_t0, h0, pg_run_now(), &compute)) /* device time: the marks read */
         return 1;
     if (!have_norm && pg_run_logged(r, step)) /* the log line's norm: the verdicts brought every sum (guard.c) */
         r->grad_norm = global_norm(r);
     *loss_out = r->loss_global; /* this replica's micro-batches in order, then the replicas in order (dp.c) */
     if (step > r->first_step) /* the run's first step warms up: timed from the next */
         r->compute_s += compute;
-    if (r->tracing) { /* the step's end: the device's work waited for */
+    if (r->tracing && !r->dev_clock) { /* the step's end: the device's work waited for */
         double t = pg_run_now();
         pg_trace_end(r, step, tr_t, t);
         pg_trace_step(r, step, step_t0, t);

@@ -4,7 +4,11 @@
  * (default 10) of nactions + 1 events; inside a step each action stores its
  * start and end (CLOCK_MONOTONIC) into its fixed place, and the step itself
  * one more: no allocation, no I/O, two clock reads per action. The ring keeps
- * the last N steps of the run.
+ * the last N steps of the run. On a backend with a device clock (CUDA) the
+ * actions' spans are the device's instead: step.c writes them after the
+ * step's synchronisation from its marks on the stream (pg_backend_mark),
+ * mark 0 put at the host's time as the step began; the profile's layer,
+ * chunk and stage costs are then GPU time, with no synchronisation added.
  *
  * One clock: after the start-up exchange every stage learns its offset to
  * stage 0's clock. Stages on the same host (same kernel boot id) share
@@ -431,6 +435,7 @@ typedef struct stage_events {
     int64_t nsteps, ps, lo;
     double offset;
     pg_trace_ev *ev;   /* [nsteps * ps] */
+    int device;        /* its actions' spans are device time (step.c's marks), else host time */
     char *sec[3];
     size_t len[3];
 } stage_events;
@@ -611,9 +616,13 @@ static int write_trace(pg_run *r, const stage_events *se, int nproc)
     fprintf(o, "\n],\n\"displayTimeUnit\": \"ms\",\n\"otherData\": {\"format\": \"pipegen-trace\", \"version\": 1, ");
     run_info(o, r, se);
     fprintf(o, ", \"clock\": \"CLOCK_MONOTONIC of stage 0, microseconds from the first event; stages on other hosts "
-               "aligned by the fastest of %d pings\", \"clock_offset_us\": [", SYNC_PINGS);
+               "aligned by the fastest of %d pings; a process with device_time 1 timed its actions on its GPU "
+               "(CUDA events, put on its clock as its step began)\", \"clock_offset_us\": [", SYNC_PINGS);
     for (int k = 0; k < nproc; k++)
         fprintf(o, "%s%.3f", k ? ", " : "", se[k].offset * 1e6);
+    fprintf(o, "], \"device_time\": [");
+    for (int k = 0; k < nproc; k++)
+        fprintf(o, "%s%d", k ? ", " : "", se[k].device);
     fprintf(o, "]}}\n");
     return finish_out(&ot, r->opt.trace, "trace");
 }
@@ -856,7 +865,7 @@ static int gather_fail(pg_run *r, int rank, int sending)
 static int send_events(pg_run *r, int to, uint32_t tag, const stage_events *x, int profile, double add)
 {
     double off = x->offset + add;
-    int64_t hdr[4] = {x->nsteps, x->ps, x->lo, 0};
+    int64_t hdr[5] = {x->nsteps, x->ps, x->lo, 0, x->device};
     memcpy(&hdr[3], &off, sizeof(double));
     if (pg_net_send_rank(r->net, to, tag, hdr, sizeof hdr))
         return gather_fail(r, to, 1);
@@ -891,7 +900,7 @@ static int send_events(pg_run *r, int to, uint32_t tag, const stage_events *x, i
 /* The other side of send_events, into *x (its buffers malloc'd). */
 static int recv_events(pg_run *r, int from, uint32_t tag, stage_events *x, int profile)
 {
-    int64_t hdr[4], W = r->opt.trace_steps;
+    int64_t hdr[5], W = r->opt.trace_steps;
     double tmo = r->opt.timeout_s;
     char nb[48];
     if (pg_net_recv_rank(r->net, from, tag, hdr, sizeof hdr, tmo))
@@ -900,6 +909,7 @@ static int recv_events(pg_run *r, int from, uint32_t tag, stage_events *x, int p
     x->ps = hdr[1];
     x->lo = hdr[2];
     memcpy(&x->offset, &hdr[3], sizeof(double));
+    x->device = hdr[4] != 0;
     if (x->nsteps < 0 || x->ps < 1 || x->nsteps > W || x->ps > (int64_t)1 << 24) {
         fprintf(stderr, "stage %d: %s sent a trace of %" PRId64 " steps x %" PRId64 " events (bad header)\n",
                 r->d->stage, rank_name(r, from, nb, sizeof nb), x->nsteps, x->ps);
@@ -962,7 +972,7 @@ int pg_trace_finish(pg_run *r)
         }
     }
     stage_events *me = &se[d->stage];
-    *me = (stage_events){nsteps, ps, lo, r->tr_offset, mine, {NULL, NULL, NULL}, {0, 0, 0}};
+    *me = (stage_events){nsteps, ps, lo, r->tr_offset, mine, r->dev_clock, {NULL, NULL, NULL}, {0, 0, 0}};
     mine = NULL;
     if (profile && stage_profile(r, me->ev, nsteps, ps, me->sec, me->len))
         goto out;

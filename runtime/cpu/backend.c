@@ -213,6 +213,30 @@ int pg_backend_step_end(pg_ctx *c)
     return 0;
 }
 
+/* Device time (pg_ops.h): the CPU's ops run at the call, so the host's clock
+ * is the work's; step.c times them so and never marks. */
+int pg_backend_device_clock(const pg_ctx *c)
+{
+    (void)c;
+    return 0;
+}
+
+int pg_backend_mark(pg_ctx *c, int run_start)
+{
+    (void)c;
+    (void)run_start;
+    pg_rt_error(__FILE__, __LINE__, "pg_backend_mark: the CPU backend has no device clock (time it on the host)");
+    return -1;
+}
+
+int pg_backend_mark_times(pg_ctx *c, double *sec, int n)
+{
+    (void)c;
+    (void)sec;
+    (void)n;
+    return PG_RT_FAIL("pg_backend_mark_times: the CPU backend has no device clock (time it on the host)");
+}
+
 /* Nothing runs asynchronously on the CPU, so nothing can be left waiting. */
 int pg_backend_poisoned(const pg_ctx *c)
 {

@@ -114,6 +114,7 @@ static void ctx_release(pg_ctx *c)
     if (c->poisoned) {
         pg_hstage_free(&c->hstage, &hstage_ops, c, 1);
         free(c->segs);
+        free(c->marks);
         free(c);
         return;
     }
@@ -134,6 +135,10 @@ static void ctx_release(pg_ctx *c)
     for (int i = 0; i < c->nsegs; i++)
         pg_cuda_graph_free(c->segs[i].g);
     free(c->segs);
+    for (int i = 0; i < c->marks_cap; i++)
+        if (c->marks[i])
+            cudaEventDestroy(c->marks[i]);
+    free(c->marks);
     if (c->sv_dev)
         cudaFree(c->sv_dev); /* the step state block: sv_dev, slot_dev, step_flag */
     if (c->sv_host)
@@ -235,6 +240,7 @@ static int ctx_setup(pg_ctx *c)
     c->sv_host = (struct pg_cuda_stepvals *)hblk;
     c->slot_host = (double *)(hblk + sizeof(struct pg_cuda_stepvals));
     c->nslots = 1; /* slot 0: values nobody asked for */
+    c->mark_armed = c->run_mark = -1;
     return 0;
 }
 

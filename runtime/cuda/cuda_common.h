@@ -123,6 +123,12 @@ struct pg_ctx {
     struct pg_cuda_seg *segs; /* captured runs */
     int nsegs, segs_cap;
     long long graphs_captured, graph_launches; /* for pg_backend_report */
+    /* device time (step.cu, pg_backend_mark): the step's marks, timing events
+     * made as a step first needs them, then reused every step */
+    cudaEvent_t *marks;
+    int nmarks, marks_cap;
+    int mark_armed;           /* the last mark, made with run_start: the next run's start (-1: none) */
+    int run_mark;             /* the open run's start mark (-1: none) */
     /* the step's host -> device copies go through pinned buffers (hstage.h) */
     pg_hstage hstage;
     cudaEvent_t hstage_ev[PG_HSTAGE_SLOTS];

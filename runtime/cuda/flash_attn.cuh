@@ -23,8 +23,8 @@ typedef __nv_bfloat16 bf16;
 #define FA_THREADS (PG_FLASH_WARPS * 32)
 #define FA_PAD 8                      /* bf16 per shared row: row stride = 4 banks mod 32 */
 
-static_assert(PG_FLASH_BQ == FA_T && PG_FLASH_BK == FA_T && PG_FLASH_WARPS * 16 == FA_T,
-              "the kernels assume 64-row tiles of 4 warps x 16 rows");
+static_assert(PG_FLASH_BQ == FA_T && PG_FLASH_BK == FA_T && PG_FLASH_WARPS * 16 == FA_T && FA_THREADS == 2 * FA_T,
+              "the kernels assume 64-row tiles of 4 warps x 16 rows (and a thread per row of lse2 and of D)");
 
 /* ---- fragments ------------------------------------------------------------- */
 
@@ -93,31 +93,103 @@ __device__ __forceinline__ void mma_p_by_t(float out[HDP / 8][4], const float p[
     }
 }
 
-/* ---- tiles ----------------------------------------------------------------- */
+/* ---- tiles -----------------------------------------------------------------
+ * A 64-row tile goes from global memory to shared memory in two halves, so
+ * that the next tile's loads are in flight while the warps multiply the
+ * current one: fa_stage_load issues this thread's loads into registers (16
+ * bytes at a time where the tensor is 16-byte aligned), fa_stage_store later
+ * rounds them to bf16 into the tile (and fa_stage_store_t into its
+ * transpose). The values, the rounding and the zeros beyond T and hd are the
+ * same as element by element: the tile's contents, hence every result bit,
+ * do not depend on how it was loaded.
+ *
+ * Thread mapping: lane = 4 q + p with q = 0..7, p = 0..3; warp w. The thread
+ * holds rows 2 rp and 2 rp + 1, rp = q + 8 w (so the block covers 64 rows),
+ * of column chunks cc = p + 4 u (4 floats each; u = 0 .. HDP/16 - 1). A warp's
+ * load reads 8 rows x 64 contiguous bytes (whole 32-byte sectors); the bf16
+ * row store is 8 bytes a lane, 16 distinct bank pairs (two wavefronts, the
+ * least for 256 bytes); the transposed store writes the two rows' values of
+ * one column as one 32-bit word (two lanes a bank: 2-way). */
+template <int HDP> struct fa_stage {
+    float v[HDP / 16][2][4]; /* [u][row of the pair][column of the chunk] */
+};
 
-/* s[r][c] = bf16(src[(row0 + r) * ld + c]) for the 64 rows of a tile, 0
- * beyond T or hd. Consecutive threads read consecutive columns of a row. */
-template <int HDP>
-__device__ __forceinline__ void load_tile(bf16 (*s)[HDP + FA_PAD], const float *src, int64_t ld, int row0, int T,
-                                          int hd)
+/* Can rows of src with leading dimension ld be read 16 bytes at a time? */
+__device__ __forceinline__ bool fa_vec_ok(const float *src, int64_t ld)
 {
-    for (int e = threadIdx.x; e < FA_T * HDP; e += FA_THREADS) {
-        int r = e / HDP, c = e % HDP;
-        float v = row0 + r < T && c < hd ? src[(int64_t)(row0 + r) * ld + c] : 0.0f;
-        s[r][c] = __float2bfloat16_rn(v);
+    return ((uintptr_t)src & 15) == 0 && (ld & 3) == 0;
+}
+
+__device__ __forceinline__ void fa_ld4(float v[4], const float *p)
+{
+#ifndef PG_FLASH_EMU
+    float4 x = *reinterpret_cast<const float4 *>(p);
+    v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+#else
+    for (int k = 0; k < 4; k++)
+        v[k] = p[k];
+#endif
+}
+
+/* this thread's part of rows [row0, row0 + 64) of src (0 beyond T or hd) */
+template <int HDP>
+__device__ __forceinline__ void fa_stage_load(fa_stage<HDP> &st, const float *src, int64_t ld, int row0, int T, int hd,
+                                              bool vec)
+{
+    const int lane = threadIdx.x % 32, rp = lane / 4 + 8 * (int)(threadIdx.x / 32);
+#pragma unroll
+    for (int u = 0; u < HDP / 16; u++) {
+        const int c = 4 * (lane % 4 + 4 * u);
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int r = row0 + 2 * rp + e;
+            float *v = st.v[u][e];
+            if (r < T && vec && c + 4 <= hd)
+                fa_ld4(v, src + (int64_t)r * ld + c);
+            else
+#pragma unroll
+                for (int k = 0; k < 4; k++)
+                    v[k] = r < T && c + k < hd ? src[(int64_t)r * ld + c + k] : 0.0f;
+        }
     }
+}
+
+__device__ __forceinline__ void st_b32(bf16 *p, uint32_t x) { *reinterpret_cast<uint32_t *>(p) = x; }
+
+__device__ __forceinline__ void st_b64(bf16 *p, uint32_t lo, uint32_t hi)
+{
+#ifndef PG_FLASH_EMU
+    *reinterpret_cast<uint2 *>(p) = make_uint2(lo, hi);
+#else
+    st_b32(p, lo);
+    st_b32(p + 2, hi);
+#endif
+}
+
+/* s[r][c] = bf16(the staged tile's [r][c]) */
+template <int HDP>
+__device__ __forceinline__ void fa_stage_store(bf16 (*s)[HDP + FA_PAD], const fa_stage<HDP> &st)
+{
+    const int lane = threadIdx.x % 32, rp = lane / 4 + 8 * (int)(threadIdx.x / 32);
+#pragma unroll
+    for (int u = 0; u < HDP / 16; u++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const float *v = st.v[u][e];
+            st_b64(&s[2 * rp + e][4 * (lane % 4 + 4 * u)], pack_bf16(v[0], v[1]), pack_bf16(v[2], v[3]));
+        }
 }
 
 /* the same tile transposed: s[c][r] */
 template <int HDP>
-__device__ __forceinline__ void load_tile_t(bf16 (*s)[FA_T + FA_PAD], const float *src, int64_t ld, int row0, int T,
-                                            int hd)
+__device__ __forceinline__ void fa_stage_store_t(bf16 (*s)[FA_T + FA_PAD], const fa_stage<HDP> &st)
 {
-    for (int e = threadIdx.x; e < FA_T * HDP; e += FA_THREADS) {
-        int r = e / HDP, c = e % HDP;
-        float v = row0 + r < T && c < hd ? src[(int64_t)(row0 + r) * ld + c] : 0.0f;
-        s[c][r] = __float2bfloat16_rn(v);
-    }
+    const int lane = threadIdx.x % 32, rp = lane / 4 + 8 * (int)(threadIdx.x / 32);
+#pragma unroll
+    for (int u = 0; u < HDP / 16; u++)
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            st_b32(&s[4 * (lane % 4 + 4 * u) + k][2 * rp], pack_bf16(st.v[u][0][k], st.v[u][1][k]));
 }
 
 __device__ __forceinline__ bool visible(int i, int j, int T, int causal) { return i < T && j < T && (!causal || j <= i); }
@@ -191,7 +263,12 @@ __global__ void __launch_bounds__(FA_THREADS) flash_fwd_kernel(int T, int d, int
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int i0 = qt * FA_T + warp * 16 + g, i1 = i0 + 8; /* this thread's two query rows */
 
-    load_tile<HDP>(sq, H.q, ld, qt * FA_T, T, hd);
+    fa_stage<HDP> rk, rv;
+    fa_stage_load<HDP>(rk, H.q, ld, qt * FA_T, T, hd, fa_vec_ok(H.q, ld));
+    fa_stage_store<HDP>(sq, rk);
+    const bool veck = fa_vec_ok(H.k, ld), vecv = fa_vec_ok(H.v, ld);
+    fa_stage_load<HDP>(rk, H.k, ld, 0, T, hd, veck); /* key tile 0, in flight while Q's fragments load */
+    fa_stage_load<HDP>(rv, H.v, ld, 0, T, hd, vecv);
     __syncthreads();
     uint32_t qa[NKS][4];
 #pragma unroll
@@ -206,9 +283,13 @@ __global__ void __launch_bounds__(FA_THREADS) flash_fwd_kernel(int T, int d, int
     const int nkt = causal ? qt + 1 : nqt;
     for (int kt = 0; kt < nkt; kt++) {
         __syncthreads(); /* every warp is done with the previous key tile */
-        load_tile<HDP>(sk, H.k, ld, kt * FA_T, T, hd);
-        load_tile_t<HDP>(svt, H.v, ld, kt * FA_T, T, hd);
+        fa_stage_store<HDP>(sk, rk);
+        fa_stage_store_t<HDP>(svt, rv);
         __syncthreads();
+        if (kt + 1 < nkt) { /* the next key tile's loads, in flight during this tile's products */
+            fa_stage_load<HDP>(rk, H.k, ld, (kt + 1) * FA_T, T, hd, veck);
+            fa_stage_load<HDP>(rv, H.v, ld, (kt + 1) * FA_T, T, hd, vecv);
+        }
         float s[8][4];
         mma_rows<NKS>(s, qa, sk, g, t);
         float mx0 = -INFINITY, mx1 = -INFINITY;
@@ -302,8 +383,20 @@ __global__ void __launch_bounds__(FA_THREADS) flash_bwd_dkv_kernel(int T, int d,
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int j0 = kt * FA_T + warp * 16 + g, j1 = j0 + 8; /* this thread's two key rows */
 
-    load_tile<HDP>(sq, H.k, ld, kt * FA_T, T, hd); /* K and V of this key tile, for the A fragments */
-    load_tile<HDP>(sdo, H.v, ld, kt * FA_T, T, hd);
+    fa_stage<HDP> rq, rdo;
+    { /* K and V of this key tile, for the A fragments */
+        fa_stage_load<HDP>(rq, H.k, ld, kt * FA_T, T, hd, fa_vec_ok(H.k, ld));
+        fa_stage_load<HDP>(rdo, H.v, ld, kt * FA_T, T, hd, fa_vec_ok(H.v, ld));
+        fa_stage_store<HDP>(sq, rq);
+        fa_stage_store<HDP>(sdo, rdo);
+    }
+    const int qt0 = causal ? kt : 0;
+    const bool vecq = fa_vec_ok(H.q, ld), vecdo = fa_vec_ok(H.dO, d);
+    fa_stage_load<HDP>(rq, H.q, ld, qt0 * FA_T, T, hd, vecq); /* the first query tile, in flight */
+    fa_stage_load<HDP>(rdo, H.dO, d, qt0 * FA_T, T, hd, vecdo);
+    const int le = threadIdx.x % FA_T; /* this thread's row of lse2 (threads < 64) or of D (the others) */
+    const float *lrow = threadIdx.x < FA_T ? H.L : H.D;
+    float rl = qt0 * FA_T + le < T ? lrow[qt0 * FA_T + le] : 0.0f;
     __syncthreads();
     uint32_t ka[NKS][4], va[NKS][4];
 #pragma unroll
@@ -318,18 +411,18 @@ __global__ void __launch_bounds__(FA_THREADS) flash_bwd_dkv_kernel(int T, int d,
         for (int e = 0; e < 4; e++)
             dk[nn][e] = dv[nn][e] = 0.0f;
 
-    for (int qt = causal ? kt : 0; qt < nqt; qt++) {
+    for (int qt = qt0; qt < nqt; qt++) {
         __syncthreads(); /* every warp is done with the previous query tile (and the K/V staging) */
-        load_tile<HDP>(sq, H.q, ld, qt * FA_T, T, hd);
-        load_tile<HDP>(sdo, H.dO, d, qt * FA_T, T, hd);
-        load_tile_t<HDP>(sqt, H.q, ld, qt * FA_T, T, hd);
-        load_tile_t<HDP>(sdot, H.dO, d, qt * FA_T, T, hd);
-        for (int e = threadIdx.x; e < FA_T; e += FA_THREADS) {
-            int i = qt * FA_T + e;
-            slse[e] = i < T ? H.L[i] : 0.0f;
-            sD[e] = i < T ? H.D[i] : 0.0f;
-        }
+        fa_stage_store<HDP>(sq, rq);
+        fa_stage_store<HDP>(sdo, rdo);
+        fa_stage_store_t<HDP>(sqt, rq);
+        fa_stage_store_t<HDP>(sdot, rdo);
+        (threadIdx.x < FA_T ? slse : sD)[le] = rl;
         __syncthreads();
+        if (qt + 1 < nqt) { /* the next dO tile's loads, in flight during this tile's products */
+            fa_stage_load<HDP>(rdo, H.dO, d, (qt + 1) * FA_T, T, hd, vecdo);
+            rl = (qt + 1) * FA_T + le < T ? lrow[(qt + 1) * FA_T + le] : 0.0f;
+        }
         float p[8][4], ds[8][4];
         mma_rows<NKS>(p, ka, sq, g, t);   /* S^T */
         mma_rows<NKS>(ds, va, sdo, g, t); /* dP^T */
@@ -347,6 +440,8 @@ __global__ void __launch_bounds__(FA_THREADS) flash_bwd_dkv_kernel(int T, int d,
                 p[j][2 + e] = p1;
             }
         mma_p_by_t<HDP>(dv, p, sdot, g, t);
+        if (qt + 1 < nqt) /* the next Q tile's: in the registers p held (all of them at once would spill) */
+            fa_stage_load<HDP>(rq, H.q, ld, (qt + 1) * FA_T, T, hd, vecq);
         mma_p_by_t<HDP>(dk, ds, sqt, g, t);
     }
     float *dk0 = dqkv + (int64_t)b * T * ld + d + (int64_t)hh * hd; /* row 0 of this head's dk; dv d further */
@@ -373,8 +468,16 @@ __global__ void __launch_bounds__(FA_THREADS) flash_bwd_dq_kernel(int T, int d, 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int i0 = qt * FA_T + warp * 16 + g, i1 = i0 + 8;
 
-    load_tile<HDP>(sk, H.q, ld, qt * FA_T, T, hd); /* Q and dO of this query tile, for the A fragments */
-    load_tile<HDP>(sv, H.dO, d, qt * FA_T, T, hd);
+    fa_stage<HDP> rk, rv;
+    { /* Q and dO of this query tile, for the A fragments */
+        fa_stage_load<HDP>(rk, H.q, ld, qt * FA_T, T, hd, fa_vec_ok(H.q, ld));
+        fa_stage_load<HDP>(rv, H.dO, d, qt * FA_T, T, hd, fa_vec_ok(H.dO, d));
+        fa_stage_store<HDP>(sk, rk);
+        fa_stage_store<HDP>(sv, rv);
+    }
+    const bool veck = fa_vec_ok(H.k, ld), vecv = fa_vec_ok(H.v, ld);
+    fa_stage_load<HDP>(rk, H.k, ld, 0, T, hd, veck); /* key tile 0, in flight */
+    fa_stage_load<HDP>(rv, H.v, ld, 0, T, hd, vecv);
     __syncthreads();
     uint32_t qa[NKS][4], oa[NKS][4];
 #pragma unroll
@@ -392,10 +495,14 @@ __global__ void __launch_bounds__(FA_THREADS) flash_bwd_dq_kernel(int T, int d, 
     const int nkt = causal ? qt + 1 : nqt;
     for (int kt = 0; kt < nkt; kt++) {
         __syncthreads();
-        load_tile<HDP>(sk, H.k, ld, kt * FA_T, T, hd);
-        load_tile<HDP>(sv, H.v, ld, kt * FA_T, T, hd);
-        load_tile_t<HDP>(skt, H.k, ld, kt * FA_T, T, hd);
+        fa_stage_store<HDP>(sk, rk);
+        fa_stage_store<HDP>(sv, rv);
+        fa_stage_store_t<HDP>(skt, rk);
         __syncthreads();
+        if (kt + 1 < nkt) { /* the next key tile's loads, in flight during this tile's products */
+            fa_stage_load<HDP>(rk, H.k, ld, (kt + 1) * FA_T, T, hd, veck);
+            fa_stage_load<HDP>(rv, H.v, ld, (kt + 1) * FA_T, T, hd, vecv);
+        }
         float s[8][4], ds[8][4];
         mma_rows<NKS>(s, qa, sk, g, t);  /* S */
         mma_rows<NKS>(ds, oa, sv, g, t); /* dP */

@@ -28,10 +28,19 @@
  * pg_backend_step_end calls again. Id checks inside a run set a device flag
  * that pg_backend_step_end reads. Dropout's seed is a per-step host value in
  * the generated code (DROPOUT_SEED of io->step): a stage whose step calls
- * dropout keeps graphs off and says so once. */
+ * dropout keeps graphs off and says so once.
+ *
+ * Device time: step.c's marks (pg_backend_mark) are timing events recorded
+ * on the stream between runs, never inside one (an event recorded during a
+ * capture is a dependency, not a timestamp); a mark that opens a captured
+ * run is recorded again just before the graph's first launch, so the host's
+ * capture and instantiation are not counted as device work. Their elapsed
+ * times are read after pg_backend_step_end's synchronisation: the marks add
+ * no synchronisation. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda_common.h"
 #include "cuda_backend.h"
@@ -141,6 +150,8 @@ int pg_backend_step_begin(pg_ctx *c, const pg_step_info *s)
      * pg_backend_step_end waited for the stream: the copy cannot race. */
     CUDA_CHECK(cudaMemcpyAsync(c->sv_dev, c->sv_host, sizeof *v, cudaMemcpyHostToDevice, c->stream));
     CUDA_CHECK(cudaMemsetAsync(c->step_flag, 0xff, sizeof *c->step_flag, c->stream));
+    c->nmarks = 0;
+    c->mark_armed = c->run_mark = -1;
     return 0;
 }
 
@@ -161,6 +172,8 @@ int pg_backend_compute(pg_ctx *c, int seg, double *scalar_dst)
         c->run_id = seg;
         c->run_calls = 0;
         c->run_mode = 0;
+        c->run_mark = c->mark_armed;
+        c->mark_armed = -1;
         if (c->info.graphs && c->steps_done >= 1 && !c->graph_block) {
             struct pg_cuda_seg *g = find_seg(c, seg);
             if (g) {
@@ -185,10 +198,11 @@ int pg_backend_compute_end(pg_ctx *c)
 {
     if (!c->in_run)
         return 0;
-    int mode = c->run_mode;
+    int mode = c->run_mode, run_mark = c->run_mark;
     c->in_run = 0;
     c->run_mode = 0;
     c->cur_dst = NULL;
+    c->run_mark = c->mark_armed = -1;
     if (mode == 2) {
         int want = c->segs[c->run_seg].calls;
         if (c->run_calls != want)
@@ -220,7 +234,64 @@ int pg_backend_compute_end(pg_ctx *c)
     s->g = g;
     c->graphs_captured++;
     c->graph_launches++;
+    if (run_mark >= 0) /* the run's start: this launch, not the host's capture before it */
+        CUDA_CHECK(cudaEventRecord(c->marks[run_mark], c->stream));
     return pg_cuda_graph_launch(c, g); /* the capture ran nothing: this step's work */
+}
+
+/* ---- device time (pg_ops.h) ------------------------------------------------ */
+
+int pg_backend_device_clock(const pg_ctx *c)
+{
+    (void)c;
+    return 1;
+}
+
+int pg_backend_mark(pg_ctx *c, int run_start)
+{
+    if (!c->in_step || c->in_run) {
+        pg_rt_error(__FILE__, __LINE__, "pg_backend_mark %s", c->in_run ? "inside a run of compute" : "outside a step");
+        return -1;
+    }
+    if (c->nmarks == c->marks_cap) { /* the first step makes them; later steps reuse them */
+        int cap = c->marks_cap ? 2 * c->marks_cap : 64;
+        cudaEvent_t *m = (cudaEvent_t *)realloc(c->marks, (size_t)cap * sizeof *m);
+        if (!m) {
+            pg_rt_error(__FILE__, __LINE__, "out of memory for %d timing events", cap);
+            return -1;
+        }
+        memset(m + c->marks_cap, 0, (size_t)(cap - c->marks_cap) * sizeof *m);
+        c->marks = m;
+        c->marks_cap = cap;
+    }
+    cudaEvent_t *e = &c->marks[c->nmarks];
+    cudaError_t err = *e ? cudaSuccess : cudaEventCreate(e);
+    if (err != cudaSuccess) {
+        *e = NULL;
+        pg_cuda_fail(__FILE__, __LINE__, "cudaEventCreate (a timing mark)", err);
+        return -1;
+    }
+    if ((err = cudaEventRecord(*e, c->stream)) != cudaSuccess) {
+        pg_cuda_fail(__FILE__, __LINE__, "cudaEventRecord (a timing mark)", err);
+        return -1;
+    }
+    c->mark_armed = run_start ? c->nmarks : -1;
+    return c->nmarks++;
+}
+
+int pg_backend_mark_times(pg_ctx *c, double *sec, int n)
+{
+    if (c->in_step)
+        return PG_RT_FAIL("pg_backend_mark_times before the step's end waited for its work");
+    if (n > c->nmarks)
+        return PG_RT_FAIL("pg_backend_mark_times: %d marks asked for, the step made %d", n, c->nmarks);
+    for (int i = 0; i < n; i++) {
+        float ms = 0.0f;
+        if (i) /* complete: pg_backend_step_end waited for the stream */
+            CUDA_CHECK(cudaEventElapsedTime(&ms, c->marks[0], c->marks[i]));
+        sec[i] = (double)ms * 1e-3;
+    }
+    return 0;
 }
 
 int pg_backend_fetch(pg_ctx *c)

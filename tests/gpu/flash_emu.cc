@@ -61,36 +61,41 @@ static void run_bwd(int T, int d, int h, int r, int causal, const float *qkv, co
     emu_launch(grid, FA_THREADS, [=] { flash_bwd_dq_kernel<HDP>(T, d, h, causal, sl2, scale, qkv, dctx, lse2, D, dqkv); });
 }
 
-static void check(int T, int hd, int h, int r, int causal)
+/* off: the inputs start that many floats into their vectors (1: no row is
+ * 16-byte aligned, every tile takes the kernels' element-by-element loads) */
+static void check(int T, int hd, int h, int r, int causal, int off = 0)
 {
     const int d = hd * h;
     const int64_t ld = 3 * (int64_t)d;
-    fvec qkv((size_t)(r * T * ld)), dctx((size_t)(r * T * d));
-    for (auto &x : qkv)
+    fvec qkv_mem((size_t)(r * T * ld + off)), dctx_mem((size_t)(r * T * d + off));
+    for (auto &x : qkv_mem)
         x = uni(-2.0f, 2.0f); /* scores of a few units: a real softmax, not a flat one */
-    for (auto &x : dctx)
+    for (auto &x : dctx_mem)
         x = uni(-1.0f, 1.0f);
+    fvec qkv(qkv_mem.begin() + off, qkv_mem.end()), dctx(dctx_mem.begin() + off, dctx_mem.end()); /* the references' */
+    const float *qkv_in = qkv_mem.data() + off, *dctx_in = dctx_mem.data() + off; /* the kernels' */
     fvec ctx((size_t)(r * T * d), NAN), lse2((size_t)(r * h * T), NAN), D((size_t)(r * h * T), NAN);
     fvec dqkv((size_t)(r * T * ld), NAN);
     int hdp = pg_flash_hdp(hd);
     if (hdp == 16)
-        run_fwd<16>(T, d, h, r, causal, qkv.data(), ctx.data(), lse2.data());
+        run_fwd<16>(T, d, h, r, causal, qkv_in, ctx.data(), lse2.data());
     else if (hdp == 32)
-        run_fwd<32>(T, d, h, r, causal, qkv.data(), ctx.data(), lse2.data());
+        run_fwd<32>(T, d, h, r, causal, qkv_in, ctx.data(), lse2.data());
     else
-        run_fwd<64>(T, d, h, r, causal, qkv.data(), ctx.data(), lse2.data());
+        run_fwd<64>(T, d, h, r, causal, qkv_in, ctx.data(), lse2.data());
     if (hdp == 16)
-        run_bwd<16>(T, d, h, r, causal, qkv.data(), ctx.data(), dctx.data(), lse2.data(), D.data(), dqkv.data());
+        run_bwd<16>(T, d, h, r, causal, qkv_in, ctx.data(), dctx_in, lse2.data(), D.data(), dqkv.data());
     else if (hdp == 32)
-        run_bwd<32>(T, d, h, r, causal, qkv.data(), ctx.data(), dctx.data(), lse2.data(), D.data(), dqkv.data());
+        run_bwd<32>(T, d, h, r, causal, qkv_in, ctx.data(), dctx_in, lse2.data(), D.data(), dqkv.data());
     else
-        run_bwd<64>(T, d, h, r, causal, qkv.data(), ctx.data(), dctx.data(), lse2.data(), D.data(), dqkv.data());
+        run_bwd<64>(T, d, h, r, causal, qkv_in, ctx.data(), dctx_in, lse2.data(), D.data(), dqkv.data());
 
     /* the references, fed with the kernels' own forward outputs for the backward (so each error is located) */
     fvec ctx_ref, lse_ref, dqkv_ref, D_ref;
     flash_refs(r, T, d, h, causal, 1, qkv, ctx, dctx, lse2.data(), ctx_ref, lse_ref, dqkv_ref, D_ref);
     char what[96];
-    snprintf(what, sizeof what, "T=%d hd=%d heads=%d r=%d %s", T, hd, h, r, causal ? "causal" : "full");
+    snprintf(what, sizeof what, "T=%d hd=%d heads=%d r=%d %s%s", T, hd, h, r, causal ? "causal" : "full",
+             off ? ", rows not 16-byte aligned" : "");
     double e;
     e = rel_err(ctx, ctx_ref);
     OK(e < 2e-4, "fused forward, %s: ctx = the tiled online-softmax reference (err %.1e)", what, e);
@@ -109,5 +114,7 @@ int main(void)
     check(130, 24, 3, 1, 1); /* three query tiles, hd padded 24 -> 32 */
     check(33, 8, 2, 1, 0);   /* hd padded 8 -> 16 */
     check(1, 64, 1, 1, 1);   /* one row */
+    check(70, 6, 2, 2, 1);   /* hd padded 6 -> 16; the second head's rows start 6 floats in: element loads */
+    check(130, 64, 2, 1, 1, 1); /* no 16-byte aligned row: every tile loaded element by element */
     return DONE();
 }

@@ -18,7 +18,10 @@
  *    that every pointer argument is device (or pinned) memory.
  *  - Events are sequence words, in shared memory when interprocess: record
  *    counts up at the call and the stream marks it done when it gets there;
- *    a wait waits for the count seen at the call (CUDA's semantics).
+ *    a wait waits for the count seen at the call (CUDA's semantics). A
+ *    timing event takes the host's CLOCK_MONOTONIC when its stream executes
+ *    the record: cudaEventElapsedTime is the emulated device's time between
+ *    two of them (the host's speed, not a GPU's).
  *  - Stream capture records instead of running and refuses what the CUDA
  *    programming guide prohibits during capture: allocation and freeing,
  *    synchronous copies and sets, device synchronisation (from the capturing
@@ -41,7 +44,7 @@
  *    error, and a driver version of 0, as the CUDA runtime reports it);
  *    PG_EMU_IPC_EVENTS=0 (no IPC events).
  *
- * Not emulated (a GPU alone shows these): timing, occupancy, memory
+ * Not emulated (a GPU alone shows these): a GPU's timing, occupancy, memory
  * bandwidth, cuBLAS's and the device's own rounding (tanhf, expf), the GPU's
  * memory model between concurrent blocks, texture and cooperative launches,
  * NCCL. */
@@ -94,10 +97,13 @@ struct alloc {
     meta *m;
 };
 
-/* An event's sequence words (in the process's event pool when interprocess). */
+/* An event's sequence words (in the process's event pool when interprocess)
+ * and, for a timing event, when its stream executed its last record. */
 struct ev_words {
     std::atomic<uint64_t> recorded, completed;
+    std::atomic<int64_t> t_ns; /* CLOCK_MONOTONIC */
 };
+static_assert(sizeof(ev_words) <= 64, "an event's words fit a pool slot");
 
 struct ipc_mem_handle {
     uint32_t magic, pid;
@@ -142,6 +148,10 @@ struct state {
     std::map<std::pair<int, int>, ev_words *> foreign_pools; /* (pid, fd) -> mapping */
     int device;
     int ctx_made, ctx_err;
+    /* PG_EMU_COUNTS: how often the host waited for the device (stream, event
+     * and device synchronisations, synchronous copies and sets), how many
+     * timing events were recorded and elapsed times read */
+    std::atomic<long> host_waits, timed_records, elapsed_reads;
     int lock_fd;
     settings cfg;
 };
@@ -155,6 +165,21 @@ int env_int(const char *name, int dflt)
 {
     const char *e = getenv(name);
     return e && *e ? atoi(e) : dflt;
+}
+
+/* PG_EMU_COUNTS=FILE: at exit, one line per process appended to FILE (a
+ * test counts the host's waits for the device per step). */
+void write_counts()
+{
+    const char *path = getenv("PG_EMU_COUNTS");
+    char line[200];
+    int n = snprintf(line, sizeof line, "pid %ld host_waits %ld timed_records %ld elapsed_reads %ld\n", (long)getpid(),
+                     S->host_waits.load(), S->timed_records.load(), S->elapsed_reads.load());
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0 || write(fd, line, (size_t)n) != n)
+        fprintf(stderr, "cuda-emu: PG_EMU_COUNTS=%s: cannot append the counts: %s\n", path, strerror(errno));
+    if (fd >= 0)
+        close(fd);
 }
 
 /* PKRU: the access rights of this thread to the device memory key. */
@@ -289,6 +314,8 @@ void init_once()
     sa.sa_flags = SA_SIGINFO | SA_NODEFER;
     sigaction(SIGSEGV, &sa, NULL);
     dev_allow(0); /* this thread, and the threads it makes, are host threads */
+    if (getenv("PG_EMU_COUNTS") && *getenv("PG_EMU_COUNTS"))
+        atexit(write_counts);
 }
 
 state &st()
@@ -848,6 +875,7 @@ cudaError_t cudaDeviceSynchronize(void)
     cudaError_t e = ctx();
     if (e || (e = capture_guard("cudaDeviceSynchronize")))
         return e;
+    S->host_waits++;
     device_wait_idle();
     return cudaSuccess;
 }
@@ -1138,8 +1166,10 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
     op o = copy_op("cudaMemcpyAsync", dst, src, bytes);
     if ((e = pg_emu_rt::submit(s, std::move(o))))
         return e;
-    if (dk == pg_emu_rt::MEM_HOST && s) /* device -> pageable host: returns when done */
+    if (dk == pg_emu_rt::MEM_HOST && s) { /* device -> pageable host: returns when done */
+        S->host_waits++;
         stream_wait_idle(s);
+    }
     return cudaSuccess;
 }
 
@@ -1213,6 +1243,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpy
     int dk, sk;
     if ((e = copy_ends("cudaMemcpy", dst, src, bytes, kind, &dk, &sk)))
         return e;
+    S->host_waits++;
     return pg_emu_rt::submit(NULL, copy_op("cudaMemcpy", dst, src, bytes));
 }
 
@@ -1231,6 +1262,7 @@ cudaError_t cudaMemset(void *p, int value, size_t bytes)
     op o("cudaMemset", nullptr);
     o.run = [p, value, bytes] { memset(p, value, bytes); };
     o.ranges = {{p, bytes}};
+    S->host_waits++;
     return pg_emu_rt::submit(NULL, std::move(o));
 }
 
@@ -1268,6 +1300,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
 cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
     NEED_CTX();
+    S->host_waits++;
     if (!s) {
         device_wait_idle();
         return cudaSuccess;
@@ -1446,8 +1479,16 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
     e->captured_in = 0;
     uint64_t gen = e->w->recorded.fetch_add(1) + 1;
     ev_words *w = e->w;
+    int timed = !(e->flags & cudaEventDisableTiming);
+    if (timed)
+        S->timed_records++;
     op o("cudaEventRecord", nullptr);
-    o.run = [w, gen] {
+    o.run = [w, gen, timed] {
+        if (timed) { /* the device's clock: when the stream got here */
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            w->t_ns.store((int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec);
+        }
         uint64_t c = w->completed.load();
         while (c < gen && !w->completed.compare_exchange_weak(c, gen))
             ;
@@ -1470,7 +1511,35 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e)
         RET(cudaErrorInvalidResourceHandle);
     if (e->captured_in)
         RET(cudaErrorCapturedEvent);
+    S->host_waits++;
     wait_words(e->w, e->w->recorded.load());
+    return cudaSuccess;
+}
+
+/* CUDA's rules: both events timing events (not cudaEventDisableTiming) that
+ * were recorded outside a capture, both completed (else cudaErrorNotReady,
+ * a status); the time between the moments their streams executed them. */
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
+{
+    NEED_CTX();
+    if (!ms || !start || !end)
+        RET(!ms ? cudaErrorInvalidValue : cudaErrorInvalidResourceHandle);
+    for (cudaEvent_t e : {start, end}) {
+        if (e->flags & cudaEventDisableTiming) {
+            pg_emu_rt::note("cudaEventElapsedTime of an event created with cudaEventDisableTiming");
+            RET(cudaErrorInvalidResourceHandle);
+        }
+        if (e->captured_in || !e->w->recorded.load()) {
+            pg_emu_rt::note("cudaEventElapsedTime of an event %s", e->captured_in ? "last recorded in a stream capture"
+                                                                                  : "never recorded");
+            RET(cudaErrorInvalidResourceHandle);
+        }
+    }
+    if (start->w->completed.load(std::memory_order_acquire) < start->w->recorded.load() ||
+        end->w->completed.load(std::memory_order_acquire) < end->w->recorded.load())
+        return fail(cudaErrorNotReady);
+    S->elapsed_reads++;
+    *ms = (float)((double)(end->w->t_ns.load() - start->w->t_ns.load()) * 1e-6);
     return cudaSuccess;
 }
 

@@ -3,7 +3,7 @@
  * block scheduler (a missing __syncthreads gives a wrong sum, a barrier or a
  * shuffle some threads never reach stops the process), launch geometry and
  * pointer arguments, device memory (alignment, NaN fill, the guard page, host
- * dereferences), copies and their synchronisation, events, stream capture's
+ * dereferences), copies and their synchronisation, events and their timing, stream capture's
  * refusals and graph replay, CUDA IPC between processes, the cuBLAS and
  * cuBLASLt shims against naive products, and the cuDNN shim's statuses,
  * spans and capture. Compiled like runtime/cuda's files
@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <string>
@@ -173,6 +174,13 @@ __global__ void fill_kernel(float *p, int n, float v)
 }
 
 __global__ void overrun_kernel(float *p, int n) { p[n + 1024 + threadIdx.x] = 1.0f; }
+
+/* holds its stream until the host sets *go (pinned memory) */
+__global__ void hold_kernel(volatile int *go)
+{
+    while (!*go)
+        ;
+}
 
 /* ---- helpers ------------------------------------------------------------------------ */
 
@@ -441,6 +449,59 @@ static void test_capture(void)
     cudaGraphDestroy(g);
     cudaFree(d);
     child_stops("replay-after-free", {}, "no longer allocated", "a graph replayed after its buffer was freed");
+}
+
+/* ---- timing events ------------------------------------------------------------------------ */
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static void test_timing(void)
+{
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    cudaEvent_t a, b, untimed, fresh;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    cudaEventCreate(&fresh);
+    cudaEventCreateWithFlags(&untimed, cudaEventDisableTiming);
+    int *go = NULL;
+    cudaMallocHost((void **)&go, sizeof *go);
+    *go = 0;
+    float ms = -1.0f;
+    cudaEventRecord(a, s);
+    hold_kernel<<<1, 1, 0, s>>>(go);
+    cudaEventRecord(b, s);
+    double t0 = now_ms();
+    OK(cudaEventElapsedTime(&ms, a, b) == cudaErrorNotReady && cudaGetLastError() == cudaSuccess,
+       "cudaEventElapsedTime before the stream reached the end event: cudaErrorNotReady, not a last error");
+    struct timespec nap = {0, 30 * 1000000};
+    nanosleep(&nap, NULL);
+    *go = 1;
+    cudaStreamSynchronize(s);
+    double host_ms = now_ms() - t0;
+    OK(cudaEventElapsedTime(&ms, a, b) == cudaSuccess && ms >= 30.0f && ms <= host_ms + 1.0,
+       "the elapsed time is the stream's: from its start event to the end of the work it waited for (%.3f ms, "
+       "at least the 30 ms the work was held, at most the host's %.3f ms)", ms, host_ms);
+    OK(cudaEventElapsedTime(&ms, a, untimed) == cudaErrorInvalidResourceHandle,
+       "cudaEventElapsedTime of an event made with cudaEventDisableTiming: cudaErrorInvalidResourceHandle");
+    OK(cudaEventElapsedTime(&ms, a, fresh) == cudaErrorInvalidResourceHandle,
+       "cudaEventElapsedTime of an event never recorded: cudaErrorInvalidResourceHandle");
+    cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+    cudaEventRecord(b, s);
+    cudaGraph_t g = NULL;
+    cudaStreamEndCapture(s, &g);
+    OK(cudaEventElapsedTime(&ms, a, b) == cudaErrorInvalidResourceHandle,
+       "cudaEventElapsedTime of an event last recorded in a capture: cudaErrorInvalidResourceHandle");
+    cudaGetLastError();
+    cudaGraphDestroy(g);
+    cudaEventDestroy(a), cudaEventDestroy(b), cudaEventDestroy(untimed), cudaEventDestroy(fresh);
+    cudaFreeHost(go);
+    cudaStreamDestroy(s);
 }
 
 /* ---- events and CUDA IPC ----------------------------------------------------------------- */
@@ -989,6 +1050,7 @@ int main(int argc, char **argv)
     test_launches();
     test_memory();
     test_capture();
+    test_timing();
     test_ipc();
     test_blas();
     test_dnn();
