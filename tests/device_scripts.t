@@ -109,10 +109,18 @@ ok $st8 "the op tests given 15 s and the training 25: each done within its limit
 is "$(listing "$T/late")|$(listing "$T/tmp")" "bench.json facts.txt logs logs.tgz memcheck.log ops.tap results.json summary.txt train.tap |" \
     "phases stopped, DEVICE_KEEP_LOGS=1: the same 8 files and logs/, nothing else; the working folder removed"
 
+# rerun NAME SECTION [VAR=value...]: device_rerun.sh into $T/NAME (output
+# $T/NAME.out), with time enough; st its status, files what it left in OUT
+rerun() {
+    rr_n=$1
+    shift
+    DEVICE_BUDGET_S=900 DEVICE_OPS_S=300 DEVICE_TRAIN_S=400 "$DR" "$T/$rr_n" "$@" >"$T/$rr_n.out" 2>&1
+    st=$? files=$(listing "$T/$rr_n")
+}
+
 # one section again, the fast paths switched off (the runs say so, their counters show it)
 t0=$(date +%s)
-DEVICE_BUDGET_S=900 DEVICE_OPS_S=300 DEVICE_TRAIN_S=400 "$DR" "$T/rr" 3 PIPE_CUDA_KERNELS=reference >"$T/rr.out" 2>&1
-st=$? files=$(listing "$T/rr")
+rerun rr 3 PIPE_CUDA_KERNELS=reference
 tar -xzf "$T/rr/logs.tgz" -C "$T/rr" logs/rerun/cuda1cos.out 2>/dev/null
 [ $st = 0 ] && grep -q 'device rerun of 3: .*with PIPE_CUDA_KERNELS=reference' "$T/rr/summary.txt" &&
     grep -q '^ok .*cosine lr: 4 stages vs 1' "$T/rr/rerun.tap" &&
@@ -124,13 +132,12 @@ is "$files|$(listing "$T/tmp")" "facts.txt logs.tgz ops.tap rerun.tap results.js
     "a rerun of a training section leaves its documented files (rerun.tap for train.tap, no bench or memcheck), nothing else"
 
 # the bench's rows chosen (DEVICE_BENCH_ROWS, given as VAR=value)
-DEVICE_BUDGET_S=900 DEVICE_OPS_S=300 "$DR" "$T/rb" bench DEVICE_BENCH_ROWS=p1n >"$T/rb.out" 2>&1
-st=$?
+rerun rb bench DEVICE_BENCH_ROWS=p1n
 got=$("$PY" -c '
 import json, sys
 t = json.load(open(sys.argv[1]))["tokens_per_s"]
 print(t["pipegen_1stage_nograph"] > 0, t["pipegen_1stage"], t["pipegen_4stage"])' "$T/rb/bench.json" 2>&1)
-is "$st $got $(listing "$T/rb")" "0 True None None bench.json facts.txt logs.tgz ops.tap results.json summary.txt " \
+is "$st $got $files" "0 True None None bench.json facts.txt logs.tgz ops.tap results.json summary.txt " \
     "device_rerun.sh OUT bench DEVICE_BENCH_ROWS=p1n: that row alone (the others null); its documented files"
 
 # memcheck: the op tests told they run under it (PG_OPS_MEMCHECK=1), the one
@@ -140,8 +147,7 @@ is "$st $got $(listing "$T/rb")" "0 True None None bench.json facts.txt logs.tgz
 printf '%s\n' '#!/bin/sh' "echo \"\$*\" >>\"$T/cs.args\"" 'while [ $# -gt 2 ]; do shift; done' '"$1" "$2"; rc=$?' \
     'echo "========= ERROR SUMMARY: 0 errors"' 'exit $rc' >"$T/cs"
 chmod +x "$T/cs"
-DEVICE_BUDGET_S=900 DEVICE_OPS_S=300 DEVICE_SANITIZER=$T/cs DEVICE_MEMCHECK_GROUPS=setup "$DR" "$T/rm" memcheck >"$T/rm.out" 2>&1
-st=$? files=$(listing "$T/rm")
+rerun rm memcheck DEVICE_SANITIZER="$T/cs" DEVICE_MEMCHECK_GROUPS=setup
 tar -xzf "$T/rm/logs.tgz" -C "$T/rm" logs/memcheck/setup.log logs/ops/ops-setup.tap 2>/dev/null
 [ $st = 0 ] && grep -q -- '--tool memcheck --report-api-errors explicit --error-exitcode 9 .*/test_ops_gpu setup$' "$T/cs.args" &&
     grep -q '^ok [0-9]* # SKIP an impossible arena: its cudaMalloc fails on purpose, an API error under compute-sanitizer (PG_OPS_MEMCHECK=1)' \
