@@ -147,6 +147,10 @@ traced=$(per_step traced --trace "$T/c.json")
 n1=$(nactions 0 "$T/g1")
 echo "# per step (host waits, timing marks, elapsed-time reads): without --trace $plain, with $traced; $n1 actions"
 is "${traced%% *}" "${plain%% *}" "1 stage: as many host waits for the device per step with --trace as without (no synchronisation per mark)"
+# the sums of squares of the VERDICT: one run of compute, read back once (not a wait per gradient)
+np1=$(sed -n 's/^.*\.nparams = \([0-9]*\), \.params = stage_params,$/\1/p' "$T/g1/gen/stage0.c")
+[ -n "$np1" ] && [ "${plain%% *}" -lt "$np1" ]
+ok $? "1 stage: fewer host waits for the device per step (${plain%% *}) than gradients to sum ($np1): the sums are read back together"
 losses() { sed -n 's/^.*step \([0-9]*\)\/[0-9]*  *loss \([-0-9.eEinfa+]*\).*$/\1 \2/p' "$1"; grep 'final loss' "$1"; }
 [ -n "$(losses "$T/plain.5.out")" ] && [ "$(losses "$T/plain.5.out")" = "$(losses "$T/traced.5.out")" ]
 ok $? "1 stage: the losses with --trace (a CUDA graph per action) are those without, bit for bit"

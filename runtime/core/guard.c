@@ -179,7 +179,7 @@ static uint32_t local_findings(pg_run *r, int64_t step, char *what, size_t wl)
     return f;
 }
 
-int pg_guard_findings(pg_run *r, int64_t step)
+int pg_guard_findings(pg_run *r, int64_t step, int seg)
 {
     const pg_stage_desc *d = r->d;
     int np = d->nmodel_params;
@@ -199,9 +199,14 @@ int pg_guard_findings(pg_run *r, int64_t step)
         if (p->is_buffer || p->owner != d->stage ||
             (test_bits && !pg_guard_finite((const float *)(r->A + p->grad_off), (size_t)p->numel, &bad)))
             continue;
-        if (pg_sumsq(r->ctx, p->numel, (const float *)(r->A + p->grad_off), &r->norms[p->index]))
+        /* one run of compute (pg_ops.h): a backend that defers the sums (CUDA: one graph
+         * of them from the second step) reads them all back at once below, not one by one */
+        int rep = pg_backend_compute(r->ctx, seg, &r->norms[p->index]);
+        if (rep < 0 || (!rep && pg_sumsq(r->ctx, p->numel, (const float *)(r->A + p->grad_off), &r->norms[p->index])))
             return 1;
     }
+    if (pg_backend_compute_end(r->ctx) || pg_backend_fetch(r->ctx))
+        return 1;
     memcpy(r->norm_in, r->norms, (size_t)np * sizeof(double)); /* every other stage's come with its verdict */
     r->v_mine = local_findings(r, step, r->v_what, sizeof r->v_what);
     r->v_all = r->v_mine;

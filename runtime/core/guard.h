@@ -41,7 +41,7 @@ int pg_guard_init(pg_run *r);
  * --skip-nonfinite); the finder says what it found, the others who found
  * it. 0, or 1 after printing the failure (a receive's timeout names the
  * stage it waits for). */
-int pg_guard_findings(pg_run *r, int64_t step);
+int pg_guard_findings(pg_run *r, int64_t step, int seg); /* seg: the VERDICT action's index (its run of sums) */
 int pg_guard_give(pg_run *r, int a, const pg_step_action *x, int64_t step);
 int pg_guard_take(pg_run *r, int a, const pg_step_action *x, int64_t step);
 int pg_guard_decide(pg_run *r, int a, const pg_step_action *x, int64_t step);

@@ -401,13 +401,13 @@ static int tie_check(pg_run *r, int a, const pg_step_action *x, int64_t step)
  * replicas: dp.c), then its findings (guard.c). Its users' tie accumulators
  * were added before it (TIE_GRAD_RECV), so the sums of squares are of the
  * gradients the optimizer would see. */
-static int make_verdict(pg_run *r, int64_t step)
+static int make_verdict(pg_run *r, int a, int64_t step)
 {
     if (fold_local(r) || pg_backend_fetch(r->ctx) || pg_dp_reduce(r, step))
         return 1;
     if (r->tracing && r->dp)
         pg_trace_dp(r, step); /* the reduction's spans (dp_mark, dp.c) */
-    return pg_guard_findings(r, step) || pg_backend_fetch(r->ctx);
+    return pg_guard_findings(r, step, a);
 }
 
 /* ---- device time ---------------------------------------------------------------
@@ -603,7 +603,7 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
                 fprintf(stderr, "stage %d: action %d VERDICT: the step's verdict is made already\n", d->stage, a);
                 return 1;
             }
-            if (make_verdict(r, step))
+            if (make_verdict(r, a, step))
                 return 1;
             break;
         case PG_VERDICT_SEND: case PG_VERDICT_RECV:

@@ -71,7 +71,7 @@ struct pg_cuda_shadow {
     void *shadow;
     int64_t count;
 };
-#define PG_CUDA_SLOTS 1024  /* deferred scalars per stage (slot 0: dropped values) */
+#define PG_CUDA_SLOTS 8192  /* deferred scalars per stage (slot 0: dropped values): the losses and a sum of squares per gradient */
 #define PG_CUDA_SITES 1024  /* id-check sites per stage */
 
 /* The backend state behind pg_ctx (runtime/cuda/backend.cu owns its lifetime). */
