@@ -5,8 +5,12 @@
 # NVIDIA driver) and under a fake driver that reports no device, no devices
 # or only a PROHIBITED GPU it stops first with "gpu-bundle: no GPU found
 # (CAUSE)", exit 3 and a results.json saying so, having run nothing else; so
-# does device_check.sh, in under a second; with a fake driver that reports a
-# GPU, `run.sh OUT check` finds the toolkit, cuBLAS and NCCL and links every
+# does device_check.sh, in under a second, leaving its 4 files in OUT and no
+# other; with a fake driver that reports a GPU, device_check.sh runs every
+# phase (each fails: the fake runs no kernel) and leaves exactly its 8 files in
+# OUT, its working files (the probe, the library links, the memcheck program)
+# in a temporary folder it removes; `run.sh OUT check` finds the toolkit,
+# cuBLAS and NCCL and links every
 # CUDA binary; with PG_REBUILD_CUDA=1 it first compiles the bundle's own CUDA
 # sources with nvcc (what a GPU older than sm_90, or an older driver, needs);
 # a driver older than both the bundle's CUDA and this toolkit is named, and
@@ -29,6 +33,9 @@ for f in build-cuda/libpgrt_cuda.a build-cuda/cuda-tests/test_ops_gpu.o build-cu
 done
 T=$(mktemp -d /tmp/pg-bundle.XXXXXX)
 trap 'rm -rf "$T"' EXIT
+mkdir -p "$T/tmp"
+# listing DIR: every name in DIR, dot files too, on one line
+listing() { (cd "$1" 2>/dev/null && ls -A | tr '\n' ' '); }
 json_ok() { "${PYTHON:-/usr/bin/python3}" -c 'import json, sys; d = json.load(open(sys.argv[1])); print(d["status"])' "$1" 2>&1; }
 
 tools/gpu_bundle.sh "$T/b" "$T/b.tar.gz" >"$T/make.log" 2>&1
@@ -92,9 +99,24 @@ for m in "nodevice:cuInit failed: CUDA_ERROR_NO_DEVICE (no CUDA-capable device i
     [ $rc = 3 ] || printf '%s\n' "$out" | tail -5 | sed 's/^/# /'
 done
 
-out=$(FAKE_CUDA=nodevice LD_LIBRARY_PATH=$T/drv "$B/device_check.sh" "$T/d2" 2>&1); rc=$?
-[ $rc = 3 ] && printf '%s\n' "$out" | grep -q 'device check: no GPU found (cuInit failed: CUDA_ERROR_NO_DEVICE'
-ok $? "device_check.sh with a driver that finds no device: exit 3 naming cuInit's error ($rc)"
+out=$(FAKE_CUDA=nodevice LD_LIBRARY_PATH=$T/drv TMPDIR=$T/tmp "$B/device_check.sh" "$T/d2" 2>&1); rc=$?
+[ $rc = 3 ] && printf '%s\n' "$out" | grep -q 'device check: no GPU found (cuInit failed: CUDA_ERROR_NO_DEVICE' &&
+    tar -xzOf "$T/d2/logs.tgz" logs/probe.log 2>/dev/null | grep -q '^cuInit failed: CUDA_ERROR_NO_DEVICE'
+ok $? "device_check.sh with a driver that finds no device: exit 3 naming cuInit's error, the probe's log in logs.tgz ($rc)"
+is "$(listing "$T/d2")|$(listing "$T/tmp")" "facts.txt logs.tgz results.json summary.txt |" \
+    "no usable GPU: OUT holds summary.txt, facts.txt, results.json and logs.tgz, nothing else (the probe in a temporary folder, removed)"
+
+# a fake GPU: device_check.sh goes through every phase, each failing fast, and
+# leaves its 8 files in OUT and nothing else
+t0=$(date +%s)
+out=$(FAKE_CUDA=h100 LD_LIBRARY_PATH=$T/drv TMPDIR=$T/tmp DEVICE_SECTIONS=3 DEVICE_BUDGET_S=150 DEVICE_OPS_S=20 \
+    DEVICE_TRAIN_S=20 DEVICE_BENCH_S=20 DEVICE_MEMCHECK_GROUPS=setup "$B/device_check.sh" "$T/d3" 2>&1); rc=$?
+[ $rc = 1 ] && grep -q 'facts: pass' "$T/d3/summary.txt" && grep -q 'memcheck: ' "$T/d3/summary.txt" &&
+    grep -q '^device: Fake H100$' "$T/d3/facts.txt"
+ok $? "a (fake) H100: device_check.sh passes the facts (the GPU named), then runs every phase, which fail (exit $rc, $(($(date +%s) - t0)) s)"
+[ $rc = 1 ] || printf '%s\n' "$out" | tail -8 | sed 's/^/# /'
+is "$(listing "$T/d3")|$(listing "$T/tmp")" "bench.json facts.txt logs.tgz memcheck.log ops.tap results.json summary.txt train.tap |" \
+    "it leaves exactly its 8 files in OUT (the device tool brings back 8): the probe, the library links and the memcheck program in a temporary folder, removed"
 
 # a fake GPU: check mode finds everything and links
 out=$(FAKE_CUDA=h100 LD_LIBRARY_PATH=$T/drv "$B/run.sh" "$T/o-h100" check 2>&1); rc=$?

@@ -14,7 +14,10 @@
 #    the sections named and no other;
 #  - bench/gpu/run.sh likewise on the CPU runtime with a small model: it
 #    measures, compares graph and --no-graph bits, predicts the traced step
-#    and writes bench.json that parses, numbers where it measured;
+#    and writes bench.json that parses, numbers where it measured; BENCH_ROWS
+#    runs the rows named (one that does not exist: named, exit 1), torch.compile
+#    not started without BENCH_COMPILE_MIN_S left, bench.json's device from
+#    BENCH_DEVICE;
 #  - json_str and json_num (tools/gpu_env.sh) write valid JSON.
 . "$(dirname "$0")/lib.sh"
 cd "$TOP" || exit 1
@@ -100,18 +103,28 @@ print(all(isinstance(t[k], float) and t[k] > 0 for k in ("pipegen_1stage", "pipe
 is "$got" "True True True True None None True True True" \
     "bench.json parses: tokens/s measured, graph and --no-graph bits equal, 4/1 step ratio, traced step vs prediction; no torch, no GPU memory: null; the convolutional model's samples/s, graph = --no-graph bits"
 
-# BENCH_ROWS: the rows named and no other; a deadline already passed: no run
-# starts (GNU timeout reads a limit of 0 as none at all)
-PG_GPU_FAKE=cpu BENCH_MODEL=$TOP/examples/gpt_char.pipe BENCH_STEPS=4 BENCH_WARMUP=1 BENCH_DIR=$T/bench2 BENCH_ROWS=p1 \
-    bench/gpu/run.sh >"$T/bench2.out" 2>&1
+# BENCH_ROWS: the rows named and no other (torch.compile among them, but with
+# less time left than BENCH_COMPILE_MIN_S: left out, saying why, no failure);
+# the device named by the caller (BENCH_DEVICE); a row that does not exist; a
+# deadline already passed: no run starts (GNU timeout reads a limit of 0 as
+# none at all)
+PG_GPU_FAKE=cpu BENCH_MODEL=$TOP/examples/gpt_char.pipe BENCH_STEPS=4 BENCH_WARMUP=1 BENCH_DIR=$T/bench2 BENCH_ROWS="p1 compile" \
+    BENCH_DEADLINE=$(($(date +%s) + 600)) BENCH_COMPILE_MIN_S=100000 BENCH_DEVICE="Some GPU" bench/gpu/run.sh >"$T/bench2.out" 2>&1
 st=$?
 got=$("$PY" -c '
 import json, sys
 b = json.load(open(sys.argv[1]))
 t = b["tokens_per_s"]
 print(isinstance(t["pipegen_1stage"], float), t["pipegen_4stage"], t["pipegen_1stage_nograph"], b["conv"]["samples_per_s_1stage"],
-      b["complete"])' "$T/bench2/bench.json" 2>&1)
-is "$st $got" "0 True None None None True" "BENCH_ROWS=p1: only the 1-stage row runs, the others are null (the convolutional one too), and that is complete"
+      t["torch_compile"], b["complete"], b["device"])' "$T/bench2/bench.json" 2>&1)
+is "$st $got" "0 True None None None None True Some GPU" \
+    "BENCH_ROWS=\"p1 compile\": only the 1-stage row runs, the others are null (the convolutional one too), torch.compile too without the time it needs; complete; the device as BENCH_DEVICE says"
+grep -q '^torch-compile: left out, [0-9]* s left before BENCH_DEADLINE, under BENCH_COMPILE_MIN_S (100000)$' "$T/bench2/torch-compile.log"
+ok $? "torch.compile with less than BENCH_COMPILE_MIN_S left: not started, its log says why"
+out=$(PG_GPU_FAKE=cpu BENCH_MODEL=$TOP/examples/gpt_char.pipe BENCH_DIR=$T/bench4 BENCH_ROWS="p1 p9" bench/gpu/run.sh 2>&1); st=$?
+[ $st = 1 ] && printf '%s\n' "$out" | grep -qF "bench-gpu: BENCH_ROWS: no row 'p9' (the rows: peak p1 p1n p4 p4t conv convn eager compile)" &&
+    [ ! -e "$T/bench4" ]
+ok $? "BENCH_ROWS with a row that does not exist: named, with the rows there are, exit 1 before anything runs ($st)"
 PG_GPU_FAKE=cpu BENCH_MODEL=$TOP/examples/gpt_char.pipe BENCH_STEPS=4 BENCH_WARMUP=1 BENCH_DIR=$T/bench3 BENCH_ROWS=p1 \
     BENCH_DEADLINE=$(($(date +%s) - 1)) bench/gpu/run.sh >"$T/bench3.out" 2>&1
 st=$?

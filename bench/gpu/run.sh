@@ -39,17 +39,25 @@
 # BENCH_DIR (build-cuda/bench), BENCH_CHECKPOINT (never, as PyTorch's anchors; or always,
 # except_last, model: the model file's own), BENCH_RUN_S (a pipegen run's time limit, 180),
 # BENCH_COMPILE_S (torch.compile's, 300), BENCH_DEADLINE (seconds since the
-# epoch: no run goes past it; those that cannot start are n/a), BENCH_ROWS
-# (the rows to run, of p1 p1n p4 p4t eager compile peak conv convn; default all: the
-# others are n/a, not failures), BENCH_MODEL (another .pipe GPT with
+# epoch: no run goes past it; those that cannot start are n/a),
+# BENCH_COMPILE_MIN_S (torch.compile runs only when this many seconds, 90,
+# are left before BENCH_DEADLINE: else it is left out, n/a and no failure),
+# BENCH_ROWS (the rows to run, of peak p1 p1n p4 p4t conv convn eager compile,
+# always in that order: the GEMM peak and pipegen's rows first, torch.compile,
+# the slowest to start, last; default all: the others are n/a, not failures),
+# BENCH_DEVICE (the GPU's name for bench.json, as the caller's facts have it;
+# else gemm_peak's, else nvidia-smi's), BENCH_MODEL (another .pipe GPT with
 # `split` lines and `const seq`), PG_GPU_FAKE=cpu (the CPU runtime stands in,
 # gemm_peak and the torch rows are left out: tests/gpu_scripts.t checks the
 # script so) or emu (the emulated CUDA runtime, build/emu, likewise:
 # tools/gpu_bundle/device_check.sh's test). Uses what is built (build/pipegen,
 # build/piperun, build-cuda/libpgrt_cuda.a, build-cuda/bench/gemm_peak.o),
 # never make; links with tools/gpu_env.sh's libraries (or LDLIBS_CUDA).
-# Exit 0 when every row ran, 1 when one failed (its log's tail is printed;
-# the torch rows are "n/a" without a Python that has torch with CUDA).
+# Each row's seconds go to stderr ("bench-gpu: row p1: 9 s"). Exit 0 when
+# every row chosen ran (or was left out, saying why, as torch.compile without
+# its time), 1 when one failed (its log's tail is printed; the torch rows are
+# "n/a" without a Python that has torch with CUDA) or BENCH_ROWS names a row
+# that does not exist.
 set -u
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
 . "$TOP/tools/gpu_env.sh"
@@ -82,6 +90,10 @@ fail() { echo "bench-gpu: $*" >&2; exit 1; }
 case $STEPS in *[!0-9]*|'') fail "BENCH_STEPS must be a number" ;; esac
 case $WARMUP in *[!0-9]*|'') fail "BENCH_WARMUP must be a number" ;; esac
 [ "$STEPS" -gt "$WARMUP" ] || fail "BENCH_STEPS ($STEPS) must exceed BENCH_WARMUP ($WARMUP)"
+ROWS_ALL="peak p1 p1n p4 p4t conv convn eager compile"
+for r in ${BENCH_ROWS:-}; do
+    case " $ROWS_ALL " in *" $r "*) ;; *) fail "BENCH_ROWS: no row '$r' (the rows: $ROWS_ALL)" ;; esac
+done
 mkdir -p "$DIR" || fail "cannot make $DIR"
 case $FAKE in
 cpu)
@@ -109,10 +121,13 @@ PY_ANY=$PY
 # row NAME: is the row NAME among BENCH_ROWS (default: every row)? A row left
 # out is n/a and no failure, its log says so
 row() {
-    case " ${BENCH_ROWS:-p1 p1n p4 p4t eager compile peak conv convn} " in *" $1 "*) return 0 ;; esac
+    case " ${BENCH_ROWS:-$ROWS_ALL} " in *" $1 "*) return 0 ;; esac
     return 1
 }
 left_out() { echo "$1: left out (BENCH_ROWS=${BENCH_ROWS:-})" >"$DIR/$1.log"; echo n/a; }
+# row_took NAME T0: a line on stderr with the row's seconds (what sizes a GPU
+# session's bench phase)
+row_took() { echo "bench-gpu: row $1: $(($(date +%s) - $2)) s" >&2; }
 
 # The checkpoint mode of every pipegen row (BENCH_CHECKPOINT, default never):
 # PyTorch's anchors keep every activation, so the pipegen rows do too unless
@@ -181,27 +196,6 @@ pipegen_run() {
                   printf "%.1f\n", n % 2 ? v[(n - 1) / 2] : (v[n / 2 - 1] + v[n / 2]) / 2 }'
 }
 
-rc=0
-P1=n/a P1N=n/a P4=n/a P4T=n/a CV1=n/a CV1N=n/a
-if row p1; then P1=$(pipegen_run pipegen-1stage "$DIR/gpt2-1") || { rc=1; P1=n/a; }; else left_out pipegen-1stage >/dev/null; fi
-if row p1n; then P1N=$(pipegen_run pipegen-1stage-nograph "$DIR/gpt2-1" --no-graph) || { rc=1; P1N=n/a; }; else left_out pipegen-1stage-nograph >/dev/null; fi
-if row p4; then P4=$(pipegen_run pipegen-4stage "$DIR/gpt2-4") || { rc=1; P4=n/a; }; else left_out pipegen-4stage >/dev/null; fi
-if [ -n "$CONV_WHY" ]; then
-    echo "conv-1stage: $CONV_WHY" >"$DIR/conv-1stage.log"; echo "conv-1stage-nograph: $CONV_WHY" >"$DIR/conv-1stage-nograph.log"
-else
-    if row conv; then CV1=$(PER=1 pipegen_run conv-1stage "$DIR/conv-1") || { rc=1; CV1=n/a; }; else left_out conv-1stage >/dev/null; fi
-    if row convn; then CV1N=$(PER=1 pipegen_run conv-1stage-nograph "$DIR/conv-1" --no-graph) || { rc=1; CV1N=n/a; }
-    else left_out conv-1stage-nograph >/dev/null; fi
-fi
-CSAME=false
-[ -s "$DIR/conv-1stage.loss" ] && cmp -s "$DIR/conv-1stage.loss" "$DIR/conv-1stage-nograph.loss" && CSAME=true
-TR_STEPS=$((STEPS - WARMUP))
-if row p4t; then
-    P4T=$(pipegen_run pipegen-4stage-traced "$DIR/gpt2-4" --trace "$DIR/p4.trace.json" --profile "$DIR/p4.profile.json" \
-        --trace-steps "$TR_STEPS") || { rc=1; P4T=n/a; }
-else
-    left_out pipegen-4stage-traced >/dev/null
-fi
 torch_run() {
     [ -n "$PY" ] || { echo "torch-$1: no Python with torch found" >"$DIR/torch-$1.log"; echo n/a; return; }
     [ -z "$FAKE" ] || { echo "torch-$1: left out (PG_GPU_FAKE=$FAKE)" >"$DIR/torch-$1.log"; echo n/a; return; }
@@ -212,10 +206,22 @@ torch_run() {
         --warmup "$WARMUP" >"$DIR/torch-$1.log" 2>&1 || { tail -5 "$DIR/torch-$1.log" | sed 's/^/# /' >&2; echo n/a; return 1; }
     sed -n 's/^.*tokens_per_s \([0-9.]*\).*$/\1/p' "$DIR/torch-$1.log"
 }
-# a torch row that fails counts (no Python with torch at all: n/a, noted)
-TE=n/a TC=n/a
-if row eager; then TE=$(torch_run eager) || rc=1; else left_out torch-eager >/dev/null; fi
-if row compile; then TC=$(torch_run compile) || rc=1; else left_out torch-compile >/dev/null; fi
+# compile_time_left: is there time for torch.compile (BENCH_COMPILE_MIN_S
+# before BENCH_DEADLINE)? Else its log says why, and it is no failure: it
+# comes last so that it never takes the other rows' time
+compile_time_left() {
+    [ -n "${BENCH_DEADLINE:-}" ] || return 0
+    c_left=$((BENCH_DEADLINE - $(date +%s)))
+    [ $c_left -ge "${BENCH_COMPILE_MIN_S:-90}" ] && return 0
+    echo "torch-compile: left out, $c_left s left before BENCH_DEADLINE, under BENCH_COMPILE_MIN_S (${BENCH_COMPILE_MIN_S:-90})" \
+        >"$DIR/torch-compile.log"
+    return 1
+}
+
+# the rows, in the order of ROWS_ALL
+rc=0
+P1=n/a P1N=n/a P4=n/a P4T=n/a CV1=n/a CV1N=n/a TE=n/a TC=n/a
+t_r=$(date +%s)
 if [ -n "$FAKE" ]; then
     echo "gemm_peak: left out (PG_GPU_FAKE=$FAKE)" >"$DIR/gemm_peak.log"
 elif ! row peak; then
@@ -228,9 +234,55 @@ else
     else
         $g_tmo "$DIR/gemm_peak" >"$DIR/gemm_peak.log" 2>&1 || { cat "$DIR/gemm_peak.log" >&2; rc=1; }
     fi
+    row_took peak "$t_r"
+fi
+t_r=$(date +%s)
+if row p1; then P1=$(pipegen_run pipegen-1stage "$DIR/gpt2-1") || { rc=1; P1=n/a; }; row_took p1 "$t_r"
+else left_out pipegen-1stage >/dev/null; fi
+t_r=$(date +%s)
+if row p1n; then P1N=$(pipegen_run pipegen-1stage-nograph "$DIR/gpt2-1" --no-graph) || { rc=1; P1N=n/a; }; row_took p1n "$t_r"
+else left_out pipegen-1stage-nograph >/dev/null; fi
+t_r=$(date +%s)
+if row p4; then P4=$(pipegen_run pipegen-4stage "$DIR/gpt2-4") || { rc=1; P4=n/a; }; row_took p4 "$t_r"
+else left_out pipegen-4stage >/dev/null; fi
+TR_STEPS=$((STEPS - WARMUP))
+t_r=$(date +%s)
+if row p4t; then
+    P4T=$(pipegen_run pipegen-4stage-traced "$DIR/gpt2-4" --trace "$DIR/p4.trace.json" --profile "$DIR/p4.profile.json" \
+        --trace-steps "$TR_STEPS") || { rc=1; P4T=n/a; }
+    row_took p4t "$t_r"
+else
+    left_out pipegen-4stage-traced >/dev/null
+fi
+if [ -n "$CONV_WHY" ]; then
+    echo "conv-1stage: $CONV_WHY" >"$DIR/conv-1stage.log"; echo "conv-1stage-nograph: $CONV_WHY" >"$DIR/conv-1stage-nograph.log"
+else
+    t_r=$(date +%s)
+    if row conv; then CV1=$(PER=1 pipegen_run conv-1stage "$DIR/conv-1") || { rc=1; CV1=n/a; }; row_took conv "$t_r"
+    else left_out conv-1stage >/dev/null; fi
+    t_r=$(date +%s)
+    if row convn; then CV1N=$(PER=1 pipegen_run conv-1stage-nograph "$DIR/conv-1" --no-graph) || { rc=1; CV1N=n/a; }
+        row_took convn "$t_r"
+    else left_out conv-1stage-nograph >/dev/null; fi
+fi
+CSAME=false
+[ -s "$DIR/conv-1stage.loss" ] && cmp -s "$DIR/conv-1stage.loss" "$DIR/conv-1stage-nograph.loss" && CSAME=true
+# a torch row that fails counts (no Python with torch at all: n/a, noted)
+t_r=$(date +%s)
+if row eager; then TE=$(torch_run eager) || rc=1; row_took eager "$t_r"; else left_out torch-eager >/dev/null; fi
+t_r=$(date +%s)
+if ! row compile; then
+    left_out torch-compile >/dev/null
+elif compile_time_left; then
+    TC=$(torch_run compile) || rc=1
+    row_took compile "$t_r"
 fi
 PEAK=$(sed -n 's/^peak_tflops \([0-9.]*\)$/\1/p' "$DIR/gemm_peak.log")
-DEVICE=$(sed -n 's/^device //p' "$DIR/gemm_peak.log")
+# the GPU's name: the caller's facts, else gemm_peak's, else nvidia-smi's
+DEVICE=${BENCH_DEVICE:-$(sed -n 's/^device //p' "$DIR/gemm_peak.log")}
+if [ -z "$DEVICE" ] && [ -z "$FAKE" ] && command -v nvidia-smi >/dev/null 2>&1; then
+    DEVICE=$(timeout 10 nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null | head -n 1)
+fi
 
 # the prediction of the traced run from its own profile
 TRACE_M=""; TRACE_P=""
@@ -240,8 +292,8 @@ if [ "$P4T" != n/a ] && "$PIPEGEN" trace "$DIR/p4.trace.json" "$DIR/gpt2-4/model
         /^measured step/ { m = ms($3, $4); for (i = 1; i <= NF; i++) if ($i == "predicted") p = ms($(i + 1), $(i + 2)) }
         END { if (m > 0 && p > 0) print m, p }' "$DIR/p4.pred")
     TRACE_M=${1:-}; TRACE_P=${2:-}
-else
-    echo "pipegen trace failed: $(cat "$DIR/p4.pred.err" 2>/dev/null | head -3)" >&2
+elif [ "$P4T" != n/a ]; then
+    echo "pipegen trace failed: $(head -3 "$DIR/p4.pred.err" 2>/dev/null)" >&2
 fi
 # graph vs --no-graph: the same losses, bit for bit (every step's and the final %.17g)
 SAME=false

@@ -11,10 +11,14 @@
 #   OUT/memcheck.log  compute-sanitizer's memcheck of the op tests
 #   OUT/results.json  the phases' statuses and counts, rewritten after each
 #   OUT/logs.tgz      OUT/logs/ packed after each phase and every 20 s while
-#                     one runs (a kill at a limit leaves it at most 20 s old);
+#                     one runs (a kill at a limit leaves it at most 20 s old),
+#                     the programs linked on the host left out;
 #                     OUT/logs/ itself is removed when the command ends
 #                     normally (DEVICE_KEEP_LOGS=1 keeps it)
 #
+# and nothing else: the device tool brings back 8 files from OUT, so the
+# working files (the probe, the library links, a rebuild, the memcheck
+# program) live in WORK, a temporary folder outside OUT removed at the end.
 # The caller sets B (the bundle, or with PG_GPU_FAKE=emu the checkout) and
 # OUT. PG_GPU_FAKE=emu runs everything against the emulated CUDA runtime
 # (tests/gpu/emu; tests/device_scripts.t): no GPU, no driver, build/emu.
@@ -25,6 +29,10 @@ DV_T0=$(date +%s)
 DV_RC=0
 DV_PHASES=""
 DV_PACKER=""
+WORK=""
+# the bench's rows, in the order they run (bench/gpu/run.sh): torch.compile,
+# the slowest to start, last and only when time is left
+DV_BENCH_ROWS_ALL="peak p1 p1n p4 p4t conv convn eager compile"
 
 # dv_left: seconds left of the budget, less DEVICE_RESERVE_S (20) for the end
 # (the last results and packing)
@@ -68,10 +76,13 @@ dv_say() {
     printf '%s %4ds  %s\n' "$(date +%H:%M:%S)" $(($(date +%s) - DV_T0)) "$*" | tee -a "$OUT/summary.txt"
 }
 
-# dv_pack: OUT/logs/ into OUT/logs.tgz, replaced atomically
+# dv_pack: OUT/logs/ into OUT/logs.tgz, replaced atomically; the programs
+# linked there (the bench's stages, gemm_peak: megabytes each, made again from
+# the bundle in seconds) left out, so that the file stays small
 dv_pack() {
     [ -d "$OUT/logs" ] || return 0
-    tar -C "$OUT" -cf - logs 2>/dev/null | gzip -1 >"$OUT/.logs.tgz.tmp" && mv "$OUT/.logs.tgz.tmp" "$OUT/logs.tgz"
+    (cd "$OUT" && find logs -type f ! -perm -100 | tar -cf - -T - 2>/dev/null) | gzip -1 >"$OUT/.logs.tgz.tmp" &&
+        mv "$OUT/.logs.tgz.tmp" "$OUT/logs.tgz"
 }
 
 # dv_packer_start / dv_packer_stop: dv_pack every 20 s in the background
@@ -117,23 +128,55 @@ dv_phase() {
     dv_results running
 }
 
-# dv_start: OUT made (emptied of a previous check's files), the packer going
+# dv_start: the knobs checked (a bad one: exit 2, before anything runs), OUT
+# made (emptied of a previous check's files), WORK made, the packer going
 dv_start() {
+    if [ -n "${BENCH_ROWS:-}" ]; then
+        echo "device check: BENCH_ROWS is bench/gpu/run.sh's; the check's rows are DEVICE_BENCH_ROWS (of $DV_BENCH_ROWS_ALL)" >&2
+        exit 2
+    fi
+    for r in ${DEVICE_BENCH_ROWS:-}; do
+        case " $DV_BENCH_ROWS_ALL " in *" $r "*) ;;
+        *) echo "device check: DEVICE_BENCH_ROWS: no row '$r' (the rows: $DV_BENCH_ROWS_ALL)" >&2; exit 2 ;; esac
+    done
     mkdir -p "$OUT" || { echo "device check: cannot make $OUT" >&2; exit 1; }
     OUT=$(cd "$OUT" && pwd)
     rm -rf "$OUT/logs" "$OUT/summary.txt" "$OUT/facts.txt" "$OUT/ops.tap" "$OUT/train.tap" "$OUT/rerun.tap" "$OUT/bench.json" \
-        "$OUT/memcheck.log" "$OUT/results.json" "$OUT/logs.tgz"
+        "$OUT/memcheck.log" "$OUT/results.json" "$OUT/logs.tgz" "$OUT/.logs.tgz.tmp" "$OUT/.results.json.tmp"
     mkdir -p "$OUT/logs" || exit 1
-    trap 'dv_packer_stop; dv_pack' EXIT
+    WORK=$(mktemp -d "${TMPDIR:-/tmp}/pg-device.XXXXXX") || { echo "device check: cannot make a temporary folder" >&2; exit 1; }
+    trap 'dv_packer_stop; dv_pack; dv_cleanup' EXIT
     trap 'exit 130' INT TERM
 }
 
-# dv_finish: the last results, the last pack, OUT/logs removed; exits DV_RC
+# dv_cleanup: WORK removed
+dv_cleanup() {
+    [ -n "$WORK" ] && rm -rf "$WORK"
+    WORK=""
+}
+
+# dv_fill: each of the phases' files (DV_FILES, set by the caller) that no
+# phase wrote, written as "not run", so that OUT always holds the same files
+dv_fill() {
+    for df_f in $DV_FILES; do
+        [ -e "$OUT/$df_f" ] && continue
+        case $df_f in
+        *.tap) echo "1..0 # SKIP not run (summary.txt says why)" ;;
+        *.json) echo '{"complete": false, "not_run": "summary.txt says why"}' ;;
+        *) echo "not run (summary.txt says why)" ;;
+        esac >"$OUT/$df_f"
+    done
+}
+
+# dv_finish: the phases' files not written filled in, the last results, the
+# last pack, OUT/logs and WORK removed; exits DV_RC
 dv_finish() {
     dv_packer_stop
+    dv_fill
     dv_results "$([ $DV_RC = 0 ] && echo pass || echo fail)"
     dv_pack
     [ "${DEVICE_KEEP_LOGS:-0}" = 1 ] || rm -rf "$OUT/logs"
+    dv_cleanup
     dv_say "done: $([ $DV_RC = 0 ] && echo 'everything passed' || echo 'something failed: summary.txt, results.json, logs.tgz') ($(($(date +%s) - DV_T0)) s of $DEVICE_BUDGET_S)"
     trap - EXIT
     exit $DV_RC
@@ -151,6 +194,7 @@ dv_facts() {
     DV_REF=$B/tests/gpu/ref
     if [ "${PG_GPU_FAKE:-}" = emu ]; then
         GPU_LINES="the emulated CUDA runtime (tests/gpu/emu): no GPU" DRIVER_CUDA="" COMPUTE_MODE=DEFAULT
+        DV_DEVICE="emulated CUDA runtime (no GPU)"
         { echo "gpu: $GPU_LINES"; echo "libraries: $B/build/emu/libpgrt_cuemu.a, ${LDLIBS_EMU:--lstdc++ -lblas -lpthread -lm}"; } >"$OUT/facts.txt"
         [ -f "$B/build/emu/libpgrt_cuemu.a" ] && [ -x "$B/build/emu/test_ops_gpu" ] ||
             { dv_phase facts fail $(($(date +%s) - p_t)) "build/emu is missing: make emu"; dv_finish; }
@@ -164,11 +208,14 @@ dv_facts() {
         return
     fi
     bundle_probe
+    { cat "$WORK/.probe.log" 2>/dev/null; printf '%s\n' "$GPU_LINES"; } >"$OUT/logs/probe.log" # its compiler's words, then its own
     if [ "$PROBE_RC" != 0 ]; then
         echo "gpu: none ($GPU_CAUSE)" >"$OUT/facts.txt"
         dv_phase facts "no GPU" $(($(date +%s) - p_t)) "$GPU_CAUSE"
         dv_packer_stop
         dv_results "no GPU"
+        [ "${DEVICE_KEEP_LOGS:-0}" = 1 ] || rm -rf "$OUT/logs"
+        dv_cleanup
         echo "device check: no GPU found ($GPU_CAUSE)" >&2
         trap - EXIT
         exit 3
@@ -186,6 +233,8 @@ dv_facts() {
     else
         echo "nvidia-smi: not found" >>"$OUT/facts.txt"
     fi
+    dv_gpu_name
+    echo "device: $DV_DEVICE" >>"$OUT/facts.txt"
     case $COMPUTE_MODE in EXCLUSIVE_PROCESS | EXCLUSIVE_THREAD)
         DV_SECTIONS_OK="3 4"
         echo "compute mode $COMPUTE_MODE: one process at a time; the sections that start several processes (1 1b 2 5 5b 5c 6 6b 7) are left out (nvidia-smi -c DEFAULT, as root, allows them)" >>"$OUT/facts.txt" ;;
@@ -198,11 +247,23 @@ dv_facts() {
         dv_phase facts fail $(($(date +%s) - p_t)) "not found:$MISSING"
         dv_finish
     fi
-    if ! bundle_rebuild >"$OUT/logs/rebuild.log" 2>&1; then
-        dv_phase facts fail $(($(date +%s) - p_t)) "rebuilding the CUDA files failed (logs/rebuild.log)"
+    bundle_rebuild >"$OUT/logs/rebuild.log" 2>&1
+    dv_rb=$?
+    [ -f "$WORK/.rebuild/nvcc.log" ] && cp "$WORK/.rebuild/nvcc.log" "$OUT/logs/rebuild-nvcc.log"
+    if [ $dv_rb != 0 ]; then
+        dv_phase facts fail $(($(date +%s) - p_t)) "rebuilding the CUDA files failed (logs/rebuild.log, logs/rebuild-nvcc.log)"
         dv_finish
     fi
     dv_phase facts pass $(($(date +%s) - p_t)) "$(head -n 1 "$OUT/facts.txt")"
+}
+
+# dv_gpu_name: DV_DEVICE, GPU 0's name (for bench.json): the probe's line
+# ("gpu 0: NAME, sm_90, ..."), else nvidia-smi -L's ("GPU 0: NAME (UUID:
+# ...)"), else nvidia-smi -q's Product Name
+dv_gpu_name() {
+    DV_DEVICE=$(printf '%s\n' "$GPU_LINES" | sed -n 's/^gpu 0: \([^,]*\),.*$/\1/p; s/^GPU 0: \(.*\) (UUID.*$/\1/p' | head -n 1)
+    [ -n "$DV_DEVICE" ] ||
+        DV_DEVICE=$(sed -n 's/^ *Product Name *: *//p' "$OUT/logs/nvidia-smi-q.txt" 2>/dev/null | head -n 1)
 }
 
 # dv_tests SECTIONS CAP TAP [VAR=value...]: tests/gpu/run_gpu_tests.sh on those
@@ -230,42 +291,58 @@ dv_tests() {
     dv_phase "$dt_name" "$dt_st" $(($(date +%s) - p_t)) "sections $dt_sec: $(dv_tap_counts "$OUT/$dt_tap")"
 }
 
-# dv_bench CAP: GPT-2 small's speed (bench/gpu/run.sh: pipegen on 1 stage,
-# PyTorch eager, the bf16 GEMM peak; torch.compile too when DEVICE_COMPILE_S
-# more seconds are left), OUT/bench.json
+# dv_bench RESERVE: GPT-2 small's speed (bench/gpu/run.sh), OUT/bench.json,
+# under the budget left less RESERVE seconds (what the phases after it need),
+# or DEVICE_BENCH_S when less. The rows DEVICE_BENCH_ROWS (default all: the
+# bf16 GEMM peak, pipegen on 1 stage with and without graphs, on 4 stages,
+# traced against the prediction, the convolutional network with and without
+# graphs, PyTorch eager, then torch.compile only when DEVICE_COMPILE_S, 90,
+# are left: it never takes the other rows' time); the device's name from the
+# facts
 dv_bench() {
     p_t=$(date +%s)
-    db_lim=$(dv_limit "$1")
+    db_lim=$(($(dv_left) - $1))
+    [ -n "${DEVICE_BENCH_S:-}" ] && [ "$DEVICE_BENCH_S" -lt $db_lim ] && db_lim=$DEVICE_BENCH_S
     if [ "$db_lim" -lt 20 ]; then
         dv_phase bench "not run: out of time" 0 ""
         return
     fi
-    db_rows="p1 eager peak"
-    [ "$(dv_left)" -ge $(($1 + ${DEVICE_COMPILE_S:-120})) ] && db_rows="$db_rows compile"
+    db_rows=${DEVICE_BENCH_ROWS:-$DV_BENCH_ROWS_ALL}
     db_env=""
     [ "${PG_GPU_FAKE:-}" = emu ] && db_env="PG_GPU_FAKE=emu BENCH_MODEL=$B/tests/models/gpt_tiny.pipe" # emulated: small
     mkdir -p "$OUT/logs/bench"
     # shellcheck disable=SC2086
     dv_run "$db_lim" "$OUT/logs/bench/bench.log" "$OUT/logs/bench/bench.err" env $db_env BENCH_ROWS="$db_rows" \
         BENCH_STEPS="${DEVICE_BENCH_STEPS:-12}" BENCH_WARMUP="${DEVICE_BENCH_WARMUP:-4}" BENCH_DIR="$OUT/logs/bench" \
+        BENCH_COMPILE_MIN_S="${DEVICE_COMPILE_S:-90}" BENCH_DEVICE="${DV_DEVICE:-}" \
         BENCH_DEADLINE=$(($(date +%s) + db_lim - 5)) "$B/bench/gpu/run.sh"
     db_rc=$?
     cp "$OUT/logs/bench/bench.json" "$OUT/bench.json" 2>/dev/null
     db_st=pass
     [ $db_rc = 0 ] || db_st=fail
     [ $db_rc = 124 ] && db_st="fail (over its $db_lim s)"
-    dv_phase bench "$db_st" $(($(date +%s) - p_t)) "rows $db_rows: $(grep -m1 'pipegen-1stage / torch-eager' "$OUT/logs/bench/bench.log" | tr -s ' ')"
+    dv_phase bench "$db_st" $(($(date +%s) - p_t)) "rows $db_rows (limit $db_lim s): $(grep -m1 'pipegen-1stage / torch-eager' "$OUT/logs/bench/bench.log" | tr -s ' ')"
 }
 
 # dv_memcheck: compute-sanitizer --tool memcheck on the op tests, group by
-# group, while the budget lasts (and DEVICE_MEMCHECK_MIN_S are left to start)
+# group (DEVICE_MEMCHECK_GROUPS, default every one), while the budget lasts
+# (and DEVICE_MEMCHECK_MIN_S are left to start). API errors are reported
+# (--report-api-errors explicit: a failing CUDA call is evidence), so the op
+# tests run with PG_OPS_MEMCHECK=1, which skips the one check whose CUDA call
+# fails on purpose (an impossible arena; checked in ops.tap) with a TAP SKIP
+# saying so; memcheck.log's first line says this. DEVICE_SANITIZER: the
+# compute-sanitizer to use (also with PG_GPU_FAKE=emu, where a test's stand-in
+# runs the emulated op tests)
 dv_memcheck() {
     p_t=$(date +%s)
-    dm_cs=$(command -v compute-sanitizer 2>/dev/null)
-    [ -n "$dm_cs" ] || for dm_c in ${CUDA_HOME:+$CUDA_HOME/bin/compute-sanitizer} /usr/local/cuda/bin/compute-sanitizer; do
-        [ -x "$dm_c" ] && dm_cs=$dm_c && break
-    done
-    if [ -z "$dm_cs" ] || [ "${PG_GPU_FAKE:-}" = emu ]; then
+    dm_cs=${DEVICE_SANITIZER:-}
+    if [ -z "$dm_cs" ] && [ "${PG_GPU_FAKE:-}" != emu ]; then
+        dm_cs=$(command -v compute-sanitizer 2>/dev/null)
+        [ -n "$dm_cs" ] || for dm_c in ${CUDA_HOME:+$CUDA_HOME/bin/compute-sanitizer} /usr/local/cuda/bin/compute-sanitizer; do
+            [ -x "$dm_c" ] && dm_cs=$dm_c && break
+        done
+    fi
+    if [ -z "$dm_cs" ]; then
         echo "compute-sanitizer: not run ($([ "${PG_GPU_FAKE:-}" = emu ] && echo 'emulated' || echo 'not found'))" >"$OUT/memcheck.log"
         dv_phase memcheck skipped 0 "compute-sanitizer $([ "${PG_GPU_FAKE:-}" = emu ] && echo 'needs a GPU' || echo 'not found')"
         return
@@ -275,20 +352,29 @@ dv_memcheck() {
         dv_phase memcheck skipped 0 "out of time"
         return
     fi
-    dm_ops=$OUT/logs/memcheck/test_ops_gpu
     mkdir -p "$OUT/logs/memcheck"
-    # shellcheck disable=SC2086
-    "${CC:-cc}" -o "$dm_ops" "$TEST_OPS_OBJ" "$CUDALIB" $LDLIBS_CUDA >"$OUT/logs/memcheck/link.log" 2>&1
-    : >"$OUT/memcheck.log"
+    if [ "${PG_GPU_FAKE:-}" = emu ]; then
+        dm_ops=$B/build/emu/test_ops_gpu
+    else
+        dm_ops=$WORK/test_ops_gpu # a program: not in OUT (logs.tgz leaves programs out anyway)
+        # shellcheck disable=SC2086
+        "${CC:-cc}" -o "$dm_ops" "$TEST_OPS_OBJ" "$CUDALIB" $LDLIBS_CUDA >"$OUT/logs/memcheck/link.log" 2>&1
+    fi
+    {
+        echo "$dm_cs --tool memcheck --report-api-errors explicit: every failing CUDA API call counts as an error;"
+        echo "the op tests run with PG_OPS_MEMCHECK=1: the one check that fails a CUDA call on purpose (group setup,"
+        echo "an impossible arena: cudaMalloc out of memory) is skipped here (its SKIP line in logs/memcheck/setup.log)"
+        echo "and checked in ops.tap"
+    } >"$OUT/memcheck.log"
     dm_st=pass dm_n=0
-    for g in $("$dm_ops" --list 2>/dev/null); do
+    for g in ${DEVICE_MEMCHECK_GROUPS:-$("$dm_ops" --list 2>/dev/null)}; do
         dm_lim=$(($(dv_left) - 5))
         [ $dm_lim -ge 10 ] || { echo "group $g: not run (out of time)" >>"$OUT/memcheck.log"; continue; }
-        dv_run "$dm_lim" "$OUT/logs/memcheck/$g.log" "$OUT/logs/memcheck/$g.err" "$dm_cs" --tool memcheck \
-            --error-exitcode 9 "$dm_ops" "$g"
+        dv_run "$dm_lim" "$OUT/logs/memcheck/$g.log" "$OUT/logs/memcheck/$g.err" env PG_OPS_MEMCHECK=1 "$dm_cs" \
+            --tool memcheck --report-api-errors explicit --error-exitcode 9 "$dm_ops" "$g"
         dm_rc=$?
         dm_n=$((dm_n + 1))
-        echo "group $g: exit $dm_rc; $(grep -m1 'ERROR SUMMARY' "$OUT/logs/memcheck/$g.log")" >>"$OUT/memcheck.log"
+        echo "group $g: exit $dm_rc; $(grep -m1 'ERROR SUMMARY' "$OUT/logs/memcheck/$g.log"); $(grep -c '^ok .*# SKIP' "$OUT/logs/memcheck/$g.log") skipped" >>"$OUT/memcheck.log"
         [ $dm_rc = 0 ] || dm_st=fail
     done
     dv_phase memcheck "$dm_st" $(($(date +%s) - p_t)) "$dm_n groups: $(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/memcheck.log") without errors"

@@ -1,7 +1,10 @@
 # tools/gpu_bundle/prepare.sh — what the GPU bundle's entry points (run.sh,
 # device_check.sh, device_rerun.sh) do on a GPU host before anything runs
 # (POSIX sh, sourced after tools/gpu_env.sh and the bundle's BUNDLE file; the
-# caller sets B, the bundle's folder, and OUT):
+# caller sets B, the bundle's folder, and WORK, the folder for the working
+# files below: the probe, its log, the library links, the rebuild. run.sh
+# uses its OUTDIR; device_check.sh a temporary folder outside OUT, whose files
+# the device tool would otherwise count among the 8 it brings back):
 #
 #   bundle_probe         is there a usable GPU? GPU_LINES (what the driver
 #                        says, a line per GPU), PROBE_RC (0 usable, 3 not),
@@ -19,7 +22,7 @@
 #   bundle_rebuild       when REBUILD: nvcc -arch=sm_ARCH on the bundle's own
 #                        sources (runtime/cuda, the op tests, gemm_peak),
 #                        PG_REBUILD_JOBS at a time (default: the CPUs), into
-#                        OUT/.rebuild; sets CUDALIB, TEST_OPS_OBJ, GEMM_OBJ
+#                        WORK/.rebuild; sets CUDALIB, TEST_OPS_OBJ, GEMM_OBJ
 #                        (the prebuilt ones otherwise). 0 or 1 (the log's tail
 #                        printed).
 
@@ -37,8 +40,8 @@ bundle_probe() {
         return
     fi
     if command -v "${CC:-cc}" >/dev/null 2>&1 &&
-        "${CC:-cc}" -O1 -o "$OUT/.gpu_probe" "$B/tools/gpu_probe.c" -ldl >"$OUT/.probe.log" 2>&1; then
-        GPU_LINES=$("$OUT/.gpu_probe" 2>&1)
+        "${CC:-cc}" -O1 -o "$WORK/.gpu_probe" "$B/tools/gpu_probe.c" -ldl >"$WORK/.probe.log" 2>&1; then
+        GPU_LINES=$("$WORK/.gpu_probe" 2>&1)
         PROBE_RC=$?
     elif command -v nvidia-smi >/dev/null 2>&1; then
         GPU_LINES=$(nvidia-smi -L 2>&1)
@@ -66,10 +69,10 @@ bundle_env() {
     # the libraries of the CUDA that will run: the host nvcc's when rebuilding
     be_major=$BUILT_CUDA_MAJOR
     if [ "$REBUILD" = 1 ]; then
-        gpu_env_find "$OUT/.lib" ""
+        gpu_env_find "$WORK/.lib" ""
         be_major=${CUDA_MAJOR:-$BUILT_CUDA_MAJOR}
     else
-        gpu_env_find "$OUT/.lib" "$BUILT_CUDA_MAJOR"
+        gpu_env_find "$WORK/.lib" "$BUILT_CUDA_MAJOR"
     fi
     MISSING=$GPU_ENV_MISSING
     command -v "${CC:-cc}" >/dev/null 2>&1 || MISSING="$MISSING a C compiler (${CC:-cc})"
@@ -88,7 +91,7 @@ bundle_rebuild() {
     GEMM_OBJ=$B/build-cuda/bench/gemm_peak.o
     export CUDALIB TEST_OPS_OBJ GEMM_OBJ
     [ "$REBUILD" = 1 ] || return 0
-    RB=$OUT/.rebuild
+    RB=$WORK/.rebuild
     rm -rf "$RB" && mkdir -p "$RB/obj" || return 1
     br_arch=sm_${ARCH:-${BUILT_ARCH#sm_}}
     br_jobs=${PG_REBUILD_JOBS:-$(nproc 2>/dev/null || echo 4)}

@@ -79,6 +79,7 @@ results_json() {
 }
 
 # --- 1. a usable GPU? (before anything else) ----------------------------------------
+WORK=$OUT # the probe, the library links and a rebuild: OUTDIR/.gpu_probe, .lib, .rebuild
 . "$B/tools/gpu_bundle/prepare.sh"
 bundle_probe
 printf '%s\n' "$GPU_LINES" | sed 's/^/gpu-bundle: /' | tee -a "$OUT/run.log"
