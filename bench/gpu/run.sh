@@ -324,7 +324,7 @@ printf '%-44s %10s  %s\n' measure value target \
     "graphs speed-up (graph / --no-graph)" "$R_G" "> 1, same bits: $SAME" \
     "measured / predicted step (4 stages, trace)" "$R_T" "0.9 .. 1.1 (${TRACE_M:-?} / ${TRACE_P:-?} ms)" \
     "peak device memory / plan arena (1 stage)" "$R_M" "<= 1.02 (${PEAKB:-?} / ${ARENA:-?} bytes)"
-echo "note: CUDA stage traces time the host thread (runtime/cuda/README.md), which the prediction's profile also measures"
+echo "note: CUDA stage traces and profiles are device time (CUDA events; runtime/cuda/README.md, \"Device time\")"
 
 {
     echo "{"

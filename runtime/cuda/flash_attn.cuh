@@ -114,6 +114,9 @@ template <int HDP> struct fa_stage {
     float v[HDP / 16][2][4]; /* [u][row of the pair][column of the chunk] */
 };
 
+/* this thread's pair of rows: rows 2 fa_pair() and 2 fa_pair() + 1 of the tile */
+__device__ __forceinline__ int fa_pair(void) { return (int)(threadIdx.x % 32) / 4 + 8 * (int)(threadIdx.x / 32); }
+
 /* Can rows of src with leading dimension ld be read 16 bytes at a time? */
 __device__ __forceinline__ bool fa_vec_ok(const float *src, int64_t ld)
 {
@@ -136,10 +139,10 @@ template <int HDP>
 __device__ __forceinline__ void fa_stage_load(fa_stage<HDP> &st, const float *src, int64_t ld, int row0, int T, int hd,
                                               bool vec)
 {
-    const int lane = threadIdx.x % 32, rp = lane / 4 + 8 * (int)(threadIdx.x / 32);
+    const int rp = fa_pair(), p = threadIdx.x % 4;
 #pragma unroll
     for (int u = 0; u < HDP / 16; u++) {
-        const int c = 4 * (lane % 4 + 4 * u);
+        const int c = 4 * (p + 4 * u);
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             const int r = row0 + 2 * rp + e;
@@ -170,13 +173,13 @@ __device__ __forceinline__ void st_b64(bf16 *p, uint32_t lo, uint32_t hi)
 template <int HDP>
 __device__ __forceinline__ void fa_stage_store(bf16 (*s)[HDP + FA_PAD], const fa_stage<HDP> &st)
 {
-    const int lane = threadIdx.x % 32, rp = lane / 4 + 8 * (int)(threadIdx.x / 32);
+    const int rp = fa_pair(), p = threadIdx.x % 4;
 #pragma unroll
     for (int u = 0; u < HDP / 16; u++)
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             const float *v = st.v[u][e];
-            st_b64(&s[2 * rp + e][4 * (lane % 4 + 4 * u)], pack_bf16(v[0], v[1]), pack_bf16(v[2], v[3]));
+            st_b64(&s[2 * rp + e][4 * (p + 4 * u)], pack_bf16(v[0], v[1]), pack_bf16(v[2], v[3]));
         }
 }
 
@@ -184,12 +187,12 @@ __device__ __forceinline__ void fa_stage_store(bf16 (*s)[HDP + FA_PAD], const fa
 template <int HDP>
 __device__ __forceinline__ void fa_stage_store_t(bf16 (*s)[FA_T + FA_PAD], const fa_stage<HDP> &st)
 {
-    const int lane = threadIdx.x % 32, rp = lane / 4 + 8 * (int)(threadIdx.x / 32);
+    const int rp = fa_pair(), p = threadIdx.x % 4;
 #pragma unroll
     for (int u = 0; u < HDP / 16; u++)
 #pragma unroll
         for (int k = 0; k < 4; k++)
-            st_b32(&s[4 * (lane % 4 + 4 * u) + k][2 * rp], pack_bf16(st.v[u][0][k], st.v[u][1][k]));
+            st_b32(&s[4 * (p + 4 * u) + k][2 * rp], pack_bf16(st.v[u][0][k], st.v[u][1][k]));
 }
 
 __device__ __forceinline__ bool visible(int i, int j, int T, int causal) { return i < T && j < T && (!causal || j <= i); }
