@@ -8,7 +8,7 @@ trap 'rm -rf "$out"' EXIT
 CFLAGS_T="-std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Wall -Wextra -Werror -g -O1 -Iruntime/core"
 SANF="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 if ! ${CC:-cc} $CFLAGS_T $SANF -o "$out/test_io" tests/unit/test_io.c runtime/core/data.c runtime/core/dataset.c \
-        runtime/core/safetensors.c runtime/core/json.c runtime/core/io_atomic.c -lm 2>"$out/cc.log"; then
+        runtime/core/safetensors.c runtime/core/json.c runtime/core/io_atomic.c runtime/core/errcap.c -lm 2>"$out/cc.log"; then
     echo "1..1"; echo "not ok 1 - test_io.c compiles"; sed 's/^/# /' "$out/cc.log"; exit 1
 fi
 mkdir "$out/d"

@@ -7,9 +7,16 @@
 #include <string.h>
 #include <unistd.h>
 
+/* The capture the tap feeds (NULL: none now). The tap's FILE stays open for
+ * the life of the process: a library that read `stderr` while it was the tap
+ * (the CUDA driver, a profiler's injection) may write through it at exit, and
+ * a closed FILE would be glibc's "invalid stdio handle", an abort. */
+static pg_errcap *active;
+
 static ssize_t tap_write(void *cookie, const char *b, size_t n)
 {
-    pg_errcap *c = cookie;
+    (void)cookie;
+    pg_errcap *c = active;
     size_t done = 0;
     while (done < n) { /* through to the real stderr first, as an unbuffered stream would */
         ssize_t w = write(2, b + done, n - done);
@@ -17,7 +24,7 @@ static ssize_t tap_write(void *cookie, const char *b, size_t n)
         if (w <= 0) break;
         done += (size_t)w;
     }
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; c && i < n; i++) {
         if (b[i] == '\n') {
             if (c->len) {
                 memcpy(c->last, c->line, c->len);
@@ -33,16 +40,20 @@ static ssize_t tap_write(void *cookie, const char *b, size_t n)
 
 int pg_errcap_begin(pg_errcap *c)
 {
+    static FILE *tap; /* one per process, never closed (above) */
     memset(c, 0, sizeof *c);
-    cookie_io_functions_t io = {.read = NULL, .write = tap_write, .seek = NULL, .close = NULL};
-    FILE *f = fopencookie(c, "w", io);
-    if (!f)
-        return -1;
-    setvbuf(f, NULL, _IONBF, 0);
+    if (!tap) {
+        cookie_io_functions_t io = {.read = NULL, .write = tap_write, .seek = NULL, .close = NULL};
+        tap = fopencookie(NULL, "w", io);
+        if (!tap)
+            return -1;
+        setvbuf(tap, NULL, _IONBF, 0);
+    }
     fflush(stderr);
+    active = c;
     c->real = stderr;
-    c->tap = f;
-    stderr = f;
+    c->tap = tap;
+    stderr = tap;
     return 0;
 }
 
@@ -51,7 +62,8 @@ void pg_errcap_end(pg_errcap *c)
     if (!c->real)
         return;
     stderr = c->real;
-    fclose(c->tap);
+    if (active == c)
+        active = NULL;
     c->real = NULL;
     c->tap = NULL;
 }

@@ -19,7 +19,8 @@ typedef struct pg_errcap {
 /* From here stderr writes straight through to file descriptor 2 (unbuffered,
  * as before) and c keeps its last line. 0, or -1 (nothing changed). */
 int pg_errcap_begin(pg_errcap *c);
-/* stderr as it was; c->last stays. */
+/* stderr as it was; c->last stays. The tap that stood for stderr stays open
+ * (writing through to descriptor 2): a library that kept it may still write. */
 void pg_errcap_end(pg_errcap *c);
 
 #endif

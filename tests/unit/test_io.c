@@ -4,6 +4,7 @@
  *   usage: test_io DIR   (scratch directory; DIR/interop.safetensors is left
  *   behind for the PyTorch check in tests/io.t) */
 #include "dataset.h"
+#include "errcap.h"
 #include "io_atomic.h"
 #include "pg_io.h"
 #include "../tap.h"
@@ -578,6 +579,31 @@ static void test_hostile(void)
     pg_data_close(&f);
 }
 
+/* errcap: the last line of the start-up's stderr; a FILE that stood for
+ * stderr during the capture (a library kept it) still writes after it ends
+ * (closing it made glibc abort a stage at exit under ncu: "invalid stdio
+ * handle"; ASan reports the write into a freed FILE) */
+static void test_errcap(void)
+{
+    pg_errcap c;
+    FILE *before = stderr;
+    OK(pg_errcap_begin(&c) == 0 && stderr != before, "errcap: stderr is the tap while capturing");
+    FILE *kept = stderr;
+    fprintf(stderr, "# errcap: first line\n# errcap: the last line\n");
+    pg_errcap_end(&c);
+    OK(stderr == before, "errcap: stderr restored at the end");
+    OK(!strcmp(c.last, "# errcap: the last line"), "errcap: the last line kept (%s)", c.last);
+    errno = 0;
+    OK(fprintf(kept, "# errcap: a kept handle still writes after the capture\n") > 0 && fflush(kept) == 0,
+       "errcap: a FILE kept from the capture still writes after it");
+    pg_errcap c2;
+    OK(pg_errcap_begin(&c2) == 0 && stderr == kept, "errcap: a second capture reuses the one tap");
+    fprintf(stderr, "# errcap: second\n");
+    pg_errcap_end(&c2);
+    OK(!strcmp(c2.last, "# errcap: second") && !strcmp(c.last, "# errcap: the last line"),
+       "errcap: each capture keeps its own last line");
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -585,6 +611,7 @@ int main(int argc, char **argv)
         return 2;
     }
     snprintf(dir, sizeof dir, "%s", argv[1]);
+    test_errcap();
     test_data();
     test_dataset();
     test_synth();
