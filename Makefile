@@ -280,7 +280,7 @@ EMU_OBJ  := $(patsubst runtime/cuda/%.cu,$(EMU_DIR)/obj/%.o,$(CUDA_SRC)) \
 # nvcc fuses a * b + c in kernels: so does the emulated build where the CPU has FMA (cuda_emu.h)
 EMU_FMA  := $(shell grep -qw fma /proc/cpuinfo 2>/dev/null && echo -mfma)
 EMUFLAGS  = -std=c++20 -O2 -g -Wall -Wextra -Werror -Wno-unknown-pragmas -fno-strict-aliasing -ffp-contract=off $(EMU_FMA) -pthread \
-            -Itests/gpu/emu/include -I$(EMU_DIR)/src -Iruntime/core -DBF16_STAGE_BYTES=65536
+            -Itests/gpu/emu/include -I$(EMU_DIR)/src -Iruntime/core
 LDLIBS_EMU = -lstdc++ -lblas -lpthread -lm
 export LDLIBS_EMU
 

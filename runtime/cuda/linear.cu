@@ -138,7 +138,7 @@ static int bf16_operand_fill(pg_ctx *c, struct bf16_operand *o, __nv_bfloat16 *d
  * where each is read (a shadow, or a copy made here on the stream). */
 static int bf16_operands(pg_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *A,
                          int lda, long long sA, const float *B, int ldb, long long sB, int batch,
-                         struct bf16_operand *a, struct bf16_operand *b, size_t extra, void **extra_ws)
+                         struct bf16_operand *a, struct bf16_operand *b)
 {
     *a = {A, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda, sA, 0, batch, NULL, 0, 0};
     *b = {B, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb, sB, 0, batch, NULL, 0, 0};
@@ -148,37 +148,30 @@ static int bf16_operands(pg_ctx *c, cublasOperation_t ta, cublasOperation_t tb, 
         return PG_RT_FAIL("a padded bf16 leading dimension (%lld, %lld) does not fit cuBLAS's int", (long long)a->ld16,
                           (long long)b->ld16);
     size_t offB = ((size_t)a->ws_elems * sizeof(__nv_bfloat16) + 255) / 256 * 256;
-    size_t offX = (offB + (size_t)b->ws_elems * sizeof(__nv_bfloat16) + 255) / 256 * 256;
     void *ws = NULL;
-    if ((a->ws_elems + b->ws_elems > 0 || extra > 0) && bf16_workspace(c, offX + extra, &ws))
+    if (a->ws_elems + b->ws_elems > 0 &&
+        bf16_workspace(c, offB + (size_t)b->ws_elems * sizeof(__nv_bfloat16), &ws))
         return 1;
-    if (extra_ws)
-        *extra_ws = extra > 0 ? (char *)ws + offX : NULL;
     return bf16_operand_fill(c, a, (__nv_bfloat16 *)ws) ||
            bf16_operand_fill(c, b, (__nv_bfloat16 *)((char *)ws + offB));
 }
 
 /* cuBLAS's tensor-core kernels read 16 bytes at a time along an operand's
- * contiguous dimension and write C 16 bytes at a time: with the logits'
- * 50257 (odd) as the inner dimension of an operand stored along it, or as C's
- * leading dimension, cuBLAS falls back to kernels of 1-element alignment
- * (seen on an H200: 94 and 134 TFLOP/s for the logits' forward and input
- * gradient, against about 600 for the aligned shapes). So, on the pad path:
- *  - k not a multiple of 8 with an operand stored along k: the product is the
- *    aligned first k & ~7 terms, then the last few with beta 1 (a fixed
- *    split: the same two calls, hence the same bits, for the same shapes);
- *  - C's columns not 16-byte aligned (ldc % 4), beta 0, one matrix: the
- *    product goes to an aligned staging C in the operand workspace (leading
- *    dimension rounded up to 8), BF16_STAGE_BYTES of it at a time (a block of
- *    columns), each block copied into C (cudaMemcpy2DAsync). */
-#ifndef BF16_STAGE_BYTES /* the emulated build (Makefile's EMUFLAGS) makes it small: several blocks in its tests */
-#define BF16_STAGE_BYTES ((size_t)64 << 20)
-#endif
-
+ * contiguous dimension: with the logits' 50257 (odd) as the inner dimension k
+ * of an operand stored along it, cuBLAS fell back to a kernel of 1-element
+ * alignment (on an H200: the logits' input gradient 1.18 ms a micro-batch, 134
+ * TFLOP/s). So, on the pad path, such a product is the aligned first k & ~7
+ * terms, then the last few with beta 1: a fixed split, the same two calls
+ * (hence the same bits) for the same shapes (then 0.20 ms, nvjet's split-K
+ * kernel, and 8 us for the rest). The logits' forward, whose C is 50257 wide,
+ * still gets a 1-element-aligned kernel (1.68 ms, 94 TFLOP/s): writing C
+ * through an aligned staging C did not change cuBLAS's choice (2.0 ms with the
+ * copies, measured and removed); what C's width needs is the weight's rows
+ * padded to a multiple of 8 (zeros), so that m itself is aligned. */
 static int bf16_gemm_ex(pg_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *alpha,
-                        const struct bf16_operand *a, const __nv_bfloat16 *ap, const struct bf16_operand *b,
-                        const __nv_bfloat16 *bp, const float *beta, float *C, int ldc)
+                        const struct bf16_operand *a, const struct bf16_operand *b, const float *beta, float *C, int ldc)
 {
+    const __nv_bfloat16 *ap = a->p, *bp = b->p;
     int kc = k;
     if (pg_cuda_fast(c, PG_CUDA_K_PAD) && k > 8 && k % 8 && (ta == CUBLAS_OP_T || tb == CUBLAS_OP_N))
         kc = k & ~7;
@@ -208,30 +201,11 @@ int pg_cuda_gemm(pg_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, i
         return 0;
     }
     struct bf16_operand a, b;
-    const int64_t ldst = ((int64_t)m + 7) / 8 * 8; /* the staging C's leading dimension */
-    const int stage = batch == 0 && ldc % 4 && *beta == 0.0f && m > 0 && n > 0 && pg_cuda_fast(c, PG_CUDA_K_PAD);
-    const int64_t ncb = stage ? (int64_t)(BF16_STAGE_BYTES / ((size_t)ldst * sizeof(float))) : 0;
-    const int nblk = !stage ? 0 : ncb < 1 ? 1 : ncb < n ? (int)ncb : n; /* columns per staged block */
-    void *cst = NULL;
-    if (bf16_operands(c, ta, tb, m, n, k, A, lda, sA, B, ldb, sB, batch, &a, &b,
-                      (size_t)nblk * (size_t)ldst * sizeof(float), &cst))
+    if (bf16_operands(c, ta, tb, m, n, k, A, lda, sA, B, ldb, sB, batch, &a, &b))
         return 1;
     c->bf16_gemms++;
-    if (batch == 0 && !stage)
-        return bf16_gemm_ex(c, ta, tb, m, n, k, alpha, &a, a.p, &b, b.p, beta, C, ldc);
-    if (batch == 0) {
-        pg_cuda_count(c, PG_CUDA_K_PAD);
-        for (int j0 = 0; j0 < n; j0 += nblk) {
-            int nc = n - j0 < nblk ? n - j0 : nblk;
-            const __nv_bfloat16 *bp = b.p + (tb == CUBLAS_OP_N ? (int64_t)j0 * b.ld16 : (int64_t)j0);
-            if (bf16_gemm_ex(c, ta, tb, m, nc, k, alpha, &a, a.p, &b, bp, beta, (float *)cst, (int)ldst))
-                return 1;
-            CUDA_CHECK(cudaMemcpy2DAsync(C + (int64_t)j0 * ldc, (size_t)ldc * sizeof(float), cst,
-                                         (size_t)ldst * sizeof(float), (size_t)m * sizeof(float), (size_t)nc,
-                                         cudaMemcpyDeviceToDevice, c->stream));
-        }
-        return 0;
-    }
+    if (batch == 0)
+        return bf16_gemm_ex(c, ta, tb, m, n, k, alpha, &a, &b, beta, C, ldc);
     CUBLAS_CHECK(cublasGemmStridedBatchedEx(c->blas, ta, tb, m, n, k, alpha, a.p, CUDA_R_16BF, (int)a.ld16, sA, b.p,
                                             CUDA_R_16BF, (int)b.ld16, sB, beta, C, CUDA_R_32F, ldc, sC, batch,
                                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
@@ -318,7 +292,7 @@ static int lt_gemm_bias(pg_ctx *c, cublasOperation_t ta, cublasOperation_t tb, i
                         int lda, const float *B, int ldb, const float *bias, float *C, int ldc)
 {
     struct bf16_operand a, b;
-    if (bf16_operands(c, ta, tb, m, n, k, A, lda, 0, B, ldb, 0, 0, &a, &b, 0, NULL))
+    if (bf16_operands(c, ta, tb, m, n, k, A, lda, 0, B, ldb, 0, 0, &a, &b))
         return 1;
     if (((uintptr_t)a.p | (uintptr_t)b.p | (uintptr_t)bias | (uintptr_t)C) % 16)
         return LT_FALLBACK;
