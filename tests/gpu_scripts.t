@@ -125,6 +125,10 @@ out=$(PG_GPU_FAKE=cpu BENCH_MODEL=$TOP/examples/gpt_char.pipe BENCH_DIR=$T/bench
 [ $st = 1 ] && printf '%s\n' "$out" | grep -qF "bench-gpu: BENCH_ROWS: no row 'p9' (the rows: peak p1 p1n p4 p4t conv convn eager compile)" &&
     [ ! -e "$T/bench4" ]
 ok $? "BENCH_ROWS with a row that does not exist: named, with the rows there are, exit 1 before anything runs ($st)"
+out=$(PG_GPU_FAKE=cpu BENCH_MODEL=$TOP/examples/gpt_char.pipe BENCH_DIR=$T/bench5 BENCH_CHECKPOINT=sometimes bench/gpu/run.sh 2>&1); st=$?
+[ $st = 1 ] && printf '%s\n' "$out" | grep -qF "bench-gpu: BENCH_CHECKPOINT: no mode 'sometimes' (always, never, except_last, or model: the model file's own)" &&
+    [ ! -e "$T/bench5" ]
+ok $? "BENCH_CHECKPOINT with a mode that does not exist: named, with the modes there are, exit 1 before anything runs ($st)"
 PG_GPU_FAKE=cpu BENCH_MODEL=$TOP/examples/gpt_char.pipe BENCH_STEPS=4 BENCH_WARMUP=1 BENCH_DIR=$T/bench3 BENCH_ROWS=p1 \
     BENCH_DEADLINE=$(($(date +%s) - 1)) bench/gpu/run.sh >"$T/bench3.out" 2>&1
 st=$?

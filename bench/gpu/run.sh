@@ -94,6 +94,8 @@ ROWS_ALL="peak p1 p1n p4 p4t conv convn eager compile"
 for r in ${BENCH_ROWS:-}; do
     case " $ROWS_ALL " in *" $r "*) ;; *) fail "BENCH_ROWS: no row '$r' (the rows: $ROWS_ALL)" ;; esac
 done
+CKPT=${BENCH_CHECKPOINT:-never}
+case $CKPT in always | never | except_last | model) ;; *) fail "BENCH_CHECKPOINT: no mode '$CKPT' (always, never, except_last, or model: the model file's own)" ;; esac
 mkdir -p "$DIR" || fail "cannot make $DIR"
 case $FAKE in
 cpu)
@@ -134,8 +136,7 @@ row_took() { echo "bench-gpu: row $1: $(($(date +%s) - $2)) s" >&2; }
 # asked otherwise: the same work on both sides (checkpointing changes no result
 # bit, only time and memory; the example's except_last trades a recomputed
 # forward for memory, which one GPU of 80 GB or more does not need here).
-CKPT=${BENCH_CHECKPOINT:-never}
-case $CKPT in always | never | except_last | model) ;; *) echo "bench-gpu: BENCH_CHECKPOINT=$CKPT: always, never, except_last or model" >&2; exit 2 ;; esac
+# (checked with the other knobs, above)
 
 # variant N [MODEL NAME]: the model (MODEL, default the GPT) on N stages (1: `stages = 1`,
 # any split lines removed), with checkpoint = CKPT (model: the model's own),
