@@ -286,4 +286,41 @@ PG_CPU_INLINE void pg_cpu_exp_wide(float *a)
         a[j] = pg_cpu_exp_poly(a[j]) * sc[j];
 }
 
+
+/* e[j] = e^(x[j] - m) for j < nb <= PG_CPU_EXP_WIDE, in whole blocks of
+ * PG_CPU_EXP_BLK (a last partial block padded: its pad's e is 0), each element
+ * through pg_cpu_exp_blk's operations (the clamp, then pg_cpu_exp_lane), in
+ * two passes over all the blocks: the range reductions, then the polynomials
+ * (independent chains the core overlaps; one block at a time left it waiting
+ * on latency). Returns the blocks written. The score rows' softmax
+ * (attention.c) and the cross-entropy rows (loss.c) add the blocks into their
+ * lanes in order, as they did block by block. */
+PG_CPU_INLINE int64_t pg_cpu_exp_shifted(const float *x, int64_t nb, float m, float *e)
+{
+    int64_t nblk = (nb + PG_CPU_EXP_BLK - 1) / PG_CPU_EXP_BLK;
+    float sc[PG_CPU_EXP_WIDE];
+    for (int64_t b = 0; b < nblk; b++) {
+        float *eb = e + b * PG_CPU_EXP_BLK;
+        const float *xb = x + b * PG_CPU_EXP_BLK;
+        if ((b + 1) * PG_CPU_EXP_BLK <= nb)
+            for (int l = 0; l < PG_CPU_EXP_BLK; l++)
+                eb[l] = xb[l] - m;
+        else
+            for (int l = 0; l < PG_CPU_EXP_BLK; l++)
+                eb[l] = b * PG_CPU_EXP_BLK + l < nb ? xb[l] - m : -87.0f;
+    }
+    for (int64_t b = 0; b < nblk; b++)
+        for (int l = 0; l < PG_CPU_EXP_BLK; l++)
+            e[b * PG_CPU_EXP_BLK + l] = pg_cpu_exp_clamp(e[b * PG_CPU_EXP_BLK + l]);
+    for (int64_t b = 0; b < nblk; b++)
+        for (int l = 0; l < PG_CPU_EXP_BLK; l++)
+            e[b * PG_CPU_EXP_BLK + l] = pg_cpu_exp_reduce(e[b * PG_CPU_EXP_BLK + l], &sc[b * PG_CPU_EXP_BLK + l]);
+    for (int64_t b = 0; b < nblk; b++)
+        for (int l = 0; l < PG_CPU_EXP_BLK; l++)
+            e[b * PG_CPU_EXP_BLK + l] = pg_cpu_exp_poly(e[b * PG_CPU_EXP_BLK + l]) * sc[b * PG_CPU_EXP_BLK + l];
+    for (int64_t j = nb; j < nblk * PG_CPU_EXP_BLK; j++)
+        e[j] = 0.0f;
+    return nblk;
+}
+
 #endif
