@@ -29,29 +29,48 @@ _Static_assert(PG_CPU_ROW_LANES == PG_CPU_EXP_BLK, "softmax_row adds a block of 
 /* Softmax of one score row in place over [0, len); entries [len, T) become 0.
  * The exponentials go through pg_cpu_exp_shifted, PG_CPU_EXP_WIDE at a time,
  * their sum in lanes (pg_cpu_lanes_sum_d), lane l adding the elements j = l
- * mod 16 in index order. Inlined into the AVX2 twins of its callers, so the
- * same source runs 8 lanes wide there. */
+ * mod 16 in index order. Every pass goes by whole blocks of 16 where the row
+ * has room (a pad's exponential is 0, what the row's tail gets anyway; 0 times
+ * the inverse sum stays 0): the short copies and fills that gcc made into
+ * `rep movs` / `rep stos` and scalar tails were half of the forward's time at
+ * T = 64. Inlined into the AVX2 twins of its callers. */
 PG_CPU_INLINE void softmax_row(float *a, int64_t len, int64_t T)
 {
     float m = pg_cpu_row_max(a, len);
-    double acc[PG_CPU_ROW_LANES] = {0};
+    double acc[PG_CPU_ROW_LANES]; /* set from the first block (a zero-fill is a `rep stos`) */
+    int64_t done = 0;             /* entries written back, pads included */
     for (int64_t j0 = 0; j0 < len; j0 += PG_CPU_EXP_WIDE) {
         int64_t nb = len - j0 < PG_CPU_EXP_WIDE ? len - j0 : PG_CPU_EXP_WIDE;
         float e[PG_CPU_EXP_WIDE];
-        int64_t nblk = pg_cpu_exp_shifted(a + j0, nb, m, e);
-        for (int64_t b = 0; b < nblk; b++)
+        int64_t nblk = pg_cpu_exp_shifted(a + j0, nb, T - j0, m, e), b = 0, bb = 0;
+        if (j0 == 0) { /* 0.0 + e: the zero's add kept (the same bits as from zeros), without a fill */
             for (int l = 0; l < PG_CPU_ROW_LANES; l++)
-                acc[l] += e[b * PG_CPU_EXP_BLK + l];
-        memcpy(a + j0, e, (size_t)nb * sizeof *a);
+                acc[l] = 0.0 + (double)e[l];
+            bb = 1;
+        }
+        for (; bb < nblk; bb++)
+            for (int l = 0; l < PG_CPU_ROW_LANES; l++)
+                acc[l] += e[bb * PG_CPU_EXP_BLK + l];
+        for (; b < nblk && j0 + (b + 1) * PG_CPU_EXP_BLK <= T; b++)
+            for (int l = 0; l < PG_CPU_EXP_BLK; l++)
+                a[j0 + b * PG_CPU_EXP_BLK + l] = e[b * PG_CPU_EXP_BLK + l];
+        done = j0 + b * PG_CPU_EXP_BLK;
+        for (; done < j0 + nb; done++)
+            a[done] = e[done - j0];
     }
     float inv = (float)(1.0 / pg_cpu_lanes_sum_d(acc));
     int64_t j = 0;
-    for (; j + PG_CPU_EXP_BLK <= len; j += PG_CPU_EXP_BLK)
+    for (; j + PG_CPU_EXP_BLK <= done; j += PG_CPU_EXP_BLK)
         for (int l = 0; l < PG_CPU_EXP_BLK; l++)
             a[j + l] *= inv;
-    for (; j < len; j++)
+    for (; j < done; j++)
         a[j] *= inv;
-    for (j = len; j < T; j++)
+    for (; j < T && j % PG_CPU_EXP_BLK; j++)
+        a[j] = 0.0f;
+    for (; j + PG_CPU_EXP_BLK <= T; j += PG_CPU_EXP_BLK)
+        for (int l = 0; l < PG_CPU_EXP_BLK; l++)
+            a[j + l] = 0.0f;
+    for (; j < T; j++)
         a[j] = 0.0f;
 }
 
@@ -92,33 +111,39 @@ PG_CPU_INLINE void rope_pair(float *a, float *b, float c, float s, int inverse)
     }
 }
 
-/* nh heads of one row, in place, each pair as rope_pair: ROPE_BLK pairs at a
- * time through locals (so the stores alias nothing the loop reads and -O2
- * vectorizes the fixed-count loops; the same IEEE operations per pair), the
- * rest one by one */
+/* ROPE_BLK pairs of one head at cos c, sin s, as rope_pair (the same
+ * operations per pair): restrict, since the halves, and the table, never
+ * overlap, so -O2 vectorizes the fixed-count loop in place (the values staged
+ * through local arrays were copied in 16-byte halves and read back whole, a
+ * store-forwarding stall per vector) */
 #define ROPE_BLK 8
 
+PG_CPU_INLINE void rope_blk(float *restrict a, float *restrict b, const float *restrict c, const float *restrict s,
+                            int inverse)
+{
+    if (inverse)
+        for (int l = 0; l < ROPE_BLK; l++) {
+            float x1 = a[l], x2 = b[l];
+            a[l] = x1 * c[l] + x2 * s[l];
+            b[l] = x2 * c[l] - x1 * s[l];
+        }
+    else
+        for (int l = 0; l < ROPE_BLK; l++) {
+            float x1 = a[l], x2 = b[l];
+            a[l] = x1 * c[l] - x2 * s[l];
+            b[l] = x2 * c[l] + x1 * s[l];
+        }
+}
+
+/* nh heads of one row, in place: ROPE_BLK pairs at a time, the rest one by one */
 PG_CPU_INLINE void rope_heads(float *x, int64_t nh, int64_t hd, const float *cs, const float *sn, int inverse)
 {
     int64_t half = hd / 2;
     for (int64_t h = 0; h < nh; h++) {
         float *a = x + h * hd, *b = a + half;
         int64_t j = 0;
-        for (; j + ROPE_BLK <= half; j += ROPE_BLK) {
-            float x1[ROPE_BLK], x2[ROPE_BLK], c[ROPE_BLK], s[ROPE_BLK], y1[ROPE_BLK], y2[ROPE_BLK];
-            for (int l = 0; l < ROPE_BLK; l++)
-                x1[l] = a[j + l], x2[l] = b[j + l], c[l] = cs[j + l], s[l] = sn[j + l];
-            if (inverse)
-                for (int l = 0; l < ROPE_BLK; l++)
-                    y1[l] = x1[l] * c[l] + x2[l] * s[l], y2[l] = x2[l] * c[l] - x1[l] * s[l];
-            else
-                for (int l = 0; l < ROPE_BLK; l++)
-                    y1[l] = x1[l] * c[l] - x2[l] * s[l], y2[l] = x2[l] * c[l] + x1[l] * s[l];
-            for (int l = 0; l < ROPE_BLK; l++)
-                a[j + l] = y1[l];
-            for (int l = 0; l < ROPE_BLK; l++)
-                b[j + l] = y2[l];
-        }
+        for (; j + ROPE_BLK <= half; j += ROPE_BLK)
+            rope_blk(a + j, b + j, cs + j, sn + j, inverse);
         for (; j < half; j++)
             rope_pair(a + j, b + j, cs[j], sn[j], inverse);
     }

@@ -46,7 +46,7 @@ PG_CPU_INLINE double ce_row(const float *x, int64_t V, int32_t t, double inv, fl
         float acc[PG_CPU_ROW_LANES] = {0}, ew[PG_CPU_EXP_WIDE];
         for (; j < end; j += PG_CPU_EXP_WIDE) {
             int64_t k = end - j < PG_CPU_EXP_WIDE ? end - j : PG_CPU_EXP_WIDE;
-            int64_t nblk = pg_cpu_exp_shifted(x + j, k, m, ew);
+            int64_t nblk = pg_cpu_exp_shifted(x + j, k, V - j, m, ew);
             for (int64_t b = 0; b < nblk; b++)
                 for (int l = 0; l < PG_CPU_ROW_LANES; l++)
                     acc[l] += ew[b * CE_BLK + l];
