@@ -43,14 +43,26 @@ PG_CPU_INLINE double ce_row(const float *x, int64_t V, int32_t t, double inv, fl
     double s = 0.0;
     for (int64_t c = 0; c < V; c += PG_CPU_ROW_CHUNK) {
         int64_t end = V - c < PG_CPU_ROW_CHUNK ? V : c + PG_CPU_ROW_CHUNK, j = c;
-        float acc[PG_CPU_ROW_LANES] = {0}, ew[PG_CPU_EXP_WIDE];
+        /* the lanes start as 0 + the chunk's first block, whole blocks go back
+         * into dx where the row has room (as attention.c's softmax rows: a
+         * zero-fill and a short copy are `rep stos` / `rep movs` there) */
+        float acc[PG_CPU_ROW_LANES], ew[PG_CPU_EXP_WIDE];
         for (; j < end; j += PG_CPU_EXP_WIDE) {
             int64_t k = end - j < PG_CPU_EXP_WIDE ? end - j : PG_CPU_EXP_WIDE;
-            int64_t nblk = pg_cpu_exp_shifted(x + j, k, V - j, m, ew);
-            for (int64_t b = 0; b < nblk; b++)
+            int64_t nblk = pg_cpu_exp_shifted(x + j, k, V - j, m, ew), b = 0, w = 0;
+            if (j == c) {
+                for (int l = 0; l < PG_CPU_ROW_LANES; l++)
+                    acc[l] = 0.0f + ew[l];
+                b = 1;
+            }
+            for (; b < nblk; b++)
                 for (int l = 0; l < PG_CPU_ROW_LANES; l++)
                     acc[l] += ew[b * CE_BLK + l];
-            memcpy(dx + j, ew, (size_t)k * sizeof *dx);
+            for (; w < nblk && j + (w + 1) * CE_BLK <= V; w++)
+                for (int l = 0; l < CE_BLK; l++)
+                    dx[j + w * CE_BLK + l] = ew[w * CE_BLK + l];
+            for (int64_t q = w * CE_BLK; q < k; q++)
+                dx[j + q] = ew[q];
         }
         s += pg_cpu_lanes_sum(acc);
     }
