@@ -8,6 +8,8 @@
  * can be timed side by side (bench/kernels.sh alternates them).
  *
  *   kernels ROUNDS        -> one line a kernel: name|elements|us a call
+ *   kernels ROUNDS cpu    -> the same in the thread's CPU time (what other
+ *                            work on the cores disturbs least)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,10 +23,12 @@
 #define HID 512
 #define SWI 344
 
+static clockid_t clock_id = CLOCK_MONOTONIC;
+
 static double now_s(void)
 {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(clock_id, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
@@ -107,11 +111,13 @@ static void one(pg_ctx *c, int k, bufs *B)
 
 int main(int argc, char **argv)
 {
-    int rounds = argc == 2 ? atoi(argv[1]) : 0;
-    if (rounds < 1) {
-        fprintf(stderr, "usage: kernels ROUNDS\n");
+    int rounds = argc == 2 || argc == 3 ? atoi(argv[1]) : 0;
+    if (rounds < 1 || (argc == 3 && strcmp(argv[2], "cpu") != 0)) {
+        fprintf(stderr, "usage: kernels ROUNDS [cpu]\n");
         return 2;
     }
+    if (argc == 3)
+        clock_id = CLOCK_THREAD_CPUTIME_ID;
     pg_ctx *c = pg_backend_init(1);
     if (!c)
         return 1;
