@@ -25,7 +25,9 @@
  * - kx dw], terms outside `in` being 0 x w), the workspace holding the
  * rearranged weight. Strided col2im (where the mirrored window would skip
  * most positions) and the weight gradient (whose B is col transposed) still
- * store col in the workspace.
+ * store col in the workspace. With stride 1 and grid rows of whole 16-wide
+ * panels, the AVX2 kernel's B is not even packed: conv.c's own tiles read it
+ * in the bordered image (direct_rows).
  *
  * Why these bits hold on any layout: every element of a GEMM is one FMA chain
  * over k in index order (runtime/cpu/README.md), whatever the threads, so y
@@ -289,6 +291,134 @@ static void win_pack_t(const void *arg, int nr, float *bp, int64_t j0, int64_t n
     }
 }
 
+/* ---- the direct products: B read where it lies, not packed ----
+ *
+ * With stride 1 along the grid's rows, B's row k = (ch, ky, kx) over 16
+ * consecutive positions of a grid row is 16 consecutive values of the image:
+ * img[off[k] + base], off[k] = ch SH SW + ky ky_d SW + kx kx_d, base the
+ * positions' first value for k = 0. So when the window lies inside its
+ * (bordered) image and the grid's rows are whole panels of 16, the AVX2 + FMA
+ * kernel's tiles (6 rows of A by 16 positions, 12 accumulators, as gemm.c's)
+ * load B straight from the image at those offsets: no panel is packed. Each
+ * element is still the GEMM's one FMA chain over k in index order from 0,
+ * over the same values (the border's zeros included), then (alpha being 1)
+ * stored or, with beta, added to C: the bits of pg_cpu_gemm_bsrc on the same
+ * matrices, which is what the other kernels (AVX-512, portable) compute and
+ * tests/conv_kernels.t compares. Tasks are runs of grid rows, each element in
+ * exactly one, so the threads cannot show in the result. */
+#ifdef PG_CPU_AVX2
+#define DIRECT_MR 6
+#define DIRECT_NR 16
+#define DIRECT_K_MAX 1152 /* off[] on the stack; a longer k takes the packed way */
+
+typedef struct direct_job {
+    const win *v;
+    const float *a; /* A [M, K], row i at a + i lda */
+    int64_t lda, M, K;
+    const int64_t *off; /* [K] */
+    int beta;
+    float *out;         /* C [M, PH PW] */
+    int64_t rows;       /* grid rows a task */
+} direct_job;
+
+/* mr rows of C (a constant after inlining) by 16 positions: B's row k at b + off[k] */
+__attribute__((target("avx2,fma"))) static inline __attribute__((always_inline)) void
+direct_ukr(const int mr, const float *a, int64_t lda, const float *b, const int64_t *off, int64_t K, int beta,
+           float *c, int64_t ldc)
+{
+    __m256 acc[DIRECT_MR][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < mr; r++)
+        acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < K; k++) {
+        const float *bk = b + off[k];
+        __m256 b0 = _mm256_loadu_ps(bk), b1 = _mm256_loadu_ps(bk + 8);
+#pragma GCC unroll 6
+        for (int r = 0; r < mr; r++) {
+            __m256 av = _mm256_broadcast_ss(a + r * lda + k);
+            acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < mr; r++) {
+        float *cr = c + r * ldc;
+        __m256 t0 = acc[r][0], t1 = acc[r][1];
+        if (beta) {
+            t0 = _mm256_add_ps(_mm256_loadu_ps(cr), t0);
+            t1 = _mm256_add_ps(_mm256_loadu_ps(cr + 8), t1);
+        }
+        _mm256_storeu_ps(cr, t0);
+        _mm256_storeu_ps(cr + 8, t1);
+    }
+}
+
+__attribute__((target("avx2,fma"))) static void direct_tile(int mr, const float *a, int64_t lda, const float *b,
+                                                          const int64_t *off, int64_t K, int beta, float *c,
+                                                          int64_t ldc)
+{
+#define DIRECT_CASE(n)                                                                      \
+    case n:                                                                                 \
+        direct_ukr(n, a, lda, b, off, K, beta, c, ldc);                                     \
+        break;
+    switch (mr) {
+        DIRECT_CASE(6) DIRECT_CASE(5) DIRECT_CASE(4) DIRECT_CASE(3) DIRECT_CASE(2) DIRECT_CASE(1)
+    }
+#undef DIRECT_CASE
+}
+
+/* Task t: grid rows [t rows, (t + 1) rows), each panel of 16 positions
+ * against every strip of A (the panel's B stays in L1 for the strips); the
+ * strips as gemm.c cuts them (6 rows, the last two sharing fewer than 12). */
+static void direct_task(void *arg, int64_t t)
+{
+    const direct_job *j = arg;
+    const win *v = j->v;
+    int64_t P = v->PH * v->PW, y1 = (t + 1) * j->rows < v->PH ? (t + 1) * j->rows : v->PH;
+    for (int64_t py = t * j->rows; py < y1; py++)
+        for (int64_t px = 0; px < v->PW; px += DIRECT_NR) {
+            const float *b = v->img + (py + v->y0) * v->SW + px + v->x0;
+            for (int64_t i = 0, mr; i < j->M; i += mr) {
+                int64_t left = j->M - i;
+                mr = left <= DIRECT_MR ? left : left < 2 * DIRECT_MR ? (left + 1) / 2 : DIRECT_MR;
+                direct_tile((int)mr, j->a + i * j->lda, j->lda, b, j->off, j->K, j->beta,
+                            j->out + i * P + py * v->PW + px, P);
+            }
+        }
+}
+#endif
+
+/* out [M, PH PW] (= beta ? out : 0) + A [M, K] win(v) [K, PH PW] by the direct
+ * products when they apply (the AVX2 GEMM kernel, v inside its image, stride
+ * 1, whole panels, k within DIRECT_K_MAX); 0 when they do not (the caller
+ * then packs) */
+static int direct_rows(pg_ctx *c, const win *v, int64_t M, int64_t K, const float *a, int64_t lda, int beta,
+                       float *out)
+{
+#ifdef PG_CPU_AVX2
+    if (!v->inside || v->sy != 1 || v->sx != 1 || v->PW % DIRECT_NR || K > DIRECT_K_MAX ||
+        strcmp(pg_cpu_gemm_kernel(c->gemm), "avx2"))
+        return 0;
+    int64_t off[DIRECT_K_MAX], ch = 0, ky = 0, kx = 0;
+    for (int64_t k = 0; k < K; k++) { /* (ch, ky, kx) counted up */
+        off[k] = ch * v->SH * v->SW + ky * v->ky_d * v->SW + kx * v->kx_d;
+        if (++kx == v->kw) {
+            kx = 0;
+            if (++ky == v->kh)
+                ky = 0, ch++;
+        }
+    }
+    /* tasks of at least ~2^17 multiply-adds (a row of 32 positions at 16 x 144 is 2^16.2) */
+    int64_t per_row = M * v->PW * K, rows = per_row >= (1 << 17) ? 1 : ((1 << 17) + per_row - 1) / per_row;
+    direct_job j = {v, a, lda, M, K, off, beta, out, rows};
+    pg_cpu_parallel(c, (v->PH + rows - 1) / rows, direct_task, &j);
+    return 1;
+#else
+    (void)c, (void)v, (void)M, (void)K, (void)a, (void)lda, (void)beta, (void)out;
+    return 0;
+#endif
+}
+
 /* img [C, IH, IW] += the adjoint of im2col: each column entry added back where
  * im2col took it from, in im2col's order (rows, then positions row-major). */
 static void col2im_add(const pg_conv *g, int64_t C, int64_t IH, int64_t IW, int64_t PH, int64_t PW, const float *col,
@@ -420,6 +550,8 @@ static void gemm_col(pg_ctx *c, int64_t r, const pg_conv *g, const cv *v, const 
             win wn = {ig, v->IH, v->IW, v->PH, v->PW, g->kh, g->kw, g->sh, g->sw, -g->ph, -g->pw, g->dh, g->dw, 0,
                       c->avx2};
             wn = win_padded(wn, v->C, ws, pg_conv_ws_floats(g));
+            if (direct_rows(c, &wn, M, v->K, wg, v->K, beta, og))
+                continue;
             pg_cpu_bsrc b = {win_pack, &wn};
             pg_cpu_gemm_bsrc(c, M, v->P, v->K, 1.0f, wg, v->K, &b, beta, og, v->P);
         }
@@ -455,6 +587,8 @@ static void direct_gemm(pg_ctx *c, int64_t r, const pg_conv *g, const cv *v, con
             win wn = {in + at(g, sn, s, gi), v->PH, v->PW, v->IH, v->IW, g->kh, g->kw, 1, 1, g->ph, g->pw, -g->dh,
                       -g->dw, 0, c->avx2};
             wn = win_padded(wn, M, ws + v->C * KD, pg_conv_ws_floats(g) - v->C * KD);
+            if (direct_rows(c, &wn, v->C, KD, ws, KD, beta, img + at(g, si, s, gi)))
+                continue;
             pg_cpu_bsrc b = {win_pack, &wn};
             pg_cpu_gemm_bsrc(c, v->C, v->IH * v->IW, KD, 1.0f, ws, KD, &b, beta, img + at(g, si, s, gi), v->IH * v->IW);
         }

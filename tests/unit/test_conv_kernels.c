@@ -130,7 +130,7 @@ static pg_conv geom(int64_t in, int64_t out, int64_t h, int64_t w, int64_t kh, i
     return g;
 }
 
-#define N_CASES 14
+#define N_CASES 17
 static conv_case cases[N_CASES];
 
 static void make_cases(void)
@@ -150,6 +150,10 @@ static void make_cases(void)
     cases[k++] = (conv_case){"3 x 3 on 3 x 3, one position, 4 > 1 out channels (dx by col2im)", geom(2, 4, 3, 3, 3, 3, 1, 1, 0, 0, 1, 1, 1, 0, 0), 1};
     cases[k++] = (conv_case){"3 x 3 on 10 x 12: runs of 12, 27 columns (a transpose's edges)", geom(3, 5, 10, 12, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 0), 1};
     cases[k++] = (conv_case){"a column: 40 x 1, kernel (3, 1) (a position per row of the grid)", geom(3, 4, 40, 1, 3, 1, 1, 1, 1, 0, 1, 1, 1, 0, 0), 0};
+    /* rows of 16 and 32 positions: the AVX2 kernel's direct products (B read in the image, conv.c) */
+    cases[k++] = (conv_case){"13 -> 7 on 6 x 32: direct, strips of 4 + 3 and 6 + 4 + 3", geom(13, 7, 6, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 0), 1};
+    cases[k++] = (conv_case){"dilation 2, padding 2 on 5 x 16: direct", geom(4, 4, 5, 16, 3, 3, 1, 1, 2, 2, 2, 2, 1, 0, 0), 1};
+    cases[k++] = (conv_case){"transposed 3 x 3, stride 1 on 4 x 16: direct both ways", geom(5, 6, 4, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0), 1};
 }
 
 static int64_t wcount(const pg_conv *g)
