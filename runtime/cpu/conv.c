@@ -116,12 +116,22 @@ static inline __attribute__((always_inline)) void win_copy(const float *restrict
  * every value it reads lies inside (so win_run always copies whole runs),
  * when the C padded planes fit in room floats; else v itself. Only values
  * move: B is the same matrix. */
+/* The zero border v's window needs around its image, b[0..3] = top, bottom,
+ * left, right (all 0: every value it reads lies inside) */
+static void win_border(const win *v, int64_t b[4])
+{
+    int64_t ey = (v->kh - 1) * v->ky_d, ex = (v->kw - 1) * v->kx_d; /* the window's extent, either way */
+    b[0] = -(v->y0 + (ey < 0 ? ey : 0)), b[1] = (v->PH - 1) * v->sy + v->y0 + (ey > 0 ? ey : 0) - (v->SH - 1);
+    b[2] = -(v->x0 + (ex < 0 ? ex : 0)), b[3] = (v->PW - 1) * v->sx + v->x0 + (ex > 0 ? ex : 0) - (v->SW - 1);
+    for (int i = 0; i < 4; i++)
+        b[i] = b[i] > 0 ? b[i] : 0;
+}
+
 static win win_padded(win v, int64_t C, float *buf, int64_t room)
 {
-    int64_t ey = (v.kh - 1) * v.ky_d, ex = (v.kw - 1) * v.kx_d; /* the window's extent, either way */
-    int64_t top = -(v.y0 + (ey < 0 ? ey : 0)), bot = (v.PH - 1) * v.sy + v.y0 + (ey > 0 ? ey : 0) - (v.SH - 1);
-    int64_t lef = -(v.x0 + (ex < 0 ? ex : 0)), rig = (v.PW - 1) * v.sx + v.x0 + (ex > 0 ? ex : 0) - (v.SW - 1);
-    top = top > 0 ? top : 0, bot = bot > 0 ? bot : 0, lef = lef > 0 ? lef : 0, rig = rig > 0 ? rig : 0;
+    int64_t bd[4];
+    win_border(&v, bd);
+    int64_t top = bd[0], bot = bd[1], lef = bd[2], rig = bd[3];
     int64_t H = v.SH + top + bot, W = v.SW + lef + rig;
     if ((top | bot | lef | rig) == 0)
         v.inside = 1;
@@ -419,6 +429,156 @@ static int direct_rows(pg_ctx *c, const win *v, int64_t M, int64_t K, const floa
 #endif
 }
 
+/* ---- the direct weight gradient: the image channels last ----
+ *
+ * dW [M, C kh kw] += lhs [M, P] col^T: element (m, (ch, ky, kx)) is one FMA
+ * chain over the positions p in index order of lhs[m, p] img[ch, iy(p, ky),
+ * ix(p, kx)]. With the image's channels last ([SH SW, C], 16 channels a
+ * vector), 16 channels at one (ky, kx) are 16 consecutive floats at every p:
+ * a tile of 6 rows of lhs by those 16 columns walks p with two loads and six
+ * broadcasts a step, where the packed way turned K x P values of col^T into
+ * panels for every sample. The image goes channels last once per sample by
+ * 8 x 8 transposes, with its zero border (or, for a 1 x 1 window inside the
+ * image, only the positions it reads: [P, C], what the workspace holds); the
+ * chain, its values and the final add into dW (alpha 1) are the packed
+ * way's, so the same bits. */
+#ifdef PG_CPU_AVX2
+typedef struct dwg_job {
+    const float *img;   /* [rows of SW, C]: the image channels last */
+    int64_t C, SW, PH, PW, kh, kw, sy, sx, y0, x0, ky_d, kx_d;
+    const float *lhs;   /* [M, P] */
+    int64_t M, P;
+    float *dw;          /* [M, C kh kw] */
+} dwg_job;
+
+/* mr rows (a constant after inlining) of lhs from row i by 16 channels at
+ * (ky, kx), channel group cg: the chain over every position, then added in */
+__attribute__((target("avx2,fma"))) static inline __attribute__((always_inline)) void
+dwg_ukr(const int mr, const dwg_job *j, int64_t i, int64_t cg, int64_t ky, int64_t kx)
+{
+    __m256 acc[DIRECT_MR][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < mr; r++)
+        acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    const float *a = j->lhs + i * j->P;
+    for (int64_t py = 0; py < j->PH; py++) {
+        const float *rb = j->img + ((py * j->sy + j->y0 + ky * j->ky_d) * j->SW + j->x0 + kx * j->kx_d) * j->C +
+                          cg * 16;
+        const float *ar = a + py * j->PW;
+        for (int64_t px = 0; px < j->PW; px++) {
+            const float *b = rb + px * j->sx * j->C;
+            __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+#pragma GCC unroll 6
+            for (int r = 0; r < mr; r++) {
+                __m256 av = _mm256_broadcast_ss(ar + r * j->P + px);
+                acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
+                acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
+            }
+        }
+    }
+    int64_t K = j->C * j->kh * j->kw;
+#pragma GCC unroll 6
+    for (int r = 0; r < mr; r++) {
+        float t[16];
+        _mm256_storeu_ps(t, acc[r][0]);
+        _mm256_storeu_ps(t + 8, acc[r][1]);
+        float *d = j->dw + (i + r) * K + (cg * 16 * j->kh + ky) * j->kw + kx;
+        for (int l = 0; l < 16; l++)
+            d[l * j->kh * j->kw] = d[l * j->kh * j->kw] + t[l];
+    }
+}
+
+__attribute__((target("avx2,fma"))) static void dwg_tile(int mr, const dwg_job *j, int64_t i, int64_t cg,
+                                                       int64_t ky, int64_t kx)
+{
+#define DWG_CASE(n)                                                                         \
+    case n:                                                                                 \
+        dwg_ukr(n, j, i, cg, ky, kx);                                                       \
+        break;
+    switch (mr) {
+        DWG_CASE(6) DWG_CASE(5) DWG_CASE(4) DWG_CASE(3) DWG_CASE(2) DWG_CASE(1)
+    }
+#undef DWG_CASE
+}
+
+/* Task t: the columns of channel group t / (kh kw) at (ky, kx) = t mod (kh kw), every strip of rows */
+static void dwg_task(void *arg, int64_t t)
+{
+    const dwg_job *j = arg;
+    int64_t khw = j->kh * j->kw, cg = t / khw, ky = t % khw / j->kw, kx = t % j->kw;
+    for (int64_t i = 0, mr; i < j->M; i += mr) {
+        int64_t left = j->M - i;
+        mr = left <= DIRECT_MR ? left : left < 2 * DIRECT_MR ? (left + 1) / 2 : DIRECT_MR;
+        dwg_tile((int)mr, j, i, cg, ky, kx);
+    }
+}
+
+/* dst[(y W + x) ld + l] = src[l plane + y sw + x sx] for l < 8, x < n, y < h:
+ * 8 channels of h rows of n values (every sx-th) turned channels last, by 8 x 8
+ * transposes (values only move) */
+__attribute__((target("avx2"))) static void chan_last8(const float *src, int64_t plane, int64_t sw, int64_t sx,
+                                                       int64_t h, int64_t n, float *dst, int64_t W, int64_t ld)
+{
+    for (int64_t y = 0; y < h; y++) {
+        int64_t x = 0;
+        for (; x + 8 <= n; x += 8) {
+            float tmp[8][8];
+            const float *r[8];
+            for (int l = 0; l < 8; l++) {
+                const float *s0 = src + l * plane + y * sw + x * sx;
+                if (sx == 1)
+                    r[l] = s0;
+                else {
+                    for (int i = 0; i < 8; i++)
+                        tmp[l][i] = s0[i * sx];
+                    r[l] = tmp[l];
+                }
+            }
+            pg_cpu_t8x8(r, dst + (y * W + x) * ld, ld);
+        }
+        for (; x < n; x++)
+            for (int l = 0; l < 8; l++)
+                dst[(y * W + x) * ld + l] = src[l * plane + y * sw + x * sx];
+    }
+}
+#endif
+
+/* dw [M, C kh kw] += lhs [M, P] col(v)^T by the direct tiles when they apply
+ * (the AVX2 GEMM kernel, C a multiple of 16, at least 256 positions, the
+ * channels-last image in room floats of buf); 0 when they do not (the caller packs) */
+static int direct_wgrad(pg_ctx *c, const win *v, int64_t C, int64_t M, const float *lhs, float *dw, float *buf,
+                        int64_t room)
+{
+#ifdef PG_CPU_AVX2
+    int64_t bd[4], P = v->PH * v->PW, plane = v->SH * v->SW;
+    /* fewer positions: each tile's chain is too short to pay for its scattered adds into dw
+     * (3 x 3 64 -> 64 at 8 x 8: 52 GFLOP/s this way, 66 packed) */
+    if (C % 16 || P < 256 || !buf || strcmp(pg_cpu_gemm_kernel(c->gemm), "avx2"))
+        return 0;
+    win_border(v, bd);
+    int64_t H = v->SH + bd[0] + bd[1], W = v->SW + bd[2] + bd[3];
+    dwg_job j = {buf, C, W, v->PH, v->PW, v->kh, v->kw, v->sy, v->sx, v->y0 + bd[0], v->x0 + bd[2], v->ky_d,
+                 v->kx_d, lhs, M, P, dw};
+    if (C * H * W <= room) { /* the whole image, bordered */
+        memset(buf, 0, (size_t)(C * H * W) * sizeof *buf);
+        for (int64_t ch = 0; ch < C; ch += 8)
+            chan_last8(v->img + ch * plane, plane, v->SW, 1, v->SH, v->SW, buf + (bd[0] * W + bd[2]) * C + ch, W, C);
+    } else if (v->kh == 1 && v->kw == 1 && (bd[0] | bd[1] | bd[2] | bd[3]) == 0 && C * P <= room) {
+        /* a 1 x 1 window inside the image: the positions it reads, [P, C] */
+        for (int64_t ch = 0; ch < C; ch += 8)
+            chan_last8(v->img + ch * plane + v->y0 * v->SW + v->x0, plane, v->sy * v->SW, v->sx, v->PH, v->PW,
+                       buf + ch, v->PW, C);
+        j.SW = v->PW, j.sy = j.sx = 1, j.y0 = j.x0 = 0;
+    } else
+        return 0;
+    pg_cpu_parallel(c, C / 16 * v->kh * v->kw, dwg_task, &j);
+    return 1;
+#else
+    (void)c, (void)v, (void)C, (void)M, (void)lhs, (void)dw, (void)buf, (void)room;
+    return 0;
+#endif
+}
+
 /* img [C, IH, IW] += the adjoint of im2col: each column entry added back where
  * im2col took it from, in im2col's order (rows, then positions row-major). */
 static void col2im_add(const pg_conv *g, int64_t C, int64_t IH, int64_t IW, int64_t PH, int64_t PW, const float *col,
@@ -622,6 +782,9 @@ static void wgrad(pg_ctx *c, int64_t r, const pg_conv *g, const cv *v, const flo
             const float *ig = img + at(g, si, s, gi);
             win wn = {ig, v->IH, v->IW, v->PH, v->PW, g->kh, g->kw, g->sh, g->sw, -g->ph, -g->pw, g->dh, g->dw, 0,
                       c->avx2};
+            if (!v->pw &&
+                direct_wgrad(c, &wn, v->C, M, lhs + at(g, sl, s, gi), dw + gi * M * v->K, ws, pg_conv_ws_floats(g)))
+                continue;
             if (!v->pw && (wn = win_padded(wn, v->C, ws, pg_conv_ws_floats(g))).inside) {
                 pg_cpu_bsrc b = {win_pack_t, &wn};
                 pg_cpu_gemm_bsrc(c, M, v->K, v->P, 1.0f, lhs + at(g, sl, s, gi), v->P, &b, 1, dw + gi * M * v->K, v->K);
