@@ -460,17 +460,21 @@ dwg_ukr(const int mr, const dwg_job *j, int64_t i, int64_t cg, int64_t ky, int64
 #pragma GCC unroll 6
     for (int r = 0; r < mr; r++)
         acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-    const float *a = j->lhs + i * j->P;
-    for (int64_t py = 0; py < j->PH; py++) {
-        const float *rb = j->img + ((py * j->sy + j->y0 + ky * j->ky_d) * j->SW + j->x0 + kx * j->kx_d) * j->C +
-                          cg * 16;
-        const float *ar = a + py * j->PW;
-        for (int64_t px = 0; px < j->PW; px++) {
-            const float *b = rb + px * j->sx * j->C;
-            __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+    /* the job's fields in locals: read through j, gcc reloads them at every step */
+    const int64_t P = j->P, PW = j->PW, PH = j->PH, step = j->sx * j->C;
+    const float *ar[DIRECT_MR];
+#pragma GCC unroll 6
+    for (int r = 0; r < mr; r++)
+        ar[r] = j->lhs + (i + r) * P;
+    const float *b = j->img + ((j->y0 + ky * j->ky_d) * j->SW + j->x0 + kx * j->kx_d) * j->C + cg * 16;
+    const int64_t row = j->sy * j->SW * j->C;
+    for (int64_t py = 0, p = 0; py < PH; py++, b += row) {
+        const float *bp = b;
+        for (int64_t e = p + PW; p < e; p++, bp += step) {
+            __m256 b0 = _mm256_loadu_ps(bp), b1 = _mm256_loadu_ps(bp + 8);
 #pragma GCC unroll 6
             for (int r = 0; r < mr; r++) {
-                __m256 av = _mm256_broadcast_ss(ar + r * j->P + px);
+                __m256 av = _mm256_broadcast_ss(ar[r] + p);
                 acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
                 acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
             }
