@@ -127,6 +127,23 @@ static void win_border(const win *v, int64_t b[4])
         b[i] = b[i] > 0 ? b[i] : 0;
 }
 
+/* The border bd (win_border's) of n planes of H x W cells of `cell` floats
+ * set to 0: only the border, which the image's copy does not overwrite
+ * (zeroing the whole buffer first was 3 % of a ResNet stage) */
+static void zero_border(float *buf, int64_t n, int64_t H, int64_t W, int64_t cell, const int64_t bd[4])
+{
+    size_t f = sizeof *buf;
+    for (int64_t i = 0; i < n; i++) {
+        float *p = buf + i * H * W * cell;
+        memset(p, 0, (size_t)(bd[0] * W * cell) * f);
+        for (int64_t y = bd[0]; y < H - bd[1]; y++) {
+            memset(p + y * W * cell, 0, (size_t)(bd[2] * cell) * f);
+            memset(p + ((y + 1) * W - bd[3]) * cell, 0, (size_t)(bd[3] * cell) * f);
+        }
+        memset(p + (H - bd[1]) * W * cell, 0, (size_t)(bd[1] * W * cell) * f);
+    }
+}
+
 static win win_padded(win v, int64_t C, float *buf, int64_t room)
 {
     int64_t bd[4];
@@ -137,7 +154,7 @@ static win win_padded(win v, int64_t C, float *buf, int64_t room)
         v.inside = 1;
     if (v.inside || !buf || C * H * W > room)
         return v;
-    memset(buf, 0, (size_t)(C * H * W) * sizeof *buf);
+    zero_border(buf, C, H, W, 1, bd);
     for (int64_t ch = 0; ch < C; ch++)
         for (int64_t y = 0; y < v.SH; y++)
             win_copy(v.img + (ch * v.SH + y) * v.SW, 1, v.SW, buf + (ch * H + top + y) * W + lef);
@@ -564,7 +581,7 @@ static int direct_wgrad(pg_ctx *c, const win *v, int64_t C, int64_t M, const flo
     dwg_job j = {buf, C, W, v->PH, v->PW, v->kh, v->kw, v->sy, v->sx, v->y0 + bd[0], v->x0 + bd[2], v->ky_d,
                  v->kx_d, lhs, M, P, dw};
     if (C * H * W <= room) { /* the whole image, bordered */
-        memset(buf, 0, (size_t)(C * H * W) * sizeof *buf);
+        zero_border(buf, 1, H, W, C, bd);
         for (int64_t ch = 0; ch < C; ch += 8)
             chan_last8(v->img + ch * plane, plane, v->SW, 1, v->SH, v->SW, buf + (bd[0] * W + bd[2]) * C + ch, W, C);
     } else if (v->kh == 1 && v->kw == 1 && (bd[0] | bd[1] | bd[2] | bd[3]) == 0 && C * P <= room) {
