@@ -26,7 +26,7 @@
  * rearranged weight. Strided col2im (where the mirrored window would skip
  * most positions) and the weight gradient (whose B is col transposed) still
  * store col in the workspace. With stride 1 and grid rows of whole 16-wide
- * panels, the AVX2 kernel's B is not even packed: conv.c's own tiles read it
+ * panels (or 8-wide rows in pairs), the AVX2 kernel's B is not even packed: conv.c's own tiles read it
  * in the bordered image (direct_rows).
  *
  * Why these bits hold on any layout: every element of a GEMM is one FMA chain
@@ -324,7 +324,8 @@ static void win_pack_t(const void *arg, int nr, float *bp, int64_t j0, int64_t n
  * consecutive positions of a grid row is 16 consecutive values of the image:
  * img[off[k] + base], off[k] = ch SH SW + ky ky_d SW + kx kx_d, base the
  * positions' first value for k = 0. So when the window lies inside its
- * (bordered) image and the grid's rows are whole panels of 16, the AVX2 + FMA
+ * (bordered) image and the grid's rows are whole panels of 16 (or rows of 8
+ * in pairs: a panel's second 8 values a row of the image further), the AVX2 + FMA
  * kernel's tiles (6 rows of A by 16 positions, 12 accumulators, as gemm.c's)
  * load B straight from the image at those offsets: no panel is packed. Each
  * element is still the GEMM's one FMA chain over k in index order from 0,
@@ -350,8 +351,8 @@ typedef struct direct_job {
 
 /* mr rows of C (a constant after inlining) by 16 positions: B's row k at b + off[k] */
 __attribute__((target("avx2,fma"))) static inline __attribute__((always_inline)) void
-direct_ukr(const int mr, const float *a, int64_t lda, const float *b, const int64_t *off, int64_t K, int beta,
-           float *c, int64_t ldc)
+direct_ukr(const int mr, const float *a, int64_t lda, const float *b, int64_t b8, const int64_t *off, int64_t K,
+           int beta, float *c, int64_t ldc)
 {
     __m256 acc[DIRECT_MR][2];
 #pragma GCC unroll 6
@@ -359,7 +360,7 @@ direct_ukr(const int mr, const float *a, int64_t lda, const float *b, const int6
         acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     for (int64_t k = 0; k < K; k++) {
         const float *bk = b + off[k];
-        __m256 b0 = _mm256_loadu_ps(bk), b1 = _mm256_loadu_ps(bk + 8);
+        __m256 b0 = _mm256_loadu_ps(bk), b1 = _mm256_loadu_ps(bk + b8);
 #pragma GCC unroll 6
         for (int r = 0; r < mr; r++) {
             __m256 av = _mm256_broadcast_ss(a + r * lda + k);
@@ -381,12 +382,12 @@ direct_ukr(const int mr, const float *a, int64_t lda, const float *b, const int6
 }
 
 __attribute__((target("avx2,fma"))) static void direct_tile(int mr, const float *a, int64_t lda, const float *b,
-                                                          const int64_t *off, int64_t K, int beta, float *c,
-                                                          int64_t ldc)
+                                                          int64_t b8, const int64_t *off, int64_t K, int beta,
+                                                          float *c, int64_t ldc)
 {
 #define DIRECT_CASE(n)                                                                      \
     case n:                                                                                 \
-        direct_ukr(n, a, lda, b, off, K, beta, c, ldc);                                     \
+        direct_ukr(n, a, lda, b, b8, off, K, beta, c, ldc);                                 \
         break;
     switch (mr) {
         DIRECT_CASE(6) DIRECT_CASE(5) DIRECT_CASE(4) DIRECT_CASE(3) DIRECT_CASE(2) DIRECT_CASE(1)
@@ -394,21 +395,24 @@ __attribute__((target("avx2,fma"))) static void direct_tile(int mr, const float 
 #undef DIRECT_CASE
 }
 
-/* Task t: grid rows [t rows, (t + 1) rows), each panel of 16 positions
- * against every strip of A (the panel's B stays in L1 for the strips); the
- * strips as gemm.c cuts them (6 rows, the last two sharing fewer than 12). */
+/* Task t: grid rows [t rows, (t + 1) rows), each panel of 16 positions (of
+ * one grid row, or of two rows of 8: its second 8 values then lie a row of
+ * the image further) against every strip of A (the panel's B stays in L1
+ * for the strips); the strips as gemm.c cuts them (6 rows, the last two
+ * sharing fewer than 12). */
 static void direct_task(void *arg, int64_t t)
 {
     const direct_job *j = arg;
     const win *v = j->v;
     int64_t P = v->PH * v->PW, y1 = (t + 1) * j->rows < v->PH ? (t + 1) * j->rows : v->PH;
-    for (int64_t py = t * j->rows; py < y1; py++)
+    int64_t b8 = v->PW == 8 ? v->SW : 8, dy = v->PW == 8 ? 2 : 1;
+    for (int64_t py = t * j->rows; py < y1; py += dy)
         for (int64_t px = 0; px < v->PW; px += DIRECT_NR) {
             const float *b = v->img + (py + v->y0) * v->SW + px + v->x0;
             for (int64_t i = 0, mr; i < j->M; i += mr) {
                 int64_t left = j->M - i;
                 mr = left <= DIRECT_MR ? left : left < 2 * DIRECT_MR ? (left + 1) / 2 : DIRECT_MR;
-                direct_tile((int)mr, j->a + i * j->lda, j->lda, b, j->off, j->K, j->beta,
+                direct_tile((int)mr, j->a + i * j->lda, j->lda, b, b8, j->off, j->K, j->beta,
                             j->out + i * P + py * v->PW + px, P);
             }
         }
@@ -423,7 +427,8 @@ static int direct_rows(pg_ctx *c, const win *v, int64_t M, int64_t K, const floa
                        float *out)
 {
 #ifdef PG_CPU_AVX2
-    if (!v->inside || v->sy != 1 || v->sx != 1 || v->PW % DIRECT_NR || K > DIRECT_K_MAX ||
+    int whole = v->PW % DIRECT_NR == 0 || (v->PW == 8 && v->PH % 2 == 0); /* panels of 16: 1 row, or 2 of 8 */
+    if (!v->inside || v->sy != 1 || v->sx != 1 || !whole || K > DIRECT_K_MAX ||
         strcmp(pg_cpu_gemm_kernel(c->gemm), "avx2"))
         return 0;
     int64_t off[DIRECT_K_MAX], ch = 0, ky = 0, kx = 0;
@@ -437,6 +442,7 @@ static int direct_rows(pg_ctx *c, const win *v, int64_t M, int64_t K, const floa
     }
     /* tasks of at least ~2^17 multiply-adds (a row of 32 positions at 16 x 144 is 2^16.2) */
     int64_t per_row = M * v->PW * K, rows = per_row >= (1 << 17) ? 1 : ((1 << 17) + per_row - 1) / per_row;
+    rows += v->PW == 8 && rows % 2; /* rows of 8 go in pairs */
     direct_job j = {v, a, lda, M, K, off, beta, out, rows};
     pg_cpu_parallel(c, (v->PH + rows - 1) / rows, direct_task, &j);
     return 1;

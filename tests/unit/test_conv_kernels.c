@@ -130,7 +130,7 @@ static pg_conv geom(int64_t in, int64_t out, int64_t h, int64_t w, int64_t kh, i
     return g;
 }
 
-#define N_CASES 19
+#define N_CASES 20
 static conv_case cases[N_CASES];
 
 static void make_cases(void)
@@ -157,6 +157,7 @@ static void make_cases(void)
     /* 16 channels and 256 positions or more: dW by the direct tiles, the image channels last */
     cases[k++] = (conv_case){"1 x 1, stride 2, 16 -> 8 on 32 x 32: dW from the positions read", geom(16, 8, 32, 32, 1, 1, 2, 2, 0, 0, 1, 1, 1, 0, 0), 0};
     cases[k++] = (conv_case){"3 x 3, stride 2, dilation 2, 32 -> 6 on 35 x 33: dW, odd rows", geom(32, 6, 35, 33, 3, 3, 2, 2, 2, 2, 2, 2, 1, 0, 0), 1};
+    cases[k++] = (conv_case){"3 x 3 on 6 x 8, 9 -> 8: direct, rows of 8 in pairs", geom(9, 8, 6, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 0), 1};
 }
 
 /* a workspace as the arena hands it over: whatever the last layer left (NaN
