@@ -24,10 +24,14 @@
  * ky, kx) in index order of W[m, (ch, ky, kx)] in[m, iy + ph - ky dh, ix + pw
  * - kx dw], terms outside `in` being 0 x w), the workspace holding the
  * rearranged weight. Strided col2im (where the mirrored window would skip
- * most positions) and the weight gradient (whose B is col transposed) still
- * store col in the workspace. With stride 1 and grid rows of whole 16-wide
- * panels (or 8-wide rows in pairs), the AVX2 kernel's B is not even packed: conv.c's own tiles read it
- * in the bordered image (direct_rows).
+ * most positions) still stores col in the workspace; the weight gradient
+ * (whose B is col transposed) packs it from the bordered image by 8 x 8
+ * transposes (win_pack_t), or stores it where the bordered copy does not fit.
+ * With the AVX2 kernel two of these are not packed at all: with stride 1 and
+ * grid rows of whole 16-wide panels (or 8-wide rows in pairs) conv.c's own
+ * tiles read B in the bordered image (direct_rows), and with 16k channels
+ * the weight gradient's tiles walk the image turned channels last
+ * (direct_wgrad).
  *
  * Why these bits hold on any layout: every element of a GEMM is one FMA chain
  * over k in index order (runtime/cpu/README.md), whatever the threads, so y
