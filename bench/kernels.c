@@ -5,6 +5,11 @@
  * work only ever adds). Built against a runtime library, so two trees' kernels
  * can be timed side by side (bench/kernels.sh alternates them).
  *
+ * The fused linear and activation (pg_linear_act_fwd, pg_linear_bwd_in_act) are
+ * weak references: against a library without them, "fc+gelu" and "proj+gelu"
+ * time the two separate calls, so base against new is apart against fused;
+ * "fc, gelu" and "proj, gelu" are always the two calls.
+ *
  *   kernels ROUNDS        -> one line a kernel: name|elements|us a call
  */
 #include <stdio.h>
@@ -13,6 +18,9 @@
 #include <time.h>
 
 #include "pg_ops.h"
+
+#pragma weak pg_linear_act_fwd
+#pragma weak pg_linear_bwd_in_act
 
 #define ROWS 256
 #define D 128
@@ -40,16 +48,29 @@ static float *buf(size_t n, unsigned seed)
     return p;
 }
 
-enum { GELU_F, GELU_B, SILU_F, SILU_B, SIGM_F, TANH_F, TANH_B, SWIGLU_F, SWIGLU_B, LIN_F, LIN_W, LN_F, LN_B, NK };
+enum { GELU_F, GELU_B, SILU_F, SILU_B, SIGM_F, TANH_F, TANH_B, SWIGLU_F, SWIGLU_B, LIN_F, LIN_W, LN_F, LN_B,
+       FC_GELU, FC_THEN_GELU, PROJ_GELU, PROJ_THEN_GELU, NK };
 static const char *const names[NK] = {"gelu_fwd",   "gelu_bwd_in", "silu_fwd",   "silu_bwd_in",   "sigmoid_fwd",
                                       "tanh_fwd",   "tanh_bwd_in", "swiglu_fwd", "swiglu_bwd_in", "linear_fwd fc",
-                                      "linear_bwd_w fc", "layernorm_fwd", "layernorm_bwd_in"};
+                                      "linear_bwd_w fc", "layernorm_fwd", "layernorm_bwd_in", "fc+gelu fwd",
+                                      "fc, gelu fwd", "proj+gelu bwd_in", "proj, gelu bwd_in"};
 static const long elems[NK] = {ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID,
-                               ROWS * SWI, ROWS * SWI, ROWS * HID, ROWS * HID, ROWS * D,   ROWS * D};
+                               ROWS * SWI, ROWS * SWI, ROWS * HID, ROWS * HID, ROWS * D,   ROWS * D,
+                               ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID};
 
 typedef struct bufs {
     float *x, *dy, *y, *dx, *w, *w2, *b, *g, *u, *dg, *du, *h, *dh, *mean, *rstd, *lw, *lb;
 } bufs;
+
+static int fc_then_gelu(pg_ctx *c, bufs *B)
+{
+    return pg_linear_fwd(c, ROWS, D, HID, B->x, B->w, B->b, B->h) || pg_gelu_fwd(c, ROWS * HID, B->h, B->y);
+}
+
+static int proj_then_gelu(pg_ctx *c, bufs *B)
+{
+    return pg_linear_bwd_in(c, ROWS, HID, D, B->dy, B->w2, B->dh) || pg_gelu_bwd_in(c, ROWS * HID, B->h, B->dh, B->dx);
+}
 
 static void one(pg_ctx *c, int k, bufs *B)
 {
@@ -70,6 +91,16 @@ static void one(pg_ctx *c, int k, bufs *B)
     case LIN_W: rc = pg_linear_bwd_w(c, ROWS, D, HID, B->x, B->dh, B->dg, B->du); break;
     case LN_F: rc = pg_layernorm_fwd(c, ROWS, D, 1e-5f, B->x, B->lw, B->lb, B->y, B->mean, B->rstd); break;
     case LN_B: rc = pg_layernorm_bwd_in(c, ROWS, D, B->x, B->lw, B->mean, B->rstd, B->dy, B->dx); break;
+    case FC_GELU: /* s = x W^T + b [ROWS, HID], y = gelu(s); the two calls in a library without it */
+        rc = pg_linear_act_fwd ? pg_linear_act_fwd(c, pg_gelu_fwd, ROWS, D, HID, B->x, B->w, B->b, B->h, B->y)
+                               : fc_then_gelu(c, B);
+        break;
+    case FC_THEN_GELU: rc = fc_then_gelu(c, B); break;
+    case PROJ_GELU: /* g = dy W [ROWS, HID] (W [D, HID]), dx = gelu'(h) g */
+        rc = pg_linear_bwd_in_act ? pg_linear_bwd_in_act(c, pg_gelu_bwd_in, ROWS, HID, D, B->dy, B->w2, B->h, B->dh, B->dx)
+                                  : proj_then_gelu(c, B);
+        break;
+    case PROJ_THEN_GELU: rc = proj_then_gelu(c, B); break;
     }
     if (rc) {
         fprintf(stderr, "kernels: %s failed\n", names[k]);

@@ -153,11 +153,60 @@ static const gen_layer_kind *forward_begin(em_out *e, int i, em_layer *a)
     return K;
 }
 
+/* ---- an activation applied in the store of the GEMM beside it ----
+ * linear -> act: the linear's forward writes s and act(s) in one call;
+ * act -> linear: the linear's backward-input writes the activation output's
+ * gradient g and the activation's input gradient in one call. Only layers
+ * next to each other in one chunk, the one's output the other's input (a
+ * stash between them, or a chunk boundary, keeps the two calls): the same
+ * bits, one pass over memory fewer (runtime/cpu/linear.c). */
+
+static const gen_layer_kind *kind_at(const em_out *e, int i)
+{
+    const em_chunk *ch = e->ch;
+    if (i < ch->first || i > ch->last)
+        return NULL;
+    return gen_layer_kind_of(e->g->m->layers[i].kind);
+}
+
+/* Layer i's forward applies layer i + 1's activation: that activation's K->act. */
+static const char *fused_act_after(const em_out *e, int i)
+{
+    const em_chunk *ch = e->ch;
+    const gen_layer_kind *K = kind_at(e, i), *N = kind_at(e, i + 1);
+    if (!K || !N || !K->store_act || !N->act || ch->lin[i + 1 - ch->first] != ch->lout[i - ch->first])
+        return NULL;
+    return N->act;
+}
+
+/* Layer i's backward-input applies the backward of layer i - 1's activation
+ * (both gradients wanted): that activation's K->act. */
+static const char *fused_act_before(const em_out *e, int i)
+{
+    const em_chunk *ch = e->ch;
+    const gen_layer_kind *K = kind_at(e, i), *P = kind_at(e, i - 1);
+    if (!K || !P || !K->store_act || !P->act)
+        return NULL;
+    int s = ch->lin[i - 1 - ch->first], h = ch->lin[i - ch->first];
+    if (ch->lout[i - 1 - ch->first] != h || !ch->tens[s].need_grad || !ch->tens[h].need_grad)
+        return NULL;
+    return P->act;
+}
+
 void emit_layer_fwd(em_out *e, int i)
 {
     em_layer a;
+    if (fused_act_after(e, i - 1)) {
+        fprintf(e->o, "    /* %s: in %s's call above */\n", e->g->m->layers[i].name, e->g->m->layers[i - 1].name);
+        return;
+    }
     const gen_layer_kind *K = forward_begin(e, i, &a);
-    if (K)
+    const char *act = fused_act_after(e, i);
+    if (K && act) {
+        char y[64];
+        tval(e, e->ch->lout[i + 1 - e->ch->first], y, sizeof y);
+        K->fwd_act(e, &a, act, y);
+    } else if (K)
         K->fwd(e, &a);
 }
 
@@ -174,10 +223,20 @@ void emit_layer_dec(em_out *e, int i)
 void emit_layer_bwd_b(em_out *e, int i)
 {
     em_layer a;
+    if (fused_act_before(e, i + 1)) {
+        fprintf(e->o, "    /* %s: in %s's call above */\n", e->g->m->layers[i].name, e->g->m->layers[i + 1].name);
+        return;
+    }
     const gen_layer_kind *K = layer_begin(e, i, &a);
     tgrad(e, a.tout, a.dy, sizeof a.dy);
     param_locals(e->ch, &a);
-    if (K && K->bwd_b)
+    const char *act = fused_act_before(e, i);
+    if (K && act) {
+        char s[64], dx[64];
+        tval(e, e->ch->lin[i - 1 - e->ch->first], s, sizeof s);
+        tgrad(e, e->ch->lin[i - 1 - e->ch->first], dx, sizeof dx);
+        K->bwd_act(e, &a, act, s, dx);
+    } else if (K && K->bwd_b)
         K->bwd_b(e, &a);
 }
 

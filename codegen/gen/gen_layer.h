@@ -48,6 +48,17 @@ typedef struct gen_layer_kind {
     int fwd_uses_first;
     /* the input is token ids: the first such layer's vocab is the stage's input vocab */
     int reads_tokens;
+    /* an elementwise activation: its ops are pg_<act>_fwd and pg_<act>_bwd_in
+     * (pg_ops.h's pg_act_fwd_fn, pg_act_bwd_fn), which a store_act layer beside
+     * it applies in its GEMM's store; NULL: not one */
+    const char *act;
+    /* its forward's product is followed, in the same call, by the activation
+     * layer after it (fwd_act), and its backward-input's product by the
+     * backward of the activation layer before it (bwd_act): gen_layer.c's
+     * fused_act_after / fused_act_before say when */
+    int store_act;
+    void (*fwd_act)(em_out *e, em_layer *a, const char *act, const char *y);
+    void (*bwd_act)(em_out *e, em_layer *a, const char *act, const char *s, const char *dx);
 
     /* Refuse a model this kind cannot train (batch, micro-batches) with a located
      * error; -1 then. NULL: every model. */

@@ -47,9 +47,8 @@ static int fwd_body_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
     float *const layer2_weight = (float *)(A + 0); /* layer2.weight: f32[256, 1024] */
     float *const layer2_bias = (float *)(A + 3276800); /* layer2.bias: f32[256] */
     /* layer2: linear [r, 1024] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 1024, 256, c2_x, layer2_weight, layer2_bias, layer2_out));
-    /* relu2: relu [r, 256] -> [r, 256] */
-    PG_TRY(pg_relu_fwd(c, r * 256, layer2_out, c2_y));
+    PG_TRY(pg_linear_act_fwd(c, pg_relu_fwd, r, 1024, 256, c2_x, layer2_weight, layer2_bias, layer2_out, c2_y));
+    /* relu2: in layer2's call above */
     /* loss: mse(sum), partial over this micro-batch */
     PG_TRY(pg_mse_fwd_bwd(c, r * 256, c2_y, (const float *)TARGET_ROWS, 1.0, &io->loss, c2_dy));
     return 0;

@@ -1425,6 +1425,99 @@ static void test_linear_row_independence(rng *r)
     }
 }
 
+/* ---- an activation in the GEMM's store (pg_linear_act_fwd, pg_linear_bwd_in_act) ----
+ * The fused call must give the bytes of the two separate calls, for every
+ * activation, every length class of a row piece (the strips the GEMM hands its
+ * store: below, at and past the activations' blocks of 64 and the GEMM's
+ * column blocks of 256), rows past every tile height, K over one chunk of k,
+ * every kernel and 1 and 3 threads. */
+
+typedef struct act_ops {
+    const char *name;
+    pg_act_fwd_fn *fwd;
+    pg_act_bwd_fn *bwd;
+} act_ops;
+
+static const act_ops act_list[] = {
+    {"relu", pg_relu_fwd, pg_relu_bwd_in},          {"gelu", pg_gelu_fwd, pg_gelu_bwd_in},
+    {"sigmoid", pg_sigmoid_fwd, pg_sigmoid_bwd_in}, {"tanh", pg_tanh_fwd, pg_tanh_bwd_in},
+    {"silu", pg_silu_fwd, pg_silu_bwd_in},
+};
+#define N_ACTS (int)(sizeof act_list / sizeof act_list[0])
+
+/* n rows, in -> out: 0 when the fused forward and backward-input equal the
+ * separate calls byte for byte, else 1 with the first difference in why. */
+static int linear_act_differs(pg_ctx *c, rng *r, const act_ops *A, int64_t n, int64_t in, int64_t out, char *why,
+                              size_t wl)
+{
+    float *x = fa(n * in), *w = fa(out * in), *b = fa(out), *s1 = fa(n * out), *y1 = fa(n * out);
+    float *s2 = fa(n * out), *y2 = fa(n * out), *dy = fa(n * out), *g1 = fa(n * in), *dx1 = fa(n * in);
+    float *g2 = fa(n * in), *dx2 = fa(n * in), *h = fa(n * in);
+    fill(r, x, n * in, -2, 2), fill(r, w, out * in, -0.5, 0.5), fill(r, b, out, -1, 1);
+    fill(r, dy, n * out, -1, 1), fill(r, h, n * in, -4, 4);
+    int bad = 0;
+    pg_linear_fwd(c, n, in, out, x, w, b, s1);
+    A->fwd(c, n * out, s1, y1);
+    if (pg_linear_act_fwd(c, A->fwd, n, in, out, x, w, b, s2, y2) ||
+        memcmp(s1, s2, (size_t)(n * out) * sizeof *s1) || memcmp(y1, y2, (size_t)(n * out) * sizeof *y1))
+        bad = 1, snprintf(why, wl, "%s forward, n %lld in %lld out %lld", A->name, (long long)n, (long long)in,
+                          (long long)out);
+    /* the backward: h is the activation's input, dy the linear's output gradient */
+    pg_linear_bwd_in(c, n, in, out, dy, w, g1);
+    A->bwd(c, n * in, h, g1, dx1);
+    if (!bad && (pg_linear_bwd_in_act(c, A->bwd, n, in, out, dy, w, h, g2, dx2) ||
+                 memcmp(g1, g2, (size_t)(n * in) * sizeof *g1) || memcmp(dx1, dx2, (size_t)(n * in) * sizeof *dx1)))
+        bad = 1, snprintf(why, wl, "%s backward-input, n %lld in %lld out %lld", A->name, (long long)n,
+                          (long long)in, (long long)out);
+    free(x), free(w), free(b), free(s1), free(y1), free(s2), free(y2), free(dy), free(g1), free(dx1), free(g2);
+    free(dx2), free(h);
+    return bad;
+}
+
+static void test_linear_act(rng *r)
+{
+    /* {n, in, out}: the fused width is out forward, in backward */
+    static const int64_t shapes[][3] = {
+        {5, 1, 1},    {7, 3, 17},    {13, 16, 64},  {37, 65, 63},   {70, 63, 65},  {9, 130, 130},
+        {6, 256, 256}, {20, 257, 300}, {3, 512, 96}, {11, 40, 513}, {4, 1100, 70}, {2, 70, 1100},
+        {3, 0, 20},   {4, 20, 0},
+    };
+    const int nsh = (int)(sizeof shapes / sizeof shapes[0]);
+    for (int k = 0; k < N_GEMM_KERNELS; k++)
+        for (int threads = 1; threads <= 3; threads += 2) {
+            const char *kn = gemm_kernels[k];
+            if (!cpu_runs_kernel(kn)) {
+                OK(1, "# SKIP this CPU has no %s GEMM kernel (%d threads)", kn, threads);
+                continue;
+            }
+            pg_ctx *c = ctx_with(threads, kn);
+            char why[160] = "backend init failed";
+            int bad = c == NULL;
+            for (int a = 0; !bad && a < N_ACTS; a++)
+                for (int i = 0; !bad && i < nsh; i++)
+                    bad = linear_act_differs(c, r, &act_list[a], shapes[i][0], shapes[i][1], shapes[i][2], why,
+                                             sizeof why);
+            OK(!bad, "linear_act_fwd and linear_bwd_in_act (relu, gelu, sigmoid, tanh, silu) give the bytes of "
+               "linear then the activation, kernel %s, %d thread(s), widths 1..1100, K up to 1100%s%s", kn, threads,
+               bad ? ": differs at " : "", bad ? why : "");
+            pg_backend_free(c);
+        }
+    pg_ctx *c = ctx_with(1, NULL);
+    float v[4] = {0};
+    capture cap;
+    capture_begin(&cap);
+    int rc = pg_linear_act_fwd(c, NULL, 1, 1, 1, v, v, NULL, v + 1, v + 2);
+    const char *msg = capture_end(&cap);
+    OK(rc == 1 && strstr(msg, "linear_act_fwd: no activation op given (NULL)"),
+       "linear_act_fwd without an activation is refused, naming it: %s", msg);
+    capture_begin(&cap);
+    rc = pg_linear_bwd_in_act(c, pg_gelu_bwd_in, 1, -1, 1, v, v, v, v + 1, v + 2);
+    msg = capture_end(&cap);
+    OK(rc == 1 && strstr(msg, "linear_bwd_in_act: sizes n=1 in=-1 out=1"),
+       "linear_bwd_in_act with a negative size is refused, naming it: %s", msg);
+    pg_backend_free(c);
+}
+
 /* The products of a small training step: linear forward and both backwards
  * (one with more rows than a chunk of k), attention forward and backward.
  * Their bytes are compared across thread counts and kernels, and hashed for
@@ -1666,6 +1759,7 @@ int main(int argc, char **argv)
     test_linear(c, &r);
     test_gemm_formula(&r);
     test_linear_row_independence(&r);
+    test_linear_act(&r);
     test_activations(c, &r);
     test_exp_and_gelu_range(c);
     test_swiglu(c, &r);
