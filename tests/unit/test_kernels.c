@@ -1264,6 +1264,15 @@ static int cpu_runs_kernel(const char *k)
     return 1;
 }
 
+/* 1, with a skipped check saying so, when this CPU cannot run GEMM kernel kn. */
+static int kernel_absent(const char *kn, int threads)
+{
+    if (cpu_runs_kernel(kn))
+        return 0;
+    OK(1, "# SKIP this CPU has no %s GEMM kernel (%d threads)", kn, threads);
+    return 1;
+}
+
 /* A backend with `threads` threads and the GEMM kernel `kernel` (NULL: the
  * one this CPU picks), through PIPE_CPU_GEMM as a user would ask for it. */
 static pg_ctx *ctx_with(int threads, const char *kernel)
@@ -1346,10 +1355,8 @@ static void test_gemm_formula(rng *r)
     for (int k = 0; k < N_GEMM_KERNELS; k++)
         for (int threads = 1; threads <= 3; threads += 2) {
             const char *kn = gemm_kernels[k];
-            if (!cpu_runs_kernel(kn)) {
-                OK(1, "# SKIP this CPU has no %s GEMM kernel (%d threads)", kn, threads);
+            if (kernel_absent(kn, threads))
                 continue;
-            }
             pg_ctx *c = ctx_with(threads, kn);
             int all = c != NULL;
             char why[256] = "backend init failed";
@@ -1486,10 +1493,8 @@ static void test_linear_act(rng *r)
     for (int k = 0; k < N_GEMM_KERNELS; k++)
         for (int threads = 1; threads <= 3; threads += 2) {
             const char *kn = gemm_kernels[k];
-            if (!cpu_runs_kernel(kn)) {
-                OK(1, "# SKIP this CPU has no %s GEMM kernel (%d threads)", kn, threads);
+            if (kernel_absent(kn, threads))
                 continue;
-            }
             pg_ctx *c = ctx_with(threads, kn);
             char why[160] = "backend init failed";
             int bad = c == NULL;
