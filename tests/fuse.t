@@ -1,12 +1,15 @@
 #!/bin/sh
-# tests/fuse.t — an activation applied in the store of the linear beside it
-# (issue 28 §4, runtime/cpu/linear.c): pipegen emits one call for a linear and
-# the activation after it (pg_linear_act_fwd) and one for a linear and the
-# backward of the activation before it (pg_linear_bwd_in_act), only where the
-# two are neighbours in one chunk; a stash between them or a split keeps the
-# calls apart. Trained, the fused model gives the losses and the weights of
-# the same model cut so that either fusion cannot happen (tests/kernels.t
-# compares the kernels' bytes).
+# tests/fuse.t — layers fused with their neighbours (issue 28 §4): pipegen
+# emits one call for a linear and the activation after it (pg_linear_act_fwd,
+# the activation in the GEMM's store) and one for a linear and the backward of
+# the activation before it (pg_linear_bwd_in_act), only where the two are
+# neighbours in one chunk (a stash between them or a split keeps the calls
+# apart); and one call for a residual add (pop ... add) and the layernorm or
+# rmsnorm after it, a stash between them or not (pg_add_layernorm_fwd,
+# pg_add_rmsnorm_fwd), and for a norm's backward and the skip gradient its
+# stash adds (pg_layernorm_bwd_in_add, pg_rmsnorm_bwd_in_add). Trained, each
+# fused model gives the losses and the weights of the same model cut so that
+# the fusion cannot happen (tests/kernels.t compares the kernels' bytes).
 . "$(dirname "$0")/lib.sh"
 . "$TOP/tests/lib_e2e.sh"
 . "$TOP/tests/lib_fault.sh"
@@ -25,6 +28,11 @@ gen_run() {
         "$PIPERUN" "$T/$1/bin" -- --steps 4 --threads 1 --save "$T/$1.st" >"$T/$1.out" 2>&1 ||
         { sed 's/^/# /' "$T/$1.gen" "$T/$1.out" 2>/dev/null; return 1; }
     grep -oE 'step [0-9]+/4  loss [^ ]+' "$T/$1.out" >"$T/$1.loss"
+}
+# same_as NAME FUSED: NAME trained to FUSED's losses and weights
+same_as() {
+    is "$(cat "$T/$1.loss")" "$(cat "$T/$2.loss")" "...the same losses as the fused one"
+    cmp -s "$T/$1.st" "$T/$2.st"; ok $? "...and the same weights"
 }
 # calls NAME PATTERN: how many lines of NAME's stage programs call PATTERN
 calls() { cat "$T/$1"/stage*.c | grep -c -- "$2"; }
@@ -46,15 +54,35 @@ like "$(cat "$T/fused/stage0.c")" '/\* fc1.gelu[0-9]*: in fc1.s call above \*/|/
 
 gen_run apart_f; ok $? "the same model split after every linear (no forward fusion) trains on 4 stages"
 is "$(calls apart_f 'pg_linear_act_fwd(')/$(calls apart_f 'pg_linear_bwd_in_act(')" "0/3" "...with the activations' forwards apart, their backwards fused"
-is "$(cat "$T/apart_f.loss")" "$(cat "$T/fused.loss")" "...the same losses as the fused one"
-cmp -s "$T/apart_f.st" "$T/fused.st"; ok $? "...and the same weights"
+same_as apart_f fused
 
 gen_run apart_b; ok $? "split after every activation (no backward fusion) it trains on 4 stages"
 is "$(calls apart_b 'pg_linear_act_fwd(')/$(calls apart_b 'pg_linear_bwd_in_act(')" "3/0" "...with the forwards fused, the backwards apart"
-is "$(cat "$T/apart_b.loss")" "$(cat "$T/fused.loss")" "...the same losses as the fused one"
-cmp -s "$T/apart_b.st" "$T/fused.st"; ok $? "...and the same weights"
+same_as apart_b fused
 
 gen_run stashed; ok $? "a model that stashes an activation's output trains"
 is "$(calls stashed 'pg_linear_act_fwd(')/$(calls stashed 'pg_linear_bwd_in_act(c, pg_relu')/$(calls stashed 'PG_TRY(pg_gelu_bwd_in(')" "2/0/1" \
     "...the gelu whose output's gradient also comes from the skip keeps its backward apart (a stash between)"
+# a residual block with both norms: add -> stash -> norm, and norm's backward + its stash's skip gradient
+res() {
+    model "$@" 'fc0 = linear(24 -> 32)' 'stash a' 'fc1 = linear(32 -> 32) silu' 'pop a add' 'stash b' layernorm \
+        'fc2 = linear(32 -> 32)' 'pop b add' 'stash c' 'rmsnorm' 'fc3 = linear(32 -> 32)' 'pop c add' 'fc4 = linear(32 -> 8)'
+}
+res norms
+gen_run norms; ok $? "a residual model with a layernorm and an rmsnorm after its adds trains on one stage"
+is "$(calls norms 'pg_add_layernorm_fwd(c, r, 32, 1e-05f, silu0_out, fc0_out, pop_a_out, ')/$(calls norms 'pg_add_rmsnorm_fwd(c, r, 32, ')" "1/1" \
+    "...each add and the norm after it are one call (forward)"
+is "$(calls norms 'pg_layernorm_bwd_in_add(c, r, 32, pop_a_out, ')/$(calls norms 'pg_rmsnorm_bwd_in_add(c, r, 32, ')" "1/1" \
+    "...each norm's backward adds its stash's skip gradient in the same call"
+is "$(calls norms 'pg_add_fwd(')/$(calls norms 'PG_TRY(pg_layernorm_fwd(')/$(calls norms 'PG_TRY(pg_rmsnorm_fwd(')/$(calls norms 'pg_axpy_inplace(c, d_pop_[bc]_out')" "1/0/0/0" \
+    "...leaving apart only the add no norm follows"
+# split between each add and its stash: no forward fusion; between each stash and its norm: none
+sed -e 's/^pop a add$/pop a add\nsplit/' -e 's/^pop b add$/pop b add\nsplit/' "$T/norms.pipe" >"$T/norms_f.pipe"
+sed -e 's/^stash b$/stash b\nsplit/' -e 's/^stash c$/stash c\nsplit/' "$T/norms.pipe" >"$T/norms_b.pipe"
+gen_run norms_f; ok $? "split after each add, it trains on 3 stages"
+is "$(calls norms_f 'pg_add_[a-z]*norm_fwd(')/$(calls norms_f '_bwd_in_add(')" "0/2" "...with the adds apart from the norms, the backwards fused"
+same_as norms_f norms
+gen_run norms_b; ok $? "split after each stash, it trains on 3 stages"
+is "$(calls norms_b 'pg_add_[a-z]*norm_fwd(')/$(calls norms_b '_bwd_in_add(')" "0/0" "...with nothing fused (each norm begins a stage)"
+same_as norms_b norms
 done_testing

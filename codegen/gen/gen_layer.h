@@ -59,6 +59,18 @@ typedef struct gen_layer_kind {
     int store_act;
     void (*fwd_act)(em_out *e, em_layer *a, const char *act, const char *y);
     void (*bwd_act)(em_out *e, em_layer *a, const char *act, const char *s, const char *dx);
+    /* The residual add and the norm after it in one pass over the rows
+     * (gen_layer.c's fused_add_norm, fused_skip_norm):
+     * is_add: this layer (pop ... add) writes x + s, its skip s's C text from
+     * add_skip; fwd_add: a norm's forward computing its input a->x as x + s
+     * first; skip_grad: a stash's skip gradient's C text, which its backward
+     * adds to the tensor's gradient; bwd_add: a norm's backward-input adding
+     * ds to its dx. */
+    int (*is_add)(const ir_model *m, const ir_layer *L);
+    void (*add_skip)(em_out *e, em_layer *a, char *s, size_t n);
+    void (*fwd_add)(em_out *e, em_layer *a, const char *x, const char *s);
+    void (*skip_grad)(em_out *e, em_layer *a, char *ds, size_t n);
+    void (*bwd_add)(em_out *e, em_layer *a, const char *ds);
 
     /* Refuse a model this kind cannot train (batch, micro-batches) with a located
      * error; -1 then. NULL: every model. */

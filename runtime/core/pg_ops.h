@@ -176,6 +176,13 @@ int pg_layernorm_bwd_in(pg_ctx *c, int64_t n, int64_t d, const float *x, const f
                         const float *mean, const float *rstd, const float *dy, float *dx);
 int pg_layernorm_bwd_w(pg_ctx *c, int64_t n, int64_t d, const float *x,
                        const float *mean, const float *rstd, const float *dy, float *dw, float *db);
+/* The residual add beside a norm, in the same pass over the rows (the bits of
+ * the separate calls): z = x + s (pg_add_fwd), then the norm of z; and the
+ * norm's input gradient plus a skip's gradient ds (pg_axpy_inplace after it). */
+int pg_add_layernorm_fwd(pg_ctx *c, int64_t n, int64_t d, float eps, const float *x, const float *s, float *z,
+                         const float *w, const float *b, float *y, float *mean, float *rstd);
+int pg_layernorm_bwd_in_add(pg_ctx *c, int64_t n, int64_t d, const float *x, const float *w, const float *mean,
+                            const float *rstd, const float *dy, const float *ds, float *dx);
 
 /* ---- batchnorm over n rows per feature (C features) ---------------------
  * Training output uses this micro-batch's statistics (as torchgpipe's deferred
@@ -298,6 +305,11 @@ int pg_rmsnorm_bwd_in(pg_ctx *c, int64_t n, int64_t d, const float *x, const flo
                       const float *rstd, const float *dy, float *dx);
 int pg_rmsnorm_bwd_w(pg_ctx *c, int64_t n, int64_t d, const float *x, const float *rstd,
                      const float *dy, float *dw);          /* dw += sum_rows dy x rstd */
+/* with the residual add beside it, as pg_add_layernorm_fwd and pg_layernorm_bwd_in_add */
+int pg_add_rmsnorm_fwd(pg_ctx *c, int64_t n, int64_t d, float eps, const float *x, const float *s, float *z,
+                       const float *w, float *y, float *rstd);
+int pg_rmsnorm_bwd_in_add(pg_ctx *c, int64_t n, int64_t d, const float *x, const float *w, const float *rstd,
+                          const float *dy, const float *ds, float *dx);
 
 /* ---- swiglu: g = x Wg^T + bg, u = x Wu^T + bu (both [n, h], saved),
  * y = silu(g) u. The backward-input leaves dg = dy u silu'(g) and du = dy

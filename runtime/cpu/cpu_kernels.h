@@ -114,6 +114,12 @@ void pg_cpu_norm_bwd_in(pg_ctx *c, int64_t n, int64_t d, const float *x, const f
                         const float *rstd, const float *dy, float *dx);
 void pg_cpu_norm_bwd_w(pg_ctx *c, int64_t n, int64_t d, const float *x, const float *mean, const float *rstd,
                        const float *dy, float *dw, float *db);
+/* The same fused with the residual add beside them: the forward of z = x + s,
+ * writing z; the backward's dx plus ds (a skip's gradient). */
+void pg_cpu_norm_add_fwd(pg_ctx *c, int64_t n, int64_t d, float eps, const float *x, const float *s, float *z,
+                         const float *w, const float *b, float *y, float *mean, float *rstd);
+void pg_cpu_norm_bwd_in_add(pg_ctx *c, int64_t n, int64_t d, const float *x, const float *w, const float *mean,
+                            const float *rstd, const float *dy, const float *ds, float *dx);
 
 /* Row sums of the norms (layernorm.c, rmsnorm.c): a row is cut into chunks of
  * PG_CPU_ROW_CHUNK elements, a chunk into blocks of PG_CPU_ROW_LANES; lane l of

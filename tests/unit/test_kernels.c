@@ -484,6 +484,77 @@ static void test_norm_rows_alone(pg_ctx *c, rng *r)
     free(x), free(w), free(b), free(dy), free(y), free(dx), free(m), free(rs), free(y1), free(dx1), free(m1), free(rs1);
 }
 
+/* The residual add fused into the norms (pg_add_layernorm_fwd,
+ * pg_layernorm_bwd_in_add, the rmsnorm pair): the bytes of pg_add_fwd then the
+ * norm, and of the norm's backward then pg_axpy_inplace, for every length
+ * class of a row (below, at and past the 16-float blocks and 256-float
+ * chunks of the row sums) and row counts around the groups of 8, with and
+ * without the affine weights. (kernels.t runs this again with the baseline
+ * loops, PIPE_CPU_GEMM=portable.) */
+static int norm_add_differs(pg_ctx *c, rng *r, int rms, int affine, int64_t n, int64_t d)
+{
+    int64_t nd = n * d;
+    float *x = fa(nd), *s = fa(nd), *w = fa(d), *b = fa(d), *dy = fa(nd), *ds = fa(nd);
+    float *z1 = fa(nd), *y1 = fa(nd), *m1 = fa(n), *r1 = fa(n), *dx1 = fa(nd);
+    float *z2 = fa(nd), *y2 = fa(nd), *m2 = fa(n), *r2 = fa(n), *dx2 = fa(nd);
+    fill(r, x, nd, -2, 3), fill(r, s, nd, -1, 1), fill(r, w, d, 0.5, 1.5), fill(r, b, d, -1, 1);
+    fill(r, dy, nd, -1, 1), fill(r, ds, nd, -1, 1);
+    const float *wa = affine ? w : NULL, *ba = affine ? b : NULL;
+    int rc = pg_add_fwd(c, nd, x, s, z1);
+    if (rms) {
+        rc |= pg_rmsnorm_fwd(c, n, d, 1e-5f, z1, wa, y1, r1) || pg_add_rmsnorm_fwd(c, n, d, 1e-5f, x, s, z2, wa, y2, r2);
+        rc |= pg_rmsnorm_bwd_in(c, n, d, z1, wa, r1, dy, dx1) || pg_rmsnorm_bwd_in_add(c, n, d, z1, wa, r1, dy, ds, dx2);
+    } else {
+        rc |= pg_layernorm_fwd(c, n, d, 1e-5f, z1, wa, ba, y1, m1, r1) ||
+              pg_add_layernorm_fwd(c, n, d, 1e-5f, x, s, z2, wa, ba, y2, m2, r2);
+        rc |= pg_layernorm_bwd_in(c, n, d, z1, wa, m1, r1, dy, dx1) ||
+              pg_layernorm_bwd_in_add(c, n, d, z1, wa, m1, r1, dy, ds, dx2);
+    }
+    rc |= pg_axpy_inplace(c, dx1, ds, nd);
+    int bad = rc || memcmp(z1, z2, (size_t)nd * 4) || memcmp(y1, y2, (size_t)nd * 4) ||
+              memcmp(r1, r2, (size_t)n * 4) || memcmp(m1, m2, (size_t)n * 4) || memcmp(dx1, dx2, (size_t)nd * 4);
+    float *all[] = {x, s, w, b, dy, ds, z1, y1, m1, r1, dx1, z2, y2, m2, r2, dx2};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        free(all[i]);
+    return bad;
+}
+
+static void test_norm_add(pg_ctx *c, rng *r)
+{
+    static const int64_t ds[] = {1, 7, 15, 16, 17, 100, 128, 255, 256, 257, 300, 513};
+    static const int64_t ns[] = {1, 7, 8, 9, 19};
+    for (int rms = 0; rms <= 1; rms++) {
+        char why[96] = "";
+        for (int affine = 0; affine <= 1 && !why[0]; affine++)
+            for (size_t k = 0; k < sizeof ds / sizeof *ds && !why[0]; k++)
+                for (size_t i = 0; i < sizeof ns / sizeof *ns && !why[0]; i++)
+                    if (norm_add_differs(c, r, rms, affine, ns[i], ds[k]))
+                        snprintf(why, sizeof why, ": differs at n %lld d %lld%s", (long long)ns[i], (long long)ds[k],
+                                 affine ? "" : " without weights");
+        OK(!why[0], "add_%s_fwd and %s_bwd_in_add give the bytes of the add and the norm apart (z, y, statistics, "
+           "dx + ds), d = 1..513, n = 1..19, with and without weights%s", rms ? "rmsnorm" : "layernorm",
+           rms ? "rmsnorm" : "layernorm", why);
+    }
+    capture cap;
+    capture_begin(&cap);
+    float v[4] = {0};
+    int rc = pg_add_layernorm_fwd(c, 1, 0, 1e-5f, v, v, v, NULL, NULL, v, v, v);
+    const char *msg = capture_end(&cap);
+    OK(rc == 1 && strstr(msg, "add_layernorm_fwd: need n >= 0 and d > 0, got n=1 d=0"),
+       "add_layernorm_fwd with d = 0 is refused, naming it: %s", msg);
+    capture_begin(&cap);
+    rc = pg_rmsnorm_bwd_in_add(c, -1, 4, v, NULL, v, v, v, v);
+    msg = capture_end(&cap);
+    OK(rc == 1 && strstr(msg, "rmsnorm_bwd_in_add: need n >= 0 and d > 0, got n=-1 d=4"),
+       "rmsnorm_bwd_in_add with n = -1 is refused, naming it: %s", msg);
+    capture_begin(&cap);
+    rc = pg_add_rmsnorm_fwd(c, 2, -3, 1e-5f, v, v, v, NULL, v, v) + pg_layernorm_bwd_in_add(c, 2, -3, v, NULL, v, v, v, v, v);
+    msg = capture_end(&cap);
+    OK(rc == 2 && strstr(msg, "add_rmsnorm_fwd: need n >= 0 and d > 0") &&
+           strstr(msg, "layernorm_bwd_in_add: need n >= 0 and d > 0"),
+       "add_rmsnorm_fwd and layernorm_bwd_in_add with d < 0 are refused, naming themselves: %s", msg);
+}
+
 /* ---- batchnorm ----------------------------------------------------------- */
 
 typedef struct bn_case {
@@ -1771,6 +1842,7 @@ int main(int argc, char **argv)
     test_layernorm(c, &r);
     test_norm_lengths(c, &r);
     test_norm_rows_alone(c, &r);
+    test_norm_add(c, &r);
     test_batchnorm(c, &r);
     test_embed(c, &r);
     test_pos_embed(c, &r);
