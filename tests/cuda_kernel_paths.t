@@ -17,14 +17,14 @@ run() { PIPE_RANK=0 PIPE_WORLD=3 PIPE_MASTER=127.0.0.1:1 timeout 20 "$b" --steps
 out=$(PIPE_CUDA_KERNELS=colsum,bogus run)
 st=$?
 [ $st = 1 ]; ok $? "PIPE_CUDA_KERNELS with an unknown path: exit 1 (status $st)"
-like "$out" "PIPE_CUDA_KERNELS=colsum,bogus: unknown kernel path 'bogus' \(use fast, reference, or a comma list of colsum, pad, shadow, flash, lt\)" \
+like "$out" "PIPE_CUDA_KERNELS=colsum,bogus: unknown kernel path 'bogus' \(use fast, reference, or a comma list of colsum, pad, shadow, flash, lt, msplit\)" \
     "the error names the bad path and the good ones"
 
 out=$(PIPE_CUDA_KERNELS=reference run)
-like "$out" 'note: CUDA kernel paths \(PIPE_CUDA_KERNELS=reference\): colsum reference pad reference shadow reference flash reference lt reference' \
+like "$out" 'note: CUDA kernel paths \(PIPE_CUDA_KERNELS=reference\): colsum reference pad reference shadow reference flash reference lt reference msplit reference' \
     "PIPE_CUDA_KERNELS=reference: a note says every path is the reference one"
 out=$(PIPE_CUDA_KERNELS=flash,lt run)
-like "$out" 'colsum reference pad reference shadow reference flash fast lt fast' "PIPE_CUDA_KERNELS=flash,lt: just those two are fast"
+like "$out" 'colsum reference pad reference shadow reference flash fast lt fast msplit reference' "PIPE_CUDA_KERNELS=flash,lt: just those two are fast"
 out=$(run)
 if printf '%s' "$out" | grep -q 'CUDA kernel paths'; then st=1; else st=0; fi
 ok $st "no PIPE_CUDA_KERNELS: no note (every fast path on)"

@@ -27,9 +27,10 @@ static const struct {
     unsigned bit;
 } kpath_names[] = {
     {"colsum", PG_CUDA_K_COLSUM}, {"pad", PG_CUDA_K_PAD}, {"shadow", PG_CUDA_K_SHADOW},
-    {"flash", PG_CUDA_K_FLASH},   {"lt", PG_CUDA_K_LT},
+    {"flash", PG_CUDA_K_FLASH},   {"lt", PG_CUDA_K_LT},       {"msplit", PG_CUDA_K_MSPLIT},
 };
 #define NKPATHS (int)(sizeof kpath_names / sizeof kpath_names[0])
+static_assert(NKPATHS == PG_CUDA_NKPATHS, "a name for every kernel path");
 
 /* PIPE_CUDA_KERNELS: unset, empty or "fast": every fast path; "reference":
  * none (the kernels before them); else a comma list of the fast paths to use. */
@@ -48,7 +49,7 @@ static int parse_kernel_paths(const char *s, unsigned *out)
             k++;
         if (k == NKPATHS) {
             pg_rt_error(__FILE__, __LINE__, "PIPE_CUDA_KERNELS=%s: unknown kernel path '%.*s' (use fast, reference, "
-                        "or a comma list of colsum, pad, shadow, flash, lt)", s, (int)len, p);
+                        "or a comma list of colsum, pad, shadow, flash, lt, msplit)", s, (int)len, p);
             return 1;
         }
         *out |= kpath_names[k].bit;

@@ -42,8 +42,10 @@ enum {
     PG_CUDA_K_SHADOW = 1u << 2, /* bf16 shadow weights, written by the optimizer step */
     PG_CUDA_K_FLASH = 1u << 3,  /* fused attention (bf16 precision, head dim <= 64) */
     PG_CUDA_K_LT = 1u << 4,     /* cuBLASLt: the bias added in the bf16 GEMM's epilogue */
-    PG_CUDA_K_ALL = (1u << 5) - 1
+    PG_CUDA_K_MSPLIT = 1u << 5, /* a bf16 GEMM with m not a multiple of 8: the aligned m & ~7 rows, then the rest */
+    PG_CUDA_K_ALL = (1u << 6) - 1
 };
+#define PG_CUDA_NKPATHS 6 /* the PG_CUDA_K_* bits */
 unsigned pg_cuda_kernel_paths(const pg_ctx *c);
 void pg_cuda_set_kernel_paths(pg_ctx *c, unsigned paths);
 /* How many GEMM shapes cuBLASLt has offered a bias-epilogue algorithm for so

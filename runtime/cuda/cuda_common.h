@@ -92,7 +92,7 @@ struct pg_ctx {
     /* how often each fast path (bit k of PG_CUDA_K_*: kp_calls[k]) and a bf16
      * GEMM ran, as the host called them (a graph replay repeats its calls
      * without counting): the end-of-run report, so a test sees a path taken */
-    long long kp_calls[5], bf16_gemms;
+    long long kp_calls[PG_CUDA_NKPATHS], bf16_gemms;
     cublasLtHandle_t lt;      /* cuBLASLt (the bias epilogue), sharing blas_ws on the same stream */
     struct pg_cuda_lt_plan lt_plans[PG_CUDA_LT_PLANS];
     int nlt_plans;
@@ -286,7 +286,7 @@ static inline int pg_cuda_fast(const pg_ctx *c, unsigned k) { return (c->kpaths 
 /* The fast path k (one PG_CUDA_K_* bit) is taken once more. */
 static inline void pg_cuda_count(pg_ctx *c, unsigned k)
 {
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < PG_CUDA_NKPATHS; i++)
         if (k == 1u << i)
             c->kp_calls[i]++;
 }

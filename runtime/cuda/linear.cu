@@ -163,29 +163,50 @@ static int bf16_operands(pg_ctx *c, cublasOperation_t ta, cublasOperation_t tb, 
  * TFLOP/s). So, on the pad path, such a product is the aligned first k & ~7
  * terms, then the last few with beta 1: a fixed split, the same two calls
  * (hence the same bits) for the same shapes (then 0.20 ms, nvjet's split-K
- * kernel, and 8 us for the rest). The logits' forward, whose C is 50257 wide,
- * still gets a 1-element-aligned kernel (1.68 ms, 94 TFLOP/s): writing C
- * through an aligned staging C did not change cuBLAS's choice (2.0 ms with the
- * copies, measured and removed); what C's width needs is the weight's rows
- * padded to a multiple of 8 (zeros), so that m itself is aligned. */
-static int bf16_gemm_ex(pg_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *alpha,
-                        const struct bf16_operand *a, const struct bf16_operand *b, const float *beta, float *C, int ldc)
+ * kernel, and 8 us for the rest). */
+static int bf16_gemm_k(pg_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *alpha,
+                       const __nv_bfloat16 *ap, int64_t lda, const __nv_bfloat16 *bp, int64_t ldb, const float *beta,
+                       float *C, int ldc)
 {
-    const __nv_bfloat16 *ap = a->p, *bp = b->p;
     int kc = k;
     if (pg_cuda_fast(c, PG_CUDA_K_PAD) && k > 8 && k % 8 && (ta == CUBLAS_OP_T || tb == CUBLAS_OP_N))
         kc = k & ~7;
-    CUBLAS_CHECK(cublasGemmEx(c->blas, ta, tb, m, n, kc, alpha, ap, CUDA_R_16BF, (int)a->ld16, bp, CUDA_R_16BF,
-                              (int)b->ld16, beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    CUBLAS_CHECK(cublasGemmEx(c->blas, ta, tb, m, n, kc, alpha, ap, CUDA_R_16BF, (int)lda, bp, CUDA_R_16BF, (int)ldb,
+                              beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     if (kc == k)
         return 0;
     pg_cuda_count(c, PG_CUDA_K_PAD);
     const float one = 1.0f;
-    const __nv_bfloat16 *a2 = ap + (ta == CUBLAS_OP_N ? (int64_t)kc * a->ld16 : (int64_t)kc);
-    const __nv_bfloat16 *b2 = bp + (tb == CUBLAS_OP_N ? (int64_t)kc : (int64_t)kc * b->ld16);
-    CUBLAS_CHECK(cublasGemmEx(c->blas, ta, tb, m, n, k - kc, alpha, a2, CUDA_R_16BF, (int)a->ld16, b2, CUDA_R_16BF,
-                              (int)b->ld16, &one, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    const __nv_bfloat16 *a2 = ap + (ta == CUBLAS_OP_N ? (int64_t)kc * lda : (int64_t)kc);
+    const __nv_bfloat16 *b2 = bp + (tb == CUBLAS_OP_N ? (int64_t)kc : (int64_t)kc * ldb);
+    CUBLAS_CHECK(cublasGemmEx(c->blas, ta, tb, m, n, k - kc, alpha, a2, CUDA_R_16BF, (int)lda, b2, CUDA_R_16BF, (int)ldb,
+                              &one, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return 0;
+}
+
+/* The logits' forward, whose C is 50257 (m) rows, got a 1-element-aligned
+ * kernel on the H200 (1.68 ms a micro-batch, 94 TFLOP/s); writing C through an
+ * aligned staging C did not change cuBLAS's choice (2.0 ms with the copies,
+ * measured and removed), so the odd m itself is the suspect. On the msplit
+ * path such a product is the first m & ~7 rows of C, then the last few rows
+ * (the rows of op(A) and of C from there): every element of C is still one
+ * call's dot product over all of k (no added sum), and the two calls are fixed
+ * by the shapes, so the bits depend on the shapes alone as before. Not yet
+ * timed on a GPU: PIPE_CUDA_KERNELS without msplit is the former call, for the
+ * A/B (bench/README.md, "GPU"). */
+static int bf16_gemm_ex(pg_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *alpha,
+                        const struct bf16_operand *a, const struct bf16_operand *b, const float *beta, float *C, int ldc)
+{
+    int mc = m;
+    if (pg_cuda_fast(c, PG_CUDA_K_MSPLIT) && m > 8 && m % 8)
+        mc = m & ~7;
+    if (bf16_gemm_k(c, ta, tb, mc, n, k, alpha, a->p, a->ld16, b->p, b->ld16, beta, C, ldc))
+        return 1;
+    if (mc == m)
+        return 0;
+    pg_cuda_count(c, PG_CUDA_K_MSPLIT);
+    const __nv_bfloat16 *a2 = a->p + (ta == CUBLAS_OP_N ? (int64_t)mc : (int64_t)mc * a->ld16);
+    return bf16_gemm_k(c, ta, tb, m - mc, n, k, alpha, a2, a->ld16, b->p, b->ld16, beta, C + mc, ldc);
 }
 
 int pg_cuda_gemm(pg_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *alpha,

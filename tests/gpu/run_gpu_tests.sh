@@ -33,7 +33,7 @@
 #  4. precision = bf16: 1 and 4 stages and --no-graph bitwise alike, within
 #     TOL_BF16 of the CPU (which computes bf16 models in f32), the loss falls,
 #     the bf16 GEMMs and the fast kernel paths gpt_tiny can use (colsum,
-#     shadow, flash, lt) taken, by the run's own "kernel paths taken" report;
+#     shadow, flash, lt; msplit where an m is odd) taken, by the run's own "kernel paths taken" report;
 #     with PIPE_CUDA_KERNELS=reference (the kernels before the fast paths)
 #     1 and 4 stages bitwise alike again, no fast path taken, within TOL_BF16
 #     of the fast paths;
@@ -307,7 +307,7 @@ else
         ok $? "bf16, fast paths: $p taken ($n_p host calls by the run's report)"
     done
     n_f=0
-    for p in colsum pad shadow flash lt; do n_f=$((n_f + $(path_count "$L/cuda1bfr" "$p"))); done
+    for p in colsum pad shadow flash lt msplit; do n_f=$((n_f + $(path_count "$L/cuda1bfr" "$p"))); done
     [ -s "$L/cuda1bfr.out" ] && [ "$(paths_used "$L/cuda1bfr" | wc -l)" -ge 1 ] && [ $n_f = 0 ] &&
         [ "$(path_count "$L/cuda1bfr" "bf16 GEMMs")" -gt 0 ]
     ok $? "bf16, PIPE_CUDA_KERNELS=reference: no fast path taken, bf16 GEMMs still ($(paths_used "$L/cuda1bfr" | head -n 1))"

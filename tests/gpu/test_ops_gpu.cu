@@ -48,7 +48,7 @@ static int device_count(const char **why)
 }
 /* the CPU backend has the reference formulas only: no kernel paths to switch */
 enum { PG_CUDA_K_COLSUM = 1, PG_CUDA_K_PAD = 2, PG_CUDA_K_SHADOW = 4, PG_CUDA_K_FLASH = 8, PG_CUDA_K_LT = 16,
-       PG_CUDA_K_ALL = 31 };
+       PG_CUDA_K_MSPLIT = 32, PG_CUDA_K_ALL = 63 };
 #define ON_GPU 0
 static void set_paths(pg_ctx *c, unsigned paths) { (void)c, (void)paths; }
 static unsigned paths_on(const pg_ctx *c) { return (void)c, 0u; }
@@ -1317,7 +1317,8 @@ static void test_shadow(void)
 
 /* bf16 GEMMs whose operand has a leading dimension that is not a multiple of
  * 8 (the logits' vocabulary): padded copies and plain ones give the same
- * products; both close to the exact ones. */
+ * products; both close to the exact ones. The forward, with the vocabulary as
+ * m, split at m & ~7 (msplit) and in one call: the same products. */
 static void test_pad(void)
 {
     const int64_t n = 37, d = 24, V = 1031;
@@ -1328,6 +1329,11 @@ static void test_pad(void)
     set_paths(G.c, PG_CUDA_K_ALL);
     OK(pg_logits_fwd(G.c, n, d, V, X, TB, Y) == 0, "bf16 logits forward with V = %lld runs", (long long)V);
     close_to("bf16 logits_fwd = exact, to bf16 rounding", down(Y, n * V), ref_linear(n, d, V, dv(x), dv(t), NULL), 2e-2);
+    float *Y2 = dzeros(n * V);
+    set_paths(G.c, PG_CUDA_K_ALL & ~PG_CUDA_K_MSPLIT);
+    OK(pg_logits_fwd(G.c, n, d, V, X, TB, Y2) == 0, "bf16 logits forward with V = %lld, m not split, runs", (long long)V);
+    set_paths(G.c, PG_CUDA_K_ALL);
+    close_to("bf16 logits_fwd: V split at V & ~7 = one call", down(Y, n * V), dv(down(Y2, n * V)), 1e-5);
     OK(pg_logits_bwd_in(G.c, n, d, V, DY, TB, DX) == 0 && pg_logits_bwd_w(G.c, n, d, V, X, DY, GT) == 0,
        "bf16 logits backward with V = %lld runs (padded operand copies)", (long long)V);
     set_paths(G.c, PG_CUDA_K_ALL & ~PG_CUDA_K_PAD);
