@@ -187,6 +187,7 @@ const pg_stage_desc pg_stage = {
     .precision = 1, /* bf16 GEMM operands on the CUDA runtime (pg_backend_set_precision) */
     .nshadows = 1, .shadows = stage_shadows,
     .arch_hash = UINT64_C(0x8746b2000a6ac786), /* the layers, layout aside (checkpoint identity) */
+    .lend_sends = 1, /* messages lent from the arena: the simulation with their waits finishes */
     .dec = &dec_desc,
     .neval_actions = 8, .eval_actions = eval_step,
     .output_rank = 2, .output_dim = {1024, 50257, 0, 0},

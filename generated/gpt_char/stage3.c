@@ -482,6 +482,7 @@ const pg_stage_desc pg_stage = {
     .output_off = 1048576, .output_slot_bytes = 262144, .output_per_sample = 16384,
     .nlayers = 12, .layers = stage_layers,
     .arch_hash = UINT64_C(0x2a6129222a7414af), /* the layers, layout aside (checkpoint identity) */
+    .lend_sends = 1, /* messages lent from the arena: the simulation with their waits finishes */
     .dec = &dec_desc,
     .neval_actions = 16, .eval_actions = eval_step,
     .output_rank = 2, .output_dim = {64, 256, 0, 0},

@@ -443,6 +443,7 @@ const pg_stage_desc pg_stage = {
     .output_off = -1, .output_slot_bytes = 0, .output_per_sample = 0,
     .nlayers = 10, .layers = stage_layers,
     .arch_hash = UINT64_C(0xfbf008c38d8f97c7), /* the layers, layout aside (checkpoint identity) */
+    .lend_sends = 1, /* messages lent from the arena: the simulation with their waits finishes */
     .dec = &dec_desc,
     .neval_actions = 16, .eval_actions = eval_step,
     .output_rank = 2, .output_dim = {64, 256, 0, 0},

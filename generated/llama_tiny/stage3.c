@@ -476,6 +476,7 @@ const pg_stage_desc pg_stage = {
     .output_off = 0, .output_slot_bytes = 262144, .output_per_sample = 16384,
     .nlayers = 11, .layers = stage_layers,
     .arch_hash = UINT64_C(0xfbf008c38d8f97c7), /* the layers, layout aside (checkpoint identity) */
+    .lend_sends = 1, /* messages lent from the arena: the simulation with their waits finishes */
     .dec = &dec_desc,
     .neval_actions = 16, .eval_actions = eval_step,
     .output_rank = 2, .output_dim = {64, 256, 0, 0},

@@ -212,6 +212,7 @@ const pg_stage_desc pg_stage = {
     .output_off = 3145728, .output_slot_bytes = 65536, .output_per_sample = 256,
     .nlayers = 2, .layers = stage_layers,
     .arch_hash = UINT64_C(0x36dd4e4b5f22700e), /* the layers, layout aside (checkpoint identity) */
+    .lend_sends = 1, /* messages lent from the arena: the simulation with their waits finishes */
     .neval_actions = 16, .eval_actions = eval_step,
     .output_rank = 1, .output_dim = {256, 0, 0, 0},
 };

@@ -521,6 +521,7 @@ const pg_stage_desc pg_stage = {
     .output_off = 1060864, .output_slot_bytes = 512, .output_per_sample = 10,
     .nlayers = 23, .layers = stage_layers,
     .arch_hash = UINT64_C(0x1835afbb4a615183), /* the layers, layout aside (checkpoint identity) */
+    .lend_sends = 1, /* messages lent from the arena: the simulation with their waits finishes */
     .neval_actions = 8, .eval_actions = eval_step,
     .output_rank = 1, .output_dim = {10, 64, 0, 0},
 };
