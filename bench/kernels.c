@@ -1,11 +1,20 @@
 /* bench/kernels.c — the CPU runtime's elementwise and row kernels alone, at
  * gpt_char's micro-batch shapes (256 rows of d = 128, the MLP's 512 columns;
- * llama_tiny's 344 for swiglu), one thread: the time a call, best of ROUNDS
+ * llama_tiny's 344 for swiglu; Llama's attention core at the bench's llama, 4
+ * samples of 64 positions, 8 heads of 32, 4 kv heads, rope, causal; its
+ * cross-entropy over 2048 words), one thread: the time a call, best of ROUNDS
  * batches of calls (the best, not the median: on a shared machine the others'
  * work only ever adds). Built against a runtime library, so two trees' kernels
  * can be timed side by side (bench/kernels.sh alternates them).
  *
+ * The fused linear and activation (pg_linear_act_fwd, pg_linear_bwd_in_act) are
+ * weak references: against a library without them, "fc+gelu" and "proj+gelu"
+ * time the two separate calls, so base against new is apart against fused;
+ * "fc, gelu" and "proj, gelu" are always the two calls.
+ *
  *   kernels ROUNDS        -> one line a kernel: name|elements|us a call
+ *   kernels ROUNDS cpu    -> the same in the thread's CPU time (what other
+ *                            work on the cores disturbs least)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,15 +23,20 @@
 
 #include "pg_ops.h"
 
+#pragma weak pg_linear_act_fwd
+#pragma weak pg_linear_bwd_in_act
+
 #define ROWS 256
 #define D 128
 #define HID 512
 #define SWI 344
 
+static clockid_t clock_id = CLOCK_MONOTONIC;
+
 static double now_s(void)
 {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(clock_id, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
@@ -40,16 +54,45 @@ static float *buf(size_t n, unsigned seed)
     return p;
 }
 
-enum { GELU_F, GELU_B, SILU_F, SILU_B, SIGM_F, TANH_F, TANH_B, SWIGLU_F, SWIGLU_B, LIN_F, LIN_W, LN_F, LN_B, NK };
+#define AT_T 64  /* Llama's attention core: positions, heads, kv heads, head size */
+#define AT_H 8
+#define AT_KV 4
+#define AT_HD 32
+#define AT_R (ROWS / AT_T)
+#define CE_V 2048 /* the bench's llama's vocabulary */
+
+enum { GELU_F, GELU_B, SILU_F, SILU_B, SIGM_F, TANH_F, TANH_B, SWIGLU_F, SWIGLU_B, LIN_F, LIN_W, LN_F, LN_B, ATTN_F,
+       ATTN_B, CE, FC_GELU, FC_THEN_GELU, PROJ_GELU, PROJ_THEN_GELU, NK };
 static const char *const names[NK] = {"gelu_fwd",   "gelu_bwd_in", "silu_fwd",   "silu_bwd_in",   "sigmoid_fwd",
                                       "tanh_fwd",   "tanh_bwd_in", "swiglu_fwd", "swiglu_bwd_in", "linear_fwd fc",
-                                      "linear_bwd_w fc", "layernorm_fwd", "layernorm_bwd_in"};
+                                      "linear_bwd_w fc", "layernorm_fwd", "layernorm_bwd_in", "attn_fwd llama",
+                                      "attn_bwd llama", "cross_entropy llama", "fc+gelu fwd", "fc, gelu fwd",
+                                      "proj+gelu bwd_in", "proj, gelu bwd_in"};
 static const long elems[NK] = {ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID,
-                               ROWS * SWI, ROWS * SWI, ROWS * HID, ROWS * HID, ROWS * D,   ROWS * D};
+                               ROWS * SWI, ROWS * SWI, ROWS * HID, ROWS * HID, ROWS * D,   ROWS * D,
+                               AT_R * AT_H * AT_T * AT_T, AT_R * AT_H * AT_T * AT_T, ROWS * CE_V,
+                               ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID};
+/* the score matrices fill big (ROWS * HID) floats */
+_Static_assert(AT_R * AT_H * AT_T * AT_T == ROWS * HID, "the attention's scores are a big buffer");
+
+static const pg_attn_dims at_dims = {AT_T, AT_H, AT_KV, AT_HD, 1, 10000.0f, AT_H * AT_HD, AT_KV * AT_HD, AT_KV * AT_HD};
 
 typedef struct bufs {
     float *x, *dy, *y, *dx, *w, *w2, *b, *g, *u, *dg, *du, *h, *dh, *mean, *rstd, *lw, *lb;
+    float *q, *k, *v, *att, *ctx, *dctx, *dq, *dk, *dv; /* the attention's: q [ROWS, 256], k and v [ROWS, 128] */
+    float *logits, *dlogits;                             /* [ROWS, CE_V] */
+    int32_t *tg;                                         /* [ROWS] */
 } bufs;
+
+static int fc_then_gelu(pg_ctx *c, bufs *B)
+{
+    return pg_linear_fwd(c, ROWS, D, HID, B->x, B->w, B->b, B->h) || pg_gelu_fwd(c, ROWS * HID, B->h, B->y);
+}
+
+static int proj_then_gelu(pg_ctx *c, bufs *B)
+{
+    return pg_linear_bwd_in(c, ROWS, HID, D, B->dy, B->w2, B->dh) || pg_gelu_bwd_in(c, ROWS * HID, B->h, B->dh, B->dx);
+}
 
 static void one(pg_ctx *c, int k, bufs *B)
 {
@@ -70,6 +113,25 @@ static void one(pg_ctx *c, int k, bufs *B)
     case LIN_W: rc = pg_linear_bwd_w(c, ROWS, D, HID, B->x, B->dh, B->dg, B->du); break;
     case LN_F: rc = pg_layernorm_fwd(c, ROWS, D, 1e-5f, B->x, B->lw, B->lb, B->y, B->mean, B->rstd); break;
     case LN_B: rc = pg_layernorm_bwd_in(c, ROWS, D, B->x, B->lw, B->mean, B->rstd, B->dy, B->dx); break;
+    case ATTN_F: rc = pg_attn_fwd(c, AT_R, &at_dims, 0.0f, 0, 0, B->q, B->k, B->v, B->att, B->ctx); break;
+    case ATTN_B:
+        rc = pg_attn_bwd(c, AT_R, &at_dims, 0.0f, 0, 0, B->q, B->k, B->v, B->att, B->dctx, B->dq, B->dk, B->dv);
+        break;
+    case CE: {
+        double loss;
+        rc = pg_cross_entropy_fwd_bwd(c, ROWS, CE_V, B->logits, B->tg, ROWS, &loss, B->dlogits);
+        break;
+    }
+    case FC_GELU: /* s = x W^T + b [ROWS, HID], y = gelu(s); the two calls in a library without it */
+        rc = pg_linear_act_fwd ? pg_linear_act_fwd(c, pg_gelu_fwd, ROWS, D, HID, B->x, B->w, B->b, B->h, B->y)
+                               : fc_then_gelu(c, B);
+        break;
+    case FC_THEN_GELU: rc = fc_then_gelu(c, B); break;
+    case PROJ_GELU: /* g = dy W [ROWS, HID] (W [D, HID]), dx = gelu'(h) g */
+        rc = pg_linear_bwd_in_act ? pg_linear_bwd_in_act(c, pg_gelu_bwd_in, ROWS, HID, D, B->dy, B->w2, B->h, B->dh, B->dx)
+                                  : proj_then_gelu(c, B);
+        break;
+    case PROJ_THEN_GELU: rc = proj_then_gelu(c, B); break;
     }
     if (rc) {
         fprintf(stderr, "kernels: %s failed\n", names[k]);
@@ -79,18 +141,30 @@ static void one(pg_ctx *c, int k, bufs *B)
 
 int main(int argc, char **argv)
 {
-    int rounds = argc == 2 ? atoi(argv[1]) : 0;
-    if (rounds < 1) {
-        fprintf(stderr, "usage: kernels ROUNDS\n");
+    int rounds = argc == 2 || argc == 3 ? atoi(argv[1]) : 0;
+    if (rounds < 1 || (argc == 3 && strcmp(argv[2], "cpu") != 0)) {
+        fprintf(stderr, "usage: kernels ROUNDS [cpu]\n");
         return 2;
     }
+    if (argc == 3)
+        clock_id = CLOCK_THREAD_CPUTIME_ID;
     pg_ctx *c = pg_backend_init(1);
     if (!c)
         return 1;
     size_t big = (size_t)ROWS * HID;
     bufs B = {buf(ROWS * D, 1), buf(big, 2), buf(big, 3),   buf(big, 4),      buf(HID * D, 5), buf(HID * D, 6),
               buf(HID, 7),      buf(big, 8), buf(big, 9),   buf(big, 10),     buf(big, 11),    buf(big, 12),
-              buf(big, 13),     buf(ROWS, 14), buf(ROWS, 15), buf(D, 16),     buf(D, 17)};
+              buf(big, 13),     buf(ROWS, 14), buf(ROWS, 15), buf(D, 16),     buf(D, 17),
+              buf(ROWS * AT_H * AT_HD, 18), buf(ROWS * AT_KV * AT_HD, 19), buf(ROWS * AT_KV * AT_HD, 20),
+              buf(big, 21),     buf(ROWS * AT_H * AT_HD, 22), buf(ROWS * AT_H * AT_HD, 23),
+              buf(ROWS * AT_H * AT_HD, 24), buf(ROWS * AT_KV * AT_HD, 25), buf(ROWS * AT_KV * AT_HD, 26),
+              buf(ROWS * CE_V, 27), buf(ROWS * CE_V, 28), malloc(ROWS * sizeof(int32_t))};
+    if (!B.tg) {
+        fprintf(stderr, "kernels: out of memory\n");
+        return 1;
+    }
+    for (int i = 0; i < ROWS; i++)
+        B.tg[i] = (int32_t)((i * 977) % CE_V);
     for (int k = 0; k < NK; k++) {
         one(c, k, &B); /* the mean and rstd the backward reads, and a warm cache */
         int calls = 20;
@@ -106,8 +180,10 @@ int main(int argc, char **argv)
         printf("%s|%ld|%.1f\n", names[k], elems[k], best * 1e6);
     }
     pg_backend_free(c);
-    float *all[] = {B.x, B.dy, B.y, B.dx, B.w, B.w2, B.b, B.g, B.u, B.dg, B.du, B.h, B.dh, B.mean, B.rstd, B.lw, B.lb};
+    float *all[] = {B.x, B.dy, B.y, B.dx, B.w, B.w2, B.b, B.g, B.u, B.dg, B.du, B.h, B.dh, B.mean, B.rstd, B.lw, B.lb,
+                    B.q, B.k, B.v, B.att, B.ctx, B.dctx, B.dq, B.dk, B.dv, B.logits, B.dlogits};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         free(all[i]);
+    free(B.tg);
     return 0;
 }

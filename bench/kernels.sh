@@ -8,7 +8,8 @@
 # the rounds in microseconds a call, and the ratio of the medians.
 #
 # Knobs: BENCH_BASE (a libpgrt_cpu.a, e.g. a checkout of main's build/),
-# BENCH_REPEAT (3), BENCH_CPUS (0,1: the first is used), BENCH_DIR
+# BENCH_REPEAT (3), BENCH_CPUS (0,1: the first is used), BENCH_CLOCK (wall, or
+# cpu: the thread's CPU time, which a loaded machine disturbs less), BENCH_DIR
 # (build/bench/kernels). Exit status 0 when it ran, 1 when a build or run failed.
 set -u
 TOP=$(cd "$(dirname "$0")/.." && pwd)
@@ -16,6 +17,7 @@ REPEAT=${BENCH_REPEAT:-3}
 CPUS=${BENCH_CPUS:-0,1}
 DIR=${BENCH_DIR:-$TOP/build/bench/kernels}
 BASE=${BENCH_BASE:-}
+CLOCK=${BENCH_CLOCK:-wall}
 CC=${CC:-cc}
 # shellcheck disable=SC2034 # bench_check_knobs reads them
 STEPS=2 WARMUP=1
@@ -25,6 +27,7 @@ fail() { echo "bench/kernels: $*" >&2; exit 1; }
 bench_check_knobs
 bench_need build/libpgrt_cpu.a
 [ -z "$BASE" ] || [ -f "$BASE" ] || fail "BENCH_BASE: no such library: $BASE"
+case $CLOCK in wall) CLOCK_ARG="" ;; cpu) CLOCK_ARG=cpu ;; *) fail "BENCH_CLOCK must be wall or cpu, not '$CLOCK'" ;; esac
 CPUS=${CPUS%%,*}
 bench_pin
 mkdir -p "$DIR" || fail "cannot create $DIR"
@@ -36,7 +39,7 @@ build "$TOP/build/libpgrt_cpu.a" "$DIR/new"
 sides="new"
 [ -z "$BASE" ] || { build "$BASE" "$DIR/base" && sides="base new"; }
 
-echo "# bench/kernels: one thread on core $CPUS, $REPEAT rounds (${sides% *} first), us a call, best of 7 x 20 calls"
+echo "# bench/kernels: one thread on core $CPUS, $REPEAT rounds (${sides% *} first), us a call ($CLOCK clock), best of 7 x 20 calls"
 [ -z "$BASE" ] || echo "# base: $BASE"
 bench_load_before
 rm -f "$DIR"/*.out
@@ -44,7 +47,7 @@ r=1
 while [ "$r" -le "$REPEAT" ]; do
     for s in $sides; do
         # shellcheck disable=SC2086 # PIN and TMO are command prefixes
-        $TMO $PIN "$DIR/$s" 7 >>"$DIR/$s.out" || fail "the $s run failed"
+        $TMO $PIN "$DIR/$s" 7 $CLOCK_ARG >>"$DIR/$s.out" || fail "the $s run failed"
     done
     r=$((r + 1))
 done

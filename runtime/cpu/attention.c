@@ -13,9 +13,10 @@
  * softmax backward works on blocks of score rows in a bounded stack buffer,
  * because the interface gives no [T,T] workspace. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "cpu_kernels.h"
+#include "cpu_ctx.h"
 #include "op_args.h"
 
 /* The score rows' sums run in PG_CPU_ROW_LANES double lanes (lane l adds
@@ -26,28 +27,50 @@
 _Static_assert(PG_CPU_ROW_LANES == PG_CPU_EXP_BLK, "softmax_row adds a block of exponentials into the lanes");
 
 /* Softmax of one score row in place over [0, len); entries [len, T) become 0.
- * The exponentials go through pg_cpu_exp_blk in blocks (the last one padded
- * and its pad zeroed), their sum in lanes (pg_cpu_lanes_sum_d). */
-static void softmax_row(float *a, int64_t len, int64_t T)
+ * The exponentials go through pg_cpu_exp_shifted, PG_CPU_EXP_WIDE at a time,
+ * their sum in lanes (pg_cpu_lanes_sum_d), lane l adding the elements j = l
+ * mod 16 in index order. Every pass goes by whole blocks of 16 where the row
+ * has room (a pad's exponential is 0, what the row's tail gets anyway; 0 times
+ * the inverse sum stays 0): the short copies and fills that gcc made into
+ * `rep movs` / `rep stos` and scalar tails were half of the forward's time at
+ * T = 64. Inlined into the AVX2 twins of its callers. */
+PG_CPU_INLINE void softmax_row(float *a, int64_t len, int64_t T)
 {
     float m = pg_cpu_row_max(a, len);
-    double acc[PG_CPU_ROW_LANES] = {0};
-    for (int64_t j0 = 0; j0 < len; j0 += PG_CPU_EXP_BLK) {
-        int64_t nb = len - j0 < PG_CPU_EXP_BLK ? len - j0 : PG_CPU_EXP_BLK;
-        float e[PG_CPU_EXP_BLK];
-        for (int64_t j = 0; j < PG_CPU_EXP_BLK; j++)
-            e[j] = j < nb ? a[j0 + j] - m : -87.0f;
-        pg_cpu_exp_blk(e);
-        for (int64_t j = nb; j < PG_CPU_EXP_BLK; j++)
-            e[j] = 0.0f;
-        for (int j = 0; j < PG_CPU_ROW_LANES; j++)
-            acc[j] += e[j];
-        memcpy(a + j0, e, (size_t)nb * sizeof *a);
+    double acc[PG_CPU_ROW_LANES]; /* set from the first block (a zero-fill is a `rep stos`) */
+    int64_t done = 0;             /* entries written back, pads included */
+    for (int64_t j0 = 0; j0 < len; j0 += PG_CPU_EXP_WIDE) {
+        int64_t nb = len - j0 < PG_CPU_EXP_WIDE ? len - j0 : PG_CPU_EXP_WIDE;
+        float e[PG_CPU_EXP_WIDE];
+        int64_t nblk = pg_cpu_exp_shifted(a + j0, nb, T - j0, m, e), b = 0, bb = 0;
+        if (j0 == 0) { /* 0.0 + e: the zero's add kept (the same bits as from zeros), without a fill */
+            for (int l = 0; l < PG_CPU_ROW_LANES; l++)
+                acc[l] = 0.0 + (double)e[l];
+            bb = 1;
+        }
+        for (; bb < nblk; bb++)
+            for (int l = 0; l < PG_CPU_ROW_LANES; l++)
+                acc[l] += e[bb * PG_CPU_EXP_BLK + l];
+        for (; b < nblk && j0 + (b + 1) * PG_CPU_EXP_BLK <= T; b++)
+            for (int l = 0; l < PG_CPU_EXP_BLK; l++)
+                a[j0 + b * PG_CPU_EXP_BLK + l] = e[b * PG_CPU_EXP_BLK + l];
+        done = j0 + b * PG_CPU_EXP_BLK;
+        for (; done < j0 + nb; done++)
+            a[done] = e[done - j0];
     }
     float inv = (float)(1.0 / pg_cpu_lanes_sum_d(acc));
-    for (int64_t j = 0; j < len; j++)
+    int64_t j = 0;
+    for (; j + PG_CPU_EXP_BLK <= done; j += PG_CPU_EXP_BLK)
+        for (int l = 0; l < PG_CPU_EXP_BLK; l++)
+            a[j + l] *= inv;
+    for (; j < done; j++)
         a[j] *= inv;
-    for (int64_t j = len; j < T; j++)
+    for (; j < T && j % PG_CPU_EXP_BLK; j++)
+        a[j] = 0.0f;
+    for (; j + PG_CPU_EXP_BLK <= T; j += PG_CPU_EXP_BLK)
+        for (int l = 0; l < PG_CPU_EXP_BLK; l++)
+            a[j + l] = 0.0f;
+    for (; j < T; j++)
         a[j] = 0.0f;
 }
 
@@ -74,23 +97,55 @@ static void rope_row(const float *inv, int64_t half, int64_t t, float *cs, float
     }
 }
 
-/* nh heads of one row, in place: (a, b) -> (a c - b s, b c + a s), or its
- * inverse (the gradient's way back: (a c + b s, b c - a s)) */
-static void rope_heads(float *x, int64_t nh, int64_t hd, const float *cs, const float *sn, int inverse)
+/* One pair (a, b) at cos c, sin s: (a c - b s, b c + a s), or its inverse
+ * (the gradient's way back: (a c + b s, b c - a s)). */
+PG_CPU_INLINE void rope_pair(float *a, float *b, float c, float s, int inverse)
+{
+    float x1 = *a, x2 = *b;
+    if (inverse) {
+        *a = x1 * c + x2 * s;
+        *b = x2 * c - x1 * s;
+    } else {
+        *a = x1 * c - x2 * s;
+        *b = x2 * c + x1 * s;
+    }
+}
+
+/* ROPE_BLK pairs of one head at cos c, sin s, as rope_pair (the same
+ * operations per pair): restrict, since the halves, and the table, never
+ * overlap, so -O2 vectorizes the fixed-count loop in place (the values staged
+ * through local arrays were copied in 16-byte halves and read back whole, a
+ * store-forwarding stall per vector) */
+#define ROPE_BLK 8
+
+PG_CPU_INLINE void rope_blk(float *restrict a, float *restrict b, const float *restrict c, const float *restrict s,
+                            int inverse)
+{
+    if (inverse)
+        for (int l = 0; l < ROPE_BLK; l++) {
+            float x1 = a[l], x2 = b[l];
+            a[l] = x1 * c[l] + x2 * s[l];
+            b[l] = x2 * c[l] - x1 * s[l];
+        }
+    else
+        for (int l = 0; l < ROPE_BLK; l++) {
+            float x1 = a[l], x2 = b[l];
+            a[l] = x1 * c[l] - x2 * s[l];
+            b[l] = x2 * c[l] + x1 * s[l];
+        }
+}
+
+/* nh heads of one row, in place: ROPE_BLK pairs at a time, the rest one by one */
+PG_CPU_INLINE void rope_heads(float *x, int64_t nh, int64_t hd, const float *cs, const float *sn, int inverse)
 {
     int64_t half = hd / 2;
     for (int64_t h = 0; h < nh; h++) {
         float *a = x + h * hd, *b = a + half;
-        for (int64_t j = 0; j < half; j++) {
-            float x1 = a[j], x2 = b[j];
-            if (inverse) {
-                a[j] = x1 * cs[j] + x2 * sn[j];
-                b[j] = x2 * cs[j] - x1 * sn[j];
-            } else {
-                a[j] = x1 * cs[j] - x2 * sn[j];
-                b[j] = x2 * cs[j] + x1 * sn[j];
-            }
-        }
+        int64_t j = 0;
+        for (; j + ROPE_BLK <= half; j += ROPE_BLK)
+            rope_blk(a + j, b + j, cs + j, sn + j, inverse);
+        for (; j < half; j++)
+            rope_pair(a + j, b + j, cs[j], sn[j], inverse);
     }
 }
 
@@ -100,18 +155,23 @@ typedef struct rope_job {
     const pg_attn_dims *s;
     int64_t r;
     const float *inv; /* [hd/2] */
+    const float *tab; /* the context's table (rope_table), or NULL: each position's made here */
     float *q, *k;
     int inverse;
 } rope_job;
 
-/* position t of q and k in every sample: its cos and sin made once for the
- * r rows that share it (they were a libm pow, cos and sin per pair and row) */
-static void rope_pos(void *arg, int64_t t)
+/* position t of q and k in every sample, at the table's cos and sin of t
+ * (or those made once for the r rows that share it, without a table) */
+PG_CPU_INLINE void rope_pos_body(const rope_job *j, int64_t t)
 {
-    const rope_job *j = arg;
     const pg_attn_dims *s = j->s;
-    float cs[ROPE_MAX_HALF], sn[ROPE_MAX_HALF];
-    rope_row(j->inv, s->hd / 2, t, cs, sn);
+    int64_t half = s->hd / 2;
+    float cs_own[ROPE_MAX_HALF], sn_own[ROPE_MAX_HALF];
+    const float *cs = cs_own, *sn = sn_own;
+    if (j->tab)
+        cs = j->tab + t * half, sn = j->tab + (s->T + t) * half;
+    else
+        rope_row(j->inv, half, t, cs_own, sn_own);
     for (int64_t b = 0; b < j->r; b++) {
         int64_t row = b * s->T + t;
         rope_heads(j->q + row * s->ldq, s->heads, s->hd, cs, sn, j->inverse);
@@ -119,12 +179,38 @@ static void rope_pos(void *arg, int64_t t)
     }
 }
 
+static void rope_pos(void *arg, int64_t t) { rope_pos_body(arg, t); }
+#ifdef PG_CPU_AVX2
+PG_CPU_TARGET_AVX2 static void rope_pos_avx2(void *arg, int64_t t) { rope_pos_body(arg, t); }
+#endif
+
+/* The context's rotary table for T positions of head size hd at theta: cos
+ * of every (position, pair) in [T, hd/2], then sin in the same shape, made by
+ * rope_row (libm's cos and sin in double: 1,024 of each per call for llama's
+ * T = 64, hd = 32, 16 calls a step per block pair) the first time and kept
+ * while the sizes stay; NULL where it cannot be allocated (the positions then
+ * make their own rows, the same values). */
+static const float *rope_table(pg_ctx *c, const pg_attn_dims *s, const float *inv)
+{
+    int64_t half = s->hd / 2;
+    if (c->rope_tab && c->rope_T == s->T && c->rope_hd == s->hd && c->rope_theta == s->rope_theta)
+        return c->rope_tab;
+    free(c->rope_tab);
+    c->rope_tab = malloc((size_t)(2 * s->T * half) * sizeof *c->rope_tab);
+    if (!c->rope_tab)
+        return NULL;
+    for (int64_t t = 0; t < s->T; t++)
+        rope_row(inv, half, t, c->rope_tab + t * half, c->rope_tab + (s->T + t) * half);
+    c->rope_T = s->T, c->rope_hd = s->hd, c->rope_theta = s->rope_theta;
+    return c->rope_tab;
+}
+
 static void rope_apply(pg_ctx *c, int64_t r, const pg_attn_dims *s, float *q, float *k, int inverse)
 {
     float inv[ROPE_MAX_HALF];
     rope_inv(s->rope_theta, s->hd, inv);
-    rope_job j = {s, r, inv, q, k, inverse};
-    pg_cpu_parallel(c, s->T, rope_pos, &j);
+    rope_job j = {s, r, inv, rope_table(c, s, inv), q, k, inverse};
+    pg_cpu_parallel(c, s->T, PG_CPU_PICK(c, rope_pos), &j);
 }
 
 /* ---- the core ------------------------------------------------------------------- */
@@ -167,9 +253,8 @@ static void drop_rows(const attn_job *j, int64_t b, int64_t hh, int64_t i0, int6
 }
 
 /* One (sample, head) of the forward: scores, softmax, context. */
-static void attn_fwd_head(void *arg, int64_t t)
+PG_CPU_INLINE void attn_fwd_head_body(const attn_job *j, int64_t t)
 {
-    const attn_job *j = arg;
     const pg_attn_dims *s = j->s;
     int64_t T = s->T, h = s->heads, hd = s->hd, d = h * hd, b = t / h, hh = t % h, g = hh / (h / s->kv_heads);
     const float *q = j->q + b * T * s->ldq + hh * hd; /* [T, hd], row stride ldq */
@@ -190,6 +275,12 @@ static void attn_fwd_head(void *arg, int64_t t)
         pg_cpu_gemm(j->c, 0, 0, nr, hd, T, 1.0f, w, T, v, s->ldv, 0, cx + i0 * d, d);
     }
 }
+
+/* the core's tasks, baseline and AVX2 builds of one source (cpu_kernels.h) */
+static void attn_fwd_head(void *arg, int64_t t) { attn_fwd_head_body(arg, t); }
+#ifdef PG_CPU_AVX2
+PG_CPU_TARGET_AVX2 static void attn_fwd_head_avx2(void *arg, int64_t t) { attn_fwd_head_body(arg, t); }
+#endif
 
 static int attn_args(const char *op, int64_t r, const pg_attn_dims *s, float p)
 {
@@ -220,8 +311,28 @@ int pg_attn_fwd(pg_ctx *c, int64_t r, const pg_attn_dims *s, float p, uint64_t s
     int64_t T = s->T;
     attn_job j = {c, s, ATT_WS_FLOATS / T < T ? ATT_WS_FLOATS / T : T, (float)(1.0 / sqrt((double)s->hd)), p,
                   pg_splitmix64(seed), first_sample, q, k, v, NULL, NULL, att, ctx, NULL, NULL, NULL};
-    pg_cpu_parallel(c, r * s->heads, attn_fwd_head, &j);
+    pg_cpu_parallel(c, r * s->heads, PG_CPU_PICK(c, attn_fwd_head), &j);
     return 0;
+}
+
+/* One row of the softmax's gradient in place: s_j = a_j (s_j - D) scale over
+ * [0, len) (in that order, as one expression), 0 over [len, nc); blocks of
+ * PG_CPU_EXP_BLK through a local (the store then aliases nothing the loop
+ * reads, and -O2 vectorizes it), the rest one by one. */
+PG_CPU_INLINE void ds_row(const float *a, float *s, int64_t len, int64_t nc, float D, float scale)
+{
+    int64_t j = 0;
+    for (; j + PG_CPU_EXP_BLK <= len; j += PG_CPU_EXP_BLK) {
+        float t[PG_CPU_EXP_BLK];
+        for (int l = 0; l < PG_CPU_EXP_BLK; l++)
+            t[l] = a[j + l] * (s[j + l] - D) * scale;
+        for (int l = 0; l < PG_CPU_EXP_BLK; l++)
+            s[j + l] = t[l];
+    }
+    for (; j < len; j++)
+        s[j] = a[j] * (s[j] - D) * scale;
+    for (j = len; j < nc; j++)
+        s[j] = 0.0f;
 }
 
 /* One (sample, key/value head g): the query heads of its group in order, so
@@ -232,9 +343,8 @@ int pg_attn_fwd(pg_ctx *c, int64_t r, const pg_attn_dims *s, float p, uint64_t s
  *   dq_i = ds_i k,  dk += ds_i^T q_i
  * (ds is 0 past a row's causal limit; with a causal mask, the columns past the
  * block's last row are left out of the products). */
-static void attn_bwd_group(void *arg, int64_t t)
+PG_CPU_INLINE void attn_bwd_group_body(const attn_job *j, int64_t t)
 {
-    const attn_job *j = arg;
     const pg_attn_dims *s = j->s;
     pg_ctx *c = j->c;
     int64_t T = s->T, h = s->heads, hd = s->hd, d = h * hd, rb = j->rb, grp = h / s->kv_heads;
@@ -268,17 +378,18 @@ static void attn_bwd_group(void *arg, int64_t t)
                 int64_t len = s->causal ? i0 + ii + 1 : T;
                 const float *ai = a + (i0 + ii) * T;
                 float *si = S + ii * nc;
-                float Df = (float)pg_cpu_dot_d(ai, si, len);
-                for (int64_t jj = 0; jj < len; jj++)
-                    si[jj] = ai[jj] * (si[jj] - Df) * j->scale;
-                for (int64_t jj = len; jj < nc; jj++)
-                    si[jj] = 0.0f;
+                ds_row(ai, si, len, nc, (float)pg_cpu_dot_d(ai, si, len), j->scale);
             }
             pg_cpu_gemm(c, 0, 0, nr, hd, nc, 1.0f, S, nc, k, s->ldk, 0, dq + i0 * s->ldq, s->ldq);
             pg_cpu_gemm(c, 1, 0, nc, hd, nr, 1.0f, S, nc, q + i0 * s->ldq, s->ldq, 1, dk, s->ldk);
         }
     }
 }
+
+static void attn_bwd_group(void *arg, int64_t t) { attn_bwd_group_body(arg, t); }
+#ifdef PG_CPU_AVX2
+PG_CPU_TARGET_AVX2 static void attn_bwd_group_avx2(void *arg, int64_t t) { attn_bwd_group_body(arg, t); }
+#endif
 
 int pg_attn_bwd(pg_ctx *c, int64_t r, const pg_attn_dims *s, float p, uint64_t seed, int64_t first_sample,
                 const float *q, const float *k, const float *v, const float *att, const float *dctx,
@@ -289,7 +400,7 @@ int pg_attn_bwd(pg_ctx *c, int64_t r, const pg_attn_dims *s, float p, uint64_t s
     int64_t T = s->T;
     attn_job j = {c, s, ATT_WS_FLOATS / T < T ? ATT_WS_FLOATS / T : T, (float)(1.0 / sqrt((double)s->hd)), p,
                   pg_splitmix64(seed), first_sample, q, k, v, att, dctx, NULL, NULL, dq, dk, dv};
-    pg_cpu_parallel(c, r * s->kv_heads, attn_bwd_group, &j);
+    pg_cpu_parallel(c, r * s->kv_heads, PG_CPU_PICK(c, attn_bwd_group), &j);
     if (s->rope_theta > 0) /* back to the unrotated q and k: the projections' gradients */
         rope_apply(c, r, s, dq, dk, 1);
     return 0;

@@ -55,6 +55,7 @@ void pg_backend_free(pg_ctx *c)
     if (!c)
         return;
     pg_cpu_gemm_pool_free(c->gemm);
+    free(c->rope_tab);
     free(c);
 }
 

@@ -15,6 +15,9 @@ struct pg_ctx {
     int avx2;               /* the elementwise and row loops' AVX2 build (cpu_kernels.h): the CPU has
                              * AVX2 and the GEMM kernel is not "portable" (PIPE_CPU_GEMM=portable runs
                              * what a host without AVX2 runs, to compare its bits) */
+    float *rope_tab;        /* attention.c's rotary table (cos, then sin, [rope_T, rope_hd / 2] each) */
+    int64_t rope_T, rope_hd;
+    float rope_theta;
 };
 
 /* fn's AVX2 twin fn_avx2 (PG_CPU_TARGET_AVX2, the same source) where the

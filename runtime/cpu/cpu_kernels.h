@@ -21,6 +21,21 @@ typedef struct pg_cpu_gemm_pool pg_cpu_gemm_pool;
  * bits do not depend on M, N, its place, the thread count or the kernel. */
 void pg_cpu_gemm(pg_ctx *c, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
                  const float *A, int64_t lda, const float *B, int64_t ldb, int beta, float *C, int64_t ldc);
+/* An elementwise op fused into a GEMM's store: fn(arg, i0, rows, j0, cols)
+ * runs once for every strip of C, rows [i0, i0 + rows) x columns [j0, j0 +
+ * cols), right after the strip's last k (C final there, still in L1), on
+ * whichever GEMM thread computed it; the strips cover C exactly once. It may
+ * read C and the caller's other buffers and write only its own output at
+ * those rows and columns. An op whose every element's bits depend on that
+ * element alone (not on its place or the count) gives the bits of a separate
+ * pass over the whole of C after the product. */
+typedef struct pg_cpu_epi {
+    void (*fn)(const void *arg, int64_t i0, int64_t rows, int64_t j0, int64_t cols);
+    const void *arg;
+} pg_cpu_epi;
+/* pg_cpu_gemm, then epi on every strip of C (epi NULL: pg_cpu_gemm) */
+void pg_cpu_gemm_epi(pg_ctx *c, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                     int64_t lda, const float *B, int64_t ldb, int beta, float *C, int64_t ldc, const pg_cpu_epi *epi);
 /* B of a product given by the code that packs it rather than as a matrix (an
  * implicit matrix: conv.c's windows over an image, no column matrix stored).
  * pack(arg, nr, bp, j0, nbw, k0, kc) writes B's columns [j0, j0 + nbw) for k
@@ -99,6 +114,12 @@ void pg_cpu_norm_bwd_in(pg_ctx *c, int64_t n, int64_t d, const float *x, const f
                         const float *rstd, const float *dy, float *dx);
 void pg_cpu_norm_bwd_w(pg_ctx *c, int64_t n, int64_t d, const float *x, const float *mean, const float *rstd,
                        const float *dy, float *dw, float *db);
+/* The same fused with the residual add beside them: the forward of z = x + s,
+ * writing z; the backward's dx plus ds (a skip's gradient). */
+void pg_cpu_norm_add_fwd(pg_ctx *c, int64_t n, int64_t d, float eps, const float *x, const float *s, float *z,
+                         const float *w, const float *b, float *y, float *mean, float *rstd);
+void pg_cpu_norm_bwd_in_add(pg_ctx *c, int64_t n, int64_t d, const float *x, const float *w, const float *mean,
+                            const float *rstd, const float *dy, const float *ds, float *dx);
 
 /* Row sums of the norms (layernorm.c, rmsnorm.c): a row is cut into chunks of
  * PG_CPU_ROW_CHUNK elements, a chunk into blocks of PG_CPU_ROW_LANES; lane l of
@@ -147,8 +168,18 @@ PG_CPU_INLINE double pg_cpu_lanes_sum_d(const double *a)
  * adding the products i = l mod 16 in index order, then pg_cpu_lanes_sum_d */
 PG_CPU_INLINE double pg_cpu_dot_d(const float *a, const float *b, int64_t n)
 {
-    double acc[PG_CPU_ROW_LANES] = {0};
+    /* the lanes start as 0.0 + the first block's products (the add kept: the
+     * same bits as from zeros, without the zero-fill gcc makes a `rep stos`,
+     * slow at this size: most of the softmax backward's rows at T = 64) */
+    double acc[PG_CPU_ROW_LANES];
     int64_t i = 0;
+    if (n >= PG_CPU_ROW_LANES) {
+        for (int l = 0; l < PG_CPU_ROW_LANES; l++)
+            acc[l] = 0.0 + (double)a[l] * b[l];
+        i = PG_CPU_ROW_LANES;
+    } else
+        for (int l = 0; l < PG_CPU_ROW_LANES; l++)
+            acc[l] = 0.0;
     for (; i + PG_CPU_ROW_LANES <= n; i += PG_CPU_ROW_LANES)
         for (int l = 0; l < PG_CPU_ROW_LANES; l++)
             acc[l] += (double)a[i + l] * b[i + l];
@@ -284,6 +315,51 @@ PG_CPU_INLINE void pg_cpu_exp_wide(float *a)
         a[j] = pg_cpu_exp_reduce(a[j], &sc[j]);
     for (int j = 0; j < PG_CPU_EXP_WIDE; j++)
         a[j] = pg_cpu_exp_poly(a[j]) * sc[j];
+}
+
+
+/* e[j] = e^(x[j] - m) for j < nb <= PG_CPU_EXP_WIDE, in whole blocks of
+ * PG_CPU_EXP_BLK (a last partial block padded: its pad's e is 0), each element
+ * through pg_cpu_exp_blk's operations (the clamp, then pg_cpu_exp_lane), in
+ * two passes over all the blocks: the range reductions, then the polynomials
+ * (independent chains the core overlaps; one block at a time left it waiting
+ * on latency). x[0, avail) may be read (avail >= nb): a partial block within
+ * it is read whole (its pad's values, whatever they are, give exponentials
+ * that are then replaced by zeros), past it element by element with the pad
+ * at -87. Returns the blocks written. The score rows' softmax (attention.c)
+ * and the cross-entropy rows (loss.c) add the blocks into their lanes in
+ * order, as they did block by block. */
+PG_CPU_INLINE int64_t pg_cpu_exp_shifted(const float *x, int64_t nb, int64_t avail, float m, float *e)
+{
+    /* the lanes' indices as floats: `lane < k` then compares floats, which
+     * gcc vectorizes (an int lane against an int64 count it left scalar) */
+    static const float lane[PG_CPU_EXP_BLK] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    int64_t nblk = (nb + PG_CPU_EXP_BLK - 1) / PG_CPU_EXP_BLK;
+    float sc[PG_CPU_EXP_WIDE];
+    for (int64_t b = 0; b < nblk; b++) {
+        float *eb = e + b * PG_CPU_EXP_BLK;
+        const float *xb = x + b * PG_CPU_EXP_BLK;
+        int64_t k = nb - b * PG_CPU_EXP_BLK; /* the block's elements */
+        if (k >= PG_CPU_EXP_BLK || (b + 1) * PG_CPU_EXP_BLK <= avail) /* a pad read whole: zeroed below */
+            for (int l = 0; l < PG_CPU_EXP_BLK; l++)
+                eb[l] = xb[l] - m;
+        else
+            for (int l = 0; l < PG_CPU_EXP_BLK; l++)
+                eb[l] = l < k ? xb[l] - m : -87.0f;
+    }
+    for (int64_t b = 0; b < nblk; b++)
+        for (int l = 0; l < PG_CPU_EXP_BLK; l++)
+            e[b * PG_CPU_EXP_BLK + l] = pg_cpu_exp_clamp(e[b * PG_CPU_EXP_BLK + l]);
+    for (int64_t b = 0; b < nblk; b++)
+        for (int l = 0; l < PG_CPU_EXP_BLK; l++)
+            e[b * PG_CPU_EXP_BLK + l] = pg_cpu_exp_reduce(e[b * PG_CPU_EXP_BLK + l], &sc[b * PG_CPU_EXP_BLK + l]);
+    for (int64_t b = 0; b < nblk; b++)
+        for (int l = 0; l < PG_CPU_EXP_BLK; l++)
+            e[b * PG_CPU_EXP_BLK + l] = pg_cpu_exp_poly(e[b * PG_CPU_EXP_BLK + l]) * sc[b * PG_CPU_EXP_BLK + l];
+    float *last = e + (nblk - 1) * PG_CPU_EXP_BLK, kf = (float)(nb - (nblk - 1) * PG_CPU_EXP_BLK);
+    for (int l = 0; l < PG_CPU_EXP_BLK; l++) /* the pad's zeros, selected (a fill would be a memset call) */
+        last[l] = lane[l] < kf ? last[l] : 0.0f;
+    return nblk;
 }
 
 #endif

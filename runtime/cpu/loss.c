@@ -26,33 +26,15 @@ int pg_mse_fwd_bwd(pg_ctx *c, int64_t count, const float *y, const float *target
 }
 
 /* Cross-entropy rows in blocks of CE_BLK (pg_cpu_exp_blk's, a last partial
- * block padded), baseline and AVX2 builds of the same source (one bits): the
+ * block padded; pg_cpu_exp_shifted's, 4 blocks at a time in two passes),
+ * baseline and AVX2 builds of the same source (one bits): the
  * row's max in lanes (exact in any order), e = exp(x - max) in float into dx,
  * their sum as cpu_kernels.h's row sums (float lanes in chunks, chunks in
  * double), then dx = e (inv / sum) and dx[t] = (e_t / sum - 1) inv;
  * -log softmax(x)[t] = log(sum) - (x_t - max) in double. (Before: libm's
  * exp in double, a call per element, twice per element.) */
 #define CE_BLK PG_CPU_EXP_BLK
-
-/* e = exp(x - m) of k <= CE_BLK elements into e (zeros past k); their sum added to acc by lanes */
-PG_CPU_INLINE void ce_exp_blk(const float *x, int64_t k, float m, float *e, float *acc)
-{
-    float t[CE_BLK];
-    if (k == CE_BLK)
-        for (int l = 0; l < CE_BLK; l++)
-            t[l] = x[l] - m;
-    else
-        for (int l = 0; l < CE_BLK; l++)
-            t[l] = l < k ? x[l] - m : -87.0f;
-    pg_cpu_exp_blk(t);
-    if (k < CE_BLK)
-        for (int l = (int)k; l < CE_BLK; l++)
-            t[l] = 0.0f;
-    for (int l = 0; l < CE_BLK; l++)
-        acc[l] += t[l];
-    for (int l = 0; l < CE_BLK; l++)
-        e[l] = t[l];
-}
+_Static_assert(PG_CPU_ROW_CHUNK % PG_CPU_EXP_WIDE == 0, "a row chunk holds whole spans of exponentials");
 
 /* One row: dx = (softmax(x) - onehot(t)) * inv; returns -log softmax(x)[t] */
 PG_CPU_INLINE double ce_row(const float *x, int64_t V, int32_t t, double inv, float *dx)
@@ -61,11 +43,26 @@ PG_CPU_INLINE double ce_row(const float *x, int64_t V, int32_t t, double inv, fl
     double s = 0.0;
     for (int64_t c = 0; c < V; c += PG_CPU_ROW_CHUNK) {
         int64_t end = V - c < PG_CPU_ROW_CHUNK ? V : c + PG_CPU_ROW_CHUNK, j = c;
-        float acc[PG_CPU_ROW_LANES] = {0};
-        for (; j < end; j += CE_BLK) {
-            int64_t k = end - j < CE_BLK ? end - j : CE_BLK;
-            ce_exp_blk(x + j, k, m, e, acc);
-            memcpy(dx + j, e, (size_t)k * sizeof *dx);
+        /* the lanes start as 0 + the chunk's first block, whole blocks go back
+         * into dx where the row has room (as attention.c's softmax rows: a
+         * zero-fill and a short copy are `rep stos` / `rep movs` there) */
+        float acc[PG_CPU_ROW_LANES], ew[PG_CPU_EXP_WIDE];
+        for (; j < end; j += PG_CPU_EXP_WIDE) {
+            int64_t k = end - j < PG_CPU_EXP_WIDE ? end - j : PG_CPU_EXP_WIDE;
+            int64_t nblk = pg_cpu_exp_shifted(x + j, k, V - j, m, ew), b = 0, w = 0;
+            if (j == c) {
+                for (int l = 0; l < PG_CPU_ROW_LANES; l++)
+                    acc[l] = 0.0f + ew[l];
+                b = 1;
+            }
+            for (; b < nblk; b++)
+                for (int l = 0; l < PG_CPU_ROW_LANES; l++)
+                    acc[l] += ew[b * CE_BLK + l];
+            for (; w < nblk && j + (w + 1) * CE_BLK <= V; w++)
+                for (int l = 0; l < CE_BLK; l++)
+                    dx[j + w * CE_BLK + l] = ew[w * CE_BLK + l];
+            for (int64_t q = w * CE_BLK; q < k; q++)
+                dx[j + q] = ew[q];
         }
         s += pg_cpu_lanes_sum(acc);
     }

@@ -484,6 +484,77 @@ static void test_norm_rows_alone(pg_ctx *c, rng *r)
     free(x), free(w), free(b), free(dy), free(y), free(dx), free(m), free(rs), free(y1), free(dx1), free(m1), free(rs1);
 }
 
+/* The residual add fused into the norms (pg_add_layernorm_fwd,
+ * pg_layernorm_bwd_in_add, the rmsnorm pair): the bytes of pg_add_fwd then the
+ * norm, and of the norm's backward then pg_axpy_inplace, for every length
+ * class of a row (below, at and past the 16-float blocks and 256-float
+ * chunks of the row sums) and row counts around the groups of 8, with and
+ * without the affine weights. (kernels.t runs this again with the baseline
+ * loops, PIPE_CPU_GEMM=portable.) */
+static int norm_add_differs(pg_ctx *c, rng *r, int rms, int affine, int64_t n, int64_t d)
+{
+    int64_t nd = n * d;
+    float *x = fa(nd), *s = fa(nd), *w = fa(d), *b = fa(d), *dy = fa(nd), *ds = fa(nd);
+    float *z1 = fa(nd), *y1 = fa(nd), *m1 = fa(n), *r1 = fa(n), *dx1 = fa(nd);
+    float *z2 = fa(nd), *y2 = fa(nd), *m2 = fa(n), *r2 = fa(n), *dx2 = fa(nd);
+    fill(r, x, nd, -2, 3), fill(r, s, nd, -1, 1), fill(r, w, d, 0.5, 1.5), fill(r, b, d, -1, 1);
+    fill(r, dy, nd, -1, 1), fill(r, ds, nd, -1, 1);
+    const float *wa = affine ? w : NULL, *ba = affine ? b : NULL;
+    int rc = pg_add_fwd(c, nd, x, s, z1);
+    if (rms) {
+        rc |= pg_rmsnorm_fwd(c, n, d, 1e-5f, z1, wa, y1, r1) || pg_add_rmsnorm_fwd(c, n, d, 1e-5f, x, s, z2, wa, y2, r2);
+        rc |= pg_rmsnorm_bwd_in(c, n, d, z1, wa, r1, dy, dx1) || pg_rmsnorm_bwd_in_add(c, n, d, z1, wa, r1, dy, ds, dx2);
+    } else {
+        rc |= pg_layernorm_fwd(c, n, d, 1e-5f, z1, wa, ba, y1, m1, r1) ||
+              pg_add_layernorm_fwd(c, n, d, 1e-5f, x, s, z2, wa, ba, y2, m2, r2);
+        rc |= pg_layernorm_bwd_in(c, n, d, z1, wa, m1, r1, dy, dx1) ||
+              pg_layernorm_bwd_in_add(c, n, d, z1, wa, m1, r1, dy, ds, dx2);
+    }
+    rc |= pg_axpy_inplace(c, dx1, ds, nd);
+    int bad = rc || memcmp(z1, z2, (size_t)nd * 4) || memcmp(y1, y2, (size_t)nd * 4) ||
+              memcmp(r1, r2, (size_t)n * 4) || memcmp(m1, m2, (size_t)n * 4) || memcmp(dx1, dx2, (size_t)nd * 4);
+    float *all[] = {x, s, w, b, dy, ds, z1, y1, m1, r1, dx1, z2, y2, m2, r2, dx2};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        free(all[i]);
+    return bad;
+}
+
+static void test_norm_add(pg_ctx *c, rng *r)
+{
+    static const int64_t ds[] = {1, 7, 15, 16, 17, 100, 128, 255, 256, 257, 300, 513};
+    static const int64_t ns[] = {1, 7, 8, 9, 19};
+    for (int rms = 0; rms <= 1; rms++) {
+        char why[96] = "";
+        for (int affine = 0; affine <= 1 && !why[0]; affine++)
+            for (size_t k = 0; k < sizeof ds / sizeof *ds && !why[0]; k++)
+                for (size_t i = 0; i < sizeof ns / sizeof *ns && !why[0]; i++)
+                    if (norm_add_differs(c, r, rms, affine, ns[i], ds[k]))
+                        snprintf(why, sizeof why, ": differs at n %lld d %lld%s", (long long)ns[i], (long long)ds[k],
+                                 affine ? "" : " without weights");
+        OK(!why[0], "add_%s_fwd and %s_bwd_in_add give the bytes of the add and the norm apart (z, y, statistics, "
+           "dx + ds), d = 1..513, n = 1..19, with and without weights%s", rms ? "rmsnorm" : "layernorm",
+           rms ? "rmsnorm" : "layernorm", why);
+    }
+    capture cap;
+    capture_begin(&cap);
+    float v[4] = {0};
+    int rc = pg_add_layernorm_fwd(c, 1, 0, 1e-5f, v, v, v, NULL, NULL, v, v, v);
+    const char *msg = capture_end(&cap);
+    OK(rc == 1 && strstr(msg, "add_layernorm_fwd: need n >= 0 and d > 0, got n=1 d=0"),
+       "add_layernorm_fwd with d = 0 is refused, naming it: %s", msg);
+    capture_begin(&cap);
+    rc = pg_rmsnorm_bwd_in_add(c, -1, 4, v, NULL, v, v, v, v);
+    msg = capture_end(&cap);
+    OK(rc == 1 && strstr(msg, "rmsnorm_bwd_in_add: need n >= 0 and d > 0, got n=-1 d=4"),
+       "rmsnorm_bwd_in_add with n = -1 is refused, naming it: %s", msg);
+    capture_begin(&cap);
+    rc = pg_add_rmsnorm_fwd(c, 2, -3, 1e-5f, v, v, v, NULL, v, v) + pg_layernorm_bwd_in_add(c, 2, -3, v, NULL, v, v, v, v, v);
+    msg = capture_end(&cap);
+    OK(rc == 2 && strstr(msg, "add_rmsnorm_fwd: need n >= 0 and d > 0") &&
+           strstr(msg, "layernorm_bwd_in_add: need n >= 0 and d > 0"),
+       "add_rmsnorm_fwd and layernorm_bwd_in_add with d < 0 are refused, naming themselves: %s", msg);
+}
+
 /* ---- batchnorm ----------------------------------------------------------- */
 
 typedef struct bn_case {
@@ -884,6 +955,218 @@ static void test_attention(pg_ctx *c, rng *g)
     attn_free(&big), attn_free(&one);
 }
 
+/* ---- Llama's attention core: grouped heads, rotary positions ---------------
+ * pg_attn_fwd / pg_attn_bwd at every length class of the rewritten loops
+ * (runtime/cpu/attention.c): rows shorter than a block of 16, whole blocks,
+ * partial blocks, more than one 64-wide span of exponentials, more than one
+ * block of score rows in the backward (T > 128); head sizes whose halves are
+ * under, at and past the rotation's blocks of 8 pairs. Checked three ways:
+ *  - the bits of the rotated q and k and of the probabilities against the
+ *    formulas as they were written before the blocks (core_rope_ref: one pair
+ *    at a time; core_softmax_ref: pg_cpu_exp_blk block by block, the sum in
+ *    16 double lanes, then one multiply per element), the scores by the very
+ *    GEMM call the kernel makes (the order of the double lanes' adds does
+ *    not show in float probabilities: the sum is exact or nearly so);
+ *  - ctx, dq, dk and dv against the definition in double;
+ *  - the baseline loops (avx2 off: what a host without AVX2 runs) give the
+ *    same bytes as this CPU's build. */
+typedef struct core_case {
+    int64_t r, T, h, kv, hd;
+    int causal;
+    float theta;
+} core_case;
+
+static void core_rope_ref(float *x, int64_t rows, int64_t nh, int64_t ld, int64_t T, int64_t hd, float theta)
+{
+    int64_t half = hd / 2;
+    for (int64_t row = 0; row < rows; row++)
+        for (int64_t j = 0; j < half; j++) {
+            float e = (float)(2 * j) / (float)hd, inv = 1.0f / (float)pow((double)theta, (double)e);
+            float ang = (float)(row % T) * inv, cs = (float)cos((double)ang), sn = (float)sin((double)ang);
+            for (int64_t hh = 0; hh < nh; hh++) {
+                float *a = x + row * ld + hh * hd, *b = a + half, x1 = a[j], x2 = b[j];
+                a[j] = x1 * cs - x2 * sn;
+                b[j] = x2 * cs + x1 * sn;
+            }
+        }
+}
+
+static void core_softmax_ref(float *a, int64_t len, int64_t T)
+{
+    float m = a[0];
+    for (int64_t j = 1; j < len; j++)
+        m = a[j] > m ? a[j] : m;
+    double acc[PG_CPU_ROW_LANES] = {0};
+    for (int64_t j0 = 0; j0 < len; j0 += PG_CPU_EXP_BLK) {
+        int64_t nb = len - j0 < PG_CPU_EXP_BLK ? len - j0 : PG_CPU_EXP_BLK;
+        float e[PG_CPU_EXP_BLK];
+        for (int64_t j = 0; j < PG_CPU_EXP_BLK; j++)
+            e[j] = j < nb ? a[j0 + j] - m : -87.0f;
+        pg_cpu_exp_blk(e);
+        for (int64_t j = 0; j < PG_CPU_EXP_BLK; j++)
+            acc[j] += j < nb ? e[j] : 0.0f;
+        memcpy(a + j0, e, (size_t)nb * sizeof *a);
+    }
+    float inv = (float)(1.0 / pg_cpu_lanes_sum_d(acc));
+    for (int64_t j = 0; j < len; j++)
+        a[j] *= inv;
+    for (int64_t j = len; j < T; j++)
+        a[j] = 0.0f;
+}
+
+/* x rotated in double (the reference's own cos and sin), or back with inverse */
+static void core_rope_d(double *x, int64_t rows, int64_t nh, int64_t T, int64_t hd, double theta, int inverse)
+{
+    int64_t half = hd / 2;
+    for (int64_t row = 0; row < rows; row++)
+        for (int64_t hh = 0; hh < nh; hh++)
+            for (int64_t j = 0; j < half; j++) {
+                double ang = (double)(row % T) / pow(theta, (double)(2 * j) / (double)hd);
+                double c = cos(ang), s = inverse ? -sin(ang) : sin(ang);
+                double *a = x + (row * nh + hh) * hd + j, *b = a + half, x1 = *a, x2 = *b;
+                *a = x1 * c - x2 * s;
+                *b = x2 * c + x1 * s;
+            }
+}
+
+/* ctx, dq, dk, dv in double from the unrotated q, k, v and dctx */
+static void core_reference(const core_case *k, const float *q, const float *kk, const float *v, const float *dctx,
+                           double *ctx, double *dq, double *dk, double *dv)
+{
+    int64_t r = k->r, T = k->T, h = k->h, kv = k->kv, hd = k->hd, n = r * T, grp = h / kv;
+    double *qd = calloc((size_t)(n * h * hd), sizeof *qd), *kd = calloc((size_t)(n * kv * hd), sizeof *kd);
+    double *P = calloc((size_t)(T * T), sizeof *P), *S = calloc((size_t)(T * T), sizeof *S), sc = 1.0 / sqrt((double)hd);
+    for (int64_t i = 0; i < n * h * hd; i++)
+        qd[i] = q[i];
+    for (int64_t i = 0; i < n * kv * hd; i++)
+        kd[i] = kk[i];
+    if (k->theta > 0)
+        core_rope_d(qd, n, h, T, hd, k->theta, 0), core_rope_d(kd, n, kv, T, hd, k->theta, 0);
+    memset(dk, 0, (size_t)(n * kv * hd) * sizeof *dk), memset(dv, 0, (size_t)(n * kv * hd) * sizeof *dv);
+    for (int64_t b = 0; b < r; b++)
+        for (int64_t hh = 0; hh < h; hh++) {
+            int64_t g = hh / grp;
+            const double *qh = qd + b * T * h * hd + hh * hd, *kh = kd + b * T * kv * hd + g * hd;
+            const float *vh = v + b * T * kv * hd + g * hd, *dch = dctx + b * T * h * hd + hh * hd;
+            for (int64_t i = 0; i < T; i++) {
+                int64_t len = k->causal ? i + 1 : T;
+                double mx = -INFINITY, z = 0.0, D = 0.0;
+                for (int64_t j = 0; j < len; j++) {
+                    double s = 0.0;
+                    for (int64_t e = 0; e < hd; e++)
+                        s += qh[i * h * hd + e] * kh[j * kv * hd + e];
+                    P[i * T + j] = s * sc, mx = fmax(mx, s * sc);
+                }
+                for (int64_t j = 0; j < T; j++)
+                    z += P[i * T + j] = j < len ? exp(P[i * T + j] - mx) : 0.0;
+                for (int64_t j = 0; j < T; j++) {
+                    double dp = 0.0;
+                    P[i * T + j] /= z;
+                    for (int64_t e = 0; e < hd; e++)
+                        dp += (double)dch[i * h * hd + e] * vh[j * kv * hd + e];
+                    S[i * T + j] = dp, D += P[i * T + j] * dp;
+                }
+                for (int64_t j = 0; j < T; j++)
+                    S[i * T + j] = P[i * T + j] * (S[i * T + j] - D) * sc;
+            }
+            for (int64_t i = 0; i < T; i++)
+                for (int64_t e = 0; e < hd; e++) {
+                    double c = 0.0, sq = 0.0, sk = 0.0, sv = 0.0;
+                    for (int64_t j = 0; j < T; j++) {
+                        c += P[i * T + j] * vh[j * kv * hd + e];
+                        sq += S[i * T + j] * kh[j * kv * hd + e];
+                        sk += S[j * T + i] * qh[j * h * hd + e];
+                        sv += P[j * T + i] * dch[j * h * hd + e];
+                    }
+                    ctx[(b * T + i) * h * hd + hh * hd + e] = c, dq[(b * T + i) * h * hd + hh * hd + e] = sq;
+                    dk[(b * T + i) * kv * hd + g * hd + e] += sk, dv[(b * T + i) * kv * hd + g * hd + e] += sv;
+                }
+        }
+    if (k->theta > 0)
+        core_rope_d(dq, n, h, T, hd, k->theta, 1), core_rope_d(dk, n, kv, T, hd, k->theta, 1);
+    free(qd), free(kd), free(P), free(S);
+}
+
+/* the outputs of one forward and backward; q and k come back rotated */
+typedef struct core_out { float *q, *k, *att, *ctx, *dq, *dk, *dv; } core_out;
+
+static int core_run(pg_ctx *c, const core_case *k, const float *q0, const float *k0, const float *v,
+                    const float *dctx, core_out *o)
+{
+    int64_t n = k->r * k->T, qn = n * k->h * k->hd, kn = n * k->kv * k->hd;
+    pg_attn_dims s = {k->T, k->h, k->kv, k->hd, k->causal, k->theta, k->h * k->hd, k->kv * k->hd, k->kv * k->hd};
+    o->q = fa(qn), o->k = fa(kn), o->att = fa(k->r * k->h * k->T * k->T), o->ctx = fa(qn);
+    o->dq = fa(qn), o->dk = fa(kn), o->dv = fa(kn);
+    memcpy(o->q, q0, (size_t)qn * 4), memcpy(o->k, k0, (size_t)kn * 4);
+    return pg_attn_fwd(c, k->r, &s, 0.0f, 0, 0, o->q, o->k, v, o->att, o->ctx) ||
+           pg_attn_bwd(c, k->r, &s, 0.0f, 0, 0, o->q, o->k, v, o->att, dctx, o->dq, o->dk, o->dv);
+}
+
+static void core_free(core_out *o) { free(o->q), free(o->k), free(o->att), free(o->ctx), free(o->dq), free(o->dk), free(o->dv); }
+
+static int core_same(const core_case *k, const core_out *a, const core_out *b)
+{
+    size_t qn = (size_t)(k->r * k->T * k->h * k->hd) * 4, kn = (size_t)(k->r * k->T * k->kv * k->hd) * 4;
+    return !memcmp(a->q, b->q, qn) && !memcmp(a->k, b->k, kn) && !memcmp(a->ctx, b->ctx, qn) &&
+           !memcmp(a->att, b->att, (size_t)(k->r * k->h * k->T * k->T) * 4) && !memcmp(a->dq, b->dq, qn) &&
+           !memcmp(a->dk, b->dk, kn) && !memcmp(a->dv, b->dv, kn);
+}
+
+static void test_attn_core(pg_ctx *c, rng *g)
+{
+    static const core_case cases[] = {
+        {2, 3, 4, 2, 8, 1, 10000.0f},    {2, 16, 4, 2, 16, 1, 10000.0f}, {2, 21, 4, 1, 20, 1, 500.0f},
+        {2, 64, 8, 4, 32, 1, 10000.0f},  {1, 80, 4, 2, 36, 1, 10000.0f}, {1, 150, 2, 1, 16, 1, 10000.0f},
+        {2, 37, 4, 2, 16, 0, 10000.0f},  {1, 150, 2, 2, 8, 0, 0.0f},    {1, 100, 4, 2, 64, 1, 10000.0f},
+        {1, 128, 2, 1, 128, 1, 10000.0f}, {3, 33, 2, 2, 24, 0, 0.0f},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const core_case *k = &cases[ci];
+        int64_t r = k->r, T = k->T, h = k->h, kv = k->kv, hd = k->hd, n = r * T, qn = n * h * hd, kn = n * kv * hd;
+        float *q = fa(qn), *kk = fa(kn), *v = fa(kn), *dctx = fa(qn);
+        fill(g, q, qn, -1, 1), fill(g, kk, kn, -1, 1), fill(g, v, kn, -1, 1), fill(g, dctx, qn, -1, 1);
+        core_out o, base;
+        int rc = core_run(c, k, q, kk, v, dctx, &o);
+        char what[96];
+        snprintf(what, sizeof what, "attn core T=%lld heads %lld/%lld hd=%lld %s%s", (long long)T, (long long)h,
+                 (long long)kv, (long long)hd, k->causal ? "causal" : "full", k->theta > 0 ? " rope" : "");
+        /* the rotation and the probabilities, bit for bit against the former formulas */
+        float *qr = fa(qn), *kr = fa(kn), *att = fa(r * h * T * T);
+        memcpy(qr, q, (size_t)qn * 4), memcpy(kr, kk, (size_t)kn * 4);
+        if (k->theta > 0)
+            core_rope_ref(qr, n, h, h * hd, T, hd, k->theta), core_rope_ref(kr, n, kv, kv * hd, T, hd, k->theta);
+        OK(rc == 0 && !memcmp(qr, o.q, (size_t)qn * 4) && !memcmp(kr, o.k, (size_t)kn * 4),
+           "%s: rotated q and k are the pairwise formula's bits", what);
+        for (int64_t b = 0; b < r; b++)
+            for (int64_t hh = 0; hh < h; hh++) {
+                float *a = att + (b * h + hh) * T * T;
+                pg_cpu_gemm(c, 0, 1, T, T, hd, (float)(1.0 / sqrt((double)hd)), o.q + b * T * h * hd + hh * hd, h * hd,
+                            o.k + b * T * kv * hd + hh / (h / kv) * hd, kv * hd, 0, a, T);
+                for (int64_t i = 0; i < T; i++)
+                    core_softmax_ref(a + i * T, k->causal ? i + 1 : T, T);
+            }
+        OK(!memcmp(att, o.att, (size_t)(r * h * T * T) * 4),
+           "%s: the probabilities are the block-by-block softmax's bits (16 double lanes)", what);
+        /* the values against the definition */
+        double *ctx = calloc((size_t)qn, sizeof *ctx), *dq = calloc((size_t)qn, sizeof *dq);
+        double *dk = calloc((size_t)kn, sizeof *dk), *dv = calloc((size_t)kn, sizeof *dv);
+        core_reference(k, q, kk, v, dctx, ctx, dq, dk, dv);
+        double e1 = max_rel_diff(o.ctx, ctx, qn), e2 = max_rel_diff(o.dq, dq, qn);
+        double e3 = max_rel_diff(o.dk, dk, kn), e4 = max_rel_diff(o.dv, dv, kn);
+        OK(e1 < 5e-4 && e2 < 5e-4 && e3 < 5e-4 && e4 < 5e-4,
+           "%s: ctx, dq, dk, dv equal the definition in double (%.1e %.1e %.1e %.1e)", what, e1, e2, e3, e4);
+        /* the baseline loops: the same bytes */
+        int avx2 = c->avx2;
+        c->avx2 = 0;
+        rc = core_run(c, k, q, kk, v, dctx, &base);
+        c->avx2 = avx2;
+        OK(rc == 0 && core_same(k, &o, &base), "%s: the baseline loops give the same bytes as the %s build", what,
+           avx2 ? "AVX2" : "baseline");
+        core_free(&o), core_free(&base);
+        free(q), free(kk), free(v), free(dctx), free(qr), free(kr), free(att), free(ctx), free(dq), free(dk), free(dv);
+    }
+}
+
 /* ---- dropout ------------------------------------------------------------ */
 
 static void test_dropout(pg_ctx *c, rng *r)
@@ -1028,6 +1311,65 @@ static void test_cross_entropy(pg_ctx *c, rng *r)
 /* Rows of every length the loss's blocks and chunks treat apart (V = 5, 16,
  * 37, 256, 300, 700), one with a target in the padded tail, one logit far
  * above the rest: the loss and the gradient against the formulas in double. */
+/* One cross-entropy row as loss.c computed it block by block before its
+ * exponentials went 4 blocks at a time (pg_cpu_exp_shifted): e = exp(x - max)
+ * per block of 16 (the last padded), float lanes per chunk of 256, the chunks
+ * in double, dx = e (inv / sum), dx[t] = (e_t / sum - 1) inv. */
+static double ce_row_former(const float *x, int64_t V, int32_t t, double inv, float *dx)
+{
+    float m = x[0];
+    for (int64_t j = 1; j < V; j++)
+        m = x[j] > m ? x[j] : m;
+    double s = 0.0;
+    for (int64_t c = 0; c < V; c += PG_CPU_ROW_CHUNK) {
+        int64_t end = V - c < PG_CPU_ROW_CHUNK ? V : c + PG_CPU_ROW_CHUNK;
+        float acc[PG_CPU_ROW_LANES] = {0};
+        for (int64_t j = c; j < end; j += PG_CPU_EXP_BLK) {
+            float e[PG_CPU_EXP_BLK];
+            for (int l = 0; l < PG_CPU_EXP_BLK; l++)
+                e[l] = j + l < end ? x[j + l] - m : -87.0f;
+            pg_cpu_exp_blk(e);
+            for (int l = 0; l < PG_CPU_EXP_BLK; l++)
+                acc[l] += j + l < end ? e[l] : 0.0f;
+            for (int l = 0; l < PG_CPU_EXP_BLK && j + l < end; l++)
+                dx[j + l] = e[l];
+        }
+        s += pg_cpu_lanes_sum(acc);
+    }
+    float scale = (float)(inv / s);
+    double et = dx[t];
+    for (int64_t j = 0; j < V; j++)
+        dx[j] *= scale;
+    dx[t] = (float)((et / s - 1.0) * inv);
+    return log(s) - ((double)x[t] - m);
+}
+
+/* the loss and gradient bits of the former block-by-block rows, on this
+ * CPU's build and on the baseline loops */
+static void test_cross_entropy_former(pg_ctx *c, rng *r)
+{
+    static const int64_t Vs[] = {5, 16, 37, 64, 65, 256, 300, 700, 2048};
+    int same = 1;
+    for (size_t k = 0; k < sizeof Vs / sizeof *Vs; k++)
+        for (int avx2 = c->avx2; avx2 >= 0; avx2--) {
+            int64_t n = 3, V = Vs[k];
+            float *x = fa(n * V), *dx = fa(n * V), *want = fa(n * V);
+            int32_t tg[3] = {0, (int32_t)(V - 1), (int32_t)(V / 2)};
+            fill(r, x, n * V, -6, 6);
+            double loss, ref = 0.0;
+            int keep = c->avx2;
+            c->avx2 = avx2;
+            pg_cross_entropy_fwd_bwd(c, n, V, x, tg, 4.0, &loss, dx);
+            c->avx2 = keep;
+            for (int64_t i = 0; i < n; i++)
+                ref += ce_row_former(x + i * V, V, tg[i], 0.25, want + i * V);
+            same &= loss == ref * 0.25 && !memcmp(dx, want, (size_t)(n * V) * 4);
+            free(x), free(dx), free(want);
+        }
+    OK(same, "cross_entropy gives the former block-by-block rows' bits, loss and gradient, for V = 5, 16, 37, 64, "
+       "65, 256, 300, 700, 2048 (%s)", c->avx2 ? "AVX2 and baseline builds" : "baseline build");
+}
+
 static void test_cross_entropy_lengths(pg_ctx *c, rng *r)
 {
     static const int64_t Vs[] = {5, 16, 37, 256, 300, 700};
@@ -1264,6 +1606,15 @@ static int cpu_runs_kernel(const char *k)
     return 1;
 }
 
+/* 1, with a skipped check saying so, when this CPU cannot run GEMM kernel kn. */
+static int kernel_absent(const char *kn, int threads)
+{
+    if (cpu_runs_kernel(kn))
+        return 0;
+    OK(1, "# SKIP this CPU has no %s GEMM kernel (%d threads)", kn, threads);
+    return 1;
+}
+
 /* A backend with `threads` threads and the GEMM kernel `kernel` (NULL: the
  * one this CPU picks), through PIPE_CPU_GEMM as a user would ask for it. */
 static pg_ctx *ctx_with(int threads, const char *kernel)
@@ -1346,10 +1697,8 @@ static void test_gemm_formula(rng *r)
     for (int k = 0; k < N_GEMM_KERNELS; k++)
         for (int threads = 1; threads <= 3; threads += 2) {
             const char *kn = gemm_kernels[k];
-            if (!cpu_runs_kernel(kn)) {
-                OK(1, "# SKIP this CPU has no %s GEMM kernel (%d threads)", kn, threads);
+            if (kernel_absent(kn, threads))
                 continue;
-            }
             pg_ctx *c = ctx_with(threads, kn);
             int all = c != NULL;
             char why[256] = "backend init failed";
@@ -1423,6 +1772,97 @@ static void test_linear_row_independence(rng *r)
         row_sweep(c, r);
         pg_backend_free(c);
     }
+}
+
+/* ---- an activation in the GEMM's store (pg_linear_act_fwd, pg_linear_bwd_in_act) ----
+ * The fused call must give the bytes of the two separate calls, for every
+ * activation, every length class of a row piece (the strips the GEMM hands its
+ * store: below, at and past the activations' blocks of 64 and the GEMM's
+ * column blocks of 256), rows past every tile height, K over one chunk of k,
+ * every kernel and 1 and 3 threads. */
+
+typedef struct act_ops {
+    const char *name;
+    pg_act_fwd_fn *fwd;
+    pg_act_bwd_fn *bwd;
+} act_ops;
+
+static const act_ops act_list[] = {
+    {"relu", pg_relu_fwd, pg_relu_bwd_in},          {"gelu", pg_gelu_fwd, pg_gelu_bwd_in},
+    {"sigmoid", pg_sigmoid_fwd, pg_sigmoid_bwd_in}, {"tanh", pg_tanh_fwd, pg_tanh_bwd_in},
+    {"silu", pg_silu_fwd, pg_silu_bwd_in},
+};
+#define N_ACTS (int)(sizeof act_list / sizeof act_list[0])
+
+/* n rows, in -> out: 0 when the fused forward and backward-input equal the
+ * separate calls byte for byte, else 1 with the first difference in why. */
+static int linear_act_differs(pg_ctx *c, rng *r, const act_ops *A, int64_t n, int64_t in, int64_t out, char *why,
+                              size_t wl)
+{
+    float *x = fa(n * in), *w = fa(out * in), *b = fa(out), *s1 = fa(n * out), *y1 = fa(n * out);
+    float *s2 = fa(n * out), *y2 = fa(n * out), *dy = fa(n * out), *g1 = fa(n * in), *dx1 = fa(n * in);
+    float *g2 = fa(n * in), *dx2 = fa(n * in), *h = fa(n * in);
+    fill(r, x, n * in, -2, 2), fill(r, w, out * in, -0.5, 0.5), fill(r, b, out, -1, 1);
+    fill(r, dy, n * out, -1, 1), fill(r, h, n * in, -4, 4);
+    int bad = 0;
+    pg_linear_fwd(c, n, in, out, x, w, b, s1);
+    A->fwd(c, n * out, s1, y1);
+    if (pg_linear_act_fwd(c, A->fwd, n, in, out, x, w, b, s2, y2) ||
+        memcmp(s1, s2, (size_t)(n * out) * sizeof *s1) || memcmp(y1, y2, (size_t)(n * out) * sizeof *y1))
+        bad = 1, snprintf(why, wl, "%s forward, n %lld in %lld out %lld", A->name, (long long)n, (long long)in,
+                          (long long)out);
+    /* the backward: h is the activation's input, dy the linear's output gradient */
+    pg_linear_bwd_in(c, n, in, out, dy, w, g1);
+    A->bwd(c, n * in, h, g1, dx1);
+    if (!bad && (pg_linear_bwd_in_act(c, A->bwd, n, in, out, dy, w, h, g2, dx2) ||
+                 memcmp(g1, g2, (size_t)(n * in) * sizeof *g1) || memcmp(dx1, dx2, (size_t)(n * in) * sizeof *dx1)))
+        bad = 1, snprintf(why, wl, "%s backward-input, n %lld in %lld out %lld", A->name, (long long)n,
+                          (long long)in, (long long)out);
+    free(x), free(w), free(b), free(s1), free(y1), free(s2), free(y2), free(dy), free(g1), free(dx1), free(g2);
+    free(dx2), free(h);
+    return bad;
+}
+
+static void test_linear_act(rng *r)
+{
+    /* {n, in, out}: the fused width is out forward, in backward */
+    static const int64_t shapes[][3] = {
+        {5, 1, 1},    {7, 3, 17},    {13, 16, 64},  {37, 65, 63},   {70, 63, 65},  {9, 130, 130},
+        {6, 256, 256}, {20, 257, 300}, {3, 512, 96}, {11, 40, 513}, {4, 1100, 70}, {2, 70, 1100},
+        {3, 0, 20},   {4, 20, 0},
+    };
+    const int nsh = (int)(sizeof shapes / sizeof shapes[0]);
+    for (int k = 0; k < N_GEMM_KERNELS; k++)
+        for (int threads = 1; threads <= 3; threads += 2) {
+            const char *kn = gemm_kernels[k];
+            if (kernel_absent(kn, threads))
+                continue;
+            pg_ctx *c = ctx_with(threads, kn);
+            char why[160] = "backend init failed";
+            int bad = c == NULL;
+            for (int a = 0; !bad && a < N_ACTS; a++)
+                for (int i = 0; !bad && i < nsh; i++)
+                    bad = linear_act_differs(c, r, &act_list[a], shapes[i][0], shapes[i][1], shapes[i][2], why,
+                                             sizeof why);
+            OK(!bad, "linear_act_fwd and linear_bwd_in_act (relu, gelu, sigmoid, tanh, silu) give the bytes of "
+               "linear then the activation, kernel %s, %d thread(s), widths 1..1100, K up to 1100%s%s", kn, threads,
+               bad ? ": differs at " : "", bad ? why : "");
+            pg_backend_free(c);
+        }
+    pg_ctx *c = ctx_with(1, NULL);
+    float v[4] = {0};
+    capture cap;
+    capture_begin(&cap);
+    int rc = pg_linear_act_fwd(c, NULL, 1, 1, 1, v, v, NULL, v + 1, v + 2);
+    const char *msg = capture_end(&cap);
+    OK(rc == 1 && strstr(msg, "linear_act_fwd: no activation op given (NULL)"),
+       "linear_act_fwd without an activation is refused, naming it: %s", msg);
+    capture_begin(&cap);
+    rc = pg_linear_bwd_in_act(c, pg_gelu_bwd_in, 1, -1, 1, v, v, v, v + 1, v + 2);
+    msg = capture_end(&cap);
+    OK(rc == 1 && strstr(msg, "linear_bwd_in_act: sizes n=1 in=-1 out=1"),
+       "linear_bwd_in_act with a negative size is refused, naming it: %s", msg);
+    pg_backend_free(c);
 }
 
 /* The products of a small training step: linear forward and both backwards
@@ -1666,17 +2106,20 @@ int main(int argc, char **argv)
     test_linear(c, &r);
     test_gemm_formula(&r);
     test_linear_row_independence(&r);
+    test_linear_act(&r);
     test_activations(c, &r);
     test_exp_and_gelu_range(c);
     test_swiglu(c, &r);
     test_layernorm(c, &r);
     test_norm_lengths(c, &r);
     test_norm_rows_alone(c, &r);
+    test_norm_add(c, &r);
     test_batchnorm(c, &r);
     test_embed(c, &r);
     test_pos_embed(c, &r);
     test_logits(c, &r);
     test_attention(c, &r);
+    test_attn_core(c, &r);
     test_threads_and_kernels();
     test_sample_of_batch(&r);
     test_dropout(c, &r);
@@ -1684,6 +2127,7 @@ int main(int argc, char **argv)
     test_mse(c, &r);
     test_cross_entropy(c, &r);
     test_cross_entropy_lengths(c, &r);
+    test_cross_entropy_former(c, &r);
     test_optimizers(c);
     test_init();
     pg_backend_free(c);
