@@ -7,6 +7,11 @@
  * work only ever adds). Built against a runtime library, so two trees' kernels
  * can be timed side by side (bench/kernels.sh alternates them).
  *
+ * The fused linear and activation (pg_linear_act_fwd, pg_linear_bwd_in_act) are
+ * weak references: against a library without them, "fc+gelu" and "proj+gelu"
+ * time the two separate calls, so base against new is apart against fused;
+ * "fc, gelu" and "proj, gelu" are always the two calls.
+ *
  *   kernels ROUNDS        -> one line a kernel: name|elements|us a call
  *   kernels ROUNDS cpu    -> the same in the thread's CPU time (what other
  *                            work on the cores disturbs least)
@@ -17,6 +22,9 @@
 #include <time.h>
 
 #include "pg_ops.h"
+
+#pragma weak pg_linear_act_fwd
+#pragma weak pg_linear_bwd_in_act
 
 #define ROWS 256
 #define D 128
@@ -54,14 +62,16 @@ static float *buf(size_t n, unsigned seed)
 #define CE_V 2048 /* the bench's llama's vocabulary */
 
 enum { GELU_F, GELU_B, SILU_F, SILU_B, SIGM_F, TANH_F, TANH_B, SWIGLU_F, SWIGLU_B, LIN_F, LIN_W, LN_F, LN_B, ATTN_F,
-       ATTN_B, CE, NK };
+       ATTN_B, CE, FC_GELU, FC_THEN_GELU, PROJ_GELU, PROJ_THEN_GELU, NK };
 static const char *const names[NK] = {"gelu_fwd",   "gelu_bwd_in", "silu_fwd",   "silu_bwd_in",   "sigmoid_fwd",
                                       "tanh_fwd",   "tanh_bwd_in", "swiglu_fwd", "swiglu_bwd_in", "linear_fwd fc",
                                       "linear_bwd_w fc", "layernorm_fwd", "layernorm_bwd_in", "attn_fwd llama",
-                                      "attn_bwd llama", "cross_entropy llama"};
+                                      "attn_bwd llama", "cross_entropy llama", "fc+gelu fwd", "fc, gelu fwd",
+                                      "proj+gelu bwd_in", "proj, gelu bwd_in"};
 static const long elems[NK] = {ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID,
                                ROWS * SWI, ROWS * SWI, ROWS * HID, ROWS * HID, ROWS * D,   ROWS * D,
-                               AT_R * AT_H * AT_T * AT_T, AT_R * AT_H * AT_T * AT_T, ROWS * CE_V};
+                               AT_R * AT_H * AT_T * AT_T, AT_R * AT_H * AT_T * AT_T, ROWS * CE_V,
+                               ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID};
 /* the score matrices fill big (ROWS * HID) floats */
 _Static_assert(AT_R * AT_H * AT_T * AT_T == ROWS * HID, "the attention's scores are a big buffer");
 
@@ -73,6 +83,16 @@ typedef struct bufs {
     float *logits, *dlogits;                             /* [ROWS, CE_V] */
     int32_t *tg;                                         /* [ROWS] */
 } bufs;
+
+static int fc_then_gelu(pg_ctx *c, bufs *B)
+{
+    return pg_linear_fwd(c, ROWS, D, HID, B->x, B->w, B->b, B->h) || pg_gelu_fwd(c, ROWS * HID, B->h, B->y);
+}
+
+static int proj_then_gelu(pg_ctx *c, bufs *B)
+{
+    return pg_linear_bwd_in(c, ROWS, HID, D, B->dy, B->w2, B->dh) || pg_gelu_bwd_in(c, ROWS * HID, B->h, B->dh, B->dx);
+}
 
 static void one(pg_ctx *c, int k, bufs *B)
 {
@@ -102,6 +122,16 @@ static void one(pg_ctx *c, int k, bufs *B)
         rc = pg_cross_entropy_fwd_bwd(c, ROWS, CE_V, B->logits, B->tg, ROWS, &loss, B->dlogits);
         break;
     }
+    case FC_GELU: /* s = x W^T + b [ROWS, HID], y = gelu(s); the two calls in a library without it */
+        rc = pg_linear_act_fwd ? pg_linear_act_fwd(c, pg_gelu_fwd, ROWS, D, HID, B->x, B->w, B->b, B->h, B->y)
+                               : fc_then_gelu(c, B);
+        break;
+    case FC_THEN_GELU: rc = fc_then_gelu(c, B); break;
+    case PROJ_GELU: /* g = dy W [ROWS, HID] (W [D, HID]), dx = gelu'(h) g */
+        rc = pg_linear_bwd_in_act ? pg_linear_bwd_in_act(c, pg_gelu_bwd_in, ROWS, HID, D, B->dy, B->w2, B->h, B->dh, B->dx)
+                                  : proj_then_gelu(c, B);
+        break;
+    case PROJ_THEN_GELU: rc = proj_then_gelu(c, B); break;
     }
     if (rc) {
         fprintf(stderr, "kernels: %s failed\n", names[k]);

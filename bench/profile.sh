@@ -17,7 +17,9 @@
 #    generated code called (the outermost pg_* frame: pg_attention_fwd, not the
 #    pg_linear_fwd it calls for its projections), by the op's source file
 #    (runtime/cpu/<family>.c: one file per layer family), a sample in the GEMM
-#    (runtime/cpu/gemm.c) to "GEMM" of that op's family; libc's memcpy/memset
+#    (runtime/cpu/gemm.c) to "GEMM" of that op's family, a sample in an op
+#    that a GEMM's store runs (an epilogue, *_epi_strip: the activation of
+#    pg_linear_act_fwd) to that op's family; libc's memcpy/memset
 #    and the like to "libc", the kernel to "kernel". Target (issue 28): the
 #    largest non-GEMM family below the smallest GEMM family.
 # Without perf (or where it may not sample) the families are left out, said so.
@@ -102,16 +104,18 @@ perf script -i "$DIR/perf.data" -F ip,sym --no-inline 2>/dev/null |
             gemm_name["linear"] = "linear layers"; gemm_name["attention"] = "attention (qkv, scores, proj)"; gemm_name["ops_common"] = "logits" }
     FNR == NR { file[$1] = $2; next }
     function family(f) { return f in name ? name[f] : f }
-    function flush(   i, op, gemm, f, s) {
+    function flush(   i, op, gemm, f, s, inner, epi) {
         if (!n) return
         for (i = 0; i < n; i++) if (sym[i] == "pg_run_step") break
         if (i == n) { n = 0; return } # outside the steps: start-up, the end
         for (i = 0; i < n && sym[i] != "pg_run_step"; i++) {
             s = sym[i]
-            if (s == "pg_cpu_gemm" || s ~ /^(tile|pack)_/) gemm = 1 # the GEMM; pg_cpu_parallel runs any task
-            else if (s ~ /^pg_/ && file[s] != "" && file[s] != "gemm") op = s # the outermost runtime op below pg_run_step
+            if (s ~ /_epi_strip$/) epi = 1 # the op below it runs in the store of a GEMM
+            else if (s ~ /^pg_cpu_gemm/ || s ~ /^(tile|pack)_/) gemm = 1 # the GEMM; pg_cpu_parallel runs any task
+            else if (s ~ /^pg_/ && file[s] != "" && file[s] != "gemm") { op = s; if (inner == "") inner = s } # the outermost runtime op below pg_run_step
         }
-        if (gemm) f = "GEMM: " (op != "" && file[op] in gemm_name ? gemm_name[file[op]] : op != "" ? file[op] : "other")
+        if (epi && inner != "") f = family(file[inner])
+        else if (gemm) f = "GEMM: " (op != "" && file[op] in gemm_name ? gemm_name[file[op]] : op != "" ? file[op] : "other")
         else if (op != "") f = family(file[op])
         else if (sym[0] in file) f = family(file[sym[0]])
         else if (sym[0] ~ /^(__)?mem|^__memset|^__memcpy/) f = "libc (memcpy, memset)"

@@ -4,6 +4,9 @@
 TOP=$(cd "$(dirname "$0")/.." && pwd)
 PIPEGEN=${PIPEGEN:-$TOP/build-san/pipegen}
 [ -x "$PIPEGEN" ] || PIPEGEN=$TOP/build/pipegen
+# every stage a test starts checks that the messages it lent from its arena
+# stayed as they were until written (runtime/core/step.c, PIPE_CHECK_SENDS)
+export PIPE_CHECK_SENDS="${PIPE_CHECK_SENDS-1}"
 _n=0; _fail=0
 plan() { echo "1..$1"; }
 ok() { # ok COND-EXIT-STATUS NAME

@@ -135,6 +135,7 @@ struct pg_gen {
     int dec_nmb;
     pg_schedule dsched;
     int *acc_at;           /* [nlayers * 4]: layer i's k-th param: its accumulator index on its stage */
+    int lend_sends;        /* the messages may be lent from the arena (pg_stage_desc.lend_sends) */
 };
 
 

@@ -153,11 +153,110 @@ static const gen_layer_kind *forward_begin(em_out *e, int i, em_layer *a)
     return K;
 }
 
+/* ---- an activation applied in the store of the GEMM beside it ----
+ * linear -> act: the linear's forward writes s and act(s) in one call;
+ * act -> linear: the linear's backward-input writes the activation output's
+ * gradient g and the activation's input gradient in one call. Only layers
+ * next to each other in one chunk, the one's output the other's input (a
+ * stash between them, or a chunk boundary, keeps the two calls): the same
+ * bits, one pass over memory fewer (runtime/cpu/linear.c). */
+
+static const gen_layer_kind *kind_at(const em_out *e, int i)
+{
+    const em_chunk *ch = e->ch;
+    if (i < ch->first || i > ch->last)
+        return NULL;
+    return gen_layer_kind_of(e->g->m->layers[i].kind);
+}
+
+/* Layer i's forward applies layer i + 1's activation: that activation's K->act. */
+static const char *fused_act_after(const em_out *e, int i)
+{
+    const em_chunk *ch = e->ch;
+    const gen_layer_kind *K = kind_at(e, i), *N = kind_at(e, i + 1);
+    if (!K || !N || !K->store_act || !N->act || ch->lin[i + 1 - ch->first] != ch->lout[i - ch->first])
+        return NULL;
+    return N->act;
+}
+
+/* Layer i's backward-input applies the backward of layer i - 1's activation
+ * (both gradients wanted): that activation's K->act. */
+static const char *fused_act_before(const em_out *e, int i)
+{
+    const em_chunk *ch = e->ch;
+    const gen_layer_kind *K = kind_at(e, i), *P = kind_at(e, i - 1);
+    if (!K || !P || !K->store_act || !P->act)
+        return NULL;
+    int s = ch->lin[i - 1 - ch->first], h = ch->lin[i - ch->first];
+    if (ch->lout[i - 1 - ch->first] != h || !ch->tens[s].need_grad || !ch->tens[h].need_grad)
+        return NULL;
+    return P->act;
+}
+
+/* ---- the residual add and the norm after it in one pass ----
+ * pop add -> [stash] -> norm: the pop's forward writes the sum and the norm's
+ * output in one call (the passes_through layers between keep their own
+ * statements, after it); stash -> norm: the norm's backward-input adds the
+ * skip's gradient, which the stash's backward would add after it. */
+
+/* Layer i's sum is normalised by layer j in the same call: j, else -1. */
+static int fused_add_norm(const em_out *e, int i)
+{
+    const em_chunk *ch = e->ch;
+    const gen_layer_kind *K = kind_at(e, i);
+    if (!K || !K->is_add || !K->is_add(e->g->m, &e->g->m->layers[i]))
+        return -1;
+    int j = i + 1;
+    while (kind_at(e, j) && kind_at(e, j)->passes_through)
+        j++;
+    const gen_layer_kind *N = kind_at(e, j);
+    return N && N->fwd_add && ch->lin[j - ch->first] == ch->lout[i - ch->first] ? j : -1;
+}
+
+/* The earlier layer whose call computes norm j (fused_add_norm), else -1. */
+static int norm_fused_back(const em_out *e, int j)
+{
+    int i = j - 1;
+    while (kind_at(e, i) && kind_at(e, i)->passes_through)
+        i--;
+    return kind_at(e, i) && fused_add_norm(e, i) == j ? i : -1;
+}
+
+/* Norm j's backward-input adds the gradient of the skip stashed by layer j - 1. */
+static int fused_skip_norm(const em_out *e, int j)
+{
+    const em_chunk *ch = e->ch;
+    const gen_layer_kind *N = kind_at(e, j), *P = kind_at(e, j - 1);
+    return N && P && N->bwd_add && P->skip_grad && ch->lout[j - 1 - ch->first] == ch->lin[j - ch->first] &&
+           ch->tens[ch->lin[j - ch->first]].need_grad;
+}
+
 void emit_layer_fwd(em_out *e, int i)
 {
     em_layer a;
+    int p = norm_fused_back(e, i);
+    if (p >= 0) {
+        fprintf(e->o, "    /* %s: in %s's call above */\n", e->g->m->layers[i].name, e->g->m->layers[p].name);
+        return;
+    }
+    if (fused_act_after(e, i - 1)) {
+        fprintf(e->o, "    /* %s: in %s's call above */\n", e->g->m->layers[i].name, e->g->m->layers[i - 1].name);
+        return;
+    }
     const gen_layer_kind *K = forward_begin(e, i, &a);
-    if (K)
+    const char *act = fused_act_after(e, i);
+    int j = fused_add_norm(e, i);
+    if (j >= 0) {
+        em_layer b;
+        char s[64];
+        K->add_skip(e, &a, s, sizeof s);
+        const gen_layer_kind *N = forward_begin(e, j, &b);
+        N->fwd_add(e, &b, a.x, s);
+    } else if (K && act) {
+        char y[64];
+        tval(e, e->ch->lout[i + 1 - e->ch->first], y, sizeof y);
+        K->fwd_act(e, &a, act, y);
+    } else if (K)
         K->fwd(e, &a);
 }
 
@@ -174,10 +273,30 @@ void emit_layer_dec(em_out *e, int i)
 void emit_layer_bwd_b(em_out *e, int i)
 {
     em_layer a;
+    if (fused_skip_norm(e, i + 1)) {
+        fprintf(e->o, "    /* %s: in %s's call above */\n", e->g->m->layers[i].name, e->g->m->layers[i + 1].name);
+        return;
+    }
+    if (fused_act_before(e, i + 1)) {
+        fprintf(e->o, "    /* %s: in %s's call above */\n", e->g->m->layers[i].name, e->g->m->layers[i + 1].name);
+        return;
+    }
     const gen_layer_kind *K = layer_begin(e, i, &a);
     tgrad(e, a.tout, a.dy, sizeof a.dy);
     param_locals(e->ch, &a);
-    if (K && K->bwd_b)
+    const char *act = fused_act_before(e, i);
+    if (fused_skip_norm(e, i)) {
+        em_layer b;
+        char ds[64];
+        layer_begin(e, i - 1, &b);
+        kind_at(e, i - 1)->skip_grad(e, &b, ds, sizeof ds);
+        K->bwd_add(e, &a, ds);
+    } else if (K && act) {
+        char s[64], dx[64];
+        tval(e, e->ch->lin[i - 1 - e->ch->first], s, sizeof s);
+        tgrad(e, e->ch->lin[i - 1 - e->ch->first], dx, sizeof dx);
+        K->bwd_act(e, &a, act, s, dx);
+    } else if (K && K->bwd_b)
         K->bwd_b(e, &a);
 }
 

@@ -48,6 +48,29 @@ typedef struct gen_layer_kind {
     int fwd_uses_first;
     /* the input is token ids: the first such layer's vocab is the stage's input vocab */
     int reads_tokens;
+    /* an elementwise activation: its ops are pg_<act>_fwd and pg_<act>_bwd_in
+     * (pg_ops.h's pg_act_fwd_fn, pg_act_bwd_fn), which a store_act layer beside
+     * it applies in its GEMM's store; NULL: not one */
+    const char *act;
+    /* its forward's product is followed, in the same call, by the activation
+     * layer after it (fwd_act), and its backward-input's product by the
+     * backward of the activation layer before it (bwd_act): gen_layer.c's
+     * fused_act_after / fused_act_before say when */
+    int store_act;
+    void (*fwd_act)(em_out *e, em_layer *a, const char *act, const char *y);
+    void (*bwd_act)(em_out *e, em_layer *a, const char *act, const char *s, const char *dx);
+    /* The residual add and the norm after it in one pass over the rows
+     * (gen_layer.c's fused_add_norm, fused_skip_norm):
+     * is_add: this layer (pop ... add) writes x + s, its skip s's C text from
+     * add_skip; fwd_add: a norm's forward computing its input a->x as x + s
+     * first; skip_grad: a stash's skip gradient's C text, which its backward
+     * adds to the tensor's gradient; bwd_add: a norm's backward-input adding
+     * ds to its dx. */
+    int (*is_add)(const ir_model *m, const ir_layer *L);
+    void (*add_skip)(em_out *e, em_layer *a, char *s, size_t n);
+    void (*fwd_add)(em_out *e, em_layer *a, const char *x, const char *s);
+    void (*skip_grad)(em_out *e, em_layer *a, char *ds, size_t n);
+    void (*bwd_add)(em_out *e, em_layer *a, const char *ds);
 
     /* Refuse a model this kind cannot train (batch, micro-batches) with a located
      * error; -1 then. NULL: every model. */

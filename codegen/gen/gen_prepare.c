@@ -9,6 +9,7 @@
 
 #include "gen/gen_layer.h"
 #include "base/progress.h"
+#include "schedule/sched_sim.h"
 
 static int is_last_chunk(const pg_gen *g, int c) { return c == g->m->nchunks - 1; }
 
@@ -309,6 +310,34 @@ static int check_tie_order(const ir_model *m, pg_diag *d)
     return rc;
 }
 
+/* May the runtime lend the step's messages from the arena (runtime/core/
+ * step.c)? A lent message of slot s is waited for before its stage's next
+ * compute action of slot s, so a stage may now wait for a peer to have
+ * received it: the schedule's own verification (non-blocking sends) does not
+ * cover that. Simulated here with those waits, from the slots the tables
+ * carry: 1 when every stage finishes, else 0 (the messages are copied). */
+static int lend_ok(const pg_gen *g)
+{
+    const pg_schedule *s = g->s;
+    int *ls[PG_SCHED_MAX_STAGES] = {0}, ok = 0;
+    for (int k = 0; k < s->nstages; k++) {
+        const pg_stage_sched *ss = &s->stage[k];
+        if (!(ls[k] = malloc((size_t)(ss->n ? ss->n : 1) * sizeof(int))))
+            goto out;
+        for (int a = 0; a < ss->n; a++) {
+            pg_act_kind kind = ss->act[a].kind;
+            ls[k][a] = pg_step_msg_send((int)kind) || pg_act_is_compute(kind) ? g->st[k].act_slot[a] : -1;
+        }
+    }
+    pg_sim sim = {.m = g->m, .s = s, .lend_slot = ls};
+    ok = pg_sim_run(&sim) == SIM_OK;
+    pg_sim_free(&sim);
+out:
+    for (int k = 0; k < s->nstages; k++)
+        free(ls[k]);
+    return ok;
+}
+
 int pg_gen_prepare(const ir_model *m, const pg_schedule *s, int64_t guard_bytes, pg_gen **out, pg_diag *d)
 {
     *out = NULL;
@@ -385,6 +414,7 @@ int pg_gen_prepare(const ir_model *m, const pg_schedule *s, int64_t guard_bytes,
         }
         pg_progress("stage %d of %d laid out (buffers, memory plan)", k + 1, g->nstages);
     }
+    g->lend_sends = lend_ok(g);
     *out = g;
     return 0;
 }

@@ -355,6 +355,8 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
         fprintf(o, "    .nconvs = %d, .convs = stage_convs, .conv_plan = pg_conv_plan,\n", nconvs);
     fprintf(o, "    .arch_hash = UINT64_C(0x%016" PRIx64 "), /* the layers, layout aside (checkpoint identity) */\n",
             model_arch_hash(g));
+    if (g->lend_sends)
+        fprintf(o, "    .lend_sends = 1, /* messages lent from the arena: the simulation with their waits finishes */\n");
     if (S->dch) {
         fprintf(o, "    .dec = &dec_desc,\n");
     } else if (g->dec_why[0]) {

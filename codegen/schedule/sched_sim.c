@@ -16,11 +16,18 @@ typedef struct sim_fifo {
     sim_msg *msg;
 } sim_fifo;
 
+typedef struct sim_lent {
+    int to, k;                      /* the message: fifo (stage, to), index k */
+    int slot;
+} sim_lent;
+
 typedef struct sim_ctx {
     pg_sim *sim;
     int p;
     sim_fifo *fifo;                 /* [src * p + dst] */
     int pushed;                     /* a message was sent (progress even if the action blocks) */
+    sim_lent *lent[PG_SCHED_MAX_STAGES]; /* lend_slot: each stage's lent messages not yet known taken */
+    int nlent[PG_SCHED_MAX_STAGES], lent_cap[PG_SCHED_MAX_STAGES];
 } sim_ctx;
 
 int pg_sim_match(const pg_act *send, const pg_act *recv)
@@ -71,6 +78,41 @@ static int push(sim_ctx *c, int from, int to, int idx)
 /* Step results. */
 enum { STEP_BLOCKED, STEP_MOVED, STEP_FAILED };
 
+/* lend_slot: remember the message stage st just pushed as lent from slot. -1: out of memory. */
+static int lend(sim_ctx *c, int st, int to, int slot)
+{
+    if (c->nlent[st] == c->lent_cap[st]) {
+        int cap = c->lent_cap[st] ? 2 * c->lent_cap[st] : 16;
+        sim_lent *l = realloc(c->lent[st], (size_t)cap * sizeof *l);
+        if (!l)
+            return -1;
+        c->lent[st] = l;
+        c->lent_cap[st] = cap;
+    }
+    c->lent[st][c->nlent[st]++] = (sim_lent){ to, c->fifo[st * c->p + to].n - 1, slot };
+    return 0;
+}
+
+/* lend_slot: may stage st run a compute action of `slot` (-1: any)? Every
+ * lent message of that slot must have been taken by its receiver; those are
+ * forgotten. STEP_MOVED or STEP_BLOCKED (wait_for: the receiver). */
+static int lent_taken(sim_ctx *c, int st, int slot)
+{
+    for (int i = 0; i < c->nlent[st]; i++) {
+        const sim_lent *l = &c->lent[st][i];
+        if ((slot < 0 || l->slot == slot) && l->k >= c->fifo[st * c->p + l->to].head) {
+            c->sim->wait_for[st] = l->to;
+            return STEP_BLOCKED;
+        }
+    }
+    int n = 0;
+    for (int i = 0; i < c->nlent[st]; i++)
+        if (!(slot < 0 || c->lent[st][i].slot == slot))
+            c->lent[st][n++] = c->lent[st][i];
+    c->nlent[st] = n;
+    return STEP_MOVED;
+}
+
 /* Receive on stage st, current action idx, from stage `from`. */
 static int take(sim_ctx *c, int st, int idx, int from)
 {
@@ -105,9 +147,14 @@ static int step(sim_ctx *c, int st)
     if (pg_act_is_send(a->kind)) {
         if (push(c, st, a->peer, idx) != 0)
             return -1;
+        if (sim->lend_slot && sim->lend_slot[st][idx] >= 0 && lend(c, st, a->peer, sim->lend_slot[st][idx]) != 0)
+            return -1;
         r = STEP_MOVED;
     } else if (pg_act_is_recv(a->kind)) {
         r = take(c, st, idx, a->peer);
+    } else if (sim->lend_slot && pg_act_is_compute(a->kind) &&
+               lent_taken(c, st, sim->lend_slot[st][idx]) == STEP_BLOCKED) {
+        r = STEP_BLOCKED;
     } else {
         double d = dur_of(c, st, idx);
         sim->clock[st] += d;
@@ -133,6 +180,8 @@ static void free_fifos(sim_ctx *c)
         for (int i = 0; i < c->p * c->p; i++)
             free(c->fifo[i].msg);
     free(c->fifo);
+    for (int st = 0; st < PG_SCHED_MAX_STAGES; st++)
+        free(c->lent[st]);
 }
 
 static int collect_unreceived(sim_ctx *c)

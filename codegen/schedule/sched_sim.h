@@ -36,6 +36,11 @@ typedef struct pg_sim {
                         its receiver once the message arrived */
     const double *clock0; /* optional [nstages]: each stage's clock at the start */
     pg_sim_ref **met;     /* optional out [stage][action]: for a RECV the SEND it met, else {-1, -1} */
+    int *const *lend_slot; /* optional [stage][action] (untimed runs): the runtime's lent messages
+                              (runtime/core/step.c). A message SEND with a slot >= 0 is lent from that
+                              slot: its stage runs no compute action of the same slot (or of slot -1,
+                              which waits for all) until the peer's RECV has taken it. -1 on a SEND:
+                              copied, never waited for. */
     /* out */
     pg_sim_status status;
     pg_sim_ref recv, send;                 /* SIM_MISMATCH: the RECV and what it met */

@@ -83,10 +83,10 @@ static int fwd_body_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
                        0.0f, 0, 0, h0_attn_q, h0_attn_k, h0_attn_v, h0_attn_att, h0_attn_ctx));
     PG_TRY(pg_linear_fwd(c, r * 64, 128, 128, h0_attn_ctx, h0_attn_o_weight, NULL, h0_attn_out)); /* output projection */
     /* h0.pop.res1: pop [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_add_fwd(c, r * 8192, h0_attn_out, tok_out, h0_pop_res1_out));
-    /* stash h0.res2: [r, 64, 128] stays in h0_pop_res1_out */
     /* h0.ln2: rmsnorm [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_rmsnorm_fwd(c, r * 64, 128, 1e-05f, h0_pop_res1_out, h0_ln2_weight, h0_ln2_out, h0_ln2_rstd));
+    PG_TRY(pg_add_rmsnorm_fwd(c, r * 64, 128, 1e-05f, h0_attn_out, tok_out, h0_pop_res1_out, h0_ln2_weight, h0_ln2_out, h0_ln2_rstd));
+    /* stash h0.res2: [r, 64, 128] stays in h0_pop_res1_out */
+    /* h0.ln2: in h0.pop.res1's call above */
     /* h0.mlp: swiglu [r, 64, 128] -> [r, 64, 344] */
     PG_TRY(pg_swiglu_fwd(c, r * 64, 128, 344, h0_ln2_out, h0_mlp_gate_weight, NULL, h0_mlp_up_weight, NULL, h0_mlp_gate, h0_mlp_up, h0_mlp_out));
     /* h0.down: linear [r, 64, 344] -> [r, 64, 128] */
@@ -147,8 +147,8 @@ static int bwd_b_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     PG_TRY(pg_copy(c, d_skip_h0_res2, c0_dy, r * 8192)); /* gradient of skip h0.res2 */
     PG_TRY(pg_linear_bwd_in(c, r * 64, 344, 128, d_h0_down_out, h0_down_weight, d_h0_mlp_out)); /* h0.down */
     PG_TRY(pg_swiglu_bwd_in(c, r * 64, 128, 344, h0_mlp_gate_weight, h0_mlp_up_weight, h0_mlp_gate, h0_mlp_up, d_h0_mlp_out, h0_mlp_dgate, h0_mlp_dup, d_h0_ln2_out)); /* h0.mlp */
-    PG_TRY(pg_rmsnorm_bwd_in(c, r * 64, 128, h0_pop_res1_out, h0_ln2_weight, h0_ln2_rstd, d_h0_ln2_out, d_h0_pop_res1_out)); /* h0.ln2 */
-    PG_TRY(pg_axpy_inplace(c, d_h0_pop_res1_out, d_skip_h0_res2, r * 8192)); /* + gradient of skip h0.res2 */
+    PG_TRY(pg_rmsnorm_bwd_in_add(c, r * 64, 128, h0_pop_res1_out, h0_ln2_weight, h0_ln2_rstd, d_h0_ln2_out, d_skip_h0_res2, d_h0_pop_res1_out)); /* h0.ln2 */
+    /* h0.stash.res2: in h0.ln2's call above */
     PG_TRY(pg_copy(c, d_h0_attn_out, d_h0_pop_res1_out, r * 8192)); /* h0.pop.res1 */
     PG_TRY(pg_copy(c, d_skip_h0_res1, d_h0_pop_res1_out, r * 8192)); /* gradient of skip h0.res1 */
     PG_TRY(pg_linear_bwd_in(c, r * 64, 128, 128, d_h0_attn_out, h0_attn_o_weight, h0_attn_dctx)); /* h0.attn: dctx */
@@ -158,8 +158,8 @@ static int bwd_b_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     PG_TRY(pg_linear_bwd_in(c, r * 64, 128, 128, h0_attn_dq, h0_attn_q_weight, d_h0_ln1_out));
     PG_TRY(pg_linear_bwd_in_add(c, r * 64, 128, 64, h0_attn_dk, h0_attn_k_weight, d_h0_ln1_out));
     PG_TRY(pg_linear_bwd_in_add(c, r * 64, 128, 64, h0_attn_dv, h0_attn_v_weight, d_h0_ln1_out));
-    PG_TRY(pg_rmsnorm_bwd_in(c, r * 64, 128, tok_out, h0_ln1_weight, h0_ln1_rstd, d_h0_ln1_out, d_tok_out)); /* h0.ln1 */
-    PG_TRY(pg_axpy_inplace(c, d_tok_out, d_skip_h0_res1, r * 8192)); /* + gradient of skip h0.res1 */
+    PG_TRY(pg_rmsnorm_bwd_in_add(c, r * 64, 128, tok_out, h0_ln1_weight, h0_ln1_rstd, d_h0_ln1_out, d_skip_h0_res1, d_tok_out)); /* h0.ln1 */
+    /* h0.stash.res1: in h0.ln1's call above */
     return 0;
 }
 
@@ -443,6 +443,7 @@ const pg_stage_desc pg_stage = {
     .output_off = -1, .output_slot_bytes = 0, .output_per_sample = 0,
     .nlayers = 10, .layers = stage_layers,
     .arch_hash = UINT64_C(0xfbf008c38d8f97c7), /* the layers, layout aside (checkpoint identity) */
+    .lend_sends = 1, /* messages lent from the arena: the simulation with their waits finishes */
     .dec = &dec_desc,
     .neval_actions = 16, .eval_actions = eval_step,
     .output_rank = 2, .output_dim = {64, 256, 0, 0},

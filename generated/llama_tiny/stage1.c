@@ -77,10 +77,10 @@ static int fwd_body_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
                        0.0f, 0, 0, h1_attn_q, h1_attn_k, h1_attn_v, h1_attn_att, h1_attn_ctx));
     PG_TRY(pg_linear_fwd(c, r * 64, 128, 128, h1_attn_ctx, h1_attn_o_weight, NULL, h1_attn_out)); /* output projection */
     /* h1.pop.res1: pop [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_add_fwd(c, r * 8192, h1_attn_out, c1_x, h1_pop_res1_out));
-    /* stash h1.res2: [r, 64, 128] stays in h1_pop_res1_out */
     /* h1.ln2: rmsnorm [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_rmsnorm_fwd(c, r * 64, 128, 1e-05f, h1_pop_res1_out, h1_ln2_weight, h1_ln2_out, h1_ln2_rstd));
+    PG_TRY(pg_add_rmsnorm_fwd(c, r * 64, 128, 1e-05f, h1_attn_out, c1_x, h1_pop_res1_out, h1_ln2_weight, h1_ln2_out, h1_ln2_rstd));
+    /* stash h1.res2: [r, 64, 128] stays in h1_pop_res1_out */
+    /* h1.ln2: in h1.pop.res1's call above */
     /* h1.mlp: swiglu [r, 64, 128] -> [r, 64, 344] */
     PG_TRY(pg_swiglu_fwd(c, r * 64, 128, 344, h1_ln2_out, h1_mlp_gate_weight, NULL, h1_mlp_up_weight, NULL, h1_mlp_gate, h1_mlp_up, h1_mlp_out));
     /* h1.down: linear [r, 64, 344] -> [r, 64, 128] */
@@ -141,8 +141,8 @@ static int bwd_b_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     PG_TRY(pg_copy(c, d_skip_h1_res2, c1_dy, r * 8192)); /* gradient of skip h1.res2 */
     PG_TRY(pg_linear_bwd_in(c, r * 64, 344, 128, d_h1_down_out, h1_down_weight, d_h1_mlp_out)); /* h1.down */
     PG_TRY(pg_swiglu_bwd_in(c, r * 64, 128, 344, h1_mlp_gate_weight, h1_mlp_up_weight, h1_mlp_gate, h1_mlp_up, d_h1_mlp_out, h1_mlp_dgate, h1_mlp_dup, d_h1_ln2_out)); /* h1.mlp */
-    PG_TRY(pg_rmsnorm_bwd_in(c, r * 64, 128, h1_pop_res1_out, h1_ln2_weight, h1_ln2_rstd, d_h1_ln2_out, d_h1_pop_res1_out)); /* h1.ln2 */
-    PG_TRY(pg_axpy_inplace(c, d_h1_pop_res1_out, d_skip_h1_res2, r * 8192)); /* + gradient of skip h1.res2 */
+    PG_TRY(pg_rmsnorm_bwd_in_add(c, r * 64, 128, h1_pop_res1_out, h1_ln2_weight, h1_ln2_rstd, d_h1_ln2_out, d_skip_h1_res2, d_h1_pop_res1_out)); /* h1.ln2 */
+    /* h1.stash.res2: in h1.ln2's call above */
     PG_TRY(pg_copy(c, d_h1_attn_out, d_h1_pop_res1_out, r * 8192)); /* h1.pop.res1 */
     PG_TRY(pg_copy(c, d_skip_h1_res1, d_h1_pop_res1_out, r * 8192)); /* gradient of skip h1.res1 */
     PG_TRY(pg_linear_bwd_in(c, r * 64, 128, 128, d_h1_attn_out, h1_attn_o_weight, h1_attn_dctx)); /* h1.attn: dctx */
@@ -152,8 +152,8 @@ static int bwd_b_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     PG_TRY(pg_linear_bwd_in(c, r * 64, 128, 128, h1_attn_dq, h1_attn_q_weight, d_h1_ln1_out));
     PG_TRY(pg_linear_bwd_in_add(c, r * 64, 128, 64, h1_attn_dk, h1_attn_k_weight, d_h1_ln1_out));
     PG_TRY(pg_linear_bwd_in_add(c, r * 64, 128, 64, h1_attn_dv, h1_attn_v_weight, d_h1_ln1_out));
-    PG_TRY(pg_rmsnorm_bwd_in(c, r * 64, 128, c1_x, h1_ln1_weight, h1_ln1_rstd, d_h1_ln1_out, c1_dx)); /* h1.ln1 */
-    PG_TRY(pg_axpy_inplace(c, c1_dx, d_skip_h1_res1, r * 8192)); /* + gradient of skip h1.res1 */
+    PG_TRY(pg_rmsnorm_bwd_in_add(c, r * 64, 128, c1_x, h1_ln1_weight, h1_ln1_rstd, d_h1_ln1_out, d_skip_h1_res1, c1_dx)); /* h1.ln1 */
+    /* h1.stash.res1: in h1.ln1's call above */
     return 0;
 }
 
@@ -453,6 +453,7 @@ const pg_stage_desc pg_stage = {
     .output_off = -1, .output_slot_bytes = 0, .output_per_sample = 0,
     .nlayers = 9, .layers = stage_layers,
     .arch_hash = UINT64_C(0xfbf008c38d8f97c7), /* the layers, layout aside (checkpoint identity) */
+    .lend_sends = 1, /* messages lent from the arena: the simulation with their waits finishes */
     .dec = &dec_desc,
     .neval_actions = 24, .eval_actions = eval_step,
     .output_rank = 2, .output_dim = {64, 256, 0, 0},

@@ -77,10 +77,10 @@ static int fwd_body_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
                        0.0f, 0, 0, h2_attn_q, h2_attn_k, h2_attn_v, h2_attn_att, h2_attn_ctx));
     PG_TRY(pg_linear_fwd(c, r * 64, 128, 128, h2_attn_ctx, h2_attn_o_weight, NULL, h2_attn_out)); /* output projection */
     /* h2.pop.res1: pop [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_add_fwd(c, r * 8192, h2_attn_out, c2_x, h2_pop_res1_out));
-    /* stash h2.res2: [r, 64, 128] stays in h2_pop_res1_out */
     /* h2.ln2: rmsnorm [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_rmsnorm_fwd(c, r * 64, 128, 1e-05f, h2_pop_res1_out, h2_ln2_weight, h2_ln2_out, h2_ln2_rstd));
+    PG_TRY(pg_add_rmsnorm_fwd(c, r * 64, 128, 1e-05f, h2_attn_out, c2_x, h2_pop_res1_out, h2_ln2_weight, h2_ln2_out, h2_ln2_rstd));
+    /* stash h2.res2: [r, 64, 128] stays in h2_pop_res1_out */
+    /* h2.ln2: in h2.pop.res1's call above */
     /* h2.mlp: swiglu [r, 64, 128] -> [r, 64, 344] */
     PG_TRY(pg_swiglu_fwd(c, r * 64, 128, 344, h2_ln2_out, h2_mlp_gate_weight, NULL, h2_mlp_up_weight, NULL, h2_mlp_gate, h2_mlp_up, h2_mlp_out));
     /* h2.down: linear [r, 64, 344] -> [r, 64, 128] */
@@ -141,8 +141,8 @@ static int bwd_b_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     PG_TRY(pg_copy(c, d_skip_h2_res2, c2_dy, r * 8192)); /* gradient of skip h2.res2 */
     PG_TRY(pg_linear_bwd_in(c, r * 64, 344, 128, d_h2_down_out, h2_down_weight, d_h2_mlp_out)); /* h2.down */
     PG_TRY(pg_swiglu_bwd_in(c, r * 64, 128, 344, h2_mlp_gate_weight, h2_mlp_up_weight, h2_mlp_gate, h2_mlp_up, d_h2_mlp_out, h2_mlp_dgate, h2_mlp_dup, d_h2_ln2_out)); /* h2.mlp */
-    PG_TRY(pg_rmsnorm_bwd_in(c, r * 64, 128, h2_pop_res1_out, h2_ln2_weight, h2_ln2_rstd, d_h2_ln2_out, d_h2_pop_res1_out)); /* h2.ln2 */
-    PG_TRY(pg_axpy_inplace(c, d_h2_pop_res1_out, d_skip_h2_res2, r * 8192)); /* + gradient of skip h2.res2 */
+    PG_TRY(pg_rmsnorm_bwd_in_add(c, r * 64, 128, h2_pop_res1_out, h2_ln2_weight, h2_ln2_rstd, d_h2_ln2_out, d_skip_h2_res2, d_h2_pop_res1_out)); /* h2.ln2 */
+    /* h2.stash.res2: in h2.ln2's call above */
     PG_TRY(pg_copy(c, d_h2_attn_out, d_h2_pop_res1_out, r * 8192)); /* h2.pop.res1 */
     PG_TRY(pg_copy(c, d_skip_h2_res1, d_h2_pop_res1_out, r * 8192)); /* gradient of skip h2.res1 */
     PG_TRY(pg_linear_bwd_in(c, r * 64, 128, 128, d_h2_attn_out, h2_attn_o_weight, h2_attn_dctx)); /* h2.attn: dctx */
@@ -152,8 +152,8 @@ static int bwd_b_c2(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     PG_TRY(pg_linear_bwd_in(c, r * 64, 128, 128, h2_attn_dq, h2_attn_q_weight, d_h2_ln1_out));
     PG_TRY(pg_linear_bwd_in_add(c, r * 64, 128, 64, h2_attn_dk, h2_attn_k_weight, d_h2_ln1_out));
     PG_TRY(pg_linear_bwd_in_add(c, r * 64, 128, 64, h2_attn_dv, h2_attn_v_weight, d_h2_ln1_out));
-    PG_TRY(pg_rmsnorm_bwd_in(c, r * 64, 128, c2_x, h2_ln1_weight, h2_ln1_rstd, d_h2_ln1_out, c2_dx)); /* h2.ln1 */
-    PG_TRY(pg_axpy_inplace(c, c2_dx, d_skip_h2_res1, r * 8192)); /* + gradient of skip h2.res1 */
+    PG_TRY(pg_rmsnorm_bwd_in_add(c, r * 64, 128, c2_x, h2_ln1_weight, h2_ln1_rstd, d_h2_ln1_out, d_skip_h2_res1, c2_dx)); /* h2.ln1 */
+    /* h2.stash.res1: in h2.ln1's call above */
     return 0;
 }
 
@@ -453,6 +453,7 @@ const pg_stage_desc pg_stage = {
     .output_off = -1, .output_slot_bytes = 0, .output_per_sample = 0,
     .nlayers = 9, .layers = stage_layers,
     .arch_hash = UINT64_C(0xfbf008c38d8f97c7), /* the layers, layout aside (checkpoint identity) */
+    .lend_sends = 1, /* messages lent from the arena: the simulation with their waits finishes */
     .dec = &dec_desc,
     .neval_actions = 24, .eval_actions = eval_step,
     .output_rank = 2, .output_dim = {64, 256, 0, 0},

@@ -85,18 +85,18 @@ static int fwd_body_c3(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
                        0.0f, 0, 0, h3_attn_q, h3_attn_k, h3_attn_v, h3_attn_att, h3_attn_ctx));
     PG_TRY(pg_linear_fwd(c, r * 64, 128, 128, h3_attn_ctx, h3_attn_o_weight, NULL, h3_attn_out)); /* output projection */
     /* h3.pop.res1: pop [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_add_fwd(c, r * 8192, h3_attn_out, c3_x, h3_pop_res1_out));
-    /* stash h3.res2: [r, 64, 128] stays in h3_pop_res1_out */
     /* h3.ln2: rmsnorm [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_rmsnorm_fwd(c, r * 64, 128, 1e-05f, h3_pop_res1_out, h3_ln2_weight, h3_ln2_out, h3_ln2_rstd));
+    PG_TRY(pg_add_rmsnorm_fwd(c, r * 64, 128, 1e-05f, h3_attn_out, c3_x, h3_pop_res1_out, h3_ln2_weight, h3_ln2_out, h3_ln2_rstd));
+    /* stash h3.res2: [r, 64, 128] stays in h3_pop_res1_out */
+    /* h3.ln2: in h3.pop.res1's call above */
     /* h3.mlp: swiglu [r, 64, 128] -> [r, 64, 344] */
     PG_TRY(pg_swiglu_fwd(c, r * 64, 128, 344, h3_ln2_out, h3_mlp_gate_weight, NULL, h3_mlp_up_weight, NULL, h3_mlp_gate, h3_mlp_up, h3_mlp_out));
     /* h3.down: linear [r, 64, 344] -> [r, 64, 128] */
     PG_TRY(pg_linear_fwd(c, r * 64, 344, 128, h3_mlp_out, h3_down_weight, NULL, h3_down_out));
     /* h3.pop.res2: pop [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_add_fwd(c, r * 8192, h3_down_out, h3_pop_res1_out, h3_pop_res2_out));
     /* norm: rmsnorm [r, 64, 128] -> [r, 64, 128] */
-    PG_TRY(pg_rmsnorm_fwd(c, r * 64, 128, 1e-05f, h3_pop_res2_out, norm_weight, norm_out, norm_rstd));
+    PG_TRY(pg_add_rmsnorm_fwd(c, r * 64, 128, 1e-05f, h3_down_out, h3_pop_res1_out, h3_pop_res2_out, norm_weight, norm_out, norm_rstd));
+    /* norm: in h3.pop.res2's call above */
     /* head: logits [r, 64, 128] -> [r, 64, 256] */
     PG_TRY(pg_logits_fwd(c, r * 64, 128, 256, norm_out, head_weight, c3_y));
     /* loss: cross_entropy, partial over this micro-batch; targets -100 count nowhere, the rest
@@ -165,8 +165,8 @@ static int bwd_b_c3(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     PG_TRY(pg_copy(c, d_skip_h3_res2, d_h3_pop_res2_out, r * 8192)); /* gradient of skip h3.res2 */
     PG_TRY(pg_linear_bwd_in(c, r * 64, 344, 128, d_h3_down_out, h3_down_weight, d_h3_mlp_out)); /* h3.down */
     PG_TRY(pg_swiglu_bwd_in(c, r * 64, 128, 344, h3_mlp_gate_weight, h3_mlp_up_weight, h3_mlp_gate, h3_mlp_up, d_h3_mlp_out, h3_mlp_dgate, h3_mlp_dup, d_h3_ln2_out)); /* h3.mlp */
-    PG_TRY(pg_rmsnorm_bwd_in(c, r * 64, 128, h3_pop_res1_out, h3_ln2_weight, h3_ln2_rstd, d_h3_ln2_out, d_h3_pop_res1_out)); /* h3.ln2 */
-    PG_TRY(pg_axpy_inplace(c, d_h3_pop_res1_out, d_skip_h3_res2, r * 8192)); /* + gradient of skip h3.res2 */
+    PG_TRY(pg_rmsnorm_bwd_in_add(c, r * 64, 128, h3_pop_res1_out, h3_ln2_weight, h3_ln2_rstd, d_h3_ln2_out, d_skip_h3_res2, d_h3_pop_res1_out)); /* h3.ln2 */
+    /* h3.stash.res2: in h3.ln2's call above */
     PG_TRY(pg_copy(c, d_h3_attn_out, d_h3_pop_res1_out, r * 8192)); /* h3.pop.res1 */
     PG_TRY(pg_copy(c, d_skip_h3_res1, d_h3_pop_res1_out, r * 8192)); /* gradient of skip h3.res1 */
     PG_TRY(pg_linear_bwd_in(c, r * 64, 128, 128, d_h3_attn_out, h3_attn_o_weight, h3_attn_dctx)); /* h3.attn: dctx */
@@ -176,8 +176,8 @@ static int bwd_b_c3(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     PG_TRY(pg_linear_bwd_in(c, r * 64, 128, 128, h3_attn_dq, h3_attn_q_weight, d_h3_ln1_out));
     PG_TRY(pg_linear_bwd_in_add(c, r * 64, 128, 64, h3_attn_dk, h3_attn_k_weight, d_h3_ln1_out));
     PG_TRY(pg_linear_bwd_in_add(c, r * 64, 128, 64, h3_attn_dv, h3_attn_v_weight, d_h3_ln1_out));
-    PG_TRY(pg_rmsnorm_bwd_in(c, r * 64, 128, c3_x, h3_ln1_weight, h3_ln1_rstd, d_h3_ln1_out, c3_dx)); /* h3.ln1 */
-    PG_TRY(pg_axpy_inplace(c, c3_dx, d_skip_h3_res1, r * 8192)); /* + gradient of skip h3.res1 */
+    PG_TRY(pg_rmsnorm_bwd_in_add(c, r * 64, 128, c3_x, h3_ln1_weight, h3_ln1_rstd, d_h3_ln1_out, d_skip_h3_res1, c3_dx)); /* h3.ln1 */
+    /* h3.stash.res1: in h3.ln1's call above */
     return 0;
 }
 
@@ -476,6 +476,7 @@ const pg_stage_desc pg_stage = {
     .output_off = 0, .output_slot_bytes = 262144, .output_per_sample = 16384,
     .nlayers = 11, .layers = stage_layers,
     .arch_hash = UINT64_C(0xfbf008c38d8f97c7), /* the layers, layout aside (checkpoint identity) */
+    .lend_sends = 1, /* messages lent from the arena: the simulation with their waits finishes */
     .dec = &dec_desc,
     .neval_actions = 16, .eval_actions = eval_step,
     .output_rank = 2, .output_dim = {64, 256, 0, 0},

@@ -55,25 +55,22 @@ static int fwd_body_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io, int first)
     float *const body_1_fc2_weight = (float *)(A + 2097152); /* body.1.fc2.weight: f32[256, 256] */
     float *const body_1_fc2_bias = (float *)(A + 2957312); /* body.1.fc2.bias: f32[256] */
     /* inp: linear [r, 256] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 256, x, inp_weight, inp_bias, inp_out));
-    /* relu0: relu [r, 256] -> [r, 256] */
-    PG_TRY(pg_relu_fwd(c, r * 256, inp_out, relu0_out));
+    PG_TRY(pg_linear_act_fwd(c, pg_relu_fwd, r, 256, 256, x, inp_weight, inp_bias, inp_out, relu0_out));
+    /* relu0: in inp's call above */
     /* stash long: [r, 256], sent to chunk 2 */
     PG_TRY(pg_copy(c, c0_skip0_out, relu0_out, r * 256));
     /* stash body.0.res: [r, 256] stays in relu0_out */
     /* body.0.fc1: linear [r, 256] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 256, relu0_out, body_0_fc1_weight, body_0_fc1_bias, body_0_fc1_out));
-    /* body.0.relu0: relu [r, 256] -> [r, 256] */
-    PG_TRY(pg_relu_fwd(c, r * 256, body_0_fc1_out, body_0_relu0_out));
+    PG_TRY(pg_linear_act_fwd(c, pg_relu_fwd, r, 256, 256, relu0_out, body_0_fc1_weight, body_0_fc1_bias, body_0_fc1_out, body_0_relu0_out));
+    /* body.0.relu0: in body.0.fc1's call above */
     /* body.0.fc2: linear [r, 256] -> [r, 256] */
     PG_TRY(pg_linear_fwd(c, r, 256, 256, body_0_relu0_out, body_0_fc2_weight, body_0_fc2_bias, body_0_fc2_out));
     /* body.0.pop.res: pop [r, 256] -> [r, 256] */
     PG_TRY(pg_add_fwd(c, r * 256, body_0_fc2_out, relu0_out, body_0_pop_res_out));
     /* stash body.1.res: [r, 256] stays in body_0_pop_res_out */
     /* body.1.fc1: linear [r, 256] -> [r, 256] */
-    PG_TRY(pg_linear_fwd(c, r, 256, 256, body_0_pop_res_out, body_1_fc1_weight, body_1_fc1_bias, body_1_fc1_out));
-    /* body.1.relu0: relu [r, 256] -> [r, 256] */
-    PG_TRY(pg_relu_fwd(c, r * 256, body_1_fc1_out, body_1_relu0_out));
+    PG_TRY(pg_linear_act_fwd(c, pg_relu_fwd, r, 256, 256, body_0_pop_res_out, body_1_fc1_weight, body_1_fc1_bias, body_1_fc1_out, body_1_relu0_out));
+    /* body.1.relu0: in body.1.fc1's call above */
     /* body.1.fc2: linear [r, 256] -> [r, 256] */
     PG_TRY(pg_linear_fwd(c, r, 256, 256, body_1_relu0_out, body_1_fc2_weight, body_1_fc2_bias, body_1_fc2_out));
     /* body.1.pop.res: pop [r, 256] -> [r, 256] */
@@ -115,14 +112,14 @@ static int bwd_b_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
         PG_TRY(fwd_body_c0(c, A, io, 0));
     PG_TRY(pg_copy(c, d_body_1_fc2_out, c0_dy, r * 256)); /* body.1.pop.res */
     PG_TRY(pg_copy(c, d_skip_body_1_res, c0_dy, r * 256)); /* gradient of skip body.1.res */
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_body_1_fc2_out, body_1_fc2_weight, d_body_1_relu0_out)); /* body.1.fc2 */
-    PG_TRY(pg_relu_bwd_in(c, r * 256, body_1_fc1_out, d_body_1_relu0_out, d_body_1_fc1_out)); /* body.1.relu0 */
+    PG_TRY(pg_linear_bwd_in_act(c, pg_relu_bwd_in, r, 256, 256, d_body_1_fc2_out, body_1_fc2_weight, body_1_fc1_out, d_body_1_relu0_out, d_body_1_fc1_out)); /* body.1.fc2 */
+    /* body.1.relu0: in body.1.fc2's call above */
     PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_body_1_fc1_out, body_1_fc1_weight, d_body_0_pop_res_out)); /* body.1.fc1 */
     PG_TRY(pg_axpy_inplace(c, d_body_0_pop_res_out, d_skip_body_1_res, r * 256)); /* + gradient of skip body.1.res */
     PG_TRY(pg_copy(c, d_body_0_fc2_out, d_body_0_pop_res_out, r * 256)); /* body.0.pop.res */
     PG_TRY(pg_copy(c, d_skip_body_0_res, d_body_0_pop_res_out, r * 256)); /* gradient of skip body.0.res */
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_body_0_fc2_out, body_0_fc2_weight, d_body_0_relu0_out)); /* body.0.fc2 */
-    PG_TRY(pg_relu_bwd_in(c, r * 256, body_0_fc1_out, d_body_0_relu0_out, d_body_0_fc1_out)); /* body.0.relu0 */
+    PG_TRY(pg_linear_bwd_in_act(c, pg_relu_bwd_in, r, 256, 256, d_body_0_fc2_out, body_0_fc2_weight, body_0_fc1_out, d_body_0_relu0_out, d_body_0_fc1_out)); /* body.0.fc2 */
+    /* body.0.relu0: in body.0.fc2's call above */
     PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_body_0_fc1_out, body_0_fc1_weight, d_relu0_out)); /* body.0.fc1 */
     PG_TRY(pg_axpy_inplace(c, d_relu0_out, d_skip_body_0_res, r * 256)); /* + gradient of skip body.0.res */
     PG_TRY(pg_axpy_inplace(c, d_relu0_out, c0_skip0_grad_in, r * 256)); /* + gradient of skip long from chunk 2 */
@@ -303,6 +300,7 @@ const pg_stage_desc pg_stage = {
     .output_off = -1, .output_slot_bytes = 0, .output_per_sample = 0,
     .nlayers = 13, .layers = stage_layers,
     .arch_hash = UINT64_C(0x7eee96c83bd747f0), /* the layers, layout aside (checkpoint identity) */
+    .lend_sends = 1, /* messages lent from the arena: the simulation with their waits finishes */
     .neval_actions = 12, .eval_actions = eval_step,
     .output_rank = 1, .output_dim = {256, 0, 0, 0},
 };

@@ -206,6 +206,7 @@ const pg_stage_desc pg_stage = {
     .output_off = -1, .output_slot_bytes = 0, .output_per_sample = 0,
     .nlayers = 3, .layers = stage_layers,
     .arch_hash = UINT64_C(0x7eee96c83bd747f0), /* the layers, layout aside (checkpoint identity) */
+    .lend_sends = 1, /* messages lent from the arena: the simulation with their waits finishes */
     .neval_actions = 16, .eval_actions = eval_step,
     .output_rank = 1, .output_dim = {256, 0, 0, 0},
 };

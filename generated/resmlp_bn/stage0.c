@@ -196,15 +196,15 @@ static int bwd_b_c0(pg_ctx *c, unsigned char *A, pg_mb_io *io)
         PG_TRY(fwd_body_c0(c, A, io, 0));
     PG_TRY(pg_copy(c, d_a_1_fc2_out, c0_dy, r * 256)); /* a.1.pop.res */
     PG_TRY(pg_copy(c, d_skip_a_1_res, c0_dy, r * 256)); /* gradient of skip a.1.res */
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_a_1_fc2_out, a_1_fc2_weight, d_a_1_relu0_out)); /* a.1.fc2 */
-    PG_TRY(pg_relu_bwd_in(c, r * 256, a_1_bn_out, d_a_1_relu0_out, d_a_1_bn_out)); /* a.1.relu0 */
+    PG_TRY(pg_linear_bwd_in_act(c, pg_relu_bwd_in, r, 256, 256, d_a_1_fc2_out, a_1_fc2_weight, a_1_bn_out, d_a_1_relu0_out, d_a_1_bn_out)); /* a.1.fc2 */
+    /* a.1.relu0: in a.1.fc2's call above */
     PG_TRY(pg_batchnorm_bwd_in(c, r, 256, a_1_fc1_out, a_1_bn_weight, a_1_bn_mean_of_this_micro_batch, a_1_bn_rstd_of_this_micro_batch, d_a_1_bn_out, d_a_1_fc1_out)); /* a.1.bn */
     PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_a_1_fc1_out, a_1_fc1_weight, d_a_0_pop_res_out)); /* a.1.fc1 */
     PG_TRY(pg_axpy_inplace(c, d_a_0_pop_res_out, d_skip_a_1_res, r * 256)); /* + gradient of skip a.1.res */
     PG_TRY(pg_copy(c, d_a_0_fc2_out, d_a_0_pop_res_out, r * 256)); /* a.0.pop.res */
     PG_TRY(pg_copy(c, d_skip_a_0_res, d_a_0_pop_res_out, r * 256)); /* gradient of skip a.0.res */
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_a_0_fc2_out, a_0_fc2_weight, d_a_0_relu0_out)); /* a.0.fc2 */
-    PG_TRY(pg_relu_bwd_in(c, r * 256, a_0_bn_out, d_a_0_relu0_out, d_a_0_bn_out)); /* a.0.relu0 */
+    PG_TRY(pg_linear_bwd_in_act(c, pg_relu_bwd_in, r, 256, 256, d_a_0_fc2_out, a_0_fc2_weight, a_0_bn_out, d_a_0_relu0_out, d_a_0_bn_out)); /* a.0.fc2 */
+    /* a.0.relu0: in a.0.fc2's call above */
     PG_TRY(pg_batchnorm_bwd_in(c, r, 256, a_0_fc1_out, a_0_bn_weight, a_0_bn_mean_of_this_micro_batch, a_0_bn_rstd_of_this_micro_batch, d_a_0_bn_out, d_a_0_fc1_out)); /* a.0.bn */
     PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_a_0_fc1_out, a_0_fc1_weight, d_relu0_out)); /* a.0.fc1 */
     PG_TRY(pg_axpy_inplace(c, d_relu0_out, d_skip_a_0_res, r * 256)); /* + gradient of skip a.0.res */
@@ -434,6 +434,7 @@ const pg_stage_desc pg_stage = {
     .output_off = -1, .output_slot_bytes = 0, .output_per_sample = 0,
     .nlayers = 16, .layers = stage_layers,
     .arch_hash = UINT64_C(0xc7e26fe8998094b3), /* the layers, layout aside (checkpoint identity) */
+    .lend_sends = 1, /* messages lent from the arena: the simulation with their waits finishes */
     .neval_actions = 12, .eval_actions = eval_step,
     .output_rank = 1, .output_dim = {256, 0, 0, 0},
 };

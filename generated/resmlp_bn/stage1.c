@@ -174,15 +174,15 @@ static int bwd_b_c1(pg_ctx *c, unsigned char *A, pg_mb_io *io)
     PG_TRY(pg_copy(c, c1_skip0_grad_out, d_pop_long_out, r * 256)); /* gradient of skip long */
     PG_TRY(pg_copy(c, d_b_1_fc2_out, d_b_1_pop_res_out, r * 256)); /* b.1.pop.res */
     PG_TRY(pg_copy(c, d_skip_b_1_res, d_b_1_pop_res_out, r * 256)); /* gradient of skip b.1.res */
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_b_1_fc2_out, b_1_fc2_weight, d_b_1_relu0_out)); /* b.1.fc2 */
-    PG_TRY(pg_relu_bwd_in(c, r * 256, b_1_bn_out, d_b_1_relu0_out, d_b_1_bn_out)); /* b.1.relu0 */
+    PG_TRY(pg_linear_bwd_in_act(c, pg_relu_bwd_in, r, 256, 256, d_b_1_fc2_out, b_1_fc2_weight, b_1_bn_out, d_b_1_relu0_out, d_b_1_bn_out)); /* b.1.fc2 */
+    /* b.1.relu0: in b.1.fc2's call above */
     PG_TRY(pg_batchnorm_bwd_in(c, r, 256, b_1_fc1_out, b_1_bn_weight, b_1_bn_mean_of_this_micro_batch, b_1_bn_rstd_of_this_micro_batch, d_b_1_bn_out, d_b_1_fc1_out)); /* b.1.bn */
     PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_b_1_fc1_out, b_1_fc1_weight, d_b_0_pop_res_out)); /* b.1.fc1 */
     PG_TRY(pg_axpy_inplace(c, d_b_0_pop_res_out, d_skip_b_1_res, r * 256)); /* + gradient of skip b.1.res */
     PG_TRY(pg_copy(c, d_b_0_fc2_out, d_b_0_pop_res_out, r * 256)); /* b.0.pop.res */
     PG_TRY(pg_copy(c, d_skip_b_0_res, d_b_0_pop_res_out, r * 256)); /* gradient of skip b.0.res */
-    PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_b_0_fc2_out, b_0_fc2_weight, d_b_0_relu0_out)); /* b.0.fc2 */
-    PG_TRY(pg_relu_bwd_in(c, r * 256, b_0_bn_out, d_b_0_relu0_out, d_b_0_bn_out)); /* b.0.relu0 */
+    PG_TRY(pg_linear_bwd_in_act(c, pg_relu_bwd_in, r, 256, 256, d_b_0_fc2_out, b_0_fc2_weight, b_0_bn_out, d_b_0_relu0_out, d_b_0_bn_out)); /* b.0.fc2 */
+    /* b.0.relu0: in b.0.fc2's call above */
     PG_TRY(pg_batchnorm_bwd_in(c, r, 256, b_0_fc1_out, b_0_bn_weight, b_0_bn_mean_of_this_micro_batch, b_0_bn_rstd_of_this_micro_batch, d_b_0_bn_out, d_b_0_fc1_out)); /* b.0.bn */
     PG_TRY(pg_linear_bwd_in(c, r, 256, 256, d_b_0_fc1_out, b_0_fc1_weight, c1_dx)); /* b.0.fc1 */
     PG_TRY(pg_axpy_inplace(c, c1_dx, d_skip_b_0_res, r * 256)); /* + gradient of skip b.0.res */
@@ -391,6 +391,7 @@ const pg_stage_desc pg_stage = {
     .output_off = 2883584, .output_slot_bytes = 16384, .output_per_sample = 256,
     .nlayers = 14, .layers = stage_layers,
     .arch_hash = UINT64_C(0xc7e26fe8998094b3), /* the layers, layout aside (checkpoint identity) */
+    .lend_sends = 1, /* messages lent from the arena: the simulation with their waits finishes */
     .neval_actions = 12, .eval_actions = eval_step,
     .output_rank = 1, .output_dim = {256, 0, 0, 0},
 };

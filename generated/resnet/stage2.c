@@ -574,6 +574,7 @@ const pg_stage_desc pg_stage = {
     .nlayers = 20, .layers = stage_layers,
     .nconvs = 4, .convs = stage_convs, .conv_plan = pg_conv_plan,
     .arch_hash = UINT64_C(0x6bb364f9a07408ab), /* the layers, layout aside (checkpoint identity) */
+    .lend_sends = 1, /* messages lent from the arena: the simulation with their waits finishes */
     .neval_actions = 12, .eval_actions = eval_step,
     .output_rank = 1, .output_dim = {10, 0, 0, 0},
 };

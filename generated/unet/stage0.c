@@ -332,6 +332,7 @@ const pg_stage_desc pg_stage = {
     .nlayers = 8, .layers = stage_layers,
     .nconvs = 2, .convs = stage_convs, .conv_plan = pg_conv_plan,
     .arch_hash = UINT64_C(0x15f0e5370be9a4ed), /* the layers, layout aside (checkpoint identity) */
+    .lend_sends = 1, /* messages lent from the arena: the simulation with their waits finishes */
     .neval_actions = 12, .eval_actions = eval_step,
     .output_rank = 2, .output_dim = {1024, 2, 0, 0},
 };

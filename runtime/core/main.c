@@ -633,7 +633,12 @@ static int run(pg_run *r)
     r->norms = calloc((size_t)(d->nmodel_params ? d->nmodel_params : 1), sizeof(double));
     r->norm_in = calloc((size_t)(d->nmodel_params ? d->nmodel_params : 1), sizeof(double));
     r->v_msg = calloc(2 * (size_t)(1 + d->nmodel_params), sizeof(double)); /* a verdict to send, one received */
-    if (!r->host || !r->loss || !r->norms || !r->norm_in || !r->v_msg) {
+    for (int a = 0; a < d->nactions; a++) /* step.c's lent sends */
+        r->lent_cap += pg_step_msg_send(d->actions[a].kind);
+    r->lent = calloc((size_t)(r->lent_cap ? r->lent_cap : 1), sizeof *r->lent);
+    const char *cs = getenv("PIPE_CHECK_SENDS");
+    r->check_sends = cs && *cs && strcmp(cs, "0") != 0;
+    if (!r->host || !r->loss || !r->norms || !r->norm_in || !r->v_msg || !r->lent) {
         fprintf(stderr, "stage %d: out of memory for %zu bytes of staging\n", d->stage, hb);
         return 1;
     }
@@ -860,6 +865,7 @@ int main(int argc, char **argv)
         pg_backend_free(r.ctx);
     free(r.host);
     free(r.loss);
+    free(r.lent);
     free(r.norms);
     free(r.norm_in);
     free(r.v_msg);

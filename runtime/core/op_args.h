@@ -37,6 +37,14 @@ static inline int pg_args_linear(const char *op, int64_t n, int64_t in, int64_t 
     return 0;
 }
 
+/* A fused linear and activation (pg_linear_act_fwd, pg_linear_bwd_in_act): the linear's sizes and an activation. */
+static inline int pg_args_linear_act(const char *op, const void *act, int64_t n, int64_t in, int64_t out)
+{
+    if (!act)
+        return PG_RT_FAIL("%s: no activation op given (NULL)", op);
+    return pg_args_linear(op, n, in, out);
+}
+
 static inline int pg_args_attention(const char *op, int64_t r, int64_t T, int64_t d, int64_t h)
 {
     if (r < 0 || T <= 0 || d <= 0 || h <= 0 || d % h != 0 || !pg_args_dim_ok(3 * d) || !pg_args_dim_ok(T) ||

@@ -90,6 +90,19 @@ static inline const char *pg_step_kind_name(int kind)
     return kind >= 0 && kind < (int)PG_STEP_KIND_COUNT ? names[kind] : "?";
 }
 
+/* 1 for the pipeline's message sends (an activation, gradient or skip of a
+ * micro-batch, sent from its slot of the arena). */
+static inline int pg_step_msg_send(int kind)
+{
+    return kind == PG_SEND_ACT || kind == PG_SEND_GRAD || kind == PG_SEND_SKIP || kind == PG_SEND_SKIP_GRAD;
+}
+
+/* 1 for their receives (into a slot of the arena). */
+static inline int pg_step_msg_recv(int kind)
+{
+    return kind == PG_RECV_ACT || kind == PG_RECV_GRAD || kind == PG_RECV_SKIP || kind == PG_RECV_SKIP_GRAD;
+}
+
 /* ---- message tags ---------------------------------------------------------
  * (kind << 24) | (mb << 8) | x: kind is the SEND's action kind (or a reserved
  * kind below), mb the micro-batch (or a parameter index for tie messages), x
@@ -424,6 +437,12 @@ typedef struct pg_stage_desc {
     int nconvs;
     const struct pg_conv *convs;
     int (*conv_plan)(pg_ctx *c, int stage, int n, const struct pg_conv *g);
+    /* 1: the step's activation, gradient and skip messages may be lent from
+     * the arena (runtime/core/step.c: a slot's lent messages are waited for
+     * before the next compute action of that slot): pipegen's simulation of
+     * every stage with that wait finished (codegen/gen/gen_prepare.c). 0
+     * (absent): each is copied into the send ring, as before. */
+    int lend_sends;
 } pg_stage_desc;
 
 #endif

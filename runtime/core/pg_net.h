@@ -158,6 +158,14 @@ pg_net_status pg_net_recv_rank(pg_net *n, int rank, uint32_t tag, void *buf, siz
  * memory only. */
 pg_net_status pg_net_send_rank_lent(pg_net *n, int rank, uint32_t tag, const void *buf, size_t bytes, uint64_t *seq);
 pg_net_status pg_net_wait_lent(pg_net *n, int rank, uint64_t seq, double timeout_s);
+/* The same for a stage of this process's own replica (the pipeline's
+ * activation and gradient messages, runtime/core/step.c), where buf may be
+ * lent: in host memory (the CPU runtime) the payload is lent as above and
+ * *seq numbers it; where buf is device memory (the CUDA runtime) the message
+ * is copied as by pg_net_send and *seq is 0. wait_sent: pg_net_wait_lent for
+ * that stage (PG_NET_OK at once for seq 0). */
+pg_net_status pg_net_send_lent(pg_net *n, int peer, uint32_t tag, const void *buf, size_t bytes, uint64_t *seq);
+pg_net_status pg_net_wait_sent(pg_net *n, int peer, uint64_t seq, double timeout_s);
 /* Wait until every queued send has been written to its socket. */
 pg_net_status pg_net_flush(pg_net *n, double timeout_s);
 const char *pg_net_error(const pg_net *n);

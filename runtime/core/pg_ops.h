@@ -146,6 +146,23 @@ int pg_linear_bwd_w(pg_ctx *c, int64_t n, int64_t in, int64_t out,
 int pg_linear_bwd_in_add(pg_ctx *c, int64_t n, int64_t in, int64_t out,
                          const float *dy, const float *w, float *dx);
 
+/* ---- linear with the elementwise activation beside it -------------------
+ * An activation's forward and backward-input ops (pg_relu_fwd, pg_gelu_fwd,
+ * pg_sigmoid_fwd, pg_tanh_fwd, pg_silu_fwd; their _bwd_in), named in the
+ * fused calls below. Each gives the bits of the two separate calls (the
+ * activations are elementwise, an element's bits its own): the CPU applies
+ * act to each strip of the product while it is in cache (one pass over
+ * memory fewer); CUDA makes the two calls. */
+typedef int pg_act_fwd_fn(pg_ctx *c, int64_t count, const float *x, float *y);
+typedef int pg_act_bwd_fn(pg_ctx *c, int64_t count, const float *x, const float *dy, float *dx);
+/* s = x W^T + b (pg_linear_fwd), then y = act(s) */
+int pg_linear_act_fwd(pg_ctx *c, pg_act_fwd_fn *act, int64_t n, int64_t in, int64_t out, const float *x,
+                      const float *w, const float *b /*NULL*/, float *s, float *y);
+/* g = dy W (pg_linear_bwd_in), then dx = act's backward at s applied to g:
+ * the linear after the activation whose input s was */
+int pg_linear_bwd_in_act(pg_ctx *c, pg_act_bwd_fn *act, int64_t n, int64_t in, int64_t out, const float *dy,
+                         const float *w, const float *s, float *g, float *dx);
+
 /* ---- activations --------------------------------------------------------- */
 int pg_relu_fwd(pg_ctx *c, int64_t count, const float *x, float *y);
 int pg_relu_bwd_in(pg_ctx *c, int64_t count, const float *x, const float *dy, float *dx);
@@ -159,6 +176,13 @@ int pg_layernorm_bwd_in(pg_ctx *c, int64_t n, int64_t d, const float *x, const f
                         const float *mean, const float *rstd, const float *dy, float *dx);
 int pg_layernorm_bwd_w(pg_ctx *c, int64_t n, int64_t d, const float *x,
                        const float *mean, const float *rstd, const float *dy, float *dw, float *db);
+/* The residual add beside a norm, in the same pass over the rows (the bits of
+ * the separate calls): z = x + s (pg_add_fwd), then the norm of z; and the
+ * norm's input gradient plus a skip's gradient ds (pg_axpy_inplace after it). */
+int pg_add_layernorm_fwd(pg_ctx *c, int64_t n, int64_t d, float eps, const float *x, const float *s, float *z,
+                         const float *w, const float *b, float *y, float *mean, float *rstd);
+int pg_layernorm_bwd_in_add(pg_ctx *c, int64_t n, int64_t d, const float *x, const float *w, const float *mean,
+                            const float *rstd, const float *dy, const float *ds, float *dx);
 
 /* ---- batchnorm over n rows per feature (C features) ---------------------
  * Training output uses this micro-batch's statistics (as torchgpipe's deferred
@@ -281,6 +305,11 @@ int pg_rmsnorm_bwd_in(pg_ctx *c, int64_t n, int64_t d, const float *x, const flo
                       const float *rstd, const float *dy, float *dx);
 int pg_rmsnorm_bwd_w(pg_ctx *c, int64_t n, int64_t d, const float *x, const float *rstd,
                      const float *dy, float *dw);          /* dw += sum_rows dy x rstd */
+/* with the residual add beside it, as pg_add_layernorm_fwd and pg_layernorm_bwd_in_add */
+int pg_add_rmsnorm_fwd(pg_ctx *c, int64_t n, int64_t d, float eps, const float *x, const float *s, float *z,
+                       const float *w, float *y, float *rstd);
+int pg_rmsnorm_bwd_in_add(pg_ctx *c, int64_t n, int64_t d, const float *x, const float *w, const float *rstd,
+                          const float *dy, const float *ds, float *dx);
 
 /* ---- swiglu: g = x Wg^T + bg, u = x Wu^T + bu (both [n, h], saved),
  * y = silu(g) u. The backward-input leaves dg = dy u silu'(g) and du = dy

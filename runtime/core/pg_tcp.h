@@ -28,6 +28,9 @@ pg_net_status pg_tcp_send_rank(pg_tcp *n, int rank, uint32_t tag, const void *bu
 pg_net_status pg_tcp_recv_rank(pg_tcp *n, int rank, uint32_t tag, void *buf, size_t bytes, double timeout_s);
 pg_net_status pg_tcp_send_rank_lent(pg_tcp *n, int rank, uint32_t tag, const void *buf, size_t bytes, uint64_t *seq);
 pg_net_status pg_tcp_wait_lent(pg_tcp *n, int rank, uint64_t seq, double timeout_s);
+/* The lent send and its wait to a stage of this replica (peer, as pg_tcp_send). */
+pg_net_status pg_tcp_send_lent(pg_tcp *n, int peer, uint32_t tag, const void *buf, size_t bytes, uint64_t *seq);
+pg_net_status pg_tcp_wait_sent(pg_tcp *n, int peer, uint64_t seq, double timeout_s);
 pg_net_status pg_tcp_flush(pg_tcp *n, double timeout_s);
 const char *pg_tcp_error(const pg_tcp *n);
 int pg_tcp_peer_gone(pg_tcp *n, int peer);

@@ -122,6 +122,17 @@ typedef struct pg_run {
     int64_t first_step;       /* this run's first step: 0, or the checkpoint's step after --resume */
     int local_world;          /* processes of this run on this host (0: the launcher does not say) */
     int cur_action;
+    /* This step's pipeline messages lent from the arena (step.c: sent from
+     * where they lie, no copy into the send ring) and not yet known written:
+     * [nlent] of [lent_cap] (the table's send actions). check_sends:
+     * PIPE_CHECK_SENDS set: each lent message is hashed when lent and again
+     * when written, a change is an error. */
+    struct pg_lent_send {
+        int action, peer, slot;
+        size_t off, bytes;
+        uint64_t seq, hash;
+    } *lent;
+    int nlent, lent_cap, check_sends;
     int tokens;               /* --data is a token stream: in/tg hold it (tokens.c) */
     uint64_t *sample_idx;     /* [batch]: the samples of this step's rows (load_batch, step.c) */
     double grad_norm;         /* this step's global gradient norm before clipping, on the loss stage (step.c) */

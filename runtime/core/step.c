@@ -17,7 +17,7 @@ static void net_fail(pg_run *r, int a, const pg_step_action *x, pg_net_status st
 {
     const pg_stage_desc *d = r->d;
     const char *kn = pg_step_kind_name(x->kind);
-    int recv = x->kind == PG_RECV_ACT || x->kind == PG_RECV_GRAD || x->kind == PG_RECV_SKIP || x->kind == PG_RECV_SKIP_GRAD;
+    int recv = pg_step_msg_recv(x->kind);
     if (st == PG_NET_TIMEOUT)
         fprintf(stderr, "stage %d waiting at action %d %s(mb %d) from stage %d for %g s\n", d->stage, a, kn, x->mb,
                 x->peer, r->opt.timeout_s);
@@ -135,6 +135,88 @@ static size_t msg_bytes(const pg_run *r, const pg_step_action *x)
     if (x->mb < 0 || x->mb >= d->nmb || r->mb_rows[x->mb] == d->mb_rows[x->mb])
         return (size_t)x->bytes;
     return (size_t)(x->bytes / d->mb_rows[x->mb] * r->mb_rows[x->mb]);
+}
+
+/* ---- messages lent from the arena ---------------------------------------
+ * An activation, gradient or skip message leaves from its slot of the arena
+ * (pg_net_send_lent: the sender thread writes it from there, no copy into the
+ * send ring; issue 28). The plan gives every slot buffer the whole step to
+ * itself (codegen/gen/gen_prepare.c: never shared with another buffer), and
+ * only a compute action of the same slot writes a slot buffer (its chunk
+ * function indexes them by io.slot), a RECV its own bytes. So before a
+ * compute action of slot s the lent messages of slot s are waited for, before
+ * a RECV those whose bytes it would overwrite, and at the step's end all:
+ * none is ever rewritten while the sender thread may still read it. On the
+ * CUDA runtime the arena is device memory and the message is copied as
+ * before (pg_net.h). With PIPE_CHECK_SENDS set (the test suite) each lent
+ * message is hashed when lent and again when written: a change between the
+ * two stops the stage with a message. */
+
+static uint64_t lent_hash(const unsigned char *p, size_t n) /* FNV-1a */
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+static int lent_send(pg_run *r, int a, const pg_step_action *x, pg_net_status *st)
+{
+    size_t bytes = msg_bytes(r, x);
+    uint64_t seq = 0;
+    if (r->nlent == r->lent_cap) { /* main.c made room for every send of the table */
+        fprintf(stderr, "stage %d: action %d %s: more than %d lent sends in a step\n", r->d->stage, a,
+                pg_step_kind_name(x->kind), r->lent_cap);
+        return 1;
+    }
+    if (!r->d->lend_sends) { /* pipegen found a wait for a lent message could stall the pipeline */
+        *st = pg_net_send(r->net, x->peer, x->tag, r->A + x->off, bytes);
+        return 0;
+    }
+    if ((*st = pg_net_send_lent(r->net, x->peer, x->tag, r->A + x->off, bytes, &seq)) || !seq)
+        return 0;
+    struct pg_lent_send *L = &r->lent[r->nlent++];
+    *L = (struct pg_lent_send){a, x->peer, x->slot, (size_t)x->off, bytes, seq,
+                               r->check_sends ? lent_hash(r->A + x->off, bytes) : 0};
+    return 0;
+}
+
+/* Waits for lent message i to be written and forgets it. 0, or 1 (printed). */
+static int lent_wait(pg_run *r, int i)
+{
+    struct pg_lent_send L = r->lent[i];
+    const pg_step_action *x = &r->d->actions[L.action];
+    pg_net_status st = pg_net_wait_sent(r->net, L.peer, L.seq, r->opt.timeout_s);
+    if (st) {
+        net_fail(r, L.action, x, st);
+        return 1;
+    }
+    if (r->check_sends && lent_hash(r->A + L.off, L.bytes) != L.hash) {
+        fprintf(stderr, "stage %d: action %d %s(mb %d) to stage %d: its %zu bytes at arena offset %zu changed before "
+                "they were sent (PIPE_CHECK_SENDS; a message lent from the arena must stay as it is)\n", r->d->stage,
+                L.action, pg_step_kind_name(x->kind), x->mb, L.peer, L.bytes, L.off);
+        return 1;
+    }
+    r->lent[i] = r->lent[--r->nlent];
+    return 0;
+}
+
+/* Before action x: the lent messages it could overwrite, written (all of
+ * them with x NULL: the step's end). 0, or 1 (printed). */
+static int lent_before(pg_run *r, const pg_step_action *x)
+{
+    int cmp = x && (x->kind == PG_FWD || x->kind == PG_BWD_B || x->kind == PG_BWD_W);
+    int recv = x && pg_step_msg_recv(x->kind);
+    if (x && !cmp && !recv)
+        return 0;
+    for (int i = r->nlent - 1; i >= 0; i--) {
+        const struct pg_lent_send *L = &r->lent[i];
+        int hit = !x || (cmp && (x->slot < 0 || L->slot < 0 || x->slot == L->slot)) ||
+                  (recv && (size_t)x->off < L->off + L->bytes && L->off < (size_t)x->off + msg_bytes(r, x));
+        if (hit && lent_wait(r, i))
+            return 1;
+    }
+    return 0;
 }
 
 const pg_chunk_desc *pg_run_chunk_fns(const pg_stage_desc *d, int chunk)
@@ -558,6 +640,8 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
             return 1;
         if (r->dev_clock && (split || !prev_cmp) && dev_mark_action(r, a, cmp, &open))
             return 1;
+        if (r->nlent && lent_before(r, x))
+            return 1;
         else if (r->dev_clock && !split && prev_cmp)
             r->mk_at[a] = -1; /* inside a run: its start and end only */
         prev_cmp = cmp;
@@ -588,7 +672,8 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
             break;
         }
         case PG_SEND_ACT: case PG_SEND_GRAD: case PG_SEND_SKIP: case PG_SEND_SKIP_GRAD:
-            st = pg_net_send(r->net, x->peer, x->tag, r->A + x->off, msg_bytes(r, x));
+            if (lent_send(r, a, x, &st))
+                return 1;
             break;
         case PG_RECV_ACT: case PG_RECV_GRAD: case PG_RECV_SKIP: case PG_RECV_SKIP_GRAD:
             st = pg_net_recv(r->net, x->peer, x->tag, r->A + x->off, msg_bytes(r, x), r->opt.timeout_s);
@@ -658,7 +743,7 @@ int pg_run_step(pg_run *r, int64_t step, double *loss_out)
         }
     }
     /* a table without OPT_STEP (none pipegen makes) still decides what its VERDICT found */
-    if (pg_backend_compute_end(r->ctx) || (r->dev_clock && dev_mark_action(r, d->nactions, 0, &open)) ||
+    if (lent_before(r, NULL) || pg_backend_compute_end(r->ctx) || (r->dev_clock && dev_mark_action(r, d->nactions, 0, &open)) ||
         (r->verdict_state == 1 && pg_guard_decide(r, -1, NULL, step)) || r->step_verdict == PG_VERDICT_STOP)
         return 1;
     if (pg_sync(r->ctx) || pg_backend_step_end(r->ctx))

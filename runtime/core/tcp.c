@@ -1902,6 +1902,16 @@ pg_net_status pg_tcp_send(pg_tcp *n, int to, uint32_t tag, const void *buf, size
     return pg_tcp_send_rank(n, stage_rank(n, to), tag, buf, bytes);
 }
 
+pg_net_status pg_tcp_send_lent(pg_tcp *n, int to, uint32_t tag, const void *buf, size_t bytes, uint64_t *seq)
+{
+    return pg_tcp_send_rank_lent(n, stage_rank(n, to), tag, buf, bytes, seq);
+}
+
+pg_net_status pg_tcp_wait_sent(pg_tcp *n, int to, uint64_t seq, double timeout_s)
+{
+    return pg_tcp_wait_lent(n, stage_rank(n, to), seq, timeout_s);
+}
+
 pg_net_status pg_tcp_recv(pg_tcp *n, int from, uint32_t tag, void *buf, size_t bytes, double timeout_s)
 {
     return pg_tcp_recv_rank(n, stage_rank(n, from), tag, buf, bytes, timeout_s);

@@ -440,9 +440,6 @@ typedef struct stage_events {
     size_t len[3];
 } stage_events;
 
-static int is_msg_send(int k) { return k == PG_SEND_ACT || k == PG_SEND_GRAD || k == PG_SEND_SKIP || k == PG_SEND_SKIP_GRAD; }
-static int is_msg_recv(int k) { return k == PG_RECV_ACT || k == PG_RECV_GRAD || k == PG_RECV_SKIP || k == PG_RECV_SKIP_GRAD; }
-
 /* The reduction's spans: names in the trace and args.kind. */
 static const char *const dp_name[PG_TRACE_DP_SPANS] = {"dp reduce", "dp wait", "dp reduce-scatter", "dp sum",
                                                        "dp all-gather"};
@@ -667,7 +664,7 @@ static void send_fit(const pg_run *r, const stage_events *se, double *lat, doubl
                 continue;
             for (int64_t a = 0; a + 1 < se[s].ps; a++) {
                 const pg_trace_ev *e = &se[s].ev[j * se[s].ps + a];
-                if (!is_msg_send(e->kind))
+                if (!pg_step_msg_send(e->kind))
                     continue;
                 double x = (double)e->bytes, y = e->t1 - e->t0;
                 sx += x;
@@ -733,7 +730,7 @@ static void stage_costs(const pg_run *r, const stage_events *se, FILE *o)
                     norm += t;
                 else if (x->kind == PG_VERDICT)
                     verdict += t;
-                else if (is_msg_send(x->kind)) {
+                else if (pg_step_msg_send(x->kind)) {
                     send += t;
                     nsend++;
                 }
@@ -775,9 +772,9 @@ static void message_stats(const pg_run *r, const stage_events *se, FILE *o)
                 const pg_trace_ev *es = se[s].ev + j * se[s].ps, *et = se[t].ev + j * se[t].ps;
                 int64_t a = 0, b = 0;
                 for (;;) {
-                    while (a < se[s].ps - 1 && !(is_msg_send(es[a].kind) && es[a].peer == t))
+                    while (a < se[s].ps - 1 && !(pg_step_msg_send(es[a].kind) && es[a].peer == t))
                         a++;
-                    while (b < se[t].ps - 1 && !(is_msg_recv(et[b].kind) && et[b].peer == s))
+                    while (b < se[t].ps - 1 && !(pg_step_msg_recv(et[b].kind) && et[b].peer == s))
                         b++;
                     if (a >= se[s].ps - 1 || b >= se[t].ps - 1)
                         break;

@@ -39,6 +39,17 @@ PG_CPU_INLINE const float *bn_blk(const float *a, int64_t j, int64_t e, float *t
     return t;
 }
 
+/* d[0, min(k, BN_L)) = t: a whole block as a copy of constant size (inlined:
+ * a memcpy of a computed size is a libc call per 16 floats, which was most of
+ * the output and dx passes) */
+PG_CPU_INLINE void bn_store(float *d, const float *t, int64_t k)
+{
+    if (k >= BN_L)
+        memcpy(d, t, BN_L * sizeof *d);
+    else
+        memcpy(d, t, (size_t)k * sizeof *d);
+}
+
 /* *sg += sum of g = dy wv, *sgx += sum of g xhat over one plane, xhat = (x - m) rs */
 PG_CPU_INLINE void bn_grad_sums(const float *x, const float *dy, int64_t hw, float m, float rs, float wv,
                                 double *sg, double *sgx)
@@ -77,7 +88,7 @@ PG_CPU_INLINE void bn_out(const float *x, int64_t hw, float m, float rs, const f
         if (b)
             for (int l = 0; l < BN_L; l++)
                 t[l] += bv;
-        memcpy(y + j, t, (size_t)(hw - j < BN_L ? hw - j : BN_L) * sizeof *y);
+        bn_store(y + j, t, hw - j);
     }
 }
 
@@ -92,7 +103,7 @@ PG_CPU_INLINE void bn_dx(const float *x, const float *dy, int64_t hw, float m, f
             float g = bd[l] * wv, xh = (bx[l] - m) * rs;
             t[l] = rs * (g - mg - xh * mgx);
         }
-        memcpy(dx + j, t, (size_t)(hw - j < BN_L ? hw - j : BN_L) * sizeof *dx);
+        bn_store(dx + j, t, hw - j);
     }
 }
 

@@ -24,8 +24,14 @@
  * ky, kx) in index order of W[m, (ch, ky, kx)] in[m, iy + ph - ky dh, ix + pw
  * - kx dw], terms outside `in` being 0 x w), the workspace holding the
  * rearranged weight. Strided col2im (where the mirrored window would skip
- * most positions) and the weight gradient (whose B is col transposed) still
- * store col in the workspace.
+ * most positions) still stores col in the workspace; the weight gradient
+ * (whose B is col transposed) packs it from the bordered image by 8 x 8
+ * transposes (win_pack_t), or stores it where the bordered copy does not fit.
+ * With the AVX2 kernel two of these are not packed at all: with stride 1 and
+ * grid rows of whole 16-wide panels (or 8-wide rows in pairs) conv.c's own
+ * tiles read B in the bordered image (direct_rows), and with 16k channels
+ * the weight gradient's tiles walk the image turned channels last
+ * (direct_wgrad).
  *
  * Why these bits hold on any layout: every element of a GEMM is one FMA chain
  * over k in index order (runtime/cpu/README.md), whatever the threads, so y
@@ -114,18 +120,45 @@ static inline __attribute__((always_inline)) void win_copy(const float *restrict
  * every value it reads lies inside (so win_run always copies whole runs),
  * when the C padded planes fit in room floats; else v itself. Only values
  * move: B is the same matrix. */
+/* The zero border v's window needs around its image, b[0..3] = top, bottom,
+ * left, right (all 0: every value it reads lies inside) */
+static void win_border(const win *v, int64_t b[4])
+{
+    int64_t ey = (v->kh - 1) * v->ky_d, ex = (v->kw - 1) * v->kx_d; /* the window's extent, either way */
+    b[0] = -(v->y0 + (ey < 0 ? ey : 0)), b[1] = (v->PH - 1) * v->sy + v->y0 + (ey > 0 ? ey : 0) - (v->SH - 1);
+    b[2] = -(v->x0 + (ex < 0 ? ex : 0)), b[3] = (v->PW - 1) * v->sx + v->x0 + (ex > 0 ? ex : 0) - (v->SW - 1);
+    for (int i = 0; i < 4; i++)
+        b[i] = b[i] > 0 ? b[i] : 0;
+}
+
+/* The border bd (win_border's) of n planes of H x W cells of `cell` floats
+ * set to 0: only the border, which the image's copy does not overwrite
+ * (zeroing the whole buffer first was 3 % of a ResNet stage) */
+static void zero_border(float *buf, int64_t n, int64_t H, int64_t W, int64_t cell, const int64_t bd[4])
+{
+    size_t f = sizeof *buf;
+    for (int64_t i = 0; i < n; i++) {
+        float *p = buf + i * H * W * cell;
+        memset(p, 0, (size_t)(bd[0] * W * cell) * f);
+        for (int64_t y = bd[0]; y < H - bd[1]; y++) {
+            memset(p + y * W * cell, 0, (size_t)(bd[2] * cell) * f);
+            memset(p + ((y + 1) * W - bd[3]) * cell, 0, (size_t)(bd[3] * cell) * f);
+        }
+        memset(p + (H - bd[1]) * W * cell, 0, (size_t)(bd[1] * W * cell) * f);
+    }
+}
+
 static win win_padded(win v, int64_t C, float *buf, int64_t room)
 {
-    int64_t ey = (v.kh - 1) * v.ky_d, ex = (v.kw - 1) * v.kx_d; /* the window's extent, either way */
-    int64_t top = -(v.y0 + (ey < 0 ? ey : 0)), bot = (v.PH - 1) * v.sy + v.y0 + (ey > 0 ? ey : 0) - (v.SH - 1);
-    int64_t lef = -(v.x0 + (ex < 0 ? ex : 0)), rig = (v.PW - 1) * v.sx + v.x0 + (ex > 0 ? ex : 0) - (v.SW - 1);
-    top = top > 0 ? top : 0, bot = bot > 0 ? bot : 0, lef = lef > 0 ? lef : 0, rig = rig > 0 ? rig : 0;
+    int64_t bd[4];
+    win_border(&v, bd);
+    int64_t top = bd[0], bot = bd[1], lef = bd[2], rig = bd[3];
     int64_t H = v.SH + top + bot, W = v.SW + lef + rig;
     if ((top | bot | lef | rig) == 0)
         v.inside = 1;
     if (v.inside || !buf || C * H * W > room)
         return v;
-    memset(buf, 0, (size_t)(C * H * W) * sizeof *buf);
+    zero_border(buf, C, H, W, 1, bd);
     for (int64_t ch = 0; ch < C; ch++)
         for (int64_t y = 0; y < v.SH; y++)
             win_copy(v.img + (ch * v.SH + y) * v.SW, 1, v.SW, buf + (ch * H + top + y) * W + lef);
@@ -289,6 +322,294 @@ static void win_pack_t(const void *arg, int nr, float *bp, int64_t j0, int64_t n
     }
 }
 
+/* ---- the direct products: B read where it lies, not packed ----
+ *
+ * With stride 1 along the grid's rows, B's row k = (ch, ky, kx) over 16
+ * consecutive positions of a grid row is 16 consecutive values of the image:
+ * img[off[k] + base], off[k] = ch SH SW + ky ky_d SW + kx kx_d, base the
+ * positions' first value for k = 0. So when the window lies inside its
+ * (bordered) image and the grid's rows are whole panels of 16 (or rows of 8
+ * in pairs: a panel's second 8 values a row of the image further), the AVX2 + FMA
+ * kernel's tiles (6 rows of A by 16 positions, 12 accumulators, as gemm.c's)
+ * load B straight from the image at those offsets: no panel is packed. Each
+ * element is still the GEMM's one FMA chain over k in index order from 0,
+ * over the same values (the border's zeros included), then (alpha being 1)
+ * stored or, with beta, added to C: the bits of pg_cpu_gemm_bsrc on the same
+ * matrices, which is what the other kernels (AVX-512, portable) compute and
+ * tests/conv_kernels.t compares. Tasks are runs of grid rows, each element in
+ * exactly one, so the threads cannot show in the result. */
+#ifdef PG_CPU_AVX2
+#define DIRECT_MR 6
+#define DIRECT_NR 16
+#define DIRECT_K_MAX 1152 /* off[] on the stack; a longer k takes the packed way */
+
+typedef struct direct_job {
+    const win *v;
+    const float *a; /* A [M, K], row i at a + i lda */
+    int64_t lda, M, K;
+    const int64_t *off; /* [K] */
+    int beta;
+    float *out;         /* C [M, PH PW] */
+    int64_t rows;       /* grid rows a task */
+} direct_job;
+
+/* mr rows of C (a constant after inlining) by 16 positions: B's row k at b + off[k] */
+__attribute__((target("avx2,fma"))) static inline __attribute__((always_inline)) void
+direct_ukr(const int mr, const float *a, int64_t lda, const float *b, int64_t b8, const int64_t *off, int64_t K,
+           int beta, float *c, int64_t ldc)
+{
+    __m256 acc[DIRECT_MR][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < mr; r++)
+        acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < K; k++) {
+        const float *bk = b + off[k];
+        __m256 b0 = _mm256_loadu_ps(bk), b1 = _mm256_loadu_ps(bk + b8);
+#pragma GCC unroll 6
+        for (int r = 0; r < mr; r++) {
+            __m256 av = _mm256_broadcast_ss(a + r * lda + k);
+            acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < mr; r++) {
+        float *cr = c + r * ldc;
+        __m256 t0 = acc[r][0], t1 = acc[r][1];
+        if (beta) {
+            t0 = _mm256_add_ps(_mm256_loadu_ps(cr), t0);
+            t1 = _mm256_add_ps(_mm256_loadu_ps(cr + 8), t1);
+        }
+        _mm256_storeu_ps(cr, t0);
+        _mm256_storeu_ps(cr + 8, t1);
+    }
+}
+
+__attribute__((target("avx2,fma"))) static void direct_tile(int mr, const float *a, int64_t lda, const float *b,
+                                                          int64_t b8, const int64_t *off, int64_t K, int beta,
+                                                          float *c, int64_t ldc)
+{
+#define DIRECT_CASE(n)                                                                      \
+    case n:                                                                                 \
+        direct_ukr(n, a, lda, b, b8, off, K, beta, c, ldc);                                 \
+        break;
+    switch (mr) {
+        DIRECT_CASE(6) DIRECT_CASE(5) DIRECT_CASE(4) DIRECT_CASE(3) DIRECT_CASE(2) DIRECT_CASE(1)
+    }
+#undef DIRECT_CASE
+}
+
+/* Task t: grid rows [t rows, (t + 1) rows), each panel of 16 positions (of
+ * one grid row, or of two rows of 8: its second 8 values then lie a row of
+ * the image further) against every strip of A (the panel's B stays in L1
+ * for the strips); the strips as gemm.c cuts them (6 rows, the last two
+ * sharing fewer than 12). */
+static void direct_task(void *arg, int64_t t)
+{
+    const direct_job *j = arg;
+    const win *v = j->v;
+    int64_t P = v->PH * v->PW, y1 = (t + 1) * j->rows < v->PH ? (t + 1) * j->rows : v->PH;
+    int64_t b8 = v->PW == 8 ? v->SW : 8, dy = v->PW == 8 ? 2 : 1;
+    for (int64_t py = t * j->rows; py < y1; py += dy)
+        for (int64_t px = 0; px < v->PW; px += DIRECT_NR) {
+            const float *b = v->img + (py + v->y0) * v->SW + px + v->x0;
+            for (int64_t i = 0, mr; i < j->M; i += mr) {
+                int64_t left = j->M - i;
+                mr = left <= DIRECT_MR ? left : left < 2 * DIRECT_MR ? (left + 1) / 2 : DIRECT_MR;
+                direct_tile((int)mr, j->a + i * j->lda, j->lda, b, b8, j->off, j->K, j->beta,
+                            j->out + i * P + py * v->PW + px, P);
+            }
+        }
+}
+#endif
+
+/* out [M, PH PW] (= beta ? out : 0) + A [M, K] win(v) [K, PH PW] by the direct
+ * products when they apply (the AVX2 GEMM kernel, v inside its image, stride
+ * 1, whole panels, k within DIRECT_K_MAX); 0 when they do not (the caller
+ * then packs) */
+static int direct_rows(pg_ctx *c, const win *v, int64_t M, int64_t K, const float *a, int64_t lda, int beta,
+                       float *out)
+{
+#ifdef PG_CPU_AVX2
+    int whole = v->PW % DIRECT_NR == 0 || (v->PW == 8 && v->PH % 2 == 0); /* panels of 16: 1 row, or 2 of 8 */
+    if (!v->inside || v->sy != 1 || v->sx != 1 || !whole || K > DIRECT_K_MAX ||
+        strcmp(pg_cpu_gemm_kernel(c->gemm), "avx2"))
+        return 0;
+    int64_t off[DIRECT_K_MAX], ch = 0, ky = 0, kx = 0;
+    for (int64_t k = 0; k < K; k++) { /* (ch, ky, kx) counted up */
+        off[k] = ch * v->SH * v->SW + ky * v->ky_d * v->SW + kx * v->kx_d;
+        if (++kx == v->kw) {
+            kx = 0;
+            if (++ky == v->kh)
+                ky = 0, ch++;
+        }
+    }
+    /* tasks of at least ~2^17 multiply-adds (a row of 32 positions at 16 x 144 is 2^16.2) */
+    int64_t per_row = M * v->PW * K, rows = per_row >= (1 << 17) ? 1 : ((1 << 17) + per_row - 1) / per_row;
+    rows += v->PW == 8 && rows % 2; /* rows of 8 go in pairs */
+    direct_job j = {v, a, lda, M, K, off, beta, out, rows};
+    pg_cpu_parallel(c, (v->PH + rows - 1) / rows, direct_task, &j);
+    return 1;
+#else
+    (void)c, (void)v, (void)M, (void)K, (void)a, (void)lda, (void)beta, (void)out;
+    return 0;
+#endif
+}
+
+/* ---- the direct weight gradient: the image channels last ----
+ *
+ * dW [M, C kh kw] += lhs [M, P] col^T: element (m, (ch, ky, kx)) is one FMA
+ * chain over the positions p in index order of lhs[m, p] img[ch, iy(p, ky),
+ * ix(p, kx)]. With the image's channels last ([SH SW, C], 16 channels a
+ * vector), 16 channels at one (ky, kx) are 16 consecutive floats at every p:
+ * a tile of 6 rows of lhs by those 16 columns walks p with two loads and six
+ * broadcasts a step, where the packed way turned K x P values of col^T into
+ * panels for every sample. The image goes channels last once per sample by
+ * 8 x 8 transposes, with its zero border (or, for a 1 x 1 window inside the
+ * image, only the positions it reads: [P, C], what the workspace holds); the
+ * chain, its values and the final add into dW (alpha 1) are the packed
+ * way's, so the same bits. */
+#ifdef PG_CPU_AVX2
+typedef struct dwg_job {
+    const float *img;   /* [rows of SW, C]: the image channels last */
+    int64_t C, SW, PH, PW, kh, kw, sy, sx, y0, x0, ky_d, kx_d;
+    const float *lhs;   /* [M, P] */
+    int64_t M, P;
+    float *dw;          /* [M, C kh kw] */
+} dwg_job;
+
+/* mr rows (a constant after inlining) of lhs from row i by 16 channels at
+ * (ky, kx), channel group cg: the chain over every position, then added in */
+__attribute__((target("avx2,fma"))) static inline __attribute__((always_inline)) void
+dwg_ukr(const int mr, const dwg_job *j, int64_t i, int64_t cg, int64_t ky, int64_t kx)
+{
+    __m256 acc[DIRECT_MR][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < mr; r++)
+        acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    /* the job's fields in locals: read through j, gcc reloads them at every step */
+    const int64_t P = j->P, PW = j->PW, PH = j->PH, step = j->sx * j->C;
+    const float *ar[DIRECT_MR];
+#pragma GCC unroll 6
+    for (int r = 0; r < mr; r++)
+        ar[r] = j->lhs + (i + r) * P;
+    const float *b = j->img + ((j->y0 + ky * j->ky_d) * j->SW + j->x0 + kx * j->kx_d) * j->C + cg * 16;
+    const int64_t row = j->sy * j->SW * j->C;
+    for (int64_t py = 0, p = 0; py < PH; py++, b += row) {
+        const float *bp = b;
+        for (int64_t e = p + PW; p < e; p++, bp += step) {
+            __m256 b0 = _mm256_loadu_ps(bp), b1 = _mm256_loadu_ps(bp + 8);
+#pragma GCC unroll 6
+            for (int r = 0; r < mr; r++) {
+                __m256 av = _mm256_broadcast_ss(ar[r] + p);
+                acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
+                acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
+            }
+        }
+    }
+    int64_t K = j->C * j->kh * j->kw;
+#pragma GCC unroll 6
+    for (int r = 0; r < mr; r++) {
+        float t[16];
+        _mm256_storeu_ps(t, acc[r][0]);
+        _mm256_storeu_ps(t + 8, acc[r][1]);
+        float *d = j->dw + (i + r) * K + (cg * 16 * j->kh + ky) * j->kw + kx;
+        for (int l = 0; l < 16; l++)
+            d[l * j->kh * j->kw] = d[l * j->kh * j->kw] + t[l];
+    }
+}
+
+__attribute__((target("avx2,fma"))) static void dwg_tile(int mr, const dwg_job *j, int64_t i, int64_t cg,
+                                                       int64_t ky, int64_t kx)
+{
+#define DWG_CASE(n)                                                                         \
+    case n:                                                                                 \
+        dwg_ukr(n, j, i, cg, ky, kx);                                                       \
+        break;
+    switch (mr) {
+        DWG_CASE(6) DWG_CASE(5) DWG_CASE(4) DWG_CASE(3) DWG_CASE(2) DWG_CASE(1)
+    }
+#undef DWG_CASE
+}
+
+/* Task t: the columns of channel group t / (kh kw) at (ky, kx) = t mod (kh kw), every strip of rows */
+static void dwg_task(void *arg, int64_t t)
+{
+    const dwg_job *j = arg;
+    int64_t khw = j->kh * j->kw, cg = t / khw, ky = t % khw / j->kw, kx = t % j->kw;
+    for (int64_t i = 0, mr; i < j->M; i += mr) {
+        int64_t left = j->M - i;
+        mr = left <= DIRECT_MR ? left : left < 2 * DIRECT_MR ? (left + 1) / 2 : DIRECT_MR;
+        dwg_tile((int)mr, j, i, cg, ky, kx);
+    }
+}
+
+/* dst[(y W + x) ld + l] = src[l plane + y sw + x sx] for l < 8, x < n, y < h:
+ * 8 channels of h rows of n values (every sx-th) turned channels last, by 8 x 8
+ * transposes (values only move) */
+__attribute__((target("avx2"))) static void chan_last8(const float *src, int64_t plane, int64_t sw, int64_t sx,
+                                                       int64_t h, int64_t n, float *dst, int64_t W, int64_t ld)
+{
+    for (int64_t y = 0; y < h; y++) {
+        int64_t x = 0;
+        for (; x + 8 <= n; x += 8) {
+            float tmp[8][8];
+            const float *r[8];
+            for (int l = 0; l < 8; l++) {
+                const float *s0 = src + l * plane + y * sw + x * sx;
+                if (sx == 1)
+                    r[l] = s0;
+                else {
+                    for (int i = 0; i < 8; i++)
+                        tmp[l][i] = s0[i * sx];
+                    r[l] = tmp[l];
+                }
+            }
+            pg_cpu_t8x8(r, dst + (y * W + x) * ld, ld);
+        }
+        for (; x < n; x++)
+            for (int l = 0; l < 8; l++)
+                dst[(y * W + x) * ld + l] = src[l * plane + y * sw + x * sx];
+    }
+}
+#endif
+
+/* dw [M, C kh kw] += lhs [M, P] col(v)^T by the direct tiles when they apply
+ * (the AVX2 GEMM kernel, C a multiple of 16, at least 256 positions, the
+ * channels-last image in room floats of buf); 0 when they do not (the caller packs) */
+static int direct_wgrad(pg_ctx *c, const win *v, int64_t C, int64_t M, const float *lhs, float *dw, float *buf,
+                        int64_t room)
+{
+#ifdef PG_CPU_AVX2
+    int64_t bd[4], P = v->PH * v->PW, plane = v->SH * v->SW;
+    /* fewer positions: each tile's chain is too short to pay for its scattered adds into dw
+     * (3 x 3 64 -> 64 at 8 x 8: 52 GFLOP/s this way, 66 packed) */
+    if (C % 16 || P < 256 || !buf || strcmp(pg_cpu_gemm_kernel(c->gemm), "avx2"))
+        return 0;
+    win_border(v, bd);
+    int64_t H = v->SH + bd[0] + bd[1], W = v->SW + bd[2] + bd[3];
+    dwg_job j = {buf, C, W, v->PH, v->PW, v->kh, v->kw, v->sy, v->sx, v->y0 + bd[0], v->x0 + bd[2], v->ky_d,
+                 v->kx_d, lhs, M, P, dw};
+    if (C * H * W <= room) { /* the whole image, bordered */
+        zero_border(buf, 1, H, W, C, bd);
+        for (int64_t ch = 0; ch < C; ch += 8)
+            chan_last8(v->img + ch * plane, plane, v->SW, 1, v->SH, v->SW, buf + (bd[0] * W + bd[2]) * C + ch, W, C);
+    } else if (v->kh == 1 && v->kw == 1 && (bd[0] | bd[1] | bd[2] | bd[3]) == 0 && C * P <= room) {
+        /* a 1 x 1 window inside the image: the positions it reads, [P, C] */
+        for (int64_t ch = 0; ch < C; ch += 8)
+            chan_last8(v->img + ch * plane + v->y0 * v->SW + v->x0, plane, v->sy * v->SW, v->sx, v->PH, v->PW,
+                       buf + ch, v->PW, C);
+        j.SW = v->PW, j.sy = j.sx = 1, j.y0 = j.x0 = 0;
+    } else
+        return 0;
+    pg_cpu_parallel(c, C / 16 * v->kh * v->kw, dwg_task, &j);
+    return 1;
+#else
+    (void)c, (void)v, (void)C, (void)M, (void)lhs, (void)dw, (void)buf, (void)room;
+    return 0;
+#endif
+}
+
 /* img [C, IH, IW] += the adjoint of im2col: each column entry added back where
  * im2col took it from, in im2col's order (rows, then positions row-major). */
 static void col2im_add(const pg_conv *g, int64_t C, int64_t IH, int64_t IW, int64_t PH, int64_t PW, const float *col,
@@ -420,6 +741,8 @@ static void gemm_col(pg_ctx *c, int64_t r, const pg_conv *g, const cv *v, const 
             win wn = {ig, v->IH, v->IW, v->PH, v->PW, g->kh, g->kw, g->sh, g->sw, -g->ph, -g->pw, g->dh, g->dw, 0,
                       c->avx2};
             wn = win_padded(wn, v->C, ws, pg_conv_ws_floats(g));
+            if (direct_rows(c, &wn, M, v->K, wg, v->K, beta, og))
+                continue;
             pg_cpu_bsrc b = {win_pack, &wn};
             pg_cpu_gemm_bsrc(c, M, v->P, v->K, 1.0f, wg, v->K, &b, beta, og, v->P);
         }
@@ -455,6 +778,8 @@ static void direct_gemm(pg_ctx *c, int64_t r, const pg_conv *g, const cv *v, con
             win wn = {in + at(g, sn, s, gi), v->PH, v->PW, v->IH, v->IW, g->kh, g->kw, 1, 1, g->ph, g->pw, -g->dh,
                       -g->dw, 0, c->avx2};
             wn = win_padded(wn, M, ws + v->C * KD, pg_conv_ws_floats(g) - v->C * KD);
+            if (direct_rows(c, &wn, v->C, KD, ws, KD, beta, img + at(g, si, s, gi)))
+                continue;
             pg_cpu_bsrc b = {win_pack, &wn};
             pg_cpu_gemm_bsrc(c, v->C, v->IH * v->IW, KD, 1.0f, ws, KD, &b, beta, img + at(g, si, s, gi), v->IH * v->IW);
         }
@@ -488,6 +813,9 @@ static void wgrad(pg_ctx *c, int64_t r, const pg_conv *g, const cv *v, const flo
             const float *ig = img + at(g, si, s, gi);
             win wn = {ig, v->IH, v->IW, v->PH, v->PW, g->kh, g->kw, g->sh, g->sw, -g->ph, -g->pw, g->dh, g->dw, 0,
                       c->avx2};
+            if (!v->pw &&
+                direct_wgrad(c, &wn, v->C, M, lhs + at(g, sl, s, gi), dw + gi * M * v->K, ws, pg_conv_ws_floats(g)))
+                continue;
             if (!v->pw && (wn = win_padded(wn, v->C, ws, pg_conv_ws_floats(g))).inside) {
                 pg_cpu_bsrc b = {win_pack_t, &wn};
                 pg_cpu_gemm_bsrc(c, M, v->K, v->P, 1.0f, lhs + at(g, sl, s, gi), v->P, &b, 1, dw + gi * M * v->K, v->K);

@@ -21,6 +21,21 @@ typedef struct pg_cpu_gemm_pool pg_cpu_gemm_pool;
  * bits do not depend on M, N, its place, the thread count or the kernel. */
 void pg_cpu_gemm(pg_ctx *c, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
                  const float *A, int64_t lda, const float *B, int64_t ldb, int beta, float *C, int64_t ldc);
+/* An elementwise op fused into a GEMM's store: fn(arg, i0, rows, j0, cols)
+ * runs once for every strip of C, rows [i0, i0 + rows) x columns [j0, j0 +
+ * cols), right after the strip's last k (C final there, still in L1), on
+ * whichever GEMM thread computed it; the strips cover C exactly once. It may
+ * read C and the caller's other buffers and write only its own output at
+ * those rows and columns. An op whose every element's bits depend on that
+ * element alone (not on its place or the count) gives the bits of a separate
+ * pass over the whole of C after the product. */
+typedef struct pg_cpu_epi {
+    void (*fn)(const void *arg, int64_t i0, int64_t rows, int64_t j0, int64_t cols);
+    const void *arg;
+} pg_cpu_epi;
+/* pg_cpu_gemm, then epi on every strip of C (epi NULL: pg_cpu_gemm) */
+void pg_cpu_gemm_epi(pg_ctx *c, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                     int64_t lda, const float *B, int64_t ldb, int beta, float *C, int64_t ldc, const pg_cpu_epi *epi);
 /* B of a product given by the code that packs it rather than as a matrix (an
  * implicit matrix: conv.c's windows over an image, no column matrix stored).
  * pack(arg, nr, bp, j0, nbw, k0, kc) writes B's columns [j0, j0 + nbw) for k
@@ -99,6 +114,12 @@ void pg_cpu_norm_bwd_in(pg_ctx *c, int64_t n, int64_t d, const float *x, const f
                         const float *rstd, const float *dy, float *dx);
 void pg_cpu_norm_bwd_w(pg_ctx *c, int64_t n, int64_t d, const float *x, const float *mean, const float *rstd,
                        const float *dy, float *dw, float *db);
+/* The same fused with the residual add beside them: the forward of z = x + s,
+ * writing z; the backward's dx plus ds (a skip's gradient). */
+void pg_cpu_norm_add_fwd(pg_ctx *c, int64_t n, int64_t d, float eps, const float *x, const float *s, float *z,
+                         const float *w, const float *b, float *y, float *mean, float *rstd);
+void pg_cpu_norm_bwd_in_add(pg_ctx *c, int64_t n, int64_t d, const float *x, const float *w, const float *mean,
+                            const float *rstd, const float *dy, const float *ds, float *dx);
 
 /* Row sums of the norms (layernorm.c, rmsnorm.c): a row is cut into chunks of
  * PG_CPU_ROW_CHUNK elements, a chunk into blocks of PG_CPU_ROW_LANES; lane l of

@@ -83,6 +83,7 @@ typedef struct gemm_job {
     float *C;
     int64_t ldc;
     const pg_cpu_bsrc *bsrc; /* B made by its own packing (an implicit matrix), or NULL: B as stored */
+    const pg_cpu_epi *epi;   /* run on each strip of C after its last k (a fused elementwise op), or NULL */
     /* the blocking, set once per call */
     int64_t kc;           /* k per chunk */
     int64_t nb, mb;       /* a task's columns and rows */
@@ -480,6 +481,8 @@ static void run_block(const gemm_kern *kr, const gemm_job *g, const float *bp, f
                      part ? part + (strip * njr + jr) * tile : NULL, first, last,
                      g->C + (i0 + ir) * g->ldc + j0 + jr * kr->nr, w);
         }
+        if (last && g->epi) /* the strip's C is final and still in L1 */
+            g->epi->fn(g->epi->arg, i0 + ir, mr, j0, nbw);
     }
 }
 
@@ -850,7 +853,16 @@ void pg_cpu_gemm(pg_ctx *c, int ta, int tb, int64_t M, int64_t N, int64_t K, flo
 {
     if (M <= 0 || N <= 0)
         return;
-    gemm_job g = {c->gemm->kern, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, 0, 0, 0, 0, 0};
+    gemm_job g = {c->gemm->kern, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, NULL, 0, 0, 0, 0, 0};
+    gemm_run(c->gemm, g);
+}
+
+void pg_cpu_gemm_epi(pg_ctx *c, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                     int64_t lda, const float *B, int64_t ldb, int beta, float *C, int64_t ldc, const pg_cpu_epi *epi)
+{
+    if (M <= 0 || N <= 0)
+        return;
+    gemm_job g = {c->gemm->kern, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, epi, 0, 0, 0, 0, 0};
     gemm_run(c->gemm, g);
 }
 
@@ -859,7 +871,7 @@ void pg_cpu_gemm_bsrc(pg_ctx *c, int64_t M, int64_t N, int64_t K, float alpha, c
 {
     if (M <= 0 || N <= 0)
         return;
-    gemm_job g = {c->gemm->kern, 0, 0, M, N, K, alpha, A, lda, NULL, 0, beta, C, ldc, b, 0, 0, 0, 0, 0};
+    gemm_job g = {c->gemm->kern, 0, 0, M, N, K, alpha, A, lda, NULL, 0, beta, C, ldc, b, NULL, 0, 0, 0, 0, 0};
     gemm_run(c->gemm, g);
 }
 

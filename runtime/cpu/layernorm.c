@@ -77,27 +77,57 @@ PG_CPU_INLINE void ln_fwd_group(int64_t g, int64_t d, float eps, const float *x,
     }
 }
 
-static void ln_fwd_rows(int64_t n, int64_t d, float eps, const float *x, const float *w, const float *b,
-                        float *y, float *mean, float *rstd)
+/* The rows of x or, with s, of z = x + s, written group by group just before
+ * the group is normalised (pg_add_fwd's one add an element: the same z). */
+PG_CPU_INLINE void ln_fwd_body(int64_t n, int64_t d, float eps, const float *x, const float *s, float *z,
+                               const float *w, const float *b, float *y, float *mean, float *rstd)
 {
-    for (int64_t i = 0; i < n; i += LN_G)
-        ln_fwd_group(n - i < LN_G ? n - i : LN_G, d, eps, x + i * d, w, b, y + i * d, mean ? mean + i : NULL,
-                     rstd + i);
+    for (int64_t i = 0; i < n; i += LN_G) {
+        int64_t g = n - i < LN_G ? n - i : LN_G;
+        const float *xi = x + i * d;
+        if (s) {
+            for (int64_t k = i * d; k < (i + g) * d; k++)
+                z[k] = x[k] + s[k];
+            xi = z + i * d;
+        }
+        ln_fwd_group(g, d, eps, xi, w, b, y + i * d, mean ? mean + i : NULL, rstd + i);
+    }
+}
+
+static void ln_fwd_rows(int64_t n, int64_t d, float eps, const float *x, const float *s, float *z, const float *w,
+                        const float *b, float *y, float *mean, float *rstd)
+{
+    ln_fwd_body(n, d, eps, x, s, z, w, b, y, mean, rstd);
 }
 #ifdef PG_CPU_AVX2
-PG_CPU_TARGET_AVX2 static void ln_fwd_rows_avx2(int64_t n, int64_t d, float eps, const float *x, const float *w,
-                                                const float *b, float *y, float *mean, float *rstd)
+PG_CPU_TARGET_AVX2 static void ln_fwd_rows_avx2(int64_t n, int64_t d, float eps, const float *x, const float *s,
+                                                float *z, const float *w, const float *b, float *y, float *mean,
+                                                float *rstd)
 {
-    for (int64_t i = 0; i < n; i += LN_G)
-        ln_fwd_group(n - i < LN_G ? n - i : LN_G, d, eps, x + i * d, w, b, y + i * d, mean ? mean + i : NULL,
-                     rstd + i);
+    ln_fwd_body(n, d, eps, x, s, z, w, b, y, mean, rstd);
 }
 #endif
 
 void pg_cpu_norm_fwd(pg_ctx *c, int64_t n, int64_t d, float eps, const float *x, const float *w, const float *b,
                      float *y, float *mean, float *rstd)
 {
-    PG_CPU_PICK(c, ln_fwd_rows)(n, d, eps, x, w, b, y, mean, rstd);
+    PG_CPU_PICK(c, ln_fwd_rows)(n, d, eps, x, NULL, NULL, w, b, y, mean, rstd);
+}
+
+void pg_cpu_norm_add_fwd(pg_ctx *c, int64_t n, int64_t d, float eps, const float *x, const float *s, float *z,
+                         const float *w, const float *b, float *y, float *mean, float *rstd)
+{
+    PG_CPU_PICK(c, ln_fwd_rows)(n, d, eps, x, s, z, w, b, y, mean, rstd);
+}
+
+/* z = x + s, then layernorm of z: the group's rows of z are still in L1 */
+int pg_add_layernorm_fwd(pg_ctx *c, int64_t n, int64_t d, float eps, const float *x, const float *s, float *z,
+                         const float *w, const float *b, float *y, float *mean, float *rstd)
+{
+    if (pg_args_layernorm("add_layernorm_fwd", n, d))
+        return 1;
+    pg_cpu_norm_add_fwd(c, n, d, eps, x, s, z, w, b, y, mean, rstd);
+    return 0;
 }
 
 int pg_layernorm_fwd(pg_ctx *c, int64_t n, int64_t d, float eps, const float *x,
@@ -202,27 +232,54 @@ PG_CPU_INLINE void ln_bwd_in_group(int64_t g, int64_t d, const float *x, const f
         ln_dx_row(x + r * d, dy + r * d, w, d, mean ? mean[r] : 0.0f, rstd[r], mg[r], mgx[r], dx + r * d);
 }
 
-static void ln_bwd_in_rows(int64_t n, int64_t d, const float *x, const float *w, const float *mean,
-                           const float *rstd, const float *dy, float *dx)
+/* dx of each group and, with ds, dx += ds over the group while it is in L1
+ * (pg_axpy_inplace's one add an element: the same sum) */
+PG_CPU_INLINE void ln_bwd_in_body(int64_t n, int64_t d, const float *x, const float *w, const float *mean,
+                                  const float *rstd, const float *dy, const float *ds, float *dx)
 {
-    for (int64_t i = 0; i < n; i += LN_G)
-        ln_bwd_in_group(n - i < LN_G ? n - i : LN_G, d, x + i * d, w, mean ? mean + i : NULL, rstd + i, dy + i * d,
-                        dx + i * d);
+    for (int64_t i = 0; i < n; i += LN_G) {
+        int64_t g = n - i < LN_G ? n - i : LN_G;
+        ln_bwd_in_group(g, d, x + i * d, w, mean ? mean + i : NULL, rstd + i, dy + i * d, dx + i * d);
+        if (ds)
+            for (int64_t k = i * d; k < (i + g) * d; k++)
+                dx[k] += ds[k];
+    }
+}
+
+static void ln_bwd_in_rows(int64_t n, int64_t d, const float *x, const float *w, const float *mean,
+                           const float *rstd, const float *dy, const float *ds, float *dx)
+{
+    ln_bwd_in_body(n, d, x, w, mean, rstd, dy, ds, dx);
 }
 #ifdef PG_CPU_AVX2
 PG_CPU_TARGET_AVX2 static void ln_bwd_in_rows_avx2(int64_t n, int64_t d, const float *x, const float *w,
-                                                   const float *mean, const float *rstd, const float *dy, float *dx)
+                                                   const float *mean, const float *rstd, const float *dy,
+                                                   const float *ds, float *dx)
 {
-    for (int64_t i = 0; i < n; i += LN_G)
-        ln_bwd_in_group(n - i < LN_G ? n - i : LN_G, d, x + i * d, w, mean ? mean + i : NULL, rstd + i, dy + i * d,
-                        dx + i * d);
+    ln_bwd_in_body(n, d, x, w, mean, rstd, dy, ds, dx);
 }
 #endif
 
 void pg_cpu_norm_bwd_in(pg_ctx *c, int64_t n, int64_t d, const float *x, const float *w, const float *mean,
                         const float *rstd, const float *dy, float *dx)
 {
-    PG_CPU_PICK(c, ln_bwd_in_rows)(n, d, x, w, mean, rstd, dy, dx);
+    PG_CPU_PICK(c, ln_bwd_in_rows)(n, d, x, w, mean, rstd, dy, NULL, dx);
+}
+
+void pg_cpu_norm_bwd_in_add(pg_ctx *c, int64_t n, int64_t d, const float *x, const float *w, const float *mean,
+                            const float *rstd, const float *dy, const float *ds, float *dx)
+{
+    PG_CPU_PICK(c, ln_bwd_in_rows)(n, d, x, w, mean, rstd, dy, ds, dx);
+}
+
+/* layernorm's dx, then dx += ds (a skip's gradient), group by group */
+int pg_layernorm_bwd_in_add(pg_ctx *c, int64_t n, int64_t d, const float *x, const float *w, const float *mean,
+                            const float *rstd, const float *dy, const float *ds, float *dx)
+{
+    if (pg_args_layernorm("layernorm_bwd_in_add", n, d))
+        return 1;
+    pg_cpu_norm_bwd_in_add(c, n, d, x, w, mean, rstd, dy, ds, dx);
+    return 0;
 }
 
 /* dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy w, xhat = (x - mean) rstd;

@@ -7,7 +7,16 @@
 #include "cpu_ctx.h"
 #include "op_args.h"
 
-/* y[n,out] = x[n,in] W[out,in]^T + b[out] */
+/* y[n,out] = x[n,in] W[out,in]^T + b[out], then epi on each strip of y (NULL: none) */
+static void linear_fwd_run(pg_ctx *c, int64_t n, int64_t in, int64_t out, const float *x, const float *w,
+                           const float *b, float *y, const pg_cpu_epi *epi)
+{
+    if (b) /* y starts as the bias, the product adds to it */
+        for (int64_t i = 0; i < n; i++)
+            memcpy(y + i * out, b, (size_t)out * sizeof *y);
+    pg_cpu_gemm_epi(c, 0, 1, n, out, in, 1.0f, x, in, w, in, b != NULL, y, out, epi);
+}
+
 int pg_linear_fwd(pg_ctx *c, int64_t n, int64_t in, int64_t out,
                   const float *x, const float *w, const float *b, float *y)
 {
@@ -15,16 +24,12 @@ int pg_linear_fwd(pg_ctx *c, int64_t n, int64_t in, int64_t out,
         return 1;
     if (n == 0 || out == 0)
         return 0;
-    if (b) /* y starts as the bias, the product adds to it */
-        for (int64_t i = 0; i < n; i++)
-            memcpy(y + i * out, b, (size_t)out * sizeof *y);
     if (in == 0) {
-        if (!b)
-            for (int64_t i = 0; i < n * out; i++)
-                y[i] = 0.0f;
+        for (int64_t i = 0; i < n * out; i++)
+            y[i] = b ? b[i % out] : 0.0f;
         return 0;
     }
-    pg_cpu_gemm(c, 0, 1, n, out, in, 1.0f, x, in, w, in, b != NULL, y, out);
+    linear_fwd_run(c, n, in, out, x, w, b, y, NULL);
     return 0;
 }
 
@@ -42,6 +47,65 @@ int pg_linear_bwd_in(pg_ctx *c, int64_t n, int64_t in, int64_t out,
         return 0;
     }
     pg_cpu_gemm(c, 0, 0, n, in, out, 1.0f, dy, out, w, in, 0, dx, in);
+    return 0;
+}
+
+/* The activation of pg_linear_act_fwd / pg_linear_bwd_in_act on one strip of
+ * the product (pg_cpu_epi), row by row: an activation's element depends on
+ * that element alone (activation.c pads a last partial block), so a strip's
+ * row pieces get the bits one call over the whole tensor gives them. */
+typedef struct act_epi {
+    pg_ctx *c;
+    pg_act_fwd_fn *fwd; /* forward: out = fwd(s); NULL in a backward */
+    pg_act_bwd_fn *bwd; /* backward-input: out = bwd(s, g) */
+    const float *s;     /* [n, m] the activation's input */
+    const float *g;     /* [n, m] the product in a backward: the activation output's gradient */
+    float *out;         /* [n, m] y or dx */
+    int64_t m;
+} act_epi;
+
+static void act_epi_strip(const void *arg, int64_t i0, int64_t rows, int64_t j0, int64_t cols)
+{
+    const act_epi *a = arg;
+    for (int64_t i = i0; i < i0 + rows; i++) {
+        int64_t o = i * a->m + j0;
+        /* the counts are valid by construction: the ops cannot fail here */
+        if (a->fwd)
+            (void)a->fwd(a->c, cols, a->s + o, a->out + o);
+        else
+            (void)a->bwd(a->c, cols, a->s + o, a->g + o, a->out + o);
+    }
+}
+
+/* s = x W^T + b and y = act(s), act applied to each strip of s in the GEMM's store */
+int pg_linear_act_fwd(pg_ctx *c, pg_act_fwd_fn *act, int64_t n, int64_t in, int64_t out, const float *x,
+                      const float *w, const float *b, float *s, float *y)
+{
+    if (pg_args_linear_act("linear_act_fwd", (const void *)act, n, in, out))
+        return 1;
+    if (n == 0 || out == 0)
+        return 0;
+    if (in == 0) /* no product to fuse into */
+        return pg_linear_fwd(c, n, in, out, x, w, b, s) || act(c, n * out, s, y);
+    act_epi a = {c, act, NULL, s, NULL, y, out};
+    pg_cpu_epi epi = {act_epi_strip, &a};
+    linear_fwd_run(c, n, in, out, x, w, b, s, &epi);
+    return 0;
+}
+
+/* g = dy W and dx = act's backward at s on g, applied to each strip of g in the GEMM's store */
+int pg_linear_bwd_in_act(pg_ctx *c, pg_act_bwd_fn *act, int64_t n, int64_t in, int64_t out, const float *dy,
+                         const float *w, const float *s, float *g, float *dx)
+{
+    if (pg_args_linear_act("linear_bwd_in_act", (const void *)act, n, in, out))
+        return 1;
+    if (n == 0 || in == 0)
+        return 0;
+    if (out == 0) /* no product to fuse into */
+        return pg_linear_bwd_in(c, n, in, out, dy, w, g) || act(c, n * in, s, g, dx);
+    act_epi a = {c, NULL, act, s, g, dx, in};
+    pg_cpu_epi epi = {act_epi_strip, &a};
+    pg_cpu_gemm_epi(c, 0, 0, n, in, out, 1.0f, dy, out, w, in, 0, g, in, &epi);
     return 0;
 }
 

@@ -62,6 +62,16 @@ pg_net_status pg_net_wait_lent(pg_net *n, int rank, uint64_t seq, double timeout
     return pg_tcp_wait_lent(tcp_of(n), rank, seq, timeout_s);
 }
 
+pg_net_status pg_net_send_lent(pg_net *n, int peer, uint32_t tag, const void *buf, size_t bytes, uint64_t *seq)
+{
+    return pg_tcp_send_lent(tcp_of(n), peer, tag, buf, bytes, seq);
+}
+
+pg_net_status pg_net_wait_sent(pg_net *n, int peer, uint64_t seq, double timeout_s)
+{
+    return pg_tcp_wait_sent(tcp_of(n), peer, seq, timeout_s);
+}
+
 pg_net_status pg_net_flush(pg_net *n, double timeout_s) { return pg_tcp_flush(tcp_of(n), timeout_s); }
 const char *pg_net_error(const pg_net *n) { return pg_tcp_error(tcp_of(n)); }
 int pg_net_peer_gone(pg_net *n, int peer) { return pg_tcp_peer_gone(tcp_of(n), peer); }

@@ -17,6 +17,26 @@ int pg_rmsnorm_fwd(pg_ctx *c, int64_t n, int64_t d, float eps, const float *x, c
     return 0;
 }
 
+/* z = x + s, then rmsnorm of z (layernorm.c: a group's rows of z in L1) */
+int pg_add_rmsnorm_fwd(pg_ctx *c, int64_t n, int64_t d, float eps, const float *x, const float *s, float *z,
+                       const float *w, float *y, float *rstd)
+{
+    if (pg_args_layernorm("add_rmsnorm_fwd", n, d))
+        return 1;
+    pg_cpu_norm_add_fwd(c, n, d, eps, x, s, z, w, NULL, y, NULL, rstd);
+    return 0;
+}
+
+/* rmsnorm's dx, then dx += ds (a skip's gradient) */
+int pg_rmsnorm_bwd_in_add(pg_ctx *c, int64_t n, int64_t d, const float *x, const float *w, const float *rstd,
+                          const float *dy, const float *ds, float *dx)
+{
+    if (pg_args_layernorm("rmsnorm_bwd_in_add", n, d))
+        return 1;
+    pg_cpu_norm_bwd_in_add(c, n, d, x, w, NULL, rstd, dy, ds, dx);
+    return 0;
+}
+
 /* dx = rstd (g - xhat mean(g xhat)), g = dy w, xhat = x rstd */
 int pg_rmsnorm_bwd_in(pg_ctx *c, int64_t n, int64_t d, const float *x, const float *w,
                       const float *rstd, const float *dy, float *dx)

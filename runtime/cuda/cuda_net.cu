@@ -638,6 +638,20 @@ pg_net_status pg_net_recv_rank(pg_net *n, int rank, uint32_t tag, void *buf, siz
     return st;
 }
 
+/* The arena is device memory: a stage's message is staged through the link's
+ * ring (or the host) as pg_net_send does, so nothing stays lent. */
+pg_net_status pg_net_send_lent(pg_net *n, int peer, uint32_t tag, const void *buf, size_t bytes, uint64_t *seq)
+{
+    *seq = 0;
+    return pg_net_send(n, peer, tag, buf, bytes);
+}
+
+pg_net_status pg_net_wait_sent(pg_net *n, int peer, uint64_t seq, double timeout_s)
+{
+    (void)n, (void)peer, (void)seq, (void)timeout_s;
+    return PG_NET_OK;
+}
+
 pg_net_status pg_net_send_rank_lent(pg_net *n, int rank, uint32_t tag, const void *buf, size_t bytes, uint64_t *seq)
 {
     pg_net_status st = pg_tcp_send_rank_lent(n->tcp, rank, tag, buf, bytes, seq);

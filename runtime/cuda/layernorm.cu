@@ -114,6 +114,24 @@ int pg_layernorm_bwd_in(pg_ctx *c, int64_t n, int64_t d, const float *x, const f
     return 0;
 }
 
+/* The residual add beside the norm (pg_ops.h) as the two calls: no fused
+ * kernel here. */
+int pg_add_layernorm_fwd(pg_ctx *c, int64_t n, int64_t d, float eps, const float *x, const float *s, float *z,
+                         const float *w, const float *b, float *y, float *mean, float *rstd)
+{
+    if (pg_args_layernorm("add_layernorm_fwd", n, d))
+        return 1;
+    return pg_add_fwd(c, n * d, x, s, z) || pg_layernorm_fwd(c, n, d, eps, z, w, b, y, mean, rstd);
+}
+
+int pg_layernorm_bwd_in_add(pg_ctx *c, int64_t n, int64_t d, const float *x, const float *w, const float *mean,
+                            const float *rstd, const float *dy, const float *ds, float *dx)
+{
+    if (pg_args_layernorm("layernorm_bwd_in_add", n, d))
+        return 1;
+    return pg_layernorm_bwd_in(c, n, d, x, w, mean, rstd, dy, dx) || pg_axpy_inplace(c, dx, ds, n * d);
+}
+
 int pg_layernorm_bwd_w(pg_ctx *c, int64_t n, int64_t d, const float *x,
                        const float *mean, const float *rstd, const float *dy, float *dw, float *db)
 {

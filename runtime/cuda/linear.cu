@@ -458,6 +458,28 @@ int pg_linear_bwd_in_add(pg_ctx *c, int64_t n, int64_t in, int64_t out,
                         &one, dx, (int)in, 0, 0);
 }
 
+/* The fused forms of pg_ops.h as their two calls (no fused kernel here: cuBLAS
+ * writes s, the activation's kernel reads it back). */
+int pg_linear_act_fwd(pg_ctx *c, pg_act_fwd_fn *act, int64_t n, int64_t in, int64_t out, const float *x,
+                      const float *w, const float *b, float *s, float *y)
+{
+    if (pg_args_linear_act("linear_act_fwd", (const void *)act, n, in, out))
+        return 1;
+    if (pg_linear_fwd(c, n, in, out, x, w, b, s))
+        return 1;
+    return act(c, n * out, s, y);
+}
+
+int pg_linear_bwd_in_act(pg_ctx *c, pg_act_bwd_fn *act, int64_t n, int64_t in, int64_t out, const float *dy,
+                         const float *w, const float *s, float *g, float *dx)
+{
+    if (pg_args_linear_act("linear_bwd_in_act", (const void *)act, n, in, out))
+        return 1;
+    if (pg_linear_bwd_in(c, n, in, out, dy, w, g))
+        return 1;
+    return act(c, n * in, s, g, dx);
+}
+
 /* dW[out,in] += dy[n,out]^T x[n,in]; db[out] += column sums of dy
  * Column-major, dW^T[in,out] += x^T[in,n] dy[n,out]:
  *   A = x: row-major [n,in] read column-major is x^T[in,n] (ld in); op N.

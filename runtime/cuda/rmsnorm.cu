@@ -73,6 +73,23 @@ int pg_rmsnorm_fwd(pg_ctx *c, int64_t n, int64_t d, float eps, const float *x, c
     return 0;
 }
 
+/* The residual add beside the norm (pg_ops.h) as the two calls. */
+int pg_add_rmsnorm_fwd(pg_ctx *c, int64_t n, int64_t d, float eps, const float *x, const float *s, float *z,
+                       const float *w, float *y, float *rstd)
+{
+    if (pg_args_layernorm("add_rmsnorm_fwd", n, d))
+        return 1;
+    return pg_add_fwd(c, n * d, x, s, z) || pg_rmsnorm_fwd(c, n, d, eps, z, w, y, rstd);
+}
+
+int pg_rmsnorm_bwd_in_add(pg_ctx *c, int64_t n, int64_t d, const float *x, const float *w, const float *rstd,
+                          const float *dy, const float *ds, float *dx)
+{
+    if (pg_args_layernorm("rmsnorm_bwd_in_add", n, d))
+        return 1;
+    return pg_rmsnorm_bwd_in(c, n, d, x, w, rstd, dy, dx) || pg_axpy_inplace(c, dx, ds, n * d);
+}
+
 int pg_rmsnorm_bwd_in(pg_ctx *c, int64_t n, int64_t d, const float *x, const float *w,
                       const float *rstd, const float *dy, float *dx)
 {

@@ -130,7 +130,7 @@ static pg_conv geom(int64_t in, int64_t out, int64_t h, int64_t w, int64_t kh, i
     return g;
 }
 
-#define N_CASES 14
+#define N_CASES 20
 static conv_case cases[N_CASES];
 
 static void make_cases(void)
@@ -150,6 +150,25 @@ static void make_cases(void)
     cases[k++] = (conv_case){"3 x 3 on 3 x 3, one position, 4 > 1 out channels (dx by col2im)", geom(2, 4, 3, 3, 3, 3, 1, 1, 0, 0, 1, 1, 1, 0, 0), 1};
     cases[k++] = (conv_case){"3 x 3 on 10 x 12: runs of 12, 27 columns (a transpose's edges)", geom(3, 5, 10, 12, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 0), 1};
     cases[k++] = (conv_case){"a column: 40 x 1, kernel (3, 1) (a position per row of the grid)", geom(3, 4, 40, 1, 3, 1, 1, 1, 1, 0, 1, 1, 1, 0, 0), 0};
+    /* rows of 16 and 32 positions: the AVX2 kernel's direct products (B read in the image, conv.c) */
+    cases[k++] = (conv_case){"13 -> 7 on 6 x 32: direct, strips of 4 + 3 and 6 + 4 + 3", geom(13, 7, 6, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 0), 1};
+    cases[k++] = (conv_case){"dilation 2, padding 2 on 5 x 16: direct", geom(4, 4, 5, 16, 3, 3, 1, 1, 2, 2, 2, 2, 1, 0, 0), 1};
+    cases[k++] = (conv_case){"transposed 3 x 3, stride 1 on 4 x 16: direct both ways", geom(5, 6, 4, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0), 1};
+    /* 16 channels and 256 positions or more: dW by the direct tiles, the image channels last */
+    cases[k++] = (conv_case){"1 x 1, stride 2, 16 -> 8 on 32 x 32: dW from the positions read", geom(16, 8, 32, 32, 1, 1, 2, 2, 0, 0, 1, 1, 1, 0, 0), 0};
+    cases[k++] = (conv_case){"3 x 3, stride 2, dilation 2, 32 -> 6 on 35 x 33: dW, odd rows", geom(32, 6, 35, 33, 3, 3, 2, 2, 2, 2, 2, 2, 1, 0, 0), 1};
+    cases[k++] = (conv_case){"3 x 3 on 6 x 8, 9 -> 8: direct, rows of 8 in pairs", geom(9, 8, 6, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 0), 1};
+}
+
+/* a workspace as the arena hands it over: whatever the last layer left (NaN
+ * here, so a value read before it is written shows in every result) */
+static float *used_ws(const pg_conv *g)
+{
+    int64_t n = pg_conv_ws_floats(g);
+    float *ws = zeros(n);
+    for (int64_t i = 0; i < n; i++)
+        ws[i] = NAN;
+    return ws;
 }
 
 static int64_t wcount(const pg_conv *g)
@@ -212,7 +231,7 @@ static void conv_run(pg_ctx *c, const conv_case *k, int64_t r, const float *x, c
                      const float *dy, conv_out *o)
 {
     const pg_conv *g = &k->g;
-    float *ws = zeros(pg_conv_ws_floats(g));
+    float *ws = used_ws(g);
     o->y = zeros(r * g->out * g->oh * g->ow);
     o->dx = zeros(r * g->in * g->h * g->w);
     o->dw = zeros(wcount(g));
@@ -268,7 +287,7 @@ static void test_conv_case(const conv_case *k, rng *rg)
     conv_run(c3, k, 1, x + px, w, b, dy + py, &one);
     OK(same(one.y, o.y + py, py) && same(one.dx, o.dx + px, px),
        "%s: sample 1 alone gives its bytes inside a batch of 3 (y, dx)", k->what);
-    float *dw3 = zeros(nw), *ws = zeros(pg_conv_ws_floats(g));
+    float *dw3 = zeros(nw), *ws = used_ws(g);
     for (int64_t s = 0; s < r; s++)
         bw_of(g)(c1, 1, g, x + s * px, dy + s * py, dw3, NULL, pg_conv_ws_floats(g) ? ws : NULL);
     OK(same(dw3, o.dw, nw), "%s: dw of 3 samples is 3 calls of one added in order (bitwise)", k->what);

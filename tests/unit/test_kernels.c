@@ -484,6 +484,77 @@ static void test_norm_rows_alone(pg_ctx *c, rng *r)
     free(x), free(w), free(b), free(dy), free(y), free(dx), free(m), free(rs), free(y1), free(dx1), free(m1), free(rs1);
 }
 
+/* The residual add fused into the norms (pg_add_layernorm_fwd,
+ * pg_layernorm_bwd_in_add, the rmsnorm pair): the bytes of pg_add_fwd then the
+ * norm, and of the norm's backward then pg_axpy_inplace, for every length
+ * class of a row (below, at and past the 16-float blocks and 256-float
+ * chunks of the row sums) and row counts around the groups of 8, with and
+ * without the affine weights. (kernels.t runs this again with the baseline
+ * loops, PIPE_CPU_GEMM=portable.) */
+static int norm_add_differs(pg_ctx *c, rng *r, int rms, int affine, int64_t n, int64_t d)
+{
+    int64_t nd = n * d;
+    float *x = fa(nd), *s = fa(nd), *w = fa(d), *b = fa(d), *dy = fa(nd), *ds = fa(nd);
+    float *z1 = fa(nd), *y1 = fa(nd), *m1 = fa(n), *r1 = fa(n), *dx1 = fa(nd);
+    float *z2 = fa(nd), *y2 = fa(nd), *m2 = fa(n), *r2 = fa(n), *dx2 = fa(nd);
+    fill(r, x, nd, -2, 3), fill(r, s, nd, -1, 1), fill(r, w, d, 0.5, 1.5), fill(r, b, d, -1, 1);
+    fill(r, dy, nd, -1, 1), fill(r, ds, nd, -1, 1);
+    const float *wa = affine ? w : NULL, *ba = affine ? b : NULL;
+    int rc = pg_add_fwd(c, nd, x, s, z1);
+    if (rms) {
+        rc |= pg_rmsnorm_fwd(c, n, d, 1e-5f, z1, wa, y1, r1) || pg_add_rmsnorm_fwd(c, n, d, 1e-5f, x, s, z2, wa, y2, r2);
+        rc |= pg_rmsnorm_bwd_in(c, n, d, z1, wa, r1, dy, dx1) || pg_rmsnorm_bwd_in_add(c, n, d, z1, wa, r1, dy, ds, dx2);
+    } else {
+        rc |= pg_layernorm_fwd(c, n, d, 1e-5f, z1, wa, ba, y1, m1, r1) ||
+              pg_add_layernorm_fwd(c, n, d, 1e-5f, x, s, z2, wa, ba, y2, m2, r2);
+        rc |= pg_layernorm_bwd_in(c, n, d, z1, wa, m1, r1, dy, dx1) ||
+              pg_layernorm_bwd_in_add(c, n, d, z1, wa, m1, r1, dy, ds, dx2);
+    }
+    rc |= pg_axpy_inplace(c, dx1, ds, nd);
+    int bad = rc || memcmp(z1, z2, (size_t)nd * 4) || memcmp(y1, y2, (size_t)nd * 4) ||
+              memcmp(r1, r2, (size_t)n * 4) || memcmp(m1, m2, (size_t)n * 4) || memcmp(dx1, dx2, (size_t)nd * 4);
+    float *all[] = {x, s, w, b, dy, ds, z1, y1, m1, r1, dx1, z2, y2, m2, r2, dx2};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        free(all[i]);
+    return bad;
+}
+
+static void test_norm_add(pg_ctx *c, rng *r)
+{
+    static const int64_t ds[] = {1, 7, 15, 16, 17, 100, 128, 255, 256, 257, 300, 513};
+    static const int64_t ns[] = {1, 7, 8, 9, 19};
+    for (int rms = 0; rms <= 1; rms++) {
+        char why[96] = "";
+        for (int affine = 0; affine <= 1 && !why[0]; affine++)
+            for (size_t k = 0; k < sizeof ds / sizeof *ds && !why[0]; k++)
+                for (size_t i = 0; i < sizeof ns / sizeof *ns && !why[0]; i++)
+                    if (norm_add_differs(c, r, rms, affine, ns[i], ds[k]))
+                        snprintf(why, sizeof why, ": differs at n %lld d %lld%s", (long long)ns[i], (long long)ds[k],
+                                 affine ? "" : " without weights");
+        OK(!why[0], "add_%s_fwd and %s_bwd_in_add give the bytes of the add and the norm apart (z, y, statistics, "
+           "dx + ds), d = 1..513, n = 1..19, with and without weights%s", rms ? "rmsnorm" : "layernorm",
+           rms ? "rmsnorm" : "layernorm", why);
+    }
+    capture cap;
+    capture_begin(&cap);
+    float v[4] = {0};
+    int rc = pg_add_layernorm_fwd(c, 1, 0, 1e-5f, v, v, v, NULL, NULL, v, v, v);
+    const char *msg = capture_end(&cap);
+    OK(rc == 1 && strstr(msg, "add_layernorm_fwd: need n >= 0 and d > 0, got n=1 d=0"),
+       "add_layernorm_fwd with d = 0 is refused, naming it: %s", msg);
+    capture_begin(&cap);
+    rc = pg_rmsnorm_bwd_in_add(c, -1, 4, v, NULL, v, v, v, v);
+    msg = capture_end(&cap);
+    OK(rc == 1 && strstr(msg, "rmsnorm_bwd_in_add: need n >= 0 and d > 0, got n=-1 d=4"),
+       "rmsnorm_bwd_in_add with n = -1 is refused, naming it: %s", msg);
+    capture_begin(&cap);
+    rc = pg_add_rmsnorm_fwd(c, 2, -3, 1e-5f, v, v, v, NULL, v, v) + pg_layernorm_bwd_in_add(c, 2, -3, v, NULL, v, v, v, v, v);
+    msg = capture_end(&cap);
+    OK(rc == 2 && strstr(msg, "add_rmsnorm_fwd: need n >= 0 and d > 0") &&
+           strstr(msg, "layernorm_bwd_in_add: need n >= 0 and d > 0"),
+       "add_rmsnorm_fwd and layernorm_bwd_in_add with d < 0 are refused, naming themselves: %s", msg);
+}
+
 /* ---- batchnorm ----------------------------------------------------------- */
 
 typedef struct bn_case {
@@ -1535,6 +1606,15 @@ static int cpu_runs_kernel(const char *k)
     return 1;
 }
 
+/* 1, with a skipped check saying so, when this CPU cannot run GEMM kernel kn. */
+static int kernel_absent(const char *kn, int threads)
+{
+    if (cpu_runs_kernel(kn))
+        return 0;
+    OK(1, "# SKIP this CPU has no %s GEMM kernel (%d threads)", kn, threads);
+    return 1;
+}
+
 /* A backend with `threads` threads and the GEMM kernel `kernel` (NULL: the
  * one this CPU picks), through PIPE_CPU_GEMM as a user would ask for it. */
 static pg_ctx *ctx_with(int threads, const char *kernel)
@@ -1617,10 +1697,8 @@ static void test_gemm_formula(rng *r)
     for (int k = 0; k < N_GEMM_KERNELS; k++)
         for (int threads = 1; threads <= 3; threads += 2) {
             const char *kn = gemm_kernels[k];
-            if (!cpu_runs_kernel(kn)) {
-                OK(1, "# SKIP this CPU has no %s GEMM kernel (%d threads)", kn, threads);
+            if (kernel_absent(kn, threads))
                 continue;
-            }
             pg_ctx *c = ctx_with(threads, kn);
             int all = c != NULL;
             char why[256] = "backend init failed";
@@ -1694,6 +1772,97 @@ static void test_linear_row_independence(rng *r)
         row_sweep(c, r);
         pg_backend_free(c);
     }
+}
+
+/* ---- an activation in the GEMM's store (pg_linear_act_fwd, pg_linear_bwd_in_act) ----
+ * The fused call must give the bytes of the two separate calls, for every
+ * activation, every length class of a row piece (the strips the GEMM hands its
+ * store: below, at and past the activations' blocks of 64 and the GEMM's
+ * column blocks of 256), rows past every tile height, K over one chunk of k,
+ * every kernel and 1 and 3 threads. */
+
+typedef struct act_ops {
+    const char *name;
+    pg_act_fwd_fn *fwd;
+    pg_act_bwd_fn *bwd;
+} act_ops;
+
+static const act_ops act_list[] = {
+    {"relu", pg_relu_fwd, pg_relu_bwd_in},          {"gelu", pg_gelu_fwd, pg_gelu_bwd_in},
+    {"sigmoid", pg_sigmoid_fwd, pg_sigmoid_bwd_in}, {"tanh", pg_tanh_fwd, pg_tanh_bwd_in},
+    {"silu", pg_silu_fwd, pg_silu_bwd_in},
+};
+#define N_ACTS (int)(sizeof act_list / sizeof act_list[0])
+
+/* n rows, in -> out: 0 when the fused forward and backward-input equal the
+ * separate calls byte for byte, else 1 with the first difference in why. */
+static int linear_act_differs(pg_ctx *c, rng *r, const act_ops *A, int64_t n, int64_t in, int64_t out, char *why,
+                              size_t wl)
+{
+    float *x = fa(n * in), *w = fa(out * in), *b = fa(out), *s1 = fa(n * out), *y1 = fa(n * out);
+    float *s2 = fa(n * out), *y2 = fa(n * out), *dy = fa(n * out), *g1 = fa(n * in), *dx1 = fa(n * in);
+    float *g2 = fa(n * in), *dx2 = fa(n * in), *h = fa(n * in);
+    fill(r, x, n * in, -2, 2), fill(r, w, out * in, -0.5, 0.5), fill(r, b, out, -1, 1);
+    fill(r, dy, n * out, -1, 1), fill(r, h, n * in, -4, 4);
+    int bad = 0;
+    pg_linear_fwd(c, n, in, out, x, w, b, s1);
+    A->fwd(c, n * out, s1, y1);
+    if (pg_linear_act_fwd(c, A->fwd, n, in, out, x, w, b, s2, y2) ||
+        memcmp(s1, s2, (size_t)(n * out) * sizeof *s1) || memcmp(y1, y2, (size_t)(n * out) * sizeof *y1))
+        bad = 1, snprintf(why, wl, "%s forward, n %lld in %lld out %lld", A->name, (long long)n, (long long)in,
+                          (long long)out);
+    /* the backward: h is the activation's input, dy the linear's output gradient */
+    pg_linear_bwd_in(c, n, in, out, dy, w, g1);
+    A->bwd(c, n * in, h, g1, dx1);
+    if (!bad && (pg_linear_bwd_in_act(c, A->bwd, n, in, out, dy, w, h, g2, dx2) ||
+                 memcmp(g1, g2, (size_t)(n * in) * sizeof *g1) || memcmp(dx1, dx2, (size_t)(n * in) * sizeof *dx1)))
+        bad = 1, snprintf(why, wl, "%s backward-input, n %lld in %lld out %lld", A->name, (long long)n,
+                          (long long)in, (long long)out);
+    free(x), free(w), free(b), free(s1), free(y1), free(s2), free(y2), free(dy), free(g1), free(dx1), free(g2);
+    free(dx2), free(h);
+    return bad;
+}
+
+static void test_linear_act(rng *r)
+{
+    /* {n, in, out}: the fused width is out forward, in backward */
+    static const int64_t shapes[][3] = {
+        {5, 1, 1},    {7, 3, 17},    {13, 16, 64},  {37, 65, 63},   {70, 63, 65},  {9, 130, 130},
+        {6, 256, 256}, {20, 257, 300}, {3, 512, 96}, {11, 40, 513}, {4, 1100, 70}, {2, 70, 1100},
+        {3, 0, 20},   {4, 20, 0},
+    };
+    const int nsh = (int)(sizeof shapes / sizeof shapes[0]);
+    for (int k = 0; k < N_GEMM_KERNELS; k++)
+        for (int threads = 1; threads <= 3; threads += 2) {
+            const char *kn = gemm_kernels[k];
+            if (kernel_absent(kn, threads))
+                continue;
+            pg_ctx *c = ctx_with(threads, kn);
+            char why[160] = "backend init failed";
+            int bad = c == NULL;
+            for (int a = 0; !bad && a < N_ACTS; a++)
+                for (int i = 0; !bad && i < nsh; i++)
+                    bad = linear_act_differs(c, r, &act_list[a], shapes[i][0], shapes[i][1], shapes[i][2], why,
+                                             sizeof why);
+            OK(!bad, "linear_act_fwd and linear_bwd_in_act (relu, gelu, sigmoid, tanh, silu) give the bytes of "
+               "linear then the activation, kernel %s, %d thread(s), widths 1..1100, K up to 1100%s%s", kn, threads,
+               bad ? ": differs at " : "", bad ? why : "");
+            pg_backend_free(c);
+        }
+    pg_ctx *c = ctx_with(1, NULL);
+    float v[4] = {0};
+    capture cap;
+    capture_begin(&cap);
+    int rc = pg_linear_act_fwd(c, NULL, 1, 1, 1, v, v, NULL, v + 1, v + 2);
+    const char *msg = capture_end(&cap);
+    OK(rc == 1 && strstr(msg, "linear_act_fwd: no activation op given (NULL)"),
+       "linear_act_fwd without an activation is refused, naming it: %s", msg);
+    capture_begin(&cap);
+    rc = pg_linear_bwd_in_act(c, pg_gelu_bwd_in, 1, -1, 1, v, v, v, v + 1, v + 2);
+    msg = capture_end(&cap);
+    OK(rc == 1 && strstr(msg, "linear_bwd_in_act: sizes n=1 in=-1 out=1"),
+       "linear_bwd_in_act with a negative size is refused, naming it: %s", msg);
+    pg_backend_free(c);
 }
 
 /* The products of a small training step: linear forward and both backwards
@@ -1937,12 +2106,14 @@ int main(int argc, char **argv)
     test_linear(c, &r);
     test_gemm_formula(&r);
     test_linear_row_independence(&r);
+    test_linear_act(&r);
     test_activations(c, &r);
     test_exp_and_gelu_range(c);
     test_swiglu(c, &r);
     test_layernorm(c, &r);
     test_norm_lengths(c, &r);
     test_norm_rows_alone(c, &r);
+    test_norm_add(c, &r);
     test_batchnorm(c, &r);
     test_embed(c, &r);
     test_pos_embed(c, &r);

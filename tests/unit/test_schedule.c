@@ -9,6 +9,7 @@
 
 #include "gen/memplan.h"
 #include "schedule/schedule.h"
+#include "schedule/sched_sim.h"
 #include "tap.h"
 
 /* The one ir.h function the schedule code uses, so this test links without
@@ -1206,6 +1207,42 @@ static void test_memplan_check(void)
     }
 }
 
+/* The waits for lent messages (sched_sim.h, lend_slot; runtime/core/step.c):
+ * stage 0 lends A from slot 0 to stage 1, then runs a compute action of slot
+ * 0, then sends C to stage 2; stage 1 receives D from stage 2 before A, and
+ * stage 2 sends D only after C. Non-blocking sends finish; with A lent, stage
+ * 0 waits for stage 1 to take A, which waits for D, which waits for C, which
+ * comes after the wait: a hang that pipegen must see before it lends (then
+ * the stages copy, gen_prepare.c's lend_ok). A lent A of another slot than
+ * the compute's finishes; a compute of slot -1 waits for every lent message. */
+static void test_lend_sim(void)
+{
+    pg_act s0[] = {{PG_SEND_ACT, 0, 0, 1, -1, -1, -1, 0, -1}, {PG_FWD, 1, 0, -1, -1, -1, 0, 0, -1},
+                   {PG_SEND_SKIP, 0, 0, 2, 0, -1, -1, 0, -1}};
+    pg_act s1[] = {{PG_RECV_SKIP, 0, 1, 2, 1, -1, -1, 0, -1}, {PG_RECV_ACT, 0, 1, 0, -1, -1, -1, 0, -1}};
+    pg_act s2[] = {{PG_RECV_SKIP, 0, 2, 0, 0, -1, -1, 0, -1}, {PG_SEND_SKIP, 0, 2, 1, 1, -1, -1, 0, -1}};
+    pg_stage_sched st[3] = {{.n = 3, .cap = 3, .act = s0}, {.n = 2, .cap = 2, .act = s1}, {.n = 2, .cap = 2, .act = s2}};
+    pg_schedule s = {.nstages = 3, .nchunks = 3, .nmb = 2, .stage = st};
+    int l0[3] = {0, 0, -1}, l1[2] = {-1, -1}, l2[2] = {-1, -1};
+    int *ls[3] = {l0, l1, l2};
+    pg_sim sim = {.s = &s};
+    OK(pg_sim_run(&sim) == SIM_OK, "lent messages: the hand-made 3-stage schedule finishes with non-blocking sends");
+    pg_sim_free(&sim);
+    sim = (pg_sim){.s = &s, .lend_slot = ls};
+    OK(pg_sim_run(&sim) == SIM_DEADLOCK && sim.pc[0] == 1 && sim.wait_for[0] == 1,
+       "...with A lent from slot 0 it hangs: stage 0 waits at its compute of slot 0 for stage 1 (pc %d, waits for %d)",
+       sim.pc[0], sim.wait_for[0]);
+    pg_sim_free(&sim);
+    l0[0] = 1;
+    sim = (pg_sim){.s = &s, .lend_slot = ls};
+    OK(pg_sim_run(&sim) == SIM_OK, "...lent from slot 1, the compute of slot 0 does not wait for it: it finishes");
+    pg_sim_free(&sim);
+    l0[1] = -1;
+    sim = (pg_sim){.s = &s, .lend_slot = ls};
+    OK(pg_sim_run(&sim) == SIM_DEADLOCK, "...a compute of slot -1 waits for every lent message: it hangs");
+    pg_sim_free(&sim);
+}
+
 int main(int argc, char **argv)
 {
     const char *tmp = argc > 1 ? argv[1] : "/tmp";
@@ -1224,6 +1261,7 @@ int main(int argc, char **argv)
     test_hang_golden();
     test_verify_step_end();
     test_predict();
+    test_lend_sim();
     test_memplan_guard();
     test_memplan_check();
     return DONE();

@@ -29,8 +29,8 @@ static void tanh_bwd_b(em_out *e, em_layer *a) { act_bwd_b(e, a, "tanh"); }
 static void silu_fwd(em_out *e, em_layer *a) { act_fwd(e, a, "silu"); }
 static void silu_bwd_b(em_out *e, em_layer *a) { act_bwd_b(e, a, "silu"); }
 
-const gen_layer_kind gen_relu = {.per_token = 1, .fwd = relu_fwd, .bwd_b = relu_bwd_b};
-const gen_layer_kind gen_gelu = {.per_token = 1, .fwd = gelu_fwd, .bwd_b = gelu_bwd_b};
-const gen_layer_kind gen_sigmoid = {.per_token = 1, .fwd = sigmoid_fwd, .bwd_b = sigmoid_bwd_b};
-const gen_layer_kind gen_tanh = {.per_token = 1, .fwd = tanh_fwd, .bwd_b = tanh_bwd_b};
-const gen_layer_kind gen_silu = {.per_token = 1, .fwd = silu_fwd, .bwd_b = silu_bwd_b};
+const gen_layer_kind gen_relu = {.act = "relu", .per_token = 1, .fwd = relu_fwd, .bwd_b = relu_bwd_b};
+const gen_layer_kind gen_gelu = {.act = "gelu", .per_token = 1, .fwd = gelu_fwd, .bwd_b = gelu_bwd_b};
+const gen_layer_kind gen_sigmoid = {.act = "sigmoid", .per_token = 1, .fwd = sigmoid_fwd, .bwd_b = sigmoid_bwd_b};
+const gen_layer_kind gen_tanh = {.act = "tanh", .per_token = 1, .fwd = tanh_fwd, .bwd_b = tanh_bwd_b};
+const gen_layer_kind gen_silu = {.act = "silu", .per_token = 1, .fwd = silu_fwd, .bwd_b = silu_bwd_b};

@@ -93,6 +93,25 @@ static void ln_fwd(em_out *e, em_layer *a)
 }
 
 static void ln_bwd_b(em_out *e, em_layer *a) { norm_bwd_in(e, a, "layernorm", "_bwd_in", a->p[0]); }
+
+/* z = x + s (z: the norm's input a->x) and the norm of z in one call */
+static void ln_fwd_add(em_out *e, em_layer *a, const char *x, const char *s)
+{
+    const int64_t *o = e->ch->aux[a->li].off;
+    fprintf(e->o, "    PG_TRY(pg_add_layernorm_fwd(c, %s, %" PRId64 ", %.9gf, %s, %s, %s, %s, %s, %s, %s, %s));\n", a->n,
+            last_dim(&a->in->shape), a->L->eps, x, s, a->x, a->p[0], a->L->nparam > 1 ? a->p[1] : "NULL", a->y,
+            fa(e, o[0]), fa(e, o[1]));
+}
+
+/* dx, plus the skip's gradient ds, in one call */
+static void ln_bwd_add(em_out *e, em_layer *a, const char *ds)
+{
+    const int64_t *o = e->ch->aux[a->li].off;
+    em_x(e, a);
+    em_dx(e, a);
+    fprintf(e->o, "    PG_TRY(pg_layernorm_bwd_in_add(c, %s, %" PRId64 ", %s, %s, %s, %s, %s, %s, %s)); /* %s */\n", a->n,
+            last_dim(&a->in->shape), a->x, a->p[0], fa(e, o[0]), fa(e, o[1]), a->dy, ds, a->dx, a->L->name);
+}
 static void ln_bwd_w(em_out *e, em_layer *a) { norm_bwd_w(e, a, "layernorm", "_bwd_w", a->p[0], a->p[1]); } /* "NULL": no bias */
 
 static void ln_attrs(FILE *o, const ir_model *m, const ir_layer *L)
@@ -106,6 +125,7 @@ static void ln_attrs(FILE *o, const ir_model *m, const ir_layer *L)
 const gen_layer_kind gen_layernorm = {
     .per_token = 1,
     .saved = ln_saved, .fwd = ln_fwd, .bwd_b = ln_bwd_b, .bwd_w = ln_bwd_w, .json_attrs = ln_attrs,
+    .fwd_add = ln_fwd_add, .bwd_add = ln_bwd_add,
 };
 
 /* ---- rmsnorm: weight only, 1/rms per row saved ---- */
@@ -138,6 +158,22 @@ static void rms_bwd_b(em_out *e, em_layer *a)
             last_dim(&a->in->shape), a->x, a->p[0], fa(e, s[0]), a->dy, a->dx, a->L->name);
 }
 
+static void rms_fwd_add(em_out *e, em_layer *a, const char *x, const char *s)
+{
+    const int64_t *o = e->ch->aux[a->li].off;
+    fprintf(e->o, "    PG_TRY(pg_add_rmsnorm_fwd(c, %s, %" PRId64 ", %.9gf, %s, %s, %s, %s, %s, %s));\n", a->n,
+            last_dim(&a->in->shape), a->L->eps, x, s, a->x, a->p[0], a->y, fa(e, o[0]));
+}
+
+static void rms_bwd_add(em_out *e, em_layer *a, const char *ds)
+{
+    const int64_t *o = e->ch->aux[a->li].off;
+    em_x(e, a);
+    em_dx(e, a);
+    fprintf(e->o, "    PG_TRY(pg_rmsnorm_bwd_in_add(c, %s, %" PRId64 ", %s, %s, %s, %s, %s, %s)); /* %s */\n", a->n,
+            last_dim(&a->in->shape), a->x, a->p[0], fa(e, o[0]), a->dy, ds, a->dx, a->L->name);
+}
+
 static void rms_bwd_w(em_out *e, em_layer *a)
 {
     const int64_t *s = e->ch->aux[a->li].off;
@@ -155,6 +191,7 @@ static void rms_attrs(FILE *o, const ir_model *m, const ir_layer *L)
 const gen_layer_kind gen_rmsnorm = {
     .per_token = 1,
     .saved = rms_saved, .fwd = rms_fwd, .bwd_b = rms_bwd_b, .bwd_w = rms_bwd_w, .json_attrs = rms_attrs,
+    .fwd_add = rms_fwd_add, .bwd_add = rms_bwd_add,
 };
 
 /* ---- batchnorm, batchnorm2d ---- */

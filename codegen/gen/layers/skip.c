@@ -66,6 +66,17 @@ static void stash_fwd(em_out *e, em_layer *a)
     }
 }
 
+/* the skip's gradient: received from the popping chunk, or written by the pop of this one */
+static void stash_skip_grad(em_out *e, em_layer *a, char *ds, size_t n)
+{
+    const em_chunk *ch = e->ch;
+    int k = a->L->skip;
+    if (ch->skgin[k] >= 0)
+        sfmt(ds, n, "%s", ch->sb[ch->skgin[k]].local);
+    else
+        sfmt(ds, n, "%s", fa(e, ch->skgframe[k]));
+}
+
 /* the tensor's gradient gains the skip's */
 static void stash_bwd_b(em_out *e, em_layer *a)
 {
@@ -73,15 +84,17 @@ static void stash_bwd_b(em_out *e, em_layer *a)
     const em_chunk *ch = e->ch;
     int k = a->L->skip;
     const ir_skip *sk = &m->skips[k];
+    char ds[64];
     if (!a->dx_wanted)
         return;
     em_dx(e, a);
+    stash_skip_grad(e, a, ds, sizeof ds);
     if (ch->skgin[k] >= 0)
         fprintf(e->o, "    PG_TRY(pg_axpy_inplace(c, %s, %s, %s)); /* + gradient of skip %s from chunk %d */\n", a->dx,
-                ch->sb[ch->skgin[k]].local, a->cnt, sk->name, m->layers[sk->pop_layer].chunk);
+                ds, a->cnt, sk->name, m->layers[sk->pop_layer].chunk);
     else
-        fprintf(e->o, "    PG_TRY(pg_axpy_inplace(c, %s, %s, %s)); /* + gradient of skip %s */\n", a->dx,
-                fa(e, ch->skgframe[k]), a->cnt, sk->name);
+        fprintf(e->o, "    PG_TRY(pg_axpy_inplace(c, %s, %s, %s)); /* + gradient of skip %s */\n", a->dx, ds, a->cnt,
+                sk->name);
 }
 
 static void stash_attrs(FILE *o, const ir_model *m, const ir_layer *L)
@@ -99,6 +112,7 @@ static void stash_dec_saved(const pg_gen *g, em_chunk *ch, int i, int64_t R)
 const gen_layer_kind gen_stash = {
     .passes_through = 1,
     .slots = stash_slots, .saved = stash_saved, .fwd = stash_fwd, .bwd_b = stash_bwd_b, .json_attrs = stash_attrs,
+    .skip_grad = stash_skip_grad,
     .per_token = 1, .dec_saved = stash_dec_saved,
 };
 
@@ -164,17 +178,25 @@ static void concat_sizes(const ir_skip *sk, const pg_shape *in, char *n, size_t 
     *b = sk->shape.dim[sk->concat_dim] * after;
 }
 
-static void pop_fwd(em_out *e, em_layer *a)
+/* the popped skip's value: received from the stashing chunk, or a tensor of this one */
+static void pop_skip(em_out *e, em_layer *a, char *s, size_t n)
 {
     const em_chunk *ch = e->ch;
     int k = a->L->skip;
-    const ir_skip *sk = &e->g->m->skips[k];
+    if (ch->skin[k] >= 0)
+        sfmt(s, n, "%s", ch->sb[ch->skin[k]].local);
+    else
+        tval(e, ch->sktensor[k], s, n);
+}
+
+static int pop_is_add(const ir_model *m, const ir_layer *L) { return m->skips[L->skip].mode == POP_ADD; }
+
+static void pop_fwd(em_out *e, em_layer *a)
+{
+    const ir_skip *sk = &e->g->m->skips[a->L->skip];
     char s[64], n[64];
     int64_t na, nb;
-    if (ch->skin[k] >= 0)
-        sfmt(s, sizeof s, "%s", ch->sb[ch->skin[k]].local);
-    else
-        tval(e, ch->sktensor[k], s, sizeof s);
+    pop_skip(e, a, s, sizeof s);
     if (sk->mode == POP_ADD) {
         fprintf(e->o, "    PG_TRY(pg_add_fwd(c, %s, %s, %s, %s));\n", a->cnt, a->x, s, a->y);
     } else if (sk->mode == POP_TAKE) {
@@ -232,5 +254,6 @@ static void pop_attrs(FILE *o, const ir_model *m, const ir_layer *L)
 
 const gen_layer_kind gen_pop = {
     .slots = pop_slots, .fwd = pop_fwd, .bwd_b = pop_bwd_b, .json_attrs = pop_attrs,
+    .is_add = pop_is_add, .add_skip = pop_skip,
     .per_token = 1,
 };
