@@ -48,7 +48,8 @@
 # PIPEGEN_PYTHON or PIPEGEN_VENV's, which makes the Hugging Face model),
 # BENCH_STEPS (30), BENCH_WARMUP (5), BENCH_REPEAT (3), BENCH_CPUS (0,1),
 # BENCH_DIR (build/bench; this in pippy/), BENCH_TORCH_VENV, PYTHON (the python
-# that makes the venv, /usr/bin/python3), BENCH_PORT (29640, and the next 99).
+# that makes the venv, /usr/bin/python3), BENCH_PORT (unset: each torch run
+# takes a loopback port free at that moment; set: that port and the next 99, one a run).
 # Exit status: 0 when everything ran or the comparison was skipped (a missed
 # target is a measurement), 1 when a build or run failed.
 set -u
@@ -60,7 +61,10 @@ CPUS=${BENCH_CPUS:-0,1}
 DIR=${BENCH_DIR:-$TOP/build/bench}/pippy
 VENV=${BENCH_TORCH_VENV:-$TOP/build/torch-venv}
 PY=${PYTHON:-/usr/bin/python3}
-PORT=${BENCH_PORT:-29640}
+PORT=${BENCH_PORT:-}
+case $PORT in '' | [1-9] | [1-9][0-9] | [1-9][0-9][0-9] | [1-9][0-9][0-9][0-9] | [1-9][0-9][0-9][0-9][0-9]) ;;
+*) echo "bench/pippy: BENCH_PORT=$PORT is not a port number" >&2; exit 1 ;; esac
+[ -z "$PORT" ] || [ "$PORT" -le 65436 ] || { echo "bench/pippy: BENCH_PORT=$PORT: it and the next 99 must be ports (<= 65535)" >&2; exit 1; }
 CC=${CC:-cc}
 PG=$TOP/build/pipegen
 MODELS=${BENCH_MODELS:-mlp gpt_char resnet llama}
@@ -170,12 +174,17 @@ run_pipegen() {
     echo "pipegen $1 $2 $3 $r_ms ${r_bub:-?}" >>"$RES"
 }
 
-# run_torch MODEL PG_SCHEDULE TORCH_SCHEDULE ROUND N: the two ranks (port PORT + N), appends "torch ..." to RES
+# run_torch MODEL PG_SCHEDULE TORCH_SCHEDULE ROUND N: the two ranks (port PORT + N, or a free
+# one: a fixed port was seen taken by other work, EADDRINUSE), appends "torch ..." to RES
 run_torch() {
     r_d=$DIR/$1-$(echo "$2" | tr -d '()')
     r_log=$DIR/logs/torch-$1-$3-r$4.log
+    if [ -n "$PORT" ]; then r_port=$((PORT + $5)); else
+        r_port=$("$VENV/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])') ||
+            fail "no free loopback port for torch's rendezvous"
+    fi
     for rk in 0 1; do
-        RANK=$rk WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((PORT + $5)) OMP_NUM_THREADS=1 $TMO $PIN \
+        RANK=$rk WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$r_port OMP_NUM_THREADS=1 $TMO $PIN \
             "$VENV/bin/python" "$TOP/bench/torch_pippy.py" --plan "$r_d/gen/plan.json" --schedule "$3" \
             --steps "$STEPS" --warmup "$WARMUP" >"$r_log.$rk" 2>&1 &
         eval "r_pid$rk=\$!"
