@@ -30,8 +30,8 @@ ${CC:-cc} -std=c11 -Wall -Wextra -Werror -I"$TOP/runtime/core" -o "$T/marks_cpu"
 ok $? "tests/gpu/marks.c links against the CPU runtime and the emulated CUDA runtime"
 "$T/marks_cpu" >"$T/marks_cpu.tap" 2>"$T/marks_cpu.err"
 emu_tap "CPU backend: " "$T/marks_cpu.tap"
-is "$(cat "$T/marks_cpu.err")" "runtime/cpu/backend.c:228: error: pg_backend_mark: the CPU backend has no device clock (time it on the host)
-runtime/cpu/backend.c:237: error: pg_backend_mark_times: the CPU backend has no device clock (time it on the host)" \
+is "$(sed 's/\.c:[0-9]*:/.c:N:/' "$T/marks_cpu.err")" "runtime/cpu/backend.c:N: error: pg_backend_mark: the CPU backend has no device clock (time it on the host)
+runtime/cpu/backend.c:N: error: pg_backend_mark_times: the CPU backend has no device clock (time it on the host)" \
     "CPU backend: the marks' refusals say why"
 "$T/marks_emu" >"$T/marks_emu.tap" 2>"$T/marks_emu.err"
 emu_tap "emulated CUDA: " "$T/marks_emu.tap"
