@@ -10,7 +10,10 @@
  * The fused linear and activation (pg_linear_act_fwd, pg_linear_bwd_in_act) are
  * weak references: against a library without them, "fc+gelu" and "proj+gelu"
  * time the two separate calls, so base against new is apart against fused;
- * "fc, gelu" and "proj, gelu" are always the two calls.
+ * "fc, gelu" and "proj, gelu" are always the two calls. The layernorm rows:
+ * forward, backward-input and weight gradients over 256 rows of 128, and the
+ * forms fused with the residual add (ln2's "add+layernorm fwd", the skip
+ * gradient's "layernorm_bwd_in+add").
  *
  *   kernels ROUNDS        -> one line a kernel: name|elements|us a call
  *   kernels ROUNDS cpu    -> the same in the thread's CPU time (what other
@@ -62,16 +65,17 @@ static float *buf(size_t n, unsigned seed)
 #define CE_V 2048 /* the bench's llama's vocabulary */
 
 enum { GELU_F, GELU_B, SILU_F, SILU_B, SIGM_F, TANH_F, TANH_B, SWIGLU_F, SWIGLU_B, LIN_F, LIN_W, LN_F, LN_B, ATTN_F,
-       ATTN_B, CE, FC_GELU, FC_THEN_GELU, PROJ_GELU, PROJ_THEN_GELU, NK };
+       ATTN_B, CE, FC_GELU, FC_THEN_GELU, PROJ_GELU, PROJ_THEN_GELU, LN_W, ADD_LN_F, LN_B_ADD, NK };
 static const char *const names[NK] = {"gelu_fwd",   "gelu_bwd_in", "silu_fwd",   "silu_bwd_in",   "sigmoid_fwd",
                                       "tanh_fwd",   "tanh_bwd_in", "swiglu_fwd", "swiglu_bwd_in", "linear_fwd fc",
                                       "linear_bwd_w fc", "layernorm_fwd", "layernorm_bwd_in", "attn_fwd llama",
                                       "attn_bwd llama", "cross_entropy llama", "fc+gelu fwd", "fc, gelu fwd",
-                                      "proj+gelu bwd_in", "proj, gelu bwd_in"};
+                                      "proj+gelu bwd_in", "proj, gelu bwd_in", "layernorm_bwd_w",
+                                      "add+layernorm fwd", "layernorm_bwd_in+add"};
 static const long elems[NK] = {ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID,
                                ROWS * SWI, ROWS * SWI, ROWS * HID, ROWS * HID, ROWS * D,   ROWS * D,
                                AT_R * AT_H * AT_T * AT_T, AT_R * AT_H * AT_T * AT_T, ROWS * CE_V,
-                               ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID};
+                               ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID, ROWS * D, ROWS * D, ROWS * D};
 /* the score matrices fill big (ROWS * HID) floats */
 _Static_assert(AT_R * AT_H * AT_T * AT_T == ROWS * HID, "the attention's scores are a big buffer");
 
@@ -132,6 +136,11 @@ static void one(pg_ctx *c, int k, bufs *B)
                                   : proj_then_gelu(c, B);
         break;
     case PROJ_THEN_GELU: rc = proj_then_gelu(c, B); break;
+    case LN_W: rc = pg_layernorm_bwd_w(c, ROWS, D, B->x, B->mean, B->rstd, B->dy, B->dg, B->du); break;
+    case ADD_LN_F: /* z = x + s, then its layernorm (the residual add before ln2) */
+        rc = pg_add_layernorm_fwd(c, ROWS, D, 1e-5f, B->x, B->dg, B->u, B->lw, B->lb, B->y, B->mean, B->rstd);
+        break;
+    case LN_B_ADD: rc = pg_layernorm_bwd_in_add(c, ROWS, D, B->x, B->lw, B->mean, B->rstd, B->dy, B->du, B->dx); break;
     }
     if (rc) {
         fprintf(stderr, "kernels: %s failed\n", names[k]);

@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "cpu_ctx.h"
+#include "cpu_simd.h"
 #include "op_args.h"
 
 /* relu runs in blocks of RELU_BLK: all loads of a block, then all its stores.
@@ -90,11 +91,78 @@ static void gelu_fwd_run(int64_t n, const float *x, float *y)
     for (int64_t i = 0; i < n; i += GELU_BLK)
         gelu_fwd_blk(x + i, y + i);
 }
+
 #ifdef PG_CPU_AVX2
+/* gelu's AVX2 path: the blocks' operations above, pg_cpu_exp_reduce's and
+ * pg_cpu_exp_poly's included, one for one in AVX2 registers (the clamps as
+ * vmaxps(-87, a) and vminps(88, a), which are `a < -87 ? -87 : a` and
+ * `a > 88 ? 88 : a` exactly, a NaN included): the same bits as the loops
+ * (tests/kernels.t compares them for every length class). Why not the loops:
+ * gcc stores each of their steps' results to the block's buffers and reads
+ * them back (six stores a vector, and the output copied in 16-byte halves),
+ * and makes the two clamps seven compares, blends and masks. Here a vector
+ * goes through two stages, each a chain short enough for the core to overlap
+ * many vectors: the argument, its clamp and the exp's range reduction (r and
+ * 2^n to L1), then the polynomial and gelu's own formula, in blocks of GELU_W
+ * elements. */
+#define GELU_W 128
+
+PG_CPU_INLINE PG_CPU_TARGET_AVX2 __m256 gelu_z8(__m256 v) /* -z = x (-A - B x^2), clamped */
+{
+    __m256 a = _mm256_mul_ps(v, _mm256_sub_ps(_mm256_set1_ps(-GELU_A), _mm256_mul_ps(_mm256_set1_ps(GELU_B),
+                                                                                   _mm256_mul_ps(v, v))));
+    return _mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_max_ps(_mm256_set1_ps(-87.0f), a));
+}
+
+/* pg_cpu_exp_reduce of 8 lanes: r, and 2^n at *scale */
+PG_CPU_INLINE PG_CPU_TARGET_AVX2 __m256 exp8_reduce(__m256 a, __m256 *scale)
+{
+    const __m256 shift = _mm256_set1_ps(12582912.0f);
+    __m256 t = _mm256_add_ps(_mm256_mul_ps(a, _mm256_set1_ps(1.44269504088896341f)), shift);
+    __m256 n = _mm256_sub_ps(t, shift);
+    __m256i s = _mm256_add_epi32(_mm256_slli_epi32(_mm256_castps_si256(t), 23),
+                                 _mm256_set1_epi32((int32_t)((127u - 0x4B400000u) << 23)));
+    *scale = _mm256_castsi256_ps(s);
+    return _mm256_sub_ps(_mm256_sub_ps(a, _mm256_mul_ps(n, _mm256_set1_ps(0.693145751953125f))),
+                         _mm256_mul_ps(n, _mm256_set1_ps(1.42860682030941723e-6f)));
+}
+
+/* pg_cpu_exp_poly of 8 lanes, times the scale: e^a */
+PG_CPU_INLINE PG_CPU_TARGET_AVX2 __m256 exp8_poly(__m256 r, __m256 scale)
+{
+    __m256 r2 = _mm256_mul_ps(r, r);
+    __m256 lo = _mm256_add_ps(_mm256_set1_ps(4.999998808e-01f), _mm256_mul_ps(_mm256_set1_ps(1.666651815e-01f), r));
+    __m256 hi = _mm256_add_ps(_mm256_add_ps(_mm256_set1_ps(4.166953266e-02f),
+                                            _mm256_mul_ps(_mm256_set1_ps(8.368923329e-03f), r)),
+                              _mm256_mul_ps(_mm256_set1_ps(1.375138178e-03f), r2));
+    __m256 q = _mm256_add_ps(lo, _mm256_mul_ps(r2, hi));
+    return _mm256_mul_ps(_mm256_add_ps(_mm256_add_ps(_mm256_set1_ps(1.0f), r), _mm256_mul_ps(r2, q)), scale);
+}
+
+/* stage 1 over x[0, k), k a multiple of 8: the reduction of exp(-z) to r, sc */
+PG_CPU_INLINE PG_CPU_TARGET_AVX2 void gelu_reduce_w(const float *x, int64_t k, float *r, float *sc)
+{
+    for (int64_t j = 0; j < k; j += 8) {
+        __m256 s;
+        _mm256_store_ps(r + j, exp8_reduce(gelu_z8(_mm256_loadu_ps(x + j)), &s));
+        _mm256_store_ps(sc + j, s);
+    }
+}
+
+/* y = x / (1 + e): x read again after stage 1, each vector before its y is
+ * stored (y may alias x) */
 PG_CPU_TARGET_AVX2 static void gelu_fwd_run_avx2(int64_t n, const float *x, float *y)
 {
-    for (int64_t i = 0; i < n; i += GELU_BLK)
-        gelu_fwd_blk(x + i, y + i);
+    _Alignas(32) float r[GELU_W], sc[GELU_W];
+    for (int64_t i = 0; i < n; i += GELU_W) {
+        int64_t k = n - i < GELU_W ? n - i : GELU_W;
+        gelu_reduce_w(x + i, k, r, sc);
+        for (int64_t j = 0; j < k; j += 8) {
+            __m256 e = exp8_poly(_mm256_load_ps(r + j), _mm256_load_ps(sc + j));
+            __m256 o = _mm256_div_ps(_mm256_loadu_ps(x + i + j), _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+            _mm256_storeu_ps(y + i + j, o);
+        }
+    }
 }
 #endif
 
@@ -142,10 +210,23 @@ static void gelu_bwd_run(int64_t n, const float *x, const float *dy, float *dx)
         gelu_bwd_blk(x + i, dy + i, dx + i);
 }
 #ifdef PG_CPU_AVX2
+/* gelu_bwd_blk's formula in the AVX2 stages of gelu_fwd_run_avx2 (dx may alias dy) */
 PG_CPU_TARGET_AVX2 static void gelu_bwd_run_avx2(int64_t n, const float *x, const float *dy, float *dx)
 {
-    for (int64_t i = 0; i < n; i += GELU_BLK)
-        gelu_bwd_blk(x + i, dy + i, dx + i);
+    _Alignas(32) float r[GELU_W], sc[GELU_W];
+    const __m256 one = _mm256_set1_ps(1.0f);
+    for (int64_t i = 0; i < n; i += GELU_W) {
+        int64_t k = n - i < GELU_W ? n - i : GELU_W;
+        gelu_reduce_w(x + i, k, r, sc);
+        for (int64_t j = 0; j < k; j += 8) {
+            __m256 e = exp8_poly(_mm256_load_ps(r + j), _mm256_load_ps(sc + j)), v = _mm256_loadu_ps(x + i + j);
+            __m256 s = _mm256_div_ps(one, _mm256_add_ps(one, e));
+            __m256 dz = _mm256_add_ps(_mm256_set1_ps(GELU_A), _mm256_mul_ps(_mm256_set1_ps(3.0f * GELU_B),
+                                                                            _mm256_mul_ps(v, v)));
+            __m256 t = _mm256_add_ps(one, _mm256_mul_ps(_mm256_mul_ps(v, dz), _mm256_mul_ps(e, s)));
+            _mm256_storeu_ps(dx + i + j, _mm256_mul_ps(_mm256_loadu_ps(dy + i + j), _mm256_mul_ps(s, t)));
+        }
+    }
 }
 #endif
 
