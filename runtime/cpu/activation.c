@@ -100,67 +100,69 @@ static void gelu_fwd_run(int64_t n, const float *x, float *y)
  * (tests/kernels.t compares them for every length class). Why not the loops:
  * gcc stores each of their steps' results to the block's buffers and reads
  * them back (six stores a vector, and the output copied in 16-byte halves),
- * and makes the two clamps seven compares, blends and masks. Here a vector
- * goes through two stages, each a chain short enough for the core to overlap
- * many vectors: the argument, its clamp and the exp's range reduction (r and
- * 2^n to L1), then the polynomial and gelu's own formula, in blocks of GELU_W
- * elements. */
+ * and makes the two clamps seven compares, blends and masks. Here 32 elements
+ * (GELU_U vectors) go through two stages, step by step side by side (four
+ * independent chains in the instruction stream; one vector at a time left the
+ * core waiting on latency, 10-25 % slower): the argument, its clamp and the
+ * exp's range reduction (r and 2^n to L1), then the polynomial and gelu's own
+ * formula, over blocks of GELU_W elements. */
 #define GELU_W 128
+#define GELU_U 4
+#define GELU_EACH(stmt) /* stmt for the vectors k = 0 .. GELU_U - 1 */                                                 \
+    do {                                                                                                               \
+        { const int k = 0; stmt; }                                                                                     \
+        { const int k = 1; stmt; }                                                                                     \
+        { const int k = 2; stmt; }                                                                                     \
+        { const int k = 3; stmt; }                                                                                     \
+    } while (0)
+#define V8(f) _mm256_set1_ps(f)
+_Static_assert(GELU_BLK % (8 * GELU_U) == 0 && GELU_W % (8 * GELU_U) == 0, "the runs' counts are whole iterations");
 
-PG_CPU_INLINE PG_CPU_TARGET_AVX2 __m256 gelu_z8(__m256 v) /* -z = x (-A - B x^2), clamped */
+/* stage 1 of 32 elements: r and 2^n of exp(-z(x)), -z = x (-A - B x^2) clamped (pg_cpu_exp_reduce) */
+PG_CPU_INLINE PG_CPU_TARGET_AVX2 void gelu_reduce32(const float *x, float *r, float *sc)
 {
-    __m256 a = _mm256_mul_ps(v, _mm256_sub_ps(_mm256_set1_ps(-GELU_A), _mm256_mul_ps(_mm256_set1_ps(GELU_B),
-                                                                                   _mm256_mul_ps(v, v))));
-    return _mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_max_ps(_mm256_set1_ps(-87.0f), a));
+    __m256 a[GELU_U], t[GELU_U], n[GELU_U];
+    GELU_EACH(a[k] = _mm256_loadu_ps(x + 8 * k));
+    GELU_EACH(t[k] = _mm256_mul_ps(V8(GELU_B), _mm256_mul_ps(a[k], a[k])));
+    GELU_EACH(a[k] = _mm256_mul_ps(a[k], _mm256_sub_ps(V8(-GELU_A), t[k])));
+    GELU_EACH(a[k] = _mm256_min_ps(V8(88.0f), _mm256_max_ps(V8(-87.0f), a[k])));
+    GELU_EACH(t[k] = _mm256_add_ps(_mm256_mul_ps(a[k], V8(1.44269504088896341f)), V8(12582912.0f)));
+    GELU_EACH(n[k] = _mm256_sub_ps(t[k], V8(12582912.0f)));
+    GELU_EACH(_mm256_store_ps(sc + 8 * k, _mm256_castsi256_ps(_mm256_add_epi32(
+                                              _mm256_slli_epi32(_mm256_castps_si256(t[k]), 23),
+                                              _mm256_set1_epi32((int32_t)((127u - 0x4B400000u) << 23))))));
+    GELU_EACH(a[k] = _mm256_sub_ps(a[k], _mm256_mul_ps(n[k], V8(0.693145751953125f))));
+    GELU_EACH(_mm256_store_ps(r + 8 * k, _mm256_sub_ps(a[k], _mm256_mul_ps(n[k], V8(1.42860682030941723e-6f)))));
 }
 
-/* pg_cpu_exp_reduce of 8 lanes: r, and 2^n at *scale */
-PG_CPU_INLINE PG_CPU_TARGET_AVX2 __m256 exp8_reduce(__m256 a, __m256 *scale)
+/* stage 2's exp of 32 elements: pg_cpu_exp_poly of r, times 2^n */
+PG_CPU_INLINE PG_CPU_TARGET_AVX2 void gelu_poly32(const float *rp, const float *sc, __m256 *e)
 {
-    const __m256 shift = _mm256_set1_ps(12582912.0f);
-    __m256 t = _mm256_add_ps(_mm256_mul_ps(a, _mm256_set1_ps(1.44269504088896341f)), shift);
-    __m256 n = _mm256_sub_ps(t, shift);
-    __m256i s = _mm256_add_epi32(_mm256_slli_epi32(_mm256_castps_si256(t), 23),
-                                 _mm256_set1_epi32((int32_t)((127u - 0x4B400000u) << 23)));
-    *scale = _mm256_castsi256_ps(s);
-    return _mm256_sub_ps(_mm256_sub_ps(a, _mm256_mul_ps(n, _mm256_set1_ps(0.693145751953125f))),
-                         _mm256_mul_ps(n, _mm256_set1_ps(1.42860682030941723e-6f)));
-}
-
-/* pg_cpu_exp_poly of 8 lanes, times the scale: e^a */
-PG_CPU_INLINE PG_CPU_TARGET_AVX2 __m256 exp8_poly(__m256 r, __m256 scale)
-{
-    __m256 r2 = _mm256_mul_ps(r, r);
-    __m256 lo = _mm256_add_ps(_mm256_set1_ps(4.999998808e-01f), _mm256_mul_ps(_mm256_set1_ps(1.666651815e-01f), r));
-    __m256 hi = _mm256_add_ps(_mm256_add_ps(_mm256_set1_ps(4.166953266e-02f),
-                                            _mm256_mul_ps(_mm256_set1_ps(8.368923329e-03f), r)),
-                              _mm256_mul_ps(_mm256_set1_ps(1.375138178e-03f), r2));
-    __m256 q = _mm256_add_ps(lo, _mm256_mul_ps(r2, hi));
-    return _mm256_mul_ps(_mm256_add_ps(_mm256_add_ps(_mm256_set1_ps(1.0f), r), _mm256_mul_ps(r2, q)), scale);
-}
-
-/* stage 1 over x[0, k), k a multiple of 8: the reduction of exp(-z) to r, sc */
-PG_CPU_INLINE PG_CPU_TARGET_AVX2 void gelu_reduce_w(const float *x, int64_t k, float *r, float *sc)
-{
-    for (int64_t j = 0; j < k; j += 8) {
-        __m256 s;
-        _mm256_store_ps(r + j, exp8_reduce(gelu_z8(_mm256_loadu_ps(x + j)), &s));
-        _mm256_store_ps(sc + j, s);
-    }
+    __m256 r[GELU_U], r2[GELU_U], lo[GELU_U], hi[GELU_U];
+    GELU_EACH(r[k] = _mm256_load_ps(rp + 8 * k));
+    GELU_EACH(r2[k] = _mm256_mul_ps(r[k], r[k]));
+    GELU_EACH(lo[k] = _mm256_add_ps(V8(4.999998808e-01f), _mm256_mul_ps(V8(1.666651815e-01f), r[k])));
+    GELU_EACH(hi[k] = _mm256_add_ps(V8(4.166953266e-02f), _mm256_mul_ps(V8(8.368923329e-03f), r[k])));
+    GELU_EACH(hi[k] = _mm256_add_ps(hi[k], _mm256_mul_ps(V8(1.375138178e-03f), r2[k])));
+    GELU_EACH(lo[k] = _mm256_add_ps(lo[k], _mm256_mul_ps(r2[k], hi[k])));
+    GELU_EACH(e[k] = _mm256_add_ps(_mm256_add_ps(V8(1.0f), r[k]), _mm256_mul_ps(r2[k], lo[k])));
+    GELU_EACH(e[k] = _mm256_mul_ps(e[k], _mm256_load_ps(sc + 8 * k)));
 }
 
 /* y = x / (1 + e): x read again after stage 1, each vector before its y is
- * stored (y may alias x) */
+ * stored (y may alias x); n a multiple of 32 */
 PG_CPU_TARGET_AVX2 static void gelu_fwd_run_avx2(int64_t n, const float *x, float *y)
 {
     _Alignas(32) float r[GELU_W], sc[GELU_W];
     for (int64_t i = 0; i < n; i += GELU_W) {
-        int64_t k = n - i < GELU_W ? n - i : GELU_W;
-        gelu_reduce_w(x + i, k, r, sc);
-        for (int64_t j = 0; j < k; j += 8) {
-            __m256 e = exp8_poly(_mm256_load_ps(r + j), _mm256_load_ps(sc + j));
-            __m256 o = _mm256_div_ps(_mm256_loadu_ps(x + i + j), _mm256_add_ps(_mm256_set1_ps(1.0f), e));
-            _mm256_storeu_ps(y + i + j, o);
+        int64_t w = n - i < GELU_W ? n - i : GELU_W;
+        for (int64_t j = 0; j < w; j += 8 * GELU_U)
+            gelu_reduce32(x + i + j, r + j, sc + j);
+        for (int64_t j = 0; j < w; j += 8 * GELU_U) {
+            __m256 e[GELU_U];
+            gelu_poly32(r + j, sc + j, e);
+            GELU_EACH(e[k] = _mm256_div_ps(_mm256_loadu_ps(x + i + j + 8 * k), _mm256_add_ps(V8(1.0f), e[k])));
+            GELU_EACH(_mm256_storeu_ps(y + i + j + 8 * k, e[k]));
         }
     }
 }
@@ -214,17 +216,20 @@ static void gelu_bwd_run(int64_t n, const float *x, const float *dy, float *dx)
 PG_CPU_TARGET_AVX2 static void gelu_bwd_run_avx2(int64_t n, const float *x, const float *dy, float *dx)
 {
     _Alignas(32) float r[GELU_W], sc[GELU_W];
-    const __m256 one = _mm256_set1_ps(1.0f);
     for (int64_t i = 0; i < n; i += GELU_W) {
-        int64_t k = n - i < GELU_W ? n - i : GELU_W;
-        gelu_reduce_w(x + i, k, r, sc);
-        for (int64_t j = 0; j < k; j += 8) {
-            __m256 e = exp8_poly(_mm256_load_ps(r + j), _mm256_load_ps(sc + j)), v = _mm256_loadu_ps(x + i + j);
-            __m256 s = _mm256_div_ps(one, _mm256_add_ps(one, e));
-            __m256 dz = _mm256_add_ps(_mm256_set1_ps(GELU_A), _mm256_mul_ps(_mm256_set1_ps(3.0f * GELU_B),
-                                                                            _mm256_mul_ps(v, v)));
-            __m256 t = _mm256_add_ps(one, _mm256_mul_ps(_mm256_mul_ps(v, dz), _mm256_mul_ps(e, s)));
-            _mm256_storeu_ps(dx + i + j, _mm256_mul_ps(_mm256_loadu_ps(dy + i + j), _mm256_mul_ps(s, t)));
+        int64_t w = n - i < GELU_W ? n - i : GELU_W;
+        for (int64_t j = 0; j < w; j += 8 * GELU_U)
+            gelu_reduce32(x + i + j, r + j, sc + j);
+        for (int64_t j = 0; j < w; j += 8 * GELU_U) {
+            const float *xj = x + i + j;
+            __m256 e[GELU_U], s[GELU_U], v[GELU_U], t[GELU_U];
+            gelu_poly32(r + j, sc + j, e);
+            GELU_EACH(s[k] = _mm256_div_ps(V8(1.0f), _mm256_add_ps(V8(1.0f), e[k])));
+            GELU_EACH(v[k] = _mm256_loadu_ps(xj + 8 * k));
+            GELU_EACH(t[k] = _mm256_add_ps(V8(GELU_A), _mm256_mul_ps(V8(3.0f * GELU_B), _mm256_mul_ps(v[k], v[k]))));
+            GELU_EACH(t[k] = _mm256_mul_ps(_mm256_mul_ps(v[k], t[k]), _mm256_mul_ps(e[k], s[k])));
+            GELU_EACH(t[k] = _mm256_mul_ps(s[k], _mm256_add_ps(V8(1.0f), t[k])));
+            GELU_EACH(_mm256_storeu_ps(dx + i + j + 8 * k, _mm256_mul_ps(_mm256_loadu_ps(dy + i + j + 8 * k), t[k])));
         }
     }
 }
