@@ -533,46 +533,53 @@ static void ln_bwd_w_run(int64_t n, int64_t d, const float *x, const float *mean
     ln_bwd_w_cols(n, d, d, x, mean, rstd, dy, dw, db);
 }
 #ifdef PG_CPU_AVX2
-/* dy's and dy xhat's four doubles of a quarter of 16 columns, added to sw, sb */
-#define LN8_W_ADD(q, g, xh)                                                                                            \
-    do {                                                                                                               \
-        __m256d gd = _mm256_cvtps_pd(g);                                                                               \
-        sw[q] = _mm256_add_pd(sw[q], _mm256_mul_pd(gd, _mm256_cvtps_pd(xh)));                                          \
-        sb[q] = _mm256_add_pd(sb[q], gd);                                                                              \
-    } while (0)
+/* ln_bwd_w_cols' sums, the rows in order, each row's columns 16 at a time
+ * (two vectors of x, four of four doubles each way), in passes of up to
+ * LN_W_COLS columns whose sums stay in L1: every column's rows in index
+ * order, the same operations, so the same bits. A pass reads its rows
+ * front to back (a step's x and dy come from memory: walking 16 columns down
+ * all the rows, one cache line a row, was 3-4 times slower there); the
+ * columns past the last 16 by the loops. */
+#define LN_W_COLS 256
 
-/* ln_bwd_w_cols' sums, 16 columns at a time in registers (four vectors of
- * four doubles each way): every column's rows in index order, the same
- * operations, so the same bits; the columns past the last 16 by the loops */
+PG_CPU_INLINE PG_CPU_TARGET_AVX2 void ln8_w_add(double *sw, double *sb, const float *dy, __m128 xh)
+{
+    __m256d g = _mm256_cvtps_pd(_mm_loadu_ps(dy));
+    _mm256_store_pd(sw, _mm256_add_pd(_mm256_load_pd(sw), _mm256_mul_pd(g, _mm256_cvtps_pd(xh))));
+    _mm256_store_pd(sb, _mm256_add_pd(_mm256_load_pd(sb), g));
+}
+
 PG_CPU_TARGET_AVX2 static void ln_bwd_w_run_avx2(int64_t n, int64_t d, const float *x, const float *mean,
                                                  const float *rstd, const float *dy, float *dw, float *db)
 {
-    int64_t j0 = 0;
-    for (; j0 + 16 <= d; j0 += 16) {
-        __m256d sw[4], sb[4];
-        for (int q = 0; q < 4; q++)
-            sw[q] = sb[q] = _mm256_setzero_pd();
+    _Alignas(32) double sw[LN_W_COLS], sb[LN_W_COLS];
+    int64_t d16 = d / 16 * 16;
+    for (int64_t j0 = 0; j0 < d16; j0 += LN_W_COLS) {
+        int64_t nb = d16 - j0 < LN_W_COLS ? d16 - j0 : LN_W_COLS;
+        for (int64_t j = 0; j < nb; j += 4)
+            _mm256_store_pd(sw + j, _mm256_setzero_pd()), _mm256_store_pd(sb + j, _mm256_setzero_pd());
         for (int64_t i = 0; i < n; i++) {
             const float *xr = x + i * d + j0, *dyr = dy + i * d + j0;
             __m256 m = _mm256_set1_ps(mean ? mean[i] : 0.0f), rs = _mm256_set1_ps(rstd[i]);
-            __m256 xh0 = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(xr), m), rs);
-            __m256 xh1 = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(xr + 8), m), rs);
-            LN8_W_ADD(0, _mm_loadu_ps(dyr), _mm256_castps256_ps128(xh0));
-            LN8_W_ADD(1, _mm_loadu_ps(dyr + 4), _mm256_extractf128_ps(xh0, 1));
-            LN8_W_ADD(2, _mm_loadu_ps(dyr + 8), _mm256_castps256_ps128(xh1));
-            LN8_W_ADD(3, _mm_loadu_ps(dyr + 12), _mm256_extractf128_ps(xh1, 1));
+            for (int64_t j = 0; j < nb; j += 16) {
+                __m256 xh0 = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(xr + j), m), rs);
+                __m256 xh1 = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(xr + j + 8), m), rs);
+                ln8_w_add(sw + j, sb + j, dyr + j, _mm256_castps256_ps128(xh0));
+                ln8_w_add(sw + j + 4, sb + j + 4, dyr + j + 4, _mm256_extractf128_ps(xh0, 1));
+                ln8_w_add(sw + j + 8, sb + j + 8, dyr + j + 8, _mm256_castps256_ps128(xh1));
+                ln8_w_add(sw + j + 12, sb + j + 12, dyr + j + 12, _mm256_extractf128_ps(xh1, 1));
+            }
         }
-        for (int q = 0; q < 4; q++) { /* one float add into dw and db */
+        for (int64_t j = 0; j < nb; j += 4) { /* one float add into dw and db */
             if (dw)
-                _mm_storeu_ps(dw + j0 + 4 * q, _mm_add_ps(_mm_loadu_ps(dw + j0 + 4 * q), _mm256_cvtpd_ps(sw[q])));
+                _mm_storeu_ps(dw + j0 + j, _mm_add_ps(_mm_loadu_ps(dw + j0 + j), _mm256_cvtpd_ps(_mm256_load_pd(sw + j))));
             if (db)
-                _mm_storeu_ps(db + j0 + 4 * q, _mm_add_ps(_mm_loadu_ps(db + j0 + 4 * q), _mm256_cvtpd_ps(sb[q])));
+                _mm_storeu_ps(db + j0 + j, _mm_add_ps(_mm_loadu_ps(db + j0 + j), _mm256_cvtpd_ps(_mm256_load_pd(sb + j))));
         }
     }
-    if (j0 < d)
-        ln_bwd_w_cols(n, d - j0, d, x + j0, mean, rstd, dy + j0, dw ? dw + j0 : NULL, db ? db + j0 : NULL);
+    if (d16 < d)
+        ln_bwd_w_cols(n, d - d16, d, x + d16, mean, rstd, dy + d16, dw ? dw + d16 : NULL, db ? db + d16 : NULL);
 }
-#undef LN8_W_ADD
 #endif
 
 void pg_cpu_norm_bwd_w(pg_ctx *c, int64_t n, int64_t d, const float *x, const float *mean, const float *rstd,
