@@ -8,8 +8,9 @@
  * 256, the chunks in double), an order set by d alone. Every pass runs in
  * blocks of LN_L through local buffers (fixed counts, no aliasing questions:
  * SIMD at -O2), a last partial block padded, so every element takes the same
- * instructions; the row loops are compiled for the baseline and for AVX2 and
- * picked at run time (the same IEEE operations lane by lane: the same bits).
+ * instructions; the row loops are the baseline build, and their AVX2 twins
+ * (below, in intrinsics) are picked at run time (the same IEEE operations
+ * lane by lane: the same bits).
  * Rows go in groups of LN_G, a pass over every row of the group before the
  * next pass (LN_G says why); a row's operations do not change.
  * w and b may be NULL (no affine). */
