@@ -65,17 +65,20 @@ static float *buf(size_t n, unsigned seed)
 #define CE_V 2048 /* the bench's llama's vocabulary */
 
 enum { GELU_F, GELU_B, SILU_F, SILU_B, SIGM_F, TANH_F, TANH_B, SWIGLU_F, SWIGLU_B, LIN_F, LIN_W, LN_F, LN_B, ATTN_F,
-       ATTN_B, CE, FC_GELU, FC_THEN_GELU, PROJ_GELU, PROJ_THEN_GELU, LN_W, ADD_LN_F, LN_B_ADD, NK };
+       ATTN_B, CE, FC_GELU, FC_THEN_GELU, PROJ_GELU, PROJ_THEN_GELU, LN_W, ADD_LN_F, LN_B_ADD, SWIGLU_F1, SWIGLU_B_EL,
+       NK };
 static const char *const names[NK] = {"gelu_fwd",   "gelu_bwd_in", "silu_fwd",   "silu_bwd_in",   "sigmoid_fwd",
                                       "tanh_fwd",   "tanh_bwd_in", "swiglu_fwd", "swiglu_bwd_in", "linear_fwd fc",
                                       "linear_bwd_w fc", "layernorm_fwd", "layernorm_bwd_in", "attn_fwd llama",
                                       "attn_bwd llama", "cross_entropy llama", "fc+gelu fwd", "fc, gelu fwd",
                                       "proj+gelu bwd_in", "proj, gelu bwd_in", "layernorm_bwd_w",
-                                      "add+layernorm fwd", "layernorm_bwd_in+add"};
+                                      "add+layernorm fwd", "layernorm_bwd_in+add", "swiglu_fwd d=1",
+                                      "swiglu_bwd_in elem"};
 static const long elems[NK] = {ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID,
                                ROWS * SWI, ROWS * SWI, ROWS * HID, ROWS * HID, ROWS * D,   ROWS * D,
                                AT_R * AT_H * AT_T * AT_T, AT_R * AT_H * AT_T * AT_T, ROWS * CE_V,
-                               ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID, ROWS * D, ROWS * D, ROWS * D};
+                               ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID, ROWS * D, ROWS * D, ROWS * D,
+                               ROWS * SWI, ROWS * SWI};
 /* the score matrices fill big (ROWS * HID) floats */
 _Static_assert(AT_R * AT_H * AT_T * AT_T == ROWS * HID, "the attention's scores are a big buffer");
 
@@ -112,6 +115,12 @@ static void one(pg_ctx *c, int k, bufs *B)
     case SWIGLU_F: rc = pg_swiglu_fwd(c, ROWS, D, SWI, B->x, B->w, NULL, B->w2, NULL, B->g, B->u, B->y); break;
     case SWIGLU_B:
         rc = pg_swiglu_bwd_in(c, ROWS, D, SWI, B->w, B->w2, B->h, B->dh, B->dy, B->dg, B->du, B->dx);
+        break;
+    case SWIGLU_F1: /* the projections over d = 1: little besides the elementwise part */
+        rc = pg_swiglu_fwd(c, ROWS, 1, SWI, B->x, B->w, NULL, B->w2, NULL, B->g, B->u, B->y);
+        break;
+    case SWIGLU_B_EL: /* no dx: the elementwise part alone */
+        rc = pg_swiglu_bwd_in(c, ROWS, D, SWI, B->w, B->w2, B->h, B->dh, B->dy, B->dg, B->du, NULL);
         break;
     case LIN_F: rc = pg_linear_fwd(c, ROWS, D, HID, B->x, B->w, B->b, B->y); break;
     case LIN_W: rc = pg_linear_bwd_w(c, ROWS, D, HID, B->x, B->dh, B->dg, B->du); break;

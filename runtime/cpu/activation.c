@@ -93,60 +93,28 @@ static void gelu_fwd_run(int64_t n, const float *x, float *y)
 }
 
 #ifdef PG_CPU_AVX2
-/* gelu's AVX2 path: the blocks' operations above, pg_cpu_exp_reduce's and
- * pg_cpu_exp_poly's included, one for one in AVX2 registers (the clamps as
- * vmaxps(-87, a) and vminps(88, a), which are `a < -87 ? -87 : a` and
- * `a > 88 ? 88 : a` exactly, a NaN included): the same bits as the loops
- * (tests/kernels.t compares them for every length class). Why not the loops:
- * gcc stores each of their steps' results to the block's buffers and reads
- * them back (six stores a vector, and the output copied in 16-byte halves),
- * and makes the two clamps seven compares, blends and masks. Here 32 elements
- * (GELU_U vectors) go through two stages, step by step side by side (four
- * independent chains in the instruction stream; one vector at a time left the
- * core waiting on latency, 10-25 % slower): the argument, its clamp and the
- * exp's range reduction (r and 2^n to L1), then the polynomial and gelu's own
- * formula, over blocks of GELU_W elements. */
+/* gelu's AVX2 path: the blocks' operations above, the exp's included
+ * (cpu_simd.h's pg_avx2_exp_reduce32 and pg_avx2_exp_poly32), one for one in
+ * AVX2 registers: the same bits as the loops (tests/kernels.t compares them
+ * for every length class). Why not the loops: gcc stores each of their steps'
+ * results to the block's buffers and reads them back (six stores a vector, and
+ * the output copied in 16-byte halves), and makes the two clamps seven
+ * compares, blends and masks. Here 32 elements at a time go through two
+ * stages over blocks of GELU_W elements: the argument, its clamp and the exp's
+ * range reduction, then the polynomial and gelu's own formula. */
 #define GELU_W 128
-#define GELU_U 4
-#define GELU_EACH(stmt) /* stmt for the vectors k = 0 .. GELU_U - 1 */                                                 \
-    do {                                                                                                               \
-        { const int k = 0; stmt; }                                                                                     \
-        { const int k = 1; stmt; }                                                                                     \
-        { const int k = 2; stmt; }                                                                                     \
-        { const int k = 3; stmt; }                                                                                     \
-    } while (0)
-#define V8(f) _mm256_set1_ps(f)
-_Static_assert(GELU_BLK % (8 * GELU_U) == 0 && GELU_W % (8 * GELU_U) == 0, "the runs' counts are whole iterations");
+#define GELU_EACH PG_AVX2_EACH
+#define V8 PG_V8
+_Static_assert(GELU_BLK % (8 * PG_AVX2_U) == 0 && GELU_W % (8 * PG_AVX2_U) == 0, "the runs' counts are whole iterations");
 
-/* stage 1 of 32 elements: r and 2^n of exp(-z(x)), -z = x (-A - B x^2) clamped (pg_cpu_exp_reduce) */
+/* stage 1 of 32 elements: r and 2^n of exp(-z(x)), -z = x (-A - B x^2) */
 PG_CPU_INLINE PG_CPU_TARGET_AVX2 void gelu_reduce32(const float *x, float *r, float *sc)
 {
-    __m256 a[GELU_U], t[GELU_U], n[GELU_U];
+    __m256 a[PG_AVX2_U], t[PG_AVX2_U];
     GELU_EACH(a[k] = _mm256_loadu_ps(x + 8 * k));
     GELU_EACH(t[k] = _mm256_mul_ps(V8(GELU_B), _mm256_mul_ps(a[k], a[k])));
     GELU_EACH(a[k] = _mm256_mul_ps(a[k], _mm256_sub_ps(V8(-GELU_A), t[k])));
-    GELU_EACH(a[k] = _mm256_min_ps(V8(88.0f), _mm256_max_ps(V8(-87.0f), a[k])));
-    GELU_EACH(t[k] = _mm256_add_ps(_mm256_mul_ps(a[k], V8(1.44269504088896341f)), V8(12582912.0f)));
-    GELU_EACH(n[k] = _mm256_sub_ps(t[k], V8(12582912.0f)));
-    GELU_EACH(_mm256_store_ps(sc + 8 * k, _mm256_castsi256_ps(_mm256_add_epi32(
-                                              _mm256_slli_epi32(_mm256_castps_si256(t[k]), 23),
-                                              _mm256_set1_epi32((int32_t)((127u - 0x4B400000u) << 23))))));
-    GELU_EACH(a[k] = _mm256_sub_ps(a[k], _mm256_mul_ps(n[k], V8(0.693145751953125f))));
-    GELU_EACH(_mm256_store_ps(r + 8 * k, _mm256_sub_ps(a[k], _mm256_mul_ps(n[k], V8(1.42860682030941723e-6f)))));
-}
-
-/* stage 2's exp of 32 elements: pg_cpu_exp_poly of r, times 2^n */
-PG_CPU_INLINE PG_CPU_TARGET_AVX2 void gelu_poly32(const float *rp, const float *sc, __m256 *e)
-{
-    __m256 r[GELU_U], r2[GELU_U], lo[GELU_U], hi[GELU_U];
-    GELU_EACH(r[k] = _mm256_load_ps(rp + 8 * k));
-    GELU_EACH(r2[k] = _mm256_mul_ps(r[k], r[k]));
-    GELU_EACH(lo[k] = _mm256_add_ps(V8(4.999998808e-01f), _mm256_mul_ps(V8(1.666651815e-01f), r[k])));
-    GELU_EACH(hi[k] = _mm256_add_ps(V8(4.166953266e-02f), _mm256_mul_ps(V8(8.368923329e-03f), r[k])));
-    GELU_EACH(hi[k] = _mm256_add_ps(hi[k], _mm256_mul_ps(V8(1.375138178e-03f), r2[k])));
-    GELU_EACH(lo[k] = _mm256_add_ps(lo[k], _mm256_mul_ps(r2[k], hi[k])));
-    GELU_EACH(e[k] = _mm256_add_ps(_mm256_add_ps(V8(1.0f), r[k]), _mm256_mul_ps(r2[k], lo[k])));
-    GELU_EACH(e[k] = _mm256_mul_ps(e[k], _mm256_load_ps(sc + 8 * k)));
+    pg_avx2_exp_reduce32(a, r, sc);
 }
 
 /* y = x / (1 + e): x read again after stage 1, each vector before its y is
@@ -156,11 +124,11 @@ PG_CPU_TARGET_AVX2 static void gelu_fwd_run_avx2(int64_t n, const float *x, floa
     _Alignas(32) float r[GELU_W], sc[GELU_W];
     for (int64_t i = 0; i < n; i += GELU_W) {
         int64_t w = n - i < GELU_W ? n - i : GELU_W;
-        for (int64_t j = 0; j < w; j += 8 * GELU_U)
+        for (int64_t j = 0; j < w; j += 8 * PG_AVX2_U)
             gelu_reduce32(x + i + j, r + j, sc + j);
-        for (int64_t j = 0; j < w; j += 8 * GELU_U) {
-            __m256 e[GELU_U];
-            gelu_poly32(r + j, sc + j, e);
+        for (int64_t j = 0; j < w; j += 8 * PG_AVX2_U) {
+            __m256 e[PG_AVX2_U];
+            pg_avx2_exp_poly32(r + j, sc + j, e);
             GELU_EACH(e[k] = _mm256_div_ps(_mm256_loadu_ps(x + i + j + 8 * k), _mm256_add_ps(V8(1.0f), e[k])));
             GELU_EACH(_mm256_storeu_ps(y + i + j + 8 * k, e[k]));
         }
@@ -218,12 +186,12 @@ PG_CPU_TARGET_AVX2 static void gelu_bwd_run_avx2(int64_t n, const float *x, cons
     _Alignas(32) float r[GELU_W], sc[GELU_W];
     for (int64_t i = 0; i < n; i += GELU_W) {
         int64_t w = n - i < GELU_W ? n - i : GELU_W;
-        for (int64_t j = 0; j < w; j += 8 * GELU_U)
+        for (int64_t j = 0; j < w; j += 8 * PG_AVX2_U)
             gelu_reduce32(x + i + j, r + j, sc + j);
-        for (int64_t j = 0; j < w; j += 8 * GELU_U) {
+        for (int64_t j = 0; j < w; j += 8 * PG_AVX2_U) {
             const float *xj = x + i + j;
-            __m256 e[GELU_U], s[GELU_U], v[GELU_U], t[GELU_U];
-            gelu_poly32(r + j, sc + j, e);
+            __m256 e[PG_AVX2_U], s[PG_AVX2_U], v[PG_AVX2_U], t[PG_AVX2_U];
+            pg_avx2_exp_poly32(r + j, sc + j, e);
             GELU_EACH(s[k] = _mm256_div_ps(V8(1.0f), _mm256_add_ps(V8(1.0f), e[k])));
             GELU_EACH(v[k] = _mm256_loadu_ps(xj + 8 * k));
             GELU_EACH(t[k] = _mm256_add_ps(V8(GELU_A), _mm256_mul_ps(V8(3.0f * GELU_B), _mm256_mul_ps(v[k], v[k]))));

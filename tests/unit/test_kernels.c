@@ -388,6 +388,75 @@ static void test_swiglu(pg_ctx *c, rng *r)
     free(t.x), free(t.wg), free(t.wu), free(t.g), free(t.u), free(t.y), free(t.p), free(dg), free(du), free(dx);
 }
 
+/* a[0, n) and b[0, n) the same bytes, where they are not both NaN: a NaN's
+ * sign follows which operand of a multiply the compiler put first (x86
+ * returns the first NaN operand), not the formula */
+static int same_or_nan(const float *a, const float *b, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(a + i, b + i, 4) && !(isnan(a[i]) && isnan(b[i])))
+            return 0;
+    return 1;
+}
+
+/* swiglu's former formula, one element at a time: the blocks' operations
+ * (swiglu.c) through cpu_kernels.h's scalar exp, which the AVX2 path and the
+ * baseline loops must both give bit for bit */
+static float swi_former(float g, float u, float dy, float *dg, float *du)
+{
+    float e = pg_cpu_exp_lane(pg_cpu_exp_clamp(-g)), s = 1.0f / (1.0f + e);
+    *du = dy * (g * s);
+    *dg = (dy * u) * (s * (1.0f + g * (e * s)));
+    return (g / (1.0f + e)) * u;
+}
+
+/* swiglu's elementwise parts, every length class of the loops (as
+ * test_gelu_builds), on gates that reach the exp's clamps, zeros, NaN and
+ * infinities: the AVX2 path, the baseline loops and the former formula element
+ * by element the same bytes (NaN as NaN: same_or_nan). The forward through one row with d = 1 and x = 1
+ * (g and u are the weights, exactly; -0 becomes +0 in the GEMM's sum), the
+ * backward alone (dx NULL) on the gates as they are. */
+static void test_swiglu_builds(pg_ctx *c, rng *r)
+{
+    static const int64_t ns[] = {1, 7, 8, 9, 63, 64, 65, 127, 128, 129, 200, 255, 256, 257, 1000, 4099};
+    int avx2 = c->avx2, same = 1, former = 1;
+    float one = 1.0f;
+    for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
+        int64_t n = ns[k];
+        float *xg = fa(n), *xu = fa(n), *dy = fa(n), *g[2], *u[2], *y[2], *dg[2], *du[2];
+        fill(r, xg, n, -8, 8), fill(r, xu, n, -2, 2), fill(r, dy, n, -1, 1);
+        for (int64_t i = 0; i < n; i += 5) /* far out, both ways */
+            xg[i] *= 20.0f;
+        static const float odd[] = {0.0f, -0.0f, NAN, INFINITY, -INFINITY, 88.5f, -87.5f, 1e-30f};
+        for (int64_t i = 0; i < n && i < 8; i++)
+            xg[n - 1 - i] = odd[i];
+        if (n > 9)
+            xu[1] = INFINITY, xu[2] = NAN, dy[3] = -INFINITY;
+        for (int b = 0; b < 2; b++) {
+            g[b] = fa(n), u[b] = fa(n), y[b] = fa(n), dg[b] = fa(n), du[b] = fa(n);
+            c->avx2 = b ? 0 : avx2;
+            pg_swiglu_fwd(c, 1, 1, n, &one, xg, NULL, xu, NULL, g[b], u[b], y[b]);
+            pg_swiglu_bwd_in(c, 1, 1, n, xg, xu, xg, xu, dy, dg[b], du[b], NULL);
+        }
+        c->avx2 = avx2;
+        same &= same_or_nan(g[0], g[1], n) && same_or_nan(u[0], u[1], n) && same_or_nan(y[0], y[1], n) &&
+                same_or_nan(dg[0], dg[1], n) && same_or_nan(du[0], du[1], n);
+        for (int64_t i = 0; i < n; i++) {
+            float fg, fu, f = swi_former(g[0][i], u[0][i], 0.0f, &fg, &fu);
+            former &= same_or_nan(&f, &y[0][i], 1);
+            swi_former(xg[i], xu[i], dy[i], &fg, &fu);
+            former &= same_or_nan(&fg, &dg[0][i], 1) && same_or_nan(&fu, &du[0][i], 1);
+        }
+        free(xg), free(xu), free(dy);
+        for (int b = 0; b < 2; b++)
+            free(g[b]), free(u[b]), free(y[b]), free(dg[b]), free(du[b]);
+    }
+    OK(same, "swiglu forward and backward: the %s build and the baseline loops give the same bytes, counts 1 to 4099",
+       avx2 ? "AVX2" : "baseline");
+    OK(former, "swiglu forward and backward give the former formula's bits element by element (clamps, zeros, NaN, "
+       "infinities included)");
+}
+
 /* ---- layernorm ----------------------------------------------------------- */
 
 typedef struct ln_case {
@@ -2242,6 +2311,7 @@ int main(int argc, char **argv)
     test_exp_and_gelu_range(c);
     test_gelu_builds(c, &r);
     test_swiglu(c, &r);
+    test_swiglu_builds(c, &r);
     test_layernorm(c, &r);
     test_norm_lengths(c, &r);
     test_norm_rows_alone(c, &r);
