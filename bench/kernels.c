@@ -66,19 +66,19 @@ static float *buf(size_t n, unsigned seed)
 
 enum { GELU_F, GELU_B, SILU_F, SILU_B, SIGM_F, TANH_F, TANH_B, SWIGLU_F, SWIGLU_B, LIN_F, LIN_W, LN_F, LN_B, ATTN_F,
        ATTN_B, CE, FC_GELU, FC_THEN_GELU, PROJ_GELU, PROJ_THEN_GELU, LN_W, ADD_LN_F, LN_B_ADD, SWIGLU_F1, SWIGLU_B_EL,
-       NK };
+       ADAMW, NK };
 static const char *const names[NK] = {"gelu_fwd",   "gelu_bwd_in", "silu_fwd",   "silu_bwd_in",   "sigmoid_fwd",
                                       "tanh_fwd",   "tanh_bwd_in", "swiglu_fwd", "swiglu_bwd_in", "linear_fwd fc",
                                       "linear_bwd_w fc", "layernorm_fwd", "layernorm_bwd_in", "attn_fwd llama",
                                       "attn_bwd llama", "cross_entropy llama", "fc+gelu fwd", "fc, gelu fwd",
                                       "proj+gelu bwd_in", "proj, gelu bwd_in", "layernorm_bwd_w",
                                       "add+layernorm fwd", "layernorm_bwd_in+add", "swiglu_fwd d=1",
-                                      "swiglu_bwd_in elem"};
+                                      "swiglu_bwd_in elem", "adamw_step"};
 static const long elems[NK] = {ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID,
                                ROWS * SWI, ROWS * SWI, ROWS * HID, ROWS * HID, ROWS * D,   ROWS * D,
                                AT_R * AT_H * AT_T * AT_T, AT_R * AT_H * AT_T * AT_T, ROWS * CE_V,
                                ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID, ROWS * D, ROWS * D, ROWS * D,
-                               ROWS * SWI, ROWS * SWI};
+                               ROWS * SWI, ROWS * SWI, ROWS * HID};
 /* the score matrices fill big (ROWS * HID) floats */
 _Static_assert(AT_R * AT_H * AT_T * AT_T == ROWS * HID, "the attention's scores are a big buffer");
 
@@ -121,6 +121,9 @@ static void one(pg_ctx *c, int k, bufs *B)
         break;
     case SWIGLU_B_EL: /* no dx: the elementwise part alone */
         rc = pg_swiglu_bwd_in(c, ROWS, D, SWI, B->w, B->w2, B->h, B->dh, B->dy, B->dg, B->du, NULL);
+        break;
+    case ADAMW: /* w, g, m, v: four big buffers, v >= 0 (main says; m and v drift over the calls, the work does not) */
+        rc = pg_adamw_step(c, ROWS * HID, B->y, B->h, B->dh, B->dx, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 10);
         break;
     case LIN_F: rc = pg_linear_fwd(c, ROWS, D, HID, B->x, B->w, B->b, B->y); break;
     case LIN_W: rc = pg_linear_bwd_w(c, ROWS, D, HID, B->x, B->dh, B->dg, B->du); break;
@@ -184,6 +187,9 @@ int main(int argc, char **argv)
     for (int i = 0; i < ROWS; i++)
         B.tg[i] = (int32_t)((i * 977) % CE_V);
     for (int k = 0; k < NK; k++) {
+        if (k == ADAMW) /* its v (dx, which the kernels before it wrote) a second moment: >= 0 */
+            for (size_t i = 0; i < big; i++)
+                B.dx[i] *= B.dx[i];
         one(c, k, &B); /* the mean and rstd the backward reads, and a warm cache */
         int calls = 20;
         double best = 1e30;

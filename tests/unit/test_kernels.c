@@ -1679,6 +1679,53 @@ static void test_adamw_blocks(pg_ctx *c)
     OK(same, "adamw in blocks gives every element the bits of its plain definition (37 elements, 3 steps)");
 }
 
+/* adamw's AVX2 path (optim.c: intrinsics) against the baseline loops and the
+ * plain definition, every length class (a tail alone, a block, blocks and a
+ * tail, long), gradients from zero to 1e20 (g g overflows: v and the
+ * denominator infinite), NaN and infinities, two steps: the same bytes (NaN
+ * as NaN) */
+static void test_adamw_builds(pg_ctx *c, rng *r)
+{
+    static const int64_t ns[] = {1, 7, 8, 15, 16, 17, 40, 1000, 4099};
+    const float lr = 2e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+    int avx2 = c->avx2, same = 1, plain = 1;
+    for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
+        int64_t n = ns[k];
+        float *g = fa(n), *w[3], *m[3], *v[3];
+        for (int b = 0; b < 3; b++)
+            w[b] = fa(n), m[b] = fa(n), v[b] = fa(n);
+        fill(r, g, n, -1, 1), fill(r, w[0], n, -1, 1);
+        static const float odd[] = {0.0f, -0.0f, NAN, INFINITY, -INFINITY, 1e20f, -3e19f, 1e-30f};
+        for (int64_t i = 0; i < n; i++)
+            g[i] = i % 11 == 3 ? odd[(i / 11) % 8] : g[i] * (i % 3 == 0 ? 1e-4f : 1.0f);
+        memcpy(w[1], w[0], (size_t)n * 4), memcpy(w[2], w[0], (size_t)n * 4);
+        for (int t = 1; t <= 2; t++) {
+            for (int b = 0; b < 2; b++) {
+                c->avx2 = b ? 0 : avx2;
+                pg_adamw_step(c, n, w[b], g, m[b], v[b], lr, b1, b2, eps, wd, t);
+            }
+            float decay = (float)(1.0 - (double)lr * (double)wd), one_b1 = (float)(1.0 - (double)b1);
+            float one_b2 = (float)(1.0 - (double)b2);
+            float neg_step = (float)(-((double)lr / (1.0 - pow((double)b1, (double)t))));
+            float bc2_sqrt = (float)sqrt(1.0 - pow((double)b2, (double)t));
+            for (int64_t i = 0; i < n; i++) {
+                float wi = w[2][i] * decay, mi = m[2][i] * b1 + one_b1 * g[i], vi = v[2][i] * b2 + one_b2 * g[i] * g[i];
+                w[2][i] = wi + neg_step * mi / (sqrtf(vi) / bc2_sqrt + eps);
+                m[2][i] = mi, v[2][i] = vi;
+            }
+            same &= same_or_nan(w[0], w[1], n) && same_or_nan(m[0], m[1], n) && same_or_nan(v[0], v[1], n);
+            plain &= same_or_nan(w[0], w[2], n) && same_or_nan(m[0], m[2], n) && same_or_nan(v[0], v[2], n);
+        }
+        c->avx2 = avx2;
+        free(g);
+        for (int b = 0; b < 3; b++)
+            free(w[b]), free(m[b]), free(v[b]);
+    }
+    OK(same && plain, "adamw: the %s build, the baseline loops and the plain definition give the same bytes, counts 1 "
+       "to 4099, two steps (zeros, 1e20, NaN and infinities among the gradients)%s", avx2 ? "AVX2" : "baseline",
+       same ? "" : ": the builds differ");
+}
+
 static void test_optimizers(pg_ctx *c)
 {
     float w[4], buf[4], m[4], v[4];
@@ -2312,6 +2359,7 @@ int main(int argc, char **argv)
     test_gelu_builds(c, &r);
     test_swiglu(c, &r);
     test_swiglu_builds(c, &r);
+    test_adamw_builds(c, &r);
     test_layernorm(c, &r);
     test_norm_lengths(c, &r);
     test_norm_rows_alone(c, &r);
