@@ -10,7 +10,10 @@
  * The fused linear and activation (pg_linear_act_fwd, pg_linear_bwd_in_act) are
  * weak references: against a library without them, "fc+gelu" and "proj+gelu"
  * time the two separate calls, so base against new is apart against fused;
- * "fc, gelu" and "proj, gelu" are always the two calls.
+ * "fc, gelu" and "proj, gelu" are always the two calls. The layernorm rows:
+ * forward, backward-input and weight gradients over 256 rows of 128, and the
+ * forms fused with the residual add (ln2's "add+layernorm fwd", the skip
+ * gradient's "layernorm_bwd_in+add").
  *
  *   kernels ROUNDS        -> one line a kernel: name|elements|us a call
  *   kernels ROUNDS cpu    -> the same in the thread's CPU time (what other
@@ -62,16 +65,20 @@ static float *buf(size_t n, unsigned seed)
 #define CE_V 2048 /* the bench's llama's vocabulary */
 
 enum { GELU_F, GELU_B, SILU_F, SILU_B, SIGM_F, TANH_F, TANH_B, SWIGLU_F, SWIGLU_B, LIN_F, LIN_W, LN_F, LN_B, ATTN_F,
-       ATTN_B, CE, FC_GELU, FC_THEN_GELU, PROJ_GELU, PROJ_THEN_GELU, NK };
+       ATTN_B, CE, FC_GELU, FC_THEN_GELU, PROJ_GELU, PROJ_THEN_GELU, LN_W, ADD_LN_F, LN_B_ADD, SWIGLU_F1, SWIGLU_B_EL,
+       ADAMW, NK };
 static const char *const names[NK] = {"gelu_fwd",   "gelu_bwd_in", "silu_fwd",   "silu_bwd_in",   "sigmoid_fwd",
                                       "tanh_fwd",   "tanh_bwd_in", "swiglu_fwd", "swiglu_bwd_in", "linear_fwd fc",
                                       "linear_bwd_w fc", "layernorm_fwd", "layernorm_bwd_in", "attn_fwd llama",
                                       "attn_bwd llama", "cross_entropy llama", "fc+gelu fwd", "fc, gelu fwd",
-                                      "proj+gelu bwd_in", "proj, gelu bwd_in"};
+                                      "proj+gelu bwd_in", "proj, gelu bwd_in", "layernorm_bwd_w",
+                                      "add+layernorm fwd", "layernorm_bwd_in+add", "swiglu_fwd d=1",
+                                      "swiglu_bwd_in elem", "adamw_step"};
 static const long elems[NK] = {ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID,
                                ROWS * SWI, ROWS * SWI, ROWS * HID, ROWS * HID, ROWS * D,   ROWS * D,
                                AT_R * AT_H * AT_T * AT_T, AT_R * AT_H * AT_T * AT_T, ROWS * CE_V,
-                               ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID};
+                               ROWS * HID, ROWS * HID, ROWS * HID, ROWS * HID, ROWS * D, ROWS * D, ROWS * D,
+                               ROWS * SWI, ROWS * SWI, ROWS * HID};
 /* the score matrices fill big (ROWS * HID) floats */
 _Static_assert(AT_R * AT_H * AT_T * AT_T == ROWS * HID, "the attention's scores are a big buffer");
 
@@ -109,6 +116,15 @@ static void one(pg_ctx *c, int k, bufs *B)
     case SWIGLU_B:
         rc = pg_swiglu_bwd_in(c, ROWS, D, SWI, B->w, B->w2, B->h, B->dh, B->dy, B->dg, B->du, B->dx);
         break;
+    case SWIGLU_F1: /* the projections over d = 1: little besides the elementwise part */
+        rc = pg_swiglu_fwd(c, ROWS, 1, SWI, B->x, B->w, NULL, B->w2, NULL, B->g, B->u, B->y);
+        break;
+    case SWIGLU_B_EL: /* no dx: the elementwise part alone */
+        rc = pg_swiglu_bwd_in(c, ROWS, D, SWI, B->w, B->w2, B->h, B->dh, B->dy, B->dg, B->du, NULL);
+        break;
+    case ADAMW: /* w, g, m, v: four big buffers, v >= 0 (main says; m and v drift over the calls, the work does not) */
+        rc = pg_adamw_step(c, ROWS * HID, B->y, B->h, B->dh, B->dx, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 10);
+        break;
     case LIN_F: rc = pg_linear_fwd(c, ROWS, D, HID, B->x, B->w, B->b, B->y); break;
     case LIN_W: rc = pg_linear_bwd_w(c, ROWS, D, HID, B->x, B->dh, B->dg, B->du); break;
     case LN_F: rc = pg_layernorm_fwd(c, ROWS, D, 1e-5f, B->x, B->lw, B->lb, B->y, B->mean, B->rstd); break;
@@ -132,6 +148,11 @@ static void one(pg_ctx *c, int k, bufs *B)
                                   : proj_then_gelu(c, B);
         break;
     case PROJ_THEN_GELU: rc = proj_then_gelu(c, B); break;
+    case LN_W: rc = pg_layernorm_bwd_w(c, ROWS, D, B->x, B->mean, B->rstd, B->dy, B->dg, B->du); break;
+    case ADD_LN_F: /* z = x + s, then its layernorm (the residual add before ln2) */
+        rc = pg_add_layernorm_fwd(c, ROWS, D, 1e-5f, B->x, B->dg, B->u, B->lw, B->lb, B->y, B->mean, B->rstd);
+        break;
+    case LN_B_ADD: rc = pg_layernorm_bwd_in_add(c, ROWS, D, B->x, B->lw, B->mean, B->rstd, B->dy, B->du, B->dx); break;
     }
     if (rc) {
         fprintf(stderr, "kernels: %s failed\n", names[k]);
@@ -166,6 +187,9 @@ int main(int argc, char **argv)
     for (int i = 0; i < ROWS; i++)
         B.tg[i] = (int32_t)((i * 977) % CE_V);
     for (int k = 0; k < NK; k++) {
+        if (k == ADAMW) /* its v (dx, which the kernels before it wrote) a second moment: >= 0 */
+            for (size_t i = 0; i < big; i++)
+                B.dx[i] *= B.dx[i];
         one(c, k, &B); /* the mean and rstd the backward reads, and a warm cache */
         int calls = 20;
         double best = 1e30;

@@ -3,6 +3,7 @@
  * linear.c's (one GEMM each: a row's bits do not depend on the rows sharing
  * the call); the elementwise parts are pure per element (in blocks, below). */
 #include "cpu_ctx.h"
+#include "cpu_simd.h"
 #include "op_args.h"
 
 /* The elementwise parts in blocks of SWI_BLK, as activation.c's silu: fixed-
@@ -58,16 +59,67 @@ static void swi_bwd_run(int64_t m, const float *g, const float *u, const float *
         swi_bwd_blk(g + i, u + i, dy + i, dg + i, du + i);
 }
 #ifdef PG_CPU_AVX2
+/* The AVX2 path: the blocks' operations one for one in AVX2 registers, as
+ * activation.c's gelu (the loops above, compiled for AVX2, went through stack
+ * buffers step by step and made the clamps compares and blends): over blocks
+ * of SWI_W elements, 32 at a time, stage 1 negates g (the sign flipped, as C's
+ * unary minus) and reduces its clamped exp's range (cpu_simd.h), stage 2 runs
+ * the polynomial and swiglu's formula. The same bits as the loops
+ * (tests/kernels.t compares them for every length class). */
+#define SWI_W 128
+#define SWI_EACH PG_AVX2_EACH
+_Static_assert(SWI_BLK % (8 * PG_AVX2_U) == 0 && SWI_W % (8 * PG_AVX2_U) == 0, "the runs' counts are whole iterations");
+
+/* stage 1 of the elements [i, i + w): r and 2^n of exp(-g) */
+PG_CPU_INLINE PG_CPU_TARGET_AVX2 void swi_reduce(const float *g, int64_t w, float *r, float *sc)
+{
+    for (int64_t j = 0; j < w; j += 8 * PG_AVX2_U) {
+        __m256 a[PG_AVX2_U];
+        SWI_EACH(a[k] = _mm256_xor_ps(_mm256_loadu_ps(g + j + 8 * k), PG_V8(-0.0f)));
+        pg_avx2_exp_reduce32(a, r + j, sc + j);
+    }
+}
+
+/* y = (g / (1 + e)) u; m a multiple of 32 */
 PG_CPU_TARGET_AVX2 static void swi_fwd_run_avx2(int64_t m, const float *g, const float *u, float *y)
 {
-    for (int64_t i = 0; i < m; i += SWI_BLK)
-        swi_fwd_blk(g + i, u + i, y + i);
+    _Alignas(32) float r[SWI_W], sc[SWI_W];
+    for (int64_t i = 0; i < m; i += SWI_W) {
+        int64_t w = m - i < SWI_W ? m - i : SWI_W;
+        swi_reduce(g + i, w, r, sc);
+        for (int64_t j = 0; j < w; j += 8 * PG_AVX2_U) {
+            const float *gj = g + i + j, *uj = u + i + j;
+            __m256 e[PG_AVX2_U];
+            pg_avx2_exp_poly32(r + j, sc + j, e);
+            SWI_EACH(e[k] = _mm256_div_ps(_mm256_loadu_ps(gj + 8 * k), _mm256_add_ps(PG_V8(1.0f), e[k])));
+            SWI_EACH(_mm256_storeu_ps(y + i + j + 8 * k, _mm256_mul_ps(e[k], _mm256_loadu_ps(uj + 8 * k))));
+        }
+    }
 }
+
+/* du = dy (g s), dg = (dy u) (s (1 + g (e s))), s = 1 / (1 + e); m a multiple of 32 */
 PG_CPU_TARGET_AVX2 static void swi_bwd_run_avx2(int64_t m, const float *g, const float *u, const float *dy,
                                                 float *dg, float *du)
 {
-    for (int64_t i = 0; i < m; i += SWI_BLK)
-        swi_bwd_blk(g + i, u + i, dy + i, dg + i, du + i);
+    _Alignas(32) float r[SWI_W], sc[SWI_W];
+    for (int64_t i = 0; i < m; i += SWI_W) {
+        int64_t w = m - i < SWI_W ? m - i : SWI_W;
+        swi_reduce(g + i, w, r, sc);
+        for (int64_t j = 0; j < w; j += 8 * PG_AVX2_U) {
+            const float *gj = g + i + j, *uj = u + i + j, *dj = dy + i + j;
+            __m256 e[PG_AVX2_U], s[PG_AVX2_U], v[PG_AVX2_U], d[PG_AVX2_U], t[PG_AVX2_U];
+            pg_avx2_exp_poly32(r + j, sc + j, e);
+            SWI_EACH(s[k] = _mm256_div_ps(PG_V8(1.0f), _mm256_add_ps(PG_V8(1.0f), e[k])));
+            SWI_EACH(v[k] = _mm256_loadu_ps(gj + 8 * k));
+            SWI_EACH(d[k] = _mm256_loadu_ps(dj + 8 * k));
+            SWI_EACH(t[k] = _mm256_mul_ps(d[k], _mm256_mul_ps(v[k], s[k])));
+            SWI_EACH(e[k] = _mm256_mul_ps(v[k], _mm256_mul_ps(e[k], s[k])));
+            SWI_EACH(e[k] = _mm256_mul_ps(s[k], _mm256_add_ps(PG_V8(1.0f), e[k])));
+            SWI_EACH(e[k] = _mm256_mul_ps(_mm256_mul_ps(d[k], _mm256_loadu_ps(uj + 8 * k)), e[k]));
+            SWI_EACH(_mm256_storeu_ps(du + i + j + 8 * k, t[k]));
+            SWI_EACH(_mm256_storeu_ps(dg + i + j + 8 * k, e[k]));
+        }
+    }
 }
 #endif
 

@@ -296,6 +296,60 @@ static void test_exp_and_gelu_range(pg_ctx *c)
     free(x), free(y), free(dy), free(dx);
 }
 
+/* gelu's former formula, one element at a time: the blocks' operations
+ * (activation.c) through cpu_kernels.h's scalar exp, which the AVX2 path
+ * and the baseline loops must both give bit for bit */
+static float gelu_former(float v, float dy, float *dx)
+{
+    const float k = 0.7978845608028654f, a = 2.0f * k, b = 2.0f * k * 0.044715f;
+    float e = pg_cpu_exp_lane(pg_cpu_exp_clamp(v * (-a - b * (v * v)))), s = 1.0f / (1.0f + e);
+    *dx = dy * (s * (1.0f + (v * (a + (3.0f * b) * (v * v))) * (e * s)));
+    return v / (1.0f + e);
+}
+
+/* gelu forward and backward, every length class of the loops (a tail alone,
+ * a vector, vectors and a tail, a block of 64, the AVX2 stages' 128 and
+ * past it, long counts), on values that reach the exp's clamps (|x| up to
+ * 150), zeros, NaN and infinities: the AVX2 path, the baseline loops, the
+ * former formula element by element, and in place (y = x, dx = dy) all the
+ * same bytes. */
+static void test_gelu_builds(pg_ctx *c, rng *r)
+{
+    static const int64_t ns[] = {1, 7, 8, 9, 63, 64, 65, 127, 128, 129, 200, 255, 256, 257, 1000, 4099};
+    int avx2 = c->avx2, same = 1, former = 1;
+    for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
+        int64_t n = ns[k];
+        float *x = fa(n), *dy = fa(n), *y[2], *dx[2], *yi = fa(n), *dxi = fa(n);
+        fill(r, x, n, -6, 6), fill(r, dy, n, -1, 1);
+        for (int64_t i = 0; i < n; i += 5) /* far out, both ways */
+            x[i] *= 25.0f;
+        static const float odd[] = {0.0f, -0.0f, NAN, INFINITY, -INFINITY, 88.5f, -87.5f, 1e-30f};
+        for (int64_t i = 0; i < n && i < 8; i++)
+            x[n - 1 - i] = odd[i];
+        for (int b = 0; b < 2; b++) {
+            y[b] = fa(n), dx[b] = fa(n);
+            c->avx2 = b ? 0 : avx2;
+            pg_gelu_fwd(c, n, x, y[b]);
+            pg_gelu_bwd_in(c, n, x, dy, dx[b]);
+        }
+        c->avx2 = avx2;
+        memcpy(yi, x, (size_t)n * 4), memcpy(dxi, dy, (size_t)n * 4);
+        pg_gelu_fwd(c, n, yi, yi);
+        pg_gelu_bwd_in(c, n, x, dxi, dxi);
+        same &= !memcmp(y[0], y[1], (size_t)n * 4) && !memcmp(dx[0], dx[1], (size_t)n * 4) &&
+                !memcmp(y[0], yi, (size_t)n * 4) && !memcmp(dx[0], dxi, (size_t)n * 4);
+        for (int64_t i = 0; i < n; i++) {
+            float d, f = gelu_former(x[i], dy[i], &d);
+            former &= !memcmp(&f, &y[0][i], 4) && !memcmp(&d, &dx[0][i], 4);
+        }
+        free(x), free(dy), free(y[0]), free(y[1]), free(dx[0]), free(dx[1]), free(yi), free(dxi);
+    }
+    OK(same, "gelu forward and backward: the %s build, the baseline loops and in place give the same bytes, counts "
+       "1 to 4099", avx2 ? "AVX2" : "baseline");
+    OK(former, "gelu forward and backward give the former formula's bits element by element (clamps, zeros, NaN, "
+       "infinities included)");
+}
+
 /* swiglu: the elementwise parts against the formulas in double on the
  * kernel's own g and u (h = 37: two blocks and a tail per row, rows of
  * different lengths' tails land mid-block), dx against finite differences. */
@@ -332,6 +386,75 @@ static void test_swiglu(pg_ctx *c, rng *r)
        "%.1e)", ey, eu, eg);
     OK(fd_relerr(swi_obj, &t, t.x, n * d, dx) < FD_TOL, "swiglu_bwd_in matches finite differences (x)");
     free(t.x), free(t.wg), free(t.wu), free(t.g), free(t.u), free(t.y), free(t.p), free(dg), free(du), free(dx);
+}
+
+/* a[0, n) and b[0, n) the same bytes, where they are not both NaN: a NaN's
+ * sign follows which operand of a multiply the compiler put first (x86
+ * returns the first NaN operand), not the formula */
+static int same_or_nan(const float *a, const float *b, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(a + i, b + i, 4) && !(isnan(a[i]) && isnan(b[i])))
+            return 0;
+    return 1;
+}
+
+/* swiglu's former formula, one element at a time: the blocks' operations
+ * (swiglu.c) through cpu_kernels.h's scalar exp, which the AVX2 path and the
+ * baseline loops must both give bit for bit */
+static float swi_former(float g, float u, float dy, float *dg, float *du)
+{
+    float e = pg_cpu_exp_lane(pg_cpu_exp_clamp(-g)), s = 1.0f / (1.0f + e);
+    *du = dy * (g * s);
+    *dg = (dy * u) * (s * (1.0f + g * (e * s)));
+    return (g / (1.0f + e)) * u;
+}
+
+/* swiglu's elementwise parts, every length class of the loops (as
+ * test_gelu_builds), on gates that reach the exp's clamps, zeros, NaN and
+ * infinities: the AVX2 path, the baseline loops and the former formula element
+ * by element the same bytes (NaN as NaN: same_or_nan). The forward through one row with d = 1 and x = 1
+ * (g and u are the weights, exactly; -0 becomes +0 in the GEMM's sum), the
+ * backward alone (dx NULL) on the gates as they are. */
+static void test_swiglu_builds(pg_ctx *c, rng *r)
+{
+    static const int64_t ns[] = {1, 7, 8, 9, 63, 64, 65, 127, 128, 129, 200, 255, 256, 257, 1000, 4099};
+    int avx2 = c->avx2, same = 1, former = 1;
+    float one = 1.0f;
+    for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
+        int64_t n = ns[k];
+        float *xg = fa(n), *xu = fa(n), *dy = fa(n), *g[2], *u[2], *y[2], *dg[2], *du[2];
+        fill(r, xg, n, -8, 8), fill(r, xu, n, -2, 2), fill(r, dy, n, -1, 1);
+        for (int64_t i = 0; i < n; i += 5) /* far out, both ways */
+            xg[i] *= 20.0f;
+        static const float odd[] = {0.0f, -0.0f, NAN, INFINITY, -INFINITY, 88.5f, -87.5f, 1e-30f};
+        for (int64_t i = 0; i < n && i < 8; i++)
+            xg[n - 1 - i] = odd[i];
+        if (n > 9)
+            xu[1] = INFINITY, xu[2] = NAN, dy[3] = -INFINITY;
+        for (int b = 0; b < 2; b++) {
+            g[b] = fa(n), u[b] = fa(n), y[b] = fa(n), dg[b] = fa(n), du[b] = fa(n);
+            c->avx2 = b ? 0 : avx2;
+            pg_swiglu_fwd(c, 1, 1, n, &one, xg, NULL, xu, NULL, g[b], u[b], y[b]);
+            pg_swiglu_bwd_in(c, 1, 1, n, xg, xu, xg, xu, dy, dg[b], du[b], NULL);
+        }
+        c->avx2 = avx2;
+        same &= same_or_nan(g[0], g[1], n) && same_or_nan(u[0], u[1], n) && same_or_nan(y[0], y[1], n) &&
+                same_or_nan(dg[0], dg[1], n) && same_or_nan(du[0], du[1], n);
+        for (int64_t i = 0; i < n; i++) {
+            float fg, fu, f = swi_former(g[0][i], u[0][i], 0.0f, &fg, &fu);
+            former &= same_or_nan(&f, &y[0][i], 1);
+            swi_former(xg[i], xu[i], dy[i], &fg, &fu);
+            former &= same_or_nan(&fg, &dg[0][i], 1) && same_or_nan(&fu, &du[0][i], 1);
+        }
+        free(xg), free(xu), free(dy);
+        for (int b = 0; b < 2; b++)
+            free(g[b]), free(u[b]), free(y[b]), free(dg[b]), free(du[b]);
+    }
+    OK(same, "swiglu forward and backward: the %s build and the baseline loops give the same bytes, counts 1 to 4099",
+       avx2 ? "AVX2" : "baseline");
+    OK(former, "swiglu forward and backward give the former formula's bits element by element (clamps, zeros, NaN, "
+       "infinities included)");
 }
 
 /* ---- layernorm ----------------------------------------------------------- */
@@ -519,18 +642,29 @@ static int norm_add_differs(pg_ctx *c, rng *r, int rms, int affine, int64_t n, i
     return bad;
 }
 
+/* why = "" when differs finds nothing for any affine, d in ds and n in ns;
+ * else where it first did */
+typedef int norm_differs_fn(pg_ctx *c, rng *r, int rms, int affine, int64_t n, int64_t d);
+
+static void norm_sweep(pg_ctx *c, rng *r, int rms, norm_differs_fn *differs, const int64_t *ds, size_t nds,
+                       const int64_t *ns, size_t nns, char why[96])
+{
+    why[0] = 0;
+    for (int affine = 0; affine <= 1 && !why[0]; affine++)
+        for (size_t k = 0; k < nds && !why[0]; k++)
+            for (size_t i = 0; i < nns && !why[0]; i++)
+                if (differs(c, r, rms, affine, ns[i], ds[k]))
+                    snprintf(why, 96, ": differs at n %lld d %lld%s", (long long)ns[i], (long long)ds[k],
+                             affine ? "" : " without weights");
+}
+
 static void test_norm_add(pg_ctx *c, rng *r)
 {
     static const int64_t ds[] = {1, 7, 15, 16, 17, 100, 128, 255, 256, 257, 300, 513};
     static const int64_t ns[] = {1, 7, 8, 9, 19};
     for (int rms = 0; rms <= 1; rms++) {
-        char why[96] = "";
-        for (int affine = 0; affine <= 1 && !why[0]; affine++)
-            for (size_t k = 0; k < sizeof ds / sizeof *ds && !why[0]; k++)
-                for (size_t i = 0; i < sizeof ns / sizeof *ns && !why[0]; i++)
-                    if (norm_add_differs(c, r, rms, affine, ns[i], ds[k]))
-                        snprintf(why, sizeof why, ": differs at n %lld d %lld%s", (long long)ns[i], (long long)ds[k],
-                                 affine ? "" : " without weights");
+        char why[96];
+        norm_sweep(c, r, rms, norm_add_differs, ds, sizeof ds / sizeof *ds, ns, sizeof ns / sizeof *ns, why);
         OK(!why[0], "add_%s_fwd and %s_bwd_in_add give the bytes of the add and the norm apart (z, y, statistics, "
            "dx + ds), d = 1..513, n = 1..19, with and without weights%s", rms ? "rmsnorm" : "layernorm",
            rms ? "rmsnorm" : "layernorm", why);
@@ -553,6 +687,72 @@ static void test_norm_add(pg_ctx *c, rng *r)
     OK(rc == 2 && strstr(msg, "add_rmsnorm_fwd: need n >= 0 and d > 0") &&
            strstr(msg, "layernorm_bwd_in_add: need n >= 0 and d > 0"),
        "add_rmsnorm_fwd and layernorm_bwd_in_add with d < 0 are refused, naming themselves: %s", msg);
+}
+
+/* The norms' AVX2 rows (layernorm.c: intrinsics) against their baseline
+ * loops, which are the former code unchanged: the bytes of y, the
+ * statistics, z and dx of every op (plain and fused with the add), layernorm
+ * and rmsnorm, with and without the affine weights, for every length class of
+ * a row (a vector, a block of 16, a chunk of 256, and a tail of each) and row
+ * counts around the groups of 8. */
+enum { NO_Y, NO_M, NO_RS, NO_Z, NO_Y2, NO_M2, NO_RS2, NO_DX, NO_DX2, NO_DW, NO_DB, NO_N }; /* the outputs compared */
+
+static void norm_all(pg_ctx *c, int rms, int64_t n, int64_t d, const float *x, const float *s, const float *w,
+                     const float *b, const float *dy, const float *ds, float *const *o)
+{
+    if (rms) {
+        pg_rmsnorm_fwd(c, n, d, 1e-5f, x, w, o[NO_Y], o[NO_RS]);
+        pg_add_rmsnorm_fwd(c, n, d, 1e-5f, x, s, o[NO_Z], w, o[NO_Y2], o[NO_RS2]);
+        pg_rmsnorm_bwd_in(c, n, d, x, w, o[NO_RS], dy, o[NO_DX]);
+        pg_rmsnorm_bwd_in_add(c, n, d, x, w, o[NO_RS], dy, ds, o[NO_DX2]);
+        pg_rmsnorm_bwd_w(c, n, d, x, o[NO_RS], dy, o[NO_DW]);
+    } else {
+        pg_layernorm_fwd(c, n, d, 1e-5f, x, w, b, o[NO_Y], o[NO_M], o[NO_RS]);
+        pg_add_layernorm_fwd(c, n, d, 1e-5f, x, s, o[NO_Z], w, b, o[NO_Y2], o[NO_M2], o[NO_RS2]);
+        pg_layernorm_bwd_in(c, n, d, x, w, o[NO_M], o[NO_RS], dy, o[NO_DX]);
+        pg_layernorm_bwd_in_add(c, n, d, x, w, o[NO_M], o[NO_RS], dy, ds, o[NO_DX2]);
+        pg_layernorm_bwd_w(c, n, d, x, o[NO_M], o[NO_RS], dy, o[NO_DW], o[NO_DB]);
+    }
+}
+
+static int64_t norm_out_len(int i, int64_t n, int64_t d)
+{
+    return i == NO_M || i == NO_RS || i == NO_M2 || i == NO_RS2 ? n : i == NO_DW || i == NO_DB ? d : n * d;
+}
+
+static int norm_builds_differ(pg_ctx *c, rng *r, int rms, int affine, int64_t n, int64_t d)
+{
+    int64_t nd = n * d;
+    float *x = fa(nd), *s = fa(nd), *w = fa(d), *b = fa(d), *dy = fa(nd), *ds = fa(nd), *o[2][NO_N];
+    fill(r, x, nd, -2, 4), fill(r, s, nd, -1, 1), fill(r, w, d, 0.5, 1.5), fill(r, b, d, -1, 1);
+    fill(r, dy, nd, -1, 1), fill(r, ds, nd, -1, 1);
+    int avx2 = c->avx2, bad = 0;
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < NO_N; i++) /* zeroed (calloc): rmsnorm leaves the means alone */
+            o[k][i] = fa(norm_out_len(i, n, d));
+        c->avx2 = k ? 0 : avx2;
+        norm_all(c, rms, n, d, x, s, affine ? w : NULL, affine ? b : NULL, dy, ds, o[k]);
+    }
+    c->avx2 = avx2;
+    for (int i = 0; i < NO_N; i++) {
+        bad |= memcmp(o[0][i], o[1][i], (size_t)norm_out_len(i, n, d) * 4) != 0;
+        free(o[0][i]), free(o[1][i]);
+    }
+    free(x), free(s), free(w), free(b), free(dy), free(ds);
+    return bad;
+}
+
+static void test_norm_builds(pg_ctx *c, rng *r)
+{
+    static const int64_t ds[] = {1, 6, 7, 8, 9, 15, 16, 17, 37, 100, 128, 255, 256, 257, 300, 513, 700};
+    static const int64_t ns[] = {1, 9, 19};
+    for (int rms = 0; rms <= 1; rms++) {
+        char why[96];
+        norm_sweep(c, r, rms, norm_builds_differ, ds, sizeof ds / sizeof *ds, ns, sizeof ns / sizeof *ns, why);
+        OK(!why[0], "%s: the %s rows and the baseline loops give the same bytes (forward, fused add, backward, "
+           "fused skip gradient, weight gradients), d = 1..700, n = 1..19%s", rms ? "rmsnorm" : "layernorm",
+           c->avx2 ? "AVX2" : "baseline", why);
+    }
 }
 
 /* ---- batchnorm ----------------------------------------------------------- */
@@ -1479,6 +1679,53 @@ static void test_adamw_blocks(pg_ctx *c)
     OK(same, "adamw in blocks gives every element the bits of its plain definition (37 elements, 3 steps)");
 }
 
+/* adamw's AVX2 path (optim.c: intrinsics) against the baseline loops and the
+ * plain definition, every length class (a tail alone, a block, blocks and a
+ * tail, long), gradients from zero to 1e20 (g g overflows: v and the
+ * denominator infinite), NaN and infinities, two steps: the same bytes (NaN
+ * as NaN) */
+static void test_adamw_builds(pg_ctx *c, rng *r)
+{
+    static const int64_t ns[] = {1, 7, 8, 15, 16, 17, 40, 1000, 4099};
+    const float lr = 2e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+    int avx2 = c->avx2, same = 1, plain = 1;
+    for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
+        int64_t n = ns[k];
+        float *g = fa(n), *w[3], *m[3], *v[3];
+        for (int b = 0; b < 3; b++)
+            w[b] = fa(n), m[b] = fa(n), v[b] = fa(n);
+        fill(r, g, n, -1, 1), fill(r, w[0], n, -1, 1);
+        static const float odd[] = {0.0f, -0.0f, NAN, INFINITY, -INFINITY, 1e20f, -3e19f, 1e-30f};
+        for (int64_t i = 0; i < n; i++)
+            g[i] = i % 11 == 3 ? odd[(i / 11) % 8] : g[i] * (i % 3 == 0 ? 1e-4f : 1.0f);
+        memcpy(w[1], w[0], (size_t)n * 4), memcpy(w[2], w[0], (size_t)n * 4);
+        for (int t = 1; t <= 2; t++) {
+            for (int b = 0; b < 2; b++) {
+                c->avx2 = b ? 0 : avx2;
+                pg_adamw_step(c, n, w[b], g, m[b], v[b], lr, b1, b2, eps, wd, t);
+            }
+            float decay = (float)(1.0 - (double)lr * (double)wd), one_b1 = (float)(1.0 - (double)b1);
+            float one_b2 = (float)(1.0 - (double)b2);
+            float neg_step = (float)(-((double)lr / (1.0 - pow((double)b1, (double)t))));
+            float bc2_sqrt = (float)sqrt(1.0 - pow((double)b2, (double)t));
+            for (int64_t i = 0; i < n; i++) {
+                float wi = w[2][i] * decay, mi = m[2][i] * b1 + one_b1 * g[i], vi = v[2][i] * b2 + one_b2 * g[i] * g[i];
+                w[2][i] = wi + neg_step * mi / (sqrtf(vi) / bc2_sqrt + eps);
+                m[2][i] = mi, v[2][i] = vi;
+            }
+            same &= same_or_nan(w[0], w[1], n) && same_or_nan(m[0], m[1], n) && same_or_nan(v[0], v[1], n);
+            plain &= same_or_nan(w[0], w[2], n) && same_or_nan(m[0], m[2], n) && same_or_nan(v[0], v[2], n);
+        }
+        c->avx2 = avx2;
+        free(g);
+        for (int b = 0; b < 3; b++)
+            free(w[b]), free(m[b]), free(v[b]);
+    }
+    OK(same && plain, "adamw: the %s build, the baseline loops and the plain definition give the same bytes, counts 1 "
+       "to 4099, two steps (zeros, 1e20, NaN and infinities among the gradients)%s", avx2 ? "AVX2" : "baseline",
+       same ? "" : ": the builds differ");
+}
+
 static void test_optimizers(pg_ctx *c)
 {
     float w[4], buf[4], m[4], v[4];
@@ -2109,11 +2356,15 @@ int main(int argc, char **argv)
     test_linear_act(&r);
     test_activations(c, &r);
     test_exp_and_gelu_range(c);
+    test_gelu_builds(c, &r);
     test_swiglu(c, &r);
+    test_swiglu_builds(c, &r);
+    test_adamw_builds(c, &r);
     test_layernorm(c, &r);
     test_norm_lengths(c, &r);
     test_norm_rows_alone(c, &r);
     test_norm_add(c, &r);
+    test_norm_builds(c, &r);
     test_batchnorm(c, &r);
     test_embed(c, &r);
     test_pos_embed(c, &r);
