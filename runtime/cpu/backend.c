@@ -55,6 +55,7 @@ void pg_backend_free(pg_ctx *c)
     if (!c)
         return;
     pg_cpu_gemm_pool_free(c->gemm);
+    pg_cpu_wpack_free(c);
     free(c->rope_tab);
     free(c);
 }
@@ -127,11 +128,12 @@ void pg_arena_guard(pg_ctx *c, void *arena, size_t bytes, const pg_arena_buf *bu
 #endif
 }
 
+/* The writes below mark the packed GEMM weights they overlap (wpack.c). */
 int pg_copy_to_dev(pg_ctx *c, void *dst, const void *src, size_t bytes)
 {
-    (void)c;
     if (bytes)
         memmove(dst, src, bytes);
+    pg_cpu_wpack_touch(c, dst, bytes);
     return 0;
 }
 
@@ -151,31 +153,31 @@ int pg_sync(pg_ctx *c)
 
 int pg_zero(pg_ctx *c, float *x, int64_t count)
 {
-    (void)c;
     if (pg_args_count("zero", count))
         return 1;
     if (count)
         memset(x, 0, (size_t)count * sizeof *x);
+    pg_cpu_wpack_touch(c, x, (size_t)count * sizeof *x);
     return 0;
 }
 
 int pg_copy(pg_ctx *c, float *dst, const float *src, int64_t count)
 {
-    (void)c;
     if (pg_args_count("copy", count))
         return 1;
     if (count && dst != src)
         memmove(dst, src, (size_t)count * sizeof *dst);
+    pg_cpu_wpack_touch(c, dst, (size_t)count * sizeof *dst);
     return 0;
 }
 
 int pg_axpy_inplace(pg_ctx *c, float *y, const float *x, int64_t count)
 {
-    (void)c;
     if (pg_args_count("axpy", count))
         return 1;
     for (int64_t i = 0; i < count; i++)
         y[i] += x[i];
+    pg_cpu_wpack_touch(c, y, (size_t)count * sizeof *y);
     return 0;
 }
 
@@ -263,7 +265,8 @@ int pg_backend_set_precision(pg_ctx *c, int precision)
 }
 
 /* bf16 shadow weights are a CUDA-runtime copy: the CPU's GEMMs read the f32
- * weights, so the planned shadows stay unused here. */
+ * weights (or their packed copies, wpack.c), so the planned shadows stay
+ * unused here. */
 int pg_shadow_register(pg_ctx *c, const float *w, int64_t count, void *shadow)
 {
     (void)c;
@@ -273,11 +276,13 @@ int pg_shadow_register(pg_ctx *c, const float *w, int64_t count, void *shadow)
     return 0;
 }
 
+/* A weight written from outside the backend (received over the network):
+ * its packed GEMM copies are packed again at their next use (wpack.c). */
 int pg_param_written(pg_ctx *c, const float *w, int64_t count)
 {
-    (void)c, (void)w;
     if (pg_args_count("param_written", count))
         return 1;
+    pg_cpu_wpack_touch(c, w, (size_t)count * sizeof *w);
     return 0;
 }
 
