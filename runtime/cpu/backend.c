@@ -62,27 +62,20 @@ void pg_backend_free(pg_ctx *c)
 
 const char *pg_backend_name(void) { return "cpu"; }
 
-void *pg_arena_create(pg_ctx *c, size_t bytes)
+void *pg_cpu_alloc_zeroed(size_t bytes)
 {
-    (void)c;
     size_t rounded = bytes ? bytes : 1;
-    if (rounded > SIZE_MAX - (PG_ARENA_ALIGN - 1)) {
-        pg_rt_error(__FILE__, __LINE__, "arena of %zu bytes is too large to allocate", bytes);
+    if (rounded > SIZE_MAX - PG_HUGE_PAGE)
         return NULL;
-    }
     size_t align = PG_ARENA_ALIGN;
 #ifdef MADV_HUGEPAGE
-    if (rounded >= 4 * PG_HUGE_PAGE && rounded <= SIZE_MAX - PG_HUGE_PAGE)
+    if (rounded >= 4 * PG_HUGE_PAGE)
         align = PG_HUGE_PAGE;
 #endif
     rounded = (rounded + align - 1) / align * align;
     void *p = aligned_alloc(align, rounded);
-    if (!p) {
-        pg_rt_error(__FILE__, __LINE__,
-                    "cannot allocate the stage arena: %zu bytes (%.1f MiB); free memory or use more stages",
-                    bytes, (double)bytes / (1024.0 * 1024.0));
+    if (!p)
         return NULL;
-    }
 #ifdef MADV_HUGEPAGE
     /* 2 MiB pages where the kernel gives them on request (transparent huge
      * pages in "madvise" mode, Debian's default): a step streams the weights,
@@ -92,6 +85,21 @@ void *pg_arena_create(pg_ctx *c, size_t bytes)
         (void)madvise(p, rounded, MADV_HUGEPAGE);
 #endif
     memset(p, 0, rounded);
+    return p;
+}
+
+void *pg_arena_create(pg_ctx *c, size_t bytes)
+{
+    (void)c;
+    if (bytes > SIZE_MAX - PG_HUGE_PAGE) {
+        pg_rt_error(__FILE__, __LINE__, "arena of %zu bytes is too large to allocate", bytes);
+        return NULL;
+    }
+    void *p = pg_cpu_alloc_zeroed(bytes);
+    if (!p)
+        pg_rt_error(__FILE__, __LINE__,
+                    "cannot allocate the stage arena: %zu bytes (%.1f MiB); free memory or use more stages",
+                    bytes, (double)bytes / (1024.0 * 1024.0));
     return p;
 }
 

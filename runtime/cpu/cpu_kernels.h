@@ -80,6 +80,9 @@ int pg_cpu_wpack_b(pg_ctx *c, const float *w, int64_t rows, int64_t cols, int or
  * copies are packed again at their next use. */
 void pg_cpu_wpack_touch(pg_ctx *c, const void *p, size_t bytes);
 void pg_cpu_wpack_free(pg_ctx *c);
+/* backend.c: bytes of zeroed memory, 256-byte aligned (2 MiB and asked for
+ * transparent huge pages from 8 MiB on), for free(); NULL when not had. */
+void *pg_cpu_alloc_zeroed(size_t bytes);
 /* The line pg_gemm_weights_plan prints (main.c: at start-up, on stdout) when
  * the stage has GEMM weights: how many are packed, their bytes, how many the
  * cap left out. */

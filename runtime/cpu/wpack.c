@@ -98,14 +98,13 @@ int pg_gemm_weights_plan(pg_ctx *c, int stage, int n, const pg_gemm_weight *w, F
     }
     c->wp = calloc((size_t)take, sizeof *c->wp);
     c->wp_bytes = (size_t)floats * sizeof(float);
-    c->wp_mem = c->wp ? aligned_alloc(64, c->wp_bytes) : NULL; /* a multiple of 64: panels of 16 or 32 floats */
+    c->wp_mem = c->wp ? pg_cpu_alloc_zeroed(c->wp_bytes) : NULL; /* huge pages, as the arena: streamed each step */
     if (!c->wp || !c->wp_mem) {
         free(c->wp), c->wp = NULL;
         return PG_RT_FAIL("stage %d: cannot reserve %zu bytes (%.1f MiB) for its %d GEMM weights packed once a step; "
                           "PIPE_CPU_PACK_MIB=0 runs without them (each product packs its weight itself)",
                           stage, c->wp_bytes, (double)c->wp_bytes / 1048576.0, take);
     }
-    memset(c->wp_mem, 0, c->wp_bytes); /* the pages are had now, not at the first step */
     float *at = c->wp_mem;
     for (int i = 0; i < take; i++) {
         struct pg_cpu_wpack *e = &c->wp[i];
