@@ -338,6 +338,15 @@ template <typename F>
 __global__ void pg_partial_sums_kernel(int64_t count, F f, double *partial)
 {
     __shared__ double sh[PG_CUDA_RED_THREADS];
+    /* A block past the last element sums PG_CUDA_RED_THREADS zeros: its tree
+     * gives +0.0, written here without the tree (the whole block leaves
+     * together, before any barrier; small sums leave most blocks empty, and
+     * each tree costs 9 barriers) */
+    if ((int64_t)blockIdx.x * PG_CUDA_RED_THREADS >= count) {
+        if (threadIdx.x == 0)
+            partial[blockIdx.x] = 0.0;
+        return;
+    }
     double s = 0.0;
     for (int64_t i = (int64_t)blockIdx.x * PG_CUDA_RED_THREADS + threadIdx.x; i < count;
          i += (int64_t)PG_CUDA_RED_BLOCKS * PG_CUDA_RED_THREADS)

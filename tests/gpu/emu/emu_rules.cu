@@ -473,10 +473,16 @@ static void test_timing(void)
     cudaMallocHost((void **)&go, sizeof *go);
     *go = 0;
     float ms = -1.0f;
+    double t0 = now_ms(); /* before `a`: no stream time between the events can exceed the host's since */
     cudaEventRecord(a, s);
     hold_kernel<<<1, 1, 0, s>>>(go);
     cudaEventRecord(b, s);
-    double t0 = now_ms();
+    /* the 30 ms hold starts once the stream has passed `a`: a stream thread
+     * that starts late (a loaded machine) would otherwise stamp `a` after the
+     * nap began, and the events' elapsed time would rightly be under 30 ms */
+    struct timespec tick = {0, 100000};
+    while (cudaEventQuery(a) == cudaErrorNotReady)
+        nanosleep(&tick, NULL);
     OK(cudaEventElapsedTime(&ms, a, b) == cudaErrorNotReady && cudaGetLastError() == cudaSuccess,
        "cudaEventElapsedTime before the stream reached the end event: cudaErrorNotReady, not a last error");
     struct timespec nap = {0, 30 * 1000000};
