@@ -7,6 +7,9 @@ PIPEGEN=${PIPEGEN:-$TOP/build-san/pipegen}
 # every stage a test starts checks that the messages it lent from its arena
 # stayed as they were until written (runtime/core/step.c, PIPE_CHECK_SENDS)
 export PIPE_CHECK_SENDS="${PIPE_CHECK_SENDS-1}"
+# ... and that every GEMM weight's packed copy equals the weight at each use
+# (runtime/cpu/wpack.c, PIPE_CHECK_PACKS: a weight written unmarked stops it)
+export PIPE_CHECK_PACKS="${PIPE_CHECK_PACKS-1}"
 _n=0; _fail=0
 plan() { echo "1..$1"; }
 ok() { # ok COND-EXIT-STATUS NAME

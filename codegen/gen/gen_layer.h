@@ -39,7 +39,8 @@ typedef struct gen_layer_kind {
     /* the layer produces no tensor of its own: the current tensor passes through
      * (stash); otherwise a new one, "<name> out", with the layer's output shape */
     int passes_through;
-    /* bit k: param[k] is a GEMM weight (with precision = bf16, a bf16 shadow copy) */
+    /* bit k: param[k] is a GEMM weight (the CPU runtime packs it once a step; with
+     * precision = bf16, a bf16 shadow copy) */
     unsigned gemm_weights;
     /* the same for a kind whose parameters depend on its attributes (attention
      * without biases, with separate projections); NULL: gemm_weights */
@@ -122,6 +123,12 @@ void gen_conv_init(const pg_conv *g, char *buf, size_t n);
  * memory. The CUDA runtime makes each one's cuDNN plan at start-up
  * (pg_stage_desc.convs). */
 int gen_stage_convs(const ir_model *m, const em_stage *S, pg_conv **out);
+/* Stage S's GEMM weights: gw[p] = 1 (gw: [m->nparams]) for each model
+ * parameter that a layer of S reads as a GEMM's B (gen_layer_kind's
+ * gemm_weights), a matrix; their count, and with bytes, what the CPU runtime
+ * reserves at most for their copies packed once a step (both ways, panels
+ * of 32 columns: the widest kernel's). pg_stage_desc.gemm_weights. */
+int gen_stage_gemm_weights(const ir_model *m, const em_stage *S, unsigned char *gw, int64_t *bytes);
 
 /* ---- for the entries: the layout (gen_layout.c) ---- */
 

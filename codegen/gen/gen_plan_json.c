@@ -101,6 +101,18 @@ void pg_gen_report(const pg_gen *g, FILE *o)
         }
         if (S->dch)
             fprintf(o, "  generation after training: its buffers share bytes with the step's activations\n");
+        unsigned char *gw = calloc((size_t)m->nparams + 1, 1);
+        int64_t gw_bytes = 0;
+        int ngw = gw ? gen_stage_gemm_weights(m, S, gw, &gw_bytes) : 0; /* out of memory: no note */
+        free(gw);
+        if (ngw && gw_bytes > PG_BYTES_LIMIT)
+            fprintf(o, "  CPU: %d GEMM weight%s packed once a step (W^T and W): more than %" PRId64 " bytes, more "
+                       "than the CPU runtime's cap (runtime/cpu/README.md)\n",
+                    ngw, ngw == 1 ? "" : "s", PG_BYTES_LIMIT);
+        else if (ngw)
+            fprintf(o, "  CPU: %d GEMM weight%s packed once a step (W^T and W), at most %.3f MiB (%" PRId64 " bytes) "
+                       "beside the arena, reserved at start-up (runtime/cpu/README.md)\n", ngw, ngw == 1 ? "" : "s",
+                    (double)gw_bytes / 1048576.0, gw_bytes);
         int nconvs = gen_stage_convs(m, S, NULL); /* -1 (out of memory): no note */
         if (nconvs > 0)
             fprintf(o, "  GPU: %d convolution geometr%s through cuDNN, planned at start-up; the cuDNN workspace is "

@@ -108,6 +108,32 @@ static void emit_dec_tables(const pg_gen *g, const em_stage *S, FILE *o)
             logits, V, chunk_stage(g, g->m->nchunks - 1), ds->n, pg_mp_cat_bytes(&S->mp, MP_KVCACHE));
 }
 
+int gen_stage_gemm_weights(const ir_model *m, const em_stage *S, unsigned char *gw, int64_t *bytes)
+{
+    int n = 0;
+    int64_t b = 0;
+    for (int i = 0; i < S->nchunks; i++)
+        for (int l = S->ch[i].first; l <= S->ch[i].last; l++) {
+            const ir_layer *L = &m->layers[l];
+            const gen_layer_kind *K = gen_layer_kind_of(L->kind);
+            unsigned bits = !K ? 0 : K->gemm_weights_of ? K->gemm_weights_of(L) : K->gemm_weights;
+            for (int k = 0; k < L->nparam && k < PG_MAX_LAYER_PARAMS; k++) {
+                int p = L->param[k];
+                if (!(bits >> k & 1) || p < 0 || p >= m->nparams || gw[p] || S->param_mp[p] < 0 ||
+                    m->params[p].shape.rank != 2)
+                    continue;
+                gw[p] = 1;
+                n++;
+                int64_t r = m->params[p].shape.dim[0], c = m->params[p].shape.dim[1];
+                int64_t wt = pg_bytes_of((r + 31) / 32 * 32, c, 4), w = pg_bytes_of((c + 31) / 32 * 32, r, 4);
+                b = pg_bytes_add(b, pg_bytes_add(wt, w));
+            }
+        }
+    if (bytes)
+        *bytes = b;
+    return n;
+}
+
 static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
 {
     const ir_model *m = g->m;
@@ -254,6 +280,25 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
     }
     free(convs);
 
+    /* the GEMM weights (pg_gemm_weights_plan; only when there are any) */
+    unsigned char *gw = calloc((size_t)m->nparams + 1, 1);
+    if (!gw)
+        return -1;
+    int ngw = gen_stage_gemm_weights(m, S, gw, NULL);
+    if (ngw) {
+        fprintf(o, "/* the weights its GEMMs read {stage parameter} (pg_gemm_weights_plan: the CPU packs them once a "
+                   "step) */\nstatic const int stage_gemm_weights[] = {\n");
+        for (int p = 0, sp = 0; p < m->nparams; p++) {
+            if (S->param_mp[p] < 0)
+                continue;
+            if (gw[p])
+                fprintf(o, "    %d, /* %s */\n", sp, m->params[p].name);
+            sp++;
+        }
+        fprintf(o, "};\n\n");
+    }
+    free(gw);
+
     int nshadow = 0; /* bf16 shadows {stage param index, offset}: only then, so f32 stage files stay as they were */
     for (int p = 0, sp = 0; p < m->nparams; p++) {
         if (S->param_mp[p] < 0)
@@ -357,6 +402,8 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
             model_arch_hash(g));
     if (g->lend_sends)
         fprintf(o, "    .lend_sends = 1, /* messages lent from the arena: the simulation with their waits finishes */\n");
+    if (ngw)
+        fprintf(o, "    .ngemm_weights = %d, .gemm_weights = stage_gemm_weights,\n", ngw);
     if (S->dch) {
         fprintf(o, "    .dec = &dec_desc,\n");
     } else if (g->dec_why[0]) {

@@ -208,6 +208,11 @@ static const pg_conv stage_convs[] = {
     {.in = 32, .out = 64, .h = 4, .w = 4, .oh = 4, .ow = 4, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .ph = 1, .pw = 1, .dh = 1, .dw = 1, .groups = 1},
 };
 
+/* the weights its GEMMs read {stage parameter} (pg_gemm_weights_plan: the CPU packs them once a step) */
+static const int stage_gemm_weights[] = {
+    5, /* fc.weight */
+};
+
 const pg_stage_desc pg_stage = {
     .contract = PG_CONTRACT_TAG(9),
     .pipegen_version = "0.1.0",
@@ -239,6 +244,7 @@ const pg_stage_desc pg_stage = {
     .nconvs = 1, .convs = stage_convs, .conv_plan = pg_conv_plan,
     .arch_hash = UINT64_C(0x19d2c227d25ef033), /* the layers, layout aside (checkpoint identity) */
     .lend_sends = 1, /* messages lent from the arena: the simulation with their waits finishes */
+    .ngemm_weights = 1, .gemm_weights = stage_gemm_weights,
     .neval_actions = 4, .eval_actions = eval_step,
     .output_rank = 1, .output_dim = {10, 0, 0, 0},
 };

@@ -794,6 +794,22 @@ static const pg_layer_info stage_layers[] = {
     {"h.2.pop.res2", 0, 786432, 786432, 0},
 };
 
+/* the weights its GEMMs read {stage parameter} (pg_gemm_weights_plan: the CPU packs them once a step) */
+static const int stage_gemm_weights[] = {
+    4, /* h.0.attn.qkv.weight */
+    6, /* h.0.attn.proj.weight */
+    10, /* h.0.fc.weight */
+    12, /* h.0.proj.weight */
+    16, /* h.1.attn.qkv.weight */
+    18, /* h.1.attn.proj.weight */
+    22, /* h.1.fc.weight */
+    24, /* h.1.proj.weight */
+    28, /* h.2.attn.qkv.weight */
+    30, /* h.2.attn.proj.weight */
+    34, /* h.2.fc.weight */
+    36, /* h.2.proj.weight */
+};
+
 /* bf16 shadows of the GEMM weights {stage parameter, offset} (pg_shadow_register) */
 static const pg_shadow_desc stage_shadows[] = {
     {4, 543135744}, /* h.0.attn.qkv.weight */
@@ -861,6 +877,7 @@ const pg_stage_desc pg_stage = {
     .nshadows = 12, .shadows = stage_shadows,
     .arch_hash = UINT64_C(0x8746b2000a6ac786), /* the layers, layout aside (checkpoint identity) */
     .lend_sends = 1, /* messages lent from the arena: the simulation with their waits finishes */
+    .ngemm_weights = 12, .gemm_weights = stage_gemm_weights,
     .dec = &dec_desc,
     .neval_actions = 8, .eval_actions = eval_step,
     .output_rank = 2, .output_dim = {1024, 50257, 0, 0},

@@ -1188,6 +1188,30 @@ static const pg_layer_info stage_layers[] = {
     {"h.7.pop.res2", 1, 786432, 786432, 0},
 };
 
+/* the weights its GEMMs read {stage parameter} (pg_gemm_weights_plan: the CPU packs them once a step) */
+static const int stage_gemm_weights[] = {
+    2, /* h.3.attn.qkv.weight */
+    4, /* h.3.attn.proj.weight */
+    8, /* h.3.fc.weight */
+    10, /* h.3.proj.weight */
+    14, /* h.4.attn.qkv.weight */
+    16, /* h.4.attn.proj.weight */
+    20, /* h.4.fc.weight */
+    22, /* h.4.proj.weight */
+    26, /* h.5.attn.qkv.weight */
+    28, /* h.5.attn.proj.weight */
+    32, /* h.5.fc.weight */
+    34, /* h.5.proj.weight */
+    38, /* h.6.attn.qkv.weight */
+    40, /* h.6.attn.proj.weight */
+    44, /* h.6.fc.weight */
+    46, /* h.6.proj.weight */
+    50, /* h.7.attn.qkv.weight */
+    52, /* h.7.attn.proj.weight */
+    56, /* h.7.fc.weight */
+    58, /* h.7.proj.weight */
+};
+
 /* bf16 shadows of the GEMM weights {stage parameter, offset} (pg_shadow_register) */
 static const pg_shadow_desc stage_shadows[] = {
     {2, 382205952}, /* h.3.attn.qkv.weight */
@@ -1267,6 +1291,7 @@ const pg_stage_desc pg_stage = {
     .nshadows = 20, .shadows = stage_shadows,
     .arch_hash = UINT64_C(0x8746b2000a6ac786), /* the layers, layout aside (checkpoint identity) */
     .lend_sends = 1, /* messages lent from the arena: the simulation with their waits finishes */
+    .ngemm_weights = 20, .gemm_weights = stage_gemm_weights,
     .dec = &dec_desc,
     .neval_actions = 12, .eval_actions = eval_step,
     .output_rank = 2, .output_dim = {1024, 50257, 0, 0},

@@ -1012,6 +1012,26 @@ static const pg_layer_info stage_layers[] = {
     {"ln_f", 2, 3932160, 3932160, 1572864},
 };
 
+/* the weights its GEMMs read {stage parameter} (pg_gemm_weights_plan: the CPU packs them once a step) */
+static const int stage_gemm_weights[] = {
+    2, /* h.8.attn.qkv.weight */
+    4, /* h.8.attn.proj.weight */
+    8, /* h.8.fc.weight */
+    10, /* h.8.proj.weight */
+    14, /* h.9.attn.qkv.weight */
+    16, /* h.9.attn.proj.weight */
+    20, /* h.9.fc.weight */
+    22, /* h.9.proj.weight */
+    26, /* h.10.attn.qkv.weight */
+    28, /* h.10.attn.proj.weight */
+    32, /* h.10.fc.weight */
+    34, /* h.10.proj.weight */
+    38, /* h.11.attn.qkv.weight */
+    40, /* h.11.attn.proj.weight */
+    44, /* h.11.fc.weight */
+    46, /* h.11.proj.weight */
+};
+
 /* bf16 shadows of the GEMM weights {stage parameter, offset} (pg_shadow_register) */
 static const pg_shadow_desc stage_shadows[] = {
     {2, 295698432}, /* h.8.attn.qkv.weight */
@@ -1087,6 +1107,7 @@ const pg_stage_desc pg_stage = {
     .nshadows = 16, .shadows = stage_shadows,
     .arch_hash = UINT64_C(0x8746b2000a6ac786), /* the layers, layout aside (checkpoint identity) */
     .lend_sends = 1, /* messages lent from the arena: the simulation with their waits finishes */
+    .ngemm_weights = 16, .gemm_weights = stage_gemm_weights,
     .dec = &dec_desc,
     .neval_actions = 12, .eval_actions = eval_step,
     .output_rank = 2, .output_dim = {1024, 50257, 0, 0},

@@ -132,6 +132,11 @@ static const pg_layer_info stage_layers[] = {
     {"lm_head", 3, 79047426048, 79047426048, 79047426048},
 };
 
+/* the weights its GEMMs read {stage parameter} (pg_gemm_weights_plan: the CPU packs them once a step) */
+static const int stage_gemm_weights[] = {
+    0, /* wte */
+};
+
 /* bf16 shadows of the GEMM weights {stage parameter, offset} (pg_shadow_register) */
 static const pg_shadow_desc stage_shadows[] = {
     {0, 1132189696}, /* wte */
@@ -188,6 +193,7 @@ const pg_stage_desc pg_stage = {
     .nshadows = 1, .shadows = stage_shadows,
     .arch_hash = UINT64_C(0x8746b2000a6ac786), /* the layers, layout aside (checkpoint identity) */
     .lend_sends = 1, /* messages lent from the arena: the simulation with their waits finishes */
+    .ngemm_weights = 1, .gemm_weights = stage_gemm_weights,
     .dec = &dec_desc,
     .neval_actions = 8, .eval_actions = eval_step,
     .output_rank = 2, .output_dim = {1024, 50257, 0, 0},

@@ -412,6 +412,14 @@ static const pg_layer_info stage_layers[] = {
     {"h0.pop.res2", 0, 8192, 8192, 0},
 };
 
+/* the weights its GEMMs read {stage parameter} (pg_gemm_weights_plan: the CPU packs them once a step) */
+static const int stage_gemm_weights[] = {
+    4, /* h0.attn.qkv.weight */
+    6, /* h0.attn.proj.weight */
+    10, /* h0.fc.weight */
+    12, /* h0.proj.weight */
+};
+
 /* generation with the KV cache: one round of the decode schedule (off: the micro-batch's buffer,
  * bytes: per token row; every message goes after the call's row table, runtime/core/decode.c) */
 static const pg_step_action dec_step[] = {
@@ -461,6 +469,7 @@ const pg_stage_desc pg_stage = {
     .nlayers = 12, .layers = stage_layers,
     .arch_hash = UINT64_C(0x2a6129222a7414af), /* the layers, layout aside (checkpoint identity) */
     .lend_sends = 1, /* messages lent from the arena: the simulation with their waits finishes */
+    .ngemm_weights = 4, .gemm_weights = stage_gemm_weights,
     .dec = &dec_desc,
     .neval_actions = 16, .eval_actions = eval_step,
     .output_rank = 2, .output_dim = {64, 256, 0, 0},

@@ -400,6 +400,14 @@ static const pg_layer_info stage_layers[] = {
     {"h1.pop.res2", 1, 8192, 8192, 0},
 };
 
+/* the weights its GEMMs read {stage parameter} (pg_gemm_weights_plan: the CPU packs them once a step) */
+static const int stage_gemm_weights[] = {
+    2, /* h1.attn.qkv.weight */
+    4, /* h1.attn.proj.weight */
+    8, /* h1.fc.weight */
+    10, /* h1.proj.weight */
+};
+
 /* generation with the KV cache: one round of the decode schedule (off: the micro-batch's buffer,
  * bytes: per token row; every message goes after the call's row table, runtime/core/decode.c) */
 static const pg_step_action dec_step[] = {
@@ -453,6 +461,7 @@ const pg_stage_desc pg_stage = {
     .nlayers = 10, .layers = stage_layers,
     .arch_hash = UINT64_C(0x2a6129222a7414af), /* the layers, layout aside (checkpoint identity) */
     .lend_sends = 1, /* messages lent from the arena: the simulation with their waits finishes */
+    .ngemm_weights = 4, .gemm_weights = stage_gemm_weights,
     .dec = &dec_desc,
     .neval_actions = 24, .eval_actions = eval_step,
     .output_rank = 2, .output_dim = {64, 256, 0, 0},

@@ -395,6 +395,17 @@ static const pg_layer_info stage_layers[] = {
     {"h0.pop.res2", 0, 8192, 8192, 0},
 };
 
+/* the weights its GEMMs read {stage parameter} (pg_gemm_weights_plan: the CPU packs them once a step) */
+static const int stage_gemm_weights[] = {
+    2, /* h0.attn.q.weight */
+    3, /* h0.attn.k.weight */
+    4, /* h0.attn.v.weight */
+    5, /* h0.attn.o.weight */
+    7, /* h0.mlp.gate.weight */
+    8, /* h0.mlp.up.weight */
+    9, /* h0.down.weight */
+};
+
 /* generation with the KV cache: one round of the decode schedule (off: the micro-batch's buffer,
  * bytes: per token row; every message goes after the call's row table, runtime/core/decode.c) */
 static const pg_step_action dec_step[] = {
@@ -444,6 +455,7 @@ const pg_stage_desc pg_stage = {
     .nlayers = 10, .layers = stage_layers,
     .arch_hash = UINT64_C(0xfbf008c38d8f97c7), /* the layers, layout aside (checkpoint identity) */
     .lend_sends = 1, /* messages lent from the arena: the simulation with their waits finishes */
+    .ngemm_weights = 7, .gemm_weights = stage_gemm_weights,
     .dec = &dec_desc,
     .neval_actions = 16, .eval_actions = eval_step,
     .output_rank = 2, .output_dim = {64, 256, 0, 0},

@@ -401,6 +401,17 @@ static const pg_layer_info stage_layers[] = {
     {"h2.pop.res2", 2, 8192, 8192, 0},
 };
 
+/* the weights its GEMMs read {stage parameter} (pg_gemm_weights_plan: the CPU packs them once a step) */
+static const int stage_gemm_weights[] = {
+    1, /* h2.attn.q.weight */
+    2, /* h2.attn.k.weight */
+    3, /* h2.attn.v.weight */
+    4, /* h2.attn.o.weight */
+    6, /* h2.mlp.gate.weight */
+    7, /* h2.mlp.up.weight */
+    8, /* h2.down.weight */
+};
+
 /* generation with the KV cache: one round of the decode schedule (off: the micro-batch's buffer,
  * bytes: per token row; every message goes after the call's row table, runtime/core/decode.c) */
 static const pg_step_action dec_step[] = {
@@ -454,6 +465,7 @@ const pg_stage_desc pg_stage = {
     .nlayers = 9, .layers = stage_layers,
     .arch_hash = UINT64_C(0xfbf008c38d8f97c7), /* the layers, layout aside (checkpoint identity) */
     .lend_sends = 1, /* messages lent from the arena: the simulation with their waits finishes */
+    .ngemm_weights = 7, .gemm_weights = stage_gemm_weights,
     .dec = &dec_desc,
     .neval_actions = 24, .eval_actions = eval_step,
     .output_rank = 2, .output_dim = {64, 256, 0, 0},

@@ -427,6 +427,18 @@ static const pg_layer_info stage_layers[] = {
     {"head", 3, 4194304, 4194304, 4194304},
 };
 
+/* the weights its GEMMs read {stage parameter} (pg_gemm_weights_plan: the CPU packs them once a step) */
+static const int stage_gemm_weights[] = {
+    1, /* h3.attn.q.weight */
+    2, /* h3.attn.k.weight */
+    3, /* h3.attn.v.weight */
+    4, /* h3.attn.o.weight */
+    6, /* h3.mlp.gate.weight */
+    7, /* h3.mlp.up.weight */
+    8, /* h3.down.weight */
+    10, /* head.weight */
+};
+
 /* generation with the KV cache: one round of the decode schedule (off: the micro-batch's buffer,
  * bytes: per token row; every message goes after the call's row table, runtime/core/decode.c) */
 static const pg_step_action dec_step[] = {
@@ -477,6 +489,7 @@ const pg_stage_desc pg_stage = {
     .nlayers = 11, .layers = stage_layers,
     .arch_hash = UINT64_C(0xfbf008c38d8f97c7), /* the layers, layout aside (checkpoint identity) */
     .lend_sends = 1, /* messages lent from the arena: the simulation with their waits finishes */
+    .ngemm_weights = 8, .gemm_weights = stage_gemm_weights,
     .dec = &dec_desc,
     .neval_actions = 16, .eval_actions = eval_step,
     .output_rank = 2, .output_dim = {64, 256, 0, 0},

@@ -155,6 +155,11 @@ static const pg_layer_info stage_layers[] = {
     {"relu1", 1, 512, 512, 0},
 };
 
+/* the weights its GEMMs read {stage parameter} (pg_gemm_weights_plan: the CPU packs them once a step) */
+static const int stage_gemm_weights[] = {
+    0, /* mid.weight */
+};
+
 const pg_stage_desc pg_stage = {
     .contract = PG_CONTRACT_TAG(9),
     .pipegen_version = "0.1.0",
@@ -185,6 +190,7 @@ const pg_stage_desc pg_stage = {
     .nlayers = 2, .layers = stage_layers,
     .arch_hash = UINT64_C(0x7eee96c83bd747f0), /* the layers, layout aside (checkpoint identity) */
     .lend_sends = 1, /* messages lent from the arena: the simulation with their waits finishes */
+    .ngemm_weights = 1, .gemm_weights = stage_gemm_weights,
     .neval_actions = 12, .eval_actions = eval_step,
     .output_rank = 1, .output_dim = {256, 0, 0, 0},
 };

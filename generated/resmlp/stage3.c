@@ -179,6 +179,12 @@ static const pg_layer_info stage_layers[] = {
     {"out", 3, 131328, 131072, 131328},
 };
 
+/* the weights its GEMMs read {stage parameter} (pg_gemm_weights_plan: the CPU packs them once a step) */
+static const int stage_gemm_weights[] = {
+    0, /* head0.weight */
+    2, /* out.weight */
+};
+
 const pg_stage_desc pg_stage = {
     .contract = PG_CONTRACT_TAG(9),
     .pipegen_version = "0.1.0",
@@ -209,6 +215,7 @@ const pg_stage_desc pg_stage = {
     .nlayers = 5, .layers = stage_layers,
     .arch_hash = UINT64_C(0x7eee96c83bd747f0), /* the layers, layout aside (checkpoint identity) */
     .lend_sends = 1, /* messages lent from the arena: the simulation with their waits finishes */
+    .ngemm_weights = 2, .gemm_weights = stage_gemm_weights,
     .neval_actions = 8, .eval_actions = eval_step,
     .output_rank = 1, .output_dim = {256, 0, 0, 0},
 };

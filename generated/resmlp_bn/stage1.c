@@ -362,6 +362,15 @@ static const pg_layer_info stage_layers[] = {
     {"out", 1, 131328, 131072, 131328},
 };
 
+/* the weights its GEMMs read {stage parameter} (pg_gemm_weights_plan: the CPU packs them once a step) */
+static const int stage_gemm_weights[] = {
+    0, /* b.0.fc1.weight */
+    6, /* b.0.fc2.weight */
+    8, /* b.1.fc1.weight */
+    14, /* b.1.fc2.weight */
+    16, /* out.weight */
+};
+
 const pg_stage_desc pg_stage = {
     .contract = PG_CONTRACT_TAG(9),
     .pipegen_version = "0.1.0",
@@ -392,6 +401,7 @@ const pg_stage_desc pg_stage = {
     .nlayers = 14, .layers = stage_layers,
     .arch_hash = UINT64_C(0xc7e26fe8998094b3), /* the layers, layout aside (checkpoint identity) */
     .lend_sends = 1, /* messages lent from the arena: the simulation with their waits finishes */
+    .ngemm_weights = 5, .gemm_weights = stage_gemm_weights,
     .neval_actions = 12, .eval_actions = eval_step,
     .output_rank = 1, .output_dim = {256, 0, 0, 0},
 };

@@ -490,6 +490,18 @@ static const pg_conv stage_convs[] = {
     {.in = 3, .out = 64, .h = 32, .w = 32, .oh = 8, .ow = 8, .kh = 4, .kw = 4, .sh = 4, .sw = 4, .ph = 0, .pw = 0, .dh = 1, .dw = 1, .groups = 1},
 };
 
+/* the weights its GEMMs read {stage parameter} (pg_gemm_weights_plan: the CPU packs them once a step) */
+static const int stage_gemm_weights[] = {
+    5, /* h0.attn.qkv.weight */
+    7, /* h0.attn.proj.weight */
+    11, /* h0.fc.weight */
+    13, /* h0.proj.weight */
+    17, /* h1.attn.qkv.weight */
+    19, /* h1.attn.proj.weight */
+    23, /* h1.fc.weight */
+    25, /* h1.proj.weight */
+};
+
 const pg_stage_desc pg_stage = {
     .contract = PG_CONTRACT_TAG(9),
     .pipegen_version = "0.1.0",
@@ -521,6 +533,7 @@ const pg_stage_desc pg_stage = {
     .nconvs = 1, .convs = stage_convs, .conv_plan = pg_conv_plan,
     .arch_hash = UINT64_C(0x1835afbb4a615183), /* the layers, layout aside (checkpoint identity) */
     .lend_sends = 1, /* messages lent from the arena: the simulation with their waits finishes */
+    .ngemm_weights = 8, .gemm_weights = stage_gemm_weights,
     .neval_actions = 8, .eval_actions = eval_step,
     .output_rank = 1, .output_dim = {10, 64, 0, 0},
 };

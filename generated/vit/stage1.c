@@ -492,6 +492,19 @@ static const pg_layer_info stage_layers[] = {
     {"head", 1, 1290, 1280, 1290},
 };
 
+/* the weights its GEMMs read {stage parameter} (pg_gemm_weights_plan: the CPU packs them once a step) */
+static const int stage_gemm_weights[] = {
+    2, /* h2.attn.qkv.weight */
+    4, /* h2.attn.proj.weight */
+    8, /* h2.fc.weight */
+    10, /* h2.proj.weight */
+    14, /* h3.attn.qkv.weight */
+    16, /* h3.attn.proj.weight */
+    20, /* h3.fc.weight */
+    22, /* h3.proj.weight */
+    26, /* head.weight */
+};
+
 const pg_stage_desc pg_stage = {
     .contract = PG_CONTRACT_TAG(9),
     .pipegen_version = "0.1.0",
@@ -522,6 +535,7 @@ const pg_stage_desc pg_stage = {
     .nlayers = 23, .layers = stage_layers,
     .arch_hash = UINT64_C(0x1835afbb4a615183), /* the layers, layout aside (checkpoint identity) */
     .lend_sends = 1, /* messages lent from the arena: the simulation with their waits finishes */
+    .ngemm_weights = 9, .gemm_weights = stage_gemm_weights,
     .neval_actions = 8, .eval_actions = eval_step,
     .output_rank = 1, .output_dim = {10, 64, 0, 0},
 };

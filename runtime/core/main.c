@@ -327,6 +327,36 @@ static int open_data(pg_run *r)
     return 0;
 }
 
+/* The stage's GEMM weights, named to the backend (pg_gemm_weights_plan). */
+static int plan_gemm_weights(pg_run *r)
+{
+    const pg_stage_desc *d = r->d;
+    if (!d->gemm_weights || d->ngemm_weights < 0) {
+        fprintf(stderr, "stage %d: %d GEMM weights without their table: the stage file is corrupt\n", d->stage,
+                d->ngemm_weights);
+        return 1;
+    }
+    pg_gemm_weight *w = calloc((size_t)d->ngemm_weights, sizeof *w);
+    if (!w) {
+        fprintf(stderr, "stage %d: out of memory for its %d GEMM weights' table\n", d->stage, d->ngemm_weights);
+        return 1;
+    }
+    for (int i = 0; i < d->ngemm_weights; i++) {
+        int k = d->gemm_weights[i];
+        const pg_param_desc *p = k >= 0 && k < d->nparams ? &d->params[k] : NULL;
+        if (!p || p->rank != 2 || p->off < 0) {
+            fprintf(stderr, "stage %d: GEMM weight %d names parameter %d of %d%s: the stage file is corrupt\n",
+                    d->stage, i, k, d->nparams, p ? ", not a matrix in the arena" : "");
+            free(w);
+            return 1;
+        }
+        w[i] = (pg_gemm_weight){p->name, (const float *)(r->A + p->off), p->dim[0], p->dim[1]};
+    }
+    int rc = pg_gemm_weights_plan(r->ctx, d->stage, d->ngemm_weights, w, stdout);
+    free(w);
+    return rc;
+}
+
 static int init_params(pg_run *r)
 {
     const pg_stage_desc *d = r->d;
@@ -623,6 +653,9 @@ static int run(pg_run *r)
         if (pg_shadow_register(r->ctx, (const float *)(r->A + p->off), p->numel, r->A + sh->off))
             return 1;
     }
+    /* the weights the GEMMs read: the CPU runtime reserves their packed copies now */
+    if (d->ngemm_weights && plan_gemm_weights(r))
+        return 1;
     /* host staging for data and parameter init */
     size_t hb = (size_t)(d->train.batch * (d->input_per_sample > d->target_per_sample ? d->input_per_sample : d->target_per_sample)) * 4;
     for (int i = 0; i < d->nparams; i++)

@@ -443,6 +443,13 @@ typedef struct pg_stage_desc {
      * every stage with that wait finished (codegen/gen/gen_prepare.c). 0
      * (absent): each is copied into the send ring, as before. */
     int lend_sends;
+    /* The weights this stage's GEMMs read as their B (linear layers, the
+     * projections of attention and swiglu, the logits' table), as indices
+     * into params: main.c names them to the backend (pg_gemm_weights_plan),
+     * and the CPU runtime packs each once a step. 0 / NULL
+     * (absent): none, every product packs its weight itself. */
+    int ngemm_weights;
+    const int *gemm_weights;
 } pg_stage_desc;
 
 #endif

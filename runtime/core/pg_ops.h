@@ -130,6 +130,23 @@ void pg_backend_report(pg_ctx *c, int stage, int64_t arena_bytes, FILE *out);
 int pg_shadow_register(pg_ctx *c, const float *w, int64_t count, void *shadow);
 int pg_param_written(pg_ctx *c, const float *w, int64_t count);
 
+/* ---- the GEMM weights ------------------------------------------------------
+ * The weights the stage's GEMMs read as their B (pg_stage_desc.gemm_weights),
+ * named once at start-up, right after the arena. The CPU backend reserves a
+ * copy of each packed for its GEMM, both ways a layer reads it (x W^T and dy
+ * W), packs it at its first use after each write (so once a step: the
+ * optimizer writes it) and says on `out` (NULL: nowhere) what it reserved;
+ * every write into a weight must go through the backend
+ * (pg_copy_to_dev, the optimizer steps, pg_copy, pg_zero, or pg_param_written
+ * for what arrives from the network), as it must for CUDA's bf16 shadows.
+ * CUDA: nothing to do (cuBLAS reads W as it lies). */
+typedef struct pg_gemm_weight {
+    const char *name;   /* the parameter's name, for messages */
+    const float *w;     /* [rows, cols] as the layer holds it: W [out, in] */
+    int64_t rows, cols;
+} pg_gemm_weight;
+int pg_gemm_weights_plan(pg_ctx *c, int stage, int n, const pg_gemm_weight *w, FILE *out);
+
 /* ---- elementwise / memory ---------------------------------------------- */
 int pg_zero(pg_ctx *c, float *x, int64_t count);
 int pg_copy(pg_ctx *c, float *dst, const float *src, int64_t count);

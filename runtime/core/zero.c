@@ -208,6 +208,9 @@ static int weights_xfer(pg_run *r, int q, int owner, int sending, uint64_t *seq)
             if (st)
                 return pg_dp_xfer_fail(r, "updated weights", q, sending, st);
         }
+        /* received into place: the CPU's packed GEMM copies of it are behind (runtime/cpu/wpack.c) */
+        if (!sending && z->hi[c] > z->lo[c] && pg_param_written(r->ctx, w + z->lo[c], z->hi[c] - z->lo[c]))
+            return 1;
     }
     return 0;
 }

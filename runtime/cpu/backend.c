@@ -55,33 +55,27 @@ void pg_backend_free(pg_ctx *c)
     if (!c)
         return;
     pg_cpu_gemm_pool_free(c->gemm);
+    pg_cpu_wpack_free(c);
     free(c->rope_tab);
     free(c);
 }
 
 const char *pg_backend_name(void) { return "cpu"; }
 
-void *pg_arena_create(pg_ctx *c, size_t bytes)
+void *pg_cpu_alloc_zeroed(size_t bytes)
 {
-    (void)c;
     size_t rounded = bytes ? bytes : 1;
-    if (rounded > SIZE_MAX - (PG_ARENA_ALIGN - 1)) {
-        pg_rt_error(__FILE__, __LINE__, "arena of %zu bytes is too large to allocate", bytes);
+    if (rounded > SIZE_MAX - PG_HUGE_PAGE)
         return NULL;
-    }
     size_t align = PG_ARENA_ALIGN;
 #ifdef MADV_HUGEPAGE
-    if (rounded >= 4 * PG_HUGE_PAGE && rounded <= SIZE_MAX - PG_HUGE_PAGE)
+    if (rounded >= 4 * PG_HUGE_PAGE)
         align = PG_HUGE_PAGE;
 #endif
     rounded = (rounded + align - 1) / align * align;
     void *p = aligned_alloc(align, rounded);
-    if (!p) {
-        pg_rt_error(__FILE__, __LINE__,
-                    "cannot allocate the stage arena: %zu bytes (%.1f MiB); free memory or use more stages",
-                    bytes, (double)bytes / (1024.0 * 1024.0));
+    if (!p)
         return NULL;
-    }
 #ifdef MADV_HUGEPAGE
     /* 2 MiB pages where the kernel gives them on request (transparent huge
      * pages in "madvise" mode, Debian's default): a step streams the weights,
@@ -91,6 +85,21 @@ void *pg_arena_create(pg_ctx *c, size_t bytes)
         (void)madvise(p, rounded, MADV_HUGEPAGE);
 #endif
     memset(p, 0, rounded);
+    return p;
+}
+
+void *pg_arena_create(pg_ctx *c, size_t bytes)
+{
+    (void)c;
+    if (bytes > SIZE_MAX - PG_HUGE_PAGE) {
+        pg_rt_error(__FILE__, __LINE__, "arena of %zu bytes is too large to allocate", bytes);
+        return NULL;
+    }
+    void *p = pg_cpu_alloc_zeroed(bytes);
+    if (!p)
+        pg_rt_error(__FILE__, __LINE__,
+                    "cannot allocate the stage arena: %zu bytes (%.1f MiB); free memory or use more stages",
+                    bytes, (double)bytes / (1024.0 * 1024.0));
     return p;
 }
 
@@ -127,11 +136,12 @@ void pg_arena_guard(pg_ctx *c, void *arena, size_t bytes, const pg_arena_buf *bu
 #endif
 }
 
+/* The writes below mark the packed GEMM weights they overlap (wpack.c). */
 int pg_copy_to_dev(pg_ctx *c, void *dst, const void *src, size_t bytes)
 {
-    (void)c;
     if (bytes)
         memmove(dst, src, bytes);
+    pg_cpu_wpack_touch(c, dst, bytes);
     return 0;
 }
 
@@ -151,31 +161,31 @@ int pg_sync(pg_ctx *c)
 
 int pg_zero(pg_ctx *c, float *x, int64_t count)
 {
-    (void)c;
     if (pg_args_count("zero", count))
         return 1;
     if (count)
         memset(x, 0, (size_t)count * sizeof *x);
+    pg_cpu_wpack_touch(c, x, (size_t)count * sizeof *x);
     return 0;
 }
 
 int pg_copy(pg_ctx *c, float *dst, const float *src, int64_t count)
 {
-    (void)c;
     if (pg_args_count("copy", count))
         return 1;
     if (count && dst != src)
         memmove(dst, src, (size_t)count * sizeof *dst);
+    pg_cpu_wpack_touch(c, dst, (size_t)count * sizeof *dst);
     return 0;
 }
 
 int pg_axpy_inplace(pg_ctx *c, float *y, const float *x, int64_t count)
 {
-    (void)c;
     if (pg_args_count("axpy", count))
         return 1;
     for (int64_t i = 0; i < count; i++)
         y[i] += x[i];
+    pg_cpu_wpack_touch(c, y, (size_t)count * sizeof *y);
     return 0;
 }
 
@@ -263,7 +273,8 @@ int pg_backend_set_precision(pg_ctx *c, int precision)
 }
 
 /* bf16 shadow weights are a CUDA-runtime copy: the CPU's GEMMs read the f32
- * weights, so the planned shadows stay unused here. */
+ * weights (or their packed copies, wpack.c), so the planned shadows stay
+ * unused here. */
 int pg_shadow_register(pg_ctx *c, const float *w, int64_t count, void *shadow)
 {
     (void)c;
@@ -273,11 +284,13 @@ int pg_shadow_register(pg_ctx *c, const float *w, int64_t count, void *shadow)
     return 0;
 }
 
+/* A weight written from outside the backend (received over the network):
+ * its packed GEMM copies are packed again at their next use (wpack.c). */
 int pg_param_written(pg_ctx *c, const float *w, int64_t count)
 {
-    (void)c, (void)w;
     if (pg_args_count("param_written", count))
         return 1;
+    pg_cpu_wpack_touch(c, w, (size_t)count * sizeof *w);
     return 0;
 }
 

@@ -18,6 +18,11 @@ struct pg_ctx {
     float *rope_tab;        /* attention.c's rotary table (cos, then sin, [rope_T, rope_hd / 2] each) */
     int64_t rope_T, rope_hd;
     float rope_theta;
+    struct pg_cpu_wpack *wp; /* wpack.c: the GEMM weights packed once a step ([nwp]) */
+    int nwp, nwp_left;       /* weights packed; weights named but left unpacked (over the cap) */
+    float *wp_mem;           /* their packed copies, one block reserved at start-up */
+    size_t wp_bytes;
+    int wp_check;            /* PIPE_CHECK_PACKS: every use compares the copy with the weight */
 };
 
 /* fn's AVX2 twin fn_avx2 (PG_CPU_TARGET_AVX2, the same source) where the

@@ -51,6 +51,43 @@ typedef struct pg_cpu_bsrc {
 /* pg_cpu_gemm with ta = 0 and B from b: C[M,N] = (beta ? C : 0) + alpha A[M,K] B[K,N] */
 void pg_cpu_gemm_bsrc(pg_ctx *c, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                       const pg_cpu_bsrc *b, int beta, float *C, int64_t ldc);
+/* B packed once for many products (a weight, the same B for every
+ * micro-batch of a step; wpack.c keeps them): gemm.c's panels of the
+ * context's kernel's NR columns over the whole of K, panel q at bp + q K NR
+ * holding, for each k in order, the NR values B(k, q NR + 0 .. NR - 1), zeros
+ * past N. pg_cpu_gemm_packed_floats: its size, ceil(N / NR) NR K floats.
+ * pg_cpu_gemm_pack writes it from B [K,N] (ldb) or, with tb, B stored [N,K],
+ * bp 64-byte aligned (on the GEMM threads). pg_cpu_gemm_packed is
+ * pg_cpu_gemm_epi with B read from bp: packing only moves values, so the
+ * bits are those of pg_cpu_gemm on the B it was packed from.
+ * pg_cpu_gemm_pack_diff: 0 when bp holds B's current values, else 1 and the
+ * first (k, j) that differs (PIPE_CHECK_PACKS). */
+int64_t pg_cpu_gemm_packed_floats(const pg_ctx *c, int64_t N, int64_t K);
+void pg_cpu_gemm_pack(pg_ctx *c, int tb, int64_t N, int64_t K, const float *B, int64_t ldb, float *bp);
+void pg_cpu_gemm_packed(pg_ctx *c, int ta, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                        const float *bp, int beta, float *C, int64_t ldc, const pg_cpu_epi *epi);
+int pg_cpu_gemm_pack_diff(const pg_ctx *c, int tb, int64_t N, int64_t K, const float *B, int64_t ldb, const float *bp,
+                          int64_t *kd, int64_t *jd);
+/* wpack.c: a weight W [rows, cols] as B of a product, packed once after each
+ * write of W: orient PG_CPU_WT for B = W^T (x W^T, the forward: tb), PG_CPU_W
+ * for B = W (dy W, the backward-input). *bp the copy, or NULL when W is not
+ * one of the stage's packed weights (or the call runs inside a
+ * pg_cpu_parallel task): pack per call then. 1 (the message printed) when
+ * PIPE_CHECK_PACKS finds the copy stale. */
+enum { PG_CPU_WT = 0, PG_CPU_W = 1 };
+int pg_cpu_wpack_b(pg_ctx *c, const float *w, int64_t rows, int64_t cols, int orient, const float **bp);
+/* Marks every packed weight that [p, p + bytes) overlaps as written: its
+ * copies are packed again at their next use. */
+void pg_cpu_wpack_touch(pg_ctx *c, const void *p, size_t bytes);
+void pg_cpu_wpack_free(pg_ctx *c);
+/* backend.c: bytes of zeroed memory, 256-byte aligned (2 MiB and asked for
+ * transparent huge pages from 8 MiB on), for free(); NULL when not had. */
+void *pg_cpu_alloc_zeroed(size_t bytes);
+/* The line pg_gemm_weights_plan prints (main.c: at start-up, on stdout) when
+ * the stage has GEMM weights: how many are packed, their bytes, how many the
+ * cap left out. */
+void pg_cpu_wpack_say(const pg_ctx *c, int stage, FILE *out);
+int pg_cpu_in_task(void); /* gemm.c: 1 inside a pg_cpu_parallel task */
 /* fn(arg, t) for every t in [0, n), spread over the GEMM threads in any
  * order; returns when all are done. Inside fn, pg_cpu_gemm runs on the
  * thread that calls it (so the tasks must write disjoint outputs, and each

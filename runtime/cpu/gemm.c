@@ -83,6 +83,7 @@ typedef struct gemm_job {
     float *C;
     int64_t ldc;
     const pg_cpu_bsrc *bsrc; /* B made by its own packing (an implicit matrix), or NULL: B as stored */
+    const float *bpk;        /* B packed already for the whole of K (pg_cpu_gemm_pack), or NULL: packed per task */
     const pg_cpu_epi *epi;   /* run on each strip of C after its last k (a fused elementwise op), or NULL */
     /* the blocking, set once per call */
     int64_t kc;           /* k per chunk */
@@ -456,13 +457,14 @@ static int strip_rows(int mrmax, int64_t left)
 
 /* Rows [i0, i0+mb) x columns [j0, j0+nbw) for k in [k0, k0+kc), from the
  * packed bp, tile by tile: each MR-row strip of A (in L1) against every
- * NR-column panel of bp (in L2). part: the block's partial sums, tile by
- * tile (NULL: K is one chunk). A stored [K,M] is first copied strip by strip
+ * NR-column panel of bp (in L2), panel jr at bp + jr pstride (kc NR when the
+ * task packed the chunk itself, K NR in a copy packed for all of K). part:
+ * the block's partial sums, tile by tile (NULL: K is one chunk). A stored [K,M] is first copied strip by strip
  * into ap (kc x MR, the strip's rows adjacent at each k): read in place, its
  * rows lie lda apart at every k, which for a power-of-two lda lands every k
  * of a strip in the same L1 set. */
-static void run_block(const gemm_kern *kr, const gemm_job *g, const float *bp, float *part, float *ap, int64_t i0,
-                      int64_t mb, int64_t j0, int64_t nbw, int64_t k0, int64_t kc, int first, int last)
+static void run_block(const gemm_kern *kr, const gemm_job *g, const float *bp, int64_t pstride, float *part, float *ap,
+                      int64_t i0, int64_t mb, int64_t j0, int64_t nbw, int64_t k0, int64_t kc, int first, int last)
 {
     int64_t njr = (nbw + kr->nr - 1) / kr->nr, tile = (int64_t)kr->mr * kr->nr;
     int mr = 0;
@@ -477,7 +479,7 @@ static void run_block(const gemm_kern *kr, const gemm_job *g, const float *bp, f
         }
         for (int64_t jr = 0; jr < njr; jr++) {
             int64_t w = nbw - jr * kr->nr < kr->nr ? nbw - jr * kr->nr : kr->nr;
-            kr->tile(g, mr, a, lda, !g->ta, kc, bp + jr * kc * kr->nr,
+            kr->tile(g, mr, a, lda, !g->ta, kc, bp + jr * pstride,
                      part ? part + (strip * njr + jr) * tile : NULL, first, last,
                      g->C + (i0 + ir) * g->ldc + j0 + jr * kr->nr, w);
         }
@@ -502,11 +504,15 @@ static void run_task(void *arg, int64_t t, float *scratch)
     int64_t k0 = 0;
     do {
         int64_t kc = g->K - k0 < g->kc ? g->K - k0 : g->kc;
-        if (g->bsrc)
+        const float *b = bp;
+        int64_t pstride = kc * kr->nr;
+        if (g->bpk) /* the panels of columns j0.. start at j0 K (j0 is a multiple of NR), chunk k0 at k0 NR */
+            b = g->bpk + j0 * g->K + k0 * kr->nr, pstride = g->K * kr->nr;
+        else if (g->bsrc)
             g->bsrc->pack(g->bsrc->arg, kr->nr, bp, j0, nbw, k0, kc);
         else
             kr->pack(g, kr->nr, bp, j0, nbw, k0, kc);
-        run_block(kr, g, bp, chunks ? part : NULL, ap, i0, mb, j0, nbw, k0, kc, k0 == 0, k0 + kc >= g->K);
+        run_block(kr, g, b, pstride, chunks ? part : NULL, ap, i0, mb, j0, nbw, k0, kc, k0 == 0, k0 + kc >= g->K);
         k0 += kc;
     } while (k0 < g->K);
 }
@@ -853,7 +859,7 @@ void pg_cpu_gemm(pg_ctx *c, int ta, int tb, int64_t M, int64_t N, int64_t K, flo
 {
     if (M <= 0 || N <= 0)
         return;
-    gemm_job g = {c->gemm->kern, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, NULL, 0, 0, 0, 0, 0};
+    gemm_job g = {c->gemm->kern, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, NULL, NULL, 0, 0, 0, 0, 0};
     gemm_run(c->gemm, g);
 }
 
@@ -862,7 +868,7 @@ void pg_cpu_gemm_epi(pg_ctx *c, int ta, int tb, int64_t M, int64_t N, int64_t K,
 {
     if (M <= 0 || N <= 0)
         return;
-    gemm_job g = {c->gemm->kern, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, epi, 0, 0, 0, 0, 0};
+    gemm_job g = {c->gemm->kern, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, NULL, epi, 0, 0, 0, 0, 0};
     gemm_run(c->gemm, g);
 }
 
@@ -871,11 +877,93 @@ void pg_cpu_gemm_bsrc(pg_ctx *c, int64_t M, int64_t N, int64_t K, float alpha, c
 {
     if (M <= 0 || N <= 0)
         return;
-    gemm_job g = {c->gemm->kern, 0, 0, M, N, K, alpha, A, lda, NULL, 0, beta, C, ldc, b, NULL, 0, 0, 0, 0, 0};
+    gemm_job g = {c->gemm->kern, 0, 0, M, N, K, alpha, A, lda, NULL, 0, beta, C, ldc, b, NULL, NULL, 0, 0, 0, 0, 0};
+    gemm_run(c->gemm, g);
+}
+
+/* ---- B packed once for many products ---------------------------------------
+ * A weight is the same B for every micro-batch of a step: packed here once
+ * (pg_cpu_gemm_pack) into the panels a task would pack for itself, but over
+ * the whole of K, then read in place by every product (pg_cpu_gemm_packed):
+ * panel q at bp + q K NR, the chunk from k0 at + k0 NR. The kernels' own
+ * packing functions fill it, so it holds exactly what a task's buffer would:
+ * the same values for the same FMA chains, the same bits. */
+
+int64_t pg_cpu_gemm_packed_floats(const pg_ctx *c, int64_t N, int64_t K)
+{
+    int64_t nr = c->gemm->kern->nr;
+    return (N + nr - 1) / nr * nr * K;
+}
+
+typedef struct pack_job {
+    gemm_job g;    /* B, ldb, tb, N, K: what the packing functions read */
+    float *bp;
+    int64_t ppt;   /* panels per task */
+} pack_job;
+
+static void pack_task(void *arg, int64_t t, float *scratch)
+{
+    (void)scratch;
+    const pack_job *j = arg;
+    const gemm_kern *kr = j->g.kern;
+    int64_t q0 = t * j->ppt, j0 = q0 * kr->nr;
+    int64_t nbw = j->g.N - j0 < j->ppt * kr->nr ? j->g.N - j0 : j->ppt * kr->nr;
+    kr->pack(&j->g, kr->nr, j->bp + q0 * kr->nr * j->g.K, j0, nbw, 0, j->g.K);
+}
+
+void pg_cpu_gemm_pack(pg_ctx *c, int tb, int64_t N, int64_t K, const float *B, int64_t ldb, float *bp)
+{
+    pg_cpu_gemm_pool *p = c->gemm;
+    const gemm_kern *kr = p->kern;
+    if (N <= 0 || K <= 0)
+        return;
+    pack_job j = {{kr, 0, tb, 0, N, K, 1.0f, NULL, 0, B, ldb, 0, NULL, 0, NULL, NULL, NULL, 0, 0, 0, 0, 0}, bp, 0};
+    int64_t panels = (N + kr->nr - 1) / kr->nr;
+    /* a task per few panels (about PACK_B_FLOATS floats, a task's own pack), several per thread */
+    j.ppt = PACK_B_FLOATS / (kr->nr * K);
+    if (j.ppt < 1)
+        j.ppt = 1;
+    int64_t want = (int64_t)TASKS_PER_THREAD * p->n;
+    if (p->n > 1 && (panels + j.ppt - 1) / j.ppt < want)
+        j.ppt = (panels + want - 1) / want;
+    int64_t ntasks = (panels + j.ppt - 1) / j.ppt;
+    if (p->n == 1 || ntasks == 1 || task_scratch || (double)N * (double)K < PAR_MIN_FMAS / 16) {
+        for (int64_t t = 0; t < ntasks; t++)
+            pack_task(&j, t, NULL);
+        return;
+    }
+    run_parallel(p, ntasks, pack_task, &j);
+}
+
+int pg_cpu_gemm_pack_diff(const pg_ctx *c, int tb, int64_t N, int64_t K, const float *B, int64_t ldb, const float *bp,
+                          int64_t *kd, int64_t *jd)
+{
+    int64_t nr = c->gemm->kern->nr, np = (N + nr - 1) / nr * nr;
+    for (int64_t j = 0; j < np; j++) {
+        const float *panel = bp + j / nr * nr * K + j % nr;
+        for (int64_t k = 0; k < K; k++) {
+            float want = j >= N ? 0.0f : tb ? B[j * ldb + k] : B[k * ldb + j];
+            if (memcmp(&panel[k * nr], &want, sizeof want)) {
+                *kd = k, *jd = j;
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+void pg_cpu_gemm_packed(pg_ctx *c, int ta, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                        const float *bp, int beta, float *C, int64_t ldc, const pg_cpu_epi *epi)
+{
+    if (M <= 0 || N <= 0)
+        return;
+    gemm_job g = {c->gemm->kern, ta, 0, M, N, K, alpha, A, lda, NULL, 0, beta, C, ldc, NULL, bp, epi, 0, 0, 0, 0, 0};
     gemm_run(c->gemm, g);
 }
 
 /* ---- pg_cpu_parallel ------------------------------------------------------- */
+
+int pg_cpu_in_task(void) { return task_scratch != NULL; }
 
 typedef struct par_job {
     void (*fn)(void *arg, int64_t t);

@@ -1,20 +1,43 @@
 /* runtime/cpu/linear.c — linear layer and logits-by-table, all through the
- * backend's GEMM (gemm.c). Row-major, W is [out, in] as PyTorch. No copies:
- * every product is one pg_cpu_gemm call on the caller's buffers, so a row's
- * bits do not depend on how many rows share the call or on the threads. */
+ * backend's GEMM (gemm.c). Row-major, W is [out, in] as PyTorch. No copies of
+ * the activations: every product is one GEMM call on the caller's buffers, so
+ * a row's bits do not depend on how many rows share the call or on the
+ * threads. The weight, the product's B, comes from its copy packed once a
+ * step where the stage has one (wpack.c): the same values, the same bits. */
 #include <string.h>
 
 #include "cpu_ctx.h"
 #include "op_args.h"
 
 /* y[n,out] = x[n,in] W[out,in]^T + b[out], then epi on each strip of y (NULL: none) */
-static void linear_fwd_run(pg_ctx *c, int64_t n, int64_t in, int64_t out, const float *x, const float *w,
-                           const float *b, float *y, const pg_cpu_epi *epi)
+static int linear_fwd_run(pg_ctx *c, int64_t n, int64_t in, int64_t out, const float *x, const float *w,
+                          const float *b, float *y, const pg_cpu_epi *epi)
 {
+    const float *bp;
+    if (pg_cpu_wpack_b(c, w, out, in, PG_CPU_WT, &bp))
+        return 1;
     if (b) /* y starts as the bias, the product adds to it */
         for (int64_t i = 0; i < n; i++)
             memcpy(y + i * out, b, (size_t)out * sizeof *y);
-    pg_cpu_gemm_epi(c, 0, 1, n, out, in, 1.0f, x, in, w, in, b != NULL, y, out, epi);
+    if (bp)
+        pg_cpu_gemm_packed(c, 0, n, out, in, 1.0f, x, in, bp, b != NULL, y, out, epi);
+    else
+        pg_cpu_gemm_epi(c, 0, 1, n, out, in, 1.0f, x, in, w, in, b != NULL, y, out, epi);
+    return 0;
+}
+
+/* g[n,in] = (beta ? g : 0) + dy[n,out] W[out,in], then epi on each strip of g (NULL: none) */
+static int linear_bwd_in_run(pg_ctx *c, int64_t n, int64_t in, int64_t out, const float *dy, const float *w, int beta,
+                         float *g, const pg_cpu_epi *epi)
+{
+    const float *bp;
+    if (pg_cpu_wpack_b(c, w, out, in, PG_CPU_W, &bp))
+        return 1;
+    if (bp)
+        pg_cpu_gemm_packed(c, 0, n, in, out, 1.0f, dy, out, bp, beta, g, in, epi);
+    else
+        pg_cpu_gemm_epi(c, 0, 0, n, in, out, 1.0f, dy, out, w, in, beta, g, in, epi);
+    return 0;
 }
 
 int pg_linear_fwd(pg_ctx *c, int64_t n, int64_t in, int64_t out,
@@ -29,8 +52,7 @@ int pg_linear_fwd(pg_ctx *c, int64_t n, int64_t in, int64_t out,
             y[i] = b ? b[i % out] : 0.0f;
         return 0;
     }
-    linear_fwd_run(c, n, in, out, x, w, b, y, NULL);
-    return 0;
+    return linear_fwd_run(c, n, in, out, x, w, b, y, NULL);
 }
 
 /* dx[n,in] = dy[n,out] W[out,in] */
@@ -46,8 +68,7 @@ int pg_linear_bwd_in(pg_ctx *c, int64_t n, int64_t in, int64_t out,
             dx[i] = 0.0f;
         return 0;
     }
-    pg_cpu_gemm(c, 0, 0, n, in, out, 1.0f, dy, out, w, in, 0, dx, in);
-    return 0;
+    return linear_bwd_in_run(c, n, in, out, dy, w, 0, dx, NULL);
 }
 
 /* The activation of pg_linear_act_fwd / pg_linear_bwd_in_act on one strip of
@@ -89,8 +110,7 @@ int pg_linear_act_fwd(pg_ctx *c, pg_act_fwd_fn *act, int64_t n, int64_t in, int6
         return pg_linear_fwd(c, n, in, out, x, w, b, s) || act(c, n * out, s, y);
     act_epi a = {c, act, NULL, s, NULL, y, out};
     pg_cpu_epi epi = {act_epi_strip, &a};
-    linear_fwd_run(c, n, in, out, x, w, b, s, &epi);
-    return 0;
+    return linear_fwd_run(c, n, in, out, x, w, b, s, &epi);
 }
 
 /* g = dy W and dx = act's backward at s on g, applied to each strip of g in the GEMM's store */
@@ -105,8 +125,7 @@ int pg_linear_bwd_in_act(pg_ctx *c, pg_act_bwd_fn *act, int64_t n, int64_t in, i
         return pg_linear_bwd_in(c, n, in, out, dy, w, g) || act(c, n * in, s, g, dx);
     act_epi a = {c, NULL, act, s, g, dx, in};
     pg_cpu_epi epi = {act_epi_strip, &a};
-    pg_cpu_gemm_epi(c, 0, 0, n, in, out, 1.0f, dy, out, w, in, 0, g, in, &epi);
-    return 0;
+    return linear_bwd_in_run(c, n, in, out, dy, w, 0, g, &epi);
 }
 
 /* dx[n,in] += dy[n,out] W[out,in] */
@@ -117,8 +136,7 @@ int pg_linear_bwd_in_add(pg_ctx *c, int64_t n, int64_t in, int64_t out,
         return 1;
     if (n == 0 || in == 0 || out == 0)
         return 0;
-    pg_cpu_gemm(c, 0, 0, n, in, out, 1.0f, dy, out, w, in, 1, dx, in);
-    return 0;
+    return linear_bwd_in_run(c, n, in, out, dy, w, 1, dx, NULL);
 }
 
 /* Column sums of a[n, m] added to acc[m]: rows in index order, in double per

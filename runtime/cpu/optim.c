@@ -34,7 +34,6 @@ int pg_sumsq(pg_ctx *c, int64_t count, const float *g, double *out)
 
 int pg_scale(pg_ctx *c, float *x, float a, int64_t count)
 {
-    (void)c;
     if (pg_args_count("scale", count))
         return 1;
     int64_t i = 0;
@@ -43,6 +42,7 @@ int pg_scale(pg_ctx *c, float *x, float a, int64_t count)
             x[i + j] *= a;
     for (; i < count; i++)
         x[i] *= a;
+    pg_cpu_wpack_touch(c, x, (size_t)count * sizeof *x); /* a weight's packed GEMM copies, were x one */
     return 0;
 }
 
@@ -52,7 +52,6 @@ int pg_scale(pg_ctx *c, float *x, float a, int64_t count)
 int pg_sgd_step(pg_ctx *c, int64_t count, float *w, const float *g, float *buf,
                 float lr, float momentum, float weight_decay, int first_step)
 {
-    (void)c;
     if (pg_args_count("sgd_step", count))
         return 1;
     if (momentum != 0.0f && !buf)
@@ -88,6 +87,7 @@ int pg_sgd_step(pg_ctx *c, int64_t count, float *w, const float *g, float *buf,
         }
         w[i] = w[i] + (-lr) * d;
     }
+    pg_cpu_wpack_touch(c, w, (size_t)count * sizeof *w); /* its packed GEMM copies are behind now */
     return 0;
 }
 
@@ -173,7 +173,6 @@ PG_CPU_TARGET_AVX2 static void adamw_run_avx2(const adamw_k *k, int64_t n, float
 int pg_adamw_step(pg_ctx *c, int64_t count, float *w, const float *g, float *m, float *v,
                   float lr, float beta1, float beta2, float eps, float weight_decay, int64_t t)
 {
-    (void)c;
     if (pg_args_adamw(count, t))
         return 1;
     double bc1 = 1.0 - pow((double)beta1, (double)t);
@@ -195,5 +194,6 @@ int pg_adamw_step(pg_ctx *c, int64_t count, float *w, const float *g, float *m, 
         adamw_blk(&k, bw, bg, bm, bv);
         memcpy(w + i, bw, (size_t)r * 4), memcpy(m + i, bm, (size_t)r * 4), memcpy(v + i, bv, (size_t)r * 4);
     }
+    pg_cpu_wpack_touch(c, w, (size_t)count * sizeof *w); /* its packed GEMM copies are behind now */
     return 0;
 }

@@ -71,6 +71,16 @@ int pg_param_written(pg_ctx *c, const float *w, int64_t count)
     return pg_cuda_shadow_touch(c, w, (size_t)count * sizeof(float));
 }
 
+/* The CPU runtime packs these weights for its GEMM (runtime/cpu/wpack.c);
+ * cuBLAS reads W as it lies, so there is nothing to reserve here. */
+int pg_gemm_weights_plan(pg_ctx *c, int stage, int n, const pg_gemm_weight *w, FILE *out)
+{
+    (void)c, (void)out;
+    if (n < 0 || (n && !w))
+        return PG_RT_FAIL("gemm_weights_plan: stage %d names %d weights at %p", stage, n, (const void *)w);
+    return 0;
+}
+
 int pg_cuda_shadow_touch(pg_ctx *c, const void *dst, size_t bytes)
 {
     const char *d = (const char *)dst;

@@ -1936,13 +1936,55 @@ static int gemm_case_exact(pg_ctx *c, const gemm_case *g, gemm_data *d, char *wh
     return 0;
 }
 
+/* ---- B packed once for many products (gemm.c's pg_cpu_gemm_pack, wpack.c) - */
+
+static float *fa64(int64_t n) /* 64-byte aligned, as the packed copies are */
+{
+    size_t bytes = ((size_t)(n > 16 ? n : 16) * sizeof(float) + 63) / 64 * 64;
+    float *p = aligned_alloc(64, bytes);
+    if (p)
+        memset(p, 0, bytes);
+    return p;
+}
+
+/* Case g's B packed for c's kernel once, then the product from the copy:
+ * byte for byte what pg_cpu_gemm gives from B as stored, and the formula;
+ * pg_cpu_gemm_pack_diff finds nothing, then the one element changed in B. */
+static int gemm_packed_exact(pg_ctx *c, const gemm_case *g, gemm_data *d, char *why, size_t whylen)
+{
+    if (!gemm_case_exact(c, g, d, why, whylen))
+        return 0;
+    int64_t len = g->M * d->ldc, kd = -1, jd = -1;
+    float *bp = fa64(pg_cpu_gemm_packed_floats(c, g->N, g->K)), *U = fa(len);
+    memcpy(U, d->C, (size_t)len * sizeof *U);
+    memcpy(d->C, d->C0, (size_t)len * sizeof *d->C);
+    pg_cpu_gemm_pack(c, g->tb, g->N, g->K, d->B, d->bc, bp);
+    pg_cpu_gemm_packed(c, g->ta, g->M, g->N, g->K, g->alpha, d->A, d->ac, bp, g->beta, d->C, d->ldc, NULL);
+    int same = memcmp(d->C, U, (size_t)len * sizeof *U) == 0;
+    int fresh = !pg_cpu_gemm_pack_diff(c, g->tb, g->N, g->K, d->B, d->bc, bp, &kd, &jd);
+    int found = 1;
+    if (g->K > 0) { /* B(K-1, N/2) changed: found there */
+        int64_t k = g->K - 1, j = g->N / 2;
+        float *e = g->tb ? &d->B[j * d->bc + k] : &d->B[k * d->bc + j], keep = *e;
+        *e += 1.0f;
+        found = pg_cpu_gemm_pack_diff(c, g->tb, g->N, g->K, d->B, d->bc, bp, &kd, &jd) && kd == k && jd == j;
+        *e = keep;
+    }
+    if (!same || !fresh || !found)
+        snprintf(why, whylen, "ta %d tb %d M %lld N %lld K %lld: %s", g->ta, g->tb, (long long)g->M, (long long)g->N,
+                 (long long)g->K, !same ? "the product from the packed B differs" : !fresh ? "the fresh copy differs"
+                 : "a changed B was not found");
+    free(bp), free(U);
+    return same && fresh && found;
+}
+
 static void test_gemm_formula(rng *r)
 {
     gemm_data data[N_GEMM_CASES];
     for (int i = 0; i < N_GEMM_CASES; i++)
         gemm_data_make(&gemm_cases[i], r, &data[i]);
     for (int k = 0; k < N_GEMM_KERNELS; k++)
-        for (int threads = 1; threads <= 3; threads += 2) {
+        for (int threads = 1; threads <= 3; threads++) {
             const char *kn = gemm_kernels[k];
             if (kernel_absent(kn, threads))
                 continue;
@@ -1950,9 +1992,10 @@ static void test_gemm_formula(rng *r)
             int all = c != NULL;
             char why[256] = "backend init failed";
             for (int i = 0; all && i < N_GEMM_CASES; i++)
-                all = gemm_case_exact(c, &gemm_cases[i], &data[i], why, sizeof why);
+                all = gemm_packed_exact(c, &gemm_cases[i], &data[i], why, sizeof why);
             OK(all, "GEMM kernel %s, %d thread(s): every element is its FMA chain over k, times alpha, plus C "
-               "(%d cases: every tile edge, K = 0 .. 4500, strides, all transpositions)%s%s",
+               "(%d cases: every tile edge, K = 0 .. 4500, strides, all transpositions), and from B packed once "
+               "for the whole of K (pg_cpu_gemm_packed) the same bytes%s%s",
                kn, threads, N_GEMM_CASES, all ? "" : ": ", all ? "" : why);
             pg_backend_free(c);
         }
@@ -1965,6 +2008,203 @@ static void test_gemm_formula(rng *r)
     OK(bad == NULL && strstr(msg, "PIPE_CPU_GEMM=sse9") && strstr(msg, "avx512, avx2 or portable"),
        "PIPE_CPU_GEMM=sse9 is refused, naming the kernels there are: %s", msg);
     pg_backend_free(bad);
+}
+
+/* The outputs of the linear ops of one weight w [out, in] over n rows: fwd,
+ * act_fwd with gelu (s, ya), bwd_in, bwd_in_act (g, dxa), bwd_in_add. */
+typedef struct lin_outs {
+    float *y, *s, *ya, *dx, *g, *dxa, *dxs;
+} lin_outs;
+
+static lin_outs lin_outs_new(int64_t n, int64_t in, int64_t out)
+{
+    lin_outs o = {fa(n * out), fa(n * out), fa(n * out), fa(n * in), fa(n * in), fa(n * in), fa(n * in)};
+    return o;
+}
+
+static void lin_outs_free(lin_outs *o)
+{
+    free(o->y), free(o->s), free(o->ya), free(o->dx), free(o->g), free(o->dxa), free(o->dxs);
+}
+
+static int lin_run(pg_ctx *c, int64_t n, int64_t in, int64_t out, const float *x, const float *w, const float *b,
+                   const float *dy, lin_outs *o)
+{
+    for (int64_t i = 0; i < n * in; i++)
+        o->dxs[i] = (float)i * 0.001f; /* bwd_in_add adds to it */
+    return pg_linear_fwd(c, n, in, out, x, w, b, o->y) ||
+           pg_linear_act_fwd(c, pg_gelu_fwd, n, in, out, x, w, b, o->s, o->ya) ||
+           pg_linear_bwd_in(c, n, in, out, dy, w, o->dx) ||
+           pg_linear_bwd_in_act(c, pg_gelu_bwd_in, n, in, out, dy, w, x, o->g, o->dxa) ||
+           pg_linear_bwd_in_add(c, n, in, out, dy, w, o->dxs);
+}
+
+static int lin_same(const lin_outs *a, const lin_outs *b, int64_t n, int64_t in, int64_t out)
+{
+    size_t fo = (size_t)(n * out) * sizeof(float), fi = (size_t)(n * in) * sizeof(float);
+    return !memcmp(a->y, b->y, fo) && !memcmp(a->s, b->s, fo) && !memcmp(a->ya, b->ya, fo) &&
+           !memcmp(a->dx, b->dx, fi) && !memcmp(a->g, b->g, fi) && !memcmp(a->dxa, b->dxa, fi) &&
+           !memcmp(a->dxs, b->dxs, fi);
+}
+
+/* The linear ops on a stage's packed weights (wpack.c) give the bytes of the
+ * same ops without them, every kernel and thread count: edge widths both
+ * ways, K past a chunk (KC_MAX 1024) both ways. */
+static void test_wpack_linear(rng *r)
+{
+    static const int64_t shapes[][3] = {{37, 130, 70}, {9, 40, 1030}, {70, 1100, 33}, {1, 17, 5}}; /* {n, in, out} */
+    for (int k = 0; k < N_GEMM_KERNELS; k++)
+        for (int threads = 1; threads <= 3; threads++) {
+            const char *kn = gemm_kernels[k];
+            if (kernel_absent(kn, threads))
+                continue;
+            pg_ctx *plain = ctx_with(threads, kn);
+            int bad = !plain, runs = 0;
+            char why[160] = "backend init failed";
+            for (int i = 0; !bad && i < 4; i++) {
+                int64_t n = shapes[i][0], in = shapes[i][1], out = shapes[i][2];
+                float *x = fa(n * in), *w = fa(out * in), *b = fa(out), *dy = fa(n * out);
+                fill(r, x, n * in, -1, 1), fill(r, w, out * in, -0.3, 0.3), fill(r, b, out, -1, 1);
+                fill(r, dy, n * out, -1, 1);
+                pg_ctx *pk = ctx_with(threads, kn);
+                pg_gemm_weight gw = {"layer.weight", w, out, in};
+                lin_outs A = lin_outs_new(n, in, out), B = lin_outs_new(n, in, out);
+                bad = !pk || pg_gemm_weights_plan(pk, 0, 1, &gw, NULL) || pk->nwp != 1;
+                for (int rep = 0; !bad && rep < 2; rep++) { /* packs at the first use, reads the copy at the second */
+                    bad = lin_run(plain, n, in, out, x, w, b, dy, &A) || lin_run(pk, n, in, out, x, w, b, dy, &B) ||
+                          !lin_same(&A, &B, n, in, out);
+                    runs++;
+                }
+                if (bad)
+                    snprintf(why, sizeof why, "n %lld in %lld out %lld", (long long)n, (long long)in, (long long)out);
+                lin_outs_free(&A), lin_outs_free(&B);
+                pg_backend_free(pk);
+                free(x), free(w), free(b), free(dy);
+            }
+            OK(!bad && runs == 8, "linear fwd, act_fwd, bwd_in, bwd_in_act, bwd_in_add on a packed weight give the "
+               "bytes of the unpacked ones, kernel %s, %d thread(s)%s%s", kn, threads, bad ? ": " : "", bad ? why : "");
+            pg_backend_free(plain);
+        }
+}
+
+/* The copies follow every marked write of the weight; an unmarked one is
+ * stale (so the copy is really what the products read) and PIPE_CHECK_PACKS
+ * stops the op naming the weight and the element. */
+static void test_wpack_writes(rng *r)
+{
+    int64_t n = 13, in = 70, out = 40;
+    float *x = fa(n * in), *w = fa(out * in), *w2 = fa(out * in), *g = fa(out * in);
+    float *y = fa(n * out), *ref = fa(n * out);
+    fill(r, x, n * in, -1, 1), fill(r, w, out * in, -0.3, 0.3), fill(r, w2, out * in, -0.3, 0.3);
+    fill(r, g, out * in, -1, 1);
+    unsetenv("PIPE_CHECK_PACKS");
+    pg_ctx *plain = ctx_with(2, NULL), *c = ctx_with(2, NULL);
+    pg_gemm_weight gw = {"h0.fc.weight", w, out, in};
+    int rc = pg_gemm_weights_plan(c, 0, 1, &gw, NULL);
+    OK(rc == 0 && c->nwp == 1 && c->wp_check == 0, "a weight planned: one packed, no check without PIPE_CHECK_PACKS");
+    size_t bo = (size_t)(n * out) * sizeof *y;
+#define FRESH()                                                                                      \
+    (pg_linear_fwd(plain, n, in, out, x, w, NULL, ref) == 0 && pg_linear_fwd(c, n, in, out, x, w, NULL, y) == 0 && \
+     memcmp(y, ref, bo) == 0)
+    OK(FRESH() && FRESH(), "first use packs, the next reads the copy: the plain bytes both times");
+    pg_copy_to_dev(c, w, w2, (size_t)(out * in) * sizeof *w);
+    OK(FRESH(), "pg_copy_to_dev into the weight (init, --load, --resume): packed again");
+    pg_sgd_step(c, out * in, w, g, NULL, 0.1f, 0.0f, 0.0f, 1);
+    OK(FRESH(), "an SGD step: packed again");
+    float *m = fa(out * in), *v = fa(out * in);
+    pg_adamw_step(c, out * in / 2, w + out * in / 2, g, m, v, 0.01f, 0.9f, 0.999f, 1e-8f, 0.0f, 1);
+    OK(FRESH(), "an AdamW step on half of it (a --zero 1 shard): packed again");
+    w[5] += 1.0f;
+    pg_param_written(c, w + 5, 1);
+    OK(FRESH(), "pg_param_written on one element (a tie received over the network): packed again");
+    w[7] += 1.0f;
+    pg_copy(c, w + 3, w + 3, 10); /* a copy onto itself still marks */
+    w[9] += 1.0f;
+    pg_zero(c, w + 9, 1);
+    OK(FRESH(), "pg_copy and pg_zero into it: packed again");
+    pg_linear_fwd(plain, n, in, out, x, w, NULL, ref);
+    w[11] += 1.0f; /* unmarked */
+    pg_linear_fwd(c, n, in, out, x, w, NULL, y);
+    OK(memcmp(y, ref, bo) == 0, "an unmarked write is not seen: the products read the copy packed before it");
+    pg_backend_free(c);
+
+    setenv("PIPE_CHECK_PACKS", "1", 1);
+    c = ctx_with(1, NULL);
+    rc = pg_gemm_weights_plan(c, 0, 1, &gw, NULL);
+    rc |= pg_linear_fwd(c, n, in, out, x, w, NULL, y) || pg_linear_bwd_in(c, n, in, out, y, w, x);
+    w[out * in - 1] = 5.0f; /* unmarked: [39, 69] */
+    capture cap;
+    capture_begin(&cap);
+    int st = pg_linear_bwd_in(c, n, in, out, y, w, x);
+    const char *msg = capture_end(&cap);
+    OK(rc == 0 && st == 1 && strstr(msg, "wpack.c:") &&
+       strstr(msg, "PIPE_CHECK_PACKS: GEMM weight 'h0.fc.weight' [40, 70]: its packed copy (B = W) holds ") &&
+       strstr(msg, " at [39, 69] where the weight holds 5: the weight was written without marking it"),
+       "PIPE_CHECK_PACKS: a use after an unmarked write stops, naming the weight and the element: %s", msg);
+    pg_backend_free(c);
+    unsetenv("PIPE_CHECK_PACKS");
+
+    /* the cap: weights in table order while they fit; the report says so */
+    pg_gemm_weight two[2] = {{"a", w, out, in}, {"b", w2, 700, 400}};
+    setenv("PIPE_CPU_PACK_MIB", "1", 1);
+    c = ctx_with(1, NULL);
+    FILE *f = tmpfile();
+    rc = pg_gemm_weights_plan(c, 3, 2, two, f);
+    char line[300] = "";
+    if (f) {
+        rewind(f);
+        if (!fgets(line, sizeof line, f))
+            line[0] = 0;
+        fclose(f);
+    }
+    OK(rc == 0 && c->nwp == 1 && c->nwp_left == 1 &&
+       strstr(line, "stage 3: 1 GEMM weight packed once a step (W^T and W): ") &&
+       strstr(line, " beside the arena; 1 more packed in every product (over PIPE_CPU_PACK_MIB)"),
+       "PIPE_CPU_PACK_MIB=1: the weights that fit are packed, the start-up line counts the rest: %s", line);
+    pg_backend_free(c);
+    setenv("PIPE_CPU_PACK_MIB", "0", 1);
+    c = ctx_with(1, NULL);
+    rc = pg_gemm_weights_plan(c, 0, 2, two, NULL);
+    OK(rc == 0 && c->nwp == 0 && c->nwp_left == 2 && FRESH(), "PIPE_CPU_PACK_MIB=0: no copies, the products as before");
+    pg_backend_free(c);
+    setenv("PIPE_CPU_PACK_MIB", "lots", 1);
+    c = ctx_with(1, NULL);
+    capture_begin(&cap);
+    rc = pg_gemm_weights_plan(c, 0, 2, two, NULL);
+    msg = capture_end(&cap);
+    OK(rc == 1 &&
+       strstr(msg, "PIPE_CPU_PACK_MIB=lots: not a size in MiB (0 packs no weight; unset: at most 1024 MiB a stage)"),
+       "PIPE_CPU_PACK_MIB=lots is refused: %s", msg);
+    pg_backend_free(c);
+    setenv("PIPE_CPU_PACK_MIB", "100000000", 1);
+    pg_gemm_weight huge = {"huge", w, (int64_t)1 << 21, (int64_t)1 << 21}; /* 32 TiB of copies: never read */
+    c = ctx_with(1, NULL);
+    capture_begin(&cap);
+    rc = pg_gemm_weights_plan(c, 2, 1, &huge, NULL);
+    msg = capture_end(&cap);
+    OK(rc == 1 && c->nwp == 0 &&
+       strstr(msg, "stage 2: cannot reserve 35184372088832 bytes (33554432.0 MiB) for its 1 GEMM weights packed once "
+                   "a step; PIPE_CPU_PACK_MIB=0 runs without them"),
+       "copies that cannot be had are refused at start-up: %s", msg);
+    pg_backend_free(c);
+    unsetenv("PIPE_CPU_PACK_MIB");
+    pg_gemm_weight bad = {"bad", w, 0, 5};
+    c = ctx_with(1, NULL);
+    capture_begin(&cap);
+    rc = pg_gemm_weights_plan(c, 1, 1, &bad, NULL);
+    msg = capture_end(&cap);
+    OK(rc == 1 && strstr(msg, "gemm_weights_plan: stage 1: weight 0 ('bad') is ") && strstr(msg, " [0, 5]"),
+       "a weight of no rows is refused, named: %s", msg);
+    rc = pg_gemm_weights_plan(c, 1, 1, &gw, NULL);
+    capture_begin(&cap);
+    rc = rc * 10 + pg_gemm_weights_plan(c, 1, 1, &gw, NULL);
+    msg = capture_end(&cap);
+    OK(rc == 1 && strstr(msg, "gemm_weights_plan: stage 1's GEMM weights are planned already"),
+       "planning the weights twice is refused: %s", msg);
+    pg_backend_free(c);
+#undef FRESH
+    pg_backend_free(plain);
+    free(x), free(w), free(w2), free(g), free(y), free(ref), free(m), free(v);
 }
 
 /* Rows of a micro-batch come out bitwise as the same rows in a bigger one,
@@ -2352,6 +2592,8 @@ int main(int argc, char **argv)
     test_backend(c);
     test_linear(c, &r);
     test_gemm_formula(&r);
+    test_wpack_linear(&r);
+    test_wpack_writes(&r);
     test_linear_row_independence(&r);
     test_linear_act(&r);
     test_activations(c, &r);
