@@ -142,6 +142,8 @@ void pg_cpu_wpack_free(pg_ctx *c)
 
 void pg_cpu_wpack_touch(pg_ctx *c, const void *p, size_t bytes)
 {
+    if (!c) /* the copies without a context (the data and checkpoint readers' tools and fuzzers): nothing packed */
+        return;
     const char *lo = p, *hi = lo + bytes;
     for (int i = 0; i < c->nwp && bytes; i++) {
         struct pg_cpu_wpack *e = &c->wp[i];
