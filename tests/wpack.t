@@ -3,7 +3,8 @@
 # wpack.c; the products themselves: tests/kernels.t): the stage table lists
 # them and `pipegen plan` prints their bytes, a stage says at start-up what it
 # reserved, PIPE_CPU_PACK_MIB caps it (0: none, the same losses) or is refused,
-# and a table naming what is not a matrix of the stage is refused at start-up.
+# and a table naming what is not a matrix of the stage, an index past its
+# parameters or a count without its table is refused at start-up.
 . "$(dirname "$0")/lib.sh"
 . "$TOP/tests/lib_e2e.sh"
 . "$TOP/tests/lib_fault.sh"
@@ -50,4 +51,16 @@ st=$?
 ok $((st == 0)) "...stops at start-up"
 like "$(cat "$T/corrupt.err")" "stage 0: GEMM weight 0 names parameter 1 of 6, not a matrix in the arena: the stage file is corrupt" \
     "...naming the entry and the parameter"
+
+# corrupt: an index past the stage's parameters, and a count without its table
+corrupt() { # corrupt NAME SED: stage0.c edited by SED, built, run: its stderr in $T/NAME.err
+    mkdir -p "$T/$1" && cp "$T/gen"/*.h "$T/$1/" && sed "$2" "$T/gen/stage0.c" >"$T/$1/stage0.c" && build "$T/$1" &&
+        { PIPE_RANK=0 PIPE_WORLD=1 timeout 60 "$T/$1/bin/stage0" --steps 1 >"$T/$1.out" 2>"$T/$1.err"; [ $? -ne 0 ]; }
+}
+corrupt range 's|^    0, /\* layer0.weight \*/|    99, /* past the table */|'
+ok $? "a table naming parameter 99 of 6 stops the stage at start-up"
+like "$(cat "$T/range.err")" "stage 0: GEMM weight 0 names parameter 99 of 6: the stage file is corrupt" "...naming the index"
+corrupt notable 's|\.gemm_weights = stage_gemm_weights,|.gemm_weights = 0,|'
+ok $? "a count of GEMM weights without their table stops the stage at start-up"
+like "$(cat "$T/notable.err")" "stage 0: 3 GEMM weights without their table: the stage file is corrupt" "...saying so"
 done_testing
