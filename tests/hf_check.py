@@ -15,13 +15,21 @@ Face models, their data, and the comparisons (float64 on the torch side).
                                        transformers' generate(do_sample=False) of each prompt,
                                        N new tokens (no end-of-text id), in float32, equals the
                                        tokens of --gen-out G token for token
+    hf_check.py multi SPEC             the commands of SPEC in this one process (importing torch
+                                       and transformers takes seconds: tests/hf.t makes its ~40
+                                       comparisons in 6 launches), a line each: OUTFILE, a tab,
+                                       then the command and its arguments (shell-quoted); each
+                                       command's output goes to OUTFILE, its exit status to
+                                       OUTFILE.rc
 
 Each comparison prints one "ok - " or "not ok - " line; the exit status is 1
 when any failed.
 """
 import argparse
 import os
+import shlex
 import sys
+import traceback
 
 import torch
 
@@ -169,6 +177,40 @@ def cmd_greedy(a):
     return 0
 
 
+def cmd_multi(a):
+    global fails
+    worst = 0
+    for n, line in enumerate(open(a.spec), 1):
+        if not line.strip():
+            continue
+        out, tab, rest = line.rstrip("\n").partition("\t")
+        if not tab:
+            raise SystemExit(f"{a.spec}:{n}: want OUTFILE, a tab, then the command")
+        argv = shlex.split(rest)
+        if argv and argv[0] == "multi":
+            raise SystemExit(f"{a.spec}:{n}: multi inside multi")
+        outer, saved = fails, sys.stdout
+        fails = 0
+        with open(out, "w") as f:
+            sys.stdout = f
+            try:
+                rc = main(argv)
+            except SystemExit as e:  # argparse's usage errors, a command's own refusal
+                rc = e.code if isinstance(e.code, int) else 1
+                if not isinstance(e.code, int) and e.code is not None:
+                    print(e.code)
+            except Exception:  # one command's failure is its own, the others still run
+                traceback.print_exc(file=f)
+                rc = 1
+            finally:
+                sys.stdout = saved
+        with open(out + ".rc", "w") as f:
+            f.write(f"{rc}\n")
+        fails = outer
+        worst = max(worst, 1 if rc else 0)
+    return worst
+
+
 def main(argv):
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -198,10 +240,14 @@ def main(argv):
     p.add_argument("out")
     p.add_argument("--gen", required=True)
     p.add_argument("--new", type=int, required=True)
+    p = sub.add_parser("multi")
+    p.add_argument("spec")
     a = ap.parse_args(argv)
-    {"make": cmd_make, "data": cmd_data, "step": cmd_step, "same": cmd_same, "prompts": cmd_prompts,
-     "greedy": cmd_greedy}[a.cmd](a)
-    return 1 if fails else 0
+    if a.cmd == "multi":
+        return cmd_multi(a)
+    rc = {"make": cmd_make, "data": cmd_data, "step": cmd_step, "same": cmd_same, "prompts": cmd_prompts,
+          "greedy": cmd_greedy}[a.cmd](a)
+    return 1 if fails or rc else 0
 
 
 if __name__ == "__main__":
