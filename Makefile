@@ -352,8 +352,9 @@ run: all
 # first so the run does not end waiting on one of them. TEST_JOBS=1 runs one
 # at a time.
 TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ "$$n" -gt 4 ] && n=4; echo $$n)
-SLOW_TESTS := tests/cuda_emu_train.t tests/e2e_san.t tests/e2e_llama.t tests/device_scripts.t tests/e2e.t \
-	tests/e2e_gpt.t tests/gpu_bundle.t tests/e2e_conv.t tests/docs.t tests/digits.t tests/deps.t
+SLOW_TESTS := tests/gpu_bundle.t tests/cuda_emu_train.t tests/gpu_scripts.t tests/install.t tests/gen_output.t \
+	tests/device_scripts.t tests/deps.t tests/hf.t tests/balance.t tests/e2e_san.t tests/e2e_llama.t tests/e2e.t \
+	tests/e2e_gpt.t tests/e2e_conv.t tests/docs.t tests/digits.t
 test: test-deps
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) binaries
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) SAN=1 binaries
