@@ -109,6 +109,24 @@ is "$r1" 1 "unreachable master: exit 1"
 like "$(cat "$T/f1.log")" "cannot reach master $M after 2 s: Connection refused" "retries, then names the master and the error"
 awk -v e="$el" 'BEGIN { exit !(e >= 1.9 && e < 6) }'; ok $? "it retried for the connect timeout (${el} s)"
 
+# --- a slow start is told, not waited out in silence -----------------------------------
+# stage 1 alone for 11 s, then stage 0; stage 2 never comes: every 10 s of
+# waiting each says what it waits for, then the timeout fails the run
+M=127.0.0.1:$(free_port)
+export PIPE_RUN_ID=run-slow
+start_stage "$G3/bin" 1 3 "$M" "$T/w1.log" --steps 2 --connect-timeout 24
+sleep 11
+start_stage "$G3/bin" 0 3 "$M" "$T/w0.log" --steps 2 --connect-timeout 12
+wait_exit "$(cat "$T/w0.log.pid")" 32; r0=$WX
+wait_exit "$(cat "$T/w1.log.pid")" 10; r1=$WX
+unset PIPE_RUN_ID
+[ "$r0" = 1 ] && [ "$r1" = 1 ]; ok $? "a stage that never comes: both exit 1 after the master's timeout ($r0, $r1)"
+like "$(cat "$T/w1.log")" "stage 1: master $M not reachable yet after 1[0-9] s \\(Connection refused, [0-9]+ tries\\); trying until 24 s \\(--connect-timeout\\)" \
+    "a stage still trying to reach the master says so after 10 s"
+like "$(cat "$T/w0.log")" "stage 0: 2 of 3 stages have reached the master at $M after 1[0-9] s \\(missing stage 2\\); waiting until 12 s \\(--connect-timeout\\)" \
+    "the master still waiting says who is missing after 10 s"
+like "$(cat "$T/w0.log")" "only 2 of 3 stages reached the master within 12 s \\(missing stage 2\\)" "...then times out naming it"
+
 # --- the master's port is in use ---------------------------------------------------------
 P=$(free_port)
 "$PY" -c "import socket, time; s = socket.socket(); s.bind(('0.0.0.0', $P)); s.listen(1); open('$T/held', 'w').close(); time.sleep(30)" &

@@ -374,16 +374,29 @@ static int connect_once(const char *host, int port, double deadline)
     return fd;
 }
 
-/* Connect with retries and exponential back-off until timeout_s has passed. */
-static int connect_retry(const char *host, int port, double timeout_s, int *last_errno)
+/* A wait at start-up (a connection retried, greetings awaited) that lasts
+ * longer than this is told on stderr, and again every as long: a stage never
+ * waits in silence for the whole --connect-timeout. */
+#define WAIT_NOTE_S 10.0
+
+/* Connect with retries and exponential back-off until timeout_s has passed;
+ * every WAIT_NOTE_S of trying, a line "<me>: <whom> not reachable yet ...". */
+static int connect_retry(const char *host, int port, double timeout_s, int *last_errno, int me, const char *whom)
 {
-    double deadline = now_s() + timeout_s, wait = 0.01;
+    double t0 = now_s(), deadline = t0 + timeout_s, wait = 0.01, note = t0 + WAIT_NOTE_S;
+    long tries = 0;
     for (;;) {
         int fd = connect_once(host, port, deadline);
         if (fd >= 0) return fd;
         *last_errno = errno;
-        double left = deadline - now_s();
+        tries++;
+        double now = now_s(), left = deadline - now;
         if (left <= 0) return -1;
+        if (now >= note) {
+            fprintf(stderr, "stage %d: %s %s:%d not reachable yet after %.0f s (%s, %ld tries); trying until %g s "
+                    "(--connect-timeout)\n", me, whom, host, port, now - t0, strerror(*last_errno), tries, timeout_s);
+            while (note <= now) note += WAIT_NOTE_S;
+        }
         double s = wait < left ? wait : left;
         struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
         nanosleep(&ts, NULL);
@@ -511,6 +524,7 @@ typedef struct greeter {
     void (*refused)(void *arg, const char *addr, const char *why);
     void *arg;
     int stop_fd;                    /* readable: the loop ends (0); -1: none */
+    void (*waiting)(void *arg, double waited); /* every WAIT_NOTE_S of the loop, or NULL */
 } greeter;
 
 static void pending_drop(pending *p)
@@ -652,8 +666,14 @@ static int greet_loop(int lfd, double deadline, const greeter *g)
     fcntl(lfd, F_SETFL, fcntl(lfd, F_GETFL) | O_NONBLOCK);
     int rc = -3;
     double pause_until = 0; /* out of descriptors: stop accepting for a moment */
+    double t0 = now_s(), note = t0 + WAIT_NOTE_S;
     for (;;) {
         double now = now_s(), wake = deadline;
+        if (g->waiting && now >= note && now < deadline) {
+            g->waiting(g->arg, now - t0);
+            while (note <= now) note += WAIT_NOTE_S;
+        }
+        if (g->waiting && note < wake) wake = note;
         for (int i = 0; i < MAX_PENDING; i++) {
             if (pd[i].fd >= 0 && pd[i].deadline <= now) pending_drop(&pd[i]); /* silent too long */
             else if (pd[i].fd >= 0 && pd[i].deadline < wake) wake = pd[i].deadline;
@@ -857,6 +877,25 @@ typedef struct master_ctx {
     int culprit;               /* the rank whose hello failed the run, or -1 */
 } master_ctx;
 
+/* The ranks in [lo, hi) without a connection, as "1, 3" into buf. */
+static void missing_ranks(const pg_tcp *n, int lo, int hi, char *buf, size_t len)
+{
+    size_t k = 0;
+    buf[0] = 0;
+    for (int s = lo; s < hi && k + 12 < len; s++)
+        if (n->p[s].fd < 0) k += (size_t)snprintf(buf + k, len - k, "%s%d", k ? ", " : "", s);
+}
+
+static void master_waiting(void *arg, double waited)
+{
+    master_ctx *m = arg;
+    char miss[256];
+    missing_ranks(m->n, 1, m->n->world, miss, sizeof miss);
+    fprintf(stderr, "stage 0: %d of %d stages have reached the master at %s:%d after %.0f s (missing stage %s); "
+            "waiting until %g s (--connect-timeout)\n", m->joined + 1, m->n->world, m->l->master_host,
+            m->l->master_port, waited, miss, m->cfg->connect_timeout_s);
+}
+
 static void master_refused(void *arg, const char *addr, const char *why)
 {
     master_ctx *m = arg;
@@ -1012,13 +1051,11 @@ static int master_rendezvous(pg_tcp *n, const pg_launch *l, const pg_net_config 
         seterr(err, errlen, "out of memory during rendezvous");
         goto out;
     }
-    greeter g = {&n->keys, LABEL_PEER, LABEL_MASTER, hello_need, hello_done, master_refused, &m, -1};
+    greeter g = {&n->keys, LABEL_PEER, LABEL_MASTER, hello_need, hello_done, master_refused, &m, -1, master_waiting};
     int r = greet_loop(lfd, now_s() + cfg->connect_timeout_s, &g);
     if (r == -3) {
-        char miss[256] = "";
-        size_t k = 0;
-        for (int s = 1; s < world && k + 12 < sizeof miss; s++)
-            if (n->p[s].fd < 0) k += (size_t)snprintf(miss + k, sizeof miss - k, "%s%d", k ? ", " : "", s);
+        char miss[256];
+        missing_ranks(n, 1, world, miss, sizeof miss);
         seterr(m.reason, sizeof m.reason,
                "rendezvous: only %d of %d stages reached the master within %g s (missing stage %s)%s%s",
                m.joined + 1, world, cfg->connect_timeout_s, miss, m.nrefused ? "; refused: " : "", m.refused);
@@ -1112,6 +1149,15 @@ static int mesh_done(void *arg, pending *p, const unsigned char *b, size_t len)
     m->n->p[who].fd = p->fd;
     p->fd = -1;
     return --m->left == 0;
+}
+
+static void mesh_waiting(void *arg, double waited)
+{
+    mesh_ctx *m = arg;
+    char miss[256];
+    missing_ranks(m->n, m->n->rank + 1, m->n->world, miss, sizeof miss);
+    fprintf(stderr, "stage %d: stage %s of the run not connected to this stage yet after %.0f s; waiting until %g s\n",
+            m->n->rank, miss, waited, m->cfg->connect_timeout_s + 10.0);
 }
 
 /* The accepting side's challenge on fd (whom names it), answered: our
@@ -1240,7 +1286,7 @@ static int peer_rendezvous(pg_tcp *n, const pg_launch *l, const pg_net_config *c
     int world = n->world, me = n->rank, e = 0, lport = 0, rc = -1, lfd = -1;
     unsigned char *tbl = NULL, *hb = NULL, mine[NONCE_BYTES], theirs[NONCE_BYTES];
     char whom[300], why[MAX_REASON_BYTES + 64];
-    int mfd = connect_retry(l->master_host, l->master_port, cfg->connect_timeout_s, &e);
+    int mfd = connect_retry(l->master_host, l->master_port, cfg->connect_timeout_s, &e, me, "master");
     if (mfd < 0) {
         seterr(err, errlen, "cannot reach master %s:%d after %g s: %s%s", l->master_host,
                l->master_port, cfg->connect_timeout_s, strerror(e),
@@ -1309,7 +1355,9 @@ static int peer_rendezvous(pg_tcp *n, const pg_launch *l, const pg_net_config *c
         char ad[ADDR_BYTES], w[120];
         memcpy(ad, tbl + (size_t)i * (ADDR_BYTES + 4), ADDR_BYTES);
         int p = (int)pg_get32(tbl + (size_t)i * (ADDR_BYTES + 4) + ADDR_BYTES);
-        int fd = connect_retry(ad, p, cfg->connect_timeout_s, &e);
+        char sw[24];
+        snprintf(sw, sizeof sw, "stage %d at", i);
+        int fd = connect_retry(ad, p, cfg->connect_timeout_s, &e, me, sw);
         if (fd < 0) {
             seterr(err, errlen, "cannot connect to stage %d at %s:%d: %s", i, ad, p, strerror(e));
             goto out;
@@ -1333,7 +1381,7 @@ static int peer_rendezvous(pg_tcp *n, const pg_launch *l, const pg_net_config *c
     }
     if (me + 1 < world) {
         mesh_ctx mc = {n, cfg, world - 1 - me};
-        greeter g = {&n->keys, LABEL_MESH, LABEL_MESH_BACK, mesh_need, mesh_done, NULL, &mc, -1};
+        greeter g = {&n->keys, LABEL_MESH, LABEL_MESH_BACK, mesh_need, mesh_done, NULL, &mc, -1, mesh_waiting};
         if (greet_loop(lfd, now_s() + cfg->connect_timeout_s + 10.0, &g) != 0) {
             seterr(err, errlen, "higher stages did not connect within %g s", cfg->connect_timeout_s + 10.0);
             goto out;
@@ -1380,7 +1428,7 @@ static void door_refused(void *arg, const char *addr, const char *why)
 static void *door_main(void *arg)
 {
     pg_tcp *n = arg;
-    greeter g = {&n->keys, LABEL_PEER, LABEL_MASTER, hello_need, late_done, door_refused, n, n->door_stop[0]};
+    greeter g = {&n->keys, LABEL_PEER, LABEL_MASTER, hello_need, late_done, door_refused, n, n->door_stop[0], NULL};
     while (greet_loop(n->door_fd, now_s() + 3600.0, &g) == -3) {} /* until pg_tcp_close says stop */
     return NULL;
 }
@@ -1494,7 +1542,7 @@ void pg_tcp_tell_failure(const pg_launch *l, const pg_net_config *cfg, const cha
     for (int i = 0; i < 3; i++) sigaction(sigs[i], &sa, &old[i]);
     keyring keys = {(const unsigned char *)l->token, l->token_len};
     teller t = {l->run_id, &keys, cause, pub ? pub : cause, told, l->world, left, l->master_port, 0};
-    greeter g = {&keys, LABEL_PEER, LABEL_MASTER, hello_need, fail_done, tell_refused, &t, stop[0]};
+    greeter g = {&keys, LABEL_PEER, LABEL_MASTER, hello_need, fail_done, tell_refused, &t, stop[0], NULL};
     greet_loop(lfd, now_s() + linger_s, &g);
     for (int i = 0; i < 3; i++) sigaction(sigs[i], &old[i], NULL);
     tell_stop_w = -1;

@@ -159,7 +159,7 @@ static void mode_master(const uint8_t *d, size_t n, unsigned flags, int with_tok
     m.addr = addr;
     m.port = port;
     m.nonce = nonce;
-    greeter g = {&t.keys, LABEL_PEER, LABEL_MASTER, hello_need, hello_done, master_refused, &m, -1};
+    greeter g = {&t.keys, LABEL_PEER, LABEL_MASTER, hello_need, hello_done, master_refused, &m, -1, NULL};
     greet_all(&g, d, n, flags);
     free_tcp(&t);
     /* the peers accepted so far joined the agreement: start afresh */
@@ -174,7 +174,7 @@ static void mode_door(const uint8_t *d, size_t n, unsigned flags)
     init_tcp(&t, 0, flags & 0x80);
     snprintf(t.host[1], HOST_BYTES, "node1");
     t.pid[1] = 77;
-    greeter g = {&t.keys, LABEL_PEER, LABEL_MASTER, hello_need, late_done, door_refused, &t, -1};
+    greeter g = {&t.keys, LABEL_PEER, LABEL_MASTER, hello_need, late_done, door_refused, &t, -1, NULL};
     greet_all(&g, d, n, flags & 0x7f);
     free_tcp(&t);
 }
@@ -184,7 +184,7 @@ static void mode_tell(const uint8_t *d, size_t n, unsigned flags)
     unsigned char told[WORLD] = {0};
     keyring keys = {(const unsigned char *)FZ_TOKEN, flags & 0x80 ? strlen(FZ_TOKEN) : 0};
     teller t = {FZ_RUN, &keys, "--data x: cannot open", "--data x: cannot open", told, WORLD, WORLD - 1, 29500, 0};
-    greeter g = {&keys, LABEL_PEER, LABEL_MASTER, hello_need, fail_done, tell_refused, &t, -1};
+    greeter g = {&keys, LABEL_PEER, LABEL_MASTER, hello_need, fail_done, tell_refused, &t, -1, NULL};
     greet_all(&g, d, n, flags & 0x7f);
 }
 
@@ -194,7 +194,7 @@ static void mode_mesh(const uint8_t *d, size_t n, unsigned flags)
     init_tcp(&t, 1, flags & 0x80);
     pg_net_config cfg = {.plan_hash = FZ_HASH, .run_id = FZ_RUN};
     mesh_ctx mc = {&t, &cfg, WORLD - 2};
-    greeter g = {&t.keys, LABEL_MESH, LABEL_MESH_BACK, mesh_need, mesh_done, NULL, &mc, -1};
+    greeter g = {&t.keys, LABEL_MESH, LABEL_MESH_BACK, mesh_need, mesh_done, NULL, &mc, -1, NULL};
     greet_all(&g, d, n, flags & 0x7f);
     free_tcp(&t);
 }
