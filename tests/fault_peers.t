@@ -59,6 +59,7 @@ is "$left" 0 "no stage process is left behind"
 M=127.0.0.1:$(free_port)
 for k in 0 1 2; do start_stage "$G/bin" $k 3 "$M" "$T/s$k.log" --steps 100000000 --log-every 1000 --timeout 2; done
 wait_for "$T/s2.log" 'step 1000/' 20
+ok $? "three stages train with --timeout 2" || for k in 0 1 2; do sed "s/^/# s$k: /" "$T/s$k.log"; done
 kill -STOP "$(cat "$T/s1.log.pid")"
 t0=$(date +%s.%N)
 wait_exit "$(cat "$T/s0.log.pid")" 10; r0=$WX
