@@ -325,7 +325,9 @@ static void test_memory(void)
     cudaFree(d);
     cudaStreamDestroy(s);
     std::string out;
-    int st = child("lagging-device", {}, &out, "PG_EMU_LAG_US=300000");
+    int st = 3;
+    for (int tries = 0; tries < 4 && st == 3; tries++) /* 3: the host itself lagged longer than the device */
+        st = child("lagging-device", {}, &out, "PG_EMU_LAG_US=300000");
     OK(st == 0, "a lagging device (PG_EMU_LAG_US): results appear after synchronising, not before (status %d)", st);
     if (st)
         printf("# %s\n", out.c_str());
@@ -900,17 +902,26 @@ static int run_child(const char *name, int argc, char **argv)
         pinned[0] = 1.0f;
         cudaEvent_t ev;
         cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         cudaMemcpyAsync(pinned, d, 64, cudaMemcpyDeviceToHost, s);
         cudaEventRecord(ev, s);
         float before = pinned[0];
         cudaError_t q = cudaEventQuery(ev);
         cudaError_t last = cudaGetLastError();
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double took_us = (double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3;
+        const char *lag = getenv("PG_EMU_LAG_US");
         cudaStreamSynchronize(s);
         float after = pinned[0];
-        printf("before %g (%s, last error %s), after %g (%s)\n", before, cudaGetErrorName(q), cudaGetErrorName(last),
-               after, cudaGetErrorName(cudaEventQuery(ev)));
-        return !(before == 1.0f && q == cudaErrorNotReady && last == cudaSuccess && after == 7.0f &&
-                 cudaEventQuery(ev) == cudaSuccess);
+        printf("before %g (%s, last error %s), after %g (%s); the host's look took %.0f us\n", before,
+               cudaGetErrorName(q), cudaGetErrorName(last), after, cudaGetErrorName(cudaEventQuery(ev)), took_us);
+        int good = before == 1.0f && q == cudaErrorNotReady && last == cudaSuccess && after == 7.0f &&
+                   cudaEventQuery(ev) == cudaSuccess;
+        /* the host descheduled for longer than the lag (a loaded machine) proves nothing: say so, to be run again */
+        if (!good && lag && took_us >= (double)atol(lag))
+            return 3;
+        return !good;
     }
     if (!strcmp(name, "host-touches-device")) {
         float *d = dev_floats(16);
