@@ -2,6 +2,7 @@
 # tests/fault_rendezvous.t — rendezvous errors with real stage binaries started by
 # hand: stages of two different models, a wrong world size, two processes
 # claiming one rank, options that differ between stages, an unreachable master,
+# a slow start (told every 10 s), a master whose handshake never completes,
 # the master's port in use; and strangers that must not harm a run: a stage of
 # another run (another run id) on the same master port, a forged hello, silent
 # connections; the master listening on loopback only when PIPE_MASTER says so.
@@ -126,6 +127,24 @@ like "$(cat "$T/w1.log")" "stage 1: master $M not reachable yet after 1[0-9] s \
 like "$(cat "$T/w0.log")" "stage 0: 2 of 3 stages have reached the master at $M after 1[0-9] s \\(missing stage 2\\); waiting until 12 s \\(--connect-timeout\\)" \
     "the master still waiting says who is missing after 10 s"
 like "$(cat "$T/w0.log")" "only 2 of 3 stages reached the master within 12 s \\(missing stage 2\\)" "...then times out naming it"
+
+# --- a master whose handshake never completes (its accept queue full: SYNs dropped) -----
+# each attempt waits 5 s at most, then a fresh socket tries again, and the wait is told
+"$PY" -c "import socket, sys, time
+s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(0)
+held = []
+for i in range(3):
+    c = socket.socket(); c.setblocking(False); c.connect_ex(s.getsockname()); held.append(c)
+time.sleep(0.5); open(sys.argv[1], 'w').write(str(s.getsockname()[1])); time.sleep(30)" "$T/fq.port" &
+echo $! >"$T/fq.pid"
+while [ ! -s "$T/fq.port" ]; do sleep 0.1; done
+M=127.0.0.1:$(cat "$T/fq.port")
+PIPE_RANK=1 PIPE_WORLD=2 PIPE_MASTER=$M timeout 30 "$G/bin/stage1" --steps 2 --connect-timeout 12 >"$T/q1.log" 2>&1; r1=$?
+kill "$(cat "$T/fq.pid")" 2>/dev/null
+is "$r1" 1 "a master that never completes the handshake: exit 1 at the connect timeout"
+like "$(cat "$T/q1.log")" "master $M not reachable yet after 1[0-9] s \\(Connection timed out, [2-9] tries\\)" \
+    "the attempts are retried from fresh sockets and the wait is told"
+like "$(cat "$T/q1.log")" "cannot reach master $M after 12 s: Connection timed out" "...then it names the master and the error"
 
 # --- the master's port is in use ---------------------------------------------------------
 P=$(free_port)

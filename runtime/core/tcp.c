@@ -378,6 +378,10 @@ static int connect_once(const char *host, int port, double deadline)
  * longer than this is told on stderr, and again every as long: a stage never
  * waits in silence for the whole --connect-timeout. */
 #define WAIT_NOTE_S 10.0
+/* One connection attempt waits at most this long for its handshake, then a
+ * fresh socket tries again: a SYN lost or dropped (a listener's full queue, a
+ * filter) is retried from a new port instead of holding the whole timeout. */
+#define CONNECT_TRY_S 5.0
 
 /* Connect with retries and exponential back-off until timeout_s has passed;
  * every WAIT_NOTE_S of trying, a line "<me>: <whom> not reachable yet ...". */
@@ -386,7 +390,8 @@ static int connect_retry(const char *host, int port, double timeout_s, int *last
     double t0 = now_s(), deadline = t0 + timeout_s, wait = 0.01, note = t0 + WAIT_NOTE_S;
     long tries = 0;
     for (;;) {
-        int fd = connect_once(host, port, deadline);
+        double try_end = now_s() + CONNECT_TRY_S;
+        int fd = connect_once(host, port, try_end < deadline ? try_end : deadline);
         if (fd >= 0) return fd;
         *last_errno = errno;
         tries++;
