@@ -1388,7 +1388,10 @@ static int peer_rendezvous(pg_tcp *n, const pg_launch *l, const pg_net_config *c
         mesh_ctx mc = {n, cfg, world - 1 - me};
         greeter g = {&n->keys, LABEL_MESH, LABEL_MESH_BACK, mesh_need, mesh_done, NULL, &mc, -1, mesh_waiting};
         if (greet_loop(lfd, now_s() + cfg->connect_timeout_s + 10.0, &g) != 0) {
-            seterr(err, errlen, "higher stages did not connect within %g s", cfg->connect_timeout_s + 10.0);
+            char miss[256];
+            missing_ranks(n, me + 1, world, miss, sizeof miss);
+            seterr(err, errlen, "stage %s of the run did not connect to this stage within %g s", miss,
+                   cfg->connect_timeout_s + 10.0);
             goto out;
         }
     }
