@@ -2,7 +2,8 @@
 # tests/fault_rendezvous.t — rendezvous errors with real stage binaries started by
 # hand: stages of two different models, a wrong world size, two processes
 # claiming one rank, options that differ between stages, an unreachable master,
-# a slow start (told every 10 s), a master whose handshake never completes,
+# a slow start (told every 10 s), a master whose handshake never completes, a
+# stage that cannot open its mesh connections (an LD_PRELOAD shim on connect),
 # the master's port in use; and strangers that must not harm a run: a stage of
 # another run (another run id) on the same master port, a forged hello, silent
 # connections; the master listening on loopback only when PIPE_MASTER says so.
@@ -385,4 +386,48 @@ like "$(cat "$T/S1.log")" "stage 1: master $M: the run failed at start-up: --sav
 [ "$sr" = 2 ]; ok $? "piperun: stage 0's start-up failure is the run's status ($sr)"
 like "$(cat "$T/S.log")" "piperun: stage 0 exited with status 2" "...piperun names stage 0"
 unset PIPE_RUN_ID PIPE_RUN_TOKEN
+
+# --- a higher stage that never opens its mesh connection ---------------------------
+# stage 2 reaches the master but every other connect() fails (an LD_PRELOAD
+# shim): stage 1 waits for it, says so after 10 s, then names it
+cat >"$T/refuse.c" <<'CEOF'
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+int connect(int fd, const struct sockaddr *a, socklen_t len)
+{
+    static int (*real)(int, const struct sockaddr *, socklen_t);
+    const char *only = getenv("PG_TEST_ONLY_PORT");
+    if (only && a && a->sa_family == AF_INET && ntohs(((const struct sockaddr_in *)a)->sin_port) != atoi(only)) {
+        errno = ECONNREFUSED;
+        return -1;
+    }
+    if (!real)
+        real = (int (*)(int, const struct sockaddr *, socklen_t))dlsym(RTLD_NEXT, "connect");
+    return real(fd, a, len);
+}
+CEOF
+if ${CC:-cc} -shared -fPIC -o "$T/refuse.so" "$T/refuse.c" -ldl 2>"$T/refuse.err"; then
+    P=$(free_port)
+    M=127.0.0.1:$P
+    export PIPE_RUN_ID=run-mesh
+    start_stage "$G3/bin" 0 3 "$M" "$T/h0.log" --steps 2 --connect-timeout 3
+    start_stage "$G3/bin" 1 3 "$M" "$T/h1.log" --steps 2 --connect-timeout 3
+    LD_PRELOAD=$T/refuse.so PG_TEST_ONLY_PORT=$P start_stage "$G3/bin" 2 3 "$M" "$T/h2.log" --steps 2 --connect-timeout 3
+    wait_exit "$(cat "$T/h1.log.pid")" 25; r1=$WX
+    wait_exit "$(cat "$T/h2.log.pid")" 10; r2=$WX
+    wait_exit "$(cat "$T/h0.log.pid")" 25; r0=$WX
+    unset PIPE_RUN_ID
+    [ "$r0" = 1 ] && [ "$r1" = 1 ] && [ "$r2" = 1 ]; ok $? "a stage that cannot open its mesh connection: every stage exits 1 ($r0, $r1, $r2)"
+    like "$(cat "$T/h2.log")" "stage 2: cannot connect to stage 1 at 127\\.0\\.0\\.1:[0-9]+: Connection refused" "...that stage names the stage it cannot reach"
+    like "$(cat "$T/h1.log")" "stage 1: stage 2 of the run not connected to this stage yet after 1[0-9] s; waiting until 13 s" \
+        "the stage waiting for it says so after 10 s"
+    like "$(cat "$T/h1.log")" "stage 1: stage 2 of the run did not connect to this stage within 13 s" "...then names it"
+else
+    ok 1 "the connect() shim builds"; sed 's/^/# /' "$T/refuse.err"
+fi
 done_testing
