@@ -57,6 +57,9 @@ is "$left" 0 "no stage process is left behind"
 
 # --- watchdog: a stage that stops answering (SIGSTOP) ------------------------------
 M=127.0.0.1:$(free_port)
+# (the first section's logs go first: a stage started in the background empties
+# its log only when it gets to run, and the wait below must not read the old one)
+rm -f "$T"/s?.log
 for k in 0 1 2; do start_stage "$G/bin" $k 3 "$M" "$T/s$k.log" --steps 100000000 --log-every 1000 --timeout 2; done
 wait_for "$T/s2.log" 'step 1000/' 20
 ok $? "three stages train with --timeout 2" || for k in 0 1 2; do sed "s/^/# s$k: /" "$T/s$k.log"; done
