@@ -717,7 +717,8 @@ static int run(pg_run *r)
     r->told = l.rank == 0 ? calloc((size_t)l.world, 1) : NULL;
     pg_net_config cfg = {.model = d->model, .plan_hash = d->plan_hash, .stage = d->stage, .send_buf_bytes = sb,
                          .send_msgs = sm,
-                         .connect_timeout_s = r->opt.connect_timeout_s, .run_id = l.run_id, .agree = r->agree,
+                         .connect_timeout_s = r->opt.connect_timeout_s, .send_timeout_s = r->opt.timeout_s,
+                         .run_id = l.run_id, .agree = r->agree,
                          .agree_len = r->agree_len, .agree_check = pg_agree_check, .agree_arg = r,
                          .told = r->told, .elsewhere = &r->fail_elsewhere, .pub_err = r->fail_pub,
                          .pub_errlen = sizeof r->fail_pub};

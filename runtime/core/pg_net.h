@@ -104,6 +104,7 @@ typedef struct pg_net_config {
     const int *send_msgs;     /* [world], by rank: one step's messages to each peer (NULL: not known;
                                  the CUDA transport sizes its per-message events by it) */
     double connect_timeout_s; /* how long to keep retrying the master (back-off) */
+    double send_timeout_s;    /* how long a send may wait for room in a full queue (--timeout; 0: 300 s) */
     const char *run_id;       /* pg_launch.run_id: every hello carries it (NULL: "") */
     /* What the stages must agree on (options, data files): an opaque text
      * every peer's hello carries to the master, which hands it to

@@ -18,9 +18,12 @@ static void net_fail(pg_run *r, int a, const pg_step_action *x, pg_net_status st
     const pg_stage_desc *d = r->d;
     const char *kn = pg_step_kind_name(x->kind);
     int recv = pg_step_msg_recv(x->kind);
-    if (st == PG_NET_TIMEOUT)
+    if (st == PG_NET_TIMEOUT && recv)
         fprintf(stderr, "stage %d waiting at action %d %s(mb %d) from stage %d for %g s\n", d->stage, a, kn, x->mb,
                 x->peer, r->opt.timeout_s);
+    else if (st == PG_NET_TIMEOUT) /* a send: its queue full, or a lent message not written */
+        fprintf(stderr, "stage %d waiting at action %d %s(mb %d) to stage %d for %g s: %s\n", d->stage, a, kn, x->mb,
+                x->peer, r->opt.timeout_s, pg_net_error(r->net));
     else
         fprintf(stderr, "stage %d: action %d %s(mb %d) %s stage %d failed: %s\n", d->stage, a, kn, x->mb,
                 recv ? "from" : "to", x->peer, pg_net_error(r->net));

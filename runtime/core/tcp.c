@@ -108,6 +108,7 @@ typedef struct keyring {
 
 struct pg_tcp {
     int rank, world;
+    double send_timeout;    /* a send's wait for room in a full queue (pg_net_config.send_timeout_s) */
     int P, base;            /* stages per replica; rank of this replica's stage 0 (rank = replica x P + stage) */
     peer *p;                /* [world] */
     int lost;               /* a link ended (pg_tcp_peer_lost) */
@@ -1635,6 +1636,7 @@ pg_tcp *pg_tcp_init(const pg_launch *l, const pg_net_config *cfg, char *err, siz
     memcpy(n->token, l->token, n->keys.token_len);
     n->keys.token = n->token;
     n->master_port = l->master_port;
+    n->send_timeout = cfg->send_timeout_s > 0 ? cfg->send_timeout_s : 300.0;
     if (n->world > 1 && n->rank == 0) {
         int lfd = -1;
         n->host = calloc((size_t)n->world, sizeof *n->host);
@@ -1723,12 +1725,15 @@ static int wait_a_while(peer *p, wclock *w)
     return 0;
 }
 
-/* Copy len bytes into p's ring, waiting while it is full (mu held). 0, or
- * -1 when the sender thread died (its errno in dead_errno). */
-static int ring_put(peer *p, const unsigned char *src, size_t left)
+/* Copy len bytes into p's ring, waiting while it is full (mu held), at most
+ * w's time. 0, -1 when the sender thread died (its errno in dead_errno), or
+ * -2 when the ring stayed full for w's time (the peer reads nothing). */
+static int ring_put(peer *p, const unsigned char *src, size_t left, wclock *w)
 {
     while (left) {
-        while (p->used == p->cap && !p->dead) pthread_cond_wait(&p->cv, &p->mu);
+        while (p->used == p->cap && !p->dead)
+            if (wait_a_while(p, w) != 0)
+                return -2;
         if (p->dead)
             return -1;
         size_t tail = (p->head + p->used) % p->cap;
@@ -1818,13 +1823,15 @@ static pg_net_status send_msg(pg_tcp *n, int to, uint32_t tag, const void *buf, 
      * handed to the sender thread (whose wake-up, on a busy machine, costs the
      * caller its core for a time slice); only the rest is queued. */
     size_t hdr_done = 0, done = 0;
+    wclock w;
+    wc_start(&w, n->send_timeout);
     int idle = !p->dead && p->used == 0 && p->lent_n == 0;
     if (idle && send_now(p, h, &hdr_done, (const unsigned char *)buf, bytes, &done)) {
         int e = p->dead_errno;
         pthread_mutex_unlock(&p->mu);
         return dead_status(n, to, e);
     }
-    int r = p->dead ? -1 : ring_put(p, h + hdr_done, MSG_HDR - hdr_done);
+    int r = p->dead ? -1 : ring_put(p, h + hdr_done, MSG_HDR - hdr_done, &w);
     if (r == 0 && idle && done == bytes) {
         if (lend) {
             p->lent_seq++; /* written already: nothing lent stays queued, so every earlier one is done too */
@@ -1837,7 +1844,7 @@ static pg_net_status send_msg(pg_tcp *n, int to, uint32_t tag, const void *buf, 
     buf = (const unsigned char *)buf + done;
     bytes -= done;
     if (r == 0 && !lend)
-        r = ring_put(p, buf, bytes);
+        r = ring_put(p, buf, bytes, &w);
     else if (r == 0 && bytes) {
         struct lent *L = &p->lent[(p->lent_head + p->lent_n) % p->lent_cap];
         L->buf = buf;
@@ -1850,6 +1857,11 @@ static pg_net_status send_msg(pg_tcp *n, int to, uint32_t tag, const void *buf, 
         *seq = p->lent_seq += bytes != 0;
     int e = p->dead_errno;
     pthread_mutex_unlock(&p->mu);
+    if (r == -2) { /* the header and payload already queued stay: the link is unusable from here on */
+        seterr(n->err, sizeof n->err, "the queue of sends to %s stayed full for %g s (%s reads nothing: stopped or "
+               "hung?)", pname(n, to, nb, sizeof nb), n->send_timeout, pname(n, to, nb, sizeof nb));
+        return PG_NET_TIMEOUT;
+    }
     return r ? dead_status(n, to, e) : PG_NET_OK;
 }
 
