@@ -90,6 +90,34 @@ like "$out" "$T/py cannot import torch" "... and saying which Python could not i
 out=$(PYTHON="$T/py" "$DEPS" build --no-install 2>&1)
 ok $? "torch is not needed to build"
 
+# deps.sh hf (the environment of import/export hf): Debian's torch and NumPy
+# first; an environment whose torch cannot convert a NumPy array (a NumPy 2
+# from PyPI in front of Debian's 1.x, which torch 1.13 was built against) is
+# not taken as ready, and the command to make it anew pins numpy<2
+out=$(PYTHON="$T/py" PIPEGEN_VENV="$T/venv" "$DEPS" hf --no-install 2>&1)
+st=$?
+[ $st = 1 ]
+ok $? "a Python without torch: deps.sh hf fails (exit $st)"
+like "$out" "missing Debian packages: python3-torch python3-numpy$" "... naming python3-torch and python3-numpy"
+mkdir -p "$T/venv/bin"
+cat >"$T/venv/bin/python3" <<'PY'
+#!/bin/sh
+# an environment that imports everything but whose torch cannot take a NumPy array
+case "$2" in *from_numpy*) echo "RuntimeError: Numpy is not available" >&2; exit 1 ;; esac
+exit 0
+PY
+chmod +x "$T/venv/bin/python3"
+if /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then
+    out=$(PYTHON=/usr/bin/python3 PIPEGEN_VENV="$T/venv" "$DEPS" hf --no-install 2>&1)
+    st=$?
+    [ $st = 1 ]
+    ok $? "an environment whose torch cannot convert a NumPy array is not ready (exit $st)"
+    like "$out" "venv --clear --system-site-packages $T/venv && .*pip install .*'numpy<2'" \
+        "... and the command printed makes it anew, with numpy<2"
+else
+    ok 1 "Debian's torch and NumPy are here (deps.sh test installs them)"
+fi
+
 out=$(MPIRUN=/nonexistent/mpirun "$DEPS" test --no-install 2>&1)
 st=$?
 [ $st = 1 ]

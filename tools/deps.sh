@@ -104,21 +104,29 @@ fi
 # hf_venv: the virtual environment of `pipegen import/export hf` (above); 0
 # when it imports what the step needs, else made (as root) or the command printed
 VENV=${PIPEGEN_VENV:-${HOME:-/root}/.cache/pipegen/venv}
+# torch.from_numpy: Debian's torch 1.13 is built against NumPy 1.x; a NumPy 2
+# from PyPI in the environment (pip pulls one in for transformers when Debian's
+# python3-numpy is missing) imports, but then every tensor <-> array
+# conversion fails ("Numpy is not available"), so the probe converts one.
 hf_probe() {
-    "$VENV/bin/python3" -c 'import torch, safetensors, tokenizers, transformers
+    "$VENV/bin/python3" -c 'import numpy, torch, safetensors, tokenizers, transformers
+torch.from_numpy(numpy.zeros(1))
 v = tuple(int(x) for x in transformers.__version__.split(".")[:2])
 assert v < (4, 45), transformers.__version__' >/dev/null 2>&1
 }
+# --clear: an environment that fails the probe (an older one, one made before
+# Debian's torch was here) is made anew; 'numpy<2' keeps pip from putting a
+# NumPy that torch 1.13 cannot use in front of Debian's.
 hf_venv() {
     hf_probe && return 0
-    cmd="$PYTHON -m venv --system-site-packages $VENV && $VENV/bin/pip install 'transformers<4.45' safetensors tokenizers"
+    cmd="$PYTHON -m venv --clear --system-site-packages $VENV && $VENV/bin/pip install 'transformers<4.45' 'numpy<2' safetensors tokenizers"
     if [ "$(id -u)" = 0 ] && [ $install = 1 ]; then
         echo "pipegen: making $VENV (transformers<4.45, safetensors, tokenizers from PyPI)"
-        mkdir -p "$(dirname "$VENV")" && "$PYTHON" -m venv --system-site-packages "$VENV" >/dev/null &&
-            "$VENV/bin/pip" install -q --disable-pip-version-check 'transformers<4.45' safetensors tokenizers \
+        mkdir -p "$(dirname "$VENV")" && "$PYTHON" -m venv --clear --system-site-packages "$VENV" >/dev/null &&
+            "$VENV/bin/pip" install -q --disable-pip-version-check 'transformers<4.45' 'numpy<2' safetensors tokenizers \
                 >"$VENV.log" 2>&1
         hf_probe && return 0
-        echo "pipegen: $VENV does not import torch, transformers<4.45, safetensors and tokenizers; see $VENV.log" >&2
+        echo "pipegen: $VENV does not import torch (converting a NumPy array), transformers<4.45, safetensors and tokenizers; see $VENV.log" >&2
         return 1
     fi
     echo "pipegen: no Python environment for import/export hf at $VENV; run this once:" >&2
@@ -127,13 +135,17 @@ hf_venv() {
 }
 
 case "$want" in
-build|test|bench|slurm) ;;
-hf) hf_venv; exit $? ;;
+build|test|bench|slurm|hf) ;;
 *) echo "usage: tools/deps.sh build|test|bench|slurm|hf [--no-install] | blas-cflags" >&2; exit 2 ;;
 esac
 # after the Debian packages (torch among them): the tests of import/export hf
-# skip, saying why, without it, so it is never fatal here
-hf_step() { [ "$want" = build ] || hf_venv || echo "pipegen: (tests/hf.t will skip)" >&2; }
+# skip, saying why, without it, so it is never fatal here; `deps.sh hf` is
+# that step alone, after Debian's torch and NumPy (which the environment uses)
+hf_step() {
+    [ "$want" = hf ] && { hf_venv; return $?; }
+    [ "$want" = build ] || hf_venv || echo "pipegen: (tests/hf.t will skip)" >&2
+    return 0
+}
 
 # missing_now: the Debian packages whose probe fails, in $missing
 missing_now() {
@@ -143,6 +155,12 @@ missing_now() {
     { command -v "${LEMON:-lemon}" >/dev/null 2>&1 && [ -f "$LEMPAR" ]; } || missing="$missing lemon"
     [ "$want" = build ] && return 0
     "$PYTHON" -c 'import torch' >/dev/null 2>&1 || missing="$missing python3-torch"
+    if [ "$want" = hf ]; then
+        missing=""
+        "$PYTHON" -c 'import torch' >/dev/null 2>&1 || missing=" python3-torch"
+        "$PYTHON" -c 'import numpy' >/dev/null 2>&1 || missing="$missing python3-numpy"
+        return 0
+    fi
     # scikit-learn ships the 8 x 8 digits (tools/digits_to_pgd.py, tests/e2e_digits.t)
     "$PYTHON" -c 'import sklearn.datasets' >/dev/null 2>&1 || missing="$missing python3-sklearn"
     # the suite's own tools: prove (perl), ip for the cut-link test, nm
@@ -212,7 +230,7 @@ fuzzer_probe() {
 }
 
 missing_now
-[ -z "$missing" ] && { hf_step; exit 0; }
+[ -z "$missing" ] && { hf_step; exit $?; }
 if [ "$want" != build ] && [ "$PYTHON" != /usr/bin/python3 ]; then
     case "$missing" in *python3-torch*)
         echo "pipegen: $PYTHON cannot import torch; Debian's python3-torch is for /usr/bin/python3 (unset PYTHON to use it)" >&2 ;;
@@ -235,7 +253,7 @@ if [ "$(id -u)" = 0 ] && [ $install = 1 ]; then
         exit 1
     fi
     hf_step
-    exit 0
+    exit $?
 fi
 echo "pipegen: missing Debian packages:$missing" >&2
 case "$missing" in *libopenblas-dev*)
