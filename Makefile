@@ -359,6 +359,9 @@ test: test-deps
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) binaries
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) SAN=1 binaries
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) cuda-if-found
+	@# the emulated CUDA runtime once, before the tests that use it start side by
+	@# side (each one's `make emu` then finds it current); a failure is theirs to report
+	@$(MAKE) --no-print-directory -s -j$(TEST_JOBS) emu >/dev/null 2>&1 || echo "make emu failed: tests/cuda_emu_*.t say why"
 	@prove -f -j$(TEST_JOBS) $(foreach t,$(SLOW_TESTS),$(filter $(t),$(wildcard tests/*.t))) \
 	    $(filter-out $(SLOW_TESTS),$(wildcard tests/*.t))
 
