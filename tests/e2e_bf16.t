@@ -46,6 +46,15 @@ n3=$(sed -n '/stage_shadows\[\]/,/^};/p' "$T/bf16x4/gen/stage3.c" | grep -c 'wte
 is "$n0:$n3" "0:1" "4 stages: the embedding stage has no GEMM weight; the last stage's logits read a shadow of its wte copy"
 grep -q '"shadow h0.fc.weight"' "$T/bf16/gen/plan.json" || grep -q 'shadow h0.fc.weight' "$T/bf16/gen/plan.json"
 ok $? "the memory plan names the shadow buffers"
+# the operands' bf16 copies (runtime/core/pg_bf16ws.h), one buffer per stage for
+# its largest product: on 1 stage fc's weight gradient over 16 rows, x (16 x 16)
+# and dy (16 x 64) in bf16, dy 256-byte aligned after x
+grep -q '\.bf16_ws_off = [0-9]*, \.bf16_ws_bytes = 2560,' "$T/bf16/gen/stage0.c"
+ok $? "one stage: the bf16 operand copies planned for its largest product (fc's weight gradient: 512 + 2048 bytes)"
+b3=$(sed -n 's/.*\.bf16_ws_bytes = \([0-9]*\),.*/\1/p' "$T/bf16x4/gen/stage3.c")
+is "$b3" 1536 "4 stages: the last stage's, for the logits' weight gradient (x 16 x 16, dy 16 x 32: 512 + 1024 bytes)"
+grep -q 'bf16_ws' "$T/f32/gen/stage0.c" && st=1 || st=0
+ok $st "the f32 model plans no operand copies"
 
 cmp -s "$T/f32/loss" "$T/bf16/loss" && cmp -s "$T/f32/w.safetensors" "$T/bf16/w.safetensors"
 ok $? "CPU: bf16 model on 1 stage = the f32 model, bytes of losses and weights ($(cat "$T/bf16/loss"))"

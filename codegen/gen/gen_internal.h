@@ -95,6 +95,7 @@ typedef struct em_stage {
     int *param_mp, *grad_mp, *opt_mp[2]; /* per model param: memplan index or -1 */
     int *layer_mp;         /* per layer: its whole-step buffer (batchnorm's sums; gen_layer.h), -1 */
     int *shadow_mp;        /* per model param: its bf16 shadow (precision = bf16 GEMM weights), -1 */
+    int bf16ws_mp;         /* the bf16 GEMM operand copies (precision = bf16), -1 */
     int ws_mp;             /* tie workspace: the largest gradient block received, -1 */
     int input_mp, target_mp;
     int count_mp;      /* cross_entropy(ignore = id): the batch's counted target positions (a double), -1: none */

@@ -13,6 +13,7 @@
 #define PG_GEN_LAYER_H
 
 #include "gen/gen_internal.h"
+#include "pg_bf16ws.h"
 #include "pg_conv.h"
 
 /* One layer's operands as C text, filled by gen_layer.c before an emitter runs. */
@@ -73,6 +74,11 @@ typedef struct gen_layer_kind {
     void (*skip_grad)(em_out *e, em_layer *a, char *ds, size_t n);
     void (*bwd_add)(em_out *e, em_layer *a, const char *ds);
 
+    /* With precision = bf16: the bytes of bf16 operand copies its largest GEMM
+     * takes on the CUDA runtime for R samples (runtime/core/pg_bf16ws.h), which
+     * the plan reserves once per stage for its largest; NULL: no GEMM. */
+    int64_t (*bf16_ws)(const ir_layer *L, int64_t R);
+
     /* Refuse a model this kind cannot train (batch, micro-batches) with a located
      * error; -1 then. NULL: every model. */
     int (*check)(const ir_model *m, const ir_layer *L, pg_diag *d);
@@ -104,6 +110,16 @@ typedef struct gen_layer_kind {
     void (*dec_saved)(const pg_gen *g, em_chunk *ch, int i, int64_t R);
     const char *(*dec_check)(const ir_layer *L);
 } gen_layer_kind;
+
+/* The rows a layer's GEMMs take for R samples: R times every dimension of its
+ * input but the last. */
+static inline int64_t gen_gemm_rows(const ir_layer *L, int64_t R)
+{
+    int64_t n = R;
+    for (int k = 0; k + 1 < L->in.rank; k++)
+        n *= L->in.dim[k];
+    return n;
+}
 
 /* Kind k's entry; NULL: the code generator does not do it (yet). */
 const gen_layer_kind *gen_layer_kind_of(ir_layer_kind k);

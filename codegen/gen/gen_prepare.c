@@ -143,6 +143,32 @@ static int build_stage(pg_gen *g, em_stage *S, pg_diag *d)
                  "%s: bf16 copy for the GEMMs, written with the weight", sh);
         }
     }
+    /* the bf16 GEMM operand copies (runtime/core/pg_bf16ws.h): the largest
+     * product of the stage's layers, in the step (rmax samples) and in a
+     * decode call (token rows, the positions dimension dropped) */
+    S->bf16ws_mp = -1;
+    int64_t bws = 0;
+    for (int i = 0; i < m->nlayers && m->train.precision == DT_BF16; i++) {
+        const ir_layer *L = &m->layers[i];
+        const gen_layer_kind *K = gen_layer_kind_of(L->kind);
+        if (L->stage != S->stage || !K || !K->bf16_ws)
+            continue;
+        int64_t w = K->bf16_ws(L, g->rmax);
+        if (w > bws)
+            bws = w;
+        if (g->dec_on && L->in.rank >= 1) {
+            ir_layer tok = *L; /* per token: [T, ...] -> [...] */
+            tok.in.rank--;
+            memmove(tok.in.dim, tok.in.dim + 1, (size_t)tok.in.rank * sizeof tok.in.dim[0]);
+            if ((w = K->bf16_ws(&tok, g->dec_rows * g->dec_prefill)) > bws)
+                bws = w;
+        }
+    }
+    if (bws > 0) {
+        S->bf16ws_mp = pg_mp_add(&S->mp, "bf16 operands", MP_WORKSPACE, bws, PG_MP_WHOLE_STEP, PG_MP_WHOLE_STEP);
+        sfmt(S->mp.buf[S->bf16ws_mp].note, sizeof S->mp.buf[0].note,
+             "the GEMMs' operands rounded to bf16 (the CUDA runtime; the CPU rounds as it packs)");
+    }
     /* tie workspace on an owner: the largest gradient block one user sends */
     int64_t ws = 0;
     for (int p = 0; p < np; p++) {

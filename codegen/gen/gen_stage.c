@@ -396,6 +396,9 @@ static int emit_stage_c(const pg_gen *g, int k, uint64_t hash, FILE *o)
         fprintf(o, "    .guard_bytes = %" PRId64 ", .narena_bufs = %d, .arena_bufs = arena_bufs,\n", g->guard, S->mp.n);
     if (nshadow)
         fprintf(o, "    .nshadows = %d, .shadows = stage_shadows,\n", nshadow);
+    if (S->bf16ws_mp >= 0)
+        fprintf(o, "    .bf16_ws_off = %" PRId64 ", .bf16_ws_bytes = %" PRId64 ", /* the bf16 GEMM operand copies */\n",
+                S->mp.buf[S->bf16ws_mp].offset, S->mp.buf[S->bf16ws_mp].bytes);
     if (nconvs)
         fprintf(o, "    .nconvs = %d, .convs = stage_convs, .conv_plan = pg_conv_plan,\n", nconvs);
     fprintf(o, "    .arch_hash = UINT64_C(0x%016" PRIx64 "), /* the layers, layout aside (checkpoint identity) */\n",

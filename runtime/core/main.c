@@ -653,6 +653,17 @@ static int run(pg_run *r)
         if (pg_shadow_register(r->ctx, (const float *)(r->A + p->off), p->numel, r->A + sh->off))
             return 1;
     }
+    /* the bf16 GEMMs' operand copies, planned in the arena */
+    if (d->bf16_ws_bytes) {
+        if (d->bf16_ws_off < 0 || d->bf16_ws_bytes < 0 || d->bf16_ws_off > arena - d->bf16_ws_bytes) {
+            fprintf(stderr, "stage %d: the bf16 operand buffer (%lld bytes at %lld) is not inside the arena of %lld "
+                            "bytes: the stage file is corrupt\n", d->stage, (long long)d->bf16_ws_bytes,
+                    (long long)d->bf16_ws_off, (long long)arena);
+            return 1;
+        }
+        if (pg_bf16_workspace(r->ctx, r->A + d->bf16_ws_off, d->bf16_ws_bytes))
+            return 1;
+    }
     /* the weights the GEMMs read: the CPU runtime reserves their packed copies now */
     if (d->ngemm_weights && plan_gemm_weights(r))
         return 1;

@@ -408,6 +408,10 @@ typedef struct pg_stage_desc {
      * bf16 (main.c registers them with pg_shadow_register); 0 / NULL otherwise. */
     int nshadows;
     const pg_shadow_desc *shadows;
+    /* The bf16 GEMM operand copies (runtime/core/pg_bf16ws.h): an arena
+     * buffer planned when precision = bf16, which main.c hands to the
+     * backend with pg_bf16_workspace; 0 otherwise. */
+    int64_t bf16_ws_off, bf16_ws_bytes;
     /* FNV-1a 64 of the model's input, target, layers and skips without their
      * chunks and stages (codegen/gen/gen_plan_json.c, model_arch_hash): equal for every
      * layout of one model. A checkpoint's model identity (checkpoint.c)

@@ -129,6 +129,11 @@ void pg_backend_report(pg_ctx *c, int stage, int64_t arena_bytes, FILE *out);
  * computes in f32: both are no-ops there. */
 int pg_shadow_register(pg_ctx *c, const float *w, int64_t count, void *shadow);
 int pg_param_written(pg_ctx *c, const float *w, int64_t count);
+/* The arena buffer the plan reserved for the bf16 GEMMs' operand copies
+ * (pg_stage_desc.bf16_ws_off, runtime/core/pg_bf16ws.h): the CUDA backend
+ * rounds the operands into it instead of memory of its own; unused on the
+ * CPU. */
+int pg_bf16_workspace(pg_ctx *c, void *p, int64_t bytes);
 
 /* ---- the GEMM weights ------------------------------------------------------
  * The weights the stage's GEMMs read as their B (pg_stage_desc.gemm_weights),

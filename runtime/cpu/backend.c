@@ -284,6 +284,15 @@ int pg_shadow_register(pg_ctx *c, const float *w, int64_t count, void *shadow)
     return 0;
 }
 
+/* The planned bf16 operand copies: the CPU rounds as it packs (unused here). */
+int pg_bf16_workspace(pg_ctx *c, void *p, int64_t bytes)
+{
+    (void)c;
+    if (!p || bytes <= 0)
+        return PG_RT_FAIL("bf16_workspace: bad buffer %p of %lld bytes", p, (long long)bytes);
+    return 0;
+}
+
 /* A weight written from outside the backend (received over the network):
  * its packed GEMM copies are packed again at their next use (wpack.c). */
 int pg_param_written(pg_ctx *c, const float *w, int64_t count)

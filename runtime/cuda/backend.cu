@@ -292,6 +292,9 @@ void pg_backend_report(pg_ctx *c, int stage, int64_t arena_bytes, FILE *out)
     for (int k = 0; k < NKPATHS; k++)
         fprintf(out, " %s %lld%s", kpath_names[k].name, c->kp_calls[k], k + 1 < NKPATHS ? "," : ";");
     fprintf(out, " bf16 GEMMs %lld\n", c->bf16_gemms);
+    if (c->bf16_plan || c->bf16_ws)
+        fprintf(out, "stage %d: bf16 operand copies: the largest product's took %zu bytes, the plan reserved %zu; "
+                "%zu bytes beside the arena\n", stage, c->bf16_need_max, c->bf16_plan_bytes, c->bf16_ws_bytes);
     if (c->conv_report)
         c->conv_report(c, stage, out);
     fflush(out);

@@ -86,7 +86,10 @@ struct pg_ctx {
     /* precision (linear.cu) */
     int precision;            /* 0 f32 (cublasSgemm), 1 bf16 operands (cublasGemmEx, f32 accumulation) */
     void *blas_ws;            /* cuBLAS workspace, fixed at init (no allocation while capturing) */
-    void *bf16_ws;            /* bf16 copies of GEMM operands; grows on first need, then stays */
+    void *bf16_plan;          /* bf16 copies of GEMM operands: the arena buffer the plan reserved */
+    size_t bf16_plan_bytes;   /* (pg_bf16_workspace; 0: none planned) */
+    size_t bf16_need_max;     /* the most one product's copies took (the report) */
+    void *bf16_ws;            /* ... or, past it (or unplanned), memory of our own: grows on first need, then stays */
     size_t bf16_ws_bytes;
     unsigned kpaths;          /* PG_CUDA_K_* fast kernel paths in use (the rest: reference paths) */
     /* how often each fast path (bit k of PG_CUDA_K_*: kp_calls[k]) and a bf16

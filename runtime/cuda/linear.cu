@@ -58,9 +58,32 @@ static int64_t operand_span(int64_t rows, int64_t cols, int64_t ld, int64_t stri
     return (batch > 1 ? (int64_t)(batch - 1) * stride : 0) + (cols - 1) * ld + rows;
 }
 
+int pg_bf16_workspace(pg_ctx *c, void *p, int64_t bytes)
+{
+    if (!p || bytes <= 0 || (uintptr_t)p % 256)
+        return PG_RT_FAIL("bf16_workspace: bad buffer %p of %lld bytes (the plan aligns to 256)", p, (long long)bytes);
+    c->bf16_plan = p;
+    c->bf16_plan_bytes = (size_t)bytes;
+    return 0;
+}
+
+/* Where the operand copies of one product go: the planned buffer when they
+ * fit (pg_bf16ws.h bounds every product of the default kernel paths), else
+ * memory of the backend's own, allocated outside any graph capture and said
+ * once where a plan was too small. */
 static int bf16_workspace(pg_ctx *c, size_t bytes, void **out)
 {
+    if (bytes > c->bf16_need_max)
+        c->bf16_need_max = bytes;
+    if (c->bf16_plan && bytes <= c->bf16_plan_bytes) {
+        *out = c->bf16_plan;
+        return 0;
+    }
     if (bytes > c->bf16_ws_bytes) {
+        if (c->bf16_plan)
+            fprintf(stderr, "note: a bf16 GEMM's operand copies take %zu bytes, more than the %zu the memory plan "
+                    "reserved (a kernel path turned off with PIPE_CUDA_KERNELS copies the weights too): they go "
+                    "beside the arena\n", bytes, c->bf16_plan_bytes);
         if (pg_cuda_capturing(c))
             return PG_RT_FAIL("the bf16 operand workspace must grow from %zu to %zu bytes while step %lld is "
                               "captured as a CUDA graph; run with --no-graph",

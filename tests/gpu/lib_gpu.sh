@@ -19,6 +19,7 @@ DROP='s/fc = linear(d -> 4\*d)  gelu/fc = linear(d -> 4*d)  gelu  dropout(p = 0.
 # lines deleted for 1 (VARIANT_DEL)
 LLAMA_MODEL=$TOP/tests/models/oracle_llama.pipe
 LLAMA_1='/^split$/d'
+LLAMA_BF16='s/^  seed = 5$/  seed = 5  precision = bf16/'
 
 # variant NAME STAGES [sed-arg...]: gpt_tiny (GPU_MODEL) cut to STAGES stages
 # (1, 2 or 4; VARIANT_DEL, when set, is the sed expression that cuts it instead,

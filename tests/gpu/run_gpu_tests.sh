@@ -25,7 +25,9 @@
 #     attention with rotary positions, swiglu, cross_entropy ignoring -100) on
 #     1 stage with graphs and --no-graph and on 3 stage processes: bitwise
 #     alike, within TOL of the CPU's (its synthetic tokens are random: the
-#     loss stays near ln 13), graphs captured;
+#     loss stays near ln 13), graphs captured; with precision = bf16, 1 and 3
+#     stages bitwise alike, each stage's bf16 operand copies inside the
+#     arena buffer the plan reserved for them (the run's report);
 #  2. the 4-stage run under the other schedules (gpipe, zb1) and checkpoint
 #     modes (always, never): bitwise the 1-stage result again;
 #  3. a cosine lr schedule (the per-step lr that graphs read from device
@@ -36,7 +38,9 @@
 #     shadow, flash, lt; msplit where an m is odd) taken, by the run's own "kernel paths taken" report;
 #     with PIPE_CUDA_KERNELS=reference (the kernels before the fast paths)
 #     1 and 4 stages bitwise alike again, no fast path taken, within TOL_BF16
-#     of the fast paths;
+#     of the fast paths; the operand copies in the plan's buffer with the fast
+#     paths, beside the arena (and said) with the reference kernels, which
+#     copy the weights too;
 #  5. a model with dropout: graphs stay off with a note, 1 and 4 stages
 #     bitwise alike, within TOL of the CPU (the masks are the CPU's);
 #  5c. tests/models/conv_small.pipe (every layer of convolutional networks:
@@ -245,6 +249,29 @@ else
     grep -Eq 'CUDA graphs: [1-9][0-9]* captured, [1-9][0-9]* launched' "$L/llama1.out" 2>/dev/null
     ok $? "graphs are on for the Llama layers: $(grep -o 'CUDA graphs: [0-9]* captured, [0-9]* launched' "$L/llama1.out" 2>/dev/null || echo 'no graph report')"
 fi
+# with bf16 GEMM operands: the parts' per-head products (no fused kernel) and
+# the padded vocabulary (13) take their copies in the plan's buffer too
+GPU_MODEL=$LLAMA_MODEL VARIANT_DEL=$LLAMA_1
+variant l1bf 1 -e "$LLAMA_BF16"; ok $? "oracle_llama, bf16, 1 stage: generates and links"
+VARIANT_DEL=''
+variant l3bf 3 -e "$LLAMA_BF16"; ok $? "oracle_llama, bf16, 3 stages: generates and links"
+GPU_MODEL=$TOP/tests/models/gpt_tiny.pipe
+unset VARIANT_DEL
+train "$T/l1bf/cuda" "$L/llama1bf"; ok $? "Llama layers, bf16, 1 stage: $STEPS steps"
+train "$T/l3bf/cuda" "$L/llama3bf"; ok $? "Llama layers, bf16, 3 stages: $STEPS steps"
+same "$L/llama1bf" "$L/llama3bf" "Llama layers, bf16: 3 stages vs 1"
+if [ "$FAKE" = cpu ]; then
+    skip "the bf16 operand copies are the CUDA runtime's"
+else
+    lb_lines=$(grep -h 'bf16 operand copies:' "$L/llama1bf.out" "$L/llama3bf.out" 2>/dev/null)
+    lb_n=$(printf '%s\n' "$lb_lines" | grep -c ' took [1-9][0-9]* bytes, the plan reserved [0-9]*; 0 bytes beside')
+    lb_over=$(printf '%s\n' "$lb_lines" | sed -n 's/.* took \([0-9]*\) bytes, the plan reserved \([0-9]*\);.*/\1 \2/p' |
+        awk '$1 > $2 { k++ } END { print k + 0 }')
+    [ "$lb_n" = 4 ] && [ "$lb_over" = 0 ]
+    lb_st=$?
+    ok $lb_st "Llama layers, bf16: on each of the 4 stages of 1 and 3 the operand copies fit the plan's buffer ($lb_n reports)"
+    [ $lb_st = 0 ] || printf '%s\n' "$lb_lines" | sed 's/^/# /'
+fi
 fi
 
 # 2. schedules and checkpoint modes
@@ -314,6 +341,19 @@ else
     baseline
     [ -s "$L/cuda1.out" ] && [ "$(paths_used "$L/cuda1" | wc -l)" -ge 1 ] && [ "$(path_count "$L/cuda1" "bf16 GEMMs")" = 0 ]
     ok $? "f32: no bf16 GEMM ($(paths_used "$L/cuda1" | head -n 1))"
+    # the bf16 operand copies (runtime/core/pg_bf16ws.h): with the fast paths,
+    # every product's fit the arena buffer the plan reserved, on every stage;
+    # the reference kernels copy the weights too, so theirs go beside it, said
+    bf_lines=$(grep -h 'bf16 operand copies:' "$L/cuda1bf.out" "$L/cuda4bf.out" 2>/dev/null)
+    bf_want=$(cat "$L/cuda1bf.out" "$L/cuda4bf.out" 2>/dev/null | grep -c 'bf16 GEMMs [1-9]') # stages with bf16 GEMMs
+    bf_bad=$(printf '%s\n' "$bf_lines" | sed -n 's/.* took \([0-9]*\) bytes, the plan reserved \([0-9]*\); \([0-9]*\) bytes beside.*/\1 \2 \3/p' |
+        awk -v want="$bf_want" '{ n++ } !($1 > 0 && $1 <= $2 && $3 == 0) { bad++ }
+            END { print (n == want && n > 0 ? bad + 0 : "the reports of " n + 0 " of " want " stages") }')
+    ok "$([ "$bf_bad" = 0 ] && echo 0 || echo 1)" "bf16, fast paths: every product's operand copies fit the plan's buffer, none beside the arena ($bf_want stages of 1 and 4; $(printf '%s\n' "$bf_lines" | head -n 1 | sed 's/.*copies: //'))"
+    [ "$bf_bad" = 0 ] || printf '%s\n' "$bf_lines" | sed 's/^/# /'
+    grep -q 'more than the [0-9]* the memory plan reserved .*beside the arena' "$L/cuda1bfr.out" 2>/dev/null &&
+        ! grep -q 'bf16 operand copies: .* 0 bytes beside' "$L/cuda1bfr.out"
+    ok $? "bf16, PIPE_CUDA_KERNELS=reference: the weights' copies too, beside the arena, and said ($(grep -h 'bf16 operand copies:' "$L/cuda1bfr.out" 2>/dev/null | sed 's/.*copies: //'))"
 fi
 fi
 

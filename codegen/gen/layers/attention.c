@@ -355,8 +355,31 @@ static void json_attrs(FILE *o, const ir_model *m, const ir_layer *L)
     json_num(o, L->p);
 }
 
+/* The projections' products, and the cores' per-head products of one sample:
+ * GPT-2's block takes the fused kernels instead where the head dimension is
+ * at most 64 (flash_attn.cu's pg_flash_hdp, always on with precision = bf16
+ * unless PIPE_CUDA_KERNELS turns them off); the parts' core has none. */
+static int64_t bf16_ws(const ir_layer *L, int64_t R)
+{
+    int64_t n = gen_gemm_rows(L, R), d = L->dim, T = L->in.rank >= 2 ? L->in.dim[L->in.rank - 2] : 1, ws = 0, w;
+    if (is_gpt2(L)) {
+        ws = pg_bf16ws_linear(n, d, 3 * d);
+        if (head_dim(L) > 64 && (w = pg_bf16ws_heads(T, 3 * d, L->heads)) > ws)
+            ws = w;
+    } else {
+        for (int k = 0; k < (L->separate_qkv ? 3 : 1); k++)
+            if ((w = pg_bf16ws_linear(n, d, proj_out(L, k))) > ws)
+                ws = w;
+        if ((w = pg_bf16ws_heads(T, L->separate_qkv ? d : d + 2 * kv_dim(L), L->heads)) > ws)
+            ws = w;
+    }
+    w = pg_bf16ws_linear(n, d, d); /* the output projection */
+    return w > ws ? w : ws;
+}
+
 const gen_layer_kind gen_attention = {
     .gemm_weights_of = gemm_weights_of, /* the projections' weights */
+    .bf16_ws = bf16_ws,
     .saved = saved, .fwd = fwd, .bwd_b = bwd_b, .bwd_w = bwd_w, .json_attrs = json_attrs,
     .dec = dec, .dec_saved = dec_saved, .dec_check = dec_check,
 };

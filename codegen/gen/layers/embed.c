@@ -104,8 +104,15 @@ static void logits_bwd_w(em_out *e, em_layer *a)
             L->vocab, a->x, a->dy, a->p[0], L->name);
 }
 
+/* a linear layer with W = the table (the logits' dy, vocab wide, padded) */
+static int64_t logits_bf16_ws(const ir_layer *L, int64_t R)
+{
+    return pg_bf16ws_linear(gen_gemm_rows(L, R), L->dim, L->vocab);
+}
+
 const gen_layer_kind gen_logits = {
     .gemm_weights = 1u << 0, /* the table */
+    .bf16_ws = logits_bf16_ws,
     .per_token = 1,
     .fwd = logits_fwd, .bwd_b = logits_bwd_b, .bwd_w = logits_bwd_w, .json_attrs = vocab_dim_attrs,
 };
