@@ -1858,8 +1858,9 @@ static pg_net_status send_msg(pg_tcp *n, int to, uint32_t tag, const void *buf, 
     int e = p->dead_errno;
     pthread_mutex_unlock(&p->mu);
     if (r == -2) { /* the header and payload already queued stay: the link is unusable from here on */
+        const char *who = pname(n, to, nb, sizeof nb);
         seterr(n->err, sizeof n->err, "the queue of sends to %s stayed full for %g s (%s reads nothing: stopped or "
-               "hung?)", pname(n, to, nb, sizeof nb), n->send_timeout, pname(n, to, nb, sizeof nb));
+               "hung?)", who, n->send_timeout, who);
         return PG_NET_TIMEOUT;
     }
     return r ? dead_status(n, to, e) : PG_NET_OK;

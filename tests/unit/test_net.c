@@ -32,6 +32,7 @@ typedef struct spec {
     const char *token;        /* the run token (PIPE_RUN_TOKEN); NULL: none */
     int start_delay_ms;       /* sleep before pg_net_init */
     int block_cont;           /* SIGCONT blocked in every thread (before pg_net_init starts any) */
+    double send_timeout_s;    /* a send's wait for room in a full queue (0: the default) */
 } spec;
 
 typedef struct result {
@@ -87,7 +88,7 @@ static void start(result *r, const spec *s, int port)
         pg_net_config c = {.model = s->model ? s->model : "mlp", .plan_hash = s->hash, .stage = s->rank,
                            .send_buf_bytes = bufs,
                            .connect_timeout_s = s->connect_timeout_s ? s->connect_timeout_s : 5.0,
-                           .run_id = s->run_id};
+                           .send_timeout_s = s->send_timeout_s, .run_id = s->run_id};
         if (s->block_cont) {
             sigset_t cont;
             sigemptyset(&cont);
@@ -358,6 +359,58 @@ static int timeout_body(pg_net *n, int rank, char *out, size_t outlen, void *arg
     if (s != PG_NET_OK || memcmp(b, "abcd", 4) != 0) code = 1;
     pg_net_send(n, 1, 1, b, 1);
     return code;
+}
+
+/* Stage 1 reads nothing for 2 s; stage 0 sends 256 KB messages (a 64 KB
+ * queue: no planned traffic) until one cannot get into the full queue within
+ * the 1 s send timeout: the loopback socket's buffers fill first, then the
+ * queue, then the send waits and gives up, naming the peer. What was sent
+ * before is not lost: stage 0 stays up (its sender thread draining) while
+ * stage 1 reads every message that was sent whole, each intact; the one that
+ * timed out never completes (a receive of it times out). */
+#define FULL_MSG (256u << 10)
+static int full_body(pg_net *n, int rank, char *out, size_t outlen, void *arg)
+{
+    (void)arg;
+    unsigned char *b = malloc(FULL_MSG);
+    if (!b) return 1;
+    int k = 0;
+    pg_net_status s = PG_NET_OK;
+    if (rank == 1) {
+        struct timespec d = {2, 0};
+        nanosleep(&d, NULL);
+        for (k = 0; k < 4096; k++) {
+            memset(b, 0, FULL_MSG);
+            if ((s = pg_net_recv(n, 0, 1, b, FULL_MSG, 1.0)) != PG_NET_OK)
+                break;
+            if (b[0] != (unsigned char)k || b[FULL_MSG / 2] != (unsigned char)(k * 3) ||
+                b[FULL_MSG - 1] != (unsigned char)(k * 7)) {
+                snprintf(out, outlen, "read %d: message %d is not what was sent", k, k);
+                free(b);
+                return 1;
+            }
+        }
+        snprintf(out, outlen, "read %d, then %d", k, (int)s);
+        free(b);
+        return s == PG_NET_TIMEOUT ? 0 : 1;
+    }
+    double dt = 0;
+    for (k = 0; k < 4096; k++) {
+        memset(b, 0, FULL_MSG);
+        b[0] = (unsigned char)k;
+        b[FULL_MSG / 2] = (unsigned char)(k * 3);
+        b[FULL_MSG - 1] = (unsigned char)(k * 7);
+        double t0 = now_s();
+        s = pg_net_send(n, 1, 1, b, FULL_MSG);
+        dt = now_s() - t0;
+        if (s != PG_NET_OK)
+            break;
+    }
+    snprintf(out, outlen, "sent %d, then %d after %.2f s: %s", k, (int)s, dt, s ? pg_net_error(n) : "-");
+    free(b);
+    struct timespec d = {3, 500000000L}; /* while stage 1 reads */
+    nanosleep(&d, NULL);
+    return s == PG_NET_TIMEOUT && dt >= 0.9 && dt < 2.5 && k >= 1 ? 0 : 1;
 }
 
 /* Stage 0 receives with a 1 s timeout while the test stops it (SIGSTOP) for
@@ -859,6 +912,22 @@ int main(void)
         run_all(r, s, 2);
         OK(exited(&r[0], 0) && strstr(r[0].text, "no message from stage 1 within 0.2 s (expected tag 3, 4 bytes)"),
            "recv times out on time and can be retried: %s", r[0].text);
+    }
+    /* ---- a send into a full queue waits at most the send timeout, then names the peer ---- */
+    {
+        result r[2];
+        spec s[2];
+        for (int i = 0; i < 2; i++) s[i] = (spec){.rank = i, .world = 2, .hash = 1, .fn = full_body, .send_timeout_s = 1.0};
+        run_all(r, s, 2);
+        int sent = -1, got = -2;
+        sscanf(r[0].text, "sent %d", &sent);
+        sscanf(r[1].text, "read %d", &got);
+        OK(exited(&r[0], 0) && strstr(r[0].text, ": the queue of sends to stage 1 stayed full for 1 s (stage 1 reads "
+                                                 "nothing: stopped or hung?)"),
+           "a send whose peer reads nothing gives up after the send timeout (1 s), naming the peer: %s", r[0].text);
+        OK(exited(&r[1], 0) && sent > 1 && got == sent,
+           "... and every message sent before it arrives intact when the peer reads again (%d sent, stage 1: %s)", sent,
+           r[1].text);
     }
     /* ---- a receive whose process was stopped meanwhile does not count that time ---- */
     {
