@@ -26,7 +26,9 @@
 #   runs identical), trace_measured_ms / trace_predicted_ms / trace_ratio
 #   (target within 0.9..1.1), arena_bytes / peak_bytes / memory_ratio (the
 #   1-stage arena from the plan against the device memory the process used at
-#   its peak, cudaMemGetInfo; target within 1.02), conv.{model,
+#   its peak, cudaMemGetInfo; target within 1.02), runtime_own_bytes /
+#   libraries_bytes (of the peak beyond the arena: the runtime's own named
+#   allocations, and the rest: the CUDA libraries' and the driver's), conv.{model,
 #   samples_per_s_1stage, samples_per_s_1stage_nograph, same_bits} (no PyTorch
 #   row for it yet).
 # Model FLOPs per token = 6 N + 12 L T d (N every trained parameter, the tied
@@ -301,6 +303,9 @@ SAME=false
 [ -s "$DIR/pipegen-1stage.loss" ] && cmp -s "$DIR/pipegen-1stage.loss" "$DIR/pipegen-1stage-nograph.loss" && SAME=true
 # memory: the 1-stage run's report line (pg_backend_report)
 PEAKB=$(sed -n 's/^.*GPU memory: arena [0-9]* bytes (the plan), \([0-9]*\) bytes in use.*$/\1/p' "$DIR/pipegen-1stage.log" | head -n 1)
+# ... and what of the rest is the runtime's own (named) and the libraries' and the driver's
+OWNB=$(sed -n 's/^.*GPU memory beside the arena at that peak: \([0-9]*\) bytes of the runtime.s own.*$/\1/p' "$DIR/pipegen-1stage.log" | head -n 1)
+LIBB=$(sed -n 's/^.*GPU memory beside the arena at that peak: .*; the rest, \(-*[0-9]*\) bytes, the CUDA libraries.*$/\1/p' "$DIR/pipegen-1stage.log" | head -n 1)
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.4f", a / b; else printf "n/a" }'; }
 mfu() { awk -v t="$1" -v f="${FLOPS_TOK:-0}" -v p="${PEAK:-0}" 'BEGIN { if (t + 0 > 0 && f + 0 > 0 && p + 0 > 0) printf "%.4f", t * f / (p * 1e12); else printf "n/a" }'; }
@@ -324,7 +329,9 @@ printf '%-44s %10s  %s\n' measure value target \
     "step 4 stages / 1 stage (one GPU, CUDA IPC)" "$(ratio "$P1" "$P4")" "<= 1.05" \
     "graphs speed-up (graph / --no-graph)" "$R_G" "> 1, same bits: $SAME" \
     "measured / predicted step (4 stages, trace)" "$R_T" "0.9 .. 1.1 (${TRACE_M:-?} / ${TRACE_P:-?} ms)" \
-    "peak device memory / plan arena (1 stage)" "$R_M" "<= 1.02 (${PEAKB:-?} / ${ARENA:-?} bytes)"
+    "peak device memory / plan arena (1 stage)" "$R_M" "<= 1.02 (${PEAKB:-?} / ${ARENA:-?} bytes)" \
+    "... beside the arena: the runtime's own" "${OWNB:-n/a}" "bytes (cuBLAS workspace, scratch, ...)" \
+    "... beside the arena: the libraries' and the driver's" "${LIBB:-n/a}" "bytes"
 echo "note: CUDA stage traces and profiles are device time (CUDA events; runtime/cuda/README.md, \"Device time\")"
 
 {
@@ -342,6 +349,7 @@ echo "note: CUDA stage traces and profiles are device time (CUDA events; runtime
     printf '%s\n' "  \"graph_speedup\": $(json_num "$R_G"), \"graph_same_bits\": $SAME,"
     printf '%s\n' "  \"trace_measured_ms\": $(json_num "$TRACE_M"), \"trace_predicted_ms\": $(json_num "$TRACE_P"), \"trace_ratio\": $(json_num "$R_T"),"
     printf '%s\n' "  \"arena_bytes\": $(json_num "${ARENA:-}"), \"peak_bytes\": $(json_num "${PEAKB:-}"), \"memory_ratio\": $(json_num "$R_M"),"
+    printf '%s\n' "  \"runtime_own_bytes\": $(json_num "${OWNB:-}"), \"libraries_bytes\": $(json_num "${LIBB:-}"),"
     printf '%s\n' "  \"conv\": {\"model\": $(json_str "$(basename "$CONV_MODEL") on 1 stage"), \"samples_per_s_1stage\": $(json_num "$CV1"),"
     printf '%s\n' "    \"samples_per_s_1stage_nograph\": $(json_num "$CV1N"), \"same_bits\": $CSAME},"
     printf '%s\n' "  \"targets\": {\"ratio_vs_torch_compile\": \">= 1.2\", \"mfu_pipegen_1stage\": \">= 0.40\","

@@ -234,6 +234,7 @@ static int ctx_setup(pg_ctx *c)
     size_t dev_bytes = sizeof(struct pg_cuda_stepvals) + PG_CUDA_SLOTS * sizeof(double) + sizeof(unsigned long long);
     char *blk = NULL, *hblk = NULL;
     CUDA_CHECK(cudaMalloc((void **)&blk, dev_bytes));
+    c->state_bytes = dev_bytes + sizeof *c->flag;
     c->sv_dev = (struct pg_cuda_stepvals *)blk;
     c->slot_dev = (double *)(blk + sizeof(struct pg_cuda_stepvals));
     c->step_flag = (unsigned long long *)(c->slot_dev + PG_CUDA_SLOTS);
@@ -287,6 +288,21 @@ void pg_backend_report(pg_ctx *c, int stage, int64_t arena_bytes, FILE *out)
             "every process on GPU %d counts)\n",
             stage, c->graphs_captured, c->graph_launches, (long long)arena_bytes, used,
             arena_bytes > 0 ? (double)used / (double)arena_bytes : 0.0, c->device);
+    /* what of it is the runtime's own beside the arena, by kind; the rest is
+     * the CUDA libraries' and the driver's (and, on a real GPU, page rounding
+     * and other processes on the device) */
+    if (used) {
+        const long long *o = c->own_at_peak;
+        long long own = 0;
+        for (int k = 0; k < PG_CUDA_NOWN; k++)
+            own += o[k];
+        fprintf(out,
+                "stage %d: GPU memory beside the arena at that peak: %lld bytes of the runtime's own (cuBLAS workspace "
+                "%lld, kernel scratch %lld, bf16 copies %lld, links %lld, replicas %lld, step state %lld); the rest, "
+                "%lld bytes, the CUDA libraries' and the driver's\n",
+                stage, own, o[PG_CUDA_OWN_BLAS], o[PG_CUDA_OWN_SCRATCH], o[PG_CUDA_OWN_BF16], o[PG_CUDA_OWN_LINKS],
+                o[PG_CUDA_OWN_REPLICAS], o[PG_CUDA_OWN_STATE], (long long)used - (long long)arena_bytes - own);
+    }
     /* the paths this run took (tests/gpu/run_gpu_tests.sh reads it) */
     fprintf(out, "stage %d: CUDA kernel paths taken (host calls; graph replays not counted):", stage);
     for (int k = 0; k < NKPATHS; k++)
@@ -300,6 +316,27 @@ void pg_backend_report(pg_ctx *c, int stage, int64_t arena_bytes, FILE *out)
     fflush(out);
 }
 
+void pg_cuda_own_now(const pg_ctx *c, long long own[PG_CUDA_NOWN])
+{
+    own[PG_CUDA_OWN_BLAS] = c->blas_ws ? (long long)PG_CUDA_BLAS_WS : 0;
+    own[PG_CUDA_OWN_SCRATCH] = (long long)c->scratch_bytes;
+    own[PG_CUDA_OWN_BF16] = (long long)c->bf16_ws_bytes;
+    own[PG_CUDA_OWN_LINKS] = c->own_links;
+    own[PG_CUDA_OWN_REPLICAS] = c->own_replicas;
+    own[PG_CUDA_OWN_STATE] = (long long)c->state_bytes;
+}
+
+void pg_cuda_own_add(int kind, long long delta)
+{
+    pg_ctx *c = pg_cuda_process.ctx;
+    if (!c)
+        return;
+    if (kind == PG_CUDA_OWN_LINKS)
+        c->own_links += delta;
+    else if (kind == PG_CUDA_OWN_REPLICAS)
+        c->own_replicas += delta;
+}
+
 void pg_cuda_mem_sample(pg_ctx *c)
 {
     size_t fr = 0, tot = 0;
@@ -307,8 +344,10 @@ void pg_cuda_mem_sample(pg_ctx *c)
         cudaGetLastError();
         return;
     }
-    if (tot - fr > c->mem_peak)
+    if (tot - fr > c->mem_peak) {
         c->mem_peak = tot - fr;
+        pg_cuda_own_now(c, c->own_at_peak);
+    }
 }
 
 const char *pg_backend_name(void) { return "cuda"; }

@@ -138,6 +138,12 @@ struct pg_ctx {
     /* device memory in use (cudaMemGetInfo: total - free) when the context was
      * made, and the most seen at a step's end since (pg_backend_report) */
     size_t mem_base, mem_peak;
+    /* the device memory this process's runtime holds beside the arena, by kind
+     * (PG_CUDA_OWN_*), now and at that peak: the report names every byte it
+     * can; own_links and own_replicas are kept by cuda_net.cu and dp_nccl.cu */
+    size_t state_bytes;       /* the step state block (step.cu) */
+    long long own_links, own_replicas;
+    long long own_at_peak[6];
     /* non-NULL: work on the stream waits for a peer that died (why); nothing
      * may synchronise or free device memory any more (pg_backend_poisoned) */
     const char *poisoned;
@@ -248,6 +254,13 @@ __device__ __forceinline__ float pg_block_max(float v, float *sh)
 void pg_cuda_mem_sample(pg_ctx *c);
 /* A device workspace of at least `bytes` (grown once, stream-ordered). */
 int pg_cuda_scratch(pg_ctx *c, size_t bytes, void **out);
+/* Device memory the runtime allocated beside the arena (pg_backend_report):
+ * the kinds, and what each holds now; pg_cuda_own_add counts the links' and
+ * the replicas' (no-op without a live context). */
+enum { PG_CUDA_OWN_BLAS, PG_CUDA_OWN_SCRATCH, PG_CUDA_OWN_BF16, PG_CUDA_OWN_LINKS, PG_CUDA_OWN_REPLICAS,
+       PG_CUDA_OWN_STATE, PG_CUDA_NOWN };
+void pg_cuda_own_now(const pg_ctx *c, long long own[PG_CUDA_NOWN]);
+void pg_cuda_own_add(int kind, long long delta);
 /* Checks ids[0..n) are in [0, limit) on the device; on the first bad row it
  * reports "OP: row R has WHAT id I, outside ...HINT" and returns 1. Synchronous. */
 int pg_cuda_check_ids(pg_ctx *c, const char *op, const char *what, const char *range_what,

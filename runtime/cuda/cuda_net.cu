@@ -324,8 +324,10 @@ static int grow_dev(pg_net *n, size_t bytes)
 {
     if (bytes <= n->dstage_bytes)
         return 0;
-    if (n->dstage)
+    if (n->dstage) {
         cudaFree(n->dstage); /* no transfer is pending on it: receives complete before returning */
+        pg_cuda_own_add(PG_CUDA_OWN_LINKS, -(long long)n->dstage_bytes);
+    }
     n->dstage = NULL;
     n->dstage_bytes = 0;
     cudaError_t e = cudaMalloc(&n->dstage, bytes);
@@ -337,6 +339,7 @@ static int grow_dev(pg_net *n, size_t bytes)
         return 1;
     }
     n->dstage_bytes = bytes;
+    pg_cuda_own_add(PG_CUDA_OWN_LINKS, (long long)bytes);
     return 0;
 }
 
@@ -745,6 +748,8 @@ static int setup_links(pg_net *n, const pg_net_config *cfg, char *err, size_t er
         m->cap = L->send_cap;
         cudaError_t e = cudaMalloc((void **)&L->sring, L->send_cap + RING_ALIGN);
         if (e == cudaSuccess)
+            pg_cuda_own_add(PG_CUDA_OWN_LINKS, (long long)(L->send_cap + RING_ALIGN));
+        if (e == cudaSuccess)
             e = cudaMemset(L->sring + L->send_cap, 0, sizeof(unsigned long long));
         if (e == cudaSuccess)
             e = cudaDeviceSynchronize(); /* the counter is 0 before the peer can see the ring */
@@ -985,14 +990,18 @@ static void release(pg_net *n, int clean)
             cudaEventDestroy(L->rev[k]);
         if (L->rring)
             cudaIpcCloseMemHandle(L->rring);
-        if (L->sring && (!L->exported || L->unmapped))
+        if (L->sring && (!L->exported || L->unmapped)) {
             cudaFree(L->sring);
+            pg_cuda_own_add(PG_CUDA_OWN_LINKS, -(long long)(L->send_cap + RING_ALIGN));
+        }
     }
     free(n->l);
     free(n->hstage);
     if (!stuck) {
-        if (n->dstage)
+        if (n->dstage) {
             cudaFree(n->dstage);
+            pg_cuda_own_add(PG_CUDA_OWN_LINKS, -(long long)n->dstage_bytes);
+        }
         if (n->done)
             cudaEventDestroy(n->done);
         if (n->poll)

@@ -58,6 +58,7 @@ struct pg_dp_dev {
     int64_t numel;       /* their gradient floats */
     float *flat;         /* the n floats as one vector: in the arena, or pack */
     float *pack;         /* device [numel] when the gradients are apart in the arena, else NULL */
+    long long own_bytes; /* recv and pack, counted in the context's report (pg_cuda_own_add) */
     float *recv;         /* device [(D - 1) x stride]: the other replicas' copies of this replica's shard */
     int64_t stride;      /* ceil(numel / D): the largest shard */
     size_t bytes;        /* pack + recv */
@@ -82,6 +83,7 @@ static void dev_release(pg_dp_dev *g)
             cudaFree(g->recv);
         if (g->pack)
             cudaFree(g->pack);
+        pg_cuda_own_add(PG_CUDA_OWN_REPLICAS, -g->own_bytes);
         if (g->done)
             cudaEventDestroy(g->done);
     }
@@ -135,8 +137,13 @@ static int dev_buffers(pg_dp_dev *g)
     g->bytes = (size_t)pg_dp_nccl_bytes(g->numel, D, !contiguous);
     size_t rb = (size_t)(D - 1) * (size_t)g->stride * 4;
     cudaError_t e = cudaMalloc((void **)&g->recv, rb ? rb : 4);
+    if (e == cudaSuccess)
+        g->own_bytes += (long long)(rb ? rb : 4);
     if (e == cudaSuccess && !contiguous)
         e = cudaMalloc((void **)&g->pack, g->numel ? (size_t)g->numel * 4 : 4);
+    if (e == cudaSuccess && !contiguous)
+        g->own_bytes += (long long)(g->numel ? (size_t)g->numel * 4 : 4);
+    pg_cuda_own_add(PG_CUDA_OWN_REPLICAS, g->own_bytes);
     if (e == cudaSuccess)
         e = cudaEventCreateWithFlags(&g->done, cudaEventDisableTiming);
     if (e != cudaSuccess) {

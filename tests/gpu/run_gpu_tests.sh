@@ -41,6 +41,10 @@
 #     of the fast paths; the operand copies in the plan's buffer with the fast
 #     paths, beside the arena (and said) with the reference kernels, which
 #     copy the weights too;
+#     every byte of device memory a stage holds beyond the context is its
+#     arena or one of the runtime's allocations its report names (under the
+#     emulator, exactly; on a GPU the rest, the libraries' and the driver's,
+#     is shown);
 #  5. a model with dropout: graphs stay off with a note, 1 and 4 stages
 #     bitwise alike, within TOL of the CPU (the masks are the CPU's);
 #  5c. tests/models/conv_small.pipe (every layer of convolutional networks:
@@ -354,6 +358,25 @@ else
     grep -q 'more than the [0-9]* the memory plan reserved .*beside the arena' "$L/cuda1bfr.out" 2>/dev/null &&
         ! grep -q 'bf16 operand copies: .* 0 bytes beside' "$L/cuda1bfr.out"
     ok $? "bf16, PIPE_CUDA_KERNELS=reference: the weights' copies too, beside the arena, and said ($(grep -h 'bf16 operand copies:' "$L/cuda1bfr.out" 2>/dev/null | sed 's/.*copies: //'))"
+    # device memory beyond the context: the plan's arena and the runtime's own
+    # named allocations (the run's report); the emulator counts exactly what
+    # is allocated, so there nothing is left over, the reference run's bf16
+    # copies beside the arena included; on a GPU the rest is the CUDA
+    # libraries' and the driver's (shown)
+    mem_lines=$(grep -h 'GPU memory beside the arena at that peak' "$L/cuda1.out" "$L/cuda1bf.out" "$L/cuda4bf.out" \
+        "$L/cuda1bfr.out" 2>/dev/null)
+    mem_n=$(printf '%s\n' "$mem_lines" | grep -c 'the rest, -*[0-9]* bytes')
+    if [ "$FAKE" = emu ]; then
+        mem_zero=$(printf '%s\n' "$mem_lines" | grep -c 'the rest, 0 bytes')
+        [ "$mem_n" = 7 ] && [ "$mem_zero" = 7 ] && printf '%s\n' "$mem_lines" | grep -q 'bf16 copies [1-9]'
+        mem_st=$?
+        ok $mem_st "every byte of device memory beyond the context is the arena or the runtime's named allocations ($mem_zero of $mem_n stage reports of f32, bf16 on 1 and 4 stages, and the reference kernels' copies beside)"
+        [ $mem_st = 0 ] || printf '%s\n' "$mem_lines" | sed 's/^/# /'
+    else
+        [ "$mem_n" = 7 ]
+        ok $? "each stage reports the runtime's own device memory beside the arena ($mem_n of 7 reports)"
+        printf '%s\n' "$mem_lines" | head -n 2 | sed 's/^/# /'
+    fi
 fi
 fi
 
