@@ -299,9 +299,9 @@ void pg_backend_report(pg_ctx *c, int stage, int64_t arena_bytes, FILE *out)
         fprintf(out,
                 "stage %d: GPU memory beside the arena at that peak: %lld bytes of the runtime's own (cuBLAS workspace "
                 "%lld, kernel scratch %lld, bf16 copies %lld, links %lld, replicas %lld, step state %lld); the rest, "
-                "%lld bytes, the CUDA libraries' and the driver's\n",
+                "%lld bytes, the CUDA libraries' and the driver's (and any other process's on GPU %d)\n",
                 stage, own, o[PG_CUDA_OWN_BLAS], o[PG_CUDA_OWN_SCRATCH], o[PG_CUDA_OWN_BF16], o[PG_CUDA_OWN_LINKS],
-                o[PG_CUDA_OWN_REPLICAS], o[PG_CUDA_OWN_STATE], (long long)used - (long long)arena_bytes - own);
+                o[PG_CUDA_OWN_REPLICAS], o[PG_CUDA_OWN_STATE], (long long)used - (long long)arena_bytes - own, c->device);
     }
     /* the paths this run took (tests/gpu/run_gpu_tests.sh reads it) */
     fprintf(out, "stage %d: CUDA kernel paths taken (host calls; graph replays not counted):", stage);
