@@ -121,6 +121,13 @@ static inline int64_t gen_gemm_rows(const ir_layer *L, int64_t R)
     return n;
 }
 
+/* bf16_ws of a kind whose products are linear ops in_features -> out_features
+ * (linear; swiglu's gate and up projections, one after the other) */
+static inline int64_t gen_bf16ws_in_out(const ir_layer *L, int64_t R)
+{
+    return pg_bf16ws_linear(gen_gemm_rows(L, R), L->in_features, L->out_features);
+}
+
 /* Kind k's entry; NULL: the code generator does not do it (yet). */
 const gen_layer_kind *gen_layer_kind_of(ir_layer_kind k);
 

@@ -75,6 +75,10 @@ struct pg_cuda_shadow {
 #define PG_CUDA_SITES 1024  /* id-check sites per stage */
 
 /* The backend state behind pg_ctx (runtime/cuda/backend.cu owns its lifetime). */
+/* the kinds of device memory the runtime allocates beside the arena (pg_backend_report) */
+enum { PG_CUDA_OWN_BLAS, PG_CUDA_OWN_SCRATCH, PG_CUDA_OWN_BF16, PG_CUDA_OWN_LINKS, PG_CUDA_OWN_REPLICAS,
+       PG_CUDA_OWN_STATE, PG_CUDA_NOWN };
+
 struct pg_ctx {
     int device;               /* the CUDA device this stage runs on */
     cudaStream_t stream;      /* every kernel, copy and cuBLAS call goes here, in order */
@@ -143,7 +147,7 @@ struct pg_ctx {
      * can; own_links and own_replicas are kept by cuda_net.cu and dp_nccl.cu */
     size_t state_bytes;       /* the step state block (step.cu) */
     long long own_links, own_replicas;
-    long long own_at_peak[6];
+    long long own_at_peak[PG_CUDA_NOWN];
     /* non-NULL: work on the stream waits for a peer that died (why); nothing
      * may synchronise or free device memory any more (pg_backend_poisoned) */
     const char *poisoned;
@@ -255,10 +259,8 @@ void pg_cuda_mem_sample(pg_ctx *c);
 /* A device workspace of at least `bytes` (grown once, stream-ordered). */
 int pg_cuda_scratch(pg_ctx *c, size_t bytes, void **out);
 /* Device memory the runtime allocated beside the arena (pg_backend_report):
- * the kinds, and what each holds now; pg_cuda_own_add counts the links' and
- * the replicas' (no-op without a live context). */
-enum { PG_CUDA_OWN_BLAS, PG_CUDA_OWN_SCRATCH, PG_CUDA_OWN_BF16, PG_CUDA_OWN_LINKS, PG_CUDA_OWN_REPLICAS,
-       PG_CUDA_OWN_STATE, PG_CUDA_NOWN };
+ * what each kind (PG_CUDA_OWN_*) holds now; pg_cuda_own_add counts the
+ * links' and the replicas' (no-op without a live context). */
 void pg_cuda_own_now(const pg_ctx *c, long long own[PG_CUDA_NOWN]);
 void pg_cuda_own_add(int kind, long long delta);
 /* Checks ids[0..n) are in [0, limit) on the device; on the first bad row it

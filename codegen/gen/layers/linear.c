@@ -54,14 +54,9 @@ static void json_attrs(FILE *o, const ir_model *m, const ir_layer *L)
             L->out_features, L->bias ? "true" : "false");
 }
 
-static int64_t bf16_ws(const ir_layer *L, int64_t R)
-{
-    return pg_bf16ws_linear(gen_gemm_rows(L, R), L->in_features, L->out_features);
-}
-
 const gen_layer_kind gen_linear = {
     .gemm_weights = 1u << 0, /* W */
-    .bf16_ws = bf16_ws,
+    .bf16_ws = gen_bf16ws_in_out,
     .per_token = 1,
     .store_act = 1, .fwd_act = fwd_act, .bwd_act = bwd_act,
     .fwd = fwd, .bwd_b = bwd_b, .bwd_w = bwd_w, .json_attrs = json_attrs,

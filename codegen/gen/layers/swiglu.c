@@ -78,15 +78,9 @@ static void json_attrs(FILE *o, const ir_model *m, const ir_layer *L)
             L->bias ? "true" : "false");
 }
 
-/* the gate's and the up projection's products, one after the other */
-static int64_t bf16_ws(const ir_layer *L, int64_t R)
-{
-    return pg_bf16ws_linear(gen_gemm_rows(L, R), L->in_features, L->out_features);
-}
-
 const gen_layer_kind gen_swiglu = {
     .gemm_weights_of = gemm_weights_of,
-    .bf16_ws = bf16_ws,
+    .bf16_ws = gen_bf16ws_in_out,
     .per_token = 1,
     .saved = saved, .fwd = fwd, .bwd_b = bwd_b, .bwd_w = bwd_w, .json_attrs = json_attrs,
 };
