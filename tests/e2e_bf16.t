@@ -55,6 +55,16 @@ b3=$(sed -n 's/.*\.bf16_ws_bytes = \([0-9]*\),.*/\1/p' "$T/bf16x4/gen/stage3.c")
 is "$b3" 1536 "4 stages: the last stage's, for the logits' weight gradient (x 16 x 16, dy 16 x 32: 512 + 1024 bytes)"
 grep -q 'bf16_ws' "$T/f32/gen/stage0.c" && st=1 || st=0
 ok $st "the f32 model plans no operand copies"
+# a stage file whose operand buffer is not inside its arena is refused, said
+rm -rf "$T/bad" && cp -r "$T/bf16/gen" "$T/bad" && rm -rf "$T/bad/bin" &&
+    sed -i 's/\.bf16_ws_off = [0-9]*,/.bf16_ws_off = 999999999999,/' "$T/bad/stage0.c" && build_strict "$T/bad"
+ok $? "a stage file with its bf16 operand buffer moved out of the arena builds"
+out=$(OPENBLAS_NUM_THREADS=1 "$PIPERUN" "$T/bad/bin" -- --steps 1 --threads 1 2>&1)
+st=$?
+[ $st != 0 ]
+ok $? "... and the stage refuses to start (exit $st)"
+like "$out" "\[stage 0\] the bf16 operand buffer \(2560 bytes at 999999999999\) is not inside the arena of [0-9]* bytes: the stage file is corrupt" \
+    "... naming the buffer, the arena and the cause"
 
 cmp -s "$T/f32/loss" "$T/bf16/loss" && cmp -s "$T/f32/w.safetensors" "$T/bf16/w.safetensors"
 ok $? "CPU: bf16 model on 1 stage = the f32 model, bytes of losses and weights ($(cat "$T/bf16/loss"))"
